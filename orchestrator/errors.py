@@ -1,0 +1,126 @@
+"""Typed errors that speak the user's language.
+
+Every error orch raises on purpose is an OrchError. The CLI maps them to a message and an exit
+code in one place (cli.py), so a user never sees a traceback for a mistake they can fix.
+Message shape: ``<where>: <what failed> (<hint>)``.
+
+Failures are also classified for the journal: ``config`` (found before anything changes),
+``infrastructure`` (SSH, units, health, verification: worth a retry) and ``workload`` (the
+repro itself: exit code, timeout, missing metrics).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+FailureKind = Literal["config", "infrastructure", "workload", "interrupted"]
+
+
+class OrchError(Exception):
+    """Base of every error orch raises deliberately."""
+
+    exit_code: int = 1
+    kind: FailureKind = "infrastructure"
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        # detail: a bounded log tail or output excerpt shown under the message
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(OrchError):
+    """Bad input: a matrix, an inventory, a flag. Found before any host is touched."""
+
+    exit_code = 2
+    kind = "config"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        path: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.file, self.line, self.path, self.hint = file, line, path, hint
+        where = file or ""
+        if file and line:
+            where = f"{file}:{line}"
+        text = message
+        if path:
+            text = f"{path}: {text}"
+        if where:
+            text = f"{where}: {text}"
+        if hint:
+            text = f"{text} ({hint})"
+        super().__init__(text)
+
+
+class EnvFileError(ConfigError):
+    """An env-file key or value that cannot be written faithfully (bad name, NUL, newline)."""
+
+
+class UsageError(ConfigError):
+    """A command-line mistake (missing file, bad flag combination, unsafe path)."""
+
+
+class PreflightError(ConfigError):
+    """A host failed its pre-run check; nothing has been changed anywhere."""
+
+
+class LockError(OrchError):
+    """Another sweep holds the testbed."""
+
+    exit_code = 2
+    kind = "config"
+
+
+class TransportError(OrchError):
+    """A command could not be run on a host (connection, authentication, I/O)."""
+
+    def __init__(self, host: str, message: str, *, detail: str = "") -> None:
+        self.host = host
+        super().__init__(f"{host}: {message}", detail=detail)
+
+
+class CommandFailed(TransportError):
+    """A command ran on a host and exited non-zero."""
+
+    def __init__(self, host: str, command: str, exit_code: int, stdout: str, stderr: str) -> None:
+        self.command, self.result_code, self.stdout, self.stderr = command, exit_code, stdout, stderr
+        tail = (stderr or stdout).strip()[-2000:]
+        super().__init__(host, f"command failed with exit code {exit_code}: {command}", detail=tail)
+
+
+class ServiceError(OrchError):
+    """A unit failed to (re)start, crash-looped, or hit systemd's start limit."""
+
+    def __init__(self, host: str, unit: str, message: str, *, detail: str = "") -> None:
+        self.host, self.unit = host, unit
+        super().__init__(f"{host}: unit {unit}: {message}", detail=detail)
+
+
+class HealthTimeout(OrchError):
+    """A health URL did not report ready within its timeout."""
+
+
+class VerificationError(OrchError):
+    """The live process did not get the environment the cell asked for."""
+
+
+class WorkloadError(OrchError):
+    """The repro failed: non-zero exit, timeout, or metrics missing from its output."""
+
+    kind = "workload"
+
+
+class Interrupted(OrchError):
+    """The user (or a signal) stopped the sweep."""
+
+    exit_code = 130
+    kind = "interrupted"

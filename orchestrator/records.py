@@ -1,0 +1,135 @@
+"""The data a run leaves behind: the run manifest and the journal's trial records.
+
+These models are the contract between the runner (which writes them), the journal (which stores
+them as JSON lines), and the report (which reads them back). Bump SCHEMA_VERSION on any
+incompatible change; readers refuse versions they do not know.
+
+Layout of a run directory::
+
+    reports/<run-id>/
+      run.json          RunManifest (written atomically at start, updated at end)
+      journal.jsonl     one TrialRecord per line (type="trial") plus event records
+      trials/<NNNN>/    per-trial files: repro.out, repro.err, logs/<role>-<unit>.log
+      backup/<role>.env original env files, byte for byte
+      index.html        the report
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+TrialStatus = Literal["completed", "failed", "interrupted"]
+MetricKind = Literal["proportion", "number"]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MetricValue(Frozen):
+    """One metric of one trial. A proportion has k and n (k of n sessions); a number has value."""
+
+    kind: MetricKind
+    k: int | None = None
+    n: int | None = None
+    value: float | None = None
+    unit: str = ""
+
+    @property
+    def rate(self) -> float | None:
+        if self.kind == "proportion" and self.n:
+            return (self.k or 0) / self.n
+        return self.value
+
+
+class Failure(Frozen):
+    kind: Literal["infrastructure", "workload", "interrupted"]
+    error: str  # the error class name, e.g. "HealthTimeout"
+    message: str
+    detail: str = ""  # bounded log tail
+
+
+class ReproOutcome(Frozen):
+    command: str
+    exit_code: int | None  # None: killed at its timeout
+    duration_s: float
+    stdout_tail: str = ""  # last ~4 KiB; the full text is in stdout_path
+    stdout_path: str = ""  # relative to the run directory
+    stderr_path: str = ""
+
+
+class TrialRecord(Frozen):
+    """One trial: one cell run once, on one testbed. Written once, after the trial ends."""
+
+    type: Literal["trial"] = "trial"
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    trial: int  # 0-based position in the plan
+    round: int  # replicate round (randomized blocks: one permutation per round)
+    cell: str  # stable cell id, e.g. "bf16_index_k=on,overlap=on,cuda_graph=on"
+    levels: dict[str, str]  # factor -> level name
+    is_baseline: bool = False
+    testbed: str
+    attempt: int = 1
+    status: TrialStatus
+    failure: Failure | None = None
+    started: str  # ISO 8601 UTC
+    ended: str
+    duration_s: float
+    env: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> VAR -> value (this cell)
+    restarted: list[str] = Field(default_factory=list)  # "role:unit"
+    health_wait_s: dict[str, float] = Field(default_factory=dict)  # role -> seconds to healthy
+    repro: ReproOutcome | None = None
+    metrics: dict[str, MetricValue] = Field(default_factory=dict)
+    logs: dict[str, str] = Field(default_factory=dict)  # "role:unit" -> path relative to run dir
+
+
+class EventRecord(Frozen):
+    """Something that happened to the run as a whole: start, restore, end, interruption."""
+
+    type: Literal["event"] = "event"
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    event: Literal["run_started", "run_resumed", "restored", "run_finished", "run_interrupted"]
+    at: str
+    message: str = ""
+
+
+class PlannedTrial(Frozen):
+    trial: int
+    round: int
+    cell: str
+    levels: dict[str, str]
+    is_baseline: bool = False
+
+
+class RunManifest(Frozen):
+    """What was asked for: enough to re-render, resume and audit the run."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    name: str
+    description: str = ""
+    orch_version: str
+    matrix_path: str
+    matrix_text: str
+    matrix_sha256: str
+    inventory_path: str
+    inventory_text: str
+    inventory_sha256: str
+    testbed: str
+    seed: int
+    order: str
+    replicates: int
+    factors: dict[str, list[str]]  # factor -> level names, in declared order
+    baseline: dict[str, str]
+    metrics: dict[str, MetricKind]  # metric name -> kind (repro metrics and collectors)
+    plan: list[PlannedTrial]
+    hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
+    started: str
+    ended: str | None = None
+    status: Literal["running", "completed", "failed", "interrupted"] = "running"

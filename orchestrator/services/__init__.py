@@ -1,0 +1,51 @@
+"""Service managers: restart units, read their state, logs and live environment (EDGE).
+
+SystemdManager drives systemctl/journalctl through a Transport; LocalServiceManager runs the
+bundled simulator's servers as child processes for the embedded default deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class UnitState:
+    unit: str
+    active_state: str  # active, activating, inactive, failed, deactivating
+    sub_state: str  # running, dead, failed, auto-restart, ...
+    main_pid: int | None
+    n_restarts: int = 0
+    started_at: float | None = None  # epoch seconds of ExecMainStartTimestamp
+    result: str = ""  # systemd Result=, e.g. "start-limit-hit", "exit-code"
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_state == "active"
+
+
+class ServiceManager(Protocol):
+    """Operations orch needs on the units of one host."""
+
+    def exists(self, unit: str) -> bool: ...
+
+    def state(self, unit: str) -> UnitState: ...
+
+    def restart(self, unit: str) -> float:
+        """(Re)start the unit so it re-reads its env file; return the epoch time of the restart.
+        Clears a start-limit-hit first instead of waiting out a timeout."""
+        ...
+
+    def stop(self, unit: str) -> None: ...
+
+    def check_alive(self, unit: str, since: float) -> None:
+        """Raise ServiceError at once if the unit failed or crash-looped since `since`
+        (called between health polls, so a dead unit never waits out the health timeout)."""
+        ...
+
+    def logs_since(self, unit: str, since: float, max_bytes: int = 256_000) -> str: ...
+
+    def environ(self, unit: str) -> dict[str, str] | None:
+        """The environment of the unit's live main process (/proc/PID/environ), or None."""
+        ...

@@ -1,0 +1,55 @@
+"""Transports: how orch runs commands and moves bytes on a host (EDGE).
+
+Two implementations share one small protocol: LocalTransport (the controller itself, used by the
+embedded simulated deployment) and SshTransport (Fabric, one persistent connection per host).
+Library errors are translated here, once, into TransportError naming the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a command did: exit code and (bounded) output, like Invoke's Result."""
+
+    host: str
+    command: str
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+class Transport(Protocol):
+    """Run commands and read/write files on one host."""
+
+    host: str  # a label for messages, e.g. "decode (10.0.0.4)"
+
+    def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        sudo: bool = False,
+    ) -> Result:
+        """Run a command. A sequence is quoted argument by argument (never through a shell
+        unquoted); a string is run by the host's shell. check=True raises CommandFailed."""
+        ...
+
+    def read_bytes(self, path: str) -> bytes: ...
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Write via a temp file in the same directory, fsync, rename; keep mode and owner."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def close(self) -> None: ...
