@@ -1,0 +1,122 @@
+"""PURE: cells x inventory -> the ordered steps of a sweep; what `orch plan` and `--dry-run` show.
+
+The plan says, for every trial, what each role's env file must hold for the cell, which roles'
+env differs from the previous trial (their units restart; others stay up), and an estimate of
+the time it takes. The runner recomputes the restarts from the real files at run time (a host
+may already hold a cell's values); the plan is the expectation, the journal is the truth.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from .config import EnvValue, Matrix, Testbed, check_against_inventory
+from .matrix import Cell, Trial, baseline_cell, expand, order_trials
+
+RoleEnv = dict[str, dict[str, EnvValue]]  # role -> VAR -> value (None = removed)
+
+
+@dataclass(frozen=True)
+class Step:
+    trial: Trial
+    env: RoleEnv  # the cell's assignments per role
+    changed_roles: tuple[str, ...]  # roles whose env differs from the previous trial
+    restart_units: tuple[tuple[str, str], ...]  # (role, unit) in restart order
+    wait_roles: tuple[str, ...]  # roles whose health is awaited (restarted + dependants)
+    estimate_s: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: Matrix
+    testbed: Testbed
+    seed: int
+    replicates: int
+    cells: tuple[Cell, ...]
+    steps: tuple[Step, ...]
+
+    @property
+    def restart_count(self) -> int:
+        return sum(len(s.restart_units) for s in self.steps)
+
+    @property
+    def estimated_duration_s(self) -> float:
+        return sum(s.estimate_s for s in self.steps)
+
+    @property
+    def baseline(self) -> Cell:
+        return baseline_cell(self.matrix)
+
+
+def new_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+def make_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None, replicates: int | None = None) -> Plan:
+    check_against_inventory(matrix, testbed)
+    seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
+    reps = replicates if replicates is not None else matrix.replicates
+    cells = expand(matrix)
+    steps, previous = [], None
+    for trial in order_trials(matrix, cells, seed, reps):
+        env = cell_env(matrix, trial.cell)
+        steps.append(_step(matrix, testbed, trial, env, previous))
+        previous = env
+    return Plan(matrix, testbed, seed, reps, tuple(cells), tuple(steps))
+
+
+def cell_env(matrix: Matrix, cell: Cell) -> RoleEnv:
+    """Merge every factor's level assignments into one env per role."""
+    env: RoleEnv = {}
+    for factor_name, level_name in cell.levels:
+        level = matrix.factor(factor_name).level(level_name)
+        for role, assignments in level.env.items():
+            env.setdefault(role, {}).update(assignments)
+    return env
+
+
+def restart_order(testbed: Testbed, roles: set[str]) -> list[str]:
+    """Roles in dependency order: a role comes after every role in its `after` list."""
+    ordered: list[str] = []
+
+    def visit(role: str) -> None:
+        if role in ordered:
+            return
+        for dep in testbed.hosts[role].after:
+            if dep in roles:
+                visit(dep)
+        ordered.append(role)
+
+    for role in testbed.hosts:
+        if role in roles:
+            visit(role)
+    return ordered
+
+
+def dependants(testbed: Testbed, roles: set[str]) -> set[str]:
+    """Roles whose readiness depends on any of `roles` (e.g. the router on its workers)."""
+    out = set(roles)
+    changed = True
+    while changed:
+        changed = False
+        for role, host in testbed.hosts.items():
+            if role not in out and out.intersection(host.after):
+                out.add(role)
+                changed = True
+    return out
+
+
+def _step(matrix: Matrix, testbed: Testbed, trial: Trial, env: RoleEnv, previous: RoleEnv | None) -> Step:
+    changed = {r for r in env if previous is None or env[r] != previous.get(r)}
+    ordered = restart_order(testbed, changed)
+    units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
+    waits = tuple(restart_order(testbed, dependants(testbed, changed)))
+    startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
+    return Step(trial, env, tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s)
+
+
+def env_diff(before: dict[str, EnvValue], after: dict[str, EnvValue]) -> dict[str, tuple[EnvValue, EnvValue]]:
+    """VAR -> (old, new) for variables whose value changes."""
+    keys = list(dict.fromkeys([*before, *after]))
+    return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}
