@@ -1,0 +1,244 @@
+"""Metric extraction (pure) and the time-bound repro runner (real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.records import MetricValue
+from orchestrator.workload import KILL_GRACE_S, TAIL_BYTES, MetricSpec, extract_metrics, run_command
+
+DSV4_OUTPUT = """\
+session 1/40 done
+session 2/40 leak detected
+CORRUPTION sessions: 1/20 = 5%  (leak=1 no_tool=0 error=0 ok-ish[done/maxrounds]=19)
+wall=159.9s counts={"done": 39, "no_tool": 1}
+CORRUPTION sessions: 6/40 = 15%  (leak=5 no_tool=1 error=0 ok-ish[done/maxrounds]=34)
+"""
+
+CORRUPTION = MetricSpec("corruption", "proportion", r"CORRUPTION sessions: (?P<k>\d+)/(?P<n>\d+)", "sessions")
+LEAK = MetricSpec("leak", "number", r"leak=(\d+)")
+WALL = MetricSpec("wall", "number", r"wall=(?P<value>[\d.]+)s", "s")
+DONE = MetricSpec("done", "number", r'"done": (?P<value>\d+)')
+
+
+# ---------------------------------------------------------------- extract_metrics
+
+
+def test_extracts_dsv4_summary() -> None:
+    got = extract_metrics(DSV4_OUTPUT, [CORRUPTION, LEAK, WALL, DONE])
+    assert got == {
+        "corruption": MetricValue(kind="proportion", k=6, n=40, unit="sessions"),
+        "leak": MetricValue(kind="number", value=5.0),
+        "wall": MetricValue(kind="number", value=159.9, unit="s"),
+        "done": MetricValue(kind="number", value=39.0),
+    }
+    assert got["corruption"].rate == pytest.approx(0.15)
+
+
+def test_last_match_wins() -> None:
+    text = "progress: 3/10\nprogress: 7/10\nprogress: 9/10\n"
+    spec = MetricSpec("p", "proportion", r"progress: (?P<k>\d+)/(?P<n>\d+)")
+    assert extract_metrics(text, [spec])["p"] == MetricValue(kind="proportion", k=9, n=10)
+
+
+def test_regex_anchors_work_per_line() -> None:
+    text = "wall=1.0s\nnoise wall=2.0s\nwall=3.5s trailing\n"
+    spec = MetricSpec("wall", "number", r"^wall=(?P<value>[\d.]+)s")
+    assert extract_metrics(text, [spec])["wall"].value == 3.5
+
+
+def test_number_parses_signs_and_exponents() -> None:
+    spec = MetricSpec("x", "number", r"x=(\S+)")
+    assert extract_metrics("x=-1.5e-3\n", [spec])["x"].value == pytest.approx(-0.0015)
+
+
+def test_garbage_output_names_every_missing_metric() -> None:
+    garbage = "Traceback (most recent call last):\n" + "x" * 5000 + "\nConnectionError: refused\n"
+    with pytest.raises(WorkloadError) as info:
+        extract_metrics(garbage, [CORRUPTION, WALL, DONE])
+    err = info.value
+    assert "corruption (no match" in err.message
+    assert "wall (no match" in err.message
+    assert "done (no match" in err.message
+    assert err.kind == "workload"
+    # the output tail is quoted, but bounded
+    assert err.detail.endswith("ConnectionError: refused\n")
+    assert len(err.detail) < 2000
+
+
+def test_only_missing_metrics_are_named() -> None:
+    with pytest.raises(WorkloadError) as info:
+        extract_metrics("wall=12.0s\n", [CORRUPTION, WALL])
+    assert "corruption" in info.value.message
+    assert "wall (" not in info.value.message
+
+
+def test_k_greater_than_n_refused() -> None:
+    with pytest.raises(WorkloadError, match=r"corruption \(41/40 is not a proportion"):
+        extract_metrics("CORRUPTION sessions: 41/40 = 102%\n", [CORRUPTION])
+
+
+def test_zero_sessions_refused() -> None:
+    with pytest.raises(WorkloadError, match=r"0/0 is not a proportion"):
+        extract_metrics("CORRUPTION sessions: 0/0 = nan%\n", [CORRUPTION])
+
+
+def test_unparseable_number_refused() -> None:
+    spec = MetricSpec("wall", "number", r"wall=(\S+)s")
+    with pytest.raises(WorkloadError, match=r"wall \('abc' is not a number\)"):
+        extract_metrics("wall=abcs\n", [spec])
+    with pytest.raises(WorkloadError, match=r"is not a number"):
+        extract_metrics("wall=nans\n", [spec])
+
+
+def test_spec_without_usable_group_is_config_error() -> None:
+    spec = MetricSpec("wall", "number", r"wall=(\d+)\.(\d+)s")
+    with pytest.raises(ConfigError, match="repro.metrics.wall.regex"):
+        extract_metrics("wall=1.5s\n", [spec])
+
+
+# ---------------------------------------------------------------- run_command
+
+
+def _run(tmp_path: Path, command: str, timeout_s: float = 10.0, **kw):  # noqa: ANN003, ANN202
+    return run_command(
+        command,
+        timeout_s=timeout_s,
+        cwd=kw.pop("cwd", tmp_path),
+        env=kw.pop("env", None),
+        stdout_path=tmp_path / "out" / "repro.out",
+        stderr_path=tmp_path / "out" / "repro.err",
+        **kw,
+    )
+
+
+def _read_pids(path: Path, expected: int) -> list[int]:
+    pids = [int(x) for x in path.read_text().split()]
+    assert len(pids) == expected, pids
+    return pids
+
+
+def _gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie waiting for init to reap it (it runs nothing)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X")
+
+
+def _wait_for_lines(path: Path, n: int, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().split()) >= n:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never got {n} lines")
+
+
+def test_exit_codes_and_streams(tmp_path: Path) -> None:
+    ok = _run(tmp_path, "echo to-stdout; echo to-stderr >&2; exit 0")
+    assert ok.exit_code == 0
+    assert ok.stdout_tail == "to-stdout\n"
+    assert (tmp_path / "out" / "repro.out").read_text() == "to-stdout\n"
+    assert (tmp_path / "out" / "repro.err").read_text() == "to-stderr\n"
+    assert ok.command == "echo to-stdout; echo to-stderr >&2; exit 0"
+    assert 0 <= ok.duration_s < 2
+    assert _run(tmp_path, "exit 7").exit_code == 7
+    assert _run(tmp_path, "kill -9 $$").exit_code == -signal.SIGKILL
+
+
+def test_env_and_cwd(tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    outcome = _run(tmp_path, 'echo "$ORCH_TEST_VAR $(pwd)"', cwd=workdir,
+                   env={"ORCH_TEST_VAR": "bf16", "PATH": os.environ["PATH"]})
+    assert outcome.stdout_tail == f"bf16 {workdir}\n"
+
+
+def test_large_output_streamed_to_file_with_bounded_tail(tmp_path: Path) -> None:
+    # 8 MB of output, then a summary line: the file has all of it, the tail only the end
+    outcome = _run(tmp_path, "head -c 8000000 /dev/zero | tr '\\0' 'x'; echo; echo 'wall=1.5s'")
+    assert (tmp_path / "out" / "repro.out").stat().st_size == 8000000 + 1 + len("wall=1.5s\n")
+    assert len(outcome.stdout_tail) == TAIL_BYTES
+    assert outcome.stdout_tail.endswith("\nwall=1.5s\n")
+
+
+def test_paths_relative_to_run_dir(tmp_path: Path) -> None:
+    outcome = _run(tmp_path, "true", run_dir=tmp_path)
+    assert outcome.stdout_path == "out/repro.out"
+    assert outcome.stderr_path == "out/repro.err"
+
+
+def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    command = (
+        f"sh -c 'sleep 1000 & echo $! >> {pidfile}; wait' & echo $! >> {pidfile}; "
+        f"sleep 1000 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
+    )
+    started = time.monotonic()
+    outcome = _run(tmp_path, command, timeout_s=0.5)
+    elapsed = time.monotonic() - started
+    assert outcome.exit_code is None
+    assert 0.5 <= outcome.duration_s <= elapsed < 0.5 + KILL_GRACE_S  # SIGTERM sufficed
+    pids = _read_pids(pidfile, 4)  # outer sh, inner sh, two sleeps
+    assert all(_gone(pid) for pid in pids), [p for p in pids if not _gone(p)]
+
+
+def test_timeout_sigkills_children_that_ignore_sigterm(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    command = f"trap '' TERM; sleep 1000 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
+    started = time.monotonic()
+    outcome = _run(tmp_path, command, timeout_s=0.3)
+    elapsed = time.monotonic() - started
+    assert outcome.exit_code is None
+    assert 0.3 + KILL_GRACE_S * 0.9 <= elapsed < 0.3 + KILL_GRACE_S + 1.5
+    assert all(_gone(pid) for pid in _read_pids(pidfile, 2))
+
+
+def test_leftover_background_children_are_killed(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    outcome = _run(tmp_path, f"sleep 1000 & echo $! > {pidfile}; exit 3")
+    assert outcome.exit_code == 3
+    assert outcome.duration_s < KILL_GRACE_S
+    assert all(_gone(pid) for pid in _read_pids(pidfile, 1))
+
+
+def test_ctrl_c_kills_the_group_then_reraises(tmp_path: Path) -> None:
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    pidfile = tmp_path / "pids"
+    command = f"sh -c 'sleep 1000 & echo $! >> {pidfile}; wait' & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
+
+    def press_ctrl_c() -> None:
+        _wait_for_lines(pidfile, 3)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c)
+    started = time.monotonic()
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _run(tmp_path, command, timeout_s=60)
+    finally:
+        presser.join()
+    assert time.monotonic() - started < 5
+    assert all(_gone(pid) for pid in _read_pids(pidfile, 3))
+
+
+def test_missing_cwd_is_a_workload_error(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="repro: cannot start 'true' in .*nowhere"):
+        _run(tmp_path, "true", cwd=tmp_path / "nowhere")
+
+
+def test_unwritable_output_path_is_a_workload_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(WorkloadError, match=r"file/repro.out: cannot write repro output"):
+        run_command("true", timeout_s=5, cwd=tmp_path, env=None,
+                    stdout_path=tmp_path / "file" / "repro.out", stderr_path=tmp_path / "repro.err")
