@@ -1,0 +1,206 @@
+"""Tests of orchestrator.stats: known values, edge cases, and simulated calibration.
+
+The calibration tests are the point: they prove on simulated sweeps with known true rates that
+the intervals cover the truth about 95% of the time and that A/A comparisons (same true rate)
+are rarely called significant. Run with -s to see the figures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator import stats
+
+
+def test_wilson_known_values_and_edges() -> None:
+    low, high = stats.wilson_interval(0, 40)
+    assert low == 0.0 and high == pytest.approx(0.0876, abs=1e-4)
+    low, high = stats.wilson_interval(6, 40)
+    assert low == pytest.approx(0.0706, abs=1e-3) and high == pytest.approx(0.2909, abs=1e-3)
+    assert stats.wilson_interval(40, 40)[1] == 1.0
+    assert stats.wilson_interval(0, 0) == (0.0, 1.0)
+    wider = stats.wilson_interval(6, 40, confidence=0.99)
+    assert wider[0] < low and wider[1] > high
+    with pytest.raises(ValueError):
+        stats.wilson_interval(5, 4)
+
+
+def test_rate_interval_has_nan_estimate_without_data() -> None:
+    assert math.isnan(stats.rate(0, 0).estimate)
+    assert stats.rate(3, 10).estimate == pytest.approx(0.3)
+
+
+def test_fisher_and_newcombe() -> None:
+    assert stats.fisher_exact(20, 120, 0, 120) < 1e-5
+    assert stats.fisher_exact(3, 40, 3, 40) == pytest.approx(1.0)
+    assert stats.fisher_exact(3, 40, 0, 0) == 1.0
+    low, high = stats.rate_difference_ci(6, 40, 0, 40)
+    assert low == pytest.approx(0.0318, abs=1e-3) and high == pytest.approx(0.2907, abs=1e-3)
+    assert stats.rate_difference_ci(1, 1, 0, 0) == (-1.0, 1.0)
+
+
+def test_contrast_interval_matches_newcombe_for_a_difference() -> None:
+    for k1, n1, k2, n2 in [(6, 40, 0, 40), (1, 80, 7, 120), (40, 40, 0, 40), (3, 9, 3, 9)]:
+        interval = stats.contrast_interval([(k1, n1), (k2, n2)], [1.0, -1.0])
+        low, high = stats.rate_difference_ci(k1, n1, k2, n2)
+        assert interval.estimate == pytest.approx(k1 / n1 - k2 / n2)
+        assert (interval.low, interval.high) == pytest.approx((low, high), abs=1e-9)
+    with pytest.raises(ValueError):
+        stats.contrast_interval([(0, 0)], [1.0])
+
+
+def test_holm_matches_the_textbook_procedure() -> None:
+    pvalues = [0.01, 0.04, 0.03, 0.005]
+    # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1=0.04 -> monotone: 0.06
+    assert stats.holm(pvalues) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([]) == []
+
+
+def test_median_ci_is_seeded_and_handles_degenerate_samples() -> None:
+    values = [320, 997, 410, 388, 502, 290, 615, 333, 350, 401]
+    first, second = stats.median_ci(values, seed=7), stats.median_ci(values, seed=7)
+    assert first == second
+    assert first.low <= first.estimate <= first.high
+    assert first.estimate == pytest.approx(394.5)
+    assert stats.median_ci([5.0, 5.0, 5.0]) == stats.Interval(5.0, 5.0, 5.0)
+    assert math.isnan(stats.median_ci([]).estimate)
+    big = stats.median_ci(list(range(5001)))  # order-statistic path
+    assert big.estimate == 2500 and big.low < 2500 < big.high
+
+
+def test_mann_whitney() -> None:
+    assert stats.mann_whitney([1, 2, 3, 4, 5, 6], [11, 12, 13, 14, 15, 16]) < 0.01
+    assert stats.mann_whitney([1, 1, 1], [1, 1]) == 1.0
+    assert stats.mann_whitney([], [1.0]) == 1.0
+
+
+def test_min_detectable_difference_and_its_power_by_simulation() -> None:
+    mdd = stats.min_detectable_difference(120, 0.02)
+    assert 0.05 < mdd < 0.12
+    assert stats.min_detectable_difference(40, 0.02) > mdd  # fewer sessions, coarser
+    assert stats.min_detectable_difference(0, 0.1) == pytest.approx(0.9)
+    rng = np.random.default_rng(11)
+    hits = sum(
+        stats.fisher_exact(int(rng.binomial(120, 0.02 + mdd)), 120, int(rng.binomial(120, 0.02)), 120)
+        < 0.05
+        for _ in range(400)
+    )
+    power = hits / 400
+    print(f"\n[stats] MDD(n=120, p0=2%) = {mdd:.3f}; simulated Fisher power there = {power:.2f}")
+    assert 0.6 <= power <= 0.95  # Fisher is a bit conservative vs the normal approximation
+
+
+def test_drift_check_flags_a_trend_and_not_a_stable_baseline() -> None:
+    drifting = [stats.RoundCount(i, k, 40) for i, k in enumerate([0, 1, 3, 6, 9])]
+    assert stats.drift_check(drifting).flagged
+    stable = [stats.RoundCount(i, k, 40) for i, k in enumerate([2, 1, 2, 3, 2])]
+    result = stats.drift_check(stable)
+    assert not result.flagged and result.p_homogeneity > 0.2
+    assert not stats.drift_check([stats.RoundCount(0, 0, 40), stats.RoundCount(1, 0, 40)]).flagged
+    assert not stats.drift_check([stats.RoundCount(0, 5, 40)]).flagged
+
+
+def test_drift_check_false_alarm_rate_is_bounded() -> None:
+    rng = np.random.default_rng(5)
+    alarms = sum(
+        stats.drift_check([stats.RoundCount(r, int(rng.binomial(40, 0.15)), 40) for r in range(5)]).flagged
+        for _ in range(300)
+    )
+    print(f"\n[stats] drift false alarms on a stable 15% baseline: {alarms}/300")
+    assert alarms / 300 <= 0.07
+
+
+def _dsv4_cells(k_all_on: int = 20, n: int = 120) -> list[stats.CellCount]:
+    cells = []
+    for bf16, overlap, graph in itertools.product(["off", "on"], repeat=3):
+        k = k_all_on if (bf16, overlap, graph) == ("on", "on", "on") else 0
+        cells.append(stats.CellCount({"bf16": bf16, "overlap": overlap, "graph": graph}, k, n))
+    return cells
+
+
+FACTORS = {"bf16": ["off", "on"], "overlap": ["off", "on"], "graph": ["off", "on"]}
+REFERENCE = {"bf16": "off", "overlap": "off", "graph": "off"}
+
+
+def test_factor_effects_show_that_overlap_matters_only_with_cuda_graph() -> None:
+    effects = stats.factor_effects(_dsv4_cells(), FACTORS, REFERENCE)
+    main = {e.factor: e for e in effects.main}
+    assert main["overlap"].interval.estimate == pytest.approx(20 / 120 / 4)
+    assert main["overlap"].clear and main["overlap"].strata == 4
+    cond = {(e.factor, e.given): e for e in effects.conditional}
+    with_graph = cond[("overlap", (("graph", "on"),))]
+    without_graph = cond[("overlap", (("graph", "off"),))]
+    assert with_graph.clear and with_graph.interval.estimate == pytest.approx(20 / 120 / 2)
+    assert not without_graph.clear and without_graph.interval.estimate == 0.0
+    inter = {(i.factor, i.moderator): i for i in effects.interactions}
+    assert inter[("overlap", "graph")].clear
+    assert inter[("overlap", "graph")].interval.estimate == pytest.approx(20 / 120 / 2)
+
+
+def test_factor_effects_null_when_nothing_differs() -> None:
+    cells = [stats.CellCount(c.levels, 3, 120) for c in _dsv4_cells()]
+    effects = stats.factor_effects(cells, FACTORS, REFERENCE)
+    assert effects.main and not any(e.clear for e in effects.main)
+    assert not any(i.clear for i in effects.interactions)
+
+
+def test_factor_effects_use_only_matched_strata_and_pool_duplicates() -> None:
+    cells = [
+        stats.CellCount({"a": "off", "b": "off"}, 0, 40),
+        stats.CellCount({"a": "off", "b": "off"}, 2, 40),  # a replicate: pooled with the first
+        stats.CellCount({"a": "on", "b": "off"}, 10, 80),
+        stats.CellCount({"a": "on", "b": "on"}, 40, 40),  # no a=off twin: not a stratum for a
+    ]
+    effects = stats.factor_effects(cells, {"a": ["off", "on"], "b": ["off", "on"]},
+                                   {"a": "off", "b": "off"})
+    main = {e.factor: e for e in effects.main}
+    assert main["a"].strata == 1
+    assert main["a"].interval.estimate == pytest.approx(10 / 80 - 2 / 80)
+
+
+def test_wilson_coverage_over_simulated_sweeps() -> None:
+    """Known true rates (from clean to the DSV4 15-18% and beyond), 3 trials x 40 sessions."""
+    rng = np.random.default_rng(20260509)
+    rates = [0.02, 0.05, 0.10, 0.15, 0.18, 0.30, 0.50, 0.70]
+    n, sweeps = 120, 600
+    per_sweep = []
+    for _ in range(sweeps):
+        ks = rng.binomial(n, rates)
+        covered = []
+        for p, k in zip(rates, ks, strict=True):
+            low, high = stats.wilson_interval(int(k), n)
+            covered.append(low <= p <= high)
+        per_sweep.append(np.mean(covered))
+    coverage = float(np.mean(per_sweep))
+    print(f"\n[stats] 95% Wilson coverage over {sweeps} sweeps x {len(rates)} cells: {coverage:.3f}")
+    assert 0.93 <= coverage <= 0.97
+
+
+def test_aa_fisher_false_positive_rate() -> None:
+    """Same true rate (15%) in a baseline and 7 other cells: how often is Fisher fooled?"""
+    rng = np.random.default_rng(42)
+    n, sweeps, cells = 120, 600, 7
+    significant = 0
+    for _ in range(sweeps):
+        base = int(rng.binomial(n, 0.15))
+        others = rng.binomial(n, 0.15, size=cells)
+        significant += sum(stats.fisher_exact(int(k), n, base, n) < 0.05 for k in others)
+    fraction = significant / (sweeps * cells)
+    print(f"\n[stats] A/A Fisher p<0.05 in {fraction:.3%} of {sweeps * cells} comparisons")
+    assert fraction <= 0.055
+
+
+def test_newcombe_difference_coverage() -> None:
+    rng = np.random.default_rng(3)
+    p1, p2, n, trials = 0.15, 0.02, 120, 800
+    k1s, k2s = rng.binomial(n, p1, size=trials), rng.binomial(n, p2, size=trials)
+    hits = 0
+    for k1, k2 in zip(k1s, k2s, strict=True):
+        low, high = stats.rate_difference_ci(int(k1), n, int(k2), n)
+        hits += low <= p1 - p2 <= high
+    print(f"\n[stats] Newcombe 95% coverage of a 13-point difference: {hits / trials:.3f}")
+    assert 0.93 <= hits / trials <= 0.975
