@@ -303,12 +303,13 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
 
 
 def _most_useful(errors: list[Any]) -> Any:
-    # Union types report one error per branch; the first "extra"/"missing" is the clearest.
+    # Union types report one error per branch; an unknown or missing key is the clearest, else
+    # the deepest location (the branch that got furthest is the one the user meant).
     for wanted in ("extra_forbidden", "missing"):
         for err in errors:
             if err["type"] == wanted:
                 return err
-    return errors[0]
+    return max(errors, key=lambda e: len(_clean_loc(e["loc"])))
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> PathKey:

@@ -94,7 +94,8 @@ def order_trials(matrix: Matrix, cells: list[Cell], seed: int, replicates: int |
         block = list(cells)
         if matrix.order == "randomized":
             random.Random(seed * 1_000_003 + r).shuffle(block)
-        trials.extend(Trial(len(trials) + i, r, c, c == base) for i, c in enumerate(block))
+        start = len(trials)
+        trials.extend(Trial(start + i, r, c, c == base) for i, c in enumerate(block))
     return trials
 
 

@@ -129,6 +129,9 @@ def _convert_mapping(node: yaml.MappingNode, path: PathKey, source: SourceMap) -
                 file=source.file, line=line, path=dotted((*path, key)),
             )
         out[key] = _convert(value_node, (*path, key), source)
+        # Errors about an entry point at its key's line: a block value starts on the next line.
+        value_pos = source.positions[(*path, key)]
+        source.positions[(*path, key)] = Position(key_node.start_mark.line + 1, value_pos.raw)
     return out
 
 

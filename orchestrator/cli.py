@@ -1,0 +1,179 @@
+"""The `orch` command. Maps every OrchError to a message and an exit code, in one place.
+
+Exit codes: 0 ok, 1 the sweep finished with failed trials (or a runtime fault), 2 bad input or
+usage (nothing on any host touched), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from . import __version__
+from .config import Inventory, Matrix, read_inventory, read_matrix
+from .errors import OrchError, UsageError
+from .plan import Plan, make_plan
+
+DEFAULT_INVENTORY = Path("inventory/local.yaml")
+DEFAULT_REPORTS = Path("reports")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except OrchError as exc:
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        if exc.detail:
+            err.print(exc.detail.rstrip(), markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="orch",
+        description="Sweep server flags on prefill/decode inference deployments and report which "
+                    "flag causes what, with evidence.",
+        epilog="Start with: orch run matrices/overlap_ablation.yaml  (runs on the bundled simulator)",
+    )
+    p.add_argument("--version", action="version", version=f"orch {__version__}")
+    sub = p.add_subparsers(metavar="COMMAND")
+
+    run = _command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
+    _matrix_args(run)
+    run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
+    run.add_argument("--replicates", type=_positive, help="replicate rounds (overrides the matrix)")
+    run.add_argument("--seed", type=int, help="seed for the randomized order (default: matrix seed or random)")
+    run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
+    run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
+    run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
+    run.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
+    run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
+
+    val = _command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
+    _matrix_args(val)
+
+    plan = _command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
+    _matrix_args(plan)
+    plan.add_argument("--replicates", type=_positive)
+    plan.add_argument("--seed", type=int)
+    plan.add_argument("--trials", action="store_true", help="list every trial in run order")
+
+    rep = _command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
+    rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    res = _command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
+    res.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    return p
+
+
+def _command(sub: argparse._SubParsersAction, name: str, help_: str,
+             func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    cmd = sub.add_parser(name, help=help_, description=help_)
+    cmd.set_defaults(func=func)
+    return cmd
+
+
+def _matrix_args(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
+    cmd.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
+                     help="inventory YAML (default: inventory/local.yaml, the bundled simulator)")
+    cmd.add_argument("-t", "--testbed", help="testbed name in the inventory (default: the first)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def load(args: argparse.Namespace) -> tuple[Matrix, Inventory]:
+    matrix = read_matrix(args.matrix, _shown(args.matrix))
+    if not args.inventory.exists():
+        raise UsageError(f"inventory {args.inventory} not found",
+                         hint="run from the orch checkout or pass -i INVENTORY")
+    inventory = read_inventory(args.inventory, _shown(args.inventory))
+    return matrix, inventory
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _plan(args: argparse.Namespace) -> tuple[Plan, Inventory]:
+    matrix, inventory = load(args)
+    from .matrix import warnings_for
+
+    for warning in warnings_for(matrix, getattr(args, "replicates", None)):
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    plan = make_plan(matrix, inventory.testbed(args.testbed), getattr(args, "seed", None),
+                     getattr(args, "replicates", None))
+    return plan, inventory
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    plan, _ = _plan(args)
+    m = plan.matrix
+    out.print(escape(f"{m.path}: ok — {len(m.factors)} factors, {len(plan.cells)} cells, "
+              f"{len(plan.steps)} trials on testbed {plan.testbed.name!r}"))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan, _ = _plan(args)
+    from .planview import print_plan
+
+    print_plan(plan, out, list_trials=args.trials)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    plan, inventory = _plan(args)
+    if args.dry_run:
+        from .planview import print_plan
+
+        print_plan(plan, out, list_trials=True)
+        out.print("dry run: nothing was changed")
+        return 0
+    from .session import run_sweep
+
+    return run_sweep(plan, inventory, args, out, err)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .render import write_report
+    from .site import write_index
+
+    path = write_report(args.run_dir)
+    write_index(args.run_dir.parent)
+    out.print(f"report: {path}", markup=False)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from .session import restore_run
+
+    return restore_run(args.run_dir, out, err)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

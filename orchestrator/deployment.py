@@ -1,0 +1,134 @@
+"""EDGE wiring: turn a testbed description into live handles (transport + service manager per
+role), and check every host before anything is changed (preflight).
+
+The runner only ever sees `Deployment`; tests can build one from fakes or from real hosts.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .config import Host, Testbed
+from .errors import OrchError, PreflightError
+from .services import ServiceManager
+from .transport import Transport
+
+
+@dataclass
+class HostHandle:
+    host: Host
+    transport: Transport
+    services: ServiceManager
+
+    @property
+    def role(self) -> str:
+        return self.host.role
+
+    @property
+    def units(self) -> list[str]:
+        return [u.name for u in self.host.units]
+
+
+@dataclass
+class Deployment:
+    testbed: Testbed
+    hosts: dict[str, HostHandle]  # role -> handle
+    local_manager: object | None = field(default=None)  # LocalServiceManager, if any
+
+    def close(self) -> None:
+        for handle in self.hosts.values():
+            try:
+                handle.transport.close()
+            except OrchError:
+                pass
+
+
+def connect(testbed: Testbed) -> Deployment:
+    """Open one transport per host (SSH connects lazily on first use) and its service manager."""
+    hosts: dict[str, HostHandle] = {}
+    local = _local_manager(testbed)
+    for role, host in testbed.hosts.items():
+        if host.transport == "local":
+            from .transport.local import LocalTransport
+
+            hosts[role] = HostHandle(host, LocalTransport(host.label), local)  # type: ignore[arg-type]
+        else:
+            hosts[role] = HostHandle(host, *_ssh_edges(host))
+    return Deployment(testbed, hosts, local)
+
+
+def _ssh_edges(host: Host) -> tuple[Transport, ServiceManager]:
+    from .services.systemd import SystemdManager
+    from .transport.ssh import SshTransport
+
+    ssh = host.ssh
+    assert ssh is not None  # config guarantees it for transport: ssh
+    transport = SshTransport(
+        host.label, ssh.host, port=ssh.port, user=ssh.user,
+        key_filename=str(Path(ssh.key).expanduser()) if ssh.key else None,
+        known_hosts=str(Path(ssh.known_hosts).expanduser()) if ssh.known_hosts else None,
+        accept_new_host_keys=ssh.accept_new_host_keys, connect_timeout=ssh.connect_timeout,
+        use_sudo=ssh.sudo,
+    )
+    return transport, SystemdManager(transport, host.label, sudo=ssh.sudo)
+
+
+def _local_manager(testbed: Testbed) -> object | None:
+    local_hosts = [h for h in testbed.hosts.values() if h.transport == "local"]
+    if not local_hosts:
+        return None
+    from .services.local import LocalServiceManager, LocalUnit
+
+    units = {}
+    for host in local_hosts:
+        for unit in host.units:
+            argv = tuple(expand_unit_arg(a) for a in (unit.command or ()))
+            units[unit.name] = LocalUnit(unit.name, argv, Path(host.env_file), host.dialect)
+    assert testbed.state_dir is not None
+    return LocalServiceManager(units, testbed.state_dir, host="local")
+
+
+def expand_unit_arg(arg: str) -> str:
+    """Local unit commands may say {python}: the interpreter orch runs under (its venv)."""
+    return arg.replace("{python}", sys.executable)
+
+
+def preflight(deployment: Deployment) -> None:
+    """Check every host before the first edit; raise PreflightError naming the host.
+
+    Reachable and authenticated, env file readable and writable, units known, health URL host
+    resolvable. Nothing is changed anywhere, so a failure here exits 2 with hosts untouched.
+    """
+    problems = []
+    for role, handle in deployment.hosts.items():
+        try:
+            _check_host(handle)
+        except OrchError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(problems))
+
+
+def _check_host(handle: HostHandle) -> None:
+    host, t = handle.host, handle.transport
+    t.run(["true"], timeout=host.ssh.connect_timeout + 5 if host.ssh else 10)
+    if not t.exists(host.env_file):
+        raise PreflightError(f"{host.label}: env file {host.env_file} does not exist")
+    t.read_bytes(host.env_file)
+    probe = t.run(["test", "-w", host.env_file], check=False, sudo=bool(host.ssh and host.ssh.sudo))
+    if not probe.ok:
+        raise PreflightError(f"{host.label}: env file {host.env_file} is not writable",
+                             hint="permission denied; set ssh.sudo: true or fix the file's owner")
+    for unit in handle.units:
+        if not handle.services.exists(unit):
+            raise PreflightError(f"{host.label}: unit {unit} not found")
+    for url in (host.url, host.health):
+        name = urlsplit(url).hostname or ""
+        try:
+            socket.getaddrinfo(name, None)
+        except OSError:
+            raise PreflightError(f"{host.label}: cannot resolve {name!r} in {url}") from None

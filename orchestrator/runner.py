@@ -1,0 +1,498 @@
+"""One sweep: back up, then per trial apply -> restart -> wait -> verify -> run -> collect ->
+journal; finally restore the hosts. The only module that sequences effects; it receives every
+edge (deployment, HTTP client, progress sink) as an argument so tests can swap them.
+
+Guarantees: a finished trial is in the journal (fsync) before the next one starts; the original
+env files are saved (run dir and host) before the first edit and written back, with the units
+returned to their original state, on normal end, on error, on Ctrl-C and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Callable, Protocol
+
+import httpx
+import tenacity
+
+from . import envfile
+from .config import CONTROLLER, Collector
+from .deployment import Deployment, HostHandle
+from .errors import Interrupted, OrchError, VerificationError, WorkloadError
+from .health import HealthCheck, wait_all
+from .journal import Journal
+from .plan import Plan, Step, restart_order
+from .records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
+from .workload import extract_metrics, run_command
+
+LOG_LIMIT = 256_000
+SECRET_HINT = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Progress(Protocol):
+    """Where the runner reports progress (rich in the terminal, nothing in tests)."""
+
+    def start(self, total: int, done: int) -> None: ...
+    def trial_done(self, record: TrialRecord) -> None: ...
+    def note(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class QuietProgress:
+    def start(self, total: int, done: int) -> None: ...
+    def trial_done(self, record: TrialRecord) -> None: ...
+    def note(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    run_id: str
+    fail_fast: bool = False
+    infra_attempts: int = 2  # tries per trial for infrastructure failures (SSH, units, health)
+    retry_backoff_s: float = 1.0
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    completed: int = 0
+    failed: int = 0
+    interrupted: bool = False
+    records: list[TrialRecord] = field(default_factory=list)
+
+
+@dataclass
+class _HostState:
+    original: bytes  # env file bytes before the run
+    active: dict[str, bool]  # unit -> was it active before the run
+    touched: bool = False  # did orch write the file during this run
+
+
+class Runner:
+    def __init__(self, plan: Plan, deployment: Deployment, run_dir: Path, options: RunOptions,
+                 *, progress: Progress | None = None, client: httpx.Client | None = None) -> None:
+        self.plan, self.deployment, self.run_dir, self.options = plan, deployment, run_dir, options
+        self.progress = progress or QuietProgress()
+        self.client = client or httpx.Client(timeout=2.0, trust_env=False)
+        self.hosts: dict[str, _HostState] = {}
+        self.started_units: set[tuple[str, str]] = set()
+        self.verify_all_next = True  # first trial, and after any failure: verify every unit
+        self.journal: Journal | None = None
+
+    # ------------------------------------------------------------------ the sweep
+    def execute(self, done: set[int] | None = None) -> RunResult:
+        """Run every planned trial not in `done`; always restore the hosts afterwards."""
+        done = done or set()
+        result = RunResult(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal(self.run_dir / "journal.jsonl")
+        with _signals_as_interrupt():
+            try:
+                self._backup()
+                self._event("run_started" if not done else "run_resumed")
+                self.progress.start(len(self.plan.steps), len(done))
+                for step in self.plan.steps:
+                    if step.trial.index in done:
+                        continue
+                    record = self._run_with_retries(step)
+                    self.journal.append(record)
+                    result.records.append(record)
+                    self.progress.trial_done(record)
+                    if record.status == "completed":
+                        result.completed += 1
+                    else:
+                        result.failed += 1
+                        self.verify_all_next = True
+                        if self.options.fail_fast:
+                            self.progress.note("stopping at the first failed trial (--fail-fast)")
+                            break
+            except (KeyboardInterrupt, Interrupted):
+                result.interrupted = True
+                self._event("run_interrupted", "interrupted by the user or a signal")
+            finally:
+                self.progress.stop()
+                self.restore()
+                self.journal.close()
+        return result
+
+    # ------------------------------------------------------------------ backup and restore
+    def _backup(self) -> None:
+        """Save each env file (run dir and host) and each unit's state before the first edit."""
+        backup_dir = self.run_dir / "backup"
+        backup_dir.mkdir(exist_ok=True)
+        for role, h in self.deployment.hosts.items():
+            original = h.transport.read_bytes(h.host.env_file)
+            (backup_dir / f"{role}.env").write_bytes(original)
+            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.options.run_id), original)
+            active = {u: h.services.state(u).is_active for u in h.units}
+            self.hosts[role] = _HostState(original, active)
+        states = {role: s.active for role, s in self.hosts.items()}
+        (backup_dir / "units.json").write_text(json.dumps(states, indent=1))
+
+    def adopt_backup(self) -> None:
+        """Load the originals saved by an earlier (killed) process, for `orch restore`."""
+        backup_dir = self.run_dir / "backup"
+        states = json.loads((backup_dir / "units.json").read_text())
+        for role in self.deployment.hosts:
+            original = (backup_dir / f"{role}.env").read_bytes()
+            self.hosts[role] = _HostState(original, states.get(role, {}), touched=True)
+            self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
+
+    def restore(self) -> list[str]:
+        """Put every env file back byte for byte and every unit back in its original state.
+
+        Returns what could not be restored (empty when all is well). A second Ctrl-C does not
+        abandon the restore silently: it is finished, or what is left is said with the command
+        that finishes it.
+        """
+        left: list[str] = []
+        roles = [r for r in self.hosts]
+        for role in restart_order(self.deployment.testbed, set(roles)):
+            try:
+                self._restore_host(role)
+            except KeyboardInterrupt:
+                left.append(role)
+                self.progress.note(f"restore of {role} interrupted; run `orch restore {self.run_dir}` to finish it")
+            except OrchError as exc:
+                left.append(role)
+                self.progress.note(f"restore of {role} failed: {exc}")
+        if self.journal is not None and self.hosts:
+            msg = "all hosts restored" if not left else f"not restored: {', '.join(left)}"
+            self._event("restored", msg)
+        return left
+
+    def _restore_host(self, role: str) -> None:
+        h, state = self.deployment.hosts[role], self.hosts[role]
+        if h.transport.read_bytes(h.host.env_file) != state.original:
+            h.transport.write_bytes_atomic(h.host.env_file, state.original)
+            state.touched = True
+        for unit in h.units:
+            if state.active.get(unit):
+                if state.touched:
+                    h.services.restart(unit)
+            elif (role, unit) in self.started_units or h.services.state(unit).is_active:
+                h.services.stop(unit)
+        backup = host_backup_path(h.host.env_file, self.options.run_id)
+        h.transport.run(["rm", "-f", backup], check=False, sudo=bool(h.host.ssh and h.host.ssh.sudo))
+
+    # ------------------------------------------------------------------ one trial
+    def _run_with_retries(self, step: Step) -> TrialRecord:
+        attempts = {"n": 0}
+
+        def once() -> TrialRecord:
+            attempts["n"] += 1
+            return self._run_trial(step, attempts["n"])
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self.options.infra_attempts),
+            wait=tenacity.wait_exponential(multiplier=self.options.retry_backoff_s, max=30),
+            retry=tenacity.retry_if_result(lambda r: r.status == "failed" and r.failure is not None
+                                           and r.failure.kind == "infrastructure"),
+            before_sleep=lambda rs: self._note_retry(step, rs),
+            retry_error_callback=lambda rs: rs.outcome.result(),  # keep the last failed record
+        )
+        return retrying(once)
+
+    def _note_retry(self, step: Step, rs: tenacity.RetryCallState) -> None:
+        record = rs.outcome.result() if rs.outcome else None
+        why = record.failure.message if record and record.failure else "failure"
+        self.verify_all_next = True
+        self.progress.note(f"trial {step.trial.index} ({step.trial.cell.id}) attempt {rs.attempt_number} failed: {why}; retrying")
+
+    def _run_trial(self, step: Step, attempt: int) -> TrialRecord:
+        trial = step.trial
+        trial_dir = self.run_dir / "trials" / f"{trial.index:04d}"
+        (trial_dir / "logs").mkdir(parents=True, exist_ok=True)
+        t0, started = time.time(), now_iso()
+        ctx = _TrialContext()
+        try:
+            self._apply(step, ctx)
+            self._restart(step, ctx)
+            ctx.health = self._wait_healthy(t0)
+            self._verify(step, ctx)
+            repro = self._run_repro(step, trial_dir)
+            ctx.repro = repro
+            ctx.metrics = extract_metrics(self._repro_stdout(repro), self.plan.matrix.repro.metrics)
+            ctx.logs, logs_text = self._collect_logs(trial_dir, t0)
+            ctx.metrics.update(self._run_collectors(logs_text, trial_dir))
+            failure = None
+        except (KeyboardInterrupt, Interrupted):
+            raise
+        except OrchError as exc:
+            failure = Failure(kind="workload" if exc.kind == "workload" else "infrastructure",
+                              error=type(exc).__name__, message=str(exc), detail=exc.detail[-4000:])
+            if not ctx.logs:
+                ctx.logs, _ = self._collect_logs(trial_dir, t0, quiet=True)
+        return TrialRecord(
+            run_id=self.options.run_id, trial=trial.index, round=trial.round, cell=trial.cell.id,
+            levels=trial.cell.as_dict(), is_baseline=trial.is_baseline,
+            testbed=self.deployment.testbed.name, attempt=attempt,
+            status="failed" if failure else "completed", failure=failure, started=started,
+            ended=now_iso(), duration_s=round(time.time() - t0, 4), env=redact_env(step.env),
+            restarted=[f"{r}:{u}" for r, u in ctx.restarted], health_wait_s=ctx.health,
+            repro=ctx.repro, metrics=ctx.metrics if failure is None else {}, logs=ctx.logs,
+        )
+
+    def _apply(self, step: Step, ctx: "_TrialContext") -> None:
+        """Write each role's env file for the cell; only files whose text changes are written."""
+        for role, assignments in step.env.items():
+            h = self.deployment.hosts[role]
+            old = h.transport.read_bytes(h.host.env_file)
+            text = old.decode("utf-8", errors="surrogateescape")
+            new = envfile.edit(text, assignments, h.host.dialect).encode("utf-8", errors="surrogateescape")
+            if new != old:
+                h.transport.write_bytes_atomic(h.host.env_file, new)
+                self.hosts[role].touched = True
+                ctx.changed.add(role)
+
+    def _restart(self, step: Step, ctx: "_TrialContext") -> None:
+        """Restart units whose env changed or that are not running, in dependency waves;
+        independent units of one wave restart in parallel."""
+        todo = {
+            (role, unit)
+            for role, h in self.deployment.hosts.items() for unit in h.units
+            if role in ctx.changed or not h.services.state(unit).is_active
+        }
+        for wave in _waves(self.deployment, {r for r, _ in todo}):
+            units = [(r, u) for r in wave for u in self.deployment.hosts[r].units if (r, u) in todo]
+            self._restart_units(units, ctx)
+
+    def _restart_units(self, units: list[tuple[str, str]], ctx: "_TrialContext") -> None:
+        def one(ru: tuple[str, str]) -> None:
+            role, unit = ru
+            self.deployment.hosts[role].services.restart(unit)
+
+        if len(units) == 1:
+            one(units[0])
+        elif units:
+            with ThreadPoolExecutor(max_workers=len(units)) as pool:
+                list(pool.map(one, units))
+        ctx.restarted.extend(units)
+        self.started_units.update(units)
+
+    def _wait_healthy(self, since: float) -> dict[str, float]:
+        """Wait on every role's health URL; a unit that dies meanwhile fails the wait at once."""
+        checks, alive = [], {}
+        for role, h in self.deployment.hosts.items():
+            timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
+            checks.append(HealthCheck(role, h.host.health, timeout))
+            alive[role] = _alive_checker(h, since)
+        return wait_all(checks, client=self.client, check_alive=alive)
+
+    def _verify(self, step: Step, ctx: "_TrialContext") -> None:
+        """Check the live processes got the cell's values (/proc/PID/environ).
+
+        Restarted units always; every unit on the first trial and after a failure. A unit that
+        was not restarted and holds stale values is restarted once and checked again.
+        """
+        restarted = set(ctx.restarted)
+        for role, assignments in step.env.items():
+            h = self.deployment.hosts[role]
+            if not h.host.verify_env:
+                continue
+            for unit in h.units:
+                if (role, unit) not in restarted and not self.verify_all_next:
+                    continue
+                problem = _env_mismatch(h, unit, assignments)
+                if problem and (role, unit) not in restarted:
+                    self._restart_units([(role, unit)], ctx)
+                    ctx.health.update(self._wait_healthy(time.time()))
+                    problem = _env_mismatch(h, unit, assignments)
+                if problem:
+                    raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
+        self.verify_all_next = False
+
+    def _run_repro(self, step: Step, trial_dir: Path) -> ReproOutcome:
+        repro = self.plan.matrix.repro
+        command = render_command(repro.command, self._placeholders(step, trial_dir))
+        out, err = trial_dir / "repro.out", trial_dir / "repro.err"
+        if repro.on == CONTROLLER:
+            outcome = run_command(command, timeout_s=repro.timeout_s, cwd=self.run_dir, env=None,
+                                  stdout_path=out, stderr_path=err)
+        else:
+            outcome = self._run_remote_repro(repro.on, command, repro.timeout_s, out, err)
+        rel = ReproOutcome(**{**outcome.model_dump(), "stdout_path": str(out.relative_to(self.run_dir)),
+                              "stderr_path": str(err.relative_to(self.run_dir))})
+        if rel.exit_code is None:
+            raise WorkloadError(f"repro timed out after {repro.timeout_s:g} s and was killed",
+                                detail=rel.stdout_tail)
+        if rel.exit_code != 0:
+            raise WorkloadError(f"repro exited with code {rel.exit_code}",
+                                detail=(err.read_text(errors="replace")[-2000:] or rel.stdout_tail))
+        return rel
+
+    def _run_remote_repro(self, role: str, command: str, timeout: float, out: Path, err: Path) -> ReproOutcome:
+        h = self.deployment.hosts[role]
+        t0 = time.time()
+        try:
+            res = h.transport.run(command, timeout=timeout, check=False)
+            code: int | None = res.exit_code
+            stdout, stderr = res.stdout, res.stderr
+        except OrchError as exc:
+            if "timed out" not in str(exc).lower():
+                raise
+            code, stdout, stderr = None, "", str(exc)
+        out.write_text(stdout)
+        err.write_text(stderr)
+        return ReproOutcome(command=command, exit_code=code, duration_s=round(time.time() - t0, 4),
+                            stdout_tail=stdout[-4096:])
+
+    def _repro_stdout(self, repro: ReproOutcome) -> str:
+        return (self.run_dir / repro.stdout_path).read_text(errors="replace")
+
+    def _collect_logs(self, trial_dir: Path, since: float, quiet: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+        """Save each unit's log lines written during the trial; return paths and texts by role."""
+        paths, texts = {}, {}
+        for role, h in self.deployment.hosts.items():
+            chunks = []
+            for unit in h.units:
+                try:
+                    text = h.services.logs_since(unit, since, LOG_LIMIT)
+                except OrchError:
+                    if not quiet:
+                        raise
+                    continue
+                path = trial_dir / "logs" / f"{role}-{unit}.log"
+                path.write_text(text, errors="replace")
+                paths[f"{role}:{unit}"] = str(path.relative_to(self.run_dir))
+                chunks.append(text)
+            texts[role] = "".join(chunks)
+        return paths, texts
+
+    def _run_collectors(self, logs: dict[str, str], trial_dir: Path) -> dict[str, MetricValue]:
+        out = {}
+        for c in self.plan.matrix.collect:
+            out[c.name] = self._collect_one(c, logs, trial_dir)
+        return out
+
+    def _collect_one(self, c: Collector, logs: dict[str, str], trial_dir: Path) -> MetricValue:
+        if c.pattern is not None:
+            rx = re.compile(c.pattern)
+            count = sum(1 for line in logs.get(c.role, "").splitlines() if rx.search(line))
+            return MetricValue(kind="number", value=float(count), unit=c.unit)
+        h = self.deployment.hosts[c.role]
+        command = render_command(c.command or "", self._placeholders(None, trial_dir))
+        res = h.transport.run(command, timeout=60, check=False)
+        number = re.search(r"-?\d+(?:\.\d+)?", res.stdout)
+        if number is None:
+            raise WorkloadError(f"collector {c.name!r} on {h.host.label} printed no number",
+                                detail=(res.stdout + res.stderr)[-1000:])
+        return MetricValue(kind="number", value=float(number.group()), unit=c.unit)
+
+    def _placeholders(self, step: Step | None, trial_dir: Path) -> dict[str, str]:
+        values = {
+            "run_dir": str(self.run_dir), "trial_dir": str(trial_dir), "seed": str(self.plan.seed),
+            "python": sys.executable, "testbed": self.deployment.testbed.name,
+        }
+        if step is not None:
+            values.update(cell=step.trial.cell.id, trial=str(step.trial.index),
+                          round=str(step.trial.round),
+                          trial_seed=str((self.plan.seed * 1_000_003 + step.trial.index) % 2**31))
+        for role, h in self.deployment.hosts.items():
+            values[f"{role}_url"] = h.host.url
+        return values
+
+    def _event(self, event: str, message: str = "") -> None:
+        assert self.journal is not None
+        self.journal.append(EventRecord(run_id=self.options.run_id, event=event, at=now_iso(), message=message))  # type: ignore[arg-type]
+
+
+@dataclass
+class _TrialContext:
+    changed: set[str] = field(default_factory=set)
+    restarted: list[tuple[str, str]] = field(default_factory=list)
+    health: dict[str, float] = field(default_factory=dict)
+    repro: ReproOutcome | None = None
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+
+def _waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
+    """Group roles into waves: a role's wave comes after the waves of the roles it follows."""
+    ordered = restart_order(deployment.testbed, roles)
+    depth: dict[str, int] = {}
+    for role in ordered:
+        deps = [depth[d] for d in deployment.testbed.hosts[role].after if d in depth]
+        depth[role] = 1 + max(deps, default=-1)
+    waves: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for role in ordered:
+        waves[depth[role]].append(role)
+    return waves
+
+
+def _alive_checker(h: HostHandle, since: float) -> Callable[[], None]:
+    def check() -> None:
+        for unit in h.units:
+            h.services.check_alive(unit, since)
+
+    return check
+
+
+def _env_mismatch(h: HostHandle, unit: str, assignments: dict[str, str | None]) -> str | None:
+    live = h.services.environ(unit)
+    if live is None:
+        return "no live process to verify (is the unit running?)"
+    for var, want in assignments.items():
+        got = live.get(var)
+        if got != want:
+            shown_want = "unset" if want is None else repr(_redact(var, want))
+            shown_got = "unset" if got is None else repr(_redact(var, got))
+            hint = ""
+            if h.host.dialect == "systemd" and got is None:
+                hint = " (systemd ignores `export KEY=VALUE` lines in an EnvironmentFile=; " \
+                       "use dialect: shell with a wrapper, or plain KEY=VALUE lines)"
+            return f"{var} is {shown_got} in the live process, expected {shown_want}{hint}"
+    return None
+
+
+def _redact(var: str, value: str) -> str:
+    return "••••" if SECRET_HINT.search(var) else value
+
+
+def redact_env(env: dict[str, dict[str, str | None]]) -> dict[str, dict[str, str]]:
+    """The cell's env for the journal: secrets masked, removals shown as <unset>."""
+    return {role: {k: _redact(k, v) if v is not None else "<unset>" for k, v in a.items()}
+            for role, a in env.items()}
+
+
+def render_command(template: str, values: dict[str, str]) -> str:
+    """Fill {placeholders}, shell-quoting every value (commands run through /bin/sh)."""
+    return template.format_map({k: shlex.quote(v) for k, v in values.items()})
+
+
+def host_backup_path(env_file: str, run_id: str) -> str:
+    return f"{env_file}.orch-backup-{run_id}"
+
+
+class _signals_as_interrupt:
+    """SIGTERM behaves like Ctrl-C during a sweep, so hosts are restored either way."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._handler)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    @staticmethod
+    def _handler(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"received signal {signum}")
+

@@ -1,0 +1,23 @@
+"""Shared fixtures. Real-system fixtures (sim processes, testbed hosts, browser) live in their
+own modules and are registered here so every test module can ask for them by name."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture
+def repo() -> Path:
+    return REPO
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path

@@ -1,0 +1,129 @@
+"""Matrix expansion: product, zips, exclude, include, baseline, replicates and seeded order."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import read_matrix
+from orchestrator.errors import ConfigError
+from orchestrator.matrix import baseline_cell, expand, order_trials
+
+HEAD = """
+name: t
+repro:
+  command: "true"
+  metrics: {x: {regex: 'x=(?P<value>\\d+)'}}
+"""
+
+
+def matrix(tmp_path: Path, body: str):
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(HEAD) + textwrap.dedent(body))
+    return read_matrix(path, "m.yaml")
+
+
+THREE = """
+factors:
+  a: {env: {decode: A}, levels: [on, off]}
+  b: {env: {decode: B}, levels: [x, y, z]}
+  c: {env: {prefill: C}, levels: [1, 0]}
+"""
+
+
+def ids(cells):
+    return [c.id for c in cells]
+
+
+def test_product_in_declared_order(tmp_path):
+    cells = expand(matrix(tmp_path, THREE))
+    assert len(cells) == 12
+    assert ids(cells)[:3] == ["a=on,b=x,c=1", "a=on,b=x,c=0", "a=on,b=y,c=1"]
+    assert ids(cells)[-1] == "a=off,b=z,c=0"
+
+
+def test_boolean_levels_keep_their_names_and_write_1_0(tmp_path):
+    m = matrix(tmp_path, THREE)
+    a = m.factor("a")
+    assert a.level_names == ("on", "off")
+    assert a.level("on").env == {"decode": {"A": "1"}}
+    assert a.level("off").env == {"decode": {"A": "0"}}
+
+
+def test_booleans_setting_changes_the_written_form(tmp_path):
+    m = matrix(tmp_path, "booleans: [true, false]\n" .replace("[true, false]", '["true", "false"]') + THREE)
+    assert m.factor("a").level("on").env == {"decode": {"A": "true"}}
+
+
+def test_zip_moves_factors_together(tmp_path):
+    m = matrix(tmp_path, THREE.replace("levels: [1, 0]", "levels: [1, 0, 2]") + "zips: [[b, c]]\n")
+    cells = expand(m)
+    assert len(cells) == 6
+    assert {(c.as_dict()["b"], c.as_dict()["c"]) for c in cells} == {("x", "1"), ("y", "0"), ("z", "2")}
+
+
+def test_exclude_is_a_partial_match(tmp_path):
+    m = matrix(tmp_path, THREE + "exclude: [{a: off, b: z}]\nbaseline: {a: on}\n")
+    cells = expand(m)
+    assert len(cells) == 10
+    assert not [c for c in cells if c.as_dict()["a"] == "off" and c.as_dict()["b"] == "z"]
+
+
+def test_include_appends_whole_cells_without_merging(tmp_path):
+    m = matrix(tmp_path, THREE + "exclude: [{a: off}]\ninclude: [{a: off, b: y, c: 0}]\n")
+    cells = expand(m)
+    assert len(cells) == 7
+    assert cells[-1].id == "a=off,b=y,c=0"
+
+
+def test_include_must_name_every_factor(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        matrix(tmp_path, THREE + "include: [{a: off, b: y}]\n")
+    assert "missing: c" in str(e.value) and "include[0]" in str(e.value)
+
+
+def test_include_of_an_existing_cell_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="already in the matrix"):
+        expand(matrix(tmp_path, THREE + "include: [{a: on, b: y, c: 0}]\n"))
+
+
+def test_baseline_defaults_to_first_levels_and_can_be_set(tmp_path):
+    assert baseline_cell(matrix(tmp_path, THREE)).id == "a=on,b=x,c=1"
+    assert baseline_cell(matrix(tmp_path, THREE + "baseline: {b: z}\n")).id == "a=on,b=z,c=1"
+
+
+def test_excluded_baseline_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="baseline cell a=on,b=x,c=1 is not in the matrix"):
+        expand(matrix(tmp_path, THREE + "exclude: [{b: x}]\n"))
+
+
+def test_randomized_rounds_are_seeded_permutations(tmp_path):
+    m = matrix(tmp_path, THREE + "replicates: 3\n")
+    cells = expand(m)
+    t1, t2 = order_trials(m, cells, seed=5), order_trials(m, cells, seed=5)
+    assert [t.cell for t in t1] == [t.cell for t in t2]
+    assert len(t1) == 36 and [t.index for t in t1] == list(range(36))
+    for r in range(3):  # every round holds every cell exactly once
+        assert sorted(t.cell for t in t1 if t.round == r) == sorted(cells)
+    assert [t.cell for t in t1[:12]] != cells  # shuffled
+    assert [t.cell for t in order_trials(m, cells, seed=6)] != [t.cell for t in t1]
+    assert sum(t.is_baseline for t in t1) == 3
+
+
+def test_sequential_order_repeats_cells_in_declared_order(tmp_path):
+    m = matrix(tmp_path, THREE + "replicates: 2\norder: sequential\n")
+    cells = expand(m)
+    assert [t.cell for t in order_trials(m, cells, seed=1)] == cells + cells
+
+
+def test_replicates_override(tmp_path):
+    m = matrix(tmp_path, THREE)
+    assert len(order_trials(m, expand(m), seed=1, replicates=4)) == 48
+
+
+def test_absurdly_large_matrix_is_refused(tmp_path):
+    factors = "\n".join(f"  f{i}: {{env: {{decode: V{i}}}, levels: [a, b, c, d]}}" for i in range(12))
+    with pytest.raises(ConfigError, match="16,777,216 trials"):
+        expand(matrix(tmp_path, "factors:\n" + factors + "\n"))
