@@ -19,8 +19,9 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from orchestrator.config import MetricSpec
 from orchestrator.errors import ConfigError, WorkloadError
@@ -31,6 +32,7 @@ __all__ = ["MetricSpec", "extract_metrics", "run_command", "TAIL_BYTES", "KILL_G
 TAIL_BYTES = 4096  # stdout tail kept in the journal; the full text stays in the file
 ERROR_TAIL_CHARS = 1500  # output tail quoted under a "metrics missing" error
 KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
+KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
 _POLL_S = 0.01
 
 
@@ -158,7 +160,7 @@ def run_command(
     )
 
 
-def _open_output(path: Path):  # noqa: ANN202 - a binary file object
+def _open_output(path: Path) -> BinaryIO:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return open(path, "wb")  # noqa: SIM115 - closed by the caller's with
@@ -166,7 +168,9 @@ def _open_output(path: Path):  # noqa: ANN202 - a binary file object
         raise WorkloadError(f"{path}: cannot write repro output: {exc.strerror} (check the run directory)") from exc
 
 
-def _spawn(command: str, cwd: Path, env: Mapping[str, str] | None, out, err) -> subprocess.Popen[bytes]:  # noqa: ANN001
+def _spawn(
+    command: str, cwd: Path, env: Mapping[str, str] | None, out: BinaryIO, err: BinaryIO
+) -> subprocess.Popen[bytes]:
     try:
         return subprocess.Popen(
             ["/bin/sh", "-c", command],
@@ -195,28 +199,36 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the command's process group, SIGKILL whatever is left after the grace period,
-    and reap the leader so no zombie is left behind."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader so it stops counting as a group member
-        if proc.returncode is not None and not _group_alive(proc.pid):
-            return
-        time.sleep(_POLL_S)
-    _signal_group(proc.pid, signal.SIGKILL)
+    """Stop the command and everything in its process group, and reap the leader."""
+    _terminate_group(proc.pid, proc.poll)
     proc.wait()
 
 
 def _kill_leftovers(pgid: int) -> None:
     """The command exited but may have left background children in its group: stop them."""
-    if not _group_alive(pgid):
-        return
+    if _group_alive(pgid):
+        _terminate_group(pgid, lambda: None)
+
+
+def _terminate_group(pgid: int, reap: Callable[[], object]) -> None:
+    """SIGTERM the group; SIGKILL whatever is left after the grace period. Returns once the
+    group is empty (SIGKILL lands asynchronously), so the next trial starts on a quiet host."""
     _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < deadline and _group_alive(pgid):
-        time.sleep(_POLL_S)
+    if _await_group_gone(pgid, KILL_GRACE_S, reap):
+        return
     _signal_group(pgid, signal.SIGKILL)
+    _await_group_gone(pgid, KILL_SETTLE_S, reap)
+
+
+def _await_group_gone(pgid: int, timeout_s: float, reap: Callable[[], object]) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap()  # an unreaped leader still counts as a group member for kill()
+        if not _group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
 
 
 def _group_alive(pgid: int) -> bool:
