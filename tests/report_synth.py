@@ -1,0 +1,171 @@
+"""Synthetic runs for the report tests and the report benchmark (not a test module).
+
+Shaped like the DSV4 finding: corruption ~16% only when bf16 index-K, CUDA graph and multi-stream
+overlap are all on, ~0-1% otherwise; an "anomalies" counter that moves with index-K (≈320 with
+bf16, ≈997 with fp8) but not with corruption; a wall time. Seeded, so every test sees the same run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.records import (
+    EventRecord,
+    Failure,
+    MetricValue,
+    PlannedTrial,
+    ReproOutcome,
+    RunManifest,
+    TrialRecord,
+)
+
+FACTORS = {"bf16_index_k": ["on", "off"], "cuda_graph": ["on", "off"], "overlap": ["on", "off"]}
+ALL_ON = {"bf16_index_k": "on", "cuda_graph": "on", "overlap": "on"}
+ALL_OFF = {"bf16_index_k": "off", "cuda_graph": "off", "overlap": "off"}
+MATRIX_TEXT = """name: overlap_ablation
+factors:
+  bf16_index_k: {env: {prefill: SGLANG_DSV4_BF16_INDEX_K, decode: SGLANG_DSV4_BF16_INDEX_K}, levels: [on, off]}
+  cuda_graph: {levels: {on: {decode: {SGLANG_EXTRA_ARGS: ""}}, off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}}}
+  overlap: {env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}, levels: [on, off]}
+baseline: {bf16_index_k: on, cuda_graph: on, overlap: on}
+"""
+INVENTORY_TEXT = """testbeds:
+  local:
+    prefill: {host: 127.0.0.1, unit: sglang-dsv4-prefill}
+    decode: {host: 127.0.0.1, unit: sglang-dsv4-decode, env: {HF_TOKEN: hf_supersecret123}}
+"""
+T0 = datetime(2026, 5, 9, 7, 0, 0, tzinfo=timezone.utc)
+
+
+def corruption_rate(levels: dict[str, str]) -> float:
+    if all(levels[f] == "on" for f in FACTORS):
+        return 0.16
+    return 0.005 if levels["bf16_index_k"] == "on" else 0.0
+
+
+def cell_id(levels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in levels.items())
+
+
+def synthetic_run(
+    *,
+    replicates: int = 2,
+    sessions: int = 40,
+    seed: int = 1,
+    baseline: dict[str, str] | None = None,
+    rate: Callable[[dict[str, str]], float] = corruption_rate,
+    failures: bool = True,
+    stdout: str | None = None,
+    secret: bool = True,
+    status: str = "completed",
+    run_id: str = "20260509-070000-overlap_ablation",
+) -> tuple[RunManifest, list[TrialRecord]]:
+    """A finished run: manifest + records (randomized rounds, some failures with retries)."""
+    rng = np.random.default_rng(seed)
+    base = dict(baseline or ALL_ON)
+    cells = [dict(zip(FACTORS, combo, strict=True)) for combo in itertools.product(*FACTORS.values())]
+    plan: list[PlannedTrial] = []
+    for rnd in range(replicates):
+        for idx in rng.permutation(len(cells)):
+            levels = cells[int(idx)]
+            plan.append(PlannedTrial(trial=len(plan), round=rnd, cell=cell_id(levels),
+                                     levels=levels, is_baseline=levels == base))
+    records: list[TrialRecord] = []
+    for planned in plan:
+        if failures and planned.trial in (3, 9):
+            records.append(_failed(run_id, planned, infra=planned.trial == 3))
+        records.append(_completed(run_id, planned, rng, sessions, rate, stdout, secret))
+    manifest = RunManifest(
+        run_id=run_id, name="overlap_ablation", description="Which flag corrupts tool calls?",
+        orch_version="0.1.0", matrix_path="matrices/overlap_ablation.yaml", matrix_text=MATRIX_TEXT,
+        matrix_sha256=hashlib.sha256(MATRIX_TEXT.encode()).hexdigest(),
+        inventory_path="inventories/local.yaml", inventory_text=INVENTORY_TEXT,
+        inventory_sha256=hashlib.sha256(INVENTORY_TEXT.encode()).hexdigest(),
+        testbed="local", seed=seed, order="randomized", replicates=replicates,
+        factors=FACTORS, baseline=base,
+        metrics={"corruption": "proportion", "wall": "number", "anomalies": "number"},
+        plan=plan, hosts={"prefill": {"host": "127.0.0.1"}, "decode": {"host": "127.0.0.1"}},
+        started=_iso(0), ended=_iso(len(plan) * 10 + 5), status=status,
+    )
+    return manifest, records
+
+
+def _completed(
+    run_id: str, planned: PlannedTrial, rng: np.random.Generator, sessions: int,
+    rate: Callable[[dict[str, str]], float], stdout: str | None, secret: bool,
+) -> TrialRecord:
+    levels = planned.levels
+    k = int(rng.binomial(sessions, rate(levels)))
+    anomalies = float(rng.poisson(320 if levels["bf16_index_k"] == "on" else 997))
+    wall = float(round(rng.normal(160, 5), 1))
+    tail = stdout if stdout is not None else (
+        f'wall={wall}s counts={{"done": {sessions - k}, "no_tool": {k}}}\n'
+        f"CORRUPTION sessions: {k}/{sessions} = {round(100 * k / sessions)}%\n"
+    )
+    trial_dir = f"trials/{planned.trial:04d}"
+    env = {
+        "prefill": {"SGLANG_DSV4_BF16_INDEX_K": "1" if levels["bf16_index_k"] == "on" else "0"},
+        "decode": {
+            "SGLANG_DSV4_BF16_INDEX_K": "1" if levels["bf16_index_k"] == "on" else "0",
+            "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "1" if levels["overlap"] == "on" else "0",
+            "SGLANG_EXTRA_ARGS": "" if levels["cuda_graph"] == "on" else "--disable-cuda-graph",
+        },
+    }
+    if secret:
+        env["decode"]["HF_TOKEN"] = "hf_supersecret123"
+    return TrialRecord(
+        run_id=run_id, trial=planned.trial, round=planned.round, cell=planned.cell, levels=levels,
+        is_baseline=planned.is_baseline, testbed="local", attempt=2 if planned.trial in (3, 9) else 1,
+        status="completed", started=_iso(planned.trial * 10), ended=_iso(planned.trial * 10 + 9),
+        duration_s=9.0, env=env,
+        restarted=["prefill:sglang-dsv4-prefill", "decode:sglang-dsv4-decode"],
+        health_wait_s={"prefill": 1.2, "decode": 1.4, "router": 0.1},
+        repro=ReproOutcome(command="python repro_agent.py --sessions 40", exit_code=0,
+                           duration_s=wall, stdout_tail=tail, stdout_path=f"{trial_dir}/repro.out",
+                           stderr_path=f"{trial_dir}/repro.err"),
+        metrics={
+            "corruption": MetricValue(kind="proportion", k=k, n=sessions),
+            "wall": MetricValue(kind="number", value=wall, unit="s"),
+            "anomalies": MetricValue(kind="number", value=anomalies),
+        },
+        logs={"decode:sglang-dsv4-decode": f"{trial_dir}/logs/decode-sglang-dsv4-decode.log"},
+    )
+
+
+def _failed(run_id: str, planned: PlannedTrial, *, infra: bool) -> TrialRecord:
+    failure = (
+        Failure(kind="infrastructure", error="HealthTimeout",
+                message="decode: http://127.0.0.1:30002/health not ready after 900 s (see log)",
+                detail="Capturing CUDA graphs... OOM")
+        if infra else
+        Failure(kind="workload", error="WorkloadError", message="repro exited with code 1",
+                detail="Traceback: ConnectionResetError")
+    )
+    return TrialRecord(
+        run_id=run_id, trial=planned.trial, round=planned.round, cell=planned.cell,
+        levels=planned.levels, is_baseline=planned.is_baseline, testbed="local", attempt=1,
+        status="failed", failure=failure, started=_iso(planned.trial * 10),
+        ended=_iso(planned.trial * 10 + 3), duration_s=3.0,
+        logs={"decode:sglang-dsv4-decode": f"trials/{planned.trial:04d}/logs/decode.log"},
+    )
+
+
+def write_run(run_dir: Path, manifest: RunManifest, records: list[TrialRecord]) -> Path:
+    """run.json + journal.jsonl (with start and finish events) in run_dir."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "run.json").write_text(manifest.model_dump_json(indent=2))
+    start = EventRecord(run_id=manifest.run_id, event="run_started", at=manifest.started)
+    end = EventRecord(run_id=manifest.run_id, event="run_finished", at=manifest.ended or "")
+    lines = [start.model_dump_json()] + [r.model_dump_json() for r in records] + [end.model_dump_json()]
+    (run_dir / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    return run_dir
+
+
+def _iso(seconds: float) -> str:
+    return (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")

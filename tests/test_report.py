@@ -1,0 +1,216 @@
+"""Tests of orchestrator.report: the numbers and the sentences a run turns into (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from report_synth import ALL_OFF, synthetic_run
+
+from orchestrator.records import Failure, MetricValue, TrialRecord
+from orchestrator.report import (
+    REDACTED,
+    Report,
+    build_report,
+    fmt_p,
+    redact_text,
+    safe_href,
+)
+
+
+def _texts(report: Report, kind: str | None = None) -> list[str]:
+    return [f.text for f in report.headline if kind is None or f.kind == kind]
+
+
+@pytest.fixture(scope="module")
+def dsv4() -> Report:
+    manifest, records = synthetic_run(replicates=3, baseline=ALL_OFF)
+    return build_report(manifest, records)
+
+
+def test_headline_states_the_dsv4_cause_with_numbers(dsv4: Report) -> None:
+    first = dsv4.headline[0]
+    assert first.kind == "finding"
+    assert first.text.startswith(
+        "Corruption is 16.7% [11.1-24.3] (20/120) in cell bf16_index_k=on, cuda_graph=on, overlap=on"
+    )
+    assert "vs 0.0% [0.0-3.1] (0/120) in the baseline" in first.text and "Holm" in first.text
+    cause = dsv4.headline[1].text
+    assert "needs" in cause and "together: turning off any one of them takes it to at most" in cause
+    for factor in ("bf16_index_k=on", "cuda_graph=on", "overlap=on"):
+        assert factor in cause
+    assert any(" matters only when " in t for t in _texts(dsv4))
+
+
+def test_overlap_matters_only_when_cuda_graph_is_on(dsv4: Report) -> None:
+    cond = {
+        tuple(e.given.items()): e for e in dsv4.effects
+        if e.metric == "corruption" and e.factor == "overlap" and e.given
+        and list(e.given) == ["cuda_graph"]
+    }
+    with_graph, without = cond[(("cuda_graph", "on"),)], cond[(("cuda_graph", "off"),)]
+    assert with_graph.clear and with_graph.estimate > 0.05
+    assert not without.clear and abs(without.estimate) < 0.02
+    inter = [i for i in dsv4.interactions if i.factor == "overlap" and i.moderator == "cuda_graph"]
+    assert inter and inter[0].clear
+
+
+def test_cells_hold_pooled_counts_comparisons_and_holm(dsv4: Report) -> None:
+    assert len(dsv4.cells) == 8 and dsv4.planned == 24 and dsv4.completed == 24 and dsv4.failed == 2
+    base = next(c for c in dsv4.cells if c.is_baseline)
+    assert base.levels == ALL_OFF and base.proportions["corruption"].p is None
+    for cell in dsv4.cells:
+        p = cell.proportions["corruption"]
+        assert p.rate.n == 120 and p.trials == 3 and p.rate.low <= (p.rate.rate or 0) <= p.rate.high
+        if not cell.is_baseline:
+            assert p.p_holm is not None and p.p is not None and p.p_holm >= p.p
+            assert p.significant == (p.p_holm < 0.05)
+    assert sum(c.proportions["corruption"].significant for c in dsv4.cells) == 1
+
+
+def test_failed_trials_never_count_and_retries_count_once() -> None:
+    manifest, records = synthetic_run(replicates=2, baseline=ALL_OFF)
+    poisoned = [
+        r.model_copy(update={"metrics": {"corruption": MetricValue(kind="proportion", k=40, n=40)}})
+        if r.status == "failed" else r
+        for r in records
+    ]
+    # an older completed attempt of trial 5 with different numbers: the later attempt wins
+    later = next(r for r in records if r.trial == 5)
+    older = later.model_copy(update={"attempt": 0, "metrics": {
+        "corruption": MetricValue(kind="proportion", k=39, n=40)}})
+    report = build_report(manifest, [older, *poisoned])
+    total_k = sum(c.proportions["corruption"].rate.k for c in report.cells)
+    expected = sum(r.metrics["corruption"].k or 0 for r in records if r.status == "completed")
+    assert total_k == expected
+    assert sum(c.proportions["corruption"].rate.n for c in report.cells) == 16 * 40
+    assert report.failures_total == 2
+    kinds = sorted(f.kind for f in report.failures)
+    assert kinds == ["infrastructure", "workload"]
+    assert any("not counted as data" in t for t in _texts(report, "info"))
+
+
+def test_no_significant_difference_is_said_plainly_with_power() -> None:
+    manifest, records = synthetic_run(replicates=3, rate=lambda levels: 0.05)
+    report = build_report(manifest, records)
+    nulls = _texts(report, "null")
+    assert nulls and nulls[0].startswith("No significant difference in corruption")
+    assert "80% power only for differences of about" in nulls[0]
+    assert not _texts(report, "finding") or all("Corruption is" not in t for t in _texts(report))
+
+
+def test_too_few_sessions_and_untestable_numbers_are_flagged() -> None:
+    manifest, records = synthetic_run(replicates=1, sessions=5)
+    report = build_report(manifest, records)
+    texts = " ".join(_texts(report, "caution"))
+    assert "too few sessions" in texts
+    assert "no difference could reach significance" in texts
+
+
+def test_a_metric_that_moves_while_the_outcome_does_not() -> None:
+    manifest, records = synthetic_run(replicates=6, rate=lambda levels: 0.02, baseline=ALL_OFF)
+    report = build_report(manifest, records)
+    moved = [t for t in _texts(report, "finding") if t.startswith("Anomalies moved")]
+    assert moved, _texts(report)
+    assert "corruption did not move there" in moved[0]
+    assert "in the baseline" in moved[0] and "Mann-Whitney" in moved[0]
+
+
+def test_baseline_drift_across_rounds_is_flagged() -> None:
+    manifest, records = synthetic_run(replicates=5, rate=lambda levels: 0.0, baseline=ALL_OFF)
+    drifting = [
+        r.model_copy(update={"metrics": {**r.metrics, "corruption": MetricValue(
+            kind="proportion", k=[0, 1, 4, 8, 14][r.round], n=40)}})
+        if r.is_baseline and r.status == "completed" else r
+        for r in records
+    ]
+    report = build_report(manifest, drifting)
+    assert report.drift and report.drift[0].flagged
+    assert [r.k for r in report.drift[0].rounds] == [0, 1, 4, 8, 14]
+    assert any("drifted across rounds" in t for t in _texts(report, "caution"))
+    steady = build_report(*synthetic_run(replicates=5, baseline=ALL_OFF))
+    assert not any(d.flagged for d in steady.drift)
+
+
+def test_trial_to_trial_noise_beyond_binomial_is_flagged() -> None:
+    manifest, records = synthetic_run(replicates=3, baseline=ALL_OFF)
+    noisy = []
+    for r in records:
+        if r.is_baseline and r.status == "completed":  # the DSV4 pattern: 15%, 18%, then 2%
+            k = {0: 6, 1: 7, 2: 0}[r.round]
+            r = r.model_copy(update={"metrics": {**r.metrics, "corruption": MetricValue(
+                kind="proportion", k=k, n=40)}})
+        noisy.append(r)
+    report = build_report(manifest, noisy)
+    caution = [t for t in _texts(report, "caution") if "disagree more than" in t]
+    assert caution and "15.0%, 17.5%, 0.0%" in caution[0]
+
+
+def test_secrets_never_reach_the_model() -> None:
+    manifest, records = synthetic_run(replicates=1)
+    leaky = records[0].model_copy(update={
+        "repro": records[0].repro.model_copy(update={  # type: ignore[union-attr]
+            "command": "API_KEY=abc123 python repro.py --auth-token s3cr3t",
+            "stdout_tail": 'config {"db_password": "hunter2"} SECRET_X=zzz done'}),
+        "failure": Failure(kind="workload", error="WorkloadError", message="TOKEN=tok999 rejected"),
+    })
+    report = build_report(manifest, [leaky, *records[1:]])
+    dump = report.model_dump_json()
+    for secret in ("hf_supersecret123", "abc123", "s3cr3t", "hunter2", "zzz", "tok999"):
+        assert secret not in dump, secret
+    assert REDACTED in dump
+    trial = next(t for t in report.trials if t.trial == leaky.trial)
+    assert trial.env["decode"]["HF_TOKEN"] == REDACTED
+    assert trial.env["decode"]["SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"] in ("0", "1")  # not masked
+    assert "python repro.py" in trial.command
+    assert report.provenance.inventory_sha_ok and report.provenance.matrix_sha_ok
+
+
+def test_redact_text_keeps_ordinary_assignments() -> None:
+    assert redact_text("SGLANG_DSV4_BF16_INDEX_K=1 TP=8") == "SGLANG_DSV4_BF16_INDEX_K=1 TP=8"
+    assert redact_text("HF_TOKEN: abc") == f"HF_TOKEN: {REDACTED}"
+    assert redact_text("--api-key abc --port 30000") == f"--api-key {REDACTED} --port 30000"
+
+
+def test_safe_href_only_allows_relative_paths_inside_the_run() -> None:
+    assert safe_href("trials/0001/repro.out") == "trials/0001/repro.out"
+    for bad in ("javascript:alert(1)", "/etc/passwd", "../x", "http://evil/x", "a//b", "",
+                "trials/../../x", "\\\\host\\share", "data:text/html,hi", "a\nb"):
+        assert safe_href(bad) is None, bad
+
+
+def test_drilldown_is_capped_failures_first() -> None:
+    manifest, records = synthetic_run(replicates=4)
+    report = build_report(manifest, records, drilldown_cap=10)
+    assert report.trials_total == len(records) and len(report.trials) == 10
+    assert sum(t.status == "failed" for t in report.trials) == 2
+    assert len({t.cell for t in report.trials}) == 8  # round-robin over cells
+    assert '"run_id"' in report.trials[0].record_json
+
+
+def test_no_completed_trials_and_an_interrupted_run() -> None:
+    manifest, records = synthetic_run(replicates=1, status="interrupted")
+    report = build_report(manifest, [r for r in records if r.status == "failed"])
+    texts = " ".join(_texts(report, "caution"))
+    assert "No trial completed" in texts and "The run is interrupted: 0 of 8" in texts
+    assert all(c.proportions["corruption"].rate.rate is None for c in report.cells)
+
+
+def test_tampered_matrix_text_is_detected() -> None:
+    manifest, records = synthetic_run(replicates=1)
+    tampered = manifest.model_copy(update={"matrix_text": manifest.matrix_text + "# edited\n"})
+    assert not build_report(tampered, records).provenance.matrix_sha_ok
+
+
+def test_fmt_p() -> None:
+    assert fmt_p(0.0312) == "p=0.031" and fmt_p(2.2e-6) == "p=2e-6" and fmt_p(None) == "p n/a"
+
+
+def test_trial_view_fields() -> None:
+    manifest, records = synthetic_run(replicates=1)
+    report = build_report(manifest, records)
+    done: TrialRecord = next(r for r in records if r.status == "completed")
+    view = next(t for t in report.trials if t.trial == done.trial and t.status == "completed")
+    assert view.restarted == done.restarted and view.health_wait_s == done.health_wait_s
+    assert "CORRUPTION sessions" in view.stdout_tail
+    assert view.metrics["corruption"].endswith("%") and "/40" in view.metrics["corruption"]
+    assert [link.href for link in view.links][:2] == [
+        f"trials/{done.trial:04d}/repro.out", f"trials/{done.trial:04d}/repro.err"]
