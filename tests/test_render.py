@@ -1,0 +1,184 @@
+"""Tests of orchestrator.render, charts and site: a safe, self-contained page on disk."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import os
+import re
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from report_synth import ALL_OFF, synthetic_run, write_run
+
+from orchestrator import charts
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.render import render_report, write_report
+from orchestrator.report import REDACTED, build_report
+from orchestrator.site import write_index
+
+HOSTILE = "<script>alert(1)</script> {{ 7*7 }} {% raw %} <img src=x onerror=alert(2)>"
+
+
+class _Refs(HTMLParser):
+    """Every tag, every URL-bearing attribute, and the text of <script> elements."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.urls: list[tuple[str, str, str]] = []
+        self.ids: list[str] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        self._in_script = tag == "script"
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action", "srcset", "poster", "data"):
+                self.urls.append((tag, name, value or ""))
+            if name == "id":
+                self.ids.append(value or "")
+            assert not name.startswith("on"), f"event handler attribute {name} on <{tag}>"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.scripts.append(data)
+
+
+@pytest.fixture(scope="module")
+def hostile_page() -> str:
+    manifest, records = synthetic_run(replicates=2, baseline=ALL_OFF, stdout=HOSTILE)
+    manifest = manifest.model_copy(update={"description": HOSTILE})
+    bad_link = records[0].model_copy(update={"logs": {"decode:x": "javascript:alert(3)",
+                                                      "decode:y": "../../etc/passwd"}})
+    return render_report(build_report(manifest, [bad_link, *records[1:]]))
+
+
+def _parse(page: str) -> _Refs:
+    parser = _Refs()
+    parser.feed(page)
+    return parser
+
+
+def test_hostile_text_renders_inert(hostile_page: str) -> None:
+    parser = _parse(hostile_page)
+    assert parser.tags.count("script") == 1  # only ours
+    assert "alert" not in "".join(parser.scripts)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; {{ 7*7 }} {% raw %}" in hostile_page
+    assert "<img src=x" not in hostile_page and "img" not in parser.tags
+
+
+def test_page_references_nothing_outside_itself(hostile_page: str) -> None:
+    parser = _parse(hostile_page)
+    for tag, attr, url in parser.urls:
+        if url == "../index.html":  # the link up to the reports index, by design
+            continue
+        ok = url.startswith("#") or url == "data:," or re.fullmatch(r"[\w.-]+(/[\w.-]+)*", url)
+        assert ok and ".." not in url.split("/"), (tag, attr, url)
+    assert "javascript:" not in "".join(u for _, _, u in parser.urls)
+    assert not re.search(r"url\((?!#)", hostile_page)
+    assert "@import" not in hostile_page and "<link rel=\"stylesheet\"" not in hostile_page
+    assert len(parser.ids) == len(set(parser.ids)), "duplicate element ids"
+
+
+def test_csp_allows_exactly_our_script(hostile_page: str) -> None:
+    parser = _parse(hostile_page)
+    digest = base64.b64encode(hashlib.sha256(parser.scripts[0].encode()).digest()).decode()
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', hostile_page)
+    assert policy is not None
+    content = html.unescape(policy.group(1))
+    assert f"script-src 'sha256-{digest}'" in content
+    assert "default-src 'none'" in content
+
+
+def test_key_elements_and_charts_are_present(hostile_page: str) -> None:
+    for marker in ('id="headline"', 'id="cell-table"', 'id="failures"', 'id="trials"',
+                   'id="provenance"'):
+        assert marker in hostile_page
+    svgs = re.findall(r"<svg\b[^>]*>", hostile_page)
+    assert len(svgs) >= 4  # rate, effects, and one per numeric metric
+    assert all('class="chart"' in s for s in svgs)
+    assert "<?xml" not in hostile_page and "<!DOCTYPE svg" not in hostile_page
+    assert "Corruption is 12.5% [6.9-21.5] (10/80)" in hostile_page
+
+
+def test_secret_env_values_are_redacted_in_the_page(hostile_page: str) -> None:
+    assert "hf_supersecret123" not in hostile_page
+    assert REDACTED in hostile_page and "HF_TOKEN" in hostile_page
+
+
+def test_chart_svg_is_clean_and_escapes_labels() -> None:
+    levels = {"bf16_index_k": ["<b>&on", "off"], "cuda_graph": ["on", "off"], "overlap": ["on", "off"]}
+    manifest, records = synthetic_run(replicates=1)
+    renamed = [r.model_copy(update={"levels": {**r.levels, "bf16_index_k": "<b>&on"}})
+               if r.levels["bf16_index_k"] == "on" else r for r in records]
+    manifest = manifest.model_copy(update={"factors": levels, "plan": [
+        p.model_copy(update={"levels": {**p.levels, "bf16_index_k": "<b>&on"}})
+        if p.levels["bf16_index_k"] == "on" else p for p in manifest.plan]})
+    svg = charts.rate_chart(build_report(manifest, renamed), "corruption")
+    assert "&lt;b&gt;&amp;on" in svg and "<b>" not in svg
+    assert "http" not in svg and 'id="rate-corruption-' in svg
+
+
+def test_write_report_writes_atomically(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run1", *synthetic_run(replicates=2))
+    path = write_report(run_dir)
+    assert path == run_dir / "index.html"
+    page = path.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["index.html", "journal.jsonl", "run.json"]
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+
+
+def test_write_report_notes_a_torn_journal_tail(tmp_path: Path) -> None:
+    run_dir = write_run(tmp_path / "run1", *synthetic_run(replicates=1))
+    journal = run_dir / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes() + b'{"type": "trial", "run_id": "x", "tri')
+    page = write_report(run_dir).read_text()
+    assert "torn" in page
+
+
+def test_write_report_errors_are_typed(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="not a run directory"):
+        write_report(tmp_path)
+    (tmp_path / "run.json").write_text('{"run_id": 3}')
+    with pytest.raises(ConfigError, match="invalid run manifest"):
+        write_report(tmp_path)
+
+
+def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    one = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=2, run_id="20260509-070000-a"))
+    two = write_run(reports / "20260510-070000-b", *synthetic_run(
+        replicates=1, run_id="20260510-070000-b", rate=lambda levels: 0.0))
+    write_report(one)
+    (reports / "broken").mkdir()
+    (reports / "broken" / "run.json").write_text("not json")
+    (reports / "not-a-run").mkdir()
+    page = write_index(reports).read_text()
+    assert page.index("20260510-070000-b") < page.index("20260509-070000-a")  # newest first
+    assert '<a href="20260509-070000-a/index.html">' in page
+    assert "(no report yet)" in page and "cannot read" in page and "not-a-run" not in page
+    assert "Corruption is" in page  # run one's headline, from its report
+    assert "No significant difference" in page  # run two: built, not rendered
+    # a cached summary is used while the report is newer than the journal...
+    report = one / "index.html"
+    report.write_text(report.read_text().replace("Corruption is", "CACHED Corruption is", 1))
+    assert "CACHED" in write_index(reports).read_text()
+    # ...and ignored once the journal changed after it
+    later = time.time() + 5
+    os.utime(one / "journal.jsonl", (later, later))
+    assert "CACHED" not in write_index(reports).read_text()
+    assert two.is_dir()
+
+
+def test_render_is_deterministic() -> None:
+    report = build_report(*synthetic_run(replicates=2))
+    assert render_report(report) == render_report(report)
