@@ -1,0 +1,417 @@
+"""Simulated SGLang prefill / decode servers and PD router (EDGE, stdlib only).
+
+    python -m orchestrator.sim.server --role {prefill|decode|router} --port N [--host 127.0.0.1]
+        [--prefill-url URL --decode-url URL]   # router only
+
+Flags come from the environment (see flags.py), as from a unit's EnvironmentFile=. The HTTP
+surface mirrors what orch must cope with on real hosts: worker /health is 503 while warming up,
+/get_server_info answers at once (so gating readiness on it is a bug orch must not have), the
+router's /health is 200 even with dead workers while /readiness tells the truth. The log goes to
+stdout, line by line and unbuffered, for the service manager to capture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import itertools
+import json
+import os
+import signal
+import socketserver
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, TextIO
+from urllib.parse import urlsplit
+
+from orchestrator.sim import VERSION, model, protocol
+from orchestrator.sim.flags import ROLES, Role, SimConfig, SimConfigError, config_from_env
+
+ROUTER_UPSTREAM_TIMEOUT_S = 600.0  # the repro bounds each request itself
+READINESS_PROBE_TIMEOUT_S = 1.0
+
+
+class Log:
+    """Timestamped lines on stdout; one lock so concurrent request lines never interleave."""
+
+    def __init__(self, role: str, stream: TextIO = sys.stdout) -> None:
+        self.role, self.stream, self.lock = role, stream, threading.Lock()
+
+    def lines(self, texts: list[str]) -> None:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+        block = "".join(f"{stamp} [{self.role}] {t}\n" for t in texts)
+        with self.lock:
+            self.stream.write(block)
+            self.stream.flush()
+
+    def line(self, text: str) -> None:
+        self.lines([text])
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+
+    @classmethod
+    def json(cls, status: int, value: object) -> Reply:
+        return cls(status, json.dumps(value).encode())
+
+
+Route = Callable[[bytes], Reply]
+
+
+class App:
+    """Routes of one role: (method, path) -> handler of the request body."""
+
+    routes: dict[tuple[str, str], Route]
+
+    def on_listening(self) -> None:
+        """Called once the socket is bound and the start line is logged."""
+
+    def handle(self, method: str, path: str, body: bytes) -> Reply:
+        route = self.routes.get((method, path.split("?", 1)[0]))
+        if route is None:
+            return Reply.json(404, {"error": f"no route {method} {path}"})
+        return route(body)
+
+
+class Warmup:
+    """/health turns 200 only when the (simulated) model is loaded and warmed up."""
+
+    def __init__(self, cfg: SimConfig, log: Log) -> None:
+        self.cfg, self.log, self.ready_at = cfg, log, time.monotonic() + cfg.warmup_s
+
+    def start(self) -> None:
+        self.ready_at = time.monotonic() + self.cfg.warmup_s
+        if not self.cfg.never_ready:
+            timer = threading.Timer(self.cfg.warmup_s, self.log.line, args=("ready",))
+            timer.daemon = True
+            timer.start()
+
+    def ready(self) -> bool:
+        return not self.cfg.never_ready and time.monotonic() >= self.ready_at
+
+
+# ---- workers --------------------------------------------------------------------------------
+
+
+class DecodeEngine:
+    """Tracks the requests being decoded (the batch) and produces each answer."""
+
+    def __init__(self, cfg: SimConfig, log: Log) -> None:
+        self.cfg, self.log = cfg, log
+        self.lock = threading.Lock()
+        self.running: dict[int, str] = {}  # request number -> its correct arguments JSON
+        self.ids = itertools.count()
+        limit = cfg.max_running_requests
+        self.admission = threading.BoundedSemaphore(limit) if limit else contextlib.nullcontext()
+
+    def generate(self, ask: protocol.ToolAsk) -> dict[str, object]:
+        key = f"{ask.session}/{ask.round}"
+        rng = model.request_rng(self.cfg.seed, "decode", key, "decode")
+        with self.admission:
+            rid, batch_start = self._enter(ask.arguments_json)
+            latency = model.decode_latency_s(self.cfg, batch_start, rng.random())
+            time.sleep(latency)
+            batch_end, others = self._leave(rid)
+        batch = max(batch_start, batch_end)
+        outcome = model.decide_outcome(self.cfg, batch, rng.random(), rng.random())
+        other = rng.choice(sorted(others)) if others else None
+        reply = self._answer(ask, outcome, other, rng.random())
+        self._log(ask, key, batch, latency)
+        return reply
+
+    def _enter(self, arguments_json: str) -> tuple[int, int]:
+        with self.lock:
+            rid = next(self.ids)
+            self.running[rid] = arguments_json
+            return rid, len(self.running)
+
+    def _leave(self, rid: int) -> tuple[int, list[str]]:
+        with self.lock:
+            batch = len(self.running)
+            del self.running[rid]
+            return batch, list(self.running.values())
+
+    def _answer(
+        self, ask: protocol.ToolAsk, outcome: model.Outcome, other: str | None, u: float
+    ) -> dict[str, object]:
+        request_id = f"{ask.session}-{ask.round}"
+        if outcome == "no_tool":
+            return protocol.completion(protocol.text_message(ask), "stop", request_id)
+        arguments = ask.arguments_json
+        if outcome == "leak":
+            arguments = protocol.leaked_arguments(ask, other, u)
+        message = protocol.tool_call_message(ask, arguments, f"call_{request_id}")
+        return protocol.completion(message, "tool_calls", request_id)
+
+    def _log(self, ask: protocol.ToolAsk, key: str, batch: int, latency: float) -> None:
+        cfg = self.cfg
+        n = model.poisson(model.request_rng(cfg.seed, "decode", key, "anomaly"), model.anomaly_mean(cfg))
+        dtype = "bf16" if cfg.bf16_index_k else "fp8"
+        lines = [
+            f"decode req={key} tool={ask.tool} batch={batch} "
+            f"graphed={model.graphed(cfg, batch)} latency_ms={latency * 1000:.1f}"
+        ]
+        lines += [f"ANOMALY canary index_k={dtype} req={key} n={i + 1}" for i in range(n)]
+        self.log.lines(lines)
+
+
+class WorkerApp(App):
+    def __init__(self, cfg: SimConfig, log: Log) -> None:
+        self.cfg, self.log, self.warmup = cfg, log, Warmup(cfg, log)
+        self.engine = DecodeEngine(cfg, log)
+        self.routes = {
+            ("GET", "/health"): self.health,
+            ("GET", "/get_server_info"): self.server_info,
+            ("GET", "/v1/models"): self.models,
+            ("POST", "/prefill"): self.prefill,
+            ("POST", "/v1/chat/completions"): self.chat,
+        }
+
+    def on_listening(self) -> None:
+        self.warmup.start()
+
+    def health(self, _body: bytes) -> Reply:
+        if self.warmup.ready():
+            return Reply.json(200, {"status": "ok"})
+        return Reply.json(503, {"status": "warming_up"})
+
+    def server_info(self, _body: bytes) -> Reply:
+        # answers before warm-up ends, like SGLang: never a readiness signal
+        return Reply.json(200, server_info(self.cfg))
+
+    def models(self, _body: bytes) -> Reply:
+        return Reply.json(200, {"object": "list", "data": [{"id": protocol.MODEL_NAME}]})
+
+    def prefill(self, body: bytes) -> Reply:
+        if self.cfg.role != "prefill":
+            return Reply.json(404, {"error": "not a prefill server"})
+        if not self.warmup.ready():
+            return Reply.json(503, {"error": "server is warming up"})
+        tokens = len(body) // 4
+        rng = model.request_rng(self.cfg.seed, "prefill", str(len(body)), "latency")
+        latency = model.prefill_latency_s(tokens, rng.random())
+        time.sleep(latency)
+        self.log.line(f"prefill tokens={tokens} latency_ms={latency * 1000:.1f}")
+        return Reply.json(200, {"ok": True, "prompt_tokens": tokens})
+
+    def chat(self, body: bytes) -> Reply:
+        if self.cfg.role != "decode":
+            return Reply.json(404, {"error": "not a decode server"})
+        if not self.warmup.ready():
+            return Reply.json(503, {"error": "server is warming up"})
+        try:
+            ask = protocol.parse_ask(json.loads(body))
+        except (ValueError, protocol.ProtocolError) as exc:
+            return Reply.json(400, {"error": str(exc)})
+        return Reply.json(200, self.engine.generate(ask))
+
+
+def server_info(cfg: SimConfig, **extra: object) -> dict[str, object]:
+    return {
+        "role": cfg.role,
+        "version": VERSION,
+        "pid": os.getpid(),
+        "flags": cfg.effective_flags(),
+        "warnings": list(cfg.warnings),
+        **extra,
+    }
+
+
+# ---- router ---------------------------------------------------------------------------------
+
+
+class Upstream:
+    """HTTP/1.1 keep-alive client to one worker: one connection per router thread, so a
+    session's requests reuse their connections and router hops cost well under a millisecond."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise SimConfigError(f"worker URL must look like http://HOST:PORT, got {url!r}")
+        self.url, self.host, self.port = url, parts.hostname, parts.port
+        self.local = threading.local()
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        conn: http.client.HTTPConnection | None = getattr(self.local, "conn", None)
+        if conn is not None:
+            try:
+                return self._send(conn, path, body)
+            except (ConnectionError, http.client.HTTPException):
+                conn.close()  # stale keep-alive connection: retry once on a new one
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=ROUTER_UPSTREAM_TIMEOUT_S)
+        self.local.conn = conn
+        return self._send(conn, path, body)
+
+    @staticmethod
+    def _send(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int, bytes]:
+        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        return response.status, response.read()
+
+    def probe(self, path: str) -> int:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=READINESS_PROBE_TIMEOUT_S)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+
+class RouterApp(App):
+    def __init__(self, cfg: SimConfig, log: Log, prefill_url: str, decode_url: str) -> None:
+        self.cfg, self.log = cfg, log
+        self.prefill, self.decode = Upstream(prefill_url), Upstream(decode_url)
+        self.routes = {
+            ("GET", "/health"): lambda _b: Reply.json(200, {"status": "ok"}),
+            ("GET", "/readiness"): self.readiness,
+            ("GET", "/get_server_info"): self.server_info,
+            ("POST", "/v1/chat/completions"): self.chat,
+        }
+
+    def server_info(self, _body: bytes) -> Reply:
+        return Reply.json(
+            200, server_info(self.cfg, prefill_url=self.prefill.url, decode_url=self.decode.url)
+        )
+
+    def readiness(self, _body: bytes) -> Reply:
+        for name, worker in (("prefill", self.prefill), ("decode", self.decode)):
+            try:
+                status = worker.probe("/health")
+            except OSError as exc:
+                return Reply.json(503, {"status": "not_ready", "reason": f"{name} unreachable: {exc}"})
+            if status != 200:
+                reason = f"{name} /health returned {status}"
+                return Reply.json(503, {"status": "not_ready", "reason": reason})
+        return Reply.json(200, {"status": "ready"})
+
+    def chat(self, body: bytes) -> Reply:
+        started = time.perf_counter()
+        for name, worker, path in (
+            ("prefill", self.prefill, "/prefill"),
+            ("decode", self.decode, "/v1/chat/completions"),
+        ):
+            try:
+                status, data = worker.post(path, body)
+            except OSError as exc:
+                self.log.line(f"router {name} unreachable: {exc}")
+                return Reply.json(502, {"error": f"{name} unreachable: {exc}"})
+            if status != 200:
+                self.log.line(f"router {name} returned {status}")
+                return Reply(status, data)
+        self.log.line(f"router req ok total_ms={(time.perf_counter() - started) * 1000:.1f}")
+        return Reply(200, data)
+
+
+# ---- HTTP plumbing --------------------------------------------------------------------------
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: a session reuses one connection
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms ACK stalls
+    timeout = 300  # idle keep-alive connections are dropped eventually
+    server: SimServer
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def _serve(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        reply = self.server.app.handle(method, self.path, body)
+        self.send_response(reply.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply.body)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silence http.server's stderr access log; the apps log their own lines."""
+
+
+class SimServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024  # the default 5 drops SYNs under 40+ concurrent sessions
+
+    def __init__(self, address: tuple[str, int], app: App) -> None:
+        self.app = app
+        super().__init__(address, Handler)
+
+    def server_bind(self) -> None:
+        # skip HTTPServer's socket.getfqdn(): a reverse DNS lookup can stall start-up
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
+
+
+# ---- entry point ----------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.sim.server")
+    parser.add_argument("--role", choices=ROLES, required=True)
+    parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--prefill-url")
+    parser.add_argument("--decode-url")
+    args = parser.parse_args(argv)
+    if args.role == "router" and not (args.prefill_url and args.decode_url):
+        parser.error("--role router needs --prefill-url and --decode-url")
+    return args
+
+
+def build_app(role: Role, cfg: SimConfig, log: Log, args: argparse.Namespace) -> App:
+    if role == "router":
+        return RouterApp(cfg, log, args.prefill_url, args.decode_url)
+    return WorkerApp(cfg, log)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """SIGTERM (systemd stop, orch stop) ends the server cleanly with exit code 0."""
+    raise SystemExit(0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # before the port opens: a stop is clean
+    args = parse_args(argv)
+    log = Log(args.role)
+    try:
+        cfg = config_from_env(args.role, os.environ)
+        if cfg.fail_start:
+            log.line("fatal: SIM_FAIL_START is set, the model failed to load")
+            return 1
+        server = SimServer((args.host, args.port), build_app(args.role, cfg, log, args))
+    except SimConfigError as exc:
+        log.line(f"error: {exc}")
+        return 2
+    except OSError as exc:
+        log.line(f"fatal: cannot listen on {args.host}:{args.port}: {exc}")
+        return 1
+    host, port = server.server_address[:2]
+    flags = " ".join(f"{k}={v}" for k, v in cfg.effective_flags().items())
+    log.lines([*cfg.warnings, f"{VERSION} {args.role} listening on {host}:{port} pid={os.getpid()} {flags}"])
+    try:
+        server.app.on_listening()
+        server.serve_forever(poll_interval=0.5)
+    except (KeyboardInterrupt, SystemExit):
+        log.line("stopping")
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""LocalServiceManager with real processes: env file re-read at every start in the unit's
+dialect, failures seen at once, process groups stopped whole, pid files adopted safely, logs
+delimited by time, and nothing left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from orchestrator.errors import ServiceError
+from orchestrator.services import ServiceManager
+from orchestrator.services import local as local_mod
+from orchestrator.services.local import LocalServiceManager, LocalUnit
+
+from .helpers import free_port, get, pid_running, wait_until
+
+pytestmark = pytest.mark.sim
+
+Factory = Callable[..., LocalServiceManager]
+
+
+@pytest.fixture
+def managers(tmp_path: Path) -> Iterator[Factory]:
+    made: list[LocalServiceManager] = []
+
+    def make(*units: LocalUnit, state_dir: Path | None = None) -> LocalServiceManager:
+        m = LocalServiceManager({u.name: u for u in units}, state_dir or tmp_path / "state", host="h1")
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.stop_all()
+    left = [p.pid for m in made for p in m._children if pid_running(p.pid)]
+    assert not left, f"processes left running: {left}"
+
+
+def env_file(tmp_path: Path, text: str, name: str = "unit.env") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def sim_unit(tmp_path: Path, text: str, port: int | None = None) -> LocalUnit:
+    port = port or free_port()
+    command = (sys.executable, "-m", "orchestrator.sim.server", "--role", "decode", "--port", str(port))
+    return LocalUnit("sim-decode", command, env_file(tmp_path, text, "decode.env"))
+
+
+def sh_unit(tmp_path: Path, script: str, name: str = "sh-unit", text: str = "") -> LocalUnit:
+    return LocalUnit(name, ("/bin/sh", "-c", script), env_file(tmp_path, text, f"{name}.env"))
+
+
+def test_is_a_service_manager(managers: Factory, tmp_path: Path) -> None:
+    m: ServiceManager = managers(sh_unit(tmp_path, "sleep 30"))
+    assert m.exists("sh-unit") and not m.exists("other")
+    with pytest.raises(ServiceError, match="h1: unit other: unknown unit"):
+        m.state("other")
+
+
+def test_restart_rereads_the_env_file(managers: Factory, tmp_path: Path) -> None:
+    unit = sim_unit(tmp_path, "SIM_WARMUP_S=0\nSGLANG_DSV4_BF16_INDEX_K=1\n")
+    m = managers(unit)
+    assert m.state(unit.name).active_state == "inactive" and m.environ(unit.name) is None
+    m.restart(unit.name)
+    first = m.state(unit.name)
+    assert (first.active_state, first.sub_state, first.n_restarts) == ("active", "running", 0)
+    env = m.environ(unit.name)
+    assert env is not None and env["SGLANG_DSV4_BF16_INDEX_K"] == "1"
+    assert env["PATH"] == os.environ["PATH"]  # orch's environment, overlaid by the file
+
+    unit.env_file.write_text("SIM_WARMUP_S=0\nSGLANG_DSV4_BF16_INDEX_K=0\n")
+    m.restart(unit.name)
+    second = m.state(unit.name)
+    assert second.main_pid != first.main_pid and second.n_restarts == 1
+    assert m.environ(unit.name)["SGLANG_DSV4_BF16_INDEX_K"] == "0"  # type: ignore[index]
+    assert not pid_running(first.main_pid or 0)
+    log = m.log_path(unit.name).read_text()
+    assert f"-- started sim-decode pid={first.main_pid} at " in log
+    assert f"-- started sim-decode pid={second.main_pid} at " in log
+
+
+@pytest.mark.parametrize("dialect, expected", [("systemd", None), ("shell", "bar")])
+def test_export_lines_follow_the_dialect(managers: Factory, tmp_path: Path, dialect: str,
+                                         expected: str | None) -> None:
+    unit = LocalUnit("u", ("sleep", "30"), env_file(tmp_path, "export ORCH_T_FOO=bar\nORCH_T_BAZ=1\n"),
+                     dialect=dialect)  # type: ignore[arg-type]
+    m = managers(unit)
+    m.restart("u")
+    env = m.environ("u")
+    assert env is not None and env["ORCH_T_BAZ"] == "1" and env.get("ORCH_T_FOO") == expected
+
+
+def test_a_unit_that_fails_to_start_is_seen_at_once(managers: Factory, tmp_path: Path) -> None:
+    unit = sim_unit(tmp_path, "SIM_FAIL_START=1\n")
+    m = managers(unit)
+    since = m.restart(unit.name)
+    started = time.monotonic()
+
+    def raised() -> bool:
+        try:
+            m.check_alive(unit.name, since)
+        except ServiceError:
+            return True
+        return False
+
+    wait_until(raised, timeout=5)
+    assert time.monotonic() - started < 2
+    with pytest.raises(ServiceError) as info:
+        m.check_alive(unit.name, since)
+    assert str(info.value) == "h1: unit sim-decode: exited with code 1"
+    assert "SIM_FAIL_START" in info.value.detail
+    state = m.state(unit.name)
+    assert (state.active_state, state.result, state.main_pid) == ("failed", "exit-code", None)
+
+
+def test_check_alive_passes_while_running(managers: Factory, tmp_path: Path) -> None:
+    m = managers(sh_unit(tmp_path, "sleep 30"))
+    since = m.restart("sh-unit")
+    m.check_alive("sh-unit", since)  # no exception
+    m.stop("sh-unit")
+    with pytest.raises(ServiceError, match="not running \\(stopped\\)"):
+        m.check_alive("sh-unit", since)
+    assert m.state("sh-unit").active_state == "inactive"
+
+
+def test_missing_env_file_or_program_fails_the_start(managers: Factory, tmp_path: Path) -> None:
+    gone = LocalUnit("gone", ("sleep", "30"), tmp_path / "missing.env")
+    noexec = LocalUnit("noexec", ("/nonexistent/server",), env_file(tmp_path, ""))
+    m = managers(gone, noexec)
+    with pytest.raises(ServiceError, match="failed to load environment file .*missing.env"):
+        m.restart("gone")
+    assert (m.state("gone").active_state, m.state("gone").result) == ("failed", "resources")
+    with pytest.raises(ServiceError, match="203/EXEC"):
+        m.restart("noexec")
+    with pytest.raises(ServiceError, match="203/EXEC"):
+        m.check_alive("noexec", 0.0)
+
+
+def test_stop_kills_the_whole_process_group(managers: Factory, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    m = managers(sh_unit(tmp_path, f"sleep 300 & echo $! > {pidfile}; wait"))
+    m.restart("sh-unit")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip() != "", timeout=5)
+    leader, child = m.state("sh-unit").main_pid, int(pidfile.read_text())
+    assert leader and pid_running(leader) and pid_running(child)
+    m.stop("sh-unit")
+    assert not pid_running(leader)
+    wait_until(lambda: not pid_running(child), timeout=2)
+    assert not m.pid_path("sh-unit").exists()
+
+
+def test_stop_escalates_to_sigkill(managers: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_mod, "STOP_TIMEOUT_S", 0.3)
+    m = managers(sh_unit(tmp_path, "trap '' TERM; sleep 300 & wait; sleep 300"))
+    m.restart("sh-unit")
+    time.sleep(0.2)  # let the shell install its trap
+    leader = m.state("sh-unit").main_pid
+    started = time.monotonic()
+    m.stop("sh-unit")
+    assert 0.25 < time.monotonic() - started < 3 and not pid_running(leader or 0)
+
+
+def test_a_later_manager_adopts_the_unit_from_its_pid_file(managers: Factory, tmp_path: Path) -> None:
+    unit = sim_unit(tmp_path, "SIM_WARMUP_S=0\nSIM_SEED=4\n")
+    first = managers(unit)
+    first.restart(unit.name)
+    pid = first.state(unit.name).main_pid
+    later = managers(unit)  # e.g. `orch restore` after the first orch process crashed
+    assert later.state(unit.name).main_pid == pid and later.state(unit.name).is_active
+    assert later.environ(unit.name)["SIM_SEED"] == "4"  # type: ignore[index]
+    later.stop(unit.name)
+    wait_until(lambda: not pid_running(pid or 0), timeout=5)
+    assert first.state(unit.name).active_state == "inactive"
+
+
+def test_a_pid_file_naming_another_process_is_never_trusted(managers: Factory, tmp_path: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        m = managers(sh_unit(tmp_path, "sleep 30"))
+        m.pid_path("sh-unit").write_text(f"{stranger.pid}\n")
+        assert m.state("sh-unit").active_state == "inactive" and m.environ("sh-unit") is None
+        m.stop("sh-unit")
+        time.sleep(0.1)
+        assert stranger.poll() is None  # not killed
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_logs_since_returns_what_was_written_after_since(managers: Factory, tmp_path: Path) -> None:
+    script = 'i=0; while [ $i -lt 400 ]; do i=$((i+1)); echo "$$ line-$i"; sleep 0.02; done; sleep 30'
+    m = managers(sh_unit(tmp_path, script))
+    t_start = m.restart("sh-unit")
+    pid1 = m.state("sh-unit").main_pid
+    time.sleep(0.3)
+    m.state("sh-unit")  # the runner touches units between trials
+    mid = time.time()
+    time.sleep(0.3)
+    whole, recent = m.logs_since("sh-unit", t_start), m.logs_since("sh-unit", mid)
+    assert f"-- started sh-unit pid={pid1} at " in whole and f"{pid1} line-1\n" in whole
+    assert f"{pid1} line-1\n" not in recent and "-- started" not in recent and f"{pid1} line-" in recent
+    t2 = m.restart("sh-unit")
+    pid2 = m.state("sh-unit").main_pid
+    time.sleep(0.1)
+    lines = m.logs_since("sh-unit", t2).splitlines()
+    # the marker follows Popen, so a command that prints at once may precede it; the byte
+    # offset recorded before the start is what keeps the previous run's lines out
+    assert f"-- started sh-unit pid={pid2} at " in "\n".join(lines)
+    assert len(lines) >= 2 and all(ln.startswith((f"{pid2} line-", "-- started")) for ln in lines), lines
+    bounded = m.logs_since("sh-unit", t_start, max_bytes=100)
+    assert bounded.startswith("-- (log truncated:") and len(bounded) < 200
+
+
+def test_a_new_manager_ignores_logs_of_earlier_runs(managers: Factory, tmp_path: Path) -> None:
+    unit = sh_unit(tmp_path, "echo hello; sleep 30")
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "sh-unit.log").write_text("ANOMALY from a run last week\n")
+    m = managers(unit)
+    since = time.time()
+    m.restart("sh-unit")
+    wait_until(lambda: "hello" in m.logs_since("sh-unit", since), timeout=5)
+    assert "ANOMALY" not in m.logs_since("sh-unit", since)
+
+
+def test_stop_all_leaves_nothing_running(managers: Factory, tmp_path: Path) -> None:
+    a, b = sh_unit(tmp_path, "sleep 300 & wait", "a"), sh_unit(tmp_path, "sleep 300", "b")
+    m = managers(a, b)
+    m.restart("a")
+    m.restart("b")
+    pids = [m.state(u).main_pid for u in ("a", "b")]
+    m.stop_all()
+    assert all(not pid_running(p or 0) for p in pids)
+    assert [m.state(u).active_state for u in ("a", "b")] == ["inactive", "inactive"]
+
+
+def test_full_sim_deployment_under_the_manager(managers: Factory, tmp_path: Path) -> None:
+    """The three sim units as the embedded default runs them, then the repro through the router."""
+    pp, dp, rp = free_port(), free_port(), free_port()
+    server = (sys.executable, "-m", "orchestrator.sim.server")
+    units = [
+        LocalUnit("sim-prefill", (*server, "--role", "prefill", "--port", str(pp)),
+                  env_file(tmp_path, "SIM_WARMUP_S=0.2\n", "p.env")),
+        LocalUnit("sim-decode", (*server, "--role", "decode", "--port", str(dp)),
+                  env_file(tmp_path, "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\n", "d.env")),
+        LocalUnit("sim-router", (*server, "--role", "router", "--port", str(rp), "--prefill-url",
+                                 f"http://127.0.0.1:{pp}", "--decode-url", f"http://127.0.0.1:{dp}"),
+                  env_file(tmp_path, "", "r.env")),
+    ]
+    m = managers(*units)
+    since = min(m.restart(u.name) for u in units)
+    wait_until(lambda: _ready(f"http://127.0.0.1:{rp}/readiness"), timeout=10)
+    from orchestrator.transport.local import LocalTransport
+
+    out = LocalTransport().run([sys.executable, "-m", "orchestrator.sim.repro", "--router",
+                                f"http://127.0.0.1:{rp}", "--sessions", "10", "--seed", "1"], timeout=60)
+    assert "CORRUPTION sessions: " in out.stdout and "/10 = " in out.stdout
+    decode_log = m.logs_since("sim-decode", since)
+    assert "decode req=" in decode_log and "ANOMALY" in decode_log
+
+
+def _ready(url: str) -> bool:
+    try:
+        return get(url, timeout=1)[0] == 200
+    except OSError:
+        return False

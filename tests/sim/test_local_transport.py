@@ -1,0 +1,97 @@
+"""LocalTransport: commands without a shell unless asked, timeouts that kill the whole process
+group, typed failures, atomic writes that keep the file's mode."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import CommandFailed, TransportError
+from orchestrator.transport import Transport
+from orchestrator.transport.local import LocalTransport
+
+from .helpers import pid_running, wait_until
+
+
+@pytest.fixture
+def t() -> LocalTransport:
+    return LocalTransport("ctl")
+
+
+def test_implements_the_protocol(t: LocalTransport) -> None:
+    transport: Transport = t  # type-checks against the protocol; and at run time:
+    assert transport.host == "ctl" and LocalTransport().host == "local"
+
+
+def test_a_sequence_is_not_parsed_by_a_shell(t: LocalTransport) -> None:
+    r = t.run(["printf", "%s|", "a b", "$HOME", ";", "*"])
+    assert r.ok and r.stdout == "a b|$HOME|;|*|" and r.exit_code == 0
+    assert r.command == "printf '%s|' 'a b' '$HOME' ';' '*'" and r.host == "ctl" and r.duration_s >= 0
+
+
+def test_a_string_runs_in_the_shell(t: LocalTransport) -> None:
+    r = t.run("echo out; echo err >&2; exit 3", check=False)
+    assert (r.exit_code, r.stdout, r.stderr, r.ok) == (3, "out\n", "err\n", False)
+
+
+def test_check_raises_command_failed_with_the_output(t: LocalTransport) -> None:
+    with pytest.raises(CommandFailed) as info:
+        t.run(["sh", "-c", "echo boom >&2; exit 4"])
+    err = info.value
+    assert (err.host, err.result_code, err.stderr) == ("ctl", 4, "boom\n")
+    assert str(err).startswith("ctl: command failed with exit code 4") and "boom" in err.detail
+
+
+def test_a_missing_program_is_exit_127(t: LocalTransport) -> None:
+    r = t.run(["/nonexistent/prog"], check=False)
+    assert r.exit_code == 127 and "not found" in r.stderr
+
+
+def test_timeout_kills_the_whole_process_group(t: LocalTransport, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    with pytest.raises(TransportError, match="timed out after 0.5 s"):
+        t.run(f"sleep 30 & echo $! > {pidfile}; wait", timeout=0.5)
+    assert time.monotonic() - started < 5
+    child = int(pidfile.read_text())
+    wait_until(lambda: not pid_running(child), timeout=3)
+
+
+def test_sudo_as_root_runs_directly_else_needs_sudo(t: LocalTransport) -> None:
+    if os.geteuid() == 0:
+        assert t.run(["id", "-u"], sudo=True).stdout.strip() == "0"
+    else:  # pragma: no cover - the CI runs as root
+        try:
+            t.run(["true"], sudo=True, check=False)
+        except TransportError as exc:
+            assert "sudo not supported locally" in str(exc)
+
+
+def test_read_write_exists(t: LocalTransport, tmp_path: Path) -> None:
+    path = tmp_path / "a.env"
+    assert not t.exists(str(path))
+    t.write_bytes_atomic(str(path), b"K=1\n")
+    assert t.exists(str(path)) and t.read_bytes(str(path)) == b"K=1\n"
+    with pytest.raises(TransportError, match="ctl: cannot read .*missing"):
+        t.read_bytes(str(tmp_path / "missing"))
+
+
+def test_atomic_write_keeps_mode_and_leaves_no_temp_files(t: LocalTransport, tmp_path: Path) -> None:
+    path = tmp_path / "decode.env"
+    path.write_bytes(b"old\r\n")
+    path.chmod(0o640)
+    inode = path.stat().st_ino
+    t.write_bytes_atomic(str(path), b"new\xff\r\n")
+    assert path.read_bytes() == b"new\xff\r\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert path.stat().st_ino != inode  # replaced by rename, never rewritten in place
+    assert [p.name for p in tmp_path.iterdir()] == ["decode.env"]
+
+
+def test_atomic_write_into_a_missing_directory_is_a_transport_error(t: LocalTransport, tmp_path: Path) -> None:
+    with pytest.raises(TransportError, match="cannot write"):
+        t.write_bytes_atomic(str(tmp_path / "no" / "such.env"), b"x")

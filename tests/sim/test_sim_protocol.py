@@ -1,0 +1,117 @@
+"""The wire format and the repro's judgement of answers (pure: no processes)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+
+import pytest
+
+from orchestrator.sim import protocol
+from orchestrator.sim.repro import Checked, SessionOutcome, check_answer, classify, percentile, summarize
+
+
+def ask(round_: int = 1, rounds: int = 3, seed: int = 0) -> protocol.ToolAsk:
+    return protocol.make_ask(random.Random(seed), "r1-007", round_, rounds)
+
+
+def request_for(a: protocol.ToolAsk) -> dict[str, object]:
+    return {"user": a.session, "messages": [
+        {"role": "system", "content": protocol.context_filler(20)},
+        {"role": "user", "content": "an earlier step, already done"},
+        {"role": "user", "content": a.instruction()},
+    ], "tools": protocol.tool_specs()}
+
+
+def answer(message: dict[str, object]) -> bytes:
+    return json.dumps(protocol.completion(message, "tool_calls", "x")).encode()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_server_reads_back_exactly_what_the_client_asked(seed: int) -> None:
+    a = ask(2, 3, seed)
+    assert protocol.parse_ask(request_for(a)) == a
+
+
+@pytest.mark.parametrize("body", [
+    [], {"messages": []}, {"user": "s", "messages": [{"role": "user", "content": "hello"}]},
+    {"user": "s", "messages": [{"role": "user", "content": "Step 1 of 3: call tool `grep` with arguments {bad"}]},
+])
+def test_requests_without_an_instruction_are_refused(body: object) -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_ask(body)
+
+
+def test_a_correct_call_is_ok_and_the_final_one_is_done() -> None:
+    first, last = ask(1, 3), ask(3, 3)
+    ok = check_answer(first, 200, answer(protocol.tool_call_message(first, first.arguments_json, "c1")))
+    assert ok.verdict == "ok" and not ok.done
+    fin = check_answer(last, 200, answer(protocol.tool_call_message(last, last.arguments_json, "c3")))
+    assert fin.verdict == "ok" and fin.done
+
+
+def test_argument_order_and_spacing_do_not_matter() -> None:
+    a = ask()
+    spaced = json.dumps(dict(reversed(list(json.loads(a.arguments_json).items()))), indent=2)
+    assert check_answer(a, 200, answer(protocol.tool_call_message(a, spaced, "c"))).verdict == "ok"
+
+
+@pytest.mark.parametrize("u", [0.0, 0.2, 0.49, 0.5, 0.8, 0.99])
+@pytest.mark.parametrize("other", [None, '{"path":"/srv/app/r1-003/module_2.py","start_line":5}'])
+def test_every_leak_is_detected(u: float, other: str | None) -> None:
+    for seed in range(10):
+        a = ask(1, 3, seed)
+        leaked = protocol.leaked_arguments(a, other, u)
+        assert leaked != a.arguments_json
+        checked = check_answer(a, 200, answer(protocol.tool_call_message(a, leaked, "c")))
+        assert checked.verdict == "leak", (leaked, checked)
+
+
+def test_leaks_carry_a_special_token_or_foreign_values() -> None:
+    a = ask()
+    assert protocol.SPECIAL_TOKEN in protocol.leaked_arguments(a, None, 0.1)
+    foreign = '{"aaa":"/srv/app/r9-999/x"}'
+    assert "r9-999" in protocol.leaked_arguments(a, foreign, 0.7)
+
+
+def test_wrong_tool_and_plain_text_and_errors() -> None:
+    a = ask()
+    wrong = protocol.tool_call_message(a, a.arguments_json, "c")
+    wrong["tool_calls"][0]["function"]["name"] = "not_" + a.tool  # type: ignore[index]
+    assert check_answer(a, 200, answer(wrong)).verdict == "leak"
+    assert check_answer(a, 200, answer(protocol.text_message(a))).verdict == "no_tool"
+    assert check_answer(a, 503, b'{"error":"warming"}').verdict == "error"
+    assert check_answer(a, 200, b"not json").verdict == "error"
+    assert check_answer(a, 200, b'{"choices": []}').verdict == "error"
+
+
+def test_sessions_end_at_their_first_bad_answer() -> None:
+    ok, done = Checked("ok"), Checked("ok", done=True)
+    assert classify([ok, ok, done], 3) == "done"
+    assert classify([ok, ok, ok], 3) == "maxrounds"  # never said it finished
+    assert classify([ok, Checked("leak")], 3) == "leak"
+    assert classify([Checked("no_tool")], 3) == "no_tool"
+    assert classify([ok, Checked("error")], 3) == "error"
+
+
+def test_summary_lines_have_the_real_repro_format() -> None:
+    outcomes = [SessionOutcome("done", [0.010, 0.020, 0.030]) for _ in range(39)]
+    outcomes.append(SessionOutcome("no_tool", [0.5]))
+    lines = summarize(outcomes, 1.94)
+    assert lines[0] == 'wall=1.9s counts={"done": 39, "no_tool": 1}'
+    assert lines[1] == ("CORRUPTION sessions: 1/40 = 2%  "
+                        "(leak=0 no_tool=1 error=0 ok-ish[done/maxrounds]=39)")
+    assert re.fullmatch(r"THROUGHPUT req/s=60\.8 p50_latency_ms=20\.0 p99_latency_ms=\d+\.\d", lines[2])
+
+
+def test_errors_count_as_corruption_like_the_real_script() -> None:
+    lines = summarize([SessionOutcome("error"), SessionOutcome("maxrounds"), SessionOutcome("leak")], 1.0)
+    assert "CORRUPTION sessions: 2/3 = 67%  (leak=1 no_tool=0 error=1 ok-ish[done/maxrounds]=1)" == lines[1]
+
+
+def test_percentile_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([], 50) != percentile([], 50)  # NaN
