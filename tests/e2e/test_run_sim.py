@@ -1,0 +1,158 @@
+"""End to end on the bundled simulator: `orch run` over real local processes and HTTP.
+
+Checks the whole chain: env files edited and restored byte for byte, units restarted only on
+change, health waited on, the repro's metrics extracted, journal and report agreeing (numbers in
+the report recomputed from the journal), and nothing left listening afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.journal import read_journal
+from orchestrator.records import TrialRecord
+from orchestrator.stats import wilson_interval
+
+pytestmark = pytest.mark.sim
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+ENV_FILES = {
+    "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.3\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
+    "decode.env": ("# decode flags\r\nSIM_WARMUP_S=0.3\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
+                   "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=\"\""),  # CRLF, no final newline
+    "router.env": "SIM_WARMUP_S=0.1\n",
+}
+
+
+def make_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
+    pp, rp, dp = free_ports(3)
+    for name, text in ENV_FILES.items():
+        (tmp_path / name).write_bytes(text.encode())
+    srv = '["{python}", -m, orchestrator.sim.server'
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(textwrap.dedent(f"""\
+        testbeds:
+          sim:
+            state_dir: state
+            hosts:
+              prefill:
+                env_file: prefill.env
+                units: [{{name: t-prefill, command: {srv}, --role, prefill, --port, "{pp}"]}}]
+                url: http://127.0.0.1:{pp}
+                health_timeout: 30
+              decode:
+                env_file: decode.env
+                units: [{{name: t-decode, command: {srv}, --role, decode, --port, "{dp}"]}}]
+                url: http://127.0.0.1:{dp}
+                health_timeout: 30
+              router:
+                env_file: router.env
+                units: [{{name: t-router, command: {srv}, --role, router, --port, "{rp}",
+                          --prefill-url, "http://127.0.0.1:{pp}", --decode-url, "http://127.0.0.1:{dp}"]}}]
+                url: http://127.0.0.1:{rp}
+                health_timeout: 30
+                after: [prefill, decode]
+        """))
+    return inv, [pp, rp, dp]
+
+
+MATRIX = """\
+name: e2e
+factors:
+  cuda_graph:
+    levels:
+      on: {decode: {SGLANG_EXTRA_ARGS: ""}}
+      off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+replicates: 2
+repro:
+  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 30 --rounds 3 --seed {trial_seed}"
+  timeout: 120
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+    wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: s}
+collect:
+  anomalies: {role: decode, pattern: ANOMALY}
+"""
+
+
+@pytest.fixture
+def sweep(tmp_path, capsys):
+    inv, ports = make_inventory(tmp_path)
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
+    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "--out", str(tmp_path / "reports"),
+                 "--run-id", "e2e", "--seed", "11"])
+    return tmp_path, code, originals, ports, capsys.readouterr().out
+
+
+def test_sweep_on_the_simulator(sweep):
+    tmp_path, code, originals, ports, out = sweep
+    assert code == 0, out
+    run_dir = tmp_path / "reports" / "e2e"
+    assert f"report: {run_dir / 'index.html'}" in out
+
+    # hosts are back: env files byte-identical (CRLF, missing final newline), nothing listening
+    for name, data in originals.items():
+        assert (tmp_path / name).read_bytes() == data, name
+    assert not any(port_open(p) for p in ports)
+    assert not list((tmp_path).glob("*.orch-backup-*"))
+
+    trials = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    assert len(trials) == 8 and all(t.status == "completed" for t in trials)
+    assert sorted(t.trial for t in trials) == list(range(8))
+    for t in trials:
+        assert t.metrics["corruption"].n == 30
+        assert t.metrics["anomalies"].value > 0
+        assert t.env["decode"]["SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"] == ("1" if t.levels["overlap"] == "on" else "0")
+        assert "router" in t.health_wait_s
+        # prefill's env never changes in this matrix: it is started once and never restarted
+    restarts = [u for t in trials for u in t.restarted]
+    assert restarts.count("prefill:t-prefill") == 1
+    assert restarts.count("decode:t-decode") >= 4
+
+
+def test_report_numbers_match_the_journal(sweep):
+    tmp_path, code, _, _, _ = sweep
+    assert code == 0
+    run_dir = tmp_path / "reports" / "e2e"
+    html = (run_dir / "index.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "report loads something external"
+    trials = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    by_cell: dict[str, list[int]] = {}
+    for t in trials:
+        k_n = by_cell.setdefault(t.cell, [0, 0])
+        k_n[0] += t.metrics["corruption"].k
+        k_n[1] += t.metrics["corruption"].n
+    for cell, (k, n) in by_cell.items():
+        low, high = wilson_interval(k, n)
+        assert f"{k}/{n}" in html, cell
+        assert f"{100 * low:.1f}" in html and f"{100 * high:.1f}" in html, (cell, low, high)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "completed" and manifest["seed"] == 11
+    assert (tmp_path / "reports" / "index.html").exists()
