@@ -1,0 +1,1 @@
+"""Real systemd + OpenSSH test hosts in namespaces (fixture.py, testbed.sh)."""

@@ -1,0 +1,477 @@
+"""Real test hosts for `testbed` tests: systemd 252 as PID 1 + OpenSSH, in namespaces.
+
+`boot_testbed()` boots three hosts - prefill, router, decode - on a private bridge, each
+running the bundled simulator as systemd units exactly like the real deployment
+(EnvironmentFile=/etc/sglang/<role>.env, units sglang-dsv4-prefill / sglang-dsv4-decode /
+sglang-router), and writes an inventory YAML for them. `testbed.sh` (beside this file) does
+the namespace work; see its header. Nothing on this machine's filesystem is written except
+the lab folder (pytest's tmp area): every host's root is an overlay on a tmpfs.
+
+Units on the hosts (all started at boot):
+  prefill  sglang-dsv4-prefill        :30000  EnvironmentFile=/etc/sglang/prefill.env
+  decode   sglang-dsv4-decode         :30002  EnvironmentFile=/etc/sglang/decode.env
+  decode   sglang-dsv4-decode-shell   :30012  SHELL dialect: /bin/bash -c 'set -a;
+                                              . /etc/sglang/decode-shell.env; exec python ...'
+  router   sglang-router              :30001  -> prefill :30000, decode :30002
+  router   sglang-router-shell        :30011  -> prefill :30000, decode-shell :30012
+The inventory has two testbeds: `dsv4-pd` (systemd dialect everywhere) and `dsv4-pd-shell`
+(decode in the shell dialect, through its own router; prefill is shared).
+
+The hosts run the test process's own interpreter and checkout. Both may live where the host
+sees a fresh tmpfs (/root, /tmp) or outside the root filesystem, so they are bind-mounted
+read-only at the same paths, and units get PYTHONPATH=<checkout>.
+
+Use in tests: the session fixture `testbed` (register it in a conftest with
+`from testbed.fixture import testbed`). It skips with a reason when the machine cannot host
+the testbed (not root, no overlay/cgroup2, tools missing) - unless CI=true, then it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Literal
+
+import pytest
+import yaml
+
+SCRIPT = Path(__file__).resolve().with_name("testbed.sh")
+WARMUP_S = 0.3
+SUBNETS = range(231, 251)  # 10.<n>.0.0/24 tried in turn; bridge otb<n-231>: a free one is claimed
+HOST_IPS = {"prefill": 2, "router": 3, "decode": 4}
+HIDDEN = ("/root", "/tmp", "/var/tmp", "/run", "/dev/shm", "/var/log/journal")  # fresh tmpfs inside
+TOOLS = ("unshare", "nsenter", "setsid", "setpriv", "ip", "findmnt", "ssh", "ssh-keygen", "base64", "timeout")
+Dialect = Literal["systemd", "shell"]
+
+
+class TestbedUnsupported(RuntimeError):
+    """This machine cannot host the testbed (message: why)."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
+@dataclass(frozen=True)
+class SimUnit:
+    """One simulator unit on a host."""
+
+    name: str
+    role: Literal["prefill", "decode", "router"]
+    port: int
+    env_file: str
+    dialect: Dialect = "systemd"
+    upstream: tuple[str, str] | None = None  # router: (prefill url, decode url)
+    health_path: str = "/health"
+
+
+@dataclass(frozen=True)
+class TestbedHost:
+    __test__ = False
+
+    name: str  # also the role and the hostname inside
+    ip: str
+    units: tuple[SimUnit, ...]
+
+    def unit(self, name: str) -> SimUnit:
+        return next(u for u in self.units if u.name == name)
+
+
+@dataclass(frozen=True)
+class Testbed:
+    """A booted testbed. Paths are on the controller; hosts reach each other by IP."""
+
+    __test__ = False
+
+    lab: Path
+    bridge: str
+    net: str  # e.g. "10.231.0"
+    key: Path
+    known_hosts: Path  # IP-keyed, for SshTransport / paramiko
+    inventory: Path
+    hosts: tuple[TestbedHost, ...]
+    boot_s: float  # launch of the first host until all units answer healthy
+    ssh_ready_s: float  # launch of the first host until sshd answers on all
+    python: str
+    checkout: Path
+    env: dict[str, str] = field(repr=False, default_factory=dict)  # for testbed.sh calls
+
+    def host(self, name: str) -> TestbedHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def url(self, host: str, unit: str | None = None) -> str:
+        h = self.host(host)
+        u = h.unit(unit) if unit else h.units[0]
+        return f"http://{h.ip}:{u.port}"
+
+    def ssh(self, host: str, command: str, *, user: str = "root", check: bool = True,
+            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run a command with the OpenSSH client: independent of the code under test."""
+        cfg = self.lab / "state" / host / "ssh_config"
+        proc = subprocess.run(["ssh", "-F", str(cfg), "-l", user, host, command], capture_output=True,
+                              text=True, timeout=timeout, env=self.env)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{host}: `{command}` exited {proc.returncode}: {proc.stderr.strip()}")
+        return proc
+
+    def script(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return _script(self.env, *args, check=check)
+
+
+# ------------------------------------------------------------------------------- preflight
+def unsupported_reason() -> str | None:
+    """Why this machine cannot boot the testbed, or None."""
+    if sys.platform != "linux":
+        return "needs Linux"
+    if os.geteuid() != 0:
+        return "needs root (namespaces, overlay mounts, veth)"
+    if "overlay" not in Path("/proc/filesystems").read_text():
+        return "kernel has no overlay filesystem"
+    if not cgroup2_mount():
+        return "no cgroup2 mount"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    missing += [p for p in ("/usr/sbin/sshd", "/usr/lib/systemd/systemd") if not os.access(p, os.X_OK)]
+    if missing:
+        return f"missing: {', '.join(missing)} (apt-get install openssh-server systemd iproute2 util-linux)"
+    if _root_locked():
+        return "root is locked in /etc/shadow ('!'): sshd with UsePAM no refuses it"
+    return None
+
+
+def require_support() -> None:
+    """Skip (or, when CI=true, fail) if the testbed cannot run here."""
+    reason = unsupported_reason()
+    if reason is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"testbed cannot run on this CI machine: {reason}")
+    pytest.skip(f"testbed: {reason}")
+
+
+def cgroup2_mount() -> str | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup2":
+            return parts[1]
+    return None
+
+
+def _root_locked() -> bool:
+    try:
+        for line in Path("/etc/shadow").read_text().splitlines():
+            if line.startswith("root:"):
+                return line.split(":")[1].startswith("!")
+    except OSError:
+        return False
+    return False
+
+
+# ------------------------------------------------------------------------------- layout (pure)
+def layout(net: str) -> tuple[TestbedHost, ...]:
+    """The three hosts and their units for subnet `net` (e.g. "10.231.0")."""
+    ip = {name: f"{net}.{n}" for name, n in HOST_IPS.items()}
+    pre, dec = f"http://{ip['prefill']}:30000", f"http://{ip['decode']}"
+    return (
+        TestbedHost("prefill", ip["prefill"], (SimUnit("sglang-dsv4-prefill", "prefill", 30000, "/etc/sglang/prefill.env"),)),
+        TestbedHost("router", ip["router"], (
+            SimUnit("sglang-router", "router", 30001, "/etc/sglang/router.env",
+                    upstream=(pre, f"{dec}:30002"), health_path="/readiness"),
+            SimUnit("sglang-router-shell", "router", 30011, "/etc/sglang/router-shell.env",
+                    upstream=(pre, f"{dec}:30012"), health_path="/readiness"),
+        )),
+        TestbedHost("decode", ip["decode"], (
+            SimUnit("sglang-dsv4-decode", "decode", 30002, "/etc/sglang/decode.env"),
+            SimUnit("sglang-dsv4-decode-shell", "decode", 30012, "/etc/sglang/decode-shell.env", dialect="shell"),
+        )),
+    )
+
+
+def env_file_text(unit: SimUnit) -> str:
+    """Initial flags, like inventory/local/*.env; `export` lines for the shell dialect."""
+    values = [("SIM_WARMUP_S", f"{WARMUP_S}"), ("SIM_SEED", "7")]
+    if unit.role != "router":
+        values.append(("SGLANG_DSV4_BF16_INDEX_K", "1"))
+    if unit.role == "decode":
+        values += [("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "1"), ("SGLANG_EXTRA_ARGS", '""')]
+    if unit.dialect == "shell":
+        head = f"# {unit.role} flags (shell dialect: sourced by the unit's wrapper, set -a; . FILE)\n"
+        return head + "".join(f"export {k}={v}\n" for k, v in values)
+    head = f"# {unit.role} flags (read by systemd: EnvironmentFile=)\n"
+    return head + "".join(f"{k}={v}\n" for k, v in values)
+
+
+def unit_file_text(unit: SimUnit, python: str, checkout: Path) -> str:
+    """A unit like the real deployment's: Type=exec, restart on failure, default start limit."""
+    argv = [python, "-m", "orchestrator.sim.server", "--role", unit.role, "--port", str(unit.port), "--host", "0.0.0.0"]
+    if unit.upstream:
+        argv += ["--prefill-url", unit.upstream[0], "--decode-url", unit.upstream[1]]
+    if unit.dialect == "shell":
+        inner = f"set -a; . {unit.env_file}; exec " + " ".join(_sh_quote(a) for a in argv)
+        exec_start, env_line = f"/bin/bash -c {_sd_quote(inner)}", ""
+    else:
+        exec_start, env_line = " ".join(_sd_quote(a) for a in argv), f"EnvironmentFile={unit.env_file}\n"
+    return (
+        "[Unit]\n"
+        f"Description=orch testbed: simulated {unit.role} ({unit.dialect} dialect)\n"
+        "DefaultDependencies=no\nAfter=systemd-journald.socket\n"
+        "[Service]\nType=exec\n"
+        f"{env_line}"
+        f"Environment={_sd_quote(f'PYTHONPATH={checkout}')} PYTHONPYCACHEPREFIX=/var/tmp/pycache PYTHONUNBUFFERED=1\n"
+        f"ExecStart={exec_start}\n"
+        "Restart=on-failure\nRestartSec=1\n"
+    )
+
+
+def _sd_quote(arg: str) -> str:
+    """Quote one word for systemd's ExecStart=/Environment= (no $VAR or %specifier expansion)."""
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def _sh_quote(arg: str) -> str:
+    return shlex.quote(arg)
+
+
+def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Path) -> dict[str, object]:
+    """The inventory YAML (format of inventory/example-pd.yaml) for both testbeds."""
+    hosts = {h.name: h for h in tb_hosts}
+
+    def entry(host: TestbedHost, unit: SimUnit, after: list[str] | None = None) -> dict[str, object]:
+        base = f"http://{host.ip}:{unit.port}"
+        d: dict[str, object] = {
+            "transport": "ssh",
+            "ssh": {"host": host.ip, "port": 22, "user": "root", "key": str(key), "known_hosts": str(known_hosts),
+                    "accept_new_host_keys": False, "connect_timeout": 5, "sudo": False},
+            "env_file": unit.env_file, "dialect": unit.dialect, "units": [unit.name],
+            "url": base, "health": base + unit.health_path, "health_timeout": 30,
+            "startup_estimate": WARMUP_S + 0.5, "verify_env": True,
+        }
+        if after:
+            d["after"] = after
+        return d
+
+    def testbed(decode_unit: str, router_unit: str, description: str) -> dict[str, object]:
+        return {"description": description, "hosts": {
+            "prefill": entry(hosts["prefill"], hosts["prefill"].units[0]),
+            "decode": entry(hosts["decode"], hosts["decode"].unit(decode_unit)),
+            "router": entry(hosts["router"], hosts["router"].unit(router_unit), ["prefill", "decode"]),
+        }}
+
+    return {"testbeds": {
+        "dsv4-pd": testbed("sglang-dsv4-decode", "sglang-router", "3 real systemd+sshd hosts running the simulator"),
+        "dsv4-pd-shell": testbed("sglang-dsv4-decode-shell", "sglang-router-shell",
+                                 "same hosts; decode reads `export KEY=VALUE` through a wrapper shell"),
+    }}
+
+
+def bind_paths(python: str, checkout: Path, lab: Path) -> list[str]:
+    """Directories the units need that a host would not see: under a path the host gets a
+    fresh tmpfs on, or on another filesystem than / (the overlay's lower layer is / only)."""
+    exe = Path(python)
+    wanted = {Path(sys.prefix), Path(sys.base_prefix), exe.parent.parent, exe.resolve().parent.parent, checkout}
+    root_dev = os.stat("/").st_dev
+    hidden = (*HIDDEN, str(lab))
+    out: list[str] = []
+    for p in sorted({w.resolve() for w in wanted if w.exists()}, key=lambda q: len(q.parts)):
+        if any(p == Path(o) or Path(o) in p.parents for o in out):
+            continue
+        if os.stat(p).st_dev != root_dev or any(str(p) == h or str(p).startswith(h + "/") for h in hidden):
+            out.append(str(p))
+    return out
+
+
+# ------------------------------------------------------------------------------- boot / teardown
+def boot_testbed(lab: Path, *, python: str = sys.executable, checkout: Path | None = None,
+                 ready_timeout_s: float = 60.0) -> Testbed:
+    """Boot the three hosts in `lab` (created; must be private to this run) and wait until
+    every unit is healthy. On any failure everything booted so far is torn down."""
+    reason = unsupported_reason()
+    if reason:
+        raise TestbedUnsupported(reason)
+    import orchestrator
+
+    checkout = checkout or Path(orchestrator.__file__).resolve().parent.parent
+    lab.mkdir(parents=True, exist_ok=True)
+    (lab / "tmp").mkdir(exist_ok=True)
+    env = {**os.environ, "OTB_LAB": str(lab), "TMPDIR": str(lab / "tmp")}
+    env.pop("SSH_AUTH_SOCK", None)  # the lab key only, never an agent of the caller's
+    env = _claim_network(env)
+    reaper = _start_reaper(env, lab)
+    try:
+        return _boot(lab, env, python, checkout, ready_timeout_s, reaper)
+    except BaseException:
+        _stop_reaper(reaper)
+        _script(env, "down-all", check=False)
+        raise
+
+
+def _boot(lab: Path, env: dict[str, str], python: str, checkout: Path, ready_timeout_s: float,
+          reaper: subprocess.Popen[bytes]) -> Testbed:
+    hosts = layout(env["OTB_NET"])
+    binds = " ".join(bind_paths(python, checkout, lab))
+    extras = {h.name: _stage(lab, h, python, checkout) for h in hosts}
+    t0 = time.monotonic()
+
+    def up(h: TestbedHost) -> None:
+        wants = " ".join(f"{u.name}.service" for u in h.units)
+        _script({**env, "OTB_STAGE_EXTRA": str(extras[h.name]), "OTB_WANTS": wants, "OTB_BINDS": binds},
+                "up", h.name, h.ip)
+        _script(env, "wait", h.name, "30")
+
+    _in_parallel(up, hosts)
+    ssh_ready = time.monotonic() - t0
+    _wait_healthy(hosts, ready_timeout_s)
+    boot = time.monotonic() - t0
+    known = lab / "known_hosts"
+    known.write_text("".join((lab / "state" / h.name / "known_hosts").read_text() for h in hosts))
+    key = lab / "keys" / "id_ed25519"
+    inventory = lab / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(inventory_data(hosts, key, known), sort_keys=False))
+    tb = Testbed(lab, env["OTB_BR"], env["OTB_NET"], key, known, inventory, hosts, boot, ssh_ready, python,
+                 checkout, env)
+    _REAPERS[tb.bridge] = reaper
+    return tb
+
+
+def shutdown(tb: Testbed) -> None:
+    """Tear every host down (kill -9 of each PID 1, cgroups, netns, bridge) and check it."""
+    reaper = _REAPERS.pop(tb.bridge, None)
+    if reaper is not None:
+        _stop_reaper(reaper)
+    tb.script("down-all")
+    left = subprocess.run(["ip", "link", "show", tb.bridge], capture_output=True)
+    if left.returncode == 0 or (tb.lab / "state").exists():
+        raise AssertionError(f"testbed teardown left {tb.bridge} or {tb.lab / 'state'} behind")
+
+
+@contextmanager
+def running_testbed(lab: Path, **kwargs: object) -> Iterator[Testbed]:
+    tb = boot_testbed(lab, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield tb
+    finally:
+        shutdown(tb)
+
+
+_REAPERS: dict[str, subprocess.Popen[bytes]] = {}  # bridge -> its guard process
+
+
+def _script(env: dict[str, str], *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=120)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"testbed.sh {' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    return proc
+
+
+def _in_parallel(fn: Callable[[TestbedHost], None], hosts: tuple[TestbedHost, ...]) -> None:
+    """Boot hosts at once (the bridge and key exist already); raise the first failure."""
+    errors: list[BaseException] = []
+
+    def call(h: TestbedHost) -> None:
+        try:
+            fn(h)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(h,), name=f"boot-{h.name}") for h in hosts]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    if errors:
+        raise errors[0]
+
+
+def _claim_network(env: dict[str, str]) -> dict[str, str]:
+    """Claim the first free bridge + subnet (creating the bridge is the atomic claim), so two
+    test runs on one machine never share hosts."""
+    errors = []
+    for i, octet in enumerate(SUBNETS):
+        trial = {**env, "OTB_BR": f"otb{i}", "OTB_NET": f"10.{octet}.0"}
+        proc = _script(trial, "net-up", check=False)
+        if proc.returncode == 0:
+            return trial
+        errors.append(proc.stderr.strip())
+    raise TestbedUnsupported(f"no free bridge/subnet for the testbed: {errors[-1] if errors else '?'}")
+
+
+def _stage(lab: Path, host: TestbedHost, python: str, checkout: Path) -> Path:
+    root = lab / "extra" / host.name
+    units, conf = root / "etc/systemd/system", root / "etc/sglang"
+    units.mkdir(parents=True, exist_ok=True)
+    conf.mkdir(parents=True, exist_ok=True)
+    for u in host.units:
+        (units / f"{u.name}.service").write_text(unit_file_text(u, python, checkout))
+        Path(root, u.env_file.lstrip("/")).write_text(env_file_text(u))
+    return root
+
+
+def _wait_healthy(hosts: tuple[TestbedHost, ...], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = {f"http://{h.ip}:{u.port}{u.health_path}" for h in hosts for u in h.units}
+    last: dict[str, str] = {}
+    while pending:
+        for url in sorted(pending):
+            try:
+                with urllib.request.urlopen(url, timeout=1) as r:
+                    if r.status == 200:
+                        pending.discard(url)
+            except (urllib.error.URLError, OSError) as exc:
+                last[url] = str(exc)
+        if pending and time.monotonic() > deadline:
+            raise RuntimeError(f"testbed units not healthy after {timeout_s:g} s: "
+                               + "; ".join(f"{u}: {last.get(u, '?')}" for u in sorted(pending)))
+        if pending:
+            time.sleep(0.05)
+
+
+def _start_reaper(env: dict[str, str], lab: Path) -> subprocess.Popen[bytes]:
+    """A guard that tears the hosts down if this process dies without its finalizers
+    (SIGKILL, OOM): the hosts would otherwise outlive the test run."""
+    log = open(lab / "reaper.log", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen([str(SCRIPT), "reaper", str(os.getpid())], env=env, stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    finally:
+        log.close()
+
+
+def _stop_reaper(reaper: subprocess.Popen[bytes]) -> None:
+    if reaper.poll() is None:
+        os.kill(reaper.pid, signal.SIGKILL)  # by PID; its `sleep 0.5` child ends by itself
+        reaper.wait(timeout=10)
+
+
+# ------------------------------------------------------------------------------- pytest fixture
+_SESSION: list[Testbed] = []
+_USERS = [0]
+_LOCK = threading.Lock()
+
+
+@pytest.fixture(scope="session")
+def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """Three booted hosts for the whole session. Safe to register in several conftests:
+    they share one testbed, torn down when the last user finishes."""
+    require_support()
+    with _LOCK:
+        if not _SESSION:
+            _SESSION.append(boot_testbed(tmp_path_factory.mktemp("lab", numbered=True)))
+        _USERS[0] += 1
+        tb = _SESSION[0]
+    try:
+        yield tb
+    finally:
+        with _LOCK:
+            _USERS[0] -= 1
+            if _USERS[0] == 0:
+                _SESSION.clear()
+                shutdown(tb)
