@@ -1,0 +1,268 @@
+"""The pure parts of the SSH transport, the systemd manager and the testbed fixture: no host
+needed, so these run everywhere (the same code is exercised for real in the testbed tests)."""
+
+from __future__ import annotations
+
+import base64
+import errno
+import shlex
+import socket
+import subprocess
+from pathlib import Path
+
+import paramiko
+import pytest
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadHostKeyException,
+    NoValidConnectionsError,
+    PasswordRequiredException,
+)
+
+from orchestrator.services.systemd import (
+    ProcInfo,
+    ShowInfo,
+    liveness_problem,
+    parse_environ,
+    parse_show,
+    parse_timestamp,
+    parse_tree,
+    pick_server,
+    unit_id,
+)
+from orchestrator.services import UnitState
+from orchestrator.transport.ssh import SshTransport, _UnknownHostKey, command_line, connect_error_message
+from testbed import fixture
+
+
+# ----------------------------------------------------------------------------- ssh: command lines
+def sh(line: str) -> str:
+    """Run a command line through a real local sh and return what it printed."""
+    return subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout
+
+
+def test_argv_is_quoted_word_by_word() -> None:
+    words = ["printf", "%s|", "a b", "$(touch /nonexistent/x)", "`id`", "it's", ""]
+    line = command_line(words, sudo=False, timeout=None)
+    assert shlex.split(line) == words
+    assert sh(line) == "a b|$(touch /nonexistent/x)|`id`|it's||"
+
+
+def test_string_goes_to_the_shell_unchanged_unless_wrapped() -> None:
+    assert command_line("echo $HOME | wc -c", sudo=False, timeout=None) == "echo $HOME | wc -c"
+    line = command_line("echo 'a b' | tr a-z A-Z", sudo=False, timeout=5)
+    assert line.startswith("timeout -k 2 5.000 ")
+    assert sh(line) == "A B\n"  # the string still runs in a shell, quoted once
+
+
+def test_sudo_wraps_outside_timeout_so_timeout_runs_as_root() -> None:
+    line = command_line(["id", "-u"], sudo=True, timeout=1.5)
+    assert shlex.split(line) == ["sudo", "-n", "--", "timeout", "-k", "2", "1.500", "id", "-u"]
+    assert command_line("x", sudo=True, timeout=None).startswith('sudo -n -- "${SHELL:-/bin/sh}" -c ')
+
+
+def test_empty_argv_is_refused() -> None:
+    with pytest.raises(ValueError):
+        command_line([], sudo=False, timeout=None)
+
+
+# ----------------------------------------------------------------------------- ssh: error texts
+@pytest.fixture
+def t() -> SshTransport:
+    return SshTransport("decode", "10.9.0.4", key_filename="/k/id", known_hosts="/k/known")
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[paramiko.PKey, paramiko.PKey]:
+    d = tmp_path_factory.mktemp("keys")
+    out = []
+    for name in ("a", "b"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True,
+                       env={"PATH": "/usr/bin:/bin", "TMPDIR": str(d)})
+        out.append(paramiko.Ed25519Key.from_private_key_file(str(d / name)))
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (NoValidConnectionsError({("10.9.0.4", 22): OSError(errno.ECONNREFUSED, "refused")}),
+         "cannot connect: connection refused (is sshd running and listening on port 22?)"),
+        (NoValidConnectionsError({("10.9.0.4", 22): OSError(errno.EHOSTUNREACH, "x")}),
+         "cannot connect: no route to host (host down or wrong address?)"),
+        (socket.timeout("timed out"), "cannot connect: timed out after 10 s (host down, or a firewall drops port 22?)"),
+        (socket.gaierror(-2, "Name or service not known"), "cannot connect: cannot resolve host name 10.9.0.4 (check `ssh.host`)"),
+        (AuthenticationException("Authentication failed."), "authentication failed for root (check `key:`)"),
+        (PasswordRequiredException("private key file is encrypted"),
+         "key /k/id is passphrase-protected (load it into ssh-agent and drop `key:`)"),
+        (EOFError(), "SSH handshake failed: EOFError (is port 22 an SSH server?)"),
+        (paramiko.SSHException("Error reading SSH protocol\nbanner"),
+         "SSH handshake failed: Error reading SSH protocol banner (is port 22 an SSH server?)"),
+    ],
+)
+def test_connect_errors_read_as_one_line(t: SshTransport, exc: BaseException, expected: str) -> None:
+    assert connect_error_message(exc, t) == expected
+
+
+def test_host_key_errors_name_fingerprints_and_the_fix(t: SshTransport, keys) -> None:  # noqa: ANN001
+    a, b = keys
+    unknown = connect_error_message(_UnknownHostKey("10.9.0.4", a), t)
+    assert unknown.startswith("host key not in known_hosts /k/known: server offers ssh-ed25519 SHA256:")
+    assert "ssh-keyscan -p 22 10.9.0.4 >> /k/known" in unknown and "accept_new_host_keys: true" in unknown
+    changed = connect_error_message(BadHostKeyException("10.9.0.4", b, a), t)
+    assert changed.startswith("host key CHANGED: known_hosts has ssh-ed25519 SHA256:")
+    assert "ssh-keygen -R 10.9.0.4" in changed and "\n" not in changed
+
+
+def test_label_names_the_address_once() -> None:
+    assert SshTransport("decode", "10.9.0.4", port=2222).label == "decode (10.9.0.4:2222)"
+    assert SshTransport("decode (10.9.0.4:22)", "10.9.0.4").label == "decode (10.9.0.4:22)"
+
+
+def test_agent_hint_when_no_key_is_configured() -> None:
+    t = SshTransport("decode", "10.9.0.4")
+    assert connect_error_message(AuthenticationException(), t) == \
+        "authentication failed for root (check `key:` or your ssh-agent)"
+
+
+# ----------------------------------------------------------------------------- systemd parsing
+SHOW = """Id=sglang-dsv4-decode.service
+LoadState=loaded
+ActiveState=activating
+SubState=auto-restart
+MainPID=0
+NRestarts=2
+ExecMainStartTimestamp=Mon 2026-11-30 05:01:08.123456 UTC
+ExecMainStatus=1
+Result=exit-code
+
+Id=nope.service
+LoadState=not-found
+ActiveState=inactive
+SubState=dead
+MainPID=0
+NRestarts=0
+ExecMainStartTimestamp=
+ExecMainStatus=0
+Result=success
+"""
+
+
+def test_parse_show_blocks_in_order() -> None:
+    a, b = parse_show(SHOW, ["sglang-dsv4-decode", "nope"])
+    assert a.state == UnitState("sglang-dsv4-decode", "activating", "auto-restart", None, 2,
+                                parse_timestamp("Mon 2026-11-30 05:01:08.123456 UTC"), "exit-code")
+    assert (a.load_state, a.exec_main_status) == ("loaded", 1)
+    assert b.load_state == "not-found" and b.state.started_at is None
+    with pytest.raises(ValueError):
+        parse_show(SHOW, ["only-one"])
+
+
+def test_parse_timestamp_is_utc_with_microseconds() -> None:
+    assert parse_timestamp("Thu 1970-01-01 00:00:01.500000 UTC") == 1.5
+    assert parse_timestamp("Thu 1970-01-01 00:01:00 UTC") == 60.0
+    assert parse_timestamp("") is None and parse_timestamp("n/a") is None
+    assert parse_timestamp("Thu 1970-01-01 01:00:00 CET") is None  # local time: not guessed
+
+
+def info(active: str, sub: str, *, result: str = "success", n: int = 0, load: str = "loaded",
+         status: int | None = 0) -> ShowInfo:
+    return ShowInfo(UnitState("u", active, sub, None, n, None, result), load, status)
+
+
+@pytest.mark.parametrize(
+    ("show", "fragment"),
+    [
+        (info("active", "running"), None),
+        (info("activating", "start"), None),
+        (info("failed", "failed", result="start-limit-hit"), "start limit"),
+        (info("failed", "failed", result="exit-code", status=1), "failed: exit-code (exit status 1)"),
+        (info("activating", "auto-restart", result="exit-code", n=0, status=1), "crash-looping: its process exited"),
+        (info("active", "running", n=2), "restarted it 2 time(s)"),
+        (info("inactive", "dead"), "not running (inactive/dead"),
+        (info("inactive", "dead", load="not-found"), "not found on the host"),
+    ],
+)
+def test_liveness_problem(show: ShowInfo, fragment: str | None) -> None:
+    problem = liveness_problem(show)
+    if fragment is None:
+        assert problem is None
+    else:
+        assert problem is not None and fragment in problem and "\n" not in problem
+
+
+def test_unit_id() -> None:
+    assert unit_id("sglang-router") == "sglang-router.service"
+    assert unit_id("x.socket") == "x.socket" and unit_id("a@b") == "a@b.service"
+
+
+def b64(s: str | bytes) -> str:
+    return base64.b64encode(s.encode() if isinstance(s, str) else s).decode()
+
+
+def test_tree_and_pick_server_follow_live_wrappers() -> None:
+    env13 = b64(b"A=3\0B=x=y\0A=dup")
+    text = "\n".join([
+        "main|10",
+        f"proc|10|{b64('bash' + chr(10))}|{b64(b'A=1')}|11 12",  # comm ends in a newline
+        f"proc|11|{b64('sudo')}|{b64(b'A=2')}|13",
+        f"proc|12|{b64('logger')}|{b64(b'A=9')}|",
+        f"proc|13|{b64('python3')}|{env13}|",
+        "noaccess|14",
+    ])
+    main, procs, denied = parse_tree(text)
+    assert main == 10 and denied == [14] and procs[10].children == (11, 12)
+    server = pick_server(procs, main)
+    assert server is not None and server.pid == 13
+    assert parse_environ(server.environ) == {"A": "3", "B": "x=y"}  # first duplicate wins
+
+
+def test_pick_server_stops_at_a_non_wrapper_or_a_childless_shell() -> None:
+    procs = {1: ProcInfo(1, "python3", b"", (2,)), 2: ProcInfo(2, "python3", b"", ())}
+    assert pick_server(procs, 1).pid == 1  # type: ignore[union-attr]
+    procs = {5: ProcInfo(5, "bash", b"K=v", ())}
+    assert pick_server(procs, 5).pid == 5  # type: ignore[union-attr]
+    assert pick_server({}, 7) is None
+
+
+# ----------------------------------------------------------------------------- testbed fixture
+def test_require_support_fails_in_ci_and_skips_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fixture, "unsupported_reason", lambda: "needs root")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="needs root"):
+        fixture.require_support()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="needs root"):
+        fixture.require_support()
+    monkeypatch.setattr(fixture, "unsupported_reason", lambda: None)
+    monkeypatch.setenv("CI", "true")
+    fixture.require_support()  # supported: neither
+
+
+def test_unit_files_quote_for_systemd_and_shell() -> None:
+    hosts = fixture.layout("10.9.0")
+    shell = next(u for h in hosts for u in h.units if u.dialect == "shell")
+    text = fixture.unit_file_text(shell, "/opt/py 3/bin/python", Path("/src/50%$x"))
+    assert "EnvironmentFile" not in text
+    assert ("ExecStart=/bin/bash -c \"set -a; . /etc/sglang/decode-shell.env; exec '/opt/py 3/bin/python' -m "
+            "orchestrator.sim.server --role decode --port 30012 --host 0.0.0.0\"") in text
+    assert 'Environment="PYTHONPATH=/src/50%%$$x"' in text
+    router = hosts[1].units[0]
+    text = fixture.unit_file_text(router, "/py", Path("/src"))
+    assert "EnvironmentFile=/etc/sglang/router.env" in text
+    assert '"--decode-url" "http://10.9.0.4:30002"' in text
+
+
+def test_env_files_per_dialect() -> None:
+    hosts = fixture.layout("10.9.0")
+    decode, shell = hosts[2].units
+    assert "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\n" in fixture.env_file_text(decode)
+    assert "export" not in fixture.env_file_text(decode)
+    assert all(line.startswith(("#", "export ")) for line in fixture.env_file_text(shell).splitlines())
+    assert "SIM_WARMUP_S=0.3" in fixture.env_file_text(hosts[1].units[0])
+
+
+def test_bind_paths_only_what_a_host_would_not_see(tmp_path: Path) -> None:
+    binds = fixture.bind_paths("/usr/bin/python3", Path("/usr/lib"), tmp_path)
+    assert "/usr/lib" not in binds and "/usr" not in binds  # visible through the overlay
+    assert all(not b.startswith("/usr/") for b in binds)
