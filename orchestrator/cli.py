@@ -63,7 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     run.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
+    run.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
+
+    resume = _command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    resume.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
+    resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
 
     val = _command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
     _matrix_args(val)
@@ -79,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     res = _command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     return p
 
 
@@ -172,7 +179,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from .session import restore_run
 
-    return restore_run(args.run_dir, out, err)
+    return restore_run(args.run_dir, out, err, args.break_lock)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from .session import resume_run
+
+    return resume_run(args.run_dir, args, out, err)
 
 
 if __name__ == "__main__":

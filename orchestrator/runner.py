@@ -32,6 +32,7 @@ from .deployment import Deployment, HostHandle
 from .errors import Interrupted, OrchError, VerificationError, WorkloadError
 from .health import HealthCheck, wait_all
 from .journal import Journal
+from .lock import TestbedLock
 from .plan import Plan, Step, restart_order
 from .records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from .workload import extract_metrics, run_command
@@ -66,6 +67,7 @@ class RunOptions:
     fail_fast: bool = False
     infra_attempts: int = 2  # tries per trial for infrastructure failures (SSH, units, health)
     retry_backoff_s: float = 1.0
+    break_lock: bool = False  # take over a stale lock whose owner is dead
 
 
 @dataclass
@@ -96,16 +98,23 @@ class Runner:
         self.journal: Journal | None = None
 
     # ------------------------------------------------------------------ the sweep
-    def execute(self, done: set[int] | None = None) -> RunResult:
-        """Run every planned trial not in `done`; always restore the hosts afterwards."""
+    def execute(self, done: set[int] | None = None, *, resume: bool = False,
+                lock: TestbedLock | None = None) -> RunResult:
+        """Run every planned trial not in `done`; always restore the hosts afterwards.
+
+        resume=True adopts the originals saved by the first run instead of taking new ones
+        (after a kill -9 the files on the hosts still hold a cell's values)."""
         done = done or set()
         result = RunResult(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if lock is None:  # the caller may have taken it already, before creating the run dir
+            lock = TestbedLock.for_run(self.deployment, self.options.run_id, now_iso())
+            lock.acquire(break_stale=self.options.break_lock)
         self.journal = Journal(self.run_dir / "journal.jsonl")
         with _signals_as_interrupt():
             try:
-                self._backup()
-                self._event("run_started" if not done else "run_resumed")
+                self.adopt_backup() if resume else self._backup()
+                self._event("run_resumed" if resume else "run_started")
                 self.progress.start(len(self.plan.steps), len(done))
                 for step in self.plan.steps:
                     if step.trial.index in done:
@@ -129,6 +138,7 @@ class Runner:
                 self.progress.stop()
                 self.restore()
                 self.journal.close()
+                lock.release()
         return result
 
     # ------------------------------------------------------------------ backup and restore

@@ -10,13 +10,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from .config import Inventory, read_inventory
+from .config import Inventory, Matrix, read_inventory, read_matrix
+from .journal import read_journal, repair_torn_tail
 from .deployment import Deployment, connect, preflight
 from .errors import OrchError, UsageError
-from .plan import Plan
+from .plan import Plan, make_plan
+from .lock import TestbedLock
 from .progress import RichProgress
-from .records import RunManifest
-from .runner import QuietProgress, RunOptions, Runner, now_iso
+from .records import RunManifest, TrialRecord
+from .runner import QuietProgress, RunOptions, Runner, RunResult, now_iso
 from .runs import check_run_id, load_manifest, make_manifest, new_run_id, save_manifest
 
 
@@ -27,29 +29,92 @@ def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: C
     if run_dir.exists():
         raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
     deployment = connect(plan.testbed)
+    lock = TestbedLock.for_run(deployment, run_id, now_iso())
     try:
         if not args.skip_preflight:
             preflight(deployment)
+        lock.acquire(break_stale=args.break_lock)
         _make_run_dir(run_dir)
         manifest = make_manifest(plan, inventory, run_id, now_iso())
         save_manifest(run_dir, manifest)
         err.print(f"run {run_id}: {len(plan.steps)} trials on {plan.testbed.name} -> {run_dir}", markup=False)
         runner = Runner(plan, deployment, run_dir,
-                        RunOptions(run_id, fail_fast=args.fail_fast, infra_attempts=1 + max(0, args.retries)),
+                        RunOptions(run_id, fail_fast=args.fail_fast, infra_attempts=1 + max(0, args.retries),
+                                   break_lock=args.break_lock),
                         progress=RichProgress(err))
-        result = runner.execute()
+        result = runner.execute(lock=lock)
     finally:
+        lock.release()
         deployment.close()
-    status = "interrupted" if result.interrupted else ("failed" if result.failed else "completed")
+    return _finish(run_dir, manifest, result, out, err)
+
+
+def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Console, err: Console) -> int:
+    """Record the run's end in the manifest, write the report and index, pick the exit code."""
+    trials = _final_trials(run_dir)
+    failed = sum(t.status == "failed" for t in trials)
+    status = "interrupted" if result.interrupted else ("failed" if failed else "completed")
     save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status}))
     report = _write_report(run_dir, err)
-    out.print(f"{result.completed} trials completed, {result.failed} failed"
-              + (" (interrupted)" if result.interrupted else ""))
+    out.print(f"{len(trials) - failed} trials completed, {failed} failed"
+              + (" (interrupted)" if result.interrupted else ""), markup=False)
+    if result.interrupted:
+        out.print(f"resume with: orch resume {run_dir}", markup=False)
     if report:
         out.print(f"report: {report}", markup=False)
     if result.interrupted:
         return 130
-    return 1 if result.failed else 0
+    return 1 if failed else 0
+
+
+def _final_trials(run_dir: Path) -> list[TrialRecord]:
+    """The last finished record of each trial (a resumed run may hold an interrupted one first)."""
+    contents = read_journal(run_dir / "journal.jsonl")
+    last: dict[int, TrialRecord] = {}
+    for r in contents.records:
+        if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
+            last[r.trial] = r
+    return [last[k] for k in sorted(last)]
+
+
+def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Console) -> int:
+    """Continue an interrupted run with the same plan: finished trials are skipped, the one that
+    was running when the controller died is run again."""
+    manifest = load_manifest(run_dir)
+    matrix = _matrix_of(manifest)
+    inventory = _inventory_of(manifest)
+    plan = make_plan(matrix, inventory.testbed(manifest.testbed), manifest.seed, manifest.replicates)
+    if [(s.trial.index, s.trial.cell.id) for s in plan.steps] != [(p.trial, p.cell) for p in manifest.plan]:
+        raise UsageError(f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan",
+                         hint="resume needs the same orch version, matrix and inventory")
+    journal = run_dir / "journal.jsonl"
+    if journal.exists() and repair_torn_tail(journal):
+        err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
+    done = {t.trial for t in _final_trials(run_dir)} if journal.exists() else set()
+    if len(done) == len(plan.steps):
+        out.print(f"{run_dir}: all {len(done)} trials are already done", markup=False)
+    err.print(f"resuming {manifest.run_id}: {len(plan.steps) - len(done)} of {len(plan.steps)} trials left",
+              markup=False)
+    deployment = connect(plan.testbed)
+    try:
+        runner = Runner(plan, deployment, run_dir,
+                        RunOptions(manifest.run_id, fail_fast=args.fail_fast, break_lock=args.break_lock),
+                        progress=RichProgress(err))
+        result = runner.execute(done, resume=True)
+    finally:
+        deployment.close()
+    return _finish(run_dir, manifest, result, out, err)
+
+
+def _matrix_of(manifest: RunManifest) -> Matrix:
+    path = Path(manifest.matrix_path)
+    if not path.exists():
+        raise UsageError(f"matrix {path} of run {manifest.run_id} not found", hint="run from the same folder")
+    matrix = read_matrix(path, manifest.matrix_path)
+    if matrix.sha256 != manifest.matrix_sha256:
+        raise UsageError(f"matrix {path} changed since run {manifest.run_id} started",
+                         hint="a resumed run must use the same matrix; start a new run instead")
+    return matrix
 
 
 def _make_run_dir(run_dir: Path) -> None:
@@ -72,18 +137,23 @@ def _write_report(run_dir: Path, err: Console) -> Path | None:
         return None
 
 
-def restore_run(run_dir: Path, out: Console, err: Console) -> int:
+def restore_run(run_dir: Path, out: Console, err: Console, break_lock: bool = False) -> int:
     """Restore the hosts of a run whose controller died (kill -9, power cut)."""
     manifest = load_manifest(run_dir)
     inventory = _inventory_of(manifest)
     deployment = connect(inventory.testbed(manifest.testbed))
+    lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso())
     try:
+        lock.acquire(break_stale=break_lock)
         runner = Runner(_empty_plan(manifest, inventory, deployment), deployment, run_dir,
                         RunOptions(manifest.run_id), progress=QuietProgress())
         runner.adopt_backup()
         left = runner.restore()
     finally:
+        lock.release()
         deployment.close()
+    if manifest.status == "running":  # its controller died: the run can still be resumed
+        save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
     if left:
         err.print(f"not restored: {', '.join(left)}", markup=False)
         return 1
