@@ -86,7 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
     res = _command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
+    _register_extensions(sub)
     return p
+
+
+def _register_extensions(sub: argparse._SubParsersAction) -> None:
+    """Commands that live in their own modules (team features) add themselves here."""
+    try:
+        from .cli_team import register
+    except ImportError:  # pragma: no cover - optional module not present yet
+        return
+    register(sub)
 
 
 def _command(sub: argparse._SubParsersAction, name: str, help_: str,

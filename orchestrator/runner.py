@@ -68,6 +68,7 @@ class RunOptions:
     infra_attempts: int = 2  # tries per trial for infrastructure failures (SSH, units, health)
     retry_backoff_s: float = 1.0
     break_lock: bool = False  # take over a stale lock whose owner is dead
+    deadline: float | None = None  # epoch seconds: start no new trial after it (overnight queues)
 
 
 @dataclass
@@ -76,6 +77,7 @@ class RunResult:
     completed: int = 0
     failed: int = 0
     interrupted: bool = False
+    deadline_reached: bool = False
     records: list[TrialRecord] = field(default_factory=list)
 
 
@@ -119,6 +121,12 @@ class Runner:
                 for step in self.plan.steps:
                     if step.trial.index in done:
                         continue
+                    if self.options.deadline is not None and time.time() >= self.options.deadline:
+                        self.progress.note("deadline reached: no new trial starts; the run can be resumed")
+                        result.interrupted = True
+                        result.deadline_reached = True
+                        self._event("run_interrupted", "deadline reached")
+                        break
                     record = self._run_with_retries(step)
                     self.journal.append(record)
                     result.records.append(record)

@@ -40,7 +40,7 @@ def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: C
         err.print(f"run {run_id}: {len(plan.steps)} trials on {plan.testbed.name} -> {run_dir}", markup=False)
         runner = Runner(plan, deployment, run_dir,
                         RunOptions(run_id, fail_fast=args.fail_fast, infra_attempts=1 + max(0, args.retries),
-                                   break_lock=args.break_lock),
+                                   break_lock=args.break_lock, deadline=getattr(args, "deadline", None)),
                         progress=RichProgress(err))
         result = runner.execute(lock=lock)
     finally:
@@ -98,7 +98,8 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
     deployment = connect(plan.testbed)
     try:
         runner = Runner(plan, deployment, run_dir,
-                        RunOptions(manifest.run_id, fail_fast=args.fail_fast, break_lock=args.break_lock),
+                        RunOptions(manifest.run_id, fail_fast=args.fail_fast, break_lock=args.break_lock,
+                                   deadline=getattr(args, "deadline", None)),
                         progress=RichProgress(err))
         result = runner.execute(done, resume=True)
     finally:
