@@ -59,7 +59,7 @@ def rate_chart(report: Report, metric: str) -> str:
         r = cell.proportions[metric].rate
         rate = (r.rate or 0.0) * 100
         color = BASE if cell.is_baseline else HIT if cell.proportions[metric].significant else MUTED
-        ax.errorbar(rate, y, xerr=[[rate - r.low * 100], [r.high * 100 - rate]], fmt="o",
+        ax.errorbar(rate, y, xerr=_err(rate, r.low * 100, r.high * 100), fmt="o",
                     color=color, capsize=3, markersize=5)
     base = next((c for c in cells if c.is_baseline), None)
     if base is not None:
@@ -80,7 +80,7 @@ def effects_chart(report: Report, metric: str) -> str:
     for y, effect in enumerate(effects):
         color = HIT if effect.clear else MUTED
         est = effect.estimate * 100
-        ax.errorbar(est, y, xerr=[[est - effect.low * 100], [effect.high * 100 - est]], fmt="s",
+        ax.errorbar(est, y, xerr=_err(est, effect.low * 100, effect.high * 100), fmt="s",
                     color=color, capsize=3, markersize=4)
     ax.axvline(0, color="black", lw=0.8)
     _rows(ax, [_effect_label(e) for e in effects])
@@ -100,6 +100,11 @@ def number_chart(report: Report, metric: str) -> str:
     _rows(ax, [_label(c) for c in cells])
     ax.set_xlabel(metric)
     return _svg(fig, f"number-{metric}", f"distribution of {metric} per cell")
+
+
+def _err(value: float, low: float, high: float) -> list[list[float]]:
+    """Error-bar lengths; clamped at 0 because rounding can put a limit a hair past the point."""
+    return [[max(0.0, value - low)], [max(0.0, high - value)]]
 
 
 def _box(cell: CellView, metric: str) -> dict[str, float | str]:

@@ -17,7 +17,6 @@ Rules kept here:
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -695,12 +694,16 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
     nearest = min(others, key=lambda c: c.proportions[metric].p_holm or 1.0)
     p = nearest.proportions[metric]
     n_min = min(c.proportions[metric].rate.n for c in measured)
-    mdd = stats.min_detectable_difference(n_min, min(base_rate.rate or 0.0, 0.99))
+    p0 = min(max(base_rate.rate or 0.0, 0.0), 0.99)
+    # a fall from p0 is a rise from 1 - p0 in the complement: take the easier direction
+    mdd = min(stats.min_detectable_difference(n_min, p0),
+              stats.min_detectable_difference(n_min, min(1.0 - p0, 0.99)))
     return Finding(kind="null", text=(
-        f"No significant difference in {metric} between any cell and the baseline "
-        f"({fmt_rate(base_rate)}). Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
+        f"No significant difference in {metric} between any cell and the baseline, which is at "
+        f"{fmt_rate(base_rate)}. Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
         f"({fmt_p(p.p_holm)}, Holm). With {n_min} sessions in the smallest cell, this run had 80% "
-        f"power only for differences of about {mdd * 100:.1f} points or more."))
+        f"power only for differences of about {mdd * 100:.1f} points or more (per comparison, "
+        "before the Holm adjustment)."))
 
 
 def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
@@ -843,15 +846,20 @@ def _cell(report: Report, cell_id: str | None) -> CellView | None:
 
 
 def fmt_pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.1f}%"
+    return "n/a" if value is None else f"{_pct(value)}%"
+
+
+def _pct(value: float) -> str:
+    """One decimal, or two significant digits below 0.1% (a bound of 0.0008% is not 0.0%)."""
+    points = value * 100
+    return f"{points:.2g}" if 0 < abs(points) < 0.05 else f"{points:.1f}"
 
 
 def fmt_rate(rate: RateView) -> str:
     """16.3% [11.2-23.0] (13/80)."""
     if rate.rate is None:
         return "no data (0 sessions)"
-    return (f"{rate.rate * 100:.1f}% [{rate.low * 100:.1f}-{rate.high * 100:.1f}] "
-            f"({rate.k}/{rate.n})")
+    return f"{_pct(rate.rate)}% [{_pct(rate.low)}-{_pct(rate.high)}] ({rate.k}/{rate.n})"
 
 
 def fmt_pts(item: EffectView | InteractionView) -> str:
@@ -871,6 +879,8 @@ def fmt_p(p: float | None, op: str = "=") -> str:
         return "p n/a"
     if p >= 0.001:
         return f"p{op}{p:.3f}"
+    if p < 1e-300:  # Fisher underflows to 0 with hundreds of thousands of sessions
+        return "p<1e-300"
     mantissa, exponent = f"{p:.0e}".split("e")
     return f"p{op}{mantissa}e{int(exponent)}"
 
@@ -1000,15 +1010,17 @@ def redact_text(text: str) -> str:
 
 
 def redacted_json(record: TrialRecord) -> str:
-    data = record.model_dump(mode="json")
-    data["env"] = redact_env(record.env)
+    """The journal record as shown in the drill-down: pretty JSON, secrets masked."""
+    update: dict[str, object] = {"env": redact_env(record.env)}
     if record.repro:
-        data["repro"]["command"] = redact_text(record.repro.command)
-        data["repro"]["stdout_tail"] = redact_text(record.repro.stdout_tail)
+        update["repro"] = record.repro.model_copy(update={
+            "command": redact_text(record.repro.command),
+            "stdout_tail": redact_text(record.repro.stdout_tail)})
     if record.failure:
-        data["failure"]["message"] = redact_text(record.failure.message)
-        data["failure"]["detail"] = redact_text(record.failure.detail)
-    return json.dumps(data, indent=2, ensure_ascii=False)
+        update["failure"] = record.failure.model_copy(update={
+            "message": redact_text(record.failure.message),
+            "detail": redact_text(record.failure.detail)})
+    return record.model_copy(update=update).model_dump_json(indent=2)
 
 
 def _provenance(manifest: RunManifest) -> Provenance:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import Table
-from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import NormalIndPower
 from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
 
@@ -93,11 +92,18 @@ def rate_difference_ci(
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-adjusted p-values (controls the family-wise error of many cell-vs-baseline tests)."""
-    if len(pvalues) == 0:
-        return []
+    """Holm-adjusted p-values (controls the family-wise error of many cell-vs-baseline tests).
+
+    Written out (it is four lines) rather than calling statsmodels' multipletests, which runs a
+    full gc.collect() on every call: 0.4 s each with a 100,000-trial run in memory. The tests
+    check it against multipletests(method="holm") on random inputs.
+    """
     values = np.asarray(pvalues, dtype=float)
-    adjusted = multipletests(values, alpha=ALPHA, method="holm")[1]
+    order = np.argsort(values, kind="stable")
+    m = values.size
+    stepped = np.maximum.accumulate((m - np.arange(m)) * values[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(stepped, 1.0)
     return [float(p) for p in adjusted]
 
 

@@ -10,7 +10,9 @@ from orchestrator.report import (
     REDACTED,
     Report,
     build_report,
+    RateView,
     fmt_p,
+    fmt_rate,
     redact_text,
     safe_href,
 )
@@ -202,6 +204,14 @@ def test_tampered_matrix_text_is_detected() -> None:
 
 def test_fmt_p() -> None:
     assert fmt_p(0.0312) == "p=0.031" and fmt_p(2.2e-6) == "p=2e-6" and fmt_p(None) == "p n/a"
+    assert fmt_p(0.0) == "p<1e-300"
+
+
+def test_fmt_rate_keeps_tiny_bounds_visible() -> None:
+    assert fmt_rate(RateView(k=0, n=500_000, rate=0.0, low=0.0, high=7.7e-6)) == (
+        "0.0% [0.0-0.00077] (0/500000)")
+    assert fmt_rate(RateView(k=13, n=80, rate=0.1625, low=0.0975, high=0.2581)) == (
+        "16.2% [9.8-25.8] (13/80)")
 
 
 def test_trial_view_fields() -> None:

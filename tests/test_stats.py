@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+from statsmodels.stats.multitest import multipletests
 
 from orchestrator import stats
 
@@ -58,6 +59,11 @@ def test_holm_matches_the_textbook_procedure() -> None:
     # sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, 0.04*1=0.04 -> monotone: 0.06
     assert stats.holm(pvalues) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert stats.holm([]) == []
+    rng = np.random.default_rng(9)
+    for size in (1, 2, 7, 30):
+        pv = rng.uniform(0, 0.2, size=size)
+        pv[rng.integers(0, size)] = pv[0]  # ties
+        assert stats.holm(list(pv)) == pytest.approx(list(multipletests(pv, method="holm")[1]))
 
 
 def test_median_ci_is_seeded_and_handles_degenerate_samples() -> None:
