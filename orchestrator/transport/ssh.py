@@ -52,6 +52,7 @@ MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runawa
 KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
 BACKSTOP_S = 5.0  # local deadline = timeout + grace + this, if the host stops answering
 TIMED_OUT_CODES = (124, 137)  # coreutils timeout: TERM worked / had to KILL
+FILE_OP_TIMEOUT_S = 120.0  # read/write/exists give up on a host that stopped answering
 
 # The remote half of write_bytes_atomic. $1 = target path; data arrives on stdin.
 # A symlinked env file is written through (readlink -f) so the link survives.
@@ -173,7 +174,7 @@ class SshTransport:
 
     def read_bytes(self, path: str) -> bytes:
         line = command_line(["cat", "--", path], sudo=self.use_sudo, timeout=None)
-        raw = self._exec(line, shown=f"cat {path}")
+        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"cat {path}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
         if raw.exit_code != 0:
             raise TransportError(self.label, f"cannot read {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
@@ -182,13 +183,15 @@ class SshTransport:
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Temp file in the same directory, owner+mode of the original, fsync, rename."""
         argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path]
-        raw = self._exec(command_line(argv, sudo=self.use_sudo, timeout=None), stdin=data, shown=f"write {path}")
+        line = command_line(argv, sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S, shown=f"write {path}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
         if raw.exit_code != 0:
             raise TransportError(self.label, f"cannot write {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
 
     def exists(self, path: str) -> bool:
-        raw = self._exec(command_line(["test", "-e", path], sudo=self.use_sudo, timeout=None), shown=f"test -e {path}")
+        line = command_line(["test", "-e", path], sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"test -e {path}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
         if raw.exit_code not in (0, 1):
             raise TransportError(self.label, f"cannot check {path}: {_reason(raw.stderr)}")
@@ -315,9 +318,7 @@ class SshTransport:
         deadline = None if timeout is None else started + timeout + KILL_GRACE_S + BACKSTOP_S
         try:
             chan.exec_command(line)
-            if stdin:
-                chan.sendall(stdin)
-            chan.shutdown_write()
+            _send(chan, stdin)
             out, err = _drain(chan, deadline, max_output)
             code = _exit_status(chan, deadline)
         except _Deadline:
@@ -438,6 +439,17 @@ def _one_line(x: object) -> str:
 
 def _short(command: str) -> str:
     return command if len(command) <= 120 else command[:117] + "..."
+
+
+def _send(chan: paramiko.Channel, data: bytes) -> None:
+    """Feed stdin, then EOF. A command that fails early stops reading and its channel closes:
+    that is not a connection problem, its exit status (read next) says what went wrong."""
+    try:
+        if data:
+            chan.sendall(data)
+        chan.shutdown_write()
+    except (OSError, EOFError, SSHException):
+        pass
 
 
 def _drain(chan: paramiko.Channel, deadline: float | None, max_output: int | None) -> tuple[bytes, bytes]:

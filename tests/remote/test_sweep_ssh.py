@@ -1,0 +1,186 @@
+"""`orch run` over real SSH against real systemd hosts: the whole sweep, end to end.
+
+Env edits through SFTP, restarts through systemctl, health waits over the bridge, verification
+from /proc/PID/environ, the repro on the controller, journal and restore (env files
+byte-identical afterwards) - on the systemd dialect, on the shell dialect behind a wrapper, and
+the classic mistake: `export` lines in an EnvironmentFile= file, caught by verification.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli import main
+from orchestrator.journal import read_journal
+from orchestrator.records import TrialRecord
+from testbed.fixture import Testbed
+
+pytestmark = pytest.mark.testbed
+
+MATRIX = """\
+name: ssh-sweep
+factors:
+  cuda_graph:
+    levels:
+      on: {decode: {SGLANG_EXTRA_ARGS: ""}}
+      off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+order: sequential
+health_timeouts: {prefill: 30, decode: 30, router: 30}
+repro:
+  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 8 --rounds 2 --seed {trial_seed}"
+  timeout: 60
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+collect:
+  anomalies: {role: decode, pattern: ANOMALY}
+  sglang_lines: {role: decode, command: "grep -c ^SGLANG /etc/sglang/decode.env || true"}
+"""
+
+ENV_FILES = {"prefill": "/etc/sglang/prefill.env", "router": "/etc/sglang/router.env"}
+
+
+def snapshot(tb: Testbed, files: dict[str, str]) -> dict[str, str]:
+    return {h: tb.ssh(h, f"base64 -w0 {path}").stdout for h, path in files.items()}
+
+
+def live_env(tb: Testbed, host: str, unit: str) -> dict[str, str]:
+    pid = tb.ssh(host, f"systemctl show -p MainPID --value {unit}").stdout.strip()
+    raw = tb.ssh(host, f"cat /proc/{pid}/environ | base64 -w0").stdout
+    import base64
+
+    pairs = [p.split("=", 1) for p in base64.b64decode(raw).decode().split("\0") if "=" in p]
+    return dict(pairs)
+
+
+def sweep(tb: Testbed, tmp_path: Path, testbed_name: str, *extra: str) -> tuple[int, Path]:
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    run_id = f"ssh-{testbed_name}-{time.monotonic_ns()}"
+    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(tb.inventory), "-t", testbed_name,
+                 "--out", str(tmp_path / "reports"), "--run-id", run_id, *extra])
+    return code, tmp_path / "reports" / run_id
+
+
+def trials_of(run_dir: Path) -> list[TrialRecord]:
+    return [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
+
+
+def no_leftovers(tb: Testbed) -> None:
+    for host in ("prefill", "decode", "router"):
+        left = tb.ssh(host, "ls /etc/sglang").stdout.split()
+        assert not [f for f in left if "orch-" in f], (host, left)
+
+
+@pytest.mark.parametrize("testbed_name,decode_unit,decode_env", [
+    ("dsv4-pd", "sglang-dsv4-decode", "/etc/sglang/decode.env"),
+    ("dsv4-pd-shell", "sglang-dsv4-decode-shell", "/etc/sglang/decode-shell.env"),
+])
+def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, testbed_name, decode_unit, decode_env):
+    files = {**ENV_FILES, "decode": decode_env}
+    before = snapshot(testbed, files)
+    t0 = time.monotonic()
+    code, run_dir = sweep(testbed, tmp_path, testbed_name)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    trials = trials_of(run_dir)
+    assert [t.status for t in trials] == ["completed"] * 4, [t.failure for t in trials]
+    with capsys.disabled():
+        print(f"\nSSH sweep on {testbed_name}: {len(trials)} trials in {time.monotonic() - t0:.1f} s; "
+              + "; ".join(f"{t.cell} -> corruption {t.metrics['corruption'].k}/{t.metrics['corruption'].n}"
+                          for t in trials))
+    # decode-only factors: only decode restarts (prefill and router stay up), waits cover the router
+    assert {u for t in trials for u in t.restarted} == {f"decode:{decode_unit}"}
+    assert all(set(t.health_wait_s) == {"prefill", "decode", "router"} for t in trials)
+    assert all(t.metrics["sglang_lines"].value == (3 if testbed_name == "dsv4-pd" else 0) for t in trials)
+    assert all(t.metrics["anomalies"].value > 0 for t in trials)
+    assert all(Path(run_dir / p).read_text() for t in trials for p in t.logs.values())
+    # restored: byte-identical files, and the live process runs with the original values again
+    assert snapshot(testbed, files) == before
+    no_leftovers(testbed)
+    env = live_env(testbed, "decode", decode_unit)
+    assert env.get("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP") == "1" and env.get("SGLANG_EXTRA_ARGS") == ""
+    assert (run_dir / "index.html").exists()
+
+
+def test_export_lines_in_an_environment_file_are_caught(testbed: Testbed, tmp_path: Path, capsys):
+    """A team wrote `export` lines in a file systemd reads with EnvironmentFile=: systemd ignores
+    them, so flipping the flag silently does nothing. Verification must catch it."""
+    path = "/etc/sglang/decode.env"
+    original = testbed.ssh("decode", f"base64 -w0 {path}").stdout
+    testbed.ssh("decode", f"sed -i 's/^SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/' {path}")
+    exported = testbed.ssh("decode", f"base64 -w0 {path}").stdout
+    try:
+        code, run_dir = sweep(testbed, tmp_path, "dsv4-pd", "--retries", "0")
+        err = capsys.readouterr().err
+        assert code == 1, err
+        failed = [t for t in trials_of(run_dir) if t.status == "failed"]
+        assert failed, "the ignored export line went unnoticed"
+        message = failed[0].failure.message
+        assert failed[0].failure.error == "VerificationError"
+        assert "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP is unset in the live process" in message
+        assert "systemd ignores `export KEY=VALUE` lines" in message
+        assert testbed.ssh("decode", f"base64 -w0 {path}").stdout == exported  # restored as it was
+    finally:
+        testbed.ssh("decode", f"echo {original} | base64 -d > {path} && systemctl restart sglang-dsv4-decode")
+
+
+def bad_inventory(tb: Testbed, tmp_path: Path, host: str, **changes) -> Path:
+    data = yaml.safe_load(tb.inventory.read_text())
+    entry = data["testbeds"]["dsv4-pd"]["hosts"][host]
+    for key, value in changes.items():
+        if key.startswith("ssh_"):
+            entry["ssh"][key[4:]] = value
+        else:
+            entry[key] = value
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def make_key(tmp_path: Path) -> str:
+    key = tmp_path / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True,
+                   env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    return str(key)
+
+
+def empty_known_hosts(tmp_path: Path) -> str:
+    (tmp_path / "known_hosts").write_text("")
+    return str(tmp_path / "known_hosts")
+
+
+PREFLIGHT = [
+    ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
+    ("wrong key", lambda tb, p: dict(ssh_key=make_key(p)), "authentication failed for root"),
+    ("unknown host key", lambda tb, p: dict(ssh_known_hosts=empty_known_hosts(p)), "host key not in known_hosts"),
+    ("env file missing", lambda tb, p: dict(env_file="/etc/sglang/nope.env"), "env file /etc/sglang/nope.env does not exist"),
+    ("unit not found", lambda tb, p: dict(units=["sglang-nope"]), "unit sglang-nope not found"),
+    ("permission denied", lambda tb, p: dict(ssh_user="orchuser"), "/etc/sglang/decode.env"),
+]
+
+
+@pytest.mark.parametrize("name,change,expected", PREFLIGHT, ids=[c[0] for c in PREFLIGHT])
+def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(testbed: Testbed, tmp_path, capsys, name, change, expected):
+    if name == "permission denied":  # a real unprivileged account; the env file is root's, mode 644
+        testbed.ssh("decode", "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser")
+    files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
+    before = snapshot(testbed, files)
+    inventory = bad_inventory(testbed, tmp_path, "decode", **change(testbed, tmp_path))
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "reports")])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: decode ("), err
+    assert expected in lines[0] and "nothing was changed" in lines[0], lines[0]
+    assert snapshot(testbed, files) == before
+    assert not (tmp_path / "reports").exists()
+    no_leftovers(testbed)
