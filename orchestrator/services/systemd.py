@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from ..errors import CommandFailed, ServiceError
-from ..transport import Transport
+from ..transport import Result, Transport
 from . import UnitState
 
 SHOW_PROPS = (
@@ -115,11 +115,17 @@ class SystemdManager:
         if self._timestamp_flag:
             res = self._run(["systemctl", "show", "--timestamp=us+utc", *props], check=False)
             if res.exit_code == 0:
-                return parse_show(res.stdout, units)
+                return self._parse_show(res.stdout, units)
             if "timestamp" not in res.stderr:
                 raise CommandFailed(self.host, res.command, res.exit_code, res.stdout, res.stderr)
             self._timestamp_flag = False
-        return parse_show(self._run(["systemctl", "show", *props], check=True).stdout, units)
+        return self._parse_show(self._run(["systemctl", "show", *props], check=True).stdout, units)
+
+    def _parse_show(self, text: str, units: Sequence[str]) -> list[ShowInfo]:
+        try:
+            return parse_show(text, units)
+        except ValueError as exc:
+            raise ServiceError(self.host, ", ".join(units), f"unexpected `systemctl show` output: {exc}") from exc
 
     def now(self) -> float:
         """The host's clock (epoch seconds); journal filters use it."""
@@ -198,7 +204,7 @@ class SystemdManager:
         return parse_environ(chosen.environ)
 
     # ---------------------------------------------------------------- internals
-    def _run(self, command: str | Sequence[str], *, check: bool, timeout: float | None = None):  # noqa: ANN202
+    def _run(self, command: str | Sequence[str], *, check: bool, timeout: float | None = None) -> Result:
         return self.transport.run(command, check=check, sudo=self.sudo, timeout=timeout or self.command_timeout_s)
 
     def _restart_call(self, units: Sequence[str]) -> tuple[float, int, str]:
@@ -237,11 +243,6 @@ class SystemdManager:
 
 
 # -------------------------------------------------------------------- pure helpers
-def unit_id(unit: str) -> str:
-    """systemctl's name for a unit given without a suffix."""
-    return unit if "." in unit.rsplit("@", 1)[-1] else f"{unit}.service"
-
-
 def parse_show(text: str, units: Sequence[str]) -> list[ShowInfo]:
     """Blocks of key=value, one per unit, in the order asked (systemctl keeps it)."""
     blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()] if text.strip() else []

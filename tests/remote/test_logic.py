@@ -28,7 +28,6 @@ from orchestrator.services.systemd import (
     parse_timestamp,
     parse_tree,
     pick_server,
-    unit_id,
 )
 from orchestrator.services import UnitState
 from orchestrator.transport.ssh import SshTransport, _UnknownHostKey, command_line, connect_error_message
@@ -189,11 +188,6 @@ def test_liveness_problem(show: ShowInfo, fragment: str | None) -> None:
         assert problem is None
     else:
         assert problem is not None and fragment in problem and "\n" not in problem
-
-
-def test_unit_id() -> None:
-    assert unit_id("sglang-router") == "sglang-router.service"
-    assert unit_id("x.socket") == "x.socket" and unit_id("a@b") == "a@b.service"
 
 
 def b64(s: str | bytes) -> str:
