@@ -123,6 +123,14 @@ def _rows(ax: object, labels: Sequence[str]) -> None:
     ax.set_yticks(range(len(labels)), labels=labels)  # type: ignore[attr-defined]
     ax.set_ylim(len(labels) - 0.5, -0.5)  # type: ignore[attr-defined]  # first cell on top
     ax.grid(axis="x", color="#d0d7de", lw=0.5)  # type: ignore[attr-defined]
+    _margins(ax.figure, max((len(t) for t in labels), default=0))  # type: ignore[attr-defined]
+
+
+def _margins(fig: Figure, label_chars: int) -> None:
+    """Room for the row labels, estimated from their length (tight_layout costs a full draw)."""
+    width_pt, height_pt = fig.get_figwidth() * 72, fig.get_figheight() * 72
+    left = min(0.62, (label_chars * 5.0 + 14) / width_pt)
+    fig.subplots_adjust(left=left, right=0.97, top=1 - 8 / height_pt, bottom=36 / height_pt)
 
 
 def _label(cell: CellView) -> str:
@@ -142,7 +150,6 @@ def _short(text: str, limit: int = 70) -> str:
 
 def _svg(fig: Figure, key: str, title: str) -> str:
     with matplotlib.rc_context({"svg.hashsalt": key}):
-        fig.tight_layout()
         buffer = io.StringIO()
         fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
     return clean_svg(buffer.getvalue(), _slug(key), title)

@@ -19,14 +19,14 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from . import stats
-from .records import Frozen, MetricKind, RunManifest, TrialRecord
+from .records import Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 
 REDACTED = "••••"
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
@@ -392,9 +392,9 @@ def _cell_views(
     ]
 
 
-def _count(items: object) -> dict[str, int]:
+def _count(items: Iterable[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for item in items:  # type: ignore[attr-defined]
+    for item in items:
         counts[item] = counts.get(item, 0) + 1
     return counts
 
@@ -953,11 +953,12 @@ def _trial_view(record: TrialRecord) -> TrialView:
     )
 
 
-def _metric_text(value: object) -> str:
-    k, n, number, unit = (getattr(value, a) for a in ("k", "n", "value", "unit"))
-    if n:
-        return f"{k}/{n} = {k / n * 100:.1f}%"
-    return f"{number:g}{(' ' + unit) if unit else ''}" if number is not None else "missing"
+def _metric_text(value: MetricValue) -> str:
+    if value.kind == "proportion" and value.n:
+        return f"{value.k or 0}/{value.n} = {fmt_pct((value.k or 0) / value.n)}"
+    if value.value is None:
+        return "missing"
+    return f"{value.value:g}{(' ' + value.unit) if value.unit else ''}"
 
 
 def _links(record: TrialRecord) -> list[Link]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OrchError
+from .records import RunManifest
 from .render import csp, environment, load_manifest, load_trials, write_text_atomic
 from .report import build_report
 
@@ -92,9 +93,9 @@ def _cached_summary(run_dir: Path) -> dict[str, object] | None:
     return data if isinstance(data, dict) else None
 
 
-def _fresh_summary(run_dir: Path, manifest: object) -> dict[str, object]:
+def _fresh_summary(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
     trials, torn = load_trials(run_dir)
-    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)  # type: ignore[arg-type]
+    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
     return {"headline": report.headline[0].text if report.headline else "",
             "completed": report.completed, "planned": report.planned,
             "failed": report.failed, "status": report.status}

@@ -182,3 +182,23 @@ def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None
 def test_render_is_deterministic() -> None:
     report = build_report(*synthetic_run(replicates=2))
     assert render_report(report) == render_report(report)
+
+
+def test_unusual_runs_still_render() -> None:
+    """Numbers only, no baseline cell, a three-level factor: the page renders and says so."""
+    manifest, records = synthetic_run(replicates=2)
+    numbers_only = manifest.model_copy(update={"metrics": {"wall": "number", "anomalies": "number"}})
+    page = render_report(build_report(numbers_only, records))
+    assert 'id="cell-table"' in page and "corruption rate" not in page
+    no_baseline = manifest.model_copy(update={
+        "baseline": {"bf16_index_k": "x", "cuda_graph": "x", "overlap": "x"},
+        "plan": [p.model_copy(update={"is_baseline": False}) for p in manifest.plan]})
+    unmarked = [r.model_copy(update={"is_baseline": False}) for r in records]
+    report = build_report(no_baseline, unmarked)
+    assert report.baseline_cell is None and "Cells" in render_report(report)
+    three = [r.model_copy(update={"levels": {**r.levels, "overlap": "auto"}, "cell": r.cell + "*"})
+             for r in records if r.levels["overlap"] == "off"]
+    wide = manifest.model_copy(update={"factors": {**manifest.factors, "overlap": ["on", "off", "auto"]}})
+    report = build_report(wide, [*records, *three])
+    assert any(e.level == "auto" for e in report.effects)
+    assert "overlap: on → auto" in render_report(report)
