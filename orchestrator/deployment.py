@@ -109,8 +109,10 @@ def preflight(deployment: Deployment) -> None:
             _check_host(handle)
         except OrchError as exc:
             problems.append(str(exc))
+    if len(problems) == 1:
+        raise PreflightError(f"{problems[0]} (preflight: nothing was changed)")
     if problems:
-        raise PreflightError("preflight failed, nothing was changed:\n  " + "\n  ".join(problems))
+        raise PreflightError("preflight failed on several hosts, nothing was changed:\n  " + "\n  ".join(problems))
 
 
 def _check_host(handle: HostHandle) -> None:

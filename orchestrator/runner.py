@@ -9,7 +9,9 @@ returned to their original state, on normal end, on error, on Ctrl-C and on SIGT
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import re
 import shlex
 import signal
@@ -31,13 +33,22 @@ from .config import CONTROLLER, Collector
 from .deployment import Deployment, HostHandle
 from .errors import Interrupted, OrchError, VerificationError, WorkloadError
 from .health import HealthCheck, wait_all
-from .journal import Journal
+from .journal import Journal, JournalError
 from .lock import TestbedLock
 from .plan import Plan, Step, restart_order
 from .records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from .workload import extract_metrics, run_command
 
 LOG_LIMIT = 256_000
+UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
+RUN_DIR_HINTS = {
+    errno.ENOSPC: "the disk is full: free space, then `orch resume` the run",
+    errno.EDQUOT: "the disk quota is exhausted: free space, then `orch resume` the run",
+    errno.EROFS: "the file system is read-only: choose another --out",
+    errno.EACCES: "check the permissions of the run directory",
+    errno.ENOTDIR: "a parent of this path is a file, not a directory",
+    errno.EIO: "the disk reported an I/O error",
+}
 SECRET_HINT = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
@@ -79,6 +90,7 @@ class RunResult:
     interrupted: bool = False
     deadline_reached: bool = False
     records: list[TrialRecord] = field(default_factory=list)
+    not_restored: list[str] = field(default_factory=list)  # roles whose restore did not finish
 
 
 @dataclass
@@ -86,6 +98,7 @@ class _HostState:
     original: bytes  # env file bytes before the run
     active: dict[str, bool]  # unit -> was it active before the run
     touched: bool = False  # did orch write the file during this run
+    clock_offset: float = 0.0  # host clock - controller clock: journal windows use host time
 
 
 class Runner:
@@ -108,94 +121,135 @@ class Runner:
         (after a kill -9 the files on the hosts still hold a cell's values)."""
         done = done or set()
         result = RunResult(self.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        _run_dir_op(self.run_dir, "cannot create the run directory",
+                    lambda: self.run_dir.mkdir(parents=True, exist_ok=True))
         if lock is None:  # the caller may have taken it already, before creating the run dir
             lock = TestbedLock.for_run(self.deployment, self.options.run_id, now_iso())
             lock.acquire(break_stale=self.options.break_lock)
-        self.journal = Journal(self.run_dir / "journal.jsonl")
-        with _signals_as_interrupt():
-            try:
-                self.adopt_backup() if resume else self._backup()
-                self._event("run_resumed" if resume else "run_started")
-                self.progress.start(len(self.plan.steps), len(done))
-                for step in self.plan.steps:
-                    if step.trial.index in done:
-                        continue
-                    if self.options.deadline is not None and time.time() >= self.options.deadline:
-                        self.progress.note("deadline reached: no new trial starts; the run can be resumed")
-                        result.interrupted = True
-                        result.deadline_reached = True
-                        self._event("run_interrupted", "deadline reached")
-                        break
-                    record = self._run_with_retries(step)
-                    self.journal.append(record)
-                    result.records.append(record)
-                    self.progress.trial_done(record)
-                    if record.status == "completed":
-                        result.completed += 1
-                    else:
-                        result.failed += 1
-                        self.verify_all_next = True
-                        if self.options.fail_fast:
-                            self.progress.note("stopping at the first failed trial (--fail-fast)")
-                            break
-            except (KeyboardInterrupt, Interrupted):
-                result.interrupted = True
-                self._event("run_interrupted", "interrupted by the user or a signal")
-            finally:
-                self.progress.stop()
-                self.restore()
+        try:
+            with _signals_as_interrupt():
+                self.journal = Journal(self.run_dir / "journal.jsonl")
+                self._sweep(done, resume, result)
+        finally:
+            if self.journal is not None:
                 self.journal.close()
-                lock.release()
+            lock.release()
         return result
+
+    def _sweep(self, done: set[int], resume: bool, result: RunResult) -> None:
+        """Back up (or adopt the backup of a killed run), run the trials, restore: the restore
+        runs whatever ends the loop (last trial, error, Ctrl-C, SIGTERM)."""
+        failed_on: OrchError | None = None
+        try:
+            if not (resume and self.adopt_backup()):
+                self._backup()  # a killed run that never finished its backup edited nothing
+            self._event("run_resumed" if resume else "run_started")
+            self.progress.start(len(self.plan.steps), len(done))
+            self._run_trials(done, result)
+        except (KeyboardInterrupt, Interrupted):
+            result.interrupted = True
+            self._event_quietly("run_interrupted", "interrupted by the user or a signal")
+        except OrchError as exc:
+            failed_on = exc
+            raise
+        finally:
+            self.progress.stop()
+            result.not_restored = self.restore()
+            if failed_on is not None and self.hosts and not result.not_restored:
+                self.progress.note("the sweep stopped on an error; every host was restored")
+
+    def _run_trials(self, done: set[int], result: RunResult) -> None:
+        assert self.journal is not None
+        for step in self.plan.steps:
+            if step.trial.index in done:
+                continue
+            if self.options.deadline is not None and time.time() >= self.options.deadline:
+                self.progress.note("deadline reached: no new trial starts; the run can be resumed")
+                result.interrupted = True
+                result.deadline_reached = True
+                self._event("run_interrupted", "deadline reached")
+                return
+            record = self._run_with_retries(step)
+            self.journal.append(record)  # on disk before the next trial starts
+            result.records.append(record)
+            self.progress.trial_done(record)
+            if record.status == "completed":
+                result.completed += 1
+                continue
+            result.failed += 1
+            self.verify_all_next = True
+            if self.options.fail_fast:
+                self.progress.note("stopping at the first failed trial (--fail-fast)")
+                return
 
     # ------------------------------------------------------------------ backup and restore
     def _backup(self) -> None:
-        """Save each env file (run dir and host) and each unit's state before the first edit."""
+        """Save each env file (run dir and host) and each unit's state before the first edit.
+
+        units.json is written last and atomically: it marks the backup complete. A run killed
+        before it exists edited nothing, so resume takes a fresh backup and restore has nothing
+        to put back."""
         backup_dir = self.run_dir / "backup"
-        backup_dir.mkdir(exist_ok=True)
+        _run_dir_op(backup_dir, "cannot create the backup folder", lambda: backup_dir.mkdir(exist_ok=True))
         for role, h in self.deployment.hosts.items():
+            _test_pause("BACKUP")
             original = h.transport.read_bytes(h.host.env_file)
-            (backup_dir / f"{role}.env").write_bytes(original)
+            _write_run_file(backup_dir / f"{role}.env", original)
             h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.options.run_id), original)
             active = {u: h.services.state(u).is_active for u in h.units}
-            self.hosts[role] = _HostState(original, active)
+            self.hosts[role] = _HostState(original, active, clock_offset=_clock_offset(h))
         states = {role: s.active for role, s in self.hosts.items()}
-        (backup_dir / "units.json").write_text(json.dumps(states, indent=1))
+        _write_run_file(backup_dir / UNITS_JSON, json.dumps(states, indent=1).encode(), atomic=True)
 
-    def adopt_backup(self) -> None:
-        """Load the originals saved by an earlier (killed) process, for `orch restore`."""
+    def adopt_backup(self) -> bool:
+        """Load the originals saved by an earlier (killed) process, for resume and `orch restore`.
+
+        False when that process never completed its backup (then it never edited a file)."""
         backup_dir = self.run_dir / "backup"
-        states = json.loads((backup_dir / "units.json").read_text())
-        for role in self.deployment.hosts:
-            original = (backup_dir / f"{role}.env").read_bytes()
+        try:
+            states = json.loads((backup_dir / UNITS_JSON).read_text())
+            originals = {role: (backup_dir / f"{role}.env").read_bytes() for role in self.deployment.hosts}
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            raise JournalError(f"{backup_dir}: cannot read the backup of the original env files: {exc} "
+                               "(the run directory is damaged; restore the hosts by hand)") from None
+        for role, original in originals.items():
             self.hosts[role] = _HostState(original, states.get(role, {}), touched=True)
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
+        return True
+
+    def discard_host_backups(self) -> None:
+        """Remove the host-side copies a killed, incomplete backup may have left."""
+        for h in self.deployment.hosts.values():
+            backup = host_backup_path(h.host.env_file, self.options.run_id)
+            h.transport.run(["rm", "-f", backup], check=False, sudo=bool(h.host.ssh and h.host.ssh.sudo))
 
     def restore(self) -> list[str]:
         """Put every env file back byte for byte and every unit back in its original state.
 
-        Returns what could not be restored (empty when all is well). A second Ctrl-C does not
-        abandon the restore silently: it is finished, or what is left is said with the command
-        that finishes it.
+        Returns the roles that could not be restored (empty when all is well). A second Ctrl-C
+        (or a SIGTERM) during the restore skips only the host being restored: the others are
+        still restored, and what is left is said with the command that finishes it.
         """
         left: list[str] = []
-        roles = [r for r in self.hosts]
-        for role in restart_order(self.deployment.testbed, set(roles)):
+        for role in restart_order(self.deployment.testbed, set(self.hosts)):
             try:
                 self._restore_host(role)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Interrupted):
                 left.append(role)
-                self.progress.note(f"restore of {role} interrupted; run `orch restore {self.run_dir}` to finish it")
+                self.progress.note(f"restore of {role} interrupted; continuing with the other hosts")
             except OrchError as exc:
                 left.append(role)
                 self.progress.note(f"restore of {role} failed: {exc}")
-        if self.journal is not None and self.hosts:
-            msg = "all hosts restored" if not left else f"not restored: {', '.join(left)}"
-            self._event("restored", msg)
+        if left:
+            self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {self.run_dir}")
+        if self.hosts:
+            self._event_quietly("restored", f"not restored: {', '.join(left)}" if left else "all hosts restored")
         return left
 
     def _restore_host(self, role: str) -> None:
+        _test_pause("RESTORE")
         h, state = self.deployment.hosts[role], self.hosts[role]
         if h.transport.read_bytes(h.host.env_file) != state.original:
             h.transport.write_bytes_atomic(h.host.env_file, state.original)
@@ -236,7 +290,8 @@ class Runner:
     def _run_trial(self, step: Step, attempt: int) -> TrialRecord:
         trial = step.trial
         trial_dir = self.run_dir / "trials" / f"{trial.index:04d}"
-        (trial_dir / "logs").mkdir(parents=True, exist_ok=True)
+        _run_dir_op(trial_dir, "cannot create the trial folder",
+                    lambda: (trial_dir / "logs").mkdir(parents=True, exist_ok=True))
         t0, started = time.time(), now_iso()
         ctx = _TrialContext()
         try:
@@ -250,8 +305,8 @@ class Runner:
             ctx.logs, logs_text = self._collect_logs(trial_dir, t0)
             ctx.metrics.update(self._run_collectors(logs_text, trial_dir))
             failure = None
-        except (KeyboardInterrupt, Interrupted):
-            raise
+        except (KeyboardInterrupt, Interrupted, JournalError):
+            raise  # a broken run directory stops the sweep: it is not the trial's failure
         except OrchError as exc:
             failure = Failure(kind="workload" if exc.kind == "workload" else "infrastructure",
                               error=type(exc).__name__, message=str(exc), detail=exc.detail[-4000:])
@@ -310,7 +365,7 @@ class Runner:
         for role, h in self.deployment.hosts.items():
             timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
             checks.append(HealthCheck(role, h.host.health, timeout))
-            alive[role] = _alive_checker(h, since)
+            alive[role] = _alive_checker(h, since + self._offset(role))
         return wait_all(checks, client=self.client, check_alive=alive)
 
     def _verify(self, step: Step, ctx: "_TrialContext") -> None:
@@ -340,6 +395,8 @@ class Runner:
         repro = self.plan.matrix.repro
         command = render_command(repro.command, self._placeholders(step, trial_dir))
         out, err = trial_dir / "repro.out", trial_dir / "repro.err"
+        for path in (out, err):  # an unwritable run directory is found here, not blamed on the repro
+            _write_run_file(path, b"", sync=False)
         if repro.on == CONTROLLER:
             outcome = run_command(command, timeout_s=repro.timeout_s, cwd=self.run_dir, env=None,
                                   stdout_path=out, stderr_path=err)
@@ -366,8 +423,8 @@ class Runner:
             if "timed out" not in str(exc).lower():
                 raise
             code, stdout, stderr = None, "", str(exc)
-        out.write_text(stdout)
-        err.write_text(stderr)
+        _write_run_file(out, stdout.encode("utf-8", errors="replace"), sync=False)
+        _write_run_file(err, stderr.encode("utf-8", errors="replace"), sync=False)
         return ReproOutcome(command=command, exit_code=code, duration_s=round(time.time() - t0, 4),
                             stdout_tail=stdout[-4096:])
 
@@ -381,13 +438,13 @@ class Runner:
             chunks = []
             for unit in h.units:
                 try:
-                    text = h.services.logs_since(unit, since, LOG_LIMIT)
+                    text = h.services.logs_since(unit, since + self._offset(role), LOG_LIMIT)
                 except OrchError:
                     if not quiet:
                         raise
                     continue
                 path = trial_dir / "logs" / f"{role}-{unit}.log"
-                path.write_text(text, errors="replace")
+                _write_run_file(path, text.encode("utf-8", errors="replace"), sync=False)
                 paths[f"{role}:{unit}"] = str(path.relative_to(self.run_dir))
                 chunks.append(text)
             texts[role] = "".join(chunks)
@@ -426,9 +483,23 @@ class Runner:
             values[f"{role}_url"] = h.host.url
         return values
 
+    def _offset(self, role: str) -> float:
+        state = self.hosts.get(role)
+        return state.clock_offset if state else 0.0
+
     def _event(self, event: str, message: str = "") -> None:
         assert self.journal is not None
         self.journal.append(EventRecord(run_id=self.options.run_id, event=event, at=now_iso(), message=message))  # type: ignore[arg-type]
+
+    def _event_quietly(self, event: str, message: str = "") -> None:
+        """An event on the way out (interrupted, restored): a journal that cannot take it (disk
+        full) must not stop the restore or hide the error that ended the sweep."""
+        if self.journal is None:
+            return
+        try:
+            self._event(event, message)
+        except JournalError as exc:
+            self.progress.note(f"journal: {exc}")
 
 
 @dataclass
@@ -454,6 +525,18 @@ def _waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
     return waves
 
 
+def _clock_offset(h: HostHandle) -> float:
+    """Host clock minus controller clock, measured once (midpoint of the round trip), so
+    `journalctl --since` windows are right on hosts whose clocks are off. 0 where the
+    service manager runs on the controller's clock."""
+    now = getattr(h.services, "now", None)
+    if now is None:
+        return 0.0
+    before = time.time()
+    host = now()
+    return host - (before + time.time()) / 2
+
+
 def _alive_checker(h: HostHandle, since: float) -> Callable[[], None]:
     def check() -> None:
         for unit in h.units:
@@ -472,9 +555,9 @@ def _env_mismatch(h: HostHandle, unit: str, assignments: dict[str, str | None]) 
             shown_want = "unset" if want is None else repr(_redact(var, want))
             shown_got = "unset" if got is None else repr(_redact(var, got))
             hint = ""
-            if h.host.dialect == "systemd" and got is None:
-                hint = " (systemd ignores `export KEY=VALUE` lines in an EnvironmentFile=; " \
-                       "use dialect: shell with a wrapper, or plain KEY=VALUE lines)"
+            if got is None and want is not None:  # the file says it, the process never got it
+                hint = " (systemd ignores `export KEY=VALUE` lines in an EnvironmentFile=: write plain " \
+                       "KEY=VALUE lines with dialect: systemd, or source the file from a wrapper with dialect: shell)"
             return f"{var} is {shown_got} in the live process, expected {shown_want}{hint}"
     return None
 
@@ -496,6 +579,46 @@ def render_command(template: str, values: dict[str, str]) -> str:
 
 def host_backup_path(env_file: str, run_id: str) -> str:
     return f"{env_file}.orch-backup-{run_id}"
+
+
+def _test_pause(phase: str) -> None:
+    """Test hook: ORCH_TEST_<PHASE>_DELAY_S makes each host's backup or restore step slow, so the
+    fault tests can kill or interrupt the controller inside that phase (as a slow unit stop on a
+    real host would). Unset in normal use."""
+    delay = os.environ.get(f"ORCH_TEST_{phase}_DELAY_S")
+    if delay:
+        time.sleep(float(delay))
+
+
+def _run_dir_op(path: Path, what: str, op: Callable[[], object]) -> None:
+    """Run a file operation in the run directory; an OSError (disk full, read-only, a file where
+    a folder should be) becomes one clear JournalError that stops the sweep."""
+    try:
+        op()
+    except OSError as exc:
+        raise JournalError(f"{path}: {what}: {exc.strerror or exc}"
+                           + (f" ({RUN_DIR_HINTS[exc.errno]})" if exc.errno in RUN_DIR_HINTS else "")) from exc
+
+
+def _write_run_file(path: Path, data: bytes, *, atomic: bool = False, sync: bool = True) -> None:
+    """Write a run-directory file (fsync'd unless sync=False); atomic=True writes a temp file and
+    renames it, so a reader sees the old file or the whole new one."""
+    def write() -> None:
+        target = path.with_name(f".{path.name}.{os.getpid()}.tmp") if atomic else path
+        try:
+            with open(target, "wb") as f:
+                f.write(data)
+                if sync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            if atomic:
+                os.replace(target, path)
+        except BaseException:
+            if atomic:
+                target.unlink(missing_ok=True)
+            raise
+
+    _run_dir_op(path, "cannot write", write)
 
 
 class _signals_as_interrupt:

@@ -21,3 +21,7 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
+
+
+# Real systemd + sshd hosts (tests/testbed/fixture.py): one booted testbed per session.
+from testbed.fixture import testbed  # noqa: E402,F401

@@ -99,7 +99,7 @@ def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, tes
     # decode-only factors: only decode restarts (prefill and router stay up), waits cover the router
     assert {u for t in trials for u in t.restarted} == {f"decode:{decode_unit}"}
     assert all(set(t.health_wait_s) == {"prefill", "decode", "router"} for t in trials)
-    assert all(t.metrics["sglang_lines"].value == (3 if testbed_name == "dsv4-pd" else 0) for t in trials)
+    assert all(t.metrics["sglang_lines"].value == 3 for t in trials)  # a command collector over SSH
     assert all(t.metrics["anomalies"].value > 0 for t in trials)
     assert all(Path(run_dir / p).read_text() for t in trials for p in t.logs.values())
     # restored: byte-identical files, and the live process runs with the original values again
@@ -110,22 +110,43 @@ def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, tes
     assert (run_dir / "index.html").exists()
 
 
-def test_export_lines_in_an_environment_file_are_caught(testbed: Testbed, tmp_path: Path, capsys):
-    """A team wrote `export` lines in a file systemd reads with EnvironmentFile=: systemd ignores
-    them, so flipping the flag silently does nothing. Verification must catch it."""
+def test_systemd_dialect_edit_next_to_an_ignored_export_line_still_takes_effect(testbed: Testbed, tmp_path: Path, capsys):
+    """In the systemd dialect an `export K=v` line is not an assignment (systemd drops it), so orch
+    appends a plain `K=v` that systemd reads: the sweep works and verification agrees."""
     path = "/etc/sglang/decode.env"
     original = testbed.ssh("decode", f"base64 -w0 {path}").stdout
     testbed.ssh("decode", f"sed -i 's/^SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/' {path}")
     exported = testbed.ssh("decode", f"base64 -w0 {path}").stdout
     try:
         code, run_dir = sweep(testbed, tmp_path, "dsv4-pd", "--retries", "0")
+        assert code == 0, capsys.readouterr().err
+        assert all(t.status == "completed" for t in trials_of(run_dir))
+        assert testbed.ssh("decode", f"base64 -w0 {path}").stdout == exported  # restored as it was
+    finally:
+        testbed.ssh("decode", f"echo {original} | base64 -d > {path} && systemctl restart sglang-dsv4-decode")
+
+
+def test_export_lines_in_an_environment_file_are_caught(testbed: Testbed, tmp_path: Path, capsys):
+    """The real trap: a team writes `export` lines and declares the shell dialect, but the unit
+    reads the file with EnvironmentFile=, which ignores them. Every edit silently does nothing;
+    verification from /proc/PID/environ must catch it."""
+    path = "/etc/sglang/decode.env"
+    original = testbed.ssh("decode", f"base64 -w0 {path}").stdout
+    testbed.ssh("decode", f"sed -i 's/^SGLANG_/export SGLANG_/' {path}")
+    exported = testbed.ssh("decode", f"base64 -w0 {path}").stdout
+    inventory = bad_inventory(testbed, tmp_path, "decode", dialect="shell")
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    try:
+        code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "reports"),
+                     "--run-id", "export-trap", "--retries", "0"])
         err = capsys.readouterr().err
         assert code == 1, err
-        failed = [t for t in trials_of(run_dir) if t.status == "failed"]
-        assert failed, "the ignored export line went unnoticed"
-        message = failed[0].failure.message
+        failed = [t for t in trials_of(tmp_path / "reports" / "export-trap") if t.status == "failed"]
+        assert failed, "the ignored export lines went unnoticed"
         assert failed[0].failure.error == "VerificationError"
-        assert "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP is unset in the live process" in message
+        message = failed[0].failure.message
+        assert message.startswith("decode (") and "unit sglang-dsv4-decode:" in message
+        assert "in the live process, expected" in message
         assert "systemd ignores `export KEY=VALUE` lines" in message
         assert testbed.ssh("decode", f"base64 -w0 {path}").stdout == exported  # restored as it was
     finally:
