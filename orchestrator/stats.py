@@ -54,7 +54,10 @@ def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
     if n == 0:
         return (0.0, 1.0)
     low, high = proportion_confint(k, n, alpha=1 - confidence, method="wilson")
-    return (max(0.0, float(low)), min(1.0, float(high)))
+    # exact at the edges: float noise gives 8e-20 for 0/500000, which would print as a bound
+    low = 0.0 if k == 0 else max(0.0, float(low))
+    high = 1.0 if k == n else min(1.0, float(high))
+    return (low, high)
 
 
 def rate(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:

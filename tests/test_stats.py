@@ -24,6 +24,7 @@ def test_wilson_known_values_and_edges() -> None:
     assert low == pytest.approx(0.0706, abs=1e-3) and high == pytest.approx(0.2909, abs=1e-3)
     assert stats.wilson_interval(40, 40)[1] == 1.0
     assert stats.wilson_interval(0, 0) == (0.0, 1.0)
+    assert stats.wilson_interval(0, 500_000)[0] == 0.0 and stats.wilson_interval(7, 7)[1] == 1.0
     wider = stats.wilson_interval(6, 40, confidence=0.99)
     assert wider[0] < low and wider[1] > high
     with pytest.raises(ValueError):
