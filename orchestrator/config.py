@@ -77,7 +77,7 @@ class MatrixShape(_Shape):
     include: list[dict[str, Scalar]] = []
     baseline: dict[str, Scalar] = {}
     replicates: int = Field(default=1, ge=1, le=100_000)
-    order: Literal["randomized", "sequential"] = "randomized"
+    order: Literal["randomized", "sequential", "min-restarts"] = "randomized"
     seed: int | None = None
     booleans: tuple[str, str] = ("1", "0")
     health_timeouts: dict[str, float] = {}
@@ -184,7 +184,7 @@ class Matrix:
     include: tuple[dict[str, str], ...]
     baseline: dict[str, str]
     replicates: int
-    order: Literal["randomized", "sequential"]
+    order: Literal["randomized", "sequential", "min-restarts"]
     seed: int | None
     health_timeouts: dict[str, float]
     repro: Repro

@@ -16,6 +16,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 from .config import Matrix
 from .errors import ConfigError
@@ -85,18 +86,47 @@ def baseline_cell(matrix: Matrix) -> Cell:
     return Cell(tuple((f.name, matrix.baseline[f.name]) for f in matrix.factors))
 
 
-def order_trials(matrix: Matrix, cells: list[Cell], seed: int, replicates: int | None = None) -> list[Trial]:
-    """Replicate rounds in the matrix's order; randomized rounds are seeded permutations."""
+RestartCost = Callable[[Cell, Cell], int]  # units restarted when going from one cell to another
+
+
+def order_trials(matrix: Matrix, cells: list[Cell], seed: int, replicates: int | None = None,
+                 *, order: str | None = None, cost: RestartCost | None = None) -> list[Trial]:
+    """Replicate rounds in the matrix's order; randomized rounds are seeded permutations;
+    min-restarts rounds are a greedy shortest path through the cells by restart cost."""
     rounds = replicates if replicates is not None else matrix.replicates
+    order = order or matrix.order
     base = baseline_cell(matrix)
     trials: list[Trial] = []
     for r in range(rounds):
         block = list(cells)
-        if matrix.order == "randomized":
+        if order == "randomized":
             random.Random(seed * 1_000_003 + r).shuffle(block)
+        elif order == "min-restarts":
+            block = _fewest_restarts(block, trials[-1].cell if trials else base, cost or _roles_cost)
         start = len(trials)
         trials.extend(Trial(start + i, r, c, c == base) for i, c in enumerate(block))
     return trials
+
+
+def _fewest_restarts(cells: list[Cell], start: Cell, cost: RestartCost) -> list[Cell]:
+    """Greedy nearest neighbour from `start`: always go to the cheapest remaining cell (ties in
+    declared order). Not optimal in general, but within a small factor and linear per step;
+    for two-level factors it walks a Gray-code-like path."""
+    left, path, here = list(cells), [], start
+    if start in left:
+        left.remove(start)
+        path.append(start)
+    while left:
+        nxt = min(left, key=lambda c: cost(here, c))
+        left.remove(nxt)
+        path.append(nxt)
+        here = nxt
+    return path
+
+
+def _roles_cost(a: Cell, b: Cell) -> int:
+    """Fallback cost without an inventory: how many factors differ."""
+    return sum(x != y for x, y in zip(a.levels, b.levels))
 
 
 def warnings_for(matrix: Matrix, replicates: int | None = None) -> list[str]:

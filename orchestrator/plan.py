@@ -53,14 +53,21 @@ def new_seed() -> int:
     return secrets.randbelow(2**31)
 
 
-def make_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None, replicates: int | None = None) -> Plan:
+def make_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None, replicates: int | None = None,
+              *, order: str | None = None) -> Plan:
     check_against_inventory(matrix, testbed)
     seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
     reps = replicates if replicates is not None else matrix.replicates
     cells = expand(matrix)
     steps, previous = [], None
-    for trial in order_trials(matrix, cells, seed, reps):
-        env = cell_env(matrix, trial.cell)
+    envs = {c: cell_env(matrix, c) for c in cells}
+
+    def cost(a: Cell, b: Cell) -> int:
+        ea, eb = envs.get(a) or cell_env(matrix, a), envs[b]
+        return sum(len(testbed.hosts[r].units) for r in eb if ea.get(r) != eb[r])
+
+    for trial in order_trials(matrix, cells, seed, reps, order=order, cost=cost):
+        env = envs[trial.cell]
         steps.append(_step(matrix, testbed, trial, env, previous))
         previous = env
     return Plan(matrix, testbed, seed, reps, tuple(cells), tuple(steps))

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .plan import Plan, cell_env
+from .plan import Plan, cell_env, make_plan
 
 
 def human_duration(seconds: float) -> str:
@@ -28,10 +28,19 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
     if list_trials:
         console.print(_trials_table(plan))
     console.print(f"restarts: {plan.restart_count} unit restarts in this order "
-                  f"(units whose env does not change stay up)")
+                  f"(units whose env does not change stay up); {_other_orders(plan)}")
     console.print(f"estimated duration: {human_duration(plan.estimated_duration_s)} "
                   f"(startup estimates from the inventory + {m.repro.expected_duration_s:g} s per repro)")
     _print_power(plan, console)
+
+
+def _other_orders(plan: Plan) -> str:
+    """Restart counts the other orders would need, so `order: min-restarts` can be weighed."""
+    counts = []
+    for order in ("randomized", "sequential", "min-restarts"):
+        other = make_plan(plan.matrix, plan.testbed, plan.seed, plan.replicates, order=order)
+        counts.append(f"{order} {other.restart_count}")
+    return "per order: " + ", ".join(counts)
 
 
 def _cells_table(plan: Plan) -> Table:

@@ -99,7 +99,7 @@ MATRIX_CASES = [
     ("zip size mismatch", lambda t: t.replace('off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}', 'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}\n      x: {decode: {SGLANG_EXTRA_ARGS: "-x"}}') + "zips: [[overlap, cuda_graph]]\n", ["same number of levels (overlap=2, cuda_graph=3)"]),
     ("replicates zero", lambda t: t + "replicates: 0\n", ["m.yaml:15", "replicates", "must be >= 1"]),
     ("replicates text", lambda t: t + "replicates: many\n", ["replicates", "expected an integer", "got 'many'"]),
-    ("bad order", lambda t: t + "order: shuffled\n", ["order", "expected 'randomized' or 'sequential'"]),
+    ("bad order", lambda t: t + "order: shuffled\n", ["order", "expected 'randomized', 'sequential' or 'min-restarts', got 'shuffled'"]),
     ("timeout negative", lambda t: t.replace("timeout: 60", "timeout: -5"), ["repro.timeout", "must be > 0"]),
     ("bad regex", lambda t: t.replace("(?P<k>\\d+)/", "(?P<k>\\d+/"), ["repro.metrics.corruption.regex", "invalid regular expression"]),
     ("proportion without groups", lambda t: t.replace("(?P<k>\\d+)/(?P<n>\\d+)", "(\\d+)/(\\d+)"), ["needs named groups (?P<k>...) and (?P<n>...)"]),
