@@ -92,11 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _register_extensions(sub: argparse._SubParsersAction) -> None:
     """Commands that live in their own modules (team features) add themselves here."""
-    try:
-        from .cli_team import register
-    except ImportError:  # pragma: no cover - optional module not present yet
-        return
-    register(sub)
+    import importlib
+
+    for name in ("cli_reports", "cli_team"):
+        try:
+            module = importlib.import_module(f"orchestrator.{name}")
+        except ModuleNotFoundError as exc:  # pragma: no cover - a module not present yet
+            if exc.name != f"orchestrator.{name}":
+                raise
+            continue
+        module.register(sub)
 
 
 def _command(sub: argparse._SubParsersAction, name: str, help_: str,
