@@ -1,0 +1,181 @@
+"""Helpers for the team-feature tests: a private simulated deployment (free loopback ports, its
+own env files), tiny matrices, a webhook receiver, and running `orch` as a separate process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+REPO = Path(__file__).resolve().parents[2]
+
+ENV_FILES = {
+    "prefill.env": "# prefill\nSIM_WARMUP_S=0.1\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
+    "decode.env": "# decode\r\nSIM_WARMUP_S=0.1\r\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=\"\"",
+    "router.env": "SIM_WARMUP_S=0.1\n",
+}
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((host, port)) == 0
+
+
+@dataclass(frozen=True)
+class SimSite:
+    """A simulated PD deployment of our own: env files and inventory in `folder`."""
+
+    folder: Path
+    inventory: Path
+    ports: tuple[int, ...]
+    originals: dict[str, bytes] = field(repr=False)
+
+    def env_files_unchanged(self) -> list[str]:
+        """Names of env files that differ from their original bytes (empty: all restored)."""
+        return [n for n, data in self.originals.items() if (self.folder / n).read_bytes() != data]
+
+    def listening(self) -> list[int]:
+        return [p for p in self.ports if port_open(p)]
+
+
+def inventory_text(ports: tuple[int, int, int], testbed: str = "sim") -> str:
+    pp, rp, dp = ports
+    srv = '["{python}", -m, orchestrator.sim.server'
+    return textwrap.dedent(f"""\
+        testbeds:
+          {testbed}:
+            state_dir: state
+            hosts:
+              prefill:
+                env_file: prefill.env
+                units: [{{name: q-prefill, command: {srv}, --role, prefill, --port, "{pp}"]}}]
+                url: http://127.0.0.1:{pp}
+                health_timeout: 30
+                startup_estimate: 0.5
+              decode:
+                env_file: decode.env
+                units: [{{name: q-decode, command: {srv}, --role, decode, --port, "{dp}"]}}]
+                url: http://127.0.0.1:{dp}
+                health_timeout: 30
+                startup_estimate: 0.5
+              router:
+                env_file: router.env
+                units: [{{name: q-router, command: {srv}, --role, router, --port, "{rp}",
+                          --prefill-url, "http://127.0.0.1:{pp}", --decode-url, "http://127.0.0.1:{dp}"]}}]
+                url: http://127.0.0.1:{rp}
+                health_timeout: 30
+                startup_estimate: 0.3
+                after: [prefill, decode]
+        """)
+
+
+def make_site(folder: Path, ports: tuple[int, int, int] | None = None) -> SimSite:
+    folder.mkdir(parents=True, exist_ok=True)
+    ports = ports or tuple(free_ports(3))  # type: ignore[assignment]
+    for name, text in ENV_FILES.items():
+        (folder / name).write_bytes(text.encode())
+    inv = folder / "inventory.yaml"
+    inv.write_text(inventory_text(ports))  # type: ignore[arg-type]
+    return SimSite(folder, inv, tuple(ports), {n: t.encode() for n, t in ENV_FILES.items()})  # type: ignore[arg-type]
+
+
+def matrix_text(name: str, *, replicates: int = 1, after_repro: str = "", timeout: int = 60) -> str:
+    """Two cells (overlap on/off); `after_repro` is a shell command run after the repro."""
+    command = "{python} -m orchestrator.sim.repro --router {router_url} --sessions 6 --rounds 1 --seed {trial_seed}"
+    if after_repro:
+        command += f" && {after_repro}"
+    return textwrap.dedent(f"""\
+        name: {name}
+        factors:
+          overlap:
+            env: {{decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}}
+            levels: [on, off]
+        replicates: {replicates}
+        order: sequential
+        repro:
+          command: {json.dumps(command)}
+          timeout: {timeout}
+          metrics:
+            corruption: {{kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}}
+        """)
+
+
+def orch(*args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m orchestrator.cli ARGS` as its own process (what a timer or a person runs)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    full_env.pop("ORCH_WEBHOOKS", None)  # only the webhooks a test names
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=full_env)
+
+
+def start_orch(*args: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    full_env.pop("ORCH_WEBHOOKS", None)
+    with log.open("wb") as handle:
+        return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, stdout=handle,
+                                stderr=subprocess.STDOUT, env=full_env)
+
+
+@dataclass
+class Receiver:
+    """A local webhook receiver: records (path, JSON body) of every POST; answers with the
+    status codes queued in `answers` (then 200)."""
+
+    url: str
+    received: list[tuple[str, object]] = field(default_factory=list)
+    answers: list[int] = field(default_factory=list)
+    hits: int = 0
+
+
+@contextmanager
+def webhook_receiver() -> Iterator[Receiver]:
+    lock = threading.Lock()
+    state: list[Receiver] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            rec = state[0]
+            with lock:
+                rec.hits += 1
+                code = rec.answers.pop(0) if rec.answers else 200
+                if code == 200:
+                    rec.received.append((self.path, json.loads(body)))
+            self.send_response(code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.append(Receiver(f"http://127.0.0.1:{server.server_address[1]}"))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield state[0]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
