@@ -205,3 +205,31 @@ def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(testbed: Te
     assert snapshot(testbed, files) == before
     assert not (tmp_path / "reports").exists()
     no_leftovers(testbed)
+
+
+def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):
+    """Root-owned env files and systemctl through `sudo -n`, connected as a normal user."""
+    for host in ("prefill", "decode", "router"):
+        testbed.ssh(host, "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser; "
+                          "echo 'orchuser ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/orchuser && chmod 440 /etc/sudoers.d/orchuser")
+    files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
+    before = snapshot(testbed, files)
+    owner = testbed.ssh("decode", "stat -c '%U %a' /etc/sglang/decode.env").stdout.strip()
+    data = yaml.safe_load(testbed.inventory.read_text())
+    for entry in data["testbeds"]["dsv4-pd"]["hosts"].values():
+        entry["ssh"].update(user="orchuser", sudo=True)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(data))
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    try:
+        code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "reports"),
+                     "--run-id", "sudo"])
+        assert code == 0, capsys.readouterr().err
+        trials = trials_of(tmp_path / "reports" / "sudo")
+        assert [t.status for t in trials] == ["completed"] * 4
+        assert snapshot(testbed, files) == before
+        assert testbed.ssh("decode", "stat -c '%U %a' /etc/sglang/decode.env").stdout.strip() == owner
+        no_leftovers(testbed)
+    finally:
+        for host in ("prefill", "decode", "router"):
+            testbed.ssh(host, "rm -f /etc/sudoers.d/orchuser")
