@@ -1,0 +1,190 @@
+"""LiveStatus (the status.json progress sink) and the reader shared by `orch status` / `orch serve`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from report_synth import synthetic_run, write_run
+
+from orchestrator.cli import main
+from orchestrator.livestatus import LiveStatus, StatusFile, Tee, judge, live_runs, queue_view, snapshot
+from orchestrator.queue import Claimer, Queue
+from orchestrator.records import RunManifest, TrialRecord
+from orchestrator.runner import QuietProgress
+from orchestrator.runs import save_manifest
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def running_run(tmp_path: Path, run_id: str = "20260509-070000-a") -> tuple[Path, RunManifest, list[TrialRecord]]:
+    """A run dir whose manifest says running and whose journal is empty (the runner writes it)."""
+    manifest, records = synthetic_run(replicates=1, failures=False, run_id=run_id)
+    manifest = manifest.model_copy(update={"status": "running", "ended": None})
+    run_dir = tmp_path / "reports" / run_id
+    run_dir.mkdir(parents=True)
+    save_manifest(run_dir, manifest)
+    return run_dir, manifest, sorted(records, key=lambda r: r.trial)
+
+
+def read(run_dir: Path) -> dict[str, object]:
+    return json.loads((run_dir / "status.json").read_text())
+
+
+def test_status_file_follows_the_sweep(tmp_path: Path) -> None:
+    run_dir, manifest, records = running_run(tmp_path)
+    clock = Clock()
+    live = LiveStatus(run_dir, clock=clock)
+    live.start(8, 0)
+    s = read(run_dir)
+    assert (s["state"], s["done"], s["total"], s["failed"]) == ("running", 0, 8, 0)
+    assert s["current_trial"] == 0 and s["current_cell"] == manifest.plan[0].cell
+    assert s["eta_s"] is None and s["pid"] == Claimer.current().pid and s["testbed"] == manifest.testbed
+    assert s["name"] == manifest.name and s["run_id"] == manifest.run_id
+
+    clock.t += 10
+    live.trial_done(records[0])
+    clock.t += 20
+    live.trial_done(records[1].model_copy(update={"status": "failed", "metrics": {}}))
+    s = read(run_dir)
+    assert (s["done"], s["failed"], s["current_trial"]) == (2, 1, 2)
+    assert s["current_cell"] == manifest.plan[2].cell
+    assert s["eta_s"] == pytest.approx(15.0 * 6)  # 30 s for 2 trials, 6 left
+    assert "FAILED" in str(s["last"]) and manifest.plan[1].cell in str(s["last"])
+
+    live.note("deadline reached: no new trial starts")
+    assert read(run_dir)["note"] == "deadline reached: no new trial starts"
+    live.stop()
+    s = read(run_dir)
+    assert s["state"] == "finished" and s["current_cell"] is None and s["eta_s"] is None
+    assert not list(run_dir.glob(".status.json*")), "temp files left behind"
+
+
+def test_resumed_run_starts_at_the_first_unfinished_trial(tmp_path: Path) -> None:
+    run_dir, manifest, records = running_run(tmp_path)
+    with (run_dir / "journal.jsonl").open("w") as f:
+        for r in (records[0], records[1], records[3]):
+            f.write(r.model_dump_json() + "\n")
+    live = LiveStatus(run_dir)
+    live.start(8, 3)
+    s = read(run_dir)
+    assert (s["done"], s["current_trial"], s["current_cell"]) == (3, 2, manifest.plan[2].cell)
+    live.trial_done(records[2])
+    assert read(run_dir)["current_trial"] == 4  # 3 was done before the resume
+
+
+def test_an_unwritable_status_never_fails_the_sweep(tmp_path: Path) -> None:
+    run_dir, _, records = running_run(tmp_path)
+    (run_dir / "status.json").mkdir()  # rename over a directory fails
+    live = LiveStatus(run_dir)
+    live.start(8, 0)
+    live.trial_done(records[0])
+    live.stop()
+    assert live.error and (run_dir / "status.json").is_dir()
+
+
+def test_missing_manifest_makes_a_silent_sink(tmp_path: Path) -> None:
+    live = LiveStatus(tmp_path)
+    live.start(3, 0)
+    live.note("x")
+    live.stop()
+    assert "not a run directory" in live.error and not (tmp_path / "status.json").exists()
+
+
+def test_tee_forwards_everything(tmp_path: Path) -> None:
+    run_dir, _, records = running_run(tmp_path)
+    calls: list[str] = []
+
+    class Spy(QuietProgress):
+        def start(self, total: int, done: int) -> None:
+            calls.append(f"start {total} {done}")
+
+        def trial_done(self, record: TrialRecord) -> None:
+            calls.append(f"done {record.trial}")
+
+        def note(self, message: str) -> None:
+            calls.append(f"note {message}")
+
+        def stop(self) -> None:
+            calls.append("stop")
+
+    tee = Tee(Spy(), LiveStatus(run_dir))
+    tee.start(8, 0)
+    tee.trial_done(records[0])
+    tee.note("hi")
+    tee.stop()
+    assert calls == ["start 8 0", "done 0", "note hi", "stop"]
+    assert read(run_dir)["done"] == 1
+
+
+def status(**kw: object) -> StatusFile:
+    me = Claimer.current()
+    base = dict(run_id="r", name="n", testbed="t", host=me.host, pid=me.pid, pid_start=me.start, state="running",
+                started="2026-01-01T00:00:00+00:00", updated="2026-01-01T00:00:00+00:00", done=1, total=2, failed=0)
+    return StatusFile(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_judge() -> None:
+    me = Claimer.current()
+    assert judge(status(), "running") == "running"
+    assert judge(status(pid_start=me.start + 1), "running") == "stale"  # its process is gone
+    assert judge(status(pid_start=me.start + 1), "interrupted") == "finished"
+    assert judge(status(state="finished"), "completed") == "finished"
+    assert judge(status(state="finished"), "running") == "running"  # writing its report
+    assert judge(status(host="elsewhere", pid_start=0), "running") == "running"  # cannot tell: trust it
+
+
+def test_live_runs_and_queue_view(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    run_a, _, records = running_run(tmp_path, "20260509-070000-a")
+    run_b, _, _ = running_run(tmp_path, "20260509-080000-b")
+    LiveStatus(run_a).start(8, 0)
+    # b's controller was killed (-9): it wrote `running` and is gone
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    (run_b / "status.json").write_text(status(run_id=run_b.name, pid=proc.pid, pid_start=1).model_dump_json())
+    done_manifest, done_records = synthetic_run(replicates=1, run_id="20260508-070000-old")
+    write_run(reports / "20260508-070000-old", done_manifest, done_records)
+    (reports / "20260508-070000-old" / "status.json").write_text(status(state="finished").model_dump_json())
+    (reports / "not-a-run").mkdir()
+
+    runs = live_runs(reports)
+    assert [(r.directory, r.state) for r in runs] == [  # active ones by start, then finished ones
+        ("20260509-080000-b", "stale"), ("20260509-070000-a", "running"), ("20260508-070000-old", "finished")]
+    assert runs[0].percent == 50.0 and runs[1].percent == 0.0 and runs[2].run_status == "completed"
+
+    assert queue_view(reports) == []  # no queue.db: none, and none created
+    assert not (reports / "queue.db").exists()
+    with Queue.in_reports(reports) as q:
+        q.add(Path("/m/x.yaml"), Path("/i.yaml"), None, 2, ("https://hooks.example/secret",))
+    view = queue_view(reports)
+    assert [(v.id, v.state, v.matrix, v.priority) for v in view] == [(1, "queued", "x.yaml", 2)]
+    assert "secret" not in repr(view)
+    snap = snapshot(reports)
+    assert len(snap.runs) == 3 and len(snap.queue) == 1
+
+
+def test_orch_status_prints_runs_and_queue(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    reports = tmp_path / "reports"
+    run_a, manifest, records = running_run(tmp_path, "20260509-070000-a")
+    live = LiveStatus(run_a)
+    live.start(8, 0)
+    live.trial_done(records[0])
+    with Queue.in_reports(reports) as q:
+        q.add(Path("/m/nightly.yaml"), Path("/i.yaml"), "tb1")
+    assert main(["status", "--reports", str(reports)]) == 0
+    text = capsys.readouterr().out
+    for part in ("20260509-070000-a", "running", "1/8", "nightly.yaml", "queued", "tb1"):
+        assert part in text, part
+    assert main(["status", "--reports", str(reports), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["runs"][0]["current_cell"] == manifest.plan[1].cell and data["runs"][0]["done"] == 1
+    assert data["queue"][0]["matrix"] == "nightly.yaml"

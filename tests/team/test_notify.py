@@ -1,0 +1,110 @@
+"""Webhook notifications against a real local HTTP receiver."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+from report_synth import synthetic_run, write_run
+
+from orchestrator.errors import UsageError
+from orchestrator.notify import Summary, Webhook, configured, send, shown, summarize_run
+
+from .helpers import webhook_receiver
+
+SUMMARY = Summary(run_id="r1", name="overlap_ablation", status="completed", headline="Corruption is 15% with X",
+                  link="http://orch:8765/r1/index.html", trials=8, failed=1, planned=8)
+KEYS = {"run_id", "name", "status", "headline", "link", "trials", "failed"}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again on return: nothing listens there
+
+
+def test_json_summary_is_posted() -> None:
+    with webhook_receiver() as rx:
+        deliveries = send(SUMMARY, [Webhook.parse(rx.url + "/hook")])
+    assert [(d.ok, d.attempts) for d in deliveries] == [(True, 1)]
+    path, body = rx.received[0]
+    assert path == "/hook" and isinstance(body, dict)
+    assert KEYS <= set(body) and body == asdict(SUMMARY)
+
+
+def test_slack_variant_posts_text_to_the_url_without_prefix() -> None:
+    with webhook_receiver() as rx:
+        send(SUMMARY, [Webhook.parse("slack+" + rx.url + "/services/T/B/secret")])
+    path, body = rx.received[0]
+    assert path == "/services/T/B/secret"
+    assert set(body) == {"text"}  # type: ignore[arg-type]
+    text = body["text"]  # type: ignore[index]
+    for part in ("overlap_ablation", "r1", "completed", "8/8 trials, 1 failed", "Corruption is 15%", SUMMARY.link):
+        assert part in text
+
+
+def test_server_errors_are_retried_until_delivered() -> None:
+    with webhook_receiver() as rx:
+        rx.answers[:] = [503, 500]
+        deliveries = send(SUMMARY, [Webhook.parse(rx.url)], backoff_s=0.01)
+    assert deliveries[0].ok and deliveries[0].attempts == 3 and rx.hits == 3
+    assert len(rx.received) == 1
+
+
+def test_client_errors_are_not_retried_and_never_raise() -> None:
+    warnings: list[str] = []
+    with webhook_receiver() as rx:
+        rx.answers[:] = [404]
+        deliveries = send(SUMMARY, [Webhook.parse(rx.url + "/secret-path?token=abc")], warn=warnings.append,
+                          backoff_s=0.01)
+    assert not deliveries[0].ok and deliveries[0].attempts == 1 and rx.hits == 1
+    assert "HTTP 404" in deliveries[0].error
+    assert len(warnings) == 1 and "secret-path" not in warnings[0] and "token" not in warnings[0]
+
+
+def test_unreachable_webhook_fails_softly_and_others_still_get_it() -> None:
+    warnings: list[str] = []
+    dead = f"http://127.0.0.1:{closed_port()}/x"
+    with webhook_receiver() as rx:
+        deliveries = send(SUMMARY, [Webhook.parse(dead), Webhook.parse(rx.url)], warn=warnings.append,
+                          backoff_s=0.01)
+    assert [d.ok for d in deliveries] == [False, True]
+    assert deliveries[0].attempts == 3 and "ConnectError" in deliveries[0].error
+    assert len(rx.received) == 1 and "not delivered after 3 attempt(s)" in warnings[0]
+
+
+def test_configured_merges_lists_and_environment_once_each() -> None:
+    hooks = configured(["http://a/1", "slack+https://b/2"], ("http://a/1",),
+                       environ={"ORCH_WEBHOOKS": "http://c/3, http://a/1\nhttp://d/4"})
+    assert [(h.url, h.slack) for h in hooks] == [("http://a/1", False), ("https://b/2", True),
+                                                 ("http://c/3", False), ("http://d/4", False)]
+    assert configured([], environ={}) == []
+
+
+@pytest.mark.parametrize("bad", ["ftp://x/y", "not a url", "slack+mailto:a@b", "http://"])
+def test_bad_webhook_urls_are_usage_errors(bad: str) -> None:
+    with pytest.raises(UsageError) as exc:
+        Webhook.parse(bad)
+    assert exc.value.exit_code == 2
+
+
+def test_shown_hides_path_and_query() -> None:
+    assert shown("https://hooks.slack.com/services/T0/B0/XyZ") == "https://hooks.slack.com/…"
+    assert shown("http://127.0.0.1:9000/") == "http://127.0.0.1:9000"
+    assert shown("http://h:1?k=secret") == "http://h:1/…"
+
+
+def test_summary_of_a_run_directory(tmp_path: Path) -> None:
+    manifest, records = synthetic_run(replicates=1)  # trial 3 failed once, then completed on retry
+    assert [r.trial for r in records if r.status == "failed"] == [3]
+    records = records[:-1]  # and the last planned trial failed for good
+    records.append(records[-1].model_copy(update={"trial": 7, "status": "failed", "metrics": {}}))
+    run_dir = write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
+    s = summarize_run(run_dir, base_url="http://lab:8765/")
+    assert (s.run_id, s.name, s.status) == (manifest.run_id, manifest.name, manifest.status)
+    assert (s.planned, s.trials, s.failed) == (8, 8, 1)
+    assert s.headline and s.link == f"http://lab:8765/{manifest.run_id}/index.html"
+    local = summarize_run(run_dir, base_url="")
+    assert local.link == (run_dir.resolve() / "index.html").as_uri()

@@ -1,0 +1,105 @@
+"""`orch serve` in headless Chromium: the live status page, and the index and a report served by
+orch itself (not a generic file server), with no console error and nothing fetched from
+elsewhere. Drives Chromium with the report tests' DevTools pipe client."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from browser.test_report_browser import CHROMIUM, IN_CI, DevTools, _eval, _open, _problems, _requests, _visible
+from report_synth import synthetic_run, write_run
+
+from orchestrator.livestatus import LiveStatus
+from orchestrator.queue import Queue
+from orchestrator.render import write_report
+from orchestrator.runs import save_manifest
+from orchestrator.serve import make_server
+from orchestrator.site import write_index
+
+pytestmark = pytest.mark.browser
+
+DONE, LIVE = "20260509-070000-overlap_ablation", "20260510-070000-live"
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    reports = tmp_path / "reports"
+    manifest, records = synthetic_run(replicates=1, run_id=DONE)
+    write_report(write_run(reports / DONE, manifest, records))
+    live_manifest, live_records = synthetic_run(replicates=1, run_id=LIVE)
+    (reports / LIVE).mkdir()
+    save_manifest(reports / LIVE, live_manifest.model_copy(update={"status": "running", "ended": None}))
+    status = LiveStatus(reports / LIVE)
+    status.start(len(live_manifest.plan), 0)
+    for r in sorted(live_records, key=lambda r: r.trial)[:3]:
+        status.trial_done(r)
+    write_index(reports)
+    with Queue.in_reports(reports) as q:
+        q.add(Path("/m/nightly.yaml"), Path("/i.yaml"), "dsv4-pd", 3)
+    server = make_server(reports, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", reports
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[DevTools]:
+    if not Path(CHROMIUM).exists():
+        if IN_CI:
+            pytest.fail(f"chromium not found at {CHROMIUM} (CI must run the browser tests)")
+        pytest.skip("chromium not installed")
+    tools = DevTools(CHROMIUM, tmp_path / "profile", tmp_path / "chromium.log")
+    try:
+        yield tools
+    finally:
+        tools.close()
+
+
+def test_status_page_in_chromium(served: tuple[str, Path], browser: DevTools, tmp_path: Path) -> None:
+    base, _ = served
+    url = f"{base}/status"
+    session = _open(browser, url)
+    shot = base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"])
+    (tmp_path / "status.png").write_bytes(shot)
+    assert shot.startswith(b"\x89PNG")
+    assert _problems(browser, session) == []
+    for selector in ("#live", "#live tbody tr.running", "#live progress", "#queue"):
+        assert _visible(browser, session, selector) == "visible", selector
+    row = _eval(browser, session, "document.querySelector('#live tr.running').innerText")
+    assert LIVE in row and "3/8" in row and "running" in row
+    current = _eval(browser, session, "document.querySelector('#live tr.running td:nth-child(4)').innerText")
+    assert current and current != "–"  # the cell being run now
+    eta = _eval(browser, session, "document.querySelector('#live tr.running td:nth-child(6)').innerText")
+    assert " s" in eta
+    assert _eval(browser, session, "document.querySelector('#live tr.running progress').value") == 3
+    queue = _eval(browser, session, "document.querySelector('#queue tbody').innerText")
+    assert "nightly.yaml" in queue and "dsv4-pd" in queue and "queued" in queue
+    # the run's name links to its report folder, served by orch
+    href = _eval(browser, session, "document.querySelector('#live tr.running a').href")
+    assert href == f"{base}/{LIVE}/index.html"
+    assert _requests(browser, session) == [url]
+
+
+def test_index_and_report_served_by_orch(served: tuple[str, Path], browser: DevTools) -> None:
+    base, _ = served
+    session = _open(browser, f"{base}/")
+    assert _problems(browser, session) == []
+    links = _eval(browser, session, "Array.prototype.map.call(document.querySelectorAll('#runs a'),"
+                                    " function (a) { return a.href; })")
+    assert f"{base}/{DONE}/index.html" in links
+    report = _open(browser, f"{base}/{DONE}/index.html")
+    assert _problems(browser, report) == []  # the CSP header orch adds lets the report's own script run
+    assert _visible(browser, report, "#cell-table") == "visible"
+    _eval(browser, report, "document.querySelector('button[data-toggle=open]').click()")
+    assert _eval(browser, report, "Array.prototype.every.call("
+                 "document.querySelectorAll('#trials details.trial'), function (d) { return d.open; })")
+    assert _requests(browser, report) == [f"{base}/{DONE}/index.html"]
