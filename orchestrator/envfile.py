@@ -276,7 +276,9 @@ class _SystemdScanner:
         if ch in _SD_NEWLINE:
             self._push(i, trim=True)
         elif ch == "\\":
+            # systemd forgets the trailing blanks it was about to trim: they are value now
             self.state, self.value_ws = "value_escape", None
+            self.span_end = i
         else:
             if ch not in _SD_WHITESPACE:
                 self.value_ws = None

@@ -191,6 +191,8 @@ EXACT = [
     ("systemd", "A=one\\\ntwo\nB=2\n", {"A": "1"}, "A=1\nB=2\n"),
     ("systemd", "A=1\\\r\n", {"A": "2"}, "A=2\\\r\n"),
     ("systemd", "A=x\\y\nB=a\\ \n", {"A": "1", "B": "2"}, "A=1\nB=2\n"),
+    ("systemd", "A=x \\", {"A": "1"}, "A=1\\"),
+    ("systemd", "A=x \\\n\nB=y\t\\\nz\n", {"A": "1", "B": "2"}, "A=1\\\n\nB=2\n"),
     ("systemd", "# note \\\nA=1\n", {"A": "2"}, "# note \\\nA=1\nA=2\n"),
     ("systemd", "A=\"1\"\n", {"A": "1"}, "A=\"1\"\n"),
     ("systemd", "A=\n", {"A": "v"}, "A=v\n"),
@@ -330,6 +332,8 @@ SYSTEMD_READS = [
     ("# comment \\\nK=1\nL=2\n", {"L": "2"}),
     ("K=a\\\nb\n", {"K": "ab"}),
     ("K=a\nL=x\\", {"K": "a", "L": "x"}),
+    ("K=a \\", {"K": "a "}),
+    ("K=a \\\n\n", {"K": "a "}),
     ("K = v  \n", {"K": "v"}),
     ("  K\t=\tv\t\n", {"K": "v"}),
     ('K=a"b"\n', {"K": 'a"b"'}),
@@ -484,9 +488,14 @@ def test_both_readers_agree_on_what_orch_writes(values: dict[str, str]) -> None:
     assert read_values(edit("", values, "shell"), "shell") == values
 
 
-SYSTEMD_NOISE = st.text(st.sampled_from(list("AB= \t\n\r#;\\\"'x")), max_size=40)
+SYSTEMD_NOISE = st.lists(
+    st.sampled_from(list("AB= \t\n\r#;\\\"'x") + ["A=", " \\", "\\\n", "\r\n", "export A="]),
+    max_size=30,
+).map("".join)
+pure_fuzz = settings(max_examples=300)
 
 
+@pure_fuzz
 @given(text=SYSTEMD_NOISE, value=VALUES)
 def test_systemd_edit_of_random_text_sets_only_the_key(text: str, value: str) -> None:
     try:
@@ -501,6 +510,7 @@ def test_systemd_edit_of_random_text_sets_only_the_key(text: str, value: str) ->
     assert after == before
 
 
+@pure_fuzz
 @given(text=SYSTEMD_NOISE)
 def test_systemd_removal_of_random_text(text: str) -> None:
     try:
