@@ -110,6 +110,7 @@ class HostShape(_Shape):
     url: str | None = None
     health: str | None = None
     health_timeout: float = Field(default=600, gt=0)
+    health_tunnel: bool = False  # reach the health URL through the host's SSH connection
     startup_estimate: float = Field(default=30, ge=0)
     verify_env: bool = True
     after: list[str] = []
@@ -237,6 +238,7 @@ class Host:
     startup_estimate_s: float
     verify_env: bool
     after: tuple[str, ...]
+    health_tunnel: bool = False
 
     @property
     def label(self) -> str:
@@ -433,8 +435,10 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         if not re.match(r"^https?://[^/\s]+", value):
             raise source.error((*where, key), f"not an http(s) URL: {value!r}")
     ssh = SshSettings(**h.ssh.model_dump()) if h.ssh else None
+    if h.health_tunnel and h.transport != "ssh":
+        raise source.error((*where, "health_tunnel"), "health_tunnel needs transport: ssh")
     return Host(role, h.transport, ssh, env_file, h.dialect, units, url.rstrip("/"), health,
-                h.health_timeout, h.startup_estimate, h.verify_env, tuple(h.after))
+                h.health_timeout, h.startup_estimate, h.verify_env, tuple(h.after), h.health_tunnel)
 
 
 def _build_unit(u: str | UnitShape, transport: str, source: SourceMap, where: PathKey) -> UnitSpec:

@@ -6,6 +6,7 @@ The runner only ever sees `Deployment`; tests can build one from fakes or from r
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -57,7 +58,13 @@ def connect(testbed: Testbed) -> Deployment:
 
             hosts[role] = HostHandle(host, LocalTransport(host.label), local)  # type: ignore[arg-type]
         else:
-            hosts[role] = HostHandle(host, *_ssh_edges(host))
+            transport, services = _ssh_edges(host)
+            if host.health_tunnel:  # poll the health port through the SSH connection
+                parts = urlsplit(host.health)
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                tunnel = transport.open_tunnel(parts.hostname or "127.0.0.1", port)  # type: ignore[attr-defined]
+                host = dataclasses.replace(host, health=tunnel.url_for(host.health))
+            hosts[role] = HostHandle(host, transport, services)
     return Deployment(testbed, hosts, local)
 
 

@@ -47,6 +47,7 @@ from paramiko.ssh_exception import (
 
 from ..errors import CommandFailed, TransportError
 from . import Result
+from .tunnel import Tunnel
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runaway log cat)
 KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
@@ -145,6 +146,7 @@ class SshTransport:
         self.connects = 0  # successful connects: 1 for a whole sweep unless the link dropped
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self._tunnels: list[Tunnel] = []
 
     # ---------------------------------------------------------------- Transport protocol
     def run(
@@ -198,6 +200,9 @@ class SshTransport:
         return raw.exit_code == 0
 
     def close(self) -> None:
+        for tunnel in self._tunnels:
+            tunnel.close()
+        self._tunnels.clear()
         with self._lock:
             self._discard()
 
@@ -206,6 +211,23 @@ class SshTransport:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ---------------------------------------------------------------- tunnels
+    def open_tunnel(self, remote_host: str, remote_port: int) -> "Tunnel":
+        """A local port forwarded through this connection to remote_host:remote_port as the
+        host sees it (for firewalled health ports). Close it with `.close()`."""
+        tunnel = Tunnel(self.label, self._open_channel, (remote_host, remote_port))
+        self._tunnels.append(tunnel)
+        return tunnel
+
+    def _open_channel(self, remote: tuple[str, int]) -> paramiko.Channel:
+        transport = self._connection().transport
+        if transport is None:
+            raise TransportError(self.label, "no SSH transport for a tunnel")
+        try:
+            return transport.open_channel("direct-tcpip", remote, ("127.0.0.1", 0), timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(self.label, f"tunnel to {remote[0]}:{remote[1]} refused: {_one_line(exc)}") from exc
 
     # ---------------------------------------------------------------- connection
     def _connection(self) -> Connection:
