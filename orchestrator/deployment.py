@@ -13,10 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from typing import TYPE_CHECKING
+
 from .config import Host, Testbed
 from .errors import OrchError, PreflightError
 from .services import ServiceManager
 from .transport import Transport
+
+if TYPE_CHECKING:
+    from .plan import Plan
 
 
 @dataclass
@@ -104,22 +109,48 @@ def expand_unit_arg(arg: str) -> str:
     return arg.replace("{python}", sys.executable)
 
 
-def preflight(deployment: Deployment) -> None:
+def preflight(deployment: Deployment, plan: "Plan | None" = None) -> list[str]:
     """Check every host before the first edit; raise PreflightError naming the host.
 
     Reachable and authenticated, env file readable and writable, units known, health URL host
-    resolvable. Nothing is changed anywhere, so a failure here exits 2 with hosts untouched.
+    resolvable, and every cell's edit of every env file possible (a file orch cannot edit
+    faithfully is refused now, not in the middle of the night). Nothing is changed anywhere, so a
+    failure here exits 2 with hosts untouched. Returns warnings (lint) worth showing.
     """
-    problems = []
+    problems, warnings = [], []
     for role, handle in deployment.hosts.items():
         try:
             _check_host(handle)
+            if plan is not None:
+                warnings += _check_edits(handle, plan)
         except OrchError as exc:
             problems.append(str(exc))
     if len(problems) == 1:
         raise PreflightError(f"{problems[0]} (preflight: nothing was changed)")
     if problems:
         raise PreflightError("preflight failed on several hosts, nothing was changed:\n  " + "\n  ".join(problems))
+    return warnings
+
+
+def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
+    """Dry-run each distinct assignment set of this role against the file as it is now."""
+    from . import envfile
+
+    host = handle.host
+    text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
+    where = f"{host.label}: {host.env_file}"
+    seen: set[tuple[tuple[str, str | None], ...]] = set()
+    for step in plan.steps:
+        assignments = step.env.get(host.role)
+        key = tuple(sorted((assignments or {}).items(), key=lambda kv: kv[0]))
+        if not assignments or key in seen:
+            continue
+        seen.add(key)
+        try:
+            envfile.edit(text, assignments, host.dialect)
+        except OrchError as exc:
+            raise PreflightError(f"{where}: {exc}") from None
+    return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
 
 
 def _check_host(handle: HostHandle) -> None:
