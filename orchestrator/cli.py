@@ -7,8 +7,11 @@ usage (nothing on any host touched), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Callable, Sequence
 
 from rich.console import Console
@@ -16,7 +19,7 @@ from rich.markup import escape
 
 from . import __version__
 from .config import Inventory, Matrix, read_inventory, read_matrix
-from .errors import OrchError, UsageError
+from .errors import Interrupted, OrchError, UsageError
 from .plan import Plan, make_plan
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")
@@ -32,8 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _sigterm_as_interrupt()
     try:
         return int(args.func(args))
+    except Interrupted as exc:
+        err.print(f"interrupted ({escape(str(exc))})")
+        return exc.exit_code
     except OrchError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         if exc.detail:
@@ -42,6 +49,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_as_interrupt() -> signal.Handlers | None:
+    """SIGTERM behaves like Ctrl-C for the whole command, so `finally` blocks (lock release,
+    restore) run instead of the process vanishing; the runner installs the same during a sweep."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"received {signal.Signals(signum).name}")
+
+    return signal.signal(signal.SIGTERM, handler)  # type: ignore[return-value]
 
 
 def build_parser() -> argparse.ArgumentParser:

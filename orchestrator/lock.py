@@ -33,6 +33,9 @@ class LockInfo:
         return (f"run {self.run_id} by {self.user} (pid {self.pid} on {self.controller}, "
                 f"since {self.started})")
 
+    def is_me(self) -> bool:
+        return self.pid == os.getpid() and self.controller == socket.gethostname()
+
     def is_stale(self) -> bool:
         """Dead owner: only decidable when the owner ran on this controller host."""
         if self.controller != socket.gethostname():
@@ -76,7 +79,8 @@ class TestbedLock:
         for handle in reversed(self.held):
             try:
                 path = lock_path(handle, self.deployment.testbed.name)
-                if self._read(handle, path) is not None and self._read(handle, path).run_id == self.info.run_id:
+                holder = self._read(handle, path)
+                if holder is not None and (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid):
                     handle.transport.run(["rm", "-f", path], check=False, sudo=_sudo(handle))
             except OrchError:
                 pass  # a lock left behind is reported as stale next time, never silently broken
@@ -93,7 +97,8 @@ class TestbedLock:
             holder = self._read(handle, path)
             if holder is None:
                 raise LockError(f"{handle.host.label}: cannot create lock {path}: {res.stderr.strip()}")
-            if holder.run_id == self.info.run_id:  # our own run, resumed after a crash
+            if holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me()):
+                # our own run, resumed or restored after its controller died
                 handle.transport.write_bytes_atomic(path, (payload + "\n").encode())
                 return
             if not (break_stale and holder.is_stale()):
@@ -105,6 +110,11 @@ class TestbedLock:
         base = f"testbed {self.deployment.testbed.name!r} is locked on {handle.host.label} by {holder.describe()}"
         if holder.is_stale():
             return base + " — that process is gone (stale lock); rerun with --break-lock to take it"
+        if holder.controller != socket.gethostname():
+            return (base + f" (it runs on another controller; if that process is gone, remove "
+                    f"{lock_path(handle, self.deployment.testbed.name)} on {handle.host.label} by hand)")
+        if holder.run_id == self.info.run_id:
+            return base + " (that run is still running: stop it first)"
         return base + " (wait for it to finish, or stop it; a dead owner's lock can be broken with --break-lock)"
 
     @staticmethod

@@ -581,6 +581,15 @@ def host_backup_path(env_file: str, run_id: str) -> str:
     return f"{env_file}.orch-backup-{run_id}"
 
 
+def unrestored_runs(h: HostHandle) -> list[str]:
+    """Run ids whose host-side backup of this host's env file is still there: runs whose restore
+    never finished on this host."""
+    prefix = host_backup_path(h.host.env_file, "")
+    res = h.transport.run(["sh", "-c", 'for f in "$1"*; do [ -e "$f" ] && printf "%s\\n" "$f"; done; true',
+                           "orch-unrestored", prefix], check=False, sudo=bool(h.host.ssh and h.host.ssh.sudo))
+    return sorted({line[len(prefix):] for line in res.stdout.splitlines() if line.startswith(prefix)})
+
+
 def _test_pause(phase: str) -> None:
     """Test hook: ORCH_TEST_<PHASE>_DELAY_S makes each host's backup or restore step slow, so the
     fault tests can kill or interrupt the controller inside that phase (as a slow unit stop on a
@@ -635,5 +644,5 @@ class _signals_as_interrupt:
 
     @staticmethod
     def _handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"received signal {signum}")
+        raise Interrupted(f"received {signal.Signals(signum).name}")
 

@@ -5,6 +5,9 @@ directory and manifest, run, write the report and the index, print where it is.
 from __future__ import annotations
 
 import argparse
+import errno
+import os
+import shutil
 from pathlib import Path
 
 from rich.console import Console
@@ -13,12 +16,12 @@ from rich.markup import escape
 from .config import Inventory, Matrix, read_inventory, read_matrix
 from .journal import read_journal, repair_torn_tail
 from .deployment import Deployment, connect, preflight
-from .errors import OrchError, UsageError
+from .errors import OrchError, PreflightError, UsageError
 from .plan import Plan, make_plan
 from .lock import TestbedLock
 from .progress import RichProgress
 from .records import RunManifest, TrialRecord
-from .runner import QuietProgress, RunOptions, Runner, RunResult, now_iso
+from .runner import RunOptions, Runner, RunResult, host_backup_path, now_iso, unrestored_runs
 from .runs import check_run_id, load_manifest, make_manifest, new_run_id, save_manifest
 
 
@@ -34,9 +37,9 @@ def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: C
         if not args.skip_preflight:
             preflight(deployment)
         lock.acquire(break_stale=args.break_lock)
-        _make_run_dir(run_dir)
+        check_no_unrestored_run(deployment, run_id, reports_dir)
         manifest = make_manifest(plan, inventory, run_id, now_iso())
-        save_manifest(run_dir, manifest)
+        _create_run_dir(run_dir, manifest)
         err.print(f"run {run_id}: {len(plan.steps)} trials on {plan.testbed.name} -> {run_dir}", markup=False)
         runner = Runner(plan, deployment, run_dir,
                         RunOptions(run_id, fail_fast=args.fail_fast, infra_attempts=1 + max(0, args.retries),
@@ -58,13 +61,16 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Consol
     report = _write_report(run_dir, err)
     out.print(f"{len(trials) - failed} trials completed, {failed} failed"
               + (" (interrupted)" if result.interrupted else ""), markup=False)
+    if result.not_restored:
+        out.print(f"NOT restored: {', '.join(result.not_restored)}; finish with: orch restore {run_dir}",
+                  markup=False)
     if result.interrupted:
         out.print(f"resume with: orch resume {run_dir}", markup=False)
     if report:
         out.print(f"report: {report}", markup=False)
     if result.interrupted:
         return 130
-    return 1 if failed else 0
+    return 1 if failed or result.not_restored else 0
 
 
 def _final_trials(run_dir: Path) -> list[TrialRecord]:
@@ -118,11 +124,50 @@ def _matrix_of(manifest: RunManifest) -> Matrix:
     return matrix
 
 
-def _make_run_dir(run_dir: Path) -> None:
+def _create_run_dir(run_dir: Path, manifest: RunManifest) -> None:
+    """Create the run directory with its run.json in one step (a staging folder renamed into
+    place), so a controller killed here leaves either no run directory or one that
+    `orch resume` can read, never an empty one that blocks its run id."""
+    staging = run_dir.with_name(f".{run_dir.name}.creating-{os.getpid()}")
     try:
-        run_dir.mkdir(parents=True)
+        staging.mkdir(parents=True)
     except OSError as exc:
-        raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}") from None
+        raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}",
+                         hint=_RUN_DIR_HINTS.get(exc.errno or 0, "check --out")) from None
+    try:
+        save_manifest(staging, manifest)
+        try:
+            os.rename(staging, run_dir)
+        except OSError as exc:  # e.g. another orch created the same run id a moment ago
+            raise UsageError(f"cannot create run directory {run_dir}: {exc.strerror}",
+                             hint="pick another --run-id") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+_RUN_DIR_HINTS = {
+    errno.ENOTDIR: "a parent of this path is a file, not a directory",
+    errno.EROFS: "the file system is read-only: choose another --out",
+    errno.EACCES: "permission denied: choose another --out",
+    errno.ENOSPC: "the disk is full",
+}
+
+
+def check_no_unrestored_run(deployment: Deployment, run_id: str, reports_dir: Path) -> None:
+    """Refuse to start on hosts that still hold another run's changes (a killed run whose hosts
+    were never restored): the "originals" saved now would be that run's cell, and restoring them
+    would leave the hosts changed for good."""
+    for handle in deployment.hosts.values():
+        for other in unrestored_runs(handle):
+            if other == run_id:
+                continue
+            run_dir = reports_dir / other
+            how = f"orch restore {run_dir}" if (run_dir / "run.json").exists() else f"orch restore RUN_DIR (of run {other})"
+            raise PreflightError(
+                f"{handle.host.label}: {handle.host.env_file} still holds the changes of run {other}, "
+                f"whose hosts were never restored; nothing was changed",
+                hint=f"run `{how}` first; its original is in {host_backup_path(handle.host.env_file, other)}")
 
 
 def _write_report(run_dir: Path, err: Console) -> Path | None:
@@ -147,8 +192,10 @@ def restore_run(run_dir: Path, out: Console, err: Console, break_lock: bool = Fa
     try:
         lock.acquire(break_stale=break_lock)
         runner = Runner(_empty_plan(manifest, inventory, deployment), deployment, run_dir,
-                        RunOptions(manifest.run_id), progress=QuietProgress())
-        runner.adopt_backup()
+                        RunOptions(manifest.run_id), progress=RichProgress(err))
+        backed_up = runner.adopt_backup()
+        if not backed_up:  # killed before its backup was complete: no file was edited
+            runner.discard_host_backups()
         left = runner.restore()
     finally:
         lock.release()
@@ -156,8 +203,11 @@ def restore_run(run_dir: Path, out: Console, err: Console, break_lock: bool = Fa
     if manifest.status == "running":  # its controller died: the run can still be resumed
         save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
     if left:
-        err.print(f"not restored: {', '.join(left)}", markup=False)
+        err.print(f"not restored: {', '.join(left)}; run `orch restore {run_dir}` again to finish", markup=False)
         return 1
+    if not backed_up:
+        out.print(f"nothing to restore: run {manifest.run_id} stopped before its first edit", markup=False)
+        return 0
     out.print(f"restored: {', '.join(deployment.hosts)} (env files byte-identical, units back)", markup=False)
     return 0
 
