@@ -1,0 +1,335 @@
+"""Tests of orchestrator.sequential: exact martingale checks, known decisions, and simulation.
+
+The exact checks prove the construction (every component of the "different" mixture and every
+equivalence bet has mean <= 1 under its null, for one round, by enumerating all outcomes); the
+simulations check what a user relies on, seeded: under equal rates a false "different" stays
+within alpha (plus Monte Carlo slack) however many rounds are looked at, "no_difference" is
+rarely wrong when a difference of `effect` exists, the DSV4 rates are found different early, and
+decisions agree with a fixed 80-session Fisher test on the same data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats as sps
+
+from orchestrator import sequential as seq
+from orchestrator.sequential import Decision, SequentialPolicy, decide, simulate
+from orchestrator.stats import fisher_exact
+
+POLICY = SequentialPolicy(max_rounds=8)
+
+
+def slack(p: float, n: int) -> float:
+    """Three Monte Carlo standard errors of a rate p estimated from n draws."""
+    return 3 * math.sqrt(p * (1 - p) / n)
+
+
+def rounds_of(*counts: int, n: int = 10) -> list[tuple[int, int]]:
+    return [(k, n) for k in counts]
+
+
+def binomial_pairs(pc: float, nc: int, pb: float, nb: int) -> list[tuple[int, int, float]]:
+    """Every (kc, kb) of one round with its probability."""
+    return [(kc, kb, float(sps.binom.pmf(kc, nc, pc) * sps.binom.pmf(kb, nb, pb)))
+            for kc in range(nc + 1) for kb in range(nb + 1)]
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+@pytest.mark.parametrize("settings_, word", [
+    ({"alpha": 0.0}, "alpha"), ({"alpha": 1.0}, "alpha"), ({"power": 1.0}, "power"),
+    ({"effect": 0.0}, "effect"), ({"min_rounds": 0}, "min_rounds"),
+    ({"min_rounds": 5, "max_rounds": 4}, "max_rounds 4 < min_rounds 5"),
+])
+def test_policy_rejects_bad_settings(settings_: dict[str, float], word: str) -> None:
+    arguments = {"max_rounds": 8, **settings_}
+    with pytest.raises(ValueError, match=word):
+        SequentialPolicy(**arguments)  # type: ignore[arg-type]
+
+
+def test_policy_is_frozen_and_keyword_only() -> None:
+    with pytest.raises(TypeError):
+        SequentialPolicy(0.05)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        POLICY.alpha = 0.1  # type: ignore[misc]
+
+
+def test_decide_rejects_unpaired_rounds_and_bad_counts() -> None:
+    with pytest.raises(ValueError, match="2 cell rounds vs 1 baseline"):
+        decide(POLICY, rounds_of(0, 0), rounds_of(1))
+    with pytest.raises(ValueError, match="bad count 11/10"):
+        decide(POLICY, rounds_of(11), rounds_of(1))
+    with pytest.raises(ValueError, match="bad count -1/10"):
+        decide(POLICY, rounds_of(0), rounds_of(-1))
+
+
+# ----------------------------------------------------------------------------- exact checks
+
+
+def test_round_ratio_is_fisher_noncentral_hypergeometric() -> None:
+    log_psi, _ = seq._mixture(0.1)
+    kc, nc, kb, nb = 2, 7, 5, 12
+    ratio = seq._round_ratio(kc, nc, kb, nb, 0.1)
+    law = sps.nchypergeom_fisher
+    for i in np.flatnonzero(np.isfinite(log_psi)):
+        psi = math.exp(log_psi[i])
+        total, draws = nc + nb, kc + kb
+        want = math.log(law.pmf(kc, total, nc, draws, psi) / law.pmf(kc, total, nc, draws, 1))
+        assert ratio[i] == pytest.approx(want, abs=1e-9)
+    # psi = 0 puts all mass on the smallest count the margins allow (0 here): kc=2 is impossible
+    assert ratio[np.isneginf(log_psi)][0] == -np.inf
+    forced = seq._round_ratio(0, 10, 3, 10, 0.1)[np.isneginf(log_psi)][0]
+    assert forced == pytest.approx(-math.log(law.pmf(0, 20, 10, 3, 1)))
+
+
+@pytest.mark.parametrize("p, nc, nb", [(0.02, 10, 10), (0.15, 10, 10), (0.5, 7, 12),
+                                       (0.3, 12, 3), (0.9, 5, 5)])
+def test_every_mixture_component_has_mean_one_under_equal_rates(p: float, nc: int, nb: int) -> None:
+    """E0[LR(psi)] = 1 for each psi, whatever the common rate: the product over rounds is then a
+    martingale for any drifting rate, and so is the mixture (the basis of the alpha guarantee)."""
+    mean = np.zeros_like(seq._mixture(0.1)[0])
+    for kc, kb, prob in binomial_pairs(p, nc, p, nb):
+        if kc + kb:
+            mean += prob * np.exp(seq._round_ratio(kc, nc, kb, nb, 0.1))
+        else:
+            mean += prob
+    np.testing.assert_allclose(mean, 1.0, atol=1e-9)
+
+
+@pytest.mark.parametrize("pc, pb", [(0.1, 0.0), (0.25, 0.15), (0.55, 0.45), (0.4, 0.1),
+                                    (0.0, 0.1), (0.15, 0.25), (0.1, 0.6)])
+@pytest.mark.parametrize("nc, nb", [(10, 10), (4, 11), (11, 4)])
+def test_equivalence_bets_have_mean_at_most_one_under_their_null(
+    pc: float, pb: float, nc: int, nb: int
+) -> None:
+    """Under "cell higher by >= effect" the H+ wealth cannot grow in expectation (equality at
+    exactly +effect), likewise H- below; averaging over random pairings keeps this exact."""
+    effect = 0.1
+    histories = [(0, 0, 0, 0), (0, 30, 0, 30), (3, 40, 9, 40), (20, 20, 0, 20)]  # varied stakes
+    for before in histories:
+        mean_up = mean_down = 0.0
+        for kc, kb, prob in binomial_pairs(pc, nc, pb, nb):
+            up, down = seq._equivalence_round(effect, before, (kc, nc, kb, nb))
+            mean_up += prob * math.exp(up)
+            mean_down += prob * math.exp(down)
+        if pc - pb >= effect - 1e-12:
+            assert mean_up <= 1 + 1e-9
+            if math.isclose(pc - pb, effect):
+                assert mean_up == pytest.approx(1.0, abs=1e-9)
+        if pb - pc >= effect - 1e-12:
+            assert mean_down <= 1 + 1e-9
+
+
+# ----------------------------------------------------------------------------- decisions
+
+
+def test_clear_difference_stops_with_a_plain_reason() -> None:
+    decision = decide(POLICY, rounds_of(0, 0, 0, 0), rounds_of(2, 1, 2, 2))
+    assert decision.state == "different" and decision.rounds == 4
+    assert decision.reason.startswith("stopped after 4 rounds (40 sessions): cell 0/40 vs "
+                                      "baseline 7/40 decided different (cell lower; e-value ")
+    assert decision.reason.endswith(">= 20)")
+    flipped = decide(POLICY, rounds_of(2, 1, 2, 2), rounds_of(0, 0, 0, 0))
+    assert flipped.state == "different" and "cell higher" in flipped.reason
+
+
+def test_six_clean_against_six_events_is_the_least_that_decides() -> None:
+    """Even a fixed Fisher test needs 6 events against 0 at 0.05 (two-sided p 0.031 vs 0.063
+    for 5): the sequential test pays nothing for its anytime guarantee here."""
+    assert decide(POLICY, rounds_of(0, 0, 0), rounds_of(2, 2, 2)).state == "different"
+    assert decide(POLICY, rounds_of(0, 0, 0), rounds_of(2, 2, 1)).state == "continue"
+
+
+def test_clean_cell_against_clean_baseline_is_no_difference() -> None:
+    early = decide(POLICY, rounds_of(0, 0), rounds_of(0, 0))
+    assert early.state == "continue"
+    decision = decide(POLICY, rounds_of(0, 0, 0), rounds_of(0, 0, 0))
+    assert decision.state == "no_difference"
+    assert "cell 0/30 vs baseline 0/30 decided no difference (difference 0%; a difference of " \
+           "10% or more either way ruled out: e-values " in decision.reason
+    assert decision.reason.endswith(">= 5)")
+
+
+def test_undecided_cells_continue_then_stop_at_max_rounds() -> None:
+    decision = decide(POLICY, rounds_of(1, 1), rounds_of(2, 2))
+    assert decision == Decision("continue", 2, decision.reason)
+    assert decision.reason.startswith("continue after 2 rounds (20 sessions): cell 2/20 vs "
+                                      "baseline 4/20 undecided (difference -10%; e-value ")
+    last = decide(POLICY, rounds_of(*[1] * 8), rounds_of(*[2] * 8))
+    assert last.state == "max_rounds" and last.rounds == 8
+    assert last.reason.startswith("stopped at max rounds after 8 rounds (80 sessions): cell "
+                                  "8/80 vs baseline 16/80 undecided")
+
+
+def test_min_rounds_delays_every_stop() -> None:
+    policy = SequentialPolicy(min_rounds=3, max_rounds=8)
+    assert decide(POLICY, rounds_of(0), rounds_of(10)).state == "different"
+    assert decide(policy, rounds_of(0), rounds_of(10)).state == "continue"
+    assert decide(policy, rounds_of(0, 0), rounds_of(10, 10)).state == "continue"
+    assert decide(policy, rounds_of(0, 0, 0), rounds_of(10, 10, 10)).state == "different"
+
+
+def test_rounds_without_sessions_and_unequal_sizes() -> None:
+    """A round with no cell sessions (e.g. a failed trial) carries no evidence either way."""
+    cell, base = rounds_of(0, 0, 0), rounds_of(2, 2, 2)
+    gap = [(0, 0)]
+    assert seq.e_value(0.1, cell + gap, base + [(3, 10)]) == pytest.approx(
+        seq.e_value(0.1, cell, base))
+    assert decide(POLICY, [(0, 5), (0, 20)], [(1, 15), (4, 8)]).state in {"continue", "different"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12),
+                          st.integers(0, 12)), min_size=0, max_size=6),
+       st.floats(0.02, 0.5))
+def test_decisions_are_symmetric_in_cell_and_baseline(
+    rows: list[tuple[int, int, int, int]], effect: float
+) -> None:
+    """Swapping cell and baseline swaps the sides of the evidence and keeps the decision."""
+    cell = [(min(a, b), max(a, b)) for a, b, _, _ in rows]
+    base = [(min(c, d), max(c, d)) for _, _, c, d in rows]
+    lower, higher = seq.side_e_values(effect, cell, base)
+    assert (lower, higher) == pytest.approx(seq.side_e_values(effect, base, cell)[::-1])
+    up, down = seq.equivalence_e_values(effect, cell, base)
+    assert (up, down) == pytest.approx(seq.equivalence_e_values(effect, base, cell)[::-1])
+    assert min(lower, higher, up, down) >= 0.0
+    policy = SequentialPolicy(effect=effect, max_rounds=6)
+    assert decide(policy, cell, base).state == decide(policy, base, cell).state
+
+
+def test_simulate_is_seeded_and_counts_cell_sessions() -> None:
+    def run(seed: int) -> tuple[Decision, int]:
+        return simulate(POLICY, 0.0, 0.15, 10, np.random.default_rng(seed))
+
+    first = run(7)
+    assert first == run(7)
+    decision, sessions = first
+    assert decision.state != "continue" and sessions == decision.rounds * 10 <= 80
+
+
+# ----------------------------------------------------------------------------- simulation
+
+
+def outcomes(policy: SequentialPolicy, draw: Callable[[np.random.Generator], tuple[
+        tuple[int, int], tuple[int, int]]], cells: int, seed: int) -> list[Decision]:
+    """Run `cells` simulated cells round by round with a custom per-round draw."""
+    rng = np.random.default_rng(seed)
+    found = []
+    for _ in range(cells):
+        cell: list[tuple[int, int]] = []
+        base: list[tuple[int, int]] = []
+        while True:
+            c, b = draw(rng)
+            cell.append(c)
+            base.append(b)
+            decision = decide(policy, cell, base)
+            if decision.state != "continue":
+                found.append(decision)
+                break
+    return found
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.02, 0.15])
+def test_false_different_within_alpha_under_equal_rates(rate: float) -> None:
+    rng = np.random.default_rng(int(rate * 1000))
+    cells = 1000
+    states = [simulate(POLICY, rate, rate, 10, rng)[0].state for _ in range(cells)]
+    false = states.count("different") / cells
+    assert false <= POLICY.alpha + slack(POLICY.alpha, cells)
+    print(f"\nA/A at {rate:.0%}: false different {false:.2%} over {cells} cells")
+
+
+def test_false_different_within_alpha_with_drift_unequal_sizes_and_many_looks() -> None:
+    """The rate moves every round (shared by both arms), the cell runs 5 sessions to the
+    baseline's 15, and there are 30 looks: still within alpha (Ville holds at every look)."""
+    policy = SequentialPolicy(max_rounds=30)
+
+    def draw(rng: np.random.Generator) -> tuple[tuple[int, int], tuple[int, int]]:
+        p = rng.uniform(0.02, 0.4)
+        return (int(rng.binomial(5, p)), 5), (int(rng.binomial(15, p)), 15)
+
+    found = outcomes(policy, draw, cells=1000, seed=11)
+    false = sum(d.state == "different" for d in found) / len(found)
+    assert false <= policy.alpha + slack(policy.alpha, len(found))
+    print(f"\ndrift + unequal n + 30 looks: false different {false:.2%} over {len(found)} cells")
+
+
+@pytest.mark.parametrize("pc, pb, n, rounds", [(0.0, 0.1, 10, 30), (0.45, 0.55, 100, 20),
+                                               (0.15, 0.05, 50, 20)])
+def test_no_difference_rarely_wrong_at_a_difference_of_effect(
+    pc: float, pb: float, n: int, rounds: int
+) -> None:
+    policy = SequentialPolicy(max_rounds=rounds)
+    rng = np.random.default_rng(5)
+    cells = 300
+    states = [simulate(policy, pc, pb, n, rng)[0].state for _ in range(cells)]
+    wrong = states.count("no_difference") / cells
+    beta = 1 - policy.power
+    assert wrong <= beta + slack(beta, cells)
+    print(f"\n{pc:.0%} vs {pb:.0%}: no_difference {wrong:.1%} (bound {beta:.0%})")
+
+
+def test_equal_low_rates_reach_no_difference_early() -> None:
+    rng = np.random.default_rng(2)
+    clean = [simulate(POLICY, 0.0, 0.0, 10, rng) for _ in range(50)]
+    assert all(d.state == "no_difference" and used == 30 for d, used in clean)
+    low = [simulate(POLICY, 0.02, 0.02, 10, rng)[0].state for _ in range(300)]
+    assert low.count("no_difference") / len(low) >= 0.75  # 85% measured
+
+
+@pytest.mark.parametrize("pc, pb, power, sessions", [
+    (0.0, 0.15, 0.93, 52),   # overlap-off cells: 98% different, 45 sessions measured
+    (0.15, 0.0, 0.93, 52),   # the same, the other way round
+    (0.02, 0.15, 0.50, 68),  # fp8 cells: 59% different within 80 sessions, 61 measured
+])
+def test_dsv4_rates_are_found_different_early(
+    pc: float, pb: float, power: float, sessions: float
+) -> None:
+    rng = np.random.default_rng(3)
+    runs = [simulate(POLICY, pc, pb, 10, rng) for _ in range(500)]
+    found = sum(d.state == "different" for d, _ in runs) / len(runs)
+    mean_sessions = sum(used for _, used in runs) / len(runs)
+    assert found >= power and mean_sessions <= sessions
+    print(f"\n{pc:.0%} vs {pb:.0%}: different {found:.0%}, mean sessions {mean_sessions:.0f}")
+
+
+def test_decisions_agree_with_a_fixed_fisher_design_on_the_same_data() -> None:
+    """Draw all 8 rounds, let the adaptive design see them one by one and the fixed design all
+    80 sessions (Fisher at 0.05). Adaptive "different" is nearly always fixed-significant and in
+    the observed direction; a clear fixed result (p < 0.001) is nearly always found adaptively."""
+    rng = np.random.default_rng(4)
+    adaptive_hits, confirmed, clear, found_clear = 0, 0, 0, 0
+    for pc, pb in [(0.0, 0.15), (0.02, 0.15), (0.35, 0.15), (0.15, 0.02)]:
+        for _ in range(250):
+            c, b = rng.binomial(10, pc, 8), rng.binomial(10, pb, 8)
+            decision = stop(c, b)
+            p = fisher_exact(int(c.sum()), 80, int(b.sum()), 80)
+            if decision.state == "different":
+                adaptive_hits += 1
+                lower = c[:decision.rounds].sum() < b[:decision.rounds].sum()
+                assert ("cell lower" in decision.reason) == lower
+                assert (c.sum() < b.sum()) == lower
+                confirmed += p < 0.05
+            if p < 0.001:
+                clear += 1
+                found_clear += decision.state == "different"
+    assert confirmed / adaptive_hits >= 0.95  # 98-100% measured
+    assert found_clear / clear >= 0.95  # 99-100% measured
+    print(f"\nadaptive different confirmed by fixed: {confirmed}/{adaptive_hits}; fixed p<0.001 "
+          f"found adaptively: {found_clear}/{clear}")
+
+
+def stop(cell: np.ndarray, base: np.ndarray) -> Decision:
+    for r in range(1, len(cell) + 1):
+        decision = decide(POLICY, rounds_of(*map(int, cell[:r])), rounds_of(*map(int, base[:r])))
+        if decision.state != "continue":
+            return decision
+    raise AssertionError("decide did not stop at max_rounds")
