@@ -1,0 +1,170 @@
+"""bench/bench_overhead.py: the measurement arithmetic (pure), and smoke runs of the whole script
+on the simulator and on the real testbed with all three tools (orch, Ansible, the bash loop).
+
+The smoke runs check that the figures are printed and sane (each tool measured every trial, the
+overhead is what is left of the wall time); they never assert a speed."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "bench_overhead.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_overhead", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_overhead"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+bo = load()
+
+
+def stamp(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    t = datetime.fromtimestamp(epoch, timezone.utc)
+    return t.strftime("%Y-%m-%dT%H:%M:%S") + f".{t.microsecond:06d}Z"
+
+
+# ----------------------------------------------------------------------------- pure
+def test_parse_times_orders_by_trial() -> None:
+    spans = bo.parse_times("1 110.5 111.0 0\n0 100.25 100.75 0\n\n")
+    assert [(s.trial, s.start, s.end, s.exit_code) for s in spans] == [(0, 100.25, 100.75, 0), (1, 110.5, 111.0, 0)]
+
+
+def test_parse_events_reads_the_servers_own_timestamps() -> None:
+    log = "\n".join([
+        f"{stamp(1000.5)} [decode] stopping",
+        "-- orch: starting bench-decode --",
+        f"{stamp(1000.9)} [decode] sim-0.1 decode listening on 127.0.0.1:1 pid=2 ...",
+        f"{stamp(1001.75)} [decode] ready",
+        f"{stamp(1001.8)} [decode] decode req=1/0 tool=x ready",  # a request line is not an event
+    ])
+    events = bo.parse_events(log)
+    assert [(round(e.at, 3), e.kind) for e in events] == [(1000.5, "stopping"), (1001.75, "ready")]
+
+
+def test_measure_subtracts_restart_and_repro_from_the_trial_wall_time() -> None:
+    # trial 0: repro 100-101; trial 1: stop 101.2, ready 102.4, repro 102.5-103.0
+    spans = bo.parse_times("0 100.0 101.0 0\n1 102.5 103.0 0\n")
+    events = [bo.LogEvent(100.5, "ready"), bo.LogEvent(101.2, "stopping"), bo.LogEvent(102.4, "ready")]
+    [sample] = bo.measure("t", spans, events, 1)
+    assert sample.trial == 1
+    assert sample.wall_s == pytest.approx(2.0)
+    assert sample.restart_s == pytest.approx(1.2)
+    assert sample.repro_s == pytest.approx(0.5)
+    assert sample.overhead_s == pytest.approx(0.3)
+
+
+def test_measure_takes_the_last_stop_before_the_repro() -> None:
+    """A tool that restarted twice (e.g. verification restarted again) is measured from the
+    last stop: the first restart-to-healthy is the tool's overhead."""
+    spans = bo.parse_times("0 0 1 0\n1 9 10 0\n")
+    events = [bo.LogEvent(2, "stopping"), bo.LogEvent(3, "ready"), bo.LogEvent(5, "stopping"), bo.LogEvent(7, "ready")]
+    [sample] = bo.measure("t", spans, events, 1)
+    assert sample.restart_s == pytest.approx(2)
+    assert sample.overhead_s == pytest.approx(9 - 2 - 1)
+
+
+def test_measure_refuses_a_trial_without_a_restart_or_a_failed_repro() -> None:
+    spans = bo.parse_times("0 0 1 0\n1 9 10 0\n")
+    with pytest.raises(bo.BenchError, match="trial 1: no stop and ready"):
+        bo.measure("t", spans, [bo.LogEvent(5, "stopping")], 1)
+    with pytest.raises(bo.BenchError, match="failed in trials"):
+        bo.measure("t", bo.parse_times("0 0 1 0\n1 9 10 3\n"), [], 1)
+    with pytest.raises(bo.BenchError, match="expected repro times"):
+        bo.measure("t", bo.parse_times("0 0 1 0\n"), [], 1)
+
+
+def test_orch_breakdown_splits_the_overhead_into_phases() -> None:
+    spans = bo.parse_times("0 0 1 0\n1 4.5 5.5 0\n")
+    marks = [bo.TrialMarks(0, -2.0, 1.1), bo.TrialMarks(1, 1.15, 5.6)]
+    events = [bo.LogEvent(1.3, "stopping"), bo.LogEvent(4.4, "ready")]
+    phases = dict(bo.orch_breakdown(marks, spans, events, 1))
+    assert list(phases.values()) == pytest.approx([0.1, 0.05, 0.15, 0.1])
+    [sample] = bo.measure("orch", spans, events, 1)
+    assert sum(phases.values()) == pytest.approx(sample.overhead_s)
+
+
+def test_table_and_verdict_show_ratios_against_orch() -> None:
+    def summary(tool: str, overhead: float) -> object:
+        return bo.Summary(tool, (bo.Sample(1, 2.0 + overhead, 1.5, 0.5),))
+
+    table = bo.format_table([summary("orch", 0.1), summary("ansible", 3.0)])
+    assert re.search(r"^orch\s+1\s+2\.100 s\s+1\.500 s\s+0\.500 s\s+0\.100 s\s+0\.100 s\s+1\.0x$", table, re.M)
+    assert re.search(r"^ansible\s.*\s3\.000 s\s+3\.000 s\s+30\.0x$", table, re.M)
+    lines = bo.verdict([summary("orch", 0.1), summary("ansible", 3.0)])
+    assert "orch / Ansible = 0.033 (target: <= 0.1)" in lines
+
+
+def test_orch_matrix_alternates_the_flag_and_runs_at_least_trials_plus_one(tmp_path: Path) -> None:
+    from orchestrator.config import read_matrix
+    from orchestrator.matrix import expand, order_trials
+
+    s = bo.Settings(3, 2, 1, 0.2, 0.2, 30, sys.executable, tmp_path)
+    (tmp_path / "m.yaml").write_text(bo.matrix_text(s, tmp_path / "times.txt"))
+    matrix = read_matrix(tmp_path / "m.yaml")
+    trials = order_trials(matrix, expand(matrix), seed=1)
+    assert len(trials) >= 4
+    assert [t.cell.as_dict()["overlap"] for t in trials[:4]] == ["0", "1", "0", "1"]
+    assert "timed_repro.sh" in matrix.repro.command and "--seed {trial}" in matrix.repro.command
+
+
+# ----------------------------------------------------------------------------- smoke runs
+ROW = r"^{tool}\s+(\d+)\s+([0-9.]+) s\s+([0-9.]+) s\s+([0-9.]+) s\s+(-?[0-9.]+) s\s+(-?[0-9.]+) s\s+([0-9.]+x|-)$"
+
+
+@pytest.fixture(scope="session")
+def ansible_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """ansible-core in a private venv, installed once per test session by the script itself."""
+    return tmp_path_factory.mktemp("ansible") / "venv"
+
+
+def run_bench(*args: str, timeout: float) -> str:
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def check_figures(out: str, trials: int, tools: tuple[str, ...]) -> None:
+    for tool in tools:
+        m = re.search(ROW.format(tool=tool), out, re.M)
+        assert m, f"no figures for {tool} in:\n{out}"
+        n, wall, restart, repro, overhead = int(m[1]), *(float(m[i]) for i in range(2, 6))
+        assert n == trials
+        assert restart > 0 and repro > 0
+        assert overhead == pytest.approx(wall - restart - repro, abs=0.05)  # medians of a few trials
+    assert "orch median overhead" in out and "orch / Ansible = " in out and "orch / bash loop = " in out
+    assert "where orch's overhead goes" in out
+
+
+@pytest.mark.sim
+def test_overhead_bench_on_the_simulator_with_all_three_tools(ansible_venv: Path) -> None:
+    out = run_bench("--target", "sim", "--trials", "2", "--sessions", "2", "--warmup", "0.2", "--peer-poll", "0.2",
+                    "--ansible-venv", str(ansible_venv), timeout=600)
+    check_figures(out, 2, ("orch", "ansible", "bash"))
+
+
+@pytest.mark.testbed
+def test_overhead_bench_on_the_ssh_testbed_with_all_three_tools(ansible_venv: Path) -> None:
+    sys.path.insert(0, str(REPO / "tests"))
+    from testbed.fixture import require_support
+
+    require_support()
+    out = run_bench("--target", "testbed", "--trials", "2", "--sessions", "2", "--warmup", "0.2",
+                    "--peer-poll", "0.2", "--ansible-venv", str(ansible_venv), timeout=600)
+    assert "testbed booted" in out
+    check_figures(out, 2, ("orch", "ansible", "bash"))
