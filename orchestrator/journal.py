@@ -11,6 +11,12 @@ Why this shape:
   happens to parse, because the append that wrote it did not return.
 - Every line carries schema_version; a reader refuses versions it does not know instead of
   guessing.
+- Big runs (100,000 trials, a 130 MB journal) must resume in under a second and report in a few:
+  validating every line into a full TrialRecord takes ~10 s and holds every record. So readers
+  that need a few fields (trial_statuses for resume, read_trial_rows for the report) parse each
+  line with a small pydantic-core schema of just those fields: still a complete JSON parse (a
+  damaged line is still found and reported at file:line by the full parser), but no Python
+  objects for env, repro output and logs. The torn-tail check reads only the end of the file.
 """
 
 from __future__ import annotations
@@ -21,15 +27,18 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Union
+from typing import Annotated, Any, BinaryIO, Literal, NamedTuple, Union
 
 import pydantic
 from pydantic import Field, TypeAdapter
+from typing_extensions import NotRequired, TypedDict
 
 from orchestrator.errors import ConfigError, OrchError
-from orchestrator.records import SCHEMA_VERSION, EventRecord, TrialRecord
+from orchestrator.records import SCHEMA_VERSION, EventRecord, MetricKind, TrialRecord, TrialStatus
 
 KNOWN_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
 
@@ -57,6 +66,59 @@ class JournalError(OrchError):
 class JournalContents:
     records: list[TrialRecord | EventRecord]
     torn_tail: bool  # a torn last line was dropped (the controller died mid-write)
+
+
+@dataclass(frozen=True)
+class TrialStatuses:
+    """What resume needs from a journal: which plan positions are done and which were cut off."""
+
+    finished: frozenset[int]  # trials with a completed or failed record (any attempt)
+    interrupted: frozenset[int]  # trials with an interrupted record and no finished one
+    torn_tail: bool  # a torn last line was ignored (repair_torn_tail cuts it before appending)
+
+
+class MetricPoint(NamedTuple):
+    """One metric of one trial, as the report's tables and tests need it."""
+
+    name: str
+    kind: MetricKind
+    k: int | None
+    n: int | None
+    value: float | None
+
+
+class TrialRow(NamedTuple):
+    """The fields of one trial record that summaries need (cell table, statistics, charts, and
+    choosing which trials to show in full). A 100,000-trial report holds these, not records;
+    a NamedTuple because it is built once per journal line (3x cheaper than a frozen dataclass).
+
+    `source` says where the full record is: its byte offset in the journal (then `line` is its
+    1-based line number), or its index in an in-memory list of records (then `line` is 0)."""
+
+    source: int
+    line: int
+    trial: int
+    round: int
+    attempt: int
+    cell: str
+    levels: Mapping[str, str]
+    status: TrialStatus
+    failure_kind: str | None
+    metrics: tuple[MetricPoint, ...]
+
+    @classmethod
+    def of(cls, record: TrialRecord, source: int, line: int = 0) -> TrialRow:
+        return cls(
+            source, line, record.trial, record.round, record.attempt, record.cell, record.levels,
+            record.status, record.failure.kind if record.failure else None,
+            tuple([MetricPoint(name, m.kind, m.k, m.n, m.value) for name, m in record.metrics.items()]),
+        )
+
+
+@dataclass(frozen=True)
+class TrialRows:
+    rows: list[TrialRow]  # trial records in journal order (events are skipped)
+    torn_tail: bool
 
 
 class Journal:
@@ -120,7 +182,7 @@ class Journal:
         """Appending after a torn line would bury it mid-file, where it is fatal to readers."""
         if not stat.S_ISREG(os.fstat(self._require_open()).st_mode):
             return  # a device or FIFO (e.g. /dev/full in tests) has no lines to check
-        if _torn_tail_start(_read_bytes(self.path)) is not None:
+        if _torn_tail_of(self.path) is not None:
             raise JournalError(
                 f"{self.path}: journal ends with a torn line (call repair_torn_tail before appending)"
             )
@@ -129,20 +191,75 @@ class Journal:
 def read_journal(path: Path) -> JournalContents:
     """All records in order. A torn last line is dropped and flagged, never fatal; an invalid
     line elsewhere, or a schema version this orch does not know, is a ConfigError at file:line."""
-    data = _read_bytes(path)
-    torn = _torn_tail_start(data)
-    body = data if torn is None else data[:torn]
-    records = [
-        _parse_line(path, number, line)
-        for number, line in enumerate(body.split(b"\n"), start=1)
-        if line.strip()
-    ]
-    return JournalContents(records=records, torn_tail=torn is not None)
+    with _reading(path) as handle:
+        end, torn = _body_end(handle)
+        records = [_parse_line(path, number, line) for number, _, line in _lines(path, handle, end)]
+    return JournalContents(records=records, torn_tail=torn)
+
+
+def iter_records(path: Path) -> Iterator[TrialRecord | EventRecord]:
+    """read_journal's records one at a time, reading the file in blocks (memory stays bounded
+    however long the run). A torn last line is skipped; check read_journal or trial_statuses
+    for the flag."""
+    with _reading(path) as handle:
+        end, _ = _body_end(handle)
+        for number, _, line in _lines(path, handle, end):
+            yield _parse_line(path, number, line)
+
+
+def trial_statuses(path: Path) -> TrialStatuses:
+    """Which trials are finished, for resume: ~0.4 s for 100,000 trials instead of ~10 s.
+
+    Reads only type, schema_version, trial and status of each line (a full JSON parse, no
+    TrialRecord). The answer equals the one read_journal's records give; a line that cannot be
+    read fast (damaged, unusual) goes through read_journal's parser and fails the same way.
+    Other fields of a line are not validated here."""
+    finished: set[int] = set()
+    interrupted: set[int] = set()
+    with _reading(path) as handle:
+        end, torn = _body_end(handle)
+        for number, _, line in _lines(path, handle, end):
+            head = _status_of(path, number, line)
+            if head is not None:
+                (interrupted if head[1] == "interrupted" else finished).add(head[0])
+    return TrialStatuses(finished=frozenset(finished), interrupted=frozenset(interrupted - finished),
+                         torn_tail=torn)
+
+
+def read_trial_rows(path: Path) -> TrialRows:
+    """Every trial record as a compact TrialRow (what the report's numbers need), streaming.
+
+    The fields read are exactly those read_journal would give; lines that cannot be read fast go
+    through read_journal's parser (and fail the same way). Fetch full records for the few trials
+    shown in detail with read_records_at."""
+    rows: list[TrialRow] = []
+    shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+    with _reading(path) as handle:
+        end, torn = _body_end(handle)
+        for number, offset, line in _lines(path, handle, end):
+            row = _row_of(path, number, offset, line, shared)
+            if row is not None:
+                rows.append(row)
+    return TrialRows(rows=rows, torn_tail=torn)
+
+
+def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:
+    """The full, validated records behind rows from read_trial_rows(path), in the same order."""
+    records: list[TrialRecord] = []
+    with _reading(path) as handle:
+        for row in rows:
+            record = _parse_line(path, row.line, _line_at(handle, row.source))
+            if not (isinstance(record, TrialRecord) and (record.trial, record.attempt, record.status)
+                    == (row.trial, row.attempt, row.status)):
+                raise JournalError(f"{path}:{row.line}: the journal changed while it was read "
+                                   "(was it rewritten? render the report again)")
+            records.append(record)
+    return records
 
 
 def repair_torn_tail(path: Path) -> bool:
     """Cut a torn last line off so appends start on a fresh line; True if anything was cut."""
-    torn = _torn_tail_start(_read_bytes(path))
+    torn = _torn_tail_of(path)
     if torn is None:
         return False
     try:
@@ -201,21 +318,73 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
                           hint="the journal was edited or damaged; fix or delete this line") from None
 
 
-def _torn_tail_start(data: bytes) -> int | None:
+# Reading: the journal is read in blocks, and the torn-tail check looks only at its end, so
+# neither costs memory or time in proportion to the run's length.
+_BLOCK = 1 << 20
+_TAIL = 1 << 16  # first guess at how much of the end holds the last line
+_MORE = -1  # _tail_verdict: the window holds no complete non-blank line; look further back
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[BinaryIO]:
+    try:
+        handle = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
+    except FileNotFoundError:
+        raise ConfigError("no journal here", file=str(path), hint="is this a run directory?") from None
+    except OSError as exc:
+        raise _error(path, "cannot read journal", exc) from exc
+    try:
+        yield handle
+    except OSError as exc:
+        raise _error(path, "cannot read journal", exc) from exc
+    finally:
+        handle.close()
+
+
+def _body_end(handle: BinaryIO) -> tuple[int, bool]:
+    """(bytes before the torn tail, whether there is one), from one look at the file's size."""
+    size = os.fstat(handle.fileno()).st_size
+    torn = _torn_tail_offset(handle, size)
+    return (size, False) if torn is None else (torn, True)
+
+
+def _torn_tail_of(path: Path) -> int | None:
+    with _reading(path) as handle:
+        return _torn_tail_offset(handle, os.fstat(handle.fileno()).st_size)
+
+
+def _torn_tail_offset(handle: BinaryIO, size: int) -> int | None:
     """Offset where a torn last line starts, or None if the journal ends cleanly.
 
     Torn: bytes after the last newline, or a last non-blank line that is not valid JSON
-    (after a crash some file systems show the unwritten tail as NUL bytes)."""
-    if data and not data.endswith(b"\n"):
-        return data.rfind(b"\n") + 1
-    end = len(data)
+    (after a crash some file systems show the unwritten tail as NUL bytes). Reads a window at
+    the end, cut at a line start, and widens it until the answer lies inside."""
+    window = _TAIL
+    while True:
+        start = max(0, size - window)
+        tail = os.pread(handle.fileno(), size - start, start)
+        if start > 0:
+            cut = tail.find(b"\n")
+            tail = b"" if cut < 0 else tail[cut + 1 :]
+            start = size - len(tail)
+        verdict = _tail_verdict(tail, whole=start == 0)
+        if verdict != _MORE:
+            return None if verdict is None else start + verdict
+        window *= 4
+
+
+def _tail_verdict(tail: bytes, *, whole: bool) -> int | None:
+    """_torn_tail_offset for a window that starts at a line start (`whole`: at the file's)."""
+    if tail and not tail.endswith(b"\n"):
+        return tail.rfind(b"\n") + 1
+    end = len(tail)
     while end > 0:
-        start = data.rfind(b"\n", 0, end - 1) + 1
-        line = data[start : end - 1]
+        start = tail.rfind(b"\n", 0, end - 1) + 1
+        line = tail[start : end - 1]
         if line.strip():
             return None if _is_json(line) else start
         end = start
-    return None
+    return None if whole else _MORE
 
 
 def _is_json(line: bytes) -> bool:
@@ -226,13 +395,127 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
-def _read_bytes(path: Path) -> bytes:
+def _lines(path: Path, handle: BinaryIO, end: int) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, line) of each non-blank line in the first `end` bytes, which
+    end with a newline (the torn tail is cut off before)."""
+    handle.seek(0)
+    number, offset, pending, remaining = 0, 0, b"", end
+    while remaining > 0:
+        block = handle.read(min(_BLOCK, remaining))
+        if not block:
+            raise JournalError(f"{path}: the journal shrank while it was read (read it again)")
+        remaining -= len(block)
+        pieces = (pending + block).split(b"\n")
+        pending = pieces.pop()
+        for line in pieces:
+            number += 1
+            if line.strip():
+                yield number, offset, line
+            offset += len(line) + 1
+    if pending.strip():  # only if the file changed between the size check and the read
+        yield number + 1, offset, pending
+
+
+def _line_at(handle: BinaryIO, offset: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        block = os.pread(handle.fileno(), _TAIL, offset)
+        cut = block.find(b"\n")
+        if cut >= 0 or not block:
+            chunks.append(block if cut < 0 else block[:cut])
+            return b"".join(chunks)
+        chunks.append(block)
+        offset += len(block)
+
+
+# The fast readers: a pydantic-core schema of just the fields they use. Types and defaults are
+# TrialRecord's, so a value reads the same as through the full model (lax int from "3", ...);
+# schema_version stays raw because _parse_line checks the raw value.
+_FailureKind = Literal["infrastructure", "workload", "interrupted"]  # Failure.kind
+
+
+class _Head(TypedDict):
+    type: Literal["trial", "event"]
+    schema_version: Any
+    trial: NotRequired[int]
+    status: NotRequired[TrialStatus]
+
+
+class _MetricFields(TypedDict):
+    kind: MetricKind
+    k: NotRequired[int | None]
+    n: NotRequired[int | None]
+    value: NotRequired[float | None]
+
+
+class _FailureFields(TypedDict):
+    kind: _FailureKind
+
+
+class _RowFields(TypedDict):
+    type: Literal["trial", "event"]
+    schema_version: Any
+    trial: NotRequired[int]
+    round: NotRequired[int]
+    cell: NotRequired[str]
+    levels: NotRequired[dict[str, str]]
+    attempt: NotRequired[int]
+    status: NotRequired[TrialStatus]
+    failure: NotRequired[_FailureFields | None]
+    metrics: NotRequired[dict[str, _MetricFields]]
+
+
+_HEAD = TypeAdapter(_Head)
+_ROW = TypeAdapter(_RowFields)
+_REQUIRED_HEAD = frozenset({"trial", "status"})
+_REQUIRED_ROW = frozenset({"trial", "round", "cell", "levels", "status"})
+
+
+def _status_of(path: Path, number: int, line: bytes) -> tuple[int, TrialStatus] | None:
+    """(trial, status) of a trial line, None for an event line."""
     try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("no journal here", file=str(path), hint="is this a run directory?") from None
-    except OSError as exc:
-        raise _error(path, "cannot read journal", exc) from exc
+        head = _HEAD.validate_json(line)
+    except pydantic.ValidationError:
+        head = None
+    if head is None or not _fast_ok(head, _REQUIRED_HEAD):
+        record = _parse_line(path, number, line)  # the full parser: same answer or same error
+        return (record.trial, record.status) if isinstance(record, TrialRecord) else None
+    if head["type"] == "event":
+        return None
+    return head["trial"], head["status"]
+
+
+def _row_of(
+    path: Path, number: int, offset: int, line: bytes,
+    shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]],
+) -> TrialRow | None:
+    try:
+        fields = _ROW.validate_json(line)
+    except pydantic.ValidationError:
+        fields = None
+    if fields is None or not _fast_ok(fields, _REQUIRED_ROW):
+        record = _parse_line(path, number, line)
+        return TrialRow.of(record, offset, number) if isinstance(record, TrialRecord) else None
+    if fields["type"] == "event":
+        return None
+    levels = fields["levels"]
+    failure = fields.get("failure")
+    metrics = fields.get("metrics")
+    return TrialRow(
+        offset, number, fields["trial"], fields["round"], fields.get("attempt", 1), fields["cell"],
+        shared.setdefault(tuple(levels.items()), levels),  # 100,000 trials share a few level sets
+        fields["status"], failure["kind"] if failure else None,
+        tuple([MetricPoint(name, m["kind"], m.get("k"), m.get("n"), m.get("value"))
+               for name, m in metrics.items()]) if metrics else (),
+    )
+
+
+def _fast_ok(fields: Mapping[str, object], required: frozenset[str]) -> bool:
+    """The fast read is the answer only for a known schema version and a complete trial line;
+    anything else is left to _parse_line, which raises the error read_journal would."""
+    if fields.get("schema_version") not in KNOWN_SCHEMA_VERSIONS:
+        return False
+    return fields["type"] == "event" or fields.keys() >= required
 
 
 def _write_all(fd: int, data: bytes) -> None:

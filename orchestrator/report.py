@@ -19,13 +19,14 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from . import stats
+from .journal import TrialRow
 from .records import Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 
 REDACTED = "••••"
@@ -47,6 +48,8 @@ TRIAL_RATES_SHOWN = 12
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
 
 FindingKind = Literal["finding", "null", "caution", "info"]
+# Full records for the rows the page shows in detail (failures, drill-down), in the same order.
+RecordLoader = Callable[[Sequence[TrialRow]], Sequence[TrialRecord]]
 
 
 # ----------------------------------------------------------------------------- the model
@@ -252,15 +255,32 @@ def build_report(
     drilldown_cap: int = DRILLDOWN_CAP,
 ) -> Report:
     """Everything the page shows, computed once. `trials` may hold retries and failures."""
-    data = _completed(trials)
+    rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
+    return build_report_from_rows(manifest, rows, lambda chosen: [trials[r.source] for r in chosen],
+                                  torn_tail=torn_tail, drilldown_cap=drilldown_cap)
+
+
+def build_report_from_rows(
+    manifest: RunManifest,
+    rows: Sequence[TrialRow],
+    load: RecordLoader,
+    *,
+    torn_tail: bool = False,
+    drilldown_cap: int = DRILLDOWN_CAP,
+) -> Report:
+    """build_report from compact rows (journal.read_trial_rows): the numbers need only these, so
+    a 100,000-trial run never holds 100,000 full records; `load` fetches the full records of
+    the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
+    data = _completed(rows)
     frame = _metric_frame(data, manifest.metrics)
-    cell_ids, levels_of = _cells(manifest, trials)
+    cell_ids, levels_of = _cells(manifest, rows)
     baseline_cell = _baseline_cell(manifest, levels_of)
-    failed = [t for t in trials if t.status != "completed"]
+    failed = [t for t in rows if t.status != "completed"]
     cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, frame)
     effects, interactions = _effects(manifest, cells)
     drift = _drift(manifest, baseline_cell, frame)
     primary = _primary_metric(manifest.metrics)
+    failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
     report = Report(
         run_id=manifest.run_id,
         name=manifest.name,
@@ -283,22 +303,32 @@ def build_report(
         interactions=interactions,
         headline=[],
         drift=drift,
-        failures=[_failure_view(t) for t in failed[:FAILURE_CAP]],
+        failures=[_failure_view(t) for t in failures],
         failures_total=len(failed),
-        trials=[_trial_view(t) for t in _drilldown(trials, drilldown_cap)],
-        trials_total=len(trials),
+        trials=[_trial_view(t) for t in shown],
+        trials_total=len(rows),
         torn_tail=torn_tail,
         provenance=_provenance(manifest),
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
 
+def _load_shown(
+    load: RecordLoader, failures: Sequence[TrialRow], shown: Sequence[TrialRow]
+) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """One load for both lists (a failure is often in the drill-down too)."""
+    wanted = {row.source: row for row in (*failures, *shown)}
+    rows = sorted(wanted.values(), key=lambda row: row.source)  # one pass through the file
+    full = dict(zip((row.source for row in rows), load(rows), strict=True))
+    return [full[row.source] for row in failures], [full[row.source] for row in shown]
+
+
 # ----------------------------------------------------------------------------- data
 
 
-def _completed(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
+def _completed(trials: Sequence[TrialRow]) -> list[TrialRow]:
     """Completed trials, one per plan position (the last completed attempt wins)."""
-    chosen: dict[int, TrialRecord] = {}
+    chosen: dict[int, TrialRow] = {}
     for record in trials:
         if record.status != "completed":
             continue
@@ -308,22 +338,26 @@ def _completed(trials: Sequence[TrialRecord]) -> list[TrialRecord]:
     return [chosen[i] for i in sorted(chosen)]
 
 
-def _metric_frame(data: Sequence[TrialRecord], kinds: Mapping[str, MetricKind]) -> pd.DataFrame:
+def _metric_frame(data: Sequence[TrialRow], kinds: Mapping[str, MetricKind]) -> pd.DataFrame:
     """One row per (completed trial, metric): trial, round, cell, metric, k, n, value."""
     rows = []
-    for record in data:
-        for name, value in record.metrics.items():
-            kind = kinds.get(name, value.kind)
-            if kind == "proportion" and value.n:
-                rows.append((record.trial, record.round, record.cell, name, value.k or 0, value.n, math.nan))
-            elif kind == "number" and value.value is not None and math.isfinite(value.value):
-                rows.append((record.trial, record.round, record.cell, name, 0, 0, float(value.value)))
-    columns = ["trial", "round", "cell", "metric", "k", "n", "value"]
-    return pd.DataFrame.from_records(rows, columns=columns)
+    for row in data:
+        for name, own_kind, k, n, value in row.metrics:
+            kind = kinds.get(name, own_kind)
+            if kind == "proportion" and n:
+                rows.append((row.trial, row.round, row.cell, name, k or 0, n, math.nan))
+            elif kind == "number" and value is not None and math.isfinite(value):
+                rows.append((row.trial, row.round, row.cell, name, 0, 0, float(value)))
+    # columns by transposing in C: DataFrame.from_records spends seconds on 300,000 tuples
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 7
+    dtypes = ("int64", "int64", object, object, "int64", "int64", "float64")
+    names = ("trial", "round", "cell", "metric", "k", "n", "value")
+    return pd.DataFrame({name: np.array(col, dtype=dtype)
+                         for name, col, dtype in zip(names, columns, dtypes, strict=True)})
 
 
 def _cells(
-    manifest: RunManifest, trials: Sequence[TrialRecord]
+    manifest: RunManifest, trials: Sequence[TrialRow]
 ) -> tuple[list[str], dict[str, dict[str, str]]]:
     """Cell ids in plan order (then any only seen in the journal) and their levels."""
     levels_of: dict[str, dict[str, str]] = {}
@@ -360,8 +394,8 @@ def _cell_views(
     cell_ids: Sequence[str],
     levels_of: Mapping[str, dict[str, str]],
     baseline_cell: str | None,
-    data: Sequence[TrialRecord],
-    failed: Sequence[TrialRecord],
+    data: Sequence[TrialRow],
+    failed: Sequence[TrialRow],
     frame: pd.DataFrame,
 ) -> list[CellView]:
     planned = _count(p.cell for p in manifest.plan)
@@ -557,7 +591,7 @@ def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame
 
 # ----------------------------------------------------------------------------- headline
 
-def headline(report: Report, failed: Sequence[TrialRecord] = ()) -> list[Finding]:
+def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> list[Finding]:
     """Plain sentences with numbers, most important first."""
     findings = _status_findings(report)
     metric = report.primary_metric
@@ -794,6 +828,8 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
     n_base = base.numbers[metric].n
     if not others or not n_base:
         return []
+    if max(others) + n_base >= 2 / stats.ALPHA:
+        return []  # comb(a + b, a) >= a + b, so p <= 2 / (a + b) <= alpha: skip huge binomials
     best = min(2 / math.comb(n + n_base, n) for n in others)
     if best <= stats.ALPHA:
         return []
@@ -828,14 +864,20 @@ def _drift_findings(report: Report) -> list[Finding]:
     return found
 
 
-def _failure_findings(report: Report, failed: Sequence[TrialRecord]) -> list[Finding]:
+def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) -> list[Finding]:
     if not failed:
         return []
-    kinds = _count(t.failure.kind if t.failure else "unknown" for t in failed)
+    kinds = _count(_failure_kind(t) or "unknown" for t in failed)
     detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
     return [Finding(kind="info", text=(
         f"{len(failed)} trial attempt(s) failed or were interrupted ({detail}); they are listed "
         "under Failures and are not counted as data."))]
+
+
+def _failure_kind(trial: TrialRow | TrialRecord) -> str | None:
+    if isinstance(trial, TrialRow):
+        return trial.failure_kind
+    return trial.failure.kind if trial.failure else None
 
 
 def _cell(report: Report, cell_id: str | None) -> CellView | None:
@@ -912,12 +954,12 @@ def _failure_view(record: TrialRecord) -> FailureView:
     )
 
 
-def _drilldown(trials: Sequence[TrialRecord], cap: int) -> list[TrialRecord]:
+def _drilldown(trials: Sequence[TrialRow], cap: int) -> list[TrialRow]:
     """All trials when few; else failures first, then completed ones round-robin over cells."""
     if len(trials) <= cap:
         return list(trials)
     chosen = [t for t in trials if t.status != "completed"][: cap // 2]
-    by_cell: dict[str, list[TrialRecord]] = {}
+    by_cell: dict[str, list[TrialRow]] = {}
     for record in trials:
         if record.status == "completed":
             by_cell.setdefault(record.cell, []).append(record)

@@ -1,0 +1,316 @@
+"""The fast journal readers give exactly what the full parser gives (never asserts speed).
+
+trial_statuses (resume), read_trial_rows + read_records_at (the report from disk), iter_records
+and the end-of-file torn-tail check are each compared with a slow, obviously right reference:
+read_journal's validated records, or the whole-file torn-tail rule the journal used before.
+Tiny block and window sizes push every line across block and window edges.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from report_synth import ALL_OFF, synthetic_run, write_run
+
+from orchestrator import journal as journal_mod
+from orchestrator.errors import ConfigError
+from orchestrator.journal import (
+    Journal,
+    JournalError,
+    TrialRow,
+    TrialStatuses,
+    iter_records,
+    read_journal,
+    read_records_at,
+    read_trial_rows,
+    repair_torn_tail,
+    trial_statuses,
+)
+from orchestrator.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
+from orchestrator.render import load_manifest, load_report, load_trials
+from orchestrator.report import build_report, headline
+
+SIZES = [pytest.param(None, id="default-sizes"), pytest.param((7, 5), id="tiny-blocks")]
+_COUNTER = itertools.count()
+
+
+@pytest.fixture(params=SIZES)
+def sizes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read in 7-byte blocks and look for the torn tail in a 5-byte window first."""
+    if request.param:
+        block, tail = request.param
+        monkeypatch.setattr(journal_mod, "_BLOCK", block)
+        monkeypatch.setattr(journal_mod, "_TAIL", tail)
+
+
+def _trial(trial: int, status: str = "completed", attempt: int = 1, **kw: object) -> TrialRecord:
+    fields: dict[str, object] = dict(
+        run_id="run-1", trial=trial, round=trial // 3, cell=f"overlap={'on' if trial % 2 else 'off'}",
+        levels={"overlap": "on" if trial % 2 else "off"}, testbed="sim", attempt=attempt,
+        status=status, started="2026-05-09T07:00:00Z", ended="2026-05-09T07:00:02Z", duration_s=2.0,
+        env={"decode": {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "1"}},
+        repro=ReproOutcome(command="python repro.py", exit_code=0, duration_s=0.5,
+                           stdout_tail='{"status": "completed", "trial": 99}\n\\"quoted\\"'),
+        metrics={"corruption": MetricValue(kind="proportion", k=trial % 7, n=40),
+                 "wall": MetricValue(kind="number", value=1.5 + trial, unit="s")},
+    )
+    if status != "completed":
+        fields["failure"] = Failure(kind="interrupted" if status == "interrupted" else "workload",
+                                    error="WorkloadError", message="m")
+    fields.update(kw)
+    return TrialRecord.model_validate(fields)
+
+
+def _event(kind: str = "run_started") -> EventRecord:
+    return EventRecord(run_id="run-1", event=kind, at="2026-05-09T07:00:00Z", message="a\nb")
+
+
+def _write(path: Path, records: list[TrialRecord | EventRecord], extra: bytes = b"") -> Path:
+    with Journal(path) as journal:
+        for record in records:
+            journal.append(record)
+    if extra:
+        with open(path, "ab") as handle:
+            handle.write(extra)
+    return path
+
+
+def _expected_statuses(path: Path) -> TrialStatuses:
+    contents = read_journal(path)
+    trials = [r for r in contents.records if isinstance(r, TrialRecord)]
+    finished = {r.trial for r in trials if r.status in ("completed", "failed")}
+    interrupted = {r.trial for r in trials if r.status == "interrupted"} - finished
+    return TrialStatuses(frozenset(finished), frozenset(interrupted), contents.torn_tail)
+
+
+def _line_positions(path: Path) -> list[tuple[int, int]]:
+    """(line number, byte offset) of each non-blank line, counted the slow way."""
+    positions, offset = [], 0
+    for number, line in enumerate(path.read_bytes().split(b"\n"), start=1):
+        if line.strip():
+            positions.append((number, offset))
+        offset += len(line) + 1
+    return positions
+
+
+# ------------------------------------------------------------------ random journals
+
+statuses = st.sampled_from(["completed", "failed", "interrupted"])
+trial_records = st.builds(_trial, trial=st.integers(0, 6), status=statuses, attempt=st.integers(1, 3))
+journal_records = st.lists(st.one_of(trial_records, st.builds(_event)), max_size=12)
+# what can follow the last appended record: nothing, blank lines, or a torn line of any kind
+tails = st.sampled_from([b"", b"\n", b"  \n\n", b'{"type": "trial", "tri', b"\0" * 40 + b"\n",
+                         b'{"type":"trial"}', b"garbage\n", b"\n\n{\n"])
+
+
+@pytest.mark.usefixtures("sizes")
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=journal_records, tail=tails)
+def test_fast_readers_agree_with_read_journal(
+    tmp_path: Path, records: list[TrialRecord | EventRecord], tail: bytes
+) -> None:
+    path = _write(tmp_path / f"journal-{next(_COUNTER)}.jsonl", records, tail)
+    contents = read_journal(path)
+
+    assert trial_statuses(path) == _expected_statuses(path)
+    assert list(iter_records(path)) == contents.records
+
+    scan = read_trial_rows(path)
+    trials = [(r, pos) for r, pos in zip(contents.records, _line_positions(path)) if isinstance(r, TrialRecord)]
+    assert scan.torn_tail == contents.torn_tail
+    assert scan.rows == [TrialRow.of(record, offset, number) for record, (number, offset) in trials]
+    assert read_records_at(path, scan.rows[::-1]) == [record for record, _ in trials][::-1]
+
+
+def test_statuses_of_retried_and_cut_off_trials(tmp_path: Path) -> None:
+    path = _write(tmp_path / "journal.jsonl", [
+        _event(),
+        _trial(0, "failed"), _trial(0, "completed", attempt=2),  # retried: finished
+        _trial(1, "interrupted"),  # cut off by Ctrl-C: to run again
+        _trial(2, "interrupted"), _event("run_resumed"), _trial(2, "completed"),  # resumed
+        _trial(3, "failed"),  # failed for good: finished, not run again
+    ], b'{"type":"trial","schema_version":1,"trial":4,"sta')
+    assert trial_statuses(path) == TrialStatuses(
+        finished=frozenset({0, 2, 3}), interrupted=frozenset({1}), torn_tail=True)
+
+
+def test_lines_the_fast_parser_refuses_go_through_the_full_parser(tmp_path: Path) -> None:
+    """A lone surrogate escape is valid JSON for read_journal but not for pydantic-core's
+    parser; keys in another order with spaces, and a metric named like a top-level field, read
+    the same either way."""
+    surrogate = json.loads(_trial(5, "failed").model_dump_json())
+    surrogate["repro"]["stdout_tail"] = "\ud800"
+    spaced = json.loads(_trial(6, metrics={"status": MetricValue(kind="number", value=2.0)}).model_dump_json())
+    lines = [json.dumps(surrogate), json.dumps(dict(reversed(spaced.items())), indent=None)]
+    path = tmp_path / "journal.jsonl"
+    path.write_text(_event().model_dump_json() + "\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    records = read_journal(path).records
+    assert len(records) == 3
+    assert trial_statuses(path) == TrialStatuses(frozenset({5, 6}), frozenset(), False)
+    rows = read_trial_rows(path).rows
+    assert rows == [TrialRow.of(r, pos[1], pos[0]) for r, pos in zip(records[1:], _line_positions(path)[1:])]
+    assert read_records_at(path, rows) == records[1:]
+
+
+# ------------------------------------------------------------------ errors
+
+
+def _damaged(tmp_path: Path, how: str) -> Path:
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0), _trial(1), _trial(2)])
+    lines = path.read_bytes().split(b"\n")
+    obj = json.loads(lines[2])
+    if how == "invalid-json":
+        lines[2] = lines[2][:50]
+    elif how == "unknown-version":
+        obj["schema_version"] = 99
+        lines[2] = json.dumps(obj).encode()
+    elif how == "version-as-text":
+        obj["schema_version"] = "1"
+        lines[2] = json.dumps(obj).encode()
+    elif how == "bad-status":
+        obj["status"] = "exploded"
+        lines[2] = json.dumps(obj).encode()
+    elif how == "missing-trial":
+        del obj["trial"]
+        lines[2] = json.dumps(obj).encode()
+    elif how == "unknown-type":
+        obj["type"] = "note"
+        lines[2] = json.dumps(obj).encode()
+    path.write_bytes(b"\n".join(lines))
+    return path
+
+
+@pytest.mark.parametrize("how", ["invalid-json", "unknown-version", "version-as-text", "bad-status",
+                                 "missing-trial", "unknown-type"])
+def test_damaged_middle_line_fails_as_read_journal_does(tmp_path: Path, how: str) -> None:
+    path = _damaged(tmp_path, how)
+    with pytest.raises(ConfigError) as expected:
+        read_journal(path)
+    assert expected.value.line == 3
+    for reader in (trial_statuses, read_trial_rows, lambda p: list(iter_records(p))):
+        with pytest.raises(ConfigError) as info:
+            reader(path)
+        assert str(info.value) == str(expected.value)
+
+
+def test_missing_journal_is_the_same_error(tmp_path: Path) -> None:
+    for reader in (trial_statuses, read_trial_rows, lambda p: list(iter_records(p))):
+        with pytest.raises(ConfigError, match="no journal here"):
+            reader(tmp_path / "nope.jsonl")
+
+
+def test_records_read_back_must_be_the_rows_records(tmp_path: Path) -> None:
+    path = _write(tmp_path / "journal.jsonl", [_trial(0), _trial(1)])
+    rows = read_trial_rows(path).rows
+    path.write_bytes(b"".join(sorted(path.read_bytes().splitlines(keepends=True), reverse=True)))
+    with pytest.raises(JournalError, match="changed while it was read"):
+        read_records_at(path, rows)
+
+
+# ------------------------------------------------------------------ torn tail from the end
+
+
+def _reference_torn_start(data: bytes) -> int | None:
+    """The whole-file rule the journal used before reading only its end."""
+    if data and not data.endswith(b"\n"):
+        return data.rfind(b"\n") + 1
+    end = len(data)
+    while end > 0:
+        start = data.rfind(b"\n", 0, end - 1) + 1
+        line = data[start : end - 1]
+        if line.strip():
+            try:
+                json.loads(line)
+            except ValueError:
+                return start
+            return None
+        end = start
+    return None
+
+
+line_pieces = st.sampled_from([b'{"a": 1}', b"[1, 2]", b"", b"   ", b"\0\0\0", b"{oops", b'"x"',
+                               b'{"long": "' + b"y" * 70 + b'"}', b"\t"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(line_pieces, max_size=8), newline_at_end=st.booleans(),
+       window=st.sampled_from([1, 2, 5, 16, 1 << 16]))
+def test_torn_tail_from_the_end_matches_the_whole_file_rule(
+    tmp_path: Path, lines: list[bytes], newline_at_end: bool, window: int
+) -> None:
+    data = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
+    path = tmp_path / f"tail-{next(_COUNTER)}"
+    path.write_bytes(data)
+    original = journal_mod._TAIL
+    journal_mod._TAIL = window  # not the monkeypatch fixture: it would span all examples
+    try:
+        with open(path, "rb", buffering=0) as handle:
+            got = journal_mod._torn_tail_offset(handle, len(data))
+    finally:
+        journal_mod._TAIL = original
+    assert got == _reference_torn_start(data)
+
+
+@pytest.mark.usefixtures("sizes")
+def test_repair_and_append_guard_with_a_last_line_longer_than_the_window(tmp_path: Path) -> None:
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0)])
+    good = path.read_bytes()
+    with open(path, "ab") as handle:
+        handle.write(_trial(1).model_dump_json().encode()[:-3])  # torn: no end, no newline
+    with pytest.raises(JournalError, match="torn line"):
+        Journal(path)
+    assert repair_torn_tail(path) is True
+    assert path.read_bytes() == good
+    assert repair_torn_tail(path) is False
+    Journal(path).close()
+
+
+# ------------------------------------------------------------------ the report from disk
+
+
+def _run_with_everything(tmp_path: Path) -> Path:
+    manifest, records = synthetic_run(replicates=4, baseline=ALL_OFF)
+    extra = [
+        records[5].model_copy(update={"status": "interrupted", "attempt": 3,
+                                      "failure": Failure(kind="interrupted", error="Interrupted", message="^C")}),
+        records[6].model_copy(update={"cell": "bf16_index_k=odd", "levels": {"bf16_index_k": "odd"}}),
+    ]
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, [*records, *extra])
+    with open(run_dir / "journal.jsonl", "ab") as handle:
+        handle.write(b'{"type": "trial", "tri')  # torn tail
+    return run_dir
+
+
+@pytest.mark.usefixtures("sizes")
+@pytest.mark.parametrize("cap", [0, 5, 1000])
+def test_report_from_disk_equals_report_from_records(tmp_path: Path, cap: int) -> None:
+    run_dir = _run_with_everything(tmp_path)
+    trials, torn = load_trials(run_dir)
+    assert torn
+    expected = build_report(load_manifest(run_dir), trials, torn_tail=torn, drilldown_cap=cap)
+    assert load_report(run_dir, drilldown_cap=cap) == expected
+    assert expected.failures and (cap == 0 or expected.trials)
+
+
+def test_report_without_a_journal(tmp_path: Path) -> None:
+    manifest, _ = synthetic_run(replicates=1)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(manifest.model_dump_json())
+    report = load_report(run_dir)
+    assert report == build_report(manifest, [])
+    assert report.completed == 0 and report.trials == []
+
+
+def test_headline_reads_failures_from_rows_or_records() -> None:
+    manifest, records = synthetic_run(replicates=2, baseline=ALL_OFF)
+    report = build_report(manifest, records)
+    failed = [r for r in records if r.status != "completed"]
+    rows = [TrialRow.of(r, i) for i, r in enumerate(failed)]
+    assert headline(report, failed) == headline(report, rows) == report.headline
+    assert "1 infrastructure, 1 workload" in report.headline[-1].text
