@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,8 +26,10 @@ from .journal import read_journal, write_json_atomic
 from .progress import summarize
 from .queue import DB_NAME, Claimer, Queue, QueueItem
 from .records import RunManifest, TrialRecord
-from .runner import Progress
 from .runs import load_manifest
+
+if TYPE_CHECKING:
+    from .runner import Progress
 
 STATUS_FILE = "status.json"
 STATUS_SCHEMA = 1
@@ -134,7 +136,7 @@ class LiveStatus:
 class Tee:
     """Several progress sinks as one (the terminal bar and the status file)."""
 
-    def __init__(self, *sinks: Progress) -> None:
+    def __init__(self, *sinks: "Progress") -> None:
         self.sinks = sinks
 
     def start(self, total: int, done: int) -> None:

@@ -23,8 +23,6 @@ import httpx
 import tenacity
 
 from .errors import OrchError, UsageError
-from .render import load_manifest, load_trials
-from .report import build_report
 
 ENV_VAR = "ORCH_WEBHOOKS"
 BASE_URL_VAR = "ORCH_REPORTS_URL"  # e.g. http://orch.lab:8765: links point at `orch serve`
@@ -109,6 +107,9 @@ def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
     """The summary of a run directory: status from the manifest, counts and the first headline
     sentence from the report model (the same words as the report)."""
+    from .render import load_manifest, load_trials  # the report stack (pandas, scipy): only when sending
+    from .report import build_report
+
     manifest = load_manifest(run_dir)
     trials, torn = load_trials(run_dir)
     report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)

@@ -26,13 +26,12 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import FrameType
 from typing import Callable, Iterator, Literal, Protocol, get_args
 
 from .errors import Interrupted, OrchError, UsageError
-from .runner import now_iso
 
 ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
 ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
@@ -58,6 +57,11 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE INDEX IF NOT EXISTS items_order ON items (state, priority DESC, id);
 """
+
+
+def now_iso() -> str:
+    """UTC, milliseconds: the runner's format (the queue does not import the runner)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 class QueueError(OrchError):

@@ -1,0 +1,114 @@
+"""`orch schedule` on a real systemd 252 host (the testbed): the timer fires, its service runs
+`orch queue run`, and the queued sweep completes.
+
+Everything happens inside the testbed host "prefill", driven over SSH with the OpenSSH client (not
+the code under test): orch (this checkout and interpreter, which the host sees read-only) queues a
+tiny sweep on a simulated deployment of its own inside the host (ports 318xx of the host's network
+namespace), installs a timer a few seconds ahead, and systemd does the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import time
+
+import pytest
+
+from testbed.fixture import Testbed
+
+from .helpers import ENV_FILES, inventory_text, matrix_text
+
+pytestmark = pytest.mark.testbed
+
+HOST = "prefill"
+WORK = "/root/orch-schedule-test"  # on the host's own tmpfs
+PORTS = (31800, 31801, 31802)
+# The checkout and venv are read-only inside the host: without a writable bytecode cache every
+# start recompiles orch (~8 s). The units of the testbed use this folder; the schedule's service
+# gets it through a drop-in written before the install, as an admin would customise the unit.
+PYCACHE = "/var/tmp/pycache"
+LEAD_S = 10  # the calendar time is this far ahead of `schedule install`
+
+
+def put(tb: Testbed, path: str, data: bytes) -> None:
+    b64 = base64.b64encode(data).decode()
+    tb.ssh(HOST, f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])} && echo {b64} | base64 -d > {shlex.quote(path)}")
+
+
+def show(tb: Testbed, unit: str, *props: str) -> dict[str, str]:
+    out = tb.ssh(HOST, f"systemctl show {unit} -p {','.join(props)}").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def orch(tb: Testbed, args: str, check: bool = True) -> str:
+    proc = tb.ssh(HOST, f"cd {WORK} && PYTHONPYCACHEPREFIX={PYCACHE} {shlex.quote(tb.python)} -m orchestrator.cli {args}",
+                  check=check, timeout=120)
+    return proc.stdout + proc.stderr
+
+
+def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
+    tb = testbed
+    for name, text in ENV_FILES.items():
+        put(tb, f"{WORK}/site/{name}", text.encode())
+    put(tb, f"{WORK}/site/inventory.yaml", inventory_text(PORTS).encode())
+    put(tb, f"{WORK}/m.yaml", matrix_text("nightly_sweep").encode())
+    put(tb, "/etc/systemd/system/orch-nightly.service.d/pycache.conf",
+        f"[Service]\nEnvironment=PYTHONPYCACHEPREFIX={PYCACHE}\n".encode())
+    try:
+        assert "queued item 1: nightly_sweep (2 trials" in orch(tb, "queue add m.yaml -i site/inventory.yaml")
+        at = tb.ssh(HOST, f"date -d @$(( $(date +%s) + {LEAD_S} )) '+%Y-%m-%d %H:%M:%S'").stdout.strip()
+        installed = orch(tb, f"schedule install nightly --on-calendar {shlex.quote(at)} --system")
+        assert "installed orch-nightly.timer (system)" in installed
+        assert tb.ssh(HOST, "systemctl is-enabled orch-nightly.timer").stdout.strip() == "enabled"
+        timer = show(tb, "orch-nightly.timer", "ActiveState", "NextElapseUSecRealtime", "LastTriggerUSec")
+        assert timer["ActiveState"] == "active"
+        assert timer["NextElapseUSecRealtime"] or timer["LastTriggerUSec"], \
+            f"install took longer than {LEAD_S} s: {at} passed before the timer was enabled ({timer})"
+        unit = tb.ssh(HOST, "cat /etc/systemd/system/orch-nightly.service").stdout
+        assert f"WorkingDirectory={WORK}\n" in unit and "queue" in unit and "Type=oneshot" in unit
+        assert tb.ssh(HOST, "systemd-analyze verify /etc/systemd/system/orch-nightly.timer "
+                            "/etc/systemd/system/orch-nightly.service", check=False).returncode == 0
+
+        ran = wait_for_service(tb, timeout_s=120)
+        journal = tb.ssh(HOST, "journalctl -u orch-nightly.service --no-pager -o cat").stdout
+        assert ran["Result"] == "success" and ran["ExecMainStatus"] == "0", journal[-3000:]
+        assert "2 trials completed, 0 failed" in journal
+
+        runs = tb.ssh(HOST, f"ls -d {WORK}/reports/*/run.json").stdout.split()
+        assert len(runs) == 1
+        run = json.loads(tb.ssh(HOST, f"cat {runs[0]}").stdout)
+        assert run["status"] == "completed" and run["name"] == "nightly_sweep"
+        lines = tb.ssh(HOST, f"wc -l < {runs[0].rsplit('/', 1)[0]}/journal.jsonl").stdout
+        assert int(lines) >= 2
+        listed = orch(tb, "queue list")
+        assert "completed" in listed and "2/2 trials, 0 failed" in listed
+        for name, text in ENV_FILES.items():  # the host's own sim deployment was restored
+            assert tb.ssh(HOST, f"base64 -w0 {WORK}/site/{name}").stdout == base64.b64encode(text.encode()).decode()
+        assert tb.ssh(HOST, f"ss -Hltn '( sport = :{PORTS[0]} or sport = :{PORTS[1]} or sport = :{PORTS[2]} )'"
+                      ).stdout.strip() == ""
+
+        listing = orch(tb, "schedule list --system")
+        assert "nightly" in listing and f"OnCalendar={at}" in listing and "success" in listing
+        assert "removed" in orch(tb, "schedule remove nightly --system")
+        left = tb.ssh(HOST, "ls -d /etc/systemd/system/orch-nightly.*", check=False).stdout.split()
+        assert left == ["/etc/systemd/system/orch-nightly.service.d"]  # the test's own drop-in only
+        assert "orch-nightly" not in tb.ssh(HOST, "systemctl list-timers --all --no-pager").stdout
+    finally:
+        tb.ssh(HOST, "systemctl disable --now orch-nightly.timer 2>/dev/null; "
+                     "rm -rf /etc/systemd/system/orch-nightly.*; systemctl daemon-reload; "
+                     f"systemctl reset-failed orch-nightly.service 2>/dev/null; rm -rf {WORK}", check=False)
+
+
+def wait_for_service(tb: Testbed, timeout_s: float) -> dict[str, str]:
+    """Until the timer's oneshot service has run once and exited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        state = show(tb, "orch-nightly.service", "ActiveState", "Result", "ExecMainStatus",
+                     "ExecMainExitTimestampMonotonic")
+        if state.get("ExecMainExitTimestampMonotonic", "0") not in ("", "0") and state["ActiveState"] != "activating":
+            return state
+        time.sleep(0.5)
+    timer = show(tb, "orch-nightly.timer", "ActiveState", "NextElapseUSecRealtime", "LastTriggerUSec")
+    raise AssertionError(f"orch-nightly.service did not run within {timeout_s} s (timer: {timer})")
