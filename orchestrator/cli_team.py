@@ -247,6 +247,9 @@ def _outcome(run_dir: Path, code: int, deadline: float | None) -> "SweepOutcome"
     finished = {t.trial for t in trials if t.status in ("completed", "failed")}
     failed = {t.trial for t in trials if t.status == "failed"} - {t.trial for t in trials if t.status == "completed"}
     counts = f"{len(finished)}/{len(manifest.plan)} trials, {len(failed)} failed"
+    if manifest.status == "completed" and code != 0:  # e.g. a host could not be restored
+        return SweepOutcome("failed", code, run_dir, f"{counts}; exit code {code}: see the log "
+                            f"(if hosts were not restored: orch restore {run_dir})")
     if manifest.status in ("completed", "failed"):
         return SweepOutcome(manifest.status, code, run_dir, counts)
     why = "deadline reached" if deadline is not None and time.time() >= deadline else "interrupted"

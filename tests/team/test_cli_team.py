@@ -1,0 +1,104 @@
+"""The team commands' command-line behaviour that needs no sweep: bad input exits 2 and changes
+nothing, items are listed and removed, an item that cannot start fails alone and is reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+from orchestrator.queue import Queue
+
+from .helpers import make_site, matrix_text, webhook_receiver
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, Path, Path]:
+    site = make_site(tmp_path / "site")
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(matrix_text("clitest"))
+    return tmp_path / "reports", matrix, site.inventory
+
+
+def items(reports: Path) -> list[tuple[int, str]]:
+    if not (reports / "queue.db").exists():
+        return []
+    with Queue.in_reports(reports) as q:
+        return [(i.id, i.state) for i in q.items()]
+
+
+def test_add_list_remove(setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    reports, matrix, inventory = setup
+    assert main(["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports), "--priority", "3",
+                 "--webhook", "https://hooks.example/T/B/secret"]) == 0
+    assert "queued item 1: clitest (2 trials on testbed 'sim', priority 3)" in capsys.readouterr().out
+    with Queue.in_reports(reports) as q:
+        item = q.get(1)
+    assert item.matrix == str(matrix.resolve()) and item.inventory == str(inventory.resolve())
+    assert item.webhooks == ("https://hooks.example/T/B/secret",)
+    assert main(["queue", "list", "--reports", str(reports)]) == 0
+    listed = capsys.readouterr().out
+    assert "clitest" not in listed and "m.yaml" in listed and "queued" in listed
+    assert "https://hooks.example/…" in listed and "secret" not in listed
+    assert main(["queue", "remove", "1", "--reports", str(reports)]) == 0
+    assert items(reports) == []
+    assert main(["queue", "remove", "1", "--reports", str(reports)]) == 2
+
+
+@pytest.mark.parametrize("bad", ["matrix", "inventory", "testbed", "webhook"])
+def test_bad_input_is_not_queued(setup: tuple[Path, Path, Path], bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    reports, matrix, inventory = setup
+    args = ["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]
+    if bad == "matrix":
+        matrix.write_text(matrix_text("x").replace("levels: [on, off]", "levels: on"))
+    elif bad == "inventory":
+        args[4] = str(inventory.with_name("missing.yaml"))
+    elif bad == "testbed":
+        args += ["-t", "nope"]
+    else:
+        args += ["--webhook", "ftp://x"]
+    assert main(args) == 2
+    assert "error:" in capsys.readouterr().err
+    assert items(reports) == []
+
+
+def test_an_item_that_cannot_start_fails_alone_and_is_reported(setup: tuple[Path, Path, Path],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    reports, matrix, inventory = setup
+    gone = matrix.with_name("gone.yaml")
+    gone.write_text(matrix.read_text())
+    assert main(["queue", "add", str(gone), "-i", str(inventory), "--reports", str(reports)]) == 0
+    gone.unlink()  # deleted after it was queued
+    with webhook_receiver() as rx:
+        code = main(["queue", "run", "--reports", str(reports), "--webhook", rx.url])
+    assert code == 1
+    assert items(reports) == [(1, "failed")]
+    with Queue.in_reports(reports) as q:
+        assert "gone.yaml" in q.get(1).message
+    (_, body), = rx.received
+    assert body["status"] == "error" and body["name"] == "gone" and "gone.yaml" in body["headline"]  # type: ignore[index]
+    assert not [p for p in reports.iterdir() if p.is_dir()]  # no run directory was made
+
+
+def test_queue_run_with_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue", "run", "--reports", str(tmp_path / "r")]) == 0
+    assert "nothing to run" in capsys.readouterr().out
+
+
+def test_bad_until_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["queue", "run", "--reports", str(tmp_path / "r"), "--until", "7am"]) == 2
+    assert "--until '7am'" in capsys.readouterr().err
+
+
+def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1)
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, records)
+    assert main(["notify", str(run_dir)]) == 2  # no webhook anywhere
+    with webhook_receiver() as rx:
+        assert main(["notify", str(run_dir), "--webhook", "slack+" + rx.url + "/s"]) == 0
+    (path, body), = rx.received
+    assert path == "/s" and manifest.run_id in body["text"]  # type: ignore[index]
+    assert "delivered (1 attempt(s))" in capsys.readouterr().out
