@@ -23,7 +23,6 @@ Targets (printed, never asserted): on the SSH testbed, orch's median overhead <=
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import re
