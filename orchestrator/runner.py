@@ -111,6 +111,7 @@ class Runner:
         self.started_units: set[tuple[str, str]] = set()
         self.verify_all_next = True  # first trial, and after any failure: verify every unit
         self.journal: Journal | None = None
+        self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
 
     # ------------------------------------------------------------------ the sweep
     def execute(self, done: set[int] | None = None, *, resume: bool = False,
@@ -127,7 +128,7 @@ class Runner:
             lock = TestbedLock.for_run(self.deployment, self.options.run_id, now_iso())
             lock.acquire(break_stale=self.options.break_lock)
         try:
-            with _signals_as_interrupt():
+            with _signals_as_interrupt(self.stopping):
                 self.journal = Journal(self.run_dir / "journal.jsonl")
                 self._sweep(done, resume, result)
         finally:
@@ -299,8 +300,8 @@ class Runner:
             self._restart(step, ctx)
             ctx.health = self._wait_healthy(t0)
             self._verify(step, ctx)
-            repro = self._run_repro(step, trial_dir)
-            ctx.repro = repro
+            ctx.repro = repro = self._run_repro(step, trial_dir)
+            self._judge_repro(repro)  # after ctx.repro is set: a failed repro's output is recorded
             ctx.metrics = extract_metrics(self._repro_stdout(repro), self.plan.matrix.repro.metrics)
             ctx.logs, logs_text = self._collect_logs(trial_dir, t0)
             ctx.metrics.update(self._run_collectors(logs_text, trial_dir))
@@ -365,7 +366,7 @@ class Runner:
         for role, h in self.deployment.hosts.items():
             timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
             checks.append(HealthCheck(role, h.host.health, timeout))
-            alive[role] = _alive_checker(h, since + self._offset(role))
+            alive[role] = _alive_checker(h, since + self._offset(role), self.stopping)
         return wait_all(checks, client=self.client, check_alive=alive)
 
     def _verify(self, step: Step, ctx: "_TrialContext") -> None:
@@ -402,15 +403,16 @@ class Runner:
                                   stdout_path=out, stderr_path=err)
         else:
             outcome = self._run_remote_repro(repro.on, command, repro.timeout_s, out, err)
-        rel = ReproOutcome(**{**outcome.model_dump(), "stdout_path": str(out.relative_to(self.run_dir)),
-                              "stderr_path": str(err.relative_to(self.run_dir))})
+        return ReproOutcome(**{**outcome.model_dump(), "stdout_path": str(out.relative_to(self.run_dir)),
+                               "stderr_path": str(err.relative_to(self.run_dir))})
+
+    def _judge_repro(self, rel: ReproOutcome) -> None:
         if rel.exit_code is None:
-            raise WorkloadError(f"repro timed out after {repro.timeout_s:g} s and was killed",
+            raise WorkloadError(f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s and was killed",
                                 detail=rel.stdout_tail)
         if rel.exit_code != 0:
-            raise WorkloadError(f"repro exited with code {rel.exit_code}",
-                                detail=(err.read_text(errors="replace")[-2000:] or rel.stdout_tail))
-        return rel
+            stderr = (self.run_dir / rel.stderr_path).read_text(errors="replace")[-2000:]
+            raise WorkloadError(f"repro exited with code {rel.exit_code}", detail=stderr or rel.stdout_tail)
 
     def _run_remote_repro(self, role: str, command: str, timeout: float, out: Path, err: Path) -> ReproOutcome:
         h = self.deployment.hosts[role]
@@ -537,8 +539,13 @@ def _clock_offset(h: HostHandle) -> float:
     return host - (before + time.time()) / 2
 
 
-def _alive_checker(h: HostHandle, since: float) -> Callable[[], None]:
+def _alive_checker(h: HostHandle, since: float, stopping: threading.Event) -> Callable[[], None]:
+    """Called by the health pollers between polls: a dead unit, or a Ctrl-C/SIGTERM received by
+    the main thread, ends the wait at once (the pollers run in threads that a signal does not
+    reach, and the main thread waits for them before its KeyboardInterrupt can propagate)."""
     def check() -> None:
+        if stopping.is_set():
+            raise Interrupted("stopping: interrupted by the user or a signal")
         for unit in h.units:
             h.services.check_alive(unit, since)
 
@@ -631,18 +638,28 @@ def _write_run_file(path: Path, data: bytes, *, atomic: bool = False, sync: bool
 
 
 class _signals_as_interrupt:
-    """SIGTERM behaves like Ctrl-C during a sweep, so hosts are restored either way."""
+    """SIGTERM behaves like Ctrl-C during a sweep, so hosts are restored either way; both also
+    set `stopping`, which worker threads (health pollers) check, since signals reach only the
+    main thread."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self.stopping = stopping
+        self.previous: dict[signal.Signals, object] = {}
 
     def __enter__(self) -> None:
-        self.previous = None
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._handler)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # a background job (`orch run ... &`) keeps ignoring Ctrl-C
+                self.previous[sig] = signal.signal(sig, self._handler)
 
     def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)  # type: ignore[arg-type]
 
-    @staticmethod
-    def _handler(signum: int, frame: FrameType | None) -> None:
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping.set()
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Interrupted(f"received {signal.Signals(signum).name}")
 
