@@ -1,0 +1,118 @@
+"""SIGINT and SIGTERM in the middle of a sweep, and a second Ctrl-C during the restore.
+
+The first signal: exit 130, hosts restored byte for byte, the journal valid, the manifest says
+"interrupted", and `orch resume` finishes the run. A second Ctrl-C during the restore skips only
+the host being restored; the output names what is left and the command that finishes it, and
+that command does.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.journal import read_journal
+from orchestrator.records import EventRecord, TrialRecord
+
+from .helpers import (SimBed, assert_clean, assert_no_traceback, journal_tally, leftovers, manifest,
+                      matrix_yaml, orch, output_of, spawn_orch, wait_for)
+
+pytestmark = pytest.mark.sim
+
+
+def records(run_dir: Path) -> list[TrialRecord | EventRecord]:
+    journal = run_dir / "journal.jsonl"
+    return read_journal(journal).records if journal.exists() else []
+
+
+def trials_done(run_dir: Path) -> int:
+    return sum(isinstance(r, TrialRecord) for r in records(run_dir))
+
+
+def has_event(run_dir: Path, event: str) -> bool:
+    return any(isinstance(r, EventRecord) and r.event == event for r in records(run_dir))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_mid_sweep_restores_hosts_and_resume_completes(bed: SimBed, sig: signal.Signals) -> None:
+    run_dir = bed.run_dir("s")
+    proc = spawn_orch(bed, bed.run_args("s"))
+    assert wait_for(lambda: trials_done(run_dir) >= 2, 60), output_of(proc)
+    proc.send_signal(sig)
+    code = proc.wait(60)
+    text = output_of(proc)
+    assert_no_traceback(text)
+    assert code == 130, text
+    assert f"resume with: orch resume {run_dir}" in text
+    assert "NOT restored" not in text
+    assert_clean(bed)  # byte-identical env files, no process, lock or host backup left
+    contents = read_journal(run_dir / "journal.jsonl")
+    assert not contents.torn_tail
+    assert any(isinstance(r, EventRecord) and r.event == "run_interrupted" for r in contents.records)
+    assert manifest(run_dir).status == "interrupted"
+
+    done = orch(bed, ["resume", str(run_dir)])
+    assert done.code == 0, done.output
+    planned, lost, twice = journal_tally(run_dir)
+    assert (planned, lost, twice) == (8, [], [])
+    assert manifest(run_dir).status == "completed"
+    assert_clean(bed)
+
+
+def test_second_sigint_during_restore_says_what_is_left_and_orch_restore_finishes(bed: SimBed) -> None:
+    """Each host's restore step is made 1.5 s slow (test hook), so the second Ctrl-C lands
+    inside the restore of decode, the second host in restart order (prefill, decode, router)."""
+    run_dir = bed.run_dir("s2")
+    proc = spawn_orch(bed, bed.run_args("s2"), {"ORCH_TEST_RESTORE_DELAY_S": "1.5"})
+    assert wait_for(lambda: trials_done(run_dir) >= 1, 60), output_of(proc)
+    proc.send_signal(signal.SIGINT)
+    assert wait_for(lambda: has_event(run_dir, "run_interrupted"), 30), output_of(proc)
+    time.sleep(2.25)  # prefill restored (1.5 s pause + its step), decode in its pause
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(60)
+    text = output_of(proc)
+    assert_no_traceback(text)
+    assert code == 130, text
+    assert "restore of decode interrupted" in text
+    assert f"NOT restored: decode; finish with: orch restore {run_dir}" in text
+    assert "decode.env.orch-backup-s2" in "\n".join(leftovers(bed)), "decode was left as it was"
+    restored = [r for r in records(run_dir) if isinstance(r, EventRecord) and r.event == "restored"]
+    assert restored and restored[-1].message == "not restored: decode"
+
+    done = orch(bed, ["restore", str(run_dir)])
+    assert done.code == 0, done.output
+    assert "restored: prefill, decode, router" in done.output
+    assert_clean(bed)
+
+
+def test_sigint_during_a_health_wait_exits_promptly(tmp_path: Path) -> None:
+    """A unit that never becomes ready, a 60 s health timeout: Ctrl-C must not wait it out."""
+    from .helpers import cleanup_processes, make_simbed
+
+    extra = """\
+  ready:
+    levels:
+      never: {decode: {SIM_NEVER_READY: "1"}}
+      ok: {decode: {SIM_NEVER_READY: null}}
+"""
+    bed = make_simbed(tmp_path / "bed", matrix_yaml(replicates=1, extra_factor=extra, order="sequential"),
+                      health_timeout=60)
+    try:
+        run_dir = bed.run_dir("h")
+        proc = spawn_orch(bed, bed.run_args("h"))
+        assert wait_for(lambda: (run_dir / "trials" / "0000").is_dir(), 30), output_of(proc)
+        time.sleep(1.5)  # the units are up; decode answers 503 for ever
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(90)
+        took = time.monotonic() - t0
+        text = output_of(proc)
+        assert_no_traceback(text)
+        assert code == 130, text
+        assert took < 10, f"Ctrl-C took {took:.1f} s to stop the sweep"
+        assert_clean(bed)
+    finally:
+        cleanup_processes(bed)
