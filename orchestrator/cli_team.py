@@ -180,16 +180,21 @@ def _sweep_fn(reports: Path) -> Callable[..., "SweepOutcome"]:
     from .queue import SweepOutcome
 
     def sweep(item: "QueueItem", deadline: float | None, record_run_dir: Callable[[Path], None]) -> SweepOutcome:
-        run_dir: Path | None = None
+        recorded = [item.resumable_run] if item.resumable_run else []
+
+        def record(run_dir: Path) -> None:
+            recorded.append(run_dir)
+            record_run_dir(run_dir)
+
         err.print(escape(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting")))
         try:
-            run_dir, code = _start_or_resume(item, reports, deadline, record_run_dir)
+            run_dir, code = _start_or_resume(item, reports, deadline, record)
+            return _outcome(run_dir, code, deadline)
         except LockError as exc:
             return SweepOutcome("locked", exc.exit_code, None, str(exc))
         except OrchError as exc:
             err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(str(exc))}")
-            return SweepOutcome("error", exc.exit_code, run_dir, str(exc))
-        return _outcome(run_dir, code, deadline)
+            return SweepOutcome("error", exc.exit_code, recorded[-1] if recorded else None, str(exc))
 
     return sweep
 

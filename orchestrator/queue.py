@@ -355,8 +355,8 @@ def run_queue(queue: Queue, sweep: SweepFn, *, deadline: float | None = None,
                 result.skipped_locked.append(item.id)
                 note(f"{item.label}: skipped, its testbed is busy ({outcome.message})")
                 continue
-            if outcome.status == "error" and item.resumable_run is not None:
-                skip.add(item.id)  # stays resumable; not retried in this pass
+            if outcome.status == "error":
+                skip.add(item.id)  # if it stays resumable, not retried in this pass
             result.ran.append((item, outcome))
             on_done(queue.get(item.id), outcome)
             if outcome.status == "interrupted":
@@ -378,7 +378,7 @@ def _run_one(queue: Queue, sweep: SweepFn, item: QueueItem, deadline: float | No
         started = queue.get(item.id).resumable_run is not None
         queue.finish(item.id, "resumable" if started else "queued", "interrupted before it finished")
         raise
-    queue.finish(item.id, *item_state_after(item, outcome))
+    queue.finish(item.id, *item_state_after(queue.get(item.id), outcome))  # with its run dir, if any
     return outcome
 
 

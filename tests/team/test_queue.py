@@ -184,6 +184,8 @@ class FakeSweeps:
             return SweepOutcome("locked", 2, None, "testbed 'sim' is locked")
         if status == "error":
             return SweepOutcome("error", 2, None, "preflight: host down")
+        if status == "error-mid-run":  # failed after its run directory was made
+            return SweepOutcome("error", 1, self._run_dir(name, record_run_dir), "journal: disk full")
         return SweepOutcome(status, {"completed": 0, "failed": 1, "interrupted": 130}[status],  # type: ignore[arg-type]
                             self._run_dir(name, record_run_dir), f"{name} {status}")
 
@@ -272,6 +274,15 @@ def test_errors_fail_new_items_but_keep_resumable_ones(queue: Queue, tmp_path: P
     result = run_queue(queue, FakeSweeps(tmp_path, {"a": ["error"], "b": ["error"]}))
     assert queue.get(a.id).state == "resumable" and queue.get(a.id).message == "preflight: host down"
     assert queue.get(b.id).state == "failed" and result.exit_code == 1
+
+
+def test_an_error_after_the_run_started_leaves_it_resumable(queue: Queue, tmp_path: Path) -> None:
+    a, b = add(queue, "a"), add(queue, "b")
+    sweeps = FakeSweeps(tmp_path, {"a": ["error-mid-run"], "b": ["completed"]})
+    result = run_queue(queue, sweeps)
+    assert [c[0] for c in sweeps.calls] == ["a", "b"]  # not retried in the same pass
+    item = queue.get(a.id)
+    assert item.state == "resumable" and item.message == "journal: disk full" and result.exit_code == 1
 
 
 def test_item_state_after_is_total() -> None:
