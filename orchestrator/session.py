@@ -27,7 +27,7 @@ from .runs import check_run_id, load_manifest, make_manifest, new_run_id, save_m
 
 def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: Console, err: Console) -> int:
     reports_dir: Path = args.out
-    run_id = check_run_id(args.run_id) if args.run_id else new_run_id(plan.matrix.name, reports_dir)
+    run_id = check_run_id(args.run_id) if args.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
     if run_dir.exists():
         raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
@@ -35,7 +35,8 @@ def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: C
     lock = TestbedLock.for_run(deployment, run_id, now_iso())
     try:
         if not args.skip_preflight:
-            preflight(deployment)
+            for warning in preflight(deployment, plan):
+                err.print(f"warning: {warning}", markup=False)
         lock.acquire(break_stale=args.break_lock)
         check_no_unrestored_run(deployment, run_id, reports_dir)
         manifest = make_manifest(plan, inventory, run_id, now_iso())
@@ -86,10 +87,11 @@ def _final_trials(run_dir: Path) -> list[TrialRecord]:
 def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Console) -> int:
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
-    manifest = load_manifest(run_dir)
+    manifest = _load_run(run_dir)
     matrix = _matrix_of(manifest)
     inventory = _inventory_of(manifest)
-    plan = make_plan(matrix, inventory.testbed(manifest.testbed), manifest.seed, manifest.replicates)
+    testbeds = [inventory.testbed(name) for name in manifest.testbed.split(",")]
+    plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     if [(s.trial.index, s.trial.cell.id) for s in plan.steps] != [(p.trial, p.cell) for p in manifest.plan]:
         raise UsageError(f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan",
                          hint="resume needs the same orch version, matrix and inventory")
@@ -101,16 +103,35 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
         out.print(f"{run_dir}: all {len(done)} trials are already done", markup=False)
     err.print(f"resuming {manifest.run_id}: {len(plan.steps) - len(done)} of {len(plan.steps)} trials left",
               markup=False)
+    options = RunOptions(manifest.run_id, fail_fast=args.fail_fast, break_lock=args.break_lock,
+                         deadline=getattr(args, "deadline", None))
+    if len(testbeds) > 1:
+        from .parallel import execute_parallel
+
+        deployments = [connect(tb) for tb in testbeds]
+        try:
+            result = execute_parallel(plan, deployments, run_dir, options, done, resume=True,
+                                      progress=RichProgress(err))
+        finally:
+            for d in deployments:
+                d.close()
+        return _finish(run_dir, manifest, result, out, err)
     deployment = connect(plan.testbed)
     try:
-        runner = Runner(plan, deployment, run_dir,
-                        RunOptions(manifest.run_id, fail_fast=args.fail_fast, break_lock=args.break_lock,
-                                   deadline=getattr(args, "deadline", None)),
-                        progress=RichProgress(err))
+        runner = Runner(plan, deployment, run_dir, options, progress=RichProgress(err))
         result = runner.execute(done, resume=True)
     finally:
         deployment.close()
     return _finish(run_dir, manifest, result, out, err)
+
+
+def _load_run(run_dir: Path) -> RunManifest:
+    """The run's manifest; any path that is not a run directory (a file, /etc, a typo) is one
+    clear usage error, whatever the OS error behind it would be."""
+    if not (run_dir / "run.json").is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no run.json)",
+                         hint="pass the folder `orch run` printed, e.g. reports/<run-id>")
+    return load_manifest(run_dir)
 
 
 def _matrix_of(manifest: RunManifest) -> Matrix:
@@ -185,14 +206,24 @@ def _write_report(run_dir: Path, err: Console) -> Path | None:
 
 def restore_run(run_dir: Path, out: Console, err: Console, break_lock: bool = False) -> int:
     """Restore the hosts of a run whose controller died (kill -9, power cut)."""
-    manifest = load_manifest(run_dir)
+    manifest = _load_run(run_dir)
     inventory = _inventory_of(manifest)
-    deployment = connect(inventory.testbed(manifest.testbed))
+    names = manifest.testbed.split(",")
+    code = 0
+    for name in names:  # a parallel run keeps each testbed's originals in backup/<testbed>/
+        code = max(code, _restore_testbed(run_dir, manifest, inventory, name, len(names) > 1, out, err, break_lock))
+    return code
+
+
+def _restore_testbed(run_dir: Path, manifest: RunManifest, inventory: Inventory, name: str, parallel: bool,
+                     out: Console, err: Console, break_lock: bool) -> int:
+    deployment = connect(inventory.testbed(name))
     lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso())
     try:
         lock.acquire(break_stale=break_lock)
         runner = Runner(_empty_plan(manifest, inventory, deployment), deployment, run_dir,
-                        RunOptions(manifest.run_id), progress=RichProgress(err))
+                        RunOptions(manifest.run_id, backup_subdir=name if parallel else ""),
+                        progress=RichProgress(err))
         backed_up = runner.adopt_backup()
         if not backed_up:  # killed before its backup was complete: no file was edited
             runner.discard_host_backups()
