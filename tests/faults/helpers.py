@@ -125,15 +125,15 @@ class SimBed:
                 "--run-id", run_id, *more]
 
 
-def make_simbed(root: Path, matrix: str | None = None, env_extra: dict[str, str] | None = None,
-                health_timeout: float = 30) -> SimBed:
-    """Write env files, an inventory on free ports and a matrix under `root`."""
+def make_simbed(root: Path, matrix: str | None = None, env_files: dict[str, str] | None = None,
+                health_timeout: float = 30, decode_dialect: str = "systemd") -> SimBed:
+    """Write env files (ENV_FILES, or the given texts), an inventory on free ports and a matrix
+    under `root`."""
     root.mkdir(parents=True, exist_ok=True)
     pp, dp, rp = free_ports(3)
     originals = {}
-    for role, text in ENV_FILES.items():
-        extra = (env_extra or {}).get(role, "")
-        data = (text + extra).encode()
+    for role, text in {**ENV_FILES, **(env_files or {})}.items():
+        data = text.encode()
         (root / f"{role}.env").write_bytes(data)
         originals[role] = data
     srv = f'["{PYTHON}", -m, orchestrator.sim.server'
@@ -150,6 +150,7 @@ def make_simbed(root: Path, matrix: str | None = None, env_extra: dict[str, str]
                 health_timeout: {health_timeout}
               decode:
                 env_file: decode.env
+                dialect: {decode_dialect}
                 units: [{{name: f-decode, command: {srv}, --role, decode, --port, "{dp}"]}}]
                 url: http://127.0.0.1:{dp}
                 health_timeout: {health_timeout}
@@ -330,7 +331,10 @@ def run_cli(argv: list[str], capsys) -> Done:  # type: ignore[no-untyped-def]
     that need no signal or kill delivered to the controller."""
     from orchestrator.cli import main
 
-    code = main(argv)
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse refusing the command line
+        code = int(exc.code or 0)
     captured = capsys.readouterr()
     return Done(code, captured.out + captured.err)
 
@@ -344,3 +348,10 @@ def section(html: str, section_id: str) -> str:
 
 def by_trial(run_dir: Path) -> dict[int, TrialRecord]:
     return {r.trial: r for r in trial_records(run_dir)}
+
+
+def count_trials(run_dir: Path) -> int:
+    """Finished trial records so far (0 before the journal exists): for polling a live run."""
+    if not (run_dir / "journal.jsonl").exists():
+        return 0
+    return len(trial_records(run_dir))
