@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import __version__
-from .config import Inventory, Matrix, read_inventory, read_matrix
+from .config import Inventory, Matrix, Testbed, check_against_inventory, read_inventory, read_matrix
 from .errors import Interrupted, OrchError, UsageError
 from .plan import Plan, make_plan
 
@@ -137,7 +137,8 @@ def _matrix_args(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
     cmd.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY,
                      help="inventory YAML (default: inventory/local.yaml, the bundled simulator)")
-    cmd.add_argument("-t", "--testbed", help="testbed name in the inventory (default: the first)")
+    cmd.add_argument("-t", "--testbed", help="testbed name in the inventory (default: the first); "
+                     "A,B or 'all' runs the trials across several testbeds at once")
 
 
 def _positive(text: str) -> int:
@@ -169,9 +170,31 @@ def _plan(args: argparse.Namespace) -> tuple[Plan, Inventory]:
 
     for warning in warnings_for(matrix, getattr(args, "replicates", None)):
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    plan = make_plan(matrix, inventory.testbed(args.testbed), getattr(args, "seed", None),
-                     getattr(args, "replicates", None))
+    testbeds = select_testbeds(inventory, args.testbed)
+    plan = make_plan(matrix, testbeds[0], getattr(args, "seed", None), getattr(args, "replicates", None))
+    for other in testbeds[1:]:
+        check_same_roles(plan.testbed, other, inventory)
+        check_against_inventory(matrix, other)
     return plan, inventory
+
+
+def select_testbeds(inventory: Inventory, spec: str | None) -> list[Testbed]:
+    """-t NAME, -t A,B (parallel testbeds) or -t all; default: the inventory's first testbed."""
+    if spec is None:
+        return [inventory.testbed(None)]
+    if spec == "all":
+        return list(inventory.testbeds.values())
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if len(set(names)) != len(names):
+        raise UsageError(f"testbed listed twice in -t {spec}")
+    return [inventory.testbed(n) for n in names]
+
+
+def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:
+    if set(first.hosts) != set(other.hosts):
+        raise UsageError(f"{inventory.path}: testbeds {first.name!r} and {other.name!r} have different roles "
+                         f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
+                         hint="parallel testbeds must be copies of one deployment")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -198,6 +221,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_plan(plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
+    testbeds = select_testbeds(inventory, args.testbed)
+    if len(testbeds) > 1:
+        from .parallel import run_parallel
+
+        return run_parallel(plan, testbeds, inventory, args, out, err)
     from .session import run_sweep
 
     return run_sweep(plan, inventory, args, out, err)

@@ -68,6 +68,15 @@ class CollectShape(_Shape):
     unit: str = ""
 
 
+class AdaptiveShape(_Shape):
+    metric: str  # a proportion metric of the repro
+    effect: float = Field(default=0.10, gt=0, lt=1)  # smallest rate difference worth detecting
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    power: float = Field(default=0.8, gt=0, lt=1)
+    min_rounds: int = Field(default=1, ge=1)
+    baseline_runs: int = Field(default=2, ge=1, le=10)  # baseline trials per round (more events, sooner)
+
+
 class MatrixShape(_Shape):
     name: str = Field(min_length=1)
     description: str = ""
@@ -83,6 +92,7 @@ class MatrixShape(_Shape):
     health_timeouts: dict[str, float] = {}
     repro: ReproShape
     collect: dict[str, CollectShape] = {}
+    adaptive: AdaptiveShape | None = None
 
 
 class SshShape(_Shape):
@@ -176,6 +186,18 @@ class Collector:
 
 
 @dataclass(frozen=True)
+class Adaptive:
+    """Sequential design: stop a cell once its comparison with the baseline is decided."""
+
+    metric: str
+    effect: float
+    alpha: float
+    power: float
+    min_rounds: int
+    baseline_runs: int
+
+
+@dataclass(frozen=True)
 class Matrix:
     name: str
     description: str
@@ -193,6 +215,7 @@ class Matrix:
     path: str
     text: str
     source: SourceMap
+    adaptive: Adaptive | None = None
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -505,8 +528,21 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         exclude=exclude, include=include, baseline=baseline, replicates=shape.replicates,
         order=shape.order, seed=shape.seed, health_timeouts=dict(shape.health_timeouts),
         repro=_build_repro(shape.repro, source), collect=_build_collectors(shape.collect, source),
-        path=source.file, text=text, source=source,
+        path=source.file, text=text, source=source, adaptive=_build_adaptive(shape, source),
     )
+
+
+def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:
+    a = shape.adaptive
+    if a is None:
+        return None
+    proportions = [n for n, m in shape.repro.metrics.items() if m.kind == "proportion"]
+    if a.metric not in proportions:
+        raise source.error(("adaptive", "metric"), f"{a.metric!r} is not a proportion metric of the repro",
+                           f"proportion metrics: {', '.join(proportions) or 'none'}")
+    if shape.replicates < 2:
+        raise source.error(("replicates",), "adaptive stopping needs replicates >= 2 (the most rounds a cell may run)")
+    return Adaptive(a.metric, a.effect, a.alpha, a.power, a.min_rounds, a.baseline_runs)
 
 
 def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) -> Factor:

@@ -97,8 +97,9 @@ def order_trials(matrix: Matrix, cells: list[Cell], seed: int, replicates: int |
     order = order or matrix.order
     base = baseline_cell(matrix)
     trials: list[Trial] = []
+    extra_baseline = (matrix.adaptive.baseline_runs - 1) if matrix.adaptive else 0
     for r in range(rounds):
-        block = list(cells)
+        block = list(cells) + [base] * extra_baseline  # adaptive: more baseline sessions per round
         if order == "randomized":
             random.Random(seed * 1_000_003 + r).shuffle(block)
         elif order == "min-restarts":

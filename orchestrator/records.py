@@ -94,9 +94,11 @@ class EventRecord(Frozen):
     type: Literal["event"] = "event"
     schema_version: int = SCHEMA_VERSION
     run_id: str
-    event: Literal["run_started", "run_resumed", "restored", "run_finished", "run_interrupted"]
+    event: Literal["run_started", "run_resumed", "restored", "run_finished", "run_interrupted", "cell_decided"]
     at: str
     message: str = ""
+    cell: str | None = None  # cell_decided: the cell an adaptive sweep stopped running
+    state: str | None = None  # cell_decided: "different" or "no_difference"
 
 
 class PlannedTrial(Frozen):

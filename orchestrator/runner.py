@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import httpx
 import tenacity
@@ -38,6 +38,9 @@ from .lock import TestbedLock
 from .plan import Plan, Step, restart_order
 from .records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from .workload import extract_metrics, run_command
+
+if TYPE_CHECKING:
+    from .sequential import Decision
 
 LOG_LIMIT = 256_000
 UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
@@ -80,6 +83,7 @@ class RunOptions:
     retry_backoff_s: float = 1.0
     break_lock: bool = False  # take over a stale lock whose owner is dead
     deadline: float | None = None  # epoch seconds: start no new trial after it (overnight queues)
+    backup_subdir: str = ""  # parallel testbeds: each keeps its originals in backup/<testbed>/
 
 
 @dataclass
@@ -112,15 +116,22 @@ class Runner:
         self.verify_all_next = True  # first trial, and after any failure: verify every unit
         self.journal: Journal | None = None
         self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
+        self.source = StepSource(plan.steps, set())
 
     # ------------------------------------------------------------------ the sweep
     def execute(self, done: set[int] | None = None, *, resume: bool = False,
-                lock: TestbedLock | None = None) -> RunResult:
+                lock: TestbedLock | None = None, source: "StepSource | None" = None,
+                journal: Journal | None = None, prior: "list[TrialRecord] | None" = None) -> RunResult:
         """Run every planned trial not in `done`; always restore the hosts afterwards.
 
         resume=True adopts the originals saved by the first run instead of taking new ones
         (after a kill -9 the files on the hosts still hold a cell's values)."""
         done = done or set()
+        if source is None:
+            from .adaptive import make_source
+
+            source = make_source(self.plan.steps, done, self.plan.matrix, prior or [], self.cell_decided)
+        self.source = source
         result = RunResult(self.run_dir)
         _run_dir_op(self.run_dir, "cannot create the run directory",
                     lambda: self.run_dir.mkdir(parents=True, exist_ok=True))
@@ -129,10 +140,10 @@ class Runner:
             lock.acquire(break_stale=self.options.break_lock)
         try:
             with _signals_as_interrupt(self.stopping):
-                self.journal = Journal(self.run_dir / "journal.jsonl")
+                self.journal = journal or Journal(self.run_dir / "journal.jsonl")
                 self._sweep(done, resume, result)
         finally:
-            if self.journal is not None:
+            if self.journal is not None and journal is None:  # a shared journal is closed by its owner
                 self.journal.close()
             lock.release()
         return result
@@ -161,9 +172,9 @@ class Runner:
 
     def _run_trials(self, done: set[int], result: RunResult) -> None:
         assert self.journal is not None
-        for step in self.plan.steps:
-            if step.trial.index in done:
-                continue
+        while (step := self.source.next()) is not None:
+            if self.stopping.is_set():  # parallel testbeds: the main thread got Ctrl-C/SIGTERM
+                raise Interrupted("stopping: interrupted by the user or a signal")
             if self.options.deadline is not None and time.time() >= self.options.deadline:
                 self.progress.note("deadline reached: no new trial starts; the run can be resumed")
                 result.interrupted = True
@@ -172,6 +183,7 @@ class Runner:
                 return
             record = self._run_with_retries(step)
             self.journal.append(record)  # on disk before the next trial starts
+            self.source.record(record)  # adaptive designs decide from finished trials
             result.records.append(record)
             self.progress.trial_done(record)
             if record.status == "completed":
@@ -181,6 +193,7 @@ class Runner:
             self.verify_all_next = True
             if self.options.fail_fast:
                 self.progress.note("stopping at the first failed trial (--fail-fast)")
+                self.source.close()  # other testbeds of a parallel sweep stop too
                 return
 
     # ------------------------------------------------------------------ backup and restore
@@ -190,8 +203,8 @@ class Runner:
         units.json is written last and atomically: it marks the backup complete. A run killed
         before it exists edited nothing, so resume takes a fresh backup and restore has nothing
         to put back."""
-        backup_dir = self.run_dir / "backup"
-        _run_dir_op(backup_dir, "cannot create the backup folder", lambda: backup_dir.mkdir(exist_ok=True))
+        backup_dir = self.backup_dir
+        _run_dir_op(backup_dir, "cannot create the backup folder", lambda: backup_dir.mkdir(parents=True, exist_ok=True))
         for role, h in self.deployment.hosts.items():
             _test_pause("BACKUP")
             original = h.transport.read_bytes(h.host.env_file)
@@ -206,7 +219,7 @@ class Runner:
         """Load the originals saved by an earlier (killed) process, for resume and `orch restore`.
 
         False when that process never completed its backup (then it never edited a file)."""
-        backup_dir = self.run_dir / "backup"
+        backup_dir = self.backup_dir
         try:
             states = json.loads((backup_dir / UNITS_JSON).read_text())
             originals = {role: (backup_dir / f"{role}.env").read_bytes() for role in self.deployment.hosts}
@@ -485,6 +498,18 @@ class Runner:
             values[f"{role}_url"] = h.host.url
         return values
 
+    def cell_decided(self, cell: str, decision: "Decision") -> None:
+        """Adaptive stopping: journal why a cell runs no more trials, and say so."""
+        self.progress.note(f"{cell}: {decision.reason}")
+        if self.journal is not None:
+            self.journal.append(EventRecord(run_id=self.options.run_id, event="cell_decided", at=now_iso(),
+                                            message=decision.reason, cell=cell, state=decision.state))
+
+    @property
+    def backup_dir(self) -> Path:
+        return self.run_dir / "backup" / self.options.backup_subdir if self.options.backup_subdir \
+            else self.run_dir / "backup"
+
     def _offset(self, role: str) -> float:
         state = self.hosts.get(role)
         return state.clock_offset if state else 0.0
@@ -502,6 +527,43 @@ class Runner:
             self._event(event, message)
         except JournalError as exc:
             self.progress.note(f"journal: {exc}")
+
+
+class StepSource:
+    """Hands out the planned trials not yet done, in plan order, to one runner or to several
+    runners working in parallel on their own testbeds (thread-safe)."""
+
+    def __init__(self, steps: "tuple[Step, ...] | list[Step]", done: set[int]) -> None:
+        self._left = [s for s in steps if s.trial.index not in done]
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> "Step | None":
+        with self._lock:
+            if self._next >= len(self._left):
+                return None
+            step = self._left[self._next]
+            self._next += 1
+            return step
+
+    def close(self) -> None:
+        with self._lock:
+            self._next = len(self._left)
+
+    def record(self, record: "TrialRecord") -> None:
+        """A trial finished (a fixed design needs nothing from it)."""
+
+
+class SharedJournal(Journal):
+    """One journal written by the runners of a parallel sweep: appends are serialised."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._append_lock = threading.Lock()
+
+    def append(self, record: "TrialRecord | EventRecord") -> None:
+        with self._append_lock:
+            super().append(record)
 
 
 @dataclass

@@ -98,7 +98,8 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
     journal = run_dir / "journal.jsonl"
     if journal.exists() and repair_torn_tail(journal):
         err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
-    done = {t.trial for t in _final_trials(run_dir)} if journal.exists() else set()
+    prior = _final_trials(run_dir) if journal.exists() else []
+    done = {t.trial for t in prior}
     if len(done) == len(plan.steps):
         out.print(f"{run_dir}: all {len(done)} trials are already done", markup=False)
     err.print(f"resuming {manifest.run_id}: {len(plan.steps) - len(done)} of {len(plan.steps)} trials left",
@@ -111,7 +112,7 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
         deployments = [connect(tb) for tb in testbeds]
         try:
             result = execute_parallel(plan, deployments, run_dir, options, done, resume=True,
-                                      progress=RichProgress(err))
+                                      progress=RichProgress(err), prior=prior)
         finally:
             for d in deployments:
                 d.close()
@@ -119,7 +120,7 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
     deployment = connect(plan.testbed)
     try:
         runner = Runner(plan, deployment, run_dir, options, progress=RichProgress(err))
-        result = runner.execute(done, resume=True)
+        result = runner.execute(done, resume=True, prior=prior)
     finally:
         deployment.close()
     return _finish(run_dir, manifest, result, out, err)

@@ -1,0 +1,94 @@
+"""Adaptive stopping in a running sweep: hand out a cell's next trial only while its comparison
+with the baseline is undecided (the decision itself is pure: orchestrator.sequential).
+
+Before a cell's trial of round r starts, the rounds before r in which both the cell and the
+baseline completed are tested (anytime-valid, so looking before every round costs no error). A
+decided cell runs no more trials; the baseline runs as long as any cell is open. The decision
+is journaled (event "cell_decided") and the report marks the cell. Resume rebuilds the counts
+from the journal, so it reaches the same decisions.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Sequence
+
+from .config import Matrix
+from .plan import Step
+from .records import TrialRecord
+from .runner import StepSource
+from .sequential import Decision, SequentialPolicy, decide
+
+OnDecision = Callable[[str, Decision], None]
+
+
+class AdaptiveSource(StepSource):
+    def __init__(self, steps: Sequence[Step], done: set[int], matrix: Matrix,
+                 prior: Sequence[TrialRecord] = (), on_decision: OnDecision | None = None) -> None:
+        super().__init__(list(steps), done)
+        a = matrix.adaptive
+        assert a is not None
+        self.policy = SequentialPolicy(alpha=a.alpha, power=a.power, effect=a.effect,
+                                       min_rounds=a.min_rounds, max_rounds=matrix.replicates)
+        self.metric = a.metric
+        self.on_decision = on_decision
+        self.counts: dict[tuple[str, int], list[int]] = {}  # (cell, round) -> [k, n]
+        self.closed: dict[str, Decision] = {}
+        self.cells = {s.trial.cell.id for s in steps if not s.trial.is_baseline}
+        self.baseline = next((s.trial.cell.id for s in steps if s.trial.is_baseline), None)
+        self.skipped: list[Step] = []
+        for record in prior:
+            self._count(record)
+
+    def next(self) -> Step | None:
+        while True:
+            step = super().next()
+            if step is None:
+                return None
+            with self._lock:
+                admitted = self._admit(step)
+                if not admitted:
+                    self.skipped.append(step)
+            if admitted:
+                return step
+
+    def record(self, record: TrialRecord) -> None:
+        with self._lock:
+            self._count(record)
+
+    def _count(self, record: TrialRecord) -> None:
+        m = record.metrics.get(self.metric)
+        if record.status != "completed" or m is None or m.n is None:
+            return
+        kn = self.counts.setdefault((record.cell, record.round), [0, 0])
+        kn[0] += m.k or 0
+        kn[1] += m.n
+
+    def _admit(self, step: Step) -> bool:
+        cell, rnd = step.trial.cell.id, step.trial.round
+        if step.trial.is_baseline:
+            return any(self._open(c, rnd) for c in self.cells) or not self.cells
+        return self._open(cell, rnd)
+
+    def _open(self, cell: str, before_round: int) -> bool:
+        if cell in self.closed:
+            return False
+        pairs = [(tuple(self.counts[(cell, r)]), tuple(self.counts[(self.baseline, r)]))
+                 for r in range(before_round)
+                 if (cell, r) in self.counts and (self.baseline, r) in self.counts]
+        if not pairs:
+            return True
+        decision = decide(self.policy, [p[0] for p in pairs], [p[1] for p in pairs])  # type: ignore[misc]
+        if decision.state in ("continue", "max_rounds"):
+            return decision.state == "continue"
+        self.closed[cell] = decision
+        if self.on_decision is not None:
+            self.on_decision(cell, decision)
+        return False
+
+
+def make_source(plan_steps: Sequence[Step], done: set[int], matrix: Matrix, prior: Sequence[TrialRecord],
+                on_decision: OnDecision | None) -> StepSource:
+    if matrix.adaptive is None:
+        return StepSource(list(plan_steps), done)
+    return AdaptiveSource(plan_steps, done, matrix, prior, on_decision)

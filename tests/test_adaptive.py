@@ -1,0 +1,103 @@
+"""Adaptive stopping in the runner's step source: which trials are handed out, and when a cell
+stops (pure: fake trial records, no servers)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from orchestrator.adaptive import AdaptiveSource
+from orchestrator.config import read_inventory, read_matrix
+from orchestrator.errors import ConfigError
+from orchestrator.plan import make_plan
+from orchestrator.records import MetricValue, TrialRecord
+
+REPO = Path(__file__).resolve().parent.parent
+
+MATRIX = """\
+name: adaptive
+factors:
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+  cuda_graph:
+    levels:
+      on: {decode: {SGLANG_EXTRA_ARGS: ""}}
+      off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}
+replicates: 8
+adaptive: {metric: corruption, effect: 0.10, baseline_runs: 2}
+repro:
+  command: "true"
+  metrics:
+    corruption: {kind: proportion, regex: '(?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+def plan_of(tmp_path: Path, text: str = MATRIX):
+    (tmp_path / "m.yaml").write_text(text)
+    m = read_matrix(tmp_path / "m.yaml")
+    tb = read_inventory(REPO / "inventory/local.yaml").testbed(None)
+    return m, make_plan(m, tb, seed=1)
+
+
+def record(step, k: int, n: int = 10) -> TrialRecord:
+    t = step.trial
+    return TrialRecord(run_id="r", trial=t.index, round=t.round, cell=t.cell.id, levels=t.cell.as_dict(),
+                       is_baseline=t.is_baseline, testbed="tb", status="completed", started="x", ended="y",
+                       duration_s=1.0, metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)})
+
+
+def drive(source: AdaptiveSource, rate_of) -> list:  # rate_of(step) -> k of 10
+    ran = []
+    while (step := source.next()) is not None:
+        ran.append(step)
+        source.record(record(step, rate_of(step)))
+    return ran
+
+
+def test_baseline_runs_twice_per_round(tmp_path):
+    _, plan = plan_of(tmp_path)
+    for r in range(8):
+        in_round = [s for s in plan.steps if s.trial.round == r]
+        assert sum(s.trial.is_baseline for s in in_round) == 2 and len(in_round) == 5
+
+
+def test_clean_cells_stop_early_against_a_broken_baseline(tmp_path):
+    m, plan = plan_of(tmp_path)
+    decided = {}
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.setdefault(c, d))
+    ran = drive(source, lambda s: 2 if s.trial.is_baseline else 0)  # baseline 20%, cells 0%
+    assert set(decided) == {s.trial.cell.id for s in plan.steps if not s.trial.is_baseline}
+    assert all(d.state == "different" for d in decided.values())
+    assert len(ran) < len(plan.steps) / 2  # well under half the planned trials
+    assert "decided different" in next(iter(decided.values())).reason
+    # nothing runs after its cell was decided, and the baseline stops when every cell is decided
+    last_round = max(s.trial.round for s in ran)
+    assert not [s for s in ran if s.trial.round > last_round]
+
+
+def test_equal_cells_are_called_no_difference_or_run_to_the_end(tmp_path):
+    m, plan = plan_of(tmp_path)
+    decided = {}
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.setdefault(c, d))
+    drive(source, lambda s: 0)  # A/A at 0%: nothing differs
+    assert all(d.state == "no_difference" for d in decided.values())
+
+
+def test_resume_rebuilds_the_same_decisions_from_the_journal(tmp_path):
+    m, plan = plan_of(tmp_path)
+    first = AdaptiveSource(plan.steps, set(), m)
+    ran = drive(first, lambda s: 2 if s.trial.is_baseline else 0)
+    prior = [record(s, 2 if s.trial.is_baseline else 0) for s in ran]
+    again = AdaptiveSource(plan.steps, {s.trial.index for s in ran}, m, prior=prior)
+    assert again.next() is None  # everything left is decided: nothing to rerun
+    assert set(again.closed) == set(first.closed)
+
+
+def test_adaptive_needs_a_proportion_metric_and_rounds(tmp_path):
+    with pytest.raises(ConfigError, match="'wall' is not a proportion metric"):
+        plan_of(tmp_path, MATRIX.replace("metric: corruption", "metric: wall"))
+    with pytest.raises(ConfigError, match="adaptive stopping needs replicates >= 2"):
+        plan_of(tmp_path, MATRIX.replace("replicates: 8", "replicates: 1"))
