@@ -327,14 +327,14 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
         parse_until(args.until, datetime.now().astimezone())  # bad input exits 2 now, not at 1 am
     queue_args = ["--reports", str(args.reports.resolve())]
     queue_args += ["--until", args.until] if args.until else []
-    queue_args += [a for url in check_urls(args.webhook) for a in ("--webhook", url)]
     scope = _scope(args)
     sched = Schedule(name, this_python(), str(Path.cwd()), tuple(queue_args), args.on_calendar, args.on_active,
-                     package_root())
+                     package_root(), check_urls(args.webhook))
     unit_dir = args.unit_dir or default_unit_dir(scope)  # type: ignore[arg-type]
     paths = install(sched, scope, unit_dir)  # type: ignore[arg-type]
     out.print(escape(f"installed {sched.timer} ({scope}): " + ", ".join(str(p) for p in paths)))
-    out.print(escape(f"it runs `orch queue run {' '.join(queue_args)}` in {Path.cwd()}"), markup=False)
+    hooks = f" (webhooks: {len(sched.webhooks)}, in {sched.env_name}, mode 0600)" if sched.webhooks else ""
+    out.print(f"it runs `orch queue run {' '.join(queue_args)}` in {Path.cwd()}{hooks}", markup=False)
     return 0
 
 

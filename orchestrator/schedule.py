@@ -49,6 +49,11 @@ class Schedule:
     on_calendar: str | None = None
     on_active_s: float | None = None
     pythonpath: str | None = None  # where the orchestrator package lives
+    webhooks: tuple[str, ...] = ()  # given to the queue as ORCH_WEBHOOKS, from a 0600 file
+
+    @property
+    def env_name(self) -> str:
+        return f"{PREFIX}{self.name}.env"
 
     @property
     def service(self) -> str:
@@ -76,12 +81,15 @@ def check_name(name: str) -> str:
     return name
 
 
-def service_text(s: Schedule) -> str:
+def service_text(s: Schedule, unit_dir: Path) -> str:
     """Type=oneshot: the queue runs to its end; TimeoutStartSec=infinity, as a night of sweeps
     outlasts any default; KillMode=mixed sends SIGTERM to the queue only, so it can restore the
-    hosts before systemd kills what is left."""
+    hosts before systemd kills what is left. Webhook URLs are secrets: they go to an
+    EnvironmentFile only its owner can read, never into the world-readable unit."""
     argv = [s.python, "-m", "orchestrator.cli", "queue", "run", *s.queue_args]
     env = f"Environment={quote_word('PYTHONPATH=' + s.pythonpath, dollars=False)}\n" if s.pythonpath else ""
+    if s.webhooks:
+        env += f"EnvironmentFile={path_value(str(unit_dir / s.env_name))}\n"
     return (
         f"{MARK}\n[Unit]\nDescription=orch queue run ({s.name})\n\n"
         "[Service]\nType=oneshot\n"
@@ -159,11 +167,28 @@ def check_calendar(spec: str) -> str:
     return spec
 
 
+def env_text(s: Schedule) -> str:
+    """ORCH_WEBHOOKS for the queue, in the one form systemd and a shell read alike."""
+    for url in s.webhooks:
+        if any(c in url for c in ' \t"\\$`,') or not url.isprintable():
+            raise UsageError(f"webhook URL {url[:40]!r}… has blanks, quotes, commas or control characters",
+                             hint="percent-encode them")
+    return f"{MARK}\nORCH_WEBHOOKS=\"{' '.join(s.webhooks)}\"\n"
+
+
 def install(s: Schedule, scope: Scope, unit_dir: Path, systemctl: Systemctl = run_systemctl) -> list[Path]:
-    """Write both units (atomically), reload systemd and enable + start the timer."""
+    """Write the units (atomically; the webhook file first, mode 0600), reload systemd and
+    enable + start the timer."""
     unit_dir.mkdir(parents=True, exist_ok=True)
-    paths = [_write_atomic(unit_dir / s.service, service_text(s)),
-             _write_atomic(unit_dir / s.timer, timer_text(s))]
+    env = unit_dir / s.env_name
+    if s.webhooks:
+        paths = [_write_atomic(env, env_text(s), mode=0o600)]
+    else:
+        paths = []
+        if env.is_file() and MARK in env.read_text(errors="replace"):  # left by an earlier install
+            env.unlink()
+    paths += [_write_atomic(unit_dir / s.service, service_text(s, unit_dir)),
+              _write_atomic(unit_dir / s.timer, timer_text(s))]
     _call(systemctl, scope, ["daemon-reload"])
     _call(systemctl, scope, ["enable", "--now", s.timer])
     return paths
@@ -172,7 +197,8 @@ def install(s: Schedule, scope: Scope, unit_dir: Path, systemctl: Systemctl = ru
 def remove(name: str, scope: Scope, unit_dir: Path, systemctl: Systemctl = run_systemctl) -> list[Path]:
     """Stop and disable the timer, delete both files, reload. A running queue is left to finish."""
     timer, service = unit_dir / f"{PREFIX}{name}.timer", unit_dir / f"{PREFIX}{name}.service"
-    ours = [p for p in (timer, service) if p.is_file() and MARK in p.read_text(errors="replace")]
+    env = unit_dir / f"{PREFIX}{name}.env"
+    ours = [p for p in (timer, service, env) if p.is_file() and MARK in p.read_text(errors="replace")]
     if not ours:
         raise UsageError(f"no schedule {name!r} in {unit_dir}", hint="see `orch schedule list`")
     _call(systemctl, scope, ["disable", "--now", timer.name], ok_codes=(0, 1, 5))
@@ -224,11 +250,13 @@ def _call(systemctl: Systemctl, scope: Scope, args: list[str], ok_codes: tuple[i
     return res
 
 
-def _write_atomic(path: Path, text: str) -> Path:
+def _write_atomic(path: Path, text: str, mode: int = 0o644) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)  # never readable by others, even briefly
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

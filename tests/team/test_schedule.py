@@ -4,6 +4,7 @@ testbed: tests/team/test_schedule_testbed.py)."""
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -16,9 +17,9 @@ from orchestrator.schedule import (Schedule, ScheduleError, check_calendar, chec
                                    timer_text)
 from orchestrator.transport import Result
 
-SCHED = Schedule("nightly", "/opt/venv/bin/python", "/srv/orch lab", ("--reports", "/srv/orch lab/reports",
-                 "--until", "07:00", "--webhook", "https://h/x?a=1%20$HOME"),
-                 on_calendar="*-*-* 01:00", pythonpath="/srv/orch lab")
+SCHED = Schedule("nightly", "/opt/venv/bin/python", "/srv/orch lab", ("--reports", "/srv/orch lab/reports$HOME",
+                 "--until", "07:00", "--label", "100%20"), on_calendar="*-*-* 01:00", pythonpath="/srv/orch lab",
+                 webhooks=("https://hooks.example/T/B/secret", "slack+https://h/x?a=%20"))
 
 
 class FakeSystemctl:
@@ -38,16 +39,18 @@ def systemd_words(line: str) -> list[str]:
 
 
 def test_service_runs_the_queue_with_this_python_in_the_workdir() -> None:
-    text = service_text(SCHED)
+    text = service_text(SCHED, Path("/etc/systemd/system"))
     lines = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln and not ln.startswith("#"))
     assert lines["Type"] == "oneshot" and lines["TimeoutStartSec"] == "infinity" and lines["KillMode"] == "mixed"
     assert lines["WorkingDirectory"] == "/srv/orch lab"  # literal to the line's end: no quotes
     exec_line = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
     assert systemd_words(exec_line) == ["/opt/venv/bin/python", "-m", "orchestrator.cli", "queue", "run",
-                                        "--reports", "/srv/orch lab/reports", "--until", "07:00",
-                                        "--webhook", "https://h/x?a=1%20$HOME"]
+                                        "--reports", "/srv/orch lab/reports$HOME", "--until", "07:00",
+                                        "--label", "100%20"]
     assert "$$HOME" in exec_line and "%%20" in exec_line  # systemd expands neither
     assert 'Environment="PYTHONPATH=/srv/orch lab"' in text
+    assert "EnvironmentFile=/etc/systemd/system/orch-nightly.env\n" in text
+    assert "secret" not in text and "hooks.example" not in text  # the unit file is world-readable
 
 
 def test_timer_fires_the_service_and_catches_up_missed_runs() -> None:
@@ -61,9 +64,15 @@ def test_timer_fires_the_service_and_catches_up_missed_runs() -> None:
 def test_install_writes_both_units_then_reloads_and_enables(tmp_path: Path) -> None:
     fake = FakeSystemctl()
     paths = install(SCHED, "user", tmp_path / "units", fake)
-    assert [p.name for p in paths] == ["orch-nightly.service", "orch-nightly.timer"]
+    assert [p.name for p in paths] == ["orch-nightly.env", "orch-nightly.service", "orch-nightly.timer"]
     assert (tmp_path / "units" / "orch-nightly.timer").read_text() == timer_text(SCHED)
-    assert fake.calls == [("user", ("daemon-reload",)), ("user", ("enable", "--now", "orch-nightly.timer"))]
+    env = tmp_path / "units" / "orch-nightly.env"
+    assert env.stat().st_mode & 0o777 == 0o600
+    assert env.read_text().splitlines()[1] == \
+        'ORCH_WEBHOOKS="https://hooks.example/T/B/secret slack+https://h/x?a=%20"'
+    again = install(replace(SCHED, webhooks=()), "user", tmp_path / "units", fake)  # reinstalled without
+    assert [p.name for p in again] == ["orch-nightly.service", "orch-nightly.timer"] and not env.exists()
+    assert fake.calls[:2] == [("user", ("daemon-reload",)), ("user", ("enable", "--now", "orch-nightly.timer"))]
     assert installed(tmp_path / "units") == ["nightly"]
     assert not list((tmp_path / "units").glob(".*")), "temp files left behind"
 
@@ -74,7 +83,7 @@ def test_remove_disables_and_deletes_only_our_files(tmp_path: Path) -> None:
     (units / "orch-manual.timer").write_text("[Timer]\nOnCalendar=daily\n")  # not written by orch
     fake = FakeSystemctl()
     removed = remove("nightly", "system", units, fake)
-    assert sorted(p.name for p in removed) == ["orch-nightly.service", "orch-nightly.timer"]
+    assert sorted(p.name for p in removed) == ["orch-nightly.env", "orch-nightly.service", "orch-nightly.timer"]
     assert fake.calls == [("system", ("disable", "--now", "orch-nightly.timer")), ("system", ("daemon-reload",))]
     assert sorted(p.name for p in units.iterdir()) == ["orch-manual.timer"]
     assert installed(units) == []
@@ -115,6 +124,13 @@ def test_calendar_specs_are_checked_by_systemd_analyze() -> None:
     assert check_calendar("*-*-* 01:00") == "*-*-* 01:00"
     with pytest.raises(UsageError, match="--on-calendar 'at one'"):
         check_calendar("at one")
+
+
+def test_webhooks_that_cannot_be_written_safely_are_refused(tmp_path: Path) -> None:
+    for bad in ('https://h/a"b', "https://h/a b", "https://h/$x", "https://h/a,b"):
+        with pytest.raises(UsageError, match="percent-encode"):
+            install(replace(SCHED, webhooks=(bad,)), "user", tmp_path, FakeSystemctl())
+    assert not list(tmp_path.iterdir())
 
 
 def test_unit_file_words_refuse_newlines() -> None:

@@ -4,7 +4,9 @@
 Everything happens inside the testbed host "prefill", driven over SSH with the OpenSSH client (not
 the code under test): orch (this checkout and interpreter, which the host sees read-only) queues a
 tiny sweep on a simulated deployment of its own inside the host (ports 318xx of the host's network
-namespace), installs a timer a few seconds ahead, and systemd does the rest.
+namespace), installs a timer a few seconds ahead with a webhook (a receiver on the host's
+loopback), and systemd does the rest: the service runs the queue, the sweep completes, the hosts
+are restored and the webhook hears about it through the unit's 0600 EnvironmentFile.
 """
 
 from __future__ import annotations
@@ -26,6 +28,21 @@ HOST = "prefill"
 WORK = "/root/orch-schedule-test"  # on the host's own tmpfs
 PORTS = (31800, 31801, 31802)
 LEAD_S = 10  # the calendar time is this far ahead of `schedule install`
+RX_PORT = 31899
+RECEIVER = """
+import http.server, sys
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open(sys.argv[2], "ab") as f:
+            f.write(body + b"\\n")
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Hook).serve_forever()
+"""
 
 
 def put(tb: Testbed, path: str, data: bytes) -> None:
@@ -49,11 +66,18 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         put(tb, f"{WORK}/site/{name}", text.encode())
     put(tb, f"{WORK}/site/inventory.yaml", inventory_text(PORTS).encode())
     put(tb, f"{WORK}/m.yaml", matrix_text("nightly_sweep").encode())
+    put(tb, f"{WORK}/rx.py", RECEIVER.encode())
     try:
+        # a webhook receiver inside the host (its loopback), as a transient unit
+        tb.ssh(HOST, f"systemd-run --unit=orch-test-rx --collect {shlex.quote(tb.python)} {WORK}/rx.py "
+                     f"{RX_PORT} {WORK}/hooks.jsonl")
         assert "queued item 1: nightly_sweep (2 trials" in orch(tb, "queue add m.yaml -i site/inventory.yaml")
         at = tb.ssh(HOST, f"date -d @$(( $(date +%s) + {LEAD_S} )) '+%Y-%m-%d %H:%M:%S'").stdout.strip()
-        installed = orch(tb, f"schedule install nightly --on-calendar {shlex.quote(at)} --system")
+        hook = f"http://127.0.0.1:{RX_PORT}/hook"
+        installed = orch(tb, f"schedule install nightly --on-calendar {shlex.quote(at)} --system --webhook {hook}")
         assert "installed orch-nightly.timer (system)" in installed
+        assert tb.ssh(HOST, "stat -c %a /etc/systemd/system/orch-nightly.env").stdout.strip() == "600"
+        assert str(RX_PORT) not in tb.ssh(HOST, "cat /etc/systemd/system/orch-nightly.service").stdout
         assert tb.ssh(HOST, "systemctl is-enabled orch-nightly.timer").stdout.strip() == "enabled"
         timer = show(tb, "orch-nightly.timer", "ActiveState", "NextElapseUSecRealtime", "LastTriggerUSec")
         assert timer["ActiveState"] == "active"
@@ -68,6 +92,8 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         journal = tb.ssh(HOST, "journalctl -u orch-nightly.service --no-pager -o cat").stdout
         assert ran["Result"] == "success" and ran["ExecMainStatus"] == "0", journal[-3000:]
         assert "2 trials completed, 0 failed" in journal
+        (hook_body,) = [json.loads(line) for line in tb.ssh(HOST, f"cat {WORK}/hooks.jsonl").stdout.splitlines()]
+        assert (hook_body["name"], hook_body["status"], hook_body["trials"]) == ("nightly_sweep", "completed", 2)
 
         runs = tb.ssh(HOST, f"ls -d {WORK}/reports/*/run.json").stdout.split()
         assert len(runs) == 1
@@ -88,7 +114,7 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         assert tb.ssh(HOST, "ls /etc/systemd/system/orch-nightly.* 2>/dev/null", check=False).stdout == ""
         assert "orch-nightly" not in tb.ssh(HOST, "systemctl list-timers --all --no-pager").stdout
     finally:
-        tb.ssh(HOST, "systemctl disable --now orch-nightly.timer 2>/dev/null; "
+        tb.ssh(HOST, "systemctl stop orch-test-rx 2>/dev/null; systemctl disable --now orch-nightly.timer 2>/dev/null; "
                      "rm -f /etc/systemd/system/orch-nightly.*; systemctl daemon-reload; "
                      f"systemctl reset-failed orch-nightly.service 2>/dev/null; rm -rf {WORK}", check=False)
 
