@@ -11,13 +11,10 @@ load or run anything. No CDN, no web font, no favicon request.
 from __future__ import annotations
 
 import base64
-import gc
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import jinja2
@@ -31,6 +28,7 @@ from .records import RunManifest, TrialRecord
 from .report import (
     DRILLDOWN_CAP,
     Report,
+    gc_paused,
     build_report_from_rows,
     fmt_num,
     fmt_p,
@@ -146,7 +144,7 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
 
     Streams the journal into compact rows and reads full records back only for the trials the
     page shows in detail: a 100,000-trial run renders in seconds, in a few hundred MB."""
-    with _gc_paused():
+    with gc_paused():
         manifest = load_manifest(run_dir)
         path = run_dir / "journal.jsonl"
         if not path.exists():
@@ -154,21 +152,6 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
         scan = read_trial_rows(path)
         return build_report_from_rows(manifest, scan.rows, lambda rows: read_records_at(path, rows),
                                       torn_tail=scan.torn_tail, drilldown_cap=drilldown_cap)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Loading a big run creates ~10^6 long-lived objects and no reference cycles, yet Python's
-    cycle collector rescans all of them each time they grow by a quarter: over a third of the
-    load time for 100,000 trials. Reference counting still frees everything meanwhile; the
-    collector is back on (if it was on) as soon as the model is built."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def load_manifest(run_dir: Path) -> RunManifest:
