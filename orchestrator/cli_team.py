@@ -201,7 +201,7 @@ def _sweep_fn(reports: Path) -> Callable[..., "SweepOutcome"]:
 
 def _start_or_resume(item: "QueueItem", reports: Path, deadline: float | None,
                      record_run_dir: Callable[[Path], None]) -> tuple[Path, int]:
-    from .cli import _plan
+    from .cli import _plan, select_testbeds
     from .runs import new_run_id
     from .session import resume_run, run_sweep
 
@@ -217,7 +217,12 @@ def _start_or_resume(item: "QueueItem", reports: Path, deadline: float | None,
     args.run_id = new_run_id(f"{plan.matrix.name}-q{item.id}", reports)  # two runners never collide
     run_dir = reports / args.run_id
     record_run_dir(run_dir)
+    testbeds = select_testbeds(inventory, item.testbed)  # `-t a,b` / `-t all`: as `orch run` does
     with _live_status(run_dir, args):
+        if len(testbeds) > 1:
+            from .parallel import run_parallel
+
+            return run_dir, run_parallel(plan, testbeds, inventory, args, out, err)
         return run_dir, run_sweep(plan, inventory, args, out, err)
 
 
@@ -225,21 +230,28 @@ def _start_or_resume(item: "QueueItem", reports: Path, deadline: float | None,
 def _live_status(run_dir: Path, args: argparse.Namespace) -> Iterator[None]:
     """Add the status.json sink to the sweep's progress.
 
-    session.run_sweep / resume_run build `RichProgress(err)` themselves and take no progress
-    argument yet, so for the length of one sweep the name they call is swapped for a factory
-    that adds LiveStatus (the queue runs one sweep at a time, in one thread). The sink is also
-    put on args.progress, the hook asked for in session.py; once session reads it, this swap
-    goes away."""
-    from . import session
+    session.run_sweep / resume_run and parallel.run_parallel build `RichProgress(err)`
+    themselves and take no progress argument yet, so for the length of one sweep the name they
+    call is swapped for a factory that adds LiveStatus (the queue runs one sweep at a time, from
+    one thread). The sink is also put on args.progress, the hook asked for in session.py and
+    parallel.py; once they read it, this swap goes away."""
+    from . import parallel, session
     from .livestatus import LiveStatus, Tee
 
     rich_progress = session.RichProgress
     args.progress = Tee(rich_progress(err), LiveStatus(run_dir))
-    session.RichProgress = lambda console: Tee(rich_progress(console), LiveStatus(run_dir))  # type: ignore[assignment,misc]
+
+    def with_status(console: Console) -> Tee:
+        return Tee(rich_progress(console), LiveStatus(run_dir))
+
+    modules = (session, parallel)
+    for module in modules:
+        module.RichProgress = with_status  # type: ignore[assignment,misc]
     try:
         yield
     finally:
-        session.RichProgress = rich_progress  # type: ignore[misc]
+        for module in modules:
+            module.RichProgress = rich_progress  # type: ignore[misc]
 
 
 def _outcome(run_dir: Path, code: int, deadline: float | None) -> "SweepOutcome":

@@ -13,6 +13,7 @@ skipping finished trials, so that is the trial running now (a retry included).
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -70,6 +71,7 @@ class LiveStatus:
 
     def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
         self.run_dir, self.clock = run_dir, clock
+        self._lock = threading.Lock()  # a sweep over several testbeds reports from several threads
         self.error: str = ""
         self._status: StatusFile | None = None
         self._plan: list[tuple[int, str]] = []
@@ -94,21 +96,24 @@ class LiveStatus:
         self._write(**self._current())
 
     def trial_done(self, record: TrialRecord) -> None:
-        if self._status is None:
-            return
-        self._finished.add(record.trial)
-        self._done_here += 1
-        done = self._status.done + 1
-        self._write(done=done, failed=self._status.failed + (record.status != "completed"),
-                    last=summarize(record), **self._current(), **self._eta(done))
+        with self._lock:
+            if self._status is None:
+                return
+            self._finished.add(record.trial)
+            self._done_here += 1
+            done = self._status.done + 1
+            self._write(done=done, failed=self._status.failed + (record.status != "completed"),
+                        last=summarize(record), **self._current(), **self._eta(done))
 
     def note(self, message: str) -> None:
-        if self._status is not None:
-            self._write(note=message)
+        with self._lock:
+            if self._status is not None:
+                self._write(note=message)
 
     def stop(self) -> None:
-        if self._status is not None:
-            self._write(state="finished", current_trial=None, current_cell=None, eta_s=None, eta_at=None)
+        with self._lock:
+            if self._status is not None:
+                self._write(state="finished", current_trial=None, current_cell=None, eta_s=None, eta_at=None)
 
     def _current(self) -> dict[str, object]:
         nxt = next(((t, c) for t, c in self._plan if t not in self._finished), None)

@@ -58,28 +58,30 @@ class SimSite:
         return [p for p in self.ports if port_open(p)]
 
 
-def inventory_text(ports: tuple[int, int, int], testbed: str = "sim") -> str:
+def inventory_text(ports: tuple[int, int, int], testbed: str = "sim", folder: str = "", header: bool = True) -> str:
+    """One simulated testbed; `folder` (relative to the inventory) holds its env files and state."""
     pp, rp, dp = ports
     srv = '["{python}", -m, orchestrator.sim.server'
-    return textwrap.dedent(f"""\
+    d = f"{folder}/" if folder else ""
+    text = textwrap.dedent(f"""\
         testbeds:
           {testbed}:
-            state_dir: state
+            state_dir: {d}state
             hosts:
               prefill:
-                env_file: prefill.env
+                env_file: {d}prefill.env
                 units: [{{name: q-prefill, command: {srv}, --role, prefill, --port, "{pp}"]}}]
                 url: http://127.0.0.1:{pp}
                 health_timeout: 30
                 startup_estimate: 0.5
               decode:
-                env_file: decode.env
+                env_file: {d}decode.env
                 units: [{{name: q-decode, command: {srv}, --role, decode, --port, "{dp}"]}}]
                 url: http://127.0.0.1:{dp}
                 health_timeout: 30
                 startup_estimate: 0.5
               router:
-                env_file: router.env
+                env_file: {d}router.env
                 units: [{{name: q-router, command: {srv}, --role, router, --port, "{rp}",
                           --prefill-url, "http://127.0.0.1:{pp}", --decode-url, "http://127.0.0.1:{dp}"]}}]
                 url: http://127.0.0.1:{rp}
@@ -87,6 +89,7 @@ def inventory_text(ports: tuple[int, int, int], testbed: str = "sim") -> str:
                 startup_estimate: 0.3
                 after: [prefill, decode]
         """)
+    return text if header else text.split("\n", 1)[1]
 
 
 def make_site(folder: Path, ports: tuple[int, int, int] | None = None) -> SimSite:

@@ -22,7 +22,7 @@ from orchestrator.journal import read_journal
 from orchestrator.queue import Queue
 from orchestrator.records import TrialRecord
 
-from .helpers import make_site, matrix_text, orch, start_orch, webhook_receiver
+from .helpers import inventory_text, make_site, matrix_text, orch, start_orch, webhook_receiver
 
 pytestmark = pytest.mark.sim
 
@@ -168,3 +168,28 @@ def wait_for_status(reports: Path, ok, proc, timeout_s: float = 90) -> dict[str,
         assert proc.poll() is None, "queue run ended before the status was seen"
         time.sleep(0.1)
     raise AssertionError("status.json never showed the expected progress")
+
+
+def test_a_queued_sweep_over_several_testbeds(tmp_path: Path) -> None:
+    """`queue add -t all`: the queue runs it as `orch run -t all` does (one run, both testbeds),
+    with the live status counting trials from both."""
+    sites = [make_site(tmp_path / name) for name in ("a", "b")]
+    inventory = tmp_path / "both.yaml"
+    inventory.write_text(inventory_text(sites[0].ports, "sim-a", "a")
+                         + inventory_text(sites[1].ports, "sim-b", "b", header=False))
+    reports = tmp_path / "reports"
+    (tmp_path / "m.yaml").write_text(matrix_text("wide", replicates=2))
+    added = orch("queue", "add", "m.yaml", "-i", str(inventory), "-t", "all", "--reports", str(reports), cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    ran = orch("queue", "run", "--reports", str(reports), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    with Queue.in_reports(reports) as q:
+        (item,) = q.items(("completed", "resumable", "queued", "running", "failed"))
+    assert item.state == "completed", item
+    run_dir = Path(item.run_dir or "")
+    trials = finished_trials(run_dir)
+    assert len(trials) == 4 and {t.testbed for t in trials} == {"sim-a", "sim-b"}
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["state"], status["done"], status["total"]) == ("finished", 4, 4)
+    for site in sites:
+        assert site.env_files_unchanged() == [] and site.listening() == []
