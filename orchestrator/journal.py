@@ -90,7 +90,7 @@ class MetricPoint(NamedTuple):
 class TrialRow(NamedTuple):
     """The fields of one trial record that summaries need (cell table, statistics, charts, and
     choosing which trials to show in full). A 100,000-trial report holds these, not records;
-    a NamedTuple because it is built once per journal line (3x cheaper than a frozen dataclass).
+    a NamedTuple because it is built once per journal line (half the cost of a frozen dataclass).
 
     `source` says where the full record is: its byte offset in the journal (then `line` is its
     1-based line number), or its index in an in-memory list of records (then `line` is 0)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -314,3 +316,20 @@ def test_headline_reads_failures_from_rows_or_records() -> None:
     rows = [TrialRow.of(r, i) for i, r in enumerate(failed)]
     assert headline(report, failed) == headline(report, rows) == report.headline
     assert "1 infrastructure, 1 workload" in report.headline[-1].text
+
+
+# ------------------------------------------------------------------ the benchmarks still run
+
+
+@pytest.mark.parametrize("script, figures", [
+    ("bench_journal.py", ["statuses:", "resume:"]),
+    ("bench_report.py", ["in memory:", "from disk, write_report:"]),
+])
+def test_benchmark_prints_its_figures_in_a_tiny_run(repo: Path, script: str, figures: list[str]) -> None:
+    """Tiny runs only check that the script works and its answers are right; no speed here."""
+    out = subprocess.run([sys.executable, str(repo / "bench" / script), "--trials", "40"],
+                         check=True, capture_output=True, text=True, timeout=300).stdout
+    for figure in figures:
+        line = next(line for line in out.splitlines() if figure in line)
+        assert "WRONG" not in line and "peak RSS" in line
+    assert "load average" in out
