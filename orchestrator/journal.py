@@ -22,6 +22,7 @@ Why this shape:
 from __future__ import annotations
 
 import errno
+import gc
 import json
 import os
 import secrets
@@ -191,7 +192,7 @@ class Journal:
 def read_journal(path: Path) -> JournalContents:
     """All records in order. A torn last line is dropped and flagged, never fatal; an invalid
     line elsewhere, or a schema version this orch does not know, is a ConfigError at file:line."""
-    with _reading(path) as handle:
+    with _reading(path) as handle, gc_paused():
         end, torn = _body_end(handle)
         records = [_parse_line(path, number, line) for number, _, line in _lines(path, handle, end)]
     return JournalContents(records=records, torn_tail=torn)
@@ -234,7 +235,7 @@ def read_trial_rows(path: Path) -> TrialRows:
     shown in detail with read_records_at."""
     rows: list[TrialRow] = []
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
-    with _reading(path) as handle:
+    with _reading(path) as handle, gc_paused():
         end, torn = _body_end(handle)
         for number, offset, line in _lines(path, handle, end):
             row = _row_of(path, number, offset, line, shared)
@@ -255,6 +256,23 @@ def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:
                                    "(was it rewritten? render the report again)")
             records.append(record)
     return records
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while building many long-lived objects.
+
+    Reading a 100,000-trial journal (or building its report) makes millions of objects that
+    form no reference cycles, yet the collector rescans every live object each time they grow
+    by a quarter: read_journal took 13 s instead of 5.5. Reference counting still frees
+    everything meanwhile; the collector is back on (if it was on) at the end."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def repair_torn_tail(path: Path) -> bool:

@@ -23,12 +23,11 @@ from markupsafe import Markup
 
 from . import charts
 from .errors import ConfigError, UsageError
-from .journal import JournalError, read_journal, read_records_at, read_trial_rows
+from .journal import JournalError, gc_paused, read_journal, read_records_at, read_trial_rows
 from .records import RunManifest, TrialRecord
 from .report import (
     DRILLDOWN_CAP,
     Report,
-    gc_paused,
     build_report_from_rows,
     fmt_num,
     fmt_p,

@@ -16,19 +16,17 @@ Rules kept here:
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from . import stats
-from .journal import TrialRow
+from .journal import TrialRow, gc_paused
 from .records import Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 
 REDACTED = "••••"
@@ -276,22 +274,6 @@ def build_report_from_rows(
     the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
     with gc_paused():
         return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Building a big report makes ~10^6 objects that live until it is done and form no
-    reference cycles, yet Python's cycle collector rescans every live object (100,000 held
-    records included) each time they grow by a quarter: that doubled the time for 100,000
-    trials. Reference counting still frees everything meanwhile; the collector is back on (if
-    it was on) as soon as the model is built. Loading a run from disk pauses it too."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _build(

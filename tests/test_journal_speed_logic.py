@@ -333,3 +333,22 @@ def test_benchmark_prints_its_figures_in_a_tiny_run(repo: Path, script: str, fig
         line = next(line for line in out.splitlines() if figure in line)
         assert "WRONG" not in line and "peak RSS" in line
     assert "load average" in out
+
+
+def test_gc_paused_restores_the_collector_as_it_was() -> None:
+    import gc
+
+    from orchestrator.journal import gc_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # someone else's choice is kept
+    finally:
+        gc.enable()
