@@ -5,7 +5,7 @@ in memory (build_report + render_report) and end to end from disk (write_report:
 100,000-line journal into compact rows, build, read back the drill-down's full records, render,
 write atomically). The from-disk figure runs in a fresh process, so its peak RSS is its own;
 --compare also times the way write_report worked before (load_trials: every line validated
-into a TrialRecord, then build_report), ~13 s and ~1.7 GB.
+into a TrialRecord and held, then build_report).
 
     /root/venv-orch/bin/python bench/bench_report.py [--trials 100000] [--keep DIR] [--compare]
 """
