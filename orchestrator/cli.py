@@ -86,12 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     run.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
     run.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
+    run.add_argument("--webhook", action="append", metavar="URL",
+                     help="POST a summary here when the sweep ends (repeatable; slack+https://... for Slack)")
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
     resume = _command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     resume.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
+    resume.add_argument("--webhook", action="append", metavar="URL", help="POST a summary here when the sweep ends")
 
     val = _command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
     _matrix_args(val)

@@ -228,30 +228,15 @@ def _start_or_resume(item: "QueueItem", reports: Path, deadline: float | None,
 
 @contextmanager
 def _live_status(run_dir: Path, args: argparse.Namespace) -> Iterator[None]:
-    """Add the status.json sink to the sweep's progress.
-
-    session.run_sweep / resume_run and parallel.run_parallel build `RichProgress(err)`
-    themselves and take no progress argument yet, so for the length of one sweep the name they
-    call is swapped for a factory that adds LiveStatus (the queue runs one sweep at a time, from
-    one thread). The sink is also put on args.progress, the hook asked for in session.py and
-    parallel.py; once they read it, this swap goes away."""
-    from . import parallel, session
+    """Give the sweep the terminal bar plus the status.json sink (session reads args.progress)."""
     from .livestatus import LiveStatus, Tee
+    from .progress import RichProgress
 
-    rich_progress = session.RichProgress
-    args.progress = Tee(rich_progress(err), LiveStatus(run_dir))
-
-    def with_status(console: Console) -> Tee:
-        return Tee(rich_progress(console), LiveStatus(run_dir))
-
-    modules = (session, parallel)
-    for module in modules:
-        module.RichProgress = with_status  # type: ignore[assignment,misc]
+    args.progress = Tee(RichProgress(err), LiveStatus(run_dir))
     try:
         yield
     finally:
-        for module in modules:
-            module.RichProgress = rich_progress  # type: ignore[misc]
+        args.progress = None
 
 
 def _outcome(run_dir: Path, code: int, deadline: float | None) -> "SweepOutcome":

@@ -21,6 +21,7 @@ from typing import Callable
 from .config import Matrix
 from .errors import ConfigError
 
+GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles
 MAX_TRIALS = 1_000_000  # beyond this a matrix is a mistake, not an experiment
 WARN_TRIALS = 10_000
 
@@ -102,8 +103,10 @@ def order_trials(matrix: Matrix, cells: list[Cell], seed: int, replicates: int |
         block = list(cells) + [base] * extra_baseline  # adaptive: more baseline sessions per round
         if order == "randomized":
             random.Random(seed * 1_000_003 + r).shuffle(block)
-        elif order == "min-restarts":
+        elif order == "min-restarts" and len(block) <= GREEDY_LIMIT:
             block = _fewest_restarts(block, trials[-1].cell if trials else base, cost or _roles_cost)
+        # beyond GREEDY_LIMIT cells the greedy path (quadratic) is too slow; the declared product
+        # order, which changes the first factor least often, is the fallback
         start = len(trials)
         trials.extend(Trial(start + i, r, c, c == base) for i, c in enumerate(block))
     return trials

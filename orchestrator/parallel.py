@@ -23,7 +23,6 @@ from .deployment import Deployment, connect, preflight
 from .errors import Interrupted, UsageError
 from .lock import TestbedLock
 from .plan import Plan
-from .progress import RichProgress
 from .records import TrialRecord
 from .adaptive import make_source
 from .runner import Progress, RunOptions, Runner, RunResult, SharedJournal, now_iso
@@ -51,7 +50,7 @@ class _SharedProgress:
 
 def run_parallel(plan: Plan, testbeds: list[Testbed], inventory: Inventory, args: argparse.Namespace,
                  out: Console, err: Console) -> int:
-    from .session import _create_run_dir, _finish, check_no_unrestored_run
+    from .session import _create_run_dir, _finish, check_no_unrestored_run, sweep_progress
 
     reports_dir: Path = args.out
     run_id = check_run_id(args.run_id) if args.run_id else new_run_id(plan.matrix.name, reports_dir)
@@ -76,13 +75,13 @@ def run_parallel(plan: Plan, testbeds: list[Testbed], inventory: Inventory, args
         options = RunOptions(run_id, fail_fast=args.fail_fast, infra_attempts=1 + max(0, args.retries),
                              break_lock=args.break_lock, deadline=getattr(args, "deadline", None))
         result = execute_parallel(plan, deployments, run_dir, options, set(), locks=locks,
-                                  progress=RichProgress(err))
+                                  progress=sweep_progress(args, run_dir, err))
     finally:
         for lock in locks:
             lock.release()
         for d in deployments:
             d.close()
-    return _finish(run_dir, manifest, result, out, err)
+    return _finish(run_dir, manifest, result, out, err, args)
 
 
 def execute_parallel(plan: Plan, deployments: list[Deployment], run_dir: Path, options: RunOptions,

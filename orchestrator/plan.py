@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
-from .config import EnvValue, Matrix, Testbed, check_against_inventory
+from .config import EnvValue, Level, Matrix, Testbed, check_against_inventory
 from .matrix import Cell, Trial, baseline_cell, expand, order_trials
 
 RoleEnv = dict[str, dict[str, EnvValue]]  # role -> VAR -> value (None = removed)
@@ -60,7 +60,9 @@ def make_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None, replica
     reps = replicates if replicates is not None else matrix.replicates
     cells = expand(matrix)
     steps, previous = [], None
-    envs = {c: cell_env(matrix, c) for c in cells}
+    index = {(f.name, lv.name): lv for f in matrix.factors for lv in f.levels}
+    envs = {c: cell_env(matrix, c, index) for c in cells}
+    waves: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...], float]] = {}
 
     def cost(a: Cell, b: Cell) -> int:
         ea, eb = envs.get(a) or cell_env(matrix, a), envs[b]
@@ -68,16 +70,16 @@ def make_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None, replica
 
     for trial in order_trials(matrix, cells, seed, reps, order=order, cost=cost):
         env = envs[trial.cell]
-        steps.append(_step(matrix, testbed, trial, env, previous))
+        steps.append(_step(matrix, testbed, trial, env, previous, waves))
         previous = env
     return Plan(matrix, testbed, seed, reps, tuple(cells), tuple(steps))
 
 
-def cell_env(matrix: Matrix, cell: Cell) -> RoleEnv:
+def cell_env(matrix: Matrix, cell: Cell, index: dict[tuple[str, str], Level] | None = None) -> RoleEnv:
     """Merge every factor's level assignments into one env per role."""
     env: RoleEnv = {}
     for factor_name, level_name in cell.levels:
-        level = matrix.factor(factor_name).level(level_name)
+        level = index[(factor_name, level_name)] if index else matrix.factor(factor_name).level(level_name)
         for role, assignments in level.env.items():
             env.setdefault(role, {}).update(assignments)
     return env
@@ -114,13 +116,17 @@ def dependants(testbed: Testbed, roles: set[str]) -> set[str]:
     return out
 
 
-def _step(matrix: Matrix, testbed: Testbed, trial: Trial, env: RoleEnv, previous: RoleEnv | None) -> Step:
-    changed = {r for r in env if previous is None or env[r] != previous.get(r)}
-    ordered = restart_order(testbed, changed)
-    units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
-    waits = tuple(restart_order(testbed, dependants(testbed, changed)))
-    startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
-    return Step(trial, env, tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s)
+def _step(matrix: Matrix, testbed: Testbed, trial: Trial, env: RoleEnv, previous: RoleEnv | None,
+          cache: dict) -> Step:  # type: ignore[type-arg]
+    changed = frozenset(r for r in env if previous is None or env[r] != previous.get(r))
+    if changed not in cache:  # the same few role sets recur across thousands of trials
+        ordered = restart_order(testbed, set(changed))
+        units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
+        waits = tuple(restart_order(testbed, dependants(testbed, set(changed))))
+        startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
+        cache[changed] = (tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s)
+    ordered_t, units_t, waits_t, estimate = cache[changed]
+    return Step(trial, env, ordered_t, units_t, waits_t, estimate)
 
 
 def env_diff(before: dict[str, EnvValue], after: dict[str, EnvValue]) -> dict[str, tuple[EnvValue, EnvValue]]:

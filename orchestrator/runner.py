@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
 import httpx
 import tenacity
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .sequential import Decision
 
 LOG_LIMIT = 256_000
+ALIVE_EVERY_S = 0.3  # how often health waits also ask the service manager whether units died
 UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
 RUN_DIR_HINTS = {
     errno.ENOSPC: "the disk is full: free space, then `orch resume` the run",
@@ -102,6 +103,7 @@ class _HostState:
     original: bytes  # env file bytes before the run
     active: dict[str, bool]  # unit -> was it active before the run
     touched: bool = False  # did orch write the file during this run
+    current: bytes | None = None  # what the file holds now, as orch last read or wrote it
     clock_offset: float = 0.0  # host clock - controller clock: journal windows use host time
 
 
@@ -337,25 +339,29 @@ class Runner:
         )
 
     def _apply(self, step: Step, ctx: "_TrialContext") -> None:
-        """Write each role's env file for the cell; only files whose text changes are written."""
+        """Write each role's env file for the cell; only files whose text changes are written.
+
+        The bytes orch last wrote are remembered, so a trial costs no read round trip; the file
+        is read again on the first trial and after any failure (when anything may have moved)."""
         for role, assignments in step.env.items():
-            h = self.deployment.hosts[role]
-            old = h.transport.read_bytes(h.host.env_file)
+            h, state = self.deployment.hosts[role], self.hosts[role]
+            old = state.current if state.current is not None and not self.verify_all_next \
+                else h.transport.read_bytes(h.host.env_file)
             text = old.decode("utf-8", errors="surrogateescape")
             new = envfile.edit(text, assignments, h.host.dialect).encode("utf-8", errors="surrogateescape")
             if new != old:
                 h.transport.write_bytes_atomic(h.host.env_file, new)
-                self.hosts[role].touched = True
+                state.touched = True
                 ctx.changed.add(role)
+            state.current = new
 
     def _restart(self, step: Step, ctx: "_TrialContext") -> None:
         """Restart units whose env changed or that are not running, in dependency waves;
         independent units of one wave restart in parallel."""
-        todo = {
-            (role, unit)
-            for role, h in self.deployment.hosts.items() for unit in h.units
-            if role in ctx.changed or not h.services.state(unit).is_active
-        }
+        todo = {(role, unit) for role, h in self.deployment.hosts.items() for unit in h.units if role in ctx.changed}
+        if self.verify_all_next:  # first trial, or after a failure: start whatever is not running
+            down = _per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
+            todo |= {(role, unit) for role, units in down.items() for unit in units}
         for wave in _waves(self.deployment, {r for r, _ in todo}):
             units = [(r, u) for r in wave for u in self.deployment.hosts[r].units if (r, u) in todo]
             self._restart_units(units, ctx)
@@ -449,15 +455,21 @@ class Runner:
     def _collect_logs(self, trial_dir: Path, since: float, quiet: bool = False) -> tuple[dict[str, str], dict[str, str]]:
         """Save each unit's log lines written during the trial; return paths and texts by role."""
         paths, texts = {}, {}
-        for role, h in self.deployment.hosts.items():
-            chunks = []
+
+        def fetch(h: HostHandle) -> list[tuple[str, str]]:  # hosts in parallel, units in turn
+            got = []
             for unit in h.units:
                 try:
-                    text = h.services.logs_since(unit, since + self._offset(role), LOG_LIMIT)
+                    got.append((unit, h.services.logs_since(unit, since + self._offset(h.role), LOG_LIMIT)))
                 except OrchError:
                     if not quiet:
                         raise
-                    continue
+            return got
+
+        fetched = _per_host(self.deployment, fetch)
+        for role, h in self.deployment.hosts.items():
+            chunks = []
+            for unit, text in fetched[role]:
                 path = trial_dir / "logs" / f"{role}-{unit}.log"
                 _write_run_file(path, text.encode("utf-8", errors="replace"), sync=False)
                 paths[f"{role}:{unit}"] = str(path.relative_to(self.run_dir))
@@ -605,13 +617,31 @@ def _alive_checker(h: HostHandle, since: float, stopping: threading.Event) -> Ca
     """Called by the health pollers between polls: a dead unit, or a Ctrl-C/SIGTERM received by
     the main thread, ends the wait at once (the pollers run in threads that a signal does not
     reach, and the main thread waits for them before its KeyboardInterrupt can propagate)."""
+    last = [0.0]
+
     def check() -> None:
         if stopping.is_set():
             raise Interrupted("stopping: interrupted by the user or a signal")
+        now = time.monotonic()
+        if now - last[0] < ALIVE_EVERY_S:  # a round trip per poll would slow the fast polling
+            return
+        last[0] = now
         for unit in h.units:
             h.services.check_alive(unit, since)
 
     return check
+
+
+T = TypeVar("T")
+
+
+def _per_host(deployment: Deployment, work: Callable[[HostHandle], T]) -> dict[str, T]:
+    """Run `work` on every host at once (one thread per host: their connections are separate)."""
+    handles = list(deployment.hosts.values())
+    if len(handles) == 1:
+        return {handles[0].role: work(handles[0])}
+    with ThreadPoolExecutor(max_workers=len(handles)) as pool:
+        return dict(zip((h.role for h in handles), pool.map(work, handles)))
 
 
 def _env_mismatch(h: HostHandle, unit: str, assignments: dict[str, str | None]) -> str | None:

@@ -21,7 +21,7 @@ from .plan import Plan, make_plan
 from .lock import TestbedLock
 from .progress import RichProgress
 from .records import RunManifest, TrialRecord
-from .runner import RunOptions, Runner, RunResult, host_backup_path, now_iso, unrestored_runs
+from .runner import Progress, RunOptions, Runner, RunResult, host_backup_path, now_iso, unrestored_runs
 from .runs import check_run_id, load_manifest, make_manifest, new_run_id, save_manifest
 
 
@@ -45,15 +45,36 @@ def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: C
         runner = Runner(plan, deployment, run_dir,
                         RunOptions(run_id, fail_fast=args.fail_fast, infra_attempts=1 + max(0, args.retries),
                                    break_lock=args.break_lock, deadline=getattr(args, "deadline", None)),
-                        progress=RichProgress(err))
+                        progress=sweep_progress(args, run_dir, err))
         result = runner.execute(lock=lock)
     finally:
         lock.release()
         deployment.close()
-    return _finish(run_dir, manifest, result, out, err)
+    return _finish(run_dir, manifest, result, out, err, args)
 
 
-def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Console, err: Console) -> int:
+def sweep_progress(args: argparse.Namespace, run_dir: Path, err: Console) -> Progress:
+    """The terminal bar plus status.json (read by `orch status` and `orch serve`); a caller such
+    as the queue may pass its own sink as args.progress."""
+    given = getattr(args, "progress", None)
+    if given is not None:
+        return given  # type: ignore[no-any-return]
+    from .livestatus import LiveStatus, Tee
+
+    return Tee(RichProgress(err), LiveStatus(run_dir))
+
+
+def notify_webhooks(args: argparse.Namespace, run_dir: Path, err: Console) -> None:
+    """POST the run's summary to --webhook URLs (and ORCH_WEBHOOKS); never fails the sweep."""
+    from . import notify
+
+    hooks = notify.configured(args.webhook)
+    if hooks:
+        notify.send(notify.summarize_run(run_dir), hooks, warn=lambda m: err.print(f"webhook: {m}", markup=False))
+
+
+def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Console, err: Console,
+            args: argparse.Namespace | None = None) -> int:
     """Record the run's end in the manifest, write the report and index, pick the exit code."""
     trials = _final_trials(run_dir)
     failed = sum(t.status == "failed" for t in trials)
@@ -69,6 +90,8 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Consol
         out.print(f"resume with: orch resume {run_dir}", markup=False)
     if report:
         out.print(f"report: {report}", markup=False)
+    if args is not None and getattr(args, "webhook", None):
+        notify_webhooks(args, run_dir, err)
     if result.interrupted:
         return 130
     return 1 if failed or result.not_restored else 0
@@ -112,18 +135,18 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
         deployments = [connect(tb) for tb in testbeds]
         try:
             result = execute_parallel(plan, deployments, run_dir, options, done, resume=True,
-                                      progress=RichProgress(err), prior=prior)
+                                      progress=sweep_progress(args, run_dir, err), prior=prior)
         finally:
             for d in deployments:
                 d.close()
-        return _finish(run_dir, manifest, result, out, err)
+        return _finish(run_dir, manifest, result, out, err, args)
     deployment = connect(plan.testbed)
     try:
-        runner = Runner(plan, deployment, run_dir, options, progress=RichProgress(err))
+        runner = Runner(plan, deployment, run_dir, options, progress=sweep_progress(args, run_dir, err))
         result = runner.execute(done, resume=True, prior=prior)
     finally:
         deployment.close()
-    return _finish(run_dir, manifest, result, out, err)
+    return _finish(run_dir, manifest, result, out, err, args)
 
 
 def _load_run(run_dir: Path) -> RunManifest:
