@@ -152,4 +152,6 @@ def _merge(run_dir: Path, results: list[RunResult]) -> RunResult:
         merged.deadline_reached = merged.deadline_reached or r.deadline_reached
         merged.records += r.records
         merged.not_restored += r.not_restored
+        for role, info in r.provenance.items():  # testbeds are copies: the first one describes them
+            merged.provenance.setdefault(role, info)
     return merged

@@ -96,6 +96,7 @@ class RunResult:
     deadline_reached: bool = False
     records: list[TrialRecord] = field(default_factory=list)
     not_restored: list[str] = field(default_factory=list)  # roles whose restore did not finish
+    provenance: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> exec_start, server_info
 
 
 @dataclass
@@ -119,6 +120,7 @@ class Runner:
         self.journal: Journal | None = None
         self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
         self.source = StepSource(plan.steps, set())
+        self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
 
     # ------------------------------------------------------------------ the sweep
     def execute(self, done: set[int] | None = None, *, resume: bool = False,
@@ -145,6 +147,7 @@ class Runner:
                 self.journal = journal or Journal(self.run_dir / "journal.jsonl")
                 self._sweep(done, resume, result)
         finally:
+            result.provenance = self.provenance
             if self.journal is not None and journal is None:  # a shared journal is closed by its owner
                 self.journal.close()
             lock.release()
@@ -314,6 +317,7 @@ class Runner:
             self._apply(step, ctx)
             self._restart(step, ctx)
             ctx.health = self._wait_healthy(t0)
+            self._describe_hosts()
             self._verify(step, ctx)
             ctx.repro = repro = self._run_repro(step, trial_dir)
             self._judge_repro(repro)  # after ctx.repro is set: a failed repro's output is recorded
@@ -509,6 +513,14 @@ class Runner:
         for role, h in self.deployment.hosts.items():
             values[f"{role}_url"] = h.host.url
         return values
+
+    def _describe_hosts(self) -> None:
+        """Once per run, after the servers first answer: what ran (ExecStart, /get_server_info)."""
+        if self.provenance:
+            return
+        from .provenance import describe_host
+
+        self.provenance = _per_host(self.deployment, lambda h: describe_host(h, self.client))
 
     def cell_decided(self, cell: str, decision: "Decision") -> None:
         """Adaptive stopping: journal why a cell runs no more trials, and say so."""

@@ -79,7 +79,8 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Consol
     trials = _final_trials(run_dir)
     failed = sum(t.status == "failed" for t in trials)
     status = "interrupted" if result.interrupted else ("failed" if failed else "completed")
-    save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status}))
+    hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
+    save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status, "hosts": hosts}))
     report = _write_report(run_dir, err)
     out.print(f"{len(trials) - failed} trials completed, {failed} failed"
               + (" (interrupted)" if result.interrupted else ""), markup=False)

@@ -155,4 +155,8 @@ def test_report_numbers_match_the_journal(sweep):
         assert f"{100 * low:.1f}" in html and f"{100 * high:.1f}" in html, (cell, low, high)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "completed" and manifest["seed"] == 11
+    for role in ("prefill", "decode", "router"):  # provenance: what ran, as the server reports it
+        assert "orchestrator.sim.server" in manifest["hosts"][role]["exec_start"]
+        assert json.loads(manifest["hosts"][role]["server_info"])["version"] == "sim-0.1"
+        assert manifest["hosts"][role]["exec_start"] in html
     assert (tmp_path / "reports" / "index.html").exists()

@@ -108,6 +108,9 @@ def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, tes
     env = live_env(testbed, "decode", decode_unit)
     assert env.get("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP") == "1" and env.get("SGLANG_EXTRA_ARGS") == ""
     assert (run_dir / "index.html").exists()
+    manifest = yaml.safe_load((run_dir / "run.json").read_text())  # JSON is YAML
+    assert "orchestrator.sim.server" in manifest["hosts"]["decode"]["exec_start"]  # systemd's ExecStart argv
+    assert '"version": "sim-0.1"' in manifest["hosts"]["decode"]["server_info"]
 
 
 def test_systemd_dialect_edit_next_to_an_ignored_export_line_still_takes_effect(testbed: Testbed, tmp_path: Path, capsys):
