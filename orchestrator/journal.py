@@ -219,10 +219,11 @@ def trial_statuses(path: Path) -> TrialStatuses:
     interrupted: set[int] = set()
     with _reading(path) as handle:
         end, torn = _body_end(handle)
-        for number, _, line in _lines(path, handle, end):
-            head = _status_of(path, number, line)
-            if head is not None:
-                (interrupted if head[1] == "interrupted" else finished).add(head[0])
+        for first, lines in _blocks(path, handle, end):  # a loop per line, not a generator
+            for number, line in enumerate(lines, start=first):
+                head = _status_of(path, number, line)
+                if head is not None:
+                    (interrupted if head[1] == "interrupted" else finished).add(head[0])
     return TrialStatuses(finished=frozenset(finished), interrupted=frozenset(interrupted - finished),
                          torn_tail=torn)
 
@@ -413,25 +414,32 @@ def _is_json(line: bytes) -> bool:
     return True
 
 
-def _lines(path: Path, handle: BinaryIO, end: int) -> Iterator[tuple[int, int, bytes]]:
-    """(line number, byte offset, line) of each non-blank line in the first `end` bytes, which
-    end with a newline (the torn tail is cut off before)."""
+def _blocks(path: Path, handle: BinaryIO, end: int) -> Iterator[tuple[int, list[bytes]]]:
+    """The lines of the first `end` bytes (which end with a newline: the torn tail is cut off
+    before), a block at a time: (number of the block's first line, its lines, blank or not)."""
     handle.seek(0)
-    number, offset, pending, remaining = 0, 0, b"", end
+    number, pending, remaining = 1, b"", end
     while remaining > 0:
         block = handle.read(min(_BLOCK, remaining))
         if not block:
             raise JournalError(f"{path}: the journal shrank while it was read (read it again)")
         remaining -= len(block)
-        pieces = (pending + block).split(b"\n")
-        pending = pieces.pop()
-        for line in pieces:
-            number += 1
+        lines = (pending + block).split(b"\n")
+        pending = lines.pop()
+        yield number, lines
+        number += len(lines)
+    if pending:  # only if the file changed between the size check and the read
+        yield number, [pending]
+
+
+def _lines(path: Path, handle: BinaryIO, end: int) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, line) of each non-blank line in the first `end` bytes."""
+    offset = 0
+    for first, lines in _blocks(path, handle, end):
+        for number, line in enumerate(lines, start=first):
             if line.strip():
                 yield number, offset, line
             offset += len(line) + 1
-    if pending.strip():  # only if the file changed between the size check and the read
-        yield number + 1, offset, pending
 
 
 def _line_at(handle: BinaryIO, offset: int) -> bytes:
@@ -490,12 +498,14 @@ _REQUIRED_ROW = frozenset({"trial", "round", "cell", "levels", "status"})
 
 
 def _status_of(path: Path, number: int, line: bytes) -> tuple[int, TrialStatus] | None:
-    """(trial, status) of a trial line, None for an event line."""
+    """(trial, status) of a trial line, None for an event line or a blank one."""
     try:
         head = _HEAD.validate_json(line)
     except pydantic.ValidationError:
         head = None
     if head is None or not _fast_ok(head, _REQUIRED_HEAD):
+        if not line.strip():
+            return None
         record = _parse_line(path, number, line)  # the full parser: same answer or same error
         return (record.trial, record.status) if isinstance(record, TrialRecord) else None
     if head["type"] == "event":
