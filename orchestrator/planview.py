@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .plan import Plan, cell_env, make_plan
+from .redact import redact_value
 
 
 def human_duration(seconds: float) -> str:
@@ -54,7 +55,8 @@ def _cells_table(plan: Plan) -> Table:
         env = cell_env(plan.matrix, cell)
         diffs = []
         for role in env:
-            changed = [f"{var}={_show(value)}" for var, value in env[role].items()
+            changed = [f"{var}={_show(redact_value(var, value) if value is not None else None)}"
+                       for var, value in env[role].items()
                        if base_env.get(role, {}).get(var) != value]
             if changed:
                 diffs.append(f"{role}: " + " ".join(changed))

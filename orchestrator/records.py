@@ -118,7 +118,7 @@ class RunManifest(Frozen):
     description: str = ""
     orch_version: str
     matrix_path: str
-    matrix_text: str
+    matrix_text: str  # secret values masked (texts_redacted); the sha256 is of the original file
     matrix_sha256: str
     inventory_path: str
     inventory_text: str
@@ -132,6 +132,7 @@ class RunManifest(Frozen):
     metrics: dict[str, MetricKind]  # metric name -> kind (repro metrics and collectors)
     plan: list[PlannedTrial]
     hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
+    texts_redacted: bool = False  # matrix/inventory text had secret values masked
     started: str
     ended: str | None = None
     status: Literal["running", "completed", "failed", "interrupted"] = "running"

@@ -29,19 +29,7 @@ from . import stats
 from .journal import TrialRow, gc_paused
 from .records import Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 
-REDACTED = "••••"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD", re.IGNORECASE)
-_SECRET_WORD = r"[A-Za-z0-9_.-]*(?:TOKEN|KEY|SECRET|PASSWORD)[A-Za-z0-9_.-]*"
-# NAME=value, NAME: value, "NAME": "value" (JSON), only for secret-looking names (so an ordinary
-# assignment never swallows the text after it)
-_ASSIGNMENT = re.compile(
-    rf"(?P<name>{_SECRET_WORD})(?P<sep>[\"']?\s*[=:]\s*)"
-    r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s,;{}\[\]]+)",
-    re.IGNORECASE,
-)
-# --api-key VALUE (a CLI flag followed by its value)
-_FLAG_VALUE = re.compile(rf"(?P<name>--?{_SECRET_WORD})(?P<sep>\s+)(?P<value>[^\s-][^\s]*)",
-                         re.IGNORECASE)
+from .redact import REDACTED, SECRET_NAME, is_secret_name, redact_text  # noqa: F401 (re-exported)
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
 FAILURE_CAP = 500
 TRIAL_RATES_SHOWN = 12
@@ -210,6 +198,7 @@ class Provenance(Frozen):
     inventory_text: str
     inventory_sha256: str
     inventory_sha_ok: bool
+    texts_redacted: bool = False
     hosts: dict[str, dict[str, str]]
     trial_order: list[str]  # "trial round cell", plan order
 
@@ -1039,26 +1028,11 @@ def safe_href(path: str) -> str | None:
 # ----------------------------------------------------------------------------- redaction
 
 
-def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
-
-
 def redact_env(env: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
     return {
         role: {k: (REDACTED if is_secret_name(k) else v) for k, v in variables.items()}
         for role, variables in env.items()
     }
-
-
-def redact_text(text: str) -> str:
-    """Mask values assigned to secret-looking names in free text (YAML, env lines, commands)."""
-
-    def mask(match: re.Match[str]) -> str:
-        if not is_secret_name(match.group("name")):
-            return match.group(0)
-        return f"{match.group('name')}{match.group('sep')}{REDACTED}"
-
-    return _FLAG_VALUE.sub(mask, _ASSIGNMENT.sub(mask, text))
 
 
 def redacted_json(record: TrialRecord) -> str:
@@ -1083,11 +1057,12 @@ def _provenance(manifest: RunManifest) -> Provenance:
         matrix_path=manifest.matrix_path,
         matrix_text=redact_text(manifest.matrix_text),
         matrix_sha256=manifest.matrix_sha256,
-        matrix_sha_ok=_sha256(manifest.matrix_text) == manifest.matrix_sha256,
+        matrix_sha_ok=manifest.texts_redacted or _sha256(manifest.matrix_text) == manifest.matrix_sha256,
         inventory_path=manifest.inventory_path,
         inventory_text=redact_text(manifest.inventory_text),
         inventory_sha256=manifest.inventory_sha256,
-        inventory_sha_ok=_sha256(manifest.inventory_text) == manifest.inventory_sha256,
+        inventory_sha_ok=manifest.texts_redacted or _sha256(manifest.inventory_text) == manifest.inventory_sha256,
+        texts_redacted=manifest.texts_redacted,
         hosts={role: {k: (REDACTED if is_secret_name(k) else v) for k, v in d.items()}
                for role, d in manifest.hosts.items()},
         trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],

@@ -37,6 +37,7 @@ from .journal import Journal, JournalError
 from .lock import TestbedLock
 from .plan import Plan, Step, restart_order
 from .records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
+from .redact import redact_value
 from .workload import extract_metrics, run_command
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ RUN_DIR_HINTS = {
     errno.ENOTDIR: "a parent of this path is a file, not a directory",
     errno.EIO: "the disk reported an I/O error",
 }
-SECRET_HINT = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.I)
 
 
 def now_iso() -> str:
@@ -673,8 +673,7 @@ def _env_mismatch(h: HostHandle, unit: str, assignments: dict[str, str | None]) 
     return None
 
 
-def _redact(var: str, value: str) -> str:
-    return "••••" if SECRET_HINT.search(var) else value
+_redact = redact_value
 
 
 def redact_env(env: dict[str, dict[str, str | None]]) -> dict[str, dict[str, str]]:

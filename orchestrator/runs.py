@@ -15,6 +15,7 @@ from .config import Inventory, Matrix
 from .errors import ConfigError, UsageError
 from .journal import write_json_atomic
 from .plan import Plan
+from .redact import redact_text
 from .records import PlannedTrial, RunManifest
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -41,9 +42,10 @@ def make_manifest(plan: Plan, inventory: Inventory, run_id: str, started: str) -
     metrics = {s.name: s.kind for s in m.repro.metrics} | {c.name: "number" for c in m.collect}
     return RunManifest(
         run_id=run_id, name=m.name, description=m.description, orch_version=__version__,
-        matrix_path=m.path, matrix_text=m.text, matrix_sha256=m.sha256,
-        inventory_path=inventory.path, inventory_text=inventory.text,
-        inventory_sha256=inventory.sha256, testbed=plan.testbed.name, seed=plan.seed,
+        matrix_path=m.path, matrix_text=redact_text(m.text), matrix_sha256=m.sha256,
+        inventory_path=inventory.path, inventory_text=redact_text(inventory.text),
+        inventory_sha256=inventory.sha256,
+        texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text, testbed=plan.testbed.name, seed=plan.seed,
         order=m.order, replicates=plan.replicates,
         factors={f.name: list(f.level_names) for f in m.factors}, baseline=dict(m.baseline),
         metrics=metrics,  # type: ignore[arg-type]

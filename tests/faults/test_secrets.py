@@ -45,9 +45,6 @@ def test_secret_values_are_redacted_in_journal_report_and_output(bed: SimBed, ca
     assert_clean(bed)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="run.json keeps the raw matrix text (runs.make_manifest) and `orch serve` serves "
-                          "run.json; redacting it needs report.py's matrix_sha_ok check to change too")
 def test_secret_values_are_not_in_the_run_manifest(bed: SimBed) -> None:
     from orchestrator.config import read_inventory, read_matrix
     from orchestrator.plan import make_plan
@@ -59,8 +56,6 @@ def test_secret_values_are_not_in_the_run_manifest(bed: SimBed) -> None:
     assert not leaks(manifest.model_dump_json())
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="planview._show prints env values unredacted in `orch plan` / --dry-run")
 def test_secret_values_are_not_in_the_plan_output(bed: SimBed, capsys) -> None:
     bed.write_matrix(matrix_yaml(replicates=1, extra_factor=SECRETS))
     done = run_cli(["plan", str(bed.matrix), "-i", str(bed.inventory)], capsys)
