@@ -352,3 +352,14 @@ def test_gc_paused_restores_the_collector_as_it_was() -> None:
         assert not gc.isenabled()  # someone else's choice is kept
     finally:
         gc.enable()
+
+
+def test_fast_schema_follows_the_records_it_reads() -> None:
+    """The fast readers restate a few types of records.py; they must not drift apart."""
+    from typing import get_args
+
+    assert get_args(journal_mod._FailureKind) == get_args(Failure.model_fields["kind"].annotation)
+    assert TrialRecord.model_fields["attempt"].default == 1  # the fast readers' default
+    read = set(journal_mod._RowFields.__annotations__) - {"type", "schema_version", "failure", "metrics"}
+    assert read <= set(TrialRecord.model_fields)
+    assert set(journal_mod._MetricFields.__annotations__) <= set(MetricValue.model_fields)
