@@ -59,8 +59,12 @@ class SweepOutcome:
                      for s, f in zip(self.adaptive_states, self.fixed_different, strict=True))
 
 
+BASELINE_RUNS = [1]  # baseline trials per round in the adaptive design (--baseline-runs)
+
+
 def draw(rng: np.random.Generator, base: float, cells: Sequence[float]) -> np.ndarray:
-    """Event counts [arm, round] for the baseline (arm 0) and every cell, all rounds at once."""
+    """Event counts [arm, round] for the baseline (arm 0) and every cell, all rounds at once.
+    The baseline's count is per trial; extra baseline trials of a round come from extra_draw."""
     rates = np.array([base, *cells])
     return rng.binomial(SESSIONS, rates[:, None], size=(rates.size, ROUNDS))
 
@@ -84,19 +88,23 @@ def adaptive_design(counts: np.ndarray, policy: SequentialPolicy) -> tuple[tuple
         if not open_cells:
             break
         baseline_rounds = r
-        base = [(int(k), SESSIONS) for k in counts[0, :r]]
+        base = [(int(k), SESSIONS * BASELINE_RUNS[0]) for k in counts[0, :r]]
         for c in open_cells:
             cell = [(int(k), SESSIONS) for k in counts[c + 1, :r]]
             decision = decide(policy, cell, base)
             if decision.state != "continue":
                 states[c], stopped[c] = decision.state, r
-    return tuple(states), SESSIONS * (baseline_rounds + sum(stopped))
+    return tuple(states), SESSIONS * (BASELINE_RUNS[0] * baseline_rounds + sum(stopped))
 
 
 def sweep(rng: np.random.Generator, base: float, cells: Sequence[float],
           policy: SequentialPolicy) -> SweepOutcome:
     counts = draw(rng, base, cells)
-    states, sessions = adaptive_design(counts, policy)
+    adaptive_counts = counts.copy()
+    if BASELINE_RUNS[0] > 1:  # the adaptive design's baseline runs more sessions per round
+        extra = rng.binomial(SESSIONS * (BASELINE_RUNS[0] - 1), base, size=ROUNDS)
+        adaptive_counts[0] = counts[0] + extra
+    states, sessions = adaptive_design(adaptive_counts, policy)
     return SweepOutcome(
         fixed_different=fixed_design(counts),
         adaptive_states=states,
@@ -148,7 +156,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline-runs", type=int, default=1,
+                        help="baseline trials per round in the adaptive design (matrix adaptive.baseline_runs)")
     args = parser.parse_args()
+    BASELINE_RUNS[0] = args.baseline_runs
     cells = len(CELL_RATES)
     print(f"{SESSIONS} sessions a round, max {ROUNDS} rounds (fixed design: {SESSIONS * ROUNDS} "
           f"sessions per cell, Fisher + Holm at {ALPHA}); {args.sweeps} simulated sweeps per line")

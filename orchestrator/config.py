@@ -74,7 +74,7 @@ class AdaptiveShape(_Shape):
     alpha: float = Field(default=0.05, gt=0, lt=1)
     power: float = Field(default=0.8, gt=0, lt=1)
     min_rounds: int = Field(default=1, ge=1)
-    baseline_runs: int = Field(default=2, ge=1, le=10)  # baseline trials per round (more events, sooner)
+    baseline_runs: int = Field(default=1, ge=1, le=10)  # baseline trials per round (more baseline events per round)
 
 
 class MatrixShape(_Shape):
