@@ -165,6 +165,8 @@ class Runner:
             self._run_trials(done, result)
         except (KeyboardInterrupt, Interrupted):
             result.interrupted = True
+            self.progress.note("interrupted: restoring the hosts before exiting "
+                               "(Ctrl-C again skips the host being restored)")
             self._event_quietly("run_interrupted", "interrupted by the user or a signal")
         except OrchError as exc:
             failed_on = exc
