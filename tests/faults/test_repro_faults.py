@@ -13,7 +13,7 @@ from orchestrator.records import TrialRecord
 from orchestrator.render import load_manifest, load_trials
 from orchestrator.report import build_report
 
-from .helpers import (PYTHON, SimBed, assert_clean, assert_no_traceback, by_trial, matrix_yaml,
+from .helpers import (SimBed, assert_clean, assert_no_traceback, by_trial, matrix_yaml,
                       pid_running, run_cli, section)
 
 pytestmark = pytest.mark.sim

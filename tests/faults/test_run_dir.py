@@ -9,7 +9,6 @@ import errno
 import os
 import subprocess
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
