@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .config import Inventory, Matrix, read_inventory, read_matrix
-from .journal import read_journal, repair_torn_tail
+from .journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
 from .deployment import Deployment, connect, preflight
 from .errors import OrchError, PreflightError, UsageError
 from .plan import Plan, make_plan
@@ -76,13 +76,12 @@ def notify_webhooks(args: argparse.Namespace, run_dir: Path, err: Console) -> No
 def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Console, err: Console,
             args: argparse.Namespace | None = None) -> int:
     """Record the run's end in the manifest, write the report and index, pick the exit code."""
-    trials = _final_trials(run_dir)
-    failed = sum(t.status == "failed" for t in trials)
+    finished, failed = _final_counts(run_dir)
     status = "interrupted" if result.interrupted else ("failed" if failed else "completed")
     hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
     save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status, "hosts": hosts}))
     report = _write_report(run_dir, err)
-    out.print(f"{len(trials) - failed} trials completed, {failed} failed"
+    out.print(f"{finished - failed} trials completed, {failed} failed"
               + (" (interrupted)" if result.interrupted else ""), markup=False)
     if result.not_restored:
         out.print(f"NOT restored: {', '.join(result.not_restored)}; finish with: orch restore {run_dir}",
@@ -96,6 +95,16 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, out: Consol
     if result.interrupted:
         return 130
     return 1 if failed or result.not_restored else 0
+
+
+def _final_counts(run_dir: Path) -> tuple[int, int]:
+    """(finished trials, failed among them), by each trial's last finished record; fast on big
+    journals (compact rows, not full records)."""
+    last: dict[int, str] = {}
+    for row in read_trial_rows(run_dir / "journal.jsonl").rows:
+        if row.status in ("completed", "failed"):
+            last[row.trial] = row.status
+    return len(last), sum(status == "failed" for status in last.values())
 
 
 def _final_trials(run_dir: Path) -> list[TrialRecord]:
@@ -122,8 +131,8 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
     journal = run_dir / "journal.jsonl"
     if journal.exists() and repair_torn_tail(journal):
         err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
-    prior = _final_trials(run_dir) if journal.exists() else []
-    done = {t.trial for t in prior}
+    done = set(trial_statuses(journal).finished) if journal.exists() else set()
+    prior = _final_trials(run_dir) if journal.exists() and matrix.adaptive else []  # adaptive rebuilds its counts
     if len(done) == len(plan.steps):
         out.print(f"{run_dir}: all {len(done)} trials are already done", markup=False)
     err.print(f"resuming {manifest.run_id}: {len(plan.steps) - len(done)} of {len(plan.steps)} trials left",
