@@ -23,17 +23,19 @@ from markupsafe import Markup
 
 from . import charts
 from .errors import ConfigError, UsageError
-from .journal import JournalError, gc_paused, read_journal, read_records_at, read_trial_rows
-from .records import RunManifest, TrialRecord
+from .journal import JournalError, gc_paused, iter_records, read_journal, read_records_at, read_trial_rows
+from .records import EventRecord, RunManifest, TrialRecord
 from .report import (
     DRILLDOWN_CAP,
     Report,
+    adaptive_findings,
     build_report_from_rows,
     fmt_num,
     fmt_p,
     fmt_pct,
     fmt_pts,
     fmt_rate,
+    testbed_findings,
 )
 
 TRIAL_ORDER_SHOWN = 2000
@@ -149,8 +151,22 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
         if not path.exists():
             return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap)
         scan = read_trial_rows(path)
-        return build_report_from_rows(manifest, scan.rows, lambda rows: read_records_at(path, rows),
-                                      torn_tail=scan.torn_tail, drilldown_cap=drilldown_cap)
+        report = build_report_from_rows(manifest, scan.rows, lambda rows: read_records_at(path, rows),
+                                        torn_tail=scan.torn_tail, drilldown_cap=drilldown_cap)
+        return _with_run_facts(report, manifest, path)
+
+
+def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:
+    """Adaptive decisions and testbed agreement: only runs that have them pay for the scan."""
+    parallel = "," in manifest.testbed
+    adaptive = "adaptive:" in manifest.matrix_text
+    if not (parallel or adaptive):
+        return report
+    records = list(iter_records(path))
+    trials = [r for r in records if isinstance(r, TrialRecord)]
+    events = [r for r in records if isinstance(r, EventRecord)]
+    extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric) if parallel else [])
+    return report.model_copy(update={"headline": [*report.headline, *extra]}) if extra else report
 
 
 def load_manifest(run_dir: Path) -> RunManifest:

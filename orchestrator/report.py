@@ -27,7 +27,7 @@ import pandas as pd
 
 from . import stats
 from .journal import TrialRow, gc_paused
-from .records import Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
+from .records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 
 from .redact import REDACTED, SECRET_NAME, is_secret_name, redact_text  # noqa: F401 (re-exported)
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
@@ -1071,3 +1071,51 @@ def _provenance(manifest: RunManifest) -> Provenance:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------- run-level facts
+# Facts that need more than the trial rows: adaptive decisions (journal events) and whether
+# parallel testbeds agree (each trial's testbed). Added to the headline as plain sentences.
+
+
+def adaptive_findings(events: Sequence[EventRecord]) -> list[Finding]:
+    """One sentence per cell an adaptive sweep stopped early, with the decision's own numbers."""
+    decided: dict[str, EventRecord] = {}
+    for e in events:
+        if e.event == "cell_decided" and e.cell:
+            decided.setdefault(e.cell, e)  # a resume repeats the same decision: keep the first
+    return [Finding(kind="info", text=f"Adaptive stopping: {cell} ran no more trials after its comparison "
+                                      f"with the baseline was decided ({e.state}): {e.message}")
+            for cell, e in decided.items()]
+
+
+def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:
+    """Do parallel testbeds agree? Per cell, a chi-square test of one rate across testbeds,
+    Holm-adjusted over the cells; a difference means the testbeds are not interchangeable."""
+    if metric is None:
+        return []
+    pooled: dict[str, dict[str, list[int]]] = {}
+    for t in trials:
+        m = t.metrics.get(metric)
+        if t.status != "completed" or m is None or m.n is None:
+            continue
+        kn = pooled.setdefault(t.cell, {}).setdefault(t.testbed, [0, 0])
+        kn[0] += m.k or 0
+        kn[1] += m.n
+    testbeds = sorted({tb for by_tb in pooled.values() for tb in by_tb})
+    if len(testbeds) < 2:
+        return []
+    cells = [c for c, by_tb in pooled.items() if len(by_tb) > 1]
+    if not cells:
+        return [Finding(kind="caution", text=f"Testbeds {', '.join(testbeds)} never ran the same cell: "
+                                             "whether they differ cannot be checked.")]
+    raw = [stats.heterogeneity([tuple(kn) for kn in pooled[c].values()]) for c in cells]  # type: ignore[misc]
+    adjusted = stats.holm(raw)
+    differ = [(c, p) for c, p in zip(cells, adjusted) if p < stats.ALPHA]
+    if not differ:
+        return [Finding(kind="info", text=f"Testbeds {', '.join(testbeds)} agree: no cell's {metric} differs "
+                                          f"between them (smallest Holm-adjusted p = {min(adjusted):.2g}, "
+                                          f"{len(cells)} cells run on several testbeds).")]
+    return [Finding(kind="caution", text=f"Testbeds differ in {c}: " + ", ".join(
+        f"{tb} {kn[0]}/{kn[1]}" for tb, kn in sorted(pooled[c].items())) + f" (p={p:.2g}, Holm); "
+        "treat its pooled numbers with care.") for c, p in differ]

@@ -101,3 +101,23 @@ def test_adaptive_needs_a_proportion_metric_and_rounds(tmp_path):
         plan_of(tmp_path, MATRIX.replace("metric: corruption", "metric: wall"))
     with pytest.raises(ConfigError, match="adaptive stopping needs replicates >= 2"):
         plan_of(tmp_path, MATRIX.replace("replicates: 8", "replicates: 1"))
+
+
+def test_report_sentences_for_decisions_and_testbeds():
+    from orchestrator.records import EventRecord
+    from orchestrator.report import adaptive_findings, testbed_findings
+
+    events = [EventRecord(run_id="r", event="cell_decided", at="t", cell="overlap=off", state="different",
+                          message="stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 7/30 decided different")]
+    [finding] = adaptive_findings(events * 2)  # a resume repeats a decision: said once
+    assert "overlap=off ran no more trials" in finding.text and "0/30 vs baseline 7/30" in finding.text
+
+    def rec(tb: str, k: int, i: int) -> TrialRecord:
+        return TrialRecord(run_id="r", trial=i, round=0, cell="c=a", levels={"c": "a"}, testbed=tb,
+                           status="completed", started="x", ended="y", duration_s=1.0,
+                           metrics={"corruption": MetricValue(kind="proportion", k=k, n=40)})
+    same = testbed_findings([rec("tb1", 6, 0), rec("tb2", 5, 1)], "corruption")
+    assert same[0].kind == "info" and "agree" in same[0].text
+    differ = testbed_findings([rec("tb1", 20, 0), rec("tb2", 0, 1)], "corruption")
+    assert differ[0].kind == "caution" and "tb1 20/40, tb2 0/40" in differ[0].text
+    assert testbed_findings([rec("tb1", 1, 0)], "corruption") == []  # one testbed: nothing to say

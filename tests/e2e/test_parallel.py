@@ -141,3 +141,12 @@ def test_ctrl_c_stops_every_testbed_and_resume_finishes(tmp_path):
     assert sorted(t.trial for t in final) == list(range(12))  # nothing lost, nothing twice
     assert env_bytes(tmp_path) == before
     assert not any(port_open(p) for p in ports)
+
+
+def test_report_says_whether_testbeds_agree(tmp_path, capsys):
+    inv, _ = inventory(tmp_path, ["tb1", "tb2"])
+    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "-t", "tb1,tb2", "--out", str(tmp_path / "reports"),
+                 "--run-id", "agree", "--seed", "3"])
+    assert code == 0, capsys.readouterr().err
+    html = (tmp_path / "reports" / "agree" / "index.html").read_text()
+    assert "Testbeds tb1, tb2 agree" in html or "Testbeds differ in" in html
