@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import ConfigError
+from .redact import declare as declare_secrets
 from .yamlsrc import PathKey, SourceMap, dotted, load_yaml
 
 Dialect = Literal["systemd", "shell"]
@@ -89,6 +90,7 @@ class MatrixShape(_Shape):
     order: Literal["randomized", "sequential", "min-restarts"] = "randomized"
     seed: int | None = None
     booleans: tuple[str, str] = ("1", "0")
+    secrets: list[str] = []  # variable names to redact everywhere, beyond *TOKEN*, *KEY*, ...
     health_timeouts: dict[str, float] = {}
     repro: ReproShape
     collect: dict[str, CollectShape] = {}
@@ -522,6 +524,9 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
     include = tuple(_build_selector(sel, by_name, source, ("include", i), full=True)
                     for i, sel in enumerate(shape.include))
     partial = _build_selector(shape.baseline, by_name, source, ("baseline",), full=False)
+    for i, name in enumerate(shape.secrets):
+        _env_name(name, source, ("secrets", i))
+    declare_secrets(shape.secrets)  # before anything is printed or written
     baseline = {f.name: partial.get(f.name, f.levels[0].name) for f in factors}
     return Matrix(
         name=shape.name, description=shape.description, factors=factors, zips=zips,

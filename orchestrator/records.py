@@ -133,6 +133,7 @@ class RunManifest(Frozen):
     plan: list[PlannedTrial]
     hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
+    secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix
     started: str
     ended: str | None = None
     status: Literal["running", "completed", "failed", "interrupted"] = "running"

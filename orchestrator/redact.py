@@ -8,6 +8,7 @@ A variable is secret when its name contains TOKEN, KEY, SECRET, PASSWORD, PASSWD
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 REDACTED = "••••"
 _WORDS = r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL"
@@ -24,8 +25,17 @@ _ASSIGNMENT = re.compile(
 _FLAG_VALUE = re.compile(rf"(?P<name>--?{_SECRET_WORD})(?P<sep>\s+)(?P<value>[^\s-][^\s]*)", re.IGNORECASE)
 
 
+_DECLARED: set[str] = set()  # names a matrix declares secret (`secrets: [HF_HUB_AUTH]`)
+
+
+def declare(names: "Iterable[str]") -> None:
+    """Treat these variable names as secret too, for the rest of this process (a matrix's
+    `secrets:` list, or the list a run's manifest recorded when its report is re-rendered)."""
+    _DECLARED.update(names)
+
+
 def is_secret_name(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
+    return bool(SECRET_NAME.search(name)) or name in _DECLARED
 
 
 def redact_value(name: str, value: str) -> str:
@@ -40,4 +50,13 @@ def redact_text(text: str) -> str:
             return match.group(0)
         return f"{match.group('name')}{match.group('sep')}{REDACTED}"
 
-    return _FLAG_VALUE.sub(mask, _ASSIGNMENT.sub(mask, text))
+    text = _FLAG_VALUE.sub(mask, _ASSIGNMENT.sub(mask, text))
+    for name in sorted(_DECLARED):  # declared names need not look secret: mask their assignments
+        declared = re.compile(rf"(?P<name>\b{re.escape(name)}\b)(?P<sep>[\"']?\s*[=:]\s*)"
+                              r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s,;{}\[\]]+)")
+        text = declared.sub(lambda m: f"{m.group('name')}{m.group('sep')}{REDACTED}", text)
+    return text
+
+
+def declared_names() -> frozenset[str]:
+    return frozenset(_DECLARED)

@@ -25,6 +25,7 @@ from . import charts
 from .errors import ConfigError, UsageError
 from .journal import JournalError, gc_paused, iter_records, read_journal, read_records_at, read_trial_rows
 from .records import EventRecord, RunManifest, TrialRecord
+from .redact import declare as declare_secrets
 from .report import (
     DRILLDOWN_CAP,
     Report,
@@ -174,7 +175,9 @@ def load_manifest(run_dir: Path) -> RunManifest:
     if not path.is_file():
         raise UsageError(f"{run_dir}: not a run directory", hint="it has no run.json")
     try:
-        return RunManifest.model_validate_json(path.read_bytes())
+        manifest = RunManifest.model_validate_json(path.read_bytes())
+        declare_secrets(manifest.secret_names)  # the matrix's declared secrets, for this rendering
+        return manifest
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -15,7 +15,7 @@ from .config import Inventory, Matrix
 from .errors import ConfigError, UsageError
 from .journal import write_json_atomic
 from .plan import Plan
-from .redact import redact_text
+from .redact import declared_names, redact_text
 from .records import PlannedTrial, RunManifest
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -45,7 +45,8 @@ def make_manifest(plan: Plan, inventory: Inventory, run_id: str, started: str) -
         matrix_path=m.path, matrix_text=redact_text(m.text), matrix_sha256=m.sha256,
         inventory_path=inventory.path, inventory_text=redact_text(inventory.text),
         inventory_sha256=inventory.sha256,
-        texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text, testbed=plan.testbed.name, seed=plan.seed,
+        texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text,
+        secret_names=sorted(declared_names()), testbed=plan.testbed.name, seed=plan.seed,
         order=m.order, replicates=plan.replicates,
         factors={f.name: list(f.level_names) for f in m.factors}, baseline=dict(m.baseline),
         metrics=metrics,  # type: ignore[arg-type]

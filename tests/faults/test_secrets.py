@@ -61,3 +61,30 @@ def test_secret_values_are_not_in_the_plan_output(bed: SimBed, capsys) -> None:
     done = run_cli(["plan", str(bed.matrix), "-i", str(bed.inventory)], capsys)
     assert done.code == 0, done.output
     assert not leaks(done.output)
+
+
+DECLARED_VALUE = "hub-auth-9c1e-SHOULD-NOT-LEAK"
+DECLARED = f"""\
+  hub:
+    levels:
+      a: {{decode: {{HF_HUB_AUTH: "{DECLARED_VALUE}"}}}}
+      b: {{decode: {{HF_HUB_AUTH: "other-{DECLARED_VALUE}"}}}}
+"""
+
+
+def test_declared_secret_names_are_redacted_too(bed: SimBed, capsys) -> None:
+    """HF_HUB_AUTH does not look secret by its name; the matrix says `secrets: [HF_HUB_AUTH]`."""
+    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=DECLARED,
+                                 extra="exclude:\n  - {cuda_graph: off}\nsecrets: [HF_HUB_AUTH]\n"))
+    done = run_cli(bed.run_args("declared"), capsys)
+    assert done.code == 0, done.output
+    run_dir = bed.run_dir("declared")
+    trials = by_trial(run_dir)
+    assert {t.env["decode"]["HF_HUB_AUTH"] for t in trials.values()} == {"••••"}
+    plan = run_cli(["plan", str(bed.matrix), "-i", str(bed.inventory)], capsys)
+    for text in (done.output, plan.output, (run_dir / "journal.jsonl").read_text(),
+                 (run_dir / "index.html").read_text(), (run_dir / "run.json").read_text()):
+        assert DECLARED_VALUE not in text
+    rerendered = run_cli(["report", str(run_dir)], capsys)  # a later `orch report` keeps the mask
+    assert rerendered.code == 0 and DECLARED_VALUE not in (run_dir / "index.html").read_text()
+    assert_clean(bed)
