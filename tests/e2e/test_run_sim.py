@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import textwrap
 from pathlib import Path
 
@@ -19,24 +18,9 @@ from orchestrator.cli import main
 from orchestrator.journal import read_journal
 from orchestrator.records import TrialRecord
 from orchestrator.stats import wilson_interval
+from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 pytestmark = pytest.mark.sim
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 ENV_FILES = {

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from orchestrator.journal import read_journal
 from orchestrator.records import RunManifest, TrialRecord
+from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 PYTHON = sys.executable
 ROLES = ("prefill", "decode", "router")
@@ -65,22 +65,6 @@ def matrix_yaml(*, name: str = "faults", replicates: int = 2, extra_factor: str 
           command: {json.dumps(command)}
           timeout: {timeout}
         """) + METRICS + extra
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def pid_running(pid: int) -> bool:

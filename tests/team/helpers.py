@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,22 +23,6 @@ ENV_FILES = {
     "decode.env": "# decode\r\nSIM_WARMUP_S=0.1\r\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=\"\"",
     "router.env": "SIM_WARMUP_S=0.1\n",
 }
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
 
 
 @dataclass(frozen=True)
