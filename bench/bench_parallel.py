@@ -89,8 +89,8 @@ def sweep(root: Path, testbeds: str, run_id: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testbeds", type=int, default=4)
-    ap.add_argument("--trials", type=int, default=16)
-    ap.add_argument("--warmup", type=float, default=1.0, help="server warm-up per restart, seconds")
+    ap.add_argument("--trials", type=int, default=32)
+    ap.add_argument("--warmup", type=float, default=3.0, help="server warm-up per restart, seconds (real servers: 30 s to 50 min)")
     ap.add_argument("--sessions", type=int, default=10)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="orch-bench-par-") as tmp:
