@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser.test_report_browser import CHROMIUM, IN_CI, DevTools, _eval, _open, _problems, _requests, _visible
+from browser.test_report_browser import DevTools, _eval, _open, _problems, _requests, _visible
+from browser.test_report_browser import browser  # noqa: F401 - the same Chromium fixture
 from report_synth import synthetic_run, write_run
 
 from orchestrator.livestatus import LiveStatus
@@ -49,19 +50,6 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[DevTools]:
-    if not Path(CHROMIUM).exists():
-        if IN_CI:
-            pytest.fail(f"chromium not found at {CHROMIUM} (CI must run the browser tests)")
-        pytest.skip("chromium not installed")
-    tools = DevTools(CHROMIUM, tmp_path / "profile", tmp_path / "chromium.log")
-    try:
-        yield tools
-    finally:
-        tools.close()
 
 
 def test_status_page_in_chromium(served: tuple[str, Path], browser: DevTools, tmp_path: Path) -> None:
