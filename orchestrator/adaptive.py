@@ -10,7 +10,6 @@ from the journal, so it reaches the same decisions.
 
 from __future__ import annotations
 
-import threading
 from typing import Callable, Sequence
 
 from .config import Matrix

@@ -18,14 +18,12 @@ import tempfile
 from pathlib import Path
 
 import jinja2
-import pydantic
 from markupsafe import Markup
 
 from . import charts
-from .errors import ConfigError, UsageError
 from .journal import JournalError, gc_paused, iter_records, read_journal, read_records_at, read_trial_rows
 from .records import EventRecord, RunManifest, TrialRecord
-from .redact import declare as declare_secrets
+from .runs import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
 from .report import (
     DRILLDOWN_CAP,
     Report,
@@ -168,23 +166,6 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
     events = [r for r in records if isinstance(r, EventRecord)]
     extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric) if parallel else [])
     return report.model_copy(update={"headline": [*report.headline, *extra]}) if extra else report
-
-
-def load_manifest(run_dir: Path) -> RunManifest:
-    path = run_dir / "run.json"
-    if not path.is_file():
-        raise UsageError(f"{run_dir}: not a run directory", hint="it has no run.json")
-    try:
-        manifest = RunManifest.model_validate_json(path.read_bytes())
-        declare_secrets(manifest.secret_names)  # the matrix's declared secrets, for this rendering
-        return manifest
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"invalid run manifest: {first['msg']}", file=str(path), path=where,
-                          hint="was it written by another orch version?") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from exc
 
 
 def load_trials(run_dir: Path) -> tuple[list[TrialRecord], bool]:

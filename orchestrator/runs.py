@@ -10,12 +10,14 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pydantic
+
 from . import __version__
-from .config import Inventory, Matrix
+from .config import Inventory
 from .errors import ConfigError, UsageError
 from .journal import write_json_atomic
 from .plan import Plan
-from .redact import declared_names, redact_text
+from .redact import declare as declare_secrets, declared_names, redact_text
 from .records import PlannedTrial, RunManifest
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -67,22 +69,24 @@ def _describe_host(h) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def load_manifest(run_dir: Path) -> RunManifest:
+    """A run's manifest. Its declared secret names are redacted from then on in this process,
+    whichever command loaded it (report, export, resume, restore, serve)."""
     path = run_dir / "run.json"
+    if not path.is_file():
+        raise UsageError(f"{run_dir}: not a run directory (no run.json)",
+                         hint="pass the folder `orch run` printed, e.g. reports/<run-id>")
     try:
-        return RunManifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{run_dir}: not a run directory (no run.json)") from None
-    except ValueError as exc:
-        raise ConfigError(f"unreadable run manifest: {exc}".splitlines()[0], file=str(path)) from None
+        manifest = RunManifest.model_validate_json(path.read_bytes())
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"invalid run manifest: {first['msg']}", file=str(path), path=where,
+                          hint="was it written by another orch version?") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
+    declare_secrets(manifest.secret_names)
+    return manifest
 
 
 def save_manifest(run_dir: Path, manifest: RunManifest) -> None:
     write_json_atomic(run_dir / "run.json", manifest)
-
-
-def matrix_display(path: Path) -> str:
-    """Paths in messages as the user typed them, relative where possible."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

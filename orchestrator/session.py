@@ -120,7 +120,7 @@ def _final_trials(run_dir: Path) -> list[TrialRecord]:
 def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Console) -> int:
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
-    manifest = _load_run(run_dir)
+    manifest = load_manifest(run_dir)
     matrix = _matrix_of(manifest)
     inventory = _inventory_of(manifest)
     testbeds = [inventory.testbed(name) for name in manifest.testbed.split(",")]
@@ -157,15 +157,6 @@ def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Conso
     finally:
         deployment.close()
     return _finish(run_dir, manifest, result, out, err, args)
-
-
-def _load_run(run_dir: Path) -> RunManifest:
-    """The run's manifest; any path that is not a run directory (a file, /etc, a typo) is one
-    clear usage error, whatever the OS error behind it would be."""
-    if not (run_dir / "run.json").is_file():
-        raise UsageError(f"{run_dir}: not a run directory (no run.json)",
-                         hint="pass the folder `orch run` printed, e.g. reports/<run-id>")
-    return load_manifest(run_dir)
 
 
 def _matrix_of(manifest: RunManifest) -> Matrix:
@@ -240,7 +231,7 @@ def _write_report(run_dir: Path, err: Console) -> Path | None:
 
 def restore_run(run_dir: Path, out: Console, err: Console, break_lock: bool = False) -> int:
     """Restore the hosts of a run whose controller died (kill -9, power cut)."""
-    manifest = _load_run(run_dir)
+    manifest = load_manifest(run_dir)
     inventory = _inventory_of(manifest)
     names = manifest.testbed.split(",")
     code = 0
