@@ -15,8 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple
 
 from .config import Matrix
 from .errors import ConfigError
@@ -31,10 +31,19 @@ class Cell:
     """One combination of levels, in the matrix's factor order."""
 
     levels: tuple[tuple[str, str], ...]  # ((factor, level), ...)
+    # derived once: a sweep looks cells up and names them for every one of its (up to 10^6) trials
+    id: str = field(init=False, compare=False, repr=False)
+    _hash: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def id(self) -> str:
-        return ",".join(f"{f}={lv}" for f, lv in self.levels)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", ",".join(f"{f}={lv}" for f, lv in self.levels))
+        object.__setattr__(self, "_hash", hash(self.levels))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Cell], tuple[tuple[tuple[str, str], ...]]]:
+        return Cell, (self.levels,)  # the cached hash of str is per process: rebuild it on unpickle
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.levels)
@@ -44,9 +53,11 @@ class Cell:
         return all(mine.get(f) == lv for f, lv in selector.items())
 
 
-@dataclass(frozen=True)
-class Trial:
-    index: int  # position in the run, 0-based
+class Trial(NamedTuple):
+    """One cell at one position of the run. A named tuple, not a frozen dataclass: a plan holds
+    one per trial (100,000s), and a tuple is immutable at a fraction of the cost to build."""
+
+    index: int  # position in the run, 0-based (shadows tuple.index, which nothing here uses)
     round: int  # replicate round
     cell: Cell
     is_baseline: bool
@@ -90,33 +101,96 @@ def baseline_cell(matrix: Matrix) -> Cell:
 RestartCost = Callable[[Cell, Cell], int]  # units restarted when going from one cell to another
 
 
+@dataclass(frozen=True)
+class Ordering:
+    """A sweep's order as positions: trial i runs pool[cells[i]] in replicate round rounds[i].
+    Positions, not objects: make_plan walks 100,000s of them, and ints are cheap to compare."""
+
+    pool: list[Cell]  # the cells (distinct), then the baseline if the cells lack it
+    baseline: int  # position of the baseline cell in pool
+    rounds: list[int]
+    cells: list[int]
+
+
 def order_trials(matrix: Matrix, cells: list[Cell], seed: int, replicates: int | None = None,
                  *, order: str | None = None, cost: RestartCost | None = None) -> list[Trial]:
+    """The trials of `order_positions`, as Trial values."""
+    o = order_positions(matrix, cells, seed, replicates, order=order, cost=cost)
+    return [Trial(i, r, o.pool[c], c == o.baseline) for i, (r, c) in enumerate(zip(o.rounds, o.cells))]
+
+
+def order_positions(matrix: Matrix, cells: list[Cell], seed: int, replicates: int | None = None,
+                    *, order: str | None = None, cost: RestartCost | None = None) -> Ordering:
     """Replicate rounds in the matrix's order; randomized rounds are seeded permutations;
-    min-restarts rounds are a greedy shortest path through the cells by restart cost."""
+    min-restarts rounds are a greedy shortest path through the cells by restart cost.
+
+    The order of a seed never changes between orch versions (a resumed run rebuilds its plan and
+    refuses to go on if it differs): round r is `random.Random(seed * 1_000_003 + r).shuffle`
+    of the declared cells (plus the extra adaptive baselines at the end)."""
     rounds = replicates if replicates is not None else matrix.replicates
     order = order or matrix.order
-    base = baseline_cell(matrix)
-    trials: list[Trial] = []
+    pool, base = _pool(matrix, cells)
     extra_baseline = (matrix.adaptive.baseline_runs - 1) if matrix.adaptive else 0
+    declared = list(range(len(cells))) + [base] * extra_baseline  # adaptive: more baseline sessions
+    greedy = order == "min-restarts" and len(declared) <= GREEDY_LIMIT
+    # beyond GREEDY_LIMIT cells the greedy path (quadratic) is too slow; the declared product
+    # order, which changes the first factor least often, is the fallback
+    step_cost = _index_cost(pool, cost or _roles_cost) if greedy else None
+    rng = random.Random()
+    swaps = _swaps(len(declared))
+    out = Ordering(pool, base, [], [])
+    here = base
     for r in range(rounds):
-        block = list(cells) + [base] * extra_baseline  # adaptive: more baseline sessions per round
+        block = list(declared)
         if order == "randomized":
-            random.Random(seed * 1_000_003 + r).shuffle(block)
-        elif order == "min-restarts" and len(block) <= GREEDY_LIMIT:
-            block = _fewest_restarts(block, trials[-1].cell if trials else base, cost or _roles_cost)
-        # beyond GREEDY_LIMIT cells the greedy path (quadratic) is too slow; the declared product
-        # order, which changes the first factor least often, is the fallback
-        start = len(trials)
-        trials.extend(Trial(start + i, r, c, c == base) for i, c in enumerate(block))
-    return trials
+            rng.seed(seed * 1_000_003 + r)  # the same state as random.Random(seed * 1_000_003 + r)
+            _shuffle(rng.getrandbits, block, swaps)
+        elif step_cost is not None:
+            block = _fewest_restarts(block, here, step_cost)
+        out.rounds.extend([r] * len(block))
+        out.cells.extend(block)
+        here = block[-1]
+    return out
 
 
-def _fewest_restarts(cells: list[Cell], start: Cell, cost: RestartCost) -> list[Cell]:
+def _swaps(n: int) -> list[tuple[int, int, int]]:
+    """(i, i + 1, bits of i + 1) for each step of a Fisher-Yates shuffle of n items."""
+    return [(i, i + 1, (i + 1).bit_length()) for i in range(n - 1, 0, -1)]
+
+
+def _shuffle(getrandbits: Callable[[int], int], block: list[int], swaps: list[tuple[int, int, int]]) -> None:
+    """random.Random.shuffle, spelled out: the same Fisher-Yates walk drawing each index by
+    rejection on getrandbits (CPython's algorithm since 3.2), so the same permutation for the
+    same seed (pinned by tests), at half the cost; and the order now rests only on the
+    Mersenne Twister's output, not on how a Python release implements shuffle."""
+    for i, bound, bits in swaps:
+        j = getrandbits(bits)
+        while j >= bound:
+            j = getrandbits(bits)
+        block[i], block[j] = block[j], block[i]
+
+
+def _pool(matrix: Matrix, cells: list[Cell]) -> tuple[list[Cell], int]:
+    """The cells and the baseline's position among them (appended if absent, which expand never
+    allows: then it only serves the extra adaptive baseline runs)."""
+    base = baseline_cell(matrix)
+    pool = list(cells)
+    try:
+        return pool, pool.index(base)
+    except ValueError:
+        return pool + [base], len(pool)
+
+
+def _index_cost(pool: list[Cell], cost: RestartCost) -> Callable[[int, int], int]:
+    return lambda a, b: cost(pool[a], pool[b])
+
+
+def _fewest_restarts(block: list[int], start: int, cost: Callable[[int, int], int]) -> list[int]:
     """Greedy nearest neighbour from `start`: always go to the cheapest remaining cell (ties in
     declared order). Not optimal in general, but within a small factor and linear per step;
-    for two-level factors it walks a Gray-code-like path."""
-    left, path, here = list(cells), [], start
+    for two-level factors it walks a Gray-code-like path. Cells are positions in the pool
+    (distinct cells, distinct positions)."""
+    left, path, here = list(block), [], start
     if start in left:
         left.remove(start)
         path.append(start)

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .config import EnvValue, Level, Matrix, Testbed, check_against_inventory
-from .matrix import Cell, Trial, baseline_cell, expand, order_trials
+from .journal import gc_paused
+from .matrix import Cell, Ordering, RestartCost, Trial, baseline_cell, expand, order_positions
 
 RoleEnv = dict[str, dict[str, EnvValue]]  # role -> VAR -> value (None = removed)
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
+    """One trial with what it needs. A named tuple (immutable, and cheap to build: a plan holds
+    one per trial, and `orch resume` rebuilds 100,000 of them before it may go on)."""
+
     trial: Trial
-    env: RoleEnv  # the cell's assignments per role
+    env: RoleEnv  # the cell's assignments per role (one dict per cell, shared by its trials)
     changed_roles: tuple[str, ...]  # roles whose env differs from the previous trial
     restart_units: tuple[tuple[str, str], ...]  # (role, unit) in restart order
     wait_roles: tuple[str, ...]  # roles whose health is awaited (restarted + dependants)
@@ -59,20 +63,70 @@ def make_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None, replica
     seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
     reps = replicates if replicates is not None else matrix.replicates
     cells = expand(matrix)
-    steps, previous = [], None
     index = {(f.name, lv.name): lv for f in matrix.factors for lv in f.levels}
     envs = {c: cell_env(matrix, c, index) for c in cells}
-    waves: dict[frozenset[str], tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...], float]] = {}
+    ordering = order_positions(matrix, cells, seed, reps, order=order, cost=_restart_cost(matrix, testbed, envs))
+    envs_at = [envs.get(c) or cell_env(matrix, c, index) for c in ordering.pool]
+    with gc_paused():  # 100,000s of tuples, no cycles: the collector would rescan them all, often
+        steps = _steps(matrix, testbed, ordering, envs_at)
+    return Plan(matrix, testbed, seed, reps, tuple(cells), steps)
+
+
+Wave = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...], float]  # a Step's restart fields
+
+
+def _steps(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[RoleEnv]) -> tuple[Step, ...]:
+    """One Step per trial. The restart wave is computed once per pair of consecutive cells (a
+    sweep repeats the same few transitions thousands of times) and once per set of changed roles."""
+    pool, base, n = ordering.pool, ordering.baseline, len(ordering.pool)
+    by_pair: dict[int, Wave] = {}  # (previous position + 1) * n + position -> wave
+    by_roles: dict[frozenset[str], Wave] = {}
+    steps: list[Step] = []
+    new = tuple.__new__  # a NamedTuple's own __new__ is a Python function: this builds the same value faster
+    previous = -1
+    for i, (r, c) in enumerate(zip(ordering.rounds, ordering.cells)):
+        key = (previous + 1) * n + c
+        wave = by_pair.get(key)
+        if wave is None:
+            before = envs[previous] if previous >= 0 else None
+            changed = frozenset(role for role in envs[c] if before is None or envs[c][role] != before.get(role))
+            wave = by_roles.get(changed) or by_roles.setdefault(changed, _wave(matrix, testbed, changed))
+            by_pair[key] = wave
+        steps.append(new(Step, (new(Trial, (i, r, pool[c], c == base)), envs[c], *wave)))
+        previous = c
+    return tuple(steps)
+
+
+def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
+    ordered = restart_order(testbed, set(changed))
+    units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
+    waits = tuple(restart_order(testbed, dependants(testbed, set(changed))))
+    startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
+    return tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s
+
+
+def _restart_cost(matrix: Matrix, testbed: Testbed, envs: dict[Cell, RoleEnv]) -> RestartCost:
+    """Units restarted going from cell a to cell b: those of every role whose env b sets
+    differently. Each cell's env per role is reduced to a small class number once, so the
+    min-restarts path (quadratic in cells per round) compares integers."""
+    roles = list(testbed.hosts)
+    units = [len(testbed.hosts[r].units) for r in roles]
+    classes: list[dict[frozenset[tuple[str, EnvValue]], int]] = [{} for _ in roles]
+    signatures: dict[Cell, tuple[int, ...]] = {}
+
+    def signature(cell: Cell) -> tuple[int, ...]:
+        sig = signatures.get(cell)
+        if sig is None:
+            env = envs.get(cell) or cell_env(matrix, cell)
+            sig = tuple(-1 if r not in env else known.setdefault(frozenset(env[r].items()), len(known))
+                        for r, known in zip(roles, classes))
+            signatures[cell] = sig
+        return sig
 
     def cost(a: Cell, b: Cell) -> int:
-        ea, eb = envs.get(a) or cell_env(matrix, a), envs[b]
-        return sum(len(testbed.hosts[r].units) for r in eb if ea.get(r) != eb[r])
+        return sum(u for u, x, y in zip(units, signature(a), signature(b)) if y != -1 and x != y)
 
-    for trial in order_trials(matrix, cells, seed, reps, order=order, cost=cost):
-        env = envs[trial.cell]
-        steps.append(_step(matrix, testbed, trial, env, previous, waves))
-        previous = env
-    return Plan(matrix, testbed, seed, reps, tuple(cells), tuple(steps))
+    return cost
 
 
 def cell_env(matrix: Matrix, cell: Cell, index: dict[tuple[str, str], Level] | None = None) -> RoleEnv:
@@ -114,19 +168,6 @@ def dependants(testbed: Testbed, roles: set[str]) -> set[str]:
                 out.add(role)
                 changed = True
     return out
-
-
-def _step(matrix: Matrix, testbed: Testbed, trial: Trial, env: RoleEnv, previous: RoleEnv | None,
-          cache: dict) -> Step:  # type: ignore[type-arg]
-    changed = frozenset(r for r in env if previous is None or env[r] != previous.get(r))
-    if changed not in cache:  # the same few role sets recur across thousands of trials
-        ordered = restart_order(testbed, set(changed))
-        units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
-        waits = tuple(restart_order(testbed, dependants(testbed, set(changed))))
-        startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
-        cache[changed] = (tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s)
-    ordered_t, units_t, waits_t, estimate = cache[changed]
-    return Step(trial, env, ordered_t, units_t, waits_t, estimate)
 
 
 def env_diff(before: dict[str, EnvValue], after: dict[str, EnvValue]) -> dict[str, tuple[EnvValue, EnvValue]]:
