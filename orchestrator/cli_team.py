@@ -244,11 +244,11 @@ def _outcome(run_dir: Path, code: int, deadline: float | None) -> "SweepOutcome"
     from .render import load_trials
     from .runs import load_manifest
 
-    manifest = load_manifest(run_dir)
+    manifest = load_manifest(run_dir, plan=False)  # the count is enough: plan_trials
     trials, _ = load_trials(run_dir)
     finished = {t.trial for t in trials if t.status in ("completed", "failed")}
     failed = {t.trial for t in trials if t.status == "failed"} - {t.trial for t in trials if t.status == "completed"}
-    counts = f"{len(finished)}/{len(manifest.plan)} trials, {len(failed)} failed"
+    counts = f"{len(finished)}/{manifest.plan_trials} trials, {len(failed)} failed"
     if manifest.status == "completed" and code != 0:  # e.g. a host could not be restored
         return SweepOutcome("failed", code, run_dir, f"{counts}; exit code {code}: see the log "
                             f"(if hosts were not restored: orch restore {run_dir})")

@@ -27,7 +27,7 @@ from .journal import read_journal, write_json_atomic
 from .progress import summarize
 from .queue import DB_NAME, Claimer, Queue, QueueItem
 from .records import RunManifest, TrialRecord
-from .runs import load_manifest
+from .runs import load_manifest, load_plan
 
 if TYPE_CHECKING:
     from .runner import Progress
@@ -81,11 +81,11 @@ class LiveStatus:
 
     def start(self, total: int, done: int) -> None:
         try:
-            manifest = load_manifest(self.run_dir)
+            manifest = load_manifest(self.run_dir, plan=False)
+            self._plan = load_plan(self.run_dir, manifest).pairs()  # columns: no model per trial
         except OrchError as exc:
             self.error = str(exc)
             return
-        self._plan = [(p.trial, p.cell) for p in manifest.plan]
         self._finished = _finished_trials(self.run_dir)
         self._t0, self._done_here = self.clock(), 0
         me = Claimer.current()

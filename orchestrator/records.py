@@ -8,6 +8,7 @@ Layout of a run directory::
 
     reports/<run-id>/
       run.json          RunManifest (written atomically at start, updated at end)
+      plan.json         PlanColumns: the planned trials (written once, with run.json at start)
       journal.jsonl     one TrialRecord per line (type="trial") plus event records
       trials/<NNNN>/    per-trial files: repro.out, repro.err, logs/<role>-<unit>.log
       backup/<role>.env original env files, byte for byte
@@ -109,6 +110,33 @@ class PlannedTrial(Frozen):
     is_baseline: bool = False
 
 
+class PlannedCell(Frozen):
+    """What the trials of one cell share in plan.json."""
+
+    cell: str
+    levels: dict[str, str]
+    is_baseline: bool = False
+
+
+class PlanColumns(Frozen):
+    """plan.json: a run's planned trials as columns (trial i is trial[i], round[i] and
+    cells[cell[i]]). Columns, not one object per trial: 100,000 trials are a few lists of ints
+    that load in milliseconds, where as many small models take a second to build.
+    Written once, when the run directory is created; never rewritten."""
+
+    schema_version: int = SCHEMA_VERSION
+    sha256: str  # plan digest (runs.plan_digest), the same as run.json's plan_sha256
+    cells: list[PlannedCell]  # distinct (cell, levels, is_baseline), in order of first use
+    trial: list[int]
+    round: list[int]
+    cell: list[int]  # index into cells
+
+    def pairs(self) -> list[tuple[int, str]]:
+        """(trial, cell id) of every planned trial, in plan order."""
+        ids = [c.cell for c in self.cells]
+        return [(t, ids[c]) for t, c in zip(self.trial, self.cell)]
+
+
 class RunManifest(Frozen):
     """What was asked for: enough to re-render, resume and audit the run."""
 
@@ -130,7 +158,12 @@ class RunManifest(Frozen):
     factors: dict[str, list[str]]  # factor -> level names, in declared order
     baseline: dict[str, str]
     metrics: dict[str, MetricKind]  # metric name -> kind (repro metrics and collectors)
-    plan: list[PlannedTrial]
+    # The planned trials. In run.json only when written before plan.json existed (or by hand);
+    # runs.save_manifest keeps them in plan.json and writes [] here. runs.load_manifest fills
+    # them from plan.json unless asked not to (plan=False: then [] and plan_trials says how many).
+    plan: list[PlannedTrial] = Field(default_factory=list)
+    plan_trials: int = 0  # how many trials the plan has
+    plan_sha256: str = ""  # runs.plan_digest of the plan: what `orch resume` compares
     hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
     secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix

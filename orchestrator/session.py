@@ -22,7 +22,7 @@ from .lock import TestbedLock
 from .progress import RichProgress
 from .records import RunManifest, TrialRecord
 from .runner import Progress, RunOptions, Runner, RunResult, host_backup_path, now_iso, unrestored_runs
-from .runs import check_run_id, load_manifest, make_manifest, new_run_id, save_manifest
+from .runs import check_run_id, check_same_plan, load_manifest, make_manifest, new_run_id, save_manifest
 
 
 def run_sweep(plan: Plan, inventory: Inventory, args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -120,14 +120,12 @@ def _final_trials(run_dir: Path) -> list[TrialRecord]:
 def resume_run(run_dir: Path, args: argparse.Namespace, out: Console, err: Console) -> int:
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
-    manifest = load_manifest(run_dir)
+    manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
     matrix = _matrix_of(manifest)
     inventory = _inventory_of(manifest)
     testbeds = [inventory.testbed(name) for name in manifest.testbed.split(",")]
     plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
-    if [(s.trial.index, s.trial.cell.id) for s in plan.steps] != [(p.trial, p.cell) for p in manifest.plan]:
-        raise UsageError(f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan",
-                         hint="resume needs the same orch version, matrix and inventory")
+    check_same_plan(run_dir, manifest, plan)
     journal = run_dir / "journal.jsonl"
     if journal.exists() and repair_torn_tail(journal):
         err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
@@ -171,9 +169,9 @@ def _matrix_of(manifest: RunManifest) -> Matrix:
 
 
 def _create_run_dir(run_dir: Path, manifest: RunManifest) -> None:
-    """Create the run directory with its run.json in one step (a staging folder renamed into
-    place), so a controller killed here leaves either no run directory or one that
-    `orch resume` can read, never an empty one that blocks its run id."""
+    """Create the run directory with its run.json and plan.json in one step (a staging folder
+    renamed into place), so a controller killed here leaves either no run directory or one that
+    `orch resume` can read, never an empty or half-written one that blocks its run id."""
     staging = run_dir.with_name(f".{run_dir.name}.creating-{os.getpid()}")
     try:
         staging.mkdir(parents=True)
