@@ -107,26 +107,16 @@ def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
 
 def _restart_cost(matrix: Matrix, testbed: Testbed, envs: dict[Cell, RoleEnv]) -> RestartCost:
     """Units restarted going from cell a to cell b: those of every role whose env b sets
-    differently. Each cell's env per role is reduced to a small class number once, so the
-    min-restarts path (quadratic in cells per round) compares integers."""
+    differently. A cell's signature numbers its env per role (equal envs, equal numbers)."""
     roles = list(testbed.hosts)
-    units = [len(testbed.hosts[r].units) for r in roles]
     classes: list[dict[frozenset[tuple[str, EnvValue]], int]] = [{} for _ in roles]
-    signatures: dict[Cell, tuple[int, ...]] = {}
 
     def signature(cell: Cell) -> tuple[int, ...]:
-        sig = signatures.get(cell)
-        if sig is None:
-            env = envs.get(cell) or cell_env(matrix, cell)
-            sig = tuple(-1 if r not in env else known.setdefault(frozenset(env[r].items()), len(known))
-                        for r, known in zip(roles, classes))
-            signatures[cell] = sig
-        return sig
+        env = envs.get(cell) or cell_env(matrix, cell)
+        return tuple(-1 if r not in env else known.setdefault(frozenset(env[r].items()), len(known))
+                     for r, known in zip(roles, classes))
 
-    def cost(a: Cell, b: Cell) -> int:
-        return sum(u for u, x, y in zip(units, signature(a), signature(b)) if y != -1 and x != y)
-
-    return cost
+    return RestartCost(signature, tuple(len(testbed.hosts[r].units) for r in roles))
 
 
 def cell_env(matrix: Matrix, cell: Cell, index: dict[tuple[str, str], Level] | None = None) -> RoleEnv:

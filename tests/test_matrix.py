@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.config import read_matrix
 from orchestrator.errors import ConfigError
-from orchestrator.matrix import baseline_cell, expand, order_trials
+from orchestrator.matrix import baseline_cell, expand, factors_cost, order_trials
 
 HEAD = """
 name: t
@@ -127,3 +127,34 @@ def test_absurdly_large_matrix_is_refused(tmp_path):
     factors = "\n".join(f"  f{i}: {{env: {{decode: V{i}}}, levels: [a, b, c, d]}}" for i in range(12))
     with pytest.raises(ConfigError, match="16,777,216 trials"):
         expand(matrix(tmp_path, "factors:\n" + factors + "\n"))
+
+
+def test_min_restarts_without_an_inventory_walks_by_factors_changed(tmp_path):
+    """Pinned (taken before the greedy path moved to arrays): each step changes as few factors
+    as it can, ties in declared order; round 2 starts where round 1 ended."""
+    m = matrix(tmp_path, THREE + "replicates: 2\norder: min-restarts\n")
+    walk = [t.cell.id for t in order_trials(m, expand(m), seed=1)]
+    assert walk == [
+        "a=on,b=x,c=1", "a=on,b=x,c=0", "a=on,b=y,c=0", "a=on,b=y,c=1", "a=on,b=z,c=1", "a=on,b=z,c=0",
+        "a=off,b=z,c=0", "a=off,b=x,c=0", "a=off,b=x,c=1", "a=off,b=y,c=1", "a=off,b=y,c=0", "a=off,b=z,c=1",
+        "a=off,b=z,c=1", "a=on,b=z,c=1", "a=on,b=x,c=1", "a=on,b=x,c=0", "a=on,b=y,c=0", "a=on,b=y,c=1",
+        "a=off,b=y,c=1", "a=off,b=x,c=1", "a=off,b=x,c=0", "a=off,b=y,c=0", "a=off,b=z,c=0", "a=on,b=z,c=0",
+    ]
+
+
+def test_factors_cost_counts_the_factors_that_differ(tmp_path):
+    m = matrix(tmp_path, THREE)
+    cells = expand(m)
+    cost = factors_cost(m)
+    for a in cells:
+        for b in cells:
+            assert cost(a, b) == sum(x != y for x, y in zip(a.levels, b.levels))
+
+
+def test_cell_id_and_hash_survive_a_copy(tmp_path):
+    import copy
+    import pickle
+
+    cell = expand(matrix(tmp_path, THREE))[3]
+    for twin in (pickle.loads(pickle.dumps(cell)), copy.deepcopy(cell)):
+        assert twin == cell and twin.id == cell.id == "a=on,b=y,c=0" and {twin: 1}[cell] == 1

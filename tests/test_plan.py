@@ -163,3 +163,16 @@ def test_steps_and_trials_are_immutable(ablation):
         step.trial.index = 5  # type: ignore[misc]
     with pytest.raises(AttributeError):
         step.estimate_s = 0.0  # type: ignore[misc]
+
+
+def test_restart_cost_counts_the_units_of_roles_whose_env_changes(ablation):
+    from orchestrator.plan import _restart_cost
+
+    m, tb = ablation
+    plan = make_plan(m, tb, seed=1)
+    envs = {c: cell_env(m, c) for c in plan.cells}
+    cost = _restart_cost(m, tb, envs)
+    for a in plan.cells:
+        for b in plan.cells:
+            expected = sum(len(tb.hosts[r].units) for r in envs[b] if envs[a].get(r) != envs[b][r])
+            assert cost(a, b) == expected
