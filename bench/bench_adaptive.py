@@ -14,7 +14,11 @@ the error bounds):
   (b) mean and p90 fraction of sessions used vs fixed (baseline included; goal <= 50%);
   (c) type I error in A/A sweeps (all 8 cells at one rate), per cell and per sweep.
 Each is printed for the per-comparison alpha (0.05, what a policy of alpha=0.05 gives) and for
-Bonferroni over the 7 comparisons (alpha=0.05/7: family-wise error like the fixed Holm design).
+Bonferroni over the 7 comparisons (alpha=0.05/7: family-wise error like the fixed Holm design),
+and for each question (--directions): "both" (does the cell differ from the baseline?) and
+"lower" (does the cell lower the rate? - the bug hunt's question when the baseline has the bug).
+The fixed design asks the same question: two-sided Fisher for "both", one-sided for "lower";
+(a) also prints agreement with the two-sided fixed design for a one-sided question.
 
     /root/venv-orch/bin/python bench/bench_adaptive.py [--sweeps 500] [--seed 0]
 """
@@ -27,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats as sps
 
 from orchestrator.sequential import SequentialPolicy, decide
 from orchestrator.stats import fisher_exact, holm
@@ -44,7 +49,8 @@ ALPHA = 0.05
 class SweepOutcome:
     """One simulated sweep: per-cell decisions of both designs and the sessions adaptive used."""
 
-    fixed_different: tuple[bool, ...]
+    fixed_different: tuple[bool, ...]  # the fixed design asking the adaptive design's question
+    two_sided_different: tuple[bool, ...]  # the two-sided fixed design
     adaptive_states: tuple[str, ...]
     sessions_fraction: float
 
@@ -69,11 +75,17 @@ def draw(rng: np.random.Generator, base: float, cells: Sequence[float]) -> np.nd
     return rng.binomial(SESSIONS, rates[:, None], size=(rates.size, ROUNDS))
 
 
-def fixed_design(counts: np.ndarray) -> tuple[bool, ...]:
-    """Fisher exact of each cell's 80 sessions vs the baseline's, Holm over the cells."""
+def fixed_design(counts: np.ndarray, direction: str = "both") -> tuple[bool, ...]:
+    """Fisher exact of each cell's 80 sessions vs the baseline's, Holm over the cells;
+    one-sided ("is the cell lower / higher?") when the question is."""
     n = SESSIONS * ROUNDS
     kb = int(counts[0].sum())
-    pvalues = [fisher_exact(int(row.sum()), n, kb, n) for row in counts[1:]]
+    if direction == "both":
+        pvalues = [fisher_exact(int(row.sum()), n, kb, n) for row in counts[1:]]
+    else:
+        alternative = "less" if direction == "lower" else "greater"
+        pvalues = [float(sps.fisher_exact([[int(row.sum()), n - int(row.sum())], [kb, n - kb]],
+                                          alternative=alternative)[1]) for row in counts[1:]]
     return tuple(p < ALPHA for p in holm(pvalues))
 
 
@@ -105,8 +117,10 @@ def sweep(rng: np.random.Generator, base: float, cells: Sequence[float],
         extra = rng.binomial(SESSIONS * (BASELINE_RUNS[0] - 1), base, size=ROUNDS)
         adaptive_counts[0] = counts[0] + extra
     states, sessions = adaptive_design(adaptive_counts, policy)
+    two_sided = fixed_design(counts)
     return SweepOutcome(
-        fixed_different=fixed_design(counts),
+        fixed_different=two_sided if policy.direction == "both" else fixed_design(counts, policy.direction),
+        two_sided_different=two_sided,
         adaptive_states=states,
         sessions_fraction=sessions / (SESSIONS * ROUNDS * (len(cells) + 1)),
     )
@@ -116,6 +130,7 @@ def report_different(outcomes: Sequence[SweepOutcome], rates: Sequence[float],
                      names: Sequence[str]) -> None:
     """Every cell truly differs from the baseline here: 'different' is the right answer."""
     fixed = np.array([o.fixed_different for o in outcomes])
+    two_sided = np.array([o.two_sided_different for o in outcomes])
     adaptive = np.array([o.adaptive_different for o in outcomes])
     hybrid = np.array([o.hybrid_different for o in outcomes])
     fraction = np.array([o.sessions_fraction for o in outcomes])
@@ -123,6 +138,10 @@ def report_different(outcomes: Sequence[SweepOutcome], rates: Sequence[float],
     print(f"  (a) same decisions as fixed, all {len(rates)} cells: {same.all(1).mean():.1%}"
           f" of sweeps (per cell {same.mean():.1%}); all {len(rates)} found "
           f"different: fixed {fixed.all(1).mean():.1%}, adaptive {adaptive.all(1).mean():.1%}")
+    if not (fixed == two_sided).all():
+        print(f"      vs the two-sided fixed design: same decisions {(two_sided == adaptive).all(1).mean():.1%}"
+              f" of sweeps (per cell {(two_sided == adaptive).mean():.1%}); all found different: "
+              f"{two_sided.all(1).mean():.1%}")
     print(f"      adaptive says different where fixed does not: {(adaptive & ~fixed).mean():.1%} "
           f"of cells; fixed where adaptive does not: {(fixed & ~adaptive).mean():.1%}")
     print(f"      adaptive + fixed test for cells reaching max rounds: same decisions "
@@ -156,6 +175,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--directions", default="both,lower",
+                        help="the questions to simulate, comma-separated: both, lower, higher")
     parser.add_argument("--baseline-runs", type=int, default=1,
                         help="baseline trials per round in the adaptive design (matrix adaptive.baseline_runs)")
     args = parser.parse_args()
@@ -163,12 +184,14 @@ def main() -> None:
     cells = len(CELL_RATES)
     print(f"{SESSIONS} sessions a round, max {ROUNDS} rounds (fixed design: {SESSIONS * ROUNDS} "
           f"sessions per cell, Fisher + Holm at {ALPHA}); {args.sweeps} simulated sweeps per line")
-    for label, alpha in (("per-comparison alpha 0.05", ALPHA),
-                         (f"Bonferroni alpha 0.05/{cells}", ALPHA / cells)):
-        policy = SequentialPolicy(alpha=alpha, max_rounds=ROUNDS)
+    settings = [(direction, label, alpha) for direction in args.directions.split(",")
+                for label, alpha in (("per-comparison alpha 0.05", ALPHA),
+                                     (f"Bonferroni alpha 0.05/{cells}", ALPHA / cells))]
+    for direction, label, alpha in settings:
+        policy = SequentialPolicy(alpha=alpha, max_rounds=ROUNDS, direction=direction)  # type: ignore[arg-type]
         start = time.perf_counter()
         rng = np.random.default_rng(args.seed)
-        print(f"adaptive with {label} (power {policy.power}, effect {policy.effect}):")
+        print(f"adaptive, question {direction!r}, with {label} (power {policy.power}, effect {policy.effect}):")
         print(f" DSV4 sweep: baseline {BASELINE_RATE:.0%}, cells "
               f"{', '.join(f'{r:.0%}' for r in CELL_RATES)}")
         report_different([sweep(rng, BASELINE_RATE, CELL_RATES, policy)

@@ -28,7 +28,8 @@ class AdaptiveSource(StepSource):
         a = matrix.adaptive
         assert a is not None
         self.policy = SequentialPolicy(alpha=a.alpha, power=a.power, effect=a.effect,
-                                       min_rounds=a.min_rounds, max_rounds=matrix.replicates)
+                                       min_rounds=a.min_rounds, max_rounds=matrix.replicates,
+                                       direction=a.direction)
         self.metric = a.metric
         self.on_decision = on_decision
         self.counts: dict[tuple[str, int], list[int]] = {}  # (cell, round) -> [k, n]

@@ -76,6 +76,9 @@ class AdaptiveShape(_Shape):
     power: float = Field(default=0.8, gt=0, lt=1)
     min_rounds: int = Field(default=1, ge=1)
     baseline_runs: int = Field(default=1, ge=1, le=10)  # baseline trials per round (more baseline events per round)
+    # the question asked of every cell: "lower" = does it lower the rate vs the baseline (a bug
+    # hunt whose baseline has the bug), "higher" the converse, "both" = does it differ at all
+    direction: Literal["both", "lower", "higher"] = "both"
 
 
 class MatrixShape(_Shape):
@@ -197,6 +200,7 @@ class Adaptive:
     power: float
     min_rounds: int
     baseline_runs: int
+    direction: Literal["both", "lower", "higher"] = "both"
 
 
 @dataclass(frozen=True)
@@ -547,7 +551,7 @@ def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:
                            f"proportion metrics: {', '.join(proportions) or 'none'}")
     if shape.replicates < 2:
         raise source.error(("replicates",), "adaptive stopping needs replicates >= 2 (the most rounds a cell may run)")
-    return Adaptive(a.metric, a.effect, a.alpha, a.power, a.min_rounds, a.baseline_runs)
+    return Adaptive(a.metric, a.effect, a.alpha, a.power, a.min_rounds, a.baseline_runs, a.direction)
 
 
 def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) -> Factor:

@@ -58,6 +58,7 @@ import numpy as np
 from scipy.special import gammaln
 
 State = Literal["continue", "different", "no_difference", "max_rounds"]
+Direction = Literal["both", "lower", "higher"]
 Counts = Sequence[tuple[int, int]]
 
 # Mixture over odds ratios: the extreme (0 / infinity) takes EXTREME_WEIGHT of a side, the rest
@@ -79,6 +80,9 @@ class SequentialPolicy:
     effect: float = 0.10  # smallest rate difference worth detecting (absolute, 0..1)
     min_rounds: int = 1
     max_rounds: int
+    # "lower": the question is only whether the cell LOWERS the rate (a bug hunt whose baseline
+    # has the bug: which flag removes it?); "higher" the converse; "both" a two-sided test.
+    direction: Direction = "both"
 
     def __post_init__(self) -> None:
         checks = [
@@ -88,6 +92,8 @@ class SequentialPolicy:
             (self.min_rounds >= 1, f"min_rounds {self.min_rounds} < 1"),
             (self.max_rounds >= self.min_rounds,
              f"max_rounds {self.max_rounds} < min_rounds {self.min_rounds}"),
+            (self.direction in ("both", "lower", "higher"),
+             f"direction {self.direction!r} not one of both, lower, higher"),
         ]
         for ok, what in checks:
             if not ok:
@@ -109,22 +115,37 @@ def decide(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> Decision
     rounds = len(cell)
     lower, higher = side_e_values(policy.effect, cell, baseline)
     up, down = equivalence_e_values(policy.effect, cell, baseline)
+    evidence, side = _difference_evidence(policy.direction, lower, higher)
+    ruled_out = {"both": (up, down), "lower": (down,), "higher": (up,)}[policy.direction]
     different, same = 1.0 / policy.alpha, 1.0 / (1.0 - policy.power)
     text = _text(policy, cell, baseline)
-    if rounds >= policy.min_rounds and lower + higher >= different:
-        side = "cell lower" if lower >= higher else "cell higher"
+    wealth = " and ".join(_num(e) for e in ruled_out)
+    if rounds >= policy.min_rounds and evidence >= different:
         return Decision("different", rounds, f"stopped {text.lead}: {text.counts} decided "
-                        f"different ({side}; e-value {_num(lower + higher)} >= {_num(different)})")
-    if rounds >= policy.min_rounds and min(up, down) >= same:
+                        f"different ({side}; e-value {_num(evidence)} >= {_num(different)})")
+    if rounds >= policy.min_rounds and min(ruled_out) >= same:
         return Decision("no_difference", rounds, f"stopped {text.lead}: {text.counts} decided "
-                        f"no difference ({text.gap}; {text.band} ruled out: e-values {_num(up)} "
-                        f"and {_num(down)} >= {_num(same)})")
-    undecided = (f"{text.counts} undecided ({text.gap}; e-value {_num(lower + higher)} < "
-                 f"{_num(different)} for different; {text.band} not ruled out, e-values "
-                 f"{_num(up)} and {_num(down)} need >= {_num(same)})")
+                        f"{text.verdict} ({text.gap}; {text.band} ruled out: e-value"
+                        f"{'s' if len(ruled_out) > 1 else ''} {wealth} >= {_num(same)})")
+    undecided = (f"{text.counts} undecided ({text.gap}; e-value {_num(evidence)} < "
+                 f"{_num(different)} for different; {text.band} not ruled out, e-value"
+                 f"{'s' if len(ruled_out) > 1 else ''} {wealth} need{'' if len(ruled_out) > 1 else 's'}"
+                 f" >= {_num(same)})")
     if rounds >= policy.max_rounds:
         return Decision("max_rounds", rounds, f"stopped at max rounds {text.lead}: {undecided}")
     return Decision("continue", rounds, f"continue {text.lead}: {undecided}")
+
+
+def _difference_evidence(direction: Direction, lower: float, higher: float) -> tuple[float, str]:
+    """The e-value for "different" and its side. Two-sided: the whole mixture (each side holds
+    half its weight). One-sided: that side's half alone, renormalised to weight 1 - still a test
+    martingale under equal rates, and twice the evidence, because no weight is spent on the
+    direction the question does not ask about."""
+    if direction == "lower":
+        return 2.0 * lower, "cell lower"
+    if direction == "higher":
+        return 2.0 * higher, "cell higher"
+    return lower + higher, "cell lower" if lower >= higher else "cell higher"
 
 
 def simulate(
@@ -278,6 +299,7 @@ class _Text:
     lead: str
     gap: str
     band: str
+    verdict: str  # what "no_difference" means for the policy's direction
 
 
 def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> _Text:
@@ -288,7 +310,11 @@ def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> _Text:
         counts=f"cell {kc}/{nc} vs baseline {kb}/{nb}",
         lead=f"after {rounds} round{'s' if rounds != 1 else ''} ({nc} sessions)",
         gap=f"difference {_pct(kc / nc - kb / nb if nc and nb else math.nan)}",
-        band=f"a difference of {_pct(policy.effect, sign=False)} or more either way",
+        band={"both": f"a difference of {_pct(policy.effect, sign=False)} or more either way",
+              "lower": f"a drop of {_pct(policy.effect, sign=False)} or more",
+              "higher": f"a rise of {_pct(policy.effect, sign=False)} or more"}[policy.direction],
+        verdict={"both": "no difference", "lower": "no drop",
+                 "higher": "no rise"}[policy.direction],
     )
 
 

@@ -121,3 +121,21 @@ def test_report_sentences_for_decisions_and_testbeds():
     differ = testbed_findings([rec("tb1", 20, 0), rec("tb2", 0, 1)], "corruption")
     assert differ[0].kind == "caution" and "tb1 20/40, tb2 0/40" in differ[0].text
     assert testbed_findings([rec("tb1", 1, 0)], "corruption") == []  # one testbed: nothing to say
+
+
+def test_a_one_sided_question_reaches_the_policy_and_its_words(tmp_path):
+    m, plan = plan_of(tmp_path, MATRIX.replace("baseline_runs: 2}", "baseline_runs: 2, direction: lower}"))
+    assert m.adaptive.direction == "lower"
+    decided = {}
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.setdefault(c, d))
+    assert source.policy.direction == "lower"
+    drive(source, lambda s: 0 if s.trial.is_baseline else 6)  # cells 60% above a clean baseline
+    assert decided and all(d.state == "no_difference" and "decided no drop" in d.reason
+                           for d in decided.values())
+
+
+def test_an_unknown_direction_is_a_config_error_with_its_line(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        plan_of(tmp_path, MATRIX.replace("baseline_runs: 2}", "baseline_runs: 2, direction: down}"))
+    assert caught.value.line == 11 and "adaptive.direction" in str(caught.value)
+    assert "lower" in str(caught.value)

@@ -238,37 +238,42 @@ def outcomes(policy: SequentialPolicy, draw: Callable[[np.random.Generator], tup
 
 
 @pytest.mark.parametrize("rate", [0.0, 0.02, 0.15])
-def test_false_different_within_alpha_under_equal_rates(rate: float) -> None:
-    rng = np.random.default_rng(int(rate * 1000))
+@pytest.mark.parametrize("direction", ["both", "lower", "higher"])
+def test_false_different_within_alpha_under_equal_rates(rate: float, direction: str) -> None:
+    policy = SequentialPolicy(max_rounds=8, direction=direction)  # type: ignore[arg-type]
+    rng = np.random.default_rng(int(rate * 1000) + ["both", "lower", "higher"].index(direction))
     cells = 1000
-    states = [simulate(POLICY, rate, rate, 10, rng)[0].state for _ in range(cells)]
+    states = [simulate(policy, rate, rate, 10, rng)[0].state for _ in range(cells)]
     false = states.count("different") / cells
-    assert false <= POLICY.alpha + slack(POLICY.alpha, cells)
-    print(f"\nA/A at {rate:.0%}: false different {false:.2%} over {cells} cells")
+    assert false <= policy.alpha + slack(policy.alpha, cells)
+    print(f"\nA/A at {rate:.0%}, {direction}: false different {false:.2%} over {cells} cells")
 
 
-def test_false_different_within_alpha_with_drift_unequal_sizes_and_many_looks() -> None:
+@pytest.mark.parametrize("direction", ["both", "lower"])
+def test_false_different_within_alpha_with_drift_unequal_sizes_and_many_looks(direction: str) -> None:
     """The rate moves every round (shared by both arms), the cell runs 5 sessions to the
     baseline's 15, and there are 30 looks: still within alpha (Ville holds at every look)."""
-    policy = SequentialPolicy(max_rounds=30)
+    policy = SequentialPolicy(max_rounds=30, direction=direction)  # type: ignore[arg-type]
 
     def draw(rng: np.random.Generator) -> tuple[tuple[int, int], tuple[int, int]]:
         p = rng.uniform(0.02, 0.4)
         return (int(rng.binomial(5, p)), 5), (int(rng.binomial(15, p)), 15)
 
-    found = outcomes(policy, draw, cells=1000, seed=11)
+    found = outcomes(policy, draw, cells=1000, seed=11 if direction == "both" else 12)
     false = sum(d.state == "different" for d in found) / len(found)
     assert false <= policy.alpha + slack(policy.alpha, len(found))
     print(f"\ndrift + unequal n + 30 looks: false different {false:.2%} over {len(found)} cells")
 
 
-@pytest.mark.parametrize("pc, pb, n, rounds", [(0.0, 0.1, 10, 30), (0.45, 0.55, 100, 20),
-                                               (0.15, 0.05, 50, 20)])
+@pytest.mark.parametrize("pc, pb, n, rounds, direction", [
+    (0.0, 0.1, 10, 30, "both"), (0.45, 0.55, 100, 20, "both"), (0.15, 0.05, 50, 20, "both"),
+    (0.0, 0.1, 10, 30, "lower"), (0.05, 0.15, 50, 20, "lower"),  # "no drop" wrong: a drop of effect
+])
 def test_no_difference_rarely_wrong_at_a_difference_of_effect(
-    pc: float, pb: float, n: int, rounds: int
+    pc: float, pb: float, n: int, rounds: int, direction: str
 ) -> None:
-    policy = SequentialPolicy(max_rounds=rounds)
-    rng = np.random.default_rng(5)
+    policy = SequentialPolicy(max_rounds=rounds, direction=direction)  # type: ignore[arg-type]
+    rng = np.random.default_rng(5 if direction == "both" else 6)
     cells = 300
     states = [simulate(policy, pc, pb, n, rng)[0].state for _ in range(cells)]
     wrong = states.count("no_difference") / cells
@@ -333,3 +338,46 @@ def stop(cell: np.ndarray, base: np.ndarray) -> Decision:
         if decision.state != "continue":
             return decision
     raise AssertionError("decide did not stop at max_rounds")
+
+
+# ----------------------------------------------------------------------------- one-sided questions
+
+LOWER = SequentialPolicy(max_rounds=8, direction="lower")
+HIGHER = SequentialPolicy(max_rounds=8, direction="higher")
+
+
+def test_policy_rejects_an_unknown_direction() -> None:
+    with pytest.raises(ValueError, match="direction 'sideways' not one of both, lower, higher"):
+        SequentialPolicy(max_rounds=8, direction="sideways")  # type: ignore[arg-type]
+
+
+def test_one_sided_question_decides_with_one_event_fewer() -> None:
+    """Five events against none: a two-sided test cannot tell yet (as a fixed Fisher test cannot:
+    two-sided p 0.063), asking only "does the cell lower the rate?" can (one-sided p 0.031)."""
+    cell, base = rounds_of(0, 0, 0), rounds_of(2, 2, 1)
+    assert decide(POLICY, cell, base).state == "continue"
+    decision = decide(LOWER, cell, base)
+    assert decision.state == "different" and "(cell lower; e-value " in decision.reason
+    assert decide(LOWER, cell, rounds_of(2, 1, 1)).state == "continue"  # four are not enough
+    assert decide(HIGHER, base, cell).state == "different"
+
+
+def test_one_sided_question_never_calls_the_other_direction_different() -> None:
+    """A cell far above the baseline does not lower the rate: "lower" rules a drop out and
+    says so in its own words, instead of "different"."""
+    decision = decide(LOWER, rounds_of(6, 5, 7), rounds_of(0, 0, 0))
+    assert decision.state == "no_difference"
+    assert "decided no drop (difference +60%; a drop of 10% or more ruled out: e-value " in decision.reason
+    assert decide(HIGHER, rounds_of(0, 0, 0), rounds_of(6, 5, 7)).reason.count("no rise") == 1
+    assert decide(POLICY, rounds_of(6, 5, 7), rounds_of(0, 0, 0)).state == "different"
+
+
+def test_issue_rates_need_under_half_the_sessions_when_asking_lower() -> None:
+    """15% vs 0%, 10 sessions a round, at most 8: found lower in >= 95% of cells with under
+    40 of the fixed design's 80 sessions on average (37 measured; two-sided: 43)."""
+    rng = np.random.default_rng(3)
+    runs = [simulate(LOWER, 0.0, 0.15, 10, rng) for _ in range(500)]
+    found = sum(d.state == "different" for d, _ in runs) / len(runs)
+    mean_sessions = sum(used for _, used in runs) / len(runs)
+    assert found >= 0.95 and mean_sessions < 40
+    print(f"\n0% vs 15%, lower: different {found:.0%}, mean sessions {mean_sessions:.1f}")
