@@ -44,7 +44,8 @@ def test_synthetic_run_resumes_to_every_trial_done(tmp_path: Path) -> None:
     assert bc.phase_read_journal(tmp_path)["trials"] == 20
     result = bc.phase_resume(tmp_path, "read_journal")
     assert result["done"] == 20
-    assert set(result["steps"]) >= {"load run.json", "rebuild the plan (make_plan)", "done set (read_journal)"}
+    assert set(result["steps"]) >= {"load run.json", "rebuild the plan (make_plan)",
+                                    "compare its digest with run.json's", "done set (read_journal)"}
 
 
 def test_controller_bench_prints_every_figure() -> None:
@@ -55,5 +56,8 @@ def test_controller_bench_prints_every_figure() -> None:
     for order in ("randomized", "sequential", "min-restarts"):
         assert re.search(rf"^plan 25 cells, order {order}: make_plan [0-9.]+ s .* peak RSS \d+ MB", out, re.M), out
     assert re.search(r"^plan 5 cells, order min-restarts: make_plan", out, re.M), out
+    assert re.search(r"^run start: make_manifest \+ save_manifest \(run.json \+ plan.json\) of 304 planned "
+                     r"trials in [0-9.]+ s", out, re.M), out
+    assert re.search(r"^load_manifest with the plan \(304 PlannedTrial models, .*\): [0-9.]+ s", out, re.M), out
     assert re.search(r"^read_journal: 300 trials in [0-9.]+ s; peak RSS \d+ MB", out, re.M), out
     assert re.search(r"^resume preparation, done set by read_journal: 300 done trials found in [0-9.]+ s", out, re.M), out
