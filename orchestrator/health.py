@@ -9,6 +9,10 @@ Why this shape:
   fast (20 ms, to keep per-trial overhead near the measured floor) and backs off to a small cap
   (100 ms: ~10 requests/s on a long warm-up is harmless, and it keeps the lag between "ready"
   and "noticed" at ~45 ms on average, ~100 ms at worst; a 250 ms cap measured ~125/240 ms).
+- Restarts of one unit take about as long each time, so the runner passes how long the last
+  ones took (``expected``): polls then come every 20 ms from just before the earliest of them
+  to just after the latest (at most FAST_WINDOW_S of fast polling, ~50 requests a second), and
+  the lag drops to ~10 ms where it counts, without hammering a server through a long warm-up.
 - A unit that dies during warm-up must not make us wait out the whole timeout: between polls
   we call ``check_alive`` (ServiceManager.check_alive), whose ServiceError propagates at once.
 - httpx errors are translated here, once, into HealthTimeout / ConfigError.
@@ -33,6 +37,13 @@ MAX_REQUEST_S = 2.0
 MIN_REQUEST_S = 0.05
 # How much of a not-ready body goes into the error message.
 BODY_EXCERPT = 160
+# Poll interval inside the window where readiness is expected, and the window's longest span.
+FAST_POLL_S = 0.02
+FAST_WINDOW_S = 2.0
+# The window opens this long before the quickest earlier wait and closes this long after the
+# slowest (a restart is rarely faster than the quickest seen).
+WINDOW_LEAD_S = 0.1
+WINDOW_TAIL_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,8 @@ class HealthCheck:
     role: str
     url: str
     timeout_s: float
+    # (quickest, slowest) seconds earlier waits of this role took: poll fast in between
+    expected: tuple[float, float] | None = None
 
 
 class _NotReady(Exception):
@@ -147,7 +160,7 @@ def _wait(
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(_NotReady),
         stop=tenacity.stop_after_delay(check.timeout_s),
-        wait=_capped_backoff(poll_initial_s, poll_max_s, deadline),
+        wait=_capped_backoff(poll_initial_s, poll_max_s, deadline, _fast_window(check, started)),
         sleep=_sleeper(cancel),
         reraise=True,
     )
@@ -197,15 +210,29 @@ def _excerpt(body: str) -> str:
     return flat if len(flat) <= BODY_EXCERPT else flat[: BODY_EXCERPT - 3] + "..."
 
 
+def _fast_window(check: HealthCheck, started: float) -> tuple[float, float] | None:
+    """The monotonic times between which readiness is expected (None: no earlier waits)."""
+    if check.expected is None:
+        return None
+    quickest, slowest = check.expected
+    opens = started + max(0.0, quickest - WINDOW_LEAD_S)
+    return opens, min(started + slowest + WINDOW_TAIL_S, opens + FAST_WINDOW_S)
+
+
 def _capped_backoff(
-    initial: float, cap: float, deadline: float
+    initial: float, cap: float, deadline: float, fast: tuple[float, float] | None = None
 ) -> Callable[[tenacity.RetryCallState], float]:
     """Exponential backoff from `initial` to `cap`, never sleeping past the deadline, so the
-    last look happens right at the deadline instead of one full backoff after it."""
+    last look happens right at the deadline instead of one full backoff after it. Inside the
+    `fast` window polls come every FAST_POLL_S, and a sleep never overshoots the window's start."""
     backoff = tenacity.wait_exponential(multiplier=initial, min=initial, max=cap)
 
     def wait(state: tenacity.RetryCallState) -> float:
-        return max(0.0, min(backoff(state), deadline - time.monotonic()))
+        now = time.monotonic()
+        delay = backoff(state)
+        if fast is not None and now < fast[1]:
+            delay = min(delay, max(FAST_POLL_S, fast[0] - now))
+        return max(0.0, min(delay, deadline - now))
 
     return wait
 

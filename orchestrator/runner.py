@@ -18,7 +18,8 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +36,7 @@ from .errors import Interrupted, OrchError, VerificationError, WorkloadError
 from .health import HealthCheck, wait_all
 from .journal import Journal, JournalError
 from .lock import TestbedLock
-from .plan import Plan, Step, restart_order
+from .plan import Plan, Step, dependants, restart_order
 from .records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from .redact import redact_value
 from .workload import extract_metrics, run_command
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from .sequential import Decision
 
 LOG_LIMIT = 256_000
+READY_HISTORY = 5  # restarts remembered per role to predict the next one's ready time
 ALIVE_EVERY_S = 0.3  # how often health waits also ask the service manager whether units died
 UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
 RUN_DIR_HINTS = {
@@ -121,6 +123,10 @@ class Runner:
         self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
         self.source = StepSource(plan.steps, set())
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
+        # role -> how long its last waits after a restart took: the health poller polls fast
+        # around that time (a unit restarts in about the same time, trial after trial)
+        self.ready_waits: dict[str, deque[float]] = {}
+        self.checker: ThreadPoolExecutor | None = None  # verifies beside the repro
 
     # ------------------------------------------------------------------ the sweep
     def execute(self, done: set[int] | None = None, *, resume: bool = False,
@@ -147,6 +153,9 @@ class Runner:
                 self.journal = journal or Journal(self.run_dir / "journal.jsonl")
                 self._sweep(done, resume, result)
         finally:
+            if self.checker is not None:
+                self.checker.shutdown(wait=True)
+                self.checker = None
             result.provenance = self.provenance
             if self.journal is not None and journal is None:  # a shared journal is closed by its owner
                 self.journal.close()
@@ -318,10 +327,12 @@ class Runner:
         try:
             self._apply(step, ctx)
             self._restart(step, ctx)
-            ctx.health = self._wait_healthy(t0)
+            ctx.health = self._wait_healthy(t0, {r for r, _ in ctx.restarted})
             self._describe_hosts()
-            self._verify(step, ctx)
+            checking = self._verify_beside_repro(step, ctx)
             ctx.repro = repro = self._run_repro(step, trial_dir)
+            if checking is not None:
+                checking.result()  # a VerificationError voids the repro's result
             self._judge_repro(repro)  # after ctx.repro is set: a failed repro's output is recorded
             ctx.metrics = extract_metrics(self._repro_stdout(repro), self.plan.matrix.repro.metrics)
             ctx.logs, logs_text = self._collect_logs(trial_dir, t0)
@@ -385,14 +396,37 @@ class Runner:
         ctx.restarted.extend(units)
         self.started_units.update(units)
 
-    def _wait_healthy(self, since: float) -> dict[str, float]:
-        """Wait on every role's health URL; a unit that dies meanwhile fails the wait at once."""
+    def _wait_healthy(self, since: float, restarted: set[str]) -> dict[str, float]:
+        """Wait on every role's health URL; a unit that dies meanwhile fails the wait at once.
+
+        Roles that had to come back (restarted, or depending on one that was) tell the poller
+        how long their earlier waits took, and their wait is remembered for the next trial."""
+        affected = dependants(self.deployment.testbed, restarted) if restarted else set()
         checks, alive = [], {}
         for role, h in self.deployment.hosts.items():
             timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
-            checks.append(HealthCheck(role, h.host.health, timeout))
+            earlier = self.ready_waits.get(role) if role in affected else None
+            expected = (min(earlier), max(earlier)) if earlier else None
+            checks.append(HealthCheck(role, h.host.health, timeout, expected))
             alive[role] = _alive_checker(h, since + self._offset(role), self.stopping)
-        return wait_all(checks, client=self.client, check_alive=alive)
+        waited = wait_all(checks, client=self.client, check_alive=alive)
+        for role in affected & set(waited):
+            self.ready_waits.setdefault(role, deque(maxlen=READY_HISTORY)).append(waited[role])
+        return waited
+
+    def _verify_beside_repro(self, step: Step, ctx: "_TrialContext") -> "Future[None] | None":
+        """Verify the restarted units while the repro runs: off the critical path, every trial.
+
+        /proc/PID/environ of a process that answers its health URL cannot change any more, so
+        checking it during the repro proves the same as checking it before; a mismatch fails
+        the trial after the repro (its result is then void). The first trial and the one after
+        a failure verify before the repro, because they may restart a stale unit to fix it."""
+        if self.verify_all_next:
+            self._verify(step, ctx)
+            return None
+        if self.checker is None:
+            self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
+        return self.checker.submit(self._verify, step, ctx)
 
     def _verify(self, step: Step, ctx: "_TrialContext") -> None:
         """Check the live processes got the cell's values (/proc/PID/environ).
@@ -411,7 +445,7 @@ class Runner:
                 problem = _env_mismatch(h, unit, assignments)
                 if problem and (role, unit) not in restarted:
                     self._restart_units([(role, unit)], ctx)
-                    ctx.health.update(self._wait_healthy(time.time()))
+                    ctx.health.update(self._wait_healthy(time.time(), {role}))
                     problem = _env_mismatch(h, unit, assignments)
                 if problem:
                     raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")

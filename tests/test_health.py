@@ -245,3 +245,57 @@ def test_wait_all_refuses_duplicate_roles(client: httpx.Client) -> None:
     checks = [HealthCheck("decode", "http://127.0.0.1:1/", 1.0)] * 2
     with pytest.raises(ConfigError, match="duplicate roles"):
         wait_all(checks, client=client)
+
+
+# ---- the poll schedule around the expected ready time (pure: a fake clock) -------------------
+
+
+def _delays(monkeypatch: pytest.MonkeyPatch, fast: tuple[float, float] | None,
+            times: list[float], attempt: int = 10) -> list[float]:
+    """The sleep chosen after a failed poll at each of `times` (seconds after the start)."""
+    import tenacity
+
+    from orchestrator import health
+
+    now = [0.0]
+    monkeypatch.setattr(health.time, "monotonic", lambda: now[0])
+    wait = health._capped_backoff(0.02, 0.1, 100.0, fast)
+    state = tenacity.RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    state.attempt_number = attempt
+    out = []
+    for t in times:
+        now[0] = t
+        out.append(round(wait(state), 6))
+    return out
+
+
+def test_polls_fast_only_inside_the_expected_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.health import FAST_POLL_S
+
+    # no earlier waits: the plain backoff, capped at 100 ms
+    assert _delays(monkeypatch, None, [0.5, 1.0, 3.0]) == [0.1, 0.1, 0.1]
+    # window 0.9..1.5 s: a sleep never overshoots its start, inside it polls every 20 ms
+    assert _delays(monkeypatch, (0.9, 1.5), [0.5, 0.85, 0.9, 1.2, 1.49, 1.5, 2.0]) == \
+        [0.1, 0.05, FAST_POLL_S, FAST_POLL_S, FAST_POLL_S, 0.1, 0.1]
+    # the first polls stay as fast as the backoff makes them
+    assert _delays(monkeypatch, (0.9, 1.5), [0.0], attempt=1) == [0.02]
+
+
+def test_fast_window_spans_the_earlier_waits_and_is_bounded() -> None:
+    from orchestrator.health import FAST_WINDOW_S, WINDOW_LEAD_S, WINDOW_TAIL_S, _fast_window
+
+    assert _fast_window(HealthCheck("d", "http://x", 10), 100.0) is None
+    opens, closes = _fast_window(HealthCheck("d", "http://x", 10, expected=(1.2, 1.4)), 100.0)
+    assert opens == pytest.approx(100.0 + 1.2 - WINDOW_LEAD_S)
+    assert closes == pytest.approx(100.0 + 1.4 + WINDOW_TAIL_S)
+    opens, closes = _fast_window(HealthCheck("d", "http://x", 10, expected=(30.0, 300.0)), 0.0)
+    assert closes - opens == pytest.approx(FAST_WINDOW_S)  # a long, erratic warm-up: bounded
+    assert _fast_window(HealthCheck("d", "http://x", 10, expected=(0.05, 0.1)), 0.0)[0] == 0.0
+
+
+def test_expected_window_still_finds_a_late_server(client: httpx.Client, servers: list[Server]) -> None:
+    """Readiness later than every earlier wait: the plain backoff takes over after the window."""
+    behaviour = Behaviour(ready_at=time.monotonic() + 0.8)
+    server = _serve(servers, behaviour)
+    waited = wait_ready(HealthCheck("decode", server.url(), 10.0, expected=(0.1, 0.2)), client=client)
+    assert 0.75 <= waited < 2.0

@@ -242,3 +242,38 @@ def test_unwritable_output_path_is_a_workload_error(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match=r"file/repro.out: cannot write repro output"):
         run_command("true", timeout_s=5, cwd=tmp_path, env=None,
                     stdout_path=tmp_path / "file" / "repro.out", stderr_path=tmp_path / "repro.err")
+
+
+# ---- waiting for the exit: a pidfd, or CPython's polling wait on kernels without one ----------
+
+
+@pytest.mark.parametrize("pidfd", [True, False])
+def test_wait_exit_sees_the_exit_and_the_timeout(monkeypatch: pytest.MonkeyPatch, pidfd: bool) -> None:
+    import subprocess
+
+    from orchestrator import workload
+
+    if not pidfd:
+        def no_pidfd(pid: int) -> int:
+            raise OSError(38, "Function not implemented")
+        monkeypatch.setattr(workload.os, "pidfd_open", no_pidfd)
+    quick = subprocess.Popen(["sh", "-c", "exit 3"])
+    assert workload._wait_exit(quick, 10.0) is True and quick.wait() == 3
+    slow = subprocess.Popen(["sleep", "30"])
+    try:
+        assert workload._wait_exit(slow, 0.2) is False and slow.poll() is None
+    finally:
+        slow.kill()
+        slow.wait()
+
+
+def test_run_command_times_out_without_a_pidfd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator import workload
+
+    monkeypatch.setattr(workload.os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError(38, "ENOSYS")))
+    out = run_command("sleep 30", timeout_s=0.3, cwd=tmp_path, env=None,
+                      stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
+    assert out.exit_code is None
+    done = run_command("echo hi", timeout_s=10, cwd=tmp_path, env=None,
+                       stdout_path=tmp_path / "o2", stderr_path=tmp_path / "e2")
+    assert done.exit_code == 0 and done.stdout_tail == "hi\n"
