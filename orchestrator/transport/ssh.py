@@ -61,7 +61,7 @@ _WRITE_SCRIPT = r"""
 set -u
 fail() { echo "orch-write: $*" >&2; exit 1; }
 p=$(readlink -f -- "$1") || fail "cannot resolve $1"
-d=$(dirname -- "$p"); b=$(basename -- "$p")
+d=${p%/*}; d=${d:-/}; b=${p##*/}
 t=$(mktemp -- "$d/.$b.orch-XXXXXX") || fail "cannot create a temp file in $d"
 trap 'rm -f -- "$t"' EXIT
 cat > "$t" || fail "cannot write $t"
