@@ -28,6 +28,7 @@ from .report import (
     DRILLDOWN_CAP,
     Report,
     adaptive_findings,
+    adaptive_summary,
     build_report_from_rows,
     fmt_num,
     fmt_p,
@@ -165,7 +166,9 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
     trials = [r for r in records if isinstance(r, TrialRecord)]
     events = [r for r in records if isinstance(r, EventRecord)]
     extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric) if parallel else [])
-    return report.model_copy(update={"headline": [*report.headline, *extra]}) if extra else report
+    summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
+    first = [summary] if summary else []
+    return report.model_copy(update={"headline": [*first, *report.headline, *extra]}) if extra or first else report
 
 
 def load_trials(run_dir: Path) -> tuple[list[TrialRecord], bool]:

@@ -1079,13 +1079,56 @@ def _sha256(text: str) -> str:
 
 def adaptive_findings(events: Sequence[EventRecord]) -> list[Finding]:
     """One sentence per cell an adaptive sweep stopped early, with the decision's own numbers."""
+    return [Finding(kind="info", text=f"Adaptive stopping: {cell} ran no more trials after its comparison "
+                                      f"with the baseline was decided ({e.state}): {e.message}")
+            for cell, e in _decisions(events).items()]
+
+
+def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: str | None) -> Finding | None:
+    """What the sequential tests decided, across cells, for the top of the headline.
+
+    Why: a cell stopped early has fewer sessions, so the fixed analysis of the pooled sessions
+    (Fisher + Holm) may call nothing significant while the anytime-valid test, valid at the
+    round it stopped, decided several cells. Without this sentence the two would seem to
+    contradict each other."""
+    decided = _decisions(events)
+    if not decided:
+        return None
+    different = sorted(c for c, e in decided.items() if e.state == "different")
+    same = sorted(c for c, e in decided.items() if e.state != "different")
+    sides = {_side(decided[c].message) for c in different}
+    word = sides.pop() if len(sides) == 1 else "different"
+    parts = []
+    if different:
+        how = "different from the baseline (either way)" if word == "different" else f"{word} than the baseline"
+        parts.append(f"{len(different)} of {other_cells} cells decided {how}: {_join(different)}")
+    if same:
+        parts.append(f"{len(same)} decided without the difference asked about: {_join(same)}")
+    undecided = other_cells - len(decided)
+    if undecided > 0:
+        parts.append(f"{undecided} ran every round undecided (the fixed analysis has the last word there)")
+    what = f" in {metric}" if metric else ""
+    return Finding(kind="finding", text=(
+        f"Adaptive stopping{what}: {'; '.join(parts)}. Each decision is an anytime-valid test "
+        "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha). The "
+        "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
+        "is the weaker test and may not reach significance where the sequential test decided."))
+
+
+def _decisions(events: Sequence[EventRecord]) -> dict[str, EventRecord]:
     decided: dict[str, EventRecord] = {}
     for e in events:
         if e.event == "cell_decided" and e.cell:
             decided.setdefault(e.cell, e)  # a resume repeats the same decision: keep the first
-    return [Finding(kind="info", text=f"Adaptive stopping: {cell} ran no more trials after its comparison "
-                                      f"with the baseline was decided ({e.state}): {e.message}")
-            for cell, e in decided.items()]
+    return decided
+
+
+def _side(message: str) -> str:
+    """"lower" / "higher" from a decision's reason ("... decided different (cell lower; ...")."""
+    for side in ("lower", "higher"):
+        if f"(cell {side};" in message:
+            return side
+    return "different"
 
 
 def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:

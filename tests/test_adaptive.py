@@ -139,3 +139,28 @@ def test_an_unknown_direction_is_a_config_error_with_its_line(tmp_path):
         plan_of(tmp_path, MATRIX.replace("baseline_runs: 2}", "baseline_runs: 2, direction: down}"))
     assert caught.value.line == 11 and "adaptive.direction" in str(caught.value)
     assert "lower" in str(caught.value)
+
+
+def test_report_summary_of_the_sequential_decisions():
+    from orchestrator.records import EventRecord
+    from orchestrator.report import adaptive_summary
+
+    def decided(cell: str, state: str, message: str) -> EventRecord:
+        return EventRecord(run_id="r", event="cell_decided", at="t", cell=cell, state=state, message=message)
+
+    low = "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 5/30 decided different (cell lower; e-value 25 >= 20)"
+    high = low.replace("cell lower", "cell higher")
+    same = "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 0/30 decided no drop (difference 0%; ...)"
+    assert adaptive_summary([], 7, "corruption") is None
+    one_way = adaptive_summary([decided("a=off", "different", low), decided("b=off", "different", low),
+                                decided("a=off", "different", low)], 3, "corruption")
+    assert one_way is not None and one_way.kind == "finding"
+    assert one_way.text.startswith("Adaptive stopping in corruption: 2 of 3 cells decided lower than the "
+                                   "baseline: a=off and b=off; 1 ran every round undecided")
+    assert "anytime-valid" in one_way.text and "fixed analysis below" in one_way.text
+    mixed = adaptive_summary([decided("a=off", "different", low), decided("b=off", "different", high),
+                              decided("c=off", "no_difference", same)], 3, "corruption")
+    assert mixed is not None
+    assert "2 of 3 cells decided different from the baseline (either way): a=off and b=off; " \
+           "1 decided without the difference asked about: c=off." in mixed.text
+    assert "undecided" not in mixed.text

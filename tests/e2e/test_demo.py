@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,15 +39,27 @@ def private_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
     return path, ports
 
 
-def test_shipped_ablation_finds_the_three_way_interaction(tmp_path, capsys):
+def run_shipped(tmp_path: Path, capsys, matrix: str, run_id: str, seed: int) -> tuple[Path, str, Callable[[], None]]:
+    """`orch run matrices/<matrix>` on a private simulator; returns the run folder, the output,
+    and a check that the env files are byte-identical and nothing listens afterwards."""
     inventory, ports = private_inventory(tmp_path)
     before = {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")}
-    code = main(["run", str(REPO / "matrices/overlap_ablation.yaml"), "-i", str(inventory),
-                 "--out", str(tmp_path / "reports"), "--run-id", "demo", "--seed", "2026"])
+    code = main(["run", str(REPO / "matrices" / matrix), "-i", str(inventory),
+                 "--out", str(tmp_path / "reports"), "--run-id", run_id, "--seed", str(seed)])
     out = capsys.readouterr().out
     assert code == 0, out
-    run_dir = tmp_path / "reports" / "demo"
+    run_dir = tmp_path / "reports" / run_id
     assert f"report: {run_dir / 'index.html'}" in out
+
+    def assert_clean() -> None:
+        assert {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")} == before
+        assert not any(port_open(p) for p in ports)
+
+    return run_dir, out, assert_clean
+
+
+def test_shipped_ablation_finds_the_three_way_interaction(tmp_path, capsys):
+    run_dir, out, assert_clean = run_shipped(tmp_path, capsys, "overlap_ablation.yaml", "demo", 2026)
 
     trials = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
     pooled: dict[str, list[int]] = {}
@@ -68,6 +81,4 @@ def test_shipped_ablation_finds_the_three_way_interaction(tmp_path, capsys):
     text = re.sub(r"<[^>]+>", " ", html)
     assert re.search(r"It needs [^.]*bf16_index_k=on[^.]*together", " ".join(text.split())), "headline misses the interaction"
 
-    # afterwards: env files byte-identical, nothing listening on the sim ports
-    assert {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")} == before
-    assert not any(port_open(p) for p in ports)
+    assert_clean()  # env files byte-identical, nothing listening on the sim ports
