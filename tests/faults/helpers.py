@@ -19,6 +19,7 @@ from pathlib import Path
 
 from orchestrator.journal import read_journal
 from orchestrator.records import RunManifest, TrialRecord
+from orchestrator.runs import load_plan, trials_of
 from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 PYTHON = sys.executable
@@ -215,7 +216,10 @@ def trial_records(run_dir: Path) -> list[TrialRecord]:
 
 
 def manifest(run_dir: Path) -> RunManifest:
-    return RunManifest.model_validate_json((run_dir / "run.json").read_text())
+    """run.json with its planned trials (kept in plan.json); read as is, without load_manifest's
+    side effect of declaring the run's secret names in this test process."""
+    head = RunManifest.model_validate_json((run_dir / "run.json").read_text())
+    return head if head.plan else head.model_copy(update={"plan": trials_of(load_plan(run_dir, head))})
 
 
 def journal_tally(run_dir: Path) -> tuple[int, list[int], list[int]]:
