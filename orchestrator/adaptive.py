@@ -52,9 +52,27 @@ class AdaptiveSource(StepSource):
             if admitted:
                 return step
 
+    shrinks = True
+
     def record(self, record: TrialRecord) -> None:
         with self._lock:
             self._count(record)
+
+    def remaining(self) -> int:
+        """Trials not handed out yet whose cell is still open (the baseline's while any is)."""
+        with self._lock:
+            upcoming = self._left[self._next:]
+            if upcoming:  # decide now what the next call to next() would decide anyway
+                for cell in sorted(self.cells - set(self.closed)):
+                    self._open(cell, upcoming[0].trial.round)
+            open_cells = self.cells - set(self.closed)
+
+            def may_run(step: Step) -> bool:
+                if step.trial.is_baseline:
+                    return bool(open_cells) or not self.cells
+                return step.trial.cell.id in open_cells
+
+            return sum(1 for s in upcoming if may_run(s))
 
     def _count(self, record: TrialRecord) -> None:
         m = record.metrics.get(self.metric)

@@ -105,6 +105,12 @@ class LiveStatus:
             self._write(done=done, failed=self._status.failed + (record.status != "completed"),
                         last=summarize(record), **self._current(), **self._eta(done))
 
+    def retotal(self, left: int) -> None:
+        with self._lock:
+            if self._status is not None:
+                done = self._status.done
+                self._write(total=done + left, **(self._eta(done) if self._done_here else {}))
+
     def note(self, message: str) -> None:
         with self._lock:
             if self._status is not None:
@@ -151,6 +157,10 @@ class Tee:
     def trial_done(self, record: TrialRecord) -> None:
         for s in self.sinks:
             s.trial_done(record)
+
+    def retotal(self, left: int) -> None:
+        for s in self.sinks:
+            s.retotal(left)
 
     def note(self, message: str) -> None:
         for s in self.sinks:

@@ -43,6 +43,10 @@ class _SharedProgress:
         with self.lock:
             self.inner.trial_done(record)
 
+    def retotal(self, left: int) -> None:
+        with self.lock:
+            self.inner.retotal(left)
+
     def note(self, message: str) -> None:
         with self.lock:
             self.inner.note(f"[{self.testbed}] {message}")

@@ -56,6 +56,11 @@ class RichProgress:
         else:
             self.console.print(f"[{self.done}/{self.total}] {line}", markup=False, highlight=False, soft_wrap=True)
 
+    def retotal(self, left: int) -> None:
+        self.total = self.done + left
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, total=self.total)
+
     def note(self, message: str) -> None:
         self.console.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
 

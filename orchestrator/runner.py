@@ -67,6 +67,8 @@ class Progress(Protocol):
 
     def start(self, total: int, done: int) -> None: ...
     def trial_done(self, record: TrialRecord) -> None: ...
+    def retotal(self, left: int) -> None:
+        """At most `left` more trials will run (an adaptive sweep stopped some cells)."""
     def note(self, message: str) -> None: ...
     def stop(self) -> None: ...
 
@@ -74,6 +76,7 @@ class Progress(Protocol):
 class QuietProgress:
     def start(self, total: int, done: int) -> None: ...
     def trial_done(self, record: TrialRecord) -> None: ...
+    def retotal(self, left: int) -> None: ...
     def note(self, message: str) -> None: ...
     def stop(self) -> None: ...
 
@@ -202,6 +205,8 @@ class Runner:
             self.source.record(record)  # adaptive designs decide from finished trials
             result.records.append(record)
             self.progress.trial_done(record)
+            if self.source.shrinks:  # cells stopped early: the bar and its ETA shrink with them
+                self.progress.retotal(self.source.remaining())
             if record.status == "completed":
                 result.completed += 1
                 continue
@@ -593,6 +598,8 @@ class StepSource:
     """Hands out the planned trials not yet done, in plan order, to one runner or to several
     runners working in parallel on their own testbeds (thread-safe)."""
 
+    shrinks = False  # True when trials may be dropped on the way (adaptive stopping)
+
     def __init__(self, steps: "tuple[Step, ...] | list[Step]", done: set[int]) -> None:
         self._left = [s for s in steps if s.trial.index not in done]
         self._next = 0
@@ -609,6 +616,11 @@ class StepSource:
     def close(self) -> None:
         with self._lock:
             self._next = len(self._left)
+
+    def remaining(self) -> int:
+        """Trials not handed out yet."""
+        with self._lock:
+            return len(self._left) - self._next
 
     def record(self, record: "TrialRecord") -> None:
         """A trial finished (a fixed design needs nothing from it)."""

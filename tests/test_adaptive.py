@@ -78,6 +78,30 @@ def test_clean_cells_stop_early_against_a_broken_baseline(tmp_path):
     assert not [s for s in ran if s.trial.round > last_round]
 
 
+def test_remaining_shrinks_as_cells_are_decided(tmp_path):
+    """What the progress bar is told after each trial: trials not handed out yet whose cell
+    is still open (and the baseline's while any is). Cells with overlap off are clean against a
+    20% baseline and get decided; overlap=on,cuda_graph=off matches the baseline and stays open."""
+    m, plan = plan_of(tmp_path)
+    decided = []
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.append(c))
+    assert source.shrinks and source.remaining() == len(plan.steps) == 40
+
+    def k(step) -> int:
+        return 0 if "overlap=off" in step.trial.cell.id else 2
+
+    handed = []
+    while not decided:
+        handed.append(source.next())
+        source.record(record(handed[-1], k(handed[-1])))
+        left = source.remaining()
+    assert sorted(decided) == ["overlap=off,cuda_graph=off", "overlap=off,cuda_graph=on"]
+    rounds_left = 8 - (handed[-1].trial.round + 1)  # the round just finished, then the rest
+    assert left == rounds_left * 3  # per round: the open cell and the baseline's two trials
+    ran = drive(source, k)
+    assert len(ran) == left and source.remaining() == 0
+
+
 def test_equal_cells_are_called_no_difference_or_run_to_the_end(tmp_path):
     m, plan = plan_of(tmp_path)
     decided = {}

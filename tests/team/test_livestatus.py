@@ -110,6 +110,9 @@ def test_tee_forwards_everything(tmp_path: Path) -> None:
         def trial_done(self, record: TrialRecord) -> None:
             calls.append(f"done {record.trial}")
 
+        def retotal(self, left: int) -> None:
+            calls.append(f"retotal {left}")
+
         def note(self, message: str) -> None:
             calls.append(f"note {message}")
 
@@ -119,10 +122,11 @@ def test_tee_forwards_everything(tmp_path: Path) -> None:
     tee = Tee(Spy(), LiveStatus(run_dir))
     tee.start(8, 0)
     tee.trial_done(records[0])
+    tee.retotal(3)  # an adaptive sweep stopped cells: 1 done + 3 left
     tee.note("hi")
     tee.stop()
-    assert calls == ["start 8 0", "done 0", "note hi", "stop"]
-    assert read(run_dir)["done"] == 1
+    assert calls == ["start 8 0", "done 0", "retotal 3", "note hi", "stop"]
+    assert read(run_dir)["done"] == 1 and read(run_dir)["total"] == 4
 
 
 def status(**kw: object) -> StatusFile:
