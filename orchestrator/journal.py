@@ -25,6 +25,7 @@ import errno
 import gc
 import json
 import os
+import re
 import secrets
 import stat
 import threading
@@ -211,16 +212,27 @@ def iter_records(path: Path) -> Iterator[TrialRecord | EventRecord]:
 def trial_statuses(path: Path) -> TrialStatuses:
     """Which trials are finished, for resume: ~0.4 s for 100,000 trials instead of ~10 s.
 
-    Reads only type, schema_version, trial and status of each line (a full JSON parse, no
-    TrialRecord). The answer equals the one read_journal's records give; a line that cannot be
-    read fast (damaged, unusual) goes through read_journal's parser and fails the same way.
-    Other fields of a line are not validated here."""
+    A line exactly as Journal.append writes it is read by its head: the trial number, the
+    status and the closing brace, found with two anchored matches and one find (no JSON parse
+    of its ~1 KB of env, metrics and paths). Damage further inside such a line is therefore not
+    seen here (the status, all resume needs, is intact); read_journal and the report's reader
+    refuse that line with its number. Any other line (an event, another spelling, damage near
+    the head) is read as before: type, schema_version, trial and status by a JSON parse, and a
+    line that cannot be read fast goes through read_journal's parser and fails the same way."""
     finished: set[int] = set()
     interrupted: set[int] = set()
+    trial_start, status_at, known = _TRIAL_START.match, _TRIAL_STATUS.match, _KNOWN_VERSIONS
     with _reading(path) as handle:
         end, torn = _body_end(handle)
         for first, lines in _blocks(path, handle, end):  # a loop per line, not a generator
             for number, line in enumerate(lines, start=first):
+                # inlined _head_of (two calls per line are a third of the time at 100,000 lines)
+                start = trial_start(line)
+                if start is not None and start[1] in known and line.endswith(b"}"):
+                    status = status_at(line, line.find(b'},"is_baseline":', start.end()))
+                    if status is not None:
+                        (interrupted if status[1] == b"interrupted" else finished).add(int(start[2]))
+                        continue
                 head = _status_of(path, number, line)
                 if head is not None:
                     (interrupted if head[1] == "interrupted" else finished).add(head[0])
@@ -497,8 +509,38 @@ _REQUIRED_HEAD = frozenset({"trial", "status"})
 _REQUIRED_ROW = frozenset({"trial", "round", "cell", "levels", "status"})
 
 
+# A trial line exactly as Journal.append writes it (pydantic's compact JSON, fields in model
+# order) gives its number and status away without a parse of the whole line (~1 KB of env,
+# metrics, paths): a match at the start for the trial number, a find for the end of `levels`
+# (a literal `},"is_baseline":` cannot occur inside a JSON string, whose quotes are escaped,
+# nor inside `levels`, whose values are strings), a match there for the status. Any other
+# spelling takes the JSON path.
+_TRIAL_START = re.compile(rb'\{"type":"trial","schema_version":(\d+),"run_id":"[^"\\]*","trial":(\d+),"round":\d+,"cell":"')
+_TRIAL_STATUS = re.compile(rb'\},"is_baseline":(?:true|false),"testbed":"[^"\\]*","attempt":\d+,'
+                           rb'"status":"(completed|failed|interrupted)"[,}]')
+_EVENT_START = re.compile(rb'\{"type":"event","schema_version":(\d+),')
+_KNOWN_VERSIONS = frozenset(str(v).encode() for v in KNOWN_SCHEMA_VERSIONS)
+
+
+def _head_of(line: bytes) -> tuple[int, TrialStatus] | None | bool:
+    """(trial, status) of a trial line orch wrote, None for an event line, False: parse it."""
+    if not line.endswith(b"}"):
+        return False
+    start = _TRIAL_START.match(line)
+    if start is not None and start[1] in _KNOWN_VERSIONS:
+        status = _TRIAL_STATUS.match(line, line.find(b'},"is_baseline":', start.end()))
+        if status is not None:
+            return int(start[2]), status[1].decode()  # type: ignore[return-value]
+        return False
+    event = _EVENT_START.match(line)
+    return None if event is not None and event[1] in _KNOWN_VERSIONS else False
+
+
 def _status_of(path: Path, number: int, line: bytes) -> tuple[int, TrialStatus] | None:
     """(trial, status) of a trial line, None for an event line or a blank one."""
+    quick = _head_of(line)
+    if quick is not False:
+        return quick  # type: ignore[return-value]
     try:
         head = _HEAD.validate_json(line)
     except pydantic.ValidationError:

@@ -159,6 +159,40 @@ def test_lines_the_fast_parser_refuses_go_through_the_full_parser(tmp_path: Path
     assert read_records_at(path, rows) == records[1:]
 
 
+# names a user may write: quotes, backslashes, braces, the journal's own key names and the very
+# text the fast status reader looks for (inside a JSON string its quotes are escaped)
+tricky_names = st.sampled_from(["on", 'say "hi"', "back\\slash", "}{", '},"is_baseline":true,"testbed":"x",'
+                                '"attempt":1,"status":"interrupted"}', "status", "is_baseline", "é ✓", "\\"])
+tricky_trials = st.builds(
+    lambda trial, status, factor, level, testbed: _trial(
+        trial, status, cell=f"{factor}={level}", levels={"overlap": "on", factor: level}, testbed=testbed),
+    trial=st.integers(0, 6), status=statuses, factor=st.sampled_from(["status", "is_baseline", "attempt", "f"]),
+    level=tricky_names, testbed=st.sampled_from(["sim", 'odd"bed']))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.one_of(tricky_trials, st.builds(_event)), max_size=8))
+def test_statuses_of_lines_with_tricky_names_agree_with_read_journal(
+    tmp_path: Path, records: list[TrialRecord | EventRecord]
+) -> None:
+    path = _write(tmp_path / f"journal-{next(_COUNTER)}.jsonl", records)
+    assert trial_statuses(path) == _expected_statuses(path)
+
+
+def test_resume_reads_only_the_head_of_a_line_orch_wrote(tmp_path: Path) -> None:
+    """A deliberate limit, stated in trial_statuses' docstring: a line exactly as orch writes it
+    is read by its head (number, status) and its closing brace; damage further inside it is
+    not seen by resume, while read_journal (and the report) refuse the line with its number."""
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0), _trial(1, "failed")])
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"duration_s":2.0', b'"duration_s":2.0.0')  # trial 0, mid-file
+    path.write_bytes(b"\n".join(lines))
+    assert trial_statuses(path) == TrialStatuses(frozenset({0, 1}), frozenset(), False)
+    with pytest.raises(ConfigError) as info:
+        read_journal(path)
+    assert info.value.line == 2
+
+
 # ------------------------------------------------------------------ errors
 
 
