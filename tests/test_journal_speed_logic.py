@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -397,3 +398,111 @@ def test_fast_schema_follows_the_records_it_reads() -> None:
     read = set(journal_mod._RowFields.__annotations__) - {"type", "schema_version", "failure", "metrics"}
     assert read <= set(TrialRecord.model_fields)
     assert set(journal_mod._MetricFields.__annotations__) <= set(MetricValue.model_fields)
+
+
+# ------------------------------------------------------------------ the status index (resume's cache)
+
+
+def _only_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every journal line unreadable to trial_statuses: only the index can answer."""
+    import re
+
+    monkeypatch.setattr(journal_mod, "_TRIAL_START", re.compile(rb"(?!x)x"))
+
+    def refuse(path: Path, number: int, line: bytes) -> None:
+        raise AssertionError(f"line {number} was read, the index should have answered")
+
+    monkeypatch.setattr(journal_mod, "_status_of", refuse)
+
+
+def _mixed_records() -> list[TrialRecord | EventRecord]:
+    return [_event(), _trial(0, "failed"), _trial(0, attempt=2), _trial(1, "interrupted"),
+            _event("run_resumed"), _trial(2), _trial(3, "failed")]
+
+
+def test_index_answers_without_reading_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path / "journal.jsonl", _mixed_records())
+    expected = _expected_statuses(path)
+    assert journal_mod.index_path(path).stat().st_size == 7 * journal_mod._INDEX_ENTRY.size
+    _only_the_index(monkeypatch)
+    assert trial_statuses(path) == expected == TrialStatuses(frozenset({0, 2, 3}), frozenset({1}), False)
+
+
+def test_reopened_journal_keeps_its_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path / "journal.jsonl", _mixed_records()[:3])
+    with Journal(path) as journal:  # what resume does
+        for record in _mixed_records()[3:]:
+            journal.append(record)
+    expected = _expected_statuses(path)
+    _only_the_index(monkeypatch)
+    assert trial_statuses(path) == expected
+
+
+def _set_mtimes(path: Path, index_newer: bool) -> None:
+    index = journal_mod.index_path(path)
+    j = path.stat().st_mtime_ns
+    os.utime(index, ns=(j + 10**9, j + 10**9) if index_newer else (j - 10**9, j - 10**9))
+
+
+@pytest.mark.parametrize("case", ["kill-between-writes", "index-behind-but-newer", "index-ahead-of-journal",
+                                  "entries-swapped", "index-torn", "index-garbage", "no-index"])
+def test_index_that_does_not_fit_the_journal_is_not_believed(tmp_path: Path, case: str) -> None:
+    """Every way the cache can disagree with the journal: the answer stays read_journal's."""
+    path = _write(tmp_path / "journal.jsonl", _mixed_records())
+    index = journal_mod.index_path(path)
+    size = journal_mod._INDEX_ENTRY.size
+    entries = index.read_bytes()
+    if case in ("kill-between-writes", "index-behind-but-newer"):  # a line the index never saw
+        with open(path, "ab") as handle:
+            handle.write((_trial(4, "failed").model_dump_json() + "\n").encode())
+        _set_mtimes(path, index_newer=case == "index-behind-but-newer")
+    elif case == "index-ahead-of-journal":  # the journal lost its last line (e.g. hand-edited)
+        lines = path.read_bytes().split(b"\n")
+        path.write_bytes(b"\n".join(lines[:-2] + [b""]))
+        _set_mtimes(path, index_newer=True)
+    elif case == "entries-swapped":
+        index.write_bytes(entries[size:2 * size] + entries[:size] + entries[2 * size:])
+        _set_mtimes(path, index_newer=True)
+    elif case == "index-torn":
+        index.write_bytes(entries[:-5])
+        _set_mtimes(path, index_newer=True)
+    elif case == "index-garbage":
+        index.write_bytes(os.urandom(len(entries)))
+        _set_mtimes(path, index_newer=True)
+    else:
+        index.unlink()
+    assert trial_statuses(path) == _expected_statuses(path)
+
+
+def test_index_is_dropped_when_it_cannot_be_written_or_does_not_cover_the_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as journal:
+        journal.append(_trial(0))
+        os.close(journal._index)  # type: ignore[arg-type]  # the next index write fails
+        journal.append(_trial(1, "failed"))
+        assert journal._index is None
+    assert not journal_mod.index_path(path).exists()
+    assert trial_statuses(path) == TrialStatuses(frozenset({0, 1}), frozenset(), False)
+    with Journal(path) as journal:  # resume: the index is rebuilt from the journal, then kept
+        journal.append(_trial(2))
+    assert journal_mod.index_path(path).stat().st_size == 3 * journal_mod._INDEX_ENTRY.size
+    assert trial_statuses(path) == _expected_statuses(path)
+
+
+def test_rebuilt_index_answers_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path / "journal.jsonl", _mixed_records())
+    written = journal_mod.index_path(path).read_bytes()
+    journal_mod.index_path(path).unlink()
+    journal_mod.write_index(path)
+    assert journal_mod.index_path(path).read_bytes() == written  # the same bytes append wrote
+    expected = _expected_statuses(path)
+    _only_the_index(monkeypatch)
+    assert trial_statuses(path) == expected
+
+
+def test_no_index_is_built_over_blank_lines(tmp_path: Path) -> None:
+    path = _write(tmp_path / "journal.jsonl", _mixed_records()[:2], extra=b"\n")
+    journal_mod.index_path(path).unlink()
+    journal_mod.write_index(path)
+    assert not journal_mod.index_path(path).exists()
+    assert trial_statuses(path) == _expected_statuses(path)

@@ -112,11 +112,10 @@ def test_disk_filling_up_mid_sweep_then_resume_after_freeing_space(bed: SimBed, 
 def fill(path: Path) -> Path:
     """Write zeros until the file system is full."""
     chunk = b"\0" * (64 * 1024)
-    with open(path, "wb") as f:
+    with open(path, "wb", buffering=0) as f:  # unbuffered: nothing left to flush (and fail) at close
         try:
             while True:
                 f.write(chunk)
-                f.flush()
         except OSError as exc:
             assert exc.errno == errno.ENOSPC
     return path
