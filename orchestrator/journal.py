@@ -178,9 +178,7 @@ class Journal:
         """Note the record in the status index (a cache: no fsync; any failure drops it)."""
         if self._index is None:
             return
-        code = b"e" if isinstance(record, EventRecord) else record.status[0].encode()
-        trial = record.trial if isinstance(record, TrialRecord) else 0
-        entry = _INDEX_ENTRY.pack(start, end, trial, code)
+        entry = _index_entry(start, end, (record.trial, record.status) if isinstance(record, TrialRecord) else None)
         try:
             if os.write(self._index, entry) != len(entry):
                 raise OSError(errno.ENOSPC, "short write")
@@ -345,7 +343,11 @@ def write_json_atomic(path: Path, model: pydantic.BaseModel) -> None:
     """Replace `path` with the model as JSON, all or nothing: temp file in the same directory,
     fsync, rename over the target, fsync the directory. Readers see the old or the new file,
     never half of one (run.json is rewritten at the end of a run that may be interrupted)."""
-    data = (model.model_dump_json(indent=2) + "\n").encode("utf-8")
+    write_bytes_atomic(path, (model.model_dump_json(indent=2) + "\n").encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """write_json_atomic for bytes."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
@@ -589,19 +591,16 @@ def write_index(path: Path) -> None:
         for number, offset, line in _lines(path, handle, end):
             if offset != covered or torn:
                 return
-            head = _status_of(path, number, line)
-            code, trial = (b"e", 0) if head is None else (head[1][0].encode(), head[0])
             covered = offset + len(line) + 1
-            entries += _INDEX_ENTRY.pack(offset, covered, trial, code)
-    if covered != end:
-        return
-    temp = path.with_name(f".{path.name}.idx.{os.getpid()}.tmp")
-    try:
-        temp.write_bytes(bytes(entries))
-        os.replace(temp, index_path(path))
-    except OSError:
-        temp.unlink(missing_ok=True)
-        raise
+            entries += _index_entry(offset, covered, _status_of(path, number, line))
+    if covered == end:
+        write_bytes_atomic(index_path(path), bytes(entries))
+
+
+def _index_entry(start: int, end: int, head: tuple[int, TrialStatus] | None) -> bytes:
+    """One index entry: a trial line's (trial, status) or, for an event line, None."""
+    trial, code = (0, b"e") if head is None else (head[0], head[1][0].encode())
+    return _INDEX_ENTRY.pack(start, end, trial, code)
 
 
 def _index_end(index: Path) -> int | None:
