@@ -428,6 +428,7 @@ class Runner:
         a failure verify before the repro, because they may restart a stale unit to fix it."""
         if self.verify_all_next:
             self._verify(step, ctx)
+            self.verify_all_next = False  # here, never in the thread: a failure may set it again
             return None
         if self.checker is None:
             self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
@@ -454,7 +455,6 @@ class Runner:
                     problem = _env_mismatch(h, unit, assignments)
                 if problem:
                     raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
-        self.verify_all_next = False
 
     def _run_repro(self, step: Step, trial_dir: Path) -> ReproOutcome:
         repro = self.plan.matrix.repro
