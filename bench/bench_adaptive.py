@@ -6,7 +6,7 @@ and overlap all on) and 7 other cells at 0-2% (overlap or CUDA graph off: 0%; fp
 simulated sweep draws every trial of all 8 rounds once; the fixed design analyses all of it
 (Fisher exact per cell vs baseline, Holm at 0.05 over the 7 cells), the adaptive design sees
 the rounds one by one (the baseline runs while any cell is open) and stops each cell when
-orchestrator.sequential.decide says so. Same data, so the decisions compare directly.
+orchestrator.core.sequential.decide says so. Same data, so the decisions compare directly.
 
 Prints, over --sweeps simulated sweeps (goals, not asserted; tests/test_sequential.py asserts
 the error bounds):
@@ -33,13 +33,20 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from orchestrator.sequential import SequentialPolicy, decide
-from orchestrator.stats import fisher_exact, holm
+from orchestrator.core.sequential import SequentialPolicy, decide
+from orchestrator.core.stats import fisher_exact, holm
 
 BASELINE_RATE = 0.15
 CELL_RATES = (0.0, 0.0, 0.0, 0.01, 0.01, 0.02, 0.02)  # overlap/graph off; fp8 cells
-CELL_NAMES = ("overlap-off", "graph-off", "graph-off+overlap-off",
-              "fp8", "fp8+overlap-off", "fp8+graph-off", "fp8+both-off")
+CELL_NAMES = (
+    "overlap-off",
+    "graph-off",
+    "graph-off+overlap-off",
+    "fp8",
+    "fp8+overlap-off",
+    "fp8+graph-off",
+    "fp8+both-off",
+)
 SESSIONS = 10
 ROUNDS = 8
 ALPHA = 0.05
@@ -61,8 +68,10 @@ class SweepOutcome:
     @property
     def hybrid_different(self) -> tuple[bool, ...]:
         """Adaptive, and at max rounds the fixed test on the full 80 sessions has the last word."""
-        return tuple(s == "different" or (s == "max_rounds" and f)
-                     for s, f in zip(self.adaptive_states, self.fixed_different, strict=True))
+        return tuple(
+            s == "different" or (s == "max_rounds" and f)
+            for s, f in zip(self.adaptive_states, self.fixed_different, strict=True)
+        )
 
 
 BASELINE_RUNS = [1]  # baseline trials per round in the adaptive design (--baseline-runs)
@@ -84,8 +93,10 @@ def fixed_design(counts: np.ndarray, direction: str = "both") -> tuple[bool, ...
         pvalues = [fisher_exact(int(row.sum()), n, kb, n) for row in counts[1:]]
     else:
         alternative = "less" if direction == "lower" else "greater"
-        pvalues = [float(sps.fisher_exact([[int(row.sum()), n - int(row.sum())], [kb, n - kb]],
-                                          alternative=alternative)[1]) for row in counts[1:]]
+        pvalues = [
+            float(sps.fisher_exact([[int(row.sum()), n - int(row.sum())], [kb, n - kb]], alternative=alternative)[1])
+            for row in counts[1:]
+        ]
     return tuple(p < ALPHA for p in holm(pvalues))
 
 
@@ -109,8 +120,7 @@ def adaptive_design(counts: np.ndarray, policy: SequentialPolicy) -> tuple[tuple
     return tuple(states), SESSIONS * (BASELINE_RUNS[0] * baseline_rounds + sum(stopped))
 
 
-def sweep(rng: np.random.Generator, base: float, cells: Sequence[float],
-          policy: SequentialPolicy) -> SweepOutcome:
+def sweep(rng: np.random.Generator, base: float, cells: Sequence[float], policy: SequentialPolicy) -> SweepOutcome:
     counts = draw(rng, base, cells)
     adaptive_counts = counts.copy()
     if BASELINE_RUNS[0] > 1:  # the adaptive design's baseline runs more sessions per round
@@ -126,8 +136,7 @@ def sweep(rng: np.random.Generator, base: float, cells: Sequence[float],
     )
 
 
-def report_different(outcomes: Sequence[SweepOutcome], rates: Sequence[float],
-                     names: Sequence[str]) -> None:
+def report_different(outcomes: Sequence[SweepOutcome], rates: Sequence[float], names: Sequence[str]) -> None:
     """Every cell truly differs from the baseline here: 'different' is the right answer."""
     fixed = np.array([o.fixed_different for o in outcomes])
     two_sided = np.array([o.two_sided_different for o in outcomes])
@@ -135,26 +144,40 @@ def report_different(outcomes: Sequence[SweepOutcome], rates: Sequence[float],
     hybrid = np.array([o.hybrid_different for o in outcomes])
     fraction = np.array([o.sessions_fraction for o in outcomes])
     same = fixed == adaptive
-    print(f"  (a) same decisions as fixed, all {len(rates)} cells: {same.all(1).mean():.1%}"
-          f" of sweeps (per cell {same.mean():.1%}); all {len(rates)} found "
-          f"different: fixed {fixed.all(1).mean():.1%}, adaptive {adaptive.all(1).mean():.1%}")
+    print(
+        f"  (a) same decisions as fixed, all {len(rates)} cells: {same.all(1).mean():.1%}"
+        f" of sweeps (per cell {same.mean():.1%}); all {len(rates)} found "
+        f"different: fixed {fixed.all(1).mean():.1%}, adaptive {adaptive.all(1).mean():.1%}"
+    )
     if not (fixed == two_sided).all():
-        print(f"      vs the two-sided fixed design: same decisions {(two_sided == adaptive).all(1).mean():.1%}"
-              f" of sweeps (per cell {(two_sided == adaptive).mean():.1%}); all found different: "
-              f"{two_sided.all(1).mean():.1%}")
-    print(f"      adaptive says different where fixed does not: {(adaptive & ~fixed).mean():.1%} "
-          f"of cells; fixed where adaptive does not: {(fixed & ~adaptive).mean():.1%}")
-    print(f"      adaptive + fixed test for cells reaching max rounds: same decisions "
-          f"{(fixed == hybrid).all(1).mean():.1%} of sweeps "
-          f"(per cell {(fixed == hybrid).mean():.1%})")
+        print(
+            f"      vs the two-sided fixed design: same decisions {(two_sided == adaptive).all(1).mean():.1%}"
+            f" of sweeps (per cell {(two_sided == adaptive).mean():.1%}); all found different: "
+            f"{two_sided.all(1).mean():.1%}"
+        )
+    print(
+        f"      adaptive says different where fixed does not: {(adaptive & ~fixed).mean():.1%} "
+        f"of cells; fixed where adaptive does not: {(fixed & ~adaptive).mean():.1%}"
+    )
+    print(
+        f"      adaptive + fixed test for cells reaching max rounds: same decisions "
+        f"{(fixed == hybrid).all(1).mean():.1%} of sweeps "
+        f"(per cell {(fixed == hybrid).mean():.1%})"
+    )
     for i, (name, rate) in enumerate(zip(names, rates, strict=True)):
         states = [o.adaptive_states[i] for o in outcomes]
-        tally = ", ".join(f"{s} {states.count(s) / len(states):.0%}"
-                          for s in ("different", "no_difference", "max_rounds") if s in states)
-        print(f"      {name:>22} {rate:4.0%} vs {BASELINE_RATE:.0%}: fixed different "
-              f"{fixed[:, i].mean():.0%}; adaptive {tally}")
-    print(f"  (b) sessions used vs fixed: mean {fraction.mean():.1%}, p90 "
-          f"{np.quantile(fraction, 0.9):.1%} (goal <= 50%)")
+        tally = ", ".join(
+            f"{s} {states.count(s) / len(states):.0%}"
+            for s in ("different", "no_difference", "max_rounds")
+            if s in states
+        )
+        print(
+            f"      {name:>22} {rate:4.0%} vs {BASELINE_RATE:.0%}: fixed different "
+            f"{fixed[:, i].mean():.0%}; adaptive {tally}"
+        )
+    print(
+        f"  (b) sessions used vs fixed: mean {fraction.mean():.1%}, p90 {np.quantile(fraction, 0.9):.1%} (goal <= 50%)"
+    )
 
 
 def report_aa(outcomes: Sequence[SweepOutcome], rate: float) -> None:
@@ -163,43 +186,57 @@ def report_aa(outcomes: Sequence[SweepOutcome], rate: float) -> None:
     hybrid = np.array([o.hybrid_different for o in outcomes])
     fraction = np.array([o.sessions_fraction for o in outcomes])
     states = [s for o in outcomes for s in o.adaptive_states]
-    print(f"  (c) A/A at {rate:.0%}: false 'different' per cell: adaptive {adaptive.mean():.2%}, "
-          f"fixed {fixed.mean():.2%}, adaptive+fixed {hybrid.mean():.2%}; per sweep (any of "
-          f"{fixed.shape[1]}): adaptive {adaptive.any(1).mean():.1%}, fixed "
-          f"{fixed.any(1).mean():.1%}, adaptive+fixed {hybrid.any(1).mean():.1%}; "
-          f"no_difference {states.count('no_difference') / len(states):.0%} of cells; "
-          f"sessions used {fraction.mean():.0%}")
+    print(
+        f"  (c) A/A at {rate:.0%}: false 'different' per cell: adaptive {adaptive.mean():.2%}, "
+        f"fixed {fixed.mean():.2%}, adaptive+fixed {hybrid.mean():.2%}; per sweep (any of "
+        f"{fixed.shape[1]}): adaptive {adaptive.any(1).mean():.1%}, fixed "
+        f"{fixed.any(1).mean():.1%}, adaptive+fixed {hybrid.any(1).mean():.1%}; "
+        f"no_difference {states.count('no_difference') / len(states):.0%} of cells; "
+        f"sessions used {fraction.mean():.0%}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweeps", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--directions", default="both,lower",
-                        help="the questions to simulate, comma-separated: both, lower, higher")
-    parser.add_argument("--baseline-runs", type=int, default=1,
-                        help="baseline trials per round in the adaptive design (matrix adaptive.baseline_runs)")
+    parser.add_argument(
+        "--directions", default="both,lower", help="the questions to simulate, comma-separated: both, lower, higher"
+    )
+    parser.add_argument(
+        "--baseline-runs",
+        type=int,
+        default=1,
+        help="baseline trials per round in the adaptive design (matrix adaptive.baseline_runs)",
+    )
     args = parser.parse_args()
     BASELINE_RUNS[0] = args.baseline_runs
     cells = len(CELL_RATES)
-    print(f"{SESSIONS} sessions a round, max {ROUNDS} rounds (fixed design: {SESSIONS * ROUNDS} "
-          f"sessions per cell, Fisher + Holm at {ALPHA}); {args.sweeps} simulated sweeps per line")
-    settings = [(direction, label, alpha) for direction in args.directions.split(",")
-                for label, alpha in (("per-comparison alpha 0.05", ALPHA),
-                                     (f"Bonferroni alpha 0.05/{cells}", ALPHA / cells))]
+    print(
+        f"{SESSIONS} sessions a round, max {ROUNDS} rounds (fixed design: {SESSIONS * ROUNDS} "
+        f"sessions per cell, Fisher + Holm at {ALPHA}); {args.sweeps} simulated sweeps per line"
+    )
+    settings = [
+        (direction, label, alpha)
+        for direction in args.directions.split(",")
+        for label, alpha in (("per-comparison alpha 0.05", ALPHA), (f"Bonferroni alpha 0.05/{cells}", ALPHA / cells))
+    ]
     for direction, label, alpha in settings:
         policy = SequentialPolicy(alpha=alpha, max_rounds=ROUNDS, direction=direction)  # type: ignore[arg-type]
         start = time.perf_counter()
         rng = np.random.default_rng(args.seed)
         print(f"adaptive, question {direction!r}, with {label} (power {policy.power}, effect {policy.effect}):")
-        print(f" DSV4 sweep: baseline {BASELINE_RATE:.0%}, cells "
-              f"{', '.join(f'{r:.0%}' for r in CELL_RATES)}")
-        report_different([sweep(rng, BASELINE_RATE, CELL_RATES, policy)
-                          for _ in range(args.sweeps)], CELL_RATES, CELL_NAMES)
+        print(f" DSV4 sweep: baseline {BASELINE_RATE:.0%}, cells {', '.join(f'{r:.0%}' for r in CELL_RATES)}")
+        report_different(
+            [sweep(rng, BASELINE_RATE, CELL_RATES, policy) for _ in range(args.sweeps)], CELL_RATES, CELL_NAMES
+        )
         clean = (0.0,) * cells
         print(f" issue 6 rates: baseline {BASELINE_RATE:.0%}, all {cells} cells 0%")
-        report_different([sweep(rng, BASELINE_RATE, clean, policy) for _ in range(args.sweeps)],
-                         clean, [f"cell {i + 1}" for i in range(cells)])
+        report_different(
+            [sweep(rng, BASELINE_RATE, clean, policy) for _ in range(args.sweeps)],
+            clean,
+            [f"cell {i + 1}" for i in range(cells)],
+        )
         print(" A/A sweeps (all 8 cells at one rate):")
         for rate in (0.0, 0.02, 0.15):
             report_aa([sweep(rng, rate, [rate] * cells, policy) for _ in range(args.sweeps)], rate)

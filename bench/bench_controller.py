@@ -55,8 +55,13 @@ def plan_matrix_yaml(factors: int, levels: int, order: str) -> str:
         role = "decode" if f % 2 == 0 else "prefill"
         values = ", ".join(f'"{v}"' for v in range(levels))
         lines += [f"  f{f}:", f"    env: {{{role}: BENCH_F{f}}}", f"    levels: [{values}]"]
-    lines += [f"order: {order}", "seed: 1", "repro:", '  command: "true"',
-              "  metrics: {wall: {regex: 'wall=(?P<value>[0-9.]+)s'}}"]
+    lines += [
+        f"order: {order}",
+        "seed: 1",
+        "repro:",
+        '  command: "true"',
+        "  metrics: {wall: {regex: 'wall=(?P<value>[0-9.]+)s'}}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -88,8 +93,8 @@ def peak_rss_mb() -> float:
 
 
 def phase_plan(work: Path, order: str, factors: int, levels: int) -> dict[str, object]:
-    from orchestrator.config import read_inventory, read_matrix
-    from orchestrator.plan import make_plan
+    from orchestrator.core.config import read_inventory, read_matrix
+    from orchestrator.core.plan import make_plan
 
     matrix_path = work / f"plan-{order}-{factors}x{levels}.yaml"
     matrix_path.write_text(plan_matrix_yaml(factors, levels, order))
@@ -99,13 +104,18 @@ def phase_plan(work: Path, order: str, factors: int, levels: int) -> dict[str, o
     t1 = time.perf_counter()
     plan = make_plan(matrix, testbed)
     t2 = time.perf_counter()
-    return {"cells": len(plan.cells), "trials": len(plan.steps), "restarts": plan.restart_count,
-            "read_s": t1 - t0, "plan_s": t2 - t1}
+    return {
+        "cells": len(plan.cells),
+        "trials": len(plan.steps),
+        "restarts": plan.restart_count,
+        "read_s": t1 - t0,
+        "plan_s": t2 - t1,
+    }
 
 
 def phase_read_journal(work: Path) -> dict[str, object]:
-    from orchestrator.journal import read_journal
-    from orchestrator.records import TrialRecord
+    from orchestrator.core.records import TrialRecord
+    from orchestrator.store.journal import read_journal
 
     t0 = time.perf_counter()
     contents = read_journal(work / "run" / "journal.jsonl")
@@ -119,11 +129,11 @@ def phase_resume(work: Path, reader: str) -> dict[str, object]:
     journal.trial_statuses (what session.resume_run does), which answers from the status index;
     "trial_statuses-no-index": the same with the index moved away, so it reads every line head
     (a journal written before the index, or after a kill between a line and its index entry)."""
-    from orchestrator import journal
-    from orchestrator.config import read_inventory, read_matrix
-    from orchestrator.plan import make_plan
-    from orchestrator.records import TrialRecord
-    from orchestrator.runs import check_same_plan, load_manifest
+    from orchestrator.core.config import read_inventory, read_matrix
+    from orchestrator.core.plan import make_plan
+    from orchestrator.core.records import TrialRecord
+    from orchestrator.store import journal
+    from orchestrator.store.manifest import check_same_plan, load_manifest
 
     run_dir = work / "run"
     path = run_dir / "journal.jsonl"
@@ -151,8 +161,11 @@ def phase_resume(work: Path, reader: str) -> dict[str, object]:
     elif reader == "trial_statuses":
         done = set(journal.trial_statuses(path).finished)  # type: ignore[attr-defined]
     else:
-        done = {r.trial for r in journal.read_journal(path).records
-                if isinstance(r, TrialRecord) and r.status in ("completed", "failed")}
+        done = {
+            r.trial
+            for r in journal.read_journal(path).records
+            if isinstance(r, TrialRecord) and r.status in ("completed", "failed")
+        }
     marks.append((f"done set ({reader})", time.perf_counter()))
     steps = {name: b - a for (_, a), (name, b) in zip(marks, marks[1:])}
     return {"done": len(done), "seconds": marks[-1][1] - marks[0][1], "steps": steps}
@@ -160,9 +173,9 @@ def phase_resume(work: Path, reader: str) -> dict[str, object]:
 
 def phase_make_run(work: Path, trials: int) -> dict[str, object]:
     """Write the synthetic run once: run.json from a real plan, and `trials` trial records."""
-    from orchestrator.config import read_inventory, read_matrix
-    from orchestrator.plan import make_plan
-    from orchestrator.runs import make_manifest, save_manifest
+    from orchestrator.core.config import read_inventory, read_matrix
+    from orchestrator.core.plan import make_plan
+    from orchestrator.store.manifest import make_manifest, save_manifest
 
     run_dir = work / "run"
     run_dir.mkdir()
@@ -180,17 +193,22 @@ def phase_make_run(work: Path, trials: int) -> dict[str, object]:
             out.write(_record(step).model_dump_json() + "\n")
     # the status index Journal.append keeps beside the journal (the same bytes; tested in
     # tests/test_journal_speed_logic.py), built in one go here instead of 100,000 fsync'd appends
-    from orchestrator.journal import write_index
+    from orchestrator.store.journal import write_index
 
     write_index(run_dir / "journal.jsonl")
     size = (run_dir / "journal.jsonl").stat().st_size
-    return {"trials": min(trials, len(plan.steps)), "mb": size / 1e6, "seconds": time.perf_counter() - t0,
-            "planned": len(plan.steps), "manifest_s": manifest_s}
+    return {
+        "trials": min(trials, len(plan.steps)),
+        "mb": size / 1e6,
+        "seconds": time.perf_counter() - t0,
+        "planned": len(plan.steps),
+        "manifest_s": manifest_s,
+    }
 
 
 def phase_load_manifest(work: Path) -> dict[str, object]:
     """The manifest with every planned trial as a model: what the report loads."""
-    from orchestrator.runs import load_manifest
+    from orchestrator.store.manifest import load_manifest
 
     t0 = time.perf_counter()
     manifest = load_manifest(work / "run")
@@ -199,25 +217,39 @@ def phase_load_manifest(work: Path) -> dict[str, object]:
 
 def _record(step):  # type: ignore[no-untyped-def]
     """A realistic completed trial: env, restarts, health waits, repro outcome, metrics, logs."""
-    from orchestrator.records import MetricValue, ReproOutcome, TrialRecord
+    from orchestrator.core.records import MetricValue, ReproOutcome, TrialRecord
 
     i, cell = step.trial.index, step.trial.cell
     k = (i * 7919) % 7
     tail = f'wall=161.{i % 10}s counts={{"done": {40 - k}, "no_tool": {k}}}\nCORRUPTION sessions: {k}/40 = {k * 100 // 40}%\n'
     return TrialRecord(
-        run_id="bench-resume", trial=i, round=step.trial.round, cell=cell.id, levels=cell.as_dict(),
-        is_baseline=step.trial.is_baseline, testbed="bench", status="completed",
+        run_id="bench-resume",
+        trial=i,
+        round=step.trial.round,
+        cell=cell.id,
+        levels=cell.as_dict(),
+        is_baseline=step.trial.is_baseline,
+        testbed="bench",
+        status="completed",
         started=f"2026-05-09T07:{i // 3600 % 60:02d}:{i % 60:02d}.000+00:00",
-        ended=f"2026-05-09T07:{i // 3600 % 60:02d}:{i % 60:02d}.900+00:00", duration_s=163.2,
+        ended=f"2026-05-09T07:{i // 3600 % 60:02d}:{i % 60:02d}.900+00:00",
+        duration_s=163.2,
         env={r: {k2: str(v) for k2, v in a.items()} for r, a in step.env.items()},
         restarted=[f"{r}:{u}" for r, u in step.restart_units],
         health_wait_s={"prefill": 1.21, "decode": 1.43, "router": 0.11},
-        repro=ReproOutcome(command="python -m orchestrator.sim.repro --sessions 40", exit_code=0,
-                           duration_s=161.4, stdout_tail=tail, stdout_path=f"trials/{i:06d}/repro.out",
-                           stderr_path=f"trials/{i:06d}/repro.err"),
-        metrics={"corruption": MetricValue(kind="proportion", k=k, n=40),
-                 "wall": MetricValue(kind="number", value=161.4, unit="s"),
-                 "anomalies": MetricValue(kind="number", value=float(300 + k))},
+        repro=ReproOutcome(
+            command="python -m orchestrator.sim.repro --sessions 40",
+            exit_code=0,
+            duration_s=161.4,
+            stdout_tail=tail,
+            stdout_path=f"trials/{i:06d}/repro.out",
+            stderr_path=f"trials/{i:06d}/repro.err",
+        ),
+        metrics={
+            "corruption": MetricValue(kind="proportion", k=k, n=40),
+            "wall": MetricValue(kind="number", value=161.4, unit="s"),
+            "anomalies": MetricValue(kind="number", value=float(300 + k)),
+        },
         logs={"decode:bench-decode": f"trials/{i:06d}/logs/decode-bench-decode.log"},
     )
 
@@ -248,8 +280,9 @@ class Outcome:
 def run_phase(work: Path, limit_s: float, *args: str) -> Outcome:
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, __file__, "--child", *args], cwd=work, capture_output=True,
-                              text=True, timeout=limit_s)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", *args], cwd=work, capture_output=True, text=True, timeout=limit_s
+        )
     except subprocess.TimeoutExpired:
         return Outcome(None, time.perf_counter() - t0)
     if proc.returncode != 0:
@@ -263,32 +296,42 @@ def report_plan(work: Path, factors: int, levels: int, limit_s: float) -> None:
         sizes.insert(2, ("min-restarts", factors - 1))
     for order, n in sizes:
         out = run_phase(work, limit_s, "plan", str(work), order, str(n), str(levels))
-        label = f"plan {levels ** n:,} cells, order {order}:"
+        label = f"plan {levels**n:,} cells, order {order}:"
         if out.result is None:
             print(f"{label} NOT finished within {limit_s:g} s (stopped)")
             continue
         r = out.result
-        print(f"{label} make_plan {r['plan_s']:.3f} s (+ read matrix/inventory {r['read_s']:.3f} s); "
-              f"{r['restarts']:,} restarts planned; peak RSS {r['peak_rss_mb']:.0f} MB (target <= 1 s)")
+        print(
+            f"{label} make_plan {r['plan_s']:.3f} s (+ read matrix/inventory {r['read_s']:.3f} s); "
+            f"{r['restarts']:,} restarts planned; peak RSS {r['peak_rss_mb']:.0f} MB (target <= 1 s)"
+        )
 
 
 def report_journal(work: Path, trials: int, limit_s: float) -> None:
     made = run_phase(work, max(limit_s, 600), "make_run", str(work), str(trials))
     assert made.result is not None
-    print(f"synthetic run: {made.result['trials']:,} trial records, journal {made.result['mb']:.0f} MB "
-          f"(written in {made.result['seconds']:.1f} s)")
-    print(f"run start: make_manifest + save_manifest (run.json + plan.json) of {made.result['planned']:,} "
-          f"planned trials in {made.result['manifest_s']:.3f} s")
+    print(
+        f"synthetic run: {made.result['trials']:,} trial records, journal {made.result['mb']:.0f} MB "
+        f"(written in {made.result['seconds']:.1f} s)"
+    )
+    print(
+        f"run start: make_manifest + save_manifest (run.json + plan.json) of {made.result['planned']:,} "
+        f"planned trials in {made.result['manifest_s']:.3f} s"
+    )
     loaded = run_phase(work, limit_s, "load_manifest", str(work))
     if loaded.result is not None:
-        print(f"load_manifest with the plan ({loaded.result['planned']:,} PlannedTrial models, what the report "
-              f"loads): {loaded.result['seconds']:.3f} s; peak RSS {loaded.result['peak_rss_mb']:.0f} MB")
+        print(
+            f"load_manifest with the plan ({loaded.result['planned']:,} PlannedTrial models, what the report "
+            f"loads): {loaded.result['seconds']:.3f} s; peak RSS {loaded.result['peak_rss_mb']:.0f} MB"
+        )
     read = run_phase(work, limit_s, "read_journal", str(work))
     if read.result is None:
         print(f"read_journal: NOT finished within {limit_s:g} s")
     else:
-        print(f"read_journal: {read.result['trials']:,} trials in {read.result['seconds']:.3f} s; "
-              f"peak RSS {read.result['peak_rss_mb']:.0f} MB (target <= 1 s)")
+        print(
+            f"read_journal: {read.result['trials']:,} trials in {read.result['seconds']:.3f} s; "
+            f"peak RSS {read.result['peak_rss_mb']:.0f} MB (target <= 1 s)"
+        )
     readers = ["read_journal", "trial_statuses-no-index", "trial_statuses"]
     for reader in readers:
         resume = run_phase(work, limit_s, "resume", str(work), reader)
@@ -296,8 +339,10 @@ def report_journal(work: Path, trials: int, limit_s: float) -> None:
             print(f"resume preparation ({reader}): NOT finished within {limit_s:g} s")
             continue
         r = resume.result
-        print(f"resume preparation, done set by {reader}: {r['done']:,} done trials found in {r['seconds']:.3f} s; "
-              f"peak RSS {r['peak_rss_mb']:.0f} MB (target <= 1 s)")
+        print(
+            f"resume preparation, done set by {reader}: {r['done']:,} done trials found in {r['seconds']:.3f} s; "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB (target <= 1 s)"
+        )
         for step, seconds in r["steps"].items():  # type: ignore[union-attr]
             print(f"  {seconds:7.3f} s  {step}")
 

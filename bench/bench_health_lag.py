@@ -31,16 +31,15 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 import httpx
 
-from collections import deque
-
-from orchestrator.health import HealthCheck, wait_ready
-from orchestrator.services.local import LocalServiceManager, LocalUnit
+from orchestrator.edges.health import HealthCheck, wait_ready
+from orchestrator.edges.services.local import LocalServiceManager, LocalUnit
 
 READY = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z \[\w+\] ready\s*$", re.M)
 UNIT = "lag-decode"
@@ -81,14 +80,21 @@ def _log_text(mgr: LocalServiceManager) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-def measure_one(mgr: LocalServiceManager, env_file: Path, url: str, client: httpx.Client,
-                warmup_s: float, expected: tuple[float, float] | None) -> Lag:
+def measure_one(
+    mgr: LocalServiceManager,
+    env_file: Path,
+    url: str,
+    client: httpx.Client,
+    warmup_s: float,
+    expected: tuple[float, float] | None,
+) -> Lag:
     env_file.write_text(f"SIM_WARMUP_S={warmup_s:.3f}\nSIM_SEED=7\n")
     before = len(ready_times(_log_text(mgr)))
     since = time.time()
     mgr.restart(UNIT)
-    waited = wait_ready(HealthCheck("decode", url, 60.0, expected), client=client,
-                        check_alive=lambda: mgr.check_alive(UNIT, since))
+    waited = wait_ready(
+        HealthCheck("decode", url, 60.0, expected), client=client, check_alive=lambda: mgr.check_alive(UNIT, since)
+    )
     seen = time.time()
     ready = _new_ready_line(mgr, before)
     return Lag(warmup_s, waited, seen - ready, expected is not None)
@@ -111,8 +117,9 @@ def run(restarts: int, warmup: tuple[float, float], seed: int, workdir: Path) ->
     port = free_port()
     env_file = workdir / "decode.env"
     env_file.write_text("SIM_WARMUP_S=0.1\n")
-    unit = LocalUnit(UNIT, (sys.executable, "-m", "orchestrator.sim.server", "--role", "decode",
-                            "--port", str(port)), env_file)
+    unit = LocalUnit(
+        UNIT, (sys.executable, "-m", "orchestrator.sim.server", "--role", "decode", "--port", str(port)), env_file
+    )
     mgr = LocalServiceManager({UNIT: unit}, workdir / "state")
     rng = random.Random(seed)
     url = f"http://127.0.0.1:{port}/health"
@@ -151,17 +158,21 @@ def main(argv: list[str] | None = None) -> int:
         lags = run(args.restarts, args.warmup, args.seed, workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{len(lags)} restarts of a simulated decode server (warm-up {args.warmup[0]:g}-{args.warmup[1]:g} s) "
-          f"in {time.monotonic() - t0:.1f} s; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(
+        f"{len(lags)} restarts of a simulated decode server (warm-up {args.warmup[0]:g}-{args.warmup[1]:g} s) "
+        f"in {time.monotonic() - t0:.1f} s; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores"
+    )
     medians = {}
     for learned, label in ((False, "first restart"), (True, "learned window")):
         values = [lag.lag_s for lag in lags if lag.learned == learned]
         if not values:
             continue
         medians[learned] = statistics.median(values)
-        print(f"health detection lag, {label} ({len(values)}): median {medians[learned]:.3f} s, "
-              f"p90 {percentile(values, 90):.3f} s, min {min(values):.3f} s, max {max(values):.3f} s "
-              "(goal: median <= 0.1 s)")
+        print(
+            f"health detection lag, {label} ({len(values)}): median {medians[learned]:.3f} s, "
+            f"p90 {percentile(values, 90):.3f} s, min {min(values):.3f} s, max {max(values):.3f} s "
+            "(goal: median <= 0.1 s)"
+        )
     if len(medians) == 2 and medians[False] > 0:
         print(f"learned / first-restart median lag: {medians[True] / medians[False]:.2f}")
     print(f"wait_ready returned after median {statistics.median(lag.waited_s for lag in lags):.3f} s")

@@ -25,13 +25,13 @@ sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared wi
 
 from report_synth import ALL_OFF, synthetic_run  # noqa: E402
 
-from orchestrator.journal import (  # noqa: E402
+from orchestrator.core.records import EventRecord, Failure, TrialRecord  # noqa: E402
+from orchestrator.store.journal import (  # noqa: E402
     Journal,
     read_journal,
     repair_torn_tail,
     trial_statuses,
 )
-from orchestrator.records import EventRecord, Failure, TrialRecord  # noqa: E402
 
 RETRY_EVERY = 50  # one trial in 50 fails once and is retried
 INTERRUPTED = 3  # the last trials were cut off by the crash
@@ -76,12 +76,20 @@ def child(mode: str, path: Path) -> None:
         extra = f"interrupted {len(statuses.interrupted)}, torn tail {statuses.torn_tail}"
     else:  # the old way: every record validated, then the same answer
         records = read_journal(path).records
-        finished = len({r.trial for r in records if isinstance(r, TrialRecord)
-                        and r.status in ("completed", "failed")})
+        finished = len({r.trial for r in records if isinstance(r, TrialRecord) and r.status in ("completed", "failed")})
         extra = "read_journal"
-    print(json.dumps({"mode": mode, "wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-                      "rss_mb": peak_rss_mb(),
-                      "finished": finished, "extra": extra}))
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "wall": time.perf_counter() - start,
+                "cpu": time.process_time() - cpu,
+                "rss_mb": peak_rss_mb(),
+                "finished": finished,
+                "extra": extra,
+            }
+        )
+    )
 
 
 def peak_rss_mb() -> float:
@@ -94,8 +102,9 @@ def peak_rss_mb() -> float:
 
 
 def measure(mode: str, path: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, str(path)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(path)], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 
@@ -109,14 +118,19 @@ def main() -> None:
         child(args.child[0], Path(args.child[1]))
         return
 
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores (a busy machine inflates every figure)".format(
-        *os.getloadavg(), os.cpu_count()))
+    print(
+        "load average: {:.2f} {:.2f} {:.2f} on {} cores (a busy machine inflates every figure)".format(
+            *os.getloadavg(), os.cpu_count()
+        )
+    )
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "journal.jsonl"
         made = time.perf_counter()
         expected = write_journal(path, args.trials)
-        print(f"journal: {args.trials:,} trials, {path.stat().st_size / 1e6:.0f} MB, torn last line "
-              f"(written in {time.perf_counter() - made:.1f} s)")
+        print(
+            f"journal: {args.trials:,} trials, {path.stat().st_size / 1e6:.0f} MB, torn last line "
+            f"(written in {time.perf_counter() - made:.1f} s)"
+        )
         modes = ["statuses", "resume"] + (["read_journal"] if args.compare else [])
         for mode in modes:
             if mode == "resume":  # the torn tail is cut by this step: measure on a copy
@@ -126,9 +140,11 @@ def main() -> None:
             else:
                 result = measure(mode, path)
             ok = "ok" if result["finished"] == expected else f"WRONG (expected {expected})"
-            print(f"{mode:>12}: {result['wall']:.2f} s wall, {result['cpu']:.2f} s CPU, peak RSS "
-                  f"{result['rss_mb']:.0f} MB (whole process); {result['finished']:,} finished {ok}; "
-                  f"{result['extra']}")
+            print(
+                f"{mode:>12}: {result['wall']:.2f} s wall, {result['cpu']:.2f} s CPU, peak RSS "
+                f"{result['rss_mb']:.0f} MB (whole process); {result['finished']:,} finished {ok}; "
+                f"{result['extra']}"
+            )
     print("target: resume <= 1 s for 100,000 trials")
 
 

@@ -132,8 +132,10 @@ def measure(tool: str, spans: list[ReproSpan], events: list[LogEvent], trials: i
     for prev, cur in zip(spans, spans[1 : trials + 1]):
         restart = restart_to_healthy(events, prev.end, cur.start)
         if restart is None:
-            raise BenchError(f"{tool}: trial {cur.trial}: no stop and ready of decode between the two repros "
-                             "(was decode restarted? is its log complete?)")
+            raise BenchError(
+                f"{tool}: trial {cur.trial}: no stop and ready of decode between the two repros "
+                "(was decode restarted? is its log complete?)"
+            )
         samples.append(Sample(cur.trial, cur.end - prev.end, restart, cur.end - cur.start))
     return samples
 
@@ -144,7 +146,7 @@ def restart_to_healthy(events: list[LogEvent], after: float, before: float) -> f
     stops = [i for i, e in enumerate(window) if e.kind == "stopping"]
     if not stops:
         return None
-    ready = next((e for e in window[stops[-1]:] if e.kind == "ready"), None)
+    ready = next((e for e in window[stops[-1] :] if e.kind == "ready"), None)
     return None if ready is None else ready.at - window[stops[-1]].at
 
 
@@ -157,8 +159,9 @@ class TrialMarks:
     ended: float
 
 
-def orch_breakdown(marks: list[TrialMarks], spans: list[ReproSpan], events: list[LogEvent],
-                   trials: int) -> list[tuple[str, float]]:
+def orch_breakdown(
+    marks: list[TrialMarks], spans: list[ReproSpan], events: list[LogEvent], trials: int
+) -> list[tuple[str, float]]:
     """Where orch's overhead goes, as medians over trials 1..trials (each phase from observed
     timestamps: the journal's started/ended, the server log, the repro wrapper)."""
     by_trial = {m.trial: m for m in marks}
@@ -176,8 +179,9 @@ def orch_breakdown(marks: list[TrialMarks], spans: list[ReproSpan], events: list
         ready = next((e.at for e in window if e.kind == "ready" and stop is not None and e.at > stop), None)
         if m_prev is None or m_cur is None or stop is None or ready is None:
             continue
-        for name, value in zip(names, (m_prev.ended - prev.end, m_cur.started - m_prev.ended,
-                                       stop - m_cur.started, cur.start - ready)):
+        for name, value in zip(
+            names, (m_prev.ended - prev.end, m_cur.started - m_prev.ended, stop - m_cur.started, cur.start - ready)
+        ):
             phases[name].append(value)
     return [(name, statistics.median(v)) for name, v in phases.items() if v]
 
@@ -188,9 +192,18 @@ def format_table(summaries: list[Summary]) -> str:
     for s in summaries:
         ov = s.median(lambda x: x.overhead_s)
         ratio = "1.0x" if s is base else (f"{ov / base.median(lambda x: x.overhead_s):.1f}x" if base else "-")
-        rows.append((s.tool, str(len(s.samples)), f"{s.median(lambda x: x.wall_s):.3f} s",
-                     f"{s.median(lambda x: x.restart_s):.3f} s", f"{s.median(lambda x: x.repro_s):.3f} s",
-                     f"{ov:.3f} s", f"{s.p90(lambda x: x.overhead_s):.3f} s", ratio))
+        rows.append(
+            (
+                s.tool,
+                str(len(s.samples)),
+                f"{s.median(lambda x: x.wall_s):.3f} s",
+                f"{s.median(lambda x: x.restart_s):.3f} s",
+                f"{s.median(lambda x: x.repro_s):.3f} s",
+                f"{ov:.3f} s",
+                f"{s.p90(lambda x: x.overhead_s):.3f} s",
+                ratio,
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -280,8 +293,12 @@ def env_text(role: str, warmup_s: float) -> str:
 def server_argv(python: str, role: str, ports: dict[str, int]) -> list[str]:
     argv = [python, "-m", "orchestrator.sim.server", "--role", role, "--port", str(ports[role])]
     if role == "router":
-        argv += ["--prefill-url", f"http://127.0.0.1:{ports['prefill']}",
-                 "--decode-url", f"http://127.0.0.1:{ports['decode']}"]
+        argv += [
+            "--prefill-url",
+            f"http://127.0.0.1:{ports['prefill']}",
+            "--decode-url",
+            f"http://127.0.0.1:{ports['decode']}",
+        ]
     return argv
 
 
@@ -318,9 +335,11 @@ class SimTarget:
             (d / f"{role}.env").write_text(env_text(role, self.s.warmup_s))
             path = "/readiness" if role == "router" else "/health"
             hosts[role] = {
-                "transport": "local", "env_file": f"{role}.env",
+                "transport": "local",
+                "env_file": f"{role}.env",
                 "units": [{"name": f"bench-{role}", "command": server_argv("{python}", role, ports)}],
-                "url": f"http://127.0.0.1:{ports[role]}", "health": f"http://127.0.0.1:{ports[role]}{path}",
+                "url": f"http://127.0.0.1:{ports[role]}",
+                "health": f"http://127.0.0.1:{ports[role]}{path}",
                 "health_timeout": self.s.health_timeout_s,
             }
         hosts["router"]["after"] = ["prefill", "decode"]
@@ -334,8 +353,11 @@ class SimTarget:
 
     def peer_endpoints(self) -> Endpoints:
         p = self.ports
-        return Endpoints(f"http://127.0.0.1:{p['decode']}/health", f"http://127.0.0.1:{p['router']}/readiness",
-                         f"http://127.0.0.1:{p['router']}")
+        return Endpoints(
+            f"http://127.0.0.1:{p['decode']}/health",
+            f"http://127.0.0.1:{p['router']}/readiness",
+            f"http://127.0.0.1:{p['router']}",
+        )
 
     def peer_prepare(self, d: Path) -> None:
         self.ports = dict(zip(self.ROLES, free_ports(3)))
@@ -358,20 +380,32 @@ class SimTarget:
 
     def ansible_setup(self, d: Path, python: str) -> tuple[str, dict[str, str]]:
         inventory = Template((PEERS / "ansible" / "inventory-sim.ini.tmpl").read_text()).substitute(python=python)
-        return inventory, {"trial_tasks": str(PEERS / "ansible" / "trial-simctl.yml"),
-                           "env_file": str(d / "sim" / "decode.env"), "unit": "decode",
-                           "simctl": f"{SIMCTL}", "simctl_dir": str(d / "sim")}
+        return inventory, {
+            "trial_tasks": str(PEERS / "ansible" / "trial-simctl.yml"),
+            "env_file": str(d / "sim" / "decode.env"),
+            "unit": "decode",
+            "simctl": f"{SIMCTL}",
+            "simctl_dir": str(d / "sim"),
+        }
 
     def bash_env(self, d: Path) -> dict[str, str]:
-        return {"ENV_FILE": str(d / "sim" / "decode.env"), "SSH_CONFIG": "", "DECODE_HOST": "",
-                "RESTART": f"SIMCTL_DIR={shlex.quote(str(d / 'sim'))} bash {shlex.quote(str(SIMCTL))} restart decode"}
+        return {
+            "ENV_FILE": str(d / "sim" / "decode.env"),
+            "SSH_CONFIG": "",
+            "DECODE_HOST": "",
+            "RESTART": f"SIMCTL_DIR={shlex.quote(str(d / 'sim'))} bash {shlex.quote(str(SIMCTL))} restart decode",
+        }
 
     def close(self) -> None:
         """Nothing shared to tear down: each peer's servers are stopped by peer_finish."""
 
     def _simctl(self, d: Path, action: str, role: str) -> None:
-        subprocess.run(["bash", str(SIMCTL), action, role], env={**os.environ, "SIMCTL_DIR": str(d / "sim")},
-                       check=True, timeout=30)
+        subprocess.run(
+            ["bash", str(SIMCTL), action, role],
+            env={**os.environ, "SIMCTL_DIR": str(d / "sim")},
+            check=True,
+            timeout=30,
+        )
 
 
 class TestbedTarget:
@@ -395,9 +429,12 @@ class TestbedTarget:
         self.tb = boot_testbed(s.workdir / "lab")
         print(f"testbed booted in {time.monotonic() - t0:.1f} s (bridge {self.tb.bridge})", flush=True)
         self.ssh("decode", f"sed -i 's/^SIM_WARMUP_S=.*/SIM_WARMUP_S={s.warmup_s}/' {self.ENV_FILE}")
-        self.ssh("decode", f"mkdir -p /etc/systemd/system/{self.UNIT}.service.d && printf '[Unit]\\n"
-                           f"StartLimitIntervalSec=0\\n' > /etc/systemd/system/{self.UNIT}.service.d/bench.conf"
-                           " && systemctl daemon-reload")
+        self.ssh(
+            "decode",
+            f"mkdir -p /etc/systemd/system/{self.UNIT}.service.d && printf '[Unit]\\n"
+            f"StartLimitIntervalSec=0\\n' > /etc/systemd/system/{self.UNIT}.service.d/bench.conf"
+            " && systemctl daemon-reload",
+        )
         self.original = self.ssh("decode", f"base64 -w0 {self.ENV_FILE}")
         self.peer_prepare(s.workdir)
 
@@ -414,8 +451,11 @@ class TestbedTarget:
 
     def peer_endpoints(self) -> Endpoints:
         ip = {h.name: h.ip for h in self.tb.hosts}
-        return Endpoints(f"http://{ip['decode']}:30002/health", f"http://{ip['router']}:30001/readiness",
-                         f"http://{ip['router']}:30001")
+        return Endpoints(
+            f"http://{ip['decode']}:30002/health",
+            f"http://{ip['router']}:30001/readiness",
+            f"http://{ip['router']}:30001",
+        )
 
     def peer_prepare(self, d: Path) -> None:
         self.ssh("decode", f"echo {self.original} | base64 -d > {self.ENV_FILE} && systemctl restart {self.UNIT}")
@@ -429,13 +469,21 @@ class TestbedTarget:
     def ansible_setup(self, d: Path, python: str) -> tuple[str, dict[str, str]]:
         decode_ip = self.tb.host("decode").ip
         inventory = Template((PEERS / "ansible" / "inventory-testbed.ini.tmpl").read_text()).substitute(
-            decode_ip=decode_ip, key=self.tb.key, known_hosts=self.tb.known_hosts)
-        return inventory, {"trial_tasks": str(PEERS / "ansible" / "trial-systemd.yml"),
-                           "env_file": self.ENV_FILE, "unit": self.UNIT}
+            decode_ip=decode_ip, key=self.tb.key, known_hosts=self.tb.known_hosts
+        )
+        return inventory, {
+            "trial_tasks": str(PEERS / "ansible" / "trial-systemd.yml"),
+            "env_file": self.ENV_FILE,
+            "unit": self.UNIT,
+        }
 
     def bash_env(self, d: Path) -> dict[str, str]:
-        return {"ENV_FILE": self.ENV_FILE, "SSH_CONFIG": str(self.tb.lab / "state" / "decode" / "ssh_config"),
-                "DECODE_HOST": "decode", "RESTART": f"systemctl restart {self.UNIT}"}
+        return {
+            "ENV_FILE": self.ENV_FILE,
+            "SSH_CONFIG": str(self.tb.lab / "state" / "decode" / "ssh_config"),
+            "DECODE_HOST": "decode",
+            "RESTART": f"systemctl restart {self.UNIT}",
+        }
 
     def close(self) -> None:
         from testbed.fixture import shutdown
@@ -447,9 +495,11 @@ class TestbedTarget:
 def matrix_text(s: Settings, times: Path) -> str:
     """orch's matrix for the sequence: overlap 0, 1, 0, ... on decode, sequential order."""
     reps = (s.trials + 2) // 2  # rounds of 2 cells: at least trials + 1 trials
-    command = (f"bash {shlex.quote(str(TIMED_REPRO))} {shlex.quote(str(times))} {{trial}} {{python}} "
-               f"-m orchestrator.sim.repro --router {{router_url}} --sessions {s.sessions} "
-               f"--rounds {s.rounds} --seed {{trial}}")
+    command = (
+        f"bash {shlex.quote(str(TIMED_REPRO))} {shlex.quote(str(times))} {{trial}} {{python}} "
+        f"-m orchestrator.sim.repro --router {{router_url}} --sessions {s.sessions} "
+        f"--rounds {s.rounds} --seed {{trial}}"
+    )
     return textwrap.dedent(f"""\
         name: bench-overhead
         factors:
@@ -474,9 +524,23 @@ def run_orch(target: Target, s: Settings) -> tuple[list[Sample], list[tuple[str,
     inventory, testbed = target.orch_inventory(d)
     (d / "matrix.yaml").write_text(matrix_text(s, times))
     since = time.time()
-    argv = [s.python, "-c", "import sys; from orchestrator.cli import main; sys.exit(main(sys.argv[1:]))",
-            "run", str(d / "matrix.yaml"), "-i", str(inventory), "-t", testbed, "--out", str(d / "reports"),
-            "--run-id", "bench", "--retries", "0"]
+    argv = [
+        s.python,
+        "-c",
+        "import sys; from orchestrator.cli.main import main; sys.exit(main(sys.argv[1:]))",
+        "run",
+        str(d / "matrix.yaml"),
+        "-i",
+        str(inventory),
+        "-t",
+        testbed,
+        "--out",
+        str(d / "reports"),
+        "--run-id",
+        "bench",
+        "--retries",
+        "0",
+    ]
     _run_logged(argv, d / "orch.log", cwd=d, timeout=_budget(s))
     log = target.orch_decode_log(d, since)
     (d / "decode.log").write_text(log)
@@ -487,14 +551,17 @@ def run_orch(target: Target, s: Settings) -> tuple[list[Sample], list[tuple[str,
 
 
 def journal_marks(path: Path) -> list[TrialMarks]:
-    from orchestrator.journal import read_journal
-    from orchestrator.records import TrialRecord
+    from orchestrator.core.records import TrialRecord
+    from orchestrator.store.journal import read_journal
 
     def epoch(iso: str) -> float:
         return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
-    return [TrialMarks(r.trial, epoch(r.started), epoch(r.ended))
-            for r in read_journal(path).records if isinstance(r, TrialRecord)]
+    return [
+        TrialMarks(r.trial, epoch(r.started), epoch(r.ended))
+        for r in read_journal(path).records
+        if isinstance(r, TrialRecord)
+    ]
 
 
 def run_ansible(target: Target, s: Settings, playbook_bin: Path) -> list[Sample]:
@@ -505,21 +572,41 @@ def run_ansible(target: Target, s: Settings, playbook_bin: Path) -> list[Sample]
     try:
         inventory, extra = target.ansible_setup(d, str(playbook_bin.parent / "python"))
         (d / "inventory.ini").write_text(inventory)
-        (d / "ansible.cfg").write_text(Template((PEERS / "ansible" / "ansible.cfg.tmpl").read_text()).substitute(
-            inventory=d / "inventory.ini", home=d / "home"))
+        (d / "ansible.cfg").write_text(
+            Template((PEERS / "ansible" / "ansible.cfg.tmpl").read_text()).substitute(
+                inventory=d / "inventory.ini", home=d / "home"
+            )
+        )
         ends = target.peer_endpoints()
         variables = {
-            **extra, "trials": s.trials + 1, "decode_health": ends.decode_health, "router_ready": ends.router_ready,
-            "router_url": ends.router_url, "poll": s.poll_s, "health_retries": int(s.health_timeout_s / s.poll_s),
-            "python": s.python, "sessions": s.sessions, "rounds": s.rounds, "timed_repro": str(TIMED_REPRO),
+            **extra,
+            "trials": s.trials + 1,
+            "decode_health": ends.decode_health,
+            "router_ready": ends.router_ready,
+            "router_url": ends.router_url,
+            "poll": s.poll_s,
+            "health_retries": int(s.health_timeout_s / s.poll_s),
+            "python": s.python,
+            "sessions": s.sessions,
+            "rounds": s.rounds,
+            "timed_repro": str(TIMED_REPRO),
             "times": str(times),
         }
         (d / "vars.json").write_text(json.dumps(variables))
-        env = {**os.environ, "ANSIBLE_CONFIG": str(d / "ansible.cfg"), "ANSIBLE_HOME": str(d / "home"),
-               "SIMCTL_DIR": extra.get("simctl_dir", "")}
+        env = {
+            **os.environ,
+            "ANSIBLE_CONFIG": str(d / "ansible.cfg"),
+            "ANSIBLE_HOME": str(d / "home"),
+            "SIMCTL_DIR": extra.get("simctl_dir", ""),
+        }
         since = time.time()
-        _run_logged([str(playbook_bin), str(PEERS / "ansible" / "playbook.yml"), "-e", f"@{d / 'vars.json'}"],
-                    d / "ansible.log", cwd=d, env=env, timeout=_budget(s) + 60)
+        _run_logged(
+            [str(playbook_bin), str(PEERS / "ansible" / "playbook.yml"), "-e", f"@{d / 'vars.json'}"],
+            d / "ansible.log",
+            cwd=d,
+            env=env,
+            timeout=_budget(s) + 60,
+        )
         log = target.peer_decode_log(d, since)
         (d / "decode.log").write_text(log)
     finally:
@@ -534,10 +621,21 @@ def run_bash(target: Target, s: Settings) -> list[Sample]:
     target.peer_prepare(d)
     try:
         ends = target.peer_endpoints()
-        env = {**os.environ, **target.bash_env(d), "TRIALS": str(s.trials + 1), "DECODE_HEALTH": ends.decode_health,
-               "ROUTER_READY": ends.router_ready, "ROUTER_URL": ends.router_url, "POLL": f"{s.poll_s:g}",
-               "HEALTH_TIMEOUT": f"{s.health_timeout_s:g}", "PYTHON": s.python, "SESSIONS": str(s.sessions),
-               "ROUNDS": str(s.rounds), "TIMES": str(times), "OUT": str(d / "out")}
+        env = {
+            **os.environ,
+            **target.bash_env(d),
+            "TRIALS": str(s.trials + 1),
+            "DECODE_HEALTH": ends.decode_health,
+            "ROUTER_READY": ends.router_ready,
+            "ROUTER_URL": ends.router_url,
+            "POLL": f"{s.poll_s:g}",
+            "HEALTH_TIMEOUT": f"{s.health_timeout_s:g}",
+            "PYTHON": s.python,
+            "SESSIONS": str(s.sessions),
+            "ROUNDS": str(s.rounds),
+            "TIMES": str(times),
+            "OUT": str(d / "out"),
+        }
         since = time.time()
         _run_logged(["bash", str(PEERS / "bash_loop.sh")], d / "bash.log", cwd=d, env=env, timeout=_budget(s))
         log = target.peer_decode_log(d, since)
@@ -555,13 +653,16 @@ def _budget(s: Settings) -> float:
 def _run_logged(argv: list[str], log: Path, *, cwd: Path, timeout: float, env: dict[str, str] | None = None) -> None:
     with open(log, "wb") as out:
         try:
-            proc = subprocess.run(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, timeout=timeout)
+            proc = subprocess.run(
+                argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout
+            )
         except subprocess.TimeoutExpired:
             raise BenchError(f"{argv[0]}: still running after {timeout:g} s (log: {log})") from None
     if proc.returncode != 0:
         tail = log.read_text(errors="replace")[-3000:]
-        raise BenchError(f"{Path(argv[0]).name} {' '.join(argv[1:3])}: exit code {proc.returncode} (log: {log})\n{tail}")
+        raise BenchError(
+            f"{Path(argv[0]).name} {' '.join(argv[1:3])}: exit code {proc.returncode} (log: {log})\n{tail}"
+        )
 
 
 def ensure_ansible(venv: Path, python: str) -> Path:
@@ -588,8 +689,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=4, help="repro sessions per trial")
     p.add_argument("--rounds", type=int, default=1, help="repro rounds per session")
     p.add_argument("--warmup", type=float, default=1.0, help="decode's simulated warm-up, seconds")
-    p.add_argument("--peer-poll", type=float, default=1.0,
-                   help="seconds between the peers' health polls (DESIGN.md's loop sleeps 5)")
+    p.add_argument(
+        "--peer-poll",
+        type=float,
+        default=1.0,
+        help="seconds between the peers' health polls (DESIGN.md's loop sleeps 5)",
+    )
     p.add_argument("--health-timeout", type=float, default=60.0)
     p.add_argument("--ansible-venv", type=Path, default=DEFAULT_ANSIBLE_VENV)
     p.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
@@ -607,13 +712,24 @@ def main(argv: list[str] | None = None) -> int:
         raise BenchError("the bash loop needs curl (apt-get install curl)")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="orch-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    s = Settings(args.trials, args.sessions, args.rounds, args.warmup, args.peer_poll, args.health_timeout,
-                 sys.executable, workdir)
+    s = Settings(
+        args.trials,
+        args.sessions,
+        args.rounds,
+        args.warmup,
+        args.peer_poll,
+        args.health_timeout,
+        sys.executable,
+        workdir,
+    )
     playbook = ensure_ansible(args.ansible_venv, sys.executable) if "ansible" in args.tools else None
     load0 = os.getloadavg()
-    print(f"target {args.target}: {args.trials} measured trials per tool ({args.trials + 1} run), repro "
-          f"{args.sessions} sessions x {args.rounds} rounds, decode warm-up {args.warmup:g} s, peers poll "
-          f"every {args.peer_poll:g} s; load average {load0[0]:.2f} on {os.cpu_count()} cores", flush=True)
+    print(
+        f"target {args.target}: {args.trials} measured trials per tool ({args.trials + 1} run), repro "
+        f"{args.sessions} sessions x {args.rounds} rounds, decode warm-up {args.warmup:g} s, peers poll "
+        f"every {args.peer_poll:g} s; load average {load0[0]:.2f} on {os.cpu_count()} cores",
+        flush=True,
+    )
     target: Target = TestbedTarget(s) if args.target == "testbed" else SimTarget(s)
     summaries, breakdown = [], []
     try:

@@ -53,10 +53,15 @@ def build(root: Path, n: int, warmup: float, sessions: int, trials: int) -> Path
     blocks = []
     for i in range(1, n + 1):
         name, (pp, rp, dp) = f"tb{i}", (free_port(), free_port(), free_port())
-        for role, extra in (("prefill", ""), ("decode", 'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=""\n'),
-                            ("router", "")):
+        for role, extra in (
+            ("prefill", ""),
+            ("decode", 'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=""\n'),
+            ("router", ""),
+        ):
             (root / f"{name}-{role}.env").write_text(f"SIM_WARMUP_S={warmup}\nSGLANG_DSV4_BF16_INDEX_K=1\n{extra}")
-        blocks.append(textwrap.indent(textwrap.dedent(f"""\
+        blocks.append(
+            textwrap.indent(
+                textwrap.dedent(f"""\
             {name}:
               state_dir: state-{name}
               hosts:
@@ -70,7 +75,10 @@ def build(root: Path, n: int, warmup: float, sessions: int, trials: int) -> Path
                   after: [prefill, decode]
                   units: [{{name: {name}-r, command: {srv}, --role, router, --port, "{rp}",
                             --prefill-url, "http://127.0.0.1:{pp}", --decode-url, "http://127.0.0.1:{dp}"]}}]
-            """), "  "))
+            """),
+                "  ",
+            )
+        )
     (root / "inventory.yaml").write_text("testbeds:\n" + "".join(blocks))
     (root / "m.yaml").write_text(MATRIX.format(replicates=max(1, trials // 4), sessions=sessions))
     return root / "inventory.yaml"
@@ -78,9 +86,28 @@ def build(root: Path, n: int, warmup: float, sessions: int, trials: int) -> Path
 
 def sweep(root: Path, testbeds: str, run_id: str) -> float:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "m.yaml", "-i", "inventory.yaml",
-                           "-t", testbeds, "--out", "reports", "--run-id", run_id, "--seed", "1"],
-                          cwd=root, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "run",
+            "m.yaml",
+            "-i",
+            "inventory.yaml",
+            "-t",
+            testbeds,
+            "--out",
+            "reports",
+            "--run-id",
+            run_id,
+            "--seed",
+            "1",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"sweep on {testbeds} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return time.monotonic() - t0
@@ -90,7 +117,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--testbeds", type=int, default=4)
     ap.add_argument("--trials", type=int, default=32)
-    ap.add_argument("--warmup", type=float, default=3.0, help="server warm-up per restart, seconds (real servers: 30 s to 50 min)")
+    ap.add_argument(
+        "--warmup", type=float, default=3.0, help="server warm-up per restart, seconds (real servers: 30 s to 50 min)"
+    )
     ap.add_argument("--sessions", type=int, default=10)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="orch-bench-par-") as tmp:

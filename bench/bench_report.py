@@ -27,14 +27,14 @@ sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared wi
 
 from report_synth import ALL_OFF, synthetic_run, write_run  # noqa: E402
 
-from orchestrator.render import (  # noqa: E402
+from orchestrator.report.build import build_report  # noqa: E402
+from orchestrator.report.render import (  # noqa: E402
     load_manifest,
     load_trials,
     render_report,
     write_report,
     write_text_atomic,
 )
-from orchestrator.report import build_report  # noqa: E402
 
 
 def peak_rss_mb() -> float:
@@ -59,13 +59,15 @@ def child(mode: str, run_dir: Path) -> None:
         trials, torn = load_trials(run_dir)
         html = render_report(build_report(load_manifest(run_dir), trials, torn_tail=torn))
         write_text_atomic(run_dir / "index-old.html", html)
-    print(json.dumps({"wall": time.perf_counter() - start, "cpu": time.process_time() - cpu,
-                      "rss_mb": own_peak_rss_mb()}))
+    print(
+        json.dumps({"wall": time.perf_counter() - start, "cpu": time.process_time() - cpu, "rss_mb": own_peak_rss_mb()})
+    )
 
 
 def from_disk(mode: str, run_dir: Path) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", mode, str(run_dir)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, str(run_dir)], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 
@@ -79,24 +81,31 @@ def main() -> None:
     if args.child:
         child(args.child[0], Path(args.child[1]))
         return
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores (a busy machine inflates every figure)".format(
-        *os.getloadavg(), os.cpu_count()))
+    print(
+        "load average: {:.2f} {:.2f} {:.2f} on {} cores (a busy machine inflates every figure)".format(
+            *os.getloadavg(), os.cpu_count()
+        )
+    )
 
     replicates = max(1, args.trials // 8)
     start = time.perf_counter()
     manifest, records = synthetic_run(replicates=replicates, baseline=ALL_OFF)
     made = time.perf_counter()
-    print(f"synthetic run: {len(records):,} trial records ({replicates:,} rounds x 8 cells) "
-          f"in {made - start:.1f} s; peak RSS {peak_rss_mb():.0f} MB")
+    print(
+        f"synthetic run: {len(records):,} trial records ({replicates:,} rounds x 8 cells) "
+        f"in {made - start:.1f} s; peak RSS {peak_rss_mb():.0f} MB"
+    )
 
     t0 = time.perf_counter()
     report = build_report(manifest, records)
     t1 = time.perf_counter()
     html = render_report(report)
     t2 = time.perf_counter()
-    print(f"in memory: build_report {t1 - t0:.2f} s + render_report {t2 - t1:.2f} s = "
-          f"{t2 - t0:.2f} s; page {len(html) / 1e6:.1f} MB, {len(report.trials):,} trials in the "
-          f"drill-down; peak RSS {peak_rss_mb():.0f} MB")
+    print(
+        f"in memory: build_report {t1 - t0:.2f} s + render_report {t2 - t1:.2f} s = "
+        f"{t2 - t0:.2f} s; page {len(html) / 1e6:.1f} MB, {len(report.trials):,} trials in the "
+        f"drill-down; peak RSS {peak_rss_mb():.0f} MB"
+    )
     print("headline:", report.headline[0].text if report.headline else "(none)")
     del html, report
 
@@ -106,8 +115,10 @@ def main() -> None:
         size = (run_dir / "journal.jsonl").stat().st_size
         for mode in ["write_report"] + (["old: load_trials+build_report"] if args.compare else []):
             result = from_disk(mode.split(":")[0], run_dir)
-            print(f"from disk, {mode}: {result['wall']:.2f} s wall, {result['cpu']:.2f} s CPU "
-                  f"(journal {size / 1e6:.0f} MB, fresh process); peak RSS {result['rss_mb']:.0f} MB")
+            print(
+                f"from disk, {mode}: {result['wall']:.2f} s wall, {result['cpu']:.2f} s CPU "
+                f"(journal {size / 1e6:.0f} MB, fresh process); peak RSS {result['rss_mb']:.0f} MB"
+            )
         if args.keep:
             print(f"report: {run_dir / 'index.html'}")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.records import (
+from orchestrator.core.records import (
     EventRecord,
     Failure,
     MetricValue,
@@ -74,39 +74,63 @@ def synthetic_run(
     for rnd in range(replicates):
         for idx in rng.permutation(len(cells)):
             levels = cells[int(idx)]
-            plan.append(PlannedTrial(trial=len(plan), round=rnd, cell=cell_id(levels),
-                                     levels=levels, is_baseline=levels == base))
+            plan.append(
+                PlannedTrial(
+                    trial=len(plan), round=rnd, cell=cell_id(levels), levels=levels, is_baseline=levels == base
+                )
+            )
     records: list[TrialRecord] = []
     for planned in plan:
         if failures and planned.trial in (3, 9):
             records.append(_failed(run_id, planned, infra=planned.trial == 3))
         records.append(_completed(run_id, planned, rng, sessions, rate, stdout, secret))
     manifest = RunManifest(
-        run_id=run_id, name="overlap_ablation", description="Which flag corrupts tool calls?",
-        orch_version="0.1.0", matrix_path="matrices/overlap_ablation.yaml", matrix_text=MATRIX_TEXT,
+        run_id=run_id,
+        name="overlap_ablation",
+        description="Which flag corrupts tool calls?",
+        orch_version="0.1.0",
+        matrix_path="matrices/overlap_ablation.yaml",
+        matrix_text=MATRIX_TEXT,
         matrix_sha256=hashlib.sha256(MATRIX_TEXT.encode()).hexdigest(),
-        inventory_path="inventories/local.yaml", inventory_text=INVENTORY_TEXT,
+        inventory_path="inventories/local.yaml",
+        inventory_text=INVENTORY_TEXT,
         inventory_sha256=hashlib.sha256(INVENTORY_TEXT.encode()).hexdigest(),
-        testbed="local", seed=seed, order="randomized", replicates=replicates,
-        factors=FACTORS, baseline=base,
+        testbed="local",
+        seed=seed,
+        order="randomized",
+        replicates=replicates,
+        factors=FACTORS,
+        baseline=base,
         metrics={"corruption": "proportion", "wall": "number", "anomalies": "number"},
-        plan=plan, hosts={"prefill": {"host": "127.0.0.1"}, "decode": {"host": "127.0.0.1"}},
-        started=_iso(0), ended=_iso(len(plan) * 10 + 5), status=status,
+        plan=plan,
+        hosts={"prefill": {"host": "127.0.0.1"}, "decode": {"host": "127.0.0.1"}},
+        started=_iso(0),
+        ended=_iso(len(plan) * 10 + 5),
+        status=status,
     )
     return manifest, records
 
 
 def _completed(
-    run_id: str, planned: PlannedTrial, rng: np.random.Generator, sessions: int,
-    rate: Callable[[dict[str, str]], float], stdout: str | None, secret: bool,
+    run_id: str,
+    planned: PlannedTrial,
+    rng: np.random.Generator,
+    sessions: int,
+    rate: Callable[[dict[str, str]], float],
+    stdout: str | None,
+    secret: bool,
 ) -> TrialRecord:
     levels = planned.levels
     k = int(rng.binomial(sessions, rate(levels)))
     anomalies = float(rng.poisson(320 if levels["bf16_index_k"] == "on" else 997))
     wall = float(round(rng.normal(160, 5), 1))
-    tail = stdout if stdout is not None else (
-        f'wall={wall}s counts={{"done": {sessions - k}, "no_tool": {k}}}\n'
-        f"CORRUPTION sessions: {k}/{sessions} = {round(100 * k / sessions)}%\n"
+    tail = (
+        stdout
+        if stdout is not None
+        else (
+            f'wall={wall}s counts={{"done": {sessions - k}, "no_tool": {k}}}\n'
+            f"CORRUPTION sessions: {k}/{sessions} = {round(100 * k / sessions)}%\n"
+        )
     )
     trial_dir = f"trials/{planned.trial:04d}"
     env = {
@@ -120,15 +144,29 @@ def _completed(
     if secret:
         env["decode"]["HF_TOKEN"] = "hf_supersecret123"
     return TrialRecord(
-        run_id=run_id, trial=planned.trial, round=planned.round, cell=planned.cell, levels=levels,
-        is_baseline=planned.is_baseline, testbed="local", attempt=2 if planned.trial in (3, 9) else 1,
-        status="completed", started=_iso(planned.trial * 10), ended=_iso(planned.trial * 10 + 9),
-        duration_s=9.0, env=env,
+        run_id=run_id,
+        trial=planned.trial,
+        round=planned.round,
+        cell=planned.cell,
+        levels=levels,
+        is_baseline=planned.is_baseline,
+        testbed="local",
+        attempt=2 if planned.trial in (3, 9) else 1,
+        status="completed",
+        started=_iso(planned.trial * 10),
+        ended=_iso(planned.trial * 10 + 9),
+        duration_s=9.0,
+        env=env,
         restarted=["prefill:sglang-dsv4-prefill", "decode:sglang-dsv4-decode"],
         health_wait_s={"prefill": 1.2, "decode": 1.4, "router": 0.1},
-        repro=ReproOutcome(command="python repro_agent.py --sessions 40", exit_code=0,
-                           duration_s=wall, stdout_tail=tail, stdout_path=f"{trial_dir}/repro.out",
-                           stderr_path=f"{trial_dir}/repro.err"),
+        repro=ReproOutcome(
+            command="python repro_agent.py --sessions 40",
+            exit_code=0,
+            duration_s=wall,
+            stdout_tail=tail,
+            stdout_path=f"{trial_dir}/repro.out",
+            stderr_path=f"{trial_dir}/repro.err",
+        ),
         metrics={
             "corruption": MetricValue(kind="proportion", k=k, n=sessions),
             "wall": MetricValue(kind="number", value=wall, unit="s"),
@@ -140,18 +178,34 @@ def _completed(
 
 def _failed(run_id: str, planned: PlannedTrial, *, infra: bool) -> TrialRecord:
     failure = (
-        Failure(kind="infrastructure", error="HealthTimeout",
-                message="decode: http://127.0.0.1:30002/health not ready after 900 s (see log)",
-                detail="Capturing CUDA graphs... OOM")
-        if infra else
-        Failure(kind="workload", error="WorkloadError", message="repro exited with code 1",
-                detail="Traceback: ConnectionResetError")
+        Failure(
+            kind="infrastructure",
+            error="HealthTimeout",
+            message="decode: http://127.0.0.1:30002/health not ready after 900 s (see log)",
+            detail="Capturing CUDA graphs... OOM",
+        )
+        if infra
+        else Failure(
+            kind="workload",
+            error="WorkloadError",
+            message="repro exited with code 1",
+            detail="Traceback: ConnectionResetError",
+        )
     )
     return TrialRecord(
-        run_id=run_id, trial=planned.trial, round=planned.round, cell=planned.cell,
-        levels=planned.levels, is_baseline=planned.is_baseline, testbed="local", attempt=1,
-        status="failed", failure=failure, started=_iso(planned.trial * 10),
-        ended=_iso(planned.trial * 10 + 3), duration_s=3.0,
+        run_id=run_id,
+        trial=planned.trial,
+        round=planned.round,
+        cell=planned.cell,
+        levels=planned.levels,
+        is_baseline=planned.is_baseline,
+        testbed="local",
+        attempt=1,
+        status="failed",
+        failure=failure,
+        started=_iso(planned.trial * 10),
+        ended=_iso(planned.trial * 10 + 3),
+        duration_s=3.0,
         logs={"decode:sglang-dsv4-decode": f"trials/{planned.trial:04d}/logs/decode.log"},
     )
 

@@ -3,16 +3,15 @@ stops (pure: fake trial records, no servers)."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from orchestrator.adaptive import AdaptiveSource
-from orchestrator.config import read_inventory, read_matrix
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import make_plan
+from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
-from orchestrator.plan import make_plan
-from orchestrator.records import MetricValue, TrialRecord
+from orchestrator.sweep.adaptive import AdaptiveSource
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -44,9 +43,20 @@ def plan_of(tmp_path: Path, text: str = MATRIX):
 
 def record(step, k: int, n: int = 10) -> TrialRecord:
     t = step.trial
-    return TrialRecord(run_id="r", trial=t.index, round=t.round, cell=t.cell.id, levels=t.cell.as_dict(),
-                       is_baseline=t.is_baseline, testbed="tb", status="completed", started="x", ended="y",
-                       duration_s=1.0, metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)})
+    return TrialRecord(
+        run_id="r",
+        trial=t.index,
+        round=t.round,
+        cell=t.cell.id,
+        levels=t.cell.as_dict(),
+        is_baseline=t.is_baseline,
+        testbed="tb",
+        status="completed",
+        started="x",
+        ended="y",
+        duration_s=1.0,
+        metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)},
+    )
 
 
 def drive(source: AdaptiveSource, rate_of) -> list:  # rate_of(step) -> k of 10
@@ -128,18 +138,37 @@ def test_adaptive_needs_a_proportion_metric_and_rounds(tmp_path):
 
 
 def test_report_sentences_for_decisions_and_testbeds():
-    from orchestrator.records import EventRecord
-    from orchestrator.report import adaptive_findings, testbed_findings
+    from orchestrator.core.records import EventRecord
+    from orchestrator.report.build import adaptive_findings, testbed_findings
 
-    events = [EventRecord(run_id="r", event="cell_decided", at="t", cell="overlap=off", state="different",
-                          message="stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 7/30 decided different")]
+    events = [
+        EventRecord(
+            run_id="r",
+            event="cell_decided",
+            at="t",
+            cell="overlap=off",
+            state="different",
+            message="stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 7/30 decided different",
+        )
+    ]
     [finding] = adaptive_findings(events * 2)  # a resume repeats a decision: said once
     assert "overlap=off ran no more trials" in finding.text and "0/30 vs baseline 7/30" in finding.text
 
     def rec(tb: str, k: int, i: int) -> TrialRecord:
-        return TrialRecord(run_id="r", trial=i, round=0, cell="c=a", levels={"c": "a"}, testbed=tb,
-                           status="completed", started="x", ended="y", duration_s=1.0,
-                           metrics={"corruption": MetricValue(kind="proportion", k=k, n=40)})
+        return TrialRecord(
+            run_id="r",
+            trial=i,
+            round=0,
+            cell="c=a",
+            levels={"c": "a"},
+            testbed=tb,
+            status="completed",
+            started="x",
+            ended="y",
+            duration_s=1.0,
+            metrics={"corruption": MetricValue(kind="proportion", k=k, n=40)},
+        )
+
     same = testbed_findings([rec("tb1", 6, 0), rec("tb2", 5, 1)], "corruption")
     assert same[0].kind == "info" and "agree" in same[0].text
     differ = testbed_findings([rec("tb1", 20, 0), rec("tb2", 0, 1)], "corruption")
@@ -154,8 +183,7 @@ def test_a_one_sided_question_reaches_the_policy_and_its_words(tmp_path):
     source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.setdefault(c, d))
     assert source.policy.direction == "lower"
     drive(source, lambda s: 0 if s.trial.is_baseline else 6)  # cells 60% above a clean baseline
-    assert decided and all(d.state == "no_difference" and "decided no drop" in d.reason
-                           for d in decided.values())
+    assert decided and all(d.state == "no_difference" and "decided no drop" in d.reason for d in decided.values())
 
 
 def test_an_unknown_direction_is_a_config_error_with_its_line(tmp_path):
@@ -166,8 +194,8 @@ def test_an_unknown_direction_is_a_config_error_with_its_line(tmp_path):
 
 
 def test_report_summary_of_the_sequential_decisions():
-    from orchestrator.records import EventRecord
-    from orchestrator.report import adaptive_summary
+    from orchestrator.core.records import EventRecord
+    from orchestrator.report.build import adaptive_summary
 
     def decided(cell: str, state: str, message: str) -> EventRecord:
         return EventRecord(run_id="r", event="cell_decided", at="t", cell=cell, state=state, message=message)
@@ -176,15 +204,29 @@ def test_report_summary_of_the_sequential_decisions():
     high = low.replace("cell lower", "cell higher")
     same = "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 0/30 decided no drop (difference 0%; ...)"
     assert adaptive_summary([], 7, "corruption") is None
-    one_way = adaptive_summary([decided("a=off", "different", low), decided("b=off", "different", low),
-                                decided("a=off", "different", low)], 3, "corruption")
+    one_way = adaptive_summary(
+        [decided("a=off", "different", low), decided("b=off", "different", low), decided("a=off", "different", low)],
+        3,
+        "corruption",
+    )
     assert one_way is not None and one_way.kind == "finding"
-    assert one_way.text.startswith("Adaptive stopping in corruption: 2 of 3 cells decided lower than the "
-                                   "baseline: a=off and b=off; 1 ran every round undecided")
+    assert one_way.text.startswith(
+        "Adaptive stopping in corruption: 2 of 3 cells decided lower than the "
+        "baseline: a=off and b=off; 1 ran every round undecided"
+    )
     assert "anytime-valid" in one_way.text and "fixed analysis below" in one_way.text
-    mixed = adaptive_summary([decided("a=off", "different", low), decided("b=off", "different", high),
-                              decided("c=off", "no_difference", same)], 3, "corruption")
+    mixed = adaptive_summary(
+        [
+            decided("a=off", "different", low),
+            decided("b=off", "different", high),
+            decided("c=off", "no_difference", same),
+        ],
+        3,
+        "corruption",
+    )
     assert mixed is not None
-    assert "2 of 3 cells decided different from the baseline (either way): a=off and b=off; " \
-           "1 decided without the difference asked about: c=off." in mixed.text
+    assert (
+        "2 of 3 cells decided different from the baseline (either way): a=off and b=off; "
+        "1 decided without the difference asked about: c=off." in mixed.text
+    )
     assert "undecided" not in mixed.text

@@ -3,13 +3,12 @@ never a traceback. The corpus below is the contract for what users see."""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.config import read_inventory, read_matrix
+from orchestrator.cli.main import main
+from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.errors import ConfigError
 
 GOOD = """\
@@ -64,56 +63,198 @@ MATRIX_CASES = [
     ("two documents", lambda t: t + "---\nname: x\n", ["expected one YAML mapping, found 2 documents"]),
     ("empty file", lambda t: "", ["found no document"]),
     ("top-level list", lambda t: "- a\n- b\n", ["expected a mapping at the top level"]),
-    ("unknown top key", lambda t: t + "replicate: 3\n", ["m.yaml:15", "unknown key 'replicate'", "did you mean 'replicates'?"]),
-    ("unknown factor key", lambda t: t.replace("    levels: [on, off]", "    level: [on, off]"), ["m.yaml:5", "factors.overlap.level", "did you mean 'levels'?"]),
-    ("unknown repro key", lambda t: t.replace("  timeout: 60", "  timeout_s: 60"), ["m.yaml:12", "repro.timeout_s", "did you mean 'timeout'?"]),
-    ("unknown metric key", lambda t: t.replace("kind: proportion", "knd: proportion"), ["repro.metrics.corruption.knd", "did you mean 'kind'?"]),
+    (
+        "unknown top key",
+        lambda t: t + "replicate: 3\n",
+        ["m.yaml:15", "unknown key 'replicate'", "did you mean 'replicates'?"],
+    ),
+    (
+        "unknown factor key",
+        lambda t: t.replace("    levels: [on, off]", "    level: [on, off]"),
+        ["m.yaml:5", "factors.overlap.level", "did you mean 'levels'?"],
+    ),
+    (
+        "unknown repro key",
+        lambda t: t.replace("  timeout: 60", "  timeout_s: 60"),
+        ["m.yaml:12", "repro.timeout_s", "did you mean 'timeout'?"],
+    ),
+    (
+        "unknown metric key",
+        lambda t: t.replace("kind: proportion", "knd: proportion"),
+        ["repro.metrics.corruption.knd", "did you mean 'kind'?"],
+    ),
     ("missing name", lambda t: t.replace("name: demo\n", ""), ["missing required key 'name'"]),
     ("missing repro", lambda t: t[: t.index("repro:")], ["missing required key 'repro'"]),
     ("missing metrics", lambda t: t[: t.index("  metrics:")], ["repro: missing required key 'metrics'"]),
-    ("levels scalar", lambda t: t.replace("levels: [on, off]", "levels: on"), ["m.yaml:5", "factors.overlap.levels", "expected a list", "got 'on'", "write a list such as [on, ...]"]),
+    (
+        "levels scalar",
+        lambda t: t.replace("levels: [on, off]", "levels: on"),
+        ["m.yaml:5", "factors.overlap.levels", "expected a list", "got 'on'", "write a list such as [on, ...]"],
+    ),
     ("one level", lambda t: t.replace("levels: [on, off]", "levels: [on]"), ["m.yaml:5", "at least 2 levels, got 1"]),
     ("empty levels", lambda t: t.replace("levels: [on, off]", "levels: []"), ["at least 2 levels, got 0"]),
     ("duplicate level", lambda t: t.replace("levels: [on, off]", "levels: [on, on]"), ["duplicate level 'on'"]),
-    ("duplicate factor", lambda t: t.replace("  cuda_graph:", "  overlap:"), ["m.yaml:6", "duplicate key 'overlap' (first defined on line 3)"]),
-    ("no factors", lambda t: t.replace(t[t.index("factors:"):t.index("repro:")], "factors: {}\n"), ["factors", "must not be empty"]),
-    ("factors a list", lambda t: t.replace(t[t.index("factors:"):t.index("repro:")], "factors: [a, b]\n"), ["factors", "expected a mapping"]),
-    ("short form without env", lambda t: t.replace("    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}\n", ""), ["factors.overlap", "need `env:`"]),
-    ("env with full form", lambda t: t.replace("  cuda_graph:\n", "  cuda_graph:\n    env: {decode: X}\n"), ["factors.cuda_graph.env", "only for the short form"]),
-    ("invalid env name", lambda t: t.replace("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "SGLANG-OVERLAP"), ["m.yaml:4", "invalid environment variable name 'SGLANG-OVERLAP'"]),
-    ("env name with space", lambda t: t.replace("SGLANG_EXTRA_ARGS: \"\"", "'BAD NAME': x"), ["invalid environment variable name 'BAD NAME'"]),
-    ("non-scalar value", lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', "SGLANG_EXTRA_ARGS: [a, b]"), ["m.yaml:8", "factors.cuda_graph.levels.on.decode.SGLANG_EXTRA_ARGS"]),
-    ("mapping value", lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', "SGLANG_EXTRA_ARGS: {a: 1}"), ["factors.cuda_graph.levels.on.decode.SGLANG_EXTRA_ARGS"]),
-    ("newline in value", lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', 'SGLANG_EXTRA_ARGS: "a\\nb"'), ["m.yaml:8", "NUL or line break"]),
+    (
+        "duplicate factor",
+        lambda t: t.replace("  cuda_graph:", "  overlap:"),
+        ["m.yaml:6", "duplicate key 'overlap' (first defined on line 3)"],
+    ),
+    (
+        "no factors",
+        lambda t: t.replace(t[t.index("factors:") : t.index("repro:")], "factors: {}\n"),
+        ["factors", "must not be empty"],
+    ),
+    (
+        "factors a list",
+        lambda t: t.replace(t[t.index("factors:") : t.index("repro:")], "factors: [a, b]\n"),
+        ["factors", "expected a mapping"],
+    ),
+    (
+        "short form without env",
+        lambda t: t.replace("    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}\n", ""),
+        ["factors.overlap", "need `env:`"],
+    ),
+    (
+        "env with full form",
+        lambda t: t.replace("  cuda_graph:\n", "  cuda_graph:\n    env: {decode: X}\n"),
+        ["factors.cuda_graph.env", "only for the short form"],
+    ),
+    (
+        "invalid env name",
+        lambda t: t.replace("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP", "SGLANG-OVERLAP"),
+        ["m.yaml:4", "invalid environment variable name 'SGLANG-OVERLAP'"],
+    ),
+    (
+        "env name with space",
+        lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', "'BAD NAME': x"),
+        ["invalid environment variable name 'BAD NAME'"],
+    ),
+    (
+        "non-scalar value",
+        lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', "SGLANG_EXTRA_ARGS: [a, b]"),
+        ["m.yaml:8", "factors.cuda_graph.levels.on.decode.SGLANG_EXTRA_ARGS"],
+    ),
+    (
+        "mapping value",
+        lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', "SGLANG_EXTRA_ARGS: {a: 1}"),
+        ["factors.cuda_graph.levels.on.decode.SGLANG_EXTRA_ARGS"],
+    ),
+    (
+        "newline in value",
+        lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', 'SGLANG_EXTRA_ARGS: "a\\nb"'),
+        ["m.yaml:8", "NUL or line break"],
+    ),
     ("NUL in value", lambda t: t.replace('SGLANG_EXTRA_ARGS: ""', 'SGLANG_EXTRA_ARGS: "a\\0b"'), ["NUL or line break"]),
-    ("same var in two factors", lambda t: t.replace("SGLANG_EXTRA_ARGS", "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"), ["decode:SGLANG_OPT_USE_MULTI_STREAM_OVERLAP is also set by factor 'overlap'"]),
-    ("exclude unknown factor", lambda t: t + "exclude: [{overlp: on}]\n", ["m.yaml:15", "exclude[0].overlp", "'overlp' is not a declared factor", "did you mean 'overlap'?"]),
-    ("exclude unknown level", lambda t: t + "exclude: [{overlap: maybe}]\n", ["exclude[0].overlap", "'maybe' is not a level of 'overlap'"]),
+    (
+        "same var in two factors",
+        lambda t: t.replace("SGLANG_EXTRA_ARGS", "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"),
+        ["decode:SGLANG_OPT_USE_MULTI_STREAM_OVERLAP is also set by factor 'overlap'"],
+    ),
+    (
+        "exclude unknown factor",
+        lambda t: t + "exclude: [{overlp: on}]\n",
+        ["m.yaml:15", "exclude[0].overlp", "'overlp' is not a declared factor", "did you mean 'overlap'?"],
+    ),
+    (
+        "exclude unknown level",
+        lambda t: t + "exclude: [{overlap: maybe}]\n",
+        ["exclude[0].overlap", "'maybe' is not a level of 'overlap'"],
+    ),
     ("exclude empty entry", lambda t: t + "exclude: [{}]\n", ["exclude[0]", "would exclude every cell"]),
     ("exclude everything", lambda t: t + "exclude: [{overlap: on}, {overlap: off}]\n", ["every cell is excluded"]),
     ("include partial", lambda t: t + "include: [{overlap: on}]\n", ["include[0]", "missing: cuda_graph"]),
     ("baseline unknown factor", lambda t: t + "baseline: {cuda: on}\n", ["baseline.cuda", "not a declared factor"]),
-    ("baseline unknown level", lambda t: t + "baseline: {overlap: yes}\n", ["baseline.overlap", "'yes' is not a level"]),
-    ("zip unknown factor", lambda t: t + "zips: [[overlap, nope]]\n", ["zips[0][1]", "'nope' is not a declared factor"]),
+    (
+        "baseline unknown level",
+        lambda t: t + "baseline: {overlap: yes}\n",
+        ["baseline.overlap", "'yes' is not a level"],
+    ),
+    (
+        "zip unknown factor",
+        lambda t: t + "zips: [[overlap, nope]]\n",
+        ["zips[0][1]", "'nope' is not a declared factor"],
+    ),
     ("zip of one", lambda t: t + "zips: [[overlap]]\n", ["zips[0]", "at least two factors"]),
-    ("zip size mismatch", lambda t: t.replace('off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}', 'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}\n      x: {decode: {SGLANG_EXTRA_ARGS: "-x"}}') + "zips: [[overlap, cuda_graph]]\n", ["same number of levels (overlap=2, cuda_graph=3)"]),
+    (
+        "zip size mismatch",
+        lambda t: (
+            t.replace(
+                'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}',
+                'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}\n      x: {decode: {SGLANG_EXTRA_ARGS: "-x"}}',
+            )
+            + "zips: [[overlap, cuda_graph]]\n"
+        ),
+        ["same number of levels (overlap=2, cuda_graph=3)"],
+    ),
     ("replicates zero", lambda t: t + "replicates: 0\n", ["m.yaml:15", "replicates", "must be >= 1"]),
     ("replicates text", lambda t: t + "replicates: many\n", ["replicates", "expected an integer", "got 'many'"]),
-    ("bad order", lambda t: t + "order: shuffled\n", ["order", "expected 'randomized', 'sequential' or 'min-restarts', got 'shuffled'"]),
+    (
+        "bad order",
+        lambda t: t + "order: shuffled\n",
+        ["order", "expected 'randomized', 'sequential' or 'min-restarts', got 'shuffled'"],
+    ),
     ("timeout negative", lambda t: t.replace("timeout: 60", "timeout: -5"), ["repro.timeout", "must be > 0"]),
-    ("bad regex", lambda t: t.replace("(?P<k>\\d+)/", "(?P<k>\\d+/"), ["repro.metrics.corruption.regex", "invalid regular expression"]),
-    ("proportion without groups", lambda t: t.replace("(?P<k>\\d+)/(?P<n>\\d+)", "(\\d+)/(\\d+)"), ["needs named groups (?P<k>...) and (?P<n>...)"]),
-    ("bad metric kind", lambda t: t.replace("kind: proportion", "kind: ratio"), ["repro.metrics.corruption.kind", "expected 'proportion' or 'number'"]),
-    ("undefined placeholder", lambda t: t.replace("{router_url}", "{routr_url}"), ["m.yaml:11", "repro.command", "undefined placeholder {routr_url}", "did you mean {router_url}?"]),
-    ("bad placeholder syntax", lambda t: t.replace("{router_url}", "{router_url"), ["repro.command", "bad placeholder syntax"]),
-    ("undefined role", lambda t: t.replace("env: {decode: SGLANG", "env: {decoder: SGLANG"), ["factors.overlap", "role 'decoder' is not in the inventory"]),
-    ("repro on unknown role", lambda t: t.replace("  timeout: 60", "  timeout: 60\n  on: gpu9"), ["repro.on", "role 'gpu9' is not in the inventory"]),
-    ("collect without source", lambda t: t + "collect:\n  anomalies: {role: decode}\n", ["collect.anomalies", "exactly one of `pattern:`"]),
-    ("collect unknown role", lambda t: t + "collect:\n  anomalies: {role: dec, pattern: ANOMALY}\n", ["collect.anomalies.role", "role 'dec' is not in the inventory"]),
-    ("health timeout unknown role", lambda t: t + "health_timeouts: {gpu: 5}\n", ["health_timeouts.gpu", "not in the inventory"]),
+    (
+        "bad regex",
+        lambda t: t.replace("(?P<k>\\d+)/", "(?P<k>\\d+/"),
+        ["repro.metrics.corruption.regex", "invalid regular expression"],
+    ),
+    (
+        "proportion without groups",
+        lambda t: t.replace("(?P<k>\\d+)/(?P<n>\\d+)", "(\\d+)/(\\d+)"),
+        ["needs named groups (?P<k>...) and (?P<n>...)"],
+    ),
+    (
+        "bad metric kind",
+        lambda t: t.replace("kind: proportion", "kind: ratio"),
+        ["repro.metrics.corruption.kind", "expected 'proportion' or 'number'"],
+    ),
+    (
+        "undefined placeholder",
+        lambda t: t.replace("{router_url}", "{routr_url}"),
+        ["m.yaml:11", "repro.command", "undefined placeholder {routr_url}", "did you mean {router_url}?"],
+    ),
+    (
+        "bad placeholder syntax",
+        lambda t: t.replace("{router_url}", "{router_url"),
+        ["repro.command", "bad placeholder syntax"],
+    ),
+    (
+        "undefined role",
+        lambda t: t.replace("env: {decode: SGLANG", "env: {decoder: SGLANG"),
+        ["factors.overlap", "role 'decoder' is not in the inventory"],
+    ),
+    (
+        "repro on unknown role",
+        lambda t: t.replace("  timeout: 60", "  timeout: 60\n  on: gpu9"),
+        ["repro.on", "role 'gpu9' is not in the inventory"],
+    ),
+    (
+        "collect without source",
+        lambda t: t + "collect:\n  anomalies: {role: decode}\n",
+        ["collect.anomalies", "exactly one of `pattern:`"],
+    ),
+    (
+        "collect unknown role",
+        lambda t: t + "collect:\n  anomalies: {role: dec, pattern: ANOMALY}\n",
+        ["collect.anomalies.role", "role 'dec' is not in the inventory"],
+    ),
+    (
+        "health timeout unknown role",
+        lambda t: t + "health_timeouts: {gpu: 5}\n",
+        ["health_timeouts.gpu", "not in the inventory"],
+    ),
     ("merge keys", lambda t: t + "x: &a {b: 1}\ny:\n  <<: *a\n", ["merge keys"]),
-    ("shell metacharacters in factor name", lambda t: t.replace("  overlap:", "  'over;lap':"), ["invalid factor name 'over;lap'"]),
-    ("level name with comma", lambda t: t.replace("levels: [on, off]", "levels: ['a,b', c]"), ["invalid level name 'a,b'"]),
+    (
+        "shell metacharacters in factor name",
+        lambda t: t.replace("  overlap:", "  'over;lap':"),
+        ["invalid factor name 'over;lap'"],
+    ),
+    (
+        "level name with comma",
+        lambda t: t.replace("levels: [on, off]", "levels: ['a,b', c]"),
+        ["invalid level name 'a,b'"],
+    ),
 ]
 
 
@@ -131,17 +272,64 @@ def test_bad_matrix(tmp_path, capsys, name, transform, expected):
 
 INVENTORY_CASES = [
     ("no testbeds", "testbeds: {}\n", ["testbeds", "must not be empty"]),
-    ("unknown host key", INVENTORY.replace("env_file: p.env", "env_fle: p.env"), ["inv.yaml:5", "testbeds.local.hosts.prefill.env_fle", "did you mean 'env_file'?"]),
-    ("bad transport", INVENTORY.replace("env_file: p.env", "env_file: p.env\n        transport: telnet"), ["transport", "expected 'local' or 'ssh'"]),
-    ("ssh without settings", INVENTORY.replace("env_file: d.env", "env_file: /etc/d.env\n        transport: ssh"), ["testbeds.local.hosts.decode", "needs an `ssh:` mapping"]),
-    ("remote relative env file", INVENTORY.replace("env_file: d.env", "env_file: d.env\n        transport: ssh\n        ssh: {host: h}"), ["env_file", "must be an absolute path"]),
-    ("after unknown role", INVENTORY.replace("after: [prefill, decode]", "after: [prefill, decod]"), ["inv.yaml:13", "unknown role 'decod'"]),
-    ("restart cycle", INVENTORY.replace("units: [{name: p, command: [\"true\"]}]", "units: [{name: p, command: [\"true\"]}]\n        after: [router]"), ["restart order has a cycle"]),
-    ("local unit without command", INVENTORY.replace('units: [{name: d, command: ["true"]}]', "units: [d]"), ["units[0]", "a local unit needs a `command:`"]),
+    (
+        "unknown host key",
+        INVENTORY.replace("env_file: p.env", "env_fle: p.env"),
+        ["inv.yaml:5", "testbeds.local.hosts.prefill.env_fle", "did you mean 'env_file'?"],
+    ),
+    (
+        "bad transport",
+        INVENTORY.replace("env_file: p.env", "env_file: p.env\n        transport: telnet"),
+        ["transport", "expected 'local' or 'ssh'"],
+    ),
+    (
+        "ssh without settings",
+        INVENTORY.replace("env_file: d.env", "env_file: /etc/d.env\n        transport: ssh"),
+        ["testbeds.local.hosts.decode", "needs an `ssh:` mapping"],
+    ),
+    (
+        "remote relative env file",
+        INVENTORY.replace("env_file: d.env", "env_file: d.env\n        transport: ssh\n        ssh: {host: h}"),
+        ["env_file", "must be an absolute path"],
+    ),
+    (
+        "after unknown role",
+        INVENTORY.replace("after: [prefill, decode]", "after: [prefill, decod]"),
+        ["inv.yaml:13", "unknown role 'decod'"],
+    ),
+    (
+        "restart cycle",
+        INVENTORY.replace(
+            'units: [{name: p, command: ["true"]}]', 'units: [{name: p, command: ["true"]}]\n        after: [router]'
+        ),
+        ["restart order has a cycle"],
+    ),
+    (
+        "local unit without command",
+        INVENTORY.replace('units: [{name: d, command: ["true"]}]', "units: [d]"),
+        ["units[0]", "a local unit needs a `command:`"],
+    ),
     ("bad unit name", INVENTORY.replace("name: d,", "name: 'd;rm -rf /',"), ["invalid unit name"]),
-    ("bad health url", INVENTORY.replace("env_file: r.env", "env_file: r.env\n        health: localhost:30001"), ["health", "not an http(s) URL"]),
-    ("ssh port out of range", INVENTORY.replace("env_file: d.env", "env_file: /d.env\n        transport: ssh\n        ssh: {host: h, port: 70000}"), ["ssh.port", "must be <= 65535"]),
-    ("role without default port", INVENTORY.replace("  local:\n    hosts:\n", "  local:\n    hosts:\n      gpu:\n        env_file: g.env\n        units: [{name: g, command: [x]}]\n"), ["role 'gpu' has no default port"]),
+    (
+        "bad health url",
+        INVENTORY.replace("env_file: r.env", "env_file: r.env\n        health: localhost:30001"),
+        ["health", "not an http(s) URL"],
+    ),
+    (
+        "ssh port out of range",
+        INVENTORY.replace(
+            "env_file: d.env", "env_file: /d.env\n        transport: ssh\n        ssh: {host: h, port: 70000}"
+        ),
+        ["ssh.port", "must be <= 65535"],
+    ),
+    (
+        "role without default port",
+        INVENTORY.replace(
+            "  local:\n    hosts:\n",
+            "  local:\n    hosts:\n      gpu:\n        env_file: g.env\n        units: [{name: g, command: [x]}]\n",
+        ),
+        ["role 'gpu' has no default port"],
+    ),
 ]
 
 
@@ -158,8 +346,10 @@ def test_exact_message_for_scalar_levels(tmp_path):
     (tmp_path / "x.yaml").write_text(GOOD.replace("levels: [on, off]", "levels: on"))
     with pytest.raises(ConfigError) as e:
         read_matrix(tmp_path / "x.yaml", "matrices/x.yaml")
-    assert str(e.value) == ("matrices/x.yaml:5: factors.overlap.levels: expected a list, got 'on' "
-                            "(write a list such as [on, ...] with at least two levels)")
+    assert str(e.value) == (
+        "matrices/x.yaml:5: factors.overlap.levels: expected a list, got 'on' "
+        "(write a list such as [on, ...] with at least two levels)"
+    )
 
 
 def test_yaml_booleans_never_reach_env_files_as_python_booleans(tmp_path):
@@ -172,8 +362,7 @@ def test_yaml_booleans_never_reach_env_files_as_python_booleans(tmp_path):
 
 
 def test_quoted_on_stays_a_string_and_numbers_keep_their_text(tmp_path):
-    text = GOOD.replace('SGLANG_EXTRA_ARGS: ""', 'SGLANG_EXTRA_ARGS: "on"').replace(
-        '"--disable-cuda-graph"', "0.10")
+    text = GOOD.replace('SGLANG_EXTRA_ARGS: ""', 'SGLANG_EXTRA_ARGS: "on"').replace('"--disable-cuda-graph"', "0.10")
     (tmp_path / "m.yaml").write_text(text)
     m = read_matrix(tmp_path / "m.yaml")
     assert m.factor("cuda_graph").level("on").env == {"decode": {"SGLANG_EXTRA_ARGS": "on"}}

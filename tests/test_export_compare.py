@@ -8,31 +8,57 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.compare import compare
-from orchestrator.journal import Journal, write_json_atomic
-from orchestrator.records import Failure, MetricValue, RunManifest, TrialRecord
+from orchestrator.cli.main import main
+from orchestrator.core.records import Failure, MetricValue, RunManifest, TrialRecord
+from orchestrator.report.compare import compare
+from orchestrator.store.journal import Journal, write_json_atomic
 
 FACTORS = {"overlap": ["on", "off"]}
 
 
 def manifest(run_id: str) -> RunManifest:
     return RunManifest(
-        run_id=run_id, name="t", orch_version="0", matrix_path="m.yaml", matrix_text="", matrix_sha256="x",
-        inventory_path="i.yaml", inventory_text="", inventory_sha256="y", testbed="tb", seed=1,
-        order="randomized", replicates=2, factors=FACTORS, baseline={"overlap": "on"},
-        metrics={"corruption": "proportion", "wall": "number"}, plan=[], started="2026-11-30T00:00:00Z",
+        run_id=run_id,
+        name="t",
+        orch_version="0",
+        matrix_path="m.yaml",
+        matrix_text="",
+        matrix_sha256="x",
+        inventory_path="i.yaml",
+        inventory_text="",
+        inventory_sha256="y",
+        testbed="tb",
+        seed=1,
+        order="randomized",
+        replicates=2,
+        factors=FACTORS,
+        baseline={"overlap": "on"},
+        metrics={"corruption": "proportion", "wall": "number"},
+        plan=[],
+        started="2026-11-30T00:00:00Z",
     )
 
 
 def trial(run_id: str, i: int, level: str, k: int, n: int = 40, wall: float = 1.0, failed: bool = False) -> TrialRecord:
     return TrialRecord(
-        run_id=run_id, trial=i, round=i // 2, cell=f"overlap={level}", levels={"overlap": level},
-        is_baseline=level == "on", testbed="tb", status="failed" if failed else "completed",
+        run_id=run_id,
+        trial=i,
+        round=i // 2,
+        cell=f"overlap={level}",
+        levels={"overlap": level},
+        is_baseline=level == "on",
+        testbed="tb",
+        status="failed" if failed else "completed",
         failure=Failure(kind="workload", error="WorkloadError", message="repro exited 3") if failed else None,
-        started="2026-11-30T00:00:00Z", ended="2026-11-30T00:00:01Z", duration_s=1.0,
-        metrics={} if failed else {"corruption": MetricValue(kind="proportion", k=k, n=n),
-                                   "wall": MetricValue(kind="number", value=wall, unit="s")},
+        started="2026-11-30T00:00:00Z",
+        ended="2026-11-30T00:00:01Z",
+        duration_s=1.0,
+        metrics={}
+        if failed
+        else {
+            "corruption": MetricValue(kind="proportion", k=k, n=n),
+            "wall": MetricValue(kind="number", value=wall, unit="s"),
+        },
     )
 
 
@@ -47,7 +73,9 @@ def write_run(root: Path, run_id: str, trials: list[TrialRecord]) -> Path:
 
 
 def test_tidy_export_has_one_row_per_trial_and_metric(tmp_path, capsys):
-    run = write_run(tmp_path, "a", [trial("a", 0, "on", 6), trial("a", 1, "off", 0), trial("a", 2, "on", 0, failed=True)])
+    run = write_run(
+        tmp_path, "a", [trial("a", 0, "on", 6), trial("a", 1, "off", 0), trial("a", 2, "on", 0, failed=True)]
+    )
     assert main(["export", str(run), "--format", "csv"]) == 0
     frame = pd.read_csv(run / "a.csv")
     assert len(frame) == 5  # 2 completed trials x 2 metrics + 1 failed trial without metric
@@ -83,7 +111,7 @@ def test_compare_reports_unmatched_cells_and_ignores_failures(tmp_path, capsys):
     page = (tmp_path / "compare-a-vs-b.html").read_text()
     assert "only in A" in page and "overlap=off" in page
     assert "No cell differs significantly" in page
-    assert "<script" not in page and "http" not in page.replace('http-equiv', '')
+    assert "<script" not in page and "http" not in page.replace("http-equiv", "")
 
 
 def test_export_of_a_missing_run_is_a_clean_error(tmp_path, capsys):

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from orchestrator.edges.health import HealthCheck, wait_all, wait_ready
 from orchestrator.errors import ConfigError, HealthTimeout, ServiceError
-from orchestrator.health import HealthCheck, wait_all, wait_ready
 
 NOT_READY_BODY = b'{"status":"not_ready","reason":"no healthy decode worker"}'
 
@@ -103,9 +103,7 @@ def test_503_then_200_returns_seconds_waited(client: httpx.Client, servers: list
 
 
 @pytest.mark.parametrize("flip_after", [0.15, 0.45, 1.0])
-def test_detection_lag_is_small(
-    client: httpx.Client, servers: list[Server], flip_after: float
-) -> None:
+def test_detection_lag_is_small(client: httpx.Client, servers: list[Server], flip_after: float) -> None:
     behaviour = Behaviour(ready_at=time.monotonic() + flip_after)
     server = _serve(servers, behaviour)
     wait_ready(HealthCheck("prefill", server.url(), 10.0), client=client)
@@ -213,9 +211,7 @@ def test_wait_all_runs_concurrently(client: httpx.Client, servers: list[Server])
     assert elapsed < 1.1  # in parallel: about max(0.6, 0.6, 0.3), not their sum (1.5)
 
 
-def test_wait_all_raises_first_failure_and_cancels_others(
-    client: httpx.Client, servers: list[Server]
-) -> None:
+def test_wait_all_raises_first_failure_and_cancels_others(client: httpx.Client, servers: list[Server]) -> None:
     never = _serve(servers, Behaviour())
     checks = [
         HealthCheck("prefill", never.url(), 30.0),
@@ -250,12 +246,13 @@ def test_wait_all_refuses_duplicate_roles(client: httpx.Client) -> None:
 # ---- the poll schedule around the expected ready time (pure: a fake clock) -------------------
 
 
-def _delays(monkeypatch: pytest.MonkeyPatch, fast: tuple[float, float] | None,
-            times: list[float], attempt: int = 10) -> list[float]:
+def _delays(
+    monkeypatch: pytest.MonkeyPatch, fast: tuple[float, float] | None, times: list[float], attempt: int = 10
+) -> list[float]:
     """The sleep chosen after a failed poll at each of `times` (seconds after the start)."""
     import tenacity
 
-    from orchestrator import health
+    from orchestrator.edges import health
 
     now = [0.0]
     monkeypatch.setattr(health.time, "monotonic", lambda: now[0])
@@ -270,19 +267,26 @@ def _delays(monkeypatch: pytest.MonkeyPatch, fast: tuple[float, float] | None,
 
 
 def test_polls_fast_only_inside_the_expected_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator.health import FAST_POLL_S
+    from orchestrator.edges.health import FAST_POLL_S
 
     # no earlier waits: the plain backoff, capped at 100 ms
     assert _delays(monkeypatch, None, [0.5, 1.0, 3.0]) == [0.1, 0.1, 0.1]
     # window 0.9..1.5 s: a sleep never overshoots its start, inside it polls every 20 ms
-    assert _delays(monkeypatch, (0.9, 1.5), [0.5, 0.85, 0.9, 1.2, 1.49, 1.5, 2.0]) == \
-        [0.1, 0.05, FAST_POLL_S, FAST_POLL_S, FAST_POLL_S, 0.1, 0.1]
+    assert _delays(monkeypatch, (0.9, 1.5), [0.5, 0.85, 0.9, 1.2, 1.49, 1.5, 2.0]) == [
+        0.1,
+        0.05,
+        FAST_POLL_S,
+        FAST_POLL_S,
+        FAST_POLL_S,
+        0.1,
+        0.1,
+    ]
     # the first polls stay as fast as the backoff makes them
     assert _delays(monkeypatch, (0.9, 1.5), [0.0], attempt=1) == [0.02]
 
 
 def test_fast_window_spans_the_earlier_waits_and_is_bounded() -> None:
-    from orchestrator.health import FAST_WINDOW_S, WINDOW_LEAD_S, WINDOW_TAIL_S, _fast_window
+    from orchestrator.edges.health import FAST_WINDOW_S, WINDOW_LEAD_S, WINDOW_TAIL_S, _fast_window
 
     assert _fast_window(HealthCheck("d", "http://x", 10), 100.0) is None
     opens, closes = _fast_window(HealthCheck("d", "http://x", 10, expected=(1.2, 1.4)), 100.0)

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import journal as journal_mod
+from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, RunManifest, TrialRecord
 from orchestrator.errors import ConfigError, OrchError
-from orchestrator.journal import (
+from orchestrator.store import journal as journal_mod
+from orchestrator.store.journal import (
     Journal,
     JournalError,
     read_journal,
     repair_torn_tail,
     write_json_atomic,
 )
-from orchestrator.records import EventRecord, Failure, MetricValue, ReproOutcome, RunManifest, TrialRecord
 
 
 def _trial(n: int, **kw: object) -> TrialRecord:
@@ -36,8 +36,12 @@ def _trial(n: int, **kw: object) -> TrialRecord:
         env={"decode": {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "1"}},
         restarted=["decode:sglang-decode"],
         health_wait_s={"decode": 1.02},
-        repro=ReproOutcome(command="python repro.py", exit_code=0, duration_s=0.5,
-                           stdout_tail='CORRUPTION sessions: 6/40 = 15%\nwall="x"\n'),
+        repro=ReproOutcome(
+            command="python repro.py",
+            exit_code=0,
+            duration_s=0.5,
+            stdout_tail='CORRUPTION sessions: 6/40 = 15%\nwall="x"\n',
+        ),
         metrics={"corruption": MetricValue(kind="proportion", k=6, n=40)},
     )
     fields.update(kw)
@@ -261,11 +265,25 @@ def test_append_after_close_refused(tmp_path: Path) -> None:
 
 def _manifest(status: str = "running") -> RunManifest:
     return RunManifest(
-        run_id="run-1", name="dsv4", orch_version="0.1.0", matrix_path="m.yaml", matrix_text="x",
-        matrix_sha256="0" * 64, inventory_path="i.yaml", inventory_text="y", inventory_sha256="1" * 64,
-        testbed="sim", seed=1, order="randomized", replicates=2, factors={"overlap": ["on", "off"]},
-        baseline={"overlap": "on"}, metrics={"corruption": "proportion"}, plan=[],
-        started="2026-05-09T07:00:00Z", status=status,
+        run_id="run-1",
+        name="dsv4",
+        orch_version="0.1.0",
+        matrix_path="m.yaml",
+        matrix_text="x",
+        matrix_sha256="0" * 64,
+        inventory_path="i.yaml",
+        inventory_text="y",
+        inventory_sha256="1" * 64,
+        testbed="sim",
+        seed=1,
+        order="randomized",
+        replicates=2,
+        factors={"overlap": ["on", "off"]},
+        baseline={"overlap": "on"},
+        metrics={"corruption": "proportion"},
+        plan=[],
+        started="2026-05-09T07:00:00Z",
+        status=status,
     )
 
 

@@ -20,9 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from report_synth import ALL_OFF, synthetic_run, write_run
 
-from orchestrator import journal as journal_mod
+from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.errors import ConfigError
-from orchestrator.journal import (
+from orchestrator.report.build import build_report, headline
+from orchestrator.report.render import load_manifest, load_report, load_trials
+from orchestrator.store import journal as journal_mod
+from orchestrator.store.journal import (
     Journal,
     JournalError,
     TrialRow,
@@ -34,9 +37,6 @@ from orchestrator.journal import (
     repair_torn_tail,
     trial_statuses,
 )
-from orchestrator.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
-from orchestrator.render import load_manifest, load_report, load_trials
-from orchestrator.report import build_report, headline
 
 SIZES = [pytest.param(None, id="default-sizes"), pytest.param((7, 5), id="tiny-blocks")]
 _COUNTER = itertools.count()
@@ -53,18 +53,33 @@ def sizes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> No
 
 def _trial(trial: int, status: str = "completed", attempt: int = 1, **kw: object) -> TrialRecord:
     fields: dict[str, object] = dict(
-        run_id="run-1", trial=trial, round=trial // 3, cell=f"overlap={'on' if trial % 2 else 'off'}",
-        levels={"overlap": "on" if trial % 2 else "off"}, testbed="sim", attempt=attempt,
-        status=status, started="2026-05-09T07:00:00Z", ended="2026-05-09T07:00:02Z", duration_s=2.0,
+        run_id="run-1",
+        trial=trial,
+        round=trial // 3,
+        cell=f"overlap={'on' if trial % 2 else 'off'}",
+        levels={"overlap": "on" if trial % 2 else "off"},
+        testbed="sim",
+        attempt=attempt,
+        status=status,
+        started="2026-05-09T07:00:00Z",
+        ended="2026-05-09T07:00:02Z",
+        duration_s=2.0,
         env={"decode": {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "1"}},
-        repro=ReproOutcome(command="python repro.py", exit_code=0, duration_s=0.5,
-                           stdout_tail='{"status": "completed", "trial": 99}\n\\"quoted\\"'),
-        metrics={"corruption": MetricValue(kind="proportion", k=trial % 7, n=40),
-                 "wall": MetricValue(kind="number", value=1.5 + trial, unit="s")},
+        repro=ReproOutcome(
+            command="python repro.py",
+            exit_code=0,
+            duration_s=0.5,
+            stdout_tail='{"status": "completed", "trial": 99}\n\\"quoted\\"',
+        ),
+        metrics={
+            "corruption": MetricValue(kind="proportion", k=trial % 7, n=40),
+            "wall": MetricValue(kind="number", value=1.5 + trial, unit="s"),
+        },
     )
     if status != "completed":
-        fields["failure"] = Failure(kind="interrupted" if status == "interrupted" else "workload",
-                                    error="WorkloadError", message="m")
+        fields["failure"] = Failure(
+            kind="interrupted" if status == "interrupted" else "workload", error="WorkloadError", message="m"
+        )
     fields.update(kw)
     return TrialRecord.model_validate(fields)
 
@@ -107,8 +122,18 @@ statuses = st.sampled_from(["completed", "failed", "interrupted"])
 trial_records = st.builds(_trial, trial=st.integers(0, 6), status=statuses, attempt=st.integers(1, 3))
 journal_records = st.lists(st.one_of(trial_records, st.builds(_event)), max_size=12)
 # what can follow the last appended record: nothing, blank lines, or a torn line of any kind
-tails = st.sampled_from([b"", b"\n", b"  \n\n", b'{"type": "trial", "tri', b"\0" * 40 + b"\n",
-                         b'{"type":"trial"}', b"garbage\n", b"\n\n{\n"])
+tails = st.sampled_from(
+    [
+        b"",
+        b"\n",
+        b"  \n\n",
+        b'{"type": "trial", "tri',
+        b"\0" * 40 + b"\n",
+        b'{"type":"trial"}',
+        b"garbage\n",
+        b"\n\n{\n",
+    ]
+)
 
 
 @pytest.mark.usefixtures("sizes")
@@ -131,15 +156,23 @@ def test_fast_readers_agree_with_read_journal(
 
 
 def test_statuses_of_retried_and_cut_off_trials(tmp_path: Path) -> None:
-    path = _write(tmp_path / "journal.jsonl", [
-        _event(),
-        _trial(0, "failed"), _trial(0, "completed", attempt=2),  # retried: finished
-        _trial(1, "interrupted"),  # cut off by Ctrl-C: to run again
-        _trial(2, "interrupted"), _event("run_resumed"), _trial(2, "completed"),  # resumed
-        _trial(3, "failed"),  # failed for good: finished, not run again
-    ], b'{"type":"trial","schema_version":1,"trial":4,"sta')
+    path = _write(
+        tmp_path / "journal.jsonl",
+        [
+            _event(),
+            _trial(0, "failed"),
+            _trial(0, "completed", attempt=2),  # retried: finished
+            _trial(1, "interrupted"),  # cut off by Ctrl-C: to run again
+            _trial(2, "interrupted"),
+            _event("run_resumed"),
+            _trial(2, "completed"),  # resumed
+            _trial(3, "failed"),  # failed for good: finished, not run again
+        ],
+        b'{"type":"trial","schema_version":1,"trial":4,"sta',
+    )
     assert trial_statuses(path) == TrialStatuses(
-        finished=frozenset({0, 2, 3}), interrupted=frozenset({1}), torn_tail=True)
+        finished=frozenset({0, 2, 3}), interrupted=frozenset({1}), torn_tail=True
+    )
 
 
 def test_lines_the_fast_parser_refuses_go_through_the_full_parser(tmp_path: Path) -> None:
@@ -162,13 +195,29 @@ def test_lines_the_fast_parser_refuses_go_through_the_full_parser(tmp_path: Path
 
 # names a user may write: quotes, backslashes, braces, the journal's own key names and the very
 # text the fast status reader looks for (inside a JSON string its quotes are escaped)
-tricky_names = st.sampled_from(["on", 'say "hi"', "back\\slash", "}{", '},"is_baseline":true,"testbed":"x",'
-                                '"attempt":1,"status":"interrupted"}', "status", "is_baseline", "é ✓", "\\"])
+tricky_names = st.sampled_from(
+    [
+        "on",
+        'say "hi"',
+        "back\\slash",
+        "}{",
+        '},"is_baseline":true,"testbed":"x","attempt":1,"status":"interrupted"}',
+        "status",
+        "is_baseline",
+        "é ✓",
+        "\\",
+    ]
+)
 tricky_trials = st.builds(
     lambda trial, status, factor, level, testbed: _trial(
-        trial, status, cell=f"{factor}={level}", levels={"overlap": "on", factor: level}, testbed=testbed),
-    trial=st.integers(0, 6), status=statuses, factor=st.sampled_from(["status", "is_baseline", "attempt", "f"]),
-    level=tricky_names, testbed=st.sampled_from(["sim", 'odd"bed']))
+        trial, status, cell=f"{factor}={level}", levels={"overlap": "on", factor: level}, testbed=testbed
+    ),
+    trial=st.integers(0, 6),
+    status=statuses,
+    factor=st.sampled_from(["status", "is_baseline", "attempt", "f"]),
+    level=tricky_names,
+    testbed=st.sampled_from(["sim", 'odd"bed']),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -222,8 +271,9 @@ def _damaged(tmp_path: Path, how: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("how", ["invalid-json", "unknown-version", "version-as-text", "bad-status",
-                                 "missing-trial", "unknown-type"])
+@pytest.mark.parametrize(
+    "how", ["invalid-json", "unknown-version", "version-as-text", "bad-status", "missing-trial", "unknown-type"]
+)
 def test_damaged_middle_line_fails_as_read_journal_does(tmp_path: Path, how: str) -> None:
     path = _damaged(tmp_path, how)
     with pytest.raises(ConfigError) as expected:
@@ -270,13 +320,17 @@ def _reference_torn_start(data: bytes) -> int | None:
     return None
 
 
-line_pieces = st.sampled_from([b'{"a": 1}', b"[1, 2]", b"", b"   ", b"\0\0\0", b"{oops", b'"x"',
-                               b'{"long": "' + b"y" * 70 + b'"}', b"\t"])
+line_pieces = st.sampled_from(
+    [b'{"a": 1}', b"[1, 2]", b"", b"   ", b"\0\0\0", b"{oops", b'"x"', b'{"long": "' + b"y" * 70 + b'"}', b"\t"]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(line_pieces, max_size=8), newline_at_end=st.booleans(),
-       window=st.sampled_from([1, 2, 5, 16, 1 << 16]))
+@given(
+    lines=st.lists(line_pieces, max_size=8),
+    newline_at_end=st.booleans(),
+    window=st.sampled_from([1, 2, 5, 16, 1 << 16]),
+)
 def test_torn_tail_from_the_end_matches_the_whole_file_rule(
     tmp_path: Path, lines: list[bytes], newline_at_end: bool, window: int
 ) -> None:
@@ -313,8 +367,13 @@ def test_repair_and_append_guard_with_a_last_line_longer_than_the_window(tmp_pat
 def _run_with_everything(tmp_path: Path) -> Path:
     manifest, records = synthetic_run(replicates=4, baseline=ALL_OFF)
     extra = [
-        records[5].model_copy(update={"status": "interrupted", "attempt": 3,
-                                      "failure": Failure(kind="interrupted", error="Interrupted", message="^C")}),
+        records[5].model_copy(
+            update={
+                "status": "interrupted",
+                "attempt": 3,
+                "failure": Failure(kind="interrupted", error="Interrupted", message="^C"),
+            }
+        ),
         records[6].model_copy(update={"cell": "bf16_index_k=odd", "levels": {"bf16_index_k": "odd"}}),
     ]
     run_dir = write_run(tmp_path / manifest.run_id, manifest, [*records, *extra])
@@ -356,14 +415,22 @@ def test_headline_reads_failures_from_rows_or_records() -> None:
 # ------------------------------------------------------------------ the benchmarks still run
 
 
-@pytest.mark.parametrize("script, figures", [
-    ("bench_journal.py", ["statuses:", "resume:"]),
-    ("bench_report.py", ["in memory:", "from disk, write_report:"]),
-])
+@pytest.mark.parametrize(
+    "script, figures",
+    [
+        ("bench_journal.py", ["statuses:", "resume:"]),
+        ("bench_report.py", ["in memory:", "from disk, write_report:"]),
+    ],
+)
 def test_benchmark_prints_its_figures_in_a_tiny_run(repo: Path, script: str, figures: list[str]) -> None:
     """Tiny runs only check that the script works and its answers are right; no speed here."""
-    out = subprocess.run([sys.executable, str(repo / "bench" / script), "--trials", "40"],
-                         check=True, capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, str(repo / "bench" / script), "--trials", "40"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     for figure in figures:
         line = next(line for line in out.splitlines() if figure in line)
         assert "WRONG" not in line and "peak RSS" in line
@@ -373,7 +440,7 @@ def test_benchmark_prints_its_figures_in_a_tiny_run(repo: Path, script: str, fig
 def test_gc_paused_restores_the_collector_as_it_was() -> None:
     import gc
 
-    from orchestrator.journal import gc_paused
+    from orchestrator.store.journal import gc_paused
 
     assert gc.isenabled()
     with pytest.raises(RuntimeError), gc_paused():
@@ -416,8 +483,15 @@ def _only_the_index(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _mixed_records() -> list[TrialRecord | EventRecord]:
-    return [_event(), _trial(0, "failed"), _trial(0, attempt=2), _trial(1, "interrupted"),
-            _event("run_resumed"), _trial(2), _trial(3, "failed")]
+    return [
+        _event(),
+        _trial(0, "failed"),
+        _trial(0, attempt=2),
+        _trial(1, "interrupted"),
+        _event("run_resumed"),
+        _trial(2),
+        _trial(3, "failed"),
+    ]
 
 
 def test_index_answers_without_reading_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -444,8 +518,18 @@ def _set_mtimes(path: Path, index_newer: bool) -> None:
     os.utime(index, ns=(j + 10**9, j + 10**9) if index_newer else (j - 10**9, j - 10**9))
 
 
-@pytest.mark.parametrize("case", ["kill-between-writes", "index-behind-but-newer", "index-ahead-of-journal",
-                                  "entries-swapped", "index-torn", "index-garbage", "no-index"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "kill-between-writes",
+        "index-behind-but-newer",
+        "index-ahead-of-journal",
+        "entries-swapped",
+        "index-torn",
+        "index-garbage",
+        "no-index",
+    ],
+)
 def test_index_that_does_not_fit_the_journal_is_not_believed(tmp_path: Path, case: str) -> None:
     """Every way the cache can disagree with the journal: the answer stays read_journal's."""
     path = _write(tmp_path / "journal.jsonl", _mixed_records())
@@ -461,7 +545,7 @@ def test_index_that_does_not_fit_the_journal_is_not_believed(tmp_path: Path, cas
         path.write_bytes(b"\n".join(lines[:-2] + [b""]))
         _set_mtimes(path, index_newer=True)
     elif case == "entries-swapped":
-        index.write_bytes(entries[size:2 * size] + entries[:size] + entries[2 * size:])
+        index.write_bytes(entries[size : 2 * size] + entries[:size] + entries[2 * size :])
         _set_mtimes(path, index_newer=True)
     elif case == "index-torn":
         index.write_bytes(entries[:-5])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import read_inventory, read_matrix
-from orchestrator.plan import cell_env, dependants, make_plan, restart_order
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import cell_env, dependants, make_plan, restart_order
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,9 @@ def test_min_restarts_needs_no_more_restarts_than_other_orders(ablation, seed):
 
 def test_min_restarts_is_strictly_better_on_the_ablation(ablation):
     m, tb = ablation
-    assert make_plan(m, tb, 1, order="min-restarts").restart_count < make_plan(m, tb, 1, order="randomized").restart_count
+    assert (
+        make_plan(m, tb, 1, order="min-restarts").restart_count < make_plan(m, tb, 1, order="randomized").restart_count
+    )
 
 
 def test_estimate_uses_startup_and_repro_estimates(ablation):
@@ -103,12 +105,16 @@ repro: {command: "true", metrics: {corruption: {kind: proportion, regex: '(?P<k>
 """,
 }
 PINNED = {  # (matrix, order, seed) -> sha256[:16] of "index round cell is_baseline" lines
-    ("ablation", "randomized", 1): "c1dd65db78dd55bd", ("adaptive", "randomized", 1): "ace314070a82a1d4",
-    ("ablation", "randomized", 7): "bc5ca8ff6cc48cb6", ("adaptive", "randomized", 7): "8fd2170bf1c18b85",
+    ("ablation", "randomized", 1): "c1dd65db78dd55bd",
+    ("adaptive", "randomized", 1): "ace314070a82a1d4",
+    ("ablation", "randomized", 7): "bc5ca8ff6cc48cb6",
+    ("adaptive", "randomized", 7): "8fd2170bf1c18b85",
     ("ablation", "randomized", 123456789): "4444975e4fe2f8a9",
     ("adaptive", "randomized", 123456789): "a67ff349e55776df",
-    ("ablation", "sequential", 7): "bc37f270cc51bde3", ("adaptive", "sequential", 7): "d2e2dd09fce2cfa0",
-    ("ablation", "min-restarts", 7): "84db9fbfe4c457c6", ("adaptive", "min-restarts", 7): "2c7809140c3e5392",
+    ("ablation", "sequential", 7): "bc37f270cc51bde3",
+    ("adaptive", "sequential", 7): "d2e2dd09fce2cfa0",
+    ("ablation", "min-restarts", 7): "84db9fbfe4c457c6",
+    ("adaptive", "min-restarts", 7): "2c7809140c3e5392",
 }
 
 
@@ -118,16 +124,21 @@ def test_the_order_of_a_seed_never_changes(tmp_path, name, order, seed):
     path.write_text(PINNED_MATRICES[name])
     tb = read_inventory(REPO / "inventory/local.yaml").testbed(None)
     plan = make_plan(read_matrix(path), tb, seed, order=order)
-    lines = "".join(f"{s.trial.index} {s.trial.round} {s.trial.cell.id} {int(s.trial.is_baseline)}\n"
-                    for s in plan.steps)
+    lines = "".join(
+        f"{s.trial.index} {s.trial.round} {s.trial.cell.id} {int(s.trial.is_baseline)}\n" for s in plan.steps
+    )
     assert hashlib.sha256(lines.encode()).hexdigest()[:16] == PINNED[(name, order, seed)]
 
 
 FIRST_ROUND_SEED_4 = [
-    "bf16_index_k=on,cuda_graph=off,overlap=off", "bf16_index_k=on,cuda_graph=off,overlap=on",
-    "bf16_index_k=off,cuda_graph=off,overlap=off", "bf16_index_k=off,cuda_graph=on,overlap=off",
-    "bf16_index_k=on,cuda_graph=on,overlap=on", "bf16_index_k=off,cuda_graph=off,overlap=on",
-    "bf16_index_k=off,cuda_graph=on,overlap=on", "bf16_index_k=on,cuda_graph=on,overlap=off",
+    "bf16_index_k=on,cuda_graph=off,overlap=off",
+    "bf16_index_k=on,cuda_graph=off,overlap=on",
+    "bf16_index_k=off,cuda_graph=off,overlap=off",
+    "bf16_index_k=off,cuda_graph=on,overlap=off",
+    "bf16_index_k=on,cuda_graph=on,overlap=on",
+    "bf16_index_k=off,cuda_graph=off,overlap=on",
+    "bf16_index_k=off,cuda_graph=on,overlap=on",
+    "bf16_index_k=on,cuda_graph=on,overlap=off",
 ]
 
 
@@ -136,8 +147,9 @@ def test_first_round_of_seed_4_in_full(ablation):
     m, tb = ablation
     plan = make_plan(m, tb, seed=4)
     assert [s.trial.cell.id for s in plan.steps[:8]] == FIRST_ROUND_SEED_4
-    assert [s.trial.is_baseline for s in plan.steps[:8]] == [c == "bf16_index_k=on,cuda_graph=on,overlap=on"
-                                                            for c in FIRST_ROUND_SEED_4]
+    assert [s.trial.is_baseline for s in plan.steps[:8]] == [
+        c == "bf16_index_k=on,cuda_graph=on,overlap=on" for c in FIRST_ROUND_SEED_4
+    ]
 
 
 def test_steps_match_a_plain_recomputation(ablation):
@@ -150,8 +162,9 @@ def test_steps_match_a_plain_recomputation(ablation):
             assert step.trial.index == i and step.env == cell_env(m, step.trial.cell)
             changed = {r for r in step.env if previous is None or step.env[r] != previous.get(r)}
             assert set(step.changed_roles) == changed
-            assert step.restart_units == tuple((r, u.name) for r in restart_order(tb, changed)
-                                               for u in tb.hosts[r].units)
+            assert step.restart_units == tuple(
+                (r, u.name) for r in restart_order(tb, changed) for u in tb.hosts[r].units
+            )
             assert step.wait_roles == tuple(restart_order(tb, dependants(tb, changed)))
             previous = step.env
 
@@ -166,7 +179,7 @@ def test_steps_and_trials_are_immutable(ablation):
 
 
 def test_restart_cost_counts_the_units_of_roles_whose_env_changes(ablation):
-    from orchestrator.plan import _restart_cost
+    from orchestrator.core.plan import _restart_cost
 
     m, tb = ablation
     plan = make_plan(m, tb, seed=1)

@@ -6,14 +6,24 @@ import io
 
 from rich.console import Console
 
-from orchestrator.progress import RichProgress
-from orchestrator.records import MetricValue, TrialRecord
+from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.sweep.progress import RichProgress
 
 
 def trial(i: int, k: int) -> TrialRecord:
-    return TrialRecord(run_id="r", trial=i, round=0, cell="overlap=off", levels={"overlap": "off"},
-                       testbed="tb", status="completed", started="x", ended="y", duration_s=1.0,
-                       metrics={"corruption": MetricValue(kind="proportion", k=k, n=10)})
+    return TrialRecord(
+        run_id="r",
+        trial=i,
+        round=0,
+        cell="overlap=off",
+        levels={"overlap": "off"},
+        testbed="tb",
+        status="completed",
+        started="x",
+        ended="y",
+        duration_s=1.0,
+        metrics={"corruption": MetricValue(kind="proportion", k=k, n=10)},
+    )
 
 
 def test_lines_count_trials_and_follow_a_shrinking_total() -> None:
@@ -24,5 +34,7 @@ def test_lines_count_trials_and_follow_a_shrinking_total() -> None:
     progress.retotal(3)  # cells were decided: 1 done + at most 3 more
     progress.trial_done(trial(1, 0))
     progress.stop()
-    assert out.getvalue().splitlines() == ["[1/8] overlap=off: corruption 1/10 (10%)",
-                                           "[2/4] overlap=off: corruption 0/10 (0%)"]
+    assert out.getvalue().splitlines() == [
+        "[1/8] overlap=off: corruption 1/10 (10%)",
+        "[2/4] overlap=off: corruption 0/10 (0%)",
+    ]

@@ -1,4 +1,4 @@
-"""Tests of orchestrator.render, charts and site: a safe, self-contained page on disk."""
+"""Tests of orchestrator.report.render, charts and site: a safe, self-contained page on disk."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from report_synth import ALL_OFF, synthetic_run, write_run
 
-from orchestrator import charts
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.render import render_report, write_report
-from orchestrator.report import REDACTED, build_report
-from orchestrator.site import write_index
+from orchestrator.report import charts
+from orchestrator.report.build import REDACTED, build_report
+from orchestrator.report.render import render_report, write_report
+from orchestrator.report.site import write_index
 
 HOSTILE = "<script>alert(1)</script> {{ 7*7 }} {% raw %} <img src=x onerror=alert(2)>"
 
@@ -56,8 +56,9 @@ class _Refs(HTMLParser):
 def hostile_page() -> str:
     manifest, records = synthetic_run(replicates=2, baseline=ALL_OFF, stdout=HOSTILE)
     manifest = manifest.model_copy(update={"description": HOSTILE})
-    bad_link = records[0].model_copy(update={"logs": {"decode:x": "javascript:alert(3)",
-                                                      "decode:y": "../../etc/passwd"}})
+    bad_link = records[0].model_copy(
+        update={"logs": {"decode:x": "javascript:alert(3)", "decode:y": "../../etc/passwd"}}
+    )
     return render_report(build_report(manifest, [bad_link, *records[1:]]))
 
 
@@ -84,7 +85,7 @@ def test_page_references_nothing_outside_itself(hostile_page: str) -> None:
         assert ok and ".." not in url.split("/"), (tag, attr, url)
     assert "javascript:" not in "".join(u for _, _, u in parser.urls)
     assert not re.search(r"url\((?!#)", hostile_page)
-    assert "@import" not in hostile_page and "<link rel=\"stylesheet\"" not in hostile_page
+    assert "@import" not in hostile_page and '<link rel="stylesheet"' not in hostile_page
     assert len(parser.ids) == len(set(parser.ids)), "duplicate element ids"
 
 
@@ -99,8 +100,7 @@ def test_csp_allows_exactly_our_script(hostile_page: str) -> None:
 
 
 def test_key_elements_and_charts_are_present(hostile_page: str) -> None:
-    for marker in ('id="headline"', 'id="cell-table"', 'id="failures"', 'id="trials"',
-                   'id="provenance"'):
+    for marker in ('id="headline"', 'id="cell-table"', 'id="failures"', 'id="trials"', 'id="provenance"'):
         assert marker in hostile_page
     svgs = re.findall(r"<svg\b[^>]*>", hostile_page)
     assert len(svgs) >= 4  # rate, effects, and one per numeric metric
@@ -117,11 +117,23 @@ def test_secret_env_values_are_redacted_in_the_page(hostile_page: str) -> None:
 def test_chart_svg_is_clean_and_escapes_labels() -> None:
     levels = {"bf16_index_k": ["<b>&on", "off"], "cuda_graph": ["on", "off"], "overlap": ["on", "off"]}
     manifest, records = synthetic_run(replicates=1)
-    renamed = [r.model_copy(update={"levels": {**r.levels, "bf16_index_k": "<b>&on"}})
-               if r.levels["bf16_index_k"] == "on" else r for r in records]
-    manifest = manifest.model_copy(update={"factors": levels, "plan": [
-        p.model_copy(update={"levels": {**p.levels, "bf16_index_k": "<b>&on"}})
-        if p.levels["bf16_index_k"] == "on" else p for p in manifest.plan]})
+    renamed = [
+        r.model_copy(update={"levels": {**r.levels, "bf16_index_k": "<b>&on"}})
+        if r.levels["bf16_index_k"] == "on"
+        else r
+        for r in records
+    ]
+    manifest = manifest.model_copy(
+        update={
+            "factors": levels,
+            "plan": [
+                p.model_copy(update={"levels": {**p.levels, "bf16_index_k": "<b>&on"}})
+                if p.levels["bf16_index_k"] == "on"
+                else p
+                for p in manifest.plan
+            ],
+        }
+    )
     svg = charts.rate_chart(build_report(manifest, renamed), "corruption")
     assert "&lt;b&gt;&amp;on" in svg and "<b>" not in svg
     assert "http" not in svg and 'id="rate-corruption-' in svg
@@ -156,8 +168,9 @@ def test_write_report_errors_are_typed(tmp_path: Path) -> None:
 def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     one = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=2, run_id="20260509-070000-a"))
-    two = write_run(reports / "20260510-070000-b", *synthetic_run(
-        replicates=1, run_id="20260510-070000-b", rate=lambda levels: 0.0))
+    two = write_run(
+        reports / "20260510-070000-b", *synthetic_run(replicates=1, run_id="20260510-070000-b", rate=lambda levels: 0.0)
+    )
     write_report(one)
     (reports / "broken").mkdir()
     (reports / "broken" / "run.json").write_text("not json")
@@ -190,14 +203,20 @@ def test_unusual_runs_still_render() -> None:
     numbers_only = manifest.model_copy(update={"metrics": {"wall": "number", "anomalies": "number"}})
     page = render_report(build_report(numbers_only, records))
     assert 'id="cell-table"' in page and "corruption rate" not in page
-    no_baseline = manifest.model_copy(update={
-        "baseline": {"bf16_index_k": "x", "cuda_graph": "x", "overlap": "x"},
-        "plan": [p.model_copy(update={"is_baseline": False}) for p in manifest.plan]})
+    no_baseline = manifest.model_copy(
+        update={
+            "baseline": {"bf16_index_k": "x", "cuda_graph": "x", "overlap": "x"},
+            "plan": [p.model_copy(update={"is_baseline": False}) for p in manifest.plan],
+        }
+    )
     unmarked = [r.model_copy(update={"is_baseline": False}) for r in records]
     report = build_report(no_baseline, unmarked)
     assert report.baseline_cell is None and "Cells" in render_report(report)
-    three = [r.model_copy(update={"levels": {**r.levels, "overlap": "auto"}, "cell": r.cell + "*"})
-             for r in records if r.levels["overlap"] == "off"]
+    three = [
+        r.model_copy(update={"levels": {**r.levels, "overlap": "auto"}, "cell": r.cell + "*"})
+        for r in records
+        if r.levels["overlap"] == "off"
+    ]
     wide = manifest.model_copy(update={"factors": {**manifest.factors, "overlap": ["on", "off", "auto"]}})
     report = build_report(wide, [*records, *three])
     assert any(e.level == "auto" for e in report.effects)

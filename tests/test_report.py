@@ -1,16 +1,16 @@
-"""Tests of orchestrator.report: the numbers and the sentences a run turns into (pure)."""
+"""Tests of orchestrator.report.build: the numbers and the sentences a run turns into (pure)."""
 
 from __future__ import annotations
 
 import pytest
 from report_synth import ALL_OFF, synthetic_run
 
-from orchestrator.records import Failure, MetricValue, TrialRecord
-from orchestrator.report import (
+from orchestrator.core.records import Failure, MetricValue, TrialRecord
+from orchestrator.report.build import (
     REDACTED,
+    RateView,
     Report,
     build_report,
-    RateView,
     fmt_p,
     fmt_rate,
     redact_text,
@@ -44,9 +44,9 @@ def test_headline_states_the_dsv4_cause_with_numbers(dsv4: Report) -> None:
 
 def test_overlap_matters_only_when_cuda_graph_is_on(dsv4: Report) -> None:
     cond = {
-        tuple(e.given.items()): e for e in dsv4.effects
-        if e.metric == "corruption" and e.factor == "overlap" and e.given
-        and list(e.given) == ["cuda_graph"]
+        tuple(e.given.items()): e
+        for e in dsv4.effects
+        if e.metric == "corruption" and e.factor == "overlap" and e.given and list(e.given) == ["cuda_graph"]
     }
     with_graph, without = cond[(("cuda_graph", "on"),)], cond[(("cuda_graph", "off"),)]
     assert with_graph.clear and with_graph.estimate > 0.05
@@ -72,13 +72,15 @@ def test_failed_trials_never_count_and_retries_count_once() -> None:
     manifest, records = synthetic_run(replicates=2, baseline=ALL_OFF)
     poisoned = [
         r.model_copy(update={"metrics": {"corruption": MetricValue(kind="proportion", k=40, n=40)}})
-        if r.status == "failed" else r
+        if r.status == "failed"
+        else r
         for r in records
     ]
     # an older completed attempt of trial 5 with different numbers: the later attempt wins
     later = next(r for r in records if r.trial == 5)
-    older = later.model_copy(update={"attempt": 0, "metrics": {
-        "corruption": MetricValue(kind="proportion", k=39, n=40)}})
+    older = later.model_copy(
+        update={"attempt": 0, "metrics": {"corruption": MetricValue(kind="proportion", k=39, n=40)}}
+    )
     report = build_report(manifest, [older, *poisoned])
     total_k = sum(c.proportions["corruption"].rate.k for c in report.cells)
     expected = sum(r.metrics["corruption"].k or 0 for r in records if r.status == "completed")
@@ -119,9 +121,16 @@ def test_a_metric_that_moves_while_the_outcome_does_not() -> None:
 def test_baseline_drift_across_rounds_is_flagged() -> None:
     manifest, records = synthetic_run(replicates=5, rate=lambda levels: 0.0, baseline=ALL_OFF)
     drifting = [
-        r.model_copy(update={"metrics": {**r.metrics, "corruption": MetricValue(
-            kind="proportion", k=[0, 1, 4, 8, 14][r.round], n=40)}})
-        if r.is_baseline and r.status == "completed" else r
+        r.model_copy(
+            update={
+                "metrics": {
+                    **r.metrics,
+                    "corruption": MetricValue(kind="proportion", k=[0, 1, 4, 8, 14][r.round], n=40),
+                }
+            }
+        )
+        if r.is_baseline and r.status == "completed"
+        else r
         for r in records
     ]
     report = build_report(manifest, drifting)
@@ -138,8 +147,7 @@ def test_trial_to_trial_noise_beyond_binomial_is_flagged() -> None:
     for r in records:
         if r.is_baseline and r.status == "completed":  # the DSV4 pattern: 15%, 18%, then 2%
             k = {0: 6, 1: 7, 2: 0}[r.round]
-            r = r.model_copy(update={"metrics": {**r.metrics, "corruption": MetricValue(
-                kind="proportion", k=k, n=40)}})
+            r = r.model_copy(update={"metrics": {**r.metrics, "corruption": MetricValue(kind="proportion", k=k, n=40)}})
         noisy.append(r)
     report = build_report(manifest, noisy)
     caution = [t for t in _texts(report, "caution") if "disagree more than" in t]
@@ -148,12 +156,17 @@ def test_trial_to_trial_noise_beyond_binomial_is_flagged() -> None:
 
 def test_secrets_never_reach_the_model() -> None:
     manifest, records = synthetic_run(replicates=1)
-    leaky = records[0].model_copy(update={
-        "repro": records[0].repro.model_copy(update={  # type: ignore[union-attr]
-            "command": "API_KEY=abc123 python repro.py --auth-token s3cr3t",
-            "stdout_tail": 'config {"db_password": "hunter2"} SECRET_X=zzz done'}),
-        "failure": Failure(kind="workload", error="WorkloadError", message="TOKEN=tok999 rejected"),
-    })
+    leaky = records[0].model_copy(
+        update={
+            "repro": records[0].repro.model_copy(
+                update={  # type: ignore[union-attr]
+                    "command": "API_KEY=abc123 python repro.py --auth-token s3cr3t",
+                    "stdout_tail": 'config {"db_password": "hunter2"} SECRET_X=zzz done',
+                }
+            ),
+            "failure": Failure(kind="workload", error="WorkloadError", message="TOKEN=tok999 rejected"),
+        }
+    )
     report = build_report(manifest, [leaky, *records[1:]])
     dump = report.model_dump_json()
     for secret in ("hf_supersecret123", "abc123", "s3cr3t", "hunter2", "zzz", "tok999"):
@@ -174,8 +187,18 @@ def test_redact_text_keeps_ordinary_assignments() -> None:
 
 def test_safe_href_only_allows_relative_paths_inside_the_run() -> None:
     assert safe_href("trials/0001/repro.out") == "trials/0001/repro.out"
-    for bad in ("javascript:alert(1)", "/etc/passwd", "../x", "http://evil/x", "a//b", "",
-                "trials/../../x", "\\\\host\\share", "data:text/html,hi", "a\nb"):
+    for bad in (
+        "javascript:alert(1)",
+        "/etc/passwd",
+        "../x",
+        "http://evil/x",
+        "a//b",
+        "",
+        "trials/../../x",
+        "\\\\host\\share",
+        "data:text/html,hi",
+        "a\nb",
+    ):
         assert safe_href(bad) is None, bad
 
 
@@ -208,10 +231,8 @@ def test_fmt_p() -> None:
 
 
 def test_fmt_rate_keeps_tiny_bounds_visible() -> None:
-    assert fmt_rate(RateView(k=0, n=500_000, rate=0.0, low=0.0, high=7.7e-6)) == (
-        "0.0% [0.0-0.00077] (0/500000)")
-    assert fmt_rate(RateView(k=13, n=80, rate=0.1625, low=0.0975, high=0.2581)) == (
-        "16.2% [9.8-25.8] (13/80)")
+    assert fmt_rate(RateView(k=0, n=500_000, rate=0.0, low=0.0, high=7.7e-6)) == ("0.0% [0.0-0.00077] (0/500000)")
+    assert fmt_rate(RateView(k=13, n=80, rate=0.1625, low=0.0975, high=0.2581)) == ("16.2% [9.8-25.8] (13/80)")
 
 
 def test_trial_view_fields() -> None:
@@ -223,4 +244,6 @@ def test_trial_view_fields() -> None:
     assert "CORRUPTION sessions" in view.stdout_tail
     assert view.metrics["corruption"].endswith("%") and "/40" in view.metrics["corruption"]
     assert [link.href for link in view.links][:2] == [
-        f"trials/{done.trial:04d}/repro.out", f"trials/{done.trial:04d}/repro.err"]
+        f"trials/{done.trial:04d}/repro.out",
+        f"trials/{done.trial:04d}/repro.err",
+    ]

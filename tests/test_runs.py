@@ -10,12 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import read_inventory, read_matrix
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.records import PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.plan import Plan, make_plan
-from orchestrator.records import PlannedTrial, RunManifest
-from orchestrator.runs import (PLAN_FILE, check_same_plan, columns_of, digest_of, load_manifest, load_plan,
-                               make_manifest, plan_digest, save_manifest, trials_of)
+from orchestrator.store.manifest import (
+    PLAN_FILE,
+    check_same_plan,
+    columns_of,
+    digest_of,
+    load_manifest,
+    load_plan,
+    make_manifest,
+    plan_digest,
+    save_manifest,
+    trials_of,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,7 +59,8 @@ def test_manifest_records_the_plan_count_and_digest() -> None:
     plan, manifest = planned()
     assert len(manifest.plan) == manifest.plan_trials == len(plan.steps) == 24
     assert [(p.trial, p.round, p.cell, p.is_baseline) for p in manifest.plan] == [
-        (s.trial.index, s.trial.round, s.trial.cell.id, s.trial.is_baseline) for s in plan.steps]
+        (s.trial.index, s.trial.round, s.trial.cell.id, s.trial.is_baseline) for s in plan.steps
+    ]
     assert manifest.plan[0].levels == plan.steps[0].trial.cell.as_dict()
     assert manifest.plan_sha256 == digest_of(plan) == plan_digest((p.trial, p.cell) for p in manifest.plan)
 
@@ -118,8 +129,10 @@ def test_a_missing_plan_json_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_manifest(run_dir)
     assert err.value.exit_code == 2
-    assert str(err.value) == (f"{run_dir / PLAN_FILE}: cannot read the run's planned trials: no such file "
-                              "(run.json plans 24 trials, kept in this file; copy a run directory whole)")
+    assert str(err.value) == (
+        f"{run_dir / PLAN_FILE}: cannot read the run's planned trials: no such file "
+        "(run.json plans 24 trials, kept in this file; copy a run directory whole)"
+    )
     assert load_manifest(run_dir, plan=False).plan_trials == 24  # resume and restore need only run.json
 
 
@@ -127,17 +140,23 @@ def test_the_plan_of_another_run_is_refused(tmp_path: Path) -> None:
     run_dir = run_dir_of(tmp_path, planned(seed=1)[1])
     other = run_dir_of(tmp_path, planned(seed=2)[1], "r2")
     shutil.copy(other / PLAN_FILE, run_dir / PLAN_FILE)
-    with pytest.raises(ConfigError, match=r"plan.json: the plan \(24 trials\) is not the one run.json describes "
-                                          r"\(24 trials, sha256 [0-9a-f]{12}\) \(was it copied from another run\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"plan.json: the plan \(24 trials\) is not the one run.json describes "
+        r"\(24 trials, sha256 [0-9a-f]{12}\) \(was it copied from another run\?\)",
+    ):
         load_manifest(run_dir)
 
 
-@pytest.mark.parametrize("damage,message", [
-    (lambda d: {**d, "round": d["round"][:-1]}, "invalid plan: its columns do not line up"),
-    (lambda d: {**d, "cell": [99] + d["cell"][1:]}, "invalid plan: its columns do not line up"),
-    (lambda d: {**d, "trial": "0 1 2"}, "trial: invalid plan: Input should be a valid array"),
-    (lambda d: {**d, "extra": 1}, "extra: invalid plan: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    "damage,message",
+    [
+        (lambda d: {**d, "round": d["round"][:-1]}, "invalid plan: its columns do not line up"),
+        (lambda d: {**d, "cell": [99] + d["cell"][1:]}, "invalid plan: its columns do not line up"),
+        (lambda d: {**d, "trial": "0 1 2"}, "trial: invalid plan: Input should be a valid array"),
+        (lambda d: {**d, "extra": 1}, "extra: invalid plan: Extra inputs are not permitted"),
+    ],
+)
 def test_a_damaged_plan_json_is_a_clear_error(tmp_path: Path, damage, message) -> None:  # type: ignore[no-untyped-def]
     run_dir = run_dir_of(tmp_path, planned()[1])
     path = run_dir / PLAN_FILE
@@ -185,9 +204,11 @@ def test_resume_check_accepts_the_same_plan_and_refuses_another(tmp_path: Path) 
     with pytest.raises(UsageError) as err:
         check_same_plan(run_dir, stored, make_plan(plan.matrix, plan.testbed, 2, 3))
     assert err.value.exit_code == 2
-    assert str(err.value) == (f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan "
-                              "(24 trials now, 24 in the run) "
-                              "(resume needs the same orch version, matrix and inventory)")
+    assert str(err.value) == (
+        f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan "
+        "(24 trials now, 24 in the run) "
+        "(resume needs the same orch version, matrix and inventory)"
+    )
     with pytest.raises(UsageError, match=r"\(32 trials now, 24 in the run\)"):
         check_same_plan(run_dir, stored, make_plan(plan.matrix, plan.testbed, 1, 4))
 

@@ -1,4 +1,4 @@
-"""Tests of orchestrator.sequential: exact martingale checks, known decisions, and simulation.
+"""Tests of orchestrator.core.sequential: exact martingale checks, known decisions, and simulation.
 
 The exact checks prove the construction (every component of the "different" mixture and every
 equivalence bet has mean <= 1 under its null, for one round, by enumerating all outcomes); the
@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from orchestrator import sequential as seq
-from orchestrator.sequential import Decision, SequentialPolicy, decide, simulate
-from orchestrator.stats import fisher_exact
+from orchestrator.core import sequential as seq
+from orchestrator.core.sequential import Decision, SequentialPolicy, decide, simulate
+from orchestrator.core.stats import fisher_exact
 
 POLICY = SequentialPolicy(max_rounds=8)
 
@@ -37,18 +37,27 @@ def rounds_of(*counts: int, n: int = 10) -> list[tuple[int, int]]:
 
 def binomial_pairs(pc: float, nc: int, pb: float, nb: int) -> list[tuple[int, int, float]]:
     """Every (kc, kb) of one round with its probability."""
-    return [(kc, kb, float(sps.binom.pmf(kc, nc, pc) * sps.binom.pmf(kb, nb, pb)))
-            for kc in range(nc + 1) for kb in range(nb + 1)]
+    return [
+        (kc, kb, float(sps.binom.pmf(kc, nc, pc) * sps.binom.pmf(kb, nb, pb)))
+        for kc in range(nc + 1)
+        for kb in range(nb + 1)
+    ]
 
 
 # ----------------------------------------------------------------------------- inputs
 
 
-@pytest.mark.parametrize("settings_, word", [
-    ({"alpha": 0.0}, "alpha"), ({"alpha": 1.0}, "alpha"), ({"power": 1.0}, "power"),
-    ({"effect": 0.0}, "effect"), ({"min_rounds": 0}, "min_rounds"),
-    ({"min_rounds": 5, "max_rounds": 4}, "max_rounds 4 < min_rounds 5"),
-])
+@pytest.mark.parametrize(
+    "settings_, word",
+    [
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": 1.0}, "alpha"),
+        ({"power": 1.0}, "power"),
+        ({"effect": 0.0}, "effect"),
+        ({"min_rounds": 0}, "min_rounds"),
+        ({"min_rounds": 5, "max_rounds": 4}, "max_rounds 4 < min_rounds 5"),
+    ],
+)
 def test_policy_rejects_bad_settings(settings_: dict[str, float], word: str) -> None:
     arguments = {"max_rounds": 8, **settings_}
     with pytest.raises(ValueError, match=word):
@@ -90,8 +99,7 @@ def test_round_ratio_is_fisher_noncentral_hypergeometric() -> None:
     assert forced == pytest.approx(-math.log(law.pmf(0, 20, 10, 3, 1)))
 
 
-@pytest.mark.parametrize("p, nc, nb", [(0.02, 10, 10), (0.15, 10, 10), (0.5, 7, 12),
-                                       (0.3, 12, 3), (0.9, 5, 5)])
+@pytest.mark.parametrize("p, nc, nb", [(0.02, 10, 10), (0.15, 10, 10), (0.5, 7, 12), (0.3, 12, 3), (0.9, 5, 5)])
 def test_every_mixture_component_has_mean_one_under_equal_rates(p: float, nc: int, nb: int) -> None:
     """E0[LR(psi)] = 1 for each psi, whatever the common rate: the product over rounds is then a
     martingale for any drifting rate, and so is the mixture (the basis of the alpha guarantee)."""
@@ -104,12 +112,11 @@ def test_every_mixture_component_has_mean_one_under_equal_rates(p: float, nc: in
     np.testing.assert_allclose(mean, 1.0, atol=1e-9)
 
 
-@pytest.mark.parametrize("pc, pb", [(0.1, 0.0), (0.25, 0.15), (0.55, 0.45), (0.4, 0.1),
-                                    (0.0, 0.1), (0.15, 0.25), (0.1, 0.6)])
+@pytest.mark.parametrize(
+    "pc, pb", [(0.1, 0.0), (0.25, 0.15), (0.55, 0.45), (0.4, 0.1), (0.0, 0.1), (0.15, 0.25), (0.1, 0.6)]
+)
 @pytest.mark.parametrize("nc, nb", [(10, 10), (4, 11), (11, 4)])
-def test_equivalence_bets_have_mean_at_most_one_under_their_null(
-    pc: float, pb: float, nc: int, nb: int
-) -> None:
+def test_equivalence_bets_have_mean_at_most_one_under_their_null(pc: float, pb: float, nc: int, nb: int) -> None:
     """Under "cell higher by >= effect" the H+ wealth cannot grow in expectation (equality at
     exactly +effect), likewise H- below; averaging over random pairings keeps this exact."""
     effect = 0.1
@@ -134,8 +141,9 @@ def test_equivalence_bets_have_mean_at_most_one_under_their_null(
 def test_clear_difference_stops_with_a_plain_reason() -> None:
     decision = decide(POLICY, rounds_of(0, 0, 0, 0), rounds_of(2, 1, 2, 2))
     assert decision.state == "different" and decision.rounds == 4
-    assert decision.reason.startswith("stopped after 4 rounds (40 sessions): cell 0/40 vs "
-                                      "baseline 7/40 decided different (cell lower; e-value ")
+    assert decision.reason.startswith(
+        "stopped after 4 rounds (40 sessions): cell 0/40 vs baseline 7/40 decided different (cell lower; e-value "
+    )
     assert decision.reason.endswith(">= 20)")
     flipped = decide(POLICY, rounds_of(2, 1, 2, 2), rounds_of(0, 0, 0, 0))
     assert flipped.state == "different" and "cell higher" in flipped.reason
@@ -153,20 +161,24 @@ def test_clean_cell_against_clean_baseline_is_no_difference() -> None:
     assert early.state == "continue"
     decision = decide(POLICY, rounds_of(0, 0, 0), rounds_of(0, 0, 0))
     assert decision.state == "no_difference"
-    assert "cell 0/30 vs baseline 0/30 decided no difference (difference 0%; a difference of " \
-           "10% or more either way ruled out: e-values " in decision.reason
+    assert (
+        "cell 0/30 vs baseline 0/30 decided no difference (difference 0%; a difference of "
+        "10% or more either way ruled out: e-values " in decision.reason
+    )
     assert decision.reason.endswith(">= 5)")
 
 
 def test_undecided_cells_continue_then_stop_at_max_rounds() -> None:
     decision = decide(POLICY, rounds_of(1, 1), rounds_of(2, 2))
     assert decision == Decision("continue", 2, decision.reason)
-    assert decision.reason.startswith("continue after 2 rounds (20 sessions): cell 2/20 vs "
-                                      "baseline 4/20 undecided (difference -10%; e-value ")
+    assert decision.reason.startswith(
+        "continue after 2 rounds (20 sessions): cell 2/20 vs baseline 4/20 undecided (difference -10%; e-value "
+    )
     last = decide(POLICY, rounds_of(*[1] * 8), rounds_of(*[2] * 8))
     assert last.state == "max_rounds" and last.rounds == 8
-    assert last.reason.startswith("stopped at max rounds after 8 rounds (80 sessions): cell "
-                                  "8/80 vs baseline 16/80 undecided")
+    assert last.reason.startswith(
+        "stopped at max rounds after 8 rounds (80 sessions): cell 8/80 vs baseline 16/80 undecided"
+    )
 
 
 def test_min_rounds_delays_every_stop() -> None:
@@ -181,18 +193,20 @@ def test_rounds_without_sessions_and_unequal_sizes() -> None:
     """A round with no cell sessions (e.g. a failed trial) carries no evidence either way."""
     cell, base = rounds_of(0, 0, 0), rounds_of(2, 2, 2)
     gap = [(0, 0)]
-    assert seq.e_value(0.1, cell + gap, base + [(3, 10)]) == pytest.approx(
-        seq.e_value(0.1, cell, base))
+    assert seq.e_value(0.1, cell + gap, base + [(3, 10)]) == pytest.approx(seq.e_value(0.1, cell, base))
     assert decide(POLICY, [(0, 5), (0, 20)], [(1, 15), (4, 8)]).state in {"continue", "different"}
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12),
-                          st.integers(0, 12)), min_size=0, max_size=6),
-       st.floats(0.02, 0.5))
-def test_decisions_are_symmetric_in_cell_and_baseline(
-    rows: list[tuple[int, int, int, int]], effect: float
-) -> None:
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12), st.integers(0, 12)),
+        min_size=0,
+        max_size=6,
+    ),
+    st.floats(0.02, 0.5),
+)
+def test_decisions_are_symmetric_in_cell_and_baseline(rows: list[tuple[int, int, int, int]], effect: float) -> None:
     """Swapping cell and baseline swaps the sides of the evidence and keeps the decision."""
     cell = [(min(a, b), max(a, b)) for a, b, _, _ in rows]
     base = [(min(c, d), max(c, d)) for _, _, c, d in rows]
@@ -218,8 +232,12 @@ def test_simulate_is_seeded_and_counts_cell_sessions() -> None:
 # ----------------------------------------------------------------------------- simulation
 
 
-def outcomes(policy: SequentialPolicy, draw: Callable[[np.random.Generator], tuple[
-        tuple[int, int], tuple[int, int]]], cells: int, seed: int) -> list[Decision]:
+def outcomes(
+    policy: SequentialPolicy,
+    draw: Callable[[np.random.Generator], tuple[tuple[int, int], tuple[int, int]]],
+    cells: int,
+    seed: int,
+) -> list[Decision]:
     """Run `cells` simulated cells round by round with a custom per-round draw."""
     rng = np.random.default_rng(seed)
     found = []
@@ -265,10 +283,16 @@ def test_false_different_within_alpha_with_drift_unequal_sizes_and_many_looks(di
     print(f"\ndrift + unequal n + 30 looks: false different {false:.2%} over {len(found)} cells")
 
 
-@pytest.mark.parametrize("pc, pb, n, rounds, direction", [
-    (0.0, 0.1, 10, 30, "both"), (0.45, 0.55, 100, 20, "both"), (0.15, 0.05, 50, 20, "both"),
-    (0.0, 0.1, 10, 30, "lower"), (0.05, 0.15, 50, 20, "lower"),  # "no drop" wrong: a drop of effect
-])
+@pytest.mark.parametrize(
+    "pc, pb, n, rounds, direction",
+    [
+        (0.0, 0.1, 10, 30, "both"),
+        (0.45, 0.55, 100, 20, "both"),
+        (0.15, 0.05, 50, 20, "both"),
+        (0.0, 0.1, 10, 30, "lower"),
+        (0.05, 0.15, 50, 20, "lower"),  # "no drop" wrong: a drop of effect
+    ],
+)
 def test_no_difference_rarely_wrong_at_a_difference_of_effect(
     pc: float, pb: float, n: int, rounds: int, direction: str
 ) -> None:
@@ -290,14 +314,15 @@ def test_equal_low_rates_reach_no_difference_early() -> None:
     assert low.count("no_difference") / len(low) >= 0.75  # 85% measured
 
 
-@pytest.mark.parametrize("pc, pb, power, sessions", [
-    (0.0, 0.15, 0.93, 52),   # overlap-off cells: 98% different, 45 sessions measured
-    (0.15, 0.0, 0.93, 52),   # the same, the other way round
-    (0.02, 0.15, 0.50, 68),  # fp8 cells: 59% different within 80 sessions, 61 measured
-])
-def test_dsv4_rates_are_found_different_early(
-    pc: float, pb: float, power: float, sessions: float
-) -> None:
+@pytest.mark.parametrize(
+    "pc, pb, power, sessions",
+    [
+        (0.0, 0.15, 0.93, 52),  # overlap-off cells: 98% different, 45 sessions measured
+        (0.15, 0.0, 0.93, 52),  # the same, the other way round
+        (0.02, 0.15, 0.50, 68),  # fp8 cells: 59% different within 80 sessions, 61 measured
+    ],
+)
+def test_dsv4_rates_are_found_different_early(pc: float, pb: float, power: float, sessions: float) -> None:
     rng = np.random.default_rng(3)
     runs = [simulate(POLICY, pc, pb, 10, rng) for _ in range(500)]
     found = sum(d.state == "different" for d, _ in runs) / len(runs)
@@ -319,7 +344,7 @@ def test_decisions_agree_with_a_fixed_fisher_design_on_the_same_data() -> None:
             p = fisher_exact(int(c.sum()), 80, int(b.sum()), 80)
             if decision.state == "different":
                 adaptive_hits += 1
-                lower = c[:decision.rounds].sum() < b[:decision.rounds].sum()
+                lower = c[: decision.rounds].sum() < b[: decision.rounds].sum()
                 assert ("cell lower" in decision.reason) == lower
                 assert (c.sum() < b.sum()) == lower
                 confirmed += p < 0.05
@@ -328,8 +353,10 @@ def test_decisions_agree_with_a_fixed_fisher_design_on_the_same_data() -> None:
                 found_clear += decision.state == "different"
     assert confirmed / adaptive_hits >= 0.95  # 98-100% measured
     assert found_clear / clear >= 0.95  # 99-100% measured
-    print(f"\nadaptive different confirmed by fixed: {confirmed}/{adaptive_hits}; fixed p<0.001 "
-          f"found adaptively: {found_clear}/{clear}")
+    print(
+        f"\nadaptive different confirmed by fixed: {confirmed}/{adaptive_hits}; fixed p<0.001 "
+        f"found adaptively: {found_clear}/{clear}"
+    )
 
 
 def stop(cell: np.ndarray, base: np.ndarray) -> Decision:

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-
-from orchestrator import runs, session
-from orchestrator.errors import UsageError
-from orchestrator.records import RunManifest
-from orchestrator.runs import PLAN_FILE, load_manifest, save_manifest
-
 from test_runs import old_format, planned  # tests/ is on sys.path (rootdir-relative imports)
+
+from orchestrator.core.records import RunManifest
+from orchestrator.errors import UsageError
+from orchestrator.store import manifest as runs
+from orchestrator.store.manifest import PLAN_FILE, load_manifest, save_manifest
+from orchestrator.sweep import session
 
 
 class Connected(Exception):

@@ -1,4 +1,4 @@
-"""Tests of orchestrator.stats: known values, edge cases, and simulated calibration.
+"""Tests of orchestrator.core.stats: known values, edge cases, and simulated calibration.
 
 The calibration tests are the point: they prove on simulated sweeps with known true rates that
 the intervals cover the truth about 95% of the time and that A/A comparisons (same true rate)
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from orchestrator import stats
+from orchestrator.core import stats
 
 
 def test_wilson_known_values_and_edges() -> None:
@@ -92,8 +92,7 @@ def test_min_detectable_difference_and_its_power_by_simulation() -> None:
     assert stats.min_detectable_difference(0, 0.1) == pytest.approx(0.9)
     rng = np.random.default_rng(11)
     hits = sum(
-        stats.fisher_exact(int(rng.binomial(120, 0.02 + mdd)), 120, int(rng.binomial(120, 0.02)), 120)
-        < 0.05
+        stats.fisher_exact(int(rng.binomial(120, 0.02 + mdd)), 120, int(rng.binomial(120, 0.02)), 120) < 0.05
         for _ in range(400)
     )
     power = hits / 400
@@ -162,8 +161,7 @@ def test_factor_effects_use_only_matched_strata_and_pool_duplicates() -> None:
         stats.CellCount({"a": "on", "b": "off"}, 10, 80),
         stats.CellCount({"a": "on", "b": "on"}, 40, 40),  # no a=off twin: not a stratum for a
     ]
-    effects = stats.factor_effects(cells, {"a": ["off", "on"], "b": ["off", "on"]},
-                                   {"a": "off", "b": "off"})
+    effects = stats.factor_effects(cells, {"a": ["off", "on"], "b": ["off", "on"]}, {"a": "off", "b": "off"})
     main = {e.factor: e for e in effects.main}
     assert main["a"].strata == 1
     assert main["a"].interval.estimate == pytest.approx(10 / 80 - 2 / 80)

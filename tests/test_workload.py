@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.core.records import MetricValue
+from orchestrator.edges.workload import KILL_GRACE_S, TAIL_BYTES, MetricSpec, extract_metrics, run_command
 from orchestrator.errors import ConfigError, WorkloadError
-from orchestrator.records import MetricValue
-from orchestrator.workload import KILL_GRACE_S, TAIL_BYTES, MetricSpec, extract_metrics, run_command
 
 DSV4_OUTPUT = """\
 session 1/40 done
@@ -158,8 +158,9 @@ def test_exit_codes_and_streams(tmp_path: Path) -> None:
 def test_env_and_cwd(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
-    outcome = _run(tmp_path, 'echo "$ORCH_TEST_VAR $(pwd)"', cwd=workdir,
-                   env={"ORCH_TEST_VAR": "bf16", "PATH": os.environ["PATH"]})
+    outcome = _run(
+        tmp_path, 'echo "$ORCH_TEST_VAR $(pwd)"', cwd=workdir, env={"ORCH_TEST_VAR": "bf16", "PATH": os.environ["PATH"]}
+    )
     assert outcome.stdout_tail == f"bf16 {workdir}\n"
 
 
@@ -240,8 +241,14 @@ def test_missing_cwd_is_a_workload_error(tmp_path: Path) -> None:
 def test_unwritable_output_path_is_a_workload_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(WorkloadError, match=r"file/repro.out: cannot write repro output"):
-        run_command("true", timeout_s=5, cwd=tmp_path, env=None,
-                    stdout_path=tmp_path / "file" / "repro.out", stderr_path=tmp_path / "repro.err")
+        run_command(
+            "true",
+            timeout_s=5,
+            cwd=tmp_path,
+            env=None,
+            stdout_path=tmp_path / "file" / "repro.out",
+            stderr_path=tmp_path / "repro.err",
+        )
 
 
 # ---- waiting for the exit: a pidfd, or CPython's polling wait on kernels without one ----------
@@ -251,11 +258,13 @@ def test_unwritable_output_path_is_a_workload_error(tmp_path: Path) -> None:
 def test_wait_exit_sees_the_exit_and_the_timeout(monkeypatch: pytest.MonkeyPatch, pidfd: bool) -> None:
     import subprocess
 
-    from orchestrator import workload
+    from orchestrator.edges import workload
 
     if not pidfd:
+
         def no_pidfd(pid: int) -> int:
             raise OSError(38, "Function not implemented")
+
         monkeypatch.setattr(workload.os, "pidfd_open", no_pidfd)
     quick = subprocess.Popen(["sh", "-c", "exit 3"])
     assert workload._wait_exit(quick, 10.0) is True and quick.wait() == 3
@@ -268,12 +277,14 @@ def test_wait_exit_sees_the_exit_and_the_timeout(monkeypatch: pytest.MonkeyPatch
 
 
 def test_run_command_times_out_without_a_pidfd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from orchestrator import workload
+    from orchestrator.edges import workload
 
     monkeypatch.setattr(workload.os, "pidfd_open", lambda pid: (_ for _ in ()).throw(OSError(38, "ENOSYS")))
-    out = run_command("sleep 30", timeout_s=0.3, cwd=tmp_path, env=None,
-                      stdout_path=tmp_path / "o", stderr_path=tmp_path / "e")
+    out = run_command(
+        "sleep 30", timeout_s=0.3, cwd=tmp_path, env=None, stdout_path=tmp_path / "o", stderr_path=tmp_path / "e"
+    )
     assert out.exit_code is None
-    done = run_command("echo hi", timeout_s=10, cwd=tmp_path, env=None,
-                       stdout_path=tmp_path / "o2", stderr_path=tmp_path / "e2")
+    done = run_command(
+        "echo hi", timeout_s=10, cwd=tmp_path, env=None, stdout_path=tmp_path / "o2", stderr_path=tmp_path / "e2"
+    )
     assert done.exit_code == 0 and done.stdout_tail == "hi\n"

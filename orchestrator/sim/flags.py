@@ -146,9 +146,7 @@ def config_from_env(role: Role, env: Mapping[str, str]) -> SimConfig:
         role=role,
         warmup_s=_float("SIM_WARMUP_S", env.get("SIM_WARMUP_S"), DEFAULT_WARMUP_S),
         seed=_int("SIM_SEED", env.get("SIM_SEED"), 0),
-        bf16_index_k=parse_env_bool(
-            "SGLANG_DSV4_BF16_INDEX_K", env.get("SGLANG_DSV4_BF16_INDEX_K"), False, warnings
-        ),
+        bf16_index_k=parse_env_bool("SGLANG_DSV4_BF16_INDEX_K", env.get("SGLANG_DSV4_BF16_INDEX_K"), False, warnings),
         multi_stream_overlap=parse_env_bool(
             "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP",
             env.get("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"),

@@ -23,9 +23,7 @@ DONE_MARKER = "DONE"  # the model's note on its final call: "the task is complet
 
 TOOL_NAMES: tuple[str, ...] = ("read_file", "grep", "run_tests", "edit_file")
 
-_INSTRUCTION = re.compile(
-    r"Step (\d+) of (\d+): call tool `(\w+)` with arguments (\{.*\})\s*\Z", re.DOTALL
-)
+_INSTRUCTION = re.compile(r"Step (\d+) of (\d+): call tool `(\w+)` with arguments (\{.*\})\s*\Z", re.DOTALL)
 
 
 class ProtocolError(ValueError):
@@ -47,10 +45,7 @@ class ToolAsk:
         return self.round >= self.rounds
 
     def instruction(self) -> str:
-        return (
-            f"Step {self.round} of {self.rounds}: call tool `{self.tool}` "
-            f"with arguments {self.arguments_json}"
-        )
+        return f"Step {self.round} of {self.rounds}: call tool `{self.tool}` with arguments {self.arguments_json}"
 
 
 def canonical_json(value: object) -> str:

@@ -139,9 +139,7 @@ class DecodeEngine:
             del self.running[rid]
             return batch, list(self.running.values())
 
-    def _answer(
-        self, ask: protocol.ToolAsk, outcome: model.Outcome, other: str | None, u: float
-    ) -> dict[str, object]:
+    def _answer(self, ask: protocol.ToolAsk, outcome: model.Outcome, other: str | None, u: float) -> dict[str, object]:
         request_id = f"{ask.session}-{ask.round}"
         if outcome == "no_tool":
             return protocol.completion(protocol.text_message(ask), "stop", request_id)
@@ -279,9 +277,7 @@ class RouterApp(App):
         }
 
     def server_info(self, _body: bytes) -> Reply:
-        return Reply.json(
-            200, server_info(self.cfg, prefill_url=self.prefill.url, decode_url=self.decode.url)
-        )
+        return Reply.json(200, server_info(self.cfg, prefill_url=self.prefill.url, decode_url=self.decode.url))
 
     def readiness(self, _body: bytes) -> Reply:
         for name, worker in (("prefill", self.prefill), ("decode", self.decode)):

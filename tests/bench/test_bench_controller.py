@@ -27,13 +27,13 @@ bc = load()
 
 
 def test_synthetic_matrix_and_inventory_plan_to_the_announced_size(tmp_path: Path) -> None:
-    from orchestrator.config import read_inventory, read_matrix
-    from orchestrator.plan import make_plan
+    from orchestrator.core.config import read_inventory, read_matrix
+    from orchestrator.core.plan import make_plan
 
     (tmp_path / "inventory.yaml").write_text(bc.inventory_yaml())
     (tmp_path / "m.yaml").write_text(bc.plan_matrix_yaml(3, 4, "sequential"))
     plan = make_plan(read_matrix(tmp_path / "m.yaml"), read_inventory(tmp_path / "inventory.yaml").testbed("bench"))
-    assert len(plan.cells) == 4 ** 3 == len(plan.steps)
+    assert len(plan.cells) == 4**3 == len(plan.steps)
     assert {r for s in plan.steps for r in s.env} == {"decode", "prefill"}
 
 
@@ -44,20 +44,35 @@ def test_synthetic_run_resumes_to_every_trial_done(tmp_path: Path) -> None:
     assert bc.phase_read_journal(tmp_path)["trials"] == 20
     result = bc.phase_resume(tmp_path, "read_journal")
     assert result["done"] == 20
-    assert set(result["steps"]) >= {"load run.json", "rebuild the plan (make_plan)",
-                                    "compare its digest with run.json's", "done set (read_journal)"}
+    assert set(result["steps"]) >= {
+        "load run.json",
+        "rebuild the plan (make_plan)",
+        "compare its digest with run.json's",
+        "done set (read_journal)",
+    }
 
 
 def test_controller_bench_prints_every_figure() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--factors", "2", "--levels", "5", "--trials", "300"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--factors", "2", "--levels", "5", "--trials", "300"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for order in ("randomized", "sequential", "min-restarts"):
         assert re.search(rf"^plan 25 cells, order {order}: make_plan [0-9.]+ s .* peak RSS \d+ MB", out, re.M), out
     assert re.search(r"^plan 5 cells, order min-restarts: make_plan", out, re.M), out
-    assert re.search(r"^run start: make_manifest \+ save_manifest \(run.json \+ plan.json\) of 304 planned "
-                     r"trials in [0-9.]+ s", out, re.M), out
+    assert re.search(
+        r"^run start: make_manifest \+ save_manifest \(run.json \+ plan.json\) of 304 planned "
+        r"trials in [0-9.]+ s",
+        out,
+        re.M,
+    ), out
     assert re.search(r"^load_manifest with the plan \(304 PlannedTrial models, .*\): [0-9.]+ s", out, re.M), out
     assert re.search(r"^read_journal: 300 trials in [0-9.]+ s; peak RSS \d+ MB", out, re.M), out
-    assert re.search(r"^resume preparation, done set by read_journal: 300 done trials found in [0-9.]+ s", out, re.M), out
+    assert re.search(r"^resume preparation, done set by read_journal: 300 done trials found in [0-9.]+ s", out, re.M), (
+        out
+    )

@@ -29,12 +29,14 @@ lag = load()
 
 
 def test_ready_times_reads_only_ready_lines_in_order() -> None:
-    log = ("-- orch: starting lag-decode --\n"
-           "2026-05-09T07:00:00.250000Z [decode] sim-0.1 decode listening on 127.0.0.1:9 pid=1\n"
-           "2026-05-09T07:00:01.500000Z [decode] ready\n"
-           "2026-05-09T07:00:02.000000Z [decode] decode req=a/0 tool=ready batch=1\n"
-           "2026-05-09T07:00:03.125000Z [decode] stopping\n"
-           "2026-05-09T07:00:04.750000Z [decode] ready\n")
+    log = (
+        "-- orch: starting lag-decode --\n"
+        "2026-05-09T07:00:00.250000Z [decode] sim-0.1 decode listening on 127.0.0.1:9 pid=1\n"
+        "2026-05-09T07:00:01.500000Z [decode] ready\n"
+        "2026-05-09T07:00:02.000000Z [decode] decode req=a/0 tool=ready batch=1\n"
+        "2026-05-09T07:00:03.125000Z [decode] stopping\n"
+        "2026-05-09T07:00:04.750000Z [decode] ready\n"
+    )
     times = lag.ready_times(log)
     assert len(times) == 2
     assert times[1] - times[0] == pytest.approx(3.25)
@@ -51,13 +53,21 @@ def test_percentile_and_warmup_parsing() -> None:
 
 @pytest.mark.sim
 def test_health_lag_bench_prints_its_figures() -> None:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--restarts", "3", "--warmup", "0.1:0.3"],
-                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--restarts", "3", "--warmup", "0.1:0.3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "3 restarts of a simulated decode server" in proc.stdout
     for label in ("first restart", "learned window"):
-        m = re.search(rf"health detection lag, {label} \(\d+\): median (-?[0-9.]+) s, p90 (-?[0-9.]+) s, "
-                      r"min (-?[0-9.]+) s, max (-?[0-9.]+) s", proc.stdout)
+        m = re.search(
+            rf"health detection lag, {label} \(\d+\): median (-?[0-9.]+) s, p90 (-?[0-9.]+) s, "
+            r"min (-?[0-9.]+) s, max (-?[0-9.]+) s",
+            proc.stdout,
+        )
         assert m, proc.stdout
         median, p90, low, high = map(float, m.groups())
         assert low <= median <= p90 <= high

@@ -45,13 +45,15 @@ def test_parse_times_orders_by_trial() -> None:
 
 
 def test_parse_events_reads_the_servers_own_timestamps() -> None:
-    log = "\n".join([
-        f"{stamp(1000.5)} [decode] stopping",
-        "-- orch: starting bench-decode --",
-        f"{stamp(1000.9)} [decode] sim-0.1 decode listening on 127.0.0.1:1 pid=2 ...",
-        f"{stamp(1001.75)} [decode] ready",
-        f"{stamp(1001.8)} [decode] decode req=1/0 tool=x ready",  # a request line is not an event
-    ])
+    log = "\n".join(
+        [
+            f"{stamp(1000.5)} [decode] stopping",
+            "-- orch: starting bench-decode --",
+            f"{stamp(1000.9)} [decode] sim-0.1 decode listening on 127.0.0.1:1 pid=2 ...",
+            f"{stamp(1001.75)} [decode] ready",
+            f"{stamp(1001.8)} [decode] decode req=1/0 tool=x ready",  # a request line is not an event
+        ]
+    )
     events = bo.parse_events(log)
     assert [(round(e.at, 3), e.kind) for e in events] == [(1000.5, "stopping"), (1001.75, "ready")]
 
@@ -110,8 +112,8 @@ def test_table_and_verdict_show_ratios_against_orch() -> None:
 
 
 def test_orch_matrix_alternates_the_flag_and_runs_at_least_trials_plus_one(tmp_path: Path) -> None:
-    from orchestrator.config import read_matrix
-    from orchestrator.matrix import expand, order_trials
+    from orchestrator.core.config import read_matrix
+    from orchestrator.core.matrix import expand, order_trials
 
     s = bo.Settings(3, 2, 1, 0.2, 0.2, 30, sys.executable, tmp_path)
     (tmp_path / "m.yaml").write_text(bo.matrix_text(s, tmp_path / "times.txt"))
@@ -133,8 +135,9 @@ def ansible_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_bench(*args: str, timeout: float) -> str:
-    proc = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -153,8 +156,21 @@ def check_figures(out: str, trials: int, tools: tuple[str, ...]) -> None:
 
 @pytest.mark.sim
 def test_overhead_bench_on_the_simulator_with_all_three_tools(ansible_venv: Path) -> None:
-    out = run_bench("--target", "sim", "--trials", "2", "--sessions", "2", "--warmup", "0.2", "--peer-poll", "0.2",
-                    "--ansible-venv", str(ansible_venv), timeout=600)
+    out = run_bench(
+        "--target",
+        "sim",
+        "--trials",
+        "2",
+        "--sessions",
+        "2",
+        "--warmup",
+        "0.2",
+        "--peer-poll",
+        "0.2",
+        "--ansible-venv",
+        str(ansible_venv),
+        timeout=600,
+    )
     check_figures(out, 2, ("orch", "ansible", "bash"))
 
 
@@ -164,7 +180,20 @@ def test_overhead_bench_on_the_ssh_testbed_with_all_three_tools(ansible_venv: Pa
     from testbed.fixture import require_support
 
     require_support()
-    out = run_bench("--target", "testbed", "--trials", "2", "--sessions", "2", "--warmup", "0.2",
-                    "--peer-poll", "0.2", "--ansible-venv", str(ansible_venv), timeout=600)
+    out = run_bench(
+        "--target",
+        "testbed",
+        "--trials",
+        "2",
+        "--sessions",
+        "2",
+        "--warmup",
+        "0.2",
+        "--peer-poll",
+        "0.2",
+        "--ansible-venv",
+        str(ansible_venv),
+        timeout=600,
+    )
     assert "testbed booted" in out
     check_figures(out, 2, ("orch", "ansible", "bash"))

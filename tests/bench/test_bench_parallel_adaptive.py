@@ -15,16 +15,32 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 @pytest.mark.sim
 def test_bench_parallel_prints_the_speed_up():
-    out = subprocess.run([sys.executable, str(BENCH / "bench_parallel.py"), "--testbeds", "2", "--trials", "4",
-                          "--warmup", "0.2", "--sessions", "4"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_parallel.py"),
+            "--testbeds",
+            "2",
+            "--trials",
+            "4",
+            "--warmup",
+            "0.2",
+            "--sessions",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"speed-up: \d+\.\d\dx with 2 testbeds", out.stdout), out.stdout
     assert re.search(r"^\s+2\s+\d+\.\d\s+\d+$", out.stdout, re.M), out.stdout
 
 
 def test_bench_adaptive_prints_decisions_sessions_and_error():
-    out = subprocess.run([sys.executable, str(BENCH / "bench_adaptive.py"), "--sweeps", "5"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "bench_adaptive.py"), "--sweeps", "5"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     for label in ("(a) same decisions as fixed", "(b) sessions used vs fixed", "(c) A/A at 15%"):
         assert label in out.stdout, out.stdout

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from report_synth import ALL_OFF, synthetic_run, write_run
 
-from orchestrator.render import write_report
-from orchestrator.site import write_index
+from orchestrator.report.render import write_report
+from orchestrator.report.site import write_index
 
 pytestmark = pytest.mark.browser
 
@@ -48,14 +48,30 @@ class DevTools:
             os.dup2(to_browser_r, 3)
             os.dup2(from_browser_w, 4)
 
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-default-apps", "--disable-extensions", "--mute-audio",
-                 f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"]
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--disable-extensions",
+            "--mute-audio",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-pipe",
+            "about:blank",
+        ]
         self._log = log.open("wb")
         self.proc = subprocess.Popen(  # noqa: S603 - fixed argv
-            [binary, *flags], stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
-            pass_fds=(3, 4), preexec_fn=wire_fds,  # noqa: PLW1509 - single-threaded here
+            [binary, *flags],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            pass_fds=(3, 4),
+            preexec_fn=wire_fds,  # noqa: PLW1509 - single-threaded here
         )
         os.close(to_browser_r)
         os.close(from_browser_w)
@@ -79,8 +95,7 @@ class DevTools:
                 message, buffer = buffer.split(b"\0", 1)
                 self._inbox.put(json.loads(message))
 
-    def call(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None) -> dict[str, Any]:
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
         self._next_id += 1
         message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -188,8 +203,11 @@ def _open(tools: DevTools, url: str) -> str:
     session = tools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for domain in ("Network", "Runtime", "Log", "Page"):
         tools.call(f"{domain}.enable", session=session)
-    tools.call("Emulation.setDeviceMetricsOverride",
-               {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False}, session)
+    tools.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1280, "height": 1600, "deviceScaleFactor": 1, "mobile": False},
+        session,
+    )
     tools.call("Page.navigate", {"url": url}, session)
     tools.wait_event("Page.loadEventFired", session)
     tools.drain(0.5)  # let late requests or errors show up
@@ -218,8 +236,11 @@ def _problems(tools: DevTools, session: str) -> list[str]:
 
 
 def _requests(tools: DevTools, session: str) -> list[str]:
-    urls = [e["params"]["request"]["url"] for e in tools.events
-            if e.get("sessionId") == session and e["method"] == "Network.requestWillBeSent"]
+    urls = [
+        e["params"]["request"]["url"]
+        for e in tools.events
+        if e.get("sessionId") == session and e["method"] == "Network.requestWillBeSent"
+    ]
     return [u for u in urls if not u.startswith("data:")]  # inline data is not the network
 
 
@@ -250,8 +271,14 @@ def test_report_page_in_chromium(tmp_path: Path, served: tuple[str, list[str]], 
     assert shot.startswith(b"\x89PNG") and len(shot) > 20_000
 
     assert _problems(browser, session) == []
-    for selector in ("#headline li.finding", "#cell-table", "#cell-table tbody tr", "svg.chart",
-                     "#failures", "#provenance"):
+    for selector in (
+        "#headline li.finding",
+        "#cell-table",
+        "#cell-table tbody tr",
+        "svg.chart",
+        "#failures",
+        "#provenance",
+    ):
         assert _visible(browser, session, selector) == "visible", selector
     assert _eval(browser, session, "document.querySelectorAll('#cell-table tbody tr').length") == 8
     assert _eval(browser, session, "document.querySelectorAll('svg.chart').length") >= 4
@@ -262,9 +289,13 @@ def test_report_page_in_chromium(tmp_path: Path, served: tuple[str, list[str]], 
     assert _eval(browser, session, "typeof window.__pwned") == "undefined"
 
     # sorting by the rate column puts the corrupted cell first (descending on second click)
-    column = _eval(browser, session, """Array.prototype.findIndex.call(
+    column = _eval(
+        browser,
+        session,
+        """Array.prototype.findIndex.call(
         document.querySelectorAll('#cell-table th'), function (th) {
-          return th.textContent.indexOf('corruption rate') === 0; })""")
+          return th.textContent.indexOf('corruption rate') === 0; })""",
+    )
     assert column > 0
     click = f"document.querySelectorAll('#cell-table th')[{column}].click()"
     _eval(browser, session, click)
@@ -274,10 +305,15 @@ def test_report_page_in_chromium(tmp_path: Path, served: tuple[str, list[str]], 
 
     # expand-all opens every trial's drill-down
     _eval(browser, session, "document.querySelector('button[data-toggle=open]').click()")
-    assert _eval(browser, session, "Array.prototype.every.call("
-                 "document.querySelectorAll('#trials details.trial'), function (d) { return d.open; })")
-    (tmp_path / "report-expanded.png").write_bytes(base64.b64decode(
-        browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"]))
+    assert _eval(
+        browser,
+        session,
+        "Array.prototype.every.call("
+        "document.querySelectorAll('#trials details.trial'), function (d) { return d.open; })",
+    )
+    (tmp_path / "report-expanded.png").write_bytes(
+        base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"])
+    )
 
     assert _requests(browser, session) == [url]
     assert seen == [f"/{manifest.run_id}/index.html"]
@@ -293,12 +329,16 @@ def test_index_page_in_chromium(tmp_path: Path, served: tuple[str, list[str]], b
     url = f"{base_url}/index.html"
 
     session = _open(browser, url)
-    (tmp_path / "index.png").write_bytes(base64.b64decode(
-        browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"]))
+    (tmp_path / "index.png").write_bytes(
+        base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"])
+    )
     assert _problems(browser, session) == []
     assert _visible(browser, session, "#runs") == "visible"
-    links = _eval(browser, session, "Array.prototype.map.call("
-                  "document.querySelectorAll('#runs a'), function (a) { return a.href; })")
+    links = _eval(
+        browser,
+        session,
+        "Array.prototype.map.call(document.querySelectorAll('#runs a'), function (a) { return a.href; })",
+    )
     assert links == [f"{base_url}/20260510-070000-b/index.html", f"{base_url}/20260509-070000-a/index.html"]
     assert _requests(browser, session) == [url]
     assert seen == ["/index.html"]

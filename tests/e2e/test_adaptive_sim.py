@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import read_journal
-from orchestrator.records import EventRecord, TrialRecord
+from orchestrator.core.records import EventRecord, TrialRecord
+from orchestrator.store.journal import read_journal
 
 from .test_demo import run_shipped
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.cli import main
-from orchestrator.journal import read_journal
-from orchestrator.records import TrialRecord
-from orchestrator.stats import wilson_interval
+from orchestrator.cli.main import main
+from orchestrator.core.records import TrialRecord
+from orchestrator.core.stats import wilson_interval
+from orchestrator.store.journal import read_journal
 
 from .test_run_sim import free_ports, port_open
 
@@ -44,8 +44,20 @@ def run_shipped(tmp_path: Path, capsys, matrix: str, run_id: str, seed: int) -> 
     and a check that the env files are byte-identical and nothing listens afterwards."""
     inventory, ports = private_inventory(tmp_path)
     before = {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")}
-    code = main(["run", str(REPO / "matrices" / matrix), "-i", str(inventory),
-                 "--out", str(tmp_path / "reports"), "--run-id", run_id, "--seed", str(seed)])
+    code = main(
+        [
+            "run",
+            str(REPO / "matrices" / matrix),
+            "-i",
+            str(inventory),
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            run_id,
+            "--seed",
+            str(seed),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     run_dir = tmp_path / "reports" / run_id
@@ -79,6 +91,8 @@ def test_shipped_ablation_finds_the_three_way_interaction(tmp_path, capsys):
             assert k / n <= 0.03, (cell, k, n)
             assert f"{k}/{n}" in html
     text = re.sub(r"<[^>]+>", " ", html)
-    assert re.search(r"It needs [^.]*bf16_index_k=on[^.]*together", " ".join(text.split())), "headline misses the interaction"
+    assert re.search(r"It needs [^.]*bf16_index_k=on[^.]*together", " ".join(text.split())), (
+        "headline misses the interaction"
+    )
 
     assert_clean()  # env files byte-identical, nothing listening on the sim ports

@@ -17,17 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.journal import read_journal
-from orchestrator.records import TrialRecord
+from orchestrator.cli.main import main
+from orchestrator.core.records import TrialRecord
+from orchestrator.store.journal import read_journal
 
 from .test_run_sim import free_ports, port_open
 
 pytestmark = pytest.mark.sim
 
-ENV = {"prefill": "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\n",
-       "decode": "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=\"\"\n",
-       "router": "SIM_WARMUP_S=0.1\n"}
+ENV = {
+    "prefill": "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\n",
+    "decode": 'SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=""\n',
+    "router": "SIM_WARMUP_S=0.1\n",
+}
 
 MATRIX = """\
 name: par
@@ -56,7 +58,9 @@ def inventory(tmp_path: Path, names: list[str]) -> tuple[Path, list[int]]:
         all_ports += [pp, rp, dp]
         for role, text in ENV.items():
             (tmp_path / f"{name}-{role}.env").write_text(text)
-        blocks.append(textwrap.indent(textwrap.dedent(f"""\
+        blocks.append(
+            textwrap.indent(
+                textwrap.dedent(f"""\
             {name}:
               state_dir: state-{name}
               hosts:
@@ -77,7 +81,10 @@ def inventory(tmp_path: Path, names: list[str]) -> tuple[Path, list[int]]:
                   url: http://127.0.0.1:{rp}
                   health_timeout: 30
                   after: [prefill, decode]
-            """), "  "))
+            """),
+                "  ",
+            )
+        )
     path = tmp_path / "inventory.yaml"
     path.write_text("testbeds:\n" + "".join(blocks))
     (tmp_path / "m.yaml").write_text(MATRIX)
@@ -95,8 +102,22 @@ def trials_of(run_dir: Path) -> list[TrialRecord]:
 def test_one_sweep_across_three_testbeds(tmp_path, capsys):
     inv, ports = inventory(tmp_path, ["tb1", "tb2", "tb3"])
     before = env_bytes(tmp_path)
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "-t", "all", "--out", str(tmp_path / "reports"),
-                 "--run-id", "par", "--seed", "3"])
+    code = main(
+        [
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(inv),
+            "-t",
+            "all",
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "par",
+            "--seed",
+            "3",
+        ]
+    )
     out = capsys.readouterr()
     assert code == 0, out.err
     trials = trials_of(tmp_path / "reports" / "par")
@@ -108,7 +129,9 @@ def test_one_sweep_across_three_testbeds(tmp_path, capsys):
     assert not any(port_open(p) for p in ports)
     assert not list(tmp_path.glob("*.orch-*"))
     for name in ("tb1", "tb2", "tb3"):  # each testbed kept its own originals
-        assert (tmp_path / "reports" / "par" / "backup" / name / "decode.env").read_bytes() == before[f"{name}-decode.env"]
+        assert (tmp_path / "reports" / "par" / "backup" / name / "decode.env").read_bytes() == before[
+            f"{name}-decode.env"
+        ]
     assert "across 3 testbeds" in out.err
 
 
@@ -116,8 +139,23 @@ def test_ctrl_c_stops_every_testbed_and_resume_finishes(tmp_path):
     inv, ports = inventory(tmp_path, ["tb1", "tb2"])
     before = env_bytes(tmp_path)
     run_dir = tmp_path / "reports" / "par2"
-    argv = [sys.executable, "-m", "orchestrator.cli", "run", str(tmp_path / "m.yaml"), "-i", str(inv), "-t", "tb1,tb2",
-            "--out", str(tmp_path / "reports"), "--run-id", "par2", "--seed", "5"]
+    argv = [
+        sys.executable,
+        "-m",
+        "orchestrator.cli.main",
+        "run",
+        str(tmp_path / "m.yaml"),
+        "-i",
+        str(inv),
+        "-t",
+        "tb1,tb2",
+        "--out",
+        str(tmp_path / "reports"),
+        "--run-id",
+        "par2",
+        "--seed",
+        "5",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 60
@@ -134,8 +172,13 @@ def test_ctrl_c_stops_every_testbed_and_resume_finishes(tmp_path):
     assert not any(port_open(p) for p in ports)
     done = {t.trial for t in trials_of(run_dir) if t.status in ("completed", "failed")}
     assert 3 <= len(done) < 12
-    resumed = subprocess.run([sys.executable, "-m", "orchestrator.cli", "resume", str(run_dir)],
-                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", "resume", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     final = [t for t in trials_of(run_dir) if t.status in ("completed", "failed")]
     assert sorted(t.trial for t in final) == list(range(12))  # nothing lost, nothing twice
@@ -145,8 +188,22 @@ def test_ctrl_c_stops_every_testbed_and_resume_finishes(tmp_path):
 
 def test_report_says_whether_testbeds_agree(tmp_path, capsys):
     inv, _ = inventory(tmp_path, ["tb1", "tb2"])
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "-t", "tb1,tb2", "--out", str(tmp_path / "reports"),
-                 "--run-id", "agree", "--seed", "3"])
+    code = main(
+        [
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(inv),
+            "-t",
+            "tb1,tb2",
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "agree",
+            "--seed",
+            "3",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     html = (tmp_path / "reports" / "agree" / "index.html").read_text()
     assert "Testbeds tb1, tb2 agree" in html or "Testbeds differ in" in html

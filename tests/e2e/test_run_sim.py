@@ -13,20 +13,22 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from orchestrator.cli import main
-from orchestrator.journal import read_journal
-from orchestrator.records import TrialRecord
-from orchestrator.stats import wilson_interval
 from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+
+from orchestrator.cli.main import main
+from orchestrator.core.records import TrialRecord
+from orchestrator.core.stats import wilson_interval
+from orchestrator.store.journal import read_journal
 
 pytestmark = pytest.mark.sim
 
 
 ENV_FILES = {
     "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.3\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
-    "decode.env": ("# decode flags\r\nSIM_WARMUP_S=0.3\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
-                   "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=\"\""),  # CRLF, no final newline
+    "decode.env": (
+        "# decode flags\r\nSIM_WARMUP_S=0.3\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
+        'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=""'
+    ),  # CRLF, no final newline
     "router.env": "SIM_WARMUP_S=0.1\n",
 }
 
@@ -37,7 +39,8 @@ def make_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
         (tmp_path / name).write_bytes(text.encode())
     srv = '["{python}", -m, orchestrator.sim.server'
     inv = tmp_path / "inventory.yaml"
-    inv.write_text(textwrap.dedent(f"""\
+    inv.write_text(
+        textwrap.dedent(f"""\
         testbeds:
           sim:
             state_dir: state
@@ -59,7 +62,8 @@ def make_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
                 url: http://127.0.0.1:{rp}
                 health_timeout: 30
                 after: [prefill, decode]
-        """))
+        """)
+    )
     return inv, [pp, rp, dp]
 
 
@@ -90,8 +94,20 @@ def sweep(tmp_path, capsys):
     inv, ports = make_inventory(tmp_path)
     (tmp_path / "m.yaml").write_text(MATRIX)
     originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "--out", str(tmp_path / "reports"),
-                 "--run-id", "e2e", "--seed", "11"])
+    code = main(
+        [
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(inv),
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "e2e",
+            "--seed",
+            "11",
+        ]
+    )
     return tmp_path, code, originals, ports, capsys.readouterr().out
 
 

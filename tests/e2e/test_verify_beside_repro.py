@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from e2e.test_run_sim import ENV_FILES, make_inventory
-from orchestrator.config import read_inventory, read_matrix
-from orchestrator.deployment import connect
-from orchestrator.plan import make_plan
-from orchestrator.runner import Runner, RunOptions
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import make_plan
+from orchestrator.edges.deployment import connect
+from orchestrator.sweep.runner import Runner, RunOptions
 
 pytestmark = pytest.mark.sim
 

@@ -17,10 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.journal import read_journal
-from orchestrator.records import RunManifest, TrialRecord
-from orchestrator.runs import load_plan, trials_of
 from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.store.journal import read_journal
+from orchestrator.store.manifest import load_plan, trials_of
 
 PYTHON = sys.executable
 ROLES = ("prefill", "decode", "router")
@@ -30,13 +31,17 @@ TRACEBACK = "Traceback (most recent call last)"
 # byte for byte whatever happens to the controller.
 ENV_FILES = {
     "prefill": "# prefill flags\nSIM_WARMUP_S=0.1\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
-    "decode": ("# decode flags\r\nSIM_WARMUP_S=0.1\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
-               "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=\"\""),
+    "decode": (
+        "# decode flags\r\nSIM_WARMUP_S=0.1\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
+        'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=""'
+    ),
     "router": "SIM_WARMUP_S=0.1\n",
 }
 
-REPRO = ("{python} -m orchestrator.sim.repro --router {router_url} --sessions 6 --rounds 1 "
-         "--max-tokens 200 --seed {trial_seed}")
+REPRO = (
+    "{python} -m orchestrator.sim.repro --router {router_url} --sessions 6 --rounds 1 "
+    "--max-tokens 200 --seed {trial_seed}"
+)
 METRICS = """\
   metrics:
     corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
@@ -44,11 +49,19 @@ METRICS = """\
 """
 
 
-def matrix_yaml(*, name: str = "faults", replicates: int = 2, extra_factor: str = "",
-                command: str = REPRO, timeout: float = 60, extra: str = "",
-                order: str = "randomized") -> str:
+def matrix_yaml(
+    *,
+    name: str = "faults",
+    replicates: int = 2,
+    extra_factor: str = "",
+    command: str = REPRO,
+    timeout: float = 60,
+    extra: str = "",
+    order: str = "randomized",
+) -> str:
     """2 factors x 2 levels on decode (+ an optional third factor), a small repro."""
-    return textwrap.dedent("""\
+    return (
+        textwrap.dedent("""\
         name: {name}
         factors:
           cuda_graph:
@@ -58,14 +71,19 @@ def matrix_yaml(*, name: str = "faults", replicates: int = 2, extra_factor: str 
           overlap:
             env: {{decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}}
             levels: [on, off]
-        """).format(name=name) + extra_factor + textwrap.dedent(f"""\
+        """).format(name=name)
+        + extra_factor
+        + textwrap.dedent(f"""\
         replicates: {replicates}
         order: {order}
         seed: 5
         repro:
           command: {json.dumps(command)}
           timeout: {timeout}
-        """) + METRICS + extra
+        """)
+        + METRICS
+        + extra
+    )
 
 
 def pid_running(pid: int) -> bool:
@@ -106,12 +124,26 @@ class SimBed:
         return self.matrix
 
     def run_args(self, run_id: str, *more: str) -> list[str]:
-        return ["run", str(self.matrix), "-i", str(self.inventory), "--out", str(self.reports),
-                "--run-id", run_id, *more]
+        return [
+            "run",
+            str(self.matrix),
+            "-i",
+            str(self.inventory),
+            "--out",
+            str(self.reports),
+            "--run-id",
+            run_id,
+            *more,
+        ]
 
 
-def make_simbed(root: Path, matrix: str | None = None, env_files: dict[str, str] | None = None,
-                health_timeout: float = 30, decode_dialect: str = "systemd") -> SimBed:
+def make_simbed(
+    root: Path,
+    matrix: str | None = None,
+    env_files: dict[str, str] | None = None,
+    health_timeout: float = 30,
+    decode_dialect: str = "systemd",
+) -> SimBed:
     """Write env files (ENV_FILES, or the given texts), an inventory on free ports and a matrix
     under `root`."""
     root.mkdir(parents=True, exist_ok=True)
@@ -123,7 +155,8 @@ def make_simbed(root: Path, matrix: str | None = None, env_files: dict[str, str]
         originals[role] = data
     srv = f'["{PYTHON}", -m, orchestrator.sim.server'
     inv = root / "inventory.yaml"
-    inv.write_text(textwrap.dedent(f"""\
+    inv.write_text(
+        textwrap.dedent(f"""\
         testbeds:
           sim:
             state_dir: state
@@ -146,7 +179,8 @@ def make_simbed(root: Path, matrix: str | None = None, env_files: dict[str, str]
                 url: http://127.0.0.1:{rp}
                 health_timeout: {health_timeout}
                 after: [prefill, decode]
-        """))
+        """)
+    )
     m = root / "m.yaml"
     m.write_text(matrix if matrix is not None else matrix_yaml())
     return SimBed(root, inv, m, {"prefill": pp, "decode": dp, "router": rp}, originals)
@@ -161,16 +195,23 @@ def orch_env() -> dict[str, str]:
     return env
 
 
-def spawn_orch(bed: SimBed, args: list[str], env: dict[str, str] | None = None,
-               log: Path | None = None) -> subprocess.Popen[bytes]:
-    """`python -m orchestrator.cli ARGS` in its own process group, output to files (no pipe to
+def spawn_orch(
+    bed: SimBed, args: list[str], env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m orchestrator.cli.main ARGS` in its own process group, output to files (no pipe to
     fill up while the test sleeps before a kill)."""
     log = log or bed.root / f"orch-{time.monotonic_ns()}.log"
     out = open(log, "wb")  # noqa: SIM115 - handed to the child, closed below
     try:
-        proc = subprocess.Popen([PYTHON, "-m", "orchestrator.cli", *args], cwd=bed.root,
-                                env={**orch_env(), **(env or {})}, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "orchestrator.cli.main", *args],
+            cwd=bed.root,
+            env={**orch_env(), **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finally:
         out.close()
     proc.log = log  # type: ignore[attr-defined]
@@ -252,8 +293,9 @@ def processes_mentioning(needles: list[str]) -> list[tuple[int, str]]:
 
 def sim_processes(bed: SimBed) -> list[tuple[int, str]]:
     """Sim servers on our ports and repro clients talking to them."""
-    return processes_mentioning([f"--port {p}" for p in bed.ports.values()]
-                                + [f"127.0.0.1:{p}" for p in bed.ports.values()])
+    return processes_mentioning(
+        [f"--port {p}" for p in bed.ports.values()] + [f"127.0.0.1:{p}" for p in bed.ports.values()]
+    )
 
 
 def leftovers(bed: SimBed) -> list[str]:
@@ -317,7 +359,7 @@ def cleanup_processes(bed: SimBed) -> None:
 def run_cli(argv: list[str], capsys) -> Done:  # type: ignore[no-untyped-def]
     """`orch ARGV` in this process (no interpreter start-up, imports already paid): for faults
     that need no signal or kill delivered to the controller."""
-    from orchestrator.cli import main
+    from orchestrator.cli.main import main
 
     try:
         code = main(argv)

@@ -11,10 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.runs import RUN_ID, new_run_id
+from orchestrator.store.manifest import RUN_ID, new_run_id
 
-from .helpers import (REPRO, SimBed, assert_clean, assert_no_traceback, by_trial, error_lines,
-                      make_simbed, matrix_yaml, run_cli)
+from .helpers import (
+    REPRO,
+    SimBed,
+    assert_clean,
+    assert_no_traceback,
+    by_trial,
+    error_lines,
+    make_simbed,
+    matrix_yaml,
+    run_cli,
+)
 
 pytestmark = pytest.mark.sim
 
@@ -25,17 +34,19 @@ NOTE = f"""\
       plain: {{decode: {{SIM_NOTE: plain}}}}
       nasty: {{decode: {{SIM_NOTE: {json.dumps(NASTY)}}}}}
 """
-SHELL_DECODE = "# decode flags, sourced by a wrapper\nSIM_WARMUP_S=0.1\nexport SIM_SEED=7\nSGLANG_EXTRA_ARGS=\"\"\n"
+SHELL_DECODE = '# decode flags, sourced by a wrapper\nSIM_WARMUP_S=0.1\nexport SIM_SEED=7\nSGLANG_EXTRA_ARGS=""\n'
 
 
 @pytest.mark.parametrize("dialect", ["systemd", "shell"])
 def test_metacharacter_values_and_out_path_are_taken_verbatim(tmp_path: Path, dialect: str, capsys) -> None:
-    bed = make_simbed(tmp_path / "bed", env_files={"decode": SHELL_DECODE} if dialect == "shell" else None,
-                      decode_dialect=dialect)
+    bed = make_simbed(
+        tmp_path / "bed", env_files={"decode": SHELL_DECODE} if dialect == "shell" else None, decode_dialect=dialect
+    )
     # the placeholders are shell-quoted: the repro finds its folders whatever their names
     command = REPRO + " && test -d {trial_dir} && test -f {run_dir}/run.json"
-    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=NOTE, command=command,
-                                 extra="exclude:\n  - {cuda_graph: off}\n"))
+    bed.write_matrix(
+        matrix_yaml(replicates=1, extra_factor=NOTE, command=command, extra="exclude:\n  - {cuda_graph: off}\n")
+    )
     out = bed.root / "re ports;$(touch PWNED)'\"`touch PWNED`"
     done = run_cli(["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(out), "--run-id", "m"], capsys)
     assert done.code == 0, done.output
@@ -49,11 +60,13 @@ def test_metacharacter_values_and_out_path_are_taken_verbatim(tmp_path: Path, di
     assert_clean(bed)
 
 
-@pytest.mark.parametrize("run_id", ["../escape", "a/b", "..", ".hidden", "-rf", "x;touch PWNED", "a b",
-                                    "a\nb", "x" * 101, "", "réport"])
+@pytest.mark.parametrize(
+    "run_id", ["../escape", "a/b", "..", ".hidden", "-rf", "x;touch PWNED", "a b", "a\nb", "x" * 101, "", "réport"]
+)
 def test_unsafe_run_ids_are_refused_before_anything(bed: SimBed, run_id: str, capsys) -> None:
-    done = run_cli(["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(bed.reports),
-                    f"--run-id={run_id}"], capsys)
+    done = run_cli(
+        ["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(bed.reports), f"--run-id={run_id}"], capsys
+    )
     assert done.code == 2, done.output
     assert_no_traceback(done.output)
     [line] = error_lines(done.output)

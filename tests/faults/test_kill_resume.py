@@ -20,12 +20,24 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import read_journal
-from orchestrator.records import EventRecord, TrialRecord
+from orchestrator.core.records import EventRecord, TrialRecord
+from orchestrator.store.journal import read_journal
 
-from .helpers import (SimBed, assert_clean, assert_no_traceback, cleanup_processes, journal_tally,
-                      kill_group, make_simbed, manifest, matrix_yaml, orch, output_of, sim_processes,
-                      spawn_orch)
+from .helpers import (
+    SimBed,
+    assert_clean,
+    assert_no_traceback,
+    cleanup_processes,
+    journal_tally,
+    kill_group,
+    make_simbed,
+    manifest,
+    matrix_yaml,
+    orch,
+    output_of,
+    sim_processes,
+    spawn_orch,
+)
 
 pytestmark = pytest.mark.sim
 
@@ -107,8 +119,9 @@ def check_done(bed: SimBed, run_id: str, tally: Tally) -> None:
     assert_clean(bed, grace_s=15)
 
 
-def sweep_with_kills(bed: SimBed, run_id: str, rng: random.Random, tally: Tally, budget: int,
-                     forced: bool = False) -> None:
+def sweep_with_kills(
+    bed: SimBed, run_id: str, rng: random.Random, tally: Tally, budget: int, forced: bool = False
+) -> None:
     """One sweep, killed up to `budget` times at random while it runs trials (plus, if forced,
     once during its backup and once during its restore), then finished by a last resume."""
     run_dir = bed.run_dir(run_id)
@@ -177,9 +190,11 @@ def test_sigkill_at_random_points_then_resume_loses_nothing(tmp_path: Path, caps
             sweep += 1
     finally:
         cleanup_processes(bed)
-    summary = (f"kill-and-resume (seed {SEED}): {tally.kills} SIGKILL points over {tally.sweeps} sweeps "
-               f"({tally.trials} planned trials): {tally.lost} trials lost, {tally.duplicated} duplicated; "
-               f"phases: {dict(sorted(tally.phases.items()))}")
+    summary = (
+        f"kill-and-resume (seed {SEED}): {tally.kills} SIGKILL points over {tally.sweeps} sweeps "
+        f"({tally.trials} planned trials): {tally.lost} trials lost, {tally.duplicated} duplicated; "
+        f"phases: {dict(sorted(tally.phases.items()))}"
+    )
     with capsys.disabled():
         print("\n" + "\n".join(tally.log) + "\n" + summary)
     assert tally.kills >= MIN_KILLS

@@ -11,8 +11,22 @@ import subprocess
 
 import pytest
 
-from .helpers import (PYTHON, ROLES, SimBed, assert_clean, assert_no_traceback, count_trials,
-                      error_lines, kill_group, matrix_yaml, orch, output_of, run_cli, spawn_orch, wait_for)
+from .helpers import (
+    PYTHON,
+    ROLES,
+    SimBed,
+    assert_clean,
+    assert_no_traceback,
+    count_trials,
+    error_lines,
+    kill_group,
+    matrix_yaml,
+    orch,
+    output_of,
+    run_cli,
+    spawn_orch,
+    wait_for,
+)
 
 pytestmark = pytest.mark.sim
 
@@ -39,7 +53,7 @@ def test_second_run_and_second_resume_exit_2_naming_the_holder(bed: SimBed, caps
     assert second.code == 2, second.output
     line = one_error(second.output)
     assert "testbed 'sim' is locked" in line
-    assert f"run first by" in line and f"pid {first.pid} on {socket.gethostname()}" in line
+    assert "run first by" in line and f"pid {first.pid} on {socket.gethostname()}" in line
     assert not bed.run_dir("second").exists()
 
     again = orch(bed, ["resume", str(run_dir)])  # the same run, twice at once
@@ -57,8 +71,13 @@ def dead_pid() -> int:
 
 
 def test_stale_lock_is_reported_and_broken_only_with_break_lock(bed: SimBed, capsys) -> None:
-    holder = {"run_id": "ghost", "user": "nobody", "pid": dead_pid(), "controller": socket.gethostname(),
-              "started": "2026-11-30T03:00:00.000+00:00"}
+    holder = {
+        "run_id": "ghost",
+        "user": "nobody",
+        "pid": dead_pid(),
+        "controller": socket.gethostname(),
+        "started": "2026-11-30T03:00:00.000+00:00",
+    }
     for role in ROLES:
         (bed.root / f"{role}.env.orch-lock").write_text(json.dumps(holder) + "\n")
 

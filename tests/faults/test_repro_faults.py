@@ -9,24 +9,27 @@ import html as htmllib
 
 import pytest
 
-from orchestrator.records import TrialRecord
-from orchestrator.render import load_manifest, load_trials
-from orchestrator.report import build_report
+from orchestrator.core.records import TrialRecord
+from orchestrator.report.build import build_report
+from orchestrator.report.render import load_manifest, load_trials
 
-from .helpers import (SimBed, assert_clean, assert_no_traceback, by_trial, matrix_yaml,
-                      pid_running, run_cli, section)
+from .helpers import SimBed, assert_clean, assert_no_traceback, by_trial, matrix_yaml, pid_running, run_cli, section
 
 pytestmark = pytest.mark.sim
 
 # The repro misbehaves only in cells with overlap=off; elsewhere it is the real sim repro.
 # Arguments come as placeholders (shell-quoted by orch), never pasted into the script.
-SCRIPT = ('case "$1" in *overlap=off*) {bad};; '
-          '*) exec "$3" -m orchestrator.sim.repro --router "$4" --sessions 6 --rounds 1 --max-tokens 200 --seed "$5";; esac')
+SCRIPT = (
+    'case "$1" in *overlap=off*) {bad};; '
+    '*) exec "$3" -m orchestrator.sim.repro --router "$4" --sessions 6 --rounds 1 --max-tokens 200 --seed "$5";; esac'
+)
 ARGS = " repro {cell} {trial_dir} {python} {router_url} {trial_seed}"
 
 HANG = 'echo $$ > "$2/sh.pid"; sleep 1000 & echo $! > "$2/bg.pid"; sleep 1000'
-GARBAGE = ("head -c 3000 /dev/urandom; "
-           "echo; echo \"<script>alert(1)</script> {{{{ 7*7 }}}} CORRUPTION sessions: lots/40 wall=fast\"")
+GARBAGE = (
+    "head -c 3000 /dev/urandom; "
+    'echo; echo "<script>alert(1)</script> {{{{ 7*7 }}}} CORRUPTION sessions: lots/40 wall=fast"'
+)
 
 
 def repro_command(bad: str) -> str:
@@ -36,8 +39,7 @@ def repro_command(bad: str) -> str:
 
 def bad_and_good(run_dir) -> tuple[list[TrialRecord], list[TrialRecord]]:  # type: ignore[no-untyped-def]
     trials = list(by_trial(run_dir).values())
-    return ([t for t in trials if t.levels["overlap"] == "off"],
-            [t for t in trials if t.levels["overlap"] == "on"])
+    return ([t for t in trials if t.levels["overlap"] == "off"], [t for t in trials if t.levels["overlap"] == "on"])
 
 
 def test_hanging_repro_is_killed_at_its_timeout_with_all_its_children(bed: SimBed, capsys) -> None:

@@ -7,10 +7,22 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.journal import read_journal
+from orchestrator.store.journal import read_journal
 
-from .helpers import (SimBed, assert_clean, assert_no_traceback, count_trials, error_lines,
-                      journal_tally, kill_group, matrix_yaml, orch, output_of, spawn_orch, wait_for)
+from .helpers import (
+    SimBed,
+    assert_clean,
+    assert_no_traceback,
+    count_trials,
+    error_lines,
+    journal_tally,
+    kill_group,
+    matrix_yaml,
+    orch,
+    output_of,
+    spawn_orch,
+    wait_for,
+)
 
 pytestmark = pytest.mark.sim
 
@@ -32,7 +44,8 @@ def test_resume_refuses_a_changed_plan_and_repairs_a_torn_journal_tail(bed: SimB
     assert_no_traceback(done.output)
     assert error_lines(done.output) == [
         "error: matrix m.yaml changed since run k started "
-        "(a resumed run must use the same matrix; start a new run instead)"]
+        "(a resumed run must use the same matrix; start a new run instead)"
+    ]
     bed.matrix.write_text(matrix_text)
 
     bed.inventory.write_text(inventory_text + "# edited\n")

@@ -12,10 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import read_journal
+from orchestrator.store.journal import read_journal
 
-from .helpers import (SimBed, assert_clean, assert_no_traceback, error_lines, journal_tally,
-                      count_trials, orch, output_of, run_cli, spawn_orch, trial_records, wait_for)
+from .helpers import (
+    SimBed,
+    assert_clean,
+    assert_no_traceback,
+    count_trials,
+    error_lines,
+    journal_tally,
+    orch,
+    output_of,
+    run_cli,
+    spawn_orch,
+    trial_records,
+    wait_for,
+)
 
 pytestmark = pytest.mark.sim
 
@@ -55,8 +67,9 @@ def test_out_below_a_file_is_refused_before_any_change(bed: SimBed, capsys) -> N
     out = bed.root / "afile" / "reports"
     done = run_cli(["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(out), "--run-id", "x"], capsys)
     assert done.code == 2, done.output
-    assert_one_error_line(done.output, "cannot create run directory", "Not a directory",
-                          "a parent of this path is a file")
+    assert_one_error_line(
+        done.output, "cannot create run directory", "Not a directory", "a parent of this path is a file"
+    )
     assert_clean(bed)  # no lock, no backup, no unit started
 
 
@@ -86,8 +99,7 @@ def test_tiny_disk_stops_the_sweep_with_a_clear_error_and_hosts_restored(bed: Si
 def test_disk_filling_up_mid_sweep_then_resume_after_freeing_space(bed: SimBed, tmpfs) -> None:
     out = tmpfs("8m")
     run_dir = out / "full"
-    proc = spawn_orch(bed, ["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(out),
-                            "--run-id", "full"])
+    proc = spawn_orch(bed, ["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(out), "--run-id", "full"])
     assert wait_for(lambda: count_trials(run_dir) >= 2, 60), output_of(proc)
     filler = fill(out / "filler")
     code = proc.wait(60)

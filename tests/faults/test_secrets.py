@@ -25,8 +25,7 @@ def leaks(text: str) -> list[str]:
 
 
 def test_secret_values_are_redacted_in_journal_report_and_output(bed: SimBed, capsys) -> None:
-    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=SECRETS,
-                                 extra="exclude:\n  - {cuda_graph: off}\n"))
+    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=SECRETS, extra="exclude:\n  - {cuda_graph: off}\n"))
     done = run_cli(bed.run_args("sec"), capsys)
     assert done.code == 0, done.output
     run_dir = bed.run_dir("sec")
@@ -46,9 +45,9 @@ def test_secret_values_are_redacted_in_journal_report_and_output(bed: SimBed, ca
 
 
 def test_secret_values_are_not_in_the_run_manifest(bed: SimBed) -> None:
-    from orchestrator.config import read_inventory, read_matrix
-    from orchestrator.plan import make_plan
-    from orchestrator.runs import make_manifest
+    from orchestrator.core.config import read_inventory, read_matrix
+    from orchestrator.core.plan import make_plan
+    from orchestrator.store.manifest import make_manifest
 
     bed.write_matrix(matrix_yaml(replicates=1, extra_factor=SECRETS))
     matrix, inventory = read_matrix(bed.matrix), read_inventory(bed.inventory)
@@ -74,16 +73,24 @@ DECLARED = f"""\
 
 def test_declared_secret_names_are_redacted_too(bed: SimBed, capsys) -> None:
     """HF_HUB_AUTH does not look secret by its name; the matrix says `secrets: [HF_HUB_AUTH]`."""
-    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=DECLARED,
-                                 extra="exclude:\n  - {cuda_graph: off}\nsecrets: [HF_HUB_AUTH]\n"))
+    bed.write_matrix(
+        matrix_yaml(
+            replicates=1, extra_factor=DECLARED, extra="exclude:\n  - {cuda_graph: off}\nsecrets: [HF_HUB_AUTH]\n"
+        )
+    )
     done = run_cli(bed.run_args("declared"), capsys)
     assert done.code == 0, done.output
     run_dir = bed.run_dir("declared")
     trials = by_trial(run_dir)
     assert {t.env["decode"]["HF_HUB_AUTH"] for t in trials.values()} == {"••••"}
     plan = run_cli(["plan", str(bed.matrix), "-i", str(bed.inventory)], capsys)
-    for text in (done.output, plan.output, (run_dir / "journal.jsonl").read_text(),
-                 (run_dir / "index.html").read_text(), (run_dir / "run.json").read_text()):
+    for text in (
+        done.output,
+        plan.output,
+        (run_dir / "journal.jsonl").read_text(),
+        (run_dir / "index.html").read_text(),
+        (run_dir / "run.json").read_text(),
+    ):
         assert DECLARED_VALUE not in text
     rerendered = run_cli(["report", str(run_dir)], capsys)  # a later `orch report` keeps the mask
     assert rerendered.code == 0 and DECLARED_VALUE not in (run_dir / "index.html").read_text()

@@ -14,11 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import read_journal
-from orchestrator.records import EventRecord, TrialRecord
+from orchestrator.core.records import EventRecord, TrialRecord
+from orchestrator.store.journal import read_journal
 
-from .helpers import (SimBed, assert_clean, assert_no_traceback, journal_tally, leftovers, manifest,
-                      matrix_yaml, orch, output_of, spawn_orch, wait_for)
+from .helpers import (
+    SimBed,
+    assert_clean,
+    assert_no_traceback,
+    journal_tally,
+    leftovers,
+    manifest,
+    matrix_yaml,
+    orch,
+    output_of,
+    spawn_orch,
+    wait_for,
+)
 
 pytestmark = pytest.mark.sim
 
@@ -100,8 +111,9 @@ def test_sigint_during_a_health_wait_exits_promptly(tmp_path: Path) -> None:
       never: {decode: {SIM_NEVER_READY: "1"}}
       ok: {decode: {SIM_NEVER_READY: null}}
 """
-    bed = make_simbed(tmp_path / "bed", matrix_yaml(replicates=1, extra_factor=extra, order="sequential"),
-                      health_timeout=60)
+    bed = make_simbed(
+        tmp_path / "bed", matrix_yaml(replicates=1, extra_factor=extra, order="sequential"), health_timeout=60
+    )
     try:
         run_dir = bed.run_dir("h")
         proc = spawn_orch(bed, bed.run_args("h"))

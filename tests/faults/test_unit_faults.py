@@ -10,10 +10,9 @@ import html as htmllib
 
 import pytest
 
-from orchestrator.records import TrialRecord
+from orchestrator.core.records import TrialRecord
 
-from .helpers import (SimBed, assert_clean, assert_no_traceback, by_trial, manifest, matrix_yaml,
-                      run_cli, section)
+from .helpers import SimBed, assert_clean, assert_no_traceback, by_trial, manifest, matrix_yaml, run_cli, section
 
 pytestmark = pytest.mark.sim
 
@@ -33,8 +32,7 @@ NEVER_READY = """\
 
 def only_one_bad_cell(factor: str, level: str) -> str:
     """Exclude the bad level everywhere but in the baseline-like cell: one bad trial a round."""
-    return (f"exclude:\n  - {{{factor}: {level}, cuda_graph: off}}\n"
-            f"  - {{{factor}: {level}, overlap: off}}\n")
+    return f"exclude:\n  - {{{factor}: {level}, cuda_graph: off}}\n  - {{{factor}: {level}, overlap: off}}\n"
 
 
 def bad_trials(run_dir, factor: str, level: str) -> list[TrialRecord]:  # type: ignore[no-untyped-def]
@@ -59,8 +57,10 @@ def test_crash_looping_unit_fails_its_trial_fast_and_the_sweep_goes_on(bed: SimB
     assert bad.metrics == {}
     assert all(t.status == "completed" for t in trials.values() if t.trial != bad.trial)
     # one line per failed attempt in the output, no traceback
-    assert f"trial {bad.trial} ({bad.cell}) attempt 1 failed: local: unit f-decode: exited with code 1; retrying" \
+    assert (
+        f"trial {bad.trial} ({bad.cell}) attempt 1 failed: local: unit f-decode: exited with code 1; retrying"
         in done.output.splitlines()
+    )
     assert f"{bad.cell}: FAILED (ServiceError)" in done.output
 
     failures = htmllib.unescape(section((run_dir / "index.html").read_text(), "failures"))
@@ -70,8 +70,13 @@ def test_crash_looping_unit_fails_its_trial_fast_and_the_sweep_goes_on(bed: SimB
 
 
 def test_never_ready_health_times_out_is_retried_and_the_sweep_goes_on(bed: SimBed, capsys) -> None:
-    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=NEVER_READY,
-                                 extra=only_one_bad_cell("ready", "never") + "health_timeouts: {decode: 1.5}\n"))
+    bed.write_matrix(
+        matrix_yaml(
+            replicates=1,
+            extra_factor=NEVER_READY,
+            extra=only_one_bad_cell("ready", "never") + "health_timeouts: {decode: 1.5}\n",
+        )
+    )
     done = run_cli(bed.run_args("never", "--retries", "2"), capsys)
     assert_no_traceback(done.output)
     assert done.code == 1, done.output
@@ -88,8 +93,9 @@ def test_never_ready_health_times_out_is_retried_and_the_sweep_goes_on(bed: SimB
 
 
 def test_fail_fast_stops_at_the_first_failed_trial(bed: SimBed, capsys) -> None:
-    bed.write_matrix(matrix_yaml(replicates=2, extra_factor=NEVER_READY, order="sequential",
-                                 extra="health_timeouts: {decode: 1}\n"))
+    bed.write_matrix(
+        matrix_yaml(replicates=2, extra_factor=NEVER_READY, order="sequential", extra="health_timeouts: {decode: 1}\n")
+    )
     done = run_cli(bed.run_args("ff", "--fail-fast", "--retries", "0"), capsys)
     assert_no_traceback(done.output)
     assert done.code == 1, done.output

@@ -18,8 +18,10 @@ from paramiko.ssh_exception import (
     NoValidConnectionsError,
     PasswordRequiredException,
 )
+from testbed import fixture
 
-from orchestrator.services.systemd import (
+from orchestrator.edges.services import UnitState
+from orchestrator.edges.services.systemd import (
     ProcInfo,
     ShowInfo,
     liveness_problem,
@@ -29,9 +31,7 @@ from orchestrator.services.systemd import (
     parse_tree,
     pick_server,
 )
-from orchestrator.services import UnitState
-from orchestrator.transport.ssh import SshTransport, _UnknownHostKey, command_line, connect_error_message
-from testbed import fixture
+from orchestrator.edges.transport.ssh import SshTransport, _UnknownHostKey, command_line, connect_error_message
 
 
 # ----------------------------------------------------------------------------- ssh: command lines
@@ -76,8 +76,11 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[paramiko.PKey, param
     d = tmp_path_factory.mktemp("keys")
     out = []
     for name in ("a", "b"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True,
-                       env={"PATH": "/usr/bin:/bin", "TMPDIR": str(d)})
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)],
+            check=True,
+            env={"PATH": "/usr/bin:/bin", "TMPDIR": str(d)},
+        )
         out.append(paramiko.Ed25519Key.from_private_key_file(str(d / name)))
     return out[0], out[1]
 
@@ -85,18 +88,29 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[paramiko.PKey, param
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (NoValidConnectionsError({("10.9.0.4", 22): OSError(errno.ECONNREFUSED, "refused")}),
-         "cannot connect: connection refused (is sshd running and listening on port 22?)"),
-        (NoValidConnectionsError({("10.9.0.4", 22): OSError(errno.EHOSTUNREACH, "x")}),
-         "cannot connect: no route to host (host down or wrong address?)"),
+        (
+            NoValidConnectionsError({("10.9.0.4", 22): OSError(errno.ECONNREFUSED, "refused")}),
+            "cannot connect: connection refused (is sshd running and listening on port 22?)",
+        ),
+        (
+            NoValidConnectionsError({("10.9.0.4", 22): OSError(errno.EHOSTUNREACH, "x")}),
+            "cannot connect: no route to host (host down or wrong address?)",
+        ),
         (socket.timeout("timed out"), "cannot connect: timed out after 10 s (host down, or a firewall drops port 22?)"),
-        (socket.gaierror(-2, "Name or service not known"), "cannot connect: cannot resolve host name 10.9.0.4 (check `ssh.host`)"),
+        (
+            socket.gaierror(-2, "Name or service not known"),
+            "cannot connect: cannot resolve host name 10.9.0.4 (check `ssh.host`)",
+        ),
         (AuthenticationException("Authentication failed."), "authentication failed for root (check `key:`)"),
-        (PasswordRequiredException("private key file is encrypted"),
-         "key /k/id is passphrase-protected (load it into ssh-agent and drop `key:`)"),
+        (
+            PasswordRequiredException("private key file is encrypted"),
+            "key /k/id is passphrase-protected (load it into ssh-agent and drop `key:`)",
+        ),
         (EOFError(), "SSH handshake failed: EOFError (is port 22 an SSH server?)"),
-        (paramiko.SSHException("Error reading SSH protocol\nbanner"),
-         "SSH handshake failed: Error reading SSH protocol banner (is port 22 an SSH server?)"),
+        (
+            paramiko.SSHException("Error reading SSH protocol\nbanner"),
+            "SSH handshake failed: Error reading SSH protocol banner (is port 22 an SSH server?)",
+        ),
     ],
 )
 def test_connect_errors_read_as_one_line(t: SshTransport, exc: BaseException, expected: str) -> None:
@@ -120,8 +134,10 @@ def test_label_names_the_address_once() -> None:
 
 def test_agent_hint_when_no_key_is_configured() -> None:
     t = SshTransport("decode", "10.9.0.4")
-    assert connect_error_message(AuthenticationException(), t) == \
-        "authentication failed for root (check `key:` or your ssh-agent)"
+    assert (
+        connect_error_message(AuthenticationException(), t)
+        == "authentication failed for root (check `key:` or your ssh-agent)"
+    )
 
 
 # ----------------------------------------------------------------------------- systemd parsing
@@ -149,8 +165,15 @@ Result=success
 
 def test_parse_show_blocks_in_order() -> None:
     a, b = parse_show(SHOW, ["sglang-dsv4-decode", "nope"])
-    assert a.state == UnitState("sglang-dsv4-decode", "activating", "auto-restart", None, 2,
-                                parse_timestamp("Mon 2026-11-30 05:01:08.123456 UTC"), "exit-code")
+    assert a.state == UnitState(
+        "sglang-dsv4-decode",
+        "activating",
+        "auto-restart",
+        None,
+        2,
+        parse_timestamp("Mon 2026-11-30 05:01:08.123456 UTC"),
+        "exit-code",
+    )
     assert (a.load_state, a.exec_main_status) == ("loaded", 1)
     assert b.load_state == "not-found" and b.state.started_at is None
     with pytest.raises(ValueError):
@@ -164,8 +187,9 @@ def test_parse_timestamp_is_utc_with_microseconds() -> None:
     assert parse_timestamp("Thu 1970-01-01 01:00:00 CET") is None  # local time: not guessed
 
 
-def info(active: str, sub: str, *, result: str = "success", n: int = 0, load: str = "loaded",
-         status: int | None = 0) -> ShowInfo:
+def info(
+    active: str, sub: str, *, result: str = "success", n: int = 0, load: str = "loaded", status: int | None = 0
+) -> ShowInfo:
     return ShowInfo(UnitState("u", active, sub, None, n, None, result), load, status)
 
 
@@ -196,14 +220,16 @@ def b64(s: str | bytes) -> str:
 
 def test_tree_and_pick_server_follow_live_wrappers() -> None:
     env13 = b64(b"A=3\0B=x=y\0A=dup")
-    text = "\n".join([
-        "main|10",
-        f"proc|10|{b64('bash' + chr(10))}|{b64(b'A=1')}|11 12",  # comm ends in a newline
-        f"proc|11|{b64('sudo')}|{b64(b'A=2')}|13",
-        f"proc|12|{b64('logger')}|{b64(b'A=9')}|",
-        f"proc|13|{b64('python3')}|{env13}|",
-        "noaccess|14",
-    ])
+    text = "\n".join(
+        [
+            "main|10",
+            f"proc|10|{b64('bash' + chr(10))}|{b64(b'A=1')}|11 12",  # comm ends in a newline
+            f"proc|11|{b64('sudo')}|{b64(b'A=2')}|13",
+            f"proc|12|{b64('logger')}|{b64(b'A=9')}|",
+            f"proc|13|{b64('python3')}|{env13}|",
+            "noaccess|14",
+        ]
+    )
     main, procs, denied = parse_tree(text)
     assert main == 10 and denied == [14] and procs[10].children == (11, 12)
     server = pick_server(procs, main)
@@ -238,8 +264,10 @@ def test_unit_files_quote_for_systemd_and_shell() -> None:
     shell = next(u for h in hosts for u in h.units if u.dialect == "shell")
     text = fixture.unit_file_text(shell, "/opt/py 3/bin/python", Path("/src/50%$x"))
     assert "EnvironmentFile" not in text
-    assert ("ExecStart=/bin/bash -c \"set -a; . /etc/sglang/decode-shell.env; exec '/opt/py 3/bin/python' -m "
-            "orchestrator.sim.server --role decode --port 30012 --host 0.0.0.0\"") in text
+    assert (
+        "ExecStart=/bin/bash -c \"set -a; . /etc/sglang/decode-shell.env; exec '/opt/py 3/bin/python' -m "
+        'orchestrator.sim.server --role decode --port 30012 --host 0.0.0.0"'
+    ) in text
     assert 'Environment="PYTHONPATH=/src/50%%$$x"' in text
     router = hosts[1].units[0]
     text = fixture.unit_file_text(router, "/py", Path("/src"))

@@ -4,18 +4,17 @@ writes, injection, timeouts, reconnects, and every connection error as one line 
 from __future__ import annotations
 
 import os
-import shlex
 import statistics
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
-from orchestrator.errors import CommandFailed, TransportError
-from orchestrator.transport.ssh import SshTransport
 from testbed.fixture import Testbed
 from testbed.helpers import transport, wait_for
+
+from orchestrator.edges.transport.ssh import SshTransport
+from orchestrator.errors import CommandFailed, TransportError
 
 pytestmark = pytest.mark.testbed
 
@@ -65,8 +64,9 @@ def test_argv_words_arrive_verbatim(decode: SshTransport) -> None:
     assert res.stdout == "|".join(words) + "|"
 
 
-def test_one_connection_for_many_commands_and_latency(testbed: Testbed, decode: SshTransport,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_connection_for_many_commands_and_latency(
+    testbed: Testbed, decode: SshTransport, capsys: pytest.CaptureFixture[str]
+) -> None:
     since = decode.run(["date", "+%s.%N"]).stdout.strip()
     latencies = []
     for _ in range(40):
@@ -84,8 +84,10 @@ def test_one_connection_for_many_commands_and_latency(testbed: Testbed, decode: 
     wait_for(lambda: decode.run(logins, check=False).stdout.strip() == "1", 5, "one login in sshd's journal")
     med, p95 = statistics.median(latencies), sorted(latencies)[int(0.95 * len(latencies))]
     with capsys.disabled():
-        print(f"\n[ssh] per-command latency on the persistent connection: median {med * 1000:.1f} ms, "
-              f"p95 {p95 * 1000:.1f} ms (40 x `true`)")
+        print(
+            f"\n[ssh] per-command latency on the persistent connection: median {med * 1000:.1f} ms, "
+            f"p95 {p95 * 1000:.1f} ms (40 x `true`)"
+        )
     assert med < 0.1  # generous: ~5-15 ms measured; a reconnect per command would be ~100 ms
 
 
@@ -119,8 +121,9 @@ def test_read_write_round_trip_binary_and_large(decode: SshTransport, scratch: s
     assert not decode.exists(f"{scratch}/missing")
 
 
-def test_atomic_write_keeps_mode_owner_and_replaces_by_rename(testbed: Testbed, decode: SshTransport,
-                                                              scratch: str) -> None:
+def test_atomic_write_keeps_mode_owner_and_replaces_by_rename(
+    testbed: Testbed, decode: SshTransport, scratch: str
+) -> None:
     path = f"{scratch}/decode.env"
     testbed.ssh("decode", f"printf 'A=1\\n' > {path} && chown nobody:nogroup {path} && chmod 640 {path}")
     inode_before = testbed.ssh("decode", f"stat -c %i {path}").stdout
@@ -133,7 +136,9 @@ def test_atomic_write_keeps_mode_owner_and_replaces_by_rename(testbed: Testbed, 
 
 
 def test_write_through_a_symlink_keeps_the_link(testbed: Testbed, decode: SshTransport, scratch: str) -> None:
-    testbed.ssh("decode", f"mkdir {scratch}/real && echo A=1 > {scratch}/real/x.env && ln -s real/x.env {scratch}/x.env")
+    testbed.ssh(
+        "decode", f"mkdir {scratch}/real && echo A=1 > {scratch}/real/x.env && ln -s real/x.env {scratch}/x.env"
+    )
     decode.write_bytes_atomic(f"{scratch}/x.env", b"A=3\n")
     assert testbed.ssh("decode", f"readlink {scratch}/x.env; cat {scratch}/real/x.env").stdout == "real/x.env\nA=3\n"
 
@@ -143,8 +148,7 @@ def test_new_file_gets_the_umask_mode(testbed: Testbed, decode: SshTransport, sc
     assert testbed.ssh("decode", f"stat -c %a {scratch}/new.env").stdout.strip() == "644"
 
 
-def test_injection_attempts_land_verbatim_and_run_nothing(testbed: Testbed, decode: SshTransport,
-                                                          scratch: str) -> None:
+def test_injection_attempts_land_verbatim_and_run_nothing(testbed: Testbed, decode: SshTransport, scratch: str) -> None:
     testbed.ssh("decode", "rm -f /tmp/pwned* ~/pwned*")
     evil = ["1; touch /tmp/pwned", "$(touch /tmp/pwned2)", "`touch /tmp/pwned3`", "x' ; touch /tmp/pwned4 ; '"]
     data = "".join(f"K{i}={v}\n" for i, v in enumerate(evil)).encode()
@@ -167,13 +171,20 @@ def test_connection_refused_is_one_line_naming_host_and_port(testbed: Testbed) -
     with pytest.raises(TransportError) as exc:
         t.run("true")
     text = one_line_error(exc.value, t)
-    assert text == f"decode ({testbed.host('decode').ip}:23): cannot connect: connection refused " \
-                   "(is sshd running and listening on port 23?)"
+    assert (
+        text == f"decode ({testbed.host('decode').ip}:23): cannot connect: connection refused "
+        "(is sshd running and listening on port 23?)"
+    )
 
 
 def test_unreachable_address_times_out_quickly(testbed: Testbed) -> None:
-    t = SshTransport("ghost", f"{testbed.net}.250", key_filename=str(testbed.key),
-                     known_hosts=str(testbed.known_hosts), connect_timeout=0.5)
+    t = SshTransport(
+        "ghost",
+        f"{testbed.net}.250",
+        key_filename=str(testbed.key),
+        known_hosts=str(testbed.known_hosts),
+        connect_timeout=0.5,
+    )
     t0 = time.monotonic()
     with pytest.raises(TransportError) as exc:
         t.run("true")
@@ -184,8 +195,11 @@ def test_unreachable_address_times_out_quickly(testbed: Testbed) -> None:
 
 def test_wrong_key_says_authentication_failed(testbed: Testbed, tmp_path: Path) -> None:
     other = tmp_path / "other_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True,
-                   env={**os.environ, "TMPDIR": str(tmp_path)})
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)],
+        check=True,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     t = transport(testbed, "decode", key_filename=str(other))
     with pytest.raises(TransportError) as exc:
         t.exists("/")

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from orchestrator.journal import read_journal
-from orchestrator.records import TrialRecord
 from testbed.fixture import Testbed
+
+from orchestrator.core.records import TrialRecord
+from orchestrator.store.journal import read_journal
 
 from .test_sweep_ssh import ENV_FILES, MATRIX, no_leftovers, snapshot
 
@@ -35,9 +35,26 @@ def test_sshd_down_for_10_s_mid_sweep(testbed: Testbed, tmp_path: Path):
     files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
     before = snapshot(testbed, files)
     run_dir = tmp_path / "reports" / "outage"
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(tmp_path / "m.yaml"),
-                             "-i", str(testbed.inventory), "--out", str(tmp_path / "reports"), "--run-id", "outage",
-                             "--retries", "5"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.main",
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(testbed.inventory),
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "outage",
+            "--retries",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while len(trials_of(run_dir)) < 3:
@@ -45,9 +62,13 @@ def test_sshd_down_for_10_s_mid_sweep(testbed: Testbed, tmp_path: Path):
             time.sleep(0.1)
         cut = time.monotonic()
         # sshd back in 10 s (a timer inside the host), then every sshd process killed: orch's connection too
-        testbed.ssh("decode", "systemd-run --quiet --on-active=10s --timer-property=AccuracySec=100ms --unit=orch-sshd-back "
-                              "systemctl start orch-sshd.service && systemctl stop orch-sshd.service && "
-                              "pkill -KILL -x sshd", check=False)
+        testbed.ssh(
+            "decode",
+            "systemd-run --quiet --on-active=10s --timer-property=AccuracySec=100ms --unit=orch-sshd-back "
+            "systemctl start orch-sshd.service && systemctl stop orch-sshd.service && "
+            "pkill -KILL -x sshd",
+            check=False,
+        )
         output, _ = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
@@ -60,7 +81,9 @@ def test_sshd_down_for_10_s_mid_sweep(testbed: Testbed, tmp_path: Path):
     assert retried, "no trial met the outage: " + output
     assert "retrying" in output and "decode (" in output
     assert max(time.monotonic() - cut, 0) >= 10
-    print(f"\nsshd outage: {len(retried)} trial(s) retried (attempts {[t.attempt for t in retried]}); "
-          f"{len(trials)} of 12 trials completed")
+    print(
+        f"\nsshd outage: {len(retried)} trial(s) retried (attempts {[t.attempt for t in retried]}); "
+        f"{len(trials)} of 12 trials completed"
+    )
     assert snapshot(testbed, files) == before
     no_leftovers(testbed)

@@ -9,17 +9,16 @@ the classic mistake: `export` lines in an EnvironmentFile= file, caught by verif
 from __future__ import annotations
 
 import subprocess
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-
-from orchestrator.cli import main
-from orchestrator.journal import read_journal
-from orchestrator.records import TrialRecord
 from testbed.fixture import Testbed
+
+from orchestrator.cli.main import main
+from orchestrator.core.records import TrialRecord
+from orchestrator.store.journal import read_journal
 
 pytestmark = pytest.mark.testbed
 
@@ -64,8 +63,21 @@ def live_env(tb: Testbed, host: str, unit: str) -> dict[str, str]:
 def sweep(tb: Testbed, tmp_path: Path, testbed_name: str, *extra: str) -> tuple[int, Path]:
     (tmp_path / "m.yaml").write_text(MATRIX)
     run_id = f"ssh-{testbed_name}-{time.monotonic_ns()}"
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(tb.inventory), "-t", testbed_name,
-                 "--out", str(tmp_path / "reports"), "--run-id", run_id, *extra])
+    code = main(
+        [
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(tb.inventory),
+            "-t",
+            testbed_name,
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            run_id,
+            *extra,
+        ]
+    )
     return code, tmp_path / "reports" / run_id
 
 
@@ -79,10 +91,13 @@ def no_leftovers(tb: Testbed) -> None:
         assert not [f for f in left if "orch-" in f], (host, left)
 
 
-@pytest.mark.parametrize("testbed_name,decode_unit,decode_env", [
-    ("dsv4-pd", "sglang-dsv4-decode", "/etc/sglang/decode.env"),
-    ("dsv4-pd-shell", "sglang-dsv4-decode-shell", "/etc/sglang/decode-shell.env"),
-])
+@pytest.mark.parametrize(
+    "testbed_name,decode_unit,decode_env",
+    [
+        ("dsv4-pd", "sglang-dsv4-decode", "/etc/sglang/decode.env"),
+        ("dsv4-pd-shell", "sglang-dsv4-decode-shell", "/etc/sglang/decode-shell.env"),
+    ],
+)
 def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, testbed_name, decode_unit, decode_env):
     files = {**ENV_FILES, "decode": decode_env}
     before = snapshot(testbed, files)
@@ -93,9 +108,12 @@ def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, tes
     trials = trials_of(run_dir)
     assert [t.status for t in trials] == ["completed"] * 4, [t.failure for t in trials]
     with capsys.disabled():
-        print(f"\nSSH sweep on {testbed_name}: {len(trials)} trials in {time.monotonic() - t0:.1f} s; "
-              + "; ".join(f"{t.cell} -> corruption {t.metrics['corruption'].k}/{t.metrics['corruption'].n}"
-                          for t in trials))
+        print(
+            f"\nSSH sweep on {testbed_name}: {len(trials)} trials in {time.monotonic() - t0:.1f} s; "
+            + "; ".join(
+                f"{t.cell} -> corruption {t.metrics['corruption'].k}/{t.metrics['corruption'].n}" for t in trials
+            )
+        )
     # decode-only factors: only decode restarts (prefill and router stay up), waits cover the router
     assert {u for t in trials for u in t.restarted} == {f"decode:{decode_unit}"}
     assert all(set(t.health_wait_s) == {"prefill", "decode", "router"} for t in trials)
@@ -113,12 +131,17 @@ def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, tes
     assert '"version": "sim-0.1"' in manifest["hosts"]["decode"]["server_info"]
 
 
-def test_systemd_dialect_edit_next_to_an_ignored_export_line_still_takes_effect(testbed: Testbed, tmp_path: Path, capsys):
+def test_systemd_dialect_edit_next_to_an_ignored_export_line_still_takes_effect(
+    testbed: Testbed, tmp_path: Path, capsys
+):
     """In the systemd dialect an `export K=v` line is not an assignment (systemd drops it), so orch
     appends a plain `K=v` that systemd reads: the sweep works and verification agrees."""
     path = "/etc/sglang/decode.env"
     original = testbed.ssh("decode", f"base64 -w0 {path}").stdout
-    testbed.ssh("decode", f"sed -i 's/^SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/' {path}")
+    testbed.ssh(
+        "decode",
+        f"sed -i 's/^SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=/' {path}",
+    )
     exported = testbed.ssh("decode", f"base64 -w0 {path}").stdout
     try:
         code, run_dir = sweep(testbed, tmp_path, "dsv4-pd", "--retries", "0")
@@ -140,8 +163,20 @@ def test_export_lines_in_an_environment_file_are_caught(testbed: Testbed, tmp_pa
     inventory = bad_inventory(testbed, tmp_path, "decode", dialect="shell")
     (tmp_path / "m.yaml").write_text(MATRIX)
     try:
-        code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "reports"),
-                     "--run-id", "export-trap", "--retries", "0"])
+        code = main(
+            [
+                "run",
+                str(tmp_path / "m.yaml"),
+                "-i",
+                str(inventory),
+                "--out",
+                str(tmp_path / "reports"),
+                "--run-id",
+                "export-trap",
+                "--retries",
+                "0",
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 1, err
         failed = [t for t in trials_of(tmp_path / "reports" / "export-trap") if t.status == "failed"]
@@ -171,8 +206,11 @@ def bad_inventory(tb: Testbed, tmp_path: Path, host: str, **changes) -> Path:
 
 def make_key(tmp_path: Path) -> str:
     key = tmp_path / "wrong_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True,
-                   env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+        check=True,
+        env={"TMPDIR": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     return str(key)
 
 
@@ -185,14 +223,20 @@ PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
     ("wrong key", lambda tb, p: dict(ssh_key=make_key(p)), "authentication failed for root"),
     ("unknown host key", lambda tb, p: dict(ssh_known_hosts=empty_known_hosts(p)), "host key not in known_hosts"),
-    ("env file missing", lambda tb, p: dict(env_file="/etc/sglang/nope.env"), "env file /etc/sglang/nope.env does not exist"),
+    (
+        "env file missing",
+        lambda tb, p: dict(env_file="/etc/sglang/nope.env"),
+        "env file /etc/sglang/nope.env does not exist",
+    ),
     ("unit not found", lambda tb, p: dict(units=["sglang-nope"]), "unit sglang-nope not found"),
     ("permission denied", lambda tb, p: dict(ssh_user="orchuser"), "/etc/sglang/decode.env"),
 ]
 
 
 @pytest.mark.parametrize("name,change,expected", PREFLIGHT, ids=[c[0] for c in PREFLIGHT])
-def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(testbed: Testbed, tmp_path, capsys, name, change, expected):
+def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(
+    testbed: Testbed, tmp_path, capsys, name, change, expected
+):
     if name == "permission denied":  # a real unprivileged account; the env file is root's, mode 644
         testbed.ssh("decode", "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser")
     files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
@@ -213,8 +257,11 @@ def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(testbed: Te
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):
     """Root-owned env files and systemctl through `sudo -n`, connected as a normal user."""
     for host in ("prefill", "decode", "router"):
-        testbed.ssh(host, "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser; "
-                          "echo 'orchuser ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/orchuser && chmod 440 /etc/sudoers.d/orchuser")
+        testbed.ssh(
+            host,
+            "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser; "
+            "echo 'orchuser ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/orchuser && chmod 440 /etc/sudoers.d/orchuser",
+        )
     files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
     before = snapshot(testbed, files)
     owner = testbed.ssh("decode", "stat -c '%U %a' /etc/sglang/decode.env").stdout.strip()
@@ -225,8 +272,18 @@ def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Pat
     inventory.write_text(yaml.safe_dump(data))
     (tmp_path / "m.yaml").write_text(MATRIX)
     try:
-        code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "reports"),
-                     "--run-id", "sudo"])
+        code = main(
+            [
+                "run",
+                str(tmp_path / "m.yaml"),
+                "-i",
+                str(inventory),
+                "--out",
+                str(tmp_path / "reports"),
+                "--run-id",
+                "sudo",
+            ]
+        )
         assert code == 0, capsys.readouterr().err
         trials = trials_of(tmp_path / "reports" / "sudo")
         assert [t.status for t in trials] == ["completed"] * 4

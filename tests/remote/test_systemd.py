@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from orchestrator.errors import ServiceError
-from orchestrator.services.systemd import SystemdManager
-from orchestrator.transport import Result
 from testbed.fixture import Testbed
 from testbed.helpers import http_get, restored, server_flags, transport, wait_for, wait_healthy
+
+from orchestrator.edges.services.systemd import SystemdManager
+from orchestrator.edges.transport import Result
+from orchestrator.errors import ServiceError
 
 pytestmark = pytest.mark.testbed
 
@@ -71,22 +71,33 @@ def test_export_line_is_ignored_by_systemd(testbed: Testbed) -> None:
     """The mismatch the runner must catch: the file says 0, the live process never got it."""
     with restored(testbed, "decode", [DECODE], ["/etc/sglang/decode.env"]) as t:
         m = SystemdManager(t, "decode")
-        sub(testbed, "decode", "/etc/sglang/decode.env",
-            "s/^SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0/")
+        sub(
+            testbed,
+            "decode",
+            "/etc/sglang/decode.env",
+            "s/^SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0/",
+        )
         since = m.restart(DECODE)
         env = m.environ(DECODE)
         assert env is not None and "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP" not in env
         assert env["SGLANG_DSV4_BF16_INDEX_K"] == "1"  # the other lines still count
         assert server_flags(testbed.url("decode"))["multi_stream_overlap"] is True  # default: ON
-        wait_for(lambda: "Ignoring invalid environment assignment" in m.logs_since(DECODE, since - 1),
-                 5, "systemd's warning in the journal")
+        wait_for(
+            lambda: "Ignoring invalid environment assignment" in m.logs_since(DECODE, since - 1),
+            5,
+            "systemd's warning in the journal",
+        )
 
 
 def test_shell_dialect_unit_gets_export_lines(testbed: Testbed) -> None:
     with restored(testbed, "decode", [DECODE_SHELL], ["/etc/sglang/decode-shell.env"]) as t:
         m = SystemdManager(t, "decode")
-        sub(testbed, "decode", "/etc/sglang/decode-shell.env",
-            "s/^export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0/")
+        sub(
+            testbed,
+            "decode",
+            "/etc/sglang/decode-shell.env",
+            "s/^export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1/export SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0/",
+        )
         m.restart(DECODE_SHELL)
         env = m.environ(DECODE_SHELL)
         assert env["SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"] == "0"
@@ -98,8 +109,11 @@ def test_shell_dialect_unit_gets_export_lines(testbed: Testbed) -> None:
 def test_environ_follows_a_wrapper_shell_to_its_child(testbed: Testbed) -> None:
     """A wrapper that does not exec stays MainPID; the server is its child."""
     unit = "orch-wrapper-test"
-    testbed.ssh("decode", f"systemd-run -q --unit={unit} -p EnvironmentFile=/etc/sglang/decode.env "
-                          "/bin/bash -c 'export WRAPPED=yes; sleep 300; true'")
+    testbed.ssh(
+        "decode",
+        f"systemd-run -q --unit={unit} -p EnvironmentFile=/etc/sglang/decode.env "
+        "/bin/bash -c 'export WRAPPED=yes; sleep 300; true'",
+    )
     t = transport(testbed, "decode")
     try:
         m = SystemdManager(t, "decode")
@@ -154,8 +168,12 @@ def test_start_limit_hit_is_detected_and_cleared(testbed: Testbed) -> None:
         m = SystemdManager(t, "prefill")
         before = m.now()
         # what a fast sweep without orch does: restart back to back until systemd refuses
-        out = testbed.ssh("prefill", f"for i in 1 2 3 4 5 6 7; do systemctl restart {PREFILL} || break; done; "
-                                     f"systemctl show -p Result --value {PREFILL}", check=False).stdout
+        out = testbed.ssh(
+            "prefill",
+            f"for i in 1 2 3 4 5 6 7; do systemctl restart {PREFILL} || break; done; "
+            f"systemctl show -p Result --value {PREFILL}",
+            check=False,
+        ).stdout
         assert out.strip().endswith("start-limit-hit")
         assert m.state(PREFILL).result == "start-limit-hit"
         with pytest.raises(ServiceError) as exc:

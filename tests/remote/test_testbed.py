@@ -9,14 +9,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
-
-from orchestrator.config import read_inventory
 from testbed.fixture import Testbed, boot_testbed, cgroup2_mount, require_support, shutdown
 from testbed.helpers import wait_for
+
+from orchestrator.core.config import read_inventory
 
 pytestmark = pytest.mark.testbed
 TESTS = Path(__file__).resolve().parent.parent
@@ -41,8 +40,10 @@ def link_exists(name: str) -> bool:
 def test_inventory_parses_and_matches_the_hosts(testbed: Testbed, capsys: pytest.CaptureFixture[str]) -> None:
     inv = read_inventory(testbed.inventory)
     with capsys.disabled():
-        print(f"\n[testbed] boot of 3 hosts: sshd ready {testbed.ssh_ready_s:.2f} s, "
-              f"all sim units healthy {testbed.boot_s:.2f} s after launch")
+        print(
+            f"\n[testbed] boot of 3 hosts: sshd ready {testbed.ssh_ready_s:.2f} s, "
+            f"all sim units healthy {testbed.boot_s:.2f} s after launch"
+        )
     assert set(inv.testbeds) == {"dsv4-pd", "dsv4-pd-shell"}
     text = testbed.inventory.read_text()
     for h in testbed.hosts:
@@ -52,8 +53,9 @@ def test_inventory_parses_and_matches_the_hosts(testbed: Testbed, capsys: pytest
 
 
 def test_hosts_are_real_systemd_and_isolated(testbed: Testbed, tmp_path: Path) -> None:
-    out = testbed.ssh("router", "cat /proc/1/comm; findmnt -no FSTYPE /; hostname; ls /root; "
-                                "systemctl is-system-running || true").stdout.split()
+    out = testbed.ssh(
+        "router", "cat /proc/1/comm; findmnt -no FSTYPE /; hostname; ls /root; systemctl is-system-running || true"
+    ).stdout.split()
     assert out[:3] == ["systemd", "overlay", "router"]
     # writes inside stay inside: the lower layer is this machine's /, but never written
     marker = f"/etc/orch-isolation-{os.getpid()}"
@@ -90,7 +92,7 @@ def test_hosts_are_torn_down_when_the_test_process_is_killed(tmp_path: Path) -> 
         sys.path.insert(0, {str(TESTS)!r})
         from pathlib import Path
         from testbed.fixture import boot_testbed
-        tb = boot_testbed(Path({str(tmp_path / 'lab')!r}))
+        tb = boot_testbed(Path({str(tmp_path / "lab")!r}))
         pids = [int((tb.lab / "state" / h.name / "init.pid").read_text()) for h in tb.hosts]
         print(json.dumps({{"bridge": tb.bridge, "pids": pids}}), flush=True)
         time.sleep(120)
@@ -102,6 +104,13 @@ def test_hosts_are_torn_down_when_the_test_process_is_killed(tmp_path: Path) -> 
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
     assert info["pids"]
-    took = wait_for(lambda: not link_exists(info["bridge"]) and not any(alive(p) for p in info["pids"])
-                    and not (tmp_path / "lab" / "state").exists(), 15, "the reaper tore the orphaned hosts down")
+    took = wait_for(
+        lambda: (
+            not link_exists(info["bridge"])
+            and not any(alive(p) for p in info["pids"])
+            and not (tmp_path / "lab" / "state").exists()
+        ),
+        15,
+        "the reaper tore the orphaned hosts down",
+    )
     print(f"orphaned testbed removed {took:.2f} s after SIGKILL")

@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-
-from orchestrator.cli import main
-from orchestrator.transport.ssh import SshTransport
 from testbed.fixture import Testbed
+
+from orchestrator.cli.main import main
+from orchestrator.edges.transport.ssh import SshTransport
 
 from .test_sweep_ssh import ENV_FILES, MATRIX, no_leftovers, snapshot, trials_of
 
@@ -24,7 +24,9 @@ def decode_transport(tb: Testbed) -> SshTransport:
 
 def test_tunnel_reaches_a_loopback_only_port(testbed: Testbed):
     python = testbed.python
-    testbed.ssh("decode", f"systemd-run --unit=orch-lo --collect {python} -m http.server 30099 --bind 127.0.0.1 -d /etc")
+    testbed.ssh(
+        "decode", f"systemd-run --unit=orch-lo --collect {python} -m http.server 30099 --bind 127.0.0.1 -d /etc"
+    )
     t = decode_transport(testbed)
     try:
         with httpx.Client(trust_env=False, timeout=2) as client:
@@ -57,8 +59,18 @@ def test_sweep_with_health_through_tunnels(testbed: Testbed, tmp_path: Path, cap
     (tmp_path / "m.yaml").write_text(MATRIX)
     files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
     before = snapshot(testbed, files)
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "reports"),
-                 "--run-id", "tunnel"])
+    code = main(
+        [
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(inventory),
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "tunnel",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     trials = trials_of(tmp_path / "reports" / "tunnel")
     assert [t.status for t in trials] == ["completed"] * 4

@@ -77,14 +77,17 @@ class Sim:
     tmp: Path
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def spawn(self, role: str, env: Mapping[str, str] = {}, port: int | None = None,
-              extra: tuple[str, ...] = ()) -> Server:
+    def spawn(
+        self, role: str, env: Mapping[str, str] = {}, port: int | None = None, extra: tuple[str, ...] = ()
+    ) -> Server:
         port = free_port() if port is None else port
         log = self.tmp / f"{role}-{port}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [*SERVER, "--role", role, "--port", str(port), *extra],
-                env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.started.append(proc)
@@ -100,8 +103,7 @@ class Sim:
         """prefill + decode + router, ready (router /readiness 200)."""
         base = {"SIM_WARMUP_S": "0", **env}
         prefill, decode = self.start("prefill", base), self.start("decode", base)
-        router = self.start("router", base, extra=(
-            "--prefill-url", prefill.url, "--decode-url", decode.url))
+        router = self.start("router", base, extra=("--prefill-url", prefill.url, "--decode-url", decode.url))
         wait_until(lambda: get(router.url + "/readiness")[0] == 200, timeout=10)
         return prefill, decode, router
 
@@ -125,5 +127,4 @@ def _listening(server: Server) -> bool:
 
 
 def run_repro(router: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*REPRO, "--router", router, *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run([*REPRO, "--router", router, *args], capture_output=True, text=True, timeout=timeout)

@@ -13,10 +13,10 @@ from typing import Callable, Iterator
 
 import pytest
 
+from orchestrator.edges.services import ServiceManager
+from orchestrator.edges.services import local as local_mod
+from orchestrator.edges.services.local import LocalServiceManager, LocalUnit
 from orchestrator.errors import ServiceError
-from orchestrator.services import ServiceManager
-from orchestrator.services import local as local_mod
-from orchestrator.services.local import LocalServiceManager, LocalUnit
 
 from .helpers import free_port, get, pid_running, wait_until
 
@@ -87,10 +87,8 @@ def test_restart_rereads_the_env_file(managers: Factory, tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("dialect, expected", [("systemd", None), ("shell", "bar")])
-def test_export_lines_follow_the_dialect(managers: Factory, tmp_path: Path, dialect: str,
-                                         expected: str | None) -> None:
-    unit = LocalUnit("u", ("sleep", "30"), env_file(tmp_path, "export ORCH_T_FOO=bar\nORCH_T_BAZ=1\n"),
-                     dialect=dialect)  # type: ignore[arg-type]
+def test_export_lines_follow_the_dialect(managers: Factory, tmp_path: Path, dialect: str, expected: str | None) -> None:
+    unit = LocalUnit("u", ("sleep", "30"), env_file(tmp_path, "export ORCH_T_FOO=bar\nORCH_T_BAZ=1\n"), dialect=dialect)  # type: ignore[arg-type]
     m = managers(unit)
     m.restart("u")
     env = m.environ("u")
@@ -245,21 +243,51 @@ def test_full_sim_deployment_under_the_manager(managers: Factory, tmp_path: Path
     pp, dp, rp = free_port(), free_port(), free_port()
     server = (sys.executable, "-m", "orchestrator.sim.server")
     units = [
-        LocalUnit("sim-prefill", (*server, "--role", "prefill", "--port", str(pp)),
-                  env_file(tmp_path, "SIM_WARMUP_S=0.2\n", "p.env")),
-        LocalUnit("sim-decode", (*server, "--role", "decode", "--port", str(dp)),
-                  env_file(tmp_path, "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\n", "d.env")),
-        LocalUnit("sim-router", (*server, "--role", "router", "--port", str(rp), "--prefill-url",
-                                 f"http://127.0.0.1:{pp}", "--decode-url", f"http://127.0.0.1:{dp}"),
-                  env_file(tmp_path, "", "r.env")),
+        LocalUnit(
+            "sim-prefill",
+            (*server, "--role", "prefill", "--port", str(pp)),
+            env_file(tmp_path, "SIM_WARMUP_S=0.2\n", "p.env"),
+        ),
+        LocalUnit(
+            "sim-decode",
+            (*server, "--role", "decode", "--port", str(dp)),
+            env_file(tmp_path, "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\n", "d.env"),
+        ),
+        LocalUnit(
+            "sim-router",
+            (
+                *server,
+                "--role",
+                "router",
+                "--port",
+                str(rp),
+                "--prefill-url",
+                f"http://127.0.0.1:{pp}",
+                "--decode-url",
+                f"http://127.0.0.1:{dp}",
+            ),
+            env_file(tmp_path, "", "r.env"),
+        ),
     ]
     m = managers(*units)
     since = min(m.restart(u.name) for u in units)
     wait_until(lambda: _ready(f"http://127.0.0.1:{rp}/readiness"), timeout=10)
-    from orchestrator.transport.local import LocalTransport
+    from orchestrator.edges.transport.local import LocalTransport
 
-    out = LocalTransport().run([sys.executable, "-m", "orchestrator.sim.repro", "--router",
-                                f"http://127.0.0.1:{rp}", "--sessions", "10", "--seed", "1"], timeout=60)
+    out = LocalTransport().run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.sim.repro",
+            "--router",
+            f"http://127.0.0.1:{rp}",
+            "--sessions",
+            "10",
+            "--seed",
+            "1",
+        ],
+        timeout=60,
+    )
     assert "CORRUPTION sessions: " in out.stdout and "/10 = " in out.stdout
     decode_log = m.logs_since("sim-decode", since)
     assert "decode req=" in decode_log and "ANOMALY" in decode_log

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.edges.transport import Transport
+from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.errors import CommandFailed, TransportError
-from orchestrator.transport import Transport
-from orchestrator.transport.local import LocalTransport
 
 from .helpers import pid_running, wait_until
 

@@ -47,11 +47,18 @@ def test_defaults() -> None:
 
 
 def test_full_environment() -> None:
-    cfg = config_from_env("decode", {
-        "SGLANG_DSV4_BF16_INDEX_K": "1", "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0",
-        "SGLANG_EXTRA_ARGS": "--disable-cuda-graph --cuda-graph-max-bs 32 --max-running-requests=4",
-        "SIM_WARMUP_S": "0.25", "SIM_SEED": "9", "SIM_FAIL_START": "1", "SIM_NEVER_READY": "yes",
-    })
+    cfg = config_from_env(
+        "decode",
+        {
+            "SGLANG_DSV4_BF16_INDEX_K": "1",
+            "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0",
+            "SGLANG_EXTRA_ARGS": "--disable-cuda-graph --cuda-graph-max-bs 32 --max-running-requests=4",
+            "SIM_WARMUP_S": "0.25",
+            "SIM_SEED": "9",
+            "SIM_FAIL_START": "1",
+            "SIM_NEVER_READY": "yes",
+        },
+    )
     assert cfg.bf16_index_k and not cfg.multi_stream_overlap and not cfg.cuda_graph
     assert (cfg.cuda_graph_max_bs, cfg.max_running_requests) == (32, 4)
     assert (cfg.warmup_s, cfg.seed, cfg.fail_start, cfg.never_ready) == (0.25, 9, True, True)
@@ -62,14 +69,17 @@ def test_extra_args_are_split_like_a_shell() -> None:
     assert parse_extra_args("").cuda_graph is True
 
 
-@pytest.mark.parametrize("text, message", [
-    ("--enable-foo", "unrecognized arguments: --enable-foo"),
-    ("--cuda-graph-max-bs", "expected one argument"),
-    ("--cuda-graph-max-bs eight", "invalid int value"),
-    ("--max-running-requests 0", "must be >= 1"),
-    ("--disable-cuda-graph=1", "unrecognized arguments"),
-    ("'unterminated", "cannot split"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("--enable-foo", "unrecognized arguments: --enable-foo"),
+        ("--cuda-graph-max-bs", "expected one argument"),
+        ("--cuda-graph-max-bs eight", "invalid int value"),
+        ("--max-running-requests 0", "must be >= 1"),
+        ("--disable-cuda-graph=1", "unrecognized arguments"),
+        ("'unterminated", "cannot split"),
+    ],
+)
 def test_bad_extra_args_are_fatal(text: str, message: str) -> None:
     with pytest.raises(SimConfigError, match=message):
         parse_extra_args(text)

@@ -32,7 +32,8 @@ def test_overlap_changes_nothing_with_cuda_graph_off() -> None:
     off = replace(ALL_ON, cuda_graph=False)
     for batch in (1, 2, 40):
         assert model.corruption_probability(off, batch) == model.corruption_probability(
-            replace(off, multi_stream_overlap=False), batch)
+            replace(off, multi_stream_overlap=False), batch
+        )
 
 
 def test_outcomes_mostly_leak_sometimes_no_tool() -> None:

@@ -17,11 +17,15 @@ def ask(round_: int = 1, rounds: int = 3, seed: int = 0) -> protocol.ToolAsk:
 
 
 def request_for(a: protocol.ToolAsk) -> dict[str, object]:
-    return {"user": a.session, "messages": [
-        {"role": "system", "content": protocol.context_filler(20)},
-        {"role": "user", "content": "an earlier step, already done"},
-        {"role": "user", "content": a.instruction()},
-    ], "tools": protocol.tool_specs()}
+    return {
+        "user": a.session,
+        "messages": [
+            {"role": "system", "content": protocol.context_filler(20)},
+            {"role": "user", "content": "an earlier step, already done"},
+            {"role": "user", "content": a.instruction()},
+        ],
+        "tools": protocol.tool_specs(),
+    }
 
 
 def answer(message: dict[str, object]) -> bytes:
@@ -34,10 +38,15 @@ def test_the_server_reads_back_exactly_what_the_client_asked(seed: int) -> None:
     assert protocol.parse_ask(request_for(a)) == a
 
 
-@pytest.mark.parametrize("body", [
-    [], {"messages": []}, {"user": "s", "messages": [{"role": "user", "content": "hello"}]},
-    {"user": "s", "messages": [{"role": "user", "content": "Step 1 of 3: call tool `grep` with arguments {bad"}]},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        [],
+        {"messages": []},
+        {"user": "s", "messages": [{"role": "user", "content": "hello"}]},
+        {"user": "s", "messages": [{"role": "user", "content": "Step 1 of 3: call tool `grep` with arguments {bad"}]},
+    ],
+)
 def test_requests_without_an_instruction_are_refused(body: object) -> None:
     with pytest.raises(protocol.ProtocolError):
         protocol.parse_ask(body)
@@ -100,8 +109,7 @@ def test_summary_lines_have_the_real_repro_format() -> None:
     outcomes.append(SessionOutcome("no_tool", [0.5]))
     lines = summarize(outcomes, 1.94)
     assert lines[0] == 'wall=1.9s counts={"done": 39, "no_tool": 1}'
-    assert lines[1] == ("CORRUPTION sessions: 1/40 = 2%  "
-                        "(leak=0 no_tool=1 error=0 ok-ish[done/maxrounds]=39)")
+    assert lines[1] == ("CORRUPTION sessions: 1/40 = 2%  (leak=0 no_tool=1 error=0 ok-ish[done/maxrounds]=39)")
     assert re.fullmatch(r"THROUGHPUT req/s=60\.8 p50_latency_ms=20\.0 p99_latency_ms=\d+\.\d", lines[2])
 
 

@@ -14,7 +14,9 @@ pytestmark = pytest.mark.sim
 WALL = re.compile(r"^wall=(\d+\.\d)s counts=(\{.*\})$", re.M)
 CORRUPTION = re.compile(
     r"^CORRUPTION sessions: (\d+)/(\d+) = (\d+)%  \(leak=(\d+) no_tool=(\d+) error=(\d+) "
-    r"ok-ish\[done/maxrounds\]=(\d+)\)$", re.M)
+    r"ok-ish\[done/maxrounds\]=(\d+)\)$",
+    re.M,
+)
 THROUGHPUT = re.compile(r"^THROUGHPUT req/s=(\d+\.\d) p50_latency_ms=(\d+\.\d) p99_latency_ms=(\d+\.\d)$", re.M)
 
 ALL_ON = {"SGLANG_DSV4_BF16_INDEX_K": "1", "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "1", "SIM_SEED": "3"}
@@ -30,8 +32,21 @@ def corruption(stdout: str) -> tuple[int, int, int]:
 
 def test_output_has_the_real_repro_format(sim: Sim) -> None:
     _, _, router = sim.deployment(ALL_ON)
-    done = run_repro(router.url, "--sessions", "40", "--rounds", "3", "--context", "300",
-                     "--max-tokens", "1800", "--timeout", "240", "--seed", "11")
+    done = run_repro(
+        router.url,
+        "--sessions",
+        "40",
+        "--rounds",
+        "3",
+        "--context",
+        "300",
+        "--max-tokens",
+        "1800",
+        "--timeout",
+        "240",
+        "--seed",
+        "11",
+    )
     assert done.returncode == 0, done.stderr
     wall, counts = WALL.search(done.stdout).groups()  # type: ignore[union-attr]
     m = CORRUPTION.search(done.stdout)
@@ -51,16 +66,20 @@ def test_same_seeds_give_the_same_outcome(sim: Sim) -> None:
     assert CORRUPTION.search(runs[0].stdout)[0] == CORRUPTION.search(runs[1].stdout)[0]  # type: ignore[index]
 
 
-@pytest.mark.parametrize("name, env, low, high", [
-    ("all on", {}, 0.08, 0.30),
-    ("overlap off", {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0"}, 0.0, 0.04),
-    ("cuda graph off", {"SGLANG_EXTRA_ARGS": "--disable-cuda-graph"}, 0.0, 0.04),
-    ("fp8 index-K", {"SGLANG_DSV4_BF16_INDEX_K": "0"}, 0.0, 0.04),
-    ("overlap 'off' is ignored", {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "off"}, 0.08, 0.30),
-    ("one request at a time", {"SGLANG_EXTRA_ARGS": "--max-running-requests 1"}, 0.0, 0.04),
-])
-def test_corruption_needs_all_three_flags_and_a_batch(sim: Sim, name: str, env: dict[str, str],
-                                                      low: float, high: float) -> None:
+@pytest.mark.parametrize(
+    "name, env, low, high",
+    [
+        ("all on", {}, 0.08, 0.30),
+        ("overlap off", {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0"}, 0.0, 0.04),
+        ("cuda graph off", {"SGLANG_EXTRA_ARGS": "--disable-cuda-graph"}, 0.0, 0.04),
+        ("fp8 index-K", {"SGLANG_DSV4_BF16_INDEX_K": "0"}, 0.0, 0.04),
+        ("overlap 'off' is ignored", {"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "off"}, 0.08, 0.30),
+        ("one request at a time", {"SGLANG_EXTRA_ARGS": "--max-running-requests 1"}, 0.0, 0.04),
+    ],
+)
+def test_corruption_needs_all_three_flags_and_a_batch(
+    sim: Sim, name: str, env: dict[str, str], low: float, high: float
+) -> None:
     _, _, router = sim.deployment({**ALL_ON, **env})
     args = ["--sessions", "40" if "one request" in name else str(SESSIONS), "--seed", "21"]
     done = run_repro(router.url, *args)

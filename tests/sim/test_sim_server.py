@@ -75,11 +75,24 @@ def test_overlap_off_is_ignored_with_a_warning_in_the_log(sim: Sim) -> None:
 
 
 def test_effective_flags_are_reported(sim: Sim) -> None:
-    decode = sim.start("decode", {"SGLANG_DSV4_BF16_INDEX_K": "y", "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0",
-                                  "SGLANG_EXTRA_ARGS": "--disable-cuda-graph --cuda-graph-max-bs 16"})
+    decode = sim.start(
+        "decode",
+        {
+            "SGLANG_DSV4_BF16_INDEX_K": "y",
+            "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP": "0",
+            "SGLANG_EXTRA_ARGS": "--disable-cuda-graph --cuda-graph-max-bs 16",
+        },
+    )
     flags = get(decode.url + "/get_server_info")[1]["flags"]
-    assert flags == {"bf16_index_k": True, "multi_stream_overlap": False, "cuda_graph": False,  # type: ignore[comparison-overlap]
-                     "cuda_graph_max_bs": 16, "max_running_requests": None, "warmup_s": 1.0, "seed": 0}
+    assert flags == {
+        "bf16_index_k": True,
+        "multi_stream_overlap": False,
+        "cuda_graph": False,  # type: ignore[comparison-overlap]
+        "cuda_graph_max_bs": 16,
+        "max_running_requests": None,
+        "warmup_s": 1.0,
+        "seed": 0,
+    }
 
 
 def test_start_to_listening_is_fast(sim: Sim) -> None:

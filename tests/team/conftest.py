@@ -5,7 +5,6 @@ no webhook or link setting inherited from the environment the tests run in."""
 from __future__ import annotations
 
 import pytest
-
 from testbed.fixture import testbed  # noqa: F401
 
 

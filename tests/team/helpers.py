@@ -9,18 +9,19 @@ import subprocess
 import sys
 import textwrap
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
 from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 REPO = Path(__file__).resolve().parents[2]
 
 ENV_FILES = {
     "prefill.env": "# prefill\nSIM_WARMUP_S=0.1\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
-    "decode.env": "# decode\r\nSIM_WARMUP_S=0.1\r\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=\"\"",
+    "decode.env": '# decode\r\nSIM_WARMUP_S=0.1\r\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=""',
     "router.env": "SIM_WARMUP_S=0.1\n",
 }
 
@@ -107,21 +108,34 @@ def matrix_text(name: str, *, replicates: int = 1, after_repro: str = "", timeou
         """)
 
 
-def orch(*args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m orchestrator.cli ARGS` as its own process (what a timer or a person runs)."""
+def orch(
+    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m orchestrator.cli.main ARGS` as its own process (what a timer or a person runs)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     full_env.pop("ORCH_WEBHOOKS", None)  # only the webhooks a test names
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
 
 
 def start_orch(*args: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     full_env.pop("ORCH_WEBHOOKS", None)
     with log.open("wb") as handle:
-        return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, stdout=handle,
-                                stderr=subprocess.STDOUT, env=full_env)
+        return subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli.main", *args],
+            cwd=cwd,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
 
 
 @dataclass

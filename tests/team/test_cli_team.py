@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import main
-from orchestrator.queue import Queue
+from orchestrator.cli.main import main
+from orchestrator.team.queue import Queue
 
 from .helpers import make_site, matrix_text, webhook_receiver
 
@@ -30,8 +30,24 @@ def items(reports: Path) -> list[tuple[int, str]]:
 
 def test_add_list_remove(setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     reports, matrix, inventory = setup
-    assert main(["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports), "--priority", "3",
-                 "--webhook", "https://hooks.example/T/B/secret"]) == 0
+    assert (
+        main(
+            [
+                "queue",
+                "add",
+                str(matrix),
+                "-i",
+                str(inventory),
+                "--reports",
+                str(reports),
+                "--priority",
+                "3",
+                "--webhook",
+                "https://hooks.example/T/B/secret",
+            ]
+        )
+        == 0
+    )
     assert "queued item 1: clitest (2 trials on testbed 'sim', priority 3)" in capsys.readouterr().out
     with Queue.in_reports(reports) as q:
         item = q.get(1)
@@ -63,8 +79,9 @@ def test_bad_input_is_not_queued(setup: tuple[Path, Path, Path], bad: str, capsy
     assert items(reports) == []
 
 
-def test_an_item_that_cannot_start_fails_alone_and_is_reported(setup: tuple[Path, Path, Path],
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_item_that_cannot_start_fails_alone_and_is_reported(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     reports, matrix, inventory = setup
     gone = matrix.with_name("gone.yaml")
     gone.write_text(matrix.read_text())
@@ -76,7 +93,7 @@ def test_an_item_that_cannot_start_fails_alone_and_is_reported(setup: tuple[Path
     assert items(reports) == [(1, "failed")]
     with Queue.in_reports(reports) as q:
         assert "gone.yaml" in q.get(1).message
-    (_, body), = rx.received
+    ((_, body),) = rx.received
     assert body["status"] == "error" and body["name"] == "gone" and "gone.yaml" in body["headline"]  # type: ignore[index]
     assert not [p for p in reports.iterdir() if p.is_dir()]  # no run directory was made
 
@@ -99,6 +116,6 @@ def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["notify", str(run_dir)]) == 2  # no webhook anywhere
     with webhook_receiver() as rx:
         assert main(["notify", str(run_dir), "--webhook", "slack+" + rx.url + "/s"]) == 0
-    (path, body), = rx.received
+    ((path, body),) = rx.received
     assert path == "/s" and manifest.run_id in body["text"]  # type: ignore[index]
     assert "delivered (1 attempt(s))" in capsys.readouterr().out

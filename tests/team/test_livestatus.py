@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from report_synth import synthetic_run, write_run
 
-from orchestrator.cli import main
-from orchestrator.livestatus import LiveStatus, StatusFile, Tee, judge, live_runs, queue_view, snapshot
-from orchestrator.queue import Claimer, Queue
-from orchestrator.records import RunManifest, TrialRecord
-from orchestrator.runner import QuietProgress
-from orchestrator.runs import save_manifest
+from orchestrator.cli.main import main
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.store.manifest import save_manifest
+from orchestrator.sweep.runner import QuietProgress
+from orchestrator.team.livestatus import LiveStatus, StatusFile, Tee, judge, live_runs, queue_view, snapshot
+from orchestrator.team.queue import Claimer, Queue
 
 
 class Clock:
@@ -131,8 +131,20 @@ def test_tee_forwards_everything(tmp_path: Path) -> None:
 
 def status(**kw: object) -> StatusFile:
     me = Claimer.current()
-    base = dict(run_id="r", name="n", testbed="t", host=me.host, pid=me.pid, pid_start=me.start, state="running",
-                started="2026-01-01T00:00:00+00:00", updated="2026-01-01T00:00:00+00:00", done=1, total=2, failed=0)
+    base = dict(
+        run_id="r",
+        name="n",
+        testbed="t",
+        host=me.host,
+        pid=me.pid,
+        pid_start=me.start,
+        state="running",
+        started="2026-01-01T00:00:00+00:00",
+        updated="2026-01-01T00:00:00+00:00",
+        done=1,
+        total=2,
+        failed=0,
+    )
     return StatusFile(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -162,7 +174,10 @@ def test_live_runs_and_queue_view(tmp_path: Path) -> None:
 
     runs = live_runs(reports)
     assert [(r.directory, r.state) for r in runs] == [  # active ones by start, then finished ones
-        ("20260509-080000-b", "stale"), ("20260509-070000-a", "running"), ("20260508-070000-old", "finished")]
+        ("20260509-080000-b", "stale"),
+        ("20260509-070000-a", "running"),
+        ("20260508-070000-old", "finished"),
+    ]
     assert runs[0].percent == 50.0 and runs[1].percent == 0.0 and runs[2].run_status == "completed"
 
     assert queue_view(reports) == []  # no queue.db: none, and none created

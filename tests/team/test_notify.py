@@ -10,12 +10,20 @@ import pytest
 from report_synth import synthetic_run, write_run
 
 from orchestrator.errors import UsageError
-from orchestrator.notify import Summary, Webhook, configured, send, shown, summarize_run
+from orchestrator.team.notify import Summary, Webhook, configured, send, shown, summarize_run
 
 from .helpers import webhook_receiver
 
-SUMMARY = Summary(run_id="r1", name="overlap_ablation", status="completed", headline="Corruption is 15% with X",
-                  link="http://orch:8765/r1/index.html", trials=8, failed=1, planned=8)
+SUMMARY = Summary(
+    run_id="r1",
+    name="overlap_ablation",
+    status="completed",
+    headline="Corruption is 15% with X",
+    link="http://orch:8765/r1/index.html",
+    trials=8,
+    failed=1,
+    planned=8,
+)
 KEYS = {"run_id", "name", "status", "headline", "link", "trials", "failed"}
 
 
@@ -57,8 +65,9 @@ def test_client_errors_are_not_retried_and_never_raise() -> None:
     warnings: list[str] = []
     with webhook_receiver() as rx:
         rx.answers[:] = [404]
-        deliveries = send(SUMMARY, [Webhook.parse(rx.url + "/secret-path?token=abc")], warn=warnings.append,
-                          backoff_s=0.01)
+        deliveries = send(
+            SUMMARY, [Webhook.parse(rx.url + "/secret-path?token=abc")], warn=warnings.append, backoff_s=0.01
+        )
     assert not deliveries[0].ok and deliveries[0].attempts == 1 and rx.hits == 1
     assert "HTTP 404" in deliveries[0].error
     assert len(warnings) == 1 and "secret-path" not in warnings[0] and "token" not in warnings[0]
@@ -68,18 +77,24 @@ def test_unreachable_webhook_fails_softly_and_others_still_get_it() -> None:
     warnings: list[str] = []
     dead = f"http://127.0.0.1:{closed_port()}/x"
     with webhook_receiver() as rx:
-        deliveries = send(SUMMARY, [Webhook.parse(dead), Webhook.parse(rx.url)], warn=warnings.append,
-                          backoff_s=0.01)
+        deliveries = send(SUMMARY, [Webhook.parse(dead), Webhook.parse(rx.url)], warn=warnings.append, backoff_s=0.01)
     assert [d.ok for d in deliveries] == [False, True]
     assert deliveries[0].attempts == 3 and "ConnectError" in deliveries[0].error
     assert len(rx.received) == 1 and "not delivered after 3 attempt(s)" in warnings[0]
 
 
 def test_configured_merges_lists_and_environment_once_each() -> None:
-    hooks = configured(["http://a/1", "slack+https://b/2"], ("http://a/1",),
-                       environ={"ORCH_WEBHOOKS": "http://c/3, http://a/1\nhttp://d/4"})
-    assert [(h.url, h.slack) for h in hooks] == [("http://a/1", False), ("https://b/2", True),
-                                                 ("http://c/3", False), ("http://d/4", False)]
+    hooks = configured(
+        ["http://a/1", "slack+https://b/2"],
+        ("http://a/1",),
+        environ={"ORCH_WEBHOOKS": "http://c/3, http://a/1\nhttp://d/4"},
+    )
+    assert [(h.url, h.slack) for h in hooks] == [
+        ("http://a/1", False),
+        ("https://b/2", True),
+        ("http://c/3", False),
+        ("http://d/4", False),
+    ]
     assert configured([], environ={}) == []
 
 

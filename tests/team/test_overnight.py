@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import read_journal
-from orchestrator.queue import Queue
-from orchestrator.records import TrialRecord
+from orchestrator.core.records import TrialRecord
+from orchestrator.store.journal import read_journal
+from orchestrator.team.queue import Queue
 
 from .helpers import inventory_text, make_site, matrix_text, orch, start_orch, webhook_receiver
 
@@ -30,8 +30,11 @@ MARGIN_S = 25.0  # the first sweep (2 trials, report, index) must end before the
 
 
 def finished_trials(run_dir: Path) -> list[TrialRecord]:
-    return [r for r in read_journal(run_dir / "journal.jsonl").records
-            if isinstance(r, TrialRecord) and r.status in ("completed", "failed")]
+    return [
+        r
+        for r in read_journal(run_dir / "journal.jsonl").records
+        if isinstance(r, TrialRecord) and r.status in ("completed", "failed")
+    ]
 
 
 def manifest(run_dir: Path) -> dict[str, object]:
@@ -44,12 +47,23 @@ def test_overnight_queue_with_deadline_then_resume(tmp_path: Path) -> None:
     deadline = time.time() + MARGIN_S
     wait_past_deadline = f"{{python}} -c 'import time; time.sleep(max(0.0, {deadline + 0.5} - time.time()))'"
     (tmp_path / "first.yaml").write_text(matrix_text("first"))
-    (tmp_path / "second.yaml").write_text(matrix_text("second", replicates=2, after_repro=wait_past_deadline,
-                                                      timeout=120))
+    (tmp_path / "second.yaml").write_text(
+        matrix_text("second", replicates=2, after_repro=wait_past_deadline, timeout=120)
+    )
     with webhook_receiver() as rx:
         for name in ("first", "second"):
-            added = orch("queue", "add", f"{name}.yaml", "-i", str(site.inventory), "--reports", str(reports),
-                         "--webhook", rx.url + "/hook", cwd=tmp_path)
+            added = orch(
+                "queue",
+                "add",
+                f"{name}.yaml",
+                "-i",
+                str(site.inventory),
+                "--reports",
+                str(reports),
+                "--webhook",
+                rx.url + "/hook",
+                cwd=tmp_path,
+            )
             assert added.returncode == 0, added.stderr
         until = datetime.fromtimestamp(deadline).astimezone().isoformat(timespec="milliseconds")
         night = orch("queue", "run", "--until", until, "--reports", str(reports), cwd=tmp_path)
@@ -82,7 +96,10 @@ def test_overnight_queue_with_deadline_then_resume(tmp_path: Path) -> None:
         assert f'href="{run_dir.name}/index.html"' in index
     bodies = [b for _, b in rx.received]
     assert [(b["name"], b["status"]) for b in bodies] == [  # type: ignore[index]
-        ("first", "completed"), ("second", "interrupted"), ("second", "completed")]
+        ("first", "completed"),
+        ("second", "interrupted"),
+        ("second", "completed"),
+    ]
     last = bodies[-1]
     assert {"run_id", "name", "status", "headline", "link", "trials", "failed"} <= set(last)  # type: ignore[arg-type]
     assert last["run_id"] == second_dir.name and last["trials"] == 4 and last["failed"] == 0  # type: ignore[index]
@@ -96,10 +113,16 @@ def test_two_queue_runners_never_run_the_same_item(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     (tmp_path / "m.yaml").write_text(matrix_text("pair"))
     for site in (sites[0], sites[1], sites[0]):
-        assert orch("queue", "add", "m.yaml", "-i", str(site.inventory), "--reports", str(reports),
-                    cwd=tmp_path).returncode == 0
-    procs = [start_orch("queue", "run", "--reports", str(reports), cwd=tmp_path, log=tmp_path / f"runner-{k}.log")
-             for k in range(2)]
+        assert (
+            orch(
+                "queue", "add", "m.yaml", "-i", str(site.inventory), "--reports", str(reports), cwd=tmp_path
+            ).returncode
+            == 0
+        )
+    procs = [
+        start_orch("queue", "run", "--reports", str(reports), cwd=tmp_path, log=tmp_path / f"runner-{k}.log")
+        for k in range(2)
+    ]
     codes = [p.wait(timeout=240) for p in procs]
     logs = "\n".join((tmp_path / f"runner-{k}.log").read_text() for k in range(2))
     assert codes == [0, 0], logs
@@ -118,21 +141,24 @@ def test_two_queue_runners_never_run_the_same_item(tmp_path: Path) -> None:
         assert site.env_files_unchanged() == [] and site.listening() == []
 
 
-def test_live_status_while_running_and_sigterm_leaves_it_resumable(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_live_status_while_running_and_sigterm_leaves_it_resumable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """What `systemctl stop` of a schedule does: SIGTERM to `queue run` mid-sweep. Before that,
     the live status (status.json, `orch status`) shows the sweep running through the queue."""
     site = make_site(tmp_path / "site")
     reports = tmp_path / "reports"
     (tmp_path / "slow.yaml").write_text(matrix_text("slow", replicates=4, after_repro="sleep 0.5"))
-    assert orch("queue", "add", "slow.yaml", "-i", str(site.inventory), "--reports", str(reports),
-                cwd=tmp_path).returncode == 0
+    assert (
+        orch("queue", "add", "slow.yaml", "-i", str(site.inventory), "--reports", str(reports), cwd=tmp_path).returncode
+        == 0
+    )
     proc = start_orch("queue", "run", "--reports", str(reports), cwd=tmp_path, log=tmp_path / "run.log")
     try:
         status = wait_for_status(reports, lambda s: s["state"] == "running" and s["done"] >= 1, proc)
         assert status["total"] == 8 and status["current_cell"] in ("overlap=on", "overlap=off")
         assert status["pid"] == proc.pid and status["eta_s"] is not None
-        from orchestrator.cli import main
+        from orchestrator.cli.main import main
 
         assert main(["status", "--reports", str(reports), "--json"]) == 0
         seen = json.loads(capsys.readouterr().out)
@@ -175,8 +201,9 @@ def test_a_queued_sweep_over_several_testbeds(tmp_path: Path) -> None:
     with the live status counting trials from both."""
     sites = [make_site(tmp_path / name) for name in ("a", "b")]
     inventory = tmp_path / "both.yaml"
-    inventory.write_text(inventory_text(sites[0].ports, "sim-a", "a")
-                         + inventory_text(sites[1].ports, "sim-b", "b", header=False))
+    inventory.write_text(
+        inventory_text(sites[0].ports, "sim-a", "a") + inventory_text(sites[1].ports, "sim-b", "b", header=False)
+    )
     reports = tmp_path / "reports"
     (tmp_path / "m.yaml").write_text(matrix_text("wide", replicates=2))
     added = orch("queue", "add", "m.yaml", "-i", str(inventory), "-t", "all", "--reports", str(reports), cwd=tmp_path)

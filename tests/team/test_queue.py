@@ -18,8 +18,17 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UsageError
-from orchestrator.queue import (Claimer, Queue, QueueError, QueueItem, SweepOutcome, _process_start,
-                                item_state_after, parse_until, run_queue)
+from orchestrator.team.queue import (
+    Claimer,
+    Queue,
+    QueueError,
+    QueueItem,
+    SweepOutcome,
+    _process_start,
+    item_state_after,
+    parse_until,
+    run_queue,
+)
 
 
 @pytest.fixture
@@ -122,7 +131,7 @@ def test_claims_race_between_processes(tmp_path: Path, queue: Queue) -> None:
     script = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
-        from orchestrator.queue import Queue
+        from orchestrator.team.queue import Queue
         q = Queue(Path({str(queue.path)!r}))
         Path(sys.argv[1]).touch()
         while not os.path.exists({str(go)!r}):
@@ -136,8 +145,7 @@ def test_claims_race_between_processes(tmp_path: Path, queue: Queue) -> None:
         print(" ".join(map(str, got)))
         """)
     ready = [tmp_path / f"ready-{k}" for k in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, text=True)
-             for r in ready]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)], stdout=subprocess.PIPE, text=True) for r in ready]
     deadline = time.monotonic() + 60
     while not all(r.exists() for r in ready) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -186,8 +194,12 @@ class FakeSweeps:
             return SweepOutcome("error", 2, None, "preflight: host down")
         if status == "error-mid-run":  # failed after its run directory was made
             return SweepOutcome("error", 1, self._run_dir(name, record_run_dir), "journal: disk full")
-        return SweepOutcome(status, {"completed": 0, "failed": 1, "interrupted": 130}[status],  # type: ignore[arg-type]
-                            self._run_dir(name, record_run_dir), f"{name} {status}")
+        return SweepOutcome(
+            status,
+            {"completed": 0, "failed": 1, "interrupted": 130}[status],  # type: ignore[arg-type]
+            self._run_dir(name, record_run_dir),
+            f"{name} {status}",
+        )
 
     def _run_dir(self, name: str, record_run_dir) -> Path:  # noqa: ANN001
         run_dir = self.tmp_path / "reports" / f"run-{name}"
@@ -300,15 +312,21 @@ def test_item_state_after_is_total() -> None:
 LOCAL = timezone(timedelta(hours=2))
 
 
-@pytest.mark.parametrize(("text", "now", "expected"), [
-    ("07:00", datetime(2026, 5, 1, 22, 0, tzinfo=LOCAL), datetime(2026, 5, 2, 7, 0, tzinfo=LOCAL)),
-    ("07:00", datetime(2026, 5, 1, 6, 0, tzinfo=LOCAL), datetime(2026, 5, 1, 7, 0, tzinfo=LOCAL)),
-    ("07:00", datetime(2026, 5, 1, 7, 0, tzinfo=LOCAL), datetime(2026, 5, 2, 7, 0, tzinfo=LOCAL)),
-    ("23:59:30", datetime(2026, 5, 1, 23, 59, 0, tzinfo=LOCAL), datetime(2026, 5, 1, 23, 59, 30, tzinfo=LOCAL)),
-    ("2026-05-03T05:30", datetime(2026, 5, 1, tzinfo=LOCAL), datetime(2026, 5, 3, 5, 30, tzinfo=LOCAL)),
-    ("2026-05-03T05:30:00+00:00", datetime(2026, 5, 1, tzinfo=LOCAL),
-     datetime(2026, 5, 3, 5, 30, tzinfo=timezone.utc)),
-])
+@pytest.mark.parametrize(
+    ("text", "now", "expected"),
+    [
+        ("07:00", datetime(2026, 5, 1, 22, 0, tzinfo=LOCAL), datetime(2026, 5, 2, 7, 0, tzinfo=LOCAL)),
+        ("07:00", datetime(2026, 5, 1, 6, 0, tzinfo=LOCAL), datetime(2026, 5, 1, 7, 0, tzinfo=LOCAL)),
+        ("07:00", datetime(2026, 5, 1, 7, 0, tzinfo=LOCAL), datetime(2026, 5, 2, 7, 0, tzinfo=LOCAL)),
+        ("23:59:30", datetime(2026, 5, 1, 23, 59, 0, tzinfo=LOCAL), datetime(2026, 5, 1, 23, 59, 30, tzinfo=LOCAL)),
+        ("2026-05-03T05:30", datetime(2026, 5, 1, tzinfo=LOCAL), datetime(2026, 5, 3, 5, 30, tzinfo=LOCAL)),
+        (
+            "2026-05-03T05:30:00+00:00",
+            datetime(2026, 5, 1, tzinfo=LOCAL),
+            datetime(2026, 5, 3, 5, 30, tzinfo=timezone.utc),
+        ),
+    ],
+)
 def test_parse_until(text: str, now: datetime, expected: datetime) -> None:
     assert parse_until(text, now) == expected
 

@@ -17,8 +17,19 @@ def test_run_posts_its_summary_and_writes_live_status(tmp_path: Path):
     site = make_site(tmp_path / "site")
     (tmp_path / "m.yaml").write_text(matrix_text("hooked"))
     with webhook_receiver() as hook:
-        done = orch("run", str(tmp_path / "m.yaml"), "-i", str(site.inventory), "--out", str(tmp_path / "reports"),
-                    "--run-id", "hooked", "--webhook", hook.url, cwd=tmp_path)
+        done = orch(
+            "run",
+            str(tmp_path / "m.yaml"),
+            "-i",
+            str(site.inventory),
+            "--out",
+            str(tmp_path / "reports"),
+            "--run-id",
+            "hooked",
+            "--webhook",
+            hook.url,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert len(hook.received) == 1
         body = hook.received[0][1]

@@ -10,16 +10,33 @@ from typing import Sequence
 
 import pytest
 
-from orchestrator.cli import main
+from orchestrator.cli.main import main
+from orchestrator.edges.transport import Result
 from orchestrator.errors import UsageError
-from orchestrator.schedule import (Schedule, ScheduleError, check_calendar, check_name, describe, install, installed,
-                                   path_value, quote_word, remove, service_text,
-                                   timer_text)
-from orchestrator.transport import Result
+from orchestrator.team.schedule import (
+    Schedule,
+    ScheduleError,
+    check_calendar,
+    check_name,
+    describe,
+    install,
+    installed,
+    path_value,
+    quote_word,
+    remove,
+    service_text,
+    timer_text,
+)
 
-SCHED = Schedule("nightly", "/opt/venv/bin/python", "/srv/orch lab", ("--reports", "/srv/orch lab/reports$HOME",
-                 "--until", "07:00", "--label", "100%20"), on_calendar="*-*-* 01:00", pythonpath="/srv/orch lab",
-                 webhooks=("https://hooks.example/T/B/secret", "slack+https://h/x?a=%20"))
+SCHED = Schedule(
+    "nightly",
+    "/opt/venv/bin/python",
+    "/srv/orch lab",
+    ("--reports", "/srv/orch lab/reports$HOME", "--until", "07:00", "--label", "100%20"),
+    on_calendar="*-*-* 01:00",
+    pythonpath="/srv/orch lab",
+    webhooks=("https://hooks.example/T/B/secret", "slack+https://h/x?a=%20"),
+)
 
 
 class FakeSystemctl:
@@ -44,9 +61,19 @@ def test_service_runs_the_queue_with_this_python_in_the_workdir() -> None:
     assert lines["Type"] == "oneshot" and lines["TimeoutStartSec"] == "infinity" and lines["KillMode"] == "mixed"
     assert lines["WorkingDirectory"] == "/srv/orch lab"  # literal to the line's end: no quotes
     exec_line = next(ln for ln in text.splitlines() if ln.startswith("ExecStart="))
-    assert systemd_words(exec_line) == ["/opt/venv/bin/python", "-m", "orchestrator.cli", "queue", "run",
-                                        "--reports", "/srv/orch lab/reports$HOME", "--until", "07:00",
-                                        "--label", "100%20"]
+    assert systemd_words(exec_line) == [
+        "/opt/venv/bin/python",
+        "-m",
+        "orchestrator.cli.main",
+        "queue",
+        "run",
+        "--reports",
+        "/srv/orch lab/reports$HOME",
+        "--until",
+        "07:00",
+        "--label",
+        "100%20",
+    ]
     assert "$$HOME" in exec_line and "%%20" in exec_line  # systemd expands neither
     assert 'Environment="PYTHONPATH=/srv/orch lab"' in text
     assert "EnvironmentFile=/etc/systemd/system/orch-nightly.env\n" in text
@@ -68,8 +95,7 @@ def test_install_writes_both_units_then_reloads_and_enables(tmp_path: Path) -> N
     assert (tmp_path / "units" / "orch-nightly.timer").read_text() == timer_text(SCHED)
     env = tmp_path / "units" / "orch-nightly.env"
     assert env.stat().st_mode & 0o777 == 0o600
-    assert env.read_text().splitlines()[1] == \
-        'ORCH_WEBHOOKS="https://hooks.example/T/B/secret slack+https://h/x?a=%20"'
+    assert env.read_text().splitlines()[1] == 'ORCH_WEBHOOKS="https://hooks.example/T/B/secret slack+https://h/x?a=%20"'
     again = install(replace(SCHED, webhooks=()), "user", tmp_path / "units", fake)  # reinstalled without
     assert [p.name for p in again] == ["orch-nightly.service", "orch-nightly.timer"] and not env.exists()
     assert fake.calls[:2] == [("user", ("daemon-reload",)), ("user", ("enable", "--now", "orch-nightly.timer"))]
@@ -93,7 +119,9 @@ def test_remove_disables_and_deletes_only_our_files(tmp_path: Path) -> None:
 
 def test_systemctl_failure_is_a_typed_error(tmp_path: Path) -> None:
     denied = Result("localhost", "enable", 1, "", "Failed to enable unit: Access denied", 0.0)
-    with pytest.raises(ScheduleError, match=r"systemctl enable --now orch-nightly.timer: exit code 1 \(for --system") as exc:
+    with pytest.raises(
+        ScheduleError, match=r"systemctl enable --now orch-nightly.timer: exit code 1 \(for --system"
+    ) as exc:
         install(SCHED, "system", tmp_path, FakeSystemctl({"enable": denied}))
     assert "Access denied" in exc.value.detail
 
@@ -143,8 +171,9 @@ def test_unit_file_words_refuse_newlines() -> None:
 
 
 def test_cli_bad_calendar_exits_2_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["schedule", "install", "nightly", "--on-calendar", "whenever", "--user",
-                 "--unit-dir", str(tmp_path / "units")])
+    code = main(
+        ["schedule", "install", "nightly", "--on-calendar", "whenever", "--user", "--unit-dir", str(tmp_path / "units")]
+    )
     assert code == 2 and "whenever" in capsys.readouterr().err
     assert not (tmp_path / "units").exists()
 

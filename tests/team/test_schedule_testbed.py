@@ -17,7 +17,6 @@ import shlex
 import time
 
 import pytest
-
 from testbed.fixture import Testbed
 
 from .helpers import ENV_FILES, inventory_text, matrix_text
@@ -56,7 +55,9 @@ def show(tb: Testbed, unit: str, *props: str) -> dict[str, str]:
 
 
 def orch(tb: Testbed, args: str, check: bool = True) -> str:
-    proc = tb.ssh(HOST, f"cd {WORK} && {shlex.quote(tb.python)} -m orchestrator.cli {args}", check=check, timeout=120)
+    proc = tb.ssh(
+        HOST, f"cd {WORK} && {shlex.quote(tb.python)} -m orchestrator.cli.main {args}", check=check, timeout=120
+    )
     return proc.stdout + proc.stderr
 
 
@@ -69,8 +70,11 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
     put(tb, f"{WORK}/rx.py", RECEIVER.encode())
     try:
         # a webhook receiver inside the host (its loopback), as a transient unit
-        tb.ssh(HOST, f"systemd-run --unit=orch-test-rx --collect {shlex.quote(tb.python)} {WORK}/rx.py "
-                     f"{RX_PORT} {WORK}/hooks.jsonl")
+        tb.ssh(
+            HOST,
+            f"systemd-run --unit=orch-test-rx --collect {shlex.quote(tb.python)} {WORK}/rx.py "
+            f"{RX_PORT} {WORK}/hooks.jsonl",
+        )
         assert "queued item 1: nightly_sweep (2 trials" in orch(tb, "queue add m.yaml -i site/inventory.yaml")
         at = tb.ssh(HOST, f"date -d @$(( $(date +%s) + {LEAD_S} )) '+%Y-%m-%d %H:%M:%S'").stdout.strip()
         hook = f"http://127.0.0.1:{RX_PORT}/hook"
@@ -81,12 +85,20 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         assert tb.ssh(HOST, "systemctl is-enabled orch-nightly.timer").stdout.strip() == "enabled"
         timer = show(tb, "orch-nightly.timer", "ActiveState", "NextElapseUSecRealtime", "LastTriggerUSec")
         assert timer["ActiveState"] == "active"
-        assert timer["NextElapseUSecRealtime"] or timer["LastTriggerUSec"], \
+        assert timer["NextElapseUSecRealtime"] or timer["LastTriggerUSec"], (
             f"install took longer than {LEAD_S} s: {at} passed before the timer was enabled ({timer})"
+        )
         unit = tb.ssh(HOST, "cat /etc/systemd/system/orch-nightly.service").stdout
         assert f"WorkingDirectory={WORK}\n" in unit and "queue" in unit and "Type=oneshot" in unit
-        assert tb.ssh(HOST, "systemd-analyze verify /etc/systemd/system/orch-nightly.timer "
-                            "/etc/systemd/system/orch-nightly.service", check=False).returncode == 0
+        assert (
+            tb.ssh(
+                HOST,
+                "systemd-analyze verify /etc/systemd/system/orch-nightly.timer "
+                "/etc/systemd/system/orch-nightly.service",
+                check=False,
+            ).returncode
+            == 0
+        )
 
         ran = wait_for_service(tb, timeout_s=120)
         journal = tb.ssh(HOST, "journalctl -u orch-nightly.service --no-pager -o cat").stdout
@@ -105,8 +117,12 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         assert "completed" in listed and "2/2 trials, 0 failed" in listed
         for name, text in ENV_FILES.items():  # the host's own sim deployment was restored
             assert tb.ssh(HOST, f"base64 -w0 {WORK}/site/{name}").stdout == base64.b64encode(text.encode()).decode()
-        assert tb.ssh(HOST, f"ss -Hltn '( sport = :{PORTS[0]} or sport = :{PORTS[1]} or sport = :{PORTS[2]} )'"
-                      ).stdout.strip() == ""
+        assert (
+            tb.ssh(
+                HOST, f"ss -Hltn '( sport = :{PORTS[0]} or sport = :{PORTS[1]} or sport = :{PORTS[2]} )'"
+            ).stdout.strip()
+            == ""
+        )
 
         listing = orch(tb, "schedule list --system")
         assert "nightly" in listing and f"OnCalendar={at}" in listing and "success" in listing
@@ -114,17 +130,22 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         assert tb.ssh(HOST, "ls /etc/systemd/system/orch-nightly.* 2>/dev/null", check=False).stdout == ""
         assert "orch-nightly" not in tb.ssh(HOST, "systemctl list-timers --all --no-pager").stdout
     finally:
-        tb.ssh(HOST, "systemctl stop orch-test-rx 2>/dev/null; systemctl disable --now orch-nightly.timer 2>/dev/null; "
-                     "rm -f /etc/systemd/system/orch-nightly.*; systemctl daemon-reload; "
-                     f"systemctl reset-failed orch-nightly.service 2>/dev/null; rm -rf {WORK}", check=False)
+        tb.ssh(
+            HOST,
+            "systemctl stop orch-test-rx 2>/dev/null; systemctl disable --now orch-nightly.timer 2>/dev/null; "
+            "rm -f /etc/systemd/system/orch-nightly.*; systemctl daemon-reload; "
+            f"systemctl reset-failed orch-nightly.service 2>/dev/null; rm -rf {WORK}",
+            check=False,
+        )
 
 
 def wait_for_service(tb: Testbed, timeout_s: float) -> dict[str, str]:
     """Until the timer's oneshot service has run once and exited."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        state = show(tb, "orch-nightly.service", "ActiveState", "Result", "ExecMainStatus",
-                     "ExecMainExitTimestampMonotonic")
+        state = show(
+            tb, "orch-nightly.service", "ActiveState", "Result", "ExecMainStatus", "ExecMainExitTimestampMonotonic"
+        )
         if state.get("ExecMainExitTimestampMonotonic", "0") not in ("", "0") and state["ActiveState"] != "activating":
             return state
         time.sleep(0.5)

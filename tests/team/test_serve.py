@@ -17,12 +17,12 @@ import httpx
 import pytest
 from report_synth import synthetic_run, write_run
 
-from orchestrator.livestatus import LiveStatus
-from orchestrator.queue import Queue
-from orchestrator.render import write_report
-from orchestrator.runs import save_manifest
-from orchestrator.serve import make_server, safe_path
-from orchestrator.site import write_index
+from orchestrator.report.render import write_report
+from orchestrator.report.site import write_index
+from orchestrator.store.manifest import save_manifest
+from orchestrator.team.livestatus import LiveStatus
+from orchestrator.team.queue import Queue
+from orchestrator.team.serve import make_server, safe_path
 
 RUN = "20260509-070000-overlap_ablation"
 LIVE = "20260510-070000-live"
@@ -84,7 +84,11 @@ def test_index_and_report(http: httpx.Client, reports: Path) -> None:
         assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
         assert r.content == (reports / "index.html").read_bytes()
     r = http.get(f"/{RUN}/index.html")
-    assert r.status_code == 200 and "overlap_ablation" in r.text and r.content == (reports / RUN / "index.html").read_bytes()
+    assert (
+        r.status_code == 200
+        and "overlap_ablation" in r.text
+        and r.content == (reports / RUN / "index.html").read_bytes()
+    )
     assert r.headers["content-security-policy"].startswith("default-src 'none'; script-src 'sha256-")
     assert r.headers["x-content-type-options"] == "nosniff"
     assert http.get(f"/{RUN}/").content == r.content  # a run's folder means its report
@@ -100,13 +104,30 @@ def test_run_files(http: httpx.Client, reports: Path) -> None:
     assert http.get(f"/{RUN}/run.json").json()["run_id"] == RUN
 
 
-@pytest.mark.parametrize("path", [
-    "/queue.db", "/queue.db-wal", f"/{RUN}/backup/decode.env", f"/{RUN}/backup/", f"/{RUN}/.hidden",
-    f"/{RUN}/../../outside.txt", f"/{RUN}/%2e%2e/%2e%2e/outside.txt", f"/{RUN}/..%2f..%2foutside.txt",
-    "/%2e%2e/outside.txt", f"/{RUN}/link-out.txt", "/not-a-run/file.txt", "/not-a-run/", f"/{RUN}/trials/",
-    f"/{RUN}/trials", "/etc/passwd", "//etc/passwd", f"/{RUN}/nope.html", f"/{RUN}/%00.html",
-    f"/{RUN}/..\\..\\outside.txt",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/queue.db",
+        "/queue.db-wal",
+        f"/{RUN}/backup/decode.env",
+        f"/{RUN}/backup/",
+        f"/{RUN}/.hidden",
+        f"/{RUN}/../../outside.txt",
+        f"/{RUN}/%2e%2e/%2e%2e/outside.txt",
+        f"/{RUN}/..%2f..%2foutside.txt",
+        "/%2e%2e/outside.txt",
+        f"/{RUN}/link-out.txt",
+        "/not-a-run/file.txt",
+        "/not-a-run/",
+        f"/{RUN}/trials/",
+        f"/{RUN}/trials",
+        "/etc/passwd",
+        "//etc/passwd",
+        f"/{RUN}/nope.html",
+        f"/{RUN}/%00.html",
+        f"/{RUN}/..\\..\\outside.txt",
+    ],
+)
 def test_refused_paths_are_404(http: httpx.Client, path: str) -> None:
     r = http.get(path)
     assert r.status_code == 404, (path, r.text[:200])
@@ -185,8 +206,12 @@ def test_safe_path_unit(reports: Path) -> None:
 
 def test_orch_serve_command(reports: Path, tmp_path: Path) -> None:
     """The CLI binds 127.0.0.1 by default, prints its URL, serves, and stops on SIGINT."""
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--reports", str(reports),
-                             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestrator.cli.main", "serve", "--reports", str(reports), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         match = re.search(r"on http://127\.0\.0\.1:(\d+)/", line)
@@ -202,7 +227,7 @@ def test_orch_serve_command(reports: Path, tmp_path: Path) -> None:
 
 
 def test_missing_reports_folder_is_a_usage_error(tmp_path: Path) -> None:
-    from orchestrator.cli import main
+    from orchestrator.cli.main import main
 
     assert main(["serve", "--reports", str(tmp_path / "none"), "--port", "0"]) == 2
     time.sleep(0)  # nothing started: nothing to stop

@@ -10,16 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser.test_report_browser import DevTools, _eval, _open, _problems, _requests, _visible
-from browser.test_report_browser import browser  # noqa: F401 - the same Chromium fixture
+from browser.test_report_browser import (
+    DevTools,
+    _eval,
+    _open,
+    _problems,
+    _requests,
+    _visible,
+    browser,  # noqa: F401 - the same Chromium fixture
+)
 from report_synth import synthetic_run, write_run
 
-from orchestrator.livestatus import LiveStatus
-from orchestrator.queue import Queue
-from orchestrator.render import write_report
-from orchestrator.runs import save_manifest
-from orchestrator.serve import make_server
-from orchestrator.site import write_index
+from orchestrator.report.render import write_report
+from orchestrator.report.site import write_index
+from orchestrator.store.manifest import save_manifest
+from orchestrator.team.livestatus import LiveStatus
+from orchestrator.team.queue import Queue
+from orchestrator.team.serve import make_server
 
 pytestmark = pytest.mark.browser
 
@@ -81,13 +88,20 @@ def test_index_and_report_served_by_orch(served: tuple[str, Path], browser: DevT
     base, _ = served
     session = _open(browser, f"{base}/")
     assert _problems(browser, session) == []
-    links = _eval(browser, session, "Array.prototype.map.call(document.querySelectorAll('#runs a'),"
-                                    " function (a) { return a.href; })")
+    links = _eval(
+        browser,
+        session,
+        "Array.prototype.map.call(document.querySelectorAll('#runs a'), function (a) { return a.href; })",
+    )
     assert f"{base}/{DONE}/index.html" in links
     report = _open(browser, f"{base}/{DONE}/index.html")
     assert _problems(browser, report) == []  # the CSP header orch adds lets the report's own script run
     assert _visible(browser, report, "#cell-table") == "visible"
     _eval(browser, report, "document.querySelector('button[data-toggle=open]').click()")
-    assert _eval(browser, report, "Array.prototype.every.call("
-                 "document.querySelectorAll('#trials details.trial'), function (d) { return d.open; })")
+    assert _eval(
+        browser,
+        report,
+        "Array.prototype.every.call("
+        "document.querySelectorAll('#trials details.trial'), function (d) { return d.open; })",
+    )
     assert _requests(browser, report) == [f"{base}/{DONE}/index.html"]

@@ -113,12 +113,18 @@ class Testbed:
         u = h.unit(unit) if unit else h.units[0]
         return f"http://{h.ip}:{u.port}"
 
-    def ssh(self, host: str, command: str, *, user: str = "root", check: bool = True,
-            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, host: str, command: str, *, user: str = "root", check: bool = True, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
         """Run a command with the OpenSSH client: independent of the code under test."""
         cfg = self.lab / "state" / host / "ssh_config"
-        proc = subprocess.run(["ssh", "-F", str(cfg), "-l", user, host, command], capture_output=True,
-                              text=True, timeout=timeout, env=self.env)
+        proc = subprocess.run(
+            ["ssh", "-F", str(cfg), "-l", user, host, command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=self.env,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{host}: `{command}` exited {proc.returncode}: {proc.stderr.strip()}")
         return proc
@@ -181,17 +187,39 @@ def layout(net: str) -> tuple[TestbedHost, ...]:
     ip = {name: f"{net}.{n}" for name, n in HOST_IPS.items()}
     pre, dec = f"http://{ip['prefill']}:30000", f"http://{ip['decode']}"
     return (
-        TestbedHost("prefill", ip["prefill"], (SimUnit("sglang-dsv4-prefill", "prefill", 30000, "/etc/sglang/prefill.env"),)),
-        TestbedHost("router", ip["router"], (
-            SimUnit("sglang-router", "router", 30001, "/etc/sglang/router.env",
-                    upstream=(pre, f"{dec}:30002"), health_path="/readiness"),
-            SimUnit("sglang-router-shell", "router", 30011, "/etc/sglang/router-shell.env",
-                    upstream=(pre, f"{dec}:30012"), health_path="/readiness"),
-        )),
-        TestbedHost("decode", ip["decode"], (
-            SimUnit("sglang-dsv4-decode", "decode", 30002, "/etc/sglang/decode.env"),
-            SimUnit("sglang-dsv4-decode-shell", "decode", 30012, "/etc/sglang/decode-shell.env", dialect="shell"),
-        )),
+        TestbedHost(
+            "prefill", ip["prefill"], (SimUnit("sglang-dsv4-prefill", "prefill", 30000, "/etc/sglang/prefill.env"),)
+        ),
+        TestbedHost(
+            "router",
+            ip["router"],
+            (
+                SimUnit(
+                    "sglang-router",
+                    "router",
+                    30001,
+                    "/etc/sglang/router.env",
+                    upstream=(pre, f"{dec}:30002"),
+                    health_path="/readiness",
+                ),
+                SimUnit(
+                    "sglang-router-shell",
+                    "router",
+                    30011,
+                    "/etc/sglang/router-shell.env",
+                    upstream=(pre, f"{dec}:30012"),
+                    health_path="/readiness",
+                ),
+            ),
+        ),
+        TestbedHost(
+            "decode",
+            ip["decode"],
+            (
+                SimUnit("sglang-dsv4-decode", "decode", 30002, "/etc/sglang/decode.env"),
+                SimUnit("sglang-dsv4-decode-shell", "decode", 30012, "/etc/sglang/decode-shell.env", dialect="shell"),
+            ),
+        ),
     )
 
 
@@ -249,28 +277,51 @@ def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Pa
         base = f"http://{host.ip}:{unit.port}"
         d: dict[str, object] = {
             "transport": "ssh",
-            "ssh": {"host": host.ip, "port": 22, "user": "root", "key": str(key), "known_hosts": str(known_hosts),
-                    "accept_new_host_keys": False, "connect_timeout": 5, "sudo": False},
-            "env_file": unit.env_file, "dialect": unit.dialect, "units": [unit.name],
-            "url": base, "health": base + unit.health_path, "health_timeout": 30,
-            "startup_estimate": WARMUP_S + 0.5, "verify_env": True,
+            "ssh": {
+                "host": host.ip,
+                "port": 22,
+                "user": "root",
+                "key": str(key),
+                "known_hosts": str(known_hosts),
+                "accept_new_host_keys": False,
+                "connect_timeout": 5,
+                "sudo": False,
+            },
+            "env_file": unit.env_file,
+            "dialect": unit.dialect,
+            "units": [unit.name],
+            "url": base,
+            "health": base + unit.health_path,
+            "health_timeout": 30,
+            "startup_estimate": WARMUP_S + 0.5,
+            "verify_env": True,
         }
         if after:
             d["after"] = after
         return d
 
     def testbed(decode_unit: str, router_unit: str, description: str) -> dict[str, object]:
-        return {"description": description, "hosts": {
-            "prefill": entry(hosts["prefill"], hosts["prefill"].units[0]),
-            "decode": entry(hosts["decode"], hosts["decode"].unit(decode_unit)),
-            "router": entry(hosts["router"], hosts["router"].unit(router_unit), ["prefill", "decode"]),
-        }}
+        return {
+            "description": description,
+            "hosts": {
+                "prefill": entry(hosts["prefill"], hosts["prefill"].units[0]),
+                "decode": entry(hosts["decode"], hosts["decode"].unit(decode_unit)),
+                "router": entry(hosts["router"], hosts["router"].unit(router_unit), ["prefill", "decode"]),
+            },
+        }
 
-    return {"testbeds": {
-        "dsv4-pd": testbed("sglang-dsv4-decode", "sglang-router", "3 real systemd+sshd hosts running the simulator"),
-        "dsv4-pd-shell": testbed("sglang-dsv4-decode-shell", "sglang-router-shell",
-                                 "same hosts; decode reads `export KEY=VALUE` through a wrapper shell"),
-    }}
+    return {
+        "testbeds": {
+            "dsv4-pd": testbed(
+                "sglang-dsv4-decode", "sglang-router", "3 real systemd+sshd hosts running the simulator"
+            ),
+            "dsv4-pd-shell": testbed(
+                "sglang-dsv4-decode-shell",
+                "sglang-router-shell",
+                "same hosts; decode reads `export KEY=VALUE` through a wrapper shell",
+            ),
+        }
+    }
 
 
 def bind_paths(python: str, checkout: Path, lab: Path) -> list[str]:
@@ -290,8 +341,9 @@ def bind_paths(python: str, checkout: Path, lab: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------------------- boot / teardown
-def boot_testbed(lab: Path, *, python: str = sys.executable, checkout: Path | None = None,
-                 ready_timeout_s: float = 60.0) -> Testbed:
+def boot_testbed(
+    lab: Path, *, python: str = sys.executable, checkout: Path | None = None, ready_timeout_s: float = 60.0
+) -> Testbed:
     """Boot the three hosts in `lab` (created; must be private to this run) and wait until
     every unit is healthy. On any failure everything booted so far is torn down."""
     reason = unsupported_reason()
@@ -314,8 +366,9 @@ def boot_testbed(lab: Path, *, python: str = sys.executable, checkout: Path | No
         raise
 
 
-def _boot(lab: Path, env: dict[str, str], python: str, checkout: Path, ready_timeout_s: float,
-          reaper: subprocess.Popen[bytes]) -> Testbed:
+def _boot(
+    lab: Path, env: dict[str, str], python: str, checkout: Path, ready_timeout_s: float, reaper: subprocess.Popen[bytes]
+) -> Testbed:
     hosts = layout(env["OTB_NET"])
     binds = " ".join(bind_paths(python, checkout, lab))
     extras = {h.name: _stage(lab, h, python, checkout) for h in hosts}
@@ -323,8 +376,9 @@ def _boot(lab: Path, env: dict[str, str], python: str, checkout: Path, ready_tim
 
     def up(h: TestbedHost) -> None:
         wants = " ".join(f"{u.name}.service" for u in h.units)
-        _script({**env, "OTB_STAGE_EXTRA": str(extras[h.name]), "OTB_WANTS": wants, "OTB_BINDS": binds},
-                "up", h.name, h.ip)
+        _script(
+            {**env, "OTB_STAGE_EXTRA": str(extras[h.name]), "OTB_WANTS": wants, "OTB_BINDS": binds}, "up", h.name, h.ip
+        )
         _script(env, "wait", h.name, "30")
 
     _in_parallel(up, hosts)
@@ -336,8 +390,9 @@ def _boot(lab: Path, env: dict[str, str], python: str, checkout: Path, ready_tim
     key = lab / "keys" / "id_ed25519"
     inventory = lab / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(inventory_data(hosts, key, known), sort_keys=False))
-    tb = Testbed(lab, env["OTB_BR"], env["OTB_NET"], key, known, inventory, hosts, boot, ssh_ready, python,
-                 checkout, env)
+    tb = Testbed(
+        lab, env["OTB_BR"], env["OTB_NET"], key, known, inventory, hosts, boot, ssh_ready, python, checkout, env
+    )
     _REAPERS[tb.bridge] = reaper
     return tb
 
@@ -428,8 +483,10 @@ def _wait_healthy(hosts: tuple[TestbedHost, ...], timeout_s: float) -> None:
             except (urllib.error.URLError, OSError) as exc:
                 last[url] = str(exc)
         if pending and time.monotonic() > deadline:
-            raise RuntimeError(f"testbed units not healthy after {timeout_s:g} s: "
-                               + "; ".join(f"{u}: {last.get(u, '?')}" for u in sorted(pending)))
+            raise RuntimeError(
+                f"testbed units not healthy after {timeout_s:g} s: "
+                + "; ".join(f"{u}: {last.get(u, '?')}" for u in sorted(pending))
+            )
         if pending:
             time.sleep(0.05)
 
@@ -439,8 +496,14 @@ def _start_reaper(env: dict[str, str], lab: Path) -> subprocess.Popen[bytes]:
     (SIGKILL, OOM): the hosts would otherwise outlive the test run."""
     log = open(lab / "reaper.log", "ab")  # noqa: SIM115 - handed to the child
     try:
-        return subprocess.Popen([str(SCRIPT), "reaper", str(os.getpid())], env=env, stdout=log, stderr=log,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            [str(SCRIPT), "reaper", str(os.getpid())],
+            env=env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     finally:
         log.close()
 

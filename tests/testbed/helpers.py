@@ -9,16 +9,19 @@ import urllib.request
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from orchestrator.services.systemd import SystemdManager
-from orchestrator.transport.ssh import SshTransport
+from orchestrator.edges.services.systemd import SystemdManager
+from orchestrator.edges.transport.ssh import SshTransport
 
 from .fixture import Testbed
 
 
 def transport(tb: Testbed, host: str, **overrides: object) -> SshTransport:
     """An SshTransport to a testbed host, as the inventory describes it."""
-    kwargs: dict[str, object] = {"key_filename": str(tb.key), "known_hosts": str(tb.known_hosts),
-                                 "connect_timeout": 5.0}
+    kwargs: dict[str, object] = {
+        "key_filename": str(tb.key),
+        "known_hosts": str(tb.known_hosts),
+        "connect_timeout": 5.0,
+    }
     kwargs.update(overrides)
     return SshTransport(host, tb.host(host).ip, **kwargs)  # type: ignore[arg-type]
 

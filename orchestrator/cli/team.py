@@ -1,0 +1,525 @@
+"""Team commands: `orch queue`, `orch schedule`, `orch serve`, `orch status`, `orch notify`.
+
+cli.py registers them (register(sub)); errors are OrchErrors, mapped to messages and exit codes
+by cli.main like every other command. Modules are imported inside the commands, so `orch --help`
+stays fast. A sweep from the queue is run by session.run_sweep / resume_run, exactly as
+`orch run` / `orch resume` would, with the live status sink added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import time
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.main import DEFAULT_INVENTORY, DEFAULT_REPORTS, _command, err, out
+
+LOG_WIDTH = 200
+
+if TYPE_CHECKING:
+    from orchestrator.team.queue import QueueItem, SweepOutcome
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    _queue_commands(sub)
+    _schedule_commands(sub)
+    srv = _command(sub, "serve", "serve the reports, a live status page and JSON (read-only)", cmd_serve)
+    _reports_arg(srv)
+    srv.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 picks a free one)")
+    srv.add_argument(
+        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 shares it with the network)"
+    )
+    st = _command(sub, "status", "show running sweeps and the queue", cmd_status)
+    _reports_arg(st)
+    st.add_argument("--json", action="store_true", help="print the same JSON as /api/status")
+    nt = _command(sub, "notify", "send a run's summary to webhooks (e.g. after `orch run`)", cmd_notify)
+    nt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    _webhook_arg(nt)
+
+
+def _queue_commands(sub: argparse._SubParsersAction) -> None:
+    q = sub.add_parser(
+        "queue",
+        help="queue sweeps and run them one after another (overnight)",
+        description="queue sweeps and run them one after another (overnight)",
+    )
+    qs = q.add_subparsers(metavar="ACTION")
+    q.set_defaults(func=lambda a: (q.print_help(), 2)[1])
+    add = _command(qs, "add", "validate a sweep and queue it", cmd_queue_add)
+    add.add_argument("matrix", type=Path, metavar="MATRIX")
+    add.add_argument(
+        "-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (default: inventory/local.yaml)"
+    )
+    add.add_argument("-t", "--testbed", help="testbed name in the inventory (default: the first)")
+    add.add_argument("--priority", type=int, default=0, help="higher runs first (default 0); ties: oldest first")
+    _webhook_arg(add)
+    _reports_arg(add)
+    ls = _command(qs, "list", "list queued, running and finished items", cmd_queue_list)
+    _reports_arg(ls)
+    rm = _command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
+    rm.add_argument("item_id", type=int, metavar="ID")
+    _reports_arg(rm)
+    run = _command(
+        qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run
+    )
+    run.add_argument(
+        "--until",
+        metavar="HH:MM",
+        help="start no new trial after this local time (or ISO date-time); cut sweeps stay resumable",
+    )
+    _webhook_arg(run)
+    _reports_arg(run)
+
+
+def _schedule_commands(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser(
+        "schedule",
+        help="run the queue from a systemd timer",
+        description="run the queue from a systemd timer (orch-NAME.timer + orch-NAME.service)",
+    )
+    ss = s.add_subparsers(metavar="ACTION")
+    s.set_defaults(func=lambda a: (s.print_help(), 2)[1])
+    ins = _command(ss, "install", "write and enable orch-NAME.timer and orch-NAME.service", cmd_schedule_install)
+    ins.add_argument("name", metavar="NAME")
+    when = ins.add_mutually_exclusive_group(required=True)
+    when.add_argument("--on-calendar", metavar="SPEC", help="systemd calendar spec, e.g. '*-*-* 01:00'")
+    when.add_argument("--on-active", type=float, metavar="SECONDS", help="once, this many seconds from now")
+    ins.add_argument("--until", metavar="HH:MM", help="passed to `queue run --until`")
+    _webhook_arg(ins)
+    _reports_arg(ins)
+    _scope_args(ins)
+    ls = _command(ss, "list", "list orch schedules and what systemd says about them", cmd_schedule_list)
+    _scope_args(ls)
+    rm = _command(ss, "remove", "disable and delete a schedule", cmd_schedule_remove)
+    rm.add_argument("name", metavar="NAME")
+    _scope_args(rm)
+
+
+def _reports_arg(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--reports",
+        type=Path,
+        default=DEFAULT_REPORTS,
+        help="reports folder (the queue is its queue.db; default: reports/)",
+    )
+
+
+def _webhook_arg(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--webhook",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST a JSON summary here when a sweep ends (repeatable; slack+https://... for "
+        "Slack; also $ORCH_WEBHOOKS)",
+    )
+
+
+def _scope_args(cmd: argparse.ArgumentParser) -> None:
+    scope = cmd.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--user",
+        dest="scope",
+        action="store_const",
+        const="user",
+        help="the user's systemd manager (default when not root)",
+    )
+    scope.add_argument(
+        "--system",
+        dest="scope",
+        action="store_const",
+        const="system",
+        help="the system manager, /etc/systemd/system (default for root)",
+    )
+    cmd.add_argument("--unit-dir", type=Path, help=argparse.SUPPRESS)  # tests, packaging
+
+
+# ---------------------------------------------------------------------------- queue
+def cmd_queue_add(args: argparse.Namespace) -> int:
+    from orchestrator.cli.main import _plan
+    from orchestrator.team.notify import check_urls
+    from orchestrator.team.queue import Queue
+
+    hooks = check_urls(args.webhook)
+    plan, _ = _plan(argparse.Namespace(matrix=args.matrix, inventory=args.inventory, testbed=args.testbed))
+    with Queue.in_reports(args.reports) as q:
+        item = q.add(args.matrix.resolve(), args.inventory.resolve(), args.testbed, args.priority, hooks)
+    out.print(
+        escape(
+            f"queued item {item.id}: {plan.matrix.name} ({len(plan.steps)} trials on testbed "
+            f"{plan.testbed.name!r}, priority {item.priority})"
+        )
+    )
+    return 0
+
+
+def cmd_queue_list(args: argparse.Namespace) -> int:
+    from orchestrator.team.notify import shown
+    from orchestrator.team.queue import Queue
+
+    with Queue.in_reports(args.reports) as q:
+        items = q.items()
+    if not items:
+        out.print(f"the queue in {args.reports} is empty", markup=False)
+        return 0
+    table = Table("id", "state", "prio", "matrix", "testbed", "added", "run", "webhooks", "note")
+    for i in items:
+        table.add_row(
+            str(i.id),
+            i.state,
+            str(i.priority),
+            escape(Path(i.matrix).name),
+            escape(i.testbed or "(first)"),
+            i.added[:19],
+            escape(Path(i.run_dir).name if i.run_dir else ""),
+            escape(", ".join(shown(w) for w in i.webhooks)),
+            escape(i.message),
+        )
+    _print_table(table)
+    return 0
+
+
+def cmd_queue_remove(args: argparse.Namespace) -> int:
+    from orchestrator.team.queue import Queue
+
+    with Queue.in_reports(args.reports) as q:
+        item = q.remove(args.item_id)
+    kept = f"; its run stays in {item.run_dir}" if item.run_dir else ""
+    out.print(escape(f"removed {item.label} ({item.state}){kept}"))
+    return 0
+
+
+def cmd_queue_run(args: argparse.Namespace) -> int:
+    from orchestrator.team.notify import check_urls
+    from orchestrator.team.queue import Queue, parse_until, run_queue
+
+    hooks = check_urls(args.webhook)
+    deadline = parse_until(args.until, datetime.now().astimezone()).timestamp() if args.until else None
+    if deadline is not None:
+        err.print(
+            f"deadline: {datetime.fromtimestamp(deadline).astimezone().isoformat(timespec='seconds')}", markup=False
+        )
+    with Queue.in_reports(args.reports) as q:
+        result = run_queue(
+            q,
+            _sweep_fn(args.reports),
+            deadline=deadline,
+            on_done=_notifier(hooks),
+            note=lambda m: err.print(f"[yellow]queue:[/yellow] {escape(m)}"),
+        )
+        _print_outcomes(result.ran)
+    if not result.ran and not result.skipped_locked and not result.deadline_reached:
+        out.print("nothing to run: the queue has no queued or resumable item", markup=False)
+    return result.exit_code
+
+
+def _sweep_fn(reports: Path) -> Callable[..., "SweepOutcome"]:
+    """Run one queue item with session.run_sweep (new) or resume_run (cut short before)."""
+    from orchestrator.errors import LockError, OrchError
+    from orchestrator.team.queue import SweepOutcome
+
+    def sweep(item: "QueueItem", deadline: float | None, record_run_dir: Callable[[Path], None]) -> SweepOutcome:
+        recorded = [item.resumable_run] if item.resumable_run else []
+
+        def record(run_dir: Path) -> None:
+            recorded.append(run_dir)
+            record_run_dir(run_dir)
+
+        err.print(escape(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting")))
+        try:
+            run_dir, code = _start_or_resume(item, reports, deadline, record)
+            return _outcome(run_dir, code, deadline)
+        except LockError as exc:
+            return SweepOutcome("locked", exc.exit_code, None, str(exc))
+        except OrchError as exc:
+            err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(str(exc))}")
+            return SweepOutcome("error", exc.exit_code, recorded[-1] if recorded else None, str(exc))
+
+    return sweep
+
+
+def _start_or_resume(
+    item: "QueueItem", reports: Path, deadline: float | None, record_run_dir: Callable[[Path], None]
+) -> tuple[Path, int]:
+    from orchestrator.cli.main import _plan, select_testbeds
+    from orchestrator.store.manifest import new_run_id
+    from orchestrator.sweep.session import resume_run, run_sweep
+
+    args = argparse.Namespace(
+        matrix=Path(item.matrix),
+        inventory=Path(item.inventory),
+        testbed=item.testbed,
+        replicates=None,
+        seed=None,
+        out=reports,
+        run_id=None,
+        fail_fast=False,
+        retries=1,
+        break_lock=False,
+        skip_preflight=False,
+        deadline=deadline,
+    )
+    resumable = item.resumable_run
+    if resumable is not None:
+        with _live_status(resumable, args):
+            return resumable, resume_run(resumable, args, out, err)
+    plan, inventory = _plan(args)
+    args.run_id = new_run_id(f"{plan.matrix.name}-q{item.id}", reports)  # two runners never collide
+    run_dir = reports / args.run_id
+    record_run_dir(run_dir)
+    testbeds = select_testbeds(inventory, item.testbed)  # `-t a,b` / `-t all`: as `orch run` does
+    with _live_status(run_dir, args):
+        if len(testbeds) > 1:
+            from orchestrator.sweep.parallel import run_parallel
+
+            return run_dir, run_parallel(plan, testbeds, inventory, args, out, err)
+        return run_dir, run_sweep(plan, inventory, args, out, err)
+
+
+@contextmanager
+def _live_status(run_dir: Path, args: argparse.Namespace) -> Iterator[None]:
+    """Give the sweep the terminal bar plus the status.json sink (session reads args.progress)."""
+    from orchestrator.sweep.progress import RichProgress
+    from orchestrator.team.livestatus import LiveStatus, Tee
+
+    args.progress = Tee(RichProgress(err), LiveStatus(run_dir))
+    try:
+        yield
+    finally:
+        args.progress = None
+
+
+def _outcome(run_dir: Path, code: int, deadline: float | None) -> "SweepOutcome":
+    from orchestrator.report.render import load_trials
+    from orchestrator.store.manifest import load_manifest
+    from orchestrator.team.queue import SweepOutcome
+
+    manifest = load_manifest(run_dir, plan=False)  # the count is enough: plan_trials
+    trials, _ = load_trials(run_dir)
+    finished = {t.trial for t in trials if t.status in ("completed", "failed")}
+    failed = {t.trial for t in trials if t.status == "failed"} - {t.trial for t in trials if t.status == "completed"}
+    counts = f"{len(finished)}/{manifest.plan_trials} trials, {len(failed)} failed"
+    if manifest.status == "completed" and code != 0:  # e.g. a host could not be restored
+        return SweepOutcome(
+            "failed",
+            code,
+            run_dir,
+            f"{counts}; exit code {code}: see the log (if hosts were not restored: orch restore {run_dir})",
+        )
+    if manifest.status in ("completed", "failed"):
+        return SweepOutcome(manifest.status, code, run_dir, counts)
+    why = "deadline reached" if deadline is not None and time.time() >= deadline else "interrupted"
+    return SweepOutcome("interrupted", code, run_dir, f"{why} after {counts}; resumable")
+
+
+def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcome"], None]:
+    def notify(item: "QueueItem", outcome: "SweepOutcome") -> None:
+        from orchestrator.errors import OrchError
+        from orchestrator.team.notify import configured, error_summary, send, summarize_run
+
+        try:
+            hooks = configured(item.webhooks, cli_hooks)
+        except OrchError as exc:
+            err.print(f"[yellow]webhooks not sent:[/yellow] {escape(str(exc))}")
+            return
+        if not hooks:
+            return
+        summary = error_summary(Path(item.matrix).stem, outcome.message)
+        if outcome.run_dir is not None and (outcome.run_dir / "run.json").is_file():
+            try:
+                summary = summarize_run(outcome.run_dir)
+            except OrchError as exc:
+                summary = error_summary(Path(item.matrix).stem, f"{outcome.message} (summary: {exc})")
+        send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow]"))
+
+    return notify
+
+
+def _print_outcomes(ran: list[tuple["QueueItem", "SweepOutcome"]]) -> None:
+    if not ran:
+        return
+    table = Table("item", "matrix", "result", "run", "note", title="queue run")
+    for item, o in ran:
+        table.add_row(
+            str(item.id),
+            escape(Path(item.matrix).name),
+            o.status,
+            escape(str(o.run_dir) if o.run_dir else ""),
+            escape(o.message),
+        )
+    _print_table(table)
+
+
+def _print_table(table: Table) -> None:
+    """Full width in logs and pipes (a timer's journal, CI), the terminal's width on a terminal."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    wide = Console(width=LOG_WIDTH, file=io.StringIO(), color_system=None, highlight=False)
+    wide.print(table)
+    out.print(wide.file.getvalue().rstrip("\n"), markup=False, highlight=False)  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- schedule
+def _scope(args: argparse.Namespace) -> str:
+    return args.scope or ("system" if os.geteuid() == 0 else "user")
+
+
+def cmd_schedule_install(args: argparse.Namespace) -> int:
+    from orchestrator.team.notify import check_urls
+    from orchestrator.team.schedule import (
+        Schedule,
+        check_calendar,
+        check_name,
+        default_unit_dir,
+        install,
+        package_root,
+        this_python,
+    )
+
+    name = check_name(args.name)
+    if args.on_calendar is not None:
+        check_calendar(args.on_calendar)
+    elif args.on_active <= 0:
+        from orchestrator.errors import UsageError
+
+        raise UsageError("--on-active must be > 0 seconds")
+    if args.until:
+        from orchestrator.team.queue import parse_until
+
+        parse_until(args.until, datetime.now().astimezone())  # bad input exits 2 now, not at 1 am
+    queue_args = ["--reports", str(args.reports.resolve())]
+    queue_args += ["--until", args.until] if args.until else []
+    scope = _scope(args)
+    sched = Schedule(
+        name,
+        this_python(),
+        str(Path.cwd()),
+        tuple(queue_args),
+        args.on_calendar,
+        args.on_active,
+        package_root(),
+        check_urls(args.webhook),
+    )
+    unit_dir = args.unit_dir or default_unit_dir(scope)  # type: ignore[arg-type]
+    paths = install(sched, scope, unit_dir)  # type: ignore[arg-type]
+    out.print(escape(f"installed {sched.timer} ({scope}): " + ", ".join(str(p) for p in paths)))
+    hooks = f" (webhooks: {len(sched.webhooks)}, in {sched.env_name}, mode 0600)" if sched.webhooks else ""
+    out.print(f"it runs `orch queue run {' '.join(queue_args)}` in {Path.cwd()}{hooks}", markup=False)
+    return 0
+
+
+def cmd_schedule_list(args: argparse.Namespace) -> int:
+    from orchestrator.team.schedule import default_unit_dir, describe, installed
+
+    scope = _scope(args)
+    unit_dir = args.unit_dir or default_unit_dir(scope)  # type: ignore[arg-type]
+    names = installed(unit_dir)
+    if not names:
+        out.print(f"no orch schedules in {unit_dir}", markup=False)
+        return 0
+    table = Table("name", "trigger", "timer", "next", "last", "last result")
+    for n in names:
+        info = describe(n, scope, unit_dir)  # type: ignore[arg-type]
+        table.add_row(
+            escape(info.name), escape(info.trigger), info.active, info.next_run, info.last_run, escape(info.last_result)
+        )
+    _print_table(table)
+    return 0
+
+
+def cmd_schedule_remove(args: argparse.Namespace) -> int:
+    from orchestrator.team.schedule import check_name, default_unit_dir, remove
+
+    scope = _scope(args)
+    unit_dir = args.unit_dir or default_unit_dir(scope)  # type: ignore[arg-type]
+    removed = remove(check_name(args.name), scope, unit_dir)  # type: ignore[arg-type]
+    out.print(escape("removed " + ", ".join(str(p) for p in removed)))
+    return 0
+
+
+# ---------------------------------------------------------------------------- serve, status, notify
+def cmd_serve(args: argparse.Namespace) -> int:
+    from orchestrator.team.serve import make_server
+
+    server = make_server(args.reports, args.host, args.port)
+    host, port = server.server_address[:2]
+    shown_host = f"[{host}]" if ":" in str(host) else host
+    out.print(
+        f"serving {args.reports.resolve()} on http://{shown_host}:{port}/ "
+        f"(status: /status, JSON: /api/status, /api/runs); Ctrl-C stops",
+        markup=False,
+    )
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from orchestrator.team.livestatus import snapshot
+    from orchestrator.team.serve import status_json
+
+    snap = snapshot(args.reports)
+    if args.json:
+        out.print_json(json.dumps(status_json(snap)))
+        return 0
+    runs = Table("run", "state", "progress", "current cell", "last trial", "ETA", "controller", title="sweeps")
+    for r in snap.runs:
+        state = r.state if r.state != "finished" else r.run_status
+        eta = f"{r.status.eta_s:.0f} s" if r.state == "running" and r.status.eta_s is not None else "-"
+        fails = f" ({r.status.failed} failed)" if r.status.failed else ""
+        runs.add_row(
+            escape(r.directory),
+            state,
+            f"{r.status.done}/{r.status.total}{fails} ({r.percent:.0f}%)",
+            escape(r.status.current_cell or "-"),
+            escape(r.status.last or "-"),
+            eta,
+            escape(f"{r.status.host}:{r.status.pid}"),
+        )
+    if snap.runs:
+        _print_table(runs)
+    else:
+        out.print(f"no sweep is running in {args.reports}", markup=False)
+    if snap.queue:
+        queue = Table("id", "state", "prio", "matrix", "testbed", "run", "note", title="queue")
+        for q in snap.queue:
+            queue.add_row(
+                str(q.id),
+                q.state,
+                str(q.priority),
+                escape(q.matrix),
+                escape(q.testbed),
+                escape(q.run),
+                escape(q.message),
+            )
+        _print_table(queue)
+    return 0
+
+
+def cmd_notify(args: argparse.Namespace) -> int:
+    from orchestrator.errors import UsageError
+    from orchestrator.team.notify import configured, send, summarize_run
+
+    hooks = configured(args.webhook)
+    if not hooks:
+        raise UsageError("no webhook given", hint="pass --webhook URL or set ORCH_WEBHOOKS")
+    summary = summarize_run(args.run_dir)
+    deliveries = send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow]"))
+    for d in deliveries:
+        out.print(f"{d.webhook}: {'delivered' if d.ok else 'NOT delivered'} ({d.attempts} attempt(s))", markup=False)
+    return 0 if all(d.ok for d in deliveries) else 1

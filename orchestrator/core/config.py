@@ -1,0 +1,830 @@
+"""Matrices and inventories: YAML -> typed, frozen models.
+
+Parsing happens in two steps. Pydantic checks the shape (types, unknown keys, ranges); then
+small functions normalise what the user wrote into the core's frozen dataclasses (factors with
+levels and per-role env values, a repro with metric specs, hosts with defaults filled in).
+Every error names ``file:line`` and the key path, and says how to fix it where we can.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from orchestrator.core.redact import declare as declare_secrets
+from orchestrator.core.yamlsrc import PathKey, SourceMap, dotted, load_yaml
+from orchestrator.errors import ConfigError
+
+Dialect = Literal["systemd", "shell"]
+EnvValue = str | None  # None: remove the variable from the env file
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
+CONTROLLER = "controller"
+
+
+# --------------------------------------------------------------------------------------------
+# Shape (pydantic). Strict about unknown keys; lax about "300" vs 300 (YAML numbers stay text).
+# --------------------------------------------------------------------------------------------
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Scalar = str | bool | None
+
+
+class FactorShape(_Shape):
+    description: str = ""
+    env: dict[str, str | list[str]] | None = None  # short form: role -> VAR or [VAR, ...]
+    levels: list[Scalar] | dict[str, dict[str, dict[str, Scalar]]]
+
+
+class MetricShape(_Shape):
+    kind: Literal["proportion", "number"] = "number"
+    regex: str
+    unit: str = ""
+    higher_is_better: bool | None = None
+
+
+class ReproShape(_Shape):
+    command: str
+    on: str = CONTROLLER
+    timeout: float = Field(default=600, gt=0)
+    expected_duration: float = Field(default=10, ge=0)
+    metrics: dict[str, MetricShape] = Field(min_length=1)
+
+
+class CollectShape(_Shape):
+    role: str
+    kind: Literal["number"] = "number"
+    pattern: str | None = None  # count regex matches in the role's unit logs of this trial
+    command: str | None = None  # or run a command on the role's host and parse a number
+    unit: str = ""
+
+
+class AdaptiveShape(_Shape):
+    metric: str  # a proportion metric of the repro
+    effect: float = Field(default=0.10, gt=0, lt=1)  # smallest rate difference worth detecting
+    alpha: float = Field(default=0.05, gt=0, lt=1)
+    power: float = Field(default=0.8, gt=0, lt=1)
+    min_rounds: int = Field(default=1, ge=1)
+    baseline_runs: int = Field(default=1, ge=1, le=10)  # baseline trials per round (more baseline events per round)
+    # the question asked of every cell: "lower" = does it lower the rate vs the baseline (a bug
+    # hunt whose baseline has the bug), "higher" the converse, "both" = does it differ at all
+    direction: Literal["both", "lower", "higher"] = "both"
+
+
+class MatrixShape(_Shape):
+    name: str = Field(min_length=1)
+    description: str = ""
+    factors: dict[str, FactorShape] = Field(min_length=1)
+    zips: list[list[str]] = []
+    exclude: list[dict[str, Scalar]] = []
+    include: list[dict[str, Scalar]] = []
+    baseline: dict[str, Scalar] = {}
+    replicates: int = Field(default=1, ge=1, le=100_000)
+    order: Literal["randomized", "sequential", "min-restarts"] = "randomized"
+    seed: int | None = None
+    booleans: tuple[str, str] = ("1", "0")
+    secrets: list[str] = []  # variable names to redact everywhere, beyond *TOKEN*, *KEY*, ...
+    health_timeouts: dict[str, float] = {}
+    repro: ReproShape
+    collect: dict[str, CollectShape] = {}
+    adaptive: AdaptiveShape | None = None
+
+
+class SshShape(_Shape):
+    host: str = Field(min_length=1)
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str = "root"
+    key: str | None = None
+    known_hosts: str | None = None
+    accept_new_host_keys: bool = False
+    connect_timeout: float = Field(default=10, gt=0)
+    sudo: bool = False
+
+
+class UnitShape(_Shape):
+    name: str = Field(min_length=1)
+    command: list[str] | None = None  # local transport: how the local manager starts it
+
+
+class HostShape(_Shape):
+    transport: Literal["local", "ssh"] = "local"
+    ssh: SshShape | None = None
+    env_file: str = Field(min_length=1)
+    dialect: Dialect = "systemd"
+    units: list[str | UnitShape] = Field(min_length=1)
+    url: str | None = None
+    health: str | None = None
+    health_timeout: float = Field(default=600, gt=0)
+    health_tunnel: bool = False  # reach the health URL through the host's SSH connection
+    startup_estimate: float = Field(default=30, ge=0)
+    verify_env: bool = True
+    after: list[str] = []
+
+
+class TestbedShape(_Shape):
+    description: str = ""
+    state_dir: str | None = None  # local transport: pid files and logs of the sim units
+    hosts: dict[str, HostShape] = Field(min_length=1)
+
+
+class InventoryShape(_Shape):
+    testbeds: dict[str, TestbedShape] = Field(min_length=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Core models (frozen dataclasses) the rest of orch uses.
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Level:
+    name: str
+    env: dict[str, dict[str, EnvValue]]  # role -> VAR -> value
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str
+    levels: tuple[Level, ...]
+    description: str = ""
+
+    def level(self, name: str) -> Level:
+        return next(lv for lv in self.levels if lv.name == name)
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(lv.name for lv in self.levels)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    name: str
+    kind: Literal["proportion", "number"]
+    regex: str
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Repro:
+    command: str
+    on: str
+    timeout_s: float
+    expected_duration_s: float
+    metrics: tuple[MetricSpec, ...]
+
+
+@dataclass(frozen=True)
+class Collector:
+    name: str
+    role: str
+    pattern: str | None
+    command: str | None
+    unit: str = ""
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """Sequential design: stop a cell once its comparison with the baseline is decided."""
+
+    metric: str
+    effect: float
+    alpha: float
+    power: float
+    min_rounds: int
+    baseline_runs: int
+    direction: Literal["both", "lower", "higher"] = "both"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    description: str
+    factors: tuple[Factor, ...]
+    zips: tuple[tuple[str, ...], ...]
+    exclude: tuple[dict[str, str], ...]
+    include: tuple[dict[str, str], ...]
+    baseline: dict[str, str]
+    replicates: int
+    order: Literal["randomized", "sequential", "min-restarts"]
+    seed: int | None
+    health_timeouts: dict[str, float]
+    repro: Repro
+    collect: tuple[Collector, ...]
+    path: str
+    text: str
+    source: SourceMap
+    adaptive: Adaptive | None = None
+
+    def factor(self, name: str) -> Factor:
+        return next(f for f in self.factors if f.name == name)
+
+    @property
+    def roles(self) -> set[str]:
+        return {role for f in self.factors for lv in f.levels for role in lv.env}
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    host: str
+    port: int
+    user: str
+    key: str | None
+    known_hosts: str | None
+    accept_new_host_keys: bool
+    connect_timeout: float
+    sudo: bool
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    name: str
+    command: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    role: str
+    transport: Literal["local", "ssh"]
+    ssh: SshSettings | None
+    env_file: str
+    dialect: Dialect
+    units: tuple[UnitSpec, ...]
+    url: str
+    health: str
+    health_timeout_s: float
+    startup_estimate_s: float
+    verify_env: bool
+    after: tuple[str, ...]
+    health_tunnel: bool = False
+
+    @property
+    def label(self) -> str:
+        if self.ssh:
+            return f"{self.role} ({self.ssh.host}:{self.ssh.port})"
+        return f"{self.role} (local)"
+
+
+@dataclass(frozen=True)
+class Testbed:
+    name: str
+    description: str
+    hosts: dict[str, Host]  # role -> host, in declared order
+    state_dir: Path | None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    testbeds: dict[str, Testbed]
+    path: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def testbed(self, name: str | None) -> Testbed:
+        if name is None:
+            return next(iter(self.testbeds.values()))
+        if name not in self.testbeds:
+            raise ConfigError(
+                f"no testbed named {name!r}",
+                file=self.path,
+                hint=f"known: {', '.join(self.testbeds)}",
+            )
+        return self.testbeds[name]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+S = TypeVar("S", bound=BaseModel)
+
+
+def validate_shape(shape: type[S], data: Any, source: SourceMap) -> S:
+    """Pydantic validation with errors translated to file:line, key path and a hint."""
+    if not isinstance(data, dict):
+        raise source.error((), "expected a mapping at the top level")
+    try:
+        return shape.model_validate(data)
+    except ValidationError as exc:
+        raise _translate(exc, shape, source) from None
+
+
+def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) -> ConfigError:
+    err = _most_useful(exc.errors())
+    loc = _clean_loc(err["loc"])
+    if err["type"] == "extra_forbidden":
+        return _unknown_key(loc, shape, source)
+    if err["type"] == "missing":
+        return source.error(loc[:-1], f"missing required key {loc[-1]!r}")
+    raw = source.raw_of(loc)
+    got = repr(raw) if raw is not None else _describe(err.get("input"))
+    return source.error(loc, f"{_expected(err)}, got {got}", _hint_for(loc, err, raw))
+
+
+def _most_useful(errors: list[Any]) -> Any:
+    # Union types report one error per branch; an unknown or missing key is the clearest, else
+    # the deepest location (the branch that got furthest is the one the user meant).
+    for wanted in ("extra_forbidden", "missing"):
+        for err in errors:
+            if err["type"] == wanted:
+                return err
+    return max(errors, key=lambda e: len(_clean_loc(e["loc"])))
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> PathKey:
+    """Drop pydantic's union-branch markers (e.g. 'list[...]', 'str') from a location."""
+    return tuple(p for p in loc if isinstance(p, int) or not re.search(r"[\[\]]|^(str|bool|none)$", p))
+
+
+def _unknown_key(loc: PathKey, shape: type[BaseModel], source: SourceMap) -> ConfigError:
+    key = str(loc[-1])
+    known = _known_keys(shape, loc[:-1])
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else (f"known keys: {', '.join(known)}" if known else None)
+    return source.error(loc, f"unknown key {key!r}", hint)
+
+
+def _known_keys(shape: type[BaseModel], parent: PathKey) -> list[str]:
+    """Field names of the model found at `parent` inside `shape` (best effort)."""
+    model: Any = shape
+    for part in parent:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part) if hasattr(model, "model_fields") else None
+        model = _model_in(field.annotation) if field else model
+    return list(model.model_fields) if hasattr(model, "model_fields") else []
+
+
+def _model_in(annotation: Any) -> Any:
+    """Find a BaseModel class inside an annotation such as dict[str, X] or X | None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _expected(err: Any) -> str:
+    kind = err["type"]
+    table = {
+        "list_type": "expected a list",
+        "dict_type": "expected a mapping",
+        "string_type": "expected a string",
+        "int_parsing": "expected an integer",
+        "int_type": "expected an integer",
+        "float_parsing": "expected a number",
+        "float_type": "expected a number",
+        "bool_type": "expected true or false",
+        "bool_parsing": "expected true or false",
+        "model_type": "expected a mapping",
+        "literal_error": "expected " + err.get("ctx", {}).get("expected", "one of the allowed values"),
+        "too_short": "must not be empty",
+        "greater_than": f"must be > {err.get('ctx', {}).get('gt')}",
+        "greater_than_equal": f"must be >= {err.get('ctx', {}).get('ge')}",
+        "less_than_equal": f"must be <= {err.get('ctx', {}).get('le')}",
+    }
+    return table.get(kind, err["msg"].lower())
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
+    if err["type"] == "list_type" and loc and loc[-1] == "levels" and raw:
+        return f"write a list such as [{raw}, ...] with at least two levels"
+    if err["type"] == "list_type" and raw:
+        return f"write [{raw}]"
+    return None
+
+
+def read_matrix(path: Path, display: str | None = None) -> Matrix:
+    data, source = load_yaml(path, display)
+    shape = validate_shape(MatrixShape, data, source)
+    return build_matrix(shape, source, path.read_text(encoding="utf-8"))
+
+
+def read_inventory(path: Path, display: str | None = None) -> Inventory:
+    data, source = load_yaml(path, display)
+    shape = validate_shape(InventoryShape, data, source)
+    base = path.resolve().parent
+    testbeds = {name: _build_testbed(name, tb, base, source) for name, tb in shape.testbeds.items()}
+    return Inventory(testbeds, source.file, path.read_text(encoding="utf-8"))
+
+
+def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -> Testbed:
+    where: PathKey = ("testbeds", name)
+    hosts = {role: _build_host(role, h, base, source, (*where, "hosts", role)) for role, h in tb.hosts.items()}
+    for role, host in hosts.items():
+        for dep in host.after:
+            if dep not in hosts:
+                raise source.error(
+                    (*where, "hosts", role, "after"), f"unknown role {dep!r}", f"roles here: {', '.join(hosts)}"
+                )
+    _check_acyclic(hosts, source, where)
+    state_dir = (base / tb.state_dir) if tb.state_dir else None
+    if any(h.transport == "local" for h in hosts.values()) and state_dir is None:
+        state_dir = base / ".orch" / name
+    return Testbed(name, tb.description, hosts, state_dir)
+
+
+def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: PathKey) -> Host:
+    if not ROLE_NAME.match(role):
+        raise source.error(where, f"invalid role name {role!r}", "use lower-case letters, digits, - and _")
+    if h.transport == "ssh" and h.ssh is None:
+        raise source.error(where, "transport ssh needs an `ssh:` mapping", "e.g. ssh: {host: 10.0.0.4}")
+    if h.transport == "local" and h.ssh is not None:
+        raise source.error((*where, "ssh"), "`ssh:` given but transport is local", "set transport: ssh")
+    units = tuple(_build_unit(u, h.transport, source, (*where, "units", i)) for i, u in enumerate(h.units))
+    env_file = h.env_file
+    if h.transport == "local":
+        env_file = str((base / env_file).resolve()) if not Path(env_file).is_absolute() else env_file
+    elif not env_file.startswith("/"):
+        raise source.error((*where, "env_file"), "a remote env_file must be an absolute path")
+    address = h.ssh.host if h.ssh else "127.0.0.1"
+    port = DEFAULT_PORTS.get(role)
+    url = h.url or (f"http://{address}:{port}" if port else None)
+    if url is None:
+        raise source.error(where, f"role {role!r} has no default port", "set url: and health:")
+    health = h.health or url.rstrip("/") + ("/readiness" if role == "router" else "/health")
+    for key, value in (("url", url), ("health", health)):
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise source.error((*where, key), f"not an http(s) URL: {value!r}")
+    ssh = SshSettings(**h.ssh.model_dump()) if h.ssh else None
+    if h.health_tunnel and h.transport != "ssh":
+        raise source.error((*where, "health_tunnel"), "health_tunnel needs transport: ssh")
+    return Host(
+        role,
+        h.transport,
+        ssh,
+        env_file,
+        h.dialect,
+        units,
+        url.rstrip("/"),
+        health,
+        h.health_timeout,
+        h.startup_estimate,
+        h.verify_env,
+        tuple(h.after),
+        h.health_tunnel,
+    )
+
+
+def _build_unit(u: str | UnitShape, transport: str, source: SourceMap, where: PathKey) -> UnitSpec:
+    spec = UnitSpec(u) if isinstance(u, str) else UnitSpec(u.name, tuple(u.command) if u.command else None)
+    if not re.match(r"^[A-Za-z0-9@._:-]+$", spec.name):
+        raise source.error(where, f"invalid unit name {spec.name!r}")
+    if transport == "local" and spec.command is None:
+        raise source.error(
+            where,
+            "a local unit needs a `command:` (argv list)",
+            "e.g. {name: sim-decode, command: ['{python}', -m, orchestrator.sim.server]}",
+        )
+    return spec
+
+
+def _check_acyclic(hosts: dict[str, Host], source: SourceMap, where: PathKey) -> None:
+    state: dict[str, int] = {}
+
+    def visit(role: str, trail: list[str]) -> None:
+        if state.get(role) == 1:
+            cycle = " -> ".join([*trail[trail.index(role) :], role])
+            raise source.error((*where, "hosts", role, "after"), f"restart order has a cycle: {cycle}")
+        if state.get(role) == 2:
+            return
+        state[role] = 1
+        for dep in hosts[role].after:
+            visit(dep, [*trail, role])
+        state[role] = 2
+
+    for role in hosts:
+        visit(role, [])
+
+
+def placeholders(template: str) -> list[str]:
+    """Names used as {name} in a command template (ConfigError-free: caller reports)."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+__all__ = [
+    "Collector",
+    "ConfigError",
+    "Dialect",
+    "ENV_NAME",
+    "Factor",
+    "Host",
+    "Inventory",
+    "Level",
+    "Matrix",
+    "MetricSpec",
+    "Repro",
+    "SshSettings",
+    "Testbed",
+    "UnitSpec",
+    "dotted",
+    "placeholders",
+    "read_inventory",
+    "read_matrix",
+    "validate_shape",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Matrix normalisation: shapes -> core models, with every cross-reference checked.
+# --------------------------------------------------------------------------------------------
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+LEVEL_NAME = re.compile(r"^[^,=\s][^,=]*$")
+STATIC_PLACEHOLDERS = {"run_dir", "trial_dir", "cell", "trial", "trial_seed", "round", "seed", "python", "testbed"}
+
+
+def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
+    factors = tuple(_build_factor(name, f, shape, source) for name, f in shape.factors.items())
+    _check_no_shared_vars(factors, source)
+    by_name = {f.name: f for f in factors}
+    zips = _build_zips(shape.zips, by_name, source)
+    exclude = tuple(
+        _build_selector(sel, by_name, source, ("exclude", i), full=False) for i, sel in enumerate(shape.exclude)
+    )
+    include = tuple(
+        _build_selector(sel, by_name, source, ("include", i), full=True) for i, sel in enumerate(shape.include)
+    )
+    partial = _build_selector(shape.baseline, by_name, source, ("baseline",), full=False)
+    for i, name in enumerate(shape.secrets):
+        _env_name(name, source, ("secrets", i))
+    declare_secrets(shape.secrets)  # before anything is printed or written
+    baseline = {f.name: partial.get(f.name, f.levels[0].name) for f in factors}
+    return Matrix(
+        name=shape.name,
+        description=shape.description,
+        factors=factors,
+        zips=zips,
+        exclude=exclude,
+        include=include,
+        baseline=baseline,
+        replicates=shape.replicates,
+        order=shape.order,
+        seed=shape.seed,
+        health_timeouts=dict(shape.health_timeouts),
+        repro=_build_repro(shape.repro, source),
+        collect=_build_collectors(shape.collect, source),
+        path=source.file,
+        text=text,
+        source=source,
+        adaptive=_build_adaptive(shape, source),
+    )
+
+
+def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:
+    a = shape.adaptive
+    if a is None:
+        return None
+    proportions = [n for n, m in shape.repro.metrics.items() if m.kind == "proportion"]
+    if a.metric not in proportions:
+        raise source.error(
+            ("adaptive", "metric"),
+            f"{a.metric!r} is not a proportion metric of the repro",
+            f"proportion metrics: {', '.join(proportions) or 'none'}",
+        )
+    if shape.replicates < 2:
+        raise source.error(("replicates",), "adaptive stopping needs replicates >= 2 (the most rounds a cell may run)")
+    return Adaptive(a.metric, a.effect, a.alpha, a.power, a.min_rounds, a.baseline_runs, a.direction)
+
+
+def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) -> Factor:
+    where: PathKey = ("factors", name)
+    if not NAME.match(name):
+        raise source.error(where, f"invalid factor name {name!r}", "use letters, digits, _ . -")
+    if isinstance(f.levels, list):
+        levels = _short_form_levels(f, m, source, where)
+    else:
+        if f.env is not None:
+            raise source.error(
+                (*where, "env"),
+                "`env:` is only for the short form (levels: [a, b])",
+                "with levels as a mapping, give each level its own role -> VAR: value",
+            )
+        levels = tuple(
+            Level(lname, _level_env(env, m, source, (*where, "levels", lname))) for lname, env in f.levels.items()
+        )
+    if len(levels) < 2:
+        raise source.error((*where, "levels"), f"a factor needs at least 2 levels, got {len(levels)}")
+    names = [lv.name for lv in levels]
+    for i, lname in enumerate(names):
+        if not LEVEL_NAME.match(lname):
+            raise source.error((*where, "levels", i), f"invalid level name {lname!r}", "no ',' or '='")
+        if lname in names[:i]:
+            raise source.error((*where, "levels", i), f"duplicate level {lname!r}")
+    return Factor(name, levels, f.description)
+
+
+def _short_form_levels(f: FactorShape, m: MatrixShape, source: SourceMap, where: PathKey) -> tuple[Level, ...]:
+    if not f.env:
+        raise source.error(
+            where,
+            "levels given as a list need `env:` (role -> VAR)",
+            "e.g. env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}",
+        )
+    targets = {role: [v] if isinstance(v, str) else list(v) for role, v in f.env.items()}
+    out = []
+    for i, value in enumerate(f.levels):
+        at = (*where, "levels", i)
+        name = source.raw_of(at) or ("null" if value is None else str(value))
+        written = _env_value(value, m, source, at)
+        env = {
+            role: {_env_name(var, source, (*where, "env", role)): written for var in vars_}
+            for role, vars_ in targets.items()
+        }
+        out.append(Level(name, env))
+    return tuple(out)
+
+
+def _level_env(
+    env: dict[str, dict[str, Scalar]], m: MatrixShape, source: SourceMap, where: PathKey
+) -> dict[str, dict[str, EnvValue]]:
+    return {
+        role: {
+            _env_name(var, source, (*where, role, var)): _env_value(val, m, source, (*where, role, var))
+            for var, val in assignments.items()
+        }
+        for role, assignments in env.items()
+    }
+
+
+def _env_name(var: str, source: SourceMap, at: PathKey) -> str:
+    if not ENV_NAME.match(var):
+        raise source.error(
+            at, f"invalid environment variable name {var!r}", "letters, digits and _, not starting with a digit"
+        )
+    return var
+
+
+def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) -> EnvValue:
+    """A YAML boolean is written as booleans[0]/[1] ("1"/"0"), never Python's True/False."""
+    if isinstance(value, bool):
+        return m.booleans[0] if value else m.booleans[1]
+    if value is None:
+        return None
+    if "\x00" in value or "\n" in value or "\r" in value:
+        raise source.error(at, "value contains a NUL or line break", "env files hold one-line values")
+    return value
+
+
+def _check_no_shared_vars(factors: tuple[Factor, ...], source: SourceMap) -> None:
+    owner: dict[tuple[str, str], str] = {}
+    for f in factors:
+        for role, var in {(r, v) for lv in f.levels for r, a in lv.env.items() for v in a}:
+            other = owner.setdefault((role, var), f.name)
+            if other != f.name:
+                raise source.error(
+                    ("factors", f.name),
+                    f"{role}:{var} is also set by factor {other!r}",
+                    "one variable belongs to one factor; use zips to move factors together",
+                )
+
+
+def _build_zips(zips: list[list[str]], factors: dict[str, Factor], source: SourceMap) -> tuple[tuple[str, ...], ...]:
+    seen: set[str] = set()
+    for i, group in enumerate(zips):
+        if len(group) < 2:
+            raise source.error(("zips", i), "a zip needs at least two factors")
+        for j, name in enumerate(group):
+            _known_factor(name, factors, source, ("zips", i, j))
+            if name in seen:
+                raise source.error(("zips", i, j), f"factor {name!r} is in more than one zip")
+            seen.add(name)
+        sizes = {name: len(factors[name].levels) for name in group}
+        if len(set(sizes.values())) > 1:
+            listed = ", ".join(f"{n}={s}" for n, s in sizes.items())
+            raise source.error(("zips", i), f"zipped factors need the same number of levels ({listed})")
+    return tuple(tuple(g) for g in zips)
+
+
+def _known_factor(name: str, factors: dict[str, Factor], source: SourceMap, at: PathKey) -> Factor:
+    if name not in factors:
+        close = difflib.get_close_matches(name, list(factors), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"factors: {', '.join(factors)}"
+        raise source.error(at, f"{name!r} is not a declared factor", hint)
+    return factors[name]
+
+
+def _build_selector(
+    sel: dict[str, Scalar], factors: dict[str, Factor], source: SourceMap, where: PathKey, *, full: bool
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in sel.items():
+        factor = _known_factor(name, factors, source, (*where, name))
+        level = source.raw_of((*where, name)) or str(value)
+        if level not in factor.level_names:
+            raise source.error(
+                (*where, name), f"{level!r} is not a level of {name!r}", f"levels: {', '.join(factor.level_names)}"
+            )
+        out[name] = level
+    missing = [f for f in factors if f not in out]
+    if full and missing:
+        raise source.error(
+            where,
+            f"an include entry must name a level for every factor; missing: {', '.join(missing)}",
+            "include appends whole cells, it never merges into other cells",
+        )
+    if not full and not out and where[0] == "exclude":
+        raise source.error(where, "an empty exclude entry would exclude every cell")
+    return out
+
+
+def _build_repro(r: ReproShape, source: SourceMap) -> Repro:
+    metrics = tuple(_build_metric(name, m, source) for name, m in r.metrics.items())
+    try:
+        placeholders(r.command)
+    except ValueError as exc:
+        raise source.error(("repro", "command"), f"bad placeholder syntax: {exc}", "write {{ and }} for literal braces")
+    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics)
+
+
+def _build_metric(name: str, m: MetricShape, source: SourceMap) -> MetricSpec:
+    at: PathKey = ("repro", "metrics", name, "regex")
+    if not NAME.match(name):
+        raise source.error(("repro", "metrics", name), f"invalid metric name {name!r}")
+    try:
+        groups = set(re.compile(m.regex).groupindex)
+        count = re.compile(m.regex).groups
+    except re.error as exc:
+        raise source.error(at, f"invalid regular expression: {exc}") from None
+    if m.kind == "proportion" and not {"k", "n"} <= groups:
+        raise source.error(
+            at,
+            "a proportion metric needs named groups (?P<k>...) and (?P<n>...)",
+            r"e.g. 'CORRUPTION sessions: (?P<k>\d+)/(?P<n>\d+)'",
+        )
+    if m.kind == "number" and "value" not in groups and count != 1:
+        raise source.error(at, "a number metric needs a (?P<value>...) group or exactly one group")
+    return MetricSpec(name, m.kind, m.regex, m.unit)
+
+
+def _build_collectors(collect: dict[str, CollectShape], source: SourceMap) -> tuple[Collector, ...]:
+    out = []
+    for name, c in collect.items():
+        at: PathKey = ("collect", name)
+        if not NAME.match(name):
+            raise source.error(at, f"invalid collector name {name!r}")
+        if (c.pattern is None) == (c.command is None):
+            raise source.error(at, "give exactly one of `pattern:` (count matches in the role's logs) or `command:`")
+        if c.pattern is not None:
+            try:
+                re.compile(c.pattern)
+            except re.error as exc:
+                raise source.error((*at, "pattern"), f"invalid regular expression: {exc}") from None
+        out.append(Collector(name, c.role, c.pattern, c.command, c.unit))
+    return tuple(out)
+
+
+def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
+    """Cross-checks that need both files: roles exist, placeholders resolve."""
+    src, roles = matrix.source, set(testbed.hosts)
+    hint = f"roles in testbed {testbed.name!r}: {', '.join(testbed.hosts)}"
+    for f in matrix.factors:
+        for lv in f.levels:
+            for role in lv.env:
+                if role not in roles:
+                    raise src.error(("factors", f.name), f"role {role!r} is not in the inventory", hint)
+    if matrix.repro.on != CONTROLLER and matrix.repro.on not in roles:
+        raise src.error(
+            ("repro", "on"), f"role {matrix.repro.on!r} is not in the inventory", f"use controller or a role; {hint}"
+        )
+    for c in matrix.collect:
+        if c.role not in roles:
+            raise src.error(("collect", c.name, "role"), f"role {c.role!r} is not in the inventory", hint)
+    for role in matrix.health_timeouts:
+        if role not in roles:
+            raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint)
+    known = STATIC_PLACEHOLDERS | {f"{r}_url" for r in roles}
+    for where, template in [
+        (("repro", "command"), matrix.repro.command),
+        *[(("collect", c.name, "command"), c.command) for c in matrix.collect if c.command],
+    ]:
+        for name in placeholders(template):
+            if name not in known:
+                close = difflib.get_close_matches(name, sorted(known), n=1)
+                raise src.error(
+                    where,
+                    f"undefined placeholder {{{name}}}",
+                    f"did you mean {{{close[0]}}}?" if close else f"known: {', '.join(sorted(known))}",
+                )

@@ -1,0 +1,282 @@
+"""PURE: expand a matrix into cells, then into an ordered list of trials.
+
+Expansion is an indexed product (ReFrame-style): each zip group is one axis whose levels move
+together, every other factor is an axis of its own. ``exclude`` removes cells that match all the
+keys of an entry (partial match); ``include`` appends whole cells. There is no GitHub-Actions-style
+merging: what you read in the matrix is what runs.
+
+Order: ``randomized`` (the default) runs every replicate round as its own seeded random
+permutation of the cells (randomized blocks), so slow drift in the cluster cannot masquerade as
+a factor's effect; ``sequential`` runs the cells in declared order every round.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable, NamedTuple
+
+from orchestrator.core.config import Matrix
+from orchestrator.errors import ConfigError
+
+GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles
+MAX_TRIALS = 1_000_000  # beyond this a matrix is a mistake, not an experiment
+WARN_TRIALS = 10_000
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One combination of levels, in the matrix's factor order."""
+
+    levels: tuple[tuple[str, str], ...]  # ((factor, level), ...)
+    # derived once: a sweep looks cells up and names them for every one of its (up to 10^6) trials
+    id: str = field(init=False, compare=False, repr=False)
+    _hash: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", ",".join(f"{f}={lv}" for f, lv in self.levels))
+        object.__setattr__(self, "_hash", hash(self.levels))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Cell], tuple[tuple[tuple[str, str], ...]]]:
+        return Cell, (self.levels,)  # the cached hash of str is per process: rebuild it on unpickle
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.levels)
+
+    def matches(self, selector: dict[str, str]) -> bool:
+        mine = self.as_dict()
+        return all(mine.get(f) == lv for f, lv in selector.items())
+
+
+class Trial(NamedTuple):
+    """One cell at one position of the run. A named tuple, not a frozen dataclass: a plan holds
+    one per trial (100,000s), and a tuple is immutable at a fraction of the cost to build."""
+
+    index: int  # position in the run, 0-based (shadows tuple.index, which nothing here uses)
+    round: int  # replicate round
+    cell: Cell
+    is_baseline: bool
+
+
+def cell_count(matrix: Matrix) -> int:
+    """Size of the product before exclude/include, without building it."""
+    return math.prod(len(axis[0][1]) for axis in _axes(matrix))
+
+
+def expand(matrix: Matrix) -> list[Cell]:
+    """Cells of the matrix: product of axes, minus excludes, plus includes."""
+    total = cell_count(matrix) * matrix.replicates
+    if total > MAX_TRIALS:
+        raise ConfigError(
+            f"the matrix expands to {total:,} trials (over {MAX_TRIALS:,})",
+            file=matrix.path,
+            path="factors",
+            hint="split it, use zips, or exclude combinations",
+        )
+    cells = [c for c in _product(matrix) if not any(c.matches(sel) for sel in matrix.exclude)]
+    present = set(cells)
+    for i, sel in enumerate(matrix.include):
+        cell = Cell(tuple((f.name, sel[f.name]) for f in matrix.factors))
+        if cell in present:
+            raise matrix.source.error(
+                ("include", i),
+                f"cell {cell.id} is already in the matrix",
+                "include only adds cells that the product or exclude left out",
+            )
+        cells.append(cell)
+        present.add(cell)
+    if not cells:
+        raise matrix.source.error(("exclude",), "every cell is excluded: nothing to run")
+    base = baseline_cell(matrix)
+    if base not in present:
+        raise matrix.source.error(
+            ("baseline",),
+            f"the baseline cell {base.id} is not in the matrix",
+            "it was excluded or is not a combination of the zips",
+        )
+    return cells
+
+
+def baseline_cell(matrix: Matrix) -> Cell:
+    return Cell(tuple((f.name, matrix.baseline[f.name]) for f in matrix.factors))
+
+
+@dataclass(frozen=True)
+class RestartCost:
+    """Units restarted going from one cell to another, as signatures: the cost from a to b is
+    the sum of weights[d] over the dimensions d where b's signature is set (>= 0) and differs
+    from a's. With inventory roles as dimensions (a signature numbers the distinct envs a cell
+    gives each role, -1 for none; a weight is the role's unit count), that is the units of every
+    role whose env b sets differently. Signatures, not a function of two cells: the min-restarts
+    path compares each cell with every other, and arrays do that a thousand times faster."""
+
+    signature: Callable[[Cell], tuple[int, ...]]
+    weights: tuple[int, ...]
+
+    def __call__(self, a: Cell, b: Cell) -> int:
+        sa, sb = self.signature(a), self.signature(b)
+        return sum(w for w, x, y in zip(self.weights, sa, sb) if y >= 0 and x != y)
+
+
+def factors_cost(matrix: Matrix) -> RestartCost:
+    """Without an inventory: how many factors differ."""
+    return RestartCost(lambda c: _level_positions(matrix, c), (1,) * len(matrix.factors))
+
+
+def _level_positions(matrix: Matrix, cell: Cell) -> tuple[int, ...]:
+    return tuple(matrix.factor(f).level_names.index(lv) for f, lv in cell.levels)
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """A sweep's order as positions: trial i runs pool[cells[i]] in replicate round rounds[i].
+    Positions, not objects: make_plan walks 100,000s of them, and ints are cheap to compare."""
+
+    pool: list[Cell]  # the cells (distinct), then the baseline if the cells lack it
+    baseline: int  # position of the baseline cell in pool
+    rounds: list[int]
+    cells: list[int]
+
+
+def order_trials(
+    matrix: Matrix,
+    cells: list[Cell],
+    seed: int,
+    replicates: int | None = None,
+    *,
+    order: str | None = None,
+    cost: RestartCost | None = None,
+) -> list[Trial]:
+    """The trials of `order_positions`, as Trial values."""
+    o = order_positions(matrix, cells, seed, replicates, order=order, cost=cost)
+    return [Trial(i, r, o.pool[c], c == o.baseline) for i, (r, c) in enumerate(zip(o.rounds, o.cells))]
+
+
+def order_positions(
+    matrix: Matrix,
+    cells: list[Cell],
+    seed: int,
+    replicates: int | None = None,
+    *,
+    order: str | None = None,
+    cost: RestartCost | None = None,
+) -> Ordering:
+    """Replicate rounds in the matrix's order; randomized rounds are seeded permutations;
+    min-restarts rounds are a greedy shortest path through the cells by restart cost.
+
+    The order of a seed never changes between orch versions (a resumed run rebuilds its plan and
+    refuses to go on if it differs): round r is `random.Random(seed * 1_000_003 + r).shuffle`
+    of the declared cells (plus the extra adaptive baselines at the end)."""
+    rounds = replicates if replicates is not None else matrix.replicates
+    order = order or matrix.order
+    pool, base = _pool(matrix, cells)
+    extra_baseline = (matrix.adaptive.baseline_runs - 1) if matrix.adaptive else 0
+    declared = list(range(len(cells))) + [base] * extra_baseline  # adaptive: more baseline sessions
+    greedy = order == "min-restarts" and len(declared) <= GREEDY_LIMIT
+    # beyond GREEDY_LIMIT cells the greedy path (quadratic) is too slow; the declared product
+    # order, which changes the first factor least often, is the fallback
+    signatures = _signatures(pool, cost or factors_cost(matrix)) if greedy else None
+    rng = random.Random()
+    swaps = _swaps(len(declared))
+    out = Ordering(pool, base, [], [])
+    here = base
+    for r in range(rounds):
+        block = list(declared)
+        if order == "randomized":
+            rng.seed(seed * 1_000_003 + r)  # the same state as random.Random(seed * 1_000_003 + r)
+            _shuffle(rng.getrandbits, block, swaps)
+        elif signatures is not None:
+            block = _fewest_restarts(block, here, *signatures)
+        out.rounds.extend([r] * len(block))
+        out.cells.extend(block)
+        here = block[-1]
+    return out
+
+
+def _swaps(n: int) -> list[tuple[int, int, int]]:
+    """(i, i + 1, bits of i + 1) for each step of a Fisher-Yates shuffle of n items."""
+    return [(i, i + 1, (i + 1).bit_length()) for i in range(n - 1, 0, -1)]
+
+
+def _shuffle(getrandbits: Callable[[int], int], block: list[int], swaps: list[tuple[int, int, int]]) -> None:
+    """random.Random.shuffle, spelled out: the same Fisher-Yates walk drawing each index by
+    rejection on getrandbits (CPython's algorithm since 3.2), so the same permutation for the
+    same seed (pinned by tests), at half the cost; and the order now rests only on the
+    Mersenne Twister's output, not on how a Python release implements shuffle."""
+    for i, bound, bits in swaps:
+        j = getrandbits(bits)
+        while j >= bound:
+            j = getrandbits(bits)
+        block[i], block[j] = block[j], block[i]
+
+
+def _pool(matrix: Matrix, cells: list[Cell]) -> tuple[list[Cell], int]:
+    """The cells and the baseline's position among them (appended if absent, which expand never
+    allows: then it only serves the extra adaptive baseline runs)."""
+    base = baseline_cell(matrix)
+    pool = list(cells)
+    try:
+        return pool, pool.index(base)
+    except ValueError:
+        return pool + [base], len(pool)
+
+
+def _signatures(pool: list[Cell], cost: RestartCost) -> tuple[Any, Any]:
+    import numpy as np  # only min-restarts needs it: keep it out of every other command's start-up
+
+    return np.array([cost.signature(c) for c in pool], dtype=np.int64), np.array(cost.weights, dtype=np.int64)
+
+
+def _fewest_restarts(block: list[int], start: int, signatures: Any, weights: Any) -> list[int]:
+    """Greedy nearest neighbour from `start`: always go to the cheapest remaining cell (ties in
+    declared order: argmin takes the first). Not optimal in general, but within a small factor;
+    for two-level factors it walks a Gray-code-like path. Cells are positions in the pool
+    (distinct cells, distinct positions); the costs from here to every remaining cell are one
+    array operation (RestartCost)."""
+    import numpy as np
+
+    left, path, here = list(block), [], start
+    if start in left:
+        left.remove(start)
+        path.append(start)
+    while left:
+        candidates = signatures[left]
+        costs = ((candidates != signatures[here]) & (candidates >= 0)) @ weights
+        here = left.pop(int(np.argmin(costs)))
+        path.append(here)
+    return path
+
+
+def warnings_for(matrix: Matrix, replicates: int | None = None) -> list[str]:
+    total = cell_count(matrix) * (replicates or matrix.replicates)
+    if total > WARN_TRIALS:
+        return [f"{matrix.path}: this sweep has {total:,} trials; check the estimate with `orch plan`"]
+    return []
+
+
+def _axes(matrix: Matrix) -> list[list[tuple[str, list[str]]]]:
+    """Each axis is a list of (factor, level names) that move together."""
+    zipped = {name: group for group in matrix.zips for name in group}
+    axes, done = [], set()
+    for f in matrix.factors:
+        if f.name in done:
+            continue
+        group = zipped.get(f.name, (f.name,))
+        axes.append([(name, list(matrix.factor(name).level_names)) for name in group])
+        done.update(group)
+    return axes
+
+
+def _product(matrix: Matrix) -> list[Cell]:
+    order = {f.name: i for i, f in enumerate(matrix.factors)}
+    axes = _axes(matrix)
+    cells = []
+    for picks in itertools.product(*(range(len(axis[0][1])) for axis in axes)):
+        chosen = [(name, levels[i]) for axis, i in zip(axes, picks) for name, levels in axis]
+        cells.append(Cell(tuple(sorted(chosen, key=lambda fl: order[fl[0]]))))
+    return cells

@@ -1,0 +1,174 @@
+"""PURE: cells x inventory -> the ordered steps of a sweep; what `orch plan` and `--dry-run` show.
+
+The plan says, for every trial, what each role's env file must hold for the cell, which roles'
+env differs from the previous trial (their units restart; others stay up), and an estimate of
+the time it takes. The runner recomputes the restarts from the real files at run time (a host
+may already hold a cell's values); the plan is the expectation, the journal is the truth.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from orchestrator.core.config import EnvValue, Level, Matrix, Testbed, check_against_inventory
+from orchestrator.core.gcpause import gc_paused
+from orchestrator.core.matrix import Cell, Ordering, RestartCost, Trial, baseline_cell, expand, order_positions
+
+RoleEnv = dict[str, dict[str, EnvValue]]  # role -> VAR -> value (None = removed)
+
+
+class Step(NamedTuple):
+    """One trial with what it needs. A named tuple (immutable, and cheap to build: a plan holds
+    one per trial, and `orch resume` rebuilds 100,000 of them before it may go on)."""
+
+    trial: Trial
+    env: RoleEnv  # the cell's assignments per role (one dict per cell, shared by its trials)
+    changed_roles: tuple[str, ...]  # roles whose env differs from the previous trial
+    restart_units: tuple[tuple[str, str], ...]  # (role, unit) in restart order
+    wait_roles: tuple[str, ...]  # roles whose health is awaited (restarted + dependants)
+    estimate_s: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    matrix: Matrix
+    testbed: Testbed
+    seed: int
+    replicates: int
+    cells: tuple[Cell, ...]
+    steps: tuple[Step, ...]
+
+    @property
+    def restart_count(self) -> int:
+        return sum(len(s.restart_units) for s in self.steps)
+
+    @property
+    def estimated_duration_s(self) -> float:
+        return sum(s.estimate_s for s in self.steps)
+
+    @property
+    def baseline(self) -> Cell:
+        return baseline_cell(self.matrix)
+
+
+def new_seed() -> int:
+    return secrets.randbelow(2**31)
+
+
+def make_plan(
+    matrix: Matrix,
+    testbed: Testbed,
+    seed: int | None = None,
+    replicates: int | None = None,
+    *,
+    order: str | None = None,
+) -> Plan:
+    check_against_inventory(matrix, testbed)
+    seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
+    reps = replicates if replicates is not None else matrix.replicates
+    cells = expand(matrix)
+    index = {(f.name, lv.name): lv for f in matrix.factors for lv in f.levels}
+    envs = {c: cell_env(matrix, c, index) for c in cells}
+    ordering = order_positions(matrix, cells, seed, reps, order=order, cost=_restart_cost(matrix, testbed, envs))
+    envs_at = [envs.get(c) or cell_env(matrix, c, index) for c in ordering.pool]
+    with gc_paused():  # 100,000s of tuples, no cycles: the collector would rescan them all, often
+        steps = _steps(matrix, testbed, ordering, envs_at)
+    return Plan(matrix, testbed, seed, reps, tuple(cells), steps)
+
+
+Wave = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...], float]  # a Step's restart fields
+
+
+def _steps(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[RoleEnv]) -> tuple[Step, ...]:
+    """One Step per trial. The restart wave is computed once per pair of consecutive cells (a
+    sweep repeats the same few transitions thousands of times) and once per set of changed roles."""
+    pool, base, n = ordering.pool, ordering.baseline, len(ordering.pool)
+    by_pair: dict[int, Wave] = {}  # (previous position + 1) * n + position -> wave
+    by_roles: dict[frozenset[str], Wave] = {}
+    steps: list[Step] = []
+    new = tuple.__new__  # a NamedTuple's own __new__ is a Python function: this builds the same value faster
+    previous = -1
+    for i, (r, c) in enumerate(zip(ordering.rounds, ordering.cells)):
+        key = (previous + 1) * n + c
+        wave = by_pair.get(key)
+        if wave is None:
+            before = envs[previous] if previous >= 0 else None
+            changed = frozenset(role for role in envs[c] if before is None or envs[c][role] != before.get(role))
+            wave = by_roles.get(changed) or by_roles.setdefault(changed, _wave(matrix, testbed, changed))
+            by_pair[key] = wave
+        steps.append(new(Step, (new(Trial, (i, r, pool[c], c == base)), envs[c], *wave)))
+        previous = c
+    return tuple(steps)
+
+
+def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
+    ordered = restart_order(testbed, set(changed))
+    units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
+    waits = tuple(restart_order(testbed, dependants(testbed, set(changed))))
+    startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
+    return tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s
+
+
+def _restart_cost(matrix: Matrix, testbed: Testbed, envs: dict[Cell, RoleEnv]) -> RestartCost:
+    """Units restarted going from cell a to cell b: those of every role whose env b sets
+    differently. A cell's signature numbers its env per role (equal envs, equal numbers)."""
+    roles = list(testbed.hosts)
+    classes: list[dict[frozenset[tuple[str, EnvValue]], int]] = [{} for _ in roles]
+
+    def signature(cell: Cell) -> tuple[int, ...]:
+        env = envs.get(cell) or cell_env(matrix, cell)
+        return tuple(
+            -1 if r not in env else known.setdefault(frozenset(env[r].items()), len(known))
+            for r, known in zip(roles, classes)
+        )
+
+    return RestartCost(signature, tuple(len(testbed.hosts[r].units) for r in roles))
+
+
+def cell_env(matrix: Matrix, cell: Cell, index: dict[tuple[str, str], Level] | None = None) -> RoleEnv:
+    """Merge every factor's level assignments into one env per role."""
+    env: RoleEnv = {}
+    for factor_name, level_name in cell.levels:
+        level = index[(factor_name, level_name)] if index else matrix.factor(factor_name).level(level_name)
+        for role, assignments in level.env.items():
+            env.setdefault(role, {}).update(assignments)
+    return env
+
+
+def restart_order(testbed: Testbed, roles: set[str]) -> list[str]:
+    """Roles in dependency order: a role comes after every role in its `after` list."""
+    ordered: list[str] = []
+
+    def visit(role: str) -> None:
+        if role in ordered:
+            return
+        for dep in testbed.hosts[role].after:
+            if dep in roles:
+                visit(dep)
+        ordered.append(role)
+
+    for role in testbed.hosts:
+        if role in roles:
+            visit(role)
+    return ordered
+
+
+def dependants(testbed: Testbed, roles: set[str]) -> set[str]:
+    """Roles whose readiness depends on any of `roles` (e.g. the router on its workers)."""
+    out = set(roles)
+    changed = True
+    while changed:
+        changed = False
+        for role, host in testbed.hosts.items():
+            if role not in out and out.intersection(host.after):
+                out.add(role)
+                changed = True
+    return out
+
+
+def env_diff(before: dict[str, EnvValue], after: dict[str, EnvValue]) -> dict[str, tuple[EnvValue, EnvValue]]:
+    """VAR -> (old, new) for variables whose value changes."""
+    keys = list(dict.fromkeys([*before, *after]))
+    return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}

@@ -1,0 +1,373 @@
+"""Adaptive stopping: after each replicate round, is a cell's comparison with the baseline decided?
+
+Why: GPU hours are the cost, and a fixed design keeps running a cell long after its answer is
+plain (0/40 against 7/40 does not need 40 more sessions). This module is the pure decision; the
+runner stops running a cell once `decide` says anything but "continue", and the report prints
+the Decision's reason. Nothing here does I/O.
+
+Design and assumptions. A sweep runs rounds; in every round each open cell and the baseline run
+once (a trial of n sessions giving k events, e.g. corrupted sessions), so cell and baseline
+trials are paired by round. Assumed: within a round every session of the cell is an independent
+Bernoulli(p_c,i) draw and every session of the baseline an independent Bernoulli(p_b,i) draw,
+given the past. The rates may drift from round to round (a shared drift cannot fake a
+difference). A trial-level shock that corrupts many sessions at once breaks the assumption.
+
+Both tests are anytime-valid: each is a nonnegative (super)martingale with mean <= 1 under its
+null, so by Ville's inequality it ever reaches 1/a with probability <= a, however many rounds
+are looked at and whenever the runner stops (early, at a deadline, or at max_rounds).
+
+"different" (type I error <= alpha) - a mixture likelihood ratio on the conditional law (Fisher's
+conditioning). Given a round's total t = k_c + k_b, the cell's count follows Fisher's noncentral
+hypergeometric law with the odds ratio psi = odds(p_c) / odds(p_b); under H0 (psi = 1 in every
+round) it is the central hypergeometric whatever the round's common rate, so the product over
+rounds of f(k_c | t; psi) / f(k_c | t; 1) has mean 1 under H0 with no nuisance left, and so
+does any mixture over psi fixed in advance. Unequal n per round is exact (it is in the law). The
+mixture covers every odds ratio a rate difference of at least `effect` can produce: psi outside
+((1-e)/(1+e))^2 .. its inverse (the nearest to 1 is reached at rates near 50%; nearer 0% the same
+difference is a larger odds ratio). Half the weight is on "cell lower", half on "cell higher";
+within a side half sits on the extreme psi = 0 (resp. infinity) - a fix that removes a bug (the
+DSV4 overlap-off cells) gives exactly 0 events, and that alternative then stops after the
+fewest events - and half on GRID_POINTS odds ratios spread evenly in psi/(1+psi). No nominal or
+pooled base rate enters the alternative. e >= 1/alpha stops the cell as "different".
+
+"no_difference" (wrong with probability <= 1 - power when |p_c - p_b| >= effect) - two one-sided
+tests (TOST) by betting: H+ "p_c - p_b >= effect" and H- "p_c - p_b <= -effect". Sessions of a
+round are paired at random (a uniformly random injection of the smaller arm into the larger,
+independent of the outcomes; only the counts are known, so the wealth is averaged over all
+pairings, which keeps its mean <= 1), and for each pair d = c - b the wealth is multiplied by
+1 + lambda (effect - d) (resp. 1 + lambda (effect + d)), whose mean is <= 1 under H+ (H-). lambda
+is set before each round from the earlier rounds (approximately growth-optimal plug-in, as in
+Waudby-Smith & Ramdas' aGRAPA), capped to keep the wealth positive. When both wealths reach
+1/(1 - power), a difference of `effect` or more is ruled out either way: equivalently, an
+anytime-valid interval for p_c - p_b lies inside (-effect, +effect). So `power` acts as Wald's
+beta: the error of declaring "no difference" when a difference of `effect` exists.
+
+"max_rounds" - the matrix's replicates are used up; the report's fixed analysis has the last
+word. min_rounds delays every stop (e.g. to see a drift check first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from scipy.special import gammaln
+
+State = Literal["continue", "different", "no_difference", "max_rounds"]
+Direction = Literal["both", "lower", "higher"]
+Counts = Sequence[tuple[int, int]]
+
+# Mixture over odds ratios: the extreme (0 / infinity) takes EXTREME_WEIGHT of a side, the rest
+# is spread over GRID_POINTS odds ratios. Chosen by simulation (the DSV4 rates, see
+# bench/bench_adaptive.py); the expected sessions vary by < 10% over weights 0.25-0.9.
+GRID_POINTS = 8
+EXTREME_WEIGHT = 0.5
+# The equivalence bets never stake more than this fraction of the largest safe bet, so one
+# unlucky pair costs at most 80% of the wealth rather than all of it.
+BET_CAP = 0.8
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequentialPolicy:
+    """When to stop a cell; `max_rounds` is the matrix's replicates (every cell stops there)."""
+
+    alpha: float = 0.05  # type I error of "different" (two-sided), anytime-valid
+    power: float = 0.8  # 1 - error of "no_difference" when the true difference is >= effect
+    effect: float = 0.10  # smallest rate difference worth detecting (absolute, 0..1)
+    min_rounds: int = 1
+    max_rounds: int
+    # "lower": the question is only whether the cell LOWERS the rate (a bug hunt whose baseline
+    # has the bug: which flag removes it?); "higher" the converse; "both" a two-sided test.
+    direction: Direction = "both"
+
+    def __post_init__(self) -> None:
+        checks = [
+            (0.0 < self.alpha < 1.0, f"alpha {self.alpha} not in (0, 1)"),
+            (0.0 < self.power < 1.0, f"power {self.power} not in (0, 1)"),
+            (0.0 < self.effect < 1.0, f"effect {self.effect} not in (0, 1)"),
+            (self.min_rounds >= 1, f"min_rounds {self.min_rounds} < 1"),
+            (self.max_rounds >= self.min_rounds, f"max_rounds {self.max_rounds} < min_rounds {self.min_rounds}"),
+            (
+                self.direction in ("both", "lower", "higher"),
+                f"direction {self.direction!r} not one of both, lower, higher",
+            ),
+        ]
+        for ok, what in checks:
+            if not ok:
+                raise ValueError(f"sequential policy: {what} (fix the adaptive settings)")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with a cell after `rounds` rounds, and why in plain words with the numbers."""
+
+    state: State
+    rounds: int
+    reason: str
+
+
+def decide(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> Decision:
+    """Decide a cell against the baseline; cell[i], baseline[i] = (k, n) of round i (paired)."""
+    _check(cell, baseline)
+    rounds = len(cell)
+    lower, higher = side_e_values(policy.effect, cell, baseline)
+    up, down = equivalence_e_values(policy.effect, cell, baseline)
+    evidence, side = _difference_evidence(policy.direction, lower, higher)
+    ruled_out = {"both": (up, down), "lower": (down,), "higher": (up,)}[policy.direction]
+    different, same = 1.0 / policy.alpha, 1.0 / (1.0 - policy.power)
+    text = _text(policy, cell, baseline)
+    wealth = " and ".join(_num(e) for e in ruled_out)
+    if rounds >= policy.min_rounds and evidence >= different:
+        return Decision(
+            "different",
+            rounds,
+            f"stopped {text.lead}: {text.counts} decided "
+            f"different ({side}; e-value {_num(evidence)} >= {_num(different)})",
+        )
+    if rounds >= policy.min_rounds and min(ruled_out) >= same:
+        return Decision(
+            "no_difference",
+            rounds,
+            f"stopped {text.lead}: {text.counts} decided "
+            f"{text.verdict} ({text.gap}; {text.band} ruled out: e-value"
+            f"{'s' if len(ruled_out) > 1 else ''} {wealth} >= {_num(same)})",
+        )
+    undecided = (
+        f"{text.counts} undecided ({text.gap}; e-value {_num(evidence)} < "
+        f"{_num(different)} for different; {text.band} not ruled out, e-value"
+        f"{'s' if len(ruled_out) > 1 else ''} {wealth} need{'' if len(ruled_out) > 1 else 's'}"
+        f" >= {_num(same)})"
+    )
+    if rounds >= policy.max_rounds:
+        return Decision("max_rounds", rounds, f"stopped at max rounds {text.lead}: {undecided}")
+    return Decision("continue", rounds, f"continue {text.lead}: {undecided}")
+
+
+def _difference_evidence(direction: Direction, lower: float, higher: float) -> tuple[float, str]:
+    """The e-value for "different" and its side. Two-sided: the whole mixture (each side holds
+    half its weight). One-sided: that side's half alone, renormalised to weight 1 - still a test
+    martingale under equal rates, and twice the evidence, because no weight is spent on the
+    direction the question does not ask about."""
+    if direction == "lower":
+        return 2.0 * lower, "cell lower"
+    if direction == "higher":
+        return 2.0 * higher, "cell higher"
+    return lower + higher, "cell lower" if lower >= higher else "cell higher"
+
+
+def simulate(
+    policy: SequentialPolicy,
+    p_cell: float,
+    p_base: float,
+    sessions_per_round: int,
+    rng: np.random.Generator,
+) -> tuple[Decision, int]:
+    """Run one cell against its baseline until decided; returns the decision and cell sessions."""
+    cell: list[tuple[int, int]] = []
+    baseline: list[tuple[int, int]] = []
+    n = sessions_per_round
+    while True:
+        cell.append((int(rng.binomial(n, p_cell)), n))
+        baseline.append((int(rng.binomial(n, p_base)), n))
+        decision = decide(policy, cell, baseline)
+        if decision.state != "continue":
+            return decision, len(cell) * n
+
+
+# ----------------------------------------------------------------------------- "different"
+
+
+def e_value(effect: float, cell: Counts, baseline: Counts) -> float:
+    """The two-sided mixture likelihood ratio: a test martingale (mean 1) under equal rates."""
+    lower, higher = side_e_values(effect, cell, baseline)
+    return lower + higher
+
+
+def side_e_values(effect: float, cell: Counts, baseline: Counts) -> tuple[float, float]:
+    """The two halves of e_value: evidence that the cell is lower, and that it is higher."""
+    _, log_weight = _mixture(effect)
+    total = np.zeros_like(log_weight)
+    for (kc, nc), (kb, nb) in zip(cell, baseline, strict=True):
+        if kc + kb > 0:
+            total += _round_ratio(kc, nc, kb, nb, effect)
+    half = log_weight.size // 2
+    terms = total + log_weight
+    return _exp(_logsumexp(terms[:half])), _exp(_logsumexp(terms[half:]))
+
+
+@lru_cache(maxsize=64)
+def _mixture(effect: float) -> tuple[np.ndarray, np.ndarray]:
+    """Log odds ratios and log weights of the mixture ("cell lower" half first; sum 1)."""
+    psi_edge = ((1.0 - effect) / (1.0 + effect)) ** 2
+    theta = np.linspace(0.0, psi_edge / (1.0 + psi_edge), GRID_POINTS + 1)[1:]
+    lower = np.concatenate([[-np.inf], np.log(theta / (1.0 - theta))])
+    weight = np.concatenate([[EXTREME_WEIGHT], np.full(GRID_POINTS, (1.0 - EXTREME_WEIGHT) / GRID_POINTS)]) / 2.0
+    log_psi = np.concatenate([lower, -lower])
+    log_weight = np.log(np.concatenate([weight, weight]))
+    for array in (log_psi, log_weight):
+        array.setflags(write=False)  # cached: shared by every caller
+    return log_psi, log_weight
+
+
+@lru_cache(maxsize=4096)
+def _round_ratio(kc: int, nc: int, kb: int, nb: int, effect: float) -> np.ndarray:
+    """log f(kc | t; psi) - log f(kc | t; 1) of one round, Fisher's noncentral hypergeometric.
+
+    Cached: sweeps repeat the same few (k, n) pairs, and decide() replays every round each time.
+    """
+    log_psi, _ = _mixture(effect)
+    t = kc + kb
+    support = np.arange(max(0, t - nb), min(t, nc) + 1)
+    base = _log_comb(nc, support) + _log_comb(nb, t - support)
+    observed = kc - int(support[0])
+    out = np.empty_like(log_psi)
+    finite = np.isfinite(log_psi)
+    tilt = support[:, None] * log_psi[finite][None, :]
+    out[finite] = base[observed] + kc * log_psi[finite] - _logsumexp(base[:, None] + tilt, axis=0)
+    # psi = 0 / infinity put all the mass on the lowest / highest count the margins allow
+    out[np.isneginf(log_psi)] = 0.0 if observed == 0 else -np.inf
+    out[np.isposinf(log_psi)] = 0.0 if kc == int(support[-1]) else -np.inf
+    out -= base[observed] - _logsumexp(base)
+    out.setflags(write=False)
+    return out
+
+
+# ----------------------------------------------------------------------------- "no_difference"
+
+
+def equivalence_e_values(effect: float, cell: Counts, baseline: Counts) -> tuple[float, float]:
+    """Betting wealth against "cell higher by >= effect" and against "cell lower by >= effect"."""
+    log_up = log_down = 0.0
+    before = (0, 0, 0, 0)
+    for (kc, nc), (kb, nb) in zip(cell, baseline, strict=True):
+        up, down = _equivalence_round(effect, before, (kc, nc, kb, nb))
+        log_up, log_down = log_up + up, log_down + down
+        before = (before[0] + kc, before[1] + nc, before[2] + kb, before[3] + nb)
+    return _exp(log_up), _exp(log_down)
+
+
+@lru_cache(maxsize=16384)
+def _equivalence_round(
+    effect: float, before: tuple[int, int, int, int], now: tuple[int, int, int, int]
+) -> tuple[float, float]:
+    """log wealth factors (H+, H-) of one round, staked from the counts of the rounds before it.
+
+    Stakes come from earlier rounds only (predictable, as validity needs): Kelly's approximation
+    lambda = E[X] / E[X^2] for the payoff X = effect -/+ d, with add-half rate estimates; 0 when
+    the estimate favours the null. A pair d = c - b multiplies the wealth by 1 + lambda X.
+    Cached: decide() replays every round each time, and simulations repeat the same histories.
+    """
+    pc, pb = (before[0] + 0.5) / (before[1] + 1), (before[2] + 0.5) / (before[3] + 1)
+    spread = pc * (1 - pc) + pb * (1 - pb)
+    top = BET_CAP / (1.0 - effect)  # the wealth stays positive for lambda < 1 / (1 - effect)
+    lam_up, lam_down = (
+        min(top, max(0.0, gain / (spread + gain * gain))) for gain in (effect - (pc - pb), effect + (pc - pb))
+    )
+    # wealth factors for d = -1, 0, +1
+    up = (1 + lam_up * (effect + 1), 1 + lam_up * effect, 1 + lam_up * (effect - 1))
+    down = (1 + lam_down * (effect - 1), 1 + lam_down * effect, 1 + lam_down * (effect + 1))
+    return _round_wealth(*now, up), _round_wealth(*now, down)
+
+
+def _round_wealth(kc: int, nc: int, kb: int, nb: int, factor: tuple[float, float, float]) -> float:
+    """log of the wealth factor of one round, averaged over random pairings of its sessions.
+
+    The smaller arm (m sessions, ks events) is injected at random into the larger (nl, kl):
+    j of its events meet events (hypergeometric), then u of its non-events meet the remaining
+    events (hypergeometric again); pairs with d = +1 / -1 follow from which arm is smaller.
+    """
+    m = min(nc, nb)
+    if m == 0:
+        return 0.0
+    cell_small = nc <= nb
+    ks, kl, nl = (kc, kb, nb) if cell_small else (kb, kc, nc)
+    logs = [math.log(f) for f in factor]
+    terms = []
+    for j in range(max(0, ks + kl - nl), min(ks, kl) + 1):
+        first = _lcomb(kl, j) + _lcomb(nl - kl, ks - j) - _lcomb(nl, ks)
+        pool, events, draws = nl - ks, kl - j, m - ks
+        for u in range(max(0, draws - (pool - events)), min(events, draws) + 1):
+            second = _lcomb(events, u) + _lcomb(pool - events, draws - u) - _lcomb(pool, draws)
+            plus, minus = (ks - j, u) if cell_small else (u, ks - j)
+            zero = m - plus - minus
+            terms.append(first + second + minus * logs[0] + zero * logs[1] + plus * logs[2])
+    top = max(terms)
+    return top + math.log(sum(math.exp(t - top) for t in terms))
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@dataclass(frozen=True)
+class _Text:
+    """The phrases a reason is built from (counts, round and session numbers, the band)."""
+
+    counts: str
+    lead: str
+    gap: str
+    band: str
+    verdict: str  # what "no_difference" means for the policy's direction
+
+
+def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> _Text:
+    kc, nc = sum(k for k, _ in cell), sum(n for _, n in cell)
+    kb, nb = sum(k for k, _ in baseline), sum(n for _, n in baseline)
+    rounds = len(cell)
+    return _Text(
+        counts=f"cell {kc}/{nc} vs baseline {kb}/{nb}",
+        lead=f"after {rounds} round{'s' if rounds != 1 else ''} ({nc} sessions)",
+        gap=f"difference {_pct(kc / nc - kb / nb if nc and nb else math.nan)}",
+        band={
+            "both": f"a difference of {_pct(policy.effect, sign=False)} or more either way",
+            "lower": f"a drop of {_pct(policy.effect, sign=False)} or more",
+            "higher": f"a rise of {_pct(policy.effect, sign=False)} or more",
+        }[policy.direction],
+        verdict={"both": "no difference", "lower": "no drop", "higher": "no rise"}[policy.direction],
+    )
+
+
+def _check(cell: Counts, baseline: Counts) -> None:
+    if len(cell) != len(baseline):
+        raise ValueError(
+            f"sequential: {len(cell)} cell rounds vs {len(baseline)} baseline rounds (pass the same rounds, paired)"
+        )
+    for k, n in (*cell, *baseline):
+        if not 0 <= k <= n:
+            raise ValueError(f"sequential: bad count {k}/{n} (need 0 <= k <= n)")
+
+
+def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
+    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+
+
+def _lcomb(n: int, k: int) -> float:
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
+def _logsumexp(x: np.ndarray, axis: int | None = None) -> np.ndarray:
+    """log(sum(exp(x))) without overflow; scipy's version costs 100 us a call in array checks."""
+    top = np.max(x, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True)) + top
+    return out.squeeze() if axis is None else np.squeeze(out, axis=axis)
+
+
+def _exp(log_value: float | np.ndarray) -> float:
+    # capped: past e^700 the decision is long made, and exp would overflow to a warning
+    return math.exp(min(float(log_value), 700.0))
+
+
+def _pct(x: float, sign: bool = True) -> str:
+    if math.isnan(x):
+        return "n/a"
+    text = f"{x * 100:+.0f}%" if sign else f"{x * 100:.0f}%"
+    return "0%" if text in ("+0%", "-0%") else text
+
+
+def _num(x: float) -> str:
+    return f"{x:.3g}"

@@ -1,0 +1,179 @@
+"""EDGE wiring: turn a testbed description into live handles (transport + service manager per
+role), and check every host before anything is changed (preflight).
+
+The runner only ever sees `Deployment`; tests can build one from fakes or from real hosts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from orchestrator.core.config import Host, Testbed
+from orchestrator.edges.services import ServiceManager
+from orchestrator.edges.transport import Transport
+from orchestrator.errors import OrchError, PreflightError
+
+if TYPE_CHECKING:
+    from orchestrator.core.plan import Plan
+
+
+@dataclass
+class HostHandle:
+    host: Host
+    transport: Transport
+    services: ServiceManager
+
+    @property
+    def role(self) -> str:
+        return self.host.role
+
+    @property
+    def units(self) -> list[str]:
+        return [u.name for u in self.host.units]
+
+
+@dataclass
+class Deployment:
+    testbed: Testbed
+    hosts: dict[str, HostHandle]  # role -> handle
+    local_manager: object | None = field(default=None)  # LocalServiceManager, if any
+
+    def close(self) -> None:
+        for handle in self.hosts.values():
+            try:
+                handle.transport.close()
+            except OrchError:
+                pass
+
+
+def connect(testbed: Testbed) -> Deployment:
+    """Open one transport per host (SSH connects lazily on first use) and its service manager."""
+    hosts: dict[str, HostHandle] = {}
+    local = _local_manager(testbed)
+    for role, host in testbed.hosts.items():
+        if host.transport == "local":
+            from orchestrator.edges.transport.local import LocalTransport
+
+            hosts[role] = HostHandle(host, LocalTransport(host.label), local)  # type: ignore[arg-type]
+        else:
+            transport, services = _ssh_edges(host)
+            if host.health_tunnel:  # poll the health port through the SSH connection
+                parts = urlsplit(host.health)
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                tunnel = transport.open_tunnel(parts.hostname or "127.0.0.1", port)  # type: ignore[attr-defined]
+                host = dataclasses.replace(host, health=tunnel.url_for(host.health))
+            hosts[role] = HostHandle(host, transport, services)
+    return Deployment(testbed, hosts, local)
+
+
+def _ssh_edges(host: Host) -> tuple[Transport, ServiceManager]:
+    from orchestrator.edges.services.systemd import SystemdManager
+    from orchestrator.edges.transport.ssh import SshTransport
+
+    ssh = host.ssh
+    assert ssh is not None  # config guarantees it for transport: ssh
+    transport = SshTransport(
+        host.label,
+        ssh.host,
+        port=ssh.port,
+        user=ssh.user,
+        key_filename=str(Path(ssh.key).expanduser()) if ssh.key else None,
+        known_hosts=str(Path(ssh.known_hosts).expanduser()) if ssh.known_hosts else None,
+        accept_new_host_keys=ssh.accept_new_host_keys,
+        connect_timeout=ssh.connect_timeout,
+        use_sudo=ssh.sudo,
+    )
+    return transport, SystemdManager(transport, host.label, sudo=ssh.sudo)
+
+
+def _local_manager(testbed: Testbed) -> object | None:
+    local_hosts = [h for h in testbed.hosts.values() if h.transport == "local"]
+    if not local_hosts:
+        return None
+    from orchestrator.edges.services.local import LocalServiceManager, LocalUnit
+
+    units = {}
+    for host in local_hosts:
+        for unit in host.units:
+            argv = tuple(expand_unit_arg(a) for a in (unit.command or ()))
+            units[unit.name] = LocalUnit(unit.name, argv, Path(host.env_file), host.dialect)
+    assert testbed.state_dir is not None
+    return LocalServiceManager(units, testbed.state_dir, host="local")
+
+
+def expand_unit_arg(arg: str) -> str:
+    """Local unit commands may say {python}: the interpreter orch runs under (its venv)."""
+    return arg.replace("{python}", sys.executable)
+
+
+def preflight(deployment: Deployment, plan: "Plan | None" = None) -> list[str]:
+    """Check every host before the first edit; raise PreflightError naming the host.
+
+    Reachable and authenticated, env file readable and writable, units known, health URL host
+    resolvable, and every cell's edit of every env file possible (a file orch cannot edit
+    faithfully is refused now, not in the middle of the night). Nothing is changed anywhere, so a
+    failure here exits 2 with hosts untouched. Returns warnings (lint) worth showing.
+    """
+    problems, warnings = [], []
+    for role, handle in deployment.hosts.items():
+        try:
+            _check_host(handle)
+            if plan is not None:
+                warnings += _check_edits(handle, plan)
+        except OrchError as exc:
+            problems.append(str(exc))
+    if len(problems) == 1:
+        raise PreflightError(f"{problems[0]} (preflight: nothing was changed)")
+    if problems:
+        raise PreflightError("preflight failed on several hosts, nothing was changed:\n  " + "\n  ".join(problems))
+    return warnings
+
+
+def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
+    """Dry-run each distinct assignment set of this role against the file as it is now."""
+    from orchestrator.core import envfile
+
+    host = handle.host
+    text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
+    where = f"{host.label}: {host.env_file}"
+    seen: set[tuple[tuple[str, str | None], ...]] = set()
+    for step in plan.steps:
+        assignments = step.env.get(host.role)
+        key = tuple(sorted((assignments or {}).items(), key=lambda kv: kv[0]))
+        if not assignments or key in seen:
+            continue
+        seen.add(key)
+        try:
+            envfile.edit(text, assignments, host.dialect)
+        except OrchError as exc:
+            raise PreflightError(f"{where}: {exc}") from None
+    return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
+
+
+def _check_host(handle: HostHandle) -> None:
+    host, t = handle.host, handle.transport
+    t.run(["true"], timeout=host.ssh.connect_timeout + 5 if host.ssh else 10)
+    if not t.exists(host.env_file):
+        raise PreflightError(f"{host.label}: env file {host.env_file} does not exist")
+    t.read_bytes(host.env_file)
+    probe = t.run(["test", "-w", host.env_file], check=False, sudo=bool(host.ssh and host.ssh.sudo))
+    if not probe.ok:
+        raise PreflightError(
+            f"{host.label}: env file {host.env_file} is not writable",
+            hint="permission denied; set ssh.sudo: true or fix the file's owner",
+        )
+    for unit in handle.units:
+        if not handle.services.exists(unit):
+            raise PreflightError(f"{host.label}: unit {unit} not found")
+    for url in (host.url, host.health):
+        name = urlsplit(url).hostname or ""
+        try:
+            socket.getaddrinfo(name, None)
+        except OSError:
+            raise PreflightError(f"{host.label}: cannot resolve {name!r} in {url}") from None

@@ -1,0 +1,142 @@
+"""One sweep per testbed at a time: a lock file beside every env file the sweep edits (EDGE).
+
+The lock is created atomically on each host (the shell's noclobber ``>`` is an O_EXCL create), so
+two controllers racing for the same testbed cannot both win, whichever machine they run on. It
+holds who took it: run id, user, pid, controller host, start time. A lock whose owner is dead (same
+controller host, pid gone) is *stale*: it is reported, and broken only when the user says so.
+A resumed run takes over the lock of its own run id.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+
+from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.errors import LockError, OrchError
+
+CREATE = 'set -C; printf "%s\\n" "$1" > "$2"'
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    run_id: str
+    user: str
+    pid: int
+    controller: str
+    started: str
+
+    def describe(self) -> str:
+        return f"run {self.run_id} by {self.user} (pid {self.pid} on {self.controller}, since {self.started})"
+
+    def is_me(self) -> bool:
+        return self.pid == os.getpid() and self.controller == socket.gethostname()
+
+    def is_stale(self) -> bool:
+        """Dead owner: only decidable when the owner ran on this controller host."""
+        if self.controller != socket.gethostname():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return _is_zombie(self.pid)  # killed, but its parent never reaped it
+
+
+def lock_path(handle: HostHandle, testbed: str) -> str:
+    return f"{handle.host.env_file}.orch-lock"
+
+
+class TestbedLock:
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, deployment: Deployment, info: LockInfo) -> None:
+        self.deployment, self.info = deployment, info
+        self.held: list[HostHandle] = []
+
+    @classmethod
+    def for_run(cls, deployment: Deployment, run_id: str, started: str) -> "TestbedLock":
+        info = LockInfo(run_id, getpass.getuser(), os.getpid(), socket.gethostname(), started)
+        return cls(deployment, info)
+
+    def acquire(self, *, break_stale: bool = False) -> None:
+        """Lock every host or none; LockError names the holder."""
+        try:
+            for handle in self.deployment.hosts.values():
+                self._acquire_one(handle, break_stale)
+                self.held.append(handle)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        for handle in reversed(self.held):
+            try:
+                path = lock_path(handle, self.deployment.testbed.name)
+                holder = self._read(handle, path)
+                if holder is not None and (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid):
+                    handle.transport.run(["rm", "-f", path], check=False, sudo=_sudo(handle))
+            except OrchError:
+                pass  # a lock left behind is reported as stale next time, never silently broken
+        self.held.clear()
+
+    def _acquire_one(self, handle: HostHandle, break_stale: bool) -> None:
+        path = lock_path(handle, self.deployment.testbed.name)
+        payload = json.dumps(asdict(self.info))
+        for _ in range(2):
+            res = handle.transport.run(
+                ["sh", "-c", CREATE, "orch-lock", payload, path], check=False, sudo=_sudo(handle)
+            )
+            if res.ok:
+                return
+            holder = self._read(handle, path)
+            if holder is None:
+                raise LockError(f"{handle.host.label}: cannot create lock {path}: {res.stderr.strip()}")
+            if holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me()):
+                # our own run, resumed or restored after its controller died
+                handle.transport.write_bytes_atomic(path, (payload + "\n").encode())
+                return
+            if not (break_stale and holder.is_stale()):
+                raise LockError(self._held_message(handle, holder))
+            handle.transport.run(["rm", "-f", path], check=False, sudo=_sudo(handle))
+        raise LockError(f"{handle.host.label}: lost the race for {path}; try again")
+
+    def _held_message(self, handle: HostHandle, holder: LockInfo) -> str:
+        base = f"testbed {self.deployment.testbed.name!r} is locked on {handle.host.label} by {holder.describe()}"
+        if holder.is_stale():
+            return base + " — that process is gone (stale lock); rerun with --break-lock to take it"
+        if holder.controller != socket.gethostname():
+            return (
+                base + f" (it runs on another controller; if that process is gone, remove "
+                f"{lock_path(handle, self.deployment.testbed.name)} on {handle.host.label} by hand)"
+            )
+        if holder.run_id == self.info.run_id:
+            return base + " (that run is still running: stop it first)"
+        return base + " (wait for it to finish, or stop it; a dead owner's lock can be broken with --break-lock)"
+
+    @staticmethod
+    def _read(handle: HostHandle, path: str) -> LockInfo | None:
+        res = handle.transport.run(["cat", path], check=False, sudo=_sudo(handle))
+        if not res.ok:
+            return None
+        try:
+            return LockInfo(**json.loads(res.stdout))
+        except (ValueError, TypeError):
+            return LockInfo("unknown", "unknown", 0, "unknown", "unknown")
+
+
+def _sudo(handle: HostHandle) -> bool:
+    return bool(handle.host.ssh and handle.host.ssh.sudo)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False

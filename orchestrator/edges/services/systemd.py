@@ -1,0 +1,379 @@
+"""SystemdManager: systemctl and journalctl on one host, through a Transport (EDGE).
+
+Every operation is one remote command (a round trip is ~5-10 ms on an open SSH connection,
+so this is what keeps orch's per-trial overhead small); what the answers mean is decided by
+the pure functions at the bottom, which the tests exercise without a host.
+
+Facts this relies on (checked on systemd 252 in the testbed):
+- `systemctl show -p A,B UNIT...` prints one key=value block per unit, in argument order, and
+  exits 0 even for a unit that does not exist (LoadState=not-found).
+- `systemctl restart` of a Type=exec unit returns once the binary is exec'd; a Type=notify
+  unit blocks until READY=1, which may take minutes, so the client is bounded with `timeout`
+  (the job itself keeps going; the health wait and check_alive take over).
+- The default start limit (5 starts in 10 s) trips on fast sweeps (Result=start-limit-hit,
+  the unit stays down). `systemctl reset-failed` clears it and the failed state.
+- All "since" times are the HOST's clock (`date +%s.%N` there), because journalctl filters
+  on it and the controller's clock may differ.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Sequence
+
+from orchestrator.edges.services import UnitState
+from orchestrator.edges.transport import Result, Transport
+from orchestrator.errors import CommandFailed, ServiceError
+
+SHOW_PROPS = (
+    "Id",
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "NRestarts",
+    "ExecMainStartTimestamp",
+    "ExecMainStatus",
+    "Result",
+)
+# Processes that stay alive as the unit's MainPID while the real server runs as their child.
+# (A wrapper that `exec`s leaves no trace: MainPID is then the server itself.)
+WRAPPERS = frozenset(
+    {
+        "sh",
+        "bash",
+        "dash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "busybox",
+        "sudo",
+        "su",
+        "runuser",
+        "timeout",
+        "tini",
+        "dumb-init",
+        "catatonit",
+    }
+)
+MAX_PROCS = 64  # environ(): how many processes of a unit's tree to look at, at most
+
+# environ(): MainPID, then the unit's process tree breadth-first, one line per process:
+# proc|PID|base64(comm)|base64(environ)|CHILD CHILD ...   (noaccess|PID when unreadable)
+_TREE_SCRIPT = r"""
+u=$1; lim=$2
+m=$(systemctl show -p MainPID --value -- "$u") || exit 3
+echo "main|$m"
+[ "${m:-0}" -gt 0 ] 2>/dev/null || exit 0
+q=$m; n=0
+while [ "$n" -lt "$lim" ]; do
+  set -- $q; [ $# -gt 0 ] || break; p=$1; shift; q=$*; n=$((n+1))
+  [ -e "/proc/$p" ] || continue
+  if ! e=$(base64 -w0 < "/proc/$p/environ" 2>/dev/null); then echo "noaccess|$p"; continue; fi
+  c=$(base64 -w0 < "/proc/$p/comm" 2>/dev/null) || continue
+  k=$(cat /proc/$p/task/*/children 2>/dev/null | tr -s ' \n' '  ')
+  echo "proc|$p|$c|$e|$k"
+  q="$q $k"
+done
+"""
+
+
+@dataclass(frozen=True)
+class ShowInfo:
+    """One unit's `systemctl show` block: UnitState plus what only this module needs."""
+
+    state: UnitState
+    load_state: str
+    exec_main_status: int | None
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    comm: str
+    environ: bytes
+    children: tuple[int, ...]
+
+
+class SystemdManager:
+    """Implements orchestrator.edges.services.ServiceManager with systemctl/journalctl."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        host: str,
+        *,
+        sudo: bool = False,
+        restart_timeout_s: float = 90.0,
+        command_timeout_s: float = 30.0,
+    ) -> None:
+        self.transport, self.host, self.sudo = transport, host, sudo
+        self.restart_timeout_s, self.command_timeout_s = restart_timeout_s, command_timeout_s
+        self._timestamp_flag = True  # until an old systemctl rejects --timestamp=
+
+    # ---------------------------------------------------------------- queries
+    def exists(self, unit: str) -> bool:
+        return self.show([unit])[0].load_state != "not-found"
+
+    def state(self, unit: str) -> UnitState:
+        return self.show([unit])[0].state
+
+    def show(self, units: Sequence[str]) -> list[ShowInfo]:
+        """All units' state in ONE systemctl call. Timestamps come in UTC with microseconds
+        (--timestamp=us+utc, systemd >= 247); older systemd prints local time, which we do not
+        guess at: started_at is then None."""
+        props = ["-p", ",".join(SHOW_PROPS), "--", *units]
+        if self._timestamp_flag:
+            res = self._run(["systemctl", "show", "--timestamp=us+utc", *props], check=False)
+            if res.exit_code == 0:
+                return self._parse_show(res.stdout, units)
+            if "timestamp" not in res.stderr:
+                raise CommandFailed(self.host, res.command, res.exit_code, res.stdout, res.stderr)
+            self._timestamp_flag = False
+        return self._parse_show(self._run(["systemctl", "show", *props], check=True).stdout, units)
+
+    def _parse_show(self, text: str, units: Sequence[str]) -> list[ShowInfo]:
+        try:
+            return parse_show(text, units)
+        except ValueError as exc:
+            raise ServiceError(self.host, ", ".join(units), f"unexpected `systemctl show` output: {exc}") from exc
+
+    def now(self) -> float:
+        """The host's clock (epoch seconds); journal filters use it."""
+        return float(self._run(["date", "+%s.%N"], check=True).stdout.strip())
+
+    # ---------------------------------------------------------------- actions
+    def restart(self, unit: str) -> float:
+        """(Re)start so the unit re-reads its env file; return the host time just before."""
+        return self.restart_many([unit])
+
+    def restart_many(self, units: Sequence[str]) -> float:
+        """Restart independent units in ONE round trip (systemd runs the jobs in parallel).
+
+        `systemctl reset-failed` goes first, always: it clears a failed state and a
+        start-limit-hit (so a fast sweep never trips the start limit with its own restarts)
+        and it zeroes NRestarts, which a plain restart does NOT do (checked on systemd 252: a
+        unit restarted while in auto-restart keeps counting). check_alive relies on that."""
+        since, code, out = self._restart_call(units)
+        if code == 0:
+            return since
+        infos = self.show(units)
+        self._require_loaded(infos)
+        if code != 124:
+            raise self._restart_failed(infos, out, since)
+        # The client was bounded but the job runs on (e.g. a Type=notify unit warming up).
+        for info in infos:
+            problem = liveness_problem(info)
+            if problem is not None:
+                raise ServiceError(self.host, info.state.unit, problem, detail=self._tail(info.state.unit, since))
+        return since
+
+    def stop(self, unit: str) -> None:
+        res = self._run(["systemctl", "stop", "--", unit], check=False, timeout=self.restart_timeout_s)
+        if res.exit_code != 0:
+            raise ServiceError(self.host, unit, f"cannot stop: {_last_line(res.stderr or res.stdout)}")
+
+    def reset_failed(self, unit: str) -> None:
+        self._run(["systemctl", "reset-failed", "--", unit], check=False)
+
+    # ---------------------------------------------------------------- liveness and logs
+    def check_alive(self, unit: str, since: float) -> None:
+        """Raise ServiceError (with the journal tail) if the unit failed, crash-loops, hit the
+        start limit, or is not running any more; cheap enough to call between health polls."""
+        info = self.show([unit])[0]
+        problem = liveness_problem(info)
+        if problem is not None:
+            raise ServiceError(self.host, unit, problem, detail=self._tail(unit, since))
+
+    def logs_since(self, unit: str, since: float, max_bytes: int = 256_000) -> str:
+        """The unit's journal lines since `since` (host epoch), the last max_bytes of them."""
+        cmd = (
+            f"journalctl -q -u {shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"
+            f" | tail -c {int(max_bytes)}"
+        )
+        text = self._run(cmd, check=True).stdout
+        if len(text.encode()) >= max_bytes and "\n" in text:
+            text = text.split("\n", 1)[1]  # the first line was cut by tail -c
+        return text
+
+    def environ(self, unit: str) -> dict[str, str] | None:
+        """The live server's environment, from /proc/PID/environ. MainPID is followed down
+        through wrapper processes that stay alive (a shell that does not `exec`, sudo,
+        timeout, tini...) to its deepest wrapped child, the first child at each level: that
+        is the process that got what the wrapper sourced. None if the unit has no process."""
+        res = self._run(["sh", "-c", _TREE_SCRIPT, "orch-environ", unit, str(MAX_PROCS)], check=True)
+        main, procs, denied = parse_tree(res.stdout)
+        if main is None or main <= 0:
+            return None
+        chosen = pick_server(procs, main)
+        if chosen is None:
+            if denied:
+                raise ServiceError(
+                    self.host,
+                    unit,
+                    f"cannot read /proc/{denied[0]}/environ: permission denied (connect as root or set sudo: true)",
+                )
+            return None
+        return parse_environ(chosen.environ)
+
+    # ---------------------------------------------------------------- internals
+    def _run(self, command: str | Sequence[str], *, check: bool, timeout: float | None = None) -> Result:
+        return self.transport.run(command, check=check, sudo=self.sudo, timeout=timeout or self.command_timeout_s)
+
+    def _restart_call(self, units: Sequence[str]) -> tuple[float, int, str]:
+        """reset-failed; host time; bounded restart -> (host time, exit code, output)."""
+        q = " ".join(shlex.quote(u) for u in units)
+        t = f"{self.restart_timeout_s:g}"
+        cmd = f"systemctl reset-failed -- {q} 2>/dev/null; date +%s.%N && timeout {t} systemctl restart -- {q} 2>&1"
+        res = self._run(cmd, check=False, timeout=self.restart_timeout_s + 15)
+        first, _, rest = res.stdout.partition("\n")
+        try:
+            since = float(first)
+        except ValueError:
+            raise ServiceError(
+                self.host, " ".join(units), f"cannot restart: {_last_line(res.stderr or res.stdout)}"
+            ) from None
+        return since, res.exit_code, rest
+
+    def _require_loaded(self, infos: Sequence[ShowInfo]) -> None:
+        for i in infos:
+            if i.load_state == "not-found":
+                raise ServiceError(
+                    self.host, i.state.unit, "not found on the host (check `units:`; `systemctl list-unit-files` there)"
+                )
+            if i.load_state == "masked":
+                raise ServiceError(self.host, i.state.unit, "is masked (systemctl unmask it first)")
+            if i.load_state not in ("loaded", ""):
+                raise ServiceError(
+                    self.host, i.state.unit, f"cannot be loaded (LoadState={i.load_state}; see systemctl status)"
+                )
+
+    def _restart_failed(self, infos: Sequence[ShowInfo], out: str, since: float) -> ServiceError:
+        bad = next((i for i in infos if liveness_problem(i) is not None), infos[0])
+        why = liveness_problem(bad) or f"restart failed: {_last_line(out)}"
+        return ServiceError(self.host, bad.state.unit, why, detail=self._tail(bad.state.unit, since))
+
+    def _tail(self, unit: str, since: float, lines: int = 40) -> str:
+        try:
+            text = self.logs_since(unit, since, max_bytes=16_000)
+        except Exception as exc:  # noqa: BLE001 - the tail is a courtesy; keep the real error
+            return f"(journal unavailable: {exc})"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# -------------------------------------------------------------------- pure helpers
+def parse_show(text: str, units: Sequence[str]) -> list[ShowInfo]:
+    """Blocks of key=value, one per unit, in the order asked (systemctl keeps it)."""
+    blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()] if text.strip() else []
+    if len(blocks) != len(units):
+        raise ValueError(f"expected {len(units)} blocks from systemctl show, got {len(blocks)}")
+    return [_show_info(unit, _kv(block)) for unit, block in zip(units, blocks)]
+
+
+def _kv(block: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+
+
+def _show_info(unit: str, kv: dict[str, str]) -> ShowInfo:
+    state = UnitState(
+        unit=unit,
+        active_state=kv.get("ActiveState", ""),
+        sub_state=kv.get("SubState", ""),
+        main_pid=_int(kv.get("MainPID")) or None,
+        n_restarts=_int(kv.get("NRestarts")) or 0,
+        started_at=parse_timestamp(kv.get("ExecMainStartTimestamp", "")),
+        result=kv.get("Result", ""),
+    )
+    return ShowInfo(state, kv.get("LoadState", ""), _int(kv.get("ExecMainStatus")))
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value not in (None, "", "[not set]") else None
+    except ValueError:
+        return None
+
+
+def parse_timestamp(value: str) -> float | None:
+    """`Mon 2026-11-30 05:01:08.123456 UTC` (--timestamp=us+utc) -> epoch seconds."""
+    parts = value.split()
+    if len(parts) != 4 or parts[3] != "UTC":
+        return None
+    fmt = "%Y-%m-%d %H:%M:%S.%f" if "." in parts[2] else "%Y-%m-%d %H:%M:%S"
+    try:
+        dt = datetime.strptime(f"{parts[1]} {parts[2]}", fmt).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return dt.timestamp()
+
+
+def liveness_problem(info: ShowInfo) -> str | None:
+    """Why a unit that orch just (re)started is not on its way up, or None if it is."""
+    s = info.state
+    status = f" (exit status {info.exec_main_status})" if info.exec_main_status else ""
+    if info.load_state == "not-found":
+        return "not found on the host (check `units:`)"
+    if s.result == "start-limit-hit":
+        return (
+            "stopped by systemd's start limit (start-limit-hit): it crash-looped or was restarted "
+            "too often (orch runs `systemctl reset-failed` before its next restart)"
+        )
+    if s.active_state == "failed":
+        return f"failed: {s.result or 'unknown reason'}{status}"
+    if s.sub_state == "auto-restart":
+        return f"crash-looping: its process exited{status} and systemd is restarting it (restart #{s.n_restarts + 1})"
+    if s.n_restarts > 0:
+        return f"crash-looping: systemd restarted it {s.n_restarts} time(s) since orch started it"
+    if s.active_state in ("inactive", "deactivating"):
+        return f"not running ({s.active_state}/{s.sub_state}: it exited{status} or was stopped)"
+    return None
+
+
+def parse_tree(text: str) -> tuple[int | None, dict[int, ProcInfo], list[int]]:
+    """Output of _TREE_SCRIPT -> (MainPID, processes by pid, pids whose environ was denied)."""
+    main: int | None = None
+    procs: dict[int, ProcInfo] = {}
+    denied: list[int] = []
+    for line in text.splitlines():
+        f = line.split("|")
+        if f[0] == "main" and len(f) == 2:
+            main = _int(f[1])
+        elif f[0] == "noaccess" and len(f) == 2 and f[1].isdigit():
+            denied.append(int(f[1]))
+        elif f[0] == "proc" and len(f) == 5:
+            kids = tuple(int(k) for k in f[4].split() if k.isdigit())
+            comm = base64.b64decode(f[2]).decode("utf-8", "replace").strip()
+            procs[int(f[1])] = ProcInfo(int(f[1]), comm, base64.b64decode(f[3]), kids)
+    return main, procs, denied
+
+
+def pick_server(procs: dict[int, ProcInfo], main: int) -> ProcInfo | None:
+    """Follow MainPID down through live wrappers to the process that serves."""
+    current = procs.get(main)
+    seen: set[int] = set()
+    while current is not None and current.comm in WRAPPERS and current.pid not in seen:
+        seen.add(current.pid)
+        child = next((procs[c] for c in current.children if c in procs), None)
+        if child is None:
+            break
+        current = child
+    return current
+
+
+def parse_environ(data: bytes) -> dict[str, str]:
+    """/proc/PID/environ: NUL-separated KEY=VALUE; the first duplicate wins, as in getenv()
+    and Python's os.environ."""
+    env: dict[str, str] = {}
+    for item in data.split(b"\0"):
+        if b"=" in item:
+            key, _, value = item.partition(b"=")
+            env.setdefault(key.decode("utf-8", "replace"), value.decode("utf-8", "replace"))
+    return env
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"

@@ -1,0 +1,178 @@
+"""LocalTransport: the Transport protocol on the controller itself (EDGE).
+
+Used by the embedded simulated deployment and by tests. Commands run as subprocesses in their
+own session, so a timeout can kill the whole process group (a shell's children included) and
+never leave orphans behind. OS errors are translated here, once, into TransportError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from typing import Sequence
+
+from orchestrator.edges.transport import Result
+from orchestrator.errors import CommandFailed, TransportError
+
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream; a runaway command cannot exhaust memory
+KILL_GRACE_S = 2.0
+
+
+class LocalTransport:
+    """Run commands and move bytes on this machine."""
+
+    def __init__(self, host: str = "local") -> None:
+        self.host = host
+
+    def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        sudo: bool = False,
+    ) -> Result:
+        """A sequence runs without a shell; a string runs through /bin/sh -c."""
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        text = command if isinstance(command, str) else shlex.join(argv)
+        if sudo:
+            argv = self._sudo(argv)
+        started = time.monotonic()
+        code, out, err = self._spawn(argv, text, timeout)
+        result = Result(self.host, text, code, _decode(out), _decode(err), time.monotonic() - started)
+        if check and not result.ok:
+            raise CommandFailed(self.host, text, code, result.stdout, result.stderr)
+        return result
+
+    def _sudo(self, argv: list[str]) -> list[str]:
+        if os.geteuid() == 0:
+            return argv  # already root: sudo would change nothing
+        if shutil.which("sudo") is None:
+            raise TransportError(self.host, "sudo not supported locally (sudo is not installed)")
+        return ["sudo", "-n", "--", *argv]
+
+    def _spawn(self, argv: list[str], text: str, timeout: float | None) -> tuple[int, bytes, bytes]:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: a timeout kills all of it
+            )
+        except FileNotFoundError as exc:
+            # what a shell (and an SSH host) reports for a missing program
+            return 127, b"", f"{argv[0]}: command not found ({exc.strerror})".encode()
+        except OSError as exc:
+            raise TransportError(self.host, f"cannot run {text}: {exc.strerror}") from exc
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, err = _drain(proc)
+            raise TransportError(
+                self.host,
+                f"command timed out after {timeout:g} s and was killed: {text}",
+                detail=_decode(err or out)[-2000:],
+            ) from None
+        except BaseException:
+            _kill_group(proc)  # Ctrl-C while waiting: leave nothing running
+            _drain(proc)
+            raise
+        return proc.returncode, out, err
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Temp file in the same directory, fsync, keep mode and owner, rename, fsync the dir:
+        a crash leaves either the old or the new file, never a torn one."""
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            old = os.stat(path)
+        except FileNotFoundError:
+            old = None
+        except OSError as exc:
+            raise TransportError(self.host, f"cannot stat {path}: {exc.strerror}") from exc
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".orch-tmp", dir=directory)
+        except OSError as exc:
+            raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
+        try:
+            _fill(fd, data, old)
+            os.replace(tmp, path)
+            _fsync_dir(directory)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def close(self) -> None:
+        """Nothing to release locally."""
+
+
+def _fill(fd: int, data: bytes, old: os.stat_result | None) -> None:
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        if old is not None:
+            os.fchmod(f.fileno(), old.st_mode & 0o7777)
+            if os.geteuid() == 0:
+                os.fchown(f.fileno(), old.st_uid, old.st_gid)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)  # what open() would have created
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the command's process group, give it a grace period, then SIGKILL the group
+    (always: children may outlive the leader)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(KILL_GRACE_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """Collect what a killed command wrote; bounded, because a grandchild that escaped into its
+    own session could hold the pipes open forever."""
+    try:
+        return proc.communicate(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        return b"", b""
+
+
+def _decode(data: bytes) -> str:
+    if len(data) > MAX_OUTPUT_BYTES:
+        data = data[-MAX_OUTPUT_BYTES:]
+    return data.decode("utf-8", errors="replace")

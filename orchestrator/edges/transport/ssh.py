@@ -1,0 +1,512 @@
+"""SshTransport: one persistent, host-key-verified SSH connection per host (EDGE).
+
+Fabric owns the connection (config, paramiko client, open/close); commands run on plain
+paramiko session channels of that one connection, because orch needs binary stdout (file
+reads), stdin data (file writes) and real remote timeouts, none of which Invoke's runner gives
+cheaply: its stdin pump sends one byte per 10 ms poll, and on timeout it only closes the
+channel, leaving the remote command running. Measured on the testbed: ~10 ms per command on
+the open connection, once TCP_NODELAY is set (without it Nagle + delayed ACK add ~40 ms).
+
+Why each choice:
+- Host keys are verified by default (RejectPolicy); the user's ~/.ssh/config is NOT read, so
+  the inventory alone says where and how orch connects.
+- A sequence argv is quoted argument by argument; a string goes to the login shell as is.
+  Timeouts are enforced ON THE HOST with coreutils `timeout` (closing a channel does not kill
+  the remote process), with a local backstop in case the host stops answering.
+- Files are read with `cat` and written by a short POSIX sh script fed through stdin: a temp
+  file in the same directory, owner and mode copied from the original, fsync (`sync FILE`),
+  rename. This works the same with `sudo -n`, which SFTP cannot do.
+- Every paramiko / socket error is translated here, once, into a one-line TransportError
+  named ``<host> (<address>:<port>)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import os
+import select
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import paramiko
+from fabric import Config, Connection
+from paramiko.ssh_exception import (
+    AuthenticationException,
+    BadAuthenticationType,
+    BadHostKeyException,
+    NoValidConnectionsError,
+    PasswordRequiredException,
+    SSHException,
+)
+
+from orchestrator.edges.transport import Result
+from orchestrator.edges.transport.tunnel import Tunnel
+from orchestrator.errors import CommandFailed, TransportError
+
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runaway log cat)
+KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
+BACKSTOP_S = 5.0  # local deadline = timeout + grace + this, if the host stops answering
+TIMED_OUT_CODES = (124, 137)  # coreutils timeout: TERM worked / had to KILL
+FILE_OP_TIMEOUT_S = 120.0  # read/write/exists give up on a host that stopped answering
+
+# The remote half of write_bytes_atomic. $1 = target path; data arrives on stdin.
+# A symlinked env file is written through (readlink -f) so the link survives.
+_WRITE_SCRIPT = r"""
+set -u
+fail() { echo "orch-write: $*" >&2; exit 1; }
+p=$(readlink -f -- "$1") || fail "cannot resolve $1"
+d=${p%/*}; d=${d:-/}; b=${p##*/}
+t=$(mktemp -- "$d/.$b.orch-XXXXXX") || fail "cannot create a temp file in $d"
+trap 'rm -f -- "$t"' EXIT
+cat > "$t" || fail "cannot write $t"
+if [ -e "$p" ]; then
+  chown --reference="$p" -- "$t" || fail "cannot keep the owner of $p"
+  chmod --reference="$p" -- "$t" || fail "cannot keep the mode of $p"
+else
+  chmod "$(printf '%o' $(( 0666 & ~0$(umask) )))" -- "$t" || fail "cannot set the mode of $t"
+fi
+sync -- "$t" 2>/dev/null || true
+mv -f -- "$t" "$p" || fail "cannot rename into $p"
+trap - EXIT
+sync -- "$d" 2>/dev/null || true
+"""
+
+# Short reasons for the errors a user can act on, matched in a tool's stderr.
+_REASONS = (
+    ("Permission denied", "permission denied"),
+    ("Operation not permitted", "operation not permitted (immutable file? see lsattr)"),
+    ("No such file or directory", "no such file or directory"),
+    ("Read-only file system", "read-only file system"),
+    ("No space left on device", "no space left on device"),
+    ("Is a directory", "is a directory"),
+    ("Not a directory", "a parent is not a directory"),
+)
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """What one remote exec returned, bytes untouched."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration_s: float
+
+
+class _Deadline(Exception):
+    """The local backstop deadline passed: the host stopped answering."""
+
+
+class _UnknownHostKey(SSHException):
+    """The server's key is not in known_hosts (raised by _RejectUnknown)."""
+
+    def __init__(self, hostname: str, key: paramiko.PKey) -> None:
+        super().__init__(f"{hostname} not found in known_hosts")
+        self.hostname, self.key = hostname, key
+
+
+class _RejectUnknown(paramiko.RejectPolicy):
+    """RejectPolicy, but with a typed exception we can translate without parsing text."""
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        raise _UnknownHostKey(hostname, key)
+
+
+class SshTransport:
+    """Implements orchestrator.edges.transport.Transport over one persistent SSH connection."""
+
+    def __init__(
+        self,
+        host: str,
+        hostname: str,
+        *,
+        port: int = 22,
+        user: str = "root",
+        key_filename: str | None = None,
+        known_hosts: str | None = None,
+        accept_new_host_keys: bool = False,
+        connect_timeout: float = 10.0,
+        keepalive_s: int = 15,
+        use_sudo: bool = False,
+    ) -> None:
+        self.host = host
+        self.hostname, self.port, self.user = hostname, port, user
+        self.key_filename, self.known_hosts = key_filename, known_hosts
+        self.accept_new_host_keys = accept_new_host_keys
+        self.connect_timeout, self.keepalive_s, self.use_sudo = connect_timeout, keepalive_s, use_sudo
+        # The `host` of every error raised here. A caller's label that already names the
+        # address (config's Host.label, "decode (10.0.0.4:22)") is used as it is.
+        self.label = host if hostname in host else f"{host} ({hostname}:{port})"
+        self.connects = 0  # successful connects: 1 for a whole sweep unless the link dropped
+        self._conn: Connection | None = None
+        self._lock = threading.Lock()
+        self._tunnels: list[Tunnel] = []
+
+    # ---------------------------------------------------------------- Transport protocol
+    def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        sudo: bool = False,
+    ) -> Result:
+        """Run a command; a timeout kills it on the host and raises TransportError."""
+        shown = command if isinstance(command, str) else shlex.join(command)
+        line = command_line(command, sudo=sudo or self.use_sudo, timeout=timeout)
+        raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES)
+        self._raise_if_sudo_refused(raw, sudo or self.use_sudo)
+        result = Result(
+            host=self.host,
+            command=shown,
+            exit_code=raw.exit_code,
+            stdout=raw.stdout.decode("utf-8", "replace"),
+            stderr=raw.stderr.decode("utf-8", "replace"),
+            duration_s=raw.duration_s,
+        )
+        if check and not result.ok:
+            raise CommandFailed(self.label, shown, result.exit_code, result.stdout, result.stderr)
+        return result
+
+    def read_bytes(self, path: str) -> bytes:
+        line = command_line(["cat", "--", path], sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"cat {path}")
+        self._raise_if_sudo_refused(raw, self.use_sudo)
+        if raw.exit_code != 0:
+            raise TransportError(self.label, f"cannot read {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
+        return raw.stdout
+
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        """Temp file in the same directory, owner+mode of the original, fsync, rename."""
+        argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path]
+        line = command_line(argv, sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S, shown=f"write {path}")
+        self._raise_if_sudo_refused(raw, self.use_sudo)
+        if raw.exit_code != 0:
+            raise TransportError(self.label, f"cannot write {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
+
+    def exists(self, path: str) -> bool:
+        line = command_line(["test", "-e", path], sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"test -e {path}")
+        self._raise_if_sudo_refused(raw, self.use_sudo)
+        if raw.exit_code not in (0, 1):
+            raise TransportError(self.label, f"cannot check {path}: {_reason(raw.stderr)}")
+        return raw.exit_code == 0
+
+    def close(self) -> None:
+        for tunnel in self._tunnels:
+            tunnel.close()
+        self._tunnels.clear()
+        with self._lock:
+            self._discard()
+
+    def __enter__(self) -> SshTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- tunnels
+    def open_tunnel(self, remote_host: str, remote_port: int) -> "Tunnel":
+        """A local port forwarded through this connection to remote_host:remote_port as the
+        host sees it (for firewalled health ports). Close it with `.close()`."""
+        tunnel = Tunnel(self.label, self._open_channel, (remote_host, remote_port))
+        self._tunnels.append(tunnel)
+        return tunnel
+
+    def _open_channel(self, remote: tuple[str, int]) -> paramiko.Channel:
+        transport = self._connection().transport
+        if transport is None:
+            raise TransportError(self.label, "no SSH transport for a tunnel")
+        try:
+            return transport.open_channel("direct-tcpip", remote, ("127.0.0.1", 0), timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(self.label, f"tunnel to {remote[0]}:{remote[1]} refused: {_one_line(exc)}") from exc
+
+    # ---------------------------------------------------------------- connection
+    def _connection(self) -> Connection:
+        """The open connection; (re)connects if there is none or it dropped."""
+        with self._lock:
+            if self._conn is not None and self._conn.is_connected:
+                return self._conn
+            self._discard()
+            self._conn = self._open()
+            return self._conn
+
+    def _open(self) -> Connection:
+        self._check_files()
+        conn = Connection(
+            self.hostname,
+            user=self.user,
+            port=self.port,
+            # An explicit, empty SSHConfig: Fabric then reads no ssh_config files.
+            config=Config(ssh_config=paramiko.SSHConfig(), lazy=True),
+            connect_kwargs=self._connect_kwargs(),
+        )
+        self._load_host_keys(conn.client)
+        policy = paramiko.AutoAddPolicy() if self.accept_new_host_keys else _RejectUnknown()
+        conn.client.set_missing_host_key_policy(policy)
+        try:
+            conn.open()
+        except Exception as exc:  # noqa: BLE001 - every library error is translated here
+            conn.close()
+            raise self._connect_error(exc) from exc
+        self._tune(conn)
+        self.connects += 1
+        return conn
+
+    def _connect_kwargs(self) -> dict[str, object]:
+        """A given key is the only identity used (like IdentitiesOnly); else agent + ~/.ssh."""
+        t = self.connect_timeout
+        kwargs: dict[str, object] = {"timeout": t, "banner_timeout": t, "auth_timeout": t}
+        if self.key_filename:
+            kwargs.update(key_filename=[self.key_filename], look_for_keys=False, allow_agent=False)
+        return kwargs
+
+    def _check_files(self) -> None:
+        if self.key_filename and not os.path.isfile(self.key_filename):
+            raise TransportError(self.label, f"key file {self.key_filename} not found (check `key:`)")
+        if self.known_hosts and not os.path.isfile(self.known_hosts):
+            raise TransportError(self.label, f"known_hosts file {self.known_hosts} not found (check `known_hosts:`)")
+
+    def _load_host_keys(self, client: paramiko.SSHClient) -> None:
+        """Load as *system* keys: an accepted new key then stays in memory, never written."""
+        path = self.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+        if not os.path.isfile(path):
+            return
+        try:
+            client.load_system_host_keys(path)
+        except (OSError, SSHException) as exc:
+            raise TransportError(self.label, f"cannot read known_hosts {path}: {_one_line(exc)}") from exc
+
+    def _tune(self, conn: Connection) -> None:
+        transport = conn.client.get_transport()
+        assert transport is not None  # connect() succeeded
+        transport.set_keepalive(self.keepalive_s)
+        sock = transport.sock
+        if isinstance(sock, socket.socket):  # small request/response packets: no Nagle delay
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: BLE001 - closing a dead connection may raise anything
+                pass
+            self._conn = None
+
+    # ---------------------------------------------------------------- exec
+    def _exec(
+        self,
+        line: str,
+        *,
+        stdin: bytes = b"",
+        timeout: float | None = None,
+        shown: str,
+        max_output: int | None = None,
+    ) -> _Raw:
+        """Run one command line. If the connection turns out dead before the command could
+        start, reconnect once and retry; a drop after it started is an error (it may have run)."""
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)  # type: ignore[union-attr]
+            except (SSHException, EOFError, OSError, AttributeError) as exc:
+                with self._lock:
+                    self._discard()
+                if attempt == 2:
+                    raise TransportError(self.label, f"connection lost: {_one_line(exc)}") from exc
+                continue
+            with chan:
+                return self._drive(chan, line, stdin, timeout, shown, max_output)
+        raise AssertionError("unreachable")
+
+    def _drive(
+        self,
+        chan: paramiko.Channel,
+        line: str,
+        stdin: bytes,
+        timeout: float | None,
+        shown: str,
+        max_output: int | None,
+    ) -> _Raw:
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout + KILL_GRACE_S + BACKSTOP_S
+        try:
+            chan.exec_command(line)
+            _send(chan, stdin)
+            out, err = _drain(chan, deadline, max_output)
+            code = _exit_status(chan, deadline)
+        except _Deadline:
+            raise TransportError(self.label, f"no answer within {timeout:g} s: {_short(shown)} (host hung?)") from None
+        except (SSHException, EOFError, OSError) as exc:
+            raise TransportError(
+                self.label, f"connection lost while running `{_short(shown)}` ({_one_line(exc)})"
+            ) from exc
+        elapsed = time.monotonic() - started
+        if code < 0:
+            raise TransportError(
+                self.label, f"connection lost while running `{_short(shown)}` (it may have run partly)"
+            )
+        if timeout is not None and code in TIMED_OUT_CODES and elapsed >= timeout:
+            raise TransportError(self.label, f"command timed out after {timeout:g} s and was killed: {_short(shown)}")
+        return _Raw(code, out, err, elapsed)
+
+    # ---------------------------------------------------------------- errors
+    def _connect_error(self, exc: BaseException) -> TransportError:
+        return TransportError(self.label, connect_error_message(exc, self))
+
+    def _hint(self, stderr: bytes) -> str:
+        if b"Permission denied" in stderr or b"Operation not permitted" in stderr:
+            return f" (connected as {self.user}: use a user who may do this, or set `sudo: true`)"
+        return ""
+
+    def _raise_if_sudo_refused(self, raw: _Raw, sudo: bool) -> None:
+        if not sudo or raw.exit_code != 1:
+            return
+        first = raw.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
+        if first and first[0].startswith("sudo: "):
+            raise TransportError(
+                self.label,
+                f"sudo refused: {first[0][6:]} (allow passwordless sudo for {self.user}, or connect as root)",
+            )
+
+
+# -------------------------------------------------------------------- pure helpers
+def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None) -> str:
+    """The exact line sent to the host. A sequence is quoted word by word; a string is kept
+    for the login shell, or handed to "$SHELL" -c (quoted) when sudo or timeout wrap it.
+    sudo is outermost so that `timeout` (running as root) can also kill a root command."""
+    if not isinstance(command, str) and not command:
+        raise ValueError("empty command")
+    prefix: list[str] = []
+    if sudo:
+        prefix += ["sudo", "-n", "--"]
+    if timeout is not None:
+        prefix += ["timeout", "-k", f"{KILL_GRACE_S:g}", f"{max(timeout, 0.001):.3f}"]
+    if not isinstance(command, str):
+        return shlex.join([*prefix, *command])
+    if not prefix:
+        return command
+    return f'{shlex.join(prefix)} "${{SHELL:-/bin/sh}}" -c {shlex.quote(command)}'
+
+
+def connect_error_message(exc: BaseException, t: SshTransport) -> str:
+    """One line a user can act on, for each way connecting can fail."""
+    if isinstance(exc, _UnknownHostKey):
+        kh = t.known_hosts or "~/.ssh/known_hosts"
+        return (
+            f"host key not in known_hosts {kh}: server offers {_fingerprint(exc.key)} (add it with "
+            f"`ssh-keyscan -p {t.port} {t.hostname} >> {kh}`, or set accept_new_host_keys: true)"
+        )
+    if isinstance(exc, BadHostKeyException):
+        return (
+            f"host key CHANGED: known_hosts has {_fingerprint(exc.expected_key)}, server offers "
+            f"{_fingerprint(exc.key)} (possible man-in-the-middle; if the host was reinstalled, "
+            f"remove the old key with `ssh-keygen -R {t.hostname}`)"
+        )
+    if isinstance(exc, PasswordRequiredException):
+        return f"key {t.key_filename} is passphrase-protected (load it into ssh-agent and drop `key:`)"
+    if isinstance(exc, BadAuthenticationType):
+        return f"authentication failed for {t.user}: server allows only {', '.join(exc.allowed_types)} (use a key)"
+    if isinstance(exc, AuthenticationException):
+        what = "`key:`" if t.key_filename else "`key:` or your ssh-agent"
+        return f"authentication failed for {t.user} (check {what})"
+    if isinstance(exc, NoValidConnectionsError):
+        codes = {e.errno for e in exc.errors.values() if isinstance(e, OSError)}
+        return "cannot connect: " + _errno_text(next(iter(codes), None), t)
+    if isinstance(exc, socket.gaierror):
+        return f"cannot connect: cannot resolve host name {t.hostname} (check `ssh.host`)"
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return (
+            f"cannot connect: timed out after {t.connect_timeout:g} s (host down, or a firewall drops port {t.port}?)"
+        )
+    if isinstance(exc, OSError):
+        return "cannot connect: " + _errno_text(exc.errno, t, exc)
+    if isinstance(exc, (SSHException, EOFError)):
+        return f"SSH handshake failed: {_one_line(exc) or type(exc).__name__} (is port {t.port} an SSH server?)"
+    return f"cannot connect: {type(exc).__name__}: {_one_line(exc)}"
+
+
+def _errno_text(code: int | None, t: SshTransport, exc: OSError | None = None) -> str:
+    if code == errno.ECONNREFUSED:
+        return f"connection refused (is sshd running and listening on port {t.port}?)"
+    if code == errno.EHOSTUNREACH:
+        return "no route to host (host down or wrong address?)"
+    if code == errno.ENETUNREACH:
+        return "network unreachable (wrong address?)"
+    if code == errno.ETIMEDOUT:
+        return "timed out (host down, or a firewall drops the port?)"
+    if code == errno.ECONNRESET:
+        return "connection reset by the server (sshd MaxStartups or a firewall?)"
+    return _one_line(exc) if exc is not None else (os.strerror(code) if code else "unknown error")
+
+
+def _reason(stderr: bytes) -> str:
+    text = stderr.decode("utf-8", "replace")
+    for needle, reason in _REASONS:
+        if needle in text:
+            return reason
+    return _one_line(text.strip().splitlines()[-1] if text.strip() else "unknown error")
+
+
+def _fingerprint(key: paramiko.PKey) -> str:
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
+
+
+def _one_line(x: object) -> str:
+    text = " ".join(str(x).split())
+    return text[:300]
+
+
+def _short(command: str) -> str:
+    return command if len(command) <= 120 else command[:117] + "..."
+
+
+def _send(chan: paramiko.Channel, data: bytes) -> None:
+    """Feed stdin, then EOF. A command that fails early stops reading and its channel closes:
+    that is not a connection problem, its exit status (read next) says what went wrong."""
+    try:
+        if data:
+            chan.sendall(data)
+        chan.shutdown_write()
+    except (OSError, EOFError, SSHException):
+        pass
+
+
+def _drain(chan: paramiko.Channel, deadline: float | None, max_output: int | None) -> tuple[bytes, bytes]:
+    """Read stdout and stderr until EOF; keep the tail of each beyond max_output bytes.
+    select() on the channel wakes on data for either stream and on EOF/close."""
+    out, err = bytearray(), bytearray()
+    while True:
+        while chan.recv_ready():
+            _append(out, chan.recv(65536), max_output)
+        while chan.recv_stderr_ready():
+            _append(err, chan.recv_stderr(65536), max_output)
+        if chan.closed or (chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready()):
+            return bytes(out), bytes(err)
+        wait = 1.0 if deadline is None else deadline - time.monotonic()
+        if wait <= 0:
+            raise _Deadline
+        select.select([chan], [], [], min(wait, 1.0))
+
+
+def _exit_status(chan: paramiko.Channel, deadline: float | None) -> int:
+    """The exit code, or -1 if the channel closed without one (connection lost)."""
+    while not chan.status_event.wait(0.5):
+        if deadline is not None and time.monotonic() > deadline:
+            raise _Deadline
+    return chan.recv_exit_status()
+
+
+def _append(buf: bytearray, data: bytes, cap: int | None) -> None:
+    buf += data
+    if cap is not None and len(buf) > cap:
+        del buf[: len(buf) - cap]

@@ -1,0 +1,308 @@
+"""The repro workload: run it time-bound, capture its output, extract its metrics (EDGE + PURE).
+
+Why this shape:
+- The repro is a user's script (e.g. ``python repro_agent.py --sessions 40 ...``) that may spawn
+  children (a client pool, a helper server). It runs in its own session so that a timeout or a
+  Ctrl-C can kill the whole process group: nothing it started outlives the trial and skews the
+  next one.
+- Output goes straight to files (the OS does the copying), so a chatty repro costs no memory;
+  only a bounded tail is read back for the journal.
+- Metrics are named-group regexes (Ramble's idea). The LAST match wins because a repro prints
+  progress lines first and its summary last. A proportion keeps k and n (6 of 40 sessions), never
+  just a percentage, so the report can put a confidence interval on it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from orchestrator.core.config import MetricSpec
+from orchestrator.core.records import MetricValue, ReproOutcome
+from orchestrator.errors import ConfigError, WorkloadError
+
+__all__ = ["MetricSpec", "extract_metrics", "run_command", "TAIL_BYTES", "KILL_GRACE_S"]
+
+TAIL_BYTES = 4096  # stdout tail kept in the journal; the full text stays in the file
+ERROR_TAIL_CHARS = 1500  # output tail quoted under a "metrics missing" error
+KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
+KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
+_POLL_S = 0.01
+_POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
+
+
+# ---------------------------------------------------------------- metrics (PURE)
+
+
+def extract_metrics(text: str, specs: Sequence[MetricSpec]) -> dict[str, MetricValue]:
+    """Extract every metric from a repro's output; the LAST match of each regex wins.
+
+    proportion: named groups ``k`` and ``n`` (integers, 0 <= k <= n, n > 0).
+    number: named group ``value``, or the regex's only group (a float).
+    Raises WorkloadError naming every missing or unparseable metric at once (so one run shows
+    all the regexes to fix), with the output tail as detail."""
+    values: dict[str, MetricValue] = {}
+    problems: list[str] = []
+    for spec in specs:
+        match = _last_match(spec, text)
+        if match is None:
+            problems.append(f"{spec.name} (no match for /{spec.regex}/)")
+            continue
+        try:
+            values[spec.name] = _metric_value(spec, match)
+        except ValueError as exc:
+            problems.append(f"{spec.name} ({exc})")
+    if problems:
+        raise WorkloadError(
+            f"repro output: metrics missing or unparseable: {', '.join(problems)} "
+            "(check the regexes against the output tail below)",
+            detail=_tail(text, ERROR_TAIL_CHARS),
+        )
+    return values
+
+
+def _last_match(spec: MetricSpec, text: str) -> re.Match[str] | None:
+    try:
+        pattern = re.compile(spec.regex, re.MULTILINE)
+    except re.error as exc:
+        raise ConfigError(f"invalid regular expression: {exc}", path=f"repro.metrics.{spec.name}.regex") from None
+    last = None
+    for last in pattern.finditer(text):
+        pass
+    return last
+
+
+def _metric_value(spec: MetricSpec, match: re.Match[str]) -> MetricValue:
+    """Turn one match into a MetricValue; ValueError says what is wrong with the matched text."""
+    if spec.kind == "proportion":
+        k, n = _int_group(spec, match, "k"), _int_group(spec, match, "n")
+        if n <= 0 or not 0 <= k <= n:
+            raise ValueError(f"{k}/{n} is not a proportion: need 0 <= k <= n and n > 0")
+        return MetricValue(kind="proportion", k=k, n=n, unit=spec.unit)
+    raw = _group(spec, match, "value")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a number") from None
+    if value != value:  # NaN: a number that is not one, and it poisons every statistic
+        raise ValueError(f"{raw!r} is not a number")
+    return MetricValue(kind="number", value=value, unit=spec.unit)
+
+
+def _int_group(spec: MetricSpec, match: re.Match[str], name: str) -> int:
+    raw = _group(spec, match, name)
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"group {name}={raw!r} is not an integer") from None
+
+
+def _group(spec: MetricSpec, match: re.Match[str], name: str) -> str:
+    """The text of group `name`, or of the only group for a number metric."""
+    if name in match.re.groupindex:
+        text = match.group(name)
+    elif spec.kind == "number" and match.re.groups == 1:
+        text = match.group(1)
+    else:
+        needs = "(?P<k>...) and (?P<n>...)" if spec.kind == "proportion" else "(?P<value>...) or exactly one group"
+        raise ConfigError(
+            f"regex lacks group {name!r}", path=f"repro.metrics.{spec.name}.regex", hint=f"a {spec.kind} needs {needs}"
+        )
+    if text is None:
+        raise ValueError(f"group {name} did not take part in the match")
+    return text.strip()
+
+
+def _tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "..." + text[-limit:]
+
+
+# ---------------------------------------------------------------- running (EDGE)
+
+
+def run_command(
+    argv_or_shell: str,
+    *,
+    timeout_s: float,
+    cwd: Path,
+    env: Mapping[str, str] | None,
+    stdout_path: Path,
+    stderr_path: Path,
+    run_dir: Path | None = None,
+) -> ReproOutcome:
+    """Run a shell command time-bound, output streamed to files; return what it did.
+
+    Runs ``/bin/sh -c`` in a new session (its own process group). ``env`` is the full
+    environment (like subprocess; None inherits ours). On timeout the whole group gets SIGTERM,
+    then SIGKILL after KILL_GRACE_S, and exit_code is None; a process killed by a signal
+    otherwise has exit_code -SIGNUM. Children the command left behind when it exited are killed
+    the same way. Ctrl-C (KeyboardInterrupt) kills the group before re-raising. Paths in the
+    outcome are relative to ``run_dir`` when given. Does not judge the exit code: the caller does.
+    """
+    started = time.monotonic()
+    with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
+        proc = _spawn(argv_or_shell, cwd, env, out, err)
+        try:
+            exit_code = _wait_or_kill(proc, timeout_s)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    return ReproOutcome(
+        command=argv_or_shell,
+        exit_code=exit_code,
+        duration_s=time.monotonic() - started,
+        stdout_tail=_read_tail(stdout_path, TAIL_BYTES),
+        stdout_path=_recorded(stdout_path, run_dir),
+        stderr_path=_recorded(stderr_path, run_dir),
+    )
+
+
+def _open_output(path: Path) -> BinaryIO:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "wb")  # noqa: SIM115 - closed by the caller's with
+    except OSError as exc:
+        raise WorkloadError(f"{path}: cannot write repro output: {exc.strerror} (check the run directory)") from exc
+
+
+def _spawn(
+    command: str, cwd: Path, env: Mapping[str, str] | None, out: BinaryIO, err: BinaryIO
+) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,  # own session and process group: killable as a whole
+        )
+    except OSError as exc:
+        raise WorkloadError(
+            f"repro: cannot start {command!r} in {cwd}: {exc.strerror} (check repro.command and its directory)"
+        ) from exc
+
+
+def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+    """The exit code, or None when the command outlived its timeout (and was killed)."""
+    if not _wait_exit(proc, timeout_s):
+        _kill_group(proc)
+        return None
+    code = proc.wait()
+    _kill_leftovers(proc.pid)
+    return code
+
+
+def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """True once the command exited, False when timeout_s passed first.
+
+    Why not proc.wait(timeout=...): with a timeout, CPython polls waitpid with sleeps growing to
+    50 ms, so orch noticed a finished repro up to 50 ms late, every trial. A pidfd (Linux >= 5.3)
+    becomes readable the moment the process exits, and poll() sleeps until then."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # an old kernel: fall back to CPython's polling wait
+        try:
+            proc.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    try:
+        waiter = select.poll()
+        waiter.register(pidfd, select.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return proc.poll() is not None
+            if waiter.poll(min(remaining, _POLL_CHUNK_S) * 1000):
+                return True
+    finally:
+        os.close(pidfd)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the command and everything in its process group, and reap the leader."""
+    _terminate_group(proc.pid, proc.poll)
+    proc.wait()
+
+
+def _kill_leftovers(pgid: int) -> None:
+    """The command exited but may have left background children in its group: stop them."""
+    if _group_alive(pgid):
+        _terminate_group(pgid, lambda: None)
+
+
+def _terminate_group(pgid: int, reap: Callable[[], object]) -> None:
+    """SIGTERM the group; SIGKILL whatever is left after the grace period. Returns once the
+    group is empty (SIGKILL lands asynchronously), so the next trial starts on a quiet host."""
+    _signal_group(pgid, signal.SIGTERM)
+    if _await_group_gone(pgid, KILL_GRACE_S, reap):
+        return
+    _signal_group(pgid, signal.SIGKILL)
+    _await_group_gone(pgid, KILL_SETTLE_S, reap)
+
+
+def _await_group_gone(pgid: int, timeout_s: float, reap: Callable[[], object]) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap()  # an unreaped leader still counts as a group member for kill()
+        if not _group_alive(pgid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any live process is in the group. Zombies (orphans not yet reaped by init)
+    still count for kill(0), so look at /proc to ignore them."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return any(_live_member(entry, pgid) for entry in os.scandir("/proc") if entry.name.isdigit())
+
+
+def _live_member(entry: os.DirEntry[str], pgid: int) -> bool:
+    try:
+        with open(f"{entry.path}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # Fields after the command name (which may contain spaces): state ppid pgrp ...
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X")
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _read_tail(path: Path, limit: int) -> str:
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - limit))
+        return f.read().decode("utf-8", errors="replace")
+
+
+def _recorded(path: Path, run_dir: Path | None) -> str:
+    if run_dir is not None:
+        try:
+            return str(path.resolve().relative_to(run_dir.resolve()))
+        except ValueError:
+            pass
+    return str(path)

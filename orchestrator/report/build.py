@@ -1,0 +1,1303 @@
+"""A run (manifest + trial records) -> the report model: what is known, how sure, and why.
+
+Pure: no I/O. render.py turns the model into HTML; this module decides every number and every
+sentence, so the words can be tested without a browser. The report must survive the mistakes
+that cost the DSV4 team days: a noisy rate read without its interval, a metric that moved while
+the outcome did not (320 vs 997 anomalies, same corruption), a trend over time read as an effect.
+
+Rules kept here:
+- only trials with status "completed" are data; failed and interrupted ones are listed, never
+  counted; when one trial was retried, its last completed attempt counts;
+- every rate carries its Wilson interval and k/n; every comparison with the baseline a Fisher
+  (proportions) or Mann-Whitney (numbers) p-value, Holm-adjusted over the cells of that metric;
+- secrets never reach the model: env values whose names look secret are replaced by "••••", and
+  `NAME=value` / `NAME: value` text with such names is masked in free text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.core import stats
+from orchestrator.core.gcpause import gc_paused
+from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
+from orchestrator.core.redact import REDACTED, SECRET_NAME, is_secret_name, redact_text  # noqa: F401 (re-exported)
+from orchestrator.store.journal import TrialRow
+
+DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
+FAILURE_CAP = 500
+TRIAL_RATES_SHOWN = 12
+OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
+
+FindingKind = Literal["finding", "null", "caution", "info"]
+# Full records for the rows the page shows in detail (failures, drill-down), in the same order.
+RecordLoader = Callable[[Sequence[TrialRow]], Sequence[TrialRecord]]
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class RateView(Frozen):
+    k: int
+    n: int
+    rate: float | None  # None: no sessions
+    low: float
+    high: float
+
+
+class ProportionCell(Frozen):
+    rate: RateView
+    trials: int
+    trial_rates: list[float]  # first few per-trial rates: shows noise between replicates
+    diff: float | None = None  # vs baseline, rate points
+    diff_low: float | None = None
+    diff_high: float | None = None
+    p: float | None = None
+    p_holm: float | None = None
+    significant: bool = False
+    overdispersion_p: float | None = None  # trial-to-trial variation beyond the binomial
+
+
+class BoxStats(Frozen):
+    whislo: float
+    q1: float
+    med: float
+    q3: float
+    whishi: float
+
+
+class NumberCell(Frozen):
+    n: int
+    median: float | None
+    low: float | None
+    high: float | None
+    box: BoxStats | None
+    p: float | None = None
+    p_holm: float | None = None
+    significant: bool = False
+
+
+class CellView(Frozen):
+    cell: str
+    levels: dict[str, str]
+    is_baseline: bool
+    planned: int
+    completed: int
+    failed: int
+    proportions: dict[str, ProportionCell]
+    numbers: dict[str, NumberCell]
+
+
+class EffectView(Frozen):
+    metric: str
+    factor: str
+    level: str
+    reference: str
+    given: dict[str, str]  # empty: main effect
+    estimate: float
+    low: float
+    high: float
+    clear: bool
+    strata: int
+
+
+class InteractionView(Frozen):
+    metric: str
+    factor: str
+    level: str
+    reference: str
+    moderator: str
+    moderator_level: str
+    moderator_reference: str
+    estimate: float
+    low: float
+    high: float
+    clear: bool
+
+
+class Finding(Frozen):
+    kind: FindingKind
+    text: str
+
+
+class Link(Frozen):
+    label: str
+    path: str
+    href: str | None  # None: the path is not a safe relative link, shown as text only
+
+
+class FailureView(Frozen):
+    trial: int
+    attempt: int
+    cell: str
+    kind: str
+    error: str
+    message: str
+    detail: str
+    links: list[Link]
+
+
+class TrialView(Frozen):
+    trial: int
+    round: int
+    attempt: int
+    cell: str
+    status: str
+    testbed: str
+    started: str
+    duration_s: float
+    env: dict[str, dict[str, str]]
+    restarted: list[str]
+    health_wait_s: dict[str, float]
+    command: str
+    exit_code: int | None
+    repro_duration_s: float | None
+    stdout_tail: str
+    metrics: dict[str, str]
+    links: list[Link]
+    failure: str
+    record_json: str
+
+
+class RoundRate(Frozen):
+    round: int
+    k: int
+    n: int
+    rate: float
+
+
+class DriftView(Frozen):
+    metric: str
+    cell: str
+    rounds: list[RoundRate]
+    p_homogeneity: float
+    p_trend: float
+    flagged: bool
+
+
+class Provenance(Frozen):
+    orch_version: str
+    run_id: str
+    testbed: str
+    seed: int
+    order: str
+    replicates: int
+    started: str
+    ended: str | None
+    matrix_path: str
+    matrix_text: str
+    matrix_sha256: str
+    matrix_sha_ok: bool
+    inventory_path: str
+    inventory_text: str
+    inventory_sha256: str
+    inventory_sha_ok: bool
+    texts_redacted: bool = False
+    hosts: dict[str, dict[str, str]]
+    trial_order: list[str]  # "trial round cell", plan order
+
+
+class Report(Frozen):
+    run_id: str
+    name: str
+    description: str
+    status: str
+    started: str
+    ended: str | None
+    confidence: float
+    alpha: float
+    metrics: dict[str, MetricKind]
+    primary_metric: str | None
+    factors: dict[str, list[str]]
+    baseline: dict[str, str]
+    baseline_cell: str | None
+    planned: int
+    completed: int
+    failed: int
+    cells: list[CellView]
+    effects: list[EffectView]
+    interactions: list[InteractionView]
+    headline: list[Finding]
+    drift: list[DriftView]
+    failures: list[FailureView]
+    failures_total: int
+    trials: list[TrialView]
+    trials_total: int
+    torn_tail: bool
+    provenance: Provenance
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def build_report(
+    manifest: RunManifest,
+    trials: Sequence[TrialRecord],
+    *,
+    torn_tail: bool = False,
+    drilldown_cap: int = DRILLDOWN_CAP,
+) -> Report:
+    """Everything the page shows, computed once. `trials` may hold retries and failures."""
+    with gc_paused():
+        rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
+        return build_report_from_rows(
+            manifest,
+            rows,
+            lambda chosen: [trials[r.source] for r in chosen],
+            torn_tail=torn_tail,
+            drilldown_cap=drilldown_cap,
+        )
+
+
+def build_report_from_rows(
+    manifest: RunManifest,
+    rows: Sequence[TrialRow],
+    load: RecordLoader,
+    *,
+    torn_tail: bool = False,
+    drilldown_cap: int = DRILLDOWN_CAP,
+) -> Report:
+    """build_report from compact rows (journal.read_trial_rows): the numbers need only these, so
+    a 100,000-trial run never holds 100,000 full records; `load` fetches the full records of
+    the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
+    with gc_paused():
+        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap)
+
+
+def _build(
+    manifest: RunManifest,
+    rows: Sequence[TrialRow],
+    load: RecordLoader,
+    *,
+    torn_tail: bool,
+    drilldown_cap: int,
+) -> Report:
+    data = _completed(rows)
+    frame = _metric_frame(data, manifest.metrics)
+    cell_ids, levels_of = _cells(manifest, rows)
+    baseline_cell = _baseline_cell(manifest, levels_of)
+    failed = [t for t in rows if t.status != "completed"]
+    cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, frame)
+    effects, interactions = _effects(manifest, cells)
+    drift = _drift(manifest, baseline_cell, frame)
+    primary = _primary_metric(manifest.metrics)
+    failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
+    report = Report(
+        run_id=manifest.run_id,
+        name=manifest.name,
+        description=manifest.description,
+        status=manifest.status,
+        started=manifest.started,
+        ended=manifest.ended,
+        confidence=stats.CONFIDENCE,
+        alpha=stats.ALPHA,
+        metrics=dict(manifest.metrics),
+        primary_metric=primary,
+        factors={f: list(v) for f, v in manifest.factors.items()},
+        baseline=dict(manifest.baseline),
+        baseline_cell=baseline_cell,
+        planned=len(manifest.plan),
+        completed=len(data),
+        failed=len(failed),
+        cells=cells,
+        effects=effects,
+        interactions=interactions,
+        headline=[],
+        drift=drift,
+        failures=[_failure_view(t) for t in failures],
+        failures_total=len(failed),
+        trials=[_trial_view(t) for t in shown],
+        trials_total=len(rows),
+        torn_tail=torn_tail,
+        provenance=_provenance(manifest),
+    )
+    return report.model_copy(update={"headline": headline(report, failed)})
+
+
+def _load_shown(
+    load: RecordLoader, failures: Sequence[TrialRow], shown: Sequence[TrialRow]
+) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """One load for both lists (a failure is often in the drill-down too)."""
+    wanted = {row.source: row for row in (*failures, *shown)}
+    rows = sorted(wanted.values(), key=lambda row: row.source)  # one pass through the file
+    full = dict(zip((row.source for row in rows), load(rows), strict=True))
+    return [full[row.source] for row in failures], [full[row.source] for row in shown]
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def _completed(trials: Sequence[TrialRow]) -> list[TrialRow]:
+    """Completed trials, one per plan position (the last completed attempt wins)."""
+    chosen: dict[int, TrialRow] = {}
+    for record in trials:
+        if record.status != "completed":
+            continue
+        held = chosen.get(record.trial)
+        if held is None or record.attempt >= held.attempt:
+            chosen[record.trial] = record
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _metric_frame(data: Sequence[TrialRow], kinds: Mapping[str, MetricKind]) -> pd.DataFrame:
+    """One row per (completed trial, metric): trial, round, cell, metric, k, n, value."""
+    rows = []
+    for row in data:
+        for name, own_kind, k, n, value in row.metrics:
+            kind = kinds.get(name, own_kind)
+            if kind == "proportion" and n:
+                rows.append((row.trial, row.round, row.cell, name, k or 0, n, math.nan))
+            elif kind == "number" and value is not None and math.isfinite(value):
+                rows.append((row.trial, row.round, row.cell, name, 0, 0, float(value)))
+    # columns by transposing in C: DataFrame.from_records spends seconds on 300,000 tuples
+    columns = list(zip(*rows, strict=True)) if rows else [()] * 7
+    dtypes = ("int64", "int64", object, object, "int64", "int64", "float64")
+    names = ("trial", "round", "cell", "metric", "k", "n", "value")
+    return pd.DataFrame(
+        {name: np.array(col, dtype=dtype) for name, col, dtype in zip(names, columns, dtypes, strict=True)}
+    )
+
+
+def _cells(manifest: RunManifest, trials: Sequence[TrialRow]) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """Cell ids in plan order (then any only seen in the journal) and their levels."""
+    levels_of: dict[str, dict[str, str]] = {}
+    for planned in manifest.plan:
+        levels_of.setdefault(planned.cell, dict(planned.levels))
+    for record in trials:
+        levels_of.setdefault(record.cell, dict(record.levels))
+    return list(levels_of), levels_of
+
+
+def _baseline_cell(manifest: RunManifest, levels_of: Mapping[str, dict[str, str]]) -> str | None:
+    for planned in manifest.plan:
+        if planned.is_baseline:
+            return planned.cell
+    for cell, levels in levels_of.items():
+        if levels == dict(manifest.baseline):
+            return cell
+    return None
+
+
+def _primary_metric(kinds: Mapping[str, MetricKind]) -> str | None:
+    """The outcome: the first proportion metric declared (the corruption rate), else any."""
+    for name, kind in kinds.items():
+        if kind == "proportion":
+            return name
+    return next(iter(kinds), None)
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def _cell_views(
+    manifest: RunManifest,
+    cell_ids: Sequence[str],
+    levels_of: Mapping[str, dict[str, str]],
+    baseline_cell: str | None,
+    data: Sequence[TrialRow],
+    failed: Sequence[TrialRow],
+    frame: pd.DataFrame,
+) -> list[CellView]:
+    planned = _count(p.cell for p in manifest.plan)
+    completed = _count(t.cell for t in data)
+    failed_by_cell = _count(t.cell for t in failed)
+    proportions = {
+        name: _proportion_cells(frame[frame.metric == name], cell_ids, baseline_cell)
+        for name, kind in manifest.metrics.items()
+        if kind == "proportion"
+    }
+    numbers = {
+        name: _number_cells(frame[frame.metric == name], cell_ids, baseline_cell)
+        for name, kind in manifest.metrics.items()
+        if kind == "number"
+    }
+    return [
+        CellView(
+            cell=cell,
+            levels=levels_of[cell],
+            is_baseline=cell == baseline_cell,
+            planned=planned.get(cell, 0),
+            completed=completed.get(cell, 0),
+            failed=failed_by_cell.get(cell, 0),
+            proportions={m: by_cell[cell] for m, by_cell in proportions.items()},
+            numbers={m: by_cell[cell] for m, by_cell in numbers.items()},
+        )
+        for cell in cell_ids
+    ]
+
+
+def _count(items: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts
+
+
+def _proportion_cells(
+    rows: pd.DataFrame, cell_ids: Sequence[str], baseline_cell: str | None
+) -> dict[str, ProportionCell]:
+    grouped = {cell: group for cell, group in rows.groupby("cell", sort=False)}
+    pooled = {cell: _pooled(grouped.get(cell)) for cell in cell_ids}
+    base = pooled.get(baseline_cell) if baseline_cell else None
+    others = [c for c in cell_ids if c != baseline_cell and base and base[1] and pooled[c][1]]
+    pvalues = {c: stats.fisher_exact(*pooled[c], *base) for c in others} if base else {}
+    adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
+    result = {}
+    for cell in cell_ids:
+        k, n = pooled[cell]
+        group = grouped.get(cell)
+        comparison = {}
+        if cell in pvalues and base:
+            low, high = stats.rate_difference_ci(k, n, *base)
+            comparison = dict(
+                diff=k / n - base[0] / base[1],
+                diff_low=low,
+                diff_high=high,
+                p=pvalues[cell],
+                p_holm=adjusted[cell],
+                significant=adjusted[cell] < stats.ALPHA,
+            )
+        result[cell] = ProportionCell(
+            rate=_rate_view(k, n),
+            trials=0 if group is None else len(group),
+            trial_rates=_trial_rates(group),
+            overdispersion_p=_overdispersion(group),
+            **comparison,
+        )
+    return result
+
+
+def _pooled(group: pd.DataFrame | None) -> tuple[int, int]:
+    if group is None or group.empty:
+        return (0, 0)
+    return (int(group.k.sum()), int(group.n.sum()))
+
+
+def _rate_view(k: int, n: int) -> RateView:
+    interval = stats.rate(k, n)
+    return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
+
+
+def _trial_rates(group: pd.DataFrame | None) -> list[float]:
+    if group is None:
+        return []
+    head = group.head(TRIAL_RATES_SHOWN)
+    return [float(k / n) for k, n in zip(head.k, head.n, strict=True)]
+
+
+def _overdispersion(group: pd.DataFrame | None) -> float | None:
+    if group is None or len(group) < 2:
+        return None
+    return stats.heterogeneity(list(zip(group.k.astype(int), group.n.astype(int), strict=True)))
+
+
+def _number_cells(rows: pd.DataFrame, cell_ids: Sequence[str], baseline_cell: str | None) -> dict[str, NumberCell]:
+    values = {cell: group.value.to_numpy() for cell, group in rows.groupby("cell", sort=False)}
+    empty = np.array([], dtype=float)
+    base = values.get(baseline_cell, empty) if baseline_cell else empty
+    others = [c for c in cell_ids if c != baseline_cell and base.size and c in values]
+    pvalues = {c: stats.mann_whitney(values[c], base) for c in others}
+    adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
+    result = {}
+    for seed, cell in enumerate(cell_ids):
+        data = values.get(cell, empty)
+        interval = stats.median_ci(data, seed=seed)
+        result[cell] = NumberCell(
+            n=int(data.size),
+            median=_finite(interval.estimate),
+            low=_finite(interval.low),
+            high=_finite(interval.high),
+            box=_box(data),
+            p=pvalues.get(cell),
+            p_holm=adjusted.get(cell),
+            significant=adjusted.get(cell, 1.0) < stats.ALPHA,
+        )
+    return result
+
+
+def _box(data: np.ndarray) -> BoxStats | None:
+    """Five numbers for a box plot (whiskers at 1.5 IQR, as matplotlib draws them)."""
+    if data.size == 0:
+        return None
+    q1, med, q3 = (float(x) for x in np.percentile(data, [25, 50, 75]))
+    iqr = q3 - q1
+    inside = data[(data >= q1 - 1.5 * iqr) & (data <= q3 + 1.5 * iqr)]
+    return BoxStats(whislo=float(inside.min()), q1=q1, med=med, q3=q3, whishi=float(inside.max()))
+
+
+def _finite(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+# ----------------------------------------------------------------------------- effects, drift
+
+
+def _effects(manifest: RunManifest, cells: Sequence[CellView]) -> tuple[list[EffectView], list[InteractionView]]:
+    effects: list[EffectView] = []
+    interactions: list[InteractionView] = []
+    for metric, kind in manifest.metrics.items():
+        if kind != "proportion":
+            continue
+        counts = [
+            stats.CellCount(c.levels, c.proportions[metric].rate.k, c.proportions[metric].rate.n)
+            for c in cells
+            if c.proportions[metric].rate.n
+        ]
+        found = stats.factor_effects(counts, manifest.factors, manifest.baseline)
+        effects.extend(_effect_view(metric, e) for e in found.main + found.conditional)
+        interactions.extend(_interaction_view(metric, i) for i in found.interactions)
+    return effects, interactions
+
+
+def _effect_view(metric: str, e: stats.Effect) -> EffectView:
+    return EffectView(
+        metric=metric,
+        factor=e.factor,
+        level=e.level,
+        reference=e.reference,
+        given=dict(e.given),
+        estimate=e.interval.estimate,
+        low=e.interval.low,
+        high=e.interval.high,
+        clear=e.clear,
+        strata=e.strata,
+    )
+
+
+def _interaction_view(metric: str, i: stats.Interaction) -> InteractionView:
+    return InteractionView(
+        metric=metric,
+        factor=i.factor,
+        level=i.level,
+        reference=i.reference,
+        moderator=i.moderator,
+        moderator_level=i.moderator_level,
+        moderator_reference=i.moderator_reference,
+        estimate=i.interval.estimate,
+        low=i.interval.low,
+        high=i.interval.high,
+        clear=i.clear,
+    )
+
+
+def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame) -> list[DriftView]:
+    """Per proportion metric: the baseline's rate per round, homogeneity and trend tests."""
+    if baseline_cell is None:
+        return []
+    views = []
+    base = frame[frame.cell == baseline_cell]
+    for metric, kind in manifest.metrics.items():
+        rows = base[base.metric == metric]
+        if kind != "proportion" or rows.empty:
+            continue
+        per_round = rows.groupby("round")[["k", "n"]].sum()
+        rounds = [
+            stats.RoundCount(int(r), int(k), int(n))
+            for r, k, n in zip(per_round.index, per_round.k, per_round.n, strict=True)
+        ]
+        check = stats.drift_check(rounds)
+        views.append(
+            DriftView(
+                metric=metric,
+                cell=baseline_cell,
+                rounds=[RoundRate(round=r.round, k=r.k, n=r.n, rate=r.k / r.n) for r in check.rounds],
+                p_homogeneity=check.p_homogeneity,
+                p_trend=check.p_trend,
+                flagged=check.flagged,
+            )
+        )
+    return views
+
+
+# ----------------------------------------------------------------------------- headline
+
+
+def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> list[Finding]:
+    """Plain sentences with numbers, most important first."""
+    findings = _status_findings(report)
+    metric = report.primary_metric
+    if metric and report.metrics.get(metric) == "proportion":
+        findings += _outcome_findings(report, metric)
+        findings += _interaction_findings(report, metric)
+        findings += _noise_findings(report, metric)
+    findings += _moved_findings(report, metric)
+    findings += _drift_findings(report)
+    findings += _failure_findings(report, failed)
+    return findings
+
+
+def _status_findings(report: Report) -> list[Finding]:
+    found = []
+    if report.completed == 0:
+        found.append(
+            Finding(
+                kind="caution",
+                text="No trial completed: there is no data yet, so nothing can be said about any factor.",
+            )
+        )
+    if report.status != "completed":
+        found.append(
+            Finding(
+                kind="caution",
+                text=(
+                    f"The run is {report.status}: {report.completed} of {report.planned} planned trials "
+                    "completed; conclusions cover only those."
+                ),
+            )
+        )
+    if report.torn_tail:
+        found.append(
+            Finding(
+                kind="info",
+                text="The journal's last line was torn (the controller stopped mid-write); that record was dropped.",
+            )
+        )
+    return found
+
+
+def _outcome_findings(report: Report, metric: str) -> list[Finding]:
+    measured = [c for c in report.cells if c.proportions[metric].rate.n]
+    base = _cell(report, report.baseline_cell)
+    if not measured or base is None or not base.proportions[metric].rate.n:
+        if measured:
+            return [
+                Finding(
+                    kind="caution",
+                    text=f"The baseline cell has no completed {metric} data, so no cell can be compared with it.",
+                )
+            ]
+        return []
+    significant = [c for c in measured if c.proportions[metric].significant]
+    if not significant:
+        return [_null_finding(report, metric, measured, base)]
+    high = max(measured, key=lambda c: c.proportions[metric].rate.rate or 0.0)
+    findings = [_difference_finding(report, metric, high, base, significant)]
+    cause = _cause_finding(report, metric, high)
+    return findings + ([cause] if cause else [])
+
+
+def _difference_finding(
+    report: Report, metric: str, high: CellView, base: CellView, significant: Sequence[CellView]
+) -> Finding:
+    name = metric.capitalize()
+    if high.is_baseline:
+        low = min(significant, key=lambda c: c.proportions[metric].rate.rate or 0.0)
+        p = low.proportions[metric]
+        return Finding(
+            kind="finding",
+            text=(
+                f"{name} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
+                f"({fmt_levels(base.levels)}) vs {fmt_rate(p.rate)} in cell {fmt_levels(low.levels)} "
+                f"({fmt_p(p.p_holm)}, Holm); {len(significant)} of {len(report.cells) - 1} cells "
+                "differ significantly from the baseline."
+            ),
+        )
+    p = high.proportions[metric]
+    return Finding(
+        kind="finding",
+        text=(
+            f"{name} is {fmt_rate(p.rate)} in cell {fmt_levels(high.levels)} vs "
+            f"{fmt_rate(base.proportions[metric].rate)} in the baseline ({fmt_p(p.p_holm)}, Holm); "
+            f"{len(significant)} of {len(report.cells) - 1} cells differ significantly from the "
+            "baseline."
+        ),
+    )
+
+
+def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | None:
+    """Which of the high cell's levels are needed: change one at a time, does it go away?"""
+    neighbours = _neighbours(report, metric, high)
+    if not neighbours:
+        return None
+    k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
+    pvalues = [
+        stats.fisher_exact(k, n, c.proportions[metric].rate.k, c.proportions[metric].rate.n) for _, c in neighbours
+    ]
+    adjusted = stats.holm(pvalues)
+    needed = [(f, c, p) for (f, c), p in zip(neighbours, adjusted, strict=True) if p < stats.ALPHA]
+    not_needed = [(f, c, p) for (f, c), p in zip(neighbours, adjusted, strict=True) if p >= stats.ALPHA]
+    text = _needed_text(metric, high, needed) + _not_needed_text(metric, high, not_needed)
+    return Finding(kind="finding", text=text.strip()) if text.strip() else None
+
+
+def _neighbours(report: Report, metric: str, high: CellView) -> list[tuple[str, CellView]]:
+    """Measured cells that differ from `high` in exactly one factor."""
+    found = []
+    for cell in report.cells:
+        if cell is high or not cell.proportions[metric].rate.n:
+            continue
+        diff = [f for f in report.factors if cell.levels.get(f) != high.levels.get(f)]
+        if len(diff) == 1 and set(cell.levels) == set(high.levels):
+            found.append((diff[0], cell))
+    return found
+
+
+def _needed_text(metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> str:
+    if not needed:
+        return ""
+    factors = [f for f, _, _ in needed]
+    worst = max(needed, key=lambda item: item[1].proportions[metric].rate.rate or 0.0)
+    top = worst[1].proportions[metric].rate
+    pmax = max(p for _, _, p in needed)
+    names = _join([f"{f}={high.levels[f]}" for f in factors])
+    changes = [_change(f, c.levels[f]) for f, c, _ in needed]
+    if len(needed) == 1:
+        subject = f"It needs {names}: {changes[0]}"
+    elif all(ch.startswith("turning off") for ch in changes):
+        subject = f"It needs {names} together: turning off any one of them"
+    else:
+        subject = f"It needs {names} together: changing any one of them ({'; '.join(changes)})"
+    return (
+        f"{subject} takes it to at most {fmt_pct(top.rate)} (95% upper limit "
+        f"{fmt_pct(top.high)}; each {fmt_p(pmax, '≤')} vs that cell, Holm). "
+    )
+
+
+def _not_needed_text(metric: str, high: CellView, rest: Sequence[tuple[str, CellView, float]]) -> str:
+    parts = [
+        f"{_change(f, c.levels[f])} leaves it at {fmt_rate(c.proportions[metric].rate)} "
+        f"({fmt_p(p)}, not significantly lower)"
+        for f, c, p in rest
+    ]
+    return ("; ".join(parts).capitalize() + ".") if parts else ""
+
+
+def _change(factor: str, level: str) -> str:
+    if level.lower() in OFF_WORDS:
+        return f"turning off {factor}"
+    return f"setting {factor}={level}"
+
+
+def _null_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
+    others = [c for c in measured if not c.is_baseline]
+    base_rate = base.proportions[metric].rate
+    if not others:
+        return Finding(
+            kind="null", text=f"Only the baseline has {metric} data: {fmt_rate(base_rate)}; nothing to compare it with."
+        )
+    nearest = min(others, key=lambda c: c.proportions[metric].p_holm or 1.0)
+    p = nearest.proportions[metric]
+    n_min = min(c.proportions[metric].rate.n for c in measured)
+    p0 = min(max(base_rate.rate or 0.0, 0.0), 0.99)
+    # a fall from p0 is a rise from 1 - p0 in the complement: take the easier direction
+    mdd = min(stats.min_detectable_difference(n_min, p0), stats.min_detectable_difference(n_min, min(1.0 - p0, 0.99)))
+    return Finding(
+        kind="null",
+        text=(
+            f"No significant difference in {metric} between any cell and the baseline, which is at "
+            f"{fmt_rate(base_rate)}. Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
+            f"({fmt_p(p.p_holm)}, Holm). With {n_min} sessions in the smallest cell, this run had 80% "
+            f"power only for differences of about {mdd * 100:.1f} points or more (per comparison, "
+            "before the Holm adjustment)."
+        ),
+    )
+
+
+def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
+    """ "overlap matters only when cuda_graph is on": clear interaction + conditional effects."""
+    found: list[Finding] = []
+    seen: set[frozenset[str]] = set()
+    ranked = sorted((i for i in report.interactions if i.metric == metric and i.clear), key=lambda i: -abs(i.estimate))
+    for inter in ranked:
+        pair = frozenset((inter.factor, inter.moderator))
+        if pair in seen or len(found) >= limit:
+            continue
+        seen.add(pair)
+        text = _interaction_text(report, metric, inter)
+        if text:
+            found.append(Finding(kind="finding", text=text))
+    return found
+
+
+def _interaction_text(report: Report, metric: str, inter: InteractionView) -> str:
+    conditional = {
+        e.given[inter.moderator]: e
+        for e in report.effects
+        if e.metric == metric
+        and e.factor == inter.factor
+        and e.level == inter.level
+        and list(e.given) == [inter.moderator]
+    }
+    at_level = conditional.get(inter.moderator_level)
+    at_ref = conditional.get(inter.moderator_reference)
+    if at_level is None or at_ref is None:
+        return ""
+    strong, weak = (at_level, at_ref) if abs(at_level.estimate) >= abs(at_ref.estimate) else (at_ref, at_level)
+    m = inter.moderator
+    how = "only when" if strong.clear and not weak.clear else "more when"
+    return (
+        f"{inter.factor} matters {how} {m}={strong.given[m]}: switching {inter.factor} from "
+        f"{inter.reference} to {inter.level} changes {metric} by {fmt_pts(strong)} with "
+        f"{m}={strong.given[m]}, but by {fmt_pts(weak)} with {m}={weak.given[m]} "
+        f"(interaction {fmt_pts(inter)})."
+    )
+
+
+def _noise_findings(report: Report, metric: str) -> list[Finding]:
+    found = []
+    noisy = [c for c in report.cells if (c.proportions[metric].overdispersion_p or 1.0) < stats.ALPHA]
+    if noisy:
+        worst = min(noisy, key=lambda c: c.proportions[metric].overdispersion_p or 1.0)
+        p = worst.proportions[metric]
+        rates = ", ".join(fmt_pct(r) for r in p.trial_rates)
+        found.append(
+            Finding(
+                kind="caution",
+                text=(
+                    f"Trials of the same cell disagree more than session-to-session noise explains in "
+                    f"{len(noisy)} cell(s), e.g. {fmt_levels(worst.levels)}: {rates} across its trials "
+                    f"({fmt_p(p.overdispersion_p)}). Pooled intervals may be too narrow there; add "
+                    "replicates before trusting a small difference."
+                ),
+            )
+        )
+    wide = [
+        c
+        for c in report.cells
+        if c.proportions[metric].rate.n and c.proportions[metric].rate.high - c.proportions[metric].rate.low > 0.3
+    ]
+    if wide:
+        n_small = min(c.proportions[metric].rate.n for c in wide)
+        found.append(
+            Finding(
+                kind="caution",
+                text=(
+                    f"{len(wide)} cell(s) have too few sessions to say much (as few as {n_small}): their "
+                    f"95% intervals are over 30 points wide."
+                ),
+            )
+        )
+    return found
+
+
+def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
+    """A number that moved vs the baseline, next to what the outcome did in that cell."""
+    base = _cell(report, report.baseline_cell)
+    if base is None:
+        return []
+    found = []
+    for metric, kind in report.metrics.items():
+        if kind != "number":
+            continue
+        moved = [c for c in report.cells if c.numbers[metric].significant]
+        if not moved:
+            found += _untestable(report, metric, base)
+            continue
+        # the telling case first: the number moved where the outcome did not
+        cell = min(
+            moved,
+            key=lambda c: (
+                bool(primary and primary in c.proportions and c.proportions[primary].significant),
+                c.numbers[metric].p_holm or 1.0,
+            ),
+        )
+        found.append(Finding(kind="finding", text=_moved_text(metric, cell, base, primary, len(moved))))
+    return found
+
+
+def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
+    """Say so when too few trials per cell make a significant Mann-Whitney result impossible."""
+    others = [c.numbers[metric].n for c in report.cells if not c.is_baseline and c.numbers[metric].n]
+    n_base = base.numbers[metric].n
+    if not others or not n_base:
+        return []
+    if max(others) + n_base >= 2 / stats.ALPHA:
+        return []  # comb(a + b, a) >= a + b, so p <= 2 / (a + b) <= alpha: skip huge binomials
+    best = min(2 / math.comb(n + n_base, n) for n in others)
+    if best <= stats.ALPHA:
+        return []
+    return [
+        Finding(
+            kind="caution",
+            text=(
+                f"{metric}: with {max(others)} trial(s) per cell and {n_base} in the baseline, no "
+                f"difference could reach significance (the smallest possible p is {best:.2f}); run more "
+                "replicates to compare it between cells."
+            ),
+        )
+    ]
+
+
+def _moved_text(metric: str, cell: CellView, base: CellView, primary: str | None, count: int) -> str:
+    num, ref = cell.numbers[metric], base.numbers[metric]
+    text = (
+        f"{metric} moved in {count} cell(s): median {fmt_num(num)} in cell "
+        f"{fmt_levels(cell.levels)} vs {fmt_num(ref)} in the baseline "
+        f"({fmt_p(num.p_holm)}, Holm, Mann-Whitney)"
+    )
+    if primary and primary in cell.proportions:
+        out, out_ref = cell.proportions[primary], base.proportions[primary]
+        verb = "also differs" if out.significant else "did not move"
+        text += (
+            f"; {primary} {verb} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} ({fmt_p(out.p_holm)}, Holm)"
+        )
+    return text[0].upper() + text[1:] + "."
+
+
+def _drift_findings(report: Report) -> list[Finding]:
+    found = []
+    for view in report.drift:
+        if view.flagged:
+            rates = ", ".join(f"{fmt_pct(r.rate)} (round {r.round})" for r in view.rounds[:8])
+            found.append(
+                Finding(
+                    kind="caution",
+                    text=(
+                        f"The baseline's {view.metric} drifted across rounds: {rates} "
+                        f"(homogeneity {fmt_p(view.p_homogeneity)}, trend {fmt_p(view.p_trend)}). "
+                        "Differences between cells may reflect time, not the factors."
+                    ),
+                )
+            )
+    return found
+
+
+def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) -> list[Finding]:
+    if not failed:
+        return []
+    kinds = _count(_failure_kind(t) or "unknown" for t in failed)
+    detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    return [
+        Finding(
+            kind="info",
+            text=(
+                f"{len(failed)} trial attempt(s) failed or were interrupted ({detail}); they are listed "
+                "under Failures and are not counted as data."
+            ),
+        )
+    ]
+
+
+def _failure_kind(trial: TrialRow | TrialRecord) -> str | None:
+    if isinstance(trial, TrialRow):
+        return trial.failure_kind
+    return trial.failure.kind if trial.failure else None
+
+
+def _cell(report: Report, cell_id: str | None) -> CellView | None:
+    return next((c for c in report.cells if c.cell == cell_id), None) if cell_id else None
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def fmt_pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{_pct(value)}%"
+
+
+def _pct(value: float) -> str:
+    """One decimal, or two significant digits below 0.1% (a bound of 0.0008% is not 0.0%)."""
+    points = value * 100
+    return f"{points:.2g}" if 0 < abs(points) < 0.05 else f"{points:.1f}"
+
+
+def fmt_rate(rate: RateView) -> str:
+    """16.3% [11.2-23.0] (13/80)."""
+    if rate.rate is None:
+        return "no data (0 sessions)"
+    return f"{_pct(rate.rate)}% [{_pct(rate.low)}-{_pct(rate.high)}] ({rate.k}/{rate.n})"
+
+
+def fmt_pts(item: EffectView | InteractionView) -> str:
+    return f"{item.estimate * 100:+.1f} pts [{item.low * 100:+.1f}, {item.high * 100:+.1f}]"
+
+
+def fmt_num(cell: NumberCell) -> str:
+    if cell.median is None:
+        return "no data"
+    if cell.low is None or cell.high is None:
+        return f"{cell.median:g}"
+    return f"{cell.median:g} [{cell.low:g}-{cell.high:g}]"
+
+
+def fmt_p(p: float | None, op: str = "=") -> str:
+    if p is None:
+        return "p n/a"
+    if p >= 0.001:
+        return f"p{op}{p:.3f}"
+    if p < 1e-300:  # Fisher underflows to 0 with hundreds of thousands of sessions
+        return "p<1e-300"
+    mantissa, exponent = f"{p:.0e}".split("e")
+    return f"p{op}{mantissa}e{int(exponent)}"
+
+
+def fmt_levels(levels: Mapping[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in levels.items())
+
+
+def _join(items: Sequence[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# ----------------------------------------------------------------------------- failures, trials
+
+
+def _failure_view(record: TrialRecord) -> FailureView:
+    failure = record.failure
+    return FailureView(
+        trial=record.trial,
+        attempt=record.attempt,
+        cell=record.cell,
+        kind=failure.kind if failure else record.status,
+        error=failure.error if failure else "",
+        message=redact_text(failure.message) if failure else "",
+        detail=redact_text(failure.detail) if failure else "",
+        links=_links(record),
+    )
+
+
+def _drilldown(trials: Sequence[TrialRow], cap: int) -> list[TrialRow]:
+    """All trials when few; else failures first, then completed ones round-robin over cells."""
+    if len(trials) <= cap:
+        return list(trials)
+    chosen = [t for t in trials if t.status != "completed"][: cap // 2]
+    by_cell: dict[str, list[TrialRow]] = {}
+    for record in trials:
+        if record.status == "completed":
+            by_cell.setdefault(record.cell, []).append(record)
+    queues = [iter(v) for v in by_cell.values()]
+    while len(chosen) < cap and queues:
+        for queue in list(queues):
+            record = next(queue, None)
+            if record is None:
+                queues.remove(queue)
+            elif len(chosen) < cap:
+                chosen.append(record)
+    return sorted(chosen, key=lambda t: (t.trial, t.attempt))
+
+
+def _trial_view(record: TrialRecord) -> TrialView:
+    repro = record.repro
+    return TrialView(
+        trial=record.trial,
+        round=record.round,
+        attempt=record.attempt,
+        cell=record.cell,
+        status=record.status,
+        testbed=record.testbed,
+        started=record.started,
+        duration_s=record.duration_s,
+        env=redact_env(record.env),
+        restarted=list(record.restarted),
+        health_wait_s=dict(record.health_wait_s),
+        command=redact_text(repro.command) if repro else "",
+        exit_code=repro.exit_code if repro else None,
+        repro_duration_s=repro.duration_s if repro else None,
+        stdout_tail=redact_text(repro.stdout_tail) if repro else "",
+        metrics={name: _metric_text(v) for name, v in record.metrics.items()},
+        links=_links(record),
+        failure=(f"{record.failure.kind}: {record.failure.error}: {redact_text(record.failure.message)}")
+        if record.failure
+        else "",
+        record_json=redacted_json(record),
+    )
+
+
+def _metric_text(value: MetricValue) -> str:
+    if value.kind == "proportion" and value.n:
+        return f"{value.k or 0}/{value.n} = {fmt_pct((value.k or 0) / value.n)}"
+    if value.value is None:
+        return "missing"
+    return f"{value.value:g}{(' ' + value.unit) if value.unit else ''}"
+
+
+def _links(record: TrialRecord) -> list[Link]:
+    links = []
+    if record.repro:
+        for label, path in (("repro stdout", record.repro.stdout_path), ("repro stderr", record.repro.stderr_path)):
+            if path:
+                links.append(Link(label=label, path=path, href=safe_href(path)))
+    for label, path in record.logs.items():
+        links.append(Link(label=label, path=path, href=safe_href(path)))
+    return links
+
+
+def safe_href(path: str) -> str | None:
+    """A relative path inside the run directory, or None (never a scheme, never `..`)."""
+    if not path or path.startswith(("/", "\\")) or "\\" in path:
+        return None
+    parts = path.split("/")
+    if any(p in ("..", "") for p in parts) or ":" in parts[0]:
+        return None
+    if any(ord(ch) < 32 for ch in path):
+        return None
+    return "/".join(parts)
+
+
+# ----------------------------------------------------------------------------- redaction
+
+
+def redact_env(env: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
+    return {
+        role: {k: (REDACTED if is_secret_name(k) else v) for k, v in variables.items()}
+        for role, variables in env.items()
+    }
+
+
+def redacted_json(record: TrialRecord) -> str:
+    """The journal record as shown in the drill-down: pretty JSON, secrets masked."""
+    update: dict[str, object] = {"env": redact_env(record.env)}
+    if record.repro:
+        update["repro"] = record.repro.model_copy(
+            update={"command": redact_text(record.repro.command), "stdout_tail": redact_text(record.repro.stdout_tail)}
+        )
+    if record.failure:
+        update["failure"] = record.failure.model_copy(
+            update={"message": redact_text(record.failure.message), "detail": redact_text(record.failure.detail)}
+        )
+    return record.model_copy(update=update).model_dump_json(indent=2)
+
+
+def _provenance(manifest: RunManifest) -> Provenance:
+    return Provenance(
+        orch_version=manifest.orch_version,
+        run_id=manifest.run_id,
+        testbed=manifest.testbed,
+        seed=manifest.seed,
+        order=manifest.order,
+        replicates=manifest.replicates,
+        started=manifest.started,
+        ended=manifest.ended,
+        matrix_path=manifest.matrix_path,
+        matrix_text=redact_text(manifest.matrix_text),
+        matrix_sha256=manifest.matrix_sha256,
+        matrix_sha_ok=manifest.texts_redacted or _sha256(manifest.matrix_text) == manifest.matrix_sha256,
+        inventory_path=manifest.inventory_path,
+        inventory_text=redact_text(manifest.inventory_text),
+        inventory_sha256=manifest.inventory_sha256,
+        inventory_sha_ok=manifest.texts_redacted or _sha256(manifest.inventory_text) == manifest.inventory_sha256,
+        texts_redacted=manifest.texts_redacted,
+        hosts={
+            role: {k: (REDACTED if is_secret_name(k) else v) for k, v in d.items()}
+            for role, d in manifest.hosts.items()
+        },
+        trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],
+    )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# ----------------------------------------------------------------------------- run-level facts
+# Facts that need more than the trial rows: adaptive decisions (journal events) and whether
+# parallel testbeds agree (each trial's testbed). Added to the headline as plain sentences.
+
+
+def adaptive_findings(events: Sequence[EventRecord]) -> list[Finding]:
+    """One sentence per cell an adaptive sweep stopped early, with the decision's own numbers."""
+    return [
+        Finding(
+            kind="info",
+            text=f"Adaptive stopping: {cell} ran no more trials after its comparison "
+            f"with the baseline was decided ({e.state}): {e.message}",
+        )
+        for cell, e in _decisions(events).items()
+    ]
+
+
+def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: str | None) -> Finding | None:
+    """What the sequential tests decided, across cells, for the top of the headline.
+
+    Why: a cell stopped early has fewer sessions, so the fixed analysis of the pooled sessions
+    (Fisher + Holm) may call nothing significant while the anytime-valid test, valid at the
+    round it stopped, decided several cells. Without this sentence the two would seem to
+    contradict each other."""
+    decided = _decisions(events)
+    if not decided:
+        return None
+    different = sorted(c for c, e in decided.items() if e.state == "different")
+    same = sorted(c for c, e in decided.items() if e.state != "different")
+    sides = {_side(decided[c].message) for c in different}
+    word = sides.pop() if len(sides) == 1 else "different"
+    parts = []
+    if different:
+        how = "different from the baseline (either way)" if word == "different" else f"{word} than the baseline"
+        parts.append(f"{len(different)} of {other_cells} cells decided {how}: {_join(different)}")
+    if same:
+        parts.append(f"{len(same)} decided without the difference asked about: {_join(same)}")
+    undecided = other_cells - len(decided)
+    if undecided > 0:
+        parts.append(f"{undecided} ran every round undecided (the fixed analysis has the last word there)")
+    what = f" in {metric}" if metric else ""
+    return Finding(
+        kind="finding",
+        text=(
+            f"Adaptive stopping{what}: {'; '.join(parts)}. Each decision is an anytime-valid test "
+            "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha). The "
+            "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
+            "is the weaker test and may not reach significance where the sequential test decided."
+        ),
+    )
+
+
+def _decisions(events: Sequence[EventRecord]) -> dict[str, EventRecord]:
+    decided: dict[str, EventRecord] = {}
+    for e in events:
+        if e.event == "cell_decided" and e.cell:
+            decided.setdefault(e.cell, e)  # a resume repeats the same decision: keep the first
+    return decided
+
+
+def _side(message: str) -> str:
+    """ "lower" / "higher" from a decision's reason ("... decided different (cell lower; ...")."""
+    for side in ("lower", "higher"):
+        if f"(cell {side};" in message:
+            return side
+    return "different"
+
+
+def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:
+    """Do parallel testbeds agree? Per cell, a chi-square test of one rate across testbeds,
+    Holm-adjusted over the cells; a difference means the testbeds are not interchangeable."""
+    if metric is None:
+        return []
+    pooled: dict[str, dict[str, list[int]]] = {}
+    for t in trials:
+        m = t.metrics.get(metric)
+        if t.status != "completed" or m is None or m.n is None:
+            continue
+        kn = pooled.setdefault(t.cell, {}).setdefault(t.testbed, [0, 0])
+        kn[0] += m.k or 0
+        kn[1] += m.n
+    testbeds = sorted({tb for by_tb in pooled.values() for tb in by_tb})
+    if len(testbeds) < 2:
+        return []
+    cells = [c for c, by_tb in pooled.items() if len(by_tb) > 1]
+    if not cells:
+        return [
+            Finding(
+                kind="caution",
+                text=f"Testbeds {', '.join(testbeds)} never ran the same cell: whether they differ cannot be checked.",
+            )
+        ]
+    raw = [stats.heterogeneity([tuple(kn) for kn in pooled[c].values()]) for c in cells]  # type: ignore[misc]
+    adjusted = stats.holm(raw)
+    differ = [(c, p) for c, p in zip(cells, adjusted) if p < stats.ALPHA]
+    if not differ:
+        return [
+            Finding(
+                kind="info",
+                text=f"Testbeds {', '.join(testbeds)} agree: no cell's {metric} differs "
+                f"between them (smallest Holm-adjusted p = {min(adjusted):.2g}, "
+                f"{len(cells)} cells run on several testbeds).",
+            )
+        ]
+    return [
+        Finding(
+            kind="caution",
+            text=f"Testbeds differ in {c}: "
+            + ", ".join(f"{tb} {kn[0]}/{kn[1]}" for tb, kn in sorted(pooled[c].items()))
+            + f" (p={p:.2g}, Holm); "
+            "treat its pooled numbers with care.",
+        )
+        for c, p in differ
+    ]

@@ -1,0 +1,93 @@
+"""`orch export RUN --format csv|parquet|json`: a tidy table of a run, one row per trial and metric.
+
+Tidy (one observation per row) so a team can load it into pandas, a notebook or a spreadsheet and
+pool runs without reading orch's journal format. Failed trials appear once, with no metric, so
+they are never mistaken for data and never silently dropped either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Sequence
+
+import pandas as pd
+
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.errors import UsageError
+
+Format = Literal["csv", "parquet", "json"]
+COLUMNS = [
+    "run_id",
+    "trial",
+    "round",
+    "cell",
+    "is_baseline",
+    "testbed",
+    "status",
+    "attempt",
+    "started",
+    "duration_s",
+    "metric",
+    "kind",
+    "k",
+    "n",
+    "value",
+    "unit",
+    "failure",
+]
+
+
+def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
+    """PURE: the run as rows; factor levels as one column per factor (named like the factor)."""
+    factors = list(manifest.factors)
+    rows = []
+    for t in trials:
+        base = {
+            "run_id": t.run_id,
+            "trial": t.trial,
+            "round": t.round,
+            "cell": t.cell,
+            "is_baseline": t.is_baseline,
+            "testbed": t.testbed,
+            "status": t.status,
+            "attempt": t.attempt,
+            "started": t.started,
+            "duration_s": t.duration_s,
+            "failure": t.failure.message if t.failure else None,
+            **{f: t.levels.get(f) for f in factors},
+        }
+        if t.status != "completed" or not t.metrics:
+            rows.append({**base, "metric": None, "kind": None, "k": None, "n": None, "value": None, "unit": None})
+            continue
+        for name, m in t.metrics.items():
+            value = m.rate if m.kind == "proportion" else m.value
+            rows.append({**base, "metric": name, "kind": m.kind, "k": m.k, "n": m.n, "value": value, "unit": m.unit})
+    frame = pd.DataFrame(rows, columns=[*COLUMNS[:4], *factors, *COLUMNS[4:]])
+    return frame.astype({"k": "Int64", "n": "Int64", "value": "Float64"})
+
+
+def write_export(frame: pd.DataFrame, path: Path, fmt: Format) -> Path:
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+    elif fmt == "json":
+        frame.to_json(path, orient="records", lines=False, indent=1)
+    else:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UsageError("parquet export needs pyarrow", hint="pip install 'orch[parquet]'") from None
+        frame.to_parquet(path, index=False)
+    return path
+
+
+def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
+    from orchestrator.report.render import load_manifest, load_trials
+
+    manifest = load_manifest(run_dir)
+    trials, _ = load_trials(run_dir)
+    last: dict[int, TrialRecord] = {}
+    for t in trials:  # a resumed run may hold an interrupted attempt before the final one
+        if t.status != "interrupted":
+            last[t.trial] = t
+    frame = tidy(manifest, [last[i] for i in sorted(last)])
+    return write_export(frame, out or run_dir / f"{manifest.run_id}.{fmt}", fmt)

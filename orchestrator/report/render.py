@@ -1,0 +1,213 @@
+"""Report model -> one self-contained HTML page; run directory -> index.html on disk.
+
+Why so strict: a report is evidence passed around by mail and opened offline, and its text
+comes from repro output and logs that can contain anything (`<script>`, `{{ 7*7 }}`). So:
+jinja2 autoescape is on for every value; the only unescaped pieces are the SVG charts (made by
+matplotlib from numbers and escaped labels) and the fixed script below; a Content-Security-Policy
+allows exactly that script (by hash) and nothing from any URL, so even a missed escape could not
+load or run anything. No CDN, no web font, no favicon request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from orchestrator.core.gcpause import gc_paused
+from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
+from orchestrator.report import charts
+from orchestrator.report.build import (
+    DRILLDOWN_CAP,
+    Report,
+    adaptive_findings,
+    adaptive_summary,
+    build_report_from_rows,
+    fmt_num,
+    fmt_p,
+    fmt_pct,
+    fmt_pts,
+    fmt_rate,
+    testbed_findings,
+)
+from orchestrator.store.journal import JournalError, iter_records, read_journal, read_records_at, read_trial_rows
+from orchestrator.store.manifest import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
+
+TRIAL_ORDER_SHOWN = 2000
+SUMMARY_META = "orch-summary"  # site.py reads the headline back from this <meta> tag
+
+# Sortable tables (click a header) and expand/collapse-all for the trial drill-down.
+SCRIPT = """
+(function () {
+  function key(cell) {
+    var v = cell.getAttribute('data-sort');
+    if (v === null) { return cell.textContent.trim().toLowerCase(); }
+    var n = parseFloat(v);
+    return isNaN(n) ? v : n;
+  }
+  document.querySelectorAll('table.sortable').forEach(function (table) {
+    table.querySelectorAll('th').forEach(function (th, col) {
+      th.addEventListener('click', function () {
+        var body = table.tBodies[0];
+        var rows = Array.prototype.slice.call(body.rows);
+        var up = th.getAttribute('aria-sort') !== 'ascending';
+        table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('aria-sort'); });
+        th.setAttribute('aria-sort', up ? 'ascending' : 'descending');
+        rows.sort(function (a, b) {
+          var x = key(a.cells[col]), y = key(b.cells[col]);
+          if (typeof x !== typeof y) { x = String(x); y = String(y); }
+          return (x < y ? -1 : x > y ? 1 : 0) * (up ? 1 : -1);
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+  document.querySelectorAll('button[data-toggle]').forEach(function (button) {
+    button.addEventListener('click', function () {
+      var open = button.getAttribute('data-toggle') === 'open';
+      document.querySelectorAll(button.getAttribute('data-target') + ' details')
+        .forEach(function (d) { d.open = open; });
+    });
+  });
+})();
+"""
+
+
+def csp(script: str = SCRIPT) -> str:
+    """Nothing from any URL; only our own script (by hash) and inline styles (SVG needs them)."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return (
+        "default-src 'none'; "
+        f"script-src 'sha256-{digest}'; "
+        "style-src 'unsafe-inline'; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("orchestrator.report", "templates"),
+        autoescape=True,  # always: the templates end in .j2, which select_autoescape would miss
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(pct=fmt_pct, rate=fmt_rate, p=fmt_p, pts=fmt_pts, num=fmt_num)
+    return env
+
+
+def render_report(report: Report) -> str:
+    """The whole page as a string (charts drawn here, from the model)."""
+    primary = report.primary_metric
+    proportions = [m for m, k in report.metrics.items() if k == "proportion"]
+    numbers = [m for m, k in report.metrics.items() if k == "number"]
+    figures = {
+        "rates": [(m, charts.rate_chart(report, m)) for m in proportions],
+        "effects": [(m, charts.effects_chart(report, m)) for m in proportions],
+        "numbers": [(m, charts.number_chart(report, m)) for m in numbers],
+    }
+    template = environment().get_template("report.html.j2")
+    return template.render(
+        r=report,
+        primary=primary,
+        proportions=proportions,
+        numbers=numbers,
+        figures={k: [(m, Markup(svg)) for m, svg in v if svg] for k, v in figures.items()},
+        script=Markup(SCRIPT),
+        csp=csp(),
+        summary=summary_json(report),
+        trial_order=report.provenance.trial_order[:TRIAL_ORDER_SHOWN],
+    )
+
+
+def summary_json(report: Report) -> str:
+    """What the reports index lists for this run (read back by site.py)."""
+    first = report.headline[0].text if report.headline else ""
+    return json.dumps(
+        {
+            "headline": first,
+            "completed": report.completed,
+            "planned": report.planned,
+            "failed": report.failed,
+            "status": report.status,
+        },
+        ensure_ascii=False,
+    )
+
+
+def write_report(run_dir: Path) -> Path:
+    """Load run.json and the journal, render, write run_dir/index.html atomically."""
+    html = render_report(load_report(run_dir))
+    return write_text_atomic(run_dir / "index.html", html)
+
+
+def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
+    """The report model of a run on disk; equal to build_report(manifest, load_trials(...)).
+
+    Streams the journal into compact rows and reads full records back only for the trials the
+    page shows in detail: a 100,000-trial run renders in seconds, in a few hundred MB."""
+    with gc_paused():
+        manifest = load_manifest(run_dir)
+        path = run_dir / "journal.jsonl"
+        if not path.exists():
+            return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap)
+        scan = read_trial_rows(path)
+        report = build_report_from_rows(
+            manifest,
+            scan.rows,
+            lambda rows: read_records_at(path, rows),
+            torn_tail=scan.torn_tail,
+            drilldown_cap=drilldown_cap,
+        )
+        return _with_run_facts(report, manifest, path)
+
+
+def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:
+    """Adaptive decisions and testbed agreement: only runs that have them pay for the scan."""
+    parallel = "," in manifest.testbed
+    adaptive = "adaptive:" in manifest.matrix_text
+    if not (parallel or adaptive):
+        return report
+    records = list(iter_records(path))
+    trials = [r for r in records if isinstance(r, TrialRecord)]
+    events = [r for r in records if isinstance(r, EventRecord)]
+    extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric) if parallel else [])
+    summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
+    first = [summary] if summary else []
+    return report.model_copy(update={"headline": [*first, *report.headline, *extra]}) if extra or first else report
+
+
+def load_trials(run_dir: Path) -> tuple[list[TrialRecord], bool]:
+    """Trial records of the journal (none if the run never wrote one) and its torn-tail flag."""
+    path = run_dir / "journal.jsonl"
+    if not path.exists():
+        return [], False
+    contents = read_journal(path)
+    return [r for r in contents.records if isinstance(r, TrialRecord)], contents.torn_tail
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Temp file in the same directory, fsync, rename: a reader never sees half a page."""
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.chmod(temp, 0o644)
+            os.replace(temp, path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise JournalError(
+            f"{path}: cannot write the report: {exc.strerror} (check free space and permissions)"
+        ) from exc
+    return path

@@ -1,0 +1,131 @@
+"""reports/index.html: one line per run (name, date, status, headline, link to its report).
+
+Why read the headline from each run's index.html: rebuilding every report to list it would cost
+seconds per big run. render.py stores a small JSON summary in a <meta> tag; it is used when the
+page is newer than the run's journal and manifest, and the run is rebuilt (not rendered) when
+it is missing or stale. A run that cannot be read is listed with the reason, never skipped and
+never fatal: the index is where one goes to find out what happened.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.core.records import RunManifest
+from orchestrator.errors import OrchError
+from orchestrator.report.build import build_report
+from orchestrator.report.render import csp, environment, load_manifest, load_trials, write_text_atomic
+
+_META = re.compile(r'<meta name="orch-summary" content="([^"]*)">')
+HEAD_BYTES = 64 * 1024  # the summary sits in <head>
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    directory: str
+    name: str
+    run_id: str
+    started: str
+    status: str
+    completed: int
+    planned: int
+    failed: int
+    headline: str
+    has_report: bool
+    error: str = ""
+
+
+def write_index(reports_dir: Path) -> Path:
+    """Write reports_dir/index.html listing every run directory, newest first."""
+    entries = sorted((_entry(d) for d in _run_dirs(reports_dir)), key=lambda e: (e.started, e.directory), reverse=True)
+    page = environment().get_template("index.html.j2").render(runs=entries, csp=csp(), script="")
+    return write_text_atomic(reports_dir / "index.html", page)
+
+
+def _run_dirs(reports_dir: Path) -> list[Path]:
+    if not reports_dir.is_dir():
+        return []
+    return [d for d in reports_dir.iterdir() if d.is_dir() and (d / "run.json").is_file()]
+
+
+def _entry(run_dir: Path) -> RunEntry:
+    try:
+        manifest = load_manifest(run_dir)
+    except OrchError as exc:
+        return RunEntry(
+            run_dir.name,
+            run_dir.name,
+            "",
+            "",
+            "unreadable",
+            0,
+            0,
+            0,
+            "",
+            (run_dir / "index.html").is_file(),
+            error=str(exc),
+        )
+    base = dict(
+        directory=run_dir.name,
+        name=manifest.name,
+        run_id=manifest.run_id,
+        started=manifest.started,
+        has_report=(run_dir / "index.html").is_file(),
+    )
+    try:
+        summary = _cached_summary(run_dir) or _fresh_summary(run_dir, manifest)
+    except OrchError as exc:
+        return RunEntry(
+            **base,
+            status=manifest.status,
+            completed=0,
+            planned=len(manifest.plan),
+            failed=0,
+            headline="",
+            error=str(exc),
+        )
+    return RunEntry(
+        **base,
+        status=str(summary.get("status", manifest.status)),
+        completed=int(summary.get("completed", 0)),
+        planned=int(summary.get("planned", len(manifest.plan))),
+        failed=int(summary.get("failed", 0)),
+        headline=str(summary.get("headline", "")),
+    )
+
+
+def _cached_summary(run_dir: Path) -> dict[str, object] | None:
+    page = run_dir / "index.html"
+    if not page.is_file():
+        return None
+    newest_input = max(
+        (p.stat().st_mtime for p in (run_dir / "run.json", run_dir / "journal.jsonl") if p.exists()), default=0.0
+    )
+    if page.stat().st_mtime < newest_input:
+        return None
+    with page.open("rb") as handle:
+        head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace")
+    match = _META.search(head)
+    if match is None:
+        return None
+    try:
+        data = json.loads(html.unescape(match.group(1)))
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _fresh_summary(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
+    trials, torn = load_trials(run_dir)
+    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
+    return {
+        "headline": report.headline[0].text if report.headline else "",
+        "completed": report.completed,
+        "planned": report.planned,
+        "failed": report.failed,
+        "status": report.status,
+    }

@@ -1,0 +1,244 @@
+"""Run directories: ids, the manifest (run.json), the stored plan (plan.json), and safe paths.
+
+A run id becomes a directory name under the reports folder, so it is checked strictly: no
+separators, no `..`, nothing a shell or a browser could misread.
+
+The planned trials live in plan.json, written once beside run.json when the run directory is
+created; run.json keeps their count and digest. So rewriting run.json (at the end of a run,
+on restore) never rewrites 100,000 trials, and `orch resume` checks that the rebuilt plan is
+the run's plan by comparing two digests, without loading the stored one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TypeVar
+
+import pydantic
+
+from orchestrator import __version__
+from orchestrator.core.config import Inventory
+from orchestrator.core.plan import Plan
+from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
+from orchestrator.core.redact import declare as declare_secrets
+from orchestrator.core.redact import declared_names, redact_text
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.store.journal import write_json_atomic
+
+PLAN_FILE = "plan.json"
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id) or ".." in run_id:
+        raise UsageError(f"invalid run id {run_id!r}", hint="letters, digits, '.', '_' and '-' only, no '..'")
+    return run_id
+
+
+def new_run_id(name: str, reports_dir: Path) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")[:60] or "run"
+    run_id, n = f"{stamp}-{slug}", 1
+    while (reports_dir / run_id).exists():
+        n += 1
+        run_id = f"{stamp}-{slug}-{n}"
+    return run_id
+
+
+def make_manifest(plan: Plan, inventory: Inventory, run_id: str, started: str) -> RunManifest:
+    m = plan.matrix
+    metrics = {s.name: s.kind for s in m.repro.metrics} | {c.name: "number" for c in m.collect}
+    return RunManifest(
+        run_id=run_id,
+        name=m.name,
+        description=m.description,
+        orch_version=__version__,
+        matrix_path=m.path,
+        matrix_text=redact_text(m.text),
+        matrix_sha256=m.sha256,
+        inventory_path=inventory.path,
+        inventory_text=redact_text(inventory.text),
+        inventory_sha256=inventory.sha256,
+        texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text,
+        secret_names=sorted(declared_names()),
+        testbed=plan.testbed.name,
+        seed=plan.seed,
+        order=m.order,
+        replicates=plan.replicates,
+        factors={f.name: list(f.level_names) for f in m.factors},
+        baseline=dict(m.baseline),
+        metrics=metrics,  # type: ignore[arg-type]
+        plan=planned_trials(plan),
+        plan_trials=len(plan.steps),
+        plan_sha256=digest_of(plan),
+        hosts={role: _describe_host(h) for role, h in plan.testbed.hosts.items()},
+        started=started,
+    )
+
+
+def planned_trials(plan: Plan) -> list[PlannedTrial]:
+    """The plan's trials as the manifest records them (built in one validation pass: a model
+    per trial costs a second per 100,000 when made one by one)."""
+    levels = {c: c.as_dict() for c in plan.cells}
+    return _PLANNED.validate_python(
+        [
+            {
+                "trial": t.index,
+                "round": t.round,
+                "cell": t.cell.id,
+                "levels": levels.get(t.cell) or t.cell.as_dict(),
+                "is_baseline": t.is_baseline,
+            }
+            for t in (s.trial for s in plan.steps)
+        ]
+    )
+
+
+_PLANNED = pydantic.TypeAdapter(list[PlannedTrial])
+
+
+def plan_digest(pairs: Iterable[tuple[int, str]]) -> str:
+    """sha256 over one "trial cell" line per planned trial: equal digests, same trials in the
+    same order. What run.json keeps and `orch resume` compares."""
+    return hashlib.sha256("".join(f"{t} {c}\n" for t, c in pairs).encode("utf-8")).hexdigest()
+
+
+def digest_of(plan: Plan) -> str:
+    """plan_digest of a plan (spelled out: it runs on every resume, over every trial)."""
+    text = "".join([f"{s.trial.index} {s.trial.cell.id}\n" for s in plan.steps])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_same_plan(run_dir: Path, manifest: RunManifest, plan: Plan) -> None:
+    """`orch resume` goes on only with the plan the run started with: the same trials, cells
+    and order (a different orch version, matrix or inventory could change them)."""
+    if len(plan.steps) != manifest.plan_trials or digest_of(plan) != manifest.plan_sha256:
+        raise UsageError(
+            f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan "
+            f"({len(plan.steps)} trials now, {manifest.plan_trials} in the run)",
+            hint="resume needs the same orch version, matrix and inventory",
+        )
+
+
+def _describe_host(h) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {
+        "address": h.ssh.host if h.ssh else "local",
+        "transport": h.transport,
+        "env_file": h.env_file,
+        "dialect": h.dialect,
+        "units": ", ".join(u.name for u in h.units),
+        "health": h.health,
+    }
+
+
+def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
+    """A run's manifest, with its planned trials from plan.json (plan=False: without them, for
+    callers that need only their count or digest; a big plan takes a second to load).
+    Its declared secret names are redacted from then on in this process, whichever command
+    loaded it (report, export, resume, restore, serve)."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        raise UsageError(
+            f"{run_dir}: not a run directory (no run.json)",
+            hint="pass the folder `orch run` printed, e.g. reports/<run-id>",
+        )
+    manifest = _validated(path, RunManifest)
+    declare_secrets(manifest.secret_names)
+    if manifest.plan:  # inline: written before plan.json existed; its count and digest are its own
+        pairs = [(p.trial, p.cell) for p in manifest.plan]
+        return manifest.model_copy(update={"plan_trials": len(pairs), "plan_sha256": plan_digest(pairs)})
+    if plan and manifest.plan_trials:
+        return manifest.model_copy(update={"plan": trials_of(load_plan(run_dir, manifest))})
+    return manifest
+
+
+def trials_of(columns: PlanColumns) -> list[PlannedTrial]:
+    """One PlannedTrial per trial of plan.json, in one validation pass (~0.5 s per 100,000)."""
+    cells = [{"cell": x.cell, "levels": x.levels, "is_baseline": x.is_baseline} for x in columns.cells]
+    return _PLANNED.validate_python(
+        [{"trial": t, "round": r, **cells[i]} for t, r, i in zip(columns.trial, columns.round, columns.cell)]
+    )
+
+
+def load_plan(run_dir: Path, manifest: RunManifest) -> PlanColumns:
+    """The planned trials of a run (a manifest loaded with plan=False names how many): from
+    plan.json, or from run.json's inline list for a run written before plan.json existed."""
+    if manifest.plan:
+        return columns_of(manifest.plan)
+    path = run_dir / PLAN_FILE
+    if not path.is_file():
+        raise ConfigError(
+            "cannot read the run's planned trials: no such file",
+            file=str(path),
+            hint=f"run.json plans {manifest.plan_trials} trials, kept in this file; copy a run directory whole",
+        )
+    columns = _validated(path, PlanColumns)
+    n = len(columns.trial)
+    if (len(columns.round), len(columns.cell)) != (n, n) or any(not 0 <= i < len(columns.cells) for i in columns.cell):
+        raise ConfigError(
+            "invalid plan: its columns do not line up",
+            file=str(path),
+            hint="the file was edited or damaged; it is written once and never changes",
+        )
+    if (n, plan_digest(columns.pairs())) != (manifest.plan_trials, manifest.plan_sha256):
+        raise ConfigError(
+            f"the plan ({n} trials) is not the one run.json describes "
+            f"({manifest.plan_trials} trials, sha256 {manifest.plan_sha256[:12]})",
+            file=str(path),
+            hint="was it copied from another run?",
+        )
+    return columns
+
+
+def columns_of(trials: Sequence[PlannedTrial]) -> PlanColumns:
+    """The columns of plan.json for a list of planned trials (the inverse of trials_of)."""
+    cells: dict[tuple[str, tuple[tuple[str, str], ...], bool], int] = {}
+    index = [cells.setdefault((p.cell, tuple(p.levels.items()), p.is_baseline), len(cells)) for p in trials]
+    return PlanColumns(
+        sha256=plan_digest((p.trial, p.cell) for p in trials),
+        cells=[PlannedCell(cell=c, levels=dict(lv), is_baseline=b) for c, lv, b in cells],
+        trial=[p.trial for p in trials],
+        round=[p.round for p in trials],
+        cell=index,
+    )
+
+
+def save_manifest(run_dir: Path, manifest: RunManifest) -> None:
+    """run.json, atomically; the planned trials go to plan.json, written only when the run
+    directory has none (when it is created, or when a run directory from before plan.json is
+    first rewritten), and before run.json: a run.json without its trials always has its
+    plan.json. The plan never changes, so run.json rewrites (end of run, restore) stay small."""
+    update: dict[str, object] = {"plan": []}
+    stored = (run_dir / PLAN_FILE).exists()
+    if manifest.plan and not (stored and manifest.plan_sha256):  # count and digest from the trials
+        columns = columns_of(manifest.plan)
+        update |= {"plan_trials": len(columns.trial), "plan_sha256": columns.sha256}
+        if not stored:
+            write_json_atomic(run_dir / PLAN_FILE, columns)
+    write_json_atomic(run_dir / "run.json", manifest.model_copy(update=update))
+
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def _validated(path: Path, model: type[M]) -> M:
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(
+            f"invalid {_KIND.get(path.name, 'file')}: {first['msg']}",
+            file=str(path),
+            path=where,
+            hint="was it written by another orch version?",
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
+
+
+_KIND = {"run.json": "run manifest", PLAN_FILE: "plan"}

@@ -1,0 +1,74 @@
+"""Progress in the terminal (rich): trials done/total, elapsed, ETA and the last result.
+
+On a terminal a live bar; elsewhere (CI logs, pipes) one plain line per trial, so a long
+overnight sweep's log still tells how far it got.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from orchestrator.core.records import TrialRecord
+
+
+def summarize(record: TrialRecord) -> str:
+    """`cell: corruption 6/40 (15%), wall 2.1 s` or `cell: FAILED (HealthTimeout)`."""
+    if record.status != "completed":
+        reason = record.failure.error if record.failure else record.status
+        return f"{record.cell}: FAILED ({reason})"
+    parts = []
+    for name, m in list(record.metrics.items())[:3]:
+        if m.kind == "proportion":
+            pct = 100 * (m.k or 0) / m.n if m.n else 0.0
+            parts.append(f"{name} {m.k}/{m.n} ({pct:.0f}%)")
+        else:
+            parts.append(f"{name} {m.value:g}{(' ' + m.unit) if m.unit else ''}")
+    return f"{record.cell}: " + ", ".join(parts)
+
+
+class RichProgress:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self.bar: Progress | None = None
+        self.task = None
+        self.done = 0
+        self.total = 0
+
+    def start(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+        if self.console.is_terminal:
+            self.bar = Progress(
+                TextColumn("[bold]trials"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[last]}"),
+                console=self.console,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("trials", total=total, completed=done, last="")
+
+    def trial_done(self, record: TrialRecord) -> None:
+        self.done += 1
+        line = summarize(record)
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, advance=1, last=escape(f"last: {line}"))
+        else:
+            self.console.print(f"[{self.done}/{self.total}] {line}", markup=False, highlight=False, soft_wrap=True)
+
+    def retotal(self, left: int) -> None:
+        self.total = self.done + left
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, total=self.total)
+
+    def note(self, message: str) -> None:
+        self.console.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None

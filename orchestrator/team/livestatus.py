@@ -1,0 +1,303 @@
+"""Live status of running sweeps: a progress sink writing reports/<run>/status.json (EDGE), and
+the reader that `orch status` and `orch serve` share.
+
+Why a file per run, rewritten atomically: the sweep's process is the only writer, any number of
+readers (a terminal, a web page, a script) can poll it without talking to that process, and a
+reader never sees half a file. Why the pid and its start time are in it: a controller killed with
+-9 cannot say it stopped, so readers check whether it is still alive and call the run `stale`.
+
+The current cell is the first planned trial not yet finished: the runner runs the plan in order,
+skipping finished trials, so that is the trial running now (a retry included).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.errors import OrchError
+from orchestrator.store.journal import read_journal, write_json_atomic
+from orchestrator.store.manifest import load_manifest, load_plan
+from orchestrator.sweep.progress import summarize
+from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
+
+if TYPE_CHECKING:
+    from orchestrator.sweep.runner import Progress
+
+STATUS_FILE = "status.json"
+STATUS_SCHEMA = 1
+
+
+class StatusFile(BaseModel):
+    """What status.json holds. Written by LiveStatus only."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: int = STATUS_SCHEMA
+    run_id: str
+    name: str
+    testbed: str
+    host: str
+    pid: int
+    pid_start: int
+    state: Literal["running", "finished"]
+    started: str  # when this process started the run (or resumed it)
+    updated: str
+    done: int
+    total: int
+    failed: int
+    current_trial: int | None = None
+    current_cell: str | None = None
+    last: str | None = None  # summary of the last finished trial
+    eta_s: float | None = None
+    eta_at: str | None = None
+    note: str = ""
+
+
+class LiveStatus:
+    """A Progress sink (runner.Progress) that keeps run_dir/status.json up to date.
+
+    Never fails a sweep: a status file that cannot be written is given up on silently (the
+    journal, not this file, is the record of the run); `error` says why.
+    """
+
+    def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.run_dir, self.clock = run_dir, clock
+        self._lock = threading.Lock()  # a sweep over several testbeds reports from several threads
+        self.error: str = ""
+        self._status: StatusFile | None = None
+        self._plan: list[tuple[int, str]] = []
+        self._finished: set[int] = set()
+        self._t0 = 0.0
+        self._done_here = 0
+
+    def start(self, total: int, done: int) -> None:
+        try:
+            manifest = load_manifest(self.run_dir, plan=False)
+            self._plan = load_plan(self.run_dir, manifest).pairs()  # columns: no model per trial
+        except OrchError as exc:
+            self.error = str(exc)
+            return
+        self._finished = _finished_trials(self.run_dir)
+        self._t0, self._done_here = self.clock(), 0
+        me = Claimer.current()
+        self._status = StatusFile(
+            run_id=manifest.run_id,
+            name=manifest.name,
+            testbed=manifest.testbed,
+            host=me.host,
+            pid=me.pid,
+            pid_start=me.start,
+            state="running",
+            started=_iso(self._t0),
+            updated=_iso(self._t0),
+            done=done,
+            total=total,
+            failed=0,
+        )
+        self._write(**self._current())
+
+    def trial_done(self, record: TrialRecord) -> None:
+        with self._lock:
+            if self._status is None:
+                return
+            self._finished.add(record.trial)
+            self._done_here += 1
+            done = self._status.done + 1
+            self._write(
+                done=done,
+                failed=self._status.failed + (record.status != "completed"),
+                last=summarize(record),
+                **self._current(),
+                **self._eta(done),
+            )
+
+    def retotal(self, left: int) -> None:
+        with self._lock:
+            if self._status is not None:
+                done = self._status.done
+                self._write(total=done + left, **(self._eta(done) if self._done_here else {}))
+
+    def note(self, message: str) -> None:
+        with self._lock:
+            if self._status is not None:
+                self._write(note=message)
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._status is not None:
+                self._write(state="finished", current_trial=None, current_cell=None, eta_s=None, eta_at=None)
+
+    def _current(self) -> dict[str, object]:
+        nxt = next(((t, c) for t, c in self._plan if t not in self._finished), None)
+        return {"current_trial": nxt[0] if nxt else None, "current_cell": nxt[1] if nxt else None}
+
+    def _eta(self, done: int) -> dict[str, object]:
+        """Remaining trials at this process's pace so far (restarts and waits included)."""
+        assert self._status is not None
+        left = max(0, self._status.total - done)
+        now = self.clock()
+        eta = (now - self._t0) / self._done_here * left
+        return {"eta_s": round(eta, 1), "eta_at": _iso(now + eta)}
+
+    def _write(self, **changes: object) -> None:
+        assert self._status is not None
+        self._status = self._status.model_copy(update={**changes, "updated": _iso(self.clock())})
+        if self.error:
+            return
+        try:
+            write_json_atomic(self.run_dir / STATUS_FILE, self._status)
+        except OrchError as exc:
+            self.error = str(exc)
+
+
+class Tee:
+    """Several progress sinks as one (the terminal bar and the status file)."""
+
+    def __init__(self, *sinks: "Progress") -> None:
+        self.sinks = sinks
+
+    def start(self, total: int, done: int) -> None:
+        for s in self.sinks:
+            s.start(total, done)
+
+    def trial_done(self, record: TrialRecord) -> None:
+        for s in self.sinks:
+            s.trial_done(record)
+
+    def retotal(self, left: int) -> None:
+        for s in self.sinks:
+            s.retotal(left)
+
+    def note(self, message: str) -> None:
+        for s in self.sinks:
+            s.note(message)
+
+    def stop(self) -> None:
+        for s in self.sinks:
+            s.stop()
+
+
+def _finished_trials(run_dir: Path) -> set[int]:
+    path = run_dir / "journal.jsonl"
+    if not path.exists():
+        return set()
+    try:
+        records = read_journal(path).records
+    except OrchError:
+        return set()
+    return {r.trial for r in records if isinstance(r, TrialRecord) and r.status in ("completed", "failed")}
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
+
+
+# ---------------------------------------------------------------------------- reading
+LiveState = Literal["running", "stale", "finished"]
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """One run as the status views show it: its status file, judged against its manifest."""
+
+    directory: str
+    state: LiveState
+    run_status: str  # the manifest's status: running, completed, failed, interrupted
+    status: StatusFile
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.status.done / self.status.total if self.status.total else 100.0
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """A queue item for the status views: no webhook URLs (they carry secrets)."""
+
+    id: int
+    state: str
+    priority: int
+    matrix: str
+    testbed: str
+    added: str
+    run: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    generated: str
+    runs: tuple[LiveRun, ...]  # running and stale first, then recently finished
+    queue: tuple[QueueView, ...]
+
+
+def live_runs(reports_dir: Path, *, finished: int = 5) -> list[LiveRun]:
+    """Runs with a status file: every running or stale one, plus the `finished` latest others."""
+    found = [r for d in _run_dirs(reports_dir) if (r := _live_run(d)) is not None]
+    active = [r for r in found if r.state != "finished"]
+    done = sorted((r for r in found if r.state == "finished"), key=lambda r: r.status.updated, reverse=True)
+    return sorted(active, key=lambda r: r.status.started) + done[:finished]
+
+
+def snapshot(reports_dir: Path) -> Snapshot:
+    return Snapshot(_iso(time.time()), tuple(live_runs(reports_dir)), tuple(queue_view(reports_dir)))
+
+
+def queue_view(reports_dir: Path) -> list[QueueView]:
+    """Items not yet done (queued, running, resumable), read-only; none if there is no queue."""
+    if not (reports_dir / DB_NAME).is_file():
+        return []
+    try:
+        with Queue.in_reports(reports_dir, read_only=True) as q:
+            items = q.items(("running", "resumable", "queued"))
+    except OrchError:
+        return []
+    return [_view(i) for i in items]
+
+
+def _view(item: QueueItem) -> QueueView:
+    return QueueView(
+        item.id,
+        item.state,
+        item.priority,
+        Path(item.matrix).name,
+        item.testbed or "(first)",
+        item.added,
+        Path(item.run_dir).name if item.run_dir else "",
+        item.message,
+    )
+
+
+def _run_dirs(reports_dir: Path) -> list[Path]:
+    if not reports_dir.is_dir():
+        return []
+    return [d for d in reports_dir.iterdir() if d.is_dir() and (d / STATUS_FILE).is_file()]
+
+
+def _live_run(run_dir: Path) -> LiveRun | None:
+    try:
+        status = StatusFile.model_validate_json((run_dir / STATUS_FILE).read_bytes())
+        manifest: RunManifest | None = load_manifest(run_dir)
+    except (OSError, ValueError, OrchError):
+        return None
+    assert manifest is not None
+    return LiveRun(run_dir.name, judge(status, manifest.status), manifest.status, status)
+
+
+def judge(status: StatusFile, run_status: str) -> LiveState:
+    """running: its process is alive and working on it; stale: it says running but its process
+    is gone (killed: `orch restore` or `orch resume` it); finished otherwise."""
+    if status.state == "finished" and run_status != "running":
+        return "finished"
+    if status.host == socket.gethostname() and not Claimer(status.host, status.pid, status.pid_start).alive():
+        return "stale" if run_status == "running" else "finished"
+    return "running"  # alive, and working or finishing (restore, report)

@@ -1,0 +1,201 @@
+"""Webhook notifications when a sweep ends (EDGE): a JSON summary POSTed to each configured URL.
+
+Where URLs come from: a queue item's own list, `--webhook URL` on the command, and the
+ORCH_WEBHOOKS environment variable (separated by blanks or commas). A URL written
+`slack+https://...` gets a Slack-compatible body ({"text": ...}) posted to `https://...`.
+
+Why a failing webhook never fails the sweep: the run and its report are the result; a message is
+a courtesy. Each POST is retried (tenacity, exponential backoff) on connection errors, 429 and
+5xx, then given up on with a one-line warning. URLs are shown without their path or query,
+because a webhook URL usually is its own secret (Slack's are).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+from urllib.parse import quote, urlsplit
+
+import httpx
+import tenacity
+
+from orchestrator.errors import OrchError, UsageError
+
+ENV_VAR = "ORCH_WEBHOOKS"
+BASE_URL_VAR = "ORCH_REPORTS_URL"  # e.g. http://orch.lab:8765: links point at `orch serve`
+SLACK_PREFIX = "slack+"
+TIMEOUT_S = 5.0
+ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What every webhook receives (the generic JSON body, field for field)."""
+
+    run_id: str
+    name: str
+    status: str  # completed, failed, interrupted (resumable), error (could not run)
+    headline: str
+    link: str
+    trials: int  # finished trials (completed + failed)
+    failed: int
+    planned: int = 0
+
+    def text(self) -> str:
+        """One line for chat (the Slack variant)."""
+        head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
+        counts = f"{self.trials}/{self.planned} trials, {self.failed} failed" if self.planned else ""
+        parts = [head, counts, self.headline, self.link]
+        return " - ".join(p for p in parts if p)
+
+
+@dataclass(frozen=True)
+class Webhook:
+    url: str  # where to POST
+    slack: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> "Webhook":
+        text = text.strip()
+        slack = text.startswith(SLACK_PREFIX)
+        url = text[len(SLACK_PREFIX) :] if slack else text
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise UsageError(
+                f"webhook {shown(text)!r}: not an http(s) URL",
+                hint="write https://host/path, or slack+https://hooks.slack.com/... for Slack",
+            )
+        return cls(url, slack)
+
+    def body(self, summary: Summary) -> dict[str, object]:
+        return {"text": summary.text()} if self.slack else asdict(summary)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    webhook: str  # shown form (no path, no query)
+    ok: bool
+    attempts: int
+    error: str = ""
+
+
+def shown(url: str) -> str:
+    """scheme://host[:port]/… : enough to tell which hook, not enough to use it."""
+    parts = urlsplit(url)
+    tail = "/…" if parts.path not in ("", "/") or parts.query else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{tail}"
+
+
+def configured(*lists: Iterable[str], environ: dict[str, str] | None = None) -> list[Webhook]:
+    """Every webhook from the given lists and ORCH_WEBHOOKS, each once, in order."""
+    env = os.environ if environ is None else environ
+    texts = [t for lst in lists for t in lst] + re.split(r"[\s,]+", env.get(ENV_VAR, ""))
+    seen: dict[str, Webhook] = {}
+    for text in filter(None, (t.strip() for t in texts)):
+        seen.setdefault(text, Webhook.parse(text))
+    return list(seen.values())
+
+
+def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
+    """Validate URLs given on a command line (bad input exits 2 before anything runs)."""
+    for t in texts:
+        Webhook.parse(t)
+    return tuple(texts)
+
+
+def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
+    """The summary of a run directory: status from the manifest, counts and the first headline
+    sentence from the report model (the same words as the report)."""
+    from orchestrator.report.build import build_report
+    from orchestrator.report.render import (  # the report stack (pandas, scipy): only when sending
+        load_manifest,
+        load_trials,
+    )
+
+    manifest = load_manifest(run_dir)
+    trials, torn = load_trials(run_dir)
+    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
+    finished = {t.trial for t in trials if t.status in ("completed", "failed")}
+    succeeded = {t.trial for t in trials if t.status == "completed"}  # a retried trial counts once
+    return Summary(
+        run_id=manifest.run_id,
+        name=manifest.name,
+        status=manifest.status,
+        headline=report.headline[0].text if report.headline else "",
+        link=link(run_dir, base_url),
+        trials=len(finished),
+        failed=len(finished - succeeded),
+        planned=len(manifest.plan),
+    )
+
+
+def link(run_dir: Path, base_url: str | None = None) -> str:
+    base = base_url if base_url is not None else os.environ.get(BASE_URL_VAR, "")
+    if base:
+        return f"{base.rstrip('/')}/{quote(run_dir.name)}/index.html"
+    return (run_dir.resolve() / "index.html").as_uri()
+
+
+def error_summary(name: str, message: str) -> Summary:
+    """For a queued sweep that could not start (bad matrix, unreachable host)."""
+    return Summary(run_id="", name=name, status="error", headline=message, link="", trials=0, failed=0)
+
+
+def send(
+    summary: Summary,
+    webhooks: Sequence[Webhook],
+    *,
+    client: httpx.Client | None = None,
+    warn: Callable[[str], None] = lambda m: None,
+    backoff_s: float = 0.5,
+) -> list[Delivery]:
+    """POST the summary to every webhook; never raises (failures are returned and warned)."""
+    own = client is None
+    client = client or httpx.Client(timeout=TIMEOUT_S, trust_env=False, follow_redirects=False)
+    try:
+        deliveries = [_deliver(client, hook, summary, backoff_s) for hook in webhooks]
+    finally:
+        if own:
+            client.close()
+    for d in deliveries:
+        if not d.ok:
+            warn(
+                f"webhook {d.webhook}: not delivered after {d.attempts} attempt(s): {d.error} "
+                "(the sweep itself is unaffected)"
+            )
+    return deliveries
+
+
+class _Retryable(Exception):
+    """A failure worth another try (connection error, 429, 5xx)."""
+
+
+def _deliver(client: httpx.Client, hook: Webhook, summary: Summary, backoff_s: float) -> Delivery:
+    attempts = 0
+
+    def post() -> None:
+        nonlocal attempts
+        attempts += 1
+        try:
+            response = client.post(hook.url, json=hook.body(summary))
+        except httpx.HTTPError as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        if response.status_code == 429 or response.status_code >= 500:
+            raise _Retryable(f"HTTP {response.status_code}")
+        if response.status_code >= 300:
+            raise OrchError(f"HTTP {response.status_code}")
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(ATTEMPTS),
+        wait=tenacity.wait_exponential(multiplier=backoff_s, max=5 * backoff_s + 0.01),
+        retry=tenacity.retry_if_exception_type(_Retryable),
+        reraise=True,
+    )
+    try:
+        retrying(post)
+    except (_Retryable, OrchError) as exc:
+        return Delivery(shown(hook.url), False, attempts, str(exc))
+    return Delivery(shown(hook.url), True, attempts)

@@ -1,0 +1,468 @@
+"""The overnight queue: sweeps waiting to run, kept in SQLite beside the reports (EDGE).
+
+Why SQLite (WAL mode, busy timeout): several processes touch the queue at once - someone adding
+a sweep in the evening, the timer-started `orch queue run`, a second `queue run` started by
+mistake, `orch serve` reading it. WAL lets readers read while a writer writes; the busy timeout
+makes writers wait for each other instead of failing.
+
+Why a claim is one `BEGIN IMMEDIATE` transaction: it takes the database's write lock before it
+reads, so two `queue run` processes can never both pick the same item. The claimer (host, pid,
+process start time) is recorded with the item; an item whose claimer died (kill -9, power cut)
+is taken back at the next claim: `resumable` if its run directory holds a run (the next run
+resumes it and restores the hosts), otherwise `queued` again.
+
+The loop (`run_queue`) is kept apart from how one item is run (a `SweepFn`), so its rules -
+priority then age, testbed locks, the deadline, what an interruption leaves - are tested without
+starting a sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import FrameType
+from typing import Callable, Iterator, Literal, Protocol, get_args
+
+from orchestrator.errors import Interrupted, OrchError, UsageError
+
+ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
+ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
+CLAIMABLE = ("queued", "resumable")
+DB_NAME = "queue.db"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    matrix      TEXT NOT NULL,
+    inventory   TEXT NOT NULL,
+    testbed     TEXT,
+    priority    INTEGER NOT NULL DEFAULT 0,
+    webhooks    TEXT NOT NULL DEFAULT '[]',
+    state       TEXT NOT NULL DEFAULT 'queued',
+    added       TEXT NOT NULL,
+    updated     TEXT NOT NULL,
+    run_dir     TEXT,
+    claimed_by  TEXT,
+    message     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS items_order ON items (state, priority DESC, id);
+"""
+
+
+def now_iso() -> str:
+    """UTC, milliseconds: the runner's format (the queue does not import the runner)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class QueueError(OrchError):
+    """The queue database could not be read or written."""
+
+
+@dataclass(frozen=True)
+class Claimer:
+    """Who runs an item: enough to tell, later, whether that process is still alive."""
+
+    host: str
+    pid: int
+    start: int  # process start time in clock ticks since boot (guards against pid reuse)
+
+    @classmethod
+    def current(cls) -> "Claimer":
+        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()) or 0)
+
+    def encode(self) -> str:
+        return f"{self.host}:{self.pid}:{self.start}"
+
+    @classmethod
+    def decode(cls, text: str) -> "Claimer":
+        host, pid, start = text.rsplit(":", 2)
+        return cls(host, int(pid), int(start))
+
+    def alive(self) -> bool:
+        """False only when we can tell: same host, and that process is gone (or another one)."""
+        if self.host != socket.gethostname():
+            return True
+        return _process_start(self.pid) == self.start
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    id: int
+    matrix: str  # absolute path
+    inventory: str  # absolute path
+    testbed: str | None
+    priority: int
+    webhooks: tuple[str, ...]
+    state: ItemState
+    added: str
+    updated: str
+    run_dir: str | None
+    claimed_by: str | None
+    message: str
+
+    @property
+    def label(self) -> str:
+        return f"item {self.id} ({Path(self.matrix).name})"
+
+    @property
+    def resumable_run(self) -> Path | None:
+        """The run this item started earlier and can resume (its run dir holds a run.json)."""
+        if self.run_dir and (Path(self.run_dir) / "run.json").is_file():
+            return Path(self.run_dir)
+        return None
+
+
+class Queue:
+    """An open queue database. Every method is one short transaction."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path = path
+        try:
+            if read_only:
+                self._db = sqlite3.connect(
+                    f"file:{path}?mode=ro",
+                    uri=True,
+                    isolation_level=None,
+                    timeout=BUSY_TIMEOUT_MS / 1000,
+                    check_same_thread=False,
+                )
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if not read_only:
+                self._init_schema()
+        except sqlite3.Error as exc:
+            raise _error(path, "cannot open the queue", exc) from exc
+        except OSError as exc:
+            raise QueueError(f"{path}: cannot open the queue: {exc.strerror}") from exc
+
+    @classmethod
+    def in_reports(cls, reports_dir: Path, *, read_only: bool = False) -> "Queue":
+        return cls(reports_dir / DB_NAME, read_only=read_only)
+
+    def _init_schema(self) -> None:
+        self._db.execute("PRAGMA journal_mode = WAL")
+        with self._tx():
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise QueueError(
+                    f"{self.path}: queue schema version {version} is newer than this orch "
+                    f"({SCHEMA_VERSION}) (upgrade orch)"
+                )
+            for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it commits
+                self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "Queue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]:
+        """Items in the order `queue run` takes them: priority (high first), then age."""
+        marks = ",".join("?" * len(states))
+        rows = self._query(f"SELECT * FROM items WHERE state IN ({marks}) ORDER BY priority DESC, id", states)
+        return [_item(r) for r in rows]
+
+    def get(self, item_id: int) -> QueueItem:
+        rows = self._query("SELECT * FROM items WHERE id = ?", (item_id,))
+        if not rows:
+            raise UsageError(f"{self.path}: no queue item {item_id}", hint="see `orch queue list`")
+        return _item(rows[0])
+
+    # ------------------------------------------------------------------ writing
+    def add(
+        self, matrix: Path, inventory: Path, testbed: str | None, priority: int = 0, webhooks: tuple[str, ...] = ()
+    ) -> QueueItem:
+        now = now_iso()
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT INTO items (matrix, inventory, testbed, priority, webhooks, added, updated) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (str(matrix), str(inventory), testbed, priority, json.dumps(list(webhooks)), now, now),
+            )
+            item_id = int(cur.lastrowid or 0)
+        return self.get(item_id)
+
+    def remove(self, item_id: int) -> QueueItem:
+        """Drop an item; a running one only once its runner is gone (its run dir stays)."""
+        with self._tx():
+            item = self.get(item_id)
+            if item.state == "running" and item.claimed_by and Claimer.decode(item.claimed_by).alive():
+                raise UsageError(
+                    f"{item.label} is running (claimed by {item.claimed_by})",
+                    hint="stop that `orch queue run` first; its run stays resumable",
+                )
+            self._db.execute("DELETE FROM items WHERE id = ?", (item_id,))
+        return item
+
+    def claim(self, skip: frozenset[int] = frozenset(), claimer: Claimer | None = None) -> QueueItem | None:
+        """Take the next item (priority, then age) for this process, or None when none is left."""
+        claimer = claimer or Claimer.current()
+        with self._tx():
+            self._recover_dead_claims()
+            not_skipped = f"AND id NOT IN ({','.join('?' * len(skip))})" if skip else ""
+            rows = self._db.execute(
+                f"SELECT id FROM items WHERE state IN ('queued', 'resumable') {not_skipped} "
+                "ORDER BY priority DESC, id LIMIT 1",
+                tuple(skip),
+            ).fetchall()
+            if not rows:
+                return None
+            self._db.execute(
+                "UPDATE items SET state = 'running', claimed_by = ?, updated = ? WHERE id = ?",
+                (claimer.encode(), now_iso(), rows[0]["id"]),
+            )
+        return self.get(rows[0]["id"])
+
+    def set_run_dir(self, item_id: int, run_dir: Path) -> None:
+        """Recorded before the sweep starts, so a killed runner's item can still be resumed."""
+        self._update(item_id, run_dir=str(run_dir))
+
+    def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem:
+        """Leave a claimed item in its end state (or back in line: queued / resumable)."""
+        self._update(item_id, state=state, message=message, claimed_by=None)
+        return self.get(item_id)
+
+    def _recover_dead_claims(self) -> None:
+        rows = self._db.execute("SELECT * FROM items WHERE state = 'running'").fetchall()
+        for item in map(_item, rows):
+            if item.claimed_by and Claimer.decode(item.claimed_by).alive():
+                continue
+            state = "resumable" if item.resumable_run is not None else "queued"
+            self._db.execute(
+                "UPDATE items SET state = ?, claimed_by = NULL, updated = ?, message = ? WHERE id = ?",
+                (state, now_iso(), f"taken back: its queue runner ({item.claimed_by}) died", item.id),
+            )
+
+    def _update(self, item_id: int, **values: object) -> None:
+        values["updated"] = now_iso()
+        sets = ", ".join(f"{k} = ?" for k in values)
+        with self._tx():
+            self._db.execute(f"UPDATE items SET {sets} WHERE id = ?", (*values.values(), item_id))
+
+    # ------------------------------------------------------------------ plumbing
+    @contextmanager
+    def _tx(self) -> Iterator[None]:
+        """One write transaction holding the database lock from its start (BEGIN IMMEDIATE)."""
+        if self._db.in_transaction:  # nested: part of the caller's transaction
+            yield
+            return
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _error(self.path, "cannot lock the queue", exc) from exc
+        try:
+            yield
+        except BaseException:
+            self._db.rollback()
+            raise
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._db.rollback()
+            raise _error(self.path, "cannot write the queue", exc) from exc
+
+    def _query(self, sql: str, params: tuple[object, ...]) -> list[sqlite3.Row]:
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _error(self.path, "cannot read the queue", exc) from exc
+
+
+def _item(row: sqlite3.Row) -> QueueItem:
+    return QueueItem(
+        id=row["id"],
+        matrix=row["matrix"],
+        inventory=row["inventory"],
+        testbed=row["testbed"],
+        priority=row["priority"],
+        webhooks=tuple(json.loads(row["webhooks"])),
+        state=row["state"],
+        added=row["added"],
+        updated=row["updated"],
+        run_dir=row["run_dir"],
+        claimed_by=row["claimed_by"],
+        message=row["message"],
+    )
+
+
+def _error(path: Path, what: str, exc: sqlite3.Error) -> QueueError:
+    hint = (
+        "another process holds it too long; retry"
+        if "locked" in str(exc)
+        else "is it an orch queue? on a network file system, SQLite's WAL mode does not work"
+    )
+    return QueueError(f"{path}: {what}: {exc} ({hint})")
+
+
+def _process_start(pid: int) -> int | None:
+    """Start time (ticks since boot) of a live, non-zombie process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == b"Z":
+        return None
+    return int(fields[19])
+
+
+# ---------------------------------------------------------------------------- the loop
+SweepStatus = Literal["completed", "failed", "interrupted", "error", "locked"]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """How running one item ended. `interrupted` leaves a resumable run; `locked` means its
+    testbed was busy and nothing was touched; `error` means it could not run at all."""
+
+    status: SweepStatus
+    exit_code: int
+    run_dir: Path | None = None
+    message: str = ""
+
+
+class SweepFn(Protocol):
+    def __call__(
+        self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]
+    ) -> SweepOutcome: ...
+
+
+@dataclass
+class QueueRunResult:
+    ran: list[tuple[QueueItem, SweepOutcome]] = field(default_factory=list)
+    skipped_locked: list[int] = field(default_factory=list)
+    deadline_reached: bool = False
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if any(o.status in ("failed", "error") for _, o in self.ran) else 0
+
+
+def run_queue(
+    queue: Queue,
+    sweep: SweepFn,
+    *,
+    deadline: float | None = None,
+    on_done: Callable[[QueueItem, SweepOutcome], None] = lambda i, o: None,
+    note: Callable[[str], None] = lambda m: None,
+    clock: Callable[[], float] = time.time,
+) -> QueueRunResult:
+    """Run claimable items one after another until none is left, the deadline passes, or a
+    signal stops us. Whatever happens, no item stays claimed by this process."""
+    result = QueueRunResult()
+    skip: set[int] = set()
+    with _sigterm_as_interrupt():
+        while True:
+            if deadline is not None and clock() >= deadline:
+                result.deadline_reached = True
+                note("deadline reached: no new sweep starts")
+                break
+            item = queue.claim(frozenset(skip))
+            if item is None:
+                break
+            outcome = _run_one(queue, sweep, item, deadline)
+            if outcome.status == "locked":
+                skip.add(item.id)
+                result.skipped_locked.append(item.id)
+                note(f"{item.label}: skipped, its testbed is busy ({outcome.message})")
+                continue
+            if outcome.status == "error":
+                skip.add(item.id)  # if it stays resumable, not retried in this pass
+            result.ran.append((item, outcome))
+            on_done(queue.get(item.id), outcome)
+            if outcome.status == "interrupted":
+                if deadline is not None and clock() >= deadline:
+                    result.deadline_reached = True
+                    note("deadline reached during a sweep: it is left resumable")
+                else:
+                    result.interrupted = True
+                break
+    return result
+
+
+def _run_one(queue: Queue, sweep: SweepFn, item: QueueItem, deadline: float | None) -> SweepOutcome:
+    """Run one claimed item and record how it ended; an interruption outside the runner
+    (Ctrl-C, SIGTERM) still puts the item back in line before it propagates."""
+    try:
+        outcome = sweep(item, deadline, lambda d: queue.set_run_dir(item.id, d))
+    except BaseException:
+        started = queue.get(item.id).resumable_run is not None
+        queue.finish(item.id, "resumable" if started else "queued", "interrupted before it finished")
+        raise
+    queue.finish(item.id, *item_state_after(queue.get(item.id), outcome))  # with its run dir, if any
+    return outcome
+
+
+def item_state_after(item: QueueItem, outcome: SweepOutcome) -> tuple[ItemState, str]:
+    """The item's state once its sweep ended (pure)."""
+    if outcome.status == "locked":  # back in line, untouched
+        return ("resumable" if item.resumable_run is not None else "queued"), item.message
+    if outcome.status == "interrupted":
+        return "resumable", outcome.message or "cut short; the next `queue run` resumes it"
+    if outcome.status == "error":
+        return ("resumable" if item.resumable_run is not None else "failed"), outcome.message
+    return outcome.status, outcome.message
+
+
+class _sigterm_as_interrupt:
+    """systemd stops a `queue run` with SIGTERM: treat it like Ctrl-C so claims are released
+    (the runner does the same around a sweep, restoring the hosts)."""
+
+    def __enter__(self) -> None:
+        self.previous = None
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self._handler)
+        except ValueError:  # not the main thread (tests): nothing to install
+            pass
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+    @staticmethod
+    def _handler(signum: int, frame: FrameType | None) -> None:
+        raise Interrupted(f"received signal {signum}")
+
+
+# ---------------------------------------------------------------------------- deadlines
+def parse_until(text: str, now: datetime) -> datetime:
+    """`07:00`, `07:00:30` (the next such local time after `now`) or an ISO date-time (pure).
+
+    `now` must be timezone-aware (local time); the result is aware too."""
+    text = text.strip()
+    try:
+        clock = datetime.strptime(text, "%H:%M:%S" if text.count(":") == 2 else "%H:%M")
+    except ValueError:
+        clock = None
+    if clock is not None and len(text) <= 8:
+        at = now.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
+        return at if at > now else at + timedelta(days=1)
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--until {text!r}: not a time", hint="write HH:MM (next such local time), HH:MM:SS or an ISO date-time"
+        ) from None
+    return at if at.tzinfo else at.replace(tzinfo=now.tzinfo)

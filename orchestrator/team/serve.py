@@ -1,0 +1,281 @@
+"""`orch serve`: the team's read-only web view of a reports folder (EDGE).
+
+Serves reports/index.html, the files of each run directory (its report, journal, trial logs),
+a live status page of running sweeps and the queue (/status), and JSON (/api/runs, /api/status).
+
+Why so strict about what it serves: a reports folder also holds the queue database (webhook URLs)
+and each run's backup/ (original env files, which may hold tokens); the server may be bound to a
+lab network. So only GET and HEAD; only the top index and files inside run directories (those
+with a run.json), never backup/, never a dot-file, never a directory listing; every path is
+resolved (symlinks included) and must stay inside the reports folder. Bound to loopback, it also
+checks the Host header, so a web page elsewhere cannot read it through DNS rebinding.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import mimetypes
+from dataclasses import asdict
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable
+from urllib.parse import unquote, urlsplit
+
+from orchestrator.errors import UsageError
+from orchestrator.team.livestatus import LiveRun, Snapshot, snapshot
+
+DEFAULT_PORT = 8765
+REFRESH_S = 5
+HIDDEN_PARTS = ("backup",)
+TEXT_TYPES = {
+    ".jsonl": "application/x-ndjson",
+    ".log": "text/plain",
+    ".out": "text/plain",
+    ".err": "text/plain",
+    ".env": "text/plain",
+    ".yaml": "text/plain",
+    ".yml": "text/plain",
+}
+PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+STATUS_PAGE = """{% extends "base.html.j2" %}
+{% block meta %}<meta http-equiv="refresh" content="{{ refresh }}">{% endblock %}
+{% block title %}orch status{% endblock %}
+{% block body %}
+<h1>orch status</h1>
+<p class="muted">Updated {{ s.generated }} (this page reloads every {{ refresh }} s) · <a href="index.html">all runs</a></p>
+<h2>Sweeps</h2>
+<div class="scroll"><table id="live">
+  <thead><tr><th>run</th><th>state</th><th>progress</th><th>current cell</th><th>last trial</th><th>ETA</th><th>controller</th></tr></thead>
+  <tbody>
+  {% for r in s.runs %}
+    <tr class="{{ r.state }}" data-run="{{ r.directory }}">
+      <td><a href="{{ r.directory | urlencode }}/index.html">{{ r.status.name }}</a><br><code class="muted">{{ r.directory }}</code></td>
+      <td><span class="badge {{ 'running' if r.state == 'running' else r.run_status }}">{{ r.state if r.state != 'finished' else r.run_status }}</span>{% if r.state == 'stale' %}<br><span class="muted">its controller is gone: orch resume {{ r.directory }}</span>{% endif %}</td>
+      <td class="num"><progress max="{{ r.status.total }}" value="{{ r.status.done }}"></progress> {{ r.status.done }}/{{ r.status.total }}{% if r.status.failed %} ({{ r.status.failed }} failed){% endif %}</td>
+      <td>{{ (r.status.current_cell or '–') | replace(',', ', ') }}</td>
+      <td>{{ (r.status.last or '–') | replace(',', ', ') }}</td>
+      <td class="num">{% if r.state == 'running' and r.status.eta_s is not none %}{{ r.status.eta_s | round | int }} s<br><span class="muted">{{ r.status.eta_at[11:19] }} UTC</span>{% else %}–{% endif %}</td>
+      <td><code>{{ r.status.host }}:{{ r.status.pid }}</code>{% if r.status.note %}<br><span class="muted">{{ r.status.note }}</span>{% endif %}</td>
+    </tr>
+  {% else %}
+    <tr><td colspan="7" class="muted">No sweep is running.</td></tr>
+  {% endfor %}
+  </tbody>
+</table></div>
+<h2>Queue</h2>
+<div class="scroll"><table id="queue">
+  <thead><tr><th>id</th><th>state</th><th>priority</th><th>matrix</th><th>testbed</th><th>added</th><th>run</th><th>note</th></tr></thead>
+  <tbody>
+  {% for q in s.queue %}
+    <tr><td class="num">{{ q.id }}</td><td><span class="badge {{ q.state }}">{{ q.state }}</span></td><td class="num">{{ q.priority }}</td>
+        <td>{{ q.matrix }}</td><td>{{ q.testbed }}</td><td>{{ q.added[:19] | replace('T', ' ') }}</td><td><code>{{ q.run }}</code></td><td>{{ q.message }}</td></tr>
+  {% else %}
+    <tr><td colspan="8" class="muted">Nothing queued.</td></tr>
+  {% endfor %}
+  </tbody>
+</table></div>
+{% endblock %}
+"""
+
+
+def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
+    """A server (not yet serving) for reports_dir; port 0 picks a free port."""
+    root = reports_dir.resolve()
+    if not root.is_dir():
+        raise UsageError(f"reports folder {reports_dir} not found", hint="pass --reports DIR")
+    try:
+        server = ThreadingHTTPServer((host, port), _handler(root, host))
+    except OSError as exc:
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port, or stop what uses it"
+        ) from exc
+    server.daemon_threads = True
+    return server
+
+
+def _handler(root: Path, bind_host: str) -> type[BaseHTTPRequestHandler]:
+    loopback = bind_host in ("127.0.0.1", "localhost", "::1") or bind_host.startswith("127.")
+
+    class Handler(ReportsHandler):
+        reports = root
+        check_host = loopback
+
+    return Handler
+
+
+class ReportsHandler(BaseHTTPRequestHandler):
+    reports: Path
+    check_host: bool
+    server_version = "orch"
+    sys_version = ""
+
+    # ------------------------------------------------------------------ methods
+    def do_GET(self) -> None:  # noqa: N802
+        self._respond()
+
+    def do_HEAD(self) -> None:  # noqa: N802 - same answer without the body (see _send)
+        self._respond()
+
+    def _refuse_method(self) -> None:
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED, b"read-only: GET and HEAD only\n", "text/plain", extra={"Allow": "GET, HEAD"}
+        )
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _refuse_method  # noqa: N815
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet by default
+        pass
+
+    # ------------------------------------------------------------------ routing
+    def _respond(self) -> None:
+        if self.check_host and not self._host_ok():
+            return self._send(HTTPStatus.MISDIRECTED_REQUEST, b"unexpected Host header\n", "text/plain")
+        path = urlsplit(self.path).path
+        routes: dict[str, Callable[[], None]] = {
+            "/": self._index,
+            "/index.html": self._index,
+            "/status": self._status_page,
+            "/api/status": self._api_status,
+            "/api/runs": self._api_runs,
+        }
+        route = routes.get(path)
+        if route is not None:
+            return route()
+        target = safe_path(self.reports, path)
+        if target is None:
+            return self._not_found()
+        self._file(target)
+
+    def _host_ok(self) -> bool:
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
+        return host in ("", "127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+    def _index(self) -> None:
+        page = self.reports / "index.html"
+        if not page.is_file():
+            return self._send(
+                HTTPStatus.NOT_FOUND,
+                b"no reports/index.html yet: run a sweep, or `orch report RUN_DIR`\n",
+                "text/plain",
+            )
+        self._file(page)
+
+    def _status_page(self) -> None:
+        from orchestrator.report.render import environment
+
+        html = environment().from_string(STATUS_PAGE).render(s=snapshot(self.reports), refresh=REFRESH_S, csp=PAGE_CSP)
+        self._send(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
+
+    def _api_status(self) -> None:
+        self._json(status_json(snapshot(self.reports)))
+
+    def _api_runs(self) -> None:
+        self._json({"runs": runs_json(self.reports)})
+
+    # ------------------------------------------------------------------ responses
+    def _file(self, path: Path) -> None:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return self._not_found()
+        ctype = TEXT_TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype in ("application/json", "application/x-ndjson"):
+            ctype += "; charset=utf-8"
+        live = path.name in ("status.json", "journal.jsonl", "run.json")
+        csp = _page_csp(data) if ctype.startswith("text/html") else None
+        self._send(HTTPStatus.OK, data, ctype, cache=not live, csp=csp)
+
+    def _json(self, value: object) -> None:
+        body = (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode()
+        self._send(HTTPStatus.OK, body, "application/json; charset=utf-8", cache=False)
+
+    def _not_found(self) -> None:
+        self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain")
+
+    def _send(
+        self,
+        status: HTTPStatus,
+        body: bytes,
+        ctype: str,
+        *,
+        cache: bool = True,
+        csp: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-cache" if cache else "no-store")
+        if csp:
+            self.send_header("Content-Security-Policy", csp)
+        for k, v in (extra or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+
+def _page_csp(body: bytes) -> str:
+    """A report carries its own CSP (script by hash) in a meta tag; repeat it as a header."""
+    head = body[:8192].decode("utf-8", errors="replace")
+    marker = 'http-equiv="Content-Security-Policy" content="'
+    at = head.find(marker)
+    if at < 0:
+        return PAGE_CSP
+    end = head.find('"', at + len(marker))
+    return html.unescape(head[at + len(marker) : end]) if end > 0 else PAGE_CSP  # attribute: &#39; -> '
+
+
+def safe_path(root: Path, url_path: str) -> Path | None:
+    """The file under root that url_path names, or None when it must not be served (pure but
+    for the file-system checks): inside a run directory, no hidden part, no backup/, no
+    traversal (`..`, encoded or not, symlinks out), a regular file; `run/` means run/index.html."""
+    decoded = unquote(url_path)
+    if "\0" in decoded or "\\" in decoded or not decoded.startswith("/"):
+        return None
+    parts = [p for p in decoded.split("/") if p]
+    if not parts or any(p in (".", "..") or p.startswith(".") for p in parts):
+        return None
+    if any(p in HIDDEN_PARTS for p in parts[1:]):
+        return None
+    run_dir = root / parts[0]
+    if not (run_dir / "run.json").is_file():
+        return None
+    target = run_dir.joinpath(*parts[1:]) if len(parts) > 1 else run_dir
+    if target.is_dir():
+        target = target / "index.html"
+    try:
+        resolved = target.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None
+    if not resolved.is_relative_to(run_dir.resolve()) or not resolved.is_file():
+        return None
+    return resolved
+
+
+def status_json(s: Snapshot) -> dict[str, object]:
+    return {"generated": s.generated, "runs": [_run_json(r) for r in s.runs], "queue": [asdict(q) for q in s.queue]}
+
+
+def runs_json(reports_dir: Path) -> list[dict[str, object]]:
+    """Every run, as the index lists it (newest first), with the link to its report."""
+    from orchestrator.report.site import _entry, _run_dirs  # the index's own reading of a run: one truth for both
+
+    entries = sorted((_entry(d) for d in _run_dirs(reports_dir)), key=lambda e: (e.started, e.directory), reverse=True)
+    return [{**asdict(e), "link": f"{e.directory}/index.html" if e.has_report else ""} for e in entries]
+
+
+def _run_json(r: LiveRun) -> dict[str, object]:
+    return {
+        "directory": r.directory,
+        "state": r.state,
+        "run_status": r.run_status,
+        "percent": round(r.percent, 1),
+        **r.status.model_dump(),
+        "link": f"{r.directory}/index.html",
+    }
