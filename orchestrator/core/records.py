@@ -17,9 +17,9 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -151,7 +151,9 @@ class RunManifest(Frozen):
     inventory_path: str
     inventory_text: str
     inventory_sha256: str
-    testbed: str
+    testbed: str  # the testbeds' names joined by "," (what the report and the status show)
+    testbeds: list[str] = Field(default_factory=list)  # one name, or several for a parallel run
+    adaptive: bool = False  # the matrix has an adaptive stopping rule
     seed: int
     order: str
     replicates: int
@@ -170,3 +172,17 @@ class RunManifest(Frozen):
     started: str
     ended: str | None = None
     status: Literal["running", "completed", "failed", "interrupted"] = "running"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_run_json(cls, data: Any) -> Any:
+        """A run.json written before `testbeds` and `adaptive` existed states them only in its
+        text: derive them once here, so no reader has to sniff strings."""
+        if not isinstance(data, dict) or ("testbeds" in data and "adaptive" in data):
+            return data
+        derived = dict(data)
+        if "testbeds" not in derived and isinstance(derived.get("testbed"), str):
+            derived["testbeds"] = [n for n in derived["testbed"].split(",") if n]
+        if "adaptive" not in derived and isinstance(derived.get("matrix_text"), str):
+            derived["adaptive"] = "adaptive:" in derived["matrix_text"]
+        return derived

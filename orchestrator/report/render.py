@@ -170,8 +170,8 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
 
 def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:
     """Adaptive decisions and testbed agreement: only runs that have them pay for the scan."""
-    parallel = "," in manifest.testbed
-    adaptive = "adaptive:" in manifest.matrix_text
+    parallel = len(manifest.testbeds) > 1
+    adaptive = manifest.adaptive
     if not (parallel or adaptive):
         return report
     records = list(iter_records(path))
