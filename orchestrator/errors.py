@@ -119,6 +119,10 @@ class WorkloadError(OrchError):
     kind = "workload"
 
 
+class JournalError(OrchError):
+    """The journal (or another run file) could not be written or read back."""
+
+
 class Interrupted(OrchError):
     """The user (or a signal) stopped the sweep."""
 

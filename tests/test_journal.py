@@ -12,6 +12,7 @@ import pytest
 from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, RunManifest, TrialRecord
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.store import journal as journal_mod
+from orchestrator.store.atomic import RUN_FILE_HINTS
 from orchestrator.store.journal import (
     Journal,
     JournalError,
@@ -326,5 +327,5 @@ def test_write_json_atomic_parent_is_a_file(tmp_path: Path) -> None:
 )
 def test_error_hints(tmp_path: Path, code: int, hint: str) -> None:
     err = journal_mod._error(tmp_path / "j", "cannot open journal", OSError(code, os.strerror(code)))
-    assert str(err) == f"{tmp_path / 'j'}: cannot open journal: {os.strerror(code)} ({journal_mod._HINTS[code]})"
+    assert str(err) == f"{tmp_path / 'j'}: cannot open journal: {os.strerror(code)} ({RUN_FILE_HINTS[code]})"
     assert hint in str(err)

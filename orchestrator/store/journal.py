@@ -32,7 +32,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import stat
 import struct
 import threading
@@ -48,28 +47,17 @@ from typing_extensions import NotRequired, TypedDict
 
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import SCHEMA_VERSION, EventRecord, MetricKind, TrialRecord, TrialStatus
-from orchestrator.errors import ConfigError, OrchError
+from orchestrator.errors import ConfigError, JournalError, OrchError
+from orchestrator.store.atomic import fsync_dir as _fsync_dir
+from orchestrator.store.atomic import run_file_error as _error
+from orchestrator.store.atomic import write_bytes_atomic
+from orchestrator.store.atomic import write_json_atomic as write_json_atomic  # re-export: callers move to store.atomic
+from orchestrator.store.rundir import INDEX_SUFFIX
 
 KNOWN_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
 
 JournalRecord = Annotated[Union[TrialRecord, EventRecord], Field(discriminator="type")]
 _RECORD = TypeAdapter(JournalRecord)
-
-_HINTS = {
-    errno.ENOSPC: "the disk is full: free space, then resume the run",
-    errno.EDQUOT: "the disk quota is exhausted: free space, then resume the run",
-    errno.EACCES: "check the permissions of the run directory",
-    errno.EPERM: "check the permissions of the run directory",
-    errno.EROFS: "the file system is read-only: choose another output directory",
-    errno.ENOTDIR: "a parent of this path is a file, not a directory",
-    errno.ENOENT: "the directory does not exist",
-    errno.EISDIR: "this path is a directory",
-    errno.EIO: "the disk reported an I/O error",
-}
-
-
-class JournalError(OrchError):
-    """The journal (or another run file) could not be written or read back."""
 
 
 @dataclass(frozen=True)
@@ -332,30 +320,6 @@ def repair_torn_tail(path: Path) -> bool:
     return True
 
 
-def write_json_atomic(path: Path, model: pydantic.BaseModel) -> None:
-    """Replace `path` with the model as JSON, all or nothing: temp file in the same directory,
-    fsync, rename over the target, fsync the directory. Readers see the old or the new file,
-    never half of one (run.json is rewritten at the end of a run that may be interrupted)."""
-    write_bytes_atomic(path, (model.model_dump_json(indent=2) + "\n").encode("utf-8"))
-
-
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """write_json_atomic for bytes."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        _unlink_quietly(tmp)
-        raise _error(path, "cannot write file", exc) from exc
-
-
 # ---------------------------------------------------------------- helpers
 
 
@@ -563,7 +527,7 @@ _INDEX_ENTRY = struct.Struct("<QQIc3x")
 
 
 def index_path(path: Path) -> Path:
-    return path.with_name(path.name + ".idx")
+    return path.with_name(path.name + INDEX_SUFFIX)
 
 
 def _open_index(path: Path, size: int) -> int | None:
@@ -740,36 +704,9 @@ def _fast_ok(fields: Mapping[str, object], required: frozenset[str]) -> bool:
     return fields["type"] == "event" or fields.keys() >= required
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _truncate_quietly(fd: int, size: int) -> None:
     """Undo a partial append. Best effort: on a device like /dev/full there is nothing to undo."""
     try:
         os.ftruncate(fd, size)
     except OSError:
         pass
-
-
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
-
-
-def _error(path: Path, what: str, exc: OSError) -> JournalError:
-    reason = exc.strerror or str(exc)
-    hint = _HINTS.get(exc.errno or 0)
-    return JournalError(f"{path}: {what}: {reason}" + (f" ({hint})" if hint else ""))

@@ -1,0 +1,157 @@
+"""The run folder's layout, in one place.
+
+Why: a run folder is read and written by the sweep, resume, the report, `orch serve`, the live
+status page and the notifier; each used to spell the file names itself ("journal.jsonl" in nine
+places), so renaming or adding a file meant hunting string literals. RunDir (and the TrialDir and
+BackupDir it hands out) is a plain value: it names paths and never touches the disk, so any layer
+may hold one and tests can build one for a tmp_path.
+
+    <run>/run.json                 RunManifest (atomic; rewritten at the end)
+    <run>/plan.json                the planned trials (atomic)
+    <run>/journal.jsonl            one record a line (append-only)
+    <run>/journal.jsonl.idx        status index of the journal (a cache)
+    <run>/status.json              live status for `orch serve` (atomic)
+    <run>/summary.json             the report index's summary of the run (atomic)
+    <run>/index.html               the run's report (atomic)
+    <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
+    <run>/backup[/<testbed>]/<role>.env, units.json   the hosts' originals (units.json last)
+    <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN_JSON = "run.json"
+PLAN_JSON = "plan.json"
+JOURNAL = "journal.jsonl"
+INDEX_SUFFIX = ".idx"  # the journal's status index: <journal>.idx
+STATUS_JSON = "status.json"
+SUMMARY_JSON = "summary.json"
+INDEX_HTML = "index.html"
+BACKUP = "backup"
+UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
+TRIALS = "trials"
+LOGS = "logs"
+REPRO_OUT = "repro.out"
+REPRO_ERR = "repro.err"
+
+
+@dataclass(frozen=True)
+class BackupDir:
+    """Where a sweep keeps the hosts' original env files and unit states."""
+
+    path: Path
+
+    @property
+    def units_json(self) -> Path:
+        return self.path / UNITS_JSON
+
+    def env(self, role: str) -> Path:
+        return self.path / f"{role}.env"
+
+
+@dataclass(frozen=True)
+class TrialDir:
+    """One trial's files: the repro's output and the units' logs."""
+
+    path: Path
+
+    @property
+    def repro_out(self) -> Path:
+        return self.path / REPRO_OUT
+
+    @property
+    def repro_err(self) -> Path:
+        return self.path / REPRO_ERR
+
+    @property
+    def logs(self) -> Path:
+        return self.path / LOGS
+
+    def log(self, role: str, unit: str) -> Path:
+        return self.path / LOGS / f"{role}-{unit}.log"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A run folder: every file name of a run, as paths below `path`."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, run_dir: "RunDir | Path | str") -> RunDir:
+        """Accept a RunDir or a plain path (callers are switching over one by one)."""
+        return run_dir if isinstance(run_dir, RunDir) else cls(Path(run_dir))
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / RUN_JSON
+
+    @property
+    def plan_json(self) -> Path:
+        return self.path / PLAN_JSON
+
+    @property
+    def journal(self) -> Path:
+        return self.path / JOURNAL
+
+    @property
+    def journal_index(self) -> Path:
+        return self.path / (JOURNAL + INDEX_SUFFIX)
+
+    @property
+    def status_json(self) -> Path:
+        return self.path / STATUS_JSON
+
+    @property
+    def summary_json(self) -> Path:
+        return self.path / SUMMARY_JSON
+
+    @property
+    def index_html(self) -> Path:
+        return self.path / INDEX_HTML
+
+    @property
+    def trials(self) -> Path:
+        return self.path / TRIALS
+
+    def trial(self, index: int) -> TrialDir:
+        return TrialDir(self.path / TRIALS / f"{index:04d}")
+
+    def backup(self, testbed: str = "") -> BackupDir:
+        """backup/, or backup/<testbed>/ for one testbed of a parallel sweep."""
+        return BackupDir(self.path / BACKUP / testbed if testbed else self.path / BACKUP)
+
+    @property
+    def backup_root(self) -> Path:
+        return self.path / BACKUP
+
+    def export(self, run_id: str, fmt: str) -> Path:
+        return self.path / f"{run_id}.{fmt}"
+
+    def relative(self, path: Path) -> str:
+        """A path inside the run folder as the journal records it (relative, so the folder can move)."""
+        return str(path.relative_to(self.path))
+
+    def is_run(self) -> bool:
+        """Does the folder hold a run (its manifest)?"""
+        return self.run_json.is_file()
+
+
+@dataclass(frozen=True)
+class ReportsDir:
+    """The folder that holds the runs (--out) and the site's index page."""
+
+    path: Path
+
+    @property
+    def index_html(self) -> Path:
+        return self.path / INDEX_HTML
+
+    def run(self, run_id: str) -> RunDir:
+        return RunDir(self.path / run_id)
+
+    def compare_page(self, run_a: str, run_b: str) -> Path:
+        return self.path / f"compare-{run_a}-vs-{run_b}.html"
