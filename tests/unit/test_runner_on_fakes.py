@@ -1,0 +1,234 @@
+"""Runner behaviour on the fakes (tests/fakes.py): retries, restore, verification, interrupts,
+restart waves, fail-fast and deadlines, with no process and no socket (the controller-side
+repro test starts one `python -c`). The real edges are proven by the sim and testbed tiers;
+these pin what the runner decides, in well under a second each."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from fakes import METRICS, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+
+from orchestrator.sweep.runner import RunResult
+
+RUN_ID = "fake-run"
+
+
+def two_roles(**decode: object) -> FakeBed:
+    """prefill (running before the run) and decode (stopped before the run, started by orch)."""
+    return make_bed(
+        {
+            "prefill": Role("PREFILL_FLAG=0\n", [FakeUnit("prefill-server", active=True)]),
+            "decode": Role("# decode\nDECODE_FLAG=0\n", [FakeUnit("decode-server", **decode)], after=["prefill"]),  # type: ignore[arg-type]
+        }
+    )
+
+
+def decode_plan(bed: FakeBed, replicates: int = 2, **matrix: object):  # type: ignore[no-untyped-def]
+    return make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=replicates, **matrix)
+
+
+def assert_restored(bed: FakeBed, before: dict[str, bool]) -> None:
+    """Env files byte-identical, units in their original state, host backups and locks gone."""
+    for role in bed.deployment.hosts:
+        assert bed.file(role) == bed.originals[role], role
+        assert set(bed.transports[role].files) == {bed.env_file(role)}, role  # no backup, no lock left
+    assert bed.states() == before
+    assert bed.refused() == []
+
+
+def test_a_clean_sweep_runs_every_trial_extracts_metrics_and_restores(tmp_path: Path) -> None:
+    bed = two_roles()
+    before = bed.states()
+    result = runner_for(bed, decode_plan(bed), tmp_path / "run").execute()
+    assert isinstance(result, RunResult)
+    assert (result.completed, result.failed, result.interrupted) == (4, 0, False)
+    for record in result.records:
+        assert record.status == "completed"
+        assert record.metrics["score"].value == 0.5
+        assert (record.metrics["events"].k, record.metrics["events"].n) == (3, 10)
+    assert_restored(bed, before)
+
+
+def test_the_controller_repro_is_run_and_its_metrics_extracted(tmp_path: Path) -> None:
+    bed = two_roles()
+    command = f"{sys.executable} -c \"print('score=0.25 events=1/4')\""
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, repro={"command": command, "metrics": METRICS})
+    result = runner_for(bed, plan, tmp_path / "run").execute()
+    assert result.completed == 2
+    for record in result.records:
+        assert record.metrics["score"].value == 0.25
+        assert (record.metrics["events"].k, record.metrics["events"].n) == (1, 4)
+        assert (tmp_path / "run" / record.repro.stdout_path).read_text() == "score=0.25 events=1/4\n"  # type: ignore[union-attr]
+
+
+def test_an_infrastructure_failure_is_retried_then_succeeds(tmp_path: Path) -> None:
+    bed = two_roles(fail_starts=1)  # the first start of decode fails, the second works
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=2).execute()
+    first = result.records[0]
+    assert (first.status, first.attempt) == ("completed", 2)
+    assert bed.managers["decode"].restarts()[:2] == ["decode-server", "decode-server"]
+
+
+def test_an_infrastructure_failure_is_recorded_failed_after_infra_attempts(tmp_path: Path) -> None:
+    bed = two_roles(fail_starts=10**6)
+    before = bed.states()
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=3).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert (record.status, record.attempt) == ("failed", 3)
+        assert record.failure is not None and record.failure.kind == "infrastructure"
+        assert record.failure.error == "ServiceError" and "decode-server" in record.failure.message
+        assert record.metrics == {}
+    assert len(bed.managers["decode"].restarts()) >= 6  # 3 attempts x 2 trials
+    bed.unit("decode").fail_starts = 0
+    assert_restored(bed, before)
+
+
+def test_restore_after_a_failed_sweep_puts_files_and_units_back(tmp_path: Path) -> None:
+    bed = two_roles()
+    before = bed.states()
+    bed.transports["prefill"].script("fake-repro --trial 2", exit_code=3, stderr="boom\n")
+    plan = make_plan(bed, {"p": flag("prefill", "PREFILL_FLAG"), "d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run").execute()
+    failed = [r for r in result.records if r.status == "failed"]
+    assert len(failed) == 1 and failed[0].failure.kind == "workload"  # type: ignore[union-attr]
+    assert "exited with code 3" in failed[0].failure.message  # type: ignore[union-attr]
+    assert result.not_restored == []
+    assert_restored(bed, before)
+    assert bed.managers["prefill"].restarts()[-1] == "prefill-server"  # restarted on its original file
+    assert bed.unit("prefill").env["PREFILL_FLAG"] == "0"  # type: ignore[index]
+
+
+def test_ctrl_c_mid_sweep_stops_and_restores(tmp_path: Path) -> None:
+    bed = two_roles()
+    before = bed.states()
+
+    def interrupt(text: str, argv: object) -> Reply:
+        raise KeyboardInterrupt
+
+    bed.transports["prefill"].script("fake-repro --trial 1", interrupt)
+    result = runner_for(bed, decode_plan(bed), tmp_path / "run").execute()
+    assert result.interrupted and not result.deadline_reached
+    assert [r.trial for r in result.records] == [0]  # trial 1 never finished
+    assert result.not_restored == []
+    assert_restored(bed, before)
+
+
+def test_a_live_env_that_ignores_export_lines_voids_the_trial(tmp_path: Path) -> None:
+    """The file says `export DECODE_FLAG=1` (shell dialect), but the unit's reader is systemd's,
+    which drops export lines: the process never got the value, so the trial is no data."""
+    bed = make_bed(
+        {"decode": Role("export DECODE_FLAG=0\n", [FakeUnit("decode-server", reads_as="systemd")], dialect="shell")}
+    )
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ["1", "2"])})
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record, want in zip(result.records, ["1", "2"], strict=True):
+        assert record.status == "failed" and record.failure is not None
+        assert record.failure.error == "VerificationError"
+        assert f"DECODE_FLAG is unset in the live process, expected '{want}'" in record.failure.message
+        assert "export" in record.failure.message  # the hint names the cause
+        assert record.metrics == {}
+    assert bed.file("decode") == b"export DECODE_FLAG=0\n"  # restored
+
+
+def test_a_crash_looping_unit_fails_the_wait_quickly(tmp_path: Path) -> None:
+    bed = make_bed(
+        {"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", crash_loops=True)], health_timeout_s=30)}
+    )
+    started = time.monotonic()
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=1).execute()
+    assert time.monotonic() - started < 5  # far below the 30 s health timeout
+    for record in result.records:
+        assert record.status == "failed" and record.failure is not None
+        assert record.failure.error == "ServiceError" and "crash-looping" in record.failure.message
+
+
+def test_a_unit_slow_to_become_ready_is_waited_for(tmp_path: Path) -> None:
+    bed = two_roles(ready_after_s=0.2)
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run").execute()
+    assert result.completed == 2
+    assert all(r.health_wait_s["decode"] >= 0.15 for r in result.records)
+
+
+def three_roles() -> FakeBed:
+    """A PD deployment, all running: the router follows both workers, decode follows prefill."""
+    return make_bed(
+        {
+            "router": Role("R=0\n", [FakeUnit("router-server", active=True)], after=["prefill", "decode"]),
+            "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)]),
+            "decode": Role("D=0\n", [FakeUnit("decode-server", active=True)], after=["prefill"]),
+        }
+    )
+
+
+def test_only_units_whose_env_changed_restart(tmp_path: Path) -> None:
+    bed = three_roles()
+    result = runner_for(bed, make_plan(bed, {"p": flag("prefill", "P")}), tmp_path / "run").execute()
+    assert [r.restarted for r in result.records] == [[], ["prefill:prefill-server"]]  # 0 is the original
+    assert bed.managers["decode"].restarts() == [] and bed.managers["router"].restarts() == []
+
+
+def test_restart_waves_follow_after_order(tmp_path: Path) -> None:
+    bed = three_roles()
+    every = {"env": {"prefill": "P", "decode": "D", "router": "R"}, "levels": ["0", "1"]}
+    result = runner_for(bed, make_plan(bed, {"all": every}), tmp_path / "run").execute()
+    assert result.records[1].restarted == ["prefill:prefill-server", "decode:decode-server", "router:router-server"]
+    calls = sorted((c.seq, role) for role, m in bed.managers.items() for c in m.calls if c.op == "restart")
+    assert [role for _, role in calls][:3] == ["prefill", "decode", "router"]
+
+
+def test_fail_fast_stops_at_the_first_failed_trial(tmp_path: Path) -> None:
+    bed = two_roles()
+    bed.transports["prefill"].script("fake-repro --trial 1", exit_code=1)
+    before = bed.states()
+    result = runner_for(bed, decode_plan(bed), tmp_path / "run", fail_fast=True).execute()
+    assert [(r.trial, r.status) for r in result.records] == [(0, "completed"), (1, "failed")]
+    assert (result.completed, result.failed) == (1, 1)
+    assert_restored(bed, before)
+
+
+def test_a_deadline_in_the_past_stops_before_the_first_trial(tmp_path: Path) -> None:
+    bed = two_roles()
+    before = bed.states()
+    result = runner_for(bed, decode_plan(bed), tmp_path / "run", deadline=time.time() - 1).execute()
+    assert result.interrupted and result.deadline_reached
+    assert result.records == [] and result.completed == 0
+    assert not any("fake-repro" in c for c in bed.transports["prefill"].commands())
+    assert bed.restarts() == []
+    assert_restored(bed, before)
+
+
+def test_a_repro_that_times_out_is_a_workload_failure_not_retried(tmp_path: Path) -> None:
+    bed = two_roles()
+    bed.transports["prefill"].script("fake-repro --trial 0", timeout=True)
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=3).execute()
+    first = result.records[0]
+    assert (first.status, first.attempt) == ("failed", 1)
+    assert first.failure is not None and first.failure.kind == "workload"
+    assert "timed out" in first.failure.message
+
+
+def test_restore_is_callable_again_and_changes_nothing_after_a_clean_run(tmp_path: Path) -> None:
+    bed = two_roles()
+    before = bed.states()
+    runner = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run")
+    runner.execute()
+    restarts = bed.restarts()
+    assert runner.restore() == []
+    assert bed.restarts() == restarts  # files already original: nothing to restart
+    assert_restored(bed, before)
+
+
+def test_a_unit_that_dies_during_warm_up_fails_the_wait(tmp_path: Path) -> None:
+    attempts = 1
+    bed = two_roles(dies_after_s=0.05, ready_after_s=1.0)
+    started = time.monotonic()
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=attempts).execute()
+    assert time.monotonic() - started < 8
+    record = result.records[0]
+    assert (record.status, record.attempt) == ("failed", attempts)
+    assert record.failure is not None and "not running" in record.failure.message
