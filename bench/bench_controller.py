@@ -124,9 +124,9 @@ def phase_read_journal(work: Path) -> dict[str, object]:
 
 
 def phase_resume(work: Path, reader: str) -> dict[str, object]:
-    """The steps of session.resume_run before it connects to any host, with public functions.
+    """The steps of sweep.api.resume before it connects to any host, with public functions.
     reader "read_journal": the done set from full records; "trial_statuses": from
-    journal.trial_statuses (what session.resume_run does), which answers from the status index;
+    journal.trial_statuses (what sweep.api.resume does), which answers from the status index;
     "trial_statuses-no-index": the same with the index moved away, so it reads every line head
     (a journal written before the index, or after a kill between a line and its index entry)."""
     from orchestrator.core.config import read_inventory, read_matrix
@@ -138,14 +138,14 @@ def phase_resume(work: Path, reader: str) -> dict[str, object]:
     run_dir = work / "run"
     path = run_dir / "journal.jsonl"
     marks = [("start", time.perf_counter())]
-    manifest = load_manifest(run_dir, plan=False)  # as resume_run: the digest, not the stored trials
+    manifest = load_manifest(run_dir, plan=False)  # as api.resume: the digest, not the stored trials
     marks.append(("load run.json", time.perf_counter()))
     matrix = read_matrix(Path(manifest.matrix_path))
     inventory = read_inventory(Path(manifest.inventory_path))
     if (matrix.sha256, inventory.sha256) != (manifest.matrix_sha256, manifest.inventory_sha256):
         raise SystemExit("the synthetic run's matrix or inventory changed")
     marks.append(("read matrix + inventory", time.perf_counter()))
-    plan = make_plan(matrix, inventory.testbed(manifest.testbed), manifest.seed, manifest.replicates)
+    plan = make_plan(matrix, inventory.testbed(manifest.testbeds[0]), manifest.seed, manifest.replicates)
     marks.append(("rebuild the plan (make_plan)", time.perf_counter()))
     check_same_plan(run_dir, manifest, plan)
     marks.append(("compare its digest with run.json's", time.perf_counter()))

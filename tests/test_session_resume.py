@@ -3,20 +3,18 @@
 
 from __future__ import annotations
 
-import argparse
-import io
 import json
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from test_runs import old_format, planned  # tests/ is on sys.path (rootdir-relative imports)
 
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import UsageError
 from orchestrator.store import manifest as runs
 from orchestrator.store.manifest import PLAN_FILE, load_manifest, save_manifest
-from orchestrator.sweep import session
+from orchestrator.sweep import api, session
+from orchestrator.sweep.runner import QuietProgress
 
 
 class Connected(Exception):
@@ -32,14 +30,12 @@ def no_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def resume(run_dir: Path) -> None:
-    args = argparse.Namespace(fail_fast=False, break_lock=False, deadline=None, webhook=None)
-    quiet = Console(file=io.StringIO())
-    session.resume_run(run_dir, args, quiet, quiet)
+    api.resume(api.ResumeRequest(run_dir), lambda started: QuietProgress(), warn=lambda message: None)
 
 
 def test_the_run_directory_holds_run_json_and_plan_json(tmp_path: Path) -> None:
     _, manifest = planned()
-    session._create_run_dir(tmp_path / "r1", manifest)
+    session.create_run_dir(tmp_path / "r1", manifest)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r1"]  # no staging folder left
     assert sorted(p.name for p in (tmp_path / "r1").iterdir()) == [PLAN_FILE, "run.json"]
     assert load_manifest(tmp_path / "r1") == manifest
@@ -56,13 +52,13 @@ def test_a_failure_while_creating_leaves_no_run_directory(tmp_path: Path, monkey
 
     monkeypatch.setattr(runs, "write_json_atomic", fail_on_run_json)
     with pytest.raises(OSError, match="disk full"):
-        session._create_run_dir(tmp_path / "r1", manifest)
+        session.create_run_dir(tmp_path / "r1", manifest)
     assert list(tmp_path.iterdir()) == []  # neither the run directory nor its staging folder
 
 
 def test_resume_goes_on_with_the_same_plan(tmp_path: Path, no_hosts: None) -> None:
     _, manifest = planned()
-    session._create_run_dir(tmp_path / "r1", manifest)
+    session.create_run_dir(tmp_path / "r1", manifest)
     (tmp_path / "r1" / PLAN_FILE).unlink()  # resume reads only run.json's digest, not the trials
     with pytest.raises(Connected):
         resume(tmp_path / "r1")
@@ -72,7 +68,7 @@ def test_resume_refuses_a_changed_plan_before_touching_a_host(tmp_path: Path, no
     """The matrix and inventory are unchanged, but the run's seed gives another order (as a
     different orch version might): refused with one clear error, exit 2."""
     _, manifest = planned(seed=1)
-    session._create_run_dir(tmp_path / "r1", manifest.model_copy(update={"seed": 2}))
+    session.create_run_dir(tmp_path / "r1", manifest.model_copy(update={"seed": 2}))
     with pytest.raises(UsageError) as err:
         resume(tmp_path / "r1")
     assert err.value.exit_code == 2
@@ -94,7 +90,7 @@ def test_resume_of_a_run_directory_from_before_plan_json(tmp_path: Path, no_host
 def test_resume_keeps_plan_json_as_it_was(tmp_path: Path, no_hosts: None) -> None:
     """What resume writes back into run.json (at the end of the run) leaves plan.json alone."""
     _, manifest = planned()
-    session._create_run_dir(tmp_path / "r1", manifest)
+    session.create_run_dir(tmp_path / "r1", manifest)
     before = (tmp_path / "r1" / PLAN_FILE).read_bytes()
     light = load_manifest(tmp_path / "r1", plan=False)
     save_manifest(tmp_path / "r1", light.model_copy(update={"status": "completed"}))

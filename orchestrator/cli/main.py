@@ -12,27 +12,28 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
-from rich.console import Console
 from rich.markup import escape
 
 from orchestrator import __version__
-from orchestrator.core.config import Inventory, Matrix, Testbed, check_against_inventory, read_inventory, read_matrix
-from orchestrator.core.plan import Plan, make_plan
-from orchestrator.errors import Interrupted, OrchError, UsageError
+from orchestrator.cli import output
+from orchestrator.cli.console import err, out
+from orchestrator.errors import Interrupted, OrchError
+from orchestrator.sweep import api
+from orchestrator.sweep.api import PreparedSweep, SweepRequest, prepare, testbeds_from_spec
+from orchestrator.sweep.runner import Progress
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")
 DEFAULT_REPORTS = Path("reports")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+__all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "err", "main", "out"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
+    if args.func is None:
         parser.print_help()
         return 2
     previous = _sigterm_as_interrupt()
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with: orch run matrices/overlap_ablation.yaml  (runs on the bundled simulator)",
     )
     p.add_argument("--version", action="version", version=f"orch {__version__}")
+    p.set_defaults(func=None)  # a command sets its own
     sub = p.add_subparsers(metavar="COMMAND")
 
     run = _command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
@@ -165,60 +167,20 @@ def _positive(text: str) -> int:
     return value
 
 
-def load(args: argparse.Namespace) -> tuple[Matrix, Inventory]:
-    matrix = read_matrix(args.matrix, _shown(args.matrix))
-    if not args.inventory.exists():
-        raise UsageError(
-            f"inventory {args.inventory} not found", hint="run from the orch checkout or pass -i INVENTORY"
-        )
-    inventory = read_inventory(args.inventory, _shown(args.inventory))
-    return matrix, inventory
+def _request(args: argparse.Namespace, **more: Any) -> SweepRequest:
+    """The sweep the matrix arguments name (MATRIX, -i, -t), with a command's further options."""
+    return SweepRequest(args.matrix, args.inventory, testbeds_from_spec(args.testbed), **more)
 
 
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _plan(args: argparse.Namespace) -> tuple[Plan, Inventory]:
-    matrix, inventory = load(args)
-    from orchestrator.core.matrix import warnings_for
-
-    for warning in warnings_for(matrix, getattr(args, "replicates", None)):
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    testbeds = select_testbeds(inventory, args.testbed)
-    plan = make_plan(matrix, testbeds[0], getattr(args, "seed", None), getattr(args, "replicates", None))
-    for other in testbeds[1:]:
-        check_same_roles(plan.testbed, other, inventory)
-        check_against_inventory(matrix, other)
-    return plan, inventory
-
-
-def select_testbeds(inventory: Inventory, spec: str | None) -> list[Testbed]:
-    """-t NAME, -t A,B (parallel testbeds) or -t all; default: the inventory's first testbed."""
-    if spec is None:
-        return [inventory.testbed(None)]
-    if spec == "all":
-        return list(inventory.testbeds.values())
-    names = [n.strip() for n in spec.split(",") if n.strip()]
-    if len(set(names)) != len(names):
-        raise UsageError(f"testbed listed twice in -t {spec}")
-    return [inventory.testbed(n) for n in names]
-
-
-def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:
-    if set(first.hosts) != set(other.hosts):
-        raise UsageError(
-            f"{inventory.path}: testbeds {first.name!r} and {other.name!r} have different roles "
-            f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
-            hint="parallel testbeds must be copies of one deployment",
-        )
+def _prepared(request: SweepRequest) -> PreparedSweep:
+    prepared = prepare(request)
+    for warning in prepared.warnings:
+        output.warn(warning)
+    return prepared
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    plan, _ = _plan(args)
+    plan = _prepared(_request(args)).plan
     m = plan.matrix
     out.print(
         escape(
@@ -230,7 +192,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan, _ = _plan(args)
+    plan = _prepared(_request(args, replicates=args.replicates, seed=args.seed)).plan
     from orchestrator.cli.planview import print_plan
 
     print_plan(plan, out, list_trials=args.trials)
@@ -238,21 +200,61 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    plan, inventory = _plan(args)
+    request = _request(
+        args,
+        replicates=args.replicates,
+        seed=args.seed,
+        reports_dir=args.out,
+        run_id=args.run_id,
+        fail_fast=args.fail_fast,
+        retries=max(0, args.retries),
+        break_lock=args.break_lock,
+        skip_preflight=args.skip_preflight,
+    )
+    prepared = _prepared(request)
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 
-        print_plan(plan, out, list_trials=True)
+        print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
-    testbeds = select_testbeds(inventory, args.testbed)
-    if len(testbeds) > 1:
-        from orchestrator.sweep.parallel import run_parallel
+    outcome = api.run(request, _live_progress, warn=output.warn, prepared=prepared)
+    return _finished(outcome, args.webhook)
 
-        return run_parallel(plan, testbeds, inventory, args, out, err)
-    from orchestrator.sweep.session import run_sweep
 
-    return run_sweep(plan, inventory, args, out, err)
+def cmd_resume(args: argparse.Namespace) -> int:
+    request = api.ResumeRequest(args.run_dir, fail_fast=args.fail_fast, break_lock=args.break_lock)
+    return _finished(api.resume(request, _live_progress, warn=output.warn), args.webhook)
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from orchestrator.sweep.progress import RichProgress
+
+    request = api.RestoreRequest(args.run_dir, break_lock=args.break_lock)
+    outcome = api.restore(request, RichProgress(err), warn=output.warn)
+    output.show_restore(outcome)
+    return outcome.exit_code
+
+
+def _live_progress(started: api.Started) -> Progress:
+    """The terminal bar plus status.json (read by `orch status` and `orch serve`)."""
+    from orchestrator.team.livestatus import LiveStatus, Tee
+
+    return Tee(output.terminal(started), LiveStatus(started.run_dir))
+
+
+def _finished(outcome: api.SweepOutcome, webhooks: list[str] | None) -> int:
+    """Show how the sweep ended; POST its summary to --webhook URLs (and ORCH_WEBHOOKS, when
+    some --webhook is given); a webhook never fails the sweep."""
+    output.show_outcome(outcome)
+    if webhooks:
+        from orchestrator.team import notify
+
+        hooks = notify.configured(webhooks)
+        if hooks:
+            summary = notify.summarize_run(outcome.run_dir)
+            notify.send(summary, hooks, warn=lambda m: err.print(f"webhook: {m}", markup=False))
+    return outcome.exit_code
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -263,18 +265,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_index(args.run_dir.parent)
     out.print(f"report: {path}", markup=False)
     return 0
-
-
-def cmd_restore(args: argparse.Namespace) -> int:
-    from orchestrator.sweep.session import restore_run
-
-    return restore_run(args.run_dir, out, err, args.break_lock)
-
-
-def cmd_resume(args: argparse.Namespace) -> int:
-    from orchestrator.sweep.session import resume_run
-
-    return resume_run(args.run_dir, args, out, err)
 
 
 if __name__ == "__main__":

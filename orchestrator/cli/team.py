@@ -2,8 +2,8 @@
 
 cli.py registers them (register(sub)); errors are OrchErrors, mapped to messages and exit codes
 by cli.main like every other command. Modules are imported inside the commands, so `orch --help`
-stays fast. A sweep from the queue is run by session.run_sweep / resume_run, exactly as
-`orch run` / `orch resume` would, with the live status sink added.
+stays fast. A sweep from the queue is run by team.overnight through sweep.api.run / resume,
+exactly as `orch run` / `orch resume` run theirs; this module only parses and prints.
 """
 
 from __future__ import annotations
@@ -12,11 +12,9 @@ import argparse
 import io
 import json
 import os
-import time
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +25,7 @@ from orchestrator.cli.main import DEFAULT_INVENTORY, DEFAULT_REPORTS, _command, 
 LOG_WIDTH = 200
 
 if TYPE_CHECKING:
+    from orchestrator.team.overnight import QueueSweep
     from orchestrator.team.queue import QueueItem, SweepOutcome
 
 
@@ -146,12 +145,12 @@ def _scope_args(cmd: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- queue
 def cmd_queue_add(args: argparse.Namespace) -> int:
-    from orchestrator.cli.main import _plan
+    from orchestrator.cli.main import _prepared, _request
     from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import Queue
 
     hooks = check_urls(args.webhook)
-    plan, _ = _plan(argparse.Namespace(matrix=args.matrix, inventory=args.inventory, testbed=args.testbed))
+    plan = _prepared(_request(args)).plan
     with Queue.in_reports(args.reports) as q:
         item = q.add(args.matrix.resolve(), args.inventory.resolve(), args.testbed, args.priority, hooks)
     out.print(
@@ -212,7 +211,7 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     with Queue.in_reports(args.reports) as q:
         result = run_queue(
             q,
-            _sweep_fn(args.reports),
+            _queue_sweep(args.reports),
             deadline=deadline,
             on_done=_notifier(hooks),
             note=lambda m: err.print(f"[yellow]queue:[/yellow] {escape(m)}"),
@@ -223,103 +222,19 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
-def _sweep_fn(reports: Path) -> Callable[..., "SweepOutcome"]:
-    """Run one queue item with session.run_sweep (new) or resume_run (cut short before)."""
-    from orchestrator.errors import LockError, OrchError
-    from orchestrator.team.queue import SweepOutcome
+def _queue_sweep(reports: Path) -> "QueueSweep":
+    """A queue item's sweep (team.overnight), shown as `orch run` / `orch resume` show theirs."""
+    from orchestrator.cli import output
+    from orchestrator.team.overnight import QueueSweep
 
-    def sweep(item: "QueueItem", deadline: float | None, record_run_dir: Callable[[Path], None]) -> SweepOutcome:
-        recorded = [item.resumable_run] if item.resumable_run else []
-
-        def record(run_dir: Path) -> None:
-            recorded.append(run_dir)
-            record_run_dir(run_dir)
-
-        err.print(escape(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting")))
-        try:
-            run_dir, code = _start_or_resume(item, reports, deadline, record)
-            return _outcome(run_dir, code, deadline)
-        except LockError as exc:
-            return SweepOutcome("locked", exc.exit_code, None, str(exc))
-        except OrchError as exc:
-            err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(str(exc))}")
-            return SweepOutcome("error", exc.exit_code, recorded[-1] if recorded else None, str(exc))
-
-    return sweep
-
-
-def _start_or_resume(
-    item: "QueueItem", reports: Path, deadline: float | None, record_run_dir: Callable[[Path], None]
-) -> tuple[Path, int]:
-    from orchestrator.cli.main import _plan, select_testbeds
-    from orchestrator.store.manifest import new_run_id
-    from orchestrator.sweep.session import resume_run, run_sweep
-
-    args = argparse.Namespace(
-        matrix=Path(item.matrix),
-        inventory=Path(item.inventory),
-        testbed=item.testbed,
-        replicates=None,
-        seed=None,
-        out=reports,
-        run_id=None,
-        fail_fast=False,
-        retries=1,
-        break_lock=False,
-        skip_preflight=False,
-        deadline=deadline,
+    return QueueSweep(
+        reports,
+        terminal=output.terminal,
+        show=output.show_outcome,
+        note=lambda m: err.print(escape(m)),
+        error=lambda item, m: err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(m)}"),
+        warn=output.warn,
     )
-    resumable = item.resumable_run
-    if resumable is not None:
-        with _live_status(resumable, args):
-            return resumable, resume_run(resumable, args, out, err)
-    plan, inventory = _plan(args)
-    args.run_id = new_run_id(f"{plan.matrix.name}-q{item.id}", reports)  # two runners never collide
-    run_dir = reports / args.run_id
-    record_run_dir(run_dir)
-    testbeds = select_testbeds(inventory, item.testbed)  # `-t a,b` / `-t all`: as `orch run` does
-    with _live_status(run_dir, args):
-        if len(testbeds) > 1:
-            from orchestrator.sweep.parallel import run_parallel
-
-            return run_dir, run_parallel(plan, testbeds, inventory, args, out, err)
-        return run_dir, run_sweep(plan, inventory, args, out, err)
-
-
-@contextmanager
-def _live_status(run_dir: Path, args: argparse.Namespace) -> Iterator[None]:
-    """Give the sweep the terminal bar plus the status.json sink (session reads args.progress)."""
-    from orchestrator.sweep.progress import RichProgress
-    from orchestrator.team.livestatus import LiveStatus, Tee
-
-    args.progress = Tee(RichProgress(err), LiveStatus(run_dir))
-    try:
-        yield
-    finally:
-        args.progress = None
-
-
-def _outcome(run_dir: Path, code: int, deadline: float | None) -> "SweepOutcome":
-    from orchestrator.report.render import load_trials
-    from orchestrator.store.manifest import load_manifest
-    from orchestrator.team.queue import SweepOutcome
-
-    manifest = load_manifest(run_dir, plan=False)  # the count is enough: plan_trials
-    trials, _ = load_trials(run_dir)
-    finished = {t.trial for t in trials if t.status in ("completed", "failed")}
-    failed = {t.trial for t in trials if t.status == "failed"} - {t.trial for t in trials if t.status == "completed"}
-    counts = f"{len(finished)}/{manifest.plan_trials} trials, {len(failed)} failed"
-    if manifest.status == "completed" and code != 0:  # e.g. a host could not be restored
-        return SweepOutcome(
-            "failed",
-            code,
-            run_dir,
-            f"{counts}; exit code {code}: see the log (if hosts were not restored: orch restore {run_dir})",
-        )
-    if manifest.status in ("completed", "failed"):
-        return SweepOutcome(manifest.status, code, run_dir, counts)
-    why = "deadline reached" if deadline is not None and time.time() >= deadline else "interrupted"
-    return SweepOutcome("interrupted", code, run_dir, f"{why} after {counts}; resumable")
 
 
 def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcome"], None]:
@@ -453,8 +368,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from orchestrator.team.serve import make_server
 
     server = make_server(args.reports, args.host, args.port)
-    host, port = server.server_address[:2]
-    shown_host = f"[{host}]" if ":" in str(host) else host
+    address, port = server.server_address[:2]
+    host = address.decode() if isinstance(address, bytes) else str(address)  # bytes only for AF_UNIX
+    shown_host = f"[{host}]" if ":" in host else host
     out.print(
         f"serving {args.reports.resolve()} on http://{shown_host}:{port}/ "
         f"(status: /status, JSON: /api/status, /api/runs); Ctrl-C stops",

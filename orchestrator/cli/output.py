@@ -1,0 +1,64 @@
+"""How the CLI shows a sweep: the lines `orch run`, `orch resume`, `orch restore` and `orch queue
+run` print around the API's calls (the API itself never prints). Tests assert these lines."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from orchestrator.cli.console import err, out
+from orchestrator.sweep.api import RestoreOutcome, Started, SweepOutcome
+from orchestrator.sweep.progress import RichProgress
+from orchestrator.sweep.runner import Progress
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}")
+
+
+def announce(started: Started) -> None:
+    """The first lines of a run: where it goes, or how much of a resumed one is left."""
+    if not started.resumed:
+        names = started.testbeds
+        where = f"on {names[0]}" if len(names) == 1 else f"across {len(names)} testbeds ({', '.join(names)})"
+        err.print(f"run {started.run_id}: {started.trials} trials {where} -> {started.run_dir}", markup=False)
+        return
+    if started.torn_tail_dropped:
+        err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
+    if started.left == 0:
+        out.print(f"{started.run_dir}: all {started.trials} trials are already done", markup=False)
+    err.print(f"resuming {started.run_id}: {started.left} of {started.trials} trials left", markup=False)
+
+
+def terminal(started: Started) -> Progress:
+    """Announce the run and give the terminal's progress bar (or plain lines in a log)."""
+    announce(started)
+    return RichProgress(err)
+
+
+def show_outcome(outcome: SweepOutcome) -> None:
+    if outcome.report_error is not None:
+        err.print(f"[yellow]report not written:[/yellow] {escape(outcome.report_error)}")
+    cut = " (interrupted)" if outcome.interrupted else ""
+    out.print(f"{outcome.completed} trials completed, {outcome.failed} failed{cut}", markup=False)
+    if outcome.not_restored:
+        out.print(
+            f"NOT restored: {', '.join(outcome.not_restored)}; finish with: orch restore {outcome.run_dir}",
+            markup=False,
+        )
+    if outcome.interrupted:
+        out.print(f"resume with: orch resume {outcome.run_dir}", markup=False)
+    if outcome.report is not None:
+        out.print(f"report: {outcome.report}", markup=False)
+
+
+def show_restore(outcome: RestoreOutcome) -> None:
+    for tb in outcome.testbeds:
+        if tb.not_restored:
+            err.print(
+                f"not restored: {', '.join(tb.not_restored)}; run `orch restore {outcome.run_dir}` again to finish",
+                markup=False,
+            )
+        elif not tb.backed_up:
+            out.print(f"nothing to restore: run {outcome.run_id} stopped before its first edit", markup=False)
+        else:
+            out.print(f"restored: {', '.join(tb.hosts)} (env files byte-identical, units back)", markup=False)

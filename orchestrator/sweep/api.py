@@ -1,0 +1,431 @@
+"""The sweep API: typed requests in, typed outcomes out. `orch run`/`resume`/`restore` and the
+overnight queue all start sweeps here, through one code path for 1..N testbeds:
+
+    connect -> preflight -> lock -> check unrestored -> manifest -> run dir -> execute -> finish
+
+It never prints and knows nothing of argparse, rich or the team features: it reports through
+the `warn` callback and the progress sink the caller builds (`progress(Started)` is called once
+the run is known, so the caller can announce it and add a status file), and returns an outcome
+the caller prints. Errors are raised as OrchErrors; the caller maps them to exit codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.core.config import Inventory, Matrix, Testbed, check_against_inventory, read_inventory, read_matrix
+from orchestrator.core.matrix import warnings_for
+from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.edges.deployment import Deployment, preflight
+from orchestrator.edges.lock import TestbedLock
+from orchestrator.errors import OrchError, UsageError
+from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
+from orchestrator.store.manifest import (
+    check_run_id,
+    check_same_plan,
+    load_manifest,
+    make_manifest,
+    new_run_id,
+    save_manifest,
+)
+from orchestrator.store.rundir import RunDir
+from orchestrator.sweep import session
+from orchestrator.sweep.runner import Progress, Runner, RunOptions, RunResult, now_iso
+
+TestbedSelection = tuple[str, ...] | Literal["all"] | None
+"""None: the inventory's first testbed; names: those (several run in parallel); "all": every one."""
+
+SweepStatus = Literal["completed", "failed", "interrupted"]
+Warn = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class SweepRequest:
+    """What to run and how; the defaults are `orch run`'s."""
+
+    matrix: Path
+    inventory: Path
+    testbeds: TestbedSelection = None
+    replicates: int | None = None  # None: the matrix's
+    seed: int | None = None  # None: the matrix's, or random
+    reports_dir: Path = Path("reports")
+    run_id: str | None = None  # None: <utc time>-<matrix name>
+    fail_fast: bool = False
+    retries: int = 1  # extra attempts for infrastructure failures
+    break_lock: bool = False
+    deadline: float | None = None  # epoch seconds: start no new trial after it
+    skip_preflight: bool = False
+
+    def __post_init__(self) -> None:
+        if self.replicates is not None and self.replicates < 1:
+            raise UsageError(f"replicates: {self.replicates} is not >= 1")
+        if self.retries < 0:
+            raise UsageError(f"retries: {self.retries} is not >= 0")
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    run_dir: Path
+    fail_fast: bool = False
+    break_lock: bool = False
+    deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    run_dir: Path
+    break_lock: bool = False
+
+
+def testbeds_from_spec(spec: str | None) -> TestbedSelection:
+    """`-t NAME`, `-t A,B` (parallel testbeds) or `-t all`, as typed (and stored by the queue)."""
+    if spec is None:
+        return None
+    if spec == "all":
+        return "all"
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    if not names:
+        raise UsageError(f"-t {spec!r}: no testbed named", hint="write -t NAME, -t A,B or -t all")
+    if len(set(names)) != len(names):
+        raise UsageError(f"testbed listed twice in -t {spec}")
+    return names
+
+
+# ---------------------------------------------------------------------------- prepare
+@dataclass(frozen=True)
+class PreparedSweep:
+    """A checked sweep before any host is touched: what validate, plan and --dry-run show."""
+
+    plan: Plan
+    inventory: Inventory
+    testbeds: tuple[Testbed, ...]
+    warnings: tuple[str, ...]
+
+
+def prepare(request: SweepRequest) -> PreparedSweep:
+    """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts)."""
+    matrix, inventory = load(request.matrix, request.inventory)
+    warnings = tuple(warnings_for(matrix, request.replicates))
+    testbeds = select_testbeds(inventory, request.testbeds)
+    plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
+    for other in testbeds[1:]:
+        check_same_roles(plan.testbed, other, inventory)
+        check_against_inventory(matrix, other)
+    return PreparedSweep(plan, inventory, tuple(testbeds), warnings)
+
+
+def load(matrix_path: Path, inventory_path: Path) -> tuple[Matrix, Inventory]:
+    matrix = read_matrix(matrix_path, _shown(matrix_path))
+    if not inventory_path.exists():
+        raise UsageError(
+            f"inventory {inventory_path} not found", hint="run from the orch checkout or pass -i INVENTORY"
+        )
+    return matrix, read_inventory(inventory_path, _shown(inventory_path))
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def select_testbeds(inventory: Inventory, selection: TestbedSelection) -> list[Testbed]:
+    if selection is None:
+        return [inventory.testbed(None)]
+    if selection == "all":
+        return list(inventory.testbeds.values())
+    return [inventory.testbed(n) for n in selection]
+
+
+def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:
+    if set(first.hosts) != set(other.hosts):
+        raise UsageError(
+            f"{inventory.path}: testbeds {first.name!r} and {other.name!r} have different roles "
+            f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
+            hint="parallel testbeds must be copies of one deployment",
+        )
+
+
+# ---------------------------------------------------------------------------- outcomes
+@dataclass(frozen=True)
+class Started:
+    """A run about to execute trials: given to the caller's progress factory."""
+
+    run_id: str
+    run_dir: Path
+    testbeds: tuple[str, ...]
+    trials: int  # planned
+    left: int  # still to run (all of them, unless resumed)
+    resumed: bool = False
+    torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
+
+
+ProgressFor = Callable[[Started], Progress]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """How a run or resume ended; `completed` and `failed` count trials by their last record."""
+
+    run_dir: Path
+    run_id: str
+    status: SweepStatus
+    completed: int
+    failed: int
+    planned: int
+    interrupted: bool = False
+    deadline_reached: bool = False
+    not_restored: tuple[str, ...] = ()
+    report: Path | None = None
+    report_error: str | None = None  # why the report was not written (the run itself is fine)
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failed or self.not_restored else 0
+
+
+@dataclass(frozen=True)
+class TestbedRestore:
+    testbed: str
+    hosts: tuple[str, ...]
+    backed_up: bool  # False: the run stopped before its first edit, nothing needed restoring
+    not_restored: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    run_dir: Path
+    run_id: str
+    testbeds: tuple[TestbedRestore, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(t.not_restored for t in self.testbeds) else 0
+
+
+# ---------------------------------------------------------------------------- run
+def run(
+    request: SweepRequest, progress: ProgressFor, *, warn: Warn, prepared: PreparedSweep | None = None
+) -> SweepOutcome:
+    """Start a new run. `prepared` is `prepare(request)` when the caller already made it (its
+    warnings are then the caller's to show); otherwise it is made here and they go to `warn`."""
+    if prepared is None:
+        prepared = prepare(request)
+        for warning in prepared.warnings:
+            warn(warning)
+    plan, reports_dir = prepared.plan, request.reports_dir
+    run_id = check_run_id(request.run_id) if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
+    run_dir = reports_dir / run_id
+    if run_dir.exists():
+        raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
+    options = RunOptions(
+        run_id,
+        fail_fast=request.fail_fast,
+        infra_attempts=1 + request.retries,
+        break_lock=request.break_lock,
+        deadline=request.deadline,
+    )
+    with session.connected(prepared.testbeds) as deployments:
+        locks = [TestbedLock.for_run(d, run_id, now_iso()) for d in deployments]
+        try:
+            _check_hosts(deployments, locks, plan, request, run_id, warn)
+            names = tuple(tb.name for tb in prepared.testbeds)
+            manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
+            session.create_run_dir(run_dir, manifest)
+            sink = progress(Started(run_id, run_dir, names, len(plan.steps), len(plan.steps)))
+            result = session.execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink)
+        finally:
+            for lock in locks:
+                lock.release()
+    return _finish(run_dir, manifest, result)
+
+
+def _check_hosts(
+    deployments: list[Deployment],
+    locks: list[TestbedLock],
+    plan: Plan,
+    request: SweepRequest,
+    run_id: str,
+    warn: Warn,
+) -> None:
+    """Preflight every testbed, then lock each one and refuse hosts another run left changed."""
+    if not request.skip_preflight:
+        for d in deployments:
+            for warning in preflight(d, plan):
+                warn(warning)
+    for d, lock in zip(deployments, locks, strict=True):
+        lock.acquire(break_stale=request.break_lock)
+        session.check_no_unrestored_run(d, run_id, request.reports_dir)
+
+
+# ---------------------------------------------------------------------------- resume
+def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> SweepOutcome:
+    """Continue an interrupted run with the same plan: finished trials are skipped, the one that
+    was running when the controller died is run again."""
+    run_dir = request.run_dir
+    manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
+    matrix = _matrix_of(manifest)
+    inventory = _inventory_of(manifest)
+    testbeds = [inventory.testbed(name) for name in manifest.testbeds]
+    plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
+    check_same_plan(run_dir, manifest, plan)
+    journal = RunDir(run_dir).journal
+    torn = journal.exists() and repair_torn_tail(journal)
+    done = set(trial_statuses(journal).finished) if journal.exists() else set()
+    prior = _final_trials(run_dir) if journal.exists() and matrix.adaptive else []  # adaptive rebuilds its counts
+    started = Started(
+        manifest.run_id,
+        run_dir,
+        tuple(manifest.testbeds),
+        len(plan.steps),
+        len(plan.steps) - len(done),
+        resumed=True,
+        torn_tail_dropped=bool(torn),
+    )
+    sink = progress(started)
+    options = RunOptions(
+        manifest.run_id, fail_fast=request.fail_fast, break_lock=request.break_lock, deadline=request.deadline
+    )
+    with session.connected(testbeds) as deployments:
+        result = session.execute(plan, deployments, run_dir, options, done, resume=True, progress=sink, prior=prior)
+    return _finish(run_dir, manifest, result)
+
+
+def _matrix_of(manifest: RunManifest) -> Matrix:
+    path = Path(manifest.matrix_path)
+    if not path.exists():
+        raise UsageError(f"matrix {path} of run {manifest.run_id} not found", hint="run from the same folder")
+    matrix = read_matrix(path, manifest.matrix_path)
+    if matrix.sha256 != manifest.matrix_sha256:
+        raise UsageError(
+            f"matrix {path} changed since run {manifest.run_id} started",
+            hint="a resumed run must use the same matrix; start a new run instead",
+        )
+    return matrix
+
+
+def _inventory_of(manifest: RunManifest) -> Inventory:
+    path = Path(manifest.inventory_path)
+    if not path.exists():
+        raise UsageError(f"inventory {path} of run {manifest.run_id} not found", hint="run from the same folder")
+    inventory = read_inventory(path, manifest.inventory_path)
+    if inventory.sha256 != manifest.inventory_sha256:
+        raise UsageError(
+            f"inventory {path} changed since run {manifest.run_id}",
+            hint="restore with the inventory the run used (its text is in run.json)",
+        )
+    return inventory
+
+
+def _final_trials(run_dir: Path) -> list[TrialRecord]:
+    """The last finished record of each trial (a resumed run may hold an interrupted one first)."""
+    contents = read_journal(RunDir(run_dir).journal)
+    last: dict[int, TrialRecord] = {}
+    for r in contents.records:
+        if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
+            last[r.trial] = r
+    return [last[k] for k in sorted(last)]
+
+
+# ---------------------------------------------------------------------------- finish
+def _finish(run_dir: Path, manifest: RunManifest, result: RunResult) -> SweepOutcome:
+    """Record the run's end in the manifest, write the report and the index."""
+    finished, failed = _final_counts(run_dir)
+    status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed else "completed")
+    hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
+    save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status, "hosts": hosts}))
+    report, report_error = _write_report(run_dir)
+    return SweepOutcome(
+        run_dir=run_dir,
+        run_id=manifest.run_id,
+        status=status,
+        completed=finished - failed,
+        failed=failed,
+        planned=manifest.plan_trials,
+        interrupted=result.interrupted,
+        deadline_reached=result.deadline_reached,
+        not_restored=tuple(result.not_restored),
+        report=report,
+        report_error=report_error,
+    )
+
+
+def _final_counts(run_dir: Path) -> tuple[int, int]:
+    """(finished trials, failed among them), by each trial's last finished record; fast on big
+    journals (compact rows, not full records)."""
+    last: dict[int, str] = {}
+    for row in read_trial_rows(RunDir(run_dir).journal).rows:
+        if row.status in ("completed", "failed"):
+            last[row.trial] = row.status
+    return len(last), sum(status == "failed" for status in last.values())
+
+
+def _write_report(run_dir: Path) -> tuple[Path | None, str | None]:
+    from orchestrator.report.render import write_report  # the report stack loads only when needed
+    from orchestrator.report.site import write_index
+
+    try:
+        path = write_report(run_dir)
+        write_index(run_dir.parent)
+        return path, None
+    except OrchError as exc:
+        return None, str(exc)
+
+
+# ---------------------------------------------------------------------------- restore
+def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> RestoreOutcome:
+    """Restore the hosts of a run whose controller died (kill -9, power cut)."""
+    run_dir = request.run_dir
+    manifest = load_manifest(run_dir)
+    inventory = _inventory_of(manifest)
+    parallel = len(manifest.testbeds) > 1  # a parallel run keeps each testbed's originals in backup/<testbed>/
+    restored = tuple(
+        _restore_testbed(run_dir, manifest, inventory.testbed(name), parallel, progress, request)
+        for name in manifest.testbeds
+    )
+    return RestoreOutcome(run_dir, manifest.run_id, restored)
+
+
+def _restore_testbed(
+    run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
+) -> TestbedRestore:
+    with session.connected([testbed]) as (deployment,):
+        lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso())
+        try:
+            lock.acquire(break_stale=request.break_lock)
+            runner = Runner(
+                _empty_plan(manifest, deployment),
+                deployment,
+                run_dir,
+                RunOptions(manifest.run_id, backup_subdir=testbed.name if parallel else ""),
+                progress=progress,
+            )
+            backed_up = runner.adopt_backup()
+            if not backed_up:  # killed before its backup was complete: no file was edited
+                runner.discard_host_backups()
+            left = runner.restore()
+        finally:
+            lock.release()
+    if manifest.status == "running":  # its controller died: the run can still be resumed
+        save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
+    return TestbedRestore(testbed.name, tuple(deployment.hosts), backed_up, tuple(left))
+
+
+def _empty_plan(manifest: RunManifest, deployment: Deployment) -> Plan:
+    """Restore needs no matrix; a plan shell carries the testbed for the restart order."""
+    return Plan(
+        matrix=None,  # type: ignore[arg-type]
+        testbed=deployment.testbed,
+        seed=manifest.seed,
+        replicates=manifest.replicates,
+        cells=(),
+        steps=(),
+    )

@@ -1,0 +1,111 @@
+"""One queue item as a sweep: the `SweepFn` that `orch queue run` hands to `run_queue`.
+
+A new item runs through `sweep.api.run`, one cut short before through `sweep.api.resume` -
+exactly what `orch run` / `orch resume` call - with the status.json sink added, so `orch
+status` and `orch serve` see it. How lines are shown stays the caller's (the CLI): this module
+gets its display as callables and prints nothing itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from orchestrator.errors import LockError, OrchError
+from orchestrator.store.manifest import new_run_id
+from orchestrator.sweep import api
+from orchestrator.sweep.api import PreparedSweep, ProgressFor, ResumeRequest, Started, SweepRequest, Warn
+from orchestrator.sweep.runner import Progress
+from orchestrator.team.livestatus import LiveStatus, Tee
+from orchestrator.team.queue import QueueItem
+from orchestrator.team.queue import SweepOutcome as ItemOutcome
+
+
+class SweepApi(Protocol):
+    """The part of `orchestrator.sweep.api` the queue calls (the module itself; tests pass a stub)."""
+
+    def prepare(self, request: SweepRequest) -> PreparedSweep: ...
+
+    def run(
+        self, request: SweepRequest, progress: ProgressFor, *, warn: Warn, prepared: PreparedSweep | None = None
+    ) -> api.SweepOutcome: ...
+
+    def resume(self, request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> api.SweepOutcome: ...
+
+
+@dataclass(frozen=True)
+class QueueSweep:
+    """Runs one claimed item (new or resumable) and says how it ended, as the queue records it."""
+
+    reports: Path
+    terminal: ProgressFor  # the caller's display of a starting run (announce it, show a bar)
+    show: Callable[[api.SweepOutcome], None]  # the caller's display of a finished one
+    note: Callable[[str], None]  # the queue's own lines, e.g. "queue: item 1 (x.yaml): starting"
+    error: Callable[[QueueItem, str], None]  # an item that could not run, and why
+    warn: Warn
+    sweeps: SweepApi = dataclasses.field(default=api)  # type: ignore[assignment]
+
+    def __call__(self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]) -> ItemOutcome:
+        recorded = [item.resumable_run] if item.resumable_run else []
+
+        def record(run_dir: Path) -> None:
+            recorded.append(run_dir)
+            record_run_dir(run_dir)
+
+        self.note(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting"))
+        try:
+            outcome = self._start_or_resume(item, deadline, record)
+        except LockError as exc:
+            return ItemOutcome("locked", exc.exit_code, None, str(exc))
+        except OrchError as exc:
+            self.error(item, str(exc))
+            return ItemOutcome("error", exc.exit_code, recorded[-1] if recorded else None, str(exc))
+        self.show(outcome)
+        return item_outcome(outcome, deadline)
+
+    def _start_or_resume(
+        self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]
+    ) -> api.SweepOutcome:
+        resumable = item.resumable_run
+        if resumable is not None:
+            return self.sweeps.resume(ResumeRequest(resumable, deadline=deadline), self._progress, warn=self.warn)
+        request = SweepRequest(
+            Path(item.matrix),
+            Path(item.inventory),
+            api.testbeds_from_spec(item.testbed),  # `-t a,b` / `-t all`: as `orch run` does
+            reports_dir=self.reports,
+            deadline=deadline,
+        )
+        prepared = self.sweeps.prepare(request)
+        for warning in prepared.warnings:
+            self.warn(warning)
+        run_id = new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)  # two runners never collide
+        record_run_dir(self.reports / run_id)
+        request = dataclasses.replace(request, run_id=run_id)
+        return self.sweeps.run(request, self._progress, warn=self.warn, prepared=prepared)
+
+    def _progress(self, started: Started) -> Progress:
+        return Tee(self.terminal(started), LiveStatus(started.run_dir))
+
+
+def item_outcome(
+    outcome: api.SweepOutcome, deadline: float | None, clock: Callable[[], float] = time.time
+) -> ItemOutcome:
+    """How the queue records a sweep that ran (pure but for the clock)."""
+    counts = f"{outcome.completed + outcome.failed}/{outcome.planned} trials, {outcome.failed} failed"
+    code, run_dir = outcome.exit_code, outcome.run_dir
+    if outcome.status == "completed" and code != 0:  # e.g. a host could not be restored
+        return ItemOutcome(
+            "failed",
+            code,
+            run_dir,
+            f"{counts}; exit code {code}: see the log (if hosts were not restored: orch restore {run_dir})",
+        )
+    if outcome.status in ("completed", "failed"):
+        return ItemOutcome(outcome.status, code, run_dir, counts)
+    why = "deadline reached" if deadline is not None and clock() >= deadline else "interrupted"
+    return ItemOutcome("interrupted", code, run_dir, f"{why} after {counts}; resumable")
