@@ -11,7 +11,8 @@ repro itself: exit code, timeout, missing metrics).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Literal, Protocol
 
 FailureKind = Literal["config", "infrastructure", "workload", "interrupted"]
 
@@ -95,6 +96,51 @@ class CommandFailed(TransportError):
         self.command, self.result_code, self.stdout, self.stderr = command, exit_code, stdout, stderr
         tail = (stderr or stdout).strip()[-2000:]
         super().__init__(host, f"command failed with exit code {exit_code}: {command}", detail=tail)
+
+
+class CommandOutput(Protocol):
+    """What CommandTimedOut needs of a transport Result (errors.py imports no other module)."""
+
+    @property
+    def host(self) -> str: ...
+    @property
+    def command(self) -> str: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+
+
+class CommandTimedOut(TransportError):
+    """A command ran past its timeout and was killed. Like Invoke's CommandTimedOut it carries the
+    Result (stdout and stderr up to the kill), so a caller decides by type, not by message text,
+    and can still keep what the command printed."""
+
+    def __init__(self, result: CommandOutput, timeout: float, *, host: str | None = None) -> None:
+        self.result, self.timeout = result, timeout
+        command = result.command if len(result.command) <= 120 else result.command[:117] + "..."
+        super().__init__(
+            host or result.host,
+            f"command timed out after {timeout:g} s and was killed: {command}",
+            detail=(result.stderr or result.stdout)[-2000:],
+        )
+
+
+class GroupError(OrchError):
+    """The same step ran on several hosts at once and more than one failed. Like Fabric's
+    GroupException it holds every host's failure (role -> exception), so the user sees each
+    broken host at once instead of fixing them one run at a time."""
+
+    kind = "infrastructure"
+
+    def __init__(self, failures: Mapping[str, BaseException], *, what: str = "hosts") -> None:
+        self.failures = dict(failures)
+        lines = [str(exc) if str(exc).startswith(role) else f"{role}: {exc}" for role, exc in self.failures.items()]
+        details = [f"--- {role}\n{d}" for role, exc in self.failures.items() if (d := getattr(exc, "detail", ""))]
+        super().__init__(
+            f"{len(lines)} {what} failed: " + "; ".join(lines),
+            detail="\n".join(details),
+        )
 
 
 class ServiceError(OrchError):

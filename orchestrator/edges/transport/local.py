@@ -18,7 +18,7 @@ import time
 from typing import Sequence
 
 from orchestrator.edges.transport import Result
-from orchestrator.errors import CommandFailed, TransportError
+from orchestrator.errors import CommandFailed, CommandTimedOut, TransportError
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream; a runaway command cannot exhaust memory
 KILL_GRACE_S = 2.0
@@ -76,11 +76,8 @@ class LocalTransport:
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             out, err = _drain(proc)
-            raise TransportError(
-                self.host,
-                f"command timed out after {timeout:g} s and was killed: {text}",
-                detail=_decode(err or out)[-2000:],
-            ) from None
+            result = Result(self.host, text, -1, _decode(out), _decode(err), timeout or 0.0)
+            raise CommandTimedOut(result, timeout or 0.0) from None
         except BaseException:
             _kill_group(proc)  # Ctrl-C while waiting: leave nothing running
             _drain(proc)

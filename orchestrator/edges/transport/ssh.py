@@ -47,7 +47,7 @@ from paramiko.ssh_exception import (
 
 from orchestrator.edges.transport import Result
 from orchestrator.edges.transport.tunnel import Tunnel
-from orchestrator.errors import CommandFailed, TransportError
+from orchestrator.errors import CommandFailed, CommandTimedOut, TransportError
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runaway log cat)
 KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
@@ -157,7 +157,7 @@ class SshTransport:
         check: bool = True,
         sudo: bool = False,
     ) -> Result:
-        """Run a command; a timeout kills it on the host and raises TransportError."""
+        """Run a command; a timeout kills it on the host and raises CommandTimedOut (with the output so far)."""
         shown = command if isinstance(command, str) else shlex.join(command)
         line = command_line(command, sudo=sudo or self.use_sudo, timeout=timeout)
         raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES)
@@ -355,7 +355,10 @@ class SshTransport:
                 self.label, f"connection lost while running `{_short(shown)}` (it may have run partly)"
             )
         if timeout is not None and code in TIMED_OUT_CODES and elapsed >= timeout:
-            raise TransportError(self.label, f"command timed out after {timeout:g} s and was killed: {_short(shown)}")
+            decoded = Result(
+                self.host, shown, code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), elapsed
+            )
+            raise CommandTimedOut(decoded, timeout, host=self.label)
         return _Raw(code, out, err, elapsed)
 
     # ---------------------------------------------------------------- errors
