@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pydantic
@@ -40,6 +41,15 @@ def run_file_error(path: Path, what: str, exc: OSError) -> JournalError:
     """`<path>: <what>: <reason> (<hint>)` for a failed file operation in a run directory."""
     hint = RUN_FILE_HINTS.get(exc.errno or 0)
     return JournalError(f"{path}: {what}: {exc.strerror or exc}" + (f" ({hint})" if hint else ""))
+
+
+def run_file_op(path: Path, what: str, op: Callable[[], object]) -> None:
+    """Run a file operation in a run folder (mkdir, a plain write); an OSError (disk full,
+    read-only, a file where a folder should be) becomes one JournalError that stops the sweep."""
+    try:
+        op()
+    except OSError as exc:
+        raise run_file_error(path, what, exc) from exc
 
 
 def write_bytes_atomic(

@@ -1,16 +1,42 @@
 """Progress in the terminal (rich): trials done/total, elapsed, ETA and the last result.
 
 On a terminal a live bar; elsewhere (CI logs, pipes) one plain line per trial, so a long
-overnight sweep's log still tells how far it got.
+overnight sweep's log still tells how far it got. Also the Progress protocol the runner reports
+to, and QuietProgress for tests and library use.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress as RichBar
 
 from orchestrator.core.records import TrialRecord
+
+
+class Progress(Protocol):
+    """Where the runner reports progress (rich in the terminal, nothing in tests)."""
+
+    def start(self, total: int, done: int) -> None: ...
+    def trial_done(self, record: TrialRecord) -> None: ...
+    def retotal(self, left: int) -> None:
+        """At most `left` more trials will run (an adaptive sweep stopped some cells)."""
+
+    def note(self, message: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class QuietProgress:
+    """Progress that shows nothing (tests, library use)."""
+
+    def start(self, total: int, done: int) -> None: ...
+    def trial_done(self, record: TrialRecord) -> None: ...
+    def retotal(self, left: int) -> None: ...
+    def note(self, message: str) -> None: ...
+    def stop(self) -> None: ...
 
 
 def summarize(record: TrialRecord) -> str:
@@ -31,15 +57,15 @@ def summarize(record: TrialRecord) -> str:
 class RichProgress:
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
-        self.bar: Progress | None = None
-        self.task = None
+        self.bar: RichBar | None = None
+        self.task: TaskID | None = None
         self.done = 0
         self.total = 0
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
         if self.console.is_terminal:
-            self.bar = Progress(
+            self.bar = RichBar(
                 TextColumn("[bold]trials"),
                 BarColumn(),
                 MofNCompleteColumn(),

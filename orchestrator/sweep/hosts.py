@@ -1,0 +1,175 @@
+"""The host guard: the hosts' original env files and unit states, saved before a sweep's first
+edit and put back at its end, whatever ends it.
+
+Why a guard of its own: restoring the hosts is the one promise a sweep keeps on every exit (last
+trial, error, Ctrl-C, SIGTERM, and after a kill -9 through `orch resume`/`orch restore`). The
+originals live twice: in the run folder (backup/<role>.env, units.json written last as the mark
+of a complete backup) and on each host beside its env file (<env_file>.orch-backup-<run_id>,
+removed once that host is restored), so a run whose restore never finished can be found from
+the hosts alone (unrestored_runs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.core.plan import restart_order
+from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.errors import Interrupted, JournalError, OrchError
+from orchestrator.store.atomic import run_file_op, write_bytes_atomic
+from orchestrator.store.rundir import BackupDir
+from orchestrator.sweep.progress import Progress
+
+
+@dataclass
+class HostState:
+    """What the guard knows of one host during a run."""
+
+    original: bytes  # env file bytes before the run
+    active: dict[str, bool]  # unit -> was it active before the run
+    touched: bool = False  # did orch write the file during this run
+    current: bytes | None = None  # what the file holds now, as orch last read or wrote it
+    clock_offset: float = 0.0  # host clock - controller clock: journal windows use host time
+
+
+class HostGuard:
+    """Backup, adopt a killed run's backup, restore. `states` and `started_units` are shared
+    with the trial phases, which note each edit and each unit they start."""
+
+    def __init__(self, deployment: Deployment, backup: BackupDir, run_id: str, progress: Progress) -> None:
+        self.deployment, self.backup_dir, self.run_id, self.progress = deployment, backup, run_id, progress
+        self.states: dict[str, HostState] = {}
+        self.started_units: set[tuple[str, str]] = set()
+
+    def backup(self) -> None:
+        """Save each env file (run folder and host) and each unit's state before the first edit.
+
+        units.json is written last and atomically: it marks the backup complete. A run killed
+        before it exists edited nothing, so resume takes a fresh backup and restore has nothing
+        to put back."""
+        folder = self.backup_dir
+        run_file_op(
+            folder.path, "cannot create the backup folder", lambda: folder.path.mkdir(parents=True, exist_ok=True)
+        )
+        for role, h in self.deployment.hosts.items():
+            pause_for_tests("BACKUP")
+            original = h.transport.read_bytes(h.host.env_file)
+            write_bytes_atomic(folder.env(role), original, what="cannot write")
+            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), original)
+            active = {u: h.services.state(u).is_active for u in h.units}
+            self.states[role] = HostState(original, active, clock_offset=clock_offset(h))
+        units = {role: s.active for role, s in self.states.items()}
+        write_bytes_atomic(folder.units_json, json.dumps(units, indent=1).encode(), what="cannot write")
+
+    def adopt(self) -> bool:
+        """Load the originals saved by an earlier (killed) process, for resume and `orch restore`.
+
+        False when that process never completed its backup (then it never edited a file)."""
+        folder = self.backup_dir
+        try:
+            units = json.loads(folder.units_json.read_text())
+            originals = {role: folder.env(role).read_bytes() for role in self.deployment.hosts}
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError) as exc:
+            raise JournalError(
+                f"{folder.path}: cannot read the backup of the original env files: {exc} "
+                "(the run directory is damaged; restore the hosts by hand)"
+            ) from None
+        for role, original in originals.items():
+            self.states[role] = HostState(original, units.get(role, {}), touched=True)
+            self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
+        return True
+
+    def discard_host_backups(self) -> None:
+        """Remove the host-side copies a killed, incomplete backup may have left."""
+        for h in self.deployment.hosts.values():
+            _remove_host_backup(h, self.run_id)
+
+    def restore(self, run_dir: Path) -> list[str]:
+        """Put every env file back byte for byte and every unit back in its original state.
+
+        Returns the roles that could not be restored (empty when all is well). A second Ctrl-C
+        (or a SIGTERM) during the restore skips only the host being restored: the others are
+        still restored, and what is left is said with the command that finishes it."""
+        left: list[str] = []
+        for role in restart_order(self.deployment.testbed, set(self.states)):
+            try:
+                self._restore_host(role)
+            except (KeyboardInterrupt, Interrupted):
+                left.append(role)
+                self.progress.note(f"restore of {role} interrupted; continuing with the other hosts")
+            except OrchError as exc:
+                left.append(role)
+                self.progress.note(f"restore of {role} failed: {exc}")
+        if left:
+            self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {run_dir}")
+        return left
+
+    def offset(self, role: str) -> float:
+        """The host's clock offset (0 before the backup measured it)."""
+        state = self.states.get(role)
+        return state.clock_offset if state else 0.0
+
+    def _restore_host(self, role: str) -> None:
+        pause_for_tests("RESTORE")
+        h, state = self.deployment.hosts[role], self.states[role]
+        if h.transport.read_bytes(h.host.env_file) != state.original:
+            h.transport.write_bytes_atomic(h.host.env_file, state.original)
+            state.touched = True
+        for unit in h.units:
+            if state.active.get(unit):
+                if state.touched:
+                    h.services.restart(unit)
+            elif (role, unit) in self.started_units or h.services.state(unit).is_active:
+                h.services.stop(unit)
+        _remove_host_backup(h, self.run_id)
+
+
+def host_backup_path(env_file: str, run_id: str) -> str:
+    return f"{env_file}.orch-backup-{run_id}"
+
+
+def unrestored_runs(h: HostHandle) -> list[str]:
+    """Run ids whose host-side backup of this host's env file is still there: runs whose restore
+    never finished on this host."""
+    prefix = host_backup_path(h.host.env_file, "")
+    res = h.transport.run(
+        ["sh", "-c", 'for f in "$1"*; do [ -e "$f" ] && printf "%s\\n" "$f"; done; true', "orch-unrestored", prefix],
+        check=False,
+        sudo=_sudo(h),
+    )
+    return sorted({line[len(prefix) :] for line in res.stdout.splitlines() if line.startswith(prefix)})
+
+
+def clock_offset(h: HostHandle) -> float:
+    """Host clock minus controller clock, measured once (midpoint of the round trip), so
+    `journalctl --since` windows are right on hosts whose clocks are off. 0 where the
+    service manager runs on the controller's clock."""
+    now = getattr(h.services, "now", None)
+    if now is None:
+        return 0.0
+    before = time.time()
+    host = now()
+    return float(host - (before + time.time()) / 2)
+
+
+def pause_for_tests(phase: str) -> None:
+    """Test hook: ORCH_TEST_<PHASE>_DELAY_S makes each host's backup or restore step slow, so the
+    fault tests can kill or interrupt the controller inside that phase (as a slow unit stop on a
+    real host would). Unset in normal use."""
+    delay = os.environ.get(f"ORCH_TEST_{phase}_DELAY_S")
+    if delay:
+        time.sleep(float(delay))
+
+
+def _remove_host_backup(h: HostHandle, run_id: str) -> None:
+    h.transport.run(["rm", "-f", host_backup_path(h.host.env_file, run_id)], check=False, sudo=_sudo(h))
+
+
+def _sudo(h: HostHandle) -> bool:
+    return bool(h.host.ssh and h.host.ssh.sudo)

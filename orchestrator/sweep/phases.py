@@ -1,0 +1,429 @@
+"""One trial's phases: apply the cell's env, restart in waves, wait until healthy, verify the
+live env (before the repro, or beside it), run the repro (here or on a host), judge it, collect
+logs and collectors; and the TrialRecord they make.
+
+Why the tricks below (each measured; keep them): the bytes orch last wrote to an env file are
+remembered, so a trial costs no read round trip; independent units of a restart wave restart in
+parallel; the health poller polls fast around each role's learned ready time; the live-env check
+of restarted units runs beside the repro, off the critical path; the local repro is waited on
+through a pidfd (edges.workload).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import httpx
+
+from orchestrator.core import envfile
+from orchestrator.core.config import CONTROLLER, Collector
+from orchestrator.core.plan import Plan, Step, dependants, restart_order
+from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
+from orchestrator.core.redact import Redactor
+from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.health import HealthCheck, wait_all
+from orchestrator.edges.workload import extract_metrics, run_command
+from orchestrator.errors import CommandTimedOut, Interrupted, JournalError, OrchError, VerificationError, WorkloadError
+from orchestrator.store.atomic import run_file_op
+from orchestrator.store.rundir import RunDir, TrialDir
+from orchestrator.sweep.clock import now_iso
+from orchestrator.sweep.pool import gather, per_host
+
+if TYPE_CHECKING:
+    from orchestrator.sweep.hosts import HostGuard
+
+LOG_LIMIT = 256_000
+READY_HISTORY = 5  # restarts remembered per role to predict the next one's ready time
+ALIVE_EVERY_S = 0.3  # how often health waits also ask the service manager whether units died
+
+Unit = tuple[str, str]  # (role, unit name)
+
+
+@dataclass
+class TrialContext:
+    """What one attempt found out so far (kept when a later phase fails, for the record)."""
+
+    changed: set[str] = field(default_factory=set)
+    restarted: list[Unit] = field(default_factory=list)
+    health: dict[str, float] = field(default_factory=dict)
+    repro: ReproOutcome | None = None
+    metrics: dict[str, MetricValue] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+
+class Services:
+    """The service side of a trial: env files, restarts, health, live-env verification."""
+
+    def __init__(
+        self, plan: Plan, deployment: Deployment, guard: HostGuard, client: httpx.Client, stopping: threading.Event
+    ) -> None:
+        self.plan, self.deployment, self.guard, self.client, self.stopping = plan, deployment, guard, client, stopping
+        self.verify_all_next = True  # first trial, and after any failure: verify every unit
+        # role -> how long its last waits after a restart took: the health poller polls fast
+        # around that time (a unit restarts in about the same time, trial after trial)
+        self.ready_waits: dict[str, deque[float]] = {}
+        self.checker: ThreadPoolExecutor | None = None  # verifies beside the repro
+
+    def apply(self, step: Step, ctx: TrialContext) -> None:
+        """Write each role's env file for the cell; only files whose text changes are written.
+
+        The bytes orch last wrote are remembered, so a trial costs no read round trip; the file
+        is read again on the first trial and after any failure (when anything may have moved)."""
+        for role, assignments in step.env.items():
+            h, state = self.deployment.hosts[role], self.guard.states[role]
+            cached = state.current is not None and not self.verify_all_next
+            old = state.current if cached and state.current is not None else h.transport.read_bytes(h.host.env_file)
+            text = old.decode("utf-8", errors="surrogateescape")
+            new = envfile.edit(text, assignments, h.host.dialect).encode("utf-8", errors="surrogateescape")
+            if new != old:
+                h.transport.write_bytes_atomic(h.host.env_file, new)
+                state.touched = True
+                ctx.changed.add(role)
+            state.current = new
+
+    def restart(self, ctx: TrialContext) -> None:
+        """Restart units whose env changed or that are not running, in dependency waves;
+        independent units of one wave restart in parallel."""
+        hosts = self.deployment.hosts
+        todo = {(role, unit) for role, h in hosts.items() for unit in h.units if role in ctx.changed}
+        if self.verify_all_next:  # first trial, or after a failure: start whatever is not running
+            down = per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
+            todo |= {(role, unit) for role, units in down.items() for unit in units}
+        for wave in waves(self.deployment, {r for r, _ in todo}):
+            self.restart_units([(r, u) for r in wave for u in hosts[r].units if (r, u) in todo], ctx)
+
+    def restart_units(self, units: list[Unit], ctx: TrialContext) -> None:
+        def one(ru: Unit) -> float:
+            return self.deployment.hosts[ru[0]].services.restart(ru[1])
+
+        gather({f"{r}:{u}": (r, u) for r, u in units}, one, what="units")
+        ctx.restarted.extend(units)
+        self.guard.started_units.update(units)
+
+    def wait_healthy(self, since: float, restarted: set[str]) -> dict[str, float]:
+        """Wait on every role's health URL; a unit that dies meanwhile fails the wait at once.
+
+        Roles that had to come back (restarted, or depending on one that was) tell the poller
+        how long their earlier waits took, and their wait is remembered for the next trial."""
+        affected = dependants(self.deployment.testbed, restarted) if restarted else set()
+        checks, alive = [], {}
+        for role, h in self.deployment.hosts.items():
+            timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
+            earlier = self.ready_waits.get(role) if role in affected else None
+            expected = (min(earlier), max(earlier)) if earlier else None
+            checks.append(HealthCheck(role, h.host.health, timeout, expected))
+            alive[role] = alive_checker(h, since + self.guard.offset(role), self.stopping)
+        waited = wait_all(checks, client=self.client, check_alive=alive)
+        for role in affected & set(waited):
+            self.ready_waits.setdefault(role, deque(maxlen=READY_HISTORY)).append(waited[role])
+        return waited
+
+    def verify_beside_repro(self, step: Step, ctx: TrialContext) -> Future[None] | None:
+        """Verify the restarted units while the repro runs: off the critical path, every trial.
+
+        /proc/PID/environ of a process that answers its health URL cannot change any more, so
+        checking it during the repro proves the same as checking it before; a mismatch fails
+        the trial after the repro (its result is then void). The first trial and the one after
+        a failure verify before the repro, because they may restart a stale unit to fix it."""
+        if self.verify_all_next:
+            self.verify(step, ctx)
+            self.verify_all_next = False  # here, never in the thread: a failure may set it again
+            return None
+        if self.checker is None:
+            self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
+        return self.checker.submit(self.verify, step, ctx)
+
+    def verify(self, step: Step, ctx: TrialContext) -> None:
+        """Check the live processes got the cell's values (/proc/PID/environ).
+
+        Restarted units always; every unit on the first trial and after a failure. A unit that
+        was not restarted and holds stale values is restarted once and checked again."""
+        restarted = set(ctx.restarted)
+        for role, assignments in step.env.items():
+            h = self.deployment.hosts[role]
+            if not h.host.verify_env:
+                continue
+            for unit in h.units:
+                if (role, unit) not in restarted and not self.verify_all_next:
+                    continue
+                problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
+                if problem and (role, unit) not in restarted:
+                    self.restart_units([(role, unit)], ctx)
+                    ctx.health.update(self.wait_healthy(time.time(), {role}))
+                    problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
+                if problem:
+                    raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
+
+    def close(self) -> None:
+        if self.checker is not None:
+            self.checker.shutdown(wait=True)
+            self.checker = None
+
+
+class Repro:
+    """The workload side of a trial: the repro, its verdict, metrics, logs and collectors."""
+
+    def __init__(
+        self, plan: Plan, deployment: Deployment, run_dir: RunDir, guard: HostGuard, client: httpx.Client
+    ) -> None:
+        self.plan, self.deployment, self.run_dir, self.guard, self.client = plan, deployment, run_dir, guard, client
+        self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
+
+    def run(self, step: Step, trial: TrialDir) -> ReproOutcome:
+        repro = self.plan.matrix.repro
+        command = render_command(repro.command, self.placeholders(step, trial))
+        out, err = trial.repro_out, trial.repro_err
+        for path in (out, err):  # an unwritable run directory is found here, not blamed on the repro
+            _write(path, "")
+        if repro.on == CONTROLLER:
+            outcome = run_command(
+                command, timeout_s=repro.timeout_s, cwd=self.run_dir.path, env=None, stdout_path=out, stderr_path=err
+            )
+        else:
+            outcome = self._run_remote(repro.on, command, repro.timeout_s, trial)
+        paths = {"stdout_path": self.run_dir.relative(out), "stderr_path": self.run_dir.relative(err)}
+        return ReproOutcome(**{**outcome.model_dump(), **paths})
+
+    def _run_remote(self, role: str, command: str, timeout: float, trial: TrialDir) -> ReproOutcome:
+        h = self.deployment.hosts[role]
+        t0 = time.time()
+        try:
+            res = h.transport.run(command, timeout=timeout, check=False)
+            code: int | None = res.exit_code
+            stdout, stderr = res.stdout, res.stderr
+        except CommandTimedOut as exc:  # what it printed before the kill is kept
+            code, stdout = None, exc.result.stdout
+            stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
+        _write(trial.repro_out, stdout)
+        _write(trial.repro_err, stderr)
+        return ReproOutcome(
+            command=command, exit_code=code, duration_s=round(time.time() - t0, 4), stdout_tail=stdout[-4096:]
+        )
+
+    def judge(self, rel: ReproOutcome) -> None:
+        if rel.exit_code is None:
+            raise WorkloadError(
+                f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s and was killed", detail=rel.stdout_tail
+            )
+        if rel.exit_code != 0:
+            stderr = (self.run_dir.path / rel.stderr_path).read_text(errors="replace")[-2000:]
+            raise WorkloadError(f"repro exited with code {rel.exit_code}", detail=stderr or rel.stdout_tail)
+
+    def metrics(self, rel: ReproOutcome) -> dict[str, MetricValue]:
+        stdout = (self.run_dir.path / rel.stdout_path).read_text(errors="replace")
+        return extract_metrics(stdout, self.plan.matrix.repro.metrics)
+
+    def collect_logs(self, trial: TrialDir, since: float, quiet: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+        """Save each unit's log lines written during the trial; return paths and texts by role."""
+
+        def fetch(h: HostHandle) -> list[tuple[str, str]]:  # hosts in parallel, units in turn
+            got = []
+            for unit in h.units:
+                try:
+                    got.append((unit, h.services.logs_since(unit, since + self.guard.offset(h.role), LOG_LIMIT)))
+                except OrchError:
+                    if not quiet:
+                        raise
+            return got
+
+        paths, texts = {}, {}
+        for role, fetched in per_host(self.deployment, fetch).items():
+            for unit, text in fetched:
+                path = trial.log(role, unit)
+                _write(path, text)
+                paths[f"{role}:{unit}"] = self.run_dir.relative(path)
+            texts[role] = "".join(text for _, text in fetched)
+        return paths, texts
+
+    def run_collectors(self, logs: dict[str, str], trial: TrialDir) -> dict[str, MetricValue]:
+        return {c.name: self._collect_one(c, logs, trial) for c in self.plan.matrix.collect}
+
+    def _collect_one(self, c: Collector, logs: dict[str, str], trial: TrialDir) -> MetricValue:
+        if c.pattern is not None:
+            rx = re.compile(c.pattern)
+            count = sum(1 for line in logs.get(c.role, "").splitlines() if rx.search(line))
+            return MetricValue(kind="number", value=float(count), unit=c.unit)
+        h = self.deployment.hosts[c.role]
+        command = render_command(c.command or "", self.placeholders(None, trial))
+        res = h.transport.run(command, timeout=60, check=False)
+        number = re.search(r"-?\d+(?:\.\d+)?", res.stdout)
+        if number is None:
+            raise WorkloadError(
+                f"collector {c.name!r} on {h.host.label} printed no number", detail=(res.stdout + res.stderr)[-1000:]
+            )
+        return MetricValue(kind="number", value=float(number.group()), unit=c.unit)
+
+    def placeholders(self, step: Step | None, trial: TrialDir) -> dict[str, str]:
+        values = {
+            "run_dir": str(self.run_dir.path),
+            "trial_dir": str(trial.path),
+            "seed": str(self.plan.seed),
+            "python": sys.executable,
+            "testbed": self.deployment.testbed.name,
+        }
+        if step is not None:
+            values.update(
+                cell=step.trial.cell.id,
+                trial=str(step.trial.index),
+                round=str(step.trial.round),
+                trial_seed=str((self.plan.seed * 1_000_003 + step.trial.index) % 2**31),
+            )
+        for role, h in self.deployment.hosts.items():
+            values[f"{role}_url"] = h.host.url
+        return values
+
+    def describe_hosts(self) -> None:
+        """Once per run, after the servers first answer: what ran (ExecStart, /get_server_info)."""
+        if self.provenance:
+            return
+        from orchestrator.edges.provenance import describe_host
+
+        self.provenance = per_host(self.deployment, lambda h: describe_host(h, self.client))
+
+
+class TrialPhases:
+    """One attempt at one trial: the phases in order, and the record they make. A failed phase
+    becomes the record's failure (a broken run folder or an interrupt stops the sweep instead)."""
+
+    def __init__(self, services: Services, repro: Repro, run_id: str) -> None:
+        self.services, self.repro, self.run_id = services, repro, run_id
+
+    def run(self, step: Step, attempt: int) -> TrialRecord:
+        trial = self.repro.run_dir.trial(step.trial.index)
+        run_file_op(trial.path, "cannot create the trial folder", lambda: trial.logs.mkdir(parents=True, exist_ok=True))
+        t0, started = time.time(), now_iso()
+        ctx = TrialContext()
+        try:
+            self._phases(step, trial, ctx, t0)
+            failure = None
+        except (KeyboardInterrupt, Interrupted, JournalError):
+            raise  # a broken run directory stops the sweep: it is not the trial's failure
+        except OrchError as exc:
+            failure = Failure(
+                kind="workload" if exc.kind == "workload" else "infrastructure",
+                error=type(exc).__name__,
+                message=str(exc),
+                detail=exc.detail[-4000:],
+            )
+            if not ctx.logs:
+                ctx.logs, _ = self.repro.collect_logs(trial, t0, quiet=True)
+        return self._record(step, attempt, ctx, failure, t0, started)
+
+    def _phases(self, step: Step, trial: TrialDir, ctx: TrialContext, t0: float) -> None:
+        services, repro = self.services, self.repro
+        services.apply(step, ctx)
+        services.restart(ctx)
+        ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
+        repro.describe_hosts()
+        checking = services.verify_beside_repro(step, ctx)
+        ctx.repro = repro.run(step, trial)
+        if checking is not None:
+            checking.result()  # a VerificationError voids the repro's result
+        repro.judge(ctx.repro)  # after ctx.repro is set: a failed repro's output is recorded
+        ctx.metrics = repro.metrics(ctx.repro)
+        ctx.logs, logs_text = repro.collect_logs(trial, t0)
+        ctx.metrics.update(repro.run_collectors(logs_text, trial))
+
+    def _record(
+        self, step: Step, attempt: int, ctx: TrialContext, failure: Failure | None, t0: float, started: str
+    ) -> TrialRecord:
+        trial = step.trial
+        return TrialRecord(
+            run_id=self.run_id,
+            trial=trial.index,
+            round=trial.round,
+            cell=trial.cell.id,
+            levels=trial.cell.as_dict(),
+            is_baseline=trial.is_baseline,
+            testbed=self.repro.deployment.testbed.name,
+            attempt=attempt,
+            status="failed" if failure else "completed",
+            failure=failure,
+            started=started,
+            ended=now_iso(),
+            duration_s=round(time.time() - t0, 4),
+            env=redact_env(step.env, self.repro.plan.matrix.redactor),
+            restarted=[f"{r}:{u}" for r, u in ctx.restarted],
+            health_wait_s=ctx.health,
+            repro=ctx.repro,
+            metrics=ctx.metrics if failure is None else {},
+            logs=ctx.logs,
+        )
+
+
+def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
+    """Group roles into waves: a role's wave comes after the waves of the roles it follows."""
+    ordered = restart_order(deployment.testbed, roles)
+    depth: dict[str, int] = {}
+    for role in ordered:
+        deps = [depth[d] for d in deployment.testbed.hosts[role].after if d in depth]
+        depth[role] = 1 + max(deps, default=-1)
+    grouped: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
+    for role in ordered:
+        grouped[depth[role]].append(role)
+    return grouped
+
+
+def alive_checker(h: HostHandle, since: float, stopping: threading.Event) -> Callable[[], None]:
+    """Called by the health pollers between polls: a dead unit, or a Ctrl-C/SIGTERM received by
+    the main thread, ends the wait at once (the pollers run in threads that a signal does not
+    reach, and the main thread waits for them before its KeyboardInterrupt can propagate)."""
+    last = [0.0]
+
+    def check() -> None:
+        if stopping.is_set():
+            raise Interrupted("stopping: interrupted by the user or a signal")
+        now = time.monotonic()
+        if now - last[0] < ALIVE_EVERY_S:  # a round trip per poll would slow the fast polling
+            return
+        last[0] = now
+        for unit in h.units:
+            h.services.check_alive(unit, since)
+
+    return check
+
+
+def env_mismatch(h: HostHandle, unit: str, assignments: Mapping[str, str | None], redactor: Redactor) -> str | None:
+    live = h.services.environ(unit)
+    if live is None:
+        return "no live process to verify (is the unit running?)"
+    for var, want in assignments.items():
+        got = live.get(var)
+        if got != want:
+            shown_want = "unset" if want is None else repr(redactor.value(var, want))
+            shown_got = "unset" if got is None else repr(redactor.value(var, got))
+            hint = ""
+            if got is None and want is not None:  # the file says it, the process never got it
+                hint = (
+                    " (systemd ignores `export KEY=VALUE` lines in an EnvironmentFile=: write plain "
+                    "KEY=VALUE lines with dialect: systemd, or source the file from a wrapper with dialect: shell)"
+                )
+            return f"{var} is {shown_got} in the live process, expected {shown_want}{hint}"
+    return None
+
+
+def redact_env(env: Mapping[str, Mapping[str, str | None]], redactor: Redactor) -> dict[str, dict[str, str]]:
+    """The cell's env for the journal: secrets masked, removals shown as <unset>."""
+    return {
+        role: {k: redactor.value(k, v) if v is not None else "<unset>" for k, v in a.items()} for role, a in env.items()
+    }
+
+
+def render_command(template: str, values: dict[str, str]) -> str:
+    """Fill {placeholders}, shell-quoting every value (commands run through /bin/sh)."""
+    return template.format_map({k: shlex.quote(v) for k, v in values.items()})
+
+
+def _write(path: Path, text: str) -> None:
+    """A trial's output file (written once, read after the run: no fsync, no rename)."""
+    run_file_op(path, "cannot write", lambda: path.write_bytes(text.encode("utf-8", errors="replace")))

@@ -1,0 +1,152 @@
+"""The small parts the Runner was split into: signals, per-host gathering, typed timeouts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.edges.transport import Result
+from orchestrator.edges.transport.local import LocalTransport
+from orchestrator.errors import CommandTimedOut, GroupError, Interrupted, ServiceError, TransportError
+from orchestrator.sweep.pool import gather, per_host
+from orchestrator.sweep.signals import signals_as_interrupt, sigterm_as_interrupt
+
+
+# ---------------------------------------------------------------- signals
+def test_sigterm_raises_interrupted_and_sets_stopping() -> None:
+    stopping = threading.Event()
+    with pytest.raises(Interrupted, match="received SIGTERM"), signals_as_interrupt(stopping):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    assert stopping.is_set()
+
+
+def test_sigint_raises_keyboard_interrupt_and_sets_stopping() -> None:
+    with pytest.raises(KeyboardInterrupt), signals_as_interrupt() as stopping:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    assert stopping.is_set()
+
+
+def test_previous_handlers_come_back() -> None:
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with signals_as_interrupt():
+        assert signal.getsignal(signal.SIGTERM) is not before[1]
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_an_ignored_sigint_stays_ignored() -> None:
+    """A background job (`orch run ... &`) starts with SIGINT ignored: Ctrl-C in the shell must
+    not stop it."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with signals_as_interrupt() as stopping:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert not stopping.is_set()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_sigterm_as_interrupt_leaves_sigint_alone() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(Interrupted), sigterm_as_interrupt():
+        assert signal.getsignal(signal.SIGINT) is before
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+
+
+def test_outside_the_main_thread_nothing_is_installed() -> None:
+    seen: list[object] = []
+
+    def worker() -> None:
+        with signals_as_interrupt() as stopping:
+            seen.append(stopping)
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert isinstance(seen[0], threading.Event) and signal.getsignal(signal.SIGTERM) is before
+
+
+# ---------------------------------------------------------------- every host's outcome
+def deployment(*roles: str) -> SimpleNamespace:
+    return SimpleNamespace(hosts={r: SimpleNamespace(role=r) for r in roles})
+
+
+def test_per_host_returns_each_host_result() -> None:
+    assert per_host(deployment("a", "b", "c"), lambda h: h.role * 2) == {"a": "aa", "b": "bb", "c": "cc"}  # type: ignore[arg-type]
+
+
+def test_every_host_failure_is_reported_at_once() -> None:
+    finished: list[str] = []
+
+    def work(h: SimpleNamespace) -> str:
+        time.sleep(0.05 if h.role == "c" else 0)
+        finished.append(h.role)
+        if h.role != "b":
+            raise TransportError(h.role, "cannot connect")
+        return "ok"
+
+    with pytest.raises(GroupError) as caught:
+        per_host(deployment("a", "b", "c"), work)  # type: ignore[arg-type]
+    assert sorted(finished) == ["a", "b", "c"]  # the slow host was not abandoned
+    assert set(caught.value.failures) == {"a", "c"}
+    assert str(caught.value) == "2 hosts failed: a: cannot connect; c: cannot connect"
+    assert caught.value.kind == "infrastructure"
+
+
+def test_one_failure_is_raised_as_itself() -> None:
+    def work(h: SimpleNamespace) -> None:
+        if h.role == "b":
+            raise ServiceError("b", "u", "failed to start", detail="tail")
+
+    with pytest.raises(ServiceError, match="b: unit u: failed to start"):
+        per_host(deployment("a", "b"), work)  # type: ignore[arg-type]
+
+
+def test_an_interrupt_or_a_bug_is_not_dressed_as_a_host_failure() -> None:
+    def interrupted(h: SimpleNamespace) -> None:
+        raise (Interrupted("stop") if h.role == "a" else TransportError(h.role, "down"))
+
+    with pytest.raises(Interrupted):
+        gather({"a": SimpleNamespace(role="a"), "b": SimpleNamespace(role="b")}, interrupted)
+
+    def bug(h: SimpleNamespace) -> None:
+        raise (KeyError("x") if h.role == "b" else TransportError(h.role, "down"))
+
+    with pytest.raises(KeyError):
+        gather({"a": SimpleNamespace(role="a"), "b": SimpleNamespace(role="b")}, bug)
+
+
+def test_group_error_keeps_each_detail() -> None:
+    err = GroupError(
+        {"x": ServiceError("x", "u", "died", detail="log x"), "y": TransportError("y", "gone")}, what="units"
+    )
+    assert str(err).startswith("2 units failed: x: unit u: died; y: gone")
+    assert err.detail == "--- x\nlog x"
+
+
+# ---------------------------------------------------------------- typed timeout
+def test_command_timed_out_carries_the_output_so_far() -> None:
+    t = LocalTransport("here")
+    with pytest.raises(CommandTimedOut) as caught:
+        t.run("echo partial; echo oops >&2; sleep 5", timeout=0.5)
+    exc = caught.value
+    assert isinstance(exc, TransportError) and exc.timeout == 0.5
+    assert exc.result.stdout == "partial\n" and exc.result.stderr == "oops\n"
+    assert str(exc) == "here: command timed out after 0.5 s and was killed: echo partial; echo oops >&2; sleep 5"
+    assert exc.detail == "oops\n"
+
+
+def test_command_timed_out_message_shortens_a_long_command() -> None:
+    result = Result("h", "x" * 200, -1, "", "", 1.0)
+    exc = CommandTimedOut(result, 1, host="h (10.0.0.1)")
+    assert str(exc) == f"h (10.0.0.1): command timed out after 1 s and was killed: {'x' * 117}..."
