@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared with the tests
 
-from report_synth import ALL_OFF, synthetic_run  # noqa: E402
+from helpers.report_synth import ALL_OFF, synthetic_run  # noqa: E402
 
 from orchestrator.core.records import EventRecord, Failure, TrialRecord  # noqa: E402
 from orchestrator.store.journal import (  # noqa: E402

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared with the tests
 
-from report_synth import ALL_OFF, synthetic_run, write_run  # noqa: E402
+from helpers.report_synth import ALL_OFF, synthetic_run, write_run  # noqa: E402
 
 from orchestrator.report.build import build_report  # noqa: E402
 from orchestrator.report.render import (  # noqa: E402

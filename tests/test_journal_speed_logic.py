@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from report_synth import ALL_OFF, synthetic_run, write_run
 
 from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.errors import ConfigError

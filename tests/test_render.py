@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from report_synth import ALL_OFF, synthetic_run, write_run
+from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.report import charts

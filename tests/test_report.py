@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from report_synth import ALL_OFF, synthetic_run
+from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core.records import Failure, MetricValue, TrialRecord
 from orchestrator.report.build import (

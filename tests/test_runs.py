@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.manifests import old_format, planned
 
-from orchestrator.core.config import read_inventory, read_matrix
-from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.plan import make_plan
 from orchestrator.core.records import PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.manifest import (
@@ -21,7 +21,6 @@ from orchestrator.store.manifest import (
     digest_of,
     load_manifest,
     load_plan,
-    make_manifest,
     plan_digest,
     save_manifest,
     trials_of,
@@ -30,28 +29,10 @@ from orchestrator.store.manifest import (
 REPO = Path(__file__).resolve().parent.parent
 
 
-def planned(seed: int = 1, replicates: int = 3) -> tuple[Plan, RunManifest]:
-    matrix = read_matrix(REPO / "matrices/overlap_ablation.yaml")
-    inventory = read_inventory(REPO / "inventory/local.yaml")
-    plan = make_plan(matrix, inventory.testbed(None), seed, replicates)
-    return plan, make_manifest(plan, inventory, "r1", "2026-05-09T07:00:00.000+00:00")
-
-
 def run_dir_of(tmp_path: Path, manifest: RunManifest, name: str = "r1") -> Path:
     run_dir = tmp_path / name
     run_dir.mkdir()
     save_manifest(run_dir, manifest)
-    return run_dir
-
-
-def old_format(tmp_path: Path, manifest: RunManifest) -> Path:
-    """A run directory as orch wrote it before plan.json: every planned trial inline in run.json,
-    no count or digest fields."""
-    run_dir = tmp_path / "old"
-    run_dir.mkdir()
-    data = json.loads(manifest.model_dump_json())
-    del data["plan_trials"], data["plan_sha256"]
-    (run_dir / "run.json").write_text(json.dumps(data, indent=2))
     return run_dir
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_runs import old_format, planned  # tests/ is on sys.path (rootdir-relative imports)
+from helpers.manifests import old_format, planned
 
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import UsageError

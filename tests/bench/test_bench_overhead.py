@@ -176,7 +176,6 @@ def test_overhead_bench_on_the_simulator_with_all_three_tools(ansible_venv: Path
 
 @pytest.mark.testbed
 def test_overhead_bench_on_the_ssh_testbed_with_all_three_tools(ansible_venv: Path) -> None:
-    sys.path.insert(0, str(REPO / "tests"))
     from testbed.fixture import require_support
 
     require_support()

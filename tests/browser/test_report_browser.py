@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_synth import ALL_OFF, synthetic_run, write_run
+from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 
 from orchestrator.report.render import write_report
 from orchestrator.report.site import write_index

@@ -14,11 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.shipped import run_shipped
 
 from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.store.journal import read_journal
-
-from .test_demo import run_shipped
 
 pytestmark = pytest.mark.sim
 

@@ -9,65 +9,17 @@ headline says that corruption needs all three flags.
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
+from helpers.shipped import run_shipped
 
-from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.stats import wilson_interval
 from orchestrator.store.journal import read_journal
 
-from .test_run_sim import free_ports, port_open
-
 pytestmark = pytest.mark.sim
 REPO = Path(__file__).resolve().parents[2]
-
-
-def private_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
-    shutil.copytree(REPO / "inventory" / "local", tmp_path / "local")
-    text = (REPO / "inventory" / "local.yaml").read_text()
-    ports = free_ports(3)
-    for old, new in zip(("30000", "30001", "30002"), ports):
-        text = text.replace(old, str(new))
-    path = tmp_path / "local.yaml"
-    path.write_text(text)
-    assert yaml.safe_load(text)["testbeds"]["local-sim"]["hosts"]["router"]["after"] == ["prefill", "decode"]
-    return path, ports
-
-
-def run_shipped(tmp_path: Path, capsys, matrix: str, run_id: str, seed: int) -> tuple[Path, str, Callable[[], None]]:
-    """`orch run matrices/<matrix>` on a private simulator; returns the run folder, the output,
-    and a check that the env files are byte-identical and nothing listens afterwards."""
-    inventory, ports = private_inventory(tmp_path)
-    before = {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")}
-    code = main(
-        [
-            "run",
-            str(REPO / "matrices" / matrix),
-            "-i",
-            str(inventory),
-            "--out",
-            str(tmp_path / "reports"),
-            "--run-id",
-            run_id,
-            "--seed",
-            str(seed),
-        ]
-    )
-    out = capsys.readouterr().out
-    assert code == 0, out
-    run_dir = tmp_path / "reports" / run_id
-    assert f"report: {run_dir / 'index.html'}" in out
-
-    def assert_clean() -> None:
-        assert {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")} == before
-        assert not any(port_open(p) for p in ports)
-
-    return run_dir, out, assert_clean
 
 
 def test_shipped_ablation_finds_the_three_way_interaction(tmp_path, capsys):

@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.netutil import free_ports, port_open
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal
-
-from .test_run_sim import free_ports, port_open
 
 pytestmark = pytest.mark.sim
 

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+from helpers.netutil import free_ports, port_open
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.store.journal import read_journal

@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.ssh_sweep import ENV_FILES, MATRIX, no_leftovers, snapshot
 from testbed.fixture import Testbed
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal
-
-from .test_sweep_ssh import ENV_FILES, MATRIX, no_leftovers, snapshot
 
 pytestmark = pytest.mark.testbed
 

@@ -8,12 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from helpers.ssh_sweep import ENV_FILES, MATRIX, no_leftovers, snapshot, trials_of
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
 from orchestrator.edges.transport.ssh import SshTransport
-
-from .test_sweep_ssh import ENV_FILES, MATRIX, no_leftovers, snapshot, trials_of
 
 pytestmark = pytest.mark.testbed
 

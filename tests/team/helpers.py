@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
-from netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 REPO = Path(__file__).resolve().parents[2]
 

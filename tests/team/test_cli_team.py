@@ -109,7 +109,7 @@ def test_bad_until_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from report_synth import synthetic_run, write_run
+    from helpers.report_synth import synthetic_run, write_run
 
     manifest, records = synthetic_run(replicates=1)
     run_dir = write_run(tmp_path / manifest.run_id, manifest, records)

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from report_synth import synthetic_run, write_run
+from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import RunManifest, TrialRecord

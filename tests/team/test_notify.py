@@ -7,7 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from report_synth import synthetic_run, write_run
+from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.errors import UsageError
 from orchestrator.team.notify import Summary, Webhook, configured, send, shown, summarize_run

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from report_synth import synthetic_run, write_run
+from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.report.render import write_report
 from orchestrator.report.site import write_index

@@ -19,7 +19,7 @@ from browser.test_report_browser import (
     _visible,
     browser,  # noqa: F401 - the same Chromium fixture
 )
-from report_synth import synthetic_run, write_run
+from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.report.render import write_report
 from orchestrator.report.site import write_index
