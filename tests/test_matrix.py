@@ -168,7 +168,7 @@ def test_factors_cost_counts_the_factors_that_differ(tmp_path):
     cost = factors_cost(m)
     for a in cells:
         for b in cells:
-            assert cost(a, b) == sum(x != y for x, y in zip(a.levels, b.levels))
+            assert cost(a, b) == sum(x != y for x, y in zip(a.levels, b.levels, strict=True))
 
 
 def test_cell_id_and_hash_survive_a_copy(tmp_path):
@@ -178,3 +178,47 @@ def test_cell_id_and_hash_survive_a_copy(tmp_path):
     cell = expand(matrix(tmp_path, THREE))[3]
     for twin in (pickle.loads(pickle.dumps(cell)), copy.deepcopy(cell)):
         assert twin == cell and twin.id == cell.id == "a=on,b=y,c=0" and {twin: 1}[cell] == 1
+
+
+def test_every_cell_carries_its_merged_env(tmp_path):
+    """expand, include and baseline_cell all make cells with the env their levels assign."""
+    m = matrix(tmp_path, THREE + "exclude: [{a: off}]\ninclude: [{a: off, b: y, c: 0}]\n")
+    for cell in [*expand(m), baseline_cell(m)]:
+        levels = cell.as_dict()
+        a = {"on": "1", "off": "0"}[levels["a"]]
+        assert cell.env == {"decode": {"A": a, "B": levels["b"]}, "prefill": {"C": levels["c"]}}
+    assert expand(m)[-1].env == {"decode": {"A": "0", "B": "y"}, "prefill": {"C": "0"}}
+
+
+def test_a_cells_env_is_read_only_and_not_part_of_its_identity(tmp_path):
+    from orchestrator.core.matrix import Cell
+
+    cell = expand(matrix(tmp_path, THREE))[0]
+    with pytest.raises(TypeError):
+        cell.env["decode"] = {}  # type: ignore[index]
+    with pytest.raises(TypeError):
+        cell.env["decode"]["A"] = "2"  # type: ignore[index]
+    twin = Cell(cell.levels, {"decode": {"A": "other"}})
+    assert twin == cell and hash(twin) == hash(cell) and {twin: 1}[cell] == 1
+    assert twin.env != cell.env
+
+
+def test_a_cells_env_is_a_copy_of_what_it_was_made_with(tmp_path):
+    from orchestrator.core.matrix import Cell
+
+    given = {"decode": {"A": "1"}}
+    cell = Cell((("a", "on"),), given)
+    given["decode"]["A"] = "changed"
+    given["prefill"] = {}
+    assert cell.env == {"decode": {"A": "1"}}
+
+
+def test_a_cells_env_survives_a_copy(tmp_path):
+    import copy
+    import pickle
+
+    cell = expand(matrix(tmp_path, THREE))[3]
+    for twin in (pickle.loads(pickle.dumps(cell)), copy.deepcopy(cell), copy.copy(cell)):
+        assert twin.env == cell.env == {"decode": {"A": "1", "B": "y"}, "prefill": {"C": "0"}}
+        with pytest.raises(TypeError):
+            twin.env["decode"]["A"] = "2"  # type: ignore[index]

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from orchestrator.core.config import read_inventory, read_matrix
-from orchestrator.core.plan import cell_env, dependants, make_plan, restart_order
+from orchestrator.core.plan import dependants, make_plan, restart_order
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def merged_env(m, cell):
+    """A cell's env recomputed the plain way: every level's assignments, merged per role."""
+    env: dict[str, dict[str, str | None]] = {}
+    for factor, level in cell.levels:
+        for role, assignments in m.factor(factor).level(level).env.items():
+            env.setdefault(role, {}).update(assignments)
+    return env
 
 
 @pytest.fixture
@@ -23,7 +33,7 @@ def ablation():
 def test_only_roles_whose_env_changes_restart(ablation):
     m, tb = ablation
     plan = make_plan(m, tb, seed=4)
-    for prev, step in zip(plan.steps, plan.steps[1:]):
+    for prev, step in pairwise(plan.steps):
         changed = {r for r in step.env if step.env[r] != prev.env.get(r)}
         assert set(step.changed_roles) == changed
         assert {r for r, _ in step.restart_units} == changed
@@ -35,7 +45,7 @@ def test_only_roles_whose_env_changes_restart(ablation):
 def test_decode_only_change_never_restarts_prefill(ablation):
     m, tb = ablation
     plan = make_plan(m, tb, seed=4)
-    for prev, step in zip(plan.steps, plan.steps[1:]):
+    for prev, step in pairwise(plan.steps):
         same_index_k = prev.trial.cell.as_dict()["bf16_index_k"] == step.trial.cell.as_dict()["bf16_index_k"]
         if same_index_k:
             assert ("prefill", "sim-prefill") not in step.restart_units
@@ -159,7 +169,7 @@ def test_steps_match_a_plain_recomputation(ablation):
         plan = make_plan(m, tb, 3, replicates=4, order=order)
         previous = None
         for i, step in enumerate(plan.steps):
-            assert step.trial.index == i and step.env == cell_env(m, step.trial.cell)
+            assert step.trial.index == i and step.env == merged_env(m, step.trial.cell)
             changed = {r for r in step.env if previous is None or step.env[r] != previous.get(r)}
             assert set(step.changed_roles) == changed
             assert step.restart_units == tuple(
@@ -183,8 +193,8 @@ def test_restart_cost_counts_the_units_of_roles_whose_env_changes(ablation):
 
     m, tb = ablation
     plan = make_plan(m, tb, seed=1)
-    envs = {c: cell_env(m, c) for c in plan.cells}
-    cost = _restart_cost(m, tb, envs)
+    envs = {c: merged_env(m, c) for c in plan.cells}
+    cost = _restart_cost(tb)
     for a in plan.cells:
         for b in plan.cells:
             expected = sum(len(tb.hosts[r].units) for r in envs[b] if envs[a].get(r) != envs[b][r])

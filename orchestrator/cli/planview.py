@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.core.plan import Plan, cell_env, make_plan
+from orchestrator.core.plan import Plan, make_plan
 from orchestrator.core.redact import redact_value
 
 
@@ -51,14 +51,14 @@ def _other_orders(plan: Plan) -> str:
 
 
 def _cells_table(plan: Plan) -> Table:
-    base_env = cell_env(plan.matrix, plan.baseline)
+    base_env = plan.baseline.env
     table = Table(title="cells (env changes vs the baseline, per host)", show_lines=False)
     table.add_column("#", justify="right")
     for f in plan.matrix.factors:
         table.add_column(f.name)
     table.add_column("env vs baseline", overflow="fold")
     for i, cell in enumerate(plan.cells):
-        env = cell_env(plan.matrix, cell)
+        env = cell.env
         diffs = []
         for role in env:
             changed = [

@@ -15,10 +15,12 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
-from orchestrator.core.config import Matrix
+from orchestrator.core.config import EnvValue, Level, Matrix
 from orchestrator.errors import ConfigError
 
 GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles
@@ -26,24 +28,38 @@ MAX_TRIALS = 1_000_000  # beyond this a matrix is a mistake, not an experiment
 WARN_TRIALS = 10_000
 
 
+CellEnv = Mapping[str, Mapping[str, EnvValue]]  # role -> VAR -> value (None = removed)
+Levels = tuple[tuple[str, str], ...]  # ((factor, level), ...)
+LevelIndex = dict[tuple[str, str], Level]  # (factor, level) -> Level
+
+
 @dataclass(frozen=True, order=True)
 class Cell:
-    """One combination of levels, in the matrix's factor order."""
+    """One combination of levels, in the matrix's factor order, with the env it gives each role.
 
-    levels: tuple[tuple[str, str], ...]  # ((factor, level), ...)
+    The env is computed once, where cells are made (`expand`, `baseline_cell`): planning, the
+    plan's output and the restart costs all read it from here. It is read-only and plays no part
+    in comparing or hashing (the levels decide it)."""
+
+    levels: Levels
+    env: CellEnv = field(compare=False, repr=False)
     # derived once: a sweep looks cells up and names them for every one of its (up to 10^6) trials
     id: str = field(init=False, compare=False, repr=False)
     _hash: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        frozen = MappingProxyType({role: MappingProxyType(dict(a)) for role, a in self.env.items()})
+        object.__setattr__(self, "env", frozen)
         object.__setattr__(self, "id", ",".join(f"{f}={lv}" for f, lv in self.levels))
         object.__setattr__(self, "_hash", hash(self.levels))
 
     def __hash__(self) -> int:
         return self._hash
 
-    def __reduce__(self) -> tuple[type[Cell], tuple[tuple[tuple[str, str], ...]]]:
-        return Cell, (self.levels,)  # the cached hash of str is per process: rebuild it on unpickle
+    def __reduce__(self) -> tuple[type[Cell], tuple[Levels, dict[str, dict[str, EnvValue]]]]:
+        # the cached hash of str is per process: rebuild it on unpickle; a mapping proxy does not
+        # pickle, its contents do
+        return Cell, (self.levels, {role: dict(a) for role, a in self.env.items()})
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.levels)
@@ -53,11 +69,27 @@ class Cell:
         return all(mine.get(f) == lv for f, lv in selector.items())
 
 
+def level_index(matrix: Matrix) -> LevelIndex:
+    return {(f.name, lv.name): lv for f in matrix.factors for lv in f.levels}
+
+
+def make_cell(levels: Levels, index: LevelIndex) -> Cell:
+    """The cell of these levels, with every level's assignments merged into one env per role
+    (factors never share a variable: config checks that, so the merge order does not matter)."""
+    env: dict[str, dict[str, EnvValue]] = {}
+    for key in levels:
+        for role, assignments in index[key].env.items():
+            env.setdefault(role, {}).update(assignments)
+    return Cell(levels, env)
+
+
 class Trial(NamedTuple):
     """One cell at one position of the run. A named tuple, not a frozen dataclass: a plan holds
     one per trial (100,000s), and a tuple is immutable at a fraction of the cost to build."""
 
-    index: int  # position in the run, 0-based (shadows tuple.index, which nothing here uses)
+    # position in the run, 0-based; it shadows tuple.index on purpose (nothing calls tuple.index on a
+    # Trial, and every reader says trial.index), which mypy reports as an incompatible override
+    index: int  # type: ignore[assignment]
     round: int  # replicate round
     cell: Cell
     is_baseline: bool
@@ -78,10 +110,11 @@ def expand(matrix: Matrix) -> list[Cell]:
             path="factors",
             hint="split it, use zips, or exclude combinations",
         )
-    cells = [c for c in _product(matrix) if not any(c.matches(sel) for sel in matrix.exclude)]
+    index = level_index(matrix)
+    cells = [make_cell(levels, index) for levels in _product(matrix) if not _excluded(levels, matrix.exclude)]
     present = set(cells)
     for i, sel in enumerate(matrix.include):
-        cell = Cell(tuple((f.name, sel[f.name]) for f in matrix.factors))
+        cell = make_cell(tuple((f.name, sel[f.name]) for f in matrix.factors), index)
         if cell in present:
             raise matrix.source.error(
                 ("include", i),
@@ -92,7 +125,7 @@ def expand(matrix: Matrix) -> list[Cell]:
         present.add(cell)
     if not cells:
         raise matrix.source.error(("exclude",), "every cell is excluded: nothing to run")
-    base = baseline_cell(matrix)
+    base = baseline_cell(matrix, index)
     if base not in present:
         raise matrix.source.error(
             ("baseline",),
@@ -102,8 +135,11 @@ def expand(matrix: Matrix) -> list[Cell]:
     return cells
 
 
-def baseline_cell(matrix: Matrix) -> Cell:
-    return Cell(tuple((f.name, matrix.baseline[f.name]) for f in matrix.factors))
+def baseline_cell(matrix: Matrix, index: LevelIndex | None = None) -> Cell:
+    return make_cell(
+        tuple((f.name, matrix.baseline[f.name]) for f in matrix.factors),
+        level_index(matrix) if index is None else index,
+    )
 
 
 @dataclass(frozen=True)
@@ -120,7 +156,7 @@ class RestartCost:
 
     def __call__(self, a: Cell, b: Cell) -> int:
         sa, sb = self.signature(a), self.signature(b)
-        return sum(w for w, x, y in zip(self.weights, sa, sb) if y >= 0 and x != y)
+        return sum(w for w, x, y in zip(self.weights, sa, sb, strict=True) if y >= 0 and x != y)
 
 
 def factors_cost(matrix: Matrix) -> RestartCost:
@@ -154,7 +190,7 @@ def order_trials(
 ) -> list[Trial]:
     """The trials of `order_positions`, as Trial values."""
     o = order_positions(matrix, cells, seed, replicates, order=order, cost=cost)
-    return [Trial(i, r, o.pool[c], c == o.baseline) for i, (r, c) in enumerate(zip(o.rounds, o.cells))]
+    return [Trial(i, r, o.pool[c], c == o.baseline) for i, (r, c) in enumerate(zip(o.rounds, o.cells, strict=True))]
 
 
 def order_positions(
@@ -262,7 +298,8 @@ def warnings_for(matrix: Matrix, replicates: int | None = None) -> list[str]:
 def _axes(matrix: Matrix) -> list[list[tuple[str, list[str]]]]:
     """Each axis is a list of (factor, level names) that move together."""
     zipped = {name: group for group in matrix.zips for name in group}
-    axes, done = [], set()
+    axes: list[list[tuple[str, list[str]]]] = []
+    done: set[str] = set()
     for f in matrix.factors:
         if f.name in done:
             continue
@@ -272,11 +309,20 @@ def _axes(matrix: Matrix) -> list[list[tuple[str, list[str]]]]:
     return axes
 
 
-def _product(matrix: Matrix) -> list[Cell]:
+def _product(matrix: Matrix) -> list[Levels]:
+    """The levels of every cell of the product, in declared order."""
     order = {f.name: i for i, f in enumerate(matrix.factors)}
     axes = _axes(matrix)
     cells = []
     for picks in itertools.product(*(range(len(axis[0][1])) for axis in axes)):
-        chosen = [(name, levels[i]) for axis, i in zip(axes, picks) for name, levels in axis]
-        cells.append(Cell(tuple(sorted(chosen, key=lambda fl: order[fl[0]]))))
+        chosen = [(name, levels[i]) for axis, i in zip(axes, picks, strict=True) for name, levels in axis]
+        cells.append(tuple(sorted(chosen, key=lambda fl: order[fl[0]])))
     return cells
+
+
+def _excluded(levels: Levels, selectors: tuple[dict[str, str], ...]) -> bool:
+    """Cell.matches on bare levels: excluded cells never get an env built."""
+    if not selectors:
+        return False
+    mine = dict(levels)
+    return any(all(mine.get(f) == lv for f, lv in sel.items()) for sel in selectors)

@@ -12,11 +12,20 @@ import secrets
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from orchestrator.core.config import EnvValue, Level, Matrix, Testbed, check_against_inventory
+from orchestrator.core.config import EnvValue, Matrix, Testbed, check_against_inventory
 from orchestrator.core.gcpause import gc_paused
-from orchestrator.core.matrix import Cell, Ordering, RestartCost, Trial, baseline_cell, expand, order_positions
+from orchestrator.core.matrix import (
+    Cell,
+    CellEnv,
+    Ordering,
+    RestartCost,
+    Trial,
+    baseline_cell,
+    expand,
+    order_positions,
+)
 
-RoleEnv = dict[str, dict[str, EnvValue]]  # role -> VAR -> value (None = removed)
+RoleEnv = CellEnv  # role -> VAR -> value (None = removed); read-only, the cell's own
 
 
 class Step(NamedTuple):
@@ -24,7 +33,7 @@ class Step(NamedTuple):
     one per trial, and `orch resume` rebuilds 100,000 of them before it may go on)."""
 
     trial: Trial
-    env: RoleEnv  # the cell's assignments per role (one dict per cell, shared by its trials)
+    env: RoleEnv  # the cell's assignments per role: the cell's env, shared by its trials
     changed_roles: tuple[str, ...]  # roles whose env differs from the previous trial
     restart_units: tuple[tuple[str, str], ...]  # (role, unit) in restart order
     wait_roles: tuple[str, ...]  # roles whose health is awaited (restarted + dependants)
@@ -69,12 +78,9 @@ def make_plan(
     seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
     reps = replicates if replicates is not None else matrix.replicates
     cells = expand(matrix)
-    index = {(f.name, lv.name): lv for f in matrix.factors for lv in f.levels}
-    envs = {c: cell_env(matrix, c, index) for c in cells}
-    ordering = order_positions(matrix, cells, seed, reps, order=order, cost=_restart_cost(matrix, testbed, envs))
-    envs_at = [envs.get(c) or cell_env(matrix, c, index) for c in ordering.pool]
+    ordering = order_positions(matrix, cells, seed, reps, order=order, cost=_restart_cost(testbed))
     with gc_paused():  # 100,000s of tuples, no cycles: the collector would rescan them all, often
-        steps = _steps(matrix, testbed, ordering, envs_at)
+        steps = _steps(matrix, testbed, ordering, [c.env for c in ordering.pool])
     return Plan(matrix, testbed, seed, reps, tuple(cells), steps)
 
 
@@ -90,7 +96,7 @@ def _steps(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[Role
     steps: list[Step] = []
     new = tuple.__new__  # a NamedTuple's own __new__ is a Python function: this builds the same value faster
     previous = -1
-    for i, (r, c) in enumerate(zip(ordering.rounds, ordering.cells)):
+    for i, (r, c) in enumerate(zip(ordering.rounds, ordering.cells, strict=True)):
         key = (previous + 1) * n + c
         wave = by_pair.get(key)
         if wave is None:
@@ -111,30 +117,20 @@ def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
     return tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s
 
 
-def _restart_cost(matrix: Matrix, testbed: Testbed, envs: dict[Cell, RoleEnv]) -> RestartCost:
+def _restart_cost(testbed: Testbed) -> RestartCost:
     """Units restarted going from cell a to cell b: those of every role whose env b sets
     differently. A cell's signature numbers its env per role (equal envs, equal numbers)."""
     roles = list(testbed.hosts)
     classes: list[dict[frozenset[tuple[str, EnvValue]], int]] = [{} for _ in roles]
 
     def signature(cell: Cell) -> tuple[int, ...]:
-        env = envs.get(cell) or cell_env(matrix, cell)
+        env = cell.env
         return tuple(
             -1 if r not in env else known.setdefault(frozenset(env[r].items()), len(known))
-            for r, known in zip(roles, classes)
+            for r, known in zip(roles, classes, strict=True)
         )
 
     return RestartCost(signature, tuple(len(testbed.hosts[r].units) for r in roles))
-
-
-def cell_env(matrix: Matrix, cell: Cell, index: dict[tuple[str, str], Level] | None = None) -> RoleEnv:
-    """Merge every factor's level assignments into one env per role."""
-    env: RoleEnv = {}
-    for factor_name, level_name in cell.levels:
-        level = index[(factor_name, level_name)] if index else matrix.factor(factor_name).level(level_name)
-        for role, assignments in level.env.items():
-            env.setdefault(role, {}).update(assignments)
-    return env
 
 
 def restart_order(testbed: Testbed, roles: set[str]) -> list[str]:
