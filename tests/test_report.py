@@ -6,6 +6,7 @@ import pytest
 from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core.records import Failure, MetricValue, TrialRecord
+from orchestrator.core.redact import Redactor
 from orchestrator.report.build import (
     REDACTED,
     RateView,
@@ -13,7 +14,6 @@ from orchestrator.report.build import (
     build_report,
     fmt_p,
     fmt_rate,
-    redact_text,
     safe_href,
 )
 
@@ -180,6 +180,7 @@ def test_secrets_never_reach_the_model() -> None:
 
 
 def test_redact_text_keeps_ordinary_assignments() -> None:
+    redact_text = Redactor().text
     assert redact_text("SGLANG_DSV4_BF16_INDEX_K=1 TP=8") == "SGLANG_DSV4_BF16_INDEX_K=1 TP=8"
     assert redact_text("HF_TOKEN: abc") == f"HF_TOKEN: {REDACTED}"
     assert redact_text("--api-key abc --port 30000") == f"--api-key {REDACTED} --port 30000"

@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.core.plan import Plan, make_plan
-from orchestrator.core.redact import redact_value
 
 
 def human_duration(seconds: float) -> str:
@@ -51,7 +50,7 @@ def _other_orders(plan: Plan) -> str:
 
 
 def _cells_table(plan: Plan) -> Table:
-    base_env = plan.baseline.env
+    base_env, redact = plan.baseline.env, plan.matrix.redactor.value
     table = Table(title="cells (env changes vs the baseline, per host)", show_lines=False)
     table.add_column("#", justify="right")
     for f in plan.matrix.factors:
@@ -62,7 +61,7 @@ def _cells_table(plan: Plan) -> Table:
         diffs = []
         for role in env:
             changed = [
-                f"{var}={_show(redact_value(var, value) if value is not None else None)}"
+                f"{var}={_show(redact(var, value) if value is not None else None)}"
                 for var, value in env[role].items()
                 if base_env.get(role, {}).get(var) != value
             ]

@@ -13,12 +13,13 @@ import hashlib
 import re
 import string
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.core.redact import declare as declare_secrets
+from orchestrator.core.redact import Redactor
 from orchestrator.core.yamlsrc import PathKey, SourceMap, dotted, load_yaml
 from orchestrator.errors import ConfigError
 
@@ -222,6 +223,7 @@ class Matrix:
     text: str
     source: SourceMap
     adaptive: Adaptive | None = None
+    secrets: tuple[str, ...] = ()  # variable names declared secret (`secrets: [...]`), beyond *TOKEN* etc.
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -233,6 +235,11 @@ class Matrix:
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        """What masks this matrix's secrets wherever its values are shown or written."""
+        return Redactor.for_names(self.secrets)
 
 
 @dataclass(frozen=True)
@@ -381,7 +388,7 @@ def _model_in(annotation: Any) -> Any:
 
 def _expected(err: Any) -> str:
     kind = err["type"]
-    table = {
+    table: dict[str, str] = {  # a pydantic error's entries are Any: the messages are text
         "list_type": "expected a list",
         "dict_type": "expected a mapping",
         "string_type": "expected a string",
@@ -398,7 +405,7 @@ def _expected(err: Any) -> str:
         "greater_than_equal": f"must be >= {err.get('ctx', {}).get('ge')}",
         "less_than_equal": f"must be <= {err.get('ctx', {}).get('le')}",
     }
-    return table.get(kind, err["msg"].lower())
+    return table.get(kind, str(err["msg"]).lower())
 
 
 def _describe(value: Any) -> str:
@@ -570,7 +577,6 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
     partial = _build_selector(shape.baseline, by_name, source, ("baseline",), full=False)
     for i, name in enumerate(shape.secrets):
         _env_name(name, source, ("secrets", i))
-    declare_secrets(shape.secrets)  # before anything is printed or written
     baseline = {f.name: partial.get(f.name, f.levels[0].name) for f in factors}
     return Matrix(
         name=shape.name,
@@ -590,6 +596,7 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         text=text,
         source=source,
         adaptive=_build_adaptive(shape, source),
+        secrets=tuple(shape.secrets),
     )
 
 
@@ -755,7 +762,9 @@ def _build_repro(r: ReproShape, source: SourceMap) -> Repro:
     try:
         placeholders(r.command)
     except ValueError as exc:
-        raise source.error(("repro", "command"), f"bad placeholder syntax: {exc}", "write {{ and }} for literal braces")
+        raise source.error(
+            ("repro", "command"), f"bad placeholder syntax: {exc}", "write {{ and }} for literal braces"
+        ) from exc
     return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics)
 
 

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.core.redact import Redactor
+
 SCHEMA_VERSION = 1
 
 TrialStatus = Literal["completed", "failed", "interrupted"]
@@ -133,8 +135,8 @@ class PlanColumns(Frozen):
 
     def pairs(self) -> list[tuple[int, str]]:
         """(trial, cell id) of every planned trial, in plan order."""
-        ids = [c.cell for c in self.cells]
-        return [(t, ids[c]) for t, c in zip(self.trial, self.cell)]
+        ids = [c.cell for c in self.cells]  # a torn or hand-edited file: as many pairs as both columns hold
+        return [(t, ids[c]) for t, c in zip(self.trial, self.cell, strict=False)]
 
 
 class RunManifest(Frozen):
@@ -172,6 +174,12 @@ class RunManifest(Frozen):
     started: str
     ended: str | None = None
     status: Literal["running", "completed", "failed", "interrupted"] = "running"
+
+    @property
+    def redactor(self) -> Redactor:
+        """Masks the run's secrets, declared ones included, in whatever is rendered from it later
+        (a report, an export), in whichever process loads the manifest."""
+        return Redactor.for_names(self.secret_names)
 
     @model_validator(mode="before")
     @classmethod

@@ -27,7 +27,7 @@ import pandas as pd
 from orchestrator.core import stats
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
-from orchestrator.core.redact import REDACTED, SECRET_NAME, is_secret_name, redact_text  # noqa: F401 (re-exported)
+from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
 from orchestrator.store.journal import TrialRow
 
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
@@ -310,9 +310,9 @@ def _build(
         interactions=interactions,
         headline=[],
         drift=drift,
-        failures=[_failure_view(t) for t in failures],
+        failures=[_failure_view(t, manifest.redactor) for t in failures],
         failures_total=len(failed),
-        trials=[_trial_view(t) for t in shown],
+        trials=[_trial_view(t, manifest.redactor) for t in shown],
         trials_total=len(rows),
         torn_tail=torn_tail,
         provenance=_provenance(manifest),
@@ -1040,8 +1040,8 @@ def _join(items: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------- failures, trials
 
 
-def _failure_view(record: TrialRecord) -> FailureView:
-    failure = record.failure
+def _failure_view(record: TrialRecord, redactor: Redactor) -> FailureView:
+    failure, redact_text = record.failure, redactor.text
     return FailureView(
         trial=record.trial,
         attempt=record.attempt,
@@ -1074,8 +1074,8 @@ def _drilldown(trials: Sequence[TrialRow], cap: int) -> list[TrialRow]:
     return sorted(chosen, key=lambda t: (t.trial, t.attempt))
 
 
-def _trial_view(record: TrialRecord) -> TrialView:
-    repro = record.repro
+def _trial_view(record: TrialRecord, redactor: Redactor) -> TrialView:
+    repro, redact_text = record.repro, redactor.text
     return TrialView(
         trial=record.trial,
         round=record.round,
@@ -1085,7 +1085,7 @@ def _trial_view(record: TrialRecord) -> TrialView:
         testbed=record.testbed,
         started=record.started,
         duration_s=record.duration_s,
-        env=redact_env(record.env),
+        env=redact_env(record.env, redactor),
         restarted=list(record.restarted),
         health_wait_s=dict(record.health_wait_s),
         command=redact_text(repro.command) if repro else "",
@@ -1097,7 +1097,7 @@ def _trial_view(record: TrialRecord) -> TrialView:
         failure=(f"{record.failure.kind}: {record.failure.error}: {redact_text(record.failure.message)}")
         if record.failure
         else "",
-        record_json=redacted_json(record),
+        record_json=redacted_json(record, redactor),
     )
 
 
@@ -1135,16 +1135,14 @@ def safe_href(path: str) -> str | None:
 # ----------------------------------------------------------------------------- redaction
 
 
-def redact_env(env: Mapping[str, Mapping[str, str]]) -> dict[str, dict[str, str]]:
-    return {
-        role: {k: (REDACTED if is_secret_name(k) else v) for k, v in variables.items()}
-        for role, variables in env.items()
-    }
+def redact_env(env: Mapping[str, Mapping[str, str]], redactor: Redactor) -> dict[str, dict[str, str]]:
+    return {role: {k: redactor.value(k, v) for k, v in variables.items()} for role, variables in env.items()}
 
 
-def redacted_json(record: TrialRecord) -> str:
+def redacted_json(record: TrialRecord, redactor: Redactor) -> str:
     """The journal record as shown in the drill-down: pretty JSON, secrets masked."""
-    update: dict[str, object] = {"env": redact_env(record.env)}
+    redact_text = redactor.text
+    update: dict[str, object] = {"env": redact_env(record.env, redactor)}
     if record.repro:
         update["repro"] = record.repro.model_copy(
             update={"command": redact_text(record.repro.command), "stdout_tail": redact_text(record.repro.stdout_tail)}
@@ -1157,6 +1155,7 @@ def redacted_json(record: TrialRecord) -> str:
 
 
 def _provenance(manifest: RunManifest) -> Provenance:
+    redactor = manifest.redactor
     return Provenance(
         orch_version=manifest.orch_version,
         run_id=manifest.run_id,
@@ -1167,18 +1166,15 @@ def _provenance(manifest: RunManifest) -> Provenance:
         started=manifest.started,
         ended=manifest.ended,
         matrix_path=manifest.matrix_path,
-        matrix_text=redact_text(manifest.matrix_text),
+        matrix_text=redactor.text(manifest.matrix_text),
         matrix_sha256=manifest.matrix_sha256,
         matrix_sha_ok=manifest.texts_redacted or _sha256(manifest.matrix_text) == manifest.matrix_sha256,
         inventory_path=manifest.inventory_path,
-        inventory_text=redact_text(manifest.inventory_text),
+        inventory_text=redactor.text(manifest.inventory_text),
         inventory_sha256=manifest.inventory_sha256,
         inventory_sha_ok=manifest.texts_redacted or _sha256(manifest.inventory_text) == manifest.inventory_sha256,
         texts_redacted=manifest.texts_redacted,
-        hosts={
-            role: {k: (REDACTED if is_secret_name(k) else v) for k, v in d.items()}
-            for role, d in manifest.hosts.items()
-        },
+        hosts={role: {k: redactor.value(k, v) for k, v in d.items()} for role, d in manifest.hosts.items()},
         trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],
     )
 
@@ -1281,7 +1277,7 @@ def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[
         ]
     raw = [stats.heterogeneity([tuple(kn) for kn in pooled[c].values()]) for c in cells]  # type: ignore[misc]
     adjusted = stats.holm(raw)
-    differ = [(c, p) for c, p in zip(cells, adjusted) if p < stats.ALPHA]
+    differ = [(c, p) for c, p in zip(cells, adjusted, strict=True) if p < stats.ALPHA]
     if not differ:
         return [
             Finding(

@@ -24,8 +24,6 @@ from orchestrator import __version__
 from orchestrator.core.config import Inventory
 from orchestrator.core.plan import Plan
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
-from orchestrator.core.redact import declare as declare_secrets
-from orchestrator.core.redact import declared_names, redact_text
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.journal import write_json_atomic
 
@@ -55,6 +53,7 @@ def make_manifest(
     """The manifest of a new run; `testbeds` names every testbed of a parallel run (default:
     the plan's one)."""
     m = plan.matrix
+    redact_text = m.redactor.text
     names = list(testbeds) or [plan.testbed.name]
     metrics = {s.name: s.kind for s in m.repro.metrics} | {c.name: "number" for c in m.collect}
     return RunManifest(
@@ -69,7 +68,7 @@ def make_manifest(
         inventory_text=redact_text(inventory.text),
         inventory_sha256=inventory.sha256,
         texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text,
-        secret_names=sorted(declared_names()),
+        secret_names=sorted(m.redactor.declared),
         testbed=",".join(names),
         testbeds=names,
         adaptive=m.adaptive is not None,
@@ -145,8 +144,7 @@ def _describe_host(h) -> dict[str, str]:  # type: ignore[no-untyped-def]
 def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
     """A run's manifest, with its planned trials from plan.json (plan=False: without them, for
     callers that need only their count or digest; a big plan takes a second to load).
-    Its declared secret names are redacted from then on in this process, whichever command
-    loaded it (report, export, resume, restore, serve)."""
+    Its declared secret names are in it (`manifest.redactor`), for whatever renders it later."""
     path = run_dir / "run.json"
     if not path.is_file():
         raise UsageError(
@@ -154,7 +152,6 @@ def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
             hint="pass the folder `orch run` printed, e.g. reports/<run-id>",
         )
     manifest = _validated(path, RunManifest)
-    declare_secrets(manifest.secret_names)
     if manifest.plan:  # inline: written before plan.json existed; its count and digest are its own
         pairs = [(p.trial, p.cell) for p in manifest.plan]
         return manifest.model_copy(update={"plan_trials": len(pairs), "plan_sha256": plan_digest(pairs)})
