@@ -14,6 +14,8 @@ from typing import Sequence
 
 from orchestrator.core import stats
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.rundir import ReportsDir
 
 
 @dataclass(frozen=True)
@@ -141,10 +143,10 @@ def _pct(k: int | None, n: int | None) -> str:
 
 
 def write_comparison(run_a: Path, run_b: Path, out: Path | None = None) -> Path:
-    from orchestrator.report.render import csp, environment, load_manifest, load_trials, write_text_atomic
+    from orchestrator.report.render import csp, environment, load_manifest, load_trials
 
     a, b = load_manifest(run_a), load_manifest(run_b)
     model = compare(a, load_trials(run_a)[0], b, load_trials(run_b)[0])
     html = environment().get_template("compare.html.j2").render(c=model, csp=csp(""))
-    target = out or run_a.parent / f"compare-{a.run_id}-vs-{b.run_id}.html"
-    return write_text_atomic(target, html)
+    target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
+    return write_text_atomic(target, html, what="cannot write the report")

@@ -14,6 +14,8 @@ import pandas as pd
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
+from orchestrator.store.atomic import write_bytes_atomic
+from orchestrator.store.rundir import RunDir
 
 Format = Literal["csv", "parquet", "json"]
 COLUMNS = [
@@ -67,17 +69,21 @@ def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
 
 
 def write_export(frame: pd.DataFrame, path: Path, fmt: Format) -> Path:
+    """Write the table all or nothing (a spreadsheet or a notebook may be reading the old one)."""
+    return write_bytes_atomic(path, export_bytes(frame, fmt), what="cannot write the export")
+
+
+def export_bytes(frame: pd.DataFrame, fmt: Format) -> bytes:
     if fmt == "csv":
-        frame.to_csv(path, index=False)
-    elif fmt == "json":
-        frame.to_json(path, orient="records", lines=False, indent=1)
-    else:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise UsageError("parquet export needs pyarrow", hint="pip install 'orch[parquet]'") from None
-        frame.to_parquet(path, index=False)
-    return path
+        return frame.to_csv(index=False).encode("utf-8")
+    if fmt == "json":
+        return frame.to_json(orient="records", lines=False, indent=1).encode("utf-8")
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise UsageError("parquet export needs pyarrow", hint="pip install 'orch[parquet]'") from None
+    data: bytes = frame.to_parquet(index=False)
+    return data
 
 
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
@@ -90,4 +96,4 @@ def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
         if t.status != "interrupted":
             last[t.trial] = t
     frame = tidy(manifest, [last[i] for i in sorted(last)])
-    return write_export(frame, out or run_dir / f"{manifest.run_id}.{fmt}", fmt)
+    return write_export(frame, out or RunDir(run_dir).export(manifest.run_id, fmt), fmt)

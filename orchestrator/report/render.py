@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import jinja2
@@ -36,8 +34,10 @@ from orchestrator.report.build import (
     fmt_rate,
     testbed_findings,
 )
-from orchestrator.store.journal import JournalError, iter_records, read_journal, read_records_at, read_trial_rows
+from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.journal import iter_records, read_journal, read_records_at, read_trial_rows
 from orchestrator.store.manifest import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
+from orchestrator.store.rundir import RunDir
 
 TRIAL_ORDER_SHOWN = 2000
 SUMMARY_META = "orch-summary"  # site.py reads the headline back from this <meta> tag
@@ -144,7 +144,7 @@ def summary_json(report: Report) -> str:
 def write_report(run_dir: Path) -> Path:
     """Load run.json and the journal, render, write run_dir/index.html atomically."""
     html = render_report(load_report(run_dir))
-    return write_text_atomic(run_dir / "index.html", html)
+    return write_text_atomic(RunDir(run_dir).index_html, html, what="cannot write the report")
 
 
 def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
@@ -154,7 +154,7 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
     page shows in detail: a 100,000-trial run renders in seconds, in a few hundred MB."""
     with gc_paused():
         manifest = load_manifest(run_dir)
-        path = run_dir / "journal.jsonl"
+        path = RunDir(run_dir).journal
         if not path.exists():
             return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap)
         scan = read_trial_rows(path)
@@ -185,29 +185,8 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
 
 def load_trials(run_dir: Path) -> tuple[list[TrialRecord], bool]:
     """Trial records of the journal (none if the run never wrote one) and its torn-tail flag."""
-    path = run_dir / "journal.jsonl"
+    path = RunDir(run_dir).journal
     if not path.exists():
         return [], False
     contents = read_journal(path)
     return [r for r in contents.records if isinstance(r, TrialRecord)], contents.torn_tail
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Temp file in the same directory, fsync, rename: a reader never sees half a page."""
-    try:
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.chmod(temp, 0o644)
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
-    except OSError as exc:
-        raise JournalError(
-            f"{path}: cannot write the report: {exc.strerror} (check free space and permissions)"
-        ) from exc
-    return path

@@ -18,7 +18,9 @@ from pathlib import Path
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
 from orchestrator.report.build import build_report
-from orchestrator.report.render import csp, environment, load_manifest, load_trials, write_text_atomic
+from orchestrator.report.render import csp, environment, load_manifest, load_trials
+from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.rundir import ReportsDir, RunDir
 
 _META = re.compile(r'<meta name="orch-summary" content="([^"]*)">')
 HEAD_BYTES = 64 * 1024  # the summary sits in <head>
@@ -43,13 +45,13 @@ def write_index(reports_dir: Path) -> Path:
     """Write reports_dir/index.html listing every run directory, newest first."""
     entries = sorted((_entry(d) for d in _run_dirs(reports_dir)), key=lambda e: (e.started, e.directory), reverse=True)
     page = environment().get_template("index.html.j2").render(runs=entries, csp=csp(), script="")
-    return write_text_atomic(reports_dir / "index.html", page)
+    return write_text_atomic(ReportsDir(reports_dir).index_html, page, what="cannot write the report")
 
 
 def _run_dirs(reports_dir: Path) -> list[Path]:
     if not reports_dir.is_dir():
         return []
-    return [d for d in reports_dir.iterdir() if d.is_dir() and (d / "run.json").is_file()]
+    return [d for d in reports_dir.iterdir() if d.is_dir() and RunDir(d).is_run()]
 
 
 def _entry(run_dir: Path) -> RunEntry:
@@ -66,7 +68,7 @@ def _entry(run_dir: Path) -> RunEntry:
             0,
             0,
             "",
-            (run_dir / "index.html").is_file(),
+            RunDir(run_dir).index_html.is_file(),
             error=str(exc),
         )
     base = dict(
@@ -74,7 +76,7 @@ def _entry(run_dir: Path) -> RunEntry:
         name=manifest.name,
         run_id=manifest.run_id,
         started=manifest.started,
-        has_report=(run_dir / "index.html").is_file(),
+        has_report=RunDir(run_dir).index_html.is_file(),
     )
     try:
         summary = _cached_summary(run_dir) or _fresh_summary(run_dir, manifest)
@@ -99,12 +101,11 @@ def _entry(run_dir: Path) -> RunEntry:
 
 
 def _cached_summary(run_dir: Path) -> dict[str, object] | None:
-    page = run_dir / "index.html"
+    run = RunDir(run_dir)
+    page = run.index_html
     if not page.is_file():
         return None
-    newest_input = max(
-        (p.stat().st_mtime for p in (run_dir / "run.json", run_dir / "journal.jsonl") if p.exists()), default=0.0
-    )
+    newest_input = max((p.stat().st_mtime for p in (run.run_json, run.journal) if p.exists()), default=0.0)
     if page.stat().st_mtime < newest_input:
         return None
     with page.open("rb") as handle:

@@ -24,15 +24,16 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import OrchError
-from orchestrator.store.journal import read_journal, write_json_atomic
+from orchestrator.store.atomic import write_json_atomic
+from orchestrator.store.journal import read_journal
 from orchestrator.store.manifest import load_manifest, load_plan
+from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.progress import summarize
 from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
 
 if TYPE_CHECKING:
-    from orchestrator.sweep.runner import Progress
+    from orchestrator.sweep.progress import Progress
 
-STATUS_FILE = "status.json"
 STATUS_SCHEMA = 1
 
 
@@ -154,7 +155,7 @@ class LiveStatus:
         if self.error:
             return
         try:
-            write_json_atomic(self.run_dir / STATUS_FILE, self._status)
+            write_json_atomic(RunDir(self.run_dir).status_json, self._status)
         except OrchError as exc:
             self.error = str(exc)
 
@@ -187,7 +188,7 @@ class Tee:
 
 
 def _finished_trials(run_dir: Path) -> set[int]:
-    path = run_dir / "journal.jsonl"
+    path = RunDir(run_dir).journal
     if not path.exists():
         return set()
     try:
@@ -280,12 +281,12 @@ def _view(item: QueueItem) -> QueueView:
 def _run_dirs(reports_dir: Path) -> list[Path]:
     if not reports_dir.is_dir():
         return []
-    return [d for d in reports_dir.iterdir() if d.is_dir() and (d / STATUS_FILE).is_file()]
+    return [d for d in reports_dir.iterdir() if d.is_dir() and RunDir(d).status_json.is_file()]
 
 
 def _live_run(run_dir: Path) -> LiveRun | None:
     try:
-        status = StatusFile.model_validate_json((run_dir / STATUS_FILE).read_bytes())
+        status = StatusFile.model_validate_json(RunDir(run_dir).status_json.read_bytes())
         manifest: RunManifest | None = load_manifest(run_dir)
     except (OSError, ValueError, OrchError):
         return None

@@ -23,6 +23,7 @@ import httpx
 import tenacity
 
 from orchestrator.errors import OrchError, UsageError
+from orchestrator.store.rundir import INDEX_HTML, RunDir
 
 ENV_VAR = "ORCH_WEBHOOKS"
 BASE_URL_VAR = "ORCH_REPORTS_URL"  # e.g. http://orch.lab:8765: links point at `orch serve`
@@ -135,8 +136,8 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
 def link(run_dir: Path, base_url: str | None = None) -> str:
     base = base_url if base_url is not None else os.environ.get(BASE_URL_VAR, "")
     if base:
-        return f"{base.rstrip('/')}/{quote(run_dir.name)}/index.html"
-    return (run_dir.resolve() / "index.html").as_uri()
+        return f"{base.rstrip('/')}/{quote(run_dir.name)}/{INDEX_HTML}"
+    return RunDir(run_dir.resolve()).index_html.as_uri()
 
 
 def error_summary(name: str, message: str) -> Summary:

@@ -24,11 +24,13 @@ from typing import Callable
 from urllib.parse import unquote, urlsplit
 
 from orchestrator.errors import UsageError
+from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, ReportsDir, RunDir
 from orchestrator.team.livestatus import LiveRun, Snapshot, snapshot
 
 DEFAULT_PORT = 8765
 REFRESH_S = 5
-HIDDEN_PARTS = ("backup",)
+HIDDEN_PARTS = (BACKUP,)  # the hosts' original env files: secrets
+LIVE_FILES = frozenset({STATUS_JSON, JOURNAL, RUN_JSON})  # change while a sweep runs: never cached
 TEXT_TYPES = {
     ".jsonl": "application/x-ndjson",
     ".log": "text/plain",
@@ -154,7 +156,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         return host in ("", "127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
     def _index(self) -> None:
-        page = self.reports / "index.html"
+        page = ReportsDir(self.reports).index_html
         if not page.is_file():
             return self._send(
                 HTTPStatus.NOT_FOUND,
@@ -184,7 +186,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         ctype = TEXT_TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype in ("application/json", "application/x-ndjson"):
             ctype += "; charset=utf-8"
-        live = path.name in ("status.json", "journal.jsonl", "run.json")
+        live = path.name in LIVE_FILES
         csp = _page_csp(data) if ctype.startswith("text/html") else None
         self._send(HTTPStatus.OK, data, ctype, cache=not live, csp=csp)
 
@@ -244,11 +246,11 @@ def safe_path(root: Path, url_path: str) -> Path | None:
     if any(p in HIDDEN_PARTS for p in parts[1:]):
         return None
     run_dir = root / parts[0]
-    if not (run_dir / "run.json").is_file():
+    if not RunDir(run_dir).is_run():
         return None
     target = run_dir.joinpath(*parts[1:]) if len(parts) > 1 else run_dir
     if target.is_dir():
-        target = target / "index.html"
+        target = target / INDEX_HTML
     try:
         resolved = target.resolve(strict=True)
     except (OSError, RuntimeError):
