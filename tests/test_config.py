@@ -180,7 +180,8 @@ MATRIX_CASES = [
         lambda t: (
             t.replace(
                 'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}',
-                'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}\n      x: {decode: {SGLANG_EXTRA_ARGS: "-x"}}',
+                'off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}\n'
+                '      x: {decode: {SGLANG_EXTRA_ARGS: "-x"}}',
             )
             + "zips: [[overlap, cuda_graph]]\n"
         ),

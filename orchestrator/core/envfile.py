@@ -945,7 +945,7 @@ def _append(text: str, items: list[tuple[str, str]], dialect: Dialect) -> str:
     return base + "".join(f"{prefix}{key}={quote_value(value)}{eol}" for key, value in items)
 
 
-def _meaning(parsed: _Parsed) -> list[tuple[str, str | None, str]]:
+def _meaning(parsed: _Parsed) -> list[tuple[str, str | None, Literal["assign", "other", "invalid"]]]:
     return [(a.key, a.value, s.kind) for s in parsed.statements for a in s.assigns] + [
         ("", None, s.kind) for s in parsed.statements if not s.assigns
     ]

@@ -341,7 +341,8 @@ def _check(cell: Counts, baseline: Counts) -> None:
 
 
 def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
-    return gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+    out: np.ndarray = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)  # scipy is untyped: say what it returns
+    return out
 
 
 def _lcomb(n: int, k: int) -> float:
@@ -354,7 +355,8 @@ def _logsumexp(x: np.ndarray, axis: int | None = None) -> np.ndarray:
     top = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(divide="ignore"):
         out = np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True)) + top
-    return out.squeeze() if axis is None else np.squeeze(out, axis=axis)
+    result: np.ndarray = out.squeeze() if axis is None else np.squeeze(out, axis=axis)
+    return result
 
 
 def _exp(log_value: float | np.ndarray) -> float:

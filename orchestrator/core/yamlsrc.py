@@ -108,7 +108,9 @@ def _convert(node: yaml.Node, path: PathKey, source: SourceMap) -> Any:
         return _convert_mapping(node, path, source)
     if isinstance(node, yaml.SequenceNode):
         return [_convert(item, (*path, i), source) for i, item in enumerate(node.value)]
-    return _convert_scalar(node, path, source)
+    if isinstance(node, yaml.ScalarNode):
+        return _convert_scalar(node, path, source)
+    raise source.error(path, f"unsupported YAML node {type(node).__name__}", "write a mapping, a list or a scalar")
 
 
 def _convert_mapping(node: yaml.MappingNode, path: PathKey, source: SourceMap) -> dict[str, Any]:
