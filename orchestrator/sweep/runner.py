@@ -18,7 +18,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import httpx
 import tenacity
@@ -99,7 +99,7 @@ class Runner:
         self.progress = progress or QuietProgress()
         client = client or httpx.Client(timeout=2.0, trust_env=False)
         self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
-        self.journal: Journal | None = None
+        self.events = EventLog(options.run_id, self.progress)
         self.source = StepSource(plan.steps, set())
         self.guard = HostGuard(deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress)
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
@@ -131,7 +131,7 @@ class Runner:
             lock.acquire(break_stale=self.options.break_lock)
         try:
             with signals_as_interrupt(self.stopping):
-                self.journal = journal or Journal(self.run.journal)
+                self.events.journal = journal or Journal(self.run.journal)
                 self._sweep(done, resume, result)
         finally:
             self.services.close()
@@ -148,7 +148,7 @@ class Runner:
         try:
             if not (resume and self.adopt_backup()):
                 self.guard.backup()  # a killed run that never finished its backup edited nothing
-            self._event("run_resumed" if resume else "run_started")
+            self.events.add("run_resumed" if resume else "run_started")
             self.progress.start(len(self.plan.steps), len(done))
             self._run_trials(result)
         except (KeyboardInterrupt, Interrupted):
@@ -156,7 +156,7 @@ class Runner:
             self.progress.note(
                 "interrupted: restoring the hosts before exiting (Ctrl-C again skips the host being restored)"
             )
-            self._event_quietly("run_interrupted", "interrupted by the user or a signal")
+            self.events.quietly("run_interrupted", "interrupted by the user or a signal")
         except OrchError as exc:
             failed_on = exc
             raise
@@ -184,7 +184,7 @@ class Runner:
             return False
         self.progress.note("deadline reached: no new trial starts; the run can be resumed")
         result.interrupted = result.deadline_reached = True
-        self._event("run_interrupted", "deadline reached")
+        self.events.add("run_interrupted", "deadline reached")
         return True
 
     def _record(self, record: TrialRecord, result: RunResult) -> None:
@@ -203,25 +203,15 @@ class Runner:
             self.services.verify_all_next = True
 
     def _run_with_retries(self, step: Step) -> TrialRecord:
-        attempts = itertools.count(1)
-        retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(self.options.infra_attempts),
-            wait=tenacity.wait_exponential(multiplier=self.options.retry_backoff_s, max=30),
-            retry=tenacity.retry_if_result(
-                lambda r: r.status == "failed" and r.failure is not None and r.failure.kind == "infrastructure"
-            ),
-            before_sleep=lambda rs: self._note_retry(step, rs),
-            retry_error_callback=_last_record,  # keep the last failed record
+        return run_with_retries(
+            lambda attempt: self.phases.run(step, attempt),
+            self.options,
+            lambda why, attempt: self._note_retry(step, why, attempt),
         )
-        return retrying(lambda: self.phases.run(step, next(attempts)))
 
-    def _note_retry(self, step: Step, rs: tenacity.RetryCallState) -> None:
-        record = rs.outcome.result() if rs.outcome else None
-        why = record.failure.message if record and record.failure else "failure"
+    def _note_retry(self, step: Step, why: str, attempt: int) -> None:
         self.services.verify_all_next = True
-        self.progress.note(
-            f"trial {step.trial.index} ({step.trial.cell.id}) attempt {rs.attempt_number} failed: {why}; retrying"
-        )
+        self.progress.note(f"trial {step.trial.index} ({step.trial.cell.id}) attempt {attempt} failed: {why}; retrying")
 
     # ------------------------------------------------------------------ the host guard
     def adopt_backup(self) -> bool:
@@ -237,7 +227,7 @@ class Runner:
         """Restore every host (sweep.hosts.HostGuard.restore); the roles left are journaled."""
         left = self.guard.restore(self.run_dir)
         if self.guard.states:
-            self._event_quietly("restored", f"not restored: {', '.join(left)}" if left else "all hosts restored")
+            self.events.quietly("restored", f"not restored: {', '.join(left)}" if left else "all hosts restored")
         return left
 
     @property
@@ -248,35 +238,60 @@ class Runner:
     def ready_waits(self) -> dict[str, deque[float]]:
         return self.services.ready_waits
 
-    # ------------------------------------------------------------------ the journal
     def cell_decided(self, cell: str, decision: Decision) -> None:
         """Adaptive stopping: journal why a cell runs no more trials, and say so."""
         self.progress.note(f"{cell}: {decision.reason}")
         if self.journal is not None:
-            self.journal.append(
-                EventRecord(
-                    run_id=self.options.run_id,
-                    event="cell_decided",
-                    at=now_iso(),
-                    message=decision.reason,
-                    cell=cell,
-                    state=decision.state,
-                )
-            )
+            self.events.add("cell_decided", decision.reason, cell=cell, state=decision.state)
 
-    def _event(self, event: str, message: str = "") -> None:
+    @property
+    def journal(self) -> Journal | None:
+        return self.events.journal
+
+
+class EventLog:
+    """The run's events in its journal: started, resumed, interrupted, restored, cell_decided."""
+
+    def __init__(self, run_id: str, progress: Progress) -> None:
+        self.run_id, self.progress = run_id, progress
+        self.journal: Journal | None = None
+
+    def add(self, event: str, message: str = "", **fields: object) -> None:
         assert self.journal is not None
-        self.journal.append(EventRecord(run_id=self.options.run_id, event=event, at=now_iso(), message=message))  # type: ignore[arg-type]
+        self.journal.append(EventRecord(run_id=self.run_id, event=event, at=now_iso(), message=message, **fields))  # type: ignore[arg-type]
 
-    def _event_quietly(self, event: str, message: str = "") -> None:
+    def quietly(self, event: str, message: str = "") -> None:
         """An event on the way out (interrupted, restored): a journal that cannot take it (disk
         full) must not stop the restore or hide the error that ended the sweep."""
         if self.journal is None:
             return
         try:
-            self._event(event, message)
+            self.add(event, message)
         except JournalError as exc:
             self.progress.note(f"journal: {exc}")
+
+
+def run_with_retries(
+    attempt: Callable[[int], TrialRecord], options: RunOptions, on_retry: Callable[[str, int], None]
+) -> TrialRecord:
+    """Run a trial; an infrastructure failure (SSH, units, health) is tried again, up to
+    options.infra_attempts tries with exponential back-off. The last record is returned either way."""
+    numbers = itertools.count(1)
+
+    def before_sleep(rs: tenacity.RetryCallState) -> None:
+        record = rs.outcome.result() if rs.outcome else None
+        on_retry(record.failure.message if record and record.failure else "failure", rs.attempt_number)
+
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(options.infra_attempts),
+        wait=tenacity.wait_exponential(multiplier=options.retry_backoff_s, max=30),
+        retry=tenacity.retry_if_result(
+            lambda r: r.status == "failed" and r.failure is not None and r.failure.kind == "infrastructure"
+        ),
+        before_sleep=before_sleep,
+        retry_error_callback=_last_record,  # keep the last failed record
+    )
+    return retrying(lambda: attempt(next(numbers)))
 
 
 def _last_record(rs: tenacity.RetryCallState) -> TrialRecord:
