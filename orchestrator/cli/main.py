@@ -7,11 +7,8 @@ usage (nothing on any host touched), 130 interrupted.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 from typing import Any, Callable, Sequence
 
 from rich.markup import escape
@@ -23,6 +20,7 @@ from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
 from orchestrator.sweep.api import PreparedSweep, SweepRequest, prepare, testbeds_from_spec
 from orchestrator.sweep.runner import Progress
+from orchestrator.sweep.signals import sigterm_as_interrupt
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")
 DEFAULT_REPORTS = Path("reports")
@@ -36,9 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.func is None:
         parser.print_help()
         return 2
-    previous = _sigterm_as_interrupt()
     try:
-        return int(args.func(args))
+        with sigterm_as_interrupt():  # `finally` blocks (lock release, restore) run on SIGTERM too
+            return int(args.func(args))
     except Interrupted as exc:
         err.print(f"interrupted ({escape(str(exc))})")
         return exc.exit_code
@@ -50,21 +48,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _sigterm_as_interrupt() -> signal.Handlers | None:
-    """SIGTERM behaves like Ctrl-C for the whole command, so `finally` blocks (lock release,
-    restore) run instead of the process vanishing; the runner installs the same during a sweep."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"received {signal.Signals(signum).name}")
-
-    return signal.signal(signal.SIGTERM, handler)  # type: ignore[return-value]
 
 
 def build_parser() -> argparse.ArgumentParser:

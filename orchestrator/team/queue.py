@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import sqlite3
 import time
@@ -28,10 +27,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from types import FrameType
 from typing import Callable, Iterator, Literal, Protocol, get_args
 
-from orchestrator.errors import Interrupted, OrchError, UsageError
+from orchestrator.errors import OrchError, UsageError
+from orchestrator.sweep.signals import sigterm_as_interrupt
 
 ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
 ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
@@ -373,7 +372,7 @@ def run_queue(
     signal stops us. Whatever happens, no item stays claimed by this process."""
     result = QueueRunResult()
     skip: set[int] = set()
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():  # systemd stops a `queue run` with SIGTERM: claims are released
         while True:
             if deadline is not None and clock() >= deadline:
                 result.deadline_reached = True
@@ -424,26 +423,6 @@ def item_state_after(item: QueueItem, outcome: SweepOutcome) -> tuple[ItemState,
     if outcome.status == "error":
         return ("resumable" if item.resumable_run is not None else "failed"), outcome.message
     return outcome.status, outcome.message
-
-
-class _sigterm_as_interrupt:
-    """systemd stops a `queue run` with SIGTERM: treat it like Ctrl-C so claims are released
-    (the runner does the same around a sweep, restoring the hosts)."""
-
-    def __enter__(self) -> None:
-        self.previous = None
-        try:
-            self.previous = signal.signal(signal.SIGTERM, self._handler)
-        except ValueError:  # not the main thread (tests): nothing to install
-            pass
-
-    def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-
-    @staticmethod
-    def _handler(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted(f"received signal {signum}")
 
 
 # ---------------------------------------------------------------------------- deadlines
