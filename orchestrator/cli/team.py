@@ -240,6 +240,7 @@ def _queue_sweep(reports: Path) -> "QueueSweep":
 def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcome"], None]:
     def notify(item: "QueueItem", outcome: "SweepOutcome") -> None:
         from orchestrator.errors import OrchError
+        from orchestrator.store.rundir import RunDir
         from orchestrator.team.notify import configured, error_summary, send, summarize_run
 
         try:
@@ -250,7 +251,7 @@ def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcom
         if not hooks:
             return
         summary = error_summary(Path(item.matrix).stem, outcome.message)
-        if outcome.run_dir is not None and (outcome.run_dir / "run.json").is_file():
+        if outcome.run_dir is not None and RunDir(outcome.run_dir).is_run():
             try:
                 summary = summarize_run(outcome.run_dir)
             except OrchError as exc:

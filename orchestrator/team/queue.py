@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol, get_args
 
 from orchestrator.errors import OrchError, UsageError
+from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.signals import sigterm_as_interrupt
 
 ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
@@ -116,7 +117,7 @@ class QueueItem:
     @property
     def resumable_run(self) -> Path | None:
         """The run this item started earlier and can resume (its run dir holds a run.json)."""
-        if self.run_dir and (Path(self.run_dir) / "run.json").is_file():
+        if self.run_dir and RunDir(Path(self.run_dir)).is_run():
             return Path(self.run_dir)
         return None
 
