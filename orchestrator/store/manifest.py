@@ -25,9 +25,10 @@ from orchestrator.core.config import Inventory
 from orchestrator.core.plan import Plan
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.store.journal import write_json_atomic
+from orchestrator.store.atomic import write_json_atomic
+from orchestrator.store.rundir import PLAN_JSON, RUN_JSON, RunDir
 
-PLAN_FILE = "plan.json"
+PLAN_FILE = PLAN_JSON  # the name callers imported before store.rundir existed
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -145,7 +146,7 @@ def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
     """A run's manifest, with its planned trials from plan.json (plan=False: without them, for
     callers that need only their count or digest; a big plan takes a second to load).
     Its declared secret names are in it (`manifest.redactor`), for whatever renders it later."""
-    path = run_dir / "run.json"
+    path = RunDir(run_dir).run_json
     if not path.is_file():
         raise UsageError(
             f"{run_dir}: not a run directory (no run.json)",
@@ -176,7 +177,7 @@ def load_plan(run_dir: Path, manifest: RunManifest) -> PlanColumns:
     plan.json, or from run.json's inline list for a run written before plan.json existed."""
     if manifest.plan:
         return columns_of(manifest.plan)
-    path = run_dir / PLAN_FILE
+    path = RunDir(run_dir).plan_json
     if not path.is_file():
         raise ConfigError(
             "cannot read the run's planned trials: no such file",
@@ -220,13 +221,14 @@ def save_manifest(run_dir: Path, manifest: RunManifest) -> None:
     first rewritten), and before run.json: a run.json without its trials always has its
     plan.json. The plan never changes, so run.json rewrites (end of run, restore) stay small."""
     update: dict[str, object] = {"plan": []}
-    stored = (run_dir / PLAN_FILE).exists()
+    files = RunDir(run_dir)
+    stored = files.plan_json.exists()
     if manifest.plan and not (stored and manifest.plan_sha256):  # count and digest from the trials
         columns = columns_of(manifest.plan)
         update |= {"plan_trials": len(columns.trial), "plan_sha256": columns.sha256}
         if not stored:
-            write_json_atomic(run_dir / PLAN_FILE, columns)
-    write_json_atomic(run_dir / "run.json", manifest.model_copy(update=update))
+            write_json_atomic(files.plan_json, columns)
+    write_json_atomic(files.run_json, manifest.model_copy(update=update))
 
 
 M = TypeVar("M", bound=pydantic.BaseModel)
@@ -248,4 +250,4 @@ def _validated(path: Path, model: type[M]) -> M:
         raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
 
 
-_KIND = {"run.json": "run manifest", PLAN_FILE: "plan"}
+_KIND = {RUN_JSON: "run manifest", PLAN_JSON: "plan"}
