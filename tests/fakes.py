@@ -42,6 +42,7 @@ from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandFailed, EnvFileError, ServiceError, TransportError
+from orchestrator.sweep.runner import Runner, RunOptions
 
 try:  # the typed timeout of issue 11 (errors.CommandTimedOut carries its Result)
     from orchestrator.errors import CommandTimedOut
@@ -548,7 +549,6 @@ def flag(role: str, var: str, levels: Sequence[str] = ("0", "1")) -> dict[str, A
 
 def runner_for(bed: FakeBed, plan: Plan, run_dir: Path, **options: Any) -> Any:
     """A Runner on the bed (fast retries: the fakes need no back-off)."""
-    from orchestrator.sweep.runner import Runner, RunOptions
 
     opts = {"run_id": "fake-run", "retry_backoff_s": 0.0, **options}
     return Runner(plan, bed.deployment, run_dir, RunOptions(**opts), client=bed.client)

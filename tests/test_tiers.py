@@ -17,8 +17,14 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 TIERS = {"sim", "testbed", "browser"}
 # Folders (and name patterns) whose every test module is a real-system test.
-REAL_SYSTEM = ("e2e/test_*.py", "faults/test_*.py", "remote/test_*.py", "browser/test_*.py", "team/test_*testbed*.py")
-REAL_SYSTEM += ("team/test_*browser*.py",)
+REAL_SYSTEM = (
+    "e2e/test_*.py",
+    "faults/test_*.py",
+    "remote/test_*.py",
+    "browser/test_*.py",
+    "team/test_*testbed*.py",
+    "team/test_*browser*.py",
+)
 # Modules there that need no real system, and why.
 EXEMPT = {
     "remote/test_logic.py": "the pure parts of the SSH and systemd edges: no host, only a local `sh` for quoting",

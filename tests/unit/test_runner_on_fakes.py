@@ -8,25 +8,30 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from fakes import METRICS, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
+from orchestrator.core.plan import Plan
+from orchestrator.edges.lock import TestbedLock
+from orchestrator.errors import LockError
 from orchestrator.sweep.runner import RunResult
 
 RUN_ID = "fake-run"
 
 
-def two_roles(**decode: object) -> FakeBed:
+def two_roles(**decode: Any) -> FakeBed:
     """prefill (running before the run) and decode (stopped before the run, started by orch)."""
     return make_bed(
         {
             "prefill": Role("PREFILL_FLAG=0\n", [FakeUnit("prefill-server", active=True)]),
-            "decode": Role("# decode\nDECODE_FLAG=0\n", [FakeUnit("decode-server", **decode)], after=["prefill"]),  # type: ignore[arg-type]
+            "decode": Role("# decode\nDECODE_FLAG=0\n", [FakeUnit("decode-server", **decode)], after=["prefill"]),
         }
     )
 
 
-def decode_plan(bed: FakeBed, replicates: int = 2, **matrix: object):  # type: ignore[no-untyped-def]
+def decode_plan(bed: FakeBed, replicates: int = 2, **matrix: Any) -> Plan:
     return make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=replicates, **matrix)
 
 
@@ -61,7 +66,7 @@ def test_the_controller_repro_is_run_and_its_metrics_extracted(tmp_path: Path) -
     for record in result.records:
         assert record.metrics["score"].value == 0.25
         assert (record.metrics["events"].k, record.metrics["events"].n) == (1, 4)
-        assert (tmp_path / "run" / record.repro.stdout_path).read_text() == "score=0.25 events=1/4\n"  # type: ignore[union-attr]
+        assert (tmp_path / "run" / record.repro.stdout_path).read_text() == "score=0.25 events=1/4\n"
 
 
 def test_an_infrastructure_failure_is_retried_then_succeeds(tmp_path: Path) -> None:
@@ -94,8 +99,8 @@ def test_restore_after_a_failed_sweep_puts_files_and_units_back(tmp_path: Path) 
     plan = make_plan(bed, {"p": flag("prefill", "PREFILL_FLAG"), "d": flag("decode", "DECODE_FLAG")}, replicates=1)
     result = runner_for(bed, plan, tmp_path / "run").execute()
     failed = [r for r in result.records if r.status == "failed"]
-    assert len(failed) == 1 and failed[0].failure.kind == "workload"  # type: ignore[union-attr]
-    assert "exited with code 3" in failed[0].failure.message  # type: ignore[union-attr]
+    assert len(failed) == 1 and failed[0].failure.kind == "workload"
+    assert "exited with code 3" in failed[0].failure.message
     assert result.not_restored == []
     assert_restored(bed, before)
     assert bed.managers["prefill"].restarts()[-1] == "prefill-server"  # restarted on its original file
@@ -232,3 +237,25 @@ def test_a_unit_that_dies_during_warm_up_fails_the_wait(tmp_path: Path) -> None:
     record = result.records[0]
     assert (record.status, record.attempt) == ("failed", attempts)
     assert record.failure is not None and "not running" in record.failure.message
+
+
+def test_a_testbed_locked_by_another_run_is_refused_before_any_edit(tmp_path: Path) -> None:
+    bed = two_roles()
+    before = bed.states()
+    other = TestbedLock.for_run(bed.deployment, "other-run", "2026-01-01T00:00:00")
+    other.acquire()
+    with pytest.raises(LockError, match="locked .* by run other-run"):
+        runner_for(bed, decode_plan(bed), tmp_path / "run").execute()
+    other.release()
+    assert bed.restarts() == [] and not any(c.op == "write" for t in bed.transports.values() for c in t.calls)
+    assert_restored(bed, before)
+
+
+def test_a_lock_taken_by_the_caller_is_used_and_released(tmp_path: Path) -> None:
+    bed = two_roles()
+    lock = TestbedLock.for_run(bed.deployment, RUN_ID, "2026-01-01T00:00:00")
+    lock.acquire()
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run").execute(lock=lock)
+    assert result.completed == 2
+    assert lock.held == []  # released by the runner
+    assert_restored(bed, bed.states())
