@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 from scipy import stats as sps
 from statsmodels.stats.contingency_tables import Table
 from statsmodels.stats.power import NormalIndPower
@@ -42,6 +43,9 @@ class Interval:
 
     def excludes(self, value: float = 0.0) -> bool:
         return value < self.low or value > self.high
+
+
+Values = Sequence[float] | npt.NDArray[np.float64]  # a metric's values: a list, or a column as an array
 
 
 def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -130,7 +134,7 @@ def contrast_interval(
     return Interval(estimate, estimate - math.sqrt(down), estimate + math.sqrt(up))
 
 
-def median_ci(values: Sequence[float], confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
+def median_ci(values: Values, confidence: float = CONFIDENCE, seed: int = 0) -> Interval:
     """Median with a seeded percentile-bootstrap interval (order-statistic interval for big n).
 
     Seeded so a re-rendered report prints the same numbers. With one value, or all values equal,
@@ -160,7 +164,7 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE, seed: int
     return Interval(median, float(ci.low), float(ci.high))
 
 
-def mann_whitney(a: Sequence[float], b: Sequence[float]) -> float:
+def mann_whitney(a: Values, b: Values) -> float:
     """Two-sided Mann-Whitney U p-value; 1.0 when either side is empty or all values tie."""
     x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if x.size == 0 or y.size == 0:

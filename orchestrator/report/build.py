@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import stats
@@ -357,7 +358,7 @@ def _metric_frame(data: Sequence[TrialRow], kinds: Mapping[str, MetricKind]) -> 
                 rows.append((row.trial, row.round, row.cell, name, 0, 0, float(value)))
     # columns by transposing in C: DataFrame.from_records spends seconds on 300,000 tuples
     columns = list(zip(*rows, strict=True)) if rows else [()] * 7
-    dtypes = ("int64", "int64", object, object, "int64", "int64", "float64")
+    dtypes: tuple[npt.DTypeLike, ...] = ("int64", "int64", object, object, "int64", "int64", "float64")
     names = ("trial", "round", "cell", "metric", "k", "n", "value")
     return pd.DataFrame(
         {name: np.array(col, dtype=dtype) for name, col, dtype in zip(names, columns, dtypes, strict=True)}
@@ -452,23 +453,23 @@ def _proportion_cells(
     for cell in cell_ids:
         k, n = pooled[cell]
         group = grouped.get(cell)
-        comparison = {}
-        if cell in pvalues and base:
+        diff: float | None = None
+        low: float | None = None
+        high: float | None = None
+        if cell in pvalues and base:  # then it is in adjusted too: both cover `others`
             low, high = stats.rate_difference_ci(k, n, *base)
-            comparison = dict(
-                diff=k / n - base[0] / base[1],
-                diff_low=low,
-                diff_high=high,
-                p=pvalues[cell],
-                p_holm=adjusted[cell],
-                significant=adjusted[cell] < stats.ALPHA,
-            )
+            diff = k / n - base[0] / base[1]
         result[cell] = ProportionCell(
             rate=_rate_view(k, n),
             trials=0 if group is None else len(group),
             trial_rates=_trial_rates(group),
             overdispersion_p=_overdispersion(group),
-            **comparison,
+            diff=diff,
+            diff_low=low,
+            diff_high=high,
+            p=pvalues.get(cell),
+            p_holm=adjusted.get(cell),
+            significant=cell in adjusted and adjusted[cell] < stats.ALPHA,
         )
     return result
 
@@ -1066,11 +1067,11 @@ def _drilldown(trials: Sequence[TrialRow], cap: int) -> list[TrialRow]:
     queues = [iter(v) for v in by_cell.values()]
     while len(chosen) < cap and queues:
         for queue in list(queues):
-            record = next(queue, None)
-            if record is None:
+            following = next(queue, None)
+            if following is None:
                 queues.remove(queue)
             elif len(chosen) < cap:
-                chosen.append(record)
+                chosen.append(following)
     return sorted(chosen, key=lambda t: (t.trial, t.attempt))
 
 

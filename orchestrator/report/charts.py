@@ -14,19 +14,22 @@ import io
 import re
 from collections.abc import Callable, Sequence
 from functools import wraps
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # never a GUI backend, even if the caller's environment asks for one
 
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.typing import RcKeyType  # noqa: E402
 
 from orchestrator.report.build import CellView, EffectView, Report  # noqa: E402
 
 BASE = "#1f6feb"
 HIT = "#d1242f"
 MUTED = "#57606a"
-_RC = {
+_RC: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # text as <text>, not paths: smaller, selectable
     "text.parse_math": False,  # a level named "$x" must not be read as TeX
     "font.size": 9,
@@ -63,7 +66,7 @@ def rate_chart(report: Report, metric: str) -> str:
     base = next((c for c in cells if c.is_baseline), None)
     if base is not None:
         ax.axvline((base.proportions[metric].rate.rate or 0.0) * 100, color=BASE, lw=0.8, ls="--")
-    _rows(ax, labels)
+    _rows(fig, ax, labels)
     ax.set_xlabel(f"{metric}, % of sessions (95% Wilson interval)")
     ax.set_xlim(left=0)
     return _svg(fig, f"rate-{metric}", f"{metric} rate per cell with 95% intervals")
@@ -83,7 +86,7 @@ def effects_chart(report: Report, metric: str) -> str:
             est, y, xerr=_err(est, effect.low * 100, effect.high * 100), fmt="s", color=color, capsize=3, markersize=4
         )
     ax.axvline(0, color="black", lw=0.8)
-    _rows(ax, [_effect_label(e) for e in effects])
+    _rows(fig, ax, [_effect_label(e) for e in effects])
     ax.set_xlabel(f"change in {metric}, rate points (95% MOVER interval)")
     return _svg(fig, f"effects-{metric}", f"effects of factors on {metric}")
 
@@ -97,7 +100,7 @@ def number_chart(report: Report, metric: str) -> str:
     fig, ax = _figure(len(cells))
     boxes = [_box(c, metric) for c in cells]
     ax.bxp(boxes, orientation="horizontal", showfliers=False, widths=0.5, positions=range(len(cells)))
-    _rows(ax, [_label(c) for c in cells])
+    _rows(fig, ax, [_label(c) for c in cells])
     ax.set_xlabel(metric)
     return _svg(fig, f"number-{metric}", f"distribution of {metric} per cell")
 
@@ -113,16 +116,16 @@ def _box(cell: CellView, metric: str) -> dict[str, float | str]:
     return {"whislo": box.whislo, "q1": box.q1, "med": box.med, "q3": box.q3, "whishi": box.whishi, "label": ""}
 
 
-def _figure(rows: int) -> tuple[Figure, object]:
+def _figure(rows: int) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(7.5, 0.8 + 0.28 * max(rows, 2)))
     return fig, fig.add_subplot()
 
 
-def _rows(ax: object, labels: Sequence[str]) -> None:
-    ax.set_yticks(range(len(labels)), labels=labels)  # type: ignore[attr-defined]
-    ax.set_ylim(len(labels) - 0.5, -0.5)  # type: ignore[attr-defined]  # first cell on top
-    ax.grid(axis="x", color="#d0d7de", lw=0.5)  # type: ignore[attr-defined]
-    _margins(ax.figure, max((len(t) for t in labels), default=0))  # type: ignore[attr-defined]
+def _rows(fig: Figure, ax: Axes, labels: Sequence[str]) -> None:
+    ax.set_yticks(range(len(labels)), labels=labels)
+    ax.set_ylim(len(labels) - 0.5, -0.5)  # first cell on top
+    ax.grid(axis="x", color="#d0d7de", lw=0.5)
+    _margins(fig, max((len(t) for t in labels), default=0))
 
 
 def _margins(fig: Figure, label_chars: int) -> None:

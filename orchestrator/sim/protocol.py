@@ -56,13 +56,13 @@ def make_ask(rng: random.Random, session: str, round_: int, rounds: int) -> Tool
     """A random but reproducible tool call for this session and round."""
     tool = rng.choice(TOOL_NAMES)
     n = rng.randrange(1, 400)
-    args: dict[str, object] = {
+    by_tool: dict[str, dict[str, object]] = {
         "read_file": {"path": f"/srv/app/{session}/module_{round_}.py", "start_line": n},
         "grep": {"pattern": f"TODO-{session}-{n}", "path": f"/srv/app/{session}"},
         "run_tests": {"target": f"tests/test_{session}_{round_}.py", "verbose": n % 2 == 0},
         "edit_file": {"path": f"/srv/app/{session}/fix_{n}.py", "content": f"x = {n}\n"},
-    }[tool]
-    return ToolAsk(session, round_, rounds, tool, canonical_json(args))
+    }
+    return ToolAsk(session, round_, rounds, tool, canonical_json(by_tool[tool]))
 
 
 def tool_specs() -> list[dict[str, object]]:

@@ -77,6 +77,8 @@ def _check_call(ask: protocol.ToolAsk, message: dict[str, object], calls: object
     name, raw = function.get("name"), function.get("arguments")
     if name != ask.tool:
         return Checked("leak", f"wrong tool {name!r}, asked {ask.tool!r}")
+    if not isinstance(raw, str):  # a leaked reply may carry anything here, or nothing
+        return Checked("leak", f"arguments are not JSON: {raw!r:.200}")
     try:
         arguments = protocol.canonical_json(json.loads(raw))
     except (TypeError, ValueError):
@@ -136,7 +138,7 @@ class Workload:
 
 def run_session(work: Workload, session: str, rng: random.Random) -> SessionOutcome:
     """One agent session: R rounds, each asking for one tool call and feeding back its result."""
-    system = {"role": "system", "content": protocol.context_filler(work.context)}
+    system: dict[str, object] = {"role": "system", "content": protocol.context_filler(work.context)}
     messages: list[dict[str, object]] = [system]
     outcome, checks = SessionOutcome("error"), []
     client = Client(work.router, work.timeout)

@@ -397,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         log.line(f"fatal: cannot listen on {args.host}:{args.port}: {exc}")
         return 1
     host, port = server.server_address[:2]
+    if isinstance(host, bytes):  # socketserver types the address loosely; AF_INET gives text
+        host = host.decode()
     flags = " ".join(f"{k}={v}" for k, v in cfg.effective_flags().items())
     log.lines([*cfg.warnings, f"{VERSION} {args.role} listening on {host}:{port} pid={os.getpid()} {flags}"])
     try:

@@ -102,6 +102,8 @@ class AdaptiveSource(StepSource):
     def _open(self, cell: str, before_round: int) -> bool:
         if cell in self.closed:
             return False
+        if self.baseline is None:  # a plan without a baseline trial: nothing to compare with, stays open
+            return True
         pairs = [
             (tuple(self.counts[(cell, r)]), tuple(self.counts[(self.baseline, r)]))
             for r in range(before_round)

@@ -316,7 +316,8 @@ class SshTransport:
         for attempt in (1, 2):
             conn = self._connection()
             try:
-                chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)  # type: ignore[union-attr]
+                # paramiko is untyped (Any): get_transport() may be None, caught below as AttributeError
+                chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
             except (SSHException, EOFError, OSError, AttributeError) as exc:
                 with self._lock:
                     self._discard()
