@@ -232,7 +232,8 @@ def test_a_unit_that_dies_during_warm_up_fails_the_wait(tmp_path: Path) -> None:
     attempts = 1
     bed = two_roles(dies_after_s=0.05, ready_after_s=1.0)
     started = time.monotonic()
-    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=attempts).execute()
+    run = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run", infra_attempts=attempts, fail_fast=True)
+    result = run.execute()
     assert time.monotonic() - started < 8
     record = result.records[0]
     assert (record.status, record.attempt) == ("failed", attempts)
@@ -259,3 +260,42 @@ def test_a_lock_taken_by_the_caller_is_used_and_released(tmp_path: Path) -> None
     assert result.completed == 2
     assert lock.held == []  # released by the runner
     assert_restored(bed, bed.states())
+
+
+def test_a_running_unit_with_stale_values_is_restarted_once_and_verified(tmp_path: Path) -> None:
+    """The file already says P=0, so trial 0 edits nothing; but the live process started when it
+    said P=1. The first trial verifies every unit, finds the stale value and restarts it."""
+    bed = make_bed({"prefill": Role("P=1\n", [FakeUnit("prefill-server", active=True)])})
+    bed.transports["prefill"].files[bed.env_file("prefill")] = b"P=0\n"
+    result = runner_for(bed, make_plan(bed, {"p": flag("prefill", "P")}), tmp_path / "run").execute()
+    assert [(r.status, r.restarted) for r in result.records] == [
+        ("completed", ["prefill:prefill-server"]),
+        ("completed", ["prefill:prefill-server"]),
+    ]
+    assert bed.managers["prefill"].restarts()[:1] == ["prefill-server"]
+
+
+def test_collectors_count_log_lines_and_parse_a_commands_number(tmp_path: Path) -> None:
+    bed = two_roles(log_lines=("ANOMALY a", "fine", "ANOMALY b"))
+    bed.transports["decode"].script("count-things", stdout="7 things\n")
+    collect = {
+        "anomalies": {"role": "decode", "pattern": "ANOMALY"},
+        "things": {"role": "decode", "command": "count-things"},
+    }
+    result = runner_for(bed, decode_plan(bed, replicates=1, collect=collect), tmp_path / "run").execute()
+    for record in result.records:  # decode restarts in both trials: its start logs fall in each
+        assert record.metrics["anomalies"].value == 2
+        assert record.metrics["things"].value == 7
+        log = (tmp_path / "run" / record.logs["decode:decode-server"]).read_text()
+        assert "ANOMALY a" in log
+
+
+def test_a_server_that_never_becomes_ready_times_out_and_is_retried(tmp_path: Path) -> None:
+    bed = make_bed({"decode": Role("D=0\n", [FakeUnit("decode-server", ready_after_s=60)], health_timeout_s=0.2)})
+    plan = make_plan(bed, {"d": flag("decode", "D")})
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=2, fail_fast=True).execute()
+    assert len(result.records) == 1
+    for record in result.records:
+        assert (record.status, record.attempt) == ("failed", 2)
+        assert record.failure is not None and record.failure.error == "HealthTimeout"
+        assert "not ready after 0.2 s (last answer: 503 loading)" in record.failure.message
