@@ -1,5 +1,9 @@
 """Shared fixtures. Real-system fixtures (sim processes, testbed hosts, browser) live in their
-own modules and are registered here so every test module can ask for them by name."""
+own modules and are registered here so every test module can ask for them by name.
+
+tests/ is on sys.path once, through pyproject's pytest `pythonpath`: shared code imports as
+`helpers.<module>` (tests/helpers/), `fakes` (tests/fakes.py: fake transport, service manager
+and health side for runner tests) and `testbed.<module>`. No test module imports another."""
 
 from __future__ import annotations
 
