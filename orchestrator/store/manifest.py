@@ -21,7 +21,7 @@ from typing import TypeVar
 import pydantic
 
 from orchestrator import __version__
-from orchestrator.core.config import Inventory
+from orchestrator.core.config import Host, Inventory
 from orchestrator.core.plan import Plan
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError
@@ -78,7 +78,7 @@ def make_manifest(
         replicates=plan.replicates,
         factors={f.name: list(f.level_names) for f in m.factors},
         baseline=dict(m.baseline),
-        metrics=metrics,  # type: ignore[arg-type]
+        metrics=metrics,
         plan=planned_trials(plan),
         plan_trials=len(plan.steps),
         plan_sha256=digest_of(plan),
@@ -131,7 +131,7 @@ def check_same_plan(run_dir: Path, manifest: RunManifest, plan: Plan) -> None:
         )
 
 
-def _describe_host(h) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _describe_host(h: Host) -> dict[str, str]:
     return {
         "address": h.ssh.host if h.ssh else "local",
         "transport": h.transport,

@@ -47,7 +47,7 @@ class QueueSweep:
     note: Callable[[str], None]  # the queue's own lines, e.g. "queue: item 1 (x.yaml): starting"
     error: Callable[[QueueItem, str], None]  # an item that could not run, and why
     warn: Warn
-    sweeps: SweepApi = dataclasses.field(default=api)  # type: ignore[assignment]
+    sweeps: SweepApi = dataclasses.field(default=api)
 
     def __call__(self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]) -> ItemOutcome:
         recorded = [item.resumable_run] if item.resumable_run else []
