@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
+import fakes
 import pytest
 
 from orchestrator.edges.transport import Result
@@ -150,3 +153,45 @@ def test_command_timed_out_message_shortens_a_long_command() -> None:
     result = Result("h", "x" * 200, -1, "", "", 1.0)
     exc = CommandTimedOut(result, 1, host="h (10.0.0.1)")
     assert str(exc) == f"h (10.0.0.1): command timed out after 1 s and was killed: {'x' * 117}..."
+
+
+# ---------------------------------------------------------------- on the runner (tests/fakes.py)
+def test_a_remote_repro_that_times_out_keeps_what_it_printed(tmp_path: Path) -> None:
+    bed = fakes.make_bed({"web": fakes.Role("FLAG=0\n", [fakes.FakeUnit("web-server")])})
+    plan = fakes.make_plan(bed, {"f": fakes.flag("web", "FLAG")}, repro=fakes.remote_repro("web"))
+    bed.transports["web"].script(
+        re.compile("fake-repro"), stdout="score=0.1 partial\n", stderr="warming\n", timeout=True
+    )
+    result = fakes.runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    first = result.records[0]
+    assert first.status == "failed" and first.failure is not None and first.failure.kind == "workload"
+    assert first.repro is not None and first.repro.exit_code is None
+    assert first.repro.stdout_tail == "score=0.1 partial\n"
+    assert (tmp_path / "run" / first.repro.stdout_path).read_text() == "score=0.1 partial\n"
+    err = (tmp_path / "run" / first.repro.stderr_path).read_text()
+    assert err.startswith("warming\n") and "command timed out after 30 s and was killed" in err
+    assert not result.not_restored
+
+
+def test_a_trial_failing_on_two_hosts_names_both(tmp_path: Path) -> None:
+    bed = fakes.make_bed(
+        {
+            "a": fakes.Role("FA=0\n", [fakes.FakeUnit("a-server", active=True)]),
+            "b": fakes.Role("FB=0\n", [fakes.FakeUnit("b-server", active=True)]),
+        }
+    )
+    plan = fakes.make_plan(bed, {"f": fakes.flag("a", "FA")})
+    for role in ("a", "b"):
+        services = bed.deployment.hosts[role].services
+
+        def gone(unit: str, since: float, max_bytes: int = 0, role: str = role) -> str:
+            raise TransportError(role, "connection lost while reading the journal")
+
+        services.logs_since = gone  # type: ignore[method-assign]
+    result = fakes.runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    failure = result.records[0].failure
+    assert failure is not None and failure.error == "GroupError" and failure.kind == "infrastructure"
+    assert failure.message == (
+        "2 hosts failed: a: connection lost while reading the journal; b: connection lost while reading the journal"
+    )
+    assert not result.not_restored

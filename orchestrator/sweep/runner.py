@@ -121,7 +121,9 @@ class Runner:
         resume=True adopts the originals saved by the first run instead of taking new ones
         (after a kill -9 the files on the hosts still hold a cell's values)."""
         done = done or set()
-        self.source = source or make_source(self.plan.steps, done, self.plan.matrix, prior or [], self.cell_decided)
+        if source is None:
+            source = make_source(self.plan.steps, done, self.plan.matrix, prior or [], self.cell_decided)
+        self.source = source
         result = RunResult(self.run_dir)
         run_file_op(
             self.run_dir, "cannot create the run directory", lambda: self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from testbed.fixture import Testbed
 from testbed.helpers import transport, wait_for
 
 from orchestrator.edges.transport.ssh import SshTransport
-from orchestrator.errors import CommandFailed, TransportError
+from orchestrator.errors import CommandFailed, CommandTimedOut, TransportError
 
 pytestmark = pytest.mark.testbed
 
@@ -99,6 +99,18 @@ def test_timeout_kills_the_remote_command(testbed: Testbed, decode: SshTransport
     assert "timed out after 0.5 s" in one_line_error(exc.value, decode)
     # killed ON THE HOST, not just abandoned by the client
     assert testbed.ssh("decode", "pgrep -f 'sleep 31.25'", check=False).returncode == 1
+
+
+def test_timeout_is_typed_and_keeps_the_output_so_far(decode: SshTransport) -> None:
+    """A remote repro that hangs after printing: the runner keeps what it printed (the type, not
+    the message text, tells it the command timed out)."""
+    with pytest.raises(CommandTimedOut) as exc:
+        decode.run("echo partial; echo oops >&2; sleep 31.5", timeout=1)
+    assert exc.value.timeout == 1
+    assert exc.value.result.stdout == "partial\n" and exc.value.result.stderr == "oops\n"
+    assert str(exc.value).endswith(
+        "command timed out after 1 s and was killed: echo partial; echo oops >&2; sleep 31.5"
+    )
 
 
 def test_reconnects_once_after_the_connection_dropped(testbed: Testbed, decode: SshTransport) -> None:
