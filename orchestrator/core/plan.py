@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from functools import cached_property
 from typing import NamedTuple
 
 from orchestrator.core.config import EnvValue, Matrix, Testbed, check_against_inventory
@@ -57,8 +58,8 @@ class Plan:
     def estimated_duration_s(self) -> float:
         return sum(s.estimate_s for s in self.steps)
 
-    @property
-    def baseline(self) -> Cell:
+    @cached_property
+    def baseline(self) -> Cell:  # cached: `orch plan` compares every cell with it
         return baseline_cell(self.matrix)
 
 
