@@ -48,6 +48,7 @@ class Cell:
     _hash: int = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # copied, then read-only: the caller's dicts can change no cell, and no reader can either
         frozen = MappingProxyType({role: MappingProxyType(dict(a)) for role, a in self.env.items()})
         object.__setattr__(self, "env", frozen)
         object.__setattr__(self, "id", ",".join(f"{f}={lv}" for f, lv in self.levels))
