@@ -67,7 +67,7 @@ def compare(a: RunManifest, ta: Sequence[TrialRecord], b: RunManifest, tb: Seque
             continue
         metric_rows = [_row(cell, metric, kind, ca[cell], cb[cell]) for cell in common]
         adjusted = stats.holm([r.p for r in metric_rows]) if metric_rows else []
-        rows += [Row(**{**r.__dict__, "p_holm": p}) for r, p in zip(metric_rows, adjusted)]
+        rows += [Row(**{**r.__dict__, "p_holm": p}) for r, p in zip(metric_rows, adjusted, strict=True)]
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
     return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b))
