@@ -43,7 +43,12 @@ def test_mode_is_the_one_asked_whatever_the_umask(tmp_path: Path) -> None:
 def test_fsync_false_skips_fsync_but_still_renames(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[int] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real(fd))
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     write_bytes_atomic(tmp_path / "a", b"1", fsync=False)
     assert synced == []
     write_bytes_atomic(tmp_path / "b", b"2")
