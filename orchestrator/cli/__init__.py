@@ -1,6 +1,3 @@
 """The `orch` command: argparse in, typed requests to the sweep API out; the one place that
-maps errors to exit codes."""
-
-from orchestrator.cli.main import main
-
-__all__ = ["main"]
+maps errors to exit codes. The entry point is orchestrator.cli.main:main (`python -m
+orchestrator.cli` runs it too)."""

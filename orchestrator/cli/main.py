@@ -9,21 +9,26 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 from rich.markup import escape
 
 from orchestrator import __version__
-from orchestrator.cli import output
+from orchestrator.cli import output, reports, team
+from orchestrator.cli.args import (
+    DEFAULT_INVENTORY,
+    DEFAULT_REPORTS,
+    command,
+    matrix_args,
+    positive,
+    prepared_sweep,
+    sweep_request,
+)
 from orchestrator.cli.console import err, out
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
-from orchestrator.sweep.api import PreparedSweep, SweepRequest, prepare, testbeds_from_spec
 from orchestrator.sweep.runner import Progress
 from orchestrator.sweep.signals import sigterm_as_interrupt
-
-DEFAULT_INVENTORY = Path("inventory/local.yaml")
-DEFAULT_REPORTS = Path("reports")
 
 __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "err", "main", "out"]
 
@@ -61,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=None)  # a command sets its own
     sub = p.add_subparsers(metavar="COMMAND")
 
-    run = _command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
-    _matrix_args(run)
+    run = command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
+    matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
-    run.add_argument("--replicates", type=_positive, help="replicate rounds (overrides the matrix)")
+    run.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
     run.add_argument("--seed", type=int, help="seed for the randomized order (default: matrix seed or random)")
     run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
@@ -79,91 +84,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
-    resume = _command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
+    resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     resume.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     resume.add_argument("--webhook", action="append", metavar="URL", help="POST a summary here when the sweep ends")
 
-    val = _command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
-    _matrix_args(val)
+    val = command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
+    matrix_args(val)
 
-    plan = _command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
-    _matrix_args(plan)
-    plan.add_argument("--replicates", type=_positive)
+    plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
+    matrix_args(plan)
+    plan.add_argument("--replicates", type=positive)
     plan.add_argument("--seed", type=int)
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
-    rep = _command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
+    rep = command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
     rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
-    res = _command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
+    res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
-    _register_extensions(sub)
+    reports.register(sub)
+    team.register(sub)
     return p
 
 
-def _register_extensions(sub: argparse._SubParsersAction) -> None:
-    """Commands that live in their own modules (team features) add themselves here."""
-    import importlib
-
-    for name in ("reports", "team"):
-        try:
-            module = importlib.import_module(f"orchestrator.cli.{name}")
-        except ModuleNotFoundError as exc:  # pragma: no cover - a module not present yet
-            if exc.name != f"orchestrator.cli.{name}":
-                raise
-            continue
-        module.register(sub)
-
-
-def _command(
-    sub: argparse._SubParsersAction, name: str, help_: str, func: Callable[[argparse.Namespace], int]
-) -> argparse.ArgumentParser:
-    cmd = sub.add_parser(name, help=help_, description=help_)
-    cmd.set_defaults(func=func)
-    return cmd
-
-
-def _matrix_args(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
-    cmd.add_argument(
-        "-i",
-        "--inventory",
-        type=Path,
-        default=DEFAULT_INVENTORY,
-        help="inventory YAML (default: inventory/local.yaml, the bundled simulator)",
-    )
-    cmd.add_argument(
-        "-t",
-        "--testbed",
-        help="testbed name in the inventory (default: the first); "
-        "A,B or 'all' runs the trials across several testbeds at once",
-    )
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
-
-
-def _request(args: argparse.Namespace, **more: Any) -> SweepRequest:
-    """The sweep the matrix arguments name (MATRIX, -i, -t), with a command's further options."""
-    return SweepRequest(args.matrix, args.inventory, testbeds_from_spec(args.testbed), **more)
-
-
-def _prepared(request: SweepRequest) -> PreparedSweep:
-    prepared = prepare(request)
-    for warning in prepared.warnings:
-        output.warn(warning)
-    return prepared
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
-    plan = _prepared(_request(args)).plan
+    plan = prepared_sweep(sweep_request(args)).plan
     m = plan.matrix
     out.print(
         escape(
@@ -175,7 +123,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = _prepared(_request(args, replicates=args.replicates, seed=args.seed)).plan
+    plan = prepared_sweep(sweep_request(args, replicates=args.replicates, seed=args.seed)).plan
     from orchestrator.cli.planview import print_plan
 
     print_plan(plan, out, list_trials=args.trials)
@@ -183,7 +131,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    request = _request(
+    request = sweep_request(
         args,
         replicates=args.replicates,
         seed=args.seed,
@@ -194,7 +142,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         break_lock=args.break_lock,
         skip_preflight=args.skip_preflight,
     )
-    prepared = _prepared(request)
+    prepared = prepared_sweep(request)
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from orchestrator.cli.main import out
+    from orchestrator.cli.console import out
     from orchestrator.report.compare import write_comparison
 
     path = write_comparison(args.run_a, args.run_b, args.output)
@@ -40,7 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from orchestrator.cli.main import out
+    from orchestrator.cli.console import out
     from orchestrator.report.export import export_run
 
     path = export_run(args.run_dir, args.format, args.output)

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.main import DEFAULT_INVENTORY, DEFAULT_REPORTS, _command, err, out
+from orchestrator.cli.args import DEFAULT_INVENTORY, DEFAULT_REPORTS, command, prepared_sweep, sweep_request
+from orchestrator.cli.console import err, out
 
 LOG_WIDTH = 200
 
@@ -32,16 +33,16 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction) -> None:
     _queue_commands(sub)
     _schedule_commands(sub)
-    srv = _command(sub, "serve", "serve the reports, a live status page and JSON (read-only)", cmd_serve)
+    srv = command(sub, "serve", "serve the reports, a live status page and JSON (read-only)", cmd_serve)
     _reports_arg(srv)
     srv.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 picks a free one)")
     srv.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 shares it with the network)"
     )
-    st = _command(sub, "status", "show running sweeps and the queue", cmd_status)
+    st = command(sub, "status", "show running sweeps and the queue", cmd_status)
     _reports_arg(st)
     st.add_argument("--json", action="store_true", help="print the same JSON as /api/status")
-    nt = _command(sub, "notify", "send a run's summary to webhooks (e.g. after `orch run`)", cmd_notify)
+    nt = command(sub, "notify", "send a run's summary to webhooks (e.g. after `orch run`)", cmd_notify)
     nt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     _webhook_arg(nt)
 
@@ -54,7 +55,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     )
     qs = q.add_subparsers(metavar="ACTION")
     q.set_defaults(func=lambda a: (q.print_help(), 2)[1])
-    add = _command(qs, "add", "validate a sweep and queue it", cmd_queue_add)
+    add = command(qs, "add", "validate a sweep and queue it", cmd_queue_add)
     add.add_argument("matrix", type=Path, metavar="MATRIX")
     add.add_argument(
         "-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (default: inventory/local.yaml)"
@@ -63,14 +64,12 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--priority", type=int, default=0, help="higher runs first (default 0); ties: oldest first")
     _webhook_arg(add)
     _reports_arg(add)
-    ls = _command(qs, "list", "list queued, running and finished items", cmd_queue_list)
+    ls = command(qs, "list", "list queued, running and finished items", cmd_queue_list)
     _reports_arg(ls)
-    rm = _command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
+    rm = command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
     rm.add_argument("item_id", type=int, metavar="ID")
     _reports_arg(rm)
-    run = _command(
-        qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run
-    )
+    run = command(qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run)
     run.add_argument(
         "--until",
         metavar="HH:MM",
@@ -88,7 +87,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     )
     ss = s.add_subparsers(metavar="ACTION")
     s.set_defaults(func=lambda a: (s.print_help(), 2)[1])
-    ins = _command(ss, "install", "write and enable orch-NAME.timer and orch-NAME.service", cmd_schedule_install)
+    ins = command(ss, "install", "write and enable orch-NAME.timer and orch-NAME.service", cmd_schedule_install)
     ins.add_argument("name", metavar="NAME")
     when = ins.add_mutually_exclusive_group(required=True)
     when.add_argument("--on-calendar", metavar="SPEC", help="systemd calendar spec, e.g. '*-*-* 01:00'")
@@ -97,9 +96,9 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     _webhook_arg(ins)
     _reports_arg(ins)
     _scope_args(ins)
-    ls = _command(ss, "list", "list orch schedules and what systemd says about them", cmd_schedule_list)
+    ls = command(ss, "list", "list orch schedules and what systemd says about them", cmd_schedule_list)
     _scope_args(ls)
-    rm = _command(ss, "remove", "disable and delete a schedule", cmd_schedule_remove)
+    rm = command(ss, "remove", "disable and delete a schedule", cmd_schedule_remove)
     rm.add_argument("name", metavar="NAME")
     _scope_args(rm)
 
@@ -145,12 +144,11 @@ def _scope_args(cmd: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- queue
 def cmd_queue_add(args: argparse.Namespace) -> int:
-    from orchestrator.cli.main import _prepared, _request
     from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import Queue
 
     hooks = check_urls(args.webhook)
-    plan = _prepared(_request(args)).plan
+    plan = prepared_sweep(sweep_request(args)).plan
     with Queue.in_reports(args.reports) as q:
         item = q.add(args.matrix.resolve(), args.inventory.resolve(), args.testbed, args.priority, hooks)
     out.print(
