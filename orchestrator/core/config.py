@@ -427,7 +427,7 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
 def read_matrix(path: Path, display: str | None = None) -> Matrix:
     data, source = load_yaml(path, display)
     shape = validate_shape(MatrixShape, data, source)
-    return build_matrix(shape, source, path.read_text(encoding="utf-8"))
+    return build_matrix(shape, source, source.text)
 
 
 def read_inventory(path: Path, display: str | None = None) -> Inventory:
@@ -435,7 +435,7 @@ def read_inventory(path: Path, display: str | None = None) -> Inventory:
     shape = validate_shape(InventoryShape, data, source)
     base = path.resolve().parent
     testbeds = {name: _build_testbed(name, tb, base, source) for name, tb in shape.testbeds.items()}
-    return Inventory(testbeds, source.file, path.read_text(encoding="utf-8"))
+    return Inventory(testbeds, source.file, source.text)
 
 
 def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -> Testbed:

@@ -10,7 +10,11 @@ the last of two duplicate keys, and forgets line numbers, so errors could not sa
   boolean is written into an env file: ``1``/``0`` by default);
 - numbers keep their raw text (``"0.10"``); pydantic converts them where a number is expected;
 - duplicate keys are errors;
-- every value's position is kept in a :class:`SourceMap` keyed by its path.
+- every value's position is kept in a :class:`SourceMap` keyed by its path;
+- input is bounded before it is trusted: a regular file of at most 1 MiB (never /dev/zero or a
+  FIFO), nesting at most MAX_DEPTH deep (checked on the parser's events, before the recursive
+  composer runs), at most MAX_NODES values once aliases are expanded (an alias bomb of 9 nested
+  9-fold aliases is 400 million values from 300 bytes), and no alias inside its own anchor.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from orchestrator.core.bounded import MAX_CONFIG_BYTES, read_bounded_text
 from orchestrator.errors import ConfigError
 
 PathKey = tuple[str | int, ...]
@@ -30,6 +35,8 @@ _NULL_TAG = "tag:yaml.org,2002:null"
 _STR_TAG = "tag:yaml.org,2002:str"
 _NUMBER_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 _TRUE_WORDS = {"true", "yes", "on", "y"}
+MAX_DEPTH = 64  # nested mappings/lists; a matrix needs about 6
+MAX_NODES = 100_000  # values after alias expansion; a large matrix has a few thousand
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class SourceMap:
 
     file: str
     positions: dict[PathKey, Position] = field(default_factory=dict)
+    text: str = ""  # the document as read (once: the text hashed is the text parsed)
 
     def line_of(self, path: PathKey) -> int | None:
         """Line of the value at path, or of its nearest known ancestor."""
@@ -75,20 +83,14 @@ def dotted(path: PathKey) -> str:
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:
     """Load one YAML document from path with positions; ConfigError on any problem."""
     shown = display or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError("file not found", file=shown) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=shown) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=shown) from None
+    text = read_bounded_text(path, MAX_CONFIG_BYTES, shown)
     return parse_yaml(text, shown)
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
-    source = SourceMap(file)
+    source = SourceMap(file, text=text)
     try:
+        _check_depth(text, file)
         nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -99,21 +101,64 @@ def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
     if len(nodes) != 1 or nodes[0] is None:
         found = "no document" if not nodes or nodes[0] is None else f"{len(nodes)} documents"
         raise ConfigError(f"expected one YAML mapping, found {found}", file=file, line=1)
-    return _convert(nodes[0], (), source), source
+    return _Converter(source).convert(nodes[0], ()), source
 
 
-def _convert(node: yaml.Node, path: PathKey, source: SourceMap) -> Any:
+def _check_depth(text: str, file: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH from the parser's event stream (the parser keeps an
+    explicit stack; the composer and the converter recurse, and 10,000 levels overflow them)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else None
+                raise ConfigError(
+                    f"nesting deeper than {MAX_DEPTH} levels", file=file, line=line, hint="flatten the document"
+                )
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+class _Converter:
+    """Nodes -> Python values with positions, counting every value it builds (aliases expand)."""
+
+    def __init__(self, source: SourceMap) -> None:
+        self.source = source
+        self.built = 0
+        self.open: set[int] = set()  # ids of the collections being converted (an alias cycle)
+
+    def convert(self, node: yaml.Node, path: PathKey) -> Any:
+        self.built += 1
+        if self.built > MAX_NODES:
+            raise self.source.error(
+                path, f"more than {MAX_NODES} values once aliases are expanded", "an alias bomb? write values out"
+            )
+        if len(path) > MAX_DEPTH:
+            raise self.source.error(path, f"nesting deeper than {MAX_DEPTH} levels", "flatten the document")
+        if id(node) in self.open:
+            raise self.source.error(path, "an alias refers to its own anchor (a cycle)", "write the values out")
+        if not isinstance(node, yaml.CollectionNode):
+            return _convert(node, path, self.source, self)
+        self.open.add(id(node))
+        try:
+            return _convert(node, path, self.source, self)
+        finally:
+            self.open.discard(id(node))
+
+
+def _convert(node: yaml.Node, path: PathKey, source: SourceMap, conv: _Converter) -> Any:
     source.positions[path] = Position(node.start_mark.line + 1, _raw(node))
     if isinstance(node, yaml.MappingNode):
-        return _convert_mapping(node, path, source)
+        return _convert_mapping(node, path, source, conv)
     if isinstance(node, yaml.SequenceNode):
-        return [_convert(item, (*path, i), source) for i, item in enumerate(node.value)]
+        return [conv.convert(item, (*path, i)) for i, item in enumerate(node.value)]
     if isinstance(node, yaml.ScalarNode):
         return _convert_scalar(node, path, source)
     raise source.error(path, f"unsupported YAML node {type(node).__name__}", "write a mapping, a list or a scalar")
 
 
-def _convert_mapping(node: yaml.MappingNode, path: PathKey, source: SourceMap) -> dict[str, Any]:
+def _convert_mapping(node: yaml.MappingNode, path: PathKey, source: SourceMap, conv: _Converter) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key_node, value_node in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
@@ -130,7 +175,7 @@ def _convert_mapping(node: yaml.MappingNode, path: PathKey, source: SourceMap) -
                 line=line,
                 path=dotted((*path, key)),
             )
-        out[key] = _convert(value_node, (*path, key), source)
+        out[key] = conv.convert(value_node, (*path, key))
         # Errors about an entry point at its key's line: a block value starts on the next line.
         value_pos = source.positions[(*path, key)]
         source.positions[(*path, key)] = Position(key_node.start_mark.line + 1, value_pos.raw)

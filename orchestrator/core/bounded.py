@@ -1,0 +1,96 @@
+"""Read a user-named file without letting it hang or exhaust orch (PURE rules, one small read).
+
+Why: a matrix, an inventory or a run file is named by the user, and any path can be given:
+``/dev/zero`` (endless), a FIFO (open() blocks until a writer comes), a directory, a 10 GB
+log. Reading it whole with ``read_text()`` either hangs or allocates without bound. Here the
+file is opened non-blocking, refused unless it is a regular file, and at most ``cap + 1``
+bytes are read, so a file over the cap is refused with its size, never loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from orchestrator.errors import ConfigError
+
+MiB = 1024 * 1024
+MAX_CONFIG_BYTES = 1 * MiB  # a matrix or an inventory: a few KiB in practice
+
+
+def read_bounded_bytes(path: Path, cap: int, display: str | None = None) -> bytes:
+    """The bytes of a regular file of at most `cap` bytes; ConfigError (file named) otherwise."""
+    shown = display or str(path)
+    fd = _open_regular(path, shown)
+    try:
+        chunks: list[bytes] = []
+        left = cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, MiB))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=shown) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > cap:
+        raise ConfigError(f"file is larger than {_size(cap)}", file=shown, hint="is this the right file?")
+    return data
+
+
+def read_bounded_text(path: Path, cap: int, display: str | None = None) -> str:
+    """Like read_bounded_bytes, decoded as UTF-8 (ConfigError naming the byte otherwise)."""
+    data = read_bounded_bytes(path, cap, display)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=display or str(path)) from None
+
+
+def check_regular(path: Path, display: str | None = None) -> None:
+    """ConfigError unless `path` is a regular file (stat, never open: a FIFO must not block)."""
+    shown = display or str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=shown) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=shown) from None
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"not a regular file ({_kind(mode)})", file=shown, hint="name a file")
+
+
+def _open_regular(path: Path, shown: str) -> int:
+    """An fd open for reading on a regular file. O_NONBLOCK: opening a FIFO returns at once
+    (and is then refused by the fstat check) instead of waiting for a writer forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ConfigError("file not found", file=shown) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=shown) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ConfigError(f"not a regular file ({_kind(mode)})", file=shown, hint="name a file")
+    return fd
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n} bytes"
