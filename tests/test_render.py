@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import html
+import json
 import os
 import re
 import time
@@ -145,7 +146,7 @@ def test_write_report_writes_atomically(tmp_path: Path) -> None:
     assert path == run_dir / "index.html"
     page = path.read_text()
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert sorted(p.name for p in run_dir.iterdir()) == ["index.html", "journal.jsonl", "run.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == ["index.html", "journal.jsonl", "run.json", "summary.json"]
     assert oct(path.stat().st_mode & 0o777) == "0o644"
 
 
@@ -181,9 +182,12 @@ def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None
     assert "(no report yet)" in page and "cannot read" in page and "not-a-run" not in page
     assert "Corruption is" in page  # run one's headline, from its report
     assert "No significant difference" in page  # run two: built, not rendered
-    # a cached summary is used while the report is newer than the journal...
-    report = one / "index.html"
-    report.write_text(report.read_text().replace("Corruption is", "CACHED Corruption is", 1))
+    # the report writes its summary beside it (the index never reads the HTML back)...
+    summary = json.loads((one / "summary.json").read_text())
+    assert summary["headline"].startswith("Corruption is") and summary["planned"] == summary["completed"] > 0
+    # ...which is used while it is newer than the journal...
+    summary["headline"] = "CACHED " + summary["headline"]
+    (one / "summary.json").write_text(json.dumps(summary))
     assert "CACHED" in write_index(reports).read_text()
     # ...and ignored once the journal changed after it
     later = time.time() + 5

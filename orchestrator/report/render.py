@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from pathlib import Path
 
 import jinja2
@@ -34,13 +33,12 @@ from orchestrator.report.build import (
     fmt_rate,
     testbed_findings,
 )
-from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import iter_records, read_journal, read_records_at, read_trial_rows
 from orchestrator.store.manifest import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
 from orchestrator.store.rundir import RunDir
 
 TRIAL_ORDER_SHOWN = 2000
-SUMMARY_META = "orch-summary"  # site.py reads the headline back from this <meta> tag
 
 # Sortable tables (click a header) and expand/collapse-all for the trial drill-down.
 SCRIPT = """
@@ -121,30 +119,29 @@ def render_report(report: Report) -> str:
         figures={k: [(m, Markup(svg)) for m, svg in v if svg] for k, v in figures.items()},
         script=Markup(SCRIPT),
         csp=csp(),
-        summary=summary_json(report),
         trial_order=report.provenance.trial_order[:TRIAL_ORDER_SHOWN],
     )
 
 
-def summary_json(report: Report) -> str:
-    """What the reports index lists for this run (read back by site.py)."""
-    first = report.headline[0].text if report.headline else ""
-    return json.dumps(
-        {
-            "headline": first,
-            "completed": report.completed,
-            "planned": report.planned,
-            "failed": report.failed,
-            "status": report.status,
-        },
-        ensure_ascii=False,
-    )
+def run_summary(report: Report) -> dict[str, object]:
+    """What the reports index lists for a run: written as summary.json beside its index.html,
+    so the index never rebuilds a report (seconds for a big run) nor reads one back."""
+    return {
+        "headline": report.headline[0].text if report.headline else "",
+        "completed": report.completed,
+        "planned": report.planned,
+        "failed": report.failed,
+        "status": report.status,
+    }
 
 
 def write_report(run_dir: Path) -> Path:
     """Load run.json and the journal, render, write run_dir/index.html atomically."""
-    html = render_report(load_report(run_dir))
-    return write_text_atomic(RunDir(run_dir).index_html, html, what="cannot write the report")
+    report = load_report(run_dir)
+    run = RunDir(run_dir)
+    page = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
+    write_json_atomic(run.summary_json, run_summary(report))  # the index trusts it only when newer than the inputs
+    return page
 
 
 def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:

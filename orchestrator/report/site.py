@@ -1,17 +1,15 @@
 """reports/index.html: one line per run (name, date, status, headline, link to its report).
 
-Why read the headline from each run's index.html: rebuilding every report to list it would cost
-seconds per big run. render.py stores a small JSON summary in a <meta> tag; it is used when the
-page is newer than the run's journal and manifest, and the run is rebuilt (not rendered) when
-it is missing or stale. A run that cannot be read is listed with the reason, never skipped and
+Why read each run's summary.json: rebuilding every report to list it would cost seconds per big
+run. render.py writes summary.json beside the run's index.html; it is used when it is newer than
+the run's journal and manifest, and the summary is rebuilt (not rendered) when it is missing or
+stale. A run that cannot be read is listed with the reason, never skipped and
 never fatal: the index is where one goes to find out what happened.
 """
 
 from __future__ import annotations
 
-import html
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +20,7 @@ from orchestrator.report.render import csp, environment, load_manifest, load_tri
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir, RunDir
 
-_META = re.compile(r'<meta name="orch-summary" content="([^"]*)">')
-HEAD_BYTES = 64 * 1024  # the summary sits in <head>
+SUMMARY_BYTES = 64 * 1024  # a summary is a few hundred bytes; anything bigger is not one of ours
 
 
 @dataclass(frozen=True)
@@ -101,21 +98,18 @@ def _entry(run_dir: Path) -> RunEntry:
 
 
 def _cached_summary(run_dir: Path) -> dict[str, object] | None:
+    """The run's summary.json (written with its report), if it is newer than run.json and the
+    journal; None sends the caller to rebuild the summary from the journal."""
     run = RunDir(run_dir)
-    page = run.index_html
-    if not page.is_file():
+    path = run.summary_json
+    if not path.is_file():
         return None
     newest_input = max((p.stat().st_mtime for p in (run.run_json, run.journal) if p.exists()), default=0.0)
-    if page.stat().st_mtime < newest_input:
-        return None
-    with page.open("rb") as handle:
-        head = handle.read(HEAD_BYTES).decode("utf-8", errors="replace")
-    match = _META.search(head)
-    if match is None:
+    if path.stat().st_mtime < newest_input or path.stat().st_size > SUMMARY_BYTES:
         return None
     try:
-        data = json.loads(html.unescape(match.group(1)))
-    except json.JSONDecodeError:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
 
