@@ -15,6 +15,7 @@ import hashlib
 from pathlib import Path
 
 import jinja2
+import pydantic
 from markupsafe import Markup
 
 from orchestrator.core.gcpause import gc_paused
@@ -123,16 +124,28 @@ def render_report(report: Report) -> str:
     )
 
 
-def run_summary(report: Report) -> dict[str, object]:
+class RunSummary(pydantic.BaseModel):
     """What the reports index lists for a run: written as summary.json beside its index.html,
     so the index never rebuilds a report (seconds for a big run) nor reads one back."""
-    return {
-        "headline": report.headline[0].text if report.headline else "",
-        "completed": report.completed,
-        "planned": report.planned,
-        "failed": report.failed,
-        "status": report.status,
-    }
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
+
+    headline: str = ""
+    completed: int = 0
+    planned: int = 0
+    failed: int = 0
+    status: str = ""
+
+
+def run_summary(report: Report) -> RunSummary:
+    first = report.headline[0].text if report.headline else ""
+    return RunSummary(
+        headline=first,
+        completed=report.completed,
+        planned=report.planned,
+        failed=report.failed,
+        status=report.status,
+    )
 
 
 def write_report(run_dir: Path) -> Path:

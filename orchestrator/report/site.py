@@ -9,14 +9,15 @@ never fatal: the index is where one goes to find out what happened.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import pydantic
 
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
 from orchestrator.report.build import build_report
-from orchestrator.report.render import csp, environment, load_manifest, load_trials
+from orchestrator.report.render import RunSummary, csp, environment, load_manifest, load_trials, run_summary
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir, RunDir
 
@@ -68,36 +69,33 @@ def _entry(run_dir: Path) -> RunEntry:
             RunDir(run_dir).index_html.is_file(),
             error=str(exc),
         )
-    base = dict(
+    entry = RunEntry(
         directory=run_dir.name,
         name=manifest.name,
         run_id=manifest.run_id,
         started=manifest.started,
+        status=manifest.status,
+        completed=0,
+        planned=len(manifest.plan),
+        failed=0,
+        headline="",
         has_report=RunDir(run_dir).index_html.is_file(),
     )
     try:
         summary = _cached_summary(run_dir) or _fresh_summary(run_dir, manifest)
     except OrchError as exc:
-        return RunEntry(
-            **base,
-            status=manifest.status,
-            completed=0,
-            planned=len(manifest.plan),
-            failed=0,
-            headline="",
-            error=str(exc),
-        )
-    return RunEntry(
-        **base,
-        status=str(summary.get("status", manifest.status)),
-        completed=int(summary.get("completed", 0)),
-        planned=int(summary.get("planned", len(manifest.plan))),
-        failed=int(summary.get("failed", 0)),
-        headline=str(summary.get("headline", "")),
+        return replace(entry, error=str(exc))
+    return replace(
+        entry,
+        status=summary.status or manifest.status,
+        completed=summary.completed,
+        planned=summary.planned,
+        failed=summary.failed,
+        headline=summary.headline,
     )
 
 
-def _cached_summary(run_dir: Path) -> dict[str, object] | None:
+def _cached_summary(run_dir: Path) -> RunSummary | None:
     """The run's summary.json (written with its report), if it is newer than run.json and the
     journal; None sends the caller to rebuild the summary from the journal."""
     run = RunDir(run_dir)
@@ -108,19 +106,12 @@ def _cached_summary(run_dir: Path) -> dict[str, object] | None:
     if path.stat().st_mtime < newest_input or path.stat().st_size > SUMMARY_BYTES:
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return RunSummary.model_validate_json(path.read_bytes())
+    except (OSError, pydantic.ValidationError):
         return None
-    return data if isinstance(data, dict) else None
 
 
-def _fresh_summary(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
+def _fresh_summary(run_dir: Path, manifest: RunManifest) -> RunSummary:
     trials, torn = load_trials(run_dir)
     report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
-    return {
-        "headline": report.headline[0].text if report.headline else "",
-        "completed": report.completed,
-        "planned": report.planned,
-        "failed": report.failed,
-        "status": report.status,
-    }
+    return run_summary(report)
