@@ -12,11 +12,13 @@ import difflib
 import hashlib
 import re
 import string
+import urllib.parse
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
+import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.core.redact import Redactor
@@ -25,8 +27,21 @@ from orchestrator.errors import ConfigError
 
 Dialect = Literal["systemd", "shell"]
 EnvValue = str | None  # None: remove the variable from the env file
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-ROLE_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+# Every name pattern ends in \Z, never `$`: `$` also matches before a trailing newline.
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+ROLE_NAME = re.compile(r"\A[a-z][a-z0-9_-]{0,30}\Z")
+TESTBED_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # a folder name: no /, no leading dot
+UNIT_NAME = re.compile(r"\A[A-Za-z0-9@_.:][A-Za-z0-9@._:-]{0,255}\Z")  # never an option (no leading -)
+SSH_HOST = re.compile(r"\A[A-Za-z0-9_:\[][A-Za-z0-9_.:%\[\]-]{0,252}\Z")  # a name or an address, no option
+SSH_USER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+PLACEHOLDER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+WEEK_S = 7 * 24 * 3600.0  # the longest timeout or estimate that makes sense
+MAX_TRIALS = 1_000_000  # planned trials of one run (a plan holds every trial in memory)
+MAX_REPLICATES = 100_000
+MAX_RETRIES = 10
+MAX_SEED = 2**64 - 1
+Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
 DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 CONTROLLER = "controller"
 
@@ -35,7 +50,7 @@ CONTROLLER = "controller"
 # Shape (pydantic). Strict about unknown keys; lax about "300" vs 300 (YAML numbers stay text).
 # --------------------------------------------------------------------------------------------
 class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 Scalar = str | bool | None
@@ -57,8 +72,8 @@ class MetricShape(_Shape):
 class ReproShape(_Shape):
     command: str
     on: str = CONTROLLER
-    timeout: float = Field(default=600, gt=0)
-    expected_duration: float = Field(default=10, ge=0)
+    timeout: float = Field(default=600, gt=0, le=WEEK_S)
+    expected_duration: float = Field(default=10, ge=0, le=WEEK_S)
     metrics: dict[str, MetricShape] = Field(min_length=1)
 
 
@@ -75,7 +90,7 @@ class AdaptiveShape(_Shape):
     effect: float = Field(default=0.10, gt=0, lt=1)  # smallest rate difference worth detecting
     alpha: float = Field(default=0.05, gt=0, lt=1)
     power: float = Field(default=0.8, gt=0, lt=1)
-    min_rounds: int = Field(default=1, ge=1)
+    min_rounds: int = Field(default=1, ge=1, le=MAX_REPLICATES)
     baseline_runs: int = Field(default=1, ge=1, le=10)  # baseline trials per round (more baseline events per round)
     # the question asked of every cell: "lower" = does it lower the rate vs the baseline (a bug
     # hunt whose baseline has the bug), "higher" the converse, "both" = does it differ at all
@@ -90,12 +105,12 @@ class MatrixShape(_Shape):
     exclude: list[dict[str, Scalar]] = []
     include: list[dict[str, Scalar]] = []
     baseline: dict[str, Scalar] = {}
-    replicates: int = Field(default=1, ge=1, le=100_000)
+    replicates: int = Field(default=1, ge=1, le=MAX_REPLICATES)
     order: Literal["randomized", "sequential", "min-restarts"] = "randomized"
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     booleans: tuple[str, str] = ("1", "0")
     secrets: list[str] = []  # variable names to redact everywhere, beyond *TOKEN*, *KEY*, ...
-    health_timeouts: dict[str, float] = {}
+    health_timeouts: dict[str, Seconds] = {}
     repro: ReproShape
     collect: dict[str, CollectShape] = {}
     adaptive: AdaptiveShape | None = None
@@ -108,7 +123,7 @@ class SshShape(_Shape):
     key: str | None = None
     known_hosts: str | None = None
     accept_new_host_keys: bool = False
-    connect_timeout: float = Field(default=10, gt=0)
+    connect_timeout: float = Field(default=10, gt=0, le=3600)
     sudo: bool = False
 
 
@@ -125,9 +140,9 @@ class HostShape(_Shape):
     units: list[str | UnitShape] = Field(min_length=1)
     url: str | None = None
     health: str | None = None
-    health_timeout: float = Field(default=600, gt=0)
+    health_timeout: float = Field(default=600, gt=0, le=WEEK_S)
     health_tunnel: bool = False  # reach the health URL through the host's SSH connection
-    startup_estimate: float = Field(default=30, ge=0)
+    startup_estimate: float = Field(default=30, ge=0, le=WEEK_S)
     verify_env: bool = True
     after: list[str] = []
 
@@ -440,6 +455,14 @@ def read_inventory(path: Path, display: str | None = None) -> Inventory:
 
 def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -> Testbed:
     where: PathKey = ("testbeds", name)
+    if not TESTBED_NAME.match(name):
+        raise source.error(
+            where,
+            f"invalid testbed name {name!r}",
+            "letters, digits, _ . -, not starting with . or -; it names a folder",
+        )
+    if tb.state_dir is not None:
+        _no_control(tb.state_dir, source, (*where, "state_dir"))
     hosts = {role: _build_host(role, h, base, source, (*where, "hosts", role)) for role, h in tb.hosts.items()}
     for role, host in hosts.items():
         for dep in host.after:
@@ -462,7 +485,9 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
     if h.transport == "local" and h.ssh is not None:
         raise source.error((*where, "ssh"), "`ssh:` given but transport is local", "set transport: ssh")
     units = tuple(_build_unit(u, h.transport, source, (*where, "units", i)) for i, u in enumerate(h.units))
-    env_file = h.env_file
+    if h.ssh is not None:
+        _check_ssh(h.ssh, source, (*where, "ssh"))
+    env_file = _no_control(h.env_file, source, (*where, "env_file"))
     if h.transport == "local":
         env_file = str((base / env_file).resolve()) if not Path(env_file).is_absolute() else env_file
     elif not env_file.startswith("/"):
@@ -474,8 +499,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         raise source.error(where, f"role {role!r} has no default port", "set url: and health:")
     health = h.health or url.rstrip("/") + ("/readiness" if role == "router" else "/health")
     for key, value in (("url", url), ("health", health)):
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise source.error((*where, key), f"not an http(s) URL: {value!r}")
+        _check_url(value, source, (*where, key))
     ssh = SshSettings(**h.ssh.model_dump()) if h.ssh else None
     if h.health_tunnel and h.transport != "ssh":
         raise source.error((*where, "health_tunnel"), "health_tunnel needs transport: ssh")
@@ -498,8 +522,15 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
 
 def _build_unit(u: str | UnitShape, transport: str, source: SourceMap, where: PathKey) -> UnitSpec:
     spec = UnitSpec(u) if isinstance(u, str) else UnitSpec(u.name, tuple(u.command) if u.command else None)
-    if not re.match(r"^[A-Za-z0-9@._:-]+$", spec.name):
-        raise source.error(where, f"invalid unit name {spec.name!r}")
+    if not UNIT_NAME.match(spec.name):
+        raise source.error(
+            where,
+            f"invalid unit name {spec.name!r}",
+            "letters, digits, @ . _ : -, not starting with - (never an option)",
+        )
+    for i, arg in enumerate(spec.command or ()):
+        if "\x00" in arg:
+            raise source.error((*where, "command", i), "a command argument contains a NUL byte")
     if transport == "local" and spec.command is None:
         raise source.error(
             where,
@@ -525,6 +556,94 @@ def _check_acyclic(hosts: dict[str, Host], source: SourceMap, where: PathKey) ->
 
     for role in hosts:
         visit(role, [])
+
+
+def _no_control(value: str, source: SourceMap, at: PathKey) -> str:
+    """Paths and names written into commands and files hold no NUL, line break or other control."""
+    if CONTROL.search(value):
+        raise source.error(at, f"{value!r} contains a control character (NUL, line break, tab, ...)")
+    return value
+
+
+def _check_ssh(ssh: SshShape, source: SourceMap, where: PathKey) -> None:
+    """Host and user reach ssh's argv: they must never read as an option or hold shell syntax."""
+    if not SSH_HOST.match(ssh.host):
+        raise source.error(
+            (*where, "host"),
+            f"invalid SSH host {ssh.host!r}",
+            "a host name or an IP address: letters, digits, . - _ : [ ], not starting with -",
+        )
+    if not SSH_USER.match(ssh.user):
+        raise source.error(
+            (*where, "user"), f"invalid SSH user {ssh.user!r}", "letters, digits, _ . -, not starting with - or a digit"
+        )
+    for key in ("key", "known_hosts"):
+        value = getattr(ssh, key)
+        if value is not None:
+            _no_control(value, source, (*where, key))
+
+
+def _check_url(value: str, source: SourceMap, at: PathKey) -> None:
+    """An http(s) URL with a host, a port in 1-65535 if given, and no whitespace or control."""
+    if CONTROL.search(value) or re.search(r"\s", value):
+        raise source.error(at, f"URL {value!r} contains whitespace or a control character")
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise source.error(at, f"not an http(s) URL: {value!r}", "e.g. http://10.0.0.4:30000/health")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or (port is None and re.search(r":\d*$", parts.netloc)):
+        raise source.error(at, f"URL {value!r} has an invalid port", "a port is 1-65535")
+
+
+def check_template(template: str, source: SourceMap, at: PathKey) -> list[str]:
+    """The placeholder names of a command template, each a plain {name}: no conversion (!r), no
+    format spec ({x:>999999999} would allocate a gigabyte), no attribute or index ({a.b}, {a[0]}),
+    no positional field ({0}, {})."""
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise source.error(at, f"bad placeholder syntax: {exc}", "write {{ and }} for literal braces") from None
+    names = []
+    for _, name, spec, conversion in fields:
+        if name is None:
+            continue
+        shown = "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        if not PLACEHOLDER.match(name):
+            raise source.error(at, f"invalid placeholder {shown}", "write a plain {name}; {{ and }} for literal braces")
+        if conversion is not None or spec:
+            raise source.error(at, f"placeholder {shown} has a conversion or format spec", f"write {{{name}}}")
+        names.append(name)
+    return names
+
+
+def max_cells(matrix: Matrix) -> int:
+    """An upper bound of the matrix's cells (the full product; exclude only removes cells)."""
+    zipped = {name for group in matrix.zips for name in group}
+    sizes = [len(f.levels) for f in matrix.factors if f.name not in zipped]
+    sizes += [len(matrix.factor(group[0]).levels) for group in matrix.zips]
+    total = 1
+    for n in sizes:
+        total *= n
+        if total > MAX_TRIALS:
+            return MAX_TRIALS + 1  # stop multiplying: 40 factors of 1000 levels is a 120-digit number
+    return total + len(matrix.include)
+
+
+def check_replicates(matrix: Matrix, replicates: int, flag: str = "--replicates") -> None:
+    """A replicates override (a flag, a queue entry, a run.json) is bounded like the matrix's
+    before anything is planned: 10^9 replicates would allocate gigabytes of trial positions."""
+    if not 1 <= replicates <= MAX_REPLICATES:
+        raise ConfigError(f"{flag}: {replicates} is not in 1-{MAX_REPLICATES:,}")
+    cells = max_cells(matrix)
+    if cells * replicates > MAX_TRIALS:
+        raise ConfigError(
+            f"{flag}: {replicates}: up to {cells:,} cells x {replicates:,} replicates "
+            f"is more than {MAX_TRIALS:,} trials",
+            hint="fewer replicates, or fewer factors or levels",
+        )
 
 
 def placeholders(template: str) -> list[str]:
@@ -558,8 +677,8 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 # Matrix normalisation: shapes -> core models, with every cross-reference checked.
 # --------------------------------------------------------------------------------------------
-NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
-LEVEL_NAME = re.compile(r"^[^,=\s][^,=]*$")
+NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_.-]{0,127}\Z")
+LEVEL_NAME = re.compile(r"\A[^,=\s\x00-\x1f\x7f][^,=\x00-\x1f\x7f]{0,127}\Z")
 STATIC_PLACEHOLDERS = {"run_dir", "trial_dir", "cell", "trial", "trial_seed", "round", "seed", "python", "testbed"}
 
 
@@ -577,8 +696,11 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
     partial = _build_selector(shape.baseline, by_name, source, ("baseline",), full=False)
     for i, name in enumerate(shape.secrets):
         _env_name(name, source, ("secrets", i))
+    _no_control(shape.name, source, ("name",))
+    for i, word in enumerate(shape.booleans):
+        _no_control(word, source, ("booleans", i))
     baseline = {f.name: partial.get(f.name, f.levels[0].name) for f in factors}
-    return Matrix(
+    matrix = Matrix(
         name=shape.name,
         description=shape.description,
         factors=factors,
@@ -598,6 +720,7 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         adaptive=_build_adaptive(shape, source),
         secrets=tuple(shape.secrets),
     )
+    return matrix  # its size (cells x replicates) is checked by core.matrix.expand
 
 
 def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:
@@ -690,8 +813,10 @@ def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) ->
         return m.booleans[0] if value else m.booleans[1]
     if value is None:
         return None
-    if "\x00" in value or "\n" in value or "\r" in value:
-        raise source.error(at, "value contains a NUL or line break", "env files hold one-line values")
+    if CONTROL.search(value.replace("\t", "")):
+        raise source.error(
+            at, "value contains a NUL or line break (or another control character)", "env files hold one-line values"
+        )
     return value
 
 
@@ -759,12 +884,8 @@ def _build_selector(
 
 def _build_repro(r: ReproShape, source: SourceMap) -> Repro:
     metrics = tuple(_build_metric(name, m, source) for name, m in r.metrics.items())
-    try:
-        placeholders(r.command)
-    except ValueError as exc:
-        raise source.error(
-            ("repro", "command"), f"bad placeholder syntax: {exc}", "write {{ and }} for literal braces"
-        ) from exc
+    check_template(r.command, source, ("repro", "command"))
+    _check_on(r.on, source)
     return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics)
 
 
@@ -772,11 +893,8 @@ def _build_metric(name: str, m: MetricShape, source: SourceMap) -> MetricSpec:
     at: PathKey = ("repro", "metrics", name, "regex")
     if not NAME.match(name):
         raise source.error(("repro", "metrics", name), f"invalid metric name {name!r}")
-    try:
-        groups = set(re.compile(m.regex).groupindex)
-        count = re.compile(m.regex).groups
-    except re.error as exc:
-        raise source.error(at, f"invalid regular expression: {exc}") from None
+    compiled = compile_pattern(m.regex, source, at)
+    groups, count = set(compiled.groupindex), compiled.groups
     if m.kind == "proportion" and not {"k", "n"} <= groups:
         raise source.error(
             at,
@@ -797,12 +915,30 @@ def _build_collectors(collect: dict[str, CollectShape], source: SourceMap) -> tu
         if (c.pattern is None) == (c.command is None):
             raise source.error(at, "give exactly one of `pattern:` (count matches in the role's logs) or `command:`")
         if c.pattern is not None:
-            try:
-                re.compile(c.pattern)
-            except re.error as exc:
-                raise source.error((*at, "pattern"), f"invalid regular expression: {exc}") from None
+            compile_pattern(c.pattern, source, (*at, "pattern"))
+        if c.command is not None:
+            check_template(c.command, source, (*at, "command"))
         out.append(Collector(name, c.role, c.pattern, c.command, c.unit))
     return tuple(out)
+
+
+MAX_PATTERN = 1000  # characters of a metric or collector regex
+
+
+def compile_pattern(pattern: str, source: SourceMap, at: PathKey) -> regex.Pattern[str]:
+    """A metric or collector regex, compiled by the engine that will run it (the `regex`
+    package: its matches take a timeout, so a catastrophic pattern cannot hang a sweep)."""
+    if len(pattern) > MAX_PATTERN:
+        raise source.error(at, f"regular expression longer than {MAX_PATTERN} characters")
+    try:
+        return regex.compile(pattern, regex.MULTILINE)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise source.error(at, f"invalid regular expression: {exc}") from None
+
+
+def _check_on(on: str, source: SourceMap) -> None:
+    if on != CONTROLLER and not ROLE_NAME.match(on):
+        raise source.error(("repro", "on"), f"invalid role {on!r}", "controller or a role of the inventory")
 
 
 def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
@@ -829,7 +965,7 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
         (("repro", "command"), matrix.repro.command),
         *[(("collect", c.name, "command"), c.command) for c in matrix.collect if c.command],
     ]:
-        for name in placeholders(template):
+        for name in check_template(template, src, where):
             if name not in known:
                 close = difflib.get_close_matches(name, sorted(known), n=1)
                 raise src.error(

@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import Inventory, Matrix, Testbed, check_against_inventory, read_inventory, read_matrix
+from orchestrator.core.config import (
+    MAX_REPLICATES,
+    MAX_RETRIES,
+    Inventory,
+    Matrix,
+    Testbed,
+    check_against_inventory,
+    check_replicates,
+    read_inventory,
+    read_matrix,
+)
 from orchestrator.core.matrix import warnings_for
 from orchestrator.core.plan import Plan, make_plan
 from orchestrator.core.records import RunManifest, TrialRecord
@@ -64,8 +74,12 @@ class SweepRequest:
     def __post_init__(self) -> None:
         if self.replicates is not None and self.replicates < 1:
             raise UsageError(f"replicates: {self.replicates} is not >= 1")
+        if self.replicates is not None and self.replicates > MAX_REPLICATES:
+            raise UsageError(f"--replicates {self.replicates}: more than {MAX_REPLICATES:,}", hint="fewer replicates")
         if self.retries < 0:
             raise UsageError(f"retries: {self.retries} is not >= 0")
+        if self.retries > MAX_RETRIES:
+            raise UsageError(f"--retries {self.retries}: more than {MAX_RETRIES}", hint="a few retries are enough")
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,8 @@ class PreparedSweep:
 def prepare(request: SweepRequest) -> PreparedSweep:
     """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts)."""
     matrix, inventory = load(request.matrix, request.inventory)
+    if request.replicates is not None:
+        check_replicates(matrix, request.replicates, "--replicates")
     warnings = tuple(warnings_for(matrix, request.replicates))
     testbeds = select_testbeds(inventory, request.testbeds)
     plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
@@ -275,6 +291,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     matrix = _matrix_of(manifest)
     inventory = _inventory_of(manifest)
     testbeds = [inventory.testbed(name) for name in manifest.testbeds]
+    check_replicates(matrix, manifest.replicates, f"{RunDir(run_dir).run_json}: replicates")
     plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
     journal = RunDir(run_dir).journal
