@@ -42,45 +42,7 @@ TEXT_TYPES = {
 }
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
-STATUS_PAGE = """{% extends "base.html.j2" %}
-{% block meta %}<meta http-equiv="refresh" content="{{ refresh }}">{% endblock %}
-{% block title %}orch status{% endblock %}
-{% block body %}
-<h1>orch status</h1>
-<p class="muted">Updated {{ s.generated }} (this page reloads every {{ refresh }} s) · <a href="index.html">all runs</a></p>
-<h2>Sweeps</h2>
-<div class="scroll"><table id="live">
-  <thead><tr><th>run</th><th>state</th><th>progress</th><th>current cell</th><th>last trial</th><th>ETA</th><th>controller</th></tr></thead>
-  <tbody>
-  {% for r in s.runs %}
-    <tr class="{{ r.state }}" data-run="{{ r.directory }}">
-      <td><a href="{{ r.directory | urlencode }}/index.html">{{ r.status.name }}</a><br><code class="muted">{{ r.directory }}</code></td>
-      <td><span class="badge {{ 'running' if r.state == 'running' else r.run_status }}">{{ r.state if r.state != 'finished' else r.run_status }}</span>{% if r.state == 'stale' %}<br><span class="muted">its controller is gone: orch resume {{ r.directory }}</span>{% endif %}</td>
-      <td class="num"><progress max="{{ r.status.total }}" value="{{ r.status.done }}"></progress> {{ r.status.done }}/{{ r.status.total }}{% if r.status.failed %} ({{ r.status.failed }} failed){% endif %}</td>
-      <td>{{ (r.status.current_cell or '–') | replace(',', ', ') }}</td>
-      <td>{{ (r.status.last or '–') | replace(',', ', ') }}</td>
-      <td class="num">{% if r.state == 'running' and r.status.eta_s is not none %}{{ r.status.eta_s | round | int }} s<br><span class="muted">{{ r.status.eta_at[11:19] }} UTC</span>{% else %}–{% endif %}</td>
-      <td><code>{{ r.status.host }}:{{ r.status.pid }}</code>{% if r.status.note %}<br><span class="muted">{{ r.status.note }}</span>{% endif %}</td>
-    </tr>
-  {% else %}
-    <tr><td colspan="7" class="muted">No sweep is running.</td></tr>
-  {% endfor %}
-  </tbody>
-</table></div>
-<h2>Queue</h2>
-<div class="scroll"><table id="queue">
-  <thead><tr><th>id</th><th>state</th><th>priority</th><th>matrix</th><th>testbed</th><th>added</th><th>run</th><th>note</th></tr></thead>
-  <tbody>
-  {% for q in s.queue %}
-    <tr><td class="num">{{ q.id }}</td><td><span class="badge {{ q.state }}">{{ q.state }}</span></td><td class="num">{{ q.priority }}</td>
-        <td>{{ q.matrix }}</td><td>{{ q.testbed }}</td><td>{{ q.added[:19] | replace('T', ' ') }}</td><td><code>{{ q.run }}</code></td><td>{{ q.message }}</td></tr>
-  {% else %}
-    <tr><td colspan="8" class="muted">Nothing queued.</td></tr>
-  {% endfor %}
-  </tbody>
-</table></div>
-{% endblock %}
-"""
+STATUS_TEMPLATE = "status.html.j2"  # in orchestrator/report/templates, beside the report's
 
 
 def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
@@ -168,7 +130,11 @@ class ReportsHandler(BaseHTTPRequestHandler):
     def _status_page(self) -> None:
         from orchestrator.report.render import environment
 
-        html = environment().from_string(STATUS_PAGE).render(s=snapshot(self.reports), refresh=REFRESH_S, csp=PAGE_CSP)
+        html = (
+            environment()
+            .get_template(STATUS_TEMPLATE)
+            .render(s=snapshot(self.reports), refresh=REFRESH_S, csp=PAGE_CSP)
+        )
         self._send(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _api_status(self) -> None:

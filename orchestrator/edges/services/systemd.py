@@ -270,7 +270,7 @@ def parse_show(text: str, units: Sequence[str]) -> list[ShowInfo]:
     blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()] if text.strip() else []
     if len(blocks) != len(units):
         raise ValueError(f"expected {len(units)} blocks from systemctl show, got {len(blocks)}")
-    return [_show_info(unit, _kv(block)) for unit, block in zip(units, blocks)]
+    return [_show_info(unit, _kv(block)) for unit, block in zip(units, blocks, strict=True)]
 
 
 def _kv(block: str) -> dict[str, str]:
