@@ -10,12 +10,15 @@ Why this shape:
 - Metrics are named-group regexes (Ramble's idea). The LAST match wins because a repro prints
   progress lines first and its summary last. A proportion keeps k and n (6 of 40 sessions), never
   just a percentage, so the report can put a confidence interval on it.
+- A regex is the user's: ``(a+)+$`` over one long line backtracks for hours while every host is
+  in a changed state. So matching runs on the ``regex`` engine with a deadline per metric and
+  over the output's last MAX_SCAN_CHARS only (the summary is at the end); a timeout is a clear
+  workload failure naming the metric, never a hang.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import select
 import signal
 import subprocess
@@ -24,11 +27,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+import regex
+
 from orchestrator.core.config import MetricSpec
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.errors import ConfigError, WorkloadError
 
-__all__ = ["MetricSpec", "extract_metrics", "run_command", "TAIL_BYTES", "KILL_GRACE_S"]
+__all__ = ["MetricSpec", "extract_metrics", "run_command", "scan", "TAIL_BYTES", "KILL_GRACE_S"]
 
 TAIL_BYTES = 4096  # stdout tail kept in the journal; the full text stays in the file
 ERROR_TAIL_CHARS = 1500  # output tail quoted under a "metrics missing" error
@@ -36,6 +41,8 @@ KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
 KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
+MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
+MATCH_TIMEOUT_S = 2.0  # per metric: far above a sane regex over 4 MiB (ms), far below a hang
 
 
 # ---------------------------------------------------------------- metrics (PURE)
@@ -51,7 +58,14 @@ def extract_metrics(text: str, specs: Sequence[MetricSpec]) -> dict[str, MetricV
     values: dict[str, MetricValue] = {}
     problems: list[str] = []
     for spec in specs:
-        match = _last_match(spec, text)
+        try:
+            match = _last_match(spec, text)
+        except TimeoutError:
+            problems.append(
+                f"{spec.name} (/{spec.regex}/ took longer than {MATCH_TIMEOUT_S:g} s: "
+                "catastrophic backtracking? make the regex more specific)"
+            )
+            continue
         if match is None:
             problems.append(f"{spec.name} (no match for /{spec.regex}/)")
             continue
@@ -68,18 +82,27 @@ def extract_metrics(text: str, specs: Sequence[MetricSpec]) -> dict[str, MetricV
     return values
 
 
-def _last_match(spec: MetricSpec, text: str) -> re.Match[str] | None:
+def _last_match(spec: MetricSpec, text: str) -> regex.Match[str] | None:
     try:
-        pattern = re.compile(spec.regex, re.MULTILINE)
-    except re.error as exc:
+        pattern = regex.compile(spec.regex, regex.MULTILINE)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise ConfigError(f"invalid regular expression: {exc}", path=f"repro.metrics.{spec.name}.regex") from None
-    last = None
-    for last in pattern.finditer(text):
-        pass
-    return last
+    return scan(pattern, text)[0]
 
 
-def _metric_value(spec: MetricSpec, match: re.Match[str]) -> MetricValue:
+def scan(
+    pattern: regex.Pattern[str], text: str, timeout_s: float = MATCH_TIMEOUT_S
+) -> tuple[regex.Match[str] | None, int]:
+    """(the last match, the number of matches) of `pattern` in the last MAX_SCAN_CHARS of
+    `text`, within timeout_s in all (TimeoutError after that); only the last match is kept, so an
+    empty pattern over 4 MiB costs no memory. Collectors count log lines with it too."""
+    last, count = None, 0
+    for match in pattern.finditer(text[-MAX_SCAN_CHARS:], timeout=timeout_s):
+        last, count = match, count + 1
+    return last, count
+
+
+def _metric_value(spec: MetricSpec, match: regex.Match[str]) -> MetricValue:
     """Turn one match into a MetricValue; ValueError says what is wrong with the matched text."""
     if spec.kind == "proportion":
         k, n = _int_group(spec, match, "k"), _int_group(spec, match, "n")
@@ -96,7 +119,7 @@ def _metric_value(spec: MetricSpec, match: re.Match[str]) -> MetricValue:
     return MetricValue(kind="number", value=value, unit=spec.unit)
 
 
-def _int_group(spec: MetricSpec, match: re.Match[str], name: str) -> int:
+def _int_group(spec: MetricSpec, match: regex.Match[str], name: str) -> int:
     raw = _group(spec, match, name)
     try:
         return int(raw)
@@ -104,7 +127,7 @@ def _int_group(spec: MetricSpec, match: re.Match[str], name: str) -> int:
         raise ValueError(f"group {name}={raw!r} is not an integer") from None
 
 
-def _group(spec: MetricSpec, match: re.Match[str], name: str) -> str:
+def _group(spec: MetricSpec, match: regex.Match[str], name: str) -> str:
     """The text of group `name`, or of the only group for a number metric."""
     if name in match.re.groupindex:
         text = match.group(name)
