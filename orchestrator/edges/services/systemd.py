@@ -191,7 +191,7 @@ class SystemdManager:
     def logs_since(self, unit: str, since: float, max_bytes: int = 256_000) -> str:
         """The unit's journal lines since `since` (host epoch), the last max_bytes of them."""
         cmd = (
-            f"journalctl -q -u {shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"
+            f"journalctl -q --unit={shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"
             f" | tail -c {int(max_bytes)}"
         )
         text = self._run(cmd, check=True).stdout

@@ -47,7 +47,7 @@ from paramiko.ssh_exception import (
 
 from orchestrator.edges.transport import Result
 from orchestrator.edges.transport.tunnel import Tunnel
-from orchestrator.errors import CommandFailed, CommandTimedOut, TransportError
+from orchestrator.errors import CommandFailed, CommandTimedOut, ConfigError, TransportError
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runaway log cat)
 KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
@@ -135,6 +135,8 @@ class SshTransport:
         keepalive_s: int = 15,
         use_sudo: bool = False,
     ) -> None:
+        _check_operand("ssh.host", hostname)
+        _check_operand("ssh.user", user)
         self.host = host
         self.hostname, self.port, self.user = hostname, port, user
         self.key_filename, self.known_hosts = key_filename, known_hosts
@@ -383,6 +385,14 @@ class SshTransport:
 
 
 # -------------------------------------------------------------------- pure helpers
+def _check_operand(key: str, value: str) -> None:
+    """A host or user goes into connections and into the commands a hint shows (ssh-keyscan,
+    ssh-keygen): never one that reads as an option or holds whitespace or shell syntax. The
+    inventory refuses them first (config); this is the edge's own guard for other callers."""
+    if not value or value.startswith("-") or any(c.isspace() or c in "\x00;&|`$<>()'\"\\*?!{}" for c in value):
+        raise ConfigError(f"{key}: {value!r} is not a host or user name", hint="letters, digits, . - _ : not first -")
+
+
 def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None) -> str:
     """The exact line sent to the host. A sequence is quoted word by word; a string is kept
     for the login shell, or handed to "$SHELL" -c (quoted) when sudo or timeout wrap it.
