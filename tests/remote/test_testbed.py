@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,16 @@ def test_hosts_are_real_systemd_and_isolated(testbed: Testbed, tmp_path: Path) -
     testbed.ssh("router", f"timeout 2 bash -c '</dev/tcp/{testbed.host('decode').ip}/30002'")
 
 
+def mount_table(lab: Path) -> Counter[str]:
+    """This machine's mounts, less the netns pins (nsfs) of testbeds outside `lab`: other pytest
+    workers boot and tear down their own testbeds while this test runs, each pinning 3 netns."""
+    inside = str(lab) + "/"
+    lines = Path("/proc/self/mounts").read_text().splitlines()
+    return Counter(line for line in lines if line.split()[2] != "nsfs" or line.split()[1].startswith(inside))
+
+
 def test_second_testbed_gets_its_own_network_and_leaves_nothing(testbed: Testbed, tmp_path: Path) -> None:
-    mounts_before = len(Path("/proc/self/mounts").read_text().splitlines())
+    mounts_before = mount_table(tmp_path / "lab")
     other = boot_testbed(tmp_path / "lab")
     try:
         assert other.bridge != testbed.bridge and other.net != testbed.net
@@ -80,7 +89,7 @@ def test_second_testbed_gets_its_own_network_and_leaves_nothing(testbed: Testbed
     assert not any(alive(p) for p in pids)
     assert not link_exists(other.bridge)
     assert not Path(cgroup, f"orch-testbed-{other.bridge}").exists()
-    assert len(Path("/proc/self/mounts").read_text().splitlines()) == mounts_before
+    assert mount_table(tmp_path / "lab") == mounts_before
     assert link_exists(testbed.bridge)  # the session's testbed is untouched
 
 

@@ -49,6 +49,7 @@ import yaml
 SCRIPT = Path(__file__).resolve().with_name("testbed.sh")
 WARMUP_S = 0.3
 SUBNETS = range(231, 251)  # 10.<n>.0.0/24 tried in turn; bridge otb<n-231>: a free one is claimed
+CLAIM_SLICE = 4  # bridges per xdist worker slice (a worker holds at most 3 testbeds at once)
 HOST_IPS = {"prefill": 2, "router": 3, "decode": 4}
 HIDDEN = ("/root", "/tmp", "/var/tmp", "/run", "/dev/shm", "/var/log/journal")  # fresh tmpfs inside
 TOOLS = ("unshare", "nsenter", "setsid", "setpriv", "ip", "findmnt", "ssh", "ssh-keygen", "base64", "timeout")
@@ -448,15 +449,27 @@ def _in_parallel(fn: Callable[[TestbedHost], None], hosts: tuple[TestbedHost, ..
 
 def _claim_network(env: dict[str, str]) -> dict[str, str]:
     """Claim the first free bridge + subnet (creating the bridge is the atomic claim), so two
-    test runs on one machine never share hosts."""
+    test runs on one machine never share hosts. The search starts at this xdist worker's own
+    slice (see claim_order): a bridge another worker has just freed is not claimed at once, so a
+    test that checks its bridge is gone after teardown cannot see a neighbour's new one."""
     errors = []
-    for i, octet in enumerate(SUBNETS):
-        trial = {**env, "OTB_BR": f"otb{i}", "OTB_NET": f"10.{octet}.0"}
+    for i in claim_order(os.environ.get("PYTEST_XDIST_WORKER", "")):
+        trial = {**env, "OTB_BR": f"otb{i}", "OTB_NET": f"10.{SUBNETS[i]}.0"}
         proc = _script(trial, "net-up", check=False)
         if proc.returncode == 0:
             return trial
         errors.append(proc.stderr.strip())
     raise TestbedUnsupported(f"no free bridge/subnet for the testbed: {errors[-1] if errors else '?'}")
+
+
+def claim_order(worker: str) -> list[int]:
+    """Indices into SUBNETS in the order to try them: worker gwK (pytest-xdist; the variable is
+    inherited by scripts the tests start) begins at slice K of CLAIM_SLICE bridges, anything
+    else at 0; all indices come once, so a full slice falls back to the others."""
+    start = 0
+    if worker.startswith("gw") and worker[2:].isdigit():
+        start = int(worker[2:]) * CLAIM_SLICE % len(SUBNETS)
+    return [(start + k) % len(SUBNETS) for k in range(len(SUBNETS))]
 
 
 def _stage(lab: Path, host: TestbedHost, python: str, checkout: Path) -> Path:
