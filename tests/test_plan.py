@@ -194,7 +194,7 @@ def test_restart_cost_counts_the_units_of_roles_whose_env_changes(ablation):
     m, tb = ablation
     plan = make_plan(m, tb, seed=1)
     envs = {c: merged_env(m, c) for c in plan.cells}
-    cost = _restart_cost(tb)
+    cost = _restart_cost(m, tb)
     for a in plan.cells:
         for b in plan.cells:
             expected = sum(len(tb.hosts[r].units) for r in envs[b] if envs[a].get(r) != envs[b][r])

@@ -84,6 +84,30 @@ def make_cell(levels: Levels, index: LevelIndex) -> Cell:
     return Cell(levels, env)
 
 
+def mentioned_vars(matrix: Matrix) -> dict[str, frozenset[str]]:
+    """role -> every variable any level of the matrix sets or removes on it.
+
+    Every cell owns all of them: a cell that does not mention one gives it its original value
+    (or leaves it absent, as originally), never the value an earlier cell wrote. Roles no level
+    mentions are not in the result: their files are never edited."""
+    out: dict[str, set[str]] = {}
+    for f in matrix.factors:
+        for lv in f.levels:
+            for role, assignments in lv.env.items():
+                out.setdefault(role, set()).update(assignments)
+    return {role: frozenset(keys) for role, keys in out.items()}
+
+
+def expected_env(
+    assignments: Mapping[str, EnvValue], keys: frozenset[str], original: Mapping[str, str]
+) -> dict[str, EnvValue]:
+    """A role's complete env in a cell: each key the matrix mentions, with the cell's value, or
+    else the value the original file gives it (None = unset, as originally)."""
+    out: dict[str, EnvValue] = {k: original.get(k) for k in sorted(keys)}
+    out.update(assignments)
+    return out
+
+
 class Trial(NamedTuple):
     """One cell at one position of the run. A named tuple, not a frozen dataclass: a plan holds
     one per trial (100,000s), and a tuple is immutable at a fraction of the cost to build."""

@@ -2,8 +2,11 @@
 
 The plan says, for every trial, what each role's env file must hold for the cell, which roles'
 env differs from the previous trial (their units restart; others stay up), and an estimate of
-the time it takes. The runner recomputes the restarts from the real files at run time (a host
-may already hold a cell's values); the plan is the expectation, the journal is the truth.
+the time it takes. A cell's env is the ORIGINAL file plus the cell's own assignments: a variable
+that some level mentions and this cell does not is back to its original value, so a role whose
+previous cell set something and whose new cell sets nothing has changed (and restarts).
+The runner recomputes the restarts from the real files at run time (a host may already hold a
+cell's values); the plan is the expectation, the journal is the truth.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from orchestrator.core.matrix import (
     Trial,
     baseline_cell,
     expand,
+    mentioned_vars,
     order_positions,
 )
 
@@ -34,8 +38,10 @@ class Step(NamedTuple):
     one per trial, and `orch resume` rebuilds 100,000 of them before it may go on)."""
 
     trial: Trial
-    env: RoleEnv  # the cell's assignments per role: the cell's env, shared by its trials
-    changed_roles: tuple[str, ...]  # roles whose env differs from the previous trial
+    env: RoleEnv  # the cell's own assignments per role (what the journal shows), shared by its trials
+    # roles whose complete env (original + assignments, see Plan.mentioned) differs from the
+    # previous trial's: a role the previous cell set and this one does not is among them
+    changed_roles: tuple[str, ...]
     restart_units: tuple[tuple[str, str], ...]  # (role, unit) in restart order
     wait_roles: tuple[str, ...]  # roles whose health is awaited (restarted + dependants)
     estimate_s: float
@@ -59,6 +65,12 @@ class Plan:
         return sum(s.estimate_s for s in self.steps)
 
     @cached_property
+    def mentioned(self) -> dict[str, frozenset[str]]:
+        """role -> the variables the matrix mentions: each cell's complete env holds all of them
+        (the cell's value, else the original file's); the runner writes and verifies that."""
+        return mentioned_vars(self.matrix)
+
+    @cached_property
     def baseline(self) -> Cell:  # cached: `orch plan` compares every cell with it
         return baseline_cell(self.matrix)
 
@@ -79,7 +91,7 @@ def make_plan(
     seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
     reps = replicates if replicates is not None else matrix.replicates
     cells = expand(matrix)
-    ordering = order_positions(matrix, cells, seed, reps, order=order, cost=_restart_cost(testbed))
+    ordering = order_positions(matrix, cells, seed, reps, order=order, cost=_restart_cost(matrix, testbed))
     with gc_paused():  # 100,000s of tuples, no cycles: the collector would rescan them all, often
         steps = _steps(matrix, testbed, ordering, [c.env for c in ordering.pool])
     return Plan(matrix, testbed, seed, reps, tuple(cells), steps)
@@ -101,13 +113,25 @@ def _steps(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[Role
         key = (previous + 1) * n + c
         wave = by_pair.get(key)
         if wave is None:
-            before = envs[previous] if previous >= 0 else None
-            changed = frozenset(role for role in envs[c] if before is None or envs[c][role] != before.get(role))
+            changed = _changed(envs[previous] if previous >= 0 else None, envs[c])
             wave = by_roles.get(changed) or by_roles.setdefault(changed, _wave(matrix, testbed, changed))
             by_pair[key] = wave
         steps.append(new(Step, (new(Trial, (i, r, pool[c], c == base)), envs[c], *wave)))
         previous = c
     return tuple(steps)
+
+
+def _changed(before: RoleEnv | None, after: RoleEnv) -> frozenset[str]:
+    """Roles whose complete env differs. Every cell's complete env of a role holds the same keys
+    (those the matrix mentions), so two are equal exactly when the cells' own assignments are
+    (a role a cell does not mention has none). The first trial changes what its cell sets."""
+    if before is None:
+        return frozenset(role for role, a in after.items() if a)
+    roles = after.keys() | before.keys()
+    return frozenset(role for role in roles if after.get(role, _NONE) != before.get(role, _NONE))
+
+
+_NONE: dict[str, EnvValue] = {}
 
 
 def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
@@ -118,16 +142,19 @@ def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
     return tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s
 
 
-def _restart_cost(testbed: Testbed) -> RestartCost:
-    """Units restarted going from cell a to cell b: those of every role whose env b sets
-    differently. A cell's signature numbers its env per role (equal envs, equal numbers)."""
+def _restart_cost(matrix: Matrix, testbed: Testbed) -> RestartCost:
+    """Units restarted going from cell a to cell b: those of every role whose complete env
+    differs. A cell's signature numbers its env per role (equal envs, equal numbers); a role the
+    matrix mentions and the cell does not has the empty env (back to the original), a role no
+    level mentions is -1 (never restarted)."""
     roles = list(testbed.hosts)
+    mentioned = matrix.roles
     classes: list[dict[frozenset[tuple[str, EnvValue]], int]] = [{} for _ in roles]
 
     def signature(cell: Cell) -> tuple[int, ...]:
         env = cell.env
         return tuple(
-            -1 if r not in env else known.setdefault(frozenset(env[r].items()), len(known))
+            -1 if r not in mentioned else known.setdefault(frozenset(env.get(r, _NONE).items()), len(known))
             for r, known in zip(roles, classes, strict=True)
         )
 
