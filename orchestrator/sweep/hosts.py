@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.core.plan import restart_order
@@ -31,8 +31,10 @@ class HostState:
 
     original: bytes  # env file bytes before the run
     active: dict[str, bool]  # unit -> was it active before the run
-    touched: bool = False  # did orch write the file during this run
     current: bytes | None = None  # what the file holds now, as orch last read or wrote it
+    # units whose process may hold an env orch wrote: orch wrote a non-original file since orch
+    # last restarted them on the original one (a unit may also restart by itself, Restart=)
+    stale: set[str] = field(default_factory=set)
     clock_offset: float = 0.0  # host clock - controller clock: journal windows use host time
 
 
@@ -80,8 +82,8 @@ class HostGuard:
                 f"{folder.path}: cannot read the backup of the original env files: {exc} "
                 "(the run directory is damaged; restore the hosts by hand)"
             ) from None
-        for role, original in originals.items():
-            self.states[role] = HostState(original, units.get(role, {}), touched=True)
+        for role, original in originals.items():  # what the killed run's units hold is unknown
+            self.states[role] = HostState(original, units.get(role, {}), stale=set(self.deployment.hosts[role].units))
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
         return True
 
@@ -92,6 +94,9 @@ class HostGuard:
 
     def restore(self, run_dir: Path) -> list[str]:
         """Put every env file back byte for byte and every unit back in its original state.
+
+        A unit originally active is restarted only when its file differed from the original
+        here, or orch wrote a non-original file since it last restarted it on the original one.
 
         Returns the roles that could not be restored (empty when all is well). A second Ctrl-C
         (or a SIGTERM) during the restore skips only the host being restored: the others are
@@ -110,6 +115,22 @@ class HostGuard:
             self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {run_dir}")
         return left
 
+    def note_write(self, role: str, data: bytes) -> None:
+        """orch wrote `data` to the role's env file: any unit may run on it from now on."""
+        state = self.states[role]
+        if data != state.original:
+            state.stale.update(self.deployment.hosts[role].units)
+
+    def note_restart(self, role: str, unit: str) -> None:
+        """orch restarted a unit: it runs on the original env exactly when the file is original."""
+        state = self.states.get(role)
+        if state is None:
+            return
+        if state.current is None or state.current == state.original:
+            state.stale.discard(unit)
+        else:
+            state.stale.add(unit)
+
     def offset(self, role: str) -> float:
         """The host's clock offset (0 before the backup measured it)."""
         state = self.states.get(role)
@@ -120,11 +141,13 @@ class HostGuard:
         h, state = self.deployment.hosts[role], self.states[role]
         if h.transport.read_bytes(h.host.env_file) != state.original:
             h.transport.write_bytes_atomic(h.host.env_file, state.original)
-            state.touched = True
-        for unit in h.units:
+            state.stale.update(h.units)  # someone or something changed it: reload every unit
+        state.current = state.original
+        for unit in h.units:  # restart only what may run on a non-original env (a model load each)
             if state.active.get(unit):
-                if state.touched:
+                if unit in state.stale:
                     h.services.restart(unit)
+                    state.stale.discard(unit)
             elif (role, unit) in self.started_units or h.services.state(unit).is_active:
                 h.services.stop(unit)
         _remove_host_backup(h, self.run_id)

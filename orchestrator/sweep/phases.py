@@ -27,6 +27,7 @@ import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.config import CONTROLLER, Collector
+from orchestrator.core.matrix import expected_env
 from orchestrator.core.plan import Plan, Step, dependants, restart_order
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.core.redact import Redactor
@@ -73,23 +74,52 @@ class Services:
         # around that time (a unit restarts in about the same time, trial after trial)
         self.ready_waits: dict[str, deque[float]] = {}
         self.checker: ThreadPoolExecutor | None = None  # verifies beside the repro
+        self._cell_bytes: dict[tuple[str, frozenset[tuple[str, str | None]]], bytes] = {}
+        self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
 
     def apply(self, step: Step, ctx: TrialContext) -> None:
         """Write each role's env file for the cell; only files whose text changes are written.
 
-        The bytes orch last wrote are remembered, so a trial costs no read round trip; the file
-        is read again on the first trial and after any failure (when anything may have moved)."""
-        for role, assignments in step.env.items():
+        Every role the matrix mentions gets the ORIGINAL file edited with this cell's own
+        assignments (none: the original bytes), so nothing an earlier cell wrote survives and the
+        result never depends on the order. The bytes orch last wrote are remembered, so a trial
+        costs no read round trip; the file is read again on the first trial and after any
+        failure (when anything may have moved)."""
+        for role in self.plan.mentioned:
             h, state = self.deployment.hosts[role], self.guard.states[role]
             cached = state.current is not None and not self.verify_all_next
             old = state.current if cached and state.current is not None else h.transport.read_bytes(h.host.env_file)
-            text = old.decode("utf-8", errors="surrogateescape")
-            new = envfile.edit(text, assignments, h.host.dialect).encode("utf-8", errors="surrogateescape")
+            new = self.cell_bytes(role, step.env.get(role))
             if new != old:
                 h.transport.write_bytes_atomic(h.host.env_file, new)
-                state.touched = True
+                self.guard.note_write(role, new)
                 ctx.changed.add(role)
             state.current = new
+
+    def cell_bytes(self, role: str, assignments: Mapping[str, str | None] | None) -> bytes:
+        """The role's env file for a cell: the original edited with the cell's assignments,
+        computed once per distinct assignment set (a sweep repeats a few cells many times)."""
+        if not assignments:
+            return self.guard.states[role].original
+        key = (role, frozenset(assignments.items()))
+        got = self._cell_bytes.get(key)
+        if got is None:
+            host = self.deployment.hosts[role].host
+            text = self.guard.states[role].original.decode("utf-8", errors="surrogateescape")
+            got = envfile.edit(text, assignments, host.dialect).encode("utf-8", errors="surrogateescape")
+            self._cell_bytes[key] = got
+        return got
+
+    def expected(self, role: str, assignments: Mapping[str, str | None] | None) -> dict[str, str | None]:
+        """What the live process of a role's unit must hold for every key the matrix mentions:
+        the cell's value, else what the original file gives (or unset), as the host's dialect
+        reads it."""
+        original = self._original_values.get(role)
+        if original is None:
+            host, state = self.deployment.hosts[role].host, self.guard.states[role]
+            text = state.original.decode("utf-8", errors="surrogateescape")
+            original = self._original_values[role] = envfile.read_values(text, host.dialect)
+        return expected_env(assignments or {}, self.plan.mentioned[role], original)
 
     def restart(self, ctx: TrialContext) -> None:
         """Restart units whose env changed or that are not running, in dependency waves;
@@ -109,6 +139,8 @@ class Services:
         gather({f"{r}:{u}": (r, u) for r, u in units}, one, what="units")
         ctx.restarted.extend(units)
         self.guard.started_units.update(units)
+        for role, unit in units:
+            self.guard.note_restart(role, unit)
 
     def wait_healthy(self, since: float, restarted: set[str]) -> dict[str, float]:
         """Wait on every role's health URL; a unit that dies meanwhile fails the wait at once.
@@ -149,10 +181,11 @@ class Services:
         Restarted units always; every unit on the first trial and after a failure. A unit that
         was not restarted and holds stale values is restarted once and checked again."""
         restarted = set(ctx.restarted)
-        for role, assignments in step.env.items():
+        for role in self.plan.mentioned:
             h = self.deployment.hosts[role]
             if not h.host.verify_env:
                 continue
+            assignments = self.expected(role, step.env.get(role))
             for unit in h.units:
                 if (role, unit) not in restarted and not self.verify_all_next:
                     continue
