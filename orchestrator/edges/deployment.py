@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+import httpx
+
+from orchestrator.core import envfile
 from orchestrator.core.config import Host, Testbed
+from orchestrator.core.redact import Redactor
 from orchestrator.edges.services import ServiceManager
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import OrchError, PreflightError
@@ -112,22 +116,34 @@ def expand_unit_arg(arg: str) -> str:
     return arg.replace("{python}", sys.executable)
 
 
-def preflight(deployment: Deployment, plan: "Plan | None" = None) -> list[str]:
+def preflight(deployment: Deployment, plan: "Plan | None" = None, client: httpx.Client | None = None) -> list[str]:
     """Check every host before the first edit; raise PreflightError naming the host.
 
     Reachable and authenticated, env file readable and writable, units known, health URL host
     resolvable, and every cell's edit of every env file possible (a file orch cannot edit
-    faithfully is refused now, not in the middle of the night). Nothing is changed anywhere, so a
-    failure here exits 2 with hosts untouched. Returns warnings (lint) worth showing.
+    faithfully is refused now, not in the middle of the night). The deployment as it is, too:
+    each active unit's live env holds what its env file gives as orch reads it (a wrong
+    `dialect:` or an overriding drop-in would fail every trial, twice, at up to health_timeout
+    each), and the health URL of a host whose units all run answers. Nothing is changed
+    anywhere, so a failure here exits 2 with hosts untouched. Returns warnings (lint) worth
+    showing.
     """
     problems, warnings = [], []
-    for role, handle in deployment.hosts.items():
-        try:
-            _check_host(handle)
-            if plan is not None:
-                warnings += _check_edits(handle, plan)
-        except OrchError as exc:
-            problems.append(str(exc))
+    own = client is None
+    http = client if client is not None else httpx.Client(timeout=PREFLIGHT_HEALTH_TIMEOUT_S, trust_env=False)
+    redactor = plan.matrix.redactor if plan is not None else Redactor()
+    try:
+        for handle in deployment.hosts.values():
+            try:
+                _check_host(handle)
+                if plan is not None:
+                    warnings += _check_edits(handle, plan)
+                _check_as_it_is(handle, http, redactor)
+            except OrchError as exc:
+                problems.append(str(exc))
+    finally:
+        if own:
+            http.close()
     if len(problems) == 1:
         raise PreflightError(f"{problems[0]} (preflight: nothing was changed)")
     if problems:
@@ -137,8 +153,6 @@ def preflight(deployment: Deployment, plan: "Plan | None" = None) -> list[str]:
 
 def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
     """Dry-run each distinct assignment set of this role against the file as it is now."""
-    from orchestrator.core import envfile
-
     host = handle.host
     text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
     where = f"{host.label}: {host.env_file}"
@@ -154,6 +168,58 @@ def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
         except OrchError as exc:
             raise PreflightError(f"{where}: {exc}") from None
     return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
+
+
+PREFLIGHT_HEALTH_TIMEOUT_S = 10.0  # one GET on a server that already runs
+
+
+def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor) -> None:
+    """The units that run now (inactive ones are skipped: orch starts them): their live env
+    matches the env file as orch reads it for the host's dialect, and the health URL answers."""
+    host = handle.host
+    active = [u for u in handle.units if handle.services.state(u).is_active]
+    if not active:
+        return
+    if host.verify_env:
+        text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
+        values = envfile.read_values(text, host.dialect)
+        for unit in active:
+            problem = live_env_difference(values, handle.services.environ(unit), redactor)
+            if problem:
+                raise PreflightError(
+                    f"{host.label}: unit {unit}: {problem} (env file {host.env_file}, dialect: {host.dialect})",
+                    hint=(
+                        "the unit does not get the file as orch reads it: check `dialect:` (systemd ignores "
+                        "`export` lines and does not expand $), a drop-in with EnvironmentFile= or Environment= "
+                        f"that overrides it (systemctl cat {unit}), or a file edited since the unit started"
+                    ),
+                )
+    if len(active) == len(handle.units):
+        _check_answers(host, active, client)
+
+
+def live_env_difference(values: dict[str, str], live: dict[str, str] | None, redactor: Redactor) -> str | None:
+    """The first key of the env file whose live value differs; variables the unit sets itself
+    (absent from the file) are not compared. None when all agree or no process is there."""
+    if live is None:
+        return None
+    for key, want in values.items():
+        got = live.get(key)
+        if got != want:
+            shown = "unset" if got is None else repr(redactor.value(key, got))
+            return f"{key} is {shown} in the live process, the env file gives {redactor.value(key, want)!r}"
+    return None
+
+
+def _check_answers(host: Host, active: list[str], client: httpx.Client) -> None:
+    what = f"{host.label}: unit{'s' if len(active) > 1 else ''} {', '.join(active)} running, but {host.health}"
+    hint = "a server that runs must answer before orch changes anything: fix or stop the unit, or check `health:`"
+    try:
+        answer = client.get(host.health, timeout=PREFLIGHT_HEALTH_TIMEOUT_S)
+    except httpx.HTTPError as exc:
+        raise PreflightError(f"{what} does not answer: {exc or type(exc).__name__}", hint=hint) from None
+    if not answer.is_success:
+        raise PreflightError(f"{what} answers HTTP {answer.status_code}", hint=hint)
 
 
 def _check_host(handle: HostHandle) -> None:
