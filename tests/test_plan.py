@@ -199,3 +199,67 @@ def test_restart_cost_counts_the_units_of_roles_whose_env_changes(ablation):
         for b in plan.cells:
             expected = sum(len(tb.hosts[r].units) for r in envs[b] if envs[a].get(r) != envs[b][r])
             assert cost(a, b) == expected
+
+
+DEMO_MATRIX = """
+name: demo
+factors:
+  demo:
+    levels:
+      default: {}
+      x: {decode: {DEMO_VALUE: x}}
+  k: {env: {prefill: K}, levels: ["1", "2"]}
+order: sequential
+replicates: 2
+repro: {command: "true", metrics: {corruption: {kind: proportion, regex: '(?P<k>\\d+)/(?P<n>\\d+)'}}}
+"""
+
+
+@pytest.fixture
+def demo(tmp_path):
+    path = tmp_path / "demo.yaml"
+    path.write_text(DEMO_MATRIX)
+    return read_matrix(path), read_inventory(REPO / "inventory/local.yaml").testbed(None)
+
+
+def test_every_cell_owns_every_variable_the_matrix_mentions(demo):
+    """Issue 12: a cell that does not mention DEMO_VALUE runs with the original file's, so going
+    from x back to default changes decode (it restarts) although default assigns nothing."""
+    m, tb = demo
+    plan = make_plan(m, tb, seed=1)
+    assert plan.mentioned == {"decode": frozenset({"DEMO_VALUE"}), "prefill": frozenset({"K"})}
+    got = [(s.trial.cell.id, s.changed_roles) for s in plan.steps[:5]]
+    assert got == [
+        ("demo=default,k=1", ("prefill",)),  # the first trial changes what its cell sets
+        ("demo=default,k=2", ("prefill",)),
+        ("demo=x,k=1", ("prefill", "decode")),
+        ("demo=x,k=2", ("prefill",)),
+        ("demo=default,k=1", ("prefill", "decode")),  # DEMO_VALUE goes back to the original
+    ]
+    assert ("decode", "sim-decode") in plan.steps[4].restart_units
+    assert dict(plan.steps[4].env) == {"prefill": {"K": "1"}}  # the journal shows the cell's own
+
+
+def test_restart_cost_counts_a_role_going_back_to_the_original(demo):
+    from orchestrator.core.plan import _restart_cost
+
+    m, tb = demo
+    plan = make_plan(m, tb, seed=1)
+    cells = {c.id: c for c in plan.cells}
+    cost = _restart_cost(m, tb)
+    decode, prefill = len(tb.hosts["decode"].units), len(tb.hosts["prefill"].units)
+    assert cost(cells["demo=x,k=1"], cells["demo=default,k=1"]) == decode
+    assert cost(cells["demo=default,k=1"], cells["demo=x,k=1"]) == decode
+    assert cost(cells["demo=x,k=1"], cells["demo=default,k=2"]) == decode + prefill
+    assert cost(cells["demo=default,k=1"], cells["demo=default,k=1"]) == 0
+    # min-restarts counts those restarts too: its plan restarts no more than the others
+    counts = {o: make_plan(m, tb, 1, order=o).restart_count for o in ("randomized", "sequential", "min-restarts")}
+    assert counts["min-restarts"] <= min(counts.values())
+
+
+def test_expected_env_fills_the_cells_gaps_from_the_original():
+    from orchestrator.core.matrix import expected_env
+
+    keys = frozenset({"A", "B", "C"})
+    assert expected_env({"A": "1"}, keys, {"B": "orig", "OTHER": "x"}) == {"A": "1", "B": "orig", "C": None}
+    assert expected_env({"A": None}, keys, {"A": "orig"}) == {"A": None, "B": None, "C": None}
