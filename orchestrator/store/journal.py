@@ -359,16 +359,25 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
 _BLOCK = 1 << 20
 _TAIL = 1 << 16  # first guess at how much of the end holds the last line
 _MORE = -1  # _tail_verdict: the window holds no complete non-blank line; look further back
+# A record holds bounded tails (repro output, logs), a few KiB to a few hundred; a longer line
+# is damage or not a journal, refused at file:line before it is held in memory.
+MAX_LINE_BYTES = 16 << 20
 
 
 @contextmanager
 def _reading(path: Path) -> Iterator[BinaryIO]:
     try:
-        handle = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below)
+        # O_NONBLOCK: a FIFO in the journal's place is refused below instead of blocking open()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ConfigError("no journal here", file=str(path), hint="is this a run directory?") from None
     except OSError as exc:
         raise _error(path, "cannot read journal", exc) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ConfigError("not a regular file", file=str(path), hint="a journal is a file written by orch")
+    handle = os.fdopen(fd, "rb", buffering=0)
+    handle.name = str(path)  # errors about a line name the file, not the fd
     try:
         yield handle
     except OSError as exc:
@@ -406,6 +415,8 @@ def _torn_tail_offset(handle: BinaryIO, size: int) -> int | None:
         verdict = _tail_verdict(tail, whole=start == 0)
         if verdict != _MORE:
             return None if verdict is None else start + verdict
+        if window > MAX_LINE_BYTES:
+            raise _too_long(Path(str(handle.name)), None)
         window *= 4
 
 
@@ -446,6 +457,10 @@ def _blocks(
         remaining -= len(block)
         lines = (pending + block).split(b"\n")
         pending = lines.pop()
+        if len(pending) > MAX_LINE_BYTES or any(len(line) > MAX_LINE_BYTES for line in lines):
+            raise _too_long(
+                path, number + next((i for i, x in enumerate(lines) if len(x) > MAX_LINE_BYTES), len(lines))
+            )
         yield number, lines
         number += len(lines)
     if pending:  # only if the file changed between the size check and the read
@@ -462,9 +477,21 @@ def _lines(path: Path, handle: BinaryIO, end: int) -> Iterator[tuple[int, int, b
             offset += len(line) + 1
 
 
+def _too_long(path: Path, line: int | None) -> ConfigError:
+    return ConfigError(
+        f"a line longer than {MAX_LINE_BYTES >> 20} MiB",
+        file=str(path),
+        line=line,
+        hint="the journal was damaged or this is not a journal",
+    )
+
+
 def _line_at(handle: BinaryIO, offset: int) -> bytes:
     chunks: list[bytes] = []
+    start = offset
     while True:
+        if offset - start > MAX_LINE_BYTES:
+            raise _too_long(Path(str(handle.name)), None)
         block = os.pread(handle.fileno(), _TAIL, offset)
         cut = block.find(b"\n")
         if cut >= 0 or not block:

@@ -21,6 +21,7 @@ from typing import TypeVar
 import pydantic
 
 from orchestrator import __version__
+from orchestrator.core.bounded import MiB, read_bounded_bytes
 from orchestrator.core.config import Host, Inventory
 from orchestrator.core.plan import Plan
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
@@ -234,9 +235,16 @@ def save_manifest(run_dir: Path, manifest: RunManifest) -> None:
 M = TypeVar("M", bound=pydantic.BaseModel)
 
 
+# A run file is named by a user's path: a bounded read of a regular file, never /dev/zero or a
+# FIFO. plan.json holds ~20 bytes a trial (10^6 trials at most); run.json two config files and
+# host facts (an old run's inline plan ~100 bytes a trial).
+_CAPS = {RUN_JSON: 128 * MiB, PLAN_JSON: 128 * MiB}
+
+
 def _validated(path: Path, model: type[M]) -> M:
+    data = read_bounded_bytes(path, _CAPS.get(path.name, 16 * MiB))
     try:
-        return model.model_validate_json(path.read_bytes())
+        return model.model_validate_json(data)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -246,8 +254,6 @@ def _validated(path: Path, model: type[M]) -> M:
             path=where,
             hint="was it written by another orch version?",
         ) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from None
 
 
 _KIND = {RUN_JSON: "run manifest", PLAN_JSON: "plan"}
