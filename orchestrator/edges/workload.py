@@ -33,7 +33,16 @@ from orchestrator.core.config import MetricSpec
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.errors import ConfigError, WorkloadError
 
-__all__ = ["MetricSpec", "extract_metrics", "run_command", "scan", "TAIL_BYTES", "KILL_GRACE_S"]
+__all__ = [
+    "MetricSpec",
+    "count_matching_lines",
+    "extract_metrics",
+    "output_tail",
+    "run_command",
+    "scan",
+    "TAIL_BYTES",
+    "KILL_GRACE_S",
+]
 
 TAIL_BYTES = 4096  # stdout tail kept in the journal; the full text stays in the file
 ERROR_TAIL_CHARS = 1500  # output tail quoted under a "metrics missing" error
@@ -100,6 +109,31 @@ def scan(
     for match in pattern.finditer(text[-MAX_SCAN_CHARS:], timeout=timeout_s):
         last, count = match, count + 1
     return last, count
+
+
+def count_matching_lines(name: str, pattern: str, text: str, timeout_s: float = MATCH_TIMEOUT_S) -> int:
+    """How many lines of (the last MAX_SCAN_CHARS of) `text` the collector regex `pattern`
+    matches, within timeout_s in all; a slower pattern is a WorkloadError naming the collector."""
+    rx = regex.compile(pattern)
+    deadline = time.monotonic() + timeout_s
+    count = 0
+    try:
+        for line in text[-MAX_SCAN_CHARS:].splitlines():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            count += rx.search(line, timeout=left) is not None
+    except TimeoutError:
+        raise WorkloadError(
+            f"collector {name!r}: /{pattern}/ took longer than {timeout_s:g} s over the unit logs "
+            "(catastrophic backtracking? make the regex more specific)"
+        ) from None
+    return count
+
+
+def output_tail(path: Path, limit: int = MAX_SCAN_CHARS) -> str:
+    """The last `limit` bytes of a repro output file, decoded: a chatty repro costs no memory."""
+    return _read_tail(path, limit)
 
 
 def _metric_value(spec: MetricSpec, match: regex.Match[str]) -> MetricValue:

@@ -33,7 +33,7 @@ from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialR
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.health import HealthCheck, wait_all
-from orchestrator.edges.workload import extract_metrics, run_command
+from orchestrator.edges.workload import count_matching_lines, extract_metrics, output_tail, run_command
 from orchestrator.errors import CommandTimedOut, Interrupted, JournalError, OrchError, VerificationError, WorkloadError
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.rundir import RunDir, TrialDir
@@ -249,11 +249,11 @@ class Repro:
                 f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s and was killed", detail=rel.stdout_tail
             )
         if rel.exit_code != 0:
-            stderr = (self.run_dir.path / rel.stderr_path).read_text(errors="replace")[-2000:]
+            stderr = output_tail(self.run_dir.path / rel.stderr_path, 2000)
             raise WorkloadError(f"repro exited with code {rel.exit_code}", detail=stderr or rel.stdout_tail)
 
     def metrics(self, rel: ReproOutcome) -> dict[str, MetricValue]:
-        stdout = (self.run_dir.path / rel.stdout_path).read_text(errors="replace")
+        stdout = output_tail(self.run_dir.path / rel.stdout_path)  # bounded: the summary is at the end
         return extract_metrics(stdout, self.plan.matrix.repro.metrics)
 
     def collect_logs(self, trial: TrialDir, since: float, quiet: bool = False) -> tuple[dict[str, str], dict[str, str]]:
@@ -283,8 +283,7 @@ class Repro:
 
     def _collect_one(self, c: Collector, logs: dict[str, str], trial: TrialDir) -> MetricValue:
         if c.pattern is not None:
-            rx = re.compile(c.pattern)
-            count = sum(1 for line in logs.get(c.role, "").splitlines() if rx.search(line))
+            count = count_matching_lines(c.name, c.pattern, logs.get(c.role, ""))
             return MetricValue(kind="number", value=float(count), unit=c.unit)
         h = self.deployment.hosts[c.role]
         command = render_command(c.command or "", self.placeholders(None, trial))
