@@ -19,6 +19,7 @@ are printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import resource
@@ -43,7 +44,9 @@ def inventory_yaml() -> str:
         hosts.append(f"""      {role}:
         transport: local
         env_file: {role}.env
-        units: [{{name: bench-{role}, command: ["{{python}}", -m, orchestrator.sim.server, --role, {role}, --port, "{31000 + i}"]}}]
+        units:
+          - name: bench-{role}
+            command: ["{{python}}", -m, orchestrator.sim.server, --role, {role}, --port, "{31000 + i}"]
         url: http://127.0.0.1:{31000 + i}{after}""")
     return "testbeds:\n  bench:\n    hosts:\n" + "\n".join(hosts) + "\n"
 
@@ -167,7 +170,7 @@ def phase_resume(work: Path, reader: str) -> dict[str, object]:
             if isinstance(r, TrialRecord) and r.status in ("completed", "failed")
         }
     marks.append((f"done set ({reader})", time.perf_counter()))
-    steps = {name: b - a for (_, a), (name, b) in zip(marks, marks[1:])}
+    steps = {name: b - a for (_, a), (name, b) in itertools.pairwise(marks)}
     return {"done": len(done), "seconds": marks[-1][1] - marks[0][1], "steps": steps}
 
 
@@ -221,7 +224,10 @@ def _record(step):  # type: ignore[no-untyped-def]
 
     i, cell = step.trial.index, step.trial.cell
     k = (i * 7919) % 7
-    tail = f'wall=161.{i % 10}s counts={{"done": {40 - k}, "no_tool": {k}}}\nCORRUPTION sessions: {k}/40 = {k * 100 // 40}%\n'
+    tail = (
+        f'wall=161.{i % 10}s counts={{"done": {40 - k}, "no_tool": {k}}}\n'
+        f"CORRUPTION sessions: {k}/40 = {k * 100 // 40}%\n"
+    )
     return TrialRecord(
         run_id="bench-resume",
         trial=i,

@@ -129,7 +129,7 @@ def measure(tool: str, spans: list[ReproSpan], events: list[LogEvent], trials: i
     if failed:
         raise BenchError(f"{tool}: the repro failed in trials {failed}")
     samples = []
-    for prev, cur in zip(spans, spans[1 : trials + 1]):
+    for prev, cur in zip(spans, spans[1 : trials + 1], strict=False):
         restart = restart_to_healthy(events, prev.end, cur.start)
         if restart is None:
             raise BenchError(
@@ -172,7 +172,7 @@ def orch_breakdown(
         "after ready (health detection, verification, repro launch)": [],
     }
     names = list(phases)
-    for prev, cur in zip(spans, spans[1 : trials + 1]):
+    for prev, cur in zip(spans, spans[1 : trials + 1], strict=False):
         m_prev, m_cur = by_trial.get(prev.trial), by_trial.get(cur.trial)
         window = [e for e in events if prev.end < e.at < cur.start]
         stop = next((e.at for e in reversed(window) if e.kind == "stopping"), None)
@@ -180,7 +180,9 @@ def orch_breakdown(
         if m_prev is None or m_cur is None or stop is None or ready is None:
             continue
         for name, value in zip(
-            names, (m_prev.ended - prev.end, m_cur.started - m_prev.ended, stop - m_cur.started, cur.start - ready)
+            names,
+            (m_prev.ended - prev.end, m_cur.started - m_prev.ended, stop - m_cur.started, cur.start - ready),
+            strict=True,
         ):
             phases[name].append(value)
     return [(name, statistics.median(v)) for name, v in phases.items() if v]
@@ -205,7 +207,7 @@ def format_table(summaries: list[Summary]) -> str:
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
 
 
 def verdict(summaries: list[Summary]) -> list[str]:
@@ -329,7 +331,7 @@ class SimTarget:
         self.ports: dict[str, int] = {}
 
     def orch_inventory(self, d: Path) -> tuple[Path, str]:
-        ports = dict(zip(self.ROLES, free_ports(3)))
+        ports = dict(zip(self.ROLES, free_ports(3), strict=True))
         hosts = {}
         for role in self.ROLES:
             (d / f"{role}.env").write_text(env_text(role, self.s.warmup_s))
@@ -360,7 +362,7 @@ class SimTarget:
         )
 
     def peer_prepare(self, d: Path) -> None:
-        self.ports = dict(zip(self.ROLES, free_ports(3)))
+        self.ports = dict(zip(self.ROLES, free_ports(3), strict=True))
         sim = d / "sim"
         sim.mkdir(parents=True)
         for role in self.ROLES:

@@ -35,7 +35,9 @@ factors:
 replicates: {replicates}
 order: sequential
 repro:
-  command: "{{python}} -m orchestrator.sim.repro --router {{router_url}} --sessions {sessions} --rounds 2 --seed {{trial_seed}}"
+  command: >-
+    {{python}} -m orchestrator.sim.repro --router {{router_url}} --sessions {sessions} --rounds 2
+    --seed {{trial_seed}}
   timeout: 120
   metrics:
     corruption: {{kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}}

@@ -28,4 +28,6 @@ def write(path: Path, text: str) -> Path:
 
 
 # Real systemd + sshd hosts (tests/testbed/fixture.py): one booted testbed per session.
+# Headless Chromium over the DevTools pipe (tests/helpers/chromium.py), for the browser tests.
+from helpers.chromium import browser  # noqa: E402,F401
 from testbed.fixture import testbed  # noqa: E402,F401

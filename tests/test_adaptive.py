@@ -200,7 +200,10 @@ def test_report_summary_of_the_sequential_decisions():
     def decided(cell: str, state: str, message: str) -> EventRecord:
         return EventRecord(run_id="r", event="cell_decided", at="t", cell=cell, state=state, message=message)
 
-    low = "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 5/30 decided different (cell lower; e-value 25 >= 20)"
+    low = (
+        "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 5/30 decided different "
+        "(cell lower; e-value 25 >= 20)"
+    )
     high = low.replace("cell lower", "cell higher")
     same = "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 0/30 decided no drop (difference 0%; ...)"
     assert adaptive_summary([], 7, "corruption") is None

@@ -174,7 +174,7 @@ def test_editing_one_key_changes_only_that_line(dialect: str, name: str, text: s
     out = edit(text, {"B": "new value"}, dialect)  # type: ignore[arg-type]
     before, after = lines_of(text), lines_of(out)
     assert len(before) == len(after)
-    changed = [(b, a) for b, a in zip(before, after) if b != a]
+    changed = [(b, a) for b, a in zip(before, after, strict=True) if b != a]
     assert len(changed) == 1
     old_line, new_line = changed[0]
     assert old_line[: old_line.index("=") + 1] == new_line[: new_line.index("=") + 1]

@@ -149,7 +149,11 @@ def test_fast_readers_agree_with_read_journal(
     assert list(iter_records(path)) == contents.records
 
     scan = read_trial_rows(path)
-    trials = [(r, pos) for r, pos in zip(contents.records, _line_positions(path)) if isinstance(r, TrialRecord)]
+    trials = [
+        (r, pos)
+        for r, pos in zip(contents.records, _line_positions(path), strict=False)  # a torn tail has a line, no record
+        if isinstance(r, TrialRecord)
+    ]
     assert scan.torn_tail == contents.torn_tail
     assert scan.rows == [TrialRow.of(record, offset, number) for record, (number, offset) in trials]
     assert read_records_at(path, scan.rows[::-1]) == [record for record, _ in trials][::-1]
@@ -189,7 +193,9 @@ def test_lines_the_fast_parser_refuses_go_through_the_full_parser(tmp_path: Path
     assert len(records) == 3
     assert trial_statuses(path) == TrialStatuses(frozenset({5, 6}), frozenset(), False)
     rows = read_trial_rows(path).rows
-    assert rows == [TrialRow.of(r, pos[1], pos[0]) for r, pos in zip(records[1:], _line_positions(path)[1:])]
+    assert rows == [
+        TrialRow.of(r, pos[1], pos[0]) for r, pos in zip(records[1:], _line_positions(path)[1:], strict=True)
+    ]
     assert read_records_at(path, rows) == records[1:]
 
 

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.sim
 
 ENV = {
     "prefill": "SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\n",
-    "decode": 'SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=""\n',
+    "decode": (
+        'SIM_WARMUP_S=0.2\nSGLANG_DSV4_BF16_INDEX_K=1\nSGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=""\n'
+    ),
     "router": "SIM_WARMUP_S=0.1\n",
 }
 

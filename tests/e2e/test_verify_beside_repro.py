@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.sim_sweep import ENV_FILES, make_inventory
 
-from e2e.test_run_sim import ENV_FILES, make_inventory
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
 from orchestrator.edges.deployment import connect

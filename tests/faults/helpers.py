@@ -235,7 +235,7 @@ def orch(bed: SimBed, args: list[str], timeout: float = 120, env: dict[str, str]
         code = proc.wait(timeout)
     except subprocess.TimeoutExpired:
         kill_group(proc)
-        raise AssertionError(f"orch {' '.join(args)} did not finish in {timeout} s:\n{output_of(proc)}")
+        raise AssertionError(f"orch {' '.join(args)} did not finish in {timeout} s:\n{output_of(proc)}") from None
     return Done(code, output_of(proc))
 
 

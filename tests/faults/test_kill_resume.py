@@ -95,7 +95,6 @@ def kill_at(proc: subprocess.Popen[bytes], when) -> bool:  # type: ignore[no-unt
 
 def finish(bed: SimBed, run_id: str, tally: Tally) -> None:
     """Let one last resume run to the end, then check everything."""
-    run_dir = bed.run_dir(run_id)
     proc = start(bed, run_id)
     code = proc.wait(180)
     text = output_of(proc)
@@ -135,7 +134,7 @@ def sweep_with_kills(
         proc = start(bed, run_id)
         delay = rng.uniform(0.5, 4.0)
         deadline = time.monotonic() + delay
-        if not kill_at(proc, lambda: time.monotonic() >= deadline):
+        if not kill_at(proc, lambda deadline=deadline: time.monotonic() >= deadline):
             text = output_of(proc)
             assert_no_traceback(text)
             assert proc.returncode == 0, text  # it finished before its kill point

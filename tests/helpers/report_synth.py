@@ -31,7 +31,8 @@ ALL_OFF = {"bf16_index_k": "off", "cuda_graph": "off", "overlap": "off"}
 MATRIX_TEXT = """name: overlap_ablation
 factors:
   bf16_index_k: {env: {prefill: SGLANG_DSV4_BF16_INDEX_K, decode: SGLANG_DSV4_BF16_INDEX_K}, levels: [on, off]}
-  cuda_graph: {levels: {on: {decode: {SGLANG_EXTRA_ARGS: ""}}, off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}}}
+  cuda_graph:
+    levels: {on: {decode: {SGLANG_EXTRA_ARGS: ""}}, off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}}
   overlap: {env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}, levels: [on, off]}
 baseline: {bf16_index_k: on, cuda_graph: on, overlap: on}
 """

@@ -206,7 +206,7 @@ def test_restart_many_is_one_round_trip_and_restarts_both(testbed: Testbed) -> N
     elapsed = time.perf_counter() - t0
     assert counting.calls == 1
     after = [s.state.main_pid for s in m.show([DECODE, DECODE_SHELL])]
-    assert all(a != b and a for a, b in zip(after, before))
+    assert all(a != b and a for a, b in zip(after, before, strict=True))
     wait_healthy(testbed.url("decode") + "/health")
     wait_healthy(testbed.url("decode", DECODE_SHELL) + "/health")
     print(f"restart_many of 2 units: {elapsed * 1000:.0f} ms")

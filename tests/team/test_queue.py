@@ -289,7 +289,8 @@ def test_errors_fail_new_items_but_keep_resumable_ones(queue: Queue, tmp_path: P
 
 
 def test_an_error_after_the_run_started_leaves_it_resumable(queue: Queue, tmp_path: Path) -> None:
-    a, b = add(queue, "a"), add(queue, "b")
+    a = add(queue, "a")
+    add(queue, "b")  # runs after a's error: one failing item does not stop the pass
     sweeps = FakeSweeps(tmp_path, {"a": ["error-mid-run"], "b": ["completed"]})
     result = run_queue(queue, sweeps)
     assert [c[0] for c in sweeps.calls] == ["a", "b"]  # not retried in the same pass

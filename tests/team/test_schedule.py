@@ -129,7 +129,9 @@ def test_systemctl_failure_is_a_typed_error(tmp_path: Path) -> None:
 def test_describe_reads_what_systemd_says(tmp_path: Path) -> None:
     install(SCHED, "user", tmp_path, FakeSystemctl())
     show = {
-        "orch-nightly.timer": "ActiveState=active\nNextElapseUSecRealtime=Tue 2026-12-01 01:00:00 UTC\nLastTriggerUSec=\n",
+        "orch-nightly.timer": (
+            "ActiveState=active\nNextElapseUSecRealtime=Tue 2026-12-01 01:00:00 UTC\nLastTriggerUSec=\n"
+        ),
         "orch-nightly.service": "Result=exit-code\nExecMainStatus=1\n",
     }
 

@@ -143,7 +143,7 @@ def test_raw_traversal_request_line(base: str) -> None:
             reply = b""
             while chunk := s.recv(65536):
                 reply += chunk
-        assert reply.startswith(b"HTTP/1.0 404") or reply.startswith(b"HTTP/1.1 404"), (target, reply[:80])
+        assert reply.startswith((b"HTTP/1.0 404", b"HTTP/1.1 404")), (target, reply[:80])
         assert b"outside" not in reply.split(b"\r\n\r\n", 1)[1] and b"hf_secret" not in reply
 
 

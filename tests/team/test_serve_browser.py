@@ -10,15 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser.test_report_browser import (
-    DevTools,
-    _eval,
-    _open,
-    _problems,
-    _requests,
-    _visible,
-    browser,  # noqa: F401 - the same Chromium fixture
-)
+from helpers.chromium import DevTools, evaluate, open_page, page_problems, page_requests, visible_text
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.report.render import write_report
@@ -62,46 +54,46 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def test_status_page_in_chromium(served: tuple[str, Path], browser: DevTools, tmp_path: Path) -> None:
     base, _ = served
     url = f"{base}/status"
-    session = _open(browser, url)
+    session = open_page(browser, url)
     shot = base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"}, session)["data"])
     (tmp_path / "status.png").write_bytes(shot)
     assert shot.startswith(b"\x89PNG")
-    assert _problems(browser, session) == []
+    assert page_problems(browser, session) == []
     for selector in ("#live", "#live tbody tr.running", "#live progress", "#queue"):
-        assert _visible(browser, session, selector) == "visible", selector
-    row = _eval(browser, session, "document.querySelector('#live tr.running').innerText")
+        assert visible_text(browser, session, selector) == "visible", selector
+    row = evaluate(browser, session, "document.querySelector('#live tr.running').innerText")
     assert LIVE in row and "3/8" in row and "running" in row
-    current = _eval(browser, session, "document.querySelector('#live tr.running td:nth-child(4)').innerText")
+    current = evaluate(browser, session, "document.querySelector('#live tr.running td:nth-child(4)').innerText")
     assert current and current != "–"  # the cell being run now
-    eta = _eval(browser, session, "document.querySelector('#live tr.running td:nth-child(6)').innerText")
+    eta = evaluate(browser, session, "document.querySelector('#live tr.running td:nth-child(6)').innerText")
     assert " s" in eta
-    assert _eval(browser, session, "document.querySelector('#live tr.running progress').value") == 3
-    queue = _eval(browser, session, "document.querySelector('#queue tbody').innerText")
+    assert evaluate(browser, session, "document.querySelector('#live tr.running progress').value") == 3
+    queue = evaluate(browser, session, "document.querySelector('#queue tbody').innerText")
     assert "nightly.yaml" in queue and "dsv4-pd" in queue and "queued" in queue
     # the run's name links to its report folder, served by orch
-    href = _eval(browser, session, "document.querySelector('#live tr.running a').href")
+    href = evaluate(browser, session, "document.querySelector('#live tr.running a').href")
     assert href == f"{base}/{LIVE}/index.html"
-    assert _requests(browser, session) == [url]
+    assert page_requests(browser, session) == [url]
 
 
 def test_index_and_report_served_by_orch(served: tuple[str, Path], browser: DevTools) -> None:
     base, _ = served
-    session = _open(browser, f"{base}/")
-    assert _problems(browser, session) == []
-    links = _eval(
+    session = open_page(browser, f"{base}/")
+    assert page_problems(browser, session) == []
+    links = evaluate(
         browser,
         session,
         "Array.prototype.map.call(document.querySelectorAll('#runs a'), function (a) { return a.href; })",
     )
     assert f"{base}/{DONE}/index.html" in links
-    report = _open(browser, f"{base}/{DONE}/index.html")
-    assert _problems(browser, report) == []  # the CSP header orch adds lets the report's own script run
-    assert _visible(browser, report, "#cell-table") == "visible"
-    _eval(browser, report, "document.querySelector('button[data-toggle=open]').click()")
-    assert _eval(
+    report = open_page(browser, f"{base}/{DONE}/index.html")
+    assert page_problems(browser, report) == []  # the CSP header orch adds lets the report's own script run
+    assert visible_text(browser, report, "#cell-table") == "visible"
+    evaluate(browser, report, "document.querySelector('button[data-toggle=open]').click()")
+    assert evaluate(
         browser,
         report,
         "Array.prototype.every.call("
         "document.querySelectorAll('#trials details.trial'), function (d) { return d.open; })",
     )
-    assert _requests(browser, report) == [f"{base}/{DONE}/index.html"]
+    assert page_requests(browser, report) == [f"{base}/{DONE}/index.html"]

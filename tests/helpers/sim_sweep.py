@@ -1,0 +1,52 @@
+"""A three-role deployment of the bundled simulator on free loopback ports, for end-to-end
+sweeps (the env files include a CRLF one without a final newline, to prove byte-exact restore)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from helpers.netutil import free_ports
+
+ENV_FILES = {
+    "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.3\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
+    "decode.env": (
+        "# decode flags\r\nSIM_WARMUP_S=0.3\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
+        'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=""'
+    ),  # CRLF, no final newline
+    "router.env": "SIM_WARMUP_S=0.1\n",
+}
+
+
+def make_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
+    pp, rp, dp = free_ports(3)
+    for name, text in ENV_FILES.items():
+        (tmp_path / name).write_bytes(text.encode())
+    srv = '["{python}", -m, orchestrator.sim.server'
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(
+        textwrap.dedent(f"""\
+        testbeds:
+          sim:
+            state_dir: state
+            hosts:
+              prefill:
+                env_file: prefill.env
+                units: [{{name: t-prefill, command: {srv}, --role, prefill, --port, "{pp}"]}}]
+                url: http://127.0.0.1:{pp}
+                health_timeout: 30
+              decode:
+                env_file: decode.env
+                units: [{{name: t-decode, command: {srv}, --role, decode, --port, "{dp}"]}}]
+                url: http://127.0.0.1:{dp}
+                health_timeout: 30
+              router:
+                env_file: router.env
+                units: [{{name: t-router, command: {srv}, --role, router, --port, "{rp}",
+                          --prefill-url, "http://127.0.0.1:{pp}", --decode-url, "http://127.0.0.1:{dp}"]}}]
+                url: http://127.0.0.1:{rp}
+                health_timeout: 30
+                after: [prefill, decode]
+        """)
+    )
+    return inv, [pp, rp, dp]
