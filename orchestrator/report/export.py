@@ -7,13 +7,14 @@ they are never mistaken for data and never silently dropped either.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal, Sequence
 
 import pandas as pd
 
 from orchestrator.core.records import RunManifest, TrialRecord
-from orchestrator.errors import UsageError
+from orchestrator.errors import JournalError, UsageError
 from orchestrator.store.atomic import write_bytes_atomic
 from orchestrator.store.rundir import RunDir
 
@@ -86,9 +87,25 @@ def export_bytes(frame: pd.DataFrame, fmt: Format) -> bytes:
     return data
 
 
+def check_output(out: Path) -> None:
+    """A user's --output is checked before any work: an existing folder to write into, not a
+    folder itself, writable; each mistake is a usage error (exit 2) that says how to fix it."""
+    parent = out.parent
+    if out.is_dir():
+        raise UsageError(f"--output {out}: is a folder", hint=f"name a file, e.g. {out / 'run.csv'}")
+    if not parent.exists():
+        raise UsageError(f"--output {out}: folder {parent} does not exist", hint=f"create it: mkdir -p {parent}")
+    if not parent.is_dir():
+        raise UsageError(f"--output {out}: {parent} is not a folder", hint="name a file inside a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UsageError(f"--output {out}: not writable", hint="pick a folder you can write to")
+
+
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
     from orchestrator.report.render import load_manifest, load_trials
 
+    if out is not None:
+        check_output(out)
     manifest = load_manifest(run_dir)
     trials, _ = load_trials(run_dir)
     last: dict[int, TrialRecord] = {}
@@ -96,4 +113,9 @@ def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
         if t.status != "interrupted":
             last[t.trial] = t
     frame = tidy(manifest, [last[i] for i in sorted(last)])
-    return write_export(frame, out or RunDir(run_dir).export(manifest.run_id, fmt), fmt)
+    if out is None:
+        return write_export(frame, RunDir(run_dir).export(manifest.run_id, fmt), fmt)
+    try:
+        return write_export(frame, out, fmt)
+    except JournalError as exc:  # a user's path that passed the checks and still failed (/proc, full disk)
+        raise UsageError(f"--output {exc.message}") from None
