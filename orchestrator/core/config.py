@@ -621,11 +621,8 @@ def check_template(template: str, source: SourceMap, at: PathKey) -> list[str]:
 
 def max_cells(matrix: Matrix) -> int:
     """An upper bound of the matrix's cells (the full product; exclude only removes cells)."""
-    zipped = {name for group in matrix.zips for name in group}
-    sizes = [len(f.levels) for f in matrix.factors if f.name not in zipped]
-    sizes += [len(matrix.factor(group[0]).levels) for group in matrix.zips]
     total = 1
-    for n in sizes:
+    for n in _axis_sizes(matrix):
         total *= n
         if total > MAX_TRIALS:
             return MAX_TRIALS + 1  # stop multiplying: 40 factors of 1000 levels is a 120-digit number
@@ -720,7 +717,38 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         adaptive=_build_adaptive(shape, source),
         secrets=tuple(shape.secrets),
     )
-    return matrix  # its size (cells x replicates) is checked by core.matrix.expand
+    _check_size(matrix, source)
+    return matrix
+
+
+def _check_size(matrix: Matrix, source: SourceMap) -> None:
+    """Refuse a matrix whose product is too large to plan at its factors' line (core.matrix.expand
+    checks again, for matrices built elsewhere); the size is never multiplied out past 10^18."""
+    cells = max_cells(matrix)
+    if cells * matrix.replicates > MAX_TRIALS:
+        total = _exact_cells(matrix) * matrix.replicates
+        shown = f"{total:,}" if total < 10**18 else "more than 10^18"
+        raise source.error(
+            ("factors",),
+            f"the matrix expands to {shown} trials (over {MAX_TRIALS:,})",
+            "split it, use zips, or exclude combinations",
+        )
+
+
+def _exact_cells(matrix: Matrix) -> int:
+    total = 1
+    for n in _axis_sizes(matrix):
+        total *= n
+        if total >= 10**18:
+            break
+    return total
+
+
+def _axis_sizes(matrix: Matrix) -> list[int]:
+    """Levels per axis of the product: each free factor, and each zip (its factors move together)."""
+    zipped = {name for group in matrix.zips for name in group}
+    sizes = [len(f.levels) for f in matrix.factors if f.name not in zipped]
+    return sizes + [len(matrix.factor(group[0]).levels) for group in matrix.zips]
 
 
 def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:
