@@ -109,3 +109,20 @@ def test_a_new_runs_manifest_records_and_applies_its_matrix_declarations(tmp_pat
     other = _matrix(tmp_path, "other")
     manifest = make_manifest(make_plan(other, inventory.testbed(None), 1), inventory, "r", "now")
     assert manifest.secret_names == [] and "value-a" in manifest.matrix_text
+
+
+def test_a_report_masks_what_its_manifest_declares() -> None:
+    """What a re-rendered report shows comes from the run's manifest, not from this process:
+    the same records render masked with the run's declaration and plain without it."""
+    from helpers.report_synth import synthetic_run
+
+    from orchestrator.report.build import build_report
+
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    leaky = [
+        r.model_copy(update={"env": {**r.env, "decode": {**r.env["decode"], "HF_HUB_AUTH": "hub-value"}}})
+        for r in records
+    ]
+    declared = manifest.model_copy(update={"secret_names": ["HF_HUB_AUTH"]})
+    assert "hub-value" not in build_report(declared, leaky).model_dump_json()
+    assert "hub-value" in build_report(manifest, leaky).model_dump_json()
