@@ -988,18 +988,25 @@ def _systemd_notes(text: str, parsed: _Parsed) -> list[tuple[int, str]]:
     notes: list[tuple[int, str]] = []
     if "\0" in text:
         notes.append((_Lines(text).of(text.index("\0")), "NUL byte: systemd refuses the file"))
+    plain: dict[str, int] = {}  # key -> the last line that sets it as systemd reads it
+    for statement in parsed.statements:
+        if statement.kind == "assign":
+            plain[statement.assigns[0].key] = statement.assigns[0].line
     for statement in parsed.statements:
         (a,) = statement.assigns
-        notes.extend((a.line, m) for m in _systemd_entry_notes(statement.kind, a))
+        notes.extend((a.line, m) for m in _systemd_entry_notes(statement.kind, a, plain))
     return notes
 
 
-def _systemd_entry_notes(kind: str, a: _Assign) -> list[str]:
+def _systemd_entry_notes(kind: str, a: _Assign, plain: Mapping[str, int]) -> list[str]:
     value = a.value or ""
     if kind == "invalid":
         exported = _EXPORT_KEY.fullmatch(a.key)
         if exported:
-            return [f"systemd ignores `export` lines ({exported.group(1)} is not set for the unit)"]
+            key = exported.group(1)
+            if key in plain:  # the unit gets the plain line's value, not this one's
+                return [f"systemd ignores `export` lines (this line does not set {key}; line {plain[key]} does)"]
+            return [f"systemd ignores `export` lines ({key} is not set for the unit)"]
         return [f"{a.key!r} is not a valid name; systemd ignores this line"]
     notes: list[str] = []
     if _bad_unicode(a.key + value):

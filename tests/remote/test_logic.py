@@ -101,7 +101,10 @@ def keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[paramiko.PKey, param
             socket.gaierror(-2, "Name or service not known"),
             "cannot connect: cannot resolve host name 10.9.0.4 (check `ssh.host`)",
         ),
-        (AuthenticationException("Authentication failed."), "authentication failed for root (check `key:`)"),
+        (
+            AuthenticationException("Authentication failed."),
+            "authentication failed for root (check `key:`; or the account is locked or expired: see sshd's log)",
+        ),
         (
             PasswordRequiredException("private key file is encrypted"),
             "key /k/id is passphrase-protected (load it into ssh-agent and drop `key:`)",
@@ -136,7 +139,8 @@ def test_agent_hint_when_no_key_is_configured() -> None:
     t = SshTransport("decode", "10.9.0.4")
     assert (
         connect_error_message(AuthenticationException(), t)
-        == "authentication failed for root (check `key:` or your ssh-agent)"
+        == "authentication failed for root (check `key:` or your ssh-agent; "
+        "or the account is locked or expired: see sshd's log)"
     )
 
 

@@ -215,7 +215,9 @@ def test_wrong_key_says_authentication_failed(testbed: Testbed, tmp_path: Path) 
     t = transport(testbed, "decode", key_filename=str(other))
     with pytest.raises(TransportError) as exc:
         t.exists("/")
-    assert one_line_error(exc.value, t).endswith(": authentication failed for root (check `key:`)")
+    assert one_line_error(exc.value, t).endswith(
+        ": authentication failed for root (check `key:`; or the account is locked or expired: see sshd's log)"
+    )
 
 
 def test_missing_key_file_is_named(testbed: Testbed, tmp_path: Path) -> None:

@@ -99,6 +99,7 @@ def test_restore_restarts_nothing_when_the_last_cell_was_the_baseline(tmp_path: 
     assert [s.trial.cell.id for s in plan.steps] == ["demo=x", "demo=default"]
     result = runner_for(bed, plan, tmp_path / "run").execute()
     assert (result.completed, result.failed) == (2, 0)
+    assert [r.restarted for r in result.records] == [["decode:decode-server"]] * 2
     # x: one restart; back to the baseline: one more; restore: none (the file is already original)
     assert bed.managers["decode"].restarts() == ["decode-server", "decode-server"]
     assert bed.file("decode") == bed.originals["decode"]
@@ -178,3 +179,54 @@ def test_preflight_ignores_variables_the_unit_sets_itself_but_not_a_changed_file
     bed.transports["decode"].files[bed.env_file("decode")] = b"PORT=9000\n"  # edited since the start
     with pytest.raises(PreflightError, match="PORT is '8000' in the live process, the env file gives '9000'"):
         preflight(bed.deployment, demo_plan(bed), client=bed.client)
+
+
+# ----------------------------------------------------------------------------- messages
+def test_the_export_line_warning_does_not_claim_a_plainly_set_variable_is_unset() -> None:
+    from orchestrator.core.envfile import lint
+
+    assert lint("export A=1\nA=2\nexport B=3\n", "systemd") == [
+        "line 1: systemd ignores `export` lines (this line does not set A; line 2 does)",
+        "line 3: systemd ignores `export` lines (B is not set for the unit)",
+    ]
+
+
+def ssh_transport(port: int = 22) -> Any:
+    from orchestrator.edges.transport.ssh import SshTransport
+
+    return SshTransport("decode", "10.9.0.4", port=port, key_filename="/k/id", known_hosts="/k/known")
+
+
+def test_the_changed_host_key_hint_names_the_inventorys_known_hosts_file() -> None:
+    import paramiko
+    from paramiko.ssh_exception import BadHostKeyException
+
+    from orchestrator.edges.transport.ssh import connect_error_message
+
+    a, b = paramiko.ECDSAKey.generate(), paramiko.ECDSAKey.generate()
+    text = connect_error_message(BadHostKeyException("10.9.0.4", b, a), ssh_transport())
+    assert "`ssh-keygen -R 10.9.0.4 -f /k/known`" in text
+    text = connect_error_message(BadHostKeyException("10.9.0.4", b, a), ssh_transport(2222))
+    assert "`ssh-keygen -R '[10.9.0.4]:2222' -f /k/known`" in text  # how known_hosts names a port
+
+
+def test_a_refused_account_is_not_a_key_problem() -> None:
+    from paramiko.ssh_exception import AuthenticationException, PartialAuthentication
+
+    from orchestrator.edges.transport.ssh import connect_error_message
+
+    t = ssh_transport()
+    hung_up = connect_error_message(AuthenticationException("Authentication failed: transport shut down or saw EOF"), t)
+    assert hung_up.startswith("login refused for root: the server closed the connection during authentication")
+    assert "locked or expired" in hung_up and "`key:`" not in hung_up
+    partial = connect_error_message(PartialAuthentication(["password"]), t)
+    assert partial == (
+        "authentication failed for root: the key was accepted but the server also requires password "
+        "(orch logs in with a key only: relax AuthenticationMethods for this user)"
+    )
+    assert connect_error_message(AuthenticationException("Authentication timeout."), t).startswith(
+        "authentication failed for root: no answer within 10 s"
+    )
+    assert connect_error_message(AuthenticationException("Authentication failed."), t) == (
+        "authentication failed for root (check `key:`; or the account is locked or expired: see sshd's log)"
+    )

@@ -41,6 +41,7 @@ from paramiko.ssh_exception import (
     BadAuthenticationType,
     BadHostKeyException,
     NoValidConnectionsError,
+    PartialAuthentication,
     PasswordRequiredException,
     SSHException,
 )
@@ -420,18 +421,24 @@ def connect_error_message(exc: BaseException, t: SshTransport) -> str:
             f"`ssh-keyscan -p {t.port} {t.hostname} >> {kh}`, or set accept_new_host_keys: true)"
         )
     if isinstance(exc, BadHostKeyException):
+        kh = shlex.quote(t.known_hosts) if t.known_hosts else "~/.ssh/known_hosts"
+        entry = t.hostname if t.port == 22 else f"[{t.hostname}]:{t.port}"  # how known_hosts names it
         return (
             f"host key CHANGED: known_hosts has {_fingerprint(exc.expected_key)}, server offers "
             f"{_fingerprint(exc.key)} (possible man-in-the-middle; if the host was reinstalled, "
-            f"remove the old key with `ssh-keygen -R {t.hostname}`)"
+            f"remove the old key with `ssh-keygen -R {shlex.quote(entry)} -f {kh}`)"
         )
     if isinstance(exc, PasswordRequiredException):
         return f"key {t.key_filename} is passphrase-protected (load it into ssh-agent and drop `key:`)"
     if isinstance(exc, BadAuthenticationType):
         return f"authentication failed for {t.user}: server allows only {', '.join(exc.allowed_types)} (use a key)"
+    if isinstance(exc, PartialAuthentication):
+        return (
+            f"authentication failed for {t.user}: the key was accepted but the server also requires "
+            f"{', '.join(exc.allowed_types)} (orch logs in with a key only: relax AuthenticationMethods for this user)"
+        )
     if isinstance(exc, AuthenticationException):
-        what = "`key:`" if t.key_filename else "`key:` or your ssh-agent"
-        return f"authentication failed for {t.user} (check {what})"
+        return _auth_failure(str(exc), t)
     if isinstance(exc, NoValidConnectionsError):
         codes = {e.errno for e in exc.errors.values() if isinstance(e, OSError)}
         return "cannot connect: " + _errno_text(next(iter(codes), None), t)
@@ -446,6 +453,28 @@ def connect_error_message(exc: BaseException, t: SshTransport) -> str:
     if isinstance(exc, (SSHException, EOFError)):
         return f"SSH handshake failed: {_one_line(exc) or type(exc).__name__} (is port {t.port} an SSH server?)"
     return f"cannot connect: {type(exc).__name__}: {_one_line(exc)}"
+
+
+def _auth_failure(text: str, t: SshTransport) -> str:
+    """paramiko says "transport shut down or saw EOF" when the server hangs up in the middle of
+    authentication: sshd does that after accepting the key when PAM's account check refuses the
+    account (locked, expired), which no `key:` change fixes. Without PAM, sshd refuses such an
+    account exactly as it refuses a wrong key (measured: `usermod -L`, `usermod -e 1`), so that
+    message names both."""
+    if "transport shut down or saw EOF" in text:
+        return (
+            f"login refused for {t.user}: the server closed the connection during authentication (the account "
+            f"may be locked or expired, or sshd/PAM refuses it: see `passwd -S {t.user}`, `chage -l {t.user}` "
+            "and sshd's log on the host)"
+        )
+    if "timeout" in text.lower():
+        return (
+            f"authentication failed for {t.user}: no answer within {t.connect_timeout:g} s "
+            "(slow PAM or DNS on the host? raise `connect_timeout:`)"
+        )
+    # no key offered was accepted: sshd without PAM answers a locked or expired account exactly so
+    what = "`key:`" if t.key_filename else "`key:` or your ssh-agent"
+    return f"authentication failed for {t.user} (check {what}; or the account is locked or expired: see sshd's log)"
 
 
 def _errno_text(code: int | None, t: SshTransport, exc: OSError | None = None) -> str:
