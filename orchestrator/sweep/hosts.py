@@ -145,7 +145,7 @@ class HostGuard:
         state.current = state.original
         for unit in h.units:  # restart only what may run on a non-original env (a model load each)
             if state.active.get(unit):
-                if unit in state.stale:
+                if unit in state.stale or not h.services.state(unit).is_active:  # or what is down
                     h.services.restart(unit)
                     state.stale.discard(unit)
             elif (role, unit) in self.started_units or h.services.state(unit).is_active:

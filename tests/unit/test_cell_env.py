@@ -230,3 +230,24 @@ def test_a_refused_account_is_not_a_key_problem() -> None:
     assert connect_error_message(AuthenticationException("Authentication failed."), t) == (
         "authentication failed for root (check `key:`; or the account is locked or expired: see sshd's log)"
     )
+
+
+def test_restore_starts_an_originally_active_unit_that_went_down_on_the_original_env(tmp_path: Path) -> None:
+    bed = decode_bed(active=True)
+    levels = {"x": DEMO["levels"]["x"], "default": {}}
+    plan = make_plan(bed, {"demo": {"levels": levels}}, replicates=1, baseline={"demo": "default"})
+    runner = runner_for(bed, plan, tmp_path / "run")
+    original_collect, calls = runner.repro.collect_logs, []
+
+    def die_after_last(trial: Any, since: float, quiet: bool = False) -> Any:
+        got = original_collect(trial, since, quiet)
+        calls.append(trial)
+        if len(calls) == 2:  # the baseline, last: the unit dies after its trial
+            bed.managers["decode"].stop("decode-server")
+        return got
+
+    runner.repro.collect_logs = die_after_last
+    result = runner.execute()
+    assert (result.completed, result.failed) == (2, 0)
+    assert bed.states() == {"decode:decode-server": True}  # started again at restore
+    assert bed.managers["decode"].restarts() == ["decode-server"] * 3
