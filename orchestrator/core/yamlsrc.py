@@ -34,6 +34,7 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 _NULL_TAG = "tag:yaml.org,2002:null"
 _STR_TAG = "tag:yaml.org,2002:str"
 _NUMBER_TAGS = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
+_COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 _TRUE_WORDS = {"true", "yes", "on", "y"}
 MAX_DEPTH = 64  # nested mappings/lists; a matrix needs about 6
 MAX_NODES = 100_000  # values after alias expansion; a large matrix has a few thousand
@@ -96,6 +97,9 @@ def parse_yaml(text: str, file: str) -> tuple[Any, SourceMap]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         raise ConfigError(f"invalid YAML: {exc.problem or exc.context}", file=file, line=line) from None
+    except yaml.reader.ReaderError as exc:  # a NUL or another character YAML forbids: no mark, a position
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(f"invalid YAML: character {exc.character!r} is not allowed", file=file, line=line) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from None
     if len(nodes) != 1 or nodes[0] is None:
@@ -149,6 +153,8 @@ class _Converter:
 
 def _convert(node: yaml.Node, path: PathKey, source: SourceMap, conv: _Converter) -> Any:
     source.positions[path] = Position(node.start_mark.line + 1, _raw(node))
+    if isinstance(node, yaml.CollectionNode) and node.tag not in _COLLECTION_TAGS:
+        raise source.error(path, f"unsupported YAML type {node.tag}", "write a plain mapping or list")
     if isinstance(node, yaml.MappingNode):
         return _convert_mapping(node, path, source, conv)
     if isinstance(node, yaml.SequenceNode):

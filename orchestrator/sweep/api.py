@@ -147,7 +147,7 @@ def load(matrix_path: Path, inventory_path: Path) -> tuple[Matrix, Inventory]:
 def _shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
+    except (ValueError, RuntimeError, OSError):  # elsewhere, or a symlink loop (read_matrix says so)
         return str(path)
 
 
