@@ -8,6 +8,7 @@ and health side for runner tests) and `testbed.<module>`. No test module imports
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,32 @@ def write(path: Path, text: str) -> Path:
 # Headless Chromium over the DevTools pipe (tests/helpers/chromium.py), for the browser tests.
 from helpers.chromium import browser  # noqa: E402,F401
 from testbed.fixture import testbed  # noqa: E402,F401
+
+# ------------------------------------------------------------------------------- pytest-xdist
+# The suite runs on several workers (pyproject: -n, --dist loadgroup). There, real-system tests
+# (they mostly wait: restarts, warm-ups, outages, deadlines) go first, so the workers start on the
+# long ones and the short unit tests fill the tail instead of one long test ending the run alone.
+REAL_SYSTEM = ("sim", "testbed", "browser")
+# Session fixtures that are expensive to build: every test that uses one runs on the same worker,
+# so it is built once per run, not once per worker.
+ONE_WORKER_FIXTURES = {"ansible_venv": "ansible-venv"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's own marker, declared here too so that runs without xdist (-p no:xdist) accept it
+    config.addinivalue_line("markers", "xdist_group(name): run every test of the group on one worker")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # execnet starts workers with SIGINT ignored (Ctrl-C is the controller's business), and an
+        # ignored signal stays ignored across exec: orch under test would never see the Ctrl-C
+        # the signal tests send it. Workers get Python's own handler back, as in a plain run.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for fixture, group in ONE_WORKER_FIXTURES.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects, and all agree on the order
+        real = {id(i) for i in items if any(i.get_closest_marker(m) for m in REAL_SYSTEM)}
+        items.sort(key=lambda i: id(i) not in real)  # stable: file order kept within each part

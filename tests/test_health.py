@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from helpers.netutil import free_ports
 
 from orchestrator.edges.health import HealthCheck, wait_all, wait_ready
 from orchestrator.errors import ConfigError, HealthTimeout, ServiceError
@@ -89,9 +90,7 @@ def _serve(servers: list[Server], behaviour: Behaviour, port: int = 0) -> Server
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]  # this xdist worker's own slice, if any (helpers.netutil)
 
 
 def test_503_then_200_returns_seconds_waited(client: httpx.Client, servers: list[Server]) -> None:

@@ -16,15 +16,15 @@ from pathlib import Path
 from typing import Mapping
 
 import pytest
+from helpers.netutil import free_ports
 
 SERVER = [sys.executable, "-m", "orchestrator.sim.server"]
 REPRO = [sys.executable, "-m", "orchestrator.sim.repro"]
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """One free loopback port (helpers.netutil: this xdist worker's own slice, if any)."""
+    return free_ports(1)[0]
 
 
 def pid_running(pid: int) -> bool:
