@@ -57,6 +57,13 @@ def sh_unit(tmp_path: Path, script: str, name: str = "sh-unit", text: str = "") 
     return LocalUnit(name, ("/bin/sh", "-c", script), env_file(tmp_path, text, f"{name}.env"))
 
 
+def environ_after_exec(m: ServiceManager, unit: str) -> dict[str, str] | None:
+    """The unit's environment once the kernel has written it: just after a start, the exec is
+    already seen as done (Popen returned) while /proc/PID/environ can still read empty."""
+    wait_until(lambda: m.environ(unit) != {}, timeout=5)
+    return m.environ(unit)
+
+
 def test_is_a_service_manager(managers: Factory, tmp_path: Path) -> None:
     m: ServiceManager = managers(sh_unit(tmp_path, "sleep 30"))
     assert m.exists("sh-unit") and not m.exists("other")
@@ -71,7 +78,7 @@ def test_restart_rereads_the_env_file(managers: Factory, tmp_path: Path) -> None
     m.restart(unit.name)
     first = m.state(unit.name)
     assert (first.active_state, first.sub_state, first.n_restarts) == ("active", "running", 0)
-    env = m.environ(unit.name)
+    env = environ_after_exec(m, unit.name)
     assert env is not None and env["SGLANG_DSV4_BF16_INDEX_K"] == "1"
     assert env["PATH"] == os.environ["PATH"]  # orch's environment, overlaid by the file
 
@@ -79,7 +86,7 @@ def test_restart_rereads_the_env_file(managers: Factory, tmp_path: Path) -> None
     m.restart(unit.name)
     second = m.state(unit.name)
     assert second.main_pid != first.main_pid and second.n_restarts == 1
-    assert m.environ(unit.name)["SGLANG_DSV4_BF16_INDEX_K"] == "0"  # type: ignore[index]
+    assert environ_after_exec(m, unit.name)["SGLANG_DSV4_BF16_INDEX_K"] == "0"  # type: ignore[index]
     assert not pid_running(first.main_pid or 0)
     log = m.log_path(unit.name).read_text()
     assert f"-- started sim-decode pid={first.main_pid} at " in log
@@ -91,7 +98,7 @@ def test_export_lines_follow_the_dialect(managers: Factory, tmp_path: Path, dial
     unit = LocalUnit("u", ("sleep", "30"), env_file(tmp_path, "export ORCH_T_FOO=bar\nORCH_T_BAZ=1\n"), dialect=dialect)  # type: ignore[arg-type]
     m = managers(unit)
     m.restart("u")
-    env = m.environ("u")
+    env = environ_after_exec(m, "u")
     assert env is not None and env["ORCH_T_BAZ"] == "1" and env.get("ORCH_T_FOO") == expected
 
 
