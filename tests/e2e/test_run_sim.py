@@ -7,8 +7,11 @@ the report recomputed from the journal), and nothing left listening afterwards.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 from helpers.netutil import port_open
@@ -19,7 +22,8 @@ from orchestrator.core.records import TrialRecord
 from orchestrator.core.stats import wilson_interval
 from orchestrator.store.journal import read_journal
 
-pytestmark = pytest.mark.sim
+# one worker runs this module (pytest-xdist), so its one sweep serves both tests there too
+pytestmark = [pytest.mark.sim, pytest.mark.xdist_group("e2e-run-sim")]
 
 
 MATRIX = """\
@@ -44,26 +48,30 @@ collect:
 """
 
 
-@pytest.fixture
-def sweep(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, dict[str, bytes], list[int], str]:
+    """One sweep for both tests here (~10 s on the simulator): they only read what it left."""
+    tmp_path = tmp_path_factory.mktemp("e2e")
     inv, ports = make_inventory(tmp_path)
     (tmp_path / "m.yaml").write_text(MATRIX)
     originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
-    code = main(
-        [
-            "run",
-            str(tmp_path / "m.yaml"),
-            "-i",
-            str(inv),
-            "--out",
-            str(tmp_path / "reports"),
-            "--run-id",
-            "e2e",
-            "--seed",
-            "11",
-        ]
-    )
-    return tmp_path, code, originals, ports, capsys.readouterr().out
+    out = io.StringIO()  # capsys is per test; orch's console writes to sys.stdout
+    with contextlib.redirect_stdout(out):
+        code = main(
+            [
+                "run",
+                str(tmp_path / "m.yaml"),
+                "-i",
+                str(inv),
+                "--out",
+                str(tmp_path / "reports"),
+                "--run-id",
+                "e2e",
+                "--seed",
+                "11",
+            ]
+        )
+    return tmp_path, code, originals, ports, out.getvalue()
 
 
 def test_sweep_on_the_simulator(sweep):
