@@ -804,3 +804,68 @@ def test_in_a_subprocess_with_1_gib_of_memory(bed: Bed, setup: Callable[[Bed], l
     assert "MemoryError" not in output and TRACEBACK not in done.stderr, output
     assert fragment in " ".join(output.split())
     bed.untouched()
+
+
+# ------------------------------------------------------------------ bounded at the edges
+CATASTROPHIC = ["(a+)+$", "(a|aa)+$", "^(\\w+\\s?)*$", "(x+x+)+y"]
+
+
+@pytest.mark.timeout(CASE_LIMIT_S + 5)
+@pytest.mark.parametrize("pattern", CATASTROPHIC)
+def test_a_catastrophic_metric_regex_is_a_workload_failure_naming_the_metric(pattern: str) -> None:
+    from orchestrator.core.config import MetricSpec
+    from orchestrator.edges.workload import extract_metrics
+    from orchestrator.errors import WorkloadError
+
+    text = "progress\n" + ("a" if "x" not in pattern else "x") * 50_000 + "!\n"
+    with pytest.raises(WorkloadError, match=r"slow_metric \(/.*/ took longer than"):
+        extract_metrics(text, [MetricSpec("slow_metric", "number", pattern)])
+
+
+@pytest.mark.timeout(CASE_LIMIT_S + 5)
+def test_a_catastrophic_collector_pattern_is_a_workload_failure_naming_the_collector() -> None:
+    from orchestrator.edges.workload import count_matching_lines
+    from orchestrator.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="collector 'anomalies'"):
+        count_matching_lines("anomalies", "(a+)+$", "ok\n" + "a" * 50_000 + "!\n")
+    assert count_matching_lines("anomalies", "ANOMALY", "x ANOMALY\ny\nANOMALY z\n") == 2
+
+
+def test_metric_extraction_scans_a_bounded_tail() -> None:
+    from orchestrator.core.config import MetricSpec
+    from orchestrator.edges.workload import MAX_SCAN_CHARS, extract_metrics
+
+    head = "wall=1.0s\n"  # beyond the scanned tail: a 4 MiB+ chatty repro is not held whole
+    text = head + "x" * MAX_SCAN_CHARS + "\nwall=2.5s\n"
+    assert extract_metrics(text, [MetricSpec("wall", "number", r"wall=(?P<value>[0-9.]+)s")])["wall"].value == 2.5
+
+
+@pytest.mark.parametrize(
+    ("host", "user"), [("-oProxyCommand=x", "root"), ("a b", "root"), ("h;id", "root"), ("h", "-l"), ("h", "a b")]
+)
+def test_ssh_transport_refuses_an_option_or_shell_syntax_as_host_or_user(host: str, user: str) -> None:
+    from orchestrator.edges.transport.ssh import SshTransport
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="ssh.(host|user)"):
+        SshTransport("decode", host, user=user)
+
+
+def test_unit_names_reach_systemctl_and_journalctl_as_operands_never_options() -> None:
+    """Defence in depth: config refuses a unit named -x; the edge still puts it after `--`."""
+    import re as re_
+
+    from fakes import FakeTransport
+
+    from orchestrator.edges.services.systemd import SystemdManager
+
+    t = FakeTransport("decode")
+    t.script(re_.compile(r"."), stdout="")
+    m = SystemdManager(t, "decode")
+    m.stop("-x")
+    m.reset_failed("--help")
+    m.logs_since("-x", 0.0)
+    stop, reset, logs = t.commands()
+    assert stop.endswith("stop -- -x") and reset.endswith("reset-failed -- --help"), (stop, reset)
+    assert "journalctl -q --unit=-x " in logs, logs
