@@ -38,9 +38,6 @@ from testbed.fixture import testbed  # noqa: E402,F401
 # (they mostly wait: restarts, warm-ups, outages, deadlines) go first, so the workers start on the
 # long ones and the short unit tests fill the tail instead of one long test ending the run alone.
 REAL_SYSTEM = ("sim", "testbed", "browser")
-# Session fixtures that are expensive to build: every test that uses one runs on the same worker,
-# so it is built once per run, not once per worker.
-ONE_WORKER_FIXTURES = {"ansible_venv": "ansible-venv"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,10 +51,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        for fixture, group in ONE_WORKER_FIXTURES.items():
-            if fixture in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects, and all agree on the order
         real = {id(i) for i in items if any(i.get_closest_marker(m) for m in REAL_SYSTEM)}
         items.sort(key=lambda i: id(i) not in real)  # stable: file order kept within each part

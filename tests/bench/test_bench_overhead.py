@@ -6,7 +6,9 @@ overhead is what is left of the wall time); they never assert a speed."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -130,8 +132,16 @@ ROW = r"^{tool}\s+(\d+)\s+([0-9.]+) s\s+([0-9.]+) s\s+([0-9.]+) s\s+(-?[0-9.]+) 
 
 @pytest.fixture(scope="session")
 def ansible_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """ansible-core in a private venv, installed once per test session by the script itself."""
-    return tmp_path_factory.mktemp("ansible") / "venv"
+    """ansible-core in a private venv, built once per test run by the script's own
+    ensure_ansible. Under pytest-xdist the workers share it (in the run's common temp folder):
+    the first to get the lock builds it, the others wait, so both smoke runs need not share a worker."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    with open(root / "ansible-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        bo.ensure_ansible(root / "ansible-venv", sys.executable)
+    return root / "ansible-venv"
 
 
 def run_bench(*args: str, timeout: float) -> str:
