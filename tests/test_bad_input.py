@@ -75,7 +75,8 @@ class Bed:
 
 
 @pytest.fixture
-def bed(tmp_path: Path) -> Bed:
+def inputs(tmp_path: Path) -> Bed:
+    """No process is started: named apart from the fault tests' `bed`, which runs simulators."""
     inventory, ports = private_inventory(tmp_path)
     matrix = tmp_path / "m.yaml"
     matrix.write_text(MATRIX)
@@ -102,11 +103,11 @@ def assert_refused(code: int, output: str, where: str, *fragments: str) -> None:
         assert fragment in flat, f"{fragment!r} not in {flat!r}"
 
 
-def test_the_good_inputs_validate(bed: Bed, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_good_inputs_validate(inputs: Bed, capsys: pytest.CaptureFixture[str]) -> None:
     """The baseline every case mutates is itself valid (so each case fails for its own reason)."""
-    code, output = run_main(bed.args(), capsys)
+    code, output = run_main(inputs.args(), capsys)
     assert code == 0, output
-    bed.untouched()
+    inputs.untouched()
 
 
 # ------------------------------------------------------------------ matrix cases
@@ -343,12 +344,12 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
     ("edit", "where", "fragments"), [c[1:] for c in MATRIX_CASES], ids=[c[0] for c in MATRIX_CASES]
 )
 def test_bad_matrix(
-    bed: Bed, edit: Edit, where: str, fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+    inputs: Bed, edit: Edit, where: str, fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bed.matrix.write_text(edit(MATRIX))
-    code, output = run_main(bed.args(), capsys)
+    inputs.matrix.write_text(edit(MATRIX))
+    code, output = run_main(inputs.args(), capsys)
     assert_refused(code, output, where, *fragments)
-    bed.untouched()
+    inputs.untouched()
 
 
 # ------------------------------------------------------------------ inventory cases
@@ -480,12 +481,12 @@ INVENTORY_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
     ("edit", "where", "fragments"), [c[1:] for c in INVENTORY_CASES], ids=[c[0] for c in INVENTORY_CASES]
 )
 def test_bad_inventory(
-    bed: Bed, edit: Edit, where: str, fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+    inputs: Bed, edit: Edit, where: str, fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bed.inventory.write_text(edit(bed.inventory.read_text()))
-    code, output = run_main(bed.args(), capsys)
+    inputs.inventory.write_text(edit(inputs.inventory.read_text()))
+    code, output = run_main(inputs.args(), capsys)
     assert_refused(code, output, where, *fragments)
-    bed.untouched()
+    inputs.untouched()
 
 
 # ------------------------------------------------------------------ files that are not files
@@ -544,21 +545,21 @@ SPECIAL_FILES: list[tuple[str, Callable[[Path], Path], str]] = [
 @pytest.mark.parametrize("role", ["matrix", "inventory"])
 @pytest.mark.parametrize(("make", "fragment"), [c[1:] for c in SPECIAL_FILES], ids=[c[0] for c in SPECIAL_FILES])
 def test_a_file_that_is_not_a_small_regular_file(
-    bed: Bed, role: str, make: Callable[[Path], Path], fragment: str, capsys: pytest.CaptureFixture[str]
+    inputs: Bed, role: str, make: Callable[[Path], Path], fragment: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = make(bed.root / "special.yaml")
-    args = ["validate", str(path), "-i", str(bed.inventory)]
+    path = make(inputs.root / "special.yaml")
+    args = ["validate", str(path), "-i", str(inputs.inventory)]
     if role == "inventory":
-        args = ["validate", str(bed.matrix), "-i", str(path)]
+        args = ["validate", str(inputs.matrix), "-i", str(path)]
     code, output = run_main(args, capsys)
     assert_refused(code, output, re.escape(path.name), *([fragment] if fragment else []))
-    bed.untouched()
+    inputs.untouched()
 
 
 # ------------------------------------------------------------------ flags
-def _bigger_matrix(bed: Bed) -> None:
+def _bigger_matrix(inputs: Bed) -> None:
     extra = "".join(f"  f{i}: {{env: {{decode: V{i}}}, levels: [a, b]}}\n" for i in range(4))
-    bed.matrix.write_text(MATRIX.replace("factors:\n", "factors:\n" + extra))  # 64 cells
+    inputs.matrix.write_text(MATRIX.replace("factors:\n", "factors:\n" + extra))  # 64 cells
 
 
 FLAG_CASES: list[tuple[str, list[str], str, tuple[str, ...]]] = [
@@ -603,13 +604,18 @@ FLAG_CASES: list[tuple[str, list[str], str, tuple[str, ...]]] = [
 @pytest.mark.timeout(CASE_LIMIT_S)
 @pytest.mark.parametrize(("argv", "where", "fragments"), [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES])
 def test_bad_flag(
-    bed: Bed, argv: list[str], where: str, fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+    inputs: Bed, argv: list[str], where: str, fragments: tuple[str, ...], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _bigger_matrix(bed)
-    values = {"m": str(bed.matrix), "i": str(bed.inventory), "r": str(bed.root / "reports"), "root": str(bed.root)}
+    _bigger_matrix(inputs)
+    values = {
+        "m": str(inputs.matrix),
+        "i": str(inputs.inventory),
+        "r": str(inputs.root / "reports"),
+        "root": str(inputs.root),
+    }
     code, output = run_main([a.format(**values) if "{" in a else a for a in argv], capsys)
     assert_refused(code, output, where, *fragments)
-    bed.untouched()
+    inputs.untouched()
 
 
 # ------------------------------------------------------------------ export and run folders
@@ -787,8 +793,8 @@ SUBPROCESS_CASES: list[tuple[str, Callable[[Bed], list[str]], str]] = [
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("setup", "fragment"), [c[1:] for c in SUBPROCESS_CASES], ids=[c[0] for c in SUBPROCESS_CASES])
-def test_in_a_subprocess_with_1_gib_of_memory(bed: Bed, setup: Callable[[Bed], list[str]], fragment: str) -> None:
-    argv = setup(bed)
+def test_in_a_subprocess_with_1_gib_of_memory(inputs: Bed, setup: Callable[[Bed], list[str]], fragment: str) -> None:
+    argv = setup(inputs)
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "400", "TERM": "dumb"}
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", *argv],
@@ -797,13 +803,13 @@ def test_in_a_subprocess_with_1_gib_of_memory(bed: Bed, setup: Callable[[Bed], l
         timeout=25,
         preexec_fn=_limit_memory,
         env=env,
-        cwd=bed.root,
+        cwd=inputs.root,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert "MemoryError" not in output and TRACEBACK not in done.stderr, output
     assert fragment in " ".join(output.split())
-    bed.untouched()
+    inputs.untouched()
 
 
 # ------------------------------------------------------------------ bounded at the edges
