@@ -251,3 +251,15 @@ def test_restore_starts_an_originally_active_unit_that_went_down_on_the_original
     assert (result.completed, result.failed) == (2, 0)
     assert bed.states() == {"decode:decode-server": True}  # started again at restore
     assert bed.managers["decode"].restarts() == ["decode-server"] * 3
+
+
+def test_verification_checks_the_keys_a_cell_leaves_original(tmp_path: Path) -> None:
+    """A baseline trial assigns nothing, yet its live process must not hold DEMO_VALUE: a unit
+    found holding one (started on an older file) is restarted once and checked again."""
+    bed = decode_bed(active=True)
+    bed.unit("decode").env = {**(bed.unit("decode").env or {}), "DEMO_VALUE": "stale"}
+    result = runner_for(bed, demo_plan(bed, replicates=1), tmp_path / "run").execute()
+    first = result.records[0]
+    assert (first.cell, first.status) == ("demo=default", "completed")
+    assert first.restarted == ["decode:decode-server"]  # found stale by verification, restarted
+    assert bed.managers["decode"].restarts()[0] == "decode-server"
