@@ -875,3 +875,35 @@ def test_unit_names_reach_systemctl_and_journalctl_as_operands_never_options() -
     stop, reset, logs = t.commands()
     assert stop.endswith("stop -- -x") and reset.endswith("reset-failed -- --help"), (stop, reset)
     assert "journalctl -q --unit=-x " in logs, logs
+
+
+def _env_fifo(root: Path) -> str:
+    os.mkfifo(root / "fifo.env")
+    return str(root / "fifo.env")
+
+
+def _env_big(root: Path) -> str:
+    with open(root / "big.env", "wb") as f:
+        f.truncate(1 << 30)  # sparse
+    return str(root / "big.env")
+
+
+@pytest.mark.timeout(CASE_LIMIT_S)
+@pytest.mark.parametrize(
+    "env_file",
+    [lambda _r: "/dev/zero", lambda _r: "/dev/urandom", _env_fifo, _env_big, lambda r: str(r)],
+    ids=["/dev/zero", "/dev/urandom", "a FIFO", "1 GiB", "a directory"],
+)
+def test_an_env_file_that_is_not_a_small_file_is_refused_before_any_edit(
+    inputs: Bed, env_file: Callable[[Path], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = env_file(inputs.root)
+    inputs.inventory.write_text(
+        inputs.inventory.read_text().replace("env_file: local/prefill.env", f"env_file: {path}", 1)
+    )
+    out = inputs.root / "reports"
+    code, output = run_main(inputs.args("run", "--out", str(out)), capsys)
+    assert_refused(code, output, re.escape(path.rstrip("/")), "nothing was changed")
+    assert not out.exists() or not any(out.iterdir())
+    now = {p.name: p.read_bytes() for p in (inputs.root / "local").glob("*.env")}
+    assert now == inputs.env_files and not any(port_open(p) for p in inputs.ports)

@@ -12,13 +12,16 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
 from typing import Sequence
 
 from orchestrator.edges.transport import Result
-from orchestrator.errors import CommandFailed, CommandTimedOut, TransportError
+from orchestrator.errors import CommandFailed, CommandTimedOut, ConfigError, TransportError
+
+MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero must not fill memory
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream; a runaway command cannot exhaust memory
 KILL_GRACE_S = 2.0
@@ -85,11 +88,19 @@ class LocalTransport:
         return proc.returncode, out, err
 
     def read_bytes(self, path: str) -> bytes:
+        """The file's bytes. An inventory may name anything: a FIFO (opened non-blocking, so
+        it cannot hang), a device or a huge file is refused as bad input (exit 2)."""
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise ConfigError("not a regular file", file=path, hint="an env file is a plain file")
+                data = f.read(MAX_READ_BYTES + 1)
         except OSError as exc:
             raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
+        if len(data) > MAX_READ_BYTES:
+            raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=path, hint="an env file is small")
+        return data
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Temp file in the same directory, fsync, keep mode and owner, rename, fsync the dir:
