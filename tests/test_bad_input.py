@@ -907,3 +907,45 @@ def test_an_env_file_that_is_not_a_small_file_is_refused_before_any_edit(
     assert not out.exists() or not any(out.iterdir())
     now = {p.name: p.read_bytes() for p in (inputs.root / "local").glob("*.env")}
     assert now == inputs.env_files and not any(port_open(p) for p in inputs.ports)
+
+
+@pytest.mark.sim
+@pytest.mark.timeout(120)
+def test_a_catastrophic_regex_fails_its_trials_and_the_sweep_ends_with_hosts_restored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hang the issue found: `(a+)+$` over a long line while every host is changed. Now each
+    trial fails naming the metric within the deadline, and the sweep ends and restores."""
+    from helpers.sim_sweep import ENV_FILES, make_inventory
+
+    from orchestrator.store.journal import read_journal
+
+    inventory, ports = make_inventory(tmp_path)
+    matrix = tmp_path / "slow.yaml"
+    matrix.write_text(
+        textwrap.dedent("""\
+        name: slow_regex
+        factors:
+          overlap:
+            env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+            levels: [on, off]
+        replicates: 1
+        seed: 1
+        repro:
+          command: "{python} -c \\"print('a' * 50000 + '!')\\""
+          timeout: 30
+          metrics:
+            slow_metric: {regex: '(a+)+$'}
+        """)
+    )
+    out = tmp_path / "reports"
+    code, output = run_main(["run", str(matrix), "-i", str(inventory), "--out", str(out), "--run-id", "r"], capsys)
+    assert code == 1, output
+    assert TRACEBACK not in output
+    trials = [r for r in read_journal(out / "r" / "journal.jsonl").records if getattr(r, "status", None) == "failed"]
+    assert len(trials) == 2, output
+    assert all("slow_metric" in (t.failure.message if t.failure else "") for t in trials)
+    assert all("took longer than" in (t.failure.message if t.failure else "") for t in trials)
+    for name, text in ENV_FILES.items():
+        assert (tmp_path / name).read_bytes() == text.encode(), f"{name} was not restored"
+    assert not any(port_open(p) for p in ports)
