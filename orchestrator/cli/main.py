@@ -18,6 +18,7 @@ from orchestrator.cli import output, reports, team
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
+    bounded_int,
     command,
     matrix_args,
     positive,
@@ -25,6 +26,7 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.console import err, out
+from orchestrator.core.config import MAX_SEED
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
 from orchestrator.sweep.runner import Progress
@@ -70,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     run.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
-    run.add_argument("--seed", type=int, help="seed for the randomized order (default: matrix seed or random)")
+    run.add_argument(
+        "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
+    )
     run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
@@ -96,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
     matrix_args(plan)
     plan.add_argument("--replicates", type=positive)
-    plan.add_argument("--seed", type=int)
+    plan.add_argument("--seed", type=bounded_int(0, MAX_SEED))
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
     rep = command(sub, "report", "re-render the HTML report of a run directory", cmd_report)

@@ -20,9 +20,18 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.cli.args import DEFAULT_INVENTORY, DEFAULT_REPORTS, command, prepared_sweep, sweep_request
+from orchestrator.cli.args import (
+    DEFAULT_INVENTORY,
+    DEFAULT_REPORTS,
+    bounded_int,
+    bounded_seconds,
+    command,
+    prepared_sweep,
+    sweep_request,
+)
 from orchestrator.cli.console import err, out
 
+SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
 
 if TYPE_CHECKING:
@@ -35,7 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _schedule_commands(sub)
     srv = command(sub, "serve", "serve the reports, a live status page and JSON (read-only)", cmd_serve)
     _reports_arg(srv)
-    srv.add_argument("--port", type=int, default=8765, help="TCP port (default 8765; 0 picks a free one)")
+    srv.add_argument(
+        "--port", type=bounded_int(0, 65535), default=8765, help="TCP port (default 8765; 0 picks a free one)"
+    )
     srv.add_argument(
         "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 shares it with the network)"
     )
@@ -61,13 +72,18 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         "-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (default: inventory/local.yaml)"
     )
     add.add_argument("-t", "--testbed", help="testbed name in the inventory (default: the first)")
-    add.add_argument("--priority", type=int, default=0, help="higher runs first (default 0); ties: oldest first")
+    add.add_argument(
+        "--priority",
+        type=bounded_int(-SQLITE_INT, SQLITE_INT),
+        default=0,
+        help="higher runs first (default 0); ties: oldest first",
+    )
     _webhook_arg(add)
     _reports_arg(add)
     ls = command(qs, "list", "list queued, running and finished items", cmd_queue_list)
     _reports_arg(ls)
     rm = command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
-    rm.add_argument("item_id", type=int, metavar="ID")
+    rm.add_argument("item_id", type=bounded_int(1, SQLITE_INT), metavar="ID")
     _reports_arg(rm)
     run = command(qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run)
     run.add_argument(
@@ -91,7 +107,9 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     ins.add_argument("name", metavar="NAME")
     when = ins.add_mutually_exclusive_group(required=True)
     when.add_argument("--on-calendar", metavar="SPEC", help="systemd calendar spec, e.g. '*-*-* 01:00'")
-    when.add_argument("--on-active", type=float, metavar="SECONDS", help="once, this many seconds from now")
+    when.add_argument(
+        "--on-active", type=bounded_seconds(366 * 86400.0), metavar="SECONDS", help="once, this many seconds from now"
+    )
     ins.add_argument("--until", metavar="HH:MM", help="passed to `queue run --until`")
     _webhook_arg(ins)
     _reports_arg(ins)
