@@ -978,3 +978,25 @@ def test_a_catastrophic_regex_fails_its_trials_and_the_sweep_ends_with_hosts_res
     for name, text in ENV_FILES.items():
         assert (tmp_path / name).read_bytes() == text.encode(), f"{name} was not restored"
     assert not any(port_open(p) for p in ports)
+
+
+@pytest.mark.testbed
+@pytest.mark.timeout(120)
+def test_a_remote_env_file_that_is_not_a_regular_file_is_refused_over_ssh(testbed) -> None:  # type: ignore[no-untyped-def]
+    """Over SSH too: /dev/zero and a FIFO named as an env file end in a clear refusal, not a
+    `cat` that never ends or blocks until the file-operation timeout; a plain file still reads."""
+    from testbed.helpers import transport
+
+    from orchestrator.errors import ConfigError
+
+    t = transport(testbed, "decode")
+    fifo = f"/var/tmp/orch-bad-input-{os.getpid()}.fifo"
+    try:
+        testbed.ssh("decode", f"rm -f {fifo} && mkfifo {fifo} && printf 'K=1\\n' > {fifo}.env")
+        for path in ("/dev/zero", fifo, "/var/tmp"):
+            with pytest.raises(ConfigError, match="not a regular file"):
+                t.read_bytes(path)
+        assert t.read_bytes(f"{fifo}.env") == b"K=1\n"
+    finally:
+        testbed.ssh("decode", f"rm -f {fifo} {fifo}.env")
+        t.close()

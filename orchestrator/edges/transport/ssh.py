@@ -78,6 +78,14 @@ trap - EXIT
 sync -- "$d" 2>/dev/null || true
 """
 
+# The remote half of read_bytes: $1 = path, $2 = the most bytes to send. A path that exists but
+# is not a regular file (a FIFO would block `cat`, /dev/zero would never end) exits 3.
+_READ_SCRIPT = (
+    'if [ -e "$1" ] && [ ! -f "$1" ]; then echo "orch-read: not a regular file" >&2; exit 3; fi\n'
+    'exec head -c "$2" -- "$1"'
+)
+MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB
+
 # Short reasons for the errors a user can act on, matched in a tool's stderr.
 _REASONS = (
     ("Permission denied", "permission denied"),
@@ -178,9 +186,14 @@ class SshTransport:
         return result
 
     def read_bytes(self, path: str) -> bytes:
-        line = command_line(["cat", "--", path], sudo=self.use_sudo, timeout=None)
-        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"cat {path}")
+        argv = ["sh", "-c", _READ_SCRIPT, "orch-read", path, str(MAX_READ_BYTES + 1)]
+        line = command_line(argv, sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"cat {path}", max_output=MAX_READ_BYTES + 1)
         self._raise_if_sudo_refused(raw, self.use_sudo)
+        if raw.exit_code == 3 and b"orch-read: not a regular file" in raw.stderr:
+            raise ConfigError("not a regular file", file=f"{self.label}:{path}", hint="an env file is a plain file")
+        if raw.exit_code == 0 and len(raw.stdout) > MAX_READ_BYTES:
+            raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=f"{self.label}:{path}")
         if raw.exit_code != 0:
             raise TransportError(self.label, f"cannot read {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
         return raw.stdout
