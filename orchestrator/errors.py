@@ -159,6 +159,12 @@ class VerificationError(OrchError):
     """The live process did not get the environment the cell asked for."""
 
 
+class IdentityError(VerificationError):
+    """A health port was served by a process that is not the unit orch restarted (a stranger on
+    the port, an orphaned server), or a unit restarted or died during the repro: the trial was
+    not served by orch's own processes, so it is void (retried, never data)."""
+
+
 class WorkloadError(OrchError):
     """The repro failed: non-zero exit, timeout, or metrics missing from its output."""
 

@@ -10,6 +10,8 @@ What each fake stands for:
 - ``FakeServiceManager``: systemd on that host. Each start reads the unit's env file from the
   host's FakeTransport with orch's own reader for the dialect (``envfile.read_values``), so
   ``environ(unit)`` holds what a real process would have got; MainPID changes at every start.
+  Its health ports are held by its running unit, unless a test puts a stranger on one
+  (``strangers[port] = Holder(...)``).
 - ``health_client(bed)``: an ``httpx.Client`` over ``httpx.MockTransport`` whose handler answers
   each host's health URL 200 only while the units behind it run and are ready (503 while
   loading, connection refused when nothing runs).
@@ -38,6 +40,7 @@ from orchestrator.core.plan import Plan
 from orchestrator.core.plan import make_plan as _make_plan
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId
 from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result
@@ -265,6 +268,7 @@ class FakeServiceManager:
         self.units = {u.name: u for u in units}
         self.calls: list[Call] = []
         self.logs: dict[str, list[tuple[float, str]]] = {u.name: [] for u in units}
+        self.strangers: dict[int, Holder] = {}  # port -> a foreign process listening there
         self._lock = threading.RLock()
         for unit in units:
             if unit.active:  # running before orch came: started with the file as it is
@@ -322,6 +326,30 @@ class FakeServiceManager:
         u = self._unit(unit)
         with self._lock:
             return dict(u.env) if self._alive(u) and u.env is not None else None
+
+    def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
+        with self._lock:
+            self.calls.append(Call("unit_ids", " ".join(units)))
+            return {
+                u: UnitId(u, self._unit(u).pid if self.running(u) else None, str(self._unit(u).starts)) for u in units
+            }
+
+    def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
+        """A stranger holds its port (a Holder whose inode is the port); any other port is held by
+        the first running unit, or by nothing."""
+        ids = self.unit_ids(units)
+        mine = next((i.main_pid for i in ids.values() if i.main_pid), None)
+        sockets, holders = [], []
+        with self._lock:
+            self.calls.append(Call("port_scan", " ".join(map(str, ports))))
+            for port in ports:
+                holder = self.strangers.get(port)
+                if holder is None and mine is not None:
+                    holder = Holder(mine, port, 0, "fake-server", (mine, 1))
+                if holder is not None:
+                    sockets.append(Socket(port, holder.uid or 0, holder.inode))
+                    holders.append(holder)
+        return PortScan(tuple(sockets), tuple(holders), {0: "root", 1000: "alice"}), ids
 
     # ---------------------------------------------------------------- for tests
     def log(self, unit: str, line: str) -> None:

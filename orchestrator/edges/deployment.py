@@ -19,6 +19,7 @@ import httpx
 from orchestrator.core import envfile
 from orchestrator.core.config import Host, Testbed
 from orchestrator.core.redact import Redactor
+from orchestrator.edges.identity import foreign_holder, units_phrase
 from orchestrator.edges.services import ServiceManager
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import OrchError, PreflightError
@@ -136,6 +137,7 @@ def preflight(deployment: Deployment, plan: "Plan | None" = None, client: httpx.
         for handle in deployment.hosts.values():
             try:
                 _check_host(handle)
+                check_ports(handle, deployment.testbed.hosts[handle.role])
                 if plan is not None:
                     warnings += _check_edits(handle, plan)
                 _check_as_it_is(handle, http, redactor)
@@ -220,6 +222,31 @@ def _check_answers(host: Host, active: list[str], client: httpx.Client) -> None:
         raise PreflightError(f"{what} does not answer: {exc or type(exc).__name__}", hint=hint) from None
     if not answer.is_success:
         raise PreflightError(f"{what} answers HTTP {answer.status_code}", hint=hint)
+
+
+def health_ports(host: Host) -> list[int]:
+    """The ports orch relies on for a host (its health URL and its URL), as the inventory gives
+    them (a health tunnel rewrites the handle's URL to a local port; the host's is this one)."""
+    ports = []
+    for url in (host.health, host.url):
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
+def check_ports(handle: HostHandle, host: Host) -> None:
+    """Every port orch relies on is free or held by the inventory's own unit: a stranger there (an
+    orphaned server, another user's program) would answer the health URL and be measured."""
+    scan, ids = handle.services.port_scan(health_ports(host), handle.units)
+    for port in health_ports(host):
+        stranger = foreign_holder(scan, port, ids)
+        if stranger is not None:
+            raise PreflightError(
+                f"{host.label}: port {port} is held by {stranger}, not by {units_phrase(ids)}",
+                hint="stop it, or point the inventory at another port",
+            )
 
 
 def _check_host(handle: HostHandle) -> None:

@@ -31,10 +31,19 @@ from orchestrator.core.matrix import expected_env
 from orchestrator.core.plan import Plan, Step, dependants, restart_order
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.core.redact import Redactor
-from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, wait_all
+from orchestrator.edges.identity import UnitId, foreign_holder, units_phrase
 from orchestrator.edges.workload import count_matching_lines, extract_metrics, output_tail, run_command
-from orchestrator.errors import CommandTimedOut, Interrupted, JournalError, OrchError, VerificationError, WorkloadError
+from orchestrator.errors import (
+    CommandTimedOut,
+    IdentityError,
+    Interrupted,
+    JournalError,
+    OrchError,
+    VerificationError,
+    WorkloadError,
+)
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.rundir import RunDir, TrialDir
 from orchestrator.sweep.clock import now_iso
@@ -60,6 +69,8 @@ class TrialContext:
     repro: ReproOutcome | None = None
     metrics: dict[str, MetricValue] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
+    identity: dict[Unit, UnitId] = field(default_factory=dict)  # checked units' ids once healthy
+    check_all: bool = False  # first trial, or after a failure: check every role's ports, not only restarted ones
 
 
 class Services:
@@ -125,6 +136,7 @@ class Services:
         """Restart units whose env changed or that are not running, in dependency waves;
         independent units of one wave restart in parallel."""
         hosts = self.deployment.hosts
+        ctx.check_all = self.verify_all_next  # a retried trial may restart nothing: still check who serves
         todo = {(role, unit) for role, h in hosts.items() for unit in h.units if role in ctx.changed}
         if self.verify_all_next:  # first trial, or after a failure: start whatever is not running
             down = per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
@@ -196,6 +208,63 @@ class Services:
                     problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
                 if problem:
                     raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
+
+    def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
+        """Check, while the repro runs, that each restarted role's health ports are served by its
+        own units (one round trip per role); confirm_identity waits for it after the repro."""
+        if not ctx.restarted and not ctx.check_all:
+            return None
+        if self.checker is None:
+            self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
+        return self.checker.submit(self.check_identity, ctx)
+
+    def check_identity(self, ctx: TrialContext) -> None:
+        """Each health/URL port of a restarted role (every role on a first or retried trial) is
+        held by one of the role's units (its main pid or a descendant); else the answer came from
+        a stranger and the trial is void."""
+        roles = set(self.deployment.hosts) if ctx.check_all else {role for role, _ in ctx.restarted}
+
+        def one(role: str) -> tuple[dict[str, UnitId], str | None]:
+            h, host = self.deployment.hosts[role], self.deployment.testbed.hosts[role]
+            scan, ids = h.services.port_scan(health_ports(host), h.units)
+            for port in health_ports(host):
+                stranger = foreign_holder(scan, port, ids)
+                if stranger is not None:
+                    return ids, f"{host.label}: port {port} is served by {stranger}, not by {units_phrase(ids)}"
+            return ids, None
+
+        found = gather({role: role for role in sorted(roles)}, one, what="hosts")
+        problems = [problem for _, problem in found.values() if problem]
+        if problems:
+            raise IdentityError("; ".join(problems) + " (the trial is void: stop that process or free the port)")
+        for role, (ids, _) in found.items():
+            ctx.identity.update(((role, unit), unit_id) for unit, unit_id in ids.items())
+
+    def confirm_identity(self, pending: Future[None] | None, ctx: TrialContext) -> None:
+        """After the repro: the identity check passed, and every checked unit still runs the
+        same process (same main pid and invocation id): a unit that restarted or died during
+        the repro served only part of it."""
+        if pending is None:
+            return
+        pending.result()
+        roles = sorted({role for role, _ in ctx.identity})
+        now = gather(
+            {r: r for r in roles}, lambda r: self.deployment.hosts[r].services.unit_ids(self.deployment.hosts[r].units)
+        )
+        for (role, unit), before in ctx.identity.items():
+            after = now[role].get(unit)
+            label = self.deployment.hosts[role].host.label
+            if after is None or after.main_pid is None:
+                raise IdentityError(f"{label}: unit {unit} died during the repro ({before.describe()} is gone)")
+            if after.main_pid != before.main_pid:
+                raise IdentityError(
+                    f"{label}: unit {unit} restarted during the repro (pid {before.main_pid} -> {after.main_pid})"
+                )
+            if after.invocation_id != before.invocation_id:
+                raise IdentityError(
+                    f"{label}: unit {unit} restarted during the repro "
+                    f"(invocation {before.invocation_id} -> {after.invocation_id})"
+                )
 
     def close(self) -> None:
         if self.checker is not None:
@@ -358,9 +427,11 @@ class TrialPhases:
         ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
         repro.describe_hosts()
         checking = services.verify_beside_repro(step, ctx)
+        identity = services.identity_beside_repro(ctx)
         ctx.repro = repro.run(step, trial)
         if checking is not None:
             checking.result()  # a VerificationError voids the repro's result
+        services.confirm_identity(identity, ctx)  # so does a stranger on a port, or a unit restarted meanwhile
         repro.judge(ctx.repro)  # after ctx.repro is set: a failed repro's output is recorded
         ctx.metrics = repro.metrics(ctx.repro)
         ctx.logs, logs_text = repro.collect_logs(trial, t0)

@@ -7,7 +7,9 @@ bundled simulator's servers as child processes for the embedded default deployme
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
+
+from orchestrator.edges.identity import PortScan, UnitId
 
 
 @dataclass(frozen=True)
@@ -48,4 +50,14 @@ class ServiceManager(Protocol):
 
     def environ(self, unit: str) -> dict[str, str] | None:
         """The environment of the unit's live main process (/proc/PID/environ), or None."""
+        ...
+
+    def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
+        """Each unit's main pid and invocation id now (one round trip): compared after the repro
+        with what they were after the restart, so a unit that restarted or died meanwhile voids
+        the trial."""
+        ...
+
+    def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
+        """Who listens on `ports` on this host, and the units' ids, in one round trip."""
         ...

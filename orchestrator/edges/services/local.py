@@ -29,9 +29,10 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, Mapping, NoReturn
+from typing import Literal, Mapping, NoReturn, Sequence
 
 from orchestrator.core.envfile import read_values
+from orchestrator.edges.identity import PortScan, UnitId, scan
 from orchestrator.edges.services import UnitState
 from orchestrator.errors import OrchError, ServiceError
 
@@ -180,6 +181,22 @@ class LocalServiceManager:
             return None
         pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
         return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, _, v in pairs}
+
+    def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
+        """The pid each unit runs now and its start count (the invocation id), read in-process."""
+        ids = {}
+        for unit in units:
+            rt = self._runtime(unit)
+            with rt.lock:
+                ids[unit] = UnitId(unit, self._live_pid(unit), str(rt.n_starts))
+        return ids
+
+    def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
+        """Who listens on `ports` on this machine (edges.identity), and the units' ids."""
+        from orchestrator.edges.transport.local import LocalTransport
+
+        found, _ = scan(LocalTransport(self.host), ports)
+        return found, self.unit_ids(units)
 
     def stop_all(self) -> None:
         """Stop every process this manager started. Takes no locks and raises nothing, so it is

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
+from orchestrator.edges.identity import PortScan, UnitId, parse_units, scan
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result, Transport
 from orchestrator.errors import CommandFailed, ServiceError
@@ -218,6 +219,16 @@ class SystemdManager:
                 )
             return None
         return parse_environ(chosen.environ)
+
+    # ---------------------------------------------------------------- identity
+    def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
+        """MainPID and InvocationID (new at every start) of each unit, in one `systemctl show`."""
+        res = self._run(["systemctl", "show", "-p", "MainPID,InvocationID,ActiveState", "--", *units], check=True)
+        return parse_units(res.stdout, units)
+
+    def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
+        """Who listens on `ports`, and the units' ids, in one round trip (edges.identity)."""
+        return scan(self.transport, ports, units, sudo=self.sudo, timeout=self.command_timeout_s)
 
     # ---------------------------------------------------------------- internals
     def _run(self, command: str | Sequence[str], *, check: bool, timeout: float | None = None) -> Result:

@@ -1,0 +1,202 @@
+"""Who serves a port: the listening socket's owner process, read on the host over a Transport (EDGE).
+
+A health URL that answers proves only that SOME process answers. orch counts a trial only if
+the process behind each health port is the unit it restarted (its main pid or a descendant), so
+an orphaned server in someone's tmux, an old process that has not released the port, or any
+stranger on the port voids the trial instead of being measured.
+
+One `sh -c` script per host and call (one round trip), no `ss` or `lsof` dependency:
+LISTEN sockets on the ports from /proc/net/tcp{,6} (awk) -> their inodes -> the processes holding
+`socket:[INODE]` (GNU find over /proc/*/fd) -> each one's uid, command line and PPid chain; for
+systemd hosts the units' MainPID and InvocationID come in the same round trip. What the answer
+means is decided by the pure functions below, which the unit tests feed sample /proc text.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.edges.transport import Transport
+
+MAX_HOLDERS = 64  # processes reported per call (a forking server shares its socket with workers)
+MAX_CHAIN = 64  # PPid steps followed up from a holder
+CMDLINE_BYTES = 4096
+
+# /proc/net/tcp{,6} rows in state 0A (LISTEN) whose local port is in `want` -> sock|PORTHEX|UID|INODE
+AWK_LISTEN = '$4 == "0A" { n = split($2, a, ":"); if (index(want, " " a[n] " ")) print "sock|" a[n] "|" $8 "|" $10 }'
+# argv: NPORTS PORTHEX... UNIT...  (PORTHEX: 4 upper-case hex digits, as /proc/net/tcp prints them)
+# out:  units / systemctl show blocks / end; sock|PORTHEX|UID|INODE; hold|PID|INODE|UID|b64(cmdline)|CHAIN;
+#       user|UID|NAME
+_SCRIPT = r"""
+n=$1; shift; ports=""; i=0
+while [ "$i" -lt "$n" ]; do ports="$ports $1"; shift; i=$((i+1)); done
+if [ $# -gt 0 ]; then
+  echo units; systemctl show -p MainPID,InvocationID,ActiveState -- "$@" || exit 3; echo end
+fi
+socks=$(awk -v want=" $ports " __AWK__ /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+[ -z "$socks" ] || echo "$socks"
+inodes=$(echo "$socks" | cut -s -d'|' -f4); uids=$(echo "$socks" | cut -s -d'|' -f3)
+[ -n "$inodes" ] || exit 0
+set --
+for i in $inodes; do [ $# -eq 0 ] || set -- "$@" -o; set -- "$@" -lname "socket:\\[$i\\]"; done
+find /proc/[0-9]*/fd -mindepth 1 -maxdepth 1 \( "$@" \) -printf '%h|%l\n' 2>/dev/null | sort -u | head -n __MAX__ |
+while IFS='|' read -r d l; do
+  p=${d#/proc/}; p=${p%/fd}; i=${l#socket:[}; i=${i%]}
+  u=""; c=$p; chain=""; k=0
+  while [ -n "$c" ] && [ "$c" != 0 ] && [ "$k" -lt __CHAIN__ ]; do
+    chain="$chain $c"; k=$((k+1)); nx=""
+    while IFS=':' read -r key val; do
+      case $key in PPid) set -- $val; nx=$1;; Uid) if [ -z "$u" ]; then set -- $val; u=$1; fi;; esac
+    done 2>/dev/null < "/proc/$c/status" || break
+    c=$nx
+  done
+  echo "hold|$p|$i|$u|$(head -c __CMD__ "/proc/$p/cmdline" 2>/dev/null | base64 -w0)|$chain"
+done
+for u in $(echo $uids | tr ' ' '\n' | sort -u); do
+  echo "user|$u|$(getent passwd "$u" 2>/dev/null | cut -d: -f1)"
+done
+"""
+SCRIPT = (
+    _SCRIPT.replace("__MAX__", str(MAX_HOLDERS))
+    .replace("__CHAIN__", str(MAX_CHAIN))
+    .replace("__CMD__", str(CMDLINE_BYTES))
+    .replace("__AWK__", shlex.quote(AWK_LISTEN))
+)
+
+
+@dataclass(frozen=True)
+class UnitId:
+    """Which process a unit runs now: what must not change between the restart and the repro's end."""
+
+    unit: str
+    main_pid: int | None  # None: no process (the unit is not running)
+    invocation_id: str = ""  # systemd's InvocationID (a new one per start); the local manager's start count
+
+    def describe(self) -> str:
+        return f"pid {self.main_pid}" if self.main_pid else "not running"
+
+
+@dataclass(frozen=True)
+class Socket:
+    """A LISTEN socket on one of the ports asked about."""
+
+    port: int
+    uid: int
+    inode: int
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process holding a listening socket: its pid, uid, command line and PPid chain (itself first)."""
+
+    pid: int
+    inode: int
+    uid: int | None
+    cmdline: str
+    chain: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PortScan:
+    """Who listens on the ports asked about, on one host."""
+
+    sockets: tuple[Socket, ...] = ()
+    holders: tuple[Holder, ...] = ()
+    users: Mapping[int, str] = field(default_factory=dict)
+
+    def user(self, uid: int | None) -> str:
+        if uid is None:
+            return "unknown user"
+        return f"user {self.users.get(uid) or f'uid {uid}'}"
+
+
+def port_hex(port: int) -> str:
+    return f"{port:04X}"
+
+
+def scan_argv(ports: Sequence[int], units: Sequence[str] = ()) -> list[str]:
+    """The one command of a scan: ports to look at, and systemd units whose ids to read with it."""
+    return ["sh", "-c", SCRIPT, "orch-identity", str(len(ports)), *(port_hex(p) for p in ports), *units]
+
+
+def scan(
+    transport: Transport, ports: Sequence[int], units: Sequence[str] = (), *, sudo: bool = False, timeout: float = 30
+) -> tuple[PortScan, dict[str, UnitId]]:
+    """One round trip: who listens on `ports`, and (systemd) the units' MainPID/InvocationID."""
+    res = transport.run(scan_argv(ports, units), check=True, sudo=sudo, timeout=timeout)
+    return parse_scan(res.stdout, units)
+
+
+def parse_scan(text: str, units: Sequence[str] = ()) -> tuple[PortScan, dict[str, UnitId]]:
+    """The script's output -> (PortScan, ids of `units` from their `systemctl show` blocks)."""
+    sockets: list[Socket] = []
+    holders: list[Holder] = []
+    users: dict[int, str] = {}
+    show: list[str] = []
+    in_units = False
+    for line in text.splitlines():
+        if line == "units":
+            in_units = True
+        elif line == "end":
+            in_units = False
+        elif in_units:
+            show.append(line)
+        else:
+            _parse_line(line, sockets, holders, users)
+    return PortScan(tuple(sockets), tuple(holders), users), parse_units("\n".join(show), units)
+
+
+def _parse_line(line: str, sockets: list[Socket], holders: list[Holder], users: dict[int, str]) -> None:
+    f = line.split("|")
+    if f[0] == "sock" and len(f) == 4 and f[2].isdigit() and f[3].isdigit():
+        sockets.append(Socket(int(f[1], 16), int(f[2]), int(f[3])))
+    elif f[0] == "hold" and len(f) == 6 and f[1].isdigit() and f[2].isdigit():
+        raw = base64.b64decode(f[4] or b"", validate=False)
+        cmdline = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+        chain = tuple(int(p) for p in f[5].split() if p.isdigit())
+        holders.append(Holder(int(f[1]), int(f[2]), int(f[3]) if f[3].isdigit() else None, cmdline, chain))
+    elif f[0] == "user" and len(f) == 3 and f[1].isdigit():
+        users[int(f[1])] = f[2]
+
+
+def parse_units(text: str, units: Sequence[str]) -> dict[str, UnitId]:
+    """`systemctl show -p MainPID,InvocationID,ActiveState` blocks, in the order asked."""
+    blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()]
+    ids: dict[str, UnitId] = {}
+    for unit, block in zip(units, blocks, strict=False):
+        kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        pid = int(kv["MainPID"]) if kv.get("MainPID", "").isdigit() else 0
+        alive = kv.get("ActiveState") in ("active", "reloading") and pid > 0
+        ids[unit] = UnitId(unit, pid if alive else None, kv.get("InvocationID", ""))
+    return ids
+
+
+def foreign_holder(scan: PortScan, port: int, ids: Mapping[str, UnitId]) -> str | None:
+    """Who holds `port` when it is not one of the units' processes (or their descendants), in
+    words for the message: "pid 4242 (python3 -m http.server 30000, user alice)". None when a
+    unit's process holds it, or nothing listens on the host (the URL is served elsewhere)."""
+    sockets = [s for s in scan.sockets if s.port == port]
+    if not sockets:
+        return None
+    mains = {i.main_pid for i in ids.values() if i.main_pid}
+    inodes = {s.inode for s in sockets}
+    holders = [h for h in scan.holders if h.inode in inodes]
+    if any(mains.intersection(h.chain) for h in holders):
+        return None
+    if holders:
+        h = holders[0]
+        return f"pid {h.pid} ({_short(h.cmdline) or '?'}, {scan.user(h.uid)})"
+    return f"a process orch cannot see ({scan.user(sockets[0].uid)}; connect as root or set sudo: true to identify it)"
+
+
+def _short(cmdline: str, limit: int = 200) -> str:
+    return cmdline if len(cmdline) <= limit else cmdline[: limit - 3] + "..."
+
+
+def units_phrase(ids: Mapping[str, UnitId]) -> str:
+    """ "unit sim-prefill (pid 1234)" / "units a (pid 1), b (not running)" for messages."""
+    parts = [f"{u} ({i.describe()})" for u, i in ids.items()]
+    return ("units " if len(parts) > 1 else "unit ") + ", ".join(parts)

@@ -1,0 +1,130 @@
+"""edges.identity without a host: the LISTEN filter (awk) on sample /proc/net/tcp{,6} text, the
+scan script's output parsed, `systemctl show` blocks, and who counts as the unit's own process."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from orchestrator.edges.identity import (
+    AWK_LISTEN,
+    Holder,
+    PortScan,
+    Socket,
+    UnitId,
+    foreign_holder,
+    parse_scan,
+    parse_units,
+    port_hex,
+    scan_argv,
+    units_phrase,
+)
+
+TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 880467 1 0000 100 0 0 10 0
+   1: 0100007F:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880468 1 0000 100 0 0 10 0
+   2: 0100007F:7530 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 990001 1 0000 20 4 30 10 -1
+   3: 0100007F:C350 0100007F:7532 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3 0000
+"""
+TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000001000000:7532 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000   998        0 770001 1 0000 100 0 0 10 0
+"""  # noqa: E501
+
+
+def listeners(tmp_path: Path, ports: list[int]) -> list[str]:
+    if shutil.which("awk") is None:
+        pytest.skip("no awk")
+    (tmp_path / "tcp").write_text(TCP)
+    (tmp_path / "tcp6").write_text(TCP6)
+    want = " " + " ".join(port_hex(p) for p in ports) + " "
+    out = subprocess.run(
+        ["awk", "-v", f"want={want}", AWK_LISTEN, str(tmp_path / "tcp"), str(tmp_path / "tcp6")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout
+    return out.splitlines()
+
+
+def test_only_listen_sockets_on_the_ports_asked_are_reported_ipv4_and_ipv6(tmp_path: Path) -> None:
+    # 30000 = 0x7530 listens (and has an established connection, not reported); 30002 on ::1
+    assert listeners(tmp_path, [30000, 30002]) == ["sock|7530|1000|880467", "sock|7532|998|770001"]
+    assert listeners(tmp_path, [30001]) == ["sock|7531|0|880468"]
+    assert listeners(tmp_path, [50000, 1]) == []  # a client port and an unused one: nothing listens
+
+
+def test_port_hex_matches_proc_net_tcp() -> None:
+    assert (port_hex(30000), port_hex(80), port_hex(65535)) == ("7530", "0050", "FFFF")
+    argv = scan_argv([30000, 30002], ["a.service"])
+    assert argv[:2] == ["sh", "-c"] and argv[3:] == ["orch-identity", "2", "7530", "7532", "a.service"]
+
+
+def b64(argv: list[str]) -> str:
+    return base64.b64encode(b"\0".join(a.encode() for a in argv) + b"\0").decode()
+
+
+SCAN = f"""\
+units
+MainPID=1234
+InvocationID=0f1e2d
+ActiveState=active
+
+MainPID=0
+InvocationID=
+ActiveState=inactive
+end
+sock|7530|1000|880467
+sock|7532|0|770001
+hold|4242|880467|1000|{b64(["python3", "-m", "http.server", "30000"])}| 4242 4000 1
+hold|1240|770001|0|{b64(["python3", "-m", "sglang.launch_server"])}| 1240 1234 1
+user|1000|alice
+user|0|root
+"""
+
+
+def test_the_scan_output_is_parsed_into_sockets_holders_users_and_unit_ids() -> None:
+    scan, ids = parse_scan(SCAN, ["prefill.service", "decode.service"])
+    assert scan.sockets == (Socket(30000, 1000, 880467), Socket(30002, 0, 770001))
+    assert scan.holders[0] == Holder(4242, 880467, 1000, "python3 -m http.server 30000", (4242, 4000, 1))
+    assert scan.holders[1].chain == (1240, 1234, 1)
+    assert scan.users == {1000: "alice", 0: "root"}
+    assert ids == {
+        "prefill.service": UnitId("prefill.service", 1234, "0f1e2d"),
+        "decode.service": UnitId("decode.service", None, ""),
+    }
+
+
+def test_a_stranger_is_named_with_pid_command_line_and_user() -> None:
+    scan, ids = parse_scan(SCAN, ["prefill.service", "decode.service"])
+    assert foreign_holder(scan, 30000, ids) == "pid 4242 (python3 -m http.server 30000, user alice)"
+    # a descendant of the unit's MainPID (a worker under a wrapper) is the unit's own
+    assert foreign_holder(scan, 30002, ids) is None
+    # nothing listens on the host: the URL is served elsewhere, nothing to judge
+    assert foreign_holder(scan, 30001, ids) is None
+    # a unit that is not running owns nothing: any listener is a stranger
+    assert (
+        foreign_holder(scan, 30002, {"u": UnitId("u", None)}) == "pid 1240 (python3 -m sglang.launch_server, user root)"
+    )
+
+
+def test_a_listener_whose_process_cannot_be_seen_is_foreign_and_names_its_user() -> None:
+    scan = PortScan((Socket(30000, 1001, 5),), (), {})
+    problem = foreign_holder(scan, 30000, {"u": UnitId("u", 77)})
+    assert problem is not None
+    assert "uid 1001" in problem and "sudo: true" in problem
+
+
+def test_unit_ids_from_systemctl_show_and_their_phrase() -> None:
+    ids = parse_units(
+        "MainPID=9\nInvocationID=ab\nActiveState=active\n\nMainPID=5\nActiveState=deactivating\n", ["a", "b"]
+    )
+    assert ids == {"a": UnitId("a", 9, "ab"), "b": UnitId("b", None, "")}
+    assert units_phrase({"a": ids["a"]}) == "unit a (pid 9)"
+    assert units_phrase(ids) == "units a (pid 9), b (not running)"

@@ -1,0 +1,165 @@
+"""A trial counts only if orch's own processes served it (issue 12), on the fakes: a stranger on a
+health port after a restart, or a unit that restarts or dies during the repro, voids the trial
+(an infrastructure failure naming the process, retried, never data); preflight refuses a port
+held by a stranger before any edit."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+
+from orchestrator.core.plan import Plan
+from orchestrator.edges.deployment import preflight
+from orchestrator.edges.identity import Holder
+from orchestrator.errors import PreflightError
+
+STRANGER = Holder(4242, 30000, 1000, "python3 -m http.server 30000", (4242, 1))
+
+
+def bed_of_one(**unit: Any) -> FakeBed:
+    return make_bed({"prefill": Role("FLAG=0\n", [FakeUnit("prefill-server", **unit)])})
+
+
+def plan_of(bed: FakeBed, replicates: int = 1) -> Plan:
+    return make_plan(bed, {"f": flag("prefill", "FLAG")}, replicates=replicates)
+
+
+def test_a_stranger_answering_after_a_restart_voids_every_attempt_naming_it(tmp_path: Path) -> None:
+    bed = bed_of_one()
+    bed.managers["prefill"].strangers[30000] = STRANGER  # the unit's port answers, from someone else
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=2).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert (record.status, record.attempt) == ("failed", 2)  # retried, then given up
+        assert record.failure is not None and record.failure.kind == "infrastructure"
+        assert record.failure.error == "IdentityError"
+        assert "port 30000 is served by pid 4242 (python3 -m http.server 30000, user alice)" in record.failure.message
+        assert "not by unit prefill-server (pid " in record.failure.message
+        assert record.metrics == {}  # never data
+    assert bed.file("prefill") == bed.originals["prefill"]
+
+
+def test_a_stranger_that_leaves_lets_the_retry_count(tmp_path: Path) -> None:
+    bed = bed_of_one()
+    manager = bed.managers["prefill"]
+    manager.strangers[30000] = STRANGER
+    original = manager.port_scan
+
+    def scan_then_leave(ports: Any, units: Any) -> Any:
+        got = original(ports, units)
+        manager.strangers.clear()  # e.g. an old process that finally released the port
+        return got
+
+    manager.port_scan = scan_then_leave  # type: ignore[method-assign]
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=2).execute()
+    first = result.records[0]
+    assert (first.status, first.attempt) == ("completed", 2)
+    assert first.metrics["score"].value == 0.5
+
+
+def scanned(bed: FakeBed) -> threading.Event:
+    """Set each time orch has checked who serves prefill's ports (the check runs beside the
+    repro): what the repro does after waiting on it happens after the restart's identity was
+    taken, as a unit dying or restarting minutes into a real repro does."""
+    manager, event = bed.managers["prefill"], threading.Event()
+    original = manager.port_scan
+
+    def port_scan(ports: Any, units: Any) -> Any:
+        got = original(ports, units)
+        event.set()
+        return got
+
+    manager.port_scan = port_scan  # type: ignore[method-assign]
+    return event
+
+
+def during_repro(bed: FakeBed, action: Callable[[], None], times: int) -> None:
+    """The repro (on prefill's host) does `action` to the unit under it, `times` times."""
+    done = scanned(bed)
+
+    def repro(text: str, argv: Any) -> Reply:
+        assert done.wait(5), "orch never checked who serves the port"
+        done.clear()
+        action()
+        return Reply(0, REPRO_OUTPUT)
+
+    bed.transports["prefill"].script(re.compile(r"^fake-repro\b"), repro, times=times)
+
+
+def restart_during_repro(bed: FakeBed, times: int) -> None:
+    during_repro(bed, lambda: bed.managers["prefill"].restart("prefill-server"), times)
+
+
+def test_a_unit_restarted_during_the_repro_voids_the_trial(tmp_path: Path) -> None:
+    bed = bed_of_one()
+    restart_during_repro(bed, times=10)
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=1).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert record.failure is not None and record.failure.error == "IdentityError"
+        assert re.search(r"unit prefill-server restarted during the repro \(pid \d+ -> \d+\)", record.failure.message)
+        assert record.repro is not None and record.metrics == {}
+
+
+def test_a_void_trial_is_retried_and_counts_when_the_unit_stays_up(tmp_path: Path) -> None:
+    bed = bed_of_one()
+    restart_during_repro(bed, times=1)
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=2).execute()
+    assert [(r.status, r.attempt) for r in result.records] == [("completed", 2), ("completed", 1)]
+
+
+def test_a_unit_that_dies_during_the_repro_voids_the_trial(tmp_path: Path) -> None:
+    bed = bed_of_one()
+    during_repro(bed, lambda: bed.managers["prefill"].stop("prefill-server"), times=1)
+    result = runner_for(bed, plan_of(bed, replicates=1), tmp_path / "run", infra_attempts=1).execute()
+    record = result.records[0]
+    assert record.failure is not None and record.failure.error == "IdentityError"
+    assert re.search(r"unit prefill-server died during the repro \(pid \d+ is gone\)", record.failure.message)
+
+
+def test_only_restarted_roles_are_checked_after_the_first_trial(tmp_path: Path) -> None:
+    """A role that restarts nothing costs no round trip (the first trial checks every role)."""
+    bed = make_bed(
+        {
+            "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)]),
+            "decode": Role("FLAG=0\n", [FakeUnit("decode-server")]),
+        }
+    )
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=2)
+    result = runner_for(bed, plan, tmp_path / "run").execute()
+    assert result.completed == 4
+    assert len([c for c in bed.managers["prefill"].calls if c.op == "port_scan"]) == 1
+    restarts = len(bed.managers["decode"].restarts())
+    assert len([c for c in bed.managers["decode"].calls if c.op == "port_scan"]) == restarts >= 2
+
+
+@pytest.fixture(autouse=True)
+def resolvable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake hosts' names (prefill.fake) resolve, as in test_cell_env."""
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [])
+
+
+def test_preflight_refuses_a_port_held_by_a_stranger_before_any_edit() -> None:
+    bed = bed_of_one()
+    bed.managers["prefill"].strangers[30000] = STRANGER
+    with pytest.raises(PreflightError) as info:
+        preflight(bed.deployment, plan_of(bed), client=bed.client)
+    message = str(info.value)
+    assert message.startswith("prefill (prefill.fake:22): port 30000")
+    assert "port 30000 is held by pid 4242 (python3 -m http.server 30000, user alice)" in message
+    assert "not by unit prefill-server (not running)" in message
+    assert "stop it, or point the inventory at another port" in message
+    assert info.value.exit_code == 2
+    assert [c.op for c in bed.transports["prefill"].calls].count("write") == 0
+
+
+def test_preflight_accepts_the_units_own_listener() -> None:
+    bed = bed_of_one(active=True)
+    preflight(bed.deployment, plan_of(bed), client=bed.client)
