@@ -41,6 +41,9 @@ MAX_TRIALS = 1_000_000  # planned trials of one run (a plan holds every trial in
 MAX_REPLICATES = 100_000
 MAX_RETRIES = 10
 MAX_SEED = 2**64 - 1
+MAX_SESSIONS = 10**9  # a proportion's n a validity rule may ask for
+MAX_VALID_RULES = 100
+MAX_REPEATED_FAILURES = 1000
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
 DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 CONTROLLER = "controller"
@@ -69,12 +72,24 @@ class MetricShape(_Shape):
     higher_is_better: bool | None = None
 
 
+class ValidShape(_Shape):
+    """One `repro.valid` rule: exactly one of regex / metric / absent, with its bounds."""
+
+    regex: str | None = None  # a number read from the output (a (?P<value>...) group or one group)
+    metric: str | None = None  # a metric of repro.metrics
+    absent: str | None = None  # a regex that must not match the output
+    min: float | None = None
+    max: float | None = None
+    min_n: int | None = Field(default=None, ge=1, le=MAX_SESSIONS)  # a proportion's n (sessions done)
+
+
 class ReproShape(_Shape):
     command: str
     on: str = CONTROLLER
     timeout: float = Field(default=600, gt=0, le=WEEK_S)
     expected_duration: float = Field(default=10, ge=0, le=WEEK_S)
     metrics: dict[str, MetricShape] = Field(min_length=1)
+    valid: list[ValidShape] = Field(default=[], max_length=MAX_VALID_RULES)
 
 
 class CollectShape(_Shape):
@@ -114,6 +129,8 @@ class MatrixShape(_Shape):
     repro: ReproShape
     collect: dict[str, CollectShape] = {}
     adaptive: AdaptiveShape | None = None
+    # stop the sweep after this many consecutive trials failed the same way (0: never stop)
+    stop_after_repeated_failures: int = Field(default=3, ge=0, le=MAX_REPEATED_FAILURES)
 
 
 class SshShape(_Shape):
@@ -189,12 +206,37 @@ class MetricSpec:
 
 
 @dataclass(frozen=True)
+class ValidRule:
+    """When a trial's output is valid data. A trial that breaks a rule is void: recorded as an
+    infrastructure failure (retried, never counted), because what it measured was not the
+    deployment under test (error sessions, HTTP errors, fewer sessions than asked)."""
+
+    where: str  # `repro.valid[0]`, for messages
+    check: Literal["regex", "metric", "absent"]
+    target: str  # the regex (regex, absent) or the metric's name (metric)
+    min: float | None = None
+    max: float | None = None
+    min_n: int | None = None
+
+    def describe(self) -> str:
+        """`repro.valid[0] (/error=(?P<value>...)/ max 0)`: the rule as the user wrote it."""
+        what = f"metric {self.target}" if self.check == "metric" else f"/{self.target}/"
+        if self.check == "absent":
+            what = f"absent /{self.target}/"
+        bounds = [f"{name} {value:g}" for name, value in (("min", self.min), ("max", self.max)) if value is not None]
+        if self.min_n is not None:
+            bounds.append(f"min_n {self.min_n}")
+        return f"{self.where} ({' '.join([what, *bounds])})"
+
+
+@dataclass(frozen=True)
 class Repro:
     command: str
     on: str
     timeout_s: float
     expected_duration_s: float
     metrics: tuple[MetricSpec, ...]
+    valid: tuple[ValidRule, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,6 +281,7 @@ class Matrix:
     source: SourceMap
     adaptive: Adaptive | None = None
     secrets: tuple[str, ...] = ()  # variable names declared secret (`secrets: [...]`), beyond *TOKEN* etc.
+    stop_after_repeated_failures: int = 3  # consecutive same failures that stop a sweep (0: never)
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -716,6 +759,7 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         source=source,
         adaptive=_build_adaptive(shape, source),
         secrets=tuple(shape.secrets),
+        stop_after_repeated_failures=shape.stop_after_repeated_failures,
     )
     _check_size(matrix, source)
     return matrix
@@ -914,7 +958,50 @@ def _build_repro(r: ReproShape, source: SourceMap) -> Repro:
     metrics = tuple(_build_metric(name, m, source) for name, m in r.metrics.items())
     check_template(r.command, source, ("repro", "command"))
     _check_on(r.on, source)
-    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics)
+    valid = tuple(_build_valid(i, v, {m.name: m for m in metrics}, source) for i, v in enumerate(r.valid))
+    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics, valid)
+
+
+def _build_valid(i: int, v: ValidShape, metrics: dict[str, MetricSpec], source: SourceMap) -> ValidRule:
+    """One validity rule, checked the way it will run: its regex compiled by the bounded engine,
+    its metric known, its bounds meaningful for what it reads."""
+    at: PathKey = ("repro", "valid", i)
+    given = [(key, value) for key, value in (("regex", v.regex), ("metric", v.metric), ("absent", v.absent)) if value]
+    if len(given) != 1:
+        raise source.error(
+            at,
+            "a validity rule needs exactly one of `regex:`, `metric:` or `absent:`",
+            r"e.g. {regex: 'error=(?P<value>\d+)', max: 0}, {metric: corruption, min_n: 40} or {absent: 'HTTP 5\d\d'}",
+        )
+    check, target = given[0]
+    has_bounds = v.min is not None or v.max is not None
+    if v.min is not None and v.max is not None and v.min > v.max:
+        raise source.error((*at, "min"), f"min {v.min:g} is above max {v.max:g}")
+    if check == "absent":
+        compile_pattern(target, source, (*at, "absent"))
+        if has_bounds or v.min_n is not None:
+            raise source.error(at, "`absent:` takes no min, max or min_n (the regex must simply not match)")
+    elif check == "regex":
+        compiled = compile_pattern(target, source, (*at, "regex"))
+        if "value" not in compiled.groupindex and compiled.groups != 1:
+            raise source.error((*at, "regex"), "a validity regex needs a (?P<value>...) group or exactly one group")
+        if v.min_n is not None or not has_bounds:
+            raise source.error(at, "a `regex:` rule takes `min:` and/or `max:` (min_n is for proportion metrics)")
+    else:
+        _check_valid_metric(target, v, metrics, source, at)
+    return ValidRule(dotted(at), check, target, v.min, v.max, v.min_n)  # type: ignore[arg-type]
+
+
+def _check_valid_metric(
+    name: str, v: ValidShape, metrics: dict[str, MetricSpec], source: SourceMap, at: PathKey
+) -> None:
+    spec = metrics.get(name)
+    if spec is None:
+        raise source.error((*at, "metric"), f"no metric {name!r} in repro.metrics", f"one of: {', '.join(metrics)}")
+    if spec.kind == "proportion" and v.min_n is None and v.min is None and v.max is None:
+        raise source.error(at, f"give `min_n:` (sessions done) or `min:`/`max:` (the rate) for proportion {name!r}")
+    if spec.kind == "number" and (v.min_n is not None or (v.min is None and v.max is None)):
+        raise source.error(at, f"number metric {name!r} takes `min:` and/or `max:` (min_n is for proportions)")
 
 
 def _build_metric(name: str, m: MetricShape, source: SourceMap) -> MetricSpec:

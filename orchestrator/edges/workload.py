@@ -25,16 +25,19 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, NoReturn
 
 import regex
 
-from orchestrator.core.config import MetricSpec
+from orchestrator.core.config import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
-from orchestrator.errors import ConfigError, WorkloadError
+from orchestrator.errors import ConfigError, OrchError, WorkloadError
 
 __all__ = [
+    "InvalidOutput",
     "MetricSpec",
+    "check_metric_rules",
+    "check_output_rules",
     "count_matching_lines",
     "extract_metrics",
     "output_tail",
@@ -179,6 +182,88 @@ def _group(spec: MetricSpec, match: regex.Match[str], name: str) -> str:
 
 def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
+
+
+# ---------------------------------------------------------------- validity (PURE)
+
+
+class InvalidOutput(OrchError):
+    """The repro ran, but its output says it did not measure the deployment (error sessions,
+    HTTP errors, fewer sessions than asked): the trial is void. An infrastructure failure, so it
+    is retried per the retry policy and never counted as data."""
+
+    kind = "infrastructure"
+
+
+def check_output_rules(text: str, rules: Sequence[ValidRule]) -> None:
+    """The `regex:` and `absent:` rules over the repro's output; InvalidOutput on the first broken
+    one, naming the rule and what was seen. Run before the metrics are read: a trial full of HTTP
+    errors is void even when its summary line is missing."""
+    for rule in rules:
+        if rule.check == "absent":
+            _check_absent(rule, text)
+        elif rule.check == "regex":
+            _check_number(rule, _rule_number(rule, text))
+
+
+def check_metric_rules(metrics: Mapping[str, MetricValue], rules: Sequence[ValidRule]) -> None:
+    """The `metric:` rules over the extracted metrics; InvalidOutput on the first broken one."""
+    for rule in rules:
+        if rule.check != "metric" or rule.target not in metrics:
+            continue
+        value = metrics[rule.target]
+        if value.kind == "proportion":
+            k, n = value.k or 0, value.n or 0
+            if rule.min_n is not None and n < rule.min_n:
+                _void(rule, f"n={n} (k={k})")
+            _check_number(rule, k / n if n else 0.0)
+        else:
+            _check_number(rule, value.value if value.value is not None else float("nan"))
+
+
+def _check_absent(rule: ValidRule, text: str) -> None:
+    match, count = _rule_scan(rule, text)
+    if match is not None:
+        _void(rule, f"{count} match(es), last: {match.group(0)[:200]!r}")
+
+
+def _rule_number(rule: ValidRule, text: str) -> float:
+    match, _ = _rule_scan(rule, text)
+    if match is None:
+        _void(rule, "no match in the output")
+    raw = (match.group("value") if "value" in match.re.groupindex else match.group(1)) or ""
+    try:
+        return float(raw.strip())
+    except ValueError:
+        _void(rule, f"{raw!r}, not a number")
+
+
+def _check_number(rule: ValidRule, value: float) -> None:
+    if value != value:
+        _void(rule, "not a number")
+    if rule.min is not None and value < rule.min:
+        _void(rule, f"{value:g}")
+    if rule.max is not None and value > rule.max:
+        _void(rule, f"{value:g}")
+
+
+def _rule_scan(rule: ValidRule, text: str) -> tuple[regex.Match[str] | None, int]:
+    try:
+        return scan(regex.compile(rule.target, regex.MULTILINE), text)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        raise ConfigError(f"invalid regular expression: {exc}", path=rule.where) from None
+    except TimeoutError:
+        raise WorkloadError(
+            f"{rule.where}: /{rule.target}/ took longer than {MATCH_TIMEOUT_S:g} s "
+            "(catastrophic backtracking? make the regex more specific)"
+        ) from None
+
+
+def _void(rule: ValidRule, seen: str) -> NoReturn:
+    raise InvalidOutput(
+        f"void trial: the repro output breaks {rule.describe()}: saw {seen} "
+        "(not counted as data; retried per the retry policy)"
+    )
 
 
 # ---------------------------------------------------------------- running (EDGE)

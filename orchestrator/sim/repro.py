@@ -11,8 +11,11 @@ the same lines as the real DSV4 repro, plus a throughput line:
     CORRUPTION sessions: 1/40 = 2%  (leak=0 no_tool=1 error=0 ok-ish[done/maxrounds]=39)
     THROUGHPUT req/s=63.1 p50_latency_ms=31.2 p99_latency_ms=80.4
 
-As in the real script, CORRUPTION counts every session that is not ok-ish (leak, no_tool and
-error). Exit code 0 whenever it ran, corruption or not; 3 if the router was unreachable.
+CORRUPTION counts corrupted sessions (leak, no_tool) among the sessions that completed: an
+`error` session (an HTTP error, a refused connection, a timeout from the router) measured the
+infrastructure, not the model, so it is neither corruption nor part of n. It is reported on its
+own line, `ERRORS sessions: e/asked`, and in `error=` (a matrix's `repro.valid` voids such a
+trial). Exit code 0 whenever it ran, corruption or not; 3 if the router was unreachable.
 """
 
 from __future__ import annotations
@@ -203,7 +206,8 @@ def summarize(outcomes: list[SessionOutcome], wall_s: float) -> list[str]:
     for o in outcomes:
         counts[o.kind] = counts.get(o.kind, 0) + 1
     okish = counts.get("done", 0) + counts.get("maxrounds", 0)
-    n = len(outcomes)
+    errors = counts.get("error", 0)
+    n = len(outcomes) - errors  # completed sessions: an error session is infrastructure, not data
     bad = n - okish
     pct = 100 * bad / n if n else 0.0
     latencies = [s for o in outcomes for s in o.latencies_s]
@@ -215,6 +219,7 @@ def summarize(outcomes: list[SessionOutcome], wall_s: float) -> list[str]:
         f"ok-ish[done/maxrounds]={okish})",
         f"THROUGHPUT req/s={rate:.1f} p50_latency_ms={percentile(latencies, 50) * 1000:.1f} "
         f"p99_latency_ms={percentile(latencies, 99) * 1000:.1f}",
+        f"ERRORS sessions: {errors}/{len(outcomes)} (HTTP errors, refused connections, timeouts: not corruption)",
     ]
 
 

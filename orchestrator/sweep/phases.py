@@ -34,7 +34,14 @@ from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, wait_all
 from orchestrator.edges.identity import UnitId, foreign_holder, units_phrase
-from orchestrator.edges.workload import count_matching_lines, extract_metrics, output_tail, run_command
+from orchestrator.edges.workload import (
+    check_metric_rules,
+    check_output_rules,
+    count_matching_lines,
+    extract_metrics,
+    output_tail,
+    run_command,
+)
 from orchestrator.errors import (
     CommandTimedOut,
     IdentityError,
@@ -322,8 +329,14 @@ class Repro:
             raise WorkloadError(f"repro exited with code {rel.exit_code}", detail=stderr or rel.stdout_tail)
 
     def metrics(self, rel: ReproOutcome) -> dict[str, MetricValue]:
+        """The trial's metrics, once its output passes the matrix's `repro.valid` rules (a broken
+        rule voids the trial: InvalidOutput, an infrastructure failure, retried, never data)."""
+        repro = self.plan.matrix.repro
         stdout = output_tail(self.run_dir.path / rel.stdout_path)  # bounded: the summary is at the end
-        return extract_metrics(stdout, self.plan.matrix.repro.metrics)
+        check_output_rules(stdout, repro.valid)
+        values = extract_metrics(stdout, repro.metrics)
+        check_metric_rules(values, repro.valid)
+        return values
 
     def collect_logs(self, trial: TrialDir, since: float, quiet: bool = False) -> tuple[dict[str, str], dict[str, str]]:
         """Save each unit's log lines written during the trial; return paths and texts by role."""

@@ -113,9 +113,18 @@ def test_summary_lines_have_the_real_repro_format() -> None:
     assert re.fullmatch(r"THROUGHPUT req/s=60\.8 p50_latency_ms=20\.0 p99_latency_ms=\d+\.\d", lines[2])
 
 
-def test_errors_count_as_corruption_like_the_real_script() -> None:
+def test_error_sessions_are_infrastructure_never_corruption() -> None:
+    """Issue 12: HTTP 503s from a foreign router were counted as corruption. An error session is
+    left out of k and n (n = completed sessions) and reported on its own line."""
     lines = summarize([SessionOutcome("error"), SessionOutcome("maxrounds"), SessionOutcome("leak")], 1.0)
-    assert "CORRUPTION sessions: 2/3 = 67%  (leak=1 no_tool=0 error=1 ok-ish[done/maxrounds]=1)" == lines[1]
+    assert "CORRUPTION sessions: 1/2 = 50%  (leak=1 no_tool=0 error=1 ok-ish[done/maxrounds]=1)" == lines[1]
+    assert lines[3].startswith("ERRORS sessions: 1/3 ")
+
+
+def test_all_error_sessions_give_no_corruption_data() -> None:
+    lines = summarize([SessionOutcome("error", detail="HTTP 503") for _ in range(4)], 1.0)
+    assert lines[1] == "CORRUPTION sessions: 0/0 = 0%  (leak=0 no_tool=0 error=4 ok-ish[done/maxrounds]=0)"
+    assert lines[3].startswith("ERRORS sessions: 4/4 ")
 
 
 def test_percentile_nearest_rank() -> None:
