@@ -7,6 +7,7 @@ to, and QuietProgress for tests and library use.
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from rich.console import Console
@@ -39,11 +40,52 @@ class QuietProgress:
     def stop(self) -> None: ...
 
 
+_VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
+
+
+def failure_signature(record: TrialRecord) -> tuple[str, str] | None:
+    """(error class, message with numbers, pids, durations and addresses blanked), or None for a
+    trial that did not fail. Two failures with one signature are "the same reason"."""
+    if record.status != "failed" or record.failure is None:
+        return None
+    return record.failure.error, _VOLATILE.sub("#", record.failure.message)
+
+
+class FailureTally:
+    """Failed trials grouped by reason, for the lines printed when the sweep ends: with a
+    progress bar the per-trial lines are gone, and "5 failed" alone names no cause."""
+
+    def __init__(self) -> None:
+        self.groups: dict[tuple[str, str], tuple[int, str]] = {}  # signature -> (count, first message)
+
+    def add(self, record: TrialRecord) -> None:
+        signature = failure_signature(record)
+        if signature is not None and record.failure is not None:
+            count, first = self.groups.get(signature, (0, f"{record.failure.error}: {record.failure.message}"))
+            self.groups[signature] = (count + 1, first)
+
+    def lines(self, limit: int = 3) -> list[str]:
+        ranked = sorted(self.groups.values(), key=lambda group: -group[0])
+        out = [f"{count} failed: {_cut(' '.join(first.split()))}" for count, first in ranked[:limit]]
+        if len(ranked) > limit:
+            out.append(f"... and {len(ranked) - limit} other reason(s): see the report's Failures")
+        return out
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
+REASON_CHARS = 300  # of a failure's message on a progress line (the journal keeps it whole)
+
+
 def summarize(record: TrialRecord) -> str:
-    """`cell: corruption 6/40 (15%), wall 2.1 s` or `cell: FAILED (HealthTimeout)`."""
+    """`cell: corruption 6/40 (15%), wall 2.1 s` or `cell: FAILED (HealthTimeout): decode not
+    ready after 600 s ...`: the reason orch has, not only its class (issue 12)."""
     if record.status != "completed":
-        reason = record.failure.error if record.failure else record.status
-        return f"{record.cell}: FAILED ({reason})"
+        if record.failure is None:
+            return f"{record.cell}: FAILED ({record.status})"
+        return f"{record.cell}: FAILED ({record.failure.error}): {_cut(' '.join(record.failure.message.split()))}"
     parts = []
     for name, m in list(record.metrics.items())[:3]:
         if m.kind == "proportion":
@@ -61,6 +103,7 @@ class RichProgress:
         self.task: TaskID | None = None
         self.done = 0
         self.total = 0
+        self.failures = FailureTally()
 
     def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
@@ -80,6 +123,7 @@ class RichProgress:
 
     def trial_done(self, record: TrialRecord) -> None:
         self.done += 1
+        self.failures.add(record)
         line = summarize(record)
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, advance=1, last=escape(f"last: {line}"))
@@ -95,6 +139,10 @@ class RichProgress:
         self.console.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
 
     def stop(self) -> None:
+        """Stop the bar; then the failed trials' reasons, grouped (printed once)."""
         if self.bar is not None:
             self.bar.stop()
             self.bar = None
+        for line in self.failures.lines():
+            self.console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
+        self.failures = FailureTally()

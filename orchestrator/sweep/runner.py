@@ -35,7 +35,7 @@ from orchestrator.sweep.adaptive import make_source
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard, host_backup_path, unrestored_runs
 from orchestrator.sweep.phases import Repro, Services, TrialPhases, redact_env, render_command
-from orchestrator.sweep.progress import Progress, QuietProgress
+from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature
 from orchestrator.sweep.signals import signals_as_interrupt
 from orchestrator.sweep.sources import StepSource
 
@@ -44,11 +44,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Progress",
+    "RepeatedFailure",
     "QuietProgress",
     "RunOptions",
     "RunResult",
     "Runner",
     "SharedJournal",
+    "failure_signature",
     "host_backup_path",
     "now_iso",
     "redact_env",
@@ -66,6 +68,7 @@ class RunOptions:
     break_lock: bool = False  # take over a stale lock whose owner is dead
     deadline: float | None = None  # epoch seconds: start no new trial after it (overnight queues)
     backup_subdir: str = ""  # parallel testbeds: each keeps its originals in backup/<testbed>/
+    stop_after_repeated_failures: int | None = None  # None: the matrix's setting (default 3); 0: never stop
 
 
 @dataclass
@@ -105,6 +108,10 @@ class Runner:
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
         self.repro = Repro(plan, deployment, self.run, self.guard, client)
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
+        limit = options.stop_after_repeated_failures
+        self.repeats = RepeatedFailures(
+            plan.matrix.stop_after_repeated_failures if limit is None else limit, f"orch resume {self.run_dir}"
+        )
 
     def execute(
         self,
@@ -176,6 +183,7 @@ class Runner:
                 return
             record = self._run_with_retries(step)
             self._record(record, result)
+            self.repeats.observe(record)
             if record.status != "completed" and self.options.fail_fast:
                 self.progress.note("stopping at the first failed trial (--fail-fast)")
                 self.source.close()  # other testbeds of a parallel sweep stop too
@@ -271,6 +279,39 @@ class EventLog:
             self.add(event, message)
         except JournalError as exc:
             self.progress.note(f"journal: {exc}")
+
+
+class RepeatedFailure(OrchError):
+    """Consecutive trials failed the same way: a metric regex that never matches, a level that
+    always crashes its unit. Paying a restart per trial for hours would not change the answer;
+    the sweep stops (hosts restored, run resumable, exit code 1) with the reason on the terminal."""
+
+
+class RepeatedFailures:
+    """Counts consecutive trials that failed with one signature; raises RepeatedFailure at the
+    limit (0: never). A completed trial or a different reason starts the count again."""
+
+    def __init__(self, limit: int, resume: str = "orch resume RUN_DIR") -> None:
+        self.limit, self.resume = limit, resume
+        self.last: tuple[str, str] | None = None
+        self.count = 0
+
+    def observe(self, record: TrialRecord) -> None:
+        signature = failure_signature(record)
+        if signature is None or signature != self.last:
+            self.last, self.count = signature, 0
+        if signature is None:
+            return
+        self.count += 1
+        if self.limit and self.count >= self.limit:
+            assert record.failure is not None
+            raise RepeatedFailure(
+                f"stopping: {self.count} consecutive trials failed the same way: "
+                f"{record.failure.error}: {record.failure.message} "
+                f"(fix the cause, then continue with `{self.resume}`; "
+                "matrix `stop_after_repeated_failures: 0` never stops)",
+                detail=record.failure.detail,
+            )
 
 
 def run_with_retries(
