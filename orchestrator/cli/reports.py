@@ -32,10 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out
-    from orchestrator.report.compare import write_comparison
+    from orchestrator.cli.output import warn
+    from orchestrator.report.compare import write_comparison_page
 
-    path = write_comparison(args.run_a, args.run_b, args.output)
-    out.print(f"comparison: {path}", markup=False)
+    page = write_comparison_page(args.run_a, args.run_b, args.output)
+    for warning in page.warnings:
+        warn(warning)
+    out.print(f"comparison: {page.path}", markup=False)
     return 0
 
 

@@ -975,6 +975,48 @@ def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) 
     ]
 
 
+def result_headline(report: Report) -> str:
+    """The run's result in one sentence: the first finding about the data (a difference or its
+    absence), else the first finding. A run with some failed trials keeps its result here; its
+    status is shown beside it, never instead of it (issue 12)."""
+    result = next((f for f in report.headline if f.kind in ("finding", "null")), None)
+    first = result or (report.headline[0] if report.headline else None)
+    return first.text if first else ""
+
+
+def suspect_reasons(report: Report) -> list[str]:
+    """Why this run's data should not be trusted as is, one short reason each: failed or void
+    trials, baseline drift, overdispersion (the cautions the report computes). Empty: clean."""
+    reasons = []
+    if report.failed:
+        errors = _count(f.error for f in report.failures)
+        void = errors.pop(VOID_ERROR, 0)
+        named = ", ".join(f"{n} {e}" for e, n in sorted(errors.items()))
+        parts = [f"{void} void (output broke a repro.valid rule)"] if void else []
+        parts += [named] if named else []
+        shown = f" (of the first {len(report.failures)}: {'; '.join(parts)})" if parts else ""
+        reasons.append(f"{report.failed} trial attempt(s) failed or were void{shown}")
+    for view in report.drift:
+        if view.flagged:
+            reasons.append(
+                f"baseline {view.metric} drifted across rounds "
+                f"(homogeneity {fmt_p(view.p_homogeneity)}, trend {fmt_p(view.p_trend)})"
+            )
+    for metric, kind in report.metrics.items():
+        noisy = [c.cell for c in report.cells if _overdispersed(c, metric)] if kind == "proportion" else []
+        if noisy:
+            reasons.append(f"{metric} overdispersed in {len(noisy)} cell(s) (trials disagree beyond binomial noise)")
+    return reasons
+
+
+VOID_ERROR = "InvalidOutput"  # edges.workload's error for a trial whose output broke repro.valid
+
+
+def _overdispersed(cell: CellView, metric: str) -> bool:
+    p = cell.proportions.get(metric)
+    return p is not None and p.overdispersion_p is not None and p.overdispersion_p < stats.ALPHA
+
+
 def _failure_kind(trial: TrialRow | TrialRecord) -> str | None:
     if isinstance(trial, TrialRow):
         return trial.failure_kind

@@ -54,10 +54,21 @@ class Comparison:
     only_a: tuple[str, ...]
     only_b: tuple[str, ...]
     summary: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # one per suspect run: which run and why, shown above the result
 
 
-def compare(a: RunManifest, ta: Sequence[TrialRecord], b: RunManifest, tb: Sequence[TrialRecord]) -> Comparison:
-    """PURE: the comparison model. Only completed trials count."""
+def compare(
+    a: RunManifest,
+    ta: Sequence[TrialRecord],
+    b: RunManifest,
+    tb: Sequence[TrialRecord],
+    *,
+    suspect_a: Sequence[str] = (),
+    suspect_b: Sequence[str] = (),
+) -> Comparison:
+    """PURE: the comparison model. Only completed trials count. `suspect_a`/`suspect_b` are
+    each run's reasons to doubt its data (report.build.suspect_reasons): a difference against a
+    run whose trials were void or drifting may be that run's fault, not the change's."""
     ca, cb = _by_cell(ta), _by_cell(tb)
     common = [c for c in ca if c in cb]
     metrics = {**a.metrics, **b.metrics}
@@ -70,7 +81,13 @@ def compare(a: RunManifest, ta: Sequence[TrialRecord], b: RunManifest, tb: Seque
         rows += [Row(**{**r.__dict__, "p_holm": p}) for r, p in zip(metric_rows, adjusted, strict=True)]
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
-    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b))
+    warnings = tuple(
+        f"Run {m.run_id} ({side}) has suspect data: {'; '.join(reasons)}. A difference may come from "
+        "that run's problems, not from the change; rerun it before trusting this comparison."
+        for side, m, reasons in (("A", a, suspect_a), ("B", b, suspect_b))
+        if reasons
+    )
+    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings)
 
 
 def _by_cell(trials: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
@@ -143,10 +160,25 @@ def _pct(k: int | None, n: int | None) -> str:
 
 
 def write_comparison(run_a: Path, run_b: Path, out: Path | None = None) -> Path:
+    return write_comparison_page(run_a, run_b, out).path
+
+
+@dataclass(frozen=True)
+class ComparisonPage:
+    path: Path
+    warnings: tuple[str, ...]  # the suspect runs, for the terminal too
+
+
+def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> ComparisonPage:
+    """Write the comparison page; return it with the warnings about suspect runs."""
+    from orchestrator.report.build import build_report, suspect_reasons
     from orchestrator.report.render import csp, environment, load_manifest, load_trials
 
     a, b = load_manifest(run_a), load_manifest(run_b)
-    model = compare(a, load_trials(run_a)[0], b, load_trials(run_b)[0])
+    (ta, torn_a), (tb, torn_b) = load_trials(run_a), load_trials(run_b)
+    suspect_a = suspect_reasons(build_report(a, ta, torn_tail=torn_a, drilldown_cap=0))
+    suspect_b = suspect_reasons(build_report(b, tb, torn_tail=torn_b, drilldown_cap=0))
+    model = compare(a, ta, b, tb, suspect_a=suspect_a, suspect_b=suspect_b)
     html = environment().get_template("compare.html.j2").render(c=model, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
-    return write_text_atomic(target, html, what="cannot write the report")
+    return ComparisonPage(write_text_atomic(target, html, what="cannot write the report"), model.warnings)

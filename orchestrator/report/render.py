@@ -32,6 +32,8 @@ from orchestrator.report.build import (
     fmt_pct,
     fmt_pts,
     fmt_rate,
+    result_headline,
+    suspect_reasons,
     testbed_findings,
 )
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
@@ -135,16 +137,18 @@ class RunSummary(pydantic.BaseModel):
     planned: int = 0
     failed: int = 0
     status: str = ""
+    suspect: tuple[str, ...] = ()  # why the data is suspect (void/failed trials, drift, overdispersion)
 
 
 def run_summary(report: Report) -> RunSummary:
-    first = report.headline[0].text if report.headline else ""
+    """The result (not the status instead of it) and why the data may be suspect."""
     return RunSummary(
-        headline=first,
+        headline=result_headline(report),
         completed=report.completed,
         planned=report.planned,
         failed=report.failed,
         status=report.status,
+        suspect=tuple(suspect_reasons(report)),
     )
 
 

@@ -1,4 +1,5 @@
-"""reports/index.html: one line per run (name, date, status, headline, link to its report).
+"""reports/index.html: one line per run (name, date, status, headline, link to its report), and
+a visible warning on a run whose data is suspect (void or failed trials, drift, overdispersion).
 
 Why read each run's summary.json: rebuilding every report to list it would cost seconds per big
 run. render.py writes summary.json beside the run's index.html; it is used when it is newer than
@@ -37,6 +38,7 @@ class RunEntry:
     headline: str
     has_report: bool
     error: str = ""
+    suspect: tuple[str, ...] = ()  # why the data is suspect, shown beside the result
 
 
 def write_index(reports_dir: Path) -> Path:
@@ -92,6 +94,7 @@ def _entry(run_dir: Path) -> RunEntry:
         planned=summary.planned,
         failed=summary.failed,
         headline=summary.headline,
+        suspect=summary.suspect,
     )
 
 

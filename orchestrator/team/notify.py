@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 from urllib.parse import quote, urlsplit
@@ -44,12 +44,16 @@ class Summary:
     trials: int  # finished trials (completed + failed)
     failed: int
     planned: int = 0
+    # why the data is suspect (void/failed trials, drift, overdispersion); a list: the JSON body's shape
+    suspect: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        """One line for chat (the Slack variant)."""
+        """One line for chat (the Slack variant): the result beside the status, and a warning
+        when the data is suspect."""
         head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
         counts = f"{self.trials}/{self.planned} trials, {self.failed} failed" if self.planned else ""
-        parts = [head, counts, self.headline, self.link]
+        warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
+        parts = [head, counts, self.headline, warning, self.link]
         return " - ".join(p for p in parts if p)
 
 
@@ -108,9 +112,9 @@ def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
 
 
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
-    """The summary of a run directory: status from the manifest, counts and the first headline
-    sentence from the report model (the same words as the report)."""
-    from orchestrator.report.build import build_report
+    """The summary of a run directory: status from the manifest, counts, the result sentence and
+    the reasons to doubt the data, from the report model (the same words as the report)."""
+    from orchestrator.report.build import build_report, result_headline, suspect_reasons
     from orchestrator.report.render import (  # the report stack (pandas, scipy): only when sending
         load_manifest,
         load_trials,
@@ -125,11 +129,12 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         run_id=manifest.run_id,
         name=manifest.name,
         status=manifest.status,
-        headline=report.headline[0].text if report.headline else "",
+        headline=result_headline(report),
         link=link(run_dir, base_url),
         trials=len(finished),
         failed=len(finished - succeeded),
         planned=len(manifest.plan),
+        suspect=suspect_reasons(report),
     )
 
 
