@@ -177,3 +177,20 @@ def test_the_end_of_a_sweep_lists_failure_reasons_grouped(tmp_path: Path) -> Non
         "1 failed: WorkloadError: metric score: no match",
     ]
     assert buffer.getvalue().count("3 failed:") == 1
+
+
+def test_a_run_stopped_on_repeated_failures_resumes_once_the_cause_is_fixed(tmp_path: Path) -> None:
+    from orchestrator.store.journal import trial_statuses
+
+    bed = one_role()
+    before = bed.states()
+    script_repro(bed, "nothing useful\n")
+    plan = plan_with(bed, replicates=3, valid=[])
+    with pytest.raises(RepeatedFailure):
+        runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    done = set(trial_statuses(tmp_path / "run" / "journal.jsonl").finished)
+    assert done == {0, 1, 2}
+    script_repro(bed, "score=0.5 events=3/10\n")  # the cause fixed
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute(done, resume=True)
+    assert (result.completed, result.failed) == (3, 0)
+    assert bed.file("decode") == bed.originals["decode"] and bed.states() == before
