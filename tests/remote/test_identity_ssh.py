@@ -1,0 +1,117 @@
+"""Identity on real systemd hosts over SSH (issue 12): a stranger on a health port is refused at
+preflight naming its pid and command line, and a unit restarted during the repro (new MainPID
+and InvocationID, read with `systemctl show`) voids the trial instead of counting it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot, trials_of
+from testbed.fixture import Testbed
+
+from orchestrator.cli.main import main
+
+pytestmark = pytest.mark.testbed
+
+DECODE = "sglang-dsv4-decode"
+FILES = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
+LISTENER = (
+    "import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+    "s.bind(('0.0.0.0', 30002)); s.listen(); time.sleep(120)"
+)
+
+
+def wait_healthy(tb: Testbed, host: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(tb.url(host) + "/health", timeout=1, trust_env=False).is_success:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{host} not healthy after {timeout} s")
+
+
+def listening(tb: Testbed, host: str, timeout: float = 10) -> None:
+    """The stranger accepts connections on decode's port."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((tb.host(host).ip, 30002)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {host}:30002 after {timeout} s")
+
+
+def run(tb: Testbed, tmp_path: Path, matrix: str, run_id: str) -> int:
+    (tmp_path / "m.yaml").write_text(matrix)
+    argv = ["run", str(tmp_path / "m.yaml"), "-i", str(tb.inventory), "-t", "dsv4-pd", "--out", str(tmp_path / "r")]
+    return main([*argv, "--run-id", run_id])
+
+
+MATRIX = """\
+name: identity
+factors:
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+order: sequential
+health_timeouts: {prefill: 30, decode: 30, router: 30}
+repro:
+  command: "echo 'CORRUPTION sessions: 0/8'"
+  timeout: 60
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+def test_a_stranger_on_a_health_port_is_refused_at_preflight(testbed: Testbed, tmp_path: Path, capsys) -> None:
+    before = snapshot(testbed, FILES)
+    testbed.ssh("decode", f"systemctl stop {DECODE}")
+    started = testbed.ssh(
+        "decode",
+        f"setsid {shlex.quote(testbed.python)} -c {shlex.quote(LISTENER)} >/dev/null 2>&1 </dev/null & echo $!",
+    )
+    pid = int(started.stdout.strip())
+    try:
+        listening(testbed, "decode")
+        code = run(testbed, tmp_path, MATRIX, "stranger")
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "decode (" in err and f"port 30002 is held by pid {pid} (" in err, err
+        assert "-c import socket" in err and "user root" in err, err
+        assert f"not by unit {DECODE} (not running)" in err, err
+        assert "stop it, or point the inventory at another port" in err, err
+        assert snapshot(testbed, FILES) == before
+    finally:
+        testbed.ssh("decode", f"kill {pid}; systemctl start {DECODE}", check=False)
+    wait_healthy(testbed, "decode")
+    no_leftovers(testbed)
+
+
+def test_a_unit_restarted_during_the_repro_voids_the_trial(testbed: Testbed, tmp_path: Path, capsys) -> None:
+    before = snapshot(testbed, FILES)
+    # on decode's host: once orch has checked who serves (beside the repro), the unit restarts
+    matrix = MATRIX.replace(
+        "command: \"echo 'CORRUPTION sessions: 0/8'\"",
+        f"command: \"sleep 3; systemctl restart {DECODE}; echo 'CORRUPTION sessions: 0/8'\"\n  on: decode",
+    )
+    run(testbed, tmp_path, matrix, "restarted")
+    trials = trials_of(tmp_path / "r" / "restarted")
+    assert len(trials) == 2, capsys.readouterr()
+    for t in trials:
+        assert t.status == "failed" and t.failure is not None, t
+        assert t.failure.error == "IdentityError" and t.metrics == {}, t.failure
+        pattern = rf"unit {DECODE} restarted during the repro \((pid \d+ -> \d+|invocation \w+ -> \w+)\)"
+        assert re.search(pattern, t.failure.message), t.failure.message
+    assert snapshot(testbed, FILES) == before
+    wait_healthy(testbed, "decode")
+    no_leftovers(testbed)
