@@ -842,10 +842,12 @@ def test_in_a_subprocess_with_1_gib_of_memory(inputs: Bed, setup: Callable[[Bed]
 
 
 # ------------------------------------------------------------------ bounded at the edges
+# the engine's deadline is CPU time (1 s a metric): the wall-clock guard allows a loaded machine
+REGEX_LIMIT_S = 60
 CATASTROPHIC = ["(a+)+$", "(a|aa)+$", "^(\\w+\\s?)*$", "(x+x+)+y"]
 
 
-@pytest.mark.timeout(CASE_LIMIT_S + 5)
+@pytest.mark.timeout(REGEX_LIMIT_S)
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
 def test_a_catastrophic_metric_regex_is_a_workload_failure_naming_the_metric(pattern: str) -> None:
     from orchestrator.core.config import MetricSpec
@@ -857,7 +859,7 @@ def test_a_catastrophic_metric_regex_is_a_workload_failure_naming_the_metric(pat
         extract_metrics(text, [MetricSpec("slow_metric", "number", pattern)])
 
 
-@pytest.mark.timeout(CASE_LIMIT_S + 5)
+@pytest.mark.timeout(REGEX_LIMIT_S)
 def test_a_catastrophic_collector_pattern_is_a_workload_failure_naming_the_collector() -> None:
     from orchestrator.edges.workload import count_matching_lines
     from orchestrator.errors import WorkloadError
@@ -939,7 +941,7 @@ def test_an_env_file_that_is_not_a_small_file_is_refused_before_any_edit(
 
 
 @pytest.mark.sim
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_catastrophic_regex_fails_its_trials_and_the_sweep_ends_with_hosts_restored(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -54,7 +54,9 @@ KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
 MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
-MATCH_TIMEOUT_S = 2.0  # per metric: far above a sane regex over 4 MiB (ms), far below a hang
+# per metric, in CPU seconds (the regex engine's clock: on a loaded machine the wall time is a few
+# times longer): far above a sane regex over 4 MiB (milliseconds), far below a hang
+MATCH_TIMEOUT_S = 1.0
 
 
 # ---------------------------------------------------------------- metrics (PURE)
