@@ -4,7 +4,9 @@ scan script's output parsed, `systemctl show` blocks, and who counts as the unit
 from __future__ import annotations
 
 import base64
+import os
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from orchestrator.edges.identity import (
     parse_units,
     port_hex,
     scan_argv,
+    scan_here,
     units_phrase,
 )
 
@@ -30,6 +33,7 @@ TCP = """\
    1: 0100007F:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880468 1 0000 100 0 0 10 0
    2: 0100007F:7530 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 990001 1 0000 20 4 30 10 -1
    3: 0100007F:C350 0100007F:7532 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3 0000
+   4: 0100007F:7533 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880469 1 0000 100 0 0 10 0
 """
 TCP6 = """\
   sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
@@ -43,14 +47,11 @@ def listeners(tmp_path: Path, ports: list[int]) -> list[str]:
     (tmp_path / "tcp").write_text(TCP)
     (tmp_path / "tcp6").write_text(TCP6)
     want = " " + " ".join(port_hex(p) for p in ports) + " "
-    out = subprocess.run(
-        ["awk", "-v", f"want={want}", AWK_LISTEN, str(tmp_path / "tcp"), str(tmp_path / "tcp6")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-    ).stdout
-    return out.splitlines()
+    lines = []
+    for name in ("tcp", "tcp6"):  # one awk per file, as the scan script runs it
+        argv = ["awk", "-v", f"want={want}", AWK_LISTEN, str(tmp_path / name)]
+        lines += subprocess.run(argv, capture_output=True, text=True, check=True, timeout=10).stdout.splitlines()
+    return lines
 
 
 def test_only_listen_sockets_on_the_ports_asked_are_reported_ipv4_and_ipv6(tmp_path: Path) -> None:
@@ -58,6 +59,9 @@ def test_only_listen_sockets_on_the_ports_asked_are_reported_ipv4_and_ipv6(tmp_p
     assert listeners(tmp_path, [30000, 30002]) == ["sock|7530|1000|880467", "sock|7532|998|770001"]
     assert listeners(tmp_path, [30001]) == ["sock|7531|0|880468"]
     assert listeners(tmp_path, [50000, 1]) == []  # a client port and an unused one: nothing listens
+    # awk stops at the first row that is not LISTEN (the kernel lists listeners first): a
+    # made-up LISTEN row after it is never read, so a busy host's TIME_WAIT rows are not either
+    assert listeners(tmp_path, [30003]) == []
 
 
 def test_port_hex_matches_proc_net_tcp() -> None:
@@ -128,3 +132,26 @@ def test_unit_ids_from_systemctl_show_and_their_phrase() -> None:
     assert ids == {"a": UnitId("a", 9, "ab"), "b": UnitId("b", None, "")}
     assert units_phrase({"a": ids["a"]}) == "unit a (pid 9)"
     assert units_phrase(ids) == "units a (pid 9), b (not running)"
+
+
+def test_scan_here_finds_this_process_on_its_own_listening_sockets() -> None:
+    """The local manager's in-process scan (no fork), on loopback sockets of the test itself."""
+    with socket.socket() as s4, socket.socket(socket.AF_INET6) as s6:
+        s4.bind(("127.0.0.1", 0))
+        s4.listen()
+        try:
+            s6.bind(("::1", 0))
+            s6.listen()
+        except OSError:
+            pytest.skip("no IPv6 loopback")
+        ports = [s4.getsockname()[1], s6.getsockname()[1]]
+        me = {"u": UnitId("u", os.getpid())}
+        for first in ([os.getpid()], []):  # the units' own pids first, or the whole of /proc
+            scan = scan_here(ports, first)
+            assert {s.port for s in scan.sockets} == set(ports)
+            assert {(h.pid, h.chain[0]) for h in scan.holders} == {(os.getpid(), os.getpid())}
+            assert len(scan.holders) == 2  # one per socket, both held by this process
+            assert all(foreign_holder(scan, port, me) is None for port in ports)
+            stranger = foreign_holder(scan, ports[1], {"u": UnitId("u", 2**22 + 1)})  # not an ancestor
+            assert stranger is not None and stranger.startswith(f"pid {os.getpid()} (")
+    assert scan_here(ports, [os.getpid()]) == PortScan()  # closed: nothing listens

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Literal, Mapping, NoReturn, Sequence
 
 from orchestrator.core.envfile import read_values
-from orchestrator.edges.identity import PortScan, UnitId, scan
+from orchestrator.edges.identity import PortScan, UnitId, scan_here
 from orchestrator.edges.services import UnitState
 from orchestrator.errors import OrchError, ServiceError
 
@@ -192,11 +192,10 @@ class LocalServiceManager:
         return ids
 
     def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
-        """Who listens on `ports` on this machine (edges.identity), and the units' ids."""
-        from orchestrator.edges.transport.local import LocalTransport
-
-        found, _ = scan(LocalTransport(self.host), ports)
-        return found, self.unit_ids(units)
+        """Who listens on `ports` on this machine, and the units' ids: read in-process, the
+        units' own processes first (edges.identity.scan_here)."""
+        ids = self.unit_ids(units)
+        return scan_here(ports, [i.main_pid for i in ids.values() if i.main_pid]), ids
 
     def stop_all(self) -> None:
         """Stop every process this manager started. Takes no locks and raises nothing, so it is
