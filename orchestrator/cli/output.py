@@ -45,6 +45,8 @@ def show_outcome(outcome: SweepOutcome) -> None:
             f"NOT restored: {', '.join(outcome.not_restored)}; finish with: orch restore {outcome.run_dir}",
             markup=False,
         )
+    if outcome.stopped is not None:
+        err.print(f"[red]error:[/red] {escape(outcome.stopped)}")
     if outcome.interrupted:
         out.print(f"resume with: orch resume {outcome.run_dir}", markup=False)
     if outcome.report is not None:

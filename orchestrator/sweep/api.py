@@ -44,7 +44,7 @@ from orchestrator.store.manifest import (
 )
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep import session
-from orchestrator.sweep.runner import Progress, Runner, RunOptions, RunResult, now_iso
+from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, now_iso
 
 TestbedSelection = tuple[str, ...] | Literal["all"] | None
 """None: the inventory's first testbed; names: those (several run in parallel); "all": every one."""
@@ -200,12 +200,13 @@ class SweepOutcome:
     not_restored: tuple[str, ...] = ()
     report: Path | None = None
     report_error: str | None = None  # why the report was not written (the run itself is fine)
+    stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
-        return 1 if self.failed or self.not_restored else 0
+        return 1 if self.failed or self.not_restored or self.stopped else 0
 
 
 @dataclass(frozen=True)
@@ -257,11 +258,24 @@ def run(
             manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
             session.create_run_dir(run_dir, manifest)
             sink = progress(Started(run_id, run_dir, names, len(plan.steps), len(plan.steps)))
-            result = session.execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink)
+            result, stopped = _stoppable(
+                lambda: session.execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink)
+            )
         finally:
             for lock in locks:
                 lock.release()
-    return _finish(run_dir, manifest, result)
+    return _finish(run_dir, manifest, result, stopped)
+
+
+def _stoppable(execute: Callable[[], RunResult]) -> tuple[RunResult, str | None]:
+    """Run the trials; a sweep stopped on repeated identical failures still ends like a run (its
+    status, its report, the reason on the terminal), with every host already restored."""
+    try:
+        return execute(), None
+    except RepeatedFailure as exc:
+        if exc.result is None:
+            raise
+        return exc.result, str(exc)
 
 
 def _check_hosts(
@@ -312,8 +326,10 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
         manifest.run_id, fail_fast=request.fail_fast, break_lock=request.break_lock, deadline=request.deadline
     )
     with session.connected(testbeds) as deployments:
-        result = session.execute(plan, deployments, run_dir, options, done, resume=True, progress=sink, prior=prior)
-    return _finish(run_dir, manifest, result)
+        result, stopped = _stoppable(
+            lambda: session.execute(plan, deployments, run_dir, options, done, resume=True, progress=sink, prior=prior)
+        )
+    return _finish(run_dir, manifest, result, stopped)
 
 
 def _matrix_of(manifest: RunManifest) -> Matrix:
@@ -353,7 +369,7 @@ def _final_trials(run_dir: Path) -> list[TrialRecord]:
 
 
 # ---------------------------------------------------------------------------- finish
-def _finish(run_dir: Path, manifest: RunManifest, result: RunResult) -> SweepOutcome:
+def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: str | None = None) -> SweepOutcome:
     """Record the run's end in the manifest, write the report and the index."""
     finished, failed = _final_counts(run_dir)
     status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed else "completed")
@@ -372,6 +388,7 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult) -> SweepOut
         not_restored=tuple(result.not_restored),
         report=report,
         report_error=report_error,
+        stopped=stopped,
     )
 
 

@@ -142,6 +142,9 @@ class Runner:
             with signals_as_interrupt(self.stopping):
                 self.events.journal = journal or Journal(self.run.journal)
                 self._sweep(done, resume, result)
+        except RepeatedFailure as exc:
+            exc.result = result  # the caller still finishes the run: its report, its status
+            raise
         finally:
             self.services.close()
             result.provenance = self.repro.provenance
@@ -285,6 +288,8 @@ class RepeatedFailure(OrchError):
     """Consecutive trials failed the same way: a metric regex that never matches, a level that
     always crashes its unit. Paying a restart per trial for hours would not change the answer;
     the sweep stops (hosts restored, run resumable, exit code 1) with the reason on the terminal."""
+
+    result: RunResult | None = None  # what the runner finished before it stopped (set by Runner.execute)
 
 
 class RepeatedFailures:
