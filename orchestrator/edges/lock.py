@@ -74,6 +74,17 @@ class TestbedLock:
             self.release()
             raise
 
+    def check(self, *, break_stale: bool = False) -> None:
+        """Refuse at once, writing nothing, when another run holds the lock: called before
+        preflight, so a testbed in use is reported as locked, not as the other run's restarting
+        units or its cell's env (which preflight would find first). acquire() still decides."""
+        for handle in self.deployment.hosts.values():
+            holder = self._read(handle, lock_path(handle, self.deployment.testbed.name))
+            if holder is None or (holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me())):
+                continue
+            if not (break_stale and holder.is_stale()):
+                raise LockError(self._held_message(handle, holder))
+
     def release(self) -> None:
         for handle in reversed(self.held):
             try:

@@ -286,7 +286,12 @@ def _check_hosts(
     run_id: str,
     warn: Warn,
 ) -> None:
-    """Preflight every testbed, then lock each one and refuse hosts another run left changed."""
+    """Preflight every testbed, then lock each one and refuse hosts another run left changed.
+    Locks and leftovers are looked at first (read-only): a testbed another run holds or left
+    changed is reported as such, not as whatever preflight would find wrong with it."""
+    for d, lock in zip(deployments, locks, strict=True):
+        lock.check(break_stale=request.break_lock)
+        session.check_no_unrestored_run(d, run_id, request.reports_dir)
     if not request.skip_preflight:
         for d in deployments:
             for warning in preflight(d, plan):

@@ -109,9 +109,9 @@ class Runner:
         self.repro = Repro(plan, deployment, self.run, self.guard, client)
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
         limit = options.stop_after_repeated_failures
-        self.repeats = RepeatedFailures(
-            plan.matrix.stop_after_repeated_failures if limit is None else limit, f"orch resume {self.run_dir}"
-        )
+        if limit is None:  # `orch restore` runs on a plan shell without a matrix: it runs no trial
+            limit = plan.matrix.stop_after_repeated_failures if plan.matrix is not None else 0
+        self.repeats = RepeatedFailures(limit, f"orch resume {self.run_dir}")
 
     def execute(
         self,

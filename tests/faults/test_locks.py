@@ -43,7 +43,7 @@ def locks(bed: SimBed) -> list[str]:
 
 
 def test_second_run_and_second_resume_exit_2_naming_the_holder(bed: SimBed, capsys) -> None:
-    bed.write_matrix(matrix_yaml(replicates=1))
+    bed.write_matrix(matrix_yaml(replicates=3))  # long enough to still hold the lock for both attempts
     first = spawn_orch(bed, bed.run_args("first"))
     run_dir = bed.run_dir("first")
     assert wait_for(lambda: count_trials(run_dir) >= 1, 60), output_of(first)

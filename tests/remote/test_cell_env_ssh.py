@@ -20,7 +20,8 @@ pytestmark = pytest.mark.testbed
 UNIT = "sglang-dsv4-decode"
 # read on the decode host during each trial (a command collector runs there after the repro):
 # does the live server process hold DEMO_VALUE?
-LIVE_DEMO = f"tr '\\0' '\\n' < /proc/$(systemctl show -p MainPID --value {UNIT})/environ | grep -c '^DEMO_VALUE=' || true"
+MAIN_PID = f"$(systemctl show -p MainPID --value {UNIT})"
+LIVE_DEMO = f"tr '\\0' '\\n' < /proc/{MAIN_PID}/environ | grep -c '^DEMO_VALUE=' || true"
 COLLECT = json.dumps(LIVE_DEMO)  # a JSON string is a YAML double-quoted scalar
 MATRIX = f"""\
 name: cell-env
