@@ -155,3 +155,23 @@ def test_scan_here_finds_this_process_on_its_own_listening_sockets() -> None:
             stranger = foreign_holder(scan, ports[1], {"u": UnitId("u", 2**22 + 1)})  # not an ancestor
             assert stranger is not None and stranger.startswith(f"pid {os.getpid()} (")
     assert scan_here(ports, [os.getpid()]) == PortScan()  # closed: nothing listens
+
+
+def test_a_server_reporting_another_pid_than_the_ports_holder_is_named() -> None:
+    """/get_server_info's pid must be the port's holder (or the unit's main pid): a server that
+    says it is someone else answered through something that is not the unit's process."""
+    from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId, reported_pid_mismatch
+
+    scan = PortScan(
+        sockets=(Socket(port=30000, inode=77, uid=0),),
+        holders=(Holder(pid=1234, inode=77, uid=0, cmdline="python -m sim", chain=(1234, 1000, 1)),),
+        users={0: "root"},
+    )
+    ids = {"sim-prefill": UnitId(unit="sim-prefill", main_pid=1000, invocation_id="a")}
+    assert reported_pid_mismatch(scan, 30000, ids, 1234) is None  # the holder itself
+    assert reported_pid_mismatch(scan, 30000, ids, 1000) is None  # the unit's main pid
+    assert reported_pid_mismatch(scan, 30000, ids, None) is None  # a server that says nothing
+    assert reported_pid_mismatch(scan, 30000, ids, True) is None  # not a pid
+    assert reported_pid_mismatch(scan, 30001, ids, 999) is None  # nothing listens there: not judged
+    said = reported_pid_mismatch(scan, 30000, ids, 4242)
+    assert said == "the server on port 30000 reports pid 4242, but the port is held by pid 1234"

@@ -298,6 +298,21 @@ def foreign_holder(scan: PortScan, port: int, ids: Mapping[str, UnitId]) -> str 
     return f"a process orch cannot see ({scan.user(sockets[0].uid)}; connect as root or set sudo: true to identify it)"
 
 
+def reported_pid_mismatch(scan: PortScan, port: int, ids: Mapping[str, UnitId], reported: object) -> str | None:
+    """The server on `port` says which process it is (/get_server_info's "pid", where it reports
+    one): that pid must be one of the port's holders or a unit's main pid. Otherwise the answer
+    came through something else (a proxy, a stale process sharing the socket) and is not
+    evidence about the unit. None when it agrees or says nothing usable."""
+    if isinstance(reported, bool) or not isinstance(reported, int) or reported <= 0:
+        return None
+    inodes = {sk.inode for sk in scan.sockets if sk.port == port}
+    holders = {h.pid for h in scan.holders if h.inode in inodes}
+    mains = {i.main_pid for i in ids.values() if i.main_pid}
+    if not holders or reported in holders | mains:
+        return None
+    return f"the server on port {port} reports pid {reported}, but the port is held by pid {min(holders)}"
+
+
 def _short(cmdline: str, limit: int = 200) -> str:
     return cmdline if len(cmdline) <= limit else cmdline[: limit - 3] + "..."
 

@@ -33,7 +33,7 @@ from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialR
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, wait_all
-from orchestrator.edges.identity import UnitId, foreign_holder, units_phrase
+from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.workload import (
     check_metric_rules,
     check_output_rules,
@@ -238,6 +238,10 @@ class Services:
                 stranger = foreign_holder(scan, port, ids)
                 if stranger is not None:
                     return ids, f"{host.label}: port {port} is served by {stranger}, not by {units_phrase(ids)}"
+            url_port = health_ports(host)[-1]  # the host URL's port: where /get_server_info answers
+            mismatch = reported_pid_mismatch(scan, url_port, ids, self._reported_pid(h.host.url))
+            if mismatch is not None:
+                return ids, f"{host.label}: {mismatch} ({units_phrase(ids)})"
             return ids, None
 
         found = gather({role: role for role in sorted(roles)}, one, what="hosts")
@@ -246,6 +250,16 @@ class Services:
             raise IdentityError("; ".join(problems) + " (the trial is void: stop that process or free the port)")
         for role, (ids, _) in found.items():
             ctx.identity.update(((role, unit), unit_id) for unit, unit_id in ids.items())
+
+    def _reported_pid(self, url: str) -> object:
+        """The pid the server reports about itself (the bundled simulator does; SGLang may not),
+        or None when it reports none or does not answer: then the port scan alone decides."""
+        try:
+            answer = self.client.get(url.rstrip("/") + "/get_server_info", timeout=2.0)
+            info = answer.json() if answer.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return info.get("pid") if isinstance(info, dict) else None
 
     def confirm_identity(self, pending: Future[None] | None, ctx: TrialContext) -> None:
         """After the repro: the identity check passed, and every checked unit still runs the
