@@ -32,7 +32,7 @@ from orchestrator.core.plan import Plan, make_plan
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.edges.deployment import Deployment, preflight
 from orchestrator.edges.lock import TestbedLock
-from orchestrator.errors import OrchError, UsageError
+from orchestrator.errors import LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
 from orchestrator.store.manifest import (
     check_run_id,
@@ -289,9 +289,14 @@ def _check_hosts(
     """Preflight every testbed, then lock each one and refuse hosts another run left changed.
     Locks and leftovers are looked at first (read-only): a testbed another run holds or left
     changed is reported as such, not as whatever preflight would find wrong with it."""
-    for d, lock in zip(deployments, locks, strict=True):
-        lock.check(break_stale=request.break_lock)
-        session.check_no_unrestored_run(d, run_id, request.reports_dir)
+    try:
+        for d, lock in zip(deployments, locks, strict=True):
+            lock.check(break_stale=request.break_lock)
+            session.check_no_unrestored_run(d, run_id, request.reports_dir)
+    except (LockError, PreflightError):
+        raise
+    except OrchError:
+        pass  # a host that cannot be reached: preflight says so next, as bad input (exit 2)
     if not request.skip_preflight:
         for d in deployments:
             for warning in preflight(d, plan):

@@ -109,6 +109,7 @@ def test_start_to_listening_is_fast(sim: Sim) -> None:
 
 def test_sigterm_stops_cleanly(sim: Sim) -> None:
     decode = sim.start("decode", {"SIM_WARMUP_S": "0"})
+    wait_until(lambda: get(decode.url + "/health")[0] == 200, timeout=10)  # "ready" is logged by then
     decode.proc.terminate()
     assert decode.proc.wait(5) == 0
     assert decode.text().splitlines()[-1].endswith("stopping")
