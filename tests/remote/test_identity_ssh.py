@@ -115,3 +115,61 @@ def test_a_unit_restarted_during_the_repro_voids_the_trial(testbed: Testbed, tmp
     assert snapshot(testbed, FILES) == before
     wait_healthy(testbed, "decode")
     no_leftovers(testbed)
+
+
+# A stranger that waits for decode's port and serves 200 to every request once it has it: what an
+# orphaned server or an old process that has not let go looks like to a health check.
+STRANGER = """\
+import json, os, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def _ok(self):
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = _ok
+    def log_message(self, *a): pass
+open("/root/stranger.pid", "w").write(str(os.getpid()))
+deadline = time.time() + 120
+while time.time() < deadline:
+    try:
+        server = HTTPServer(("0.0.0.0", 30002), H); break
+    except OSError:
+        time.sleep(0.001)
+server.timeout = 1
+while time.time() < deadline:
+    server.handle_request()
+"""
+
+
+def test_a_stranger_taking_a_health_port_mid_sweep_voids_the_trial(testbed: Testbed, tmp_path: Path, capsys) -> None:
+    """After trial 0 (clean), a stranger started from the repro's SSH session waits for decode's
+    port; decode's restart for trial 1 lets it in, decode dies with 'Address already in use', and
+    the stranger answers /health 200. Trial 1 must be void, never data."""
+    before = snapshot(testbed, FILES)
+    testbed.ssh("decode", f"cat > /root/stranger.py <<'EOF'\n{STRANGER}EOF")
+    # the whole background list detached from the SSH channel, so the repro's command returns at once
+    stranger = f"setsid {shlex.quote(testbed.python)} /root/stranger.py"
+    spawn = f"( test {{trial}} != 0 || {stranger} ) >/dev/null 2>&1 </dev/null & echo 'CORRUPTION sessions: 0/8'"
+    matrix = MATRIX.replace("command: \"echo 'CORRUPTION sessions: 0/8'\"", f'command: "{spawn}"\n  on: decode')
+    matrix += "stop_after_repeated_failures: 0\n"
+    try:
+        run(testbed, tmp_path, matrix, "stranger-mid")
+        pid = int(testbed.ssh("decode", "cat /root/stranger.pid").stdout.strip())
+    finally:
+        testbed.ssh(
+            "decode",
+            "kill $(cat /root/stranger.pid) 2>/dev/null; rm -f /root/stranger.py /root/stranger.pid",
+            check=False,
+        )
+    trials = sorted(trials_of(tmp_path / "r" / "stranger-mid"), key=lambda t: t.trial)
+    assert [t.trial for t in trials] == [0, 1], capsys.readouterr()
+    assert trials[0].status == "completed"  # before the stranger had the port
+    void = trials[1]
+    assert void.status == "failed" and void.metrics == {} and void.failure is not None, void
+    assert void.failure.error == "IdentityError", void.failure
+    assert f"port 30002 is served by pid {pid} (" in void.failure.message, void.failure.message
+    testbed.ssh("decode", f"systemctl reset-failed {DECODE}; systemctl restart {DECODE}", check=False)
+    wait_healthy(testbed, "decode")
+    assert snapshot(testbed, FILES) == before
+    no_leftovers(testbed)
