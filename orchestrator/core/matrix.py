@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from orchestrator.core.config import EnvValue, Level, Matrix
+from orchestrator.core.config import MAX_TRIALS, EnvValue, Level, Matrix
 from orchestrator.errors import ConfigError
 
 GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles
-MAX_TRIALS = 1_000_000  # beyond this a matrix is a mistake, not an experiment
 WARN_TRIALS = 10_000
 
 
