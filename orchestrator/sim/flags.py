@@ -9,8 +9,10 @@ quirks are the point: ``SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=off`` is *ignored wi
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Mapping
+
+from orchestrator.sim.culprits import CulpritModel, CulpritSpecError, flags_on, model_from_env
 
 Role = Literal["prefill", "decode", "router"]
 ROLES: tuple[Role, ...] = ("prefill", "decode", "router")
@@ -40,6 +42,8 @@ class SimConfig:
     max_running_requests: int | None = None
     fail_start: bool = False
     never_ready: bool = False
+    culprits: CulpritModel | None = None  # the configurable flag model (sim/culprits.py), else DSV4's
+    culprit_flags: frozenset[str] = frozenset()  # the culprit model's flags that are on
     # what the server logs at start-up about values it ignored
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
@@ -142,7 +146,11 @@ def config_from_env(role: Role, env: Mapping[str, str]) -> SimConfig:
     """Build the effective configuration of a server from its environment."""
     warnings: list[str] = []
     extra = parse_extra_args(env.get("SGLANG_EXTRA_ARGS", ""))
-    return SimConfig(
+    try:
+        culprits = model_from_env(env)
+    except CulpritSpecError as exc:
+        raise SimConfigError(str(exc)) from None
+    cfg = SimConfig(
         role=role,
         warmup_s=_float("SIM_WARMUP_S", env.get("SIM_WARMUP_S"), DEFAULT_WARMUP_S),
         seed=_int("SIM_SEED", env.get("SIM_SEED"), 0),
@@ -159,4 +167,10 @@ def config_from_env(role: Role, env: Mapping[str, str]) -> SimConfig:
         fail_start=env.get("SIM_FAIL_START", "").lower() in _TRUE,
         never_ready=env.get("SIM_NEVER_READY", "").lower() in _TRUE,
         warnings=tuple(warnings),
+        culprits=culprits,
     )
+    if culprits is None:
+        return cfg
+    builtin = {"bf16_index_k": cfg.bf16_index_k, "cuda_graph": cfg.cuda_graph}
+    builtin["multi_stream_overlap"] = cfg.multi_stream_overlap
+    return replace(cfg, culprit_flags=flags_on(culprits, builtin, env))

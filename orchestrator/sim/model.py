@@ -27,6 +27,7 @@ import math
 import random
 from typing import Literal
 
+from orchestrator.sim.culprits import request_rate
 from orchestrator.sim.flags import SimConfig
 
 Q_BUG = 0.057
@@ -52,14 +53,27 @@ def corruption_probability(cfg: SimConfig, batch: int) -> float:
     return Q_BUG if bug_active(cfg, batch) else Q_BACKGROUND
 
 
+def culprit_probability(cfg: SimConfig, session: str, rounds: int) -> float:
+    """Per-request rate under the configurable flag model. The trial's rate is drawn once per
+    trial: the repro names sessions `r<seed>-<i>`, so the part before '-' is the trial."""
+    assert cfg.culprits is not None
+    trial = session.partition("-")[0]
+    rate = cfg.culprits.trial_rate(cfg.culprit_flags, request_rng(cfg.seed, "decode", trial, "trial-rate"))
+    return request_rate(rate, rounds)
+
+
 def session_corruption_rate(q: float, rounds: int) -> float:
     """Chance that at least one of `rounds` requests of a session is corrupted."""
     return 1.0 - (1.0 - q) ** rounds
 
 
-def decide_outcome(cfg: SimConfig, batch: int, u: float, u_kind: float) -> Outcome:
-    """u, u_kind: independent uniform draws in [0, 1)."""
-    if u >= corruption_probability(cfg, batch):
+def decide_outcome(
+    cfg: SimConfig, batch: int, u: float, u_kind: float, *, session: str = "", rounds: int = 3
+) -> Outcome:
+    """u, u_kind: independent uniform draws in [0, 1). With a configured flag model
+    (sim/culprits.py) the rate is that model's, varied per trial (keyed by the session's trial)."""
+    q = corruption_probability(cfg, batch) if cfg.culprits is None else culprit_probability(cfg, session, rounds)
+    if u >= q:
         return "ok"
     return "no_tool" if u_kind < NO_TOOL_SHARE else "leak"
 
