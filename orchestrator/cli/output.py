@@ -51,6 +51,8 @@ def show_outcome(outcome: SweepOutcome) -> None:
         out.print(f"resume with: orch resume {outcome.run_dir}", markup=False)
     if outcome.report is not None:
         out.print(f"report: {outcome.report}", markup=False)
+    for gate in outcome.gates_failed:
+        err.print(f"[red]gate failed:[/red] {escape(gate)}")
 
 
 def show_restore(outcome: RestoreOutcome) -> None:

@@ -25,7 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Export a run as a tidy table: one row per trial and metric.",
     )
     exp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    exp.add_argument("--format", choices=["csv", "parquet", "json"], default="csv")
+    exp.add_argument(
+        "--format",
+        choices=["csv", "parquet", "json", "junit", "bencher"],
+        default="csv",
+        help="csv/parquet/json: the tidy table; junit: JUnit XML, one test case per gate and cell "
+        "(a failed gate fails its case); bencher: Bencher Metric Format JSON (estimate with its 95%% interval)",
+    )
     exp.add_argument("-o", "--output", type=Path, help="output file (default: RUN_DIR/<run-id>.<format>)")
     exp.set_defaults(func=cmd_export)
 
@@ -44,8 +50,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out
+    from orchestrator.report.ciexport import export_ci
     from orchestrator.report.export import export_run
 
-    path = export_run(args.run_dir, args.format, args.output)
+    if args.format in ("junit", "bencher"):
+        path = export_ci(args.run_dir, args.format, args.output)
+    else:
+        path = export_run(args.run_dir, args.format, args.output)
     out.print(f"exported: {path}", markup=False)
     return 0

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
 from orchestrator.core.redact import Redactor
 from orchestrator.core.yamlsrc import PathKey, SourceMap, dotted, load_yaml
 from orchestrator.errors import ConfigError
@@ -131,6 +132,7 @@ class MatrixShape(_Shape):
     adaptive: AdaptiveShape | None = None
     # stop the sweep after this many consecutive trials failed the same way (0: never stop)
     stop_after_repeated_failures: int = Field(default=3, ge=0, le=MAX_REPEATED_FAILURES)
+    gates: list[GateShape] = Field(default=[], max_length=MAX_GATES)  # bounds CI enforces (core.gates)
 
 
 class SshShape(_Shape):
@@ -282,6 +284,7 @@ class Matrix:
     adaptive: Adaptive | None = None
     secrets: tuple[str, ...] = ()  # variable names declared secret (`secrets: [...]`), beyond *TOKEN* etc.
     stop_after_repeated_failures: int = 3  # consecutive same failures that stop a sweep (0: never)
+    gates: tuple[Gate, ...] = ()  # bounds on intervals that `orch run` exits non-zero for
 
     def factor(self, name: str) -> Factor:
         return next(f for f in self.factors if f.name == name)
@@ -760,6 +763,7 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         adaptive=_build_adaptive(shape, source),
         secrets=tuple(shape.secrets),
         stop_after_repeated_failures=shape.stop_after_repeated_failures,
+        gates=_build_gates(shape, by_name, source),
     )
     _check_size(matrix, source)
     return matrix
@@ -793,6 +797,24 @@ def _axis_sizes(matrix: Matrix) -> list[int]:
     zipped = {name for group in matrix.zips for name in group}
     sizes = [len(f.levels) for f in matrix.factors if f.name not in zipped]
     return sizes + [len(matrix.factor(group[0]).levels) for group in matrix.zips]
+
+
+def _build_gates(shape: MatrixShape, factors: dict[str, Factor], source: SourceMap) -> tuple[Gate, ...]:
+    """Each gate names a metric the sweep measures and a partial cell selector (core.gates)."""
+    metrics = [*shape.repro.metrics, *shape.collect]
+    gates = []
+    for i, g in enumerate(shape.gates):
+        if g.metric not in metrics:
+            raise source.error(
+                ("gates", i, "metric"),
+                f"{g.metric!r} is not a metric of the repro or a collector",
+                f"metrics: {', '.join(metrics) or 'none'}",
+            )
+        cells = _build_selector(g.cells, factors, source, ("gates", i, "cells"), full=False)
+        _no_control(g.name or "", source, ("gates", i, "name"))
+        name = g.name or default_name(g.metric, g.upper, g.lower, cells)
+        gates.append(Gate(name=name, metric=g.metric, upper=g.upper, lower=g.lower, cells=cells))
+    return tuple(gates)
 
 
 def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:

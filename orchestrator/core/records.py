@@ -21,6 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.core.gates import Gate
 from orchestrator.core.redact import Redactor
 
 SCHEMA_VERSION = 1
@@ -171,6 +172,7 @@ class RunManifest(Frozen):
     hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
     secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix
+    gates: list[Gate] = Field(default_factory=list)  # the matrix's gates (core.gates), checked by the report
     started: str
     ended: str | None = None
     status: Literal["running", "completed", "failed", "interrupted"] = "running"

@@ -26,6 +26,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import stats
+from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
@@ -232,6 +233,7 @@ class Report(Frozen):
     trials_total: int
     torn_tail: bool
     provenance: Provenance
+    gates: list[Gate] = []  # the matrix's gates; report.gates checks them against the cells
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -317,6 +319,7 @@ def _build(
         trials_total=len(rows),
         torn_tail=torn_tail,
         provenance=_provenance(manifest),
+        gates=list(manifest.gates),
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 

@@ -36,6 +36,7 @@ from orchestrator.report.build import (
     suspect_reasons,
     testbed_findings,
 )
+from orchestrator.report.gates import check_gates, failed_names
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import iter_records, read_journal, read_records_at, read_trial_rows
 from orchestrator.store.manifest import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
@@ -123,6 +124,7 @@ def render_report(report: Report) -> str:
         script=Markup(SCRIPT),
         csp=csp(),
         trial_order=report.provenance.trial_order[:TRIAL_ORDER_SHOWN],
+        gate_results=check_gates(report),
     )
 
 
@@ -138,11 +140,16 @@ class RunSummary(pydantic.BaseModel):
     failed: int = 0
     status: str = ""
     suspect: tuple[str, ...] = ()  # why the data is suspect (void/failed trials, drift, overdispersion)
+    gates: int = 0  # gate checks (gate x cell) the matrix asked for
+    gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed check (orch run exits 3)
 
 
 def run_summary(report: Report) -> RunSummary:
-    """The result (not the status instead of it) and why the data may be suspect."""
+    """The result (not the status instead of it), why the data may be suspect, and the gates."""
+    results = check_gates(report)
     return RunSummary(
+        gates=len(results),
+        gates_failed=failed_names(results),
         headline=result_headline(report),
         completed=report.completed,
         planned=report.planned,
@@ -154,11 +161,17 @@ def run_summary(report: Report) -> RunSummary:
 
 def write_report(run_dir: Path) -> Path:
     """Load run.json and the journal, render, write run_dir/index.html atomically."""
+    return write_report_and_summary(run_dir)[0]
+
+
+def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
+    """write_report, also returning the summary written beside it (headline, gates)."""
     report = load_report(run_dir)
     run = RunDir(run_dir)
     page = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
-    write_json_atomic(run.summary_json, run_summary(report))  # the index trusts it only when newer than the inputs
-    return page
+    summary = run_summary(report)
+    write_json_atomic(run.summary_json, summary)  # the index trusts it only when newer than the inputs
+    return page, summary
 
 
 def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:

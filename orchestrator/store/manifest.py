@@ -71,6 +71,7 @@ def make_manifest(
         inventory_sha256=inventory.sha256,
         texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text,
         secret_names=sorted(m.redactor.declared),
+        gates=list(m.gates),
         testbed=",".join(names),
         testbeds=names,
         adaptive=m.adaptive is not None,

@@ -51,6 +51,7 @@ TestbedSelection = tuple[str, ...] | Literal["all"] | None
 
 SweepStatus = Literal["completed", "failed", "interrupted"]
 Warn = Callable[[str], None]
+GATE_FAILED = 3  # exit code: the sweep ran, a gate of the matrix failed (CI systems fail the job)
 
 
 # ---------------------------------------------------------------------------- requests
@@ -201,12 +202,16 @@ class SweepOutcome:
     report: Path | None = None
     report_error: str | None = None  # why the report was not written (the run itself is fine)
     stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
+    gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed gate check (matrix `gates:`)
 
     @property
     def exit_code(self) -> int:
+        """130 interrupted, 1 failed trials / hosts not restored / stopped early, 3 a gate failed."""
         if self.interrupted:
             return 130
-        return 1 if self.failed or self.not_restored or self.stopped else 0
+        if self.failed or self.not_restored or self.stopped:
+            return 1
+        return GATE_FAILED if self.gates_failed else 0
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,9 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
     status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed else "completed")
     hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
     save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status, "hosts": hosts}))
-    report, report_error = _write_report(run_dir)
+    report, report_error, gates_failed = _write_report(run_dir)
+    if report_error is not None and manifest.gates:
+        gates_failed = (f"gates not checked: {report_error}",)
     return SweepOutcome(
         run_dir=run_dir,
         run_id=manifest.run_id,
@@ -399,6 +406,7 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
         report=report,
         report_error=report_error,
         stopped=stopped,
+        gates_failed=gates_failed,
     )
 
 
@@ -412,16 +420,17 @@ def _final_counts(run_dir: Path) -> tuple[int, int]:
     return len(last), sum(status == "failed" for status in last.values())
 
 
-def _write_report(run_dir: Path) -> tuple[Path | None, str | None]:
-    from orchestrator.report.render import write_report  # the report stack loads only when needed
+def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ...]]:
+    """(report page, why it was not written, failed gate checks)."""
+    from orchestrator.report.render import write_report_and_summary  # the report stack loads only when needed
     from orchestrator.report.site import write_index
 
     try:
-        path = write_report(run_dir)
+        path, summary = write_report_and_summary(run_dir)
         write_index(run_dir.parent)
-        return path, None
+        return path, None, summary.gates_failed
     except OrchError as exc:
-        return None, str(exc)
+        return None, str(exc), ()
 
 
 # ---------------------------------------------------------------------------- restore

@@ -1,0 +1,90 @@
+"""`orch export --format junit|bencher`: a run in the formats CI systems and Bencher read.
+
+JUnit XML: one test case per gate and cell (a failed gate is a failing case whose message says
+what was measured against which bound), so a CI job page lists exactly which cell broke which
+bound. Bencher Metric Format (BMF) JSON: per cell, each metric's estimate with the 95% interval
+as lower/upper values, so Bencher's thresholds see the uncertainty, not only a point.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.core.gates import GateResult
+from orchestrator.report.build import Report
+from orchestrator.report.gates import check_gates
+from orchestrator.store.atomic import write_bytes_atomic
+from orchestrator.store.rundir import RunDir
+
+CiFormat = Literal["junit", "bencher"]
+EXTENSION: dict[CiFormat, str] = {"junit": "junit.xml", "bencher": "bencher.json"}
+
+
+def cell_label(levels: Mapping[str, str]) -> str:
+    return ",".join(f"{f}={lv}" for f, lv in levels.items()) or "all"
+
+
+def junit_xml(report: Report, results: list[GateResult]) -> bytes:
+    """One <testsuite> per run; a <testcase> per gate check. No gates: an empty suite that says so."""
+    failures = sum(not r.passed for r in results)
+    suite = ET.Element(
+        "testsuite",
+        name=f"orch gates: {report.name}",
+        tests=str(len(results)),
+        failures=str(failures),
+        errors="0",
+        skipped="0",
+        timestamp=report.started,
+    )
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="run_id", value=report.run_id)
+    ET.SubElement(props, "property", name="status", value=report.status)
+    if not report.gates:
+        ET.SubElement(props, "property", name="note", value="the matrix declares no gates")
+    for r in results:
+        case = ET.SubElement(
+            suite, "testcase", classname=f"orch.{report.name}.{r.gate.metric}", name=f"{r.gate.name} [{_cell(r)}]"
+        )
+        if not r.passed:
+            failure = ET.SubElement(case, "failure", message=r.message, type="GateFailed")
+            failure.text = f"{r.gate.name}\ncell: {_cell(r)}\n{r.message}\n"
+    ET.indent(suite)
+    return ET.tostring(suite, encoding="utf-8", xml_declaration=True)
+
+
+def _cell(result: GateResult) -> str:
+    return cell_label(result.levels) if result.cell else "no cell selected"
+
+
+def bencher_json(report: Report) -> bytes:
+    """BMF: {cell: {metric: {value, lower_value, upper_value}}}; cells without data are left out."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for cell in report.cells:
+        measures: dict[str, dict[str, float]] = {}
+        for metric, p in cell.proportions.items():
+            if p.rate.n and p.rate.rate is not None:
+                measures[metric] = {"value": p.rate.rate, "lower_value": p.rate.low, "upper_value": p.rate.high}
+        for metric, num in cell.numbers.items():
+            if num.median is not None:
+                measures[metric] = {"value": num.median}
+                if num.low is not None and num.high is not None:
+                    measures[metric] |= {"lower_value": num.low, "upper_value": num.high}
+        if measures:
+            out[cell_label(cell.levels)] = measures
+    return json.dumps(out, indent=1, sort_keys=True).encode("utf-8")
+
+
+def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None) -> Path:
+    from orchestrator.report.export import check_output
+    from orchestrator.report.render import load_report
+
+    if out is not None:
+        check_output(out)
+    report = load_report(run_dir, drilldown_cap=0)
+    data = junit_xml(report, check_gates(report)) if fmt == "junit" else bencher_json(report)
+    path = out if out is not None else RunDir(run_dir).export(report.run_id, EXTENSION[fmt])
+    return write_bytes_atomic(path, data, what="cannot write the export")

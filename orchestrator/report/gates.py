@@ -1,0 +1,32 @@
+"""The matrix's gates checked against a report's cells (the report, `orch run`'s exit code and the
+JUnit export all call this, so they can never disagree about a gate)."""
+
+from __future__ import annotations
+
+from orchestrator.core.gates import GateCell, GateResult, evaluate
+from orchestrator.report.build import CellView, Report
+
+
+def check_gates(report: Report) -> list[GateResult]:
+    """One result per gate and cell it selects; empty when the matrix has no gates."""
+    if not report.gates:
+        return []
+    return evaluate(report.gates, {m: [_gate_cell(c, m) for c in report.cells] for m in report.metrics})
+
+
+def _gate_cell(cell: CellView, metric: str) -> GateCell:
+    """The cell's estimate and 95% interval for the metric (None where it has none)."""
+    if metric in cell.proportions:
+        rate = cell.proportions[metric].rate
+        if rate.n == 0 or rate.rate is None:
+            return GateCell(cell.cell, cell.levels, None, None, None)
+        return GateCell(cell.cell, cell.levels, rate.rate, rate.low, rate.high)
+    number = cell.numbers.get(metric)
+    if number is None or number.median is None:
+        return GateCell(cell.cell, cell.levels, None, None, None)
+    return GateCell(cell.cell, cell.levels, number.median, number.low, number.high)
+
+
+def failed_names(results: list[GateResult]) -> tuple[str, ...]:
+    """`gate name @ cell` for every failed result (what run's exit message and summary.json list)."""
+    return tuple(f"{r.gate.name} @ {r.cell or 'no cell'}: {r.message}" for r in results if not r.passed)
