@@ -37,6 +37,7 @@ LOG_WIDTH = 200
 if TYPE_CHECKING:
     from orchestrator.team.overnight import QueueSweep
     from orchestrator.team.queue import QueueItem, SweepOutcome
+    from orchestrator.team.queuestore import QueueStore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -80,11 +81,14 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     )
     _webhook_arg(add)
     _reports_arg(add)
+    _store_arg(add)
     ls = command(qs, "list", "list queued, running and finished items", cmd_queue_list)
     _reports_arg(ls)
+    _store_arg(ls)
     rm = command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
     rm.add_argument("item_id", type=bounded_int(1, SQLITE_INT), metavar="ID")
     _reports_arg(rm)
+    _store_arg(rm)
     run = command(qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run)
     run.add_argument(
         "--until",
@@ -93,6 +97,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     )
     _webhook_arg(run)
     _reports_arg(run)
+    _store_arg(run)
 
 
 def _schedule_commands(sub: argparse._SubParsersAction) -> None:
@@ -130,6 +135,21 @@ def _reports_arg(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+def _store_arg(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--store",
+        metavar="URL",
+        help="where the queue lives: a SQLite file, or postgresql://USER@HOST/DB shared by several "
+        "controllers (default: $ORCH_QUEUE_STORE, else queue.db in the reports folder)",
+    )
+
+
+def _open_queue(args: argparse.Namespace) -> "QueueStore":
+    from orchestrator.team.queue import open_store, store_spec
+
+    return open_store(store_spec(args.store, args.reports))
+
+
 def _webhook_arg(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--webhook",
@@ -163,12 +183,23 @@ def _scope_args(cmd: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------- queue
 def cmd_queue_add(args: argparse.Namespace) -> int:
     from orchestrator.team.notify import check_urls
-    from orchestrator.team.queue import Queue
+    from orchestrator.team.queue import NewItem
 
     hooks = check_urls(args.webhook)
-    plan = prepared_sweep(sweep_request(args)).plan
-    with Queue.in_reports(args.reports) as q:
-        item = q.add(args.matrix.resolve(), args.inventory.resolve(), args.testbed, args.priority, hooks)
+    prepared = prepared_sweep(sweep_request(args))
+    plan = prepared.plan
+    new = NewItem(
+        args.matrix.resolve(),
+        args.inventory.resolve(),
+        args.testbed,
+        args.priority,
+        hooks,
+        matrix_text=plan.matrix.text,  # what was validated is what runs, whatever happens to the files
+        inventory_text=prepared.inventory.text,
+        testbeds=tuple(tb.name for tb in prepared.testbeds),
+    )
+    with _open_queue(args) as q:
+        item = q.add_item(new)
     out.print(
         escape(
             f"queued item {item.id}: {plan.matrix.name} ({len(plan.steps)} trials on testbed "
@@ -180,14 +211,13 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
 
 def cmd_queue_list(args: argparse.Namespace) -> int:
     from orchestrator.team.notify import shown
-    from orchestrator.team.queue import Queue
 
-    with Queue.in_reports(args.reports) as q:
-        items = q.items()
+    with _open_queue(args) as q:
+        items, where = q.items(), q.where
     if not items:
-        out.print(f"the queue in {args.reports} is empty", markup=False)
+        out.print(f"the queue in {where} is empty", markup=False)
         return 0
-    table = Table("id", "state", "prio", "matrix", "testbed", "added", "run", "webhooks", "note")
+    table = Table("id", "state", "prio", "matrix", "testbed", "added", "by", "run", "webhooks", "note")
     for i in items:
         table.add_row(
             str(i.id),
@@ -196,6 +226,7 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
             escape(Path(i.matrix).name),
             escape(i.testbed or "(first)"),
             i.added[:19],
+            escape(i.queued_by),
             escape(Path(i.run_dir).name if i.run_dir else ""),
             escape(", ".join(shown(w) for w in i.webhooks)),
             escape(i.message),
@@ -205,9 +236,7 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
 
 
 def cmd_queue_remove(args: argparse.Namespace) -> int:
-    from orchestrator.team.queue import Queue
-
-    with Queue.in_reports(args.reports) as q:
+    with _open_queue(args) as q:
         item = q.remove(args.item_id)
     kept = f"; its run stays in {item.run_dir}" if item.run_dir else ""
     out.print(escape(f"removed {item.label} ({item.state}){kept}"))
@@ -216,7 +245,7 @@ def cmd_queue_remove(args: argparse.Namespace) -> int:
 
 def cmd_queue_run(args: argparse.Namespace) -> int:
     from orchestrator.team.notify import check_urls
-    from orchestrator.team.queue import Queue, parse_until, run_queue
+    from orchestrator.team.queue import parse_until, run_queue
 
     hooks = check_urls(args.webhook)
     deadline = parse_until(args.until, datetime.now().astimezone()).timestamp() if args.until else None
@@ -224,7 +253,7 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
         err.print(
             f"deadline: {datetime.fromtimestamp(deadline).astimezone().isoformat(timespec='seconds')}", markup=False
         )
-    with Queue.in_reports(args.reports) as q:
+    with _open_queue(args) as q:
         result = run_queue(
             q,
             _queue_sweep(args.reports),
@@ -233,6 +262,9 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
             note=lambda m: err.print(f"[yellow]queue:[/yellow] {escape(m)}"),
         )
         _print_outcomes(result.ran)
+        lost = getattr(q, "lost", None)  # a shared store's controller that had to give an item up
+        if lost:
+            err.print(f"[red]queue:[/red] {escape(lost)}")
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
     return result.exit_code

@@ -9,6 +9,10 @@ gets its display as callables and prints nothing itself.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,9 +77,10 @@ class QueueSweep:
         resumable = item.resumable_run
         if resumable is not None:
             return self.sweeps.resume(ResumeRequest(resumable, deadline=deadline), self._progress, warn=self.warn)
+        matrix, inventory = sweep_files(item, self.reports)
         request = SweepRequest(
-            Path(item.matrix),
-            Path(item.inventory),
+            matrix,
+            inventory,
             api.testbeds_from_spec(item.testbed),  # `-t a,b` / `-t all`: as `orch run` does
             reports_dir=self.reports,
             deadline=deadline,
@@ -90,6 +95,42 @@ class QueueSweep:
 
     def _progress(self, started: Started) -> Progress:
         return Tee(self.terminal(started), LiveStatus(started.run_dir))
+
+
+COPIES = ".queued-"  # files in the reports folder (not a folder: the folders there are runs)
+_BASE_DIR = re.compile(r"^base_dir\s*:", re.MULTILINE)
+
+
+def sweep_files(item: QueueItem, reports: Path) -> tuple[Path, Path]:
+    """The matrix and inventory a queued item's sweep reads: the copies the queue kept, written
+    as reports/.queued-<digest>.{matrix,inventory}.yaml (they stay: a resumed run reads them again,
+    and a shared reports folder lets another controller resume it); an item queued by an older
+    orch, without copies, runs from its paths as before.
+
+    Why copies: a matrix edited or deleted between the evening's `queue add` and the night must
+    not change what runs. The inventory copy names its original folder as `base_dir`, so its
+    relative env_file/state_dir paths mean what they meant when it was queued."""
+    if not item.matrix_text or not item.inventory_text:
+        return Path(item.matrix), Path(item.inventory)
+    inventory_text = item.inventory_text
+    if not _BASE_DIR.search(inventory_text):
+        base = json.dumps(str(Path(item.inventory).parent))  # a JSON string is a YAML string
+        inventory_text = inventory_text.rstrip("\n") + f"\nbase_dir: {base}\n"
+    digest = hashlib.sha256(f"{item.matrix_text}\0{inventory_text}".encode()).hexdigest()[:20]
+    matrix = _write_once(reports / f"{COPIES}{digest}.matrix.yaml", item.matrix_text)
+    inventory = _write_once(reports / f"{COPIES}{digest}.inventory.yaml", inventory_text)
+    return matrix, inventory
+
+
+def _write_once(path: Path, text: str) -> Path:
+    """Write `text` unless the file already holds it (atomic: another controller may read it)."""
+    if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == text:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
 
 
 def item_outcome(

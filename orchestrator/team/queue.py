@@ -18,26 +18,32 @@ starting a sweep.
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Protocol, get_args
+from typing import Callable, Iterator, Literal, Protocol
 
-from orchestrator.errors import OrchError, UsageError
-from orchestrator.store.rundir import RunDir
+from orchestrator.errors import UsageError
 from orchestrator.sweep.signals import sigterm_as_interrupt
+from orchestrator.team.queuestore import CLAIMABLE as CLAIMABLE
+from orchestrator.team.queuestore import ITEM_STATES as ITEM_STATES
+from orchestrator.team.queuestore import Claimer as Claimer
+from orchestrator.team.queuestore import ItemState as ItemState
+from orchestrator.team.queuestore import NewItem as NewItem
+from orchestrator.team.queuestore import QueueError as QueueError
+from orchestrator.team.queuestore import QueueItem as QueueItem
+from orchestrator.team.queuestore import QueueStore as QueueStore
+from orchestrator.team.queuestore import _process_start as _process_start
+from orchestrator.team.queuestore import insert_values, item_from_row
+from orchestrator.team.queuestore import now_iso as now_iso
 
-ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
-ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
-CLAIMABLE = ("queued", "resumable")
 DB_NAME = "queue.db"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+STORE_ENV = "ORCH_QUEUE_STORE"
 BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = """
@@ -57,69 +63,13 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE INDEX IF NOT EXISTS items_order ON items (state, priority DESC, id);
 """
-
-
-def now_iso() -> str:
-    """UTC, milliseconds: the runner's format (the queue does not import the runner)."""
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-class QueueError(OrchError):
-    """The queue database could not be read or written."""
-
-
-@dataclass(frozen=True)
-class Claimer:
-    """Who runs an item: enough to tell, later, whether that process is still alive."""
-
-    host: str
-    pid: int
-    start: int  # process start time in clock ticks since boot (guards against pid reuse)
-
-    @classmethod
-    def current(cls) -> "Claimer":
-        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()) or 0)
-
-    def encode(self) -> str:
-        return f"{self.host}:{self.pid}:{self.start}"
-
-    @classmethod
-    def decode(cls, text: str) -> "Claimer":
-        host, pid, start = text.rsplit(":", 2)
-        return cls(host, int(pid), int(start))
-
-    def alive(self) -> bool:
-        """False only when we can tell: same host, and that process is gone (or another one)."""
-        if self.host != socket.gethostname():
-            return True
-        return _process_start(self.pid) == self.start
-
-
-@dataclass(frozen=True)
-class QueueItem:
-    id: int
-    matrix: str  # absolute path
-    inventory: str  # absolute path
-    testbed: str | None
-    priority: int
-    webhooks: tuple[str, ...]
-    state: ItemState
-    added: str
-    updated: str
-    run_dir: str | None
-    claimed_by: str | None
-    message: str
-
-    @property
-    def label(self) -> str:
-        return f"item {self.id} ({Path(self.matrix).name})"
-
-    @property
-    def resumable_run(self) -> Path | None:
-        """The run this item started earlier and can resume (its run dir holds a run.json)."""
-        if self.run_dir and RunDir(Path(self.run_dir)).is_run():
-            return Path(self.run_dir)
-        return None
+# version 2: the sweep's files as they were when queued, who queued it, the testbeds it meant
+_V2_COLUMNS = (
+    "matrix_text TEXT NOT NULL DEFAULT ''",
+    "inventory_text TEXT NOT NULL DEFAULT ''",
+    "queued_by TEXT NOT NULL DEFAULT ''",
+    "testbeds TEXT NOT NULL DEFAULT ''",
+)
 
 
 class Queue:
@@ -152,6 +102,10 @@ class Queue:
     def in_reports(cls, reports_dir: Path, *, read_only: bool = False) -> "Queue":
         return cls(reports_dir / DB_NAME, read_only=read_only)
 
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
     def _init_schema(self) -> None:
         self._db.execute("PRAGMA journal_mode = WAL")
         with self._tx():
@@ -163,6 +117,10 @@ class Queue:
                 )
             for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it commits
                 self._db.execute(statement)
+            have = {r["name"] for r in self._db.execute("PRAGMA table_info(items)")}
+            for column in _V2_COLUMNS:  # a version-1 queue gains them; its items keep running from paths
+                if column.split()[0] not in have:
+                    self._db.execute(f"ALTER TABLE items ADD COLUMN {column}")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -191,12 +149,15 @@ class Queue:
     def add(
         self, matrix: Path, inventory: Path, testbed: str | None, priority: int = 0, webhooks: tuple[str, ...] = ()
     ) -> QueueItem:
+        return self.add_item(NewItem(matrix, inventory, testbed, priority, webhooks))
+
+    def add_item(self, new: NewItem) -> QueueItem:
         now = now_iso()
         with self._tx():
             cur = self._db.execute(
-                "INSERT INTO items (matrix, inventory, testbed, priority, webhooks, added, updated) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (str(matrix), str(inventory), testbed, priority, json.dumps(list(webhooks)), now, now),
+                "INSERT INTO items (matrix, inventory, testbed, priority, webhooks, added, updated, "
+                "matrix_text, inventory_text, queued_by, testbeds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                insert_values(new, now),
             )
             item_id = int(cur.lastrowid or 0)
         return self.get(item_id)
@@ -288,20 +249,7 @@ class Queue:
 
 
 def _item(row: sqlite3.Row) -> QueueItem:
-    return QueueItem(
-        id=row["id"],
-        matrix=row["matrix"],
-        inventory=row["inventory"],
-        testbed=row["testbed"],
-        priority=row["priority"],
-        webhooks=tuple(json.loads(row["webhooks"])),
-        state=row["state"],
-        added=row["added"],
-        updated=row["updated"],
-        run_dir=row["run_dir"],
-        claimed_by=row["claimed_by"],
-        message=row["message"],
-    )
+    return item_from_row(row)
 
 
 def _error(path: Path, what: str, exc: sqlite3.Error) -> QueueError:
@@ -313,16 +261,24 @@ def _error(path: Path, what: str, exc: sqlite3.Error) -> QueueError:
     return QueueError(f"{path}: {what}: {exc} ({hint})")
 
 
-def _process_start(pid: int) -> int | None:
-    """Start time (ticks since boot) of a live, non-zombie process, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] == b"Z":
-        return None
-    return int(fields[19])
+def is_server_url(spec: str) -> bool:
+    return spec.startswith(("postgresql://", "postgres://"))
+
+
+def store_spec(given: str | None, reports_dir: Path) -> str:
+    """Where the queue lives: --store, else $ORCH_QUEUE_STORE, else queue.db in the reports
+    folder. A postgresql:// URL names a shared server; anything else is a SQLite file."""
+    spec = given or os.environ.get(STORE_ENV, "").strip()
+    return spec or str(reports_dir / DB_NAME)
+
+
+def open_store(spec: str, *, read_only: bool = False) -> QueueStore:
+    """The store `spec` (from store_spec) names. psycopg loads only for a server URL."""
+    if is_server_url(spec):
+        from orchestrator.team.queuestore_pg import PgQueue
+
+        return PgQueue(spec)
+    return Queue(Path(spec), read_only=read_only)
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -361,7 +317,7 @@ class QueueRunResult:
 
 
 def run_queue(
-    queue: Queue,
+    queue: QueueStore,
     sweep: SweepFn,
     *,
     deadline: float | None = None,
@@ -402,7 +358,7 @@ def run_queue(
     return result
 
 
-def _run_one(queue: Queue, sweep: SweepFn, item: QueueItem, deadline: float | None) -> SweepOutcome:
+def _run_one(queue: QueueStore, sweep: SweepFn, item: QueueItem, deadline: float | None) -> SweepOutcome:
     """Run one claimed item and record how it ended; an interruption outside the runner
     (Ctrl-C, SIGTERM) still puts the item back in line before it propagates."""
     try:

@@ -1,0 +1,199 @@
+"""The queue's store, as one interface: what `run_queue` and `orch queue` need from wherever
+the items live (SQLite beside the reports, or a PostgreSQL server several controllers share).
+
+Why an interface and two stores rather than one: SQLite needs nothing installed and is right for
+one controller; several controllers on several machines need a server that arbitrates claims
+and testbeds across machines, and keeps doing so when a controller dies. The loop, the CLI and
+the sweeps do not care which one answers.
+
+The values here (an item, its states, who claimed it) are shared by both stores.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import socket
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, Protocol, get_args
+
+from orchestrator.errors import OrchError
+from orchestrator.store.rundir import RunDir
+
+ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
+ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
+CLAIMABLE = ("queued", "resumable")
+
+
+def now_iso() -> str:
+    """UTC, milliseconds: the runner's format (the queue does not import the runner)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def who() -> str:
+    """user@host of this process: recorded with every item it queues."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
+class QueueError(OrchError):
+    """The queue database could not be read or written."""
+
+
+@dataclass(frozen=True)
+class Claimer:
+    """Who runs an item: enough to tell, later, whether that process is still alive."""
+
+    host: str
+    pid: int
+    start: int  # process start time in clock ticks since boot (guards against pid reuse)
+
+    @classmethod
+    def current(cls) -> "Claimer":
+        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()) or 0)
+
+    def encode(self) -> str:
+        return f"{self.host}:{self.pid}:{self.start}"
+
+    @classmethod
+    def decode(cls, text: str) -> "Claimer":
+        host, pid, start = text.rsplit(":", 2)
+        return cls(host, int(pid), int(start))
+
+    def alive(self) -> bool:
+        """False only when we can tell: same host, and that process is gone (or another one)."""
+        if self.host != socket.gethostname():
+            return True
+        return _process_start(self.pid) == self.start
+
+
+def _process_start(pid: int) -> int | None:
+    """Start time (ticks since boot) of a live, non-zombie process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == b"Z":
+        return None
+    return int(fields[19])
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    id: int
+    matrix: str  # absolute path (where it was queued from; the sweep runs from matrix_text)
+    inventory: str  # absolute path (relative paths in it are taken from its folder)
+    testbed: str | None  # as typed: -t NAME, A,B, all or None (the first)
+    priority: int
+    webhooks: tuple[str, ...]
+    state: ItemState
+    added: str
+    updated: str
+    run_dir: str | None
+    claimed_by: str | None
+    message: str
+    matrix_text: str = ""  # the matrix as it was when queued ("" for items queued by older orch)
+    inventory_text: str = ""
+    queued_by: str = ""  # user@host
+    testbeds: tuple[str, ...] = ()  # the testbed names `testbed` meant when queued
+
+    @property
+    def label(self) -> str:
+        return f"item {self.id} ({Path(self.matrix).name})"
+
+    @property
+    def resumable_run(self) -> Path | None:
+        """The run this item started earlier and can resume (its run dir holds a run.json)."""
+        if self.run_dir and RunDir(Path(self.run_dir)).is_run():
+            return Path(self.run_dir)
+        return None
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """What `add` records: the sweep's files (paths and the text they held) and who asked."""
+
+    matrix: Path
+    inventory: Path
+    testbed: str | None = None
+    priority: int = 0
+    webhooks: tuple[str, ...] = ()
+    matrix_text: str = ""
+    inventory_text: str = ""
+    queued_by: str = ""
+    testbeds: tuple[str, ...] = ()
+
+
+def insert_values(new: NewItem, now: str) -> tuple[object, ...]:
+    """(matrix, inventory, testbed, priority, webhooks, added, updated, matrix_text, inventory_text,
+    queued_by, testbeds): the INSERT's order in both stores."""
+    return (
+        str(new.matrix),
+        str(new.inventory),
+        new.testbed,
+        new.priority,
+        json.dumps(list(new.webhooks)),
+        now,
+        now,
+        new.matrix_text,
+        new.inventory_text,
+        new.queued_by or who(),
+        ",".join(new.testbeds),
+    )
+
+
+def item_from_row(row: Any) -> QueueItem:
+    """A row of either store (sqlite3.Row or psycopg's dict_row) as a QueueItem."""
+    return QueueItem(
+        id=int(row["id"]),
+        matrix=str(row["matrix"]),
+        inventory=str(row["inventory"]),
+        testbed=row["testbed"],
+        priority=int(row["priority"]),
+        webhooks=tuple(json.loads(str(row["webhooks"]))),
+        state=row["state"],
+        added=str(row["added"]),
+        updated=str(row["updated"]),
+        run_dir=row["run_dir"],
+        claimed_by=row["claimed_by"],
+        message=str(row["message"]),
+        matrix_text=str(row["matrix_text"]),
+        inventory_text=str(row["inventory_text"]),
+        queued_by=str(row["queued_by"]),
+        testbeds=tuple(n for n in str(row["testbeds"]).split(",") if n),
+    )
+
+
+class QueueStore(Protocol):
+    """One open queue. Every method is one short transaction; `claim` is atomic across every
+    process (and, for PostgreSQL, every machine) sharing the store."""
+
+    @property
+    def where(self) -> str: ...  # for messages: a file path or a URL without its password
+
+    def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]: ...
+
+    def get(self, item_id: int) -> QueueItem: ...
+
+    def add_item(self, new: NewItem) -> QueueItem: ...
+
+    def remove(self, item_id: int) -> QueueItem: ...
+
+    def claim(self, skip: frozenset[int] = frozenset(), claimer: Claimer | None = None) -> QueueItem | None: ...
+
+    def set_run_dir(self, item_id: int, run_dir: Path) -> None: ...
+
+    def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "QueueStore": ...
+
+    def __exit__(self, *exc: object) -> None: ...

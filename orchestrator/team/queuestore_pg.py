@@ -1,0 +1,430 @@
+"""The queue on a PostgreSQL server, shared by several controllers on several machines (EDGE).
+
+Why the server and not files: claims must be atomic across machines, and so must "who drives
+testbed X now". Three mechanisms, each the server's own:
+- a claim is one transaction that reads candidates with `SELECT ... FOR UPDATE SKIP LOCKED`, so
+  two controllers never pick the same item and never wait on each other's rows;
+- a controller holds session-level advisory locks while it runs an item: one on the item and one
+  per testbed the item drives (a 64-bit hash of its name). A second controller cannot take an
+  item whose testbed is driven, so two controllers never drive one testbed;
+- those locks belong to the controller's connection: when a controller dies (kill -9, power cut,
+  network gone), its session ends and the locks vanish. The next claim by anyone finds a
+  `running` item whose item lock it can take: its claimer is gone, and the item goes back in
+  line (`resumable` if its run directory holds a run, which the next claim resumes through the
+  sweep API's resume).
+
+A controller whose own connection drops (a server restart, `pg_terminate_backend`, a network
+blip) reconnects and takes its locks back, if nobody took the item meanwhile; if it cannot, it
+stops driving the testbed at once (`on_lost`: by default an interrupt, so the sweep restores the
+hosts and leaves its run resumable) and never writes over another controller's claim.
+"""
+
+from __future__ import annotations
+
+import _thread
+import hashlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from orchestrator.errors import UsageError
+from orchestrator.team.queuestore import (
+    ITEM_STATES,
+    Claimer,
+    ItemState,
+    NewItem,
+    QueueError,
+    QueueItem,
+    insert_values,
+    item_from_row,
+    now_iso,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+TABLE = "orch_queue_items"
+META = "orch_queue_meta"
+SCHEMA_VERSION = 1
+HEARTBEAT_S = 5.0  # how often a controller driving an item checks its connection
+RECONNECT_S = 60.0  # how long it tries to get it back before it gives the item up
+CANDIDATES = 200  # rows one claim looks at
+T = TypeVar("T")
+
+_SCHEMA = (
+    f"""CREATE TABLE IF NOT EXISTS {TABLE} (
+        id             BIGSERIAL PRIMARY KEY,
+        matrix         TEXT NOT NULL,
+        inventory      TEXT NOT NULL,
+        testbed        TEXT,
+        priority       BIGINT NOT NULL DEFAULT 0,
+        webhooks       TEXT NOT NULL DEFAULT '[]',
+        state          TEXT NOT NULL DEFAULT 'queued',
+        added          TEXT NOT NULL,
+        updated        TEXT NOT NULL,
+        run_dir        TEXT,
+        claimed_by     TEXT,
+        message        TEXT NOT NULL DEFAULT '',
+        matrix_text    TEXT NOT NULL DEFAULT '',
+        inventory_text TEXT NOT NULL DEFAULT '',
+        queued_by      TEXT NOT NULL DEFAULT '',
+        testbeds       TEXT NOT NULL DEFAULT ''
+    )""",
+    f"CREATE INDEX IF NOT EXISTS {TABLE}_order ON {TABLE} (state, priority DESC, id)",
+    f"CREATE TABLE IF NOT EXISTS {META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    f"INSERT INTO {META} VALUES ('schema_version', '{SCHEMA_VERSION}') ON CONFLICT (key) DO NOTHING",
+)
+
+
+def lock_key(kind: str, name: str) -> int:
+    """A signed 64-bit advisory-lock key for `kind:name`, the same on every machine."""
+    digest = hashlib.sha256(f"orch-queue:{kind}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+SCHEMA_LOCK = lock_key("schema", TABLE)
+
+
+def testbed_keys(item: QueueItem) -> tuple[int, ...]:
+    """The advisory locks an item's sweep needs: one per testbed it drives. An item queued
+    without resolved names (by an older orch) locks what its spec can name."""
+    if item.testbeds:
+        return tuple(lock_key("testbed", n) for n in item.testbeds)
+    return (lock_key("inventory", f"{item.inventory}#{item.testbed or ''}"),)
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _interrupt_main(_why: str) -> None:
+    _thread.interrupt_main()  # the sweep stops as on Ctrl-C: hosts restored, run left resumable
+
+
+class PgQueue:
+    """An open queue on a PostgreSQL server (one connection: the session holding our locks)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        heartbeat_s: float = HEARTBEAT_S,
+        reconnect_s: float = RECONNECT_S,
+        on_lost: Callable[[str], None] = _interrupt_main,
+    ) -> None:
+        self.url, self.where = url, shown_url(url)
+        self.heartbeat_s, self.reconnect_s, self.on_lost = heartbeat_s, reconnect_s, on_lost
+        self.lost: str | None = None  # why this controller gave an item up, if it did
+        self._mutex = threading.RLock()  # one user of the connection at a time (heartbeat included)
+        self._held: dict[int, tuple[str, tuple[int, ...]]] = {}  # item id -> (claimed_by, locks held)
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._conn = self._connect()
+        try:
+            self._init_schema()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # ------------------------------------------------------------------ connection
+    def _connect(self) -> "psycopg.Connection[dict[str, Any]]":
+        try:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+            from psycopg.rows import dict_row
+        except ImportError as exc:
+            raise QueueError(f"{self.where}: a PostgreSQL queue needs psycopg (pip install 'orch[postgres]')") from exc
+        try:
+            given = conninfo_to_dict(self.url)
+        except psycopg.Error as exc:
+            raise UsageError(f"--store {self.where}: not a PostgreSQL URL: {_line(exc)}") from exc
+        defaults: dict[str, str | int] = {
+            "connect_timeout": 10,
+            "application_name": f"orch queue {Claimer.current().encode()}",
+            "keepalives": 1,  # a controller cut off by the network is noticed by the server
+            "keepalives_idle": 30,
+            "keepalives_interval": 10,
+            "keepalives_count": 3,
+        }
+        extra = {k: v for k, v in defaults.items() if k not in given}
+        try:
+            return psycopg.connect(make_conninfo(self.url, **extra), autocommit=True, row_factory=dict_row)
+        except psycopg.Error as exc:
+            raise QueueError(
+                f"{self.where}: cannot connect to the queue: {_line(exc)} "
+                "(is the server up? check the URL's host, port, user, password and database)"
+            ) from exc
+
+    def _init_schema(self) -> None:
+        def create(conn: "psycopg.Connection[dict[str, Any]]") -> None:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))  # two first controllers
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                row = conn.execute(f"SELECT value FROM {META} WHERE key = 'schema_version'").fetchone()
+            version = int(row["value"]) if row else SCHEMA_VERSION
+            if version > SCHEMA_VERSION:
+                raise QueueError(
+                    f"{self.where}: queue schema version {version} is newer than this orch ({SCHEMA_VERSION}) "
+                    "(upgrade orch)"
+                )
+
+        self._run(create, "cannot create the queue")
+
+    def _run(self, op: Callable[["psycopg.Connection[dict[str, Any]]"], T], what: str) -> T:
+        """op on the connection; a dropped connection is made again (our locks taken back) and op
+        retried once. Server errors become QueueErrors."""
+        import psycopg
+
+        with self._mutex:
+            try:
+                return op(self._conn)
+            except psycopg.Error as exc:
+                if not self._conn.closed and not self._conn.broken:
+                    raise QueueError(f"{self.where}: {what}: {_line(exc)}") from exc
+            self._reconnect()
+            try:
+                return op(self._conn)
+            except psycopg.Error as exc:
+                raise QueueError(f"{self.where}: {what}: {_line(exc)}") from exc
+
+    def _reconnect(self) -> None:
+        """A new session; the items we drive are ours again only if we get their locks back and
+        nobody took them meanwhile. Items we lost are dropped from ours (and reported)."""
+        self._conn.close()
+        give_up = time.monotonic() + self.reconnect_s
+        while True:
+            try:
+                self._conn = self._connect()
+                break
+            except QueueError:
+                if time.monotonic() >= give_up:
+                    lost = list(self._held)
+                    self._held.clear()
+                    self._lose(lost, "cannot reconnect to the queue")
+                    raise
+                time.sleep(min(2.0, max(0.1, self.reconnect_s / 20)))
+        lost = [i for i, (token, keys) in list(self._held.items()) if not self._retake(i, token, keys)]
+        self._lose(lost, "its queue session ended and another controller may have taken it")
+
+    def _retake(self, item_id: int, token: str, keys: tuple[int, ...]) -> bool:
+        if not _lock_all(self._conn, keys):
+            return False
+        row = self._conn.execute(f"SELECT state, claimed_by FROM {TABLE} WHERE id = %s", (item_id,)).fetchone()
+        if row and row["state"] == "running" and row["claimed_by"] == token:
+            return True
+        _unlock_all(self._conn, keys)
+        return False
+
+    def _lose(self, items: list[int], why: str) -> None:
+        for item_id in items:
+            self._held.pop(item_id, None)
+        if items:
+            self.lost = f"{self.where}: gave up item(s) {', '.join(map(str, items))}: {why}"
+
+    def _heartbeat(self) -> None:
+        """While we drive an item: check the connection; a dropped one is made again at once, so
+        our locks are back before another controller's next claim is likely to look."""
+        import psycopg
+
+        while not self._stop.wait(self.heartbeat_s):
+            with self._mutex:
+                if not self._held:
+                    continue
+                before = self.lost
+                try:
+                    self._conn.execute("SELECT 1")
+                except psycopg.Error:
+                    try:
+                        self._reconnect()
+                    except QueueError:
+                        pass
+                why = self.lost if self.lost != before else None
+            if why:
+                self.on_lost(why)
+
+    def _start_heartbeat(self) -> None:
+        if self._beat is None and self.heartbeat_s > 0:
+            self._beat = threading.Thread(target=self._heartbeat, name="orch-queue-heartbeat", daemon=True)
+            self._beat.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=self.heartbeat_s + 5)
+        with self._mutex:
+            self._conn.close()  # our session's locks go with it
+
+    def __enter__(self) -> "PgQueue":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ reading
+    def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]:
+        """Items in the order `queue run` takes them: priority (high first), then age."""
+        sql = f"SELECT * FROM {TABLE} WHERE state = ANY(%s) ORDER BY priority DESC, id"
+        return self._run(lambda c: [item_from_row(r) for r in c.execute(sql, (list(states),))], "cannot read the queue")
+
+    def get(self, item_id: int) -> QueueItem:
+        rows = self._run(
+            lambda c: c.execute(f"SELECT * FROM {TABLE} WHERE id = %s", (item_id,)).fetchall(),
+            "cannot read the queue",
+        )
+        if not rows:
+            raise UsageError(f"{self.where}: no queue item {item_id}", hint="see `orch queue list`")
+        return item_from_row(rows[0])
+
+    # ------------------------------------------------------------------ writing
+    def add_item(self, new: NewItem) -> QueueItem:
+        sql = (
+            f"INSERT INTO {TABLE} (matrix, inventory, testbed, priority, webhooks, added, updated, "
+            "matrix_text, inventory_text, queued_by, testbeds) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *"
+        )
+        row = self._run(lambda c: c.execute(sql, insert_values(new, now_iso())).fetchone(), "cannot add to the queue")
+        return item_from_row(row)
+
+    def remove(self, item_id: int) -> QueueItem:
+        """Drop an item; a running one only once its controller's session is gone."""
+
+        def op(conn: "psycopg.Connection[dict[str, Any]]") -> QueueItem | None:
+            with conn.transaction():
+                row = conn.execute(f"SELECT * FROM {TABLE} WHERE id = %s FOR UPDATE", (item_id,)).fetchone()
+                if row is None:
+                    return None
+                item = item_from_row(row)
+                if item.state == "running" and not self._claimer_gone(conn, item):
+                    raise UsageError(
+                        f"{item.label} is running (claimed by {item.claimed_by})",
+                        hint="stop that `orch queue run` first; its run stays resumable",
+                    )
+                conn.execute(f"DELETE FROM {TABLE} WHERE id = %s", (item_id,))
+                return item
+
+        item = self._run(op, "cannot remove from the queue")
+        if item is None:
+            raise UsageError(f"{self.where}: no queue item {item_id}", hint="see `orch queue list`")
+        return item
+
+    def claim(self, skip: frozenset[int] = frozenset(), claimer: Claimer | None = None) -> QueueItem | None:
+        """Take the next item (priority, then age) whose testbeds no other controller drives,
+        and hold its locks until `finish`; None when no such item is left."""
+        token = (claimer or Claimer.current()).encode()
+        item = self._run(lambda c: self._claim(c, skip, token), "cannot claim from the queue")
+        if item is not None:
+            self._start_heartbeat()
+        return item
+
+    def _claim(self, conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int], token: str) -> QueueItem | None:
+        busy = {k for _, keys in self._held.values() for k in keys}  # ours: the lock would not refuse us
+        taken: tuple[int, tuple[int, ...]] | None = None
+        try:
+            with conn.transaction():
+                self._take_back_dead(conn)
+                rows = conn.execute(
+                    f"SELECT * FROM {TABLE} WHERE state IN ('queued', 'resumable') AND NOT (id = ANY(%s::bigint[])) "
+                    f"ORDER BY priority DESC, id LIMIT {CANDIDATES} FOR UPDATE SKIP LOCKED",
+                    (sorted(skip),),
+                ).fetchall()
+                for row in rows:
+                    item = item_from_row(row)
+                    keys = (lock_key("item", str(item.id)), *testbed_keys(item))
+                    if busy & set(keys) or not _lock_all(conn, keys):
+                        continue  # its testbed is driven by another controller (or by us)
+                    taken = (item.id, keys)
+                    updated = conn.execute(
+                        f"UPDATE {TABLE} SET state = 'running', claimed_by = %s, updated = %s WHERE id = %s "
+                        "RETURNING *",
+                        (token, now_iso(), item.id),
+                    ).fetchone()
+                    self._held[item.id] = (token, keys)
+                    return item_from_row(updated)
+                return None
+        except BaseException:
+            if taken is not None:
+                self._held.pop(taken[0], None)
+                if not conn.closed and not conn.broken:
+                    _unlock_all(conn, taken[1])
+            raise
+
+    def _take_back_dead(self, conn: "psycopg.Connection[dict[str, Any]]") -> None:
+        """Running items whose controller's session is gone go back in line (inside a claim)."""
+        rows = conn.execute(f"SELECT * FROM {TABLE} WHERE state = 'running' FOR UPDATE SKIP LOCKED").fetchall()
+        for item in map(item_from_row, rows):
+            if not self._claimer_gone(conn, item):
+                continue
+            state = "resumable" if item.resumable_run is not None else "queued"
+            conn.execute(
+                f"UPDATE {TABLE} SET state = %s, claimed_by = NULL, updated = %s, message = %s WHERE id = %s",
+                (state, now_iso(), f"taken back: its controller ({item.claimed_by}) lost its queue session", item.id),
+            )
+
+    def _claimer_gone(self, conn: "psycopg.Connection[dict[str, Any]]", item: QueueItem) -> bool:
+        """True when no session holds the item's lock (we can take it: its holder is gone)."""
+        if item.id in self._held:
+            return False
+        key = lock_key("item", str(item.id))
+        if not _lock_all(conn, (key,)):
+            return False
+        _unlock_all(conn, (key,))
+        return True
+
+    def set_run_dir(self, item_id: int, run_dir: Path) -> None:
+        """Recorded before the sweep starts, so a dead controller's item can still be resumed."""
+        token = self._held.get(item_id, ("", ()))[0]
+        self._run(
+            lambda c: c.execute(
+                f"UPDATE {TABLE} SET run_dir = %s, updated = %s WHERE id = %s AND claimed_by = %s",
+                (str(run_dir), now_iso(), item_id, token),
+            ),
+            "cannot write the queue",
+        )
+
+    def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem:
+        """Leave our claimed item in its end state (or back in line) and let its testbeds go.
+        An item another controller took back meanwhile is left as it is."""
+        token, keys = self._held.get(item_id, ("", ()))
+
+        def op(conn: "psycopg.Connection[dict[str, Any]]") -> None:
+            conn.execute(
+                f"UPDATE {TABLE} SET state = %s, message = %s, claimed_by = NULL, updated = %s "
+                "WHERE id = %s AND claimed_by = %s",
+                (state, message, now_iso(), item_id, token),
+            )
+            if self._held.pop(item_id, None) is not None:
+                _unlock_all(conn, keys)
+
+        self._run(op, "cannot write the queue")
+        return self.get(item_id)
+
+
+def _lock_all(conn: "psycopg.Connection[dict[str, Any]]", keys: tuple[int, ...]) -> bool:
+    """Every lock or none (session-level: held until unlocked or the session ends)."""
+    got: list[int] = []
+    for key in keys:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key,)).fetchone()
+        if not (row and row["ok"]):
+            _unlock_all(conn, tuple(got))
+            return False
+        got.append(key)
+    return True
+
+
+def _unlock_all(conn: "psycopg.Connection[dict[str, Any]]", keys: tuple[int, ...]) -> None:
+    for key in keys:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -1,0 +1,284 @@
+"""The shared queue on a real PostgreSQL server the tests start themselves (helpers/postgres.py).
+
+What only the real server can show: claims raced by two controller processes (no item run twice,
+none lost, never two items on one testbed at once), a controller killed with -9 mid-item (its
+session's advisory locks vanish with it; another controller resumes the item), a controller whose
+connection the server terminates (it reconnects and finishes, or gives the item up without
+writing over another's claim), the deadline and priorities as with SQLite, and two `orch queue
+run` controllers completing a shared queue of real simulator sweeps on two testbeds.
+Fake sweeps (helpers/pg_controller.py) stand in where the sweep is not the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers.postgres import PgServer
+
+from orchestrator.cli.main import main
+from orchestrator.team.queue import NewItem, QueueItem, SweepOutcome, open_store, run_queue, store_spec
+from orchestrator.team.queuestore import Claimer
+from orchestrator.team.queuestore_pg import PgQueue, lock_key, shown_url
+
+from .helpers import REPO, inventory_text, make_site, matrix_text, start_orch
+
+pytestmark = [pytest.mark.sim, pytest.mark.xdist_group("postgres")]  # one server per worker: keep them on one
+CONTROLLER = REPO / "tests" / "helpers" / "pg_controller.py"
+
+
+def add(q: PgQueue, name: str, testbed: str = "tb", priority: int = 0) -> QueueItem:
+    return q.add_item(NewItem(Path(f"/m/{name}.yaml"), Path("/i/inv.yaml"), None, priority, testbeds=(testbed,)))
+
+
+def quiet(url: str) -> PgQueue:
+    """A store without heartbeat (in-process tests drive every call themselves)."""
+    return PgQueue(url, heartbeat_s=0, reconnect_s=5)
+
+
+def controller(url: str, reports: Path, log: Path, out: Path) -> subprocess.Popen[bytes]:
+    with out.open("wb") as handle:
+        return subprocess.Popen(
+            [sys.executable, str(CONTROLLER), url, str(reports), str(log)],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+
+
+def events(log: Path) -> list[tuple[float, str, int, str, int]]:
+    rows = []
+    for line in log.read_text().splitlines():
+        t, event, item, testbeds, pid = line.split()
+        rows.append((float(t), event, int(item), testbeds, int(pid)))
+    return rows
+
+
+def wait_for(check, timeout: float = 30.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def sessions_of(postgres: PgServer, url: str, pid: int) -> list[int]:
+    """Backend pids of the queue sessions opened by process `pid`."""
+    rows = postgres.sql(url, "SELECT pid, application_name FROM pg_stat_activity")
+    return [int(r[0]) for r in rows if f":{pid}:" in str(r[1]) and str(r[1]).startswith("orch queue")]  # type: ignore[call-overload]
+
+
+# ---------------------------------------------------------------------------- in one process
+def test_fields_copies_priority_and_order(pg_url: str, tmp_path: Path) -> None:
+    with quiet(pg_url) as q:
+        item = q.add_item(
+            NewItem(
+                Path("/m/x.yaml"),
+                Path("/i/y.yaml"),
+                "a,b",
+                -3,
+                ("https://h/1",),
+                matrix_text="name: x\n",
+                inventory_text="testbeds: {}\n",
+                testbeds=("a", "b"),
+            )
+        )
+        assert (item.matrix_text, item.inventory_text, item.testbeds) == ("name: x\n", "testbeds: {}\n", ("a", "b"))
+        assert item.queued_by.endswith("@" + os.uname().nodename) and "@" in item.queued_by
+        assert item.webhooks == ("https://h/1",) and item.priority == -3 and item.state == "queued"
+        a, b, c = add(q, "a", "t1"), add(q, "b", "t2", 5), add(q, "c", "t3")
+        assert [i.id for i in q.items()] == [b.id, a.id, c.id, item.id]
+        got = [q.claim(), q.claim(), q.claim(), q.claim(), q.claim()]
+        assert [i.id if i else None for i in got] == [b.id, a.id, c.id, item.id, None]
+        assert q.get(a.id).claimed_by == Claimer.current().encode()
+    assert store_spec(None, tmp_path) == str(tmp_path / "queue.db")
+    assert store_spec(pg_url, tmp_path) == pg_url and isinstance(open_store(pg_url), PgQueue)
+    assert shown_url("postgresql://u:secret@h:5/db") == "postgresql://u:***@h:5/db"
+    assert lock_key("testbed", "a") == lock_key("testbed", "a") != lock_key("testbed", "b")
+
+
+def test_one_testbed_is_driven_by_one_controller(pg_url: str) -> None:
+    """Two sessions (two controllers): an item whose testbed the other drives is passed over,
+    taken once it is free; a running item cannot be removed while its controller lives."""
+    a, b = quiet(pg_url), quiet(pg_url)
+    try:
+        first, second, other = add(a, "first", "tb1"), add(a, "second", "tb1"), add(a, "other", "tb2")
+        assert a.claim().id == first.id  # type: ignore[union-attr]
+        assert b.claim().id == other.id  # type: ignore[union-attr]  (second waits: tb1 is driven)
+        assert b.claim() is None and a.claim() is None  # tb1 by a, tb2 by b
+        with pytest.raises(Exception, match="is running"):
+            b.remove(first.id)
+        a.finish(first.id, "completed", "ok")
+        assert b.claim().id == second.id  # type: ignore[union-attr]
+        assert [i.state for i in a.items()] == ["completed", "running", "running"]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_dead_session_gives_its_item_back_and_never_overwrites_the_new_claim(pg_url: str, postgres: PgServer) -> None:
+    a, b = quiet(pg_url), quiet(pg_url)
+    try:
+        item = add(a, "x", "tb1")
+        assert a.claim() is not None
+        postgres.sql(pg_url, "SELECT pg_terminate_backend(%s)", (a._conn.info.backend_pid,))
+        wait_for(lambda: b.claim(claimer=Claimer("other-controller", 1, 1)) is not None, timeout=10)
+        taken = b.get(item.id)
+        assert taken.state == "running" and taken.claimed_by == "other-controller:1:1"
+        a.finish(item.id, "completed", "a thinks it finished")  # reconnects; the item is not a's any more
+        assert a.lost and "gave up item(s)" in a.lost
+        after = b.get(item.id)
+        assert after.state == "running" and after.claimed_by == "other-controller:1:1"
+        assert b.finish(item.id, "completed", "b").state == "completed"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_deadline_and_resume_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    """run_queue's rules hold on the server store: nothing starts after the deadline; a sweep cut
+    by it stays resumable and is resumed (same run dir) by the next run."""
+    now = [0.0]
+    calls: list[tuple[str, str | None]] = []
+
+    def sweep(item: QueueItem, deadline: float | None, record) -> SweepOutcome:  # noqa: ANN001
+        calls.append((Path(item.matrix).stem, item.run_dir))
+        run_dir = item.resumable_run or tmp_path / f"run-{item.id}"
+        run_dir.mkdir(exist_ok=True)
+        (run_dir / "run.json").write_text("{}")
+        record(run_dir)
+        if deadline is not None:
+            now[0] = 50.0  # the deadline passes during this sweep
+            return SweepOutcome("interrupted", 130, run_dir, "deadline reached")
+        return SweepOutcome("completed", 0, run_dir, "ok")
+
+    with quiet(pg_url) as q:
+        a, b = add(q, "a", priority=1), add(q, "b")
+        assert run_queue(q, sweep, deadline=0.0, clock=lambda: 0.0).deadline_reached and calls == []
+        first = run_queue(q, sweep, deadline=40.0, clock=lambda: now[0])
+        assert first.deadline_reached and first.exit_code == 0 and calls == [("a", None)]
+        assert q.get(a.id).state == "resumable" and q.get(b.id).state == "queued"
+        second = run_queue(q, sweep)
+        assert second.exit_code == 0 and calls[1:] == [("a", str(tmp_path / f"run-{a.id}")), ("b", None)]
+        assert {i.state for i in q.items()} == {"completed"}
+
+
+# ---------------------------------------------------------------------------- controller processes
+def test_two_controllers_race_for_one_queue(pg_url: str, tmp_path: Path) -> None:
+    """30 items on 3 testbeds, two controllers at once: every item runs exactly once, all end
+    completed, and no testbed ever runs two items at the same time."""
+    with quiet(pg_url) as q:
+        ids = {add(q, f"s0.05-{k}", f"tb{k % 3}").id for k in range(30)}
+    log = tmp_path / "events.log"
+    procs = [controller(pg_url, tmp_path / "reports", log, tmp_path / f"out-{k}") for k in range(2)]
+    for p in procs:
+        p.wait(timeout=120)
+    outs = [json.loads((tmp_path / f"out-{k}").read_text().splitlines()[-1]) for k in range(2)]
+    assert [o["exit"] for o in outs] == [0, 0], [(tmp_path / f"out-{k}").read_text() for k in range(2)]
+    rows = events(log)
+    starts = [r[2] for r in rows if r[1] == "start"]
+    assert sorted(starts) == sorted(ids), "an item ran twice or was lost"
+    assert {r[4] for r in rows} == {p.pid for p in procs}, "one controller never got an item: no race"
+    spans: dict[int, list[float]] = {}
+    for t, _event, item, _, _ in rows:
+        spans.setdefault(item, []).append(t)
+    for tb in ("tb0", "tb1", "tb2"):
+        runs = sorted(spans[r[2]] for r in rows if r[1] == "start" and r[3] == tb)
+        assert all(prev[1] <= nxt[0] for prev, nxt in zip(runs, runs[1:], strict=False)), (
+            f"{tb} drove two items at once"
+        )
+    with quiet(pg_url) as q:
+        assert {i.state for i in q.items()} == {"completed"} and len(q.items()) == 30
+
+
+def test_a_controller_killed_mid_item_is_resumed_by_another(pg_url: str, tmp_path: Path, postgres: PgServer) -> None:
+    with quiet(pg_url) as q:
+        slow, fast = add(q, "s60-slow", "tb1"), add(q, "s0.05-fast", "tb2")
+    log = tmp_path / "events.log"
+    first = controller(pg_url, tmp_path / "reports", log, tmp_path / "out-1")
+    try:
+        wait_for(lambda: log.exists() and any(r[1] == "start" and r[2] == slow.id for r in events(log)))
+    finally:
+        first.send_signal(signal.SIGKILL)  # by PID: the controller this test started
+        first.wait(timeout=30)
+    wait_for(lambda: sessions_of(postgres, pg_url, first.pid) == [])  # the server saw its session end
+    second = controller(pg_url, tmp_path / "reports", log, tmp_path / "out-2")
+    assert second.wait(timeout=60) == 0, (tmp_path / "out-2").read_text()
+    mine = [(r[1], r[2]) for r in events(log) if r[4] == second.pid]
+    assert ("resume", slow.id) in mine and ("done", slow.id) in mine
+    assert [r[2] for r in events(log) if r[1] == "start"].count(slow.id) == 1  # resumed, not started again
+    with quiet(pg_url) as q:
+        item = q.get(slow.id)
+        assert item.state == "completed" and item.run_dir == str(tmp_path / "reports" / f"run-{slow.id}")
+        assert item.message == f"done by {second.pid}" and q.get(fast.id).state == "completed"
+
+
+def test_a_controller_whose_connection_is_cut_reconnects_and_finishes(
+    pg_url: str, tmp_path: Path, postgres: PgServer
+) -> None:
+    with quiet(pg_url) as q:
+        item = add(q, "s3-cut", "tb1")
+    log = tmp_path / "events.log"
+    proc = controller(pg_url, tmp_path / "reports", log, tmp_path / "out")
+    try:
+        wait_for(lambda: log.exists() and any(r[1] == "start" for r in events(log)))
+        (backend,) = sessions_of(postgres, pg_url, proc.pid)
+        assert postgres.sql(pg_url, "SELECT pg_terminate_backend(%s)", (backend,)) == [(True,)]
+        assert proc.wait(timeout=60) == 0, (tmp_path / "out").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = json.loads((tmp_path / "out").read_text().splitlines()[-1])
+    assert out["pids"][0] == backend and out["pids"][-1] != backend  # a new session took over
+    assert out["lost"] is None and out["ran"] == 1
+    assert [r[1] for r in events(log)] == ["start", "done"]
+    with quiet(pg_url) as q:
+        assert q.get(item.id).state == "completed"
+
+
+# ---------------------------------------------------------------------------- real sweeps
+def test_two_orch_controllers_complete_a_shared_queue_of_sim_sweeps(pg_url: str, tmp_path: Path) -> None:
+    """The issue's "done when": two `orch queue run --store URL` processes, one PostgreSQL queue,
+    four real simulator sweeps on two testbeds: each runs exactly once, all complete, hosts are
+    restored. The matrices are deleted after `queue add`: the queue runs its copies."""
+    sites = []
+    for name in ("bed-a", "bed-b"):
+        site = make_site(tmp_path / name)
+        site.inventory.write_text(inventory_text(site.ports, testbed=name))  # type: ignore[arg-type]
+        sites.append(site)
+    reports = tmp_path / "reports"
+    for k, site in enumerate([*sites, *sites]):  # in-process `orch queue add` (a new process costs seconds)
+        matrix = tmp_path / f"m{k}.yaml"
+        matrix.write_text(matrix_text(f"shared{k}"))
+        assert (
+            main(["queue", "add", str(matrix), "-i", str(site.inventory), "--reports", str(reports), "--store", pg_url])
+            == 0
+        )
+        matrix.unlink()
+    runners = [
+        start_orch(
+            "queue", "run", "--store", pg_url, "--reports", str(reports), cwd=tmp_path, log=tmp_path / f"c{k}.log"
+        )
+        for k in range(2)
+    ]
+    for r in runners:
+        r.wait(timeout=240)
+    logs = [(tmp_path / f"c{k}.log").read_text() for k in range(2)]
+    assert [r.returncode for r in runners] == [0, 0], logs
+    with quiet(pg_url) as q:
+        items = q.items()
+    assert [i.state for i in items] == ["completed"] * 4, [(i.state, i.message) for i in items]
+    run_dirs = {i.run_dir for i in items}
+    assert len(run_dirs) == 4 and all(
+        json.loads((Path(d) / "run.json").read_text())["status"] == "completed" for d in run_dirs
+    )  # type: ignore[arg-type]
+    assert sum(log.count(": starting") for log in logs) == 4
+    assert all(": starting" in log for log in logs), "one controller ran nothing: not shared"
+    for site in sites:
+        assert site.env_files_unchanged() == [] and site.listening() == []
