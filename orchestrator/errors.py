@@ -159,6 +159,23 @@ class VerificationError(OrchError):
     """The live process did not get the environment the cell asked for."""
 
 
+class ReportedMismatch(VerificationError):
+    """A server reports (e.g. on /server_info) a value other than the one a matrix `verify:` rule
+    asks for: the flag did not reach the live process, so the trial is void like an env mismatch."""
+
+    def __init__(self, where: str, field: str, expected: object, actual: object, hint: str = "") -> None:
+        self.field, self.expected, self.actual = field, expected, actual
+        shown = "missing" if actual is MISSING else repr(actual)
+        super().__init__(f"{where}: field {field} is {shown}, expected {expected!r}" + (f" ({hint})" if hint else ""))
+
+
+MISSING = object()  # a reported field that is absent (distinct from a JSON null)
+
+
+class ScrapeError(OrchError):
+    """A metrics endpoint could not be scraped or parsed: recorded as missing, never voids a trial."""
+
+
 class IdentityError(VerificationError):
     """A health port was served by a process that is not the unit orch restarted (a stranger on
     the port, an orphaned server), or a unit restarted or died during the repro: the trial was
@@ -169,6 +186,11 @@ class WorkloadError(OrchError):
     """The repro failed: non-zero exit, timeout, or metrics missing from its output."""
 
     kind = "workload"
+
+
+class WarmupFailed(OrchError):
+    """repro.warmup failed (non-zero exit or timeout): the servers are not in the state the
+    measured repro assumes, so the trial is void (retried, never data)."""
 
 
 class JournalError(OrchError):

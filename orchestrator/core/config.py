@@ -23,6 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
 from orchestrator.core.redact import Redactor
+from orchestrator.core.serverconf import (
+    MetricsShape,
+    ServerMetrics,
+    VerifyRule,
+    VerifyShape,
+    build_metrics,
+    build_verify,
+    check_roles,
+)
 from orchestrator.core.yamlsrc import PathKey, SourceMap, dotted, load_yaml
 from orchestrator.errors import ConfigError
 
@@ -91,6 +100,7 @@ class ReproShape(_Shape):
     expected_duration: float = Field(default=10, ge=0, le=WEEK_S)
     metrics: dict[str, MetricShape] = Field(min_length=1)
     valid: list[ValidShape] = Field(default=[], max_length=MAX_VALID_RULES)
+    warmup: str | None = None  # a command run after ready, before the measured repro; never counted
 
 
 class CollectShape(_Shape):
@@ -130,6 +140,8 @@ class MatrixShape(_Shape):
     repro: ReproShape
     collect: dict[str, CollectShape] = {}
     adaptive: AdaptiveShape | None = None
+    metrics: MetricsShape | None = None  # server metrics and GPU telemetry per trial (core/serverconf.py)
+    verify: list[VerifyShape] = []  # what a server must report once up (a mismatch voids the trial)
     # stop the sweep after this many consecutive trials failed the same way (0: never stop)
     stop_after_repeated_failures: int = Field(default=3, ge=0, le=MAX_REPEATED_FAILURES)
     gates: list[GateShape] = Field(default=[], max_length=MAX_GATES)  # bounds CI enforces (core.gates)
@@ -174,9 +186,6 @@ class TestbedShape(_Shape):
 
 class InventoryShape(_Shape):
     testbeds: dict[str, TestbedShape] = Field(min_length=1)
-    # where relative env_file/state_dir paths start (absolute; default: the inventory's folder).
-    # `orch queue` writes it into the copy it keeps, so the copy reads like the original did.
-    base_dir: str | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,6 +251,7 @@ class Repro:
     expected_duration_s: float
     metrics: tuple[MetricSpec, ...]
     valid: tuple[ValidRule, ...] = ()
+    warmup: str | None = None  # command run after ready and before the measured repro (not counted)
 
 
 @dataclass(frozen=True)
@@ -287,6 +297,8 @@ class Matrix:
     adaptive: Adaptive | None = None
     secrets: tuple[str, ...] = ()  # variable names declared secret (`secrets: [...]`), beyond *TOKEN* etc.
     stop_after_repeated_failures: int = 3  # consecutive same failures that stop a sweep (0: never)
+    server_metrics: ServerMetrics | None = None  # `metrics:`: Prometheus scrapes and GPU telemetry per trial
+    verify: tuple[VerifyRule, ...] = ()  # `verify:`: fields a server must report once up
     gates: tuple[Gate, ...] = ()  # bounds on intervals that `orch run` exits non-zero for
 
     def factor(self, name: str) -> Factor:
@@ -498,10 +510,6 @@ def read_inventory(path: Path, display: str | None = None) -> Inventory:
     data, source = load_yaml(path, display)
     shape = validate_shape(InventoryShape, data, source)
     base = path.resolve().parent
-    if shape.base_dir is not None:
-        if not Path(_no_control(shape.base_dir, source, ("base_dir",))).is_absolute():
-            raise source.error(("base_dir",), f"base_dir {shape.base_dir!r} is not absolute", "write an absolute path")
-        base = Path(shape.base_dir)
     testbeds = {name: _build_testbed(name, tb, base, source) for name, tb in shape.testbeds.items()}
     return Inventory(testbeds, source.file, source.text)
 
@@ -770,6 +778,8 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         adaptive=_build_adaptive(shape, source),
         secrets=tuple(shape.secrets),
         stop_after_repeated_failures=shape.stop_after_repeated_failures,
+        server_metrics=build_metrics(shape.metrics, source),
+        verify=build_verify(shape.verify, {f.name: f.level_names for f in factors}, source),
         gates=_build_gates(shape, by_name, source),
     )
     _check_size(matrix, source)
@@ -988,7 +998,9 @@ def _build_repro(r: ReproShape, source: SourceMap) -> Repro:
     check_template(r.command, source, ("repro", "command"))
     _check_on(r.on, source)
     valid = tuple(_build_valid(i, v, {m.name: m for m in metrics}, source) for i, v in enumerate(r.valid))
-    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics, valid)
+    if r.warmup is not None:
+        check_template(r.warmup, source, ("repro", "warmup"))
+    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics, valid, r.warmup)
 
 
 def _build_valid(i: int, v: ValidShape, metrics: dict[str, MetricSpec], source: SourceMap) -> ValidRule:
@@ -1104,9 +1116,11 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
     for role in matrix.health_timeouts:
         if role not in roles:
             raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint)
+    check_roles(matrix.server_metrics, matrix.verify, roles, src, hint)
     known = STATIC_PLACEHOLDERS | {f"{r}_url" for r in roles}
     for where, template in [
         (("repro", "command"), matrix.repro.command),
+        *([(("repro", "warmup"), matrix.repro.warmup)] if matrix.repro.warmup else []),
         *[(("collect", c.name, "command"), c.command) for c in matrix.collect if c.command],
     ]:
         for name in check_template(template, src, where):

@@ -30,6 +30,7 @@ from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
+from orchestrator.report.servertable import ServerTable, server_table
 from orchestrator.store.journal import TrialRow
 
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
@@ -233,6 +234,7 @@ class Report(Frozen):
     trials_total: int
     torn_tail: bool
     provenance: Provenance
+    server: ServerTable | None = None  # server metrics per cell (descriptive, never tested)
     gates: list[Gate] = []  # the matrix's gates; report.gates checks them against the cells
 
 
@@ -319,6 +321,7 @@ def _build(
         trials_total=len(rows),
         torn_tail=torn_tail,
         provenance=_provenance(manifest),
+        server=server_table(data),
         gates=list(manifest.gates),
     )
     return report.model_copy(update={"headline": headline(report, failed)})

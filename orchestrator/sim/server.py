@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from orchestrator.sim import VERSION, model, protocol
 from orchestrator.sim.flags import ROLES, Role, SimConfig, SimConfigError, config_from_env
+from orchestrator.sim.metrics import WorkerMetrics
 
 ROUTER_UPSTREAM_TIMEOUT_S = 600.0  # the repro bounds each request itself
 READINESS_PROBE_TIMEOUT_S = 1.0
@@ -182,6 +183,7 @@ class WorkerApp(App):
             ("POST", "/prefill"): self.prefill,
             ("POST", "/v1/chat/completions"): self.chat,
         }
+        self.routes = WorkerMetrics(cfg, self.engine).instrument(self.routes, Reply)  # + GET /metrics
 
     def on_listening(self) -> None:
         self.warmup.start()

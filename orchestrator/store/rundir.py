@@ -36,6 +36,8 @@ TRIALS = "trials"
 LOGS = "logs"
 REPRO_OUT = "repro.out"
 REPRO_ERR = "repro.err"
+WARMUP_OUT = "warmup.out"  # repro.warmup's output (never measured)
+WARMUP_ERR = "warmup.err"
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,14 @@ class TrialDir:
     @property
     def repro_err(self) -> Path:
         return self.path / REPRO_ERR
+
+    @property
+    def warmup_out(self) -> Path:
+        return self.path / WARMUP_OUT
+
+    @property
+    def warmup_err(self) -> Path:
+        return self.path / WARMUP_ERR
 
     @property
     def logs(self) -> Path:

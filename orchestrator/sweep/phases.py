@@ -31,9 +31,12 @@ from orchestrator.core.matrix import expected_env
 from orchestrator.core.plan import Plan, Step, dependants, restart_order
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.core.redact import Redactor
+from orchestrator.core.serverconf import VerifyRule
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, wait_all
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
+from orchestrator.edges.metrics import Sampler, Snapshot, Telemetry
+from orchestrator.edges.reported import check_reported, rules_by_role
 from orchestrator.edges.workload import (
     check_metric_rules,
     check_output_rules,
@@ -49,6 +52,7 @@ from orchestrator.errors import (
     JournalError,
     OrchError,
     VerificationError,
+    WarmupFailed,
     WorkloadError,
 )
 from orchestrator.store.atomic import run_file_op
@@ -74,6 +78,7 @@ class TrialContext:
     restarted: list[Unit] = field(default_factory=list)
     health: dict[str, float] = field(default_factory=dict)
     repro: ReproOutcome | None = None
+    warmup: ReproOutcome | None = None
     metrics: dict[str, MetricValue] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
     identity: dict[Unit, UnitId] = field(default_factory=dict)  # checked units' ids once healthy
@@ -215,6 +220,16 @@ class Services:
                     problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
                 if problem:
                     raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
+        self.verify_reported(step)
+
+    def verify_reported(self, step: Step) -> None:
+        """The matrix's `verify:` rules that apply to this cell, against what each server reports
+        (every trial: one GET per role, beside the repro like the env check; a mismatch raises
+        ReportedMismatch, a VerificationError, so the trial is void)."""
+        by_role: dict[str, list[VerifyRule]] = rules_by_role(self.plan.matrix.verify, step.trial.cell.as_dict())
+        for role, rules in by_role.items():
+            h = self.deployment.hosts[role]
+            check_reported(rules, role, h.host.label, h.host.url, self.client)
 
     def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
         """Check, while the repro runs, that each restarted role's health ports are served by its
@@ -301,11 +316,16 @@ class Repro:
     ) -> None:
         self.plan, self.deployment, self.run_dir, self.guard, self.client = plan, deployment, run_dir, guard, client
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
+        config = plan.matrix.server_metrics
+        self.telemetry = Telemetry(config, deployment, client) if config is not None else None
 
-    def run(self, step: Step, trial: TrialDir) -> ReproOutcome:
+    def run(self, step: Step, trial: TrialDir, warmup: bool = False) -> ReproOutcome:
+        """The measured repro (or, warmup=True, repro.warmup with the same placeholders, its
+        output in warmup.out/.err)."""
         repro = self.plan.matrix.repro
-        command = render_command(repro.command, self.placeholders(step, trial))
-        out, err = trial.repro_out, trial.repro_err
+        template = repro.warmup if warmup and repro.warmup else repro.command
+        command = render_command(template, self.placeholders(step, trial))
+        out, err = (trial.warmup_out, trial.warmup_err) if warmup else (trial.repro_out, trial.repro_err)
         for path in (out, err):  # an unwritable run directory is found here, not blamed on the repro
             _write(path, "")
         if repro.on == CONTROLLER:
@@ -313,11 +333,11 @@ class Repro:
                 command, timeout_s=repro.timeout_s, cwd=self.run_dir.path, env=None, stdout_path=out, stderr_path=err
             )
         else:
-            outcome = self._run_remote(repro.on, command, repro.timeout_s, trial)
+            outcome = self._run_remote(repro.on, command, repro.timeout_s, out, err)
         paths = {"stdout_path": self.run_dir.relative(out), "stderr_path": self.run_dir.relative(err)}
         return ReproOutcome(**{**outcome.model_dump(), **paths})
 
-    def _run_remote(self, role: str, command: str, timeout: float, trial: TrialDir) -> ReproOutcome:
+    def _run_remote(self, role: str, command: str, timeout: float, out: Path, err: Path) -> ReproOutcome:
         h = self.deployment.hosts[role]
         t0 = time.time()
         try:
@@ -327,11 +347,38 @@ class Repro:
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
-        _write(trial.repro_out, stdout)
-        _write(trial.repro_err, stderr)
+        _write(out, stdout)
+        _write(err, stderr)
         return ReproOutcome(
             command=command, exit_code=code, duration_s=round(time.time() - t0, 4), stdout_tail=stdout[-4096:]
         )
+
+    def warm_up(self, step: Step, trial: TrialDir) -> ReproOutcome | None:
+        """repro.warmup, after ready and before the measured repro: its output is journaled as
+        the trial's warm-up and never read for metrics; a failure voids the trial."""
+        if not self.plan.matrix.repro.warmup:
+            return None
+        got = self.run(step, trial, warmup=True)
+        if got.exit_code != 0:
+            stderr = output_tail(self.run_dir.path / got.stderr_path, 2000)
+            what = "timed out" if got.exit_code is None else f"exited with code {got.exit_code}"
+            raise WarmupFailed(f"repro.warmup {what} (the trial is void)", detail=stderr or got.stdout_tail)
+        return got
+
+    def telemetry_before(self) -> tuple[Snapshot, Sampler | None] | None:
+        """Server metrics and GPU readings just before the measured repro (one parallel round),
+        and the sampler of gauges while it runs."""
+        if self.telemetry is None:
+            return None
+        return self.telemetry.snapshot(), self.telemetry.sampler()
+
+    def telemetry_after(self, started: tuple[Snapshot, Sampler | None] | None) -> Future[dict[str, MetricValue]] | None:
+        """The after-repro round, in the background (collect_logs runs meanwhile)."""
+        if started is None or self.telemetry is None:
+            return None
+        telemetry, (before, sampler) = self.telemetry, started
+        samples = sampler.stop() if sampler is not None else {}
+        return telemetry.pool.submit(lambda: telemetry.values(before, telemetry.snapshot(), samples))
 
     def judge(self, rel: ReproOutcome) -> None:
         if rel.exit_code is None:
@@ -417,6 +464,13 @@ class Repro:
         from orchestrator.edges.provenance import describe_host
 
         self.provenance = per_host(self.deployment, lambda h: describe_host(h, self.client))
+        if self.telemetry is not None:  # whether each machine has nvidia-smi: asked, and said, once
+            for role, lines in self.telemetry.describe().items():
+                self.provenance.setdefault(role, {}).update(lines)
+
+    def close(self) -> None:
+        if self.telemetry is not None:
+            self.telemetry.close()
 
 
 class TrialPhases:
@@ -455,7 +509,12 @@ class TrialPhases:
         repro.describe_hosts()
         checking = services.verify_beside_repro(step, ctx)
         identity = services.identity_beside_repro(ctx)
-        ctx.repro = repro.run(step, trial)
+        ctx.warmup = repro.warm_up(step, trial)  # never counted: only the measured repro gives metrics
+        telemetry = repro.telemetry_before()
+        try:
+            ctx.repro = repro.run(step, trial)
+        finally:
+            server = repro.telemetry_after(telemetry)  # a failed repro still stops the sampler
         if checking is not None:
             checking.result()  # a VerificationError voids the repro's result
         services.confirm_identity(identity, ctx)  # so does a stranger on a port, or a unit restarted meanwhile
@@ -463,6 +522,8 @@ class TrialPhases:
         ctx.metrics = repro.metrics(ctx.repro)
         ctx.logs, logs_text = repro.collect_logs(trial, t0)
         ctx.metrics.update(repro.run_collectors(logs_text, trial))
+        if server is not None:
+            ctx.metrics.update(server.result())
 
     def _record(
         self, step: Step, attempt: int, ctx: TrialContext, failure: Failure | None, t0: float, started: str
@@ -486,6 +547,7 @@ class TrialPhases:
             restarted=[f"{r}:{u}" for r, u in ctx.restarted],
             health_wait_s=ctx.health,
             repro=ctx.repro,
+            warmup=ctx.warmup,
             metrics=ctx.metrics if failure is None else {},
             logs=ctx.logs,
         )

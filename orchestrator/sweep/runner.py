@@ -147,6 +147,7 @@ class Runner:
             raise
         finally:
             self.services.close()
+            self.repro.close()
             result.provenance = self.repro.provenance
             if self.journal is not None and journal is None:  # a shared journal is closed by its owner
                 self.journal.close()

@@ -1,0 +1,116 @@
+"""Prometheus text exposition -> typed samples (PURE: the parser does no I/O).
+
+Parsed with prometheus-client's own parser, never by hand: the format has escapes, label
+quoting, `_created` and `_total` conventions and comments a hand parser gets wrong. Series of
+one metric are aggregated over their label sets (SGLang labels every series with the model,
+tp/dp rank...): counters and histogram buckets are summed (Prometheus' `sum`), gauges averaged.
+Only the families a caller keeps are built, so a node exporter's thousands of series cost little.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from orchestrator.errors import ScrapeError
+
+MAX_TEXT = 8_000_000  # characters of one scrape (a busy node exporter is ~1 MB)
+MAX_FAMILIES = 200  # kept families per endpoint: each becomes several numbers in every trial record
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """A cumulative histogram: (upper bound, count of observations <= bound), +Inf last."""
+
+    buckets: tuple[tuple[float, float], ...]
+    count: float
+    total: float  # the `_sum` series
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape of one endpoint, aggregated per metric name (counters keep their `_total`)."""
+
+    counters: dict[str, float] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+
+    @property
+    def names(self) -> int:
+        return len(self.counters) + len(self.gauges) + len(self.histograms)
+
+
+def name_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """A predicate on metric names from shell-style globs (`sglang:*`, `smg_*`)."""
+    compiled = [fnmatch.translate(p) for p in patterns]
+    regex = re.compile("|".join(f"(?:{c})" for c in compiled)) if compiled else None
+    return lambda name: bool(regex and regex.match(name))
+
+
+def parse(text: str, keep: Callable[[str], bool], where: str = "scrape") -> Scrape:
+    """Parse exposition text, keeping the families whose name (or counter `_total` name) `keep`
+    accepts. Raises ScrapeError on text the parser refuses or beyond the size caps."""
+    if len(text) > MAX_TEXT:
+        raise ScrapeError(f"{where}: {len(text)} characters of metrics, more than {MAX_TEXT}")
+    counters: dict[str, list[float]] = {}
+    gauges: dict[str, list[float]] = {}
+    hists: dict[str, _HistAcc] = {}
+    seen: set[str] = set()
+    try:
+        for family in text_string_to_metric_families(text):
+            kind = family.type
+            if kind == "counter":
+                name = family.name + "_total"
+                if keep(name) or keep(family.name):
+                    _room(seen, name, where)
+                    values = [s.value for s in family.samples if s.name.endswith("_total")]
+                    counters.setdefault(name, []).extend(values)
+            elif kind in ("gauge", "untyped", "unknown"):
+                if keep(family.name):
+                    _room(seen, family.name, where)
+                    gauges.setdefault(family.name, []).extend(s.value for s in family.samples)
+            elif kind == "histogram" and keep(family.name):
+                _room(seen, family.name, where)
+                acc = hists.setdefault(family.name, _HistAcc())
+                for s in family.samples:
+                    acc.add(family.name, s.name, s.labels, s.value)
+    except ValueError as exc:
+        raise ScrapeError(f"{where}: not Prometheus text: {exc}") from None
+    return Scrape(
+        counters={k: math.fsum(v) for k, v in counters.items() if v},
+        gauges={k: math.fsum(v) / len(v) for k, v in gauges.items() if v},
+        histograms={k: acc.build() for k, acc in hists.items()},
+    )
+
+
+def _room(seen: set[str], name: str, where: str) -> None:
+    if name not in seen and len(seen) >= MAX_FAMILIES:
+        raise ScrapeError(f"{where}: more than {MAX_FAMILIES} metric families kept (narrow `names:`)")
+    seen.add(name)
+
+
+class _HistAcc:
+    """Sums the series of one histogram family over their label sets."""
+
+    def __init__(self) -> None:
+        self.buckets: dict[float, float] = {}
+        self.count = 0.0
+        self.total = 0.0
+
+    def add(self, family: str, sample: str, labels: dict[str, str], value: float) -> None:
+        if sample == family + "_bucket":
+            bound = float(labels.get("le", "nan"))
+            if not math.isnan(bound):
+                self.buckets[bound] = self.buckets.get(bound, 0.0) + value
+        elif sample == family + "_count":
+            self.count += value
+        elif sample == family + "_sum":
+            self.total += value
+
+    def build(self) -> Histogram:
+        return Histogram(tuple(sorted(self.buckets.items())), self.count, self.total)

@@ -1,0 +1,181 @@
+"""Server metrics and GPU telemetry around one trial's repro (EDGE).
+
+Before the measured repro every Prometheus endpoint of the matrix's `metrics:` is scraped, and
+every GPU host read (nvidia-smi + kernel-log XID count), all at once on a pool kept for the run;
+while the repro runs, gauges may be sampled every `sample_interval`; after it, everything is read
+again and the differences become the trial's numbers (core.servermetrics, core.gpustat). A scrape
+that fails or times out (`timeout`, 2 s by default) is recorded as missing: it never voids the
+trial and never holds it up longer than its timeout. Whether a host has nvidia-smi is asked once
+per run; a host without one says so once (in the run's provenance), and is never asked again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+
+from orchestrator.core import gpustat, servermetrics
+from orchestrator.core.promtext import Scrape, name_filter, parse
+from orchestrator.core.records import MetricValue
+from orchestrator.core.serverconf import Endpoint, ServerMetrics
+from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.errors import OrchError, ScrapeError
+
+MAX_BYTES = 8_000_000  # one scrape's body
+GPU_TIMEOUT_S = 10.0
+ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"  # the text format, never protobuf or OpenMetrics
+NO_GPU = "no nvidia-smi on this host: no GPU telemetry"
+
+
+@dataclass(frozen=True)
+class Target:
+    endpoint: Endpoint
+    url: str
+    keep: Callable[[str], bool]
+
+
+@dataclass
+class Snapshot:
+    """One round of readings: endpoint -> Scrape or the reason it failed; GPU host -> reading."""
+
+    scrapes: dict[str, Scrape | str] = field(default_factory=dict)
+    gpus: dict[str, gpustat.GpuReading | str] = field(default_factory=dict)
+
+
+class Sampler:
+    """Scrapes every endpoint each `interval` seconds until stopped (gauges during the repro)."""
+
+    def __init__(self, telemetry: Telemetry, interval: float) -> None:
+        self.telemetry, self.interval = telemetry, interval
+        self.samples: dict[str, list[Scrape]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="metrics-sampler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            for name, got in self.telemetry.scrape_all().items():
+                if isinstance(got, Scrape):
+                    self.samples.setdefault(name, []).append(got)
+
+    def stop(self) -> dict[str, list[Scrape]]:
+        self._stop.set()
+        self._thread.join(timeout=self.telemetry.config.timeout_s + 1.0)  # a scrape in flight ends at its timeout
+        return self.samples
+
+
+class Telemetry:
+    """The run's scrapers: endpoints resolved against the deployment, a pool kept across trials."""
+
+    def __init__(self, config: ServerMetrics, deployment: Deployment, client: httpx.Client) -> None:
+        self.config, self.deployment, self.client = config, deployment, client
+        self.targets = [_target(e, deployment) for e in config.resolved(list(deployment.hosts))]
+        self.gpu_hosts: dict[str, HostHandle] | None = None  # machine -> handle; None: not probed yet
+        self.pool = ThreadPoolExecutor(max_workers=max(2, len(self.targets) + len(deployment.hosts)))
+
+    # -- once per run
+
+    def describe(self) -> dict[str, dict[str, str]]:
+        """Ask each machine once whether it has nvidia-smi; role -> provenance lines."""
+        if self.gpu_hosts is not None or not self.config.gpu:
+            self.gpu_hosts = self.gpu_hosts or {}
+            return {}
+        machines: dict[str, HostHandle] = {}
+        for handle in self.deployment.hosts.values():
+            machines.setdefault(_machine(handle), handle)
+        found = dict(zip(machines, self.pool.map(_has_nvidia_smi, machines.values()), strict=True))
+        self.gpu_hosts = {m: h for m, h in machines.items() if found[m]}
+        return {h.role: {"gpu": "nvidia-smi" if found[m] else NO_GPU} for m, h in machines.items()}
+
+    # -- per trial
+
+    def scrape_all(self) -> dict[str, Scrape | str]:
+        futures = {t.endpoint.name: self.pool.submit(self._scrape, t) for t in self.targets}
+        return {name: f.result() for name, f in futures.items()}
+
+    def snapshot(self) -> Snapshot:
+        """Every endpoint and GPU host at once; failures are kept as their reasons."""
+        scrapes = {t.endpoint.name: self.pool.submit(self._scrape, t) for t in self.targets}
+        gpus = {h.role: self.pool.submit(_read_gpu, h) for h in (self.gpu_hosts or {}).values()}
+        return Snapshot({k: f.result() for k, f in scrapes.items()}, {k: f.result() for k, f in gpus.items()})
+
+    def snapshot_later(self) -> Future[Snapshot]:
+        """The after-repro round, off the calling thread (it overlaps log collection)."""
+        return self.pool.submit(self.snapshot)
+
+    def sampler(self) -> Sampler | None:
+        interval = self.config.sample_interval_s
+        return Sampler(self, interval) if interval and self.targets else None
+
+    @staticmethod
+    def values(before: Snapshot, after: Snapshot, samples: dict[str, list[Scrape]]) -> dict[str, MetricValue]:
+        """The trial's numbers: deltas, quantiles, summaries; a failed reading as missing."""
+        out: dict[str, MetricValue] = {}
+        for name, got in after.scrapes.items():
+            start = before.scrapes.get(name)
+            if isinstance(start, str) or isinstance(got, str) or start is None:
+                reason = got if isinstance(got, str) else start if isinstance(start, str) else "not scraped before"
+                out.update(servermetrics.missing(name, reason))
+                continue
+            out.update(servermetrics.trial_values(name, start, got, samples.get(name, ())))
+        for role, reading in after.gpus.items():
+            start_gpu = before.gpus.get(role)
+            if isinstance(reading, gpustat.GpuReading) and isinstance(start_gpu, gpustat.GpuReading):
+                out.update(gpustat.trial_values(role, start_gpu, reading))
+            else:
+                why = reading if isinstance(reading, str) else start_gpu if isinstance(start_gpu, str) else "no reading"
+                out[f"{gpustat.PREFIX}{role}.missing"] = MetricValue(kind="number", value=None, unit=why[:200])
+        return out
+
+    def _scrape(self, target: Target) -> Scrape | str:
+        try:
+            answer = self.client.get(target.url, timeout=self.config.timeout_s, headers={"Accept": ACCEPT})
+            if answer.status_code != 200:
+                return f"{target.url}: HTTP {answer.status_code}"
+            if len(answer.content) > MAX_BYTES:
+                return f"{target.url}: more than {MAX_BYTES} bytes"
+            return parse(answer.text, target.keep, where=target.url)
+        except httpx.HTTPError as exc:
+            return f"{target.url}: {type(exc).__name__}: {exc}"[:300]
+        except ScrapeError as exc:
+            return str(exc)[:300]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _target(e: Endpoint, deployment: Deployment) -> Target:
+    if e.url is not None:
+        url = e.url
+    else:
+        assert e.role is not None  # config: exactly one of role / url
+        health = urlsplit(deployment.hosts[e.role].host.health)  # tunnelled where the host's health is
+        url = f"{health.scheme}://{health.netloc}{e.path}"
+    return Target(e, url, name_filter(e.names))
+
+
+def _machine(handle: HostHandle) -> str:
+    ssh = handle.host.ssh
+    return f"ssh:{ssh.host}:{ssh.port}" if handle.host.transport != "local" and ssh else "local"
+
+
+def _has_nvidia_smi(handle: HostHandle) -> bool:
+    try:
+        return handle.transport.run(gpustat.PROBE_COMMAND, timeout=GPU_TIMEOUT_S, check=False).ok
+    except OrchError:
+        return False
+
+
+def _read_gpu(handle: HostHandle) -> gpustat.GpuReading | str:
+    try:
+        res = handle.transport.run(gpustat.QUERY_COMMAND, timeout=GPU_TIMEOUT_S, check=False)
+        if not res.ok:
+            return f"{handle.host.label}: nvidia-smi exited {res.exit_code}: {res.stderr.strip()[-200:]}"
+        return gpustat.parse_reading(res.stdout, where=f"{handle.host.label}: nvidia-smi")
+    except OrchError as exc:
+        return str(exc)[:300]

@@ -1,0 +1,88 @@
+"""The report's server-metrics table: per cell, the median over its completed trials of each
+server metric (core.servermetrics) and GPU reading (core.gpustat).
+
+Descriptive only: these numbers explain a cell (its throughput, TTFT quantiles, queue depth,
+power) and are never tested, so they add no findings and leave every finding's multiplicity
+correction as it was. The ones a reader looks at first lead the table.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from orchestrator.core.gpustat import PREFIX as GPU_PREFIX
+from orchestrator.core.records import Frozen
+from orchestrator.core.servermetrics import PREFIX as SERVER_PREFIX
+from orchestrator.store.journal import TrialRow
+
+FIRST = (  # the order a reader wants: throughput, TTFT, queue depth, then the rest
+    "gen_throughput",
+    "num_requests_total",
+    "time_to_first_token_seconds.p50",
+    "time_to_first_token_seconds.p90",
+    "time_to_first_token_seconds.p99",
+    "num_queue_reqs",
+    "num_running_reqs",
+    "e2e_request_latency_seconds.p50",
+    "e2e_request_latency_seconds.p99",
+)
+MAX_ROWS = 300
+
+
+class ServerRow(Frozen):
+    metric: str  # e.g. server.decode.sglang:time_to_first_token_seconds.p90
+    unit: str
+    median: dict[str, float]  # cell -> median over its completed trials (cells without a value left out)
+    trials: dict[str, int]  # cell -> trials with a value
+
+
+class ServerTable(Frozen):
+    rows: list[ServerRow]
+    missing: dict[str, int]  # cell -> completed trials with a failed scrape or GPU reading
+
+
+def server_table(data: Sequence[TrialRow]) -> ServerTable | None:
+    """None when no trial carries a server metric (the matrix has no `metrics:`)."""
+    values: dict[str, dict[str, list[float]]] = {}
+    missing: dict[str, int] = {}
+    for row in data:
+        gap = False
+        for point in row.metrics:
+            if not point.name.startswith((SERVER_PREFIX, GPU_PREFIX)):
+                continue
+            if point.name.endswith(".missing"):
+                gap = True
+            elif point.value is not None:
+                values.setdefault(point.name, {}).setdefault(row.cell, []).append(float(point.value))
+        if gap:
+            missing[row.cell] = missing.get(row.cell, 0) + 1
+    if not values and not missing:
+        return None
+    names = sorted(values, key=_order)[:MAX_ROWS]
+    rows = [
+        ServerRow(
+            metric=name,
+            unit=_unit(name),
+            median={cell: statistics.median(v) for cell, v in values[name].items()},
+            trials={cell: len(v) for cell, v in values[name].items()},
+        )
+        for name in names
+    ]
+    return ServerTable(rows=rows, missing=missing)
+
+
+def _order(name: str) -> tuple[int, str]:
+    rank = next((i for i, key in enumerate(FIRST) if key in name), len(FIRST))
+    return rank, name
+
+
+def _unit(name: str) -> str:
+    if "_seconds." in name and not name.endswith((".count", ".delta")):
+        return "s"
+    for suffix, unit in (("energy_j", "J"), ("power_w", "W"), ("_mib", "MiB"), ("_mhz", "MHz"), ("_c.", "°C")):
+        if suffix in name:
+            return unit
+    if "gen_throughput" in name:
+        return "tok/s"
+    return ""

@@ -1,0 +1,241 @@
+"""Server metrics and GPU telemetry, the pure part: Prometheus text -> samples (prometheus-client's
+parser), counters -> per-trial deltas, histograms -> quantiles of bucket deltas, gauges ->
+summaries; nvidia-smi CSV + kernel-log XID count -> per-trial numbers; `verify:` field checks;
+and the config shapes' errors (file:line)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from fakes import make_matrix
+
+from orchestrator.core import gpustat
+from orchestrator.core.promtext import Histogram, Scrape, name_filter, parse
+from orchestrator.core.serverconf import SGLANG_NAMES, VerifyRule, reported_mismatch
+from orchestrator.core.servermetrics import bucket_deltas, counter_delta, missing, quantile, trial_values
+from orchestrator.errors import MISSING, ConfigError, ReportedMismatch, ScrapeError, VerificationError
+
+KEEP_SGLANG = name_filter(SGLANG_NAMES)
+
+
+def exposition(requests: float, ttft_buckets: dict[str, float], running: float, rank_running: float = 0.0) -> str:
+    """What an SGLang worker (two tp ranks for the gauge) prints, in the text format."""
+    lines = [
+        "# HELP sglang:num_requests_total Number of requests processed.",
+        "# TYPE sglang:num_requests_total counter",
+        f'sglang:num_requests_total{{model_name="m"}} {requests}',
+        'sglang:num_requests_created{model_name="m"} 1.7e9',
+        "# TYPE sglang:num_running_reqs gauge",
+        f'sglang:num_running_reqs{{model_name="m",tp_rank="0"}} {running}',
+        f'sglang:num_running_reqs{{model_name="m",tp_rank="1"}} {rank_running}',
+        "# TYPE sglang:time_to_first_token_seconds histogram",
+    ]
+    total = ttft_buckets["+Inf"]
+    for le, count in ttft_buckets.items():
+        lines.append(f'sglang:time_to_first_token_seconds_bucket{{le="{le}",model_name="m"}} {count}')
+    lines += [
+        f'sglang:time_to_first_token_seconds_count{{model_name="m"}} {total}',
+        f'sglang:time_to_first_token_seconds_sum{{model_name="m"}} {total * 0.3}',
+        "# TYPE node_cpu_seconds_total counter",
+        'node_cpu_seconds_total{cpu="0",mode="idle"} 99',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_parse_aggregates_series_and_keeps_only_the_asked_names() -> None:
+    text = exposition(10, {"0.1": 2, "0.5": 6, "1.0": 9, "+Inf": 10}, running=4, rank_running=2)
+    got = parse(text, KEEP_SGLANG)
+    assert got.counters == {"sglang:num_requests_total": 10.0}  # _created is not the counter
+    assert got.gauges == {"sglang:num_running_reqs": 3.0}  # the mean over the two ranks
+    hist = got.histograms["sglang:time_to_first_token_seconds"]
+    assert hist.buckets == ((0.1, 2.0), (0.5, 6.0), (1.0, 9.0), (math.inf, 10.0))
+    assert (hist.count, round(hist.total, 6)) == (10.0, 3.0)
+    assert "node_cpu_seconds_total" not in got.counters  # not asked for
+
+
+def test_parse_refuses_what_is_not_prometheus_text() -> None:
+    with pytest.raises(ScrapeError, match="not Prometheus text"):
+        parse('sglang:num_running_reqs{model_name="m" 3\n', KEEP_SGLANG, where="http://x/metrics")
+
+
+def test_counter_delta_and_reset() -> None:
+    assert counter_delta(10, 25) == 15
+    assert counter_delta(10, 4) == 4  # the server restarted: it counted 4 since
+
+
+def test_quantiles_come_from_bucket_deltas_not_the_cumulative_histogram() -> None:
+    before = Histogram(((0.1, 100.0), (1.0, 100.0), (10.0, 100.0), (math.inf, 100.0)), 100.0, 5.0)
+    after = Histogram(((0.1, 100.0), (1.0, 110.0), (10.0, 120.0), (math.inf, 120.0)), 120.0, 65.0)
+    delta = bucket_deltas(before, after)
+    assert delta.buckets == ((0.1, 0.0), (1.0, 10.0), (10.0, 20.0), (math.inf, 20.0))
+    assert quantile(0.5, delta) == pytest.approx(1.0)  # rank 10 of 20: the top of (0.1, 1]
+    assert quantile(0.9, delta) == pytest.approx(1.0 + 9.0 * (18 - 10) / 10)  # interpolated in (1, 10]
+    assert quantile(0.5, after) == pytest.approx(0.06)  # the cumulative one: mostly the 100 requests before
+
+
+def test_quantile_edge_cases_follow_prometheus() -> None:
+    inf_only = Histogram(((1.0, 0.0), (math.inf, 5.0)), 5.0, 50.0)
+    assert quantile(0.5, inf_only) == 1.0  # in the +Inf bucket: the last finite bound
+    assert quantile(0.5, Histogram(((1.0, 0.0), (math.inf, 0.0)), 0.0, 0.0)) is None  # nothing observed
+    assert quantile(0.5, Histogram(((1.0, 3.0),), 3.0, 1.0)) is None  # no +Inf bucket: not a histogram
+    assert quantile(0.5, Histogram(((0.0, 4.0), (math.inf, 4.0)), 4.0, 0.0)) == 0.0
+
+
+def test_trial_values_deltas_quantiles_and_gauge_summaries() -> None:
+    before = parse(exposition(10, {"0.1": 2, "0.5": 6, "1.0": 9, "+Inf": 10}, running=0), KEEP_SGLANG)
+    after = parse(exposition(30, {"0.1": 2, "0.5": 26, "1.0": 29, "+Inf": 30}, running=1), KEEP_SGLANG)
+    during = [Scrape(gauges={"sglang:num_running_reqs": v}) for v in (4.0, 8.0, 6.0)]
+    got = trial_values("decode", before, after, during)
+    assert got["server.decode.sglang:num_requests_total.delta"].value == 20
+    ttft = "server.decode.sglang:time_to_first_token_seconds"
+    assert got[f"{ttft}.count"].value == 20
+    assert got[f"{ttft}.p50"].value == pytest.approx(0.1 + 0.4 * 10 / 20)
+    assert got[f"{ttft}.p50"].unit == "s"
+    assert got[f"{ttft}.mean"].value == pytest.approx(0.3)
+    assert got["server.decode.sglang:num_running_reqs.mean"].value == 6.0
+    assert got["server.decode.sglang:num_running_reqs.max"].value == 8.0
+    no_samples = trial_values("decode", before, after)
+    assert no_samples["server.decode.sglang:num_running_reqs.before"].value == 0.0
+    assert no_samples["server.decode.sglang:num_running_reqs.after"].value == 0.5  # mean of ranks 1 and 0
+
+
+def test_a_missing_scrape_is_one_marker_with_its_reason() -> None:
+    got = missing("decode", "http://d/metrics: ConnectError: refused")
+    assert list(got) == ["server.decode.missing"]
+    assert got["server.decode.missing"].value is None and "refused" in got["server.decode.missing"].unit
+
+
+# ---------------------------------------------------------------------------- GPU telemetry
+SMI_BEFORE = """0, 310.52, 123456789, 70000, 81559, 1980, 2619, 61, 97, 0x0000000000000000
+1, 305.10, 223456789, 69000, 81559, 1965, 2619, 63, 95, 0x0000000000000004
+--xid--
+2
+"""
+SMI_AFTER = """0, 402.00, 123556789, 71000, 81559, 1410, 2619, 77, 99, 0x0000000000000020
+1, [N/A], 223496789, 69500, 81559, 1965, 2619, 70, 98, 0x0000000000000000
+--xid--
+3
+"""
+
+
+def test_nvidia_smi_readings_become_per_trial_numbers() -> None:
+    before, after = gpustat.parse_reading(SMI_BEFORE), gpustat.parse_reading(SMI_AFTER)
+    assert [g.index for g in after.gpus] == [0, 1]
+    assert after.gpus[1].power_w is None  # [N/A] is unknown, not a failure
+    got = gpustat.trial_values("decode", before, after)
+    assert got["gpu.decode.energy_j"].value == pytest.approx((100000 + 40000) / 1000)
+    assert got["gpu.decode.power_w"].value == 402.0
+    assert got["gpu.decode.memory_used_mib.max"].value == 71000
+    assert got["gpu.decode.sm_clock_mhz.min"].value == 1410
+    assert got["gpu.decode.temperature_c.max"].value == 77
+    assert got["gpu.decode.throttle_reasons"].value == 0x24  # HW slowdown (0x20) | SW power cap (0x4)
+    assert got["gpu.decode.xid_errors"].value == 1
+
+
+def test_nvidia_smi_output_that_is_not_the_query_is_refused() -> None:
+    with pytest.raises(ScrapeError, match="no GPU rows"):
+        gpustat.parse_reading("--xid--\n0\n")
+    with pytest.raises(ScrapeError, match="expected 10 fields"):
+        gpustat.parse_reading("NVIDIA-SMI has failed because it couldn't communicate with the driver\n")
+
+
+def test_an_unreadable_kernel_log_leaves_xid_out() -> None:
+    before = gpustat.parse_reading(SMI_BEFORE.replace("\n2\n", "\n"))
+    assert before.xid_lines is None
+    assert "gpu.decode.xid_errors" not in gpustat.trial_values("decode", before, gpustat.parse_reading(SMI_AFTER))
+
+
+# ---------------------------------------------------------------------------- verify: rules
+RULE = VerifyRule("verify[0]", "decode", "/server_info", {}, (("disable_cuda_graph", True), ("flags.max_bs", 64)))
+
+
+def test_reported_fields_are_compared_with_their_types() -> None:
+    assert reported_mismatch({"disable_cuda_graph": True, "flags": {"max_bs": 64.0}}, RULE) is None
+    assert reported_mismatch({"disable_cuda_graph": 1, "flags": {"max_bs": 64}}, RULE) == (
+        "disable_cuda_graph",
+        True,
+        1,
+    )
+    assert reported_mismatch({"disable_cuda_graph": True, "flags": {}}, RULE) == ("flags.max_bs", 64, MISSING)
+    assert reported_mismatch({"disable_cuda_graph": True, "flags": {"max_bs": "64"}}, RULE) == (
+        "flags.max_bs",
+        64,
+        "64",
+    )
+
+
+def test_the_mismatch_error_names_field_expected_and_actual() -> None:
+    exc = ReportedMismatch("decode.fake: /server_info (verify[0])", "disable_cuda_graph", True, False)
+    assert isinstance(exc, VerificationError)
+    assert (exc.field, exc.expected, exc.actual) == ("disable_cuda_graph", True, False)
+    assert "field disable_cuda_graph is False, expected True" in str(exc)
+    assert "is missing" in str(ReportedMismatch("x", "f", 1, MISSING))
+
+
+# ---------------------------------------------------------------------------- config
+FACTORS = {
+    "graph": {
+        "levels": {
+            "on": {"decode": {"SGLANG_EXTRA_ARGS": ""}},
+            "off": {"decode": {"SGLANG_EXTRA_ARGS": "--disable-cuda-graph"}},
+        }
+    }
+}
+
+
+def test_config_builds_metrics_verify_and_warmup() -> None:
+    m = make_matrix(
+        FACTORS,
+        repro={"command": "run", "warmup": "warm {trial}", "metrics": {"x": {"regex": "x=(\\d+)"}}},
+        metrics={
+            "sample_interval": 0.5,
+            "endpoints": {"router": {"url": "http://r:29000/metrics", "names": ["smg_*"]}},
+        },
+        verify=[{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}],
+    )
+    assert m.repro.warmup == "warm {trial}"
+    assert m.server_metrics is not None and m.server_metrics.sample_interval_s == 0.5
+    (endpoint,) = m.server_metrics.resolved(["decode", "router"])
+    assert (endpoint.url, endpoint.names) == ("http://r:29000/metrics", ("smg_*",))
+    assert m.verify[0].when == {"graph": "off"} and m.verify[0].expect == (("disable_cuda_graph", True),)
+    default = make_matrix(FACTORS, metrics={}).server_metrics
+    assert default is not None
+    assert [(e.name, e.path, e.names) for e in default.resolved(["prefill", "decode", "router"])] == [
+        ("prefill", "/metrics", SGLANG_NAMES),
+        ("decode", "/metrics", SGLANG_NAMES),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"metrics": {"endpoints": {"d": {"role": "decode", "url": "http://x/metrics"}}}}, "exactly one of `role:`"),
+        ({"metrics": {"endpoints": {"d": {"url": "ftp://x/metrics"}}}}, r"not an http\(s\) URL"),
+        ({"metrics": {"sample_interval": 0.001}}, "sample_interval"),
+        ({"verify": [{"role": "decode", "when": {"graph": "maybe"}, "expect": {"a": 1}}]}, "'maybe' is not a level"),
+        ({"verify": [{"role": "decode", "when": {"nope": "x"}, "expect": {"a": 1}}]}, "no factor 'nope'"),
+        ({"verify": [{"role": "decode", "expect": {"a b": 1}}]}, "invalid field"),
+        ({"verify": [{"role": "decode", "expect": {}}]}, "expect"),
+    ],
+)
+def test_config_errors_name_the_key(extra: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        make_matrix(FACTORS, **extra)
+    assert "<fake matrix>:" in str(info.value)
+
+
+def test_roles_are_checked_against_the_inventory(tmp_path: Path) -> None:
+    from fakes import Role, make_bed
+
+    from orchestrator.core.config import check_against_inventory
+
+    bed = make_bed({"decode": Role("A=1\n")})
+    for extra, where in [
+        ({"metrics": {"endpoints": {"p": {"role": "prefill"}}}}, "metrics.endpoints.p.role"),
+        ({"verify": [{"role": "prefill", "expect": {"a": 1}}]}, "verify[0].role"),
+    ]:
+        with pytest.raises(ConfigError, match="role 'prefill' is not in the inventory") as info:
+            check_against_inventory(make_matrix(FACTORS, **extra), bed.deployment.testbed)
+        assert where in str(info.value)

@@ -1,0 +1,198 @@
+"""Server metrics, GPU telemetry, `verify:` and `repro.warmup` in the trial loop, on the fakes:
+per-trial numbers in the record, a failed scrape recorded as missing (the trial still counts), a
+server reporting the wrong value voids the trial like an env mismatch, the warm-up runs before
+the repro and is never counted, and a host without nvidia-smi is asked (and said so) once."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+from fakes import FakeBed, Reply, Role, make_bed, make_plan, remote_repro
+
+from orchestrator.core import gpustat
+from orchestrator.sweep.runner import Runner, RunOptions
+
+GRAPH = {
+    "graph": {
+        "levels": {
+            "on": {"decode": {"SGLANG_EXTRA_ARGS": ""}},
+            "off": {"decode": {"SGLANG_EXTRA_ARGS": "--disable-cuda-graph"}},
+        }
+    }
+}
+Extra = Callable[[httpx.Request], httpx.Response | None]
+
+
+class Worker:
+    """A worker's /metrics and /server_info: each scrape sees 5 more requests than the last."""
+
+    def __init__(self, bed: FakeBed) -> None:
+        self.bed, self.scrapes, self.lock = bed, 0, threading.Lock()
+
+    def metrics(self) -> str:
+        with self.lock:
+            self.scrapes += 1
+            n = 5 * self.scrapes
+        return (
+            "# TYPE sglang:num_requests_total counter\n"
+            f'sglang:num_requests_total{{model_name="m"}} {n}\n'
+            "# TYPE sglang:num_queue_reqs gauge\n"
+            'sglang:num_queue_reqs{model_name="m"} 2\n'
+            "# TYPE sglang:time_to_first_token_seconds histogram\n"
+            f'sglang:time_to_first_token_seconds_bucket{{le="0.5",model_name="m"}} {n}\n'
+            f'sglang:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {n}\n'
+            f'sglang:time_to_first_token_seconds_count{{model_name="m"}} {n}\n'
+            f'sglang:time_to_first_token_seconds_sum{{model_name="m"}} {n * 0.1}\n'
+        )
+
+    def server_info(self) -> dict[str, Any]:
+        """What the decode server applied: its live env's SGLANG_EXTRA_ARGS."""
+        unit = next(iter(self.bed.managers["decode"].units))
+        env = self.bed.managers["decode"].environ(unit) or {}
+        return {"disable_cuda_graph": "--disable-cuda-graph" in env.get("SGLANG_EXTRA_ARGS", "")}
+
+
+def client_for(bed: FakeBed, extra: Extra) -> httpx.Client:
+    """The bed's health client, with `extra` answering first (None: fall through)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        got = extra(request)
+        return got if got is not None else bed.client.send(request)
+
+    return httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0)
+
+
+def serve(worker: Worker, broken_metrics: bool = False, info: dict[str, Any] | None = None) -> Extra:
+    def extra(request: httpx.Request) -> httpx.Response | None:
+        if request.url.path == "/metrics":
+            if broken_metrics:
+                raise httpx.ReadTimeout("timed out", request=request)
+            return httpx.Response(200, text=worker.metrics())
+        if request.url.path == "/server_info":
+            return httpx.Response(200, json=info if info is not None else worker.server_info())
+        return None
+
+    return extra
+
+
+def decode_bed() -> FakeBed:
+    bed = make_bed({"decode": Role("SGLANG_EXTRA_ARGS=\n")})
+    bed.transports["decode"].script(gpustat.PROBE_COMMAND, exit_code=1)  # no nvidia-smi here
+    return bed
+
+
+def run(bed: FakeBed, client: httpx.Client, run_dir: Path, **matrix: Any) -> Any:
+    plan = make_plan(bed, GRAPH, **matrix)
+    options = RunOptions(run_id="fake-run", retry_backoff_s=0.0, infra_attempts=2)
+    return Runner(plan, bed.deployment, run_dir, options, client=client).execute()
+
+
+def test_server_metrics_are_per_trial_numbers_in_the_record(tmp_path: Path) -> None:
+    bed = decode_bed()
+    worker = Worker(bed)
+    result = run(bed, client_for(bed, serve(worker)), tmp_path / "run", replicates=2, metrics={})
+    assert (result.completed, result.failed) == (4, 0)
+    assert worker.scrapes == 8  # once before and once after each repro
+    for record in result.records:
+        m = record.metrics
+        assert m["server.decode.sglang:num_requests_total.delta"].value == 5  # this trial's requests only
+        assert m["server.decode.sglang:time_to_first_token_seconds.count"].value == 5
+        assert m["server.decode.sglang:time_to_first_token_seconds.p50"].value == 0.25
+        assert m["server.decode.sglang:num_queue_reqs.after"].value == 2
+        assert m["score"].value == 0.5  # the repro's own metrics are unchanged
+
+
+def test_a_failed_scrape_is_recorded_as_missing_and_the_trial_counts(tmp_path: Path) -> None:
+    bed = decode_bed()
+    result = run(bed, client_for(bed, serve(Worker(bed), broken_metrics=True)), tmp_path / "run", metrics={})
+    assert (result.completed, result.failed) == (2, 0)
+    for record in result.records:
+        marker = record.metrics["server.decode.missing"]
+        assert marker.value is None and "ReadTimeout" in marker.unit
+        assert not [k for k in record.metrics if k.startswith("server.decode.sglang")]
+
+
+def test_a_server_reporting_another_value_voids_the_trial_like_an_env_mismatch(tmp_path: Path) -> None:
+    bed = decode_bed()
+    verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}]
+    # the server ignores the flag: it always reports CUDA graph on
+    client = client_for(bed, serve(Worker(bed), info={"disable_cuda_graph": False}))
+    result = run(bed, client, tmp_path / "run", verify=verify, stop_after_repeated_failures=0)
+    by_level = {r.levels["graph"]: r for r in result.records if r.attempt == 2 or r.status == "completed"}
+    assert by_level["on"].status == "completed"  # the rule does not apply to this cell
+    off = by_level["off"]
+    assert (off.status, off.attempt, off.metrics) == ("failed", 2, {})  # void: retried, never data
+    assert off.failure is not None and off.failure.kind == "infrastructure"
+    assert off.failure.error == "ReportedMismatch"
+    assert "field disable_cuda_graph is False, expected True" in off.failure.message
+    assert "/server_info (verify[0])" in off.failure.message
+
+
+def test_a_server_reporting_the_cell_value_passes(tmp_path: Path) -> None:
+    bed = decode_bed()
+    verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}]
+    verify.append({"role": "decode", "when": {"graph": "on"}, "expect": {"disable_cuda_graph": False}})
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", verify=verify)
+    assert (result.completed, result.failed) == (2, 0)
+
+
+def test_the_warmup_runs_before_the_repro_and_is_never_counted(tmp_path: Path) -> None:
+    bed = decode_bed()
+    bed.transports["decode"].script(re.compile(r"^fake-warmup\b"), stdout="score=9.0 events=9/10\n")
+    repro = {**remote_repro("decode"), "warmup": "fake-warmup --trial {trial}"}
+    result = run(bed, bed.client, tmp_path / "run", repro=repro)
+    assert (result.completed, result.failed) == (2, 0)
+    commands = [c for c in bed.transports["decode"].commands() if c.startswith("fake-")]
+    assert commands == [
+        "fake-warmup --trial 0",
+        "fake-repro --trial 0",
+        "fake-warmup --trial 1",
+        "fake-repro --trial 1",
+    ]
+    for record in result.records:
+        assert record.warmup is not None and record.warmup.command.startswith("fake-warmup")
+        assert (tmp_path / "run" / record.warmup.stdout_path).read_text() == "score=9.0 events=9/10\n"
+        assert record.metrics["score"].value == 0.5 and record.metrics["events"].k == 3  # the repro's, not 9
+
+
+def test_a_failed_warmup_voids_the_trial(tmp_path: Path) -> None:
+    bed = decode_bed()
+    bed.transports["decode"].script(re.compile(r"^fake-warmup\b"), exit_code=3, stderr="model not loaded\n")
+    repro = {**remote_repro("decode"), "warmup": "fake-warmup"}
+    result = run(bed, bed.client, tmp_path / "run", repro=repro, stop_after_repeated_failures=0)
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert record.failure is not None and record.failure.error == "WarmupFailed"
+        assert record.failure.kind == "infrastructure" and "model not loaded" in record.failure.detail
+        assert not [c for c in bed.transports["decode"].commands() if c.startswith("fake-repro")]
+
+
+def test_a_host_without_nvidia_smi_is_asked_once_and_says_so_once(tmp_path: Path) -> None:
+    bed = decode_bed()
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", replicates=3, metrics={})
+    assert result.completed == 6
+    assert bed.transports["decode"].commands().count(gpustat.PROBE_COMMAND) == 1
+    assert result.provenance["decode"]["gpu"] == "no nvidia-smi on this host: no GPU telemetry"
+    assert not [k for r in result.records for k in r.metrics if k.startswith("gpu.")]
+
+
+SMI = "0, {p}, {e}, 1000, 81559, 1980, 2619, 60, 90, 0x0000000000000000\n--xid--\n{x}\n"
+
+
+def test_a_gpu_host_gets_its_telemetry_per_trial(tmp_path: Path) -> None:
+    bed = decode_bed()
+    readings = iter([SMI.format(p=300, e=1_000_000, x=0), SMI.format(p=400, e=1_500_000, x=1)] * 2)
+    t = bed.transports["decode"]
+    t.script(gpustat.PROBE_COMMAND, exit_code=0, stdout="/usr/bin/nvidia-smi\n")
+    t.script(gpustat.QUERY_COMMAND, lambda text, argv: Reply(stdout=next(readings)))
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics={})
+    assert result.completed == 2
+    assert result.provenance["decode"]["gpu"] == "nvidia-smi"
+    for record in result.records:
+        assert record.metrics["gpu.decode.energy_j"].value == 500.0
+        assert record.metrics["gpu.decode.power_w"].value == 400.0
+        assert record.metrics["gpu.decode.xid_errors"].value == 1
