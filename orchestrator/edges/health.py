@@ -4,7 +4,17 @@ Why this shape:
 - SGLang workers answer 503 on /health while warming up and 200 once ready; the PD router's
   /health is 200 even with no workers, so a router check must point at /readiness (503 until
   its workers are healthy). Only a 200 counts: any other status, a refused or reset
-  connection, or a slow answer means "not ready yet".
+  connection, or a slow answer means "not ready yet". A 200 whose JSON body says otherwise
+  counts as not ready too: a `status` such as "not ready", or fewer healthy workers than
+  registered (`{"status":"ready","healthy_workers":1,"total_workers":2}`: sglang-router calls
+  itself ready with one prefill and one decode up, however many it routes to), flat or per role
+  (`{"status":"ready","prefill":{"healthy":1,"total":2},...}`).
+- The router's own view lags: it checks its workers every --health-check-interval-secs (60 s by
+  default) and marks them (un)healthy only after several checks in a row, and its circuit
+  breaker can keep a worker out for a minute after errors while /readiness says ready. So a
+  check whose URL is a router's /readiness also sends one real 1-token /generate through the
+  router once every role's URL is ready (the workers' own /health included, so the probe never
+  meets a worker that is still warming up), and only its 200 ends the wait (``probe_url``).
 - Start-up takes from a second (the simulator) to many minutes (a large MoE), so polling starts
   fast (20 ms, to keep per-trial overhead near the measured floor) and backs off to a small cap
   (100 ms: ~10 requests/s on a long warm-up is harmless, and it keeps the lag between "ready"
@@ -20,11 +30,13 @@ Why this shape:
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import tenacity
@@ -44,6 +56,21 @@ FAST_WINDOW_S = 2.0
 # slowest (a restart is rarely faster than the quickest seen).
 WINDOW_LEAD_S = 0.1
 WINDOW_TAIL_S = 0.3
+# A health body larger than this is not read for readiness fields (only its status code counts).
+MAX_READINESS_BODY = 64 * 1024
+# `status` values that mean "not ready" even with HTTP 200 (lower case, `_`/`-` read as blanks).
+NOT_READY_STATUSES = frozenset(
+    {"not ready", "notready", "unhealthy", "starting", "loading", "warming up", "draining", "degraded", "initializing"}
+)
+# (healthy, total) key pairs a readiness body may carry, at top level or per role.
+COUNT_KEYS = (("healthy_workers", "total_workers"), ("healthy", "total"), ("healthy_count", "total_count"))
+# The generate probe: SGLang's native /generate, one token, greedy.
+PROBE_BODY = {"text": "orch readiness probe", "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+# Generate probes back off to this interval: each failed one costs the router's retries and counts
+# towards its circuit breaker, so they are not fired as fast as the GET polls.
+PROBE_MAX_POLL_S = 0.5
+# Longest single generate probe (a real model's first token can take a while; a dead path fails fast).
+PROBE_REQUEST_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +82,51 @@ class HealthCheck:
     timeout_s: float
     # (quickest, slowest) seconds earlier waits of this role took: poll fast in between
     expected: tuple[float, float] | None = None
+    # POST one 1-token generate here once every check's URL is ready; only its 200 ends the wait
+    probe: str | None = None
+
+
+def probe_url(health_url: str) -> str | None:
+    """The generate probe of a health URL: an SGLang router's /readiness gets /generate on the
+    same origin (a tunnelled URL keeps its tunnel); any other health URL gets none."""
+    parts = urlsplit(health_url)
+    if parts.path.rstrip("/").endswith("/readiness"):
+        return urlunsplit((parts.scheme, parts.netloc, "/generate", "", ""))
+    return None
+
+
+def readiness_problem(body: str) -> str | None:
+    """Why a 200 answer's body says "not ready" (None: it does not). Bodies that are not a JSON
+    object (SGLang workers answer an empty 200) say nothing either way."""
+    if not body or len(body) > MAX_READINESS_BODY or not body.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    status = value.get("status")
+    if isinstance(status, str) and " ".join(status.lower().replace("_", " ").replace("-", " ").split()) in (
+        NOT_READY_STATUSES
+    ):
+        return f"status {status!r}"
+    problem = _count_problem("", value)
+    for role, part in value.items():
+        if problem is None and isinstance(part, dict):
+            problem = _count_problem(f"{role} ", part)
+    return problem
+
+
+def _count_problem(where: str, value: dict[str, object]) -> str | None:
+    for healthy_key, total_key in COUNT_KEYS:
+        healthy, total = value.get(healthy_key), value.get(total_key)
+        if isinstance(healthy, int) and isinstance(total, int) and not isinstance(healthy, bool):
+            if total == 0:
+                return f"no {where}workers registered"
+            if healthy < total:
+                return f"{where}{healthy}/{total} workers healthy"
+    return None
 
 
 class _NotReady(Exception):
@@ -80,8 +152,14 @@ def wait_ready(
     """Poll until the URL answers 200; return the seconds waited.
 
     Raises HealthTimeout naming the role, URL and last answer when the timeout passes, and lets
-    any exception from ``check_alive`` (typically ServiceError) propagate immediately."""
-    return _wait(check, client, check_alive, poll_initial_s, poll_max_s, cancel=None)
+    any exception from ``check_alive`` (typically ServiceError) propagate immediately. A check
+    with a ``probe`` then waits for one generate through it to succeed (within the same timeout)."""
+    started = time.monotonic()
+    waited = _wait(check, client, check_alive, poll_initial_s, poll_max_s, cancel=None)
+    if check.probe is None:
+        return waited
+    wait_probe(check, client=client, check_alive=check_alive, budget_s=check.timeout_s - waited)
+    return time.monotonic() - started
 
 
 def wait_all(
@@ -96,11 +174,14 @@ def wait_all(
 
     Roles warm up in parallel after a restart, so waiting on them one after another would add
     their times. When one role fails the others are cancelled at their next poll, and the first
-    failure (in time) is raised once every thread has stopped: no thread outlives the call."""
+    failure (in time) is raised once every thread has stopped: no thread outlives the call.
+    Once every URL is ready, each check with a ``probe`` (a router) sends generates through it
+    until one succeeds, within what is left of its timeout; its time counts until then."""
     roles = [c.role for c in checks]
     if len(set(roles)) != len(roles):
         raise ConfigError(f"health checks: duplicate roles {roles} (give each role one check)")
     alive = check_alive or {}
+    started = time.monotonic()
     cancel = threading.Event()
     failures: list[BaseException] = []
     lock = threading.Lock()
@@ -129,7 +210,63 @@ def wait_all(
         cancel.set()
     if failures:
         raise failures[0]
+    for check in checks:
+        if check.probe is not None:
+            budget = check.timeout_s - (time.monotonic() - started)
+            wait_probe(check, client=client, check_alive=alive.get(check.role), budget_s=budget)
+            waited[check.role] = time.monotonic() - started
     return waited
+
+
+def wait_probe(
+    check: HealthCheck,
+    *,
+    client: httpx.Client,
+    check_alive: Callable[[], None] | None = None,
+    budget_s: float,
+    poll_initial_s: float = FAST_POLL_S,
+) -> float:
+    """POST the check's generate probe until it answers 200; return the seconds it took.
+
+    Called once the router's /readiness and its workers' /health are ready: the router may still
+    send the request to a worker it has not rechecked (stale healthy), keep a restarted one out
+    (stale unhealthy, an open circuit breaker): only a generate that went through proves the path
+    the repro will take. Polls back off to PROBE_MAX_POLL_S; at least one probe is always sent."""
+    assert check.probe is not None
+    started = time.monotonic()
+    deadline = started + max(budget_s, MIN_REQUEST_S)
+    delay = poll_initial_s
+    while True:
+        answer = _probe_once(check, client, deadline)
+        if answer is None:
+            return time.monotonic() - started
+        if check_alive is not None:
+            check_alive()
+        now = time.monotonic()
+        if now >= deadline:
+            raise HealthTimeout(
+                f"{check.role}: {check.url} is ready, but a generate through it ({check.probe}) did not succeed "
+                f"within {check.timeout_s:.1f} s (last answer: {answer})"
+            )
+        time.sleep(min(delay, deadline - now))
+        delay = min(delay * 2, PROBE_MAX_POLL_S)
+
+
+def _probe_once(check: HealthCheck, client: httpx.Client, deadline: float) -> str | None:
+    """One generate; None if it answered 200, else what it answered."""
+    assert check.probe is not None
+    timeout = max(MIN_REQUEST_S, min(PROBE_REQUEST_S, deadline - time.monotonic()))
+    try:
+        response = client.post(check.probe, json=PROBE_BODY, timeout=timeout)
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+        raise ConfigError(f"{check.role}: bad probe URL {check.probe!r}: {exc}", hint="use http://HOST:PORT") from exc
+    except httpx.TimeoutException:
+        return f"no answer within {timeout:.2f} s"
+    except httpx.TransportError as exc:
+        return _describe_transport_error(exc)
+    if response.status_code == 200:
+        return None
+    return f"{response.status_code} {_excerpt(response.text)}".rstrip()
 
 
 def _wait(
@@ -188,6 +325,9 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> Non
         raise _NotReady(_describe_transport_error(exc)) from exc
     if response.status_code != 200:
         raise _NotReady(f"{response.status_code} {_excerpt(response.text)}".rstrip())
+    problem = readiness_problem(response.text)
+    if problem is not None:
+        raise _NotReady(f"200 but {problem}: {_excerpt(response.text)}")
 
 
 def _describe_transport_error(exc: httpx.TransportError) -> str:

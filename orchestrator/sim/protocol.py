@@ -4,8 +4,8 @@ Requests are OpenAI chat completions with ``tools``. The last user message of ea
 which tool to call with which arguments (``Step 2 of 3: call tool `grep` with arguments {...}``),
 the way the real agent repro's prompts pin down the expected call, so the client can check the
 answer exactly and the server knows what a correct answer is. The session id travels in the
-OpenAI ``user`` field. Arguments embed the session id, so text leaked from another session
-shows up as wrong values.
+OpenAI ``user`` field and in ``metadata.session_id`` (the real router drops ``user``). Arguments
+embed the session id, so text leaked from another session shows up as wrong values.
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ def parse_ask(body: object) -> ToolAsk:
     """Find what the request asks for: session from ``user``, the call from the last user turn."""
     if not isinstance(body, dict):
         raise ProtocolError("request body must be a JSON object")
-    session = body.get("user")
+    session = session_of(body)
     messages = body.get("messages")
-    if not isinstance(session, str) or not isinstance(messages, list):
-        raise ProtocolError("request needs 'user' (session id) and 'messages'")
+    if session is None or not isinstance(messages, list):
+        raise ProtocolError("request needs a session id ('user' or metadata.session_id) and 'messages'")
     users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     content = users[-1].get("content") if users else None
     match = _INSTRUCTION.search(content) if isinstance(content, str) else None
@@ -105,6 +105,18 @@ def parse_ask(body: object) -> ToolAsk:
     except ValueError as exc:
         raise ProtocolError(f"instruction arguments are not JSON: {exc}") from exc
     return ToolAsk(session, int(round_), int(rounds), tool, canonical_json(args))
+
+
+def session_of(body: dict[str, object]) -> str | None:
+    """The session id: OpenAI's ``user`` field, else ``metadata.session_id``. The real PD router
+    (sglang-router 0.3.2) drops ``user`` when it re-serialises a chat request but keeps
+    ``metadata``, so the repro sends both."""
+    session = body.get("user")
+    if isinstance(session, str):
+        return session
+    metadata = body.get("metadata")
+    session = metadata.get("session_id") if isinstance(metadata, dict) else None
+    return session if isinstance(session, str) else None
 
 
 def leaked_arguments(ask: ToolAsk, other: str | None, u: float) -> str:
@@ -156,3 +168,48 @@ def text_message(ask: ToolAsk) -> dict[str, object]:
         "role": "assistant",
         "content": f"I looked into step {ask.round}; `{ask.tool}` does not seem necessary.",
     }
+
+
+# ---- the SGLang worker API around the chat format (what the real PD router sends and reads) ----
+
+
+def check_bootstrap(payload: object) -> None:
+    """The fields a PD router adds to every request (bootstrap_host, bootstrap_port,
+    bootstrap_room) are optional, but when present they must have SGLang's types."""
+    if not isinstance(payload, dict):
+        raise ProtocolError("request body must be a JSON object")
+    kinds: dict[str, tuple[type, ...]] = {
+        "bootstrap_host": (str,),
+        "bootstrap_port": (int, type(None)),
+        "bootstrap_room": (int,),
+    }
+    for key, allowed in kinds.items():
+        value = payload.get(key)
+        if key in payload and (not isinstance(value, allowed) or isinstance(value, bool)):
+            raise ProtocolError(f"{key} must be {' or '.join(t.__name__ for t in allowed)}, got {value!r}")
+
+
+def max_new_tokens(payload: dict[str, object]) -> int:
+    """sampling_params.max_new_tokens of a /generate request (SGLang's default: 128)."""
+    params = payload.get("sampling_params")
+    value = params.get("max_new_tokens") if isinstance(params, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 128
+
+
+def generate_answer(request_id: str, prompt_tokens: int, completion_tokens: int) -> dict[str, object]:
+    """SGLang's /generate answer shape: text plus meta_info."""
+    return {
+        "text": " ok" * completion_tokens,
+        "meta_info": {
+            "id": request_id,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "finish_reason": {"type": "length", "length": completion_tokens},
+        },
+    }
+
+
+def model_info() -> dict[str, object]:
+    """/model_info without model_path or tokenizer_path: given one, the real router tries to load
+    a tokenizer for it (a download attempt, offline a warning)."""
+    return {"is_generation": True, "model_type": MODEL_NAME, "weight_version": VERSION}

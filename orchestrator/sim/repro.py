@@ -172,6 +172,7 @@ def _one_round(
     payload = {
         "model": protocol.MODEL_NAME,
         "user": session,
+        "metadata": {"session_id": session},  # the real PD router drops `user`, keeps `metadata`
         "messages": messages,
         "tools": protocol.tool_specs(),
         "max_tokens": work.max_tokens,

@@ -1,13 +1,20 @@
-"""Simulated SGLang prefill / decode servers and PD router (EDGE, stdlib only).
+"""Simulated SGLang prefill / decode servers, and a stand-in PD router (EDGE, stdlib only).
 
     python -m orchestrator.sim.server --role {prefill|decode|router} --port N [--host 127.0.0.1]
-        [--prefill-url URL --decode-url URL]   # router only
+        [--disaggregation-bootstrap-port N]      # prefill only (SGLang's flag)
+        [--prefill-url URL --decode-url URL]     # router only
 
-Flags come from the environment (see flags.py), as from a unit's EnvironmentFile=. The HTTP
-surface mirrors what orch must cope with on real hosts: worker /health is 503 while warming up,
-/get_server_info answers at once (so gating readiness on it is a bug orch must not have), the
-router's /health is 200 even with dead workers while /readiness tells the truth. The log goes to
-stdout, line by line and unbuffered, for the service manager to capture.
+Flags come from the environment (see flags.py), as from a unit's EnvironmentFile=. The workers
+speak the worker API the real PD router (`sglang-router`, which the embedded default runs in front
+of them) calls: /health (503 while warming up), /server_info and /model_info (and the older
+/get_server_info, /get_model_info: they answer at once, so gating readiness on them is a bug orch
+must not have), /get_load, and /generate and /v1/chat/completions with the bootstrap fields the
+router adds (prefill and decode both get the request; the client gets decode's answer). A prefill
+given a bootstrap port listens there too, as SGLang's does. The router's HTTP/2 probe on a worker
+port gets a 505 and a closed connection from http.server, never a hang. The stand-in router
+(`--role router`, for tests that need no real router) forwards the same way; its /health is 200
+even with dead workers while /readiness tells the truth. The log goes to stdout, line by line and
+unbuffered, for the service manager to capture.
 """
 
 from __future__ import annotations
@@ -138,6 +145,10 @@ class DecodeEngine:
         self._log(ask, key, batch, latency)
         return reply
 
+    def running_count(self) -> int:
+        with self.lock:
+            return len(self.running)
+
     def _enter(self, arguments_json: str) -> tuple[int, int]:
         with self.lock:
             rid = next(self.ids)
@@ -173,14 +184,20 @@ class DecodeEngine:
 
 
 class WorkerApp(App):
-    def __init__(self, cfg: SimConfig, log: Log) -> None:
+    def __init__(self, cfg: SimConfig, log: Log, bootstrap_port: int | None = None) -> None:
         self.cfg, self.log, self.warmup = cfg, log, Warmup(cfg, log)
         self.engine = DecodeEngine(cfg, log)
+        self.bootstrap_port = bootstrap_port
+        self.requests = itertools.count()
         self.routes = {
             ("GET", "/health"): self.health,
-            ("GET", "/get_server_info"): self.server_info,
+            ("GET", "/server_info"): self.server_info,
+            ("GET", "/get_server_info"): self.server_info,  # older SGLang's name
+            ("GET", "/model_info"): self.model_info,
+            ("GET", "/get_model_info"): self.model_info,  # older SGLang's name
+            ("GET", "/get_load"): self.load,
             ("GET", "/v1/models"): self.models,
-            ("POST", "/prefill"): self.prefill,
+            ("POST", "/generate"): self.generate,
             ("POST", "/v1/chat/completions"): self.chat,
         }
         self.routes = WorkerMetrics(cfg, self.engine).instrument(self.routes, Reply)  # + GET /metrics
@@ -195,33 +212,87 @@ class WorkerApp(App):
 
     def server_info(self, _body: bytes) -> Reply:
         # answers before warm-up ends, like SGLang: never a readiness signal
-        return Reply.json(200, server_info(self.cfg))
+        return Reply.json(200, server_info(self.cfg, **worker_args(self.cfg, self.bootstrap_port)))
+
+    def model_info(self, _body: bytes) -> Reply:
+        # no model_path: the real router would try to fetch a tokenizer for it
+        return Reply.json(200, protocol.model_info())
+
+    def load(self, _body: bytes) -> Reply:
+        return Reply.json(200, [{"dp_rank": 0, "num_reqs": self.engine.running_count(), "num_waiting_reqs": 0}])
 
     def models(self, _body: bytes) -> Reply:
         return Reply.json(200, {"object": "list", "data": [{"id": protocol.MODEL_NAME}]})
 
-    def prefill(self, body: bytes) -> Reply:
-        if self.cfg.role != "prefill":
-            return Reply.json(404, {"error": "not a prefill server"})
+    def _refuse(self, payload: object) -> Reply | None:
+        """503 while warming up, 400 for a body that is not an object or has bad bootstrap fields."""
         if not self.warmup.ready():
             return Reply.json(503, {"error": "server is warming up"})
+        try:
+            protocol.check_bootstrap(payload)
+        except protocol.ProtocolError as exc:
+            return Reply.json(400, {"error": str(exc)})
+        return None
+
+    def _prefill(self, body: bytes, payload: dict[str, object]) -> dict[str, object]:
+        """The prefill half of a PD request: a few ms per prompt, and a log line (the router
+        discards prefill's body; decode's is the answer)."""
         tokens = len(body) // 4
         rng = model.request_rng(self.cfg.seed, "prefill", str(len(body)), "latency")
         latency = model.prefill_latency_s(tokens, rng.random())
         time.sleep(latency)
-        self.log.line(f"prefill tokens={tokens} latency_ms={latency * 1000:.1f}")
-        return Reply.json(200, {"ok": True, "prompt_tokens": tokens})
+        self.log.line(f"prefill tokens={tokens} room={payload.get('bootstrap_room')} latency_ms={latency * 1000:.1f}")
+        return {"ok": True, "prompt_tokens": tokens}
+
+    def generate(self, body: bytes) -> Reply:
+        """SGLang's native /generate (orch's readiness probe sends one 1-token request here)."""
+        payload = _json_object(body)
+        refused = self._refuse(payload)
+        if refused is not None:
+            return refused
+        assert isinstance(payload, dict)
+        if self.cfg.role == "prefill":
+            prefilled = self._prefill(body, payload)
+            return Reply.json(200, protocol.generate_answer(f"p{next(self.requests)}", prefilled["prompt_tokens"], 0))
+        tokens = protocol.max_new_tokens(payload)
+        time.sleep(model.decode_latency_s(self.cfg, 1, 0.5))
+        self.log.line(f"decode generate tokens={tokens} room={payload.get('bootstrap_room')}")
+        return Reply.json(200, protocol.generate_answer(f"d{next(self.requests)}", len(body) // 4, tokens))
 
     def chat(self, body: bytes) -> Reply:
-        if self.cfg.role != "decode":
-            return Reply.json(404, {"error": "not a decode server"})
-        if not self.warmup.ready():
-            return Reply.json(503, {"error": "server is warming up"})
+        payload = _json_object(body)
+        refused = self._refuse(payload)
+        if refused is not None:
+            return refused
+        assert isinstance(payload, dict)
+        if self.cfg.role == "prefill":
+            return Reply.json(200, self._prefill(body, payload))
         try:
-            ask = protocol.parse_ask(json.loads(body))
-        except (ValueError, protocol.ProtocolError) as exc:
+            ask = protocol.parse_ask(payload)
+        except protocol.ProtocolError as exc:
             return Reply.json(400, {"error": str(exc)})
         return Reply.json(200, self.engine.generate(ask))
+
+
+def _json_object(body: bytes) -> object:
+    """The request body as JSON (None when it is not JSON: check_bootstrap then says 400)."""
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None
+
+
+def worker_args(cfg: SimConfig, bootstrap_port: int | None) -> dict[str, object]:
+    """Server arguments as SGLang's /server_info names them, for what the router and orch read."""
+    return {
+        "disaggregation_mode": cfg.role,
+        "disaggregation_bootstrap_port": bootstrap_port,
+        "disable_cuda_graph": not cfg.cuda_graph,
+        "cuda_graph_max_bs": cfg.cuda_graph_max_bs,
+        "max_running_requests": cfg.max_running_requests,
+        "tp_size": 1,
+        "dp_size": 1,
+    }
 
 
 def server_info(cfg: SimConfig, **extra: object) -> dict[str, object]:
@@ -233,6 +304,18 @@ def server_info(cfg: SimConfig, **extra: object) -> dict[str, object]:
         "warnings": list(cfg.warnings),
         **extra,
     }
+
+
+class BootstrapApp(App):
+    """A prefill's KV bootstrap port (SGLang: --disaggregation-bootstrap-port): decode servers ask
+    it where the prefill ranks are. Here it only answers, so the port is really open."""
+
+    def __init__(self, host: str, port: int) -> None:
+        info = {"rank_ip": host, "rank_port": port}
+        self.routes = {
+            ("GET", "/health"): lambda _b: Reply.json(200, {"status": "ok"}),
+            ("GET", "/route"): lambda _b: Reply.json(200, info),
+        }
 
 
 # ---- router ---------------------------------------------------------------------------------
@@ -285,8 +368,10 @@ class RouterApp(App):
             ("GET", "/health"): lambda _b: Reply.json(200, {"status": "ok"}),
             ("GET", "/readiness"): self.readiness,
             ("GET", "/get_server_info"): self.server_info,
-            ("POST", "/v1/chat/completions"): self.chat,
+            ("POST", "/v1/chat/completions"): lambda body: self.forward("/v1/chat/completions", body),
+            ("POST", "/generate"): lambda body: self.forward("/generate", body),
         }
+        self.rooms = itertools.count(1)
 
     def server_info(self, _body: bytes) -> Reply:
         return Reply.json(200, server_info(self.cfg, prefill_url=self.prefill.url, decode_url=self.decode.url))
@@ -302,12 +387,20 @@ class RouterApp(App):
                 return Reply.json(503, {"status": "not_ready", "reason": reason})
         return Reply.json(200, {"status": "ready"})
 
-    def chat(self, body: bytes) -> Reply:
+    def forward(self, path: str, body: bytes) -> Reply:
+        """Like the real PD router: both workers get the request with bootstrap fields added
+        (here one after the other), and the client gets decode's answer."""
         started = time.perf_counter()
-        for name, worker, path in (
-            ("prefill", self.prefill, "/prefill"),
-            ("decode", self.decode, "/v1/chat/completions"),
-        ):
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return Reply.json(400, {"error": "request body is not JSON"})
+        if not isinstance(payload, dict):
+            return Reply.json(400, {"error": "request body must be a JSON object"})
+        prefill = urlsplit(self.prefill.url)
+        payload.update(bootstrap_host=prefill.hostname, bootstrap_port=None, bootstrap_room=next(self.rooms))
+        body = json.dumps(payload).encode()
+        for name, worker in (("prefill", self.prefill), ("decode", self.decode)):
             try:
                 status, data = worker.post(path, body)
             except OSError as exc:
@@ -373,18 +466,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--role", choices=ROLES, required=True)
     parser.add_argument("--port", type=int, required=True, help="0 picks a free port")
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--disaggregation-bootstrap-port", type=int, help="prefill: also listen here (KV bootstrap)")
     parser.add_argument("--prefill-url")
     parser.add_argument("--decode-url")
     args = parser.parse_args(argv)
     if args.role == "router" and not (args.prefill_url and args.decode_url):
         parser.error("--role router needs --prefill-url and --decode-url")
+    if args.disaggregation_bootstrap_port is not None and args.role != "prefill":
+        parser.error("--disaggregation-bootstrap-port is a prefill flag")
     return args
 
 
 def build_app(role: Role, cfg: SimConfig, log: Log, args: argparse.Namespace) -> App:
     if role == "router":
         return RouterApp(cfg, log, args.prefill_url, args.decode_url)
-    return WorkerApp(cfg, log)
+    return WorkerApp(cfg, log, args.disaggregation_bootstrap_port)
+
+
+def serve_bootstrap(host: str, port: int | None) -> SimServer | None:
+    """A prefill's bootstrap port, served from a daemon thread (closed by the caller)."""
+    if port is None:
+        return None
+    server = SimServer((host, port), BootstrapApp(host, port))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
+    return server
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
@@ -402,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             log.line("fatal: SIM_FAIL_START is set, the model failed to load")
             return 1
         server = SimServer((args.host, args.port), build_app(args.role, cfg, log, args))
+        bootstrap = serve_bootstrap(args.host, args.disaggregation_bootstrap_port)
     except SimConfigError as exc:
         log.line(f"error: {exc}")
         return 2
@@ -420,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         log.line("stopping")
     finally:
         server.server_close()
+        if bootstrap is not None:
+            bootstrap.server_close()
     return 0
 
 

@@ -33,7 +33,7 @@ from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialR
 from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import VerifyRule
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
-from orchestrator.edges.health import HealthCheck, wait_all
+from orchestrator.edges.health import HealthCheck, probe_url, wait_all
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Sampler, Snapshot, Telemetry
 from orchestrator.edges.reported import check_reported, rules_by_role
@@ -170,14 +170,19 @@ class Services:
         """Wait on every role's health URL; a unit that dies meanwhile fails the wait at once.
 
         Roles that had to come back (restarted, or depending on one that was) tell the poller
-        how long their earlier waits took, and their wait is remembered for the next trial."""
+        how long their earlier waits took, and their wait is remembered for the next trial.
+        After any restart (and on the first trial, or after a failure), a router's wait ends only
+        when one generate through it succeeds (health.probe_url): a router that still believes in
+        a dead worker, or keeps out one that is back, must not receive the repro."""
         affected = dependants(self.deployment.testbed, restarted) if restarted else set()
+        probing = bool(restarted) or self.verify_all_next
         checks, alive = [], {}
         for role, h in self.deployment.hosts.items():
             timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
             earlier = self.ready_waits.get(role) if role in affected else None
             expected = (min(earlier), max(earlier)) if earlier else None
-            checks.append(HealthCheck(role, h.host.health, timeout, expected))
+            probe = probe_url(h.host.health) if probing else None
+            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe))
             alive[role] = alive_checker(h, since + self.guard.offset(role), self.stopping)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):

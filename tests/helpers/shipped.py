@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 def private_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
     shutil.copytree(REPO / "inventory" / "local", tmp_path / "local")
     text = (REPO / "inventory" / "local.yaml").read_text()
-    ports = free_ports(3)
-    for old, new in zip(("30000", "30001", "30002"), ports, strict=True):
+    ports = free_ports(5)  # prefill, router, decode, prefill's bootstrap port, the router's metrics port
+    for old, new in zip(("30000", "30001", "30002", "30003", "30004"), ports, strict=True):
         text = text.replace(old, str(new))
     path = tmp_path / "local.yaml"
     path.write_text(text)
