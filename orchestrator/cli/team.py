@@ -12,9 +12,9 @@ import argparse
 import io
 import json
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Literal
 
 from rich.console import Console
 from rich.markup import escape
@@ -95,6 +95,12 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         metavar="HH:MM",
         help="start no new trial after this local time (or ISO date-time); cut sweeps stay resumable",
     )
+    run.add_argument(
+        "--scheduled",
+        metavar="HH:MM",
+        help="(set by `orch schedule`) the time of day this run was scheduled at: --until counts from the "
+        "latest such time, and a run started after its window starts nothing",
+    )
     _webhook_arg(run)
     _reports_arg(run)
     _store_arg(run)
@@ -115,10 +121,32 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     when.add_argument(
         "--on-active", type=bounded_seconds(366 * 86400.0), metavar="SECONDS", help="once, this many seconds from now"
     )
-    ins.add_argument("--until", metavar="HH:MM", help="passed to `queue run --until`")
+    ins.add_argument(
+        "--until",
+        metavar="HH:MM",
+        help="the night's deadline, counted from the scheduled start (a late catch-up never runs into the day)",
+    )
     _webhook_arg(ins)
     _reports_arg(ins)
-    _scope_args(ins)
+    _store_arg(ins)
+    ins.add_argument(
+        "--system",
+        dest="scope",
+        action="store_const",
+        const="system",
+        help="the system manager, /etc/systemd/system (default for root)",
+    )
+    ins.add_argument(
+        "--user",
+        dest="run_user",
+        nargs="?",
+        const="",
+        metavar="NAME",
+        help="alone: the user's systemd manager (default when not root); with NAME: a system unit run as "
+        "NAME (User=NAME; root must name one, or --user root to mean it)",
+    )
+    ins.add_argument("--dry-run", action="store_true", help="print the units and the commands; install nothing")
+    ins.add_argument("--unit-dir", type=Path, help=argparse.SUPPRESS)  # tests, packaging
     ls = command(ss, "list", "list orch schedules and what systemd says about them", cmd_schedule_list)
     _scope_args(ls)
     rm = command(ss, "remove", "disable and delete a schedule", cmd_schedule_remove)
@@ -245,10 +273,12 @@ def cmd_queue_remove(args: argparse.Namespace) -> int:
 
 def cmd_queue_run(args: argparse.Namespace) -> int:
     from orchestrator.team.notify import check_urls
-    from orchestrator.team.queue import parse_until, run_queue
+    from orchestrator.team.queue import run_queue
 
     hooks = check_urls(args.webhook)
-    deadline = parse_until(args.until, datetime.now().astimezone()).timestamp() if args.until else None
+    deadline = _deadline(args)
+    if deadline == "missed":
+        return 0
     if deadline is not None:
         err.print(
             f"deadline: {datetime.fromtimestamp(deadline).astimezone().isoformat(timespec='seconds')}", markup=False
@@ -268,6 +298,28 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
     return result.exit_code
+
+
+def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
+    """--until as epoch seconds; with --scheduled, counted from the scheduled start, and
+    "missed" (said here) when this run started after its window ended."""
+    from orchestrator.errors import UsageError
+    from orchestrator.team.queue import parse_until, scheduled_window
+
+    now = datetime.now().astimezone()
+    if args.scheduled is None:
+        return parse_until(args.until, now).timestamp() if args.until else None
+    if not args.until:
+        raise UsageError("--scheduled needs --until", hint="it says when the window that --until ends began")
+    window = scheduled_window(args.until, args.scheduled, now)
+    if window.missed(now):
+        err.print(
+            f"[yellow]queue:[/yellow] the run scheduled at {window.start.isoformat(timespec='minutes')} had until "
+            f"{window.deadline.isoformat(timespec='minutes')}; it is {now.isoformat(timespec='minutes')}: nothing "
+            "starts (a missed night does not run into the day; the queue waits for the next window)"
+        )
+        return "missed"
+    return window.deadline.timestamp()
 
 
 def _queue_sweep(reports: Path) -> "QueueSweep":
@@ -340,12 +392,15 @@ def _scope(args: argparse.Namespace) -> str:
 
 
 def cmd_schedule_install(args: argparse.Namespace) -> int:
-    from orchestrator.team.notify import check_urls
+    from orchestrator.team.notify import check_urls, shown
+    from orchestrator.team.queue import STORE_ENV
     from orchestrator.team.schedule import (
         Schedule,
         check_calendar,
         check_name,
+        decide_run_as,
         default_unit_dir,
+        dry_run,
         install,
         package_root,
         this_python,
@@ -358,13 +413,11 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
         from orchestrator.errors import UsageError
 
         raise UsageError("--on-active must be > 0 seconds")
-    if args.until:
-        from orchestrator.team.queue import parse_until
-
-        parse_until(args.until, datetime.now().astimezone())  # bad input exits 2 now, not at 1 am
-    queue_args = ["--reports", str(args.reports.resolve())]
-    queue_args += ["--until", args.until] if args.until else []
-    scope = _scope(args)
+    scope, run_as = decide_run_as(args.scope, args.run_user, os.geteuid(), _me())
+    if run_as is not None:
+        _check_account(run_as)
+    queue_args = ["--reports", str(args.reports.resolve()), *_until_args(args)]
+    store = args.store or os.environ.get(STORE_ENV, "").strip() or None
     sched = Schedule(
         name,
         this_python(),
@@ -374,13 +427,67 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
         args.on_active,
         package_root(),
         check_urls(args.webhook),
+        run_as,
+        store,
     )
-    unit_dir = args.unit_dir or default_unit_dir(scope)  # type: ignore[arg-type]
-    paths = install(sched, scope, unit_dir)  # type: ignore[arg-type]
+    unit_dir = args.unit_dir or default_unit_dir(scope)
+    if args.dry_run:
+        out.print(dry_run(sched, scope, unit_dir, shown), markup=False, highlight=False, end="")
+        out.print("dry run: nothing was written or enabled", markup=False)
+        return 0
+    paths = install(sched, scope, unit_dir)
     out.print(escape(f"installed {sched.timer} ({scope}): " + ", ".join(str(p) for p in paths)))
     hooks = f" (webhooks: {len(sched.webhooks)}, in {sched.env_name}, mode 0600)" if sched.webhooks else ""
-    out.print(f"it runs `orch queue run {' '.join(queue_args)}` in {Path.cwd()}{hooks}", markup=False)
+    who = f" as {run_as}" if run_as else ""
+    out.print(f"it runs `orch queue run {' '.join(queue_args)}` in {Path.cwd()}{who}{hooks}", markup=False)
     return 0
+
+
+def _check_account(name: str) -> None:
+    import pwd
+
+    from orchestrator.errors import UsageError
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise UsageError(
+            f"--user {name}: no such user on this machine", hint="the account that runs the sweeps"
+        ) from None
+
+
+def _me() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def _until_args(args: argparse.Namespace) -> list[str]:
+    """`queue run` options for --until: a calendar schedule passes its time of day (--scheduled), so
+    the deadline counts from the scheduled start, not from whenever a late catch-up starts; a
+    one-shot (--on-active) gets the absolute deadline. Bad input exits 2 now, not at 1 am."""
+    from orchestrator.errors import UsageError
+    from orchestrator.team.queue import parse_until, scheduled_window
+    from orchestrator.team.schedule import scheduled_time_of_day
+
+    if not args.until:
+        return []
+    now = datetime.now().astimezone()
+    if args.on_calendar is None:
+        start = now + timedelta(seconds=args.on_active)
+        return ["--until", parse_until(args.until, start).isoformat(timespec="seconds")]
+    at = scheduled_time_of_day(args.on_calendar)
+    if at is None:
+        raise UsageError(
+            f"--until with --on-calendar {args.on_calendar!r}: it fires at several times of day, so a deadline "
+            "cannot be counted from its start",
+            hint="schedule one time a day (e.g. '*-*-* 01:00') or drop --until",
+        )
+    scheduled_window(args.until, at, now)  # checks --until
+    return ["--until", args.until, "--scheduled", at]
 
 
 def cmd_schedule_list(args: argparse.Namespace) -> int:

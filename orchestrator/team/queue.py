@@ -402,3 +402,42 @@ def parse_until(text: str, now: datetime) -> datetime:
             f"--until {text!r}: not a time", hint="write HH:MM (next such local time), HH:MM:SS or an ISO date-time"
         ) from None
     return at if at.tzinfo else at.replace(tzinfo=now.tzinfo)
+
+
+def time_of_day(text: str, what: str) -> tuple[int, int, int]:
+    """`HH:MM` or `HH:MM:SS` as (h, m, s); anything else is a usage error naming `what`."""
+    text = text.strip()
+    try:
+        at = datetime.strptime(text, "%H:%M:%S" if text.count(":") == 2 else "%H:%M")
+    except ValueError:
+        raise UsageError(f"{what} {text!r}: not a time of day", hint="write HH:MM or HH:MM:SS") from None
+    return at.hour, at.minute, at.second
+
+
+@dataclass(frozen=True)
+class Window:
+    """A scheduled run's window: from its scheduled start to its deadline (pure)."""
+
+    start: datetime
+    deadline: datetime
+
+    def missed(self, now: datetime) -> bool:
+        return now >= self.deadline
+
+
+def scheduled_window(until: str, scheduled: str, now: datetime) -> Window:
+    """The window of the run a timer scheduled at `scheduled` (time of day) that starts at `now`:
+    its start is the latest such time at or before `now`; its deadline the first `until` after
+    that start - never more than a day after it. A timer that catches up a missed night hours late
+    (Persistent=true) thus finds its window over, instead of running sweeps through the next day."""
+    h, m, s = time_of_day(scheduled, "--scheduled")
+    start = now.replace(hour=h, minute=m, second=s, microsecond=0)
+    if start > now:
+        start -= timedelta(days=1)
+    deadline = parse_until(until, start)
+    if deadline - start > timedelta(days=1):  # an ISO --until far away: the window still ends within a day
+        raise UsageError(
+            f"--until {until!r} is more than a day after the scheduled start {start.isoformat(timespec='minutes')}",
+            hint="a scheduled run's deadline is a time of day (HH:MM)",
+        )
+    return Window(start, deadline)

@@ -12,6 +12,7 @@ systemd and the real thing on the testbed hosts.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from orchestrator.errors import OrchError, UsageError
 
 Scope = Literal["system", "user"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 PREFIX = "orch-"
 MARK = "# written by `orch schedule install`"
 SYSTEMCTL_TIMEOUT_S = 60
@@ -50,6 +52,12 @@ class Schedule:
     on_active_s: float | None = None
     pythonpath: str | None = None  # where the orchestrator package lives
     webhooks: tuple[str, ...] = ()  # given to the queue as ORCH_WEBHOOKS, from a 0600 file
+    run_as: str | None = None  # User= of the service (a system unit run by root must name one)
+    store: str | None = None  # the queue's store (a URL may hold a password: ORCH_QUEUE_STORE in the 0600 file)
+
+    @property
+    def secrets(self) -> bool:
+        return bool(self.webhooks or self.store)
 
     @property
     def env_name(self) -> str:
@@ -89,11 +97,12 @@ def service_text(s: Schedule, unit_dir: Path) -> str:
     EnvironmentFile only its owner can read, never into the world-readable unit."""
     argv = [s.python, "-m", "orchestrator.cli.main", "queue", "run", *s.queue_args]
     env = f"Environment={quote_word('PYTHONPATH=' + s.pythonpath, dollars=False)}\n" if s.pythonpath else ""
-    if s.webhooks:
+    if s.secrets:
         env += f"EnvironmentFile={path_value(str(unit_dir / s.env_name))}\n"
+    user = f"User={s.run_as}\n" if s.run_as else ""
     return (
         f"{MARK}\n[Unit]\nDescription=orch queue run ({s.name})\n\n"
-        "[Service]\nType=oneshot\n"
+        f"[Service]\nType=oneshot\n{user}"
         f"WorkingDirectory={path_value(s.workdir)}\n"
         f"{env}Environment=PYTHONUNBUFFERED=1\n"
         f"ExecStart={' '.join(quote_word(a) for a in argv)}\n"
@@ -169,14 +178,21 @@ def check_calendar(spec: str) -> str:
 
 
 def env_text(s: Schedule) -> str:
-    """ORCH_WEBHOOKS for the queue, in the one form systemd and a shell read alike."""
-    for url in s.webhooks:
+    """ORCH_WEBHOOKS and ORCH_QUEUE_STORE for the queue, in the one form systemd and a shell read
+    alike."""
+    for url in (*s.webhooks, *([s.store] if s.store else [])):
         if any(c in url for c in ' \t"\\$`,') or not url.isprintable():
+            kind = "webhook URL" if url in s.webhooks else "queue store"
             raise UsageError(
-                f"webhook URL {url[:40]!r}… has blanks, quotes, commas or control characters",
+                f"{kind} {url[:40]!r}… has blanks, quotes, commas or control characters",
                 hint="percent-encode them",
             )
-    return f'{MARK}\nORCH_WEBHOOKS="{" ".join(s.webhooks)}"\n'
+    lines = [MARK]
+    if s.webhooks:
+        lines.append(f'ORCH_WEBHOOKS="{" ".join(s.webhooks)}"')
+    if s.store:
+        lines.append(f'ORCH_QUEUE_STORE="{s.store}"')
+    return "\n".join(lines) + "\n"
 
 
 def install(s: Schedule, scope: Scope, unit_dir: Path, systemctl: Systemctl = run_systemctl) -> list[Path]:
@@ -184,7 +200,7 @@ def install(s: Schedule, scope: Scope, unit_dir: Path, systemctl: Systemctl = ru
     enable + start the timer."""
     unit_dir.mkdir(parents=True, exist_ok=True)
     env = unit_dir / s.env_name
-    if s.webhooks:
+    if s.secrets:
         paths = [_write_atomic(env, env_text(s), mode=0o600)]
     else:
         paths = []
@@ -197,6 +213,64 @@ def install(s: Schedule, scope: Scope, unit_dir: Path, systemctl: Systemctl = ru
     _call(systemctl, scope, ["daemon-reload"])
     _call(systemctl, scope, ["enable", "--now", s.timer])
     return paths
+
+
+def dry_run(s: Schedule, scope: Scope, unit_dir: Path, shown: Callable[[str], str]) -> str:
+    """What `install` would write and run, written nowhere (pure). Secrets are shown masked."""
+    masked = dataclasses.replace(s, webhooks=tuple(shown(w) for w in s.webhooks))
+    parts = []
+    if s.secrets:
+        text = env_text(s)  # refuses what install would refuse
+        for secret in (*s.webhooks, *([s.store] if s.store else [])):
+            text = text.replace(secret, shown(secret))
+        parts.append((unit_dir / s.env_name, text + "# (mode 0600; secrets masked here)\n"))
+    parts += [(unit_dir / s.service, service_text(masked, unit_dir)), (unit_dir / s.timer, timer_text(s))]
+    ctl = "systemctl" + (" --user" if scope == "user" else "")
+    body = "".join(f"# ---- {path}\n{text}\n" for path, text in parts)
+    return f"{body}# ---- then: {ctl} daemon-reload && {ctl} enable --now {s.timer}\n"
+
+
+def decide_run_as(scope: Scope | None, user: str | None, euid: int, me: str) -> tuple[Scope, str | None]:
+    """(scope, User=) for `schedule install` (pure). `--user` alone is the caller's user manager;
+    `--user NAME` a system unit run as NAME. Root installing a system unit must name the account:
+    sweeps run as root otherwise, which nobody should get by accident (`--user root` says so)."""
+    if user == "":  # `--user` without a name: the user manager, as before
+        if scope == "system":
+            raise UsageError(
+                "--user (the user manager) and --system conflict", hint="--user NAME runs a system unit as NAME"
+            )
+        return "user", None
+    if user is not None:
+        if not USER_NAME.match(user):
+            raise UsageError(f"--user {user!r} is not a user name")
+        if euid != 0 and scope != "system":
+            if user != me:
+                raise UsageError(f"--user {user}: only root installs a schedule that runs as another user")
+            return "user", None
+        return "system", user
+    chosen: Scope = scope or ("system" if euid == 0 else "user")
+    if chosen == "system" and euid == 0:
+        raise UsageError(
+            "as root, this schedule would run every queued sweep as root (no User= in the service)",
+            hint="pass --user NAME (the account that owns the reports and the checkout), or --user root to mean it",
+        )
+    return chosen, None
+
+
+def scheduled_time_of_day(spec: str) -> str | None:
+    """The one time of day a calendar spec fires at (HH:MM:SS), or None when it fires at several
+    or systemd cannot tell. systemd-analyze normalizes the spec (daily -> *-*-* 00:00:00)."""
+    normalized = spec.strip()
+    tool = shutil.which("systemd-analyze")
+    if tool is not None:
+        proc = subprocess.run([tool, "calendar", spec], capture_output=True, text=True, timeout=30)
+        found = re.search(r"Normalized form: (.*)", proc.stdout)
+        normalized = found.group(1).strip() if found else normalized
+    clock = re.search(r"(?:^|\s)(\d{1,2}):(\d{2})(?::(\d{2}))?$", normalized)
+    if clock is None:
+        return None
+    h, m, sec = clock.group(1), clock.group(2), clock.group(3) or "00"
+    return f"{int(h):02d}:{m}:{sec}"
 
 
 def remove(name: str, scope: Scope, unit_dir: Path, systemctl: Systemctl = run_systemctl) -> list[Path]:

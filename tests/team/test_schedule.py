@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Sequence
 
@@ -13,11 +14,13 @@ import pytest
 from orchestrator.cli.main import main
 from orchestrator.edges.transport import Result
 from orchestrator.errors import UsageError
+from orchestrator.team.queue import scheduled_window
 from orchestrator.team.schedule import (
     Schedule,
     ScheduleError,
     check_calendar,
     check_name,
+    decide_run_as,
     describe,
     install,
     installed,
@@ -183,3 +186,154 @@ def test_cli_bad_calendar_exits_2_and_writes_nothing(tmp_path: Path, capsys: pyt
 def test_cli_list_without_schedules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["schedule", "list", "--user", "--unit-dir", str(tmp_path)]) == 0
     assert "no orch schedules" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------- issue 16: dry run, User=, windows
+def test_service_names_its_user_only_when_given() -> None:
+    assert "\nUser=alice\n" in service_text(replace(SCHED, run_as="alice"), Path("/etc/systemd/system"))
+    assert "User=" not in service_text(SCHED, Path("/etc/systemd/system"))
+
+
+@pytest.mark.parametrize(
+    ("scope", "user", "euid", "expected"),
+    [
+        (None, None, 1000, ("user", None)),  # not root: the user manager, as before
+        (None, "", 1000, ("user", None)),  # `--user` alone
+        (None, "alice", 1000, ("user", None)),  # `--user ME`
+        (None, "root", 0, ("system", "root")),  # root, explicitly
+        (None, "bob", 0, ("system", "bob")),
+        ("system", "bob", 0, ("system", "bob")),
+        (None, "", 0, ("user", None)),  # root's own user manager: its choice, said with --user
+    ],
+)
+def test_who_runs_the_sweeps(scope: str | None, user: str | None, euid: int, expected: tuple[str, str | None]) -> None:
+    assert decide_run_as(scope, user, euid, "alice") == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("scope", "user", "euid", "message"),
+    [
+        (None, None, 0, "would run every queued sweep as root"),  # the accident the issue found
+        ("system", None, 0, "would run every queued sweep as root"),
+        (None, "bob", 1000, "only root"),
+        ("system", "", 0, "conflict"),
+        (None, "bad name", 0, "not a user name"),
+        (None, "-x", 0, "not a user name"),
+    ],
+)
+def test_who_runs_the_sweeps_refusals(scope: str | None, user: str | None, euid: int, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        decide_run_as(scope, user, euid, "alice")  # type: ignore[arg-type]
+
+
+def as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+
+
+def test_cli_dry_run_prints_the_units_and_installs_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_root(monkeypatch)
+    units = tmp_path / "units"
+    args = ["schedule", "install", "nightly", "--on-calendar", "*-*-* 01:00", "--until", "07:00"]
+    args += ["--webhook", "https://hooks.example/T/B/secret", "--user", "nobody", "--unit-dir", str(units)]
+    assert main([*args, "--store", "postgresql://orch:pw@db/q", "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert f"# ---- {units / 'orch-nightly.service'}" in printed and "\nUser=nobody\n" in printed
+    assert "OnCalendar=*-*-* 01:00\nPersistent=true" in printed
+    exec_line = next(ln for ln in printed.splitlines() if ln.startswith("ExecStart="))
+    assert systemd_words(exec_line)[-4:] == ["--until", "07:00", "--scheduled", "01:00:00"]
+    assert "ORCH_QUEUE_STORE=" in printed and ":pw@" not in printed and "/B/secret" not in printed
+    assert "systemctl daemon-reload && systemctl enable --now orch-nightly.timer" in printed
+    assert "nothing was written" in printed and not units.exists()
+
+
+def test_cli_root_without_a_user_is_refused_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_root(monkeypatch)
+    units = tmp_path / "units"
+    code = main(
+        ["schedule", "install", "nightly", "--on-calendar", "*-*-* 01:00", "--system", "--unit-dir", str(units)]
+    )
+    assert code == 2 and "--user root" in capsys.readouterr().err and not units.exists()
+
+
+def test_cli_unknown_account_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    as_root(monkeypatch)
+    args = ["schedule", "install", "n", "--on-calendar", "*-*-* 01:00", "--user", "no-such-user-x"]
+    assert main([*args, "--unit-dir", str(tmp_path / "u")]) == 2
+    assert "no such user" in capsys.readouterr().err and not (tmp_path / "u").exists()
+
+
+def test_cli_until_needs_one_time_of_day(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["schedule", "install", "n", "--on-calendar", "*-*-* 01,13:00", "--until", "07:00", "--user"]
+    assert main([*args, "--unit-dir", str(tmp_path / "u"), "--dry-run"]) == 2
+    assert "several times of day" in capsys.readouterr().err
+
+
+def test_cli_one_shot_gets_an_absolute_deadline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["schedule", "install", "n", "--on-active", "60", "--until", "07:00", "--user", "--dry-run"]
+    assert main([*args, "--unit-dir", str(tmp_path / "u")]) == 0
+    exec_line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("ExecStart="))
+    until = systemd_words(exec_line)[-1]
+    deadline = datetime.fromisoformat(until)
+    start = datetime.now().astimezone() + timedelta(seconds=60)
+    assert deadline.strftime("%H:%M") == "07:00" and timedelta(0) < deadline - start <= timedelta(days=1)
+
+
+LOCAL = timezone(timedelta(hours=1))
+
+
+def at(day: int, hour: int, minute: int = 0, second: int = 0) -> datetime:
+    return datetime(2026, 12, day, hour, minute, second, tzinfo=LOCAL)
+
+
+@pytest.mark.parametrize(
+    ("scheduled", "now", "start", "deadline", "missed"),
+    [
+        ("01:00", at(2, 1, 0, 5), at(2, 1), at(2, 7), False),  # on time
+        ("01:00", at(2, 6, 59), at(2, 1), at(2, 7), False),  # a late catch-up still inside its window
+        ("01:00", at(2, 9), at(2, 1), at(2, 7), True),  # Persistent=true at 09:00 after a night off: nothing
+        ("01:00", at(2, 0, 30), at(1, 1), at(1, 7), True),  # before tonight's start: yesterday's window, over
+        ("22:30", at(1, 22, 30, 1), at(1, 22, 30), at(2, 7), False),  # the window spans midnight
+        ("22:30", at(2, 8), at(1, 22, 30), at(2, 7), True),  # booted the next morning
+        ("07:00", at(2, 7), at(2, 7), at(3, 7), False),  # --until equal to the start: a whole day, no more
+    ],
+)
+def test_the_window_counts_from_the_scheduled_start(
+    scheduled: str, now: datetime, start: datetime, deadline: datetime, missed: bool
+) -> None:
+    window = scheduled_window("07:00", scheduled, now)
+    assert (window.start, window.deadline, window.missed(now)) == (start, deadline, missed)
+
+
+def test_a_deadline_is_never_more_than_a_day_from_the_scheduled_start() -> None:
+    for hour in range(24):
+        for minute in (0, 17, 59):
+            now = at(2, hour, minute)
+            for scheduled, until in (("01:00", "07:00"), ("22:30", "06:00"), ("07:00", "07:00"), ("23:59", "00:00")):
+                w = scheduled_window(until, scheduled, now)
+                assert w.start <= now and timedelta(0) < w.deadline - w.start <= timedelta(days=1)
+    with pytest.raises(UsageError, match="more than a day"):
+        scheduled_window("2026-12-09T07:00", "01:00", at(2, 1))
+    with pytest.raises(UsageError, match="--scheduled"):
+        scheduled_window("07:00", "1am", at(2, 1))
+
+
+def test_cli_a_run_started_after_its_window_starts_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the timer runs after a missed night: the queue is left as it is for the next window."""
+    from orchestrator.team.queue import Queue
+
+    reports = tmp_path / "reports"
+    with Queue.in_reports(reports) as q:
+        item = q.add(Path("/m/x.yaml"), Path("/i/y.yaml"), None)
+    now = datetime.now().astimezone()
+    scheduled, until = (now - timedelta(hours=3)).strftime("%H:%M"), (now - timedelta(hours=1)).strftime("%H:%M")
+    assert main(["queue", "run", "--reports", str(reports), "--until", until, "--scheduled", scheduled]) == 0
+    assert "nothing starts" in capsys.readouterr().err
+    with Queue.in_reports(reports) as q:
+        assert q.get(item.id).state == "queued" and q.get(item.id).message == ""
+    assert main(["queue", "run", "--reports", str(reports), "--scheduled", scheduled]) == 2  # needs --until
