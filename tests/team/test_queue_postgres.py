@@ -243,42 +243,58 @@ def test_a_controller_whose_connection_is_cut_reconnects_and_finishes(
 
 
 # ---------------------------------------------------------------------------- real sweeps
-def test_two_orch_controllers_complete_a_shared_queue_of_sim_sweeps(pg_url: str, tmp_path: Path) -> None:
-    """The issue's "done when": two `orch queue run --store URL` processes, one PostgreSQL queue,
-    four real simulator sweeps on two testbeds: each runs exactly once, all complete, hosts are
-    restored. The matrices are deleted after `queue add`: the queue runs its copies."""
+def test_orch_controllers_complete_a_shared_queue_of_sim_sweeps_after_one_is_killed(
+    pg_url: str, tmp_path: Path, postgres: PgServer
+) -> None:
+    """The issue's "done when": `orch queue run --store URL` controllers on one PostgreSQL queue,
+    three real simulator sweeps on two testbeds. The first controller is killed (-9) inside its
+    first sweep; two more then complete the queue together: the killed sweep is resumed (its
+    finished trial not rerun), every item runs once, all complete, hosts are restored. The
+    matrices are deleted after `queue add`: the queue runs its copies."""
     sites = []
     for name in ("bed-a", "bed-b"):
         site = make_site(tmp_path / name)
         site.inventory.write_text(inventory_text(site.ports, testbed=name))  # type: ignore[arg-type]
         sites.append(site)
     reports = tmp_path / "reports"
-    for k, site in enumerate([*sites, *sites]):  # in-process `orch queue add` (a new process costs seconds)
+    for k, site in enumerate([sites[0], sites[1], sites[0]]):  # in-process `queue add`: a process costs seconds
         matrix = tmp_path / f"m{k}.yaml"
         matrix.write_text(matrix_text(f"shared{k}"))
-        assert (
-            main(["queue", "add", str(matrix), "-i", str(site.inventory), "--reports", str(reports), "--store", pg_url])
-            == 0
-        )
+        args = ["queue", "add", str(matrix), "-i", str(site.inventory), "--reports", str(reports), "--store", pg_url]
+        assert main(args) == 0
         matrix.unlink()
-    runners = [
-        start_orch(
-            "queue", "run", "--store", pg_url, "--reports", str(reports), cwd=tmp_path, log=tmp_path / f"c{k}.log"
-        )
-        for k in range(2)
-    ]
+
+    def controller_run(name: str) -> subprocess.Popen[bytes]:
+        args = ("queue", "run", "--store", pg_url, "--reports", str(reports))
+        return start_orch(*args, cwd=tmp_path, log=tmp_path / f"{name}.log")
+
+    doomed = controller_run("doomed")
+    try:
+        wait_for(lambda: "[1/2]" in (tmp_path / "doomed.log").read_text(), timeout=120)  # inside its first sweep
+    finally:
+        doomed.send_signal(signal.SIGKILL)  # by PID: the controller this test started
+        doomed.wait(timeout=30)
+    wait_for(lambda: sessions_of(postgres, pg_url, doomed.pid) == [])
+    runners = [controller_run(f"c{k}") for k in range(2)]
     for r in runners:
         r.wait(timeout=240)
     logs = [(tmp_path / f"c{k}.log").read_text() for k in range(2)]
     assert [r.returncode for r in runners] == [0, 0], logs
     with quiet(pg_url) as q:
         items = q.items()
-    assert [i.state for i in items] == ["completed"] * 4, [(i.state, i.message) for i in items]
-    run_dirs = {i.run_dir for i in items}
-    assert len(run_dirs) == 4 and all(
-        json.loads((Path(d) / "run.json").read_text())["status"] == "completed" for d in run_dirs
-    )  # type: ignore[arg-type]
-    assert sum(log.count(": starting") for log in logs) == 4
-    assert all(": starting" in log for log in logs), "one controller ran nothing: not shared"
+    assert [i.state for i in items] == ["completed"] * 3, [(i.state, i.message) for i in items]
+    killed = items[0]
+    assert "item 1 (m0.yaml): starting" in (tmp_path / "doomed.log").read_text()
+    assert sum(log.count("item 1 (m0.yaml): resuming") for log in logs) == 1
+    assert sum(log.count(": starting") for log in logs) == 2  # items 2 and 3, once each
+    run_dirs = [Path(i.run_dir or "") for i in items]
+    assert len(set(run_dirs)) == 3 and sorted(p.name for p in reports.iterdir() if p.is_dir()) == sorted(
+        p.name for p in run_dirs
+    )
+    assert all(json.loads((d / "run.json").read_text())["status"] == "completed" for d in run_dirs)
+    journal = [json.loads(line) for line in (run_dirs[0] / "journal.jsonl").read_text().splitlines()]
+    finished = [r["trial"] for r in journal if r.get("status") in ("completed", "failed")]
+    assert sorted(finished) == [0, 1], finished  # trial 0 (done before the kill) was not run again
+    assert killed.run_dir == str(run_dirs[0])
     for site in sites:
         assert site.env_files_unchanged() == [] and site.listening() == []
