@@ -53,13 +53,17 @@ def router_argv(
     ]
 
 
+# The router's env file. SPT_NOENV=1: the router retitles its process (setproctitle), which by
+# default overwrites the memory /proc/PID/environ reads, so orch could not verify its environment.
+ROUTER_ENV = "# sglang-router takes its settings on the command line\nNO_COLOR=1\nSPT_NOENV=1\n"
+
 ENV_FILES = {
     "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.3\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
     "decode.env": (
         "# decode flags\nSIM_WARMUP_S=0.3\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n"
         'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\nSGLANG_EXTRA_ARGS=""\n'
     ),
-    "router.env": "NO_COLOR=1\n",
+    "router.env": ROUTER_ENV,
 }
 
 

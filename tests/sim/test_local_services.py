@@ -185,6 +185,25 @@ def test_a_later_manager_adopts_the_unit_from_its_pid_file(managers: Factory, tm
     assert first.state(unit.name).active_state == "inactive"
 
 
+def test_a_later_manager_adopts_a_unit_that_retitled_itself(managers: Factory, tmp_path: Path) -> None:
+    """The real sglang-router sets its process title (cmdline `sglang::router`): the pid file's
+    start time, not the command line, tells a later orch (restore after a crash) it is the unit."""
+    retitle = "import setproctitle, time; setproctitle.setproctitle('sglang::router'); time.sleep(60)"
+    unit = LocalUnit("router", (sys.executable, "-c", retitle), env_file(tmp_path, "NO_COLOR=1\n", "router.env"))
+    first = managers(unit)
+    first.restart(unit.name)
+    pid = first.state(unit.name).main_pid
+    wait_until(lambda: Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sglang::router"), timeout=10)
+    later = managers(unit)
+    assert later.state(unit.name).main_pid == pid
+    (tmp_path / "state" / "router.start").write_text("1\n")  # another process's start time: a recycled pid
+    assert managers(unit).state(unit.name).main_pid is None
+    (tmp_path / "state" / "router.start").write_text(f"{local_mod._start_ticks(pid or 0)}\n")
+    later.stop(unit.name)
+    wait_until(lambda: not pid_running(pid or 0), timeout=5)
+    assert not (tmp_path / "state" / "router.start").exists() and not (tmp_path / "state" / "router.pid").exists()
+
+
 def test_a_pid_file_naming_another_process_is_never_trusted(managers: Factory, tmp_path: Path) -> None:
     stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:

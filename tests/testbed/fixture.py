@@ -14,8 +14,11 @@ Units on the hosts (all started at boot):
                                               . /etc/sglang/decode-shell.env; exec python ...'
   router   sglang-router              :30001  -> prefill :30000, decode :30002
   router   sglang-router-shell        :30011  -> prefill :30000, decode-shell :30012
-The inventory has two testbeds: `dsv4-pd` (systemd dialect everywhere) and `dsv4-pd-shell`
-(decode in the shell dialect, through its own router; prefill is shared).
+  router   sglang-router-real         :30021  the REAL sglang-router (PD mode, metrics :30024)
+                                              -> prefill :30000, decode :30002
+The inventory has three testbeds: `dsv4-pd` (systemd dialect everywhere), `dsv4-pd-shell`
+(decode in the shell dialect, through its own router; prefill is shared) and `dsv4-pd-real`
+(as dsv4-pd, behind the real router, which checks its workers every 60 s, its default).
 
 The hosts run the test process's own interpreter and checkout. Both may live where the host
 sees a fresh tmpfs (/root, /tmp) or outside the root filesystem, so they are bind-mounted
@@ -45,6 +48,7 @@ from typing import Callable, Iterator, Literal
 
 import pytest
 import yaml
+from helpers.real_router import ROUTER_ENV, router_argv
 
 SCRIPT = Path(__file__).resolve().with_name("testbed.sh")
 WARMUP_S = 0.3
@@ -73,6 +77,7 @@ class SimUnit:
     dialect: Dialect = "systemd"
     upstream: tuple[str, str] | None = None  # router: (prefill url, decode url)
     health_path: str = "/health"
+    real_router: bool = False  # the real sglang-router, not the simulator's stand-in
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,15 @@ def layout(net: str) -> tuple[TestbedHost, ...]:
                     upstream=(pre, f"{dec}:30012"),
                     health_path="/readiness",
                 ),
+                SimUnit(
+                    "sglang-router-real",
+                    "router",
+                    30021,
+                    "/etc/sglang/router-real.env",
+                    upstream=(pre, f"{dec}:30002"),
+                    health_path="/readiness",
+                    real_router=True,
+                ),
             ),
         ),
         TestbedHost(
@@ -226,6 +240,8 @@ def layout(net: str) -> tuple[TestbedHost, ...]:
 
 def env_file_text(unit: SimUnit) -> str:
     """Initial flags, like inventory/local/*.env; `export` lines for the shell dialect."""
+    if unit.real_router:
+        return ROUTER_ENV
     values = [("SIM_WARMUP_S", f"{WARMUP_S}"), ("SIM_SEED", "7")]
     if unit.role != "router":
         values.append(("SGLANG_DSV4_BF16_INDEX_K", "1"))
@@ -241,7 +257,10 @@ def env_file_text(unit: SimUnit) -> str:
 def unit_file_text(unit: SimUnit, python: str, checkout: Path) -> str:
     """A unit like the real deployment's: Type=exec, restart on failure, default start limit."""
     argv = [python, "-m", "orchestrator.sim.server", "--role", unit.role, "--port", str(unit.port), "--host", "0.0.0.0"]
-    if unit.upstream:
+    if unit.real_router and unit.upstream:
+        pre, dec = unit.upstream
+        argv = router_argv(python, pre, dec, host="0.0.0.0", port=unit.port, metrics_port=unit.port + 3)
+    elif unit.upstream:
         argv += ["--prefill-url", unit.upstream[0], "--decode-url", unit.upstream[1]]
     if unit.dialect == "shell":
         inner = f"set -a; . {unit.env_file}; exec " + " ".join(_sh_quote(a) for a in argv)
@@ -250,7 +269,8 @@ def unit_file_text(unit: SimUnit, python: str, checkout: Path) -> str:
         exec_start, env_line = " ".join(_sd_quote(a) for a in argv), f"EnvironmentFile={unit.env_file}\n"
     return (
         "[Unit]\n"
-        f"Description=orch testbed: simulated {unit.role} ({unit.dialect} dialect)\n"
+        f"Description=orch testbed: {'real sglang-router' if unit.real_router else 'simulated ' + unit.role} "
+        f"({unit.dialect} dialect)\n"
         "DefaultDependencies=no\nAfter=systemd-journald.socket\n"
         "[Service]\nType=exec\n"
         f"{env_line}"
@@ -320,6 +340,9 @@ def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Pa
                 "sglang-dsv4-decode-shell",
                 "sglang-router-shell",
                 "same hosts; decode reads `export KEY=VALUE` through a wrapper shell",
+            ),
+            "dsv4-pd-real": testbed(
+                "sglang-dsv4-decode", "sglang-router-real", "same hosts; the router role is the real sglang-router"
             ),
         }
     }

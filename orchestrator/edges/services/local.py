@@ -8,8 +8,11 @@ own session so stopping it kills its whole process group, and output is appended
 unit with a marker line at each start.
 
 A pid file per unit lets a later orch process (``orch restore`` after a crash) find and stop a
-unit; the pid is trusted only if /proc/PID/cmdline is still that unit's command line, so a
-recycled pid is never killed. ``stop_all`` (also registered with atexit) leaves no orphans.
+unit; the pid is trusted only if it is still the process orch started - the same start time
+(``<unit>.start``, from /proc/PID/stat) and its own process group - so a recycled pid is never
+killed. The start time, not /proc/PID/cmdline, because programs may retitle themselves (the real
+sglang-router's cmdline reads ``sglang::router``); a pid file without one falls back to the
+command line. ``stop_all`` (also registered with atexit) leaves no orphans.
 
 logs_since() emulates ``journalctl --since``: the manager records (time, log size) checkpoints
 at each start and each call it gets, and returns the log from the last checkpoint at or before
@@ -114,6 +117,9 @@ class LocalServiceManager:
     def pid_path(self, unit: str) -> Path:
         return self.state_dir / f"{unit}.pid"
 
+    def start_path(self, unit: str) -> Path:
+        return self.state_dir / f"{unit}.start"
+
     # ---------------------------------------------------------------- protocol
     def exists(self, unit: str) -> bool:
         return unit in self.units
@@ -214,8 +220,7 @@ class LocalServiceManager:
         for name, rt in self._rt.items():
             if rt.proc is not None and rt.proc in alive:
                 rt.stopped_by_us = True
-                with contextlib.suppress(OSError):
-                    self.pid_path(name).unlink()
+                self._forget_pid(name)
 
     # ---------------------------------------------------------------- start / stop
     def _start(self, unit: str) -> float:
@@ -247,6 +252,8 @@ class LocalServiceManager:
             # this marker, is what delimits one run's output from the next
             log.write(f"-- started {unit} pid={proc.pid} at {stamp}\n".encode())
         self.pid_path(unit).write_text(f"{proc.pid}\n")
+        with contextlib.suppress(OSError):  # the process exists since Popen returned: its start time is fixed
+            self.start_path(unit).write_text(f"{_start_ticks(proc.pid)}\n")
         return started
 
     def _start_failed(self, unit: str, status: int, result: str, why: str, exc: Exception) -> NoReturn:
@@ -277,8 +284,12 @@ class LocalServiceManager:
                 self._wait_gone(rt, pid, STOP_TIMEOUT_S)
             _signal_group(pid, signal.SIGKILL)  # children that outlived the leader
             rt.stopped_by_us = True
-        with contextlib.suppress(OSError):
-            self.pid_path(unit).unlink()
+        self._forget_pid(unit)
+
+    def _forget_pid(self, unit: str) -> None:
+        for path in (self.pid_path(unit), self.start_path(unit)):
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     @staticmethod
     def _wait_gone(rt: _Runtime, pid: int, timeout: float) -> bool:
@@ -309,12 +320,18 @@ class LocalServiceManager:
 
     def _is_unit_process(self, unit: str, pid: int) -> bool:
         try:
-            cmdline = _cmdline(pid)
-            pgid = os.getpgid(pid)
+            started = self.start_path(unit).read_text().strip()
         except OSError:
+            started = ""
+        try:
+            if started:
+                same = started == str(_start_ticks(pid))
+            else:  # a pid file from before start times were kept: the command line must match
+                argv = tuple(a.decode(errors="surrogateescape") for a in _cmdline(pid).split(b"\0")[:-1])
+                same = argv == self.units[unit].command
+            return same and os.getpgid(pid) == pid and _pid_running(pid)
+        except (OSError, ValueError, IndexError):
             return False
-        argv = tuple(a.decode(errors="surrogateescape") for a in cmdline.split(b"\0")[:-1])
-        return argv == self.units[unit].command and pgid == pid and _pid_running(pid)
 
     # ---------------------------------------------------------------- logs
     def _runtime(self, unit: str) -> _Runtime:
@@ -373,6 +390,13 @@ def _cmdline(pid: int) -> bytes:
         if cmdline or time.monotonic() > deadline or not _pid_running(pid):
             return cmdline
         time.sleep(0.005)
+
+
+def _start_ticks(pid: int) -> int:
+    """When the process started (clock ticks since boot: /proc/PID/stat field 22); a pid that is
+    reused later belongs to a process with another start time."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
