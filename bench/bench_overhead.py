@@ -233,6 +233,7 @@ class Settings:
     health_timeout_s: float
     python: str
     workdir: Path
+    server_metrics: str = ""  # orch's matrix `metrics:` section (empty: none), e.g. "{}" or "{sample_interval: 0.5}"
 
 
 @dataclass(frozen=True)
@@ -516,7 +517,7 @@ def matrix_text(s: Settings, times: Path) -> str:
           timeout: 120
           metrics:
             corruption: {{kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}}
-        """)
+        """) + (f"metrics: {s.server_metrics}\n" if s.server_metrics else "")
 
 
 def run_orch(target: Target, s: Settings) -> tuple[list[Sample], list[tuple[str, float]]]:
@@ -698,6 +699,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="seconds between the peers' health polls (DESIGN.md's loop sleeps 5)",
     )
     p.add_argument("--health-timeout", type=float, default=60.0)
+    p.add_argument(
+        "--server-metrics",
+        default="",
+        metavar="YAML",
+        help="orch scrapes server metrics: the matrix's `metrics:` section, e.g. '{}' (workers' /metrics before and "
+        "after each repro) or '{sample_interval: 0.5}'",
+    )
     p.add_argument("--ansible-venv", type=Path, default=DEFAULT_ANSIBLE_VENV)
     p.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
     args = p.parse_args(argv)
@@ -723,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         args.health_timeout,
         sys.executable,
         workdir,
+        args.server_metrics,
     )
     playbook = ensure_ansible(args.ansible_venv, sys.executable) if "ansible" in args.tools else None
     load0 = os.getloadavg()

@@ -12,6 +12,7 @@ per run; a host without one says so once (in the run's provenance), and is never
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -133,13 +134,23 @@ class Telemetry:
         return out
 
     def _scrape(self, target: Target) -> Scrape | str:
+        """One endpoint, within `timeout` in all (httpx's timeout is per read: a server that
+        trickles its answer is cut off at the deadline, and at MAX_BYTES)."""
+        deadline = time.monotonic() + self.config.timeout_s
         try:
-            answer = self.client.get(target.url, timeout=self.config.timeout_s, headers={"Accept": ACCEPT})
-            if answer.status_code != 200:
-                return f"{target.url}: HTTP {answer.status_code}"
-            if len(answer.content) > MAX_BYTES:
-                return f"{target.url}: more than {MAX_BYTES} bytes"
-            return parse(answer.text, target.keep, where=target.url)
+            with self.client.stream(
+                "GET", target.url, timeout=self.config.timeout_s, headers={"Accept": ACCEPT}
+            ) as answer:
+                if answer.status_code != 200:
+                    return f"{target.url}: HTTP {answer.status_code}"
+                body = bytearray()
+                for chunk in answer.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_BYTES:
+                        return f"{target.url}: more than {MAX_BYTES} bytes"
+                    if time.monotonic() > deadline:
+                        return f"{target.url}: no complete answer within {self.config.timeout_s:g} s"
+            return parse(body.decode("utf-8", errors="replace"), target.keep, where=target.url)  # the format is UTF-8
         except httpx.HTTPError as exc:
             return f"{target.url}: {type(exc).__name__}: {exc}"[:300]
         except ScrapeError as exc:
