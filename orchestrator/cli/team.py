@@ -35,6 +35,7 @@ SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
 
 if TYPE_CHECKING:
+    from orchestrator.team.livestatus import Snapshot
     from orchestrator.team.overnight import QueueSweep
     from orchestrator.team.queue import QueueItem, SweepOutcome
     from orchestrator.team.queuestore import QueueStore
@@ -53,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     st = command(sub, "status", "show running sweeps and the queue", cmd_status)
     _reports_arg(st)
+    _store_arg(st)
     st.add_argument("--json", action="store_true", help="print the same JSON as /api/status")
     nt = command(sub, "notify", "send a run's summary to webhooks (e.g. after `orch run`)", cmd_notify)
     nt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -545,7 +547,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from orchestrator.team.livestatus import snapshot
     from orchestrator.team.serve import status_json
 
-    snap = snapshot(args.reports)
+    snap = _with_shared_queue(snapshot(args.reports), args)
     if args.json:
         out.print_json(json.dumps(status_json(snap)))
         return 0
@@ -581,6 +583,35 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         _print_table(queue)
     return 0
+
+
+def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot":
+    """The status with the queue read from a server store (--store / $ORCH_QUEUE_STORE), where
+    the reports folder's own queue.db is not the queue."""
+    import dataclasses
+
+    from orchestrator.team.livestatus import QueueView
+    from orchestrator.team.queue import is_server_url, open_store, store_spec
+
+    spec = store_spec(args.store, args.reports)
+    if not is_server_url(spec):
+        return snap
+    with open_store(spec) as q:
+        items = q.items(("running", "resumable", "queued"))
+    views = (
+        QueueView(
+            i.id,
+            i.state,
+            i.priority,
+            Path(i.matrix).name,
+            i.testbed or "(first)",
+            i.added,
+            Path(i.run_dir).name if i.run_dir else "",
+            i.message,
+        )
+        for i in items
+    )
+    return dataclasses.replace(snap, queue=tuple(views))
 
 
 def cmd_notify(args: argparse.Namespace) -> int:

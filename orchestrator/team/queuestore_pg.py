@@ -21,8 +21,8 @@ hosts and leaves its run resumable) and never writes over another controller's c
 
 from __future__ import annotations
 
-import _thread
 import hashlib
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -107,7 +107,9 @@ def shown_url(url: str) -> str:
 
 
 def _interrupt_main(_why: str) -> None:
-    _thread.interrupt_main()  # the sweep stops as on Ctrl-C: hosts restored, run left resumable
+    """The sweep stops as on Ctrl-C: hosts restored, run left resumable. A real SIGINT aimed at
+    the main thread, so a blocking wait there (a sleep, a subprocess) is cut short too."""
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
 
 
 class PgQueue:
@@ -167,9 +169,10 @@ class PgQueue:
     def _init_schema(self) -> None:
         def create(conn: "psycopg.Connection[dict[str, Any]]") -> None:
             with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))  # two first controllers
-                for statement in _SCHEMA:
-                    conn.execute(statement)
+                if not _schema_exists(conn):  # DDL only then: a controller's role may own no table
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))  # two first controllers
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
                 row = conn.execute(f"SELECT value FROM {META} WHERE key = 'schema_version'").fetchone()
             version = int(row["value"]) if row else SCHEMA_VERSION
             if version > SCHEMA_VERSION:
@@ -407,6 +410,13 @@ class PgQueue:
 
         self._run(op, "cannot write the queue")
         return self.get(item_id)
+
+
+def _schema_exists(conn: "psycopg.Connection[dict[str, Any]]") -> bool:
+    row = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AS ok", (TABLE, META)
+    ).fetchone()
+    return bool(row and row["ok"])
 
 
 def _lock_all(conn: "psycopg.Connection[dict[str, Any]]", keys: tuple[int, ...]) -> bool:

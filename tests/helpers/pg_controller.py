@@ -54,8 +54,11 @@ def main() -> int:
 
     try:
         result = run_queue(queue, sweep)
-    finally:
+    except KeyboardInterrupt:  # what PgQueue's on_lost does to a sweep it must stop
         queue.close()
+        print(json.dumps({"exit": 130, "pids": pids, "lost": queue.lost, "ran": 0}))
+        return 130
+    queue.close()
     print(json.dumps({"exit": result.exit_code, "pids": pids, "lost": queue.lost, "ran": len(result.ran)}))
     return result.exit_code
 

@@ -242,6 +242,45 @@ def test_a_controller_whose_connection_is_cut_reconnects_and_finishes(
         assert q.get(item.id).state == "completed"
 
 
+def test_a_controller_cut_off_while_another_takes_its_item_stops_its_sweep(
+    pg_url: str, tmp_path: Path, postgres: PgServer
+) -> None:
+    """The controller's session is terminated and it cannot reconnect at once (its role may not
+    log in); meanwhile another controller takes the item back. Once back, the first finds the item
+    is not its own: it stops its sweep (an interrupt: the sweep would restore its hosts) and leaves
+    the other's claim alone. Two controllers never drive one testbed."""
+    role = f"ctl_{os.getpid()}_{int(time.monotonic() * 1000) % 100000}"
+    postgres.sql(pg_url, f"CREATE ROLE {role} LOGIN")
+    postgres.sql(pg_url, f"GRANT ALL ON SCHEMA public TO {role}")
+    with quiet(pg_url) as q:
+        item = add(q, "s30-cut", "tb1")
+    postgres.sql(pg_url, f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+    postgres.sql(pg_url, f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+    ctl_url = pg_url.replace("postgresql://postgres@", f"postgresql://{role}@")
+    log = tmp_path / "events.log"
+    proc = controller(ctl_url, tmp_path / "reports", log, tmp_path / "out")
+    other = quiet(pg_url)
+    try:
+        wait_for(lambda: log.exists() and any(r[1] == "start" for r in events(log)))
+        postgres.sql(pg_url, f"ALTER ROLE {role} CONNECTION LIMIT 0")  # it cannot come back yet
+        (backend,) = sessions_of(postgres, pg_url, proc.pid)
+        postgres.sql(pg_url, "SELECT pg_terminate_backend(%s)", (backend,))
+        wait_for(lambda: other.claim(claimer=Claimer("other-controller", 1, 1)) is not None, timeout=10)
+        postgres.sql(pg_url, f"ALTER ROLE {role} CONNECTION LIMIT -1")  # now it reconnects
+        assert proc.wait(timeout=60) == 130, (tmp_path / "out").read_text()
+        out = json.loads((tmp_path / "out").read_text().splitlines()[-1])
+        assert "gave up item(s) " + str(item.id) in out["lost"]
+        assert [r[1] for r in events(log)] == ["start"]  # stopped, never reported done
+        taken = other.get(item.id)
+        assert taken.state == "running" and taken.claimed_by == "other-controller:1:1"  # untouched
+        assert other.finish(item.id, "completed").state == "completed"
+    finally:
+        other.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ---------------------------------------------------------------------------- real sweeps
 def test_orch_controllers_complete_a_shared_queue_of_sim_sweeps_after_one_is_killed(
     pg_url: str, tmp_path: Path, postgres: PgServer
