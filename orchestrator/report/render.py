@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
@@ -37,8 +38,9 @@ from orchestrator.report.build import (
     testbed_findings,
 )
 from orchestrator.report.gates import check_gates, failed_names
+from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
-from orchestrator.store.journal import iter_records, read_journal, read_records_at, read_trial_rows
+from orchestrator.store.journal import TrialRow, iter_records, read_journal, read_records_at, read_trial_rows
 from orchestrator.store.manifest import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
 from orchestrator.store.rundir import RunDir
 
@@ -142,12 +144,24 @@ class RunSummary(pydantic.BaseModel):
     suspect: tuple[str, ...] = ()  # why the data is suspect (void/failed trials, drift, overdispersion)
     gates: int = 0  # gate checks (gate x cell) the matrix asked for
     gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed check (orch run exits 3)
+    group: str = ""  # runs of the same matrix and inventory share it (trends, nightly regressions)
+    testbed: str = ""
+    series: list[SeriesPoint] = []  # per cell and metric, per-trial numbers (report.series)
 
 
-def run_summary(report: Report) -> RunSummary:
+def group_key(matrix_sha256: str, inventory_sha256: str) -> str:
+    """Runs of the same matrix on the same inventory: what the index trends and compares."""
+    return hashlib.sha256(f"{matrix_sha256}:{inventory_sha256}".encode()).hexdigest()[:16]
+
+
+def run_summary(report: Report, series: Sequence[SeriesPoint] = ()) -> RunSummary:
     """The result (not the status instead of it), why the data may be suspect, and the gates."""
     results = check_gates(report)
+    prov = report.provenance
     return RunSummary(
+        group=group_key(prov.matrix_sha256, prov.inventory_sha256),
+        testbed=prov.testbed,
+        series=list(series),
         gates=len(results),
         gates_failed=failed_names(results),
         headline=result_headline(report),
@@ -166,12 +180,19 @@ def write_report(run_dir: Path) -> Path:
 
 def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
     """write_report, also returning the summary written beside it (headline, gates)."""
-    report = load_report(run_dir)
+    report, rows = _load_report_and_rows(run_dir, DRILLDOWN_CAP)
     run = RunDir(run_dir)
     page = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
-    summary = run_summary(report)
+    summary = run_summary(report, run_series(rows))
     write_json_atomic(run.summary_json, summary)  # the index trusts it only when newer than the inputs
     return page, summary
+
+
+def fresh_summary(run_dir: Path) -> RunSummary:
+    """The run's summary rebuilt from its journal (no page rendered): for the index, when
+    summary.json is missing or older than the run's files."""
+    report, rows = _load_report_and_rows(run_dir, 0)
+    return run_summary(report, run_series(rows))
 
 
 def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
@@ -179,11 +200,16 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
 
     Streams the journal into compact rows and reads full records back only for the trials the
     page shows in detail: a 100,000-trial run renders in seconds, in a few hundred MB."""
+    return _load_report_and_rows(run_dir, drilldown_cap)[0]
+
+
+def _load_report_and_rows(run_dir: Path, drilldown_cap: int) -> tuple[Report, list[TrialRow]]:
+    """load_report, and the compact trial rows it was built from (for summary.json's series)."""
     with gc_paused():
         manifest = load_manifest(run_dir)
         path = RunDir(run_dir).journal
         if not path.exists():
-            return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap)
+            return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap), []
         scan = read_trial_rows(path)
         report = build_report_from_rows(
             manifest,
@@ -192,7 +218,7 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
             torn_tail=scan.torn_tail,
             drilldown_cap=drilldown_cap,
         )
-        return _with_run_facts(report, manifest, path)
+        return _with_run_facts(report, manifest, path), scan.rows
 
 
 def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:

@@ -10,19 +10,39 @@ never fatal: the index is where one goes to find out what happened.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pydantic
+from markupsafe import Markup
 
 from orchestrator.core.records import RunManifest
+from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
-from orchestrator.report.build import build_report
-from orchestrator.report.render import RunSummary, csp, environment, load_manifest, load_trials, run_summary
+from orchestrator.report.render import RunSummary, csp, environment, fresh_summary, load_manifest
+from orchestrator.report.series import SeriesPoint
+from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir, RunDir
 
-SUMMARY_BYTES = 64 * 1024  # a summary is a few hundred bytes; anything bigger is not one of ours
+# Filters for the runs table (matrix, testbed, status); allowed by hash in the page's CSP.
+INDEX_SCRIPT = """
+(function () {
+  var selects = document.querySelectorAll('select[data-filter]');
+  function apply() {
+    document.querySelectorAll('#runs tbody tr[data-matrix]').forEach(function (row) {
+      var show = true;
+      selects.forEach(function (s) {
+        if (s.value && row.getAttribute('data-' + s.getAttribute('data-filter')) !== s.value) { show = false; }
+      });
+      row.hidden = !show;
+    });
+  }
+  selects.forEach(function (s) { s.addEventListener('change', apply); });
+})();
+"""
+SUMMARY_BYTES = 4 * 1024 * 1024  # a summary with its series is at most a few hundred KB (report.series caps)
 
 
 @dataclass(frozen=True)
@@ -39,13 +59,70 @@ class RunEntry:
     has_report: bool
     error: str = ""
     suspect: tuple[str, ...] = ()  # why the data is suspect, shown beside the result
+    group: str = ""  # same matrix + inventory (render.group_key)
+    testbed: str = ""
+    series: tuple[SeriesPoint, ...] = ()
 
 
 def write_index(reports_dir: Path) -> Path:
-    """Write reports_dir/index.html listing every run directory, newest first."""
-    entries = sorted((_entry(d) for d in _run_dirs(reports_dir)), key=lambda e: (e.started, e.directory), reverse=True)
-    page = environment().get_template("index.html.j2").render(runs=entries, csp=csp(), script="")
+    """Write reports_dir/index.html: every run newest first (running ones too), then the trends
+    and the nightly regression check of each matrix + inventory."""
+    page = index_page(reports_dir)
     return write_text_atomic(ReportsDir(reports_dir).index_html, page, what="cannot write the report")
+
+
+def index_page(reports_dir: Path) -> str:
+    """The index as HTML (`orch serve` renders it live; write_index stores it)."""
+    entries = _entries(reports_dir)
+    groups = _groups(entries)
+    return (
+        environment()
+        .get_template("index.html.j2")
+        .render(
+            runs=entries,
+            groups=groups,
+            flagged={g.checked_run: g.flagged for g in groups if g.flagged},
+            change_text=change_text,
+            matrices=sorted({e.name for e in entries}),
+            testbeds=sorted({e.testbed for e in entries if e.testbed}),
+            statuses=sorted({e.status for e in entries}),
+            csp=csp(INDEX_SCRIPT),
+            script=Markup(INDEX_SCRIPT),
+        )
+    )
+
+
+def _entries(reports_dir: Path) -> list[RunEntry]:
+    runs = (_entry(d) for d in _run_dirs(reports_dir))
+    return sorted(runs, key=lambda e: (e.started, e.directory), reverse=True)
+
+
+def _groups(entries: Sequence[RunEntry]) -> list[GroupTrend]:
+    """Matrix + inventory groups with at least two runs (a trend needs two points), by newest run."""
+    by_key: dict[str, list[RunEntry]] = {}
+    for e in entries:
+        if e.group:
+            by_key.setdefault(e.group, []).append(e)
+    return [
+        group_trends(key, runs[0].name, runs[0].testbed, [_night(r) for r in runs])
+        for key, runs in by_key.items()
+        if len(runs) >= 2
+    ]
+
+
+def _night(e: RunEntry) -> NightRun:
+    return NightRun(e.run_id or e.directory, e.directory, e.started, e.status, e.series)
+
+
+def regression_changes(run_dir: Path) -> list[Change]:
+    """The nightly regression check of one run against the earlier runs of its matrix + inventory
+    in the same reports folder (for the webhook summary and `orch compare`)."""
+    entries = _entries(run_dir.parent)
+    me = next((e for e in entries if e.directory == run_dir.name), None)
+    if me is None or not me.group:
+        return []
+    earlier = [_night(e) for e in entries if e.group == me.group and e.started < me.started]
+    return regression_check(_night(me), earlier)
 
 
 def _run_dirs(reports_dir: Path) -> list[Path]:
@@ -95,6 +172,9 @@ def _entry(run_dir: Path) -> RunEntry:
         failed=summary.failed,
         headline=summary.headline,
         suspect=summary.suspect,
+        group=summary.group,
+        testbed=summary.testbed or manifest.testbed,
+        series=tuple(summary.series),
     )
 
 
@@ -115,6 +195,5 @@ def _cached_summary(run_dir: Path) -> RunSummary | None:
 
 
 def _fresh_summary(run_dir: Path, manifest: RunManifest) -> RunSummary:
-    trials, torn = load_trials(run_dir)
-    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
-    return run_summary(report)
+    """Rebuilt from the journal (a running sweep's, or one whose summary.json is stale)."""
+    return fresh_summary(run_dir)

@@ -92,6 +92,12 @@ def decode_latency_s(cfg: SimConfig, batch: int, u: float) -> float:
     return base * factor * (0.85 + 0.4 * u) / 1000.0
 
 
+def generate_latency_s(cfg: SimConfig, tokens: int) -> float:
+    """A native /generate of `tokens` tokens alone in the batch: one decode step per token, a
+    twentieth of a whole tool-call answer's time (orch's 1-token readiness probe takes ~1 ms)."""
+    return tokens * decode_latency_s(cfg, 1, 0.5) / 20
+
+
 def prefill_latency_s(prompt_tokens: int, u: float) -> float:
     """A few ms: 2 ms fixed plus 2 us per prompt token, jittered."""
     return (0.002 + 2e-6 * prompt_tokens) * (0.9 + 0.2 * u)

@@ -234,7 +234,7 @@ class WorkerApp(App):
             return Reply.json(400, {"error": str(exc)})
         return None
 
-    def _prefill(self, body: bytes, payload: dict[str, object]) -> dict[str, object]:
+    def _prefill(self, body: bytes, payload: dict[str, object]) -> int:
         """The prefill half of a PD request: a few ms per prompt, and a log line (the router
         discards prefill's body; decode's is the answer)."""
         tokens = len(body) // 4
@@ -242,7 +242,7 @@ class WorkerApp(App):
         latency = model.prefill_latency_s(tokens, rng.random())
         time.sleep(latency)
         self.log.line(f"prefill tokens={tokens} room={payload.get('bootstrap_room')} latency_ms={latency * 1000:.1f}")
-        return {"ok": True, "prompt_tokens": tokens}
+        return tokens
 
     def generate(self, body: bytes) -> Reply:
         """SGLang's native /generate (orch's readiness probe sends one 1-token request here)."""
@@ -252,10 +252,10 @@ class WorkerApp(App):
             return refused
         assert isinstance(payload, dict)
         if self.cfg.role == "prefill":
-            prefilled = self._prefill(body, payload)
-            return Reply.json(200, protocol.generate_answer(f"p{next(self.requests)}", prefilled["prompt_tokens"], 0))
+            prompt_tokens = self._prefill(body, payload)
+            return Reply.json(200, protocol.generate_answer(f"p{next(self.requests)}", prompt_tokens, 0))
         tokens = protocol.max_new_tokens(payload)
-        time.sleep(model.decode_latency_s(self.cfg, 1, 0.5))
+        time.sleep(model.generate_latency_s(self.cfg, tokens))
         self.log.line(f"decode generate tokens={tokens} room={payload.get('bootstrap_room')}")
         return Reply.json(200, protocol.generate_answer(f"d{next(self.requests)}", len(body) // 4, tokens))
 
@@ -266,7 +266,7 @@ class WorkerApp(App):
             return refused
         assert isinstance(payload, dict)
         if self.cfg.role == "prefill":
-            return Reply.json(200, self._prefill(body, payload))
+            return Reply.json(200, {"ok": True, "prompt_tokens": self._prefill(body, payload)})
         try:
             ask = protocol.parse_ask(payload)
         except protocol.ProtocolError as exc:

@@ -1,4 +1,5 @@
-"""The README's demo, as a test: the shipped overlap ablation on the bundled simulator.
+"""The README's demo, as a test: the shipped overlap ablation on the bundled simulator behind the
+real sglang-router.
 
 Runs matrices/overlap_ablation.yaml unchanged against a private copy of inventory/local.yaml
 (free ports, so it can run beside anything), then reads the report the way a user would: the
@@ -46,5 +47,13 @@ def test_shipped_ablation_finds_the_three_way_interaction(tmp_path, capsys):
     assert re.search(r"It needs [^.]*bf16_index_k=on[^.]*together", " ".join(text.split())), (
         "headline misses the interaction"
     )
+
+    # the requests went through the real sglang-router: prefill got each one with the random
+    # 63-bit bootstrap_room it adds (the simulator's stand-in router numbers them 1, 2, ...)
+    state = tmp_path / ".orch" / "local-sim"
+    assert "-- started sglang-router pid=" in (state / "sglang-router.log").read_text()
+    rooms = [int(line.split(" room=")[1].split()[0]) for line in (state / "sim-prefill.log").read_text().splitlines()
+             if " room=" in line]  # fmt: skip
+    assert len(rooms) >= 16 * 40 * 3 and min(rooms) > 2**20, (len(rooms), min(rooms, default=None))
 
     assert_clean()  # env files byte-identical, nothing listening on the sim ports

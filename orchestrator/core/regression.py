@@ -1,0 +1,146 @@
+"""Nightly regression checks: is tonight's run of a matrix different from its recent nights? (PURE)
+
+A team that runs the same matrix every night wants one question answered each morning: did a
+cell move? Nights differ from each other even when nothing changed (restarts, GPU clocks,
+neighbours), so a plain binomial test of tonight against the pooled history would cry wolf. The
+rate test here treats the *night* as the unit of replication: the history's night-to-night
+spread beyond the binomial (a quasi-binomial dispersion, floored at 1) widens the reference, and
+the answer is never more confident than Fisher's exact test on the pooled counts. Numbers use a
+rank test (Mann-Whitney) of tonight's trial values against the history's. One night checks many
+cells and metrics at once, so the p-values are Holm-adjusted across all of them: the chance of
+any false alarm on a night where nothing changed stays at most `alpha` (a simulation test pins it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from orchestrator.core.stats import ALPHA, fisher_exact, holm, mann_whitney
+
+LOOKBACK = 7  # earlier nights compared against (the newest ones)
+RHO_PRIOR = 0.005  # the least trial-to-trial correlation assumed: restarts are never identical
+
+
+Trials = tuple[tuple[int, int], ...]  # (k, n) per trial of one night
+
+
+@dataclass(frozen=True)
+class RateHistory:
+    """One cell's proportion metric: (k, n) per trial of each earlier night (oldest first), and
+    tonight's trials. Trials, not only night totals: every trial is a restart, so the spread of
+    trials estimates restart-to-restart variation even when the history holds one night."""
+
+    cell: str
+    metric: str
+    nights: tuple[Trials, ...]
+    tonight: Trials
+
+
+@dataclass(frozen=True)
+class NumberHistory:
+    """One cell's numeric metric: trial values per earlier night, and tonight's trial values."""
+
+    cell: str
+    metric: str
+    nights: tuple[tuple[float, ...], ...]
+    tonight: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Change:
+    """A checked (cell, metric): before/after in the metric's own terms, raw and adjusted p."""
+
+    cell: str
+    metric: str
+    before: float
+    after: float
+    p: float
+    p_holm: float = 1.0
+    nights: int = 0
+    method: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        return self.p_holm < ALPHA
+
+
+def rate_change(h: RateHistory) -> Change | None:
+    """Tonight's rate against the history's; None when there is nothing to compare.
+
+    The p-value is the larger of Fisher's exact test on pooled counts (uncertainty of the
+    history's rate) and an exact beta-binomial tail of tonight's total, whose trial-to-trial
+    spread is a deliberately high estimate (the 70% upper confidence bound of the dispersion of
+    every trial around the pooled rate): restarts vary, and a night's few trials cannot show how
+    much, so the check assumes they may vary more than they seemed to."""
+    nights = [tuple(t for t in night if t[1] > 0) for night in h.nights]
+    nights = [night for night in nights if night]
+    today = tuple(t for t in h.tonight if t[1] > 0)
+    if not nights or not today:
+        return None
+    k, n = _total(today)
+    trials = [t for night in nights for t in night]
+    big_k, big_n = _total(tuple(trials))
+    p = fisher_exact(k, n, big_k, big_n)
+    method = "Fisher exact on pooled nights"
+    pooled = (big_k + k) / (big_n + n)
+    if 0 < pooled < 1:
+        rho = _icc_upper([(trials, big_k / big_n), (today, k / n)])
+        p = max(p, _betabinom_p(k, [m for _, m in today], pooled, rho))
+        method = f"beta-binomial (trial correlation up to {rho:.2g}), never below Fisher"
+    return Change(h.cell, h.metric, big_k / big_n, k / n, p, nights=len(nights), method=method)
+
+
+def _icc_upper(groups: Sequence[tuple[Sequence[tuple[int, int]], float]], confidence: float = 0.7) -> float:
+    """An upper confidence bound of the intra-trial correlation, from the Pearson chi-square of
+    each group's trials around the group's own rate (history around its pooled rate, tonight
+    around tonight's: a real change must not read as noise); phi = 1 + (m - 1) * rho."""
+    chi2, df, sizes = 0.0, 0, []
+    for trials, rate in groups:
+        sizes += [m for _, m in trials]
+        if 0 < rate < 1 and len(trials) > 1:
+            chi2 += sum((k - m * rate) ** 2 / (m * rate * (1 - rate)) for k, m in trials)
+            df += len(trials) - 1
+    if df < 1:
+        return RHO_PRIOR
+    phi = max(1.0, chi2 / float(sps.chi2.ppf(1 - confidence, df)))
+    mean_m = sum(sizes) / len(sizes)
+    return min(0.5, max(RHO_PRIOR, (phi - 1) / max(1.0, mean_m - 1)))
+
+
+def _betabinom_p(k: int, sizes: Sequence[int], rate: float, rho: float) -> float:
+    """Two-sided exact tail of a sum of independent beta-binomial trials (mean `rate`, intra-trial
+    correlation `rho`) at k."""
+    a, b = rate * (1 - rho) / rho, (1 - rate) * (1 - rho) / rho
+    pmf = np.ones(1)
+    for m in sizes:
+        pmf = np.convolve(pmf, sps.betabinom.pmf(np.arange(m + 1), m, a, b))
+    low, high = float(pmf[: k + 1].sum()), float(pmf[k:].sum())
+    return min(1.0, 2 * min(low, high))
+
+
+def _total(trials: Trials) -> tuple[int, int]:
+    return sum(k for k, _ in trials), sum(n for _, n in trials)
+
+
+def number_change(h: NumberHistory) -> Change | None:
+    """Tonight's trial values against every earlier night's (rank test); None if too few values."""
+    before = [v for night in h.nights for v in night if math.isfinite(v)]
+    after = [v for v in h.tonight if math.isfinite(v)]
+    if len(before) < 2 or len(after) < 2:
+        return None
+    p = mann_whitney(before, after)
+    med = float(sorted(before)[len(before) // 2]), float(sorted(after)[len(after) // 2])
+    return Change(h.cell, h.metric, med[0], med[1], p, nights=len(h.nights), method="Mann-Whitney U, trial values")
+
+
+def check_night(rates: Sequence[RateHistory], numbers: Sequence[NumberHistory] = ()) -> list[Change]:
+    """Every testable (cell, metric) of tonight, Holm-adjusted together; flagged ones first."""
+    changes = [c for c in (*map(rate_change, rates), *map(number_change, numbers)) if c is not None]
+    adjusted = holm([c.p for c in changes])
+    out = [Change(**{**c.__dict__, "p_holm": q}) for c, q in zip(changes, adjusted, strict=True)]
+    return sorted(out, key=lambda c: (not c.flagged, c.p_holm, c.cell, c.metric))

@@ -1,0 +1,164 @@
+"""Runs of one matrix over time: per-cell trends (an inline SVG of each run's rate with its 95%
+interval) and the nightly regression check of the newest run against its lookback window.
+
+Everything here works from summary.json contents (report.series), so the index of a year of
+nightly runs reads a few KB per run, never an old journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from xml.sax.saxutils import escape
+
+from orchestrator.core.regression import LOOKBACK, Change, NumberHistory, RateHistory, check_night
+from orchestrator.core.stats import wilson_interval
+from orchestrator.report.series import SeriesPoint
+
+USABLE = ("completed", "failed")  # a run that finished (with or without failed trials) is a night
+TREND_RUNS = 30  # points per trend line (the newest)
+
+
+@dataclass(frozen=True)
+class NightRun:
+    """What the trend and the regression check need of one run."""
+
+    run_id: str
+    directory: str
+    started: str
+    status: str
+    series: Sequence[SeriesPoint]
+
+
+@dataclass(frozen=True)
+class CellTrend:
+    cell: str
+    metric: str
+    svg: str  # inline SVG (numbers and escaped text only)
+    latest: str  # newest run's rate and interval, in words
+
+
+@dataclass(frozen=True)
+class GroupTrend:
+    """One matrix + inventory: its runs newest first, trends per cell, the newest run's changes."""
+
+    key: str
+    name: str
+    testbed: str
+    runs: tuple[NightRun, ...]  # newest first
+    trends: tuple[CellTrend, ...]
+    changes: tuple[Change, ...]  # flagged first; empty when the newest run has no lookback
+    checked_run: str = ""  # the run the changes are about
+
+    @property
+    def flagged(self) -> list[Change]:
+        return [c for c in self.changes if c.flagged]
+
+
+def regression_check(newest: NightRun, earlier: Sequence[NightRun]) -> list[Change]:
+    """The newest run against up to LOOKBACK earlier finished runs (newest first), every cell and
+    metric of the newest run, Holm-adjusted together (core.regression)."""
+    history = [r for r in earlier if r.status in USABLE][:LOOKBACK][::-1]  # oldest first
+    if not history:
+        return []
+    rates, numbers = [], []
+    for point in newest.series:
+        past = [_point(r, point.cell, point.metric) for r in history]
+        found = [p for p in past if p is not None]
+        if not found:
+            continue
+        if point.kind == "proportion":
+            rates.append(
+                RateHistory(point.cell, point.metric, tuple(tuple(p.trials) for p in found), tuple(point.trials))
+            )
+        else:
+            numbers.append(
+                NumberHistory(point.cell, point.metric, tuple(tuple(p.values) for p in found), tuple(point.values))
+            )
+    return check_night(rates, numbers)
+
+
+def _point(run: NightRun, cell: str, metric: str) -> SeriesPoint | None:
+    return next((p for p in run.series if p.cell == cell and p.metric == metric), None)
+
+
+def change_text(c: Change) -> str:
+    """One flagged change in words, with the same p the check used."""
+    if c.method.startswith("Mann-Whitney"):
+        before, after = f"median {c.before:.4g}", f"{c.after:.4g}"
+    else:
+        before, after = f"{c.before:.1%}", f"{c.after:.1%}"
+    return (
+        f"{c.metric} in {c.cell}: {before} over the previous {c.nights} run(s) -> {after} now "
+        f"(p={c.p:.2g}, Holm-adjusted {c.p_holm:.2g}; {c.method})"
+    )
+
+
+def group_trends(key: str, name: str, testbed: str, runs_newest_first: Sequence[NightRun]) -> GroupTrend:
+    runs = tuple(runs_newest_first)
+    finished = [r for r in runs if r.status in USABLE]
+    changes: list[Change] = []
+    checked = ""
+    if finished:
+        changes = regression_check(finished[0], finished[1:])
+        checked = finished[0].run_id
+    return GroupTrend(key, name, testbed, runs, tuple(_trends(finished)), tuple(changes), checked)
+
+
+def _trends(finished: Sequence[NightRun]) -> list[CellTrend]:
+    """A trend per (cell, proportion metric) seen in these runs, oldest run on the left."""
+    runs = list(finished[:TREND_RUNS])[::-1]
+    keys: list[tuple[str, str]] = []
+    for run in runs:
+        for p in run.series:
+            if p.kind == "proportion" and (p.cell, p.metric) not in keys:
+                keys.append((p.cell, p.metric))
+    out = []
+    for cell, metric in keys:
+        points = [_point(r, cell, metric) for r in runs]
+        rates = [_rate(p) for p in points]
+        latest = rates[-1]
+        words = "no data in the newest run" if latest is None else f"{latest[0]:.1%} [{latest[1]:.1%}, {latest[2]:.1%}]"
+        out.append(CellTrend(cell, metric, trend_svg(rates, [r.run_id for r in runs]), words))
+    return out
+
+
+def _rate(point: SeriesPoint | None) -> tuple[float, float, float] | None:
+    if point is None:
+        return None
+    k, n = point.rate
+    if n == 0:
+        return None
+    low, high = wilson_interval(k, n)
+    return k / n, low, high
+
+
+def trend_svg(rates: Sequence[tuple[float, float, float] | None], labels: Sequence[str]) -> str:
+    """Rate per run (dot) with its 95% interval (bar), oldest left; the y axis is 0..max(high)."""
+    width, height, pad = 240, 48, 4
+    top = max((r[2] for r in rates if r is not None), default=0.0) or 1.0
+    step = (width - 2 * pad) / max(1, len(rates) - 1)
+
+    def y(v: float) -> float:
+        return height - pad - (height - 2 * pad) * v / top
+
+    parts = [
+        f'<svg class="trend" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img"><title>rate per run, oldest left; y up to {top:.1%}</title>',
+        f'<line x1="0" y1="{height - pad}" x2="{width}" y2="{height - pad}" stroke="#d0d7de"/>',
+    ]
+    line = []
+    for i, (r, label) in enumerate(zip(rates, labels, strict=True)):
+        if r is None:
+            continue
+        x = pad + i * step
+        line.append(f"{x:.1f},{y(r[0]):.1f}")
+        parts.append(
+            f"<g><title>{escape(label)}: {r[0]:.1%} [{r[1]:.1%}, {r[2]:.1%}]</title>"
+            f'<line x1="{x:.1f}" y1="{y(r[1]):.1f}" x2="{x:.1f}" y2="{y(r[2]):.1f}" stroke="#8c959f"/>'
+            f'<circle cx="{x:.1f}" cy="{y(r[0]):.1f}" r="2.5" fill="#1f6feb"/></g>'
+        )
+    if len(line) > 1:
+        parts.insert(2, f'<polyline points="{" ".join(line)}" fill="none" stroke="#1f6feb" stroke-width="1"/>')
+    parts.append("</svg>")
+    return "".join(parts)

@@ -1,0 +1,97 @@
+"""Nightly trends and regression alerts: runs of one matrix + inventory are grouped on the index
+with a per-cell trend, and the newest run is checked against its lookback window; an A/A
+simulation pins the false-alarm rate per night."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.report_synth import corruption_rate, synthetic_run, write_run
+
+from orchestrator.core.regression import NumberHistory, RateHistory, check_night, rate_change
+from orchestrator.report.site import regression_changes, write_index
+
+
+def _night(rng: np.random.Generator, p: float, icc: float, trials: int = 2, sessions: int = 40) -> tuple:
+    ps = rng.beta(p * (1 - icc) / icc, (1 - p) * (1 - icc) / icc, size=trials) if icc and p else np.full(trials, p)
+    return tuple((int(k), sessions) for k in rng.binomial(sessions, ps))
+
+
+def _false_alarm_rate(icc: float, lookback: int, nights: int, seed: int) -> float:
+    rng = np.random.default_rng(seed)
+    alarms = 0
+    for _ in range(nights):
+        rates = [
+            RateHistory(str(c), "corruption", tuple(_night(rng, p, icc) for _ in range(lookback)), _night(rng, p, icc))
+            for c, p in enumerate([0.15, 0.15, 0.02, 0.02, 0.02, 0.02, 0.0, 0.0])
+        ]
+        numbers = [
+            NumberHistory(
+                str(c), "wall", tuple(tuple(rng.normal(10, 1, 2)) for _ in range(lookback)), tuple(rng.normal(10, 1, 2))
+            )
+            for c in range(2)
+        ]
+        alarms += any(c.flagged for c in check_night(rates, numbers))
+    return alarms / nights
+
+
+@pytest.mark.parametrize(("icc", "lookback"), [(0.0, 3), (0.05, 7)])
+def test_a_a_false_alarms_per_night_at_most_5_percent(icc: float, lookback: int) -> None:
+    """8 cells (15%, 2%, 0% rates) and a numeric metric in 2 of them, nothing changes between
+    nights; trial-to-trial variation up to ICC 0.05 (the worst case of bench/bench_regression.py,
+    which prints the whole table). 150 nights: the bound is 5% plus one standard error."""
+    assert _false_alarm_rate(icc, lookback, nights=150, seed=11) <= 0.05 + 0.018
+
+
+def test_a_real_jump_is_flagged_and_a_steady_cell_is_not() -> None:
+    history = (((1, 40), (0, 40)), ((1, 40), (1, 40)), ((0, 40), (1, 40)), ((1, 40), (0, 40)))
+    jumped = rate_change(RateHistory("c", "corruption", history, ((7, 40), (6, 40))))
+    steady = rate_change(RateHistory("c", "corruption", history, ((1, 40), (0, 40))))
+    assert jumped is not None and jumped.p < 0.001 and jumped.after == pytest.approx(13 / 80)
+    assert steady is not None and steady.p > 0.5
+    changes = check_night([RateHistory("a", "corruption", history, ((7, 40), (6, 40)))])
+    assert changes[0].flagged and "beta-binomial" in changes[0].method
+
+
+def test_no_history_no_check() -> None:
+    assert rate_change(RateHistory("c", "m", (), ((1, 40),))) is None
+    assert check_night([RateHistory("c", "m", (), ((1, 40),))]) == []
+
+
+def _nights(reports: Path, count: int, last_rate=corruption_rate) -> list[Path]:  # type: ignore[no-untyped-def]
+    dirs = []
+    for night in range(count):
+        rate = last_rate if night == count - 1 else corruption_rate
+        run_id = f"2026050{night + 1}-070000-overlap_ablation"
+        manifest, records = synthetic_run(seed=night + 1, failures=False, rate=rate, run_id=run_id)
+        day = f"2026-05-0{night + 1}"
+        manifest = manifest.model_copy(update={"started": f"{day}T07:00:00Z", "ended": f"{day}T08:00:00Z"})
+        dirs.append(write_run(reports / run_id, manifest, records))  # no page: the index rebuilds the summary
+    return dirs
+
+
+def test_index_groups_nightly_runs_with_trends_and_flags_the_regression(tmp_path: Path) -> None:
+    def regressed(levels: dict[str, str]) -> float:  # overlap off now corrupts, where it never did
+        return 0.3 if levels["overlap"] == "off" and levels["bf16_index_k"] == "off" else corruption_rate(levels)
+
+    dirs = _nights(tmp_path, 5, regressed)
+    page = write_index(tmp_path).read_text()
+    assert 'id="trends"' in page and page.count('<svg class="trend"') == 8  # one trend per cell
+    assert "changed vs earlier runs:" in page
+    flagged = regression_changes(dirs[-1])
+    flagged = [c for c in flagged if c.flagged]
+    assert flagged and all("overlap=off" in c.cell and "bf16_index_k=off" in c.cell for c in flagged)
+    assert all(c.metric == "corruption" and c.after > 0.2 for c in flagged)
+    # the filter controls and the rows they filter
+    assert re.search(r'<select data-filter="matrix">.*overlap_ablation', page)
+    assert page.count('data-status="completed"') == 5
+
+
+def test_steady_nights_raise_no_flag(tmp_path: Path) -> None:
+    dirs = _nights(tmp_path, 4)
+    page = write_index(tmp_path).read_text()
+    assert "changed vs earlier runs:" not in page and "no cell or metric changed" in page
+    assert not [c for c in regression_changes(dirs[-1]) if c.flagged]
