@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.core import findings, power, ranks
 from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.stats import ALPHA, CellCount
 
 
 def human_duration(seconds: float) -> str:
@@ -61,7 +63,7 @@ def _cells_table(plan: Plan) -> Table:
         diffs = []
         for role in env:
             changed = [
-                f"{var}={_show(redact(var, value) if value is not None else None)}"
+                f"{var}={_show(redact(var, str(value)) if value is not None else None)}"
                 for var, value in env[role].items()
                 if base_env.get(role, {}).get(var) != value
             ]
@@ -92,21 +94,81 @@ def _show(value: str | None) -> str:
 
 
 def _print_power(plan: Plan, console: Console) -> None:
-    """Minimum detectable difference for proportion metrics, when the repro says its n."""
-    try:
-        from orchestrator.core.stats import min_detectable_difference
-    except ImportError:  # pragma: no cover - stats ships with orch
-        return
-    import re
+    """Power of the design as it will run, said before the sweep (see power_lines)."""
+    for line in power_lines(plan):
+        console.print(escape(line))
 
-    n_match = re.search(r"--sessions[ =](\d+)", plan.matrix.repro.command)
+
+def power_lines(plan: Plan) -> list[str]:
+    """What this design can detect, in the report's own tests and correction.
+
+    Proportions: exact power of Fisher's test (core.power), rise and fall, per comparison and at
+    Holm's first step over the metric's family. Numbers: one value per trial, so the floor of the
+    Mann-Whitney p decides whether a cell (or a factor, pooling its cells) can ever differ."""
+    m = plan.matrix
+    reps = plan.replicates
+    cells = [dict(c.levels) for c in plan.cells]
+    factors = {f.name: list(f.level_names) for f in m.factors}
+    contrasts = findings.proportion_contrasts([CellCount(c, 0, 1) for c in cells], factors, m.baseline)
+    lines = _proportion_lines(plan, len(cells) - 1 + len(contrasts))
+    numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
+    if numbers:
+        lines += _number_lines(numbers, reps, cells, factors, m.baseline)
+    return lines
+
+
+def _proportion_lines(plan: Plan, tests: int) -> list[str]:
     props = [s.name for s in plan.matrix.repro.metrics if s.kind == "proportion"]
-    if not n_match or not props:
-        return
-    n = int(n_match.group(1)) * plan.replicates
-    for rate in (0.02, 0.05, 0.15):
-        mdd = min_detectable_difference(n, rate)
-        console.print(
-            f"power: with {n} sessions per cell, a baseline rate of {rate:.0%} can be told "
-            f"apart from {rate + mdd:.1%} or more (power 0.8, alpha 0.05)"
+    if not props:
+        return []
+    sessions = power.sessions_from_command(plan.matrix.repro.command)
+    if sessions is None:
+        return [
+            f"power ({', '.join(props)}): the repro command has no --sessions N, so orch cannot say before the sweep"
+        ]
+    n = sessions * plan.replicates
+    lines = [
+        f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials), Fisher's exact "
+        f"test, 80% power (exact); 'Holm' is the first step of the correction over the {tests} tests per metric:"
+    ]
+    for rate in (0.0, 0.02, 0.05, 0.15):
+        d = power.detectable(n, n, rate)
+        strict = power.detectable(n, n, rate, alpha=ALPHA / tests)
+        lines.append(f"  baseline at {rate:.0%}: {_dirs(d)} (Holm: {_dirs(strict)})")
+    return lines
+
+
+def _dirs(d: power.Detectable) -> str:
+    up = f"a rise to {(d.baseline + d.rise):.1%}" if d.rise is not None else "no rise"
+    down = f"a fall to {(d.baseline - d.fall):.1%}" if d.fall is not None else "no fall"
+    return f"{up} or {down}"
+
+
+def _number_lines(
+    names: list[str], reps: int, cells: list[dict[str, str]], factors: dict[str, list[str]], baseline: dict[str, str]
+) -> list[str]:
+    tests = len(cells) - 1 + sum(len(levels) - 1 for levels in factors.values())
+    floor = ranks.mann_whitney_min_p(reps, reps)
+    need = next(r for r in range(1, 60) if ranks.mann_whitney_min_p(r, r) < ALPHA)
+    if floor >= ALPHA:
+        cell_text = (
+            f"with {reps} trial(s) per cell, no cell can ever differ significantly from the baseline "
+            f"(smallest possible Mann-Whitney p = {floor:.2g} >= {ALPHA:g}); {need} or more replicates lift that floor"
         )
+    else:
+        cell_text = f"a cell vs the baseline can reach p = {floor:.2g} at best"
+    pooled = [_factor_floor(f, levels, baseline, cells, reps) for f, levels in factors.items()]
+    best = min(pooled, default=1.0)
+    factor_text = (
+        f"factor effects pool trials across cells (best p = {best:.2g}; Holm's first step needs < {ALPHA / tests:.2g})"
+    )
+    return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
+
+
+def _factor_floor(
+    factor: str, levels: list[str], baseline: dict[str, str], cells: list[dict[str, str]], reps: int
+) -> float:
+    ref = baseline.get(factor, levels[0])
+    n_ref = sum(c.get(factor) == ref for c in cells) * reps
+    others = [sum(c.get(factor) == lv for c in cells) * reps for lv in levels if lv != ref]
+    return min((ranks.mann_whitney_min_p(n, n_ref) for n in others), default=1.0)

@@ -1,0 +1,339 @@
+"""Factor effects and interactions with p-values, and the one multiplicity policy over findings (PURE).
+
+Why: a 2x2x2 sweep yields ~20 effect and interaction intervals per metric. Read one by one at
+95%, an A/A sweep (nothing differs) shows at least one "clear" interaction in 13-17% of runs
+and a "clear" conditional effect in 34-39%. So every test the report could call a finding gets
+a p-value, all of them form one family, and Holm's step-down correction over that family
+decides what is a finding (family-wise error <= alpha); the raw intervals stay on the page,
+labelled exploratory.
+
+Contrasts. Every effect here is a signed sum of cell rates, averaged over the strata (levels of
+the factors not involved) where all its cells were observed:
+- main effect of factor F at level l: p(F=l) - p(F=ref);
+- conditional effect: the same holding one other factor at a level;
+- interaction of F1..Fk (k = 2 or 3): the k-th difference, sum over the 2^k corners of
+  (-1)^(k - #changed) p(corner); a three-way interaction is what an AND of three flags (the DSV4
+  mechanism) looks like. Each set of factors is listed once (A x B, never also B x A).
+Intervals are MOVER-Wilson (stats.contrast_interval), and each p-value inverts that same
+interval (the largest confidence whose interval still excludes 0), so "interval excludes 0" and
+"p < 0.05" always agree.
+
+Numeric metrics get main effects too: the Hodges-Lehmann shift with its exact Mann-Whitney
+interval (ranks.shift_interval) and the Mann-Whitney p, pooled over matched strata.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+from scipy import stats as sps
+
+from orchestrator.core import ranks
+from orchestrator.core.stats import ALPHA, CONFIDENCE, CellCount, Interval, holm, mann_whitney
+
+MAX_ORDER = 3  # interactions up to three-way (the DSV4 AND); higher orders are rarely readable
+MAX_CONTRASTS = 400  # per metric; interactions of the highest order are dropped first beyond it
+_Z_MAX = 38.0  # 2*sf(38) underflows: p is 0 to double precision beyond it
+
+Change = tuple[str, str, str]  # (factor, reference level, level)
+Pooled = dict[tuple[tuple[str, str], ...], tuple[int, int]]
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One tested difference of rates: an effect (one change) or an interaction (2-3 changes)."""
+
+    changes: tuple[Change, ...]
+    given: tuple[tuple[str, str], ...]  # conditional effect: other factors held at these levels
+    interval: Interval
+    p: float
+    strata: int
+
+    @property
+    def order(self) -> int:
+        return len(self.changes)
+
+    @property
+    def clear(self) -> bool:
+        """Raw (uncorrected) 95% interval excludes 0: exploratory, not a finding by itself."""
+        return self.interval.excludes(0.0)
+
+
+@dataclass(frozen=True)
+class CellValues:
+    """All values of a numeric metric in one cell (one per completed trial)."""
+
+    levels: Mapping[str, str]
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class ShiftEffect:
+    """Main effect of a factor on a numeric metric: level's values vs the reference's."""
+
+    factor: str
+    reference: str
+    level: str
+    median_level: float
+    median_reference: float
+    n_level: int
+    n_reference: int
+    shift: ranks.CoveredInterval  # Hodges-Lehmann shift (level - reference), exact coverage
+    p: float  # two-sided Mann-Whitney
+    strata: int
+
+
+# ----------------------------------------------------------------------------- proportions
+
+
+def proportion_contrasts(
+    cells: Sequence[CellCount],
+    factors: Mapping[str, Sequence[str]],
+    reference: Mapping[str, str],
+    max_order: int = MAX_ORDER,
+    phi: float = 1.0,
+    df: float = 0.0,
+) -> list[Contrast]:
+    """Main effects, conditional effects and interactions (orders 2..max_order) with p-values.
+
+    phi, df: the sweep's trial-to-trial dispersion (clustered.Dispersion) when df > 0. As the
+    cell-vs-baseline quasi test does, each contrast is then also evaluated on the effective counts
+    k/phi of n/phi with Student's t(df), and the more cautious reading wins (the larger p, the
+    hull of the two intervals): never below the binomial, valid when trials disagree."""
+    pooled = _pool(cells)
+    refs = {f: reference.get(f, levels[0] if levels else "") for f, levels in factors.items()}
+    wanted: list[tuple[tuple[Change, ...], tuple[tuple[str, str], ...]]] = []
+    for factor, levels in factors.items():
+        for change in _changes(factor, levels, refs[factor]):
+            wanted.append(((change,), ()))
+            for other, other_levels in factors.items():
+                if other != factor:
+                    wanted.extend(((change,), ((other, lv),)) for lv in other_levels)
+    for order in range(2, max_order + 1):
+        batch = list(_interaction_sets(factors, refs, order))
+        if len(wanted) + len(batch) > MAX_CONTRASTS:
+            break
+        wanted.extend((changes, ()) for changes in batch)
+    built = [(changes, given, *_terms(pooled, changes, dict(given))) for changes, given in wanted]
+    kept = [(changes, given, terms, strata) for changes, given, terms, strata in built if strata]
+    all_terms = [terms for _, _, terms, _ in kept]
+    intervals, pvalues = mover_intervals(all_terms), mover_pvalues(all_terms)
+    if df > 0 and phi > 0:
+        scaled = [[(k / phi, n / phi, w) for k, n, w in terms] for terms in all_terms]
+        quasi = mover_intervals(scaled, df=df)
+        intervals = [_hull(a, b) for a, b in zip(intervals, quasi, strict=True)]
+        pvalues = np.maximum(pvalues, mover_pvalues(scaled, df=df))
+    return [
+        Contrast(changes, given, interval, float(p), strata)
+        for (changes, given, _, strata), interval, p in zip(kept, intervals, pvalues, strict=True)
+    ]
+
+
+def _changes(factor: str, levels: Sequence[str], ref: str) -> list[Change]:
+    return [(factor, ref, level) for level in levels if level != ref]
+
+
+def _interaction_sets(
+    factors: Mapping[str, Sequence[str]], refs: Mapping[str, str], order: int
+) -> list[tuple[Change, ...]]:
+    """Every set of `order` factors once (matrix order), with every combination of their non-reference levels."""
+    found: list[tuple[Change, ...]] = []
+    for names in itertools.combinations(factors, order):
+        per_factor = [_changes(f, factors[f], refs[f]) for f in names]
+        found.extend(itertools.product(*per_factor))
+    return found
+
+
+def _hull(a: Interval, b: Interval) -> Interval:
+    return Interval(a.estimate, min(a.low, b.low), max(a.high, b.high))
+
+
+def _terms(
+    pooled: Pooled, changes: Sequence[Change], given: Mapping[str, str]
+) -> tuple[list[tuple[float, float, float]], int]:
+    """(k, n, weight) terms of the contrast and how many strata had every corner observed."""
+    involved = {factor for factor, _, _ in changes}
+    strata: dict[tuple[tuple[str, str], ...], dict[tuple[int, ...], tuple[int, int]]] = {}
+    for key, (k, n) in pooled.items():
+        levels = dict(key)
+        if n == 0 or any(levels.get(f) != v for f, v in given.items()):
+            continue
+        corner = _corner(levels, changes)
+        if corner is None:
+            continue
+        stratum = tuple((f, v) for f, v in key if f not in involved)
+        strata.setdefault(stratum, {})[corner] = (k, n)
+    full = [s for s in strata.values() if len(s) == 2 ** len(changes)]
+    terms = [
+        (float(k), float(n), (-1.0) ** (len(changes) - sum(corner)) / len(full))
+        for s in full
+        for corner, (k, n) in sorted(s.items())
+    ]
+    return terms, len(full)
+
+
+def _corner(levels: Mapping[str, str], changes: Sequence[Change]) -> tuple[int, ...] | None:
+    corner = []
+    for factor, ref, level in changes:
+        value = levels.get(factor)
+        if value == level:
+            corner.append(1)
+        elif value == ref:
+            corner.append(0)
+        else:
+            return None
+    return tuple(corner)
+
+
+def _pool(cells: Sequence[CellCount]) -> Pooled:
+    pooled: Pooled = {}
+    for cell in cells:
+        if cell.n < 0 or cell.k < 0 or cell.k > cell.n:
+            raise ValueError(f"findings: invalid count k={cell.k}, n={cell.n} (need 0 <= k <= n)")
+        key = tuple(sorted(cell.levels.items()))
+        k, n = pooled.get(key, (0, 0))
+        pooled[key] = (k + cell.k, n + cell.n)
+    return pooled
+
+
+# ----------------------------------------------------------------------------- MOVER, vectorized
+
+
+def mover_intervals(
+    contrasts: Sequence[Sequence[tuple[float, float, float]]], confidence: float = CONFIDENCE, df: float = 0.0
+) -> list[Interval]:
+    """MOVER-Wilson interval of each contrast (the same numbers as stats.contrast_interval)."""
+    if not contrasts:
+        return []
+    k, n, w = _arrays(contrasts)
+    z = sps.norm.ppf(0.5 + confidence / 2) if df <= 0 else sps.t.ppf(0.5 + confidence / 2, df)
+    est, low, high = _mover(k, n, w, np.full((len(contrasts), 1), z))
+    return [Interval(float(e), float(lo), float(hi)) for e, lo, hi in zip(est, low, high, strict=True)]
+
+
+def mover_pvalues(contrasts: Sequence[Sequence[tuple[float, float, float]]], df: float = 0.0) -> np.ndarray:
+    """Two-sided p of each contrast: 1 - the largest confidence whose MOVER-Wilson interval
+    excludes 0 (bisection on the quantile, all contrasts at once; Student's t(df) when df is
+    given, df > 0). 1.0 for an estimate of exactly 0."""
+    if not contrasts:
+        return np.zeros(0)
+    k, n, w = _arrays(contrasts)
+    est = np.sum(w * k / n, axis=1)
+    sign = np.where(est >= 0, 1.0, -1.0)[:, None]
+    lo, hi = np.zeros((len(contrasts), 1)), np.full((len(contrasts), 1), _Z_MAX)
+    for _ in range(40):  # z to within 4e-11
+        mid = (lo + hi) / 2
+        _, low, high = _mover(k, n, w, mid)
+        excludes = np.where(sign[:, 0] > 0, low > 0, high < 0)[:, None]
+        lo, hi = np.where(excludes, mid, lo), np.where(excludes, hi, mid)
+    p = 2.0 * (sps.norm.sf(lo[:, 0]) if df <= 0 else sps.t.sf(lo[:, 0], df))
+    return np.where(np.abs(est) < 1e-12, 1.0, np.minimum(p, 1.0))
+
+
+def _arrays(contrasts: Sequence[Sequence[tuple[float, float, float]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pad to one (contrasts x terms) array each; padding is 0/1 with weight 0 (adds nothing)."""
+    width = max(len(c) for c in contrasts)
+    k, n, w = np.zeros((len(contrasts), width)), np.ones((len(contrasts), width)), np.zeros((len(contrasts), width))
+    for i, terms in enumerate(contrasts):
+        for j, (kk, nn, ww) in enumerate(terms):
+            k[i, j], n[i, j], w[i, j] = kk, nn, ww
+    return k, n, w
+
+
+def _mover(k: np.ndarray, n: np.ndarray, w: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MOVER-Wilson (Zou & Donner 2008) for sum(w * k/n), one z per row; Wilson in closed form
+    (the same as statsmodels' method="wilson", exact at 0 and n events)."""
+    p = k / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    low = np.where(k == 0, 0.0, np.maximum(center - half, 0.0))
+    high = np.where(k == n, 1.0, np.minimum(center + half, 1.0))
+    term, a, b = w * p, w * low, w * high
+    est = term.sum(axis=1)
+    down = np.sqrt(((term - np.minimum(a, b)) ** 2).sum(axis=1))
+    up = np.sqrt(((np.maximum(a, b) - term) ** 2).sum(axis=1))
+    return est, est - down, est + up
+
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def number_effects(
+    cells: Sequence[CellValues],
+    factors: Mapping[str, Sequence[str]],
+    reference: Mapping[str, str],
+    confidence: float = CONFIDENCE,
+) -> list[ShiftEffect]:
+    """Main effect of each factor's non-reference level on a numeric metric.
+
+    Values are pooled over the strata (levels of the other factors) where both levels were
+    observed, so in a balanced design the other factors add noise but no bias."""
+    found = []
+    for factor, levels in factors.items():
+        ref = reference.get(factor, levels[0] if levels else "")
+        for level in (lv for lv in levels if lv != ref):
+            effect = _number_effect(cells, factor, ref, level, confidence)
+            if effect is not None:
+                found.append(effect)
+    return found
+
+
+def _number_effect(
+    cells: Sequence[CellValues], factor: str, ref: str, level: str, confidence: float
+) -> ShiftEffect | None:
+    strata: dict[tuple[tuple[str, str], ...], dict[str, list[float]]] = {}
+    for cell in cells:
+        value = cell.levels.get(factor)
+        if value not in (ref, level) or not cell.values:
+            continue
+        stratum = tuple(sorted((f, v) for f, v in cell.levels.items() if f != factor))
+        strata.setdefault(stratum, {}).setdefault(str(value), []).extend(cell.values)
+    matched = [s for s in strata.values() if ref in s and level in s]
+    if not matched:
+        return None
+    x = np.array([v for s in matched for v in s[level]])
+    y = np.array([v for s in matched for v in s[ref]])
+    return ShiftEffect(
+        factor=factor,
+        reference=ref,
+        level=level,
+        median_level=float(np.median(x)),
+        median_reference=float(np.median(y)),
+        n_level=int(x.size),
+        n_reference=int(y.size),
+        shift=ranks.shift_interval(x, y, confidence),
+        p=mann_whitney(x, y),
+        strata=len(matched),
+    )
+
+
+# ----------------------------------------------------------------------------- the policy
+
+
+def adjust(pvalues: Mapping[K, float]) -> dict[K, float]:
+    """Holm over the whole family: every test the report could call a finding, once each."""
+    keys = list(pvalues)
+    return dict(zip(keys, holm([pvalues[k] for k in keys]), strict=True)) if keys else {}
+
+
+def policy_sentence(tests: Mapping[str, int], alpha: float = ALPHA) -> str:
+    """The one sentence the report states its multiplicity policy in (tests: family size per metric)."""
+    sizes = ", ".join(f"{metric}: {n}" for metric, n in tests.items() if n)
+    return (
+        f"Every finding survives Holm's correction over all the tests this report could call a finding "
+        f"about its metric ({sizes}; each cell vs the baseline, each factor's main and conditional effects, "
+        "every two- and three-way interaction), so for each metric the chance of any false finding is at "
+        f"most {alpha:g}; raw 95% intervals are exploratory."
+    )
+
+
+def is_finding(p_holm: float | None, alpha: float = ALPHA) -> bool:
+    return p_holm is not None and not math.isnan(p_holm) and p_holm < alpha

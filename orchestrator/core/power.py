@@ -1,0 +1,126 @@
+"""Power of the design as run: exact, for the test the report uses (PURE).
+
+Why: the old figure came from the arcsine normal approximation, which hits a cap at a 0%
+baseline and printed "80% power only for differences of about 1.0 points" for 0/80 sessions,
+where the true figure is about 10 points. Here power is exact: the two-sided Fisher test's
+rejection region over every (k1, k2) table is computed once per design (n1, n2, alpha), and the
+power for any pair of true rates is the binomial probability of landing in it. The difference
+with 80% power is then solved in both directions (a rise and a fall from the baseline rate).
+
+Numeric metrics are compared with Mann-Whitney, whose smallest two-sided p with m and n values
+is 2/C(m+n, m) (ranks.mann_whitney_min_p): with 2 trials per cell it is 0.33, so a cell can never
+differ significantly from the baseline however large the difference. plan and report say so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import stats as sps
+from scipy.special import gammaln
+
+from orchestrator.core.stats import ALPHA
+
+TARGET_POWER = 0.8
+MAX_EXACT_N = 500  # sessions per side for the exact grid (0.2 s); beyond it the arcsine approximation (< 1 pt off)
+_REL_ERR = 1 + 1e-7  # as scipy's fisher_exact: tables this close in probability count as "as extreme"
+
+
+@lru_cache(maxsize=64)
+def fisher_pvalues(n1: int, n2: int) -> np.ndarray:
+    """Two-sided Fisher exact p of every table k1/n1 vs k2/n2, as an (n1+1) x (n2+1) array.
+
+    For each margin t = k1 + k2, k1 is hypergeometric; p sums the probabilities of every table
+    no more likely than the observed one (the same rule as scipy.stats.fisher_exact)."""
+    if n1 < 0 or n2 < 0 or max(n1, n2) > MAX_EXACT_N:
+        raise ValueError(f"fisher_pvalues: n1={n1}, n2={n2} outside 0..{MAX_EXACT_N}")
+    table = np.ones((n1 + 1, n2 + 1))
+    for t in range(n1 + n2 + 1):
+        k1 = np.arange(max(0, t - n2), min(n1, t) + 1)
+        pmf = _hypergeom_pmf(k1, n1, n2, t)
+        ordered = np.sort(pmf)
+        upto = np.searchsorted(ordered, pmf * _REL_ERR, side="right")  # tables no more likely
+        table[k1, t - k1] = np.minimum(1.0, np.concatenate([[0.0], np.cumsum(ordered)])[upto])
+    return table
+
+
+def _hypergeom_pmf(k1: np.ndarray, n1: int, n2: int, t: int) -> np.ndarray:
+    """P(k1 | margins) = C(n1, k1) C(n2, t - k1) / C(n1 + n2, t), in logs (scipy's pmf is slow per call)."""
+    log = _log_comb(n1, k1) + _log_comb(n2, t - k1) - _log_comb(n1 + n2, np.array([t]))
+    return np.asarray(np.exp(log), dtype=float)
+
+
+def _log_comb(n: int, k: np.ndarray) -> np.ndarray:
+    return np.asarray(gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1), dtype=float)
+
+
+def fisher_power(n1: int, n2: int, p1: float, p2: float, alpha: float = ALPHA) -> float:
+    """Probability that two-sided Fisher rejects (p < alpha) for true rates p1 (n1) and p2 (n2)."""
+    reject = fisher_pvalues(n1, n2) < alpha
+    return float(_binom_pmf(n1, p1) @ reject @ _binom_pmf(n2, p2))
+
+
+def _binom_pmf(n: int, p: float) -> np.ndarray:
+    """Binomial pmf over 0..n in logs (exact at p = 0 and 1; scipy's per-call overhead is 1 ms)."""
+    k = np.arange(n + 1)
+    if p <= 0.0 or p >= 1.0:
+        return np.asarray(k == (0 if p <= 0.0 else n), dtype=float)
+    return np.asarray(np.exp(_log_comb(n, k) + k * np.log(p) + (n - k) * np.log1p(-p)), dtype=float)
+
+
+@dataclass(frozen=True)
+class Detectable:
+    """The smallest rise and fall from `baseline` detected with `power` (None: not even 0%/100%)."""
+
+    n_cell: int
+    n_baseline: int
+    baseline: float
+    alpha: float
+    power: float
+    rise: float | None  # rate points, cell rate - baseline rate
+    fall: float | None  # rate points, baseline rate - cell rate
+
+
+def detectable(
+    n_cell: int, n_baseline: int, baseline: float, alpha: float = ALPHA, power: float = TARGET_POWER
+) -> Detectable:
+    """Differences from `baseline` that Fisher (cell vs baseline, at `alpha`) detects with `power`."""
+    if not 0.0 <= baseline <= 1.0:
+        raise ValueError(f"detectable: baseline rate {baseline} not in [0, 1]")
+    if max(n_cell, n_baseline) > MAX_EXACT_N:
+        rise, fall = _approximate(n_cell, n_baseline, baseline, alpha, power)
+    else:
+        rise = _solve(n_cell, n_baseline, baseline, 1.0, alpha, power)
+        fall = _solve(n_cell, n_baseline, baseline, 0.0, alpha, power)
+    return Detectable(n_cell, n_baseline, baseline, alpha, power, rise, fall)
+
+
+def _approximate(n1: int, n2: int, p0: float, alpha: float, power: float) -> tuple[float | None, float | None]:
+    """Arcsine (Cohen's h) normal approximation, each direction on its own (no cap mixing them):
+    good to a fraction of a point with more than a thousand sessions per side."""
+    h = (sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * math.sqrt((1 / n1 + 1 / n2) / 4)
+    angle = math.asin(math.sqrt(p0))
+    rise = math.sin(angle + h) ** 2 - p0 if angle + h < math.pi / 2 else None
+    fall = p0 - math.sin(angle - h) ** 2 if angle - h > 0 else None
+    return rise, fall
+
+
+def _solve(n1: int, n2: int, p0: float, end: float, alpha: float, power: float) -> float | None:
+    """Bisection for the cell rate between p0 and `end` where power first reaches `power`."""
+    if n1 <= 0 or n2 <= 0 or p0 == end or fisher_power(n1, n2, end, p0, alpha) < power:
+        return None
+    near, far = p0, end
+    for _ in range(40):
+        mid = (near + far) / 2
+        near, far = (mid, far) if fisher_power(n1, n2, mid, p0, alpha) < power else (near, mid)
+    return abs(far - p0)
+
+
+def sessions_from_command(command: str) -> int | None:
+    """The repro's `--sessions N` (how `orch plan` knows the sessions per trial), else None."""
+    match = re.search(r"--sessions[ =](\d+)", command)
+    return int(match.group(1)) if match else None
