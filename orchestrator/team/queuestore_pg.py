@@ -194,8 +194,8 @@ class PgQueue:
             except psycopg.Error as exc:
                 if not self._conn.closed and not self._conn.broken:
                     raise QueueError(f"{self.where}: {what}: {_line(exc)}") from exc
-            self._reconnect()
             try:
+                self._reconnect()
                 return op(self._conn)
             except psycopg.Error as exc:
                 raise QueueError(f"{self.where}: {what}: {_line(exc)}") from exc
@@ -249,8 +249,8 @@ class PgQueue:
                 except psycopg.Error:
                     try:
                         self._reconnect()
-                    except QueueError:
-                        pass
+                    except (QueueError, psycopg.Error):
+                        pass  # given up (lost is set) or dropped again: the next beat tries again
                 why = self.lost if self.lost != before else None
             if why:
                 self.on_lost(why)

@@ -168,6 +168,25 @@ def test_deadline_and_resume_on_postgres(pg_url: str, tmp_path: Path) -> None:
         assert {i.state for i in q.items()} == {"completed"}
 
 
+def test_cli_list_status_and_remove_on_a_server_store(
+    pg_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with quiet(pg_url) as q:
+        a, b = add(q, "listed", "tb1"), add(q, "other", "tb2")
+    reports = ["--reports", str(tmp_path / "r")]
+    assert main(["queue", "list", "--store", pg_url, *reports]) == 0
+    listed = capsys.readouterr().out
+    assert "listed.yaml" in listed and "other.yaml" in listed and "@" in listed  # who queued it
+    monkeypatch.setenv("ORCH_QUEUE_STORE", pg_url)  # the environment names the store too
+    assert main(["status", *reports]) == 0
+    assert "listed.yaml" in capsys.readouterr().out
+    assert main(["queue", "remove", str(a.id), *reports]) == 0
+    with quiet(pg_url) as q:
+        assert [i.id for i in q.items()] == [b.id]
+    assert main(["queue", "remove", str(a.id), *reports]) == 2  # gone: bad input
+    assert not (tmp_path / "r" / "queue.db").exists()  # the SQLite queue was never opened
+
+
 # ---------------------------------------------------------------------------- controller processes
 def test_two_controllers_race_for_one_queue(pg_url: str, tmp_path: Path) -> None:
     """30 items on 3 testbeds, two controllers at once: every item runs exactly once, all end
