@@ -14,7 +14,7 @@ from typing import Sequence
 from rich.markup import escape
 
 from orchestrator import __version__
-from orchestrator.cli import output, reports, team
+from orchestrator.cli import hunt, output, reports, team
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
+    hunt_cmd = command(
+        sub, "hunt", "find which suspect flags cause a failure (the matrix's hunt: section)", hunt.cmd_hunt
+    )
+    matrix_args(hunt_cmd)
+    hunt.add_options(hunt_cmd, DEFAULT_REPORTS)
     reports.register(sub)
     team.register(sub)
     return p
@@ -128,6 +133,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     plan = prepared_sweep(sweep_request(args, replicates=args.replicates, seed=args.seed)).plan
+    if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost
+        hunt.print_hunt_plan(plan, out)
+        return 0
     from orchestrator.cli.planview import print_plan
 
     print_plan(plan, out, list_trials=args.trials)
@@ -147,6 +155,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         skip_preflight=args.skip_preflight,
     )
     prepared = prepared_sweep(request)
+    if args.dry_run and prepared.plan.matrix.hunt is not None:
+        hunt.print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
+        out.print("dry run: nothing was changed")
+        return 0
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 
@@ -182,6 +194,7 @@ def _finished(outcome: api.SweepOutcome, webhooks: list[str] | None) -> int:
     """Show how the sweep ended; POST its summary to --webhook URLs (and ORCH_WEBHOOKS, when
     some --webhook is given); a webhook never fails the sweep."""
     output.show_outcome(outcome)
+    hunt.after(outcome.run_dir)  # a hunt's culprit summary and hunt.html (nothing for other runs)
     if webhooks:
         from orchestrator.team import notify
 

@@ -22,6 +22,7 @@ import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
+from orchestrator.core.huntconfig import HuntShape, HuntSpec, build_hunt
 from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import (
     MetricsShape,
@@ -140,6 +141,7 @@ class MatrixShape(_Shape):
     repro: ReproShape
     collect: dict[str, CollectShape] = {}
     adaptive: AdaptiveShape | None = None
+    hunt: HuntShape | None = None  # `orch hunt`: which suspect flags cause the failure (core/huntconfig.py)
     metrics: MetricsShape | None = None  # server metrics and GPU telemetry per trial (core/serverconf.py)
     verify: list[VerifyShape] = []  # what a server must report once up (a mismatch voids the trial)
     # stop the sweep after this many consecutive trials failed the same way (0: never stop)
@@ -297,6 +299,7 @@ class Matrix:
     adaptive: Adaptive | None = None
     secrets: tuple[str, ...] = ()  # variable names declared secret (`secrets: [...]`), beyond *TOKEN* etc.
     stop_after_repeated_failures: int = 3  # consecutive same failures that stop a sweep (0: never)
+    hunt: HuntSpec | None = None  # the `hunt:` section (orch hunt)
     server_metrics: ServerMetrics | None = None  # `metrics:`: Prometheus scrapes and GPU telemetry per trial
     verify: tuple[VerifyRule, ...] = ()  # `verify:`: fields a server must report once up
     gates: tuple[Gate, ...] = ()  # bounds on intervals that `orch run` exits non-zero for
@@ -778,11 +781,19 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
         adaptive=_build_adaptive(shape, source),
         secrets=tuple(shape.secrets),
         stop_after_repeated_failures=shape.stop_after_repeated_failures,
+        hunt=build_hunt(
+            shape.hunt,
+            {f.name: f.level_names for f in factors},
+            baseline,
+            [n for n, m in shape.repro.metrics.items() if m.kind == "proportion"],
+            source,
+        ),
         server_metrics=build_metrics(shape.metrics, source),
         verify=build_verify(shape.verify, {f.name: f.level_names for f in factors}, source),
         gates=_build_gates(shape, by_name, source),
     )
-    _check_size(matrix, source)
+    if matrix.hunt is None:  # a hunt never expands its product (2^20 configurations for 20 flags)
+        _check_size(matrix, source)
     return matrix
 
 

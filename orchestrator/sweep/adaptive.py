@@ -16,6 +16,7 @@ from orchestrator.core.config import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.sequential import Decision, SequentialPolicy, decide
+from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.sources import StepSource
 
 OnDecision = Callable[[str, Decision], None]
@@ -127,6 +128,8 @@ def make_source(
     prior: Sequence[TrialRecord],
     on_decision: OnDecision | None,
 ) -> StepSource:
+    if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
+        return HuntSource(matrix, prior)
     if matrix.adaptive is None:
         return StepSource(list(plan_steps), done)
     return AdaptiveSource(plan_steps, done, matrix, prior, on_decision)

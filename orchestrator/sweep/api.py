@@ -44,6 +44,7 @@ from orchestrator.store.manifest import (
 )
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep import session
+from orchestrator.sweep.hunt import hunt_plan
 from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, now_iso
 
 TestbedSelection = tuple[str, ...] | Literal["all"] | None
@@ -127,9 +128,13 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     matrix, inventory = load(request.matrix, request.inventory)
     if request.replicates is not None:
         check_replicates(matrix, request.replicates, "--replicates")
-    warnings = tuple(warnings_for(matrix, request.replicates))
+    hunting = matrix.hunt is not None  # a hunt plans its first wave only (core/huntplan.py)
+    warnings = () if hunting else tuple(warnings_for(matrix, request.replicates))
     testbeds = select_testbeds(inventory, request.testbeds)
-    plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
+    if hunting:
+        plan = hunt_plan(matrix, testbeds[0], request.seed)
+    else:
+        plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
     for other in testbeds[1:]:
         check_same_roles(plan.testbed, other, inventory)
         check_against_inventory(matrix, other)
@@ -321,12 +326,16 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     inventory = _inventory_of(manifest)
     testbeds = [inventory.testbed(name) for name in manifest.testbeds]
     check_replicates(matrix, manifest.replicates, f"{RunDir(run_dir).run_json}: replicates")
-    plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
+    if matrix.hunt is not None:
+        plan = hunt_plan(matrix, testbeds[0], manifest.seed)
+    else:
+        plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
     journal = RunDir(run_dir).journal
     torn = journal.exists() and repair_torn_tail(journal)
     done = set(trial_statuses(journal).finished) if journal.exists() else set()
-    prior = _final_trials(run_dir) if journal.exists() and matrix.adaptive else []  # adaptive rebuilds its counts
+    # adaptive rebuilds its counts, a hunt its search
+    prior = _final_trials(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else []
     started = Started(
         manifest.run_id,
         run_dir,

@@ -1,0 +1,169 @@
+"""Benchmark: `orch hunt`'s search on a simulated oracle (no processes), against one flag at a
+time and the full factorial.
+
+Each hunt runs orchestrator.core.hunt.Hunt against a truth from orchestrator.sim.culprits (the
+model the bundled simulator uses): 16 suspect flags, trials of --sessions sessions, every
+trial's rate drawn from a Beta around the configuration's rate with the setting's ICC
+(trial-to-trial variation), k ~ Binomial(n, that rate). With T testbeds every round hands one
+configuration to each free testbed (chosen jointly), then all T finish; with 1 testbed a round
+is one trial. Settings (each --hunts hunts, seeds 0..hunts-1):
+
+  and3-bg0.5   culprit = a 3-flag AND at 15%, background 0.5%, ICC 0.03
+  and3-bg1     culprit = a 3-flag AND at 15%, background 1%,   ICC 0.05, 2 decoys +0.5% each
+  and3-bg0     culprit = a 3-flag AND at 15%, background 0%,   ICC 0.02
+  or           (3-flag AND at 15%) OR (1 other flag at 10%), background 0.5%, ICC 0.03
+  one-flag     culprit = 1 flag at 15%, background 0.5%, ICC 0.03
+
+Figures per setting: exact culprit set reported (goal >= 95%), wrong set reported as certain
+(goal <= 1%), sessions median / p90 (goals <= 250 / <= 500) beside one-flag-at-a-time (17
+configurations x 80 sessions = 1,360) and the full factorial (65,536 configurations), trials,
+and with --testbeds 4 the wall-clock rounds against the same hunts on one testbed (goal <= 1/3).
+
+    .venv/bin/python bench/bench_hunt.py [--hunts 1000] [--sessions 10] [--testbeds 4] [--settings and3-bg0.5,or]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from dataclasses import dataclass
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # small vectors: threads only contend
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+from orchestrator.core.hunt import Hunt, HuntSettings  # noqa: E402
+from orchestrator.sim.culprits import Cause, CulpritModel  # noqa: E402
+
+FLAGS = tuple(f"flag{i:02d}" for i in range(16))
+OFAT_SESSIONS = (len(FLAGS) + 1) * 80
+FACTORIAL = 2 ** len(FLAGS)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    model: CulpritModel
+    truth: frozenset[frozenset[str]]
+
+
+def _and(flags: tuple[int, ...], rate: float) -> Cause:
+    return Cause(frozenset(FLAGS[i] for i in flags), rate)
+
+
+SETTINGS = {
+    s.name: s
+    for s in (
+        Setting("and3-bg0.5", CulpritModel((_and((2, 7, 11), 0.15),), (), 0.005, 0.03), frozenset()),
+        Setting(
+            "and3-bg1",
+            CulpritModel((_and((2, 7, 11), 0.15),), ((FLAGS[4], 0.005), (FLAGS[9], 0.005)), 0.01, 0.05),
+            frozenset(),
+        ),
+        Setting("and3-bg0", CulpritModel((_and((2, 7, 11), 0.15),), (), 0.0, 0.02), frozenset()),
+        Setting("or", CulpritModel((_and((2, 7, 11), 0.15), _and((5,), 0.10)), (), 0.005, 0.03), frozenset()),
+        Setting("one-flag", CulpritModel((_and((13,), 0.15),), (), 0.005, 0.03), frozenset()),
+    )
+}
+
+
+def truth_of(setting: Setting) -> frozenset[frozenset[str]]:
+    return frozenset(c.flags for c in setting.model.causes)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exact: bool
+    wrong_certain: bool
+    sessions: int
+    trials: int
+    rounds: int
+
+
+def hunt_once(setting: Setting, seed: int, sessions: int, testbeds: int) -> Outcome:
+    rng = random.Random(seed)
+    hunt = Hunt(HuntSettings(FLAGS, sessions_per_trial=sessions))
+    rounds = 0
+    while True:
+        batch: list[int] = []
+        for _ in range(testbeds):
+            x = hunt.propose(batch)
+            if x is None:
+                break
+            batch.append(x)
+        if not batch:
+            break
+        rounds += 1
+        for x in batch:
+            on = frozenset(FLAGS[i] for i in range(len(FLAGS)) if x >> i & 1)
+            p = setting.model.trial_rate(on, rng)
+            k = sum(rng.random() < p for _ in range(sessions))
+            hunt.observe(x, k, sessions)
+    result = hunt.result(top_n=1)
+    found = frozenset(frozenset(s) for s in result.best.sets)
+    exact = result.state == "found" and found == truth_of(setting)
+    wrong = result.state == "found" and found != truth_of(setting)
+    return Outcome(exact, wrong, result.sessions, result.trials, rounds)
+
+
+def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int) -> dict[str, float]:
+    started = time.perf_counter()
+    seq = [hunt_once(setting, seed, sessions, 1) for seed in range(hunts)]
+    row: dict[str, float] = {
+        "exact": float(np.mean([o.exact for o in seq])),
+        "wrong": float(np.mean([o.wrong_certain for o in seq])),
+        "median": float(np.median([o.sessions for o in seq])),
+        "p90": float(np.percentile([o.sessions for o in seq], 90)),
+        "trials": float(np.median([o.trials for o in seq])),
+    }
+    if testbeds > 1:
+        par = [hunt_once(setting, seed, sessions, testbeds) for seed in range(hunts)]
+        row |= {
+            "par_exact": float(np.mean([o.exact for o in par])),
+            "par_wrong": float(np.mean([o.wrong_certain for o in par])),
+            "par_median": float(np.median([o.sessions for o in par])),
+            "rounds": float(np.median([o.rounds for o in par])),
+            "ratio": float(np.median([o.rounds / max(s.trials, 1) for o, s in zip(par, seq, strict=True)])),
+        }
+    row["seconds"] = time.perf_counter() - started
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hunts", type=int, default=1000)
+    parser.add_argument("--sessions", type=int, default=5, help="sessions per trial")
+    parser.add_argument("--testbeds", type=int, default=4)
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared: times are inflated)")
+    print(
+        f"{len(FLAGS)} flags, trials of {args.sessions} sessions, {args.hunts} hunts per setting; baselines: "
+        f"one-flag-at-a-time {OFAT_SESSIONS:,} sessions (17 configs x 80), full factorial {FACTORIAL:,} configs"
+    )
+    head = f"{'setting':<11} {'exact':>6} {'wrong':>6} {'median':>7} {'p90':>5} {'trials':>6}"
+    head += f" {'vs OFAT':>8} {'vs 2^16':>8}"
+    if args.testbeds > 1:
+        head += f" | {args.testbeds} testbeds: {'exact':>6} {'wrong':>6} {'median':>6} {'rounds':>6} {'rounds/seq':>10}"
+    print(head + "   time")
+    for name in args.settings.split(","):
+        r = run_setting(SETTINGS[name], args.hunts, args.sessions, args.testbeds)
+        line = (
+            f"{name:<11} {r['exact']:>6.1%} {r['wrong']:>6.1%} {r['median']:>7.0f} {r['p90']:>5.0f} {r['trials']:>6.0f}"
+            f" {r['median'] / OFAT_SESSIONS:>8.1%} {r['median'] / args.sessions / FACTORIAL:>8.2%}"
+        )
+        if args.testbeds > 1:
+            line += (
+                f" | {'':>{len(str(args.testbeds)) + 10}}{r['par_exact']:>6.1%} {r['par_wrong']:>6.1%}"
+                f" {r['par_median']:>6.0f} {r['rounds']:>6.0f} {r['ratio']:>10.2f}"
+            )
+        print(line + f"   {r['seconds']:.0f}s", flush=True)
+    print("goals: exact >= 95%, wrong <= 1%, median <= 250, p90 <= 500 sessions, rounds/seq <= 0.33")
+    print("vs OFAT: median sessions / 1,360; vs 2^16: median trials / 65,536 configurations (one trial each)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""`orch hunt MATRIX`: find which of the matrix's suspect flags cause a failure (its `hunt:`
+section), with the fewest sessions. The hunt runs through the sweep API like `orch run` (locks,
+journal, restore, parallel testbeds, `orch resume`); this module adds its plan view and the
+culprit summary and page at the end."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from orchestrator.cli import output
+from orchestrator.cli.console import err, out
+from orchestrator.cli.planview import human_duration
+from orchestrator.core.config import MAX_SEED
+from orchestrator.core.huntplan import expected_sessions
+from orchestrator.core.plan import Plan
+from orchestrator.errors import OrchError, UsageError
+from orchestrator.sweep import api
+from orchestrator.sweep.runner import Progress
+
+
+def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
+    """`orch hunt`'s options beyond MATRIX -i -t (cli.main registers the command: importing
+    cli.args here would put the CLI one import level deeper than the layering test allows)."""
+    cmd.add_argument("--dry-run", action="store_true", help="print the first wave and the expected cost; touch nothing")
+    cmd.add_argument("--seed", type=bounded_int(0, MAX_SEED), help="seed of the run (trial seeds)")
+    cmd.add_argument("--out", type=Path, default=reports, help="reports folder (default: reports/)")
+    cmd.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
+    cmd.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
+    cmd.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
+    cmd.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted hunt")
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"not between {low} and {high}")
+        return value
+
+    return parse
+
+
+def cmd_hunt(args: argparse.Namespace) -> int:
+    if args.resume is not None:
+        outcome = api.resume(api.ResumeRequest(args.resume, break_lock=args.break_lock), _progress, warn=output.warn)
+        output.show_outcome(outcome)
+        after(outcome.run_dir)
+        return outcome.exit_code
+    request = api.SweepRequest(
+        args.matrix,
+        args.inventory,
+        api.testbeds_from_spec(args.testbed),
+        seed=args.seed,
+        reports_dir=args.out,
+        run_id=args.run_id,
+        retries=max(0, args.retries),
+        break_lock=args.break_lock,
+    )
+    prepared = api.prepare(request)
+    for warning in prepared.warnings:
+        output.warn(warning)
+    if prepared.plan.matrix.hunt is None:
+        raise UsageError(
+            f"{prepared.plan.matrix.path}: no hunt: section",
+            hint="add hunt: {metric: ...} (see README 'Hunting a culprit')",
+        )
+    if args.dry_run:
+        print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
+        out.print("dry run: nothing was changed")
+        return 0
+    outcome = api.run(request, _progress, warn=output.warn, prepared=prepared)
+    output.show_outcome(outcome)
+    after(outcome.run_dir)
+    return outcome.exit_code
+
+
+def _progress(started: api.Started) -> Progress:
+    from orchestrator.team.livestatus import LiveStatus, Tee
+
+    return Tee(output.terminal(started), LiveStatus(started.run_dir))
+
+
+def after(run_dir: Path) -> None:
+    """A finished (or stopped) hunt: the culprit summary on the terminal and hunt.html."""
+    from orchestrator.report.hunt import hunt_report, summary_lines, write_hunt_page
+
+    try:
+        report = hunt_report(run_dir)
+        if report is None:
+            return
+        path = write_hunt_page(run_dir)
+    except OrchError as exc:
+        err.print(f"[yellow]hunt report not written:[/yellow] {escape(str(exc))}")
+        return
+    for line in summary_lines(report):
+        out.print(line, markup=False)
+    out.print(f"hunt report: {path}", markup=False)
+
+
+def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
+    """The hunt before it starts: suspects, the first wave, and the expected sessions and hours."""
+    spec = plan.matrix.hunt
+    assert spec is not None
+    console.print(
+        f"[bold]{escape(plan.matrix.name)}[/bold]: hunt over {len(spec.flags)} suspect flags "
+        f"(metric {escape(spec.metric)}, posterior target {spec.posterior}) on {escape(plan.testbed.name)}"
+    )
+    for flag in spec.flags:
+        console.print(f"  {escape(flag)}: fails at {escape(spec.failing[flag])}, clean at {escape(spec.clean[flag])}")
+    console.print(f"first wave: {len(plan.steps)} trials (both endpoints, then each flag dropped once):")
+    labels = ["all flags at their failing level", "all flags at their clean level"]
+    labels += [f"all failing but {flag} clean" for flag in spec.flags]
+    for s, label in zip(plan.steps, labels, strict=True):
+        console.print(f"  trial {s.trial.index}: {escape(label)}")
+    median, p90 = expected_sessions(spec)
+    per_trial = plan.steps[0].estimate_s if plan.steps else 0.0
+    took = [human_duration(sessions / spec.sessions_per_trial * per_trial / testbeds) for sessions in (median, p90)]
+    console.print(
+        f"expected: ~{median} sessions (p90 {p90}) = ~{median // spec.sessions_per_trial} trials of "
+        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {testbeds} testbed(s) at "
+        f"{per_trial:.0f} s a trial (bench/bench_hunt.py model); one flag at a time: "
+        f"{(len(spec.flags) + 1) * 80:,} sessions; full factorial: {2 ** len(spec.flags):,} configurations"
+    )

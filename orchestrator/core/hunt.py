@@ -1,0 +1,360 @@
+"""PURE: the culprit hunt's search - which configuration to run next, and when to stop.
+
+Why: a failing configuration with 10-20 non-default flags and a noisy 15% failure rate. A full
+factorial of 16 flags is 65,536 configurations; one flag at a time with 80 sessions each costs
+1,360 sessions and misses interactions (the DSV4 bug needed three flags on together). This
+module spends sessions where they tell the most (model: core/hunt_model.py):
+
+1. endpoints: the all-failing configuration runs until it shows `min_failures` failures (a few
+   failures decide "fails"); the all-clean one runs once here, and its "passes" is decided by
+   the posterior like every other configuration (under every hypothesis but "the flags do not
+   explain it" it is unaffected);
+2. leave-one-out from the failing configuration, one trial each, handed to every free testbed
+   in one wave;
+3. then, one configuration per free testbed, the one whose next trial has the largest expected
+   information gain about the culprit set, given the trials still running (their outcomes
+   are not known yet, so a batch is chosen jointly: greedy on the mutual information of the
+   batch's outcomes). Sessions per configuration are therefore allocated sequentially: an
+   undecided configuration keeps winning trials until its outcome is plain.
+4. stop when the most probable culprit set has posterior >= `target` and every single-flag drop
+   from it has been checked (a tested configuration tells the set from the set without that
+   flag); or when the failing configuration does not fail; or at the session budget.
+
+Deterministic: the same observations give the same proposals (ties go to the earlier candidate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from orchestrator.core.hunt_model import (
+    FloatArray,
+    Hypotheses,
+    ModelSettings,
+    Posterior,
+    design_effect,
+    enumerate_hypotheses,
+    prob_no_failure,
+)
+
+State = Literal["running", "found", "not_failing", "budget"]
+MAX_FLAGS = 20
+EIG_FLOOR = 1e-6  # the gain is computed on the likeliest hypotheses holding all but this mass
+EIG_MAX = 2000  # and at most this many
+MAX_JOINT = 5  # running trials considered jointly with a new one (2^6 outcome patterns)
+
+
+@dataclass(frozen=True)
+class HuntSettings:
+    flags: tuple[str, ...]
+    target: float = 0.95  # posterior of the top culprit set to stop
+    confidence: float = 0.95  # a configuration "fails"/"passes" at this posterior
+    min_failures: int = 2  # failures that confirm the failing configuration
+    endpoint_sessions: int = 400  # the failing configuration gives up after this many without them
+    max_sessions: int = 5000  # budget of the whole hunt
+    sessions_per_trial: int = 10  # for choosing configurations before a trial's n is known
+    top_k: int = 12  # hypotheses that propose candidate configurations
+    model: ModelSettings = field(default_factory=ModelSettings)
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.flags) <= MAX_FLAGS:
+            raise ValueError(f"hunt: {len(self.flags)} suspect flags (1..{MAX_FLAGS})")
+        if not (0.5 < self.target < 1.0 and 0.5 < self.confidence < 1.0):
+            raise ValueError("hunt: target and confidence must be in (0.5, 1)")
+
+    @property
+    def full(self) -> int:
+        return (1 << len(self.flags)) - 1
+
+
+@dataclass
+class ConfigStats:
+    k: int = 0
+    n: int = 0
+    trials: int = 0
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A hypothesis in words: AND sets joined by OR; () is "the flags do not explain it"."""
+
+    sets: tuple[tuple[str, ...], ...]
+    probability: float
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return tuple(f for s in self.sets for f in s)
+
+    def describe(self) -> str:
+        if not self.sets:
+            return "none of the flags (the failure does not depend on them)"
+        return " OR ".join(
+            "(" + " AND ".join(s) + ")" if len(self.sets) > 1 and len(s) > 1 else " AND ".join(s) for s in self.sets
+        )
+
+
+@dataclass(frozen=True)
+class ConfigResult:
+    config: int
+    on: tuple[str, ...]  # flags at their failing level
+    k: int
+    n: int
+    trials: int
+    p_fails: float  # posterior probability that this configuration is affected
+    verdict: Literal["fails", "passes", "undecided"]
+
+
+@dataclass(frozen=True)
+class HuntResult:
+    state: State
+    reason: str
+    top: tuple[Culprit, ...]
+    configs: tuple[ConfigResult, ...]
+    trials: int
+    sessions: int
+    unchecked: tuple[str, ...]  # flags of the top set whose single drop is not checked yet
+
+    @property
+    def best(self) -> Culprit:
+        return self.top[0]
+
+
+class Hunt:
+    """The search's state: observations in, the next configuration out."""
+
+    def __init__(self, settings: HuntSettings) -> None:
+        self.settings = settings
+        self.post = Posterior(enumerate_hypotheses(len(settings.flags), settings.model), settings.model)
+        self.stats: dict[int, ConfigStats] = {}
+        self.trials = self.sessions = 0
+        self.state: State = "running"
+        self.reason = "running"
+        self._cache: tuple[FloatArray, int] | None = None
+
+    @property
+    def hyps(self) -> Hypotheses:
+        """The hypotheses still held (the posterior drops those that became negligible)."""
+        return self.post.hyps
+
+    # ------------------------------------------------------------------ observations
+    def observe(self, config: int, k: int, n: int) -> None:
+        """One finished trial of `config`: k of n sessions failed."""
+        if n <= 0:
+            return
+        s = self.stats.setdefault(config, ConfigStats())
+        s.k, s.n, s.trials = s.k + k, s.n + n, s.trials + 1
+        self.trials += 1
+        self.sessions += n
+        self.post.add(config, k, n)
+        self._cache = None
+
+    # ------------------------------------------------------------------ proposals
+    def propose(self, pending: Sequence[int] = ()) -> int | None:
+        """The configuration the next free testbed should run (`pending`: those running now),
+        or None when the hunt is over (see `state` and `reason`)."""
+        if self.state != "running":
+            return None
+        st, full = self.settings, self.settings.full
+        f = self.stats.get(full, ConfigStats())
+        confirmed = f.k >= st.min_failures
+        if not confirmed:
+            if f.n >= st.endpoint_sessions:
+                return self._stop("not_failing", f"the failing configuration did not fail: {f.k}/{f.n} sessions")
+            if full not in pending:
+                return full
+        if 0 not in self.stats and 0 not in pending:
+            return 0
+        loo = [full ^ (1 << i) for i in range(len(st.flags))]
+        for x in loo:
+            if x not in self.stats and x not in pending:
+                return x
+        if not confirmed:
+            return full
+        return self._search(pending)
+
+    def _search(self, pending: Sequence[int]) -> int | None:
+        probs, best = self._posterior()
+        top = float(probs[best])
+        unchecked = self._unchecked(best)
+        if top >= self.settings.target and not unchecked:
+            return self._stop(
+                "found", f"posterior {top:.3f} >= {self.settings.target} and every single-flag drop checked"
+            )
+        if self.sessions >= self.settings.max_sessions:
+            return self._stop("budget", f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})")
+        if top >= self.settings.target:
+            for flag in unchecked:
+                x = self._drop_config(best, flag)
+                if x not in pending:
+                    return x
+        return self._most_informative(probs, pending)
+
+    def _stop(self, state: State, reason: str) -> int | None:
+        """End the hunt (no configuration to propose)."""
+        self.state, self.reason = state, reason
+        return None
+
+    def _posterior(self) -> tuple[FloatArray, int]:
+        if self._cache is None:
+            probs = self.post.probabilities()
+            self._cache = (probs, int(np.argmax(probs)))
+        return self._cache
+
+    # ------------------------------------------------------------------ single-flag drops
+    def _dropped(self, h: int, flag: int) -> tuple[int, int]:
+        """Hypothesis h without `flag`: a set emptied by it makes every configuration affected."""
+        a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
+        bit = 1 << flag
+        if a & bit:
+            a &= ~bit
+            return (0, 0) if a == 0 else (a, b)
+        b &= ~bit
+        return (0, 0) if b == 0 else (a, b)
+
+    def _unchecked(self, h: int) -> list[int]:
+        """Flags of hypothesis h that no tested configuration tells apart from h without them."""
+        a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
+        out = []
+        for flag in _bits(a | b):
+            da, db = self._dropped(h, flag)
+            if not any(_affected(x, a, b) != _affected(x, da, db) for x in self.stats):
+                out.append(flag)
+        return out
+
+    def _drop_config(self, h: int, flag: int) -> int:
+        """A configuration that tells h from h without `flag`: the failing one without the flag
+        for a plain AND; only the rest of the flag's set on for an OR."""
+        a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
+        if b == 0:
+            return self.settings.full & ~(1 << flag)
+        return (a if a >> flag & 1 else b) & ~(1 << flag)
+
+    # ------------------------------------------------------------------ expected information gain
+    def _candidates(self, probs: FloatArray, hyps: Hypotheses) -> list[int]:
+        """Configurations worth scoring: those tried, and the reproducers, single drops and
+        pair drops the likeliest hypotheses and the most uncertain flags suggest."""
+        st, full = self.settings, self.settings.full
+        out: dict[int, None] = dict.fromkeys(self.stats)
+        for h in range(min(st.top_k, len(probs))):  # probs are sorted, likeliest first
+            a, b = int(hyps.a[h]), int(hyps.b[h])
+            for base in {a | b, a, b} - {0}:
+                out[base] = None
+                for flag in _bits(base):
+                    out[base & ~(1 << flag)] = None
+                    out[full & ~(1 << flag)] = None
+            if b:
+                for fa in _bits(a):
+                    for fb in _bits(b):
+                        out[full & ~(1 << fa) & ~(1 << fb)] = None
+        marginal = _marginals(probs, hyps, len(st.flags))
+        unsure = [i for i in np.argsort(np.abs(marginal - 0.5), kind="stable") if 0.02 < marginal[i] < 0.98][:8]
+        for i, fi in enumerate(unsure):
+            for fj in unsure[i + 1 :]:
+                out[full & ~(1 << int(fi)) & ~(1 << int(fj))] = None
+        if len(unsure) >= 3:
+            half = sum(1 << int(f) for f in unsure[: len(unsure) // 2])
+            out[full & ~half] = None
+        return list(out)
+
+    def _most_informative(self, probs: FloatArray, pending: Sequence[int]) -> int:
+        p1, p0 = self.post.rates(probs)
+        order = np.argsort(-probs, kind="stable")
+        held = int(np.searchsorted(np.cumsum(probs[order]), 1.0 - EIG_FLOOR)) + 1
+        keep = order[: min(held, EIG_MAX)]
+        w = probs[keep] / probs[keep].sum()
+        hyps = Hypotheses(self.hyps.a[keep], self.hyps.b[keep], self.hyps.log_prior[keep])
+        n = self._trial_size()
+        q1 = prob_no_failure(p1, n, self.settings.model.icc)
+        q0 = prob_no_failure(p0, n, self.settings.model.icc)
+        running = list(pending)[-MAX_JOINT:]
+        base = np.zeros(len(w), dtype=np.int64)
+        for x in running:
+            base = base * 2 + hyps.affected(x)
+        m = len(running) + 1
+        cands = self._candidates(w, hyps)
+        idx = base[None, :] * 2 + hyps.affected_many(cands)
+        size = 1 << m
+        flat = (idx + np.arange(len(cands))[:, None] * size).ravel()
+        spread = np.broadcast_to(w, idx.shape).ravel()
+        weights = np.bincount(flat, spread, minlength=len(cands) * size).reshape(len(cands), size)
+        gain = _mutual_information(weights.astype(np.float64), _channel(m, q1, q0))
+        return cands[int(np.argmax(gain))]
+
+    def _trial_size(self) -> int:
+        if self.trials:
+            return max(1, round(self.sessions / self.trials))
+        return self.settings.sessions_per_trial
+
+    # ------------------------------------------------------------------ result
+    def result(self, top_n: int = 5) -> HuntResult:
+        probs, best = self._posterior()
+        order = np.argsort(-probs, kind="stable")[:top_n]
+        top = tuple(self._culprit(int(h), float(probs[h])) for h in order)
+        conf = self.settings.confidence
+        configs = []
+        for x, s in self.stats.items():
+            p = float(np.dot(probs, self.hyps.affected(x)))
+            verdict: Literal["fails", "passes", "undecided"] = (
+                "fails" if p >= conf else "passes" if p <= 1 - conf else "undecided"
+            )
+            configs.append(ConfigResult(x, self.flags_of(x), s.k, s.n, s.trials, p, verdict))
+        unchecked = tuple(self.settings.flags[f] for f in self._unchecked(best))
+        return HuntResult(self.state, self.reason, top, tuple(configs), self.trials, self.sessions, unchecked)
+
+    def _culprit(self, h: int, p: float) -> Culprit:
+        sets = tuple(self.flags_of(m) for m in (int(self.hyps.a[h]), int(self.hyps.b[h])) if m)
+        return Culprit(sets, p)
+
+    def flags_of(self, config: int) -> tuple[str, ...]:
+        return tuple(self.settings.flags[i] for i in _bits(config))
+
+    def config_of(self, on: Sequence[str]) -> int:
+        return sum(1 << self.settings.flags.index(f) for f in on)
+
+
+def _marginals(probs: FloatArray, hyps: Hypotheses, flags: int) -> FloatArray:
+    """P(flag i is part of the cause), per flag."""
+    masks = hyps.a | hyps.b
+    bits = (masks[:, None] >> np.arange(flags)[None, :]) & 1
+    marginal: FloatArray = probs @ bits
+    return marginal
+
+
+def _bits(mask: int) -> list[int]:
+    return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def _affected(x: int, a: int, b: int) -> bool:
+    return (x & a) == a or (b != 0 and (x & b) == b)
+
+
+def _channel(m: int, q1: float, q0: float) -> FloatArray:
+    """P(outcome pattern | affectedness pattern) for m trials, each outcome "no failure" (bit 0)
+    or "some failure" (bit 1): q1 / q0 are P(no failure) when affected / not."""
+    size = 1 << m
+    pat = np.arange(size)
+    q = np.ones((size, size))
+    for j in range(m):
+        aff = (pat >> j) & 1
+        y = (pat >> j) & 1
+        p_none = np.where(aff == 1, q1, q0)[:, None]
+        q *= np.where(y[None, :] == 0, p_none, 1.0 - p_none)
+    return q
+
+
+def _mutual_information(weights: FloatArray, channel: FloatArray) -> FloatArray:
+    """I(hypothesis class; outcomes) per row of weights (class probabilities)."""
+    outcome = weights @ channel
+    h_out = -np.sum(np.where(outcome > 0, outcome * np.log(np.maximum(outcome, 1e-300)), 0.0), axis=1)
+    h_row = -np.sum(np.where(channel > 0, channel * np.log(np.maximum(channel, 1e-300)), 0.0), axis=1)
+    result: FloatArray = h_out - weights @ h_row
+    return result
+
+
+def effective_sessions(n: int, icc: float) -> float:
+    """n sessions of one trial as independent sessions (the model's tempering)."""
+    return n / design_effect(n, icc)

@@ -1,0 +1,206 @@
+"""PURE: the culprit hunt's Bayesian model - which sets of suspect flags cause a failure.
+
+A configuration is a bitmask over the suspect flags (bit i set: flag i at its failing level).
+A hypothesis says which configurations are *affected*: an AND set S (affected when every flag
+of S is on; S empty: every configuration is affected, i.e. the flags do not explain the
+failure) or an OR of two disjoint AND sets (affected when either is all on).
+
+Hypothesis space (stated, and what it costs for 16 flags): every AND set of up to `max_and`
+flags (C(16,<=3) = 697) and, when `max_or` >= 2, every OR of two disjoint sets whose sizes add
+up to at most `max_or` (1+1, 1+2, 1+3, 2+2 for max_or = 4: 14,540). A full OR of pairs of
+triples (~240k) is left out: ORs of larger causes are rarer, and the posterior update stays a
+few vector operations per trial.
+
+Likelihood: affected configurations fail at an unknown rate p1, the others at an unknown
+background p0, with Beta priors, both integrated out exactly (Beta-binomial marginals of the
+pooled counts: two numbers per hypothesis, updated in O(hypotheses) per trial). Trial-to-trial
+variation (sessions of one trial share a restart and a GPU state) is tolerated by tempering
+each trial's evidence by its design effect 1 + (n - 1) * icc: a trial of n correlated sessions
+counts as n / deff independent ones (Kish's effective sample size), so one unlucky trial cannot
+make the posterior certain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import betaln, gammaln
+
+IntArray = NDArray[np.int64]
+FloatArray = NDArray[np.float64]
+BoolArray = NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model's assumptions; defaults suit a rare failure (5-50%) over a small background."""
+
+    max_and: int = 3  # largest AND set
+    max_or: int = 4  # largest total size of an OR of two sets (0 or 1: no ORs)
+    or_mass: float = 0.15  # prior probability that the cause is an OR of two sets
+    none_mass: float = 0.02  # prior probability that the flags do not explain the failure
+    icc: float = 0.03  # assumed trial-to-trial variation (intra-class correlation)
+    fail_prior: tuple[float, float] = (1.0, 3.0)  # Beta prior of the affected rate p1
+    background_prior: tuple[float, float] = (0.5, 30.0)  # Beta prior of the background p0
+
+
+@dataclass(frozen=True)
+class Hypotheses:
+    """Every hypothesis as two masks: affected(x) = (x & a == a) or (b != 0 and x & b == b)."""
+
+    a: IntArray
+    b: IntArray
+    log_prior: FloatArray
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    def affected(self, config: int) -> BoolArray:
+        x = np.int64(config)
+        hit: BoolArray = (x & self.a) == self.a
+        out: BoolArray = hit | ((self.b != 0) & ((x & self.b) == self.b))
+        return out
+
+    def affected_many(self, configs: list[int]) -> BoolArray:
+        """configs x hypotheses."""
+        x = np.asarray(configs, dtype=np.int64)[:, None]
+        hit: BoolArray = (x & self.a[None, :]) == self.a[None, :]
+        out: BoolArray = hit | ((self.b[None, :] != 0) & ((x & self.b[None, :]) == self.b[None, :]))
+        return out
+
+
+@lru_cache(maxsize=8)
+def enumerate_hypotheses(flags: int, settings: ModelSettings) -> Hypotheses:
+    """The hypothesis space over `flags` suspects, with its prior: `none_mass` on the empty set,
+    `or_mass` spread equally over the OR families present (each over its pairs), the rest
+    equally over the AND sets. Equal, not size-penalised: telling a triple from its pairs takes
+    clean streaks (expensive), telling a set from its supersets takes failures (cheap)."""
+    groups: list[tuple[list[int], list[int]]] = [([0], [0])]
+    masses = [settings.none_mass]
+    ands = [_masks(flags, k) for k in range(1, min(settings.max_and, flags) + 1)]
+    ors = _or_families(flags, settings) if settings.max_or >= 2 else []
+    and_mass = 1.0 - settings.none_mass - (settings.or_mass if ors else 0.0)
+    sets = sum(len(masks) for masks in ands)
+    for masks in ands:  # every AND set equally likely a priori: no Occam penalty on triples
+        groups.append((masks, [0] * len(masks)))
+        masses.append(and_mass * len(masks) / sets)
+    for a, b in ors:
+        groups.append((a, b))
+        masses.append(settings.or_mass / len(ors))
+    a_all = np.concatenate([np.asarray(g[0], dtype=np.int64) for g in groups])
+    b_all = np.concatenate([np.asarray(g[1], dtype=np.int64) for g in groups])
+    log_prior = np.concatenate([np.full(len(g[0]), np.log(m / len(g[0]))) for g, m in zip(groups, masses, strict=True)])
+    return Hypotheses(a_all, b_all, log_prior)
+
+
+def _masks(flags: int, k: int) -> list[int]:
+    return [sum(1 << i for i in combo) for combo in combinations(range(flags), k)]
+
+
+def _or_families(flags: int, settings: ModelSettings) -> list[tuple[list[int], list[int]]]:
+    """Each (size i, size j) family of disjoint unordered OR pairs, i <= j, i + j <= max_or."""
+    families = []
+    top = min(settings.max_and, settings.max_or - 1)
+    for i in range(1, top + 1):
+        for j in range(i, top + 1):
+            if i + j > settings.max_or or i + j > flags:
+                continue
+            a_list, b_list = [], []
+            for a in _masks(flags, i):
+                for b in _masks(flags, j):
+                    if a & b or (i == j and b <= a):
+                        continue
+                    a_list.append(a)
+                    b_list.append(b)
+            if a_list:
+                families.append((a_list, b_list))
+    return families
+
+
+def design_effect(n: int, icc: float) -> float:
+    return 1.0 + max(n - 1, 0) * icc
+
+
+PRUNE = -30.0  # log posterior below which a hypothesis is dropped for good
+
+
+class Posterior:
+    """Pooled effective counts of the affected configurations per hypothesis (the background's
+    are the totals minus them): the posterior of every hypothesis in a few vector operations."""
+
+    def __init__(self, hyps: Hypotheses, settings: ModelSettings) -> None:
+        self.hyps, self.settings = hyps, settings
+        self.index = np.arange(len(hyps))  # positions in the full space of the hypotheses still held
+        self.k1 = np.zeros(len(hyps))
+        self.n1 = np.zeros(len(hyps))
+        self.k_total = 0.0
+        self.n_total = 0.0
+        self._log_post: FloatArray | None = None
+
+    def add(self, config: int, k: int, n: int) -> None:
+        """One trial of `config`: k of n sessions failed."""
+        deff = design_effect(n, self.settings.icc)
+        ke, ne = k / deff, n / deff
+        hit = self.hyps.affected(config)
+        self.k1 += hit * ke
+        self.n1 += hit * ne
+        self.k_total += ke
+        self.n_total += ne
+        self._log_post = None
+
+    def log_posterior(self) -> FloatArray:
+        if self._log_post is None:
+            a1, b1 = self.settings.fail_prior
+            a0, b0 = self.settings.background_prior
+            k0, n0 = self.k_total - self.k1, self.n_total - self.n1
+            ll = betaln(a1 + self.k1, b1 + self.n1 - self.k1) + betaln(a0 + k0, b0 + n0 - k0)
+            lp = self.hyps.log_prior + ll
+            lp -= np.max(lp)
+            lp -= np.log(np.sum(np.exp(lp)))
+            self._log_post = lp
+            if self.n_total > 0 and np.count_nonzero(lp < PRUNE) > len(lp) // 4:
+                self._prune(lp >= PRUNE)
+        assert self._log_post is not None
+        return self._log_post
+
+    def _prune(self, keep: BoolArray) -> None:
+        """Drop hypotheses whose posterior fell below e^PRUNE (1e-13): they cannot come back
+        within a hunt's budget, and every later update and gain is computed on the rest."""
+        h = self.hyps
+        self.hyps = Hypotheses(h.a[keep], h.b[keep], h.log_prior[keep])
+        self.index, self.k1, self.n1 = self.index[keep], self.k1[keep], self.n1[keep]
+        lp = self._log_post[keep] if self._log_post is not None else None
+        self._log_post = None if lp is None else lp - np.log(np.sum(np.exp(lp)))
+
+    def probabilities(self) -> FloatArray:
+        return np.exp(self.log_posterior())
+
+    def rates(self, probs: FloatArray) -> tuple[float, float]:
+        """Posterior means of the affected rate and the background, averaged over hypotheses."""
+        a1, b1 = self.settings.fail_prior
+        a0, b0 = self.settings.background_prior
+        p1 = float(np.dot(probs, (a1 + self.k1) / (a1 + b1 + self.n1)))
+        k0, n0 = self.k_total - self.k1, self.n_total - self.n1
+        p0 = float(np.dot(probs, (a0 + k0) / (a0 + b0 + n0)))
+        return p1, p0
+
+
+def prob_no_failure(p: float, n: int, icc: float) -> float:
+    """P(a trial of n sessions shows no failure) at mean rate p with trial-to-trial variation."""
+    if n <= 0:
+        return 1.0
+    if icc <= 0.0 or p <= 0.0:
+        return float((1.0 - p) ** n)
+    scale = (1.0 - icc) / icc
+    alpha, beta = p * scale, (1.0 - p) * scale
+    return float(np.exp(betaln(alpha, beta + n) - betaln(alpha, beta)))
+
+
+def log_beta_binomial(k: int, n: int, a: float, b: float) -> float:
+    """log P(k of n | p ~ Beta(a, b)) (the binomial coefficient included)."""
+    coef = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
+    return float(coef + betaln(a + k, b + n - k) - betaln(a, b))

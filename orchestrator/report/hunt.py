@@ -1,0 +1,187 @@
+"""The hunt's report (hunt.html beside the run's index.html, and the lines `orch hunt` prints):
+the posterior over culprit sets, the minimal reproducer, the dependencies in words, every
+configuration tried with its k/n and interval, and what the hunt cost against a full factorial
+and one flag at a time. Rebuilt from the journal (the search is replayed), so it is the same
+after a resume or a re-render.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.core.config import Matrix, MatrixShape, build_matrix, validate_shape
+from orchestrator.core.hunt import Culprit, HuntResult
+from orchestrator.core.huntplan import hunt_cell, replay
+from orchestrator.core.records import TrialRecord
+from orchestrator.core.stats import wilson_interval
+from orchestrator.core.yamlsrc import parse_yaml
+from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.journal import read_journal
+from orchestrator.store.manifest import load_manifest
+from orchestrator.store.rundir import RunDir
+
+HUNT_PAGE = "hunt.html"
+OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuration (the DSV4 team's runs)
+
+
+@dataclass(frozen=True)
+class HuntReport:
+    matrix: Matrix
+    result: HuntResult
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        assert self.matrix.hunt is not None
+        return self.matrix.hunt.flags
+
+
+def hunt_report(run_dir: Path) -> HuntReport | None:
+    """The hunt of a run directory, or None when the run is not a hunt."""
+    manifest = load_manifest(run_dir, plan=False)
+    data, source = parse_yaml(manifest.matrix_text, manifest.matrix_path)
+    matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
+    if matrix.hunt is None:
+        return None
+    journal = RunDir(run_dir).journal
+    last: dict[int, TrialRecord] = {}
+    if journal.exists():
+        for r in read_journal(journal).records:
+            if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
+                last[r.trial] = r
+    hunt = replay(matrix, [last[k] for k in sorted(last)])
+    hunt.propose()  # evaluates the stopping rule on what was observed (proposes nothing else)
+    return HuntReport(matrix, hunt.result(top_n=10))
+
+
+def dependencies(culprit: Culprit) -> list[str]:
+    """The culprit set in words: which flag matters only with which others."""
+    if not culprit.sets:
+        return ["the failure does not depend on the suspect flags: the all-clean configuration fails too"]
+    lines = []
+    for group in culprit.sets:
+        for flag in group:
+            others = [f for f in group if f != flag]
+            if others:
+                lines.append(f"{flag} changes nothing unless {_and(others)} {'is' if len(others) == 1 else 'are'} on")
+            else:
+                lines.append(f"{flag} alone causes the failure")
+    if len(culprit.sets) > 1:
+        lines.append("either cause suffices: " + " / ".join(_and(list(g)) for g in culprit.sets))
+    return lines
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def summary_lines(report: HuntReport) -> list[str]:
+    r, spec = report.result, report.matrix.hunt
+    assert spec is not None
+    best = r.best
+    lines = [f"hunt {r.state}: {r.reason}"]
+    lines.append(f"culprit: {best.describe()} (posterior {best.probability:.3f})")
+    lines += [f"  {d}" for d in dependencies(best)]
+    if r.unchecked:
+        lines.append(f"  single-flag drops not checked yet: {', '.join(r.unchecked)}")
+    flags = len(report.flags)
+    lines.append(
+        f"sessions: {r.sessions} in {r.trials} trials over {len(r.configs)} configurations; one flag at a time: "
+        f"{(flags + 1) * OFAT_SESSIONS_PER_CONFIG:,} sessions; full factorial: {2**flags:,} configurations"
+    )
+    return lines
+
+
+def write_hunt_page(run_dir: Path) -> Path | None:
+    report = hunt_report(run_dir)
+    if report is None:
+        return None
+    path = run_dir / HUNT_PAGE
+    write_text_atomic(path, render(report))
+    return path
+
+
+def render(report: HuntReport) -> str:
+    r, m = report.result, report.matrix
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>hunt: {e(m.name)}</title>",
+        "<style>body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
+        ".fails{color:#b00}.passes{color:#070}.undecided{color:#a60}</style></head><body>",
+        f"<h1>Culprit hunt: {e(m.name)}</h1><p>{e(m.description)}</p>",
+        f"<h2>Verdict</h2><p><b>{e(r.state)}</b>: {e(r.reason)}</p>",
+        f"<p>Most probable culprit set: <b>{e(r.best.describe())}</b> (posterior {r.best.probability:.3f})</p>",
+        "<h3>Dependencies</h3><ul>" + "".join(f"<li>{e(d)}</li>" for d in dependencies(r.best)) + "</ul>",
+    ]
+    if r.unchecked:
+        parts.append(f"<p class='undecided'>Single-flag drops not checked yet: {e(', '.join(r.unchecked))}</p>")
+    parts.append(_reproducer(report))
+    parts.append("<h2>Posterior over culprit sets</h2><table><tr><th>#</th><th>culprit set</th><th>posterior</th></tr>")
+    parts += [
+        f"<tr><td>{i + 1}</td><td>{e(c.describe())}</td><td>{c.probability:.4f}</td></tr>" for i, c in enumerate(r.top)
+    ]
+    parts.append("</table>")
+    parts.append(_configs(report))
+    parts.append(_cost(report))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _reproducer(report: HuntReport) -> str:
+    r, m = report.result, report.matrix
+    assert m.hunt is not None
+    e = html.escape
+    on = set(r.best.flags)
+    config = sum(1 << i for i, f in enumerate(m.hunt.flags) if f in on)
+    cell = hunt_cell(m, config)
+    env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())
+    tried = next((c for c in r.configs if c.config == config), None)
+    seen = f"tested: {tried.k}/{tried.n} sessions failed ({tried.verdict})" if tried else "not tested as such"
+    return (
+        "<h2>Minimal reproducer</h2>"
+        f"<p>Only the culprits at their failing level, every other flag clean ({e(seen)}):</p>"
+        f"<p><code>{e(cell.id)}</code></p><p>env: <code>{e(m.redactor.text(env))}</code></p>"
+    )
+
+
+def _configs(report: HuntReport) -> str:
+    e = html.escape
+    rows = [
+        "<h2>Every configuration tried</h2><table><tr><th>flags on (failing level)</th><th>k/n</th>"
+        "<th>rate (95% interval)</th><th>trials</th><th>P(fails)</th><th>verdict</th></tr>"
+    ]
+    flags = len(report.flags)
+    for c in report.result.configs:
+        lo, hi = wilson_interval(c.k, c.n)
+        on = _on_label(c.on, report.flags, flags)
+        rows.append(
+            f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
+            f"<td>{c.trials}</td><td>{c.p_fails:.3f}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
+        )
+    return "\n".join(rows) + "</table>"
+
+
+def _on_label(on: tuple[str, ...], flags: tuple[str, ...], count: int) -> str:
+    if len(on) == count:
+        return "all (the failing configuration)"
+    if not on:
+        return "none (the clean configuration)"
+    if len(on) > count // 2:
+        return "all but " + ", ".join(f for f in flags if f not in on)
+    return ", ".join(on)
+
+
+def _cost(report: HuntReport) -> str:
+    r, flags = report.result, len(report.flags)
+    ofat = (flags + 1) * OFAT_SESSIONS_PER_CONFIG
+    return (
+        "<h2>Cost</h2><table><tr><th>design</th><th>sessions</th><th>configurations</th></tr>"
+        f"<tr><td>this hunt</td><td>{r.sessions:,}</td><td>{len(r.configs)} ({r.trials} trials)</td></tr>"
+        f"<tr><td>one flag at a time, {OFAT_SESSIONS_PER_CONFIG} sessions each</td><td>{ofat:,}</td>"
+        f"<td>{flags + 1} (misses interactions)</td></tr>"
+        f"<tr><td>full factorial</td><td>{2**flags:,} x sessions per configuration</td>"
+        f"<td>{2**flags:,}</td></tr></table>"
+    )

@@ -1,0 +1,110 @@
+"""The hunt's step source: hands every free testbed the configuration the search (core/hunt.py)
+picks next, and feeds it each finished trial. A hunt is otherwise a run like any other: the
+runner journals, restores and locks as for `orch run`, and N testbeds share this source.
+
+Resume: the search is deterministic, and its state is the trials' k/n, so a resumed hunt
+replays the journal's finished trials and carries on; trial numbers continue after the last
+one the journal holds. The trials running when a controller died are simply asked for again
+if the search still wants them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from orchestrator.core.config import Matrix, Testbed, check_against_inventory
+from orchestrator.core.hunt import HuntResult
+from orchestrator.core.huntplan import expected_sessions, first_wave, hunt_cell, observe, replay
+from orchestrator.core.matrix import Trial
+from orchestrator.core.plan import Plan, Step, new_seed
+from orchestrator.core.records import TrialRecord
+from orchestrator.sweep.sources import StepSource
+
+OnStop = Callable[[HuntResult], None]
+
+
+def hunt_step(matrix: Matrix, index: int, round_: int, config: int, testbed: Testbed | None = None) -> Step:
+    """One trial of a configuration. The restart fields are the plan's expectation only (every
+    role the cell sets); the runner decides restarts from the files on the hosts."""
+    assert matrix.hunt is not None
+    cell = hunt_cell(matrix, config)
+    roles = tuple(cell.env)
+    units: tuple[tuple[str, str], ...] = ()
+    startup = 0.0
+    if testbed is not None:
+        units = tuple((r, u.name) for r in roles if r in testbed.hosts for u in testbed.hosts[r].units)
+        startup = max((testbed.hosts[r].startup_estimate_s for r in roles if r in testbed.hosts), default=0.0)
+    trial = Trial(index, round_, cell, config == (1 << len(matrix.hunt.flags)) - 1)
+    return Step(trial, cell.env, roles, units, roles, startup + matrix.repro.expected_duration_s)
+
+
+def hunt_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None) -> Plan:
+    """The hunt's first wave as a plan (one trial per configuration)."""
+    assert matrix.hunt is not None
+    check_against_inventory(matrix, testbed)
+    configs = first_wave(matrix.hunt)
+    steps = tuple(hunt_step(matrix, i, 0, x, testbed) for i, x in enumerate(configs))
+    seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
+    return Plan(matrix, testbed, seed, 1, tuple(s.trial.cell for s in steps), steps)
+
+
+class HuntSource(StepSource):
+    shrinks = True  # the progress bar's total follows the search's estimate
+
+    def __init__(
+        self,
+        matrix: Matrix,
+        prior: Sequence[TrialRecord] = (),
+        next_index: int | None = None,
+        on_stop: OnStop | None = None,
+    ) -> None:
+        super().__init__([], set())
+        self.matrix, self.on_stop = matrix, on_stop
+        self.hunt = replay(matrix, prior)
+        self.pending: dict[int, int] = {}  # trial index -> configuration, handed out and not back yet
+        self.rounds: dict[int, int] = {}  # configuration -> trials handed out (a trial's "round")
+        for record in prior:
+            config = matrix.hunt.config_of(record.levels) if matrix.hunt else None
+            if config is not None:
+                self.rounds[config] = max(self.rounds.get(config, 0), record.round + 1)
+        self.index = next_index if next_index is not None else max((r.trial for r in prior), default=-1) + 1
+        self.closed = False
+        self.stopped = False
+
+    def next(self) -> Step | None:
+        with self._lock:
+            if self.closed:
+                return None
+            config = self.hunt.propose(list(self.pending.values()))
+            if config is None:
+                self._stopped()
+                return None
+            step = hunt_step(self.matrix, self.index, self.rounds.get(config, 0), config)
+            self.pending[self.index] = config
+            self.rounds[config] = self.rounds.get(config, 0) + 1
+            self.index += 1
+            return step
+
+    def record(self, record: TrialRecord) -> None:
+        with self._lock:
+            self.pending.pop(record.trial, None)
+            observe(self.hunt, self.matrix, record)
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+
+    def remaining(self) -> int:
+        """A guess for the progress bar: trials until the session budget's typical use."""
+        with self._lock:
+            spec = self.matrix.hunt
+            assert spec is not None
+            median, _ = expected_sessions(spec)
+            per_trial = max(1, self.hunt.sessions // max(self.hunt.trials, 1) or spec.sessions_per_trial)
+            return max(1, (median - self.hunt.sessions) // per_trial) if not self.stopped else 0
+
+    def _stopped(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            if self.on_stop is not None:
+                self.on_stop(self.hunt.result())
