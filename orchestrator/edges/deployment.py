@@ -138,6 +138,7 @@ def preflight(deployment: Deployment, plan: "Plan | None" = None, client: httpx.
             try:
                 _check_host(handle)
                 check_ports(handle, deployment.testbed.hosts[handle.role])
+                warnings += health_lint(handle.host)
                 if plan is not None:
                     warnings += _check_edits(handle, plan)
                 _check_as_it_is(handle, http, redactor)
@@ -173,6 +174,19 @@ def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
 
 
 PREFLIGHT_HEALTH_TIMEOUT_S = 10.0  # one GET on a server that already runs
+
+
+def health_lint(host: Host) -> list[str]:
+    """A router polled on /health: SGLang's PD router answers 200 there with every worker down
+    (its /liveness too), so it proves nothing about readiness; /readiness does (and gets the
+    generate probe)."""
+    path = urlsplit(host.health).path.rstrip("/")
+    if host.role == "router" and path.endswith(("/health", "/liveness")):
+        return [
+            f"{host.label}: health {host.health} answers 200 even with every worker down on an SGLang router "
+            "(point it at /readiness: orch then also sends one generate through the router before each repro)"
+        ]
+    return []
 
 
 def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor) -> None:

@@ -5,13 +5,16 @@ must go through the router before the wait ends (the router's view of its worker
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
+from fakes import Role, make_bed
 
+from orchestrator.edges.deployment import preflight
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_all, wait_ready
 from orchestrator.errors import HealthTimeout
 
@@ -181,3 +184,12 @@ def test_without_a_probe_no_generate_is_sent() -> None:
     with router.client() as client:
         wait_all(plain, client=client, poll_initial_s=0.001, poll_max_s=0.002)
     assert not any(line.endswith("/generate") for line in router.log)
+
+
+def test_preflight_warns_when_a_router_is_polled_on_its_liveness(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [])  # the fake hosts' names resolve
+    bed = make_bed({"router": Role("X=1\n")})  # the fake hosts' health URLs end in /health
+    warnings = preflight(bed.deployment, client=bed.client)
+    assert len(warnings) == 1 and "answers 200 even with every worker down" in warnings[0]
+    assert "point it at /readiness" in warnings[0]
+    assert preflight(make_bed({"decode": Role("X=1\n")}).deployment, client=bed.client) == []
