@@ -110,41 +110,65 @@ class Decision:
     reason: str
 
 
-def decide(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> Decision:
-    """Decide a cell against the baseline; cell[i], baseline[i] = (k, n) of round i (paired)."""
+def decide(policy: SequentialPolicy, cell: Counts, baseline: Counts, *, dispersion: float = 1.0) -> Decision:
+    """Decide a cell against the baseline; cell[i], baseline[i] = (k, n) of round i (paired).
+
+    dispersion (>= 1): how much more the trials vary than independent sessions would (the
+    report's variance inflation, orchestrator.core.clustered). Every log e-value is divided by
+    it before the thresholds: the evidence of n sessions counts as that of n / dispersion
+    (effective sample size), which keeps the mixture a test martingale when trial-level shocks
+    make k vary dispersion times more than the binomial (exact for the normal approximation;
+    a larger dispersion than the true one only makes the test more careful).
+    """
     _check(cell, baseline)
+    if not dispersion >= 1.0:
+        raise ValueError(f"sequential: dispersion {dispersion} < 1 (pass the variance inflation, at least 1)")
     rounds = len(cell)
-    lower, higher = side_e_values(policy.effect, cell, baseline)
-    up, down = equivalence_e_values(policy.effect, cell, baseline)
+    lower, higher = side_e_values(policy.effect, cell, baseline, dispersion)
+    up, down = equivalence_e_values(policy.effect, cell, baseline, dispersion)
     evidence, side = _difference_evidence(policy.direction, lower, higher)
     ruled_out = {"both": (up, down), "lower": (down,), "higher": (up,)}[policy.direction]
     different, same = 1.0 / policy.alpha, 1.0 / (1.0 - policy.power)
-    text = _text(policy, cell, baseline)
+    text = _text(policy, cell, baseline, dispersion)
     wealth = " and ".join(_num(e) for e in ruled_out)
-    if rounds >= policy.min_rounds and evidence >= different:
+    state = stop_state(policy, rounds, evidence, min(ruled_out))
+    if state == "different":
         return Decision(
             "different",
             rounds,
             f"stopped {text.lead}: {text.counts} decided "
-            f"different ({side}; e-value {_num(evidence)} >= {_num(different)})",
+            f"different ({side}; e-value {_num(evidence)} >= {_num(different)}{text.tempered})",
         )
-    if rounds >= policy.min_rounds and min(ruled_out) >= same:
+    if state == "no_difference":
         return Decision(
             "no_difference",
             rounds,
             f"stopped {text.lead}: {text.counts} decided "
             f"{text.verdict} ({text.gap}; {text.band} ruled out: e-value"
-            f"{'s' if len(ruled_out) > 1 else ''} {wealth} >= {_num(same)})",
+            f"{'s' if len(ruled_out) > 1 else ''} {wealth} >= {_num(same)}{text.tempered})",
         )
     undecided = (
         f"{text.counts} undecided ({text.gap}; e-value {_num(evidence)} < "
         f"{_num(different)} for different; {text.band} not ruled out, e-value"
         f"{'s' if len(ruled_out) > 1 else ''} {wealth} need{'' if len(ruled_out) > 1 else 's'}"
-        f" >= {_num(same)})"
+        f" >= {_num(same)}{text.tempered})"
     )
-    if rounds >= policy.max_rounds:
+    if state == "max_rounds":
         return Decision("max_rounds", rounds, f"stopped at max rounds {text.lead}: {undecided}")
     return Decision("continue", rounds, f"continue {text.lead}: {undecided}")
+
+
+def stop_state(policy: SequentialPolicy, rounds: int, evidence: float, ruled_out: float) -> State:
+    """The state from the e-values: "different" first, then "no_difference", then the round cap.
+
+    evidence: the e-value for "different" (of the policy's direction); ruled_out: the smallest
+    equivalence wealth the direction needs. Shared by decide() and the vectorised simulations.
+    """
+    if rounds >= policy.min_rounds and evidence >= 1.0 / policy.alpha:
+        return "different"
+    if rounds >= policy.min_rounds and ruled_out >= 1.0 / (1.0 - policy.power):
+        return "no_difference"
+    return "max_rounds" if rounds >= policy.max_rounds else "continue"
 
 
 def _difference_evidence(direction: Direction, lower: float, higher: float) -> tuple[float, str]:
@@ -181,22 +205,50 @@ def simulate(
 # ----------------------------------------------------------------------------- "different"
 
 
-def e_value(effect: float, cell: Counts, baseline: Counts) -> float:
+def e_value(effect: float, cell: Counts, baseline: Counts, dispersion: float = 1.0) -> float:
     """The two-sided mixture likelihood ratio: a test martingale (mean 1) under equal rates."""
-    lower, higher = side_e_values(effect, cell, baseline)
+    lower, higher = side_e_values(effect, cell, baseline, dispersion)
     return lower + higher
 
 
-def side_e_values(effect: float, cell: Counts, baseline: Counts) -> tuple[float, float]:
+def side_e_values(effect: float, cell: Counts, baseline: Counts, dispersion: float = 1.0) -> tuple[float, float]:
     """The two halves of e_value: evidence that the cell is lower, and that it is higher."""
-    _, log_weight = _mixture(effect)
-    total = np.zeros_like(log_weight)
+    log_psi, _ = _mixture(effect)
+    total = np.zeros_like(log_psi)
     for (kc, nc), (kb, nb) in zip(cell, baseline, strict=True):
         if kc + kb > 0:
             total += _round_ratio(kc, nc, kb, nb, effect)
+    lower, higher = mixture_e_values(effect, total, dispersion)
+    return float(lower), float(higher)
+
+
+def round_log_ratios(effect: float, kc: int, nc: int, kb: int, nb: int) -> np.ndarray:
+    """One round's log likelihood ratio of every mixture component (zeros when no event)."""
+    if kc + kb == 0:
+        return np.zeros_like(_mixture(effect)[0])
+    return _round_ratio(kc, nc, kb, nb, effect)
+
+
+def mixture_size(effect: float) -> int:
+    """How many odds ratios the mixture holds (the last axis of round_log_ratios)."""
+    return int(_mixture(effect)[0].size)
+
+
+def mixture_e_values(
+    effect: float, log_ratio: np.ndarray, dispersion: float | np.ndarray = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, higher) e-values from summed per-component log ratios (..., components).
+
+    Each component's log ratio is divided by the dispersion before mixing (a tempered test
+    martingale per component, so the mixture stays one). Vectorised over leading axes.
+    """
+    _, log_weight = _mixture(effect)
     half = log_weight.size // 2
-    terms = total + log_weight
-    return _exp(_logsumexp(terms[:half])), _exp(_logsumexp(terms[half:]))
+    terms = np.asarray(log_ratio) / np.asarray(dispersion, dtype=float)[..., None] + log_weight
+    with np.errstate(over="ignore"):
+        lower = np.exp(np.minimum(_logsumexp(terms[..., :half], axis=-1), 700.0))
+        higher = np.exp(np.minimum(_logsumexp(terms[..., half:], axis=-1), 700.0))
+    return lower, higher
 
 
 @lru_cache(maxsize=64)
@@ -239,15 +291,25 @@ def _round_ratio(kc: int, nc: int, kb: int, nb: int, effect: float) -> np.ndarra
 # ----------------------------------------------------------------------------- "no_difference"
 
 
-def equivalence_e_values(effect: float, cell: Counts, baseline: Counts) -> tuple[float, float]:
-    """Betting wealth against "cell higher by >= effect" and against "cell lower by >= effect"."""
+def equivalence_e_values(effect: float, cell: Counts, baseline: Counts, dispersion: float = 1.0) -> tuple[float, float]:
+    """Betting wealth against "cell higher by >= effect" and against "cell lower by >= effect".
+
+    The log wealth is divided by the dispersion: the bets of a round count as n / dispersion
+    sessions' worth (wealth^(1/d) of a test supermartingale is one again, by Jensen)."""
     log_up = log_down = 0.0
     before = (0, 0, 0, 0)
     for (kc, nc), (kb, nb) in zip(cell, baseline, strict=True):
-        up, down = _equivalence_round(effect, before, (kc, nc, kb, nb))
+        up, down = equivalence_round(effect, before, (kc, nc, kb, nb))
         log_up, log_down = log_up + up, log_down + down
         before = (before[0] + kc, before[1] + nc, before[2] + kb, before[3] + nb)
-    return _exp(log_up), _exp(log_down)
+    return _exp(log_up / dispersion), _exp(log_down / dispersion)
+
+
+def equivalence_round(
+    effect: float, before: tuple[int, int, int, int], now: tuple[int, int, int, int]
+) -> tuple[float, float]:
+    """log wealth factors (H+, H-) of one round given the totals of the rounds before it."""
+    return _equivalence_round(effect, before, now)
 
 
 @lru_cache(maxsize=16384)
@@ -274,29 +336,41 @@ def _equivalence_round(
 
 
 def _round_wealth(kc: int, nc: int, kb: int, nb: int, factor: tuple[float, float, float]) -> float:
-    """log of the wealth factor of one round, averaged over random pairings of its sessions.
+    """log of the wealth factor of one round, averaged over random pairings of its sessions."""
+    if min(nc, nb) == 0:
+        return 0.0
+    log_p, minus, zero, plus = _pairings(kc, nc, kb, nb)
+    terms = log_p + minus * math.log(factor[0]) + zero * math.log(factor[1]) + plus * math.log(factor[2])
+    top = float(terms.max())
+    return top + math.log(float(np.exp(terms - top).sum()))
+
+
+@lru_cache(maxsize=4096)
+def _pairings(kc: int, nc: int, kb: int, nb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Law of the pair counts (d = -1, 0, +1) of one round under a random pairing: (log p, minus,
+    zero, plus) per outcome. Cached apart from the stakes: a simulation meets each (k, n) of a
+    round in thousands of histories, and only the stakes depend on the history.
 
     The smaller arm (m sessions, ks events) is injected at random into the larger (nl, kl):
     j of its events meet events (hypergeometric), then u of its non-events meet the remaining
     events (hypergeometric again); pairs with d = +1 / -1 follow from which arm is smaller.
     """
     m = min(nc, nb)
-    if m == 0:
-        return 0.0
     cell_small = nc <= nb
     ks, kl, nl = (kc, kb, nb) if cell_small else (kb, kc, nc)
-    logs = [math.log(f) for f in factor]
-    terms = []
+    rows = []
     for j in range(max(0, ks + kl - nl), min(ks, kl) + 1):
         first = _lcomb(kl, j) + _lcomb(nl - kl, ks - j) - _lcomb(nl, ks)
         pool, events, draws = nl - ks, kl - j, m - ks
         for u in range(max(0, draws - (pool - events)), min(events, draws) + 1):
             second = _lcomb(events, u) + _lcomb(pool - events, draws - u) - _lcomb(pool, draws)
             plus, minus = (ks - j, u) if cell_small else (u, ks - j)
-            zero = m - plus - minus
-            terms.append(first + second + minus * logs[0] + zero * logs[1] + plus * logs[2])
-    top = max(terms)
-    return top + math.log(sum(math.exp(t - top) for t in terms))
+            rows.append((first + second, minus, m - plus - minus, plus))
+    table = np.array(rows, dtype=float)
+    columns = tuple(np.ascontiguousarray(table[:, i]) for i in range(4))
+    for column in columns:
+        column.setflags(write=False)  # cached: shared by every caller
+    return columns  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -311,9 +385,10 @@ class _Text:
     gap: str
     band: str
     verdict: str  # what "no_difference" means for the policy's direction
+    tempered: str  # "" or how the dispersion weighed the sessions
 
 
-def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> _Text:
+def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts, dispersion: float = 1.0) -> _Text:
     kc, nc = sum(k for k, _ in cell), sum(n for _, n in cell)
     kb, nb = sum(k for k, _ in baseline), sum(n for _, n in baseline)
     rounds = len(cell)
@@ -327,6 +402,7 @@ def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts) -> _Text:
             "higher": f"a rise of {_pct(policy.effect, sign=False)} or more",
         }[policy.direction],
         verdict={"both": "no difference", "lower": "no drop", "higher": "no rise"}[policy.direction],
+        tempered="" if dispersion == 1.0 else f"; sessions weighed 1/{dispersion:.2f} for trial-to-trial variation",
     )
 
 

@@ -6,12 +6,19 @@ baseline completed are tested (anytime-valid, so looking before every round cost
 decided cell runs no more trials; the baseline runs as long as any cell is open. The decision
 is journaled (event "cell_decided") and the report marks the cell. Resume rebuilds the counts
 from the journal, so it reaches the same decisions.
+
+The trial is the unit of replication: sessions of one trial share a restart and vary together.
+So a cell is decided only once it has two paired rounds (one trial cannot be told from a
+trial-level shock), and the sessions are weighed by the variance inflation of
+orchestrator.core.clustered, estimated from the trial-to-trial spread of every cell's trials in
+the rounds before (pooled over the sweep, as the report does).
 """
 
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from orchestrator.core.clustered import dispersion
 from orchestrator.core.config import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
@@ -45,6 +52,7 @@ class AdaptiveSource(StepSource):
         self.metric = a.metric
         self.on_decision = on_decision
         self.counts: dict[tuple[str, int], list[int]] = {}  # (cell, round) -> [k, n]
+        self.trials: dict[int, tuple[str, int, int, int]] = {}  # trial -> (cell, round, k, n): the spread
         self.closed: dict[str, Decision] = {}
         self.cells = {s.trial.cell.id for s in steps if not s.trial.is_baseline}
         self.baseline = next((s.trial.cell.id for s in steps if s.trial.is_baseline), None)
@@ -93,6 +101,7 @@ class AdaptiveSource(StepSource):
         kn = self.counts.setdefault((record.cell, record.round), [0, 0])
         kn[0] += m.k or 0
         kn[1] += m.n
+        self.trials[record.trial] = (record.cell, record.round, m.k or 0, m.n)
 
     def _admit(self, step: Step) -> bool:
         cell, rnd = step.trial.cell.id, step.trial.round
@@ -110,15 +119,29 @@ class AdaptiveSource(StepSource):
             for r in range(before_round)
             if (cell, r) in self.counts and (self.baseline, r) in self.counts
         ]
-        if not pairs:
+        if len(pairs) < 2:  # one trial cannot be told from a trial-level shock
             return True
-        decision = decide(self.policy, [p[0] for p in pairs], [p[1] for p in pairs])  # type: ignore[misc]
+        decision = decide(
+            self.policy,
+            [p[0] for p in pairs],  # type: ignore[misc]
+            [p[1] for p in pairs],  # type: ignore[misc]
+            dispersion=self._inflation(before_round),
+        )
         if decision.state in ("continue", "max_rounds"):
             return decision.state == "continue"
         self.closed[cell] = decision
         if self.on_decision is not None:
             self.on_decision(cell, decision)
         return False
+
+    def _inflation(self, before_round: int) -> float:
+        """The variance inflation from every cell's trials of the rounds before (1 when the
+        trials show no spread to measure: e.g. every trial so far saw no event)."""
+        by_cell: dict[str, list[tuple[int, int]]] = {}
+        for cell, rnd, k, n in self.trials.values():
+            if rnd < before_round:
+                by_cell.setdefault(cell, []).append((k, n))
+        return dispersion(list(by_cell.values())).inflation()
 
 
 def make_source(

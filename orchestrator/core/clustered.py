@@ -1,0 +1,211 @@
+"""Rates and cell-vs-baseline tests that treat the TRIAL, not the session, as the unit of replication.
+
+Why: sessions of one trial share a restart, a warm-up and a GPU state, so a deployment that
+varies from restart to restart (the DSV4 seeds saw 15%, 18%, then 2% on one configuration)
+makes k/n summed over a cell's trials far noisier than the binomial says. Fisher's test on the
+summed counts then calls 11-40% of A/A comparisons "different" at a nominal 5% (2 trials per
+cell, intra-trial correlation 0.02-0.05). This module is the quasi-binomial answer:
+
+- dispersion phi: the trial-to-trial variance of k over the binomial variance. A common
+  intra-trial correlation gives every cell the same phi, so it is POOLED over the cells of the
+  sweep: phi = sum_c A_c / sum_c B_c, with A_c = sum over trials (k - n p_c)^2 (the spread seen)
+  and B_c = p_c (1 - p_c) (N_c - sum n^2 / N_c) (the spread the binomial expects). The ratio of
+  sums, not the mean of per-cell chi-squares: a sparse cell (2% of 40 sessions) has a Pearson
+  chi-square near 1 whatever phi is, and averaging such cells pulled phi towards 1 (A/A 5.4-7.6%
+  instead of 5%); in the ratio of sums a cell weighs by the information it carries. Its degrees
+  of freedom are Satterthwaite's, (sum B_c)^2 / sum(B_c^2 / (trials_c - 1)): the nominal sum of
+  (trials - 1) when cells are alike, fewer when a few cells carry the estimate. A cell with one
+  trial, or whose trials saw no event (or only events), says nothing about the spread.
+- test: the two-sample score statistic z^2 (Pearson's chi-square on the summed 2x2 table). The
+  p-value is the larger of the binomial one (chi-square(1) on z^2: never more liberal than the
+  binomial) and the quasi one (F(1, df) on z^2 / phi: phi estimated on df degrees of freedom, so
+  the error stays at alpha when trials vary). Equivalently, the variance is inflated by
+  m = max(1, phi t(df)^2 / z^2), the same factor the intervals use.
+- interval: Wilson's interval on the effective counts k/m of n/m (effective sample size n/m);
+  the difference from the baseline by MOVER on those limits (Newcombe's form when m = 1).
+
+With one trial per cell (df = 0) nothing here applies: trial-to-trial variation cannot be
+estimated, and the report keeps Fisher's exact test, labelled as assuming independent sessions.
+
+The array functions are vectorised (numpy broadcasting) so the simulation test and the bench
+run the very code the report runs, over thousands of simulated sweeps at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from scipy import stats as sps
+
+Array = npt.NDArray[np.float64]
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Dispersion:
+    """phi pooled over a sweep's cells, with the data it rests on."""
+
+    phi: float  # the estimate (1.0 when nothing can be estimated); may be < 1 (the tests floor it)
+    df: float  # Satterthwaite degrees of freedom, not always whole (0: not estimable)
+    trials: int  # trials in the informative cells
+    cells: int  # informative cells (>= 2 trials, some but not all sessions with the event)
+    most_trials: int = 0  # the most trials any cell has (1: no replicates at all)
+
+    @property
+    def estimable(self) -> bool:
+        return self.df > 0
+
+    def inflation(self, confidence: float = CONFIDENCE) -> float:
+        """m: the factor the binomial variance is multiplied by (1 when not estimable)."""
+        if not self.estimable:
+            return 1.0
+        return float(inflation(self.phi, self.df, confidence))
+
+    def method(self) -> str:
+        """One sentence the report prints: which test, and on what it rests."""
+        if not self.estimable:
+            why = (
+                "with one trial per cell, trial-to-trial variation cannot be estimated"
+                if self.most_trials < 2
+                else "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated"
+            )
+            return f"Fisher's exact test on sessions pooled over trials, assuming independent sessions ({why})"
+        return (
+            f"quasi-binomial, dispersion {self.phi:.2f} estimated from {self.trials} trials in {self.cells} "
+            f"cells ({self.df:.1f} df; trial = unit of replication, never below the binomial)"
+        )
+
+
+def cell_spread(k: npt.ArrayLike, n: npt.ArrayLike) -> tuple[Array, Array, Array]:
+    """(A, B, df) of cells from their trials' counts k, n of shape (..., trials).
+
+    A: the spread of k around the cell's pooled rate; B: the spread the binomial expects; df:
+    trials - 1. All three are 0 for a cell that cannot inform phi. A trial with n == 0 is absent.
+    """
+    k_arr, n_arr = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    total_k, total_n = k_arr.sum(axis=-1), n_arr.sum(axis=-1)
+    trials = (n_arr > 0).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p = np.where(total_n > 0, total_k / total_n, 0.0)
+        spread = ((k_arr - n_arr * p[..., None]) ** 2).sum(axis=-1)
+        expected = p * (1 - p) * (total_n - (n_arr**2).sum(axis=-1) / total_n)
+    informative = (trials >= 2) & (p > 0) & (p < 1)
+    zero = np.zeros_like(p)
+    return (
+        np.where(informative, spread, zero),
+        np.where(informative, expected, zero),
+        np.where(informative, trials - 1, zero).astype(float),
+    )
+
+
+def pooled_dispersion(a: npt.ArrayLike, b: npt.ArrayLike, df: npt.ArrayLike) -> tuple[Array, Array]:
+    """(phi, Satterthwaite df) from cells' (A, B, df) over the last axis; (nan, 0) without data."""
+    a_arr, b_arr, d_arr = (np.asarray(x, dtype=float) for x in (a, b, df))
+    total_b = b_arr.sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = np.where(total_b > 0, a_arr.sum(axis=-1) / total_b, np.nan)
+        weight = np.where(d_arr > 0, b_arr**2 / np.where(d_arr > 0, d_arr, 1.0), 0.0).sum(axis=-1)
+        eff = np.where(total_b > 0, total_b**2 / weight, 0.0)
+    return phi, eff
+
+
+def dispersion(cells: Sequence[Sequence[tuple[int, int]]]) -> Dispersion:
+    """phi of a sweep from its cells' trial counts [(k, n) per trial] (the report's entry point)."""
+    spreads = [cell_spread(*np.asarray(c, dtype=float).reshape(-1, 2).T) for c in cells if len(c)]
+    a, b, d = (np.array([s[i] for s in spreads], dtype=float) for i in range(3))
+    phi, eff = pooled_dispersion(a, b, d)
+    informative = d > 0
+    most = max((len(c) for c in cells), default=0)
+    estimate = float(phi) if float(eff) > 0 else 1.0
+    return Dispersion(estimate, float(eff), int((d[informative] + 1).sum()), int(informative.sum()), most)
+
+
+def inflation(phi: npt.ArrayLike, df: npt.ArrayLike, confidence: float = CONFIDENCE) -> Array:
+    """m = max(1, phi t(df)^2 / z^2): the variance factor that makes the quasi test and the
+    intervals hold with phi estimated on df degrees of freedom; 1 where df is 0."""
+    f_phi, f_df = np.asarray(phi, dtype=float), np.asarray(df, dtype=float)
+    ok = f_df > 0
+    z = sps.norm.ppf(0.5 + confidence / 2)
+    t = sps.t.ppf(0.5 + confidence / 2, np.where(ok, f_df, 1.0))
+    m: Array = np.where(ok, np.maximum(1.0, np.nan_to_num(f_phi, nan=1.0) * t * t / (z * z)), 1.0)
+    return m
+
+
+def score_z2(k1: npt.ArrayLike, n1: npt.ArrayLike, k2: npt.ArrayLike, n2: npt.ArrayLike) -> Array:
+    """Pearson's chi-square of the summed 2x2 table (nan where the pooled rate is 0 or 1)."""
+    a1, b1, a2, b2 = (np.asarray(x, dtype=float) for x in (k1, n1, k2, n2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pooled = (a1 + a2) / (b1 + b2)
+        z2: Array = (a1 / b1 - a2 / b2) ** 2 / (pooled * (1 - pooled) * (1 / b1 + 1 / b2))
+    return np.where((b1 > 0) & (b2 > 0) & (pooled > 0) & (pooled < 1), z2, np.nan)
+
+
+def quasi_test(
+    k1: npt.ArrayLike, n1: npt.ArrayLike, k2: npt.ArrayLike, n2: npt.ArrayLike, phi: npt.ArrayLike, df: npt.ArrayLike
+) -> Array:
+    """Two-sided p of k1/n1 vs k2/n2 (summed over trials), phi estimated on df degrees of freedom.
+
+    max(chi2(1).sf(z^2), F(1, df).sf(z^2 / phi)): never below the binomial score test, and valid
+    for any true phi. 1 where there is nothing to compare (a side without sessions, a pooled rate
+    of 0 or 1) or df is 0 (use Fisher then: the caller decides).
+    """
+    z2 = score_z2(k1, n1, k2, n2)
+    f_phi, f_df = np.asarray(phi, dtype=float), np.asarray(df, dtype=float)
+    ok = np.isfinite(z2) & (f_df > 0)
+    stat = np.where(ok, z2, 0.0)
+    binomial = sps.chi2.sf(stat, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(ok, stat / np.where(np.isfinite(f_phi) & (f_phi > 0), f_phi, 1.0), 0.0)
+    quasi = sps.f.sf(ratio, 1, np.where(f_df > 0, f_df, 1.0))
+    p: Array = np.where(ok, np.maximum(binomial, quasi), 1.0)
+    return p
+
+
+def wilson_inflated(
+    k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike, confidence: float = CONFIDENCE
+) -> tuple[Array, Array]:
+    """Wilson's interval on the effective counts k/m of n/m; m = 1 is Wilson's; n == 0 gives (0, 1)."""
+    k_arr, n_arr, m_arr = (np.asarray(x, dtype=float) for x in (k, n, m))
+    z = sps.norm.ppf(0.5 + confidence / 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ne = n_arr / m_arr
+        p = k_arr / n_arr
+        centre = (p + z * z / (2 * ne)) / (1 + z * z / ne)
+        half = z / (1 + z * z / ne) * np.sqrt(p * (1 - p) / ne + z * z / (4 * ne * ne))
+    low = np.where(k_arr == 0, 0.0, np.clip(centre - half, 0.0, 1.0))
+    high = np.where(k_arr == n_arr, 1.0, np.clip(centre + half, 0.0, 1.0))
+    empty = n_arr <= 0
+    return np.where(empty, 0.0, low), np.where(empty, 1.0, high)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One cell against the baseline under the dispersion: p, difference and its interval."""
+
+    p: float
+    diff: float
+    low: float
+    high: float
+
+
+def compare(k1: int, n1: int, k2: int, n2: int, disp: Dispersion, confidence: float = CONFIDENCE) -> Comparison:
+    """Cell (k1/n1) vs baseline (k2/n2): quasi test p and a MOVER interval for the difference."""
+    if n1 <= 0 or n2 <= 0:
+        raise ValueError(f"clustered.compare: a side has no sessions ({k1}/{n1} vs {k2}/{n2})")
+    p = float(quasi_test(k1, n1, k2, n2, disp.phi, disp.df))
+    m = disp.inflation(confidence)
+    r1, r2 = k1 / n1, k2 / n2
+    l1, u1 = (float(x) for x in wilson_inflated(k1, n1, m, confidence))
+    l2, u2 = (float(x) for x in wilson_inflated(k2, n2, m, confidence))
+    d = r1 - r2
+    return Comparison(p, d, d - math.hypot(r1 - l1, u2 - r2), d + math.hypot(u1 - r1, r2 - l2))
+
+
+def rate_interval(k: int, n: int, disp: Dispersion, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The rate's interval widened for trial-to-trial variation (scalars, for the report)."""
+    low, high = wilson_inflated(k, n, disp.inflation(confidence), confidence)
+    return float(low), float(high)
