@@ -58,6 +58,15 @@ SGLANG_NAMES = (
     "sglang:prompt_tokens_total",
     "sglang:generation_tokens_total",
 )
+# what the SGLang router (sglang-router / smg) exposes on --prometheus-port that a sweep reads
+SMG_NAMES = (
+    "smg_router_requests_total",
+    "smg_router_request_errors_total",
+    "smg_router_ttft_seconds",
+    "smg_router_request_duration_seconds",
+    "smg_worker_requests_active",
+    "smg_worker_health",
+)
 ENDPOINT_NAME = re.compile(r"\A[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
 FIELD = re.compile(r"\A[A-Za-z0-9_-]{1,128}(?:\.[A-Za-z0-9_-]{1,128}){0,7}\Z")
 ROUTER_ROLE = "router"  # the default endpoints are the workers: every role but this one
@@ -70,6 +79,9 @@ class _Shape(BaseModel):
 class EndpointShape(_Shape):
     role: str | None = None
     path: str = "/metrics"
+    port: int | None = Field(
+        default=None, ge=1, le=65535
+    )  # another port on the role's host (a router's --prometheus-port)
     url: str | None = None
     names: list[str] | None = Field(default=None, max_length=MAX_NAMES)
 
@@ -90,13 +102,15 @@ class VerifyShape(_Shape):
 
 @dataclass(frozen=True)
 class Endpoint:
-    """One Prometheus endpoint: a role's (its health URL's origin + path) or an absolute URL."""
+    """One Prometheus endpoint: a role's (its health URL's host and port, or `port`, + path) or an
+    absolute URL."""
 
     name: str
     role: str | None
     path: str
     url: str | None
     names: tuple[str, ...]
+    port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -142,16 +156,19 @@ def _endpoint(name: str, e: EndpointShape, source: SourceMap) -> Endpoint:
         raise source.error(at, f"invalid endpoint name {name!r}", "letters, digits, _ and -")
     if (e.role is None) == (e.url is None):
         raise source.error(at, "give exactly one of `role:` (its health URL's host and port) or `url:`")
+    if e.port is not None and e.role is None:
+        raise source.error((*at, "port"), "`port:` goes with `role:` (a `url:` names its own port)")
     if e.url is not None:
         parts = urllib.parse.urlsplit(e.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise source.error((*at, "url"), f"not an http(s) URL: {e.url!r}", "e.g. http://gpu1:9400/metrics")
     if not e.path.startswith("/") or any(c in e.path for c in " \t\r\n#"):
         raise source.error((*at, "path"), f"invalid path {e.path!r}", "e.g. /metrics")
-    names = tuple(e.names) if e.names is not None else SGLANG_NAMES
+    default = SMG_NAMES if e.role == ROUTER_ROLE else SGLANG_NAMES
+    names = tuple(e.names) if e.names is not None else default
     if not names:
         raise source.error((*at, "names"), "an empty list keeps nothing", "list metric names or globs, e.g. smg_*")
-    return Endpoint(name, e.role, e.path, e.url, names)
+    return Endpoint(name, e.role, e.path, e.url, names, e.port)
 
 
 def build_verify(

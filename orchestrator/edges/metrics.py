@@ -166,7 +166,8 @@ def _target(e: Endpoint, deployment: Deployment) -> Target:
     else:
         assert e.role is not None  # config: exactly one of role / url
         health = urlsplit(deployment.hosts[e.role].host.health)  # tunnelled where the host's health is
-        url = f"{health.scheme}://{health.netloc}{e.path}"
+        netloc = health.netloc if e.port is None else f"{health.hostname}:{e.port}"
+        url = f"{health.scheme}://{netloc}{e.path}"
     return Target(e, url, name_filter(e.names))
 
 

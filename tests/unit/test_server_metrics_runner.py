@@ -14,6 +14,8 @@ import httpx
 from fakes import FakeBed, Reply, Role, make_bed, make_plan, remote_repro
 
 from orchestrator.core import gpustat
+from orchestrator.core.serverconf import SGLANG_NAMES, SMG_NAMES
+from orchestrator.edges.metrics import Telemetry
 from orchestrator.sweep.runner import Runner, RunOptions
 
 GRAPH = {
@@ -196,3 +198,19 @@ def test_a_gpu_host_gets_its_telemetry_per_trial(tmp_path: Path) -> None:
         assert record.metrics["gpu.decode.energy_j"].value == 500.0
         assert record.metrics["gpu.decode.power_w"].value == 400.0
         assert record.metrics["gpu.decode.xid_errors"].value == 1
+
+
+def test_endpoints_resolve_against_the_roles_health_urls() -> None:
+    bed = make_bed({"decode": Role("A=1\n"), "router": Role("B=1\n")})
+    metrics = {"endpoints": {"d": {"role": "decode"}, "r": {"role": "router", "port": 29000, "path": "/m"}}}
+    plan = make_plan(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, metrics=metrics)
+    assert plan.matrix.server_metrics is not None
+    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, bed.client)
+    try:
+        got = [(t.endpoint.name, t.url, t.endpoint.names) for t in telemetry.targets]
+    finally:
+        telemetry.close()
+    assert got == [
+        ("d", "http://decode.fake:30000/metrics", SGLANG_NAMES),  # the health URL's host and port
+        ("r", "http://router.fake:29000/m", SMG_NAMES),  # the router's own port; smg_* names by default
+    ]
