@@ -233,3 +233,21 @@ def test_report_summary_of_the_sequential_decisions():
         "1 decided without the difference asked about: c=off." in mixed.text
     )
     assert "undecided" not in mixed.text
+
+
+def test_no_cell_is_decided_on_one_round_and_varying_trials_slow_the_decision(tmp_path):
+    """The trial is the unit: a cell is decided only with two paired rounds behind it, and when
+    the baseline's trials vary far beyond the binomial (0, 10, 0, 10 of 10 in turn) the sessions
+    weigh less, so the same clean cells take more rounds than against a steady baseline."""
+
+    def rounds_to_decide(baseline_k) -> dict[str, int]:
+        m, plan = plan_of(tmp_path)
+        decided: dict[str, int] = {}
+        source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.setdefault(c, d.rounds))
+        drive(source, lambda s: baseline_k(s) if s.trial.is_baseline else 0)
+        return decided
+
+    steady = rounds_to_decide(lambda s: 5)  # 50% every trial
+    wild = rounds_to_decide(lambda s: 10 * (s.trial.index % 2))  # 0% or 100% by trial: same mean
+    assert steady and min(steady.values()) == 2  # 0/10 vs 10/20 would decide after one round: it waits
+    assert all(wild.get(cell, 9) > rounds for cell, rounds in steady.items())
