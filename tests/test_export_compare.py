@@ -80,7 +80,7 @@ def test_tidy_export_has_one_row_per_trial_and_metric(tmp_path, capsys):
     frame = pd.read_csv(run / "a.csv")
     assert len(frame) == 5  # 2 completed trials x 2 metrics + 1 failed trial without metric
     row = frame[(frame.trial == 0) & (frame.metric == "corruption")].iloc[0]
-    assert (row.k, row.n, row.value, row.overlap) == (6, 40, 0.15, "on")
+    assert (row.k, row.n, row.value, row["factor.overlap"]) == (6, 40, 0.15, "on")
     failed = frame[frame.status == "failed"]
     assert len(failed) == 1 and pd.isna(failed.iloc[0].metric) and failed.iloc[0].failure == "repro exited 3"
     assert main(["export", str(run), "--format", "json", "-o", str(tmp_path / "a.json")]) == 0
@@ -117,3 +117,49 @@ def test_compare_reports_unmatched_cells_and_ignores_failures(tmp_path, capsys):
 def test_export_of_a_missing_run_is_a_clean_error(tmp_path, capsys):
     assert main(["export", str(tmp_path / "nope")]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+CLASHING = {"value": ["a", "b"], "metric": ["x", "y"], "status": ["s", "t"], "trial": ["1", "2"], "k": ["p", "q"]}
+
+
+def clashing_run(root: Path) -> Path:
+    """A run whose factors are named like the fixed columns, one failed trial with a token in its message."""
+    run_dir = root / "clash"
+    run_dir.mkdir(parents=True)
+    m = manifest("clash").model_copy(update={"factors": CLASHING, "baseline": {f: v[0] for f, v in CLASHING.items()}})
+    write_json_atomic(run_dir / "run.json", m)
+    with Journal(run_dir / "journal.jsonl") as j:
+        for i, pick in enumerate((0, 1)):
+            levels = {f: v[pick] for f, v in CLASHING.items()}
+            t = trial("clash", i, "on", 6 - 6 * pick).model_copy(update={"levels": levels})
+            j.append(t)
+        failed = trial("clash", 2, "on", 0, failed=True)
+        failure = failed.failure.model_copy(update={"message": "HTTP 401 for Authorization: Bearer abcdefghijk"})
+        j.append(failed.model_copy(update={"levels": {f: v[1] for f, v in CLASHING.items()}, "failure": failure}))
+    return run_dir
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_factors_named_like_fixed_columns_keep_their_own_namespace(tmp_path, capsys, fmt):
+    run = clashing_run(tmp_path)
+    assert main(["export", str(run), "--format", fmt]) == 0, capsys.readouterr().err
+    path = run / f"clash.{fmt}"
+    if fmt == "csv":
+        frame = pd.read_csv(path, dtype={f"factor.{f}": str for f in CLASHING})
+    elif fmt == "json":
+        frame = pd.DataFrame(json.loads(path.read_text()))
+    else:
+        frame = pd.read_parquet(path)
+    assert len(frame.columns) == len(set(frame.columns))
+    assert [c for c in frame.columns if c.startswith("factor.")] == [f"factor.{f}" for f in CLASHING]
+    assert len(frame) == 5  # 2 completed trials x 2 metrics + the failed one
+    row = frame[(frame.trial == 0) & (frame.metric == "corruption")].iloc[0]
+    assert (row.value, row.status, row.k) == (0.15, "completed", 6)  # the fixed columns are the measurements
+    assert [row[f"factor.{f}"] for f in CLASHING] == [v[0] for v in CLASHING.values()]
+    second = frame[(frame.trial == 1) & (frame.metric == "wall")].iloc[0]
+    assert (second.value, second["factor.value"], second["factor.status"], second["factor.k"]) == (1.0, "b", "t", "q")
+    failed = frame[frame.status == "failed"].iloc[0]
+    assert (
+        failed.failure == "HTTP 401 for Authorization: Bearer ••••"
+        and "abcdefghijk" not in path.read_bytes().decode("utf-8", "replace")
+    )

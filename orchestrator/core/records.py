@@ -66,6 +66,33 @@ class ReproOutcome(Frozen):
     stderr_path: str = ""
 
 
+class TrialProvenance(Frozen):
+    """What served one trial on one host: its server (version, and the digest of what
+    /get_server_info says, without volatile fields), its units' command lines and the env file it
+    ran with. Each text is stored once, in the first trial that saw its digest (then only the
+    digest), so a long sweep does not repeat a server's settings on every journal line."""
+
+    server_version: str = ""
+    server_info_sha: str = ""  # sha256[:16] of server_info's text ("" when the server told nothing)
+    server_info: str = ""  # the text: only in the first trial with this digest
+    exec_start_sha: str = ""
+    exec_start: str = ""  # the units' command lines: only in the first trial with this digest
+    env_sha256: str = ""  # sha256 of the env file this trial ran with (after the cell's edit)
+
+
+class Controller(Frozen):
+    """Where and how a run was started: enough to find the exact orch and the command again."""
+
+    orch_version: str = ""
+    orch_commit: str = ""  # git commit of the orch checkout ("" when installed, not a checkout)
+    orch_dirty: bool = False  # the checkout had uncommitted changes
+    host: str = ""
+    user: str = ""
+    command: str = ""  # the exact command line, secrets masked
+    python: str = ""
+    packages: dict[str, str] = Field(default_factory=dict)  # name -> version of the key dependencies
+
+
 class TrialRecord(Frozen):
     """One trial: one cell run once, on one testbed. Written once, after the trial ends."""
 
@@ -91,6 +118,7 @@ class TrialRecord(Frozen):
     warmup: ReproOutcome | None = None  # repro.warmup: run after ready, before the repro; never counted
     metrics: dict[str, MetricValue] = Field(default_factory=dict)
     logs: dict[str, str] = Field(default_factory=dict)  # "role:unit" -> path relative to run dir
+    provenance: dict[str, TrialProvenance] = Field(default_factory=dict)  # host -> what served it (old: {})
 
 
 class EventRecord(Frozen):
@@ -173,6 +201,7 @@ class RunManifest(Frozen):
     hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
     secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix
+    controller: Controller | None = None  # where and how the run was started (None: an older run.json)
     gates: list[Gate] = Field(default_factory=list)  # the matrix's gates (core.gates), checked by the report
     started: str
     ended: str | None = None

@@ -3,6 +3,10 @@
 Tidy (one observation per row) so a team can load it into pandas, a notebook or a spreadsheet and
 pool runs without reading orch's journal format. Failed trials appear once, with no metric, so
 they are never mistaken for data and never silently dropped either.
+
+Factor levels are columns of their own namespace, `factor.<name>`: a factor may be called
+`value`, `metric` or `status`, and must neither overwrite a fixed column (CSV) nor duplicate
+one (parquet and JSON refuse duplicate columns). Failure messages are masked like the report.
 """
 
 from __future__ import annotations
@@ -40,9 +44,19 @@ COLUMNS = [
 ]
 
 
+FACTOR_PREFIX = "factor."
+
+
+def factor_column(name: str) -> str:
+    """The export column of a factor's level (its own namespace: see the module doc)."""
+    return FACTOR_PREFIX + name
+
+
 def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
-    """PURE: the run as rows; factor levels as one column per factor (named like the factor)."""
+    """PURE: the run as rows; factor levels as one column per factor, `factor.<name>`."""
     factors = list(manifest.factors)
+    columns = [factor_column(f) for f in factors]
+    redact_text = manifest.redactor.text
     rows = []
     for t in trials:
         base = {
@@ -56,8 +70,8 @@ def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
             "attempt": t.attempt,
             "started": t.started,
             "duration_s": t.duration_s,
-            "failure": t.failure.message if t.failure else None,
-            **{f: t.levels.get(f) for f in factors},
+            "failure": redact_text(t.failure.message) if t.failure else None,
+            **{c: t.levels.get(f) for c, f in zip(columns, factors, strict=True)},
         }
         if t.status != "completed" or not t.metrics:
             rows.append({**base, "metric": None, "kind": None, "k": None, "n": None, "value": None, "unit": None})
@@ -65,7 +79,7 @@ def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
         for name, m in t.metrics.items():
             value = m.rate if m.kind == "proportion" else m.value
             rows.append({**base, "metric": name, "kind": m.kind, "k": m.k, "n": m.n, "value": value, "unit": m.unit})
-    frame = pd.DataFrame(rows, columns=[*COLUMNS[:4], *factors, *COLUMNS[4:]])
+    frame = pd.DataFrame(rows, columns=[*COLUMNS[:4], *columns, *COLUMNS[4:]])
     return frame.astype({"k": "Int64", "n": "Int64", "value": "Float64"})
 
 
