@@ -32,8 +32,9 @@ XID_MARK = "--xid--"
 PROBE_COMMAND = "command -v nvidia-smi"
 QUERY_COMMAND = (
     f"nvidia-smi --query-gpu={','.join(FIELDS)} --format=csv,noheader,nounits; echo {XID_MARK}; "
-    "{ journalctl -k -b -q --no-pager 2>/dev/null || dmesg 2>/dev/null; } | grep -c 'NVRM: Xid' || true"
-)
+    "{ journalctl -k -b -q --no-pager 2>/dev/null || dmesg 2>/dev/null || echo NO_KERNEL_LOG; } "
+    "| awk '/NVRM: Xid/ {n++} /^NO_KERNEL_LOG$/ {u=1} END {print u ? \"?\" : n+0}'"
+)  # "?" when no kernel log is readable: the XID count is then left out, never reported as 0
 PREFIX = "gpu."
 MAX_GPUS = 64
 
