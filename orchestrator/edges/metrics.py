@@ -11,6 +11,7 @@ per run; a host without one says so once (in the run's provenance), and is never
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -75,7 +76,8 @@ class Telemetry:
 
     def __init__(self, config: ServerMetrics, deployment: Deployment, client: httpx.Client) -> None:
         self.config, self.deployment, self.client = config, deployment, client
-        self.targets = [_target(e, deployment) for e in config.resolved(list(deployment.hosts))]
+        roles = list(dict.fromkeys(h.role for h in deployment.hosts.values()))
+        self.targets = [t for e in config.resolved(roles) for t in _targets(e, deployment)]
         self.gpu_hosts: dict[str, HostHandle] | None = None  # machine -> handle; None: not probed yet
         self.pool = ThreadPoolExecutor(max_workers=max(2, len(self.targets) + len(deployment.hosts)))
 
@@ -91,7 +93,7 @@ class Telemetry:
             machines.setdefault(_machine(handle), handle)
         found = dict(zip(machines, self.pool.map(_has_nvidia_smi, machines.values()), strict=True))
         self.gpu_hosts = {m: h for m, h in machines.items() if found[m]}
-        return {h.role: {"gpu": "nvidia-smi" if found[m] else NO_GPU} for m, h in machines.items()}
+        return {host_key(h): {"gpu": "nvidia-smi" if found[m] else NO_GPU} for m, h in machines.items()}
 
     # -- per trial
 
@@ -102,7 +104,7 @@ class Telemetry:
     def snapshot(self) -> Snapshot:
         """Every endpoint and GPU host at once; failures are kept as their reasons."""
         scrapes = {t.endpoint.name: self.pool.submit(self._scrape, t) for t in self.targets}
-        gpus = {h.role: self.pool.submit(_read_gpu, h) for h in (self.gpu_hosts or {}).values()}
+        gpus = {host_key(h): self.pool.submit(_read_gpu, h) for h in (self.gpu_hosts or {}).values()}
         return Snapshot({k: f.result() for k, f in scrapes.items()}, {k: f.result() for k, f in gpus.items()})
 
     def snapshot_later(self) -> Future[Snapshot]:
@@ -160,15 +162,30 @@ class Telemetry:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _target(e: Endpoint, deployment: Deployment) -> Target:
+def _targets(e: Endpoint, deployment: Deployment) -> list[Target]:
+    """A URL endpoint's one target; a role endpoint's one per serving host of the role (several
+    instances of a role: `<name>@<host key>` each; nodes above rank 0 of an instance serve nothing)."""
+    keep = name_filter(e.names)
     if e.url is not None:
-        url = e.url
-    else:
-        assert e.role is not None  # config: exactly one of role / url
-        health = urlsplit(deployment.hosts[e.role].host.health)  # tunnelled where the host's health is
+        return [Target(e, e.url, keep)]
+    hosts = [h for h in deployment.hosts.values() if h.role == e.role and serves(h)]
+    out = []
+    for h in hosts:
+        health = urlsplit(h.host.health)  # tunnelled where the host's health is
         netloc = health.netloc if e.port is None else f"{health.hostname}:{e.port}"
-        url = f"{health.scheme}://{netloc}{e.path}"
-    return Target(e, url, name_filter(e.names))
+        named = e if len(hosts) == 1 else dataclasses.replace(e, name=f"{e.name}@{host_key(h)}")
+        out.append(Target(named, f"{health.scheme}://{netloc}{e.path}", keep))
+    return out
+
+
+def serves(h: HostHandle) -> bool:
+    """Whether a host's own ports answer (not a node above rank 0 of a multi-node instance)."""
+    return getattr(h.host, "rank", 0) == 0
+
+
+def host_key(h: HostHandle) -> str:
+    """The host's key in the deployment (its role, for a role of one host)."""
+    return str(getattr(h.host, "key", h.role))
 
 
 def _machine(handle: HostHandle) -> str:
