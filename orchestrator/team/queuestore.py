@@ -150,7 +150,13 @@ def insert_values(new: NewItem, now: str) -> tuple[object, ...]:
 
 
 def item_from_row(row: Any) -> QueueItem:
-    """A row of either store (sqlite3.Row or psycopg's dict_row) as a QueueItem."""
+    """A row of either store (sqlite3.Row or psycopg's dict_row) as a QueueItem. A version-1
+    SQLite queue read without upgrading it (read-only, by `orch status`) lacks the newer columns."""
+    have = set(row.keys())
+
+    def newer(name: str) -> str:
+        return str(row[name]) if name in have else ""
+
     return QueueItem(
         id=int(row["id"]),
         matrix=str(row["matrix"]),
@@ -164,10 +170,10 @@ def item_from_row(row: Any) -> QueueItem:
         run_dir=row["run_dir"],
         claimed_by=row["claimed_by"],
         message=str(row["message"]),
-        matrix_text=str(row["matrix_text"]),
-        inventory_text=str(row["inventory_text"]),
-        queued_by=str(row["queued_by"]),
-        testbeds=tuple(n for n in str(row["testbeds"]).split(",") if n),
+        matrix_text=newer("matrix_text"),
+        inventory_text=newer("inventory_text"),
+        queued_by=newer("queued_by"),
+        testbeds=tuple(n for n in newer("testbeds").split(",") if n),
     )
 
 

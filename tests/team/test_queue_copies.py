@@ -94,6 +94,8 @@ def test_sqlite_store_keeps_copies_and_upgrades_a_version_1_queue(tmp_path: Path
             "PRAGMA user_version = 1;"
         )
     old.close()
+    with Queue(db, read_only=True) as q:  # `orch status` reads it before any upgrade
+        assert [(i.matrix, i.matrix_text, i.testbeds) for i in q.items()] == [("/m/old.yaml", "", ())]
     with Queue(db) as q:
         (legacy,) = q.items()
         assert (legacy.matrix, legacy.matrix_text, legacy.queued_by, legacy.testbeds) == ("/m/old.yaml", "", "", ())
