@@ -12,7 +12,7 @@ import argparse
 import io
 import json
 import os
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal
 
@@ -398,14 +398,17 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
     from orchestrator.team.queue import STORE_ENV
     from orchestrator.team.schedule import (
         Schedule,
+        check_account,
         check_calendar,
         check_name,
+        current_user,
         decide_run_as,
         default_unit_dir,
         dry_run,
         install,
         package_root,
         this_python,
+        until_args,
     )
 
     name = check_name(args.name)
@@ -415,10 +418,11 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
         from orchestrator.errors import UsageError
 
         raise UsageError("--on-active must be > 0 seconds")
-    scope, run_as = decide_run_as(args.scope, args.run_user, os.geteuid(), _me())
+    scope, run_as = decide_run_as(args.scope, args.run_user, os.geteuid(), current_user())
     if run_as is not None:
-        _check_account(run_as)
-    queue_args = ["--reports", str(args.reports.resolve()), *_until_args(args)]
+        check_account(run_as)
+    until = until_args(args.until, args.on_calendar, args.on_active, datetime.now().astimezone())
+    queue_args = ["--reports", str(args.reports.resolve()), *until]
     store = args.store or os.environ.get(STORE_ENV, "").strip() or None
     sched = Schedule(
         name,
@@ -443,53 +447,6 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
     who = f" as {run_as}" if run_as else ""
     out.print(f"it runs `orch queue run {' '.join(queue_args)}` in {Path.cwd()}{who}{hooks}", markup=False)
     return 0
-
-
-def _check_account(name: str) -> None:
-    import pwd
-
-    from orchestrator.errors import UsageError
-
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        raise UsageError(
-            f"--user {name}: no such user on this machine", hint="the account that runs the sweeps"
-        ) from None
-
-
-def _me() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
-def _until_args(args: argparse.Namespace) -> list[str]:
-    """`queue run` options for --until: a calendar schedule passes its time of day (--scheduled), so
-    the deadline counts from the scheduled start, not from whenever a late catch-up starts; a
-    one-shot (--on-active) gets the absolute deadline. Bad input exits 2 now, not at 1 am."""
-    from orchestrator.errors import UsageError
-    from orchestrator.team.queue import parse_until, scheduled_window
-    from orchestrator.team.schedule import scheduled_time_of_day
-
-    if not args.until:
-        return []
-    now = datetime.now().astimezone()
-    if args.on_calendar is None:
-        start = now + timedelta(seconds=args.on_active)
-        return ["--until", parse_until(args.until, start).isoformat(timespec="seconds")]
-    at = scheduled_time_of_day(args.on_calendar)
-    if at is None:
-        raise UsageError(
-            f"--until with --on-calendar {args.on_calendar!r}: it fires at several times of day, so a deadline "
-            "cannot be counted from its start",
-            hint="schedule one time a day (e.g. '*-*-* 01:00') or drop --until",
-        )
-    scheduled_window(args.until, at, now)  # checks --until
-    return ["--until", args.until, "--scheduled", at]
 
 
 def cmd_schedule_list(args: argparse.Namespace) -> int:

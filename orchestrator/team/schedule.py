@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Literal, Sequence
 
 from orchestrator.edges.transport import Result
 from orchestrator.errors import OrchError, UsageError
+from orchestrator.team.queue import parse_until, scheduled_window
 
 Scope = Literal["system", "user"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -271,6 +274,43 @@ def scheduled_time_of_day(spec: str) -> str | None:
         return None
     h, m, sec = clock.group(1), clock.group(2), clock.group(3) or "00"
     return f"{int(h):02d}:{m}:{sec}"
+
+
+def until_args(until: str | None, on_calendar: str | None, on_active_s: float | None, now: datetime) -> list[str]:
+    """`queue run` options for --until: a calendar schedule passes its time of day (--scheduled), so
+    the deadline counts from the scheduled start, not from whenever a late catch-up starts; a
+    one-shot (--on-active) gets the absolute deadline. Bad input fails now, not at 1 am."""
+    if not until:
+        return []
+    if on_calendar is None:
+        start = now + timedelta(seconds=on_active_s or 0.0)
+        return ["--until", parse_until(until, start).isoformat(timespec="seconds")]
+    at = scheduled_time_of_day(on_calendar)
+    if at is None:
+        raise UsageError(
+            f"--until with --on-calendar {on_calendar!r}: it fires at several times of day, so a deadline "
+            "cannot be counted from its start",
+            hint="schedule one time a day (e.g. '*-*-* 01:00') or drop --until",
+        )
+    scheduled_window(until, at, now)  # checks --until
+    return ["--until", until, "--scheduled", at]
+
+
+def check_account(name: str) -> None:
+    """The account a system unit runs as must exist here (systemd would fail the unit at 1 am)."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        raise UsageError(
+            f"--user {name}: no such user on this machine", hint="the account that runs the sweeps"
+        ) from None
+
+
+def current_user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 def remove(name: str, scope: Scope, unit_dir: Path, systemctl: Systemctl = run_systemctl) -> list[Path]:
