@@ -8,12 +8,13 @@ Every error names ``file:line`` and the key path, and says how to fix it where w
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import re
 import string
 import urllib.parse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -21,6 +22,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import regex
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
 from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
 from orchestrator.core.huntconfig import HuntShape, HuntSpec, build_hunt
 from orchestrator.core.redact import Redactor
@@ -38,6 +40,7 @@ from orchestrator.errors import ConfigError
 
 Dialect = Literal["systemd", "shell"]
 EnvValue = str | None  # None: remove the variable from the env file
+CellValue = str | None | ArgsEdit  # what a level gives a variable: a value, a removal, or flag edits
 # Every name pattern ends in \Z, never `$`: `$` also matches before a trailing newline.
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 ROLE_NAME = re.compile(r"\A[a-z][a-z0-9_-]{0,30}\Z")
@@ -55,6 +58,7 @@ MAX_SEED = 2**64 - 1
 MAX_SESSIONS = 10**9  # a proportion's n a validity rule may ask for
 MAX_VALID_RULES = 100
 MAX_REPEATED_FAILURES = 1000
+MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
 DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 CONTROLLER = "controller"
@@ -72,8 +76,13 @@ Scalar = str | bool | None
 
 class FactorShape(_Shape):
     description: str = ""
+    # env: what the levels set; flag: one --flag inside an args variable (env: role -> that
+    # variable); client: a repro placeholder only (nothing on any host changes, nothing restarts)
+    kind: Literal["env", "flag", "client"] = "env"
     env: dict[str, str | list[str]] | None = None  # short form: role -> VAR or [VAR, ...]
-    levels: list[Scalar] | dict[str, dict[str, dict[str, Scalar]]]
+    flag: str | None = None  # kind flag: e.g. --cuda-graph-max-bs
+    placeholder: str | None = None  # kind client: the {name} it fills (default: the factor's name)
+    levels: list[Scalar] | dict[str, dict[str, dict[str, Scalar]] | Scalar]  # a plain value: kind flag/client
 
 
 class MetricShape(_Shape):
@@ -150,7 +159,7 @@ class MatrixShape(_Shape):
 
 
 class SshShape(_Shape):
-    host: str = Field(min_length=1)
+    host: str | None = Field(default=None, min_length=1)  # required, but a role of several hosts gives it per host
     port: int = Field(default=22, ge=1, le=65535)
     user: str = "root"
     key: str | None = None
@@ -165,8 +174,24 @@ class UnitShape(_Shape):
     command: list[str] | None = None  # local transport: how the local manager starts it
 
 
+class MemberShape(_Shape):
+    """One host of a role that has several: what differs from the role's settings. Its `ssh:`
+    keys override the role's `ssh:` key by key (usually only `host:`)."""
+
+    ssh: SshShape | None = None
+    url: str | None = None  # default: its SSH host and the role's default port
+    health: str | None = None
+    env_file: str | None = None
+    units: list[str | UnitShape] | None = Field(default=None, min_length=1)
+    nodes: list[MemberShape] | None = Field(default=None, min_length=1, max_length=MAX_MEMBERS)
+
+
 class HostShape(_Shape):
     transport: Literal["local", "ssh"] = "local"
+    # several hosts: one instance spread over nodes (tensor/expert parallel: edited and restarted
+    # together, node rank 0's health is the instance's), or several instances (each its own server)
+    nodes: list[MemberShape] | None = Field(default=None, min_length=1, max_length=MAX_MEMBERS)
+    instances: list[MemberShape] | None = Field(default=None, min_length=1, max_length=MAX_MEMBERS)
     ssh: SshShape | None = None
     env_file: str = Field(min_length=1)
     dialect: Dialect = "systemd"
@@ -196,7 +221,8 @@ class InventoryShape(_Shape):
 @dataclass(frozen=True)
 class Level:
     name: str
-    env: dict[str, dict[str, EnvValue]]  # role -> VAR -> value
+    env: dict[str, dict[str, CellValue]]  # role -> VAR -> value (an ArgsEdit for a flag factor)
+    client: dict[str, str] = field(default_factory=dict)  # repro placeholder -> value (kind client)
 
 
 @dataclass(frozen=True)
@@ -204,6 +230,7 @@ class Factor:
     name: str
     levels: tuple[Level, ...]
     description: str = ""
+    kind: Literal["env", "flag", "client"] = "env"
 
     def level(self, name: str) -> Level:
         return next(lv for lv in self.levels if lv.name == name)
@@ -354,20 +381,41 @@ class Host:
     verify_env: bool
     after: tuple[str, ...]
     health_tunnel: bool = False
+    # a role of several hosts (Testbed.hosts is keyed by `key`): `decode.0`, `decode.n1`, `decode.0.n1`
+    member: str = ""  # "" for a role's only host: its key is the role
+    rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
+    group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
+
+    @property
+    def key(self) -> str:
+        return self.member or self.role
 
     @property
     def label(self) -> str:
         if self.ssh:
-            return f"{self.role} ({self.ssh.host}:{self.ssh.port})"
-        return f"{self.role} (local)"
+            return f"{self.key} ({self.ssh.host}:{self.ssh.port})"
+        return f"{self.key} (local)"
 
 
 @dataclass(frozen=True)
 class Testbed:
     name: str
     description: str
-    hosts: dict[str, Host]  # role -> host, in declared order
+    hosts: dict[str, Host]  # host key -> host, in declared order (the key is the role, for a role of one host)
     state_dir: Path | None
+
+    @cached_property
+    def roles(self) -> dict[str, tuple[str, ...]]:
+        """role -> its hosts' keys, in declared order (one key, the role's name, for most roles)."""
+        out: dict[str, list[str]] = {}
+        for key, host in self.hosts.items():
+            out.setdefault(host.role, []).append(key)
+        return {role: tuple(keys) for role, keys in out.items()}
+
+    def first(self, role: str) -> Host:
+        """The role's first host (rank 0 of its first instance): where `repro.on: ROLE` runs and
+        what {ROLE_url} means."""
+        return self.hosts[self.roles[role][0]]
 
 
 @dataclass(frozen=True)
@@ -527,18 +575,120 @@ def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -
         )
     if tb.state_dir is not None:
         _no_control(tb.state_dir, source, (*where, "state_dir"))
-    hosts = {role: _build_host(role, h, base, source, (*where, "hosts", role)) for role, h in tb.hosts.items()}
-    for role, host in hosts.items():
+    members = {role: _build_members(role, h, base, source, (*where, "hosts", role)) for role, h in tb.hosts.items()}
+    by_role = {role: hosts[0] for role, hosts in members.items()}
+    for role, host in by_role.items():
         for dep in host.after:
-            if dep not in hosts:
+            if dep not in by_role:
                 raise source.error(
-                    (*where, "hosts", role, "after"), f"unknown role {dep!r}", f"roles here: {', '.join(hosts)}"
+                    (*where, "hosts", role, "after"), f"unknown role {dep!r}", f"roles here: {', '.join(by_role)}"
                 )
-    _check_acyclic(hosts, source, where)
+    _check_acyclic(by_role, source, where)
+    hosts = {h.key: h for group in members.values() for h in group}
+    _check_local_units(hosts, source, where)
     state_dir = (base / tb.state_dir) if tb.state_dir else None
     if any(h.transport == "local" for h in hosts.values()) and state_dir is None:
         state_dir = base / ".orch" / name
     return Testbed(name, tb.description, hosts, state_dir)
+
+
+def _build_members(role: str, h: HostShape, base: Path, source: SourceMap, where: PathKey) -> list[Host]:
+    """A role's hosts: itself, or its nodes (one multi-node instance), or its instances (each
+    one host, or nodes of its own). Each is the role's settings with the member's overrides."""
+    if h.nodes is None and h.instances is None:
+        return [_build_host(role, h, base, source, where)]
+    if h.nodes is not None and h.instances is not None:
+        raise source.error(where, "give `nodes:` or `instances:`, not both", "instances may each have nodes:")
+    if h.nodes is not None and len(h.nodes) < 2:
+        raise source.error((*where, "nodes"), "a multi-node instance needs at least 2 nodes")
+    for key in ("url", "health"):
+        if getattr(h, key) is not None:
+            raise source.error(
+                (*where, key), f"a role of several hosts takes `{key}:` per instance", "set it in each instance"
+            )
+    if h.nodes is not None:
+        return _instance(role, h, None, h.nodes, f"{role}.n", base, source, (*where, "nodes"))
+    out: list[Host] = []
+    for i, inst in enumerate(h.instances or []):
+        at: PathKey = (*where, "instances", i)
+        if inst.nodes is not None:
+            if len(inst.nodes) < 2:
+                raise source.error((*at, "nodes"), "a multi-node instance needs at least 2 nodes")
+            out += _instance(role, h, inst, inst.nodes, f"{role}.{i}.n", base, source, (*at, "nodes"))
+        else:
+            out.append(_member(role, h, inst, base, source, at, f"{role}.{i}", 0, ()))
+    return out
+
+
+def _instance(
+    role: str,
+    h: HostShape,
+    inst: MemberShape | None,
+    nodes: list[MemberShape],
+    prefix: str,
+    base: Path,
+    source: SourceMap,
+    where: PathKey,
+) -> list[Host]:
+    """The nodes of one multi-node instance; nodes above rank 0 take rank 0's URL and health."""
+    keys = tuple(f"{prefix}{r}" for r in range(len(nodes)))
+    out: list[Host] = []
+    for r, node in enumerate(nodes):
+        if node.nodes is not None:
+            raise source.error((*where, r, "nodes"), "a node has no nodes of its own")
+        if r > 0 and (node.url is not None or node.health is not None):
+            raise source.error((*where, r), "only node rank 0 (the first) takes url/health: it serves the instance")
+        merged = _overlay(inst, node) if inst is not None else node
+        host = _member(role, h, merged, base, source, (*where, r), keys[r], r, keys)
+        if r > 0:
+            host = dataclasses.replace(host, url=out[0].url, health=out[0].health)
+        out.append(host)
+    return out
+
+
+def _overlay(under: MemberShape, over: MemberShape) -> MemberShape:
+    """An instance's settings with one node's on top (key by key, ssh included)."""
+    given = {k: getattr(over, k) for k in over.model_fields_set if k != "nodes"}
+    if under.ssh is not None and over.ssh is not None:
+        given["ssh"] = under.ssh.model_copy(update={k: getattr(over.ssh, k) for k in over.ssh.model_fields_set})
+    return under.model_copy(update={**given, "nodes": None})
+
+
+def _member(
+    role: str,
+    h: HostShape,
+    m: MemberShape,
+    base: Path,
+    source: SourceMap,
+    where: PathKey,
+    key: str,
+    rank: int,
+    group: tuple[str, ...],
+) -> Host:
+    """One host of a role: the role's shape with the member's keys, built like any host."""
+    update: dict[str, Any] = {k: getattr(m, k) for k in m.model_fields_set if k not in ("nodes", "ssh")}
+    update.update(nodes=None, instances=None)
+    if m.ssh is not None:
+        ssh = h.ssh.model_copy(update={k: getattr(m.ssh, k) for k in m.ssh.model_fields_set}) if h.ssh else m.ssh
+        update["ssh"] = ssh
+    host = _build_host(role, h.model_copy(update=update), base, source, where)
+    return dataclasses.replace(host, member=key, rank=rank, group=group)
+
+
+def _check_local_units(hosts: dict[str, Host], source: SourceMap, where: PathKey) -> None:
+    """orch's local service manager knows units by name: two local hosts cannot share one."""
+    seen: dict[str, str] = {}
+    for key, host in hosts.items():
+        if host.transport != "local":
+            continue
+        for unit in host.units:
+            other = seen.setdefault(unit.name, key)
+            if other != key:
+                raise source.error(
+                    (*where, "hosts", host.role),
+                    f"local unit {unit.name!r} is used by {other} and {key}",
+                    "give each local instance its own `units:` (and url)",
+                )
 
 
 def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: PathKey) -> Host:
@@ -550,6 +700,8 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         raise source.error((*where, "ssh"), "`ssh:` given but transport is local", "set transport: ssh")
     units = tuple(_build_unit(u, h.transport, source, (*where, "units", i)) for i, u in enumerate(h.units))
     if h.ssh is not None:
+        if h.ssh.host is None:
+            raise source.error((*where, "ssh"), "missing required key 'host'", "e.g. ssh: {host: 10.0.0.4}")
         _check_ssh(h.ssh, source, (*where, "ssh"))
     env_file = _no_control(h.env_file, source, (*where, "env_file"))
     if h.transport == "local":
@@ -631,7 +783,7 @@ def _no_control(value: str, source: SourceMap, at: PathKey) -> str:
 
 def _check_ssh(ssh: SshShape, source: SourceMap, where: PathKey) -> None:
     """Host and user reach ssh's argv: they must never read as an option or hold shell syntax."""
-    if not SSH_HOST.match(ssh.host):
+    if not SSH_HOST.match(ssh.host or ""):
         raise source.error(
             (*where, "host"),
             f"invalid SSH host {ssh.host!r}",
@@ -865,8 +1017,19 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
     where: PathKey = ("factors", name)
     if not NAME.match(name):
         raise source.error(where, f"invalid factor name {name!r}", "use letters, digits, _ . -")
-    if isinstance(f.levels, list):
+    _check_kind_keys(name, f, source, where)
+    if f.kind == "flag":
+        levels = _flag_levels(f, source, where)
+    elif f.kind == "client":
+        levels = _client_levels(name, f, m, source, where)
+    elif isinstance(f.levels, list):
         levels = _short_form_levels(f, m, source, where)
+    elif any(not isinstance(v, dict) for v in f.levels.values()):
+        raise source.error(
+            (*where, "levels"),
+            "levels as a mapping of plain values need `kind: flag` or `kind: client`",
+            "an env factor's mapping gives each level role -> VAR: value",
+        )
     else:
         if f.env is not None:
             raise source.error(
@@ -875,7 +1038,8 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
                 "with levels as a mapping, give each level its own role -> VAR: value",
             )
         levels = tuple(
-            Level(lname, _level_env(env, m, source, (*where, "levels", lname))) for lname, env in f.levels.items()
+            Level(lname, _level_env(env, m, source, (*where, "levels", lname)))  # type: ignore[arg-type]
+            for lname, env in f.levels.items()
         )
     if len(levels) < 2:
         raise source.error((*where, "levels"), f"a factor needs at least 2 levels, got {len(levels)}")
@@ -885,7 +1049,104 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
             raise source.error((*where, "levels", i), f"invalid level name {lname!r}", "no ',' or '='")
         if lname in names[:i]:
             raise source.error((*where, "levels", i), f"duplicate level {lname!r}")
-    return Factor(name, levels, f.description)
+    return Factor(name, levels, f.description, f.kind)
+
+
+def _check_kind_keys(name: str, f: FactorShape, source: SourceMap, where: PathKey) -> None:
+    """`flag:` belongs to kind flag, `placeholder:` to kind client; kind client sets no env."""
+    if f.kind != "flag" and f.flag is not None:
+        raise source.error((*where, "flag"), "`flag:` needs `kind: flag`", "add kind: flag")
+    if f.kind != "client" and f.placeholder is not None:
+        raise source.error((*where, "placeholder"), "`placeholder:` needs `kind: client`", "add kind: client")
+    if f.kind == "flag" and (f.flag is None or not f.env):
+        raise source.error(
+            where,
+            "a flag factor needs `flag:` and `env:` (role -> the args variable)",
+            "e.g. flag: --cuda-graph-max-bs, env: {decode: SGLANG_EXTRA_ARGS}",
+        )
+    if f.kind == "client" and f.env is not None:
+        raise source.error(
+            (*where, "env"),
+            "a client factor changes only the repro: it has no `env:`",
+            f"write {{{f.placeholder or name}}} in repro.command",
+        )
+
+
+def _level_items(f: FactorShape, source: SourceMap, where: PathKey) -> list[tuple[str, Scalar, PathKey]]:
+    """(level name, value, where) of a flag or client factor: a list names each level by its
+    value as written; a mapping gives name: value."""
+    if isinstance(f.levels, list):
+        out: list[tuple[str, Scalar, PathKey]] = []
+        for i, value in enumerate(f.levels):
+            at = (*where, "levels", i)
+            out.append((source.raw_of(at) or ("null" if value is None else str(value)), value, at))
+        return out
+    items: list[tuple[str, Scalar, PathKey]] = []
+    for lname, given in f.levels.items():
+        at = (*where, "levels", lname)
+        if isinstance(given, dict):
+            raise source.error(at, "expected a plain value, got a mapping", "a flag or client level is one value")
+        items.append((lname, given, at))
+    return items
+
+
+def _flag_levels(f: FactorShape, source: SourceMap, where: PathKey) -> tuple[Level, ...]:
+    """Each level sets, adds or removes the flag in the role's args variable. A boolean flag's
+    levels are present/absent (true/false); a valued flag's are its values, or absent (null)."""
+    flag = f.flag or ""
+    if not FLAG_NAME.match(flag):
+        raise source.error(
+            (*where, "flag"), f"invalid flag {flag!r}", "a command-line option such as --cuda-graph-max-bs"
+        )
+    items = _level_items(f, source, where)
+    values = [_flag_value(value, source, at) for _, value, at in items]
+    takes_value = any(v not in (None, PRESENT) for v in values)
+    if takes_value and PRESENT in values:
+        at = items[values.index(PRESENT)][2]
+        raise source.error(
+            at,
+            f"level 'present' mixes a boolean flag with values ({flag} VALUE)",
+            "a boolean flag's levels are present/absent; a valued flag's are values or absent",
+        )
+    targets = {role: [v] if isinstance(v, str) else list(v) for role, v in (f.env or {}).items()}
+    levels = []
+    for (lname, _, _), value in zip(items, values, strict=True):
+        edit = ArgsEdit((FlagSetting(flag, takes_value, value),))
+        env: dict[str, dict[str, CellValue]] = {
+            role: {_env_name(var, source, (*where, "env", role)): edit for var in vars_}
+            for role, vars_ in targets.items()
+        }
+        levels.append(Level(lname, env))
+    return tuple(levels)
+
+
+def _flag_value(value: Scalar, source: SourceMap, at: PathKey) -> str | None:
+    """null/false/absent: no flag; true/present: the flag alone; text: the flag's value."""
+    if value is None or value is False or value == ABSENT:
+        return None
+    if value is True or value == PRESENT:
+        return PRESENT
+    if CONTROL.search(value) or not value.strip():
+        raise source.error(at, f"invalid flag value {value!r}", "one line of text, not blank")
+    return value
+
+
+def _client_levels(name: str, f: FactorShape, m: MatrixShape, source: SourceMap, where: PathKey) -> tuple[Level, ...]:
+    """Each level is a value of one repro placeholder; nothing on any host changes."""
+    placeholder = f.placeholder or name
+    if not PLACEHOLDER.match(placeholder) or placeholder in STATIC_PLACEHOLDERS:
+        raise source.error(
+            (*where, "placeholder") if f.placeholder else where,
+            f"{placeholder!r} cannot be a repro placeholder",
+            "set `placeholder:` to a name of letters, digits and _ that orch does not define itself",
+        )
+    levels = []
+    for lname, value, at in _level_items(f, source, where):
+        if value is None:
+            raise source.error(at, "a client level needs a value", "e.g. levels: [8, 32]")
+        written = _env_value(value, m, source, at)
+        levels.append(Level(lname, {}, {placeholder: written or ""}))
+    return tuple(levels)
 
 
 def _short_form_levels(f: FactorShape, m: MatrixShape, source: SourceMap, where: PathKey) -> tuple[Level, ...]:
@@ -901,7 +1162,7 @@ def _short_form_levels(f: FactorShape, m: MatrixShape, source: SourceMap, where:
         at = (*where, "levels", i)
         name = source.raw_of(at) or ("null" if value is None else str(value))
         written = _env_value(value, m, source, at)
-        env = {
+        env: dict[str, dict[str, CellValue]] = {
             role: {_env_name(var, source, (*where, "env", role)): written for var in vars_}
             for role, vars_ in targets.items()
         }
@@ -911,7 +1172,7 @@ def _short_form_levels(f: FactorShape, m: MatrixShape, source: SourceMap, where:
 
 def _level_env(
     env: dict[str, dict[str, Scalar]], m: MatrixShape, source: SourceMap, where: PathKey
-) -> dict[str, dict[str, EnvValue]]:
+) -> dict[str, dict[str, CellValue]]:
     return {
         role: {
             _env_name(var, source, (*where, role, var)): _env_value(val, m, source, (*where, role, var))
@@ -943,16 +1204,40 @@ def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) ->
 
 
 def _check_no_shared_vars(factors: tuple[Factor, ...], source: SourceMap) -> None:
-    owner: dict[tuple[str, str], str] = {}
+    """One variable belongs to one factor, except an args variable: flag factors share it, one
+    flag each (an env factor setting it whole would overwrite what they edit)."""
+    owner: dict[tuple[str, str], str] = {}  # (role, VAR) -> the env factor, or "flags" factors
+    flag_owner: dict[tuple[str, str, str], str] = {}  # (role, VAR, flag) -> the flag factor
     for f in factors:
-        for role, var in {(r, v) for lv in f.levels for r, a in lv.env.items() for v in a}:
-            other = owner.setdefault((role, var), f.name)
+        flag = _flag_of(f)
+        for role, var in sorted({(r, v) for lv in f.levels for r, a in lv.env.items() for v in a}):
+            other = owner.setdefault((role, var), f.name if flag is None else f"flag:{f.name}")
+            if flag is not None and other.startswith("flag:"):
+                other = flag_owner.setdefault((role, var, flag), f.name)
+                if other == f.name:
+                    continue
+                raise source.error(
+                    ("factors", f.name),
+                    f"{flag} in {role}:{var} is also set by factor {other!r}",
+                    "one flag belongs to one factor; use zips to move factors together",
+                )
             if other != f.name:
+                other = other.removeprefix("flag:")
                 raise source.error(
                     ("factors", f.name),
                     f"{role}:{var} is also set by factor {other!r}",
-                    "one variable belongs to one factor; use zips to move factors together",
+                    "one variable belongs to one factor (flag factors share an args variable, one flag "
+                    "each); use zips to move factors together",
                 )
+
+
+def _flag_of(f: Factor) -> str | None:
+    for lv in f.levels:
+        for assignments in lv.env.values():
+            for value in assignments.values():
+                if isinstance(value, ArgsEdit):
+                    return value.settings[0].flag
+    return None
 
 
 def _build_zips(zips: list[list[str]], factors: dict[str, Factor], source: SourceMap) -> tuple[tuple[str, ...], ...]:
@@ -1108,10 +1393,15 @@ def _check_on(on: str, source: SourceMap) -> None:
         raise source.error(("repro", "on"), f"invalid role {on!r}", "controller or a role of the inventory")
 
 
+def client_placeholders(matrix: Matrix) -> dict[str, str]:
+    """placeholder -> the client factor that fills it."""
+    return {p: f.name for f in matrix.factors for lv in f.levels for p in lv.client}
+
+
 def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
     """Cross-checks that need both files: roles exist, placeholders resolve."""
-    src, roles = matrix.source, set(testbed.hosts)
-    hint = f"roles in testbed {testbed.name!r}: {', '.join(testbed.hosts)}"
+    src, roles = matrix.source, set(testbed.roles)
+    hint = f"roles in testbed {testbed.name!r}: {', '.join(testbed.roles)}"
     for f in matrix.factors:
         for lv in f.levels:
             for role in lv.env:
@@ -1129,12 +1419,15 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
             raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint)
     check_roles(matrix.server_metrics, matrix.verify, roles, src, hint)
     known = STATIC_PLACEHOLDERS | {f"{r}_url" for r in roles}
+    client = client_placeholders(matrix)  # filled per cell: the repro's (and warm-up's), not collectors'
     for where, template in [
         (("repro", "command"), matrix.repro.command),
         *([(("repro", "warmup"), matrix.repro.warmup)] if matrix.repro.warmup else []),
         *[(("collect", c.name, "command"), c.command) for c in matrix.collect if c.command],
     ]:
         for name in check_template(template, src, where):
+            if name in client and where[0] == "repro":
+                continue
             if name not in known:
                 close = difflib.get_close_matches(name, sorted(known), n=1)
                 raise src.error(

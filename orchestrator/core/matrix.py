@@ -20,14 +20,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from orchestrator.core.config import MAX_TRIALS, EnvValue, Level, Matrix
+from orchestrator.core.argsvar import ArgsEdit, resolve
+from orchestrator.core.config import MAX_TRIALS, CellValue, EnvValue, Level, Matrix
 from orchestrator.errors import ConfigError
 
 GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles
 WARN_TRIALS = 10_000
 
 
-CellEnv = Mapping[str, Mapping[str, EnvValue]]  # role -> VAR -> value (None = removed)
+CellEnv = Mapping[str, Mapping[str, CellValue]]  # role -> VAR -> value (None = removed; ArgsEdit: flags)
 Levels = tuple[tuple[str, str], ...]  # ((factor, level), ...)
 LevelIndex = dict[tuple[str, str], Level]  # (factor, level) -> Level
 
@@ -56,7 +57,7 @@ class Cell:
     def __hash__(self) -> int:
         return self._hash
 
-    def __reduce__(self) -> tuple[type[Cell], tuple[Levels, dict[str, dict[str, EnvValue]]]]:
+    def __reduce__(self) -> tuple[type[Cell], tuple[Levels, dict[str, dict[str, CellValue]]]]:
         # the cached hash of str is per process: rebuild it on unpickle; a mapping proxy does not
         # pickle, its contents do
         return Cell, (self.levels, {role: dict(a) for role, a in self.env.items()})
@@ -75,12 +76,26 @@ def level_index(matrix: Matrix) -> LevelIndex:
 
 def make_cell(levels: Levels, index: LevelIndex) -> Cell:
     """The cell of these levels, with every level's assignments merged into one env per role
-    (factors never share a variable: config checks that, so the merge order does not matter)."""
-    env: dict[str, dict[str, EnvValue]] = {}
+    (factors never share a variable, except flag factors editing one args variable, one flag
+    each: config checks that, and their edits merge sorted, so the merge order does not matter)."""
+    env: dict[str, dict[str, CellValue]] = {}
     for key in levels:
         for role, assignments in index[key].env.items():
-            env.setdefault(role, {}).update(assignments)
+            mine = env.setdefault(role, {})
+            for var, value in assignments.items():
+                before = mine.get(var)
+                if isinstance(before, ArgsEdit) and isinstance(value, ArgsEdit):
+                    value = before.merged(value)
+                mine[var] = value
     return Cell(levels, env)
+
+
+def client_values(cell: Cell, index: LevelIndex) -> dict[str, str]:
+    """The repro placeholders the cell's client factors fill (e.g. {concurrency: "32"})."""
+    out: dict[str, str] = {}
+    for key in cell.levels:
+        out.update(index[key].client)
+    return out
 
 
 def mentioned_vars(matrix: Matrix) -> dict[str, frozenset[str]]:
@@ -98,12 +113,13 @@ def mentioned_vars(matrix: Matrix) -> dict[str, frozenset[str]]:
 
 
 def expected_env(
-    assignments: Mapping[str, EnvValue], keys: frozenset[str], original: Mapping[str, str]
+    assignments: Mapping[str, CellValue], keys: frozenset[str], original: Mapping[str, str]
 ) -> dict[str, EnvValue]:
     """A role's complete env in a cell: each key the matrix mentions, with the cell's value, or
-    else the value the original file gives it (None = unset, as originally)."""
+    else the value the original file gives it (None = unset, as originally). An args variable
+    holds its original value with the cell's flags set (core.argsvar)."""
     out: dict[str, EnvValue] = {k: original.get(k) for k in sorted(keys)}
-    out.update(assignments)
+    out.update(resolve(assignments, original))
     return out
 
 

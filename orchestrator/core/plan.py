@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
-from orchestrator.core.config import EnvValue, Matrix, Testbed, check_against_inventory
+from orchestrator.core.config import CellValue, EnvValue, Matrix, Testbed, check_against_inventory
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.matrix import (
     Cell,
@@ -39,11 +39,12 @@ class Step(NamedTuple):
 
     trial: Trial
     env: RoleEnv  # the cell's own assignments per role (what the journal shows), shared by its trials
-    # roles whose complete env (original + assignments, see Plan.mentioned) differs from the
-    # previous trial's: a role the previous cell set and this one does not is among them
+    # hosts (keys of Testbed.hosts: the role, for a role of one host) whose role's complete env
+    # (original + assignments, see Plan.mentioned) differs from the previous trial's: a role the
+    # previous cell set and this one does not is among them; every host of such a role
     changed_roles: tuple[str, ...]
-    restart_units: tuple[tuple[str, str], ...]  # (role, unit) in restart order
-    wait_roles: tuple[str, ...]  # roles whose health is awaited (restarted + dependants)
+    restart_units: tuple[tuple[str, str], ...]  # (host key, unit) in restart order
+    wait_roles: tuple[str, ...]  # hosts whose health is awaited (restarted + dependants)
     estimate_s: float
 
 
@@ -131,13 +132,14 @@ def _changed(before: RoleEnv | None, after: RoleEnv) -> frozenset[str]:
     return frozenset(role for role in roles if after.get(role, _NONE) != before.get(role, _NONE))
 
 
-_NONE: dict[str, EnvValue] = {}
+_NONE: dict[str, CellValue] = {}
 
 
 def _wave(matrix: Matrix, testbed: Testbed, changed: frozenset[str]) -> Wave:
-    ordered = restart_order(testbed, set(changed))
+    """Every host of each changed role restarts (all nodes of a multi-node instance together)."""
+    ordered = restart_order(testbed, {key for role in changed for key in testbed.roles.get(role, ())})
     units = tuple((role, u.name) for role in ordered for u in testbed.hosts[role].units)
-    waits = tuple(restart_order(testbed, dependants(testbed, set(changed))))
+    waits = tuple(restart_order(testbed, dependants(testbed, set(ordered))))
     startup = max((testbed.hosts[r].startup_estimate_s for r in ordered), default=0.0)
     return tuple(ordered), units, waits, startup + matrix.repro.expected_duration_s
 
@@ -147,9 +149,9 @@ def _restart_cost(matrix: Matrix, testbed: Testbed) -> RestartCost:
     differs. A cell's signature numbers its env per role (equal envs, equal numbers); a role the
     matrix mentions and the cell does not has the empty env (back to the original), a role no
     level mentions is -1 (never restarted)."""
-    roles = list(testbed.hosts)
+    roles = list(testbed.roles)
     mentioned = matrix.roles
-    classes: list[dict[frozenset[tuple[str, EnvValue]], int]] = [{} for _ in roles]
+    classes: list[dict[frozenset[tuple[str, CellValue]], int]] = [{} for _ in roles]
 
     def signature(cell: Cell) -> tuple[int, ...]:
         env = cell.env
@@ -158,36 +160,39 @@ def _restart_cost(matrix: Matrix, testbed: Testbed) -> RestartCost:
             for r, known in zip(roles, classes, strict=True)
         )
 
-    return RestartCost(signature, tuple(len(testbed.hosts[r].units) for r in roles))
+    units = {r: sum(len(testbed.hosts[k].units) for k in keys) for r, keys in testbed.roles.items()}
+    return RestartCost(signature, tuple(units[r] for r in roles))
 
 
 def restart_order(testbed: Testbed, roles: set[str]) -> list[str]:
-    """Roles in dependency order: a role comes after every role in its `after` list."""
+    """Hosts (keys of testbed.hosts; a role of one host is its own key) in dependency order: a
+    host comes after every host of each role in its `after` list."""
     ordered: list[str] = []
 
-    def visit(role: str) -> None:
-        if role in ordered:
+    def visit(key: str) -> None:
+        if key in ordered:
             return
-        for dep in testbed.hosts[role].after:
-            if dep in roles:
-                visit(dep)
-        ordered.append(role)
+        for dep in testbed.hosts[key].after:
+            for other in testbed.roles.get(dep, ()):
+                if other in roles:
+                    visit(other)
+        ordered.append(key)
 
-    for role in testbed.hosts:
-        if role in roles:
-            visit(role)
+    for key in testbed.hosts:
+        if key in roles:
+            visit(key)
     return ordered
 
 
 def dependants(testbed: Testbed, roles: set[str]) -> set[str]:
-    """Roles whose readiness depends on any of `roles` (e.g. the router on its workers)."""
+    """Hosts whose readiness depends on any of these hosts (e.g. the router on its workers)."""
     out = set(roles)
     changed = True
     while changed:
         changed = False
-        for role, host in testbed.hosts.items():
-            if role not in out and out.intersection(host.after):
-                out.add(role)
+        for key, host in testbed.hosts.items():
+            if key not in out and any(testbed.hosts[k].role in host.after for k in out):
+                out.add(key)
                 changed = True
     return out
 

@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from orchestrator.core import envfile
-from orchestrator.core.config import Host, Testbed
+from orchestrator.core.argsvar import resolve
+from orchestrator.core.config import CellValue, Host, Testbed
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.identity import foreign_holder, units_phrase
 from orchestrator.edges.services import ServiceManager
@@ -39,6 +40,16 @@ class HostHandle:
         return self.host.role
 
     @property
+    def key(self) -> str:
+        """This host's key in Deployment.hosts (the role, for a role of one host)."""
+        return self.host.key
+
+    @property
+    def serves(self) -> bool:
+        """Whether its own ports answer: not a node above rank 0 of a multi-node instance."""
+        return self.host.rank == 0
+
+    @property
     def units(self) -> list[str]:
         return [u.name for u in self.host.units]
 
@@ -46,7 +57,7 @@ class HostHandle:
 @dataclass
 class Deployment:
     testbed: Testbed
-    hosts: dict[str, HostHandle]  # role -> handle
+    hosts: dict[str, HostHandle]  # host key -> handle (the key is the role, for a role of one host)
     local_manager: object | None = field(default=None)  # LocalServiceManager, if any
 
     def close(self) -> None:
@@ -61,11 +72,11 @@ def connect(testbed: Testbed) -> Deployment:
     """Open one transport per host (SSH connects lazily on first use) and its service manager."""
     hosts: dict[str, HostHandle] = {}
     local = _local_manager(testbed)
-    for role, host in testbed.hosts.items():
+    for key, host in testbed.hosts.items():
         if host.transport == "local":
             from orchestrator.edges.transport.local import LocalTransport
 
-            hosts[role] = HostHandle(host, LocalTransport(host.label), local)  # type: ignore[arg-type]
+            hosts[key] = HostHandle(host, LocalTransport(host.label), local)  # type: ignore[arg-type]
         else:
             transport, services = _ssh_edges(host)
             if host.health_tunnel:  # poll the health port through the SSH connection
@@ -73,7 +84,7 @@ def connect(testbed: Testbed) -> Deployment:
                 port = parts.port or (443 if parts.scheme == "https" else 80)
                 tunnel = transport.open_tunnel(parts.hostname or "127.0.0.1", port)  # type: ignore[attr-defined]
                 host = dataclasses.replace(host, health=tunnel.url_for(host.health))
-            hosts[role] = HostHandle(host, transport, services)
+            hosts[key] = HostHandle(host, transport, services)
     return Deployment(testbed, hosts, local)
 
 
@@ -137,7 +148,8 @@ def preflight(deployment: Deployment, plan: "Plan | None" = None, client: httpx.
         for handle in deployment.hosts.values():
             try:
                 _check_host(handle)
-                check_ports(handle, deployment.testbed.hosts[handle.role])
+                if handle.serves:
+                    check_ports(handle, deployment.testbed.hosts[handle.key])
                 warnings += health_lint(handle.host)
                 if plan is not None:
                     warnings += _check_edits(handle, plan)
@@ -159,7 +171,8 @@ def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
     host = handle.host
     text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
     where = f"{host.label}: {host.env_file}"
-    seen: set[tuple[tuple[str, str | None], ...]] = set()
+    seen: set[tuple[tuple[str, CellValue], ...]] = set()
+    values = envfile.read_values(text, host.dialect)  # flag factors edit these values' args variables
     for step in plan.steps:
         assignments = step.env.get(host.role)
         key = tuple(sorted((assignments or {}).items(), key=lambda kv: kv[0]))
@@ -167,7 +180,7 @@ def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
             continue
         seen.add(key)
         try:
-            envfile.edit(text, assignments, host.dialect)
+            envfile.edit(text, resolve(assignments, values), host.dialect)
         except OrchError as exc:
             raise PreflightError(f"{where}: {exc}") from None
     return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
@@ -210,7 +223,7 @@ def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor
                         f"that overrides it (systemctl cat {unit}), or a file edited since the unit started"
                     ),
                 )
-    if len(active) == len(handle.units):
+    if len(active) == len(handle.units) and handle.serves:
         _check_answers(host, active, client)
 
 

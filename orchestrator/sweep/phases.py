@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Callable
 import httpx
 
 from orchestrator.core import envfile
-from orchestrator.core.config import CONTROLLER, Collector
-from orchestrator.core.matrix import expected_env
+from orchestrator.core.argsvar import resolve
+from orchestrator.core.config import CONTROLLER, CellValue, Collector
+from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.plan import Plan, Step, dependants, restart_order
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.core.redact import Redactor
@@ -97,7 +98,7 @@ class Services:
         # around that time (a unit restarts in about the same time, trial after trial)
         self.ready_waits: dict[str, deque[float]] = {}
         self.checker: ThreadPoolExecutor | None = None  # verifies beside the repro
-        self._cell_bytes: dict[tuple[str, frozenset[tuple[str, str | None]]], bytes] = {}
+        self._cell_bytes: dict[tuple[str, frozenset[tuple[str, CellValue]]], bytes] = {}
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
 
     def apply(self, step: Step, ctx: TrialContext) -> None:
@@ -108,20 +109,25 @@ class Services:
         result never depends on the order. The bytes orch last wrote are remembered, so a trial
         costs no read round trip; the file is read again on the first trial and after any
         failure (when anything may have moved)."""
-        for role in self.plan.mentioned:
-            h, state = self.deployment.hosts[role], self.guard.states[role]
+        for role, h in self.mentioned_hosts():  # every host of a role (host keys: roles, mostly)
+            state = self.guard.states[role]
             cached = state.current is not None and not self.verify_all_next
             old = state.current if cached and state.current is not None else h.transport.read_bytes(h.host.env_file)
-            new = self.cell_bytes(role, step.env.get(role))
+            new = self.cell_bytes(role, step.env.get(h.role))
             if new != old:
                 h.transport.write_bytes_atomic(h.host.env_file, new)
                 self.guard.note_write(role, new)
                 ctx.changed.add(role)
             state.current = new
 
-    def cell_bytes(self, role: str, assignments: Mapping[str, str | None] | None) -> bytes:
-        """The role's env file for a cell: the original edited with the cell's assignments,
-        computed once per distinct assignment set (a sweep repeats a few cells many times)."""
+    def mentioned_hosts(self) -> list[tuple[str, HostHandle]]:
+        """(host key, handle) of every host whose role the matrix mentions."""
+        return [(key, h) for key, h in self.deployment.hosts.items() if h.role in self.plan.mentioned]
+
+    def cell_bytes(self, role: str, assignments: Mapping[str, CellValue] | None) -> bytes:
+        """A host's env file for a cell: its original edited with the cell's assignments (flag
+        edits applied to its original args variables), computed once per distinct assignment set
+        (a sweep repeats a few cells many times). `role` is the host's key."""
         if not assignments:
             return self.guard.states[role].original
         key = (role, frozenset(assignments.items()))
@@ -129,20 +135,26 @@ class Services:
         if got is None:
             host = self.deployment.hosts[role].host
             text = self.guard.states[role].original.decode("utf-8", errors="surrogateescape")
-            got = envfile.edit(text, assignments, host.dialect).encode("utf-8", errors="surrogateescape")
+            values = resolve(assignments, self.original_values(role))
+            got = envfile.edit(text, values, host.dialect).encode("utf-8", errors="surrogateescape")
             self._cell_bytes[key] = got
         return got
 
-    def expected(self, role: str, assignments: Mapping[str, str | None] | None) -> dict[str, str | None]:
-        """What the live process of a role's unit must hold for every key the matrix mentions:
-        the cell's value, else what the original file gives (or unset), as the host's dialect
-        reads it."""
+    def original_values(self, role: str) -> dict[str, str]:
+        """The host's original env file as its dialect reads it (`role`: the host's key)."""
         original = self._original_values.get(role)
         if original is None:
             host, state = self.deployment.hosts[role].host, self.guard.states[role]
             text = state.original.decode("utf-8", errors="surrogateescape")
             original = self._original_values[role] = envfile.read_values(text, host.dialect)
-        return expected_env(assignments or {}, self.plan.mentioned[role], original)
+        return original
+
+    def expected(self, role: str, assignments: Mapping[str, CellValue] | None) -> dict[str, str | None]:
+        """What the live process of a host's unit must hold for every key the matrix mentions:
+        the cell's value, else what the original file gives (or unset), as the host's dialect
+        reads it; an args variable, its original value with the cell's flags set."""
+        mentioned = self.plan.mentioned[self.deployment.hosts[role].role]
+        return expected_env(assignments or {}, mentioned, self.original_values(role))
 
     def restart(self, ctx: TrialContext) -> None:
         """Restart units whose env changed or that are not running, in dependency waves;
@@ -153,6 +165,7 @@ class Services:
         if self.verify_all_next:  # first trial, or after a failure: start whatever is not running
             down = per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
             todo |= {(role, unit) for role, units in down.items() for unit in units}
+        todo = whole_instances(self.deployment, todo)
         for wave in waves(self.deployment, {r for r, _ in todo}):
             self.restart_units([(r, u) for r in wave for u in hosts[r].units if (r, u) in todo], ctx)
 
@@ -178,16 +191,33 @@ class Services:
         probing = bool(restarted) or self.verify_all_next
         checks, alive = [], {}
         for role, h in self.deployment.hosts.items():
-            timeout = self.plan.matrix.health_timeouts.get(role, h.host.health_timeout_s)
+            if not h.serves:  # a node above rank 0: its instance's health is rank 0's (it checks this one alive)
+                continue
+            timeout = self.plan.matrix.health_timeouts.get(h.role, h.host.health_timeout_s)
             earlier = self.ready_waits.get(role) if role in affected else None
             expected = (min(earlier), max(earlier)) if earlier else None
             probe = probe_url(h.host.health) if probing else None
             checks.append(HealthCheck(role, h.host.health, timeout, expected, probe))
-            alive[role] = alive_checker(h, since + self.guard.offset(role), self.stopping)
+            alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
             self.ready_waits.setdefault(role, deque(maxlen=READY_HISTORY)).append(waited[role])
         return waited
+
+    def instance_alive(self, h: HostHandle, since: float) -> Callable[[], None]:
+        """The alive check of a host's health wait: every node of its instance (itself alone,
+        unless it is rank 0 of a multi-node instance)."""
+        keys = h.host.group or (h.key,)
+        hosts = [self.deployment.hosts[k] for k in keys]
+        checks = [alive_checker(x, since + self.guard.offset(x.key), self.stopping) for x in hosts]
+        if len(checks) == 1:
+            return checks[0]
+
+        def check() -> None:
+            for one in checks:
+                one()
+
+        return check
 
     def verify_beside_repro(self, step: Step, ctx: TrialContext) -> Future[None] | None:
         """Verify the restarted units while the repro runs: off the critical path, every trial.
@@ -210,18 +240,18 @@ class Services:
         Restarted units always; every unit on the first trial and after a failure. A unit that
         was not restarted and holds stale values is restarted once and checked again."""
         restarted = set(ctx.restarted)
-        for role in self.plan.mentioned:
-            h = self.deployment.hosts[role]
+        for role, h in self.mentioned_hosts():  # every host of the role (`role`: the host's key)
             if not h.host.verify_env:
                 continue
-            assignments = self.expected(role, step.env.get(role))
+            assignments = self.expected(role, step.env.get(h.role))
             for unit in h.units:
                 if (role, unit) not in restarted and not self.verify_all_next:
                     continue
                 problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
-                if problem and (role, unit) not in restarted:
-                    self.restart_units([(role, unit)], ctx)
-                    ctx.health.update(self.wait_healthy(time.time(), {role}))
+                if problem and (role, unit) not in restarted:  # a multi-node instance restarts whole
+                    again = sorted(whole_instances(self.deployment, {(role, unit)}))
+                    self.restart_units(again, ctx)
+                    ctx.health.update(self.wait_healthy(time.time(), {r for r, _ in again}))
                     problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
                 if problem:
                     raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
@@ -233,8 +263,10 @@ class Services:
         ReportedMismatch, a VerificationError, so the trial is void)."""
         by_role: dict[str, list[VerifyRule]] = rules_by_role(self.plan.matrix.verify, step.trial.cell.as_dict())
         for role, rules in by_role.items():
-            h = self.deployment.hosts[role]
-            check_reported(rules, role, h.host.label, h.host.url, self.client)
+            for key in self.deployment.testbed.roles.get(role, ()):  # every instance of the role
+                h = self.deployment.hosts[key]
+                if h.serves:
+                    check_reported(rules, role, h.host.label, h.host.url, self.client)
 
     def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
         """Check, while the repro runs, that each restarted role's health ports are served by its
@@ -253,6 +285,8 @@ class Services:
 
         def one(role: str) -> tuple[dict[str, UnitId], str | None]:
             h, host = self.deployment.hosts[role], self.deployment.testbed.hosts[role]
+            if not h.serves:  # a node above rank 0 holds no port: its ids still catch a restart mid-repro
+                return h.services.unit_ids(h.units), None
             scan, ids = h.services.port_scan(health_ports(host), h.units)
             for port in health_ports(host):
                 stranger = foreign_holder(scan, port, ids)
@@ -321,6 +355,7 @@ class Repro:
     ) -> None:
         self.plan, self.deployment, self.run_dir, self.guard, self.client = plan, deployment, run_dir, guard, client
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
+        self.levels = level_index(plan.matrix)
         config = plan.matrix.server_metrics
         self.telemetry = Telemetry(config, deployment, client) if config is not None else None
 
@@ -343,7 +378,7 @@ class Repro:
         return ReproOutcome(**{**outcome.model_dump(), **paths})
 
     def _run_remote(self, role: str, command: str, timeout: float, out: Path, err: Path) -> ReproOutcome:
-        h = self.deployment.hosts[role]
+        h = self.deployment.hosts[self.deployment.testbed.first(role).key]  # a role of several hosts: its first
         t0 = time.time()
         try:
             res = h.transport.run(command, timeout=timeout, check=False)
@@ -411,19 +446,21 @@ class Repro:
             got = []
             for unit in h.units:
                 try:
-                    got.append((unit, h.services.logs_since(unit, since + self.guard.offset(h.role), LOG_LIMIT)))
+                    got.append((unit, h.services.logs_since(unit, since + self.guard.offset(h.key), LOG_LIMIT)))
                 except OrchError:
                     if not quiet:
                         raise
             return got
 
-        paths, texts = {}, {}
-        for role, fetched in per_host(self.deployment, fetch).items():
+        paths: dict[str, str] = {}
+        texts: dict[str, str] = {}
+        for role, fetched in per_host(self.deployment, fetch).items():  # role: the host's key
             for unit, text in fetched:
                 path = trial.log(role, unit)
                 _write(path, text)
                 paths[f"{role}:{unit}"] = self.run_dir.relative(path)
-            texts[role] = "".join(text for _, text in fetched)
+            by_role = self.deployment.hosts[role].role  # collectors count over every host of a role
+            texts[by_role] = texts.get(by_role, "") + "".join(text for _, text in fetched)
         return paths, texts
 
     def run_collectors(self, logs: dict[str, str], trial: TrialDir) -> dict[str, MetricValue]:
@@ -433,15 +470,19 @@ class Repro:
         if c.pattern is not None:
             count = count_matching_lines(c.name, c.pattern, logs.get(c.role, ""))
             return MetricValue(kind="number", value=float(count), unit=c.unit)
-        h = self.deployment.hosts[c.role]
         command = render_command(c.command or "", self.placeholders(None, trial))
-        res = h.transport.run(command, timeout=60, check=False)
-        number = re.search(r"-?\d+(?:\.\d+)?", res.stdout)
-        if number is None:
-            raise WorkloadError(
-                f"collector {c.name!r} on {h.host.label} printed no number", detail=(res.stdout + res.stderr)[-1000:]
-            )
-        return MetricValue(kind="number", value=float(number.group()), unit=c.unit)
+        total = 0.0
+        for key in self.deployment.testbed.roles[c.role]:  # a role of several hosts: the sum over them
+            h = self.deployment.hosts[key]
+            res = h.transport.run(command, timeout=60, check=False)
+            number = re.search(r"-?\d+(?:\.\d+)?", res.stdout)
+            if number is None:
+                raise WorkloadError(
+                    f"collector {c.name!r} on {h.host.label} printed no number",
+                    detail=(res.stdout + res.stderr)[-1000:],
+                )
+            total += float(number.group())
+        return MetricValue(kind="number", value=total, unit=c.unit)
 
     def placeholders(self, step: Step | None, trial: TrialDir) -> dict[str, str]:
         values = {
@@ -458,8 +499,9 @@ class Repro:
                 round=str(step.trial.round),
                 trial_seed=str((self.plan.seed * 1_000_003 + step.trial.index) % 2**31),
             )
-        for role, h in self.deployment.hosts.items():
-            values[f"{role}_url"] = h.host.url
+            values.update(client_values(step.trial.cell, self.levels))  # client factors: {concurrency}, ...
+        for role in self.deployment.testbed.roles:
+            values[f"{role}_url"] = self.deployment.testbed.first(role).url
         return values
 
     def describe_hosts(self) -> None:
@@ -559,16 +601,29 @@ class TrialPhases:
 
 
 def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
-    """Group roles into waves: a role's wave comes after the waves of the roles it follows."""
-    ordered = restart_order(deployment.testbed, roles)
+    """Group hosts (keys) into waves: a host's wave comes after the waves of the roles it follows
+    (every host of a role in one wave: a multi-node instance's nodes restart together)."""
+    testbed = deployment.testbed
+    ordered = restart_order(testbed, roles)
     depth: dict[str, int] = {}
     for role in ordered:
-        deps = [depth[d] for d in deployment.testbed.hosts[role].after if d in depth]
+        deps = [depth[k] for r in testbed.hosts[role].after for k in testbed.roles.get(r, ()) if k in depth]
         depth[role] = 1 + max(deps, default=-1)
     grouped: list[list[str]] = [[] for _ in range(max(depth.values(), default=-1) + 1)]
     for role in ordered:
         grouped[depth[role]].append(role)
     return grouped
+
+
+def whole_instances(deployment: Deployment, units: set[Unit]) -> set[Unit]:
+    """A unit to restart on a node of a multi-node instance restarts on every node of it: tensor-
+    or expert-parallel ranks start together or not at all."""
+    out = set(units)
+    for key, unit in units:
+        for other in deployment.hosts[key].host.group:
+            if unit in deployment.hosts[other].units:
+                out.add((other, unit))
+    return out
 
 
 def alive_checker(h: HostHandle, since: float, stopping: threading.Event) -> Callable[[], None]:
@@ -609,10 +664,12 @@ def env_mismatch(h: HostHandle, unit: str, assignments: Mapping[str, str | None]
     return None
 
 
-def redact_env(env: Mapping[str, Mapping[str, str | None]], redactor: Redactor) -> dict[str, dict[str, str]]:
-    """The cell's env for the journal: secrets masked, removals shown as <unset>."""
+def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -> dict[str, dict[str, str]]:
+    """The cell's env for the journal: secrets masked, removals shown as <unset>, flag edits of an
+    args variable as args(+--flag value -(--other))."""
     return {
-        role: {k: redactor.value(k, v) if v is not None else "<unset>" for k, v in a.items()} for role, a in env.items()
+        role: {k: "<unset>" if v is None else redactor.value(k, str(v)) for k, v in a.items()}
+        for role, a in env.items()
     }
 
 

@@ -21,9 +21,8 @@ K = TypeVar("K")
 
 def per_host(deployment: Deployment, work: Callable[[HostHandle], T]) -> dict[str, T]:
     """Run `work` on every host at once (one thread per host: their connections are separate);
-    role -> result, or every failure at once."""
-    handles = list(deployment.hosts.values())
-    return gather({h.role: h for h in handles}, work)
+    host key (the role, for a role of one host) -> result, or every failure at once."""
+    return gather(dict(deployment.hosts), work)
 
 
 def gather(items: dict[str, K], work: Callable[[K], T], *, what: str = "hosts") -> dict[str, T]:

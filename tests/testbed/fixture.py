@@ -12,13 +12,17 @@ Units on the hosts (all started at boot):
   decode   sglang-dsv4-decode         :30002  EnvironmentFile=/etc/sglang/decode.env
   decode   sglang-dsv4-decode-shell   :30012  SHELL dialect: /bin/bash -c 'set -a;
                                               . /etc/sglang/decode-shell.env; exec python ...'
+  gpu2     sglang-dsv4-prefill        :30000  a second machine: prefill instance 1 and decode's node rank 1
+           sglang-dsv4-decode         :30002  (EnvironmentFile=/etc/sglang/prefill.env, decode.env)
   router   sglang-router              :30001  -> prefill :30000, decode :30002
   router   sglang-router-shell        :30011  -> prefill :30000, decode-shell :30012
   router   sglang-router-real         :30021  the REAL sglang-router (PD mode, metrics :30024)
                                               -> prefill :30000, decode :30002
 The inventory has three testbeds: `dsv4-pd` (systemd dialect everywhere), `dsv4-pd-shell`
 (decode in the shell dialect, through its own router; prefill is shared) and `dsv4-pd-real`
-(as dsv4-pd, behind the real router, which checks its workers every 60 s, its default).
+(as dsv4-pd, behind the real router, which checks its workers every 60 s, its default), then
+`dsv4-pd-several` (issue 14): prefill as two instances (prefill, gpu2) and decode as one instance
+over two nodes (decode is rank 0 and serves, gpu2 is rank 1).
 
 The hosts run the test process's own interpreter and checkout. Both may live where the host
 sees a fresh tmpfs (/root, /tmp) or outside the root filesystem, so they are bind-mounted
@@ -54,7 +58,7 @@ SCRIPT = Path(__file__).resolve().with_name("testbed.sh")
 WARMUP_S = 0.3
 SUBNETS = range(231, 251)  # 10.<n>.0.0/24 tried in turn; bridge otb<n-231>: a free one is claimed
 CLAIM_SLICE = 4  # bridges per xdist worker slice (a worker holds at most 3 testbeds at once)
-HOST_IPS = {"prefill": 2, "router": 3, "decode": 4}
+HOST_IPS = {"prefill": 2, "router": 3, "decode": 4, "gpu2": 5}
 HIDDEN = ("/root", "/tmp", "/var/tmp", "/run", "/dev/shm", "/var/log/journal")  # fresh tmpfs inside
 TOOLS = ("unshare", "nsenter", "setsid", "setpriv", "ip", "findmnt", "ssh", "ssh-keygen", "base64", "timeout")
 Dialect = Literal["systemd", "shell"]
@@ -235,6 +239,15 @@ def layout(net: str) -> tuple[TestbedHost, ...]:
                 SimUnit("sglang-dsv4-decode-shell", "decode", 30012, "/etc/sglang/decode-shell.env", dialect="shell"),
             ),
         ),
+        # a second GPU machine (issue 14): roles of several hosts (a second prefill instance, decode's node 1)
+        TestbedHost(
+            "gpu2",
+            ip["gpu2"],
+            (
+                SimUnit("sglang-dsv4-prefill", "prefill", 30000, "/etc/sglang/prefill.env"),
+                SimUnit("sglang-dsv4-decode", "decode", 30002, "/etc/sglang/decode.env"),
+            ),
+        ),
     )
 
 
@@ -331,6 +344,29 @@ def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Pa
             },
         }
 
+    def several() -> dict[str, object]:
+        """Roles of several hosts: prefill as two instances, decode as one instance on two nodes."""
+
+        def spread(role: str, unit: str, shape: str, members: list[TestbedHost]) -> dict[str, object]:
+            d = entry(members[0], members[0].unit(unit))
+            del d["url"], d["health"]
+            d["ssh"] = {k: v for k, v in d["ssh"].items() if k != "host"}  # type: ignore[attr-defined]
+            port = members[0].unit(unit).port
+            d[shape] = [
+                {"ssh": {"host": h.ip}, **({"url": f"http://{h.ip}:{port}"} if shape == "instances" or i == 0 else {})}
+                for i, h in enumerate(members)
+            ]
+            return d
+
+        return {
+            "description": "prefill: 2 instances (prefill, gpu2); decode: 1 instance on 2 nodes (decode, gpu2)",
+            "hosts": {
+                "prefill": spread("prefill", "sglang-dsv4-prefill", "instances", [hosts["prefill"], hosts["gpu2"]]),
+                "decode": spread("decode", "sglang-dsv4-decode", "nodes", [hosts["decode"], hosts["gpu2"]]),
+                "router": entry(hosts["router"], hosts["router"].unit("sglang-router"), ["prefill", "decode"]),
+            },
+        }
+
     return {
         "testbeds": {
             "dsv4-pd": testbed(
@@ -344,6 +380,7 @@ def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Pa
             "dsv4-pd-real": testbed(
                 "sglang-dsv4-decode", "sglang-router-real", "same hosts; the router role is the real sglang-router"
             ),
+            "dsv4-pd-several": several(),
         }
     }
 

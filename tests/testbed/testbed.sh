@@ -120,7 +120,7 @@ cmd_down() { local n=$1 d=$ST/$1 pid; [ -d "$d" ] || return 0
   for _ in $(seq 50); do [ -d "$CG/$n" ] || break; find "$CG/$n" -depth -type d -exec rmdir {} + 2>/dev/null || sleep 0.1; done
   if [ -e "$d/netns" ]; then umount "$d/netns" 2>/dev/null || true; rm -f "$d/netns"; fi   # veth pair goes too
   ip link del "$BR-$n" 2>/dev/null || true
-  ! findmnt -rno TARGET | grep -q "^$d" || die "mounts left under $d"; rm -rf "$d"; echo "$n: down"; }
+  ! findmnt -rno TARGET | grep -q -e "^$d/" -e "^$d\$" || die "mounts left under $d"; rm -rf "$d"; echo "$n: down"; }   # not $d2's
 cmd_down-all() { local n
   for n in $(ls "$ST" 2>/dev/null); do cmd_down "$n"; done
   ip link del "$BR" 2>/dev/null || true; rmdir "$CG" 2>/dev/null || true; rm -f "$ST/.net"; rmdir "$ST" 2>/dev/null || true; }
