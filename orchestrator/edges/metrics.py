@@ -49,6 +49,15 @@ class Snapshot:
     gpus: dict[str, gpustat.GpuReading | str] = field(default_factory=dict)
 
 
+@dataclass
+class Started:
+    """What Telemetry.begin took before the repro: the scrapes, the GPU readings under way, the sampler."""
+
+    scrapes: dict[str, Future[Scrape | str]]  # fetched before the repro, parsed while it runs
+    gpus: dict[str, Future[gpustat.GpuReading | str]]
+    sampler: Sampler | None
+
+
 class Sampler:
     """Scrapes every endpoint each `interval` seconds until stopped (gauges during the repro)."""
 
@@ -103,17 +112,43 @@ class Telemetry:
 
     def snapshot(self) -> Snapshot:
         """Every endpoint and GPU host at once; failures are kept as their reasons."""
-        scrapes = {t.endpoint.name: self.pool.submit(self._scrape, t) for t in self.targets}
-        gpus = {host_key(h): self.pool.submit(_read_gpu, h) for h in (self.gpu_hosts or {}).values()}
-        return Snapshot({k: f.result() for k, f in scrapes.items()}, {k: f.result() for k, f in gpus.items()})
+        return self._collect(self._submit_gpus())
 
-    def snapshot_later(self) -> Future[Snapshot]:
-        """The after-repro round, off the calling thread (it overlaps log collection)."""
-        return self.pool.submit(self.snapshot)
+    def begin(self) -> Started:
+        """Just before the measured repro: every endpoint fetched (the caller waits: a counter must
+        not see the repro's first request) and parsed in the background (the parser is the costly
+        part), the GPU hosts read in the background (nvidia-smi takes tens of ms; the energy counter
+        read as the repro starts is as good), gauges sampled."""
+        gpus = self._submit_gpus()
+        fetched = {t.endpoint.name: (t, self.pool.submit(self._fetch, t)) for t in self.targets}
+        texts = {name: (t, f.result()) for name, (t, f) in fetched.items()}
+        scrapes = {name: self.pool.submit(self._parse, t, got) for name, (t, got) in texts.items()}
+        return Started(scrapes, gpus, self.sampler())
+
+    def finish(self, started: Started) -> Future[dict[str, MetricValue]]:
+        """Right after the repro: the sampler stopped, the after round and the numbers computed in
+        the background (the trial's log collection runs meanwhile)."""
+        samples = started.sampler.stop() if started.sampler is not None else {}
+
+        def numbers() -> dict[str, MetricValue]:
+            before = Snapshot(
+                {k: f.result() for k, f in started.scrapes.items()}, {k: f.result() for k, f in started.gpus.items()}
+            )
+            return self.values(before, self.snapshot(), samples)
+
+        return self.pool.submit(numbers)
 
     def sampler(self) -> Sampler | None:
+        """A sampler of gauges for a caller that scrapes with snapshot() (begin() starts its own)."""
         interval = self.config.sample_interval_s
         return Sampler(self, interval) if interval and self.targets else None
+
+    def _submit_gpus(self) -> dict[str, Future[gpustat.GpuReading | str]]:
+        return {host_key(h): self.pool.submit(_read_gpu, h) for h in (self.gpu_hosts or {}).values()}
+
+    def _collect(self, gpus: dict[str, Future[gpustat.GpuReading | str]]) -> Snapshot:
+        scrapes = {t.endpoint.name: self.pool.submit(self._scrape, t) for t in self.targets}
+        return Snapshot({k: f.result() for k, f in scrapes.items()}, {k: f.result() for k, f in gpus.items()})
 
     @staticmethod
     def values(before: Snapshot, after: Snapshot, samples: dict[str, list[Scrape]]) -> dict[str, MetricValue]:
@@ -136,27 +171,38 @@ class Telemetry:
         return out
 
     def _scrape(self, target: Target) -> Scrape | str:
-        """One endpoint, within `timeout` in all (httpx's timeout is per read: a server that
-        trickles its answer is cut off at the deadline, and at MAX_BYTES)."""
+        return self._parse(target, self._fetch(target))
+
+    @staticmethod
+    def _parse(target: Target, got: tuple[str | None, str]) -> Scrape | str:
+        text, reason = got
+        if text is None:
+            return reason
+        try:
+            return parse(text, target.keep, where=target.url)
+        except ScrapeError as exc:
+            return str(exc)[:300]
+
+    def _fetch(self, target: Target) -> tuple[str | None, str]:
+        """One endpoint's text, or None and why, within `timeout` in all (httpx's timeout is per
+        read: a server that trickles its answer is cut off at the deadline, and at MAX_BYTES)."""
         deadline = time.monotonic() + self.config.timeout_s
         try:
             with self.client.stream(
                 "GET", target.url, timeout=self.config.timeout_s, headers={"Accept": ACCEPT}
             ) as answer:
                 if answer.status_code != 200:
-                    return f"{target.url}: HTTP {answer.status_code}"
+                    return None, f"{target.url}: HTTP {answer.status_code}"
                 body = bytearray()
                 for chunk in answer.iter_bytes():
                     body += chunk
                     if len(body) > MAX_BYTES:
-                        return f"{target.url}: more than {MAX_BYTES} bytes"
+                        return None, f"{target.url}: more than {MAX_BYTES} bytes"
                     if time.monotonic() > deadline:
-                        return f"{target.url}: no complete answer within {self.config.timeout_s:g} s"
-            return parse(body.decode("utf-8", errors="replace"), target.keep, where=target.url)  # the format is UTF-8
+                        return None, f"{target.url}: no complete answer within {self.config.timeout_s:g} s"
+            return body.decode("utf-8", errors="replace"), ""  # the text format is UTF-8
         except httpx.HTTPError as exc:
-            return f"{target.url}: {type(exc).__name__}: {exc}"[:300]
-        except ScrapeError as exc:
-            return str(exc)[:300]
+            return None, f"{target.url}: {type(exc).__name__}: {exc}"[:300]
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -12,7 +12,7 @@ import pytest
 from fakes import make_matrix
 
 from orchestrator.core import gpustat
-from orchestrator.core.promtext import Histogram, Scrape, name_filter, parse
+from orchestrator.core.promtext import Histogram, Scrape, name_filter, parse, relevant_lines
 from orchestrator.core.serverconf import SGLANG_NAMES, VerifyRule, reported_mismatch
 from orchestrator.core.servermetrics import bucket_deltas, counter_delta, missing, quantile, trial_values
 from orchestrator.errors import MISSING, ConfigError, ReportedMismatch, ScrapeError, VerificationError
@@ -53,6 +53,14 @@ def test_parse_aggregates_series_and_keeps_only_the_asked_names() -> None:
     assert hist.buckets == ((0.1, 2.0), (0.5, 6.0), (1.0, 9.0), (math.inf, 10.0))
     assert (hist.count, round(hist.total, 6)) == (10.0, 3.0)
     assert "node_cpu_seconds_total" not in got.counters  # not asked for
+
+
+def test_only_the_kept_families_reach_the_parser() -> None:
+    text = exposition(10, {"0.1": 2, "+Inf": 10}, running=4)
+    kept = relevant_lines(text, KEEP_SGLANG)
+    assert "node_cpu_seconds_total" not in kept and "_created" not in kept  # dropped before parsing
+    assert "# TYPE sglang:time_to_first_token_seconds histogram" in kept and 'le="+Inf"' in kept
+    assert parse(kept, KEEP_SGLANG) == parse(text, KEEP_SGLANG)
 
 
 def test_parse_refuses_what_is_not_prometheus_text() -> None:
