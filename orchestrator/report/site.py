@@ -73,7 +73,7 @@ def write_index(reports_dir: Path) -> Path:
 
 def index_page(reports_dir: Path) -> str:
     """The index as HTML (`orch serve` renders it live; write_index stores it)."""
-    entries = _entries(reports_dir)
+    entries = run_entries(reports_dir)
     groups = _groups(entries)
     return (
         environment()
@@ -92,7 +92,7 @@ def index_page(reports_dir: Path) -> str:
     )
 
 
-def _entries(reports_dir: Path) -> list[RunEntry]:
+def run_entries(reports_dir: Path) -> list[RunEntry]:
     runs = (_entry(d) for d in _run_dirs(reports_dir))
     return sorted(runs, key=lambda e: (e.started, e.directory), reverse=True)
 
@@ -117,7 +117,7 @@ def _night(e: RunEntry) -> NightRun:
 def regression_changes(run_dir: Path) -> list[Change]:
     """The nightly regression check of one run against the earlier runs of its matrix + inventory
     in the same reports folder (for the webhook summary and `orch compare`)."""
-    entries = _entries(run_dir.parent)
+    entries = run_entries(run_dir.parent)
     me = next((e for e in entries if e.directory == run_dir.name), None)
     if me is None or not me.group:
         return []

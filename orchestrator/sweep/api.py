@@ -267,6 +267,7 @@ def run(
             names = tuple(tb.name for tb in prepared.testbeds)
             manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
             session.create_run_dir(run_dir, manifest)
+            _list_running(run_dir)
             sink = progress(Started(run_id, run_dir, names, len(plan.steps), len(plan.steps)))
             result, stopped = _stoppable(
                 lambda: session.execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink)
@@ -427,6 +428,17 @@ def _final_counts(run_dir: Path) -> tuple[int, int]:
         if row.status in ("completed", "failed"):
             last[row.trial] = row.status
     return len(last), sum(status == "failed" for status in last.values())
+
+
+def _list_running(run_dir: Path) -> None:
+    """reports/index.html lists the run while it runs (the report link shows its live status in
+    `orch serve`); the index is a convenience, so a failure to write it never stops the sweep."""
+    from orchestrator.report.site import write_index
+
+    try:
+        write_index(run_dir.parent)
+    except OrchError:
+        pass
 
 
 def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ...]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import html
 import json
 import mimetypes
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Callable
 from urllib.parse import unquote, urlsplit
 
 from orchestrator.errors import UsageError
-from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, ReportsDir, RunDir
+from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
 from orchestrator.team.livestatus import LiveRun, Snapshot, snapshot
 
 DEFAULT_PORT = 8765
@@ -108,6 +108,9 @@ class ReportsHandler(BaseHTTPRequestHandler):
         route = routes.get(path)
         if route is not None:
             return route()
+        running = running_run(self.reports, path)
+        if running is not None:
+            return self._run_status_page(running)
         target = safe_path(self.reports, path)
         if target is None:
             return self._not_found()
@@ -118,14 +121,20 @@ class ReportsHandler(BaseHTTPRequestHandler):
         return host in ("", "127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
     def _index(self) -> None:
-        page = ReportsDir(self.reports).index_html
-        if not page.is_file():
-            return self._send(
-                HTTPStatus.NOT_FOUND,
-                b"no reports/index.html yet: run a sweep, or `orch report RUN_DIR`\n",
-                "text/plain",
-            )
-        self._file(page)
+        """The index rendered now (running sweeps listed, trends up to date), not the file on disk."""
+        from orchestrator.report.site import index_page
+
+        body = index_page(self.reports).encode()
+        self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", cache=False, csp=_page_csp(body))
+
+    def _run_status_page(self, run_dir: str) -> None:
+        """A running sweep has no report yet: its link shows its live status instead of a 404."""
+        from orchestrator.report.render import environment
+
+        s = snapshot(self.reports)
+        mine = Snapshot(s.generated, tuple(r for r in s.runs if r.directory == run_dir), ())
+        html_text = environment().get_template(STATUS_TEMPLATE).render(s=mine, refresh=REFRESH_S, csp=PAGE_CSP)
+        self._send(HTTPStatus.OK, html_text.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _status_page(self) -> None:
         from orchestrator.report.render import environment
@@ -199,6 +208,21 @@ def _page_csp(body: bytes) -> str:
     return html.unescape(head[at + len(marker) : end]) if end > 0 else PAGE_CSP  # attribute: &#39; -> '
 
 
+def running_run(root: Path, url_path: str) -> str | None:
+    """The run directory name when url_path is a run's report page (`run/` or `run/index.html`)
+    that does not exist yet because the run has not finished writing it; else None."""
+    parts = [p for p in unquote(url_path).split("/") if p]
+    if not parts or len(parts) > 2 or (len(parts) == 2 and parts[1] != INDEX_HTML):
+        return None
+    name = parts[0]
+    if name.startswith(".") or "\0" in name or "\\" in name:
+        return None
+    run = RunDir(root / name)
+    if not run.is_run() or run.index_html.exists() or not (root / name).resolve().is_relative_to(root):
+        return None
+    return name
+
+
 def safe_path(root: Path, url_path: str) -> Path | None:
     """The file under root that url_path names, or None when it must not be served (pure but
     for the file-system checks): inside a run directory, no hidden part, no backup/, no
@@ -232,10 +256,15 @@ def status_json(s: Snapshot) -> dict[str, object]:
 
 def runs_json(reports_dir: Path) -> list[dict[str, object]]:
     """Every run, as the index lists it (newest first), with the link to its report."""
-    from orchestrator.report.site import _entry, _run_dirs  # the index's own reading of a run: one truth for both
+    from orchestrator.report.site import run_entries  # the index's own reading of a run: one truth for both
 
-    entries = sorted((_entry(d) for d in _run_dirs(reports_dir)), key=lambda e: (e.started, e.directory), reverse=True)
-    return [{**asdict(e), "link": f"{e.directory}/index.html" if e.has_report else ""} for e in entries]
+    return [
+        {
+            **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "series"},  # series: trends' raw data
+            "link": f"{e.directory}/index.html" if e.has_report else "",
+        }
+        for e in run_entries(reports_dir)
+    ]
 
 
 def _run_json(r: LiveRun) -> dict[str, object]:

@@ -231,3 +231,15 @@ def test_missing_reports_folder_is_a_usage_error(tmp_path: Path) -> None:
 
     assert main(["serve", "--reports", str(tmp_path / "none"), "--port", "0"]) == 2
     time.sleep(0)  # nothing started: nothing to stop
+
+
+def test_a_running_sweep_is_listed_and_its_report_link_shows_its_live_status(http: httpx.Client) -> None:
+    """The index lists the running sweep with a link to its report; until the report exists, that
+    link answers with the run's live status (it used to answer 404)."""
+    index = http.get("/")
+    assert index.status_code == 200 and f'href="{LIVE}/index.html"' in index.text and "(live status)" in index.text
+    for path in (f"/{LIVE}/index.html", f"/{LIVE}/"):
+        r = http.get(path)
+        assert r.status_code == 200, path
+        assert LIVE in r.text and "1/8" in r.text and r.headers["cache-control"] == "no-store"
+    assert http.get(f"/{LIVE}/nope.html").status_code == 404
