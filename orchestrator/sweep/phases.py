@@ -36,7 +36,7 @@ from orchestrator.core.serverconf import VerifyRule
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
-from orchestrator.edges.metrics import Sampler, Snapshot, Telemetry
+from orchestrator.edges.metrics import Started, Telemetry
 from orchestrator.edges.reported import check_reported, rules_by_role
 from orchestrator.edges.workload import (
     check_metric_rules,
@@ -405,20 +405,16 @@ class Repro:
             raise WarmupFailed(f"repro.warmup {what} (the trial is void)", detail=stderr or got.stdout_tail)
         return got
 
-    def telemetry_before(self) -> tuple[Snapshot, Sampler | None] | None:
-        """Server metrics and GPU readings just before the measured repro (one parallel round),
-        and the sampler of gauges while it runs."""
-        if self.telemetry is None:
-            return None
-        return self.telemetry.snapshot(), self.telemetry.sampler()
+    def telemetry_before(self) -> Started | None:
+        """Server metrics (and GPU readings, in the background) just before the measured repro,
+        one parallel round, and the sampler of gauges while it runs."""
+        return self.telemetry.begin() if self.telemetry is not None else None
 
-    def telemetry_after(self, started: tuple[Snapshot, Sampler | None] | None) -> Future[dict[str, MetricValue]] | None:
+    def telemetry_after(self, started: Started | None) -> Future[dict[str, MetricValue]] | None:
         """The after-repro round, in the background (collect_logs runs meanwhile)."""
         if started is None or self.telemetry is None:
             return None
-        telemetry, (before, sampler) = self.telemetry, started
-        samples = sampler.stop() if sampler is not None else {}
-        return telemetry.pool.submit(lambda: telemetry.values(before, telemetry.snapshot(), samples))
+        return self.telemetry.finish(started)
 
     def judge(self, rel: ReproOutcome) -> None:
         if rel.exit_code is None:
