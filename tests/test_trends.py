@@ -95,3 +95,21 @@ def test_steady_nights_raise_no_flag(tmp_path: Path) -> None:
     page = write_index(tmp_path).read_text()
     assert "changed vs earlier runs:" not in page and "no cell or metric changed" in page
     assert not [c for c in regression_changes(dirs[-1]) if c.flagged]
+
+
+def test_compare_and_webhook_summary_carry_the_nightly_check(tmp_path: Path) -> None:
+    from orchestrator.report.compare import write_comparison_page
+    from orchestrator.team.notify import summarize_run
+
+    def regressed(levels: dict[str, str]) -> float:
+        return 0.3 if levels["overlap"] == "off" and levels["bf16_index_k"] == "off" else corruption_rate(levels)
+
+    dirs = _nights(tmp_path, 4, regressed)
+    page = write_comparison_page(dirs[-2], dirs[-1])
+    html = page.path.read_text()
+    assert 'id="nightly"' in html and page.changes
+    assert all("bf16_index_k=off" in line and "overlap=off" in line for line in page.changes)
+    summary = summarize_run(dirs[-1])
+    assert summary.changes == list(page.changes)
+    assert "CHANGED vs earlier runs:" in summary.text()
+    assert summarize_run(dirs[-2]).changes == []  # the nights before it were steady

@@ -44,6 +44,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     page = write_comparison_page(args.run_a, args.run_b, args.output)
     for warning in page.warnings:
         warn(warning)
+    for change in page.changes:
+        warn(f"B changed against its earlier runs: {change}")
     out.print(f"comparison: {page.path}", markup=False)
     return 0
 

@@ -167,6 +167,7 @@ def write_comparison(run_a: Path, run_b: Path, out: Path | None = None) -> Path:
 class ComparisonPage:
     path: Path
     warnings: tuple[str, ...]  # the suspect runs, for the terminal too
+    changes: tuple[str, ...] = ()  # B's nightly regression check against its earlier runs (flagged ones)
 
 
 def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> ComparisonPage:
@@ -179,6 +180,17 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     suspect_a = suspect_reasons(build_report(a, ta, torn_tail=torn_a, drilldown_cap=0))
     suspect_b = suspect_reasons(build_report(b, tb, torn_tail=torn_b, drilldown_cap=0))
     model = compare(a, ta, b, tb, suspect_a=suspect_a, suspect_b=suspect_b)
-    html = environment().get_template("compare.html.j2").render(c=model, csp=csp(""))
+    nightly = _nightly(run_b)
+    html = environment().get_template("compare.html.j2").render(c=model, nightly=nightly, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
-    return ComparisonPage(write_text_atomic(target, html, what="cannot write the report"), model.warnings)
+    page = write_text_atomic(target, html, what="cannot write the report")
+    return ComparisonPage(page, model.warnings, tuple(line for line, flagged in nightly if flagged))
+
+
+def _nightly(run_b: Path) -> list[tuple[str, bool]]:
+    """B against the earlier runs of its matrix + inventory in its reports folder (the index's
+    nightly check): (text, flagged) per checked cell and metric, flagged first."""
+    from orchestrator.report.site import regression_changes
+    from orchestrator.report.trends import change_text
+
+    return [(change_text(c), c.flagged) for c in regression_changes(run_b)]

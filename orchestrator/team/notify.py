@@ -46,6 +46,8 @@ class Summary:
     planned: int = 0
     # why the data is suspect (void/failed trials, drift, overdispersion); a list: the JSON body's shape
     suspect: list[str] = field(default_factory=list)
+    # cells and metrics that changed against the earlier runs of the matrix (the nightly check)
+    changes: list[str] = field(default_factory=list)
 
     def text(self) -> str:
         """One line for chat (the Slack variant): the result beside the status, and a warning
@@ -53,7 +55,8 @@ class Summary:
         head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
         counts = f"{self.trials}/{self.planned} trials, {self.failed} failed" if self.planned else ""
         warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
-        parts = [head, counts, self.headline, warning, self.link]
+        changed = f"CHANGED vs earlier runs: {'; '.join(self.changes)}" if self.changes else ""
+        parts = [head, counts, self.headline, warning, changed, self.link]
         return " - ".join(p for p in parts if p)
 
 
@@ -135,7 +138,19 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         failed=len(finished - succeeded),
         planned=len(manifest.plan),
         suspect=suspect_reasons(report),
+        changes=_changes(run_dir),
     )
+
+
+def _changes(run_dir: Path) -> list[str]:
+    """The nightly regression check's flagged changes (never fails the summary)."""
+    from orchestrator.report.site import regression_changes
+    from orchestrator.report.trends import change_text
+
+    try:
+        return [change_text(c) for c in regression_changes(run_dir) if c.flagged]
+    except OrchError:
+        return []
 
 
 def link(run_dir: Path, base_url: str | None = None) -> str:

@@ -5,8 +5,11 @@ the repro and is never counted, and a host without nvidia-smi is asked (and said
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -214,3 +217,54 @@ def test_endpoints_resolve_against_the_roles_health_urls() -> None:
         ("d", "http://decode.fake:30000/metrics", SGLANG_NAMES),  # the health URL's host and port
         ("r", "http://router.fake:29000/m", SMG_NAMES),  # the router's own port; smg_* names by default
     ]
+
+
+def trickler(stop: threading.Event) -> tuple[int, threading.Thread]:
+    """A loopback server that answers 200 and then sends its body one byte every 50 ms, forever:
+    each read succeeds, so only a deadline over the whole scrape ends it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    server.settimeout(0.1)
+
+    def serve() -> None:
+        conns = []
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                conns.append(conn)
+            except TimeoutError:
+                pass
+            for c in conns:
+                with contextlib.suppress(OSError):
+                    c.sendall(b"#")
+            time.sleep(0.05)
+        for c in conns:
+            c.close()
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return server.getsockname()[1], thread
+
+
+def test_a_scrape_that_never_finishes_is_missing_after_its_timeout() -> None:
+    stop = threading.Event()
+    port, thread = trickler(stop)
+    bed = decode_bed()
+    metrics = {"timeout": 0.4, "gpu": False, "endpoints": {"slow": {"url": f"http://127.0.0.1:{port}/metrics"}}}
+    plan = make_plan(bed, GRAPH, metrics=metrics)
+    assert plan.matrix.server_metrics is not None
+    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, httpx.Client(trust_env=False))
+    try:
+        t0 = time.monotonic()
+        started = telemetry.begin()
+        got = telemetry.finish(started).result(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        telemetry.close()
+        stop.set()
+        thread.join(5)
+    assert "no complete answer within 0.4 s" in got["server.slow.missing"].unit
+    assert took < 2.5  # two rounds of at most ~0.4 s each (a per-read timeout alone would never end)
