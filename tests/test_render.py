@@ -107,7 +107,14 @@ def test_key_elements_and_charts_are_present(hostile_page: str) -> None:
     assert len(svgs) >= 4  # rate, effects, and one per numeric metric
     assert all('class="chart"' in s for s in svgs)
     assert "<?xml" not in hostile_page and "<!DOCTYPE svg" not in hostile_page
-    assert "Corruption is 12.5% [6.9-21.5] (10/80)" in hostile_page
+    # two trials per cell: the comparison is quasi-binomial (trial = unit), named in the page, and the
+    # 10/80 cell's interval is widened for trial-to-trial variation estimated on few df
+    assert "quasi-binomial, dispersion 0.10 estimated from 4 trials in 2 cells (1.2 df;" in hostile_page
+    assert (
+        "No significant difference in corruption between any cell and the baseline, which is at 0.0% [0.0-8.2] (0/80)"
+        in hostile_page
+    )
+    assert "12.5% [5.6-25.6] (10/80)" in hostile_page
 
 
 def test_secret_env_values_are_redacted_in_the_page(hostile_page: str) -> None:
@@ -168,7 +175,8 @@ def test_write_report_errors_are_typed(tmp_path: Path) -> None:
 
 def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
-    one = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=2, run_id="20260509-070000-a"))
+    # six replicates: enough trials for run one's DSV4 cell to differ with the trial as the unit
+    one = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=6, run_id="20260509-070000-a"))
     two = write_run(
         reports / "20260510-070000-b", *synthetic_run(replicates=1, run_id="20260510-070000-b", rate=lambda levels: 0.0)
     )

@@ -25,12 +25,11 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from orchestrator.core import stats
+from orchestrator.core import clustered, stats
 from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
-from orchestrator.report.provenance import Served, ServedGroup, controller_lines, served
 from orchestrator.report.servertable import ServerTable, server_table
 from orchestrator.store.journal import TrialRow
 
@@ -205,15 +204,6 @@ class Provenance(Frozen):
     texts_redacted: bool = False
     hosts: dict[str, dict[str, str]]
     trial_order: list[str]  # "trial round cell", plan order
-    controller: dict[str, str] = {}  # report.provenance.controller_lines
-    served: list[ServedGroup] = []  # what served each trial, per host (report.provenance.served)
-    served_texts: dict[str, str] = {}  # digest -> server info / command line
-
-
-def with_served(report: Report, found: Served) -> Report:
-    """The report with what served each trial (from the records, or a scan of the journal)."""
-    pv = report.provenance.model_copy(update={"served": found.groups, "served_texts": found.texts})
-    return report.model_copy(update={"provenance": pv})
 
 
 class Report(Frozen):
@@ -246,6 +236,8 @@ class Report(Frozen):
     provenance: Provenance
     server: ServerTable | None = None  # server metrics per cell (descriptive, never tested)
     gates: list[Gate] = []  # the matrix's gates; report.gates checks them against the cells
+    # per proportion metric: how cells were compared with the baseline, one sentence (trial = unit)
+    comparison: dict[str, str] = {}
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -261,14 +253,13 @@ def build_report(
     """Everything the page shows, computed once. `trials` may hold retries and failures."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
-        report = build_report_from_rows(
+        return build_report_from_rows(
             manifest,
             rows,
             lambda chosen: [trials[r.source] for r in chosen],
             torn_tail=torn_tail,
             drilldown_cap=drilldown_cap,
         )
-        return with_served(report, served(((t.trial, t.provenance) for t in trials), manifest.redactor))
 
 
 def build_report_from_rows(
@@ -334,6 +325,11 @@ def _build(
         provenance=_provenance(manifest),
         server=server_table(data),
         gates=list(manifest.gates),
+        comparison={
+            m: _dispersion(frame[frame.metric == m]).method()
+            for m, kind in manifest.metrics.items()
+            if kind == "proportion"
+        },
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
@@ -464,7 +460,9 @@ def _proportion_cells(
     pooled = {cell: _pooled(grouped.get(cell)) for cell in cell_ids}
     base = pooled.get(baseline_cell) if baseline_cell else None
     others = [c for c in cell_ids if c != baseline_cell and base and base[1] and pooled[c][1]]
-    pvalues = {c: stats.fisher_exact(*pooled[c], *base) for c in others} if base else {}
+    disp = _dispersion(rows)  # with replicates the trial is the unit: quasi-binomial, else Fisher
+    tests = {c: _versus_baseline(*pooled[c], *base, disp) for c in others} if base else {}
+    pvalues = {c: t.p for c, t in tests.items()}
     adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
     result = {}
     for cell in cell_ids:
@@ -473,11 +471,10 @@ def _proportion_cells(
         diff: float | None = None
         low: float | None = None
         high: float | None = None
-        if cell in pvalues and base:  # then it is in adjusted too: both cover `others`
-            low, high = stats.rate_difference_ci(k, n, *base)
-            diff = k / n - base[0] / base[1]
+        if cell in tests:  # then it is in adjusted too: both cover `others`
+            diff, low, high = tests[cell].diff, tests[cell].low, tests[cell].high
         result[cell] = ProportionCell(
-            rate=_rate_view(k, n),
+            rate=_rate_view(k, n, disp),
             trials=0 if group is None else len(group),
             trial_rates=_trial_rates(group),
             overdispersion_p=_overdispersion(group),
@@ -497,9 +494,28 @@ def _pooled(group: pd.DataFrame | None) -> tuple[int, int]:
     return (int(group.k.sum()), int(group.n.sum()))
 
 
-def _rate_view(k: int, n: int) -> RateView:
+def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None) -> RateView:
     interval = stats.rate(k, n)
-    return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
+    low, high = (interval.low, interval.high)
+    if disp is not None and disp.estimable and n:  # widened for trial-to-trial variation
+        low, high = clustered.rate_interval(k, n, disp)
+    return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=low, high=high)
+
+
+def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
+    """Trial-to-trial variation of one proportion metric, pooled over every cell's completed trials."""
+    return clustered.dispersion(
+        [list(zip(g.k.astype(int), g.n.astype(int), strict=True)) for _, g in rows.groupby("cell", sort=False)]
+    )
+
+
+def _versus_baseline(k: int, n: int, kb: int, nb: int, disp: clustered.Dispersion) -> clustered.Comparison:
+    """A cell vs the baseline: quasi-binomial when trial-to-trial variation can be estimated,
+    else today's Fisher test with Newcombe's interval (labelled as assuming independent sessions)."""
+    if disp.estimable:
+        return clustered.compare(k, n, kb, nb, disp)
+    low, high = stats.rate_difference_ci(k, n, kb, nb)
+    return clustered.Comparison(stats.fisher_exact(k, n, kb, nb), k / n - kb / nb, low, high)
 
 
 def _trial_rates(group: pd.DataFrame | None) -> list[float]:
@@ -1236,7 +1252,6 @@ def _provenance(manifest: RunManifest) -> Provenance:
         texts_redacted=manifest.texts_redacted,
         hosts={role: {k: redactor.value(k, v) for k, v in d.items()} for role, d in manifest.hosts.items()},
         trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],
-        controller=controller_lines(manifest),
     )
 
 
