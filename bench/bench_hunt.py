@@ -29,6 +29,8 @@ import os
 import random
 import time
 from dataclasses import dataclass
+from multiprocessing import Pool
+from multiprocessing.pool import Pool as PoolType
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # small vectors: threads only contend
     os.environ.setdefault(_var, "1")
@@ -109,9 +111,14 @@ def hunt_once(setting: Setting, seed: int, sessions: int, testbeds: int) -> Outc
     return Outcome(exact, wrong, result.sessions, result.trials, rounds)
 
 
-def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int) -> dict[str, float]:
+def _one(job: tuple[str, int, int, int]) -> Outcome:
+    name, seed, sessions, testbeds = job
+    return hunt_once(SETTINGS[name], seed, sessions, testbeds)
+
+
+def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int, pool: PoolType) -> dict[str, float]:
     started = time.perf_counter()
-    seq = [hunt_once(setting, seed, sessions, 1) for seed in range(hunts)]
+    seq = pool.map(_one, [(setting.name, seed, sessions, 1) for seed in range(hunts)])
     row: dict[str, float] = {
         "exact": float(np.mean([o.exact for o in seq])),
         "wrong": float(np.mean([o.wrong_certain for o in seq])),
@@ -120,7 +127,7 @@ def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int) -> d
         "trials": float(np.median([o.trials for o in seq])),
     }
     if testbeds > 1:
-        par = [hunt_once(setting, seed, sessions, testbeds) for seed in range(hunts)]
+        par = pool.map(_one, [(setting.name, seed, sessions, testbeds) for seed in range(hunts)])
         row |= {
             "par_exact": float(np.mean([o.exact for o in par])),
             "par_wrong": float(np.mean([o.wrong_certain for o in par])),
@@ -138,6 +145,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=5, help="sessions per trial")
     parser.add_argument("--testbeds", type=int, default=4)
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared: times are inflated)")
     print(
@@ -149,20 +157,24 @@ def main() -> None:
     if args.testbeds > 1:
         head += f" | {args.testbeds} testbeds: {'exact':>6} {'wrong':>6} {'median':>6} {'rounds':>6} {'rounds/seq':>10}"
     print(head + "   time")
-    for name in args.settings.split(","):
-        r = run_setting(SETTINGS[name], args.hunts, args.sessions, args.testbeds)
-        line = (
-            f"{name:<11} {r['exact']:>6.1%} {r['wrong']:>6.1%} {r['median']:>7.0f} {r['p90']:>5.0f} {r['trials']:>6.0f}"
-            f" {r['median'] / OFAT_SESSIONS:>8.1%} {r['median'] / args.sessions / FACTORIAL:>8.2%}"
-        )
-        if args.testbeds > 1:
-            line += (
-                f" | {'':>{len(str(args.testbeds)) + 10}}{r['par_exact']:>6.1%} {r['par_wrong']:>6.1%}"
-                f" {r['par_median']:>6.0f} {r['rounds']:>6.0f} {r['ratio']:>10.2f}"
-            )
-        print(line + f"   {r['seconds']:.0f}s", flush=True)
+    with Pool(args.jobs) as pool:
+        for name in args.settings.split(","):
+            show(name, run_setting(SETTINGS[name], args.hunts, args.sessions, args.testbeds, pool), args)
     print("goals: exact >= 95%, wrong <= 1%, median <= 250, p90 <= 500 sessions, rounds/seq <= 0.33")
     print("vs OFAT: median sessions / 1,360; vs 2^16: median trials / 65,536 configurations (one trial each)")
+
+
+def show(name: str, r: dict[str, float], args: argparse.Namespace) -> None:
+    line = (
+        f"{name:<11} {r['exact']:>6.1%} {r['wrong']:>6.1%} {r['median']:>7.0f} {r['p90']:>5.0f} {r['trials']:>6.0f}"
+        f" {r['median'] / OFAT_SESSIONS:>8.1%} {r['median'] / args.sessions / FACTORIAL:>8.2%}"
+    )
+    if args.testbeds > 1:
+        line += (
+            f" | {'':>{len(str(args.testbeds)) + 10}}{r['par_exact']:>6.1%} {r['par_wrong']:>6.1%}"
+            f" {r['par_median']:>6.0f} {r['rounds']:>6.0f} {r['ratio']:>10.2f}"
+        )
+    print(line + f"   {r['seconds']:.0f}s", flush=True)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ Deterministic: the same observations give the same proposals (ties go to the ear
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -42,6 +43,7 @@ from orchestrator.core.hunt_model import (
 )
 
 State = Literal["running", "found", "not_failing", "budget"]
+Verdict = Literal["fails", "passes", "undecided"]
 MAX_FLAGS = 20
 EIG_FLOOR = 1e-6  # the gain is computed on the likeliest hypotheses holding all but this mass
 EIG_MAX = 2000  # and at most this many
@@ -52,7 +54,7 @@ MAX_JOINT = 5  # running trials considered jointly with a new one (2^6 outcome p
 class HuntSettings:
     flags: tuple[str, ...]
     target: float = 0.95  # posterior of the top culprit set to stop
-    confidence: float = 0.95  # a configuration "fails"/"passes" at this posterior
+    confidence: float = 0.99  # a configuration "fails"/"passes" at this probability (own trials)
     min_failures: int = 2  # failures that confirm the failing configuration
     endpoint_sessions: int = 400  # the failing configuration gives up after this many without them
     max_sessions: int = 5000  # budget of the whole hunt
@@ -180,15 +182,20 @@ class Hunt:
         probs, best = self._posterior()
         top = float(probs[best])
         unchecked = self._unchecked(best)
-        if top >= self.settings.target and not unchecked:
+        # the clean endpoint passes (a clean streak long enough for `confidence`), unless the
+        # likeliest answer is that the flags do not matter (then it must fail too)
+        clean_ok = self.own_verdict(0) == _verdict(self.hyps.a[best] == 0)
+        if top >= self.settings.target and not unchecked and clean_ok:
             return self._stop(
-                "found", f"posterior {top:.3f} >= {self.settings.target} and every single-flag drop checked"
+                "found",
+                f"posterior {top:.3f} >= {self.settings.target}, the clean endpoint confirmed and every single-flag "
+                "drop checked",
             )
         if self.sessions >= self.settings.max_sessions:
             return self._stop("budget", f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})")
         if top >= self.settings.target:
-            for flag in unchecked:
-                x = self._drop_config(best, flag)
+            forced = ([] if clean_ok else [0]) + [self._drop_config(best, flag) for flag in unchecked]
+            for x in forced:
                 if x not in pending:
                     return x
         return self._most_informative(probs, pending)
@@ -216,22 +223,48 @@ class Hunt:
         return (0, 0) if b == 0 else (a, b)
 
     def _unchecked(self, h: int) -> list[int]:
-        """Flags of hypothesis h that no tested configuration tells apart from h without them."""
-        a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
-        out = []
-        for flag in _bits(a | b):
-            da, db = self._dropped(h, flag)
-            if not any(_affected(x, a, b) != _affected(x, da, db) for x in self.stats):
-                out.append(flag)
-        return out
+        """Flags of hypothesis h whose drop is not checked yet. Checked: the failing
+        configuration without the flag, and some tested configuration that tells h from h
+        without the flag, each showed on its own trials the verdict h predicts (a clean streak
+        long enough for `confidence` where h says "passes", failures where it says "fails").
+        The posterior alone could be carried by one lucky clean streak of a decoy."""
+        return [flag for flag in _bits(int(self.hyps.a[h]) | int(self.hyps.b[h])) if self._drop_config(h, flag) >= 0]
 
     def _drop_config(self, h: int, flag: int) -> int:
-        """A configuration that tells h from h without `flag`: the failing one without the flag
-        for a plain AND; only the rest of the flag's set on for an OR."""
+        """The configuration still to test for the drop of `flag` from h (-1: checked): the
+        failing one without the flag, then for an OR only the rest of the flag's set on."""
         a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
-        if b == 0:
-            return self.settings.full & ~(1 << flag)
+        loo = self.settings.full & ~(1 << flag)
+        if not self._shows(loo, _affected(loo, a, b)):
+            return loo
+        da, db = self._dropped(h, flag)
+        if any(_affected(x, a, b) != _affected(x, da, db) and self._shows(x, _affected(x, a, b)) for x in self.stats):
+            return -1
         return (a if a >> flag & 1 else b) & ~(1 << flag)
+
+    def _shows(self, config: int, affected: bool) -> bool:
+        return config in self.stats and self.own_verdict(config) == _verdict(affected)
+
+    def own_verdict(self, config: int) -> Verdict:
+        """A configuration judged on its own trials: does it fail at the rate the affected
+        configurations show, or pass at the background's? (Likelihood ratio at the posterior
+        mean rates, even odds, evidence tempered per trial like the model's.)"""
+        if config == self.settings.full and self.stats.get(config, ConfigStats()).k >= self.settings.min_failures:
+            return "fails"  # confirmed by its failures (the endpoint rule)
+        ke, ne = self._effective(config)
+        p1, p0 = self.post.rates(self._posterior()[0])
+        p1, p0 = min(max(p1, 1e-6), 1 - 1e-6), min(max(p0, 1e-6), 1 - 1e-6)
+        log_lr = ke * math.log(p1 / p0) + (ne - ke) * math.log((1 - p1) / (1 - p0))
+        p = 1.0 / (1.0 + math.exp(-max(min(log_lr, 700.0), -700.0)))
+        conf = self.settings.confidence
+        return "fails" if p >= conf else "passes" if p <= 1.0 - conf else "undecided"
+
+    def _effective(self, config: int) -> tuple[float, float]:
+        s = self.stats.get(config)
+        if s is None or s.n == 0:
+            return 0.0, 0.0
+        deff = design_effect(round(s.n / s.trials), self.settings.model.icc)
+        return s.k / deff, s.n / deff
 
     # ------------------------------------------------------------------ expected information gain
     def _candidates(self, probs: FloatArray, hyps: Hypotheses) -> list[int]:
@@ -294,14 +327,10 @@ class Hunt:
         probs, best = self._posterior()
         order = np.argsort(-probs, kind="stable")[:top_n]
         top = tuple(self._culprit(int(h), float(probs[h])) for h in order)
-        conf = self.settings.confidence
         configs = []
         for x, s in self.stats.items():
             p = float(np.dot(probs, self.hyps.affected(x)))
-            verdict: Literal["fails", "passes", "undecided"] = (
-                "fails" if p >= conf else "passes" if p <= 1 - conf else "undecided"
-            )
-            configs.append(ConfigResult(x, self.flags_of(x), s.k, s.n, s.trials, p, verdict))
+            configs.append(ConfigResult(x, self.flags_of(x), s.k, s.n, s.trials, p, self.own_verdict(x)))
         unchecked = tuple(self.settings.flags[f] for f in self._unchecked(best))
         return HuntResult(self.state, self.reason, top, tuple(configs), self.trials, self.sessions, unchecked)
 
@@ -326,6 +355,10 @@ def _marginals(probs: FloatArray, hyps: Hypotheses, flags: int) -> FloatArray:
 
 def _bits(mask: int) -> list[int]:
     return [i for i in range(mask.bit_length()) if mask >> i & 1]
+
+
+def _verdict(affected: bool) -> Verdict:
+    return "fails" if affected else "passes"
 
 
 def _affected(x: int, a: int, b: int) -> bool:

@@ -43,6 +43,7 @@ class ModelSettings:
     max_or: int = 4  # largest total size of an OR of two sets (0 or 1: no ORs)
     or_mass: float = 0.15  # prior probability that the cause is an OR of two sets
     none_mass: float = 0.02  # prior probability that the flags do not explain the failure
+    flag_prior: float = 0.25  # prior chance that a given flag is part of the cause
     icc: float = 0.03  # assumed trial-to-trial variation (intra-class correlation)
     fail_prior: tuple[float, float] = (1.0, 3.0)  # Beta prior of the affected rate p1
     background_prior: tuple[float, float] = (0.5, 30.0)  # Beta prior of the background p0
@@ -76,21 +77,21 @@ class Hypotheses:
 @lru_cache(maxsize=8)
 def enumerate_hypotheses(flags: int, settings: ModelSettings) -> Hypotheses:
     """The hypothesis space over `flags` suspects, with its prior: `none_mass` on the empty set,
-    `or_mass` spread equally over the OR families present (each over its pairs), the rest
-    equally over the AND sets. Equal, not size-penalised: telling a triple from its pairs takes
-    clean streaks (expensive), telling a set from its supersets takes failures (cheap)."""
+    `or_mass` on the ORs, the rest on the AND sets. Within each, a set of k flags weighs
+    (q / (1 - q))^k, q = `flag_prior` (each flag a culprit independently): most flags are no-ops,
+    and without that penalty the many supersets of a small culprit set would together outweigh
+    it, so a lucky clean streak on one decoy's drop could crown a wrong superset."""
+    ratio = settings.flag_prior / (1.0 - settings.flag_prior)
     groups: list[tuple[list[int], list[int]]] = [([0], [0])]
     masses = [settings.none_mass]
-    ands = [_masks(flags, k) for k in range(1, min(settings.max_and, flags) + 1)]
+    ands = [(m, [0] * len(m), k) for k in range(1, min(settings.max_and, flags) + 1) for m in [_masks(flags, k)]]
     ors = _or_families(flags, settings) if settings.max_or >= 2 else []
     and_mass = 1.0 - settings.none_mass - (settings.or_mass if ors else 0.0)
-    sets = sum(len(masks) for masks in ands)
-    for masks in ands:  # every AND set equally likely a priori: no Occam penalty on triples
-        groups.append((masks, [0] * len(masks)))
-        masses.append(and_mass * len(masks) / sets)
-    for a, b in ors:
-        groups.append((a, b))
-        masses.append(settings.or_mass / len(ors))
+    for family, mass in ((ands, and_mass), (ors, settings.or_mass)):
+        weights = [len(a) * ratio**size for a, _, size in family]
+        for (a, b, _), w in zip(family, weights, strict=True):
+            groups.append((a, b))
+            masses.append(mass * w / sum(weights))
     a_all = np.concatenate([np.asarray(g[0], dtype=np.int64) for g in groups])
     b_all = np.concatenate([np.asarray(g[1], dtype=np.int64) for g in groups])
     log_prior = np.concatenate([np.full(len(g[0]), np.log(m / len(g[0]))) for g, m in zip(groups, masses, strict=True)])
@@ -101,7 +102,7 @@ def _masks(flags: int, k: int) -> list[int]:
     return [sum(1 << i for i in combo) for combo in combinations(range(flags), k)]
 
 
-def _or_families(flags: int, settings: ModelSettings) -> list[tuple[list[int], list[int]]]:
+def _or_families(flags: int, settings: ModelSettings) -> list[tuple[list[int], list[int], int]]:
     """Each (size i, size j) family of disjoint unordered OR pairs, i <= j, i + j <= max_or."""
     families = []
     top = min(settings.max_and, settings.max_or - 1)
@@ -117,7 +118,7 @@ def _or_families(flags: int, settings: ModelSettings) -> list[tuple[list[int], l
                     a_list.append(a)
                     b_list.append(b)
             if a_list:
-                families.append((a_list, b_list))
+                families.append((a_list, b_list, i + j))
     return families
 
 
@@ -125,7 +126,7 @@ def design_effect(n: int, icc: float) -> float:
     return 1.0 + max(n - 1, 0) * icc
 
 
-PRUNE = -30.0  # log posterior below which a hypothesis is dropped for good
+PRUNE = -23.0  # log posterior below which a hypothesis is dropped for good (1e-10)
 
 
 class Posterior:
@@ -168,7 +169,7 @@ class Posterior:
         return self._log_post
 
     def _prune(self, keep: BoolArray) -> None:
-        """Drop hypotheses whose posterior fell below e^PRUNE (1e-13): they cannot come back
+        """Drop hypotheses whose posterior fell below e^PRUNE (1e-10): they cannot come back
         within a hunt's budget, and every later update and gain is computed on the rest."""
         h = self.hyps
         self.hyps = Hypotheses(h.a[keep], h.b[keep], h.log_prior[keep])

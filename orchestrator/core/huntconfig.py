@@ -8,7 +8,7 @@ core/hunt.py.
       clean: {overlap: off}     # each suspect's clean level (default: its other level)
       min_failures: 2           # failures that confirm the failing configuration fails
       posterior: 0.95           # stop when the likeliest culprit set has this posterior
-      confidence: 0.95          # a configuration "fails" / "passes" at this posterior
+      confidence: 0.99          # a single-flag drop "passes" / "fails" on its own trials at this level
       icc: 0.03                 # assumed trial-to-trial variation (tempers each trial's evidence)
       sessions_per_trial: 10    # what the repro runs per trial (planning and the first choices)
       max_sessions: 3000        # the hunt's budget
@@ -49,7 +49,7 @@ class HuntShape(BaseModel):
     clean: dict[str, str | bool | None] = {}
     min_failures: int = Field(default=2, ge=1, le=100)
     posterior: float = Field(default=0.95, gt=0.5, lt=1)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    confidence: float = Field(default=0.99, gt=0.5, lt=1)
     icc: float = Field(default=0.03, ge=0, lt=1)
     sessions_per_trial: int = Field(default=10, ge=1, le=100_000)
     max_sessions: int = Field(default=3000, ge=1, le=10_000_000)

@@ -151,7 +151,7 @@ def _configs(report: HuntReport) -> str:
     e = html.escape
     rows = [
         "<h2>Every configuration tried</h2><table><tr><th>flags on (failing level)</th><th>k/n</th>"
-        "<th>rate (95% interval)</th><th>trials</th><th>P(fails)</th><th>verdict</th></tr>"
+        "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>"
     ]
     flags = len(report.flags)
     for c in report.result.configs:

@@ -40,6 +40,7 @@ from orchestrator.sim.flags import ROLES, Role, SimConfig, SimConfigError, confi
 from orchestrator.sim.metrics import WorkerMetrics
 
 ROUTER_UPSTREAM_TIMEOUT_S = 600.0  # the repro bounds each request itself
+ROUTER_PREFILL_THREADS = 128  # the stand-in router's prefill calls in flight (sessions run concurrently)
 READINESS_PROBE_TIMEOUT_S = 1.0
 
 
@@ -372,6 +373,11 @@ class RouterApp(App):
             ("POST", "/generate"): lambda body: self.forward("/generate", body),
         }
         self.rooms = itertools.count(1)
+        # prefill calls run here while the handler's thread calls decode; each pool thread keeps
+        # its own keep-alive connection (Upstream is per thread). Imported here: workers start faster.
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(max_workers=ROUTER_PREFILL_THREADS, thread_name_prefix="prefill")
 
     def server_info(self, _body: bytes) -> Reply:
         return Reply.json(200, server_info(self.cfg, prefill_url=self.prefill.url, decode_url=self.decode.url))
@@ -388,8 +394,8 @@ class RouterApp(App):
         return Reply.json(200, {"status": "ready"})
 
     def forward(self, path: str, body: bytes) -> Reply:
-        """Like the real PD router: both workers get the request with bootstrap fields added
-        (here one after the other), and the client gets decode's answer."""
+        """Like the real PD router: both workers get the request at once, with bootstrap fields
+        added, and the client gets decode's answer (or the first worker's error)."""
         started = time.perf_counter()
         try:
             payload = json.loads(body)
@@ -400,17 +406,23 @@ class RouterApp(App):
         prefill = urlsplit(self.prefill.url)
         payload.update(bootstrap_host=prefill.hostname, bootstrap_port=None, bootstrap_room=next(self.rooms))
         body = json.dumps(payload).encode()
-        for name, worker in (("prefill", self.prefill), ("decode", self.decode)):
-            try:
-                status, data = worker.post(path, body)
-            except OSError as exc:
-                self.log.line(f"router {name} unreachable: {exc}")
-                return Reply.json(502, {"error": f"{name} unreachable: {exc}"})
-            if status != 200:
-                self.log.line(f"router {name} returned {status}")
-                return Reply(status, data)
+        prefilled = self.pool.submit(self._post, "prefill", self.prefill, path, body)
+        decoded = self._post("decode", self.decode, path, body)
+        for reply in (prefilled.result(), decoded):
+            if reply.status != 200:
+                return reply
         self.log.line(f"router req ok total_ms={(time.perf_counter() - started) * 1000:.1f}")
-        return Reply(200, data)
+        return decoded
+
+    def _post(self, name: str, worker: Upstream, path: str, body: bytes) -> Reply:
+        try:
+            status, data = worker.post(path, body)
+        except OSError as exc:
+            self.log.line(f"router {name} unreachable: {exc}")
+            return Reply.json(502, {"error": f"{name} unreachable: {exc}"})
+        if status != 200:
+            self.log.line(f"router {name} returned {status}")
+        return Reply(status, data)
 
 
 # ---- HTTP plumbing --------------------------------------------------------------------------

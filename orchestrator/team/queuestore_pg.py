@@ -51,7 +51,7 @@ META = "orch_queue_meta"
 SCHEMA_VERSION = 1
 HEARTBEAT_S = 5.0  # how often a controller driving an item checks its connection
 RECONNECT_S = 60.0  # how long it tries to get it back before it gives the item up
-CANDIDATES = 200  # rows one claim looks at
+CANDIDATES = 1000  # rows one claim looks at, at most (items whose testbeds are busy are passed over)
 T = TypeVar("T")
 
 _SCHEMA = (
@@ -156,6 +156,7 @@ class PgQueue:
             "keepalives_idle": 30,
             "keepalives_interval": 10,
             "keepalives_count": 3,
+            "tcp_user_timeout": 30_000,  # ms: a query on a dead link fails instead of hanging for minutes
         }
         extra = {k: v for k, v in defaults.items() if k not in given}
         try:
@@ -330,21 +331,27 @@ class PgQueue:
         return item
 
     def _claim(self, conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int], token: str) -> QueueItem | None:
+        """One candidate row at a time (LIMIT 1 ... SKIP LOCKED): a claim locks only the rows it
+        looks at, so a controller claiming at the same moment finds the others, never an empty queue."""
         busy = {k for _, keys in self._held.values() for k in keys}  # ours: the lock would not refuse us
+        passed = set(skip)
         taken: tuple[int, tuple[int, ...]] | None = None
         try:
             with conn.transaction():
                 self._take_back_dead(conn)
-                rows = conn.execute(
-                    f"SELECT * FROM {TABLE} WHERE state IN ('queued', 'resumable') AND NOT (id = ANY(%s::bigint[])) "
-                    f"ORDER BY priority DESC, id LIMIT {CANDIDATES} FOR UPDATE SKIP LOCKED",
-                    (sorted(skip),),
-                ).fetchall()
-                for row in rows:
+                for _ in range(CANDIDATES):
+                    row = conn.execute(
+                        f"SELECT * FROM {TABLE} WHERE state IN ('queued', 'resumable') "
+                        "AND NOT (id = ANY(%s::bigint[])) ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
+                        (sorted(passed),),
+                    ).fetchone()
+                    if row is None:
+                        return None
                     item = item_from_row(row)
                     keys = (lock_key("item", str(item.id)), *testbed_keys(item))
                     if busy & set(keys) or not _lock_all(conn, keys):
-                        continue  # its testbed is driven by another controller (or by us)
+                        passed.add(item.id)  # its testbed is driven by another controller (or by us)
+                        continue
                     taken = (item.id, keys)
                     updated = conn.execute(
                         f"UPDATE {TABLE} SET state = 'running', claimed_by = %s, updated = %s WHERE id = %s "

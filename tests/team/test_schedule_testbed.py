@@ -76,9 +76,14 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
             f"{RX_PORT} {WORK}/hooks.jsonl",
         )
         assert "queued item 1: nightly_sweep (2 trials" in orch(tb, "queue add m.yaml -i site/inventory.yaml")
+        refused = orch(tb, "schedule install nightly --on-calendar '*-*-* 01:00' --system", check=False)
+        assert "would run every queued sweep as root" in refused  # root must say who runs the sweeps
+        assert "orch-nightly" not in tb.ssh(HOST, "ls /etc/systemd/system").stdout
         at = tb.ssh(HOST, f"date -d @$(( $(date +%s) + {LEAD_S} )) '+%Y-%m-%d %H:%M:%S'").stdout.strip()
         hook = f"http://127.0.0.1:{RX_PORT}/hook"
-        installed = orch(tb, f"schedule install nightly --on-calendar {shlex.quote(at)} --system --webhook {hook}")
+        installed = orch(
+            tb, f"schedule install nightly --on-calendar {shlex.quote(at)} --system --user root --webhook {hook}"
+        )
         assert "installed orch-nightly.timer (system)" in installed
         assert tb.ssh(HOST, "stat -c %a /etc/systemd/system/orch-nightly.env").stdout.strip() == "600"
         assert str(RX_PORT) not in tb.ssh(HOST, "cat /etc/systemd/system/orch-nightly.service").stdout
@@ -90,6 +95,7 @@ def test_timer_runs_the_queue_on_real_systemd(testbed: Testbed) -> None:
         )
         unit = tb.ssh(HOST, "cat /etc/systemd/system/orch-nightly.service").stdout
         assert f"WorkingDirectory={WORK}\n" in unit and "queue" in unit and "Type=oneshot" in unit
+        assert "\nUser=root\n" in unit
         assert (
             tb.ssh(
                 HOST,
