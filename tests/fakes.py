@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import yaml
 
+from orchestrator.core import gpuinfo
 from orchestrator.core.config import Host, MatrixShape, SshSettings, Testbed, UnitSpec, build_matrix, validate_shape
 from orchestrator.core.envfile import Dialect, read_values
 from orchestrator.core.plan import Plan
@@ -465,6 +466,7 @@ def make_bed(roles: Mapping[str, Role], name: str = "fakebed") -> FakeBed:
         transport = FakeTransport(host.label, {host.env_file: spec.env})
         transport.allow_file_commands()
         transport.script(re.compile(r"^fake-repro\b"), stdout=REPRO_OUTPUT)  # see remote_repro()
+        transport.script(gpuinfo.COMMAND, stdout=gpuinfo.NO_NVIDIA_SMI + "\n")  # provenance: no GPU here
         for u in units:
             transport.script(
                 ["systemctl", "show", "-p", "ExecStart", "--value", u.name],

@@ -344,8 +344,12 @@ class Matrix:
 
     @cached_property
     def redactor(self) -> Redactor:
-        """What masks this matrix's secrets wherever its values are shown or written."""
-        return Redactor.for_names(self.secrets)
+        """What masks this matrix's secrets wherever its values are shown or written: by name, and
+        by the values its levels give secret variables (a repro that echoes its token)."""
+        names = Redactor.for_names(self.secrets)
+        return Redactor.for_names(
+            self.secrets, (v for f in self.factors for lv in f.levels for v in _secret_values(lv, names))
+        )
 
 
 @dataclass(frozen=True)
@@ -1049,6 +1053,7 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
             raise source.error((*where, "levels", i), f"invalid level name {lname!r}", "no ',' or '='")
         if lname in names[:i]:
             raise source.error((*where, "levels", i), f"duplicate level {lname!r}")
+    _check_secret_level_names(levels, f, m, source, where)
     return Factor(name, levels, f.description, f.kind)
 
 
@@ -1147,6 +1152,39 @@ def _client_levels(name: str, f: FactorShape, m: MatrixShape, source: SourceMap,
         written = _env_value(value, m, source, at)
         levels.append(Level(lname, {}, {placeholder: written or ""}))
     return tuple(levels)
+
+
+def _check_secret_level_names(
+    levels: tuple[Level, ...], f: FactorShape, m: MatrixShape, source: SourceMap, where: PathKey
+) -> None:
+    """A level name is printed everywhere (cell ids, report, journal, run.json, plan.json, exports,
+    `orch plan`): one that is a secret's value (a short-form factor on HF_TOKEN names its levels by
+    their values) or looks like a token would publish it. Refused, with a hint to name the levels;
+    the message never repeats the name."""
+    redactor = Redactor.for_names(m.secrets)
+    short = isinstance(f.levels, list)  # a flag or client factor's levels set no plain env value
+    values = {v for lv in levels for v in _secret_values(lv, redactor)}
+    for i, lv in enumerate(levels):
+        if short and isinstance(f.levels[i], str) and _secret_values(lv, redactor):  # type: ignore[index]
+            raise source.error(
+                (*where, "levels", i),
+                "levels given as a list on a secret variable would be named by their values, "
+                "and level names are shown in the report, journal, run.json and plan.json",
+                "name the levels: levels: {with_token: {decode: {HF_TOKEN: ...}}, without: {decode: {HF_TOKEN: null}}}",
+            )
+        if lv.name in values or redactor.changes(lv.name):
+            raise source.error(
+                (*where, "levels"),
+                f"level {i + 1} is named like a secret value "
+                "(level names are shown in the report, journal, run.json and plan.json)",
+                "give the level a plain name, e.g. with_token",
+            )
+
+
+def _secret_values(level: Level, redactor: Redactor) -> list[str]:
+    """The values a level gives to secret variables."""
+    secret = redactor.is_secret_name
+    return [v for a in level.env.values() for var, v in a.items() if isinstance(v, str) and secret(var)]
 
 
 def _short_form_levels(f: FactorShape, m: MatrixShape, source: SourceMap, where: PathKey) -> tuple[Level, ...]:

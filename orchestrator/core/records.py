@@ -80,6 +80,19 @@ class TrialProvenance(Frozen):
     env_sha256: str = ""  # sha256 of the env file this trial ran with (after the cell's edit)
 
 
+class ServedGroup(Frozen):
+    """Trials one host ran with the same server, command lines and env file (run.json and the
+    report list every trial in one group per host: the trials are labelled, each text told once)."""
+
+    host: str
+    server_version: str
+    server_info_sha: str
+    exec_start_sha: str
+    env_sha256: str
+    trials: str  # "0-3, 7, 9" (trial numbers, ranges compressed)
+    count: int
+
+
 class Controller(Frozen):
     """Where and how a run was started: enough to find the exact orch and the command again."""
 
@@ -202,6 +215,8 @@ class RunManifest(Frozen):
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
     secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix
     controller: Controller | None = None  # where and how the run was started (None: an older run.json)
+    served: list[ServedGroup] = Field(default_factory=list)  # what served each trial, written at the run's end
+    served_texts: dict[str, str] = Field(default_factory=dict)  # digest -> server info / command line
     gates: list[Gate] = Field(default_factory=list)  # the matrix's gates (core.gates), checked by the report
     started: str
     ended: str | None = None

@@ -30,6 +30,7 @@ from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
+from orchestrator.report.provenance import Served, ServedGroup, controller_lines, served
 from orchestrator.report.servertable import ServerTable, server_table
 from orchestrator.store.journal import TrialRow
 
@@ -204,6 +205,15 @@ class Provenance(Frozen):
     texts_redacted: bool = False
     hosts: dict[str, dict[str, str]]
     trial_order: list[str]  # "trial round cell", plan order
+    controller: dict[str, str] = {}  # report.provenance.controller_lines
+    served: list[ServedGroup] = []  # what served each trial, per host (report.provenance.served)
+    served_texts: dict[str, str] = {}  # digest -> server info / command line
+
+
+def with_served(report: Report, found: Served) -> Report:
+    """The report with what served each trial (from the records, or a scan of the journal)."""
+    pv = report.provenance.model_copy(update={"served": found.groups, "served_texts": found.texts})
+    return report.model_copy(update={"provenance": pv})
 
 
 class Report(Frozen):
@@ -253,13 +263,14 @@ def build_report(
     """Everything the page shows, computed once. `trials` may hold retries and failures."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
-        return build_report_from_rows(
+        report = build_report_from_rows(
             manifest,
             rows,
             lambda chosen: [trials[r.source] for r in chosen],
             torn_tail=torn_tail,
             drilldown_cap=drilldown_cap,
         )
+        return with_served(report, served(((t.trial, t.provenance) for t in trials), manifest.redactor))
 
 
 def build_report_from_rows(
@@ -1252,6 +1263,7 @@ def _provenance(manifest: RunManifest) -> Provenance:
         texts_redacted=manifest.texts_redacted,
         hosts={role: {k: redactor.value(k, v) for k, v in d.items()} for role, d in manifest.hosts.items()},
         trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],
+        controller=controller_lines(manifest),
     )
 
 

@@ -36,8 +36,10 @@ from orchestrator.report.build import (
     result_headline,
     suspect_reasons,
     testbed_findings,
+    with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
+from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import TrialRow, iter_records, read_journal, read_records_at, read_trial_rows
@@ -218,6 +220,7 @@ def _load_report_and_rows(run_dir: Path, drilldown_cap: int) -> tuple[Report, li
             torn_tail=scan.torn_tail,
             drilldown_cap=drilldown_cap,
         )
+        report = with_served(report, served(scan_journal(path), manifest.redactor))  # what served each trial
         return _with_run_facts(report, manifest, path), scan.rows
 
 

@@ -32,6 +32,7 @@ from orchestrator.core.plan import Plan, make_plan
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.edges.deployment import Deployment, preflight
 from orchestrator.edges.lock import TestbedLock
+from orchestrator.edges.provenance import describe_controller
 from orchestrator.errors import LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
 from orchestrator.store.manifest import (
@@ -266,6 +267,7 @@ def run(
             _check_hosts(deployments, locks, plan, request, run_id, warn)
             names = tuple(tb.name for tb in prepared.testbeds)
             manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
+            manifest = manifest.model_copy(update={"controller": describe_controller(plan.matrix.redactor)})
             session.create_run_dir(run_dir, manifest)
             _list_running(run_dir)
             sink = progress(Started(run_id, run_dir, names, len(plan.steps), len(plan.steps)))
@@ -399,7 +401,8 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
     finished, failed = _final_counts(run_dir)
     status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed else "completed")
     hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
-    save_manifest(run_dir, manifest.model_copy(update={"ended": now_iso(), "status": status, "hosts": hosts}))
+    update = {"ended": now_iso(), "status": status, "hosts": hosts, **_served(run_dir, manifest)}
+    save_manifest(run_dir, manifest.model_copy(update=update))
     report, report_error, gates_failed = _write_report(run_dir)
     if report_error is not None and manifest.gates:
         gates_failed = (f"gates not checked: {report_error}",)
@@ -418,6 +421,18 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
         stopped=stopped,
         gates_failed=gates_failed,
     )
+
+
+def _served(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
+    """What served each trial (from the journal's records), for run.json: one group per host and
+    server/command/env combination, so its size follows the cells, not the trials."""
+    from orchestrator.report.provenance import scan_journal, served
+
+    journal = RunDir(run_dir).journal
+    if not journal.exists():
+        return {}
+    found = served(scan_journal(journal), manifest.redactor)
+    return {"served": found.groups, "served_texts": found.texts}
 
 
 def _final_counts(run_dir: Path) -> tuple[int, int]:

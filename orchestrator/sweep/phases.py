@@ -28,9 +28,10 @@ import httpx
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
 from orchestrator.core.config import CONTROLLER, CellValue, Collector
+from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.plan import Plan, Step, dependants, restart_order
-from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
+from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import VerifyRule
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
@@ -57,11 +58,13 @@ from orchestrator.errors import (
     WorkloadError,
 )
 from orchestrator.store.atomic import run_file_op
+from orchestrator.store.redacted import redact_folder
 from orchestrator.store.rundir import RunDir, TrialDir
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.pool import gather, per_host
 
 if TYPE_CHECKING:
+    from orchestrator.edges.provenance import TrialDescriber
     from orchestrator.sweep.hosts import HostGuard
 
 LOG_LIMIT = 256_000
@@ -84,6 +87,7 @@ class TrialContext:
     logs: dict[str, str] = field(default_factory=dict)
     identity: dict[Unit, UnitId] = field(default_factory=dict)  # checked units' ids once healthy
     check_all: bool = False  # first trial, or after a failure: check every role's ports, not only restarted ones
+    provenance: dict[str, TrialProvenance] = field(default_factory=dict)  # host -> what served the trial
 
 
 class Services:
@@ -355,6 +359,7 @@ class Repro:
     ) -> None:
         self.plan, self.deployment, self.run_dir, self.guard, self.client = plan, deployment, run_dir, guard, client
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
+        self.describer: TrialDescriber | None = None  # what served each trial (edges.provenance)
         self.levels = level_index(plan.matrix)
         config = plan.matrix.server_metrics
         self.telemetry = Telemetry(config, deployment, client) if config is not None else None
@@ -506,10 +511,23 @@ class Repro:
             return
         from orchestrator.edges.provenance import describe_host
 
-        self.provenance = per_host(self.deployment, lambda h: describe_host(h, self.client))
+        originals, redactor = {k: s.original for k, s in self.guard.states.items()}, self.plan.matrix.redactor
+        self.provenance = gather(
+            {k: k for k in self.deployment.hosts},
+            lambda k: describe_host(self.deployment.hosts[k], self.client, originals.get(k), redactor),
+        )
         if self.telemetry is not None:  # whether each machine has nvidia-smi: asked, and said, once
             for role, lines in self.telemetry.describe().items():
                 self.provenance.setdefault(role, {}).update(lines)
+
+    def describe_trial(self, ctx: TrialContext) -> None:
+        """What served this trial on each host: asks only hosts whose units restarted."""
+        from orchestrator.edges.provenance import TrialDescriber
+
+        if self.describer is None:
+            self.describer = TrialDescriber(self.deployment, self.client, self.plan.matrix.redactor)
+        env = {k: s.current if s.current is not None else s.original for k, s in self.guard.states.items()}
+        ctx.provenance = self.describer.describe({k for k, _ in ctx.restarted}, env)
 
     def close(self) -> None:
         if self.telemetry is not None:
@@ -542,7 +560,9 @@ class TrialPhases:
             )
             if not ctx.logs:
                 ctx.logs, _ = self.repro.collect_logs(trial, t0, quiet=True)
-        return self._record(step, attempt, ctx, failure, t0, started)
+        redactor = self.repro.plan.matrix.redactor  # after the metrics: they were read from the raw text
+        redact_folder(trial.path, redactor.text)  # repro output and logs are linked from the report and served
+        return mask_record(self._record(step, attempt, ctx, failure, t0, started), redactor)
 
     def _phases(self, step: Step, trial: TrialDir, ctx: TrialContext, t0: float) -> None:
         services, repro = self.services, self.repro
@@ -550,6 +570,7 @@ class TrialPhases:
         services.restart(ctx)
         ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
         repro.describe_hosts()
+        repro.describe_trial(ctx)
         checking = services.verify_beside_repro(step, ctx)
         identity = services.identity_beside_repro(ctx)
         ctx.warmup = repro.warm_up(step, trial)  # never counted: only the measured repro gives metrics
@@ -593,6 +614,7 @@ class TrialPhases:
             warmup=ctx.warmup,
             metrics=ctx.metrics if failure is None else {},
             logs=ctx.logs,
+            provenance=ctx.provenance,
         )
 
 

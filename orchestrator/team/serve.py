@@ -8,11 +8,14 @@ and each run's backup/ (original env files, which may hold tokens); the server m
 lab network. So only GET and HEAD; only the top index and files inside run directories (those
 with a run.json), never backup/, never a dot-file, never a directory listing; every path is
 resolved (symlinks included) and must stay inside the reports folder. Bound to loopback, it also
-checks the Host header, so a web page elsewhere cannot read it through DNS rebinding.
+checks the Host header, so a web page elsewhere cannot read it through DNS rebinding. Raw texts
+(repro output, unit logs, the journal) are served through the run's Redactor: a token a repro
+printed stays masked even in a run written before orch masked those files on disk.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import mimetypes
@@ -23,7 +26,8 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlsplit
 
-from orchestrator.errors import UsageError
+from orchestrator.core.redact import Redactor
+from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
 from orchestrator.team.livestatus import LiveRun, Snapshot, snapshot
 
@@ -40,6 +44,9 @@ TEXT_TYPES = {
     ".yaml": "text/plain",
     ".yml": "text/plain",
 }
+# raw texts a run folder holds (repro output, unit logs, the journal): masked as they are served,
+# with the run's own declared secrets, also for runs written before orch masked them on disk
+MASKED_SUFFIXES = frozenset({".jsonl", ".log", ".out", ".err", ".txt", ".yaml", ".yml"})
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 STATUS_TEMPLATE = "status.html.j2"  # in orchestrator/report/templates, beside the report's
@@ -161,6 +168,8 @@ class ReportsHandler(BaseHTTPRequestHandler):
         ctype = TEXT_TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype in ("application/json", "application/x-ndjson"):
             ctype += "; charset=utf-8"
+        if path.suffix in MASKED_SUFFIXES:
+            data = masked(data, run_redactor(self.reports, path))
         live = path.name in LIVE_FILES
         csp = _page_csp(data) if ctype.startswith("text/html") else None
         self._send(HTTPStatus.OK, data, ctype, cache=not live, csp=csp)
@@ -221,6 +230,32 @@ def running_run(root: Path, url_path: str) -> str | None:
     if not run.is_run() or run.index_html.exists() or not (root / name).resolve().is_relative_to(root):
         return None
     return name
+
+
+def masked(data: bytes, redactor: Redactor) -> bytes:
+    text = data.decode("utf-8", errors="surrogateescape")
+    return redactor.text(text).encode("utf-8", errors="surrogateescape")
+
+
+def run_redactor(root: Path, path: Path) -> Redactor:
+    """The redactor of the run that holds `path` (its manifest's declared secrets), cached by
+    run.json's size and time: the journal of a running sweep is served every few seconds."""
+    run_json = RunDir(root / path.relative_to(root).parts[0]).run_json
+    try:
+        st = run_json.stat()
+    except OSError:
+        return Redactor()
+    return _redactor_of(run_json, st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _redactor_of(run_json: Path, mtime_ns: int, size: int) -> Redactor:
+    from orchestrator.store.manifest import load_manifest
+
+    try:
+        return load_manifest(run_json.parent, plan=False).redactor
+    except OrchError:  # a torn or foreign run.json: the name patterns still apply
+        return Redactor()
 
 
 def safe_path(root: Path, url_path: str) -> Path | None:

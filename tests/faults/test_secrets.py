@@ -5,9 +5,11 @@ process is verified against the real value).
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
-from .helpers import SimBed, assert_clean, by_trial, matrix_yaml, run_cli
+from .helpers import REPRO, SimBed, assert_clean, by_trial, matrix_yaml, run_cli
 
 pytestmark = pytest.mark.sim
 
@@ -94,4 +96,69 @@ def test_declared_secret_names_are_redacted_too(bed: SimBed, capsys) -> None:
         assert DECLARED_VALUE not in text
     rerendered = run_cli(["report", str(run_dir)], capsys)  # a later `orch report` keeps the mask
     assert rerendered.code == 0 and DECLARED_VALUE not in (run_dir / "index.html").read_text()
+    assert_clean(bed)
+
+
+# ----------------------------------------------------------------------------- issue 13: by value, every artifact
+BEARER = "eyJhbGciOi-bearer-SHOULD-NOT-LEAK"
+HF = "hf_ShouldNotLeak0123456789abcdef"
+PASSWORD = "pw-in-url-SHOULD-NOT-LEAK"
+PRINTED = (BEARER, HF, PASSWORD, VALUES[0])
+NOISY = (
+    REPRO + f" && echo \"curl -H 'Authorization: Bearer {BEARER}' https://bob:{PASSWORD}@example.invalid/v1\""
+    f" && echo 'login {HF} token {VALUES[0]}' && echo 'flags --max-tokens 1800' && echo 'hf {HF}' >&2"
+)
+
+
+def test_what_a_repro_prints_is_masked_in_every_artifact_and_served_file(bed: SimBed, capsys) -> None:
+    """A repro that prints a bearer header, an hf_ token, a URL password and the cell's own secret:
+    none of them in the journal, run.json, plan.json, the report, the index, the export, the
+    trial files or what `orch serve` hands out; `--max-tokens 1800` stays readable."""
+    import httpx
+
+    from orchestrator.report.export import export_run
+    from orchestrator.team.serve import make_server
+
+    bed.write_matrix(
+        matrix_yaml(replicates=1, extra_factor=SECRETS, command=NOISY, extra="exclude:\n  - {cuda_graph: off}\n")
+    )
+    done = run_cli(bed.run_args("noisy"), capsys)
+    assert done.code == 0, done.output
+    run_dir = bed.run_dir("noisy")
+    trials = by_trial(run_dir)
+    assert len(trials) == 4 and all(t.status == "completed" for t in trials.values())
+    assert all("--max-tokens 1800" in (t.repro.stdout_tail if t.repro else "") for t in trials.values())
+    exports = [export_run(run_dir, fmt) for fmt in ("csv", "json")]  # type: ignore[arg-type]
+    files = [run_dir / n for n in ("journal.jsonl", "run.json", "plan.json", "index.html")]
+    files += [bed.reports / "index.html", *exports, *(p for p in (run_dir / "trials").rglob("*") if p.is_file())]
+    for path in files:
+        found = [v for v in PRINTED if v in path.read_text(errors="replace")]
+        assert not found, f"{found} in {path}"
+    out = (run_dir / "trials" / "0000" / "repro.out").read_text()
+    assert "--max-tokens 1800" in out and "Authorization: Bearer ••••" in out and "bob:••••@example.invalid" in out
+    assert "hf ••••" in (run_dir / "trials" / "0000" / "repro.err").read_text()
+    assert not [v for v in PRINTED if v in done.output]
+
+    server = make_server(bed.reports, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/noisy"
+        with httpx.Client(trust_env=False, timeout=10) as http:
+            for rel in ("trials/0000/repro.out", "trials/0000/repro.err", "journal.jsonl", "index.html"):
+                answer = http.get(f"{base}/{rel}")
+                assert answer.status_code == 200 and not [v for v in PRINTED if v in answer.text], rel
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert_clean(bed)
+
+
+def test_a_short_form_factor_on_a_secret_is_refused_before_any_host_is_touched(bed: SimBed, capsys) -> None:
+    short = f'  tok:\n    env: {{decode: HF_TOKEN}}\n    levels: [null, "{VALUES[0]}"]\n'
+    bed.write_matrix(matrix_yaml(replicates=1, extra_factor=short))
+    done = run_cli(bed.run_args("short"), capsys)
+    assert done.code == 2 and f"{bed.matrix}:" in done.output and "name the levels" in done.output
+    assert not leaks(done.output) and not bed.run_dir("short").exists()
     assert_clean(bed)

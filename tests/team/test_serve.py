@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -17,12 +18,13 @@ import httpx
 import pytest
 from helpers.report_synth import synthetic_run, write_run
 
+from orchestrator.core.redact import Redactor
 from orchestrator.report.render import write_report
 from orchestrator.report.site import write_index
 from orchestrator.store.manifest import save_manifest
 from orchestrator.team.livestatus import LiveStatus
 from orchestrator.team.queue import Queue
-from orchestrator.team.serve import make_server, safe_path
+from orchestrator.team.serve import make_server, masked, safe_path
 
 RUN = "20260509-070000-overlap_ablation"
 LIVE = "20260510-070000-live"
@@ -100,7 +102,10 @@ def test_run_files(http: httpx.Client, reports: Path) -> None:
     assert r.headers["content-type"] == "text/plain; charset=utf-8"
     r = http.get(f"/{RUN}/journal.jsonl")
     assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
-    assert r.content == (reports / RUN / "journal.jsonl").read_bytes()
+    # served through the run's redactor: the synthetic journal holds a raw HF_TOKEN, which must not go out
+    assert r.content == masked((reports / RUN / "journal.jsonl").read_bytes(), Redactor())
+    assert b"hf_supersecret123" in (reports / RUN / "journal.jsonl").read_bytes() and "hf_supersecret123" not in r.text
+    assert all(json.loads(line) for line in r.text.splitlines())  # still JSON lines
     assert http.get(f"/{RUN}/run.json").json()["run_id"] == RUN
 
 

@@ -1,0 +1,117 @@
+"""The report's provenance beyond the manifest: who started the run, and what served each trial.
+
+Each trial record names, per host, the server version, digests of the server's self-description
+and of its units' command lines, and the env file's sha256 (edges.provenance.TrialDescriber).
+The report groups trials that share all four (a group per cell and host, typically) and lists
+the trials of each group, so every trial is labelled, and each text is shown once.
+
+A journal is scanned for these without parsing whole lines: `provenance` is the record's last
+field, so the tail of a line after its key is parsed alone (a line written another way is parsed
+whole). An older journal without the field gives no groups, and the report says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pydantic
+
+from orchestrator.core.records import Frozen, RunManifest, ServedGroup, TrialProvenance
+from orchestrator.core.redact import Redactor
+
+KEY = b'"provenance":'
+NOT_RECORDED = "not recorded (a run from an older orch)"
+_ROLES = pydantic.TypeAdapter(dict[str, TrialProvenance])
+
+
+class Served(Frozen):
+    groups: list[ServedGroup]
+    texts: dict[str, str]  # digest -> the server info or command line it stands for
+
+
+def controller_lines(manifest: RunManifest) -> dict[str, str]:
+    """What the report shows of the controller (every line; older runs say "not recorded")."""
+    c = manifest.controller
+    if c is None:
+        return {"controller": NOT_RECORDED}
+    commit = (c.orch_commit + (" (with uncommitted changes)" if c.orch_dirty else "")) if c.orch_commit else "none"
+    return {
+        "orch": f"{c.orch_version}, git commit {commit}",
+        "host": c.host or "unknown",
+        "user": c.user or "unknown",
+        "command": manifest.redactor.text(c.command),
+        "python": c.python,
+        "packages": ", ".join(f"{k} {v}" for k, v in sorted(c.packages.items())) or "unknown",
+    }
+
+
+def served(entries: Iterable[tuple[int, dict[str, TrialProvenance]]], redactor: Redactor) -> Served:
+    """PURE: group (trial, host -> facts) by host and facts, keeping each text once."""
+    groups: dict[tuple[str, str, str, str, str], list[int]] = {}
+    texts: dict[str, str] = {}
+    for trial, hosts in entries:
+        for host, p in hosts.items():
+            groups.setdefault((host, p.server_version, p.server_info_sha, p.exec_start_sha, p.env_sha256), []).append(
+                trial
+            )
+            if p.server_info:
+                texts.setdefault(p.server_info_sha, redactor.text(p.server_info))
+            if p.exec_start:
+                texts.setdefault(p.exec_start_sha, redactor.text(p.exec_start))
+    return Served(
+        groups=[
+            ServedGroup(
+                host=k[0],
+                server_version=k[1],
+                server_info_sha=k[2],
+                exec_start_sha=k[3],
+                env_sha256=k[4],
+                trials=ranges(sorted(set(trials))),
+                count=len(set(trials)),
+            )
+            for k, trials in sorted(groups.items(), key=lambda kv: (kv[0][0], min(kv[1])))
+        ],
+        texts=texts,
+    )
+
+
+def ranges(numbers: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7-8"."""
+    out: list[str] = []
+    start = prev = None
+    for n in [*numbers, None]:
+        if start is not None and (n is None or n != prev + 1):  # type: ignore[operator]
+            out.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = None
+        if n is not None and start is None:
+            start = n
+        prev = n
+    return ", ".join(out)
+
+
+def scan_journal(path: Path) -> Iterator[tuple[int, dict[str, TrialProvenance]]]:
+    """(trial, host -> facts) of every trial line of a journal that has them."""
+    with path.open("rb") as handle:
+        for line in handle:
+            at = line.rfind(KEY)
+            if at < 0:  # an event, or a trial from an older orch
+                continue
+            parsed = _tail(line, at)
+            if parsed is not None:
+                yield parsed
+
+
+def _tail(line: bytes, at: int) -> tuple[int, dict[str, TrialProvenance]] | None:
+    head = line[:200]
+    try:
+        trial = int(head.split(b'"trial":', 1)[1].split(b",", 1)[0])
+        body = line[at + len(KEY) :].rstrip()
+        return trial, _ROLES.validate_json(body[:-1])  # the record's closing brace
+    except (IndexError, ValueError, pydantic.ValidationError):
+        try:  # written another way: the whole line
+            data = json.loads(line)
+            return int(data["trial"]), _ROLES.validate_python(data.get("provenance") or {})
+        except (ValueError, KeyError, TypeError, pydantic.ValidationError):
+            return None
