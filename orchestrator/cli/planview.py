@@ -135,6 +135,11 @@ def _proportion_lines(plan: Plan, tests: int) -> list[str]:
         d = power.detectable(n, n, rate)
         strict = power.detectable(n, n, rate, alpha=ALPHA / tests)
         lines.append(f"  baseline at {rate:.0%}: {_dirs(d)} (Holm: {_dirs(strict)})")
+    if plan.replicates > 1:
+        lines.append(
+            "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication) "
+            "when trials can be compared: it has less power than Fisher's, so read these as best cases"
+        )
     return lines
 
 
