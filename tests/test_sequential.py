@@ -112,6 +112,27 @@ def test_every_mixture_component_has_mean_one_under_equal_rates(p: float, nc: in
     np.testing.assert_allclose(mean, 1.0, atol=1e-9)
 
 
+@pytest.mark.parametrize("dispersion", [1.5, 3.0])
+@pytest.mark.parametrize("p, n", [(0.02, 10), (0.15, 10), (0.5, 7)])
+def test_tempered_mixture_stays_a_test_martingale_when_trials_vary(p: float, n: int, dispersion: float) -> None:
+    """decide(dispersion=d) divides each component's log ratio by d. Under equal rates with
+    beta-binomial trials whose variance is d times the binomial's (intra-trial correlation
+    (d - 1) / (n - 1)), the tempered mixture's expectation over one round stays <= 1, while the
+    untempered one exceeds 1 (the bias the tempering removes). Exact: enumerated, no sampling."""
+    rho = (dispersion - 1) / (n - 1)
+    a, b = p * (1 - rho) / rho, (1 - p) * (1 - rho) / rho
+    law = sps.betabinom(n, a, b).pmf(np.arange(n + 1))
+    tempered = untempered = 0.0
+    for kc in range(n + 1):
+        for kb in range(n + 1):
+            prob = law[kc] * law[kb]
+            ratio = seq.round_log_ratios(0.1, kc, n, kb, n)
+            tempered += prob * float(sum(seq.mixture_e_values(0.1, ratio, dispersion)))
+            untempered += prob * float(sum(seq.mixture_e_values(0.1, ratio, 1.0)))
+    assert tempered <= 1.0 + 1e-9
+    assert untempered > 1.0
+
+
 @pytest.mark.parametrize(
     "pc, pb", [(0.1, 0.0), (0.25, 0.15), (0.55, 0.45), (0.4, 0.1), (0.0, 0.1), (0.15, 0.25), (0.1, 0.6)]
 )
