@@ -124,3 +124,94 @@ def sessions_from_command(command: str) -> int | None:
     """The repro's `--sessions N` (how `orch plan` knows the sessions per trial), else None."""
     match = re.search(r"--sessions[ =](\d+)", command)
     return int(match.group(1)) if match else None
+
+
+# ----------------------------------------------------------------------------- the quasi-binomial test
+# With replicates the report compares a cell with the baseline by clustered.quasi_test, with the
+# dispersion pooled over the sweep's cells. Its power has no closed form: it is simulated here with
+# the report's own functions, on the design as run (cells, trials, sessions, the other cells' rates,
+# the dispersion this run estimated as the truth), seeded and with common random numbers, so the
+# bisection over the cell's rate sees a monotone curve.
+
+SIM_SWEEPS = 3000
+SIM_MAX_DRAWS = 8_000_000  # sweeps x trials x sessions held at once (bounded memory)
+
+
+@dataclass(frozen=True)
+class Design:
+    """A replicated design as run: sessions per trial, trials per cell, the other cells' rates."""
+
+    sessions: int
+    trials: int
+    other_rates: tuple[float, ...]  # cells besides the compared one and the baseline (they inform phi)
+    phi: float = 1.0  # the trial-to-trial dispersion taken as true (1: binomial)
+
+
+def quasi_power(design: Design, cell_rate: float, base_rate: float, alpha: float = ALPHA, seed: int = 0) -> float:
+    """Probability that the report's quasi-binomial test (Fisher where phi cannot be estimated)
+    rejects at `alpha` for these true rates."""
+    return float(np.mean(_QuasiSim(design, base_rate, seed).reject(cell_rate, alpha)))
+
+
+def quasi_detectable(
+    design: Design, base_rate: float, alpha: float = ALPHA, power: float = TARGET_POWER, seed: int = 0
+) -> Detectable:
+    """Differences from `base_rate` the quasi-binomial comparison detects with `power` (simulated)."""
+    sim = _QuasiSim(design, base_rate, seed)
+    n = design.sessions * design.trials
+
+    def solve(end: float) -> float | None:
+        if base_rate == end or float(np.mean(sim.reject(end, alpha))) < power:
+            return None
+        near, far = base_rate, end
+        for _ in range(16):
+            mid = (near + far) / 2
+            near, far = (mid, far) if float(np.mean(sim.reject(mid, alpha))) < power else (near, mid)
+        return abs(far - base_rate)
+
+    return Detectable(n, n, base_rate, alpha, power, solve(1.0), solve(0.0))
+
+
+class _QuasiSim:
+    """Seeded sweeps: fixed draws for the baseline and the other cells; the compared cell's trials
+    from fixed uniforms, so its counts grow monotonically with its rate."""
+
+    def __init__(self, design: Design, base_rate: float, seed: int) -> None:
+        from orchestrator.core import clustered  # imported here: power's Fisher half needs none of it
+
+        self.clustered = clustered
+        self.design = design
+        s, r = design.sessions, design.trials
+        self.sweeps = max(200, min(SIM_SWEEPS, SIM_MAX_DRAWS // max(1, r * s)))
+        rng = np.random.default_rng(seed)
+        self.icc = min(max((design.phi - 1.0) / max(s - 1, 1), 0.0), 0.5)
+        fixed = [base_rate, *design.other_rates]
+        self.fixed_k = np.stack([self._draw(rng, p) for p in fixed], axis=1)  # (sweeps, cells, trials)
+        self.trial_u = rng.random((self.sweeps, r))
+        self.session_u = rng.random((self.sweeps, r, s))
+
+    def _draw(self, rng: np.random.Generator, p: float) -> np.ndarray:
+        rates = self._trial_rates(p, rng.random((self.sweeps, self.design.trials)))
+        return np.asarray(rng.binomial(self.design.sessions, rates), dtype=float)
+
+    def _trial_rates(self, p: float, u: np.ndarray) -> np.ndarray:
+        if self.icc <= 0 or p <= 0 or p >= 1:
+            return np.full(u.shape, p)
+        scale = (1 - self.icc) / self.icc
+        return np.asarray(sps.beta.ppf(u, p * scale, (1 - p) * scale), dtype=float)
+
+    def reject(self, cell_rate: float, alpha: float) -> np.ndarray:
+        rates = self._trial_rates(cell_rate, self.trial_u)
+        cell_k = (self.session_u < rates[..., None]).sum(axis=-1).astype(float)
+        k = np.concatenate([cell_k[:, None, :], self.fixed_k], axis=1)
+        n = np.full_like(k, float(self.design.sessions))
+        phi, df = self.clustered.pooled_dispersion(*self.clustered.cell_spread(k, n))
+        big_k, big_n = k.sum(axis=-1), n.sum(axis=-1)
+        p = self.clustered.quasi_test(big_k[:, 0], big_n[:, 0], big_k[:, 1], big_n[:, 1], phi, df)
+        fisher = df <= 0
+        if fisher.any():
+            total = int(big_n[0, 0])
+            if total <= MAX_EXACT_N:
+                table = fisher_pvalues(total, total)
+                p = np.where(fisher, table[big_k[:, 0].astype(int), big_k[:, 1].astype(int)], p)
+        return np.asarray(p < alpha)
