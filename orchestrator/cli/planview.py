@@ -137,9 +137,13 @@ def _proportion_lines(plan: Plan, tests: int) -> list[str]:
         lines.append(f"  baseline at {rate:.0%}: {_dirs(d)} (Holm: {_dirs(strict)})")
     if plan.replicates > 1:
         lines.append(
-            "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication) "
-            "when trials can be compared: it has less power than Fisher's, so read these as best cases"
+            "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication); "
+            "its 80% power, simulated with every other cell at the baseline rate and no extra trial-to-trial variation:"
         )
+        others = tuple([0.0] * max(0, len(plan.cells) - 2))
+        for rate in (0.0, 0.02, 0.05, 0.15):
+            design = power.Design(sessions=sessions, trials=plan.replicates, other_rates=tuple(rate for _ in others))
+            lines.append(f"  baseline at {rate:.0%}: {_dirs(power.quasi_detectable(design, rate))}")
     return lines
 
 
