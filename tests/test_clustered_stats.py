@@ -11,14 +11,19 @@ design), 3.1 points at S = 450 (adaptive). bench/bench_stats.py prints the full 
 
 from __future__ import annotations
 
+import html
 import math
+import re
 
 import numpy as np
 import pytest
+from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core import clustered, clustersim
 from orchestrator.core.sequential import SequentialPolicy, decide
 from orchestrator.core.stats import fisher_exact, rate_difference_ci, wilson_interval
+from orchestrator.report.build import build_report
+from orchestrator.report.render import render_report
 
 ALPHA = 0.05
 SESSIONS = 40
@@ -175,3 +180,40 @@ def test_simulated_fisher_is_scipy_fisher() -> None:
     assert list(got) == [
         fisher_exact(int(a), int(b), int(c), int(d)) for a, b, c, d in zip(k1, n1, k2, n2, strict=True)
     ]
+
+
+# ----------------------------------------------------------------------------- in the report
+
+
+def test_report_keeps_fisher_with_one_trial_per_cell_and_says_why() -> None:
+    report = build_report(*synthetic_run(replicates=1, baseline=ALL_OFF, failures=False))
+    assert report.comparison == {
+        "corruption": "Fisher's exact test on sessions pooled over trials, assuming independent sessions "
+        "(with one trial per cell, trial-to-trial variation cannot be estimated)"
+    }
+    base = next(c for c in report.cells if c.is_baseline).proportions["corruption"].rate
+    for cell in report.cells:
+        p = cell.proportions["corruption"]
+        assert (p.rate.low, p.rate.high) == pytest.approx(wilson_interval(p.rate.k, p.rate.n))
+        if not cell.is_baseline:
+            assert p.p == fisher_exact(p.rate.k, p.rate.n, base.k, base.n)
+
+
+def test_report_with_replicates_uses_the_quasi_binomial_test_and_names_it() -> None:
+    manifest, records = synthetic_run(replicates=3, baseline=ALL_OFF, failures=False)
+    report = build_report(manifest, records)
+    trials: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        m = r.metrics["corruption"]
+        trials.setdefault(r.cell, []).append((m.k or 0, m.n or 0))
+    disp = clustered.dispersion(list(trials.values()))
+    assert disp.estimable and report.comparison["corruption"] == disp.method()
+    base = next(c for c in report.cells if c.is_baseline).proportions["corruption"].rate
+    for cell in report.cells:
+        p = cell.proportions["corruption"]
+        assert (p.rate.low, p.rate.high) == pytest.approx(clustered.rate_interval(p.rate.k, p.rate.n, disp))
+        if not cell.is_baseline:
+            want = clustered.compare(p.rate.k, p.rate.n, base.k, base.n, disp)
+            assert (p.p, p.diff, p.diff_low, p.diff_high) == pytest.approx((want.p, want.diff, want.low, want.high))
+    page = " ".join(html.unescape(re.sub(r"<[^>]+>", "", render_report(report))).split())
+    assert f"for proportions by {disp.method()}, for numbers by Mann-Whitney U" in page
