@@ -248,3 +248,24 @@ def test_roles_are_checked_against_the_inventory(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="role 'prefill' is not in the inventory") as info:
             check_against_inventory(make_matrix(FACTORS, **extra), bed.deployment.testbed)
         assert where in str(info.value)
+
+
+def test_the_simulators_exposition_parses_back_to_what_it_observed() -> None:
+    from orchestrator.sim.flags import SimConfig
+    from orchestrator.sim.metrics import WorkerMetrics
+
+    class Engine:
+        running: dict[int, str] = {1: "{}", 2: "{}"}
+
+        def _enter(self, arguments_json: str) -> tuple[int, int]:
+            return 0, 0
+
+    metrics = WorkerMetrics(SimConfig(role="decode"), Engine())
+    for seconds in (0.003, 0.004, 0.3):
+        metrics._observe(0.0, seconds, 400, 40)
+    got = parse(metrics.exposition().decode(), KEEP_SGLANG)
+    assert got.counters["sglang:num_requests_total"] == 3 and got.counters["sglang:prompt_tokens_total"] == 300
+    assert got.gauges["sglang:num_running_reqs"] == 2
+    e2e = got.histograms["sglang:e2e_request_latency_seconds"]
+    assert (e2e.count, round(e2e.total, 6)) == (3, 0.307)
+    assert dict(e2e.buckets)[0.005] == 2 and dict(e2e.buckets)[0.4] == 3 and e2e.buckets[-1] == (math.inf, 3)
