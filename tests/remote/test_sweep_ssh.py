@@ -90,6 +90,12 @@ def test_sweep_over_ssh_end_to_end(testbed: Testbed, tmp_path: Path, capsys, tes
     manifest = yaml.safe_load((run_dir / "run.json").read_text())  # JSON is YAML
     assert "orchestrator.sim.server" in manifest["hosts"]["decode"]["exec_start"]  # systemd's ExecStart argv
     assert '"version": "sim-0.1"' in manifest["hosts"]["decode"]["server_info"]
+    # provenance over SSH: no nvidia-smi on the hosts, every trial says what served it (systemd's ExecStart)
+    assert manifest["hosts"]["decode"]["gpu_model"] == "not available"
+    assert all(set(t.provenance) == {"prefill", "decode", "router"} for t in trials)
+    first = {t.provenance["decode"].exec_start for t in trials} - {""}
+    assert len(first) == 1 and "orchestrator.sim.server" in first.pop()  # told once, then its digest
+    assert sum(g["count"] for g in manifest["served"]) == 4 * 3
 
 
 def test_systemd_dialect_edit_next_to_an_ignored_export_line_still_takes_effect(
