@@ -55,22 +55,24 @@ def fisher_p(k1: IntArray, n1: IntArray, k2: IntArray, n2: IntArray) -> npt.NDAr
 
 
 def cell_p_values(
-    k: IntArray, sessions: int, with_old: bool = True
+    k: IntArray, sessions: int, with_old: bool = True, cells: slice = slice(1, None)
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """(old, new) p of every non-baseline cell vs the baseline, shape (sweeps, cells - 1).
+    """(old, new) p of the non-baseline cells `cells` vs the baseline, shape (sweeps, len(cells)).
 
     old: Fisher on the summed counts (the report before the trial became the unit). new: what
-    the report does now: the quasi-binomial test with phi pooled over the sweep's cells, Fisher
-    where phi cannot be estimated. with_old=False skips the old p (nan) where new does not need it.
+    the report does now: the quasi-binomial test with phi pooled over ALL the sweep's cells,
+    Fisher where phi cannot be estimated. with_old=False skips the old p (nan) where new does
+    not need it (Fisher is the slow part).
     """
     n = np.full_like(k, sessions)
     big_k, big_n = k.sum(axis=-1), n.sum(axis=-1)
     phi, df = clustered.pooled_dispersion(*clustered.cell_spread(k, n))
-    quasi = clustered.quasi_test(big_k[:, 1:], big_n[:, 1:], big_k[:, :1], big_n[:, :1], phi[:, None], df[:, None])
+    kc, nc, kb, nb = big_k[:, cells], big_n[:, cells], big_k[:, :1], big_n[:, :1]
+    quasi = clustered.quasi_test(kc, nc, kb, nb, phi[:, None], df[:, None])
     rows = np.ones(k.shape[0], dtype=bool) if with_old else df <= 0
     old = np.full(quasi.shape, np.nan)
     if rows.any():
-        old[rows] = fisher_p(big_k[rows, 1:], big_n[rows, 1:], big_k[rows, :1], big_n[rows, :1])
+        old[rows] = fisher_p(kc[rows], nc[rows], kb[rows], nb[rows])
     new = np.where(df[:, None] > 0, quasi, old)
     return old, new
 
