@@ -116,6 +116,11 @@ def test_one_testbed_is_driven_by_one_controller(pg_url: str) -> None:
         a.finish(first.id, "completed", "ok")
         assert b.claim().id == second.id  # type: ignore[union-attr]
         assert [i.state for i in a.items()] == ["completed", "running", "running"]
+        b.close()  # b's controller is gone: its session and locks with it
+        assert a.remove(other.id).id == other.id  # a dead controller's running item may be removed
+        assert [i.id for i in a.items()] == [first.id, second.id]
+        assert a.claim().id == second.id  # type: ignore[union-attr]  (taken back: b is gone)
+        assert "lost its queue session" in a.get(second.id).message
     finally:
         a.close()
         b.close()
