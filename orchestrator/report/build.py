@@ -19,17 +19,25 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal
+from typing import Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from orchestrator.core import clustered, stats
+from orchestrator.core import clustered, findings, power, ranks, stats
 from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
+from orchestrator.report.effects import (  # noqa: F401 (EffectView, InteractionView re-exported)
+    EffectView,
+    InteractionView,
+    NeighbourView,
+    NumberEffectView,
+    number_views,
+    proportion_views,
+)
 from orchestrator.report.provenance import Served, ServedGroup, controller_lines, served
 from orchestrator.report.servertable import ServerTable, server_table
 from orchestrator.store.journal import TrialRow
@@ -38,6 +46,7 @@ DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps ev
 FAILURE_CAP = 500
 TRIAL_RATES_SHOWN = 12
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
+ON_WORDS = frozenset({"on", "1", "true", "yes", "y", "enabled", "enable"})
 
 FindingKind = Literal["finding", "null", "caution", "info"]
 # Full records for the rows the page shows in detail (failures, drill-down), in the same order.
@@ -79,9 +88,10 @@ class BoxStats(Frozen):
 class NumberCell(Frozen):
     n: int
     median: float | None
-    low: float | None
+    low: float | None  # order-statistic interval of the median; None when n is too small for 95%
     high: float | None
     box: BoxStats | None
+    coverage: float | None = None  # the interval's exact coverage (>= 95%)
     p: float | None = None
     p_holm: float | None = None
     significant: bool = False
@@ -96,33 +106,6 @@ class CellView(Frozen):
     failed: int
     proportions: dict[str, ProportionCell]
     numbers: dict[str, NumberCell]
-
-
-class EffectView(Frozen):
-    metric: str
-    factor: str
-    level: str
-    reference: str
-    given: dict[str, str]  # empty: main effect
-    estimate: float
-    low: float
-    high: float
-    clear: bool
-    strata: int
-
-
-class InteractionView(Frozen):
-    metric: str
-    factor: str
-    level: str
-    reference: str
-    moderator: str
-    moderator_level: str
-    moderator_reference: str
-    estimate: float
-    low: float
-    high: float
-    clear: bool
 
 
 class Finding(Frozen):
@@ -235,7 +218,11 @@ class Report(Frozen):
     failed: int
     cells: list[CellView]
     effects: list[EffectView]
-    interactions: list[InteractionView]
+    interactions: list[InteractionView]  # two- and three-way, each set of factors once
+    number_effects: list[NumberEffectView] = []
+    neighbours: list[NeighbourView] = []  # the highest cell vs each cell one factor away
+    policy: str = ""  # the multiplicity policy, in one sentence
+    tests: dict[str, int] = {}  # per metric: the size of the family the policy corrects over
     headline: list[Finding]
     drift: list[DriftView]
     failures: list[FailureView]
@@ -248,6 +235,7 @@ class Report(Frozen):
     gates: list[Gate] = []  # the matrix's gates; report.gates checks them against the cells
     # per proportion metric: how cells were compared with the baseline, one sentence (trial = unit)
     comparison: dict[str, str] = {}
+    dispersion: dict[str, float] = {}  # per proportion metric: phi, when the quasi-binomial test compared cells
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -302,9 +290,14 @@ def _build(
     baseline_cell = _baseline_cell(manifest, levels_of)
     failed = [t for t in rows if t.status != "completed"]
     cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, frame)
-    effects, interactions = _effects(manifest, cells)
-    drift = _drift(manifest, baseline_cell, frame)
     primary = _primary_metric(manifest.metrics)
+    effects, interactions = _effects(manifest, cells, frame)
+    number_effects = _number_effects(manifest, frame, levels_of)
+    neighbours = _neighbour_tests(manifest, cells, primary, frame)
+    cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
+        cells, effects, interactions, number_effects, neighbours
+    )
+    drift = _drift(manifest, baseline_cell, frame)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
     report = Report(
         run_id=manifest.run_id,
@@ -326,6 +319,10 @@ def _build(
         cells=cells,
         effects=effects,
         interactions=interactions,
+        number_effects=number_effects,
+        neighbours=neighbours,
+        policy=findings.policy_sentence(tests) if any(tests.values()) else "",
+        tests=tests,
         headline=[],
         drift=drift,
         failures=[_failure_view(t, manifest.redactor) for t in failures],
@@ -341,6 +338,7 @@ def _build(
             for m, kind in manifest.metrics.items()
             if kind == "proportion"
         },
+        dispersion=_estimated_phi(manifest, frame),
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
@@ -550,14 +548,15 @@ def _number_cells(rows: pd.DataFrame, cell_ids: Sequence[str], baseline_cell: st
     pvalues = {c: stats.mann_whitney(values[c], base) for c in others}
     adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
     result = {}
-    for seed, cell in enumerate(cell_ids):
+    for cell in cell_ids:
         data = values.get(cell, empty)
-        interval = stats.median_ci(data, seed=seed)
+        interval = ranks.median_interval(data)
         result[cell] = NumberCell(
             n=int(data.size),
             median=_finite(interval.estimate),
-            low=_finite(interval.low),
-            high=_finite(interval.high),
+            low=interval.low,
+            high=interval.high,
+            coverage=interval.coverage,
             box=_box(data),
             p=pvalues.get(cell),
             p_holm=adjusted.get(cell),
@@ -583,7 +582,10 @@ def _finite(value: float) -> float | None:
 # ----------------------------------------------------------------------------- effects, drift
 
 
-def _effects(manifest: RunManifest, cells: Sequence[CellView]) -> tuple[list[EffectView], list[InteractionView]]:
+def _effects(
+    manifest: RunManifest, cells: Sequence[CellView], frame: pd.DataFrame
+) -> tuple[list[EffectView], list[InteractionView]]:
+    """Effects and interactions per proportion metric, under the same dispersion as the cell tests."""
     effects: list[EffectView] = []
     interactions: list[InteractionView] = []
     for metric, kind in manifest.metrics.items():
@@ -594,41 +596,149 @@ def _effects(manifest: RunManifest, cells: Sequence[CellView]) -> tuple[list[Eff
             for c in cells
             if c.proportions[metric].rate.n
         ]
-        found = stats.factor_effects(counts, manifest.factors, manifest.baseline)
-        effects.extend(_effect_view(metric, e) for e in found.main + found.conditional)
-        interactions.extend(_interaction_view(metric, i) for i in found.interactions)
+        disp = _dispersion(frame[frame.metric == metric])
+        found, inter = proportion_views(
+            metric, counts, manifest.factors, manifest.baseline, phi=disp.phi, df=disp.df if disp.estimable else 0.0
+        )
+        effects += found
+        interactions += inter
     return effects, interactions
 
 
-def _effect_view(metric: str, e: stats.Effect) -> EffectView:
-    return EffectView(
-        metric=metric,
-        factor=e.factor,
-        level=e.level,
-        reference=e.reference,
-        given=dict(e.given),
-        estimate=e.interval.estimate,
-        low=e.interval.low,
-        high=e.interval.high,
-        clear=e.clear,
-        strata=e.strata,
+def _number_effects(
+    manifest: RunManifest, frame: pd.DataFrame, levels_of: Mapping[str, dict[str, str]]
+) -> list[NumberEffectView]:
+    """Per factor, a numeric metric's values with the level vs the baseline's level (the canary)."""
+    views: list[NumberEffectView] = []
+    for metric, kind in manifest.metrics.items():
+        rows = frame[frame.metric == metric]
+        if kind != "number" or rows.empty:
+            continue
+        cells = [
+            findings.CellValues(levels_of.get(str(cell), {}), tuple(float(v) for v in group.value))
+            for cell, group in rows.groupby("cell", sort=False)
+        ]
+        views += number_views(metric, cells, manifest.factors, manifest.baseline)
+    return views
+
+
+def _neighbour_tests(
+    manifest: RunManifest, cells: Sequence[CellView], metric: str | None, frame: pd.DataFrame
+) -> list[NeighbourView]:
+    """The highest cell vs each measured cell one factor away (what its rate needs), by the same
+    test as the cells vs the baseline (quasi-binomial with replicates, else Fisher).
+
+    Empty when the highest cell is the baseline: then these are the cell-vs-baseline tests,
+    and the report quotes those (one number per comparison, the same in prose and table)."""
+    if metric is None or manifest.metrics.get(metric) != "proportion":
+        return []
+    measured = [c for c in cells if c.proportions[metric].rate.n]
+    if not measured:
+        return []
+    high = _highest(measured, metric)
+    if high.is_baseline:
+        return []
+    k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
+    disp = _dispersion(frame[frame.metric == metric])
+    views = []
+    for factor, cell in _one_factor_away(manifest.factors, measured, high):
+        rate = cell.proportions[metric].rate
+        p = _versus_baseline(k, n, rate.k, rate.n, disp).p
+        views.append(
+            NeighbourView(
+                metric=metric, cell=cell.cell, factor=factor, level=cell.levels[factor], k=rate.k, n=rate.n, p=p
+            )
+        )
+    return views
+
+
+def _highest(cells: Sequence[CellView], metric: str) -> CellView:
+    """The cell with the highest rate; on a tie the baseline (then plan order), so a tie never
+    turns the baseline's own comparisons into a second set of tests."""
+    return max(cells, key=lambda c: (c.proportions[metric].rate.rate or 0.0, c.is_baseline))
+
+
+def _one_factor_away(
+    factors: Mapping[str, Sequence[str]], cells: Sequence[CellView], high: CellView
+) -> list[tuple[str, CellView]]:
+    found = []
+    for cell in cells:
+        if cell is high:
+            continue
+        diff = [f for f in factors if cell.levels.get(f) != high.levels.get(f)]
+        if len(diff) == 1 and set(cell.levels) == set(high.levels):
+            found.append((diff[0], cell))
+    return found
+
+
+def _apply_policy(
+    cells: Sequence[CellView],
+    effects: Sequence[EffectView],
+    interactions: Sequence[InteractionView],
+    number_effects: Sequence[NumberEffectView],
+    neighbours: Sequence[NeighbourView],
+) -> tuple[
+    list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
+]:
+    """One policy: per metric, Holm over every test the report could call a finding about it (each
+    cell vs the baseline, every effect and interaction, the numeric effects, the highest cell's
+    one-factor comparisons). Sets p_holm, and significant / finding from it."""
+    family: dict[tuple[str, str, str], float] = {}
+    for c in cells:
+        family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
+        family.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
+    groups: dict[str, Sequence[EffectView | InteractionView | NumberEffectView | NeighbourView]] = {
+        "effect": effects,
+        "interaction": interactions,
+        "number_effect": number_effects,
+        "neighbour": neighbours,
+    }
+    for name, items in groups.items():
+        family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
+    adjusted: dict[tuple[str, str, str], float] = {}
+    sizes: dict[str, int] = {}
+    for metric in dict.fromkeys(key[1] for key in family):
+        ours = {key: p for key, p in family.items() if key[1] == metric}
+        adjusted.update(findings.adjust(ours))
+        sizes[metric] = len(ours)
+
+    new_cells = [
+        c.model_copy(
+            update={
+                "proportions": {
+                    m: _significance(v, adjusted.get(("rate", m, c.cell))) for m, v in c.proportions.items()
+                },
+                "numbers": {m: _significance(v, adjusted.get(("number", m, c.cell))) for m, v in c.numbers.items()},
+            }
+        )
+        for c in cells
+    ]
+    return (
+        new_cells,
+        _holm_items("effect", effects, adjusted),
+        _holm_items("interaction", interactions, adjusted),
+        _holm_items("number_effect", number_effects, adjusted),
+        _holm_items("neighbour", neighbours, adjusted),
+        sizes,
     )
 
 
-def _interaction_view(metric: str, i: stats.Interaction) -> InteractionView:
-    return InteractionView(
-        metric=metric,
-        factor=i.factor,
-        level=i.level,
-        reference=i.reference,
-        moderator=i.moderator,
-        moderator_level=i.moderator_level,
-        moderator_reference=i.moderator_reference,
-        estimate=i.interval.estimate,
-        low=i.interval.low,
-        high=i.interval.high,
-        clear=i.clear,
-    )
+_Tested = TypeVar("_Tested", EffectView, InteractionView, NumberEffectView, NeighbourView)
+
+
+def _holm_items(name: str, items: Sequence[_Tested], adjusted: Mapping[tuple[str, str, str], float]) -> list[_Tested]:
+    """The views with their family-wise p and whether that makes them a finding."""
+    keys = [(name, item.metric, str(i)) for i, item in enumerate(items)]
+    return [
+        item.model_copy(update={"p_holm": adjusted[key], "finding": findings.is_finding(adjusted[key])})
+        for key, item in zip(keys, items, strict=True)
+    ]
+
+
+def _significance(view: ProportionCell | NumberCell, p_holm: float | None) -> ProportionCell | NumberCell:
+    if p_holm is None:
+        return view
+    return view.model_copy(update={"p_holm": p_holm, "significant": findings.is_finding(p_holm)})
 
 
 def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame) -> list[DriftView]:
@@ -664,17 +774,54 @@ def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame
 
 
 def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> list[Finding]:
-    """Plain sentences with numbers, most important first."""
-    findings = _status_findings(report)
+    """Plain sentences with numbers, most important first: the status, then each flag changed
+    alone from the baseline, then the highest cell and what it needs, interactions, numbers."""
+    found = _status_findings(report)
     metric = report.primary_metric
     if metric and report.metrics.get(metric) == "proportion":
-        findings += _outcome_findings(report, metric)
-        findings += _interaction_findings(report, metric)
-        findings += _noise_findings(report, metric)
-    findings += _moved_findings(report, metric)
-    findings += _drift_findings(report)
-    findings += _failure_findings(report, failed)
-    return findings
+        found += _single_flag_findings(report, metric)
+        found += _outcome_findings(report, metric)
+        found += _interaction_findings(report, metric)
+        found += _noise_findings(report, metric)
+    found += _number_effect_findings(report, metric)
+    found += _moved_findings(report, metric)
+    found += _drift_findings(report)
+    found += _failure_findings(report, failed)
+    return found
+
+
+def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
+    """The headline opens with the simplest question: each flag changed alone from the baseline.
+
+    These are the cells one factor away from the baseline, with the table's own numbers (its
+    Holm p, its significance), so the sentence and the Cells table can never disagree."""
+    base = _cell(report, report.baseline_cell)
+    if base is None or not base.proportions[metric].rate.n:
+        return []
+    measured = [c for c in report.cells if c.proportions[metric].rate.n]
+    singles = _one_factor_away(report.factors, measured, base)
+    if not singles:
+        return []
+    parts, moved = [], 0
+    for factor, cell in singles:
+        p = cell.proportions[metric]
+        moved += p.significant
+        verdict = "significant" if p.significant else "not significant"
+        parts.append(f"{_change(factor, cell.levels[factor])} gives {fmt_rate(p.rate)} ({fmt_p(p.p_holm)}, {verdict})")
+    tail = (
+        f"{moved} of {len(singles)} single-flag changes differ from the baseline"
+        if moved
+        else "no single-flag change differs significantly from the baseline"
+    )
+    return [
+        Finding(
+            kind="finding" if moved else "info",
+            text=(
+                f"{metric.capitalize()} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
+                f"({fmt_levels(base.levels)}). One flag at a time: {'; '.join(parts)}; {tail} (Holm)."
+            ),
+        )
+    ]
 
 
 def _status_findings(report: Report) -> list[Finding]:
@@ -721,7 +868,7 @@ def _outcome_findings(report: Report, metric: str) -> list[Finding]:
     significant = [c for c in measured if c.proportions[metric].significant]
     if not significant:
         return [_null_finding(report, metric, measured, base)]
-    high = max(measured, key=lambda c: c.proportions[metric].rate.rate or 0.0)
+    high = _highest(measured, metric)
     findings = [_difference_finding(report, metric, high, base, significant)]
     cause = _cause_finding(report, metric, high)
     return findings + ([cause] if cause else [])
@@ -756,31 +903,29 @@ def _difference_finding(
 
 
 def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | None:
-    """Which of the high cell's levels are needed: change one at a time, does it go away?"""
-    neighbours = _neighbours(report, metric, high)
-    if not neighbours:
+    """Which of the high cell's levels are needed: change one at a time, does it go away?
+
+    Each comparison is quoted with the number the page shows for it: the Cells table's Holm p
+    when the high cell is the baseline, else the one-factor table's (report.neighbours)."""
+    tested = _cause_tests(report, metric, high)
+    if not tested:
         return None
-    k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
-    pvalues = [
-        stats.fisher_exact(k, n, c.proportions[metric].rate.k, c.proportions[metric].rate.n) for _, c in neighbours
-    ]
-    adjusted = stats.holm(pvalues)
-    needed = [(f, c, p) for (f, c), p in zip(neighbours, adjusted, strict=True) if p < stats.ALPHA]
-    not_needed = [(f, c, p) for (f, c), p in zip(neighbours, adjusted, strict=True) if p >= stats.ALPHA]
+    needed = [(f, c, p) for f, c, p, sig in tested if sig]
+    not_needed = [(f, c, p) for f, c, p, sig in tested if not sig]
     text = _needed_text(metric, high, needed) + _not_needed_text(metric, high, not_needed)
     return Finding(kind="finding", text=text.strip()) if text.strip() else None
 
 
-def _neighbours(report: Report, metric: str, high: CellView) -> list[tuple[str, CellView]]:
-    """Measured cells that differ from `high` in exactly one factor."""
-    found = []
-    for cell in report.cells:
-        if cell is high or not cell.proportions[metric].rate.n:
-            continue
-        diff = [f for f in report.factors if cell.levels.get(f) != high.levels.get(f)]
-        if len(diff) == 1 and set(cell.levels) == set(high.levels):
-            found.append((diff[0], cell))
-    return found
+def _cause_tests(report: Report, metric: str, high: CellView) -> list[tuple[str, CellView, float, bool]]:
+    """(factor, neighbour cell, Holm p, significant) for each cell one factor away from `high`."""
+    if high.is_baseline:
+        measured = [c for c in report.cells if c.proportions[metric].rate.n]
+        return [
+            (f, c, c.proportions[metric].p_holm or 1.0, c.proportions[metric].significant)
+            for f, c in _one_factor_away(report.factors, measured, high)
+        ]
+    by_id = {c.cell: c for c in report.cells}
+    return [(nb.factor, by_id[nb.cell], nb.p_holm, nb.finding) for nb in report.neighbours if nb.metric == metric]
 
 
 def _needed_text(metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> str:
@@ -789,7 +934,6 @@ def _needed_text(metric: str, high: CellView, needed: Sequence[tuple[str, CellVi
     factors = [f for f, _, _ in needed]
     worst = max(needed, key=lambda item: item[1].proportions[metric].rate.rate or 0.0)
     top = worst[1].proportions[metric].rate
-    pmax = max(p for _, _, p in needed)
     names = _join([f"{f}={high.levels[f]}" for f in factors])
     changes = [_change(f, c.levels[f]) for f, c, _ in needed]
     if len(needed) == 1:
@@ -798,9 +942,10 @@ def _needed_text(metric: str, high: CellView, needed: Sequence[tuple[str, CellVi
         subject = f"It needs {names} together: turning off any one of them"
     else:
         subject = f"It needs {names} together: changing any one of them ({'; '.join(changes)})"
+    pvalues = ", ".join(f"{fmt_p(p)} for {f}" for f, _, p in needed)
     return (
         f"{subject} takes it to at most {fmt_pct(top.rate)} (95% upper limit "
-        f"{fmt_pct(top.high)}; each {fmt_p(pmax, '≤')} vs that cell, Holm). "
+        f"{fmt_pct(top.high)}; vs that cell {pvalues}, Holm). "
     )
 
 
@@ -810,12 +955,15 @@ def _not_needed_text(metric: str, high: CellView, rest: Sequence[tuple[str, Cell
         f"({fmt_p(p)}, not significantly lower)"
         for f, c, p in rest
     ]
-    return ("; ".join(parts).capitalize() + ".") if parts else ""
+    text = "; ".join(parts)
+    return (text[0].upper() + text[1:] + ".") if parts else ""  # capitalize() would lowercase names
 
 
 def _change(factor: str, level: str) -> str:
     if level.lower() in OFF_WORDS:
         return f"turning off {factor}"
+    if level.lower() in ON_WORDS:
+        return f"turning on {factor}"
     return f"setting {factor}={level}"
 
 
@@ -828,60 +976,163 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
         )
     nearest = min(others, key=lambda c: c.proportions[metric].p_holm or 1.0)
     p = nearest.proportions[metric]
-    n_min = min(c.proportions[metric].rate.n for c in measured)
-    p0 = min(max(base_rate.rate or 0.0, 0.0), 0.99)
-    # a fall from p0 is a rise from 1 - p0 in the complement: take the easier direction
-    mdd = min(stats.min_detectable_difference(n_min, p0), stats.min_detectable_difference(n_min, min(1.0 - p0, 0.99)))
     return Finding(
         kind="null",
         text=(
             f"No significant difference in {metric} between any cell and the baseline, which is at "
             f"{fmt_rate(base_rate)}. Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
-            f"({fmt_p(p.p_holm)}, Holm). With {n_min} sessions in the smallest cell, this run had 80% "
-            f"power only for differences of about {mdd * 100:.1f} points or more (per comparison, "
-            "before the Holm adjustment)."
+            f"({fmt_p(p.p_holm)}, Holm). " + _power_text(report, metric, measured, base)
         ),
     )
 
 
-def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
-    """ "overlap matters only when cuda_graph is on": clear interaction + conditional effects."""
-    found: list[Finding] = []
-    seen: set[frozenset[str]] = set()
-    ranked = sorted((i for i in report.interactions if i.metric == metric and i.clear), key=lambda i: -abs(i.estimate))
-    for inter in ranked:
-        pair = frozenset((inter.factor, inter.moderator))
-        if pair in seen or len(found) >= limit:
-            continue
-        seen.add(pair)
-        text = _interaction_text(report, metric, inter)
-        if text:
-            found.append(Finding(kind="finding", text=text))
+def _estimated_phi(manifest: RunManifest, frame: pd.DataFrame) -> dict[str, float]:
+    found = {}
+    for metric, kind in manifest.metrics.items():
+        if kind == "proportion":
+            disp = _dispersion(frame[frame.metric == metric])
+            if disp.estimable:
+                found[metric] = disp.phi
     return found
 
 
+def _power_text(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> str:
+    """The power of the comparison the report made: exact Fisher, or the quasi-binomial test
+    simulated on this design (trials, sessions, the other cells' rates, the estimated dispersion)."""
+    others = [c for c in measured if not c.is_baseline]
+    smallest = min(others, key=lambda c: c.proportions[metric].rate.n)
+    base_rate = base.proportions[metric].rate
+    tests = report.tests.get(metric, 1)
+    trials = min(c.proportions[metric].trials for c in measured)
+    if metric not in report.dispersion or trials < 2:
+        return power_sentence(smallest.proportions[metric].rate.n, base_rate.n, base_rate.rate or 0.0, tests)
+    design = power.Design(
+        sessions=max(1, round(base_rate.n / max(base.proportions[metric].trials, 1))),
+        trials=trials,
+        other_rates=tuple(c.proportions[metric].rate.rate or 0.0 for c in others if c is not smallest),
+        phi=max(1.0, report.dispersion[metric]),
+    )
+    return quasi_power_sentence(design, base_rate.rate or 0.0, tests)
+
+
+def quasi_power_sentence(design: power.Design, base_rate: float, tests: int) -> str:
+    """Simulated power of the quasi-binomial comparison (core.power.quasi_detectable)."""
+    per_test = power.quasi_detectable(design, base_rate)
+    text = (
+        f"With {design.trials} trials of {design.sessions} sessions per cell, this run's quasi-binomial comparison "
+        f"had 80% power only for differences of about {_directions(per_test)} (simulated on this design: "
+        f"{power.SIM_SWEEPS} sweeps, the other cells at their observed rates, dispersion {design.phi:.2f}; at p < "
+        f"{stats.ALPHA:g}"
+    )
+    if tests > 1:
+        strict = power.quasi_detectable(design, base_rate, alpha=stats.ALPHA / tests)
+        text += f"; to pass Holm's first step over {tests} tests: {_directions(strict)}"
+    return text + ")."
+
+
+def power_sentence(n_cell: int, n_base: int, base_rate: float, tests: int) -> str:
+    """What this design could have detected: exact Fisher power (core.power), both directions,
+    per comparison and at the strictest Holm step over the report's `tests`."""
+    per_test = power.detectable(n_cell, n_base, base_rate)
+    text = (
+        f"With {n_cell} sessions in the smallest cell and {n_base} in the baseline, this run had 80% power "
+        f"only for differences of about {_directions(per_test)} (exact power of Fisher's test at p < {stats.ALPHA:g}"
+    )
+    if tests > 1:
+        strict = power.detectable(n_cell, n_base, base_rate, alpha=stats.ALPHA / tests)
+        text += f"; to pass Holm's first step over {tests} tests: {_directions(strict)}"
+    return text + ")."
+
+
+def _directions(d: power.Detectable) -> str:
+    """'+9.7 points (to 9.7%) or no fall'; 'no rise (not even to 100%)' when none reaches 80%."""
+    up = f"+{d.rise * 100:.1f} points (to {_pct(d.baseline + d.rise)}%)" if d.rise is not None else ""
+    down = f"-{d.fall * 100:.1f} points (to {_pct(d.baseline - d.fall)}%)" if d.fall is not None else ""
+    up = up or ("no rise" if d.baseline >= 1 else "no rise (not even to 100%)")
+    down = down or ("no fall" if d.baseline <= 0 else "no fall (not even to 0%)")
+    return f"{up} or {down}"
+
+
+def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
+    """Interactions that survive the policy: three-way first (an AND of three flags), then
+    "overlap matters only when cuda_graph is on" for two-way ones."""
+    ranked = sorted(
+        (i for i in report.interactions if i.metric == metric and i.finding),
+        key=lambda i: (-i.order, i.p_holm, -abs(i.estimate)),
+    )
+    texts = [_interaction_text(report, metric, inter) for inter in ranked]
+    return [Finding(kind="finding", text=t) for t in texts if t][:limit]
+
+
 def _interaction_text(report: Report, metric: str, inter: InteractionView) -> str:
+    if inter.order > 2:
+        return (
+            f"{_join(inter.factors)} act together on {metric}: their {inter.order}-way interaction is "
+            f"{fmt_pts(inter)} ({fmt_p(inter.p_holm)}, Holm), so the effect of any one of them depends on "
+            "the levels of all the others (an AND, not a sum of pairwise effects)."
+        )
+    options = [_two_way_text(report, metric, inter, i) for i in (0, 1)]
+    readable = [t for t in options if t]
+    only = [t for t in readable if " only when " in t]
+    return (only or readable or [""])[0]
+
+
+def _two_way_text(report: Report, metric: str, inter: InteractionView, which: int) -> str:
+    factor, level, ref = inter.factors[which], inter.levels[which], inter.references[which]
+    m = inter.factors[1 - which]
     conditional = {
-        e.given[inter.moderator]: e
+        e.given[m]: e
         for e in report.effects
-        if e.metric == metric
-        and e.factor == inter.factor
-        and e.level == inter.level
-        and list(e.given) == [inter.moderator]
+        if e.metric == metric and e.factor == factor and e.level == level and list(e.given) == [m]
     }
-    at_level = conditional.get(inter.moderator_level)
-    at_ref = conditional.get(inter.moderator_reference)
+    at_level, at_ref = conditional.get(inter.levels[1 - which]), conditional.get(inter.references[1 - which])
     if at_level is None or at_ref is None:
         return ""
     strong, weak = (at_level, at_ref) if abs(at_level.estimate) >= abs(at_ref.estimate) else (at_ref, at_level)
-    m = inter.moderator
-    how = "only when" if strong.clear and not weak.clear else "more when"
+    how = "only when" if strong.finding and not weak.finding else "more when"
     return (
-        f"{inter.factor} matters {how} {m}={strong.given[m]}: switching {inter.factor} from "
-        f"{inter.reference} to {inter.level} changes {metric} by {fmt_pts(strong)} with "
-        f"{m}={strong.given[m]}, but by {fmt_pts(weak)} with {m}={weak.given[m]} "
-        f"(interaction {fmt_pts(inter)})."
+        f"{factor} matters {how} {m}={strong.given[m]}: switching {factor} from {ref} to {level} changes "
+        f"{metric} by {fmt_pts(strong)} ({fmt_p(strong.p_holm)}) with {m}={strong.given[m]}, but by "
+        f"{fmt_pts(weak)} ({fmt_p(weak.p_holm)}) with {m}={weak.given[m]} (interaction {fmt_pts(inter)}, "
+        f"{fmt_p(inter.p_holm)}; all Holm)."
     )
+
+
+def _number_effect_findings(report: Report, primary: str | None, limit: int = 3) -> list[Finding]:
+    """A factor that moves a numeric metric (the anomaly canary), beside what the outcome did."""
+    moved = sorted((e for e in report.number_effects if e.finding), key=lambda e: e.p_holm)
+    return [Finding(kind="finding", text=_number_effect_text(report, e, primary)) for e in moved[:limit]]
+
+
+def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None) -> str:
+    ratio = e.ratio
+    if ratio is not None and ratio > 0:
+        times = f"{ratio:.1f}x" if ratio >= 1 else f"{1 / ratio:.1f}x"
+        size = f"{times} {'higher' if ratio >= 1 else 'lower'}"
+    else:
+        size = "higher" if e.shift > 0 else "lower"
+    interval = (
+        f" [{e.low:g}, {e.high:g}] ({e.coverage:.1%} coverage)"
+        if e.low is not None and e.high is not None and e.coverage is not None
+        else ""
+    )
+    text = (
+        f"Median {e.metric} is {size} with {e.factor}={e.level} than with {e.factor}={e.reference}: "
+        f"{e.median_level:g} vs {e.median_reference:g} over {e.n_level} vs {e.n_reference} trials "
+        f"(shift {e.shift:+g}{interval}; {fmt_p(e.p_holm)}, Holm, Mann-Whitney)"
+    )
+    outcome = next(
+        (
+            x
+            for x in report.effects
+            if x.metric == primary and x.factor == e.factor and x.level == e.level and not x.given
+        ),
+        None,
+    )
+    if outcome is not None:
+        verdict = "also a finding" if outcome.finding else "not a finding"
+        text += f"; the same change moves {primary} by {fmt_pts(outcome)} ({fmt_p(outcome.p_holm)}, {verdict})"
+    return text[0].upper() + text[1:] + "."
 
 
 def _noise_findings(report: Report, metric: str) -> list[Finding]:
@@ -963,7 +1214,12 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
             text=(
                 f"{metric}: with {max(others)} trial(s) per cell and {n_base} in the baseline, no "
                 f"difference could reach significance (the smallest possible p is {best:.2f}); run more "
-                "replicates to compare it between cells."
+                "replicates to compare it between cells"
+                + (
+                    " (the factor effects pool trials across cells and can still be tested)."
+                    if any(e.metric == metric for e in report.number_effects)
+                    else "."
+                )
             ),
         )
     ]
@@ -1096,11 +1352,12 @@ def fmt_pts(item: EffectView | InteractionView) -> str:
 
 
 def fmt_num(cell: NumberCell) -> str:
+    """320 [310-330] (96.9% coverage); no interval when too few values reach 95% (n < 6)."""
     if cell.median is None:
         return "no data"
-    if cell.low is None or cell.high is None:
-        return f"{cell.median:g}"
-    return f"{cell.median:g} [{cell.low:g}-{cell.high:g}]"
+    if cell.low is None or cell.high is None or cell.coverage is None:
+        return f"{cell.median:g} (too few values for a 95% interval)"
+    return f"{cell.median:g} [{cell.low:g}-{cell.high:g}] ({cell.coverage:.1%} coverage)"
 
 
 def fmt_p(p: float | None, op: str = "=") -> str:

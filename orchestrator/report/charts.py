@@ -74,13 +74,13 @@ def rate_chart(report: Report, metric: str) -> str:
 
 @_styled
 def effects_chart(report: Report, metric: str) -> str:
-    """Main and conditional effects in rate points with intervals; clear ones in red."""
+    """Main and conditional effects in rate points with raw intervals; findings (after Holm) in red."""
     effects = [e for e in report.effects if e.metric == metric]
     if not effects:
         return ""
     fig, ax = _figure(len(effects))
     for y, effect in enumerate(effects):
-        color = HIT if effect.clear else MUTED
+        color = HIT if effect.finding else MUTED
         est = effect.estimate * 100
         ax.errorbar(
             est, y, xerr=_err(est, effect.low * 100, effect.high * 100), fmt="s", color=color, capsize=3, markersize=4

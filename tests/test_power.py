@@ -1,0 +1,138 @@
+"""Power as stated in the report and in `orch plan` equals simulated power (pure, seeded).
+
+The old report said "80% power only for differences of about 1.0 points" whenever the baseline
+was 0% (a cap in the approximation); the true figure for 0/80 is about 10 points.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers.report_synth import synthetic_run
+from rich.console import Console
+from scipy import stats as sps
+
+from orchestrator.cli.planview import power_lines, print_plan
+from orchestrator.core import clustersim, power
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import make_plan
+from orchestrator.report.build import build_report
+
+
+def _simulated(n1: int, n2: int, p1: float, p2: float, alpha: float = 0.05, draws: int = 20000, seed: int = 0) -> float:
+    """Fisher's test on simulated binomial pairs (the table equals scipy's test: checked below)."""
+    rng = np.random.default_rng(seed)
+    table = power.fisher_pvalues(n1, n2)
+    k1, k2 = rng.binomial(n1, p1, size=draws), rng.binomial(n2, p2, size=draws)
+    return float(np.mean(table[k1, k2] < alpha))
+
+
+def test_fisher_table_is_scipys_fisher_exact() -> None:
+    rng = np.random.default_rng(1)
+    for n1, n2 in ((80, 80), (40, 120), (7, 3)):
+        table = power.fisher_pvalues(n1, n2)
+        for _ in range(150):
+            k1, k2 = int(rng.integers(0, n1 + 1)), int(rng.integers(0, n2 + 1))
+            expected = sps.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue
+            assert table[k1, k2] == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_zero_baseline_needs_about_10_points_not_1() -> None:
+    d = power.detectable(80, 80, 0.0)
+    assert d.rise is not None and 0.09 <= d.rise <= 0.105  # 9.7 points
+    assert d.fall is None  # nothing is below 0%
+
+
+@pytest.mark.parametrize(
+    ("n_cell", "n_base", "p0"),
+    [(80, 80, 0.0), (80, 80, 0.15), (120, 120, 0.05), (40, 120, 0.02), (200, 200, 0.5)],
+)
+def test_stated_power_is_within_2_points_of_simulated(n_cell: int, n_base: int, p0: float) -> None:
+    d = power.detectable(n_cell, n_base, p0)
+    for diff in (d.rise, -d.fall if d.fall is not None else None):
+        if diff is None:
+            continue
+        simulated = _simulated(n_cell, n_base, p0 + diff, p0, seed=n_cell + int(p0 * 100))
+        assert abs(simulated - 0.8) <= 0.02, (n_cell, n_base, p0, diff, simulated)
+    print(f"\n[power] {n_cell} vs {n_base} at {p0:.0%}: rise {d.rise}, fall {d.fall}")
+
+
+def test_the_reports_power_sentence_matches_simulation() -> None:
+    manifest, records = synthetic_run(replicates=1, sessions=80, rate=lambda levels: 0.0, failures=False)
+    report = build_report(manifest, records)
+    null = next(f.text for f in report.headline if f.kind == "null")
+    assert "80% power only for differences of about +" in null and "1.0 points" not in null
+    rise = float(re.search(r"about \+([0-9.]+) points", null).group(1)) / 100  # type: ignore[union-attr]
+    assert "or no fall" in null  # at a 0% baseline nothing can fall
+    simulated = _simulated(80, 80, rise, 0.0, seed=3)
+    assert abs(simulated - 0.8) <= 0.02, (rise, simulated)
+    holm = re.search(r"Holm's first step over (\d+) tests: \+([0-9.]+) points", null)
+    assert holm is not None
+    tests, strict = int(holm.group(1)), float(holm.group(2)) / 100
+    assert tests == report.tests["corruption"]
+    assert abs(_simulated(80, 80, strict, 0.0, alpha=0.05 / tests, seed=4) - 0.8) <= 0.02
+
+
+@pytest.mark.parametrize(("trials", "phi", "p0"), [(4, 1.0, 0.15), (6, 1.5, 0.05), (3, 1.0, 0.0)])
+def test_quasi_binomial_power_is_within_2_points_of_an_independent_simulation(
+    trials: int, phi: float, p0: float
+) -> None:
+    """With replicates the report compares cells by the quasi-binomial test; its stated power is
+    simulated on the design (core.power.quasi_detectable). Checked against the sweep simulator
+    the clustered tests use (beta-binomial trials, the report's own cell p-values), another seed."""
+    sessions, others = 40, (0.0, 0.02, 0.15, 0.0, 0.01, 0.0)
+    design = power.Design(sessions=sessions, trials=trials, other_rates=others, phi=phi)
+    d = power.quasi_detectable(design, p0)
+    icc = (phi - 1) / (sessions - 1)
+    for diff in (d.rise, -d.fall if d.fall is not None else None):
+        if diff is None:
+            continue
+        rng = np.random.default_rng(99)
+        k = clustersim.beta_binomial_trials(rng, 6000, [p0, p0 + diff, *others], trials, sessions, icc)
+        _, p = clustersim.cell_p_values(k, sessions, with_old=False)
+        simulated = float(np.mean(p[:, 0] < 0.05))
+        assert abs(simulated - 0.8) <= 0.02, (trials, phi, p0, diff, simulated)
+    assert d.rise is not None
+
+
+def test_the_reports_quasi_power_sentence_is_the_simulated_one() -> None:
+    manifest, records = synthetic_run(replicates=4, rate=lambda levels: 0.05, failures=False)
+    report = build_report(manifest, records)
+    null = next(f.text for f in report.headline if f.kind == "null")
+    assert "this run's quasi-binomial comparison had 80% power only for differences of about +" in null
+    rise = float(re.search(r"about \+([0-9.]+) points", null).group(1)) / 100  # type: ignore[union-attr]
+    base = next(c for c in report.cells if c.is_baseline).proportions["corruption"].rate
+    others = [c.proportions["corruption"].rate.rate or 0.0 for c in report.cells if not c.is_baseline][1:]
+    phi = float(re.search(r"dispersion ([0-9.]+);", null).group(1))  # type: ignore[union-attr]
+    assert phi == pytest.approx(max(1.0, report.dispersion["corruption"]), abs=0.005)
+    rng = np.random.default_rng(7)
+    rates = [base.k / base.n, base.k / base.n + rise, *others]
+    k = clustersim.beta_binomial_trials(rng, 6000, rates, 4, 40, (phi - 1) / 39)
+    _, p = clustersim.cell_p_values(k, 40, with_old=False)
+    assert abs(float(np.mean(p[:, 0] < 0.05)) - 0.8) <= 0.02
+
+
+def test_plan_states_power_before_the_sweep_and_numeric_floors() -> None:
+    repo = Path(__file__).resolve().parents[1]
+    matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
+    inventory = read_inventory(repo / "inventory" / "local.yaml")
+    plan = make_plan(matrix, next(iter(inventory.testbeds.values())), 1, matrix.replicates)
+    lines = power_lines(plan)
+    text = "\n".join(lines)
+    assert "80 sessions per cell (40 x 2 trials)" in text
+    zero = next(line for line in lines if "baseline at 0%" in line)
+    rise = float(re.search(r"a rise to ([0-9.]+)%", zero).group(1)) / 100  # type: ignore[union-attr]
+    assert abs(_simulated(80, 80, rise, 0.0, seed=5) - 0.8) <= 0.02
+    quasi = lines[lines.index(next(x for x in lines if "quasi-binomial test" in x)) + 1 :][:4]
+    assert [x.split(":")[0].strip() for x in quasi] == [f"baseline at {r}%" for r in (0, 2, 5, 15)]
+    fifteen = float(re.search(r"a rise to ([0-9.]+)%", quasi[3]).group(1)) / 100  # type: ignore[union-attr]
+    k = clustersim.beta_binomial_trials(np.random.default_rng(8), 6000, [0.15, fifteen] + [0.15] * 6, 2, 40, 0.0)
+    assert abs(float(np.mean(clustersim.cell_p_values(k, 40, with_old=False)[1][:, 0] < 0.05)) - 0.8) <= 0.02
+    assert "no cell can ever differ significantly from the baseline" in text  # 2 replicates: p >= 1/3
+    assert "smallest possible Mann-Whitney p = 0.33" in text and "anomalies" in text
+    console = Console(width=200, record=True)
+    print_plan(plan, console)
+    assert "no cell can ever differ significantly" in console.export_text()
