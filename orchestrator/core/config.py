@@ -213,6 +213,9 @@ class TestbedShape(_Shape):
 
 class InventoryShape(_Shape):
     testbeds: dict[str, TestbedShape] = Field(min_length=1)
+    # where relative env_file/state_dir paths start (absolute; default: the inventory's folder).
+    # `orch queue` writes it into the copy it keeps, so the copy reads like the original did.
+    base_dir: str | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -565,6 +568,10 @@ def read_inventory(path: Path, display: str | None = None) -> Inventory:
     data, source = load_yaml(path, display)
     shape = validate_shape(InventoryShape, data, source)
     base = path.resolve().parent
+    if shape.base_dir is not None:
+        if not Path(_no_control(shape.base_dir, source, ("base_dir",))).is_absolute():
+            raise source.error(("base_dir",), f"base_dir {shape.base_dir!r} is not absolute", "write an absolute path")
+        base = Path(shape.base_dir)
     testbeds = {name: _build_testbed(name, tb, base, source) for name, tb in shape.testbeds.items()}
     return Inventory(testbeds, source.file, source.text)
 
