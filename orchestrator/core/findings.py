@@ -330,7 +330,8 @@ def policy_sentence(tests: Mapping[str, int], alpha: float = ALPHA) -> str:
     return (
         f"Every finding survives Holm's correction over all the tests this report could call a finding "
         f"about its metric ({sizes}; each cell vs the baseline, each factor's main and conditional effects, "
-        "every two- and three-way interaction), so for each metric the chance of any false finding is at "
+        "every two- and three-way interaction, the highest cell vs each cell one factor away), so for each "
+        "metric the chance of any false finding is at "
         f"most {alpha:g}; raw 95% intervals are exploratory."
     )
 
