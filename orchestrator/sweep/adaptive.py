@@ -53,6 +53,8 @@ class AdaptiveSource(StepSource):
         self.on_decision = on_decision
         self.counts: dict[tuple[str, int], list[int]] = {}  # (cell, round) -> [k, n]
         self.trials: dict[int, tuple[str, int, int, int]] = {}  # trial -> (cell, round, k, n): the spread
+        self._seen = 0  # records counted so far: the inflation is recomputed only when data came in
+        self._inflations: dict[int, tuple[int, float]] = {}  # before_round -> (records seen, inflation)
         self.closed: dict[str, Decision] = {}
         self.cells = {s.trial.cell.id for s in steps if not s.trial.is_baseline}
         self.baseline = next((s.trial.cell.id for s in steps if s.trial.is_baseline), None)
@@ -102,6 +104,7 @@ class AdaptiveSource(StepSource):
         kn[0] += m.k or 0
         kn[1] += m.n
         self.trials[record.trial] = (record.cell, record.round, m.k or 0, m.n)
+        self._seen += 1
 
     def _admit(self, step: Step) -> bool:
         cell, rnd = step.trial.cell.id, step.trial.round
@@ -136,12 +139,18 @@ class AdaptiveSource(StepSource):
 
     def _inflation(self, before_round: int) -> float:
         """The variance inflation from every cell's trials of the rounds before (1 when the
-        trials show no spread to measure: e.g. every trial so far saw no event)."""
+        trials show no spread to measure: e.g. every trial so far saw no event). Cached until the
+        next record: every open cell asks before each round, and the answer is the same for all."""
+        cached = self._inflations.get(before_round)
+        if cached is not None and cached[0] == self._seen:
+            return cached[1]
         by_cell: dict[str, list[tuple[int, int]]] = {}
         for cell, rnd, k, n in self.trials.values():
             if rnd < before_round:
                 by_cell.setdefault(cell, []).append((k, n))
-        return dispersion(list(by_cell.values())).inflation()
+        value = dispersion(list(by_cell.values())).inflation()
+        self._inflations[before_round] = (self._seen, value)
+        return value
 
 
 def make_source(
