@@ -249,3 +249,19 @@ def test_simulator_flag_model_from_env() -> None:
     for bad in ({"SIM_CULPRITS": "a&b"}, {"SIM_CULPRITS": "a:2"}, {"SIM_CULPRITS": "a b:0.1"}):
         with pytest.raises(CulpritSpecError):
             model_from_env(bad)
+
+
+# ---------------------------------------------------------------- the command line (nothing touched)
+def test_plan_and_dry_run_show_the_first_wave_and_the_expected_cost(capsys) -> None:
+    from orchestrator.cli.main import main
+
+    matrix, inventory = str(REPO / "matrices" / "dsv4_hunt.yaml"), str(REPO / "inventory" / "local.yaml")
+    assert main(["plan", matrix, "-i", inventory]) == 0
+    out = capsys.readouterr().out
+    assert "hunt over 16 suspect flags" in out and "first wave: 18 trials" in out
+    assert "trial 2: all failing but bf16_index_k clean" in out
+    assert "expected: ~623 sessions (p90 765)" in out and "one flag at a time: 1,360 sessions" in out
+    assert main(["hunt", matrix, "-i", inventory, "--dry-run"]) == 0
+    assert "dry run: nothing was changed" in capsys.readouterr().out
+    assert main(["hunt", str(REPO / "matrices" / "overlap_hunt.yaml"), "-i", inventory, "--dry-run"]) == 2
+    assert "no hunt: section" in capsys.readouterr().err
