@@ -53,7 +53,7 @@ def test_a_real_jump_is_flagged_and_a_steady_cell_is_not() -> None:
     assert jumped is not None and jumped.p < 0.001 and jumped.after == pytest.approx(13 / 80)
     assert steady is not None and steady.p > 0.5
     changes = check_night([RateHistory("a", "corruption", history, ((7, 40), (6, 40)))])
-    assert changes[0].flagged and "beta-binomial" in changes[0].method
+    assert changes[0].flagged and "quasi-binomial" in changes[0].method
 
 
 def test_no_history_no_check() -> None:

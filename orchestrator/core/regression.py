@@ -69,14 +69,15 @@ class Change:
         return self.p_holm < ALPHA
 
 
-def rate_change(h: RateHistory) -> Change | None:
+def rate_change(h: RateHistory, rho: float | None = None) -> Change | None:
     """Tonight's rate against the history's; None when there is nothing to compare.
 
-    The p-value is the larger of Fisher's exact test on pooled counts (uncertainty of the
-    history's rate) and an exact beta-binomial tail of tonight's total, whose trial-to-trial
-    spread is a deliberately high estimate (the 70% upper confidence bound of the dispersion of
-    every trial around the pooled rate): restarts vary, and a night's few trials cannot show how
-    much, so the check assumes they may vary more than they seemed to."""
+    The p-value is the largest of Fisher's exact test on pooled counts, a quasi-binomial test of
+    the two rates with trials as clusters, and the exact beta-binomial tail of tonight's count
+    (rare events are skewed). Their intra-trial correlation is a deliberately high estimate (the
+    90% upper confidence bound from the spread of trials around their rates): restarts vary, and
+    a night's few trials cannot show how much, so the check assumes they may vary more than they
+    seemed to."""
     nights = [tuple(t for t in night if t[1] > 0) for night in h.nights]
     nights = [night for night in nights if night]
     today = tuple(t for t in h.tonight if t[1] > 0)
@@ -89,13 +90,26 @@ def rate_change(h: RateHistory) -> Change | None:
     method = "Fisher exact on pooled nights"
     pooled = (big_k + k) / (big_n + n)
     if 0 < pooled < 1:
-        rho = _icc_upper([(trials, big_k / big_n), (today, k / n)])
-        p = max(p, _betabinom_p(k, [m for _, m in today], pooled, rho))
-        method = f"beta-binomial (trial correlation up to {rho:.2g}), never below Fisher"
+        rho = _icc_upper(_groups(h)) if rho is None else rho
+        sizes = [m for _, m in today]
+        quasi = _quasi_p(k / n - big_k / big_n, pooled, rho, sizes, [m for _, m in trials])
+        past = big_k / big_n  # tonight's count against what the history predicts (skewed when rare)
+        p = max(p, quasi, _betabinom_p(k, sizes, past, rho) if 0 < past < 1 else 0.0)
+        method = (
+            f"quasi-binomial and beta-binomial with trials as clusters (intra-trial correlation up to {rho:.2g}), "
+            "the largest p of those and Fisher's"
+        )
     return Change(h.cell, h.metric, big_k / big_n, k / n, p, nights=len(nights), method=method)
 
 
-def _icc_upper(groups: Sequence[tuple[Sequence[tuple[int, int]], float]], confidence: float = 0.7) -> float:
+def _groups(h: RateHistory) -> list[tuple[Sequence[tuple[int, int]], float]]:
+    """The cell's trials in two groups, each with its own pooled rate: history, tonight."""
+    history = [t for night in h.nights for t in night if t[1] > 0]
+    today = [t for t in h.tonight if t[1] > 0]
+    return [(g, sum(k for k, _ in g) / sum(m for _, m in g)) for g in (history, today) if g]
+
+
+def _icc_upper(groups: Sequence[tuple[Sequence[tuple[int, int]], float]], confidence: float = 0.9) -> float:
     """An upper confidence bound of the intra-trial correlation, from the Pearson chi-square of
     each group's trials around the group's own rate (history around its pooled rate, tonight
     around tonight's: a real change must not read as noise); phi = 1 + (m - 1) * rho."""
@@ -112,15 +126,26 @@ def _icc_upper(groups: Sequence[tuple[Sequence[tuple[int, int]], float]], confid
     return min(0.5, max(RHO_PRIOR, (phi - 1) / max(1.0, mean_m - 1)))
 
 
+def _quasi_p(diff: float, rate: float, rho: float, today: Sequence[int], history: Sequence[int]) -> float:
+    """Two-sided p of a difference of two rates whose sessions come in correlated trials: each
+    side's variance is inflated by its trials' design effect 1 + (m - 1) * rho."""
+    var = sum(_trial_var(m, rate, rho) for m in today) / sum(today) ** 2
+    var += sum(_trial_var(m, rate, rho) for m in history) / sum(history) ** 2
+    return min(1.0, 2 * float(sps.norm.sf(abs(diff) / math.sqrt(var))))
+
+
 def _betabinom_p(k: int, sizes: Sequence[int], rate: float, rho: float) -> float:
-    """Two-sided exact tail of a sum of independent beta-binomial trials (mean `rate`, intra-trial
-    correlation `rho`) at k."""
+    """Two-sided exact tail at k of a sum of independent beta-binomial trials (mean `rate`,
+    intra-trial correlation `rho`): right where the normal approximation is not (rare events)."""
     a, b = rate * (1 - rho) / rho, (1 - rate) * (1 - rho) / rho
     pmf = np.ones(1)
     for m in sizes:
         pmf = np.convolve(pmf, sps.betabinom.pmf(np.arange(m + 1), m, a, b))
-    low, high = float(pmf[: k + 1].sum()), float(pmf[k:].sum())
-    return min(1.0, 2 * min(low, high))
+    return min(1.0, 2 * min(float(pmf[: k + 1].sum()), float(pmf[k:].sum())))
+
+
+def _trial_var(m: int, rate: float, rho: float) -> float:
+    return m * rate * (1 - rate) * (1 + (m - 1) * rho)
 
 
 def _total(trials: Trials) -> tuple[int, int]:
@@ -139,8 +164,12 @@ def number_change(h: NumberHistory) -> Change | None:
 
 
 def check_night(rates: Sequence[RateHistory], numbers: Sequence[NumberHistory] = ()) -> list[Change]:
-    """Every testable (cell, metric) of tonight, Holm-adjusted together; flagged ones first."""
-    changes = [c for c in (*map(rate_change, rates), *map(number_change, numbers)) if c is not None]
+    """Every testable (cell, metric) of tonight, Holm-adjusted together; flagged ones first.
+    Restart-to-restart variation is a property of the deployment, not of one cell, so its bound
+    is estimated from the trials of every cell at once (many more degrees of freedom)."""
+    rho = _icc_upper([g for h in rates for g in _groups(h)]) if rates else None
+    checked = [rate_change(h, rho) for h in rates] + [number_change(h) for h in numbers]
+    changes = [c for c in checked if c is not None]
     adjusted = holm([c.p for c in changes])
     out = [Change(**{**c.__dict__, "p_holm": q}) for c, q in zip(changes, adjusted, strict=True)]
     return sorted(out, key=lambda c: (not c.flagged, c.p_holm, c.cell, c.metric))

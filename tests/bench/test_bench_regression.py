@@ -20,4 +20,4 @@ def test_tiny_run_prints_the_table() -> None:
     rows = [line for line in proc.stdout.splitlines() if line.strip() and line.strip()[0].isdigit() and "|" in line]
     assert len(rows) == 9, proc.stdout
     assert all(line.count("%") == 4 for line in rows)
-    assert "method: beta-binomial" in proc.stdout
+    assert "method: quasi-binomial and beta-binomial" in proc.stdout
