@@ -4,7 +4,9 @@ with every host restored and the hunt page written.
 
 The simulator's flag model (sim/culprits.py) is set in the private decode.env: the DSV4 AND at
 16% of sessions, a decoy with a small effect of its own (+1%), 0.5% background and trial-to-trial
-variation (ICC 0.03). Warm-up is cut to 0.05 s so the ~40 trials take well under a minute.
+variation (ICC 0.03). Warm-up is cut to 0.05 s (the hunt runs ~30 trials). Then a controller
+death after 24 trials is simulated (journal cut, run marked running) and `orch resume` must
+finish the hunt the same way.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers.shipped import REPO, private_inventory
 from helpers.netutil import port_open
+from helpers.shipped import REPO, private_inventory
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
@@ -57,5 +59,22 @@ def test_hunt_names_the_three_dsv4_culprits(tmp_path: Path, capsys) -> None:
     assert len(trials) < 80  # one flag at a time would take 17 configurations x 4 trials of 20 sessions
     page = (run_dir / "hunt.html").read_text()
     assert "Minimal reproducer" in page and "Every configuration tried" in page
+    assert {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")} == before
+    assert not any(port_open(p) for p in ports)
+
+    # The controller "dies" after 24 trials (the journal ends there, run.json says running):
+    # `orch resume` replays the 24, carries on, and - the search and the trial seeds being
+    # deterministic - reaches the same answer with the same trials.
+    lines = (run_dir / "journal.jsonl").read_text().splitlines(keepends=True)
+    cut = [i for i, line in enumerate(lines) if '"type":"trial"' in line.replace(" ", "")][23] + 1
+    (run_dir / "journal.jsonl").write_text("".join(lines[:cut]))
+    (run_dir / "journal.jsonl.idx").unlink(missing_ok=True)
+    run_json = run_dir / "run.json"
+    run_json.write_text(re.sub(r'"status":\s*"completed"', '"status": "running"', run_json.read_text()))
+    assert main(["resume", str(run_dir)]) == 0
+    again = capsys.readouterr().out
+    assert culprit[0] in again, again
+    resumed = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    assert [(t.trial, t.cell) for t in resumed] == [(t.trial, t.cell) for t in trials]
     assert {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")} == before
     assert not any(port_open(p) for p in ports)
