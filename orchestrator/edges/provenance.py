@@ -55,7 +55,8 @@ KEEP = (
 # fields of a server's answer that change from call to call: never part of its digest
 VOLATILE = frozenset({"pid", "uptime", "start_time", "timestamp", "now", "internal_states", "last_gen_throughput"})
 INFO_PATHS = ("/get_server_info", "/server_info")  # older SGLang (and the simulator), newer SGLang
-LIMIT = 600  # characters per field: provenance, not a dump
+LIMIT = 600  # characters per field of run.json's per-host lines: provenance, not a dump
+TEXT_LIMIT = 16_000  # a trial's server info, stored once per distinct text (SGLang's is a few KB)
 PACKAGES = ("httpx", "pydantic", "numpy", "scipy", "statsmodels", "pandas", "jinja2", "ruamel.yaml", "pyyaml")
 
 
@@ -121,7 +122,7 @@ def describe_host(
         out["exec_start"] = redactor.text(command)[:LIMIT]
     info = server_info(handle.host.url, client)
     if info is not None:
-        out["server_info"] = redactor.text(info.text)[:LIMIT]
+        out["server_info"] = redactor.text(info.summary)[:LIMIT]
         if info.version:
             out["server_version"] = info.version
     out.update(gpu_facts(handle).lines())
@@ -175,15 +176,19 @@ def parse_exec_start(text: str, units: int) -> list[str]:
 
 
 class ServerInfo:
-    """What a server says about itself: its version and a stable text (volatile fields dropped)."""
+    """What a server says about itself: its version, the whole answer without its volatile fields
+    (`text`: what a trial's digest covers, so any server argument that differs shows), and the few
+    fields a reader wants first (`summary`: run.json's per-host line)."""
 
     def __init__(self, data: object) -> None:
         if isinstance(data, dict):
-            kept = {k: data[k] for k in KEEP if k in data} or {k: v for k, v in data.items() if k not in VOLATILE}
+            stable = {k: v for k, v in data.items() if k not in VOLATILE}
             self.version = str(data.get("version", ""))[:100]
-            self.text = json.dumps(kept, sort_keys=True, default=str)
+            self.text = json.dumps(stable, sort_keys=True, default=str)
+            self.summary = json.dumps({k: data[k] for k in KEEP if k in data} or stable, sort_keys=True, default=str)
         else:
             self.version, self.text = "", json.dumps(data, default=str)
+            self.summary = self.text
 
     @property
     def sha(self) -> str:
@@ -233,7 +238,7 @@ class TrialDescriber:
         return TrialProvenance(
             server_version=info.version if info is not None else "",
             server_info_sha=info_sha,
-            server_info=self._once(info_sha, self.redactor.text(info.text)[:LIMIT] if info is not None else ""),
+            server_info=self._once(info_sha, self.redactor.text(info.text)[:TEXT_LIMIT] if info is not None else ""),
             exec_start_sha=command_sha,
             exec_start=self._once(command_sha, command),
             env_sha256=hashlib.sha256(env).hexdigest() if env is not None else "",

@@ -9,6 +9,7 @@ import hashlib
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,8 +40,13 @@ def test_run_json_journal_and_report_say_what_ran_where(bed: SimBed, capsys) -> 
     c = manifest.controller
     assert c is not None and c.command == Redactor().text(shlex.join(sys.argv)) and c.user and c.host
     checkout = Path(orchestrator.__file__).resolve().parents[1]
-    assert c.orch_commit == orch_commit()[0] and c.python and "pydantic" in c.packages
-    assert re.fullmatch(r"[0-9a-f]{40}", c.orch_commit) or not (checkout / ".git").exists()  # an installed orch: ""
+    assert c.python and "pydantic" in c.packages
+    if (checkout / ".git").exists():  # a commit of this checkout (HEAD then: it may have moved since)
+        assert re.fullmatch(r"[0-9a-f]{40}", c.orch_commit)
+        git = ["git", "-C", str(checkout), "cat-file", "-e", f"{c.orch_commit}^{{commit}}"]
+        assert subprocess.run(git, check=False).returncode == 0
+    else:  # an installed orch has no commit to name
+        assert c.orch_commit == orch_commit()[0] == ""
     for role, host in manifest.hosts.items():
         assert host["env_sha256_before"] == sha(bed.originals[role])
         assert "orchestrator.sim.server" in host["exec_start"] and host["server_version"] == "sim-0.1"
