@@ -92,23 +92,29 @@ def ranges(numbers: list[int]) -> str:
 
 
 def scan_journal(path: Path) -> Iterator[tuple[int, dict[str, TrialProvenance]]]:
-    """(trial, host -> facts) of every trial line of a journal that has them."""
+    """(trial, host -> facts) of every trial line of a journal that has them. Trials of one cell
+    end in the same bytes, so each distinct tail is parsed once (100,000 trials: about a second)."""
+    parsed: dict[bytes, dict[str, TrialProvenance]] = {}
     with path.open("rb") as handle:
         for line in handle:
             at = line.rfind(KEY)
             if at < 0:  # an event, or a trial from an older orch
                 continue
-            parsed = _tail(line, at)
-            if parsed is not None:
-                yield parsed
+            found = _tail(line, at, parsed)
+            if found is not None:
+                yield found
 
 
-def _tail(line: bytes, at: int) -> tuple[int, dict[str, TrialProvenance]] | None:
-    head = line[:200]
+def _tail(
+    line: bytes, at: int, parsed: dict[bytes, dict[str, TrialProvenance]]
+) -> tuple[int, dict[str, TrialProvenance]] | None:
     try:
-        trial = int(head.split(b'"trial":', 1)[1].split(b",", 1)[0])
-        body = line[at + len(KEY) :].rstrip()
-        return trial, _ROLES.validate_json(body[:-1])  # the record's closing brace
+        trial = int(line[:200].split(b'"trial":', 1)[1].split(b",", 1)[0])
+        body = line[at + len(KEY) :].rstrip()[:-1]  # up to the record's closing brace
+        hosts = parsed.get(body)
+        if hosts is None:
+            hosts = parsed[body] = _ROLES.validate_json(body)
+        return trial, hosts
     except (IndexError, ValueError, pydantic.ValidationError):
         try:  # written another way: the whole line
             data = json.loads(line)
