@@ -215,6 +215,7 @@ class RunManifest(Frozen):
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
     secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix
     controller: Controller | None = None  # where and how the run was started (None: an older run.json)
+    resumed_by: list[Controller] = Field(default_factory=list)  # each `orch resume` of the run, in order
     served: list[ServedGroup] = Field(default_factory=list)  # what served each trial, written at the run's end
     served_texts: dict[str, str] = Field(default_factory=dict)  # digest -> server info / command line
     gates: list[Gate] = Field(default_factory=list)  # the matrix's gates (core.gates), checked by the report

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pydantic
 
-from orchestrator.core.records import Frozen, RunManifest, ServedGroup, TrialProvenance
+from orchestrator.core.records import Controller, Frozen, RunManifest, ServedGroup, TrialProvenance
 from orchestrator.core.redact import Redactor
 
 KEY = b'"provenance":'
@@ -36,15 +36,22 @@ def controller_lines(manifest: RunManifest) -> dict[str, str]:
     c = manifest.controller
     if c is None:
         return {"controller": NOT_RECORDED}
-    commit = (c.orch_commit + (" (with uncommitted changes)" if c.orch_dirty else "")) if c.orch_commit else "none"
-    return {
-        "orch": f"{c.orch_version}, git commit {commit}",
+    lines = {
+        "orch": _orch(c),
         "host": c.host or "unknown",
         "user": c.user or "unknown",
         "command": manifest.redactor.text(c.command),
         "python": c.python,
         "packages": ", ".join(f"{k} {v}" for k, v in sorted(c.packages.items())) or "unknown",
     }
+    for i, r in enumerate(manifest.resumed_by, 1):  # a resume may run another orch, elsewhere
+        lines[f"resume {i}"] = f"{manifest.redactor.text(r.command)} ({r.user or '?'}@{r.host or '?'}, orch {_orch(r)})"
+    return lines
+
+
+def _orch(c: Controller) -> str:
+    commit = (c.orch_commit + (" (with uncommitted changes)" if c.orch_dirty else "")) if c.orch_commit else "none"
+    return f"{c.orch_version}, git commit {commit}"
 
 
 def served(entries: Iterable[tuple[int, dict[str, TrialProvenance]]], redactor: Redactor) -> Served:

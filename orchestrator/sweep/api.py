@@ -356,7 +356,8 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
         result, stopped = _stoppable(
             lambda: session.execute(plan, deployments, run_dir, options, done, resume=True, progress=sink, prior=prior)
         )
-    return _finish(run_dir, manifest, result, stopped)
+    resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
+    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
 
 
 def _matrix_of(manifest: RunManifest) -> Matrix:

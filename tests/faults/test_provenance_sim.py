@@ -72,4 +72,10 @@ def test_run_json_journal_and_report_say_what_ran_where(bed: SimBed, capsys) -> 
     assert sum(g.count for g in report.provenance.served) == 2 * 3
     page = (run_dir / "index.html").read_text()
     assert "What served each trial" in page and off in page and c.orch_commit in page
+
+    again = run_cli(["resume", str(run_dir)], capsys)  # nothing left to run: the resume is still recorded
+    assert again.code == 0, again.output
+    resumed = load_manifest(run_dir)
+    assert resumed.controller == c and [r.command for r in resumed.resumed_by] == [c.command]
+    assert "resume 1" in (run_dir / "index.html").read_text()
     assert_clean(bed)
