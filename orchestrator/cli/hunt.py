@@ -14,7 +14,6 @@ from rich.markup import escape
 
 from orchestrator.cli import output
 from orchestrator.cli.console import err, out
-from orchestrator.cli.planview import human_duration
 from orchestrator.core.config import MAX_SEED
 from orchestrator.core.huntplan import expected_sessions
 from orchestrator.core.plan import Plan
@@ -120,6 +119,8 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
     labels += [f"all failing but {flag} clean" for flag in spec.flags]
     for s, label in zip(plan.steps, labels, strict=True):
         console.print(f"  trial {s.trial.index}: {escape(label)}")
+    from orchestrator.cli.planview import human_duration  # the statistics stack loads only for a plan
+
     median, p90 = expected_sessions(spec)
     per_trial = plan.steps[0].estimate_s if plan.steps else 0.0
     took = [human_duration(sessions / spec.sessions_per_trial * per_trial / testbeds) for sessions in (median, p90)]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from orchestrator.core.clustered import dispersion
 from orchestrator.core.config import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
@@ -148,6 +147,8 @@ class AdaptiveSource(StepSource):
         for cell, rnd, k, n in self.trials.values():
             if rnd < before_round:
                 by_cell.setdefault(cell, []).append((k, n))
+        from orchestrator.core.clustered import dispersion  # scipy.stats: loaded by adaptive runs only
+
         value = dispersion(list(by_cell.values())).inflation()
         self._inflations[before_round] = (self._seen, value)
         return value
