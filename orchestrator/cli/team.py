@@ -288,7 +288,7 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     with _open_queue(args) as q:
         result = run_queue(
             q,
-            _queue_sweep(args.reports),
+            _queue_sweep(args.reports, owner_gone=q.claims_prove_owner_gone),
             deadline=deadline,
             on_done=_notifier(hooks),
             note=lambda m: err.print(f"[yellow]queue:[/yellow] {escape(m)}"),
@@ -324,7 +324,7 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
     return window.deadline.timestamp()
 
 
-def _queue_sweep(reports: Path) -> "QueueSweep":
+def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
     """A queue item's sweep (team.overnight), shown as `orch run` / `orch resume` show theirs."""
     from orchestrator.cli import output
     from orchestrator.team.overnight import QueueSweep
@@ -336,6 +336,7 @@ def _queue_sweep(reports: Path) -> "QueueSweep":
         note=lambda m: err.print(escape(m)),
         error=lambda item, m: err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(m)}"),
         warn=output.warn,
+        owner_gone=owner_gone,
     )
 
 

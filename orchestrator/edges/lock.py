@@ -55,14 +55,22 @@ def lock_path(handle: HostHandle, testbed: str) -> str:
 class TestbedLock:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, deployment: Deployment, info: LockInfo) -> None:
+    def __init__(self, deployment: Deployment, info: LockInfo, *, owner_gone: bool = False) -> None:
         self.deployment, self.info = deployment, info
+        # The caller knows this run's previous controller is gone even when it ran on another
+        # machine (a shared queue's lock on the item said so): the run's own locks may be taken.
+        # Never another run's lock.
+        self.owner_gone = owner_gone
         self.held: list[HostHandle] = []
 
     @classmethod
-    def for_run(cls, deployment: Deployment, run_id: str, started: str) -> "TestbedLock":
+    def for_run(cls, deployment: Deployment, run_id: str, started: str, *, owner_gone: bool = False) -> "TestbedLock":
         info = LockInfo(run_id, getpass.getuser(), os.getpid(), socket.gethostname(), started)
-        return cls(deployment, info)
+        return cls(deployment, info, owner_gone=owner_gone)
+
+    def _ours(self, holder: LockInfo) -> bool:
+        """The lock is this run's, left by its earlier controller (dead) or held by this process."""
+        return holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me() or self.owner_gone)
 
     def acquire(self, *, break_stale: bool = False) -> None:
         """Lock every host or none; LockError names the holder."""
@@ -80,7 +88,7 @@ class TestbedLock:
         units or its cell's env (which preflight would find first). acquire() still decides."""
         for handle in self.deployment.hosts.values():
             holder = self._read(handle, lock_path(handle, self.deployment.testbed.name))
-            if holder is None or (holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me())):
+            if holder is None or self._ours(holder):
                 continue
             if not (break_stale and holder.is_stale()):
                 raise LockError(self._held_message(handle, holder))
@@ -108,7 +116,7 @@ class TestbedLock:
             holder = self._read(handle, path)
             if holder is None:
                 raise LockError(f"{handle.host.label}: cannot create lock {path}: {res.stderr.strip()}")
-            if holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me()):
+            if self._ours(holder):
                 # our own run, resumed or restored after its controller died
                 handle.transport.write_bytes_atomic(path, (payload + "\n").encode())
                 return

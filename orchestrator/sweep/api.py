@@ -91,6 +91,9 @@ class ResumeRequest:
     fail_fast: bool = False
     break_lock: bool = False
     deadline: float | None = None
+    # the run's previous controller is known gone, also when it ran on another machine (a shared
+    # PostgreSQL queue held the item's lock): the run's own testbed locks are taken over
+    owner_gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -350,7 +353,11 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     )
     sink = progress(started)
     options = RunOptions(
-        manifest.run_id, fail_fast=request.fail_fast, break_lock=request.break_lock, deadline=request.deadline
+        manifest.run_id,
+        fail_fast=request.fail_fast,
+        break_lock=request.break_lock,
+        deadline=request.deadline,
+        owner_gone=request.owner_gone,
     )
     with session.connected(testbeds) as deployments:
         result, stopped = _stoppable(

@@ -66,6 +66,7 @@ class RunOptions:
     infra_attempts: int = 2  # tries per trial for infrastructure failures (SSH, units, health)
     retry_backoff_s: float = 1.0
     break_lock: bool = False  # take over a stale lock whose owner is dead
+    owner_gone: bool = False  # this run's previous controller is known gone (edges.lock.TestbedLock)
     deadline: float | None = None  # epoch seconds: start no new trial after it (overnight queues)
     backup_subdir: str = ""  # parallel testbeds: each keeps its originals in backup/<testbed>/
     stop_after_repeated_failures: int | None = None  # None: the matrix's setting (default 3); 0: never stop
@@ -136,7 +137,9 @@ class Runner:
             self.run_dir, "cannot create the run directory", lambda: self.run_dir.mkdir(parents=True, exist_ok=True)
         )
         if lock is None:  # the caller may have taken it already, before creating the run dir
-            lock = TestbedLock.for_run(self.deployment, self.options.run_id, now_iso())
+            lock = TestbedLock.for_run(
+                self.deployment, self.options.run_id, now_iso(), owner_gone=self.options.owner_gone
+            )
             lock.acquire(break_stale=self.options.break_lock)
         try:
             with signals_as_interrupt(self.stopping):

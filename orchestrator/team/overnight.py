@@ -52,6 +52,7 @@ class QueueSweep:
     error: Callable[[QueueItem, str], None]  # an item that could not run, and why
     warn: Warn
     sweeps: SweepApi = dataclasses.field(default=api)
+    owner_gone: bool = False  # the store's claims prove a resumable item's earlier controller gone
 
     def __call__(self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]) -> ItemOutcome:
         recorded = [item.resumable_run] if item.resumable_run else []
@@ -76,7 +77,8 @@ class QueueSweep:
     ) -> api.SweepOutcome:
         resumable = item.resumable_run
         if resumable is not None:
-            return self.sweeps.resume(ResumeRequest(resumable, deadline=deadline), self._progress, warn=self.warn)
+            again = ResumeRequest(resumable, deadline=deadline, owner_gone=self.owner_gone)
+            return self.sweeps.resume(again, self._progress, warn=self.warn)
         matrix, inventory = sweep_files(item, self.reports)
         request = SweepRequest(
             matrix,

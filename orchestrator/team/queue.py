@@ -102,6 +102,9 @@ class Queue:
     def in_reports(cls, reports_dir: Path, *, read_only: bool = False) -> "Queue":
         return cls(reports_dir / DB_NAME, read_only=read_only)
 
+    # one machine: a dead controller is told apart by its pid (edges.lock), nothing more is known
+    claims_prove_owner_gone = False
+
     @property
     def where(self) -> str:
         return str(self.path)

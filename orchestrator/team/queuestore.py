@@ -184,6 +184,10 @@ class QueueStore(Protocol):
     @property
     def where(self) -> str: ...  # for messages: a file path or a URL without its password
 
+    # True when a claim itself proves the item's earlier controller is gone (a lock that dies with
+    # it): a resumed run may then take over its own testbed locks even from another machine
+    claims_prove_owner_gone: bool
+
     def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]: ...
 
     def get(self, item_id: int) -> QueueItem: ...

@@ -115,6 +115,10 @@ def _interrupt_main(_why: str) -> None:
 class PgQueue:
     """An open queue on a PostgreSQL server (one connection: the session holding our locks)."""
 
+    # A claim holds the item's advisory lock, which dies with its controller's session: a claimed
+    # resumable item's earlier controller is gone, wherever it ran (its testbed locks may be taken).
+    claims_prove_owner_gone = True
+
     def __init__(
         self,
         url: str,
