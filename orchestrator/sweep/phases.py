@@ -360,8 +360,9 @@ class Repro:
         self.plan, self.deployment, self.run_dir, self.guard, self.client = plan, deployment, run_dir, guard, client
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
         self.describer: TrialDescriber | None = None  # what served each trial (edges.provenance)
-        self.levels = level_index(plan.matrix)
-        config = plan.matrix.server_metrics
+        matrix = plan.matrix  # None in restore's plan shell (sweep.api._empty_plan): no trial runs then
+        self.levels = level_index(matrix) if matrix is not None else {}
+        config = matrix.server_metrics if matrix is not None else None
         self.telemetry = Telemetry(config, deployment, client) if config is not None else None
 
     def run(self, step: Step, trial: TrialDir, warmup: bool = False) -> ReproOutcome:
