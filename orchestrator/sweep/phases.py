@@ -676,8 +676,8 @@ def env_mismatch(h: HostHandle, unit: str, assignments: Mapping[str, str | None]
             hint = ""
             if got is None and want is not None:  # the file says it, the process never got it
                 hint = (
-                    " (systemd ignores `export KEY=VALUE` lines in an EnvironmentFile=: write plain "
-                    "KEY=VALUE lines with dialect: systemd, or source the file from a wrapper with dialect: shell)"
+                    " (systemd ignores `export NAME=value` lines in an EnvironmentFile=: write plain "
+                    "NAME=value lines with dialect: systemd, or source the file from a wrapper with dialect: shell)"
                 )
             return f"{var} is {shown_got} in the live process, expected {shown_want}{hint}"
     return None

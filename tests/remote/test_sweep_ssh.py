@@ -152,7 +152,7 @@ def test_export_lines_in_an_environment_file_are_caught(testbed: Testbed, tmp_pa
         message = failed[0].failure.message
         assert message.startswith("decode (") and "unit sglang-dsv4-decode:" in message
         assert "in the live process, expected" in message
-        assert "systemd ignores `export KEY=VALUE` lines" in message
+        assert "systemd ignores `export NAME=value` lines" in message
         assert testbed.ssh("decode", f"base64 -w0 {path}").stdout == exported  # restored as it was
     finally:
         testbed.ssh("decode", f"echo {original} | base64 -d > {path} && systemctl restart sglang-dsv4-decode")
