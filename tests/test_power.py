@@ -119,7 +119,7 @@ def test_plan_states_power_before_the_sweep_and_numeric_floors() -> None:
     repo = Path(__file__).resolve().parents[1]
     matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
     inventory = read_inventory(repo / "inventory" / "local.yaml")
-    plan = make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 2)  # a 2-replicate design (the shipped one runs 4)
+    plan = make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 2)  # 2 replicates (the demo runs 4)
     lines = power_lines(plan)
     text = "\n".join(lines)
     assert "80 sessions per cell (40 x 2 trials)" in text
