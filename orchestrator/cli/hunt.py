@@ -6,13 +6,13 @@ culprit summary and page at the end."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli import output
+from orchestrator.cli.argtypes import bounded_int
 from orchestrator.cli.console import err, out
 from orchestrator.core.config import MAX_SEED
 from orchestrator.core.huntplan import expected_sessions
@@ -32,19 +32,6 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
     cmd.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
     cmd.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     cmd.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted hunt")
-
-
-def bounded_int(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"not between {low} and {high}")
-        return value
-
-    return parse
 
 
 def cmd_hunt(args: argparse.Namespace) -> int:

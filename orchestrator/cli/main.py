@@ -18,13 +18,12 @@ from orchestrator.cli import hunt, output, reports, team
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
-    bounded_int,
     command,
     matrix_args,
-    positive,
     prepared_sweep,
     sweep_request,
 )
+from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.cli.console import err, out
 from orchestrator.core.config import MAX_SEED
 from orchestrator.errors import Interrupted, OrchError

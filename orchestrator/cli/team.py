@@ -23,12 +23,11 @@ from rich.table import Table
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
-    bounded_int,
-    bounded_seconds,
     command,
     prepared_sweep,
     sweep_request,
 )
+from orchestrator.cli.argtypes import bounded_int, bounded_seconds
 from orchestrator.cli.console import err, out
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds

@@ -1,0 +1,48 @@
+"""argparse types with bounds, in a module that imports nothing of orch: every command module
+(cli.hunt included, which must not import cli.args and the sweep API behind it) uses the same
+parsers and the same messages."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+
+def positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]. Bounds keep a typo (10^23) from reaching a
+    database or an allocation as an OverflowError or gigabytes."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{value if len(text) < 40 else text[:20] + '...'} is not between {low} and {high}"
+            )
+        return value
+
+    return parse
+
+
+def bounded_seconds(high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds in (0, high] (no inf or nan)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number") from None
+        if not 0 < value <= high:  # nan fails both comparisons
+            raise argparse.ArgumentTypeError(f"{text[:40]} is not a number of seconds in (0, {high:g}]")
+        return value
+
+    return parse
