@@ -78,14 +78,12 @@ def rate_change(h: RateHistory, rho: float | None = None) -> Change | None:
     90% upper confidence bound from the spread of trials around their rates): restarts vary, and
     a night's few trials cannot show how much, so the check assumes they may vary more than they
     seemed to."""
-    nights = [tuple(t for t in night if t[1] > 0) for night in h.nights]
-    nights = [night for night in nights if night]
-    today = tuple(t for t in h.tonight if t[1] > 0)
+    nights, today = _observed(h)
     if not nights or not today:
         return None
     k, n = _total(today)
-    trials = [t for night in nights for t in night]
-    big_k, big_n = _total(tuple(trials))
+    trials = tuple(t for night in nights for t in night)
+    big_k, big_n = _total(trials)
     p = fisher_exact(k, n, big_k, big_n)
     method = "Fisher exact on pooled nights"
     pooled = (big_k + k) / (big_n + n)
@@ -102,11 +100,22 @@ def rate_change(h: RateHistory, rho: float | None = None) -> Change | None:
     return Change(h.cell, h.metric, big_k / big_n, k / n, p, nights=len(nights), method=method)
 
 
+def _observed(h: RateHistory) -> tuple[list[Trials], Trials]:
+    """The nights that have sessions (each without its empty trials), and tonight's trials."""
+    nights = [tuple(t for t in night if t[1] > 0) for night in h.nights]
+    return [night for night in nights if night], tuple(t for t in h.tonight if t[1] > 0)
+
+
 def _groups(h: RateHistory) -> list[tuple[Sequence[tuple[int, int]], float]]:
     """The cell's trials in two groups, each with its own pooled rate: history, tonight."""
-    history = [t for night in h.nights for t in night if t[1] > 0]
-    today = [t for t in h.tonight if t[1] > 0]
-    return [(g, sum(k for k, _ in g) / sum(m for _, m in g)) for g in (history, today) if g]
+    nights, today = _observed(h)
+    history = tuple(t for night in nights for t in night)
+    groups: list[tuple[Sequence[tuple[int, int]], float]] = []
+    for trials in (history, today):
+        if trials:
+            k, n = _total(trials)
+            groups.append((trials, k / n))
+    return groups
 
 
 def _icc_upper(groups: Sequence[tuple[Sequence[tuple[int, int]], float]], confidence: float = 0.9) -> float:
