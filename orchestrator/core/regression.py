@@ -14,6 +14,7 @@ any false alarm on a night where nothing changed stays at most `alpha` (a simula
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -168,8 +169,8 @@ def number_change(h: NumberHistory) -> Change | None:
     if len(before) < 2 or len(after) < 2:
         return None
     p = mann_whitney(before, after)
-    med = float(sorted(before)[len(before) // 2]), float(sorted(after)[len(after) // 2])
-    return Change(h.cell, h.metric, med[0], med[1], p, nights=len(h.nights), method="Mann-Whitney U, trial values")
+    medians = statistics.median(before), statistics.median(after)
+    return Change(h.cell, h.metric, *medians, p, nights=len(h.nights), method="Mann-Whitney U, trial values")
 
 
 def check_night(rates: Sequence[RateHistory], numbers: Sequence[NumberHistory] = ()) -> list[Change]:
