@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from xml.sax.saxutils import escape
 
 from orchestrator.core.regression import LOOKBACK, Change, NumberHistory, RateHistory, check_night
@@ -28,6 +29,11 @@ class NightRun:
     started: str
     status: str
     series: Sequence[SeriesPoint]
+
+    @cached_property
+    def points(self) -> dict[tuple[str, str], SeriesPoint]:
+        """(cell, metric) -> its point: trends and checks look each up once per run."""
+        return {(p.cell, p.metric): p for p in self.series}
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def regression_check(newest: NightRun, earlier: Sequence[NightRun]) -> list[Chan
 
 
 def _point(run: NightRun, cell: str, metric: str) -> SeriesPoint | None:
-    return next((p for p in run.series if p.cell == cell and p.metric == metric), None)
+    return run.points.get((cell, metric))
 
 
 def change_text(c: Change) -> str:
