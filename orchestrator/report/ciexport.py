@@ -16,7 +16,7 @@ from typing import Literal
 
 from orchestrator.core.gates import GateResult
 from orchestrator.report.build import Report
-from orchestrator.report.gates import check_gates
+from orchestrator.report.gates import cell_estimate, check_gates
 from orchestrator.store.atomic import write_bytes_atomic
 from orchestrator.store.rundir import RunDir
 
@@ -65,14 +65,13 @@ def bencher_json(report: Report) -> bytes:
     out: dict[str, dict[str, dict[str, float]]] = {}
     for cell in report.cells:
         measures: dict[str, dict[str, float]] = {}
-        for metric, p in cell.proportions.items():
-            if p.rate.n and p.rate.rate is not None:
-                measures[metric] = {"value": p.rate.rate, "lower_value": p.rate.low, "upper_value": p.rate.high}
-        for metric, num in cell.numbers.items():
-            if num.median is not None:
-                measures[metric] = {"value": num.median}
-                if num.low is not None and num.high is not None:
-                    measures[metric] |= {"lower_value": num.low, "upper_value": num.high}
+        for metric in report.metrics:
+            est = cell_estimate(cell, metric)
+            if est.estimate is None:
+                continue
+            measures[metric] = {"value": est.estimate}
+            if est.low is not None and est.high is not None:
+                measures[metric] |= {"lower_value": est.low, "upper_value": est.high}
         if measures:
             out[cell_label(cell.levels)] = measures
     return json.dumps(out, indent=1, sort_keys=True).encode("utf-8")

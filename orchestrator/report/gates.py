@@ -11,11 +11,12 @@ def check_gates(report: Report) -> list[GateResult]:
     """One result per gate and cell it selects; empty when the matrix has no gates."""
     if not report.gates:
         return []
-    return evaluate(report.gates, {m: [_gate_cell(c, m) for c in report.cells] for m in report.metrics})
+    return evaluate(report.gates, {m: [cell_estimate(c, m) for c in report.cells] for m in report.metrics})
 
 
-def _gate_cell(cell: CellView, metric: str) -> GateCell:
-    """The cell's estimate and 95% interval for the metric (None where it has none)."""
+def cell_estimate(cell: CellView, metric: str) -> GateCell:
+    """The cell's estimate and 95% interval for the metric (None where it has none): what gates
+    check and what the Bencher export reports."""
     if metric in cell.proportions:
         rate = cell.proportions[metric].rate
         if rate.n == 0 or rate.rate is None:
