@@ -547,7 +547,7 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
     the reports folder's own queue.db is not the queue."""
     import dataclasses
 
-    from orchestrator.team.livestatus import QueueView
+    from orchestrator.team.livestatus import item_view
     from orchestrator.team.queue import is_server_url, open_store, store_spec
 
     spec = store_spec(args.store, args.reports)
@@ -555,20 +555,7 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
         return snap
     with open_store(spec) as q:
         items = q.items(("running", "resumable", "queued"))
-    views = (
-        QueueView(
-            i.id,
-            i.state,
-            i.priority,
-            Path(i.matrix).name,
-            i.testbed or "(first)",
-            i.added,
-            Path(i.run_dir).name if i.run_dir else "",
-            i.message,
-        )
-        for i in items
-    )
-    return dataclasses.replace(snap, queue=tuple(views))
+    return dataclasses.replace(snap, queue=tuple(item_view(i) for i in items))
 
 
 def cmd_notify(args: argparse.Namespace) -> int:

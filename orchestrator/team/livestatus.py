@@ -262,10 +262,11 @@ def queue_view(reports_dir: Path) -> list[QueueView]:
             items = q.items(("running", "resumable", "queued"))
     except OrchError:
         return []
-    return [_view(i) for i in items]
+    return [item_view(i) for i in items]
 
 
-def _view(item: QueueItem) -> QueueView:
+def item_view(item: QueueItem) -> QueueView:
+    """A queue item as the status shows it (any store's item)."""
     return QueueView(
         item.id,
         item.state,
