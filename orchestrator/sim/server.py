@@ -225,6 +225,15 @@ class WorkerApp(App):
     def models(self, _body: bytes) -> Reply:
         return Reply.json(200, {"object": "list", "data": [{"id": protocol.MODEL_NAME}]})
 
+    def _accepted(self, body: bytes) -> dict[str, object] | Reply:
+        """The request's JSON object, or the refusal to send instead (generate and chat alike)."""
+        payload = _json_object(body)
+        refused = self._refuse(payload)
+        if refused is not None:
+            return refused
+        assert isinstance(payload, dict)  # check_bootstrap refuses anything else
+        return payload
+
     def _refuse(self, payload: object) -> Reply | None:
         """503 while warming up, 400 for a body that is not an object or has bad bootstrap fields."""
         if not self.warmup.ready():
@@ -247,11 +256,9 @@ class WorkerApp(App):
 
     def generate(self, body: bytes) -> Reply:
         """SGLang's native /generate (orch's readiness probe sends one 1-token request here)."""
-        payload = _json_object(body)
-        refused = self._refuse(payload)
-        if refused is not None:
-            return refused
-        assert isinstance(payload, dict)
+        payload = self._accepted(body)
+        if isinstance(payload, Reply):
+            return payload
         if self.cfg.role == "prefill":
             prompt_tokens = self._prefill(body, payload)
             return Reply.json(200, protocol.generate_answer(f"p{next(self.requests)}", prompt_tokens, 0))
@@ -261,11 +268,9 @@ class WorkerApp(App):
         return Reply.json(200, protocol.generate_answer(f"d{next(self.requests)}", len(body) // 4, tokens))
 
     def chat(self, body: bytes) -> Reply:
-        payload = _json_object(body)
-        refused = self._refuse(payload)
-        if refused is not None:
-            return refused
-        assert isinstance(payload, dict)
+        payload = self._accepted(body)
+        if isinstance(payload, Reply):
+            return payload
         if self.cfg.role == "prefill":
             return Reply.json(200, {"ok": True, "prompt_tokens": self._prefill(body, payload)})
         try:
