@@ -37,7 +37,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # s
 
 import numpy as np  # noqa: E402
 
-from orchestrator.core.hunt import Hunt, HuntSettings  # noqa: E402
+from orchestrator.core.hunt import Hunt, HuntSettings, drive  # noqa: E402
 from orchestrator.sim.culprits import Cause, CulpritModel  # noqa: E402
 
 FLAGS = tuple(f"flag{i:02d}" for i in range(16))
@@ -88,22 +88,12 @@ class Outcome:
 def hunt_once(setting: Setting, seed: int, sessions: int, testbeds: int) -> Outcome:
     rng = random.Random(seed)
     hunt = Hunt(HuntSettings(FLAGS, sessions_per_trial=sessions))
-    rounds = 0
-    while True:
-        batch: list[int] = []
-        for _ in range(testbeds):
-            x = hunt.propose(batch)
-            if x is None:
-                break
-            batch.append(x)
-        if not batch:
-            break
-        rounds += 1
-        for x in batch:
-            on = frozenset(FLAGS[i] for i in range(len(FLAGS)) if x >> i & 1)
-            p = setting.model.trial_rate(on, rng)
-            k = sum(rng.random() < p for _ in range(sessions))
-            hunt.observe(x, k, sessions)
+
+    def run_trial(x: int) -> tuple[int, int]:
+        p = setting.model.trial_rate(frozenset(FLAGS[i] for i in range(len(FLAGS)) if x >> i & 1), rng)
+        return sum(rng.random() < p for _ in range(sessions)), sessions
+
+    rounds = drive(hunt, run_trial, testbeds)
     result = hunt.result(top_n=1)
     found = frozenset(frozenset(s) for s in result.best.sets)
     exact = result.state == "found" and found == truth_of(setting)

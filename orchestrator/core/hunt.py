@@ -26,7 +26,7 @@ Deterministic: the same observations give the same proposals (ties go to the ear
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -391,3 +391,22 @@ def _mutual_information(weights: FloatArray, channel: FloatArray) -> FloatArray:
 def effective_sessions(n: int, icc: float) -> float:
     """n sessions of one trial as independent sessions (the model's tempering)."""
     return n / design_effect(n, icc)
+
+
+def drive(hunt: Hunt, run_trial: Callable[[int], tuple[int, int]], testbeds: int = 1) -> int:
+    """Run a hunt to its end against an oracle, in rounds of up to `testbeds` configurations
+    proposed together (as parallel testbeds would run them); run_trial(config) -> (k, n).
+    Returns the number of rounds. For benchmarks and tests: no processes, no hosts."""
+    rounds = 0
+    while True:
+        batch: list[int] = []
+        for _ in range(testbeds):
+            x = hunt.propose(batch)
+            if x is None:
+                break
+            batch.append(x)
+        if not batch:
+            return rounds
+        rounds += 1
+        for x in batch:
+            hunt.observe(x, *run_trial(x))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.config import read_matrix
-from orchestrator.core.hunt import Hunt, HuntSettings
+from orchestrator.core.hunt import Hunt, HuntSettings, drive
 from orchestrator.core.hunt_model import ModelSettings, enumerate_hypotheses
 from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
@@ -25,18 +25,13 @@ FLAGS = tuple(f"f{i}" for i in range(7))
 def oracle(model: CulpritModel, seed: int, sessions: int = 5, testbeds: int = 1, flags=FLAGS) -> Hunt:
     rng = random.Random(seed)
     hunt = Hunt(HuntSettings(flags, sessions_per_trial=sessions, max_sessions=3000))
-    while True:
-        batch: list[int] = []
-        for _ in range(testbeds):
-            x = hunt.propose(batch)
-            if x is None:
-                break
-            batch.append(x)
-        if not batch:
-            return hunt
-        for x in batch:
-            p = model.trial_rate(frozenset(flags[i] for i in range(len(flags)) if x >> i & 1), rng)
-            hunt.observe(x, sum(rng.random() < p for _ in range(sessions)), sessions)
+
+    def run_trial(x: int) -> tuple[int, int]:
+        p = model.trial_rate(frozenset(flags[i] for i in range(len(flags)) if x >> i & 1), rng)
+        return sum(rng.random() < p for _ in range(sessions)), sessions
+
+    drive(hunt, run_trial, testbeds)
+    return hunt
 
 
 def test_hypothesis_space_of_16_flags_is_ands_to_3_and_ors_to_4() -> None:
