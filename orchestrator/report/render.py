@@ -190,10 +190,10 @@ def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
     return page, summary
 
 
-def fresh_summary(run_dir: Path) -> RunSummary:
+def fresh_summary(run_dir: Path, manifest: RunManifest | None = None) -> RunSummary:
     """The run's summary rebuilt from its journal (no page rendered): for the index, when
-    summary.json is missing or older than the run's files."""
-    report, rows = _load_report_and_rows(run_dir, 0)
+    summary.json is missing or older than the run's files (`manifest`: when already loaded)."""
+    report, rows = _load_report_and_rows(run_dir, 0, manifest)
     return run_summary(report, run_series(rows))
 
 
@@ -205,10 +205,12 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
     return _load_report_and_rows(run_dir, drilldown_cap)[0]
 
 
-def _load_report_and_rows(run_dir: Path, drilldown_cap: int) -> tuple[Report, list[TrialRow]]:
+def _load_report_and_rows(
+    run_dir: Path, drilldown_cap: int, manifest: RunManifest | None = None
+) -> tuple[Report, list[TrialRow]]:
     """load_report, and the compact trial rows it was built from (for summary.json's series)."""
     with gc_paused():
-        manifest = load_manifest(run_dir)
+        manifest = manifest or load_manifest(run_dir)
         path = RunDir(run_dir).journal
         if not path.exists():
             return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap), []

@@ -17,7 +17,6 @@ from pathlib import Path
 import pydantic
 from markupsafe import Markup
 
-from orchestrator.core.records import RunManifest
 from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
 from orchestrator.report.render import RunSummary, csp, environment, fresh_summary, load_manifest
@@ -161,7 +160,7 @@ def _entry(run_dir: Path) -> RunEntry:
         has_report=RunDir(run_dir).index_html.is_file(),
     )
     try:
-        summary = _cached_summary(run_dir) or _fresh_summary(run_dir, manifest)
+        summary = _cached_summary(run_dir) or fresh_summary(run_dir, manifest)  # rebuilt from the journal
     except OrchError as exc:
         return replace(entry, error=str(exc))
     return replace(
@@ -192,8 +191,3 @@ def _cached_summary(run_dir: Path) -> RunSummary | None:
         return RunSummary.model_validate_json(path.read_bytes())
     except (OSError, pydantic.ValidationError):
         return None
-
-
-def _fresh_summary(run_dir: Path, manifest: RunManifest) -> RunSummary:
-    """Rebuilt from the journal (a running sweep's, or one whose summary.json is stale)."""
-    return fresh_summary(run_dir)
