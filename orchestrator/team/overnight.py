@@ -61,7 +61,6 @@ class QueueSweep:
             recorded.append(run_dir)
             record_run_dir(run_dir)
 
-        self.note(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting"))
         try:
             outcome = self._start_or_resume(item, deadline, record)
         except LockError as exc:
@@ -76,9 +75,10 @@ class QueueSweep:
         self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]
     ) -> api.SweepOutcome:
         resumable = item.resumable_run
+        progress = self._progress_for(item)
         if resumable is not None:
             again = ResumeRequest(resumable, deadline=deadline, owner_gone=self.owner_gone)
-            return self.sweeps.resume(again, self._progress, warn=self.warn)
+            return self.sweeps.resume(again, progress, warn=self.warn)
         matrix, inventory = sweep_files(item, self.reports)
         request = SweepRequest(
             matrix,
@@ -93,10 +93,17 @@ class QueueSweep:
         run_id = new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)  # two runners never collide
         record_run_dir(self.reports / run_id)
         request = dataclasses.replace(request, run_id=run_id)
-        return self.sweeps.run(request, self._progress, warn=self.warn, prepared=prepared)
+        return self.sweeps.run(request, progress, warn=self.warn, prepared=prepared)
 
-    def _progress(self, started: Started) -> Progress:
-        return Tee(self.terminal(started), LiveStatus(started.run_dir))
+    def _progress_for(self, item: QueueItem) -> ProgressFor:
+        """The sweep's display, announced with the queue's own line once the sweep has started: an
+        item whose testbed turns out busy (or that cannot start) never says "starting"."""
+
+        def progress(started: Started) -> Progress:
+            self.note(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting"))
+            return Tee(self.terminal(started), LiveStatus(started.run_dir))
+
+        return progress
 
 
 COPIES = ".queued-"  # files in the reports folder (not a folder: the folders there are runs)
