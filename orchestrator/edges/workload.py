@@ -31,6 +31,7 @@ import regex
 
 from orchestrator.core.config import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
+from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.errors import ConfigError, OrchError, WorkloadError
 
 __all__ = [
@@ -292,11 +293,14 @@ def run_command(
     """
     started = time.monotonic()
     with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
-        proc = _spawn(argv_or_shell, cwd, env, out, err)
+        proc: subprocess.Popen[bytes] | None = None
         try:
+            with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
+                proc = _spawn(argv_or_shell, cwd, env, out, err)
             exit_code = _wait_or_kill(proc, timeout_s)
         except BaseException:
-            _kill_group(proc)
+            if proc is not None:
+                _kill_group(proc)
             raise
     return ReproOutcome(
         command=argv_or_shell,

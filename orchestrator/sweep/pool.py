@@ -8,11 +8,13 @@ ServiceError, a TransportError, a CommandTimedOut) still decides what the caller
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.errors import GroupError, Interrupted, OrchError
 
 T = TypeVar("T")
@@ -31,12 +33,34 @@ def gather(items: dict[str, K], work: Callable[[K], T], *, what: str = "hosts") 
     if len(items) == 1:
         ((key, item),) = items.items()
         return {key: work(item)}
-    with ThreadPoolExecutor(max_workers=max(1, len(items))) as pool:
-        futures = {key: pool.submit(work, item) for key, item in items.items()}
+    futures: dict[str, Future[T]] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, len(items)))
+    try:
+        with uninterrupted():  # every item submitted, so every one is waited for
+            for key, item in items.items():
+                futures[key] = pool.submit(work, item)
+        settle(list(futures.values()))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     failures = {key: exc for key, f in futures.items() if (exc := f.exception()) is not None}
     if failures:
         raise_group(failures, what)
     return {key: f.result() for key, f in futures.items()}
+
+
+def settle(futures: list[Future[T]]) -> None:
+    """Wait until every future is done. An interrupt while waiting cancels what has not begun
+    and still waits for what runs, then propagates: a unit restart left running in a worker
+    would race the restore that the interrupt starts, and start a server after it stopped that
+    unit. A second interrupt stops the waiting (the user insists; the first one propagates)."""
+    try:
+        wait(futures)
+    except (KeyboardInterrupt, Interrupted):
+        for f in futures:
+            f.cancel()
+        with contextlib.suppress(KeyboardInterrupt, Interrupted):
+            wait(futures)
+        raise
 
 
 def raise_group(failures: dict[str, BaseException], what: str = "hosts") -> None:

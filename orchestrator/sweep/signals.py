@@ -4,7 +4,9 @@ Why: a sweep killed by SIGTERM (systemd stop, `kill`, a CI timeout) must restore
 as Ctrl-C does, so SIGTERM raises Interrupted in the main thread and every `finally` (restore,
 lock release, journal close) runs. Signals reach only the main thread, so the handler also sets
 a `stopping` Event that worker threads (health pollers, parallel testbeds) check. A background
-job (`orch run ... &`) starts with SIGINT ignored and keeps ignoring it.
+job (`orch run ... &`) starts with SIGINT ignored and keeps ignoring it. Inside an
+edges.interrupts.uninterrupted() section (a process being started and recorded) the exception
+waits until the section ends.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 
+from orchestrator.edges.interrupts import raise_now_or_later
 from orchestrator.errors import Interrupted
 
 
@@ -48,7 +51,8 @@ def _handler(stopping: threading.Event) -> Callable[[int, FrameType | None], Non
     def handle(signum: int, frame: FrameType | None) -> None:
         stopping.set()
         if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        raise Interrupted(f"received {signal.Signals(signum).name}")
+            raise_now_or_later(KeyboardInterrupt())
+        else:
+            raise_now_or_later(Interrupted(f"received {signal.Signals(signum).name}"))
 
     return handle

@@ -36,6 +36,7 @@ from typing import Literal, Mapping, NoReturn, Sequence
 
 from orchestrator.core.envfile import read_values
 from orchestrator.edges.identity import PortScan, UnitId, scan_here
+from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.services import UnitState
 from orchestrator.errors import OrchError, ServiceError
 
@@ -230,7 +231,7 @@ class LocalServiceManager:
         env = self._environment(unit, spec)
         self._rotate_if_large(unit)
         rt.checkpoints.append((started, self._log_size(unit)))
-        with open(self.log_path(unit), "ab") as log:
+        with open(self.log_path(unit), "ab") as log, uninterrupted():  # started => tracked
             try:
                 proc = subprocess.Popen(
                     spec.command,
@@ -247,14 +248,19 @@ class LocalServiceManager:
                 self._start_failed(unit, STATUS_EXEC, "exit-code", why, exc)
             self._children.append(proc)
             rt.proc = proc
-            stamp = datetime.fromtimestamp(started, timezone.utc).isoformat()
-            # written after Popen so it can name the pid; the byte offset recorded above, not
-            # this marker, is what delimits one run's output from the next
+            self._write_pid(unit, proc.pid)
+        stamp = datetime.fromtimestamp(started, timezone.utc).isoformat()
+        # written after Popen so it can name the pid; the byte offset recorded above, not this
+        # marker, is what delimits one run's output from the next
+        with contextlib.suppress(OSError), open(self.log_path(unit), "ab") as log:
             log.write(f"-- started {unit} pid={proc.pid} at {stamp}\n".encode())
-        self.pid_path(unit).write_text(f"{proc.pid}\n")
-        with contextlib.suppress(OSError):  # the process exists since Popen returned: its start time is fixed
-            self.start_path(unit).write_text(f"{_start_ticks(proc.pid)}\n")
         return started
+
+    def _write_pid(self, unit: str, pid: int) -> None:
+        """The pid file, and the start time that proves a later reader is looking at our process."""
+        self.pid_path(unit).write_text(f"{pid}\n")
+        with contextlib.suppress(OSError):  # the process exists since Popen returned: its start time is fixed
+            self.start_path(unit).write_text(f"{_start_ticks(pid)}\n")
 
     def _start_failed(self, unit: str, status: int, result: str, why: str, exc: Exception) -> NoReturn:
         rt = self._rt[unit]

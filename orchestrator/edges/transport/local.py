@@ -8,6 +8,7 @@ never leave orphans behind. OS errors are translated here, once, into TransportE
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 import shutil
@@ -18,6 +19,7 @@ import tempfile
 import time
 from typing import Sequence
 
+from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandFailed, CommandTimedOut, ConfigError, TransportError
 
@@ -61,31 +63,40 @@ class LocalTransport:
         return ["sudo", "-n", "--", *argv]
 
     def _spawn(self, argv: list[str], text: str, timeout: float | None) -> tuple[int, bytes, bytes]:
+        proc: subprocess.Popen[bytes] | None = None
         try:
-            proc = subprocess.Popen(
+            with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
+                proc = self._popen(argv, text)
+            if proc is None:  # what a shell (and an SSH host) reports for a missing program
+                return 127, b"", f"{argv[0]}: command not found ({os.strerror(errno.ENOENT)})".encode()
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            assert proc is not None  # only communicate() times out
+            _kill_group(proc)
+            out, err = _drain(proc)
+            result = Result(self.host, text, -1, _decode(out), _decode(err), timeout or 0.0)
+            raise CommandTimedOut(result, timeout or 0.0) from None
+        except BaseException:
+            if proc is not None:
+                _kill_group(proc)  # Ctrl-C while waiting: leave nothing running
+                _drain(proc)
+            raise
+        return proc.returncode, out, err
+
+    def _popen(self, argv: list[str], text: str) -> subprocess.Popen[bytes] | None:
+        """The started command; None when its program does not exist."""
+        try:
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # its own process group: a timeout kills all of it
             )
-        except FileNotFoundError as exc:
-            # what a shell (and an SSH host) reports for a missing program
-            return 127, b"", f"{argv[0]}: command not found ({exc.strerror})".encode()
+        except FileNotFoundError:
+            return None
         except OSError as exc:
             raise TransportError(self.host, f"cannot run {text}: {exc.strerror}") from exc
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, err = _drain(proc)
-            result = Result(self.host, text, -1, _decode(out), _decode(err), timeout or 0.0)
-            raise CommandTimedOut(result, timeout or 0.0) from None
-        except BaseException:
-            _kill_group(proc)  # Ctrl-C while waiting: leave nothing running
-            _drain(proc)
-            raise
-        return proc.returncode, out, err
 
     def read_bytes(self, path: str) -> bytes:
         """The file's bytes. An inventory may name anything: a FIFO (opened non-blocking, so
