@@ -1,8 +1,14 @@
 """The shipped demo on a private simulator (tests/e2e): `orch run matrices/<matrix>` against a
-copy of inventory/local.yaml on free loopback ports."""
+copy of inventory/local.yaml on free loopback ports.
+
+One thing differs from the shipped files besides the ports: the simulated model load
+(SIM_WARMUP_S) takes 0.2 s instead of 1.0 s. Readiness still has to wait for it (the workers
+answer 503 until it is over); the tests check what the sweep finds, not how long a load takes,
+and the shipped matrices restart the workers at nearly every trial."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,10 +19,13 @@ from helpers.netutil import free_ports, port_open
 from orchestrator.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
+TEST_WARMUP_S = 0.2  # the shipped env files say 1.0
 
 
 def private_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
     shutil.copytree(REPO / "inventory" / "local", tmp_path / "local")
+    for env in (tmp_path / "local").glob("*.env"):
+        env.write_text(re.sub(r"(?m)^SIM_WARMUP_S=.*$", f"SIM_WARMUP_S={TEST_WARMUP_S}", env.read_text()))
     text = (REPO / "inventory" / "local.yaml").read_text()
     ports = free_ports(5)  # prefill, router, decode, prefill's bootstrap port, the router's metrics port
     for old, new in zip(("30000", "30001", "30002", "30003", "30004"), ports, strict=True):
