@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from string import Template
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = REPO / "bench" / "peers"
@@ -50,6 +50,11 @@ SIMCTL = PEERS / "simctl.sh"
 FLAG = "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"
 TOOLS = ("orch", "ansible", "bash")
 DEFAULT_ANSIBLE_VENV = Path.home() / ".cache" / "orch-bench" / "ansible-venv"
+# orch's command line, in-process; a baseline checkout from before the layered packages has cli.py
+ENTRY = (
+    "import sys\ntry:\n    from orchestrator.cli.main import main\nexcept ImportError:\n"
+    "    from orchestrator.cli import main\nsys.exit(main(sys.argv[1:]))"
+)
 LOG_EVENT = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z \[(\w+)\] (stopping|ready)\s*$")
 
 
@@ -219,6 +224,8 @@ def verdict(summaries: list[Summary]) -> list[str]:
             lines.append(f"orch / Ansible = {by['orch'] / by['ansible']:.3f} (target: <= 0.1)")
         if "bash" in by and by["bash"] > 0:
             lines.append(f"orch / bash loop = {by['orch'] / by['bash']:.3f}")
+        for name in (n for n in by if n.startswith("orch@") and by[n] > 0):
+            lines.append(f"orch / {name} = {by['orch'] / by[name]:.3f} (same run; no worse than the baseline: <= 1)")
     return lines
 
 
@@ -520,17 +527,32 @@ def matrix_text(s: Settings, times: Path) -> str:
         """) + (f"metrics: {s.server_metrics}\n" if s.server_metrics else "")
 
 
-def run_orch(target: Target, s: Settings) -> tuple[list[Sample], list[tuple[str, float]]]:
-    d = s.workdir / "orch"
+@dataclass(frozen=True)
+class Leg:
+    """One way of running orch: this checkout, or an older one (the baseline of the same run)."""
+
+    name: str  # printed, e.g. "orch" or "orch@7624cce"
+    checkout: Path | None = None  # None: this checkout; else its orchestrator package is imported
+
+
+def run_orch(
+    target: Target, s: Settings, leg: Leg = Leg("orch"), run: int = 0
+) -> tuple[list[Sample], list[tuple[str, float]]]:
+    d = s.workdir / f"{leg.name.replace('@', '-')}-{run}"
     d.mkdir()
     times = d / "times.txt"
     inventory, testbed = target.orch_inventory(d)
+    if leg.checkout is not None:  # an older orch may not know newer testbeds' keys: give it only this one
+        data = yaml_load(inventory)
+        data["testbeds"] = {testbed: data["testbeds"][testbed]}
+        inventory = d / "inventory-baseline.yaml"
+        inventory.write_text(json.dumps(data, indent=1))  # JSON is YAML
     (d / "matrix.yaml").write_text(matrix_text(s, times))
     since = time.time()
     argv = [
         s.python,
         "-c",
-        "import sys; from orchestrator.cli.main import main; sys.exit(main(sys.argv[1:]))",
+        ENTRY,
         "run",
         str(d / "matrix.yaml"),
         "-i",
@@ -544,13 +566,60 @@ def run_orch(target: Target, s: Settings) -> tuple[list[Sample], list[tuple[str,
         "--retries",
         "0",
     ]
-    _run_logged(argv, d / "orch.log", cwd=d, timeout=_budget(s))
+    env = None if leg.checkout is None else {**os.environ, "PYTHONPATH": str(leg.checkout)}
+    _run_logged(argv, d / "orch.log", cwd=d, timeout=_budget(s), env=env)
     log = target.orch_decode_log(d, since)
     (d / "decode.log").write_text(log)
     spans, events = parse_times(times.read_text()), parse_events(log)
-    samples = measure("orch", spans, events, s.trials)
+    samples = measure(leg.name, spans, events, s.trials)
     breakdown = orch_breakdown(journal_marks(d / "reports" / "bench" / "journal.jsonl"), spans, events, s.trials)
     return samples, breakdown
+
+
+def yaml_load(path: Path) -> dict[str, Any]:
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict):
+        raise BenchError(f"{path}: not a mapping")
+    return data
+
+
+def orch_legs(args: argparse.Namespace) -> list[Leg]:
+    """This checkout's orch, and the baseline checkout's first when one is given."""
+    legs = [Leg("orch")]
+    if args.baseline_checkout is not None:
+        legs.insert(0, Leg(f"orch@{args.baseline_name}", args.baseline_checkout.resolve()))
+    return legs
+
+
+def run_orch_legs(
+    target: Target, s: Settings, legs: list[Leg], repeat: int, breakdowns: dict[str, list[list[tuple[str, float]]]]
+) -> list[Summary]:
+    """Each leg `repeat` times, interleaved (A B A B ...), so both see the same machine load."""
+    samples: dict[str, list[Sample]] = {leg.name: [] for leg in legs}
+    for run in range(repeat):
+        for leg in legs:
+            t0 = time.monotonic()
+            got, breakdown = run_orch(target, s, leg, run)
+            samples[leg.name] += got
+            breakdowns.setdefault(leg.name, []).append(breakdown)
+            median = statistics.median(x.overhead_s for x in got)
+            print(
+                f"{leg.name} (run {run + 1}/{repeat}): {len(got) + 1} trials in {time.monotonic() - t0:.1f} s, "
+                f"overhead median {median:.3f} s, load average {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
+    return [Summary(name, tuple(got)) for name, got in samples.items()]
+
+
+def merge_breakdowns(runs: list[list[tuple[str, float]]]) -> list[tuple[str, float]]:
+    """Per phase, the median of each run's median (one run: its own figures)."""
+    values: dict[str, list[float]] = {}
+    for run in runs:
+        for phase, value in run:
+            values.setdefault(phase, []).append(value)
+    return [(phase, statistics.median(v)) for phase, v in values.items()]
 
 
 def journal_marks(path: Path) -> list[TrialMarks]:
@@ -706,12 +775,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="orch scrapes server metrics: the matrix's `metrics:` section, e.g. '{}' (workers' /metrics before and "
         "after each repro) or '{sample_interval: 0.5}'",
     )
+    p.add_argument(
+        "--baseline-checkout",
+        type=Path,
+        metavar="DIR",
+        help="also run orch from this older checkout (e.g. `git archive 7624cce | tar -x -C DIR`), interleaved "
+        "with this one: the baseline measured in the same run, under the same load",
+    )
+    p.add_argument("--baseline-name", default="baseline", help="its label in the table (orch@NAME)")
+    p.add_argument("--repeat", type=int, default=1, help="runs of each orch leg, interleaved")
     p.add_argument("--ansible-venv", type=Path, default=DEFAULT_ANSIBLE_VENV)
     p.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
     args = p.parse_args(argv)
     tools = [t for t in args.tools.split(",") if t]
-    if not tools or set(tools) - set(TOOLS) or args.trials < 1 or args.peer_poll <= 0:
-        p.error("--tools takes orch,ansible,bash; --trials >= 1; --peer-poll > 0")
+    if not tools or set(tools) - set(TOOLS) or args.trials < 1 or args.peer_poll <= 0 or args.repeat < 1:
+        p.error("--tools takes orch,ansible,bash; --trials >= 1; --peer-poll > 0; --repeat >= 1")
+    if args.baseline_checkout is not None and not (args.baseline_checkout / "orchestrator").is_dir():
+        p.error(f"--baseline-checkout {args.baseline_checkout}: no orchestrator/ package there")
     args.tools = tools
     return args
 
@@ -742,13 +822,15 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     target: Target = TestbedTarget(s) if args.target == "testbed" else SimTarget(s)
-    summaries, breakdown = [], []
+    summaries: list[Summary] = []
+    breakdowns: dict[str, list[list[tuple[str, float]]]] = {}
     try:
         for tool in args.tools:
-            t0 = time.monotonic()
             if tool == "orch":
-                samples, breakdown = run_orch(target, s)
-            elif tool == "ansible":
+                summaries += run_orch_legs(target, s, orch_legs(args), args.repeat, breakdowns)
+                continue
+            t0 = time.monotonic()
+            if tool == "ansible":
                 assert playbook is not None
                 samples = run_ansible(target, s, playbook)
             else:
@@ -764,10 +846,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line in verdict(summaries):
         print(line)
-    if breakdown:
-        print("where orch's overhead goes (medians per trial):")
-        for name, value in breakdown:
-            print(f"  {value:6.3f} s  {name}")
+    for name, runs in breakdowns.items():
+        print(f"where {name}'s overhead goes (medians per trial{', median over runs' if len(runs) > 1 else ''}):")
+        for phase, value in merge_breakdowns(runs):
+            print(f"  {value:6.3f} s  {phase}")
     print(f"load average {os.getloadavg()[0]:.2f} at the end ({load0[0]:.2f} at the start)")
     return 0
 

@@ -9,6 +9,12 @@ Why this shape:
   registered (`{"status":"ready","healthy_workers":1,"total_workers":2}`: sglang-router calls
   itself ready with one prefill and one decode up, however many it routes to), flat or per role
   (`{"status":"ready","prefill":{"healthy":1,"total":2},...}`).
+- Healthy = total is not enough with several instances of a role: the router registers a worker
+  only once it has answered its health check, so a router that (re)started while one instance was
+  still warming up answers `{"status":"ready","healthy_workers":3,"total_workers":3}` in front of
+  4 instances (measured with sglang-router 0.3.2: 3/3 for ~1 s after the 4th turned healthy). A
+  check may carry ``workers``, the instances the inventory puts behind the router (per role): a
+  body that registers fewer (in all, or for a role it names) is not ready either.
 - The router's own view lags: it checks its workers every --health-check-interval-secs (60 s by
   default) and marks them (un)healthy only after several checks in a row, and its circuit
   breaker can keep a worker out for a minute after errors while /readiness says ready. So a
@@ -84,6 +90,8 @@ class HealthCheck:
     expected: tuple[float, float] | None = None
     # POST one 1-token generate here once every check's URL is ready; only its 200 ends the wait
     probe: str | None = None
+    # (role, instances) the inventory puts behind this router: a readiness body must register as many
+    workers: tuple[tuple[str, int], ...] = ()
 
 
 def probe_url(health_url: str) -> str | None:
@@ -95,9 +103,10 @@ def probe_url(health_url: str) -> str | None:
     return None
 
 
-def readiness_problem(body: str) -> str | None:
+def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = ()) -> str | None:
     """Why a 200 answer's body says "not ready" (None: it does not). Bodies that are not a JSON
-    object (SGLang workers answer an empty 200) say nothing either way."""
+    object (SGLang workers answer an empty 200) say nothing either way; nor do bodies without
+    worker counts about ``workers`` (the instances expected behind a router, per role)."""
     if not body or len(body) > MAX_READINESS_BODY or not body.lstrip().startswith("{"):
         return None
     try:
@@ -115,17 +124,50 @@ def readiness_problem(body: str) -> str | None:
     for role, part in value.items():
         if problem is None and isinstance(part, dict):
             problem = _count_problem(f"{role} ", part)
-    return problem
+    return problem or _registered_problem(value, dict(workers))
 
 
-def _count_problem(where: str, value: dict[str, object]) -> str | None:
+def _counts(value: dict[str, object]) -> tuple[int, int] | None:
+    """(healthy, total) of a readiness body or of one role's part of it, if it has them."""
     for healthy_key, total_key in COUNT_KEYS:
         healthy, total = value.get(healthy_key), value.get(total_key)
         if isinstance(healthy, int) and isinstance(total, int) and not isinstance(healthy, bool):
-            if total == 0:
-                return f"no {where}workers registered"
-            if healthy < total:
-                return f"{where}{healthy}/{total} workers healthy"
+            return healthy, total
+    return None
+
+
+def _count_problem(where: str, value: dict[str, object]) -> str | None:
+    counts = _counts(value)
+    if counts is None:
+        return None
+    healthy, total = counts
+    if total == 0:
+        return f"no {where}workers registered"
+    if healthy < total:
+        return f"{where}{healthy}/{total} workers healthy"
+    return None
+
+
+def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> str | None:
+    """Fewer workers registered than the inventory's instances behind the router: in all (flat
+    shape, or per-role totals summed), or for a role the body names as the inventory does."""
+    if not workers:
+        return None
+    expected = sum(workers.values())
+    flat = _counts(value)
+    if flat is not None:
+        totals = {"": flat[1]}
+    else:
+        totals = {r: c[1] for r, part in value.items() if isinstance(part, dict) and (c := _counts(part)) is not None}
+    if not totals:
+        return None
+    for role, total in totals.items():
+        if role in workers and total < workers[role]:
+            return f"{role} {total}/{workers[role]} workers registered (the inventory has {workers[role]})"
+    registered = sum(totals.values())
+    if registered < expected:
+        listed = ", ".join(f"{role} {n}" for role, n in workers.items())
+        return f"{registered}/{expected} workers registered (the inventory has {listed})"
     return None
 
 
@@ -325,7 +367,7 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> Non
         raise _NotReady(_describe_transport_error(exc)) from exc
     if response.status_code != 200:
         raise _NotReady(f"{response.status_code} {_excerpt(response.text)}".rstrip())
-    problem = readiness_problem(response.text)
+    problem = readiness_problem(response.text, check.workers)
     if problem is not None:
         raise _NotReady(f"200 but {problem}: {_excerpt(response.text)}")
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import httpx
 
@@ -70,8 +70,10 @@ if TYPE_CHECKING:
 LOG_LIMIT = 256_000
 READY_HISTORY = 5  # restarts remembered per role to predict the next one's ready time
 ALIVE_EVERY_S = 0.3  # how often health waits also ask the service manager whether units died
+BESIDE_WORKERS = 4  # verify, identity, provenance and log collection at once (each mostly waits on a host)
 
 Unit = tuple[str, str]  # (role, unit name)
+T = TypeVar("T")
 
 
 @dataclass
@@ -88,6 +90,8 @@ class TrialContext:
     identity: dict[Unit, UnitId] = field(default_factory=dict)  # checked units' ids once healthy
     check_all: bool = False  # first trial, or after a failure: check every role's ports, not only restarted ones
     provenance: dict[str, TrialProvenance] = field(default_factory=dict)  # host -> what served the trial
+    describing: Future[None] | None = None  # provenance, asked beside the repro
+    logs_pending: Future[tuple[dict[str, str], dict[str, str]]] | None = None  # collected while checks are joined
 
 
 class Services:
@@ -190,7 +194,8 @@ class Services:
         how long their earlier waits took, and their wait is remembered for the next trial.
         After any restart (and on the first trial, or after a failure), a router's wait ends only
         when one generate through it succeeds (health.probe_url): a router that still believes in
-        a dead worker, or keeps out one that is back, must not receive the repro."""
+        a dead worker, or keeps out one that is back, must not receive the repro. A router's
+        /readiness must also register every instance the inventory puts behind it (router_workers)."""
         affected = dependants(self.deployment.testbed, restarted) if restarted else set()
         probing = bool(restarted) or self.verify_all_next
         checks, alive = [], {}
@@ -200,8 +205,10 @@ class Services:
             timeout = self.plan.matrix.health_timeouts.get(h.role, h.host.health_timeout_s)
             earlier = self.ready_waits.get(role) if role in affected else None
             expected = (min(earlier), max(earlier)) if earlier else None
-            probe = probe_url(h.host.health) if probing else None
-            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe))
+            generate = probe_url(h.host.health)  # set for a router's /readiness
+            probe = generate if probing else None
+            workers = router_workers(self.deployment, h) if generate else ()
+            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers))
             alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
@@ -234,9 +241,7 @@ class Services:
             self.verify(step, ctx)
             self.verify_all_next = False  # here, never in the thread: a failure may set it again
             return None
-        if self.checker is None:
-            self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
-        return self.checker.submit(self.verify, step, ctx)
+        return self.beside(self.verify, step, ctx)
 
     def verify(self, step: Step, ctx: TrialContext) -> None:
         """Check the live processes got the cell's values (/proc/PID/environ).
@@ -277,9 +282,14 @@ class Services:
         own units (one round trip per role); confirm_identity waits for it after the repro."""
         if not ctx.restarted and not ctx.check_all:
             return None
+        return self.beside(self.check_identity, ctx)
+
+    def beside(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """Run `fn` on the pool of work done beside the repro (checks, provenance, log collection):
+        they wait on different round trips, so they run at once rather than one after another."""
         if self.checker is None:
-            self.checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="verify")
-        return self.checker.submit(self.check_identity, ctx)
+            self.checker = ThreadPoolExecutor(max_workers=BESIDE_WORKERS, thread_name_prefix="beside")
+        return self.checker.submit(fn, *args)
 
     def check_identity(self, ctx: TrialContext) -> None:
         """Each health/URL port of a restarted role (every role on a first or retried trial) is
@@ -560,7 +570,7 @@ class TrialPhases:
                 detail=exc.detail[-4000:],
             )
             if not ctx.logs:
-                ctx.logs, _ = self.repro.collect_logs(trial, t0, quiet=True)
+                ctx.logs = self._logs_after_failure(trial, ctx, t0)
         redactor = self.repro.plan.matrix.redactor  # after the metrics: they were read from the raw text
         redact_folder(trial.path, redactor.text)  # repro output and logs are linked from the report and served
         return mask_record(self._record(step, attempt, ctx, failure, t0, started), redactor)
@@ -571,24 +581,37 @@ class TrialPhases:
         services.restart(ctx)
         ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
         repro.describe_hosts()
-        repro.describe_trial(ctx)
-        checking = services.verify_beside_repro(step, ctx)
+        checking = services.verify_beside_repro(step, ctx)  # the first trial's may restart a stale unit first
         identity = services.identity_beside_repro(ctx)
+        ctx.describing = services.beside(repro.describe_trial, ctx)  # what serves does not change: ask meanwhile
         ctx.warmup = repro.warm_up(step, trial)  # never counted: only the measured repro gives metrics
         telemetry = repro.telemetry_before()
         try:
             ctx.repro = repro.run(step, trial)
         finally:
             server = repro.telemetry_after(telemetry)  # a failed repro still stops the sampler
+        ctx.logs_pending = services.beside(repro.collect_logs, trial, t0)  # its round trips overlap the checks'
+        ctx.describing.result()
         if checking is not None:
             checking.result()  # a VerificationError voids the repro's result
         services.confirm_identity(identity, ctx)  # so does a stranger on a port, or a unit restarted meanwhile
         repro.judge(ctx.repro)  # after ctx.repro is set: a failed repro's output is recorded
         ctx.metrics = repro.metrics(ctx.repro)
-        ctx.logs, logs_text = repro.collect_logs(trial, t0)
+        ctx.logs, logs_text = ctx.logs_pending.result()
         ctx.metrics.update(repro.run_collectors(logs_text, trial))
         if server is not None:
             ctx.metrics.update(server.result())
+
+    def _logs_after_failure(self, trial: TrialDir, ctx: TrialContext, t0: float) -> dict[str, str]:
+        """A failed trial's logs: those already collected beside the checks when that went through
+        (never two writers of one log file), else collected now, quietly; and its provenance, once
+        asked (the record shows what served even a failed trial)."""
+        for pending in (ctx.describing, ctx.logs_pending):
+            if pending is not None:
+                pending.exception()  # waits for it; its error (if any) is not the trial's failure
+        if ctx.logs_pending is not None and ctx.logs_pending.exception() is None:
+            return ctx.logs_pending.result()[0]
+        return self.repro.collect_logs(trial, t0, quiet=True)[0]
 
     def _record(
         self, step: Step, attempt: int, ctx: TrialContext, failure: Failure | None, t0: float, started: str
@@ -632,6 +655,17 @@ def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
     for role in ordered:
         grouped[depth[role]].append(role)
     return grouped
+
+
+def router_workers(deployment: Deployment, h: HostHandle) -> tuple[tuple[str, int], ...]:
+    """(role, instances) behind a router: the roles it starts after, each with its serving hosts
+    (one per instance: nodes above rank 0 are not workers the router registers)."""
+    testbed = deployment.testbed
+    return tuple(
+        (role, sum(1 for key in testbed.roles[role] if deployment.hosts[key].serves))
+        for role in testbed.hosts[h.key].after
+        if role in testbed.roles
+    )
 
 
 def whole_instances(deployment: Deployment, units: set[Unit]) -> set[Unit]:

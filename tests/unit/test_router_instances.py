@@ -1,0 +1,193 @@
+"""A router in front of several instances of a role (issue 14), on fakes (httpx.MockTransport):
+its /readiness must register every instance the inventory puts behind it, not only call the ones
+it registered healthy. sglang-router 0.3.2, (re)started while one of 4 workers still warmed up,
+answers `{"status":"ready","healthy_workers":3,"total_workers":3}` until its next look at that
+worker (measured: up to ~1 s after the worker turned healthy); healthy == total alone took that
+for ready. The real router is met in tests/remote/test_router_instances_ssh.py."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import httpx
+import pytest
+from fakes import make_matrix, remote_repro
+from helpers.multibed import multi_bed
+
+from orchestrator.core.plan import make_plan
+from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
+from orchestrator.errors import HealthTimeout
+from orchestrator.sweep.phases import router_workers
+from orchestrator.sweep.runner import Runner, RunOptions
+
+WORKERS = (("prefill", 2), ("decode", 2))
+READINESS = "http://10.9.0.9:30001/readiness"
+
+
+def flat(healthy: int, total: int) -> str:
+    return json.dumps({"status": "ready", "healthy_workers": healthy, "total_workers": total})
+
+
+def per_role(prefill: tuple[int, int], decode: tuple[int, int], names: tuple[str, str] = ("prefill", "decode")) -> str:
+    parts = {name: {"healthy": h, "total": t} for name, (h, t) in zip(names, (prefill, decode), strict=True)}
+    return json.dumps({"status": "ready", **parts})
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (flat(4, 4), None),
+        (flat(5, 5), None),  # more than the inventory knows: not ours to refuse
+        (flat(3, 3), "3/4 workers registered (the inventory has prefill 2, decode 2)"),
+        (flat(3, 4), "3/4 workers healthy"),  # a registered worker that is down says so first
+        (per_role((2, 2), (2, 2)), None),
+        (per_role((2, 2), (1, 1)), "decode 1/2 workers registered (the inventory has 2)"),
+        (per_role((1, 1), (3, 3)), "prefill 1/2 workers registered (the inventory has 2)"),
+        (per_role((2, 2), (1, 2)), "decode 1/2 workers healthy"),
+        # roles the router names otherwise than the inventory: the sum still counts
+        (per_role((2, 2), (1, 1), ("p", "d")), "3/4 workers registered (the inventory has prefill 2, decode 2)"),
+        (per_role((2, 2), (2, 2), ("p", "d")), None),
+        (json.dumps({"status": "ready"}), None),  # no counts (the simulator's stand-in router): nothing to compare
+    ],
+)
+def test_a_readiness_body_must_register_every_instance(body: str, problem: str | None) -> None:
+    assert readiness_problem(body, WORKERS) == problem
+
+
+def test_without_expected_instances_healthy_equal_total_is_ready() -> None:
+    assert readiness_problem(flat(3, 3)) is None  # what the check did before it knew the inventory
+
+
+class Router:
+    """A router whose /readiness answers from a list (the last repeats); logs every request."""
+
+    def __init__(self, answers: list[str]) -> None:
+        self.answers, self.log = answers, []  # type: list[str], list[str]
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.log.append(request.url.path)
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return httpx.Response(200, text=body)
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        [flat(3, 3)] * 4 + [flat(4, 4)],
+        [per_role((2, 2), (1, 1))] * 4 + [per_role((2, 2), (2, 2))],
+    ],
+    ids=["flat", "per-role"],
+)
+def test_the_wait_and_its_probe_go_on_until_every_instance_is_registered(answers: list[str]) -> None:
+    router = Router(answers)
+    check = HealthCheck("router", READINESS, 5.0, probe=probe_url(READINESS), workers=WORKERS)
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client:
+        wait_ready(check, client=client, poll_initial_s=0.001, poll_max_s=0.002)
+    assert router.log == ["/readiness"] * 5 + ["/generate"]  # no generate before the 4th registered
+
+
+def test_a_router_that_never_registers_every_instance_times_out_naming_them() -> None:
+    router = Router([flat(3, 3)])
+    check = HealthCheck("router", READINESS, 0.2, probe=probe_url(READINESS), workers=WORKERS)
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client, pytest.raises(HealthTimeout) as info:
+        wait_ready(check, client=client, poll_initial_s=0.01, poll_max_s=0.02)
+    assert "(last answer: 200 but 3/4 workers registered (the inventory has prefill 2, decode 2):" in str(info.value)
+    assert "/generate" not in router.log
+
+
+INVENTORY = textwrap.dedent("""\
+    testbeds:
+      wide:
+        hosts:
+          prefill:
+            transport: ssh
+            ssh: {user: root, connect_timeout: 5}
+            env_file: /etc/sglang/prefill.env
+            units: [sglang-prefill]
+            health_timeout: 5
+            instances:
+              - {ssh: {host: 10.9.0.1}}
+              - {ssh: {host: 10.9.0.2}}
+          decode:
+            transport: ssh
+            ssh: {user: root, connect_timeout: 5}
+            env_file: /etc/sglang/decode.env
+            units: [sglang-decode]
+            health_timeout: 5
+            instances:
+              - {ssh: {host: 10.9.0.3}}
+              - nodes: [{ssh: {host: 10.9.0.4}}, {ssh: {host: 10.9.0.5}}]
+          router:
+            transport: ssh
+            ssh: {host: 10.9.0.9}
+            env_file: /etc/sglang/router.env
+            units: [sglang-router]
+            url: http://10.9.0.9:30001
+            health: http://10.9.0.9:30001/readiness
+            health_timeout: 5
+            after: [prefill, decode]
+    """)
+ENVS = {
+    "prefill.0": "OVERLAP=1\n",
+    "prefill.1": "OVERLAP=1\n",
+    "decode.0": "OVERLAP=1\n",
+    "decode.1.n0": "OVERLAP=1\nNODE_RANK=0\n",
+    "decode.1.n1": "OVERLAP=1\nNODE_RANK=1\n",
+    "router": "R=1\n",
+}
+
+
+def test_the_instances_behind_a_router_come_from_the_inventory(tmp_path: Path) -> None:
+    b = multi_bed(tmp_path, INVENTORY, ENVS)
+    assert sorted(b.deployment.hosts) == sorted(ENVS)
+    # a multi-node instance is one worker of the router (its rank 0); a worker role has none behind it
+    assert router_workers(b.deployment, b.deployment.hosts["router"]) == WORKERS
+    assert router_workers(b.deployment, b.deployment.hosts["prefill.0"]) == ()
+
+
+def test_a_sweep_starts_no_repro_until_the_router_registers_every_instance(tmp_path: Path) -> None:
+    """The router answers 3/3 five times (it has not looked at the 4th instance yet), then 4/4:
+    the first repro (on the router's host) runs only after the 4/4 and a generate through it."""
+    b = multi_bed(tmp_path, INVENTORY, ENVS)
+    events: list[str] = []
+    partial = [5]
+    workers = b.client
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.port != 30001:  # the workers: the multi-node fakes' own health
+            answer = workers.send(workers.build_request(request.method, request.url))
+            return httpx.Response(answer.status_code, content=answer.content)
+        if request.url.path == "/generate":
+            events.append("generate")
+            return httpx.Response(200, json={"text": "ok"})
+        if request.url.path == "/readiness":
+            registered = 3 if partial[0] > 0 else 4
+            partial[0] -= 1
+            events.append(f"readiness {registered}/{registered}")
+            return httpx.Response(200, text=flat(registered, registered))
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    router_transport = b.transports["router"]
+    original_run = router_transport.run
+
+    def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if "fake-repro" in str(args[0]):
+            events.append("repro")
+        return original_run(*args, **kwargs)
+
+    router_transport.run = run  # type: ignore[method-assign]
+    matrix = make_matrix(
+        {"overlap": {"env": {"decode": "OVERLAP"}, "levels": ["1", "0"]}}, repro=remote_repro("router")
+    )
+    plan = make_plan(matrix, b.deployment.testbed, seed=1, order="sequential")
+    with httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0) as client:
+        options = RunOptions(run_id="wide", retry_backoff_s=0.0)
+        result = Runner(plan, b.deployment, tmp_path / "run", options, client=client).execute()
+    assert result.completed == 2, result
+    first_repro = events.index("repro")
+    assert events[:first_repro].count("readiness 3/3") == 5
+    assert events[first_repro - 2 : first_repro] == ["readiness 4/4", "generate"]
