@@ -2,8 +2,8 @@
 
 Why so strict: a report is evidence passed around by mail and opened offline, and its text
 comes from repro output and logs that can contain anything (`<script>`, `{{ 7*7 }}`). So:
-jinja2 autoescape is on for every value; the only unescaped pieces are the SVG charts (made by
-matplotlib from numbers and escaped labels) and the fixed script below; a Content-Security-Policy
+jinja2 autoescape is on for every value; the only unescaped pieces are the SVG charts (written by
+report/svgchart.py from numbers and escaped labels) and the fixed script below; a Content-Security-Policy
 allows exactly that script (by hash) and nothing from any URL, so even a missed escape could not
 load or run anything. No CDN, no web font, no favicon request.
 """
