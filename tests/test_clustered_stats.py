@@ -175,11 +175,21 @@ def test_adaptive_old_rule_fails_where_the_new_one_holds() -> None:
 
 
 def test_simulated_fisher_is_scipy_fisher() -> None:
-    k1, n1, k2, n2 = np.array([0, 3, 12]), np.array([80, 80, 80]), np.array([5, 3, 1]), np.array([80, 80, 80])
-    got = clustersim.fisher_p(k1, n1, k2, n2)
-    assert list(got) == [
-        fisher_exact(int(a), int(b), int(c), int(d)) for a, b, c, d in zip(k1, n1, k2, n2, strict=True)
-    ]
+    """The simulations look Fisher's p up in power.fisher_pvalues' table: scipy's p to 1e-9 over
+    sampled tables of each design the tests use (same decision at every alpha the tests read),
+    and scipy's own p beyond the table's size."""
+    rng = np.random.default_rng(4)
+    for size in (80, 120, 200, 400):
+        k1, k2 = rng.integers(0, size + 1, size=120), rng.integers(0, size // 4, size=120)
+        k1[:3], k2[:3] = (0, 3, 12), (5, 3, 1)
+        n = np.full_like(k1, size)
+        got = clustersim.fisher_p(k1, n, k2, n)
+        want = np.array([fisher_exact(int(a), size, int(b), size) for a, b in zip(k1, k2, strict=True)])
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+        for alpha in (0.05, 0.05 / 7, 0.05 / 29):
+            assert list(got < alpha) == list(want < alpha)
+    big = np.array([600]), np.array([3]), np.array([700])
+    assert list(clustersim.fisher_p(np.array([0]), big[0], big[1], big[2])) == [fisher_exact(0, 600, 3, 700)]
 
 
 # ----------------------------------------------------------------------------- in the report

@@ -2,8 +2,8 @@
 
 The goal pinned here (issue 13): in A/A 2x2x2 sweeps (nothing differs), raw 95% intervals call
 at least one interaction "clear" in 13-17% of sweeps and a conditional effect in 34-39%; after
-the report's policy (Holm over every test it could call a finding about the metric) at most 5%
-of sweeps show any finding at all.
+the report's policy (Holm over every test it could call a finding, every metric in one family) at
+most 5% of sweeps show any finding at all, with one metric and with several.
 """
 
 from __future__ import annotations
@@ -47,16 +47,51 @@ def _family(
     return family, contrasts
 
 
+NEIGHBOURS = np.array([[sum(a[f] != b[f] for f in FACTORS) == 1 for b in CELLS] for a in CELLS])
+
+
+def _families(
+    k: np.ndarray, sessions: int, trials: bool
+) -> tuple[np.ndarray, list[tuple[tuple[findings.Change, ...], tuple[tuple[str, str], ...]]]]:
+    """The report's family for one proportion metric in many sweeps at once (the vectorised
+    _family: tests below check they agree): k of shape (sweeps, cells, trials); p of shape
+    (sweeps, tests), nan where a test is not in that sweep's family (neighbours of the highest
+    cell, none when it is the baseline). trials=False: one trial per cell, Fisher and binomial
+    contrasts (the report with no replicates); True: the quasi-binomial test and effects under the
+    sweep's dispersion."""
+    n = np.full_like(k, sessions)
+    big_k, big_n = k.sum(axis=-1), n.sum(axis=-1)
+    phi, df = clustered.pooled_dispersion(*clustered.cell_spread(k, n)) if trials else (None, None)
+    if trials:
+        _, cell_p = clustersim.cell_p_values(k, sessions, with_old=False)
+    else:
+        cell_p = clustersim.fisher_p(big_k[:, 1:], big_n[:, 1:], big_k[:, :1], big_n[:, :1])
+    names, contrast_p = findings.contrast_pvalues(big_k, big_n, CELLS, FACTORS, BASE, phi, df)
+    rows = np.arange(len(k))
+    top = np.argmax(2 * big_k + (np.arange(len(CELLS)) == 0), axis=1)  # highest cell; the baseline wins ties
+    args = (big_k[rows, top][:, None], big_n[rows, top][:, None], big_k, big_n)
+    neighbour_p = clustersim.fisher_p(*np.broadcast_arrays(*args))
+    if trials:
+        quasi = clustered.quasi_test(*args, phi[:, None], df[:, None])
+        neighbour_p = np.where(df[:, None] > 0, quasi, neighbour_p)
+    neighbour_p = np.where(NEIGHBOURS[top] & (top != 0)[:, None], neighbour_p, np.nan)
+    return np.concatenate([cell_p, contrast_p, neighbour_p], axis=1), names
+
+
+def _any_finding(p: np.ndarray) -> np.ndarray:
+    """Per sweep: does any test of its family (non-nan entries) survive Holm over that family?"""
+    return np.array([any(findings.is_finding(q) for q in stats.holm(row[~np.isnan(row)])) for row in p])
+
+
 @pytest.mark.parametrize(("rate", "sweeps"), [(0.15, 300), (0.02, 200)])
 def test_aa_2x2x2_at_most_5_percent_of_sweeps_show_any_finding(rate: float, sweeps: int) -> None:
     rng = np.random.default_rng(13)
     n = 80  # 80 sessions per cell, as the demo (one trial each: the report uses Fisher then)
-    any_finding = raw_interaction = raw_conditional = 0
-    for _ in range(sweeps):
-        family, contrasts = _family(rng.binomial(n, rate, size=len(CELLS)), n)
-        any_finding += any(findings.is_finding(p) for p in findings.adjust(family).values())
-        raw_interaction += any(c.clear for c in contrasts if c.order > 1)
-        raw_conditional += any(c.clear for c in contrasts if c.given)
+    p, names = _families(rng.binomial(n, rate, size=(sweeps, len(CELLS), 1)), n, trials=False)
+    contrast_p = p[:, len(CELLS) - 1 : len(CELLS) - 1 + len(names)]
+    any_finding = int(_any_finding(p).sum())
+    raw_interaction = int((contrast_p[:, [len(c) > 1 for c, _ in names]] < 0.05).any(axis=1).sum())
+    raw_conditional = int((contrast_p[:, [bool(g) for _, g in names]] < 0.05).any(axis=1).sum())
     print(
         f"\n[findings] A/A 2x2x2 at {rate:.0%}, {sweeps} sweeps: raw clear interaction "
         f"{raw_interaction / sweeps:.1%}, raw clear conditional effect {raw_conditional / sweeps:.1%}; "
@@ -75,29 +110,53 @@ def test_aa_2x2x2_with_trials_that_vary(icc: float) -> None:
     rng = np.random.default_rng(31)
     sweeps, trials, sessions = 200, 2, 40
     k = clustersim.beta_binomial_trials(rng, sweeps, [0.15] * len(CELLS), trials, sessions, icc)
-    n = np.full_like(k, sessions)
-    _, cell_p = clustersim.cell_p_values(k, sessions, with_old=False)
+    any_finding = float(_any_finding(_families(k, sessions, trials=True)[0]).mean())
+    print(f"\n[findings] A/A 2x2x2, 2 trials x 40, ICC {icc}: any finding {any_finding:.1%}")
+    assert any_finding <= 0.05
+
+
+def test_aa_2x2x2_with_three_metrics_at_most_5_percent_of_reports_show_any_finding() -> None:
+    """Three proportion metrics (15%, 15%, 2%; 2 trials x 40, ICC 0.02) measured in the same A/A
+    sweeps: Holm over each metric alone lets a report show a false finding in more sweeps than one
+    family over all three does; the report's policy (one family) keeps it at or below 5%."""
+    rng = np.random.default_rng(17)
+    sweeps = 300
+    families = [
+        _families(clustersim.beta_binomial_trials(rng, sweeps, [rate] * len(CELLS), 2, 40, 0.02), 40, True)[0]
+        for rate in (0.15, 0.15, 0.02)
+    ]
+    per_metric = np.any([_any_finding(p) for p in families], axis=0)
+    whole = _any_finding(np.concatenate(families, axis=1))
+    print(
+        f"\n[findings] A/A 2x2x2, 3 metrics: any finding {whole.mean():.1%} (Holm per metric: {per_metric.mean():.1%})"
+    )
+    assert whole.mean() <= 0.05
+    assert not (whole & ~per_metric).any() and per_metric.sum() > whole.sum()  # one family is the stricter
+
+
+@pytest.mark.parametrize("trials", [False, True])
+def test_the_vectorised_family_is_the_per_sweep_family(trials: bool) -> None:
+    """_families (every sweep at once) gives _family's p-values, sweep by sweep (one trial per
+    cell), and proportion_contrasts' under the dispersion (trials)."""
+    rng = np.random.default_rng(2)
+    k = clustersim.beta_binomial_trials(rng, 12, [0.15] * len(CELLS), 2 if trials else 1, 40, 0.05)
+    p, names = _families(k, 40, trials)
+    n = np.full_like(k, 40)
     phi, df = clustered.pooled_dispersion(*clustered.cell_spread(k, n))
-    pooled_k, pooled_n = k.sum(axis=-1), n.sum(axis=-1)
-    any_finding = 0
-    for s in range(sweeps):
-        counts = [stats.CellCount(c, int(kk), trials * sessions) for c, kk in zip(CELLS, pooled_k[s], strict=True)]
+    for s in range(len(k)):
+        ks = k[s].sum(axis=-1)
+        if not trials:
+            family, _ = _family(ks, 40)
+            want = [family[f"cell{i}"] for i in range(1, len(CELLS))] + [family[f"contrast{i}"] for i in range(19)]
+            want += [family.get(f"neighbour{j}", np.nan) for j in range(len(CELLS))]
+            np.testing.assert_allclose(p[s], want, rtol=1e-9, atol=1e-12)
+            continue
+        counts = [
+            stats.CellCount(c, int(x), int(n[s, i].sum())) for i, (c, x) in enumerate(zip(CELLS, ks, strict=True))
+        ]
         contrasts = findings.proportion_contrasts(counts, FACTORS, BASE, phi=float(phi[s]), df=float(df[s]))
-        family = {f"cell{i}": float(p) for i, p in enumerate(cell_p[s])}
-        family.update({f"contrast{i}": c.p for i, c in enumerate(contrasts)})
-        top = max(range(len(CELLS)), key=lambda i: (pooled_k[s, i], i == 0))
-        for j, cell in enumerate(CELLS if top != 0 else []):
-            if sum(cell[f] != CELLS[top][f] for f in FACTORS) == 1:
-                args = (pooled_k[s, top], pooled_n[s, top], pooled_k[s, j], pooled_n[s, j])
-                quasi = (
-                    clustered.quasi_test(*args, phi[s], df[s])
-                    if df[s] > 0
-                    else clustersim.fisher_p(*map(np.array, args))
-                )
-                family[f"neighbour{j}"] = float(quasi)
-        any_finding += any(findings.is_finding(p) for p in findings.adjust(family).values())
-    print(f"\n[findings] A/A 2x2x2, 2 trials x 40, ICC {icc}: any finding {any_finding / sweeps:.1%}")
-    assert any_finding / sweeps <= 0.05
+        assert [(c.changes, c.given) for c in contrasts] == names
+        assert list(p[s, len(CELLS) - 1 : len(CELLS) - 1 + len(names)]) == [c.p for c in contrasts]
 
 
 @pytest.mark.parametrize("seed", [4, 5])
@@ -119,7 +178,24 @@ def test_the_report_family_is_the_simulated_family(seed: int) -> None:
         + [nb.p for nb in report.neighbours]
     )
     assert reported_p == pytest.approx(sorted(family.values()), rel=1e-9, abs=1e-12)
-    expected = sum(findings.is_finding(p) for p in findings.adjust(family).values())
+    # one family for the whole report: corruption's tests and every other metric's, Holm over all
+    others = [v.p for c in report.cells for v in c.numbers.values() if v.p is not None]
+    others += [e.p for e in report.number_effects]
+    assert report.tests == {
+        "corruption": len(family),
+        **{m: report.tests[m] for m in report.tests if m != "corruption"},
+    }
+    assert sum(report.tests.values()) == len(family) + len(others)
+    whole = findings.adjust({**{("corruption", key): p for key, p in family.items()}, **dict(enumerate(others))})
+    ours = {key[1]: p for key, p in whole.items() if isinstance(key, tuple)}
+    reported_holm = sorted(
+        [c.proportions["corruption"].p_holm for c in report.cells if c.proportions["corruption"].p_holm is not None]
+        + [e.p_holm for e in report.effects if e.metric == "corruption"]
+        + [i.p_holm for i in report.interactions if i.metric == "corruption"]
+        + [nb.p_holm for nb in report.neighbours]
+    )
+    assert reported_holm == pytest.approx(sorted(ours.values()), rel=1e-9, abs=1e-12)
+    expected = sum(findings.is_finding(p) for p in ours.values())
     reported = (
         sum(c.proportions["corruption"].significant for c in report.cells)
         + sum(e.finding for e in report.effects)
@@ -133,6 +209,16 @@ def test_policy_is_stated_in_one_sentence_and_decides_findings() -> None:
     report = build_report(*synthetic_run(replicates=3, baseline=ALL_OFF))
     assert report.policy.startswith("Every finding survives Holm's correction over all the tests")
     assert "corruption: 29" in report.policy and report.policy.count(".") <= 2  # one sentence (0.05 has a dot)
+    assert "every metric in one family (49 tests; corruption: 29, wall: 10, anomalies: 10;" in report.policy
+    tested = [(v.p, v.p_holm, m) for c in report.cells for m, v in c.proportions.items() if v.p is not None]
+    tested += [(v.p, v.p_holm, m) for c in report.cells for m, v in c.numbers.items() if v.p is not None]
+    for group in (report.effects, report.interactions, report.number_effects, report.neighbours):
+        tested += [(x.p, x.p_holm, x.metric) for x in group]
+    assert len(tested) == sum(report.tests.values()) == 49
+    whole = stats.holm([p for p, _, _ in tested])  # one family over every metric
+    assert [h for _, h, _ in tested] == pytest.approx(whole, rel=1e-12)
+    alone = {m: stats.holm([p for p, _, x in tested if x == m]) for m in report.tests}  # Holm per metric
+    assert any([h for _, h, x in tested if x == m] != pytest.approx(alone[m], rel=1e-6) for m in alone)
     for e in report.effects:
         assert e.finding == (e.p_holm < 0.05) and e.p_holm >= e.p
         assert e.clear == (e.p < 0.05)  # the raw interval and the raw p agree (one inverts the other)

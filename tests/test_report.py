@@ -24,16 +24,17 @@ def _texts(report: Report, kind: str | None = None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def dsv4() -> Report:
-    # eight replicates: with the trial as the unit of replication (issue 13), three trials of the one
-    # corrupting cell leave the dispersion on ~3 df, too few for its difference to survive Holm
-    manifest, records = synthetic_run(replicates=8, baseline=ALL_OFF)
+    # ten replicates: with the trial as the unit of replication (issue 13), three trials of the one
+    # corrupting cell leave the dispersion on ~3 df, too few for its difference to survive Holm; and
+    # Holm runs over every metric's tests at once (46 here), so the two-way interaction needs 10
+    manifest, records = synthetic_run(replicates=10, baseline=ALL_OFF)
     return build_report(manifest, records)
 
 
 def test_headline_states_the_dsv4_cause_with_numbers(dsv4: Report) -> None:
     opener = dsv4.headline[0]  # the headline opens with each flag changed alone from the baseline
     assert opener.text.startswith(
-        "Corruption is 0.0% [0.0-2.0] (0/320) in the baseline (bf16_index_k=off, cuda_graph=off, overlap=off). "
+        "Corruption is 0.0% [0.0-1.2] (0/400) in the baseline (bf16_index_k=off, cuda_graph=off, overlap=off). "
         "One flag at a time: turning on "
     )
     for factor in ("bf16_index_k", "cuda_graph", "overlap"):
@@ -42,9 +43,9 @@ def test_headline_states_the_dsv4_cause_with_numbers(dsv4: Report) -> None:
     first = dsv4.headline[1]
     assert first.kind == "finding"
     assert first.text.startswith(
-        "Corruption is 17.2% [12.5-23.2] (55/320) in cell bf16_index_k=on, cuda_graph=on, overlap=on"
+        "Corruption is 15.0% [11.5-19.4] (60/400) in cell bf16_index_k=on, cuda_graph=on, overlap=on"
     )
-    assert "vs 0.0% [0.0-2.0] (0/320) in the baseline" in first.text and "Holm" in first.text
+    assert "vs 0.0% [0.0-1.2] (0/400) in the baseline" in first.text and "Holm" in first.text
     cause = dsv4.headline[2].text
     assert "needs" in cause and "together: turning off any one of them takes it to at most" in cause
     for factor in ("bf16_index_k=on", "cuda_graph=on", "overlap=on"):
@@ -66,16 +67,16 @@ def test_overlap_matters_only_when_cuda_graph_is_on(dsv4: Report) -> None:
 
 
 def test_cells_hold_pooled_counts_comparisons_and_holm(dsv4: Report) -> None:
-    assert len(dsv4.cells) == 8 and dsv4.planned == 64 and dsv4.completed == 64 and dsv4.failed == 2
+    assert len(dsv4.cells) == 8 and dsv4.planned == 80 and dsv4.completed == 80 and dsv4.failed == 2
     assert dsv4.comparison == {
-        "corruption": "quasi-binomial, dispersion 1.25 estimated from 32 trials in 4 cells (8.3 df; trial = unit of "
+        "corruption": "quasi-binomial, dispersion 1.04 estimated from 40 trials in 4 cells (11.9 df; trial = unit of "
         "replication, never below the binomial)"
     }
     base = next(c for c in dsv4.cells if c.is_baseline)
     assert base.levels == ALL_OFF and base.proportions["corruption"].p is None
     for cell in dsv4.cells:
         p = cell.proportions["corruption"]
-        assert p.rate.n == 320 and p.trials == 8 and p.rate.low <= (p.rate.rate or 0) <= p.rate.high
+        assert p.rate.n == 400 and p.trials == 10 and p.rate.low <= (p.rate.rate or 0) <= p.rate.high
         if not cell.is_baseline:
             assert p.p_holm is not None and p.p is not None and p.p_holm >= p.p
             assert p.significant == (p.p_holm < 0.05)
@@ -126,7 +127,9 @@ def test_too_few_sessions_and_untestable_numbers_are_flagged() -> None:
 
 
 def test_a_metric_that_moves_while_the_outcome_does_not() -> None:
-    manifest, records = synthetic_run(replicates=6, rate=lambda levels: 0.02, baseline=ALL_OFF)
+    # 7 trials a cell: Mann-Whitney's smallest p (5.8e-4) survives Holm over all the report's tests
+    # (with 6 it is 0.0022, too large for a family of 46)
+    manifest, records = synthetic_run(replicates=7, rate=lambda levels: 0.02, baseline=ALL_OFF)
     report = build_report(manifest, records)
     moved = [t for t in _texts(report, "finding") if t.startswith("Anomalies moved")]
     assert moved, _texts(report)

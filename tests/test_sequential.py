@@ -11,7 +11,6 @@ decisions agree with a fixed 80-session Fisher test on the same data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -253,29 +252,6 @@ def test_simulate_is_seeded_and_counts_cell_sessions() -> None:
 # ----------------------------------------------------------------------------- simulation
 
 
-def outcomes(
-    policy: SequentialPolicy,
-    draw: Callable[[np.random.Generator], tuple[tuple[int, int], tuple[int, int]]],
-    cells: int,
-    seed: int,
-) -> list[Decision]:
-    """Run `cells` simulated cells round by round with a custom per-round draw."""
-    rng = np.random.default_rng(seed)
-    found = []
-    for _ in range(cells):
-        cell: list[tuple[int, int]] = []
-        base: list[tuple[int, int]] = []
-        while True:
-            c, b = draw(rng)
-            cell.append(c)
-            base.append(b)
-            decision = decide(policy, cell, base)
-            if decision.state != "continue":
-                found.append(decision)
-                break
-    return found
-
-
 @pytest.mark.parametrize("rate", [0.0, 0.02, 0.15])
 @pytest.mark.parametrize("direction", ["both", "lower", "higher"])
 def test_false_different_within_alpha_under_equal_rates(rate: float, direction: str) -> None:
@@ -291,17 +267,71 @@ def test_false_different_within_alpha_under_equal_rates(rate: float, direction: 
 @pytest.mark.parametrize("direction", ["both", "lower"])
 def test_false_different_within_alpha_with_drift_unequal_sizes_and_many_looks(direction: str) -> None:
     """The rate moves every round (shared by both arms), the cell runs 5 sessions to the
-    baseline's 15, and there are 30 looks: still within alpha (Ville holds at every look)."""
+    baseline's 15, and there are 30 looks: still within alpha (Ville holds at every look).
+
+    1000 cells run round by round at once (first_states: sequential's own per-round pieces,
+    vectorised); the first 40 are replayed through decide() at every look, which must agree."""
     policy = SequentialPolicy(max_rounds=30, direction=direction)  # type: ignore[arg-type]
+    rng = np.random.default_rng(11 if direction == "both" else 12)
+    cells, rounds = 1000, policy.max_rounds
+    p = rng.uniform(0.02, 0.4, size=(cells, rounds))
+    kc, kb = rng.binomial(5, p), rng.binomial(15, p)
+    states, stopped = first_states(policy, kc, 5, kb, 15)
+    for i in range(40):
+        cell, base = [(int(k), 5) for k in kc[i]], [(int(k), 15) for k in kb[i]]
+        for r in range(1, stopped[i] + 1):
+            want = states[i] if r == stopped[i] else "continue"
+            assert decide(policy, cell[:r], base[:r]).state == want, (i, r)
+    false = float(np.mean(states == "different"))
+    assert false <= policy.alpha + slack(policy.alpha, cells)
+    print(f"\ndrift + unequal n + 30 looks: false different {false:.2%} over {cells} cells")
 
-    def draw(rng: np.random.Generator) -> tuple[tuple[int, int], tuple[int, int]]:
-        p = rng.uniform(0.02, 0.4)
-        return (int(rng.binomial(5, p)), 5), (int(rng.binomial(15, p)), 15)
 
-    found = outcomes(policy, draw, cells=1000, seed=11 if direction == "both" else 12)
-    false = sum(d.state == "different" for d in found) / len(found)
-    assert false <= policy.alpha + slack(policy.alpha, len(found))
-    print(f"\ndrift + unequal n + 30 looks: false different {false:.2%} over {len(found)} cells")
+def first_states(
+    policy: SequentialPolicy, kc: np.ndarray, nc: int, kb: np.ndarray, nb: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each cell's first state other than "continue" and its round, cells (rows) run at once
+    through sequential's per-round functions (what decide() sums over the rounds)."""
+    cells, rounds = kc.shape
+    ratio = np.zeros((cells, seq.mixture_size(policy.effect)))
+    log_up, log_down = np.zeros(cells), np.zeros(cells)
+    state = np.full(cells, "continue", dtype=object)
+    stopped = np.zeros(cells, dtype=int)
+    for r in range(rounds):
+        before_c, before_b = kc[:, :r].sum(axis=1), kb[:, :r].sum(axis=1)
+        for c, b in {(int(x), int(y)) for x, y in zip(kc[:, r], kb[:, r], strict=True)}:
+            rows = (kc[:, r] == c) & (kb[:, r] == b)
+            ratio[rows] += seq.round_log_ratios(policy.effect, c, nc, b, nb)
+            hist = (before_c[rows], np.full(rows.sum(), r * nc), before_b[rows], np.full(rows.sum(), r * nb))
+            up, down = seq.equivalence_rounds(policy.effect, hist, (c, nc, b, nb))
+            log_up[rows] += up
+            log_down[rows] += down
+        lower, higher = seq.mixture_e_values(policy.effect, ratio)
+        evidence = {"both": lower + higher, "lower": 2.0 * lower, "higher": 2.0 * higher}[policy.direction]
+        up_e, down_e = np.exp(np.minimum(log_up, 700.0)), np.exp(np.minimum(log_down, 700.0))
+        ruled = {"both": np.minimum(up_e, down_e), "lower": down_e, "higher": up_e}[policy.direction]
+        now = seq.stop_states(policy, r + 1, evidence, ruled)
+        fresh = (state == "continue") & (now != "continue")
+        state[fresh], stopped[fresh] = now[fresh], r + 1
+    return state, stopped
+
+
+def test_vectorised_round_pieces_equal_the_scalar_ones() -> None:
+    """equivalence_rounds and stop_states (the simulations' versions) equal the scalar functions."""
+    rng = np.random.default_rng(8)
+    for _ in range(30):
+        now = (int(rng.integers(0, 6)), 5, int(rng.integers(0, 16)), 15)
+        counts = rng.integers(0, 10, size=(7, 2))
+        before = (counts[:, 0], np.full(7, 10), counts[:, 1], np.full(7, 30))
+        up, down = seq.equivalence_rounds(0.1, before, now)  # type: ignore[arg-type]
+        for i in range(7):
+            want = seq.equivalence_round(0.1, tuple(int(x[i]) for x in before), now)  # type: ignore[arg-type]
+            assert (up[i], down[i]) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    policy = SequentialPolicy(max_rounds=4, min_rounds=2)
+    evidence, ruled = np.array([0.5, 25.0, 19.9, 6.0, 1.0]), np.array([0.5, 0.1, 5.0, 4.9, 1.0])
+    for rounds in (1, 2, 4):
+        want = [seq.stop_state(policy, rounds, float(e), float(w)) for e, w in zip(evidence, ruled, strict=True)]
+        assert list(seq.stop_states(policy, rounds, evidence, ruled)) == want
 
 
 @pytest.mark.parametrize(

@@ -110,10 +110,13 @@ def power_lines(plan: Plan) -> list[str]:
     cells = [dict(c.levels) for c in plan.cells]
     factors = {f.name: list(f.level_names) for f in m.factors}
     contrasts = findings.proportion_contrasts([CellCount(c, 0, 1) for c in cells], factors, m.baseline)
-    lines = _proportion_lines(plan, len(cells) - 1 + len(contrasts))
     numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
+    props = sum(s.kind == "proportion" for s in m.repro.metrics)
+    # the report's one Holm family spans every metric (the highest cell's neighbours come on top)
+    family = props * (len(cells) - 1 + len(contrasts)) + len(numbers) * _number_tests(cells, factors)
+    lines = _proportion_lines(plan, family)
     if numbers:
-        lines += _number_lines(numbers, reps, cells, factors, m.baseline)
+        lines += _number_lines(numbers, reps, cells, factors, m.baseline, family)
     return lines
 
 
@@ -129,7 +132,8 @@ def _proportion_lines(plan: Plan, tests: int) -> list[str]:
     n = sessions * plan.replicates
     lines = [
         f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials), Fisher's exact "
-        f"test, 80% power (exact); 'Holm' is the first step of the correction over the {tests} tests per metric:"
+        f"test, 80% power (exact); 'Holm' is the first step of the correction over the report's {tests} tests "
+        "(every metric in one family):"
     ]
     for rate in (0.0, 0.02, 0.05, 0.15):
         d = power.detectable(n, n, rate)
@@ -154,9 +158,13 @@ def _dirs(d: power.Detectable) -> str:
 
 
 def _number_lines(
-    names: list[str], reps: int, cells: list[dict[str, str]], factors: dict[str, list[str]], baseline: dict[str, str]
+    names: list[str],
+    reps: int,
+    cells: list[dict[str, str]],
+    factors: dict[str, list[str]],
+    baseline: dict[str, str],
+    family: int,
 ) -> list[str]:
-    tests = len(cells) - 1 + sum(len(levels) - 1 for levels in factors.values())
     floor = ranks.mann_whitney_min_p(reps, reps)
     need = next(r for r in range(1, 60) if ranks.mann_whitney_min_p(r, r) < ALPHA)
     if floor >= ALPHA:
@@ -169,9 +177,15 @@ def _number_lines(
     pooled = [_factor_floor(f, levels, baseline, cells, reps) for f, levels in factors.items()]
     best = min(pooled, default=1.0)
     factor_text = (
-        f"factor effects pool trials across cells (best p = {best:.2g}; Holm's first step needs < {ALPHA / tests:.2g})"
+        f"factor effects pool trials across cells (best p = {best:.2g}; "
+        f"Holm's first step needs < {ALPHA / max(1, family):.2g})"
     )
     return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
+
+
+def _number_tests(cells: list[dict[str, str]], factors: dict[str, list[str]]) -> int:
+    """A numeric metric's tests in the report's family: each cell vs the baseline, each factor level."""
+    return len(cells) - 1 + sum(len(levels) - 1 for levels in factors.values())
 
 
 def _factor_floor(

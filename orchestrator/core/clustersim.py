@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.core import clustered, sequential, stats
+from orchestrator.core import clustered, power, sequential, stats
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -46,12 +46,26 @@ def _fisher(k1: int, n1: int, k2: int, n2: int) -> float:
 
 
 def fisher_p(k1: IntArray, n1: IntArray, k2: IntArray, n2: IntArray) -> npt.NDArray[np.float64]:
-    """Fisher's exact p on summed counts, elementwise (cached: simulated tables repeat a lot)."""
+    """Fisher's exact p on summed counts, elementwise.
+
+    Looked up in power.fisher_pvalues' table of every (k1, k2) of a design (the same p as
+    scipy's fisher_exact to 1e-9: tests/test_power.py checks it), one table per distinct (n1, n2);
+    scipy per distinct table beyond power.MAX_EXACT_N sessions a side."""
     shape = np.broadcast_shapes(k1.shape, n1.shape, k2.shape, n2.shape)
-    rows = np.stack([np.broadcast_to(x, shape).ravel() for x in (k1, n1, k2, n2)], axis=1)
-    unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-    values = np.array([_fisher(*(int(v) for v in row)) for row in unique])
-    return values[inverse.ravel()].reshape(shape)
+    a, b, c, d = (np.broadcast_to(x, shape).ravel().astype(np.int64) for x in (k1, n1, k2, n2))
+    out = np.empty(a.shape, dtype=float)
+    sizes, which = np.unique(np.stack([b, d], axis=1), axis=0, return_inverse=True)
+    which = which.ravel()
+    for i, (size1, size2) in enumerate(sizes):
+        rows = which == i
+        if max(size1, size2) <= power.MAX_EXACT_N and min(size1, size2) >= 0:
+            out[rows] = power.fisher_pvalues(int(size1), int(size2))[a[rows], c[rows]]
+            continue
+        table = np.stack([a[rows], c[rows]], axis=1)
+        unique, inverse = np.unique(table, axis=0, return_inverse=True)
+        values = np.array([_fisher(int(x), int(size1), int(y), int(size2)) for x, y in unique])
+        out[rows] = values[inverse.ravel()]
+    return out.reshape(shape)
 
 
 def cell_p_values(
@@ -127,17 +141,20 @@ def _add_round(
     done = (k.shape[-1] - 1) * sessions
     rows = np.stack([kc.ravel(), kb.ravel(), before_c.ravel(), before_b.ravel()], axis=1)
     unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-    ratios = np.array(
-        [sequential.round_log_ratios(effect, int(c), sessions, int(b), sessions) for c, b, _, _ in unique]
-    )
-    bets = np.array(
-        [
-            sequential.equivalence_round(effect, (int(bc), done, int(bb), done), (int(c), sessions, int(b), sessions))
-            for c, b, bc, bb in unique
-        ]
-    )
+    rounds, which = np.unique(unique[:, :2], axis=0, return_inverse=True)
+    which = which.ravel()
+    ratios = np.array([sequential.round_log_ratios(effect, int(c), sessions, int(b), sessions) for c, b in rounds])
+    bets = np.zeros((len(unique), 2))
+    order = np.argsort(which, kind="stable")
+    edges = np.searchsorted(which[order], np.arange(len(rounds) + 1))
+    for i, (c, b) in enumerate(rounds):
+        rows_i = order[edges[i] : edges[i + 1]]
+        hist = unique[rows_i]
+        before = (hist[:, 2], np.full(len(hist), done), hist[:, 3], np.full(len(hist), done))
+        up, down = sequential.equivalence_rounds(effect, before, (int(c), sessions, int(b), sessions))
+        bets[rows_i, 0], bets[rows_i, 1] = up, down
     inverse = inverse.ravel()
-    log_ratio += ratios[inverse].reshape(log_ratio.shape)
+    log_ratio += ratios[which[inverse]].reshape(log_ratio.shape)
     log_up += bets[inverse, 0].reshape(log_up.shape)
     log_down += bets[inverse, 1].reshape(log_down.shape)
 
@@ -154,6 +171,5 @@ def _states(
     evidence = {"both": lower + higher, "lower": 2.0 * lower, "higher": 2.0 * higher}[policy.direction]
     up, down = np.exp(np.minimum(log_up / m[:, None], 700.0)), np.exp(np.minimum(log_down / m[:, None], 700.0))
     ruled_out = {"both": np.minimum(up, down), "lower": down, "higher": up}[policy.direction]
-    decide = np.vectorize(lambda e, w: sequential.stop_state(policy, rounds, float(e), float(w)), otypes=[str])
-    out: npt.NDArray[np.str_] = decide(evidence, ruled_out)
+    out: npt.NDArray[np.str_] = sequential.stop_states(policy, rounds, evidence, ruled_out)
     return out

@@ -335,6 +335,47 @@ def _equivalence_round(
     return _round_wealth(*now, up), _round_wealth(*now, down)
 
 
+def equivalence_rounds(
+    effect: float, before: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], now: tuple[int, int, int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """equivalence_round for many histories `before` (arrays) that share one round `now`.
+
+    The same arithmetic, vectorised over histories: the simulations meet each round's counts in
+    thousands of histories, and the scalar version costs 50 us a call (tests check they agree)."""
+    kc, nc, kb, nb = now
+    bk_c, bn_c, bk_b, bn_b = (np.asarray(x, dtype=float) for x in before)
+    if min(nc, nb) == 0:
+        return np.zeros(bk_c.shape), np.zeros(bk_c.shape)
+    pc, pb = (bk_c + 0.5) / (bn_c + 1), (bk_b + 0.5) / (bn_b + 1)
+    spread = pc * (1 - pc) + pb * (1 - pb)
+    top = BET_CAP / (1.0 - effect)
+    log_p, minus, zero, plus = _pairings(kc, nc, kb, nb)
+    out = []
+    for sign in (1.0, -1.0):  # H+ then H-: payoff effect - d, resp. effect + d
+        gain = effect - sign * (pc - pb)
+        lam = np.clip(gain / (spread + gain * gain), 0.0, top)[:, None]
+        terms = (
+            log_p
+            + minus * np.log(1 + lam * (effect + sign))
+            + zero * np.log(1 + lam * effect)
+            + plus * np.log(1 + lam * (effect - sign))
+        )
+        high = terms.max(axis=1, keepdims=True)
+        out.append((high + np.log(np.exp(terms - high).sum(axis=1, keepdims=True)))[:, 0])
+    return out[0], out[1]
+
+
+def stop_states(policy: SequentialPolicy, rounds: int, evidence: np.ndarray, ruled_out: np.ndarray) -> np.ndarray:
+    """stop_state elementwise over arrays of e-values (for the vectorised simulations)."""
+    ready = rounds >= policy.min_rounds
+    last = "max_rounds" if rounds >= policy.max_rounds else "continue"
+    return np.select(
+        [ready & (evidence >= 1.0 / policy.alpha), ready & (ruled_out >= 1.0 / (1.0 - policy.power))],
+        ["different", "no_difference"],
+        default=last,
+    )
+
+
 def _round_wealth(kc: int, nc: int, kb: int, nb: int, factor: tuple[float, float, float]) -> float:
     """log of the wealth factor of one round, averaged over random pairings of its sessions."""
     if min(nc, nb) == 0:

@@ -9,7 +9,8 @@ Rules kept here:
 - only trials with status "completed" are data; failed and interrupted ones are listed, never
   counted; when one trial was retried, its last completed attempt counts;
 - every rate carries its Wilson interval and k/n; every comparison with the baseline a Fisher
-  (proportions) or Mann-Whitney (numbers) p-value, Holm-adjusted over the cells of that metric;
+  (proportions) or Mann-Whitney (numbers) p-value, Holm-adjusted over every test the report could
+  call a finding, all metrics in one family (core.findings);
 - secrets never reach the model: env values whose names look secret are replaced by "••••", and
   `NAME=value` / `NAME: value` text with such names is masked in free text.
 """
@@ -680,9 +681,9 @@ def _apply_policy(
 ) -> tuple[
     list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
 ]:
-    """One policy: per metric, Holm over every test the report could call a finding about it (each
-    cell vs the baseline, every effect and interaction, the numeric effects, the highest cell's
-    one-factor comparisons). Sets p_holm, and significant / finding from it."""
+    """One policy for the whole report: Holm over every test it could call a finding, every metric
+    in one family (each cell vs the baseline, every effect and interaction, the numeric effects,
+    the highest cell's one-factor comparisons). Sets p_holm, and significant / finding from it."""
     family: dict[tuple[str, str, str], float] = {}
     for c in cells:
         family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
@@ -695,12 +696,10 @@ def _apply_policy(
     }
     for name, items in groups.items():
         family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
-    adjusted: dict[tuple[str, str, str], float] = {}
+    adjusted = findings.adjust(family)  # one family across metrics: any false finding anywhere <= alpha
     sizes: dict[str, int] = {}
-    for metric in dict.fromkeys(key[1] for key in family):
-        ours = {key: p for key, p in family.items() if key[1] == metric}
-        adjusted.update(findings.adjust(ours))
-        sizes[metric] = len(ours)
+    for key in family:
+        sizes[key[1]] = sizes.get(key[1], 0) + 1
 
     new_cells = [
         c.model_copy(
@@ -1002,7 +1001,7 @@ def _power_text(report: Report, metric: str, measured: Sequence[CellView], base:
     others = [c for c in measured if not c.is_baseline]
     smallest = min(others, key=lambda c: c.proportions[metric].rate.n)
     base_rate = base.proportions[metric].rate
-    tests = report.tests.get(metric, 1)
+    tests = max(1, sum(report.tests.values()))  # Holm's family is the whole report's
     trials = min(c.proportions[metric].trials for c in measured)
     if metric not in report.dispersion or trials < 2:
         return power_sentence(smallest.proportions[metric].rate.n, base_rate.n, base_rate.rate or 0.0, tests)
