@@ -12,8 +12,8 @@ from helpers.netutil import free_ports
 
 def router_argv(
     python: str,
-    prefill: str,
-    decode: str,
+    prefill: str | tuple[str, ...],
+    decode: str | tuple[str, ...],
     *,
     host: str,
     port: int,
@@ -24,17 +24,19 @@ def router_argv(
 ) -> list[str]:
     """`python -m sglang_router.launch_router` in PD mode. check_interval_s is how often it checks
     the workers it knows (its default, 60 s, is the stale view orch must cope with); new workers
-    are looked at every second, so it turns ready soon after its workers."""
+    are looked at every second, so it turns ready soon after its workers. Several prefill or decode
+    URLs: one worker each (instances of a role behind one router); a bootstrap port goes with a
+    single prefill only."""
+    prefills = (prefill,) if isinstance(prefill, str) else prefill
+    decodes = (decode,) if isinstance(decode, str) else decode
+    bootstrap = [str(bootstrap_port)] if bootstrap_port is not None and len(prefills) == 1 else []
     return [
         python,
         "-m",
         "sglang_router.launch_router",
         "--pd-disaggregation",
-        "--prefill",
-        prefill,
-        *([str(bootstrap_port)] if bootstrap_port is not None else []),
-        "--decode",
-        decode,
+        *[arg for url in prefills for arg in ("--prefill", url, *bootstrap)],
+        *[arg for url in decodes for arg in ("--decode", url)],
         "--host",
         host,
         "--port",

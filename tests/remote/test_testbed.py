@@ -45,7 +45,7 @@ def test_inventory_parses_and_matches_the_hosts(testbed: Testbed, capsys: pytest
             f"\n[testbed] boot of 3 hosts: sshd ready {testbed.ssh_ready_s:.2f} s, "
             f"all sim units healthy {testbed.boot_s:.2f} s after launch"
         )
-    assert set(inv.testbeds) == {"dsv4-pd", "dsv4-pd-shell", "dsv4-pd-real", "dsv4-pd-several"}
+    assert set(inv.testbeds) == {"dsv4-pd", "dsv4-pd-shell", "dsv4-pd-real", "dsv4-pd-several", "dsv4-pd-wide"}
     text = testbed.inventory.read_text()
     for h in testbed.hosts:
         assert f"host: {h.ip}" in text

@@ -18,11 +18,15 @@ Units on the hosts (all started at boot):
   router   sglang-router-shell        :30011  -> prefill :30000, decode-shell :30012
   router   sglang-router-real         :30021  the REAL sglang-router (PD mode, metrics :30024)
                                               -> prefill :30000, decode :30002
+  router   sglang-router-wide         :30031  the REAL sglang-router (metrics :30034), NOT started at boot
+                                              (a test starts it) -> prefill and gpu2 :30000, decode
+                                              and gpu2 :30002: 2 prefill + 2 decode instances
 The inventory has three testbeds: `dsv4-pd` (systemd dialect everywhere), `dsv4-pd-shell`
 (decode in the shell dialect, through its own router; prefill is shared) and `dsv4-pd-real`
 (as dsv4-pd, behind the real router, which checks its workers every 60 s, its default), then
 `dsv4-pd-several` (issue 14): prefill as two instances (prefill, gpu2) and decode as one instance
-over two nodes (decode is rank 0 and serves, gpu2 is rank 1).
+over two nodes (decode is rank 0 and serves, gpu2 is rank 1), and `dsv4-pd-wide`: prefill and
+decode as two instances each (prefill/gpu2, decode/gpu2) behind sglang-router-wide.
 
 The hosts run the test process's own interpreter and checkout. Both may live where the host
 sees a fresh tmpfs (/root, /tmp) or outside the root filesystem, so they are bind-mounted
@@ -82,6 +86,8 @@ class SimUnit:
     upstream: tuple[str, str] | None = None  # router: (prefill url, decode url)
     health_path: str = "/health"
     real_router: bool = False  # the real sglang-router, not the simulator's stand-in
+    more_upstream: tuple[str, str] | None = None  # real router: a second (prefill url, decode url)
+    at_boot: bool = True  # started (and awaited) when the testbed boots; else a test starts it
 
 
 @dataclass(frozen=True)
@@ -229,6 +235,17 @@ def layout(net: str) -> tuple[TestbedHost, ...]:
                     health_path="/readiness",
                     real_router=True,
                 ),
+                SimUnit(
+                    "sglang-router-wide",
+                    "router",
+                    30031,
+                    "/etc/sglang/router-wide.env",
+                    upstream=(pre, f"{dec}:30002"),
+                    health_path="/readiness",
+                    real_router=True,
+                    more_upstream=(f"http://{ip['gpu2']}:30000", f"http://{ip['gpu2']}:30002"),
+                    at_boot=False,
+                ),
             ),
         ),
         TestbedHost(
@@ -271,8 +288,9 @@ def unit_file_text(unit: SimUnit, python: str, checkout: Path) -> str:
     """A unit like the real deployment's: Type=exec, restart on failure, default start limit."""
     argv = [python, "-m", "orchestrator.sim.server", "--role", unit.role, "--port", str(unit.port), "--host", "0.0.0.0"]
     if unit.real_router and unit.upstream:
-        pre, dec = unit.upstream
-        argv = router_argv(python, pre, dec, host="0.0.0.0", port=unit.port, metrics_port=unit.port + 3)
+        pre, dec = zip(unit.upstream, unit.more_upstream or unit.upstream, strict=True)  # (first, second) each
+        pres, decs = (pre, dec) if unit.more_upstream else (pre[0], dec[0])
+        argv = router_argv(python, pres, decs, host="0.0.0.0", port=unit.port, metrics_port=unit.port + 3)
     elif unit.upstream:
         argv += ["--prefill-url", unit.upstream[0], "--decode-url", unit.upstream[1]]
     if unit.dialect == "shell":
@@ -344,26 +362,37 @@ def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Pa
             },
         }
 
+    def spread(role: str, unit: str, shape: str, members: list[TestbedHost]) -> dict[str, object]:
+        d = entry(members[0], members[0].unit(unit))
+        del d["url"], d["health"]
+        d["ssh"] = {k: v for k, v in d["ssh"].items() if k != "host"}  # type: ignore[attr-defined]
+        port = members[0].unit(unit).port
+        d[shape] = [
+            {"ssh": {"host": h.ip}, **({"url": f"http://{h.ip}:{port}"} if shape == "instances" or i == 0 else {})}
+            for i, h in enumerate(members)
+        ]
+        return d
+
     def several() -> dict[str, object]:
         """Roles of several hosts: prefill as two instances, decode as one instance on two nodes."""
-
-        def spread(role: str, unit: str, shape: str, members: list[TestbedHost]) -> dict[str, object]:
-            d = entry(members[0], members[0].unit(unit))
-            del d["url"], d["health"]
-            d["ssh"] = {k: v for k, v in d["ssh"].items() if k != "host"}  # type: ignore[attr-defined]
-            port = members[0].unit(unit).port
-            d[shape] = [
-                {"ssh": {"host": h.ip}, **({"url": f"http://{h.ip}:{port}"} if shape == "instances" or i == 0 else {})}
-                for i, h in enumerate(members)
-            ]
-            return d
-
         return {
             "description": "prefill: 2 instances (prefill, gpu2); decode: 1 instance on 2 nodes (decode, gpu2)",
             "hosts": {
                 "prefill": spread("prefill", "sglang-dsv4-prefill", "instances", [hosts["prefill"], hosts["gpu2"]]),
                 "decode": spread("decode", "sglang-dsv4-decode", "nodes", [hosts["decode"], hosts["gpu2"]]),
                 "router": entry(hosts["router"], hosts["router"].unit("sglang-router"), ["prefill", "decode"]),
+            },
+        }
+
+    def wide() -> dict[str, object]:
+        """2 prefill + 2 decode instances behind one real router (sglang-router-wide)."""
+        pair = [hosts["prefill"], hosts["gpu2"]], [hosts["decode"], hosts["gpu2"]]
+        return {
+            "description": "prefill: 2 instances (prefill, gpu2); decode: 2 instances (decode, gpu2); real router",
+            "hosts": {
+                "prefill": spread("prefill", "sglang-dsv4-prefill", "instances", pair[0]),
+                "decode": spread("decode", "sglang-dsv4-decode", "instances", pair[1]),
+                "router": entry(hosts["router"], hosts["router"].unit("sglang-router-wide"), ["prefill", "decode"]),
             },
         }
 
@@ -381,6 +410,7 @@ def inventory_data(tb_hosts: tuple[TestbedHost, ...], key: Path, known_hosts: Pa
                 "sglang-dsv4-decode", "sglang-router-real", "same hosts; the router role is the real sglang-router"
             ),
             "dsv4-pd-several": several(),
+            "dsv4-pd-wide": wide(),
         }
     }
 
@@ -436,7 +466,7 @@ def _boot(
     t0 = time.monotonic()
 
     def up(h: TestbedHost) -> None:
-        wants = " ".join(f"{u.name}.service" for u in h.units)
+        wants = " ".join(f"{u.name}.service" for u in h.units if u.at_boot)
         _script(
             {**env, "OTB_STAGE_EXTRA": str(extras[h.name]), "OTB_WANTS": wants, "OTB_BINDS": binds}, "up", h.name, h.ip
         )
@@ -545,7 +575,7 @@ def _stage(lab: Path, host: TestbedHost, python: str, checkout: Path) -> Path:
 
 def _wait_healthy(hosts: tuple[TestbedHost, ...], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    pending = {f"http://{h.ip}:{u.port}{u.health_path}" for h in hosts for u in h.units}
+    pending = {f"http://{h.ip}:{u.port}{u.health_path}" for h in hosts for u in h.units if u.at_boot}
     last: dict[str, str] = {}
     while pending:
         for url in sorted(pending):
