@@ -14,10 +14,11 @@ from rich.markup import escape
 from orchestrator.cli import output
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.cli.console import err, out
-from orchestrator.core.config import MAX_SEED
+from orchestrator.core.config import MAX_SEED, Matrix
+from orchestrator.core.huntconfig import section_line
 from orchestrator.core.huntplan import expected_sessions
 from orchestrator.core.plan import Plan
-from orchestrator.errors import OrchError, UsageError
+from orchestrator.errors import ConfigError, OrchError, UsageError
 from orchestrator.sweep import api
 from orchestrator.sweep.runner import Progress
 
@@ -68,6 +69,18 @@ def cmd_hunt(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def not_a_run(matrix: Matrix) -> ConfigError:
+    """`orch run` on a hunt matrix: refused (exit 2, nothing touched). A hunt picks its trials as
+    it goes and stops on its own rule, which is not what `orch run` promises (every planned
+    trial); running the first wave only, or hunting under `orch run`, would both surprise."""
+    return ConfigError(
+        f"this matrix declares a hunt; run `orch hunt {matrix.path}`",
+        file=matrix.path,
+        line=section_line(matrix.text, "hunt"),
+        hint="`orch hunt --dry-run` shows its first wave and expected cost",
+    )
+
+
 def _progress(started: api.Started) -> Progress:
     from orchestrator.team.livestatus import LiveStatus, Tee
 
@@ -77,12 +90,14 @@ def _progress(started: api.Started) -> Progress:
 def after(run_dir: Path) -> None:
     """A finished (or stopped) hunt: the culprit summary on the terminal and hunt.html."""
     from orchestrator.report.hunt import hunt_report, summary_lines, write_hunt_page
+    from orchestrator.report.site import write_index
 
     try:
         report = hunt_report(run_dir)
         if report is None:
             return
         path = write_hunt_page(run_dir)
+        write_index(run_dir.parent)  # the run's link now leads to hunt.html
     except OrchError as exc:
         err.print(f"[yellow]hunt report not written:[/yellow] {escape(str(exc))}")
         return

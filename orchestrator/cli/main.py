@@ -154,10 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         skip_preflight=args.skip_preflight,
     )
     prepared = prepared_sweep(request)
-    if args.dry_run and prepared.plan.matrix.hunt is not None:
-        hunt.print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
-        out.print("dry run: nothing was changed")
-        return 0
+    if prepared.plan.matrix.hunt is not None:  # a hunt is its own command (nothing touched yet)
+        raise hunt.not_a_run(prepared.plan.matrix)
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 

@@ -17,9 +17,14 @@ def warn(message: str) -> None:
 
 def announce(started: Started) -> None:
     """The first lines of a run: where it goes, or how much of a resumed one is left."""
+    names = started.testbeds
+    where = f"on {names[0]}" if len(names) == 1 else f"across {len(names)} testbeds ({', '.join(names)})"
+    if started.open_ended:  # a hunt: how many trials is decided as it goes, never guessed here
+        done = f"resuming {started.run_id}: {started.trials} trials done"
+        head = done if started.resumed else f"run {started.run_id}"
+        err.print(f"{head}; hunt {where} -> {started.run_dir} (its total is decided as it goes)", markup=False)
+        return
     if not started.resumed:
-        names = started.testbeds
-        where = f"on {names[0]}" if len(names) == 1 else f"across {len(names)} testbeds ({', '.join(names)})"
         err.print(f"run {started.run_id}: {started.trials} trials {where} -> {started.run_dir}", markup=False)
         return
     if started.torn_tail_dropped:
@@ -32,7 +37,7 @@ def announce(started: Started) -> None:
 def terminal(started: Started) -> Progress:
     """Announce the run and give the terminal's progress bar (or plain lines in a log)."""
     announce(started)
-    return RichProgress(err)
+    return RichProgress(err, open_ended=started.open_ended)
 
 
 def show_outcome(outcome: SweepOutcome) -> None:

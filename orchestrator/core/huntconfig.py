@@ -136,6 +136,14 @@ def build_hunt(
     )
 
 
+def section_line(text: str, key: str) -> int | None:
+    """The line of a top-level `key:` in a matrix's text (1-based), for errors about the section."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(f"{key}:"):
+            return number
+    return None
+
+
 def _levels(
     given: Mapping[str, str | bool | None], key: str, factors: Mapping[str, Sequence[str]], source: SourceMap
 ) -> dict[str, str]:

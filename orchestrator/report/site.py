@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
+from orchestrator.report.hunt import HUNT_PAGE
 from orchestrator.report.render import RunSummary, csp, environment, fresh_summary, load_manifest
 from orchestrator.report.series import SeriesPoint
 from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
@@ -61,6 +62,7 @@ class RunEntry:
     group: str = ""  # same matrix + inventory (render.group_key)
     testbed: str = ""
     series: tuple[SeriesPoint, ...] = ()
+    page: str = "index.html"  # the run's report page (a hunt's is hunt.html: the culprits, not the cells)
 
 
 def write_index(reports_dir: Path) -> Path:
@@ -157,7 +159,8 @@ def _entry(run_dir: Path) -> RunEntry:
         planned=len(manifest.plan),
         failed=0,
         headline="",
-        has_report=RunDir(run_dir).index_html.is_file(),
+        has_report=RunDir(run_dir).index_html.is_file() or (run_dir / HUNT_PAGE).is_file(),
+        page=HUNT_PAGE if (run_dir / HUNT_PAGE).is_file() else "index.html",
     )
     try:
         summary = _cached_summary(run_dir) or fresh_summary(run_dir, manifest)  # rebuilt from the journal

@@ -190,6 +190,7 @@ class Started:
     left: int  # still to run (all of them, unless resumed)
     resumed: bool = False
     torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
+    open_ended: bool = False  # a hunt: `trials` counts those done, the rest is decided as it goes
 
 
 ProgressFor = Callable[[Started], Progress]
@@ -273,7 +274,9 @@ def run(
             manifest = manifest.model_copy(update={"controller": describe_controller(plan.matrix.redactor)})
             session.create_run_dir(run_dir, manifest)
             _list_running(run_dir)
-            sink = progress(Started(run_id, run_dir, names, len(plan.steps), len(plan.steps)))
+            hunting = plan.matrix.hunt is not None
+            total = 0 if hunting else len(plan.steps)
+            sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
             result, stopped = _stoppable(
                 lambda: session.execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink)
             )
@@ -342,14 +345,16 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     done = set(trial_statuses(journal).finished) if journal.exists() else set()
     # adaptive rebuilds its counts, a hunt its search
     prior = _final_trials(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else []
+    hunting = matrix.hunt is not None  # no total: the search decides how many trials are left
     started = Started(
         manifest.run_id,
         run_dir,
         tuple(manifest.testbeds),
-        len(plan.steps),
-        len(plan.steps) - len(done),
+        len(done) if hunting else len(plan.steps),
+        0 if hunting else len(plan.steps) - len(done),
         resumed=True,
         torn_tail_dropped=bool(torn),
+        open_ended=hunting,
     )
     sink = progress(started)
     options = RunOptions(

@@ -97,8 +97,12 @@ def summarize(record: TrialRecord) -> str:
 
 
 class RichProgress:
-    def __init__(self, console: Console | None = None) -> None:
+    """`open_ended` (a hunt): trials done, no total and no ETA (the search decides as it goes;
+    a guessed total would go negative or lie)."""
+
+    def __init__(self, console: Console | None = None, *, open_ended: bool = False) -> None:
         self.console = console or Console(stderr=True)
+        self.open_ended = open_ended
         self.bar: RichBar | None = None
         self.task: TaskID | None = None
         self.done = 0
@@ -108,18 +112,19 @@ class RichProgress:
     def start(self, total: int, done: int) -> None:
         self.total, self.done = total, done
         if self.console.is_terminal:
+            counts = (TextColumn("{task.completed} done"),) if self.open_ended else (MofNCompleteColumn(),)
+            eta = () if self.open_ended else (TextColumn("ETA"), TimeRemainingColumn())
             self.bar = RichBar(
                 TextColumn("[bold]trials"),
                 BarColumn(),
-                MofNCompleteColumn(),
+                *counts,
                 TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
+                *eta,
                 TextColumn("{task.fields[last]}"),
                 console=self.console,
             )
             self.bar.start()
-            self.task = self.bar.add_task("trials", total=total, completed=done, last="")
+            self.task = self.bar.add_task("trials", total=None if self.open_ended else total, completed=done, last="")
 
     def trial_done(self, record: TrialRecord) -> None:
         self.done += 1
@@ -128,9 +133,12 @@ class RichProgress:
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, advance=1, last=escape(f"last: {line}"))
         else:
-            self.console.print(f"[{self.done}/{self.total}] {line}", markup=False, highlight=False, soft_wrap=True)
+            count = f"{self.done} done" if self.open_ended else f"{self.done}/{self.total}"
+            self.console.print(f"[{count}] {line}", markup=False, highlight=False, soft_wrap=True)
 
     def retotal(self, left: int) -> None:
+        if self.open_ended:
+            return
         self.total = self.done + left
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, total=self.total)

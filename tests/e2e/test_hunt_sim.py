@@ -59,6 +59,7 @@ def test_hunt_names_the_three_dsv4_culprits(tmp_path: Path, capsys) -> None:
     assert len(trials) < 80  # one flag at a time would take 17 configurations x 4 trials of 20 sessions
     page = (run_dir / "hunt.html").read_text()
     assert "Minimal reproducer" in page and "Every configuration tried" in page
+    assert 'href="hunt/hunt.html"' in (tmp_path / "r" / "index.html").read_text()  # the index leads to the hunt page
     assert {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")} == before
     assert not any(port_open(p) for p in ports)
 
@@ -72,7 +73,9 @@ def test_hunt_names_the_three_dsv4_culprits(tmp_path: Path, capsys) -> None:
     run_json = run_dir / "run.json"
     run_json.write_text(re.sub(r'"status":\s*"completed"', '"status": "running"', run_json.read_text()))
     assert main(["resume", str(run_dir)]) == 0
-    again = capsys.readouterr().out
+    again, said = capsys.readouterr()
+    assert "resuming hunt: 24 trials done; hunt on " in said and "(its total is decided as it goes)" in said, said
+    assert not re.search(r"-\d+ of \d+|of \d+ trials left", said), said  # no invented (or negative) total
     assert culprit[0] in again, again
     resumed = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
     assert [(t.trial, t.cell) for t in resumed] == [(t.trial, t.cell) for t in trials]
