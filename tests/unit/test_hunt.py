@@ -260,3 +260,33 @@ def test_plan_and_dry_run_show_the_first_wave_and_the_expected_cost(capsys) -> N
     assert "dry run: nothing was changed" in capsys.readouterr().out
     assert main(["hunt", str(REPO / "matrices" / "overlap_hunt.yaml"), "-i", inventory, "--dry-run"]) == 2
     assert "no hunt: section" in capsys.readouterr().err
+
+
+def test_orch_run_refuses_a_hunt_matrix_at_its_hunt_line(tmp_path: Path, capsys) -> None:
+    from orchestrator.cli.main import main
+
+    matrix = REPO / "matrices" / "dsv4_hunt.yaml"
+    line = 1 + matrix.read_text().splitlines().index("hunt:")
+    for extra in ([], ["--dry-run"]):
+        code = main(
+            ["run", str(matrix), "-i", str(REPO / "inventory" / "local.yaml"), "--out", str(tmp_path / "r")] + extra
+        )
+        assert code == 2
+        said = capsys.readouterr().err
+        assert f"dsv4_hunt.yaml:{line}: this matrix declares a hunt; run `orch hunt " in said, said
+    assert not (tmp_path / "r").exists()  # nothing touched, no run directory
+
+
+def test_hunt_progress_shows_trials_done_and_never_a_total() -> None:
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.sweep.progress import RichProgress
+
+    sink = io.StringIO()
+    progress = RichProgress(Console(file=sink, width=200), open_ended=True)
+    progress.start(18, 24)  # a resumed hunt: 24 done, more than its first wave of 18
+    progress.retotal(-6)  # a guess from the search: ignored
+    progress.trial_done(_record(24, {"overlap": "on"}, 1, 20))
+    assert sink.getvalue().startswith("[25 done] ") and "/" not in sink.getvalue().split("]")[0]
