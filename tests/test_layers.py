@@ -8,6 +8,7 @@ orch). Every import counts, including ones inside functions: a lazy import is st
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,7 @@ def _resolve(target: str, mods: dict[str, Path]) -> str | None:
     return target or None
 
 
+@cache  # parsed once per test process: every test below reads the same tree
 def _graph() -> dict[str, set[str]]:
     mods = _modules()
     graph: dict[str, set[str]] = {}
