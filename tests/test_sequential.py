@@ -258,8 +258,8 @@ def test_false_different_within_alpha_under_equal_rates(rate: float, direction: 
     policy = SequentialPolicy(max_rounds=8, direction=direction)  # type: ignore[arg-type]
     rng = np.random.default_rng(int(rate * 1000) + ["both", "lower", "higher"].index(direction))
     cells = 1000
-    states = [simulate(policy, rate, rate, 10, rng)[0].state for _ in range(cells)]
-    false = states.count("different") / cells
+    states, _ = run_cells(policy, rate, rate, 10, cells, rng)
+    false = list(states).count("different") / cells
     assert false <= policy.alpha + slack(policy.alpha, cells)
     print(f"\nA/A at {rate:.0%}, {direction}: false different {false:.2%} over {cells} cells")
 
@@ -316,6 +316,22 @@ def first_states(
     return state, stopped
 
 
+def run_cells(
+    policy: SequentialPolicy, pc: float, pb: float, n: int, cells: int, rng: np.random.Generator, replay: int = 10
+) -> tuple[np.ndarray, np.ndarray]:
+    """What sequential.simulate does for `cells` cells (each round n sessions a side until
+    decided), all cells at once through first_states: (final states, cell sessions used). The
+    first `replay` cells go through decide() at every look, which must agree."""
+    kc = rng.binomial(n, pc, size=(cells, policy.max_rounds))
+    kb = rng.binomial(n, pb, size=(cells, policy.max_rounds))
+    states, stopped = first_states(policy, kc, n, kb, n)
+    for i in range(replay):
+        cell, base = [(int(k), n) for k in kc[i]], [(int(k), n) for k in kb[i]]
+        for r in range(1, stopped[i] + 1):
+            assert decide(policy, cell[:r], base[:r]).state == (states[i] if r == stopped[i] else "continue")
+    return states, stopped * n
+
+
 def test_vectorised_round_pieces_equal_the_scalar_ones() -> None:
     """equivalence_rounds and stop_states (the simulations' versions) equal the scalar functions."""
     rng = np.random.default_rng(8)
@@ -350,8 +366,8 @@ def test_no_difference_rarely_wrong_at_a_difference_of_effect(
     policy = SequentialPolicy(max_rounds=rounds, direction=direction)  # type: ignore[arg-type]
     rng = np.random.default_rng(5 if direction == "both" else 6)
     cells = 300
-    states = [simulate(policy, pc, pb, n, rng)[0].state for _ in range(cells)]
-    wrong = states.count("no_difference") / cells
+    states, _ = run_cells(policy, pc, pb, n, cells, rng)
+    wrong = list(states).count("no_difference") / cells
     beta = 1 - policy.power
     assert wrong <= beta + slack(beta, cells)
     print(f"\n{pc:.0%} vs {pb:.0%}: no_difference {wrong:.1%} (bound {beta:.0%})")
@@ -359,10 +375,10 @@ def test_no_difference_rarely_wrong_at_a_difference_of_effect(
 
 def test_equal_low_rates_reach_no_difference_early() -> None:
     rng = np.random.default_rng(2)
-    clean = [simulate(POLICY, 0.0, 0.0, 10, rng) for _ in range(50)]
-    assert all(d.state == "no_difference" and used == 30 for d, used in clean)
-    low = [simulate(POLICY, 0.02, 0.02, 10, rng)[0].state for _ in range(300)]
-    assert low.count("no_difference") / len(low) >= 0.75  # 85% measured
+    states, used = run_cells(POLICY, 0.0, 0.0, 10, 50, rng)
+    assert all(state == "no_difference" for state in states) and set(used) == {30}
+    low, _ = run_cells(POLICY, 0.02, 0.02, 10, 300, rng)
+    assert list(low).count("no_difference") / len(low) >= 0.75  # 85% measured
 
 
 @pytest.mark.parametrize(
@@ -375,9 +391,9 @@ def test_equal_low_rates_reach_no_difference_early() -> None:
 )
 def test_dsv4_rates_are_found_different_early(pc: float, pb: float, power: float, sessions: float) -> None:
     rng = np.random.default_rng(3)
-    runs = [simulate(POLICY, pc, pb, 10, rng) for _ in range(500)]
-    found = sum(d.state == "different" for d, _ in runs) / len(runs)
-    mean_sessions = sum(used for _, used in runs) / len(runs)
+    states, used = run_cells(POLICY, pc, pb, 10, 500, rng)
+    found = float(np.mean(states == "different"))
+    mean_sessions = float(np.mean(used))
     assert found >= power and mean_sessions <= sessions
     print(f"\n{pc:.0%} vs {pb:.0%}: different {found:.0%}, mean sessions {mean_sessions:.0f}")
 
@@ -388,20 +404,26 @@ def test_decisions_agree_with_a_fixed_fisher_design_on_the_same_data() -> None:
     the observed direction; a clear fixed result (p < 0.001) is nearly always found adaptively."""
     rng = np.random.default_rng(4)
     adaptive_hits, confirmed, clear, found_clear = 0, 0, 0, 0
+    fisher: dict[tuple[int, int], float] = {}  # each distinct table once
     for pc, pb in [(0.0, 0.15), (0.02, 0.15), (0.35, 0.15), (0.15, 0.02)]:
-        for _ in range(250):
-            c, b = rng.binomial(10, pc, 8), rng.binomial(10, pb, 8)
-            decision = stop(c, b)
-            p = fisher_exact(int(c.sum()), 80, int(b.sum()), 80)
-            if decision.state == "different":
+        cells, bases = rng.binomial(10, pc, (250, 8)), rng.binomial(10, pb, (250, 8))
+        states, stopped = first_states(POLICY, cells, 10, bases, 10)  # all 250 cells at once
+        for i, (c, b) in enumerate(zip(cells, bases, strict=True)):
+            key = (int(c.sum()), int(b.sum()))
+            p = fisher.setdefault(key, fisher_exact(key[0], 80, key[1], 80))
+            if states[i] == "different":
+                decision = decide(POLICY, rounds_of(*map(int, c[: stopped[i]])), rounds_of(*map(int, b[: stopped[i]])))
+                assert decision.state == "different" and decision.rounds == stopped[i]
                 adaptive_hits += 1
                 lower = c[: decision.rounds].sum() < b[: decision.rounds].sum()
                 assert ("cell lower" in decision.reason) == lower
                 assert (c.sum() < b.sum()) == lower
                 confirmed += p < 0.05
+            if i < 10:  # and the first cells' every look, as the runner sees them
+                assert stop(c, b).state == states[i]
             if p < 0.001:
                 clear += 1
-                found_clear += decision.state == "different"
+                found_clear += states[i] == "different"
     assert confirmed / adaptive_hits >= 0.95  # 98-100% measured
     assert found_clear / clear >= 0.95  # 99-100% measured
     print(
@@ -454,8 +476,7 @@ def test_issue_rates_need_under_half_the_sessions_when_asking_lower() -> None:
     """15% vs 0%, 10 sessions a round, at most 8: found lower in >= 95% of cells with under
     40 of the fixed design's 80 sessions on average (37 measured; two-sided: 43)."""
     rng = np.random.default_rng(3)
-    runs = [simulate(LOWER, 0.0, 0.15, 10, rng) for _ in range(500)]
-    found = sum(d.state == "different" for d, _ in runs) / len(runs)
-    mean_sessions = sum(used for _, used in runs) / len(runs)
+    states, used = run_cells(LOWER, 0.0, 0.15, 10, 500, rng)
+    found, mean_sessions = float(np.mean(states == "different")), float(np.mean(used))
     assert found >= 0.95 and mean_sessions < 40
     print(f"\n0% vs 15%, lower: different {found:.0%}, mean sessions {mean_sessions:.1f}")
