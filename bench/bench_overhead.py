@@ -586,11 +586,12 @@ def yaml_load(path: Path) -> dict[str, Any]:
 
 
 def orch_legs(args: argparse.Namespace) -> list[Leg]:
-    """This checkout's orch, and the baseline checkout's first when one is given."""
-    legs = [Leg("orch")]
-    if args.baseline_checkout is not None:
-        legs.insert(0, Leg(f"orch@{args.baseline_name}", args.baseline_checkout.resolve()))
-    return legs
+    """The baseline checkouts' orch (in the order given), then this checkout's."""
+    legs = []
+    for given in args.baseline_checkout:
+        path, _, name = given.partition("=")
+        legs.append(Leg(f"orch@{name or Path(path).name}", Path(path).resolve()))
+    return [*legs, Leg("orch")]
 
 
 def run_orch_legs(
@@ -777,12 +778,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--baseline-checkout",
-        type=Path,
-        metavar="DIR",
-        help="also run orch from this older checkout (e.g. `git archive 7624cce | tar -x -C DIR`), interleaved "
-        "with this one: the baseline measured in the same run, under the same load",
+        action="append",
+        default=[],
+        metavar="DIR[=NAME]",
+        help="also run orch from this older checkout (e.g. `git archive 7624cce orchestrator | tar -x -C DIR`), "
+        "interleaved with this one: a baseline measured in the same run, under the same load; labelled orch@NAME "
+        "(default: the folder's name); may be given more than once",
     )
-    p.add_argument("--baseline-name", default="baseline", help="its label in the table (orch@NAME)")
     p.add_argument("--repeat", type=int, default=1, help="runs of each orch leg, interleaved")
     p.add_argument("--ansible-venv", type=Path, default=DEFAULT_ANSIBLE_VENV)
     p.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
@@ -790,8 +792,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     tools = [t for t in args.tools.split(",") if t]
     if not tools or set(tools) - set(TOOLS) or args.trials < 1 or args.peer_poll <= 0 or args.repeat < 1:
         p.error("--tools takes orch,ansible,bash; --trials >= 1; --peer-poll > 0; --repeat >= 1")
-    if args.baseline_checkout is not None and not (args.baseline_checkout / "orchestrator").is_dir():
-        p.error(f"--baseline-checkout {args.baseline_checkout}: no orchestrator/ package there")
+    for given in args.baseline_checkout:
+        if not (Path(given.partition("=")[0]) / "orchestrator").is_dir():
+            p.error(f"--baseline-checkout {given}: no orchestrator/ package there")
     args.tools = tools
     return args
 

@@ -26,9 +26,11 @@ Why this shape:
   (100 ms: ~10 requests/s on a long warm-up is harmless, and it keeps the lag between "ready"
   and "noticed" at ~45 ms on average, ~100 ms at worst; a 250 ms cap measured ~125/240 ms).
 - Restarts of one unit take about as long each time, so the runner passes how long the last
-  ones took (``expected``): polls then come every 20 ms from just before the earliest of them
-  to just after the latest (at most FAST_WINDOW_S of fast polling, ~50 requests a second), and
-  the lag drops to ~10 ms where it counts, without hammering a server through a long warm-up.
+  ones took (``expected``): polls then come every 10 ms from just before the earliest of them
+  to just after the latest (at most FAST_WINDOW_S of fast polling, ~100 requests a second), and
+  the lag drops to ~5 ms where it counts, without hammering a server through a long warm-up. (A
+  router's wait ends at the later of its own poll and its workers': at 20 ms each that cost ~13 ms
+  on average after the last worker was ready, at 10 ms ~7 ms.)
 - A unit that dies during warm-up must not make us wait out the whole timeout: between polls
   we call ``check_alive`` (ServiceManager.check_alive), whose ServiceError propagates at once.
 - httpx errors are translated here, once, into HealthTimeout / ConfigError.
@@ -56,7 +58,7 @@ MIN_REQUEST_S = 0.05
 # How much of a not-ready body goes into the error message.
 BODY_EXCERPT = 160
 # Poll interval inside the window where readiness is expected, and the window's longest span.
-FAST_POLL_S = 0.02
+FAST_POLL_S = 0.01
 FAST_WINDOW_S = 2.0
 # The window opens this long before the quickest earlier wait and closes this long after the
 # slowest (a restart is rarely faster than the quickest seen).

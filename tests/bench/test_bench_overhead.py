@@ -113,6 +113,26 @@ def test_table_and_verdict_show_ratios_against_orch() -> None:
     assert "orch / Ansible = 0.033 (target: <= 0.1)" in lines
 
 
+def test_baseline_checkouts_run_first_and_their_figures_sit_beside_orchs(tmp_path: Path) -> None:
+    args = bo.parse_args(["--baseline-checkout", f"{REPO}=old", "--baseline-checkout", str(REPO), "--repeat", "2"])
+    legs = bo.orch_legs(args)
+    assert [leg.name for leg in legs] == ["orch@old", f"orch@{REPO.name}", "orch"]
+    assert [leg.checkout for leg in legs] == [REPO, REPO, None]  # None: this checkout, as installed
+    assert args.repeat == 2
+    with pytest.raises(SystemExit):
+        bo.parse_args(["--baseline-checkout", str(tmp_path)])  # no orchestrator/ package there
+    merged = bo.merge_breakdowns([[("a", 1.0), ("b", 2.0)], [("a", 3.0), ("b", 4.0)], [("a", 2.0)]])
+    assert merged == [("a", 2.0), ("b", 3.0)]
+
+    def summary(tool: str, overhead: float) -> object:
+        return bo.Summary(tool, (bo.Sample(1, 2.0 + overhead, 1.5, 0.5),))
+
+    lines = bo.verdict([summary("orch@old", 0.2), summary("orch", 0.1)])
+    assert "orch / orch@old = 0.500 (same run; no worse than the baseline: <= 1)" in lines
+    table = bo.format_table([summary("orch@old", 0.2), summary("orch", 0.1)])
+    assert re.search(r"^orch@old\s.*\s0\.200 s\s+0\.200 s\s+2\.0x$", table, re.M)
+
+
 def test_orch_matrix_alternates_the_flag_and_runs_at_least_trials_plus_one(tmp_path: Path) -> None:
     from orchestrator.core.config import read_matrix
     from orchestrator.core.matrix import expand, order_trials
