@@ -298,14 +298,13 @@ def first_states(
     state = np.full(cells, "continue", dtype=object)
     stopped = np.zeros(cells, dtype=int)
     for r in range(rounds):
-        before_c, before_b = kc[:, :r].sum(axis=1), kb[:, :r].sum(axis=1)
         for c, b in {(int(x), int(y)) for x, y in zip(kc[:, r], kb[:, r], strict=True)}:
-            rows = (kc[:, r] == c) & (kb[:, r] == b)
-            ratio[rows] += seq.round_log_ratios(policy.effect, c, nc, b, nb)
-            hist = (before_c[rows], np.full(rows.sum(), r * nc), before_b[rows], np.full(rows.sum(), r * nb))
-            up, down = seq.equivalence_rounds(policy.effect, hist, (c, nc, b, nb))
-            log_up[rows] += up
-            log_down[rows] += down
+            ratio[(kc[:, r] == c) & (kb[:, r] == b)] += seq.round_log_ratios(policy.effect, c, nc, b, nb)
+        hist = (kc[:, :r].sum(axis=1), np.full(cells, r * nc), kb[:, :r].sum(axis=1), np.full(cells, r * nb))
+        now = (kc[:, r], np.full(cells, nc), kb[:, r], np.full(cells, nb))
+        up, down = seq.equivalence_rounds_batch(policy.effect, hist, now)
+        log_up += up
+        log_down += down
         lower, higher = seq.mixture_e_values(policy.effect, ratio)
         evidence = {"both": lower + higher, "lower": 2.0 * lower, "higher": 2.0 * higher}[policy.direction]
         up_e, down_e = np.exp(np.minimum(log_up, 700.0)), np.exp(np.minimum(log_down, 700.0))
@@ -333,7 +332,7 @@ def run_cells(
 
 
 def test_vectorised_round_pieces_equal_the_scalar_ones() -> None:
-    """equivalence_rounds and stop_states (the simulations' versions) equal the scalar functions."""
+    """equivalence_rounds(_batch) and stop_states (the simulations' versions) equal the scalar functions."""
     rng = np.random.default_rng(8)
     for _ in range(30):
         now = (int(rng.integers(0, 6)), 5, int(rng.integers(0, 16)), 15)
@@ -343,6 +342,18 @@ def test_vectorised_round_pieces_equal_the_scalar_ones() -> None:
         for i in range(7):
             want = seq.equivalence_round(0.1, tuple(int(x[i]) for x in before), now)  # type: ignore[arg-type]
             assert (up[i], down[i]) == pytest.approx(want, rel=1e-12, abs=1e-12)
+    sizes = rng.integers(0, 12, size=(200, 2))  # mixed rounds in one batch, some arms without sessions
+    nows = (
+        rng.integers(0, 13, 200) % (sizes[:, 0] + 1),
+        sizes[:, 0],
+        rng.integers(0, 13, 200) % (sizes[:, 1] + 1),
+        sizes[:, 1],
+    )
+    hist = (rng.integers(0, 20, 200), np.full(200, 20), rng.integers(0, 20, 200), np.full(200, 20))
+    up, down = seq.equivalence_rounds_batch(0.1, hist, nows)  # type: ignore[arg-type]
+    for i in range(200):
+        key = tuple(int(x[i]) for x in hist), tuple(int(x[i]) for x in nows)
+        assert (up[i], down[i]) == pytest.approx(seq.equivalence_round(0.1, *key), rel=1e-12, abs=1e-12)  # type: ignore[arg-type]
     policy = SequentialPolicy(max_rounds=4, min_rounds=2)
     evidence, ruled = np.array([0.5, 25.0, 19.9, 6.0, 1.0]), np.array([0.5, 0.1, 5.0, 4.9, 1.0])
     for rounds in (1, 2, 4):

@@ -144,15 +144,11 @@ def _add_round(
     rounds, which = np.unique(unique[:, :2], axis=0, return_inverse=True)
     which = which.ravel()
     ratios = np.array([sequential.round_log_ratios(effect, int(c), sessions, int(b), sessions) for c, b in rounds])
-    bets = np.zeros((len(unique), 2))
-    order = np.argsort(which, kind="stable")
-    edges = np.searchsorted(which[order], np.arange(len(rounds) + 1))
-    for i, (c, b) in enumerate(rounds):
-        rows_i = order[edges[i] : edges[i + 1]]
-        hist = unique[rows_i]
-        before = (hist[:, 2], np.full(len(hist), done), hist[:, 3], np.full(len(hist), done))
-        up, down = sequential.equivalence_rounds(effect, before, (int(c), sessions, int(b), sessions))
-        bets[rows_i, 0], bets[rows_i, 1] = up, down
+    size = len(unique)
+    before = (unique[:, 2], np.full(size, done), unique[:, 3], np.full(size, done))
+    now = (unique[:, 0], np.full(size, sessions), unique[:, 1], np.full(size, sessions))
+    up, down = sequential.equivalence_rounds_batch(effect, before, now)
+    bets = np.stack([up, down], axis=1)
     inverse = inverse.ravel()
     log_ratio += ratios[which[inverse]].reshape(log_ratio.shape)
     log_up += bets[inverse, 0].reshape(log_up.shape)

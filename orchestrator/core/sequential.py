@@ -338,30 +338,55 @@ def _equivalence_round(
 def equivalence_rounds(
     effect: float, before: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], now: tuple[int, int, int, int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """equivalence_round for many histories `before` (arrays) that share one round `now`.
+    """equivalence_round for many histories `before` (arrays) that share one round `now`."""
+    size = np.asarray(before[0]).shape
+    nows = tuple(np.full(size, x, dtype=np.int64) for x in now)
+    return equivalence_rounds_batch(effect, before, nows)  # type: ignore[arg-type]
 
-    The same arithmetic, vectorised over histories: the simulations meet each round's counts in
-    thousands of histories, and the scalar version costs 50 us a call (tests check they agree)."""
-    kc, nc, kb, nb = now
+
+def equivalence_rounds_batch(
+    effect: float,
+    before: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    now: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """equivalence_round over arrays of (history, round) pairs: the same arithmetic, vectorised.
+
+    The simulations meet thousands of (history, round) pairs per look and the scalar version
+    costs 50 us a call (tests check they agree). Each distinct round's pairing law comes from
+    _pairings once; the laws are padded to one width (log-probability -inf adds nothing)."""
     bk_c, bn_c, bk_b, bn_b = (np.asarray(x, dtype=float) for x in before)
-    if min(nc, nb) == 0:
-        return np.zeros(bk_c.shape), np.zeros(bk_c.shape)
-    pc, pb = (bk_c + 0.5) / (bn_c + 1), (bk_b + 0.5) / (bn_b + 1)
+    rounds = np.stack([np.asarray(x, dtype=np.int64) for x in now], axis=-1)
+    distinct, which = np.unique(rounds.reshape(-1, 4), axis=0, return_inverse=True)
+    laws = [_pairings(*(int(x) for x in row)) if min(row[1], row[3]) > 0 else None for row in distinct]
+    width = max([len(law[0]) for law in laws if law is not None], default=1)
+    table = np.zeros((len(distinct), 4, width))
+    table[:, 0, :] = -np.inf
+    for i, law in enumerate(laws):
+        if law is not None:
+            for j, column in enumerate(law):
+                table[i, j, : len(column)] = column
+    rows = table[which.ravel()]  # (pairs, 4, width)
+    empty = np.array([law is None for law in laws])[which.ravel()]
+    pc, pb = ((bk_c + 0.5) / (bn_c + 1)).ravel(), ((bk_b + 0.5) / (bn_b + 1)).ravel()
     spread = pc * (1 - pc) + pb * (1 - pb)
     top = BET_CAP / (1.0 - effect)
-    log_p, minus, zero, plus = _pairings(kc, nc, kb, nb)
     out = []
     for sign in (1.0, -1.0):  # H+ then H-: payoff effect - d, resp. effect + d
         gain = effect - sign * (pc - pb)
         lam = np.clip(gain / (spread + gain * gain), 0.0, top)[:, None]
-        terms = (
-            log_p
-            + minus * np.log(1 + lam * (effect + sign))
-            + zero * np.log(1 + lam * effect)
-            + plus * np.log(1 + lam * (effect - sign))
-        )
+        with np.errstate(invalid="ignore"):  # 0 * -inf where a law is padded: masked below
+            terms = (
+                rows[:, 0]
+                + rows[:, 1] * np.log(1 + lam * (effect + sign))
+                + rows[:, 2] * np.log(1 + lam * effect)
+                + rows[:, 3] * np.log(1 + lam * (effect - sign))
+            )
+        terms = np.where(np.isfinite(rows[:, 0]), terms, -np.inf)
         high = terms.max(axis=1, keepdims=True)
-        out.append((high + np.log(np.exp(terms - high).sum(axis=1, keepdims=True)))[:, 0])
+        high = np.where(np.isfinite(high), high, 0.0)
+        with np.errstate(divide="ignore"):  # a round without sessions has no law: masked below
+            value = (high + np.log(np.exp(terms - high).sum(axis=1, keepdims=True)))[:, 0]
+        out.append(np.where(empty, 0.0, value).reshape(bk_c.shape))
     return out[0], out[1]
 
 
