@@ -198,16 +198,16 @@ def test_known_secret_values_are_masked_in_any_text_and_never_stored() -> None:
     assert r.value("COMMENT", "x plainvalue42") == f"x {REDACTED}"
 
 
-def test_masking_a_megabyte_of_output_is_quick() -> None:
-    import time
-
+@pytest.mark.timeout(120)  # a hang guard: a backtracking pattern took ~16 s per MB here, and hours on longer runs
+def test_masking_a_megabyte_of_output_leaves_plain_text_alone() -> None:
+    """Speed is bench/bench_redact.py's job; here: a megabyte of ordinary log lines and a megabyte
+    of one name-like run (the input that made an earlier pattern backtrack) come back unchanged,
+    and a secret after that run is still masked."""
     text = "INFO request done tokens=1800 latency=0.5s path=/v1/chat\n" * 18_000  # ~1 MB
-    t0 = time.perf_counter()
     assert Redactor().text(text) == text
-    assert time.perf_counter() - t0 < 5.0  # ~0.6 s here; the old pattern took ~16 s on long name runs
-    t0 = time.perf_counter()
-    Redactor().text("a" * 1_000_000 + "TOKEN")
-    assert time.perf_counter() - t0 < 2.0
+    run = "a" * 1_000_000
+    assert Redactor().text(run + "TOKEN") == run + "TOKEN"
+    assert Redactor().text(run + " token=hf_abcdefghijklmnop") == f"{run} token={REDACTED}"
 
 
 def test_a_trial_record_is_masked_before_it_is_written() -> None:
