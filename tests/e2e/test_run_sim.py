@@ -8,6 +8,7 @@ the report recomputed from the journal), and nothing left listening afterwards.
 from __future__ import annotations
 
 import contextlib
+import html as htmllib
 import io
 import json
 import re
@@ -18,6 +19,7 @@ from helpers.netutil import port_open
 from helpers.sim_sweep import ENV_FILES, make_inventory
 
 from orchestrator.cli.main import main
+from orchestrator.core.clustered import dispersion, rate_interval
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.stats import wilson_interval
 from orchestrator.store.journal import read_journal
@@ -107,15 +109,16 @@ def test_report_numbers_match_the_journal(sweep):
     html = (run_dir / "index.html").read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "report loads something external"
     trials = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
-    by_cell: dict[str, list[int]] = {}
+    per_trial: dict[str, list[tuple[int, int]]] = {}
     for t in trials:
-        k_n = by_cell.setdefault(t.cell, [0, 0])
-        k_n[0] += t.metrics["corruption"].k
-        k_n[1] += t.metrics["corruption"].n
-    for cell, (k, n) in by_cell.items():
-        low, high = wilson_interval(k, n)
-        assert f"{k}/{n}" in html, cell
-        assert f"{100 * low:.1f}" in html and f"{100 * high:.1f}" in html, (cell, low, high)
+        per_trial.setdefault(t.cell, []).append((t.metrics["corruption"].k, t.metrics["corruption"].n))
+    disp = dispersion(list(per_trial.values()))  # the method the report names: trials vary, pooled over cells
+    text = htmllib.unescape(re.sub(r"<[^>]+>", " ", html))
+    for cell, counts in per_trial.items():
+        k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        low, high = rate_interval(k, n, disp) if disp.estimable else wilson_interval(k, n)
+        shown = f"[{_pct(low)}-{_pct(high)}] ({k}/{n})"
+        assert shown in text, (cell, shown)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "completed" and manifest["seed"] == 11
     for role in ("prefill", "decode", "router"):  # provenance: what ran, as the server reports it
@@ -123,3 +126,9 @@ def test_report_numbers_match_the_journal(sweep):
         assert json.loads(manifest["hosts"][role]["server_info"])["version"] == "sim-0.1"
         assert manifest["hosts"][role]["exec_start"] in html
     assert (tmp_path / "reports" / "index.html").exists()
+
+
+def _pct(rate: float) -> str:
+    """As the report prints a rate: one decimal of a percent, two significant digits below 0.05%."""
+    points = rate * 100
+    return f"{points:.2g}" if 0 < abs(points) < 0.05 else f"{points:.1f}"
