@@ -136,6 +136,7 @@ class Hunt:
         self.state: State = "running"
         self.reason = "running"
         self._cache: tuple[FloatArray, int] | None = None
+        self._rates: tuple[float, float] | None = None
 
     @property
     def hyps(self) -> Hypotheses:
@@ -152,7 +153,7 @@ class Hunt:
         self.trials += 1
         self.sessions += n
         self.post.add(config, k, n)
-        self._cache = None
+        self._cache = self._rates = None
 
     # ------------------------------------------------------------------ proposals
     def propose(self, pending: Sequence[int] = ()) -> int | None:
@@ -252,12 +253,26 @@ class Hunt:
         if config == self.settings.full and self.stats.get(config, ConfigStats()).k >= self.settings.min_failures:
             return "fails"  # confirmed by its failures (the endpoint rule)
         ke, ne = self._effective(config)
-        p1, p0 = self.post.rates(self._posterior()[0])
-        p1, p0 = min(max(p1, 1e-6), 1 - 1e-6), min(max(p0, 1e-6), 1 - 1e-6)
+        p1, p0 = self._verdict_rates()
         log_lr = ke * math.log(p1 / p0) + (ne - ke) * math.log((1 - p1) / (1 - p0))
         p = 1.0 / (1.0 + math.exp(-max(min(log_lr, 700.0), -700.0)))
         conf = self.settings.confidence
         return "fails" if p >= conf else "passes" if p <= 1.0 - conf else "undecided"
+
+    def _verdict_rates(self) -> tuple[float, float]:
+        """(affected rate, background) an own verdict weighs: the posterior means, except that the
+        background is never above the clean endpoint's own rate. Why: a wrong hypothesis that
+        calls failing configurations "background" inflates the pooled background, and a drop
+        failing at 10% would then "pass" against it (an OR of causes with different rates did)."""
+        if self._rates is None:
+            p1, p0 = self.post.rates(self._posterior()[0])
+            clean = self.stats.get(0)
+            if clean is not None and clean.n:
+                a0, b0 = self.settings.model.background_prior
+                k0, n0 = self._effective(0)
+                p0 = min(p0, (a0 + k0) / (a0 + b0 + n0))
+            self._rates = min(max(p1, 1e-6), 1 - 1e-6), min(max(p0, 1e-6), 1 - 1e-6)
+        return self._rates
 
     def _effective(self, config: int) -> tuple[float, float]:
         s = self.stats.get(config)

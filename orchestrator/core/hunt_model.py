@@ -157,9 +157,13 @@ class Posterior:
         if self._log_post is None:
             a1, b1 = self.settings.fail_prior
             a0, b0 = self.settings.background_prior
-            k0, n0 = self.k_total - self.k1, self.n_total - self.n1
-            ll = betaln(a1 + self.k1, b1 + self.n1 - self.k1) + betaln(a0 + k0, b0 + n0 - k0)
-            lp = self.hyps.log_prior + ll
+            # hypotheses that pool the same counts have the same likelihood: a few hundred
+            # distinct (k1, n1) among ~15k hypotheses, so the Beta functions run on those only
+            uniq, inverse = np.unique(self.k1 + 1j * self.n1, return_inverse=True)
+            k1, n1 = uniq.real, uniq.imag
+            k0, n0 = self.k_total - k1, self.n_total - n1
+            ll = betaln(a1 + k1, b1 + n1 - k1) + betaln(a0 + k0, b0 + n0 - k0)
+            lp = self.hyps.log_prior + ll[inverse]
             lp -= np.max(lp)
             lp -= np.log(np.sum(np.exp(lp)))
             self._log_post = lp

@@ -14,7 +14,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 def test_bench_hunt_prints_figures_beside_the_baselines() -> None:
     out = subprocess.run(
         [sys.executable, str(BENCH / "bench_hunt.py"), "--hunts", "1", "--testbeds", "2", "--jobs", "1"]
-        + ["--settings", "one-flag"],
+        + ["--settings", "one-flag", "--parallel", "one-flag"],
         capture_output=True,
         text=True,
         timeout=300,
