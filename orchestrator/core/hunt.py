@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+from scipy.special import betaincinv
 
 from orchestrator.core.hunt_model import (
     FloatArray,
@@ -48,6 +49,7 @@ MAX_FLAGS = 20
 EIG_FLOOR = 1e-6  # the gain is computed on the likeliest hypotheses holding all but this mass
 EIG_MAX = 2000  # and at most this many
 MAX_JOINT = 5  # running trials considered jointly with a new one (2^6 outcome patterns)
+LOW_QUANTILE = 0.2  # "passes" is judged against the affected rate's lower 20% quantile
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ class Hunt:
         self.state: State = "running"
         self.reason = "running"
         self._cache: tuple[FloatArray, int] | None = None
-        self._rates: tuple[float, float] | None = None
+        self._rates: tuple[float, float, float] | None = None
 
     @property
     def hyps(self) -> Hypotheses:
@@ -253,14 +255,17 @@ class Hunt:
         if config == self.settings.full and self.stats.get(config, ConfigStats()).k >= self.settings.min_failures:
             return "fails"  # confirmed by its failures (the endpoint rule)
         ke, ne = self._effective(config)
-        p1, p0 = self._verdict_rates()
-        log_lr = ke * math.log(p1 / p0) + (ne - ke) * math.log((1 - p1) / (1 - p0))
-        p = 1.0 / (1.0 + math.exp(-max(min(log_lr, 700.0), -700.0)))
+        p1, p0, p1_low = self._verdict_rates()
         conf = self.settings.confidence
-        return "fails" if p >= conf else "passes" if p <= 1.0 - conf else "undecided"
+        if _p_affected(ke, ne, p1, p0) >= conf:
+            return "fails"
+        # "passes" against a low affected rate: a clean streak long enough even if the pooled
+        # rate is overestimated (it was, in hunts where a no-op's drop stayed clean by chance)
+        return "passes" if _p_affected(ke, ne, p1_low, p0) <= 1.0 - conf else "undecided"
 
-    def _verdict_rates(self) -> tuple[float, float]:
-        """(affected rate, background) an own verdict weighs: the posterior means, except that the
+    def _verdict_rates(self) -> tuple[float, float, float]:
+        """(affected rate, background, low affected rate) an own verdict weighs: the posterior
+        means and the likeliest hypothesis' low affected rate (`_low_rate`), except that the
         background is never above the clean endpoint's own rate. Why: a wrong hypothesis that
         calls failing configurations "background" inflates the pooled background, and a drop
         failing at 10% would then "pass" against it (an OR of causes with different rates did)."""
@@ -271,8 +276,17 @@ class Hunt:
                 a0, b0 = self.settings.model.background_prior
                 k0, n0 = self._effective(0)
                 p0 = min(p0, (a0 + k0) / (a0 + b0 + n0))
-            self._rates = min(max(p1, 1e-6), 1 - 1e-6), min(max(p0, 1e-6), 1 - 1e-6)
+            p1, p0 = min(max(p1, 1e-6), 1 - 1e-6), min(max(p0, 1e-6), 1 - 1e-6)
+            self._rates = p1, p0, max(min(self._low_rate(), p1), p0)
         return self._rates
+
+    def _low_rate(self) -> float:
+        """The likeliest hypothesis' affected rate at its lower LOW_QUANTILE (Beta posterior of
+        its pooled effective counts)."""
+        best = self._posterior()[1]
+        a1, b1 = self.settings.model.fail_prior
+        k1, n1 = float(self.post.k1[best]), float(self.post.n1[best])
+        return float(betaincinv(a1 + k1, b1 + n1 - k1, LOW_QUANTILE))
 
     def _effective(self, config: int) -> tuple[float, float]:
         s = self.stats.get(config)
@@ -366,6 +380,12 @@ def _marginals(probs: FloatArray, hyps: Hypotheses, flags: int) -> FloatArray:
     bits = (masks[:, None] >> np.arange(flags)[None, :]) & 1
     marginal: FloatArray = probs @ bits
     return marginal
+
+
+def _p_affected(ke: float, ne: float, p1: float, p0: float) -> float:
+    """P(affected | ke failures in ne effective sessions), even odds, rates p1 / p0."""
+    log_lr = ke * math.log(p1 / p0) + (ne - ke) * math.log((1 - p1) / (1 - p0))
+    return 1.0 / (1.0 + math.exp(-max(min(log_lr, 700.0), -700.0)))
 
 
 def _bits(mask: int) -> list[int]:
