@@ -3,8 +3,8 @@ flag parsing as seen from outside, start-up time, clean stop."""
 
 from __future__ import annotations
 
-import statistics
 import subprocess
+import sys
 import time
 
 import pytest
@@ -95,16 +95,19 @@ def test_effective_flags_are_reported(sim: Sim) -> None:
     }
 
 
-def test_start_to_listening_is_fast(sim: Sim) -> None:
-    """Servers import only the stdlib: < 0.3 s from exec to an open port (median of 3)."""
-    times = []
-    for _ in range(3):
-        t0 = time.monotonic()
-        server = sim.start("decode", {"SIM_WARMUP_S": "0"})
-        times.append(time.monotonic() - t0)
-        server.proc.terminate()
-        server.proc.wait(5)
-    assert statistics.median(times) < 0.3, times
+def test_server_starts_on_the_standard_library_alone() -> None:
+    """A restart in a sweep waits for the server's start: its module loads nothing but the
+    standard library and orchestrator.sim (Prometheus' client is imported by a background thread
+    after the port is open). How fast that is, is bench/bench_health_lag.py's business."""
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"  # the interpreter's own start-up (site hooks) is not the server's
+        "import orchestrator.sim.server\n"
+        "tops = {name.split('.')[0] for name in set(sys.modules) - before}\n"
+        "print(sorted(t for t in tops if t not in sys.stdlib_module_names and t not in ('orchestrator', '__main__')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "[]", out
 
 
 def test_sigterm_stops_cleanly(sim: Sim) -> None:
