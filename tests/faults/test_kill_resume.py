@@ -3,7 +3,9 @@ killed again, in a chain) must always finish the run: every planned trial exactl
 journal as completed/failed, env files byte-identical, no sim process, lock or backup left.
 
 Kill points are drawn from a seeded RNG over the whole life of the controller (start-up,
-backup, trials, restore, report). Two points are forced because random times rarely hit them:
+backup, trials, restore, report): a third timed from the spawn, the rest from the moment the
+controller wrote its start event, so a slow start on a loaded machine still leaves most kills
+inside the trials. Two points are forced because random times rarely hit them:
 during the backup and during the restore (a test hook makes each host's step 0.4 s slow there).
 ORCH_FAULT_SEED picks another seed; the seed and the tally are printed.
 """
@@ -15,6 +17,7 @@ import random
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,16 +135,15 @@ def sweep_with_kills(
     while phase in ("start-up", "backup", "trials") and budget > 0:
         before = _starts(run_dir)
         proc = start(bed, run_id)
-        delay = rng.uniform(0.5, 4.0)
-        deadline = time.monotonic() + delay
-        if not kill_at(proc, lambda deadline=deadline: time.monotonic() >= deadline):
+        when, how = kill_point(rng, run_dir, before)
+        if not kill_at(proc, when):
             text = output_of(proc)
             assert_no_traceback(text)
             assert proc.returncode == 0, text  # it finished before its kill point
             check_done(bed, run_id, tally)
             return
         budget -= 1
-        phase = record(tally, run_dir, before, f"random {delay:.2f} s")
+        phase = record(tally, run_dir, before, how)
     if forced and phase in ("start-up", "backup", "trials"):
         before = _starts(run_dir)
         proc = start(bed, run_id, {"ORCH_TEST_RESTORE_DELAY_S": "0.4"})
@@ -151,6 +153,29 @@ def sweep_with_kills(
         assert kill_at(proc, lambda: _starts(run_dir) > before and _finished_trials(run_dir) >= planned)
         assert record(tally, run_dir, before, "forced") == "restore"
     finish(bed, run_id, tally)
+
+
+def kill_point(rng: random.Random, run_dir: Path, starts_before: int) -> tuple[Callable[[], bool], str]:
+    """When to kill a controller just started: a third of the time a random moment after the
+    spawn (it may land in start-up or backup), else a random moment after the process has
+    written its start event (inside the trials). Counted from the start event, not the spawn,
+    because a loaded machine can take seconds to import and connect: timed from the spawn alone,
+    most kills would land in start-up there and few in the trials."""
+    if rng.random() < 1 / 3:
+        delay = rng.uniform(0.3, 3.0)
+        deadline = time.monotonic() + delay
+        return (lambda: time.monotonic() >= deadline), f"random {delay:.2f} s"
+    delay = rng.uniform(0.0, 2.5)
+    started: list[float] = []
+
+    def when() -> bool:
+        if not started:
+            if _starts(run_dir) <= starts_before:
+                return False
+            started.append(time.monotonic())
+        return time.monotonic() >= started[0] + delay
+
+    return when, f"{delay:.2f} s after start"
 
 
 def _records(run_dir: Path) -> list[TrialRecord | EventRecord]:
