@@ -16,7 +16,6 @@ from orchestrator.cli.argtypes import bounded_int
 from orchestrator.cli.console import err, out
 from orchestrator.core.config import MAX_SEED, Matrix
 from orchestrator.core.huntconfig import section_line
-from orchestrator.core.huntplan import expected_sessions
 from orchestrator.core.plan import Plan
 from orchestrator.errors import ConfigError, OrchError, UsageError
 from orchestrator.sweep import api
@@ -122,6 +121,7 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
     for s, label in zip(plan.steps, labels, strict=True):
         console.print(f"  trial {s.trial.index}: {escape(label)}")
     from orchestrator.cli.planview import human_duration  # the statistics stack loads only for a plan
+    from orchestrator.core.huntplan import expected_sessions  # the search loads numpy/scipy: only here
 
     median, p90 = expected_sessions(spec)
     per_trial = plan.steps[0].estimate_s if plan.steps else 0.0

@@ -16,16 +16,18 @@ the rounds before (pooled over the sweep, as the report does).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from orchestrator.core.config import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
-from orchestrator.core.sequential import Decision, SequentialPolicy, decide
 from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.sources import StepSource
 
-OnDecision = Callable[[str, Decision], None]
+if TYPE_CHECKING:  # core.sequential loads scipy (~0.5 s): only adaptive runs import it, when they start
+    from orchestrator.core.sequential import Decision
+
+OnDecision = Callable[[str, "Decision"], None]
 
 
 class AdaptiveSource(StepSource):
@@ -37,6 +39,8 @@ class AdaptiveSource(StepSource):
         prior: Sequence[TrialRecord] = (),
         on_decision: OnDecision | None = None,
     ) -> None:
+        from orchestrator.core.sequential import SequentialPolicy
+
         super().__init__(list(steps), done)
         a = matrix.adaptive
         assert a is not None
@@ -123,6 +127,8 @@ class AdaptiveSource(StepSource):
         ]
         if len(pairs) < 2:  # one trial cannot be told from a trial-level shock
             return True
+        from orchestrator.core.sequential import decide
+
         decision = decide(
             self.policy,
             [p[0] for p in pairs],  # type: ignore[misc]

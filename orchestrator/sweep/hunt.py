@@ -11,21 +11,25 @@ if the search still wants them.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from orchestrator.core.config import Matrix, Testbed, check_against_inventory
-from orchestrator.core.hunt import HuntResult
-from orchestrator.core.huntplan import expected_sessions, first_wave, hunt_cell, observe, replay
 from orchestrator.core.matrix import Trial
 from orchestrator.core.plan import Plan, Step, new_seed
 from orchestrator.core.records import TrialRecord
 from orchestrator.sweep.sources import StepSource
 
-OnStop = Callable[[HuntResult], None]
+if TYPE_CHECKING:  # the search (numpy, scipy: ~0.4 s) loads when a hunt starts, not with every `orch` command
+    from orchestrator.core.hunt import HuntResult
+
+OnStop = Callable[["HuntResult"], None]
 
 
 def hunt_step(matrix: Matrix, index: int, round_: int, config: int, testbed: Testbed | None = None) -> Step:
     """One trial of a configuration. The restart fields are the plan's expectation only (every
     role the cell sets); the runner decides restarts from the files on the hosts."""
+    from orchestrator.core.huntplan import hunt_cell
+
     assert matrix.hunt is not None
     cell = hunt_cell(matrix, config)
     roles = tuple(cell.env)
@@ -40,6 +44,8 @@ def hunt_step(matrix: Matrix, index: int, round_: int, config: int, testbed: Tes
 
 def hunt_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None) -> Plan:
     """The hunt's first wave as a plan (one trial per configuration)."""
+    from orchestrator.core.huntplan import first_wave
+
     assert matrix.hunt is not None
     check_against_inventory(matrix, testbed)
     configs = first_wave(matrix.hunt)
@@ -58,6 +64,8 @@ class HuntSource(StepSource):
         next_index: int | None = None,
         on_stop: OnStop | None = None,
     ) -> None:
+        from orchestrator.core.huntplan import replay
+
         super().__init__([], set())
         self.matrix, self.on_stop = matrix, on_stop
         self.hunt = replay(matrix, prior)
@@ -86,6 +94,8 @@ class HuntSource(StepSource):
             return step
 
     def record(self, record: TrialRecord) -> None:
+        from orchestrator.core.huntplan import observe
+
         with self._lock:
             self.pending.pop(record.trial, None)
             observe(self.hunt, self.matrix, record)
@@ -96,6 +106,8 @@ class HuntSource(StepSource):
 
     def remaining(self) -> int:
         """A guess for the progress bar: trials until the session budget's typical use."""
+        from orchestrator.core.huntplan import expected_sessions
+
         with self._lock:
             spec = self.matrix.hunt
             assert spec is not None
