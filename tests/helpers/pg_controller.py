@@ -38,15 +38,16 @@ def main() -> int:
 
     def sweep(item: QueueItem, deadline: float | None, record: Callable[[Path], None]) -> SweepOutcome:
         resumed = item.resumable_run
-        write(
-            "resume" if resumed else "start",
-            item,
-        )
         run_dir = resumed or reports / f"run-{item.id}"
         if resumed is None:
-            run_dir.mkdir(parents=True)
+            # a controller killed before record() left the folder but not its place in the queue:
+            # the next one starts the item afresh in it
+            run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "run.json").write_text("{}")
             record(run_dir)
+        # logged once the queue knows the run directory: a test that kills on "start" kills a
+        # controller whose item is resumable, as a real sweep's is once its run.json exists
+        write("resume" if resumed else "start", item)
         time.sleep(0.1 if resumed else float(Path(item.matrix).stem.split("-")[0][1:]))
         pids.append(queue._conn.info.backend_pid)
         write("done", item)
