@@ -166,14 +166,16 @@ class StubApi:
         prepared: api.PreparedSweep | None = None,
     ) -> api.SweepOutcome:
         self.calls.append(("run", request))
-        return self._result(request.reports_dir / (request.run_id or ""), progress)
+        return self._result(request.reports_dir / (request.run_id or ""), progress, api.Started("", Path(), (), 2, 2))
 
     def resume(self, request: api.ResumeRequest, progress: api.ProgressFor, *, warn: api.Warn) -> api.SweepOutcome:
-        self.calls.append(("resume", request))
-        return self._result(request.run_dir, progress)
+        self.calls.append(("resume", request))  # a resume of a run 1 of whose 2 trials ran
+        return self._result(request.run_dir, progress, api.Started("", Path(), (), 2, 1, resumed=True))
 
-    def _result(self, run_dir: Path, progress: api.ProgressFor) -> api.SweepOutcome:
-        self.sinks.append(progress(api.Started(run_dir.name, run_dir, ("local-sim",), 2, 2)))
+    def _result(self, run_dir: Path, progress: api.ProgressFor, started: api.Started) -> api.SweepOutcome:
+        self.sinks.append(
+            progress(dataclasses.replace(started, run_id=run_dir.name, run_dir=run_dir, testbeds=("local-sim",)))
+        )
         if isinstance(self.result, Exception):
             raise self.result
         return dataclasses.replace(self.result, run_dir=run_dir)

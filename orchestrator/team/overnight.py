@@ -100,7 +100,11 @@ class QueueSweep:
         item whose testbed turns out busy (or that cannot start) never says "starting"."""
 
         def progress(started: Started) -> Progress:
-            self.note(f"queue: {item.label}: " + ("resuming" if item.resumable_run else "starting"))
+            # "resuming" only when trials ran before: an earlier attempt that found the testbed
+            # busy leaves a run folder, but nothing of the item has run yet
+            done = started.trials if started.open_ended else started.trials - started.left
+            resuming = started.resumed and done > 0
+            self.note(f"queue: {item.label}: " + ("resuming" if resuming else "starting"))
             return Tee(self.terminal(started), LiveStatus(started.run_dir))
 
         return progress
