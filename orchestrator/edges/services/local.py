@@ -231,28 +231,28 @@ class LocalServiceManager:
         env = self._environment(unit, spec)
         self._rotate_if_large(unit)
         rt.checkpoints.append((started, self._log_size(unit)))
-        with open(self.log_path(unit), "ab") as log, uninterrupted():  # started => tracked
-            try:
-                proc = subprocess.Popen(
-                    spec.command,
-                    env=env,
-                    cwd=spec.cwd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # own process group: stop() kills all of it
-                )
-            except (OSError, ValueError) as exc:
-                # what systemd reports when ExecStart= cannot be executed
-                why = f"failed to start (status {STATUS_EXEC}/EXEC): {shlex.join(spec.command)}: {exc}"
-                self._start_failed(unit, STATUS_EXEC, "exit-code", why, exc)
-            self._children.append(proc)
-            rt.proc = proc
-            self._write_pid(unit, proc.pid)
-        stamp = datetime.fromtimestamp(started, timezone.utc).isoformat()
-        # written after Popen so it can name the pid; the byte offset recorded above, not this
-        # marker, is what delimits one run's output from the next
-        with contextlib.suppress(OSError), open(self.log_path(unit), "ab") as log:
+        with open(self.log_path(unit), "ab") as log:
+            with uninterrupted():  # started => tracked
+                try:
+                    proc = subprocess.Popen(
+                        spec.command,
+                        env=env,
+                        cwd=spec.cwd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,  # own process group: stop() kills all of it
+                    )
+                except (OSError, ValueError) as exc:
+                    # what systemd reports when ExecStart= cannot be executed
+                    why = f"failed to start (status {STATUS_EXEC}/EXEC): {shlex.join(spec.command)}: {exc}"
+                    self._start_failed(unit, STATUS_EXEC, "exit-code", why, exc)
+                self._children.append(proc)
+                rt.proc = proc
+                self._write_pid(unit, proc.pid)
+            stamp = datetime.fromtimestamp(started, timezone.utc).isoformat()
+            # written after Popen so it can name the pid; the byte offset recorded above, not this
+            # marker, is what delimits one run's output from the next
             log.write(f"-- started {unit} pid={proc.pid} at {stamp}\n".encode())
         return started
 
