@@ -31,7 +31,64 @@ from orchestrator.edges.services.systemd import (
     parse_tree,
     pick_server,
 )
-from orchestrator.edges.transport.ssh import SshTransport, _UnknownHostKey, command_line, connect_error_message
+from orchestrator.edges.transport.ssh import (
+    SshTransport,
+    _drain,
+    _UnknownHostKey,
+    command_line,
+    connect_error_message,
+)
+
+
+# ----------------------------------------------------------------------------- ssh: reading output
+class _LateChannel:
+    """A channel whose last output and close arrive together, between two of the reader's looks:
+    paramiko's reader thread queues the data, then marks the channel closed (or EOF)."""
+
+    def __init__(self, out: bytes, err: bytes, flag: str) -> None:
+        self.pending, self.flag = (out, err), flag
+        self.out, self.err = b"", b""
+
+    def _arrive(self) -> None:
+        self.out, self.err = self.pending
+        self.pending = (b"", b"")
+
+    def recv_ready(self) -> bool:
+        return bool(self.out)
+
+    def recv_stderr_ready(self) -> bool:
+        return bool(self.err)
+
+    def recv(self, n: int) -> bytes:
+        data, self.out = self.out[:n], self.out[n:]
+        return data
+
+    def recv_stderr(self, n: int) -> bytes:
+        data, self.err = self.err[:n], self.err[n:]
+        return data
+
+    def _finished(self, flag: str) -> bool:
+        if self.pending != (b"", b""):  # the data and the end land just before the first look
+            self._arrive()
+        return self.flag == flag
+
+    @property
+    def closed(self) -> bool:
+        return self._finished("closed")
+
+    @property
+    def eof_received(self) -> bool:
+        return self._finished("eof")
+
+
+@pytest.mark.parametrize("flag", ["closed", "eof"])
+def test_output_that_lands_with_the_close_is_read(flag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release read the lock file through `cat`, got nothing (its output came with the close)
+    and left the lock behind: every byte sent before the end must be returned."""
+    monkeypatch.setattr("select.select", lambda *a: ([], [], []))
+    chan = _LateChannel(b'{"run_id": "sudo"}\n', b"warning\n", flag)
+    out, err = _drain(chan, None, None)  # type: ignore[arg-type]
+    assert (out, err) == (b'{"run_id": "sudo"}\n', b"warning\n")
 
 
 # ----------------------------------------------------------------------------- ssh: command lines

@@ -542,11 +542,16 @@ def _drain(chan: paramiko.Channel, deadline: float | None, max_output: int | Non
     select() on the channel wakes on data for either stream and on EOF/close."""
     out, err = bytearray(), bytearray()
     while True:
+        # EOF or close is read BEFORE the buffers: paramiko's reader thread queues the last data
+        # and then the EOF/close, so once either is seen, one more read finds everything. The
+        # other order (read, then look) lost output that landed in between: `cat` of a lock file
+        # came back empty and a released lock stayed behind.
+        finished = chan.closed or chan.eof_received
         while chan.recv_ready():
             _append(out, chan.recv(65536), max_output)
         while chan.recv_stderr_ready():
             _append(err, chan.recv_stderr(65536), max_output)
-        if chan.closed or (chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready()):
+        if finished:
             return bytes(out), bytes(err)
         wait = 1.0 if deadline is None else deadline - time.monotonic()
         if wait <= 0:
