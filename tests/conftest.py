@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,9 @@ from testbed.fixture import testbed  # noqa: E402,F401
 # (they mostly wait: restarts, warm-ups, outages, deadlines) go first, so the workers start on the
 # long ones and the short unit tests fill the tail instead of one long test ending the run alone.
 REAL_SYSTEM = ("sim", "testbed", "browser")
+# Every tier but the unit tier: the unit tier (`-m "not sim and not testbed and not browser and
+# not process"`) starts no process at all, and the guard below holds it to that.
+TIERS = (*REAL_SYSTEM, "process")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,5 +57,28 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker collects, and all agree on the order
-        real = {id(i) for i in items if any(i.get_closest_marker(m) for m in REAL_SYSTEM)}
+        real = {id(i) for i in items if any(i.get_closest_marker(m) for m in TIERS)}
         items.sort(key=lambda i: id(i) not in real)  # stable: file order kept within each part
+
+
+# ------------------------------------------------------------------------------- the unit tier
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test without a tier marker is a unit test, and a unit test starts no process (no orch in
+    a subprocess, no benchmark script, no shell): the unit tier stays fast and means what it says.
+    A test that needs a process says so with `process` (or sim, testbed, browser)."""
+    if any(request.node.get_closest_marker(m) for m in TIERS):
+        yield
+        return
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process: mark it `@pytest.mark.process` (or sim, testbed, "
+            "browser), or test the logic without one"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    for name in ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, refuse)
+    yield

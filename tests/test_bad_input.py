@@ -820,6 +820,7 @@ SUBPROCESS_CASES: list[tuple[str, Callable[[Bed], list[str]], str]] = [
 ]
 
 
+@pytest.mark.process
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize(("setup", "fragment"), [c[1:] for c in SUBPROCESS_CASES], ids=[c[0] for c in SUBPROCESS_CASES])
 def test_in_a_subprocess_with_1_gib_of_memory(inputs: Bed, setup: Callable[[Bed], list[str]], fragment: str) -> None:
@@ -919,6 +920,7 @@ def _env_big(root: Path) -> str:
     return str(root / "big.env")
 
 
+@pytest.mark.process
 @pytest.mark.timeout(CASE_LIMIT_S)
 @pytest.mark.parametrize(
     "env_file",

@@ -597,6 +597,7 @@ SYSTEMD_BASE = "# managed by hand\nV0=old\n\nV1=\"old value\"\r\nV2='x'\n# tail 
 SHELL_BASE = "# wrapper\nexport V0=old # keep\nV1='old'\n\nexport V2=\"x\" V3=y\n"
 
 
+@pytest.mark.process
 @needs_bash
 @pytest.mark.parametrize(("dialect", "base"), [("systemd", SYSTEMD_BASE), ("shell", SHELL_BASE)])
 def test_real_bash_reads_exactly_the_intended_values(dialect: str, base: str, tmp_path: Path) -> None:
@@ -611,6 +612,7 @@ def test_real_bash_reads_exactly_the_intended_values(dialect: str, base: str, tm
     assert not (tmp_path / "PWNED").exists()
 
 
+@pytest.mark.process
 @needs_bash
 @pytest.mark.parametrize("value", [v for v in AWKWARD_VALUES if "PWNED" in v])
 @pytest.mark.parametrize("dialect", ["systemd", "shell"])
@@ -624,6 +626,7 @@ def test_injected_values_do_not_execute(value: str, dialect: str, tmp_path: Path
 EVALUABLE = {n: t for n, t in SHELL_CORPUS.items() if readable(t, "shell") is not None}  # others: refused on purpose
 
 
+@pytest.mark.process
 @needs_bash
 @pytest.mark.parametrize(("name", "text"), list(EVALUABLE.items()), ids=list(EVALUABLE))
 def test_shell_emulation_matches_real_bash_on_the_corpus(name: str, text: str, tmp_path: Path) -> None:
@@ -632,6 +635,7 @@ def test_shell_emulation_matches_real_bash_on_the_corpus(name: str, text: str, t
     assert bash_env(tmp_path, text) == expected
 
 
+@pytest.mark.process
 @needs_bash
 def test_real_bash_after_edits_of_the_corpus(tmp_path: Path) -> None:
     for name, text in SHELL_CORPUS.items():
@@ -646,6 +650,7 @@ def test_real_bash_after_edits_of_the_corpus(tmp_path: Path) -> None:
         assert bash_env(tmp_path, out)["A"] == "it's $A `x`", name
 
 
+@pytest.mark.process
 @needs_bash
 def test_foreign_bytes_survive_real_bash(tmp_path: Path) -> None:
     text = surrogate(b'# caf\xe9\nexport A="x\xffy"\nB=2\n')
@@ -671,6 +676,7 @@ SHELL_NOISE = st.lists(
 bash_settings = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.process
 @needs_bash
 @bash_settings
 @given(text=SHELL_NOISE)
@@ -680,6 +686,7 @@ def test_shell_emulation_matches_real_bash_on_random_files(text: str, tmp_path: 
     assert bash_env(tmp_path, text) == expected
 
 
+@pytest.mark.process
 @needs_bash
 @bash_settings
 @given(text=SHELL_NOISE, value=VALUES)
@@ -696,6 +703,7 @@ def test_real_bash_reads_edits_of_random_files(text: str, value: str, tmp_path: 
     assert not (tmp_path / "PWNED").exists()
 
 
+@pytest.mark.process
 @needs_bash
 @bash_settings
 @given(values=st.dictionaries(st.sampled_from(["A", "B", "C"]), VALUES, max_size=3), dialect=DIALECTS)
@@ -770,6 +778,7 @@ def generator_safe(text: str) -> bool:
     return "$" not in text and "\0" not in text and text.isascii()
 
 
+@pytest.mark.process
 @needs_generator
 def test_systemd_emulation_matches_systemd_252_parser_on_the_corpus(tmp_path: Path) -> None:
     texts = [t for t, _ in SYSTEMD_READS] + list(SYSTEMD_CORPUS.values())
@@ -786,6 +795,7 @@ generator_settings = settings(
 )
 
 
+@pytest.mark.process
 @needs_generator
 @generator_settings
 @given(text=SYSTEMD_FUZZ)
@@ -793,6 +803,7 @@ def test_systemd_emulation_matches_systemd_252_parser_on_random_files(text: str,
     assert_same_as_systemd(tmp_path, text)
 
 
+@pytest.mark.process
 @needs_generator
 @generator_settings
 @given(

@@ -54,6 +54,7 @@ def listeners(tmp_path: Path, ports: list[int]) -> list[str]:
     return lines
 
 
+@pytest.mark.process
 def test_only_listen_sockets_on_the_ports_asked_are_reported_ipv4_and_ipv6(tmp_path: Path) -> None:
     # 30000 = 0x7530 listens (and has an established connection, not reported); 30002 on ::1
     assert listeners(tmp_path, [30000, 30002]) == ["sock|7530|1000|880467", "sock|7532|998|770001"]

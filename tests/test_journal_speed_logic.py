@@ -421,6 +421,7 @@ def test_headline_reads_failures_from_rows_or_records() -> None:
 # ------------------------------------------------------------------ the benchmarks still run
 
 
+@pytest.mark.process
 @pytest.mark.parametrize(
     "script, figures",
     [

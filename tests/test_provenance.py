@@ -59,6 +59,7 @@ def test_no_usable_nvidia_smi_reads_not_available(output: str) -> None:
     assert info.lines() == {"gpu_model": "not available", "gpu_driver": "not available", "cuda": "not available"}
 
 
+@pytest.mark.process
 def test_gpu_facts_of_this_machine_for_real() -> None:
     """The command itself, run on this machine: no GPU here (clearly "not available"); a machine
     with nvidia-smi names its GPUs."""
@@ -148,12 +149,14 @@ def test_a_host_described_once_per_run_has_gpu_env_and_server_facts() -> None:
 
 
 # ----------------------------------------------------------------------------- the controller
+@pytest.mark.process
 def test_the_controller_is_described_with_a_masked_command_line() -> None:
     c = describe_controller(Redactor(), ["orch", "run", "m.yaml", "--api-key", "abc123", "--max-tokens", "1800"])
     assert c.command == "orch run m.yaml --api-key •••• --max-tokens 1800"
     assert c.host and c.python.startswith(("CPython", "PyPy")) and "pydantic" in c.packages and c.orch_version
 
 
+@pytest.mark.process
 def test_the_orch_commit_of_a_checkout(tmp_path: Path) -> None:
     assert orch_commit(tmp_path) == ("", False)  # not a checkout (an installed orch)
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -204,6 +207,7 @@ def test_an_older_run_json_without_the_new_fields_loads_and_says_not_recorded() 
     assert report.provenance.controller == {"controller": NOT_RECORDED} and report.provenance.served == []
 
 
+@pytest.mark.process
 def test_the_report_shows_the_controller_and_every_trials_server() -> None:
     manifest, records = synthetic_run(replicates=1, failures=False)
     manifest = manifest.model_copy(update={"controller": describe_controller(Redactor(), ["orch", "run", "m"])})

@@ -138,6 +138,7 @@ def test_group_error_keeps_each_detail() -> None:
 
 
 # ---------------------------------------------------------------- typed timeout
+@pytest.mark.process
 def test_command_timed_out_carries_the_output_so_far() -> None:
     t = LocalTransport("here")
     with pytest.raises(CommandTimedOut) as caught:

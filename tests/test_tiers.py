@@ -1,5 +1,6 @@
-"""The test tiers stay honest: `-m "not sim and not testbed and not browser"` is the fast unit
-tier, so every test that needs real processes, hosts or a browser must carry its marker.
+"""The test tiers stay honest: `-m "not sim and not testbed and not browser and not process"` is
+the fast unit tier, so every test that needs real processes, hosts or a browser must carry its
+marker (a unit test that starts any process fails at once: tests/conftest.py's guard).
 
 A cheap, static check (the source is parsed, nothing is imported or run): modules in the
 real-system folders carry a tier marker (module-wide `pytestmark`, or on every test), and any test

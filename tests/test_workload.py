@@ -143,6 +143,7 @@ def _wait_for_lines(path: Path, n: int, timeout: float = 5.0) -> None:
     raise AssertionError(f"{path} never got {n} lines")
 
 
+@pytest.mark.process
 def test_exit_codes_and_streams(tmp_path: Path) -> None:
     ok = _run(tmp_path, "echo to-stdout; echo to-stderr >&2; exit 0")
     assert ok.exit_code == 0
@@ -155,6 +156,7 @@ def test_exit_codes_and_streams(tmp_path: Path) -> None:
     assert _run(tmp_path, "kill -9 $$").exit_code == -signal.SIGKILL
 
 
+@pytest.mark.process
 def test_env_and_cwd(tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
@@ -164,6 +166,7 @@ def test_env_and_cwd(tmp_path: Path) -> None:
     assert outcome.stdout_tail == f"bf16 {workdir}\n"
 
 
+@pytest.mark.process
 def test_large_output_streamed_to_file_with_bounded_tail(tmp_path: Path) -> None:
     # 8 MB of output, then a summary line: the file has all of it, the tail only the end
     outcome = _run(tmp_path, "head -c 8000000 /dev/zero | tr '\\0' 'x'; echo; echo 'wall=1.5s'")
@@ -172,12 +175,14 @@ def test_large_output_streamed_to_file_with_bounded_tail(tmp_path: Path) -> None
     assert outcome.stdout_tail.endswith("\nwall=1.5s\n")
 
 
+@pytest.mark.process
 def test_paths_relative_to_run_dir(tmp_path: Path) -> None:
     outcome = _run(tmp_path, "true", run_dir=tmp_path)
     assert outcome.stdout_path == "out/repro.out"
     assert outcome.stderr_path == "out/repro.err"
 
 
+@pytest.mark.process
 def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     command = (
@@ -193,6 +198,7 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     assert all(_gone(pid) for pid in pids), [p for p in pids if not _gone(p)]
 
 
+@pytest.mark.process
 def test_timeout_sigkills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     command = f"trap '' TERM; sleep 1000 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
@@ -204,6 +210,7 @@ def test_timeout_sigkills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     assert all(_gone(pid) for pid in _read_pids(pidfile, 2))
 
 
+@pytest.mark.process
 def test_leftover_background_children_are_killed(tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     outcome = _run(tmp_path, f"sleep 1000 & echo $! > {pidfile}; exit 3")
@@ -212,6 +219,7 @@ def test_leftover_background_children_are_killed(tmp_path: Path) -> None:
     assert all(_gone(pid) for pid in _read_pids(pidfile, 1))
 
 
+@pytest.mark.process
 def test_ctrl_c_kills_the_group_then_reraises(tmp_path: Path) -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     pidfile = tmp_path / "pids"
@@ -233,6 +241,7 @@ def test_ctrl_c_kills_the_group_then_reraises(tmp_path: Path) -> None:
     assert all(_gone(pid) for pid in _read_pids(pidfile, 3))
 
 
+@pytest.mark.process
 def test_missing_cwd_is_a_workload_error(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="repro: cannot start 'true' in .*nowhere"):
         _run(tmp_path, "true", cwd=tmp_path / "nowhere")
@@ -254,6 +263,7 @@ def test_unwritable_output_path_is_a_workload_error(tmp_path: Path) -> None:
 # ---- waiting for the exit: a pidfd, or CPython's polling wait on kernels without one ----------
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("pidfd", [True, False])
 def test_wait_exit_sees_the_exit_and_the_timeout(monkeypatch: pytest.MonkeyPatch, pidfd: bool) -> None:
     import subprocess
@@ -276,6 +286,7 @@ def test_wait_exit_sees_the_exit_and_the_timeout(monkeypatch: pytest.MonkeyPatch
         slow.wait()
 
 
+@pytest.mark.process
 def test_run_command_times_out_without_a_pidfd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.edges import workload
 

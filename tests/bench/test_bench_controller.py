@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "bench_controller.py"
 
@@ -52,6 +54,7 @@ def test_synthetic_run_resumes_to_every_trial_done(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.process
 def test_controller_bench_prints_every_figure() -> None:
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--factors", "2", "--levels", "5", "--trials", "300"],

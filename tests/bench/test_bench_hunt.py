@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
+@pytest.mark.process
 def test_bench_hunt_prints_figures_beside_the_baselines() -> None:
     out = subprocess.run(
         [sys.executable, str(BENCH / "bench_hunt.py"), "--hunts", "1", "--testbeds", "2", "--jobs", "1"]

@@ -37,6 +37,7 @@ def test_bench_parallel_prints_the_speed_up():
     assert re.search(r"^\s+2\s+\d+\.\d\s+\d+$", out.stdout, re.M), out.stdout
 
 
+@pytest.mark.process
 def test_bench_adaptive_prints_decisions_sessions_and_error():
     out = subprocess.run(
         [sys.executable, str(BENCH / "bench_adaptive.py"), "--sweeps", "5"], capture_output=True, text=True, timeout=300

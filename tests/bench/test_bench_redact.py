@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.process
 def test_tiny_run_prints_both_inputs_with_their_ratio() -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "bench_redact.py"), "--mb", "0.05", "--repeat", "1"],

@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.process
 def test_tiny_run_prints_the_table() -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "bench_regression.py"), "--nights", "2"],

@@ -97,6 +97,7 @@ def sh(line: str) -> str:
     return subprocess.run(["sh", "-c", line], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.process
 def test_argv_is_quoted_word_by_word() -> None:
     words = ["printf", "%s|", "a b", "$(touch /nonexistent/x)", "`id`", "it's", ""]
     line = command_line(words, sudo=False, timeout=None)
@@ -104,6 +105,7 @@ def test_argv_is_quoted_word_by_word() -> None:
     assert sh(line) == "a b|$(touch /nonexistent/x)|`id`|it's||"
 
 
+@pytest.mark.process
 def test_string_goes_to_the_shell_unchanged_unless_wrapped() -> None:
     assert command_line("echo $HOME | wc -c", sudo=False, timeout=None) == "echo $HOME | wc -c"
     line = command_line("echo 'a b' | tr a-z A-Z", sudo=False, timeout=5)

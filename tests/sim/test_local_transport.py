@@ -27,17 +27,20 @@ def test_implements_the_protocol(t: LocalTransport) -> None:
     assert transport.host == "ctl" and LocalTransport().host == "local"
 
 
+@pytest.mark.process
 def test_a_sequence_is_not_parsed_by_a_shell(t: LocalTransport) -> None:
     r = t.run(["printf", "%s|", "a b", "$HOME", ";", "*"])
     assert r.ok and r.stdout == "a b|$HOME|;|*|" and r.exit_code == 0
     assert r.command == "printf '%s|' 'a b' '$HOME' ';' '*'" and r.host == "ctl" and r.duration_s >= 0
 
 
+@pytest.mark.process
 def test_a_string_runs_in_the_shell(t: LocalTransport) -> None:
     r = t.run("echo out; echo err >&2; exit 3", check=False)
     assert (r.exit_code, r.stdout, r.stderr, r.ok) == (3, "out\n", "err\n", False)
 
 
+@pytest.mark.process
 def test_check_raises_command_failed_with_the_output(t: LocalTransport) -> None:
     with pytest.raises(CommandFailed) as info:
         t.run(["sh", "-c", "echo boom >&2; exit 4"])
@@ -46,11 +49,13 @@ def test_check_raises_command_failed_with_the_output(t: LocalTransport) -> None:
     assert str(err).startswith("ctl: command failed with exit code 4") and "boom" in err.detail
 
 
+@pytest.mark.process
 def test_a_missing_program_is_exit_127(t: LocalTransport) -> None:
     r = t.run(["/nonexistent/prog"], check=False)
     assert r.exit_code == 127 and "not found" in r.stderr
 
 
+@pytest.mark.process
 def test_timeout_kills_the_whole_process_group(t: LocalTransport, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     started = time.monotonic()
@@ -61,6 +66,7 @@ def test_timeout_kills_the_whole_process_group(t: LocalTransport, tmp_path: Path
     wait_until(lambda: not pid_running(child), timeout=3)
 
 
+@pytest.mark.process
 def test_sudo_as_root_runs_directly_else_needs_sudo(t: LocalTransport) -> None:
     if os.geteuid() == 0:
         assert t.run(["id", "-u"], sudo=True).stdout.strip() == "0"

@@ -79,6 +79,7 @@ def test_bad_input_is_not_queued(setup: tuple[Path, Path, Path], bad: str, capsy
     assert items(reports) == []
 
 
+@pytest.mark.process
 def test_an_item_that_cannot_start_fails_alone_and_is_reported(
     setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

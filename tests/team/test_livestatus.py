@@ -158,6 +158,7 @@ def test_judge() -> None:
     assert judge(status(host="elsewhere", pid_start=0), "running") == "running"  # cannot tell: trust it
 
 
+@pytest.mark.process
 def test_live_runs_and_queue_view(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     run_a, _, records = running_run(tmp_path, "20260509-070000-a")

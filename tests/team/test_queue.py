@@ -71,6 +71,7 @@ def test_item_fields_round_trip(queue: Queue) -> None:
     assert item.run_dir is None and item.message == "" and item.label == f"item {item.id} (x.yaml)"
 
 
+@pytest.mark.process
 def test_dead_claims_are_taken_back(queue: Queue, tmp_path: Path) -> None:
     """A runner killed with -9 leaves its items `running`; the next claim takes them back."""
     started, fresh = add(queue, "started"), add(queue, "fresh")
@@ -122,6 +123,7 @@ def test_remove(queue: Queue) -> None:
     assert exc.value.exit_code == 2
 
 
+@pytest.mark.process
 def test_claims_race_between_processes(tmp_path: Path, queue: Queue) -> None:
     """Two processes claim as fast as they can from one database: every item exactly once."""
     n = 120

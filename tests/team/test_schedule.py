@@ -153,6 +153,7 @@ def test_bad_names(name: str) -> None:
         check_name(name)
 
 
+@pytest.mark.process
 def test_calendar_specs_are_checked_by_systemd_analyze() -> None:
     assert check_calendar("*-*-* 01:00") == "*-*-* 01:00"
     with pytest.raises(UsageError, match="--on-calendar 'at one'"):
@@ -175,6 +176,7 @@ def test_unit_file_words_refuse_newlines() -> None:
     assert path_value("/srv/100%") == "/srv/100%%"
 
 
+@pytest.mark.process
 def test_cli_bad_calendar_exits_2_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(
         ["schedule", "install", "nightly", "--on-calendar", "whenever", "--user", "--unit-dir", str(tmp_path / "units")]
@@ -230,6 +232,7 @@ def as_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 0)
 
 
+@pytest.mark.process
 def test_cli_dry_run_prints_the_units_and_installs_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,6 +251,7 @@ def test_cli_dry_run_prints_the_units_and_installs_nothing(
     assert "nothing was written" in printed and not units.exists()
 
 
+@pytest.mark.process
 def test_cli_root_without_a_user_is_refused_and_nothing_is_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -259,6 +263,7 @@ def test_cli_root_without_a_user_is_refused_and_nothing_is_written(
     assert code == 2 and "--user root" in capsys.readouterr().err and not units.exists()
 
 
+@pytest.mark.process
 def test_cli_unknown_account_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -268,6 +273,7 @@ def test_cli_unknown_account_is_refused(
     assert "no such user" in capsys.readouterr().err and not (tmp_path / "u").exists()
 
 
+@pytest.mark.process
 def test_cli_until_needs_one_time_of_day(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = ["schedule", "install", "n", "--on-calendar", "*-*-* 01,13:00", "--until", "07:00", "--user"]
     assert main([*args, "--unit-dir", str(tmp_path / "u"), "--dry-run"]) == 2

@@ -209,6 +209,7 @@ def test_safe_path_unit(reports: Path) -> None:
         assert safe_path(root, bad) is None, bad
 
 
+@pytest.mark.process
 def test_orch_serve_command(reports: Path, tmp_path: Path) -> None:
     """The CLI binds 127.0.0.1 by default, prints its URL, serves, and stops on SIGINT."""
     proc = subprocess.Popen(

@@ -84,6 +84,7 @@ def test_in_a_worker_thread_a_section_defers_nothing() -> None:
     assert len(caught) == 1 and interrupts._pending is None
 
 
+@pytest.mark.process
 def test_interrupt_right_after_a_unit_starts_leaves_it_tracked_and_stoppable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +109,7 @@ def test_interrupt_right_after_a_unit_starts_leaves_it_tracked_and_stoppable(
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.process
 def test_interrupt_right_after_a_command_starts_kills_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[int] = []
     interrupting_popen(monkeypatch, subprocess, started)

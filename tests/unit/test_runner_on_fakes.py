@@ -57,6 +57,7 @@ def test_a_clean_sweep_runs_every_trial_extracts_metrics_and_restores(tmp_path: 
     assert_restored(bed, before)
 
 
+@pytest.mark.process
 def test_the_controller_repro_is_run_and_its_metrics_extracted(tmp_path: Path) -> None:
     bed = two_roles()
     command = f"{sys.executable} -c \"print('score=0.25 events=1/4')\""
