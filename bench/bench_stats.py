@@ -7,7 +7,8 @@ the runner use (orchestrator.core.clustersim -> clustered, sequential), it print
 
   (1) A/A false-positive rate of the fixed-design cell test, per comparison at alpha 0.05:
       old = Fisher on counts summed over trials; new = the report's test (quasi-binomial,
-      dispersion pooled over the sweep; Fisher where it cannot be estimated);
+      dispersion pooled over the sweep; core.trialexact's likelihood ratio on the trials where
+      that dispersion rests on too little, clustered.sparse; Fisher where it cannot be estimated);
   (2) the same for an A/A pair inside a mixed sweep (two cells at 15%, six near 0%);
   (3) power at ICC 0 (no trial-to-trial variation, where the old test is right): one cell at a
       lower rate among cells at the baseline's 15%, and the DSV4 shape (seven cells low);

@@ -19,7 +19,7 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
-from orchestrator.core import clustered, power, sequential, stats
+from orchestrator.core import clustered, power, sequential, stats, trialexact
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -75,12 +75,14 @@ def cell_p_values(
 
     old: Fisher on the summed counts (the report before the trial became the unit). new: what
     the report does now: the quasi-binomial test with phi pooled over ALL the sweep's cells,
+    the trial-level test (core.trialexact) where phi rests on too little (clustered.sparse),
     Fisher where phi cannot be estimated. with_old=False skips the old p (nan) where new does
     not need it (Fisher is the slow part).
     """
     n = np.full_like(k, sessions)
     big_k, big_n = k.sum(axis=-1), n.sum(axis=-1)
-    phi, df = clustered.pooled_dispersion(*clustered.cell_spread(k, n))
+    spread = clustered.cell_spread(k, n)
+    phi, df = clustered.pooled_dispersion(*spread)
     kc, nc, kb, nb = big_k[:, cells], big_n[:, cells], big_k[:, :1], big_n[:, :1]
     quasi = clustered.quasi_test(kc, nc, kb, nb, phi[:, None], df[:, None])
     rows = np.ones(k.shape[0], dtype=bool) if with_old else df <= 0
@@ -88,6 +90,12 @@ def cell_p_values(
     if rows.any():
         old[rows] = fisher_p(kc[rows], nc[rows], kb[rows], nb[rows])
     new = np.where(df[:, None] > 0, quasi, old)
+    sparse = clustered.sparse(df, (spread[2] > 0).sum(axis=-1))
+    if sparse.any():
+        trials = k[sparse][:, cells]
+        base = np.broadcast_to(k[sparse][:, :1], trials.shape)
+        design = (sessions,) * k.shape[-1]
+        new[sparse] = trialexact.calibration(design, design).pvalues(trials, base)
     return old, new
 
 

@@ -128,10 +128,11 @@ def sessions_from_command(command: str) -> int | None:
 
 # ----------------------------------------------------------------------------- the quasi-binomial test
 # With replicates the report compares a cell with the baseline by clustered.quasi_test, with the
-# dispersion pooled over the sweep's cells. Its power has no closed form: it is simulated here with
-# the report's own functions, on the design as run (cells, trials, sessions, the other cells' rates,
-# the dispersion this run estimated as the truth), seeded and with common random numbers, so the
-# bisection over the cell's rate sees a monotone curve.
+# dispersion pooled over the sweep's cells (core.trialexact where it rests on too little). Its
+# power has no closed form: it is simulated here with the report's own functions, on the design
+# as run (cells, trials, sessions, the other cells' rates, the dispersion this run estimated as the
+# truth), seeded and with common random numbers, so the bisection over the cell's rate sees a
+# monotone curve.
 
 SIM_SWEEPS = 3000
 SOLVE_TOLERANCE = 0.0005  # of a rate: 0.05 points, finer than the one decimal the report prints
@@ -206,7 +207,8 @@ class _QuasiSim:
         cell_k = (self.session_u < rates[..., None]).sum(axis=-1).astype(float)
         k = np.concatenate([cell_k[:, None, :], self.fixed_k], axis=1)
         n = np.full_like(k, float(self.design.sessions))
-        phi, df = self.clustered.pooled_dispersion(*self.clustered.cell_spread(k, n))
+        spread = self.clustered.cell_spread(k, n)
+        phi, df = self.clustered.pooled_dispersion(*spread)
         big_k, big_n = k.sum(axis=-1), n.sum(axis=-1)
         p = self.clustered.quasi_test(big_k[:, 0], big_n[:, 0], big_k[:, 1], big_n[:, 1], phi, df)
         fisher = df <= 0
@@ -215,4 +217,12 @@ class _QuasiSim:
             if total <= MAX_EXACT_N:
                 table = fisher_pvalues(total, total)
                 p = np.where(fisher, table[big_k[:, 0].astype(int), big_k[:, 1].astype(int)], p)
+        sparse = self.clustered.sparse(df, (spread[2] > 0).sum(axis=-1))
+        if sparse.any():  # phi on too little: the report's p comes from the trial-level test
+            from orchestrator.core import trialexact
+
+            design = (self.design.sessions,) * self.design.trials
+            exact = trialexact.calibration(design, design).pvalues(k[sparse, 0], k[sparse, 1])
+            p = p.copy()
+            p[sparse] = exact
         return np.asarray(p < alpha)

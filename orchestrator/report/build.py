@@ -17,6 +17,7 @@ Rules kept here:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from orchestrator.core import clustered, findings, power, ranks, stats
+from orchestrator.core import clustered, findings, power, ranks, stats, trialexact
 from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
@@ -471,7 +472,11 @@ def _proportion_cells(
     base = pooled.get(baseline_cell) if baseline_cell else None
     others = [c for c in cell_ids if c != baseline_cell and base and base[1] and pooled[c][1]]
     disp = _dispersion(rows)  # with replicates the trial is the unit: quasi-binomial, else Fisher
-    tests = {c: _versus_baseline(*pooled[c], *base, disp) for c in others} if base else {}
+    trials = {cell: _trial_counts(group) for cell, group in grouped.items()}
+    base_trials = trials.get(baseline_cell, []) if baseline_cell else []
+    tests = (
+        {c: _versus_baseline(*pooled[c], *base, disp, trials.get(c, []), base_trials) for c in others} if base else {}
+    )
     pvalues = {c: t.p for c, t in tests.items()}
     adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
     result = {}
@@ -519,13 +524,32 @@ def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
     )
 
 
-def _versus_baseline(k: int, n: int, kb: int, nb: int, disp: clustered.Dispersion) -> clustered.Comparison:
-    """A cell vs the baseline: quasi-binomial when trial-to-trial variation can be estimated,
-    else today's Fisher test with Newcombe's interval (labelled as assuming independent sessions)."""
+def _versus_baseline(
+    k: int,
+    n: int,
+    kb: int,
+    nb: int,
+    disp: clustered.Dispersion,
+    cell_trials: Sequence[tuple[int, int]] = (),
+    base_trials: Sequence[tuple[int, int]] = (),
+) -> clustered.Comparison:
+    """A cell vs the baseline: quasi-binomial when trial-to-trial variation can be estimated (its p
+    from the trials themselves, core.trialexact, when the dispersion rests on too little: clustered.sparse), else
+    today's Fisher test with Newcombe's interval (labelled as assuming independent sessions)."""
     if disp.estimable:
-        return clustered.compare(k, n, kb, nb, disp)
+        found = clustered.compare(k, n, kb, nb, disp)
+        if disp.sparse and cell_trials and base_trials:
+            return dataclasses.replace(found, p=trialexact.pair_pvalue(cell_trials, base_trials))
+        return found
     low, high = stats.rate_difference_ci(k, n, kb, nb)
     return clustered.Comparison(stats.fisher_exact(k, n, kb, nb), k / n - kb / nb, low, high)
+
+
+def _trial_counts(group: pd.DataFrame | None) -> list[tuple[int, int]]:
+    """A cell's completed trials as (k, n), for the trial-level test."""
+    if group is None:
+        return []
+    return list(zip(group.k.astype(int), group.n.astype(int), strict=True))
 
 
 def _trial_rates(group: pd.DataFrame | None) -> list[float]:
@@ -640,11 +664,13 @@ def _neighbour_tests(
     if high.is_baseline:
         return []
     k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
-    disp = _dispersion(frame[frame.metric == metric])
+    rows = frame[frame.metric == metric]
+    disp = _dispersion(rows)
+    trials = {cell: _trial_counts(group) for cell, group in rows.groupby("cell", sort=False)}
     views = []
     for factor, cell in _one_factor_away(manifest.factors, measured, high):
         rate = cell.proportions[metric].rate
-        p = _versus_baseline(k, n, rate.k, rate.n, disp).p
+        p = _versus_baseline(k, n, rate.k, rate.n, disp, trials.get(high.cell, []), trials.get(cell.cell, [])).p
         views.append(
             NeighbourView(
                 metric=metric, cell=cell.cell, factor=factor, level=cell.levels[factor], k=rate.k, n=rate.n, p=p
