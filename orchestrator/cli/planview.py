@@ -141,8 +141,9 @@ def _proportion_lines(plan: Plan, tests: int) -> list[str]:
         lines.append(f"  baseline at {rate:.0%}: {_dirs(d)} (Holm: {_dirs(strict)})")
     if plan.replicates > 1:
         lines.append(
-            "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication); "
-            "its 80% power, simulated with every other cell at the baseline rate and no extra trial-to-trial variation:"
+            "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication; "
+            "the likelihood ratio on the trials where the spread rests on too few degrees of freedom); its 80% "
+            "power, simulated with every other cell at the baseline rate and no extra trial-to-trial variation:"
         )
         others = tuple([0.0] * max(0, len(plan.cells) - 2))
         for rate in (0.0, 0.02, 0.05, 0.15):

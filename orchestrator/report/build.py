@@ -1041,12 +1041,16 @@ def _power_text(report: Report, metric: str, measured: Sequence[CellView], base:
 
 
 def quasi_power_sentence(design: power.Design, base_rate: float, tests: int) -> str:
-    """Simulated power of the quasi-binomial comparison (core.power.quasi_detectable)."""
+    """Simulated power of the report's comparison with replicates (core.power.quasi_detectable): the
+    quasi-binomial test, or the trials' likelihood ratio where the spread rests on too few degrees
+    of freedom (core.clustered's sparse rule), exactly as the report decides."""
     per_test = power.quasi_detectable(design, base_rate)
     text = (
         f"With {design.trials} trials of {design.sessions} sessions per cell, this run's quasi-binomial comparison "
-        f"had 80% power only for differences of about {_directions(per_test)} (simulated on this design: "
-        f"{power.SIM_SWEEPS} sweeps, the other cells at their observed rates, dispersion {design.phi:.2f}; at p < "
+        f"had 80% power only for differences of about {_directions(per_test)} (simulated on this design with the "
+        f"report's own tests, the likelihood ratio on the trials where the spread rests on too few degrees of "
+        f"freedom: {power.SIM_SWEEPS} sweeps, the other cells at their observed rates, dispersion {design.phi:.2f}; "
+        f"at p < "
         f"{stats.ALPHA:g}"
     )
     if tests > 1:
