@@ -472,7 +472,8 @@ def _proportion_cells(
     base = pooled.get(baseline_cell) if baseline_cell else None
     others = [c for c in cell_ids if c != baseline_cell and base and base[1] and pooled[c][1]]
     disp = _dispersion(rows)  # with replicates the trial is the unit: quasi-binomial, else Fisher
-    trials = {cell: _trial_counts(group) for cell, group in grouped.items()}
+    # the trials' own counts feed only the sparse rule's test: not gathered for every run
+    trials = {cell: _trial_counts(group) for cell, group in grouped.items()} if disp.sparse else {}
     base_trials = trials.get(baseline_cell, []) if baseline_cell else []
     tests = (
         {c: _versus_baseline(*pooled[c], *base, disp, trials.get(c, []), base_trials) for c in others} if base else {}
@@ -666,7 +667,7 @@ def _neighbour_tests(
     k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
     rows = frame[frame.metric == metric]
     disp = _dispersion(rows)
-    trials = {cell: _trial_counts(group) for cell, group in rows.groupby("cell", sort=False)}
+    trials = {cell: _trial_counts(group) for cell, group in rows.groupby("cell", sort=False)} if disp.sparse else {}
     views = []
     for factor, cell in _one_factor_away(manifest.factors, measured, high):
         rate = cell.proportions[metric].rate
