@@ -31,6 +31,10 @@ Why this shape:
   the lag drops to ~5 ms where it counts, without hammering a server through a long warm-up. (A
   router's wait ends at the later of its own poll and its workers': at 20 ms each that cost ~13 ms
   on average after the last worker was ready, at 10 ms ~7 ms.)
+- Roles that restarted together turn ready together (a router's /readiness follows its workers'),
+  so when one role's URL turns ready, every role still waiting looks again at once instead of
+  sleeping out its poll interval: the router's readiness, then its generate probe, follow the last
+  worker by one round trip instead of half a poll interval more. Each still needs its own 200.
 - A unit that dies during warm-up must not make us wait out the whole timeout: between polls
   we call ``check_alive`` (ServiceManager.check_alive), whose ServiceError propagates at once.
 - httpx errors are translated here, once, into HealthTimeout / ConfigError.
@@ -227,19 +231,31 @@ def wait_all(
     alive = check_alive or {}
     started = time.monotonic()
     cancel = threading.Event()
+    wakes = {c.role: threading.Event() for c in checks}  # set: that role's poller stops sleeping
     failures: list[BaseException] = []
     lock = threading.Lock()
 
+    def stop_all() -> None:
+        cancel.set()
+        for wake in wakes.values():
+            wake.set()
+
     def one(check: HealthCheck) -> float | None:
         try:
-            return _wait(check, client, alive.get(check.role), poll_initial_s, poll_max_s, cancel=cancel)
+            seconds = _wait(
+                check, client, alive.get(check.role), poll_initial_s, poll_max_s, cancel=cancel, wake=wakes[check.role]
+            )
         except _Cancelled:
             return None
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             with lock:
                 failures.append(exc)
-            cancel.set()
+            stop_all()
             return None
+        for role, wake in wakes.items():  # ready: the others look again now (they turn ready together)
+            if role != check.role:
+                wake.set()
+        return seconds
 
     waited: dict[str, float] = {}
     try:
@@ -251,7 +267,7 @@ def wait_all(
                     waited[role] = seconds
     finally:
         # Ctrl-C in the caller's thread: stop the pollers instead of leaving them running.
-        cancel.set()
+        stop_all()
     if failures:
         raise failures[0]
     for check in checks:
@@ -320,6 +336,7 @@ def _wait(
     poll_initial_s: float,
     poll_max_s: float,
     cancel: threading.Event | None,
+    wake: threading.Event | None = None,
 ) -> float:
     started = time.monotonic()
     deadline = started + check.timeout_s
@@ -340,7 +357,7 @@ def _wait(
         retry=tenacity.retry_if_exception_type(_NotReady),
         stop=tenacity.stop_after_delay(check.timeout_s),
         wait=_capped_backoff(poll_initial_s, poll_max_s, deadline, _fast_window(check, started)),
-        sleep=_sleeper(cancel),
+        sleep=_sleeper(cancel, wake),
         reraise=True,
     )
     try:
@@ -418,8 +435,16 @@ def _capped_backoff(
     return wait
 
 
-def _sleeper(cancel: threading.Event | None) -> Callable[[float], None]:
-    """A sleep that wakes early when wait_all cancels (the next attempt then stops)."""
+def _sleeper(cancel: threading.Event | None, wake: threading.Event | None = None) -> Callable[[float], None]:
+    """A sleep that wakes early when wait_all cancels (the next attempt then stops), or, given
+    `wake`, when it is set (another role turned ready, or a cancel): the next poll comes at once."""
+    if wake is not None:
+
+        def woken(seconds: float) -> None:
+            if wake.wait(seconds):
+                wake.clear()
+
+        return woken
     if cancel is None:
         return time.sleep
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,6 +177,35 @@ def test_generate_waits_for_the_workers_own_health() -> None:
     first_generate = _first(router.log, lambda s: s.endswith("/generate"))
     last_worker_poll = max(i for i, s in enumerate(router.log) if s.endswith("/health") and ":30001" not in s)
     assert first_generate > last_worker_poll
+
+
+def test_when_the_last_worker_turns_ready_the_router_is_asked_again_at_once() -> None:
+    """Roles restarted together turn ready together: once decode's own /health answers 200, the
+    router's /readiness is asked again at once, not a poll interval (here 3 s) later. It still
+    needs its own 200, and the one generate still follows every readiness poll."""
+    t0, up_at, log = time.monotonic(), 0.3, []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        up = time.monotonic() - t0 >= up_at
+        log.append(f"{request.url.port}{request.url.path} {'up' if up else 'down'}")
+        if request.url.port == 30002:
+            return httpx.Response(200 if up else 503, text="")
+        if request.url.path == "/readiness":
+            return httpx.Response(200, json=READY_FLAT) if up else httpx.Response(503, json=NOT_READY)
+        return httpx.Response(200, json={"text": "ok"})  # prefill's /health, the router's /generate
+
+    readiness = f"{ROUTER}/readiness"
+    polled = [
+        HealthCheck("prefill", "http://10.0.0.2:30000/health", 10.0),
+        HealthCheck("decode", "http://10.0.0.4:30002/health", 10.0, expected=(up_at, up_at)),
+        HealthCheck("router", readiness, 10.0, probe=probe_url(readiness)),
+    ]
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        waited = wait_all(polled, client=client, poll_initial_s=3.0, poll_max_s=3.0)
+    assert up_at - 0.05 < waited["router"] < 2.0  # not before decode was up, not a 3 s poll later
+    router_polls = [line for line in log if line.startswith("30001/readiness")]
+    assert router_polls[-1].endswith(" up") and all(line.endswith(" down") for line in router_polls[:-1])
+    assert [line for line in log if "/generate" in line] == [log[-1]]  # one, after every readiness poll
 
 
 def test_without_a_probe_no_generate_is_sent() -> None:
