@@ -310,3 +310,26 @@ def test_a_drop_passes_only_on_a_clean_streak_long_enough_for_a_low_affected_rat
         at_mean = at_mean or (trial if _p_affected(ke, ne, p1, p0) <= 0.01 else 0)
         at_low = at_low or (trial if hunt.own_verdict(drop) == "passes" else 0)
     assert 0 < at_mean < at_low  # "passes" waits for more clean trials than the pooled mean rate asks
+
+
+def test_the_clean_endpoint_is_confirmed_as_a_premise_sooner_than_a_drop_and_not_when_it_fails() -> None:
+    # the clean endpoint is unaffected under every culprit set: it is confirmed at the posterior
+    # target against the pooled rate (like the failing endpoint's few failures), a drop at
+    # `confidence` against a low affected rate (the drop decides the culprit set)
+    full = (1 << len(FLAGS)) - 1
+    hunt = Hunt(HuntSettings(FLAGS))
+    for x in [full] + [full ^ (1 << i) for i in range(1, len(FLAGS))]:
+        hunt.observe(x, 1, 5)  # f0 looks like the culprit: every other drop fails at ~20%
+    clean_at = drop_at = 0
+    for trial in range(1, 30):
+        hunt.observe(0, 0, 5)
+        hunt.observe(full ^ 1, 0, 5)
+        clean_at = clean_at or (trial if hunt.own_verdict(0) == "passes" else 0)
+        drop_at = drop_at or (trial if hunt.own_verdict(full ^ 1) == "passes" else 0)
+    assert 0 < clean_at < drop_at, (clean_at, drop_at)
+    failing = Hunt(HuntSettings(FLAGS))
+    for x in [full] + [full ^ (1 << i) for i in range(1, len(FLAGS))]:
+        failing.observe(x, 1, 5)
+    for _ in range(30):
+        failing.observe(0, 1, 5)  # the clean endpoint fails as often as the failing ones
+        assert failing.own_verdict(0) != "passes"
