@@ -172,6 +172,10 @@ class FakeTransport:
             self.calls.append(Call("write", path))
             self.files[path] = bytes(data)
 
+    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+        self.write_bytes_atomic(path, data)
+        return self.run(command, timeout=timeout, check=False)
+
     def exists(self, path: str) -> bool:
         with self._lock:
             self.calls.append(Call("exists", path))
@@ -301,6 +305,10 @@ class FakeServiceManager:
             raise ServiceError(self.host, unit, "failed: exit-code (exit status 1)", detail=self._tail(unit))
         return when
 
+    def restart_with_file(self, unit: str, transport: Any, path: str, data: bytes) -> float:
+        transport.write_bytes_atomic(path, data)
+        return self.restart(unit)
+
     def stop(self, unit: str) -> None:
         u = self._unit(unit)
         with self._lock:
@@ -327,6 +335,11 @@ class FakeServiceManager:
         u = self._unit(unit)
         with self._lock:
             return dict(u.env) if self._alive(u) and u.env is not None else None
+
+    def logs_and_ids(
+        self, units: Sequence[str], since: float, max_bytes: int = 256_000
+    ) -> tuple[dict[str, str], dict[str, UnitId]]:
+        return {u: self.logs_since(u, since, max_bytes) for u in units}, self.unit_ids(units)
 
     def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
         with self._lock:

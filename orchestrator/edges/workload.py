@@ -281,6 +281,7 @@ def run_command(
     stdout_path: Path,
     stderr_path: Path,
     run_dir: Path | None = None,
+    on_spawn: Callable[[], None] | None = None,
 ) -> ReproOutcome:
     """Run a shell command time-bound, output streamed to files; return what it did.
 
@@ -290,6 +291,9 @@ def run_command(
     otherwise has exit_code -SIGNUM. Children the command left behind when it exited are killed
     the same way. Ctrl-C (KeyboardInterrupt) kills the group before re-raising. Paths in the
     outcome are relative to ``run_dir`` when given. Does not judge the exit code: the caller does.
+    ``on_spawn`` is called once the process exists (the runner starts the checks that run beside
+    the repro there, so their threads do not compete with the spawn); if it raises, the group is
+    killed and its error propagates.
     """
     started = time.monotonic()
     with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
@@ -297,6 +301,8 @@ def run_command(
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
                 proc = _spawn(argv_or_shell, cwd, env, out, err)
+            if on_spawn is not None:
+                on_spawn()
             exit_code = _wait_or_kill(proc, timeout_s)
         except BaseException:
             if proc is not None:

@@ -3,10 +3,13 @@ live env (before the repro, or beside it), run the repro (here or on a host), ju
 logs and collectors; and the TrialRecord they make.
 
 Why the tricks below (each measured; keep them): the bytes orch last wrote to an env file are
-remembered, so a trial costs no read round trip; independent units of a restart wave restart in
-parallel; the health poller polls fast around each role's learned ready time; the live-env check
-of restarted units runs beside the repro, off the critical path; the local repro is waited on
-through a pidfd (edges.workload).
+remembered, so a trial costs no read round trip; a trial that changes one file whose host restarts
+one unit writes it in the restart's own round trip (written first, restarted only once written);
+independent units of a restart wave restart in parallel; the health poller polls fast around each
+role's learned ready time; the live-env check of restarted units runs beside the repro, off the
+critical path, started once the repro's process exists (their threads never delay its spawn); the
+local repro is waited on through a pidfd (edges.workload); after the repro, each restarted host's
+unit ids come back with its logs, in the log collection's own round trip.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -81,6 +85,7 @@ class TrialContext:
     """What one attempt found out so far (kept when a later phase fails, for the record)."""
 
     changed: set[str] = field(default_factory=set)
+    deferred: tuple[str, bytes] | None = None  # (host key, bytes): the one env file written with its restart
     restarted: list[Unit] = field(default_factory=list)
     health: dict[str, float] = field(default_factory=dict)
     repro: ReproOutcome | None = None
@@ -91,7 +96,20 @@ class TrialContext:
     check_all: bool = False  # first trial, or after a failure: check every role's ports, not only restarted ones
     provenance: dict[str, TrialProvenance] = field(default_factory=dict)  # host -> what served the trial
     describing: Future[None] | None = None  # provenance, asked beside the repro
-    logs_pending: Future[tuple[dict[str, str], dict[str, str]]] | None = None  # collected while checks are joined
+    checking: Future[None] | None = None  # the live-env check beside the repro (None: done before it, or none)
+    identity_pending: Future[None] | None = None  # who serves the ports, beside the repro
+    beside_started: bool = False
+    logs_pending: Future[CollectedLogs] | None = None  # collected while checks are joined
+
+
+@dataclass(frozen=True)
+class CollectedLogs:
+    """A trial's logs, saved: paths by host:unit, texts by role (collectors count in them), and the
+    unit ids read in the same round trips (hosts asked for them: the post-repro identity check)."""
+
+    paths: dict[str, str]
+    texts: dict[str, str]
+    ids: dict[str, dict[str, UnitId]] = field(default_factory=dict)
 
 
 class Services:
@@ -116,17 +134,36 @@ class Services:
         assignments (none: the original bytes), so nothing an earlier cell wrote survives and the
         result never depends on the order. The bytes orch last wrote are remembered, so a trial
         costs no read round trip; the file is read again on the first trial and after any
-        failure (when anything may have moved)."""
+        failure (when anything may have moved). When the trial changes one file whose host runs
+        one unit (the usual one-factor step), that write goes with the unit's restart, in the
+        same round trip (restart_units): the restart still runs only once the write went through."""
+        news: dict[str, bytes] = {}
         for role, h in self.mentioned_hosts():  # every host of a role (host keys: roles, mostly)
             state = self.guard.states[role]
             cached = state.current is not None and not self.verify_all_next
             old = state.current if cached and state.current is not None else h.transport.read_bytes(h.host.env_file)
             new = self.cell_bytes(role, step.env.get(h.role))
             if new != old:
-                h.transport.write_bytes_atomic(h.host.env_file, new)
-                self.guard.note_write(role, new)
-                ctx.changed.add(role)
-            state.current = new
+                news[role] = new
+            else:
+                state.current = new
+        if len(news) == 1 and not self.verify_all_next and self._restarts_alone(next(iter(news))):
+            ctx.deferred = next(iter(news.items()))
+            news = {}
+        for role, new in news.items():
+            self.deployment.hosts[role].transport.write_bytes_atomic(self.deployment.hosts[role].host.env_file, new)
+            self.guard.note_write(role, new)
+            ctx.changed.add(role)
+            self.guard.states[role].current = new
+        if ctx.deferred is not None:  # written by its restart (a failure there re-reads it next trial)
+            ctx.changed.add(ctx.deferred[0])
+            self.guard.states[ctx.deferred[0]].current = ctx.deferred[1]
+
+    def _restarts_alone(self, key: str) -> bool:
+        """A changed host whose restart is one unit on it alone (no other node of its instance):
+        its write can ride on that restart's round trip."""
+        h = self.deployment.hosts[key]
+        return len(h.units) == 1 and not h.host.group
 
     def mentioned_hosts(self) -> list[tuple[str, HostHandle]]:
         """(host key, handle) of every host whose role the matrix mentions."""
@@ -178,8 +215,20 @@ class Services:
             self.restart_units([(r, u) for r in wave for u in hosts[r].units if (r, u) in todo], ctx)
 
     def restart_units(self, units: list[Unit], ctx: TrialContext) -> None:
+        deferred, ctx.deferred = ctx.deferred, None
+        written = deferred is not None and any(r == deferred[0] for r, _ in units)
+        if deferred is not None and not written:  # (never: its unit restarts in the first wave) write first
+            self.deployment.hosts[deferred[0]].transport.write_bytes_atomic(
+                self.deployment.hosts[deferred[0]].host.env_file, deferred[1]
+            )
+            self.guard.note_write(*deferred)
+
         def one(ru: Unit) -> float:
-            return self.deployment.hosts[ru[0]].services.restart(ru[1])
+            h = self.deployment.hosts[ru[0]]
+            if written and deferred is not None and ru[0] == deferred[0]:
+                self.guard.note_write(*deferred)  # the file may change from now on
+                return h.services.restart_with_file(ru[1], h.transport, h.host.env_file, deferred[1])
+            return h.services.restart(ru[1])
 
         gather({f"{r}:{u}": (r, u) for r, u in units}, one, what="units")
         ctx.restarted.extend(units)
@@ -230,17 +279,22 @@ class Services:
 
         return check
 
-    def verify_beside_repro(self, step: Step, ctx: TrialContext) -> Future[None] | None:
+    def verify_before_repro(self, step: Step, ctx: TrialContext) -> bool:
+        """The first trial and the one after a failure verify every unit before the repro,
+        because they may restart a stale unit to fix it; True when this one did. Any other trial
+        verifies its restarted units beside the repro (verify_beside_repro)."""
+        if not self.verify_all_next:
+            return False
+        self.verify(step, ctx)
+        self.verify_all_next = False  # here, never in a thread: a failure may set it again
+        return True
+
+    def verify_beside_repro(self, step: Step, ctx: TrialContext) -> Future[None]:
         """Verify the restarted units while the repro runs: off the critical path, every trial.
 
         /proc/PID/environ of a process that answers its health URL cannot change any more, so
         checking it during the repro proves the same as checking it before; a mismatch fails
-        the trial after the repro (its result is then void). The first trial and the one after
-        a failure verify before the repro, because they may restart a stale unit to fix it."""
-        if self.verify_all_next:
-            self.verify(step, ctx)
-            self.verify_all_next = False  # here, never in the thread: a failure may set it again
-            return None
+        the trial after the repro (its result is then void)."""
         return self.beside(self.verify, step, ctx)
 
     def verify(self, step: Step, ctx: TrialContext) -> None:
@@ -277,6 +331,11 @@ class Services:
                 if h.serves:
                     check_reported(rules, role, h.host.label, h.host.url, self.client)
 
+    def identity_roles(self, ctx: TrialContext) -> set[str]:
+        """The hosts (keys) whose identity a trial checks: those restarted, every one on a first
+        or retried trial."""
+        return set(self.deployment.hosts) if ctx.check_all else {role for role, _ in ctx.restarted}
+
     def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
         """Check, while the repro runs, that each restarted role's health ports are served by its
         own units (one round trip per role); confirm_identity waits for it after the repro."""
@@ -295,7 +354,7 @@ class Services:
         """Each health/URL port of a restarted role (every role on a first or retried trial) is
         held by one of the role's units (its main pid or a descendant); else the answer came from
         a stranger and the trial is void."""
-        roles = set(self.deployment.hosts) if ctx.check_all else {role for role, _ in ctx.restarted}
+        roles = self.identity_roles(ctx)
 
         def one(role: str) -> tuple[dict[str, UnitId], str | None]:
             h, host = self.deployment.hosts[role], self.deployment.testbed.hosts[role]
@@ -332,14 +391,19 @@ class Services:
     def confirm_identity(self, pending: Future[None] | None, ctx: TrialContext) -> None:
         """After the repro: the identity check passed, and every checked unit still runs the
         same process (same main pid and invocation id): a unit that restarted or died during
-        the repro served only part of it."""
+        the repro served only part of it. The ids come with the trial's logs (collected after the
+        repro ended, in the same round trips); if that collection failed, they are asked alone
+        (its error is the trial's, raised where the logs are used)."""
         if pending is None:
             return
         pending.result()
         roles = sorted({role for role, _ in ctx.identity})
-        now = gather(
-            {r: r for r in roles}, lambda r: self.deployment.hosts[r].services.unit_ids(self.deployment.hosts[r].units)
-        )
+        now = self._ids_with_logs(ctx.logs_pending, roles)
+        if now is None:
+            now = gather(
+                {r: r for r in roles},
+                lambda r: self.deployment.hosts[r].services.unit_ids(self.deployment.hosts[r].units),
+            )
         for (role, unit), before in ctx.identity.items():
             after = now[role].get(unit)
             label = self.deployment.hosts[role].host.label
@@ -354,6 +418,15 @@ class Services:
                     f"{label}: unit {unit} restarted during the repro "
                     f"(invocation {before.invocation_id} -> {after.invocation_id})"
                 )
+
+    @staticmethod
+    def _ids_with_logs(logs: Future[CollectedLogs] | None, roles: list[str]) -> dict[str, dict[str, UnitId]] | None:
+        """The unit ids the log collection read after the repro, if it went through and asked every
+        role in `roles`."""
+        if logs is None or logs.exception() is not None:
+            return None
+        ids = logs.result().ids
+        return ids if all(r in ids for r in roles) else None
 
     def close(self) -> None:
         if self.checker is not None:
@@ -375,9 +448,12 @@ class Repro:
         config = matrix.server_metrics if matrix is not None else None
         self.telemetry = Telemetry(config, deployment, client) if config is not None else None
 
-    def run(self, step: Step, trial: TrialDir, warmup: bool = False) -> ReproOutcome:
+    def run(
+        self, step: Step, trial: TrialDir, warmup: bool = False, on_spawn: Callable[[], None] | None = None
+    ) -> ReproOutcome:
         """The measured repro (or, warmup=True, repro.warmup with the same placeholders, its
-        output in warmup.out/.err)."""
+        output in warmup.out/.err). `on_spawn` is called once its process runs (on a host: just
+        before the command is sent)."""
         repro = self.plan.matrix.repro
         template = repro.warmup if warmup and repro.warmup else repro.command
         command = render_command(template, self.placeholders(step, trial))
@@ -386,9 +462,17 @@ class Repro:
             _write(path, "")
         if repro.on == CONTROLLER:
             outcome = run_command(
-                command, timeout_s=repro.timeout_s, cwd=self.run_dir.path, env=None, stdout_path=out, stderr_path=err
+                command,
+                timeout_s=repro.timeout_s,
+                cwd=self.run_dir.path,
+                env=None,
+                stdout_path=out,
+                stderr_path=err,
+                on_spawn=on_spawn,
             )
         else:
+            if on_spawn is not None:
+                on_spawn()
             outcome = self._run_remote(repro.on, command, repro.timeout_s, out, err)
         paths = {"stdout_path": self.run_dir.relative(out), "stderr_path": self.run_dir.relative(err)}
         return ReproOutcome(**{**outcome.model_dump(), **paths})
@@ -409,12 +493,12 @@ class Repro:
             command=command, exit_code=code, duration_s=round(time.time() - t0, 4), stdout_tail=stdout[-4096:]
         )
 
-    def warm_up(self, step: Step, trial: TrialDir) -> ReproOutcome | None:
+    def warm_up(self, step: Step, trial: TrialDir, on_spawn: Callable[[], None] | None = None) -> ReproOutcome | None:
         """repro.warmup, after ready and before the measured repro: its output is journaled as
         the trial's warm-up and never read for metrics; a failure voids the trial."""
         if not self.plan.matrix.repro.warmup:
             return None
-        got = self.run(step, trial, warmup=True)
+        got = self.run(step, trial, warmup=True, on_spawn=on_spawn)
         if got.exit_code != 0:
             stderr = output_tail(self.run_dir.path / got.stderr_path, 2000)
             what = "timed out" if got.exit_code is None else f"exited with code {got.exit_code}"
@@ -451,29 +535,37 @@ class Repro:
         check_metric_rules(values, repro.valid)
         return values
 
-    def collect_logs(self, trial: TrialDir, since: float, quiet: bool = False) -> tuple[dict[str, str], dict[str, str]]:
-        """Save each unit's log lines written during the trial; return paths and texts by role."""
+    def collect_logs(
+        self, trial: TrialDir, since: float, quiet: bool = False, ids_of: Collection[str] = ()
+    ) -> CollectedLogs:
+        """Save each unit's log lines written during the trial; return paths and texts by role.
+        Hosts in `ids_of` (keys) also return their units' ids, read in the same round trip."""
 
-        def fetch(h: HostHandle) -> list[tuple[str, str]]:  # hosts in parallel, units in turn
+        def fetch(h: HostHandle) -> tuple[list[tuple[str, str]], dict[str, UnitId] | None]:  # hosts in parallel
+            host_since = since + self.guard.offset(h.key)
+            if h.key in ids_of and not quiet:
+                logs, ids = h.services.logs_and_ids(h.units, host_since, LOG_LIMIT)
+                return [(unit, logs[unit]) for unit in h.units], ids
             got = []
-            for unit in h.units:
+            for unit in h.units:  # units in turn
                 try:
-                    got.append((unit, h.services.logs_since(unit, since + self.guard.offset(h.key), LOG_LIMIT)))
+                    got.append((unit, h.services.logs_since(unit, host_since, LOG_LIMIT)))
                 except OrchError:
                     if not quiet:
                         raise
-            return got
+            return got, None
 
-        paths: dict[str, str] = {}
-        texts: dict[str, str] = {}
-        for role, fetched in per_host(self.deployment, fetch).items():  # role: the host's key
+        collected = CollectedLogs({}, {})
+        for role, (fetched, ids) in per_host(self.deployment, fetch).items():  # role: the host's key
             for unit, text in fetched:
                 path = trial.log(role, unit)
                 _write(path, text)
-                paths[f"{role}:{unit}"] = self.run_dir.relative(path)
+                collected.paths[f"{role}:{unit}"] = self.run_dir.relative(path)
             by_role = self.deployment.hosts[role].role  # collectors count over every host of a role
-            texts[by_role] = texts.get(by_role, "") + "".join(text for _, text in fetched)
-        return paths, texts
+            collected.texts[by_role] = collected.texts.get(by_role, "") + "".join(text for _, text in fetched)
+            if ids is not None:
+                collected.ids[role] = ids
+        return collected
 
     def run_collectors(self, logs: dict[str, str], trial: TrialDir) -> dict[str, MetricValue]:
         return {c.name: self._collect_one(c, logs, trial) for c in self.plan.matrix.collect}
@@ -581,26 +673,44 @@ class TrialPhases:
         services.restart(ctx)
         ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
         repro.describe_hosts()
-        checking = services.verify_beside_repro(step, ctx)  # the first trial's may restart a stale unit first
-        identity = services.identity_beside_repro(ctx)
-        ctx.describing = services.beside(repro.describe_trial, ctx)  # what serves does not change: ask meanwhile
-        ctx.warmup = repro.warm_up(step, trial)  # never counted: only the measured repro gives metrics
+        verified = services.verify_before_repro(step, ctx)  # the first trial's may restart a stale unit first
+
+        def start_beside() -> None:  # once the (warm-up or measured) repro's process runs
+            self._start_beside(step, ctx, verified)
+
+        ctx.warmup = repro.warm_up(step, trial, on_spawn=start_beside)  # never counted: only the repro gives metrics
         telemetry = repro.telemetry_before()
         try:
-            ctx.repro = repro.run(step, trial)
+            ctx.repro = repro.run(step, trial, on_spawn=start_beside)
         finally:
             server = repro.telemetry_after(telemetry)  # a failed repro still stops the sampler
-        ctx.logs_pending = services.beside(repro.collect_logs, trial, t0)  # its round trips overlap the checks'
+        start_beside()  # (started already, unless the spawn never returned)
+        ids_of = services.identity_roles(ctx) if ctx.identity_pending is not None else set()
+        # its round trips overlap the checks', and read the unit ids the identity check confirms
+        ctx.logs_pending = services.beside(partial(repro.collect_logs, trial, t0, ids_of=ids_of))
+        assert ctx.describing is not None
         ctx.describing.result()
-        if checking is not None:
-            checking.result()  # a VerificationError voids the repro's result
-        services.confirm_identity(identity, ctx)  # so does a stranger on a port, or a unit restarted meanwhile
+        if ctx.checking is not None:
+            ctx.checking.result()  # a VerificationError voids the repro's result
+        services.confirm_identity(ctx.identity_pending, ctx)  # so does a stranger on a port, or a unit restarted
         repro.judge(ctx.repro)  # after ctx.repro is set: a failed repro's output is recorded
         ctx.metrics = repro.metrics(ctx.repro)
-        ctx.logs, logs_text = ctx.logs_pending.result()
-        ctx.metrics.update(repro.run_collectors(logs_text, trial))
+        collected = ctx.logs_pending.result()
+        ctx.logs = collected.paths
+        ctx.metrics.update(repro.run_collectors(collected.texts, trial))
         if server is not None:
             ctx.metrics.update(server.result())
+
+    def _start_beside(self, step: Step, ctx: TrialContext, verified: bool) -> None:
+        """Start the checks that run beside the repro (once): the live-env check unless it ran
+        before the repro, who serves the ports, and what served the trial (provenance)."""
+        if ctx.beside_started:
+            return
+        ctx.beside_started = True
+        services = self.services
+        ctx.checking = None if verified else services.verify_beside_repro(step, ctx)
+        ctx.identity_pending = services.identity_beside_repro(ctx)
+        ctx.describing = services.beside(self.repro.describe_trial, ctx)  # what serves does not change
 
     def _logs_after_failure(self, trial: TrialDir, ctx: TrialContext, t0: float) -> dict[str, str]:
         """A failed trial's logs: those already collected beside the checks when that went through
@@ -610,8 +720,8 @@ class TrialPhases:
             if pending is not None:
                 pending.exception()  # waits for it; its error (if any) is not the trial's failure
         if ctx.logs_pending is not None and ctx.logs_pending.exception() is None:
-            return ctx.logs_pending.result()[0]
-        return self.repro.collect_logs(trial, t0, quiet=True)[0]
+            return ctx.logs_pending.result().paths
+        return self.repro.collect_logs(trial, t0, quiet=True).paths
 
     def _record(
         self, step: Step, attempt: int, ctx: TrialContext, failure: Failure | None, t0: float, started: str

@@ -10,7 +10,7 @@ from testbed.helpers import http_get, restored, server_flags, transport, wait_fo
 
 from orchestrator.edges.services.systemd import SystemdManager
 from orchestrator.edges.transport import Result
-from orchestrator.errors import ServiceError
+from orchestrator.errors import ServiceError, TransportError
 
 pytestmark = pytest.mark.testbed
 
@@ -227,6 +227,53 @@ def test_logs_since_a_restart(testbed: Testbed) -> None:
     tail = m.logs_since(DECODE, since, max_bytes=120)
     assert 0 < len(tail.encode()) <= 120 and logs.endswith(tail)
     t.close()
+
+
+def test_restart_with_file_writes_then_restarts_in_one_command(testbed: Testbed) -> None:
+    """A trial's one env file goes with its unit's restart (SshTransport.write_then_run): the new
+    process has the new value; a write that fails restarts nothing and says why."""
+    env = "/etc/sglang/decode.env"
+    with restored(testbed, "decode", [DECODE], [env]) as t:
+        m = SystemdManager(t, "decode")
+        text = testbed.ssh("decode", f"cat {env}").stdout
+        new = text.replace("SGLANG_DSV4_BF16_INDEX_K=1", "SGLANG_DSV4_BF16_INDEX_K=0").encode()
+        assert new != text.encode()
+        before = m.state(DECODE).main_pid
+        since = m.restart_with_file(DECODE, t, env, new)
+        assert 0 < m.now() - since < 60 and m.state(DECODE).main_pid != before
+        assert testbed.ssh("decode", f"cat {env}").stdout.encode() == new
+        assert m.environ(DECODE)["SGLANG_DSV4_BF16_INDEX_K"] == "0"
+        wait_healthy(testbed.url("decode") + "/health")
+        pid = m.state(DECODE).main_pid
+        nowhere = "/etc/sglang/no-such-dir/decode.env"
+        with pytest.raises(TransportError) as info:
+            m.restart_with_file(DECODE, t, nowhere, b"X=1\n")
+        with pytest.raises(TransportError) as plain:
+            t.write_bytes_atomic(nowhere, b"X=1\n")
+        assert str(info.value) == str(plain.value) and f"cannot write {nowhere}: " in str(info.value)  # as ever
+        assert m.state(DECODE).main_pid == pid  # not restarted
+        run = t.write_then_run("/tmp/orch-wtr.txt", b"hello\n", "cat /tmp/orch-wtr.txt; exit 7", timeout=10)
+        assert (run.exit_code, run.stdout) == (7, "hello\n")
+
+
+def test_logs_and_ids_in_one_round_trip(testbed: Testbed) -> None:
+    """After the repro, the log collection also reads the units' ids (the identity check): one
+    command gives what logs_since and unit_ids give apart."""
+    t = CountingTransport(transport(testbed, "decode"))
+    m = SystemdManager(t, "decode")  # type: ignore[arg-type]
+    since = m.restart(DECODE)
+    wait_healthy(testbed.url("decode") + "/health")
+    wait_logs(m, since)
+    t.calls = 0
+    logs, ids = m.logs_and_ids([DECODE, DECODE_SHELL], since)
+    assert t.calls == 1
+    assert "] ready" in logs[DECODE] and m.logs_since(DECODE, since).startswith(logs[DECODE])
+    assert m.logs_since(DECODE_SHELL, since).startswith(logs[DECODE_SHELL])
+    assert ids == m.unit_ids([DECODE, DECODE_SHELL])
+    assert ids[DECODE].main_pid == int(testbed.ssh("decode", f"systemctl show -p MainPID --value {DECODE}").stdout)
+    tail, _ = m.logs_and_ids([DECODE], since, max_bytes=120)
+    assert 0 < len(tail[DECODE].encode()) <= 120 and logs[DECODE].endswith(tail[DECODE])
+    t.inner.close()
 
 
 def wait_logs(m: SystemdManager, since: float) -> str:

@@ -239,8 +239,8 @@ def test_restore_starts_an_originally_active_unit_that_went_down_on_the_original
     runner = runner_for(bed, plan, tmp_path / "run")
     original_collect, calls = runner.repro.collect_logs, []
 
-    def die_after_last(trial: Any, since: float, quiet: bool = False) -> Any:
-        got = original_collect(trial, since, quiet)
+    def die_after_last(trial: Any, since: float, quiet: bool = False, **kwargs: Any) -> Any:
+        got = original_collect(trial, since, quiet, **kwargs)
         calls.append(trial)
         if len(calls) == 2:  # the baseline, last: the unit dies after its trial
             bed.managers["decode"].stop("decode-server")

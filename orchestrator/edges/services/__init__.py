@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from orchestrator.edges.identity import PortScan, UnitId
+from orchestrator.edges.transport import Transport
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ class ServiceManager(Protocol):
         Clears a start-limit-hit first instead of waiting out a timeout."""
         ...
 
+    def restart_with_file(self, unit: str, transport: Transport, path: str, data: bytes) -> float:
+        """transport.write_bytes_atomic(path, data), then restart(unit) (only once the write went
+        through): in one round trip where the manager drives that transport (systemd over SSH)."""
+        ...
+
     def stop(self, unit: str) -> None: ...
 
     def check_alive(self, unit: str, since: float) -> None:
@@ -50,6 +56,13 @@ class ServiceManager(Protocol):
 
     def environ(self, unit: str) -> dict[str, str] | None:
         """The environment of the unit's live main process (/proc/PID/environ), or None."""
+        ...
+
+    def logs_and_ids(
+        self, units: Sequence[str], since: float, max_bytes: int = 256_000
+    ) -> tuple[dict[str, str], dict[str, UnitId]]:
+        """Each unit's logs_since and the units' ids now, in one round trip: after the repro, the
+        trial's log collection also confirms that nothing restarted during it."""
         ...
 
     def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:

@@ -38,6 +38,7 @@ from orchestrator.core.envfile import read_values
 from orchestrator.edges.identity import PortScan, UnitId, scan_here
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.services import UnitState
+from orchestrator.edges.transport import Transport
 from orchestrator.errors import OrchError, ServiceError
 
 STOP_TIMEOUT_S = 5.0
@@ -188,6 +189,17 @@ class LocalServiceManager:
             return None
         pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
         return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, _, v in pairs}
+
+    def restart_with_file(self, unit: str, transport: Transport, path: str, data: bytes) -> float:
+        """The write, then the restart (no round trip to save here)."""
+        transport.write_bytes_atomic(path, data)
+        return self.restart(unit)
+
+    def logs_and_ids(
+        self, units: Sequence[str], since: float, max_bytes: int = 256_000
+    ) -> tuple[dict[str, str], dict[str, UnitId]]:
+        """Both read in-process (there is no round trip to save here)."""
+        return {u: self.logs_since(u, since, max_bytes) for u in units}, self.unit_ids(units)
 
     def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
         """The pid each unit runs now and its start count (the invocation id), read in-process."""

@@ -19,6 +19,7 @@ Facts this relies on (checked on systemd 252 in the testbed):
 from __future__ import annotations
 
 import base64
+import secrets
 import shlex
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -151,14 +152,24 @@ class SystemdManager:
         """(Re)start so the unit re-reads its env file; return the host time just before."""
         return self.restart_many([unit])
 
-    def restart_many(self, units: Sequence[str]) -> float:
+    def restart_with_file(self, unit: str, transport: Transport, path: str, data: bytes) -> float:
+        """Write the unit's env file, then restart it: ONE round trip when the file is on this
+        manager's own host connection (a trial that changes one file saves a round trip; the
+        restart runs only once the write went through), else the write, then restart()."""
+        if transport is not self.transport:
+            transport.write_bytes_atomic(path, data)
+            return self.restart(unit)
+        return self.restart_many([unit], write=(path, data))
+
+    def restart_many(self, units: Sequence[str], write: tuple[str, bytes] | None = None) -> float:
         """Restart independent units in ONE round trip (systemd runs the jobs in parallel).
 
         `systemctl reset-failed` goes first, always: it clears a failed state and a
         start-limit-hit (so a fast sweep never trips the start limit with its own restarts)
         and it zeroes NRestarts, which a plain restart does NOT do (checked on systemd 252: a
-        unit restarted while in auto-restart keeps counting). check_alive relies on that."""
-        since, code, out = self._restart_call(units)
+        unit restarted while in auto-restart keeps counting). check_alive relies on that.
+        `write` (path, bytes): that file is written atomically first, in the same round trip."""
+        since, code, out = self._restart_call(units, write)
         if code == 0:
             return since
         infos = self.show(units)
@@ -191,14 +202,26 @@ class SystemdManager:
 
     def logs_since(self, unit: str, since: float, max_bytes: int = 256_000) -> str:
         """The unit's journal lines since `since` (host epoch), the last max_bytes of them."""
-        cmd = (
-            f"journalctl -q --unit={shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"
-            f" | tail -c {int(max_bytes)}"
-        )
-        text = self._run(cmd, check=True).stdout
-        if len(text.encode()) >= max_bytes and "\n" in text:
-            text = text.split("\n", 1)[1]  # the first line was cut by tail -c
-        return text
+        return _whole_lines(self._run(_journal_command(unit, since, max_bytes), check=True).stdout, max_bytes)
+
+    def logs_and_ids(
+        self, units: Sequence[str], since: float, max_bytes: int = 256_000
+    ) -> tuple[dict[str, str], dict[str, UnitId]]:
+        """Each unit's journal and the units' ids (`systemctl show`) in ONE command: the post-repro
+        identity check rides on the log collection's round trip. The journals are read in a
+        background subshell while systemctl answers (the command takes the longer of the two, not
+        their sum); each is followed by a line with a fresh random marker, which no log line can
+        guess, and the ids come last."""
+        marker = f"--orch-{secrets.token_hex(16)}--"
+        journals = "; ".join(f"{_journal_command(unit, since, max_bytes)}; echo {marker}" for unit in units)
+        q = " ".join(shlex.quote(u) for u in units)
+        show = f"s=$(systemctl show -p MainPID,InvocationID,ActiveState -- {q}) || {{ wait; exit 3; }}"
+        out = self._run(f"( {journals} ) & {show}; wait; printf '%s\\n' \"$s\"", check=True).stdout
+        *logs, ids = out.split(f"{marker}\n")
+        if len(logs) != len(units):
+            got = f"{len(logs)} parts, not {len(units)}"
+            raise ServiceError(self.host, ", ".join(units), f"unexpected output of the journal command ({got})")
+        return {u: _whole_lines(text, max_bytes) for u, text in zip(units, logs, strict=True)}, parse_units(ids, units)
 
     def environ(self, unit: str) -> dict[str, str] | None:
         """The live server's environment, from /proc/PID/environ. MainPID is followed down
@@ -234,12 +257,15 @@ class SystemdManager:
     def _run(self, command: str | Sequence[str], *, check: bool, timeout: float | None = None) -> Result:
         return self.transport.run(command, check=check, sudo=self.sudo, timeout=timeout or self.command_timeout_s)
 
-    def _restart_call(self, units: Sequence[str]) -> tuple[float, int, str]:
-        """reset-failed; host time; bounded restart -> (host time, exit code, output)."""
+    def _restart_call(self, units: Sequence[str], write: tuple[str, bytes] | None = None) -> tuple[float, int, str]:
+        """(write;) reset-failed; host time; bounded restart -> (host time, exit code, output)."""
         q = " ".join(shlex.quote(u) for u in units)
         t = f"{self.restart_timeout_s:g}"
         cmd = f"systemctl reset-failed -- {q} 2>/dev/null; date +%s.%N && timeout {t} systemctl restart -- {q} 2>&1"
-        res = self._run(cmd, check=False, timeout=self.restart_timeout_s + 15)
+        if write is None:
+            res = self._run(cmd, check=False, timeout=self.restart_timeout_s + 15)
+        else:
+            res = self.transport.write_then_run(write[0], write[1], cmd, timeout=self.restart_timeout_s + 15)
         first, _, rest = res.stdout.partition("\n")
         try:
             since = float(first)
@@ -276,6 +302,20 @@ class SystemdManager:
 
 
 # -------------------------------------------------------------------- pure helpers
+def _journal_command(unit: str, since: float, max_bytes: int) -> str:
+    return (
+        f"journalctl -q --unit={shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"
+        f" | tail -c {int(max_bytes)}"
+    )
+
+
+def _whole_lines(text: str, max_bytes: int) -> str:
+    """A journal tail without the first line when `tail -c` cut it."""
+    if len(text.encode()) >= max_bytes and "\n" in text:
+        return text.split("\n", 1)[1]
+    return text
+
+
 def parse_show(text: str, units: Sequence[str]) -> list[ShowInfo]:
     """Blocks of key=value, one per unit, in the order asked (systemctl keeps it)."""
     blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()] if text.strip() else []

@@ -50,6 +50,13 @@ class Transport(Protocol):
         """Write via a temp file in the same directory, fsync, rename; keep mode and owner."""
         ...
 
+    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+        """write_bytes_atomic, then `command` (a shell line, bounded by `timeout`) only once the
+        write went through, in one round trip where the host is remote (a trial's env file and the
+        restart it needs). A failed write raises as write_bytes_atomic does and runs nothing; the
+        Result is the command's (never checked here: the caller judges it)."""
+        ...
+
     def exists(self, path: str) -> bool: ...
 
     def close(self) -> None: ...

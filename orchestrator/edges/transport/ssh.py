@@ -77,6 +77,10 @@ mv -f -- "$t" "$p" || fail "cannot rename into $p"
 trap - EXIT
 sync -- "$d" 2>/dev/null || true
 """
+# write_then_run: the write above, then (written: a marker line first) the command, bounded on the host.
+# argv: PATH KILL_GRACE TIMEOUT COMMAND
+WRITTEN = "orch-written"
+_WRITE_THEN_RUN_SCRIPT = _WRITE_SCRIPT + f'echo {WRITTEN}\nexec timeout -k "$2" "$3" /bin/sh -c "$4"\n'
 
 # The remote half of read_bytes: $1 = path, $2 = the most bytes to send. A path that exists but
 # is not a regular file (a FIFO would block `cat`, /dev/zero would never end) exits 3.
@@ -206,6 +210,22 @@ class SshTransport:
         self._raise_if_sudo_refused(raw, self.use_sudo)
         if raw.exit_code != 0:
             raise TransportError(self.label, f"cannot write {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
+
+    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+        """The write script, then `command` under `timeout` on the host, in one exec: the line
+        `orch-written` between them tells a failed write (nothing ran) from a failed command."""
+        argv = ["sh", "-c", _WRITE_THEN_RUN_SCRIPT, "orch-write", path, f"{KILL_GRACE_S:g}", f"{timeout:.3f}", command]
+        line = command_line(argv, sudo=self.use_sudo, timeout=None)
+        raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S + timeout, shown=f"write {path}; {command}")
+        self._raise_if_sudo_refused(raw, self.use_sudo)
+        head, sep, rest = raw.stdout.partition(f"{WRITTEN}\n".encode())
+        if head or not sep:
+            raise TransportError(self.label, f"cannot write {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
+        out, err = rest.decode("utf-8", "replace"), raw.stderr.decode("utf-8", "replace")
+        result = Result(self.host, command, raw.exit_code, out, err, raw.duration_s)
+        if raw.exit_code in TIMED_OUT_CODES and raw.duration_s >= timeout:  # as run() says it
+            raise CommandTimedOut(result, timeout, host=self.label)
+        return result
 
     def exists(self, path: str) -> bool:
         line = command_line(["test", "-e", path], sudo=self.use_sudo, timeout=None)
