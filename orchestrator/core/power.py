@@ -155,10 +155,13 @@ def quasi_power(design: Design, cell_rate: float, base_rate: float, alpha: float
     return float(np.mean(_QuasiSim(design, base_rate, seed).reject(cell_rate, alpha)))
 
 
+@lru_cache(maxsize=256)
 def quasi_detectable(
     design: Design, base_rate: float, alpha: float = ALPHA, power: float = TARGET_POWER, seed: int = 0
 ) -> Detectable:
-    """Differences from `base_rate` the quasi-binomial comparison detects with `power` (simulated)."""
+    """Differences from `base_rate` the quasi-binomial comparison detects with `power` (simulated).
+    Seeded, so a pure function of its arguments: kept per process, since one run's report is built
+    again for its summary, the index, a comparison and the webhook (~0.1 s of simulation each)."""
     sim = _QuasiSim(design, base_rate, seed)
     n = design.sessions * design.trials
 
