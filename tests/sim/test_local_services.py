@@ -179,7 +179,7 @@ def test_a_later_manager_adopts_the_unit_from_its_pid_file(managers: Factory, tm
     pid = first.state(unit.name).main_pid
     later = managers(unit)  # e.g. `orch restore` after the first orch process crashed
     assert later.state(unit.name).main_pid == pid and later.state(unit.name).is_active
-    assert later.environ(unit.name)["SIM_SEED"] == "4"  # type: ignore[index]
+    assert environ_after_exec(later, unit.name)["SIM_SEED"] == "4"  # type: ignore[index]
     later.stop(unit.name)
     wait_until(lambda: not pid_running(pid or 0), timeout=5)
     assert first.state(unit.name).active_state == "inactive"
