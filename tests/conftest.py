@@ -33,16 +33,15 @@ def write(path: Path, text: str) -> Path:
 # Real systemd + sshd hosts (tests/testbed/fixture.py): one booted testbed per session.
 # Headless Chromium over the DevTools pipe (tests/helpers/chromium.py), for the browser tests.
 from helpers.chromium import browser  # noqa: E402,F401
+from helpers.workers import TIERS, workers_for  # noqa: E402
 from testbed.fixture import testbed  # noqa: E402,F401
 
 # ------------------------------------------------------------------------------- pytest-xdist
 # The suite runs on several workers (pyproject: -n, --dist loadgroup). There, real-system tests
 # (they mostly wait: restarts, warm-ups, outages, deadlines) go first, so the workers start on the
 # long ones and the short unit tests fill the tail instead of one long test ending the run alone.
-REAL_SYSTEM = ("sim", "testbed", "browser")
-# Every tier but the unit tier: the unit tier (`-m "not sim and not testbed and not browser and
-# not process"`) starts no process at all, and the guard below holds it to that.
-TIERS = (*REAL_SYSTEM, "process")
+# TIERS (helpers.workers): every tier but the unit tier. The unit tier (`-m "not sim and not
+# testbed and not browser and not process"`) starts no process at all; the guard below holds it to that.
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -53,6 +52,15 @@ def pytest_configure(config: pytest.Config) -> None:
         # ignored signal stays ignored across exec: orch under test would never see the Ctrl-C
         # the signal tests send it. Workers get Python's own handler back, as in a plain run.
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto` (pyproject's default): one per core for the unit tier alone, one
+    more than cores with real-system tests (helpers.workers). PYTEST_XDIST_AUTO_NUM_WORKERS
+    still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    return workers_for(config.option.markexpr or "", len(os.sched_getaffinity(0)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

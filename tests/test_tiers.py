@@ -14,6 +14,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers.workers import workers_for
 
 TESTS = Path(__file__).resolve().parent
 TIERS = {"sim", "testbed", "browser"}
@@ -112,3 +113,11 @@ def test_tests_that_use_real_system_fixtures_carry_their_tier(path: Path) -> Non
             if fixture in args and tier not in marks | module_marks:
                 wrong.append(f"{name} uses `{fixture}` without the {tier} marker")
     assert not wrong, f"{path.relative_to(TESTS)}: " + "; ".join(wrong)
+
+
+def test_auto_workers_are_one_per_core_for_the_unit_tier_alone() -> None:
+    unit = "not sim and not testbed and not browser and not process"
+    assert workers_for(unit, 2) == 2
+    assert workers_for("", 2) == 3  # the whole suite: real-system tests mostly wait
+    assert workers_for("not testbed and not browser", 2) == 3  # sim and process tests still run
+    assert workers_for(unit, 0) == 1
