@@ -185,6 +185,52 @@ def test_a_later_manager_adopts_the_unit_from_its_pid_file(managers: Factory, tm
     assert first.state(unit.name).active_state == "inactive"
 
 
+def _healthy(port: int) -> bool:
+    try:
+        return get(f"http://127.0.0.1:{port}/health")[0] == 200
+    except OSError:  # not listening yet
+        return False
+
+
+def test_a_unit_whose_pid_file_was_never_written_is_still_adopted(managers: Factory, tmp_path: Path) -> None:
+    """A controller killed -9 between starting a unit and writing its pid file (a shared-queue
+    test saw it: the next controller restarted the unit beside the orphan, which kept the port
+    and voided the trial as a stranger). The unit's environment carries its mark, so a later
+    manager finds it, stops it on restart, and the port serves the new process."""
+    port = free_port()
+    unit = sim_unit(tmp_path, "SIM_WARMUP_S=0\n", port=port)
+    first = managers(unit)
+    first.restart(unit.name)
+    orphan = first.state(unit.name).main_pid
+    assert orphan is not None
+    wait_until(lambda: _healthy(port), timeout=20)
+    first.pid_path(unit.name).unlink()  # what the killed controller never wrote
+    first.start_path(unit.name).unlink()
+    later = managers(unit)
+    assert later.state(unit.name).main_pid == orphan
+    assert later.pid_path(unit.name).read_text().strip() == str(orphan)  # adopted for good
+    later.restart(unit.name)
+    wait_until(lambda: not pid_running(orphan), timeout=10)
+    fresh = later.state(unit.name).main_pid
+    assert fresh not in (None, orphan)
+    wait_until(lambda: _healthy(port), timeout=20)
+    later.stop(unit.name)
+
+
+def test_a_marked_process_of_another_unit_is_not_adopted(managers: Factory, tmp_path: Path) -> None:
+    unit = sim_unit(tmp_path, "SIM_WARMUP_S=0\n")
+    other = sh_unit(tmp_path, "sleep 60", name="other")
+    first = managers(unit, other)
+    first.restart(other.name)
+    first.pid_path(other.name).unlink()
+    first.start_path(other.name).unlink()
+    assert (
+        managers(unit, other, state_dir=tmp_path / "elsewhere").state(other.name).main_pid is None
+    )  # another state dir
+    assert managers(unit, other).state(unit.name).main_pid is None  # another unit
+    first.stop(other.name)
+
+
 def test_a_later_manager_adopts_a_unit_that_retitled_itself(managers: Factory, tmp_path: Path) -> None:
     """The real sglang-router sets its process title (cmdline `sglang::router`): the pid file's
     start time, not the command line, tells a later orch (restore after a crash) it is the unit."""

@@ -290,7 +290,12 @@ class LocalServiceManager:
             detail = exc.strerror if isinstance(exc, OSError) else str(exc)
             why = f"failed to load environment file {spec.env_file}: {detail}"
             self._start_failed(unit, 1, "resources", why, exc)
-        return {**os.environ, **values}
+        # the mark lets a later manager find this process even if its pid file was never written
+        # (the controller killed -9 between fork and _write_pid): see _find_marked
+        return {**os.environ, **values, UNIT_MARK: self._mark(unit)}
+
+    def _mark(self, unit: str) -> str:
+        return f"{self.state_dir.resolve()}/{unit}"
 
     def _stop(self, unit: str) -> None:
         rt = self._rt[unit]
@@ -331,10 +336,33 @@ class LocalServiceManager:
         if rt.proc is not None:
             return rt.proc.pid if rt.proc.poll() is None else None
         try:
-            pid = int(self.pid_path(unit).read_text().strip())
+            pid: int | None = int(self.pid_path(unit).read_text().strip())
         except (OSError, ValueError):
-            return None
-        return pid if self._is_unit_process(unit, pid) else None
+            pid = None
+        if pid is not None and self._is_unit_process(unit, pid):
+            return pid
+        found = self._find_marked(unit)  # started, but its pid file never written: adopt it
+        if found is not None:
+            self._write_pid(unit, found)
+        return found
+
+    def _find_marked(self, unit: str) -> int | None:
+        """A running process group leader whose environment carries this unit's mark (set at every
+        start): the unit, started by a controller that died before it could write the pid file.
+        Looked for only by a manager that did not start the unit itself (a resume, a restore)."""
+        mark = f"{UNIT_MARK}={self._mark(unit)}".encode()
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                if os.getpgid(pid) != pid or mark not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                    continue
+            except OSError:
+                continue
+            if _pid_running(pid):
+                return pid
+        return None
 
     def _is_unit_process(self, unit: str, pid: int) -> bool:
         try:
@@ -408,6 +436,9 @@ def _cmdline(pid: int) -> bytes:
         if cmdline or time.monotonic() > deadline or not _pid_running(pid):
             return cmdline
         time.sleep(0.005)
+
+
+UNIT_MARK = "ORCH_LOCAL_UNIT"  # in every unit's environment: state dir/unit name (LocalServiceManager._find_marked)
 
 
 def _start_ticks(pid: int) -> int:
