@@ -17,7 +17,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers.report_synth import ALL_OFF, synthetic_run
+from helpers.report_synth import ALL_OFF, synthetic_run, trial_counts
 
 from orchestrator.core import clustered, clustersim
 from orchestrator.core.sequential import SequentialPolicy, decide
@@ -212,11 +212,7 @@ def test_report_keeps_fisher_with_one_trial_per_cell_and_says_why() -> None:
 def test_report_with_replicates_uses_the_quasi_binomial_test_and_names_it() -> None:
     manifest, records = synthetic_run(replicates=3, baseline=ALL_OFF, failures=False)
     report = build_report(manifest, records)
-    trials: dict[str, list[tuple[int, int]]] = {}
-    for r in records:
-        m = r.metrics["corruption"]
-        trials.setdefault(r.cell, []).append((m.k or 0, m.n or 0))
-    disp = clustered.dispersion(list(trials.values()))
+    disp = clustered.dispersion(list(trial_counts(records).values()))
     assert disp.estimable and report.comparison["corruption"] == disp.method()
     base = next(c for c in report.cells if c.is_baseline).proportions["corruption"].rate
     for cell in report.cells:

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 import pytest
-from helpers.report_synth import ALL_OFF, ALL_ON, synthetic_run
+from helpers.report_synth import ALL_OFF, ALL_ON, synthetic_run, trial_counts
 
 from orchestrator.core import clustered, clustersim, trialexact
 from orchestrator.report.build import build_report
@@ -94,10 +94,7 @@ def test_report_uses_the_trial_test_when_the_dispersion_rests_on_one_df_and_says
         replicates=2, baseline=ALL_OFF, failures=False, seed=2, rate=lambda levels: 0.15 if levels == ALL_ON else 0.0
     )
     report = build_report(manifest, records)
-    trials: dict[str, list[tuple[int, int]]] = {}
-    for r in records:
-        m = r.metrics["corruption"]
-        trials.setdefault(r.cell, []).append((m.k or 0, m.n or 0))
+    trials = trial_counts(records)
     disp = clustered.dispersion(list(trials.values()))
     assert disp.sparse and report.comparison["corruption"] == disp.method()
     assert "p-values by a likelihood ratio on the trials" in disp.method()

@@ -211,6 +211,16 @@ def _failed(run_id: str, planned: PlannedTrial, *, infra: bool) -> TrialRecord:
     )
 
 
+def trial_counts(records: list[TrialRecord], metric: str = "corruption") -> dict[str, list[tuple[int, int]]]:
+    """Each cell's trials as (k, n) of a proportion metric, in record order (what the report's
+    dispersion is estimated from)."""
+    trials: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        m = r.metrics[metric]
+        trials.setdefault(r.cell, []).append((m.k or 0, m.n or 0))
+    return trials
+
+
 def write_run(run_dir: Path, manifest: RunManifest, records: list[TrialRecord]) -> Path:
     """run.json + journal.jsonl (with start and finish events) in run_dir."""
     run_dir.mkdir(parents=True, exist_ok=True)
