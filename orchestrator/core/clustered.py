@@ -106,6 +106,12 @@ def sparse(df: npt.ArrayLike, cells: npt.ArrayLike) -> npt.NDArray[np.bool_]:
     return out
 
 
+def sparse_sweeps(spread: tuple[Array, Array, Array], df: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """sparse() of simulated sweeps, from their cells' cell_spread (a cell informs phi when its df > 0)
+    and pooled df: the simulations' twin of Dispersion.sparse."""
+    return sparse(df, (np.asarray(spread[2]) > 0).sum(axis=-1))
+
+
 def cell_spread(k: npt.ArrayLike, n: npt.ArrayLike) -> tuple[Array, Array, Array]:
     """(A, B, df) of cells from their trials' counts k, n of shape (..., trials).
 

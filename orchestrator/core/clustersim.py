@@ -90,7 +90,7 @@ def cell_p_values(
     if rows.any():
         old[rows] = fisher_p(kc[rows], nc[rows], kb[rows], nb[rows])
     new = np.where(df[:, None] > 0, quasi, old)
-    sparse = clustered.sparse(df, (spread[2] > 0).sum(axis=-1))
+    sparse = clustered.sparse_sweeps(spread, df)
     if sparse.any():
         trials = k[sparse][:, cells]
         base = np.broadcast_to(k[sparse][:, :1], trials.shape)

@@ -220,7 +220,7 @@ class _QuasiSim:
             if total <= MAX_EXACT_N:
                 table = fisher_pvalues(total, total)
                 p = np.where(fisher, table[big_k[:, 0].astype(int), big_k[:, 1].astype(int)], p)
-        sparse = self.clustered.sparse(df, (spread[2] > 0).sum(axis=-1))
+        sparse = self.clustered.sparse_sweeps(spread, df)
         if sparse.any():  # phi on too little: the report's p comes from the trial-level test
             from orchestrator.core import trialexact
 

@@ -98,7 +98,6 @@ class TrialContext:
     describing: Future[None] | None = None  # provenance, asked beside the repro
     checking: Future[None] | None = None  # the live-env check beside the repro (None: done before it, or none)
     identity_pending: Future[None] | None = None  # who serves the ports, beside the repro
-    beside_started: bool = False
     logs_pending: Future[CollectedLogs] | None = None  # collected while checks are joined
 
 
@@ -704,9 +703,8 @@ class TrialPhases:
     def _start_beside(self, step: Step, ctx: TrialContext, verified: bool) -> None:
         """Start the checks that run beside the repro (once): the live-env check unless it ran
         before the repro, who serves the ports, and what served the trial (provenance)."""
-        if ctx.beside_started:
+        if ctx.describing is not None:  # started already (the warm-up's spawn, then the repro's)
             return
-        ctx.beside_started = True
         services = self.services
         ctx.checking = None if verified else services.verify_beside_repro(step, ctx)
         ctx.identity_pending = services.identity_beside_repro(ctx)
