@@ -35,8 +35,9 @@ import httpx
 import yaml
 
 from orchestrator.core import gpuinfo
-from orchestrator.core.config import Host, MatrixShape, SshSettings, Testbed, UnitSpec, build_matrix, validate_shape
+from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.envfile import Dialect, read_values
+from orchestrator.core.model import Host, SshSettings, Testbed, UnitSpec
 from orchestrator.core.plan import Plan
 from orchestrator.core.plan import make_plan as _make_plan
 from orchestrator.core.yamlsrc import parse_yaml

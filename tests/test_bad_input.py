@@ -851,7 +851,7 @@ CATASTROPHIC = ["(a+)+$", "(a|aa)+$", "^(\\w+\\s?)*$", "(x+x+)+y"]
 @pytest.mark.timeout(REGEX_LIMIT_S)
 @pytest.mark.parametrize("pattern", CATASTROPHIC)
 def test_a_catastrophic_metric_regex_is_a_workload_failure_naming_the_metric(pattern: str) -> None:
-    from orchestrator.core.config import MetricSpec
+    from orchestrator.core.model import MetricSpec
     from orchestrator.edges.workload import extract_metrics
     from orchestrator.errors import WorkloadError
 
@@ -871,7 +871,7 @@ def test_a_catastrophic_collector_pattern_is_a_workload_failure_naming_the_colle
 
 
 def test_metric_extraction_scans_a_bounded_tail() -> None:
-    from orchestrator.core.config import MetricSpec
+    from orchestrator.core.model import MetricSpec
     from orchestrator.edges.workload import MAX_SCAN_CHARS, extract_metrics
 
     head = "wall=1.0s\n"  # beyond the scanned tail: a 4 MiB+ chatty repro is not held whole

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import main
-from orchestrator.core.config import ValidRule, read_matrix
+from orchestrator.core.config import read_matrix
+from orchestrator.core.model import ValidRule
 
 GOOD = """\
 name: demo

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orchestrator.core.config import ValidRule
+from orchestrator.core.model import ValidRule
 from orchestrator.core.records import MetricValue
 from orchestrator.edges.workload import InvalidOutput, check_metric_rules, check_output_rules
 from orchestrator.errors import WorkloadError

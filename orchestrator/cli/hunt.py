@@ -14,8 +14,9 @@ from rich.markup import escape
 from orchestrator.cli import output
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.cli.console import err, out
-from orchestrator.core.config import MAX_SEED, Matrix
+from orchestrator.core.config import MAX_SEED
 from orchestrator.core.huntconfig import section_line
+from orchestrator.core.model import Matrix
 from orchestrator.core.plan import Plan
 from orchestrator.errors import ConfigError, OrchError, UsageError
 from orchestrator.sweep import api

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from orchestrator.core.argsvar import ArgsEdit, resolve
-from orchestrator.core.config import MAX_TRIALS, CellValue, EnvValue, Level, Matrix
+from orchestrator.core.model import MAX_TRIALS, CellValue, EnvValue, Level, Matrix
 from orchestrator.errors import ConfigError
 
 GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
 
-from orchestrator.core.config import CellValue, EnvValue, Matrix, Testbed, check_against_inventory
+from orchestrator.core.config import check_against_inventory
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.matrix import (
     Cell,
@@ -29,6 +29,7 @@ from orchestrator.core.matrix import (
     mentioned_vars,
     order_positions,
 )
+from orchestrator.core.model import CellValue, EnvValue, Matrix, Testbed
 
 RoleEnv = CellEnv  # role -> VAR -> value (None = removed); read-only, the cell's own
 

@@ -19,16 +19,14 @@ the last of two duplicate keys, and forgets line numbers, so errors could not sa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from orchestrator.core.bounded import MAX_CONFIG_BYTES, read_bounded_text
+from orchestrator.core.sourcemap import PathKey, Position, SourceMap, dotted
 from orchestrator.errors import ConfigError
-
-PathKey = tuple[str | int, ...]
 
 _BOOL_TAG = "tag:yaml.org,2002:bool"
 _NULL_TAG = "tag:yaml.org,2002:null"
@@ -38,47 +36,6 @@ _COLLECTION_TAGS = {"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"}
 _TRUE_WORDS = {"true", "yes", "on", "y"}
 MAX_DEPTH = 64  # nested mappings/lists; a matrix needs about 6
 MAX_NODES = 100_000  # values after alias expansion; a large matrix has a few thousand
-
-
-@dataclass(frozen=True)
-class Position:
-    line: int  # 1-based
-    raw: str  # the scalar's source text, or "" for collections
-
-
-@dataclass
-class SourceMap:
-    """Where each value of a loaded document came from."""
-
-    file: str
-    positions: dict[PathKey, Position] = field(default_factory=dict)
-    text: str = ""  # the document as read (once: the text hashed is the text parsed)
-
-    def line_of(self, path: PathKey) -> int | None:
-        """Line of the value at path, or of its nearest known ancestor."""
-        for cut in range(len(path), -1, -1):
-            pos = self.positions.get(tuple(path[:cut]))
-            if pos is not None:
-                return pos.line
-        return None
-
-    def raw_of(self, path: PathKey) -> str | None:
-        pos = self.positions.get(tuple(path))
-        return pos.raw if pos is not None and pos.raw else None
-
-    def error(self, path: PathKey, message: str, hint: str | None = None) -> ConfigError:
-        return ConfigError(message, file=self.file, line=self.line_of(path), path=dotted(path), hint=hint)
-
-
-def dotted(path: PathKey) -> str:
-    """factors.overlap.levels[0] style key path for messages."""
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
 
 
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, SourceMap]:

@@ -1,5 +1,5 @@
 """EDGE wiring: turn a testbed description into live handles (transport + service manager per
-role), and check every host before anything is changed (preflight).
+role). Checking every host before anything is changed is edges.preflight's.
 
 The runner only ever sees `Deployment`; tests can build one from fakes or from real hosts.
 """
@@ -7,26 +7,15 @@ The runner only ever sees `Deployment`; tests can build one from fakes or from r
 from __future__ import annotations
 
 import dataclasses
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import httpx
-
-from orchestrator.core import envfile
-from orchestrator.core.argsvar import resolve
-from orchestrator.core.config import CellValue, Host, Testbed
-from orchestrator.core.redact import Redactor
-from orchestrator.edges.identity import foreign_holder, units_phrase
+from orchestrator.core.model import Host, Testbed
 from orchestrator.edges.services import ServiceManager
 from orchestrator.edges.transport import Transport
-from orchestrator.errors import OrchError, PreflightError
-
-if TYPE_CHECKING:
-    from orchestrator.core.plan import Plan
+from orchestrator.errors import OrchError
 
 
 @dataclass
@@ -128,129 +117,6 @@ def expand_unit_arg(arg: str) -> str:
     return arg.replace("{python}", sys.executable)
 
 
-def preflight(deployment: Deployment, plan: "Plan | None" = None, client: httpx.Client | None = None) -> list[str]:
-    """Check every host before the first edit; raise PreflightError naming the host.
-
-    Reachable and authenticated, env file readable and writable, units known, health URL host
-    resolvable, and every cell's edit of every env file possible (a file orch cannot edit
-    faithfully is refused now, not in the middle of the night). The deployment as it is, too:
-    each active unit's live env holds what its env file gives as orch reads it (a wrong
-    `dialect:` or an overriding drop-in would fail every trial, twice, at up to health_timeout
-    each), and the health URL of a host whose units all run answers. Nothing is changed
-    anywhere, so a failure here exits 2 with hosts untouched. Returns warnings (lint) worth
-    showing.
-    """
-    problems, warnings = [], []
-    own = client is None
-    http = client if client is not None else httpx.Client(timeout=PREFLIGHT_HEALTH_TIMEOUT_S, trust_env=False)
-    redactor = plan.matrix.redactor if plan is not None else Redactor()
-    try:
-        for handle in deployment.hosts.values():
-            try:
-                _check_host(handle)
-                if handle.serves:
-                    check_ports(handle, deployment.testbed.hosts[handle.key])
-                warnings += health_lint(handle.host)
-                if plan is not None:
-                    warnings += _check_edits(handle, plan)
-                _check_as_it_is(handle, http, redactor)
-            except OrchError as exc:
-                problems.append(str(exc))
-    finally:
-        if own:
-            http.close()
-    if len(problems) == 1:
-        raise PreflightError(f"{problems[0]} (preflight: nothing was changed)")
-    if problems:
-        raise PreflightError("preflight failed on several hosts, nothing was changed:\n  " + "\n  ".join(problems))
-    return warnings
-
-
-def _check_edits(handle: HostHandle, plan: "Plan") -> list[str]:
-    """Dry-run each distinct assignment set of this role against the file as it is now."""
-    host = handle.host
-    text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
-    where = f"{host.label}: {host.env_file}"
-    seen: set[tuple[tuple[str, CellValue], ...]] = set()
-    values = envfile.read_values(text, host.dialect)  # flag factors edit these values' args variables
-    for step in plan.steps:
-        assignments = step.env.get(host.role)
-        key = tuple(sorted((assignments or {}).items(), key=lambda kv: kv[0]))
-        if not assignments or key in seen:
-            continue
-        seen.add(key)
-        try:
-            envfile.edit(text, resolve(assignments, values), host.dialect)
-        except OrchError as exc:
-            raise PreflightError(f"{where}: {exc}") from None
-    return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
-
-
-PREFLIGHT_HEALTH_TIMEOUT_S = 10.0  # one GET on a server that already runs
-
-
-def health_lint(host: Host) -> list[str]:
-    """A router polled on /health: SGLang's PD router answers 200 there with every worker down
-    (its /liveness too), so it proves nothing about readiness; /readiness does (and gets the
-    generate probe)."""
-    path = urlsplit(host.health).path.rstrip("/")
-    if host.role == "router" and path.endswith(("/health", "/liveness")):
-        return [
-            f"{host.label}: health {host.health} answers 200 even with every worker down on an SGLang router "
-            "(point it at /readiness: orch then also sends one generate through the router before each repro)"
-        ]
-    return []
-
-
-def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor) -> None:
-    """The units that run now (inactive ones are skipped: orch starts them): their live env
-    matches the env file as orch reads it for the host's dialect, and the health URL answers."""
-    host = handle.host
-    active = [u for u in handle.units if handle.services.state(u).is_active]
-    if not active:
-        return
-    if host.verify_env:
-        text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
-        values = envfile.read_values(text, host.dialect)
-        for unit in active:
-            problem = live_env_difference(values, handle.services.environ(unit), redactor)
-            if problem:
-                raise PreflightError(
-                    f"{host.label}: unit {unit}: {problem} (env file {host.env_file}, dialect: {host.dialect})",
-                    hint=(
-                        "the unit does not get the file as orch reads it: check `dialect:` (systemd ignores "
-                        "`export` lines and does not expand $), a drop-in with EnvironmentFile= or Environment= "
-                        f"that overrides it (systemctl cat {unit}), or a file edited since the unit started"
-                    ),
-                )
-    if len(active) == len(handle.units) and handle.serves:
-        _check_answers(host, active, client)
-
-
-def live_env_difference(values: dict[str, str], live: dict[str, str] | None, redactor: Redactor) -> str | None:
-    """The first key of the env file whose live value differs; variables the unit sets itself
-    (absent from the file) are not compared. None when all agree or no process is there."""
-    if live is None:
-        return None
-    for key, want in values.items():
-        got = live.get(key)
-        if got != want:
-            shown = "unset" if got is None else repr(redactor.value(key, got))
-            return f"{key} is {shown} in the live process, the env file gives {redactor.value(key, want)!r}"
-    return None
-
-
-def _check_answers(host: Host, active: list[str], client: httpx.Client) -> None:
-    what = f"{host.label}: unit{'s' if len(active) > 1 else ''} {', '.join(active)} running, but {host.health}"
-    hint = "a server that runs must answer before orch changes anything: fix or stop the unit, or check `health:`"
-    try:
-        answer = client.get(host.health, timeout=PREFLIGHT_HEALTH_TIMEOUT_S)
-    except httpx.HTTPError as exc:
-        raise PreflightError(f"{what} does not answer: {exc or type(exc).__name__}", hint=hint) from None
-    if not answer.is_success:
-        raise PreflightError(f"{what} answers HTTP {answer.status_code}", hint=hint)
-
-
 def health_ports(host: Host) -> list[int]:
     """The ports orch relies on for a host (its health URL and its URL), as the inventory gives
     them (a health tunnel rewrites the handle's URL to a local port; the host's is this one)."""
@@ -261,39 +127,3 @@ def health_ports(host: Host) -> list[int]:
         if port not in ports:
             ports.append(port)
     return ports
-
-
-def check_ports(handle: HostHandle, host: Host) -> None:
-    """Every port orch relies on is free or held by the inventory's own unit: a stranger there (an
-    orphaned server, another user's program) would answer the health URL and be measured."""
-    scan, ids = handle.services.port_scan(health_ports(host), handle.units)
-    for port in health_ports(host):
-        stranger = foreign_holder(scan, port, ids)
-        if stranger is not None:
-            raise PreflightError(
-                f"{host.label}: port {port} is held by {stranger}, not by {units_phrase(ids)}",
-                hint="stop it, or point the inventory at another port",
-            )
-
-
-def _check_host(handle: HostHandle) -> None:
-    host, t = handle.host, handle.transport
-    t.run(["true"], timeout=host.ssh.connect_timeout + 5 if host.ssh else 10)
-    if not t.exists(host.env_file):
-        raise PreflightError(f"{host.label}: env file {host.env_file} does not exist")
-    t.read_bytes(host.env_file)
-    probe = t.run(["test", "-w", host.env_file], check=False, sudo=bool(host.ssh and host.ssh.sudo))
-    if not probe.ok:
-        raise PreflightError(
-            f"{host.label}: env file {host.env_file} is not writable",
-            hint="permission denied; set ssh.sudo: true or fix the file's owner",
-        )
-    for unit in handle.units:
-        if not handle.services.exists(unit):
-            raise PreflightError(f"{host.label}: unit {unit} not found")
-    for url in (host.url, host.health):
-        name = urlsplit(url).hostname or ""
-        try:
-            socket.getaddrinfo(name, None)
-        except OSError:
-            raise PreflightError(f"{host.label}: cannot resolve {name!r} in {url}") from None

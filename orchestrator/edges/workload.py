@@ -29,7 +29,7 @@ from typing import BinaryIO, NoReturn
 
 import regex
 
-from orchestrator.core.config import MetricSpec, ValidRule
+from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.errors import ConfigError, OrchError, WorkloadError

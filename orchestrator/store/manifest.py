@@ -22,7 +22,7 @@ import pydantic
 
 from orchestrator import __version__
 from orchestrator.core.bounded import MiB, read_bounded_bytes
-from orchestrator.core.config import Host, Inventory
+from orchestrator.core.model import Host, Inventory
 from orchestrator.core.plan import Plan
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError

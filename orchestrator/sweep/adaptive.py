@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from orchestrator.core.config import Matrix
+from orchestrator.core.model import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
 from orchestrator.sweep.hunt import HuntSource

@@ -19,19 +19,18 @@ from typing import Literal
 from orchestrator.core.config import (
     MAX_REPLICATES,
     MAX_RETRIES,
-    Inventory,
-    Matrix,
-    Testbed,
     check_against_inventory,
     check_replicates,
     read_inventory,
     read_matrix,
 )
 from orchestrator.core.matrix import warnings_for
+from orchestrator.core.model import Inventory, Matrix, Testbed
 from orchestrator.core.plan import Plan, make_plan
 from orchestrator.core.records import RunManifest, TrialRecord
-from orchestrator.edges.deployment import Deployment, preflight
+from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
+from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
 from orchestrator.errors import LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses

@@ -31,9 +31,9 @@ import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
-from orchestrator.core.config import CONTROLLER, CellValue, Collector
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
+from orchestrator.core.model import CONTROLLER, CellValue, Collector
 from orchestrator.core.plan import Plan, Step, dependants, restart_order
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor

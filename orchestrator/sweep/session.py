@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.core.config import Testbed
+from orchestrator.core.model import Testbed
 from orchestrator.core.plan import Plan
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.edges.deployment import Deployment, connect

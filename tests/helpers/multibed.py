@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 from fakes import REPRO_OUTPUT, FakeServiceManager, FakeTransport, FakeUnit
 
-from orchestrator.core.config import Testbed, read_inventory
+from orchestrator.core.config import read_inventory
+from orchestrator.core.model import Testbed
 from orchestrator.edges.deployment import Deployment, HostHandle
 
 

@@ -13,7 +13,7 @@ import pytest
 from fakes import FakeBed, FakeServiceManager, FakeUnit, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.plan import Plan
-from orchestrator.edges.deployment import preflight
+from orchestrator.edges.preflight import preflight
 from orchestrator.errors import PreflightError
 
 DECODE_ENV = "# decode\nPORT=8000\nOTHER=keep\n"

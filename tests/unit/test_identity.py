@@ -16,8 +16,8 @@ import pytest
 from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.plan import Plan
-from orchestrator.edges.deployment import preflight
 from orchestrator.edges.identity import Holder
+from orchestrator.edges.preflight import preflight
 from orchestrator.errors import PreflightError
 
 STRANGER = Holder(4242, 30000, 1000, "python3 -m http.server 30000", (4242, 1))

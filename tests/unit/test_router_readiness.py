@@ -15,8 +15,8 @@ import httpx
 import pytest
 from fakes import Role, make_bed
 
-from orchestrator.edges.deployment import preflight
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_all, wait_ready
+from orchestrator.edges.preflight import preflight
 from orchestrator.errors import HealthTimeout
 
 ROUTER = "http://10.0.0.3:30001"
