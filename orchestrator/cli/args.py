@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cli import output
+from orchestrator.cli.console import warn
 from orchestrator.sweep.api import PreparedSweep, SweepRequest, prepare, testbeds_from_spec
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")
@@ -50,5 +50,5 @@ def prepared_sweep(req: SweepRequest) -> PreparedSweep:
     """Plan the sweep (nothing touched) and show its warnings."""
     ready = prepare(req)
     for warning in ready.warnings:
-        output.warn(warning)
+        warn(warning)
     return ready

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def warn(message: str) -> None:
+    err.print(f"[yellow]warning:[/yellow] {escape(message)}")

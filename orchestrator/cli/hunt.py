@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from orchestrator.cli import output
 from orchestrator.cli.argtypes import bounded_int
-from orchestrator.cli.console import err, out
+from orchestrator.cli.console import err, out, warn
 from orchestrator.core.config import MAX_SEED
 from orchestrator.core.huntconfig import section_line
 from orchestrator.core.model import Matrix
@@ -37,7 +37,7 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
 
 def cmd_hunt(args: argparse.Namespace) -> int:
     if args.resume is not None:
-        outcome = api.resume(api.ResumeRequest(args.resume, break_lock=args.break_lock), _progress, warn=output.warn)
+        outcome = api.resume(api.ResumeRequest(args.resume, break_lock=args.break_lock), _progress, warn=warn)
         output.show_outcome(outcome)
         after(outcome.run_dir)
         return outcome.exit_code
@@ -53,7 +53,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
     )
     prepared = api.prepare(request)
     for warning in prepared.warnings:
-        output.warn(warning)
+        warn(warning)
     if prepared.plan.matrix.hunt is None:
         raise UsageError(
             f"{prepared.plan.matrix.path}: no hunt: section",
@@ -63,7 +63,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
         out.print("dry run: nothing was changed")
         return 0
-    outcome = api.run(request, _progress, warn=output.warn, prepared=prepared)
+    outcome = api.run(request, _progress, warn=warn, prepared=prepared)
     output.show_outcome(outcome)
     after(outcome.run_dir)
     return outcome.exit_code

@@ -24,7 +24,7 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, positive
-from orchestrator.cli.console import err, out
+from orchestrator.cli.console import err, out, warn
 from orchestrator.core.config import MAX_SEED
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
@@ -162,20 +162,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
-    outcome = api.run(request, _live_progress, warn=output.warn, prepared=prepared)
+    outcome = api.run(request, _live_progress, warn=warn, prepared=prepared)
     return _finished(outcome, args.webhook)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     request = api.ResumeRequest(args.run_dir, fail_fast=args.fail_fast, break_lock=args.break_lock)
-    return _finished(api.resume(request, _live_progress, warn=output.warn), args.webhook)
+    return _finished(api.resume(request, _live_progress, warn=warn), args.webhook)
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from orchestrator.sweep.progress import RichProgress
 
     request = api.RestoreRequest(args.run_dir, break_lock=args.break_lock)
-    outcome = api.restore(request, RichProgress(err), warn=output.warn)
+    outcome = api.restore(request, RichProgress(err), warn=warn)
     output.show_restore(outcome)
     return outcome.exit_code
 

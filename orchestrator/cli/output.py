@@ -11,10 +11,6 @@ from orchestrator.sweep.progress import RichProgress
 from orchestrator.sweep.runner import Progress
 
 
-def warn(message: str) -> None:
-    err.print(f"[yellow]warning:[/yellow] {escape(message)}")
-
-
 def announce(started: Started) -> None:
     """The first lines of a run: where it goes, or how much of a resumed one is left."""
     names = started.testbeds

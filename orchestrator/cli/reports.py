@@ -37,8 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from orchestrator.cli.console import out
-    from orchestrator.cli.output import warn
+    from orchestrator.cli.console import out, warn
     from orchestrator.report.compare import write_comparison_page
 
     page = write_comparison_page(args.run_a, args.run_b, args.output)

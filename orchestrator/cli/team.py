@@ -28,7 +28,7 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds
-from orchestrator.cli.console import err, out
+from orchestrator.cli.console import err, out, warn
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
@@ -334,7 +334,7 @@ def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
         show=output.show_outcome,
         note=lambda m: err.print(escape(m)),
         error=lambda item, m: err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(m)}"),
-        warn=output.warn,
+        warn=warn,
         owner_gone=owner_gone,
     )
 
