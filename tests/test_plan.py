@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.config import read_inventory, read_matrix
-from orchestrator.core.plan import dependants, make_plan, restart_order
+from orchestrator.core.plan import make_plan
+from orchestrator.core.startorder import dependants, restart_order
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -30,6 +30,7 @@ from orchestrator.core.matrix import (
     order_positions,
 )
 from orchestrator.core.model import CellValue, EnvValue, Matrix, Testbed
+from orchestrator.core.startorder import dependants, restart_order
 
 RoleEnv = CellEnv  # role -> VAR -> value (None = removed); read-only, the cell's own
 
@@ -163,39 +164,6 @@ def _restart_cost(matrix: Matrix, testbed: Testbed) -> RestartCost:
 
     units = {r: sum(len(testbed.hosts[k].units) for k in keys) for r, keys in testbed.roles.items()}
     return RestartCost(signature, tuple(units[r] for r in roles))
-
-
-def restart_order(testbed: Testbed, roles: set[str]) -> list[str]:
-    """Hosts (keys of testbed.hosts; a role of one host is its own key) in dependency order: a
-    host comes after every host of each role in its `after` list."""
-    ordered: list[str] = []
-
-    def visit(key: str) -> None:
-        if key in ordered:
-            return
-        for dep in testbed.hosts[key].after:
-            for other in testbed.roles.get(dep, ()):
-                if other in roles:
-                    visit(other)
-        ordered.append(key)
-
-    for key in testbed.hosts:
-        if key in roles:
-            visit(key)
-    return ordered
-
-
-def dependants(testbed: Testbed, roles: set[str]) -> set[str]:
-    """Hosts whose readiness depends on any of these hosts (e.g. the router on its workers)."""
-    out = set(roles)
-    changed = True
-    while changed:
-        changed = False
-        for key, host in testbed.hosts.items():
-            if key not in out and any(testbed.hosts[k].role in host.after for k in out):
-                out.add(key)
-                changed = True
-    return out
 
 
 def env_diff(before: dict[str, EnvValue], after: dict[str, EnvValue]) -> dict[str, tuple[EnvValue, EnvValue]]:

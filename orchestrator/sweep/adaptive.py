@@ -16,18 +16,16 @@ the rounds before (pooled over the sweep, as the report does).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
 from orchestrator.sweep.hunt import HuntSource
-from orchestrator.sweep.sources import StepSource
+from orchestrator.sweep.sources import OnDecision, StepSource
 
 if TYPE_CHECKING:  # core.sequential loads scipy (~0.5 s): only adaptive runs import it, when they start
     from orchestrator.core.sequential import Decision
-
-OnDecision = Callable[[str, "Decision"], None]
 
 
 class AdaptiveSource(StepSource):

@@ -11,7 +11,7 @@ the caller prints. Errors are raised as OrchErrors; the caller maps them to exit
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -44,8 +44,10 @@ from orchestrator.store.manifest import (
 )
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep import session
+from orchestrator.sweep.adaptive import make_source
 from orchestrator.sweep.hunt import hunt_plan
 from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, now_iso
+from orchestrator.sweep.sources import SourceFactory
 
 TestbedSelection = tuple[str, ...] | Literal["all"] | None
 """None: the inventory's first testbed; names: those (several run in parallel); "all": every one."""
@@ -277,12 +279,20 @@ def run(
             total = 0 if hunting else len(plan.steps)
             sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
             result, stopped = _stoppable(
-                lambda: session.execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink)
+                lambda: session.execute(
+                    plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=_design(plan, set())
+                )
             )
         finally:
             for lock in locks:
                 lock.release()
     return _finish(run_dir, manifest, result, stopped)
+
+
+def _design(plan: Plan, done: set[int], prior: Sequence[TrialRecord] = ()) -> SourceFactory:
+    """Which trial runs next: the plan's in order, or as an adaptive design or a hunt decides
+    (resumed from the trials already journaled)."""
+    return lambda on_decision: make_source(plan.steps, done, plan.matrix, prior, on_decision)
 
 
 def _stoppable(execute: Callable[[], RunResult]) -> tuple[RunResult, str | None]:
@@ -365,7 +375,9 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     )
     with session.connected(testbeds) as deployments:
         result, stopped = _stoppable(
-            lambda: session.execute(plan, deployments, run_dir, options, done, resume=True, progress=sink, prior=prior)
+            lambda: session.execute(
+                plan, deployments, run_dir, options, done, resume=True, progress=sink, source=_design(plan, done, prior)
+            )
         )
     resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
     return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)

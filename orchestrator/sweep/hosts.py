@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.core.plan import restart_order
+from orchestrator.core.startorder import restart_order
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.errors import Interrupted, JournalError, OrchError
 from orchestrator.store.atomic import run_file_op, write_bytes_atomic

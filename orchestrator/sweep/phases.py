@@ -34,10 +34,11 @@ from orchestrator.core.argsvar import resolve
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
-from orchestrator.core.plan import Plan, Step, dependants, restart_order
+from orchestrator.core.plan import Plan, Step
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import VerifyRule
+from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase

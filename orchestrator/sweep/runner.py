@@ -31,7 +31,6 @@ from orchestrator.errors import Interrupted, JournalError, OrchError
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.journal import Journal
 from orchestrator.store.rundir import RunDir
-from orchestrator.sweep.adaptive import make_source
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard, host_backup_path, unrestored_runs
 from orchestrator.sweep.phases import Repro, Services, TrialPhases, redact_env, render_command
@@ -122,16 +121,13 @@ class Runner:
         lock: TestbedLock | None = None,
         source: StepSource | None = None,
         journal: Journal | None = None,
-        prior: list[TrialRecord] | None = None,
     ) -> RunResult:
         """Run every planned trial not in `done`; always restore the hosts afterwards.
 
         resume=True adopts the originals saved by the first run instead of taking new ones
         (after a kill -9 the files on the hosts still hold a cell's values)."""
         done = done or set()
-        if source is None:
-            source = make_source(self.plan.steps, done, self.plan.matrix, prior or [], self.cell_decided)
-        self.source = source
+        self.source = source if source is not None else StepSource(self.plan.steps, done)
         result = RunResult(self.run_dir)
         run_file_op(
             self.run_dir, "cannot create the run directory", lambda: self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,6 @@ from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import Interrupted, PreflightError, UsageError
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.rundir import RunDir
-from orchestrator.sweep.adaptive import make_source
 from orchestrator.sweep.runner import (
     Progress,
     Runner,
@@ -40,6 +39,7 @@ from orchestrator.sweep.runner import (
     host_backup_path,
     unrestored_runs,
 )
+from orchestrator.sweep.sources import SourceFactory
 
 
 @contextmanager
@@ -115,14 +115,16 @@ def execute(
     locks: Sequence[TestbedLock] | None = None,
     resume: bool = False,
     progress: Progress,
-    prior: list[TrialRecord] | None = None,
+    source: SourceFactory,
 ) -> RunResult:
-    """Run the plan's remaining trials on the deployments (one or several); every testbed is
-    restored before this returns. The one place that decides how N testbeds are driven."""
+    """Run the plan's remaining trials on the deployments (one or several), taking them from what
+    `source` makes; every testbed is restored before this returns. The one place that decides how
+    N testbeds are driven."""
     if len(deployments) == 1:  # the runner in this thread: it handles Ctrl-C and SIGTERM itself
         runner = Runner(plan, deployments[0], run_dir, options, progress=progress)
-        return runner.execute(done, resume=resume, lock=locks[0] if locks else None, prior=prior)
-    return _execute_parallel(plan, deployments, run_dir, options, done, locks, resume, progress, prior or [])
+        lock = locks[0] if locks else None
+        return runner.execute(done, resume=resume, lock=lock, source=source(runner.cell_decided))
+    return _execute_parallel(plan, deployments, run_dir, options, done, locks, resume, progress, source)
 
 
 class _SharedProgress:
@@ -157,7 +159,7 @@ def _execute_parallel(
     locks: Sequence[TestbedLock] | None,
     resume: bool,
     progress: Progress,
-    prior: list[TrialRecord],
+    make_source: SourceFactory,
 ) -> RunResult:
     """A runner thread per deployment, all fed from one step source; their results merged."""
     journal = SharedJournal(RunDir(run_dir).journal)
@@ -172,7 +174,7 @@ def _execute_parallel(
         )
         for d in deployments
     ]
-    source = make_source(plan.steps, done, plan.matrix, prior, runners[0].cell_decided)
+    source = make_source(runners[0].cell_decided)
     results: list[RunResult | None] = [None] * len(runners)
     errors: list[BaseException] = []
 

@@ -5,9 +5,16 @@ trials of decided cells)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
+
+if TYPE_CHECKING:
+    from orchestrator.core.sequential import Decision
+
+OnDecision = Callable[[str, "Decision"], None]  # a cell decided: journal and show why it stops
 
 
 class StepSource:
@@ -40,3 +47,9 @@ class StepSource:
 
     def record(self, record: "TrialRecord") -> None:
         """A trial finished (a fixed design needs nothing from it)."""
+
+
+SourceFactory = Callable[[OnDecision], StepSource]
+"""Makes a sweep's step source once its runners exist (an adaptive source tells a runner when a cell
+is decided). The API chooses the design (fixed, adaptive, hunt); the session and the runner only
+take trials from what it makes."""
