@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.core.config import Matrix
 from orchestrator.core.hunt import Hunt, HuntSettings
 from orchestrator.core.hunt_model import ModelSettings
 from orchestrator.core.huntconfig import HuntSpec
 from orchestrator.core.matrix import Cell, level_index, make_cell
+from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
 
 # Sessions a hunt of 16 flags needed in bench/bench_hunt.py (3-flag AND at 15%, background

@@ -11,9 +11,10 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.core.config import Matrix, MatrixShape, build_matrix, validate_shape
+from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import Culprit, HuntResult
 from orchestrator.core.huntplan import hunt_cell, replay
+from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.stats import wilson_interval
 from orchestrator.core.yamlsrc import parse_yaml

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.core.config import Matrix, Testbed, check_against_inventory
+from orchestrator.core.config import check_against_inventory
 from orchestrator.core.matrix import Trial
+from orchestrator.core.model import Matrix, Testbed
 from orchestrator.core.plan import Plan, Step, new_seed
 from orchestrator.core.records import TrialRecord
 from orchestrator.sweep.sources import StepSource
