@@ -658,27 +658,7 @@ def placeholders(template: str) -> list[str]:
     return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
 
 
-__all__ = [
-    "Collector",
-    "ConfigError",
-    "Dialect",
-    "ENV_NAME",
-    "Factor",
-    "Host",
-    "Inventory",
-    "Level",
-    "Matrix",
-    "MetricSpec",
-    "Repro",
-    "SshSettings",
-    "Testbed",
-    "UnitSpec",
-    "dotted",
-    "placeholders",
-    "read_inventory",
-    "read_matrix",
-    "validate_shape",
-]
+__all__ = ["ENV_NAME", "placeholders", "read_inventory", "read_matrix", "validate_shape"]
 
 
 # --------------------------------------------------------------------------------------------
