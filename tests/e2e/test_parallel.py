@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from helpers.netutil import free_ports, port_open
+from helpers.netutil import port_open
+from helpers.sim_testbeds import env_bytes, write_inventory
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
@@ -52,48 +52,8 @@ repro:
 
 
 def inventory(tmp_path: Path, names: list[str]) -> tuple[Path, list[int]]:
-    srv = '["{python}", -m, orchestrator.sim.server'
-    blocks, all_ports = [], []
-    for name in names:
-        pp, rp, dp = free_ports(3)
-        all_ports += [pp, rp, dp]
-        for role, text in ENV.items():
-            (tmp_path / f"{name}-{role}.env").write_text(text)
-        blocks.append(
-            textwrap.indent(
-                textwrap.dedent(f"""\
-            {name}:
-              state_dir: state-{name}
-              hosts:
-                prefill:
-                  env_file: {name}-prefill.env
-                  units: [{{name: {name}-prefill, command: {srv}, --role, prefill, --port, "{pp}"]}}]
-                  url: http://127.0.0.1:{pp}
-                  health_timeout: 30
-                decode:
-                  env_file: {name}-decode.env
-                  units: [{{name: {name}-decode, command: {srv}, --role, decode, --port, "{dp}"]}}]
-                  url: http://127.0.0.1:{dp}
-                  health_timeout: 30
-                router:
-                  env_file: {name}-router.env
-                  units: [{{name: {name}-router, command: {srv}, --role, router, --port, "{rp}",
-                            --prefill-url, "http://127.0.0.1:{pp}", --decode-url, "http://127.0.0.1:{dp}"]}}]
-                  url: http://127.0.0.1:{rp}
-                  health_timeout: 30
-                  after: [prefill, decode]
-            """),
-                "  ",
-            )
-        )
-    path = tmp_path / "inventory.yaml"
-    path.write_text("testbeds:\n" + "".join(blocks))
     (tmp_path / "m.yaml").write_text(MATRIX)
-    return path, all_ports
-
-
-def env_bytes(tmp_path: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(tmp_path.glob("*.env"))}
+    return write_inventory(tmp_path, names, ENV)
 
 
 def trials_of(run_dir: Path) -> list[TrialRecord]:
