@@ -8,15 +8,16 @@ after a resume or a re-render.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import Culprit, HuntResult
 from orchestrator.core.huntplan import hunt_cell, replay
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
-from orchestrator.core.stats import wilson_interval
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import read_journal
@@ -31,6 +32,7 @@ OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuratio
 class HuntReport:
     matrix: Matrix
     result: HuntResult
+    spread: Dispersion  # trial-to-trial variation pooled over the configurations: widens their intervals
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -51,9 +53,27 @@ def hunt_report(run_dir: Path) -> HuntReport | None:
         for r in read_journal(journal).records:
             if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
                 last[r.trial] = r
-    hunt = replay(matrix, [last[k] for k in sorted(last)])
+    return build_report(matrix, [last[k] for k in sorted(last)])
+
+
+def build_report(matrix: Matrix, records: Sequence[TrialRecord]) -> HuntReport:
+    """The hunt as its trials leave it: the search replayed, and the spread of its trials."""
+    hunt = replay(matrix, records)
     hunt.propose()  # evaluates the stopping rule on what was observed (proposes nothing else)
-    return HuntReport(matrix, hunt.result(top_n=10))
+    return HuntReport(matrix, hunt.result(top_n=10), dispersion(list(trial_counts(matrix, records).values())))
+
+
+def trial_counts(matrix: Matrix, records: Sequence[TrialRecord]) -> dict[int, list[tuple[int, int]]]:
+    """configuration -> (k, n) of the hunt's metric per completed trial: the data of its interval,
+    trial by trial, because the trial (one restart, one warm-up) is the unit of replication."""
+    spec = matrix.hunt
+    assert spec is not None
+    out: dict[int, list[tuple[int, int]]] = {}
+    for r in records:
+        m, config = r.metrics.get(spec.metric), spec.config_of(r.levels)
+        if r.status == "completed" and m is not None and m.n and config is not None:
+            out.setdefault(config, []).append((m.k or 0, m.n))
+    return out
 
 
 def dependencies(culprit: Culprit) -> list[str]:
@@ -151,18 +171,34 @@ def _reproducer(report: HuntReport) -> str:
 def _configs(report: HuntReport) -> str:
     e = html.escape
     rows = [
-        "<h2>Every configuration tried</h2><table><tr><th>flags on (failing level)</th><th>k/n</th>"
-        "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>"
+        "<h2>Every configuration tried</h2>",
+        f"<p>Intervals: 95%, {html.escape(_interval_method(report.spread))}.</p>",
+        "<table><tr><th>flags on (failing level)</th><th>k/n</th>"
+        "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
     flags = len(report.flags)
     for c in report.result.configs:
-        lo, hi = wilson_interval(c.k, c.n)
+        lo, hi = rate_interval(c.k, c.n, report.spread)
         on = _on_label(c.on, report.flags, flags)
         rows.append(
             f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
             f"<td>{c.trials}</td><td>{c.p_fails:.3f}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
         )
     return "\n".join(rows) + "</table>"
+
+
+def _interval_method(spread: Dispersion) -> str:
+    """How the configurations' intervals treat sessions, in words (the main report's wording)."""
+    if spread.estimable:
+        return (
+            f"Wilson's widened for trial-to-trial variation (quasi-binomial, dispersion {spread.phi:.2f} from "
+            f"{spread.trials} trials in {spread.cells} configurations, {spread.df:.1f} df; trial = unit of "
+            "replication, never narrower than the binomial)"
+        )
+    return (
+        "Wilson's on sessions pooled over trials, assuming independent sessions (no configuration has trials that "
+        "both saw and missed a failure, so trial-to-trial variation cannot be estimated)"
+    )
 
 
 def _on_label(on: tuple[str, ...], flags: tuple[str, ...], count: int) -> str:

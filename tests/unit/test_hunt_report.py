@@ -1,0 +1,73 @@
+"""The hunt page's intervals treat the trial, not the session, as the unit of replication (as the
+main report does): a configuration whose trials disagree gets a wider interval than Wilson's on
+its pooled sessions, and the page says which interval it shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from orchestrator.core.config import read_matrix
+from orchestrator.core.model import Matrix
+from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.core.stats import wilson_interval
+from orchestrator.report.hunt import build_report, render, trial_counts
+
+REPO = Path(__file__).resolve().parents[2]
+FULL = (1 << 16) - 1  # every suspect at its failing level
+
+
+def matrix() -> Matrix:
+    return read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
+
+
+def trial(m: Matrix, index: int, config: int, k: int, n: int = 20, status: str = "completed") -> TrialRecord:
+    assert m.hunt is not None
+    levels = dict(m.hunt.levels(config))
+    return TrialRecord(
+        run_id="h",
+        trial=index,
+        round=0,
+        cell=",".join(f"{f}={v}" for f, v in levels.items()),
+        levels=levels,
+        testbed="local",
+        status=status,  # type: ignore[arg-type]
+        started="2026-12-01T00:00:00.000Z",
+        ended="2026-12-01T00:00:01.000Z",
+        duration_s=1.0,
+        metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)} if status == "completed" else {},
+    )
+
+
+def interval_of(page: str, k: int, n: int) -> tuple[float, float]:
+    row = re.search(rf"<td>{k}/{n}</td><td>[0-9.]+% \(([0-9.]+)%-([0-9.]+)%\)</td>", page)
+    assert row, page
+    return float(row[1]) / 100, float(row[2]) / 100
+
+
+def test_trial_counts_are_per_configuration_and_only_completed_trials() -> None:
+    m = matrix()
+    records = [trial(m, 0, FULL, 3), trial(m, 1, 0, 0), trial(m, 2, FULL, 5), trial(m, 3, FULL, 0, status="failed")]
+    assert trial_counts(m, records) == {FULL: [(3, 20), (5, 20)], 0: [(0, 20)]}
+
+
+def test_trials_that_disagree_widen_the_interval_beyond_wilsons_on_pooled_sessions() -> None:
+    m = matrix()
+    # the failing configuration: 0, 8, 0, 8 of 20 (its trials disagree far beyond the binomial)
+    records = [trial(m, i, FULL, k) for i, k in enumerate((0, 8, 0, 8))]
+    records += [trial(m, 4 + i, 0, 0) for i in range(3)]  # the clean one, never failing
+    page = render(build_report(m, records))
+    low, high = interval_of(page, 16, 80)
+    w_low, w_high = wilson_interval(16, 80)
+    assert low < w_low - 0.01 and high > w_high + 0.01, (low, high, w_low, w_high)
+    assert "quasi-binomial" in page and "trial = unit of replication" in page
+
+
+def test_one_trial_per_configuration_keeps_wilson_and_says_it_assumes_independent_sessions() -> None:
+    m = matrix()
+    records = [trial(m, 0, FULL, 4), trial(m, 1, 0, 0), trial(m, 2, FULL ^ 1, 5)]
+    page = render(build_report(m, records))
+    low, high = interval_of(page, 4, 20)
+    w_low, w_high = wilson_interval(4, 20)
+    assert (round(low, 3), round(high, 3)) == (round(w_low, 3), round(w_high, 3))
+    assert "assuming independent sessions" in page
