@@ -184,6 +184,13 @@ class Posterior:
     def probabilities(self) -> FloatArray:
         return np.exp(self.log_posterior())
 
+    def rates_each(self) -> tuple[FloatArray, FloatArray]:
+        """Each hypothesis' own posterior mean affected rate and background (its pooled counts)."""
+        a1, b1 = self.settings.fail_prior
+        a0, b0 = self.settings.background_prior
+        k0, n0 = self.k_total - self.k1, self.n_total - self.n1
+        return (a1 + self.k1) / (a1 + b1 + self.n1), (a0 + k0) / (a0 + b0 + n0)
+
     def rates(self, probs: FloatArray) -> tuple[float, float]:
         """Posterior means of the affected rate and the background, averaged over hypotheses."""
         a1, b1 = self.settings.fail_prior
@@ -192,6 +199,20 @@ class Posterior:
         k0, n0 = self.k_total - self.k1, self.n_total - self.n1
         p0 = float(np.dot(probs, (a0 + k0) / (a0 + b0 + n0)))
         return p1, p0
+
+
+def prob_no_failure_many(p: FloatArray, n: int, icc: float) -> FloatArray:
+    """prob_no_failure for an array of mean rates."""
+    p = np.clip(p, 1e-9, 1.0 - 1e-9)
+    if n <= 0:
+        return np.ones_like(p)
+    if icc <= 0.0:
+        out: FloatArray = (1.0 - p) ** n
+        return out
+    scale = (1.0 - icc) / icc
+    alpha, beta = p * scale, (1.0 - p) * scale
+    result: FloatArray = np.exp(betaln(alpha, beta + n) - betaln(alpha, beta))
+    return result
 
 
 def prob_no_failure(p: float, n: int, icc: float) -> float:

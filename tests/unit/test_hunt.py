@@ -333,3 +333,90 @@ def test_the_clean_endpoint_is_confirmed_as_a_premise_sooner_than_a_drop_and_not
     for _ in range(30):
         failing.observe(0, 1, 5)  # the clean endpoint fails as often as the failing ones
         assert failing.own_verdict(0) != "passes"
+
+
+def _pair_drops_offered(hunt: Hunt) -> set[tuple[str, ...]]:
+    """The pair drops (two flags off the failing configuration) the search would score next."""
+    full = (1 << len(FLAGS)) - 1
+    probs, _ = hunt._posterior()
+    _, w, hyps = hunt._held(probs)
+    cands = hunt._candidates(w, hyps)
+    return {hunt.flags_of(full ^ x) for x in cands if bin(full ^ x).count("1") == 2}
+
+
+def test_pair_drops_are_offered_only_while_an_or_of_two_causes_is_plausible() -> None:
+    # under an AND, a pair drop holding a culprit stays clean whatever the other flag is: once
+    # the ORs are all but ruled out the search scores no pair of uncertain flags
+    full = (1 << len(FLAGS)) - 1
+    and_like = Hunt(HuntSettings(FLAGS))
+    and_like.observe(full, 2, 10)
+    and_like.observe(0, 0, 20)
+    for i in range(len(FLAGS)):
+        and_like.observe(full ^ (1 << i), 0 if i in (1, 3, 4, 5) else 2, 5)
+    for _ in range(7):  # f1 and f3 are culprits; the third is f4 or f5 (or none)
+        and_like.observe(full ^ 0b10, 0, 5)
+        and_like.observe(full ^ 0b1000, 0, 5)
+    probs, _ = and_like._posterior()
+    _, w, hyps = and_like._held(probs)
+    marginal = {f: float(w[(hyps.a | hyps.b) >> i & 1 == 1].sum()) for i, f in enumerate(FLAGS)}
+    assert 0.2 < marginal["f4"] < 0.8 and 0.2 < marginal["f5"] < 0.8  # both uncertain
+    assert float(w[hyps.b != 0].sum()) < 0.05
+    assert _pair_drops_offered(and_like) == set()
+    # every flag's drop still fails: an OR of two causes is likely, and pair drops tell it
+    or_like = Hunt(HuntSettings(FLAGS))
+    or_like.observe(full, 2, 10)
+    or_like.observe(0, 0, 20)
+    for i in range(len(FLAGS)):
+        or_like.observe(full ^ (1 << i), 1, 5)
+    assert len(_pair_drops_offered(or_like)) >= 10
+
+
+def test_a_drop_check_that_needs_several_clean_trials_gets_as_many_free_testbeds_at_once() -> None:
+    # f1 AND f3 AND f4 is the likeliest answer; f1's drop is checked, f3's and f4's need more
+    # clean trials: the free testbeds go to f3's drop as many times as its streak needs, then to f4's
+    full = (1 << len(FLAGS)) - 1
+    hunt = Hunt(HuntSettings(FLAGS, target=0.9))  # the checks, not the posterior, are what is left
+    hunt.observe(full, 3, 15)
+    hunt.observe(0, 0, 40)
+    for i in (0, 2, 5, 6):
+        hunt.observe(full ^ (1 << i), 2, 5)
+    for trial in range(12):
+        hunt.observe(full ^ 0b10, 0, 5)
+        if trial < 3:
+            hunt.observe(full ^ 0b1000, 0, 5)
+            hunt.observe(full ^ 0b10000, 0, 5)
+    result = hunt.result()
+    assert result.best.sets == (("f1", "f3", "f4"),) and result.best.probability >= 0.9
+    assert result.unchecked == ("f3", "f4")
+    drop3, drop4 = full ^ 0b1000, full ^ 0b10000
+    need3, need4 = hunt._clean_trials_to_pass(drop3), hunt._clean_trials_to_pass(drop4)
+    assert need3 >= 2 and need4 >= 2
+    batch: list[int] = []
+    for _ in range(need3 + need4):
+        batch.append(hunt.propose(batch) or -1)
+    assert batch == [drop3] * need3 + [drop4] * need4, [hunt.flags_of(full ^ x) for x in batch]
+    for x in batch:  # as many clean trials as they were given: both drops pass, the hunt ends
+        hunt.observe(x, 0, 5)
+    assert hunt.own_verdict(drop3) == hunt.own_verdict(drop4) == "passes"
+    assert hunt.propose() is None and hunt.state == "found"
+
+
+def test_the_next_trial_refutes_a_rival_that_explains_a_long_clean_streak_with_a_low_rate_of_its_own() -> None:
+    # f1 AND f4 (or f3 AND f4, ...) call f3's long clean drop "affected" at a low rate of their
+    # own: a further clean trial of a drop hardly moves them; a trial at the affected rate does
+    full = (1 << len(FLAGS)) - 1
+    hunt = Hunt(HuntSettings(FLAGS))
+    hunt.observe(full, 2, 15)
+    hunt.observe(0, 0, 20)
+    for i in (0, 2, 5, 6):
+        hunt.observe(full ^ (1 << i), 1, 5)
+    for _ in range(12):
+        hunt.observe(full ^ 0b10, 0, 5)
+        hunt.observe(full ^ 0b10000, 0, 5)
+    for trial in range(40):
+        hunt.observe(full ^ 0b1000, int(trial == 0), 5)
+    probs, _ = hunt._posterior()
+    proposal = hunt._most_informative(probs, [])
+    best = hunt.result().best
+    assert best.sets == (("f1", "f3", "f4"),)
+    assert set(best.flags) <= set(hunt.flags_of(proposal)), hunt.flags_of(proposal)  # affected under the best set
