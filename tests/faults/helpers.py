@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+from helpers.sim_testbeds import kill_by_pid
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.store.journal import read_journal
@@ -347,13 +348,7 @@ def error_lines(text: str) -> list[str]:
 def cleanup_processes(bed: SimBed) -> None:
     """Last resort after a failed test: SIGKILL sim processes on OUR ports (by pid)."""
     for pid, _ in sim_processes(bed):
-        try:
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_by_pid(pid)
 
 
 def run_cli(argv: list[str], capsys) -> Done:  # type: ignore[no-untyped-def]

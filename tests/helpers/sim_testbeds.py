@@ -71,10 +71,11 @@ def kill_servers_on(ports: list[int]) -> None:
             continue
         pairs = zip(argv, argv[1:], strict=False)
         if "orchestrator.sim.server" in argv and any(a == "--port" and b in wanted for a, b in pairs):
-            _kill(int(entry.name))
+            kill_by_pid(int(entry.name))
 
 
-def _kill(pid: int) -> None:
+def kill_by_pid(pid: int) -> None:
+    """SIGKILL a process, or its whole process group when it leads one (a unit and its children)."""
     try:
         if os.getpgid(pid) == pid:
             os.killpg(pid, signal.SIGKILL)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -27,13 +28,17 @@ def transport(tb: Testbed, host: str, **overrides: object) -> SshTransport:
 
 
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    """(status, body); status 0 when nothing answered."""
+    """(status, body); status 0 when nothing answered in full (a server stopped in the middle of its
+    answer raises http.client.IncompleteRead, which is neither URLError nor OSError)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except (urllib.error.URLError, OSError) as exc:
+        try:
+            return exc.code, exc.read().decode()
+        except (http.client.HTTPException, OSError):
+            return exc.code, ""
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
         return 0, str(exc)
 
 
