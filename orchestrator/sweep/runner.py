@@ -122,7 +122,8 @@ class Runner:
         source: StepSource | None = None,
         journal: Journal | None = None,
     ) -> RunResult:
-        """Run every planned trial not in `done`; always restore the hosts afterwards.
+        """Run the trials `source` hands out (without one: every planned trial not in `done`, in plan
+        order; the API passes the adaptive or hunt source); always restore the hosts afterwards.
 
         resume=True adopts the originals saved by the first run instead of taking new ones
         (after a kill -9 the files on the hosts still hold a cell's values)."""
