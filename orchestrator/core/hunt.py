@@ -41,7 +41,7 @@ from orchestrator.core.hunt_model import (
     Posterior,
     design_effect,
     enumerate_hypotheses,
-    prob_no_failure_many,
+    prob_no_failure,
 )
 
 State = Literal["running", "found", "not_failing", "budget"]
@@ -212,14 +212,11 @@ class Hunt:
         trials, at most MAX_SPREAD: how many free testbeds its check can use in one round.
         Why: one trial per round left a check that needs several clean trials to the rounds
         after it, while the other testbeds ran configurations whose verdict no longer mattered."""
-        s = self.stats.get(config, ConfigStats())
-        n, icc = self._trial_size(), self.settings.model.icc
+        s, n = self.stats.get(config, ConfigStats()), self._trial_size()
         p1, p0, p1_low = self._verdict_rates()
         rate, limit = (p1, 1.0 - self.settings.target) if config == 0 else (p1_low, 1.0 - self.settings.confidence)
         for t in range(1, MAX_SPREAD + 1):
-            trials, total = s.trials + t, s.n + t * n
-            deff = design_effect(round(total / trials), icc)
-            if _p_affected(s.k / deff, total / deff, rate, p0) <= limit:
+            if _p_affected(*self._tempered(ConfigStats(s.k, s.n + t * n, s.trials + t)), rate, p0) <= limit:
                 return t
         return MAX_SPREAD
 
@@ -324,8 +321,11 @@ class Hunt:
 
     def _effective(self, config: int) -> tuple[float, float]:
         s = self.stats.get(config)
-        if s is None or s.n == 0:
-            return 0.0, 0.0
+        return (0.0, 0.0) if s is None or s.n == 0 else self._tempered(s)
+
+    def _tempered(self, s: ConfigStats) -> tuple[float, float]:
+        """Effective failures and sessions of these trials: each trial's evidence tempered by the
+        design effect of its sessions' shared variation (as the model's)."""
         deff = design_effect(round(s.n / s.trials), self.settings.model.icc)
         return s.k / deff, s.n / deff
 
@@ -385,7 +385,7 @@ class Hunt:
         keep, w, hyps = self._held(probs)
         n, icc = self._trial_size(), self.settings.model.icc
         p1, p0 = self.post.rates_each()
-        q1, q0 = prob_no_failure_many(p1[keep], n, icc), prob_no_failure_many(p0[keep], n, icc)
+        q1, q0 = prob_no_failure(p1[keep], n, icc), prob_no_failure(p0[keep], n, icc)
         running = np.ones((len(w), 1))  # P(outcome pattern of the running trials | hypothesis)
         for x in list(pending)[-MAX_JOINT:]:
             qx = np.where(hyps.affected(x), q1, q0)[:, None]

@@ -201,8 +201,9 @@ class Posterior:
         return p1, p0
 
 
-def prob_no_failure_many(p: FloatArray, n: int, icc: float) -> FloatArray:
-    """prob_no_failure for an array of mean rates."""
+def prob_no_failure(p: FloatArray, n: int, icc: float) -> FloatArray:
+    """P(a trial of n sessions shows no failure) at mean rates p (one per hypothesis) with
+    trial-to-trial variation."""
     p = np.clip(p, 1e-9, 1.0 - 1e-9)
     if n <= 0:
         return np.ones_like(p)
@@ -213,17 +214,6 @@ def prob_no_failure_many(p: FloatArray, n: int, icc: float) -> FloatArray:
     alpha, beta = p * scale, (1.0 - p) * scale
     result: FloatArray = np.exp(betaln(alpha, beta + n) - betaln(alpha, beta))
     return result
-
-
-def prob_no_failure(p: float, n: int, icc: float) -> float:
-    """P(a trial of n sessions shows no failure) at mean rate p with trial-to-trial variation."""
-    if n <= 0:
-        return 1.0
-    if icc <= 0.0 or p <= 0.0:
-        return float((1.0 - p) ** n)
-    scale = (1.0 - icc) / icc
-    alpha, beta = p * scale, (1.0 - p) * scale
-    return float(np.exp(betaln(alpha, beta + n) - betaln(alpha, beta)))
 
 
 def log_beta_binomial(k: int, n: int, a: float, b: float) -> float:

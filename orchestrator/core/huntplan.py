@@ -71,10 +71,17 @@ def replay(matrix: Matrix, records: Sequence[TrialRecord]) -> Hunt:
 
 def observe(hunt: Hunt, matrix: Matrix, record: TrialRecord) -> None:
     """A completed trial's k/n of the hunt's metric; failed or void trials say nothing."""
-    spec = matrix.hunt
-    assert spec is not None
+    assert matrix.hunt is not None
+    counts = counts_of(matrix.hunt, record)
+    if counts is not None:
+        hunt.observe(*counts)
+
+
+def counts_of(spec: HuntSpec, record: TrialRecord) -> tuple[int, int, int] | None:
+    """(configuration, k, n) of a trial's hunt metric; None when it is no evidence (failed or void,
+    no count, or not one of the hunt's configurations)."""
     m = record.metrics.get(spec.metric)
     config = spec.config_of(record.levels)
     if record.status != "completed" or m is None or m.n is None or config is None:
-        return
-    hunt.observe(config, m.k or 0, m.n)
+        return None
+    return config, m.k or 0, m.n

@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import Culprit, HuntResult
-from orchestrator.core.huntplan import hunt_cell, replay
+from orchestrator.core.huntplan import counts_of, hunt_cell, replay
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.yamlsrc import parse_yaml
@@ -66,13 +66,12 @@ def build_report(matrix: Matrix, records: Sequence[TrialRecord]) -> HuntReport:
 def trial_counts(matrix: Matrix, records: Sequence[TrialRecord]) -> dict[int, list[tuple[int, int]]]:
     """configuration -> (k, n) of the hunt's metric per completed trial: the data of its interval,
     trial by trial, because the trial (one restart, one warm-up) is the unit of replication."""
-    spec = matrix.hunt
-    assert spec is not None
+    assert matrix.hunt is not None
     out: dict[int, list[tuple[int, int]]] = {}
     for r in records:
-        m, config = r.metrics.get(spec.metric), spec.config_of(r.levels)
-        if r.status == "completed" and m is not None and m.n and config is not None:
-            out.setdefault(config, []).append((m.k or 0, m.n))
+        counts = counts_of(matrix.hunt, r)
+        if counts is not None and counts[2] > 0:
+            out.setdefault(counts[0], []).append(counts[1:])
     return out
 
 
@@ -172,7 +171,7 @@ def _configs(report: HuntReport) -> str:
     e = html.escape
     rows = [
         "<h2>Every configuration tried</h2>",
-        f"<p>Intervals: 95%, {html.escape(_interval_method(report.spread))}.</p>",
+        f"<p>Intervals: 95%, {e(_interval_method(report.spread))}.</p>",
         "<table><tr><th>flags on (failing level)</th><th>k/n</th>"
         "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
