@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
-from helpers.sim_testbeds import kill_by_pid
+from helpers.procs import kill_by_pid, pid_running, processes_mentioning  # noqa: F401 (pid_running for test modules)
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.store.journal import read_journal
@@ -85,15 +85,6 @@ def matrix_yaml(
         + METRICS
         + extra
     )
-
-
-def pid_running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
 
 
 @dataclass(frozen=True)
@@ -274,22 +265,6 @@ def journal_tally(run_dir: Path) -> tuple[int, list[int], list[int]]:
     lost = [t for t in planned if t not in seen]
     twice = [t for t, n in seen.items() if n > 1]
     return len(planned), lost, twice
-
-
-def processes_mentioning(needles: list[str]) -> list[tuple[int, str]]:
-    """Live processes whose command line contains any needle (our ports, our tmp dir)."""
-    found = []
-    me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            cmd = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if cmd and any(n in cmd for n in needles) and pid_running(int(entry.name)):
-            found.append((int(entry.name), cmd))
-    return found
 
 
 def sim_processes(bed: SimBed) -> list[tuple[int, str]]:

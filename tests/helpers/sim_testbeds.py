@@ -4,13 +4,12 @@ testbeds. And the last resort after a failed test: SIGKILL, by pid, the processe
 
 from __future__ import annotations
 
-import os
-import signal
 import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 
 from helpers.netutil import free_ports
+from helpers.procs import kill_by_pid, processes_mentioning
 
 SERVER = '["{python}", -m, orchestrator.sim.server'
 
@@ -61,25 +60,6 @@ def env_bytes(folder: Path) -> dict[str, bytes]:
 
 def kill_servers_on(ports: list[int]) -> None:
     """SIGKILL the simulator servers listening on these ports (their process groups), by pid."""
-    wanted = {str(p) for p in ports}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            argv = Path(entry.path, "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        pairs = zip(argv, argv[1:], strict=False)
-        if "orchestrator.sim.server" in argv and any(a == "--port" and b in wanted for a, b in pairs):
-            kill_by_pid(int(entry.name))
-
-
-def kill_by_pid(pid: int) -> None:
-    """SIGKILL a process, or its whole process group when it leads one (a unit and its children)."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    for pid, cmd in processes_mentioning([f"--port {p} " for p in ports]):
+        if "orchestrator.sim.server" in cmd:
+            kill_by_pid(pid)

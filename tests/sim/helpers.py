@@ -17,6 +17,7 @@ from typing import Mapping
 
 import pytest
 from helpers.netutil import free_ports
+from helpers.procs import pid_running  # noqa: F401 (for the sim test modules)
 
 SERVER = [sys.executable, "-m", "orchestrator.sim.server"]
 REPRO = [sys.executable, "-m", "orchestrator.sim.repro"]
@@ -25,15 +26,6 @@ REPRO = [sys.executable, "-m", "orchestrator.sim.repro"]
 def free_port() -> int:
     """One free loopback port (helpers.netutil: this xdist worker's own slice, if any)."""
     return free_ports(1)[0]
-
-
-def pid_running(pid: int) -> bool:
-    """Alive and not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
 
 
 def get(url: str, timeout: float = 2.0) -> tuple[int, dict[str, object]]:
