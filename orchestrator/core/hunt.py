@@ -16,9 +16,11 @@ module spends sessions where they tell the most (model: core/hunt_model.py):
    are not known yet, so a batch is chosen jointly: greedy on the mutual information of the
    batch's outcomes). Sessions per configuration are therefore allocated sequentially: an
    undecided configuration keeps winning trials until its outcome is plain.
-4. stop when the most probable culprit set has posterior >= `target` and every single-flag drop
+4. stop when the most probable culprit set has posterior >= `target`, every single-flag drop
    from it has been checked (a tested configuration tells the set from the set without that
-   flag); or when the failing configuration does not fail; or at the session budget.
+   flag, and the set without the flag ran alone without failing) and its minimal reproducer
+   (the set alone) failed; or when the failing configuration does not fail; or at the session
+   budget.
 
 Deterministic: the same observations give the same proposals (ties go to the earlier candidate).
 """
@@ -52,6 +54,7 @@ EIG_MAX = 2000  # and at most this many
 MAX_SPREAD = 8  # testbeds one check may take in a round
 MAX_JOINT = 5  # running trials considered jointly with a new one (2^6 outcome patterns)
 PAIR_GATE = 0.05  # pairs of uncertain flags are dropped together only while ORs hold this much posterior
+REST_TRIALS = 2  # trials of a set without one of its flags, every other flag clean, that a drop's check needs
 LOW_QUANTILE = 0.1  # "passes" is judged against the affected rate's lower 10% quantile
 
 
@@ -188,22 +191,25 @@ class Hunt:
         probs, best = self._posterior()
         top = float(probs[best])
         unchecked = self._unchecked(best)
+        repro = self._unconfirmed_reproducers(best)
         # the clean endpoint passes (a clean streak long enough for `target`), unless the
         # likeliest answer is that the flags do not matter (then it must fail too)
         clean_ok = self.own_verdict(0) == _verdict(self.hyps.a[best] == 0)
-        if top >= self.settings.target and not unchecked and clean_ok:
+        if top >= self.settings.target and not unchecked and not repro and clean_ok:
             return self._stop(
                 "found",
-                f"posterior {top:.3f} >= {self.settings.target}, the clean endpoint confirmed and every single-flag "
-                "drop checked",
+                f"posterior {top:.3f} >= {self.settings.target}, the clean endpoint and the minimal reproducer "
+                "confirmed, every single-flag drop checked",
             )
         if self.sessions >= self.settings.max_sessions:
             return self._stop("budget", f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})")
         if top >= self.settings.target:
-            a, b = int(self.hyps.a[best]), int(self.hyps.b[best])
-            forced = ([] if clean_ok else [0]) + [self._drop_config(best, flag) for flag in unchecked]
-            for x in forced:  # a check that must pass gets as many free testbeds as its clean streak needs
-                if list(pending).count(x) < (1 if _affected(x, a, b) else self._clean_trials_to_pass(x)):
+            forced = ([] if clean_ok else [(0, self._clean_trials_to_pass(0))]) + [
+                self._drop_check(best, flag) for flag in unchecked
+            ]
+            forced += [(x, 1) for x in repro]
+            for x, spread in forced:  # a check that must pass gets as many free testbeds as its clean streak needs
+                if list(pending).count(x) < spread:
                     return x
         return self._most_informative(probs, pending)
 
@@ -243,24 +249,51 @@ class Hunt:
         return (0, 0) if b == 0 else (a, b)
 
     def _unchecked(self, h: int) -> list[int]:
-        """Flags of hypothesis h whose drop is not checked yet. Checked: the failing
-        configuration without the flag, and some tested configuration that tells h from h
-        without the flag, each showed on its own trials the verdict h predicts (a clean streak
-        long enough for `confidence` where h says "passes", failures where it says "fails").
-        The posterior alone could be carried by one lucky clean streak of a decoy."""
-        return [flag for flag in _bits(int(self.hyps.a[h]) | int(self.hyps.b[h])) if self._drop_config(h, flag) >= 0]
+        """Flags of hypothesis h whose drop is not checked yet (`_drop_check`)."""
+        return [flag for flag in _bits(int(self.hyps.a[h]) | int(self.hyps.b[h])) if self._drop_check(h, flag)[0] >= 0]
 
-    def _drop_config(self, h: int, flag: int) -> int:
-        """The configuration still to test for the drop of `flag` from h (-1: checked): the
-        failing one without the flag, then for an OR only the rest of the flag's set on."""
+    def _drop_check(self, h: int, flag: int) -> tuple[int, int]:
+        """The configuration still to test for the drop of `flag` from h, and how many free
+        testbeds it may take at once ((-1, 0): checked). Checked when, on their own trials:
+
+        1. the failing configuration without the flag showed the verdict h predicts (a clean
+           streak long enough for `confidence` where h says "passes", failures where it says
+           "fails");
+        2. some tested configuration that tells h from h without the flag showed h's verdict
+           (for an AND, step 1's; for an OR, the rest of the flag's set alone);
+        3. the rest of the flag's set alone, every other flag clean, ran REST_TRIALS trials and
+           did not fail. Why: the posterior and steps 1-2 can be carried by one lucky clean
+           streak of a decoy's drop (truth f1, f2's drop clean by chance: "f1 AND f2" explains
+           every trial); f1 alone then fails, where the decoy's set says it passes."""
         a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
         loo = self.settings.full & ~(1 << flag)
         if not self._shows(loo, _affected(loo, a, b)):
-            return loo
+            return loo, self._spread(loo, _affected(loo, a, b))
         da, db = self._dropped(h, flag)
-        if any(_affected(x, a, b) != _affected(x, da, db) and self._shows(x, _affected(x, a, b)) for x in self.stats):
-            return -1
-        return (a if a >> flag & 1 else b) & ~(1 << flag)
+        rest = (a if a >> flag & 1 else b) & ~(1 << flag)
+        told = (x for x in self.stats if _affected(x, a, b) != _affected(x, da, db))
+        if not any(self._shows(x, _affected(x, a, b)) for x in told):
+            return rest, self._spread(rest, False)
+        done = self.stats.get(rest, ConfigStats()).trials
+        if rest and (done < REST_TRIALS or self.own_verdict(rest) == "fails"):
+            return rest, max(REST_TRIALS - done, 1)
+        return -1, 0
+
+    def _unconfirmed_reproducers(self, h: int) -> list[int]:
+        """h's minimal reproducers (each of its sets alone, every other flag clean) that have not
+        failed on their own trials yet. Why: the drops check that each flag of h is needed, not
+        that h holds every culprit; a true culprit's drop that picked up a decoy's or the
+        background's failures makes the set without it the answer ("f7 AND f11" for f2 AND f7
+        AND f11), and so does a lucky clean streak on a no-op's drop put a no-op in a culprit's
+        place. Either set alone passes under the truth. The report calls this configuration the
+        minimal reproducer, so it must have failed."""
+        sets = [m for m in (int(self.hyps.a[h]), int(self.hyps.b[h])) if m]
+        return [m for m in sets if self.own_verdict(m) != "fails"]
+
+    def _spread(self, config: int, affected: bool) -> int:
+        """Free testbeds a check may take in one round: one where it must fail (a few failures
+        decide), as many as its clean streak still needs where it must pass."""
+        return 1 if affected else self._clean_trials_to_pass(config)
 
     def _shows(self, config: int, affected: bool) -> bool:
         return config in self.stats and self.own_verdict(config) == _verdict(affected)

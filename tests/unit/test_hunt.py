@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.config import read_matrix
-from orchestrator.core.hunt import Hunt, HuntSettings, drive
+from orchestrator.core.hunt import REST_TRIALS, Hunt, HuntSettings, drive
 from orchestrator.core.hunt_model import ModelSettings, enumerate_hypotheses
 from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
@@ -31,6 +31,17 @@ def oracle(model: CulpritModel, seed: int, sessions: int = 5, testbeds: int = 1,
         return sum(rng.random() < p for _ in range(sessions)), sessions
 
     drive(hunt, run_trial, testbeds)
+    return hunt
+
+
+def primed(full: tuple[int, int], clean: int, noops: tuple[int, ...], noop: tuple[int, int]) -> Hunt:
+    """A hunt after its endpoints (the failing one k of n, the clean one clean over `clean`
+    sessions) and the drops of the no-op flags `noops` (k of n each)."""
+    hunt = Hunt(HuntSettings(FLAGS))
+    hunt.observe((1 << len(FLAGS)) - 1, *full)
+    hunt.observe(0, 0, clean)
+    for i in noops:
+        hunt.observe((1 << len(FLAGS)) - 1 ^ (1 << i), *noop)
     return hunt
 
 
@@ -255,7 +266,7 @@ def test_plan_and_dry_run_show_the_first_wave_and_the_expected_cost(capsys) -> N
     out = capsys.readouterr().out
     assert "hunt over 16 suspect flags" in out and "first wave: 18 trials" in out
     assert "trial 2: all failing but bf16_index_k clean" in out
-    assert "expected: ~620 sessions (p90 790)" in out and "one flag at a time: 1,360 sessions" in out
+    assert "expected: ~670 sessions (p90 840)" in out and "one flag at a time: 1,360 sessions" in out
     assert main(["hunt", matrix, "-i", inventory, "--dry-run"]) == 0
     assert "dry run: nothing was changed" in capsys.readouterr().out
     assert main(["hunt", str(REPO / "matrices" / "overlap_hunt.yaml"), "-i", inventory, "--dry-run"]) == 2
@@ -385,6 +396,8 @@ def test_a_drop_check_that_needs_several_clean_trials_gets_as_many_free_testbeds
         if trial < 3:
             hunt.observe(full ^ 0b1000, 0, 5)
             hunt.observe(full ^ 0b10000, 0, 5)
+    for _ in range(REST_TRIALS):  # f3 AND f4 without f1: f1's drop is checked
+        hunt.observe(0b11000, 0, 5)
     result = hunt.result()
     assert result.best.sets == (("f1", "f3", "f4"),) and result.best.probability >= 0.9
     assert result.unchecked == ("f3", "f4")
@@ -398,6 +411,14 @@ def test_a_drop_check_that_needs_several_clean_trials_gets_as_many_free_testbeds
     for x in batch:  # as many clean trials as they were given: both drops pass, the hunt ends
         hunt.observe(x, 0, 5)
     assert hunt.own_verdict(drop3) == hunt.own_verdict(drop4) == "passes"
+    rests: list[int] = []  # then the set without f3, and without f4, REST_TRIALS trials each
+    for _ in range(2 * REST_TRIALS):
+        rests.append(hunt.propose(rests) or -1)
+    assert rests == [0b10010] * REST_TRIALS + [0b1010] * REST_TRIALS, [hunt.flags_of(x) for x in rests]
+    for x in rests:
+        hunt.observe(x, 0, 5)
+    assert hunt.propose() == 0b11010  # last, the minimal reproducer: it must fail on its own trials
+    hunt.observe(0b11010, 3, 5)
     assert hunt.propose() is None and hunt.state == "found"
 
 
@@ -405,11 +426,7 @@ def test_the_next_trial_refutes_a_rival_that_explains_a_long_clean_streak_with_a
     # f1 AND f4 (or f3 AND f4, ...) call f3's long clean drop "affected" at a low rate of their
     # own: a further clean trial of a drop hardly moves them; a trial at the affected rate does
     full = (1 << len(FLAGS)) - 1
-    hunt = Hunt(HuntSettings(FLAGS))
-    hunt.observe(full, 2, 15)
-    hunt.observe(0, 0, 20)
-    for i in (0, 2, 5, 6):
-        hunt.observe(full ^ (1 << i), 1, 5)
+    hunt = primed((2, 15), 20, (0, 2, 5, 6), (1, 5))
     for _ in range(12):
         hunt.observe(full ^ 0b10, 0, 5)
         hunt.observe(full ^ 0b10000, 0, 5)
@@ -420,3 +437,62 @@ def test_the_next_trial_refutes_a_rival_that_explains_a_long_clean_streak_with_a
     best = hunt.result().best
     assert best.sets == (("f1", "f3", "f4"),)
     assert set(best.flags) <= set(hunt.flags_of(proposal)), hunt.flags_of(proposal)  # affected under the best set
+
+
+def test_a_superset_crowned_by_a_lucky_clean_streak_waits_for_its_reproducer_without_each_flag() -> None:
+    # truth: f1 alone. f2's drop stayed clean by chance, so "f1 AND f2" explains every trial and
+    # both drops pass on their own trials. Checking a drop also runs the answer's set without the
+    # flag, every other flag clean: f1 alone, where the real culprit is still on and fails
+    full = (1 << len(FLAGS)) - 1
+    hunt = primed((3, 15), 40, (0, 3, 4, 5, 6), (2, 10))
+    for _ in range(10):
+        hunt.observe(full ^ 0b10, 0, 5)
+        hunt.observe(full ^ 0b100, 0, 5)
+    result = hunt.result()
+    assert result.best.sets == (("f1", "f2"),) and result.best.probability >= 0.95
+    assert hunt.own_verdict(full ^ 0b10) == hunt.own_verdict(full ^ 0b100) == "passes"
+    assert set(result.unchecked) == {"f1", "f2"}  # neither set without one of its flags has run
+    batch: list[int] = []
+    for _ in range(2 * REST_TRIALS):
+        batch.append(hunt.propose(batch) or -1)
+    assert sorted(batch) == [0b10] * REST_TRIALS + [0b100] * REST_TRIALS, [hunt.flags_of(x) for x in batch]
+    for _ in range(REST_TRIALS):
+        hunt.observe(0b100, 0, 5)  # f2 alone: clean, as both answers say
+    hunt.observe(0b10, 2, 5)  # f1 alone fails: f2 is not needed
+    assert "f2" in hunt.result().unchecked  # the set without f2 failed: f2's drop stays unchecked
+    assert hunt.propose() is not None and hunt.state == "running"
+    rng = random.Random(7)  # the truth goes on answering: f1 alone at 15%, background 0.5%
+    drive(hunt, lambda x: (sum(rng.random() < (0.15 if x & 0b10 else 0.005) for _ in range(5)), 5))
+    assert hunt.state == "found" and hunt.result().best.sets == (("f1",),)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_found_and_ran_its_set_without_each_flag_and_none_of_them_failed(seed: int) -> None:
+    result = and3_hunt(seed).result()
+    assert result.state == "found" and result.best.sets == (("f1", "f3", "f4"),)
+    ran = {c.config: c for c in result.configs}
+    for flag in (1, 3, 4):
+        rest = 0b11010 & ~(1 << flag)
+        assert rest in ran and ran[rest].trials >= REST_TRIALS and ran[rest].verdict != "fails", flag
+
+
+def test_a_set_missing_a_culprit_waits_for_its_minimal_reproducer_to_fail() -> None:
+    # truth: f1 AND f3 AND f4. f1's drop picked up failures of its own (a decoy, the background),
+    # so "f3 AND f4" explains every trial and each of its drops is checked. Under the truth its
+    # minimal reproducer, f3 and f4 alone, passes: the hunt may not stop before it failed
+    full = (1 << len(FLAGS)) - 1
+    hunt = primed((3, 15), 40, (0, 2, 5, 6), (2, 10))
+    hunt.observe(full ^ 0b10, 2, 20)
+    for _ in range(10):
+        hunt.observe(full ^ 0b1000, 0, 5)
+        hunt.observe(full ^ 0b10000, 0, 5)
+    for _ in range(REST_TRIALS):  # each set without one of its flags ran, clean
+        hunt.observe(0b10000, 0, 5)
+        hunt.observe(0b1000, 0, 5)
+    result = hunt.result()
+    assert result.best.sets == (("f3", "f4"),) and result.best.probability >= 0.95 and result.unchecked == ()
+    assert hunt.propose() == 0b11000  # not "found": the reproducer has not run
+    rng = random.Random(3)
+    drive(hunt, lambda x: (sum(rng.random() < (0.15 if x & 0b11010 == 0b11010 else 0.005) for _ in range(5)), 5))
+    assert hunt.state == "found" and hunt.result().best.sets == (("f1", "f3", "f4"),)
+    assert hunt.own_verdict(0b11010) == "fails"
