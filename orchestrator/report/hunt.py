@@ -105,11 +105,24 @@ def summary_lines(report: HuntReport) -> list[str]:
     lines += [f"  {d}" for d in dependencies(best)]
     if r.unchecked:
         lines.append(f"  single-flag drops not checked yet: {', '.join(r.unchecked)}")
+    lines += [f"  {line}" for line in reproducer_lines(report)]
     flags = len(report.flags)
     lines.append(
         f"sessions: {r.sessions} in {r.trials} trials over {len(r.configs)} configurations; one flag at a time: "
         f"{(flags + 1) * OFAT_SESSIONS_PER_CONFIG:,} sessions; full factorial: {2**flags:,} configurations"
     )
+    return lines
+
+
+def reproducer_lines(report: HuntReport) -> list[str]:
+    """What each set of the likeliest answer did alone, every other flag clean: the hunt calls
+    it found only once each of them failed on its own trials (core.hunt)."""
+    r, lines = report.result, []
+    tried = {c.config: c for c in r.configs}
+    for names in r.best.sets:
+        c = tried.get(sum(1 << report.flags.index(f) for f in names))
+        seen = f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run yet"
+        lines.append(f"minimal reproducer, {_and(list(names))} alone: {seen}")
     return lines
 
 

@@ -11,7 +11,7 @@ from orchestrator.core.config import read_matrix
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.core.stats import wilson_interval
-from orchestrator.report.hunt import build_report, render, trial_counts
+from orchestrator.report.hunt import build_report, render, summary_lines, trial_counts
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = (1 << 16) - 1  # every suspect at its failing level
@@ -71,3 +71,17 @@ def test_one_trial_per_configuration_keeps_wilson_and_says_it_assumes_independen
     w_low, w_high = wilson_interval(4, 20)
     assert (round(low, 3), round(high, 3)) == (round(w_low, 3), round(w_high, 3))
     assert "assuming independent sessions" in page
+
+
+def test_the_summary_says_what_the_minimal_reproducer_did_alone() -> None:
+    m = matrix()
+    assert m.hunt is not None
+    culprits = sum(1 << m.hunt.flags.index(f) for f in ("bf16_index_k", "cuda_graph", "overlap"))
+    records = [trial(m, 0, FULL, 4), trial(m, 1, 0, 0)]
+    records += [trial(m, 2 + i, FULL ^ (1 << i), 0 if culprits >> i & 1 else 3) for i in range(16)]
+    name = "bf16_index_k, cuda_graph and overlap"
+    assert f"  minimal reproducer, {name} alone: not run yet" in summary_lines(build_report(m, records))
+    records.append(trial(m, 18, culprits, 5))
+    lines = summary_lines(build_report(m, records))
+    assert lines[1].startswith("culprit: bf16_index_k AND cuda_graph AND overlap (posterior"), lines
+    assert f"  minimal reproducer, {name} alone: 5/20 sessions failed (fails)" in lines, lines
