@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Sequence
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
-from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.sources import OnDecision, StepSource
 
 if TYPE_CHECKING:  # core.sequential loads scipy (~0.5 s): only adaptive runs import it, when they start
@@ -156,17 +155,3 @@ class AdaptiveSource(StepSource):
         value = dispersion(list(by_cell.values())).inflation()
         self._inflations[before_round] = (self._seen, value)
         return value
-
-
-def make_source(
-    plan_steps: Sequence[Step],
-    done: set[int],
-    matrix: Matrix,
-    prior: Sequence[TrialRecord],
-    on_decision: OnDecision | None,
-) -> StepSource:
-    if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
-        return HuntSource(matrix, prior)
-    if matrix.adaptive is None:
-        return StepSource(list(plan_steps), done)
-    return AdaptiveSource(plan_steps, done, matrix, prior, on_decision)

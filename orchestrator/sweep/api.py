@@ -44,10 +44,10 @@ from orchestrator.store.manifest import (
 )
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep import session
-from orchestrator.sweep.adaptive import make_source
-from orchestrator.sweep.hunt import hunt_plan
+from orchestrator.sweep.adaptive import AdaptiveSource
+from orchestrator.sweep.hunt import HuntSource, hunt_plan
 from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, now_iso
-from orchestrator.sweep.sources import SourceFactory
+from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
 
 TestbedSelection = tuple[str, ...] | Literal["all"] | None
 """None: the inventory's first testbed; names: those (several run in parallel); "all": every one."""
@@ -292,7 +292,16 @@ def run(
 def _design(plan: Plan, done: set[int], prior: Sequence[TrialRecord] = ()) -> SourceFactory:
     """Which trial runs next: the plan's in order, or as an adaptive design or a hunt decides
     (resumed from the trials already journaled)."""
-    return lambda on_decision: make_source(plan.steps, done, plan.matrix, prior, on_decision)
+    matrix = plan.matrix
+
+    def make(on_decision: OnDecision | None) -> StepSource:
+        if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
+            return HuntSource(matrix, prior)
+        if matrix.adaptive is None:
+            return StepSource(list(plan.steps), done)
+        return AdaptiveSource(plan.steps, done, matrix, prior, on_decision)
+
+    return make
 
 
 def _stoppable(execute: Callable[[], RunResult]) -> tuple[RunResult, str | None]:
