@@ -164,20 +164,29 @@ def render(report: HuntReport) -> str:
 
 
 def _reproducer(report: HuntReport) -> str:
+    """Each set of the answer alone (an OR has two minimal reproducers), as the hunt tested it."""
     r, m = report.result, report.matrix
     assert m.hunt is not None
     e = html.escape
-    on = set(r.best.flags)
-    config = sum(1 << i for i, f in enumerate(m.hunt.flags) if f in on)
-    cell = hunt_cell(m, config)
-    env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())
-    tried = next((c for c in r.configs if c.config == config), None)
-    seen = f"tested: {tried.k}/{tried.n} sessions failed ({tried.verdict})" if tried else "not tested as such"
-    return (
-        "<h2>Minimal reproducer</h2>"
-        f"<p>Only the culprits at their failing level, every other flag clean ({e(seen)}):</p>"
-        f"<p><code>{e(cell.id)}</code></p><p>env: <code>{e(m.redactor.text(env))}</code></p>"
-    )
+    tried = {c.config: c for c in r.configs}
+    parts = ["<h2>Minimal reproducer</h2>"]
+    for names in r.best.sets or ((),):
+        config = sum(1 << m.hunt.flags.index(f) for f in names)
+        cell = hunt_cell(m, config)
+        env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())
+        c = tried.get(config)
+        seen = f"tested: {c.k}/{c.n} sessions failed ({c.verdict})" if c else "not tested as such"
+        parts.append(
+            f"<p>{e(_only(names))} ({e(seen)}):</p><p><code>{e(cell.id)}</code></p>"
+            f"<p>env: <code>{e(m.redactor.text(env))}</code></p>"
+        )
+    return "".join(parts)
+
+
+def _only(names: tuple[str, ...]) -> str:
+    if not names:
+        return "Every flag clean (the likeliest answer: the flags do not explain the failure)"
+    return f"Only {_and(list(names))} at the failing level, every other flag clean"
 
 
 def _configs(report: HuntReport) -> str:

@@ -4,10 +4,12 @@ its pooled sessions, and the page says which interval it shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 from orchestrator.core.config import read_matrix
+from orchestrator.core.hunt import Culprit
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.core.stats import wilson_interval
@@ -85,3 +87,21 @@ def test_the_summary_says_what_the_minimal_reproducer_did_alone() -> None:
     lines = summary_lines(build_report(m, records))
     assert lines[1].startswith("culprit: bf16_index_k AND cuda_graph AND overlap (posterior"), lines
     assert f"  minimal reproducer, {name} alone: 5/20 sessions failed (fails)" in lines, lines
+
+
+def test_an_or_answer_has_a_minimal_reproducer_per_set_each_with_what_it_did_alone() -> None:
+    m = matrix()
+    assert m.hunt is not None
+    overlap = 1 << m.hunt.flags.index("overlap")
+    records = [trial(m, 0, FULL, 4), trial(m, 1, 0, 0), trial(m, 2, overlap, 3)]
+    report = build_report(m, records)
+    answer = Culprit((("bf16_index_k", "cuda_graph"), ("overlap",)), 0.97)
+    page = render(dataclasses.replace(report, result=dataclasses.replace(report.result, top=(answer,))))
+    section = page[page.index("<h2>Minimal reproducer</h2>") : page.index("<h2>Posterior")]
+    assert (
+        "Only bf16_index_k and cuda_graph at the failing level, every other flag clean (not tested as such)" in section
+    )
+    assert re.search(
+        r"Only overlap at the failing level, every other flag clean \(tested: 3/20 sessions failed", section
+    )
+    assert section.count("<code>") == 4, section  # each set: its cell and its env
