@@ -190,12 +190,12 @@ class Hunt:
     def _search(self, pending: Sequence[int]) -> int | None:
         probs, best = self._posterior()
         top = float(probs[best])
-        unchecked = self._unchecked(best)
+        checks = self._drop_checks(best)
         repro = self._unconfirmed_reproducers(best)
         # the clean endpoint passes (a clean streak long enough for `target`), unless the
         # likeliest answer is that the flags do not matter (then it must fail too)
         clean_ok = self.own_verdict(0) == _verdict(self.hyps.a[best] == 0)
-        if top >= self.settings.target and not unchecked and not repro and clean_ok:
+        if top >= self.settings.target and not checks and not repro and clean_ok:
             return self._stop(
                 "found",
                 f"posterior {top:.3f} >= {self.settings.target}, the clean endpoint and the minimal reproducer "
@@ -204,11 +204,11 @@ class Hunt:
         if self.sessions >= self.settings.max_sessions:
             return self._stop("budget", f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})")
         if top >= self.settings.target:
-            forced = ([] if clean_ok else [(0, self._clean_trials_to_pass(0))]) + [
-                self._drop_check(best, flag) for flag in unchecked
-            ]
-            forced += [(x, 1) for x in repro]
-            for x, spread in forced:  # a check that must pass gets as many free testbeds as its clean streak needs
+            a, b = int(self.hyps.a[best]), int(self.hyps.b[best])
+            forced = ([] if clean_ok else [(0, 0)]) + list(checks.values()) + [(x, 0) for x in repro]
+            for x, owed in forced:  # a rest check: the trials it owes; else one testbed where it must fail,
+                # as many as its clean streak still needs where it must pass
+                spread = owed or (1 if _affected(x, a, b) else self._clean_trials_to_pass(x))
                 if list(pending).count(x) < spread:
                     return x
         return self._most_informative(probs, pending)
@@ -248,13 +248,14 @@ class Hunt:
         b &= ~bit
         return (0, 0) if b == 0 else (a, b)
 
-    def _unchecked(self, h: int) -> list[int]:
-        """Flags of hypothesis h whose drop is not checked yet (`_drop_check`)."""
-        return [flag for flag in _bits(int(self.hyps.a[h]) | int(self.hyps.b[h])) if self._drop_check(h, flag)[0] >= 0]
+    def _drop_checks(self, h: int) -> dict[int, tuple[int, int]]:
+        """Flags of hypothesis h whose drop is not checked yet -> `_drop_check`'s answer."""
+        checks = {flag: self._drop_check(h, flag) for flag in _bits(int(self.hyps.a[h]) | int(self.hyps.b[h]))}
+        return {flag: check for flag, check in checks.items() if check[0] >= 0}
 
     def _drop_check(self, h: int, flag: int) -> tuple[int, int]:
-        """The configuration still to test for the drop of `flag` from h, and how many free
-        testbeds it may take at once ((-1, 0): checked). Checked when, on their own trials:
+        """The configuration still to test for the drop of `flag` from h ((-1, 0): checked),
+        and the rest trials it still owes (0: not a rest check). Checked when, on their own trials:
 
         1. the failing configuration without the flag showed the verdict h predicts (a clean
            streak long enough for `confidence` where h says "passes", failures where it says
@@ -268,12 +269,12 @@ class Hunt:
         a, b = int(self.hyps.a[h]), int(self.hyps.b[h])
         loo = self.settings.full & ~(1 << flag)
         if not self._shows(loo, _affected(loo, a, b)):
-            return loo, self._spread(loo, _affected(loo, a, b))
+            return loo, 0
         da, db = self._dropped(h, flag)
         rest = (a if a >> flag & 1 else b) & ~(1 << flag)
         told = (x for x in self.stats if _affected(x, a, b) != _affected(x, da, db))
         if not any(self._shows(x, _affected(x, a, b)) for x in told):
-            return rest, self._spread(rest, False)
+            return rest, 0
         done = self.stats.get(rest, ConfigStats()).trials
         if rest and (done < REST_TRIALS or self.own_verdict(rest) == "fails"):
             return rest, max(REST_TRIALS - done, 1)
@@ -289,11 +290,6 @@ class Hunt:
         minimal reproducer, so it must have failed."""
         sets = [m for m in (int(self.hyps.a[h]), int(self.hyps.b[h])) if m]
         return [m for m in sets if self.own_verdict(m) != "fails"]
-
-    def _spread(self, config: int, affected: bool) -> int:
-        """Free testbeds a check may take in one round: one where it must fail (a few failures
-        decide), as many as its clean streak still needs where it must pass."""
-        return 1 if affected else self._clean_trials_to_pass(config)
 
     def _shows(self, config: int, affected: bool) -> bool:
         return config in self.stats and self.own_verdict(config) == _verdict(affected)
@@ -444,7 +440,7 @@ class Hunt:
         for x, s in self.stats.items():
             p = float(np.dot(probs, self.hyps.affected(x)))
             configs.append(ConfigResult(x, self.flags_of(x), s.k, s.n, s.trials, p, self.own_verdict(x)))
-        unchecked = tuple(self.settings.flags[f] for f in self._unchecked(best))
+        unchecked = tuple(self.settings.flags[f] for f in self._drop_checks(best))
         return HuntResult(self.state, self.reason, top, tuple(configs), self.trials, self.sessions, unchecked)
 
     def _culprit(self, h: int, p: float) -> Culprit:
