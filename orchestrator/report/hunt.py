@@ -14,7 +14,7 @@ from pathlib import Path
 
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
-from orchestrator.core.hunt import Culprit, HuntResult
+from orchestrator.core.hunt import ConfigResult, Culprit, HuntResult
 from orchestrator.core.huntplan import counts_of, hunt_cell, replay
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
@@ -114,16 +114,23 @@ def summary_lines(report: HuntReport) -> list[str]:
     return lines
 
 
+def reproducers(
+    report: HuntReport, sets: Sequence[tuple[str, ...]]
+) -> list[tuple[tuple[str, ...], int, ConfigResult | None]]:
+    """Each of these sets alone, every other flag clean (the likeliest answer's: an OR has two):
+    its flags, its configuration and what it did, if it ran. The hunt calls the answer found only
+    once each of them failed on its own trials (core.hunt)."""
+    tried = {c.config: c for c in report.result.configs}
+    alone = [(names, sum(1 << report.flags.index(f) for f in names)) for names in sets]
+    return [(names, config, tried.get(config)) for names, config in alone]
+
+
 def reproducer_lines(report: HuntReport) -> list[str]:
-    """What each set of the likeliest answer did alone, every other flag clean: the hunt calls
-    it found only once each of them failed on its own trials (core.hunt)."""
-    r, lines = report.result, []
-    tried = {c.config: c for c in r.configs}
-    for names in r.best.sets:
-        c = tried.get(sum(1 << report.flags.index(f) for f in names))
-        seen = f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run yet"
-        lines.append(f"minimal reproducer, {_and(list(names))} alone: {seen}")
-    return lines
+    return [
+        f"minimal reproducer, {_and(list(names))} alone: "
+        + (f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run yet")
+        for names, _, c in reproducers(report, report.result.best.sets)
+    ]
 
 
 def write_hunt_page(run_dir: Path) -> Path | None:
@@ -164,17 +171,13 @@ def render(report: HuntReport) -> str:
 
 
 def _reproducer(report: HuntReport) -> str:
-    """Each set of the answer alone (an OR has two minimal reproducers), as the hunt tested it."""
-    r, m = report.result, report.matrix
-    assert m.hunt is not None
-    e = html.escape
-    tried = {c.config: c for c in r.configs}
+    """Each set of the answer alone; the clean endpoint when the answer is that the flags do not
+    explain the failure."""
+    m, e = report.matrix, html.escape
     parts = ["<h2>Minimal reproducer</h2>"]
-    for names in r.best.sets or ((),):
-        config = sum(1 << m.hunt.flags.index(f) for f in names)
+    for names, config, c in reproducers(report, report.result.best.sets or ((),)):
         cell = hunt_cell(m, config)
         env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())
-        c = tried.get(config)
         seen = f"tested: {c.k}/{c.n} sessions failed ({c.verdict})" if c else "not tested as such"
         parts.append(
             f"<p>{e(_only(names))} ({e(seen)}):</p><p><code>{e(cell.id)}</code></p>"
