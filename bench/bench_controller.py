@@ -136,7 +136,8 @@ def phase_resume(work: Path, reader: str) -> dict[str, object]:
     from orchestrator.core.plan import make_plan
     from orchestrator.core.records import TrialRecord
     from orchestrator.store import journal
-    from orchestrator.store.manifest import check_same_plan, load_manifest
+    from orchestrator.store.manifest import load_manifest
+    from orchestrator.store.planrecord import check_same_plan
 
     run_dir = work / "run"
     path = run_dir / "journal.jsonl"
@@ -178,7 +179,8 @@ def phase_make_run(work: Path, trials: int) -> dict[str, object]:
     """Write the synthetic run once: run.json from a real plan, and `trials` trial records."""
     from orchestrator.core.config import read_inventory, read_matrix
     from orchestrator.core.plan import make_plan
-    from orchestrator.store.manifest import make_manifest, save_manifest
+    from orchestrator.store.manifest import save_manifest
+    from orchestrator.store.planrecord import make_manifest
 
     run_dir = work / "run"
     run_dir.mkdir()

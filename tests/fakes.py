@@ -37,9 +37,9 @@ import yaml
 from orchestrator.core import gpuinfo
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.envfile import Dialect, read_values
-from orchestrator.core.model import Host, SshSettings, Testbed, UnitSpec
-from orchestrator.core.plan import Plan
+from orchestrator.core.inventory import Host, SshSettings, Testbed, UnitSpec
 from orchestrator.core.plan import make_plan as _make_plan
+from orchestrator.core.steps import Plan
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId

@@ -827,7 +827,7 @@ def test_in_a_subprocess_with_1_gib_of_memory(inputs: Bed, setup: Callable[[Bed]
     argv = setup(inputs)
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "400", "TERM": "dumb"}
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *argv],
+        [sys.executable, "-m", "orchestrator.cli.main", *argv],
         capture_output=True,
         text=True,
         timeout=25,

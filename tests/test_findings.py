@@ -16,7 +16,8 @@ import pytest
 from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core import clustered, clustersim, findings, power, ranks, stats
-from orchestrator.report.build import Report, build_report, fmt_p
+from orchestrator.report.build import build_report, fmt_p
+from orchestrator.report.model import Report
 from orchestrator.report.render import render_report
 
 FACTORS = {"a": ["on", "off"], "b": ["on", "off"], "c": ["on", "off"]}

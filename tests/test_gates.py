@@ -18,7 +18,7 @@ from orchestrator.report.build import build_report
 from orchestrator.report.ciexport import bencher_json, junit_xml
 from orchestrator.report.gates import check_gates
 from orchestrator.report.render import render_report, run_summary
-from orchestrator.sweep.api import GATE_FAILED, SweepOutcome
+from orchestrator.sweep.apitypes import GATE_FAILED, SweepOutcome
 
 REPO = Path(__file__).resolve().parents[1]
 

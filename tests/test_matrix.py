@@ -191,7 +191,7 @@ def test_every_cell_carries_its_merged_env(tmp_path):
 
 
 def test_a_cells_env_is_read_only_and_not_part_of_its_identity(tmp_path):
-    from orchestrator.core.matrix import Cell
+    from orchestrator.core.model import Cell
 
     cell = expand(matrix(tmp_path, THREE))[0]
     with pytest.raises(TypeError):
@@ -204,7 +204,7 @@ def test_a_cells_env_is_read_only_and_not_part_of_its_identity(tmp_path):
 
 
 def test_a_cells_env_is_a_copy_of_what_it_was_made_with(tmp_path):
-    from orchestrator.core.matrix import Cell
+    from orchestrator.core.model import Cell
 
     given = {"decode": {"A": "1"}}
     cell = Cell((("a", "on"),), given)

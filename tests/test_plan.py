@@ -228,7 +228,7 @@ def test_every_cell_owns_every_variable_the_matrix_mentions(demo):
     from x back to default changes decode (it restarts) although default assigns nothing."""
     m, tb = demo
     plan = make_plan(m, tb, seed=1)
-    assert plan.mentioned == {"decode": frozenset({"DEMO_VALUE"}), "prefill": frozenset({"K"})}
+    assert plan.matrix.mentioned == {"decode": frozenset({"DEMO_VALUE"}), "prefill": frozenset({"K"})}
     got = [(s.trial.cell.id, s.changed_roles) for s in plan.steps[:5]]
     assert got == [
         ("demo=default,k=1", ("prefill",)),  # the first trial changes what its cell sets

@@ -13,7 +13,7 @@ from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
 from orchestrator.core.records import RunManifest
 from orchestrator.core.redact import REDACTED, Redactor
-from orchestrator.store.manifest import make_manifest
+from orchestrator.store.planrecord import make_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,15 +7,8 @@ from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core.records import Failure, MetricValue, TrialRecord
 from orchestrator.core.redact import Redactor
-from orchestrator.report.build import (
-    REDACTED,
-    RateView,
-    Report,
-    build_report,
-    fmt_p,
-    fmt_rate,
-    safe_href,
-)
+from orchestrator.report.build import REDACTED, build_report, fmt_p, fmt_rate, safe_href
+from orchestrator.report.model import RateView, Report
 
 
 def _texts(report: Report, kind: str | None = None) -> list[str]:

@@ -16,15 +16,14 @@ from orchestrator.core.records import PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.manifest import (
     PLAN_FILE,
-    check_same_plan,
     columns_of,
-    digest_of,
     load_manifest,
     load_plan,
     plan_digest,
     save_manifest,
     trials_of,
 )
+from orchestrator.store.planrecord import check_same_plan, digest_of
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,8 +13,9 @@ from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import Failure, RunManifest, TrialRecord
-from orchestrator.report.build import DriftView, RoundRate, build_report, result_headline, suspect_reasons
+from orchestrator.report.build import build_report, result_headline, suspect_reasons
 from orchestrator.report.compare import compare, write_comparison_page
+from orchestrator.report.model import DriftView, RoundRate
 from orchestrator.report.render import write_report
 from orchestrator.report.site import write_index
 from orchestrator.team.notify import summarize_run

@@ -14,8 +14,9 @@ import yaml
 
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import LockError, OrchError, UsageError
-from orchestrator.store.manifest import load_manifest, make_manifest, save_manifest
-from orchestrator.sweep import api
+from orchestrator.store.manifest import load_manifest, save_manifest
+from orchestrator.store.planrecord import make_manifest
+from orchestrator.sweep import api, apitypes
 from orchestrator.sweep.runner import QuietProgress
 from orchestrator.team.livestatus import LiveStatus, Tee
 from orchestrator.team.overnight import QueueSweep, item_outcome
@@ -48,14 +49,14 @@ def outcome(**changes: object) -> api.SweepOutcome:
 
 # ---------------------------------------------------------------------------- requests
 def test_testbed_specs_as_typed() -> None:
-    assert api.testbeds_from_spec(None) is None
-    assert api.testbeds_from_spec("all") == "all"
-    assert api.testbeds_from_spec("a") == ("a",)
-    assert api.testbeds_from_spec(" a, b ,") == ("a", "b")
+    assert apitypes.testbeds_from_spec(None) is None
+    assert apitypes.testbeds_from_spec("all") == "all"
+    assert apitypes.testbeds_from_spec("a") == ("a",)
+    assert apitypes.testbeds_from_spec(" a, b ,") == ("a", "b")
     with pytest.raises(UsageError, match="testbed listed twice in -t a,a"):
-        api.testbeds_from_spec("a,a")
+        apitypes.testbeds_from_spec("a,a")
     with pytest.raises(UsageError, match="no testbed named"):
-        api.testbeds_from_spec(",")
+        apitypes.testbeds_from_spec(",")
 
 
 def test_a_request_refuses_sizes_below_one() -> None:

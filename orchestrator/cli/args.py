@@ -1,6 +1,7 @@
 """What every command module shares: default paths, a subcommand maker, the matrix arguments
 and the request they name. A module of its own so command modules (team, reports) need not
-import cli.main, which imports them."""
+import cli.main, which imports them; it builds requests only (sweep.apitypes), so it stays
+below the sweep machinery."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.cli.console import warn
-from orchestrator.sweep.api import PreparedSweep, SweepRequest, prepare, testbeds_from_spec
+from orchestrator.sweep.apitypes import SweepRequest, testbeds_from_spec
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")
 DEFAULT_REPORTS = Path("reports")
@@ -44,11 +44,3 @@ def matrix_args(cmd: argparse.ArgumentParser) -> None:
 def sweep_request(args: argparse.Namespace, **more: Any) -> SweepRequest:
     """The sweep the matrix arguments name (MATRIX, -i, -t), with a command's further options."""
     return SweepRequest(args.matrix, args.inventory, testbeds_from_spec(args.testbed), **more)
-
-
-def prepared_sweep(req: SweepRequest) -> PreparedSweep:
-    """Plan the sweep (nothing touched) and show its warnings."""
-    ready = prepare(req)
-    for warning in ready.warnings:
-        warn(warning)
-    return ready

@@ -12,15 +12,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.cli import output
+from orchestrator.cli.args import sweep_request
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.cli.console import err, out, warn
 from orchestrator.core.config import MAX_SEED
 from orchestrator.core.huntconfig import section_line
 from orchestrator.core.model import Matrix
-from orchestrator.core.plan import Plan
+from orchestrator.core.steps import Plan
 from orchestrator.errors import ConfigError, OrchError, UsageError
 from orchestrator.sweep import api
-from orchestrator.sweep.runner import Progress
+from orchestrator.sweep.progress import Progress
 
 
 def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
@@ -41,19 +42,15 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         output.show_outcome(outcome)
         after(outcome.run_dir)
         return outcome.exit_code
-    request = api.SweepRequest(
-        args.matrix,
-        args.inventory,
-        api.testbeds_from_spec(args.testbed),
+    request = sweep_request(
+        args,
         seed=args.seed,
         reports_dir=args.out,
         run_id=args.run_id,
         retries=max(0, args.retries),
         break_lock=args.break_lock,
     )
-    prepared = api.prepare(request)
-    for warning in prepared.warnings:
-        warn(warning)
+    prepared = api.prepare(request, warn=warn)
     if prepared.plan.matrix.hunt is None:
         raise UsageError(
             f"{prepared.plan.matrix.path}: no hunt: section",

@@ -20,7 +20,6 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     command,
     matrix_args,
-    prepared_sweep,
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, positive
@@ -28,7 +27,7 @@ from orchestrator.cli.console import err, out, warn
 from orchestrator.core.config import MAX_SEED
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
-from orchestrator.sweep.runner import Progress
+from orchestrator.sweep.progress import Progress
 from orchestrator.sweep.signals import sigterm_as_interrupt
 
 __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "err", "main", "out"]
@@ -119,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    plan = prepared_sweep(sweep_request(args)).plan
+    plan = api.prepare(sweep_request(args), warn=warn).plan
     m = plan.matrix
     out.print(
         escape(
@@ -131,7 +130,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plan = prepared_sweep(sweep_request(args, replicates=args.replicates, seed=args.seed)).plan
+    plan = api.prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn).plan
     if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost
         hunt.print_hunt_plan(plan, out)
         return 0
@@ -153,7 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         break_lock=args.break_lock,
         skip_preflight=args.skip_preflight,
     )
-    prepared = prepared_sweep(request)
+    prepared = api.prepare(request, warn=warn)
     if prepared.plan.matrix.hunt is not None:  # a hunt is its own command (nothing touched yet)
         raise hunt.not_a_run(prepared.plan.matrix)
     if args.dry_run:

@@ -6,9 +6,8 @@ from __future__ import annotations
 from rich.markup import escape
 
 from orchestrator.cli.console import err, out
-from orchestrator.sweep.api import RestoreOutcome, Started, SweepOutcome
-from orchestrator.sweep.progress import RichProgress
-from orchestrator.sweep.runner import Progress
+from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome
+from orchestrator.sweep.progress import Progress, RichProgress
 
 
 def announce(started: Started) -> None:

@@ -10,8 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.core import findings, power, ranks
-from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.matrix import baseline_cell
+from orchestrator.core.plan import make_plan
 from orchestrator.core.stats import ALPHA, CellCount
+from orchestrator.core.steps import Plan
 
 
 def human_duration(seconds: float) -> str:
@@ -52,7 +54,8 @@ def _other_orders(plan: Plan) -> str:
 
 
 def _cells_table(plan: Plan) -> Table:
-    base_env, redact = plan.baseline.env, plan.matrix.redactor.value
+    baseline = baseline_cell(plan.matrix)  # once: every cell is compared with it
+    base_env, redact = baseline.env, plan.matrix.redactor.value
     table = Table(title="cells (env changes vs the baseline, per host)", show_lines=False)
     table.add_column("#", justify="right")
     for f in plan.matrix.factors:
@@ -69,7 +72,7 @@ def _cells_table(plan: Plan) -> Table:
             ]
             if changed:
                 diffs.append(f"{role}: " + " ".join(changed))
-        label = "(baseline)" if cell == plan.baseline else "\n".join(diffs)
+        label = "(baseline)" if cell == baseline else "\n".join(diffs)
         table.add_row(str(i), *[escape(lv) for _, lv in cell.levels], escape(label))
     return table
 

@@ -24,7 +24,6 @@ from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
     command,
-    prepared_sweep,
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds
@@ -211,11 +210,12 @@ def _scope_args(cmd: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- queue
 def cmd_queue_add(args: argparse.Namespace) -> int:
+    from orchestrator.sweep import api
     from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import NewItem
 
     hooks = check_urls(args.webhook)
-    prepared = prepared_sweep(sweep_request(args))
+    prepared = api.prepare(sweep_request(args), warn=warn)
     plan = prepared.plan
     new = NewItem(
         args.matrix.resolve(),
@@ -326,6 +326,7 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
 def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
     """A queue item's sweep (team.overnight), shown as `orch run` / `orch resume` show theirs."""
     from orchestrator.cli import output
+    from orchestrator.sweep import api
     from orchestrator.team.overnight import QueueSweep
 
     return QueueSweep(
@@ -335,6 +336,7 @@ def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
         note=lambda m: err.print(escape(m)),
         error=lambda item, m: err.print(f"[red]queue: {escape(item.label)}:[/red] {escape(m)}"),
         warn=warn,
+        sweeps=api,
         owner_gone=owner_gone,
     )
 

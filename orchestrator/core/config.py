@@ -22,24 +22,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
 from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
+from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec
 from orchestrator.core.model import (
     CONTROLLER,
     MAX_TRIALS,
     Adaptive,
     CellValue,
     Collector,
-    Dialect,
     EnvValue,
     Factor,
-    Host,
-    Inventory,
     Level,
     Matrix,
     MetricSpec,
     Repro,
-    SshSettings,
-    Testbed,
-    UnitSpec,
     ValidRule,
     secret_values,
 )

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from orchestrator.core.hunt import Hunt, HuntSettings
 from orchestrator.core.hunt_model import ModelSettings
 from orchestrator.core.huntconfig import HuntSpec
-from orchestrator.core.matrix import Cell, level_index, make_cell
-from orchestrator.core.model import Matrix
+from orchestrator.core.matrix import level_index, make_cell
+from orchestrator.core.model import Cell, Matrix
 from orchestrator.core.records import TrialRecord
 
 # Sessions a hunt of 16 flags needed in bench/bench_hunt.py (3-flag AND at 15%, background

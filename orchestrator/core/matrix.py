@@ -16,58 +16,18 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from orchestrator.core.argsvar import ArgsEdit, resolve
-from orchestrator.core.model import MAX_TRIALS, CellValue, EnvValue, Level, Matrix
+from orchestrator.core.model import MAX_TRIALS, Cell, CellValue, EnvValue, Level, Levels, Matrix, Trial
 from orchestrator.errors import ConfigError
 
 GREEDY_LIMIT = 1_000  # min-restarts: cells per round the greedy path handles
 WARN_TRIALS = 10_000
 
 
-CellEnv = Mapping[str, Mapping[str, CellValue]]  # role -> VAR -> value (None = removed; ArgsEdit: flags)
-Levels = tuple[tuple[str, str], ...]  # ((factor, level), ...)
 LevelIndex = dict[tuple[str, str], Level]  # (factor, level) -> Level
-
-
-@dataclass(frozen=True, order=True)
-class Cell:
-    """One combination of levels, in the matrix's factor order, with the env it gives each role.
-
-    The env is computed once, where cells are made (`expand`, `baseline_cell`): planning, the
-    plan's output and the restart costs all read it from here. It is read-only and plays no part
-    in comparing or hashing (the levels decide it)."""
-
-    levels: Levels
-    env: CellEnv = field(compare=False, repr=False)
-    # derived once: a sweep looks cells up and names them for every one of its (up to 10^6) trials
-    id: str = field(init=False, compare=False, repr=False)
-    _hash: int = field(init=False, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        # copied, then read-only: the caller's dicts can change no cell, and no reader can either
-        frozen = MappingProxyType({role: MappingProxyType(dict(a)) for role, a in self.env.items()})
-        object.__setattr__(self, "env", frozen)
-        object.__setattr__(self, "id", ",".join(f"{f}={lv}" for f, lv in self.levels))
-        object.__setattr__(self, "_hash", hash(self.levels))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple[type[Cell], tuple[Levels, dict[str, dict[str, CellValue]]]]:
-        # the cached hash of str is per process: rebuild it on unpickle; a mapping proxy does not
-        # pickle, its contents do
-        return Cell, (self.levels, {role: dict(a) for role, a in self.env.items()})
-
-    def as_dict(self) -> dict[str, str]:
-        return dict(self.levels)
-
-    def matches(self, selector: dict[str, str]) -> bool:
-        mine = self.as_dict()
-        return all(mine.get(f) == lv for f, lv in selector.items())
 
 
 def level_index(matrix: Matrix) -> LevelIndex:
@@ -98,20 +58,6 @@ def client_values(cell: Cell, index: LevelIndex) -> dict[str, str]:
     return out
 
 
-def mentioned_vars(matrix: Matrix) -> dict[str, frozenset[str]]:
-    """role -> every variable any level of the matrix sets or removes on it.
-
-    Every cell owns all of them: a cell that does not mention one gives it its original value
-    (or leaves it absent, as originally), never the value an earlier cell wrote. Roles no level
-    mentions are not in the result: their files are never edited."""
-    out: dict[str, set[str]] = {}
-    for f in matrix.factors:
-        for lv in f.levels:
-            for role, assignments in lv.env.items():
-                out.setdefault(role, set()).update(assignments)
-    return {role: frozenset(keys) for role, keys in out.items()}
-
-
 def expected_env(
     assignments: Mapping[str, CellValue], keys: frozenset[str], original: Mapping[str, str]
 ) -> dict[str, EnvValue]:
@@ -121,18 +67,6 @@ def expected_env(
     out: dict[str, EnvValue] = {k: original.get(k) for k in sorted(keys)}
     out.update(resolve(assignments, original))
     return out
-
-
-class Trial(NamedTuple):
-    """One cell at one position of the run. A named tuple, not a frozen dataclass: a plan holds
-    one per trial (100,000s), and a tuple is immutable at a fraction of the cost to build."""
-
-    # position in the run, 0-based; it shadows tuple.index on purpose (nothing calls tuple.index on a
-    # Trial, and every reader says trial.index), which mypy reports as an incompatible override
-    index: int  # type: ignore[assignment]
-    round: int  # replicate round
-    cell: Cell
-    is_baseline: bool
 
 
 def cell_count(matrix: Matrix) -> int:

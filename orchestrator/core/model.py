@@ -1,17 +1,19 @@
-"""What a matrix and an inventory are once read: the frozen types the rest of orch uses.
+"""What a matrix is once read, and the cells and trials it expands into: the frozen types the
+rest of orch uses (an inventory's are core.inventory's).
 
-A module of its own, apart from core.config which reads and checks the YAML, so that code which
-only handles matrices, cells and hosts (planning, the edges, the sweep) does not depend on the
-YAML reader and its validation: a short chain of imports under every layer.
+A module of its own, apart from core.config which reads and checks the YAML and core.matrix which
+expands a matrix, so that code which only handles matrices, cells and trials (planning, the
+sweep, the reports) depends on neither: a short chain of imports under every layer.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import Literal
+from types import MappingProxyType
+from typing import Literal, NamedTuple
 
 from orchestrator.core.argsvar import ArgsEdit
 from orchestrator.core.gates import Gate
@@ -19,13 +21,13 @@ from orchestrator.core.huntconfig import HuntSpec
 from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import ServerMetrics, VerifyRule
 from orchestrator.core.sourcemap import SourceMap
-from orchestrator.errors import ConfigError
 
-Dialect = Literal["systemd", "shell"]
 EnvValue = str | None  # None: remove the variable from the env file
 CellValue = str | None | ArgsEdit  # what a level gives a variable: a value, a removal, or flag edits
 MAX_TRIALS = 1_000_000  # planned trials of one run (a plan holds every trial in memory)
 CONTROLLER = "controller"  # where a repro runs when it runs on no role's host
+CellEnv = Mapping[str, Mapping[str, CellValue]]  # role -> VAR -> value (None = removed; ArgsEdit: flags)
+Levels = tuple[tuple[str, str], ...]  # ((factor, level), ...)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,21 @@ class Matrix:
     def roles(self) -> set[str]:
         return {role for f in self.factors for lv in f.levels for role in lv.env}
 
+    @cached_property
+    def mentioned(self) -> dict[str, frozenset[str]]:
+        """role -> every variable any level of the matrix sets or removes on it.
+
+        Every cell owns all of them: a cell that does not mention one gives it its original value
+        (or leaves it absent, as originally), never the value an earlier cell wrote; the runner
+        writes and verifies that. Roles no level mentions are not in the result: their files are
+        never edited."""
+        out: dict[str, set[str]] = {}
+        for f in self.factors:
+            for lv in f.levels:
+                for role, assignments in lv.env.items():
+                    out.setdefault(role, set()).update(assignments)
+        return {role: frozenset(keys) for role, keys in out.items()}
+
     @property
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
@@ -162,99 +179,57 @@ class Matrix:
         )
 
 
-@dataclass(frozen=True)
-class SshSettings:
-    host: str
-    port: int
-    user: str
-    key: str | None
-    known_hosts: str | None
-    accept_new_host_keys: bool
-    connect_timeout: float
-    sudo: bool
-
-
-@dataclass(frozen=True)
-class UnitSpec:
-    name: str
-    command: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class Host:
-    role: str
-    transport: Literal["local", "ssh"]
-    ssh: SshSettings | None
-    env_file: str
-    dialect: Dialect
-    units: tuple[UnitSpec, ...]
-    url: str
-    health: str
-    health_timeout_s: float
-    startup_estimate_s: float
-    verify_env: bool
-    after: tuple[str, ...]
-    health_tunnel: bool = False
-    # a role of several hosts (Testbed.hosts is keyed by `key`): `decode.0`, `decode.n1`, `decode.0.n1`
-    member: str = ""  # "" for a role's only host: its key is the role
-    rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
-    group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
-
-    @property
-    def key(self) -> str:
-        return self.member or self.role
-
-    @property
-    def label(self) -> str:
-        if self.ssh:
-            return f"{self.key} ({self.ssh.host}:{self.ssh.port})"
-        return f"{self.key} (local)"
-
-
-@dataclass(frozen=True)
-class Testbed:
-    name: str
-    description: str
-    hosts: dict[str, Host]  # host key -> host, in declared order (the key is the role, for a role of one host)
-    state_dir: Path | None
-
-    @cached_property
-    def roles(self) -> dict[str, tuple[str, ...]]:
-        """role -> its hosts' keys, in declared order (one key, the role's name, for most roles)."""
-        out: dict[str, list[str]] = {}
-        for key, host in self.hosts.items():
-            out.setdefault(host.role, []).append(key)
-        return {role: tuple(keys) for role, keys in out.items()}
-
-    def first(self, role: str) -> Host:
-        """The role's first host (rank 0 of its first instance): where `repro.on: ROLE` runs and
-        what {ROLE_url} means."""
-        return self.hosts[self.roles[role][0]]
-
-
-@dataclass(frozen=True)
-class Inventory:
-    testbeds: dict[str, Testbed]
-    path: str
-    text: str
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode()).hexdigest()
-
-    def testbed(self, name: str | None) -> Testbed:
-        if name is None:
-            return next(iter(self.testbeds.values()))
-        if name not in self.testbeds:
-            raise ConfigError(
-                f"no testbed named {name!r}",
-                file=self.path,
-                hint=f"known: {', '.join(self.testbeds)}",
-            )
-        return self.testbeds[name]
-
-
 def secret_values(level: Level, redactor: Redactor) -> list[str]:
     """The values a level gives to secret variables."""
     secret = redactor.is_secret_name
     return [v for a in level.env.values() for var, v in a.items() if isinstance(v, str) and secret(var)]
+
+
+# ---------------------------------------------------------------------------- cells and trials
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One combination of levels, in the matrix's factor order, with the env it gives each role.
+
+    The env is computed once, where cells are made (`expand`, `baseline_cell`): planning, the
+    plan's output and the restart costs all read it from here. It is read-only and plays no part
+    in comparing or hashing (the levels decide it)."""
+
+    levels: Levels
+    env: CellEnv = field(compare=False, repr=False)
+    # derived once: a sweep looks cells up and names them for every one of its (up to 10^6) trials
+    id: str = field(init=False, compare=False, repr=False)
+    _hash: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # copied, then read-only: the caller's dicts can change no cell, and no reader can either
+        frozen = MappingProxyType({role: MappingProxyType(dict(a)) for role, a in self.env.items()})
+        object.__setattr__(self, "env", frozen)
+        object.__setattr__(self, "id", ",".join(f"{f}={lv}" for f, lv in self.levels))
+        object.__setattr__(self, "_hash", hash(self.levels))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[Cell], tuple[Levels, dict[str, dict[str, CellValue]]]]:
+        # the cached hash of str is per process: rebuild it on unpickle; a mapping proxy does not
+        # pickle, its contents do
+        return Cell, (self.levels, {role: dict(a) for role, a in self.env.items()})
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.levels)
+
+    def matches(self, selector: dict[str, str]) -> bool:
+        mine = self.as_dict()
+        return all(mine.get(f) == lv for f, lv in selector.items())
+
+
+class Trial(NamedTuple):
+    """One cell at one position of the run. A named tuple, not a frozen dataclass: a plan holds
+    one per trial (100,000s), and a tuple is immutable at a fraction of the cost to build."""
+
+    # position in the run, 0-based; it shadows tuple.index on purpose (nothing calls tuple.index on a
+    # Trial, and every reader says trial.index), which mypy reports as an incompatible override
+    index: int  # type: ignore[assignment]
+    round: int  # replicate round
+    cell: Cell
+    is_baseline: bool

@@ -12,70 +12,14 @@ cell's values); the plan is the expectation, the journal is the truth.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
-from functools import cached_property
-from typing import NamedTuple
 
 from orchestrator.core.config import check_against_inventory
 from orchestrator.core.gcpause import gc_paused
-from orchestrator.core.matrix import (
-    Cell,
-    CellEnv,
-    Ordering,
-    RestartCost,
-    Trial,
-    baseline_cell,
-    expand,
-    mentioned_vars,
-    order_positions,
-)
-from orchestrator.core.model import CellValue, EnvValue, Matrix, Testbed
+from orchestrator.core.inventory import Testbed
+from orchestrator.core.matrix import Ordering, RestartCost, expand, order_positions
+from orchestrator.core.model import Cell, CellValue, EnvValue, Matrix, Trial
 from orchestrator.core.startorder import dependants, restart_order
-
-RoleEnv = CellEnv  # role -> VAR -> value (None = removed); read-only, the cell's own
-
-
-class Step(NamedTuple):
-    """One trial with what it needs. A named tuple (immutable, and cheap to build: a plan holds
-    one per trial, and `orch resume` rebuilds 100,000 of them before it may go on)."""
-
-    trial: Trial
-    env: RoleEnv  # the cell's own assignments per role (what the journal shows), shared by its trials
-    # hosts (keys of Testbed.hosts: the role, for a role of one host) whose role's complete env
-    # (original + assignments, see Plan.mentioned) differs from the previous trial's: a role the
-    # previous cell set and this one does not is among them; every host of such a role
-    changed_roles: tuple[str, ...]
-    restart_units: tuple[tuple[str, str], ...]  # (host key, unit) in restart order
-    wait_roles: tuple[str, ...]  # hosts whose health is awaited (restarted + dependants)
-    estimate_s: float
-
-
-@dataclass(frozen=True)
-class Plan:
-    matrix: Matrix
-    testbed: Testbed
-    seed: int
-    replicates: int
-    cells: tuple[Cell, ...]
-    steps: tuple[Step, ...]
-
-    @property
-    def restart_count(self) -> int:
-        return sum(len(s.restart_units) for s in self.steps)
-
-    @property
-    def estimated_duration_s(self) -> float:
-        return sum(s.estimate_s for s in self.steps)
-
-    @cached_property
-    def mentioned(self) -> dict[str, frozenset[str]]:
-        """role -> the variables the matrix mentions: each cell's complete env holds all of them
-        (the cell's value, else the original file's); the runner writes and verifies that."""
-        return mentioned_vars(self.matrix)
-
-    @cached_property
-    def baseline(self) -> Cell:  # cached: `orch plan` compares every cell with it
-        return baseline_cell(self.matrix)
+from orchestrator.core.steps import Plan, RoleEnv, Step
 
 
 def new_seed() -> int:

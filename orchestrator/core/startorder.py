@@ -5,7 +5,7 @@ apart from planning, so that what restarts and restores hosts needs no plan.
 
 from __future__ import annotations
 
-from orchestrator.core.model import Testbed
+from orchestrator.core.inventory import Testbed
 
 
 def restart_order(testbed: Testbed, roles: set[str]) -> list[str]:

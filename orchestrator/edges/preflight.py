@@ -14,9 +14,10 @@ import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
-from orchestrator.core.model import CellValue, Host
-from orchestrator.core.plan import Plan
+from orchestrator.core.inventory import Host
+from orchestrator.core.model import CellValue
 from orchestrator.core.redact import Redactor
+from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.identity import foreign_holder, units_phrase
 from orchestrator.errors import OrchError, PreflightError

@@ -21,27 +21,38 @@ import dataclasses
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import clustered, findings, power, ranks, stats, trialexact
-from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
-from orchestrator.core.records import EventRecord, Frozen, MetricKind, MetricValue, RunManifest, TrialRecord
+from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
-from orchestrator.report.effects import (  # noqa: F401 (EffectView, InteractionView re-exported)
+from orchestrator.report.effects import number_views, proportion_views
+from orchestrator.report.model import (
+    BoxStats,
+    CellView,
+    DriftView,
     EffectView,
+    FailureView,
+    Finding,
     InteractionView,
+    Link,
     NeighbourView,
+    NumberCell,
     NumberEffectView,
-    number_views,
-    proportion_views,
+    ProportionCell,
+    Provenance,
+    RateView,
+    Report,
+    RoundRate,
+    TrialView,
 )
-from orchestrator.report.provenance import Served, ServedGroup, controller_lines, served
-from orchestrator.report.servertable import ServerTable, server_table
+from orchestrator.report.provenance import Served, controller_lines, served
+from orchestrator.report.servertable import server_table
 from orchestrator.store.journal import TrialRow
 
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
@@ -50,194 +61,14 @@ TRIAL_RATES_SHOWN = 12
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
 ON_WORDS = frozenset({"on", "1", "true", "yes", "y", "enabled", "enable"})
 
-FindingKind = Literal["finding", "null", "caution", "info"]
 # Full records for the rows the page shows in detail (failures, drill-down), in the same order.
 RecordLoader = Callable[[Sequence[TrialRow]], Sequence[TrialRecord]]
-
-
-# ----------------------------------------------------------------------------- the model
-
-
-class RateView(Frozen):
-    k: int
-    n: int
-    rate: float | None  # None: no sessions
-    low: float
-    high: float
-
-
-class ProportionCell(Frozen):
-    rate: RateView
-    trials: int
-    trial_rates: list[float]  # first few per-trial rates: shows noise between replicates
-    diff: float | None = None  # vs baseline, rate points
-    diff_low: float | None = None
-    diff_high: float | None = None
-    p: float | None = None
-    p_holm: float | None = None
-    significant: bool = False
-    overdispersion_p: float | None = None  # trial-to-trial variation beyond the binomial
-
-
-class BoxStats(Frozen):
-    whislo: float
-    q1: float
-    med: float
-    q3: float
-    whishi: float
-
-
-class NumberCell(Frozen):
-    n: int
-    median: float | None
-    low: float | None  # order-statistic interval of the median; None when n is too small for 95%
-    high: float | None
-    box: BoxStats | None
-    coverage: float | None = None  # the interval's exact coverage (>= 95%)
-    p: float | None = None
-    p_holm: float | None = None
-    significant: bool = False
-
-
-class CellView(Frozen):
-    cell: str
-    levels: dict[str, str]
-    is_baseline: bool
-    planned: int
-    completed: int
-    failed: int
-    proportions: dict[str, ProportionCell]
-    numbers: dict[str, NumberCell]
-
-
-class Finding(Frozen):
-    kind: FindingKind
-    text: str
-
-
-class Link(Frozen):
-    label: str
-    path: str
-    href: str | None  # None: the path is not a safe relative link, shown as text only
-
-
-class FailureView(Frozen):
-    trial: int
-    attempt: int
-    cell: str
-    kind: str
-    error: str
-    message: str
-    detail: str
-    links: list[Link]
-
-
-class TrialView(Frozen):
-    trial: int
-    round: int
-    attempt: int
-    cell: str
-    status: str
-    testbed: str
-    started: str
-    duration_s: float
-    env: dict[str, dict[str, str]]
-    restarted: list[str]
-    health_wait_s: dict[str, float]
-    command: str
-    exit_code: int | None
-    repro_duration_s: float | None
-    stdout_tail: str
-    metrics: dict[str, str]
-    links: list[Link]
-    failure: str
-    record_json: str
-
-
-class RoundRate(Frozen):
-    round: int
-    k: int
-    n: int
-    rate: float
-
-
-class DriftView(Frozen):
-    metric: str
-    cell: str
-    rounds: list[RoundRate]
-    p_homogeneity: float
-    p_trend: float
-    flagged: bool
-
-
-class Provenance(Frozen):
-    orch_version: str
-    run_id: str
-    testbed: str
-    seed: int
-    order: str
-    replicates: int
-    started: str
-    ended: str | None
-    matrix_path: str
-    matrix_text: str
-    matrix_sha256: str
-    matrix_sha_ok: bool
-    inventory_path: str
-    inventory_text: str
-    inventory_sha256: str
-    inventory_sha_ok: bool
-    texts_redacted: bool = False
-    hosts: dict[str, dict[str, str]]
-    trial_order: list[str]  # "trial round cell", plan order
-    controller: dict[str, str] = {}  # report.provenance.controller_lines
-    served: list[ServedGroup] = []  # what served each trial, per host (report.provenance.served)
-    served_texts: dict[str, str] = {}  # digest -> server info / command line
 
 
 def with_served(report: Report, found: Served) -> Report:
     """The report with what served each trial (from the records, or a scan of the journal)."""
     pv = report.provenance.model_copy(update={"served": found.groups, "served_texts": found.texts})
     return report.model_copy(update={"provenance": pv})
-
-
-class Report(Frozen):
-    run_id: str
-    name: str
-    description: str
-    status: str
-    started: str
-    ended: str | None
-    confidence: float
-    alpha: float
-    metrics: dict[str, MetricKind]
-    primary_metric: str | None
-    factors: dict[str, list[str]]
-    baseline: dict[str, str]
-    baseline_cell: str | None
-    planned: int
-    completed: int
-    failed: int
-    cells: list[CellView]
-    effects: list[EffectView]
-    interactions: list[InteractionView]  # two- and three-way, each set of factors once
-    number_effects: list[NumberEffectView] = []
-    neighbours: list[NeighbourView] = []  # the highest cell vs each cell one factor away
-    policy: str = ""  # the multiplicity policy, in one sentence
-    tests: dict[str, int] = {}  # per metric: the size of the family the policy corrects over
-    headline: list[Finding]
-    drift: list[DriftView]
-    failures: list[FailureView]
-    failures_total: int
-    trials: list[TrialView]
-    trials_total: int
-    torn_tail: bool
-    provenance: Provenance
-    server: ServerTable | None = None  # server metrics per cell (descriptive, never tested)
-    gates: list[Gate] = []  # the matrix's gates; report.gates checks them against the cells
-    # per proportion metric: how cells were compared with the baseline, one sentence (trial = unit)
-    comparison: dict[str, str] = {}
-    dispersion: dict[str, float] = {}  # per proportion metric: phi, when the quasi-binomial test compared cells
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -9,7 +9,7 @@ so two charts in one page never share an id.
 
 from __future__ import annotations
 
-from orchestrator.report.build import CellView, EffectView, Report
+from orchestrator.report.model import CellView, EffectView, Report
 from orchestrator.report.svgchart import Axis, Box, Row, row_chart
 
 BASE = "#1f6feb"

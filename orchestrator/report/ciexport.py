@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.gates import GateResult
-from orchestrator.report.build import Report
 from orchestrator.report.gates import cell_estimate, check_gates
+from orchestrator.report.model import Report
 from orchestrator.store.atomic import write_bytes_atomic
 from orchestrator.store.rundir import RunDir
 

@@ -1,6 +1,6 @@
 """Factor effects, interactions and numeric effects as the report shows them (pure).
 
-build.py turns a run into cells; this module turns cells into the effect views (one per
+build.py turns a run into cells; this module turns cells into the effect views (report.model; one per
 contrast in core.findings), and build.py then applies the report's one multiplicity policy
 (Holm over every test it could call a finding) and sets `p_holm` and `finding` on each view.
 `clear` keeps the raw reading (the 95% interval excludes 0) for the exploratory columns.
@@ -11,91 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from orchestrator.core import findings
-from orchestrator.core.records import Frozen
 from orchestrator.core.stats import CellCount
-
-
-class EffectView(Frozen):
-    metric: str
-    factor: str
-    level: str
-    reference: str
-    given: dict[str, str]  # empty: main effect
-    estimate: float
-    low: float
-    high: float
-    clear: bool  # raw 95% interval excludes 0 (exploratory)
-    strata: int
-    p: float = 1.0
-    p_holm: float = 1.0
-    finding: bool = False  # survives the report's multiplicity policy
-
-
-class InteractionView(Frozen):
-    """A two- or three-way interaction, listed once: the k-th difference of rates over the
-    corners where `factors` move from `references` to `levels`."""
-
-    metric: str
-    factors: list[str]
-    levels: list[str]
-    references: list[str]
-    estimate: float
-    low: float
-    high: float
-    clear: bool
-    strata: int
-    p: float = 1.0
-    p_holm: float = 1.0
-    finding: bool = False
-
-    @property
-    def order(self) -> int:
-        return len(self.factors)
-
-    @property
-    def label(self) -> str:
-        return " × ".join(
-            f"{f} ({r} → {lv})" for f, r, lv in zip(self.factors, self.references, self.levels, strict=True)
-        )
-
-
-class NumberEffectView(Frozen):
-    """Main effect of a factor on a numeric metric: both medians, their ratio and the shift."""
-
-    metric: str
-    factor: str
-    level: str
-    reference: str
-    median_level: float
-    median_reference: float
-    n_level: int
-    n_reference: int
-    shift: float  # Hodges-Lehmann, level - reference
-    low: float | None  # exact Mann-Whitney interval; None when no order reaches 95%
-    high: float | None
-    coverage: float | None  # the interval's exact coverage
-    strata: int
-    p: float = 1.0
-    p_holm: float = 1.0
-    finding: bool = False
-
-    @property
-    def ratio(self) -> float | None:
-        return self.median_level / self.median_reference if self.median_reference else None
-
-
-class NeighbourView(Frozen):
-    """The highest cell vs a cell one factor away: does the outcome need that factor's level?"""
-
-    metric: str
-    cell: str
-    factor: str
-    level: str  # the neighbour's level of `factor`
-    k: int
-    n: int
-    p: float
-    p_holm: float = 1.0
-    finding: bool = False
+from orchestrator.report.model import EffectView, InteractionView, NumberEffectView
 
 
 def proportion_views(

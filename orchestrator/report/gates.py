@@ -4,7 +4,7 @@ JUnit export all call this, so they can never disagree about a gate)."""
 from __future__ import annotations
 
 from orchestrator.core.gates import GateCell, GateResult, evaluate
-from orchestrator.report.build import CellView, Report
+from orchestrator.report.model import CellView, Report
 
 
 def check_gates(report: Report) -> list[GateResult]:

@@ -24,7 +24,6 @@ from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
 from orchestrator.report import charts
 from orchestrator.report.build import (
     DRILLDOWN_CAP,
-    Report,
     adaptive_findings,
     adaptive_summary,
     build_report_from_rows,
@@ -39,6 +38,7 @@ from orchestrator.report.build import (
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
+from orchestrator.report.model import Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic

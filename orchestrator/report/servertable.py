@@ -12,8 +12,8 @@ import statistics
 from collections.abc import Sequence
 
 from orchestrator.core.gpustat import PREFIX as GPU_PREFIX
-from orchestrator.core.records import Frozen
 from orchestrator.core.servermetrics import PREFIX as SERVER_PREFIX
+from orchestrator.report.model import ServerRow, ServerTable
 from orchestrator.store.journal import TrialRow
 
 FIRST = (  # the order a reader wants: throughput, TTFT, queue depth, then the rest
@@ -28,18 +28,6 @@ FIRST = (  # the order a reader wants: throughput, TTFT, queue depth, then the r
     "e2e_request_latency_seconds.p99",
 )
 MAX_ROWS = 300
-
-
-class ServerRow(Frozen):
-    metric: str  # e.g. server.decode.sglang:time_to_first_token_seconds.p90
-    unit: str
-    median: dict[str, float]  # cell -> median over its completed trials (cells without a value left out)
-    trials: dict[str, int]  # cell -> trials with a value
-
-
-class ServerTable(Frozen):
-    rows: list[ServerRow]
-    missing: dict[str, int]  # cell -> completed trials with a failed scrape or GPU reading
 
 
 def server_table(data: Sequence[TrialRow]) -> ServerTable | None:

@@ -7,6 +7,10 @@ The planned trials live in plan.json, written once beside run.json when the run 
 created; run.json keeps their count and digest. So rewriting run.json (at the end of a run,
 on restore) never rewrites 100,000 trials, and `orch resume` checks that the rebuilt plan is
 the run's plan by comparing two digests, without loading the stored one.
+
+Nothing here needs a live `Plan`: making a new run's manifest from one, and comparing a rebuilt
+plan with a run's, is store.planrecord. So loading a run (reports, index, status page) does not
+depend on how plans are built.
 """
 
 from __future__ import annotations
@@ -20,10 +24,7 @@ from typing import TypeVar
 
 import pydantic
 
-from orchestrator import __version__
 from orchestrator.core.bounded import MiB, read_bounded_bytes
-from orchestrator.core.model import Host, Inventory
-from orchestrator.core.plan import Plan
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.atomic import write_json_atomic
@@ -49,99 +50,10 @@ def new_run_id(name: str, reports_dir: Path) -> str:
     return run_id
 
 
-def make_manifest(
-    plan: Plan, inventory: Inventory, run_id: str, started: str, testbeds: Sequence[str] = ()
-) -> RunManifest:
-    """The manifest of a new run; `testbeds` names every testbed of a parallel run (default:
-    the plan's one)."""
-    m = plan.matrix
-    redact_text = m.redactor.text
-    names = list(testbeds) or [plan.testbed.name]
-    metrics = {s.name: s.kind for s in m.repro.metrics} | {c.name: "number" for c in m.collect}
-    return RunManifest(
-        run_id=run_id,
-        name=m.name,
-        description=m.description,
-        orch_version=__version__,
-        matrix_path=m.path,
-        matrix_text=redact_text(m.text),
-        matrix_sha256=m.sha256,
-        inventory_path=inventory.path,
-        inventory_text=redact_text(inventory.text),
-        inventory_sha256=inventory.sha256,
-        texts_redacted=redact_text(m.text) != m.text or redact_text(inventory.text) != inventory.text,
-        secret_names=sorted(m.redactor.declared),
-        gates=list(m.gates),
-        testbed=",".join(names),
-        testbeds=names,
-        adaptive=m.adaptive is not None,
-        seed=plan.seed,
-        order=m.order,
-        replicates=plan.replicates,
-        factors={f.name: list(f.level_names) for f in m.factors},
-        baseline=dict(m.baseline),
-        metrics=metrics,
-        plan=planned_trials(plan),
-        plan_trials=len(plan.steps),
-        plan_sha256=digest_of(plan),
-        hosts={role: _describe_host(h) for role, h in plan.testbed.hosts.items()},
-        started=started,
-    )
-
-
-def planned_trials(plan: Plan) -> list[PlannedTrial]:
-    """The plan's trials as the manifest records them (built in one validation pass: a model
-    per trial costs a second per 100,000 when made one by one)."""
-    levels = {c: c.as_dict() for c in plan.cells}
-    return _PLANNED.validate_python(
-        [
-            {
-                "trial": t.index,
-                "round": t.round,
-                "cell": t.cell.id,
-                "levels": levels.get(t.cell) or t.cell.as_dict(),
-                "is_baseline": t.is_baseline,
-            }
-            for t in (s.trial for s in plan.steps)
-        ]
-    )
-
-
-_PLANNED = pydantic.TypeAdapter(list[PlannedTrial])
-
-
 def plan_digest(pairs: Iterable[tuple[int, str]]) -> str:
     """sha256 over one "trial cell" line per planned trial: equal digests, same trials in the
     same order. What run.json keeps and `orch resume` compares."""
     return hashlib.sha256("".join(f"{t} {c}\n" for t, c in pairs).encode("utf-8")).hexdigest()
-
-
-def digest_of(plan: Plan) -> str:
-    """plan_digest of a plan (spelled out: it runs on every resume, over every trial)."""
-    text = "".join([f"{s.trial.index} {s.trial.cell.id}\n" for s in plan.steps])
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def check_same_plan(run_dir: Path, manifest: RunManifest, plan: Plan) -> None:
-    """`orch resume` goes on only with the plan the run started with: the same trials, cells
-    and order (a different orch version, matrix or inventory could change them)."""
-    if len(plan.steps) != manifest.plan_trials or digest_of(plan) != manifest.plan_sha256:
-        raise UsageError(
-            f"{run_dir}: the plan rebuilt from the matrix differs from the run's plan "
-            f"({len(plan.steps)} trials now, {manifest.plan_trials} in the run)",
-            hint="resume needs the same orch version, matrix and inventory",
-        )
-
-
-def _describe_host(h: Host) -> dict[str, str]:
-    return {
-        "address": h.ssh.host if h.ssh else "local",
-        "transport": h.transport,
-        "env_file": h.env_file,
-        "dialect": h.dialect,
-        "units": ", ".join(u.name for u in h.units),
-        "health": h.health,
-    }
 
 
 def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
@@ -161,6 +73,9 @@ def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
     if plan and manifest.plan_trials:
         return manifest.model_copy(update={"plan": trials_of(load_plan(run_dir, manifest))})
     return manifest
+
+
+_PLANNED = pydantic.TypeAdapter(list[PlannedTrial])
 
 
 def trials_of(columns: PlanColumns) -> list[PlannedTrial]:

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from orchestrator.core.model import Matrix
-from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
+from orchestrator.core.steps import Step
 from orchestrator.sweep.sources import OnDecision, StepSource
 
 if TYPE_CHECKING:  # core.sequential loads scipy (~0.5 s): only adaptive runs import it, when they start

@@ -12,124 +12,54 @@ the caller prints. Errors are raised as OrchErrors; the caller maps them to exit
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from orchestrator.core.config import (
-    MAX_REPLICATES,
-    MAX_RETRIES,
     check_against_inventory,
     check_replicates,
     read_inventory,
     read_matrix,
 )
+from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.matrix import warnings_for
-from orchestrator.core.model import Inventory, Matrix, Testbed
-from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.model import Matrix
+from orchestrator.core.plan import make_plan
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
 from orchestrator.errors import LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
-from orchestrator.store.manifest import (
-    check_run_id,
-    check_same_plan,
-    load_manifest,
-    make_manifest,
-    new_run_id,
-    save_manifest,
-)
+from orchestrator.store.manifest import check_run_id, load_manifest, new_run_id, save_manifest
+from orchestrator.store.planrecord import check_same_plan, make_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep import session
 from orchestrator.sweep.adaptive import AdaptiveSource
+from orchestrator.sweep.apitypes import (
+    PreparedSweep,
+    ProgressFor,
+    RestoreOutcome,
+    RestoreRequest,
+    ResumeRequest,
+    Started,
+    SweepOutcome,
+    SweepRequest,
+    SweepStatus,
+    TestbedRestore,
+    TestbedSelection,
+    Warn,
+)
 from orchestrator.sweep.hunt import HuntSource, hunt_plan
-from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, now_iso
+from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, execute, now_iso
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
-
-TestbedSelection = tuple[str, ...] | Literal["all"] | None
-"""None: the inventory's first testbed; names: those (several run in parallel); "all": every one."""
-
-SweepStatus = Literal["completed", "failed", "interrupted"]
-Warn = Callable[[str], None]
-GATE_FAILED = 3  # exit code: the sweep ran, a gate of the matrix failed (CI systems fail the job)
-
-
-# ---------------------------------------------------------------------------- requests
-@dataclass(frozen=True)
-class SweepRequest:
-    """What to run and how; the defaults are `orch run`'s."""
-
-    matrix: Path
-    inventory: Path
-    testbeds: TestbedSelection = None
-    replicates: int | None = None  # None: the matrix's
-    seed: int | None = None  # None: the matrix's, or random
-    reports_dir: Path = Path("reports")
-    run_id: str | None = None  # None: <utc time>-<matrix name>
-    fail_fast: bool = False
-    retries: int = 1  # extra attempts for infrastructure failures
-    break_lock: bool = False
-    deadline: float | None = None  # epoch seconds: start no new trial after it
-    skip_preflight: bool = False
-
-    def __post_init__(self) -> None:
-        if self.replicates is not None and self.replicates < 1:
-            raise UsageError(f"replicates: {self.replicates} is not >= 1")
-        if self.replicates is not None and self.replicates > MAX_REPLICATES:
-            raise UsageError(f"--replicates {self.replicates}: more than {MAX_REPLICATES:,}", hint="fewer replicates")
-        if self.retries < 0:
-            raise UsageError(f"retries: {self.retries} is not >= 0")
-        if self.retries > MAX_RETRIES:
-            raise UsageError(f"--retries {self.retries}: more than {MAX_RETRIES}", hint="a few retries are enough")
-
-
-@dataclass(frozen=True)
-class ResumeRequest:
-    run_dir: Path
-    fail_fast: bool = False
-    break_lock: bool = False
-    deadline: float | None = None
-    # the run's previous controller is known gone, also when it ran on another machine (a shared
-    # PostgreSQL queue held the item's lock): the run's own testbed locks are taken over
-    owner_gone: bool = False
-
-
-@dataclass(frozen=True)
-class RestoreRequest:
-    run_dir: Path
-    break_lock: bool = False
-
-
-def testbeds_from_spec(spec: str | None) -> TestbedSelection:
-    """`-t NAME`, `-t A,B` (parallel testbeds) or `-t all`, as typed (and stored by the queue)."""
-    if spec is None:
-        return None
-    if spec == "all":
-        return "all"
-    names = tuple(n.strip() for n in spec.split(",") if n.strip())
-    if not names:
-        raise UsageError(f"-t {spec!r}: no testbed named", hint="write -t NAME, -t A,B or -t all")
-    if len(set(names)) != len(names):
-        raise UsageError(f"testbed listed twice in -t {spec}")
-    return names
 
 
 # ---------------------------------------------------------------------------- prepare
-@dataclass(frozen=True)
-class PreparedSweep:
-    """A checked sweep before any host is touched: what validate, plan and --dry-run show."""
-
-    plan: Plan
-    inventory: Inventory
-    testbeds: tuple[Testbed, ...]
-    warnings: tuple[str, ...]
-
-
-def prepare(request: SweepRequest) -> PreparedSweep:
-    """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts)."""
+def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep:
+    """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts).
+    With `warn`, the plan's warnings (a huge matrix, ...) are also shown through it."""
     matrix, inventory = load(request.matrix, request.inventory)
     if request.replicates is not None:
         check_replicates(matrix, request.replicates, "--replicates")
@@ -143,6 +73,9 @@ def prepare(request: SweepRequest) -> PreparedSweep:
     for other in testbeds[1:]:
         check_same_roles(plan.testbed, other, inventory)
         check_against_inventory(matrix, other)
+    if warn is not None:
+        for warning in warnings:
+            warn(warning)
     return PreparedSweep(plan, inventory, tuple(testbeds), warnings)
 
 
@@ -179,71 +112,6 @@ def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> No
         )
 
 
-# ---------------------------------------------------------------------------- outcomes
-@dataclass(frozen=True)
-class Started:
-    """A run about to execute trials: given to the caller's progress factory."""
-
-    run_id: str
-    run_dir: Path
-    testbeds: tuple[str, ...]
-    trials: int  # planned
-    left: int  # still to run (all of them, unless resumed)
-    resumed: bool = False
-    torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
-    open_ended: bool = False  # a hunt: `trials` counts those done, the rest is decided as it goes
-
-
-ProgressFor = Callable[[Started], Progress]
-
-
-@dataclass(frozen=True)
-class SweepOutcome:
-    """How a run or resume ended; `completed` and `failed` count trials by their last record."""
-
-    run_dir: Path
-    run_id: str
-    status: SweepStatus
-    completed: int
-    failed: int
-    planned: int
-    interrupted: bool = False
-    deadline_reached: bool = False
-    not_restored: tuple[str, ...] = ()
-    report: Path | None = None
-    report_error: str | None = None  # why the report was not written (the run itself is fine)
-    stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
-    gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed gate check (matrix `gates:`)
-
-    @property
-    def exit_code(self) -> int:
-        """130 interrupted, 1 failed trials / hosts not restored / stopped early, 3 a gate failed."""
-        if self.interrupted:
-            return 130
-        if self.failed or self.not_restored or self.stopped:
-            return 1
-        return GATE_FAILED if self.gates_failed else 0
-
-
-@dataclass(frozen=True)
-class TestbedRestore:
-    testbed: str
-    hosts: tuple[str, ...]
-    backed_up: bool  # False: the run stopped before its first edit, nothing needed restoring
-    not_restored: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class RestoreOutcome:
-    run_dir: Path
-    run_id: str
-    testbeds: tuple[TestbedRestore, ...]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if any(t.not_restored for t in self.testbeds) else 0
-
-
 # ---------------------------------------------------------------------------- run
 def run(
     request: SweepRequest, progress: ProgressFor, *, warn: Warn, prepared: PreparedSweep | None = None
@@ -251,9 +119,7 @@ def run(
     """Start a new run. `prepared` is `prepare(request)` when the caller already made it (its
     warnings are then the caller's to show); otherwise it is made here and they go to `warn`."""
     if prepared is None:
-        prepared = prepare(request)
-        for warning in prepared.warnings:
-            warn(warning)
+        prepared = prepare(request, warn=warn)
     plan, reports_dir = prepared.plan, request.reports_dir
     run_id = check_run_id(request.run_id) if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
@@ -279,7 +145,7 @@ def run(
             total = 0 if hunting else len(plan.steps)
             sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
             result, stopped = _stoppable(
-                lambda: session.execute(
+                lambda: execute(
                     plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=_design(plan, set())
                 )
             )
@@ -384,7 +250,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     )
     with session.connected(testbeds) as deployments:
         result, stopped = _stoppable(
-            lambda: session.execute(
+            lambda: execute(
                 plan, deployments, run_dir, options, done, resume=True, progress=sink, source=_design(plan, done, prior)
             )
         )

@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from orchestrator.core.config import check_against_inventory
-from orchestrator.core.matrix import Trial
-from orchestrator.core.model import Matrix, Testbed
-from orchestrator.core.plan import Plan, Step, new_seed
+from orchestrator.core.inventory import Testbed
+from orchestrator.core.model import Matrix, Trial
+from orchestrator.core.plan import new_seed
 from orchestrator.core.records import TrialRecord
+from orchestrator.core.steps import Plan, Step
 from orchestrator.sweep.sources import StepSource
 
 if TYPE_CHECKING:  # the search (numpy, scipy: ~0.4 s) loads when a hunt starts, not with every `orch` command

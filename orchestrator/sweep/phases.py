@@ -34,11 +34,11 @@ from orchestrator.core.argsvar import resolve
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
-from orchestrator.core.plan import Plan, Step
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import VerifyRule
 from orchestrator.core.startorder import dependants, restart_order
+from orchestrator.core.steps import Plan, Step
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
@@ -167,7 +167,7 @@ class Services:
 
     def mentioned_hosts(self) -> list[tuple[str, HostHandle]]:
         """(host key, handle) of every host whose role the matrix mentions."""
-        return [(key, h) for key, h in self.deployment.hosts.items() if h.role in self.plan.mentioned]
+        return [(key, h) for key, h in self.deployment.hosts.items() if h.role in self.plan.matrix.mentioned]
 
     def cell_bytes(self, role: str, assignments: Mapping[str, CellValue] | None) -> bytes:
         """A host's env file for a cell: its original edited with the cell's assignments (flag
@@ -198,7 +198,7 @@ class Services:
         """What the live process of a host's unit must hold for every key the matrix mentions:
         the cell's value, else what the original file gives (or unset), as the host's dialect
         reads it; an args variable, its original value with the cell's flags set."""
-        mentioned = self.plan.mentioned[self.deployment.hosts[role].role]
+        mentioned = self.plan.matrix.mentioned[self.deployment.hosts[role].role]
         return expected_env(assignments or {}, mentioned, self.original_values(role))
 
     def restart(self, ctx: TrialContext) -> None:

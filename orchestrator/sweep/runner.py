@@ -5,6 +5,14 @@ The only module that sequences a sweep's effects; it receives every edge (deploy
 client, progress sink) as an argument so tests can swap them. A trial's phases live in
 sweep.phases, the backup/restore guard in sweep.hosts, signal handling in sweep.signals.
 
+Several testbeds are full copies of one deployment, each with its own runner, lock and restore
+(`execute`): the runners take the plan's trials from one shared source, in plan order, and write
+one shared journal (each record names its testbed). A testbed therefore stays sequential and
+locked, and N testbeds give close to N times the trials per hour. One testbed is the same call:
+`execute` alone decides how (the runner in this thread, or one runner thread per testbed).
+Ctrl-C / SIGTERM reach the main thread only: with several testbeds it tells every runner to
+stop, and each one finishes its current step, restores its testbed and returns.
+
 Guarantees: a finished trial is in the journal (fsync) before the next one starts; the original
 env files are saved (run dir and host) before the first edit and written back, with the units
 returned to their original state, on normal end, on error, on Ctrl-C and on SIGTERM.
@@ -12,19 +20,21 @@ returned to their original state, on normal end, on error, on Ctrl-C and on SIGT
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import httpx
 import tenacity
 
-from orchestrator.core.plan import Plan, Step
 from orchestrator.core.records import EventRecord, TrialRecord
+from orchestrator.core.steps import Plan, Step
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import Interrupted, JournalError, OrchError
@@ -36,7 +46,7 @@ from orchestrator.sweep.hosts import HostGuard, host_backup_path, unrestored_run
 from orchestrator.sweep.phases import Repro, Services, TrialPhases, redact_env, render_command
 from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature
 from orchestrator.sweep.signals import signals_as_interrupt
-from orchestrator.sweep.sources import StepSource
+from orchestrator.sweep.sources import SourceFactory, StepSource
 
 if TYPE_CHECKING:
     from orchestrator.core.sequential import Decision
@@ -359,3 +369,136 @@ class SharedJournal(Journal):
     def append(self, record: TrialRecord | EventRecord) -> None:
         with self._append_lock:
             super().append(record)
+
+
+# ---------------------------------------------------------------------------- 1..N testbeds
+def execute(
+    plan: Plan,
+    deployments: Sequence[Deployment],
+    run_dir: Path,
+    options: RunOptions,
+    done: set[int],
+    *,
+    locks: Sequence[TestbedLock] | None = None,
+    resume: bool = False,
+    progress: Progress,
+    source: SourceFactory,
+) -> RunResult:
+    """Run the plan's remaining trials on the deployments (one or several), taking them from what
+    `source` makes; every testbed is restored before this returns. The one place that decides how
+    N testbeds are driven."""
+    if len(deployments) == 1:  # the runner in this thread: it handles Ctrl-C and SIGTERM itself
+        runner = Runner(plan, deployments[0], run_dir, options, progress=progress)
+        lock = locks[0] if locks else None
+        return runner.execute(done, resume=resume, lock=lock, source=source(runner.cell_decided))
+    return _execute_parallel(plan, deployments, run_dir, options, done, locks, resume, progress, source)
+
+
+class _SharedProgress:
+    """One progress display for all runners: they report trials; the coordinator starts/stops."""
+
+    def __init__(self, inner: Progress, testbed: str, lock: threading.Lock) -> None:
+        self.inner, self.testbed, self.lock = inner, testbed, lock
+
+    def start(self, total: int, done: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def trial_done(self, record: TrialRecord) -> None:
+        with self.lock:
+            self.inner.trial_done(record)
+
+    def retotal(self, left: int) -> None:
+        with self.lock:
+            self.inner.retotal(left)
+
+    def note(self, message: str) -> None:
+        with self.lock:
+            self.inner.note(f"[{self.testbed}] {message}")
+
+
+def _execute_parallel(
+    plan: Plan,
+    deployments: Sequence[Deployment],
+    run_dir: Path,
+    options: RunOptions,
+    done: set[int],
+    locks: Sequence[TestbedLock] | None,
+    resume: bool,
+    progress: Progress,
+    make_source: SourceFactory,
+) -> RunResult:
+    """A runner thread per deployment, all fed from one step source; their results merged."""
+    journal = SharedJournal(RunDir(run_dir).journal)
+    lock = threading.Lock()
+    runners = [
+        Runner(
+            dataclasses.replace(plan, testbed=d.testbed),
+            d,
+            run_dir,
+            dataclasses.replace(options, backup_subdir=d.testbed.name),
+            progress=_SharedProgress(progress, d.testbed.name, lock),
+        )
+        for d in deployments
+    ]
+    source = make_source(runners[0].cell_decided)
+    results: list[RunResult | None] = [None] * len(runners)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            results[i] = runners[i].execute(
+                done, resume=resume, lock=locks[i] if locks else None, source=source, journal=journal
+            )
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
+            errors.append(exc)
+            source.close()
+
+    threads = [
+        threading.Thread(target=work, args=(i,), name=f"testbed-{d.testbed.name}") for i, d in enumerate(deployments)
+    ]
+    progress.start(len(plan.steps), len(done))
+    interrupted = False
+    try:
+        for t in threads:
+            t.start()
+        interrupted = _join_all(threads, runners)
+    finally:
+        progress.stop()
+        journal.close()  # only once every runner has restored its testbed and returned
+    if errors and not all(isinstance(e, (KeyboardInterrupt, Interrupted)) for e in errors):
+        raise next(e for e in errors if not isinstance(e, (KeyboardInterrupt, Interrupted)))
+    merged = _merge(run_dir, [r for r in results if r is not None])
+    merged.interrupted = merged.interrupted or interrupted or bool(errors)
+    return merged
+
+
+def _join_all(threads: list[threading.Thread], runners: list[Runner]) -> bool:
+    """Wait for every runner to return (each restores its own testbed before it does). Ctrl-C or
+    SIGTERM, which reach only this thread, tell all runners to stop; waiting goes on, so the
+    journal is never closed under a runner that is still restoring. Returns True if interrupted."""
+    interrupted = False
+    while True:
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.2)
+            return interrupted
+        except (KeyboardInterrupt, Interrupted):
+            interrupted = True
+            for r in runners:
+                r.stopping.set()
+
+
+def _merge(run_dir: Path, results: list[RunResult]) -> RunResult:
+    merged = RunResult(run_dir)
+    for r in results:
+        merged.completed += r.completed
+        merged.failed += r.failed
+        merged.interrupted = merged.interrupted or r.interrupted
+        merged.deadline_reached = merged.deadline_reached or r.deadline_reached
+        merged.records += r.records
+        merged.not_restored += r.not_restored
+        for role, info in r.provenance.items():  # testbeds are copies: the first one describes them
+            merged.provenance.setdefault(role, info)
+    return merged

@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from orchestrator.core.plan import Step
 from orchestrator.core.records import TrialRecord
+from orchestrator.core.steps import Step
 
 if TYPE_CHECKING:
     from orchestrator.core.sequential import Decision

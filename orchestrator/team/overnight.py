@@ -21,24 +21,33 @@ from typing import Protocol
 
 from orchestrator.errors import LockError, OrchError
 from orchestrator.store.manifest import new_run_id
-from orchestrator.sweep import api
-from orchestrator.sweep.api import PreparedSweep, ProgressFor, ResumeRequest, Started, SweepRequest, Warn
-from orchestrator.sweep.runner import Progress
+from orchestrator.sweep.apitypes import (
+    PreparedSweep,
+    ProgressFor,
+    ResumeRequest,
+    Started,
+    SweepOutcome,
+    SweepRequest,
+    Warn,
+    testbeds_from_spec,
+)
+from orchestrator.sweep.progress import Progress
 from orchestrator.team.livestatus import LiveStatus, Tee
 from orchestrator.team.queue import QueueItem
 from orchestrator.team.queue import SweepOutcome as ItemOutcome
 
 
 class SweepApi(Protocol):
-    """The part of `orchestrator.sweep.api` the queue calls (the module itself; tests pass a stub)."""
+    """The part of `orchestrator.sweep.api` the queue calls: the CLI passes the module itself,
+    tests a stub. Given, not imported, so the queue sits beside the sweep machinery, not on it."""
 
     def prepare(self, request: SweepRequest) -> PreparedSweep: ...
 
     def run(
         self, request: SweepRequest, progress: ProgressFor, *, warn: Warn, prepared: PreparedSweep | None = None
-    ) -> api.SweepOutcome: ...
+    ) -> SweepOutcome: ...
 
-    def resume(self, request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> api.SweepOutcome: ...
+    def resume(self, request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> SweepOutcome: ...
 
 
 @dataclass(frozen=True)
@@ -47,11 +56,11 @@ class QueueSweep:
 
     reports: Path
     terminal: ProgressFor  # the caller's display of a starting run (announce it, show a bar)
-    show: Callable[[api.SweepOutcome], None]  # the caller's display of a finished one
+    show: Callable[[SweepOutcome], None]  # the caller's display of a finished one
     note: Callable[[str], None]  # the queue's own lines, e.g. "queue: item 1 (x.yaml): starting"
     error: Callable[[QueueItem, str], None]  # an item that could not run, and why
     warn: Warn
-    sweeps: SweepApi = dataclasses.field(default=api)
+    sweeps: SweepApi  # `orchestrator.sweep.api`
     owner_gone: bool = False  # the store's claims prove a resumable item's earlier controller gone
 
     def __call__(self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]) -> ItemOutcome:
@@ -73,7 +82,7 @@ class QueueSweep:
 
     def _start_or_resume(
         self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]
-    ) -> api.SweepOutcome:
+    ) -> SweepOutcome:
         resumable = item.resumable_run
         progress = self._progress_for(item)
         if resumable is not None:
@@ -83,7 +92,7 @@ class QueueSweep:
         request = SweepRequest(
             matrix,
             inventory,
-            api.testbeds_from_spec(item.testbed),  # `-t a,b` / `-t all`: as `orch run` does
+            testbeds_from_spec(item.testbed),  # `-t a,b` / `-t all`: as `orch run` does
             reports_dir=self.reports,
             deadline=deadline,
         )
@@ -146,9 +155,7 @@ def _write_once(path: Path, text: str) -> Path:
     return path
 
 
-def item_outcome(
-    outcome: api.SweepOutcome, deadline: float | None, clock: Callable[[], float] = time.time
-) -> ItemOutcome:
+def item_outcome(outcome: SweepOutcome, deadline: float | None, clock: Callable[[], float] = time.time) -> ItemOutcome:
     """How the queue records a sweep that ran (pure but for the clock)."""
     counts = f"{outcome.completed + outcome.failed}/{outcome.planned} trials, {outcome.failed} failed"
     code, run_dir = outcome.exit_code, outcome.run_dir

@@ -15,7 +15,7 @@ from helpers.sim_sweep import ENV_FILES, make_inventory
 
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.edges.deployment import connect
+from orchestrator.edges.connect import connect
 from orchestrator.sweep.runner import Runner, RunOptions
 
 pytestmark = pytest.mark.sim

@@ -49,7 +49,7 @@ def test_secret_values_are_redacted_in_journal_report_and_output(bed: SimBed, ca
 def test_secret_values_are_not_in_the_run_manifest(bed: SimBed) -> None:
     from orchestrator.core.config import read_inventory, read_matrix
     from orchestrator.core.plan import make_plan
-    from orchestrator.store.manifest import make_manifest
+    from orchestrator.store.planrecord import make_manifest
 
     bed.write_matrix(matrix_yaml(replicates=1, extra_factor=SECRETS))
     matrix, inventory = read_matrix(bed.matrix), read_inventory(bed.inventory)

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 from orchestrator.core.config import read_inventory, read_matrix
-from orchestrator.core.plan import Plan, make_plan
+from orchestrator.core.plan import make_plan
 from orchestrator.core.records import RunManifest
-from orchestrator.store.manifest import make_manifest
+from orchestrator.core.steps import Plan
+from orchestrator.store.planrecord import make_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import httpx
 from fakes import REPRO_OUTPUT, FakeServiceManager, FakeTransport, FakeUnit
 
 from orchestrator.core.config import read_inventory
-from orchestrator.core.model import Testbed
+from orchestrator.core.inventory import Testbed
 from orchestrator.edges.deployment import Deployment, HostHandle
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from fakes import FakeBed, FakeServiceManager, FakeUnit, Role, flag, make_bed, make_plan, runner_for
 
-from orchestrator.core.plan import Plan
+from orchestrator.core.steps import Plan
 from orchestrator.edges.preflight import preflight
 from orchestrator.errors import PreflightError
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
-from orchestrator.core.plan import Plan
+from orchestrator.core.steps import Plan
 from orchestrator.edges.identity import Holder
 from orchestrator.edges.preflight import preflight
 from orchestrator.errors import PreflightError

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fakes import METRICS, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
-from orchestrator.core.plan import Plan
+from orchestrator.core.steps import Plan
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import LockError
 from orchestrator.sweep.runner import RunResult

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, remote_repro, runner_for
 
-from orchestrator.core.plan import Plan
 from orchestrator.core.records import Failure, TrialRecord
+from orchestrator.core.steps import Plan
 from orchestrator.sweep.progress import summarize
 from orchestrator.sweep.runner import RepeatedFailure, RepeatedFailures, failure_signature
 

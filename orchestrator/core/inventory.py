@@ -1,0 +1,110 @@
+"""What an inventory is once read: testbeds, their hosts, and how orch reaches each one.
+
+A module of its own, apart from the matrix's types (core.model) and the YAML reader
+(core.config): the edges (transports, service managers, deployments) and the host-side steps
+of a sweep handle hosts and never a matrix, so they sit right above this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.errors import ConfigError
+
+Dialect = Literal["systemd", "shell"]
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    host: str
+    port: int
+    user: str
+    key: str | None
+    known_hosts: str | None
+    accept_new_host_keys: bool
+    connect_timeout: float
+    sudo: bool
+
+
+@dataclass(frozen=True)
+class UnitSpec:
+    name: str
+    command: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    role: str
+    transport: Literal["local", "ssh"]
+    ssh: SshSettings | None
+    env_file: str
+    dialect: Dialect
+    units: tuple[UnitSpec, ...]
+    url: str
+    health: str
+    health_timeout_s: float
+    startup_estimate_s: float
+    verify_env: bool
+    after: tuple[str, ...]
+    health_tunnel: bool = False
+    # a role of several hosts (Testbed.hosts is keyed by `key`): `decode.0`, `decode.n1`, `decode.0.n1`
+    member: str = ""  # "" for a role's only host: its key is the role
+    rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
+    group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
+
+    @property
+    def key(self) -> str:
+        return self.member or self.role
+
+    @property
+    def label(self) -> str:
+        if self.ssh:
+            return f"{self.key} ({self.ssh.host}:{self.ssh.port})"
+        return f"{self.key} (local)"
+
+
+@dataclass(frozen=True)
+class Testbed:
+    name: str
+    description: str
+    hosts: dict[str, Host]  # host key -> host, in declared order (the key is the role, for a role of one host)
+    state_dir: Path | None
+
+    @cached_property
+    def roles(self) -> dict[str, tuple[str, ...]]:
+        """role -> its hosts' keys, in declared order (one key, the role's name, for most roles)."""
+        out: dict[str, list[str]] = {}
+        for key, host in self.hosts.items():
+            out.setdefault(host.role, []).append(key)
+        return {role: tuple(keys) for role, keys in out.items()}
+
+    def first(self, role: str) -> Host:
+        """The role's first host (rank 0 of its first instance): where `repro.on: ROLE` runs and
+        what {ROLE_url} means."""
+        return self.hosts[self.roles[role][0]]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    testbeds: dict[str, Testbed]
+    path: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def testbed(self, name: str | None) -> Testbed:
+        if name is None:
+            return next(iter(self.testbeds.values()))
+        if name not in self.testbeds:
+            raise ConfigError(
+                f"no testbed named {name!r}",
+                file=self.path,
+                hint=f"known: {', '.join(self.testbeds)}",
+            )
+        return self.testbeds[name]

@@ -1,0 +1,163 @@
+"""The sweep API's typed values: the requests a caller hands `sweep.api` and the outcomes it
+gets back.
+
+A module of its own, below `sweep.api`, so that code which only builds requests or shows
+outcomes (the CLI's argument and output helpers, the overnight queue) does not import the
+machinery that runs a sweep: they stay a short chain of imports above the core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from orchestrator.core.config import MAX_REPLICATES, MAX_RETRIES
+from orchestrator.core.inventory import Inventory, Testbed
+from orchestrator.core.steps import Plan
+from orchestrator.errors import UsageError
+from orchestrator.sweep.progress import Progress
+
+TestbedSelection = tuple[str, ...] | Literal["all"] | None
+"""None: the inventory's first testbed; names: those (several run in parallel); "all": every one."""
+
+SweepStatus = Literal["completed", "failed", "interrupted"]
+Warn = Callable[[str], None]
+GATE_FAILED = 3  # exit code: the sweep ran, a gate of the matrix failed (CI systems fail the job)
+
+
+# ---------------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class SweepRequest:
+    """What to run and how; the defaults are `orch run`'s."""
+
+    matrix: Path
+    inventory: Path
+    testbeds: TestbedSelection = None
+    replicates: int | None = None  # None: the matrix's
+    seed: int | None = None  # None: the matrix's, or random
+    reports_dir: Path = Path("reports")
+    run_id: str | None = None  # None: <utc time>-<matrix name>
+    fail_fast: bool = False
+    retries: int = 1  # extra attempts for infrastructure failures
+    break_lock: bool = False
+    deadline: float | None = None  # epoch seconds: start no new trial after it
+    skip_preflight: bool = False
+
+    def __post_init__(self) -> None:
+        if self.replicates is not None and self.replicates < 1:
+            raise UsageError(f"replicates: {self.replicates} is not >= 1")
+        if self.replicates is not None and self.replicates > MAX_REPLICATES:
+            raise UsageError(f"--replicates {self.replicates}: more than {MAX_REPLICATES:,}", hint="fewer replicates")
+        if self.retries < 0:
+            raise UsageError(f"retries: {self.retries} is not >= 0")
+        if self.retries > MAX_RETRIES:
+            raise UsageError(f"--retries {self.retries}: more than {MAX_RETRIES}", hint="a few retries are enough")
+
+
+@dataclass(frozen=True)
+class ResumeRequest:
+    run_dir: Path
+    fail_fast: bool = False
+    break_lock: bool = False
+    deadline: float | None = None
+    # the run's previous controller is known gone, also when it ran on another machine (a shared
+    # PostgreSQL queue held the item's lock): the run's own testbed locks are taken over
+    owner_gone: bool = False
+
+
+@dataclass(frozen=True)
+class RestoreRequest:
+    run_dir: Path
+    break_lock: bool = False
+
+
+def testbeds_from_spec(spec: str | None) -> TestbedSelection:
+    """`-t NAME`, `-t A,B` (parallel testbeds) or `-t all`, as typed (and stored by the queue)."""
+    if spec is None:
+        return None
+    if spec == "all":
+        return "all"
+    names = tuple(n.strip() for n in spec.split(",") if n.strip())
+    if not names:
+        raise UsageError(f"-t {spec!r}: no testbed named", hint="write -t NAME, -t A,B or -t all")
+    if len(set(names)) != len(names):
+        raise UsageError(f"testbed listed twice in -t {spec}")
+    return names
+
+
+# ---------------------------------------------------------------------------- prepared
+@dataclass(frozen=True)
+class PreparedSweep:
+    """A checked sweep before any host is touched: what validate, plan and --dry-run show."""
+
+    plan: Plan
+    inventory: Inventory
+    testbeds: tuple[Testbed, ...]
+    warnings: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------- outcomes
+@dataclass(frozen=True)
+class Started:
+    """A run about to execute trials: given to the caller's progress factory."""
+
+    run_id: str
+    run_dir: Path
+    testbeds: tuple[str, ...]
+    trials: int  # planned
+    left: int  # still to run (all of them, unless resumed)
+    resumed: bool = False
+    torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
+    open_ended: bool = False  # a hunt: `trials` counts those done, the rest is decided as it goes
+
+
+ProgressFor = Callable[[Started], Progress]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """How a run or resume ended; `completed` and `failed` count trials by their last record."""
+
+    run_dir: Path
+    run_id: str
+    status: SweepStatus
+    completed: int
+    failed: int
+    planned: int
+    interrupted: bool = False
+    deadline_reached: bool = False
+    not_restored: tuple[str, ...] = ()
+    report: Path | None = None
+    report_error: str | None = None  # why the report was not written (the run itself is fine)
+    stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
+    gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed gate check (matrix `gates:`)
+
+    @property
+    def exit_code(self) -> int:
+        """130 interrupted, 1 failed trials / hosts not restored / stopped early, 3 a gate failed."""
+        if self.interrupted:
+            return 130
+        if self.failed or self.not_restored or self.stopped:
+            return 1
+        return GATE_FAILED if self.gates_failed else 0
+
+
+@dataclass(frozen=True)
+class TestbedRestore:
+    testbed: str
+    hosts: tuple[str, ...]
+    backed_up: bool  # False: the run stopped before its first edit, nothing needed restoring
+    not_restored: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RestoreOutcome:
+    run_dir: Path
+    run_id: str
+    testbeds: tuple[TestbedRestore, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(t.not_restored for t in self.testbeds) else 0
