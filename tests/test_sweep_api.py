@@ -73,6 +73,15 @@ def test_prepare_plans_on_the_first_testbed_by_default() -> None:
     assert len(prepared.plan.steps) == 2 * len(prepared.plan.cells) and prepared.warnings == ()
 
 
+def test_prepare_shows_its_warnings_through_warn_when_given() -> None:
+    big = api.SweepRequest(ABLATION, LOCAL, replicates=2_000, seed=1)  # 16,000 trials: over WARN_TRIALS
+    shown: list[str] = []
+    prepared = api.prepare(big, warn=shown.append)
+    assert len(prepared.warnings) == 1 and "16,000 trials" in prepared.warnings[0]
+    assert shown == list(prepared.warnings)
+    assert api.prepare(big).warnings == prepared.warnings  # without warn: in the result only
+
+
 def test_prepare_selects_several_testbeds(tmp_path: Path) -> None:
     inventory = two_testbeds(tmp_path)
     every = api.prepare(api.SweepRequest(ABLATION, inventory, testbeds="all"))
