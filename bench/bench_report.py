@@ -28,13 +28,9 @@ sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared wi
 from helpers.report_synth import ALL_OFF, synthetic_run, write_run  # noqa: E402
 
 from orchestrator.report.build import build_report  # noqa: E402
-from orchestrator.report.render import (  # noqa: E402
-    load_manifest,
-    load_trials,
-    render_report,
-    write_report,
-    write_text_atomic,
-)
+from orchestrator.report.render import load_trials, render_report, write_report  # noqa: E402
+from orchestrator.store.atomic import write_text_atomic  # noqa: E402
+from orchestrator.store.manifest import load_manifest  # noqa: E402
 
 
 def peak_rss_mb() -> float:

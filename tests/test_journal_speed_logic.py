@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, headline
-from orchestrator.report.render import load_manifest, load_report, load_trials
+from orchestrator.report.render import load_report, load_trials
 from orchestrator.store import journal as journal_mod
 from orchestrator.store.journal import (
     Journal,
@@ -37,6 +37,7 @@ from orchestrator.store.journal import (
     repair_torn_tail,
     trial_statuses,
 )
+from orchestrator.store.manifest import load_manifest
 
 SIZES = [pytest.param(None, id="default-sizes"), pytest.param((7, 5), id="tiny-blocks")]
 _COUNTER = itertools.count()

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 
+from orchestrator.core.redact import REDACTED
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.report import charts
-from orchestrator.report.build import REDACTED, build_report
+from orchestrator.report.build import build_report
 from orchestrator.report.render import render_report, write_report
 from orchestrator.report.site import write_index
 

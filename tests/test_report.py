@@ -6,8 +6,8 @@ import pytest
 from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core.records import Failure, MetricValue, TrialRecord
-from orchestrator.core.redact import Redactor
-from orchestrator.report.build import REDACTED, build_report, fmt_p, fmt_rate, safe_href
+from orchestrator.core.redact import REDACTED, Redactor
+from orchestrator.report.build import build_report, fmt_p, fmt_rate, safe_href
 from orchestrator.report.model import RateView, Report
 
 

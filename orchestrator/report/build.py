@@ -30,7 +30,7 @@ import pandas as pd
 from orchestrator.core import clustered, findings, power, ranks, stats, trialexact
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
-from orchestrator.core.redact import REDACTED, SECRET_NAME, Redactor  # noqa: F401 (re-exported)
+from orchestrator.core.redact import Redactor
 from orchestrator.report.effects import number_views, proportion_views
 from orchestrator.report.model import (
     BoxStats,

@@ -173,7 +173,8 @@ class ComparisonPage:
 def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> ComparisonPage:
     """Write the comparison page; return it with the warnings about suspect runs."""
     from orchestrator.report.build import build_report, suspect_reasons
-    from orchestrator.report.render import csp, environment, load_manifest, load_trials
+    from orchestrator.report.render import csp, environment, load_trials
+    from orchestrator.store.manifest import load_manifest
 
     a, b = load_manifest(run_a), load_manifest(run_b)
     (ta, torn_a), (tb, torn_b) = load_trials(run_a), load_trials(run_b)

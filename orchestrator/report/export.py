@@ -116,7 +116,8 @@ def check_output(out: Path) -> None:
 
 
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
-    from orchestrator.report.render import load_manifest, load_trials
+    from orchestrator.report.render import load_trials
+    from orchestrator.store.manifest import load_manifest
 
     if out is not None:
         check_output(out)

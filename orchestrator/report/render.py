@@ -43,7 +43,7 @@ from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import TrialRow, iter_records, read_journal, read_records_at, read_trial_rows
-from orchestrator.store.manifest import load_manifest  # noqa: F401 (site, compare, export, notify import it from here)
+from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 
 TRIAL_ORDER_SHOWN = 2000

@@ -20,10 +20,11 @@ from markupsafe import Markup
 from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
 from orchestrator.report.hunt import HUNT_PAGE
-from orchestrator.report.render import RunSummary, csp, environment, fresh_summary, load_manifest
+from orchestrator.report.render import RunSummary, csp, environment, fresh_summary
 from orchestrator.report.series import SeriesPoint
 from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import ReportsDir, RunDir
 
 # Filters for the runs table (matrix, testbed, status); allowed by hash in the page's CSP.

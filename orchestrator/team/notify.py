@@ -118,10 +118,8 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
     """The summary of a run directory: status from the manifest, counts, the result sentence and
     the reasons to doubt the data, from the report model (the same words as the report)."""
     from orchestrator.report.build import build_report, result_headline, suspect_reasons
-    from orchestrator.report.render import (  # the report stack (pandas, scipy): only when sending
-        load_manifest,
-        load_trials,
-    )
+    from orchestrator.report.render import load_trials  # the report stack (pandas, scipy): only when sending
+    from orchestrator.store.manifest import load_manifest
 
     manifest = load_manifest(run_dir)
     trials, torn = load_trials(run_dir)
