@@ -14,7 +14,7 @@ from orchestrator.errors import UsageError
 from orchestrator.store import manifest as runs
 from orchestrator.store.manifest import PLAN_FILE, load_manifest, save_manifest
 from orchestrator.sweep import api, session
-from orchestrator.sweep.runner import QuietProgress
+from orchestrator.sweep.progress import QuietProgress
 
 
 class Connected(Exception):

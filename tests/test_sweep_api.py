@@ -17,7 +17,7 @@ from orchestrator.errors import LockError, OrchError, UsageError
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep import api, apitypes
-from orchestrator.sweep.runner import QuietProgress
+from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.livestatus import LiveStatus, Tee
 from orchestrator.team.overnight import QueueSweep, item_outcome
 from orchestrator.team.queue import QueueItem

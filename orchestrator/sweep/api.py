@@ -51,8 +51,10 @@ from orchestrator.sweep.apitypes import (
     TestbedSelection,
     Warn,
 )
+from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hunt import HuntSource, hunt_plan
-from orchestrator.sweep.runner import Progress, RepeatedFailure, Runner, RunOptions, RunResult, execute, now_iso
+from orchestrator.sweep.progress import Progress
+from orchestrator.sweep.runner import RepeatedFailure, Runner, RunOptions, RunResult, execute
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
 
 

@@ -42,30 +42,14 @@ from orchestrator.store.atomic import run_file_op
 from orchestrator.store.journal import Journal
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.clock import now_iso
-from orchestrator.sweep.hosts import HostGuard, host_backup_path, unrestored_runs
-from orchestrator.sweep.phases import Repro, Services, TrialPhases, redact_env, render_command
+from orchestrator.sweep.hosts import HostGuard
+from orchestrator.sweep.phases import Repro, Services, TrialPhases
 from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature
 from orchestrator.sweep.signals import signals_as_interrupt
 from orchestrator.sweep.sources import SourceFactory, StepSource
 
 if TYPE_CHECKING:
     from orchestrator.core.sequential import Decision
-
-__all__ = [
-    "Progress",
-    "RepeatedFailure",
-    "QuietProgress",
-    "RunOptions",
-    "RunResult",
-    "Runner",
-    "SharedJournal",
-    "failure_signature",
-    "host_backup_path",
-    "now_iso",
-    "redact_env",
-    "render_command",
-    "unrestored_runs",
-]
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ class StatusFile(BaseModel):
 
 
 class LiveStatus:
-    """A Progress sink (runner.Progress) that keeps run_dir/status.json up to date.
+    """A Progress sink (sweep.progress.Progress) that keeps run_dir/status.json up to date.
 
     Never fails a sweep: a status file that cannot be written is given up on silently (the
     journal, not this file, is the record of the run); `error` says why.

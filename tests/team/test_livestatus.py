@@ -12,7 +12,7 @@ from helpers.report_synth import synthetic_run, write_run
 from orchestrator.cli.main import main
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.store.manifest import save_manifest
-from orchestrator.sweep.runner import QuietProgress
+from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.livestatus import LiveStatus, StatusFile, Tee, judge, live_runs, queue_view, snapshot
 from orchestrator.team.queue import Claimer, Queue
 

@@ -13,8 +13,8 @@ from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, remote_rep
 
 from orchestrator.core.records import Failure, TrialRecord
 from orchestrator.core.steps import Plan
-from orchestrator.sweep.progress import summarize
-from orchestrator.sweep.runner import RepeatedFailure, RepeatedFailures, failure_signature
+from orchestrator.sweep.progress import failure_signature, summarize
+from orchestrator.sweep.runner import RepeatedFailure, RepeatedFailures
 
 VALID = [
     {"regex": r"error=(?P<value>\d+)", "max": 0},
