@@ -37,7 +37,6 @@ from orchestrator.team.queuestore import NewItem as NewItem
 from orchestrator.team.queuestore import QueueError as QueueError
 from orchestrator.team.queuestore import QueueItem as QueueItem
 from orchestrator.team.queuestore import QueueStore as QueueStore
-from orchestrator.team.queuestore import _process_start as _process_start
 from orchestrator.team.queuestore import insert_values, item_from_row
 from orchestrator.team.queuestore import now_iso as now_iso
 

@@ -56,7 +56,7 @@ class Claimer:
 
     @classmethod
     def current(cls) -> "Claimer":
-        return cls(socket.gethostname(), os.getpid(), _process_start(os.getpid()) or 0)
+        return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()) or 0)
 
     def encode(self) -> str:
         return f"{self.host}:{self.pid}:{self.start}"
@@ -70,10 +70,10 @@ class Claimer:
         """False only when we can tell: same host, and that process is gone (or another one)."""
         if self.host != socket.gethostname():
             return True
-        return _process_start(self.pid) == self.start
+        return process_start(self.pid) == self.start
 
 
-def _process_start(pid: int) -> int | None:
+def process_start(pid: int) -> int | None:
     """Start time (ticks since boot) of a live, non-zombie process, or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

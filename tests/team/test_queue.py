@@ -24,11 +24,11 @@ from orchestrator.team.queue import (
     QueueError,
     QueueItem,
     SweepOutcome,
-    _process_start,
     item_state_after,
     parse_until,
     run_queue,
 )
+from orchestrator.team.queuestore import process_start
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_dead_claims_are_taken_back(queue: Queue, tmp_path: Path) -> None:
     (run_dir / "run.json").write_text("{}")
     runner = subprocess.Popen(["sleep", "60"])
     try:
-        start = _process_start(runner.pid)
+        start = process_start(runner.pid)
         assert start is not None
         for _ in (started, fresh):
             assert queue.claim(claimer=Claimer(socket.gethostname(), runner.pid, start)) is not None
