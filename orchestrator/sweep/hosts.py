@@ -151,6 +151,19 @@ class HostGuard:
             elif (role, unit) in self.started_units or h.services.state(unit).is_active:
                 h.services.stop(unit)
         _remove_host_backup(h, self.run_id)
+        remove_write_leftovers(h)
+
+
+def remove_write_leftovers(h: HostHandle) -> None:
+    """Remove the temp files of env-file writes a killed controller left half done beside the
+    host's env file (`.NAME.orch-XXXXXX`, both transports' name; the file itself is always
+    either the old or the new one). Safe while this run holds the testbed's lock: no other orch
+    writes that file then."""
+    h.transport.run(["sh", "-c", WRITE_LEFTOVERS, "orch-tidy", h.host.env_file], check=False, sudo=_sudo(h))
+
+
+# $1 = the env file; its temp files sit beside the file it resolves to (writes go through symlinks)
+WRITE_LEFTOVERS = 'p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
 
 
 def host_backup_path(env_file: str, run_id: str) -> str:

@@ -32,6 +32,8 @@ from orchestrator.edges.services.systemd import (
     pick_server,
 )
 from orchestrator.edges.transport.ssh import (
+    _WRITE_SCRIPT,
+    _WRITE_THEN_RUN_SCRIPT,
     SshTransport,
     _drain,
     _UnknownHostKey,
@@ -103,6 +105,29 @@ def test_argv_is_quoted_word_by_word() -> None:
     line = command_line(words, sudo=False, timeout=None)
     assert shlex.split(line) == words
     assert sh(line) == "a b|$(touch /nonexistent/x)|`id`|it's||"
+
+
+def write_remotely(script: str, path: Path, sent: bytes, length: int, *more: str) -> subprocess.CompletedProcess[bytes]:
+    """The remote half of an SSH write, run by a real local sh: `sent` on its stdin."""
+    argv = ["sh", "-c", script, "orch-write", str(path), str(length), *more]
+    return subprocess.run(argv, input=sent, capture_output=True, check=False)
+
+
+@pytest.mark.process
+def test_a_write_cut_short_leaves_the_file_unchanged(tmp_path: Path) -> None:
+    """A controller killed mid-send closes stdin early: `cat` ends without an error on part of
+    the file, and only the length check keeps the part from being renamed into place."""
+    path = tmp_path / "decode.env"
+    path.write_bytes(b"OLD=1\n")
+    new = b"SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=0\n"
+    cut = write_remotely(_WRITE_SCRIPT, path, new[:10], len(new))
+    assert cut.returncode == 1 and b"received 10 of 38 bytes" in cut.stderr
+    assert path.read_bytes() == b"OLD=1\n" and [p.name for p in tmp_path.iterdir()] == ["decode.env"]
+    then = write_remotely(_WRITE_THEN_RUN_SCRIPT, path, new[:10], len(new), "2", "5", "echo ran")
+    assert then.returncode == 1 and b"ran" not in then.stdout  # nor does the command run
+    whole = write_remotely(_WRITE_THEN_RUN_SCRIPT, path, new, len(new), "2", "5", "echo ran")
+    assert whole.returncode == 0 and whole.stdout == b"orch-written\nran\n" and path.read_bytes() == new
+    assert [p.name for p in tmp_path.iterdir()] == ["decode.env"]
 
 
 @pytest.mark.process

@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.core.inventory import Host
+from orchestrator.edges.deployment import HostHandle
 from orchestrator.edges.transport import Transport
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.errors import CommandFailed, TransportError
+from orchestrator.sweep.hosts import remove_write_leftovers
 
 from .helpers import pid_running, wait_until
 
@@ -96,6 +99,39 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_files(t: LocalTransport, tmp
     assert stat.S_IMODE(path.stat().st_mode) == 0o640
     assert path.stat().st_ino != inode  # replaced by rename, never rewritten in place
     assert [p.name for p in tmp_path.iterdir()] == ["decode.env"]
+
+
+def test_atomic_write_goes_through_a_symlink_as_over_ssh(t: LocalTransport, tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "decode.env"
+    target.write_bytes(b"old\n")
+    link = tmp_path / "decode.env"
+    link.symlink_to(target)
+    t.write_bytes_atomic(str(link), b"new\n")
+    assert link.is_symlink() and target.read_bytes() == b"new\n"  # the link survives
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["decode.env"]
+
+
+@pytest.mark.process
+def test_a_killed_writes_temp_file_is_removed_beside_the_resolved_file(t: LocalTransport, tmp_path: Path) -> None:
+    """What a controller killed between the temp file and the rename leaves, and only that, is
+    removed (the restore runs this on every host)."""
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "decode.env"
+    target.write_bytes(b"K=1\n")
+    (tmp_path / "decode.env").symlink_to(target)
+    leftover = tmp_path / "real" / ".decode.env.orch-k1ll3d"  # the temp name both transports use
+    leftover.write_bytes(b"K=")
+    kept = [tmp_path / "real" / n for n in ("decode.env.orch-lock", ".prefill.env.orch-x1", "decode.env.orch-backup-r")]
+    for path in kept:
+        path.write_bytes(b"x")
+    handle = HostHandle(
+        Host("decode", "local", None, str(tmp_path / "decode.env"), "systemd", (), "", "", 1.0, 1.0, False, ()),
+        t,
+        None,  # type: ignore[arg-type]
+    )
+    remove_write_leftovers(handle)
+    assert not leftover.exists() and all(path.exists() for path in kept) and target.read_bytes() == b"K=1\n"
 
 
 def test_atomic_write_into_a_missing_directory_is_a_transport_error(t: LocalTransport, tmp_path: Path) -> None:

@@ -108,6 +108,18 @@ def test_restore_after_a_failed_sweep_puts_files_and_units_back(tmp_path: Path) 
     assert bed.unit("prefill").env["PREFILL_FLAG"] == "0"  # type: ignore[index]
 
 
+def test_the_restore_removes_a_killed_writes_temp_file_beside_the_env_file(tmp_path: Path) -> None:
+    """A controller killed between an env write's temp file and its rename leaves the temp file
+    (the env file itself is old or new, never torn); the next restore removes it."""
+    bed = two_roles()
+    before = bed.states()
+    leftover = bed.env_file("decode").rpartition("/")
+    bed.transports["decode"].files[f"{leftover[0]}/.{leftover[2]}.orch-k1ll3d"] = b"DECODE_FL"
+    result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run").execute()
+    assert result.not_restored == []
+    assert_restored(bed, before)  # only the env file is left on each host
+
+
 def test_ctrl_c_mid_sweep_stops_and_restores(tmp_path: Path) -> None:
     bed = two_roles()
     before = bed.states()

@@ -115,8 +115,12 @@ class LocalTransport:
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Temp file in the same directory, fsync, keep mode and owner, rename, fsync the dir:
-        a crash leaves either the old or the new file, never a torn one."""
-        directory = os.path.dirname(os.path.abspath(path))
+        a crash leaves either the old or the new file, never a torn one. As over SSH: a
+        symlinked file is written through (the link survives), and the temp file is named
+        `.NAME.orch-XXXXXXXX` beside the target (a killed controller's is removed by the
+        restore, sweep.hosts.remove_write_leftovers)."""
+        path = os.path.realpath(path)
+        directory = os.path.dirname(path)
         try:
             old = os.stat(path)
         except FileNotFoundError:
@@ -124,7 +128,7 @@ class LocalTransport:
         except OSError as exc:
             raise TransportError(self.host, f"cannot stat {path}: {exc.strerror}") from exc
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".orch-tmp", dir=directory)
+            fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.orch-", dir=directory)
         except OSError as exc:
             raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
         try:

@@ -56,8 +56,10 @@ BACKSTOP_S = 5.0  # local deadline = timeout + grace + this, if the host stops a
 TIMED_OUT_CODES = (124, 137)  # coreutils timeout: TERM worked / had to KILL
 FILE_OP_TIMEOUT_S = 120.0  # read/write/exists give up on a host that stopped answering
 
-# The remote half of write_bytes_atomic. $1 = target path; data arrives on stdin.
-# A symlinked env file is written through (readlink -f) so the link survives.
+# The remote half of write_bytes_atomic. $1 = target path, $2 = its length; data arrives on stdin.
+# A symlinked env file is written through (readlink -f) so the link survives. The length is
+# checked before the rename: a controller killed mid-send closes stdin early, and `cat` would
+# then end without an error on a part of the file.
 _WRITE_SCRIPT = r"""
 set -u
 fail() { echo "orch-write: $*" >&2; exit 1; }
@@ -66,6 +68,8 @@ d=${p%/*}; d=${d:-/}; b=${p##*/}
 t=$(mktemp -- "$d/.$b.orch-XXXXXX") || fail "cannot create a temp file in $d"
 trap 'rm -f -- "$t"' EXIT
 cat > "$t" || fail "cannot write $t"
+n=$(wc -c < "$t") || fail "cannot read back $t"
+[ $((n)) -eq "$2" ] || fail "received $((n)) of $2 bytes; $p is unchanged"
 if [ -e "$p" ]; then
   chown --reference="$p" -- "$t" || fail "cannot keep the owner of $p"
   chmod --reference="$p" -- "$t" || fail "cannot keep the mode of $p"
@@ -78,9 +82,9 @@ trap - EXIT
 sync -- "$d" 2>/dev/null || true
 """
 # write_then_run: the write above, then (written: a marker line first) the command, bounded on the host.
-# argv: PATH KILL_GRACE TIMEOUT COMMAND
+# argv: PATH LENGTH KILL_GRACE TIMEOUT COMMAND
 WRITTEN = "orch-written"
-_WRITE_THEN_RUN_SCRIPT = _WRITE_SCRIPT + f'echo {WRITTEN}\nexec timeout -k "$2" "$3" /bin/sh -c "$4"\n'
+_WRITE_THEN_RUN_SCRIPT = _WRITE_SCRIPT + f'echo {WRITTEN}\nexec timeout -k "$3" "$4" /bin/sh -c "$5"\n'
 
 # The remote half of read_bytes: $1 = path, $2 = the most bytes to send. A path that exists but
 # is not a regular file (a FIFO would block `cat`, /dev/zero would never end) exits 3.
@@ -204,7 +208,7 @@ class SshTransport:
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         """Temp file in the same directory, owner+mode of the original, fsync, rename."""
-        argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path]
+        argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path, str(len(data))]
         line = command_line(argv, sudo=self.use_sudo, timeout=None)
         raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S, shown=f"write {path}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
@@ -214,7 +218,17 @@ class SshTransport:
     def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
         """The write script, then `command` under `timeout` on the host, in one exec: the line
         `orch-written` between them tells a failed write (nothing ran) from a failed command."""
-        argv = ["sh", "-c", _WRITE_THEN_RUN_SCRIPT, "orch-write", path, f"{KILL_GRACE_S:g}", f"{timeout:.3f}", command]
+        argv = [
+            "sh",
+            "-c",
+            _WRITE_THEN_RUN_SCRIPT,
+            "orch-write",
+            path,
+            str(len(data)),
+            f"{KILL_GRACE_S:g}",
+            f"{timeout:.3f}",
+            command,
+        ]
         line = command_line(argv, sudo=self.use_sudo, timeout=None)
         raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S + timeout, shown=f"write {path}; {command}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
