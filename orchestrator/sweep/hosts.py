@@ -88,9 +88,11 @@ class HostGuard:
         return True
 
     def discard_host_backups(self) -> None:
-        """Remove the host-side copies a killed, incomplete backup may have left."""
+        """Remove the host-side copies a killed, incomplete backup may have left (and the temp
+        file of a copy it was writing)."""
         for h in self.deployment.hosts.values():
             _remove_host_backup(h, self.run_id)
+            remove_write_leftovers(h)
 
     def restore(self, run_dir: Path) -> list[str]:
         """Put every env file back byte for byte and every unit back in its original state.

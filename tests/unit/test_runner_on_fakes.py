@@ -16,6 +16,9 @@ from fakes import METRICS, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_
 from orchestrator.core.steps import Plan
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import LockError
+from orchestrator.store.rundir import BackupDir
+from orchestrator.sweep.hosts import HostGuard
+from orchestrator.sweep.progress import QuietProgress
 from orchestrator.sweep.runner import RunResult
 
 RUN_ID = "fake-run"
@@ -118,6 +121,20 @@ def test_the_restore_removes_a_killed_writes_temp_file_beside_the_env_file(tmp_p
     result = runner_for(bed, decode_plan(bed, replicates=1), tmp_path / "run").execute()
     assert result.not_restored == []
     assert_restored(bed, before)  # only the env file is left on each host
+
+
+def test_discarding_an_incomplete_backup_removes_the_copy_being_written(tmp_path: Path) -> None:
+    """Killed during its backup (`orch restore` then discards it): the host-side copy and the
+    temp file of the copy being written go; the env file and other runs' files stay."""
+    bed = two_roles()
+    files = bed.transports["decode"].files
+    env = bed.env_file("decode")
+    folder, _, name = env.rpartition("/")
+    files[f"{env}.orch-backup-r1"] = files[f"{env}.orch-backup-r0"] = b"DECODE_FLAG=0\n"
+    files[f"{folder}/.{name}.orch-backup-r1.orch-k1ll3d"] = b"DECODE_"
+    HostGuard(bed.deployment, BackupDir(tmp_path / "backup"), "r1", QuietProgress()).discard_host_backups()
+    assert set(files) == {env, f"{env}.orch-backup-r0"}
+    assert bed.refused() == []
 
 
 def test_ctrl_c_mid_sweep_stops_and_restores(tmp_path: Path) -> None:
