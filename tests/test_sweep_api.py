@@ -164,8 +164,8 @@ class StubApi:
         self.calls: list[tuple[str, object]] = []
         self.sinks: list[object] = []
 
-    def prepare(self, request: api.SweepRequest) -> api.PreparedSweep:
-        return api.prepare(request)
+    def prepare(self, request: api.SweepRequest, *, warn: api.Warn | None = None) -> api.PreparedSweep:
+        return api.prepare(request, warn=warn)
 
     def run(
         self,

@@ -41,7 +41,7 @@ class SweepApi(Protocol):
     """The part of `orchestrator.sweep.api` the queue calls: the CLI passes the module itself,
     tests a stub. Given, not imported, so the queue sits beside the sweep machinery, not on it."""
 
-    def prepare(self, request: SweepRequest) -> PreparedSweep: ...
+    def prepare(self, request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep: ...
 
     def run(
         self, request: SweepRequest, progress: ProgressFor, *, warn: Warn, prepared: PreparedSweep | None = None
@@ -96,9 +96,7 @@ class QueueSweep:
             reports_dir=self.reports,
             deadline=deadline,
         )
-        prepared = self.sweeps.prepare(request)
-        for warning in prepared.warnings:
-            self.warn(warning)
+        prepared = self.sweeps.prepare(request, warn=self.warn)
         run_id = new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)  # two runners never collide
         record_run_dir(self.reports / run_id)
         request = dataclasses.replace(request, run_id=run_id)
