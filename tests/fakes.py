@@ -48,7 +48,7 @@ from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandFailed, EnvFileError, ServiceError, TransportError
-from orchestrator.sweep.hosts import WRITE_LEFTOVERS
+from orchestrator.sweep.hosts import REMOVE_RUN_FILES
 from orchestrator.sweep.runner import Runner, RunOptions
 
 try:  # the typed timeout of issue 11 (errors.CommandTimedOut carries its Result)
@@ -135,7 +135,7 @@ class FakeTransport:
         self.script(("cat",), self._cat)
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)
-        self.script(("sh", "-c", WRITE_LEFTOVERS), self._remove_leftovers)
+        self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
 
     def commands(self) -> list[str]:
         """The commands run so far, in order."""
@@ -218,13 +218,14 @@ class FakeTransport:
                 self.files.pop(path, None)
         return Reply()
 
-    def _remove_leftovers(self, text: str, argv: Sequence[str] | None) -> Reply:
-        """sweep.hosts' tidy-up: remove `.NAME.orch-*` beside $1 (no symlinks here)."""
-        assert argv is not None and len(argv) == 5, f"{self.host}: unexpected tidy-up command: {text}"
+    def _remove_run_files(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """sweep.hosts' tidy-up: remove $2 (the run's backup) and `.NAME.orch-*` beside $1 (no
+        symlinks here)."""
+        assert argv is not None and len(argv) == 6, f"{self.host}: unexpected tidy-up command: {text}"
         directory, name = posixpath.split(argv[4])
         prefix = posixpath.join(directory, f".{name}.orch-")
         with self._lock:
-            for path in [p for p in self.files if p.startswith(prefix)]:
+            for path in [p for p in self.files if p.startswith(prefix) or p == argv[5]]:
                 del self.files[path]
         return Reply()
 

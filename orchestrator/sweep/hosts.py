@@ -91,8 +91,7 @@ class HostGuard:
         """Remove the host-side copies a killed, incomplete backup may have left (and the temp
         file of a copy it was writing)."""
         for h in self.deployment.hosts.values():
-            _remove_host_backup(h, self.run_id)
-            remove_write_leftovers(h)
+            remove_run_files(h, self.run_id)
 
     def restore(self, run_dir: Path) -> list[str]:
         """Put every env file back byte for byte and every unit back in its original state.
@@ -152,20 +151,23 @@ class HostGuard:
                     state.stale.discard(unit)
             elif (role, unit) in self.started_units or h.services.state(unit).is_active:
                 h.services.stop(unit)
-        _remove_host_backup(h, self.run_id)
-        remove_write_leftovers(h)
+        remove_run_files(h, self.run_id)
 
 
-def remove_write_leftovers(h: HostHandle) -> None:
-    """Remove the temp files of env-file writes a killed controller left half done beside the
-    host's env file (`.NAME.orch-XXXXXX`, both transports' name; the file itself is always
-    either the old or the new one). Safe while this run holds the testbed's lock: no other orch
-    writes that file then."""
-    h.transport.run(["sh", "-c", WRITE_LEFTOVERS, "orch-tidy", h.host.env_file], check=False, sudo=_sudo(h))
+def remove_run_files(h: HostHandle, run_id: str) -> None:
+    """Remove, in one command, what the run keeps beside the host's env file once it is restored:
+    its host-side backup, and the temp files of writes a killed controller left half done
+    (`.NAME.orch-XXXXXX`, both transports' name; the file itself is always either the old or the
+    new one). Safe while this run holds the testbed's lock: no other orch writes that file then."""
+    argv = ["sh", "-c", REMOVE_RUN_FILES, "orch-tidy", h.host.env_file, host_backup_path(h.host.env_file, run_id)]
+    h.transport.run(argv, check=False, sudo=_sudo(h))
 
 
-# $1 = the env file; its temp files sit beside the file it resolves to (writes go through symlinks)
-WRITE_LEFTOVERS = 'p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
+# $1 = the env file, $2 = the run's backup of it; the temp files sit beside the file $1 resolves
+# to (writes go through symlinks)
+REMOVE_RUN_FILES = (
+    'rm -f -- "$2"; p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
+)
 
 
 def host_backup_path(env_file: str, run_id: str) -> str:
@@ -203,10 +205,6 @@ def pause_for_tests(phase: str) -> None:
     delay = os.environ.get(f"ORCH_TEST_{phase}_DELAY_S")
     if delay:
         time.sleep(float(delay))
-
-
-def _remove_host_backup(h: HostHandle, run_id: str) -> None:
-    h.transport.run(["rm", "-f", host_backup_path(h.host.env_file, run_id)], check=False, sudo=_sudo(h))
 
 
 def _sudo(h: HostHandle) -> bool:

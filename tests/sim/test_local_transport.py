@@ -15,7 +15,7 @@ from orchestrator.edges.deployment import HostHandle
 from orchestrator.edges.transport import Transport
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.errors import CommandFailed, TransportError
-from orchestrator.sweep.hosts import remove_write_leftovers
+from orchestrator.sweep.hosts import remove_run_files
 
 from .helpers import pid_running, wait_until
 
@@ -114,8 +114,8 @@ def test_atomic_write_goes_through_a_symlink_as_over_ssh(t: LocalTransport, tmp_
 
 @pytest.mark.process
 def test_a_killed_writes_temp_file_is_removed_beside_the_resolved_file(t: LocalTransport, tmp_path: Path) -> None:
-    """What a controller killed between the temp file and the rename leaves, and only that, is
-    removed (the restore runs this on every host)."""
+    """What a controller killed between the temp file and the rename leaves, and the run's own
+    host-side backup, are removed, and only those (the restore runs this on every host)."""
     (tmp_path / "real").mkdir()
     target = tmp_path / "real" / "decode.env"
     target.write_bytes(b"K=1\n")
@@ -123,15 +123,18 @@ def test_a_killed_writes_temp_file_is_removed_beside_the_resolved_file(t: LocalT
     leftover = tmp_path / "real" / ".decode.env.orch-k1ll3d"  # the temp name both transports use
     leftover.write_bytes(b"K=")
     kept = [tmp_path / "real" / n for n in ("decode.env.orch-lock", ".prefill.env.orch-x1", "decode.env.orch-backup-r")]
-    for path in kept:
+    kept.append(tmp_path / "decode.env.orch-backup-r0")  # another run's backup
+    backup = tmp_path / "decode.env.orch-backup-r1"  # this run's, beside the path the inventory names
+    for path in [*kept, backup]:
         path.write_bytes(b"x")
     handle = HostHandle(
         Host("decode", "local", None, str(tmp_path / "decode.env"), "systemd", (), "", "", 1.0, 1.0, False, ()),
         t,
         None,  # type: ignore[arg-type]
     )
-    remove_write_leftovers(handle)
+    remove_run_files(handle, "r1")
     assert not leftover.exists() and all(path.exists() for path in kept) and target.read_bytes() == b"K=1\n"
+    assert not backup.exists()
 
 
 def test_atomic_write_into_a_missing_directory_is_a_transport_error(t: LocalTransport, tmp_path: Path) -> None:

@@ -118,7 +118,7 @@ class LocalTransport:
         a crash leaves either the old or the new file, never a torn one. As over SSH: a
         symlinked file is written through (the link survives), and the temp file is named
         `.NAME.orch-XXXXXXXX` beside the target (a killed controller's is removed by the
-        restore, sweep.hosts.remove_write_leftovers)."""
+        restore, sweep.hosts.remove_run_files)."""
         path = os.path.realpath(path)
         directory = os.path.dirname(path)
         try:
