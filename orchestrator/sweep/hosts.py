@@ -87,6 +87,16 @@ class HostGuard:
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
         return True
 
+    def rewrite_host_backups(self) -> None:
+        """Put the adopted originals back on the hosts as their host-side copies, before a resumed
+        run edits anything. Why: the restore that ended the earlier process (Ctrl-C, SIGTERM,
+        `orch restore`) removed them; without them a kill -9 of the resumed controller would leave
+        edited files that `unrestored_runs` cannot find, and the next `orch run` would back up a
+        cell as its originals."""
+        for role, state in self.states.items():
+            h = self.deployment.hosts[role]
+            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), state.original)
+
     def discard_host_backups(self) -> None:
         """Remove the host-side copies a killed, incomplete backup may have left (and the temp
         file of a copy it was writing)."""

@@ -153,7 +153,9 @@ class Runner:
         runs whatever ends the loop (last trial, error, Ctrl-C, SIGTERM)."""
         failed_on: OrchError | None = None
         try:
-            if not (resume and self.adopt_backup()):
+            if resume and self.adopt_backup():
+                self.guard.rewrite_host_backups()  # the earlier restore may have removed them
+            else:
                 self.guard.backup()  # a killed run that never finished its backup edited nothing
             self.events.add("run_resumed" if resume else "run_started")
             self.progress.start(len(self.plan.steps), len(done))

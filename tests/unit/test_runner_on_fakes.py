@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import METRICS, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+from fakes import METRICS, REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.steps import Plan
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import LockError
 from orchestrator.store.rundir import BackupDir
-from orchestrator.sweep.hosts import HostGuard
+from orchestrator.sweep.hosts import HostGuard, host_backup_path
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.sweep.runner import RunResult
 
@@ -329,3 +329,34 @@ def test_a_server_that_never_becomes_ready_times_out_and_is_retried(tmp_path: Pa
         assert (record.status, record.attempt) == ("failed", 2)
         assert record.failure is not None and record.failure.error == "HealthTimeout"
         assert "not ready after 0.2 s (last answer: 503 loading)" in record.failure.message
+
+
+def test_a_resumed_run_puts_the_host_side_backup_back_before_its_first_edit(tmp_path: Path) -> None:
+    """Ctrl-C restores the hosts and removes their host-side backups; `orch resume` then edits
+    again. A kill -9 of the resumed controller must still leave the run findable from the hosts
+    (sweep.hosts.unrestored_runs), so the resume writes the copies back before any edit."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    plan = decode_plan(bed)
+    files, env = bed.transports["decode"].files, bed.env_file("decode")
+    backup = host_backup_path(env, RUN_ID)
+    first_edit = next(s.trial.index for s in plan.steps if s.env.get("decode", {}).get("DECODE_FLAG") == "1")
+    repro = f"fake-repro --trial {first_edit}"
+    seen: list[tuple[bytes, bool]] = []
+
+    def ctrl_c(text: str, argv: object) -> Reply:
+        raise KeyboardInterrupt
+
+    bed.transports["decode"].script(repro, ctrl_c, times=1)
+    first = runner_for(bed, plan, tmp_path / "run").execute()
+    assert first.interrupted and files[env] == b"DECODE_FLAG=0\n" and backup not in files
+
+    def look(text: str, argv: object) -> Reply:
+        seen.append((files[env], backup in files))
+        return Reply(stdout=REPRO_OUTPUT)
+
+    bed.transports["decode"].script(repro, look, times=1)
+    done = {r.trial for r in first.records}
+    resumed = runner_for(bed, plan, tmp_path / "run").execute(done, resume=True)
+    assert not resumed.interrupted
+    assert seen == [(b"DECODE_FLAG=1\n", True)]  # the cell on the host, and the way back beside it
+    assert files[env] == b"DECODE_FLAG=0\n" and backup not in files  # restored and tidied at the end
