@@ -45,6 +45,7 @@ from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId
 from orchestrator.edges.lock import CREATE as LOCK_CREATE
+from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandFailed, EnvFileError, ServiceError, TransportError
@@ -129,12 +130,13 @@ class FakeTransport:
 
     def allow_file_commands(self) -> None:
         """Script the few file commands orch's edges run (`true`, `test -w`, `cat`, `rm -f`, the
-        lock's noclobber create), acting on the in-memory files. Everything else stays refused."""
+        lock's noclobber create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
         self.script(("cat",), self._cat)
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)
+        self.script(("sh", "-c", LOCK_TAKE_OVER), self._take_over)
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
 
     def commands(self) -> list[str]:
@@ -236,6 +238,19 @@ class FakeTransport:
         with self._lock:
             if path in self.files:
                 return Reply(1, stderr=f"sh: 1: cannot create {path}: File exists\n")
+            self.files[path] = (payload + "\n").encode()
+        return Reply()
+
+    def _take_over(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """edges.lock.TAKE_OVER: replace $2 by $3 only if it still holds $1 (trailing newlines
+        aside), atomically; exit 3 when it is gone, 4 when it holds another holder."""
+        assert argv is not None and len(argv) == 7, f"{self.host}: unexpected lock takeover: {text}"
+        expected, path, payload = argv[4], argv[5], argv[6]
+        with self._lock:
+            if path not in self.files:
+                return Reply(3)
+            if self.files[path].decode("utf-8", errors="replace").rstrip("\n") != expected:
+                return Reply(4)
             self.files[path] = (payload + "\n").encode()
         return Reply()
 

@@ -2,9 +2,14 @@
 
 The lock is created atomically on each host (the shell's noclobber ``>`` is an O_EXCL create), so
 two controllers racing for the same testbed cannot both win, whichever machine they run on. It
-holds who took it: run id, user, pid, controller host, start time. A lock whose owner is dead (same
-controller host, pid gone) is *stale*: it is reported, and broken only when the user says so.
-A resumed run takes over the lock of its own run id.
+holds who took it: run id, testbed, user, pid, controller host, start time. A lock whose owner is
+dead (same controller host, pid gone) is *stale*: it is reported, and broken only when the user says
+so. A resumed run takes over the lock of its own run id (and testbed).
+
+Taking a lock over is a compare-and-swap on the host (TAKE_OVER): the lock file is renamed aside,
+which only one controller can do, and replaced only if the renamed file still names the holder that
+controller read. Why: a read followed by an overwrite (or a remove and a create) let two controllers
+that started together (two `orch resume` of one killed run, two `--break-lock`) both win.
 """
 
 from __future__ import annotations
@@ -19,6 +24,14 @@ from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.errors import LockError, OrchError
 
 CREATE = 'set -C; printf "%s\\n" "$1" > "$2"'
+# $1: the holder as read (its text without the final newline), $2: the lock, $3: the new holder.
+# Exit 0: taken over; 3: the lock is gone (someone took it first); 4: it names another holder now
+# (put back as it was); 5: someone created a new lock between the rename and the create.
+TAKE_OVER = (
+    'aside="$2.orch-stale.$$"; mv -f "$2" "$aside" 2>/dev/null || exit 3; '
+    'if [ "$(cat "$aside")" != "$1" ]; then ln "$aside" "$2" 2>/dev/null; rm -f "$aside"; exit 4; fi; '
+    'rm -f "$aside"; set -C; printf "%s\\n" "$3" > "$2" 2>/dev/null || exit 5'
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +41,10 @@ class LockInfo:
     pid: int
     controller: str
     started: str
+    testbed: str = ""  # "" in locks written before orch recorded it
+
+    def same_testbed(self, other: "LockInfo") -> bool:
+        return not self.testbed or not other.testbed or self.testbed == other.testbed
 
     def describe(self) -> str:
         return f"run {self.run_id} by {self.user} (pid {self.pid} on {self.controller}, since {self.started})"
@@ -65,12 +82,15 @@ class TestbedLock:
 
     @classmethod
     def for_run(cls, deployment: Deployment, run_id: str, started: str, *, owner_gone: bool = False) -> "TestbedLock":
-        info = LockInfo(run_id, getpass.getuser(), os.getpid(), socket.gethostname(), started)
+        info = LockInfo(run_id, getpass.getuser(), os.getpid(), socket.gethostname(), started, deployment.testbed.name)
         return cls(deployment, info, owner_gone=owner_gone)
 
     def _ours(self, holder: LockInfo) -> bool:
-        """The lock is this run's, left by its earlier controller (dead) or held by this process."""
-        return holder.run_id == self.info.run_id and (holder.is_stale() or holder.is_me() or self.owner_gone)
+        """The lock is this run's on this testbed, left by its earlier controller (dead) or held by
+        this process. Another testbed of the same run holding it means both name one env file."""
+        if holder.run_id != self.info.run_id or not holder.same_testbed(self.info):
+            return False
+        return holder.is_stale() or holder.is_me() or self.owner_gone
 
     def acquire(self, *, break_stale: bool = False) -> None:
         """Lock every host or none; LockError names the holder."""
@@ -98,7 +118,8 @@ class TestbedLock:
             try:
                 path = lock_path(handle, self.deployment.testbed.name)
                 holder = self._read(handle, path)
-                if holder is not None and (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid):
+                ours = holder is not None and (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid)
+                if ours and holder is not None and holder.same_testbed(self.info):
                     handle.transport.run(["rm", "-f", path], check=False, sudo=_sudo(handle))
             except OrchError:
                 pass  # a lock left behind is reported as stale next time, never silently broken
@@ -113,20 +134,28 @@ class TestbedLock:
             )
             if res.ok:
                 return
-            holder = self._read(handle, path)
-            if holder is None:
+            read = self._read_text(handle, path)
+            if read is None:
                 raise LockError(f"{handle.host.label}: cannot create lock {path}: {res.stderr.strip()}")
-            if self._ours(holder):
-                # our own run, resumed or restored after its controller died
-                handle.transport.write_bytes_atomic(path, (payload + "\n").encode())
-                return
-            if not (break_stale and holder.is_stale()):
+            text, holder = read
+            # our own run, resumed or restored after its controller died; or a dead owner's, when told
+            if not (self._ours(holder) or (break_stale and holder.is_stale())):
                 raise LockError(self._held_message(handle, holder))
-            handle.transport.run(["rm", "-f", path], check=False, sudo=_sudo(handle))
-        raise LockError(f"{handle.host.label}: lost the race for {path}; try again")
+            swap = handle.transport.run(
+                ["sh", "-c", TAKE_OVER, "orch-lock", text.rstrip("\n"), path, payload], check=False, sudo=_sudo(handle)
+            )
+            if swap.ok:
+                return
+        raise LockError(f"{handle.host.label}: lost the race for {path} to another controller; try again")
 
     def _held_message(self, handle: HostHandle, holder: LockInfo) -> str:
         base = f"testbed {self.deployment.testbed.name!r} is locked on {handle.host.label} by {holder.describe()}"
+        if holder.run_id == self.info.run_id and holder.is_me() and not holder.same_testbed(self.info):
+            return (
+                f"testbeds {holder.testbed!r} and {self.deployment.testbed.name!r} of this run both lock "
+                f"{lock_path(handle, holder.testbed)} on {handle.host.label}: they name the same env file "
+                "(parallel testbeds need hosts of their own)"
+            )
         if holder.is_stale():
             return base + " — that process is gone (stale lock); rerun with --break-lock to take it"
         if holder.controller != socket.gethostname():
@@ -138,15 +167,21 @@ class TestbedLock:
             return base + " (that run is still running: stop it first)"
         return base + " (wait for it to finish, or stop it; a dead owner's lock can be broken with --break-lock)"
 
+    @classmethod
+    def _read(cls, handle: HostHandle, path: str) -> LockInfo | None:
+        read = cls._read_text(handle, path)
+        return None if read is None else read[1]
+
     @staticmethod
-    def _read(handle: HostHandle, path: str) -> LockInfo | None:
+    def _read_text(handle: HostHandle, path: str) -> tuple[str, LockInfo] | None:
+        """The lock file's text (what a takeover compares) and its holder; None: no lock."""
         res = handle.transport.run(["cat", path], check=False, sudo=_sudo(handle))
         if not res.ok:
             return None
         try:
-            return LockInfo(**json.loads(res.stdout))
+            return res.stdout, LockInfo(**json.loads(res.stdout))
         except (ValueError, TypeError):
-            return LockInfo("unknown", "unknown", 0, "unknown", "unknown")
+            return res.stdout, LockInfo("unknown", "unknown", 0, "unknown", "unknown")
 
 
 def _sudo(handle: HostHandle) -> bool:

@@ -5,12 +5,16 @@ earlier controller ran on another machine; never another run's lock, and never w
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 from fakes import FakeUnit, Role, make_bed
 
-from orchestrator.edges.lock import LockInfo, TestbedLock
+from orchestrator.edges.lock import TAKE_OVER, LockInfo, TestbedLock, lock_path
 from orchestrator.errors import LockError
 from orchestrator.team.overnight import QueueSweep
 from orchestrator.team.queuestore import QueueItem
@@ -87,3 +91,80 @@ def test_stores_state_whether_claims_prove_the_owner_gone() -> None:
     from orchestrator.team.queuestore_pg import PgQueue
 
     assert PgQueue.claims_prove_owner_gone is True and Queue.claims_prove_owner_gone is False
+
+
+# ---------------------------------------------------------------- takeover races (compare-and-swap)
+DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
+
+
+def _holder(bed, run_id: str, pid: int) -> TestbedLock:  # type: ignore[no-untyped-def]
+    info = LockInfo(run_id, "ann", pid, socket.gethostname(), "2026-12-02T01:00:00", bed.deployment.testbed.name)
+    return TestbedLock(bed.deployment, info)
+
+
+def _race(bed, first: TestbedLock, second: TestbedLock, **kw: bool) -> None:  # type: ignore[no-untyped-def]
+    """`first` reads the dead holder; before its next command, `second` runs its whole acquire
+    (a second controller started a few milliseconds later)."""
+    t = bed.transports["decode"]
+    cat, fired = t._cat, []
+
+    def cat_then_second(text: str, argv: object) -> object:
+        reply = cat(text, argv)
+        if not fired:
+            fired.append(1)
+            second.acquire(**kw)
+        return reply
+
+    t.script(("cat",), cat_then_second)
+    first.acquire(**kw)
+
+
+@pytest.mark.parametrize("break_stale", [False, True], ids=["resume-own-run", "break-lock"])
+def test_two_controllers_taking_over_one_dead_lock_cannot_both_win(break_stale: bool) -> None:
+    bed = _bed()
+    _holder(bed, "dead-run" if break_stale else "night-1", DEAD_PID).acquire()  # left by a kill -9
+    # two live controllers (pid 1 and our parent: alive, not us) at once
+    first = _holder(bed, "run-x" if break_stale else "night-1", 1)
+    second = _holder(bed, "run-y" if break_stale else "night-1", os.getppid())
+    with pytest.raises(LockError, match="locked on decode"):
+        _race(bed, first, second, break_stale=break_stale)
+    assert second.held and not first.held
+    text = bed.transports["decode"].files[lock_path(bed.deployment.hosts["decode"], "fakebed")].decode()
+    assert json.loads(text)["pid"] == os.getppid()  # the winner's lock stands
+
+
+def test_two_testbeds_of_one_run_naming_the_same_env_file_cannot_both_lock_it() -> None:
+    bed = _bed()
+    other = make_bed({"decode": Role("X=0\n", [FakeUnit("decode-server", active=True)])}, name="tb2")
+    other.deployment.hosts["decode"].transport = bed.transports["decode"]  # a copied testbed, same host
+    TestbedLock.for_run(bed.deployment, "par-run", "t").acquire()
+    with pytest.raises(LockError, match="name the same env file"):
+        TestbedLock.for_run(other.deployment, "par-run", "t").acquire()
+
+
+def test_a_lock_written_before_locks_named_their_testbed_is_still_a_runs_own() -> None:
+    bed = _bed()
+    path = lock_path(bed.deployment.hosts["decode"], "fakebed")
+    old = {"run_id": "night-1", "user": "ann", "pid": DEAD_PID, "controller": socket.gethostname(), "started": "t"}
+    bed.transports["decode"].files[path] = (json.dumps(old) + "\n").encode()
+    lock = TestbedLock.for_run(bed.deployment, "night-1", "2026-12-02T02:00:00")
+    lock.acquire()
+    assert json.loads(bed.transports["decode"].files[path])["pid"] == os.getpid()
+
+
+@pytest.mark.process
+def test_the_takeover_script_swaps_only_the_holder_it_read(tmp_path: Path) -> None:
+    """TAKE_OVER run by a real sh: replaced when it still holds what was read; a lock that is gone
+    or names someone else now is left as it is."""
+    lock = tmp_path / "decode.env.orch-lock"
+
+    def take_over(expected: str) -> int:
+        argv = ["sh", "-c", TAKE_OVER, "orch-lock", expected, str(lock), '{"pid": 2}']
+        return subprocess.run(argv, capture_output=True, check=False).returncode
+
+    lock.write_text('{"pid": 1}\n')
+    assert take_over('{"pid": 1}') == 0 and lock.read_text() == '{"pid": 2}\n'
+    assert take_over('{"pid": 1}') == 4 and lock.read_text() == '{"pid": 2}\n'  # someone else's now
+    lock.unlink()
+    assert take_over('{"pid": 1}') == 3 and not lock.exists()  # taken and released meanwhile
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing left aside
