@@ -199,6 +199,14 @@ def test_two_local_instances_sharing_a_unit_name_are_refused(
     assert_refused(code, out, INV, "local unit 'sim-decode' is used by decode.0 and decode.1")
 
 
+def test_two_hosts_of_a_testbed_naming_one_env_file_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit = sub("env_file: local/decode.env", "env_file: local/prefill.env")
+    code, out = run(tmp_path, capsys, MATRIX, edit)
+    assert_refused(code, out, INV, "prefill and decode name the same env file local:", "its own env_file")
+
+
 def test_a_node_above_rank_0_with_a_url_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def edit(text: str) -> str:
         text = re.sub(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from orchestrator.core.records import RunManifest
-from orchestrator.errors import LockError, OrchError, UsageError
+from orchestrator.errors import ConfigError, LockError, OrchError, UsageError
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep import api, apitypes
@@ -28,14 +28,19 @@ HUNT = REPO / "matrices/overlap_hunt.yaml"
 LOCAL = REPO / "inventory/local.yaml"
 
 
-def two_testbeds(tmp_path: Path, *, other_roles: bool = False) -> Path:
-    """The bundled inventory with a copy of its testbed named "copy" (or a copy missing a role)."""
+def two_testbeds(tmp_path: Path, *, other_roles: bool = False, same_files: bool = False) -> Path:
+    """The bundled inventory with a copy of its testbed named "copy" (or a copy missing a role),
+    whose hosts have env files of their own (or, same_files, the first testbed's)."""
     shutil.copytree(REPO / "inventory/local", tmp_path / "local")
     data = yaml.safe_load(LOCAL.read_text())
     (first,) = data["testbeds"].values()
     copy = json.loads(json.dumps(first))
     if other_roles:
         del copy["hosts"]["router"]
+    for host in copy["hosts"].values() if not same_files else ():
+        own = host["env_file"].replace("local/", "local/copy-")
+        shutil.copy(tmp_path / host["env_file"], tmp_path / own)
+        host["env_file"] = own
     data["testbeds"]["copy"] = copy
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -97,6 +102,15 @@ def test_prepare_refuses_testbeds_with_other_roles(tmp_path: Path) -> None:
     inventory = two_testbeds(tmp_path, other_roles=True)
     with pytest.raises(UsageError, match="testbeds 'local-sim' and 'copy' have different roles"):
         api.prepare(api.SweepRequest(ABLATION, inventory, testbeds="all"))
+
+
+def test_prepare_refuses_parallel_testbeds_that_edit_one_env_file(tmp_path: Path) -> None:
+    inventory = two_testbeds(tmp_path, same_files=True)  # a copied testbed whose files were not changed
+    shared = r"inventory\.yaml: local-sim/prefill and copy/prefill name the same env file local:"
+    with pytest.raises(ConfigError, match=shared):
+        api.prepare(api.SweepRequest(ABLATION, inventory, testbeds="all"))
+    alone = api.prepare(api.SweepRequest(ABLATION, inventory, testbeds=("copy",)))
+    assert [tb.name for tb in alone.testbeds] == ["copy"]  # one at a time, each is fine
 
 
 def test_prepare_names_a_missing_inventory(tmp_path: Path) -> None:

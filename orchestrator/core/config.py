@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
 from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
-from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec
+from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
 from orchestrator.core.model import (
     CONTROLLER,
     MAX_TRIALS,
@@ -375,6 +375,7 @@ def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -
     _check_acyclic(by_role, source, where)
     hosts = {h.key: h for group in members.values() for h in group}
     _check_local_units(hosts, source, where)
+    _check_own_env_files(hosts, source, where)
     state_dir = (base / tb.state_dir) if tb.state_dir else None
     if any(h.transport == "local" for h in hosts.values()) and state_dir is None:
         state_dir = base / ".orch" / name
@@ -478,6 +479,18 @@ def _check_local_units(hosts: dict[str, Host], source: SourceMap, where: PathKey
                     f"local unit {unit.name!r} is used by {other} and {key}",
                     "give each local instance its own `units:` (and url)",
                 )
+
+
+def _check_own_env_files(hosts: dict[str, Host], source: SourceMap, where: PathKey) -> None:
+    """Each host edits an env file of its own (core.inventory.shared_env_file says why)."""
+    shared = shared_env_file(hosts.items())
+    if shared is not None:
+        first, second, host = shared
+        raise source.error(
+            (*where, "hosts", host.role),
+            f"{first} and {second} name the same env file {host.env_file_at}",
+            "give each host its own env_file: orch backs up, edits and restores it per host",
+        )
 
 
 def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: PathKey) -> Host:

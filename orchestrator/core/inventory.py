@@ -8,6 +8,7 @@ of a sweep handle hosts and never a matrix, so they sit right above this module.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -66,6 +67,11 @@ class Host:
             return f"{self.key} ({self.ssh.host}:{self.ssh.port})"
         return f"{self.key} (local)"
 
+    @property
+    def env_file_at(self) -> str:
+        """Which file on which machine this host's env file is, as the inventory spells it."""
+        return f"{self.ssh.host}:{self.ssh.port}:{self.env_file}" if self.ssh else f"local:{self.env_file}"
+
 
 @dataclass(frozen=True)
 class Testbed:
@@ -86,6 +92,18 @@ class Testbed:
         """The role's first host (rank 0 of its first instance): where `repro.on: ROLE` runs and
         what {ROLE_url} means."""
         return self.hosts[self.roles[role][0]]
+
+
+def shared_env_file(hosts: Iterable[tuple[str, Host]]) -> tuple[str, str, Host] | None:
+    """The first two of these (name, host) pairs that name one env file: (first, second, host).
+    Why refused: orch backs up, edits and restores an env file per host, so two hosts on one file
+    clobber each other's cells, and the second backup saves the first one's cell as "original"."""
+    seen: dict[str, str] = {}
+    for name, host in hosts:
+        first = seen.setdefault(host.env_file_at, name)
+        if first != name:
+            return first, name, host
+    return None
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.inventory import Inventory, Testbed
+from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
 from orchestrator.core.matrix import warnings_for
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan
@@ -30,7 +30,7 @@ from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
-from orchestrator.errors import LockError, OrchError, PreflightError, UsageError
+from orchestrator.errors import ConfigError, LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
 from orchestrator.store.manifest import check_run_id, load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
@@ -75,6 +75,7 @@ def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep
     for other in testbeds[1:]:
         check_same_roles(plan.testbed, other, inventory)
         check_against_inventory(matrix, other)
+    check_separate_testbeds(testbeds, inventory)
     if warn is not None:
         for warning in warnings:
             warn(warning)
@@ -111,6 +112,19 @@ def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> No
             f"{inventory.path}: testbeds {first.name!r} and {other.name!r} have different roles "
             f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
             hint="parallel testbeds must be copies of one deployment",
+        )
+
+
+def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
+    """Parallel testbeds edit env files of their own: a copied testbed whose address was not
+    changed would lock, back up and edit the first one's files under it."""
+    shared = shared_env_file((f"{tb.name}/{key}", h) for tb in testbeds for key, h in tb.hosts.items())
+    if shared is not None:
+        first, second, host = shared
+        raise ConfigError(
+            f"{first} and {second} name the same env file {host.env_file_at}",
+            file=inventory.path,
+            hint="parallel testbeds must be separate deployments: give each its own hosts",
         )
 
 
@@ -220,6 +234,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     matrix = _matrix_of(manifest)
     inventory = _inventory_of(manifest)
     testbeds = [inventory.testbed(name) for name in manifest.testbeds]
+    check_separate_testbeds(testbeds, inventory)
     check_replicates(matrix, manifest.replicates, f"{RunDir(run_dir).run_json}: replicates")
     if matrix.hunt is not None:
         plan = hunt_plan(matrix, testbeds[0], manifest.seed)
