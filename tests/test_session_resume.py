@@ -4,15 +4,19 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import socket
 from pathlib import Path
 
 import pytest
 from helpers.manifests import old_format, planned
 
 from orchestrator.core.records import RunManifest
-from orchestrator.errors import UsageError
+from orchestrator.errors import LockError, UsageError
 from orchestrator.store import manifest as runs
 from orchestrator.store.manifest import PLAN_FILE, load_manifest, save_manifest
+from orchestrator.store.runlock import run_lock
 from orchestrator.sweep import api, session
 from orchestrator.sweep.progress import QuietProgress
 
@@ -97,3 +101,29 @@ def test_resume_keeps_plan_json_as_it_was(tmp_path: Path, no_hosts: None) -> Non
     assert (tmp_path / "r1" / PLAN_FILE).read_bytes() == before
     head = RunManifest.model_validate(json.loads((tmp_path / "r1" / "run.json").read_text()))
     assert (head.plan, head.plan_trials, head.status) == ([], 24, "completed")
+
+
+def test_resume_refuses_a_run_another_process_is_running_before_touching_its_journal(
+    tmp_path: Path, no_hosts: None
+) -> None:
+    """A run's controller holds its folder (store.runlock); a second `orch resume` beside it must
+    not repair the journal's "torn" tail, which may be the line that controller is appending."""
+    _, manifest = planned()
+    run_dir = tmp_path / "r1"
+    session.create_run_dir(run_dir, manifest)
+    journal = run_dir / "journal.jsonl"
+    journal.write_bytes(b'{"type": "trial", "tri')  # an append in flight, as a reader sees it
+    held = rf"pid {os.getpid()} on {re.escape(socket.gethostname())} is running this run right now"
+    with run_lock(run_dir), pytest.raises(LockError, match=held):
+        resume(run_dir)
+    assert journal.read_bytes() == b'{"type": "trial", "tri'
+    with pytest.raises(Connected):  # once that process is gone, the resume goes on
+        resume(run_dir)
+
+
+def test_the_run_lock_is_one_holder_at_a_time_and_free_again_after(tmp_path: Path) -> None:
+    with run_lock(tmp_path):
+        with pytest.raises(LockError), run_lock(tmp_path):
+            pass
+    with run_lock(tmp_path):  # released on exit (the kernel also drops it when its holder dies)
+        pass

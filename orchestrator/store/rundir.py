@@ -16,6 +16,7 @@ may hold one and tests can build one for a tmp_path.
     <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
     <run>/backup[/<testbed>]/<role>.env, units.json   the hosts' originals (units.json last)
     <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log
+    <run>/controller.lock          flocked by the process running the run (store/runlock.py)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ REPRO_OUT = "repro.out"
 REPRO_ERR = "repro.err"
 WARMUP_OUT = "warmup.out"  # repro.warmup's output (never measured)
 WARMUP_ERR = "warmup.err"
+CONTROLLER_LOCK = "controller.lock"
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,10 @@ class RunDir:
     @property
     def journal_index(self) -> Path:
         return self.path / (JOURNAL + INDEX_SUFFIX)
+
+    @property
+    def controller_lock(self) -> Path:
+        return self.path / CONTROLLER_LOCK
 
     @property
     def status_json(self) -> Path:

@@ -35,6 +35,7 @@ from orchestrator.store.journal import read_journal, read_trial_rows, repair_tor
 from orchestrator.store.manifest import check_run_id, load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
 from orchestrator.store.rundir import RunDir
+from orchestrator.store.runlock import run_lock
 from orchestrator.sweep import session
 from orchestrator.sweep.adaptive import AdaptiveSource
 from orchestrator.sweep.apitypes import (
@@ -156,15 +157,17 @@ def run(
             manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
             manifest = manifest.model_copy(update={"controller": describe_controller(plan.matrix.redactor)})
             session.create_run_dir(run_dir, manifest)
-            _list_running(run_dir)
-            hunting = plan.matrix.hunt is not None
-            total = 0 if hunting else len(plan.steps)
-            sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
-            result, stopped = _stoppable(
-                lambda: execute(
-                    plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=_design(plan, set())
+            with run_lock(run_dir):
+                _list_running(run_dir)
+                hunting = plan.matrix.hunt is not None
+                total = 0 if hunting else len(plan.steps)
+                sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
+                design = _design(plan, set())
+                result, stopped = _stoppable(
+                    lambda: execute(
+                        plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=design
+                    )
                 )
-            )
         finally:
             for lock in locks:
                 lock.release()
@@ -241,6 +244,22 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
+    with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
+        result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds)
+    resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
+    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
+
+
+def _resume_locked(
+    request: ResumeRequest,
+    progress: ProgressFor,
+    manifest: RunManifest,
+    matrix: Matrix,
+    plan: Plan,
+    testbeds: list[Testbed],
+) -> tuple[RunResult, str | None]:
+    """The resume's part that needs the run folder to itself: the journal's repair and the trials."""
+    run_dir = request.run_dir
     journal = RunDir(run_dir).journal
     torn = journal.exists() and repair_torn_tail(journal)
     done = set(trial_statuses(journal).finished) if journal.exists() else set()
@@ -266,13 +285,11 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
         owner_gone=request.owner_gone,
     )
     with session.connected(testbeds) as deployments:
-        result, stopped = _stoppable(
+        return _stoppable(
             lambda: execute(
                 plan, deployments, run_dir, options, done, resume=True, progress=sink, source=_design(plan, done, prior)
             )
         )
-    resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
-    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
 
 
 def _matrix_of(manifest: RunManifest) -> Matrix:
