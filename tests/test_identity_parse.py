@@ -4,6 +4,7 @@ scan script's output parsed, `systemctl show` blocks, and who counts as the unit
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 import shutil
 import socket
@@ -14,6 +15,7 @@ import pytest
 
 from orchestrator.edges.identity import (
     AWK_LISTEN,
+    MAX_HOLDERS,
     Holder,
     PortScan,
     Socket,
@@ -117,6 +119,24 @@ def test_a_stranger_is_named_with_pid_command_line_and_user() -> None:
     assert (
         foreign_holder(scan, 30002, {"u": UnitId("u", None)}) == "pid 1240 (python3 -m sglang.launch_server, user root)"
     )
+
+
+def test_a_stranger_on_another_address_of_the_units_port_is_named() -> None:
+    """The unit listens on 127.0.0.1:30000, a stranger on 127.0.0.2:30000 (or the node's address,
+    or IPv6 only) and the health URL names the stranger's address: one socket of the port being
+    the unit's does not make the other one the unit's."""
+    unit = Holder(1240, 11, 0, "python3 -m sglang.launch_server", (1240, 1234, 1))
+    stranger = Holder(4242, 22, 1000, "python3 -m http.server 30000", (4242, 4000, 1))
+    ids = {"u": UnitId("u", 1234)}
+    both = PortScan((Socket(30000, 0, 11), Socket(30000, 1000, 22)), (unit, stranger), {1000: "alice"})
+    assert foreign_holder(both, 30000, ids) == "pid 4242 (python3 -m http.server 30000, user alice)"
+    dual = PortScan((Socket(30000, 0, 11), Socket(30000, 0, 12)), (unit, dataclasses.replace(unit, inode=12)), {})
+    assert foreign_holder(dual, 30000, ids) is None  # IPv4 and IPv6 sockets, both the unit's
+    unseen = PortScan((Socket(30000, 0, 11), Socket(30000, 1001, 22)), (unit,), {})
+    assert "a process orch cannot see (user uid 1001" in (foreign_holder(unseen, 30000, ids) or "")
+    workers = tuple(dataclasses.replace(unit, pid=2000 + i, chain=(2000 + i, 1240, 1234)) for i in range(MAX_HOLDERS))
+    cut = PortScan((Socket(30000, 0, 11), Socket(30000, 0, 12)), workers, {})  # socket 12's holders cut off
+    assert foreign_holder(cut, 30000, ids) is None
 
 
 def test_a_listener_whose_process_cannot_be_seen_is_foreign_and_names_its_user() -> None:

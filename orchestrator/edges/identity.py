@@ -283,19 +283,27 @@ def parse_units(text: str, units: Sequence[str]) -> dict[str, UnitId]:
 def foreign_holder(scan: PortScan, port: int, ids: Mapping[str, UnitId]) -> str | None:
     """Who holds `port` when it is not one of the units' processes (or their descendants), in
     words for the message: "pid 4242 (python3 -m http.server 30000, user alice)". None when a
-    unit's process holds it, or nothing listens on the host (the URL is served elsewhere)."""
+    unit's process holds it, or nothing listens on the host (the URL is served elsewhere).
+
+    Judged per listening socket: a port may be bound on several addresses (127.0.0.1 and the
+    node's address, IPv4 and IPv6), and the health URL names one of them. The unit holding one
+    socket of the port says nothing about the others, so any socket none of the units' processes
+    holds is a stranger's. A socket whose holders the scan cut off (MAX_HOLDERS: a forking server's
+    workers) is not called a stranger's when a unit holds another socket of the port."""
     sockets = [s for s in scan.sockets if s.port == port]
-    if not sockets:
-        return None
     mains = {i.main_pid for i in ids.values() if i.main_pid}
-    inodes = {s.inode for s in sockets}
-    holders = [h for h in scan.holders if h.inode in inodes]
-    if any(mains.intersection(h.chain) for h in holders):
-        return None
-    if holders:
-        h = holders[0]
-        return f"pid {h.pid} ({_short(h.cmdline) or '?'}, {scan.user(h.uid)})"
-    return f"a process orch cannot see ({scan.user(sockets[0].uid)}; connect as root or set sudo: true to identify it)"
+    held = {s.inode: [h for h in scan.holders if h.inode == s.inode] for s in sockets}
+    units_own = {inode for inode, hs in held.items() if any(mains.intersection(h.chain) for h in hs)}
+    truncated = len(scan.holders) >= MAX_HOLDERS
+    for s in sockets:
+        holders = held[s.inode]
+        if s.inode in units_own or (not holders and truncated and units_own):
+            continue
+        if holders:
+            h = holders[0]
+            return f"pid {h.pid} ({_short(h.cmdline) or '?'}, {scan.user(h.uid)})"
+        return f"a process orch cannot see ({scan.user(s.uid)}; connect as root or set sudo: true to identify it)"
+    return None
 
 
 def reported_pid_mismatch(scan: PortScan, port: int, ids: Mapping[str, UnitId], reported: object) -> str | None:
