@@ -3,6 +3,10 @@
 Used by the embedded simulated deployment and by tests. Commands run as subprocesses in their
 own session, so a timeout can kill the whole process group (a shell's children included) and
 never leave orphans behind. OS errors are translated here, once, into TransportError.
+
+Output is read from both pipes at once (a selector) into buffers that keep the last
+MAX_OUTPUT_BYTES of each stream as it arrives, as the SSH transport does: `communicate()` held all
+of it until the command ended, so 1 GiB printed cost 2 GiB of memory before the cap applied.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import selectors
 import shlex
 import shutil
 import signal
@@ -64,24 +69,28 @@ class LocalTransport:
 
     def _spawn(self, argv: list[str], text: str, timeout: float | None) -> tuple[int, bytes, bytes]:
         proc: subprocess.Popen[bytes] | None = None
+        pipes: _Pipes | None = None
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
                 proc = self._popen(argv, text)
             if proc is None:  # what a shell (and an SSH host) reports for a missing program
                 return 127, b"", f"{argv[0]}: command not found ({os.strerror(errno.ENOENT)})".encode()
-            out, err = proc.communicate(timeout=timeout)
+            pipes = _Pipes(proc)
+            return _finish(proc, pipes, None if timeout is None else time.monotonic() + timeout)
         except subprocess.TimeoutExpired:
-            assert proc is not None  # only communicate() times out
+            assert proc is not None and pipes is not None  # only _finish times out
             _kill_group(proc)
-            out, err = _drain(proc)
+            out, err = _drain(proc, pipes)
             result = Result(self.host, text, -1, _decode(out), _decode(err), timeout or 0.0)
             raise CommandTimedOut(result, timeout or 0.0) from None
         except BaseException:
             if proc is not None:
                 _kill_group(proc)  # Ctrl-C while waiting: leave nothing running
-                _drain(proc)
+                _drain(proc, pipes)
             raise
-        return proc.returncode, out, err
+        finally:
+            if pipes is not None:
+                pipes.close()
 
     def _popen(self, argv: list[str], text: str) -> subprocess.Popen[bytes] | None:
         """The started command; None when its program does not exist."""
@@ -186,18 +195,69 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+class _Pipes:
+    """A command's stdout and stderr, read as they fill (neither can block the command while orch
+    waits on the other), each keeping only its last MAX_OUTPUT_BYTES: the tail, as the SSH
+    transport keeps, because the end of a runaway command's output says how it ended."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None and proc.stderr is not None  # _popen pipes both
+        self.out, self.err = bytearray(), bytearray()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(proc.stdout.fileno(), selectors.EVENT_READ, self.out)
+        self._selector.register(proc.stderr.fileno(), selectors.EVENT_READ, self.err)
+
+    def read_until(self, deadline: float | None) -> bool:
+        """Read until both pipes are at EOF (True) or the deadline passes first (False)."""
+        while self._selector.get_map():
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            for key, _ in self._selector.select(wait):
+                chunk = os.read(key.fd, 65536)  # readable: returns at once, b"" at EOF
+                if chunk:
+                    _append(key.data, chunk)
+                else:
+                    self._selector.unregister(key.fd)
+        return True
+
+    def close(self) -> None:
+        self._selector.close()
+
+
+def _append(buf: bytearray, data: bytes) -> None:
+    buf += data
+    if len(buf) > MAX_OUTPUT_BYTES:
+        del buf[: len(buf) - MAX_OUTPUT_BYTES]  # the front of a bytearray is dropped in O(1)
+
+
+def _finish(proc: subprocess.Popen[bytes], pipes: _Pipes, deadline: float | None) -> tuple[int, bytes, bytes]:
+    """Exit code and output of a command that ends by `deadline` (subprocess.TimeoutExpired if
+    not): its output first, then its exit, as communicate() did, within the one deadline."""
+    if not pipes.read_until(deadline):
+        raise subprocess.TimeoutExpired(proc.args, 0.0)
+    proc.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
+    _close_pipes(proc)
+    return proc.returncode, bytes(pipes.out), bytes(pipes.err)
+
+
+def _drain(proc: subprocess.Popen[bytes], pipes: _Pipes | None) -> tuple[bytes, bytes]:
     """Collect what a killed command wrote; bounded, because a grandchild that escaped into its
     own session could hold the pipes open forever."""
-    try:
-        return proc.communicate(timeout=KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
+    if pipes is not None and pipes.read_until(time.monotonic() + KILL_GRACE_S):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(KILL_GRACE_S)
+    if proc.returncode is None:
         proc.kill()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        proc.wait()
-        return b"", b""
+    _close_pipes(proc)
+    proc.wait()
+    return (bytes(pipes.out), bytes(pipes.err)) if pipes is not None else (b"", b"")
+
+
+def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _decode(data: bytes) -> str:
