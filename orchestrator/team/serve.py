@@ -11,6 +11,13 @@ resolved (symlinks included) and must stay inside the reports folder. Bound to l
 checks the Host header, so a web page elsewhere cannot read it through DNS rebinding. Raw texts
 (repro output, unit logs, the journal) are served through the run's Redactor: a token a repro
 printed stays masked even in a run written before orch masked those files on disk.
+
+Why no response costs more memory than MAX_MASKED_BYTES: a repro's output goes to a file of any
+size, and the server read, decoded, masked and encoded a whole file (a HEAD of a 512 MiB repro.out
+cost 1.5 GiB). A raw text larger than that is served as its last MAX_MASKED_BYTES, whole lines
+only (so a secret is never cut apart from its name), under a note saying so; the whole file stays
+on disk. Every other file (report pages, charts, JSON) is served whole, streamed from disk. A HEAD
+reads nothing of a raw text, so it carries no Content-Length there (only masking tells it).
 """
 
 from __future__ import annotations
@@ -19,11 +26,13 @@ import functools
 import html
 import json
 import mimetypes
+import os
+import stat
 from dataclasses import asdict, fields
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
+from typing import BinaryIO, Callable
 from urllib.parse import unquote, urlsplit
 
 from orchestrator.core.redact import Redactor
@@ -47,6 +56,9 @@ TEXT_TYPES = {
 # raw texts a run folder holds (repro output, unit logs, the journal): masked as they are served,
 # with the run's own declared secrets, also for runs written before orch masked them on disk
 MASKED_SUFFIXES = frozenset({".jsonl", ".log", ".out", ".err", ".txt", ".yaml", ".yml"})
+MAX_MASKED_BYTES = 8 << 20  # a raw text beyond this is served as its tail (see the module's doc)
+CHUNK_BYTES = 64 << 10  # a file served whole is streamed in pieces of this size
+CSP_HEAD_BYTES = 8192  # where a report page carries its CSP meta tag
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 STATUS_TEMPLATE = "status.html.j2"  # in orchestrator/report/templates, beside the report's
@@ -161,18 +173,39 @@ class ReportsHandler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ responses
     def _file(self, path: Path) -> None:
+        f = _open_regular(path)
+        if f is None:
+            return self._not_found()
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            ctype = _content_type(path)
+            if path.suffix in MASKED_SUFFIXES:
+                return self._masked_file(path, f, size, ctype)
+            self._whole_file(path, f, size, ctype)
+
+    def _masked_file(self, path: Path, f: BinaryIO, size: int, ctype: str) -> None:
+        """A raw text through the run's Redactor: read (at most MAX_MASKED_BYTES of it) only for
+        a GET."""
+        live = path.name in LIVE_FILES
+        if self.command == "HEAD":
+            return self._headers(HTTPStatus.OK, None, ctype, cache=not live)
         try:
-            data = path.read_bytes()
+            body = masked_text(f, size, path.name, run_redactor(self.reports, path))
         except OSError:
             return self._not_found()
-        ctype = TEXT_TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        if ctype.startswith("text/") or ctype in ("application/json", "application/x-ndjson"):
-            ctype += "; charset=utf-8"
-        if path.suffix in MASKED_SUFFIXES:
-            data = masked(data, run_redactor(self.reports, path))
-        live = path.name in LIVE_FILES
-        csp = _page_csp(data) if ctype.startswith("text/html") else None
-        self._send(HTTPStatus.OK, data, ctype, cache=not live, csp=csp)
+        self._send(HTTPStatus.OK, body, ctype, cache=not live)
+
+    def _whole_file(self, path: Path, f: BinaryIO, size: int, ctype: str) -> None:
+        """Any other file as it is on disk, streamed: its size is known, nothing is masked."""
+        try:
+            head = f.read(min(size, CSP_HEAD_BYTES)) if ctype.startswith("text/html") else b""
+        except OSError:
+            return self._not_found()
+        csp = _page_csp(head) if ctype.startswith("text/html") else None
+        self._headers(HTTPStatus.OK, size, ctype, cache=path.name not in LIVE_FILES, csp=csp)
+        if self.command != "HEAD":
+            self.wfile.write(head)
+            _stream(f, self.wfile.write, size - len(head))
 
     def _json(self, value: object) -> None:
         body = (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode()
@@ -191,9 +224,25 @@ class ReportsHandler(BaseHTTPRequestHandler):
         csp: str | None = None,
         extra: dict[str, str] | None = None,
     ) -> None:
+        self._headers(status, len(body), ctype, cache=cache, csp=csp, extra=extra)
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _headers(
+        self,
+        status: HTTPStatus,
+        length: int | None,
+        ctype: str,
+        *,
+        cache: bool = True,
+        csp: str | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
+        """The status line and headers; `length` None: unknown (the connection's end ends the body)."""
         self.send_response(status)
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
+        if length is not None:
+            self.send_header("Content-Length", str(length))
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Cache-Control", "no-cache" if cache else "no-store")
@@ -202,8 +251,6 @@ class ReportsHandler(BaseHTTPRequestHandler):
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
 
 def _page_csp(body: bytes) -> str:
@@ -230,6 +277,54 @@ def running_run(root: Path, url_path: str) -> str | None:
     if not run.is_run() or run.index_html.exists() or not (root / name).resolve().is_relative_to(root):
         return None
     return name
+
+
+def _content_type(path: Path) -> str:
+    ctype = TEXT_TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    if ctype.startswith("text/") or ctype in ("application/json", "application/x-ndjson"):
+        ctype += "; charset=utf-8"
+    return ctype
+
+
+def _open_regular(path: Path) -> BinaryIO | None:
+    """The file opened for reading, or None. Non-blocking, then checked: safe_path saw a regular
+    file, but a FIFO put there since must not hold a server thread forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        return None
+    return f
+
+
+def _stream(src: BinaryIO, write: Callable[[bytes], object], length: int) -> None:
+    """Copy `length` bytes (fewer if the file shrank meanwhile: the client sees a short body)."""
+    while length > 0:
+        chunk = src.read(min(length, CHUNK_BYTES))
+        if not chunk:
+            return
+        write(chunk)
+        length -= len(chunk)
+
+
+def masked_text(f: BinaryIO, size: int, name: str, redactor: Redactor) -> bytes:
+    """The text of a file of `size` bytes, masked; beyond MAX_MASKED_BYTES only its last whole
+    lines, under a note (a JSON line in a .jsonl, so the body still parses line by line)."""
+    if size <= MAX_MASKED_BYTES:
+        return masked(f.read(size), redactor)
+    f.seek(size - MAX_MASKED_BYTES - 1)  # one byte before: does the window start a line?
+    window = f.read(MAX_MASKED_BYTES + 1)
+    # a cut line could hold a secret without its name (unmasked): only whole lines are shown
+    tail = window[window.find(b"\n") + 1 :] if b"\n" in window else b""
+    note = (
+        f"orch serve: {name} holds {size:,} bytes; shown are its last {len(tail):,} "
+        f"(whole lines, up to {MAX_MASKED_BYTES >> 20} MiB); the whole file is in the run folder on the server"
+    )
+    head = json.dumps({"orch_serve_note": note}) if name.endswith(".jsonl") else f"[{note}]"
+    return head.encode() + b"\n" + masked(tail, redactor)
 
 
 def masked(data: bytes, redactor: Redactor) -> bytes:
