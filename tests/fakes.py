@@ -28,7 +28,7 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId
 from orchestrator.edges.lock import CREATE as LOCK_CREATE
+from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result
@@ -137,6 +138,7 @@ class FakeTransport:
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)
         self.script(("sh", "-c", LOCK_TAKE_OVER), self._take_over)
+        self.script(("sh", "-c", LOCK_READ), self._read_lock)
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
 
     def commands(self) -> list[str]:
@@ -240,6 +242,23 @@ class FakeTransport:
                 return Reply(1, stderr=f"sh: 1: cannot create {path}: File exists\n")
             self.files[path] = (payload + "\n").encode()
         return Reply()
+
+    def _read_lock(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """edges.lock.READ ($1: the lock, $2: a byte cap). Every in-memory file is a regular file,
+        so it is a `cat` of $1: answered by whatever answers `cat $1` (a test that hooks `cat`,
+        e.g. to interleave a second controller, hooks the lock's reads too), cut at the cap."""
+        assert argv is not None and len(argv) == 6, f"{self.host}: unexpected lock read: {text}"
+        path, cap = argv[4], int(argv[5])
+        script = self._script_for(shlex.join(["cat", path]), ["cat", path])
+        reply = script.answer if isinstance(script.answer, Reply) else script.answer(text, ["cat", path])
+        return replace(reply, stdout=reply.stdout.encode()[:cap].decode("utf-8", errors="replace"))
+
+    def _script_for(self, text: str, argv: Sequence[str]) -> _Script:
+        with self._lock:
+            script = next((s for s in self._scripts if s.matches(text, argv)), None)
+        if script is None:
+            raise AssertionError(f"{self.host}: a lock read needs `cat` scripted (allow_file_commands)")
+        return script
 
     def _take_over(self, text: str, argv: Sequence[str] | None) -> Reply:
         """edges.lock.TAKE_OVER: replace $2 by $3 only if it still holds $1 (trailing newlines

@@ -10,6 +10,11 @@ Taking a lock over is a compare-and-swap on the host (TAKE_OVER): the lock file 
 which only one controller can do, and replaced only if the renamed file still names the holder that
 controller read. Why: a read followed by an overwrite (or a remove and a create) let two controllers
 that started together (two `orch resume` of one killed run, two `--break-lock`) both win.
+
+Every lock command has a timeout, and a lock path that exists but is not a regular file (a FIFO, a
+device, a link to one, a link that leads nowhere) is refused, never opened: noclobber only refuses
+regular files, so a FIFO would block the create (no reader) and a plain `cat` (no writer), and a
+link to /dev/zero would never end. The lock file is read with a bounded `head -c`.
 """
 
 from __future__ import annotations
@@ -21,15 +26,31 @@ import socket
 from dataclasses import asdict, dataclass
 
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.transport import Result
 from orchestrator.errors import LockError, OrchError
 
-CREATE = 'set -C; printf "%s\\n" "$1" > "$2"'
+LOCK_TIMEOUT_S = 30.0  # a create, a read, a rename: instant on a healthy host, even over SSH
+MAX_LOCK_BYTES = 64 * 1024  # a lock is one JSON line of a few hundred bytes
+NOT_REGULAR = 6  # READ's exit code when the lock path exists but is not a regular file
+
+# $1: the holder, $2: the lock. Anything already at $2 (a regular file or not) fails the create
+# without opening it: READ then says who holds it, or that it is not a lock file at all.
+CREATE = (
+    '{ [ -e "$2" ] || [ -L "$2" ]; } && { echo "$2: File exists" >&2; exit 1; }; set -C; printf "%s\\n" "$1" > "$2"'
+)
+# $1: the lock, $2: at most this many bytes. Exit 0: its text; 1: no lock (or unreadable);
+# 6 (NOT_REGULAR): something that is not a regular file is there. `[ -f ]` follows links.
+READ = (
+    'if [ -f "$1" ]; then exec head -c "$2" -- "$1"; fi; '
+    'if [ -e "$1" ] || [ -L "$1" ]; then exit 6; fi; echo "$1: No such file or directory" >&2; exit 1'
+)
 # $1: the holder as read (its text without the final newline), $2: the lock, $3: the new holder.
 # Exit 0: taken over; 3: the lock is gone (someone took it first); 4: it names another holder now
 # (put back as it was); 5: someone created a new lock between the rename and the create.
 TAKE_OVER = (
     'aside="$2.orch-stale.$$"; mv -f "$2" "$aside" 2>/dev/null || exit 3; '
-    'if [ "$(cat "$aside")" != "$1" ]; then ln "$aside" "$2" 2>/dev/null; rm -f "$aside"; exit 4; fi; '
+    'if [ ! -f "$aside" ] || [ "$(cat "$aside")" != "$1" ]; then '
+    'ln "$aside" "$2" 2>/dev/null; rm -f "$aside"; exit 4; fi; '
     'rm -f "$aside"; set -C; printf "%s\\n" "$3" > "$2" 2>/dev/null || exit 5'
 )
 
@@ -120,7 +141,7 @@ class TestbedLock:
                 holder = self._read(handle, path)
                 ours = holder is not None and (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid)
                 if ours and holder is not None and holder.same_testbed(self.info):
-                    handle.transport.run(["rm", "-f", path], check=False, sudo=_sudo(handle))
+                    _run(handle, ["rm", "-f", path])
             except OrchError:
                 pass  # a lock left behind is reported as stale next time, never silently broken
         self.held.clear()
@@ -129,9 +150,7 @@ class TestbedLock:
         path = lock_path(handle, self.deployment.testbed.name)
         payload = json.dumps(asdict(self.info))
         for _ in range(2):
-            res = handle.transport.run(
-                ["sh", "-c", CREATE, "orch-lock", payload, path], check=False, sudo=_sudo(handle)
-            )
+            res = _run(handle, ["sh", "-c", CREATE, "orch-lock", payload, path])
             if res.ok:
                 return
             read = self._read_text(handle, path)
@@ -141,9 +160,7 @@ class TestbedLock:
             # our own run, resumed or restored after its controller died; or a dead owner's, when told
             if not (self._ours(holder) or (break_stale and holder.is_stale())):
                 raise LockError(self._held_message(handle, holder))
-            swap = handle.transport.run(
-                ["sh", "-c", TAKE_OVER, "orch-lock", text.rstrip("\n"), path, payload], check=False, sudo=_sudo(handle)
-            )
+            swap = _run(handle, ["sh", "-c", TAKE_OVER, "orch-lock", text.rstrip("\n"), path, payload])
             if swap.ok:
                 return
         raise LockError(f"{handle.host.label}: lost the race for {path} to another controller; try again")
@@ -175,13 +192,24 @@ class TestbedLock:
     @staticmethod
     def _read_text(handle: HostHandle, path: str) -> tuple[str, LockInfo] | None:
         """The lock file's text (what a takeover compares) and its holder; None: no lock."""
-        res = handle.transport.run(["cat", path], check=False, sudo=_sudo(handle))
+        res = _run(handle, ["sh", "-c", READ, "orch-lock", path, str(MAX_LOCK_BYTES)])
+        if res.exit_code == NOT_REGULAR:
+            raise LockError(
+                f"{handle.host.label}: lock path {path} exists but is not a regular file, so orch will not "
+                "open it (a FIFO, a device or a dangling link? remove it by hand)"
+            )
         if not res.ok:
             return None
         try:
             return res.stdout, LockInfo(**json.loads(res.stdout))
         except (ValueError, TypeError):
             return res.stdout, LockInfo("unknown", "unknown", 0, "unknown", "unknown")
+
+
+def _run(handle: HostHandle, argv: list[str]) -> Result:
+    """One lock command, never without a timeout: a host that stopped answering (or a lock path
+    that blocks despite READ's checks) fails the sweep before it starts instead of hanging it."""
+    return handle.transport.run(argv, check=False, sudo=_sudo(handle), timeout=LOCK_TIMEOUT_S)
 
 
 def _sudo(handle: HostHandle) -> bool:
