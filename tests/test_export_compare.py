@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from orchestrator.cli.main import main
+from orchestrator.core import clustered, stats
 from orchestrator.core.records import Failure, MetricValue, RunManifest, TrialRecord
-from orchestrator.report.compare import compare
+from orchestrator.report.compare import compare, write_comparison_page
 from orchestrator.store.journal import Journal, write_json_atomic
 
 FACTORS = {"overlap": ["on", "off"]}
 
 
-def manifest(run_id: str) -> RunManifest:
+def manifest(run_id: str, metrics: dict[str, str] | None = None) -> RunManifest:
     return RunManifest(
         run_id=run_id,
         name="t",
@@ -33,7 +35,7 @@ def manifest(run_id: str) -> RunManifest:
         replicates=2,
         factors=FACTORS,
         baseline={"overlap": "on"},
-        metrics={"corruption": "proportion", "wall": "number"},
+        metrics=metrics or {"corruption": "proportion", "wall": "number"},
         plan=[],
         started="2026-11-30T00:00:00Z",
     )
@@ -98,10 +100,107 @@ def test_compare_flags_a_real_change_and_not_noise():
     rows = {(r.cell, r.metric): r for r in c.rows}
     on = rows[("overlap=on", "corruption")]
     assert (on.a.k, on.a.n, on.b.k, on.b.n) == (13, 80, 1, 80)
-    assert on.significant and on.diff == pytest.approx(1 / 80 - 13 / 80)
+    assert on.diff == pytest.approx(1 / 80 - 13 / 80)
     assert on.diff_low < on.diff < on.diff_high < 0
+    # 2 trials a side: the trial is the unit, so the p comes from the trials (dispersion on 1.6 df,
+    # sparse: core.trialexact), 0.027, and Holm over the page's 4 comparisons makes it 0.11. Fisher on
+    # 80 pooled sessions a side (p < 0.001) called it significant; that treated sessions as independent.
+    assert 0.01 < on.p < 0.05 and not on.significant
+    assert "likelihood ratio on the trials" in c.methods["corruption"]
     assert not rows[("overlap=off", "corruption")].significant
-    assert any("overlap=on" in line and "13/80" in line for line in c.summary)
+    assert any("No cell differs significantly" in line and "4 comparisons" in line for line in c.summary)
+
+
+def test_compare_flags_a_real_change_with_four_trials_a_side():
+    """The same change seen in 4 trials a side: the quasi-binomial test (dispersion on 4.7 df) finds it
+    after Holm over every comparison on the page, and names itself."""
+    on_a, on_b, off_a, off_b = (6, 7, 6, 8), (0, 1, 0, 1), (0, 1, 1, 0), (1, 0, 0, 1)
+    a = [trial("a", i, "on", k) for i, k in enumerate(on_a)] + [
+        trial("a", 4 + i, "off", k) for i, k in enumerate(off_a)
+    ]
+    b = [trial("b", i, "on", k) for i, k in enumerate(on_b)] + [
+        trial("b", 4 + i, "off", k) for i, k in enumerate(off_b)
+    ]
+    c = compare(manifest("a"), a, manifest("b"), b)
+    rows = {(r.cell, r.metric): r for r in c.rows}
+    on = rows[("overlap=on", "corruption")]
+    assert on.significant and on.diff_high < 0 and not rows[("overlap=off", "corruption")].significant
+    assert c.methods["corruption"].startswith("quasi-binomial, dispersion 0.27 estimated from 16 trials in 4 cells")
+    assert any("overlap=on" in line and "27/160" in line for line in c.summary)
+
+
+def counts_trial(run_id: str, i: int, counts: dict[str, tuple[int, int]], level: str = "on") -> TrialRecord:
+    """A completed trial with only these proportion metrics: (k, n) each."""
+    metrics = {m: MetricValue(kind="proportion", k=k, n=n) for m, (k, n) in counts.items()}
+    return trial(run_id, i, level, 0).model_copy(update={"metrics": metrics})
+
+
+def test_compare_aa_false_positive_rate_when_trials_vary():
+    """A/A, the README's own setting: both runs 4 trials x 50 sessions at 15%, trials vary (beta-binomial,
+    intra-trial correlation 0.05). Fisher on pooled sessions flagged 29.8% of such pairs; the trial-level
+    test must stay near the nominal 5% (400 pairs: 5% plus one standard error, and a bit)."""
+    rng = np.random.default_rng(5)
+    rate, icc, trials, sessions, sims = 0.15, 0.05, 4, 50, 400
+    alpha, beta = rate * (1 - icc) / icc, (1 - rate) * (1 - icc) / icc
+    m = manifest("a", {"corruption": "proportion"})
+    hits = 0
+    for _ in range(sims):
+        ka, kb = (rng.binomial(sessions, rng.beta(alpha, beta, trials)) for _ in range(2))
+        ta = [counts_trial("a", i, {"corruption": (int(k), sessions)}) for i, k in enumerate(ka)]
+        tb = [counts_trial("b", i, {"corruption": (int(k), sessions)}) for i, k in enumerate(kb)]
+        hits += compare(m, ta, m, tb).rows[0].significant
+    assert hits / sims <= 0.07, f"{hits / sims:.1%} of A/A comparisons flagged significant"
+
+
+def test_compare_rates_are_widened_by_the_dispersion_of_both_runs():
+    m = manifest("a", {"corruption": "proportion"})
+    ta = [counts_trial("a", i, {"corruption": (k, 50)}) for i, k in enumerate((2, 12, 5, 9))]
+    tb = [counts_trial("b", i, {"corruption": (k, 50)}) for i, k in enumerate((11, 3, 8, 1))]
+    row = compare(m, ta, m, tb).rows[0]
+    disp = clustered.dispersion([[(2, 50), (12, 50), (5, 50), (9, 50)], [(11, 50), (3, 50), (8, 50), (1, 50)]])
+    assert disp.estimable and disp.inflation() > 1
+    assert (row.a.rate.low, row.a.rate.high) == pytest.approx(clustered.rate_interval(28, 200, disp))
+    wilson = stats.rate(28, 200)
+    assert row.a.rate.low < wilson.low and row.a.rate.high > wilson.high
+
+
+def test_compare_holm_is_one_family_over_every_metric():
+    """Two proportion metrics, one trial a side (Fisher, as the report keeps it then), each 6/200 vs
+    17/200: raw p 0.0297 each. Holm over the 2 comparisons shown gives 0.059: nothing is significant
+    (corrected per metric, each was 'significant (p=0.03, Holm)')."""
+    metrics = {"corruption": "proportion", "errors": "proportion"}
+    ta = [counts_trial("a", 0, {"corruption": (6, 200), "errors": (6, 200)})]
+    tb = [counts_trial("b", 0, {"corruption": (17, 200), "errors": (17, 200)})]
+    c = compare(manifest("a", metrics), ta, manifest("b", metrics), tb)
+    assert [r.p for r in c.rows] == pytest.approx([stats.fisher_exact(17, 200, 6, 200)] * 2)
+    assert all(0.025 < r.p < 0.05 for r in c.rows)
+    assert [r.p_holm for r in c.rows] == pytest.approx([2 * c.rows[0].p] * 2)
+    assert not any(r.significant for r in c.rows)
+    assert all(method.startswith("Fisher's exact test") for method in c.methods.values())
+    assert "2 comparisons, Holm-adjusted over all of them, every metric in one family" in c.summary[0]
+
+
+def test_compare_holm_family_leaves_out_rows_without_a_test():
+    """A cell whose metric has no sessions on one side is not a test: it does not widen the family."""
+    metrics = {"corruption": "proportion", "errors": "proportion"}
+    ta = [counts_trial("a", 0, {"corruption": (6, 200), "errors": (0, 0)})]
+    tb = [counts_trial("b", 0, {"corruption": (30, 200), "errors": (3, 200)})]
+    c = compare(manifest("a", metrics), ta, manifest("b", metrics), tb)
+    rows = {r.metric: r for r in c.rows}
+    assert not rows["errors"].tested and rows["errors"].p_holm == 1.0
+    assert rows["corruption"].p_holm == pytest.approx(rows["corruption"].p) and rows["corruption"].significant
+
+
+CELLS_A = [("on", 6), ("on", 7), ("on", 5), ("off", 0), ("off", 1), ("off", 2)]
+CELLS_B = [("on", 2), ("on", 4), ("on", 3), ("off", 1), ("off", 0), ("off", 1)]
+
+
+def test_compare_page_names_the_trial_level_method_and_the_one_family(tmp_path):
+    ra = write_run(tmp_path, "a", [trial("a", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_A)])
+    rb = write_run(tmp_path, "b", [trial("b", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_B)])
+    page = write_comparison_page(ra, rb).path.read_text()
+    assert "quasi-binomial, dispersion" in page and "pooled over the cells of both runs" in page
+    assert "every metric in one family" in page and "over the cells of each metric" not in page
 
 
 def test_compare_reports_unmatched_cells_and_ignores_failures(tmp_path, capsys):

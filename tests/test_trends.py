@@ -11,8 +11,12 @@ import numpy as np
 import pytest
 from helpers.report_synth import corruption_rate, synthetic_run, write_run
 
+from orchestrator.core import clustered
 from orchestrator.core.regression import NumberHistory, RateHistory, check_night, rate_change
+from orchestrator.core.stats import wilson_interval
+from orchestrator.report.series import SeriesPoint
 from orchestrator.report.site import regression_changes, write_index
+from orchestrator.report.trends import NightRun, _rate, group_trends
 
 
 def _night(rng: np.random.Generator, p: float, icc: float, trials: int = 2, sessions: int = 40) -> tuple:
@@ -113,3 +117,59 @@ def test_compare_and_webhook_summary_carry_the_nightly_check(tmp_path: Path) -> 
     assert summary.changes == list(page.changes)
     assert "CHANGED vs earlier runs:" in summary.text()
     assert summarize_run(dirs[-2]).changes == []  # the nights before it were steady
+
+
+ICC_RATE, ICC, TRIALS, SESSIONS = 0.15, 0.05, 4, 50  # the README's own A/A setting
+
+
+def _varying_trials(rng: np.random.Generator) -> list[tuple[int, int]]:
+    a, b = ICC_RATE * (1 - ICC) / ICC, (1 - ICC_RATE) * (1 - ICC) / ICC
+    return [(int(k), SESSIONS) for k in rng.binomial(SESSIONS, rng.beta(a, b, TRIALS))]
+
+
+def _point(cell: str, trials: list[tuple[int, int]]) -> SeriesPoint:
+    return SeriesPoint(cell=cell, levels={}, metric="m", kind="proportion", trials=trials)
+
+
+def _night_run(run_id: str, points: list[SeriesPoint]) -> NightRun:
+    return NightRun(run_id, run_id, "2026-05-01T07:00:00Z", "completed", points)
+
+
+def test_trend_interval_of_a_lone_point_covers_95_percent_when_trials_vary() -> None:
+    """Wilson on sessions pooled over 4 trials x 50 that vary (ICC 0.05) covered 15% in 69.8% of runs;
+    widened by the point's own trials' dispersion it must hold 95% (2000 runs: 95% less 1.5 s.e.)."""
+    rng = np.random.default_rng(3)
+    rates = [_rate(_point("c", _varying_trials(rng))) for _ in range(2000)]
+    covered = sum(r is not None and r[1] <= ICC_RATE <= r[2] for r in rates)
+    assert covered / len(rates) >= 0.93
+
+
+def test_trend_interval_with_the_runs_pooled_dispersion_covers_95_percent() -> None:
+    """The trend uses the run's dispersion pooled over its cells, as the run's report does: 4 cells
+    alike, 1000 runs, coverage of the first cell's interval."""
+    rng = np.random.default_rng(7)
+    covered = 0
+    for night in range(1000):
+        run = _night_run(str(night), [_point(f"c{c}", _varying_trials(rng)) for c in range(4)])
+        rate = _rate(run.series[0], run.dispersions["m"])
+        covered += rate is not None and rate[1] <= ICC_RATE <= rate[2]
+    assert covered / 1000 >= 0.93
+
+
+def test_trend_words_and_svg_use_the_widened_interval_of_the_newest_run() -> None:
+    trials = [[(2, 50), (12, 50), (5, 50), (9, 50)], [(11, 50), (3, 50), (8, 50), (1, 50)]]
+    run = _night_run("r1", [_point(f"c{i}", t) for i, t in enumerate(trials)])
+    disp = clustered.dispersion(trials)
+    assert run.dispersions["m"] == disp and disp.inflation() > 1
+    low, high = clustered.rate_interval(28, 200, disp)
+    trend = group_trends("k", "n", "tb", [run]).trends[0]
+    assert trend.latest == f"{28 / 200:.1%} [{low:.1%}, {high:.1%}]"
+    assert f"r1: {28 / 200:.1%} [{low:.1%}, {high:.1%}]" in trend.svg
+    wilson = wilson_interval(28, 200)
+    assert low < wilson[0] and high > wilson[1]
+
+
+def test_trend_with_one_trial_per_cell_keeps_wilson() -> None:
+    """One trial per cell: trial-to-trial variation cannot be estimated, the interval stays Wilson's."""
+    run = _night_run("r1", [_point("c0", [(6, 40)]), _point("c1", [(1, 40)])])
+    assert _rate(run.series[0], run.dispersions["m"]) == pytest.approx((6 / 40, *wilson_interval(6, 40)))

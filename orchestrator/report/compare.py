@@ -1,19 +1,26 @@
 """`orch compare RUN_A RUN_B`: two runs side by side, matching cells by their factor levels.
 
 The question it answers: "did this change (a new build, a driver, another cluster) move the
-metric, cell by cell, beyond noise?" Each common cell gets both rates with Wilson intervals, the
-difference B - A with a Newcombe interval, and a Fisher exact p-value, Holm-adjusted across the
-cells of a metric; numeric metrics get medians and a Mann-Whitney test.
+metric, cell by cell, beyond noise?" The trial is the unit of replication, as in the report: sessions
+of one trial share a restart, so a proportion's trial-to-trial dispersion is estimated from the trials
+of every cell of both runs (core.clustered), and each common cell gets both rates with intervals
+widened by it, the difference B - A with its interval and the report's test (quasi-binomial; the
+likelihood ratio on the trials, core.trialexact, when the dispersion is sparse; Fisher's exact test
+only when trial-to-trial variation cannot be estimated, e.g. one trial per cell). Numeric metrics get
+medians and a Mann-Whitney test on trial values. Holm's correction runs over every comparison shown,
+every metric in one family (core.findings' policy), so the chance of any false "significant" on the
+page is at most 5%.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
 
-from orchestrator.core import stats
+from orchestrator.core import clustered, stats
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.report.build import _versus_baseline
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir
 
@@ -40,6 +47,7 @@ class Row:
     diff_high: float | None
     p: float
     p_holm: float = 1.0
+    tested: bool = True  # False: a side has no data; not a test, so not in the Holm family
 
     @property
     def significant(self) -> bool:
@@ -55,6 +63,7 @@ class Comparison:
     only_b: tuple[str, ...]
     summary: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # one per suspect run: which run and why, shown above the result
+    methods: Mapping[str, str] = field(default_factory=dict)  # metric -> the test it used, in words
 
 
 def compare(
@@ -71,14 +80,14 @@ def compare(
     run whose trials were void or drifting may be that run's fault, not the change's."""
     ca, cb = _by_cell(ta), _by_cell(tb)
     common = [c for c in ca if c in cb]
-    metrics = {**a.metrics, **b.metrics}
-    rows: list[Row] = []
+    metrics = {m: kind for m, kind in {**a.metrics, **b.metrics}.items() if m in a.metrics and m in b.metrics}
+    methods: dict[str, str] = {}
+    found: list[Row] = []
     for metric, kind in metrics.items():
-        if metric not in a.metrics or metric not in b.metrics:
-            continue
-        metric_rows = [_row(cell, metric, kind, ca[cell], cb[cell]) for cell in common]
-        adjusted = stats.holm([r.p for r in metric_rows]) if metric_rows else []
-        rows += [Row(**{**r.__dict__, "p_holm": p}) for r, p in zip(metric_rows, adjusted, strict=True)]
+        disp = _dispersion(ca, cb, metric) if kind == "proportion" else None
+        methods[metric] = _method(disp)
+        found += [_row(cell, metric, kind, ca[cell], cb[cell], disp) for cell in common]
+    rows = _holm_all(found)
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
     warnings = tuple(
@@ -87,7 +96,42 @@ def compare(
         for side, m, reasons in (("A", a, suspect_a), ("B", b, suspect_b))
         if reasons
     )
-    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings)
+    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods)
+
+
+def _holm_all(rows: Sequence[Row]) -> list[Row]:
+    """Holm over every test on the page, every metric in one family (core.findings.adjust's policy):
+    per-metric families would let a page with three metrics err up to three times alpha. Rows
+    without a test (a side without data) are not in the family and keep p_holm = 1."""
+    tested = [i for i, r in enumerate(rows) if r.tested]
+    adjusted = dict(zip(tested, stats.holm([rows[i].p for i in tested]), strict=True)) if tested else {}
+    return [replace(r, p_holm=adjusted.get(i, 1.0)) for i, r in enumerate(rows)]
+
+
+def _dispersion(
+    ca: Mapping[str, list[TrialRecord]], cb: Mapping[str, list[TrialRecord]], metric: str
+) -> clustered.Dispersion:
+    """A proportion's trial-to-trial dispersion from every cell of both runs, each run's cell its own
+    group (as the report pools it over a sweep's cells): a difference between the runs is not spread."""
+    groups = [_counts(trials, metric) for side in (ca, cb) for trials in side.values()]
+    return clustered.dispersion([g for g in groups if g])
+
+
+def _method(disp: clustered.Dispersion | None) -> str:
+    """The metric's test in words, as the report names it."""
+    if disp is None:
+        return "medians of trial values, Mann-Whitney test (the trial is the unit)"
+    return f"{disp.method()}; dispersion pooled over the cells of both runs"
+
+
+def _counts(trials: Sequence[TrialRecord], metric: str) -> list[tuple[int, int]]:
+    """(k, n) per trial that has sessions of this metric (the units the tests count)."""
+    out = []
+    for t in trials:
+        v = t.metrics.get(metric)
+        if v is not None and v.n:
+            out.append((v.k or 0, v.n))
+    return out
 
 
 def _by_cell(trials: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
@@ -98,25 +142,38 @@ def _by_cell(trials: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
     return out
 
 
-def _side(trials: list[TrialRecord], metric: str, kind: str) -> Side:
+def _side(trials: list[TrialRecord], metric: str, kind: str, disp: clustered.Dispersion | None) -> Side:
+    """One run's cell: pooled k/n with an interval widened by the dispersion, or a number's median."""
     values = [t.metrics[metric] for t in trials if metric in t.metrics]
     if kind == "proportion":
-        k, n = sum(v.k or 0 for v in values), sum(v.n or 0 for v in values)
-        return Side(len(values), k, n, stats.rate(k, n))
+        counts = _counts(trials, metric)
+        k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
+        return Side(len(values), k, n, _rate(k, n, disp))
     nums = tuple(float(v.value) for v in values if v.value is not None)
     return Side(len(values), values=nums, median=stats.median_ci(nums) if nums else None)
 
 
-def _row(cell: str, metric: str, kind: str, ta: list[TrialRecord], tb: list[TrialRecord]) -> Row:
-    a, b = _side(ta, metric, kind), _side(tb, metric, kind)
+def _rate(k: int, n: int, disp: clustered.Dispersion | None) -> stats.Interval:
+    """Wilson's interval, widened for trial-to-trial variation when it can be estimated (as the report)."""
+    wilson = stats.rate(k, n)
+    if disp is None or not disp.estimable or not n:
+        return wilson
+    return stats.Interval(wilson.estimate, *clustered.rate_interval(k, n, disp))
+
+
+def _row(
+    cell: str, metric: str, kind: str, ta: list[TrialRecord], tb: list[TrialRecord], disp: clustered.Dispersion | None
+) -> Row:
+    a, b = _side(ta, metric, kind, disp), _side(tb, metric, kind, disp)
     if kind == "proportion":
-        assert a.k is not None and a.n is not None and b.k is not None and b.n is not None
+        assert a.k is not None and a.n is not None and b.k is not None and b.n is not None and disp is not None
         if not a.n or not b.n:
-            return Row(cell, metric, kind, a, b, None, None, None, 1.0)
-        low, high = stats.rate_difference_ci(b.k, b.n, a.k, a.n)
-        return Row(cell, metric, kind, a, b, b.k / b.n - a.k / a.n, low, high, stats.fisher_exact(b.k, b.n, a.k, a.n))
+            return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
+        # B vs A exactly as the report tests a cell vs its baseline: trial-level, Fisher only without replicates
+        test = _versus_baseline(b.k, b.n, a.k, a.n, disp, _counts(tb, metric), _counts(ta, metric))
+        return Row(cell, metric, kind, a, b, test.diff, test.low, test.high, test.p)
     if not a.values or not b.values or a.median is None or b.median is None:
-        return Row(cell, metric, kind, a, b, None, None, None, 1.0)
+        return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
     return Row(
         cell,
         metric,
@@ -135,9 +192,10 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
     if not rows:
         return ("The runs have no cells in common: nothing to compare.",)
     if not moved:
+        tested = sum(r.tested for r in rows)
         return (
             f"No cell differs significantly between {a.run_id} and {b.run_id} "
-            f"({len(rows)} comparisons, Holm-adjusted p >= 0.05).",
+            f"({tested} comparisons, Holm-adjusted over all of them, every metric in one family: p >= 0.05).",
         )
     out = []
     for r in moved:

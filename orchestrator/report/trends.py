@@ -1,6 +1,11 @@
 """Runs of one matrix over time: per-cell trends (an inline SVG of each run's rate with its 95%
 interval) and the nightly regression check of the newest run against its lookback window.
 
+The trial is the unit of replication here as in the run's report: a run's interval is Wilson's
+widened by the trial-to-trial dispersion pooled over the run's cells (core.clustered), because
+Wilson on sessions pooled over trials that vary covers the true rate far less than 95% (70% at 4
+trials x 50 sessions, intra-trial correlation 0.05).
+
 Everything here works from summary.json contents (report.series), so the index of a year of
 nightly runs reads a few KB per run, never an old journal.
 """
@@ -12,8 +17,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from xml.sax.saxutils import escape
 
+from orchestrator.core import clustered
 from orchestrator.core.regression import LOOKBACK, Change, NumberHistory, RateHistory, check_night
-from orchestrator.core.stats import wilson_interval
 from orchestrator.report.series import SeriesPoint
 
 USABLE = ("completed", "failed")  # a run that finished (with or without failed trials) is a night
@@ -34,6 +39,16 @@ class NightRun:
     def points(self) -> dict[tuple[str, str], SeriesPoint]:
         """(cell, metric) -> its point: trends and checks look each up once per run."""
         return {(p.cell, p.metric): p for p in self.series}
+
+    @cached_property
+    def dispersions(self) -> dict[str, clustered.Dispersion]:
+        """metric -> its trial-to-trial dispersion pooled over the run's cells, as the run's report
+        estimates it (one cell's few trials alone would give a far wider, less informed interval)."""
+        groups: dict[str, list[list[tuple[int, int]]]] = {}
+        for p in self.series:
+            if p.kind == "proportion" and p.trials:
+                groups.setdefault(p.metric, []).append(list(p.trials))
+        return {metric: clustered.dispersion(cells) for metric, cells in groups.items()}
 
 
 @dataclass(frozen=True)
@@ -122,20 +137,22 @@ def _trends(finished: Sequence[NightRun]) -> list[CellTrend]:
     out = []
     for cell, metric in keys:
         points = [_point(r, cell, metric) for r in runs]
-        rates = [_rate(p) for p in points]
+        rates = [_rate(p, r.dispersions.get(metric)) for p, r in zip(points, runs, strict=True)]
         latest = rates[-1]
         words = "no data in the newest run" if latest is None else f"{latest[0]:.1%} [{latest[1]:.1%}, {latest[2]:.1%}]"
         out.append(CellTrend(cell, metric, trend_svg(rates, [r.run_id for r in runs]), words))
     return out
 
 
-def _rate(point: SeriesPoint | None) -> tuple[float, float, float] | None:
+def _rate(point: SeriesPoint | None, disp: clustered.Dispersion | None = None) -> tuple[float, float, float] | None:
+    """(rate, low, high) of a run's cell: Wilson widened by `disp` (the run's dispersion), or by
+    the point's own trials when none is given; plain Wilson when trials cannot show their spread."""
     if point is None:
         return None
     k, n = point.rate
     if n == 0:
         return None
-    low, high = wilson_interval(k, n)
+    low, high = clustered.rate_interval(k, n, disp if disp is not None else clustered.dispersion([point.trials]))
     return k / n, low, high
 
 
