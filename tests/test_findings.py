@@ -13,6 +13,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers.cell_runs import cell_run
 from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core import clustered, clustersim, findings, power, ranks, stats
@@ -340,3 +341,84 @@ def test_every_p_in_prose_equals_the_table() -> None:
     quoted = dict((f, p) for p, f in re.findall(r"(p[=<][0-9.e-]+) for (\w+)", _cause(other)))
     neighbours = {nb.factor: nb.p_holm for nb in other.neighbours}
     assert quoted and all(text == fmt_p(neighbours[f]) for f, text in quoted.items())
+
+
+# --- numeric effects with unequal trials per cell (review C): each stratum weighs the same
+
+AB = {"a": ["on", "off"], "b": ["on", "off"]}
+AB_ON = {"a": "on", "b": "on"}
+
+
+def _walls(count: int, wall: float) -> list[dict[str, tuple[int, int] | float]]:
+    return [{"corruption": (2, 40), "wall": wall + (i % 3)} for i in range(count)]
+
+
+def _confounded(shift_a: float = 0.0) -> list[tuple[dict[str, str], list[dict[str, tuple[int, int] | float]]]]:
+    """b doubles wall; a adds shift_a. a=on ran mostly with b=on, a=off mostly with b=off."""
+    return [
+        ({"a": "on", "b": "on"}, _walls(16, 100.0)),
+        ({"a": "on", "b": "off"}, _walls(3, 200.0)),
+        ({"a": "off", "b": "on"}, _walls(3, 100.0 + shift_a)),
+        ({"a": "off", "b": "off"}, _walls(16, 200.0 + shift_a)),
+    ]
+
+
+def test_numeric_effect_is_not_confounded_by_unequal_trials_per_cell() -> None:
+    report = build_report(*cell_run(AB, AB_ON, _confounded(), metrics={"corruption": "proportion", "wall": "number"}))
+    a = next(e for e in report.number_effects if e.factor == "a")
+    b = next(e for e in report.number_effects if e.factor == "b")
+    assert not a.finding and a.p > 0.5 and a.median_level == a.median_reference and abs(a.shift) < 1
+    assert a.low is not None and a.high is not None and a.low <= 0 <= a.high
+    assert b.finding and b.shift == pytest.approx(100) and (b.ratio or 0) == pytest.approx(2.0, rel=0.02)
+    assert not [f for f in report.headline if f.text.startswith("Median wall is") and "with a=off" in f.text]
+    text = next(f.text for f in report.headline if f.text.startswith("Median wall is") and "with b=off" in f.text)
+    assert "Holm, van Elteren's stratified rank-sum" in text
+
+
+def test_stratified_effect_finds_a_real_shift_despite_unequal_trials() -> None:
+    report = build_report(
+        *cell_run(AB, AB_ON, _confounded(shift_a=10.0), metrics={"corruption": "proportion", "wall": "number"})
+    )
+    a = next(e for e in report.number_effects if e.factor == "a")
+    assert a.finding and a.shift == pytest.approx(10.0) and a.low is not None and a.low > 0
+
+
+def test_balanced_numeric_effect_is_the_pooled_mann_whitney() -> None:
+    """Equal shares of each side in every stratum (4 and 2 trials on both sides): pooled, as before."""
+    cells = [
+        findings.CellValues({"a": "on", "b": "on"}, (1.0, 2.0, 3.0, 4.0)),
+        findings.CellValues({"a": "off", "b": "on"}, (2.0, 3.5, 4.5, 5.0)),
+        findings.CellValues({"a": "on", "b": "off"}, (10.0, 11.0)),
+        findings.CellValues({"a": "off", "b": "off"}, (12.0, 13.0)),
+    ]
+    [effect] = [e for e in findings.number_effects(cells, AB, AB_ON) if e.factor == "a"]
+    x, y = np.array([2.0, 3.5, 4.5, 5.0, 12.0, 13.0]), np.array([1.0, 2.0, 3.0, 4.0, 10.0, 11.0])
+    assert effect.p == stats.mann_whitney(x, y) and effect.shift == ranks.shift_interval(x, y)
+    assert (effect.median_level, effect.median_reference) == (float(np.median(x)), float(np.median(y)))
+
+
+def test_van_elteren_of_one_stratum_is_the_asymptotic_mann_whitney() -> None:
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        x, y = rng.integers(0, 8, size=int(rng.integers(3, 12))), rng.integers(0, 8, size=int(rng.integers(3, 12)))
+        expected = sps.mannwhitneyu(x, y, method="asymptotic", use_continuity=False).pvalue
+        assert findings.van_elteren([(x.astype(float), y.astype(float))]) == pytest.approx(expected)
+
+
+def test_stratified_test_and_interval_hold_their_levels_with_unequal_strata() -> None:
+    """Strata far apart with 12 vs 3 and 3 vs 12 trials: pooled values would confound; the
+    stratified test keeps its false-positive rate near 5% and its interval covers the true shift."""
+    rng = np.random.default_rng(11)
+    rejections = covered = 0
+    sims = 400
+    for _ in range(sims):
+        strata = [
+            (rng.normal(0.0, 1.0, 12) + 1.0, rng.normal(0.0, 1.0, 3)),
+            (rng.normal(50.0, 1.0, 3) + 1.0, rng.normal(50.0, 1.0, 12)),
+        ]
+        rejections += findings.van_elteren([(x - 1.0, y) for x, y in strata]) < 0.05
+        shift = findings.stratified_shift(strata, 0.95)
+        covered += shift.low is not None and shift.high is not None and shift.low <= 1.0 <= shift.high
+    assert rejections / sims < 0.08 and covered / sims > 0.92

@@ -234,3 +234,26 @@ def test_unusual_runs_still_render() -> None:
     report = build_report(wide, [*records, *three])
     assert any(e.level == "auto" for e in report.effects)
     assert "overlap: on → auto" in render_report(report)
+
+
+def test_adaptive_decisions_are_info_and_never_the_runs_headline(tmp_path: Path) -> None:
+    """The stopping rule decides each cell at the adaptive alpha per comparison, with no
+    correction across cells: told first, as info, while the run's one-line result (the index
+    page, webhooks) stays the first sentence that survived the report's Holm policy."""
+    from orchestrator.core.records import EventRecord
+    from orchestrator.report.build import result_headline
+    from orchestrator.report.render import load_report
+
+    manifest, records = synthetic_run(replicates=2)
+    run_dir = write_run(tmp_path / "run", manifest.model_copy(update={"adaptive": True}), records)
+    message = "stopped after 2 rounds (80 sessions): cell 0/80 vs baseline 12/80 decided different (cell lower; e 25)"
+    event = EventRecord(run_id=manifest.run_id, event="cell_decided", at=manifest.started, cell="overlap=off",
+                        state="different", message=message)  # fmt: skip
+    with (run_dir / "journal.jsonl").open("a") as journal:
+        journal.write(event.model_dump_json() + "\n")
+    report = load_report(run_dir)
+    first = report.headline[0]
+    assert first.text.startswith("Adaptive stopping in corruption: 1 of 7 cells decided lower") and first.kind == "info"
+    assert "not corrected across cells" in first.text
+    assert not result_headline(report).startswith("Adaptive stopping")
+    assert result_headline(report) in [f.text for f in report.headline if f.kind in ("finding", "null")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers.cell_runs import cell_run
 from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core.records import Failure, MetricValue, TrialRecord
@@ -260,3 +261,54 @@ def test_trial_view_fields() -> None:
         f"trials/{done.trial:04d}/repro.out",
         f"trials/{done.trial:04d}/repro.err",
     ]
+
+
+# --- headline sentences say "finding" only for what survived Holm (review C)
+
+TWO = {"x": ["on", "off"], "y": ["on", "off"]}
+BOTH_ON = {"x": "on", "y": "on"}
+
+
+def test_highest_cell_that_did_not_survive_holm_is_not_a_finding() -> None:
+    """Baseline 0/200, x=b 20/200 survives Holm, x=c 1/4 (the highest rate) does not: the finding
+    is about x=b, and x=c is told as info with its Holm p."""
+    levels = [{"x": v} for v in ("a", "b", "c")]
+    cells = list(zip(levels, [[(0, 200)], [(20, 200)], [(1, 4)]], strict=True))
+    report = build_report(*cell_run({"x": ["a", "b", "c"]}, {"x": "a"}, cells))
+    rates = {c.levels["x"]: c.proportions["corruption"] for c in report.cells}
+    assert rates["b"].significant and not rates["c"].significant
+    assert not [t for t in _texts(report, "finding") if "in cell x=c vs" in t]
+    assert any(
+        t.startswith("Corruption is 10.0% [6.6-14.9] (20/200) in cell x=b vs") for t in _texts(report, "finding")
+    )
+    [note] = [t for t in _texts(report, "info") if t.startswith("The highest corruption")]
+    assert "in cell x=c, does not differ significantly" in note and f"{fmt_p(rates['c'].p_holm)}, Holm" in note
+
+
+def test_cause_sentence_naming_nothing_that_survived_is_info() -> None:
+    """The highest cell differs from the baseline, but neither cell one factor away is lower:
+    the sentence saying so names no surviving comparison, so it is info, not a finding."""
+    counts = {("on", "on"): 0, ("off", "on"): 25, ("on", "off"): 25, ("off", "off"): 30}
+    cells = [({"x": x, "y": y}, [(k, 200)]) for (x, y), k in counts.items()]
+    report = build_report(*cell_run(TWO, BOTH_ON, cells))
+    assert all(nb.metric != "corruption" or not nb.finding for nb in report.neighbours)
+    [cause] = [f for f in report.headline if "not significantly lower" in f.text]
+    assert cause.kind == "info" and not cause.text.startswith("It needs")
+
+
+def test_underflowed_p_of_a_needed_factor_is_not_quoted_as_1() -> None:
+    """Turning x off takes 2000/5000 to 0/5000: its p underflows to 0.0, which `p or 1.0` read as 1."""
+    counts = {("on", "on"): 2000, ("off", "on"): 0, ("on", "off"): 1990, ("off", "off"): 0}
+    cells = [({"x": x, "y": y}, [(k, 5000)]) for (x, y), k in counts.items()]
+    report = build_report(*cell_run(TWO, BOTH_ON, cells))
+    [needs] = [f for f in report.headline if f.text.startswith("It needs x=on")]
+    assert needs.kind == "finding" and "vs that cell p<1e-300 for x, Holm" in needs.text
+
+
+def test_overdispersion_with_underflowed_p_is_still_flagged() -> None:
+    """A cell whose trials are 0/1000 and 1000/1000 has a heterogeneity p of 0.0: it is the most
+    overdispersed cell there can be, not one to leave out (`p or 1.0` left it out)."""
+    cells = [({"x": "a"}, [(0, 1000), (1000, 1000)]), ({"x": "b"}, [(5, 1000), (5, 1000)])]
+    report = build_report(*cell_run({"x": ["a", "b"]}, {"x": "a"}, cells))
+    assert report.cells[0].proportions["corruption"].overdispersion_p == 0.0
+    assert any(t.startswith("Trials of the same cell disagree") and "x=a: 0.0%, 100.0%" in t for t in _texts(report))

@@ -19,7 +19,9 @@ interval (the largest confidence whose interval still excludes 0), so "interval 
 "p < 0.05" always agree.
 
 Numeric metrics get main effects too: the Hodges-Lehmann shift with its exact Mann-Whitney
-interval (ranks.shift_interval) and the Mann-Whitney p, pooled over matched strata.
+interval (ranks.shift_interval) and the Mann-Whitney p, pooled over matched strata when the
+design is balanced; when cells ran unequal numbers of trials, pooling would confound the factor
+with the strata that ran more, so van Elteren's stratified test weighs every stratum the same.
 """
 
 from __future__ import annotations
@@ -334,10 +336,14 @@ def number_effects(
     reference: Mapping[str, str],
     confidence: float = CONFIDENCE,
 ) -> list[ShiftEffect]:
-    """Main effect of each factor's non-reference level on a numeric metric.
+    """Main effect of each factor's non-reference level on a numeric metric, over the strata
+    (levels of the other factors) where both levels were observed.
 
-    Values are pooled over the strata (levels of the other factors) where both levels were
-    observed, so in a balanced design the other factors add noise but no bias."""
+    When every stratum holds the same share of each side's trials (a balanced design), pooling
+    the values adds noise but no bias, and the pooled Mann-Whitney test with its exact interval
+    is used. Otherwise (adaptive stopping, exhausted retries) pooling confounds the factor with
+    the strata that ran more often, so each stratum weighs the same: van Elteren's stratified
+    rank-sum test (see _stratified_effect)."""
     found = []
     for factor, levels in factors.items():
         ref = reference.get(factor, levels[0] if levels else "")
@@ -346,6 +352,31 @@ def number_effects(
             if effect is not None:
                 found.append(effect)
     return found
+
+
+Stratum = tuple[np.ndarray, np.ndarray]  # (level's values, reference's values) in one stratum
+
+
+def balanced(counts: Sequence[tuple[int, int]]) -> bool:
+    """Does every stratum hold the same share of the level's trials as of the reference's?
+    counts: (level's trials, reference's trials) per stratum where both were observed."""
+    total_level, total_ref = sum(m for m, _ in counts), sum(r for _, r in counts)
+    return all(m * total_ref == r * total_level for m, r in counts)
+
+
+def stratum_counts(
+    counts: Sequence[tuple[Mapping[str, str], int]], factor: str, ref: str, level: str
+) -> list[tuple[int, int]]:
+    """(level's trials, reference's trials) per stratum with both observed, from per-cell counts:
+    what `balanced` needs, for a caller holding only each cell's number of values."""
+    strata: dict[tuple[tuple[str, str], ...], list[int]] = {}
+    for levels, n in counts:
+        value = levels.get(factor)
+        if value not in (ref, level) or n <= 0:
+            continue
+        stratum = tuple(sorted((f, v) for f, v in levels.items() if f != factor))
+        strata.setdefault(stratum, [0, 0])[0 if value == level else 1] += n
+    return [(m, r) for m, r in strata.values() if m and r]
 
 
 def _number_effect(
@@ -358,11 +389,13 @@ def _number_effect(
             continue
         stratum = tuple(sorted((f, v) for f, v in cell.levels.items() if f != factor))
         strata.setdefault(stratum, {}).setdefault(str(value), []).extend(cell.values)
-    matched = [s for s in strata.values() if ref in s and level in s]
+    matched = [(np.array(s[level]), np.array(s[ref])) for s in strata.values() if ref in s and level in s]
     if not matched:
         return None
-    x = np.array([v for s in matched for v in s[level]])
-    y = np.array([v for s in matched for v in s[ref]])
+    if not balanced([(x.size, y.size) for x, y in matched]):
+        return _stratified_effect(matched, factor, ref, level, confidence)
+    x = np.concatenate([x for x, _ in matched])
+    y = np.concatenate([y for _, y in matched])
     return ShiftEffect(
         factor=factor,
         reference=ref,
@@ -375,6 +408,99 @@ def _number_effect(
         p=mann_whitney(x, y),
         strata=len(matched),
     )
+
+
+def _stratified_effect(matched: Sequence[Stratum], factor: str, ref: str, level: str, confidence: float) -> ShiftEffect:
+    """The effect with every stratum weighed the same, whatever its trial counts.
+
+    Medians: of the equal-weight mixture of the strata (each stratum's values weigh 1/its count).
+    p: van Elteren's stratified rank-sum test (1960), the sum over strata of Mann-Whitney U
+    divided by the stratum's size plus one, normal approximation with ties corrected.
+    Shift and interval: the Hodges-Lehmann estimate and interval that invert that same test:
+    the weighted median and quantiles of the within-stratum differences (weight 1/(N_s + 1)).
+    Its coverage is the normal approximation's, stated as the confidence asked for."""
+    return ShiftEffect(
+        factor=factor,
+        reference=ref,
+        level=level,
+        median_level=_mixture_median([x for x, _ in matched]),
+        median_reference=_mixture_median([y for _, y in matched]),
+        n_level=sum(int(x.size) for x, _ in matched),
+        n_reference=sum(int(y.size) for _, y in matched),
+        shift=stratified_shift(matched, confidence),
+        p=van_elteren(matched),
+        strata=len(matched),
+    )
+
+
+def van_elteren(strata: Sequence[Stratum]) -> float:
+    """Two-sided p of van Elteren's test that the level's values are not shifted from the
+    reference's within strata; 1.0 when no stratum has any spread (every value tied)."""
+    stat = mean = var = 0.0
+    for x, y in strata:
+        m, r = x.size, y.size
+        n = m + r
+        pooled = np.concatenate([x, y])
+        ranked = sps.rankdata(pooled)
+        u = float(ranked[:m].sum()) - m * (m + 1) / 2.0
+        _, ties = np.unique(pooled, return_counts=True)
+        tie = float(np.sum(ties.astype(float) ** 3 - ties)) / (n * (n - 1)) if n > 1 else 0.0
+        stat += u / (n + 1)
+        mean += m * r / 2.0 / (n + 1)
+        var += m * r * ((n + 1) - tie) / 12.0 / (n + 1) ** 2
+    if var <= 0:
+        return 1.0
+    return float(min(1.0, 2.0 * sps.norm.sf(abs(stat - mean) / math.sqrt(var))))
+
+
+def stratified_shift(strata: Sequence[Stratum], confidence: float) -> ranks.CoveredInterval:
+    """Weighted Hodges-Lehmann shift (level - reference) with the interval inverting van Elteren's
+    test: the shifts d at which the weighted count of differences above d stays within z standard
+    deviations of its null mean. Sides are subsampled (seeded) so that all strata together hold
+    about as many differences as ranks.shift_interval allows one pair of groups (bounded memory)."""
+    diffs, weights, var = [], [], 0.0
+    cap = max(2, ranks.MAX_SIDE // len(strata))
+    for x, y in strata:
+        a, b = _subsample(x, cap), _subsample(y, cap)
+        n = x.size + y.size
+        d = np.subtract.outer(a, b).ravel()
+        diffs.append(d)
+        weights.append(np.full(d.size, (x.size * y.size / d.size) / (n + 1)))  # a subsample weighs as the whole
+        var += x.size * y.size * (n + 1) / 12.0 / (n + 1) ** 2
+    d, w = np.concatenate(diffs), np.concatenate(weights)
+    order = np.argsort(d, kind="stable")
+    d, w = d[order], w[order]
+    half = float(w.sum()) / 2.0
+    estimate = _weighted_quantile(d, w, half, middle=True)
+    reach = float(sps.norm.ppf(0.5 + confidence / 2)) * math.sqrt(var)
+    if half - reach <= 0:
+        return ranks.CoveredInterval(estimate, None, None, None)
+    low = _weighted_quantile(d, w, half - reach)
+    high = -_weighted_quantile(-d[::-1], w[::-1], half - reach)
+    return ranks.CoveredInterval(estimate, low, high, confidence)
+
+
+def _subsample(values: np.ndarray, cap: int) -> np.ndarray:
+    return values if values.size <= cap else np.random.default_rng(0).choice(values, cap, replace=False)
+
+
+def _weighted_quantile(d: np.ndarray, w: np.ndarray, target: float, middle: bool = False) -> float:
+    """The smallest sorted value whose cumulative weight reaches target (within rounding); with
+    middle, the midpoint when target falls exactly between two values (as a median of an even count)."""
+    cum = np.cumsum(w)
+    tol = 1e-9 * float(cum[-1])
+    i = min(int(np.searchsorted(cum, target - tol)), d.size - 1)
+    if middle and abs(float(cum[i]) - target) <= tol and i + 1 < d.size:
+        return float((d[i] + d[i + 1]) / 2.0)
+    return float(d[i])
+
+
+def _mixture_median(groups: Sequence[np.ndarray]) -> float:
+    """Median of the mixture giving each group the same weight (a value weighs 1/its group's size)."""
+    values = np.concatenate(groups)
+    weights = np.concatenate([np.full(g.size, 1.0 / g.size) for g in groups])
+    order = np.argsort(values, kind="stable")
+    return _weighted_quantile(values[order], weights[order], float(weights.sum()) / 2.0, middle=True)
 
 
 # ----------------------------------------------------------------------------- the policy

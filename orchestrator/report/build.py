@@ -39,6 +39,7 @@ from orchestrator.report.model import (
     EffectView,
     FailureView,
     Finding,
+    FindingKind,
     InteractionView,
     Link,
     NeighbourView,
@@ -307,7 +308,7 @@ def _proportion_cells(
     trials = {cell: _trial_counts(group) for cell, group in grouped.items()} if disp.sparse else {}
     base_trials = trials.get(baseline_cell, []) if baseline_cell else []
     tests = (
-        {c: _versus_baseline(*pooled[c], *base, disp, trials.get(c, []), base_trials) for c in others} if base else {}
+        {c: versus_baseline(*pooled[c], *base, disp, trials.get(c, []), base_trials) for c in others} if base else {}
     )
     pvalues = {c: t.p for c, t in tests.items()}
     adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
@@ -356,7 +357,7 @@ def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
     )
 
 
-def _versus_baseline(
+def versus_baseline(
     k: int,
     n: int,
     kb: int,
@@ -502,7 +503,7 @@ def _neighbour_tests(
     views = []
     for factor, cell in _one_factor_away(manifest.factors, measured, high):
         rate = cell.proportions[metric].rate
-        p = _versus_baseline(k, n, rate.k, rate.n, disp, trials.get(high.cell, []), trials.get(cell.cell, [])).p
+        p = versus_baseline(k, n, rate.k, rate.n, disp, trials.get(high.cell, []), trials.get(cell.cell, [])).p
         views.append(
             NeighbourView(
                 metric=metric, cell=cell.cell, factor=factor, level=cell.levels[factor], k=rate.k, n=rate.n, p=p
@@ -726,9 +727,30 @@ def _outcome_findings(report: Report, metric: str) -> list[Finding]:
     if not significant:
         return [_null_finding(report, metric, measured, base)]
     high = _highest(measured, metric)
+    if not (high.is_baseline or high.proportions[metric].significant):
+        return _unsurviving_high(report, metric, high, base, significant)
     findings = [_difference_finding(report, metric, high, base, significant)]
     cause = _cause_finding(report, metric, high)
     return findings + ([cause] if cause else [])
+
+
+def _unsurviving_high(
+    report: Report, metric: str, high: CellView, base: CellView, significant: Sequence[CellView]
+) -> list[Finding]:
+    """The highest cell did not survive Holm (few sessions, say), so the finding is about the
+    highest cell that did, and the highest one is told as info. What the highest cell needs is
+    not told: its one-factor tests (report.neighbours) belong to a cell not shown to differ."""
+    top = _highest(significant, metric)
+    p = high.proportions[metric]
+    note = Finding(
+        kind="info",
+        text=(
+            f"The highest {metric}, {fmt_rate(p.rate)} in cell {fmt_levels(high.levels)}, does not differ "
+            f"significantly from the baseline's {fmt_rate(base.proportions[metric].rate)} "
+            f"({fmt_p(p.p_holm)}, Holm): too few sessions, or too small a difference, to call it a finding."
+        ),
+    )
+    return [_difference_finding(report, metric, top, base, significant), note]
 
 
 def _difference_finding(
@@ -770,7 +792,8 @@ def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | Non
     needed = [(f, c, p) for f, c, p, sig in tested if sig]
     not_needed = [(f, c, p) for f, c, p, sig in tested if not sig]
     text = _needed_text(metric, high, needed) + _not_needed_text(metric, high, not_needed)
-    return Finding(kind="finding", text=text.strip()) if text.strip() else None
+    kind: FindingKind = "finding" if needed else "info"  # a finding only if a comparison it names survived Holm
+    return Finding(kind=kind, text=text.strip()) if text.strip() else None
 
 
 def _cause_tests(report: Report, metric: str, high: CellView) -> list[tuple[str, CellView, float, bool]]:
@@ -778,7 +801,7 @@ def _cause_tests(report: Report, metric: str, high: CellView) -> list[tuple[str,
     if high.is_baseline:
         measured = [c for c in report.cells if c.proportions[metric].rate.n]
         return [
-            (f, c, c.proportions[metric].p_holm or 1.0, c.proportions[metric].significant)
+            (f, c, _p_or_one(c.proportions[metric].p_holm), c.proportions[metric].significant)
             for f, c in _one_factor_away(report.factors, measured, high)
         ]
     by_id = {c.cell: c for c in report.cells}
@@ -816,6 +839,12 @@ def _not_needed_text(metric: str, high: CellView, rest: Sequence[tuple[str, Cell
     return (text[0].upper() + text[1:] + ".") if parts else ""  # capitalize() would lowercase names
 
 
+def _p_or_one(p: float | None) -> float:
+    """A missing p reads as 1; a p that underflowed to 0.0 stays 0 (`p or 1.0` turned the
+    strongest result on the page into "p=1.000")."""
+    return 1.0 if p is None else p
+
+
 def _change(factor: str, level: str) -> str:
     if level.lower() in OFF_WORDS:
         return f"turning off {factor}"
@@ -831,7 +860,7 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
         return Finding(
             kind="null", text=f"Only the baseline has {metric} data: {fmt_rate(base_rate)}; nothing to compare it with."
         )
-    nearest = min(others, key=lambda c: c.proportions[metric].p_holm or 1.0)
+    nearest = min(others, key=lambda c: _p_or_one(c.proportions[metric].p_holm))
     p = nearest.proportions[metric]
     return Finding(
         kind="null",
@@ -980,7 +1009,7 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
     text = (
         f"Median {e.metric} is {size} with {e.factor}={e.level} than with {e.factor}={e.reference}: "
         f"{e.median_level:g} vs {e.median_reference:g} over {e.n_level} vs {e.n_reference} trials "
-        f"(shift {e.shift:+g}{interval}; {fmt_p(e.p_holm)}, Holm, Mann-Whitney)"
+        f"(shift {e.shift:+g}{interval}; {fmt_p(e.p_holm)}, Holm, {_number_effect_method(report, e)})"
     )
     outcome = next(
         (
@@ -996,11 +1025,20 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
     return text[0].upper() + text[1:] + "."
 
 
+def _number_effect_method(report: Report, e: NumberEffectView) -> str:
+    """The test behind a numeric effect, as findings.number_effects chose it from the trial
+    counts: pooled Mann-Whitney when balanced, else van Elteren's stratified test (and why)."""
+    counts = [(c.levels, c.numbers[e.metric].n) for c in report.cells if e.metric in c.numbers]
+    if findings.balanced(findings.stratum_counts(counts, e.factor, e.reference, e.level)):
+        return "Mann-Whitney"
+    return "van Elteren's stratified rank-sum, each stratum weighed the same as cells ran unequal numbers of trials"
+
+
 def _noise_findings(report: Report, metric: str) -> list[Finding]:
     found = []
-    noisy = [c for c in report.cells if (c.proportions[metric].overdispersion_p or 1.0) < stats.ALPHA]
+    noisy = [c for c in report.cells if _overdispersed(c, metric)]
     if noisy:
-        worst = min(noisy, key=lambda c: c.proportions[metric].overdispersion_p or 1.0)
+        worst = min(noisy, key=lambda c: _p_or_one(c.proportions[metric].overdispersion_p))
         p = worst.proportions[metric]
         rates = ", ".join(fmt_pct(r) for r in p.trial_rates)
         found.append(
@@ -1051,7 +1089,7 @@ def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
             moved,
             key=lambda c: (
                 bool(primary and primary in c.proportions and c.proportions[primary].significant),
-                c.numbers[metric].p_holm or 1.0,
+                _p_or_one(c.numbers[metric].p_holm),
             ),
         )
         found.append(Finding(kind="finding", text=_moved_text(metric, cell, base, primary, len(moved))))
@@ -1412,7 +1450,10 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
     Why: a cell stopped early has fewer sessions, so the fixed analysis of the pooled sessions
     (Fisher + Holm) may call nothing significant while the anytime-valid test, valid at the
     round it stopped, decided several cells. Without this sentence the two would seem to
-    contradict each other."""
+    contradict each other. Kind "info", never "finding": each decision is taken at the adaptive
+    alpha per comparison, with no correction across cells, so it does not meet the policy every
+    finding on the page meets (Holm over the whole report), and it must not become the run's
+    headline result (result_headline takes the first finding)."""
     decided = _decisions(events)
     if not decided:
         return None
@@ -1431,10 +1472,11 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
         parts.append(f"{undecided} ran every round undecided (the fixed analysis has the last word there)")
     what = f" in {metric}" if metric else ""
     return Finding(
-        kind="finding",
+        kind="info",
         text=(
             f"Adaptive stopping{what}: {'; '.join(parts)}. Each decision is an anytime-valid test "
-            "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha). The "
+            "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha, not corrected "
+            "across cells, so these are decisions of the stopping rule, not findings). The "
             "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
             "is the weaker test and may not reach significance where the sequential test decided."
         ),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.core import clustered, stats
 from orchestrator.core.records import RunManifest, TrialRecord
-from orchestrator.report.build import _versus_baseline
+from orchestrator.report.build import versus_baseline
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir
 
@@ -170,7 +170,7 @@ def _row(
         if not a.n or not b.n:
             return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
         # B vs A exactly as the report tests a cell vs its baseline: trial-level, Fisher only without replicates
-        test = _versus_baseline(b.k, b.n, a.k, a.n, disp, _counts(tb, metric), _counts(ta, metric))
+        test = versus_baseline(b.k, b.n, a.k, a.n, disp, _counts(tb, metric), _counts(ta, metric))
         return Row(cell, metric, kind, a, b, test.diff, test.low, test.high, test.p)
     if not a.values or not b.values or a.median is None or b.median is None:
         return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)

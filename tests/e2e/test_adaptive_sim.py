@@ -37,7 +37,7 @@ def test_shipped_hunt_stops_decided_cells_and_reports_it(tmp_path: Path, capsys)
         assert max(t.round for t in trials if t.cell == cell) == rounds - 1, cell
 
     page = htmllib.unescape(re.sub(r"<[^>]+>", " ", (run_dir / "index.html").read_text()))
-    first = re.search(r"What we found\s+finding\s+(Adaptive stopping in corruption: [^.]+)\.", page)
+    first = re.search(r"What we found\s+info\s+(Adaptive stopping in corruption: [^.]+)\.", page)
     assert first, page[:3000]
     assert f"{len(lower)} of 7 cells decided lower than the baseline" in first[1]
     assert_clean()
