@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import fakes
 import pytest
@@ -16,7 +17,9 @@ import pytest
 from orchestrator.edges.transport import Result
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.errors import CommandTimedOut, GroupError, Interrupted, ServiceError, TransportError
+from orchestrator.sweep import runner as runner_module
 from orchestrator.sweep.pool import gather, per_host
+from orchestrator.sweep.runner import RunOptions, run_with_retries
 from orchestrator.sweep.signals import signals_as_interrupt, sigterm_as_interrupt
 
 
@@ -196,3 +199,42 @@ def test_a_trial_failing_on_two_hosts_names_both(tmp_path: Path) -> None:
         "2 hosts failed: a: connection lost while reading the journal; b: connection lost while reading the journal"
     )
     assert not result.not_restored
+
+
+# ---------------------------------------------------------------- retries and the deadline
+def _infra_failure(n: int) -> Any:
+    return SimpleNamespace(status="failed", failure=SimpleNamespace(kind="infrastructure", message=f"ssh died ({n})"))
+
+
+def test_no_retry_starts_after_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--until`: an attempt is a restart, a warm-up and a whole repro; one that failed just
+    before the deadline is not tried again after it (the trial stays failed, as when retries run out)."""
+    clock = [1000.0]
+    monkeypatch.setattr(runner_module.time, "time", lambda: clock[0])
+    starts: list[float] = []
+
+    def attempt(n: int) -> Any:
+        starts.append(clock[0])
+        clock[0] += 60.0  # each attempt takes a minute and fails on infrastructure
+        return _infra_failure(n)
+
+    late = RunOptions("r", infra_attempts=4, retry_backoff_s=0.0, deadline=1030.0)
+    record = run_with_retries(attempt, late, lambda why, n: None)
+    assert starts == [1000.0] and record.failure.message == "ssh died (1)"
+    clock[0], starts[:] = 1000.0, []
+    run_with_retries(attempt, RunOptions("r", infra_attempts=4, retry_backoff_s=0.0), lambda why, n: None)
+    assert len(starts) == 4  # without a deadline every attempt runs
+
+
+def test_a_retry_back_off_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock, slept = [1000.0], []
+    monkeypatch.setattr(runner_module.time, "time", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda s: slept.append(s))  # tenacity's sleep
+
+    def attempt(n: int) -> Any:
+        clock[0] += 1.0
+        return _infra_failure(n)
+
+    options = RunOptions("r", infra_attempts=2, retry_backoff_s=100.0, deadline=1003.0)
+    run_with_retries(attempt, options, lambda why, n: None)
+    assert slept == [2.0]  # 100 s of back-off, cut to the 2 s left before the deadline

@@ -320,16 +320,23 @@ def run_with_retries(
     attempt: Callable[[int], TrialRecord], options: RunOptions, on_retry: Callable[[str, int], None]
 ) -> TrialRecord:
     """Run a trial; an infrastructure failure (SSH, units, health) is tried again, up to
-    options.infra_attempts tries with exponential back-off. The last record is returned either way."""
+    options.infra_attempts tries with exponential back-off, but never past options.deadline
+    (`--until`: no attempt starts after it, and a back-off ends at it; each attempt is a restart,
+    a warm-up and a whole repro). The last record is returned either way."""
     numbers = itertools.count(1)
+    deadline = options.deadline
+    backoff = tenacity.wait_exponential(multiplier=options.retry_backoff_s, max=30)
 
     def before_sleep(rs: tenacity.RetryCallState) -> None:
         record = rs.outcome.result() if rs.outcome else None
         on_retry(record.failure.message if record and record.failure else "failure", rs.attempt_number)
 
+    def wait(rs: tenacity.RetryCallState) -> float:
+        return backoff(rs) if deadline is None else min(backoff(rs), max(deadline - time.time(), 0.0))
+
     retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(options.infra_attempts),
-        wait=tenacity.wait_exponential(multiplier=options.retry_backoff_s, max=30),
+        stop=tenacity.stop_after_attempt(options.infra_attempts) | _PastDeadline(deadline),
+        wait=wait,
         retry=tenacity.retry_if_result(
             lambda r: r.status == "failed" and r.failure is not None and r.failure.kind == "infrastructure"
         ),
@@ -337,6 +344,16 @@ def run_with_retries(
         retry_error_callback=_last_record,  # keep the last failed record
     )
     return retrying(lambda: attempt(next(numbers)))
+
+
+class _PastDeadline(tenacity.stop.stop_base):
+    """Stop retrying once the run's deadline (`--until`) has passed."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.deadline is not None and time.time() >= self.deadline
 
 
 def _last_record(rs: tenacity.RetryCallState) -> TrialRecord:
