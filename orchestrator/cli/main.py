@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.markup import escape
 
@@ -29,6 +29,9 @@ from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
 from orchestrator.sweep.progress import Progress
 from orchestrator.sweep.signals import sigterm_as_interrupt
+
+if TYPE_CHECKING:
+    from orchestrator.team.notify import Webhook
 
 __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "err", "main", "out"]
 
@@ -161,13 +164,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
+    hooks = _webhooks(args.webhook)  # a bad URL is bad input: exit 2 before anything is touched
     outcome = api.run(request, _live_progress, warn=warn, prepared=prepared)
-    return _finished(outcome, args.webhook)
+    return _finished(outcome, hooks)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     request = api.ResumeRequest(args.run_dir, fail_fast=args.fail_fast, break_lock=args.break_lock)
-    return _finished(api.resume(request, _live_progress, warn=warn), args.webhook)
+    hooks = _webhooks(args.webhook)
+    return _finished(api.resume(request, _live_progress, warn=warn), hooks)
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
@@ -186,18 +191,25 @@ def _live_progress(started: api.Started) -> Progress:
     return Tee(output.terminal(started), LiveStatus(started.run_dir))
 
 
-def _finished(outcome: api.SweepOutcome, webhooks: list[str] | None) -> int:
-    """Show how the sweep ended; POST its summary to --webhook URLs (and ORCH_WEBHOOKS, when
-    some --webhook is given); a webhook never fails the sweep."""
+def _webhooks(webhooks: list[str] | None) -> list[Webhook]:
+    """The --webhook URLs (and ORCH_WEBHOOKS, when some --webhook is given), parsed before the
+    sweep starts: a bad one found after it would turn the sweep's exit code into a usage error."""
+    if not webhooks:
+        return []
+    from orchestrator.team import notify
+
+    return notify.configured(webhooks)
+
+
+def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
+    """Show how the sweep ended; POST its summary to the webhooks; a webhook never fails the sweep."""
     output.show_outcome(outcome)
     hunt.after(outcome.run_dir)  # a hunt's culprit summary and hunt.html (nothing for other runs)
-    if webhooks:
+    if hooks:
         from orchestrator.team import notify
 
-        hooks = notify.configured(webhooks)
-        if hooks:
-            summary = notify.summarize_run(outcome.run_dir)
-            notify.send(summary, hooks, warn=lambda m: err.print(f"webhook: {m}", markup=False))
+        summary = notify.summarize_run(outcome.run_dir)
+        notify.send(summary, hooks, warn=lambda m: err.print(f"webhook: {m}", markup=False))
     return outcome.exit_code
 
 
