@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -127,3 +128,24 @@ def test_the_run_lock_is_one_holder_at_a_time_and_free_again_after(tmp_path: Pat
             pass
     with run_lock(tmp_path):  # released on exit (the kernel also drops it when its holder dies)
         pass
+
+
+@pytest.mark.parametrize(("stored", "asked", "attempts"), [(4, None, 5), (4, 0, 1), (None, None, 2)])
+def test_a_resume_retries_as_the_run_was_started_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored: int | None, asked: int | None, attempts: int
+) -> None:
+    """An interrupted run must not fail or retry its trials differently from an uninterrupted
+    one: the run's --retries is in run.json (None: an older run.json, the default of 1)."""
+    _, manifest = planned()
+    session.create_run_dir(tmp_path / "r1", manifest.model_copy(update={"retries": stored}))
+    seen: list[int] = []
+
+    def execute(plan, deployments, run_dir, options, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(options.infra_attempts)
+        raise Connected("execute")
+
+    monkeypatch.setattr(session, "connected", lambda testbeds: contextlib.nullcontext([]))
+    monkeypatch.setattr(api, "execute", execute)
+    with pytest.raises(Connected):
+        api.resume(api.ResumeRequest(tmp_path / "r1", retries=asked), lambda s: QuietProgress(), warn=lambda m: None)
+    assert seen == [attempts]

@@ -31,23 +31,22 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
     cmd.add_argument("--seed", type=bounded_int(0, MAX_SEED), help="seed of the run (trial seeds)")
     cmd.add_argument("--out", type=Path, default=reports, help="reports folder (default: reports/)")
     cmd.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
-    cmd.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
+    cmd.add_argument(
+        "--retries", type=int, help="extra attempts for infrastructure failures (default 1; on --resume: the run's)"
+    )
     cmd.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     cmd.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted hunt")
 
 
 def cmd_hunt(args: argparse.Namespace) -> int:
     if args.resume is not None:
-        outcome = api.resume(api.ResumeRequest(args.resume, break_lock=args.break_lock), _progress, warn=warn)
-        output.show_outcome(outcome)
-        after(outcome.run_dir)
-        return outcome.exit_code
+        return _resume(args)
     request = sweep_request(
         args,
         seed=args.seed,
         reports_dir=args.out,
         run_id=args.run_id,
-        retries=max(0, args.retries),
+        retries=max(0, 1 if args.retries is None else args.retries),
         break_lock=args.break_lock,
     )
     prepared = api.prepare(request, warn=warn)
@@ -61,6 +60,16 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         out.print("dry run: nothing was changed")
         return 0
     outcome = api.run(request, _progress, warn=warn, prepared=prepared)
+    output.show_outcome(outcome)
+    after(outcome.run_dir)
+    return outcome.exit_code
+
+
+def _resume(args: argparse.Namespace) -> int:
+    """`orch hunt --resume RUN_DIR`: with the run's own --retries unless given again."""
+    retries = None if args.retries is None else max(0, args.retries)
+    request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
+    outcome = api.resume(request, _progress, warn=warn)
     output.show_outcome(outcome)
     after(outcome.run_dir)
     return outcome.exit_code

@@ -24,7 +24,7 @@ from orchestrator.cli.args import (
 )
 from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.cli.console import err, out, warn
-from orchestrator.core.config import MAX_SEED
+from orchestrator.core.config import MAX_RETRIES, MAX_SEED
 from orchestrator.errors import Interrupted, OrchError
 from orchestrator.sweep import api
 from orchestrator.sweep.progress import Progress
@@ -92,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     resume.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
+    resume.add_argument(
+        "--retries",
+        type=bounded_int(0, MAX_RETRIES),
+        help="extra attempts for infrastructure failures (default: what the run was started with)",
+    )
     resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     resume.add_argument("--webhook", action="append", metavar="URL", help="POST a summary here when the sweep ends")
 
@@ -170,7 +175,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    request = api.ResumeRequest(args.run_dir, fail_fast=args.fail_fast, break_lock=args.break_lock)
+    request = api.ResumeRequest(
+        args.run_dir, fail_fast=args.fail_fast, retries=args.retries, break_lock=args.break_lock
+    )
     hooks = _webhooks(args.webhook)
     return _finished(api.resume(request, _live_progress, warn=warn), hooks)
 

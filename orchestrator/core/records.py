@@ -202,6 +202,7 @@ class RunManifest(Frozen):
     seed: int
     order: str
     replicates: int
+    retries: int | None = None  # --retries of the run, which a resume keeps (None: an older run.json)
     factors: dict[str, list[str]]  # factor -> level names, in declared order
     baseline: dict[str, str]
     metrics: dict[str, MetricKind]  # metric name -> kind (repro metrics and collectors)

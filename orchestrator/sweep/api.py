@@ -155,7 +155,8 @@ def run(
             _check_hosts(deployments, locks, plan, request, run_id, warn)
             names = tuple(tb.name for tb in prepared.testbeds)
             manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
-            manifest = manifest.model_copy(update={"controller": describe_controller(plan.matrix.redactor)})
+            controller = describe_controller(plan.matrix.redactor)
+            manifest = manifest.model_copy(update={"controller": controller, "retries": request.retries})
             session.create_run_dir(run_dir, manifest)
             with run_lock(run_dir):
                 _list_running(run_dir)
@@ -280,6 +281,7 @@ def _resume_locked(
     options = RunOptions(
         manifest.run_id,
         fail_fast=request.fail_fast,
+        infra_attempts=1 + _retries(request, manifest),
         break_lock=request.break_lock,
         deadline=request.deadline,
         owner_gone=request.owner_gone,
@@ -290,6 +292,14 @@ def _resume_locked(
                 plan, deployments, run_dir, options, done, resume=True, progress=sink, source=_design(plan, done, prior)
             )
         )
+
+
+def _retries(request: ResumeRequest, manifest: RunManifest) -> int:
+    """A resume retries as the run did (its --retries, kept in run.json), unless told otherwise:
+    an interrupted run must not fail or retry its trials differently from an uninterrupted one."""
+    if request.retries is not None:
+        return request.retries
+    return manifest.retries if manifest.retries is not None else SweepRequest.retries
 
 
 def _matrix_of(manifest: RunManifest) -> Matrix:

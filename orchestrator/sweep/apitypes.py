@@ -60,6 +60,7 @@ class SweepRequest:
 class ResumeRequest:
     run_dir: Path
     fail_fast: bool = False
+    retries: int | None = None  # None: the run's own --retries (run.json), else the default
     break_lock: bool = False
     deadline: float | None = None
     # the run's previous controller is known gone, also when it ran on another machine (a shared

@@ -87,6 +87,7 @@ def test_never_ready_health_times_out_is_retried_and_the_sweep_goes_on(bed: SimB
     assert (bad.failure.kind, bad.failure.error) == ("infrastructure", "HealthTimeout")
     assert "not ready after 1.5 s" in bad.failure.message and "503" in bad.failure.message
     assert bad.attempt == 3  # --retries 2
+    assert manifest(run_dir).retries == 2  # kept in run.json: a resume retries the same way
     assert done.output.count(f"({bad.cell}) attempt") == 2
     assert len(trials) == 5 and all(t.status == "completed" for t in trials.values() if t.trial != bad.trial)
     assert_clean(bed)
