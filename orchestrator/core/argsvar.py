@@ -108,6 +108,8 @@ def _word_end(text: str, i: int, where: str) -> int:
     while i < n and text[i] not in " \t\n":
         c = text[i]
         if c == "\\":
+            if i + 1 >= n:  # shlex refuses it too ("No escaped character"), as a bare ValueError
+                raise _unsplittable(where, "a trailing backslash")
             i += 2
         elif c == "'":
             end = text.find("'", i + 1)

@@ -76,7 +76,7 @@ def test_split_words_keeps_every_character() -> None:
     assert "".join(split_words(text, "t")) == text
 
 
-@pytest.mark.parametrize("bad", ["--a 'open", '--a "open', '--a "x\\"'])
+@pytest.mark.parametrize("bad", ["--a 'open", '--a "open', '--a "x\\"', "--tp 8 x\\"])
 def test_an_unsplittable_variable_is_a_typed_error(bad: str) -> None:
     with pytest.raises(EnvFileError, match="SGLANG_EXTRA_ARGS.*cannot split"):
         edit(DISABLE).apply(bad, "SGLANG_EXTRA_ARGS")
