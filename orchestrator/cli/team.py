@@ -307,12 +307,13 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
     from orchestrator.errors import UsageError
     from orchestrator.team.queue import parse_until, scheduled_window
 
+    until = _until(args.until)
     now = datetime.now().astimezone()
     if args.scheduled is None:
-        return parse_until(args.until, now).timestamp() if args.until else None
-    if not args.until:
+        return parse_until(until, now).timestamp() if until is not None else None
+    if until is None:
         raise UsageError("--scheduled needs --until", hint="it says when the window that --until ends began")
-    window = scheduled_window(args.until, args.scheduled, now)
+    window = scheduled_window(until, args.scheduled, now)
     if window.missed(now):
         err.print(
             f"[yellow]queue:[/yellow] the run scheduled at {window.start.isoformat(timespec='minutes')} had until "
@@ -321,6 +322,20 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
         )
         return "missed"
     return window.deadline.timestamp()
+
+
+def _until(given: str | None) -> str | None:
+    """--until as given, None when not given. An empty one is refused: `--until "$UNTIL"` with the
+    variable unset would otherwise run the queue with no deadline at all, into the day."""
+    from orchestrator.errors import UsageError
+
+    if given is not None and not given.strip():
+        raise UsageError(
+            "--until is empty",
+            hint="give a time (HH:MM, HH:MM:SS or an ISO date-time), or leave --until out for no deadline; "
+            "is the shell variable it names unset?",
+        )
+    return given
 
 
 def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
@@ -423,7 +438,7 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
     scope, run_as = decide_run_as(args.scope, args.run_user, os.geteuid(), current_user())
     if run_as is not None:
         check_account(run_as)
-    until = until_args(args.until, args.on_calendar, args.on_active, datetime.now().astimezone())
+    until = until_args(_until(args.until), args.on_calendar, args.on_active, datetime.now().astimezone())
     queue_args = ["--reports", str(args.reports.resolve()), *until]
     store = args.store or os.environ.get(STORE_ENV, "").strip() or None
     sched = Schedule(
@@ -545,17 +560,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot":
-    """The status with the queue read from a server store (--store / $ORCH_QUEUE_STORE), where
-    the reports folder's own queue.db is not the queue."""
+    """The status with the queue read from the store --store / $ORCH_QUEUE_STORE names (a server,
+    or a SQLite file other than the reports folder's queue.db, which the snapshot already read):
+    the queue shown is the one `queue list` and `queue run` use."""
     import dataclasses
 
     from orchestrator.team.livestatus import item_view
-    from orchestrator.team.queue import is_server_url, open_store, store_spec
+    from orchestrator.team.queue import DB_NAME, STORE_ENV, is_server_url, open_store, store_spec
 
     spec = store_spec(args.store, args.reports)
     if not is_server_url(spec):
-        return snap
-    with open_store(spec) as q:
+        path = Path(spec)
+        if path.resolve() == (args.reports / DB_NAME).resolve():
+            return snap
+        if not path.is_file():  # nothing queued there yet, or a typo: either way, say so
+            warn(f"no queue in {path} (the store --store / ${STORE_ENV} names): none is shown")
+            return dataclasses.replace(snap, queue=())
+    with open_store(spec, read_only=True) as q:  # status changes nothing, not even a schema
         items = q.items(("running", "resumable", "queued"))
     return dataclasses.replace(snap, queue=tuple(item_view(i) for i in items))
 

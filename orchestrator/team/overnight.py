@@ -98,9 +98,8 @@ class QueueSweep:
         )
         prepared = self.sweeps.prepare(request, warn=self.warn)
         run_id = new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)  # two runners never collide
-        record_run_dir(self.reports / run_id)
         request = dataclasses.replace(request, run_id=run_id)
-        return self.sweeps.run(request, progress, warn=self.warn, prepared=prepared)
+        return self.sweeps.run(request, recording(progress, record_run_dir), warn=self.warn, prepared=prepared)
 
     def _progress_for(self, item: QueueItem) -> ProgressFor:
         """The sweep's display, announced with the queue's own line once the sweep has started: an
@@ -115,6 +114,20 @@ class QueueSweep:
             return Tee(self.terminal(started), LiveStatus(started.run_dir))
 
         return progress
+
+
+def recording(progress: ProgressFor, record_run_dir: Callable[[Path], None]) -> ProgressFor:
+    """`progress` that first records the new run's folder with the item. Why there: the sweep
+    calls it once the folder exists and the testbeds are locked, before any host is touched. A
+    sweep refused earlier (a testbed locked by another run) records nothing, so the item keeps
+    naming the run it may have started before - the one to resume - and never a folder that was
+    never made."""
+
+    def on_start(run: Started) -> Progress:
+        record_run_dir(run.run_dir)
+        return progress(run)
+
+    return on_start
 
 
 COPIES = ".queued-"  # files in the reports folder (not a folder: the folders there are runs)

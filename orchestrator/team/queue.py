@@ -23,7 +23,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol
 
@@ -196,7 +196,8 @@ class Queue:
         return self.get(rows[0]["id"])
 
     def set_run_dir(self, item_id: int, run_dir: Path) -> None:
-        """Recorded before the sweep starts, so a killed runner's item can still be resumed."""
+        """Recorded once the run's folder exists, before any trial, so a killed runner's item can
+        still be resumed (team.overnight.recording)."""
         self._update(item_id, run_dir=str(run_dir))
 
     def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem:
@@ -386,24 +387,42 @@ def item_state_after(item: QueueItem, outcome: SweepOutcome) -> tuple[ItemState,
 
 # ---------------------------------------------------------------------------- deadlines
 def parse_until(text: str, now: datetime) -> datetime:
-    """`07:00`, `07:00:30` (the next such local time after `now`) or an ISO date-time (pure).
+    """`07:00`, `07:00:30` (the next such local time after `now`) or an ISO date-time (pure but
+    for the system's time zone rules, see `in_zone_of`).
 
-    `now` must be timezone-aware (local time); the result is aware too."""
+    `now` must be timezone-aware (local time); the result is aware too, with the UTC offset in
+    force at the deadline (07:00 stays 07:00 on the night the clocks change)."""
     text = text.strip()
     try:
         clock = datetime.strptime(text, "%H:%M:%S" if text.count(":") == 2 else "%H:%M")
     except ValueError:
         clock = None
     if clock is not None and len(text) <= 8:
-        at = now.replace(hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
-        return at if at > now else at + timedelta(days=1)
+        wall = now.replace(tzinfo=None, hour=clock.hour, minute=clock.minute, second=clock.second, microsecond=0)
+        at = in_zone_of(now, wall)
+        return at if at > now else in_zone_of(now, wall + timedelta(days=1))
     try:
         at = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(
             f"--until {text!r}: not a time", hint="write HH:MM (next such local time), HH:MM:SS or an ISO date-time"
         ) from None
-    return at if at.tzinfo else at.replace(tzinfo=now.tzinfo)
+    return at if at.tzinfo else in_zone_of(now, at)  # a local date-time: the offset of that date
+
+
+def in_zone_of(now: datetime, wall: datetime) -> datetime:
+    """The naive wall-clock time `wall` in the time zone of `now`, with the UTC offset in force
+    at `wall` rather than at `now`.
+
+    Why: `datetime.now().astimezone()` - what the CLI passes - carries a fixed offset, the one in
+    force now; `.replace(hour=7)` keeps it, so a deadline past a change of the clocks landed an
+    hour off. Such a fixed offset named as the system names its zone (time.tzname: CET, CEST) is
+    taken as the system's zone, whose rules give the offset at `wall`. A zone with rules of its
+    own (zoneinfo) keeps them; any other fixed offset (UTC+02:00) never changes."""
+    zone = now.tzinfo
+    if isinstance(zone, timezone) and zone.tzname(None) in time.tzname:
+        return wall.astimezone()  # a naive datetime is read as the system's local time
+    return wall.replace(tzinfo=zone)
 
 
 def time_of_day(text: str, what: str) -> tuple[int, int, int]:
@@ -433,11 +452,14 @@ def scheduled_window(until: str, scheduled: str, now: datetime) -> Window:
     that start - never more than a day after it. A timer that catches up a missed night hours late
     (Persistent=true) thus finds its window over, instead of running sweeps through the next day."""
     h, m, s = time_of_day(scheduled, "--scheduled")
-    start = now.replace(hour=h, minute=m, second=s, microsecond=0)
-    if start > now:
-        start -= timedelta(days=1)
+    wall = now.replace(tzinfo=None, hour=h, minute=m, second=s, microsecond=0)
+    if in_zone_of(now, wall) > now:
+        wall -= timedelta(days=1)
+    start = in_zone_of(now, wall)
     deadline = parse_until(until, start)
-    if deadline - start > timedelta(days=1):  # an ISO --until far away: the window still ends within a day
+    # an ISO --until far away: the window still ends by the same time the next day (25 hours on
+    # the night the clocks go back, 23 on the night they go forward)
+    if deadline > in_zone_of(now, wall + timedelta(days=1)):
         raise UsageError(
             f"--until {until!r} is more than a day after the scheduled start {start.isoformat(timespec='minutes')}",
             hint="a scheduled run's deadline is a time of day (HH:MM)",

@@ -97,13 +97,33 @@ def testbed_keys(item: QueueItem) -> tuple[int, ...]:
 
 
 def shown_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
+    """The URL without its password, for messages and logs. A URL that cannot be taken apart (a
+    port out of range or not a number, an unclosed IPv6 bracket) is a usage error, said without
+    its user part: it may hold the password."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(
+            f"--store {_masked(url)}: not a PostgreSQL URL: {exc}",
+            hint="write postgresql://USER:PASSWORD@HOST[:PORT]/DB, a port 1-65535, an IPv6 host in [brackets]",
+        ) from None
     if parts.password is None:
         return url
     host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _masked(url: str) -> str:
+    """`url` with everything before its host (user, password) and its query (which may name a
+    password too) replaced by ***: for a URL too broken to parse."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "***"
+    _user, at, after = rest.rpartition("@")
+    host_and_path, query, _ = after.partition("?")
+    return f"{scheme}://" + ("***@" if at else "") + host_and_path + ("?***" if query else "")
 
 
 def _interrupt_main(_why: str) -> None:
@@ -395,7 +415,8 @@ class PgQueue:
         return True
 
     def set_run_dir(self, item_id: int, run_dir: Path) -> None:
-        """Recorded before the sweep starts, so a dead controller's item can still be resumed."""
+        """Recorded once the run's folder exists, before any trial, so a dead controller's item can
+        still be resumed (team.overnight.recording)."""
         token = self._held.get(item_id, ("", ()))[0]
         self._run(
             lambda c: c.execute(
