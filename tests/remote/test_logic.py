@@ -325,6 +325,23 @@ def test_tree_and_pick_server_follow_live_wrappers() -> None:
     assert parse_environ(server.environ) == {"A": "3", "B": "x=y"}  # first duplicate wins
 
 
+def test_a_shebang_script_that_does_not_exec_is_followed_as_a_wrapper() -> None:
+    """ExecStart=/opt/start-decode, a `#!/bin/bash` script that sources the env file and runs the
+    server as its child: comm is the script's name, exe the interpreter. Its own environ is from
+    before the source, so stopping there failed every check on a correct deployment."""
+    text = "\n".join(
+        [
+            "main|10",
+            f"proc|10|{b64('start-decode')}|{b64(b'PATH=/bin')}|11|{b64('/usr/bin/bash')}",
+            f"proc|11|{b64('python3')}|{b64(b'PATH=/bin' + bytes(1) + b'SGLANG_FLAG=1')}||{b64('/usr/bin/python3.11')}",
+        ]
+    )
+    main, procs, _ = parse_tree(text)
+    server = pick_server(procs, main or 0)
+    assert server is not None and server.pid == 11 and parse_environ(server.environ)["SGLANG_FLAG"] == "1"
+    assert not procs[11].is_wrapper and procs[10].exe == "/usr/bin/bash"
+
+
 def test_pick_server_stops_at_a_non_wrapper_or_a_childless_shell() -> None:
     procs = {1: ProcInfo(1, "python3", b"", (2,)), 2: ProcInfo(2, "python3", b"", ())}
     assert pick_server(procs, 1).pid == 1  # type: ignore[union-attr]

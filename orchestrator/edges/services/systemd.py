@@ -64,7 +64,9 @@ WRAPPERS = frozenset(
 MAX_PROCS = 64  # environ(): how many processes of a unit's tree to look at, at most
 
 # environ(): MainPID, then the unit's process tree breadth-first, one line per process:
-# proc|PID|base64(comm)|base64(environ)|CHILD CHILD ...   (noaccess|PID when unreadable)
+# proc|PID|base64(comm)|base64(environ)|CHILD CHILD ...|base64(exe)   (noaccess|PID when unreadable)
+# exe (the executable's path): a script run through its shebang has the script's name as comm
+# ("start-decode") but its interpreter as exe (/usr/bin/bash), and is a wrapper all the same.
 _TREE_SCRIPT = r"""
 u=$1; lim=$2
 m=$(systemctl show -p MainPID --value -- "$u") || exit 3
@@ -77,7 +79,8 @@ while [ "$n" -lt "$lim" ]; do
   if ! e=$(base64 -w0 < "/proc/$p/environ" 2>/dev/null); then echo "noaccess|$p"; continue; fi
   c=$(base64 -w0 < "/proc/$p/comm" 2>/dev/null) || continue
   k=$(cat /proc/$p/task/*/children 2>/dev/null | tr -s ' \n' '  ')
-  echo "proc|$p|$c|$e|$k"
+  x=$(readlink "/proc/$p/exe" 2>/dev/null | base64 -w0)
+  echo "proc|$p|$c|$e|$k|$x"
   q="$q $k"
 done
 """
@@ -98,6 +101,11 @@ class ProcInfo:
     comm: str
     environ: bytes
     children: tuple[int, ...]
+    exe: str = ""  # the executable's path ("" unknown)
+
+    @property
+    def is_wrapper(self) -> bool:
+        return self.comm in WRAPPERS or self.exe.rsplit("/", 1)[-1] in WRAPPERS
 
 
 class SystemdManager:
@@ -394,10 +402,11 @@ def parse_tree(text: str) -> tuple[int | None, dict[int, ProcInfo], list[int]]:
             main = _int(f[1])
         elif f[0] == "noaccess" and len(f) == 2 and f[1].isdigit():
             denied.append(int(f[1]))
-        elif f[0] == "proc" and len(f) == 5:
+        elif f[0] == "proc" and len(f) in (5, 6):
             kids = tuple(int(k) for k in f[4].split() if k.isdigit())
             comm = base64.b64decode(f[2]).decode("utf-8", "replace").strip()
-            procs[int(f[1])] = ProcInfo(int(f[1]), comm, base64.b64decode(f[3]), kids)
+            exe = base64.b64decode(f[5]).decode("utf-8", "replace").strip() if len(f) == 6 else ""
+            procs[int(f[1])] = ProcInfo(int(f[1]), comm, base64.b64decode(f[3]), kids, exe)
     return main, procs, denied
 
 
@@ -405,7 +414,7 @@ def pick_server(procs: dict[int, ProcInfo], main: int) -> ProcInfo | None:
     """Follow MainPID down through live wrappers to the process that serves."""
     current = procs.get(main)
     seen: set[int] = set()
-    while current is not None and current.comm in WRAPPERS and current.pid not in seen:
+    while current is not None and current.is_wrapper and current.pid not in seen:
         seen.add(current.pid)
         child = next((procs[c] for c in current.children if c in procs), None)
         if child is None:
