@@ -37,12 +37,15 @@ Why this shape:
   worker by one round trip instead of half a poll interval more. Each still needs its own 200.
 - A unit that dies during warm-up must not make us wait out the whole timeout: between polls
   we call ``check_alive`` (ServiceManager.check_alive), whose ServiceError propagates at once.
-- httpx errors are translated here, once, into HealthTimeout / ConfigError.
+- httpx errors are translated here, once, into HealthTimeout / ConfigError. Each poll and probe
+  is one bounded request (edges.httpread): a server that answers 200 and then trickles its body
+  is cut off at the poll's timeout, only a MAX_READINESS_BODY prefix of a body is read, an
+  encoded (compressed) answer is not ready, and a body that is not JSON (a 60 KB one nested
+  30,000 deep included) says nothing either way.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -53,6 +56,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import tenacity
 
+from orchestrator.edges.httpread import Answer, AnswerTimedOut, HttpAnswerError, NotJson, parse_json, request
 from orchestrator.errors import ConfigError, HealthTimeout
 
 # Longest single request: a hung server must not hold a poll for long, a slow one still answers.
@@ -116,8 +120,8 @@ def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = ()) -> s
     if not body or len(body) > MAX_READINESS_BODY or not body.lstrip().startswith("{"):
         return None
     try:
-        value = json.loads(body)
-    except ValueError:
+        value = parse_json(body, "readiness body")
+    except NotJson:
         return None
     if not isinstance(value, dict):
         return None
@@ -317,16 +321,14 @@ def _probe_once(check: HealthCheck, client: httpx.Client, deadline: float) -> st
     assert check.probe is not None
     timeout = max(MIN_REQUEST_S, min(PROBE_REQUEST_S, deadline - time.monotonic()))
     try:
-        response = client.post(check.probe, json=PROBE_BODY, timeout=timeout)
+        response = _bounded(client, "POST", check.probe, timeout, json_body=PROBE_BODY)
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
         raise ConfigError(f"{check.role}: bad probe URL {check.probe!r}: {exc}", hint="use http://HOST:PORT") from exc
-    except httpx.TimeoutException:
-        return f"no answer within {timeout:.2f} s"
-    except httpx.TransportError as exc:
-        return _describe_transport_error(exc)
-    if response.status_code == 200:
+    except _NotReady as exc:
+        return exc.answer
+    if response.status == 200:
         return None
-    return f"{response.status_code} {_excerpt(response.text)}".rstrip()
+    return f"{response.status} {_excerpt(response.text)}".rstrip()
 
 
 def _wait(
@@ -374,21 +376,36 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> Non
     remaining = deadline - time.monotonic()
     timeout = max(MIN_REQUEST_S, min(MAX_REQUEST_S, remaining))
     try:
-        response = client.get(check.url, timeout=timeout)
+        response = _bounded(client, "GET", check.url, timeout)
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
         raise ConfigError(
             f"{check.role}: bad health URL {check.url!r}: {exc}",
             hint="use http://HOST:PORT/PATH",
         ) from exc
-    except httpx.TimeoutException as exc:
-        raise _NotReady(f"no answer within {timeout:.2f} s") from exc
-    except httpx.TransportError as exc:
-        raise _NotReady(_describe_transport_error(exc)) from exc
-    if response.status_code != 200:
-        raise _NotReady(f"{response.status_code} {_excerpt(response.text)}".rstrip())
-    problem = readiness_problem(response.text, check.workers)
+    if response.status != 200:
+        raise _NotReady(f"{response.status} {_excerpt(response.text)}".rstrip())
+    # a body cut at MAX_READINESS_BODY is not read for readiness fields: its status alone counts
+    problem = None if response.truncated else readiness_problem(response.text, check.workers)
     if problem is not None:
         raise _NotReady(f"200 but {problem}: {_excerpt(response.text)}")
+
+
+def _bounded(client: httpx.Client, method: str, url: str, timeout: float, *, json_body: object = None) -> Answer:
+    """One request whose whole answer (not each read) ends within `timeout`, of which only a
+    MAX_READINESS_BODY prefix is read; what keeps it from counting becomes _NotReady. A bad URL
+    (UnsupportedProtocol, InvalidURL) passes through for the caller to name."""
+    try:
+        return request(
+            client, method, url, deadline_s=timeout, max_bytes=MAX_READINESS_BODY, keep_prefix=True, json_body=json_body
+        )
+    except (httpx.UnsupportedProtocol, httpx.InvalidURL):
+        raise
+    except AnswerTimedOut as exc:
+        raise _NotReady(f"no answer within {timeout:.2f} s") from exc
+    except HttpAnswerError as exc:  # encoded: its body cannot be trusted to say "ready"
+        raise _NotReady(f"{exc.status} but {exc.problem} ({exc.hint})") from exc
+    except httpx.TransportError as exc:
+        raise _NotReady(_describe_transport_error(exc)) from exc
 
 
 def _describe_transport_error(exc: httpx.TransportError) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from orchestrator.core.promtext import Scrape, name_filter, parse
 from orchestrator.core.records import MetricValue
 from orchestrator.core.serverconf import Endpoint, ServerMetrics
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, ScrapeError
 
 MAX_BYTES = 8_000_000  # one scrape's body
@@ -187,24 +187,27 @@ class Telemetry:
 
     def _fetch(self, target: Target) -> tuple[str | None, str]:
         """One endpoint's text, or None and why, within `timeout` in all (httpx's timeout is per
-        read: a server that trickles its answer is cut off at the deadline, and at MAX_BYTES)."""
-        deadline = time.monotonic() + self.config.timeout_s
+        read: a server that trickles its answer is cut off at the deadline), refused above
+        MAX_BYTES, and never decompressed (edges.httpread: a gzip bomb stays a few KB)."""
+        url = target.url
         try:
-            with self.client.stream(
-                "GET", target.url, timeout=self.config.timeout_s, headers={"Accept": ACCEPT}
-            ) as answer:
-                if answer.status_code != 200:
-                    return None, f"{target.url}: HTTP {answer.status_code}"
-                body = bytearray()
-                for chunk in answer.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_BYTES:
-                        return None, f"{target.url}: more than {MAX_BYTES} bytes"
-                    if time.monotonic() > deadline:
-                        return None, f"{target.url}: no complete answer within {self.config.timeout_s:g} s"
-            return body.decode("utf-8", errors="replace"), ""  # the text format is UTF-8
+            answer = request(
+                self.client,
+                "GET",
+                url,
+                deadline_s=self.config.timeout_s,
+                max_bytes=MAX_BYTES,
+                headers={"Accept": ACCEPT},
+            )
+        except HttpAnswerError as exc:
+            if exc.status is not None and exc.status != 200:  # the status says more than the size
+                return None, f"{url}: HTTP {exc.status}"
+            return None, str(exc)[:300]
         except httpx.HTTPError as exc:
-            return None, f"{target.url}: {type(exc).__name__}: {exc}"[:300]
+            return None, f"{url}: {type(exc).__name__}: {exc}"[:300]
+        if answer.status != 200:
+            return None, f"{url}: HTTP {answer.status}"
+        return answer.text, ""  # the text format is UTF-8
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

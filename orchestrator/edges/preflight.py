@@ -19,6 +19,7 @@ from orchestrator.core.model import CellValue
 from orchestrator.core.redact import Redactor
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
+from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.edges.identity import foreign_holder, units_phrase
 from orchestrator.errors import OrchError, PreflightError
 
@@ -138,12 +139,14 @@ def live_env_difference(values: dict[str, str], live: dict[str, str] | None, red
 def _check_answers(host: Host, active: list[str], client: httpx.Client) -> None:
     what = f"{host.label}: unit{'s' if len(active) > 1 else ''} {', '.join(active)} running, but {host.health}"
     hint = "a server that runs must answer before orch changes anything: fix or stop the unit, or check `health:`"
-    try:
-        answer = client.get(host.health, timeout=PREFLIGHT_HEALTH_TIMEOUT_S)
+    try:  # only the status counts: none of the body is read, the whole answer ends in time
+        answer = request(client, "GET", host.health, deadline_s=PREFLIGHT_HEALTH_TIMEOUT_S, max_bytes=0)
+    except HttpAnswerError as exc:
+        raise PreflightError(f"{what} does not answer: {exc.problem}", hint=hint) from None
     except httpx.HTTPError as exc:
         raise PreflightError(f"{what} does not answer: {exc or type(exc).__name__}", hint=hint) from None
-    if not answer.is_success:
-        raise PreflightError(f"{what} answers HTTP {answer.status_code}", hint=hint)
+    if not 200 <= answer.status < 300:
+        raise PreflightError(f"{what} answers HTTP {answer.status}", hint=hint)
 
 
 def check_ports(handle: HostHandle, host: Host) -> None:

@@ -38,6 +38,7 @@ from orchestrator.core import gpuinfo
 from orchestrator.core.records import Controller, TrialProvenance
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.httpread import MAX_JSON_BYTES, parse_json, request
 from orchestrator.errors import OrchError
 
 KEEP = (
@@ -56,6 +57,7 @@ KEEP = (
 VOLATILE = frozenset({"pid", "uptime", "start_time", "timestamp", "now", "internal_states", "last_gen_throughput"})
 INFO_PATHS = ("/get_server_info", "/server_info")  # older SGLang (and the simulator), newer SGLang
 LIMIT = 600  # characters per field of run.json's per-host lines: provenance, not a dump
+INFO_TIMEOUT_S = 2.0  # one server-info request, in all
 TEXT_LIMIT = 16_000  # a trial's server info, stored once per distinct text (SGLang's is a few KB)
 PACKAGES = ("httpx", "pydantic", "numpy", "scipy", "statsmodels", "pandas", "jinja2", "ruamel.yaml", "pyyaml")
 
@@ -196,13 +198,17 @@ class ServerInfo:
 
 
 def server_info(base_url: str, client: httpx.Client) -> ServerInfo | None:
+    """What the server says about itself, or None when it does not answer (200, JSON) within
+    INFO_TIMEOUT_S in all and MAX_JSON_BYTES: best effort, a trickling or huge answer, or one
+    nested too deep, leaves the field empty instead of holding up or ending the sweep."""
     for path in INFO_PATHS:
+        url = base_url.rstrip("/") + path
         try:
-            answer = client.get(base_url.rstrip("/") + path, timeout=2.0)
-            if answer.status_code == 404:
+            answer = request(client, "GET", url, deadline_s=INFO_TIMEOUT_S, max_bytes=MAX_JSON_BYTES)
+            if answer.status == 404:
                 continue
-            return ServerInfo(answer.json()) if answer.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            return ServerInfo(parse_json(answer.body, url)) if answer.status == 200 else None
+        except (httpx.HTTPError, OrchError):
             return None
     return None
 

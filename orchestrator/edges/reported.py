@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from orchestrator.core.serverconf import VerifyRule, reported_mismatch
+from orchestrator.edges.httpread import MAX_JSON_BYTES, HttpAnswerError, NotJson, parse_json, request
 from orchestrator.errors import ReportedMismatch, VerificationError
 
 TIMEOUT_S = 5.0
@@ -39,25 +40,29 @@ def check_reported(rules: list[VerifyRule], role: str, label: str, url: str, cli
 
 
 def fetch(url: str, path: str, label: str, client: httpx.Client) -> object:
+    """The JSON a `verify:` path answers (or its pre-rename name), read within TIMEOUT_S in all and
+    MAX_JSON_BYTES; any other answer is a VerificationError: the trial is void, not the sweep."""
     base = url.rstrip("/")
     tried = [path] + ([OLD_PATHS[path]] if path in OLD_PATHS else [])
     last = ""
     for p in tried:
         try:
-            answer = client.get(base + p, timeout=TIMEOUT_S)
+            answer = request(client, "GET", base + p, deadline_s=TIMEOUT_S, max_bytes=MAX_JSON_BYTES)
+        except HttpAnswerError as exc:
+            raise VerificationError(f"{label}: {exc}") from None
         except httpx.HTTPError as exc:
             raise VerificationError(
                 f"{label}: {base + p}: cannot ask the server: {exc or type(exc).__name__}"
             ) from None
-        if answer.status_code == 404:
+        if answer.status == 404:
             last = f"{base + p}: HTTP 404"
             continue
-        if answer.status_code != 200:
-            raise VerificationError(f"{label}: {base + p}: HTTP {answer.status_code}")
+        if answer.status != 200:
+            raise VerificationError(f"{label}: {base + p}: HTTP {answer.status}")
         try:
-            return answer.json()
-        except ValueError:
-            raise VerificationError(f"{label}: {base + p}: not JSON") from None
+            return parse_json(answer.body, base + p)
+        except NotJson as exc:
+            raise VerificationError(f"{label}: {exc}") from None
     raise VerificationError(f"{label}: {last} (no {' or '.join(tried)} on this server)")
 
 

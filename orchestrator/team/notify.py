@@ -22,6 +22,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 import tenacity
 
+from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.rundir import INDEX_HTML, RunDir
 
@@ -198,14 +199,18 @@ def _deliver(client: httpx.Client, hook: Webhook, summary: Summary, backoff_s: f
     def post() -> None:
         nonlocal attempts
         attempts += 1
-        try:
-            response = client.post(hook.url, json=hook.body(summary))
+        try:  # only the reply's status counts: none of its body is read, and it ends within TIMEOUT_S
+            response = request(
+                client, "POST", hook.url, deadline_s=TIMEOUT_S, max_bytes=0, json_body=hook.body(summary)
+            )
+        except HttpAnswerError as exc:
+            raise _Retryable(exc.problem) from exc  # its message without the URL: a webhook URL is a secret
         except httpx.HTTPError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
-        if response.status_code == 429 or response.status_code >= 500:
-            raise _Retryable(f"HTTP {response.status_code}")
-        if response.status_code >= 300:
-            raise OrchError(f"HTTP {response.status_code}")
+        if response.status == 429 or response.status >= 500:
+            raise _Retryable(f"HTTP {response.status}")
+        if response.status >= 300:
+            raise OrchError(f"HTTP {response.status}")
 
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(ATTEMPTS),

@@ -1,0 +1,198 @@
+"""Bounded HTTP answers: one request within a total deadline and a byte cap (EDGE: httpx).
+
+Why not ``client.get(url, timeout=T).json()``:
+- httpx's ``timeout=`` bounds each read, not the request: a server that answers 200 and then
+  sends one byte every 0.2 s never times out, and a retry loop around it (tenacity's
+  stop_after_delay) only looks at the clock between attempts. Here a monotonic deadline is
+  checked at every chunk, and each read's own timeout is the time left when the request starts:
+  a trickle stops at the deadline, a server that stalls stops at it too; a trickle that stalls
+  just before the deadline can add at most one more read timeout (the bound is twice the deadline).
+- ``.text`` and ``.json()`` read the whole body although a caller needs a few KB of it: the body
+  is read raw up to ``max_bytes``, then refused (AnswerTooLarge) or cut to that prefix
+  (``keep_prefix``: the caller says which). ``max_bytes=0`` reads none of it (status only).
+- httpx decodes each raw chunk whole and chains a decoder per listed encoding, so a 1.8 KB answer
+  with ``Content-Encoding: gzip, gzip`` becomes gigabytes before any size check. orch asks for
+  ``Accept-Encoding: identity`` and refuses an answer that is encoded anyway (AnswerEncoded):
+  the servers orch talks to (SGLang, Prometheus clients, webhooks) compress only when asked to,
+  and refusing is simpler to trust than a bounded decompressor.
+- ``json.loads`` raises RecursionError on a small, deeply nested body, which is no ValueError:
+  ``parse_json`` turns both, and nesting deeper than MAX_JSON_DEPTH, into NotJson.
+
+httpx's own errors (refused, reset, bad URL) pass through unchanged: each caller already says
+what they mean for it; a timeout of any kind becomes AnswerTimedOut, since this module owns the
+deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from orchestrator.errors import OrchError
+
+# A JSON answer (server info, a `verify:` path): SGLang's is a few KB.
+MAX_JSON_BYTES = 1 << 20
+# Deeper than this is no server's self-description; recursive code downstream stays safe.
+MAX_JSON_DEPTH = 64
+# The shortest timeout handed to httpx (a deadline already passed still gets one quick look).
+MIN_TIMEOUT_S = 0.05
+IDENTITY = "identity"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Status, headers and the bytes read (all of the body, or its first ``max_bytes``)."""
+
+    status: int
+    headers: httpx.Headers
+    body: bytes
+    truncated: bool = False  # the body went on past max_bytes (keep_prefix only)
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+
+class HttpAnswerError(OrchError):
+    """An answer orch will not read whole: too slow, too large or encoded. ``problem`` is the
+    message without the URL, for a caller whose URL is a secret (a webhook) or already named."""
+
+    def __init__(self, url: str, problem: str, hint: str, status: int | None = None) -> None:
+        self.url, self.problem, self.hint, self.status = url, problem, hint, status
+        super().__init__(f"{url}: {problem} ({hint})")
+
+
+class AnswerTimedOut(HttpAnswerError):
+    """No complete answer within the deadline; ``how`` names httpx's timeout when one ended it
+    (ConnectTimeout: the host is unreachable; ReadTimeout: the server went quiet)."""
+
+    def __init__(self, url: str, deadline_s: float, how: str = "") -> None:
+        problem = f"no complete answer within {deadline_s:g} s" + (f" ({how})" if how else "")
+        super().__init__(url, problem, "the server is stalled or too slow: check it")
+
+
+class AnswerTooLarge(HttpAnswerError):
+    """The body is longer than the caller's cap."""
+
+    def __init__(self, url: str, max_bytes: int, status: int) -> None:
+        super().__init__(
+            url, f"more than {max_bytes} bytes", "orch reads no more of an answer: is this the right URL?", status
+        )
+
+
+class AnswerEncoded(HttpAnswerError):
+    """The server compressed its answer although orch asked for identity."""
+
+    def __init__(self, url: str, encoding: str, status: int) -> None:
+        super().__init__(
+            url,
+            f"answer is encoded ({encoding}) although orch asked for Accept-Encoding: identity",
+            "orch does not decompress answers, a few KB can expand to gigabytes: turn compression off there",
+            status,
+        )
+
+
+class NotJson(OrchError):
+    """A body that is not JSON orch will use (invalid, or nested too deep)."""
+
+
+def request(
+    client: httpx.Client,
+    method: str,
+    url: str,
+    *,
+    deadline_s: float,
+    max_bytes: int,
+    keep_prefix: bool = False,
+    json_body: object = None,
+    headers: Mapping[str, str] | None = None,
+) -> Answer:
+    """One request, its answer read within ``deadline_s`` in all and up to ``max_bytes``.
+
+    Raises AnswerTimedOut, AnswerEncoded, AnswerTooLarge (unless ``keep_prefix``), or httpx's own
+    errors for a URL that cannot be reached."""
+    deadline = time.monotonic() + deadline_s
+    sent = {**(headers or {}), "Accept-Encoding": IDENTITY}
+    try:
+        with client.stream(
+            method, url, json=json_body, headers=sent, timeout=max(MIN_TIMEOUT_S, deadline - time.monotonic())
+        ) as response:
+            if max_bytes <= 0:
+                return Answer(response.status_code, response.headers, b"")
+            _refuse_encoding(url, response)
+            body, truncated = _read(url, response, deadline, deadline_s, max_bytes, keep_prefix)
+            return Answer(response.status_code, response.headers, body, truncated)
+    except httpx.TimeoutException as exc:
+        raise AnswerTimedOut(url, deadline_s, type(exc).__name__) from exc
+
+
+def _refuse_encoding(url: str, response: httpx.Response) -> None:
+    listed = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",")]
+    encoded = [e for e in listed if e and e != IDENTITY]
+    if encoded:
+        raise AnswerEncoded(url, ", ".join(encoded), response.status_code)
+
+
+def _read(
+    url: str, response: httpx.Response, deadline: float, deadline_s: float, max_bytes: int, keep_prefix: bool
+) -> tuple[bytes, bool]:
+    """The raw body up to max_bytes, and whether it went on past them."""
+    length = response.headers.get("content-length", "")
+    if not keep_prefix and length.isdigit() and int(length) > max_bytes:
+        raise AnswerTooLarge(url, max_bytes, response.status_code)  # said up front: read none of it
+    body = bytearray()
+    for chunk in _raw_chunks(response):
+        if time.monotonic() > deadline:
+            raise AnswerTimedOut(url, deadline_s)
+        room = max_bytes - len(body)
+        if len(chunk) > room:
+            if not keep_prefix:
+                raise AnswerTooLarge(url, max_bytes, response.status_code)
+            body += chunk[:room]
+            return bytes(body), True
+        body += chunk
+    return bytes(body), False
+
+
+def _raw_chunks(response: httpx.Response) -> Iterable[bytes]:
+    """The body as it arrives, undecoded. A transport that hands over a body it already holds
+    (httpx.MockTransport with ``content=bytes``) has nothing left to bound: its bytes as they are."""
+    if response.is_stream_consumed:
+        return (response.content,)
+    return response.iter_raw()
+
+
+def parse_json(body: bytes | str, where: str) -> object:
+    """The JSON value of a body; NotJson for invalid JSON, for a body nested so deep that
+    json.loads gives up with RecursionError (60 KB suffice), or deeper than MAX_JSON_DEPTH."""
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise NotJson(f"{where}: not JSON (nested too deep to parse)") from None
+    except ValueError as exc:
+        raise NotJson(f"{where}: not JSON ({str(exc)[:100]})") from None
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise NotJson(f"{where}: not JSON orch reads (nested deeper than {MAX_JSON_DEPTH} levels)")
+    return value
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether lists and objects nest deeper than `limit`; iterative, so no depth can overflow it."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children: Iterable[object]
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

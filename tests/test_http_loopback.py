@@ -1,0 +1,129 @@
+"""Bounded HTTP answers over real loopback sockets (edges.httpread, review B): httpx's per-read
+timeout lets a 200 that trickles one byte at a time last for ever, and a stalled answer is cut by
+the per-read timeout handed to httpx (no longer than the time left). A raw-socket server in
+threads (bind 127.0.0.1:0, every thread joined at the end), as tests/test_health.py does."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+
+from orchestrator.edges.health import HealthCheck, wait_ready
+from orchestrator.edges.httpread import AnswerTimedOut, request
+from orchestrator.errors import HealthTimeout
+
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+Reply = Callable[[socket.socket, threading.Event], int]  # returns the body bytes it sent
+
+
+def trickling(conn: socket.socket, stop: threading.Event) -> int:
+    """A byte every 0.1 s for 6 s (an unbounded read lasts that long, then counts as ready)."""
+    conn.sendall(HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+    end, sent = time.monotonic() + 6.0, 0
+    while time.monotonic() < end and not stop.wait(0.1):
+        conn.sendall(b"1\r\n \r\n")
+        sent += 1
+    conn.sendall(b"0\r\n\r\n")
+    return sent
+
+
+def stalling(conn: socket.socket, stop: threading.Event) -> int:
+    conn.sendall(HEAD + b"Content-Length: 100\r\n\r\n")
+    stop.wait(10)
+    return 0
+
+
+def flooding(conn: socket.socket, stop: threading.Event) -> int:
+    total, block, sent = 64 << 20, b"x" * 65536, 0
+    conn.sendall(HEAD + b"Content-Length: " + str(total).encode() + b"\r\n\r\n")
+    while sent < total and not stop.is_set():
+        conn.sendall(block)  # fails once the client has stopped reading and closed
+        sent += len(block)
+    return sent
+
+
+class RawServer:
+    def __init__(self, reply: Reply) -> None:
+        self.reply, self.stop, self.sent = reply, threading.Event(), 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.05)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.threads = [threading.Thread(target=self._accept)]
+        self.threads[0].start()
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            worker = threading.Thread(target=self._serve, args=(conn,))
+            self.threads.append(worker)
+            worker.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(5)
+                while b"\r\n\r\n" not in conn.recv(65536):
+                    pass
+                self.sent += self.reply(conn, self.stop)
+            except OSError:
+                pass  # the client went away: what a bounded read does
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in list(self.threads):
+            t.join(5)
+        self.sock.close()
+
+
+Serve = Callable[[Reply], RawServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    started: list[RawServer] = []
+
+    def start(reply: Reply) -> RawServer:
+        started.append(RawServer(reply))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
+
+
+@pytest.fixture
+def client() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=2.0, trust_env=False) as c:  # what sweep.runner builds
+        yield c
+
+
+def test_a_health_wait_on_a_trickling_200_ends_at_its_timeout(serve: Serve, client: httpx.Client) -> None:
+    server = serve(trickling)
+    started = time.monotonic()
+    with pytest.raises(HealthTimeout, match="not ready after 1.0 s"):
+        wait_ready(HealthCheck("decode", server.url + "/health", 1.0), client=client)
+    assert time.monotonic() - started < 2.5
+
+
+def test_a_stalled_answer_ends_within_the_time_left(serve: Serve) -> None:
+    server = serve(stalling)
+    with httpx.Client(timeout=10.0, trust_env=False) as slow:  # the client's own per-read timeout is not used
+        started = time.monotonic()
+        with pytest.raises(AnswerTimedOut, match="ReadTimeout"):
+            request(slow, "GET", server.url, deadline_s=0.5, max_bytes=1000)
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_health_poll_stops_reading_a_huge_body(serve: Serve, client: httpx.Client) -> None:
+    server = serve(flooding)
+    wait_ready(HealthCheck("decode", server.url + "/health", 5.0), client=client)
+    server.close()  # the body's bytes are counted once its thread has ended
+    assert server.sent < 16 << 20, f"the poll let the server send {server.sent >> 20} MiB"
