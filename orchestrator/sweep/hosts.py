@@ -36,6 +36,13 @@ class HostState:
     # last restarted them on the original one (a unit may also restart by itself, Restart=)
     stale: set[str] = field(default_factory=set)
     clock_offset: float = 0.0  # host clock - controller clock: journal windows use host time
+    # the file bytes each unit was last started on, as far as orch knows (none: unknown, e.g.
+    # after a kill -9): a unit whose bytes differ from `current` runs a stale env
+    running_on: dict[str, bytes] = field(default_factory=dict)
+
+    def runs_stale(self, unit: str) -> bool:
+        """Does this unit (maybe) run on other bytes than the file holds now?"""
+        return self.current is not None and self.running_on.get(unit) != self.current
 
 
 class HostGuard:
@@ -63,7 +70,8 @@ class HostGuard:
             write_bytes_atomic(folder.env(role), original, what="cannot write")
             h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), original)
             active = {u: h.services.state(u).is_active for u in h.units}
-            self.states[role] = HostState(original, active, clock_offset=clock_offset(h))
+            running_on = {u: original for u, up in active.items() if up}
+            self.states[role] = HostState(original, active, clock_offset=clock_offset(h), running_on=running_on)
         units = {role: s.active for role, s in self.states.items()}
         write_bytes_atomic(folder.units_json, json.dumps(units, indent=1).encode(), what="cannot write")
 
@@ -137,6 +145,7 @@ class HostGuard:
         state = self.states.get(role)
         if state is None:
             return
+        state.running_on[unit] = state.original if state.current is None else state.current
         if state.current is None or state.current == state.original:
             state.stale.discard(unit)
         else:

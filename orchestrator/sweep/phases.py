@@ -41,6 +41,7 @@ from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all
+from orchestrator.edges.httpread import MAX_JSON_BYTES, parse_json, request
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Started, Telemetry
 from orchestrator.edges.reported import check_reported, rules_by_role
@@ -207,12 +208,21 @@ class Services:
         hosts = self.deployment.hosts
         ctx.check_all = self.verify_all_next  # a retried trial may restart nothing: still check who serves
         todo = {(role, unit) for role, h in hosts.items() for unit in h.units if role in ctx.changed}
-        if self.verify_all_next:  # first trial, or after a failure: start whatever is not running
+        if self.verify_all_next:  # first trial, or after a failure: start whatever is not running,
             down = per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
             todo |= {(role, unit) for role, units in down.items() for unit in units}
+            todo |= self.stale_units()  # and whatever may run on other bytes than its file holds
         todo = whole_instances(self.deployment, todo)
         for wave in waves(self.deployment, {r for r, _ in todo}):
             self.restart_units([(r, u) for r in wave for u in hosts[r].units if (r, u) in todo], ctx)
+
+    def stale_units(self) -> set[Unit]:
+        """Units of the hosts the matrix edits whose file changed since they last started: a
+        failed restart wave leaves the later waves' files written and their units on the old env
+        (a retry finds the files as the cell wants and would restart nothing); after a kill -9
+        what each unit runs is unknown. Only the live-env check caught them, and not where it is
+        off (verify_env: false)."""
+        return {(key, u) for key, h in self.mentioned_hosts() for u in h.units if self.guard.states[key].runs_stale(u)}
 
     def restart_units(self, units: list[Unit], ctx: TrialContext) -> None:
         deferred, ctx.deferred = ctx.deferred, None
@@ -338,9 +348,8 @@ class Services:
 
     def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
         """Check, while the repro runs, that each restarted role's health ports are served by its
-        own units (one round trip per role); confirm_identity waits for it after the repro."""
-        if not ctx.restarted and not ctx.check_all:
-            return None
+        own units, and read the other roles' unit ids (one round trip per host);
+        confirm_identity waits for it after the repro."""
         return self.beside(self.check_identity, ctx)
 
     def beside(self, fn: Callable[..., T], *args: object) -> Future[T]:
@@ -353,11 +362,15 @@ class Services:
     def check_identity(self, ctx: TrialContext) -> None:
         """Each health/URL port of a restarted role (every role on a first or retried trial) is
         held by one of the role's units (its main pid or a descendant); else the answer came from
-        a stranger and the trial is void."""
+        a stranger and the trial is void. The other roles' units are not scanned again, but their
+        ids are read, so confirm_identity also catches one of them dying or restarting during the
+        repro (a unit the trial did not restart served it too)."""
         roles = self.identity_roles(ctx)
 
         def one(role: str) -> tuple[dict[str, UnitId], str | None]:
             h, host = self.deployment.hosts[role], self.deployment.testbed.hosts[role]
+            if role not in roles:  # untouched this trial: only who runs now (a running unit's id)
+                return {u: i for u, i in h.services.unit_ids(h.units).items() if i.main_pid}, None
             if not h.serves:  # a node above rank 0 holds no port: its ids still catch a restart mid-repro
                 return h.services.unit_ids(h.units), None
             scan, ids = h.services.port_scan(health_ports(host), h.units)
@@ -371,7 +384,7 @@ class Services:
                 return ids, f"{host.label}: {mismatch} ({units_phrase(ids)})"
             return ids, None
 
-        found = gather({role: role for role in sorted(roles)}, one, what="hosts")
+        found = gather({role: role for role in sorted(self.deployment.hosts)}, one, what="hosts")
         problems = [problem for _, problem in found.values() if problem]
         if problems:
             raise IdentityError("; ".join(problems) + " (the trial is void: stop that process or free the port)")
@@ -380,11 +393,13 @@ class Services:
 
     def _reported_pid(self, url: str) -> object:
         """The pid the server reports about itself (the bundled simulator does; SGLang may not),
-        or None when it reports none or does not answer: then the port scan alone decides."""
+        or None when it reports none or does not answer (200, JSON, within 2 s in all and
+        MAX_JSON_BYTES: the trial waits for this check): then the port scan alone decides."""
+        where = url.rstrip("/") + "/get_server_info"
         try:
-            answer = self.client.get(url.rstrip("/") + "/get_server_info", timeout=2.0)
-            info = answer.json() if answer.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+            answer = request(self.client, "GET", where, deadline_s=2.0, max_bytes=MAX_JSON_BYTES)
+            info = parse_json(answer.body, where) if answer.status == 200 else None
+        except (httpx.HTTPError, OrchError):
             return None
         return info.get("pid") if isinstance(info, dict) else None
 

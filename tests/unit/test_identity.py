@@ -125,7 +125,8 @@ def test_a_unit_that_dies_during_the_repro_voids_the_trial(tmp_path: Path) -> No
 
 
 def test_only_restarted_roles_are_checked_after_the_first_trial(tmp_path: Path) -> None:
-    """A role that restarts nothing costs no round trip (the first trial checks every role)."""
+    """A role that restarts nothing is not port-scanned again (the first trial checks every role;
+    the others only read its unit ids, to catch it dying during the repro)."""
     bed = make_bed(
         {
             "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)]),
@@ -138,6 +139,41 @@ def test_only_restarted_roles_are_checked_after_the_first_trial(tmp_path: Path) 
     assert len([c for c in bed.managers["prefill"].calls if c.op == "port_scan"]) == 1
     restarts = len(bed.managers["decode"].restarts())
     assert len([c for c in bed.managers["decode"].calls if c.op == "port_scan"]) == restarts >= 2
+
+
+def test_a_unit_the_trial_did_not_restart_dying_during_the_repro_voids_it(tmp_path: Path) -> None:
+    """prefill serves every trial, though a decode-only factor never restarts it: when it dies
+    while trial 2's repro runs, that trial is not data (its ids were read beside the repro)."""
+    bed = make_bed(
+        {
+            "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)]),
+            "decode": Role("FLAG=0\n", [FakeUnit("decode-server")]),
+        }
+    )
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=1)
+    prefill, read = bed.managers["prefill"], threading.Event()
+    original, second_trial = prefill.unit_ids, plan.steps[1].trial.index
+
+    def unit_ids(units: Any) -> Any:
+        got = original(units)
+        if len(bed.managers["decode"].restarts()) >= 2:  # the read beside the second trial's repro
+            read.set()
+        return got
+
+    prefill.unit_ids = unit_ids  # type: ignore[method-assign]
+
+    def repro(text: str, argv: Any) -> Reply:
+        if text.endswith(f"--trial {second_trial}"):  # the first checks every role; this one restarts decode only
+            assert read.wait(5), "orch never read the untouched prefill's unit ids"
+            prefill.stop("prefill-server")
+        return Reply(0, REPRO_OUTPUT)
+
+    bed.transports["prefill"].script(re.compile(r"^fake-repro\b"), repro)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    first, second = result.records
+    assert first.status == "completed"
+    assert second.failure is not None and second.failure.error == "IdentityError"
+    assert re.search(r"unit prefill-server died during the repro \(pid \d+ is gone\)", second.failure.message)
 
 
 @pytest.fixture(autouse=True)

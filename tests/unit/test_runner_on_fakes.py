@@ -5,14 +5,28 @@ these pin what the runner decides, in well under a second each."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import METRICS, REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+from fakes import (
+    METRICS,
+    REPRO_OUTPUT,
+    FakeBed,
+    FakeUnit,
+    Reply,
+    Role,
+    flag,
+    make_bed,
+    make_plan,
+    remote_repro,
+    runner_for,
+)
 
+from orchestrator.core.envfile import read_values
 from orchestrator.core.steps import Plan
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import LockError
@@ -360,3 +374,34 @@ def test_a_resumed_run_puts_the_host_side_backup_back_before_its_first_edit(tmp_
     assert not resumed.interrupted
     assert seen == [(b"DECODE_FLAG=1\n", True)]  # the cell on the host, and the way back beside it
     assert files[env] == b"DECODE_FLAG=0\n" and backup not in files  # restored and tidied at the end
+
+
+def test_a_unit_whose_file_was_written_restarts_after_a_failed_restart_wave(tmp_path: Path) -> None:
+    """decode's restart (wave 0) fails after both files were written, so the router (wave 1,
+    `after: [decode]`) still runs the previous env. The retry finds both files as the cell wants:
+    it must still restart the router, as nothing else would notice with verify_env off."""
+    decode = FakeUnit("decode-server", active=True)
+    bed = make_bed(
+        {
+            "decode": Role("D=0\n", [decode]),
+            "router": Role("POLICY=rr\n", [FakeUnit("router-server", active=True)], after=["decode"], verify_env=False),
+            "client": Role("C=1\n", ["client-server"]),
+        }
+    )
+    levels = {
+        "a": {"decode": {"D": "1"}, "router": {"POLICY": "cache_aware"}},
+        "b": {"decode": {"D": "2"}, "router": {"POLICY": "random"}},
+    }
+    plan = make_plan(bed, {"mode": {"levels": levels}}, repro=remote_repro("client"))
+    decode.fail_starts = 1  # orch's first restart of decode fails
+    seen: list[tuple[str | None, str]] = []
+
+    def repro(text: str, argv: object) -> Reply:
+        live = bed.managers["router"].environ("router-server") or {}
+        seen.append((live.get("POLICY"), read_values(bed.file("router").decode(), "systemd")["POLICY"]))
+        return Reply(stdout=REPRO_OUTPUT)
+
+    bed.transports["client"].script(re.compile(r"^fake-repro\b"), repro)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=2).execute()
+    assert result.completed == 2, [r.failure for r in result.records]
+    assert len(seen) == 2 and all(live == on_file for live, on_file in seen), seen
