@@ -67,6 +67,12 @@ def _check_edits(handle: HostHandle, plan: Plan) -> list[str]:
     host = handle.host
     text = handle.transport.read_bytes(host.env_file).decode("utf-8", errors="surrogateescape")
     where = f"{host.label}: {host.env_file}"
+    if host.dialect == "shell" and "\r\n" in text and any(step.env.get(host.role) for step in plan.steps):
+        raise PreflightError(
+            f"{where}: CRLF line endings in a shell-dialect env file: the shell reads each line's \\r into "
+            "its value, so every value orch writes would reach the server with a \\r after it (convert the "
+            "file to LF endings, e.g. dos2unix; or dialect: systemd if systemd's EnvironmentFile= reads it)"
+        )
     seen: set[tuple[tuple[str, CellValue], ...]] = set()
     values = envfile.read_values(text, host.dialect)  # flag factors edit these values' args variables
     for step in plan.steps:

@@ -162,6 +162,16 @@ def test_preflight_refuses_a_dialect_mismatch_naming_host_and_unit() -> None:
     assert bed.file("decode") == before and bed.managers["decode"].restarts() == []
 
 
+def test_preflight_refuses_a_crlf_shell_file_the_matrix_edits() -> None:
+    """bash keeps a CRLF line's \\r in its value, so every value orch writes there would reach
+    the server as `value\\r` and fail every trial's check: refused before any edit (exit 2)."""
+    bed = make_bed({"decode": Role("export DECODE_FLAG=0\r\n", [FakeUnit("decode-server")], dialect="shell")})
+    before = bed.file("decode")
+    with pytest.raises(PreflightError, match="CRLF line endings in a shell-dialect env file") as caught:
+        preflight(bed.deployment, make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}), client=bed.client)
+    assert caught.value.exit_code == 2 and "dos2unix" in str(caught.value) and bed.file("decode") == before
+
+
 def test_preflight_refuses_an_unhealthy_url_naming_host_and_unit() -> None:
     bed = decode_bed(active=True, ready_after_s=3600.0)  # runs, but answers 503 "loading"
     with pytest.raises(PreflightError) as caught:
