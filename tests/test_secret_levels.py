@@ -92,3 +92,26 @@ def test_a_short_form_secret_factor_is_exit_2_with_file_and_line(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"{path}:11: factors.tok.levels[1]:" in err and "name the levels" in err
     assert "opaque-value-1" not in err and "Traceback" not in err
+
+
+# ----------------------------------------------------------------------------- secret flags (kind: flag)
+FLAG = "  key:\n    kind: flag\n    flag: --api-key\n    env: {decode: SGLANG_EXTRA_ARGS}\n    levels: LEVELS\n"
+
+
+def test_the_value_a_level_gives_a_secret_flag_is_a_known_secret(tmp_path: Path) -> None:
+    """`--api-key VALUE` sits in an args variable, not in a variable of its own: its value is a
+    secret all the same (a repro or a log that prints the key alone is masked)."""
+    m = _matrix(tmp_path, "flag", FLAG.replace("LEVELS", '{without: absent, with: "opaque-value-1"}'))
+    assert m.redactor.text("the repro printed opaque-value-1") == f"the repro printed {REDACTED}"
+    assert "opaque-value-1" in m.redactor.known
+
+
+def test_a_short_form_secret_flag_factor_is_refused_at_its_line(tmp_path: Path) -> None:
+    """The short form names each level by its value: the key would be a cell id in run.json,
+    the journal, the plan and the report."""
+    from orchestrator.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        _matrix(tmp_path, "short-flag", FLAG.replace("LEVELS", '[absent, "opaque-value-1"]'))
+    assert str(caught.value).startswith(f"{tmp_path / 'short-flag.yaml'}:")
+    assert "opaque-value-1" not in str(caught.value)

@@ -180,9 +180,17 @@ class Matrix:
 
 
 def secret_values(level: Level, redactor: Redactor) -> list[str]:
-    """The values a level gives to secret variables."""
+    """The values a level gives to secret variables, and to secret flags of an args variable
+    (`kind: flag` on --api-key: the value sits in an ArgsEdit, not in a plain string)."""
     secret = redactor.is_secret_name
-    return [v for a in level.env.values() for var, v in a.items() if isinstance(v, str) and secret(var)]
+    out: list[str] = []
+    for assignments in level.env.values():
+        for var, v in assignments.items():
+            if isinstance(v, str) and secret(var):
+                out.append(v)
+            elif isinstance(v, ArgsEdit):
+                out += [s.value for s in v.settings if s.takes_value and s.value and secret(s.flag)]
+    return out
 
 
 # ---------------------------------------------------------------------------- cells and trials
