@@ -383,6 +383,18 @@ INVENTORY_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
         ("url", "whitespace"),
     ),
     (
+        "url with an unclosed IPv6 bracket",
+        lambda t: re.sub(r"url: (http://127\.0\.0\.1:\d+)", 'url: "http://[::1"', t, count=1),
+        INV,
+        ("url", "not an http(s) URL"),
+    ),
+    (
+        "health url with a bracketed non-address",
+        lambda t: re.sub(r"health: (http://127\.0\.0\.1:\d+)/health", 'health: "http://[zz]/health"', t, count=1),
+        INV,
+        ("health", "not an http(s) URL"),
+    ),
+    (
         "health url with newline",
         lambda t: re.sub(r"health: (http://127\.0\.0\.1:\d+)/health", r'health: "\1/health\\nX"', t, count=1),
         INV,

@@ -207,6 +207,16 @@ def test_two_hosts_of_a_testbed_naming_one_env_file_are_refused(
     assert_refused(code, out, INV, "prefill and decode name the same env file local:", "its own env_file")
 
 
+def test_a_symlink_loop_as_env_file_is_refused_at_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def edit(text: str) -> str:
+        (tmp_path / "loops").mkdir()
+        (tmp_path / "loops" / "loop.env").symlink_to("loop.env")  # resolve() raised RuntimeError
+        return text.replace("env_file: local/decode.env", "env_file: loops/loop.env", 1)
+
+    code, out = run(tmp_path, capsys, MATRIX, edit)
+    assert_refused(code, out, INV, "cannot resolve 'loops/loop.env'")
+
+
 def test_a_node_above_rank_0_with_a_url_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def edit(text: str) -> str:
         text = re.sub(

@@ -309,6 +309,7 @@ def test_order_statistic_intervals_cover_as_stated() -> None:
     stated_shift = ranks.shift_interval(np.zeros(7), np.ones(8)).coverage
     assert stated_shift is not None and stated_shift >= 0.95 and abs(hits / 2000 - stated_shift) < 0.015
     assert ranks.mann_whitney_min_p(2, 2) == pytest.approx(1 / 3)
+    assert ranks.mann_whitney_min_p(600, 600) == 0.0  # comb(1200, 600) is past a float: no OverflowError
 
 
 def _cause(report: Report) -> str:

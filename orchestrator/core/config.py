@@ -506,8 +506,11 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
             raise source.error((*where, "ssh"), "missing required key 'host'", "e.g. ssh: {host: 10.0.0.4}")
         _check_ssh(h.ssh, source, (*where, "ssh"))
     env_file = _no_control(h.env_file, source, (*where, "env_file"))
-    if h.transport == "local":
-        env_file = str((base / env_file).resolve()) if not Path(env_file).is_absolute() else env_file
+    if h.transport == "local" and not Path(env_file).is_absolute():
+        try:
+            env_file = str((base / env_file).resolve())
+        except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+            raise source.error((*where, "env_file"), f"cannot resolve {env_file!r}: {exc}") from None
     elif not env_file.startswith("/"):
         raise source.error((*where, "env_file"), "a remote env_file must be an absolute path")
     address = h.ssh.host if h.ssh else "127.0.0.1"
@@ -605,8 +608,12 @@ def _check_url(value: str, source: SourceMap, at: PathKey) -> None:
     """An http(s) URL with a host, a port in 1-65535 if given, and no whitespace or control."""
     if CONTROL.search(value) or re.search(r"\s", value):
         raise source.error(at, f"URL {value!r} contains whitespace or a control character")
-    parts = urllib.parse.urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:  # a bracketed host that is no IPv6 address ("http://[::1", "http://[zz]") raises here
+        parts = urllib.parse.urlsplit(value)
+        hostname = parts.hostname
+    except ValueError:
+        raise source.error(at, f"not an http(s) URL: {value!r}", "e.g. http://10.0.0.4:30000/health") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise source.error(at, f"not an http(s) URL: {value!r}", "e.g. http://10.0.0.4:30000/health")
     try:
         port = parts.port

@@ -79,7 +79,7 @@ def mann_whitney_min_p(m: int, n: int) -> float:
     """Smallest two-sided p-value an exact Mann-Whitney test of m vs n values can give."""
     if m <= 0 or n <= 0:
         return 1.0
-    return min(1.0, 2.0 / math.comb(m + n, m))
+    return min(1.0, 2 / math.comb(m + n, m))  # int / int: 2.0 / comb() overflowed past m + n ~ 1030
 
 
 @lru_cache(maxsize=256)

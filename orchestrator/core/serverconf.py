@@ -150,6 +150,16 @@ def build_metrics(shape: MetricsShape | None, source: SourceMap) -> ServerMetric
     return ServerMetrics(endpoints, shape.sample_interval, shape.timeout, shape.gpu)
 
 
+def _http_url(url: str) -> bool:
+    """An http(s) URL with a host and a valid port if one is given (urlsplit raises ValueError for
+    a bracketed host that is no IPv6 address, .port for a port out of range)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        return False
+
+
 def _endpoint(name: str, e: EndpointShape, source: SourceMap) -> Endpoint:
     at: PathKey = ("metrics", "endpoints", name)
     if not ENDPOINT_NAME.match(name):
@@ -158,10 +168,8 @@ def _endpoint(name: str, e: EndpointShape, source: SourceMap) -> Endpoint:
         raise source.error(at, "give exactly one of `role:` (its health URL's host and port) or `url:`")
     if e.port is not None and e.role is None:
         raise source.error((*at, "port"), "`port:` goes with `role:` (a `url:` names its own port)")
-    if e.url is not None:
-        parts = urllib.parse.urlsplit(e.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise source.error((*at, "url"), f"not an http(s) URL: {e.url!r}", "e.g. http://gpu1:9400/metrics")
+    if e.url is not None and not _http_url(e.url):
+        raise source.error((*at, "url"), f"not an http(s) URL: {e.url!r}", "e.g. http://gpu1:9400/metrics")
     if not e.path.startswith("/") or any(c in e.path for c in " \t\r\n#"):
         raise source.error((*at, "path"), f"invalid path {e.path!r}", "e.g. /metrics")
     default = SMG_NAMES if e.role == ROUTER_ROLE else SGLANG_NAMES

@@ -221,6 +221,8 @@ def test_config_builds_metrics_verify_and_warmup() -> None:
     [
         ({"metrics": {"endpoints": {"d": {"role": "decode", "url": "http://x/metrics"}}}}, "exactly one of `role:`"),
         ({"metrics": {"endpoints": {"d": {"url": "ftp://x/metrics"}}}}, r"not an http\(s\) URL"),
+        ({"metrics": {"endpoints": {"d": {"url": "http://[::1/metrics"}}}}, r"not an http\(s\) URL"),
+        ({"metrics": {"endpoints": {"d": {"url": "http://h:99999/metrics"}}}}, r"not an http\(s\) URL"),
         ({"metrics": {"sample_interval": 0.001}}, "sample_interval"),
         ({"metrics": {"endpoints": {"d": {"url": "http://x:1/metrics", "port": 9}}}}, "`port:` goes with `role:`"),
         ({"verify": [{"role": "decode", "when": {"graph": "maybe"}, "expect": {"a": 1}}]}, "'maybe' is not a level"),
