@@ -685,6 +685,14 @@ STATIC_PLACEHOLDERS = {"run_dir", "trial_dir", "cell", "trial", "trial_seed", "r
 
 
 def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
+    if shape.hunt is not None:  # a hunt picks its own configurations (all failing, each flag dropped...)
+        for key in ("zips", "exclude", "include"):
+            if getattr(shape, key):
+                raise source.error(
+                    (key,),
+                    f"`{key}:` does not apply to a hunt, which chooses its own configurations",
+                    "remove it, or leave a suspect out of the hunt's factors",
+                )
     factors = tuple(_build_factor(name, f, shape, source) for name, f in shape.factors.items())
     _check_no_shared_vars(factors, source)
     by_name = {f.name: f for f in factors}

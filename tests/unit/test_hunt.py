@@ -178,6 +178,18 @@ def test_bad_hunt_sections_are_refused_at_their_line(tmp_path: Path, hunt: str, 
     assert "m.yaml:" in str(err.value)
 
 
+@pytest.mark.parametrize("key", ["exclude", "include", "zips"])
+def test_a_hunt_refuses_design_keys_it_would_ignore(tmp_path: Path, key: str) -> None:
+    """A hunt picks its own configurations: an `exclude:` of the all-failing configuration was
+    planned as its first trial, silently."""
+    path = _matrix(tmp_path, "  metric: corruption\n")
+    value = "[[bf16_index_k, overlap]]" if key == "zips" else "[{bf16_index_k: on, overlap: on}]"
+    path.write_text(path.read_text() + f"{key}: {value}\n")
+    with pytest.raises(ConfigError) as err:
+        read_matrix(path)
+    assert f"`{key}:` does not apply to a hunt" in str(err.value) and "m.yaml:" in str(err.value)
+
+
 # ---------------------------------------------------------------- the step source and resume
 def _record(trial: int, levels: dict[str, str], k: int, n: int, round_: int = 0) -> TrialRecord:
     return TrialRecord(
