@@ -264,3 +264,59 @@ def test_expected_env_fills_the_cells_gaps_from_the_original():
     keys = frozenset({"A", "B", "C"})
     assert expected_env({"A": "1"}, keys, {"B": "orig", "OTHER": "x"}) == {"A": "1", "B": "orig", "C": None}
     assert expected_env({"A": None}, keys, {"A": "orig"}) == {"A": None, "B": None, "C": None}
+
+
+def _reference_order(tb, roles):  # type: ignore[no-untyped-def]
+    """The definition, spelled the slow plain way (a list lookup, a fixpoint over hosts)."""
+    ordered: list[str] = []
+
+    def visit(key: str) -> None:
+        if key in ordered:
+            return
+        for dep in tb.hosts[key].after:
+            for other in tb.roles.get(dep, ()):
+                if other in roles:
+                    visit(other)
+        ordered.append(key)
+
+    for key in tb.hosts:
+        if key in roles:
+            visit(key)
+    return ordered
+
+
+def _reference_dependants(tb, roles):  # type: ignore[no-untyped-def]
+    out = set(roles)
+    changed = True
+    while changed:
+        changed = False
+        for key, host in tb.hosts.items():
+            if key not in out and any(tb.hosts[k].role in host.after for k in out):
+                out.add(key)
+                changed = True
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_start_order_and_dependants_match_their_definition_on_random_graphs(seed: int) -> None:
+    """The set-based restart_order and role-level dependants give what the plain definitions give
+    (they were quadratic: 32,768 hosts took 41 s to validate). Random acyclic `after:` graphs over
+    roles with one to three hosts each."""
+    import dataclasses
+    import random
+
+    rng = random.Random(seed)
+    tb = read_inventory(REPO / "inventory/local.yaml").testbed(None)
+    template = next(iter(tb.hosts.values()))
+    roles = [f"r{i}" for i in range(rng.randint(2, 7))]
+    hosts = {}
+    for i, role in enumerate(roles):
+        after = tuple(r for r in roles[:i] if rng.random() < 0.4)
+        for j in range(rng.randint(1, 3)):
+            key = f"{role}.{j}"
+            hosts[key] = dataclasses.replace(template, role=role, member=key, after=after)
+    bed = dataclasses.replace(tb, hosts=hosts)
+    for _ in range(5):
+        subset = {k for k in hosts if rng.random() < 0.5}
+        assert restart_order(bed, subset) == _reference_order(bed, subset)
+        assert dependants(bed, subset) == _reference_dependants(bed, subset)
