@@ -166,6 +166,14 @@ def _raw_chunks(response: httpx.Response) -> Iterable[bytes]:
     return response.iter_raw()
 
 
+def get_json(client: httpx.Client, url: str, *, deadline_s: float) -> tuple[int, object]:
+    """GET a JSON answer (a server's self-description, a `verify:` path): its status, and its
+    value when the status is 200 (else None), read within ``deadline_s`` and MAX_JSON_BYTES.
+    Raises what ``request`` raises, and NotJson for a 200 whose body is not JSON orch reads."""
+    answer = request(client, "GET", url, deadline_s=deadline_s, max_bytes=MAX_JSON_BYTES)
+    return answer.status, parse_json(answer.body, url) if answer.status == 200 else None
+
+
 def parse_json(body: bytes | str, where: str) -> object:
     """The JSON value of a body; NotJson for invalid JSON, for a body nested so deep that
     json.loads gives up with RecursionError (60 KB suffice), or deeper than MAX_JSON_DEPTH."""

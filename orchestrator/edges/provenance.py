@@ -38,7 +38,7 @@ from orchestrator.core import gpuinfo
 from orchestrator.core.records import Controller, TrialProvenance
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle
-from orchestrator.edges.httpread import MAX_JSON_BYTES, parse_json, request
+from orchestrator.edges.httpread import get_json
 from orchestrator.errors import OrchError
 
 KEEP = (
@@ -202,12 +202,11 @@ def server_info(base_url: str, client: httpx.Client) -> ServerInfo | None:
     INFO_TIMEOUT_S in all and MAX_JSON_BYTES: best effort, a trickling or huge answer, or one
     nested too deep, leaves the field empty instead of holding up or ending the sweep."""
     for path in INFO_PATHS:
-        url = base_url.rstrip("/") + path
         try:
-            answer = request(client, "GET", url, deadline_s=INFO_TIMEOUT_S, max_bytes=MAX_JSON_BYTES)
-            if answer.status == 404:
+            status, data = get_json(client, base_url.rstrip("/") + path, deadline_s=INFO_TIMEOUT_S)
+            if status == 404:
                 continue
-            return ServerInfo(parse_json(answer.body, url)) if answer.status == 200 else None
+            return ServerInfo(data) if status == 200 else None
         except (httpx.HTTPError, OrchError):
             return None
     return None

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from orchestrator.core.serverconf import VerifyRule, reported_mismatch
-from orchestrator.edges.httpread import MAX_JSON_BYTES, HttpAnswerError, NotJson, parse_json, request
+from orchestrator.edges.httpread import HttpAnswerError, NotJson, get_json
 from orchestrator.errors import ReportedMismatch, VerificationError
 
 TIMEOUT_S = 5.0
@@ -47,22 +47,19 @@ def fetch(url: str, path: str, label: str, client: httpx.Client) -> object:
     last = ""
     for p in tried:
         try:
-            answer = request(client, "GET", base + p, deadline_s=TIMEOUT_S, max_bytes=MAX_JSON_BYTES)
-        except HttpAnswerError as exc:
+            status, value = get_json(client, base + p, deadline_s=TIMEOUT_S)
+        except (HttpAnswerError, NotJson) as exc:
             raise VerificationError(f"{label}: {exc}") from None
         except httpx.HTTPError as exc:
             raise VerificationError(
                 f"{label}: {base + p}: cannot ask the server: {exc or type(exc).__name__}"
             ) from None
-        if answer.status == 404:
+        if status == 404:
             last = f"{base + p}: HTTP 404"
             continue
-        if answer.status != 200:
-            raise VerificationError(f"{label}: {base + p}: HTTP {answer.status}")
-        try:
-            return parse_json(answer.body, base + p)
-        except NotJson as exc:
-            raise VerificationError(f"{label}: {exc}") from None
+        if status != 200:
+            raise VerificationError(f"{label}: {base + p}: HTTP {status}")
+        return value
     raise VerificationError(f"{label}: {last} (no {' or '.join(tried)} on this server)")
 
 

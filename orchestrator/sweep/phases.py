@@ -41,7 +41,7 @@ from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all
-from orchestrator.edges.httpread import MAX_JSON_BYTES, parse_json, request
+from orchestrator.edges.httpread import get_json
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Started, Telemetry
 from orchestrator.edges.reported import check_reported, rules_by_role
@@ -395,10 +395,8 @@ class Services:
         """The pid the server reports about itself (the bundled simulator does; SGLang may not),
         or None when it reports none or does not answer (200, JSON, within 2 s in all and
         MAX_JSON_BYTES: the trial waits for this check): then the port scan alone decides."""
-        where = url.rstrip("/") + "/get_server_info"
         try:
-            answer = request(self.client, "GET", where, deadline_s=2.0, max_bytes=MAX_JSON_BYTES)
-            info = parse_json(answer.body, where) if answer.status == 200 else None
+            _, info = get_json(self.client, url.rstrip("/") + "/get_server_info", deadline_s=2.0)
         except (httpx.HTTPError, OrchError):
             return None
         return info.get("pid") if isinstance(info, dict) else None
