@@ -343,11 +343,17 @@ def _pooled(group: pd.DataFrame | None) -> tuple[int, int]:
 
 
 def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None) -> RateView:
+    interval = widened_rate(k, n, disp)
+    return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
+
+
+def widened_rate(k: int, n: int, disp: clustered.Dispersion | None) -> stats.Interval:
+    """k/n with Wilson's interval, widened for trial-to-trial variation where `disp` can estimate it
+    (the report's rates, and orch compare's)."""
     interval = stats.rate(k, n)
-    low, high = (interval.low, interval.high)
-    if disp is not None and disp.estimable and n:  # widened for trial-to-trial variation
-        low, high = clustered.rate_interval(k, n, disp)
-    return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=low, high=high)
+    if disp is None or not disp.estimable or not n:
+        return interval
+    return stats.Interval(interval.estimate, *clustered.rate_interval(k, n, disp))
 
 
 def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:

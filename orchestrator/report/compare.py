@@ -20,7 +20,7 @@ from pathlib import Path
 
 from orchestrator.core import clustered, stats
 from orchestrator.core.records import RunManifest, TrialRecord
-from orchestrator.report.build import versus_baseline
+from orchestrator.report.build import versus_baseline, widened_rate
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir
 
@@ -148,17 +148,9 @@ def _side(trials: list[TrialRecord], metric: str, kind: str, disp: clustered.Dis
     if kind == "proportion":
         counts = _counts(trials, metric)
         k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
-        return Side(len(values), k, n, _rate(k, n, disp))
+        return Side(len(values), k, n, widened_rate(k, n, disp))
     nums = tuple(float(v.value) for v in values if v.value is not None)
     return Side(len(values), values=nums, median=stats.median_ci(nums) if nums else None)
-
-
-def _rate(k: int, n: int, disp: clustered.Dispersion | None) -> stats.Interval:
-    """Wilson's interval, widened for trial-to-trial variation when it can be estimated (as the report)."""
-    wilson = stats.rate(k, n)
-    if disp is None or not disp.estimable or not n:
-        return wilson
-    return stats.Interval(wilson.estimate, *clustered.rate_interval(k, n, disp))
 
 
 def _row(
