@@ -87,8 +87,9 @@ class ShiftEffect:
     n_level: int
     n_reference: int
     shift: ranks.CoveredInterval  # Hodges-Lehmann shift (level - reference), exact coverage
-    p: float  # two-sided Mann-Whitney
+    p: float  # two-sided Mann-Whitney (van Elteren's stratified test when `stratified`)
     strata: int
+    stratified: bool = False  # cells ran unequal numbers of trials: each stratum weighed the same
 
 
 # ----------------------------------------------------------------------------- proportions
@@ -364,21 +365,6 @@ def balanced(counts: Sequence[tuple[int, int]]) -> bool:
     return all(m * total_ref == r * total_level for m, r in counts)
 
 
-def stratum_counts(
-    counts: Sequence[tuple[Mapping[str, str], int]], factor: str, ref: str, level: str
-) -> list[tuple[int, int]]:
-    """(level's trials, reference's trials) per stratum with both observed, from per-cell counts:
-    what `balanced` needs, for a caller holding only each cell's number of values."""
-    strata: dict[tuple[tuple[str, str], ...], list[int]] = {}
-    for levels, n in counts:
-        value = levels.get(factor)
-        if value not in (ref, level) or n <= 0:
-            continue
-        stratum = tuple(sorted((f, v) for f, v in levels.items() if f != factor))
-        strata.setdefault(stratum, [0, 0])[0 if value == level else 1] += n
-    return [(m, r) for m, r in strata.values() if m and r]
-
-
 def _number_effect(
     cells: Sequence[CellValues], factor: str, ref: str, level: str, confidence: float
 ) -> ShiftEffect | None:
@@ -430,6 +416,7 @@ def _stratified_effect(matched: Sequence[Stratum], factor: str, ref: str, level:
         shift=stratified_shift(matched, confidence),
         p=van_elteren(matched),
         strata=len(matched),
+        stratified=True,
     )
 
 

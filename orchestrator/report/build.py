@@ -1015,7 +1015,7 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
     text = (
         f"Median {e.metric} is {size} with {e.factor}={e.level} than with {e.factor}={e.reference}: "
         f"{e.median_level:g} vs {e.median_reference:g} over {e.n_level} vs {e.n_reference} trials "
-        f"(shift {e.shift:+g}{interval}; {fmt_p(e.p_holm)}, Holm, {_number_effect_method(report, e)})"
+        f"(shift {e.shift:+g}{interval}; {fmt_p(e.p_holm)}, Holm, {_number_effect_method(e)})"
     )
     outcome = next(
         (
@@ -1031,11 +1031,9 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
     return text[0].upper() + text[1:] + "."
 
 
-def _number_effect_method(report: Report, e: NumberEffectView) -> str:
-    """The test behind a numeric effect, as findings.number_effects chose it from the trial
-    counts: pooled Mann-Whitney when balanced, else van Elteren's stratified test (and why)."""
-    counts = [(c.levels, c.numbers[e.metric].n) for c in report.cells if e.metric in c.numbers]
-    if findings.balanced(findings.stratum_counts(counts, e.factor, e.reference, e.level)):
+def _number_effect_method(e: NumberEffectView) -> str:
+    """The test behind a numeric effect, as findings.number_effects chose it."""
+    if not e.stratified:
         return "Mann-Whitney"
     return "van Elteren's stratified rank-sum, each stratum weighed the same as cells ran unequal numbers of trials"
 

@@ -84,6 +84,7 @@ def number_views(
             high=e.shift.high,
             coverage=e.shift.coverage,
             strata=e.strata,
+            stratified=e.stratified,
             p=e.p,
             p_holm=e.p,
         )

@@ -216,6 +216,7 @@ class NumberEffectView(Frozen):
     high: float | None
     coverage: float | None  # the interval's exact coverage
     strata: int
+    stratified: bool = False  # van Elteren's stratified test (cells ran unequal numbers of trials)
     p: float = 1.0
     p_holm: float = 1.0
     finding: bool = False
