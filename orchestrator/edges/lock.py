@@ -139,8 +139,7 @@ class TestbedLock:
             try:
                 path = lock_path(handle, self.deployment.testbed.name)
                 holder = self._read(handle, path)
-                ours = holder is not None and (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid)
-                if ours and holder is not None and holder.same_testbed(self.info):
+                if holder is not None and self._held_by_me(holder):
                     _run(handle, ["rm", "-f", path])
             except OrchError:
                 pass  # a lock left behind is reported as stale next time, never silently broken
@@ -164,6 +163,11 @@ class TestbedLock:
             if swap.ok:
                 return
         raise LockError(f"{handle.host.label}: lost the race for {path} to another controller; try again")
+
+    def _held_by_me(self, holder: LockInfo) -> bool:
+        """The lock this very lock object took: this run, this process, this testbed."""
+        same = (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid)
+        return same and holder.same_testbed(self.info)
 
     def _held_message(self, handle: HostHandle, holder: LockInfo) -> str:
         base = f"testbed {self.deployment.testbed.name!r} is locked on {handle.host.label} by {holder.describe()}"
