@@ -5,8 +5,6 @@ process is verified against the real value).
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from .helpers import REPRO, SimBed, assert_clean, by_trial, matrix_yaml, run_cli
@@ -115,9 +113,9 @@ def test_what_a_repro_prints_is_masked_in_every_artifact_and_served_file(bed: Si
     none of them in the journal, run.json, plan.json, the report, the index, the export, the
     trial files or what `orch serve` hands out; `--max-tokens 1800` stays readable."""
     import httpx
+    from helpers.serving import serving
 
     from orchestrator.report.export import export_run
-    from orchestrator.team.serve import make_server
 
     bed.write_matrix(
         matrix_yaml(replicates=1, extra_factor=SECRETS, command=NOISY, extra="exclude:\n  - {cuda_graph: off}\n")
@@ -139,19 +137,12 @@ def test_what_a_repro_prints_is_masked_in_every_artifact_and_served_file(bed: Si
     assert "hf ••••" in (run_dir / "trials" / "0000" / "repro.err").read_text()
     assert not [v for v in PRINTED if v in done.output]
 
-    server = make_server(bed.reports, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/noisy"
+    with serving(bed.reports) as url:
+        base = f"{url}/noisy"
         with httpx.Client(trust_env=False, timeout=10) as http:
             for rel in ("trials/0000/repro.out", "trials/0000/repro.err", "journal.jsonl", "index.html"):
                 answer = http.get(f"{base}/{rel}")
                 assert answer.status_code == 200 and not [v for v in PRINTED if v in answer.text], rel
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
     assert_clean(bed)
 
 

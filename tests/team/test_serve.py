@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers.report_synth import synthetic_run, write_run
+from helpers.serving import serving
 
 from orchestrator.core.redact import Redactor
 from orchestrator.report.render import write_report
@@ -24,7 +24,7 @@ from orchestrator.report.site import write_index
 from orchestrator.store.manifest import save_manifest
 from orchestrator.team.livestatus import LiveStatus
 from orchestrator.team.queue import Queue
-from orchestrator.team.serve import make_server, masked, safe_path
+from orchestrator.team.serve import masked, safe_path
 
 RUN = "20260509-070000-overlap_ablation"
 LIVE = "20260510-070000-live"
@@ -63,15 +63,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(reports: Path) -> Iterator[str]:
-    server = make_server(reports, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(reports) as url:
+        yield url
 
 
 @pytest.fixture

@@ -5,17 +5,17 @@ a raw text reads none of it. Found in review: one HEAD of a 512 MiB repro.out co
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 
 import httpx
 import pytest
+from helpers.serving import serving
 
 from orchestrator.core.redact import REDACTED, Redactor
 from orchestrator.team import serve
-from orchestrator.team.serve import MAX_MASKED_BYTES, make_server
+from orchestrator.team.serve import MAX_MASKED_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,15 +48,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(run_dir: Path) -> Iterator[str]:
-    server = make_server(run_dir.parent, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{RUN}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(run_dir.parent) as url:
+        yield f"{url}/{RUN}"
 
 
 @pytest.fixture

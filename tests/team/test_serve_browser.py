@@ -5,20 +5,19 @@ elsewhere. Drives Chromium with the report tests' DevTools pipe client."""
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.chromium import DevTools, evaluate, open_page, page_problems, page_requests, visible_text
 from helpers.report_synth import synthetic_run, write_run
+from helpers.serving import serving
 
 from orchestrator.report.render import write_report
 from orchestrator.report.site import write_index
 from orchestrator.store.manifest import save_manifest
 from orchestrator.team.livestatus import LiveStatus
 from orchestrator.team.queue import Queue
-from orchestrator.team.serve import make_server
 
 pytestmark = pytest.mark.browser
 
@@ -40,15 +39,8 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     write_index(reports)
     with Queue.in_reports(reports) as q:
         q.add(Path("/m/nightly.yaml"), Path("/i.yaml"), "dsv4-pd", 3)
-    server = make_server(reports, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", reports
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(reports) as url:
+        yield f"{url}", reports
 
 
 def test_status_page_in_chromium(served: tuple[str, Path], browser: DevTools, tmp_path: Path) -> None:

@@ -6,14 +6,12 @@ masked these files on disk is served masked too."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from helpers.report_synth import synthetic_run, write_run
-
-from orchestrator.team.serve import make_server
+from helpers.serving import serving
 
 RUN = "20260601-070000-old-run"
 SECRETS = (
@@ -47,15 +45,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     (trial / "repro.out").write_text(REPRO_OUT)
     (trial / "repro.err").write_text("error: sk-proj-Abc123def456ghi789jkl0 rejected\n")
     (trial / "logs" / "decode-unit.log").write_text("server args --api-key hf_AbCdEfGhIjKlMnOpQrStUv --port 1\n")
-    server = make_server(reports, "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{RUN}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with serving(reports) as url:
+        yield f"{url}/{RUN}"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,25 @@
+"""`orch serve`'s server on a free loopback port, in a thread of the test process, for as long as a
+`with` block runs: what every serve test needs, in one place (it was copied into five files)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from orchestrator.team.serve import make_server
+
+
+@contextmanager
+def serving(reports: Path) -> Iterator[str]:
+    """http://127.0.0.1:PORT serving `reports`; stopped, closed and joined on the way out."""
+    server = make_server(reports, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
