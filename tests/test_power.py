@@ -136,3 +136,40 @@ def test_plan_states_power_before_the_sweep_and_numeric_floors() -> None:
     console = Console(width=200, record=True)
     print_plan(plan, console)
     assert "no cell can ever differ significantly" in console.export_text()
+
+
+def test_many_other_cells_are_simulated_as_an_even_sample_that_never_overstates_power() -> None:
+    """A 4,096-cell matrix: the other cells only inform the pooled dispersion, so quasi_detectable
+    simulates an even sample of SIM_MAX_OTHERS of them (seconds, not minutes and gigabytes). With
+    fewer degrees of freedom the test can only be wider: the stated difference is never smaller
+    than the full design's, and within half a point of it."""
+    others = tuple([0.0, 0.01, 0.02, 0.05] * 50)  # 200 other cells: the full design is still cheap
+    full_design = power.Design(sessions=40, trials=3, other_rates=others)
+    assert len(power._bounded(full_design).other_rates) == power.SIM_MAX_OTHERS
+    sampled = power.quasi_detectable(full_design, 0.05)
+    full = power._QuasiSim(full_design, 0.05, 0)
+    assert sampled.rise is not None
+    # the full design's power at the sampled design's stated rise: at least the target
+    full_power = float(np.mean(full.reject(0.05 + sampled.rise, 0.05)))
+    assert full_power >= 0.8 - 0.005, full_power
+    # and not far beyond: half a point lower would still not reach the target on the full design
+    assert float(np.mean(full.reject(0.05 + sampled.rise - 0.005, 0.05))) < 0.8
+    assert "63 of the 200 other cells" in power.simulation_note(full_design)
+
+
+def test_a_design_too_large_to_simulate_uses_the_normal_limit_within_the_memory_bound() -> None:
+    """`orch plan --replicates 100000`: 100,000 trials of 40 sessions is 4 * 10^6 draws per sweep;
+    the simulation used to keep 200 sweeps regardless (13 GB). Beyond SIM_MAX_DRAWS the figure is
+    the arcsine approximation on n / dispersion, which the note says."""
+    design = power.Design(sessions=40, trials=100_000, other_rates=(0.0,) * 6, phi=2.0)
+    assert power._sweeps(design) < power.SIM_MIN_SWEEPS
+    d = power.quasi_detectable(design, 0.05)
+    n_eff = 40 * 100_000 // 2
+    assert (d.rise, d.fall) == power._approximate(n_eff, n_eff, 0.05, 0.05, 0.8)
+    assert "normal limit" in power.simulation_note(design)
+    for trials in (2, 50, 5000):  # wherever it simulates, it holds at most SIM_MAX_DRAWS numbers
+        small = power.Design(sessions=40, trials=trials, other_rates=(0.0,) * 4000)
+        bounded = power._bounded(small)
+        sweeps = power._sweeps(bounded)
+        if sweeps >= power.SIM_MIN_SWEEPS:
+            assert sweeps * trials * (40 + 1 + len(bounded.other_rates)) <= power.SIM_MAX_DRAWS

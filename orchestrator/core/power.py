@@ -136,7 +136,9 @@ def sessions_from_command(command: str) -> int | None:
 
 SIM_SWEEPS = 3000
 SOLVE_TOLERANCE = 0.0005  # of a rate: 0.05 points, finer than the one decimal the report prints
-SIM_MAX_DRAWS = 8_000_000  # sweeps x trials x sessions held at once (bounded memory)
+SIM_MAX_DRAWS = 8_000_000  # numbers a simulation holds at once: sweeps x trials x (sessions + cells)
+SIM_MIN_SWEEPS = 200  # fewer would make the solved difference noisy: beyond, the large-sample limit
+SIM_MAX_OTHERS = 63  # other cells simulated: they only inform the pooled dispersion (see _bounded)
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,20 @@ class Design:
 def quasi_power(design: Design, cell_rate: float, base_rate: float, alpha: float = ALPHA, seed: int = 0) -> float:
     """Probability that the report's quasi-binomial test (Fisher where phi cannot be estimated)
     rejects at `alpha` for these true rates."""
-    return float(np.mean(_QuasiSim(design, base_rate, seed).reject(cell_rate, alpha)))
+    return float(np.mean(_QuasiSim(_bounded(design), base_rate, seed).reject(cell_rate, alpha)))
+
+
+def simulation_note(design: Design) -> str:
+    """How quasi_detectable worked this design out, for the sentence that quotes its figure."""
+    bounded = _bounded(design)
+    sweeps = _sweeps(bounded)
+    if sweeps < SIM_MIN_SWEEPS:
+        return "its normal limit (the design is too large to simulate: the arcsine approximation on n / dispersion)"
+    others = len(design.other_rates)
+    cells = "the other cells at their observed rates"
+    if others > len(bounded.other_rates):
+        cells = f"{len(bounded.other_rates)} of the {others:,} other cells, an even spread of their observed rates"
+    return f"{sweeps} sweeps, {cells}"
 
 
 @lru_cache(maxsize=256)
@@ -162,8 +177,12 @@ def quasi_detectable(
     """Differences from `base_rate` the quasi-binomial comparison detects with `power` (simulated).
     Seeded, so a pure function of its arguments: kept per process, since one run's report is built
     again for its summary, the index, a comparison and the webhook (~0.1 s of simulation each)."""
-    sim = _QuasiSim(design, base_rate, seed)
+    design = _bounded(design)
     n = design.sessions * design.trials
+    if _sweeps(design) < SIM_MIN_SWEEPS:  # 10^5 trials: the test is at its normal limit
+        n_eff = max(1, int(n / max(design.phi, 1.0)))
+        return Detectable(n, n, base_rate, alpha, power, *_approximate(n_eff, n_eff, base_rate, alpha, power))
+    sim = _QuasiSim(design, base_rate, seed)
 
     def solve(end: float) -> float | None:
         if base_rate == end or float(np.mean(sim.reject(end, alpha))) < power:
@@ -177,6 +196,29 @@ def quasi_detectable(
     return Detectable(n, n, base_rate, alpha, power, solve(1.0), solve(0.0))
 
 
+def _bounded(design: Design) -> Design:
+    """The design with at most SIM_MAX_OTHERS other cells, an evenly spread sample of their rates.
+
+    The other cells enter the comparison only through the pooled dispersion, on
+    cells x (trials - 1) degrees of freedom; beyond 63 cells Student's t is within 1% of its
+    normal limit, and fewer degrees of freedom only widen the test: the power stated can be a
+    little lower than the design's, never higher. A 4,096-cell matrix otherwise simulated 3,000
+    sweeps of every cell for each bisection step (minutes, gigabytes)."""
+    others = design.other_rates
+    if len(others) <= SIM_MAX_OTHERS:
+        return design
+    ranked = sorted(others)
+    step = len(ranked) / SIM_MAX_OTHERS
+    kept = tuple(ranked[int(i * step)] for i in range(SIM_MAX_OTHERS))
+    return Design(design.sessions, design.trials, kept, design.phi)
+
+
+def _sweeps(design: Design) -> int:
+    """Sweeps simulated: SIM_SWEEPS, fewer where the design would hold more than SIM_MAX_DRAWS."""
+    held = design.trials * (design.sessions + 1 + len(design.other_rates))
+    return min(SIM_SWEEPS, SIM_MAX_DRAWS // max(1, held))
+
+
 class _QuasiSim:
     """Seeded sweeps: fixed draws for the baseline and the other cells; the compared cell's trials
     from fixed uniforms, so its counts grow monotonically with its rate."""
@@ -187,7 +229,7 @@ class _QuasiSim:
         self.clustered = clustered
         self.design = design
         s, r = design.sessions, design.trials
-        self.sweeps = max(200, min(SIM_SWEEPS, SIM_MAX_DRAWS // max(1, r * s)))
+        self.sweeps = max(1, _sweeps(design))
         rng = np.random.default_rng(seed)
         self.icc = min(max((design.phi - 1.0) / max(s - 1, 1), 0.0), 0.5)
         fixed = [base_rate, *design.other_rates]

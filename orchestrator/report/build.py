@@ -916,7 +916,7 @@ def quasi_power_sentence(design: power.Design, base_rate: float, tests: int) -> 
         f"With {design.trials} trials of {design.sessions} sessions per cell, this run's quasi-binomial comparison "
         f"had 80% power only for differences of about {_directions(per_test)} (simulated on this design with the "
         f"report's own tests, the likelihood ratio on the trials where the spread rests on too few degrees of "
-        f"freedom: {power.SIM_SWEEPS} sweeps, the other cells at their observed rates, dispersion {design.phi:.2f}; "
+        f"freedom: {power.simulation_note(design)}, dispersion {design.phi:.2f}; "
         f"at p < "
         f"{stats.ALPHA:g}"
     )
