@@ -75,11 +75,18 @@ def _median_order(n: int, confidence: float) -> tuple[int, float] | None:
     return j, median_coverage(n, j)
 
 
+EXACT_COMB_LIMIT = 2000  # m + n up to which the smallest p is computed from the exact integer
+
+
 def mann_whitney_min_p(m: int, n: int) -> float:
     """Smallest two-sided p-value an exact Mann-Whitney test of m vs n values can give."""
     if m <= 0 or n <= 0:
         return 1.0
-    return min(1.0, 2 / math.comb(m + n, m))  # int / int: 2.0 / comb() overflowed past m + n ~ 1030
+    if m + n <= EXACT_COMB_LIMIT:
+        return min(1.0, 2 / math.comb(m + n, m))  # int / int: 2.0 / comb() overflowed past m + n ~ 1030
+    # in logs: comb(200000, 100000) is a 60,000-digit integer that takes seconds to build
+    log_comb = math.lgamma(m + n + 1) - math.lgamma(m + 1) - math.lgamma(n + 1)
+    return min(1.0, math.exp(math.log(2) - log_comb))
 
 
 @lru_cache(maxsize=256)
