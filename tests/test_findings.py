@@ -9,6 +9,7 @@ most 5% of sweeps show any finding at all, with one metric and with several.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 import numpy as np
@@ -310,6 +311,9 @@ def test_order_statistic_intervals_cover_as_stated() -> None:
     assert stated_shift is not None and stated_shift >= 0.95 and abs(hits / 2000 - stated_shift) < 0.015
     assert ranks.mann_whitney_min_p(2, 2) == pytest.approx(1 / 3)
     assert ranks.mann_whitney_min_p(600, 600) == 0.0  # comb(1200, 600) is past a float: no OverflowError
+    for m, n in ((1, 3000), (2, 2500), (3, 4000)):  # past the exact limit: the log form, same value
+        assert ranks.mann_whitney_min_p(m, n) == pytest.approx(2 / math.comb(m + n, m), rel=1e-9)
+    assert ranks.mann_whitney_min_p(100_000, 100_000) == 0.0  # `orch plan --replicates 100000`: no 60,000-digit integer
 
 
 def _cause(report: Report) -> str:
@@ -423,3 +427,79 @@ def test_stratified_test_and_interval_hold_their_levels_with_unequal_strata() ->
         shift = findings.stratified_shift(strata, 0.95)
         covered += shift.low is not None and shift.high is not None and shift.low <= 1.0 <= shift.high
     assert rejections / sims < 0.08 and covered / sims > 0.92
+
+
+def _reference_terms(pooled, changes, given):  # type: ignore[no-untyped-def]
+    """findings' terms as first written: walk every cell (the definition the vectorised _Grid keeps)."""
+    involved = {factor for factor, _, _ in changes}
+    strata: dict = {}
+    for key, (k, n) in pooled.items():
+        levels = dict(key)
+        if n == 0 or any(levels.get(f) != v for f, v in given.items()):
+            continue
+        corner = []
+        for factor, ref, level in changes:
+            value = levels.get(factor)
+            if value not in (ref, level):
+                break
+            corner.append(int(value == level))
+        else:
+            stratum = tuple((f, v) for f, v in key if f not in involved)
+            strata.setdefault(stratum, {})[tuple(corner)] = (k, n)
+    full = [s for s in strata.values() if len(s) == 2 ** len(changes)]
+    terms = [
+        (float(k), float(n), (-1.0) ** (len(changes) - sum(corner)) / len(full))
+        for s in full
+        for corner, (k, n) in sorted(s.items())
+    ]
+    return terms, len(full)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_contrast_terms_are_the_cell_by_cell_definitions_in_the_same_order(seed):
+    """_Grid finds each contrast's strata and corners with arrays; it gives the very terms (same
+    values, same order, so the same floating-point sums) as walking the cells, on random sweeps
+    with missing cells, empty cells, cells lacking a factor and levels that are not in the matrix."""
+    from orchestrator.core import findings
+
+    rng = np.random.default_rng(seed)
+    factors = {f"f{i}": [f"l{j}" for j in range(int(rng.integers(2, 4)))] for i in range(int(rng.integers(2, 5)))}
+    pooled = {}
+    for combo in itertools.product(*factors.values()):
+        if rng.random() < 0.2:
+            continue  # a cell that did not run
+        levels = dict(zip(factors, combo, strict=True))
+        if rng.random() < 0.05:
+            levels.pop(next(iter(factors)))  # a record without one factor
+        n = int(rng.integers(0, 5)) * 10
+        pooled[tuple(sorted(levels.items()))] = (int(rng.integers(0, n + 1)), n)
+    grid = findings._Grid(pooled)
+    names = list(factors)
+    for _ in range(40):
+        chosen = rng.choice(len(names), size=int(rng.integers(1, min(3, len(names)) + 1)), replace=False)
+        changes = tuple(
+            (names[i], factors[names[i]][0], str(rng.choice(factors[names[i]][1:] + ["nowhere"]))) for i in chosen
+        )
+        rest = [f for f in names if f not in {c[0] for c in changes}]
+        given = {f: str(rng.choice(factors[f])) for f in rest[: int(rng.integers(0, 2))]}
+        assert grid.terms(changes, given) == _reference_terms(pooled, changes, given), (changes, given)
+
+
+def test_contrast_count_is_the_number_proportion_contrasts_tests():
+    """`orch plan` sizes the report's family from contrast_count; it must be the count the report
+    tests, full factorial or thinned by exclude."""
+    from orchestrator.core import findings
+    from orchestrator.core.stats import CellCount
+
+    factors = {"a": ["on", "off"], "b": ["x", "y", "z"], "c": ["1", "0"]}
+    full = [dict(zip(factors, combo, strict=True)) for combo in itertools.product(*factors.values())]
+    thinned = [c for c in full if not (c["a"] == "off" and c["b"] == "z")]
+    for cells in (full, thinned):
+        counted = findings.contrast_count(cells, factors, {"a": "on", "b": "x", "c": "1"})
+        tested = findings.proportion_contrasts(
+            [CellCount(c, 0, 1) for c in cells], factors, {"a": "on", "b": "x", "c": "1"}
+        )
+        assert counted == len(tested) > 0
+    assert findings.contrast_count(thinned, factors, {"a": "on", "b": "x", "c": "1"}) < findings.contrast_count(
+        full, factors, {"a": "on", "b": "x", "c": "1"}
+    )
