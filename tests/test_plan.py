@@ -320,3 +320,40 @@ def test_start_order_and_dependants_match_their_definition_on_random_graphs(seed
         subset = {k for k in hosts if rng.random() < 0.5}
         assert restart_order(bed, subset) == _reference_order(bed, subset)
         assert dependants(bed, subset) == _reference_dependants(bed, subset)
+
+
+@pytest.mark.parametrize("seed", [1, 7])
+def test_restart_count_without_steps_is_the_plans_own(ablation, demo, seed):
+    """`orch plan` weighs every order by plan.restart_count's figure without building the other
+    plans' steps: the two agree for every order, replicate count and matrix."""
+    from orchestrator.core.plan import restart_count
+
+    for m, tb in (ablation, demo):
+        for order in ("randomized", "sequential", "min-restarts"):
+            for reps in (1, 3):
+                plan = make_plan(m, tb, seed, reps, order=order)
+                assert restart_count(m, tb, seed, reps, order) == plan.restart_count > 0
+
+
+def test_a_plan_of_many_cells_and_trials_prints_one_plain_line_per_row(tmp_path, capsys):
+    """Over RICH_ROWS rows a table is printed as tab-separated lines (laying out 800,000 trial
+    rows took minutes): every cell and every trial still appears, once, in order."""
+    from orchestrator.cli.main import main
+    from orchestrator.cli.planview import RICH_ROWS
+
+    factors = "".join(f"  f{i}: {{env: {{decode: V{i}}}, levels: [a, b]}}\n" for i in range(10))
+    path = tmp_path / "wide.yaml"
+    path.write_text(DEMO_MATRIX.replace("factors:\n", "factors:\n" + factors).replace("replicates: 2", "replicates: 1"))
+    assert main(["plan", str(path), "-i", str(REPO / "inventory/local.yaml"), "--trials", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    cells, trials = 2**10 * 4, 2**10 * 4
+    assert cells > RICH_ROWS and "┃" not in out
+    assert f"cells (env changes vs the baseline, per host): {cells:,} rows, one per line" in out
+    assert f"trials in run order: {trials:,} rows, one per line" in out
+    lines = out.splitlines()
+    start = lines.index("\t".join(["#", *(f"f{i}" for i in range(10)), "demo", "k", "env vs baseline"]))
+    rows = [line.split("\t") for line in lines[start + 1 : start + 1 + cells]]
+    assert [int(r[0]) for r in rows] == list(range(cells))
+    assert len({tuple(r[1:13]) for r in rows}) == cells  # every cell once
+    start = lines.index("trial\tround\tcell\trestarts\twaits on")
+    assert [int(line.split("\t")[0]) for line in lines[start + 1 : start + 1 + trials]] == list(range(trials))

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from orchestrator.core import findings, power, ranks
 from orchestrator.core.matrix import baseline_cell
-from orchestrator.core.plan import make_plan
-from orchestrator.core.stats import ALPHA, CellCount
+from orchestrator.core.plan import restart_count
+from orchestrator.core.stats import ALPHA
 from orchestrator.core.steps import Plan
 
 
@@ -30,9 +30,9 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
         f"{len(plan.cells)} cells x {plan.replicates} replicates = {len(plan.steps)} trials, "
         f"order {m.order} (seed {plan.seed})"
     )
-    console.print(_cells_table(plan))
+    _print_rows(console, *_cells_table(plan))
     if list_trials:
-        console.print(_trials_table(plan))
+        _print_rows(console, *_trials_table(plan))
     console.print(
         f"restarts: {plan.restart_count} unit restarts in this order "
         f"(units whose env does not change stay up); {_other_orders(plan)}"
@@ -48,19 +48,42 @@ def _other_orders(plan: Plan) -> str:
     """Restart counts the other orders would need, so `order: min-restarts` can be weighed."""
     counts = []
     for order in ("randomized", "sequential", "min-restarts"):
-        other = make_plan(plan.matrix, plan.testbed, plan.seed, plan.replicates, order=order)
-        counts.append(f"{order} {other.restart_count}")
+        count = restart_count(plan.matrix, plan.testbed, plan.seed, plan.replicates, order)
+        counts.append(f"{order} {count}")
     return "per order: " + ", ".join(counts)
 
 
-def _cells_table(plan: Plan) -> Table:
+RICH_ROWS = 500  # rows a table is laid out for; beyond, plain lines (rich measures every cell first)
+
+Rows = list[list[str]]
+FOLDED = "env vs baseline"  # the one column whose long values wrap
+
+
+def _print_rows(console: Console, title: str, columns: list[str], rows: Rows) -> None:
+    """A table for a few hundred rows; beyond, one plain line per row (tab-separated, so it greps
+    and cuts), since laying out 800,000 rows took minutes."""
+    if len(rows) <= RICH_ROWS:
+        table = Table(title=title)
+        for col in columns:
+            table.add_column(
+                col, justify="right" if col == "#" else "left", overflow="fold" if col == FOLDED else "ellipsis"
+            )
+        for row in rows:
+            table.add_row(*(escape(value) for value in row))
+        console.print(table)
+        return
+    console.print(f"{escape(title)}: {len(rows):,} rows, one per line")
+    file = console.file
+    file.write("\t".join(columns) + "\n")
+    for row in rows:
+        file.write("\t".join(value.replace("\n", "; ") for value in row) + "\n")
+
+
+def _cells_table(plan: Plan) -> tuple[str, list[str], Rows]:
     baseline = baseline_cell(plan.matrix)  # once: every cell is compared with it
     base_env, redact = baseline.env, plan.matrix.redactor.value
-    table = Table(title="cells (env changes vs the baseline, per host)", show_lines=False)
-    table.add_column("#", justify="right")
-    for f in plan.matrix.factors:
-        table.add_column(f.name)
-    table.add_column("env vs baseline", overflow="fold")
+    columns = ["#", *(f.name for f in plan.matrix.factors), FOLDED]
+    rows: Rows = []
     for i, cell in enumerate(plan.cells):
         env = cell.env
         diffs = []
@@ -73,23 +96,22 @@ def _cells_table(plan: Plan) -> Table:
             if changed:
                 diffs.append(f"{role}: " + " ".join(changed))
         label = "(baseline)" if cell == baseline else "\n".join(diffs)
-        table.add_row(str(i), *[escape(lv) for _, lv in cell.levels], escape(label))
-    return table
+        rows.append([str(i), *(lv for _, lv in cell.levels), label])
+    return "cells (env changes vs the baseline, per host)", columns, rows
 
 
-def _trials_table(plan: Plan) -> Table:
-    table = Table(title="trials in run order")
-    for col in ("trial", "round", "cell", "restarts", "waits on"):
-        table.add_column(col)
-    for s in plan.steps:
-        table.add_row(
+def _trials_table(plan: Plan) -> tuple[str, list[str], Rows]:
+    rows = [
+        [
             str(s.trial.index),
             str(s.trial.round),
-            escape(s.trial.cell.id),
-            escape(", ".join(f"{r}:{u}" for r, u in s.restart_units) or "-"),
+            s.trial.cell.id,
+            ", ".join(f"{r}:{u}" for r, u in s.restart_units) or "-",
             ", ".join(s.wait_roles),
-        )
-    return table
+        ]
+        for s in plan.steps
+    ]
+    return "trials in run order", ["trial", "round", "cell", "restarts", "waits on"], rows
 
 
 def _show(value: str | None) -> str:
@@ -112,11 +134,11 @@ def power_lines(plan: Plan) -> list[str]:
     reps = plan.replicates
     cells = [dict(c.levels) for c in plan.cells]
     factors = {f.name: list(f.level_names) for f in m.factors}
-    contrasts = findings.proportion_contrasts([CellCount(c, 0, 1) for c in cells], factors, m.baseline)
+    contrasts = findings.contrast_count(cells, factors, m.baseline)
     numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
     props = sum(s.kind == "proportion" for s in m.repro.metrics)
     # the report's one Holm family spans every metric (the highest cell's neighbours come on top)
-    family = props * (len(cells) - 1 + len(contrasts)) + len(numbers) * _number_tests(cells, factors)
+    family = props * (len(cells) - 1 + contrasts) + len(numbers) * _number_tests(cells, factors)
     lines = _proportion_lines(plan, family)
     if numbers:
         lines += _number_lines(numbers, reps, cells, factors, m.baseline, family)

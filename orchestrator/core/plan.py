@@ -48,24 +48,42 @@ Wave = tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...], floa
 
 
 def _steps(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[RoleEnv]) -> tuple[Step, ...]:
-    """One Step per trial. The restart wave is computed once per pair of consecutive cells (a
-    sweep repeats the same few transitions thousands of times) and once per set of changed roles."""
-    pool, base, n = ordering.pool, ordering.baseline, len(ordering.pool)
+    """One Step per trial, with the restart wave _waves gives it."""
+    pool, base = ordering.pool, ordering.baseline
+    new = tuple.__new__  # a NamedTuple's own __new__ is a Python function: this builds the same value faster
+    waves = _waves(matrix, testbed, ordering, envs)
+    return tuple(
+        new(Step, (new(Trial, (i, r, pool[c], c == base)), envs[c], *wave))
+        for i, (r, c, wave) in enumerate(zip(ordering.rounds, ordering.cells, waves, strict=True))
+    )
+
+
+def restart_count(matrix: Matrix, testbed: Testbed, seed: int, replicates: int, order: str) -> int:
+    """Plan.restart_count of the plan this order would make, without building its steps (`orch
+    plan` weighs every order: three more plans of 800,000 steps took seconds and a gigabyte)."""
+    cells = expand(matrix)
+    ordering = order_positions(matrix, cells, seed, replicates, order=order, cost=_restart_cost(matrix, testbed))
+    return sum(len(wave[1]) for wave in _waves(matrix, testbed, ordering, [c.env for c in ordering.pool]))
+
+
+def _waves(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[RoleEnv]) -> list[Wave]:
+    """The restart wave of each trial. Computed once per pair of consecutive cells (a sweep
+    repeats the same few transitions thousands of times) and once per set of changed roles."""
+    n = len(ordering.pool)
     by_pair: dict[int, Wave] = {}  # (previous position + 1) * n + position -> wave
     by_roles: dict[frozenset[str], Wave] = {}
-    steps: list[Step] = []
-    new = tuple.__new__  # a NamedTuple's own __new__ is a Python function: this builds the same value faster
+    waves: list[Wave] = []
     previous = -1
-    for i, (r, c) in enumerate(zip(ordering.rounds, ordering.cells, strict=True)):
+    for c in ordering.cells:
         key = (previous + 1) * n + c
         wave = by_pair.get(key)
         if wave is None:
             changed = _changed(envs[previous] if previous >= 0 else None, envs[c])
             wave = by_roles.get(changed) or by_roles.setdefault(changed, _wave(matrix, testbed, changed))
             by_pair[key] = wave
-        steps.append(new(Step, (new(Trial, (i, r, pool[c], c == base)), envs[c], *wave)))
+        waves.append(wave)
         previous = c
-    return tuple(steps)
+    return waves
 
 
 def _changed(before: RoleEnv | None, after: RoleEnv) -> frozenset[str]:
