@@ -854,6 +854,57 @@ def test_in_a_subprocess_with_1_gib_of_memory(inputs: Bed, setup: Callable[[Bed]
     inputs.untouched()
 
 
+def _wide(bed: Bed, flags: int, exclude: str = "") -> Path:
+    """The good matrix with `flags` more binary factors (and an `exclude:` section)."""
+    more = "".join(f"  f{i}:\n    env: {{decode: F{i}}}\n    levels: [a, b]\n" for i in range(flags))
+    bed.matrix.write_text(MATRIX.replace("factors:\n", "factors:\n" + more) + exclude)
+    return bed.matrix
+
+
+def _many_excludes(count: int) -> str:
+    """`count` three-factor selectors (duplicates included) and four that halve the product 4 times."""
+    rows = [f"  - {{f{i % 14}: b, f{(i + 1) % 14}: a, f{(i + 5) % 14}: b}}\n" for i in range(count)]
+    return "exclude:\n" + "".join(rows) + "".join(f"  - {{f{i}: b}}\n" for i in range(4))
+
+
+AT_THE_LIMITS: list[tuple[str, Callable[[Bed], list[str]], str]] = [
+    ("4,096 cells (plan)", lambda b: (_wide(b, 10), b.args("plan", "--replicates", "4"))[1], "4096 cells x 4"),
+    ("400,000 trials (plan --trials)", lambda b: b.args("plan", "--replicates", "100000", "--trials"), "400,000 rows"),
+    (
+        "a 65,536-cell product and 5,000 exclude selectors (validate)",
+        lambda b: (_wide(b, 14, _many_excludes(5000)), b.args())[1],
+        "cells",
+    ),
+]
+
+
+@pytest.mark.process
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize(("setup", "fragment"), [c[1:] for c in AT_THE_LIMITS], ids=[c[0] for c in AT_THE_LIMITS])
+def test_inputs_at_the_limits_finish_in_1_gib_of_memory(
+    inputs: Bed, setup: Callable[[Bed], list[str]], fragment: str
+) -> None:
+    """The largest matrices orch accepts are planned, not hung on: `orch plan` of 4,096 cells
+    took 180 s and 2.7 GB, of 800,000 trials over 300 s and 13 GB (the power simulation held every
+    cell of every sweep), and exclude tested each cell against each selector. The timeout is a
+    hang guard, not a speed test (bench/ measures speed)."""
+    argv = setup(inputs)
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "400", "TERM": "dumb"}
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        timeout=140,
+        preexec_fn=_limit_memory,
+        env=env,
+        cwd=inputs.root,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert fragment in output, output[-3000:]
+    inputs.untouched()
+
+
 # ------------------------------------------------------------------ bounded at the edges
 # the engine's deadline is CPU time (1 s a metric): the wall-clock guard allows a loaded machine
 REGEX_LIMIT_S = 60

@@ -222,3 +222,42 @@ def test_a_cells_env_survives_a_copy(tmp_path):
         assert twin.env == cell.env == {"decode": {"A": "1", "B": "y"}, "prefill": {"C": "0"}}
         with pytest.raises(TypeError):
             twin.env["decode"]["A"] = "2"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_exclude_removes_exactly_the_cells_a_selector_matches(tmp_path, seed):
+    """The vectorised exclude agrees with Cell.matches over the product, zips included (a selector
+    naming two zipped factors at different positions matches nothing)."""
+    import random
+
+    rng = random.Random(seed)
+    levels = {"a": ["p", "q"], "b": ["x", "y", "z"], "c": ["1", "0"], "d": ["m", "n", "o"], "e": ["u", "v"]}
+    body = "factors:\n" + "".join(
+        f"  {f}: {{env: {{decode: {f.upper()}}}, levels: [{', '.join(lv)}]}}\n" for f, lv in levels.items()
+    )
+    body += "zips: [[b, d]]\nbaseline: {a: p, b: x, c: '1', d: m, e: u}\n"
+    full = expand(matrix(tmp_path, body))
+    selectors = []
+    for _ in range(rng.randint(1, 12)):
+        names = rng.sample([f for f in levels if f != "a"], rng.randint(1, 3))
+        selectors.append({f: rng.choice(levels[f]) for f in names})
+    text = "exclude:\n" + "".join("  - {" + ", ".join(f"{f}: '{v}'" for f, v in s.items()) + "}\n" for s in selectors)
+    want = [c for c in full if not any(c.matches(s) for s in selectors)]
+    if not any(c.id == "a=p,b=x,c=1,d=m,e=u" for c in want):
+        with pytest.raises(ConfigError, match="baseline"):
+            expand(matrix(tmp_path, body + text))
+        return
+    assert ids(expand(matrix(tmp_path, body + text))) == ids(want)
+
+
+def test_more_cells_than_a_report_can_hold_are_refused_at_the_line(tmp_path):
+    """13 binary factors are 8,192 cells: over MAX_CELLS, with the file and line of `factors`;
+    a product over MAX_PRODUCT is refused before it is expanded, however many cells exclude leaves."""
+    thirteen = "factors:\n" + "".join(f"  f{i}: {{env: {{decode: V{i}}}, levels: [a, b]}}\n" for i in range(13))
+    with pytest.raises(ConfigError, match="8,192 cells") as err:
+        expand(matrix(tmp_path, thirteen))
+    assert "m.yaml:" in str(err.value) and "orch hunt" in str(err.value)
+    seventeen = "factors:\n" + "".join(f"  f{i}: {{env: {{decode: V{i}}}, levels: [a, b]}}\n" for i in range(17))
+    with pytest.raises(ConfigError, match="131,072 cells .over 65,536, before exclude") as err:
+        matrix(tmp_path, seventeen + "exclude: [{f0: b}, {f1: b}, {f2: b}, {f3: b}, {f4: b}, {f5: b}]\n")
+    assert "m.yaml:" in str(err.value)

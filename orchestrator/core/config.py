@@ -25,6 +25,7 @@ from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
 from orchestrator.core.model import (
     CONTROLLER,
+    MAX_PRODUCT,
     MAX_TRIALS,
     Adaptive,
     CellValue,
@@ -757,6 +758,13 @@ def _check_size(matrix: Matrix, source: SourceMap) -> None:
             ("factors",),
             f"the matrix expands to {shown} trials (over {MAX_TRIALS:,})",
             "split it, use zips, or exclude combinations",
+        )
+    product = _exact_cells(matrix)
+    if product > MAX_PRODUCT:
+        raise source.error(
+            ("factors",),
+            f"the factors' product has {product:,} cells (over {MAX_PRODUCT:,}, before exclude)",
+            "split it or use zips; to find which of many flags matter, write a hunt (orch hunt)",
         )
 
 

@@ -25,6 +25,12 @@ from orchestrator.core.sourcemap import SourceMap
 EnvValue = str | None  # None: remove the variable from the env file
 CellValue = str | None | ArgsEdit  # what a level gives a variable: a value, a removal, or flag edits
 MAX_TRIALS = 1_000_000  # planned trials of one run (a plan holds every trial in memory)
+# Cells: a report compares every cell with the baseline and tests ~350 contrasts over them, so its
+# cost grows with cells x contrasts; 4,096 cells (12 binary flags) builds in ~20 s. More flags than
+# that is a hunt (`orch hunt`), not a factorial. The product is bounded before `exclude` thins it,
+# so expanding and matching selectors stay within a few seconds.
+MAX_CELLS = 4_096
+MAX_PRODUCT = 65_536
 CONTROLLER = "controller"  # where a repro runs when it runs on no role's host
 CellEnv = Mapping[str, Mapping[str, CellValue]]  # role -> VAR -> value (None = removed; ArgsEdit: flags)
 Levels = tuple[tuple[str, str], ...]  # ((factor, level), ...)

@@ -67,12 +67,12 @@ def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep
     if request.replicates is not None:
         check_replicates(matrix, request.replicates, "--replicates")
     hunting = matrix.hunt is not None  # a hunt plans its first wave only (core/huntplan.py)
-    warnings = () if hunting else tuple(warnings_for(matrix, request.replicates))
     testbeds = select_testbeds(inventory, request.testbeds)
     if hunting:
         plan = hunt_plan(matrix, testbeds[0], request.seed)
     else:
         plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
+    warnings = () if hunting else tuple(warnings_for(matrix, len(plan.steps)))
     for other in testbeds[1:]:
         check_same_roles(plan.testbed, other, inventory)
         check_against_inventory(matrix, other)
