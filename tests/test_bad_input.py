@@ -196,6 +196,17 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
     ("list as a key", add("? [a]\n: x\n"), M, ("plain names",)),
     # ---- sizes
     ("replicates 10^9", sub("replicates: 1", "replicates: 1000000000"), M, ("replicates", "<= 100000")),
+    # ---- a boolean is not a number (pydantic read true as 1; YAML 1.1 reads on/yes as true)
+    ("replicates true", sub("replicates: 1", "replicates: true"), M, ("replicates", "'true'", "not a number")),
+    ("timeout on", sub("timeout: 60", "timeout: on"), M, ("repro.timeout", "YAML reads on as true/false")),
+    ("health timeout yes", sub("{decode: 60}", "{decode: yes}"), M, ("health_timeouts.decode", "YAML reads yes")),
+    ("seed false", sub("seed: 1", "seed: false"), M, ("seed", "YAML reads false")),
+    (
+        "a valid rule's max true",
+        sub("  metrics:\n", "  valid: [{regex: 'e=(?P<value>\\d+)', max: True}]\n  metrics:\n"),
+        M,
+        ("repro.valid[0].max", "YAML reads True"),
+    ),
     ("replicates 0", sub("replicates: 1", "replicates: 0"), M, ("replicates", ">= 1")),
     ("replicates negative", sub("replicates: 1", "replicates: -3"), M, ("replicates",)),
     ("replicates as a float", sub("replicates: 1", "replicates: 1e9"), M, ("replicates", "integer")),
@@ -469,6 +480,13 @@ INVENTORY_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
     ("ssh port text", ssh_host(host="gpu1", port="ssh"), INV, ("ssh.port",)),
     ("ssh key with newline", ssh_host(host="gpu1", key='"/k/id\\n-oX"'), INV, ("ssh.key",)),
     ("ssh connect_timeout 10^9", ssh_host(host="gpu1", connect_timeout="1000000000"), INV, ("connect_timeout",)),
+    (
+        "ssh connect_timeout true",
+        ssh_host(host="gpu1", connect_timeout="true"),
+        INV,
+        ("connect_timeout", "not a number"),
+    ),
+    ("health_timeout on", sub("health_timeout: 60", "health_timeout: on"), INV, ("health_timeout", "YAML reads on")),
     ("env_file with NUL", sub("env_file: local/prefill.env", 'env_file: "local/pre\\0fill.env"'), INV, ("env_file",)),
     (
         "env_file with newline",

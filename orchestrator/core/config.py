@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import regex
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
-from orchestrator.core.gates import MAX_GATES, Gate, GateShape, default_name
+from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
 from orchestrator.core.model import (
@@ -47,6 +47,7 @@ from orchestrator.core.serverconf import (
     build_verify,
     check_roles,
 )
+from orchestrator.core.shapebase import YAML_BOOLEANS, Shape
 from orchestrator.core.sourcemap import PathKey, SourceMap, dotted
 from orchestrator.core.yamlsrc import load_yaml
 from orchestrator.errors import ConfigError
@@ -75,8 +76,7 @@ DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 # --------------------------------------------------------------------------------------------
 # Shape (pydantic). Strict about unknown keys; lax about "300" vs 300 (YAML numbers stay text).
 # --------------------------------------------------------------------------------------------
-class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_Shape = Shape  # unknown keys refused, no inf/nan, no boolean for a number (core.shapebase)
 
 
 Scalar = str | bool | None
@@ -139,6 +139,22 @@ class AdaptiveShape(_Shape):
     # the question asked of every cell: "lower" = does it lower the rate vs the baseline (a bug
     # hunt whose baseline has the bug), "higher" the converse, "both" = does it differ at all
     direction: Literal["both", "lower", "higher"] = "both"
+
+
+class GateShape(_Shape):
+    """One `gates:` entry as written in the matrix (checked against the factors in config)."""
+
+    metric: str = Field(min_length=1)
+    upper: float | None = None
+    lower: float | None = None
+    cells: dict[str, str | bool | None] = {}
+    name: str | None = None  # shown in the report and as the JUnit test case; default made up
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> GateShape:
+        if self.upper is None and self.lower is None:
+            raise ValueError("a gate needs `upper:` (interval's upper bound <= X) or `lower:` (lower bound >= X)")
+        return self
 
 
 class MatrixShape(_Shape):
@@ -334,6 +350,8 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
         return f"write a list such as [{raw}, ...] with at least two levels"
     if err["type"] == "list_type" and raw:
         return f"write [{raw}]"
+    if err["type"] in ("int_parsing", "float_parsing") and raw and raw.strip("'\"").lower() in YAML_BOOLEANS:
+        return f"YAML reads {raw} as true/false, not a number: write a number"
     return None
 
 

@@ -21,27 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict
 
 MAX_GATES = 1000
-
-
-class GateShape(BaseModel):
-    """One `gates:` entry as written in the matrix (checked against the factors in config)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    metric: str = Field(min_length=1)
-    upper: float | None = None
-    lower: float | None = None
-    cells: dict[str, str | bool | None] = {}
-    name: str | None = None  # shown in the report and as the JUnit test case; default made up
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> GateShape:
-        if self.upper is None and self.lower is None:
-            raise ValueError("a gate needs `upper:` (interval's upper bound <= X) or `lower:` (lower bound >= X)")
-        return self
 
 
 class Gate(BaseModel):

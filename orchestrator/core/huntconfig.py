@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from orchestrator.core.shapebase import Shape
 from orchestrator.errors import ConfigError
 
 MAX_SUSPECTS = 20
@@ -41,9 +42,7 @@ class SourceMap(Protocol):
     def raw_of(self, path: Where) -> str | None: ...
 
 
-class HuntShape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
+class HuntShape(Shape):
     metric: str
     failing: dict[str, str | bool | None] = {}
     clean: dict[str, str | bool | None] = {}

@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from orchestrator.core.shapebase import Shape
 from orchestrator.errors import MISSING, ConfigError
 
 PathKey = tuple[str | int, ...]
@@ -72,8 +73,7 @@ FIELD = re.compile(r"\A[A-Za-z0-9_-]{1,128}(?:\.[A-Za-z0-9_-]{1,128}){0,7}\Z")
 ROUTER_ROLE = "router"  # the default endpoints are the workers: every role but this one
 
 
-class _Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+_Shape = Shape
 
 
 class EndpointShape(_Shape):
