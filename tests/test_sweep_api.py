@@ -100,15 +100,21 @@ def test_prepare_selects_several_testbeds(tmp_path: Path) -> None:
 
 def test_prepare_refuses_testbeds_with_other_roles(tmp_path: Path) -> None:
     inventory = two_testbeds(tmp_path, other_roles=True)
-    with pytest.raises(UsageError, match="testbeds 'local-sim' and 'copy' have different roles"):
+    with pytest.raises(ConfigError, match="testbeds 'local-sim' and 'copy' have different roles") as err:
         api.prepare(api.SweepRequest(ABLATION, inventory, testbeds="all"))
+    lines = inventory.read_text().splitlines()
+    assert err.value.line is not None and lines[err.value.line - 1].strip() == "copy:"  # the file's line
+    assert str(err.value).startswith(f"{inventory}:{err.value.line}: testbeds.copy: ")
 
 
 def test_prepare_refuses_parallel_testbeds_that_edit_one_env_file(tmp_path: Path) -> None:
     inventory = two_testbeds(tmp_path, same_files=True)  # a copied testbed whose files were not changed
-    shared = r"inventory\.yaml: local-sim/prefill and copy/prefill name the same env file local:"
-    with pytest.raises(ConfigError, match=shared):
+    shared = r"inventory\.yaml:\d+: local-sim/prefill and copy/prefill name the same env file local:"
+    with pytest.raises(ConfigError, match=shared) as err:
         api.prepare(api.SweepRequest(ABLATION, inventory, testbeds="all"))
+    lines = inventory.read_text().splitlines()
+    assert err.value.line is not None and lines[err.value.line - 1].strip() == "prefill:"  # the copy's host
+    assert err.value.line > next(i for i, text in enumerate(lines, 1) if text.strip() == "copy:")
     alone = api.prepare(api.SweepRequest(ABLATION, inventory, testbeds=("copy",)))
     assert [tb.name for tb in alone.testbeds] == ["copy"]  # one at a time, each is fine
 

@@ -398,7 +398,7 @@ def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -
     state_dir = (base / tb.state_dir) if tb.state_dir else None
     if any(h.transport == "local" for h in hosts.values()) and state_dir is None:
         state_dir = base / ".orch" / name
-    return Testbed(name, tb.description, hosts, state_dir)
+    return Testbed(name, tb.description, hosts, state_dir, line=source.line_of(where))
 
 
 def _build_members(role: str, h: HostShape, base: Path, source: SourceMap, where: PathKey) -> list[Host]:
@@ -557,6 +557,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         h.verify_env,
         tuple(h.after),
         h.health_tunnel,
+        line=source.line_of(where),
     )
 
 

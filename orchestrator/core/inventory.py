@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -56,6 +56,7 @@ class Host:
     member: str = ""  # "" for a role's only host: its key is the role
     rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
     group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
+    line: int | None = field(default=None, compare=False)  # where the inventory declares it, for messages
 
     @property
     def key(self) -> str:
@@ -79,6 +80,7 @@ class Testbed:
     description: str
     hosts: dict[str, Host]  # host key -> host, in declared order (the key is the role, for a role of one host)
     state_dir: Path | None
+    line: int | None = field(default=None, compare=False)  # where the inventory declares it, for messages
 
     @cached_property
     def roles(self) -> dict[str, tuple[str, ...]]:

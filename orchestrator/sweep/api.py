@@ -109,9 +109,12 @@ def select_testbeds(inventory: Inventory, selection: TestbedSelection) -> list[T
 
 def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:
     if set(first.hosts) != set(other.hosts):
-        raise UsageError(
-            f"{inventory.path}: testbeds {first.name!r} and {other.name!r} have different roles "
+        raise ConfigError(
+            f"testbeds {first.name!r} and {other.name!r} have different roles "
             f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
+            file=inventory.path,
+            line=other.line,
+            path=f"testbeds.{other.name}",
             hint="parallel testbeds must be copies of one deployment",
         )
 
@@ -125,6 +128,7 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
         raise ConfigError(
             f"{first} and {second} name the same env file {host.env_file_at}",
             file=inventory.path,
+            line=host.line,
             hint="parallel testbeds must be separate deployments: give each its own hosts",
         )
 
