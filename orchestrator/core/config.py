@@ -705,14 +705,8 @@ STATIC_PLACEHOLDERS = {"run_dir", "trial_dir", "cell", "trial", "trial_seed", "r
 
 
 def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
-    if shape.hunt is not None:  # a hunt picks its own configurations (all failing, each flag dropped...)
-        for key in ("zips", "exclude", "include"):
-            if getattr(shape, key):
-                raise source.error(
-                    (key,),
-                    f"`{key}:` does not apply to a hunt, which chooses its own configurations",
-                    "remove it, or leave a suspect out of the hunt's factors",
-                )
+    if shape.hunt is not None:
+        _check_hunt_keys(shape, source)
     factors = tuple(_build_factor(name, f, shape, source) for name, f in shape.factors.items())
     _check_no_shared_vars(factors, source)
     by_name = {f.name: f for f in factors}
@@ -764,6 +758,24 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
     if matrix.hunt is None:  # a hunt never expands its product (2^20 configurations for 20 flags)
         _check_size(matrix, source)
     return matrix
+
+
+# keys of a matrix a hunt would silently ignore: it picks its own configurations (all failing, each
+# flag dropped, ...), sizes their trials itself and stops by its own rule (hunt.posterior)
+HUNT_IGNORES = {
+    "zips": "a hunt chooses its own configurations",
+    "exclude": "a hunt chooses its own configurations",
+    "include": "a hunt chooses its own configurations",
+    "replicates": "a hunt decides how many trials each configuration gets (hunt.min_failures, max_sessions)",
+    "order": "a hunt runs its configurations in the order its search picks them",
+    "adaptive": "a hunt stops by its own rule (hunt.posterior)",
+}
+
+
+def _check_hunt_keys(shape: MatrixShape, source: SourceMap) -> None:
+    for key, why in HUNT_IGNORES.items():
+        if key in shape.model_fields_set and getattr(shape, key) not in (None, [], {}):
+            raise source.error((key,), f"`{key}:` does not apply to a hunt: {why}", "remove it")
 
 
 def _check_size(matrix: Matrix, source: SourceMap) -> None:

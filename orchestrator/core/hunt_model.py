@@ -126,16 +126,19 @@ def design_effect(n: int, icc: float) -> float:
     return 1.0 + max(n - 1, 0) * icc
 
 
-PRUNE = -23.0  # log posterior below which a hypothesis is dropped for good (1e-10)
-
-
 class Posterior:
     """Pooled effective counts of the affected configurations per hypothesis (the background's
-    are the totals minus them): the posterior of every hypothesis in a few vector operations."""
+    are the totals minus them): the posterior of every hypothesis in a few vector operations.
+
+    Every hypothesis is kept for the whole hunt, however unlikely: the posterior is then a
+    function of the trials alone, so a resumed hunt and the report, which replay the journal,
+    reach the state the live hunt held. (Dropping those below 1e-10 whenever the posterior was
+    read made it depend on when it was read: a journal whose evidence reversed gave the live
+    hunt one answer and its replay another.) The gain is computed on the likeliest few only
+    (core.hunt's _held), so keeping the rest costs a vector update per trial."""
 
     def __init__(self, hyps: Hypotheses, settings: ModelSettings) -> None:
         self.hyps, self.settings = hyps, settings
-        self.index = np.arange(len(hyps))  # positions in the full space of the hypotheses still held
         self.k1 = np.zeros(len(hyps))
         self.n1 = np.zeros(len(hyps))
         self.k_total = 0.0
@@ -167,19 +170,8 @@ class Posterior:
             lp -= np.max(lp)
             lp -= np.log(np.sum(np.exp(lp)))
             self._log_post = lp
-            if self.n_total > 0 and np.count_nonzero(lp < PRUNE) > len(lp) // 4:
-                self._prune(lp >= PRUNE)
         assert self._log_post is not None
         return self._log_post
-
-    def _prune(self, keep: BoolArray) -> None:
-        """Drop hypotheses whose posterior fell below e^PRUNE (1e-10): they cannot come back
-        within a hunt's budget, and every later update and gain is computed on the rest."""
-        h = self.hyps
-        self.hyps = Hypotheses(h.a[keep], h.b[keep], h.log_prior[keep])
-        self.index, self.k1, self.n1 = self.index[keep], self.k1[keep], self.n1[keep]
-        lp = self._log_post[keep] if self._log_post is not None else None
-        self._log_post = None if lp is None else lp - np.log(np.sum(np.exp(lp)))
 
     def probabilities(self) -> FloatArray:
         return np.exp(self.log_posterior())

@@ -1,0 +1,75 @@
+"""A hunt refuses the design keys it would ignore, and its replay holds the live search's state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.core.config import read_matrix
+from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.errors import ConfigError
+from orchestrator.sweep.hunt import HuntSource
+
+REPO = Path(__file__).resolve().parents[2]
+HUNT = REPO / "matrices" / "dsv4_hunt.yaml"
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        ("replicates", "replicates: 5\n"),
+        ("order", "order: sequential\n"),
+        ("adaptive", "adaptive: {metric: corruption, effect: 0.1, direction: lower}\n"),
+    ],
+)
+def test_a_hunt_refuses_replicates_order_and_adaptive_at_their_line(tmp_path: Path, key: str, text: str) -> None:
+    """A hunt sizes its trials, orders them and stops by its own rule: these keys were accepted
+    and then silently ignored (api picks the hunt's source before any adaptive one)."""
+    path = tmp_path / "m.yaml"
+    path.write_text(HUNT.read_text() + text)
+    with pytest.raises(ConfigError) as err:
+        read_matrix(path)
+    line = len(HUNT.read_text().splitlines()) + 1
+    assert f"m.yaml:{line}: {key}: `{key}:` does not apply to a hunt" in str(err.value)
+
+
+def _trial(m, index: int, config: int, k: int, n: int = 20) -> TrialRecord:  # type: ignore[no-untyped-def]
+    levels = dict(m.hunt.levels(config))
+    return TrialRecord(
+        run_id="h",
+        trial=index,
+        round=0,
+        cell=",".join(f"{f}={v}" for f, v in levels.items()),
+        levels=levels,
+        testbed="local",
+        status="completed",
+        started="2026-12-01T00:00:00.000Z",
+        ended="2026-12-01T00:00:01.000Z",
+        duration_s=1.0,
+        metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)},
+    )
+
+
+def test_a_resumed_hunt_holds_the_live_hunts_state_from_the_same_journal() -> None:
+    """The live search read its posterior between trials, and each read dropped hypotheses below
+    1e-10 for good; a resume (and the report) replays the journal and read it once. A journal whose
+    evidence reverses (one flag's drop clean for 15 trials, then failing) gave the live hunt one
+    answer and its replay another, and different next configurations."""
+    m = read_matrix(HUNT)
+    full = (1 << 16) - 1
+    first = [(full, 5)] * 6 + [(0, 0)] * 10 + [(full ^ 1, 0)] * 15 + [(full ^ (1 << i), 5) for i in range(1, 16)]
+    then = [(full ^ 1, 5)] * 30  # bf16_index_k's drop fails after all
+    live = HuntSource(m)
+    records: list[TrialRecord] = []
+    for x, k in first:
+        records.append(_trial(m, len(records), x, k))
+        live.record(records[-1])
+    live.hunt.propose()  # what the live source does between trials
+    for x, k in then:
+        records.append(_trial(m, len(records), x, k))
+        live.record(records[-1])
+    resumed = HuntSource(m, records)
+    a, b = live.hunt.result(), resumed.hunt.result()
+    assert (a.best.describe(), round(a.best.probability, 6)) == (b.best.describe(), round(b.best.probability, 6))
+    assert live.hunt.propose() == resumed.hunt.propose()
