@@ -128,7 +128,7 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
     for s, label in zip(plan.steps, labels, strict=True):
         console.print(f"  trial {s.trial.index}: {escape(label)}")
     from orchestrator.cli.planview import human_duration  # the statistics stack loads only for a plan
-    from orchestrator.core.huntplan import expected_sessions  # the search loads numpy/scipy: only here
+    from orchestrator.core.huntplan import budget_note, expected_sessions  # numpy/scipy: only here
 
     median, p90 = expected_sessions(spec)
     per_trial = plan.steps[0].estimate_s if plan.steps else 0.0
@@ -139,3 +139,6 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
         f"{per_trial:.0f} s a trial (bench/bench_hunt.py model); one flag at a time: "
         f"{(len(spec.flags) + 1) * 80:,} sessions; full factorial: {2 ** len(spec.flags):,} configurations"
     )
+    note = budget_note(spec)  # the figures above are capped at the budget: say so when it binds
+    if note is not None:
+        console.print(f"  [yellow]{escape(note)}[/yellow]")

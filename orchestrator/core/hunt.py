@@ -19,8 +19,9 @@ module spends sessions where they tell the most (model: core/hunt_model.py):
 4. stop when the most probable culprit set has posterior >= `target`, every single-flag drop
    from it has been checked (a tested configuration tells the set from the set without that
    flag, and the set without the flag ran alone without failing) and its minimal reproducer
-   (the set alone) failed; or when the failing configuration does not fail; or at the session
-   budget.
+   (the set alone) failed; or when the failing configuration does not show `min_failures`
+   failures in the sessions it may take (`endpoint_allowance`); or at the session budget, which
+   binds the first wave too; or once as many trials as the budget pays for gave no data.
 
 Deterministic: the same observations give the same proposals (ties go to the earlier candidate).
 """
@@ -56,6 +57,9 @@ MAX_JOINT = 5  # running trials considered jointly with a new one (2^6 outcome p
 PAIR_GATE = 0.05  # pairs of uncertain flags are dropped together only while ORs hold this much posterior
 REST_TRIALS = 2  # trials of a set without one of its flags, every other flag clean, that a drop's check needs
 LOW_QUANTILE = 0.1  # "passes" is judged against the affected rate's lower 10% quantile
+ENDPOINT_SESSIONS = 400  # sessions the failing configuration may take to show its failures, at least
+ENDPOINT_LOW_RATE = 0.05  # ... and enough to show `min_failures` of them at this rate
+NOTE_CHARS = 300  # a no-data trial's note (its failure message) in the stop reason, at most
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,7 @@ class HuntSettings:
     target: float = 0.95  # posterior of the top culprit set to stop
     confidence: float = 0.99  # a configuration "fails"/"passes" at this probability (own trials)
     min_failures: int = 2  # failures that confirm the failing configuration
-    endpoint_sessions: int = 400  # the failing configuration gives up after this many without them
+    endpoint_sessions: int | None = None  # the failing configuration's give-up (None: endpoint_allowance)
     max_sessions: int = 5000  # budget of the whole hunt
     sessions_per_trial: int = 10  # for choosing configurations before a trial's n is known
     top_k: int = 12  # hypotheses that propose candidate configurations
@@ -75,10 +79,33 @@ class HuntSettings:
             raise ValueError(f"hunt: {len(self.flags)} suspect flags (1..{MAX_FLAGS})")
         if not (0.5 < self.target < 1.0 and 0.5 < self.confidence < 1.0):
             raise ValueError("hunt: target and confidence must be in (0.5, 1)")
+        if self.sessions_per_trial < 1 or self.max_sessions < 1:
+            raise ValueError("hunt: sessions_per_trial and max_sessions must be at least 1")
 
     @property
     def full(self) -> int:
         return (1 << len(self.flags)) - 1
+
+    @property
+    def endpoint_limit(self) -> int:
+        """Sessions after which the failing configuration, short of `min_failures` failures, is
+        called not failing."""
+        if self.endpoint_sessions is not None:
+            return self.endpoint_sessions
+        return endpoint_allowance(self.min_failures, self.max_sessions)
+
+    @property
+    def trials_paid(self) -> int:
+        """Trials the budget pays for: the hunt stops once this many gave no data."""
+        return max(1, self.max_sessions // self.sessions_per_trial)
+
+
+def endpoint_allowance(min_failures: int, max_sessions: int) -> int:
+    """Sessions the failing configuration may take to show `min_failures` failures: enough to
+    show them at ENDPOINT_LOW_RATE, at least ENDPOINT_SESSIONS, at most the budget. Why scaled:
+    a fixed 400 asked a configuration failing at 15% for 100 failures (min_failures accepts up
+    to 100); it showed ~60 and the hunt called it "did not fail"."""
+    return min(max(ENDPOINT_SESSIONS, math.ceil(min_failures / ENDPOINT_LOW_RATE)), max_sessions)
 
 
 @dataclass
@@ -141,6 +168,8 @@ class Hunt:
         self.post = Posterior(enumerate_hypotheses(len(settings.flags), settings.model), settings.model)
         self.stats: dict[int, ConfigStats] = {}
         self.trials = self.sessions = 0
+        self.empty = self.empty_run = 0  # trials that gave no data: in all, and the latest in a row
+        self.empty_note = ""  # what the last of them was
         self.state: State = "running"
         self.reason = "running"
         self._cache: tuple[FloatArray, int] | None = None
@@ -155,13 +184,24 @@ class Hunt:
     def observe(self, config: int, k: int, n: int) -> None:
         """One finished trial of `config`: k of n sessions failed."""
         if n <= 0:
+            self.observe_nothing(f"a trial of {self.describe(config)} counted 0 sessions")
             return
         s = self.stats.setdefault(config, ConfigStats())
         s.k, s.n, s.trials = s.k + k, s.n + n, s.trials + 1
         self.trials += 1
+        self.empty_run = 0
         self.sessions += n
         self.post.add(config, k, n)
         self._cache = self._rates = None
+
+    def observe_nothing(self, note: str) -> None:
+        """A finished trial that gave no data (failed, void, no count): never evidence, but it
+        counts towards the trials the budget pays for. Why: such trials add no sessions, so
+        neither the budget nor the failing configuration's give-up was ever reached, and a hunt
+        whose every trial failed asked for the failing configuration forever."""
+        self.empty += 1
+        self.empty_run += 1
+        self.empty_note = note[:NOTE_CHARS]
 
     # ------------------------------------------------------------------ proposals
     def propose(self, pending: Sequence[int] = ()) -> int | None:
@@ -169,23 +209,69 @@ class Hunt:
         or None when the hunt is over (see `state` and `reason`)."""
         if self.state != "running":
             return None
+        if self.empty >= self.settings.trials_paid:
+            return self._stop("budget", self._no_data_reason())
+        if self._in_first_wave(pending):
+            return self._first_wave(pending)
+        return self._search(pending)
+
+    def _wave(self) -> list[int]:
+        """The first wave after the failing configuration: the clean one, then each flag's drop."""
+        full = self.settings.full
+        return [0, *(full ^ (1 << i) for i in range(len(self.settings.flags)))]
+
+    def _confirmed(self) -> bool:
+        return self.stats.get(self.settings.full, ConfigStats()).k >= self.settings.min_failures
+
+    def _in_first_wave(self, pending: Sequence[int]) -> bool:
+        """The failing configuration is not confirmed yet, or a configuration of the first wave
+        has not been handed out."""
+        return not self._confirmed() or any(x not in self.stats and x not in pending for x in self._wave())
+
+    def _first_wave(self, pending: Sequence[int]) -> int | None:
+        """The failing configuration until it shows `min_failures` failures (or gives up), the
+        rest of the wave once each, all within the budget. Why the budget first: the wave of 16
+        flags at 20 sessions a trial is 360 sessions, and a budget of 100 was spent 3.6 times over
+        before it was ever looked at."""
         st, full = self.settings, self.settings.full
         f = self.stats.get(full, ConfigStats())
-        confirmed = f.k >= st.min_failures
-        if not confirmed:
-            if f.n >= st.endpoint_sessions:
-                return self._stop("not_failing", f"the failing configuration did not fail: {f.k}/{f.n} sessions")
+        if self._committed(pending) >= st.max_sessions:
+            return self._stop("budget", self._wave_budget_reason(f, pending))
+        if not self._confirmed():
+            if f.n >= st.endpoint_limit:
+                return self._stop(
+                    "not_failing",
+                    f"the failing configuration did not show {st.min_failures} failures in {f.n} sessions "
+                    f"({f.k}/{f.n})",
+                )
             if full not in pending:
                 return full
-        if 0 not in self.stats and 0 not in pending:
-            return 0
-        loo = [full ^ (1 << i) for i in range(len(st.flags))]
-        for x in loo:
-            if x not in self.stats and x not in pending:
-                return x
-        if not confirmed:
-            return full
-        return self._search(pending)
+        return next((x for x in self._wave() if x not in self.stats and x not in pending), full)
+
+    def _committed(self, pending: Sequence[int]) -> int:
+        """Sessions spent and those the running trials will spend: what the budget is held to, so
+        that N testbeds stop within one trial of it too."""
+        return self.sessions + len(pending) * self._trial_size()
+
+    def _wave_budget_reason(self, f: ConfigStats, pending: Sequence[int]) -> str:
+        st, wave = self.settings, [self.settings.full, *self._wave()]
+        ran = sum(x in self.stats for x in wave)
+        running = len({x for x in pending if x in wave and x not in self.stats})
+        need = len(wave) * st.sessions_per_trial
+        state = "confirmed" if self._confirmed() else f"short of its {st.min_failures} failures"
+        return (
+            f"session budget {st.max_sessions} spent before the first wave finished: {ran} of its {len(wave)} "
+            f"configurations ran{f' ({running} more running)' if running else ''}, the failing one {state} "
+            f"({f.k}/{f.n}); nothing was searched (the first wave needs at least {need} sessions: raise max_sessions)"
+        )
+
+    def _no_data_reason(self) -> str:
+        st = self.settings
+        return (
+            f"stopped: {self.empty} trials gave no data (failed or void; the last {self.empty_run} in a row), "
+            f"as many as max_sessions {st.max_sessions} pays for at {st.sessions_per_trial} sessions a trial; "
+            f"last: {self.empty_note or '?'}"
+        )
 
     def _search(self, pending: Sequence[int]) -> int | None:
         probs, best = self._posterior()
@@ -201,7 +287,7 @@ class Hunt:
                 f"posterior {top:.3f} >= {self.settings.target}, the clean endpoint and the minimal reproducer "
                 "confirmed, every single-flag drop checked",
             )
-        if self.sessions >= self.settings.max_sessions:
+        if self._committed(pending) >= self.settings.max_sessions:
             return self._stop("budget", f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})")
         if top >= self.settings.target:
             a, b = int(self.hyps.a[best]), int(self.hyps.b[best])
@@ -449,6 +535,14 @@ class Hunt:
 
     def flags_of(self, config: int) -> tuple[str, ...]:
         return tuple(self.settings.flags[i] for i in _bits(config))
+
+    def describe(self, config: int) -> str:
+        """A configuration in words, for messages."""
+        if config == self.settings.full:
+            return "the failing configuration"
+        if config == 0:
+            return "the clean configuration"
+        return "flags " + (",".join(self.flags_of(config)) or "none") + " at their failing level"
 
     def config_of(self, on: Sequence[str]) -> int:
         return sum(1 << self.settings.flags.index(f) for f in on)

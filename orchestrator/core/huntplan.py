@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.core.hunt import Hunt, HuntSettings
+from orchestrator.core.hunt import Hunt, HuntSettings, endpoint_allowance
 from orchestrator.core.hunt_model import ModelSettings
 from orchestrator.core.huntconfig import HuntSpec
 from orchestrator.core.matrix import level_index, make_cell
@@ -31,11 +31,15 @@ SEARCH_P90_16 = 460  # p90 beyond the first wave, 16 flags
 
 
 def settings_of(spec: HuntSpec) -> HuntSettings:
+    """The search's settings. The failing configuration may take `endpoint_allowance` sessions to
+    show min_failures failures: a fixed 400 called one failing at 15% "not failing" when
+    min_failures was 100."""
     return HuntSettings(
         flags=spec.flags,
         target=spec.posterior,
         confidence=spec.confidence,
         min_failures=spec.min_failures,
+        endpoint_sessions=endpoint_allowance(spec.min_failures, spec.max_sessions),
         max_sessions=spec.max_sessions,
         sessions_per_trial=spec.sessions_per_trial,
         model=ModelSettings(icc=spec.icc, max_or=spec.max_or),
@@ -53,12 +57,36 @@ def hunt_cell(matrix: Matrix, config: int) -> Cell:
     return make_cell(matrix.hunt.levels(config), level_index(matrix))
 
 
-def expected_sessions(spec: HuntSpec) -> tuple[int, int]:
-    """(median, p90) sessions a hunt of this many flags is expected to need (benchmark model)."""
+def modelled_sessions(spec: HuntSpec) -> tuple[int, int]:
+    """(median, p90) sessions a hunt of this many flags needs to reach an answer (benchmark
+    model), whatever its budget."""
     n, flags = spec.sessions_per_trial, len(spec.flags)
     wave = (flags + 3) * n
     scale = 0.5 + 0.5 * flags / 16  # part of the search is per culprit, part per flag
     return wave + round(SEARCH_SESSIONS_16 * scale), wave + round(SEARCH_P90_16 * scale)
+
+
+def expected_sessions(spec: HuntSpec) -> tuple[int, int]:
+    """(median, p90) sessions the hunt is expected to spend: the model's, capped at max_sessions
+    (the hunt stops there, answer or not; `budget_note` says when it does)."""
+    median, p90 = modelled_sessions(spec)
+    return min(median, spec.max_sessions), min(p90, spec.max_sessions)
+
+
+def budget_note(spec: HuntSpec) -> str | None:
+    """What max_sessions does to the expected cost, in words; None when it does not bind."""
+    cap, (median, p90) = spec.max_sessions, modelled_sessions(spec)
+    wave = len(first_wave(spec)) * spec.sessions_per_trial
+    if wave > cap:
+        return (
+            f"capped by max_sessions {cap}: it does not pay for the first wave ({len(first_wave(spec))} trials "
+            f"of {spec.sessions_per_trial} sessions = {wave}), so the hunt will stop before it searches"
+        )
+    if median > cap:
+        return f"capped by max_sessions {cap}: the hunt is likely to stop before an answer (uncapped: ~{median})"
+    if p90 > cap:
+        return f"p90 capped by max_sessions {cap}: over 1 hunt in 10 would stop before an answer (uncapped: {p90})"
+    return None
 
 
 def replay(matrix: Matrix, records: Sequence[TrialRecord]) -> Hunt:
@@ -71,11 +99,26 @@ def replay(matrix: Matrix, records: Sequence[TrialRecord]) -> Hunt:
 
 
 def observe(hunt: Hunt, matrix: Matrix, record: TrialRecord) -> None:
-    """A completed trial's k/n of the hunt's metric; failed or void trials say nothing."""
+    """A completed trial's k/n of the hunt's metric. A failed or void trial, or one without a
+    count, is no evidence but is counted as a trial that gave no data (the hunt stops once as
+    many as its budget pays for did); an interrupted one, or one of no hunt configuration, is
+    neither (the same records the journal's replay sees)."""
     assert matrix.hunt is not None
     counts = counts_of(matrix.hunt, record)
-    if counts is not None:
+    config = matrix.hunt.config_of(record.levels)
+    if counts is not None and counts[2] > 0:
         hunt.observe(*counts)
+    elif record.status != "interrupted" and config is not None:
+        hunt.observe_nothing(no_data_note(matrix.hunt, record, hunt.describe(config)))
+
+
+def no_data_note(spec: HuntSpec, record: TrialRecord, config: str) -> str:
+    """Why a trial gave no data, in a few words (the hunt's stop reason quotes the last one)."""
+    if record.failure is not None:
+        why = f"{record.failure.error}: {record.failure.message}"
+    else:
+        why = f"no sessions of {spec.metric} counted"
+    return f"trial {record.trial} {record.status}: {why} ({config})"
 
 
 def counts_of(spec: HuntSpec, record: TrialRecord) -> tuple[int, int, int] | None:

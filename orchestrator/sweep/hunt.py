@@ -1,6 +1,9 @@
 """The hunt's step source: hands every free testbed the configuration the search (core/hunt.py)
 picks next, and feeds it each finished trial. A hunt is otherwise a run like any other: the
 runner journals, restores and locks as for `orch run`, and N testbeds share this source.
+A trial that gave no data (failed, void) is never evidence, but the search counts it: once as
+many as the budget pays for gave none, it stops (core.huntplan.observe, core.hunt.Hunt.propose),
+since `stop_after_repeated_failures: 0` leaves the runner no other brake.
 
 Resume: the search is deterministic, and its state is the trials' k/n, so a resumed hunt
 replays the journal's finished trials and carries on; trial numbers continue after the last

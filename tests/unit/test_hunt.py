@@ -102,7 +102,7 @@ def test_flags_that_do_not_matter_and_a_failing_configuration_that_does_not_fail
     while (x := hunt.propose()) is not None:
         hunt.observe(x, 0, 10)
         assert nothing.session_rate(frozenset()) == 0.0
-    assert hunt.state == "not_failing" and "did not fail: 0/40" in hunt.reason
+    assert hunt.state == "not_failing" and "did not show 2 failures in 40 sessions (0/40)" in hunt.reason
 
 
 def test_free_testbeds_get_the_leave_one_out_wave_at_once() -> None:
@@ -508,3 +508,87 @@ def test_a_set_missing_a_culprit_waits_for_its_minimal_reproducer_to_fail() -> N
     drive(hunt, lambda x: (sum(rng.random() < (0.15 if x & 0b11010 == 0b11010 else 0.005) for _ in range(5)), 5))
     assert hunt.state == "found" and hunt.result().best.sets == (("f1", "f3", "f4"),)
     assert hunt.own_verdict(0b11010) == "fails"
+
+
+# ---------------------------------------------------------------- the budget, the give-up, trials that give no data
+def test_the_session_budget_bounds_the_first_wave_and_the_plan_says_when_it_caps_the_cost(
+    tmp_path: Path, capsys
+) -> None:
+    # 7 flags at 20 sessions a trial: the first wave alone is 9 trials, 180 sessions. It ran in
+    # full before the budget of 100 was first looked at, and `orch plan` expected 540 sessions
+    def run_trial(x: int) -> tuple[int, int]:
+        return (3 if x == (1 << len(FLAGS)) - 1 else 0), 20
+
+    for testbeds in (1, 4):
+        hunt = Hunt(HuntSettings(FLAGS, sessions_per_trial=20, max_sessions=100))
+        drive(hunt, run_trial, testbeds)
+        assert hunt.state == "budget" and hunt.sessions <= 100 + 20, (testbeds, hunt.sessions)
+        assert "spent before the first wave finished" in hunt.reason and "nothing was searched" in hunt.reason
+    from orchestrator.cli.main import main
+    from orchestrator.core.huntplan import budget_note, expected_sessions
+
+    path = _matrix(tmp_path, "  metric: corruption\n  sessions_per_trial: 20\n  max_sessions: 300\n")
+    spec = read_matrix(path).hunt
+    assert spec is not None and expected_sessions(spec) == (300, 300)
+    shipped = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml").hunt
+    assert shipped is not None and budget_note(shipped) is None  # 3,000 sessions: the model's p90 is 840
+    assert main(["plan", str(path), "-i", str(REPO / "inventory" / "local.yaml")]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "expected: ~300 sessions (p90 300)" in said
+    assert "capped by max_sessions 300: it does not pay for the first wave (18 trials of 20 sessions = 360)" in said
+
+
+def test_a_failing_configuration_is_given_the_sessions_its_min_failures_need(tmp_path: Path) -> None:
+    # min_failures: 100 is accepted, but the failing configuration gave up after a fixed 400
+    # sessions: at 15% it showed ~60 failures and the hunt ended "did not fail: 61/400"
+    from orchestrator.core.huntplan import settings_of
+
+    spec = read_matrix(_matrix(tmp_path, "  metric: corruption\n  min_failures: 100\n  sessions_per_trial: 20\n")).hunt
+    assert spec is not None
+    hunt = Hunt(settings_of(spec))  # the matrix's 16 flags
+    full = hunt.settings.full
+    hunt.observe(0, 0, 20)
+    for i in range(len(spec.flags)):
+        hunt.observe(full ^ (1 << i), 0, 20)
+    for _ in range(20):
+        hunt.observe(full, 3, 20)  # 60/400: failing at 15%, 40 failures short
+    assert hunt.propose() == full and hunt.state == "running"
+    silent = Hunt(HuntSettings(FLAGS, min_failures=100, sessions_per_trial=20))
+    while (x := silent.propose()) is not None:
+        silent.observe(x, 0, 20)
+    assert silent.state == "not_failing"
+    assert "did not show 100 failures in 2000 sessions (0/2000)" in silent.reason, silent.reason
+    assert settings_of(spec).endpoint_limit == 2000  # 100 failures at 5%, for the matrix's hunt too
+    assert HuntSettings(FLAGS, min_failures=100, max_sessions=1500).endpoint_limit == 1500  # never past the budget
+    assert HuntSettings(FLAGS).endpoint_limit == 400  # the default min_failures: as before
+
+
+def test_a_hunt_whose_trials_give_no_data_ends_after_the_trials_its_budget_pays_for() -> None:
+    # failed and void trials add no sessions: neither the budget nor the failing configuration's
+    # give-up was reached, and the source asked for the failing configuration forever
+    from orchestrator.core.records import Failure
+
+    matrix = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
+    spec = matrix.hunt
+    assert spec is not None
+    paid = spec.max_sessions // spec.sessions_per_trial  # 150 trials
+    source = HuntSource(matrix)
+    records: list[TrialRecord] = []
+    failure = Failure(kind="infrastructure", error="HealthTimeout", message="decode not healthy after 900 s")
+    while (step := source.next()) is not None and len(records) <= 2 * paid:
+        levels = dict(step.trial.cell.levels)
+        record = _record(step.trial.index, levels, 0, 20).model_copy(
+            update={"status": "failed", "metrics": {}, "failure": failure}
+        )
+        if len(records) == 10:  # one trial with data: evidence, and no trial of no data
+            record = _record(step.trial.index, levels, 0, 20)
+        records.append(record)
+        source.record(record)
+    assert len(records) == paid + 1 and source.hunt.trials == 1 and source.hunt.sessions == 20
+    reason = source.hunt.reason
+    assert source.hunt.state == "budget" and f"stopped: {paid} trials gave no data" in reason, reason
+    assert "HealthTimeout: decode not healthy after 900 s" in reason and f"the last {paid - 10} in a row" in reason
+    resumed = HuntSource(matrix, records)  # the journal replayed (resume, the report) stops there too
+    assert resumed.next() is None and resumed.hunt.reason == reason
+    interrupted = HuntSource(matrix, [r.model_copy(update={"status": "interrupted"}) for r in records[:paid]])
+    assert interrupted.hunt.empty == 0 and interrupted.next() is not None  # cut short by Ctrl-C: not counted
