@@ -3,6 +3,11 @@ the posterior over culprit sets, the minimal reproducer, the dependencies in wor
 configuration tried with its k/n and interval, and what the hunt cost against a full factorial
 and one flag at a time. Rebuilt from the journal (the search is replayed), so it is the same
 after a resume or a re-render.
+
+It never says more than the data: the culprit set, its dependencies and its reproducer are
+findings only once the hunt stopped as "found" (posterior >= target, every check done); before
+that they are the likeliest so far, said as conditions; a failure that never reproduced has
+no culprit at all.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pathlib import Path
 
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
-from orchestrator.core.hunt import ConfigResult, Culprit, HuntResult
+from orchestrator.core.hunt import ConfigResult, HuntResult
 from orchestrator.core.huntplan import counts_of, hunt_cell, replay
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
@@ -33,11 +38,21 @@ class HuntReport:
     matrix: Matrix
     result: HuntResult
     spread: Dispersion  # trial-to-trial variation pooled over the configurations: widens their intervals
+    ended: str | None = None  # how the run ended, in words (None: it has not, or it is not known)
 
     @property
     def flags(self) -> tuple[str, ...]:
         assert self.matrix.hunt is not None
         return self.matrix.hunt.flags
+
+    @property
+    def found(self) -> bool:
+        """Whether the answer is a finding: only a hunt that stopped as "found" checked it."""
+        return self.result.state == "found"
+
+    def tried(self, config: int) -> ConfigResult | None:
+        """What `config` did on its own trials, if it ran."""
+        return next((c for c in self.result.configs if c.config == config), None)
 
 
 def hunt_report(run_dir: Path) -> HuntReport | None:
@@ -47,20 +62,41 @@ def hunt_report(run_dir: Path) -> HuntReport | None:
     matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
     if matrix.hunt is None:
         return None
+    records, interruption = _journal(run_dir)
+    return build_report(matrix, records, _ended(manifest.status, interruption))
+
+
+def _journal(run_dir: Path) -> tuple[list[TrialRecord], str]:
+    """The last finished record of each trial, and why the run last stopped early ("": it did
+    not, since it last started): the message of its last run_interrupted event."""
     journal = RunDir(run_dir).journal
     last: dict[int, TrialRecord] = {}
-    if journal.exists():
-        for r in read_journal(journal).records:
-            if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
+    why = ""
+    for r in read_journal(journal).records if journal.exists() else []:
+        if isinstance(r, TrialRecord):
+            if r.status in ("completed", "failed"):
                 last[r.trial] = r
-    return build_report(matrix, [last[k] for k in sorted(last)])
+        elif r.event in ("run_started", "run_resumed"):
+            why = ""
+        elif r.event == "run_interrupted":
+            why = r.message or "the run was interrupted"
+    return [last[k] for k in sorted(last)], why
 
 
-def build_report(matrix: Matrix, records: Sequence[TrialRecord]) -> HuntReport:
+def _ended(status: str, interruption: str) -> str | None:
+    """How the run ended, in words (None while it runs). Why: a search still "running" in a run
+    that has ended (Ctrl-C, a deadline) stopped before an answer, and must read so."""
+    if status == "running":
+        return None
+    return interruption or ("the run was interrupted" if status == "interrupted" else f"the run ended ({status})")
+
+
+def build_report(matrix: Matrix, records: Sequence[TrialRecord], ended: str | None = None) -> HuntReport:
     """The hunt as its trials leave it: the search replayed, and the spread of its trials."""
     hunt = replay(matrix, records)
     hunt.propose()  # evaluates the stopping rule on what was observed (proposes nothing else)
-    return HuntReport(matrix, hunt.result(top_n=10), dispersion(list(trial_counts(matrix, records).values())))
+    spread = dispersion(list(trial_counts(matrix, records).values()))
+    return HuntReport(matrix, hunt.result(top_n=10), spread, ended)
 
 
 def trial_counts(matrix: Matrix, records: Sequence[TrialRecord]) -> dict[int, list[tuple[int, int]]]:
@@ -75,21 +111,85 @@ def trial_counts(matrix: Matrix, records: Sequence[TrialRecord]) -> dict[int, li
     return out
 
 
-def dependencies(culprit: Culprit) -> list[str]:
-    """The culprit set in words: which flag matters only with which others."""
-    if not culprit.sets:
-        return ["the failure does not depend on the suspect flags: the all-clean configuration fails too"]
+def verdict(report: HuntReport) -> tuple[str, str]:
+    """The hunt's state and why. Why: a search left "running" by a run that has ended stopped
+    before an answer; "hunt running: running" said neither."""
+    r = report.result
+    if r.state != "running":
+        return r.state, r.reason
+    if report.ended is None:
+        return "running", "no stopping rule met yet"
+    return "stopped before an answer", f"{report.ended}; no stopping rule was met"
+
+
+def posterior_note(report: HuntReport) -> str:
+    """The top set's posterior, against the target when the hunt did not find it (then a
+    posterior at the target still lacks a check)."""
+    p = report.result.best.probability
+    if report.found:
+        return f"posterior {p:.3f}"
+    assert report.matrix.hunt is not None
+    target = report.matrix.hunt.posterior
+    return f"posterior {p:.3f} " + (f"< target {target:g}" if p < target else f">= target {target:g}, checks not done")
+
+
+def dependencies(report: HuntReport) -> list[str]:
+    """The answer in words: which flag matters only with which others. Facts only once the hunt
+    found them; before, what the likeliest set so far would mean, said as a condition; nothing
+    when the failure never reproduced (there is no answer)."""
+    r = report.result
+    if r.state == "not_failing":
+        return []
+    if not r.best.sets:
+        return _no_flag(report)
+    return _set_lines(r.best.sets, report.found)
+
+
+def _set_lines(sets: tuple[tuple[str, ...], ...], found: bool) -> list[str]:
+    """Each flag of each set, and what it needs: stated as a fact when found, else as what would
+    hold if the likeliest set is the answer (a reader quotes one line, not the heading above it)."""
+    cond, change, cause, suffice = ("", "changes", "causes", "suffices")
+    if not found:
+        cond, change, cause, suffice = ("if so, ", "would change", "would cause", "would suffice")
     lines = []
-    for group in culprit.sets:
+    for group in sets:
         for flag in group:
             others = [f for f in group if f != flag]
             if others:
-                lines.append(f"{flag} changes nothing unless {_and(others)} {'is' if len(others) == 1 else 'are'} on")
+                verb = "is" if len(others) == 1 else "are"
+                lines.append(f"{cond}{flag} {change} nothing unless {_and(others)} {verb} on")
             else:
-                lines.append(f"{flag} alone causes the failure")
-    if len(culprit.sets) > 1:
-        lines.append("either cause suffices: " + " / ".join(_and(list(g)) for g in culprit.sets))
+                lines.append(f"{cond}{flag} alone {cause} the failure")
+    if len(sets) > 1:
+        lines.append(f"{cond}either cause {suffice}: " + " / ".join(_and(list(g)) for g in sets))
     return lines
+
+
+def _no_flag(report: HuntReport) -> list[str]:
+    """The answer "the flags do not explain it" rests on the clean configuration's own trials: a
+    fact only when the hunt found it and those trials failed; otherwise a condition, and what
+    they showed."""
+    clean = report.tried(0)
+    if report.found and clean is not None and clean.verdict == "fails":
+        return [
+            "the failure does not depend on the suspect flags: the all-clean configuration fails too "
+            f"({clean.k}/{clean.n} sessions failed)"
+        ]
+    return ["if so, the failure would not depend on the suspect flags", _observed(clean, "the all-clean configuration")]
+
+
+def _observed(c: ConfigResult | None, name: str) -> str:
+    return f"{name}: " + (f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run")
+
+
+def not_failing_lines(report: HuntReport) -> list[str]:
+    """A failure that did not reproduce: no culprit, no dependencies, just what was observed."""
+    full = (1 << len(report.flags)) - 1
+    return [
+        "no culprit: the failing configuration did not confirm the failure: the suspect flags have nothing to explain",
+        _observed(report.tried(full), "the failing configuration"),
+        _observed(report.tried(0), "the all-clean configuration"),
+    ]
 
 
 def _and(names: list[str]) -> str:
@@ -97,21 +197,33 @@ def _and(names: list[str]) -> str:
 
 
 def summary_lines(report: HuntReport) -> list[str]:
-    r, spec = report.result, report.matrix.hunt
-    assert spec is not None
-    best = r.best
-    lines = [f"hunt {r.state}: {r.reason}"]
-    lines.append(f"culprit: {best.describe()} (posterior {best.probability:.3f})")
-    lines += [f"  {d}" for d in dependencies(best)]
-    if r.unchecked:
-        lines.append(f"  single-flag drops not checked yet: {', '.join(r.unchecked)}")
-    lines += [f"  {line}" for line in reproducer_lines(report)]
+    """What `orch hunt` prints at the end: the page's claims, no more."""
+    r = report.result
+    label, why = verdict(report)
+    lines = [f"hunt {label}: {why}"]
+    if r.state == "not_failing":
+        head, *seen = not_failing_lines(report)
+        lines += [head] + [f"  {line}" for line in seen]
+    else:
+        lines += _answer_lines(report)
     flags = len(report.flags)
     lines.append(
         f"sessions: {r.sessions} in {r.trials} trials over {len(r.configs)} configurations; one flag at a time: "
         f"{(flags + 1) * OFAT_SESSIONS_PER_CONFIG:,} sessions; full factorial: {2**flags:,} configurations"
     )
     return lines
+
+
+def _answer_lines(report: HuntReport) -> list[str]:
+    """The likeliest set with its dependencies, unchecked drops and reproducers: a finding only
+    when the hunt found it."""
+    r = report.result
+    note = "" if report.found else "; likeliest so far, not established"
+    lines = [f"culprit: {r.best.describe()} ({posterior_note(report)}{note})"]
+    lines += [f"  {d}" for d in dependencies(report)]
+    if r.unchecked:
+        lines.append(f"  single-flag drops not checked yet: {', '.join(r.unchecked)}")
+    return lines + [f"  {line}" for line in reproducer_lines(report)]
 
 
 def reproducers(
@@ -143,8 +255,9 @@ def write_hunt_page(run_dir: Path) -> Path | None:
 
 
 def render(report: HuntReport) -> str:
-    r, m = report.result, report.matrix
-    e = html.escape
+    """hunt.html: the summary's claims, no more, with every configuration and the cost."""
+    m, e = report.matrix, html.escape
+    label, why = verdict(report)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>hunt: {e(m.name)}</title>",
@@ -152,9 +265,30 @@ def render(report: HuntReport) -> str:
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
         ".fails{color:#b00}.passes{color:#070}.undecided{color:#a60}</style></head><body>",
         f"<h1>Culprit hunt: {e(m.name)}</h1><p>{e(m.description)}</p>",
-        f"<h2>Verdict</h2><p><b>{e(r.state)}</b>: {e(r.reason)}</p>",
-        f"<p>Most probable culprit set: <b>{e(r.best.describe())}</b> (posterior {r.best.probability:.3f})</p>",
-        "<h3>Dependencies</h3><ul>" + "".join(f"<li>{e(d)}</li>" for d in dependencies(r.best)) + "</ul>",
+        f"<h2>Verdict</h2><p><b>{e(label)}</b>: {e(why)}</p>",
+    ]
+    parts.append(_nothing_to_explain(report) if report.result.state == "not_failing" else _answer(report))
+    parts.append(_configs(report))
+    parts.append(_cost(report))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _nothing_to_explain(report: HuntReport) -> str:
+    """The page of a failure that never reproduced: no culprit set, no posterior over them."""
+    head, *seen = not_failing_lines(report)
+    return f"<p>{html.escape(head)}</p><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in seen) + "</ul>"
+
+
+def _answer(report: HuntReport) -> str:
+    """The likeliest set, its dependencies, reproducers and the posterior: stated as the answer
+    only when the hunt found it."""
+    r, e = report.result, html.escape
+    lead = "Most probable culprit set" if report.found else "Likeliest culprit set so far"
+    note = "" if report.found else "; not established"
+    parts = [
+        f"<p>{lead}: <b>{e(r.best.describe())}</b> ({e(posterior_note(report))}{note})</p>",
+        "<h3>Dependencies</h3><ul>" + "".join(f"<li>{e(d)}</li>" for d in dependencies(report)) + "</ul>",
     ]
     if r.unchecked:
         parts.append(f"<p class='undecided'>Single-flag drops not checked yet: {e(', '.join(r.unchecked))}</p>")
@@ -163,18 +297,16 @@ def render(report: HuntReport) -> str:
     parts += [
         f"<tr><td>{i + 1}</td><td>{e(c.describe())}</td><td>{c.probability:.4f}</td></tr>" for i, c in enumerate(r.top)
     ]
-    parts.append("</table>")
-    parts.append(_configs(report))
-    parts.append(_cost(report))
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return "\n".join(parts) + "\n</table>"
 
 
 def _reproducer(report: HuntReport) -> str:
     """Each set of the answer alone; the clean endpoint when the answer is that the flags do not
-    explain the failure."""
+    explain the failure. Before the hunt found its answer, these are the likeliest set's."""
     m, e = report.matrix, html.escape
     parts = ["<h2>Minimal reproducer</h2>"]
+    if not report.found:
+        parts.append("<p class='undecided'>Of the likeliest culprit set so far (not established):</p>")
     for names, config, c in reproducers(report, report.result.best.sets or ((),)):
         cell = hunt_cell(m, config)
         env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())

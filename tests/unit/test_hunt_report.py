@@ -1,6 +1,7 @@
 """The hunt page's intervals treat the trial, not the session, as the unit of replication (as the
 main report does): a configuration whose trials disagree gets a wider interval than Wilson's on
-its pooled sessions, and the page says which interval it shows."""
+its pooled sessions, and the page says which interval it shows. And the report never says more
+than the data: culprits and dependencies are facts only once the hunt found them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import re
 from pathlib import Path
 
 from orchestrator.core.config import read_matrix
-from orchestrator.core.hunt import Culprit
+from orchestrator.core.hunt import Culprit, Hunt
+from orchestrator.core.huntplan import settings_of
 from orchestrator.core.model import Matrix
-from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.core.records import EventRecord, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.stats import wilson_interval
-from orchestrator.report.hunt import build_report, render, summary_lines, trial_counts
+from orchestrator.report.hunt import HuntReport, build_report, hunt_report, render, summary_lines, trial_counts
+from orchestrator.store.journal import Journal
+from orchestrator.store.manifest import save_manifest
+from orchestrator.store.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = (1 << 16) - 1  # every suspect at its failing level
@@ -105,3 +110,128 @@ def test_an_or_answer_has_a_minimal_reproducer_per_set_each_with_what_it_did_alo
         r"Only overlap at the failing level, every other flag clean \(tested: 3/20 sessions failed", section
     )
     assert section.count("<code>") == 4, section  # each set: its cell and its env
+
+
+AND3 = ("bf16_index_k", "cuda_graph", "overlap")
+BARE = ("changes nothing unless", "alone causes the failure", "either cause suffices", "fails too")
+STAMP = "2026-12-01T00:00:00.000Z"
+
+
+def five_trials(m: Matrix) -> list[TrialRecord]:
+    """A hunt interrupted after its endpoints and three drops: posterior ~0.02, far from an answer."""
+    records = [trial(m, 0, FULL, 3), trial(m, 1, 0, 0), trial(m, 2, FULL ^ 1, 0), trial(m, 3, FULL ^ 2, 0)]
+    return records + [trial(m, 4, FULL ^ 4, 2)]
+
+
+def hunted(m: Matrix, truth: int, budget: int | None = None) -> HuntReport:
+    """A hunt driven to its end against a deterministic oracle (culprit set `truth`, 15% / 0.5%)."""
+    assert m.hunt is not None
+    spec = m.hunt if budget is None else dataclasses.replace(m.hunt, max_sessions=budget)
+    hunt, records, step = Hunt(settings_of(spec)), [], 0
+    while (x := hunt.propose()) is not None:
+        step += 1
+        k = int(step % 7 == 0) if x & truth != truth else (3 if step % 2 else 2)
+        hunt.observe(x, k, 20)
+        records.append(trial(m, len(records), x, k))
+    return build_report(dataclasses.replace(m, hunt=spec), records)
+
+
+def said(report: HuntReport) -> str:
+    return "\n".join(summary_lines(report)) + render(report)
+
+
+def test_a_failing_configuration_that_never_failed_has_no_culprit_and_no_claim_about_the_clean_one() -> None:
+    m = matrix()
+    records = [trial(m, 0, 0, 0)] + [trial(m, 1 + i, FULL ^ (1 << i), 0) for i in range(16)]
+    records += [trial(m, 17 + i, FULL, 0) for i in range(20)]  # 0/400: the failing one never failed
+    report = build_report(m, records)
+    assert report.result.state == "not_failing"
+    lines, page = summary_lines(report), render(report)
+    assert "fails too" not in said(report) and "does not depend on the suspect flags" not in said(report)
+    full, clean = report.tried(FULL), report.tried(0)
+    assert full is not None and clean is not None
+    assert lines[1:4] == [
+        "no culprit: the failing configuration did not confirm the failure: the suspect flags have nothing to explain",
+        f"  the failing configuration: 0/400 sessions failed ({full.verdict})",
+        f"  the all-clean configuration: 0/20 sessions failed ({clean.verdict})",
+    ], lines
+    assert not any(line.startswith("culprit:") for line in lines), lines
+    assert "culprit set:" not in page and "<h3>Dependencies</h3>" not in page and "Minimal reproducer" not in page
+
+
+def test_an_unfinished_hunt_states_its_likeliest_set_as_a_condition_not_a_finding() -> None:
+    m = matrix()
+    report = build_report(m, five_trials(m))
+    assert report.result.state == "running" and report.result.best.probability < 0.95
+    lines = summary_lines(report)
+    assert lines[0] == "hunt running: no stopping rule met yet", lines
+    assert re.fullmatch(r"culprit: .+ \(posterior 0\.\d+ < target 0\.95; likeliest so far, not established\)", lines[1])
+    assert not [line for line in lines if any(b in line for b in BARE)], lines
+    assert any(line.startswith("  if so, ") and " would " in line for line in lines), lines
+    assert "Likeliest culprit set so far" in render(report) and "Most probable" not in render(report)
+
+
+def test_a_hunt_stopped_by_the_end_of_its_run_reads_as_stopped_before_an_answer(tmp_path: Path) -> None:
+    """The report learns that the run ended from run.json and why from the journal's last
+    run_interrupted event: "hunt running: running" was printed for a run that had stopped."""
+    m = matrix()
+    save_manifest(tmp_path, interrupted_manifest(m))
+    journal = Journal(RunDir(tmp_path).journal)
+    for r in [EventRecord(run_id="h", event="run_started", at=STAMP), *five_trials(m)]:
+        journal.append(r)
+    journal.append(EventRecord(run_id="h", event="run_interrupted", at=STAMP, message="deadline reached"))
+    journal.close()
+    report = hunt_report(tmp_path)
+    assert report is not None
+    lines = summary_lines(report)
+    assert lines[0] == "hunt stopped before an answer: deadline reached; no stopping rule was met", lines
+    assert "<b>stopped before an answer</b>: deadline reached" in render(report)
+    assert not [line for line in lines if any(b in line for b in BARE)], lines
+
+
+def interrupted_manifest(m: Matrix) -> RunManifest:
+    """run.json of a hunt whose run ended before the hunt did (status interrupted)."""
+    return RunManifest(
+        run_id="h", name=m.name, orch_version="0", matrix_path=str(m.path), matrix_text=m.text,
+        matrix_sha256="x", inventory_path="i.yaml", inventory_text="", inventory_sha256="y", testbed="local",
+        seed=1, order="randomized", replicates=1, factors={}, baseline={}, metrics={"corruption": "proportion"},
+        started=STAMP, ended=STAMP, status="interrupted",
+    )  # fmt: skip
+
+
+def test_a_budget_stopped_hunt_states_no_dependency_as_a_fact() -> None:
+    m = matrix()
+    assert m.hunt is not None
+    report = hunted(m, sum(1 << m.hunt.flags.index(f) for f in AND3), budget=400)
+    assert report.result.state == "budget", report.result.reason
+    page = render(report)
+    deps = page[page.index("<h3>Dependencies</h3>") : page.index("<h2>Minimal reproducer</h2>")]
+    assert not any(b in deps for b in BARE), deps
+    assert "if so, " in deps and "Of the likeliest culprit set so far (not established)" in page
+    assert "; likeliest so far, not established)" in summary_lines(report)[1]
+
+
+def test_a_found_hunt_states_its_dependencies_as_facts() -> None:
+    m = matrix()
+    assert m.hunt is not None
+    report = hunted(m, sum(1 << m.hunt.flags.index(f) for f in AND3))
+    assert report.result.state == "found", report.result.reason
+    lines = summary_lines(report)
+    assert lines[0].startswith("hunt found: ") and re.fullmatch(r"culprit: .+ \(posterior [0-9.]+\)", lines[1])
+    assert lines[1].startswith("culprit: bf16_index_k AND cuda_graph AND overlap (posterior"), lines
+    assert "  overlap changes nothing unless bf16_index_k and cuda_graph are on" in lines, lines
+    assert "Most probable culprit set" in render(report) and "not established" not in said(report)
+
+
+def test_no_flag_explains_it_only_when_the_clean_configuration_failed_on_its_own_trials() -> None:
+    m = matrix()
+    none = Culprit((), 0.97)
+    for clean_k, stated in ((6, True), (0, False)):
+        records = [trial(m, 0, FULL, 5), *(trial(m, 1 + i, 0, clean_k) for i in range(4))]
+        report = build_report(m, records)
+        found = dataclasses.replace(report.result, state="found", top=(none,))
+        lines = summary_lines(dataclasses.replace(report, result=found))
+        claim = "the failure does not depend on the suspect flags: the all-clean configuration fails too"
+        assert (f"  {claim} (24/80 sessions failed)" in lines) is stated, lines
+        assert stated or not [line for line in lines if "fails too" in line], lines
+        assert stated or "  the all-clean configuration: 0/80 sessions failed (passes)" in lines, lines
