@@ -22,6 +22,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -32,7 +33,7 @@ import regex
 from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.errors import ConfigError, OrchError, WorkloadError
+from orchestrator.errors import ConfigError, Interrupted, OrchError, WorkloadError
 
 __all__ = [
     "InvalidOutput",
@@ -54,6 +55,9 @@ KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
 KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
+# how often a repro's wait looks at its stop Event: a repro run by a parallel testbed's runner
+# thread, which no signal reaches, stops this soon after Ctrl-C/SIGTERM in the main thread
+STOP_POLL_S = 0.05
 MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
 # per metric, in CPU seconds (the regex engine's clock: on a loaded machine the wall time is a few
 # times longer): far above a sane regex over 4 MiB (milliseconds), far below a hang
@@ -282,6 +286,7 @@ def run_command(
     stderr_path: Path,
     run_dir: Path | None = None,
     on_spawn: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> ReproOutcome:
     """Run a shell command time-bound, output streamed to files; return what it did.
 
@@ -293,7 +298,9 @@ def run_command(
     outcome are relative to ``run_dir`` when given. Does not judge the exit code: the caller does.
     ``on_spawn`` is called once the process exists (the runner starts the checks that run beside
     the repro there, so their threads do not compete with the spawn); if it raises, the group is
-    killed and its error propagates.
+    killed and its error propagates. ``stop`` set (the runner's Ctrl-C/SIGTERM Event) kills the
+    group and raises Interrupted, as a Ctrl-C does: a runner thread of a parallel sweep gets no
+    KeyboardInterrupt, so without it Ctrl-C would wait out a hung repro.
     """
     started = time.monotonic()
     with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
@@ -303,7 +310,7 @@ def run_command(
                 proc = _spawn(argv_or_shell, cwd, env, out, err)
             if on_spawn is not None:
                 on_spawn()
-            exit_code = _wait_or_kill(proc, timeout_s)
+            exit_code = _wait_or_kill(proc, timeout_s, stop)
         except BaseException:
             if proc is not None:
                 _kill_group(proc)
@@ -345,9 +352,9 @@ def _spawn(
         ) from exc
 
 
-def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None:
+def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float, stop: threading.Event | None = None) -> int | None:
     """The exit code, or None when the command outlived its timeout (and was killed)."""
-    if not _wait_exit(proc, timeout_s):
+    if not _wait_exit(proc, timeout_s, stop):
         _kill_group(proc)
         return None
     code = proc.wait()
@@ -355,32 +362,51 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float) -> int | None
     return code
 
 
-def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """True once the command exited, False when timeout_s passed first.
+def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float, stop: threading.Event | None = None) -> bool:
+    """True once the command exited, False when timeout_s passed first; Interrupted once `stop`
+    is set (looked at every STOP_POLL_S; the caller kills the group).
 
     Why not proc.wait(timeout=...): with a timeout, CPython polls waitpid with sleeps growing to
     50 ms, so orch noticed a finished repro up to 50 ms late, every trial. A pidfd (Linux >= 5.3)
-    becomes readable the moment the process exits, and poll() sleeps until then."""
+    becomes readable the moment the process exits, and poll() sleeps until then (in chunks, so
+    the stop Event is seen; the exit still wakes it at once)."""
+    deadline = time.monotonic() + timeout_s
+    chunk = _POLL_CHUNK_S if stop is None else STOP_POLL_S
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # an old kernel: fall back to CPython's polling wait
-        try:
-            proc.wait(timeout=timeout_s)
-            return True
-        except subprocess.TimeoutExpired:
-            return False
+        return _wait_polling(proc, deadline, chunk, stop)
     try:
         waiter = select.poll()
         waiter.register(pidfd, select.POLLIN)
-        deadline = time.monotonic() + timeout_s
         while True:
+            _raise_if_stopped(stop)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return proc.poll() is not None
-            if waiter.poll(min(remaining, _POLL_CHUNK_S) * 1000):
+            if waiter.poll(min(remaining, chunk) * 1000):
                 return True
     finally:
         os.close(pidfd)
+
+
+def _wait_polling(proc: subprocess.Popen[bytes], deadline: float, chunk: float, stop: threading.Event | None) -> bool:
+    """_wait_exit without a pidfd: CPython's polling wait, in chunks that look at `stop`."""
+    while True:
+        _raise_if_stopped(stop)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return proc.poll() is not None
+        try:
+            proc.wait(timeout=min(remaining, chunk))
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _raise_if_stopped(stop: threading.Event | None) -> None:
+    if stop is not None and stop.is_set():
+        raise Interrupted("stopping: interrupted by the user or a signal")
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,6 +55,8 @@ class HostGuard:
         self.deployment, self.backup_dir, self.run_id, self.progress = deployment, backup, run_id, progress
         self.states: dict[str, HostState] = {}
         self.started_units: set[tuple[str, str]] = set()
+        self._skip_lock = threading.Lock()
+        self._restoring: _HostRestore | None = None  # the host a runner thread is restoring now
 
     def backup(self) -> None:
         """Save each env file (run folder and host) and each unit's state before the first edit.
@@ -119,11 +123,13 @@ class HostGuard:
 
         Returns the roles that could not be restored (empty when all is well). A second Ctrl-C
         (or a SIGTERM) during the restore skips only the host being restored: the others are
-        still restored, and what is left is said with the command that finishes it."""
+        still restored, and what is left is said with the command that finishes it. In a runner
+        thread of a parallel sweep, which no signal reaches, the main thread asks for that skip
+        through skip_current()."""
         left: list[str] = []
         for role in restart_order(self.deployment.testbed, set(self.states)):
             try:
-                self._restore_host(role)
+                self._restore_one(role)
             except (KeyboardInterrupt, Interrupted):
                 left.append(role)
                 self.progress.note(f"restore of {role} interrupted; continuing with the other hosts")
@@ -133,6 +139,32 @@ class HostGuard:
         if left:
             self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {run_dir}")
         return left
+
+    def skip_current(self) -> str | None:
+        """Give up waiting for the host being restored (a runner thread's restore only): restore()
+        counts it as not restored and goes on with the others, as a second Ctrl-C does in the main
+        thread. Called by the main thread of a parallel sweep; returns the role skipped, if any."""
+        with self._skip_lock:
+            current = self._restoring
+        return current.role if current is not None and current.skip() else None
+
+    def _restore_one(self, role: str) -> None:
+        """Restore one host. In the main thread, inline: a second Ctrl-C raises right here. In a
+        runner thread, the host's restore runs in a helper thread and this one waits for it or for
+        skip_current(): the wait ends at once, whatever the host is stuck in (a unit that takes
+        minutes to stop); the abandoned helper may still finish that host later."""
+        if threading.current_thread() is threading.main_thread():
+            self._restore_host(role)
+            return
+        job = _HostRestore(role)
+        with self._skip_lock:
+            self._restoring = job
+        try:
+            threading.Thread(target=job.run, args=(self._restore_host,), name=f"restore-{role}", daemon=True).start()
+            job.wait()
+        finally:
+            with self._skip_lock:
+                self._restoring = None
 
     def note_write(self, role: str, data: bytes) -> None:
         """orch wrote `data` to the role's env file: any unit may run on it from now on."""
@@ -171,6 +203,43 @@ class HostGuard:
             elif (role, unit) in self.started_units or h.services.state(unit).is_active:
                 h.services.stop(unit)
         remove_run_files(h, self.run_id)
+
+
+class _HostRestore:
+    """One host's restore in a helper thread, which a runner thread waits for until it ends or is
+    skipped (whichever comes first decides: a host that was restored is never called skipped)."""
+
+    def __init__(self, role: str) -> None:
+        self.role = role
+        self.settled = threading.Event()
+        self.skipped = False
+        self.error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def run(self, restore: Callable[[str], None]) -> None:
+        try:
+            restore(self.role)
+        except BaseException as exc:  # noqa: BLE001 - raised by wait(), in the runner's thread
+            self.error = exc
+        finally:
+            with self._lock:
+                self.settled.set()
+
+    def skip(self) -> bool:
+        """Skip the host unless its restore has ended already; True if it was skipped."""
+        with self._lock:
+            if self.settled.is_set():
+                return False
+            self.skipped = True
+            self.settled.set()
+            return True
+
+    def wait(self) -> None:
+        self.settled.wait()
+        if self.skipped:
+            raise Interrupted(f"restore of {self.role} skipped (interrupted again)")
+        if self.error is not None:
+            raise self.error
 
 
 def remove_run_files(h: HostHandle, run_id: str) -> None:

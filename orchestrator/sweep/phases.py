@@ -451,9 +451,18 @@ class Repro:
     """The workload side of a trial: the repro, its verdict, metrics, logs and collectors."""
 
     def __init__(
-        self, plan: Plan, deployment: Deployment, run_dir: RunDir, guard: HostGuard, client: httpx.Client
+        self,
+        plan: Plan,
+        deployment: Deployment,
+        run_dir: RunDir,
+        guard: HostGuard,
+        client: httpx.Client,
+        stopping: threading.Event | None = None,
     ) -> None:
         self.plan, self.deployment, self.run_dir, self.guard, self.client = plan, deployment, run_dir, guard, client
+        # the runner's Ctrl-C/SIGTERM Event: a parallel testbed's runner thread gets no
+        # KeyboardInterrupt, so a repro it runs here is stopped through this (edges.workload)
+        self.stopping = stopping if stopping is not None else threading.Event()
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
         self.describer: TrialDescriber | None = None  # what served each trial (edges.provenance)
         matrix = plan.matrix  # None in restore's plan shell (sweep.api._empty_plan): no trial runs then
@@ -466,7 +475,11 @@ class Repro:
     ) -> ReproOutcome:
         """The measured repro (or, warmup=True, repro.warmup with the same placeholders, its
         output in warmup.out/.err). `on_spawn` is called once its process runs (on a host: just
-        before the command is sent)."""
+        before the command is sent). Once the runner is stopping (Ctrl-C, SIGTERM) no repro starts,
+        and a local one is killed (Interrupted); a repro on a host runs to its end or its timeout:
+        the transport has no way to cancel a command (closing the channel leaves it running)."""
+        if self.stopping.is_set():
+            raise Interrupted("stopping: interrupted by the user or a signal")
         repro = self.plan.matrix.repro
         template = repro.warmup if warmup and repro.warmup else repro.command
         command = render_command(template, self.placeholders(step, trial))
@@ -482,6 +495,7 @@ class Repro:
                 stdout_path=out,
                 stderr_path=err,
                 on_spawn=on_spawn,
+                stop=self.stopping,
             )
         else:
             if on_spawn is not None:

@@ -11,7 +11,8 @@ one shared journal (each record names its testbed). A testbed therefore stays se
 locked, and N testbeds give close to N times the trials per hour. One testbed is the same call:
 `execute` alone decides how (the runner in this thread, or one runner thread per testbed).
 Ctrl-C / SIGTERM reach the main thread only: with several testbeds it tells every runner to
-stop, and each one finishes its current step, restores its testbed and returns.
+stop, and each one ends its current step (a local repro is killed), restores its testbed and
+returns; another Ctrl-C skips the host each runner is restoring, as in a single-testbed run.
 
 Guarantees: a finished trial is in the journal (fsync) before the next one starts; the original
 env files are saved (run dir and host) before the first edit and written back, with the units
@@ -100,12 +101,13 @@ class Runner:
         self.source = StepSource(plan.steps, set())
         self.guard = HostGuard(deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress)
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
-        self.repro = Repro(plan, deployment, self.run, self.guard, client)
+        self.repro = Repro(plan, deployment, self.run, self.guard, client, self.stopping)
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
         limit = options.stop_after_repeated_failures
         if limit is None:  # `orch restore` runs on a plan shell without a matrix: it runs no trial
             limit = plan.matrix.stop_after_repeated_failures if plan.matrix is not None else 0
         self.repeats = RepeatedFailures(limit, f"orch resume {self.run_dir}")
+        self.result: RunResult | None = None  # the last execute()'s, even when it raised
 
     def execute(
         self,
@@ -123,7 +125,7 @@ class Runner:
         (after a kill -9 the files on the hosts still hold a cell's values)."""
         done = done or set()
         self.source = source if source is not None else StepSource(self.plan.steps, done)
-        result = RunResult(self.run_dir)
+        result = self.result = RunResult(self.run_dir)
         run_file_op(
             self.run_dir, "cannot create the run directory", lambda: self.run_dir.mkdir(parents=True, exist_ok=True)
         )
@@ -431,7 +433,8 @@ def _execute_parallel(
     progress: Progress,
     make_source: SourceFactory,
 ) -> RunResult:
-    """A runner thread per deployment, all fed from one step source; their results merged."""
+    """A runner thread per deployment, all fed from one step source; their results merged (every
+    testbed's, however its runner ended: a failure on one must not hide another's unrestored hosts)."""
     journal = SharedJournal(RunDir(run_dir).journal)
     lock = threading.Lock()
     runners = [
@@ -445,63 +448,92 @@ def _execute_parallel(
         for d in deployments
     ]
     source = make_source(runners[0].cell_decided)
-    results: list[RunResult | None] = [None] * len(runners)
     errors: list[BaseException] = []
+    finished = [threading.Event() for _ in runners]  # set by each runner thread as its last act
 
     def work(i: int) -> None:
         try:
-            results[i] = runners[i].execute(
-                done, resume=resume, lock=locks[i] if locks else None, source=source, journal=journal
-            )
+            runners[i].execute(done, resume=resume, lock=locks[i] if locks else None, source=source, journal=journal)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread below
             errors.append(exc)
             source.close()
+        finally:
+            finished[i].set()
 
-    threads = [
-        threading.Thread(target=work, args=(i,), name=f"testbed-{d.testbed.name}") for i, d in enumerate(deployments)
-    ]
     progress.start(len(plan.steps), len(done))
     interrupted = False
     try:
-        for t in threads:
-            t.start()
-        interrupted = _join_all(threads, runners)
+        for i, d in enumerate(deployments):
+            threading.Thread(target=work, args=(i,), name=f"testbed-{d.testbed.name}").start()
+        interrupted = _join_all(finished, runners)
     finally:
         progress.stop()
         journal.close()  # only once every runner has restored its testbed and returned
-    if errors and not all(isinstance(e, (KeyboardInterrupt, Interrupted)) for e in errors):
-        raise next(e for e in errors if not isinstance(e, (KeyboardInterrupt, Interrupted)))
-    merged = _merge(run_dir, [r for r in results if r is not None])
-    merged.interrupted = merged.interrupted or interrupted or bool(errors)
+    merged = _merge(run_dir, runners)
+    merged.interrupted = merged.interrupted or interrupted or any(_is_interrupt(e) for e in errors)
+    _raise_first_failure(errors, merged)
     return merged
 
 
-def _join_all(threads: list[threading.Thread], runners: list[Runner]) -> bool:
-    """Wait for every runner to return (each restores its own testbed before it does). Ctrl-C or
-    SIGTERM, which reach only this thread, tell all runners to stop; waiting goes on, so the
-    journal is never closed under a runner that is still restoring. Returns True if interrupted."""
-    interrupted = False
+def _join_all(finished: list[threading.Event], runners: list[Runner]) -> bool:
+    """Wait until every runner has returned (each restores its own testbed first). Ctrl-C or
+    SIGTERM, which reach only this thread, tell all runners to stop; each further one skips the
+    host each runner is restoring (the single-testbed path's second Ctrl-C). Waiting goes on, so
+    the journal is never closed under a runner still restoring. Returns True if interrupted.
+
+    Why Events and not Thread.join/is_alive: on CPython 3.11 a KeyboardInterrupt inside
+    Thread.join(timeout) marks the still-running thread stopped (bpo-45274), so is_alive() lies
+    after an interrupt; an interrupted Event.wait leaves nothing behind, and is_set() is a flag."""
+    presses = skips = 0
     while True:
         try:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=0.2)
-            return interrupted
+            if presses:  # (again after a press that landed mid-way: setting an Event twice is harmless)
+                for r in runners:
+                    r.stopping.set()
+            while skips < presses - 1:  # each runner's restore() says which host it skipped
+                skips += 1
+                for r in runners:
+                    r.guard.skip_current()
+            pending = [e for e in finished if not e.is_set()]
+            if not pending:
+                return presses > 0
+            pending[0].wait(0.2)
         except (KeyboardInterrupt, Interrupted):
-            interrupted = True
-            for r in runners:
-                r.stopping.set()
+            presses += 1
 
 
-def _merge(run_dir: Path, results: list[RunResult]) -> RunResult:
+def _is_interrupt(exc: BaseException) -> bool:
+    return isinstance(exc, (KeyboardInterrupt, Interrupted))
+
+
+def _raise_first_failure(errors: list[BaseException], merged: RunResult) -> None:
+    """Re-raise the first runner error that is not an interrupt, carrying every testbed's outcome:
+    a RepeatedFailure gets the merged result (the caller still finishes the run with it), another
+    OrchError a note naming the hosts left unrestored on any testbed."""
+    failure = next((e for e in errors if not _is_interrupt(e)), None)
+    if failure is None:
+        return
+    if isinstance(failure, RepeatedFailure):
+        failure.result = merged
+    elif isinstance(failure, OrchError) and merged.not_restored:
+        failure.add_note(f"NOT restored: {', '.join(merged.not_restored)}; finish with: orch restore {merged.run_dir}")
+    raise failure
+
+
+def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
+    """One result for a parallel run. Its not_restored names each role with its testbed
+    (`B/decode`): every testbed has the same roles."""
     merged = RunResult(run_dir)
-    for r in results:
+    for runner in runners:
+        r = runner.result
+        if r is None:
+            continue
         merged.completed += r.completed
         merged.failed += r.failed
         merged.interrupted = merged.interrupted or r.interrupted
         merged.deadline_reached = merged.deadline_reached or r.deadline_reached
         merged.records += r.records
-        merged.not_restored += r.not_restored
+        merged.not_restored += [f"{runner.deployment.testbed.name}/{role}" for role in r.not_restored]
         for role, info in r.provenance.items():  # testbeds are copies: the first one describes them
             merged.provenance.setdefault(role, info)
     return merged

@@ -3,10 +3,10 @@
 Why: a sweep killed by SIGTERM (systemd stop, `kill`, a CI timeout) must restore the hosts just
 as Ctrl-C does, so SIGTERM raises Interrupted in the main thread and every `finally` (restore,
 lock release, journal close) runs. Signals reach only the main thread, so the handler also sets
-a `stopping` Event that worker threads (health pollers, parallel testbeds) check. A background
-job (`orch run ... &`) starts with SIGINT ignored and keeps ignoring it. Inside an
-edges.interrupts.uninterrupted() section (a process being started and recorded) the exception
-waits until the section ends.
+a `stopping` Event that worker threads (health pollers, parallel testbeds and the local repros
+their runners wait on) check. A background job (`orch run ... &`) starts with SIGINT ignored and
+keeps ignoring it. Inside an edges.interrupts.uninterrupted() section (a process being started
+and recorded) the exception waits until the section ends.
 """
 
 from __future__ import annotations
