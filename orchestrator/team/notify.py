@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
-from urllib.parse import quote, urlsplit
+from urllib.parse import SplitResult, quote, urlsplit
 
 import httpx
 import tenacity
@@ -68,13 +68,15 @@ class Webhook:
 
     @classmethod
     def parse(cls, text: str) -> "Webhook":
+        """The webhook `text` names, checked whole (scheme, host, port, what httpx accepts): a URL
+        let through here failed later, in a queue listing or after a sweep, with a traceback."""
         text = text.strip()
         slack = text.startswith(SLACK_PREFIX)
         url = text[len(SLACK_PREFIX) :] if slack else text
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        problem = _url_problem(url)
+        if problem:
             raise UsageError(
-                f"webhook {shown(text)!r}: not an http(s) URL",
+                f"webhook {shown(text)!r}: {problem}",  # shown: scheme and host only, a path may be a token
                 hint="write https://host/path, or slack+https://hooks.slack.com/... for Slack",
             )
         return cls(url, slack)
@@ -91,11 +93,47 @@ class Delivery:
     error: str = ""
 
 
+def _url_problem(url: str) -> str:
+    """Why url cannot be POSTed to, '' when it can. The messages never quote the URL's parts."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "not a URL (an unclosed [ or an invalid IPv6 address?)"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "not an http(s) URL"
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if port == 0:
+        return "its port is not a number from 1 to 65535"
+    try:
+        if not httpx.URL(url).host:  # the host as httpx will send it (IDNA): its errors are ValueErrors
+            return "not an http(s) URL"
+    except (httpx.InvalidURL, ValueError):
+        return "not a URL httpx can use (an invalid host name or character)"
+    return ""
+
+
 def shown(url: str) -> str:
-    """scheme://host[:port]/… : enough to tell which hook, not enough to use it."""
-    parts = urlsplit(url)
+    """scheme://host[:port]/… : enough to tell which hook, not enough to use it. Never raises: a
+    URL stored before it was checked whole (in a queue) is still listed."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed [: what urlsplit would call the host, without its user
+        scheme, sep, rest = url.partition("://")
+        host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
+        return f"{scheme}://{host}/…" if sep else "(not a URL)"
     tail = "/…" if parts.path not in ("", "/") or parts.query else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{tail}"
+    return f"{parts.scheme}://{parts.hostname or ''}{f':{_port(parts)}' if _port(parts) else ''}{tail}"
+
+
+def _port(parts: SplitResult) -> int | None:
+    """The port, None when there is none or it cannot be read (shown without it)."""
+    try:
+        return parts.port
+    except ValueError:
+        return None
 
 
 def configured(*lists: Iterable[str], environ: dict[str, str] | None = None) -> list[Webhook]:
@@ -205,6 +243,8 @@ def _deliver(client: httpx.Client, hook: Webhook, summary: Summary, backoff_s: f
             )
         except HttpAnswerError as exc:
             raise _Retryable(exc.problem) from exc  # its message without the URL: a webhook URL is a secret
+        except (httpx.InvalidURL, ValueError) as exc:  # not HTTPErrors; no retry helps; their texts quote the URL
+            raise OrchError(f"not a usable URL ({type(exc).__name__})") from exc
         except httpx.HTTPError as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
         if response.status == 429 or response.status >= 500:

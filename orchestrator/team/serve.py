@@ -7,10 +7,12 @@ Why so strict about what it serves: a reports folder also holds the queue databa
 and each run's backup/ (original env files, which may hold tokens); the server may be bound to a
 lab network. So only GET and HEAD; only the top index and files inside run directories (those
 with a run.json), never backup/, never a dot-file, never a directory listing; every path is
-resolved (symlinks included) and must stay inside the reports folder. Bound to loopback, it also
-checks the Host header, so a web page elsewhere cannot read it through DNS rebinding. Raw texts
-(repro output, unit logs, the journal) are served through the run's Redactor: a token a repro
-printed stays masked even in a run written before orch masked those files on disk.
+resolved (symlinks included) and must stay inside the reports folder, and the rules hold for the
+real path as for the URL (a symlink, a run folder or one inside it, cannot lead out of the folder,
+into a backup/ or to a dot-file). Bound to loopback, it also checks the Host header, so a web page
+elsewhere cannot read it through DNS rebinding. Raw texts (repro output, unit logs, the journal,
+env files) are served through the Redactor of the real run directory: a token a repro printed
+stays masked even in a run written before orch masked those files on disk.
 
 Why no response costs more memory than MAX_MASKED_BYTES: a repro's output goes to a file of any
 size, and the server read, decoded, masked and encoded a whole file (a HEAD of a 512 MiB repro.out
@@ -18,6 +20,13 @@ cost 1.5 GiB). A raw text larger than that is served as its last MAX_MASKED_BYTE
 only (so a secret is never cut apart from its name), under a note saying so; the whole file stays
 on disk. Every other file (report pages, charts, JSON) is served whole, streamed from disk. A HEAD
 reads nothing of a raw text, so it carries no Content-Length there (only masking tells it).
+
+Why no client can hold the server: each connection holds a thread, and a client that opens one and
+never finishes its request held it forever (50 such clients, 50 threads). So every read or write
+that makes no progress for SOCKET_TIMEOUT_S ends the connection, the request line and headers must
+arrive within HEADER_DEADLINE_S in all (a client trickling a byte every few seconds is cut off; the
+deadline ends once the request is read, so a slow download of a big file goes on), and at most
+MAX_CONNECTIONS are served at once: the excess are closed as they arrive.
 """
 
 from __future__ import annotations
@@ -27,12 +36,15 @@ import html
 import json
 import mimetypes
 import os
+import socket
 import stat
-from dataclasses import asdict, fields
+import sys
+import threading
+from dataclasses import asdict, dataclass, fields
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Sequence
 from urllib.parse import unquote, urlsplit
 
 from orchestrator.core.redact import Redactor
@@ -55,11 +67,16 @@ TEXT_TYPES = {
 }
 # raw texts a run folder holds (repro output, unit logs, the journal): masked as they are served,
 # with the run's own declared secrets, also for runs written before orch masked them on disk
-MASKED_SUFFIXES = frozenset({".jsonl", ".log", ".out", ".err", ".txt", ".yaml", ".yml"})
+MASKED_SUFFIXES = frozenset({".jsonl", ".log", ".out", ".err", ".txt", ".yaml", ".yml", ".env"})
 MAX_MASKED_BYTES = 8 << 20  # a raw text beyond this is served as its tail (see the module's doc)
 CHUNK_BYTES = 64 << 10  # a file served whole is streamed in pieces of this size
+SOCKET_TIMEOUT_S = 10.0  # a read or a write (one chunk) that makes no progress this long ends the connection
+HEADER_DEADLINE_S = 15.0  # the request line and headers, in all (see the module's doc)
+MAX_CONNECTIONS = 64  # served at once, a thread each; the excess are closed at once
 CSP_HEAD_BYTES = 8192  # where a report page carries its CSP meta tag
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+_Request = socket.socket | tuple[bytes, socket.socket]  # what socketserver hands a server (TCP: a socket)
 
 STATUS_TEMPLATE = "status.html.j2"  # in orchestrator/report/templates, beside the report's
 
@@ -70,13 +87,46 @@ def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_
     if not root.is_dir():
         raise UsageError(f"reports folder {reports_dir} not found", hint="pass --reports DIR")
     try:
-        server = ThreadingHTTPServer((host, port), _handler(root, host))
+        return ReportsServer((host, port), _handler(root, host), MAX_CONNECTIONS)
     except OSError as exc:
         raise UsageError(
             f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port, or stop what uses it"
         ) from exc
-    server.daemon_threads = True
-    return server
+
+
+class ReportsServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` at once: without a cap, clients that
+    never finish a request could make the process start threads until it runs out of memory."""
+
+    daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS  # listen()'s backlog (socketserver's 5 made the kernel drop SYNs)
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+        self._slots = threading.BoundedSemaphore(max_connections)  # before binding: it is used once serving
+        super().__init__(address, handler)
+
+    def process_request(self, request: _Request, client_address: object) -> None:
+        """Closed at once when every slot is taken: waiting in line would hold the socket anyway."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()  # no thread started: nothing else gives the slot back
+            raise
+
+    def process_request_thread(self, request: _Request, client_address: object) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: _Request, client_address: object) -> None:
+        """Quiet when the client went away or was cut off (a deadline, a timeout): that is not a bug."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def _handler(root: Path, bind_host: str) -> type[BaseHTTPRequestHandler]:
@@ -94,6 +144,53 @@ class ReportsHandler(BaseHTTPRequestHandler):
     check_host: bool
     server_version = "orch"
     sys_version = ""
+    timeout = SOCKET_TIMEOUT_S  # StreamRequestHandler puts it on the socket: no read or write waits forever
+    header_deadline_s = HEADER_DEADLINE_S
+
+    # ------------------------------------------------------------------ the header deadline
+    def setup(self) -> None:
+        """Arm the header deadline: the socket timeout alone lets a client that sends a byte every
+        few seconds keep its thread for ever."""
+        super().setup()
+        self._deadline_lock = threading.Lock()
+        self._armed, self._cut = True, False
+        self._deadline = threading.Timer(self.header_deadline_s, self._cut_off)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut_off(self) -> None:
+        """The request is not read in time: shut the socket down, which ends the blocked read."""
+        with self._deadline_lock:
+            if not self._armed:
+                return
+            self._armed, self._cut = False, True
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:  # the client has gone already
+                pass
+
+    def _disarm(self) -> bool:
+        """Stop the deadline (the request is read, or the connection ends); True if it was cut."""
+        with self._deadline_lock:
+            self._armed = False
+        self._deadline.cancel()
+        return self._cut
+
+    def parse_request(self) -> bool:
+        """The request as BaseHTTPRequestHandler reads it, refused when it was cut off part-way
+        (what was read is a fragment). Once read, the deadline ends: a slow download goes on."""
+        if self._cut:
+            self.close_connection = True
+            return False
+        parsed = super().parse_request()
+        if self._disarm():
+            self.close_connection = True
+            return False
+        return parsed
+
+    def finish(self) -> None:
+        self._disarm()
+        super().finish()
 
     # ------------------------------------------------------------------ methods
     def do_GET(self) -> None:  # noqa: N802
@@ -130,10 +227,10 @@ class ReportsHandler(BaseHTTPRequestHandler):
         running = running_run(self.reports, path)
         if running is not None:
             return self._run_status_page(running)
-        target = safe_path(self.reports, path)
-        if target is None:
+        served = locate(self.reports, path)
+        if served is None:
             return self._not_found()
-        self._file(target)
+        self._file(served)
 
     def _host_ok(self) -> bool:
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
@@ -172,7 +269,8 @@ class ReportsHandler(BaseHTTPRequestHandler):
         self._json({"runs": runs_json(self.reports)})
 
     # ------------------------------------------------------------------ responses
-    def _file(self, path: Path) -> None:
+    def _file(self, served: Served) -> None:
+        path = served.path
         f = _open_regular(path)
         if f is None:
             return self._not_found()
@@ -180,17 +278,17 @@ class ReportsHandler(BaseHTTPRequestHandler):
             size = os.fstat(f.fileno()).st_size
             ctype = _content_type(path)
             if path.suffix in MASKED_SUFFIXES:
-                return self._masked_file(path, f, size, ctype)
+                return self._masked_file(served, f, size, ctype)
             self._whole_file(path, f, size, ctype)
 
-    def _masked_file(self, path: Path, f: BinaryIO, size: int, ctype: str) -> None:
+    def _masked_file(self, served: Served, f: BinaryIO, size: int, ctype: str) -> None:
         """A raw text through the run's Redactor: read (at most MAX_MASKED_BYTES of it) only for
         a GET."""
-        live = path.name in LIVE_FILES
+        live = served.path.name in LIVE_FILES
         if self.command == "HEAD":
             return self._headers(HTTPStatus.OK, None, ctype, cache=not live)
         try:
-            body = masked_text(f, size, path.name, run_redactor(self.reports, path))
+            body = masked_text(f, size, served.path.name, run_redactor(served.run_dir))
         except OSError:
             return self._not_found()
         self._send(HTTPStatus.OK, body, ctype, cache=not live)
@@ -226,7 +324,9 @@ class ReportsHandler(BaseHTTPRequestHandler):
     ) -> None:
         self._headers(status, len(body), ctype, cache=cache, csp=csp, extra=extra)
         if self.command != "HEAD":
-            self.wfile.write(body)
+            view = memoryview(body)  # in chunks: the socket timeout bounds each write, so a slow reader
+            for at in range(0, len(view), CHUNK_BYTES):  # of a masked 8 MiB text is not cut off
+                self.wfile.write(view[at : at + CHUNK_BYTES])
 
     def _headers(
         self,
@@ -332,10 +432,11 @@ def masked(data: bytes, redactor: Redactor) -> bytes:
     return redactor.text(text).encode("utf-8", errors="surrogateescape")
 
 
-def run_redactor(root: Path, path: Path) -> Redactor:
-    """The redactor of the run that holds `path` (its manifest's declared secrets), cached by
-    run.json's size and time: the journal of a running sweep is served every few seconds."""
-    run_json = RunDir(root / path.relative_to(root).parts[0]).run_json
+def run_redactor(run_dir: Path) -> Redactor:
+    """The redactor of the run (its real directory: the run.json that declares the secrets of the
+    files it holds), cached by run.json's size and time: the journal of a running sweep is served
+    every few seconds."""
+    run_json = RunDir(run_dir).run_json
     try:
         st = run_json.stat()
     except OSError:
@@ -353,17 +454,26 @@ def _redactor_of(run_json: Path, mtime_ns: int, size: int) -> Redactor:
         return Redactor()
 
 
+@dataclass(frozen=True)
+class Served:
+    """A file that may be served (its real path), and the real run directory that holds it."""
+
+    path: Path
+    run_dir: Path
+
+
 def safe_path(root: Path, url_path: str) -> Path | None:
+    """The real path of the file under root that url_path names, or None (see locate)."""
+    served = locate(root, url_path)
+    return served.path if served is not None else None
+
+
+def locate(root: Path, url_path: str) -> Served | None:
     """The file under root that url_path names, or None when it must not be served (pure but
     for the file-system checks): inside a run directory, no hidden part, no backup/, no
     traversal (`..`, encoded or not, symlinks out), a regular file; `run/` means run/index.html."""
-    decoded = unquote(url_path)
-    if "\0" in decoded or "\\" in decoded or not decoded.startswith("/"):
-        return None
-    parts = [p for p in decoded.split("/") if p]
-    if not parts or any(p in (".", "..") or p.startswith(".") for p in parts):
-        return None
-    if any(p in HIDDEN_PARTS for p in parts[1:]):
+    parts = _url_parts(url_path)
+    if parts is None:
         return None
     run_dir = root / parts[0]
     if not RunDir(run_dir).is_run():
@@ -372,12 +482,36 @@ def safe_path(root: Path, url_path: str) -> Path | None:
     if target.is_dir():
         target = target / INDEX_HTML
     try:
-        resolved = target.resolve(strict=True)
+        resolved, real_run, real_root = target.resolve(strict=True), run_dir.resolve(strict=True), root.resolve()
     except (OSError, RuntimeError):
         return None
-    if not resolved.is_relative_to(run_dir.resolve()) or not resolved.is_file():
+    if not resolved.is_file() or not _real_path_allowed(real_root, real_run, resolved):
         return None
-    return resolved
+    return Served(resolved, real_run)
+
+
+def _url_parts(url_path: str) -> list[str] | None:
+    """The URL path's parts, or None when they name something never served."""
+    decoded = unquote(url_path)
+    if "\0" in decoded or "\\" in decoded or not decoded.startswith("/"):
+        return None
+    parts = [p for p in decoded.split("/") if p]
+    return parts if _allowed_parts(parts) else None
+
+
+def _real_path_allowed(root: Path, run_dir: Path, path: Path) -> bool:
+    """The URL's rules again on the real paths (symlinks followed): a symlink, the run folder
+    itself or one inside it, can lead out of the reports folder, into a backup/ or to a dot-file."""
+    if run_dir == root or not run_dir.is_relative_to(root) or not path.is_relative_to(run_dir):
+        return False
+    return _allowed_parts(path.relative_to(root).parts)
+
+
+def _allowed_parts(parts: Sequence[str]) -> bool:
+    """No dot-part (a dot-file, `.`, `..`), and no backup/ inside a run (the hosts' originals)."""
+    if not parts or any(p.startswith(".") for p in parts):
+        return False
+    return not any(p in HIDDEN_PARTS for p in parts[1:])
 
 
 def status_json(s: Snapshot) -> dict[str, object]:
