@@ -187,6 +187,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
     request = api.RestoreRequest(args.run_dir, break_lock=args.break_lock)
     outcome = api.restore(request, RichProgress(err), warn=warn)
+    for tb in outcome.testbeds:  # a testbed of a parallel run that could not be restored at all, and why
+        if tb.error is not None:
+            err.print(f"[red]error:[/red] testbed {escape(tb.testbed)}: {escape(tb.error)}")
     output.show_restore(outcome)
     return outcome.exit_code
 

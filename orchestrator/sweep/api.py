@@ -24,7 +24,7 @@ from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
 from orchestrator.core.matrix import warnings_for
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
@@ -179,9 +179,12 @@ def run(
     return _finish(run_dir, manifest, result, stopped)
 
 
-def _design(plan: Plan, done: set[int], prior: Sequence[TrialRecord] = ()) -> SourceFactory:
+def _design(
+    plan: Plan, done: set[int], prior: Sequence[TrialRecord] = (), decided: Sequence[EventRecord] = ()
+) -> SourceFactory:
     """Which trial runs next: the plan's in order, or as an adaptive design or a hunt decides
-    (resumed from the trials already journaled)."""
+    (resumed from the trials already journaled; an adaptive design also keeps the decisions
+    journaled, so a cell the journal says was decided never runs again)."""
     matrix = plan.matrix
 
     def make(on_decision: OnDecision | None) -> StepSource:
@@ -189,7 +192,7 @@ def _design(plan: Plan, done: set[int], prior: Sequence[TrialRecord] = ()) -> So
             return HuntSource(matrix, prior)
         if matrix.adaptive is None:
             return StepSource(list(plan.steps), done)
-        return AdaptiveSource(plan.steps, done, matrix, prior, on_decision)
+        return AdaptiveSource(plan.steps, done, matrix, prior, on_decision, decided)
 
     return make
 
@@ -268,8 +271,8 @@ def _resume_locked(
     journal = RunDir(run_dir).journal
     torn = journal.exists() and repair_torn_tail(journal)
     done = set(trial_statuses(journal).finished) if journal.exists() else set()
-    # adaptive rebuilds its counts, a hunt its search
-    prior = _final_trials(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else []
+    # adaptive rebuilds its counts and keeps its decisions, a hunt rebuilds its search
+    prior, decided = _journaled(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else ([], [])
     hunting = matrix.hunt is not None  # no total: the search decides how many trials are left
     started = Started(
         manifest.run_id,
@@ -293,7 +296,14 @@ def _resume_locked(
     with session.connected(testbeds) as deployments:
         return _stoppable(
             lambda: execute(
-                plan, deployments, run_dir, options, done, resume=True, progress=sink, source=_design(plan, done, prior)
+                plan,
+                deployments,
+                run_dir,
+                options,
+                done,
+                resume=True,
+                progress=sink,
+                source=_design(plan, done, prior, decided),
             )
         )
 
@@ -332,14 +342,18 @@ def _inventory_of(manifest: RunManifest) -> Inventory:
     return inventory
 
 
-def _final_trials(run_dir: Path) -> list[TrialRecord]:
-    """The last finished record of each trial (a resumed run may hold an interrupted one first)."""
+def _journaled(run_dir: Path) -> tuple[list[TrialRecord], list[EventRecord]]:
+    """The last finished record of each trial (a resumed run may hold an interrupted one first),
+    and the adaptive decisions the run journaled (cell_decided events), in journal order."""
     contents = read_journal(RunDir(run_dir).journal)
     last: dict[int, TrialRecord] = {}
+    decided: list[EventRecord] = []
     for r in contents.records:
         if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
             last[r.trial] = r
-    return [last[k] for k in sorted(last)]
+        elif isinstance(r, EventRecord) and r.event == "cell_decided":
+            decided.append(r)
+    return [last[k] for k in sorted(last)], decided
 
 
 # ---------------------------------------------------------------------------- finish
@@ -424,10 +438,25 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
     inventory = _inventory_of(manifest)
     parallel = len(manifest.testbeds) > 1  # a parallel run keeps each testbed's originals in backup/<testbed>/
     restored = tuple(
-        _restore_testbed(run_dir, manifest, inventory.testbed(name), parallel, progress, request)
+        _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request)
         for name in manifest.testbeds
     )
     return RestoreOutcome(run_dir, manifest.run_id, restored)
+
+
+def _restore_on_its_own(
+    run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
+) -> TestbedRestore:
+    """A parallel run's testbeds are separate deployments: one that cannot be restored (its hosts
+    down, its lock held) is that testbed's outcome, every role of it not restored and why, and
+    the others are still put back (fabric's GroupResult). One testbed: its error is the command's."""
+    try:
+        return _restore_testbed(run_dir, manifest, testbed, parallel, progress, request)
+    except OrchError as exc:
+        if not parallel:
+            raise
+        roles = tuple(testbed.hosts)
+        return TestbedRestore(testbed.name, roles, backed_up=True, not_restored=roles, error=str(exc))
 
 
 def _restore_testbed(

@@ -151,6 +151,7 @@ class TestbedRestore:
     hosts: tuple[str, ...]
     backed_up: bool  # False: the run stopped before its first edit, nothing needed restoring
     not_restored: tuple[str, ...] = ()
+    error: str | None = None  # a parallel run: why none of its hosts was restored (down, lock held)
 
 
 @dataclass(frozen=True)
