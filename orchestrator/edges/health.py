@@ -182,11 +182,13 @@ def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> st
 
 
 class _NotReady(Exception):
-    """One poll said "not yet"; ``answer`` says why, for the timeout message."""
+    """One poll said "not yet"; ``answer`` says why, for the timeout message. ``silent``: nothing
+    answered in time (a look at the deadline has only MIN_REQUEST_S, so that says little)."""
 
-    def __init__(self, answer: str) -> None:
+    def __init__(self, answer: str, silent: bool = False) -> None:
         super().__init__(answer)
         self.answer = answer
+        self.silent = silent
 
 
 class _Cancelled(Exception):
@@ -343,12 +345,16 @@ def _wait(
     started = time.monotonic()
     deadline = started + check.timeout_s
 
+    heard: list[str] = []  # the last answer the server gave (not a look that timed out)
+
     def attempt() -> None:
         if cancel is not None and cancel.is_set():
             raise _Cancelled()
         try:
             _poll_once(check, client, deadline)
-        except _NotReady:
+        except _NotReady as exc:
+            if not exc.silent:
+                heard[:] = [exc.answer]
             if check_alive is not None:
                 check_alive()
             if cancel is not None and cancel.is_set():
@@ -366,9 +372,18 @@ def _wait(
         retrying(attempt)
     except _NotReady as exc:
         raise HealthTimeout(
-            f"{check.role}: {check.url} not ready after {check.timeout_s:.1f} s (last answer: {exc.answer})"
+            f"{check.role}: {check.url} not ready after {check.timeout_s:.1f} s (last answer: {_last(exc, heard)})"
         ) from None
     return time.monotonic() - started
+
+
+def _last(exc: _NotReady, heard: list[str]) -> str:
+    """What the timeout message quotes: the last poll's answer, and the server's own last answer
+    when that poll only timed out (the final look at the deadline gets MIN_REQUEST_S: a loaded
+    machine misses it, and "no answer within 0.05 s" alone would hide the 503 that says why)."""
+    if exc.silent and heard:
+        return f"{heard[0]}; the last look got {exc.answer}"
+    return exc.answer
 
 
 def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> None:
@@ -401,7 +416,7 @@ def _bounded(client: httpx.Client, method: str, url: str, timeout: float, *, jso
     except (httpx.UnsupportedProtocol, httpx.InvalidURL):
         raise
     except AnswerTimedOut as exc:
-        raise _NotReady(f"no answer within {timeout:.2f} s") from exc
+        raise _NotReady(f"no answer within {timeout:.2f} s", silent=True) from exc
     except HttpAnswerError as exc:  # encoded: its body cannot be trusted to say "ready"
         raise _NotReady(f"{exc.status} but {exc.problem} ({exc.hint})") from exc
     except httpx.TransportError as exc:

@@ -190,3 +190,23 @@ def test_the_identity_check_reads_no_pid_from_a_deeply_nested_answer() -> None:
     with client(deep) as c:
         services.client = c
         assert services._reported_pid(BASE) is None
+
+
+def test_a_timeout_message_keeps_the_servers_last_answer_when_the_last_look_times_out() -> None:
+    """The final look at the deadline gets only MIN_REQUEST_S: on a loaded machine it times out,
+    and the message said only "no answer within 0.05 s", hiding the 503 body that said why."""
+    hits = 0
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal hits
+        hits += 1
+        if hits <= 2:
+            return httpx.Response(503, text="loading weights")
+        raise httpx.ReadTimeout("slow", request=request)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as c:
+        with pytest.raises(HealthTimeout) as info:
+            wait_ready(HealthCheck("decode", BASE + "/health", 0.3), client=c)
+    message = str(info.value)
+    assert "(last answer: 503 loading weights; the last look got no answer within" in message, message
+    assert hits > 2
