@@ -24,8 +24,12 @@ cell, intra-trial correlation 0.02-0.05). This module is the quasi-binomial answ
 - interval: Wilson's interval on the effective counts k/m of n/m (effective sample size n/m);
   the difference from the baseline by MOVER on those limits (Newcombe's form when m = 1).
 
-With one trial per cell (df = 0) nothing here applies: trial-to-trial variation cannot be
-estimated, and the report keeps Fisher's exact test, labelled as assuming independent sessions.
+With one trial per cell, or no trial that saw the event (df = 0), trial-to-trial variation cannot
+be estimated: the report keeps Fisher's exact test, labelled as assuming independent sessions, but
+its rate intervals (what gates certify) still assume the least intra-trial correlation orch assumes
+anywhere, RHO_PRIOR (design effect 1 + (mean sessions per trial - 1) * RHO_PRIOR): zero-event
+trials are the commonest data of a clean cell, and the commoner the more trials vary, so pooled
+Wilson there would pass an `upper:` gate on independence nobody checked.
 With phi on fewer than SPARSE_DF df, or one cell of 2-4 trials carrying it alone (a failure in
 one cell of a 2x2x2), the quasi test needs z^2 / phi > F(1, df) = 161, 18.5, 10.1 for 1, 2, 3 df and
 falls far behind Fisher (power 0.2%, 43%, 79% vs 80%, 98%, 100% there); the report's
@@ -50,6 +54,8 @@ Array = npt.NDArray[np.float64]
 CONFIDENCE = 0.95
 SPARSE_DF = 2.0  # below this the cell test's p comes from core.trialexact (see above)
 LONE_CELL_DF = 4.0  # and below this when one cell alone carries phi
+RHO_PRIOR = 0.005  # the least trial-to-trial correlation assumed: restarts are never identical
+ASSUMED_NOTE = f"assuming at least ICC {RHO_PRIOR:g}: trial-to-trial variation not estimable"
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,7 @@ class Dispersion:
     trials: int  # trials in the informative cells
     cells: int  # informative cells (>= 2 trials, some but not all sessions with the event)
     most_trials: int = 0  # the most trials any cell has (1: no replicates at all)
+    sessions_per_trial: float = 0.0  # mean sessions of every trial given (0: unknown, no prior widening)
 
     @property
     def estimable(self) -> bool:
@@ -77,6 +84,15 @@ class Dispersion:
             return 1.0
         return float(inflation(self.phi, self.df, confidence))
 
+    def interval_inflation(self, sessions_per_trial: float | None = None, confidence: float = CONFIDENCE) -> float:
+        """m for the rate intervals: inflation() where phi is estimable, else the design effect of
+        the least intra-trial correlation assumed (RHO_PRIOR) for trials of `sessions_per_trial`
+        (default: the sweep's mean), never the binomial's 1 with trials of unknown spread. Not used
+        by the tests between cells (they say what they assume)."""
+        if self.estimable:
+            return self.inflation(confidence)
+        return prior_inflation(self.sessions_per_trial if sessions_per_trial is None else sessions_per_trial)
+
     def method(self) -> str:
         """One sentence the report prints: which test, and on what it rests."""
         if not self.estimable:
@@ -85,7 +101,11 @@ class Dispersion:
                 if self.most_trials < 2
                 else "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated"
             )
-            return f"Fisher's exact test on sessions pooled over trials, assuming independent sessions ({why})"
+            return (
+                f"Fisher's exact test on sessions pooled over trials, assuming independent sessions ({why}); "
+                f"rate intervals widened by the design effect 1 + (sessions per trial - 1) x {RHO_PRIOR:g} "
+                f"({self.interval_inflation():.2f} at the mean {self.sessions_per_trial:.0f}; {ASSUMED_NOTE})"
+            )
         quasi = (
             f"quasi-binomial, dispersion {self.phi:.2f} estimated from {self.trials} trials in {self.cells} "
             f"cells ({self.df:.1f} df; trial = unit of replication, never below the binomial)"
@@ -97,6 +117,11 @@ class Dispersion:
             "few for the quasi test (its error rate held at 5% for intra-trial correlation up to 0.05, at most "
             "10% beyond)"
         )
+
+
+def prior_inflation(sessions_per_trial: float) -> float:
+    """1 + (m - 1) * RHO_PRIOR for trials of m sessions: the least design effect orch assumes."""
+    return 1.0 + max(0.0, sessions_per_trial - 1.0) * RHO_PRIOR
 
 
 def sparse(df: npt.ArrayLike, cells: npt.ArrayLike) -> npt.NDArray[np.bool_]:
@@ -153,7 +178,61 @@ def dispersion(cells: Sequence[Sequence[tuple[int, int]]]) -> Dispersion:
     informative = d > 0
     most = max((len(c) for c in cells), default=0)
     estimate = float(phi) if float(eff) > 0 else 1.0
-    return Dispersion(estimate, float(eff), int((d[informative] + 1).sum()), int(informative.sum()), most)
+    sizes = [n for c in cells for _, n in c if n > 0]
+    mean = sum(sizes) / len(sizes) if sizes else 0.0
+    return Dispersion(estimate, float(eff), int((d[informative] + 1).sum()), int(informative.sum()), most, mean)
+
+
+def round_dispersion(k: npt.ArrayLike, n: npt.ArrayLike) -> tuple[float, float]:
+    """(phi, df) of a sweep's counts by cell and round, shape (cells, rounds), n = 0 where a cell
+    missed a round: the spread around a logit fit of cell + round over the binomial's, on its
+    residual df ((C - 1)(R - 1) for a full table). What a drift check is tested against: a round
+    of the baseline is one trial, so its spread is trial-to-trial variation, and a drift that moves
+    every cell of a round lands in the round term, not in phi. A ratio of sums, as in the module
+    docstring, scaled by entries / df: the mean of Pearson terms fell to 2.2 for a true 2.95 with
+    sparse cells (2% of 40 sessions) and blew up where a fitted rate neared 0, calling drift in 12%
+    of A/A runs instead of 5% (4.6% so). Cells and rounds without an event (or with nothing else)
+    say nothing and are left out. (1.0, 0.0) when not estimable."""
+    k_arr, n_arr = _informative_table(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
+    present = n_arr > 0
+    df = float(present.sum() - (k_arr.shape[0] + k_arr.shape[1] - 1)) if k_arr.size else 0.0
+    if df <= 0:
+        return 1.0, 0.0
+    p = _additive_logit_fit(k_arr, n_arr)
+    seen = np.where(present, (k_arr - n_arr * p) ** 2, 0.0).sum()
+    expected = np.where(present, n_arr * p * (1 - p), 0.0).sum()
+    return float(seen / expected * present.sum() / df), df
+
+
+def _informative_table(k: Array, n: Array) -> tuple[Array, Array]:
+    """The table without cells and rounds whose sessions all agree (dropping one can empty another)."""
+    while k.size:
+        rows = (k.sum(axis=1) > 0) & (k.sum(axis=1) < n.sum(axis=1))
+        cols = (k.sum(axis=0) > 0) & (k.sum(axis=0) < n.sum(axis=0))
+        if rows.all() and cols.all():
+            break
+        k, n = k[rows][:, cols], n[rows][:, cols]
+    return k, n
+
+
+def _additive_logit_fit(k: Array, n: Array, iterations: int = 200) -> Array:
+    """Fitted rates of logit(p) = cell + round by alternating Newton steps (block Fisher scoring:
+    each block is diagonal, so a step is two sums, and a big table costs no matrix solve)."""
+    present = n > 0
+    rate = k.sum(axis=1, keepdims=True) / n.sum(axis=1, keepdims=True)  # 0 < rate < 1: informative
+    eta = np.broadcast_to(np.log(rate / (1 - rate)), k.shape).copy()  # start at each cell's own rate
+    for _ in range(iterations):
+        worst = 0.0
+        for axis in (1, 0):
+            p = 1 / (1 + np.exp(-eta))
+            score = np.where(present, k - n * p, 0.0).sum(axis=axis, keepdims=True)
+            info = np.where(present, n * p * (1 - p), 0.0).sum(axis=axis, keepdims=True)
+            eta = np.clip(eta + score / np.maximum(info, 1e-12), -30.0, 30.0)
+            worst = max(worst, float(np.abs(score).max()))
+        if worst < 1e-8:
+            break
+    fitted: Array = 1 / (1 + np.exp(-eta))
+    return fitted
 
 
 def inflation(phi: npt.ArrayLike, df: npt.ArrayLike, confidence: float = CONFIDENCE) -> Array:

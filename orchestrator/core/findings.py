@@ -21,7 +21,9 @@ interval (the largest confidence whose interval still excludes 0), so "interval 
 Numeric metrics get main effects too: the Hodges-Lehmann shift with its exact Mann-Whitney
 interval (ranks.shift_interval) and the Mann-Whitney p, pooled over matched strata when the
 design is balanced; when cells ran unequal numbers of trials, pooling would confound the factor
-with the strata that ran more, so van Elteren's stratified test weighs every stratum the same.
+with the strata that ran more, so van Elteren's stratified test weighs every stratum the same:
+exact (its permutation distribution within strata) while the strata are small, the normal
+approximation, labelled as such, when they are large.
 """
 
 from __future__ import annotations
@@ -86,8 +88,8 @@ class ShiftEffect:
     median_reference: float
     n_level: int
     n_reference: int
-    shift: ranks.CoveredInterval  # Hodges-Lehmann shift (level - reference), exact coverage
-    p: float  # two-sided Mann-Whitney (van Elteren's stratified test when `stratified`)
+    shift: ranks.CoveredInterval  # Hodges-Lehmann shift (level - reference); coverage exact, or approximate
+    p: float  # two-sided Mann-Whitney (van Elteren's stratified test when `stratified`: stratified_p)
     strata: int
     stratified: bool = False  # cells ran unequal numbers of trials: each stratum weighed the same
 
@@ -437,10 +439,10 @@ def _stratified_effect(matched: Sequence[Stratum], factor: str, ref: str, level:
 
     Medians: of the equal-weight mixture of the strata (each stratum's values weigh 1/its count).
     p: van Elteren's stratified rank-sum test (1960), the sum over strata of Mann-Whitney U
-    divided by the stratum's size plus one, normal approximation with ties corrected.
+    divided by the stratum's size plus one (stratified_p: exact for small strata).
     Shift and interval: the Hodges-Lehmann estimate and interval that invert that same test:
-    the weighted median and quantiles of the within-stratum differences (weight 1/(N_s + 1)).
-    Its coverage is the normal approximation's, stated as the confidence asked for."""
+    the weighted median and quantiles of the within-stratum differences (weight 1/(N_s + 1)),
+    with the exact coverage, or none stated when it is the normal approximation's."""
     return ShiftEffect(
         factor=factor,
         reference=ref,
@@ -450,7 +452,7 @@ def _stratified_effect(matched: Sequence[Stratum], factor: str, ref: str, level:
         n_level=sum(int(x.size) for x, _ in matched),
         n_reference=sum(int(y.size) for _, y in matched),
         shift=stratified_shift(matched, confidence),
-        p=van_elteren(matched),
+        p=stratified_p(matched),
         strata=len(matched),
         stratified=True,
     )
@@ -458,7 +460,9 @@ def _stratified_effect(matched: Sequence[Stratum], factor: str, ref: str, level:
 
 def van_elteren(strata: Sequence[Stratum]) -> float:
     """Two-sided p of van Elteren's test that the level's values are not shifted from the
-    reference's within strata; 1.0 when no stratum has any spread (every value tied)."""
+    reference's within strata, by the normal approximation with ties corrected (no continuity
+    correction); 1.0 when no stratum has any spread (every value tied). Holds its level for large
+    strata only: stratified_p uses van_elteren_exact for small ones."""
     stat = mean = var = 0.0
     for x, y in strata:
         m, r = x.size, y.size
@@ -476,23 +480,60 @@ def van_elteren(strata: Sequence[Stratum]) -> float:
     return float(min(1.0, 2.0 * sps.norm.sf(abs(stat - mean) / math.sqrt(var))))
 
 
+def stratified_p(strata: Sequence[Stratum]) -> float:
+    """Two-sided p of van Elteren's test: exact while the within-stratum relabellings can be
+    enumerated, else the normal approximation (large strata, where it holds). With strata of 1 vs
+    2 and 2 vs 2 trials the approximation rejected a true null 11% of the time at p < 0.05."""
+    steps = ranks.stratified_steps(_sizes(strata))
+    return van_elteren(strata) if steps is None else van_elteren_exact(strata, steps)
+
+
+def van_elteren_exact(strata: Sequence[Stratum], steps: Sequence[int]) -> float:
+    """Exact two-sided p of van Elteren's statistic: 2 x the smaller tail of its distribution over
+    every relabelling within strata, given the values (midranks; the null is conditional on the
+    ties), on the integer lattice of ranks.stratified_steps."""
+    observed, pmfs, tied = 0, [], False
+    for (x, y), step in zip(strata, steps, strict=True):
+        pooled = np.concatenate([x, y])
+        doubled = np.rint(2.0 * sps.rankdata(pooled)).astype(np.int64)  # midranks are halves
+        observed += step * (int(doubled[: x.size].sum()) - x.size * (x.size + 1))
+        has_ties = np.unique(pooled).size < pooled.size
+        tied |= has_ties
+        pmfs.append(ranks.tied_pmf(doubled, x.size) if has_ties else ranks.untied_pmf(x.size, y.size))
+    null = ranks.stratified_null(pmfs, steps) if tied else ranks.untied_null(_sizes(strata))
+    return null.p_two_sided(observed)
+
+
 def stratified_shift(strata: Sequence[Stratum], confidence: float) -> ranks.CoveredInterval:
     """Weighted Hodges-Lehmann shift (level - reference) with the interval inverting van Elteren's
-    test: the shifts d at which the weighted count of differences above d stays within z standard
-    deviations of its null mean. Sides are subsampled (seeded) so that all strata together hold
-    about as many differences as ranks.shift_interval allows one pair of groups (bounded memory)."""
-    diffs, weights, var = [], [], 0.0
-    cap = max(2, ranks.MAX_SIDE // len(strata))
-    for x, y in strata:
-        a, b = _subsample(x, cap), _subsample(y, cap)
-        n = x.size + y.size
-        d = np.subtract.outer(a, b).ravel()
-        diffs.append(d)
-        weights.append(np.full(d.size, (x.size * y.size / d.size) / (n + 1)))  # a subsample weighs as the whole
-        var += x.size * y.size * (n + 1) / 12.0 / (n + 1) ** 2
-    d, w = np.concatenate(diffs), np.concatenate(weights)
-    order = np.argsort(d, kind="stable")
-    d, w = d[order], w[order]
+    test: the shifts d at which the weighted count of differences above d is not rejected.
+
+    Small strata: the exact test, and the exact coverage of the shifts it accepts (none when no
+    set reaches `confidence`: strata of 1 vs 2 and 2 vs 2 trials give at most 88.9%, where the
+    normal approximation stated 95% and covered 89%). Large strata: the normal approximation,
+    its coverage left unstated (CoveredInterval.approximate)."""
+    steps = ranks.stratified_steps(_sizes(strata))
+    if steps is None:
+        return _approximate_shift(strata, confidence)
+    d, w, stratum = _differences(strata, None)
+    estimate = _weighted_quantile(d, w, float(w.sum()) / 2.0, middle=True)
+    accepted = ranks.untied_null(_sizes(strata)).acceptance(1.0 - confidence)  # at the true shift: no ties
+    if accepted is None:
+        return ranks.CoveredInterval(estimate, None, None, None)
+    lowest, highest, coverage = accepted
+    units = (2 * np.asarray(steps, dtype=np.int64))[stratum]  # one difference above d adds 2 steps
+    # d is accepted while lowest <= (units of differences above d) <= highest
+    low = d[int(np.searchsorted(np.cumsum(units), int(units.sum()) - highest, side="left"))]
+    high = d[::-1][int(np.searchsorted(np.cumsum(units[::-1]), lowest, side="left"))]
+    return ranks.CoveredInterval(estimate, float(low), float(high), coverage)
+
+
+def _approximate_shift(strata: Sequence[Stratum], confidence: float) -> ranks.CoveredInterval:
+    """stratified_shift by the normal approximation: the weighted count of differences above d
+    within z standard deviations of its null mean. Sides are subsampled (seeded) so that all strata
+    together hold about as many differences as ranks.shift_interval allows one pair of groups."""
+    d, w, _ = _differences(strata, max(2, ranks.MAX_SIDE // len(strata)))
+    var = sum(x.size * y.size * (x.size + y.size + 1) / 12.0 / (x.size + y.size + 1) ** 2 for x, y in strata)
     half = float(w.sum()) / 2.0
     estimate = _weighted_quantile(d, w, half, middle=True)
     reach = float(sps.norm.ppf(0.5 + confidence / 2)) * math.sqrt(var)
@@ -500,7 +541,26 @@ def stratified_shift(strata: Sequence[Stratum], confidence: float) -> ranks.Cove
         return ranks.CoveredInterval(estimate, None, None, None)
     low = _weighted_quantile(d, w, half - reach)
     high = -_weighted_quantile(-d[::-1], w[::-1], half - reach)
-    return ranks.CoveredInterval(estimate, low, high, confidence)
+    return ranks.CoveredInterval(estimate, low, high, None)  # coverage ~confidence, not known exactly
+
+
+def _differences(strata: Sequence[Stratum], cap: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The within-stratum differences x - y sorted, each with its van Elteren weight 1/(N_s + 1) (a
+    subsampled stratum's weigh as all its pairs) and its stratum. cap: values kept per side."""
+    diffs, weights, index = [], [], []
+    for s, (x, y) in enumerate(strata):
+        a, b = (x, y) if cap is None else (_subsample(x, cap), _subsample(y, cap))
+        d = np.subtract.outer(a, b).ravel()
+        diffs.append(d)
+        weights.append(np.full(d.size, (x.size * y.size / d.size) / (x.size + y.size + 1)))
+        index.append(np.full(d.size, s))
+    d, w, stratum = np.concatenate(diffs), np.concatenate(weights), np.concatenate(index)
+    order = np.argsort(d, kind="stable")
+    return d[order], w[order], stratum[order]
+
+
+def _sizes(strata: Sequence[Stratum]) -> tuple[tuple[int, int], ...]:
+    return tuple((int(x.size), int(y.size)) for x, y in strata)
 
 
 def _subsample(values: np.ndarray, cap: int) -> np.ndarray:

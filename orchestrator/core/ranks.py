@@ -12,11 +12,17 @@ there is no interval at all.
   exact Mann-Whitney test (Lehmann 1963): [d_(k), d_(mn+1-k)] of the m*n pairwise differences.
 - mann_whitney_min_p: the smallest two-sided p an exact Mann-Whitney test can give, 2/C(m+n, m):
   with 2 trials per cell it is 0.33, so no difference can ever be significant.
+- stratified_steps, untied_null, tied_pmf, stratified_null: the exact permutation distribution of
+  van Elteren's stratified statistic sum_s U_s/(N_s + 1) while the within-stratum relabellings can
+  be enumerated (findings uses it for the p-value and the shift interval of small strata, where
+  the normal approximation rejected a true null 11% of the time at 0.05 and its "95%" interval
+  covered 89%).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -26,17 +32,24 @@ from scipy import stats as sps
 from orchestrator.core.stats import CONFIDENCE, Values
 
 EXACT_MAX_PAIRS = 2500  # m*n above this: the normal approximation of U (error < 0.1% coverage)
+EXACT_MAX_PERMUTATIONS = 1_000_000  # within-stratum relabellings up to which van Elteren's test is exact
+_LATTICE_MAX = 2**62  # the stratified statistic's integer lattice must fit an int64
 MAX_SIDE = 1000  # values per side for the shift: more are subsampled (seeded); 10^6 differences at most
 
 
 @dataclass(frozen=True)
 class CoveredInterval:
-    """An estimate with an interval and the coverage that interval really has (None: too few values)."""
+    """An estimate with an interval and the coverage that interval really has (no interval: too few values)."""
 
     estimate: float
     low: float | None
     high: float | None
-    coverage: float | None
+    coverage: float | None  # with an interval, None: its exact coverage is unknown (normal approximation)
+
+    @property
+    def approximate(self) -> bool:
+        """An interval at the asked-for confidence of a normal approximation, not of an exact distribution."""
+        return self.low is not None and self.coverage is None
 
 
 def median_coverage(n: int, j: int) -> float:
@@ -144,3 +157,93 @@ def shift_interval(x: Values, y: Values, confidence: float = CONFIDENCE) -> Cove
         return CoveredInterval(estimate, None, None, None)
     k, coverage = order
     return CoveredInterval(estimate, float(diffs[k - 1]), float(diffs[diffs.size - k]), coverage)
+
+
+# ----------------------------------------------------------------------------- stratified, exact
+
+
+@dataclass(frozen=True)
+class LatticeNull:
+    """An exact null distribution on an integer lattice: distinct sorted values, their probabilities."""
+
+    values: np.ndarray
+    probs: np.ndarray
+
+    def p_two_sided(self, observed: int) -> float:
+        """2 x the smaller tail at the observed value (each tail including it), at most 1."""
+        below = float(self.probs[: int(np.searchsorted(self.values, observed, side="right"))].sum())
+        above = float(self.probs[int(np.searchsorted(self.values, observed, side="left")) :].sum())
+        return min(1.0, 2.0 * min(below, above))
+
+    def acceptance(self, alpha: float) -> tuple[int, int, float] | None:
+        """(lowest, highest accepted value, coverage) when each tail of mass <= alpha/2 is rejected;
+        None when an extreme value alone weighs more (no tail can be rejected: no bounded interval)."""
+        below = int(np.searchsorted(np.cumsum(self.probs), alpha / 2 + 1e-12, side="right"))
+        above = int(np.searchsorted(np.cumsum(self.probs[::-1]), alpha / 2 + 1e-12, side="right"))
+        if below == 0 or above == 0:
+            return None
+        rejected = float(self.probs[:below].sum()) + float(self.probs[self.probs.size - above :].sum())
+        return int(self.values[below]), int(self.values[self.values.size - 1 - above]), 1.0 - rejected
+
+
+def stratified_steps(sizes: Sequence[tuple[int, int]]) -> tuple[int, ...] | None:
+    """Per stratum of (m, r) values, the lattice units of a half count of U: L/(N_s + 1), L the lcm
+    of the N_s + 1, so that 2L sum_s U_s/(N_s + 1) is an integer and equal statistics compare equal.
+    None when the strata are too large to enumerate, where the normal approximation holds."""
+    pairs = sum(m * r for m, r in sizes)
+    if not sizes or pairs > EXACT_MAX_PAIRS:  # first: bounds m + r, so the combs below stay small
+        return None
+    if math.prod(math.comb(m + r, m) for m, r in sizes) > EXACT_MAX_PERMUTATIONS:
+        return None
+    lcm = math.lcm(*(m + r + 1 for m, r in sizes))
+    if 2 * lcm * pairs >= _LATTICE_MAX:
+        return None
+    return tuple(lcm // (m + r + 1) for m, r in sizes)
+
+
+def stratified_null(pmfs: Sequence[np.ndarray], steps: Sequence[int]) -> LatticeNull:
+    """Distribution of sum_s steps[s] * V_s for independent V_s, pmfs[s] over 0..len - 1: the strata
+    are relabelled independently. Sparse (distinct values only): the lattice can be wide."""
+    values: np.ndarray = np.zeros(1, dtype=np.int64)
+    probs: np.ndarray = np.ones(1)
+    for pmf, step in zip(pmfs, steps, strict=True):
+        support = np.flatnonzero(pmf > 0)
+        total = (values[:, None] + step * support[None, :]).ravel()
+        values, inverse = np.unique(total, return_inverse=True)
+        probs = np.bincount(inverse.reshape(-1), weights=(probs[:, None] * pmf[support][None, :]).ravel())
+    return LatticeNull(values, probs)
+
+
+def untied_pmf(m: int, r: int) -> np.ndarray:
+    """pmf of 2U (index 0..2mr) of m vs r values without ties (odd indices 0), from _u_cdf."""
+    pmf = np.zeros(2 * m * r + 1)
+    pmf[::2] = np.diff(np.asarray(_u_cdf(m, r)), prepend=0.0)
+    return pmf
+
+
+@lru_cache(maxsize=256)
+def untied_null(sizes: tuple[tuple[int, int], ...]) -> LatticeNull:
+    """The stratified statistic's null without ties: a function of the strata's sizes only (cached;
+    the report asks for it once per numeric metric and factor)."""
+    steps = stratified_steps(sizes)
+    if steps is None:
+        raise ValueError(f"untied_null: strata {sizes} are too large to enumerate")
+    null = stratified_null([untied_pmf(m, r) for m, r in sizes], steps)
+    null.values.flags.writeable = null.probs.flags.writeable = False  # shared by every caller
+    return null
+
+
+def tied_pmf(doubled: np.ndarray, m: int) -> np.ndarray:
+    """pmf of 2U (index 0..2mr) of the first m of these values given their doubled midranks, every
+    choice of m of them equally likely: the null conditional on the ties. Counts subsets by size
+    and rank sum, one vectorised update per value, for the smaller side (U of the other is mr - U)."""
+    n = int(doubled.size)
+    k = min(m, n - m)
+    width = k * (2 * n - k + 1) + 1  # past the largest doubled rank sum of k values
+    counts = np.zeros((k + 1, width))
+    counts[0, 0] = 1.0
+    for q in doubled.tolist():
+        counts[1:, q:] = counts[1:, q:] + counts[:-1, : width - q]
+    low = k * (k + 1)
+    pmf = counts[k, low : low + 2 * m * (n - m) + 1] / math.comb(n, k)
+    return pmf if k == m else pmf[::-1]

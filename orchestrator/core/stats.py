@@ -193,20 +193,26 @@ def min_detectable_difference(n_per_cell: int, baseline_rate: float, alpha: floa
     return math.sin(angle) ** 2 - baseline_rate
 
 
-def heterogeneity(counts: Sequence[tuple[int, int]]) -> float:
+def heterogeneity(counts: Sequence[tuple[int, int]], phi: float = 1.0, df: float = math.inf) -> float:
     """Chi-square test that several k/n share one rate; 1.0 when it cannot be rejected at all.
 
-    Used across rounds (drift) and across trials of one cell (trial-to-trial noise beyond the
-    binomial, which would make the pooled intervals too narrow).
+    Used across trials of one cell (trial-to-trial noise beyond the binomial, which would make the
+    pooled intervals too narrow), and, given the dispersion phi of the trials estimated on df
+    degrees of freedom, across rounds (drift) and testbeds: sums of whole trials vary phi times
+    the binomial, so a session-level test there is a test of trial-to-trial variation (quasi_p).
     """
     table = _two_column_table(counts)
     if table is None:
         return 1.0
-    return float(sps.chi2_contingency(table, correction=False).pvalue)
+    result = sps.chi2_contingency(table, correction=False)
+    return quasi_p(float(result.pvalue), float(result.statistic), len(table) - 1, phi, df)
 
 
-def trend(counts: Sequence[tuple[int, int]], scores: Sequence[float] | None = None) -> float:
-    """Linear-by-linear (Cochran-Armitage type) trend test of k/n over ordered scores."""
+def trend(
+    counts: Sequence[tuple[int, int]], scores: Sequence[float] | None = None, phi: float = 1.0, df: float = math.inf
+) -> float:
+    """Linear-by-linear (Cochran-Armitage type) trend test of k/n over ordered scores (z^2 / phi
+    against F(1, df) given a dispersion, as heterogeneity)."""
     table = _two_column_table(counts)
     if table is None:
         return 1.0
@@ -214,7 +220,22 @@ def trend(counts: Sequence[tuple[int, int]], scores: Sequence[float] | None = No
     row_scores = np.asarray(scores if scores is not None else range(len(counts)), dtype=float)
     result = Table(table).test_ordinal_association(row_scores=row_scores[kept], col_scores=np.array([0.0, 1.0]))
     p = float(result.pvalue)
-    return 1.0 if math.isnan(p) else p
+    if math.isnan(p):
+        return 1.0
+    return quasi_p(p, float(result.zscore) ** 2, 1, phi, df)
+
+
+def quasi_p(binomial_p: float, statistic: float, dof: int, phi: float, df: float) -> float:
+    """The larger of the binomial p and the quasi-binomial one, (statistic / dof) / phi against
+    F(dof, df): phi estimated on df degrees of freedom keeps the error at alpha when trials vary,
+    and the max never makes a test more liberal than the binomial (phi < 1 is noise, not news).
+    df = inf: phi is taken as known (chi-square on statistic / phi); df <= 0: the binomial p alone
+    (the caller must say the test assumes independent sessions)."""
+    if df <= 0 or (math.isinf(df) and phi <= 1.0):
+        return binomial_p  # exactly the binomial test (phi <= 1 known: the max would pick it anyway)
+    scaled = statistic / max(phi, 1.0)  # phi < 1 (or 0: every trial at its rate) is noise, not news
+    quasi = sps.chi2.sf(scaled, dof) if math.isinf(df) else sps.f.sf(scaled / dof, dof, df)
+    return max(binomial_p, float(quasi))
 
 
 @dataclass(frozen=True)
@@ -226,27 +247,39 @@ class RoundCount:
 
 @dataclass(frozen=True)
 class DriftCheck:
-    """Did the baseline move across randomized rounds? (It recurs once per round.)"""
+    """Did the baseline move across randomized rounds? (It recurs once per round.)
+
+    separable False: trial-to-trial variation could not be estimated, so a drift cannot be told
+    apart from it; the p-values are then the binomial ones and the check is never flagged."""
 
     rounds: tuple[RoundCount, ...]
     p_homogeneity: float
     p_trend: float
     flagged: bool
+    separable: bool = True
 
 
-def drift_check(rounds: Sequence[RoundCount], alpha: float = ALPHA) -> DriftCheck:
-    """Chi-square homogeneity plus trend across rounds; flagged when either is below alpha/2.
+def drift_check(
+    rounds: Sequence[RoundCount], alpha: float = ALPHA, spread: tuple[float, float] | None = None
+) -> DriftCheck:
+    """Homogeneity plus trend across rounds; flagged when either is below alpha/2.
 
     Two tests, so each gets alpha/2 (Bonferroni): a drifting baseline means time, not the
-    factors, may explain differences, and the report says so rather than hiding it.
+    factors, may explain differences, and the report says so rather than hiding it. A round of
+    the baseline is one trial (or a few), so its k/n vary by trial-to-trial variation as well:
+    `spread` is (phi, df) of the trials around a cell + round fit (clustered.round_dispersion),
+    and each statistic is tested against it (quasi_p). None: sessions are independent (nothing
+    varies between trials), the binomial tests alone.
     """
     ordered = tuple(sorted((r for r in rounds if r.n > 0), key=lambda r: r.round))
+    phi, df = spread if spread is not None else (1.0, math.inf)
     if len(ordered) < 2:
         return DriftCheck(ordered, 1.0, 1.0, False)
     counts = [(r.k, r.n) for r in ordered]
-    p_hom = heterogeneity(counts)
-    p_trend = trend(counts, [r.round for r in ordered])
-    return DriftCheck(ordered, p_hom, p_trend, min(p_hom, p_trend) < alpha / 2)
+    p_hom = heterogeneity(counts, phi, df)
+    p_trend = trend(counts, [r.round for r in ordered], phi, df)
+    separable = df > 0
+    return DriftCheck(ordered, p_hom, p_trend, separable and min(p_hom, p_trend) < alpha / 2, separable)
 
 
 # ----------------------------------------------------------------------------- factor effects

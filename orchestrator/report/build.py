@@ -322,7 +322,7 @@ def _proportion_cells(
         if cell in tests:  # then it is in adjusted too: both cover `others`
             diff, low, high = tests[cell].diff, tests[cell].low, tests[cell].high
         result[cell] = ProportionCell(
-            rate=_rate_view(k, n, disp),
+            rate=_rate_view(k, n, disp, 0 if group is None else len(group)),
             trials=0 if group is None else len(group),
             trial_rates=_trial_rates(group),
             overdispersion_p=_overdispersion(group),
@@ -342,18 +342,21 @@ def _pooled(group: pd.DataFrame | None) -> tuple[int, int]:
     return (int(group.k.sum()), int(group.n.sum()))
 
 
-def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None) -> RateView:
-    interval = widened_rate(k, n, disp)
+def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0) -> RateView:
+    interval = widened_rate(k, n, disp, trials)
     return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
 
 
-def widened_rate(k: int, n: int, disp: clustered.Dispersion | None) -> stats.Interval:
-    """k/n with Wilson's interval, widened for trial-to-trial variation where `disp` can estimate it
-    (the report's rates, and orch compare's)."""
+def widened_rate(k: int, n: int, disp: clustered.Dispersion | None, trials: int = 0) -> stats.Interval:
+    """k/n with Wilson's interval widened for trial-to-trial variation: by `disp`'s estimate where it
+    has one, else by the least design effect orch assumes for the cell's `trials` (0: the sweep's
+    mean trial), so a clean cell's zero-event trials never certify a gate as if they were
+    independent sessions. The one interval the page shows and the gates check (and orch compare's)."""
     interval = stats.rate(k, n)
-    if disp is None or not disp.estimable or not n:
+    if disp is None or not n:
         return interval
-    return stats.Interval(interval.estimate, *clustered.rate_interval(k, n, disp))
+    low, high = clustered.wilson_inflated(k, n, disp.interval_inflation(n / trials if trials else None))
+    return stats.Interval(interval.estimate, float(low), float(high))
 
 
 def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
@@ -606,13 +609,14 @@ def _significance(view: ProportionCell | NumberCell, p_holm: float | None) -> Pr
 
 
 def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame) -> list[DriftView]:
-    """Per proportion metric: the baseline's rate per round, homogeneity and trend tests."""
+    """Per proportion metric: the baseline's rate per round, homogeneity and trend tests against
+    the trials' own spread (a round of the baseline is a trial: see _round_spread)."""
     if baseline_cell is None:
         return []
     views = []
-    base = frame[frame.cell == baseline_cell]
     for metric, kind in manifest.metrics.items():
-        rows = base[base.metric == metric]
+        metric_rows = frame[frame.metric == metric]
+        rows = metric_rows[metric_rows.cell == baseline_cell]
         if kind != "proportion" or rows.empty:
             continue
         per_round = rows.groupby("round")[["k", "n"]].sum()
@@ -620,7 +624,8 @@ def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame
             stats.RoundCount(int(r), int(k), int(n))
             for r, k, n in zip(per_round.index, per_round.k, per_round.n, strict=True)
         ]
-        check = stats.drift_check(rounds)
+        spread, assumed = _round_spread(metric_rows)
+        check = stats.drift_check(rounds, spread=spread)
         views.append(
             DriftView(
                 metric=metric,
@@ -629,9 +634,25 @@ def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame
                 p_homogeneity=check.p_homogeneity,
                 p_trend=check.p_trend,
                 flagged=check.flagged,
+                assumed=assumed,
             )
         )
     return views
+
+
+def _round_spread(rows: pd.DataFrame) -> tuple[tuple[float, float], bool]:
+    """(phi, df) of one metric's trials by cell and round (clustered.round_dispersion): every cell
+    of the sweep informs it, so a drift check has trial-to-trial variation to be tested against.
+    Where nothing estimates it (only the baseline saw events, or one round), the least design
+    effect orch assumes for the mean trial, taken as known, and True: a drift check on sessions
+    as if independent would call any restart-to-restart spread drift, and no check at all would
+    hide a real one."""
+    table = rows.groupby(["cell", "round"])[["k", "n"]].sum().unstack(fill_value=0)
+    phi, df = clustered.round_dispersion(table["k"].to_numpy(dtype=float), table["n"].to_numpy(dtype=float))
+    if df > 0:
+        return (phi, df), False
+    sizes = rows.n[rows.n > 0]
+    return (clustered.prior_inflation(float(sizes.mean()) if len(sizes) else 0.0), math.inf), True
 
 
 # ----------------------------------------------------------------------------- headline
@@ -1007,11 +1028,10 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
         size = f"{times} {'higher' if ratio >= 1 else 'lower'}"
     else:
         size = "higher" if e.shift > 0 else "lower"
-    interval = (
-        f" [{e.low:g}, {e.high:g}] ({e.coverage:.1%} coverage)"
-        if e.low is not None and e.high is not None and e.coverage is not None
-        else ""
-    )
+    interval = ""
+    if e.low is not None and e.high is not None:  # no coverage: van Elteren's normal approximation
+        covers = f"{e.coverage:.1%} coverage" if e.coverage is not None else "~95%, normal approximation"
+        interval = f" [{e.low:g}, {e.high:g}] ({covers})"
     text = (
         f"Median {e.metric} is {size} with {e.factor}={e.level} than with {e.factor}={e.reference}: "
         f"{e.median_level:g} vs {e.median_reference:g} over {e.n_level} vs {e.n_reference} trials "
@@ -1145,20 +1165,19 @@ def _moved_text(metric: str, cell: CellView, base: CellView, primary: str | None
 
 
 def _drift_findings(report: Report) -> list[Finding]:
+    """A caution for a flagged drift, saying what it assumed when the spread was not estimable."""
     found = []
     for view in report.drift:
-        if view.flagged:
-            rates = ", ".join(f"{fmt_pct(r.rate)} (round {r.round})" for r in view.rounds[:8])
-            found.append(
-                Finding(
-                    kind="caution",
-                    text=(
-                        f"The baseline's {view.metric} drifted across rounds: {rates} "
-                        f"(homogeneity {fmt_p(view.p_homogeneity)}, trend {fmt_p(view.p_trend)}). "
-                        "Differences between cells may reflect time, not the factors."
-                    ),
-                )
-            )
+        if not view.flagged:
+            continue
+        rates = ", ".join(f"{fmt_pct(r.rate)} (round {r.round})" for r in view.rounds[:8])
+        tests = f"homogeneity {fmt_p(view.p_homogeneity)}, trend {fmt_p(view.p_trend)}"
+        tests += f"; {clustered.ASSUMED_NOTE}" if view.assumed else ""
+        text = (
+            f"The baseline's {view.metric} drifted across rounds: {rates} ({tests}). "
+            "Differences between cells may reflect time, not the factors."
+        )
+        found.append(Finding(kind="caution", text=text))
     return found
 
 
@@ -1504,18 +1523,13 @@ def _side(message: str) -> str:
 
 
 def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:
-    """Do parallel testbeds agree? Per cell, a chi-square test of one rate across testbeds,
-    Holm-adjusted over the cells; a difference means the testbeds are not interchangeable."""
+    """Do parallel testbeds agree? Per cell, a test of one rate across testbeds against the
+    trials' own spread (_testbed_pvalues), Holm-adjusted over the cells; a difference means the
+    testbeds are not interchangeable."""
     if metric is None:
         return []
-    pooled: dict[str, dict[str, list[int]]] = {}
-    for t in trials:
-        m = t.metrics.get(metric)
-        if t.status != "completed" or m is None or m.n is None:
-            continue
-        kn = pooled.setdefault(t.cell, {}).setdefault(t.testbed, [0, 0])
-        kn[0] += m.k or 0
-        kn[1] += m.n
+    by_group = _testbed_trials(trials, metric)
+    pooled = {c: {tb: _sum_counts(ts) for tb, ts in by_tb.items()} for c, by_tb in by_group.items()}
     testbeds = sorted({tb for by_tb in pooled.values() for tb in by_tb})
     if len(testbeds) < 2:
         return []
@@ -1527,8 +1541,9 @@ def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[
                 text=f"Testbeds {', '.join(testbeds)} never ran the same cell: whether they differ cannot be checked.",
             )
         ]
-    raw = [stats.heterogeneity([tuple(kn) for kn in pooled[c].values()]) for c in cells]  # type: ignore[misc]
-    adjusted = stats.holm(raw)
+    disp = clustered.dispersion([ts for by_tb in by_group.values() for ts in by_tb.values()])
+    adjusted = stats.holm([_testbed_pvalue(list(pooled[c].values()), disp) for c in cells])
+    how = "" if disp.estimable else f"; {clustered.ASSUMED_NOTE}"
     differ = [(c, p) for c, p in zip(cells, adjusted, strict=True) if p < stats.ALPHA]
     if not differ:
         return [
@@ -1536,16 +1551,43 @@ def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[
                 kind="info",
                 text=f"Testbeds {', '.join(testbeds)} agree: no cell's {metric} differs "
                 f"between them (smallest Holm-adjusted p = {min(adjusted):.2g}, "
-                f"{len(cells)} cells run on several testbeds).",
+                f"{len(cells)} cells run on several testbeds; against trial-to-trial variation{how}).",
             )
         ]
     return [
         Finding(
             kind="caution",
             text=f"Testbeds differ in {c}: "
-            + ", ".join(f"{tb} {kn[0]}/{kn[1]}" for tb, kn in sorted(pooled[c].items()))
-            + f" (p={p:.2g}, Holm); "
+            + ", ".join(f"{tb} {k}/{n}" for tb, (k, n) in sorted(pooled[c].items()))
+            + f" (p={p:.2g}, Holm, against trial-to-trial variation{how}); "
             "treat its pooled numbers with care.",
         )
         for c, p in differ
     ]
+
+
+def _testbed_trials(trials: Iterable[TrialRecord], metric: str) -> dict[str, dict[str, list[tuple[int, int]]]]:
+    """cell -> testbed -> (k, n) of each completed trial: the trials, not their sum, since the
+    spread of trials within one (cell, testbed) is what a difference between testbeds must beat."""
+    found: dict[str, dict[str, list[tuple[int, int]]]] = {}
+    for t in trials:
+        m = t.metrics.get(metric)
+        if t.status != "completed" or m is None or m.n is None:
+            continue
+        found.setdefault(t.cell, {}).setdefault(t.testbed, []).append((m.k or 0, m.n))
+    return found
+
+
+def _sum_counts(counts: Sequence[tuple[int, int]]) -> tuple[int, int]:
+    return sum(k for k, _ in counts), sum(n for _, n in counts)
+
+
+def _testbed_pvalue(counts: Sequence[tuple[int, int]], disp: clustered.Dispersion) -> float:
+    """One cell's testbeds share one rate? Quasi-binomial: the chi-square over its testbeds against
+    the dispersion of trials around their own (cell, testbed) rate (a testbed's sum of trials
+    varies phi times the binomial, so a session-level test calls identical testbeds different in
+    39% of runs at ICC 0.05); with no replicate to estimate phi, the least design effect orch
+    assumes (clustered.prior_inflation), taken as known."""
+    if disp.estimable:
+        return stats.heterogeneity(counts, disp.phi, disp.df)
+    return stats.heterogeneity(counts, clustered.prior_inflation(disp.sessions_per_trial), math.inf)

@@ -3,6 +3,9 @@ JUnit export all call this, so they can never disagree about a gate)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+from orchestrator.core.clustered import ASSUMED_NOTE
 from orchestrator.core.gates import GateCell, GateResult, evaluate
 from orchestrator.report.model import CellView, Report
 
@@ -11,7 +14,19 @@ def check_gates(report: Report) -> list[GateResult]:
     """One result per gate and cell it selects; empty when the matrix has no gates."""
     if not report.gates:
         return []
-    return evaluate(report.gates, {m: [cell_estimate(c, m) for c in report.cells] for m in report.metrics})
+    results = evaluate(report.gates, {m: [cell_estimate(c, m) for c in report.cells] for m in report.metrics})
+    return [_with_assumption(r, report) for r in results]
+
+
+def _with_assumption(result: GateResult, report: Report) -> GateResult:
+    """The result, saying so when its interval rests on an assumed intra-trial correlation: a
+    proportion whose dispersion the run could not estimate (report.dispersion holds only estimated
+    ones) is widened by the prior alone, and a CI gate passed on it must not read as measured."""
+    metric = result.gate.metric
+    assumed = report.metrics.get(metric) == "proportion" and metric not in report.dispersion
+    if not assumed or result.high is None:
+        return result
+    return dataclasses.replace(result, message=f"{result.message} ({ASSUMED_NOTE})")
 
 
 def cell_estimate(cell: CellView, metric: str) -> GateCell:

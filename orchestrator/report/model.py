@@ -126,6 +126,7 @@ class DriftView(Frozen):
     p_homogeneity: float
     p_trend: float
     flagged: bool
+    assumed: bool = False  # tested against the least design effect orch assumes (no spread estimable)
 
 
 class Provenance(Frozen):

@@ -1,18 +1,28 @@
 """A run's per-trial numbers per cell and metric, kept in summary.json for trends and nightly
-regression checks across runs of the same matrix (the index never re-reads old journals)."""
+regression checks across runs of the same matrix (the index never re-reads old journals).
+
+A summary.json newer than its journal is trusted by the index, so a point is validated as it is
+read: counts within 0 <= k <= n <= MAX_SESSIONS and at most MAX_TRIALS trials and values. An
+invalid file fails validation and the summary is rebuilt from the journal, instead of a trial
+of 10^10 sessions reaching the statistics (an unbounded allocation there, once).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import pydantic
 
+from orchestrator.core.config import MAX_SESSIONS
 from orchestrator.core.records import MetricKind
 from orchestrator.store.journal import TrialRow
 
 MAX_CELLS = 256  # cells kept per run (a trend of more is unreadable anyway)
 MAX_TRIALS = 64  # trials kept per cell and metric (the newest ones)
+
+Count = Annotated[int, pydantic.Field(ge=0, le=MAX_SESSIONS)]  # sessions of one trial, or events among them
 
 
 class SeriesPoint(pydantic.BaseModel):
@@ -24,12 +34,27 @@ class SeriesPoint(pydantic.BaseModel):
     levels: dict[str, str]
     metric: str
     kind: MetricKind
-    trials: list[tuple[int, int]] = []
-    values: list[float] = []
+    trials: list[tuple[Count, Count]] = pydantic.Field(default=[], max_length=MAX_TRIALS)
+    values: list[float] = pydantic.Field(default=[], max_length=MAX_TRIALS)
+
+    @pydantic.field_validator("trials")
+    @classmethod
+    def _k_of_n(cls, trials: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """More events than sessions is no proportion: the statistics would fail on it later."""
+        bad = next(((k, n) for k, n in trials if k > n), None)
+        if bad is not None:
+            raise ValueError(f"trial {bad[0]}/{bad[1]}: more events than sessions")
+        return trials
 
     @property
     def rate(self) -> tuple[int, int]:
         return sum(k for k, _ in self.trials), sum(n for _, n in self.trials)
+
+
+def valid_trial(k: int, n: int) -> bool:
+    """What SeriesPoint accepts: a journal's trial beyond it is left out of the series (the
+    run's own report still shows it), so building a summary never fails validation."""
+    return 0 <= k <= n <= MAX_SESSIONS
 
 
 @dataclass
@@ -57,7 +82,7 @@ def run_series(rows: Sequence[TrialRow]) -> list[SeriesPoint]:
         cells.add(row.cell)
         for m in row.metrics:
             acc = grouped.setdefault((row.cell, m.name), _Acc(row.cell, dict(row.levels), m.name, m.kind))
-            if m.kind == "proportion" and m.k is not None and m.n:
+            if m.kind == "proportion" and m.k is not None and m.n and valid_trial(m.k, m.n):
                 acc.trials.append((m.k, m.n))
             elif m.kind == "number" and m.value is not None:
                 acc.values.append(m.value)

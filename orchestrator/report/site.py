@@ -17,6 +17,7 @@ from pathlib import Path
 import pydantic
 from markupsafe import Markup
 
+from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
 from orchestrator.report.hunt import HUNT_PAGE
@@ -183,7 +184,10 @@ def _entry(run_dir: Path) -> RunEntry:
 
 def _cached_summary(run_dir: Path) -> RunSummary | None:
     """The run's summary.json (written with its report), if it is newer than run.json and the
-    journal; None sends the caller to rebuild the summary from the journal."""
+    journal; None sends the caller to rebuild the summary from the journal. Trusted, but not
+    blindly: it is read with the bounded reader (a regular file of at most SUMMARY_BYTES, a FIFO
+    never blocks) and its series points are validated (report.series), so a hand-edited or
+    hostile file is rebuilt from the journal instead of reaching the statistics."""
     run = RunDir(run_dir)
     path = run.summary_json
     if not path.is_file():
@@ -192,6 +196,6 @@ def _cached_summary(run_dir: Path) -> RunSummary | None:
     if path.stat().st_mtime < newest_input or path.stat().st_size > SUMMARY_BYTES:
         return None
     try:
-        return RunSummary.model_validate_json(path.read_bytes())
-    except (OSError, pydantic.ValidationError):
+        return RunSummary.model_validate_json(read_bounded_bytes(path, SUMMARY_BYTES))
+    except (OrchError, pydantic.ValidationError):
         return None

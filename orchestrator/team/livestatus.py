@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.core.bounded import MiB, read_bounded_bytes
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import OrchError
 from orchestrator.store.atomic import write_json_atomic
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from orchestrator.sweep.progress import Progress
 
 STATUS_SCHEMA = 1
+MAX_STATUS_BYTES = 1 * MiB  # a status.json is a few KB (its longest fields are a cell name and a note)
 
 
 class StatusFile(BaseModel):
@@ -286,9 +288,15 @@ def _run_dirs(reports_dir: Path) -> list[Path]:
 
 
 def _live_run(run_dir: Path) -> LiveRun | None:
+    """The run as the status views show it; None (left out, as an unreadable status is) when its
+    status.json is not a regular file of at most MAX_STATUS_BYTES, or its run.json cannot be read.
+    Bounded because every poll of /status and /api/status reads every run's file: one 3 GiB
+    status.json must not exhaust the server, nor a FIFO hang it. The manifest is read without
+    its plan: only its status is used, and a big plan takes a second to load on every poll."""
     try:
-        status = StatusFile.model_validate_json(RunDir(run_dir).status_json.read_bytes())
-        manifest: RunManifest | None = load_manifest(run_dir)
+        data = read_bounded_bytes(RunDir(run_dir).status_json, MAX_STATUS_BYTES)
+        status = StatusFile.model_validate_json(data)
+        manifest: RunManifest | None = load_manifest(run_dir, plan=False)
     except (OSError, ValueError, OrchError):
         return None
     assert manifest is not None
