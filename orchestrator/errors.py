@@ -202,3 +202,16 @@ class Interrupted(OrchError):
 
     exit_code = 130
     kind = "interrupted"
+
+
+STOPPING = "stopping: interrupted by the user or a signal"
+
+
+class CommandInterrupted(Interrupted):
+    """A command stopped because the sweep is stopping (Ctrl-C, SIGTERM, the runner's stop Event):
+    killed where it ran, its process group included. An Interrupted, so it ends the trial and the
+    sweep as a Ctrl-C does; like CommandTimedOut it carries the Result (the output up to the kill)."""
+
+    def __init__(self, result: CommandOutput, *, host: str | None = None) -> None:
+        self.result, self.host = result, host or result.host
+        super().__init__(STOPPING, detail=(result.stderr or result.stdout)[-2000:])

@@ -49,7 +49,7 @@ from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result
-from orchestrator.errors import CommandFailed, EnvFileError, ServiceError, TransportError
+from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
 from orchestrator.sweep.hosts import REMOVE_RUN_FILES
 from orchestrator.sweep.runner import Runner, RunOptions
 
@@ -70,6 +70,9 @@ class Reply:
     stdout: str = ""
     stderr: str = ""
     timeout: bool = False  # raise as a command that outlived its timeout and was killed
+    # block until the run's stop Event is set, then end as a command killed on its host then (the
+    # printed output kept); a run without a stop Event, which nothing could cancel, is refused
+    until_stopped: bool = False
 
 
 @dataclass
@@ -97,6 +100,7 @@ class Call:
     op: str  # run, read, write, exists, close / restart, stop, ...
     target: str  # the command text, the path or the unit
     seq: int = field(default_factory=lambda: next(_sequence))
+    stop: threading.Event | None = field(default=None, compare=False)  # run: the Event it was given
 
 
 class FakeTransport:
@@ -154,10 +158,22 @@ class FakeTransport:
         timeout: float | None = None,
         check: bool = True,
         sudo: bool = False,
+        stop: threading.Event | None = None,
     ) -> Result:
         argv = None if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv or [])
-        reply = self._answer(text, argv)
+        if stop is not None and stop.is_set():  # as the real transports: nothing runs
+            with self._lock:
+                self.calls.append(Call("run", text, stop=stop))
+            raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
+        reply = self._answer(text, argv, stop)
+        if reply.until_stopped:
+            if stop is None:
+                raise AssertionError(f"{self.host}: `{text}` waits for a stop Event, but was run without one")
+            if not stop.wait(timeout if timeout is not None else 600):
+                reply = replace(reply, until_stopped=False, timeout=True)
+            else:
+                raise CommandInterrupted(Result(self.host, text, -15, reply.stdout, reply.stderr, 0.0))
         if reply.timeout:  # what LocalTransport raises: the command was killed at its timeout
             killed = Result(self.host, text, -1, reply.stdout, reply.stderr, timeout or 0.0)
             if CommandTimedOut is not None:
@@ -195,9 +211,9 @@ class FakeTransport:
             self.closed = True
 
     # ---------------------------------------------------------------- internals
-    def _answer(self, text: str, argv: Sequence[str] | None) -> Reply:
+    def _answer(self, text: str, argv: Sequence[str] | None, stop: threading.Event | None = None) -> Reply:
         with self._lock:
-            self.calls.append(Call("run", text))
+            self.calls.append(Call("run", text, stop=stop))
             script = next((s for s in self._scripts if s.matches(text, argv)), None)
             if script is None:
                 self.refused.append(text)

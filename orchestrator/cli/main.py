@@ -47,15 +47,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             return int(args.func(args))
     except Interrupted as exc:
         err.print(f"interrupted ({escape(str(exc))})")
+        _print_notes(exc)
         return exc.exit_code
     except OrchError as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
+        _print_notes(exc)
         if exc.detail:
             err.print(exc.detail.rstrip(), markup=False)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         err.print("interrupted")
+        _print_notes(exc)
         return 130
+    except Exception as exc:
+        # a bug: Python's traceback shows it (and prints the notes at its end, long after the
+        # user stopped reading), so the notes - what was left changed and how to put it back,
+        # e.g. "NOT restored: ...; finish with: orch restore RUN_DIR" - come first, on their own
+        _print_notes(exc)
+        raise
+
+
+def _print_notes(exc: BaseException) -> None:
+    """Each note added to the error on its way up (BaseException.add_note), a line of its own."""
+    for note in getattr(exc, "__notes__", ()):
+        err.print(escape(str(note)))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ import regex
 from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.edges.interrupts import uninterrupted
+from orchestrator.edges.transport import STOP_POLL_S  # a repro's wait looks at its stop Event as a command's does
 from orchestrator.errors import ConfigError, Interrupted, OrchError, WorkloadError
 
 __all__ = [
@@ -55,9 +56,6 @@ KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
 KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
-# how often a repro's wait looks at its stop Event: a repro run by a parallel testbed's runner
-# thread, which no signal reaches, stops this soon after Ctrl-C/SIGTERM in the main thread
-STOP_POLL_S = 0.05
 MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
 # per metric, in CPU seconds (the regex engine's clock: on a loaded machine the wall time is a few
 # times longer): far above a sane regex over 4 MiB (milliseconds), far below a hang

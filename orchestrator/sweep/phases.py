@@ -54,6 +54,7 @@ from orchestrator.edges.workload import (
     run_command,
 )
 from orchestrator.errors import (
+    CommandInterrupted,
     CommandTimedOut,
     IdentityError,
     Interrupted,
@@ -476,8 +477,10 @@ class Repro:
         """The measured repro (or, warmup=True, repro.warmup with the same placeholders, its
         output in warmup.out/.err). `on_spawn` is called once its process runs (on a host: just
         before the command is sent). Once the runner is stopping (Ctrl-C, SIGTERM) no repro starts,
-        and a local one is killed (Interrupted); a repro on a host runs to its end or its timeout:
-        the transport has no way to cancel a command (closing the channel leaves it running)."""
+        and a running one is killed with everything it started (Interrupted, its output so far
+        kept in the trial's files): on the controller its process group, on a host through the
+        transport's `stop` (closing the channel would leave it running: the SSH transport kills its
+        process group on the host with a second command, edges.transport.ssh)."""
         if self.stopping.is_set():
             raise Interrupted("stopping: interrupted by the user or a signal")
         repro = self.plan.matrix.repro
@@ -508,9 +511,13 @@ class Repro:
         h = self.deployment.hosts[self.deployment.testbed.first(role).key]  # a role of several hosts: its first
         t0 = time.time()
         try:
-            res = h.transport.run(command, timeout=timeout, check=False)
+            res = h.transport.run(command, timeout=timeout, check=False, stop=self.stopping)
             code: int | None = res.exit_code
             stdout, stderr = res.stdout, res.stderr
+        except CommandInterrupted as exc:  # Ctrl-C/SIGTERM: killed on the host, as a local repro is killed
+            _write(out, exc.result.stdout)
+            _write(err, exc.result.stderr)
+            raise
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"

@@ -4,8 +4,10 @@ writes, injection, timeouts, reconnects, and every connection error as one line 
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +16,8 @@ from testbed.fixture import Testbed
 from testbed.helpers import transport, wait_for
 
 from orchestrator.edges.transport.ssh import SshTransport
-from orchestrator.errors import CommandFailed, CommandTimedOut, TransportError
+from orchestrator.errors import CommandFailed, CommandInterrupted, CommandTimedOut, TransportError
+from orchestrator.sweep.signals import signals_as_interrupt
 
 pytestmark = pytest.mark.testbed
 
@@ -111,6 +114,76 @@ def test_timeout_is_typed_and_keeps_the_output_so_far(decode: SshTransport) -> N
     assert str(exc.value).endswith(
         "command timed out after 1 s and was killed: echo partial; echo oops >&2; sleep 31.5"
     )
+
+
+# The remote repro's cancel (Ctrl-C/SIGTERM): sleeps of their own lengths, so that pgrep finds only these.
+@pytest.mark.parametrize("sudo", [False, True], ids=["root", "sudo"])
+def test_a_set_stop_event_kills_the_remote_process_group_and_keeps_the_output(
+    testbed: Testbed, decode: SshTransport, scratch: str, sudo: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A remote repro (240 s timeout) whose stop Event is set after 0.5 s: run() returns within
+    seconds, with what it printed, and the command's whole process group is gone ON THE HOST (the
+    shell, a background child, the foreground sleep): closing the channel alone leaves them running."""
+    ids = f"{scratch}/ids"
+    command = (
+        # the user's shell records its pid and process group (fields 1 and 5 of /proc/PID/stat)
+        f'read -r s < /proc/$$/stat; set -- ${{s#*) }}; echo "$$ $3" > {ids}; '
+        "echo partial; echo oops >&2; sleep 300.25 & sleep 300.5; wait"
+    )
+    stop = threading.Event()
+    timer = threading.Timer(0.5, stop.set)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(CommandInterrupted) as exc:
+        decode.run(command, timeout=240, check=False, sudo=sudo, stop=stop)
+    took = time.monotonic() - t0
+    timer.cancel()
+    assert took < 4, f"a stopped remote command took {took:.2f} s to return"
+    assert exc.value.result.stdout == "partial\n"  # orch's pid line is not the command's output
+    assert exc.value.result.stderr.endswith("oops\n") and not getattr(exc.value, "__notes__", [])
+    pid, pgid = testbed.ssh("decode", f"cat {ids}").stdout.split()
+    left = testbed.ssh("decode", f"kill -0 {pid}; pgrep -g {pgid}; pgrep -f 'sleep 300[.]'", check=False)
+    assert left.returncode == 1 and left.stdout == "", f"left running on the host: {left.stdout}"
+    assert decode.run("echo after").stdout == "after\n" and decode.connects == 1  # the connection lives on
+    with capsys.disabled():
+        how = "sudo" if sudo else "root"
+        print(f"\n[ssh] stopped remote `sleep 300` ({how}): returned {took - 0.5:.2f} s after the stop")
+
+
+def test_sigterm_in_the_main_thread_kills_the_remote_process_group(testbed: Testbed, decode: SshTransport) -> None:
+    """A one-testbed sweep runs the repro in the main thread: there SIGTERM (or Ctrl-C) raises in the
+    middle of the wait (sweep.signals), and the command is killed on the host all the same."""
+    stop = threading.Event()
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    t0 = time.monotonic()
+    try:
+        with signals_as_interrupt(stop, sigint=False), pytest.raises(CommandInterrupted) as exc:
+            timer.start()
+            decode.run("echo partial; sleep 300.75", timeout=240, stop=stop)
+    finally:
+        timer.cancel()  # never a SIGTERM after the handler is gone: it would end pytest
+    assert time.monotonic() - t0 < 4 and stop.is_set()
+    assert exc.value.result.stdout == "partial\n" and "SIGTERM" in str(exc.value.__cause__)
+    assert testbed.ssh("decode", "pgrep -f 'sleep 300[.]75'", check=False).returncode == 1
+
+
+def test_a_stop_set_before_the_call_runs_nothing(decode: SshTransport, scratch: str) -> None:
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(CommandInterrupted):
+        decode.run(f"touch {scratch}/ran", stop=stop)
+    assert not decode.exists(f"{scratch}/ran")
+
+
+def test_a_stoppable_command_that_ends_returns_as_any_other(decode: SshTransport) -> None:
+    """The stop Event unset: output, exit code and timeout as without one (the pid line taken out)."""
+    stop = threading.Event()
+    res = decode.run("echo out; echo err >&2; exit 3", check=False, stop=stop)
+    assert (res.exit_code, res.stdout, res.stderr) == (3, "out\n", "err\n")
+    assert decode.run(["printf", "%s|", "a b", "$HOME"], stop=stop).stdout == "a b|$HOME|"
+    with pytest.raises(CommandTimedOut) as exc:
+        decode.run("echo partial; sleep 31.75", timeout=0.5, stop=stop)
+    assert exc.value.result.stdout == "partial\n"
 
 
 def test_reconnects_once_after_the_connection_dropped(testbed: Testbed, decode: SshTransport) -> None:

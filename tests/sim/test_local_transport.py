@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from orchestrator.core.inventory import Host
 from orchestrator.edges.deployment import HostHandle
 from orchestrator.edges.transport import Transport
 from orchestrator.edges.transport.local import LocalTransport
-from orchestrator.errors import CommandFailed, TransportError
+from orchestrator.errors import CommandFailed, CommandInterrupted, TransportError
 from orchestrator.sweep.hosts import remove_run_files
 
 from .helpers import pid_running, wait_until
@@ -67,6 +68,21 @@ def test_timeout_kills_the_whole_process_group(t: LocalTransport, tmp_path: Path
     assert time.monotonic() - started < 5
     child = int(pidfile.read_text())
     wait_until(lambda: not pid_running(child), timeout=3)
+
+
+@pytest.mark.process
+def test_a_set_stop_event_kills_the_whole_process_group_and_keeps_the_output(t: LocalTransport, tmp_path: Path) -> None:
+    pidfile, stop = tmp_path / "child.pid", threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    started = time.monotonic()
+    with pytest.raises(CommandInterrupted) as exc:
+        t.run(f"echo partial; echo oops >&2; sleep 30 & echo $! > {pidfile}; wait", timeout=60, stop=stop)
+    assert time.monotonic() - started < 5
+    assert (exc.value.result.stdout, exc.value.result.stderr) == ("partial\n", "oops\n")
+    wait_until(lambda: not pid_running(int(pidfile.read_text())), timeout=3)
+    with pytest.raises(CommandInterrupted):  # set before the call: nothing runs
+        t.run(f"touch {tmp_path / 'ran'}", stop=stop)
+    assert not (tmp_path / "ran").exists()
 
 
 @pytest.mark.process

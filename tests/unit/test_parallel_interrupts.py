@@ -102,7 +102,8 @@ def settle(*events_to_set: threading.Event) -> None:
 
 # ------------------------------------------------------------------ one Ctrl-C, one busy testbed
 def test_one_ctrl_c_returns_only_once_the_busy_testbed_is_restored(tmp_path, monkeypatch, background):
-    """A is inside a repro on its host (which orch cannot cancel) and B has finished its share when
+    """A is inside a repro on its host that outlives its cancel (the hook ignores the stop Event; a
+    repro that is killed at once: test_remote_repro_stop.py) and B has finished its share when
     Ctrl-C comes: the sweep must wait for A to end its trial and restore, not return with A
     mid-trial (the main thread's Thread.join was interrupted: CPython then calls A stopped)."""
     fleet = Fleet(ENV)
@@ -114,7 +115,7 @@ def test_one_ctrl_c_returns_only_once_the_busy_testbed_is_restored(tmp_path, mon
     def hook(testbed: str, command: str) -> Reply | None:
         if testbed == "A" and trials_journaled(journal_of(tmp_path)) >= 1:
             hung.set()
-            release.wait(HANG_S)  # a repro on a host: it ends when it ends
+            release.wait(HANG_S)  # a repro on a host that ends when it ends
         return None
 
     def execute(*args: object, **kwargs: object) -> object:  # what holds when the trials are over

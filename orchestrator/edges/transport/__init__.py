@@ -7,8 +7,13 @@ Library errors are translated here, once, into TransportError naming the host.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Protocol, Sequence
+
+# how often a command's wait looks at its stop Event: a command run by a parallel testbed's runner
+# thread, which no signal reaches, is stopped this soon after Ctrl-C/SIGTERM in the main thread
+STOP_POLL_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -39,9 +44,14 @@ class Transport(Protocol):
         timeout: float | None = None,
         check: bool = True,
         sudo: bool = False,
+        stop: threading.Event | None = None,
     ) -> Result:
         """Run a command. A sequence is quoted argument by argument (never through a shell
-        unquoted); a string is run by the host's shell. check=True raises CommandFailed."""
+        unquoted); a string is run by the host's shell. check=True raises CommandFailed.
+
+        `stop` (the runner's Ctrl-C/SIGTERM Event), looked at every STOP_POLL_S: once it is set the
+        command and every process it started are killed on the host (TERM, KILL after a grace) and
+        CommandInterrupted is raised with the output so far; set before the call, nothing runs."""
         ...
 
     def read_bytes(self, path: str) -> bytes: ...

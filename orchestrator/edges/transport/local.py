@@ -21,12 +21,13 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Sequence
 
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.edges.transport import Result
-from orchestrator.errors import CommandFailed, CommandTimedOut, ConfigError, TransportError
+from orchestrator.edges.transport import STOP_POLL_S, Result
+from orchestrator.errors import CommandFailed, CommandInterrupted, CommandTimedOut, ConfigError, TransportError
 
 MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero must not fill memory
 
@@ -47,14 +48,18 @@ class LocalTransport:
         timeout: float | None = None,
         check: bool = True,
         sudo: bool = False,
+        stop: threading.Event | None = None,
     ) -> Result:
-        """A sequence runs without a shell; a string runs through /bin/sh -c."""
+        """A sequence runs without a shell; a string runs through /bin/sh -c. `stop` set kills its
+        process group and raises CommandInterrupted (with the output so far)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv)
+        if stop is not None and stop.is_set():
+            raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
         if sudo:
             argv = self._sudo(argv)
         started = time.monotonic()
-        code, out, err = self._spawn(argv, text, timeout)
+        code, out, err = self._spawn(argv, text, timeout, stop)
         result = Result(self.host, text, code, _decode(out), _decode(err), time.monotonic() - started)
         if check and not result.ok:
             raise CommandFailed(self.host, text, code, result.stdout, result.stderr)
@@ -67,16 +72,25 @@ class LocalTransport:
             raise TransportError(self.host, "sudo not supported locally (sudo is not installed)")
         return ["sudo", "-n", "--", *argv]
 
-    def _spawn(self, argv: list[str], text: str, timeout: float | None) -> tuple[int, bytes, bytes]:
+    def _spawn(
+        self, argv: list[str], text: str, timeout: float | None, stop: threading.Event | None = None
+    ) -> tuple[int, bytes, bytes]:
         proc: subprocess.Popen[bytes] | None = None
         pipes: _Pipes | None = None
+        started = time.monotonic()
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
                 proc = self._popen(argv, text)
             if proc is None:  # what a shell (and an SSH host) reports for a missing program
                 return 127, b"", f"{argv[0]}: command not found ({os.strerror(errno.ENOENT)})".encode()
             pipes = _Pipes(proc)
-            return _finish(proc, pipes, None if timeout is None else time.monotonic() + timeout)
+            return _finish(proc, pipes, None if timeout is None else time.monotonic() + timeout, stop)
+        except _Stopped:
+            assert proc is not None and pipes is not None  # only _finish sees the Event
+            _kill_group(proc)
+            out, err = _drain(proc, pipes)
+            stopped = Result(self.host, text, proc.returncode, _decode(out), _decode(err), time.monotonic() - started)
+            raise CommandInterrupted(stopped) from None
         except subprocess.TimeoutExpired:
             assert proc is not None and pipes is not None  # only _finish times out
             _kill_group(proc)
@@ -231,11 +245,24 @@ def _append(buf: bytearray, data: bytes) -> None:
         del buf[: len(buf) - MAX_OUTPUT_BYTES]  # the front of a bytearray is dropped in O(1)
 
 
-def _finish(proc: subprocess.Popen[bytes], pipes: _Pipes, deadline: float | None) -> tuple[int, bytes, bytes]:
+class _Stopped(Exception):
+    """The stop Event was set while the command ran."""
+
+
+def _finish(
+    proc: subprocess.Popen[bytes], pipes: _Pipes, deadline: float | None, stop: threading.Event | None = None
+) -> tuple[int, bytes, bytes]:
     """Exit code and output of a command that ends by `deadline` (subprocess.TimeoutExpired if
-    not): its output first, then its exit, as communicate() did, within the one deadline."""
-    if not pipes.read_until(deadline):
-        raise subprocess.TimeoutExpired(proc.args, 0.0)
+    not): its output first, then its exit, as communicate() did, within the one deadline. With
+    `stop`, the reading pauses every STOP_POLL_S to look at it (_Stopped once it is set)."""
+    while True:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        step = deadline if stop is None else min(deadline or float("inf"), time.monotonic() + STOP_POLL_S)
+        if pipes.read_until(step):
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(proc.args, 0.0)
     proc.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
     _close_pipes(proc)
     return proc.returncode, bytes(pipes.out), bytes(pipes.err)

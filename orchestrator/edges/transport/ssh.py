@@ -18,6 +18,14 @@ Why each choice:
   rename. This works the same with `sudo -n`, which SFTP cannot do.
 - Every paramiko / socket error is translated here, once, into a one-line TransportError
   named ``<host> (<address>:<port>)``.
+- A command run with a `stop` Event (the remote repro) can be cancelled: closing its channel
+  leaves it running (measured on OpenSSH 9.2: the remote `sleep` lived on); an RFC 4254 "signal"
+  request (paramiko has no API for it) was ignored by that sshd, and would signal as the login
+  user, not through sudo; a pty (its close sends SIGHUP) would merge stderr into stdout. So the
+  command prints its pid first (`orch-pid N`, taken out of stdout) and execs `timeout`, which
+  makes that pid the leader of its own process group; a second exec on the same connection then
+  sends TERM to the group and KILL to what is left after the grace (`kill -- -N`, with sudo when
+  the command had it). Everything the command started is in that group unless it left it itself.
 """
 
 from __future__ import annotations
@@ -26,13 +34,14 @@ import base64
 import errno
 import hashlib
 import os
+import re
 import select
 import shlex
 import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import paramiko
 from fabric import Config, Connection
@@ -46,15 +55,46 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from orchestrator.edges.transport import Result
+from orchestrator.edges.transport import STOP_POLL_S, Result
 from orchestrator.edges.transport.tunnel import Tunnel
-from orchestrator.errors import CommandFailed, CommandTimedOut, ConfigError, TransportError
+from orchestrator.errors import (
+    STOPPING,
+    CommandFailed,
+    CommandInterrupted,
+    CommandTimedOut,
+    ConfigError,
+    Interrupted,
+    TransportError,
+)
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runaway log cat)
 KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
 BACKSTOP_S = 5.0  # local deadline = timeout + grace + this, if the host stops answering
 TIMED_OUT_CODES = (124, 137)  # coreutils timeout: TERM worked / had to KILL
 FILE_OP_TIMEOUT_S = 120.0  # read/write/exists give up on a host that stopped answering
+
+# A stoppable command: the first line of its stdout is its pid, then it execs `timeout` (which calls
+# setpgid(0, 0): the pid leads its own process group, and what it starts stays in it).
+_ANNOUNCE = 'echo "orch-pid $$"; exec "$@"'
+_PID_LINE = re.compile(rb"(?:^|\n)(orch-pid ([0-9]+)\n)")
+PID_SCAN_BYTES = 4096  # the pid line comes first (after anything a login script printed)
+PID_WAIT_S = 1.0  # a stop before the pid line arrived: how long to wait for it
+# Its cancel, a second exec. $1 = the pid (and pgid), $2 = the grace in 50 ms steps. TERM goes to the
+# pid too: for the moment between `echo` and `exec timeout` it is not a group leader yet. KILL goes
+# to the group only (the pid alone may be reused once the group is gone). Exit 1: it outlived KILL.
+_KILL_SCRIPT = r"""
+kill -s TERM -- "-$1" "$1" 2>/dev/null
+n=0
+while kill -s 0 -- "-$1" 2>/dev/null; do
+  if [ "$n" -ge "$2" ]; then kill -s KILL -- "-$1" 2>/dev/null; break; fi
+  sleep 0.05; n=$((n + 1))
+done
+n=0
+while kill -s 0 -- "-$1" 2>/dev/null; do
+  if [ "$n" -ge 20 ]; then echo "process group $1 is still alive after SIGKILL" >&2; exit 1; fi
+  sleep 0.05; n=$((n + 1))
+done
+"""
 
 # The remote half of write_bytes_atomic. $1 = target path, $2 = its length; data arrives on stdin.
 # A symlinked env file is written through (readlink -f) so the link survives. The length is
@@ -175,12 +215,18 @@ class SshTransport:
         timeout: float | None = None,
         check: bool = True,
         sudo: bool = False,
+        stop: threading.Event | None = None,
     ) -> Result:
-        """Run a command; a timeout kills it on the host and raises CommandTimedOut (with the output so far)."""
+        """Run a command; a timeout kills it on the host and raises CommandTimedOut (with the output so far).
+        `stop` set (or Ctrl-C/SIGTERM in the main thread while it runs) kills its process group on the
+        host and raises CommandInterrupted (with the output so far); set before the call, nothing runs."""
         shown = command if isinstance(command, str) else shlex.join(command)
-        line = command_line(command, sudo=sudo or self.use_sudo, timeout=timeout)
-        raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES)
-        self._raise_if_sudo_refused(raw, sudo or self.use_sudo)
+        as_root = sudo or self.use_sudo
+        if stop is not None and stop.is_set():
+            raise CommandInterrupted(Result(self.host, shown, -1, "", "", 0.0), host=self.label)
+        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None)
+        raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES, stop=stop, sudo=as_root)
+        self._raise_if_sudo_refused(raw, as_root)
         result = Result(
             host=self.host,
             command=shown,
@@ -360,9 +406,12 @@ class SshTransport:
         timeout: float | None = None,
         shown: str,
         max_output: int | None = None,
+        stop: threading.Event | None = None,
+        sudo: bool = False,
     ) -> _Raw:
         """Run one command line. If the connection turns out dead before the command could
-        start, reconnect once and retry; a drop after it started is an error (it may have run)."""
+        start, reconnect once and retry; a drop after it started is an error (it may have run).
+        With `stop`, `line` is a stoppable one (command_line(stoppable=True)); `sudo`: it runs as root."""
         for attempt in (1, 2):
             conn = self._connection()
             try:
@@ -375,7 +424,7 @@ class SshTransport:
                     raise TransportError(self.label, f"connection lost: {_one_line(exc)}") from exc
                 continue
             with chan:
-                return self._drive(chan, line, stdin, timeout, shown, max_output)
+                return self._drive(chan, line, stdin, timeout, shown, max_output, stop, sudo)
         raise AssertionError("unreachable")
 
     def _drive(
@@ -386,13 +435,19 @@ class SshTransport:
         timeout: float | None,
         shown: str,
         max_output: int | None,
+        stop: threading.Event | None = None,
+        sudo: bool = False,
     ) -> _Raw:
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout + KILL_GRACE_S + BACKSTOP_S
+        output = _Output(chan, max_output, pid_line=stop is not None)
         try:
             chan.exec_command(line)
             _send(chan, stdin)
-            out, err = _drain(chan, deadline, max_output)
+            stopped_by = _read_or_stop(output, deadline, stop)
+            if stopped_by is not None:
+                self._cancel(output, shown, started, sudo, stopped_by)
+            out, err = bytes(output.out), bytes(output.err)
             code = _exit_status(chan, deadline)
         except _Deadline:
             raise TransportError(self.label, f"no answer within {timeout:g} s: {_short(shown)} (host hung?)") from None
@@ -411,6 +466,41 @@ class SshTransport:
             )
             raise CommandTimedOut(decoded, timeout, host=self.label)
         return _Raw(code, out, err, elapsed)
+
+    def _cancel(self, output: _Output, shown: str, started: float, sudo: bool, cause: BaseException) -> NoReturn:
+        """Kill a stoppable command's process group on the host, read what it printed until its
+        channel closes, and raise CommandInterrupted with that output. A kill that could not be
+        made is a note on the error (the command may still run there)."""
+        problem = ""
+        try:
+            if output.pid is None and not output.finished:  # stopped within a few ms of its start
+                output.read(time.monotonic() + PID_WAIT_S, until_pid=True)
+            if output.pid is not None:
+                problem = self._kill_group(output.pid, sudo)
+            elif not output.finished:
+                problem = "it did not say its pid in time, so it could not be killed and may still run there"
+            output.read(time.monotonic() + KILL_GRACE_S + BACKSTOP_S)
+        except (_Deadline, SSHException, EOFError, OSError):
+            pass  # what arrived so far is kept; a link that dropped now cannot say more
+        chan = output.chan
+        code = chan.recv_exit_status() if chan.status_event.wait(0.2) else -1
+        out, err = output.out.decode("utf-8", "replace"), output.err.decode("utf-8", "replace")
+        exc = CommandInterrupted(Result(self.host, shown, code, out, err, time.monotonic() - started), host=self.label)
+        if problem:
+            exc.add_note(f"{self.label}: the stopped command `{_short(shown)}`: {problem}")
+        raise exc from (None if isinstance(cause, _Stopped) else cause)
+
+    def _kill_group(self, pid: int, sudo: bool) -> str:
+        """TERM to the process group `pid`, KILL after KILL_GRACE_S: '' once it is gone, else why not."""
+        steps = str(max(1, round(KILL_GRACE_S / 0.05)))
+        line = command_line(["sh", "-c", _KILL_SCRIPT, "orch-kill", str(pid), steps], sudo=sudo, timeout=None)
+        try:
+            raw = self._exec(line, timeout=KILL_GRACE_S + 1.0, shown=f"kill process group {pid}")
+        except TransportError as exc:
+            return f"could not kill its process group {pid}: {exc}"
+        if raw.exit_code != 0:
+            return f"could not kill its process group {pid}: {_reason(raw.stderr)}"
+        return ""
 
     # ---------------------------------------------------------------- errors
     def _connect_error(self, exc: BaseException) -> TransportError:
@@ -441,17 +531,22 @@ def _check_operand(key: str, value: str) -> None:
         raise ConfigError(f"{key}: {value!r} is not a host or user name", hint="letters, digits, . - _ : not first -")
 
 
-def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None) -> str:
+def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None, stoppable: bool = False) -> str:
     """The exact line sent to the host. A sequence is quoted word by word; a string is kept
     for the login shell, or handed to "$SHELL" -c (quoted) when sudo or timeout wrap it.
-    sudo is outermost so that `timeout` (running as root) can also kill a root command."""
+    sudo is outermost so that `timeout` (running as root) can also kill a root command.
+    stoppable: the line prints `orch-pid PID` first and runs under `timeout` (0: none) even
+    without a timeout, so that PID leads the process group SshTransport's cancel kills."""
     if not isinstance(command, str) and not command:
         raise ValueError("empty command")
     prefix: list[str] = []
     if sudo:
         prefix += ["sudo", "-n", "--"]
-    if timeout is not None:
-        prefix += ["timeout", "-k", f"{KILL_GRACE_S:g}", f"{max(timeout, 0.001):.3f}"]
+    if stoppable:
+        prefix += ["sh", "-c", _ANNOUNCE, "orch-run"]
+    if timeout is not None or stoppable:
+        duration = "0" if timeout is None else f"{max(timeout, 0.001):.3f}"  # coreutils: 0 is no timeout
+        prefix += ["timeout", "-k", f"{KILL_GRACE_S:g}", duration]
     if not isinstance(command, str):
         return shlex.join([*prefix, *command])
     if not prefix:
@@ -571,26 +666,77 @@ def _send(chan: paramiko.Channel, data: bytes) -> None:
         pass
 
 
+class _Stopped(Exception):
+    """The stop Event was set while a stoppable command ran."""
+
+
+class _Output:
+    """A command's stdout and stderr as they arrive, each keeping its tail beyond max_output.
+    With pid_line, the `orch-pid N` line of a stoppable command is taken out of stdout as it comes."""
+
+    def __init__(self, chan: paramiko.Channel, max_output: int | None, *, pid_line: bool = False) -> None:
+        self.chan, self.max_output = chan, max_output
+        self.out, self.err = bytearray(), bytearray()
+        self.pid: int | None = None
+        self._want_pid = pid_line
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.chan.closed or self.chan.eof_received)
+
+    def read(self, deadline: float | None, stop: threading.Event | None = None, *, until_pid: bool = False) -> bool:
+        """Read until EOF/close (True); False as soon as `stop` is set, or (until_pid) the pid
+        is known. select() on the channel wakes on data for either stream and on EOF/close;
+        _Deadline once `deadline` passes."""
+        chan = self.chan
+        while True:
+            # EOF or close is read BEFORE the buffers: paramiko's reader thread queues the last data
+            # and then the EOF/close, so once either is seen, one more read finds everything. The
+            # other order (read, then look) lost output that landed in between: `cat` of a lock file
+            # came back empty and a released lock stayed behind.
+            finished = self.finished
+            while chan.recv_ready():
+                _append(self.out, chan.recv(65536), self.max_output)
+            while chan.recv_stderr_ready():
+                _append(self.err, chan.recv_stderr(65536), self.max_output)
+            if self._want_pid:
+                self._take_pid(finished)
+            if finished:
+                return True
+            if (stop is not None and stop.is_set()) or (until_pid and self.pid is not None):
+                return False
+            wait = 1.0 if deadline is None else deadline - time.monotonic()
+            if wait <= 0:
+                raise _Deadline
+            select.select([chan], [], [], min(wait, 1.0 if stop is None and not until_pid else STOP_POLL_S))
+
+    def _take_pid(self, finished: bool) -> None:
+        head = bytes(self.out[:PID_SCAN_BYTES])
+        match = _PID_LINE.search(head)
+        if match is not None:
+            self.pid = int(match.group(2))
+            del self.out[match.start(1) : match.end(1)]
+        if match is not None or finished or len(head) >= PID_SCAN_BYTES:
+            self._want_pid = False
+
+
 def _drain(chan: paramiko.Channel, deadline: float | None, max_output: int | None) -> tuple[bytes, bytes]:
-    """Read stdout and stderr until EOF; keep the tail of each beyond max_output bytes.
-    select() on the channel wakes on data for either stream and on EOF/close."""
-    out, err = bytearray(), bytearray()
-    while True:
-        # EOF or close is read BEFORE the buffers: paramiko's reader thread queues the last data
-        # and then the EOF/close, so once either is seen, one more read finds everything. The
-        # other order (read, then look) lost output that landed in between: `cat` of a lock file
-        # came back empty and a released lock stayed behind.
-        finished = chan.closed or chan.eof_received
-        while chan.recv_ready():
-            _append(out, chan.recv(65536), max_output)
-        while chan.recv_stderr_ready():
-            _append(err, chan.recv_stderr(65536), max_output)
-        if finished:
-            return bytes(out), bytes(err)
-        wait = 1.0 if deadline is None else deadline - time.monotonic()
-        if wait <= 0:
-            raise _Deadline
-        select.select([chan], [], [], min(wait, 1.0))
+    """Read stdout and stderr until EOF; keep the tail of each beyond max_output bytes."""
+    output = _Output(chan, max_output)
+    output.read(deadline)
+    return bytes(output.out), bytes(output.err)
+
+
+def _read_or_stop(output: _Output, deadline: float | None, stop: threading.Event | None) -> BaseException | None:
+    """Read the command's output to its end (None). With `stop`: what stopped the wait instead,
+    the Event (_Stopped) or Ctrl-C/SIGTERM landing in the main thread while it waited."""
+    if stop is None:
+        output.read(deadline)
+        return None
+    try:
+        return None if output.read(deadline, stop) else _Stopped(STOPPING)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        return exc
 
 
 def _exit_status(chan: paramiko.Channel, deadline: float | None) -> int:
