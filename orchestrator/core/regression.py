@@ -10,8 +10,22 @@ rank test (Mann-Whitney) of tonight's trial values against the history's. One ni
 cells and metrics at once, so the p-values are Holm-adjusted across all of them: the chance of
 any false alarm on a night where nothing changed stays at most `alpha` (a simulation test pins it).
 
-Every test here costs time bounded by the number of trials, never by their sessions: the index
-under `orch serve /` reruns the check on every request, and a summary.json may say 10^9 sessions.
+Those tests see trials, not nights. When nights themselves vary (a GPU clock, a neighbour, a
+reboot shared by every trial of a night), tonight's trials move together, and no spread within a
+night shows it: steady cells were flagged on 17% (rates) and 21% (numbers) of simulated nights
+(tests/test_nightly_nights.py). So both kinds of metric also get a night-level test, in which
+each earlier night is one observation: for rates, the beta-binomial tail of tonight's count
+with the nights as clusters (`_rate_night_p`: night rates near 0 are too skewed for a t); for
+numbers, Student's prediction test of tonight's mean trial value among the earlier nights'
+means (`_prediction_p`). Each Change takes the larger p of that and the trial-level tests, so
+the check is never more liberal than they were alone; with fewer than 2 earlier nights (or none
+that differ) the night test does not apply and the Change's method does not name it. With a
+single earlier night, a night effect is invisible: bench/bench_regression.py --night-icc shows
+what that costs.
+
+Every test here costs time bounded by the number of trials and nights, never by their
+sessions: the index under `orch serve /` reruns the check on every request, and a summary.json
+may say 10^9 sessions.
 The exact beta-binomial tail is kept while its convolutions are small (about 20,000 sessions, or
 a count or non-count of a few thousand at any size); beyond, a moment-matched beta stands in for
 it, and a binomial test conditional on the pooled events stands in for Fisher's. Each Change
@@ -94,7 +108,8 @@ def rate_change(h: RateHistory, rho: float | None = None) -> Change | None:
     events are skewed). Their intra-trial correlation is a deliberately high estimate (the 90%
     upper confidence bound from the spread of trials around their rates): restarts vary, and a
     night's few trials cannot show how much, so the check assumes they may vary more than they
-    seemed to."""
+    seemed to. With 2 or more earlier nights the night-level tail (`_rate_night_p`) joins them:
+    trials cannot show a night effect that all of a night's trials share."""
     nights, today = _observed(h)
     if not nights or not today:
         return None
@@ -109,13 +124,64 @@ def rate_change(h: RateHistory, rho: float | None = None) -> Change | None:
         quasi = _quasi_p(k / n - big_k / big_n, pooled, rho, sizes, [m for _, m in trials])
         past = big_k / big_n  # tonight's count against what the history predicts (skewed when rare)
         tail, how = _betabinom_p(k, sizes, past, rho) if 0 < past < 1 else (0.0, "")
-        p = max(p, quasi, tail)
+        night, night_words = _rate_night_p(nights, k, n, past) if 0 < past < 1 else (0.0, "")
+        p = max(p, quasi, tail, night)
         tests = f"quasi-binomial and beta-binomial ({how})" if how else "quasi-binomial"
         method = (
             f"{tests} with trials as clusters (intra-trial correlation up to {rho:.2g}), "
-            f"the largest p of those and {method}"
+            f"{night_words}the largest p of those and {method}"
         )
     return Change(h.cell, h.metric, big_k / big_n, k / n, p, nights=len(nights), method=method)
+
+
+def _rate_night_p(nights: Sequence[Trials], k: int, n: int, past: float) -> tuple[float, str]:
+    """The night-level test of tonight's k of n: the beta-binomial tail of tonight's count with
+    the *nights* as clusters, their intra-night correlation the 90% upper confidence bound from
+    the spread of the earlier nights' totals around their pooled rate `past` (as `_icc_upper`
+    bounds trials). With it, the method's words; (0.0, "") with fewer than 2 earlier nights.
+
+    Not Student's prediction test on night rates: when nights vary, rates near 0 are strongly
+    skewed (most nights low, a few high) and every false alarm is a high night. Measured over
+    600-1000 simulated nights (4 cells, 2-4 trials of 40 sessions, 7 earlier nights), steady
+    nights flagged at a between-night ICC of 0.05 / 0.1 at 5%, and 0.03 at 2%: a t on raw rates
+    (within-night variance as a floor) 10% / 14% / -, a t on the arcsine scale 4.2% / 7.0% /
+    7.8%, this tail 3.0% / 5.0% / 4.5%. It pays in power: a jump 2% -> 20% at ICC 0.02 was
+    flagged in 54% of nights, 72% with the arcsine t. Its bound needs no variance floor: nights
+    that agree give a chi-square of 0, which `_icc_upper` turns into its prior correlation, never
+    0 or a division by 0, and a history rate of 0 (nights of 0/40) leaves the test to the others
+    (the caller checks 0 < past < 1). Tonight's own within-night noise (its trials, their
+    sessions) is inside the tail's variance at n sessions, so nothing is added for it."""
+    if len(nights) < 2:
+        return 0.0, ""
+    rho = _icc_upper([([_total(night) for night in nights], past)])
+    tail, how = _betabinom_p(k, [n], past, rho)
+    return tail, (
+        f"a night-level beta-binomial test over {len(nights)} nights ({how}, intra-night correlation up to {rho:.2g}), "
+    )
+
+
+def _prediction_p(
+    tonight: float, nights: Sequence[float], tonight_within: float, within: Sequence[float]
+) -> float | None:
+    """Two-sided p of tonight's night-level value as one more night like the N earlier ones; None
+    when those do not differ at all (a constant metric: no spread to judge by, so the rank test
+    decides alone; a p of 0 would mean nothing).
+
+    Student's prediction test: t = (tonight - mean) / sqrt(s^2 * (1 + 1/N) + extra) on N - 1
+    degrees of freedom, s^2 the spread of the earlier nights. That spread already holds both the
+    between-night variation and each night's within-night noise, so no floor from the within
+    variance is added: a spread small by chance is what the t's degrees of freedom are for.
+    `extra` is tonight's within-night variance beyond the earlier nights' mean (tonight ran fewer
+    trials, so it is the noisier draw), never negative: a night of more trials is not credited.
+    With `extra` > 0 the degrees of freedom are Satterthwaite's (only s^2 is estimated)."""
+    count = len(nights)
+    mean = math.fsum(nights) / count
+    spread = math.fsum((v - mean) ** 2 for v in nights) / (count - 1) * (1 + 1 / count)
+    if not spread > 0:
+        return None
+    var = spread + max(0.0, tonight_within - math.fsum(within) / count)
+    t = abs(tonight - mean) / math.sqrt(var)
+    return min(1.0, 2 * float(sps.t.sf(t, (count - 1) * (var / spread) ** 2)))
 
 
 def _pooled_p(k: int, n: int, big_k: int, big_n: int) -> tuple[float, str]:
@@ -224,14 +290,51 @@ def _total(trials: Trials) -> tuple[int, int]:
 
 
 def number_change(h: NumberHistory) -> Change | None:
-    """Tonight's trial values against every earlier night's (rank test); None if too few values."""
+    """Tonight's trial values against every earlier night's (rank test); None if too few values.
+    The p is the larger of that and the night-level prediction test of tonight's mean among the
+    earlier nights' means: the rank test treats all earlier trials as independent draws, which
+    they are not when nights vary."""
     before = [v for night in h.nights for v in night if math.isfinite(v)]
     after = [v for v in h.tonight if math.isfinite(v)]
     if len(before) < 2 or len(after) < 2:
         return None
     p = mann_whitney(before, after)
+    nights = [finite for night in h.nights if (finite := [v for v in night if math.isfinite(v)])]
+    night = _number_night_p(nights, after)
+    method = "Mann-Whitney U, trial values"
+    if night is not None:
+        p = max(p, night)
+        method += f", and a night-level prediction test over {len(nights)} nights, the larger p"
     medians = statistics.median(before), statistics.median(after)
-    return Change(h.cell, h.metric, *medians, p, nights=len(h.nights), method="Mann-Whitney U, trial values")
+    return Change(h.cell, h.metric, *medians, p, nights=len(h.nights), method=method)
+
+
+def _number_night_p(nights: Sequence[Sequence[float]], tonight: Sequence[float]) -> float | None:
+    """The night-level prediction test of tonight's mean trial value among the earlier nights'
+    means; None with fewer than 2 earlier nights. Means, not medians: a mean's within-night
+    variance is the trials' variance over their count, which `_prediction_p` needs to weigh a
+    night of 2 trials against nights of 4 (a median of a few values has no such simple form).
+    The trials' variance is pooled over every night with at least 2 of them, tonight's too (a
+    shift moves a night's level, not its spread); without any, it is taken as 0 and the test is
+    the plain one on the spread of the nights."""
+    if len(nights) < 2:
+        return None
+    sigma2 = _pooled_within_variance([*nights, tonight])
+    means = [math.fsum(night) / len(night) for night in nights]
+    within = [sigma2 / len(night) for night in nights]
+    return _prediction_p(math.fsum(tonight) / len(tonight), means, sigma2 / len(tonight), within)
+
+
+def _pooled_within_variance(nights: Sequence[Sequence[float]]) -> float:
+    """The variance of trial values around their own night's mean, pooled over nights; 0 if no
+    night has 2 trials."""
+    squares, df = 0.0, 0
+    for night in nights:
+        if len(night) > 1:
+            mean = math.fsum(night) / len(night)
+            squares += math.fsum((v - mean) ** 2 for v in night)
+            df += len(night) - 1
+    return squares / df if df else 0.0
 
 
 def check_night(rates: Sequence[RateHistory], numbers: Sequence[NumberHistory] = ()) -> list[Change]:
