@@ -168,8 +168,11 @@ class Runner:
                 "interrupted: restoring the hosts before exiting (Ctrl-C again skips the host being restored)"
             )
             self.events.quietly("run_interrupted", "interrupted by the user or a signal")
-        except OrchError as exc:
-            failed_on = exc
+        except Exception as exc:
+            failed_on = exc if isinstance(exc, OrchError) else None
+            # a parallel sweep stops now, not once this testbed is restored (a restore can take
+            # minutes): the other testbeds must start no trial after the error that ends the sweep
+            self.source.close()
             raise
         finally:
             self.progress.stop()

@@ -10,6 +10,7 @@ A repro `on:` a host is the scripted command `fake-repro ...`; Fleet.repro_hook 
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import types
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from orchestrator.sweep import api, session
 from orchestrator.sweep import runner as runner_mod
 from orchestrator.sweep.apitypes import SweepOutcome
 from orchestrator.sweep.progress import QuietProgress
+from orchestrator.sweep.sources import StepSource
 
 ReproHook = Callable[[str, str], "Reply | None"]  # (testbed, command) -> its answer, or None: the default
 
@@ -158,3 +160,42 @@ def trials_journaled(journal: Path) -> int:
 def runner_threads() -> list[str]:
     """The runner threads still alive (execute names them testbed-<name>)."""
     return [t.name for t in threading.enumerate() if t.name.startswith("testbed-")]
+
+
+def sweep_stops(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An Event set once a step source is closed: no runner gets another trial from then on (a
+    runner closes the shared source when an error or --fail-fast ends the sweep)."""
+    closed = threading.Event()
+    close = StepSource.close
+
+    def closing(self: StepSource) -> None:
+        close(self)
+        closed.set()
+
+    monkeypatch.setattr(StepSource, "close", closing)
+    return closed
+
+
+def runners_made(monkeypatch: pytest.MonkeyPatch) -> list[runner_mod.Runner]:
+    """The runners the sweep makes from now on (a parallel sweep: one per testbed), in order."""
+    made: list[runner_mod.Runner] = []
+
+    class Recorded(runner_mod.Runner):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            made.append(self)
+
+    monkeypatch.setattr(runner_mod, "Runner", Recorded)
+    return made
+
+
+def main_thread_waits_for_runners() -> bool:
+    """The main thread is inside _join_all's wait for the runner threads (where a Ctrl-C is taken
+    as an order to stop them), not on its way there."""
+    frame = sys._current_frames().get(threading.main_thread().ident or 0)
+    inner = None
+    while frame is not None:
+        if frame.f_code is runner_mod._join_all.__code__:
+            return inner is not None  # _join_all has called something: its Event.wait
+        inner, frame = frame, frame.f_back
+    return False

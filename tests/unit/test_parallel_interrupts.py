@@ -18,7 +18,17 @@ from pathlib import Path
 
 import pytest
 from fakes import Reply
-from helpers.parallel_fakes import Fleet, install, run, runner_threads, trials_journaled, write_files
+from helpers.parallel_fakes import (
+    Fleet,
+    install,
+    main_thread_waits_for_runners,
+    run,
+    runner_threads,
+    runners_made,
+    sweep_stops,
+    trials_journaled,
+    write_files,
+)
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.edges import workload
@@ -92,6 +102,23 @@ def background() -> Iterator[Callable[[Callable[[], None]], None]]:
         raise failures[0]
 
 
+def sweep_ends(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """When (time.monotonic) the sweep's trials are over: api.execute returned, every testbed
+    restored and the journal closed. What a Ctrl-C must not hold up; the report that `run` writes
+    afterwards takes what the machine's load makes it take (seconds on a loaded one)."""
+    ends: list[float] = []
+    execute = api.execute
+
+    def timed(*args: object, **kwargs: object) -> object:
+        try:
+            return execute(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            ends.append(time.monotonic())
+
+    monkeypatch.setattr(api, "execute", timed)
+    return ends
+
+
 def settle(*events_to_set: threading.Event) -> None:
     """After a test: let whatever it left hanging end (so no thread of it runs into the next one)."""
     for e in events_to_set:
@@ -111,9 +138,12 @@ def test_one_ctrl_c_returns_only_once_the_busy_testbed_is_restored(tmp_path, mon
     m, i = write_files(tmp_path, remote_matrix(4), ["A", "B"])
     hung, release = threading.Event(), threading.Event()
     at_return: dict[str, object] = {}
+    runners = runners_made(monkeypatch)
 
     def hook(testbed: str, command: str) -> Reply | None:
-        if testbed == "A" and trials_journaled(journal_of(tmp_path)) >= 1:
+        if testbed == "A" and not hung.is_set():  # A's first repro, once B has journaled a trial: B
+            # does the others meanwhile (A getting a trial after B's first was up to the threads)
+            wait_for(lambda: trials_journaled(journal_of(tmp_path)) >= 1, "a trial of B journaled")
             hung.set()
             release.wait(HANG_S)  # a repro on a host that ends when it ends
         return None
@@ -125,10 +155,13 @@ def test_one_ctrl_c_returns_only_once_the_busy_testbed_is_restored(tmp_path, mon
             at_return.update(running=runner_threads(), released=release.is_set(), a=fleet.file("A", "decode"))
 
     def interrupter() -> None:
-        wait_for(lambda: hung.is_set() and runner_threads() == ["testbed-A"], "A hung and B done")
-        time.sleep(0.3)  # the main thread is in its wait for A
+        wait_for(
+            lambda: hung.is_set() and runner_threads() == ["testbed-A"] and main_thread_waits_for_runners(),
+            "A hung, B done and the main thread in its wait for A",
+        )
         ctrl_c()
-        time.sleep(0.5)
+        # A's repro ends only once the main thread has taken the Ctrl-C and told every runner to stop
+        wait_for(lambda: len(runners) == 2 and all(r.stopping.is_set() for r in runners), "the runners told to stop")
         release.set()
 
     run_trials = api.execute
@@ -147,8 +180,12 @@ def test_one_ctrl_c_returns_only_once_the_busy_testbed_is_restored(tmp_path, mon
 # ------------------------------------------------------------------ Ctrl-C kills local repros
 def local_matrix(tmp_path: Path, marker: Path) -> str:
     script = tmp_path / "repro.py"
+    hanging = tmp_path / "hanging"  # a repro that hangs says so first: hanging/<its pid>
+    hanging.mkdir()
     script.write_text(
-        f"import os, time\nif os.path.exists({str(marker)!r}):\n    time.sleep({HANG_S})\n"
+        f"import os, time\nif os.path.exists({str(marker)!r}):\n"
+        f"    open(os.path.join({str(hanging)!r}, str(os.getpid())), 'w').close()\n"
+        f"    time.sleep({HANG_S})\n"
         "print('score=0.5 events=3/10')\n"
     )
     return f"""\
@@ -173,18 +210,20 @@ def test_ctrl_c_in_a_parallel_run_kills_the_repros_the_runners_run(tmp_path, mon
     marker = tmp_path / "hang"
     m, i = write_files(tmp_path, local_matrix(tmp_path, marker), ["A", "B"])
     sent: list[float] = []
+    ends = sweep_ends(monkeypatch)
 
     def interrupter() -> None:
         wait_for(lambda: trials_journaled(journal_of(tmp_path)) >= 2, "two trials")
         marker.write_text("")  # every repro from now on hangs
-        time.sleep(1.5)  # the repros running now are inside their sleep
+        # one hung repro per testbed (a testbed runs one at a time, and a hung one never ends)
+        wait_for(lambda: len(list((tmp_path / "hanging").iterdir())) >= 2, "both testbeds' repros hung")
         sent.append(time.monotonic())
         ctrl_c()
 
     background(interrupter)
     try:
         outcome = run(tmp_path, m, i, ("A", "B"))
-        took, still_running = time.monotonic() - sent[0], runner_threads()
+        took, still_running = ends[0] - sent[0], runner_threads()
     finally:
         settle()
     assert took < 10, f"Ctrl-C took {took:.1f} s: the sweep waited for the hung repros ({HANG_S} s)"
@@ -236,7 +275,14 @@ def test_a_second_ctrl_c_skips_the_host_each_testbed_is_restoring(tmp_path, monk
         restore_host(self, role)
 
     monkeypatch.setattr(HostGuard, "_restore_host", slow_restore)
-    fleet.repro_hook = lambda testbed, command: time.sleep(0.02)  # type: ignore[func-returns-value]
+    runners, ends = runners_made(monkeypatch), sweep_ends(monkeypatch)
+
+    def hook(testbed: str, command: str) -> Reply | None:
+        if trials_journaled(journal_of(tmp_path)) >= 2:  # no trial ends before the Ctrl-C reaches the runners
+            wait_for(lambda: len(runners) == 2 and all(r.stopping.is_set() for r in runners), "the Ctrl-C")
+        return None
+
+    fleet.repro_hook = hook
     sent: list[float] = []
 
     def interrupter() -> None:
@@ -244,14 +290,13 @@ def test_a_second_ctrl_c_skips_the_host_each_testbed_is_restoring(tmp_path, monk
         ctrl_c()
         for _ in "AB":  # both runners are stuck restoring their decode host
             assert stuck.acquire(timeout=20), "a runner never reached its decode host's restore"
-        time.sleep(0.2)
         sent.append(time.monotonic())
         ctrl_c()
 
     background(interrupter)
     try:
         outcome = run(tmp_path, m, i, ("A", "B"))
-        took, still_running = time.monotonic() - sent[0], runner_threads()
+        took, still_running = ends[0] - sent[0], runner_threads()
     finally:
         settle(release)
     assert took < 5 and not still_running, f"returned {took:.1f} s after the second Ctrl-C; {still_running} ran"
@@ -262,18 +307,22 @@ def test_a_second_ctrl_c_skips_the_host_each_testbed_is_restoring(tmp_path, monk
 
 
 # ------------------------------------------------------------------ errors on one testbed
-def fail_a_after_b_ran(fleet: Fleet, error: Callable[[], Reply]) -> None:
-    """A's repro fails once B has finished a trial; at A's third failure B's decode unit stops
-    starting, so B's restore cannot bring it back."""
+def fail_a_after_b_ran(fleet: Fleet, error: Callable[[], Reply], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A's repro fails once B is inside a trial's repro (its units started); at A's third failure
+    B's decode unit stops starting, so B's restore cannot bring it back. B's repro ends only once
+    A's failures have stopped the sweep (the source closed): B completes that one trial and
+    starts no other, whatever the threads' timing."""
     failures: list[str] = []
-    b_done = threading.Event()
+    b_in_repro, stopped = threading.Event(), sweep_stops(monkeypatch)
 
     def hook(testbed: str, command: str) -> Reply | None:
         if testbed == "B":
-            b_done.set()
-            time.sleep(0.05)
+            b_in_repro.set()
+            if not stopped.wait(HANG_S):
+                raise AssertionError("A's failures never stopped the sweep")
             return None
-        b_done.wait(5)
+        if not b_in_repro.wait(HANG_S):
+            raise AssertionError("B never reached a repro")
         failures.append(command)
         if len(failures) == 3:
             fleet.managers[("B", "decode")].units["B-decode"].fail_starts = 10**6
@@ -288,7 +337,7 @@ def test_repeated_failures_on_one_testbed_do_not_hide_another_testbeds_unrestore
     fleet = Fleet(ENV)
     install(monkeypatch, fleet)
     m, i = write_files(tmp_path, remote_matrix(10), ["A", "B"])
-    fail_a_after_b_ran(fleet, lambda: Reply(3, stderr="boom\n"))
+    fail_a_after_b_ran(fleet, lambda: Reply(3, stderr="boom\n"), monkeypatch)
     outcome = run(tmp_path, m, i, ("A", "B"), retries=0)
     assert outcome.stopped is not None and "consecutive trials failed" in outcome.stopped
     assert not fleet.managers[("B", "decode")].state("B-decode").is_active
@@ -311,10 +360,51 @@ def test_an_error_on_one_testbed_names_another_testbeds_unrestored_hosts(tmp_pat
             return Reply(3, stderr="boom\n")
         raise JournalError("journal.jsonl: No space left on device")
 
-    fail_a_after_b_ran(fleet, disk_full)
+    fail_a_after_b_ran(fleet, disk_full, monkeypatch)
     with pytest.raises(JournalError) as info:
         run(tmp_path, m, i, ("A", "B"), retries=0)
     assert any("NOT restored: B/decode" in note for note in getattr(info.value, "__notes__", []))
+
+
+def test_a_testbed_that_stops_the_sweep_stops_the_others_before_its_own_restore(tmp_path, monkeypatch):
+    """A's third identical failure stops the sweep (RepeatedFailure) while B is inside a trial: B
+    ends that trial and starts no other, though A is still restoring (a restore can take
+    minutes: each unit's restart and warm-up). A's restore here waits until B has either started
+    another trial or begun its own restore, so this holds whatever the threads' timing; before
+    the fix the source closed only once A's restore had returned, and B started a trial."""
+    fleet = Fleet(ENV)
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, remote_matrix(10), ["A", "B"])
+    b_in_repro, a_restoring, b_moved = threading.Event(), threading.Event(), threading.Event()
+    b_trials: list[str] = []  # B's repros
+    restore = HostGuard.restore
+
+    def hook(testbed: str, command: str) -> Reply | None:
+        if testbed == "B":
+            b_trials.append(command)
+            if len(b_trials) == 1:
+                b_in_repro.set()
+                assert a_restoring.wait(HANG_S), "A never restored"
+            else:
+                b_moved.set()  # B started a trial after A stopped the sweep
+            return None
+        assert b_in_repro.wait(HANG_S), "B never reached a repro"
+        return Reply(3, stderr="boom\n")
+
+    def restoring(self: HostGuard, run_dir: Path) -> list[str]:
+        if self.deployment.testbed.name == "A":
+            a_restoring.set()
+            assert b_moved.wait(HANG_S), "B neither started a trial nor restored"
+        else:
+            b_moved.set()  # B ended its trials
+        return restore(self, run_dir)
+
+    monkeypatch.setattr(HostGuard, "restore", restoring)
+    fleet.repro_hook = hook
+    outcome = run(tmp_path, m, i, ("A", "B"), retries=0)
+    assert outcome.stopped is not None and "consecutive trials failed" in outcome.stopped
+    assert len(b_trials) == 1, f"B started {len(b_trials) - 1} trial(s) after A stopped the sweep"
+    assert outcome.failed == 3 and outcome.completed == 1 and outcome.not_restored == ()
 
 
 def test_a_single_testbed_names_its_unrestored_roles_as_before(tmp_path, monkeypatch):

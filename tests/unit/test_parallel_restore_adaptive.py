@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import random
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,9 +65,16 @@ def kill_mid_run(
     files and the locks stay. Returns the run folder."""
     m, i = write_files(tmp_path, matrix, names)
     seen: list[str] = []
+    # every testbed has a cell's files before the kill: each one's first repro waits for the others'
+    # (a testbed slow to start could otherwise find the kill before its first trial)
+    everyone_in, started = threading.Barrier(len(names)), set[str]()
+    assert after_trials >= len(names)
 
     def hook(tb: str, text: str) -> Reply | None:
         seen.append(tb)
+        if tb not in started:
+            started.add(tb)
+            everyone_in.wait(30)
         if len(seen) > after_trials:
             raise Killed()
         return None
