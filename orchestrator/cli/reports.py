@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     cmp_.add_argument("run_a", type=Path, metavar="RUN_A")
     cmp_.add_argument("run_b", type=Path, metavar="RUN_B")
     cmp_.add_argument(
-        "-o", "--output", type=Path, help="where to write the page (default: reports/compare-A-vs-B.html)"
+        "-o",
+        "--output",
+        type=output_path,
+        help="where to write the page, - for stdout (default: reports/compare-A-vs-B.html)",
     )
     cmp_.set_defaults(func=cmd_compare)
 
@@ -32,25 +35,43 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="csv/parquet/json: the tidy table; junit: JUnit XML, one test case per gate and cell "
         "(a failed gate fails its case); bencher: Bencher Metric Format JSON (estimate with its 95%% interval)",
     )
-    exp.add_argument("-o", "--output", type=Path, help="output file (default: RUN_DIR/<run-id>.<format>)")
+    exp.add_argument(
+        "-o", "--output", type=output_path, help="output file, - for stdout (default: RUN_DIR/<run-id>.<format>)"
+    )
     exp.set_defaults(func=cmd_export)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from orchestrator.cli.console import out, warn
-    from orchestrator.report.compare import write_comparison_page
+def output_path(text: str) -> Path:
+    """`-` is stdout; `./-` stays a file named `-` (Path("./-") == Path("-"), so made absolute)."""
+    path = Path(text)
+    return path if text == "-" or path != Path("-") else Path.cwd() / path
 
+
+def _written(what: str, path: Path) -> None:
+    """Where the output went: on stderr when it went to stdout (the data must stay clean)."""
+    from orchestrator.cli.console import err, out
+    from orchestrator.store.atomic import STDOUT, is_stdout
+
+    (err if is_stdout(path) else out).print(f"{what}: {'stdout' if path == STDOUT else path}", markup=False)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import warn
+    from orchestrator.report.compare import write_comparison_page
+    from orchestrator.report.export import check_output
+
+    if args.output is not None:
+        check_output(args.output)  # the same checks as export's, before any work
     page = write_comparison_page(args.run_a, args.run_b, args.output)
     for warning in page.warnings:
         warn(warning)
     for change in page.changes:
         warn(f"B changed against its earlier runs: {change}")
-    out.print(f"comparison: {page.path}", markup=False)
+    _written("comparison", page.path)
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from orchestrator.cli.console import out
     from orchestrator.report.ciexport import export_ci
     from orchestrator.report.export import export_run
 
@@ -58,5 +79,5 @@ def cmd_export(args: argparse.Namespace) -> int:
         path = export_ci(args.run_dir, args.format, args.output)
     else:
         path = export_run(args.run_dir, args.format, args.output)
-    out.print(f"exported: {path}", markup=False)
+    _written("exported", path)
     return 0

@@ -93,7 +93,7 @@ def extract_metrics(text: str, specs: Sequence[MetricSpec]) -> dict[str, MetricV
     if problems:
         raise WorkloadError(
             f"repro output: metrics missing or unparseable: {', '.join(problems)} "
-            "(check the regexes against the output tail below)",
+            "(check the regexes against the end of the repro's output)",
             detail=_tail(text, ERROR_TAIL_CHARS),
         )
     return values

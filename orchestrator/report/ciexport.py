@@ -86,4 +86,4 @@ def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None) -> Path:
     report = load_report(run_dir, drilldown_cap=0)
     data = junit_xml(report, check_gates(report)) if fmt == "junit" else bencher_json(report)
     path = out if out is not None else RunDir(run_dir).export(report.run_id, EXTENSION[fmt])
-    return write_bytes_atomic(path, data, what="cannot write the export")
+    return write_bytes_atomic(path, data, what="cannot write the export", user_path=True)

@@ -234,7 +234,7 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     nightly = _nightly(run_b)
     html = environment().get_template("compare.html.j2").render(c=model, nightly=nightly, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
-    page = write_text_atomic(target, html, what="cannot write the report")
+    page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
     return ComparisonPage(page, model.warnings, tuple(line for line, flagged in nightly if flagged))
 
 

@@ -12,6 +12,7 @@ one (parquet and JSON refuse duplicate columns). Failure messages are masked lik
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -19,7 +20,7 @@ import pandas as pd
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import JournalError, UsageError
-from orchestrator.store.atomic import write_bytes_atomic
+from orchestrator.store.atomic import is_stdout, write_bytes_atomic
 from orchestrator.store.rundir import RunDir
 
 Format = Literal["csv", "parquet", "json"]
@@ -85,7 +86,7 @@ def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
 
 def write_export(frame: pd.DataFrame, path: Path, fmt: Format) -> Path:
     """Write the table all or nothing (a spreadsheet or a notebook may be reading the old one)."""
-    return write_bytes_atomic(path, export_bytes(frame, fmt), what="cannot write the export")
+    return write_bytes_atomic(path, export_bytes(frame, fmt), what="cannot write the export", user_path=True)
 
 
 def export_bytes(frame: pd.DataFrame, fmt: Format) -> bytes:
@@ -102,17 +103,39 @@ def export_bytes(frame: pd.DataFrame, fmt: Format) -> bytes:
 
 
 def check_output(out: Path) -> None:
-    """A user's --output is checked before any work: an existing folder to write into, not a
-    folder itself, writable; each mistake is a usage error (exit 2) that says how to fix it."""
-    parent = out.parent
+    """A user's --output is checked before any work: `-` (stdout); an existing FIFO or device
+    that can be opened for writing; or a file (a symlink's real file) in an existing writable
+    folder, not a folder itself. Each mistake is a usage error (exit 2) that says how to fix it."""
+    if is_stdout(out):
+        return
     if out.is_dir():
         raise UsageError(f"--output {out}: is a folder", hint=f"name a file, e.g. {out / 'run.csv'}")
+    if out.exists() and not out.is_file():
+        _check_special(out)
+        return
+    real = Path(os.path.realpath(out))  # a symlink: its real file is replaced, the link stays
+    named = f"{out} (a link to {real})" if out.is_symlink() else str(out)
+    parent = real.parent
     if not parent.exists():
-        raise UsageError(f"--output {out}: folder {parent} does not exist", hint=f"create it: mkdir -p {parent}")
+        raise UsageError(f"--output {named}: folder {parent} does not exist", hint=f"create it: mkdir -p {parent}")
     if not parent.is_dir():
-        raise UsageError(f"--output {out}: {parent} is not a folder", hint="name a file inside a folder")
-    if not os.access(parent, os.W_OK | os.X_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise UsageError(f"--output {out}: not writable", hint="pick a folder you can write to")
+        raise UsageError(f"--output {named}: {parent} is not a folder", hint="name a file inside a folder")
+    if not os.access(parent, os.W_OK | os.X_OK) or (real.exists() and not os.access(real, os.W_OK)):
+        raise UsageError(f"--output {named}: not writable", hint="pick a folder you can write to")
+
+
+def _check_special(out: Path) -> None:
+    """An existing non-regular target is written in place (never replaced): it must take writes."""
+    if out.is_socket():
+        raise UsageError(f"--output {out}: is a socket, not a file", hint="name a file, or - for stdout")
+    if not os.access(out, os.W_OK):
+        raise UsageError(f"--output {out}: not writable", hint="name a file you can write, or - for stdout")
+
+
+def check_stdout_format(out: Path | None, fmt: str) -> None:
+    """Binary parquet is refused on a terminal (it would fill the screen with bytes)."""
+    if out is not None and fmt == "parquet" and is_stdout(out) and sys.stdout.isatty():
+        raise UsageError("--output -: parquet is binary, not for a terminal", hint="pipe it, or name a file")
 
 
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
@@ -121,6 +144,7 @@ def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
 
     if out is not None:
         check_output(out)
+        check_stdout_format(out, fmt)
     manifest = load_manifest(run_dir)
     trials, _ = load_trials(run_dir)
     last: dict[int, TrialRecord] = {}

@@ -8,6 +8,11 @@ half of one; five private copies of this dance had drifted apart (mode, fsync, c
 How: a temp file in the same folder (a rename never crosses file systems), written in full,
 fsync'd, renamed over the target, then the folder fsync'd so the new name survives a crash. On
 any failure the temp file is removed and one JournalError says where and what to do.
+
+A user's `-o` goes through the same writer (user_path=True), so it must respect what the name already is: `-` is
+stdout; a symlink is followed and the real file is replaced (the link stays a link); an existing
+FIFO or device (/dev/stdout, a pipe a reader waits on) is opened and written, never renamed over
+(os.replace there swapped /dev/stdout for a regular file machine-wide); a folder is refused.
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ import errno
 import json
 import os
 import secrets
+import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pydantic
 
 from orchestrator.errors import JournalError
+
+STDOUT = Path("-")  # a user's `-o -`: the data goes to standard output
 
 # errno -> what the user can do about it (shared by every run-directory write)
 RUN_FILE_HINTS: dict[int, str] = {
@@ -53,11 +62,70 @@ def run_file_op(path: Path, what: str, op: Callable[[], object]) -> None:
 
 
 def write_bytes_atomic(
-    path: Path, data: bytes, *, fsync: bool = True, mode: int = 0o644, what: str = "cannot write file"
+    path: Path,
+    data: bytes,
+    *,
+    fsync: bool = True,
+    mode: int = 0o644,
+    what: str = "cannot write file",
+    user_path: bool = False,
 ) -> Path:
     """Replace `path` with `data`, all or nothing. fsync=False skips both fsyncs (the rename is
     still atomic; only durability across a power cut is given up). `mode` is the file's mode
-    from its creation on (0o600 keeps a secret unreadable by others even briefly)."""
+    from its creation on (0o600 keeps a secret unreadable by others even briefly). user_path: a
+    name the user gave (`-o`): `-`, a symlink, a FIFO or a device are written as the module doc
+    says. orch's own files are always replaced by name: a link or FIFO planted in a run folder
+    is never followed out of it nor waited on. Returns the path written."""
+    if not user_path:
+        _replace(path, data, fsync=fsync, mode=mode, what=what)
+        return path
+    if is_stdout(path):
+        _write_stdout(path, data, what)
+        return path
+    try:
+        target = _replaceable(path)
+    except OSError as exc:
+        raise run_file_error(path, what, exc) from exc
+    if target is None:
+        _write_in_place(path, data, what)
+        return path
+    _replace(target, data, fsync=fsync, mode=mode, what=what)
+    return path
+
+
+def is_stdout(path: Path) -> bool:
+    """`-`, or a name for this process's own stdout (/dev/stdout, /dev/fd/1, a tty or pipe it is):
+    written through the open stream, so a shell's `>>` still appends and the order of output holds."""
+    if path == STDOUT:
+        return True
+    try:
+        return os.path.samestat(os.stat(path), os.fstat(1))
+    except OSError:
+        return False
+
+
+def _replaceable(path: Path) -> Path | None:
+    """The regular file to replace for `path` (a symlink's real file), or None when `path` is an
+    existing FIFO, device or socket to write in place. A folder raises EISDIR."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Path(os.path.realpath(path))  # new, or a dangling link: create its target
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    real = Path(os.path.realpath(path))
+    try:
+        same = os.path.samestat(st, os.stat(real))
+    except OSError:
+        same = False
+    # a /proc magic link (/dev/stdout -> /proc/self/fd/1 -> a deleted file) has no name to rename over
+    return real if same else None
+
+
+def _replace(path: Path, data: bytes, *, fsync: bool, mode: int, what: str) -> None:
+    """The temp file beside the real file, renamed over it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
@@ -77,14 +145,43 @@ def write_bytes_atomic(
     except BaseException:
         _unlink_quietly(tmp)  # Ctrl-C mid-write leaves no stray temp file
         raise
-    return path
+
+
+def _write_in_place(path: Path, data: bytes, what: str) -> None:
+    """An existing FIFO or device: opened (a FIFO waits for its reader, as a shell's `>` does) and
+    written; no temp file, no rename, no create (it must still be what it was)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.ftruncate(fd, 0)  # a magic link to a deleted file: no name, but still a file
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise run_file_error(path, what, exc) from exc
+
+
+def _write_stdout(path: Path, data: bytes, what: str) -> None:
+    try:
+        sys.stdout.flush()  # whatever was printed before comes first
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except OSError as exc:  # a closed pipe (`| head`)
+        raise run_file_error(path, what, exc) from exc
 
 
 def write_text_atomic(
-    path: Path, text: str, *, fsync: bool = True, mode: int = 0o644, what: str = "cannot write file"
+    path: Path,
+    text: str,
+    *,
+    fsync: bool = True,
+    mode: int = 0o644,
+    what: str = "cannot write file",
+    user_path: bool = False,
 ) -> Path:
     """write_bytes_atomic for UTF-8 text."""
-    return write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync, mode=mode, what=what)
+    return write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync, mode=mode, what=what, user_path=user_path)
 
 
 def write_json_atomic(

@@ -53,23 +53,57 @@ def failure_signature(record: TrialRecord) -> tuple[str, str] | None:
 
 class FailureTally:
     """Failed trials grouped by reason, for the lines printed when the sweep ends: with a
-    progress bar the per-trial lines are gone, and "5 failed" alone names no cause."""
+    progress bar the per-trial lines are gone, and "5 failed" alone names no cause. Under each
+    reason, the end of its first trial's output (bounded): the terminal shows what the HTML
+    report shows below a failure, so "check ... the output" has something to check against."""
 
     def __init__(self) -> None:
         self.groups: dict[tuple[str, str], tuple[int, str]] = {}  # signature -> (count, first message)
+        self.tails: dict[tuple[str, str], list[str]] = {}  # signature -> its first trial's tail lines
 
     def add(self, record: TrialRecord) -> None:
         signature = failure_signature(record)
         if signature is not None and record.failure is not None:
             count, first = self.groups.get(signature, (0, f"{record.failure.error}: {record.failure.message}"))
             self.groups[signature] = (count + 1, first)
+            self.tails.setdefault(signature, failure_tail(record))
 
     def lines(self, limit: int = 3) -> list[str]:
-        ranked = sorted(self.groups.values(), key=lambda group: -group[0])
-        out = [f"{count} failed: {_cut(' '.join(first.split()))}" for count, first in ranked[:limit]]
+        ranked = sorted(self.groups.items(), key=lambda group: -group[1][0])
+        out = []
+        for signature, (count, first) in ranked[:limit]:
+            out.append(f"{count} failed: {_cut(' '.join(first.split()))}")
+            out.extend(self.tails.get(signature, []))
         if len(ranked) > limit:
             out.append(f"... and {len(ranked) - limit} other reason(s): see the report's Failures")
         return out
+
+
+TAIL_LINES = 10  # of a failure's detail under its reason when the sweep ends
+TAIL_LINE_CHARS = 200
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a repro's colours or cursor moves: not ours to send
+
+
+def failure_tail(record: TrialRecord) -> list[str]:
+    """The last TAIL_LINES lines of the failure's detail (the output tail orch kept), indented,
+    each cut and stripped of control characters; headed by the file holding the whole output."""
+    if record.failure is None or not record.failure.detail.strip():
+        return []
+    lines = [line for line in record.failure.detail.splitlines() if line.strip()][-TAIL_LINES:]
+    where = output_file(record)
+    head = f"  last {len(lines)} line(s) of " + (f"the output ({where}):" if where else "its log or output:")
+    return [head, *(f"  | {_cut_line(_CONTROL.sub('?', line))}" for line in lines)]
+
+
+def _cut_line(text: str) -> str:
+    return text if len(text) <= TAIL_LINE_CHARS else text[: TAIL_LINE_CHARS - 3] + "..."
+
+
+def output_file(record: TrialRecord) -> str:
+    """Where a failed repro's whole output is: `trials/0003/repro.out in the run folder`, or ""."""
+    if record.failure is None or record.failure.kind != "workload" or record.repro is None:
+        return ""
+    return f"{record.repro.stdout_path} in the run folder" if record.repro.stdout_path else ""
 
 
 def _cut(text: str) -> str:
@@ -81,11 +115,14 @@ REASON_CHARS = 300  # of a failure's message on a progress line (the journal kee
 
 def summarize(record: TrialRecord) -> str:
     """`cell: corruption 6/40 (15%), wall 2.1 s` or `cell: FAILED (HealthTimeout): decode not
-    ready after 600 s ...`: the reason orch has, not only its class (issue 12)."""
+    ready after 600 s ...`: the reason orch has, not only its class (issue 12); a failed repro's
+    line names the file with its whole output."""
     if record.status != "completed":
         if record.failure is None:
             return f"{record.cell}: FAILED ({record.status})"
-        return f"{record.cell}: FAILED ({record.failure.error}): {_cut(' '.join(record.failure.message.split()))}"
+        where = output_file(record)
+        line = f"{record.cell}: FAILED ({record.failure.error}): {_cut(' '.join(record.failure.message.split()))}"
+        return line + (f" [output: {where}]" if where else "")
     parts = []
     for name, m in list(record.metrics.items())[:3]:
         if m.kind == "proportion":

@@ -75,8 +75,9 @@ class Webhook:
         url = text[len(SLACK_PREFIX) :] if slack else text
         problem = _url_problem(url)
         if problem:
+            label = shown(text)  # scheme and host only: a path may be a token
             raise UsageError(
-                f"webhook {shown(text)!r}: {problem}",  # shown: scheme and host only, a path may be a token
+                f"webhook {label if label == NOT_A_URL else repr(label)}: {problem}",
                 hint="write https://host/path, or slack+https://hooks.slack.com/... for Slack",
             )
         return cls(url, slack)
@@ -95,10 +96,15 @@ class Delivery:
 
 def _url_problem(url: str) -> str:
     """Why url cannot be POSTed to, '' when it can. The messages never quote the URL's parts."""
+    if not _has_scheme(url):
+        half = re.match(r"https?:", url, re.IGNORECASE)  # `https:/host`, `http:host`
+        return "needs :// after its scheme" if half else "missing https:// at the start"
     try:
         parts = urlsplit(url)
     except ValueError:
         return "not a URL (an unclosed [ or an invalid IPv6 address?)"
+    if not parts.hostname and parts.scheme in ("http", "https"):
+        return f"no host after {parts.scheme}://"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "not an http(s) URL"
     try:
@@ -115,17 +121,39 @@ def _url_problem(url: str) -> str:
     return ""
 
 
+NOT_A_URL = "(not a URL)"
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+# a host name (labels, a letters-only top level) or an IPv4 address, an optional port: what a
+# text without `scheme://` may show of itself; anything else may be a token pasted by mistake
+_HOST_LIKE = re.compile(r"(?:localhost|(?:[A-Za-z0-9-]{1,63}\.)+[A-Za-z]{2,63}|\d{1,3}(?:\.\d{1,3}){3})(?::\d{1,5})?")
+
+
 def shown(url: str) -> str:
     """scheme://host[:port]/… : enough to tell which hook, not enough to use it. Never raises: a
-    URL stored before it was checked whole (in a queue) is still listed."""
+    URL stored before it was checked whole (in a queue) is still listed. A text without a
+    scheme (`hooks.example.com/T0/…`, `not-a-url`) shows its host when it starts with one, else
+    NOT_A_URL: never `:///…`, and never a word that may be the secret itself."""
+    if not _has_scheme(url):
+        prefix = SLACK_PREFIX if url.startswith(SLACK_PREFIX) else ""
+        rest = url[len(prefix) :]
+        host = re.split(r"[/?#]", rest, maxsplit=1)[0]
+        if not _HOST_LIKE.fullmatch(host):  # a user (`u:pw@`), a bare word or a token
+            return NOT_A_URL
+        return prefix + host + ("/…" if len(rest) > len(host) + 1 or rest.endswith(("?", "#")) else "")
     try:
         parts = urlsplit(url)
     except ValueError:  # an unclosed [: what urlsplit would call the host, without its user
-        scheme, sep, rest = url.partition("://")
+        scheme, _, rest = url.partition("://")
         host = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
-        return f"{scheme}://{host}/…" if sep else "(not a URL)"
+        return f"{scheme}://{host}/…"
     tail = "/…" if parts.path not in ("", "/") or parts.query else ""
     return f"{parts.scheme}://{parts.hostname or ''}{f':{_port(parts)}' if _port(parts) else ''}{tail}"
+
+
+def _has_scheme(url: str) -> bool:
+    """`scheme://` at the start (`slack+` already taken off, or part of the scheme)."""
+    scheme, sep, _ = url.partition("://")
+    return bool(sep) and _SCHEME.fullmatch(scheme) is not None
 
 
 def _port(parts: SplitResult) -> int | None:
