@@ -9,10 +9,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.core import findings, power, ranks
+from orchestrator.core import clustered, findings, gates, power, ranks
 from orchestrator.core.matrix import baseline_cell
 from orchestrator.core.plan import restart_count
-from orchestrator.core.stats import ALPHA
+from orchestrator.core.stats import ALPHA, CONFIDENCE
 from orchestrator.core.steps import Plan
 
 
@@ -42,6 +42,40 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
         f"(startup estimates from the inventory + {m.repro.expected_duration_s:g} s per repro)"
     )
     _print_power(plan, console)
+    for line in gate_warnings(plan):  # said before the sweep, not as its exit code 3 after it
+        console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def gate_warnings(plan: Plan) -> list[str]:
+    """gates.unreachable() for the matrix's gates under this plan: the trials each cell gets (counted in
+    the plan: adaptive baselines get more) and the repro's --sessions (as the power lines read it)."""
+    if not plan.matrix.gates:
+        return []
+    trials: dict[str, int] = {}
+    for step in plan.steps:
+        trials[step.trial.cell.id] = trials.get(step.trial.cell.id, 0) + 1
+    cells = [gates.PlannedCell(dict(c.levels), trials.get(c.id, 0)) for c in plan.cells]
+    proportions = {s.name for s in plan.matrix.repro.metrics if s.kind == "proportion"}
+    sessions = power.sessions_from_command(plan.matrix.repro.command)
+    out = []
+    for i, gate in enumerate(plan.matrix.gates):  # one at a time: each warning names its gate's line
+        line = plan.matrix.source.line_of(("gates", i))
+        where = f"{plan.matrix.path}:{line}" if line is not None else plan.matrix.path
+        out += [f"{where}: {w}" for w in gates.unreachable([gate], cells, proportions, sessions, REPORT_INTERVALS)]
+    return out
+
+
+def _rate(k: int, n: int, inflation: float) -> tuple[float, float]:
+    low, high = clustered.wilson_inflated(k, n, inflation)
+    return float(low), float(high)
+
+
+def _median_covered(values: int) -> bool:
+    return values >= 1 and ranks.median_coverage(values, 1) >= CONFIDENCE  # what ranks.median_interval asks
+
+
+# the code behind the report's intervals (report.build.widened_rate, ranks.median_interval)
+REPORT_INTERVALS = gates.Intervals(_rate, clustered.prior_inflation, _median_covered)
 
 
 def _other_orders(plan: Plan) -> str:
@@ -53,16 +87,17 @@ def _other_orders(plan: Plan) -> str:
     return "per order: " + ", ".join(counts)
 
 
-RICH_ROWS = 500  # rows a table is laid out for; beyond, plain lines (rich measures every cell first)
+RICH_ROWS = 500  # rows a terminal's table is laid out for; beyond, plain lines (rich measures every cell first)
 
 Rows = list[list[str]]
 FOLDED = "env vs baseline"  # the one column whose long values wrap
 
 
 def _print_rows(console: Console, title: str, columns: list[str], rows: Rows) -> None:
-    """A table for a few hundred rows; beyond, one plain line per row (tab-separated, so it greps
-    and cuts), since laying out 800,000 rows took minutes."""
-    if len(rows) <= RICH_ROWS:
+    """A table for a few hundred rows on a terminal; beyond, or into a pipe or file, one plain line
+    per row (tab-separated, so it greps and cuts): laying out 800,000 rows took minutes, and a
+    table at a pipe's 80 columns folded `...OVERLAP=0` mid-word and cut cell names to `bf16_i...`."""
+    if len(rows) <= RICH_ROWS and console.is_terminal:
         table = Table(title=title)
         for col in columns:
             table.add_column(

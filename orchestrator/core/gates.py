@@ -18,7 +18,7 @@ never passes on missing data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -111,3 +111,134 @@ def _num(value: float | None) -> str:
 
 def failed(results: Sequence[GateResult]) -> list[GateResult]:
     return [r for r in results if not r.passed]
+
+
+# ---------------------------------------------------------------------------- before the sweep
+@dataclass(frozen=True)
+class PlannedCell:
+    """A cell as planned: its levels and trials (the most an adaptive sweep would run)."""
+
+    levels: Mapping[str, str]
+    trials: int
+
+
+@dataclass(frozen=True)
+class Intervals:
+    """The interval code the report's gates read, handed in by the caller: core.records imports this
+    module, so it imports no statistics (tests/test_layers.py caps the import depth)."""
+
+    rate: Callable[[int, int, float], tuple[float, float]]  # Wilson's on k of n, variance times m
+    prior_inflation: Callable[[float], float]  # the design effect assumed for trials of m sessions
+    median_covered: Callable[[int], bool]  # whether this many values give a 95% interval of the median
+
+
+SEARCH_SESSIONS = 10**7  # sessions per trial the "needs about" search looks up to (then: none do)
+
+
+def unreachable(
+    gates: Sequence[Gate],
+    cells: Sequence[PlannedCell],
+    proportions: Collection[str],
+    sessions_per_trial: int | None,
+    intervals: Intervals,
+) -> list[str]:
+    """One warning per gate that no data could pass under this plan: `orch plan` says so before
+    the sweep instead of `orch run` exiting 3 after it, whatever the data.
+
+    A proportion's best case is the interval the report would give its cell with no event at all
+    (all events for a `lower:`), in the interval code the gate reads; a number's is whether the
+    cell's trials (one value each) give a 95% interval of the median at all. Unknown sessions per
+    trial (no --sessions in the repro): proportions are not judged."""
+    out = []
+    most_trials = max((c.trials for c in cells), default=0)
+    for gate in gates:
+        chosen = [c for c in cells if gate.applies_to(c.levels)]
+        if not chosen:
+            out.append(f"{_gate_text(gate)} cannot pass: it selects no cell of this plan")
+            continue
+        fewest = min(c.trials for c in chosen)  # the cell whose interval is widest at best
+        if gate.metric in proportions:
+            if sessions_per_trial is not None:
+                out += _proportion_warnings(gate, sessions_per_trial, fewest, most_trials, intervals)
+        elif not intervals.median_covered(fewest):
+            out.append(_number_warning(gate, fewest, intervals))
+    return out
+
+
+def _gate_text(gate: Gate) -> str:
+    bounds = default_name(gate.metric, gate.upper, gate.lower, {}).removesuffix(" (every cell)")
+    named = gate.name != default_name(gate.metric, gate.upper, gate.lower, gate.cells)
+    return f"gate '{gate.name}' ({bounds})" if named else f"gate '{gate.name}'"
+
+
+def best_bound(side: str, sessions: int, trials: int, most_trials: int, intervals: Intervals) -> float:
+    """The best 95% bound a proportion can reach in a cell of `trials` x `sessions`: the upper with
+    no event ("upper"), the lower with every session an event ("lower").
+
+    The report widens Wilson's interval by the dispersion it estimates (never below 1) or, where it
+    cannot estimate one (every cell of one trial, or no trial that both saw and missed the event),
+    by the least design effect orch assumes (intervals.prior_inflation). So: no widening at all
+    when some cell has 2 trials (other cells could make the dispersion estimable), else the
+    prior's."""
+    n = sessions * trials
+    m = 1.0 if most_trials >= 2 else intervals.prior_inflation(sessions)
+    low, high = intervals.rate(n if side == "lower" else 0, n, m)
+    return low if side == "lower" else high
+
+
+def _proportion_warnings(gate: Gate, sessions: int, trials: int, most_trials: int, iv: Intervals) -> list[str]:
+    out = []
+    for side, limit in (("upper", gate.upper), ("lower", gate.lower)):
+        if limit is None or _reaches(side, limit, sessions, trials, most_trials, iv):
+            continue
+        n = sessions * trials
+        bound = best_bound(side, sessions, trials, most_trials, iv)
+        out.append(
+            f"{_gate_text(gate)} cannot pass: with {n} sessions per cell ({sessions} x {_trials(trials)}) even "
+            f"{0 if side == 'upper' else n} events give {'an upper' if side == 'upper' else 'a lower'} 95% bound of "
+            f"{bound:.2g}; " + _sessions_needed(side, limit, trials, most_trials, iv)
+        )
+    return out
+
+
+def _reaches(side: str, limit: float, sessions: int, trials: int, most_trials: int, iv: Intervals) -> bool:
+    bound = best_bound(side, sessions, trials, most_trials, iv)
+    return bound <= limit if side == "upper" else bound >= limit
+
+
+def _fewest_sessions(side: str, limit: float, trials: int, most_trials: int, iv: Intervals) -> int | None:
+    """The fewest sessions per trial whose best case passes (the bound is monotone in them)."""
+    if not _reaches(side, limit, SEARCH_SESSIONS, trials, most_trials, iv):
+        return None
+    low, high = 1, SEARCH_SESSIONS
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if _reaches(side, limit, mid, trials, most_trials, iv) else (mid + 1, high)
+    return low
+
+
+def _sessions_needed(side: str, limit: float, trials: int, most_trials: int, iv: Intervals) -> str:
+    per_trial = _fewest_sessions(side, limit, trials, most_trials, iv)
+    if per_trial is not None:
+        return f"needs about {per_trial * trials:,} sessions per cell ({per_trial:,} per trial at {_trials(trials)})"
+    two = _fewest_sessions(side, limit, 2, 2, iv)
+    if two is None:
+        return "no number of sessions gets there"
+    return (
+        "one trial cannot show it at any number of sessions (the intra-trial correlation orch assumes caps "
+        f"what a trial is worth); needs 2 or more trials per cell, about {2 * two:,} sessions per cell "
+        f"({two:,} per trial)"
+    )
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial" if n == 1 else f"{n} trials"
+
+
+def _number_warning(gate: Gate, trials: int, iv: Intervals) -> str:
+    need = next((n for n in range(1, 1000) if iv.median_covered(n)), 1000)
+    return (
+        f"{_gate_text(gate)} cannot pass: with {_trials(trials)} per cell the median has no 95% interval "
+        f"(one value per trial; even the full range covers it with less than 95%); needs {need} or more "
+        f"trials per cell (--replicates {need})"
+    )

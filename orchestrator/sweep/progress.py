@@ -8,12 +8,16 @@ to, and QuietProgress for tests and library use.
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, Task, TaskID, TextColumn
 from rich.progress import Progress as RichBar
+from rich.table import Column
+from rich.text import Text
 
 from orchestrator.core.records import TrialRecord
 
@@ -133,52 +137,121 @@ def summarize(record: TrialRecord) -> str:
     return f"{record.cell}: " + ", ".join(parts)
 
 
+def clock_text(seconds: float | None) -> str:
+    """`2:41`, `1:02:03`; `-:--` when not known yet."""
+    if seconds is None:
+        return "-:--"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def eta_s(elapsed: float, finished: int, left: int) -> float | None:
+    """Seconds left at this process's mean time per trial so far (None before its first trial).
+
+    Not rich's own estimate: that one averages over a 30 s window, and a trial (restarts, health
+    waits, the repro) takes minutes, so its window never held two samples and it showed -:--:--."""
+    if finished <= 0:
+        return None
+    return max(0, left) * elapsed / finished
+
+
+class _Clock(ProgressColumn):
+    """The task's elapsed time, or the ETA kept in its fields, at a width that never shrinks."""
+
+    def __init__(self, field: str, label: str = "") -> None:
+        self.field, self.label = field, label
+        super().__init__(table_column=Column(no_wrap=True, min_width=len(label) + 7))
+
+    def render(self, task: Task) -> Text:
+        value = task.elapsed if self.field == "elapsed" else task.fields.get(self.field)
+        return Text(f"{self.label}{clock_text(value)}", style="progress.elapsed", no_wrap=True)
+
+
+BAR_WIDTH = 24  # columns of the bar itself: the rest of the line goes to the last result
+
+
 class RichProgress:
     """`open_ended` (a hunt): trials done, no total and no ETA (the search decides as it goes;
-    a guessed total would go negative or lie)."""
+    a guessed total would go negative or lie).
 
-    def __init__(self, console: Console | None = None, *, open_ended: bool = False) -> None:
+    On a terminal the bar, the count, elapsed and ETA keep their width and the last result gets
+    what is left, cut with an ellipsis (a hunt's cell name runs to 300 characters). Elsewhere one
+    line per trial with the same times: `[34/64] 2:41 elapsed, ETA 1:50 — cell: ...`.
+    `clock` gives seconds (tests pass a fake one)."""
+
+    def __init__(
+        self,
+        console: Console | None = None,
+        *,
+        open_ended: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console or Console(stderr=True)
         self.open_ended = open_ended
+        self.clock = clock
         self.bar: RichBar | None = None
         self.task: TaskID | None = None
         self.done = 0
         self.total = 0
+        self.finished = 0  # trials done by this process: what the ETA's pace rests on (not a resume's)
         self.failures = FailureTally()
 
     def start(self, total: int, done: int) -> None:
-        self.total, self.done = total, done
+        self.total, self.done, self.finished = total, done, 0
+        # built off a terminal too (never started there): the plain lines read its clock
+        self.bar = RichBar(*self._columns(), console=self.console, get_time=self.clock, expand=True)
         if self.console.is_terminal:
-            counts = (TextColumn("{task.completed} done"),) if self.open_ended else (MofNCompleteColumn(),)
-            eta = () if self.open_ended else (TextColumn("ETA"), TimeRemainingColumn())
-            self.bar = RichBar(
-                TextColumn("[bold]trials"),
-                BarColumn(),
-                *counts,
-                TimeElapsedColumn(),
-                *eta,
-                TextColumn("{task.fields[last]}"),
-                console=self.console,
-            )
             self.bar.start()
-            self.task = self.bar.add_task("trials", total=None if self.open_ended else total, completed=done, last="")
+        total_shown = None if self.open_ended else total
+        self.task = self.bar.add_task("trials", total=total_shown, completed=done, last="", eta=None)
+
+    def _columns(self) -> list[ProgressColumn]:
+        fixed = Column(no_wrap=True)
+        counts: ProgressColumn = (
+            TextColumn("{task.completed} done", table_column=fixed)
+            if self.open_ended
+            else MofNCompleteColumn(table_column=fixed)
+        )
+        eta: list[ProgressColumn] = [] if self.open_ended else [_Clock("eta", "ETA ")]
+        return [
+            TextColumn("[bold]trials", table_column=fixed),
+            BarColumn(bar_width=BAR_WIDTH, table_column=Column(no_wrap=True, width=BAR_WIDTH)),
+            counts,
+            _Clock("elapsed"),
+            *eta,
+            TextColumn("{task.fields[last]}", table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+        ]
 
     def trial_done(self, record: TrialRecord) -> None:
         self.done += 1
+        self.finished += 1
         self.failures.add(record)
         line = summarize(record)
-        if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, advance=1, last=escape(f"last: {line}"))
-        else:
-            count = f"{self.done} done" if self.open_ended else f"{self.done}/{self.total}"
-            self.console.print(f"[{count}] {line}", markup=False, highlight=False, soft_wrap=True)
+        if self.bar is None or self.task is None:  # told before start(): the line alone
+            self.console.print(f"[{self._count()}] {line}", markup=False, highlight=False, soft_wrap=True)
+            return
+        elapsed = self._elapsed()
+        eta = None if self.open_ended else eta_s(elapsed, self.finished, self.total - self.done)
+        self.bar.update(self.task, advance=1, last=escape(f"last: {line}"), eta=eta)
+        if not self.console.is_terminal:
+            times = f"{clock_text(elapsed)} elapsed, " + (
+                "no ETA (a hunt decides its trials as it goes)" if self.open_ended else f"ETA {clock_text(eta)}"
+            )
+            self.console.print(f"[{self._count()}] {times} — {line}", markup=False, highlight=False, soft_wrap=True)
+
+    def _count(self) -> str:
+        return f"{self.done} done" if self.open_ended else f"{self.done}/{self.total}"
+
+    def _elapsed(self) -> float:
+        return (self.bar.tasks[0].elapsed or 0.0) if self.bar is not None and self.bar.tasks else 0.0
 
     def retotal(self, left: int) -> None:
         if self.open_ended:
             return
         self.total = self.done + left
         if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, total=self.total)
+            self.bar.update(self.task, total=self.total, eta=eta_s(self._elapsed(), self.finished, left))
 
     def note(self, message: str) -> None:
         self.console.print(f"[yellow]{escape(message)}[/yellow]", highlight=False, soft_wrap=True)
@@ -186,8 +259,9 @@ class RichProgress:
     def stop(self) -> None:
         """Stop the bar; then the failed trials' reasons, grouped (printed once)."""
         if self.bar is not None:
-            self.bar.stop()
-            self.bar = None
+            if self.console.is_terminal:
+                self.bar.stop()
+            self.bar, self.task = None, None
         for line in self.failures.lines():
             self.console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
         self.failures = FailureTally()
