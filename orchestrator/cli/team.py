@@ -83,6 +83,11 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     _reports_arg(add)
     _store_arg(add)
     ls = command(qs, "list", "list queued, running and finished items", cmd_queue_list)
+    ls.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every finished item too (default: pending items and the last {LIST_FINISHED} finished)",
+    )
     _reports_arg(ls)
     _store_arg(ls)
     rm = command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
@@ -93,7 +98,8 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--until",
         metavar="HH:MM",
-        help="start no new trial after this local time (or ISO date-time); cut sweeps stay resumable",
+        help="start no new trial after this local time (or ISO date-time); cut sweeps stay resumable. A time "
+        "the clocks skip that night means the end of the gap, a time shown twice its first occurrence",
     )
     run.add_argument(
         "--scheduled",
@@ -124,7 +130,8 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     ins.add_argument(
         "--until",
         metavar="HH:MM",
-        help="the night's deadline, counted from the scheduled start (a late catch-up never runs into the day)",
+        help="the night's deadline, counted from the scheduled start (a late catch-up never runs into the day); "
+        "a time the clocks skip that night means the end of the gap, a time shown twice its first occurrence",
     )
     _webhook_arg(ins)
     _reports_arg(ins)
@@ -238,30 +245,49 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_queue_list(args: argparse.Namespace) -> int:
-    from orchestrator.team.notify import shown
+LIST_FINISHED = 20  # finished items `queue list` shows without --all (the newest)
+# beyond, plain tab-separated lines (rich measures every cell first: 10^4 rows took 57 s); the
+# figure planview.RICH_ROWS uses, not imported: planview loads the statistics (scipy) a list never needs
+LIST_RICH_ROWS = 500
+LIST_COLUMNS = ("id", "state", "prio", "matrix", "testbed", "added", "by", "run", "webhooks", "note")
 
+
+def cmd_queue_list(args: argparse.Namespace) -> int:
     with _open_queue(args) as q:
-        items, where = q.items(), q.where
-    if not items:
+        (items, left_out), where = q.listing(None if args.all else LIST_FINISHED), q.where
+    if not items and not left_out:
         out.print(f"the queue in {where} is empty", markup=False)
         return 0
-    table = Table("id", "state", "prio", "matrix", "testbed", "added", "by", "run", "webhooks", "note")
-    for i in items:
-        table.add_row(
-            str(i.id),
-            i.state,
-            str(i.priority),
-            escape(Path(i.matrix).name),
-            escape(i.testbed or "(first)"),
-            i.added[:19],
-            escape(i.queued_by),
-            escape(Path(i.run_dir).name if i.run_dir else ""),
-            escape(", ".join(shown(w) for w in i.webhooks)),
-            escape(i.message),
-        )
-    _print_table(table)
+    rows = [_list_row(i) for i in items]
+    if len(rows) <= LIST_RICH_ROWS:
+        table = Table(*LIST_COLUMNS)
+        for row in rows:
+            table.add_row(*(escape(v) for v in row))
+        _print_table(table)
+    else:
+        out.file.write("\t".join(LIST_COLUMNS) + "\n")
+        out.file.writelines("\t".join(v.replace("\t", " ").replace("\n", "; ") for v in r) + "\n" for r in rows)
+        out.file.flush()
+    if left_out:
+        out.print(f"{left_out:,} older finished item(s) not shown (--all shows them)", markup=False)
     return 0
+
+
+def _list_row(i: "QueueItem") -> list[str]:
+    from orchestrator.team.notify import shown
+
+    return [
+        str(i.id),
+        i.state,
+        str(i.priority),
+        Path(i.matrix).name,
+        i.testbed or "(first)",
+        i.added[:19],
+        i.queued_by,
+        Path(i.run_dir).name if i.run_dir else "",
+        ", ".join(shown(w) for w in i.webhooks),
+        i.message if i.message or not i.defect else f"cannot run: {i.defect}",
+    ]
 
 
 def cmd_queue_remove(args: argparse.Namespace) -> int:
@@ -578,6 +604,8 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
             return dataclasses.replace(snap, queue=())
     with open_store(spec, read_only=True) as q:  # status changes nothing, not even a schema
         items = q.items(("running", "resumable", "queued"))
+        if getattr(q, "missing", False):  # a server without the queue's tables
+            warn(f"no queue yet in {q.where} (the store --store / ${STORE_ENV} names): none is shown")
     return dataclasses.replace(snap, queue=tuple(item_view(i) for i in items))
 
 

@@ -11,6 +11,7 @@ the caller prints. Errors are raised as OrchErrors; the caller maps them to exit
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -99,6 +100,38 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _recorded_paths(request: SweepRequest, run_dir: Path) -> dict[str, str]:
+    """The matrix and inventory paths run.json keeps for a resume: one that works from any working
+    directory. Why: the shown path is relative to the cwd, and `orch resume RUN_DIR` (or the next
+    night's `queue run`, a timer started elsewhere) may run from another one. A file in the
+    reports folder (the queue's copies) is named relative to the run dir, so a reports folder
+    mounted elsewhere still finds them; any other file by its absolute path."""
+    return {
+        "matrix_path": _from_run_dir(request.matrix, run_dir),
+        "inventory_path": _from_run_dir(request.inventory, run_dir),
+    }
+
+
+def _from_run_dir(path: Path, run_dir: Path) -> str:
+    try:
+        full, home = path.resolve(), run_dir.resolve()
+    except (RuntimeError, OSError):
+        return str(path)
+    if full.is_relative_to(home.parent):
+        return os.path.relpath(full, home)
+    return str(full)
+
+
+def _recorded_file(recorded: str, run_dir: Path) -> Path:
+    """Where run.json's path points: absolute as is; relative to the run dir (this orch), else to
+    the cwd (run.json written by an older orch named the files from its cwd)."""
+    path = Path(recorded)
+    if path.is_absolute():
+        return path
+    beside = run_dir / path
+    return beside if beside.exists() else path
+
+
 def select_testbeds(inventory: Inventory, selection: TestbedSelection) -> list[Testbed]:
     if selection is None:
         return [inventory.testbed(None)]
@@ -160,7 +193,8 @@ def run(
             names = tuple(tb.name for tb in prepared.testbeds)
             manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
             controller = describe_controller(plan.matrix.redactor)
-            manifest = manifest.model_copy(update={"controller": controller, "retries": request.retries})
+            paths = _recorded_paths(request, run_dir)
+            manifest = manifest.model_copy(update={"controller": controller, "retries": request.retries, **paths})
             session.create_run_dir(run_dir, manifest)
             with run_lock(run_dir):
                 _list_running(run_dir)
@@ -242,8 +276,8 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     was running when the controller died is run again."""
     run_dir = request.run_dir
     manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
-    matrix = _matrix_of(manifest)
-    inventory = _inventory_of(manifest)
+    matrix = _matrix_of(manifest, run_dir)
+    inventory = _inventory_of(manifest, run_dir)
     testbeds = [inventory.testbed(name) for name in manifest.testbeds]
     check_separate_testbeds(testbeds, inventory)
     check_replicates(matrix, manifest.replicates, f"{RunDir(run_dir).run_json}: replicates")
@@ -316,27 +350,29 @@ def _retries(request: ResumeRequest, manifest: RunManifest) -> int:
     return manifest.retries if manifest.retries is not None else SweepRequest.retries
 
 
-def _matrix_of(manifest: RunManifest) -> Matrix:
-    path = Path(manifest.matrix_path)
+def _matrix_of(manifest: RunManifest, run_dir: Path) -> Matrix:
+    path = _recorded_file(manifest.matrix_path, run_dir)
+    shown = _shown(path)  # as the user would name it from here (run.json may hold it absolute)
     if not path.exists():
-        raise UsageError(f"matrix {path} of run {manifest.run_id} not found", hint="run from the same folder")
-    matrix = read_matrix(path, manifest.matrix_path)
+        raise UsageError(f"matrix {shown} of run {manifest.run_id} not found", hint="run from the same folder")
+    matrix = read_matrix(path, shown)
     if matrix.sha256 != manifest.matrix_sha256:
         raise UsageError(
-            f"matrix {path} changed since run {manifest.run_id} started",
+            f"matrix {shown} changed since run {manifest.run_id} started",
             hint="a resumed run must use the same matrix; start a new run instead",
         )
     return matrix
 
 
-def _inventory_of(manifest: RunManifest) -> Inventory:
-    path = Path(manifest.inventory_path)
+def _inventory_of(manifest: RunManifest, run_dir: Path) -> Inventory:
+    path = _recorded_file(manifest.inventory_path, run_dir)
+    shown = _shown(path)
     if not path.exists():
-        raise UsageError(f"inventory {path} of run {manifest.run_id} not found", hint="run from the same folder")
-    inventory = read_inventory(path, manifest.inventory_path)
+        raise UsageError(f"inventory {shown} of run {manifest.run_id} not found", hint="run from the same folder")
+    inventory = read_inventory(path, shown)
     if inventory.sha256 != manifest.inventory_sha256:
         raise UsageError(
-            f"inventory {path} changed since run {manifest.run_id}",
+            f"inventory {shown} changed since run {manifest.run_id}",
             hint="restore with the inventory the run used (its text is in run.json)",
         )
     return inventory
@@ -435,7 +471,7 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
     """Restore the hosts of a run whose controller died (kill -9, power cut)."""
     run_dir = request.run_dir
     manifest = load_manifest(run_dir)
-    inventory = _inventory_of(manifest)
+    inventory = _inventory_of(manifest, run_dir)
     parallel = len(manifest.testbeds) > 1  # a parallel run keeps each testbed's originals in backup/<testbed>/
     restored = tuple(
         _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request)

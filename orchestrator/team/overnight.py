@@ -67,6 +67,7 @@ class QueueSweep:
         recorded = [item.resumable_run] if item.resumable_run else []
 
         def record(run_dir: Path) -> None:
+            run_dir = run_dir.resolve()  # the next night's `queue run` may start from another cwd
             recorded.append(run_dir)
             record_run_dir(run_dir)
 
@@ -86,6 +87,9 @@ class QueueSweep:
         resumable = item.resumable_run
         progress = self._progress_for(item)
         if resumable is not None:
+            # the run's manifest names the queue's copies beside the run (its reports folder, as
+            # this controller mounts it): written again, so a folder cleaned of them still resumes
+            sweep_files(item, resumable.parent)
             again = ResumeRequest(resumable, deadline=deadline, owner_gone=self.owner_gone)
             return self.sweeps.resume(again, progress, warn=self.warn)
         matrix, inventory = sweep_files(item, self.reports)

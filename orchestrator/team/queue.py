@@ -24,20 +24,24 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
-from typing import Callable, Iterator, Literal, Protocol
+from typing import Callable, Iterator, Literal, Protocol, TypeVar
 
 from orchestrator.errors import UsageError
 from orchestrator.sweep.signals import sigterm_as_interrupt
 from orchestrator.team.queuestore import CLAIMABLE as CLAIMABLE
+from orchestrator.team.queuestore import FINISHED as FINISHED
 from orchestrator.team.queuestore import ITEM_STATES as ITEM_STATES
+from orchestrator.team.queuestore import LIGHT_COLUMNS, insert_values, item_from_row
+from orchestrator.team.queuestore import PENDING as PENDING
 from orchestrator.team.queuestore import Claimer as Claimer
 from orchestrator.team.queuestore import ItemState as ItemState
 from orchestrator.team.queuestore import NewItem as NewItem
 from orchestrator.team.queuestore import QueueError as QueueError
 from orchestrator.team.queuestore import QueueItem as QueueItem
 from orchestrator.team.queuestore import QueueStore as QueueStore
-from orchestrator.team.queuestore import insert_values, item_from_row
+from orchestrator.team.queuestore import QueueUnavailable as QueueUnavailable
 from orchestrator.team.queuestore import now_iso as now_iso
 
 DB_NAME = "queue.db"
@@ -138,8 +142,25 @@ class Queue:
     def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]:
         """Items in the order `queue run` takes them: priority (high first), then age."""
         marks = ",".join("?" * len(states))
-        rows = self._query(f"SELECT * FROM items WHERE state IN ({marks}) ORDER BY priority DESC, id", states)
-        return [_item(r) for r in rows]
+        sql = f"SELECT {self._light} FROM items WHERE state IN ({marks}) ORDER BY priority DESC, id"
+        return [_item(r) for r in self._query(sql, states)]
+
+    def listing(self, finished: int | None = None) -> tuple[list[QueueItem], int]:
+        """What `queue list` shows: every pending item in run order, then the `finished` most
+        recently finished ones (all with None), and how many finished ones were left out."""
+        pending = self.items(PENDING)
+        done_marks = ",".join("?" * len(FINISHED))
+        limit = -1 if finished is None else finished
+        sql = f"SELECT {self._light} FROM items WHERE state IN ({done_marks}) ORDER BY updated DESC, id DESC LIMIT ?"
+        done = [_item(r) for r in self._query(sql, (*FINISHED, limit))]
+        total = self._query(f"SELECT count(*) AS n FROM items WHERE state IN ({done_marks})", FINISHED)[0]["n"]
+        return pending + done, int(total) - len(done)
+
+    @property
+    def _light(self) -> str:
+        """LIGHT_COLUMNS that this file has (a version-1 queue read read-only lacks the newer)."""
+        have = {r["name"] for r in self._query("PRAGMA table_info(items)", ())}
+        return ", ".join(c for c in LIGHT_COLUMNS.split(", ") if c in have)
 
     def get(self, item_id: int) -> QueueItem:
         rows = self._query("SELECT * FROM items WHERE id = ?", (item_id,))
@@ -168,7 +189,8 @@ class Queue:
         """Drop an item; a running one only once its runner is gone (its run dir stays)."""
         with self._tx():
             item = self.get(item_id)
-            if item.state == "running" and item.claimed_by and Claimer.decode(item.claimed_by).alive():
+            claimer = Claimer.parse(item.claimed_by) if item.claimed_by else None
+            if item.state == "running" and claimer is not None and claimer.alive():
                 raise UsageError(
                     f"{item.label} is running (claimed by {item.claimed_by})",
                     hint="stop that `orch queue run` first; its run stays resumable",
@@ -182,23 +204,28 @@ class Queue:
         with self._tx():
             self._recover_dead_claims()
             not_skipped = f"AND id NOT IN ({','.join('?' * len(skip))})" if skip else ""
-            rows = self._db.execute(
-                f"SELECT id FROM items WHERE state IN ('queued', 'resumable') {not_skipped} "
-                "ORDER BY priority DESC, id LIMIT 1",
-                tuple(skip),
-            ).fetchall()
-            if not rows:
-                return None
+            while True:
+                rows = self._db.execute(
+                    f"SELECT {self._light} FROM items WHERE state IN ('queued', 'resumable') {not_skipped} "
+                    "ORDER BY priority DESC, id LIMIT 1",
+                    tuple(skip),
+                ).fetchall()
+                if not rows:
+                    return None
+                item = _item(rows[0])
+                if not item.defect:
+                    break
+                self._fail(item.id, f"cannot run: {item.defect}")  # and on to the next one
             self._db.execute(
                 "UPDATE items SET state = 'running', claimed_by = ?, updated = ? WHERE id = ?",
-                (claimer.encode(), now_iso(), rows[0]["id"]),
+                (claimer.encode(), now_iso(), item.id),
             )
-        return self.get(rows[0]["id"])
+        return self.get(item.id)
 
     def set_run_dir(self, item_id: int, run_dir: Path) -> None:
         """Recorded once the run's folder exists, before any trial, so a killed runner's item can
         still be resumed (team.overnight.recording)."""
-        self._update(item_id, run_dir=str(run_dir))
+        self._update(item_id, run_dir=str(run_dir.resolve()))
 
     def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem:
         """Leave a claimed item in its end state (or back in line: queued / resumable)."""
@@ -206,15 +233,26 @@ class Queue:
         return self.get(item_id)
 
     def _recover_dead_claims(self) -> None:
-        rows = self._db.execute("SELECT * FROM items WHERE state = 'running'").fetchall()
+        rows = self._db.execute(f"SELECT {self._light} FROM items WHERE state = 'running'").fetchall()
         for item in map(_item, rows):
-            if item.claimed_by and Claimer.decode(item.claimed_by).alive():
+            claimer = Claimer.parse(item.claimed_by) if item.claimed_by else None
+            if item.claimed_by and claimer is None:  # who runs it cannot be told: never run it twice
+                self._fail(
+                    item.id,
+                    f"its claimed_by {item.claimed_by!r} is not host:pid:start, so whether its runner lives "
+                    "cannot be told (written by another tool?); re-add the item if nothing runs it",
+                )
+                continue
+            if claimer is not None and claimer.alive():
                 continue
             state = "resumable" if item.resumable_run is not None else "queued"
             self._db.execute(
                 "UPDATE items SET state = ?, claimed_by = NULL, updated = ?, message = ? WHERE id = ?",
                 (state, now_iso(), f"taken back: its queue runner ({item.claimed_by}) died", item.id),
             )
+
+    def _fail(self, item_id: int, message: str) -> None:
+        self._update(item_id, state="failed", claimed_by=None, message=message)
 
     def _update(self, item_id: int, **values: object) -> None:
         values["updated"] = now_iso()
@@ -256,11 +294,9 @@ def _item(row: sqlite3.Row) -> QueueItem:
 
 
 def _error(path: Path, what: str, exc: sqlite3.Error) -> QueueError:
-    hint = (
-        "another process holds it too long; retry"
-        if "locked" in str(exc)
-        else "is it an orch queue? on a network file system, SQLite's WAL mode does not work"
-    )
+    if "locked" in str(exc):
+        return QueueUnavailable(f"{path}: {what}: {exc} (another process holds it too long; retry)")
+    hint = "is it an orch queue? on a network file system, SQLite's WAL mode does not work"
     return QueueError(f"{path}: {what}: {exc} ({hint})")
 
 
@@ -280,7 +316,7 @@ def open_store(spec: str, *, read_only: bool = False) -> QueueStore:
     if is_server_url(spec):
         from orchestrator.team.queuestore_pg import PgQueue
 
-        return PgQueue(spec)
+        return PgQueue(spec, read_only=read_only)  # read-only: no DDL, no tables is an empty queue
     return Queue(Path(spec), read_only=read_only)
 
 
@@ -319,6 +355,12 @@ class QueueRunResult:
         return 1 if any(o.status in ("failed", "error") for _, o in self.ran) else 0
 
 
+BUSY_WAIT_S = 60.0  # how often a `queue run` with a deadline looks again at testbeds busy with another run
+OUTAGE_FIRST_S, OUTAGE_MAX_S = 1.0, 60.0  # backoff between tries while the store cannot be reached
+NO_DEADLINE_OUTAGE_S = 1800.0  # without --until, how long an unreachable store is waited for
+T = TypeVar("T")
+
+
 def run_queue(
     queue: QueueStore,
     sweep: SweepFn,
@@ -327,30 +369,44 @@ def run_queue(
     on_done: Callable[[QueueItem, SweepOutcome], None] = lambda i, o: None,
     note: Callable[[str], None] = lambda m: None,
     clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] | None = None,
+    busy_wait_s: float = BUSY_WAIT_S,
 ) -> QueueRunResult:
     """Run claimable items one after another until none is left, the deadline passes, or a
-    signal stops us. Whatever happens, no item stays claimed by this process."""
+    signal stops us. Whatever happens, no item stays claimed by this process.
+
+    With a deadline, items whose testbed is busy (a manual `orch run` holds it) are tried again
+    every `busy_wait_s` until it passes: a testbed busy at 01:00 is free at 01:10, and the night
+    is long. A store that cannot be reached (a database restart) is waited for, between items,
+    up to the deadline. `sleep` defaults to time.sleep with the real clock; with a clock of a
+    test's own, to not sleeping (that clock moves by itself)."""
+    wait = sleep or (time.sleep if clock is time.time else _no_sleep)
+    patient = _Patience(note, clock, wait, deadline)
     result = QueueRunResult()
     skip: set[int] = set()
+    told: set[int] = set()  # items already said to wait for their testbed (once each, not every minute)
     with sigterm_as_interrupt():  # systemd stops a `queue run` with SIGTERM: claims are released
         while True:
             if deadline is not None and clock() >= deadline:
                 result.deadline_reached = True
                 note("deadline reached: no new sweep starts")
                 break
-            item = queue.claim(frozenset(skip))
+            item = patient(lambda: queue.claim(frozenset(skip)), "claim the next item")
             if item is None:
+                if _wait_for_busy(result, skip, told, deadline, busy_wait_s, note, clock, wait):
+                    continue
                 break
-            outcome = _run_one(queue, sweep, item, deadline)
+            outcome = _run_one(queue, sweep, item, deadline, patient)
             if outcome.status == "locked":
                 skip.add(item.id)
-                result.skipped_locked.append(item.id)
-                note(f"{item.label}: skipped, its testbed is busy ({outcome.message})")
+                if item.id not in result.skipped_locked:
+                    result.skipped_locked.append(item.id)
+                    note(f"{item.label}: skipped, its testbed is busy ({outcome.message})")
                 continue
             if outcome.status == "error":
                 skip.add(item.id)  # if it stays resumable, not retried in this pass
             result.ran.append((item, outcome))
-            on_done(queue.get(item.id), outcome)
+            on_done(patient(partial(queue.get, item.id), f"read {item.label}"), outcome)
             if outcome.status == "interrupted":
                 if deadline is not None and clock() >= deadline:
                     result.deadline_reached = True
@@ -361,16 +417,89 @@ def run_queue(
     return result
 
 
-def _run_one(queue: QueueStore, sweep: SweepFn, item: QueueItem, deadline: float | None) -> SweepOutcome:
-    """Run one claimed item and record how it ended; an interruption outside the runner
-    (Ctrl-C, SIGTERM) still puts the item back in line before it propagates."""
+def _no_sleep(_seconds: float) -> None:
+    return None
+
+
+def _wait_for_busy(
+    result: QueueRunResult,
+    skip: set[int],
+    told: set[int],
+    deadline: float | None,
+    busy_wait_s: float,
+    note: Callable[[str], None],
+    clock: Callable[[], float],
+    wait: Callable[[float], None],
+) -> bool:
+    """Nothing else to claim, but items were passed over as their testbed was busy: with time
+    left before the deadline, wait a while and put them back in the running (True)."""
+    locked = set(result.skipped_locked) & skip
+    if not locked or deadline is None:
+        return False
+    left = deadline - clock()
+    if left <= 0:
+        return False
+    if locked - told:
+        ids = ", ".join(map(str, sorted(locked)))
+        note(f"item(s) {ids} wait for a busy testbed: trying again every {busy_wait_s:.0f} s until the deadline")
+        told.update(locked)
+    wait(min(busy_wait_s, left))
+    skip.difference_update(locked)
+    return True
+
+
+@dataclass
+class _Patience:
+    """Store operations retried while the store cannot be reached (QueueUnavailable), with a bounded
+    backoff, until the deadline (or NO_DEADLINE_OUTAGE_S without one). Why: a database restart
+    of a few minutes must not end a night with hours left, nor lose a finished item's result.
+    One line when an outage starts and one when it ends, not one per try."""
+
+    note: Callable[[str], None]
+    clock: Callable[[], float]
+    wait: Callable[[float], None]
+    deadline: float | None
+
+    def __call__(self, op: Callable[[], T], what: str) -> T:
+        give_up = self.deadline if self.deadline is not None else self.clock() + NO_DEADLINE_OUTAGE_S
+        delay, outage = OUTAGE_FIRST_S, False
+        while True:
+            try:
+                value = op()
+            except QueueUnavailable as exc:
+                left = give_up - self.clock()
+                if left <= 0:
+                    raise QueueError(
+                        f"{exc}; gave up trying to {what} at the deadline (an item this run drove "
+                        "stays claimed until the next `queue run` takes it back, resumable)"
+                    ) from exc
+                if not outage:
+                    self.note(f"cannot {what}: {exc}; trying again until the deadline")
+                    outage = True
+                self.wait(min(delay, left))
+                delay = min(delay * 2, OUTAGE_MAX_S)
+                continue
+            if outage:
+                self.note(f"the queue answers again ({what})")
+            return value
+
+
+def _run_one(
+    queue: QueueStore, sweep: SweepFn, item: QueueItem, deadline: float | None, patient: _Patience
+) -> SweepOutcome:
+    """Run one claimed item and record how it ended (waiting out a store outage: the result of a
+    finished sweep is never dropped); an interruption outside the runner (Ctrl-C, SIGTERM) still
+    puts the item back in line before it propagates."""
     try:
         outcome = sweep(item, deadline, lambda d: queue.set_run_dir(item.id, d))
     except BaseException:
         started = queue.get(item.id).resumable_run is not None
         queue.finish(item.id, "resumable" if started else "queued", "interrupted before it finished")
         raise
-    queue.finish(item.id, *item_state_after(queue.get(item.id), outcome))  # with its run dir, if any
+    patient(
+        lambda: queue.finish(item.id, *item_state_after(queue.get(item.id), outcome)),  # with its run dir, if any
+        f"record how {item.label} ended",
+    )
     return outcome
 
 
@@ -418,11 +547,57 @@ def in_zone_of(now: datetime, wall: datetime) -> datetime:
     force now; `.replace(hour=7)` keeps it, so a deadline past a change of the clocks landed an
     hour off. Such a fixed offset named as the system names its zone (time.tzname: CET, CEST) is
     taken as the system's zone, whose rules give the offset at `wall`. A zone with rules of its
-    own (zoneinfo) keeps them; any other fixed offset (UTC+02:00) never changes."""
+    own (zoneinfo) keeps them; any other fixed offset (UTC+02:00) never changes.
+
+    A wall time the clocks skip that night (02:30 in Berlin on the spring-forward night) is the
+    end of the gap (03:00 CEST), that same night: read as an hour back, it landed before `now`
+    and a deadline moved to the next day. A wall time the clocks show twice (02:30 on the autumn
+    night) is its first occurrence, the earlier deadline."""
     zone = now.tzinfo
     if isinstance(zone, timezone) and zone.tzname(None) in time.tzname:
-        return wall.astimezone()  # a naive datetime is read as the system's local time
-    return wall.replace(tzinfo=zone)
+        return _existing(wall, lambda w: w.astimezone())  # a naive datetime is read as the system's local time
+    if isinstance(zone, timezone) or zone is None:
+        return wall.replace(tzinfo=zone)
+    return _existing(wall, lambda w: w.replace(tzinfo=zone))
+
+
+def _existing(wall: datetime, aware: Callable[[datetime], datetime]) -> datetime:
+    """`wall` made aware by `aware` (a zone's rules): the first of two occurrences, or the end of
+    the gap for a time that does not occur (both readings of it fail the round trip)."""
+    first, second = aware(wall.replace(fold=0)), aware(wall.replace(fold=1))
+    for at in sorted((first, second), key=lambda a: a.timestamp()):
+        if _wall_of(at) == wall:
+            return at.replace(fold=0)
+    return _gap_end(min(first, second, key=datetime.timestamp), max(first, second, key=datetime.timestamp))
+
+
+def _wall_of(at: datetime) -> datetime:
+    """The wall clock the zone shows at instant `at` (a round trip through UTC)."""
+    zone = at.tzinfo
+    back = at.astimezone(timezone.utc)
+    shown = back.astimezone() if isinstance(zone, timezone) else back.astimezone(zone)
+    return shown.replace(tzinfo=None, fold=0)
+
+
+def _gap_end(before: datetime, after: datetime) -> datetime:
+    """The instant the clocks jump, between the two readings of a skipped wall time (bisection to
+    the second: the earliest instant whose offset is the later one)."""
+    lo, hi = int(before.timestamp()), int(after.timestamp())
+    later = _offset_at(hi, after)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _offset_at(mid, after) == later else (mid, hi)
+    return _at(hi, after)
+
+
+def _at(epoch: int, like: datetime) -> datetime:
+    zone = like.tzinfo
+    utc = datetime.fromtimestamp(epoch, timezone.utc)
+    return utc.astimezone() if isinstance(zone, timezone) else utc.astimezone(zone)
+
+
+def _offset_at(epoch: int, like: datetime) -> timedelta | None:
+    return _at(epoch, like).utcoffset()
 
 
 def time_of_day(text: str, what: str) -> tuple[int, int, int]:

@@ -26,6 +26,8 @@ from orchestrator.store.rundir import RunDir
 ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
 ITEM_STATES: tuple[ItemState, ...] = get_args(ItemState)
 CLAIMABLE = ("queued", "resumable")
+PENDING: tuple[ItemState, ...] = ("running", "resumable", "queued")
+FINISHED: tuple[ItemState, ...] = ("completed", "failed")
 
 
 def now_iso() -> str:
@@ -46,6 +48,11 @@ class QueueError(OrchError):
     """The queue database could not be read or written."""
 
 
+class QueueUnavailable(QueueError):
+    """The queue's store cannot be reached for now (a server restarting, a database another
+    process holds locked): worth trying again later, unlike a queue that is not one."""
+
+
 @dataclass(frozen=True)
 class Claimer:
     """Who runs an item: enough to tell, later, whether that process is still alive."""
@@ -63,8 +70,21 @@ class Claimer:
 
     @classmethod
     def decode(cls, text: str) -> "Claimer":
-        host, pid, start = text.rsplit(":", 2)
-        return cls(host, int(pid), int(start))
+        """`host:pid:start` as a Claimer; anything else is a QueueError naming the value."""
+        claimer = cls.parse(text)
+        if claimer is None:
+            raise QueueError(f"claimed_by {text!r} is not host:pid:start (written by another tool, or by hand)")
+        return claimer
+
+    @classmethod
+    def parse(cls, text: str) -> "Claimer | None":
+        """`host:pid:start` as a Claimer, None for anything else. Why not raise: one stored value
+        written by another tool must not stop every claim of the queue."""
+        try:
+            host, pid, start = text.rsplit(":", 2)
+            return cls(host, int(pid), int(start))
+        except ValueError:
+            return None
 
     def alive(self) -> bool:
         """False only when we can tell: same host, and that process is gone (or another one)."""
@@ -103,6 +123,7 @@ class QueueItem:
     inventory_text: str = ""
     queued_by: str = ""  # user@host
     testbeds: tuple[str, ...] = ()  # the testbed names `testbed` meant when queued
+    defect: str = ""  # why a stored value could not be read (the item cannot run; a claim fails it)
 
     @property
     def label(self) -> str:
@@ -157,13 +178,14 @@ def item_from_row(row: Any) -> QueueItem:
     def newer(name: str) -> str:
         return str(row[name]) if name in have else ""
 
+    webhooks, defect = _webhooks(row["webhooks"])
     return QueueItem(
         id=int(row["id"]),
         matrix=str(row["matrix"]),
         inventory=str(row["inventory"]),
         testbed=row["testbed"],
         priority=int(row["priority"]),
-        webhooks=tuple(json.loads(str(row["webhooks"]))),
+        webhooks=webhooks,
         state=row["state"],
         added=str(row["added"]),
         updated=str(row["updated"]),
@@ -174,7 +196,31 @@ def item_from_row(row: Any) -> QueueItem:
         inventory_text=newer("inventory_text"),
         queued_by=newer("queued_by"),
         testbeds=tuple(n for n in newer("testbeds").split(",") if n),
+        defect=defect,
     )
+
+
+def _webhooks(stored: object) -> tuple[tuple[str, ...], str]:
+    """The stored webhooks column (a JSON list of URLs) and "", or () and why it is not one. Why
+    not raise: a value another tool (or a hand edit) wrote must fail its own item, not every
+    claim and `queue list` of the queue."""
+    text = str(stored)
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, list) and all(isinstance(w, str) for w in value):
+        return tuple(value), ""
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    return (), f"its stored webhooks value {shown!r} is not a JSON list of URLs (re-add the item)"
+
+
+# what `queue list`, `orch status` and a claim's candidates read: never the texts of the sweep's
+# files, which may be large and are read only for the item a claim takes
+LIGHT_COLUMNS = (
+    "id, matrix, inventory, testbed, priority, webhooks, state, added, updated, run_dir, claimed_by, "
+    "message, queued_by, testbeds"
+)
 
 
 class QueueStore(Protocol):
@@ -189,6 +235,8 @@ class QueueStore(Protocol):
     claims_prove_owner_gone: bool
 
     def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]: ...
+
+    def listing(self, finished: int | None = None) -> tuple[list[QueueItem], int]: ...
 
     def get(self, item_id: int) -> QueueItem: ...
 

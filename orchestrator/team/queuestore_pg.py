@@ -25,19 +25,24 @@ import hashlib
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from orchestrator.errors import UsageError
 from orchestrator.team.queuestore import (
+    CLAIMABLE,
+    FINISHED,
     ITEM_STATES,
+    LIGHT_COLUMNS,
+    PENDING,
     Claimer,
     ItemState,
     NewItem,
     QueueError,
     QueueItem,
+    QueueUnavailable,
     insert_values,
     item_from_row,
     now_iso,
@@ -51,7 +56,7 @@ META = "orch_queue_meta"
 SCHEMA_VERSION = 1
 HEARTBEAT_S = 5.0  # how often a controller driving an item checks its connection
 RECONNECT_S = 60.0  # how long it tries to get it back before it gives the item up
-CANDIDATES = 1000  # rows one claim looks at, at most (items whose testbeds are busy are passed over)
+PAGE = 500  # candidate rows one query of a claim reads (light columns; a claim walks every page)
 T = TypeVar("T")
 
 _SCHEMA = (
@@ -88,12 +93,14 @@ def lock_key(kind: str, name: str) -> int:
 SCHEMA_LOCK = lock_key("schema", TABLE)
 
 
-def testbed_keys(item: QueueItem) -> tuple[int, ...]:
-    """The advisory locks an item's sweep needs: one per testbed it drives. An item queued
-    without resolved names (by an older orch) locks what its spec can name."""
-    if item.testbeds:
-        return tuple(lock_key("testbed", n) for n in item.testbeds)
-    return (lock_key("inventory", f"{item.inventory}#{item.testbed or ''}"),)
+def testbed_keys(row: Mapping[str, Any]) -> tuple[int, ...]:
+    """The advisory locks an item's sweep needs, from its row (testbeds, inventory, testbed: a
+    claim reads no more of a candidate): one per testbed it drives. An item queued without
+    resolved names (by an older orch) locks what its spec can name."""
+    names = [n for n in str(row["testbeds"] or "").split(",") if n]
+    if names:
+        return tuple(lock_key("testbed", n) for n in names)
+    return (lock_key("inventory", f"{row['inventory']}#{row['testbed'] or ''}"),)
 
 
 def shown_url(url: str) -> str:
@@ -146,17 +153,22 @@ class PgQueue:
         heartbeat_s: float = HEARTBEAT_S,
         reconnect_s: float = RECONNECT_S,
         on_lost: Callable[[str], None] = _interrupt_main,
+        read_only: bool = False,
     ) -> None:
         self.url, self.where = url, shown_url(url)
         self.heartbeat_s, self.reconnect_s, self.on_lost = heartbeat_s, reconnect_s, on_lost
         self.lost: str | None = None  # why this controller gave an item up, if it did
         self._mutex = threading.RLock()  # one user of the connection at a time (heartbeat included)
         self._held: dict[int, tuple[str, tuple[int, ...]]] = {}  # item id -> (claimed_by, locks held)
+        # item id -> claimed_by of every item claimed and not yet finished, its locks held or lost:
+        # a finish after an outage still writes its result if nobody took the item meanwhile
+        self._tokens: dict[int, str] = {}
+        self.read_only = read_only
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._conn = self._connect()
         try:
-            self._init_schema()
+            self._check_schema() if read_only else self._init_schema()
         except BaseException:
             self._conn.close()
             raise
@@ -186,7 +198,7 @@ class PgQueue:
         try:
             return psycopg.connect(make_conninfo(self.url, **extra), autocommit=True, row_factory=dict_row)
         except psycopg.Error as exc:
-            raise QueueError(
+            raise QueueUnavailable(
                 f"{self.where}: cannot connect to the queue: {_line(exc)} "
                 "(is the server up? check the URL's host, port, user, password and database)"
             ) from exc
@@ -208,6 +220,12 @@ class PgQueue:
 
         self._run(create, "cannot create the queue")
 
+    def _check_schema(self) -> None:
+        """Read-only (`orch status`): no DDL; a server without the queue's tables has no queue yet."""
+        self.missing = not self._run(_schema_exists, "cannot read the queue")
+
+    missing = False  # read-only, and the server has no queue tables yet: every read is empty
+
     def _run(self, op: Callable[["psycopg.Connection[dict[str, Any]]"], T], what: str) -> T:
         """op on the connection; a dropped connection is made again (our locks taken back) and op
         retried once. Server errors become QueueErrors."""
@@ -223,7 +241,8 @@ class PgQueue:
                 self._reconnect()
                 return op(self._conn)
             except psycopg.Error as exc:
-                raise QueueError(f"{self.where}: {what}: {_line(exc)}") from exc
+                gone = self._conn.closed or self._conn.broken  # dropped again: still unreachable
+                raise (QueueUnavailable if gone else QueueError)(f"{self.where}: {what}: {_line(exc)}") from exc
 
     def _reconnect(self) -> None:
         """A new session; the items we drive are ours again only if we get their locks back and
@@ -245,10 +264,22 @@ class PgQueue:
         self._lose(lost, "its queue session ended and another controller may have taken it")
 
     def _retake(self, item_id: int, token: str, keys: tuple[int, ...]) -> bool:
+        """Our locks back, and the item still ours. Why the item lock decides, not the row: a claim
+        needs that lock, so while we hold it nobody else can claim the item. A row another
+        controller set back in line (it saw our session gone) and nobody claimed since is ours
+        again, marked running once more (even while that take-back is still being committed:
+        `finish` then writes over its back-in-line state, never over anyone's claim)."""
         if not _lock_all(self._conn, keys):
             return False
         row = self._conn.execute(f"SELECT state, claimed_by FROM {TABLE} WHERE id = %s", (item_id,)).fetchone()
         if row and row["state"] == "running" and row["claimed_by"] == token:
+            return True
+        if row and row["state"] in CLAIMABLE and row["claimed_by"] is None:
+            self._conn.execute(
+                f"UPDATE {TABLE} SET state = 'running', claimed_by = %s, updated = %s "
+                "WHERE id = %s AND claimed_by IS NULL AND state IN ('queued', 'resumable')",
+                (token, now_iso(), item_id),
+            )
             return True
         _unlock_all(self._conn, keys)
         return False
@@ -300,9 +331,29 @@ class PgQueue:
 
     # ------------------------------------------------------------------ reading
     def items(self, states: tuple[ItemState, ...] = ITEM_STATES) -> list[QueueItem]:
-        """Items in the order `queue run` takes them: priority (high first), then age."""
-        sql = f"SELECT * FROM {TABLE} WHERE state = ANY(%s) ORDER BY priority DESC, id"
+        """Items in the order `queue run` takes them: priority (high first), then age (without the
+        texts of their files: see LIGHT_COLUMNS)."""
+        if self.missing:
+            return []
+        sql = f"SELECT {LIGHT_COLUMNS} FROM {TABLE} WHERE state = ANY(%s) ORDER BY priority DESC, id"
         return self._run(lambda c: [item_from_row(r) for r in c.execute(sql, (list(states),))], "cannot read the queue")
+
+    def listing(self, finished: int | None = None) -> tuple[list[QueueItem], int]:
+        """What `queue list` shows: every pending item in run order, then the `finished` most
+        recently finished ones (all with None), and how many finished ones were left out."""
+        if self.missing:
+            return [], 0
+        pending = self.items(PENDING)
+        sql = f"SELECT {LIGHT_COLUMNS} FROM {TABLE} WHERE state = ANY(%s) ORDER BY updated DESC, id DESC LIMIT %s"
+
+        def op(conn: "psycopg.Connection[dict[str, Any]]") -> tuple[list[QueueItem], int]:
+            done = [item_from_row(r) for r in conn.execute(sql, (list(FINISHED), finished))]
+            row = conn.execute(f"SELECT count(*) AS n FROM {TABLE} WHERE state = ANY(%s)", (list(FINISHED),))
+            total = int((row.fetchone() or {"n": 0})["n"])
+            return done, total - len(done)
+
+        done, left_out = self._run(op, "cannot read the queue")
+        return pending + done, left_out
 
     def get(self, item_id: int) -> QueueItem:
         rows = self._run(
@@ -351,39 +402,36 @@ class PgQueue:
         token = (claimer or Claimer.current()).encode()
         item = self._run(lambda c: self._claim(c, skip, token), "cannot claim from the queue")
         if item is not None:
+            self._tokens[item.id] = token
             self._start_heartbeat()
         return item
 
     def _claim(self, conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int], token: str) -> QueueItem | None:
-        """One candidate row at a time (LIMIT 1 ... SKIP LOCKED): a claim locks only the rows it
-        looks at, so a controller claiming at the same moment finds the others, never an empty queue."""
+        """Walk the claimable rows by (priority, id), a page of light columns at a time, to the
+        first whose locks we get; None only when no row is left. A testbed found busy once is
+        passed over for every later row at no query, so 10,000 items waiting for one busy
+        testbed cost a few pages, not a query each. Only the row taken is locked (FOR UPDATE SKIP
+        LOCKED): a controller claiming at the same moment finds the others, never an empty queue."""
         busy = {k for _, keys in self._held.values() for k in keys}  # ours: the lock would not refuse us
-        passed = set(skip)
         taken: tuple[int, tuple[int, ...]] | None = None
         try:
             with conn.transaction():
                 self._take_back_dead(conn)
-                for _ in range(CANDIDATES):
-                    row = conn.execute(
-                        f"SELECT * FROM {TABLE} WHERE state IN ('queued', 'resumable') "
-                        "AND NOT (id = ANY(%s::bigint[])) ORDER BY priority DESC, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-                        (sorted(passed),),
-                    ).fetchone()
-                    if row is None:
-                        return None
-                    item = item_from_row(row)
-                    keys = (lock_key("item", str(item.id)), *testbed_keys(item))
-                    if busy & set(keys) or not _lock_all(conn, keys):
-                        passed.add(item.id)  # its testbed is driven by another controller (or by us)
+                for row in _candidates(conn, skip):
+                    keys = (lock_key("item", str(row["id"])), *testbed_keys(row))
+                    if busy & set(keys[1:]):
+                        continue  # its testbed is driven by another controller (or by us)
+                    if not _row_lock(conn, int(row["id"])) or not _lock_all(conn, keys):
+                        busy.update(k for k in keys[1:] if not _free(conn, k))
                         continue
-                    taken = (item.id, keys)
-                    updated = conn.execute(
-                        f"UPDATE {TABLE} SET state = 'running', claimed_by = %s, updated = %s WHERE id = %s "
-                        "RETURNING *",
-                        (token, now_iso(), item.id),
-                    ).fetchone()
-                    self._held[item.id] = (token, keys)
-                    return item_from_row(updated)
+                    taken = (int(row["id"]), keys)
+                    updated = self._take(conn, int(row["id"]), token)
+                    if updated is None:  # a stored value it cannot be run with: failed, and on
+                        _unlock_all(conn, keys)
+                        taken = None
+                        continue
+                    self._held[updated.id] = (token, keys)
+                    return updated
                 return None
         except BaseException:
             if taken is not None:
@@ -392,9 +440,27 @@ class PgQueue:
                     _unlock_all(conn, taken[1])
             raise
 
+    def _take(self, conn: "psycopg.Connection[dict[str, Any]]", item_id: int, token: str) -> QueueItem | None:
+        """Mark the locked row ours (running); a row whose stored values cannot be read is marked
+        failed, naming the value, and None says so."""
+        row = conn.execute(
+            f"UPDATE {TABLE} SET state = 'running', claimed_by = %s, updated = %s WHERE id = %s RETURNING *",
+            (token, now_iso(), item_id),
+        ).fetchone()
+        item = item_from_row(row)
+        if not item.defect:
+            return item
+        conn.execute(
+            f"UPDATE {TABLE} SET state = 'failed', claimed_by = NULL, updated = %s, message = %s WHERE id = %s",
+            (now_iso(), f"cannot run: {item.defect}", item_id),
+        )
+        return None
+
     def _take_back_dead(self, conn: "psycopg.Connection[dict[str, Any]]") -> None:
         """Running items whose controller's session is gone go back in line (inside a claim)."""
-        rows = conn.execute(f"SELECT * FROM {TABLE} WHERE state = 'running' FOR UPDATE SKIP LOCKED").fetchall()
+        rows = conn.execute(
+            f"SELECT {LIGHT_COLUMNS} FROM {TABLE} WHERE state = 'running' FOR UPDATE SKIP LOCKED"
+        ).fetchall()
         for item in map(item_from_row, rows):
             if not self._claimer_gone(conn, item):
                 continue
@@ -417,28 +483,34 @@ class PgQueue:
     def set_run_dir(self, item_id: int, run_dir: Path) -> None:
         """Recorded once the run's folder exists, before any trial, so a dead controller's item can
         still be resumed (team.overnight.recording)."""
-        token = self._held.get(item_id, ("", ()))[0]
+        token = self._tokens.get(item_id, "")
         self._run(
             lambda c: c.execute(
                 f"UPDATE {TABLE} SET run_dir = %s, updated = %s WHERE id = %s AND claimed_by = %s",
-                (str(run_dir), now_iso(), item_id, token),
+                (str(run_dir.resolve()), now_iso(), item_id, token),
             ),
             "cannot write the queue",
         )
 
     def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem:
         """Leave our claimed item in its end state (or back in line) and let its testbeds go.
-        An item another controller took back meanwhile is left as it is."""
-        token, keys = self._held.get(item_id, ("", ()))
+        An item another controller claimed meanwhile is left as it is. While we hold its item
+        lock nobody else can have claimed it, so a row set back in line by a take-back that
+        raced our reconnect (see _retake) takes our result too; once the lock is lost (an outage),
+        only a row still claimed by us does."""
+        token = self._tokens.get(item_id, "")
 
         def op(conn: "psycopg.Connection[dict[str, Any]]") -> None:
+            held = self._held.get(item_id)
+            back_in_line = "OR (claimed_by IS NULL AND state IN ('queued', 'resumable'))" if held else ""
             conn.execute(
                 f"UPDATE {TABLE} SET state = %s, message = %s, claimed_by = NULL, updated = %s "
-                "WHERE id = %s AND claimed_by = %s",
+                f"WHERE id = %s AND (claimed_by = %s {back_in_line})",
                 (state, message, now_iso(), item_id, token),
             )
-            if self._held.pop(item_id, None) is not None:
-                _unlock_all(conn, keys)
+            if self._held.pop(item_id, None) is not None and held is not None:
+                _unlock_all(conn, held[1])
+            self._tokens.pop(item_id, None)
 
         self._run(op, "cannot write the queue")
         return self.get(item_id)
@@ -449,6 +521,45 @@ def _schema_exists(conn: "psycopg.Connection[dict[str, Any]]") -> bool:
         "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AS ok", (TABLE, META)
     ).fetchone()
     return bool(row and row["ok"])
+
+
+def _candidates(conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int]) -> Iterator[dict[str, Any]]:
+    """Claimable rows in claim order (priority high first, then age), light columns, a page at a
+    time from the last row's position: no cap, no growing list of rows passed over."""
+    after: tuple[int, int] | None = None
+    while True:
+        where = "" if after is None else "AND (priority < %s OR (priority = %s AND id > %s))"
+        params: tuple[object, ...] = () if after is None else (after[0], after[0], after[1])
+        rows = conn.execute(
+            f"SELECT id, priority, inventory, testbed, testbeds FROM {TABLE} "
+            f"WHERE state IN ('queued', 'resumable') {where} ORDER BY priority DESC, id LIMIT {PAGE}",
+            params,
+        ).fetchall()
+        for row in rows:
+            if int(row["id"]) not in skip:
+                yield row
+        if len(rows) < PAGE:
+            return
+        after = (int(rows[-1]["priority"]), int(rows[-1]["id"]))
+
+
+def _row_lock(conn: "psycopg.Connection[dict[str, Any]]", item_id: int) -> bool:
+    """The row, locked for this claim if it is still claimable and nobody else holds it."""
+    row = conn.execute(
+        f"SELECT id FROM {TABLE} WHERE id = %s AND state IN ('queued', 'resumable') FOR UPDATE SKIP LOCKED",
+        (item_id,),
+    ).fetchone()
+    return row is not None
+
+
+def _free(conn: "psycopg.Connection[dict[str, Any]]", key: int) -> bool:
+    """Whether nobody holds advisory lock `key` (tried and let go at once: only to learn which
+    of an item's testbeds refused it, so the rows after it waiting for that one are passed over)."""
+    row = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (key,)).fetchone()
+    if row and row["ok"]:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        return True
+    return False
 
 
 def _lock_all(conn: "psycopg.Connection[dict[str, Any]]", keys: tuple[int, ...]) -> bool:

@@ -93,3 +93,46 @@ def test_an_offset_of_its_own_stays_fixed(berlin: None) -> None:
     assert parse_until("07:00", datetime(2025, 3, 30, 0, 30, tzinfo=plus_one)) == datetime(
         2025, 3, 30, 7, tzinfo=plus_one
     )
+
+
+@pytest.fixture
+def havana() -> Iterator[None]:
+    """America/Havana: the clocks go from 00:00 to 01:00 on 8 March 2026 (a gap at midnight)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TZ", "America/Havana")
+        time.tzset()
+        try:
+            if time.tzname != ("CST", "CDT"):
+                pytest.skip("no America/Havana zone data on this machine")
+            yield
+        finally:
+            mp.undo()
+            time.tzset()
+
+
+@pytest.mark.parametrize("hour, minute", [(1, 30), (1, 45)])
+def test_until_inside_the_spring_forward_gap_is_the_end_of_the_gap(berlin: None, hour: int, minute: int) -> None:
+    """02:30 does not exist in Berlin on 30 March 2025: the deadline is 03:00 CEST that night, not
+    a day later (an hour back landed before now) nor now."""
+    deadline = parse_until("02:30", as_the_cli_has_it(2025, 3, 30, hour, minute)).timestamp()
+    assert shown(deadline) == "2025-03-30 03:00 CEST"
+
+
+def test_until_inside_a_gap_at_midnight(havana: None) -> None:
+    now = datetime.fromisoformat("2026-03-08T04:30:00+00:00").astimezone()  # 23:30 CST on the 7th
+    deadline = parse_until("00:30", now)
+    assert shown(deadline.timestamp()) == "2026-03-08 01:00 CDT"
+    assert deadline - now == timedelta(minutes=30)
+
+
+def test_a_schedule_whose_until_falls_in_the_gap_runs_that_night(berlin: None) -> None:
+    """`--on-calendar '*-*-* 01:30' --until 02:30` on the spring-forward night: a half-hour window."""
+    window = scheduled_window("02:30", "01:30", as_the_cli_has_it(2025, 3, 30, 1, 30))
+    assert shown(window.deadline.timestamp()) == "2025-03-30 03:00 CEST"
+    assert window.deadline - window.start == timedelta(minutes=30)
+
+
+def test_until_at_a_time_shown_twice_is_its_first_occurrence(berlin: None) -> None:
+    """02:30 happens twice on 26 October 2025 (CEST, then CET): the first, as --help says."""
+    deadline = parse_until("02:30", as_the_cli_has_it(2025, 10, 26, 1)).timestamp()
+    assert shown(deadline) == "2025-10-26 02:30 CEST"
