@@ -118,3 +118,12 @@ def test_orch_plan_is_quiet_about_gates_the_design_can_pass(tmp_path: Path, caps
     matrix = _matrix(tmp_path, "gates:\n  - {metric: corruption, upper: 0.05}\n  - {metric: wall, upper: 60}\n")
     assert main(["plan", matrix, "-i", str(REPO / "inventory/local.yaml")]) == 0  # 8 x 40 sessions
     assert "cannot pass" not in capsys.readouterr().out
+
+
+def test_orch_validate_warns_of_a_gate_that_cannot_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """validate is what a CI step runs before a sweep: valid (exit 0), but the gate said now."""
+    matrix = _matrix(tmp_path, "gates:\n  - {name: clean, metric: corruption, upper: 0.001}\n")
+    assert main(["validate", matrix, "-i", str(REPO / "inventory/local.yaml")]) == 0
+    captured = capsys.readouterr()
+    assert "gate 'clean' (corruption <= 0.001) cannot pass" in " ".join(captured.err.split())
+    assert ": ok —" in captured.out

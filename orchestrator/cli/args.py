@@ -12,8 +12,35 @@ from typing import Any
 
 from orchestrator.sweep.apitypes import SweepRequest, testbeds_from_spec
 
-DEFAULT_INVENTORY = Path("inventory/local.yaml")
+DEFAULT_INVENTORY = Path("inventory/local.yaml")  # `args.inventory is DEFAULT_INVENTORY`: no -i given
 DEFAULT_REPORTS = Path("reports")
+EXIT_CODES = (
+    "Exit codes: 0 ok; 1 trials failed, hosts not restored or a runtime fault; 2 bad input or usage "
+    "(nothing touched); 3 a gate of the matrix failed; 130 interrupted"
+)
+
+
+class HelpWithDefaults(argparse.HelpFormatter):
+    """Every option's help shows its default, unless the help already says it (or there is none
+    worth showing: a flag, an unset option)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_ = action.help
+        shown = action.default not in (None, False, [], argparse.SUPPRESS)
+        if not help_ or "default" in help_ or not action.option_strings or not shown:
+            return help_
+        return f"{help_} (default: %(default)s)"
+
+
+class OrchParser(argparse.ArgumentParser):
+    """Every orch parser (subcommands inherit the class): no abbreviated options, so a typo like
+    `--replicate 2` is refused instead of silently meaning --replicates; defaults in the help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpWithDefaults)
+        super().__init__(*args, **kwargs)
+        self.set_defaults(_orch_parser=self)  # the innermost command's parser: main() reports unknown options with it
 
 
 def command(
@@ -24,14 +51,16 @@ def command(
     return cmd
 
 
-def matrix_args(cmd: argparse.ArgumentParser) -> None:
-    cmd.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
+def matrix_args(cmd: argparse.ArgumentParser, example: str = "matrices/overlap_ablation.yaml") -> None:
+    cmd.add_argument("matrix", type=Path, metavar="MATRIX", help=f"matrix YAML, e.g. {example}")
     cmd.add_argument(
         "-i",
         "--inventory",
         type=Path,
         default=DEFAULT_INVENTORY,
-        help="inventory YAML (default: inventory/local.yaml, the bundled simulator)",
+        help="inventory YAML (default: inventory/local.yaml, the bundled simulator: the one in the current "
+        "folder, else the one beside the matrix's folder, e.g. /repo/inventory/local.yaml for "
+        "/repo/matrices/m.yaml; a path given here is used as given)",
     )
     cmd.add_argument(
         "-t",
@@ -43,4 +72,15 @@ def matrix_args(cmd: argparse.ArgumentParser) -> None:
 
 def sweep_request(args: argparse.Namespace, **more: Any) -> SweepRequest:
     """The sweep the matrix arguments name (MATRIX, -i, -t), with a command's further options."""
+    args.inventory = inventory_for(args.matrix, args.inventory)  # a command reading args.inventory later sees it too
     return SweepRequest(args.matrix, args.inventory, testbeds_from_spec(args.testbed), **more)
+
+
+def inventory_for(matrix: Path, given: Path) -> Path:
+    """The inventory a command uses: -i as given (never guessed); without -i, inventory/local.yaml
+    in the current folder, else the one of the checkout the matrix is in (matrices/ and inventory/
+    side by side), so `cd /tmp && orch validate /repo/matrices/m.yaml` finds /repo/inventory."""
+    if given is not DEFAULT_INVENTORY or DEFAULT_INVENTORY.exists():
+        return given
+    beside = matrix.absolute().parent.parent / DEFAULT_INVENTORY
+    return beside if beside.is_file() else DEFAULT_INVENTORY

@@ -1,12 +1,14 @@
 """The `orch` command. Maps every OrchError to a message and an exit code, in one place.
 
-Exit codes: 0 ok, 1 the sweep finished with failed trials (or a runtime fault), 2 bad input or
-usage (nothing on any host touched), 130 interrupted.
+Exit codes: 0 ok, 1 the sweep finished with failed trials (or hosts not restored, or a runtime
+fault), 2 bad input or usage (nothing on any host touched), 3 a gate of the matrix failed,
+130 interrupted (args.EXIT_CODES, shown in `orch --help`).
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -18,6 +20,8 @@ from orchestrator.cli import hunt, output, reports, team
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
+    EXIT_CODES,
+    OrchParser,
     command,
     matrix_args,
     sweep_request,
@@ -38,7 +42,9 @@ __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "err", "main", "out"]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(args._orch_parser, unknown)
     if args.func is None:
         parser.print_help()
         return 2
@@ -67,6 +73,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """Unknown arguments are refused by the command they were given to: its usage, and the option
+    meant when one is close (`--dry-rn`: did you mean --dry-run?). Exits 2."""
+    known = [o for action in parser._actions for o in action.option_strings]
+    close = {
+        arg: match[0]
+        for arg in unknown
+        if arg.startswith("-") and (match := difflib.get_close_matches(arg.split("=", 1)[0], known, n=1))
+    }
+    hints = [f"{arg}: did you mean {m}?" for arg, m in close.items()]
+    if len(unknown) == 1 and close:  # the common case reads plainly: (did you mean --dry-run?)
+        hints = [f"did you mean {close[unknown[0]]}?"]
+    more = f" ({'; '.join(hints)})" if hints else ""
+    parser.error(f"unrecognized arguments: {' '.join(unknown)}{more}")
+
+
 def _print_notes(exc: BaseException) -> None:
     """Each note added to the error on its way up (BaseException.add_note), a line of its own."""
     for note in getattr(exc, "__notes__", ()):
@@ -74,17 +96,18 @@ def _print_notes(exc: BaseException) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OrchParser(
         prog="orch",
         description="Sweep server flags on prefill/decode inference deployments and report which "
         "flag causes what, with evidence.",
-        epilog="Start with: orch run matrices/overlap_ablation.yaml  (runs on the bundled simulator)",
+        epilog="Start with: orch run matrices/overlap_ablation.yaml  (runs on the bundled simulator). " + EXIT_CODES,
     )
     p.add_argument("--version", action="version", version=f"orch {__version__}")
     p.set_defaults(func=None)  # a command sets its own
-    sub = p.add_subparsers(metavar="COMMAND")
+    sub = p.add_subparsers(metavar="COMMAND")  # its parsers are OrchParsers too
 
     run = command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
+    run.epilog = EXIT_CODES
     matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     run.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
@@ -94,7 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
-    run.add_argument("--retries", type=int, default=1, help="extra attempts for infrastructure failures (default 1)")
+    run.add_argument(
+        "--retries",
+        type=bounded_int(0, MAX_RETRIES),
+        default=1,
+        help="extra attempts for infrastructure failures (default 1)",
+    )
     run.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     run.add_argument(
         "--webhook",
@@ -120,8 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
     matrix_args(plan)
-    plan.add_argument("--replicates", type=positive)
-    plan.add_argument("--seed", type=bounded_int(0, MAX_SEED))
+    plan.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
+    plan.add_argument(
+        "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
+    )
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
     rep = command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
@@ -133,16 +163,36 @@ def build_parser() -> argparse.ArgumentParser:
     hunt_cmd = command(
         sub, "hunt", "find which suspect flags cause a failure (the matrix's hunt: section)", hunt.cmd_hunt
     )
-    matrix_args(hunt_cmd)
+    matrix_args(hunt_cmd, example="matrices/dsv4_hunt.yaml")
     hunt.add_options(hunt_cmd, DEFAULT_REPORTS)
     reports.register(sub)
     team.register(sub)
+    notify_hook = _option(sub, "notify", "--webhook")  # `notify` sends now, not "when a sweep ends"
+    notify_hook.help = "POST the run's summary here now (repeatable; slack+https://... for Slack; also $ORCH_WEBHOOKS)"
     return p
+
+
+def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse.Action:
+    """An option of a command registered elsewhere (its help worded for this command)."""
+    return next(a for a in sub.choices[name]._actions if option in a.option_strings)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     plan = api.prepare(sweep_request(args), warn=warn).plan
     m = plan.matrix
+    if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
+        out.print(
+            escape(
+                f"{m.path}: ok — a hunt over {len(m.hunt.flags)} suspect flags on testbed {plan.testbed.name!r}; "
+                f"first wave {len(plan.steps)} trials, the rest decided as it goes "
+                f"(`orch plan {m.path}` shows the expected sessions)"
+            )
+        )
+        return 0
+    from orchestrator.cli.planview import gate_warnings
+
+    for line in gate_warnings(plan):  # valid, but a gate no data of this design can pass: said now, not as exit 3
+        warn(line)
     out.print(
         escape(
             f"{m.path}: ok — {len(m.factors)} factors, {len(plan.cells)} cells, "
@@ -171,20 +221,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         reports_dir=args.out,
         run_id=args.run_id,
         fail_fast=args.fail_fast,
-        retries=max(0, args.retries),
+        retries=args.retries,
         break_lock=args.break_lock,
         skip_preflight=args.skip_preflight,
     )
     prepared = api.prepare(request, warn=warn)
     if prepared.plan.matrix.hunt is not None:  # a hunt is its own command (nothing touched yet)
         raise hunt.not_a_run(prepared.plan.matrix)
+    # every argument is checked before the dry run returns: it refuses what the real run would
+    api.check_new_run(request)  # a bad or taken --run-id
+    hooks = _webhooks(args.webhook)  # a bad URL is bad input: exit 2 before anything is touched
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
-    hooks = _webhooks(args.webhook)  # a bad URL is bad input: exit 2 before anything is touched
     outcome = api.run(request, _live_progress, warn=warn, prepared=prepared)
     return _finished(outcome, hooks)
 
@@ -213,6 +265,8 @@ def _live_progress(started: api.Started) -> Progress:
     """The terminal bar plus status.json (read by `orch status` and `orch serve`)."""
     from orchestrator.team.livestatus import LiveStatus, Tee
 
+    if started.resumed and started.left == 0 and not started.open_ended:
+        return output.terminal(started)  # nothing left: the finished run's status.json stays as it ended
     return Tee(output.terminal(started), LiveStatus(started.run_dir))
 
 

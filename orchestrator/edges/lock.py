@@ -24,6 +24,7 @@ import json
 import os
 import socket
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.transport import Result
@@ -63,6 +64,7 @@ class LockInfo:
     controller: str
     started: str
     testbed: str = ""  # "" in locks written before orch recorded it
+    run_dir: str = ""  # the holder's run directory ("" in older locks and a resume's own lock)
 
     def same_testbed(self, other: "LockInfo") -> bool:
         return not self.testbed or not other.testbed or self.testbed == other.testbed
@@ -102,8 +104,20 @@ class TestbedLock:
         self.held: list[HostHandle] = []
 
     @classmethod
-    def for_run(cls, deployment: Deployment, run_id: str, started: str, *, owner_gone: bool = False) -> "TestbedLock":
-        info = LockInfo(run_id, getpass.getuser(), os.getpid(), socket.gethostname(), started, deployment.testbed.name)
+    def for_run(
+        cls,
+        deployment: Deployment,
+        run_id: str,
+        started: str,
+        *,
+        owner_gone: bool = False,
+        run_dir: Path | None = None,
+    ) -> "TestbedLock":
+        """`run_dir` is recorded in the lock, so a run that finds it stale can name the folder to
+        `orch resume` or `orch restore`."""
+        where = str(run_dir) if run_dir is not None else ""
+        user, pid, host = getpass.getuser(), os.getpid(), socket.gethostname()
+        info = LockInfo(run_id, user, pid, host, started, deployment.testbed.name, where)
         return cls(deployment, info, owner_gone=owner_gone)
 
     def _ours(self, holder: LockInfo) -> bool:
@@ -178,7 +192,7 @@ class TestbedLock:
                 "(parallel testbeds need hosts of their own)"
             )
         if holder.is_stale():
-            return base + " — that process is gone (stale lock); rerun with --break-lock to take it"
+            return base + self._stale_advice(holder)
         if holder.controller != socket.gethostname():
             return (
                 base + f" (it runs on another controller; if that process is gone, remove "
@@ -187,6 +201,27 @@ class TestbedLock:
         if holder.run_id == self.info.run_id:
             return base + " (that run is still running: stop it first)"
         return base + " (wait for it to finish, or stop it; a dead owner's lock can be broken with --break-lock)"
+
+    def _stale_advice(self, holder: LockInfo) -> str:
+        """A dead run's lock: that run is resumed or restored first (its hosts may still hold a
+        cell, its servers still hold the ports); --break-lock alone leaves its changes in place."""
+        run_dir = self._holder_run_dir(holder)
+        where = run_dir if run_dir is not None else f"RUN_DIR (the run directory of run {holder.run_id})"
+        return (
+            " — that process is gone (stale lock); rerun with --break-lock to take it only as a last resort "
+            f"(it leaves run {holder.run_id}'s changes in place): first `orch resume {where}` continues "
+            f"that run, or `orch restore {where}` puts its hosts back"
+        )
+
+    def _holder_run_dir(self, holder: LockInfo) -> str | None:
+        """The run directory the lock records, else the holder's run id beside this run's own
+        directory when a run is there (a lock taken by a resume, or by an older orch)."""
+        if holder.run_dir:
+            return holder.run_dir
+        if not self.info.run_dir or holder.run_id == "unknown":
+            return None
+        guess = Path(self.info.run_dir).parent / holder.run_id
+        return str(guess) if (guess / "run.json").is_file() else None
 
     @classmethod
     def _read(cls, handle: HostHandle, path: str) -> LockInfo | None:

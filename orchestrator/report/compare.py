@@ -20,6 +20,7 @@ from pathlib import Path
 
 from orchestrator.core import clustered, stats
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.errors import UsageError
 from orchestrator.report.build import versus_baseline, widened_rate
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.rundir import ReportsDir
@@ -216,7 +217,7 @@ def write_comparison(run_a: Path, run_b: Path, out: Path | None = None) -> Path:
 @dataclass(frozen=True)
 class ComparisonPage:
     path: Path
-    warnings: tuple[str, ...]  # the suspect runs, for the terminal too
+    warnings: tuple[str, ...]  # the suspect runs and runs of different matrices, for the terminal
     changes: tuple[str, ...] = ()  # B's nightly regression check against its earlier runs (flagged ones)
 
 
@@ -231,11 +232,42 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     suspect_a = suspect_reasons(build_report(a, ta, torn_tail=torn_a, drilldown_cap=0))
     suspect_b = suspect_reasons(build_report(b, tb, torn_tail=torn_b, drilldown_cap=0))
     model = compare(a, ta, b, tb, suspect_a=suspect_a, suspect_b=suspect_b)
+    mismatch = matrix_mismatch(a, b)
+    if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
+        raise UsageError(
+            f"{run_a} and {run_b}: nothing to compare: {_nothing_in_common(model)}"
+            + (f"; {mismatch}" if mismatch else ""),
+            hint="compare two runs of one matrix, e.g. tonight's and last night's",
+        )
     nightly = _nightly(run_b)
-    html = environment().get_template("compare.html.j2").render(c=model, nightly=nightly, csp=csp(""))
+    shown = model  # the page's title names both matrices when they differ (the template titles it c.a.name)
+    if a.name != b.name:
+        shown = replace(model, a=a.model_copy(update={"name": f"{a.name} vs {b.name}"}))
+    html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
-    return ComparisonPage(page, model.warnings, tuple(line for line, flagged in nightly if flagged))
+    warnings = model.warnings + ((f"{mismatch}: only the cells both ran are compared",) if mismatch else ())
+    return ComparisonPage(page, warnings, tuple(line for line, flagged in nightly if flagged))
+
+
+def matrix_mismatch(a: RunManifest, b: RunManifest) -> str | None:
+    """Why the two runs are not runs of one matrix, or None when they are."""
+    if a.name != b.name:
+        return f"A = {a.run_id} is a run of matrix {a.name!r}, B = {b.run_id} of matrix {b.name!r}"
+    if a.matrix_sha256 != b.matrix_sha256:
+        return f"matrix {a.name!r} changed between A = {a.run_id} and B = {b.run_id} (its file differs)"
+    return None
+
+
+def _nothing_in_common(model: Comparison) -> str:
+    """Why a comparison has no rows."""
+    if not set(model.a.metrics) & set(model.b.metrics):
+        return "the runs measure no metric in common"
+    if not model.only_a and not model.only_b:
+        return "neither run has a completed trial"
+    if not model.only_a or not model.only_b:
+        return f"run {'A' if not model.only_a else 'B'} has no completed trial"
+    return "the runs have no cell in common (with completed trials)"
 
 
 def _nightly(run_b: Path) -> list[tuple[str, bool]]:

@@ -31,7 +31,7 @@ from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
-from orchestrator.errors import ConfigError, LockError, OrchError, PreflightError, UsageError
+from orchestrator.errors import ConfigError, Interrupted, LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
 from orchestrator.store.manifest import check_run_id, load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
@@ -175,10 +175,9 @@ def run(
     if prepared is None:
         prepared = prepare(request, warn=warn)
     plan, reports_dir = prepared.plan, request.reports_dir
-    run_id = check_run_id(request.run_id) if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
+    check_new_run(request)
+    run_id = request.run_id if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
-    if run_dir.exists():
-        raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
     options = RunOptions(
         run_id,
         fail_fast=request.fail_fast,
@@ -187,7 +186,7 @@ def run(
         deadline=request.deadline,
     )
     with session.connected(prepared.testbeds) as deployments:
-        locks = [TestbedLock.for_run(d, run_id, now_iso()) for d in deployments]
+        locks = [TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir) for d in deployments]
         try:
             _check_hosts(deployments, locks, plan, request, run_id, warn)
             names = tuple(tb.name for tb in prepared.testbeds)
@@ -195,22 +194,55 @@ def run(
             controller = describe_controller(plan.matrix.redactor)
             paths = _recorded_paths(request, run_dir)
             manifest = manifest.model_copy(update={"controller": controller, "retries": request.retries, **paths})
-            session.create_run_dir(run_dir, manifest)
-            with run_lock(run_dir):
-                _list_running(run_dir)
-                hunting = plan.matrix.hunt is not None
-                total = 0 if hunting else len(plan.steps)
-                sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
-                design = _design(plan, set())
-                result, stopped = _stoppable(
-                    lambda: execute(
-                        plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=design
-                    )
-                )
+            executing = False
+
+            def trials() -> RunResult:
+                nonlocal executing
+                executing = True
+                return execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=design)
+
+            try:  # once the run exists, however it stops, run.json says how it ended
+                session.create_run_dir(run_dir, manifest)
+                with run_lock(run_dir):
+                    _list_running(run_dir)
+                    hunting = plan.matrix.hunt is not None
+                    total = 0 if hunting else len(plan.steps)
+                    sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
+                    design = _design(plan, set())
+                    result, stopped = _stoppable(trials)
+            except (KeyboardInterrupt, Interrupted) as exc:
+                if not RunDir(run_dir).run_json.exists():  # stopped before the run existed: nothing to end
+                    raise
+                if executing:  # past the runner's own handler (its notes say what it left changed)
+                    _interrupted_outside(run_dir, manifest, exc)
+                    raise
+                # stopped before the runner began (announcing the run, taking the run folder's
+                # lock): no trial ran and no host was edited; the run ends as interrupted
+                result, stopped = RunResult(run_dir, interrupted=True), None
         finally:
             for lock in locks:
                 lock.release()
     return _finish(run_dir, manifest, result, stopped)
+
+
+def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseException) -> None:
+    """An interrupt that escaped the runner: run.json still says how the run ended (never
+    'running' for good) and the user is told how to go on."""
+    try:
+        save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
+    except OrchError:
+        pass  # the interrupt is what the user must see; `orch restore` marks the run later
+    exc.add_note(f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})")
+
+
+def check_new_run(request: SweepRequest) -> None:
+    """What `run` refuses about the request itself (a bad or taken --run-id), checked without
+    touching a host, so `orch run --dry-run` refuses what the real run would."""
+    if request.run_id is None:
+        return
+    run_dir = request.reports_dir / check_run_id(request.run_id)
+    if run_dir.exists():
+        raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
 
 
 def _design(
@@ -328,18 +360,31 @@ def _resume_locked(
         owner_gone=request.owner_gone,
     )
     with session.connected(testbeds) as deployments:
-        return _stoppable(
-            lambda: execute(
-                plan,
-                deployments,
-                run_dir,
-                options,
-                done,
-                resume=True,
-                progress=sink,
-                source=_design(plan, done, prior, decided),
+        # taken here, not by the runner, so the lock records the run directory (a later run that
+        # finds it stale names the folder to resume or restore)
+        locks = [
+            TestbedLock.for_run(d, manifest.run_id, now_iso(), owner_gone=request.owner_gone, run_dir=run_dir)
+            for d in deployments
+        ]
+        try:
+            for lock in locks:
+                lock.acquire(break_stale=request.break_lock)
+            return _stoppable(
+                lambda: execute(
+                    plan,
+                    deployments,
+                    run_dir,
+                    options,
+                    done,
+                    locks=locks,
+                    resume=True,
+                    progress=sink,
+                    source=_design(plan, done, prior, decided),
+                )
             )
-        )
+        finally:
+            for lock in locks:
+                lock.release()
 
 
 def _retries(request: ResumeRequest, manifest: RunManifest) -> int:
@@ -435,8 +480,11 @@ def _served(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
 def _final_counts(run_dir: Path) -> tuple[int, int]:
     """(finished trials, failed among them), by each trial's last finished record; fast on big
     journals (compact rows, not full records)."""
+    journal = RunDir(run_dir).journal
+    if not journal.exists():  # interrupted before the runner began: no trial ran
+        return 0, 0
     last: dict[int, str] = {}
-    for row in read_trial_rows(RunDir(run_dir).journal).rows:
+    for row in read_trial_rows(journal).rows:
         if row.status in ("completed", "failed"):
             last[row.trial] = row.status
     return len(last), sum(status == "failed" for status in last.values())
@@ -458,6 +506,9 @@ def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ..
     from orchestrator.report.render import write_report_and_summary  # the report stack loads only when needed
     from orchestrator.report.site import write_index
 
+    if not RunDir(run_dir).journal.exists():  # interrupted before its first trial: nothing to report
+        _list_running(run_dir)  # the index still shows how the run ended
+        return None, None, ()
     try:
         path, summary = write_report_and_summary(run_dir)
         write_index(run_dir.parent)
@@ -499,7 +550,7 @@ def _restore_testbed(
     run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
 ) -> TestbedRestore:
     with session.connected([testbed]) as (deployment,):
-        lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso())
+        lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
         try:
             lock.acquire(break_stale=request.break_lock)
             runner = Runner(

@@ -1,0 +1,202 @@
+"""What the CLI says to a user who mistypes, dry-runs, validates a hunt, compares unlike runs,
+resumes a finished run or runs from another folder: the defects a review found, pinned (no host
+is touched by any of these; the resume runs on the fakes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from helpers.parallel_fakes import Fleet, install, write_files
+from helpers.report_synth import synthetic_run, write_run
+
+from orchestrator.cli import main as cli
+from orchestrator.cli.args import DEFAULT_INVENTORY, inventory_for
+from orchestrator.sweep import api
+
+REPO = Path(__file__).resolve().parents[1]
+OVERLAP = REPO / "matrices" / "overlap_ablation.yaml"
+HUNT = REPO / "matrices" / "dsv4_hunt.yaml"
+INVENTORY = REPO / "inventory" / "local.yaml"
+
+
+def orch(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse refusing
+        code = int(exc.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, " ".join(captured.err.split())
+
+
+# ------------------------------------------------------------------ 2: the dry run refuses what the run refuses
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (["--run-id", "../../etc"], "invalid run id '../../etc'"),
+        (["--webhook", "hooks.example.com/x"], "missing https:// at the start"),
+        (["--retries", "-1"], "argument --retries: -1 is not between 0 and 10"),
+    ],
+)
+def test_a_dry_run_refuses_every_argument_the_real_run_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], said: str
+) -> None:
+    argv = ["run", str(OVERLAP), "-i", str(INVENTORY), "--out", str(tmp_path), *extra]
+    dry = orch([*argv, "--dry-run"], capsys)
+    assert dry[0] == 2 and said in dry[2] and "nothing was changed" not in dry[1], dry
+    real = orch(argv, capsys)  # refused the same way, before any host is touched
+    assert real[0] == 2 and said in real[2], real
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_dry_run_refuses_a_run_id_that_is_taken(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "taken").mkdir()
+    code, _, err = orch(
+        ["run", str(OVERLAP), "-i", str(INVENTORY), "--out", str(tmp_path), "--run-id", "taken", "--dry-run"], capsys
+    )
+    assert code == 2 and f"{tmp_path / 'taken'} already exists" in err
+
+
+def test_resume_and_run_refuse_negative_retries_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["run", str(OVERLAP), "--retries", "-1"], ["resume", "reports/x", "--retries", "-1"]):
+        code, _, err = orch(argv, capsys)
+        assert code == 2 and "argument --retries: -1 is not between 0 and 10" in err, err
+
+
+# ------------------------------------------------------------------ 4: unknown flags
+def test_an_unknown_flag_gets_the_commands_usage_and_a_suggestion(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = orch(["run", str(OVERLAP), "--dry-rn"], capsys)
+    assert code == 2
+    assert err.startswith("usage: orch run ") and "--dry-run" in err.split("orch run: error:")[0]
+    assert "orch run: error: unrecognized arguments: --dry-rn (did you mean --dry-run?)" in err
+
+
+def test_an_abbreviated_flag_is_refused_not_guessed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = orch(["run", str(OVERLAP), "--replicate", "2", "--dry-run"], capsys)
+    assert code == 2 and out == ""
+    assert "unrecognized arguments: --replicate 2 (--replicate: did you mean --replicates?)" in err
+
+
+def test_a_nested_command_reports_its_own_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = orch(["queue", "add", str(OVERLAP), "--priorty", "3"], capsys)
+    assert code == 2 and err.startswith("usage: orch queue add ") and "did you mean --priority?" in err
+
+
+def test_no_parser_allows_abbreviations() -> None:
+    def walk(parser):  # type: ignore[no-untyped-def]
+        yield parser
+        for action in parser._actions:
+            for sub in getattr(action, "choices", None) or {}:
+                if isinstance(action.choices, dict):
+                    yield from walk(action.choices[sub])
+
+    parsers = list(walk(cli.build_parser()))
+    assert len(parsers) > 15 and all(p.allow_abbrev is False for p in parsers)
+
+
+# ------------------------------------------------------------------ 5: validate a hunt
+def test_validate_of_a_hunt_says_it_is_a_hunt(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = orch(["validate", str(HUNT), "-i", str(INVENTORY)], capsys)
+    flat = " ".join(out.split())
+    assert code == 0 and "a hunt over 16 suspect flags" in flat and "first wave 18 trials" in flat, flat
+    assert "orch plan" in flat and "cells" not in flat
+
+
+# ------------------------------------------------------------------ 6: compare unlike runs
+def _runs(tmp_path: Path, **b: object) -> tuple[Path, Path]:
+    a_m, a_r = synthetic_run(run_id="20260509-070000-a")
+    b_m, b_r = synthetic_run(run_id="20260510-070000-b", seed=2)
+    b_m = b_m.model_copy(update=b)
+    reports = tmp_path / "reports"
+    return write_run(reports / a_m.run_id, a_m, a_r), write_run(reports / b_m.run_id, b_m, b_r)
+
+
+def test_compare_of_runs_of_different_matrices_warns_and_names_both(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    a, b = _runs(tmp_path, name="other_matrix", matrix_sha256="0" * 64)
+    code, out, err = orch(["compare", str(a), str(b), "-o", str(tmp_path / "c.html")], capsys)
+    assert code == 0, err
+    assert "of matrix 'overlap_ablation', B = 20260510-070000-b of matrix 'other_matrix'" in err
+    html = (tmp_path / "c.html").read_text()
+    assert re.search(r"<h1>overlap_ablation vs other_matrix: ", html), html[:2000]
+
+
+def test_compare_of_runs_with_no_cell_in_common_is_refused(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    a, b = _runs(tmp_path, name="other_matrix")
+    journal = b / "journal.jsonl"  # B ran other cells: rename every cell of its trials
+    journal.write_text(re.sub(r'"cell": ?"', '"cell": "x-', journal.read_text()))
+    code, _, err = orch(["compare", str(a), str(b), "-o", str(tmp_path / "c.html")], capsys)
+    assert code == 2 and "nothing to compare: the runs have no cell in common" in err, err
+    assert "of matrix 'other_matrix'" in err and not (tmp_path / "c.html").exists()
+
+
+def test_compare_of_one_matrix_warns_nothing_new(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    a, b = _runs(tmp_path)
+    code, _, err = orch(["compare", str(a), str(b), "-o", str(tmp_path / "c.html")], capsys)
+    assert code == 0 and "of matrix" not in err and "changed between" not in err, err
+
+
+# ------------------------------------------------------------------ 7: a no-op resume keeps status.json
+MATRIX = """\
+name: done
+factors:
+  d: {env: {decode: D}, levels: ["1", "2"]}
+replicates: 1
+repro:
+  command: "fake-repro --trial {trial}"
+  on: prefill
+  timeout: 30
+  metrics:
+    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+def test_resuming_a_finished_run_keeps_its_status_json(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    install(monkeypatch, Fleet({"prefill": "P=0\n", "decode": "D=0\n"}))
+    m, i = write_files(tmp_path, MATRIX, ["A"])
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    assert api.run(req, cli._live_progress, warn=lambda message: None).status == "completed"
+    status = tmp_path / "reports" / "r1" / "status.json"
+    before = json.loads(status.read_text())
+    assert before["last"] is not None, before
+    again = api.resume(api.ResumeRequest(tmp_path / "reports" / "r1"), cli._live_progress, warn=lambda m: None)
+    assert again.status == "completed" and json.loads(status.read_text()) == before
+    assert "all 2 trials are already done" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ 8: the default inventory
+def test_the_default_inventory_is_found_beside_the_matrix_from_another_folder(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    assert inventory_for(OVERLAP, DEFAULT_INVENTORY) == INVENTORY
+    code, out, err = orch(["validate", str(OVERLAP)], capsys)
+    assert code == 0 and "ok" in out, err
+    given = Path("inventory/local.yaml")  # the same text, but given: used as given, never guessed
+    assert inventory_for(OVERLAP, given) is given
+    code, _, err = orch(["validate", str(OVERLAP), "-i", "inventory/local.yaml"], capsys)
+    assert code == 2 and "inventory inventory/local.yaml not found" in err
+    os.makedirs("inventory")
+    (tmp_path / "inventory" / "local.yaml").write_text("")  # one in the cwd wins
+    assert inventory_for(OVERLAP, DEFAULT_INVENTORY) == DEFAULT_INVENTORY
+
+
+# ------------------------------------------------------------------ 9: help texts
+def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as done:
+        cli.main([*argv, "--help"])
+    assert done.value.code == 0
+    return " ".join(capsys.readouterr().out.split())
+
+
+def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> None:
+    exit_codes = "Exit codes: 0 ok; 1 trials failed, hosts not restored or a runtime fault; 2 bad input"
+    assert exit_codes in help_of([], capsys) and "3 a gate of the matrix failed; 130 interrupted" in help_of([], capsys)
+    assert exit_codes in help_of(["run"], capsys)
+    plan = help_of(["plan"], capsys)
+    assert "--replicates REPLICATES replicate rounds" in plan and "--seed SEED seed for the randomized order" in plan
+    assert "(default: csv)" in help_of(["export"], capsys)
+    hunt = help_of(["hunt"], capsys)
+    assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
+    assert "POST the run's summary here now" in help_of(["notify"], capsys)
+    assert "beside the matrix's folder" in help_of(["validate"], capsys)
