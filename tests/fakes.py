@@ -138,6 +138,7 @@ class FakeTransport:
         lock's noclobber create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
+        self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
         self.script(("cat",), self._cat)
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)

@@ -18,10 +18,12 @@ Why this shape:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +48,7 @@ __all__ = [
     "output_tail",
     "run_command",
     "scan",
+    "stop_recorded_group",
     "TAIL_BYTES",
     "KILL_GRACE_S",
 ]
@@ -285,6 +288,7 @@ def run_command(
     run_dir: Path | None = None,
     on_spawn: Callable[[], None] | None = None,
     stop: threading.Event | None = None,
+    pid_path: Path | None = None,
 ) -> ReproOutcome:
     """Run a shell command time-bound, output streamed to files; return what it did.
 
@@ -299,6 +303,8 @@ def run_command(
     killed and its error propagates. ``stop`` set (the runner's Ctrl-C/SIGTERM Event) kills the
     group and raises Interrupted, as a Ctrl-C does: a runner thread of a parallel sweep gets no
     KeyboardInterrupt, so without it Ctrl-C would wait out a hung repro.
+    ``pid_path`` (the trial's repro.pid) records the group while it may be alive, so a later orch
+    process can stop the repro of a controller killed -9 (stop_recorded_group).
     """
     started = time.monotonic()
     with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
@@ -306,13 +312,16 @@ def run_command(
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
                 proc = _spawn(argv_or_shell, cwd, env, out, err)
+                _record_group(pid_path, proc.pid)
             if on_spawn is not None:
                 on_spawn()
             exit_code = _wait_or_kill(proc, timeout_s, stop)
         except BaseException:
             if proc is not None:
                 _kill_group(proc)
+                _forget_group(pid_path, proc.pid)
             raise
+        _forget_group(pid_path, proc.pid)
     return ReproOutcome(
         command=argv_or_shell,
         exit_code=exit_code,
@@ -324,9 +333,12 @@ def run_command(
 
 
 def _open_output(path: Path) -> BinaryIO:
+    """A new file at `path`, never the old one truncated: a repro that outlived a killed
+    controller keeps writing into the old (now unlinked) file, never into this attempt's."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "wb")  # noqa: SIM115 - closed by the caller's with
+        path.unlink(missing_ok=True)
+        return open(path, "xb")  # noqa: SIM115 - closed by the caller's with
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot write repro output: {exc.strerror} (check the run directory)") from exc
 
@@ -343,6 +355,7 @@ def _spawn(
             stdout=out,
             stderr=err,
             start_new_session=True,  # own session and process group: killable as a whole
+            preexec_fn=_die_with_spawner(),
         )
     except OSError as exc:
         raise WorkloadError(
@@ -484,3 +497,110 @@ def _recorded(path: Path, run_dir: Path | None) -> str:
         except ValueError:
             pass
     return str(path)
+
+
+# ---------------------------------------------------------------- a killed controller's repro (EDGE)
+#
+# Why: a repro runs in its own session, so a kill -9 of the controller leaves it running with no
+# timeout (only the controller enforced it); `orch resume` would then measure the re-run trial
+# beside it, and it would keep loading the deployment. Its group is recorded in the trial folder
+# while it may be alive (``PGID START_TICKS``, as LocalServiceManager records its units), so resume
+# and restore can stop it, and only it: the start time proves the pid was not reused.
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _die_with_spawner() -> Callable[[], None] | None:
+    """A preexec_fn that makes the repro's shell get SIGKILL when the thread that spawned it dies
+    (Linux PR_SET_PDEATHSIG; None elsewhere). Best-effort only: it reaches the shell, not the
+    shell's own children (the repro.pid record is what stops those), and it fires on the death of
+    the spawning *thread*, which here is the runner's thread (or the main thread): it outlives
+    every repro it spawns (run_command returns only once the group is gone), so no repro is
+    killed by a thread ending normally."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    spawner = os.getpid()
+
+    def preexec() -> None:  # in the child, between fork and exec: no allocation, no lock
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != spawner:  # the controller died before the prctl: nobody would time it out
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+def _record_group(path: Path | None, pgid: int) -> None:
+    """Write `PGID START_TICKS` to `path` atomically (a rename): a reader sees all or nothing."""
+    if path is None:
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(f"{pgid} {_start_ticks(pgid)}\n")
+        os.replace(tmp, path)
+    except (OSError, ValueError, IndexError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise WorkloadError(f"{path}: cannot record the repro's process group: {exc} (check the run folder)") from exc
+
+
+def _forget_group(path: Path | None, pgid: int) -> None:
+    """Remove the record once the group is gone (a group that survived its kill stays recorded)."""
+    if path is not None and not _group_alive(pgid):
+        _unlink_quietly(path)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def stop_recorded_group(path: Path) -> int | None:
+    """Stop the repro group recorded in `path` by a controller that died (kill -9, power cut):
+    SIGTERM, SIGKILL after KILL_GRACE_S. Returns its pgid if it was running, None otherwise; the
+    record is removed once the group is gone. A group whose leader is a process with another start
+    time is a stranger on a reused pid: it is left alone."""
+    try:
+        pgid, ticks = (int(x) for x in path.read_text().split()[:2])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # not a record this code wrote: nothing to trust in it
+        _unlink_quietly(path)
+        return None
+    if pgid <= 1 or not _group_alive(pgid) or not _same_group(pgid, ticks):
+        _unlink_quietly(path)
+        return None
+    try:
+        _terminate_group(pgid, lambda: None)
+    except PermissionError:
+        return pgid
+    _forget_group(path, pgid)
+    return pgid
+
+
+def _same_group(pgid: int, ticks: int) -> bool:
+    """Is the live group `pgid` the one recorded with the leader's start time `ticks`? A leader
+    still there must have that start time; a group whose leader exited is still ours, because
+    Linux never hands out a pid that a live process group still uses as its id."""
+    try:
+        return _start_ticks(pgid) == ticks and os.getpgid(pgid) == pgid
+    except (OSError, ValueError, IndexError):  # no such process: only its group is left
+        return True
+
+
+def _start_ticks(pid: int) -> int:
+    """When the process started (clock ticks since boot: /proc/PID/stat field 22)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return int(stat[stat.rfind(b")") + 2 :].split()[19])

@@ -16,6 +16,7 @@ may hold one and tests can build one for a tmp_path.
     <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
     <run>/backup[/<testbed>]/<role>.env, units.json   the hosts' originals (units.json last)
     <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log
+    <run>/trials/NNNN/repro.pid    `PGID START_TICKS` of a local repro while it may run (for resume/restore)
     <run>/controller.lock          flocked by the process running the run (store/runlock.py)
 """
 
@@ -37,6 +38,7 @@ TRIALS = "trials"
 LOGS = "logs"
 REPRO_OUT = "repro.out"
 REPRO_ERR = "repro.err"
+REPRO_PID = "repro.pid"  # the running local repro's process group: a killed controller's is stopped by resume
 WARMUP_OUT = "warmup.out"  # repro.warmup's output (never measured)
 WARMUP_ERR = "warmup.err"
 CONTROLLER_LOCK = "controller.lock"
@@ -69,6 +71,11 @@ class TrialDir:
     @property
     def repro_err(self) -> Path:
         return self.path / REPRO_ERR
+
+    @property
+    def repro_pid(self) -> Path:
+        """The process group of this trial's local repro (or warm-up) while it may be running."""
+        return self.path / REPRO_PID
 
     @property
     def warmup_out(self) -> Path:

@@ -55,6 +55,7 @@ from orchestrator.sweep.apitypes import (
 )
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hunt import HuntSource, hunt_plan
+from orchestrator.sweep.orphans import stop_orphaned_repros
 from orchestrator.sweep.progress import Progress
 from orchestrator.sweep.runner import RepeatedFailure, Runner, RunOptions, RunResult, execute
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
@@ -334,6 +335,7 @@ def _resume_locked(
 ) -> tuple[RunResult, str | None]:
     """The resume's part that needs the run folder to itself: the journal's repair and the trials."""
     run_dir = request.run_dir
+    orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     journal = RunDir(run_dir).journal
     torn = journal.exists() and repair_torn_tail(journal)
     done = set(trial_statuses(journal).finished) if journal.exists() else set()
@@ -351,6 +353,8 @@ def _resume_locked(
         open_ended=hunting,
     )
     sink = progress(started)
+    for note in orphans:
+        sink.note(note)
     options = RunOptions(
         manifest.run_id,
         fail_fast=request.fail_fast,
@@ -553,6 +557,8 @@ def _restore_testbed(
         lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
         try:
             lock.acquire(break_stale=request.break_lock)
+            for note in stop_orphaned_repros(run_dir):  # its controller is gone: we hold its testbed
+                progress.note(note)
             runner = Runner(
                 _empty_plan(manifest, deployment),
                 deployment,
@@ -568,7 +574,8 @@ def _restore_testbed(
             lock.release()
     if manifest.status == "running":  # its controller died: the run can still be resumed
         save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
-    return TestbedRestore(testbed.name, tuple(deployment.hosts), backed_up, tuple(left))
+    untouched = tuple(runner.guard.untouched)
+    return TestbedRestore(testbed.name, tuple(deployment.hosts), backed_up, tuple(left), untouched=untouched)
 
 
 def _empty_plan(manifest: RunManifest, deployment: Deployment) -> Plan:

@@ -152,6 +152,7 @@ class TestbedRestore:
     backed_up: bool  # False: the run stopped before its first edit, nothing needed restoring
     not_restored: tuple[str, ...] = ()
     error: str | None = None  # a parallel run: why none of its hosts was restored (down, lock held)
+    untouched: tuple[str, ...] = ()  # restored before and edited since: left as they are
 
 
 @dataclass(frozen=True)

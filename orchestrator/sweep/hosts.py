@@ -15,13 +15,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.core.startorder import restart_order
 from orchestrator.edges.deployment import Deployment, HostHandle
-from orchestrator.errors import Interrupted, JournalError, OrchError
+from orchestrator.errors import Interrupted, JournalError, OrchError, UsageError
 from orchestrator.store.atomic import run_file_op, write_bytes_atomic
 from orchestrator.store.rundir import BackupDir
 from orchestrator.sweep.progress import Progress
@@ -57,6 +57,11 @@ class HostGuard:
         self.started_units: set[tuple[str, str]] = set()
         self._skip_lock = threading.Lock()
         self._restoring: _HostRestore | None = None  # the host a runner thread is restoring now
+        # roles whose originals were adopted from an earlier process and whose host-side backup
+        # this process has not written: that backup missing means the host was restored already
+        self.adopted: set[str] = set()
+        self.untouched: dict[str, str] = {}  # role -> env file: restored before, changed since, left as is
+        self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
 
     def backup(self) -> None:
         """Save each env file (run folder and host) and each unit's state before the first edit.
@@ -97,7 +102,50 @@ class HostGuard:
         for role, original in originals.items():  # what the killed run's units hold is unknown
             self.states[role] = HostState(original, units.get(role, {}), stale=set(self.deployment.hosts[role].units))
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
+        self.adopted = set(originals)
         return True
+
+    def changed_since_restored(self, role: str) -> bytes | None:
+        """The env file's bytes now if this host was restored already (by the process that ended
+        the run, or an earlier `orch restore`: this run's host-side backup is gone) and the file
+        no longer holds the original: someone edited it since. None otherwise. Why: the run's
+        backup/ is old news then; writing it back would destroy that edit, with no copy left."""
+        if role not in self.adopted:
+            return None
+        h, state = self.deployment.hosts[role], self.states[role]
+        now = h.transport.read_bytes(h.host.env_file)
+        if now == state.original or _has_host_backup(h, self.run_id):
+            return None
+        return now
+
+    def check_resumable(self, cell_files: Callable[[str], Collection[bytes]]) -> None:
+        """Before a resume edits anything: refuse (UsageError, exit 2) when a host restored
+        already holds a file that is neither the run's original nor one of the run's own cell
+        files (`cell_files(role)`: what the run would write there), naming each host and file.
+        Resuming would measure the rest of the run on another base and put the old original
+        back over the edit at its end. On refusal the hosts restored already are dropped from the
+        guard (nothing of theirs is this process's to put back); the others are restored as usual."""
+        restored, changed = [], []
+        for role in sorted(self.adopted):
+            h, state = self.deployment.hosts[role], self.states[role]
+            if _has_host_backup(h, self.run_id):
+                continue
+            restored.append(role)
+            now = h.transport.read_bytes(h.host.env_file)
+            if now != state.original and now not in cell_files(role):
+                changed.append(f"{h.host.label}: {h.host.env_file}")
+        if not changed:
+            return
+        for role in restored:
+            del self.states[role]
+            self.adopted.discard(role)
+            self.started_units -= {(role, u) for u in self.deployment.hosts[role].units}
+        raise UsageError(
+            f"cannot resume: the env file changed since this run restored it ({'; '.join(changed)}); "
+            "resuming would run the remaining trials on another base and write the run's old original "
+            "over that edit at its end",
+            hint="put the run's original back (it is in the run's backup/ folder) to resume, or start a new run",
+        )
 
     def rewrite_host_backups(self) -> None:
         """Put the adopted originals back on the hosts as their host-side copies, before a resumed
@@ -108,6 +156,7 @@ class HostGuard:
         for role, state in self.states.items():
             h = self.deployment.hosts[role]
             h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), state.original)
+            self.adopted.discard(role)  # in this run's hands again
 
     def discard_host_backups(self) -> None:
         """Remove the host-side copies a killed, incomplete backup may have left (and the temp
@@ -125,17 +174,28 @@ class HostGuard:
         (or a SIGTERM) during the restore skips only the host being restored: the others are
         still restored, and what is left is said with the command that finishes it. In a runner
         thread of a parallel sweep, which no signal reaches, the main thread asks for that skip
-        through skip_current()."""
+        through skip_current().
+
+        With `on_first_interrupt` set (by the runner, at a sweep's own end, not interrupted before)
+        the first Ctrl-C or SIGTERM only calls it (the run is interrupted: exit 130) and the host's
+        restore starts again; it is the next one that skips a host. A SIGTERM is sent once (systemd, a CI
+        timeout, `kill`), and must restore the hosts, not leave the one being restored changed."""
         left: list[str] = []
         for role in restart_order(self.deployment.testbed, set(self.states)):
-            try:
-                self._restore_one(role)
-            except (KeyboardInterrupt, Interrupted):
-                left.append(role)
-                self.progress.note(f"restore of {role} interrupted; continuing with the other hosts")
-            except OrchError as exc:
-                left.append(role)
-                self.progress.note(f"restore of {role} failed: {exc}")
+            while True:
+                try:
+                    self._restore_one(role)
+                except (KeyboardInterrupt, Interrupted):
+                    first, self.on_first_interrupt = self.on_first_interrupt, None
+                    if first is not None:
+                        first()
+                        continue  # restoring a host again is harmless: it ends in the same state
+                    left.append(role)
+                    self.progress.note(f"restore of {role} interrupted; continuing with the other hosts")
+                except OrchError as exc:
+                    left.append(role)
+                    self.progress.note(f"restore of {role} failed: {exc}")
+                break
         if left:
             self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {run_dir}")
         return left
@@ -191,6 +251,12 @@ class HostGuard:
     def _restore_host(self, role: str) -> None:
         pause_for_tests("RESTORE")
         h, state = self.deployment.hosts[role], self.states[role]
+        if self.changed_since_restored(role) is not None:  # restored before: the edit since is not ours
+            self.untouched[role] = h.host.env_file
+            self.progress.note(
+                f"{h.host.label}: already restored; not touched (the file changed since: {h.host.env_file})"
+            )
+            return
         if h.transport.read_bytes(h.host.env_file) != state.original:
             h.transport.write_bytes_atomic(h.host.env_file, state.original)
             state.stale.update(h.units)  # someone or something changed it: reload every unit
@@ -260,6 +326,12 @@ REMOVE_RUN_FILES = (
 
 def host_backup_path(env_file: str, run_id: str) -> str:
     return f"{env_file}.orch-backup-{run_id}"
+
+
+def _has_host_backup(h: HostHandle, run_id: str) -> bool:
+    """Is this run's host-side backup still beside the env file (the host not restored yet)?"""
+    res = h.transport.run(["test", "-e", host_backup_path(h.host.env_file, run_id)], check=False, sudo=_sudo(h))
+    return res.exit_code == 0
 
 
 def unrestored_runs(h: HostHandle) -> list[str]:

@@ -499,6 +499,7 @@ class Repro:
                 stderr_path=err,
                 on_spawn=on_spawn,
                 stop=self.stopping,
+                pid_path=trial.repro_pid,
             )
         else:
             if on_spawn is not None:

@@ -156,6 +156,7 @@ class Runner:
         failed_on: OrchError | None = None
         try:
             if resume and self.adopt_backup():
+                self.guard.check_resumable(self.cell_files)  # a host restored and edited since: refuse
                 self.guard.rewrite_host_backups()  # the earlier restore may have removed them
             else:
                 self.guard.backup()  # a killed run that never finished its backup edited nothing
@@ -176,7 +177,7 @@ class Runner:
             raise
         finally:
             self.progress.stop()
-            result.not_restored = self.restore()
+            result.not_restored = self.restore(result)
             if failed_on is not None and self.guard.states and not result.not_restored:
                 self.progress.note("the sweep stopped on an error; every host was restored")
 
@@ -234,16 +235,43 @@ class Runner:
         False when that process never completed its backup (then it never edited a file)."""
         return self.guard.adopt()
 
+    def cell_files(self, role: str) -> set[bytes]:
+        """Every env file this run's trials write on host `role` (a key): besides the original,
+        what a resume may find there without anyone else having edited it."""
+        h = self.deployment.hosts[role]
+        if self.plan.matrix is None or h.role not in self.plan.matrix.mentioned:
+            return set()
+        return {self.services.cell_bytes(role, step.env.get(h.role)) for step in self.plan.steps}
+
     def discard_host_backups(self) -> None:
         """Remove the host-side copies a killed, incomplete backup may have left."""
         self.guard.discard_host_backups()
 
-    def restore(self) -> list[str]:
-        """Restore every host (sweep.hosts.HostGuard.restore); the roles left are journaled."""
-        left = self.guard.restore(self.run_dir)
+    def restore(self, result: RunResult | None = None) -> list[str]:
+        """Restore every host (sweep.hosts.HostGuard.restore); the roles left are journaled. With
+        the sweep's `result` not yet interrupted, a first Ctrl-C/SIGTERM during the restore marks
+        it interrupted and the restore goes on (only a second one skips a host)."""
+        self.guard.on_first_interrupt = self._interrupted_in_restore(result)
+        try:
+            left = self.guard.restore(self.run_dir)
+        finally:
+            self.guard.on_first_interrupt = None
         if self.guard.states:
             self.events.quietly("restored", f"not restored: {', '.join(left)}" if left else "all hosts restored")
         return left
+
+    def _interrupted_in_restore(self, result: RunResult | None) -> Callable[[], None] | None:
+        """Only where signals arrive (the main thread): a parallel testbed's runner thread is told
+        to skip a host by _join_all, which lets the first Ctrl-C/SIGTERM only set `stopping`."""
+        if result is None or result.interrupted or threading.current_thread() is not threading.main_thread():
+            return None
+
+        def mark() -> None:
+            result.interrupted = True
+            self.progress.note("interrupted: finishing the restore first (Ctrl-C again skips the host being restored)")
+            self.events.quietly("run_interrupted", "interrupted by the user or a signal, during the final restore")
+
+        return mark
 
     @property
     def backup_dir(self) -> Path:
