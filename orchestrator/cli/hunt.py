@@ -15,7 +15,7 @@ from orchestrator.cli import output
 from orchestrator.cli.args import sweep_request
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.cli.console import err, out, warn
-from orchestrator.core.config import MAX_SEED
+from orchestrator.core.config import MAX_RETRIES, MAX_SEED
 from orchestrator.core.huntconfig import section_line
 from orchestrator.core.model import Matrix
 from orchestrator.core.steps import Plan
@@ -32,7 +32,9 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
     cmd.add_argument("--out", type=Path, default=reports, help="reports folder (default: reports/)")
     cmd.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     cmd.add_argument(
-        "--retries", type=int, help="extra attempts for infrastructure failures (default 1; on --resume: the run's)"
+        "--retries",
+        type=bounded_int(0, MAX_RETRIES),
+        help="extra attempts for infrastructure failures (default 1; on --resume: the run's)",
     )
     cmd.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     cmd.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted hunt")
@@ -46,7 +48,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         seed=args.seed,
         reports_dir=args.out,
         run_id=args.run_id,
-        retries=max(0, 1 if args.retries is None else args.retries),
+        retries=1 if args.retries is None else args.retries,
         break_lock=args.break_lock,
     )
     prepared = api.prepare(request, warn=warn)
@@ -55,6 +57,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
             f"{prepared.plan.matrix.path}: no hunt: section",
             hint="add hunt: {metric: ...} (see README 'Hunting a culprit')",
         )
+    api.check_new_run(request)  # a bad or taken --run-id: refused by the dry run as by the hunt
     if args.dry_run:
         print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
         out.print("dry run: nothing was changed")
@@ -67,7 +70,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     """`orch hunt --resume RUN_DIR`: with the run's own --retries unless given again."""
-    retries = None if args.retries is None else max(0, args.retries)
+    retries = args.retries
     request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
     outcome = api.resume(request, _progress, warn=warn)
     output.show_outcome(outcome)
