@@ -57,6 +57,12 @@ SCHEMA_VERSION = 1
 HEARTBEAT_S = 5.0  # how often a controller driving an item checks its connection
 RECONNECT_S = 60.0  # how long it tries to get it back before it gives the item up
 PAGE = 500  # candidate rows one query of a claim reads (light columns; a claim walks every page)
+# A row skipped because another controller's claim held it at that instant may still be ours to
+# take (that claim can pass it over for a busy testbed and end): the claim looks again, this
+# often and for at most this long, before it says the queue has nothing left. Without it, two
+# controllers each skipped the row the other held, both ended, and the item never ran.
+CONTENDED_PAUSE_S = 0.05
+CONTENDED_RETRY_S = 10.0
 T = TypeVar("T")
 
 _SCHEMA = (
@@ -400,13 +406,22 @@ class PgQueue:
         """Take the next item (priority, then age) whose testbeds no other controller drives,
         and hold its locks until `finish`; None when no such item is left."""
         token = (claimer or Claimer.current()).encode()
-        item = self._run(lambda c: self._claim(c, skip, token), "cannot claim from the queue")
+        deadline = time.monotonic() + CONTENDED_RETRY_S
+        contended: list[int] = []  # rows another claim held when this one looked (see CONTENDED_PAUSE_S)
+        while True:
+            contended.clear()
+            item = self._run(lambda c: self._claim(c, skip, token, contended), "cannot claim from the queue")
+            if item is not None or not contended or time.monotonic() > deadline:
+                break
+            time.sleep(CONTENDED_PAUSE_S)  # another controller's claim holds a row we skipped: look again
         if item is not None:
             self._tokens[item.id] = token
             self._start_heartbeat()
         return item
 
-    def _claim(self, conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int], token: str) -> QueueItem | None:
+    def _claim(
+        self, conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int], token: str, contended: list[int]
+    ) -> QueueItem | None:
         """Walk the claimable rows by (priority, id), a page of light columns at a time, to the
         first whose locks we get; None only when no row is left. A testbed found busy once is
         passed over for every later row at no query, so 10,000 items waiting for one busy
@@ -421,7 +436,11 @@ class PgQueue:
                     keys = (lock_key("item", str(row["id"])), *testbed_keys(row))
                     if busy & set(keys[1:]):
                         continue  # its testbed is driven by another controller (or by us)
-                    if not _row_lock(conn, int(row["id"])) or not _lock_all(conn, keys):
+                    if not _row_lock(conn, int(row["id"])):
+                        if _claimable(conn, int(row["id"])):  # locked by a claim in flight, not taken
+                            contended.append(int(row["id"]))
+                        continue
+                    if not _lock_all(conn, keys):
                         busy.update(k for k in keys[1:] if not _free(conn, k))
                         continue
                     taken = (int(row["id"]), keys)
@@ -550,6 +569,12 @@ def _row_lock(conn: "psycopg.Connection[dict[str, Any]]", item_id: int) -> bool:
         (item_id,),
     ).fetchone()
     return row is not None
+
+
+def _claimable(conn: "psycopg.Connection[dict[str, Any]]", item_id: int) -> bool:
+    """The row is still waiting (queued or resumable), whoever holds its row lock right now."""
+    row = conn.execute(f"SELECT id FROM {TABLE} WHERE id = %s AND state IN ('queued', 'resumable')", (item_id,))
+    return row.fetchone() is not None
 
 
 def _free(conn: "psycopg.Connection[dict[str, Any]]", key: int) -> bool:
