@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from fakes import REPRO_OUTPUT, FakeServiceManager, FakeTransport, FakeUnit, Reply
 
+from helpers.parallel_fakes import ReproHook  # the inventory and files: helpers.parallel_fakes
 from orchestrator.core import gpuinfo
 from orchestrator.core.inventory import Host, Testbed
 from orchestrator.edges import provenance
@@ -25,30 +26,6 @@ from orchestrator.errors import TransportError
 from orchestrator.sweep import api, session
 from orchestrator.sweep import runner as runner_mod
 from orchestrator.sweep.progress import QuietProgress
-
-ReproHook = Callable[[str, str], "Reply | None"]  # (testbed, command) -> its reply, or None: the default
-
-
-def inventory_text(names: Sequence[str], roles: Sequence[str] = ("prefill", "decode")) -> str:
-    lines = ["testbeds:"]
-    for name in names:
-        lines += [f"  {name}:", "    hosts:"]
-        for ri, role in enumerate(roles):
-            addr, port = f"{name}-{role}.fake", 30000 + ri
-            lines += [
-                f"      {role}:",
-                "        transport: ssh",
-                f"        ssh: {{host: {addr}, user: root}}",
-                f"        env_file: /etc/orch/{role}.env",
-                "        dialect: systemd",
-                f"        units: [{name}-{role}]",
-                f"        url: http://{addr}:{port}",
-                f"        health: http://{addr}:{port}/health",
-                "        health_timeout: 5",
-            ]
-            if ri:
-                lines.append(f"        after: [{roles[0]}]")
-    return "\n".join(lines) + "\n"
 
 
 class Fleet:
@@ -142,12 +119,6 @@ def install(monkeypatch: pytest.MonkeyPatch, fleet: Fleet) -> None:
     monkeypatch.setattr(session, "connect", fleet.connect)
     monkeypatch.setattr(provenance, "orch_commit", lambda root=None: ("", False))
     monkeypatch.setattr(runner_mod, "httpx", types.SimpleNamespace(Client=fleet.client))
-
-
-def write_files(tmp_path: Path, matrix: str, names: Sequence[str]) -> tuple[Path, Path]:
-    (tmp_path / "m.yaml").write_text(matrix)
-    (tmp_path / "inv.yaml").write_text(inventory_text(names))
-    return tmp_path / "m.yaml", tmp_path / "inv.yaml"
 
 
 def run(

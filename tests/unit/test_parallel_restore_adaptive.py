@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 from fakes import Reply
-from helpers.parallel_bed import Fleet, install, restore, resume, run, write_files
+from helpers.parallel_bed import Fleet, install, restore, resume, run
+from helpers.parallel_fakes import write_files
 from test_adaptive import plan_of, record
 
 from orchestrator.core.model import Matrix
