@@ -227,3 +227,17 @@ def test_report_with_replicates_uses_the_quasi_binomial_test_and_names_it() -> N
             assert (p.p, p.diff, p.diff_low, p.diff_high) == pytest.approx((want.p, want.diff, want.low, want.high))
     page = " ".join(html.unescape(re.sub(r"<[^>]+>", "", render_report(report))).split())
     assert f"for proportions by {disp.method()}, for numbers by Mann-Whitney U" in page
+
+
+def test_unique_rows_is_numpys_unique_over_rows() -> None:
+    """The simulation's row grouping (one int64 key a row) against its definition, np.unique over
+    axis 0: the same rows in the same order and the same inverse, also where the columns' ranges
+    are too wide for one key (numpy's own then) and with negative values."""
+    rng = np.random.default_rng(12)
+    cases = [rng.integers(0, 5, (400, 4)), rng.integers(-3, 3, (50, 2)), rng.integers(0, 40, (1, 3))]
+    cases += [np.array([[0, 2**40], [2**40, 0], [0, 2**40], [5, -(2**40)]]), rng.integers(0, 9, (300, 1))]
+    for rows in cases:
+        unique, inverse = clustersim.unique_rows(rows)
+        expected, expected_inverse = np.unique(rows, axis=0, return_inverse=True)
+        assert np.array_equal(unique, expected) and np.array_equal(inverse, expected_inverse.ravel())
+        assert np.array_equal(unique[inverse], rows)
