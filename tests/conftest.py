@@ -10,10 +10,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Bytecode caching on, whatever the machine says: with PYTHONDONTWRITEBYTECODE set (these machines
+# set it), every orch, simulator and repro process the suite starts (over a thousand) compiled the
+# whole package from source again, and every xdist worker re-rewrote every test module's asserts.
+# __pycache__ is ignored by git; only the caching changes, never what runs.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
