@@ -4,7 +4,7 @@ with every host restored and the hunt page written.
 
 The simulator's flag model (sim/culprits.py) is set in the private decode.env: the DSV4 AND at
 16% of sessions, a decoy with a small effect of its own (+1%), 0.5% background and trial-to-trial
-variation (ICC 0.03). Warm-up is cut to 0.05 s (the hunt runs ~30 trials). Then a controller
+variation (ICC 0.03). Warm-up is cut to 0.05 s (helpers.shipped; the hunt runs ~30 trials). Then a controller
 death after 24 trials is simulated (journal cut, run marked running) and `orch resume` must
 finish the hunt the same way.
 """
@@ -33,8 +33,8 @@ TRUTH = (
 
 def test_hunt_names_the_three_dsv4_culprits(tmp_path: Path, capsys) -> None:
     inventory, ports = private_inventory(tmp_path)
-    for env in (tmp_path / "local").glob("*.env"):
-        env.write_text(env.read_text().replace("SIM_WARMUP_S=1.0", "SIM_WARMUP_S=0.05"))
+    # private_inventory cut the workers' warm-up to TEST_WARMUP_S (0.05 s) already
+    assert all("SIM_WARMUP_S=0.05\n" in (tmp_path / "local" / f"{r}.env").read_text() for r in ("prefill", "decode"))
     decode = tmp_path / "local" / "decode.env"
     decode.write_text(decode.read_text() + TRUTH)
     before = {p.name: p.read_bytes() for p in (tmp_path / "local").glob("*.env")}
