@@ -9,12 +9,12 @@ from pathlib import Path
 from helpers.netutil import free_ports
 
 ENV_FILES = {
-    "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.3\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
+    "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.05\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
     "decode.env": (
-        "# decode flags\r\nSIM_WARMUP_S=0.3\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
+        "# decode flags\r\nSIM_WARMUP_S=0.05\r\nSIM_SEED=7\r\nSGLANG_DSV4_BF16_INDEX_K=1\r\n"
         'SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1\r\nSGLANG_EXTRA_ARGS=""'
     ),  # CRLF, no final newline
-    "router.env": "SIM_WARMUP_S=0.1\n",
+    "router.env": "SIM_WARMUP_S=0.05\n",
 }
 
 
