@@ -32,6 +32,15 @@ pytestmark = pytest.mark.sim
 MARGIN_S = 40.0
 
 
+def queue_add(monkeypatch: pytest.MonkeyPatch, cwd: Path, *args: str) -> int:
+    """`orch queue add ARGS` in this process, run from `cwd` as the helper's subprocess would be
+    (relative paths as given, no ORCH_WEBHOOKS but the test's): adding an item is no process
+    matter, and each `orch` process costs ~1 s of start-up. The `queue run`s stay processes."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("ORCH_WEBHOOKS", raising=False)
+    return main(["queue", "add", *args])
+
+
 def finished_trials(run_dir: Path) -> list[TrialRecord]:
     return [
         r
@@ -98,19 +107,14 @@ def test_overnight_queue_with_deadline_then_resume(tmp_path: Path) -> None:
     assert last["link"] == (second_dir.resolve() / "index.html").as_uri()  # type: ignore[index]
 
 
-def test_two_queue_runners_never_run_the_same_item(tmp_path: Path) -> None:
+def test_two_queue_runners_never_run_the_same_item(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Items on two private deployments; two `queue run` processes at once. Each item runs
     exactly once; an item whose testbed the other process holds is skipped, not waited on."""
     sites = [make_site(tmp_path / "site-a"), make_site(tmp_path / "site-b")]
     reports = tmp_path / "reports"
     (tmp_path / "m.yaml").write_text(matrix_text("pair"))
     for site in (sites[0], sites[1], sites[0]):
-        assert (
-            orch(
-                "queue", "add", "m.yaml", "-i", str(site.inventory), "--reports", str(reports), cwd=tmp_path
-            ).returncode
-            == 0
-        )
+        assert queue_add(monkeypatch, tmp_path, "m.yaml", "-i", str(site.inventory), "--reports", str(reports)) == 0
     procs = [
         start_orch("queue", "run", "--reports", str(reports), cwd=tmp_path, log=tmp_path / f"runner-{k}.log")
         for k in range(2)
@@ -134,17 +138,15 @@ def test_two_queue_runners_never_run_the_same_item(tmp_path: Path) -> None:
 
 
 def test_live_status_while_running_and_sigterm_leaves_it_resumable(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What `systemctl stop` of a schedule does: SIGTERM to `queue run` mid-sweep. Before that,
     the live status (status.json, `orch status`) shows the sweep running through the queue."""
     site = make_site(tmp_path / "site")
     reports = tmp_path / "reports"
     (tmp_path / "slow.yaml").write_text(matrix_text("slow", replicates=4, after_repro="sleep 0.5"))
-    assert (
-        orch("queue", "add", "slow.yaml", "-i", str(site.inventory), "--reports", str(reports), cwd=tmp_path).returncode
-        == 0
-    )
+    assert queue_add(monkeypatch, tmp_path, "slow.yaml", "-i", str(site.inventory), "--reports", str(reports)) == 0
+    capsys.readouterr()  # what the add printed: `orch status --json` below is read alone
     proc = start_orch("queue", "run", "--reports", str(reports), cwd=tmp_path, log=tmp_path / "run.log")
     try:
         status = wait_for_status(reports, lambda s: s["state"] == "running" and s["done"] >= 1, proc)
@@ -188,7 +190,7 @@ def wait_for_status(reports: Path, ok, proc, timeout_s: float = 90) -> dict[str,
     raise AssertionError("status.json never showed the expected progress")
 
 
-def test_a_queued_sweep_over_several_testbeds(tmp_path: Path) -> None:
+def test_a_queued_sweep_over_several_testbeds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`queue add -t all`: the queue runs it as `orch run -t all` does (one run, both testbeds),
     with the live status counting trials from both."""
     sites = [make_site(tmp_path / name) for name in ("a", "b")]
@@ -198,8 +200,7 @@ def test_a_queued_sweep_over_several_testbeds(tmp_path: Path) -> None:
     )
     reports = tmp_path / "reports"
     (tmp_path / "m.yaml").write_text(matrix_text("wide", replicates=2))
-    added = orch("queue", "add", "m.yaml", "-i", str(inventory), "-t", "all", "--reports", str(reports), cwd=tmp_path)
-    assert added.returncode == 0, added.stderr
+    assert queue_add(monkeypatch, tmp_path, "m.yaml", "-i", str(inventory), "-t", "all", "--reports", str(reports)) == 0
     ran = orch("queue", "run", "--reports", str(reports), cwd=tmp_path)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     with Queue.in_reports(reports) as q:
