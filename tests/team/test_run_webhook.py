@@ -8,29 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import make_site, matrix_text, orch, webhook_receiver
+from orchestrator.cli.main import main
+
+from .helpers import make_site, matrix_text, webhook_receiver
 
 pytestmark = pytest.mark.sim
 
 
-def test_run_posts_its_summary_and_writes_live_status(tmp_path: Path):
+def test_run_posts_its_summary_and_writes_live_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """In-process (the webhook and status.json are no process matter; an `orch` process costs
+    ~1 s of start-up): conftest drops ORCH_WEBHOOKS, so only --webhook is heard."""
     site = make_site(tmp_path / "site")
     (tmp_path / "m.yaml").write_text(matrix_text("hooked"))
     with webhook_receiver() as hook:
-        done = orch(
-            "run",
-            str(tmp_path / "m.yaml"),
-            "-i",
-            str(site.inventory),
-            "--out",
-            str(tmp_path / "reports"),
-            "--run-id",
-            "hooked",
-            "--webhook",
-            hook.url,
-            cwd=tmp_path,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+        args = ["run", str(tmp_path / "m.yaml"), "-i", str(site.inventory), "--out", str(tmp_path / "reports")]
+        code = main([*args, "--run-id", "hooked", "--webhook", hook.url])
+        out, err = capsys.readouterr()
+        assert code == 0, out + err
         assert len(hook.received) == 1
         body = hook.received[0][1]
         assert body["run_id"] == "hooked" and body["status"] == "completed" and body["trials"] == 2
