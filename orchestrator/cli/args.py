@@ -1,16 +1,18 @@
 """What every command module shares: default paths, a subcommand maker, the matrix arguments
 and the request they name. A module of its own so command modules (team, reports) need not
 import cli.main, which imports them; it builds requests only (sweep.apitypes), so it stays
-below the sweep machinery."""
+below the sweep machinery. It imports only the standard library at the top: every `orch` start
+builds the parser with it."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.sweep.apitypes import SweepRequest, testbeds_from_spec
+if TYPE_CHECKING:
+    from orchestrator.sweep.apitypes import SweepRequest
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")  # `args.inventory is DEFAULT_INVENTORY`: no -i given
 DEFAULT_REPORTS = Path("reports")
@@ -72,6 +74,8 @@ def matrix_args(cmd: argparse.ArgumentParser, example: str = "matrices/overlap_a
 
 def sweep_request(args: argparse.Namespace, **more: Any) -> SweepRequest:
     """The sweep the matrix arguments name (MATRIX, -i, -t), with a command's further options."""
+    from orchestrator.sweep.apitypes import SweepRequest, testbeds_from_spec  # the config models: only when run
+
     args.inventory = inventory_for(args.matrix, args.inventory)  # a command reading args.inventory later sees it too
     return SweepRequest(args.matrix, args.inventory, testbeds_from_spec(args.testbed), **more)
 

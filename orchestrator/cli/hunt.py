@@ -7,21 +7,20 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-
-from orchestrator.cli import output
 from orchestrator.cli.args import sweep_request
 from orchestrator.cli.argtypes import bounded_int
-from orchestrator.cli.console import err, out, warn
-from orchestrator.core.config import MAX_RETRIES, MAX_SEED
-from orchestrator.core.huntconfig import section_line
-from orchestrator.core.model import Matrix
-from orchestrator.core.steps import Plan
+from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
 from orchestrator.errors import ConfigError, OrchError, UsageError
-from orchestrator.sweep import api
-from orchestrator.sweep.progress import Progress
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.core.model import Matrix
+    from orchestrator.core.steps import Plan
+    from orchestrator.sweep import api
+    from orchestrator.sweep.progress import Progress
 
 
 def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
@@ -43,6 +42,10 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
 def cmd_hunt(args: argparse.Namespace) -> int:
     if args.resume is not None:
         return _resume(args)
+    from orchestrator.cli import output  # the sweep API: only when a hunt runs
+    from orchestrator.cli.console import out, warn
+    from orchestrator.sweep import api
+
     request = sweep_request(
         args,
         seed=args.seed,
@@ -70,6 +73,10 @@ def cmd_hunt(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     """`orch hunt --resume RUN_DIR`: with the run's own --retries unless given again."""
+    from orchestrator.cli import output  # the sweep API: only when a hunt resumes
+    from orchestrator.cli.console import warn
+    from orchestrator.sweep import api
+
     retries = args.retries
     request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
     outcome = api.resume(request, _progress, warn=warn)
@@ -82,6 +89,8 @@ def not_a_run(matrix: Matrix) -> ConfigError:
     """`orch run` on a hunt matrix: refused (exit 2, nothing touched). A hunt picks its trials as
     it goes and stops on its own rule, which is not what `orch run` promises (every planned
     trial); running the first wave only, or hunting under `orch run`, would both surprise."""
+    from orchestrator.core.huntconfig import section_line  # the config models (pydantic): loaded by now
+
     return ConfigError(
         f"this matrix declares a hunt; run `orch hunt {matrix.path}`",
         file=matrix.path,
@@ -91,6 +100,7 @@ def not_a_run(matrix: Matrix) -> ConfigError:
 
 
 def _progress(started: api.Started) -> Progress:
+    from orchestrator.cli import output
     from orchestrator.team.livestatus import LiveStatus, Tee
 
     return Tee(output.terminal(started), LiveStatus(started.run_dir))
@@ -98,6 +108,9 @@ def _progress(started: api.Started) -> Progress:
 
 def after(run_dir: Path) -> None:
     """A finished (or stopped) hunt: the culprit summary on the terminal and hunt.html."""
+    from rich.markup import escape
+
+    from orchestrator.cli.console import err, out
     from orchestrator.report.hunt import hunt_report, summary_lines, write_hunt_page
     from orchestrator.report.site import write_index
 
@@ -117,6 +130,8 @@ def after(run_dir: Path) -> None:
 
 def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
     """The hunt before it starts: suspects, the first wave, and the expected sessions and hours."""
+    from rich.markup import escape  # rich: only when printing
+
     spec = plan.matrix.hunt
     assert spec is not None
     console.print(

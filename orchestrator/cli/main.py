@@ -13,10 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from rich.markup import escape
-
 from orchestrator import __version__
-from orchestrator.cli import hunt, output, reports, team
+from orchestrator.cli import hunt, reports, team
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
@@ -27,17 +25,19 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, positive
-from orchestrator.cli.console import err, out, warn
-from orchestrator.core.config import MAX_RETRIES, MAX_SEED
+from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
 from orchestrator.errors import Interrupted, OrchError
-from orchestrator.sweep import api
-from orchestrator.sweep.progress import Progress
-from orchestrator.sweep.signals import sigterm_as_interrupt
 
+# Building the parser (`orch --help`, a usage error) imports the standard library and the command
+# modules' registrations only; each command imports what it runs (the sweep API: pydantic, numpy,
+# httpx; the report stack: pandas, scipy, jinja2) when it is run. tests/test_startup_imports.py
+# holds it.
 if TYPE_CHECKING:
+    from orchestrator.sweep import api
+    from orchestrator.sweep.progress import Progress
     from orchestrator.team.notify import Webhook
 
-__all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "err", "main", "out"]
+__all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.func is None:
         parser.print_help()
         return 2
+    from rich.markup import escape  # rich: once a command runs (it prints through rich)
+
+    from orchestrator.cli.console import err
+    from orchestrator.sweep.signals import sigterm_as_interrupt
+
     try:
         with sigterm_as_interrupt():  # `finally` blocks (lock release, restore) run on SIGTERM too
             return int(args.func(args))
@@ -91,6 +96,10 @@ def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> None
 
 def _print_notes(exc: BaseException) -> None:
     """Each note added to the error on its way up (BaseException.add_note), a line of its own."""
+    from rich.markup import escape
+
+    from orchestrator.cli.console import err
+
     for note in getattr(exc, "__notes__", ()):
         err.print(escape(str(note)))
 
@@ -178,6 +187,11 @@ def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out, warn
+    from orchestrator.sweep import api  # the sweep API (pydantic, numpy, httpx): only when a command runs
+
     plan = api.prepare(sweep_request(args), warn=warn).plan
     m = plan.matrix
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
@@ -203,6 +217,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import out, warn
+    from orchestrator.sweep import api
+
     plan = api.prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn).plan
     if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost
         hunt.print_hunt_plan(plan, out)
@@ -214,6 +231,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import out, warn
+    from orchestrator.sweep import api
+
     request = sweep_request(
         args,
         replicates=args.replicates,
@@ -242,6 +262,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import warn
+    from orchestrator.sweep import api
+
     request = api.ResumeRequest(
         args.run_dir, fail_fast=args.fail_fast, retries=args.retries, break_lock=args.break_lock
     )
@@ -250,6 +273,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli import output
+    from orchestrator.cli.console import err, warn
+    from orchestrator.sweep import api
     from orchestrator.sweep.progress import RichProgress
 
     request = api.RestoreRequest(args.run_dir, break_lock=args.break_lock)
@@ -263,6 +291,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def _live_progress(started: api.Started) -> Progress:
     """The terminal bar plus status.json (read by `orch status` and `orch serve`)."""
+    from orchestrator.cli import output
     from orchestrator.team.livestatus import LiveStatus, Tee
 
     if started.resumed and started.left == 0 and not started.open_ended:
@@ -282,6 +311,9 @@ def _webhooks(webhooks: list[str] | None) -> list[Webhook]:
 
 def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
     """Show how the sweep ended; POST its summary to the webhooks; a webhook never fails the sweep."""
+    from orchestrator.cli import output
+    from orchestrator.cli.console import err
+
     output.show_outcome(outcome)
     hunt.after(outcome.run_dir)  # a hunt's culprit summary and hunt.html (nothing for other runs)
     if hooks:
@@ -293,6 +325,7 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import out
     from orchestrator.report.render import write_report
     from orchestrator.report.site import write_index
 

@@ -1,9 +1,10 @@
 """Team commands: `orch queue`, `orch schedule`, `orch serve`, `orch status`, `orch notify`.
 
 cli.py registers them (register(sub)); errors are OrchErrors, mapped to messages and exit codes
-by cli.main like every other command. Modules are imported inside the commands, so `orch --help`
-stays fast. A sweep from the queue is run by team.overnight through sweep.api.run / resume,
-exactly as `orch run` / `orch resume` run theirs; this module only parses and prints.
+by cli.main like every other command. Modules are imported inside the commands (rich and the
+consoles too), so `orch --help` stays fast. A sweep from the queue is run by team.overnight
+through sweep.api.run / resume, exactly as `orch run` / `orch resume` run theirs; this module
+only parses and prints.
 """
 
 from __future__ import annotations
@@ -16,10 +17,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
 from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
@@ -27,12 +24,13 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds
-from orchestrator.cli.console import err, out, warn
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from orchestrator.team.livestatus import Snapshot
     from orchestrator.team.overnight import QueueSweep
     from orchestrator.team.queue import QueueItem, SweepOutcome
@@ -217,6 +215,9 @@ def _scope_args(cmd: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------- queue
 def cmd_queue_add(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out, warn
     from orchestrator.sweep import api
     from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import NewItem
@@ -253,6 +254,11 @@ LIST_COLUMNS = ("id", "state", "prio", "matrix", "testbed", "added", "by", "run"
 
 
 def cmd_queue_list(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.cli.console import out
+
     with _open_queue(args) as q:
         (items, left_out), where = q.listing(None if args.all else LIST_FINISHED), q.where
     if not items and not left_out:
@@ -291,6 +297,10 @@ def _list_row(i: "QueueItem") -> list[str]:
 
 
 def cmd_queue_remove(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out
+
     with _open_queue(args) as q:
         item = q.remove(args.item_id)
     kept = f"; its run stays in {item.run_dir}" if item.run_dir else ""
@@ -299,6 +309,9 @@ def cmd_queue_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_queue_run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import err, out
     from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import run_queue
 
@@ -330,6 +343,7 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
 def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
     """--until as epoch seconds; with --scheduled, counted from the scheduled start, and
     "missed" (said here) when this run started after its window ended."""
+    from orchestrator.cli.console import err
     from orchestrator.errors import UsageError
     from orchestrator.team.queue import parse_until, scheduled_window
 
@@ -366,7 +380,10 @@ def _until(given: str | None) -> str | None:
 
 def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
     """A queue item's sweep (team.overnight), shown as `orch run` / `orch resume` show theirs."""
+    from rich.markup import escape
+
     from orchestrator.cli import output
+    from orchestrator.cli.console import err, warn
     from orchestrator.sweep import api
     from orchestrator.team.overnight import QueueSweep
 
@@ -383,6 +400,10 @@ def _queue_sweep(reports: Path, *, owner_gone: bool = False) -> "QueueSweep":
 
 
 def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcome"], None]:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import err
+
     def notify(item: "QueueItem", outcome: "SweepOutcome") -> None:
         from orchestrator.errors import OrchError
         from orchestrator.store.rundir import RunDir
@@ -407,6 +428,9 @@ def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcom
 
 
 def _print_outcomes(ran: list[tuple["QueueItem", "SweepOutcome"]]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     if not ran:
         return
     table = Table("item", "matrix", "result", "run", "note", title="queue run")
@@ -423,6 +447,10 @@ def _print_outcomes(ran: list[tuple["QueueItem", "SweepOutcome"]]) -> None:
 
 def _print_table(table: Table) -> None:
     """Full width in logs and pipes (a timer's journal, CI), the terminal's width on a terminal."""
+    from rich.console import Console
+
+    from orchestrator.cli.console import out
+
     if out.is_terminal:
         out.print(table)
         return
@@ -437,6 +465,9 @@ def _scope(args: argparse.Namespace) -> str:
 
 
 def cmd_schedule_install(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out
     from orchestrator.team.notify import check_urls, shown
     from orchestrator.team.queue import STORE_ENV
     from orchestrator.team.schedule import (
@@ -493,6 +524,10 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_list(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.cli.console import out
     from orchestrator.team.schedule import default_unit_dir, describe, installed
 
     scope = _scope(args)
@@ -512,6 +547,9 @@ def cmd_schedule_list(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule_remove(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out
     from orchestrator.team.schedule import check_name, default_unit_dir, remove
 
     scope = _scope(args)
@@ -523,6 +561,7 @@ def cmd_schedule_remove(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------- serve, status, notify
 def cmd_serve(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import out
     from orchestrator.team.serve import make_server
 
     server = make_server(args.reports, args.host, args.port)
@@ -544,6 +583,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.cli.console import out
     from orchestrator.team.livestatus import snapshot
     from orchestrator.team.serve import status_json
 
@@ -591,6 +634,7 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
     the queue shown is the one `queue list` and `queue run` use."""
     import dataclasses
 
+    from orchestrator.cli.console import warn
     from orchestrator.team.livestatus import item_view
     from orchestrator.team.queue import DB_NAME, STORE_ENV, is_server_url, open_store, store_spec
 
@@ -610,6 +654,9 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
 
 
 def cmd_notify(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
+    from orchestrator.cli.console import err, out
     from orchestrator.errors import UsageError
     from orchestrator.team.notify import configured, send, summarize_run
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from orchestrator.core.config import MAX_REPLICATES, MAX_RETRIES
+from orchestrator.core.bounds import MAX_REPLICATES, MAX_RETRIES
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.steps import Plan
 from orchestrator.errors import UsageError
