@@ -1,0 +1,146 @@
+"""What a fresh `orch` (and a simulator process) imports before it does anything.
+
+The suite starts over a thousand of these processes, and every one paid for the whole stack at
+import time: `orch --help` imported the sweep API (pydantic, YAML, numpy, httpx) and rich, and
+`orch validate` the statistics stack (scipy, statsmodels, pandas) for a matrix without gates.
+Each case here starts a fresh interpreter and reads its sys.modules, so a module-level import
+that creeps back in fails here, not as a slow suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.process
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT_STACK = ("pandas", "scipy", "statsmodels", "jinja2")
+SSH_STACK = ("fabric", "paramiko", "invoke")
+SWEEP_STACK = ("numpy", "pydantic", "yaml", "httpx", "tenacity", "regex")
+
+# runs in the fresh interpreter: CODE, then prints the top-level names and orchestrator modules it
+# loaded beyond what the interpreter had at start (site, the editable install's finder)
+PROBE = """
+import json, sys
+before = set(sys.modules)
+try:
+    exec(compile(sys.argv[1], "<probe>", "exec"), {"__name__": "probe"})
+except SystemExit:
+    pass
+new = set(sys.modules) - before
+print(json.dumps({
+    "top": sorted({m.split(".")[0] for m in new}),
+    "orch": sorted(m for m in new if m.startswith("orchestrator")),
+}), file=sys.__stderr__)
+"""
+
+MATRIX = """\
+name: startup
+factors:
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+replicates: 1
+repro:
+  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 4 --rounds 1 --seed {trial_seed}"
+  timeout: 60
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+def _loaded(code: str, cwd: Path = ROOT) -> dict[str, list[str]]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaded: dict[str, list[str]] = json.loads(done.stderr.strip().splitlines()[-1])
+    return loaded
+
+
+def _orch(*argv: str) -> str:
+    """Python that runs `orch ARGV` in the probe and checks it exits 0 (its output is not read here)."""
+    return (
+        "import contextlib, io\n"
+        "from orchestrator.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        f"    code = main({list(argv)!r})\n"
+        "assert code == 0, code\n"
+    )
+
+
+def _none_of(loaded: dict[str, list[str]], names: tuple[str, ...]) -> None:
+    assert [n for n in names if n in loaded["top"]] == []
+
+
+def test_orch_help_loads_only_the_parser() -> None:
+    loaded = _loaded(_orch("--help"))
+    _none_of(loaded, REPORT_STACK + SSH_STACK + SWEEP_STACK + ("rich",))
+    # the parser: the command modules' registrations and the bounds they check, nothing below
+    assert loaded["orch"] == [
+        "orchestrator",
+        "orchestrator.cli",
+        "orchestrator.cli.args",
+        "orchestrator.cli.argtypes",
+        "orchestrator.cli.hunt",
+        "orchestrator.cli.main",
+        "orchestrator.cli.reports",
+        "orchestrator.cli.team",
+        "orchestrator.core",
+        "orchestrator.core.bounds",
+        "orchestrator.errors",
+    ]
+
+
+def test_building_the_parser_loads_no_third_party_module() -> None:
+    loaded = _loaded("import orchestrator.cli.main as m\nm.build_parser()")
+    third_party = [n for n in loaded["top"] if n not in sys.stdlib_module_names and n != "orchestrator"]
+    assert third_party == []
+
+
+@pytest.mark.parametrize("module", ["orchestrator.sim.server", "orchestrator.sim.repro"])
+def test_the_simulator_imports_the_standard_library_only(module: str) -> None:
+    loaded = _loaded(f"import {module}")
+    third_party = [n for n in loaded["top"] if n not in sys.stdlib_module_names and n != "orchestrator"]
+    assert third_party == []
+    assert all(m == "orchestrator" or m.startswith("orchestrator.sim") for m in loaded["orch"]), loaded["orch"]
+
+
+def test_validate_without_gates_loads_no_statistics(tmp_path: Path) -> None:
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    loaded = _loaded(_orch("validate", str(tmp_path / "m.yaml"), "-i", str(ROOT / "inventory/local.yaml")))
+    assert "orchestrator.sweep.api" in loaded["orch"]  # it did validate: the sweep API ran
+    _none_of(loaded, REPORT_STACK + SSH_STACK)
+    assert [m for m in loaded["orch"] if m.startswith(("orchestrator.report", "orchestrator.cli.planview"))] == []
+
+
+@pytest.mark.parametrize("command", [["plan"], ["run", "--dry-run"]], ids=["plan", "run-dry-run"])
+def test_plan_loads_no_report_and_no_ssh(tmp_path: Path, command: list[str]) -> None:
+    # the plan's power lines need scipy (core.power, core.clustered) and core.stats, which imports
+    # statsmodels and with it pandas: only the report's own modules and the SSH stack are held off
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    inventory = str(ROOT / "inventory/local.yaml")
+    out = ["--out", str(tmp_path / "r")] if command[0] == "run" else []
+    loaded = _loaded(_orch(*command, str(tmp_path / "m.yaml"), "-i", inventory, *out))
+    assert "orchestrator.cli.planview" in loaded["orch"]  # it did print the plan
+    _none_of(loaded, ("jinja2",) + SSH_STACK)
+    assert [m for m in loaded["orch"] if m.startswith("orchestrator.report")] == []
+    assert not (tmp_path / "r").exists()  # touched nothing
+
+
+def test_status_loads_no_sweep_or_report_stack(tmp_path: Path) -> None:
+    loaded = _loaded(_orch("status", "--reports", str(tmp_path)))
+    _none_of(loaded, REPORT_STACK + SSH_STACK + ("numpy", "httpx"))
+    assert [m for m in loaded["orch"] if m.startswith(("orchestrator.sweep.api", "orchestrator.report"))] == []
