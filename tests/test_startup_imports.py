@@ -144,3 +144,25 @@ def test_status_loads_no_sweep_or_report_stack(tmp_path: Path) -> None:
     loaded = _loaded(_orch("status", "--reports", str(tmp_path)))
     _none_of(loaded, REPORT_STACK + SSH_STACK + ("numpy", "httpx"))
     assert [m for m in loaded["orch"] if m.startswith(("orchestrator.sweep.api", "orchestrator.report"))] == []
+
+
+def test_startup_bench_prints_each_path_with_its_ratio() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "bench_startup.py"), "--starts", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for path in (
+        "eager import set",
+        "orch --help",
+        "orch validate",
+        "orch plan",
+        "orch status",
+        "sim.server",
+        "sim.repro",
+    ):
+        line = next(row for row in done.stdout.splitlines() if path in row)
+        assert line.rstrip().endswith("x"), line  # its median and the eager set's ratio to it
