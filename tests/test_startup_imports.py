@@ -2,7 +2,8 @@
 
 The suite starts over a thousand of these processes, and every one paid for the whole stack at
 import time: `orch --help` imported the sweep API (pydantic, YAML, numpy, httpx) and rich, and
-`orch validate` the statistics stack (scipy, statsmodels, pandas) for a matrix without gates.
+`orch validate` the statistics stack (scipy, statsmodels, pandas) for a matrix without gates, and
+`orch validate`/`plan`/`run --dry-run` the run machinery (sweep.api: transports, httpx, the runner).
 Each case here starts a fresh interpreter and reads its sys.modules, so a module-level import
 that creeps back in fails here, not as a slow suite.
 """
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT_STACK = ("pandas", "scipy", "statsmodels", "jinja2")
 SSH_STACK = ("fabric", "paramiko", "invoke")
 SWEEP_STACK = ("numpy", "pydantic", "yaml", "httpx", "tenacity", "regex")
+RUN_STACK = ("httpx", "tenacity")  # what a sweep needs beyond its plan: HTTP to the servers, retries
+RUN_MODULES = ("orchestrator.sweep.api", "orchestrator.sweep.runner", "orchestrator.edges.transport")
 
 # runs in the fresh interpreter: CODE, then prints the top-level names and orchestrator modules it
 # loaded beyond what the interpreter had at start (site, the editable install's finder)
@@ -85,6 +88,11 @@ def _none_of(loaded: dict[str, list[str]], names: tuple[str, ...]) -> None:
     assert [n for n in names if n in loaded["top"]] == []
 
 
+def _modules_of(loaded: dict[str, list[str]], packages: tuple[str, ...]) -> list[str]:
+    """The loaded modules that are one of `packages` or inside one."""
+    return [m for m in loaded["orch"] if any(m == p or m.startswith(p + ".") for p in packages)]
+
+
 def test_orch_help_loads_only_the_parser() -> None:
     loaded = _loaded(_orch("--help"))
     _none_of(loaded, REPORT_STACK + SSH_STACK + SWEEP_STACK + ("rich",))
@@ -118,32 +126,32 @@ def test_the_simulator_imports_the_standard_library_only(module: str) -> None:
     assert all(m == "orchestrator" or m.startswith("orchestrator.sim") for m in loaded["orch"]), loaded["orch"]
 
 
-def test_validate_without_gates_loads_no_statistics(tmp_path: Path) -> None:
+def test_validate_without_gates_loads_no_statistics_and_no_run_machinery(tmp_path: Path) -> None:
     (tmp_path / "m.yaml").write_text(MATRIX)
     loaded = _loaded(_orch("validate", str(tmp_path / "m.yaml"), "-i", str(ROOT / "inventory/local.yaml")))
-    assert "orchestrator.sweep.api" in loaded["orch"]  # it did validate: the sweep API ran
-    _none_of(loaded, REPORT_STACK + SSH_STACK)
-    assert [m for m in loaded["orch"] if m.startswith(("orchestrator.report", "orchestrator.cli.planview"))] == []
+    assert "orchestrator.sweep.prepare" in loaded["orch"]  # it did validate: the matrix was read and planned
+    _none_of(loaded, REPORT_STACK + SSH_STACK + RUN_STACK)
+    assert _modules_of(loaded, RUN_MODULES + ("orchestrator.report", "orchestrator.cli.planview")) == []
 
 
 @pytest.mark.parametrize("command", [["plan"], ["run", "--dry-run"]], ids=["plan", "run-dry-run"])
-def test_plan_loads_no_report_and_no_ssh(tmp_path: Path, command: list[str]) -> None:
+def test_plan_loads_no_report_and_no_run_machinery(tmp_path: Path, command: list[str]) -> None:
     # the plan's power lines need scipy (core.power, core.clustered) and core.stats, which imports
-    # statsmodels and with it pandas: only the report's own modules and the SSH stack are held off
+    # statsmodels and with it pandas: the report's own modules, jinja2 and the run machinery are held off
     (tmp_path / "m.yaml").write_text(MATRIX)
     inventory = str(ROOT / "inventory/local.yaml")
     out = ["--out", str(tmp_path / "r")] if command[0] == "run" else []
     loaded = _loaded(_orch(*command, str(tmp_path / "m.yaml"), "-i", inventory, *out))
     assert "orchestrator.cli.planview" in loaded["orch"]  # it did print the plan
-    _none_of(loaded, ("jinja2",) + SSH_STACK)
-    assert [m for m in loaded["orch"] if m.startswith("orchestrator.report")] == []
+    _none_of(loaded, ("jinja2",) + SSH_STACK + RUN_STACK)
+    assert _modules_of(loaded, RUN_MODULES + ("orchestrator.report",)) == []
     assert not (tmp_path / "r").exists()  # touched nothing
 
 
 def test_status_loads_no_sweep_or_report_stack(tmp_path: Path) -> None:
     loaded = _loaded(_orch("status", "--reports", str(tmp_path)))
     _none_of(loaded, REPORT_STACK + SSH_STACK + ("numpy", "httpx"))
-    assert [m for m in loaded["orch"] if m.startswith(("orchestrator.sweep.api", "orchestrator.report"))] == []
+    assert _modules_of(loaded, RUN_MODULES + ("orchestrator.report",)) == []
 
 
 def test_startup_bench_prints_each_path_with_its_ratio() -> None:

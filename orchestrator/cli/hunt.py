@@ -44,7 +44,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         return _resume(args)
     from orchestrator.cli import output  # the sweep API: only when a hunt runs
     from orchestrator.cli.console import out, warn
-    from orchestrator.sweep import api
+    from orchestrator.sweep.prepare import check_new_run, prepare
 
     request = sweep_request(
         args,
@@ -54,17 +54,19 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         retries=1 if args.retries is None else args.retries,
         break_lock=args.break_lock,
     )
-    prepared = api.prepare(request, warn=warn)
+    prepared = prepare(request, warn=warn)
     if prepared.plan.matrix.hunt is None:
         raise UsageError(
             f"{prepared.plan.matrix.path}: no hunt: section",
             hint="add hunt: {metric: ...} (see README 'Hunting a culprit')",
         )
-    api.check_new_run(request)  # a bad or taken --run-id: refused by the dry run as by the hunt
+    check_new_run(request)  # a bad or taken --run-id: refused by the dry run as by the hunt
     if args.dry_run:
         print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
         out.print("dry run: nothing was changed")
         return 0
+    from orchestrator.sweep import api  # the run machinery: for a real hunt
+
     outcome = api.run(request, _progress, warn=warn, prepared=prepared)
     output.show_outcome(outcome)
     after(outcome.run_dir)

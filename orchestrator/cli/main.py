@@ -190,9 +190,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out, warn
-    from orchestrator.sweep import api  # the sweep API (pydantic, numpy, httpx): only when a command runs
+    from orchestrator.sweep.prepare import prepare  # the config models and the plan, not the run machinery
 
-    plan = api.prepare(sweep_request(args), warn=warn).plan
+    plan = prepare(sweep_request(args), warn=warn).plan
     m = plan.matrix
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
         out.print(
@@ -219,9 +219,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out, warn
-    from orchestrator.sweep import api
+    from orchestrator.sweep.prepare import prepare
 
-    plan = api.prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn).plan
+    plan = prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn).plan
     if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost
         hunt.print_hunt_plan(plan, out)
         return 0
@@ -233,7 +233,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out, warn
-    from orchestrator.sweep import api
+    from orchestrator.sweep.prepare import check_new_run, prepare
 
     request = sweep_request(
         args,
@@ -246,11 +246,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         break_lock=args.break_lock,
         skip_preflight=args.skip_preflight,
     )
-    prepared = api.prepare(request, warn=warn)
+    prepared = prepare(request, warn=warn)
     if prepared.plan.matrix.hunt is not None:  # a hunt is its own command (nothing touched yet)
         raise hunt.not_a_run(prepared.plan.matrix)
     # every argument is checked before the dry run returns: it refuses what the real run would
-    api.check_new_run(request)  # a bad or taken --run-id
+    check_new_run(request)  # a bad or taken --run-id
     hooks = _webhooks(args.webhook)  # a bad URL is bad input: exit 2 before anything is touched
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
@@ -258,6 +258,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
+    from orchestrator.sweep import api  # the run machinery (transports, HTTP, the runner): for a real run
+
     outcome = api.run(request, _live_progress, warn=warn, prepared=prepared)
     return _finished(outcome, hooks)
 

@@ -218,12 +218,12 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out, warn
-    from orchestrator.sweep import api
+    from orchestrator.sweep.prepare import prepare  # validated now, run later: not the run machinery
     from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import NewItem
 
     hooks = check_urls(args.webhook)
-    prepared = api.prepare(sweep_request(args), warn=warn)
+    prepared = prepare(sweep_request(args), warn=warn)
     plan = prepared.plan
     new = NewItem(
         args.matrix.resolve(),

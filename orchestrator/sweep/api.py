@@ -16,13 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from orchestrator.core.config import (
-    check_against_inventory,
     check_replicates,
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
-from orchestrator.core.matrix import warnings_for
+from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan
 from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
@@ -31,9 +29,9 @@ from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
-from orchestrator.errors import ConfigError, Interrupted, LockError, OrchError, PreflightError, UsageError
+from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, UsageError
 from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
-from orchestrator.store.manifest import check_run_id, load_manifest, new_run_id, save_manifest
+from orchestrator.store.manifest import load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runlock import run_lock
@@ -50,55 +48,20 @@ from orchestrator.sweep.apitypes import (
     SweepRequest,
     SweepStatus,
     TestbedRestore,
-    TestbedSelection,
     Warn,
 )
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hunt import HuntSource, hunt_plan
 from orchestrator.sweep.orphans import stop_orphaned_repros
+from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
+from orchestrator.sweep.prepare import check_same_roles as check_same_roles
+from orchestrator.sweep.prepare import check_separate_testbeds, shown_path
+from orchestrator.sweep.prepare import load as load
+from orchestrator.sweep.prepare import prepare as prepare
+from orchestrator.sweep.prepare import select_testbeds as select_testbeds
 from orchestrator.sweep.progress import Progress
 from orchestrator.sweep.runner import RepeatedFailure, Runner, RunOptions, RunResult, execute
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
-
-
-# ---------------------------------------------------------------------------- prepare
-def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep:
-    """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts).
-    With `warn`, the plan's warnings (a huge matrix, ...) are also shown through it."""
-    matrix, inventory = load(request.matrix, request.inventory)
-    if request.replicates is not None:
-        check_replicates(matrix, request.replicates, "--replicates")
-    hunting = matrix.hunt is not None  # a hunt plans its first wave only (core/huntplan.py)
-    testbeds = select_testbeds(inventory, request.testbeds)
-    if hunting:
-        plan = hunt_plan(matrix, testbeds[0], request.seed)
-    else:
-        plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
-    warnings = () if hunting else tuple(warnings_for(matrix, len(plan.steps)))
-    for other in testbeds[1:]:
-        check_same_roles(plan.testbed, other, inventory)
-        check_against_inventory(matrix, other)
-    check_separate_testbeds(testbeds, inventory)
-    if warn is not None:
-        for warning in warnings:
-            warn(warning)
-    return PreparedSweep(plan, inventory, tuple(testbeds), warnings)
-
-
-def load(matrix_path: Path, inventory_path: Path) -> tuple[Matrix, Inventory]:
-    matrix = read_matrix(matrix_path, _shown(matrix_path))
-    if not inventory_path.exists():
-        raise UsageError(
-            f"inventory {inventory_path} not found", hint="run from the orch checkout or pass -i INVENTORY"
-        )
-    return matrix, read_inventory(inventory_path, _shown(inventory_path))
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except (ValueError, RuntimeError, OSError):  # elsewhere, or a symlink loop (read_matrix says so)
-        return str(path)
 
 
 def _recorded_paths(request: SweepRequest, run_dir: Path) -> dict[str, str]:
@@ -131,40 +94,6 @@ def _recorded_file(recorded: str, run_dir: Path) -> Path:
         return path
     beside = run_dir / path
     return beside if beside.exists() else path
-
-
-def select_testbeds(inventory: Inventory, selection: TestbedSelection) -> list[Testbed]:
-    if selection is None:
-        return [inventory.testbed(None)]
-    if selection == "all":
-        return list(inventory.testbeds.values())
-    return [inventory.testbed(n) for n in selection]
-
-
-def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:
-    if set(first.hosts) != set(other.hosts):
-        raise ConfigError(
-            f"testbeds {first.name!r} and {other.name!r} have different roles "
-            f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
-            file=inventory.path,
-            line=other.line,
-            path=f"testbeds.{other.name}",
-            hint="parallel testbeds must be copies of one deployment",
-        )
-
-
-def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
-    """Parallel testbeds edit env files of their own: a copied testbed whose address was not
-    changed would lock, back up and edit the first one's files under it."""
-    shared = shared_env_file((f"{tb.name}/{key}", h) for tb in testbeds for key, h in tb.hosts.items())
-    if shared is not None:
-        first, second, host = shared
-        raise ConfigError(
-            f"{first} and {second} name the same env file {host.env_file_at}",
-            file=inventory.path,
-            line=host.line,
-            hint="parallel testbeds must be separate deployments: give each its own hosts",
-        )
 
 
 # ---------------------------------------------------------------------------- run
@@ -234,16 +163,6 @@ def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseExceptio
     except OrchError:
         pass  # the interrupt is what the user must see; `orch restore` marks the run later
     exc.add_note(f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})")
-
-
-def check_new_run(request: SweepRequest) -> None:
-    """What `run` refuses about the request itself (a bad or taken --run-id), checked without
-    touching a host, so `orch run --dry-run` refuses what the real run would."""
-    if request.run_id is None:
-        return
-    run_dir = request.reports_dir / check_run_id(request.run_id)
-    if run_dir.exists():
-        raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
 
 
 def _design(
@@ -401,7 +320,7 @@ def _retries(request: ResumeRequest, manifest: RunManifest) -> int:
 
 def _matrix_of(manifest: RunManifest, run_dir: Path) -> Matrix:
     path = _recorded_file(manifest.matrix_path, run_dir)
-    shown = _shown(path)  # as the user would name it from here (run.json may hold it absolute)
+    shown = shown_path(path)  # as the user would name it from here (run.json may hold it absolute)
     if not path.exists():
         raise UsageError(f"matrix {shown} of run {manifest.run_id} not found", hint="run from the same folder")
     matrix = read_matrix(path, shown)
@@ -415,7 +334,7 @@ def _matrix_of(manifest: RunManifest, run_dir: Path) -> Matrix:
 
 def _inventory_of(manifest: RunManifest, run_dir: Path) -> Inventory:
     path = _recorded_file(manifest.inventory_path, run_dir)
-    shown = _shown(path)
+    shown = shown_path(path)
     if not path.exists():
         raise UsageError(f"inventory {shown} of run {manifest.run_id} not found", hint="run from the same folder")
     inventory = read_inventory(path, shown)

@@ -1,0 +1,107 @@
+"""Preparing a sweep: read the matrix and the inventory, pick the testbeds, make the plan. No
+host is touched and nothing of the run machinery (transports, HTTP, the runner) is imported, so
+`orch validate`, `orch plan` and `orch run --dry-run` start without it; sweep.api runs what is
+prepared here (and re-exports these names: api.prepare is the API)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from orchestrator.core.config import (
+    check_against_inventory,
+    check_replicates,
+    read_inventory,
+    read_matrix,
+)
+from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
+from orchestrator.core.matrix import warnings_for
+from orchestrator.core.model import Matrix
+from orchestrator.core.plan import make_plan
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.store.manifest import check_run_id
+from orchestrator.sweep.apitypes import PreparedSweep, SweepRequest, TestbedSelection, Warn
+from orchestrator.sweep.hunt import hunt_plan
+
+
+def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep:
+    """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts).
+    With `warn`, the plan's warnings (a huge matrix, ...) are also shown through it."""
+    matrix, inventory = load(request.matrix, request.inventory)
+    if request.replicates is not None:
+        check_replicates(matrix, request.replicates, "--replicates")
+    hunting = matrix.hunt is not None  # a hunt plans its first wave only (core/huntplan.py)
+    testbeds = select_testbeds(inventory, request.testbeds)
+    if hunting:
+        plan = hunt_plan(matrix, testbeds[0], request.seed)
+    else:
+        plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
+    warnings = () if hunting else tuple(warnings_for(matrix, len(plan.steps)))
+    for other in testbeds[1:]:
+        check_same_roles(plan.testbed, other, inventory)
+        check_against_inventory(matrix, other)
+    check_separate_testbeds(testbeds, inventory)
+    if warn is not None:
+        for warning in warnings:
+            warn(warning)
+    return PreparedSweep(plan, inventory, tuple(testbeds), warnings)
+
+
+def load(matrix_path: Path, inventory_path: Path) -> tuple[Matrix, Inventory]:
+    matrix = read_matrix(matrix_path, shown_path(matrix_path))
+    if not inventory_path.exists():
+        raise UsageError(
+            f"inventory {inventory_path} not found", hint="run from the orch checkout or pass -i INVENTORY"
+        )
+    return matrix, read_inventory(inventory_path, shown_path(inventory_path))
+
+
+def shown_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except (ValueError, RuntimeError, OSError):  # elsewhere, or a symlink loop (read_matrix says so)
+        return str(path)
+
+
+def select_testbeds(inventory: Inventory, selection: TestbedSelection) -> list[Testbed]:
+    if selection is None:
+        return [inventory.testbed(None)]
+    if selection == "all":
+        return list(inventory.testbeds.values())
+    return [inventory.testbed(n) for n in selection]
+
+
+def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:
+    if set(first.hosts) != set(other.hosts):
+        raise ConfigError(
+            f"testbeds {first.name!r} and {other.name!r} have different roles "
+            f"({', '.join(first.hosts)} vs {', '.join(other.hosts)})",
+            file=inventory.path,
+            line=other.line,
+            path=f"testbeds.{other.name}",
+            hint="parallel testbeds must be copies of one deployment",
+        )
+
+
+def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
+    """Parallel testbeds edit env files of their own: a copied testbed whose address was not
+    changed would lock, back up and edit the first one's files under it."""
+    shared = shared_env_file((f"{tb.name}/{key}", h) for tb in testbeds for key, h in tb.hosts.items())
+    if shared is not None:
+        first, second, host = shared
+        raise ConfigError(
+            f"{first} and {second} name the same env file {host.env_file_at}",
+            file=inventory.path,
+            line=host.line,
+            hint="parallel testbeds must be separate deployments: give each its own hosts",
+        )
+
+
+def check_new_run(request: SweepRequest) -> None:
+    """What `run` refuses about the request itself (a bad or taken --run-id), checked without
+    touching a host, so `orch run --dry-run` refuses what the real run would."""
+    if request.run_id is None:
+        return
+    run_dir = request.reports_dir / check_run_id(request.run_id)
+    if run_dir.exists():
+        raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
