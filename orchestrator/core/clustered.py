@@ -48,7 +48,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
+
+from orchestrator.core import dist
 
 Array = npt.NDArray[np.float64]
 CONFIDENCE = 0.95
@@ -240,8 +241,8 @@ def inflation(phi: npt.ArrayLike, df: npt.ArrayLike, confidence: float = CONFIDE
     intervals hold with phi estimated on df degrees of freedom; 1 where df is 0."""
     f_phi, f_df = np.asarray(phi, dtype=float), np.asarray(df, dtype=float)
     ok = f_df > 0
-    z = sps.norm.ppf(0.5 + confidence / 2)
-    t = sps.t.ppf(0.5 + confidence / 2, np.where(ok, f_df, 1.0))
+    z = dist.norm_ppf(0.5 + confidence / 2)
+    t = dist.t_ppf(0.5 + confidence / 2, np.where(ok, f_df, 1.0))
     m: Array = np.where(ok, np.maximum(1.0, np.nan_to_num(f_phi, nan=1.0) * t * t / (z * z)), 1.0)
     return m
 
@@ -268,10 +269,10 @@ def quasi_test(
     f_phi, f_df = np.asarray(phi, dtype=float), np.asarray(df, dtype=float)
     ok = np.isfinite(z2) & (f_df > 0)
     stat = np.where(ok, z2, 0.0)
-    binomial = sps.chi2.sf(stat, 1)
+    binomial = dist.chi2_sf(stat, 1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(ok, stat / np.where(np.isfinite(f_phi) & (f_phi > 0), f_phi, 1.0), 0.0)
-    quasi = sps.f.sf(ratio, 1, np.where(f_df > 0, f_df, 1.0))
+    quasi = dist.f_sf(ratio, 1, np.where(f_df > 0, f_df, 1.0))
     p: Array = np.where(ok, np.maximum(binomial, quasi), 1.0)
     return p
 
@@ -281,7 +282,7 @@ def wilson_inflated(
 ) -> tuple[Array, Array]:
     """Wilson's interval on the effective counts k/m of n/m; m = 1 is Wilson's; n == 0 gives (0, 1)."""
     k_arr, n_arr, m_arr = (np.asarray(x, dtype=float) for x in (k, n, m))
-    z = sps.norm.ppf(0.5 + confidence / 2)
+    z = dist.norm_ppf(0.5 + confidence / 2)
     with np.errstate(divide="ignore", invalid="ignore"):
         ne = n_arr / m_arr
         p = k_arr / n_arr

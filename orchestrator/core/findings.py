@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
-from scipy import stats as sps
 
-from orchestrator.core import ranks
+from orchestrator.core import dist, ranks
 from orchestrator.core.stats import ALPHA, CONFIDENCE, CellCount, Interval, holm, mann_whitney
 
 MAX_ORDER = 3  # interactions up to three-way (the DSV4 AND); higher orders are rarely readable
@@ -307,7 +306,7 @@ def mover_intervals(
     if not contrasts:
         return []
     k, n, w = _arrays(contrasts)
-    z = sps.norm.ppf(0.5 + confidence / 2) if df <= 0 else sps.t.ppf(0.5 + confidence / 2, df)
+    z = dist.norm_ppf(0.5 + confidence / 2) if df <= 0 else dist.t_ppf(0.5 + confidence / 2, df)
     est, low, high = _mover(k, n, w, np.full((len(contrasts), 1), z))
     return [Interval(float(e), float(lo), float(hi)) for e, lo, hi in zip(est, low, high, strict=True)]
 
@@ -333,9 +332,9 @@ def _pvalues(k: np.ndarray, n: np.ndarray, w: np.ndarray, df: np.ndarray) -> np.
         excludes = np.where(sign[:, 0] > 0, low > 0, high < 0)[:, None]
         lo, hi = np.where(excludes, mid, lo), np.where(excludes, hi, mid)
     student = df > 0
-    p = 2.0 * sps.norm.sf(lo[:, 0])
+    p = 2.0 * dist.norm_sf(lo[:, 0])
     if student.any():
-        p = np.where(student, 2.0 * sps.t.sf(lo[:, 0], np.where(student, df, 1.0)), p)
+        p = np.where(student, 2.0 * dist.t_sf(lo[:, 0], np.where(student, df, 1.0)), p)
     return np.where(np.abs(est) < 1e-12, 1.0, np.minimum(p, 1.0))
 
 
@@ -463,6 +462,8 @@ def van_elteren(strata: Sequence[Stratum]) -> float:
     reference's within strata, by the normal approximation with ties corrected (no continuity
     correction); 1.0 when no stratum has any spread (every value tied). Holds its level for large
     strata only: stratified_p uses van_elteren_exact for small ones."""
+    from scipy import stats as sps  # rankdata (scipy.stats, ~1.5 s to import): only for unequal strata
+
     stat = mean = var = 0.0
     for x, y in strata:
         m, r = x.size, y.size
@@ -477,7 +478,7 @@ def van_elteren(strata: Sequence[Stratum]) -> float:
         var += m * r * ((n + 1) - tie) / 12.0 / (n + 1) ** 2
     if var <= 0:
         return 1.0
-    return float(min(1.0, 2.0 * sps.norm.sf(abs(stat - mean) / math.sqrt(var))))
+    return min(1.0, 2.0 * float(dist.norm_sf(abs(stat - mean) / math.sqrt(var))))
 
 
 def stratified_p(strata: Sequence[Stratum]) -> float:
@@ -492,6 +493,8 @@ def van_elteren_exact(strata: Sequence[Stratum], steps: Sequence[int]) -> float:
     """Exact two-sided p of van Elteren's statistic: 2 x the smaller tail of its distribution over
     every relabelling within strata, given the values (midranks; the null is conditional on the
     ties), on the integer lattice of ranks.stratified_steps."""
+    from scipy import stats as sps  # rankdata (scipy.stats, ~1.5 s to import): only for unequal strata
+
     observed, pmfs, tied = 0, [], False
     for (x, y), step in zip(strata, steps, strict=True):
         pooled = np.concatenate([x, y])
@@ -536,7 +539,7 @@ def _approximate_shift(strata: Sequence[Stratum], confidence: float) -> ranks.Co
     var = sum(x.size * y.size * (x.size + y.size + 1) / 12.0 / (x.size + y.size + 1) ** 2 for x, y in strata)
     half = float(w.sum()) / 2.0
     estimate = _weighted_quantile(d, w, half, middle=True)
-    reach = float(sps.norm.ppf(0.5 + confidence / 2)) * math.sqrt(var)
+    reach = float(dist.norm_ppf(0.5 + confidence / 2)) * math.sqrt(var)
     if half - reach <= 0:
         return ranks.CoveredInterval(estimate, None, None, None)
     low = _weighted_quantile(d, w, half - reach)

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy import stats as sps
 from scipy.special import gammaln
 
+from orchestrator.core import dist
 from orchestrator.core.stats import ALPHA
 
 TARGET_POWER = 0.8
@@ -102,7 +102,7 @@ def detectable(
 def _approximate(n1: int, n2: int, p0: float, alpha: float, power: float) -> tuple[float | None, float | None]:
     """Arcsine (Cohen's h) normal approximation, each direction on its own (no cap mixing them):
     good to a fraction of a point with more than a thousand sessions per side."""
-    h = (sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)) * math.sqrt((1 / n1 + 1 / n2) / 4)
+    h = (float(dist.norm_ppf(1 - alpha / 2)) + float(dist.norm_ppf(power))) * math.sqrt((1 / n1 + 1 / n2) / 4)
     angle = math.asin(math.sqrt(p0))
     rise = math.sin(angle + h) ** 2 - p0 if angle + h < math.pi / 2 else None
     fall = p0 - math.sin(angle - h) ** 2 if angle - h > 0 else None
@@ -245,7 +245,7 @@ class _QuasiSim:
         if self.icc <= 0 or p <= 0 or p >= 1:
             return np.full(u.shape, p)
         scale = (1 - self.icc) / self.icc
-        return np.asarray(sps.beta.ppf(u, p * scale, (1 - p) * scale), dtype=float)
+        return dist.beta_ppf(u, p * scale, (1 - p) * scale)
 
     def reject(self, cell_rate: float, alpha: float) -> np.ndarray:
         rates = self._trial_rates(cell_rate, self.trial_u)

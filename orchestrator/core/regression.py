@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
+from orchestrator.core import dist
 from orchestrator.core.clustered import RHO_PRIOR
 from orchestrator.core.stats import ALPHA, fisher_exact, holm, mann_whitney
 
@@ -181,7 +181,7 @@ def _prediction_p(
         return None
     var = spread + max(0.0, tonight_within - math.fsum(within) / count)
     t = abs(tonight - mean) / math.sqrt(var)
-    return min(1.0, 2 * float(sps.t.sf(t, (count - 1) * (var / spread) ** 2)))
+    return min(1.0, 2 * float(dist.t_sf(t, (count - 1) * (var / spread) ** 2)))
 
 
 def _pooled_p(k: int, n: int, big_k: int, big_n: int) -> tuple[float, str]:
@@ -195,6 +195,8 @@ def _pooled_p(k: int, n: int, big_k: int, big_n: int) -> tuple[float, str]:
         k, events = n - k, total - events
     if events == 0:
         return 1.0, POOLED_BINOMIAL
+    from scipy import stats as sps  # binomtest (scipy.stats, ~1.5 s to import): only past FISHER_SESSIONS
+
     return min(1.0, float(sps.binomtest(k, events, n / total).pvalue)), POOLED_BINOMIAL
 
 
@@ -228,7 +230,7 @@ def _icc_upper(groups: Sequence[tuple[Sequence[tuple[int, int]], float]], confid
             df += len(trials) - 1
     if df < 1:
         return RHO_PRIOR
-    phi = max(1.0, chi2 / float(sps.chi2.ppf(1 - confidence, df)))
+    phi = max(1.0, chi2 / float(dist.chi2_ppf(1 - confidence, df)))
     mean_m = sum(sizes) / len(sizes)
     return min(0.5, max(RHO_PRIOR, (phi - 1) / max(1.0, mean_m - 1)))
 
@@ -238,7 +240,7 @@ def _quasi_p(diff: float, rate: float, rho: float, today: Sequence[int], history
     side's variance is inflated by its trials' design effect 1 + (m - 1) * rho."""
     var = sum(_trial_var(m, rate, rho) for m in today) / sum(today) ** 2
     var += sum(_trial_var(m, rate, rho) for m in history) / sum(history) ** 2
-    return min(1.0, 2 * float(sps.norm.sf(abs(diff) / math.sqrt(var))))
+    return min(1.0, 2 * float(dist.norm_sf(abs(diff) / math.sqrt(var))))
 
 
 def _betabinom_p(k: int, sizes: Sequence[int], rate: float, rho: float) -> tuple[float, str]:
@@ -258,6 +260,8 @@ def _betabinom_exact(k: int, sizes: Sequence[int], rate: float, rho: float) -> f
     The far tail as 1 minus the near one is exact to about 1e-11, far below any alpha after Holm."""
     if 2 * k > sum(sizes):
         k, rate = sum(sizes) - k, 1 - rate
+    from scipy import stats as sps  # betabinom (scipy.stats, ~1.5 s to import): only for an exact tail
+
     a, b = rate * (1 - rho) / rho, (1 - rate) * (1 - rho) / rho
     pmf = np.ones(1)
     for m in sizes:
@@ -276,8 +280,8 @@ def _betabinom_beta(k: int, sizes: Sequence[int], rate: float, rho: float) -> fl
     quasi-binomial test, whose p rate_change also takes, covers those."""
     n = sum(sizes)
     concentration = rate * (1 - rate) * n * n / sum(_trial_var(m, rate, rho) for m in sizes) - 1  # a + b
-    dist = sps.beta(rate * concentration, (1 - rate) * concentration)
-    low, high = float(dist.cdf(min(1.0, (k + 0.5) / n))), float(dist.sf(max(0.0, (k - 0.5) / n)))
+    a, b = rate * concentration, (1 - rate) * concentration
+    low, high = float(dist.beta_cdf(min(1.0, (k + 0.5) / n), a, b)), float(dist.beta_sf(max(0.0, (k - 0.5) / n), a, b))
     return min(1.0, 2 * min(low, high))
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats as sps
-from statsmodels.stats.contingency_tables import Table
-from statsmodels.stats.power import NormalIndPower
-from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
+
+from orchestrator.core import dist
+
+# scipy.stats and statsmodels (which imports scipy.stats) cost ~1.5 s to import: each function
+# that needs one imports it when called, so `orch plan` and the report's other paths never pay it.
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -57,6 +58,8 @@ def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
     _check_counts(k, n)
     if n == 0:
         return (0.0, 1.0)
+    from statsmodels.stats.proportion import proportion_confint  # see the imports
+
     low, high = proportion_confint(k, n, alpha=1 - confidence, method="wilson")
     # exact at the edges: float noise gives 8e-20 for 0/500000, which would print as a bound
     low = 0.0 if k == 0 else max(0.0, float(low))
@@ -81,6 +84,8 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     if n1 == 0 or n2 == 0:
         return 1.0
     table = [[k1, n1 - k1], [k2, n2 - k2]]
+    from scipy import stats as sps  # see the imports
+
     return float(sps.fisher_exact(table, alternative="two-sided").pvalue)
 
 
@@ -90,6 +95,8 @@ def rate_difference_ci(k1: int, n1: int, k2: int, n2: int, confidence: float = C
     _check_counts(k2, n2)
     if n1 == 0 or n2 == 0:
         return (-1.0, 1.0)
+    from statsmodels.stats.proportion import confint_proportions_2indep  # see the imports
+
     low, high = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff", alpha=1 - confidence)
     return (float(low), float(high))
 
@@ -146,6 +153,8 @@ def median_ci(values: Values, confidence: float = CONFIDENCE, seed: int = 0) -> 
     median = float(np.median(data))
     if data.size == 1 or np.all(data == data[0]):
         return Interval(median, median, median)
+    from scipy import stats as sps  # see the imports
+
     if data.size > BOOTSTRAP_MAX_N:
         ci = sps.quantile_test(data, q=median, p=0.5).confidence_interval(confidence)
         return Interval(median, float(ci.low), float(ci.high))
@@ -171,6 +180,8 @@ def mann_whitney(a: Values, b: Values) -> float:
         return 1.0
     if np.all(np.concatenate([x, y]) == x[0]):
         return 1.0
+    from scipy import stats as sps  # see the imports
+
     p = float(sps.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     return 1.0 if math.isnan(p) else p
 
@@ -186,6 +197,8 @@ def min_detectable_difference(n_per_cell: int, baseline_rate: float, alpha: floa
         return 1.0 - baseline_rate
     if not 0.0 <= baseline_rate < 1.0:
         raise ValueError(f"min_detectable_difference: baseline_rate {baseline_rate} not in [0, 1)")
+    from statsmodels.stats.power import NormalIndPower  # see the imports
+
     h = NormalIndPower().solve_power(effect_size=None, nobs1=n_per_cell, alpha=alpha, power=power, ratio=1.0)
     angle = math.asin(math.sqrt(baseline_rate)) + float(h) / 2
     if angle >= math.pi / 2:
@@ -204,6 +217,8 @@ def heterogeneity(counts: Sequence[tuple[int, int]], phi: float = 1.0, df: float
     table = _two_column_table(counts)
     if table is None:
         return 1.0
+    from scipy import stats as sps  # see the imports
+
     result = sps.chi2_contingency(table, correction=False)
     return quasi_p(float(result.pvalue), float(result.statistic), len(table) - 1, phi, df)
 
@@ -218,6 +233,8 @@ def trend(
         return 1.0
     kept = [i for i, (_, n) in enumerate(counts) if n > 0]
     row_scores = np.asarray(scores if scores is not None else range(len(counts)), dtype=float)
+    from statsmodels.stats.contingency_tables import Table  # see the imports
+
     result = Table(table).test_ordinal_association(row_scores=row_scores[kept], col_scores=np.array([0.0, 1.0]))
     p = float(result.pvalue)
     if math.isnan(p):
@@ -234,7 +251,7 @@ def quasi_p(binomial_p: float, statistic: float, dof: int, phi: float, df: float
     if df <= 0 or (math.isinf(df) and phi <= 1.0):
         return binomial_p  # exactly the binomial test (phi <= 1 known: the max would pick it anyway)
     scaled = statistic / max(phi, 1.0)  # phi < 1 (or 0: every trial at its rate) is noise, not news
-    quasi = sps.chi2.sf(scaled, dof) if math.isinf(df) else sps.f.sf(scaled / dof, dof, df)
+    quasi = dist.chi2_sf(scaled, dof) if math.isinf(df) else dist.f_sf(scaled / dof, dof, df)
     return max(binomial_p, float(quasi))
 
 
