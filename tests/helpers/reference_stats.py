@@ -1,0 +1,119 @@
+"""The definitions the fast paths of core.findings and core.power replaced, kept verbatim (not a
+test module): tests/test_stats_fast_paths.py checks the fast paths give the same results, and
+bench/bench_plan.py times both in one run.
+
+- grid_terms: findings._Grid.terms as of 0276250 (strata by np.unique(axis=0) over rows, each
+  (factor, level) mask computed per call).
+- quasi_reject: power._QuasiSim.reject as of 0276250 (clustered.cell_spread of every cell, the
+  fixed ones included, at every bisection step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from orchestrator.core import findings, power
+
+Change = findings.Change
+
+
+def _is(grid: findings._Grid, factor: str, level: str) -> np.ndarray:
+    code = grid.codes.get(factor, {}).get(level)
+    if code is None:
+        return np.zeros(len(grid.n), dtype=bool)
+    return np.asarray(grid.grid[:, grid.columns[factor]] == code)
+
+
+def grid_terms(
+    grid: findings._Grid, changes: Sequence[Change], given: Mapping[str, str]
+) -> tuple[list[tuple[float, float, float]], int]:
+    rows = grid.n > 0
+    for f, v in given.items():
+        rows &= _is(grid, f, v)
+    corner = np.zeros(len(grid.n), dtype=np.int64)
+    for factor, ref, level in changes:
+        up = _is(grid, factor, level)
+        rows &= up | _is(grid, factor, ref)
+        corner = corner * 2 + up
+    picked = np.flatnonzero(rows)
+    if not len(picked):
+        return [], 0
+    involved = {grid.columns[f] for f, _, _ in changes if f in grid.columns}
+    others = [c for c in range(grid.grid.shape[1]) if c not in involved]
+    _, first, stratum = np.unique(grid.grid[picked][:, others], axis=0, return_index=True, return_inverse=True)
+    stratum = stratum.reshape(-1)
+    counts = np.bincount(stratum)
+    rank = np.empty_like(first)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))  # strata by their first cell
+    keep = counts[stratum] == 2 ** len(changes)
+    full = int(np.count_nonzero(counts == 2 ** len(changes)))
+    chosen = picked[keep][np.lexsort((corner[picked[keep]], rank[stratum[keep]]))]
+    signs = np.where((len(changes) - findings._bit_counts(corner[chosen])) % 2 == 0, 1.0, -1.0)
+    return [
+        (grid.k[r], float(grid.n[r]), sign / full) for r, sign in zip(chosen.tolist(), signs.tolist(), strict=True)
+    ], full
+
+
+def contrast_count(
+    cells: Sequence[Mapping[str, str]],
+    factors: Mapping[str, Sequence[str]],
+    reference: Mapping[str, str],
+    max_order: int = findings.MAX_ORDER,
+) -> int:
+    grid = findings._Grid({tuple(sorted(levels.items())): (0, 1) for levels in cells})
+    wanted = findings._wanted(factors, reference, max_order)
+    return sum(grid_terms(grid, changes, dict(given))[1] > 0 for changes, given in wanted)
+
+
+def quasi_reject(sim: power._QuasiSim, cell_rate: float, alpha: float) -> np.ndarray:
+    rates = sim._trial_rates(cell_rate, sim.trial_u)
+    cell_k = (sim.session_u < rates[..., None]).sum(axis=-1).astype(float)
+    k = np.concatenate([cell_k[:, None, :], sim.fixed_k], axis=1)
+    n = np.full_like(k, float(sim.design.sessions))
+    spread = sim.clustered.cell_spread(k, n)
+    phi, df = sim.clustered.pooled_dispersion(*spread)
+    big_k, big_n = k.sum(axis=-1), n.sum(axis=-1)
+    p = sim.clustered.quasi_test(big_k[:, 0], big_n[:, 0], big_k[:, 1], big_n[:, 1], phi, df)
+    fisher = df <= 0
+    if fisher.any():
+        total = int(big_n[0, 0])
+        if total <= power.MAX_EXACT_N:
+            table = power.fisher_pvalues(total, total)
+            p = np.where(fisher, table[big_k[:, 0].astype(int), big_k[:, 1].astype(int)], p)
+    sparse = sim.clustered.sparse_sweeps(spread, df)
+    if sparse.any():  # phi on too little: the report's p comes from the trial-level test
+        from orchestrator.core import trialexact
+
+        design = (sim.design.sessions,) * sim.design.trials
+        exact = trialexact.calibration(design, design).pvalues(k[sparse, 0], k[sparse, 1])
+        p = p.copy()
+        p[sparse] = exact
+    return np.asarray(p < alpha)
+
+
+def quasi_detectable(
+    design: power.Design,
+    base_rate: float,
+    alpha: float = power.ALPHA,
+    target: float = power.TARGET_POWER,
+    seed: int = 0,
+) -> power.Detectable:
+    """power.quasi_detectable (uncached) with quasi_reject at each step."""
+    design = power._bounded(design)
+    n = design.sessions * design.trials
+    if power._sweeps(design) < power.SIM_MIN_SWEEPS:
+        return power.quasi_detectable.__wrapped__(design, base_rate, alpha, target, seed)
+    sim = power._QuasiSim(design, base_rate, seed)
+
+    def solve(end: float) -> float | None:
+        if base_rate == end or float(np.mean(quasi_reject(sim, end, alpha))) < target:
+            return None
+        near, far = base_rate, end
+        while abs(far - near) > power.SOLVE_TOLERANCE:
+            mid = (near + far) / 2
+            near, far = (mid, far) if float(np.mean(quasi_reject(sim, mid, alpha))) < target else (near, mid)
+        return abs(far - base_rate)
+
+    return power.Detectable(n, n, base_rate, alpha, target, solve(1.0), solve(0.0))

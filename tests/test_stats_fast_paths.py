@@ -1,0 +1,95 @@
+"""The fast paths of `orch plan` and the report give what the definitions they replaced gave.
+
+findings._Grid finds strata by one mixed-radix integer per cell and keeps its masks;
+power._QuasiSim computes the fixed cells' spreads once. The old definitions are kept verbatim in
+helpers/reference_stats.py; here they are compared exactly (==, not approximately).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from helpers import reference_stats as ref
+
+from orchestrator.core import findings, power
+from orchestrator.core.stats import CellCount
+
+
+def _cells(factors: dict[str, list[str]], rng: np.random.Generator, drop: float = 0.0) -> list[CellCount]:
+    cells = []
+    for combo in itertools.product(*factors.values()):
+        if rng.random() < drop:
+            continue
+        levels = dict(zip(factors, combo, strict=True))
+        n = int(rng.integers(0, 50)) if drop else 40
+        cells.append(CellCount(levels, int(rng.integers(0, n + 1)), n))
+    return cells
+
+
+GRIDS = {
+    "2x2x2": {"a": ["on", "off"], "b": ["on", "off"], "c": ["on", "off"]},
+    "3x2x4": {"a": ["x", "y", "z"], "b": ["on", "off"], "c": ["1", "2", "3", "4"]},
+    "2^9": {f"f{i}": ["a", "b"] for i in range(9)},
+}
+
+
+@pytest.mark.parametrize("name", sorted(GRIDS))
+@pytest.mark.parametrize("drop", [0.0, 0.3])
+def test_grid_terms_equal_the_row_wise_definition(name: str, drop: float) -> None:
+    factors = GRIDS[name]
+    rng = np.random.default_rng(len(name) + int(drop * 10))
+    cells = _cells(factors, rng, drop)
+    cells.append(CellCount({"a": next(iter(factors["a"])) if "a" in factors else "on"}, 3, 9))  # lacks factors
+    reference = {f: levels[0] for f, levels in factors.items()}
+    grid = findings._Grid(findings._pool(cells))
+    wanted = findings._wanted(factors, reference, findings.MAX_ORDER)
+    assert wanted
+    for changes, given in wanted:
+        got = grid.terms(changes, dict(given))
+        assert got == ref.grid_terms(grid, changes, dict(given)), (changes, given)
+        assert grid.full_strata(changes, dict(given)) == got[1]
+
+
+def test_grid_with_more_levels_than_one_int64_holds_uses_the_rows() -> None:
+    """Strata keys beyond 2^62 fall back to np.unique over rows: same terms."""
+    factors = {f"f{i}": [f"l{j}" for j in range(70)] if i < 11 else ["a", "b"] for i in range(12)}
+    rng = np.random.default_rng(3)
+    cells = [
+        CellCount({f: str(rng.choice(levels)) for f, levels in factors.items()}, int(k), 20)
+        for k in rng.integers(0, 20, 300)
+    ]
+    grid = findings._Grid(findings._pool(cells))
+    changes = (("f11", "a", "b"),)
+    assert grid.terms(changes, {}) == ref.grid_terms(grid, changes, {})
+
+
+def test_contrast_count_equals_the_old_one_on_1024_cells() -> None:
+    factors = {f"f{i}": ["a", "b"] for i in range(10)}
+    cells = [dict(zip(factors, combo, strict=True)) for combo in itertools.product(*factors.values())]
+    baseline = {f: "a" for f in factors}
+    assert findings.contrast_count(cells, factors, baseline) == ref.contrast_count(cells, factors, baseline)
+
+
+DESIGNS = [
+    power.Design(sessions=2, trials=4, other_rates=(0.0,) * 62),  # `orch plan`'s: many cells, nothing varies
+    power.Design(sessions=40, trials=2, other_rates=(0.01, 0.0, 0.05, 0.16, 0.0, 0.02), phi=1.8),  # beta draws
+    power.Design(sessions=20, trials=3, other_rates=(), phi=1.3),  # one cell carries phi: trialexact steps in
+    power.Design(sessions=10, trials=1, other_rates=(0.1, 0.2)),  # one trial: Fisher
+]
+
+
+@pytest.mark.parametrize("design", DESIGNS, ids=lambda d: f"{d.sessions}x{d.trials}+{len(d.other_rates)}")
+def test_quasi_reject_equals_the_old_one(design: power.Design) -> None:
+    for base in (0.0, 0.02, 0.15):
+        sim = power._QuasiSim(design, base, seed=0)
+        for rate in (0.0, 0.03, 0.4, 1.0):
+            assert np.array_equal(sim.reject(rate, 0.05), ref.quasi_reject(sim, rate, 0.05)), (base, rate)
+            assert np.array_equal(sim.reject(rate, 0.001), ref.quasi_reject(sim, rate, 0.001)), (base, rate)
+
+
+def test_quasi_detectable_equals_the_old_one() -> None:
+    design = DESIGNS[0]
+    for base in (0.0, 0.05):
+        assert power.quasi_detectable.__wrapped__(design, base) == ref.quasi_detectable(design, base)
