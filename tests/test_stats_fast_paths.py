@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from helpers import reference_stats as ref
 
-from orchestrator.core import findings, power
+from orchestrator.core import findings, power, trialexact
 from orchestrator.core.stats import CellCount
 
 
@@ -93,3 +93,18 @@ def test_quasi_detectable_equals_the_old_one() -> None:
     design = DESIGNS[0]
     for base in (0.0, 0.05):
         assert power.quasi_detectable.__wrapped__(design, base) == ref.quasi_detectable(design, base)
+
+
+def test_calibration_pvalue_equals_the_old_one() -> None:
+    """Distinct values looked up once: the same p, duplicates, -inf, nan and -0.0 included."""
+    cal = trialexact.calibration((20, 20, 20), (20, 20, 20))
+    rng = np.random.default_rng(5)
+    kc, kb = rng.integers(0, 4, (2000, 3)), rng.integers(0, 3, (2000, 3))
+    stats = cal.tables.statistic(kc, kb)
+    assert np.unique(stats).size < stats.size  # duplicates, as in a simulation
+    assert np.array_equal(cal.pvalue(stats), ref.calibration_pvalue(cal, stats))
+    odd = np.array([[-np.inf, np.nan, -0.0, 0.0], [1e-300, 3.7, 3.7, np.inf], [40.0, -1.0, np.nan, -np.inf]])
+    assert np.array_equal(cal.pvalue(odd), ref.calibration_pvalue(cal, odd), equal_nan=True)
+    assert cal.pvalue(odd).shape == odd.shape
+    assert np.array_equal(cal.pvalue(stats[:1]), ref.calibration_pvalue(cal, stats[:1]))
+    assert cal.pvalue(2.5).shape == ()

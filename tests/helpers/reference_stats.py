@@ -4,6 +4,7 @@ bench/bench_plan.py times both in one run.
 
 - grid_terms: findings._Grid.terms as of 0276250 (strata by np.unique(axis=0) over rows, each
   (factor, level) mask computed per call).
+- calibration_pvalue: trialexact.Calibration.pvalue as of 0276250 (every value searched in every row).
 - quasi_reject: power._QuasiSim.reject as of 0276250 (clustered.cell_spread of every cell, the
   fixed ones included, at every bisection step).
 """
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from orchestrator.core import findings, power
+from orchestrator.core import findings, power, trialexact
 
 Change = findings.Change
 
@@ -87,7 +88,9 @@ def quasi_reject(sim: power._QuasiSim, cell_rate: float, alpha: float) -> np.nda
         from orchestrator.core import trialexact
 
         design = (sim.design.sessions,) * sim.design.trials
-        exact = trialexact.calibration(design, design).pvalues(k[sparse, 0], k[sparse, 1])
+        cal = trialexact.calibration(design, design)
+        kc, kb = np.asarray(k[sparse, 0], dtype=np.int64), np.asarray(k[sparse, 1], dtype=np.int64)
+        exact = calibration_pvalue(cal, cal.tables.statistic(kc, kb))
         p = p.copy()
         p[sparse] = exact
     return np.asarray(p < alpha)
@@ -117,3 +120,17 @@ def quasi_detectable(
         return abs(far - base_rate)
 
     return power.Detectable(n, n, base_rate, alpha, target, solve(1.0), solve(0.0))
+
+
+def calibration_pvalue(cal: trialexact.Calibration, t: np.ndarray) -> np.ndarray:
+    """trialexact.Calibration.pvalue as of 0276250: every value looked up in every row."""
+    values = np.asarray(t, dtype=float)
+    flat = values.ravel() - trialexact.TOLERANCE * (1 + np.abs(np.nan_to_num(values.ravel(), neginf=0.0)))
+    out = np.zeros(flat.shape)
+    for rows, factor in ((cal.near, 1.0), (cal.far, trialexact.FAR_FACTOR)):
+        draws = rows.shape[1]
+        for row in rows:
+            tail = (draws - np.searchsorted(row, flat, side="left") + 1) / (draws + 1)
+            out = np.maximum(out, tail / factor)
+    p: np.ndarray = np.where(np.isneginf(values.ravel()), 1.0, np.minimum(out, 1.0)).reshape(values.shape)
+    return p

@@ -1,0 +1,28 @@
+"""bench/bench_plan.py: a tiny run prints each figure old vs new with its ratio (no figure asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.process
+def test_tiny_run_prints_old_new_and_ratio() -> None:
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_plan.py"), "--factors", "1", "--repeat", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    assert "load average" in out
+    assert "8 cells x 4 trials" in out
+    for name in ("contrast_count", "quasi_detectable", "import, fresh interpreter"):
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert line.split()[-1].endswith("x"), line
+    assert "orch plan, end to end" in out
