@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import reference_stats as ref
 
@@ -108,3 +109,20 @@ def test_calibration_pvalue_equals_the_old_one() -> None:
     assert cal.pvalue(odd).shape == odd.shape
     assert np.array_equal(cal.pvalue(stats[:1]), ref.calibration_pvalue(cal, stats[:1]))
     assert cal.pvalue(2.5).shape == ()
+
+
+def test_report_dispersion_equals_the_groupby_one() -> None:
+    """report.build._dispersion groups by a stable sort, not pandas groupby: same Dispersion, missing
+    cells (dropped by groupby) and empty frames included."""
+    from orchestrator.report import build
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        m = int(rng.integers(0, 60))
+        names = [f"c{i}" for i in range(int(rng.integers(1, 9)))]
+        cell = pd.array([str(rng.choice(names)) for _ in range(m)], dtype="string")
+        if m and trial % 5 == 0:
+            cell[int(rng.integers(0, m))] = pd.NA
+        n = rng.integers(0, 50, m)
+        rows = pd.DataFrame({"cell": cell, "k": np.minimum(n, rng.integers(0, 5, m)), "n": n})
+        assert repr(build._dispersion(rows)) == repr(ref.report_dispersion(rows))

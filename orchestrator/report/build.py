@@ -360,10 +360,20 @@ def widened_rate(k: int, n: int, disp: clustered.Dispersion | None, trials: int 
 
 
 def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
-    """Trial-to-trial variation of one proportion metric, pooled over every cell's completed trials."""
-    return clustered.dispersion(
-        [list(zip(g.k.astype(int), g.n.astype(int), strict=True)) for _, g in rows.groupby("cell", sort=False)]
-    )
+    """Trial-to-trial variation of one proportion metric, pooled over every cell's completed trials.
+
+    The cells' (k, n) lists in the order of their first row, each in row order, as
+    groupby("cell", sort=False) gives them, by a stable sort of the factorized cells: the
+    groupby cost ~3 ms a cell per call, and a report calls this four times a metric."""
+    codes, _ = pd.factorize(rows["cell"])  # codes by first appearance; -1: a missing cell (groupby drops it)
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    order = order[ordered >= 0]
+    ordered = ordered[ordered >= 0]
+    k, n = rows["k"].astype(int).to_numpy()[order], rows["n"].astype(int).to_numpy()[order]
+    cuts = (np.flatnonzero(np.diff(ordered)) + 1).tolist()
+    bounds = zip([0, *cuts], [*cuts, len(ordered)], strict=True)
+    return clustered.dispersion([list(zip(k[a:b].tolist(), n[a:b].tolist(), strict=True)) for a, b in bounds if b > a])
 
 
 def versus_baseline(

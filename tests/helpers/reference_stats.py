@@ -4,6 +4,7 @@ bench/bench_plan.py times both in one run.
 
 - grid_terms: findings._Grid.terms as of 0276250 (strata by np.unique(axis=0) over rows, each
   (factor, level) mask computed per call).
+- report_dispersion: report.build._dispersion as of 0276250 (the cells by pandas groupby).
 - calibration_pvalue: trialexact.Calibration.pvalue as of 0276250 (every value searched in every row).
 - quasi_reject: power._QuasiSim.reject as of 0276250 (clustered.cell_spread of every cell, the
   fixed ones included, at every bisection step).
@@ -14,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 
-from orchestrator.core import findings, power, trialexact
+from orchestrator.core import clustered, findings, power, trialexact
 
 Change = findings.Change
 
@@ -134,3 +136,10 @@ def calibration_pvalue(cal: trialexact.Calibration, t: np.ndarray) -> np.ndarray
             out = np.maximum(out, tail / factor)
     p: np.ndarray = np.where(np.isneginf(values.ravel()), 1.0, np.minimum(out, 1.0)).reshape(values.shape)
     return p
+
+
+def report_dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
+    """report.build._dispersion as of 0276250: the cells by pandas groupby."""
+    return clustered.dispersion(
+        [list(zip(g.k.astype(int), g.n.astype(int), strict=True)) for _, g in rows.groupby("cell", sort=False)]
+    )
