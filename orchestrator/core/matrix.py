@@ -230,13 +230,16 @@ def order_positions(
     swaps = _swaps(len(declared))
     out = Ordering(pool, base, [], [])
     here = base
+    paths: dict[int, list[int]] = {}  # the greedy path depends only on where it starts: one per start
     for r in range(rounds):
         block = list(declared)
         if order == "randomized":
             rng.seed(seed * 1_000_003 + r)  # the same state as random.Random(seed * 1_000_003 + r)
             _shuffle(rng.getrandbits, block, swaps)
         elif signatures is not None:
-            block = _fewest_restarts(block, here, *signatures)
+            if here not in paths:
+                paths[here] = _fewest_restarts(block, here, *signatures)
+            block = paths[here]
         out.rounds.extend([r] * len(block))
         out.cells.extend(block)
         here = block[-1]
