@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.benchrun import bench_module, bench_output
 
 pytestmark = pytest.mark.process
 
@@ -45,19 +46,7 @@ print(json.dumps({
 }), file=sys.__stderr__)
 """
 
-MATRIX = """\
-name: startup
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-replicates: 1
-repro:
-  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 4 --rounds 1 --seed {trial_seed}"
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = bench_module("bench_startup.py").MATRIX  # the 2-cell matrix the bench times the same paths on
 
 
 def _loaded(code: str, cwd: Path = ROOT) -> dict[str, list[str]]:
@@ -158,14 +147,7 @@ def test_status_loads_no_sweep_or_report_stack(tmp_path: Path) -> None:
 
 
 def test_startup_bench_prints_each_path_with_its_ratio() -> None:
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_startup.py"), "--starts", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    out = bench_output("bench_startup.py", "--starts", "1", timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     for path in (
         "eager import set",
         "orch --help",
@@ -175,5 +157,5 @@ def test_startup_bench_prints_each_path_with_its_ratio() -> None:
         "sim.server",
         "sim.repro",
     ):
-        line = next(row for row in done.stdout.splitlines() if path in row)
+        line = next(row for row in out.splitlines() if path in row)
         assert line.rstrip().endswith("x"), line  # its median and the eager set's ratio to it

@@ -3,29 +3,13 @@ and a small run prints every figure. No speed asserted."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.benchrun import bench_module, bench_output
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "bench_controller.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_controller", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_controller"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bc = load()
+bc = bench_module("bench_controller.py")
 
 
 def test_synthetic_matrix_and_inventory_plan_to_the_announced_size(tmp_path: Path) -> None:
@@ -56,15 +40,7 @@ def test_synthetic_run_resumes_to_every_trial_done(tmp_path: Path) -> None:
 
 @pytest.mark.process
 def test_controller_bench_prints_every_figure() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--factors", "2", "--levels", "5", "--trials", "300"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout
+    out = bench_output("bench_controller.py", "--factors", "2", "--levels", "5", "--trials", "300", timeout=300)
     for order in ("randomized", "sequential", "min-restarts"):
         assert re.search(rf"^plan 25 cells, order {order}: make_plan [0-9.]+ s .* peak RSS \d+ MB", out, re.M), out
     assert re.search(r"^plan 5 cells, order min-restarts: make_plan", out, re.M), out

@@ -3,24 +3,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.benchrun import bench_output
 
 
 @pytest.mark.process
 def test_tiny_run_prints_each_case_with_its_scaling_ratio() -> None:
-    out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_envfile.py"), "--entries", "200", "--repeat", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    out = bench_output("bench_envfile.py", "--entries", "200", "--repeat", "1", timeout=120)
     assert "load average" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("systemd ", "shell "))]
     assert len(rows) == 8  # 2 dialects x 2 line endings x 2 operations

@@ -3,29 +3,12 @@ simulated servers restarted by orch's LocalServiceManager. Prints figures; no sp
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import subprocess
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.benchrun import bench_module, bench_output
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "bench_health_lag.py"
-
-
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_health_lag", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_health_lag"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lag = load()
+lag = bench_module("bench_health_lag.py")
 
 
 def test_ready_times_reads_only_ready_lines_in_order() -> None:
@@ -53,25 +36,18 @@ def test_percentile_and_warmup_parsing() -> None:
 
 @pytest.mark.sim
 def test_health_lag_bench_prints_its_figures() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--restarts", "3", "--warmup", "0.1:0.3"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "3 restarts of a simulated decode server" in proc.stdout
+    out = bench_output("bench_health_lag.py", "--restarts", "3", "--warmup", "0.1:0.3", timeout=300)
+    assert "3 restarts of a simulated decode server" in out
     for label in ("first restart", "learned window"):
         m = re.search(
             rf"health detection lag, {label} \(\d+\): median (-?[0-9.]+) s, p90 (-?[0-9.]+) s, "
             r"min (-?[0-9.]+) s, max (-?[0-9.]+) s",
-            proc.stdout,
+            out,
         )
-        assert m, proc.stdout
+        assert m, out
         median, p90, low, high = map(float, m.groups())
         assert low <= median <= p90 <= high
         assert low > -0.05  # wait_ready cannot see "ready" much before the server says it is ready
-    assert re.search(r"learned / first-restart median lag: \d+\.\d\d", proc.stdout), proc.stdout
-    wait = re.search(r"wait_ready returned after median ([0-9.]+) s", proc.stdout)
+    assert re.search(r"learned / first-restart median lag: \d+\.\d\d", out), out
+    wait = re.search(r"wait_ready returned after median ([0-9.]+) s", out)
     assert wait and float(wait[1]) >= 0.1  # it really waited for the warm-up

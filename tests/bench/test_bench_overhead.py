@@ -7,30 +7,18 @@ overhead is what is left of the wall time); they never assert a speed."""
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.benchrun import bench_module, bench_output
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "bench_overhead.py"
 
 
-def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_overhead", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_overhead"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
-bo = load()
+bo = bench_module("bench_overhead.py")
 
 
 def stamp(epoch: float) -> str:
@@ -169,14 +157,6 @@ def ansible_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "ansible-venv"
 
 
-def run_bench(*args: str, timeout: float) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
-
-
 def check_figures(out: str, trials: int, tools: tuple[str, ...]) -> None:
     for tool in tools:
         m = re.search(ROW.format(tool=tool), out, re.M)
@@ -191,7 +171,8 @@ def check_figures(out: str, trials: int, tools: tuple[str, ...]) -> None:
 
 @pytest.mark.sim
 def test_overhead_bench_on_the_simulator_with_all_three_tools(ansible_venv: Path) -> None:
-    out = run_bench(
+    out = bench_output(
+        "bench_overhead.py",
         "--target",
         "sim",
         *SMOKE,
@@ -207,7 +188,8 @@ def test_overhead_bench_on_the_ssh_testbed_with_all_three_tools(ansible_venv: Pa
     from testbed.fixture import require_support
 
     require_support()
-    out = run_bench(
+    out = bench_output(
+        "bench_overhead.py",
         "--target",
         "testbed",
         *SMOKE,

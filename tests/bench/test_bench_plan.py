@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.benchrun import bench_output
 
 
 @pytest.mark.process
 def test_tiny_run_prints_old_new_and_ratio() -> None:
-    out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_plan.py"), "--factors", "1", "--repeat", "1"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
+    out = bench_output("bench_plan.py", "--factors", "1", "--repeat", "1", timeout=300)
     assert "load average" in out
     assert "8 cells x 4 trials" in out
     for name in ("contrast_count", "quasi_detectable", "import, fresh interpreter"):

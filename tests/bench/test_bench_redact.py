@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.benchrun import bench_output
 
 
 @pytest.mark.process
 def test_tiny_run_prints_both_inputs_with_their_ratio() -> None:
-    out = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_redact.py"), "--mb", "0.05", "--repeat", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    out = bench_output("bench_redact.py", "--mb", "0.05", "--repeat", "1", timeout=120)
     assert "load average" in out
     for name in ("log lines:", "one long name run:"):
         line = next(line for line in out.splitlines() if line.startswith(name))
