@@ -746,8 +746,15 @@ def ensure_ansible(venv: Path, python: str) -> Path:
         return playbook
     print(f"installing ansible-core into {venv} ...", flush=True)
     base = shutil.which("python3") or python
-    subprocess.run([base, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "ansible-core"], check=True)
+    uv = Path(python).parent / "uv"  # README's install puts uv beside orch: ~5x faster than pip here
+    if uv.exists():
+        subprocess.run([str(uv), "venv", "-q", "--python", base, str(venv)], check=True)
+        subprocess.run(
+            [str(uv), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "ansible-core"], check=True
+        )
+    else:
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "ansible-core"], check=True)
     if not playbook.exists():
         raise BenchError(f"{playbook}: not installed (pip install ansible-core into {venv} failed?)")
     return playbook
