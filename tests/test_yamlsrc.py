@@ -1,0 +1,146 @@
+"""core.yamlsrc reads with libyaml (PyYAML's C parser) when PyYAML has it, and with PyYAML's own
+parser otherwise or when libyaml refuses a document. Both must give the same values, the same
+positions and, for a bad document, the same error: these tests compare the two on the shipped
+files, on documents written to catch the known differences (libyaml marks a plain scalar's style
+"" where PyYAML says None, words its errors differently, counts bytes where PyYAML counts
+characters) and on random documents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator.core import yamlsrc
+from orchestrator.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted([*ROOT.glob("matrices/*.yaml"), *ROOT.glob("inventory/*.yaml")])
+
+GOOD = {
+    "styles": "plain: on\nsingle: 'on'\ndouble: \"off\"\nlit: |\n  on\n  two\nfold: >\n  a\n  b\nnull: ~\nempty:\n",
+    "numbers": "a: 0.10\nb: 1e3\nc: 007\nd: -0\ne: .inf\nf: 0x1F\n",
+    "flow": "f: {a: [1, 2, {b: yes}], 'c d': no}\ng: [on, off, 'on']\n",
+    "anchors": "base: &b {x: 1, y: [on, 2]}\nuse: *b\nlist: [*b, *b]\n",
+    "unicode": "é: ünïcödé\nkey: 'ça va'\nemoji: \"\\u00e9\"\n",
+    "comments": "# top\na: 1  # trailing\n\nb:\n  # inside\n  - x\n  - y\n",
+    "multiline plain": "a: this is\n  one plain\n  scalar\nb: 2\n",
+}
+BAD = {
+    "mapping in a value": "a: b: c\n",
+    "open flow": "a: [1, 2\n",
+    "NUL": "x: 1\n\x00y: 2\n",
+    "control char after a non-ASCII one": "é: 1\n\x07: 2\n",
+    "tab indent": "a:\n\t- b\n",
+    "list then mapping": "- a\nb: 1\n",
+    "open quote": "a: 'x\n",
+    "duplicate key": "a: 1\nb: 2\na: 3\n",
+    "two documents": "a: 1\n---\nb: 2\n",
+    "no document": "# nothing\n",
+    "merge key": "base: &b {x: 1}\nuse:\n  <<: *b\n",
+    "a tag": "a: !!binary aGk=\n",
+    "too deep": "a: " + "[" * (yamlsrc.MAX_DEPTH + 1) + "]" * (yamlsrc.MAX_DEPTH + 1) + "\n",
+    "alias cycle": "a: &x [*x]\n",
+}
+
+needs_libyaml = pytest.mark.skipif(yamlsrc.FAST is None, reason="PyYAML without libyaml: one parser only")
+
+
+def parse(text: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, dict[Any, Any]]:
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr(yamlsrc, "FAST", None)
+        data, source = yamlsrc.parse_yaml(text, "doc.yaml")
+    return data, dict(source.positions)
+
+
+def refusal(text: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> str:
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr(yamlsrc, "FAST", None)
+        with pytest.raises(ConfigError) as caught:
+            yamlsrc.parse_yaml(text, "doc.yaml")
+    return f"{caught.value} (line {caught.value.line})"
+
+
+@needs_libyaml
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_files_read_the_same_by_both_parsers(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = path.read_text()
+    assert parse(text, True, monkeypatch) == parse(text, False, monkeypatch)
+
+
+@needs_libyaml
+@pytest.mark.parametrize("text", GOOD.values(), ids=GOOD.keys())
+def test_tricky_documents_read_the_same_by_both_parsers(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = parse(text, True, monkeypatch)
+    assert fast == parse(text, False, monkeypatch)
+    assert fast[1], "positions were recorded"
+
+
+def test_quoted_and_block_scalars_stay_text_and_plain_booleans_do_not() -> None:
+    data, source = yamlsrc.parse_yaml(GOOD["styles"], "doc.yaml")
+    assert data["plain"] is True and data["single"] == "on" and data["double"] == "off"
+    assert data["lit"] == "on\ntwo\n" and data["fold"] == "a b\n"
+    assert data["null"] is None and data["empty"] is None
+    assert source.line_of(("lit",)) == 4 and source.raw_of(("single",)) == "on"
+
+
+@needs_libyaml
+@pytest.mark.parametrize("text", BAD.values(), ids=BAD.keys())
+def test_a_bad_document_is_refused_in_the_same_words_by_both(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert refusal(text, True, monkeypatch) == refusal(text, False, monkeypatch)
+
+
+def test_a_refusal_names_the_line_and_the_character() -> None:
+    with pytest.raises(ConfigError) as caught:
+        yamlsrc.parse_yaml(BAD["control char after a non-ASCII one"], "doc.yaml")
+    assert caught.value.line == 2 and "character U+0007 is not allowed" in str(caught.value)  # PyYAML's count
+    with pytest.raises(ConfigError) as caught:
+        yamlsrc.parse_yaml(BAD["tab indent"], "doc.yaml")
+    assert caught.value.line == 2 and "'\\t'" in str(caught.value)  # libyaml alone does not name the tab
+
+
+def test_libyaml_is_used_when_present() -> None:
+    assert yamlsrc.FAST is getattr(yaml, "CSafeLoader", None)
+
+
+SCALARS = st.one_of(
+    st.sampled_from(["on", "off", "yes", "no", "0.10", "1e3", "null", "~", "", "a: b", "- x", "#", "'q'", "é"]),
+    st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12),
+    st.integers(-(10**6), 10**6),
+    st.booleans(),
+    st.none(),
+)
+DOCS = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@needs_libyaml
+@settings(max_examples=150, deadline=None)
+@given(
+    doc=st.dictionaries(st.text(min_size=1, max_size=8), DOCS, min_size=1, max_size=5),
+    flow=st.sampled_from([None, True, False]),
+    style=st.sampled_from([None, "'", '"', "|"]),
+)
+def test_random_documents_read_the_same_by_both_parsers(
+    doc: dict[str, Any], flow: bool | None, style: str | None
+) -> None:
+    text = yaml.safe_dump(doc, default_flow_style=flow, default_style=style, allow_unicode=True)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        try:
+            fast: object = parse(text, True, monkeypatch)
+        except ConfigError as exc:
+            fast = str(exc)
+        try:
+            pure: object = parse(text, False, monkeypatch)
+        except ConfigError as exc:
+            pure = str(exc)
+    assert fast == pure
