@@ -746,12 +746,13 @@ def ensure_ansible(venv: Path, python: str) -> Path:
         return playbook
     print(f"installing ansible-core into {venv} ...", flush=True)
     base = shutil.which("python3") or python
-    uv = Path(python).parent / "uv"  # README's install puts uv beside orch: ~5x faster than pip here
+    # README's install puts uv beside orch. Compiled as pip compiles: each ansible-playbook start
+    # took 0.72 s instead of 0.35 s without its bytecode (PYTHONDONTWRITEBYTECODE on these machines)
+    uv = Path(python).parent / "uv"
     if uv.exists():
+        target = ["--python", str(venv / "bin" / "python")]
         subprocess.run([str(uv), "venv", "-q", "--python", base, str(venv)], check=True)
-        subprocess.run(
-            [str(uv), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "ansible-core"], check=True
-        )
+        subprocess.run([str(uv), "pip", "install", "-q", "--compile-bytecode", *target, "ansible-core"], check=True)
     else:
         subprocess.run([base, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "ansible-core"], check=True)
