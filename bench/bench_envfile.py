@@ -13,20 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from collections.abc import Callable
+from functools import partial
+
+from timing import best_of
 
 from orchestrator.core import envfile
 from orchestrator.core.envfile import Dialect
-
-
-def best_of(repeat: int, work: Callable[[str, Dialect], object], text: str, dialect: Dialect) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        work(text, dialect)
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def set_one(text: str, dialect: Dialect) -> str:
@@ -56,8 +49,8 @@ def main() -> None:
         for eol, name in (("\n", "LF"), ("\r\n", "CRLF")):
             small, big = text_of(n, eol), text_of(2 * n, eol)
             for op, work in OPERATIONS:
-                a = best_of(args.repeat, work, small, dialect)
-                b = best_of(args.repeat, work, big, dialect)
+                a = best_of(args.repeat, partial(work, small, dialect))
+                b = best_of(args.repeat, partial(work, big, dialect))
                 print(f"{dialect + ' ' + op:<30} {name:<5} {a:>8.2f}s {b:>8.2f}s  {b / a:.2f}")
 
 

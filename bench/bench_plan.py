@@ -26,13 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the replaced definitions, shared with the tests
 
 from helpers import reference_stats as ref  # noqa: E402
+from timing import best_of  # noqa: E402
 
 from orchestrator.core import findings, power  # noqa: E402
 
@@ -61,15 +61,6 @@ RATES = (0.0, 0.02, 0.05, 0.15)  # the baselines `orch plan` prints the quasi te
 SESSIONS, REPLICATES = 2, 4
 IMPORT_NEW = "import orchestrator.core.findings, orchestrator.core.power, orchestrator.core.clustered"
 IMPORT_OLD = "import scipy.special, scipy.stats, statsmodels.stats.proportion"
-
-
-def best_of(repeat: int, work: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def fresh_import(code: str, repeat: int) -> float:

@@ -14,20 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
+
+from timing import best_of
 
 from orchestrator.core.redact import Redactor
 
 LOG_LINE = "INFO request done tokens=1800 latency=0.5s path=/v1/chat\n"
-
-
-def best_of(repeat: int, work) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

@@ -12,22 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from timing import best_of
 
 from orchestrator.core import yamlsrc
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def best_of(repeat: int, work: Callable[[], object]) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def big_matrix(factors: int) -> str:

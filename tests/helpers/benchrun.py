@@ -30,6 +30,8 @@ def bench_output(script: str, *args: str, timeout: float, env: Mapping[str, str]
 def bench_module(script: str) -> ModuleType:
     """bench/SCRIPT imported as a module (its name without .py), for tests of its parts."""
     name = script.removesuffix(".py")
+    if str(BENCH) not in sys.path:  # as when the script runs: its folder first (bench/timing.py & co)
+        sys.path.insert(0, str(BENCH))
     spec = importlib.util.spec_from_file_location(name, BENCH / script)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

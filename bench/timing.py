@@ -1,0 +1,18 @@
+"""Timing shared by the bench scripts. A script imports it as `timing`: running as
+`python bench/NAME.py` puts the script's own folder first on sys.path (and tests/helpers/benchrun
+puts it there for the scripts the tests import)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+def best_of(repeat: int, work: Callable[[], object]) -> float:
+    """The least wall-clock seconds of `repeat` runs of work(): the run the machine disturbed least."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - t0)
+    return min(times)
