@@ -32,6 +32,7 @@ from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.report.effects import number_views, proportion_views
+from orchestrator.report.metricrows import CellRows, MetricRows, by_cell
 from orchestrator.report.model import (
     BoxStats,
     CellView,
@@ -120,18 +121,19 @@ def _build(
 ) -> Report:
     data = _completed(rows)
     frame = _metric_frame(data, manifest.metrics)
+    by_metric = {m: MetricRows(frame[frame.metric == m]) for m in manifest.metrics}  # split once
     cell_ids, levels_of = _cells(manifest, rows)
     baseline_cell = _baseline_cell(manifest, levels_of)
     failed = [t for t in rows if t.status != "completed"]
-    cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, frame)
+    cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, by_metric)
     primary = _primary_metric(manifest.metrics)
-    effects, interactions = _effects(manifest, cells, frame)
-    number_effects = _number_effects(manifest, frame, levels_of)
-    neighbours = _neighbour_tests(manifest, cells, primary, frame)
+    effects, interactions = _effects(manifest, cells, by_metric)
+    number_effects = _number_effects(manifest, by_metric, levels_of)
+    neighbours = _neighbour_tests(manifest, cells, primary, by_metric)
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
         cells, effects, interactions, number_effects, neighbours
     )
-    drift = _drift(manifest, baseline_cell, frame)
+    drift = _drift(manifest, baseline_cell, by_metric)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
     report = Report(
         run_id=manifest.run_id,
@@ -167,14 +169,14 @@ def _build(
         provenance=_provenance(manifest),
         server=server_table(data),
         gates=list(manifest.gates),
-        comparison={
-            m: _dispersion(frame[frame.metric == m]).method()
-            for m, kind in manifest.metrics.items()
-            if kind == "proportion"
-        },
-        dispersion=_estimated_phi(manifest, frame),
+        comparison={m: by_metric[m].dispersion.method() for m in _proportions(manifest)},
+        dispersion=_estimated_phi(manifest, by_metric),
     )
     return report.model_copy(update={"headline": headline(report, failed)})
+
+
+def _proportions(manifest: RunManifest) -> list[str]:
+    return [m for m, kind in manifest.metrics.items() if kind == "proportion"]
 
 
 def _load_shown(
@@ -259,18 +261,18 @@ def _cell_views(
     baseline_cell: str | None,
     data: Sequence[TrialRow],
     failed: Sequence[TrialRow],
-    frame: pd.DataFrame,
+    by_metric: Mapping[str, MetricRows],
 ) -> list[CellView]:
     planned = _count(p.cell for p in manifest.plan)
     completed = _count(t.cell for t in data)
     failed_by_cell = _count(t.cell for t in failed)
     proportions = {
-        name: _proportion_cells(frame[frame.metric == name], cell_ids, baseline_cell)
+        name: _proportion_cells(by_metric[name], cell_ids, baseline_cell)
         for name, kind in manifest.metrics.items()
         if kind == "proportion"
     }
     numbers = {
-        name: _number_cells(frame[frame.metric == name], cell_ids, baseline_cell)
+        name: _number_cells(by_metric[name], cell_ids, baseline_cell)
         for name, kind in manifest.metrics.items()
         if kind == "number"
     }
@@ -297,13 +299,13 @@ def _count(items: Iterable[str]) -> dict[str, int]:
 
 
 def _proportion_cells(
-    rows: pd.DataFrame, cell_ids: Sequence[str], baseline_cell: str | None
+    metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None
 ) -> dict[str, ProportionCell]:
-    grouped = {cell: group for cell, group in rows.groupby("cell", sort=False)}
+    grouped = metric.cells
     pooled = {cell: _pooled(grouped.get(cell)) for cell in cell_ids}
     base = pooled.get(baseline_cell) if baseline_cell else None
     others = [c for c in cell_ids if c != baseline_cell and base and base[1] and pooled[c][1]]
-    disp = _dispersion(rows)  # with replicates the trial is the unit: quasi-binomial, else Fisher
+    disp = metric.dispersion  # with replicates the trial is the unit: quasi-binomial, else Fisher
     # the trials' own counts feed only the sparse rule's test: not gathered for every run
     trials = {cell: _trial_counts(group) for cell, group in grouped.items()} if disp.sparse else {}
     base_trials = trials.get(baseline_cell, []) if baseline_cell else []
@@ -336,8 +338,8 @@ def _proportion_cells(
     return result
 
 
-def _pooled(group: pd.DataFrame | None) -> tuple[int, int]:
-    if group is None or group.empty:
+def _pooled(group: CellRows | None) -> tuple[int, int]:
+    if group is None or not len(group):
         return (0, 0)
     return (int(group.k.sum()), int(group.n.sum()))
 
@@ -360,20 +362,10 @@ def widened_rate(k: int, n: int, disp: clustered.Dispersion | None, trials: int 
 
 
 def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
-    """Trial-to-trial variation of one proportion metric, pooled over every cell's completed trials.
-
-    The cells' (k, n) lists in the order of their first row, each in row order, as
-    groupby("cell", sort=False) gives them, by a stable sort of the factorized cells: the
-    groupby cost ~3 ms a cell per call, and a report calls this four times a metric."""
-    codes, _ = pd.factorize(rows["cell"])  # codes by first appearance; -1: a missing cell (groupby drops it)
-    order = np.argsort(codes, kind="stable")
-    ordered = codes[order]
-    order = order[ordered >= 0]
-    ordered = ordered[ordered >= 0]
-    k, n = rows["k"].astype(int).to_numpy()[order], rows["n"].astype(int).to_numpy()[order]
-    cuts = (np.flatnonzero(np.diff(ordered)) + 1).tolist()
-    bounds = zip([0, *cuts], [*cuts, len(ordered)], strict=True)
-    return clustered.dispersion([list(zip(k[a:b].tolist(), n[a:b].tolist(), strict=True)) for a, b in bounds if b > a])
+    """Trial-to-trial variation of one proportion metric, pooled over every cell's completed trials:
+    the cells' (k, n) lists in the order of their first row, each in row order, as
+    groupby("cell", sort=False) gives them (metricrows.by_cell)."""
+    return clustered.dispersion([cell.counts() for cell in by_cell(rows).values()])
 
 
 def versus_baseline(
@@ -397,28 +389,28 @@ def versus_baseline(
     return clustered.Comparison(stats.fisher_exact(k, n, kb, nb), k / n - kb / nb, low, high)
 
 
-def _trial_counts(group: pd.DataFrame | None) -> list[tuple[int, int]]:
+def _trial_counts(group: CellRows | None) -> list[tuple[int, int]]:
     """A cell's completed trials as (k, n), for the trial-level test."""
     if group is None:
         return []
-    return list(zip(group.k.astype(int), group.n.astype(int), strict=True))
+    return group.counts()
 
 
-def _trial_rates(group: pd.DataFrame | None) -> list[float]:
+def _trial_rates(group: CellRows | None) -> list[float]:
     if group is None:
         return []
-    head = group.head(TRIAL_RATES_SHOWN)
-    return [float(k / n) for k, n in zip(head.k, head.n, strict=True)]
+    head = group.counts()[:TRIAL_RATES_SHOWN]
+    return [float(k / n) for k, n in head]
 
 
-def _overdispersion(group: pd.DataFrame | None) -> float | None:
+def _overdispersion(group: CellRows | None) -> float | None:
     if group is None or len(group) < 2:
         return None
-    return stats.heterogeneity(list(zip(group.k.astype(int), group.n.astype(int), strict=True)))
+    return stats.heterogeneity(group.counts())
 
 
-def _number_cells(rows: pd.DataFrame, cell_ids: Sequence[str], baseline_cell: str | None) -> dict[str, NumberCell]:
-    values = {cell: group.value.to_numpy() for cell, group in rows.groupby("cell", sort=False)}
+def _number_cells(metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None) -> dict[str, NumberCell]:
+    values = {cell: group.value for cell, group in metric.cells.items()}
     empty = np.array([], dtype=float)
     base = values.get(baseline_cell, empty) if baseline_cell else empty
     others = [c for c in cell_ids if c != baseline_cell and base.size and c in values]
@@ -460,7 +452,7 @@ def _finite(value: float) -> float | None:
 
 
 def _effects(
-    manifest: RunManifest, cells: Sequence[CellView], frame: pd.DataFrame
+    manifest: RunManifest, cells: Sequence[CellView], by_metric: Mapping[str, MetricRows]
 ) -> tuple[list[EffectView], list[InteractionView]]:
     """Effects and interactions per proportion metric, under the same dispersion as the cell tests."""
     effects: list[EffectView] = []
@@ -473,7 +465,7 @@ def _effects(
             for c in cells
             if c.proportions[metric].rate.n
         ]
-        disp = _dispersion(frame[frame.metric == metric])
+        disp = by_metric[metric].dispersion
         found, inter = proportion_views(
             metric, counts, manifest.factors, manifest.baseline, phi=disp.phi, df=disp.df if disp.estimable else 0.0
         )
@@ -483,24 +475,24 @@ def _effects(
 
 
 def _number_effects(
-    manifest: RunManifest, frame: pd.DataFrame, levels_of: Mapping[str, dict[str, str]]
+    manifest: RunManifest, by_metric: Mapping[str, MetricRows], levels_of: Mapping[str, dict[str, str]]
 ) -> list[NumberEffectView]:
     """Per factor, a numeric metric's values with the level vs the baseline's level (the canary)."""
     views: list[NumberEffectView] = []
     for metric, kind in manifest.metrics.items():
-        rows = frame[frame.metric == metric]
+        rows = by_metric[metric]
         if kind != "number" or rows.empty:
             continue
         cells = [
-            findings.CellValues(levels_of.get(str(cell), {}), tuple(float(v) for v in group.value))
-            for cell, group in rows.groupby("cell", sort=False)
+            findings.CellValues(levels_of.get(cell, {}), tuple(group.value.tolist()))
+            for cell, group in rows.cells.items()
         ]
         views += number_views(metric, cells, manifest.factors, manifest.baseline)
     return views
 
 
 def _neighbour_tests(
-    manifest: RunManifest, cells: Sequence[CellView], metric: str | None, frame: pd.DataFrame
+    manifest: RunManifest, cells: Sequence[CellView], metric: str | None, by_metric: Mapping[str, MetricRows]
 ) -> list[NeighbourView]:
     """The highest cell vs each measured cell one factor away (what its rate needs), by the same
     test as the cells vs the baseline (quasi-binomial with replicates, else Fisher).
@@ -516,9 +508,9 @@ def _neighbour_tests(
     if high.is_baseline:
         return []
     k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
-    rows = frame[frame.metric == metric]
-    disp = _dispersion(rows)
-    trials = {cell: _trial_counts(group) for cell, group in rows.groupby("cell", sort=False)} if disp.sparse else {}
+    rows = by_metric[metric]
+    disp = rows.dispersion
+    trials = {cell: group.counts() for cell, group in rows.cells.items()} if disp.sparse else {}
     views = []
     for factor, cell in _one_factor_away(manifest.factors, measured, high):
         rate = cell.proportions[metric].rate
@@ -618,23 +610,18 @@ def _significance(view: ProportionCell | NumberCell, p_holm: float | None) -> Pr
     return view.model_copy(update={"p_holm": p_holm, "significant": findings.is_finding(p_holm)})
 
 
-def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame) -> list[DriftView]:
+def _drift(manifest: RunManifest, baseline_cell: str | None, by_metric: Mapping[str, MetricRows]) -> list[DriftView]:
     """Per proportion metric: the baseline's rate per round, homogeneity and trend tests against
     the trials' own spread (a round of the baseline is a trial: see _round_spread)."""
     if baseline_cell is None:
         return []
     views = []
     for metric, kind in manifest.metrics.items():
-        metric_rows = frame[frame.metric == metric]
-        rows = metric_rows[metric_rows.cell == baseline_cell]
-        if kind != "proportion" or rows.empty:
+        base = by_metric[metric].cells.get(baseline_cell)
+        if kind != "proportion" or base is None:
             continue
-        per_round = rows.groupby("round")[["k", "n"]].sum()
-        rounds = [
-            stats.RoundCount(int(r), int(k), int(n))
-            for r, k, n in zip(per_round.index, per_round.k, per_round.n, strict=True)
-        ]
-        spread, assumed = _round_spread(metric_rows)
+        rounds = [stats.RoundCount(r, k, n) for r, k, n in _per_round(base)]
+        spread, assumed = _round_spread(by_metric[metric])
         check = stats.drift_check(rounds, spread=spread)
         views.append(
             DriftView(
@@ -650,18 +637,42 @@ def _drift(manifest: RunManifest, baseline_cell: str | None, frame: pd.DataFrame
     return views
 
 
-def _round_spread(rows: pd.DataFrame) -> tuple[tuple[float, float], bool]:
+def _per_round(cell: CellRows) -> list[tuple[int, int, int]]:
+    """(round, k, n) summed over the cell's trials of each round, by round."""
+    rounds, index = np.unique(cell.round, return_inverse=True)
+    k = np.zeros(rounds.size, dtype=np.int64)
+    n = np.zeros(rounds.size, dtype=np.int64)
+    np.add.at(k, index, cell.k)
+    np.add.at(n, index, cell.n)
+    return list(zip(rounds.tolist(), k.tolist(), n.tolist(), strict=True))
+
+
+def _round_table(metric: MetricRows) -> tuple[np.ndarray, np.ndarray]:
+    """k and n summed by cell (rows, sorted) and round (columns, sorted), 0 where a cell has no
+    trial in a round: what groupby(["cell", "round"]).sum().unstack(fill_value=0) gives."""
+    cells = [metric.cells[c] for c in sorted(metric.cells)]
+    if not cells:
+        return np.zeros((0, 0)), np.zeros((0, 0))
+    row = np.concatenate([np.full(len(c), i) for i, c in enumerate(cells)])
+    rounds, column = np.unique(np.concatenate([c.round for c in cells]), return_inverse=True)
+    k = np.zeros((len(cells), rounds.size))
+    n = np.zeros((len(cells), rounds.size))
+    np.add.at(k, (row, column), np.concatenate([c.k for c in cells]))
+    np.add.at(n, (row, column), np.concatenate([c.n for c in cells]))
+    return k, n
+
+
+def _round_spread(metric: MetricRows) -> tuple[tuple[float, float], bool]:
     """(phi, df) of one metric's trials by cell and round (clustered.round_dispersion): every cell
     of the sweep informs it, so a drift check has trial-to-trial variation to be tested against.
     Where nothing estimates it (only the baseline saw events, or one round), the least design
     effect orch assumes for the mean trial, taken as known, and True: a drift check on sessions
     as if independent would call any restart-to-restart spread drift, and no check at all would
     hide a real one."""
-    table = rows.groupby(["cell", "round"])[["k", "n"]].sum().unstack(fill_value=0)
-    phi, df = clustered.round_dispersion(table["k"].to_numpy(dtype=float), table["n"].to_numpy(dtype=float))
+    phi, df = clustered.round_dispersion(*_round_table(metric))
     if df > 0:
         return (phi, df), False
-    sizes = rows.n[rows.n > 0]
+    sizes = metric.rows.n[metric.rows.n > 0]
     return (clustered.prior_inflation(float(sizes.mean()) if len(sizes) else 0.0), math.inf), True
 
 
@@ -909,11 +920,11 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
     )
 
 
-def _estimated_phi(manifest: RunManifest, frame: pd.DataFrame) -> dict[str, float]:
+def _estimated_phi(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, float]:
     found = {}
     for metric, kind in manifest.metrics.items():
         if kind == "proportion":
-            disp = _dispersion(frame[frame.metric == metric])
+            disp = by_metric[metric].dispersion
             if disp.estimable:
                 found[metric] = disp.phi
     return found
