@@ -32,7 +32,7 @@ from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.report.effects import number_views, proportion_views
-from orchestrator.report.metricrows import CellRows, MetricRows, by_cell
+from orchestrator.report.metricrows import CellRows, MetricRows
 from orchestrator.report.model import (
     BoxStats,
     CellView,
@@ -365,7 +365,7 @@ def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
     """Trial-to-trial variation of one proportion metric, pooled over every cell's completed trials:
     the cells' (k, n) lists in the order of their first row, each in row order, as
     groupby("cell", sort=False) gives them (metricrows.by_cell)."""
-    return clustered.dispersion([cell.counts() for cell in by_cell(rows).values()])
+    return MetricRows(rows).dispersion
 
 
 def versus_baseline(
