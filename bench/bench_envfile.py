@@ -12,11 +12,10 @@ CRLF). Printed per dialect and line ending: seconds for N and 2N entries, and th
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from functools import partial
 
-from timing import best_of
+from timing import best_of, load_line
 
 from orchestrator.core import envfile
 from orchestrator.core.envfile import Dialect
@@ -41,7 +40,7 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=200_000, help="N (the file's lines)")
     parser.add_argument("--repeat", type=int, default=3, help="best of N")
     args = parser.parse_args()
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores".format(*os.getloadavg(), os.cpu_count()))
+    print(load_line())
     n = args.entries
     print(f"{'operation':<30} {'eol':<5} {n:>9,} {2 * n:>9,}  2N/N")
     dialects: tuple[Dialect, ...] = ("systemd", "shell")

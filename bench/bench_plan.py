@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the replaced definitions, shared with the tests
 
 from helpers import reference_stats as ref  # noqa: E402
-from timing import best_of  # noqa: E402
+from timing import best_of, load_line  # noqa: E402
 
 from orchestrator.core import findings, power  # noqa: E402
 
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="best of N")
     parser.add_argument("--baseline-checkout", type=Path, help="an older checkout's root (holds orchestrator/)")
     args = parser.parse_args()
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores".format(*os.getloadavg(), os.cpu_count()))
+    print(load_line())
     names = [f"f{i}" for i in range(args.factors)] + ["overlap", "cuda_graph"]
     factors = {f: (["on", "off"] if f in ("overlap", "cuda_graph") else ["a", "b"]) for f in names}
     cells = [dict(zip(factors, combo, strict=True)) for combo in itertools.product(*factors.values())]

@@ -12,10 +12,9 @@ same text, in the same run, so the ratio says how far from a single pass masking
 from __future__ import annotations
 
 import argparse
-import os
 import re
 
-from timing import best_of
+from timing import best_of, load_line
 
 from orchestrator.core.redact import Redactor
 
@@ -27,7 +26,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=1.0, help="size of each input in MB")
     parser.add_argument("--repeat", type=int, default=3, help="best of N")
     args = parser.parse_args()
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores".format(*os.getloadavg(), os.cpu_count()))
+    print(load_line())
     size = int(args.mb * 1_000_000)
     inputs = {
         "log lines": LOG_LINE * max(1, size // len(LOG_LINE)),

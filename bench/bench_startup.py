@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from timing import load_line
+
 REPO = Path(__file__).resolve().parent.parent
 
 EAGER = (
@@ -90,7 +92,7 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=15, help="fresh interpreters per path (median of N)")
     parser.add_argument("--before", type=Path, help="another checkout to time the same paths on, side by side")
     args = parser.parse_args()
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores".format(*os.getloadavg(), os.cpu_count()))
+    print(load_line())
     trees = [("after", REPO)] + ([("before", args.before.resolve())] if args.before else [])
     with tempfile.TemporaryDirectory() as tmp:
         matrix = Path(tmp) / "m.yaml"

@@ -11,10 +11,9 @@ through parse_yaml itself on the shipped files and on a large generated matrix, 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
-from timing import best_of
+from timing import best_of, load_line
 
 from orchestrator.core import yamlsrc
 
@@ -47,7 +46,7 @@ def main() -> None:
     parser.add_argument("--factors", type=int, default=200, help="factors of the generated matrix")
     parser.add_argument("--repeat", type=int, default=5, help="best of N")
     args = parser.parse_args()
-    print("load average: {:.2f} {:.2f} {:.2f} on {} cores".format(*os.getloadavg(), os.cpu_count()))
+    print(load_line())
     inputs = {name: (ROOT / name).read_text() for name in ("matrices/overlap_ablation.yaml", "inventory/local.yaml")}
     inputs[f"generated, {args.factors} factors"] = big_matrix(args.factors)
     for name, text in inputs.items():

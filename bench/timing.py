@@ -4,6 +4,7 @@ puts it there for the scripts the tests import)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
@@ -16,3 +17,8 @@ def best_of(repeat: int, work: Callable[[], object]) -> float:
         work()
         times.append(time.perf_counter() - t0)
     return min(times)
+
+
+def load_line() -> str:
+    """The machine's load when a bench starts, printed first: a busy machine inflates every figure."""
+    return "load average: {:.2f} {:.2f} {:.2f} on {} cores".format(*os.getloadavg(), os.cpu_count())
