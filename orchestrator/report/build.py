@@ -672,8 +672,9 @@ def _round_spread(metric: MetricRows) -> tuple[tuple[float, float], bool]:
     phi, df = clustered.round_dispersion(*_round_table(metric))
     if df > 0:
         return (phi, df), False
-    sizes = metric.rows.n[metric.rows.n > 0]
-    return (clustered.prior_inflation(float(sizes.mean()) if len(sizes) else 0.0), math.inf), True
+    sizes = np.concatenate([cell.n for cell in metric.cells.values()])  # exact int sums: order-free
+    sizes = sizes[sizes > 0]
+    return (clustered.prior_inflation(float(sizes.mean()) if sizes.size else 0.0), math.inf), True
 
 
 # ----------------------------------------------------------------------------- headline

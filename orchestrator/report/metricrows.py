@@ -36,11 +36,10 @@ class CellRows:
 
 
 class MetricRows:
-    """A metric's rows of the report's frame (trial, round, cell, metric, k, n, value) and its
-    cells, as groupby("cell", sort=False) gives them: in the order of their first row."""
+    """A metric's rows of the report's frame (trial, round, cell, metric, k, n, value), split by
+    cell as groupby("cell", sort=False) splits them: cells in the order of their first row."""
 
     def __init__(self, rows: pd.DataFrame) -> None:
-        self.rows = rows
         self.cells = by_cell(rows)
 
     @property
