@@ -79,6 +79,41 @@ def test_median_ci_is_seeded_and_handles_degenerate_samples() -> None:
     assert big.estimate == 2500 and big.low < 2500 < big.high
 
 
+def test_pearson_chi2_is_scipys_chi2_contingency_to_the_bit() -> None:
+    """heterogeneity's chi-square, written with scipy's steps, against the scipy call it replaces:
+    2-40 rows, counts from 0 to thousands, ties, rows equal to each other, and the 2 x 2 case."""
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(11)
+    tables = [
+        np.array([[1.0, 1.0], [1.0, 1.0]]),
+        np.array([[0.0, 5.0], [3.0, 2.0]]),
+        np.array([[7.0, 0.0], [0.0, 9.0]]),
+    ]
+    for _ in range(400):
+        rows = int(rng.integers(2, 41))
+        n = rng.integers(1, int(rng.choice([5, 40, 5000])) + 1, rows)
+        k = rng.binomial(n, rng.uniform(0.0, 1.0))
+        table = np.column_stack([k, n - k]).astype(float)
+        if table[:, 0].sum() and table[:, 1].sum():
+            tables.append(table)
+    for table in tables:
+        want = sps.chi2_contingency(table, correction=False)
+        assert stats.pearson_chi2(table) == (float(want.statistic), float(want.pvalue)), table
+
+
+def test_fisher_exact_remembered_is_the_same_number() -> None:
+    """The memo returns what scipy returns, for ints and numpy ints alike, and keeps validating."""
+    from scipy import stats as sps
+
+    for k1, n1, k2, n2 in [(0, 10, 3, 10), (5, 40, 5, 40), (17, 200, 6, 200), (0, 1, 1, 1)]:
+        want = float(sps.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]]).pvalue)
+        assert stats.fisher_exact(k1, n1, k2, n2) == want
+        assert stats.fisher_exact(np.int64(k1), np.int64(n1), np.int64(k2), np.int64(n2)) == want
+    with pytest.raises(ValueError, match="invalid count"):
+        stats.fisher_exact(3, 2, 0, 1)
+
+
 def test_mann_whitney() -> None:
     assert stats.mann_whitney([1, 2, 3, 4, 5, 6], [11, 12, 13, 14, 15, 16]) < 0.01
     assert stats.mann_whitney([1, 1, 1], [1, 1]) == 1.0

@@ -106,6 +106,18 @@ def _enumerated_p(strata: list[tuple[np.ndarray, np.ndarray]]) -> float:
     return float(min(1.0, 2 * min(below, above)))
 
 
+def test_midranks_are_scipys_rankdata() -> None:
+    """The ranks van Elteren's test uses, against scipy's rankdata: ties (small integer values),
+    no ties, one value, empty, negative zero, infinities and nan."""
+    rng = np.random.default_rng(12)
+    arrays = [np.array([]), np.array([3.0]), np.array([0.0, -0.0, 1.0]), np.array([np.inf, -np.inf, 0.0, np.inf])]
+    arrays += [np.array([1.0, np.nan, 2.0])]
+    arrays += [rng.integers(0, int(rng.integers(1, 6)), int(rng.integers(1, 25))).astype(float) for _ in range(300)]
+    arrays += [rng.normal(size=int(rng.integers(1, 25))) for _ in range(100)]
+    for values in arrays:
+        np.testing.assert_array_equal(ranks.midranks(values), sps.rankdata(values), strict=True)
+
+
 def test_one_stratum_is_the_exact_mann_whitney() -> None:
     rng = np.random.default_rng(8)
     for _ in range(30):

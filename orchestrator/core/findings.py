@@ -501,14 +501,12 @@ def van_elteren(strata: Sequence[Stratum]) -> float:
     reference's within strata, by the normal approximation with ties corrected (no continuity
     correction); 1.0 when no stratum has any spread (every value tied). Holds its level for large
     strata only: stratified_p uses van_elteren_exact for small ones."""
-    from scipy import stats as sps  # rankdata (scipy.stats, ~1.5 s to import): only for unequal strata
-
     stat = mean = var = 0.0
     for x, y in strata:
         m, r = x.size, y.size
         n = m + r
         pooled = np.concatenate([x, y])
-        ranked = sps.rankdata(pooled)
+        ranked = ranks.midranks(pooled)
         u = float(ranked[:m].sum()) - m * (m + 1) / 2.0
         _, ties = np.unique(pooled, return_counts=True)
         tie = float(np.sum(ties.astype(float) ** 3 - ties)) / (n * (n - 1)) if n > 1 else 0.0
@@ -532,12 +530,10 @@ def van_elteren_exact(strata: Sequence[Stratum], steps: Sequence[int]) -> float:
     """Exact two-sided p of van Elteren's statistic: 2 x the smaller tail of its distribution over
     every relabelling within strata, given the values (midranks; the null is conditional on the
     ties), on the integer lattice of ranks.stratified_steps."""
-    from scipy import stats as sps  # rankdata (scipy.stats, ~1.5 s to import): only for unequal strata
-
     observed, pmfs, tied = 0, [], False
     for (x, y), step in zip(strata, steps, strict=True):
         pooled = np.concatenate([x, y])
-        doubled = np.rint(2.0 * sps.rankdata(pooled)).astype(np.int64)  # midranks are halves
+        doubled = np.rint(2.0 * ranks.midranks(pooled)).astype(np.int64)  # midranks are halves
         observed += step * (int(doubled[: x.size].sum()) - x.size * (x.size + 1))
         has_ties = np.unique(pooled).size < pooled.size
         tied |= has_ties

@@ -192,6 +192,27 @@ class LatticeNull:
         return int(self.values[below]), int(self.values[self.values.size - 1 - above]), 1.0 - rejected
 
 
+def midranks(values: Values) -> npt.NDArray[np.float64]:
+    """Ranks 1..n, ties given the mean of the ranks they span: scipy.stats.rankdata(values) (its
+    default "average" method), by the same steps (a stable sort, then each run of equal values
+    takes the midpoint of its positions), so the ranks are the same numbers; nan anywhere gives
+    all nan, as rankdata's default does. Why not rankdata itself: ~0.2 ms of argument handling
+    per call, on arrays of 2-20 trial values, and van Elteren's test ranks every stratum of every
+    number effect (tests/test_stratified_shift.py checks both agree on random arrays with ties)."""
+    x = np.ravel(np.asarray(values, dtype=float))
+    if np.isnan(x).any():
+        return np.full(x.size, np.nan)
+    order = np.argsort(x, kind="mergesort")
+    position = np.empty(x.size, dtype=np.intp)
+    position[order] = np.arange(x.size, dtype=np.intp)
+    ordered = x[order]
+    starts = np.r_[True, ordered[1:] != ordered[:-1]]
+    group = np.cumsum(starts)[position]
+    bounds = np.r_[np.nonzero(starts)[0], x.size]
+    ranks: npt.NDArray[np.float64] = 0.5 * (bounds[group] + bounds[group - 1] + 1)
+    return ranks
+
+
 def stratified_steps(sizes: Sequence[tuple[int, int]]) -> tuple[int, ...] | None:
     """Per stratum of (m, r) values, the lattice units of a half count of U: L/(N_s + 1), L the lcm
     of the N_s + 1, so that 2L sum_s U_s/(N_s + 1) is an integer and equal statistics compare equal.

@@ -11,6 +11,7 @@ load or run anything. No CDN, no web font, no favicon request.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,7 +97,12 @@ def csp(script: str = SCRIPT) -> str:
     )
 
 
+@functools.cache
 def environment() -> jinja2.Environment:
+    """The one template environment of the process. Why cached: a new Environment compiles every
+    template it loads again (report.html.j2: ~60 ms), and reports, the runs index and the team's
+    status pages were each built with a fresh one. Jinja2 environments are safe to share between
+    threads once configured, and nothing configures this one after it is made."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("orchestrator.report", "templates"),
         autoescape=True,  # always: the templates end in .j2, which select_autoescape would miss
