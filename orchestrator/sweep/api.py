@@ -416,17 +416,18 @@ def _final_counts(run_dir: Path) -> tuple[int, int]:
 def _list_running(run_dir: Path) -> None:
     """reports/index.html lists the run while it runs (the report link shows its live status in
     `orch serve`); the index is a convenience, so a failure to write it never stops the sweep."""
+    from orchestrator.report.render import fresh_summary  # the report stack loads only when needed
     from orchestrator.report.site import write_index
 
     try:
-        write_index(run_dir.parent)
+        write_index(run_dir.parent, fresh_summary)
     except OrchError:
         pass
 
 
 def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ...]]:
     """(report page, why it was not written, failed gate checks)."""
-    from orchestrator.report.render import write_report_and_summary  # the report stack loads only when needed
+    from orchestrator.report.render import fresh_summary, write_report_and_summary  # the report stack: only when needed
     from orchestrator.report.site import write_index
 
     if not RunDir(run_dir).journal.exists():  # interrupted before its first trial: nothing to report
@@ -434,7 +435,7 @@ def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ..
         return None, None, ()
     try:
         path, summary = write_report_and_summary(run_dir)
-        write_index(run_dir.parent)
+        write_index(run_dir.parent, fresh_summary)
         return path, None, summary.gates_failed
     except OrchError as exc:
         return None, str(exc), ()
