@@ -51,7 +51,7 @@ from orchestrator.sweep.apitypes import (
     Warn,
 )
 from orchestrator.sweep.clock import now_iso
-from orchestrator.sweep.hunt import HuntSource, hunt_plan
+from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.orphans import stop_orphaned_repros
 from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
 from orchestrator.sweep.prepare import check_same_roles as check_same_roles
@@ -234,6 +234,8 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     check_separate_testbeds(testbeds, inventory)
     check_replicates(matrix, manifest.replicates, f"{RunDir(run_dir).run_json}: replicates")
     if matrix.hunt is not None:
+        from orchestrator.core.huntplan import hunt_plan  # the search (numpy, scipy): only for a hunt
+
         plan = hunt_plan(matrix, testbeds[0], manifest.seed)
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
