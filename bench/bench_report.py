@@ -28,8 +28,9 @@ sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared wi
 from helpers.report_synth import ALL_OFF, synthetic_run, write_run  # noqa: E402
 
 from orchestrator.report.build import build_report  # noqa: E402
-from orchestrator.report.render import load_trials, render_report, write_report  # noqa: E402
+from orchestrator.report.render import render_report, write_report  # noqa: E402
 from orchestrator.store.atomic import write_text_atomic  # noqa: E402
+from orchestrator.store.journal import load_trials  # noqa: E402
 from orchestrator.store.manifest import load_manifest  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, headline
-from orchestrator.report.render import load_report, load_trials
+from orchestrator.report.render import load_report
 from orchestrator.store import journal as journal_mod
 from orchestrator.store.journal import (
     Journal,
@@ -31,6 +31,7 @@ from orchestrator.store.journal import (
     TrialRow,
     TrialStatuses,
     iter_records,
+    load_trials,
     read_journal,
     read_records_at,
     read_trial_rows,

@@ -19,7 +19,7 @@ from orchestrator.core.redact import REDACTED
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.report import charts
 from orchestrator.report.build import build_report
-from orchestrator.report.render import render_report, write_report
+from orchestrator.report.render import fresh_summary, render_report, write_report
 from orchestrator.report.site import write_index
 
 HOSTILE = "<script>alert(1)</script> {{ 7*7 }} {% raw %} <img src=x onerror=alert(2)>"
@@ -185,7 +185,7 @@ def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None
     (reports / "broken").mkdir()
     (reports / "broken" / "run.json").write_text("not json")
     (reports / "not-a-run").mkdir()
-    page = write_index(reports).read_text()
+    page = write_index(reports, fresh_summary).read_text()
     assert page.index("20260510-070000-b") < page.index("20260509-070000-a")  # newest first
     assert '<a href="20260509-070000-a/index.html">' in page
     assert "(no report yet)" in page and "cannot read" in page and "not-a-run" not in page
@@ -197,11 +197,11 @@ def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None
     # ...which is used while it is newer than the journal...
     summary["headline"] = "CACHED " + summary["headline"]
     (one / "summary.json").write_text(json.dumps(summary))
-    assert "CACHED" in write_index(reports).read_text()
+    assert "CACHED" in write_index(reports, fresh_summary).read_text()
     # ...and ignored once the journal changed after it
     later = time.time() + 5
     os.utime(one / "journal.jsonl", (later, later))
-    assert "CACHED" not in write_index(reports).read_text()
+    assert "CACHED" not in write_index(reports, fresh_summary).read_text()
     assert two.is_dir()
 
 

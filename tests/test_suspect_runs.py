@@ -16,7 +16,7 @@ from orchestrator.core.records import Failure, RunManifest, TrialRecord
 from orchestrator.report.build import build_report, result_headline, suspect_reasons
 from orchestrator.report.compare import compare, write_comparison_page
 from orchestrator.report.model import DriftView, RoundRate
-from orchestrator.report.render import write_report
+from orchestrator.report.render import fresh_summary, write_report
 from orchestrator.report.site import write_index
 from orchestrator.team.notify import summarize_run
 
@@ -83,7 +83,7 @@ def test_the_index_shows_result_status_and_why_suspect(tmp_path: Path) -> None:
     assert not summary["headline"].startswith("The run is")
     clean = json.loads((reports / clean_run()[0].run_id / "summary.json").read_text())
     assert clean["suspect"] == []
-    html = write_index(reports).read_text()
+    html = write_index(reports, fresh_summary).read_text()
     rows = re.split(r"<tr[ >]", html)[1:]  # a row may carry data-* attributes (the index filters)
     void_row = next(r for r in rows if void_run()[0].run_id in r)
     clean_row = next(r for r in rows if clean_run()[0].run_id in r)

@@ -14,6 +14,7 @@ from helpers.report_synth import corruption_rate, synthetic_run, write_run
 from orchestrator.core import clustered
 from orchestrator.core.regression import NumberHistory, RateHistory, check_night, rate_change
 from orchestrator.core.stats import wilson_interval
+from orchestrator.report.render import fresh_summary
 from orchestrator.report.series import SeriesPoint
 from orchestrator.report.site import regression_changes, write_index
 from orchestrator.report.trends import NightRun, _rate, group_trends
@@ -82,10 +83,10 @@ def test_index_groups_nightly_runs_with_trends_and_flags_the_regression(tmp_path
         return 0.3 if levels["overlap"] == "off" and levels["bf16_index_k"] == "off" else corruption_rate(levels)
 
     dirs = _nights(tmp_path, 5, regressed)
-    page = write_index(tmp_path).read_text()
+    page = write_index(tmp_path, fresh_summary).read_text()
     assert 'id="trends"' in page and page.count('<svg class="trend"') == 8  # one trend per cell
     assert "changed vs earlier runs:" in page
-    flagged = regression_changes(dirs[-1])
+    flagged = regression_changes(dirs[-1], fresh_summary)
     flagged = [c for c in flagged if c.flagged]
     assert flagged and all("overlap=off" in c.cell and "bf16_index_k=off" in c.cell for c in flagged)
     assert all(c.metric == "corruption" and c.after > 0.2 for c in flagged)
@@ -96,9 +97,9 @@ def test_index_groups_nightly_runs_with_trends_and_flags_the_regression(tmp_path
 
 def test_steady_nights_raise_no_flag(tmp_path: Path) -> None:
     dirs = _nights(tmp_path, 4)
-    page = write_index(tmp_path).read_text()
+    page = write_index(tmp_path, fresh_summary).read_text()
     assert "changed vs earlier runs:" not in page and "no cell or metric changed" in page
-    assert not [c for c in regression_changes(dirs[-1]) if c.flagged]
+    assert not [c for c in regression_changes(dirs[-1], fresh_summary) if c.flagged]
 
 
 def test_compare_and_webhook_summary_carry_the_nightly_check(tmp_path: Path) -> None:

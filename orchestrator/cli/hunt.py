@@ -114,6 +114,7 @@ def after(run_dir: Path) -> None:
 
     from orchestrator.cli.console import err, out
     from orchestrator.report.hunt import hunt_report, summary_lines, write_hunt_page
+    from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import write_index
 
     try:
@@ -121,7 +122,7 @@ def after(run_dir: Path) -> None:
         if report is None:
             return
         path = write_hunt_page(run_dir)
-        write_index(run_dir.parent)  # the run's link now leads to hunt.html
+        write_index(run_dir.parent, fresh_summary)  # the run's link now leads to hunt.html
     except OrchError as exc:
         err.print(f"[yellow]hunt report not written:[/yellow] {escape(str(exc))}")
         return

@@ -329,11 +329,11 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out
-    from orchestrator.report.render import write_report
+    from orchestrator.report.render import fresh_summary, write_report
     from orchestrator.report.site import write_index
 
     path = write_report(args.run_dir)
-    write_index(args.run_dir.parent)
+    write_index(args.run_dir.parent, fresh_summary)
     out.print(f"report: {path}", markup=False)
     return 0
 

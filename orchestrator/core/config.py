@@ -20,7 +20,7 @@ import regex
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
-from orchestrator.core.bounds import MAX_REPLICATES, MAX_SEED
+from orchestrator.core.bounds import MAX_REPLICATES, MAX_SEED, MAX_SESSIONS
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
@@ -63,7 +63,6 @@ SSH_USER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PLACEHOLDER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 WEEK_S = 7 * 24 * 3600.0  # the longest timeout or estimate that makes sense
-MAX_SESSIONS = 10**9  # a proportion's n a validity rule may ask for
 MAX_VALID_RULES = 100
 MAX_REPEATED_FAILURES = 1000
 MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)

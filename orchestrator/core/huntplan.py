@@ -2,20 +2,24 @@
 leave-one-out configuration), a configuration's cell, the expected cost `orch plan` shows, and
 the search replayed from a run's trials (resume and the report).
 
-A hunt's later configurations depend on its results, so its plan (sweep/hunt.py) is only the
-first wave; the step source makes the rest as it goes, and the journal records every trial.
+A hunt's later configurations depend on its results, so its plan (hunt_plan) is only the first
+wave; the step source (sweep/hunt.py) makes the rest as it goes, with hunt_step, and the journal
+records every trial.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from orchestrator.core.config import check_against_inventory
 from orchestrator.core.hunt import Hunt, HuntSettings, endpoint_allowance
 from orchestrator.core.hunt_model import ModelSettings
 from orchestrator.core.huntconfig import HuntSpec
+from orchestrator.core.inventory import Testbed
 from orchestrator.core.matrix import level_index, make_cell
-from orchestrator.core.model import Cell, Matrix
+from orchestrator.core.model import Cell, Matrix, Trial
 from orchestrator.core.records import TrialRecord
+from orchestrator.core.steps import Plan, Step, new_seed
 
 # Sessions a hunt of 16 flags needed in bench/bench_hunt.py (3-flag AND at 15%, background
 # 0.5%, trial-to-trial variation ICC 0.03, trials of 5 sessions, 1,000 hunts): median 385, p90 555
@@ -129,3 +133,28 @@ def counts_of(spec: HuntSpec, record: TrialRecord) -> tuple[int, int, int] | Non
     if record.status != "completed" or m is None or m.n is None or config is None:
         return None
     return config, m.k or 0, m.n
+
+
+def hunt_step(matrix: Matrix, index: int, round_: int, config: int, testbed: Testbed | None = None) -> Step:
+    """One trial of a configuration. The restart fields are the plan's expectation only (every
+    role the cell sets); the runner decides restarts from the files on the hosts."""
+    assert matrix.hunt is not None
+    cell = hunt_cell(matrix, config)
+    roles = tuple(cell.env)
+    units: tuple[tuple[str, str], ...] = ()
+    startup = 0.0
+    if testbed is not None:
+        units = tuple((r, u.name) for r in roles if r in testbed.hosts for u in testbed.hosts[r].units)
+        startup = max((testbed.hosts[r].startup_estimate_s for r in roles if r in testbed.hosts), default=0.0)
+    trial = Trial(index, round_, cell, config == (1 << len(matrix.hunt.flags)) - 1)
+    return Step(trial, cell.env, roles, units, roles, startup + matrix.repro.expected_duration_s)
+
+
+def hunt_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None) -> Plan:
+    """The hunt's first wave as a plan (one trial per configuration)."""
+    assert matrix.hunt is not None
+    check_against_inventory(matrix, testbed)
+    configs = first_wave(matrix.hunt)
+    steps = tuple(hunt_step(matrix, i, 0, x, testbed) for i, x in enumerate(configs))
+    seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
+    return Plan(matrix, testbed, seed, 1, tuple(s.trial.cell for s in steps), steps)

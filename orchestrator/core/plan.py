@@ -11,19 +11,13 @@ cell's values); the plan is the expectation, the journal is the truth.
 
 from __future__ import annotations
 
-import secrets
-
 from orchestrator.core.config import check_against_inventory
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.inventory import Testbed
 from orchestrator.core.matrix import Ordering, RestartCost, expand, order_positions
 from orchestrator.core.model import Cell, CellValue, EnvValue, Matrix, Trial
 from orchestrator.core.startorder import dependants, restart_order
-from orchestrator.core.steps import Plan, RoleEnv, Step
-
-
-def new_seed() -> int:
-    return secrets.randbelow(2**31)
+from orchestrator.core.steps import Plan, RoleEnv, Step, new_seed
 
 
 def make_plan(

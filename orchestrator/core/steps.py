@@ -1,12 +1,14 @@
 """A sweep's plan as data: one Step per trial, in run order, and the Plan that holds them.
 
-core.plan makes them (cells x inventory -> steps); this module only says what they are, so the
-sweep (runner, trial phases, step sources) and the stores that record a plan depend on the
-types and not on the planning: a short chain of imports under them.
+core.plan makes them (cells x inventory -> steps), core.huntplan a hunt's first wave; this module
+only says what they are (and draws the seed of a plan whose matrix and command line name none,
+the one thing both plans share), so the sweep (runner, trial phases, step sources) and the stores
+that record a plan depend on the types and not on the planning: a short chain of imports under them.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -47,3 +49,8 @@ class Plan:
     @property
     def estimated_duration_s(self) -> float:
         return sum(s.estimate_s for s in self.steps)
+
+
+def new_seed() -> int:
+    """A plan's seed when neither the command line nor the matrix names one (run.json records it)."""
+    return secrets.randbelow(2**31)

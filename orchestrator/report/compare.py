@@ -224,7 +224,8 @@ class ComparisonPage:
 def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> ComparisonPage:
     """Write the comparison page; return it with the warnings about suspect runs."""
     from orchestrator.report.build import build_report, suspect_reasons
-    from orchestrator.report.render import csp, environment, load_trials
+    from orchestrator.report.page import csp, environment
+    from orchestrator.store.journal import load_trials
     from orchestrator.store.manifest import load_manifest
 
     a, b = load_manifest(run_a), load_manifest(run_b)
@@ -273,7 +274,8 @@ def _nothing_in_common(model: Comparison) -> str:
 def _nightly(run_b: Path) -> list[tuple[str, bool]]:
     """B against the earlier runs of its matrix + inventory in its reports folder (the index's
     nightly check): (text, flagged) per checked cell and metric, flagged first."""
+    from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import regression_changes
     from orchestrator.report.trends import change_text
 
-    return [(change_text(c), c.flagged) for c in regression_changes(run_b)]
+    return [(change_text(c), c.flagged) for c in regression_changes(run_b, fresh_summary)]

@@ -139,7 +139,7 @@ def check_stdout_format(out: Path | None, fmt: str) -> None:
 
 
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
-    from orchestrator.report.render import load_trials
+    from orchestrator.store.journal import load_trials
     from orchestrator.store.manifest import load_manifest
 
     if out is not None:

@@ -29,7 +29,6 @@ from orchestrator.store.journal import read_journal
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 
-HUNT_PAGE = "hunt.html"
 OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuration (the DSV4 team's runs)
 
 
@@ -249,7 +248,7 @@ def write_hunt_page(run_dir: Path) -> Path | None:
     report = hunt_report(run_dir)
     if report is None:
         return None
-    path = run_dir / HUNT_PAGE
+    path = RunDir(run_dir).hunt_html
     write_text_atomic(path, render(report))
     return path
 

@@ -10,19 +10,17 @@ load or run anything. No CDN, no web font, no favicon request.
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import jinja2
-import pydantic
 from markupsafe import Markup
 
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
-from orchestrator.report import charts
+from orchestrator.report import charts, page
 from orchestrator.report.build import (
     DRILLDOWN_CAP,
     adaptive_findings,
@@ -42,8 +40,9 @@ from orchestrator.report.gates import check_gates, failed_names
 from orchestrator.report.model import Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
+from orchestrator.report.summary import RunSummary
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
-from orchestrator.store.journal import TrialRow, iter_records, read_journal, read_records_at, read_trial_rows
+from orchestrator.store.journal import TrialRow, iter_records, read_records_at, read_trial_rows
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 
@@ -86,30 +85,11 @@ SCRIPT = """
 """
 
 
-def csp(script: str = SCRIPT) -> str:
-    """Nothing from any URL; only our own script (by hash) and inline styles (SVG needs them)."""
-    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    return (
-        "default-src 'none'; "
-        f"script-src 'sha256-{digest}'; "
-        "style-src 'unsafe-inline'; img-src data:; "
-        "base-uri 'none'; form-action 'none'"
-    )
-
-
 @functools.cache
-def environment() -> jinja2.Environment:
-    """The one template environment of the process. Why cached: a new Environment compiles every
-    template it loads again (report.html.j2: ~60 ms), and reports, the runs index and the team's
-    status pages were each built with a fresh one. Jinja2 environments are safe to share between
-    threads once configured, and nothing configures this one after it is made."""
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("orchestrator.report", "templates"),
-        autoescape=True,  # always: the templates end in .j2, which select_autoescape would miss
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
+def _environment() -> jinja2.Environment:
+    """The pages' environment (report.page) with the filters report.html.j2 formats numbers with;
+    one per process, for the reason page.environment gives."""
+    env = page.new_environment()
     env.filters.update(pct=fmt_pct, rate=fmt_rate, p=fmt_p, pts=fmt_pts, num=fmt_num)
     return env
 
@@ -124,7 +104,7 @@ def render_report(report: Report) -> str:
         "effects": [(m, charts.effects_chart(report, m)) for m in proportions],
         "numbers": [(m, charts.number_chart(report, m)) for m in numbers],
     }
-    template = environment().get_template("report.html.j2")
+    template = _environment().get_template("report.html.j2")
     return template.render(
         r=report,
         primary=primary,
@@ -132,29 +112,10 @@ def render_report(report: Report) -> str:
         numbers=numbers,
         figures={k: [(m, Markup(svg)) for m, svg in v if svg] for k, v in figures.items()},
         script=Markup(SCRIPT),
-        csp=csp(),
+        csp=page.csp(SCRIPT),
         trial_order=report.provenance.trial_order[:TRIAL_ORDER_SHOWN],
         gate_results=check_gates(report),
     )
-
-
-class RunSummary(pydantic.BaseModel):
-    """What the reports index lists for a run: written as summary.json beside its index.html,
-    so the index never rebuilds a report (seconds for a big run) nor reads one back."""
-
-    model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
-
-    headline: str = ""
-    completed: int = 0
-    planned: int = 0
-    failed: int = 0
-    status: str = ""
-    suspect: tuple[str, ...] = ()  # why the data is suspect (void/failed trials, drift, overdispersion)
-    gates: int = 0  # gate checks (gate x cell) the matrix asked for
-    gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed check (orch run exits 3)
-    group: str = ""  # runs of the same matrix and inventory share it (trends, nightly regressions)
-    testbed: str = ""
-    series: list[SeriesPoint] = []  # per cell and metric, per-trial numbers (report.series)
 
 
 def group_key(matrix_sha256: str, inventory_sha256: str) -> str:
@@ -190,10 +151,10 @@ def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
     """write_report, also returning the summary written beside it (headline, gates)."""
     report, rows = _load_report_and_rows(run_dir, DRILLDOWN_CAP)
     run = RunDir(run_dir)
-    page = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
+    written = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
     summary = run_summary(report, run_series(rows))
     write_json_atomic(run.summary_json, summary)  # the index trusts it only when newer than the inputs
-    return page, summary
+    return written, summary
 
 
 def fresh_summary(run_dir: Path, manifest: RunManifest | None = None) -> RunSummary:
@@ -245,12 +206,3 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
     summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
     first = [summary] if summary else []
     return report.model_copy(update={"headline": [*first, *report.headline, *extra]}) if extra or first else report
-
-
-def load_trials(run_dir: Path) -> tuple[list[TrialRecord], bool]:
-    """Trial records of the journal (none if the run never wrote one) and its torn-tail flag."""
-    path = RunDir(run_dir).journal
-    if not path.exists():
-        return [], False
-    contents = read_journal(path)
-    return [r for r in contents.records if isinstance(r, TrialRecord)], contents.torn_tail

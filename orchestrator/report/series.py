@@ -15,7 +15,7 @@ from typing import Annotated
 
 import pydantic
 
-from orchestrator.core.config import MAX_SESSIONS
+from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.records import MetricKind
 from orchestrator.store.journal import TrialRow
 

@@ -4,8 +4,10 @@ a visible warning on a run whose data is suspect (void or failed trials, drift, 
 Why read each run's summary.json: rebuilding every report to list it would cost seconds per big
 run. render.py writes summary.json beside the run's index.html; it is used when it is newer than
 the run's journal and manifest, and the summary is rebuilt (not rendered) when it is missing or
-stale. A run that cannot be read is listed with the reason, never skipped and
-never fatal: the index is where one goes to find out what happened.
+stale, by the Rebuild the caller passes (render.fresh_summary): the index lists runs, the report
+build is not its business, so it does not import it (report.summary). A run that cannot be read
+is listed with the reason, never skipped and never fatal: the index is where one goes to find
+out what happened.
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from markupsafe import Markup
 from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
-from orchestrator.report.hunt import HUNT_PAGE
-from orchestrator.report.render import RunSummary, csp, environment, fresh_summary
+from orchestrator.report.page import csp, environment
 from orchestrator.report.series import SeriesPoint
+from orchestrator.report.summary import Rebuild, RunSummary
 from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.manifest import load_manifest
-from orchestrator.store.rundir import ReportsDir, RunDir
+from orchestrator.store.rundir import HUNT_HTML, ReportsDir, RunDir
 
 # Filters for the runs table (matrix, testbed, status); allowed by hash in the page's CSP.
 INDEX_SCRIPT = """
@@ -67,16 +69,16 @@ class RunEntry:
     page: str = "index.html"  # the run's report page (a hunt's is hunt.html: the culprits, not the cells)
 
 
-def write_index(reports_dir: Path) -> Path:
+def write_index(reports_dir: Path, rebuild: Rebuild) -> Path:
     """Write reports_dir/index.html: every run newest first (running ones too), then the trends
     and the nightly regression check of each matrix + inventory."""
-    page = index_page(reports_dir)
+    page = index_page(reports_dir, rebuild)
     return write_text_atomic(ReportsDir(reports_dir).index_html, page, what="cannot write the report")
 
 
-def index_page(reports_dir: Path) -> str:
+def index_page(reports_dir: Path, rebuild: Rebuild) -> str:
     """The index as HTML (`orch serve` renders it live; write_index stores it)."""
-    entries = run_entries(reports_dir)
+    entries = run_entries(reports_dir, rebuild)
     groups = _groups(entries)
     return (
         environment()
@@ -95,8 +97,8 @@ def index_page(reports_dir: Path) -> str:
     )
 
 
-def run_entries(reports_dir: Path) -> list[RunEntry]:
-    runs = (_entry(d) for d in _run_dirs(reports_dir))
+def run_entries(reports_dir: Path, rebuild: Rebuild) -> list[RunEntry]:
+    runs = (_entry(d, rebuild) for d in _run_dirs(reports_dir))
     return sorted(runs, key=lambda e: (e.started, e.directory), reverse=True)
 
 
@@ -117,10 +119,10 @@ def _night(e: RunEntry) -> NightRun:
     return NightRun(e.run_id or e.directory, e.directory, e.started, e.status, e.series)
 
 
-def regression_changes(run_dir: Path) -> list[Change]:
+def regression_changes(run_dir: Path, rebuild: Rebuild) -> list[Change]:
     """The nightly regression check of one run against the earlier runs of its matrix + inventory
     in the same reports folder (for the webhook summary and `orch compare`)."""
-    entries = run_entries(run_dir.parent)
+    entries = run_entries(run_dir.parent, rebuild)
     me = next((e for e in entries if e.directory == run_dir.name), None)
     if me is None or not me.group:
         return []
@@ -134,7 +136,8 @@ def _run_dirs(reports_dir: Path) -> list[Path]:
     return [d for d in reports_dir.iterdir() if d.is_dir() and RunDir(d).is_run()]
 
 
-def _entry(run_dir: Path) -> RunEntry:
+def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
+    run = RunDir(run_dir)
     try:
         manifest = load_manifest(run_dir)
     except OrchError as exc:
@@ -148,7 +151,7 @@ def _entry(run_dir: Path) -> RunEntry:
             0,
             0,
             "",
-            RunDir(run_dir).index_html.is_file(),
+            run.index_html.is_file(),
             error=str(exc),
         )
     entry = RunEntry(
@@ -161,11 +164,11 @@ def _entry(run_dir: Path) -> RunEntry:
         planned=len(manifest.plan),
         failed=0,
         headline="",
-        has_report=RunDir(run_dir).index_html.is_file() or (run_dir / HUNT_PAGE).is_file(),
-        page=HUNT_PAGE if (run_dir / HUNT_PAGE).is_file() else "index.html",
+        has_report=run.index_html.is_file() or run.hunt_html.is_file(),
+        page=HUNT_HTML if run.hunt_html.is_file() else "index.html",
     )
     try:
-        summary = _cached_summary(run_dir) or fresh_summary(run_dir, manifest)  # rebuilt from the journal
+        summary = _cached_summary(run_dir) or rebuild(run_dir, manifest)  # rebuilt from the journal
     except OrchError as exc:
         return replace(entry, error=str(exc))
     return replace(

@@ -52,7 +52,7 @@ from orchestrator.store.atomic import fsync_dir as _fsync_dir
 from orchestrator.store.atomic import run_file_error as _error
 from orchestrator.store.atomic import write_bytes_atomic
 from orchestrator.store.atomic import write_json_atomic as write_json_atomic  # re-export: callers move to store.atomic
-from orchestrator.store.rundir import INDEX_SUFFIX
+from orchestrator.store.rundir import INDEX_SUFFIX, RunDir
 
 KNOWN_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
 
@@ -225,6 +225,16 @@ def read_journal(path: Path) -> JournalContents:
         end, torn = _body_end(handle)
         records = [_parse_line(path, number, line) for number, _, line in _lines(path, handle, end)]
     return JournalContents(records=records, torn_tail=torn)
+
+
+def load_trials(run_dir: Path) -> tuple[list[TrialRecord], bool]:
+    """Trial records of a run's journal (none if the run never wrote one) and its torn-tail flag:
+    what exports and comparisons read, without the report stack."""
+    path = RunDir(run_dir).journal
+    if not path.exists():
+        return [], False
+    contents = read_journal(path)
+    return [r for r in contents.records if isinstance(r, TrialRecord)], contents.torn_tail
 
 
 def iter_records(path: Path) -> Iterator[TrialRecord | EventRecord]:

@@ -13,6 +13,7 @@ may hold one and tests can build one for a tmp_path.
     <run>/status.json              live status for `orch serve` (atomic)
     <run>/summary.json             the report index's summary of the run (atomic)
     <run>/index.html               the run's report (atomic)
+    <run>/hunt.html                a hunt's report: the culprits (atomic; the index links it instead)
     <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
     <run>/backup[/<testbed>]/<role>.env, units.json   the hosts' originals (units.json last)
     <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log
@@ -32,6 +33,7 @@ INDEX_SUFFIX = ".idx"  # the journal's status index: <journal>.idx
 STATUS_JSON = "status.json"
 SUMMARY_JSON = "summary.json"
 INDEX_HTML = "index.html"
+HUNT_HTML = "hunt.html"
 BACKUP = "backup"
 UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
 TRIALS = "trials"
@@ -135,6 +137,10 @@ class RunDir:
     @property
     def index_html(self) -> Path:
         return self.path / INDEX_HTML
+
+    @property
+    def hunt_html(self) -> Path:
+        return self.path / HUNT_HTML
 
     @property
     def trials(self) -> Path:

@@ -51,7 +51,7 @@ from orchestrator.sweep.apitypes import (
     Warn,
 )
 from orchestrator.sweep.clock import now_iso
-from orchestrator.sweep.hunt import HuntSource, hunt_plan
+from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.orphans import stop_orphaned_repros
 from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
 from orchestrator.sweep.prepare import check_same_roles as check_same_roles
@@ -234,6 +234,8 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     check_separate_testbeds(testbeds, inventory)
     check_replicates(matrix, manifest.replicates, f"{RunDir(run_dir).run_json}: replicates")
     if matrix.hunt is not None:
+        from orchestrator.core.huntplan import hunt_plan  # the search (numpy, scipy): only for a hunt
+
         plan = hunt_plan(matrix, testbeds[0], manifest.seed)
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
@@ -416,17 +418,18 @@ def _final_counts(run_dir: Path) -> tuple[int, int]:
 def _list_running(run_dir: Path) -> None:
     """reports/index.html lists the run while it runs (the report link shows its live status in
     `orch serve`); the index is a convenience, so a failure to write it never stops the sweep."""
+    from orchestrator.report.render import fresh_summary  # the report stack loads only when needed
     from orchestrator.report.site import write_index
 
     try:
-        write_index(run_dir.parent)
+        write_index(run_dir.parent, fresh_summary)
     except OrchError:
         pass
 
 
 def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ...]]:
     """(report page, why it was not written, failed gate checks)."""
-    from orchestrator.report.render import write_report_and_summary  # the report stack loads only when needed
+    from orchestrator.report.render import fresh_summary, write_report_and_summary  # the report stack: only when needed
     from orchestrator.report.site import write_index
 
     if not RunDir(run_dir).journal.exists():  # interrupted before its first trial: nothing to report
@@ -434,7 +437,7 @@ def _write_report(run_dir: Path) -> tuple[Path | None, str | None, tuple[str, ..
         return None, None, ()
     try:
         path, summary = write_report_and_summary(run_dir)
-        write_index(run_dir.parent)
+        write_index(run_dir.parent, fresh_summary)
         return path, None, summary.gates_failed
     except OrchError as exc:
         return None, str(exc), ()

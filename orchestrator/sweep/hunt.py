@@ -16,47 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from orchestrator.core.config import check_against_inventory
-from orchestrator.core.inventory import Testbed
-from orchestrator.core.model import Matrix, Trial
-from orchestrator.core.plan import new_seed
+from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
-from orchestrator.core.steps import Plan, Step
+from orchestrator.core.steps import Step
 from orchestrator.sweep.sources import StepSource
 
 if TYPE_CHECKING:  # the search (numpy, scipy: ~0.4 s) loads when a hunt starts, not with every `orch` command
     from orchestrator.core.hunt import HuntResult
 
 OnStop = Callable[["HuntResult"], None]
-
-
-def hunt_step(matrix: Matrix, index: int, round_: int, config: int, testbed: Testbed | None = None) -> Step:
-    """One trial of a configuration. The restart fields are the plan's expectation only (every
-    role the cell sets); the runner decides restarts from the files on the hosts."""
-    from orchestrator.core.huntplan import hunt_cell
-
-    assert matrix.hunt is not None
-    cell = hunt_cell(matrix, config)
-    roles = tuple(cell.env)
-    units: tuple[tuple[str, str], ...] = ()
-    startup = 0.0
-    if testbed is not None:
-        units = tuple((r, u.name) for r in roles if r in testbed.hosts for u in testbed.hosts[r].units)
-        startup = max((testbed.hosts[r].startup_estimate_s for r in roles if r in testbed.hosts), default=0.0)
-    trial = Trial(index, round_, cell, config == (1 << len(matrix.hunt.flags)) - 1)
-    return Step(trial, cell.env, roles, units, roles, startup + matrix.repro.expected_duration_s)
-
-
-def hunt_plan(matrix: Matrix, testbed: Testbed, seed: int | None = None) -> Plan:
-    """The hunt's first wave as a plan (one trial per configuration)."""
-    from orchestrator.core.huntplan import first_wave
-
-    assert matrix.hunt is not None
-    check_against_inventory(matrix, testbed)
-    configs = first_wave(matrix.hunt)
-    steps = tuple(hunt_step(matrix, i, 0, x, testbed) for i, x in enumerate(configs))
-    seed = seed if seed is not None else (matrix.seed if matrix.seed is not None else new_seed())
-    return Plan(matrix, testbed, seed, 1, tuple(s.trial.cell for s in steps), steps)
 
 
 class HuntSource(StepSource):
@@ -85,6 +53,8 @@ class HuntSource(StepSource):
         self.stopped = False
 
     def next(self) -> Step | None:
+        from orchestrator.core.huntplan import hunt_step  # loaded by __init__ (replay) already
+
         with self._lock:
             if self.closed:
                 return None

@@ -21,7 +21,6 @@ from orchestrator.core.plan import make_plan
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.manifest import check_run_id
 from orchestrator.sweep.apitypes import PreparedSweep, SweepRequest, TestbedSelection, Warn
-from orchestrator.sweep.hunt import hunt_plan
 
 
 def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep:
@@ -33,6 +32,8 @@ def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep
     hunting = matrix.hunt is not None  # a hunt plans its first wave only (core/huntplan.py)
     testbeds = select_testbeds(inventory, request.testbeds)
     if hunting:
+        from orchestrator.core.huntplan import hunt_plan  # the search (numpy, scipy): only for a hunt
+
         plan = hunt_plan(matrix, testbeds[0], request.seed)
     else:
         plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)

@@ -184,8 +184,9 @@ def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
     """The summary of a run directory: status from the manifest, counts, the result sentence and
     the reasons to doubt the data, from the report model (the same words as the report)."""
+    # the report stack (pandas, scipy): only when sending
     from orchestrator.report.build import build_report, result_headline, suspect_reasons
-    from orchestrator.report.render import load_trials  # the report stack (pandas, scipy): only when sending
+    from orchestrator.store.journal import load_trials
     from orchestrator.store.manifest import load_manifest
 
     manifest = load_manifest(run_dir)
@@ -209,11 +210,12 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
 
 def _changes(run_dir: Path) -> list[str]:
     """The nightly regression check's flagged changes (never fails the summary)."""
+    from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import regression_changes
     from orchestrator.report.trends import change_text
 
     try:
-        return [change_text(c) for c in regression_changes(run_dir) if c.flagged]
+        return [change_text(c) for c in regression_changes(run_dir, fresh_summary) if c.flagged]
     except OrchError:
         return []
 

@@ -238,14 +238,15 @@ class ReportsHandler(BaseHTTPRequestHandler):
 
     def _index(self) -> None:
         """The index rendered now (running sweeps listed, trends up to date), not the file on disk."""
+        from orchestrator.report.render import fresh_summary
         from orchestrator.report.site import index_page
 
-        body = index_page(self.reports).encode()
+        body = index_page(self.reports, fresh_summary).encode()
         self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", cache=False, csp=_page_csp(body))
 
     def _run_status_page(self, run_dir: str) -> None:
         """A running sweep has no report yet: its link shows its live status instead of a 404."""
-        from orchestrator.report.render import environment
+        from orchestrator.report.page import environment
 
         s = snapshot(self.reports)
         mine = Snapshot(s.generated, tuple(r for r in s.runs if r.directory == run_dir), ())
@@ -253,7 +254,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, html_text.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _status_page(self) -> None:
-        from orchestrator.report.render import environment
+        from orchestrator.report.page import environment
 
         html = (
             environment()
@@ -520,6 +521,7 @@ def status_json(s: Snapshot) -> dict[str, object]:
 
 def runs_json(reports_dir: Path) -> list[dict[str, object]]:
     """Every run, as the index lists it (newest first), with the link to its report."""
+    from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import run_entries  # the index's own reading of a run: one truth for both
 
     return [
@@ -527,7 +529,7 @@ def runs_json(reports_dir: Path) -> list[dict[str, object]]:
             **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "series"},  # series: trends' raw data
             "link": f"{e.directory}/index.html" if e.has_report else "",
         }
-        for e in run_entries(reports_dir)
+        for e in run_entries(reports_dir, fresh_summary)
     ]
 
 

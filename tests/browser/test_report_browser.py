@@ -22,7 +22,7 @@ import pytest
 from helpers.chromium import HOSTILE, DevTools, evaluate, open_page, page_problems, page_requests, visible_text
 from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 
-from orchestrator.report.render import write_report
+from orchestrator.report.render import fresh_summary, write_report
 from orchestrator.report.site import write_index
 
 pytestmark = pytest.mark.browser
@@ -61,7 +61,7 @@ def test_report_page_in_chromium(tmp_path: Path, served: tuple[str, list[str]], 
     manifest, records = synthetic_run(replicates=2, baseline=ALL_OFF, stdout=HOSTILE)
     run_dir = write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
     write_report(run_dir)
-    write_index(tmp_path / "reports")
+    write_index(tmp_path / "reports", fresh_summary)
     url = f"{base_url}/{manifest.run_id}/index.html"
 
     session = open_page(browser, url)
@@ -124,7 +124,7 @@ def test_index_page_in_chromium(tmp_path: Path, served: tuple[str, list[str]], b
     for run_id, replicates in (("20260509-070000-a", 2), ("20260510-070000-b", 1)):
         manifest, records = synthetic_run(replicates=replicates, run_id=run_id)
         write_report(write_run(tmp_path / "reports" / run_id, manifest, records))
-    write_index(tmp_path / "reports")
+    write_index(tmp_path / "reports", fresh_summary)
     url = f"{base_url}/index.html"
 
     session = open_page(browser, url)

@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.report.build import build_report
-from orchestrator.report.render import load_trials
+from orchestrator.store.journal import load_trials
 from orchestrator.store.manifest import load_manifest
 
 from .helpers import SimBed, assert_clean, assert_no_traceback, by_trial, matrix_yaml, pid_running, run_cli, section

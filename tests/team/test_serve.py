@@ -19,7 +19,7 @@ from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import serving
 
 from orchestrator.core.redact import Redactor
-from orchestrator.report.render import write_report
+from orchestrator.report.render import fresh_summary, write_report
 from orchestrator.report.site import write_index
 from orchestrator.store.manifest import save_manifest
 from orchestrator.team.livestatus import LiveStatus
@@ -51,7 +51,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     status = LiveStatus(live_dir)
     status.start(len(live_manifest.plan), 0)
     status.trial_done(sorted(live_records, key=lambda r: r.trial)[0])
-    write_index(reports)
+    write_index(reports, fresh_summary)
     with Queue.in_reports(reports) as q:
         q.add(Path("/m/nightly.yaml"), Path("/i.yaml"), None, 1, ("https://hooks.example/T/B/supersecret",))
     (root / "outside.txt").write_text("outside")

@@ -13,7 +13,7 @@ from helpers.chromium import DevTools, evaluate, open_page, page_problems, page_
 from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import serving
 
-from orchestrator.report.render import write_report
+from orchestrator.report.render import fresh_summary, write_report
 from orchestrator.report.site import write_index
 from orchestrator.store.manifest import save_manifest
 from orchestrator.team.livestatus import LiveStatus
@@ -36,7 +36,7 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     status.start(len(live_manifest.plan), 0)
     for r in sorted(live_records, key=lambda r: r.trial)[:3]:
         status.trial_done(r)
-    write_index(reports)
+    write_index(reports, fresh_summary)
     with Queue.in_reports(reports) as q:
         q.add(Path("/m/nightly.yaml"), Path("/i.yaml"), "dsv4-pd", 3)
     with serving(reports) as url:

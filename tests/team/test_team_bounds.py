@@ -23,7 +23,7 @@ from helpers.report_synth import T0, synthetic_run, write_run
 from scipy import stats as sps
 
 from orchestrator.core.stats import fisher_exact
-from orchestrator.report.render import write_report_and_summary
+from orchestrator.report.render import fresh_summary, write_report_and_summary
 from orchestrator.report.series import MAX_TRIALS, SeriesPoint, run_series
 from orchestrator.report.site import _cached_summary, run_entries
 from orchestrator.store.journal import read_trial_rows
@@ -78,8 +78,9 @@ def test_nightly_check_of_100000_session_trials_answers(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     code = (
         "import json, sys; from pathlib import Path\n"
+        "from orchestrator.report.render import fresh_summary\n"
         "from orchestrator.report.site import regression_changes\n"
-        "print(json.dumps([c.method for c in regression_changes(Path(sys.argv[1]))]))\n"
+        "print(json.dumps([c.method for c in regression_changes(Path(sys.argv[1]), fresh_summary)]))\n"
     )
     r = _run_python(code, str(b))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -208,7 +209,7 @@ def test_invalid_summary_json_is_rebuilt_from_the_journal(tmp_path: Path, trials
     _, b = _two_runs(tmp_path)
     _hostile(b / "summary.json", trials)
     assert _cached_summary(b) is None
-    entry = next(e for e in run_entries(tmp_path) if e.directory == b.name)
+    entry = next(e for e in run_entries(tmp_path, fresh_summary) if e.directory == b.name)
     assert not entry.error and entry.series
     assert {n for p in entry.series for _, n in p.trials} == {40}  # the journal's sessions
 

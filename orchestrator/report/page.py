@@ -1,0 +1,47 @@
+"""What every HTML page orch writes shares: the jinja2 environment and the Content-Security-Policy.
+
+Why a module of its own: the report, the runs index, the comparison page and `orch serve`'s status
+page are built from the same templates with the same rules (autoescape on for every value, a
+policy that allows only the page's own script, by hash, and nothing from any URL; see render.py
+for why). The index and the status page need only this, not the report build above it.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+
+import jinja2
+
+
+def csp(script: str) -> str:
+    """Nothing from any URL; only the page's own script (by hash) and inline styles (SVG needs them)."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return (
+        "default-src 'none'; "
+        f"script-src 'sha256-{digest}'; "
+        "style-src 'unsafe-inline'; img-src data:; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
+def new_environment() -> jinja2.Environment:
+    """The templates in orchestrator/report/templates, every value escaped, an undefined name an error."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("orchestrator.report", "templates"),
+        autoescape=True,  # always: the templates end in .j2, which select_autoescape would miss
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The one shared environment of the process (new_environment's). Why cached: a new Environment
+    compiles every template it loads again (report.html.j2: ~60 ms), and the runs index and the
+    team's status pages were each built with a fresh one. Jinja2 environments are safe to share
+    between threads once configured, and nothing configures this one after it is made (render
+    adds its number filters to an environment of its own)."""
+    return new_environment()
