@@ -530,16 +530,16 @@ def van_elteren_exact(strata: Sequence[Stratum], steps: Sequence[int]) -> float:
     """Exact two-sided p of van Elteren's statistic: 2 x the smaller tail of its distribution over
     every relabelling within strata, given the values (midranks; the null is conditional on the
     ties), on the integer lattice of ranks.stratified_steps."""
-    observed, pmfs, tied = 0, [], False
+    observed, ranked = 0, []
     for (x, y), step in zip(strata, steps, strict=True):
         pooled = np.concatenate([x, y])
         doubled = np.rint(2.0 * ranks.midranks(pooled)).astype(np.int64)  # midranks are halves
         observed += step * (int(doubled[: x.size].sum()) - x.size * (x.size + 1))
-        has_ties = np.unique(pooled).size < pooled.size
-        tied |= has_ties
-        pmfs.append(ranks.tied_pmf(doubled, x.size) if has_ties else ranks.untied_pmf(x.size, y.size))
-    null = ranks.stratified_null(pmfs, steps) if tied else ranks.untied_null(_sizes(strata))
-    return null.p_two_sided(observed)
+        ranked.append((doubled, x.size, y.size, np.unique(pooled).size < pooled.size))
+    if not any(tied for *_, tied in ranked):  # the null depends on the sizes alone (cached)
+        return ranks.untied_null(_sizes(strata)).p_two_sided(observed)
+    pmfs = [ranks.tied_pmf(d, m) if tied else ranks.untied_pmf(m, r) for d, m, r, tied in ranked]
+    return ranks.stratified_null(pmfs, steps).p_two_sided(observed)
 
 
 def stratified_shift(strata: Sequence[Stratum], confidence: float) -> ranks.CoveredInterval:

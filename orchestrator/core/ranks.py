@@ -206,9 +206,9 @@ def midranks(values: Values) -> npt.NDArray[np.float64]:
     position = np.empty(x.size, dtype=np.intp)
     position[order] = np.arange(x.size, dtype=np.intp)
     ordered = x[order]
-    starts = np.r_[True, ordered[1:] != ordered[:-1]]
+    starts = np.concatenate(([True], ordered[1:] != ordered[:-1]))
     group = np.cumsum(starts)[position]
-    bounds = np.r_[np.nonzero(starts)[0], x.size]
+    bounds = np.append(np.flatnonzero(starts), x.size)
     ranks: npt.NDArray[np.float64] = 0.5 * (bounds[group] + bounds[group - 1] + 1)
     return ranks
 
