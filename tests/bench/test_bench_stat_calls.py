@@ -1,0 +1,17 @@
+"""bench/bench_stat_calls.py: a tiny run checks orch's statistics calls equal scipy's on its inputs
+and prints each timing beside scipy's with their ratio (no figure asserted: speed is the bench's)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.benchrun import bench_output
+
+
+@pytest.mark.process
+def test_tiny_run_prints_every_row_beside_scipy() -> None:
+    out = bench_output("bench_stat_calls.py", "--calls", "40", "--repeat", "1", timeout=120)
+    assert "load average" in out
+    for name in ("midranks vs rankdata:", "pearson_chi2 vs chi2_contingency:", "fisher_exact (", "number effect,"):
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert "orch" in line and "ratio" in line, line
+    assert "report render: first" in out and "second" in out
