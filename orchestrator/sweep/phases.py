@@ -77,6 +77,7 @@ if TYPE_CHECKING:
 LOG_LIMIT = 256_000
 READY_HISTORY = 5  # restarts remembered per role to predict the next one's ready time
 ALIVE_EVERY_S = 0.3  # how often health waits also ask the service manager whether units died
+REPORTED_PID_TIMEOUT_S = 2.0  # the identity check's server-info request, in all (the trial waits for it)
 BESIDE_WORKERS = 4  # verify, identity, provenance and log collection at once (each mostly waits on a host)
 
 Unit = tuple[str, str]  # (role, unit name)
@@ -394,10 +395,10 @@ class Services:
 
     def _reported_pid(self, url: str) -> object:
         """The pid the server reports about itself (the bundled simulator does; SGLang may not),
-        or None when it reports none or does not answer (200, JSON, within 2 s in all and
-        MAX_JSON_BYTES: the trial waits for this check): then the port scan alone decides."""
+        or None when it reports none or does not answer (200, JSON, within REPORTED_PID_TIMEOUT_S
+        in all and MAX_JSON_BYTES: the trial waits for this check): then the port scan alone decides."""
         try:
-            _, info = get_json(self.client, url.rstrip("/") + "/get_server_info", deadline_s=2.0)
+            _, info = get_json(self.client, url.rstrip("/") + "/get_server_info", deadline_s=REPORTED_PID_TIMEOUT_S)
         except (httpx.HTTPError, OrchError):
             return None
         return info.get("pid") if isinstance(info, dict) else None

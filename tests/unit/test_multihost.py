@@ -14,6 +14,7 @@ from helpers.multibed import MultiBed, multi_bed
 from orchestrator.core.config import read_inventory
 from orchestrator.core.plan import make_plan
 from orchestrator.errors import ConfigError
+from orchestrator.sweep import phases
 from orchestrator.sweep.runner import Runner, RunOptions
 
 INVENTORY = textwrap.dedent("""\
@@ -212,7 +213,8 @@ def test_a_stale_node_restarts_its_whole_instance(tmp_path: Path) -> None:
     assert b.file("decode.n1") == late and b.file("decode.n0") == envs["decode.n0"].encode()
 
 
-def test_a_rank_that_dies_fails_the_instances_wait_at_once(tmp_path: Path) -> None:
+def test_a_rank_that_dies_fails_the_instances_wait_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(phases, "ALIVE_EVERY_S", 0.1)  # "at once": at the next alive check (shipped: every 0.3 s)
     b = bed(tmp_path)
     b.managers["decode.n1"].units["sglang-decode"].dies_after_s = 0.05  # every start of rank 1 dies at once
     b.managers["decode.n0"].units["sglang-decode"].ready_after_s = 30  # rank 0 alone would wait long
@@ -225,13 +227,14 @@ def test_a_rank_that_dies_fails_the_instances_wait_at_once(tmp_path: Path) -> No
 
 
 def test_a_slow_instance_is_awaited(tmp_path: Path) -> None:
+    slow_s = 0.3  # the other instances are ready within milliseconds
     b = bed(tmp_path)
-    b.managers["prefill.1"].units["sglang-prefill"].ready_after_s = 0.6
+    b.managers["prefill.1"].units["sglang-prefill"].ready_after_s = slow_s
     plan = make_plan(make_matrix({"overlap": FACTORS["overlap"]}, repro=remote_repro("router")), b.deployment.testbed)
     result = runner(b, plan, tmp_path / "run").execute()
     assert (result.completed, result.failed) == (2, 0)
     changed = result.records[1]  # the cell that restarts prefill: its wait covers the slow instance
-    assert changed.health_wait_s["prefill.1"] >= 0.5
+    assert changed.health_wait_s["prefill.1"] >= slow_s - 0.1
 
 
 @pytest.mark.parametrize(

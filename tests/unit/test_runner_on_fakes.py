@@ -31,6 +31,7 @@ from orchestrator.core.steps import Plan
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import LockError
 from orchestrator.store.rundir import BackupDir
+from orchestrator.sweep import phases
 from orchestrator.sweep.hosts import HostGuard, host_backup_path
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.sweep.runner import RunResult
@@ -272,7 +273,8 @@ def test_restore_is_callable_again_and_changes_nothing_after_a_clean_run(tmp_pat
     assert_restored(bed, before)
 
 
-def test_a_unit_that_dies_during_warm_up_fails_the_wait(tmp_path: Path) -> None:
+def test_a_unit_that_dies_during_warm_up_fails_the_wait(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(phases, "ALIVE_EVERY_S", 0.1)  # seen at the next alive check (shipped: every 0.3 s)
     attempts = 1
     bed = two_roles(dies_after_s=0.05, ready_after_s=1.0)
     started = time.monotonic()

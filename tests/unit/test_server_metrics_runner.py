@@ -253,7 +253,8 @@ def test_a_scrape_that_never_finishes_is_missing_after_its_timeout() -> None:
     stop = threading.Event()
     port, thread = trickler(stop)
     bed = decode_bed()
-    metrics = {"timeout": 0.4, "gpu": False, "endpoints": {"slow": {"url": f"http://127.0.0.1:{port}/metrics"}}}
+    timeout_s = 0.25  # the server trickles for ever
+    metrics = {"timeout": timeout_s, "gpu": False, "endpoints": {"slow": {"url": f"http://127.0.0.1:{port}/metrics"}}}
     plan = make_plan(bed, GRAPH, metrics=metrics)
     assert plan.matrix.server_metrics is not None
     telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, httpx.Client(trust_env=False))
@@ -266,5 +267,5 @@ def test_a_scrape_that_never_finishes_is_missing_after_its_timeout() -> None:
         telemetry.close()
         stop.set()
         thread.join(5)
-    assert "no complete answer within 0.4 s" in got["server.slow.missing"].unit
-    assert took < 2.5  # two rounds of at most ~0.4 s each (a per-read timeout alone would never end)
+    assert f"no complete answer within {timeout_s:g} s" in got["server.slow.missing"].unit
+    assert took < 2 * timeout_s + 1.7  # two rounds of at most ~timeout_s (a per-read timeout alone never ends)
