@@ -110,24 +110,22 @@ def _last_match(spec: MetricSpec, text: str) -> regex.Match[str] | None:
     return scan(pattern, text)[0]
 
 
-def scan(pattern: regex.Pattern[str], text: str, timeout_s: float | None = None) -> tuple[regex.Match[str] | None, int]:
+def scan(pattern: regex.Pattern[str], text: str) -> tuple[regex.Match[str] | None, int]:
     """(the last match, the number of matches) of `pattern` in the last MAX_SCAN_CHARS of
-    `text`, within timeout_s (default MATCH_TIMEOUT_S, read at each call) in all (TimeoutError
-    after that); only the last match is kept, so an empty pattern over 4 MiB costs no memory.
-    Collectors count log lines with it too."""
+    `text`, within MATCH_TIMEOUT_S in all (read at each call; TimeoutError after that); only the
+    last match is kept, so an empty pattern over 4 MiB costs no memory. Collectors count log
+    lines with it too."""
     last, count = None, 0
-    timeout = MATCH_TIMEOUT_S if timeout_s is None else timeout_s
-    for match in pattern.finditer(text[-MAX_SCAN_CHARS:], timeout=timeout):
+    for match in pattern.finditer(text[-MAX_SCAN_CHARS:], timeout=MATCH_TIMEOUT_S):
         last, count = match, count + 1
     return last, count
 
 
-def count_matching_lines(name: str, pattern: str, text: str, timeout_s: float | None = None) -> int:
+def count_matching_lines(name: str, pattern: str, text: str) -> int:
     """How many lines of (the last MAX_SCAN_CHARS of) `text` the collector regex `pattern`
-    matches, within timeout_s (default MATCH_TIMEOUT_S, read at each call) in all; a slower
-    pattern is a WorkloadError naming the collector."""
-    if timeout_s is None:
-        timeout_s = MATCH_TIMEOUT_S
+    matches, within MATCH_TIMEOUT_S in all (read at each call); a slower pattern is a
+    WorkloadError naming the collector."""
+    timeout_s = MATCH_TIMEOUT_S
     rx = regex.compile(pattern)
     deadline = time.monotonic() + timeout_s
     count = 0
