@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from orchestrator.sim import model
+from orchestrator.sim.flags import SimConfig
 
 from .helpers import Sim, free_port, run_repro
 
@@ -116,9 +118,11 @@ def test_graph_batch_size_moves_decode_latency(sim: Sim) -> None:
     ran; its logged batch (the larger of the batch it started and ended in, at least the one its
     latency was drawn for) says how it had to."""
     sessions = 32
-    jitter_low, jitter_high = 0.85, 1.25  # model.decode_latency_s: -15..+25 %
-    graphed_max = model.GRAPHED_BASE_MS * model.OVERLAP_SPEEDUP * jitter_high * (1 + model.BATCH_SLOPE * (sessions - 1))
-    eager_min = model.EAGER_BASE_MS * jitter_low
+    graphed = SimConfig(  # ALL_ON's flags, max-bs 64 as below
+        "decode", bf16_index_k=True, multi_stream_overlap=True, cuda_graph=True, cuda_graph_max_bs=64
+    )
+    graphed_max = 1000 * model.decode_latency_s(graphed, sessions, 1.0)  # the largest batch, the largest jitter
+    eager_min = 1000 * model.decode_latency_s(replace(graphed, cuda_graph=False), 1, 0.0)  # alone, the least jitter
     assert graphed_max < eager_min  # the premise: a latency tells a graph replay from an eager step
     requests = {}
     for bs in ("4", "64"):
