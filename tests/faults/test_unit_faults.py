@@ -28,6 +28,9 @@ NEVER_READY = """\
       fine: {decode: {SIM_NEVER_READY: null}}
       never: {decode: {SIM_NEVER_READY: "1"}}
 """
+# The "never" level waits this long; the "fine" cells' decode must be ready within it too. 1 s
+# failed a fine trial on a loaded 2-core CI machine (the simulator's start-up is ~0.15 CPU-s).
+HEALTH_TIMEOUT = "health_timeouts: {decode: 5}\n"
 
 
 def only_one_bad_cell(factor: str, level: str) -> str:
@@ -74,7 +77,7 @@ def test_never_ready_health_times_out_is_retried_and_the_sweep_goes_on(bed: SimB
         matrix_yaml(
             replicates=1,
             extra_factor=NEVER_READY,
-            extra=only_one_bad_cell("ready", "never") + "health_timeouts: {decode: 1.5}\n",
+            extra=only_one_bad_cell("ready", "never") + HEALTH_TIMEOUT,
         )
     )
     done = run_cli(bed.run_args("never", "--retries", "2"), capsys)
@@ -85,7 +88,7 @@ def test_never_ready_health_times_out_is_retried_and_the_sweep_goes_on(bed: SimB
     [bad] = bad_trials(run_dir, "ready", "never")
     assert bad.status == "failed" and bad.failure is not None
     assert (bad.failure.kind, bad.failure.error) == ("infrastructure", "HealthTimeout")
-    assert "not ready after 1.5 s" in bad.failure.message and "503" in bad.failure.message
+    assert "not ready after 5.0 s" in bad.failure.message and "503" in bad.failure.message
     assert bad.attempt == 3  # --retries 2
     assert manifest(run_dir).retries == 2  # kept in run.json: a resume retries the same way
     assert done.output.count(f"({bad.cell}) attempt") == 2
@@ -94,16 +97,14 @@ def test_never_ready_health_times_out_is_retried_and_the_sweep_goes_on(bed: SimB
 
 
 def test_fail_fast_stops_at_the_first_failed_trial(bed: SimBed, capsys) -> None:
-    bed.write_matrix(
-        matrix_yaml(replicates=2, extra_factor=NEVER_READY, order="sequential", extra="health_timeouts: {decode: 1}\n")
-    )
+    bed.write_matrix(matrix_yaml(replicates=2, extra_factor=NEVER_READY, order="sequential", extra=HEALTH_TIMEOUT))
     done = run_cli(bed.run_args("ff", "--fail-fast", "--retries", "0"), capsys)
     assert_no_traceback(done.output)
     assert done.code == 1, done.output
     assert "stopping at the first failed trial (--fail-fast)" in done.output
     run_dir = bed.run_dir("ff")
     trials = sorted(by_trial(run_dir).values(), key=lambda t: t.trial)
-    assert trials[-1].status == "failed" and trials[-1].levels["ready"] == "never"
+    assert trials[-1].status == "failed" and trials[-1].levels["ready"] == "never", trials[-1].failure
     assert all(t.status == "completed" for t in trials[:-1])
     assert trials[-1].attempt == 1
     assert len(trials) < len(manifest(run_dir).plan)  # nothing ran after it
