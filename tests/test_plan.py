@@ -79,7 +79,7 @@ def test_estimate_uses_startup_and_repro_estimates(ablation):
     m, tb = ablation
     plan = make_plan(m, tb, seed=1)
     first = plan.steps[0]
-    assert first.estimate_s == pytest.approx(1.2 + 3)
+    assert first.estimate_s == pytest.approx(1.2 + 1)  # the prefill startup_estimate + the shipped expected_duration
     assert plan.estimated_duration_s == pytest.approx(sum(s.estimate_s for s in plan.steps))
 
 
