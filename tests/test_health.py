@@ -199,7 +199,7 @@ def test_wait_all_runs_concurrently(client: httpx.Client, servers: list[Server])
     would leave the first at 503 until its timeout (a HealthTimeout, which fails the test) however
     loaded the machine is; a wall-clock bound would only hold on an idle one."""
     now = time.monotonic()
-    behaviours = [Behaviour(ready_at=now + 0.6), Behaviour(ready_at=now + 0.6), Behaviour(ready_at=now)]
+    behaviours = [Behaviour(ready_at=now + 0.6), Behaviour(ready_at=now + 0.6), Behaviour(ready_at=now + 0.3)]
     for behaviour in behaviours:
         behaviour.peers = behaviours
     prefill, decode, router = (_serve(servers, behaviour) for behaviour in behaviours)
@@ -210,7 +210,8 @@ def test_wait_all_runs_concurrently(client: httpx.Client, servers: list[Server])
     ]
     waited = wait_all(checks, client=client)
     assert set(waited) == {"prefill", "decode", "router"}
-    assert waited["prefill"] >= 0.55 and waited["decode"] >= 0.55  # each waited for its own server
+    assert 0.25 <= waited["router"] < waited["prefill"]  # each role's own time
+    assert waited["prefill"] >= 0.55 and waited["decode"] >= 0.55
     assert all(behaviour.first_ok_at is not None for behaviour in behaviours)
 
 
