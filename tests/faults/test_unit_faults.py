@@ -28,8 +28,8 @@ NEVER_READY = """\
       fine: {decode: {SIM_NEVER_READY: null}}
       never: {decode: {SIM_NEVER_READY: "1"}}
 """
-# The "never" level waits this long; the "fine" cells' decode must be ready within it too. 1 s
-# failed a fine trial on a loaded 2-core CI machine (the simulator's start-up is ~0.15 CPU-s).
+# The "never" level waits this long; the "fine" cells' decode must be ready within it too. With
+# 1 s a fine trial failed on a loaded 2-core CI machine (the simulator's start-up is ~0.15 CPU-s).
 HEALTH_TIMEOUT = "health_timeouts: {decode: 5}\n"
 
 
