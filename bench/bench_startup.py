@@ -6,7 +6,9 @@ exit; printed is the median of N starts per path (the paths take turns, so a cha
 machine's load falls on all of them), and the ratio of the eager import set to it. The eager set
 is what every `orch` start imported before the CLI imported lazily: the modules cli.main
 imported at its top (the sweep API with pydantic, YAML, numpy and httpx; rich; cli.output,
-cli.hunt, cli.team), then the parser built. With --before DIR the same paths also run on another
+cli.hunt, cli.team), then the parser built. One path does more than start: `orch report` on a
+small finished run of rates (16 trials, one proportion metric), the render every such sweep ends
+with; most of its time is imports too. With --before DIR the same paths also run on another
 checkout (PYTHONPATH=DIR), e.g. the commit before the change, side by side.
 
     python bench/bench_startup.py [--starts 15] [--before /path/to/old/checkout]
@@ -26,6 +28,9 @@ from pathlib import Path
 from timing import load_line
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared with the tests
+
+from helpers.report_synth import rates_only, synthetic_run, write_run  # noqa: E402
 
 EAGER = (
     "import orchestrator.cli.main as m, orchestrator.sweep.api, orchestrator.core.config, "
@@ -63,7 +68,14 @@ def orch(*argv: str) -> str:
     )
 
 
-def paths(matrix: Path) -> list[tuple[str, str]]:
+def rates_run(folder: Path) -> Path:
+    """A finished run of 8 cells x 2 trials measuring one failure rate (the DSV4 shape): what
+    `orch report` renders at the end of such a sweep."""
+    manifest, records = rates_only(*synthetic_run())
+    return write_run(folder / manifest.run_id, manifest, records)
+
+
+def paths(matrix: Path, run: Path) -> list[tuple[str, str]]:
     given = (str(matrix), "-i", str(REPO / "inventory" / "local.yaml"))
     return [
         ("python -c pass (the floor)", "pass"),
@@ -72,6 +84,7 @@ def paths(matrix: Path) -> list[tuple[str, str]]:
         ("orch validate (2 cells, no gates)", orch("validate", *given)),
         ("orch plan (2 cells)", orch("plan", *given)),
         ("orch status", orch("status", "--reports", str(matrix.parent / "reports"))),
+        ("orch report (16 trials, rates only)", orch("report", str(run))),
         ("import orchestrator.sim.server", "import orchestrator.sim.server"),
         ("import orchestrator.sim.repro", "import orchestrator.sim.repro"),
     ]
@@ -94,10 +107,16 @@ def main() -> None:
     args = parser.parse_args()
     print(load_line())
     trees = [("after", REPO)] + ([("before", args.before.resolve())] if args.before else [])
+    for _, tree in trees:  # bytecode for both, or a tree without it (PYTHONDONTWRITEBYTECODE) compiles at every start
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(tree / "orchestrator")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     with tempfile.TemporaryDirectory() as tmp:
         matrix = Path(tmp) / "m.yaml"
         matrix.write_text(MATRIX)
-        cases = paths(matrix)
+        cases = paths(matrix, rates_run(Path(tmp) / "runs"))
         times: dict[tuple[str, str], list[float]] = {(t, name): [] for t, _ in trees for name, _ in cases}
         for _ in range(args.starts):  # round robin: each path sees the same load over the run
             for t, tree in trees:

@@ -5,7 +5,9 @@ heterogeneity test per cell, per round check and per testbed check, and a Fisher
 and per nightly comparison. orch computes the ranks and the chi-square with scipy's own steps
 (core.ranks.midranks, core.stats.pearson_chi2: the same numbers, without ~0.2-0.5 ms of argument
 handling a call) and remembers Fisher's p per table; each row times both on the same inputs, in
-one run, and checks the results are equal. The last rows time a whole number effect (2 x 2
+one run, and checks the results are equal. Four rows time the calls every report of rates makes
+(Wilson, Newcombe, Fisher, the drift check's trend test), written out in core.stats so that the
+report imports neither statsmodels nor scipy.stats. The last rows time a whole number effect (2 x 2
 design, unequal strata: the exact stratified test) and a report's second render (one jinja2
 environment per process instead of a fresh one, which compiled the template again).
 
@@ -81,6 +83,48 @@ def render_ms() -> tuple[float, float]:
     return times[0], times[1]
 
 
+def written_out(args: argparse.Namespace, fisher: list[tuple[int, int, int, int]]) -> None:
+    """The library calls every report of rates makes, written out in core.stats so that rendering
+    it imports neither statsmodels nor scipy.stats: each beside the call it replaces, after
+    checking both give the same floats."""
+    from statsmodels.stats.contingency_tables import Table
+    from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
+
+    rounds = [np.array([[k1, 40.0 - k1], [k2, 40.0 - k2], [3.0, 37.0]]) for k1, _, k2, _ in fisher]
+    scores, columns = np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0])
+    pairs: list[tuple[str, Callable[[int], object], Callable[[int], object]]] = [
+        (
+            "wilson vs proportion_confint",
+            lambda i: stats._wilson_bounds(fisher[i][0], 40, 0.95),
+            lambda i: tuple(float(x) for x in proportion_confint(fisher[i][0], 40, alpha=1 - 0.95, method="wilson")),
+        ),
+        (
+            "newcombe vs confint_proportions_2indep",
+            lambda i: stats.rate_difference_ci(*fisher[i]),
+            lambda i: tuple(float(x) for x in confint_proportions_2indep(*fisher[i], method="newcomb", alpha=1 - 0.95)),
+        ),
+        (
+            "fisher_exact, not remembered, vs fisher_exact",
+            lambda i: stats._fisher_p.__wrapped__(*fisher[i]),
+            lambda i: float(
+                sps.fisher_exact([[fisher[i][0], 40 - fisher[i][0]], [fisher[i][2], 40 - fisher[i][2]]]).pvalue
+            ),
+        ),
+        (
+            "trend vs test_ordinal_association",
+            lambda i: stats._ordinal_association(rounds[i], scores, columns),
+            lambda i: (lambda r: (float(r.zscore), float(r.pvalue)))(
+                Table(rounds[i]).test_ordinal_association(row_scores=scores, col_scores=columns)
+            ),
+        ),
+    ]
+    for name, ours, theirs in pairs:
+        for i in range(args.calls):
+            if ours(i) != theirs(i):
+                raise SystemExit(f"{name}: orch and the library differ on {fisher[i]}")
+        row(name, per_call(args.repeat, args.calls, ours), per_call(args.repeat, args.calls, theirs), "library")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per timing")
@@ -126,6 +170,7 @@ def main() -> None:
         scipy_fisher,
         "scipy",
     )
+    written_out(args, fisher)
     ours = number_effect_ms(args.repeat)
     midranks = ranks.midranks
     try:

@@ -52,6 +52,7 @@ def test_norm() -> None:
     check(dist.norm_cdf, sps.norm.cdf, X)
     check(dist.norm_sf, sps.norm.sf, X)
     check(dist.norm_ppf, sps.norm.ppf, Q)
+    check(dist.norm_isf, sps.norm.isf, Q)
 
 
 @pytest.mark.parametrize("df", DF)
@@ -95,6 +96,23 @@ def test_binom(n: float) -> None:
     for p in (0.0, 1e-10, 0.3, 0.5, 1.0, 1.5, np.nan):
         check(dist.binom_cdf, sps.binom.cdf, k, n, p)
         check(dist.binom_ppf, sps.binom.ppf, Q, n, p)
+
+
+# (M, n, N): population, good ones in it, drawn; the last four are invalid (nan from both)
+HYPERGEOM = [(1, 0, 0), (1, 1, 1), (10, 3, 4), (10, 7, 9), (20, 20, 5), (20, 5, 20), (240, 40, 12), (2000, 1000, 999)]
+HYPERGEOM += [(10**6, 1234, 56789), (0, 0, 0), (10, 11, 2), (10, 2, 11), (10.5, 2, 3)]
+
+
+@pytest.mark.parametrize(("total", "good", "drawn"), HYPERGEOM)
+def test_hypergeom(total: float, good: float, drawn: float) -> None:
+    k = [-np.inf, -1, 0, 0.5, 1, 2, 3, 4, 5, 6.5, 9, 11, 12, 40, 500, 998, 999, 1000, 1234, 10**5, np.inf, np.nan]
+    k = np.array(k)
+    for ours, theirs in (
+        (dist.hypergeom_pmf, sps.hypergeom.pmf),
+        (dist.hypergeom_cdf, sps.hypergeom.cdf),
+        (dist.hypergeom_sf, sps.hypergeom.sf),
+    ):
+        check(ours, theirs, k, total, good, drawn)
 
 
 def test_scalars_give_0d_arrays_of_the_same_value() -> None:

@@ -140,6 +140,21 @@ def test_plan_loads_no_report_and_no_run_machinery(tmp_path: Path, command: list
     assert not (tmp_path / "r").exists()  # touched nothing
 
 
+def test_a_report_of_rates_only_loads_neither_statsmodels_nor_scipy_stats(tmp_path: Path) -> None:
+    """The DSV4 case, a failure rate per cell and nothing else: its report's intervals and tests
+    (Wilson, Newcombe, Fisher) come from core.stats and core.dist, so rendering it costs neither
+    import (~1 CPU-s of a ~3 CPU-s render). A number metric still brings scipy.stats (bootstrap,
+    Mann-Whitney)."""
+    from helpers.report_synth import rates_only, synthetic_run, write_run
+
+    manifest, records = rates_only(*synthetic_run())
+    run = write_run(tmp_path / manifest.run_id, manifest, records)
+    loaded = _loaded(_orch("report", str(run)))
+    assert "corruption" in (run / "index.html").read_text()  # it did render the rates
+    _none_of(loaded, ("statsmodels",))
+    assert "scipy.special" in loaded["scipy"] and "scipy.stats" not in loaded["scipy"]
+
+
 def test_status_loads_no_sweep_or_report_stack(tmp_path: Path) -> None:
     loaded = _loaded(_orch("status", "--reports", str(tmp_path)))
     _none_of(loaded, REPORT_STACK + SSH_STACK + ("numpy", "httpx"))
@@ -154,6 +169,7 @@ def test_startup_bench_prints_each_path_with_its_ratio() -> None:
         "orch validate",
         "orch plan",
         "orch status",
+        "orch report",
         "sim.server",
         "sim.repro",
     ):

@@ -114,6 +114,79 @@ def test_fisher_exact_remembered_is_the_same_number() -> None:
         stats.fisher_exact(3, 2, 0, 1)
 
 
+def _tables(rng: np.random.Generator) -> list[tuple[int, int, int, int]]:
+    """(k1, n1, k2, n2): every table with up to 5 sessions a side (all the edges: 0 and n events,
+    equal and opposite margins), then random ones of up to a million sessions at sweep-like rates."""
+    sizes = itertools.product(range(1, 6), repeat=2)
+    small = [(k1, n1, k2, n2) for n1, n2 in sizes for k1 in range(n1 + 1) for k2 in range(n2 + 1)]
+    big = []
+    for n1, n2, p in zip(rng.integers(1, 10**6, 150), rng.integers(1, 10**6, 150), rng.random(150) * 0.3, strict=True):
+        big.append((int(rng.binomial(n1, p)), int(n1), int(rng.binomial(n2, p * 2 * rng.random())), int(n2)))
+    for n1, n2, p in zip(rng.integers(6, 400, 150), rng.integers(6, 400, 150), rng.random(150) * 0.5, strict=True):
+        big.append((int(rng.binomial(n1, p)), int(n1), int(rng.binomial(n2, p)), int(n2)))
+    return small + big
+
+
+def test_wilson_and_newcombe_are_statsmodels_to_the_bit() -> None:
+    """stats writes out statsmodels' Wilson and Newcombe intervals (so a report imports neither
+    statsmodels nor scipy.stats): the same floats as the calls they replace, not approximately."""
+    from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
+
+    rng = np.random.default_rng(20261204)
+    counts = [(k, n) for n in range(1, 31) for k in range(n + 1)]
+    counts += [(int(rng.binomial(n, 0.2 * rng.random())), int(n)) for n in rng.integers(31, 10**7, 200)]
+    for confidence in (0.95, 0.99, 0.5):
+        for k, n in counts:
+            want = proportion_confint(k, n, alpha=1 - confidence, method="wilson")
+            assert stats._wilson_bounds(k, n, confidence) == (float(want[0]), float(want[1])), (k, n, confidence)
+            low, high = stats.wilson_interval(k, n, confidence)  # the same but at the edges, 0 and 1 exactly
+            assert (low, high) == (0.0 if k == 0 else want[0], 1.0 if k == n else want[1])
+    for confidence in (0.95, 0.99):
+        for k1, n1, k2, n2 in _tables(rng):
+            want = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff", alpha=1 - confidence)
+            got = stats.rate_difference_ci(k1, n1, k2, n2, confidence)
+            assert got == (float(want[0]), float(want[1])), (k1, n1, k2, n2, confidence)
+
+
+def test_fisher_exact_is_scipys_to_the_bit() -> None:
+    """stats runs scipy's two-sided Fisher algorithm on core.dist's hypergeometric functions: the
+    same p as scipy.stats.fisher_exact on every table, to the bit (the memo bypassed)."""
+    from scipy import stats as sps
+
+    for k1, n1, k2, n2 in _tables(np.random.default_rng(20261205)):
+        want = float(sps.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided").pvalue)
+        assert stats._fisher_p.__wrapped__(k1, n1, k2, n2) == want, (k1, n1, k2, n2)
+
+
+def test_trend_test_is_statsmodels_ordinal_association_to_the_bit() -> None:
+    """The drift check's trend test writes out statsmodels' Table(...).test_ordinal_association
+    (zero cells counted as 0.5, as Table does): the same z and p on random round tables, with
+    zero cells, tied and spread scores, and a table whose scores are all equal (z undefined)."""
+    import warnings
+
+    from statsmodels.stats.contingency_tables import Table
+
+    rng = np.random.default_rng(20261206)
+    cases = [(np.array([[0.0, 40.0], [6.0, 34.0], [0.0, 40.0]]), np.array([0.0, 1.0, 2.0]))]
+    cases.append((np.array([[3.0, 37.0], [5.0, 35.0]]), np.array([4.0, 4.0])))  # equal scores: nan
+    while len(cases) < 400:
+        rows = int(rng.integers(2, 9))
+        n = rng.integers(1, 300, rows)
+        k = np.minimum(rng.binomial(n, 0.3 * rng.random() * (1 + rng.random(rows))), n)
+        table = stats._two_column_table(list(zip(k.tolist(), n.tolist(), strict=True)))
+        if table is not None:
+            spread = np.sort(rng.choice(20, rows, replace=False)).astype(float)
+            cases.append((table, spread if len(cases) % 2 else np.arange(rows, dtype=float)))
+    columns = np.array([0.0, 1.0])
+    for table, scores in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # statsmodels warns where z is undefined; ours stays quiet
+            want = Table(table).test_ordinal_association(row_scores=scores, col_scores=columns)
+        got = np.array(stats._ordinal_association(table, scores, columns))
+        assert np.array_equal(got, [float(want.zscore), float(want.pvalue)], equal_nan=True), table
+    assert stats.trend([(3, 40), (5, 40)], [4.0, 4.0]) == 1.0  # undefined: no evidence of a trend
+
+
 def test_mann_whitney() -> None:
     assert stats.mann_whitney([1, 2, 3, 4, 5, 6], [11, 12, 13, 14, 15, 16]) < 0.01
     assert stats.mann_whitney([1, 1, 1], [1, 1]) == 1.0

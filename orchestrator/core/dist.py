@@ -5,15 +5,18 @@ imports a statistics module (`orch plan`, each report render), and each scipy.st
 ~50-100 us in argument checks around one special-function call. These wrappers call the very
 function scipy.stats calls underneath (scipy 1.17: norm -> ndtr/ndtri, t -> stdtr/stdtrit,
 chi2 -> chdtrc/gammaincinv, f -> fdtrc, beta -> _beta_ppf/betainc/betaincc, binom ->
-_binom_cdf/_binom_ppf), with the same handling of the support's edges and of invalid arguments,
-so results are bit-identical: tests/test_dist.py checks each against the scipy.stats call it
-replaces. Where scipy.stats uses a private ufunc (beta.ppf, binom: the public betaincinv and
-bdtr differ in the last bits) that ufunc is used, and the test pins it.
+_binom_cdf/_binom_ppf, hypergeom -> _hypergeom_pmf/_hypergeom_cdf/_hypergeom_sf), with the same
+handling of the support's edges and of invalid arguments, so results are bit-identical:
+tests/test_dist.py checks each against the scipy.stats call it replaces. Where scipy.stats uses
+a private ufunc (beta.ppf, binom: the public betaincinv and bdtr differ in the last bits;
+hypergeom has no public one) that ufunc is used, and the test pins it.
 
 Arguments broadcast as numpy arrays; results are float64 arrays (0-d for scalar arguments).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -66,6 +69,15 @@ def norm_ppf(q: npt.ArrayLike) -> Array:
     f = _f(q)
     with np.errstate(invalid="ignore"):
         return _ppf(np.asarray(special.ndtri(f), dtype=float), f, np.ones(f.shape, dtype=bool), -np.inf, np.inf)
+
+
+def norm_isf(q: npt.ArrayLike) -> Array:
+    """scipy.stats.norm.isf: -ndtri(q); +inf at q = 0, -inf at q = 1, nan outside [0, 1]."""
+    f = _f(q)
+    with np.errstate(invalid="ignore"):
+        inside = np.where((f > 0) & (f < 1), -special.ndtri(f), _NAN)
+        out: Array = np.where(f == 0, np.inf, np.where(f == 1, -np.inf, inside))
+    return out
 
 
 def t_sf(x: npt.ArrayLike, df: npt.ArrayLike) -> Array:
@@ -149,4 +161,58 @@ def binom_ppf(q: npt.ArrayLike, n: npt.ArrayLike, p: npt.ArrayLike) -> Array:
         value = np.asarray(_private._binom_ppf(fq, fn, fp), dtype=float)
         inside = np.where(fq == 0, -1.0, np.where(fq == 1, fn, np.where((fq > 0) & (fq < 1), value, _NAN)))
         out: Array = np.where(_binom_ok(fn, fp), inside, _NAN)
+    return out
+
+
+HypergeomArgs = tuple[Array, Array, Array, Array, npt.NDArray[np.bool_], Array, Array]
+
+
+def _hypergeom_args(k: npt.ArrayLike, total: npt.ArrayLike, good: npt.ArrayLike, drawn: npt.ArrayLike) -> HypergeomArgs:
+    """k, scipy's (M, n, N), whether they are valid, and the support's ends (rv_discrete's rules)."""
+    fk, fm, fn, fd = _f(k), _f(total), _f(good), _f(drawn)
+    with np.errstate(invalid="ignore"):
+        ok = (fm > 0) & (fn >= 0) & (fd >= 0) & (fn <= fm) & (fd <= fm)
+        ok = ok & (fm == np.round(fm)) & (fn == np.round(fn)) & (fd == np.round(fd))
+        low, high = np.maximum(fd - (fm - fn), 0), np.minimum(fn, fd)
+    return fk, fm, fn, fd, ok, low, high
+
+
+def hypergeom_pmf(k: npt.ArrayLike, total: npt.ArrayLike, good: npt.ArrayLike, drawn: npt.ArrayLike) -> Array:
+    """scipy.stats.hypergeom.pmf(k, M=total, n=good, N=drawn): _hypergeom_pmf on the support's
+    integers, 0 off them, nan for invalid arguments."""
+    fk, fm, fn, fd, ok, low, high = _hypergeom_args(k, total, good, drawn)
+    with np.errstate(invalid="ignore"):
+        on = (fk >= low) & (fk <= high) & (np.floor(fk) == fk)
+        value = np.clip(_private._hypergeom_pmf(fk, fn, fd, fm), 0, 1)
+        out: Array = np.where(~ok | np.isnan(fk), _NAN, np.where(on, value, 0.0))
+    return out
+
+
+def hypergeom_cdf(k: npt.ArrayLike, total: npt.ArrayLike, good: npt.ArrayLike, drawn: npt.ArrayLike) -> Array:
+    """scipy.stats.hypergeom.cdf: _hypergeom_cdf inside [low, high), 0 below, 1 at and above high."""
+    return _hypergeom_tail(_private._hypergeom_cdf, k, total, good, drawn, below=0.0, above=1.0)
+
+
+def hypergeom_sf(k: npt.ArrayLike, total: npt.ArrayLike, good: npt.ArrayLike, drawn: npt.ArrayLike) -> Array:
+    """scipy.stats.hypergeom.sf: _hypergeom_sf inside [low, high), 1 below, 0 at and above high."""
+    return _hypergeom_tail(_private._hypergeom_sf, k, total, good, drawn, below=1.0, above=0.0)
+
+
+def _hypergeom_tail(
+    tail: Callable[..., npt.ArrayLike],
+    k: npt.ArrayLike,
+    total: npt.ArrayLike,
+    good: npt.ArrayLike,
+    drawn: npt.ArrayLike,
+    *,
+    below: float,
+    above: float,
+) -> Array:
+    """rv_discrete.cdf's and .sf's edges around scipy's ufunc (clipped to [0, 1]): `below` under
+    the support, `above` at and over its top, nan for invalid arguments or k."""
+    fk, fm, fn, fd, ok, low, high = _hypergeom_args(k, total, good, drawn)
+    with np.errstate(invalid="ignore"):
+        inside = (fk >= low) & (fk < high) & np.isfinite(fk)
+        value = np.clip(tail(fk, fn, fd, fm), 0, 1)
+        out: Array = np.where(~ok | np.isnan(fk), _NAN, np.where(inside, value, np.where(fk >= high, above, below)))
     return out

@@ -3,9 +3,12 @@
 Why this module exists: the DSV4 team lost days to noise (15%, 18%, then 2% corruption between
 runs of one configuration). A rate without an interval invites that mistake, so every number the
 report prints comes from here with its uncertainty attached. Library methods are used wherever
-one exists (statsmodels, scipy); the only arithmetic written here is MOVER, the standard way to
-put an interval on a sum of independent rates (Newcombe's difference interval is its two-term
-case, and the tests check the two agree).
+one exists (statsmodels, scipy); the arithmetic written here is MOVER, the standard way to put an
+interval on a sum of independent rates (Newcombe's difference interval is its two-term case, and
+the tests check the two agree), and the three library calls every report makes (Wilson and
+Newcombe from statsmodels, Fisher's exact test from scipy.stats), written out with the libraries'
+own operations so that rendering a report imports neither library: the tests compare each with
+the library call, to the bit.
 
 Everything here is pure: numbers in, numbers out. Failed trials never reach this module; the
 report passes only completed trials.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +28,9 @@ import numpy.typing as npt
 from orchestrator.core import dist
 
 # scipy.stats and statsmodels (which imports scipy.stats) cost ~1.5 s to import: each function
-# that needs one imports it when called, so `orch plan` and the report's other paths never pay it.
+# that needs one imports it when called (a number metric's median and Mann-Whitney test, the
+# power solver), so `orch plan` and a report of rates never pay it (the calls such a report
+# makes are written out below: _wilson_bounds, _fisher_p, _ordinal_association).
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -59,13 +64,29 @@ def wilson_interval(k: int, n: int, confidence: float = CONFIDENCE) -> tuple[flo
     _check_counts(k, n)
     if n == 0:
         return (0.0, 1.0)
-    from statsmodels.stats.proportion import proportion_confint  # see the imports
-
-    low, high = proportion_confint(k, n, alpha=1 - confidence, method="wilson")
+    low, high = _wilson_bounds(k, n, confidence)
     # exact at the edges: float noise gives 8e-20 for 0/500000, which would print as a bound
-    low = 0.0 if k == 0 else max(0.0, float(low))
-    high = 1.0 if k == n else min(1.0, float(high))
+    low = 0.0 if k == 0 else low
+    high = 1.0 if k == n else high
     return (low, high)
+
+
+def _wilson_bounds(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """statsmodels' proportion_confint(k, n, alpha=1 - confidence, method="wilson"), the same
+    operations in the same order, so the same floats (tests/test_stats.py compares them).
+
+    Why not call it: importing statsmodels.stats.proportion (and the scipy.stats it imports)
+    costs ~0.6 CPU-s, once in every process that renders a report, and these five lines were
+    all the report's default path used of it."""
+    alpha = (1 - confidence) / 2.0
+    crit = float(dist.norm_isf(alpha))
+    crit2 = crit**2
+    q, nobs = float(k) / float(n), float(n)
+    denom = 1 + crit2 / nobs
+    center = (q + crit2 / (2 * nobs)) / denom
+    half = crit * math.sqrt(q * (1.0 - q) / nobs + crit2 / (4.0 * nobs**2))
+    half /= denom
+    return (min(max(center - half, 0.0), 1.0), min(max(center + half, 0.0), 1.0))
 
 
 def rate(k: int, n: int, confidence: float = CONFIDENCE) -> Interval:
@@ -89,13 +110,56 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
 
 @functools.lru_cache(maxsize=65536)
 def _fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
-    """scipy's two-sided Fisher p, remembered: a pure function of four small integers, and one
-    report asks it for the same tables again and again (a power simulation draws thousands of
-    tables from a few dozen; the nightly checks test each night against the same pooled counts),
-    at ~1 ms of scipy a call. 65,536 entries hold a few MB."""
-    from scipy import stats as sps  # see the imports
+    """scipy.stats.fisher_exact's two-sided p for [[k1, n1 - k1], [k2, n2 - k2]], remembered: a
+    pure function of four small integers, and one report asks it for the same tables again and
+    again (a power simulation draws thousands of tables from a few dozen; the nightly checks test
+    each night against the same pooled counts).
 
-    return float(sps.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided").pvalue)
+    scipy's algorithm (scipy 1.17, stats._stats_py.fisher_exact) on core.dist's hypergeometric
+    functions, which call the ufuncs scipy.stats calls: the same p to the bit (tests/test_stats.py
+    compares them over thousands of tables), without importing scipy.stats (~0.5 CPU-s in every
+    report process; it was the only scipy.stats call a report's default path made)."""
+    if k1 + k2 == 0 or k1 + k2 == n1 + n2:
+        return 1.0  # a column without sessions: only one table has these margins
+    total, col = n1 + n2, k1 + k2
+
+    def pmf(x: int) -> float:
+        return float(dist.hypergeom_pmf(x, total, n1, col))
+
+    mode = int(float((col + 1) * (n1 + 1)) / float(total + 2))
+    pexact, pmode = pmf(k1), pmf(mode)
+    gamma = 1 + FISHER_EPSILON
+    if abs(pexact - pmode) / max(pexact, pmode) <= FISHER_EPSILON:
+        return 1.0
+    if k1 < mode:
+        plower = float(dist.hypergeom_cdf(k1, total, n1, col))
+        if pmf(col) > pexact * gamma:
+            return min(plower, 1.0)
+        guess = _last_at_most(lambda x: -pmf(x), -pexact * gamma, mode, col)
+        return min(plower + float(dist.hypergeom_sf(guess, total, n1, col)), 1.0)
+    pupper = float(dist.hypergeom_sf(k1 - 1, total, n1, col))
+    if pmf(0) > pexact * gamma:
+        return min(pupper, 1.0)
+    guess = _last_at_most(pmf, pexact * gamma, 0, mode)
+    return min(pupper + float(dist.hypergeom_cdf(guess, total, n1, col)), 1.0)
+
+
+FISHER_EPSILON = 1e-14  # scipy's: tables this close in probability to the observed one count as it
+
+
+def _last_at_most(f: Callable[[int], float], d: float, lo: int, hi: int) -> int:
+    """scipy's binary search (stats._binomtest._binary_search_for_binom_tst): i in [lo, hi] with
+    f(i) <= d < f(i + 1), f ascending there; the other tail's edge of a two-sided exact test."""
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        value = f(mid)
+        if value < d:
+            lo = mid + 1
+        elif value > d:
+            hi = mid - 1
+        else:
+            return mid
+    return lo if f(lo) <= d else lo - 1
 
 
 def rate_difference_ci(k1: int, n1: int, k2: int, n2: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
@@ -104,9 +168,14 @@ def rate_difference_ci(k1: int, n1: int, k2: int, n2: int, confidence: float = C
     _check_counts(k2, n2)
     if n1 == 0 or n2 == 0:
         return (-1.0, 1.0)
-    from statsmodels.stats.proportion import confint_proportions_2indep  # see the imports
-
-    low, high = confint_proportions_2indep(k1, n1, k2, n2, method="newcomb", compare="diff", alpha=1 - confidence)
+    low1, high1 = _wilson_bounds(k1, n1, confidence)
+    low2, high2 = _wilson_bounds(k2, n2, confidence)
+    # statsmodels' confint_proportions_2indep(method="newcomb", compare="diff"), written out as
+    # its six lines are, on the same Wilson bounds (see _wilson_bounds for why not call it)
+    p1, p2 = k1 / n1, k2 / n2
+    diff = p1 - p2
+    low = diff - math.sqrt((p1 - low1) ** 2 + (high2 - p2) ** 2)
+    high = diff + math.sqrt((p2 - low2) ** 2 + (high1 - p1) ** 2)
     return (float(low), float(high))
 
 
@@ -256,13 +325,31 @@ def trend(
         return 1.0
     kept = [i for i, (_, n) in enumerate(counts) if n > 0]
     row_scores = np.asarray(scores if scores is not None else range(len(counts)), dtype=float)
-    from statsmodels.stats.contingency_tables import Table  # see the imports
-
-    result = Table(table).test_ordinal_association(row_scores=row_scores[kept], col_scores=np.array([0.0, 1.0]))
-    p = float(result.pvalue)
+    zscore, p = _ordinal_association(table, row_scores[kept], np.array([0.0, 1.0]))
     if math.isnan(p):
         return 1.0
-    return quasi_p(p, float(result.zscore) ** 2, 1, phi, df)
+    return quasi_p(p, zscore**2, 1, phi, df)
+
+
+def _ordinal_association(table: np.ndarray, row_scores: np.ndarray, col_scores: np.ndarray) -> tuple[float, float]:
+    """statsmodels' Table(table).test_ordinal_association(row_scores, col_scores): (z, p), its
+    operations in its order, so the same floats (tests/test_stats.py compares them), zero cells
+    counted as 0.5 as Table does by default. Why not call it: statsmodels' import (~0.5 CPU-s,
+    scipy.stats with it) in every report process, for one dot product and a normal tail; every
+    run with two rounds or more checks its baseline for drift with this."""
+    t = np.array(table, dtype=np.float64)
+    if t.min() == 0:
+        t[t == 0] = 0.5
+    statistic = np.dot(row_scores, np.dot(t, col_scores))
+    n_obs = t.sum()
+    rtot, ctot = t.sum(1), t.sum(0)
+    um, u2m = np.dot(row_scores, rtot), np.dot(row_scores**2, rtot)
+    vn, v2n = np.dot(col_scores, ctot), np.dot(col_scores**2, ctot)
+    e_stat = um * vn / n_obs
+    v_stat = (u2m - um**2 / n_obs) * (v2n - vn**2 / n_obs) / (n_obs - 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zscore = (statistic - e_stat) / np.sqrt(v_stat)
+    return float(zscore), float(2 * dist.norm_cdf(-np.abs(zscore)))
 
 
 def quasi_p(binomial_p: float, statistic: float, dof: int, phi: float, df: float) -> float:
