@@ -7,8 +7,8 @@ machine's load falls on all of them), and the ratio of the eager import set to i
 is what every `orch` start imported before the CLI imported lazily: the modules cli.main
 imported at its top (the sweep API with pydantic, YAML, numpy and httpx; rich; cli.output,
 cli.hunt, cli.team), then the parser built. One path does more than start: `orch report` on a
-small finished run of rates (16 trials, one proportion metric), the render every such sweep ends
-with; most of its time is imports too. With --before DIR the same paths also run on another
+small finished run (16 trials; a rate and two numbers), the render every sweep ends with; most
+of its time is imports too. With --before DIR the same paths also run on another
 checkout (PYTHONPATH=DIR), e.g. the commit before the change, side by side.
 
     python bench/bench_startup.py [--starts 15] [--before /path/to/old/checkout]
@@ -30,7 +30,7 @@ from timing import load_line
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared with the tests
 
-from helpers.report_synth import rates_only, synthetic_run, write_run  # noqa: E402
+from helpers.report_synth import synthetic_run, write_run  # noqa: E402
 
 EAGER = (
     "import orchestrator.cli.main as m, orchestrator.sweep.api, orchestrator.core.config, "
@@ -68,10 +68,10 @@ def orch(*argv: str) -> str:
     )
 
 
-def rates_run(folder: Path) -> Path:
-    """A finished run of 8 cells x 2 trials measuring one failure rate (the DSV4 shape): what
-    `orch report` renders at the end of such a sweep."""
-    manifest, records = rates_only(*synthetic_run())
+def finished_run(folder: Path) -> Path:
+    """A finished run of 8 cells x 2 rounds with a failure rate and two number metrics (the
+    report tests' synthetic run): what `orch report` renders at the end of such a sweep."""
+    manifest, records = synthetic_run()
     return write_run(folder / manifest.run_id, manifest, records)
 
 
@@ -84,7 +84,7 @@ def paths(matrix: Path, run: Path) -> list[tuple[str, str]]:
         ("orch validate (2 cells, no gates)", orch("validate", *given)),
         ("orch plan (2 cells)", orch("plan", *given)),
         ("orch status", orch("status", "--reports", str(matrix.parent / "reports"))),
-        ("orch report (16 trials, rates only)", orch("report", str(run))),
+        ("orch report (16 trials, 3 metrics)", orch("report", str(run))),
         ("import orchestrator.sim.server", "import orchestrator.sim.server"),
         ("import orchestrator.sim.repro", "import orchestrator.sim.repro"),
     ]
@@ -116,7 +116,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         matrix = Path(tmp) / "m.yaml"
         matrix.write_text(MATRIX)
-        cases = paths(matrix, rates_run(Path(tmp) / "runs"))
+        cases = paths(matrix, finished_run(Path(tmp) / "runs"))
         times: dict[tuple[str, str], list[float]] = {(t, name): [] for t, _ in trees for name, _ in cases}
         for _ in range(args.starts):  # round robin: each path sees the same load over the run
             for t, tree in trees:

@@ -187,12 +187,6 @@ def test_trend_test_is_statsmodels_ordinal_association_to_the_bit() -> None:
     assert stats.trend([(3, 40), (5, 40)], [4.0, 4.0]) == 1.0  # undefined: no evidence of a trend
 
 
-def test_mann_whitney() -> None:
-    assert stats.mann_whitney([1, 2, 3, 4, 5, 6], [11, 12, 13, 14, 15, 16]) < 0.01
-    assert stats.mann_whitney([1, 1, 1], [1, 1]) == 1.0
-    assert stats.mann_whitney([], [1.0]) == 1.0
-
-
 def test_min_detectable_difference_and_its_power_by_simulation() -> None:
     mdd = stats.min_detectable_difference(120, 0.02)
     assert 0.05 < mdd < 0.12

@@ -37,7 +37,7 @@ from typing import TypeVar
 import numpy as np
 
 from orchestrator.core import dist, ranks
-from orchestrator.core.stats import ALPHA, CONFIDENCE, CellCount, Interval, holm, mann_whitney
+from orchestrator.core.stats import ALPHA, CONFIDENCE, CellCount, Interval, holm
 
 MAX_ORDER = 3  # interactions up to three-way (the DSV4 AND); higher orders are rarely readable
 MAX_CONTRASTS = 400  # per metric; interactions of the highest order are dropped first beyond it
@@ -467,7 +467,7 @@ def _number_effect(
         n_level=int(x.size),
         n_reference=int(y.size),
         shift=ranks.shift_interval(x, y, confidence),
-        p=mann_whitney(x, y),
+        p=ranks.mann_whitney(x, y),
         strata=len(matched),
     )
 

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.core import dist
+from orchestrator.core import dist, ranks
 from orchestrator.core.clustered import RHO_PRIOR
-from orchestrator.core.stats import ALPHA, fisher_exact, holm, mann_whitney
+from orchestrator.core.stats import ALPHA, fisher_exact, holm
 
 LOOKBACK = 7  # earlier nights compared against (the newest ones)
 # Multiply-adds of one exact tail's convolutions: (count + 1) x (sessions + trials) at most, so any
@@ -302,7 +302,7 @@ def number_change(h: NumberHistory) -> Change | None:
     after = [v for v in h.tonight if math.isfinite(v)]
     if len(before) < 2 or len(after) < 2:
         return None
-    p = mann_whitney(before, after)
+    p = ranks.mann_whitney(before, after)
     nights = [finite for night in h.nights if (finite := [v for v in night if math.isfinite(v)])]
     night = _number_night_p(nights, after)
     method = "Mann-Whitney U, trial values"

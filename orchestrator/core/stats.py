@@ -28,9 +28,9 @@ import numpy.typing as npt
 from orchestrator.core import dist
 
 # scipy.stats and statsmodels (which imports scipy.stats) cost ~1.5 s to import: each function
-# that needs one imports it when called (a number metric's median and Mann-Whitney test, the
-# power solver), so `orch plan` and a report of rates never pay it (the calls such a report
-# makes are written out below: _wilson_bounds, _fisher_p, _ordinal_association).
+# that needs one imports it when called (median_ci's bootstrap for `orch compare`, the power
+# solver), so `orch plan` and a report never pay it: the calls a report makes are written out
+# (here: _wilson_bounds, _fisher_p, _ordinal_association; ranks.mann_whitney).
 
 ALPHA = 0.05
 CONFIDENCE = 0.95
@@ -249,19 +249,6 @@ def median_ci(values: Values, confidence: float = CONFIDENCE, seed: int = 0) -> 
         )
     ci = result.confidence_interval
     return Interval(median, float(ci.low), float(ci.high))
-
-
-def mann_whitney(a: Values, b: Values) -> float:
-    """Two-sided Mann-Whitney U p-value; 1.0 when either side is empty or all values tie."""
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if x.size == 0 or y.size == 0:
-        return 1.0
-    if np.all(np.concatenate([x, y]) == x[0]):
-        return 1.0
-    from scipy import stats as sps  # see the imports
-
-    p = float(sps.mannwhitneyu(x, y, alternative="two-sided").pvalue)
-    return 1.0 if math.isnan(p) else p
 
 
 def min_detectable_difference(n_per_cell: int, baseline_rate: float, alpha: float = ALPHA, power: float = 0.8) -> float:

@@ -414,7 +414,7 @@ def _number_cells(metric: MetricRows, cell_ids: Sequence[str], baseline_cell: st
     empty = np.array([], dtype=float)
     base = values.get(baseline_cell, empty) if baseline_cell else empty
     others = [c for c in cell_ids if c != baseline_cell and base.size and c in values]
-    pvalues = {c: stats.mann_whitney(values[c], base) for c in others}
+    pvalues = {c: ranks.mann_whitney(values[c], base) for c in others}
     adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
     result = {}
     for cell in cell_ids:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.core import clustered, stats
+from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report.build import versus_baseline, widened_rate
@@ -176,7 +176,7 @@ def _row(
         b.median.estimate - a.median.estimate,
         None,
         None,
-        stats.mann_whitney(b.values, a.values),
+        ranks.mann_whitney(b.values, a.values),
     )
 
 

@@ -112,13 +112,6 @@ def synthetic_run(
     return manifest, records
 
 
-def rates_only(manifest: RunManifest, records: list[TrialRecord]) -> tuple[RunManifest, list[TrialRecord]]:
-    """The same run measuring the failure rate alone (the DSV4 shape: no number metric)."""
-    manifest = manifest.model_copy(update={"metrics": {"corruption": "proportion"}})
-    rates = [{k: v for k, v in r.metrics.items() if k == "corruption"} for r in records]
-    return manifest, [r.model_copy(update={"metrics": m}) for r, m in zip(records, rates, strict=True)]
-
-
 def _completed(
     run_id: str,
     planned: PlannedTrial,
