@@ -5,11 +5,12 @@ heterogeneity test per cell, per round check and per testbed check, and a Fisher
 and per nightly comparison. orch computes the ranks and the chi-square with scipy's own steps
 (core.ranks.midranks, core.stats.pearson_chi2: the same numbers, without ~0.2-0.5 ms of argument
 handling a call) and remembers Fisher's p per table; each row times both on the same inputs, in
-one run, and checks the results are equal. Four rows time the calls every report of rates makes
-(Wilson, Newcombe, Fisher, the drift check's trend test), written out in core.stats so that the
-report imports neither statsmodels nor scipy.stats. The last rows time a whole number effect (2 x 2
-design, unequal strata: the exact stratified test) and a report's second render (one jinja2
-environment per process instead of a fresh one, which compiled the template again).
+one run, and checks the results are equal. Five rows time the library calls every report makes
+(Wilson, Newcombe, Fisher, Mann-Whitney, the drift check's trend test), written out in core.stats
+and core.ranks so that the report imports neither statsmodels nor scipy.stats. The last rows
+time a whole number effect (2 x 2 design, unequal strata: the exact stratified test) and a
+report's second render (one jinja2 environment per process instead of a fresh one, which
+compiled the template again).
 
     python bench/bench_stat_calls.py [--calls 2000] [--repeat 3]
 """
@@ -83,9 +84,9 @@ def render_ms() -> tuple[float, float]:
     return times[0], times[1]
 
 
-def written_out(args: argparse.Namespace, fisher: list[tuple[int, int, int, int]]) -> None:
-    """The library calls every report of rates makes, written out in core.stats so that rendering
-    it imports neither statsmodels nor scipy.stats: each beside the call it replaces, after
+def written_out(args: argparse.Namespace, fisher: list[tuple[int, int, int, int]], values: list[np.ndarray]) -> None:
+    """The library calls every report makes, written out in core.stats and core.ranks so that
+    rendering it imports neither statsmodels nor scipy.stats: each beside the call it replaces, after
     checking both give the same floats."""
     from statsmodels.stats.contingency_tables import Table
     from statsmodels.stats.proportion import confint_proportions_2indep, proportion_confint
@@ -108,6 +109,13 @@ def written_out(args: argparse.Namespace, fisher: list[tuple[int, int, int, int]
             lambda i: stats._fisher_p.__wrapped__(*fisher[i]),
             lambda i: float(
                 sps.fisher_exact([[fisher[i][0], 40 - fisher[i][0]], [fisher[i][2], 40 - fisher[i][2]]]).pvalue
+            ),
+        ),
+        (
+            "mann_whitney vs mannwhitneyu",
+            lambda i: ranks.mann_whitney(values[i][: len(values[i]) // 2], values[i][len(values[i]) // 2 :]),
+            lambda i: float(
+                sps.mannwhitneyu(values[i][: len(values[i]) // 2], values[i][len(values[i]) // 2 :]).pvalue
             ),
         ),
         (
@@ -170,7 +178,7 @@ def main() -> None:
         scipy_fisher,
         "scipy",
     )
-    written_out(args, fisher)
+    written_out(args, fisher, values)
     ours = number_effect_ms(args.repeat)
     midranks = ranks.midranks
     try:

@@ -12,7 +12,7 @@ def test_tiny_run_prints_every_row_beside_scipy() -> None:
     out = bench_output("bench_stat_calls.py", "--calls", "40", "--repeat", "1", timeout=120)
     assert "load average" in out
     names = ("midranks vs rankdata:", "pearson_chi2 vs chi2_contingency:", "fisher_exact (", "number effect,")
-    names += ("wilson vs", "newcombe vs", "fisher_exact, not remembered", "trend vs")
+    names += ("wilson vs", "newcombe vs", "fisher_exact, not remembered", "mann_whitney vs", "trend vs")
     for name in names:
         line = next(line for line in out.splitlines() if line.startswith(name))
         assert "orch" in line and "ratio" in line, line
