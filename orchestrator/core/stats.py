@@ -5,10 +5,10 @@ runs of one configuration). A rate without an interval invites that mistake, so 
 report prints comes from here with its uncertainty attached. Library methods are used wherever
 one exists (statsmodels, scipy); the arithmetic written here is MOVER, the standard way to put an
 interval on a sum of independent rates (Newcombe's difference interval is its two-term case, and
-the tests check the two agree), and the three library calls every report makes (Wilson and
-Newcombe from statsmodels, Fisher's exact test from scipy.stats), written out with the libraries'
-own operations so that rendering a report imports neither library: the tests compare each with
-the library call, to the bit.
+the tests check the two agree), and the library calls every report makes (Wilson, Newcombe and
+the drift check's trend test from statsmodels, Fisher's exact test from scipy.stats), written
+out with the libraries' own operations so that rendering a report imports neither library: the
+tests compare each with the library call, to the bit.
 
 Everything here is pure: numbers in, numbers out. Failed trials never reach this module; the
 report passes only completed trials.
@@ -76,8 +76,8 @@ def _wilson_bounds(k: int, n: int, confidence: float) -> tuple[float, float]:
     operations in the same order, so the same floats (tests/test_stats.py compares them).
 
     Why not call it: importing statsmodels.stats.proportion (and the scipy.stats it imports)
-    costs ~0.6 CPU-s, once in every process that renders a report, and these five lines were
-    all the report's default path used of it."""
+    costs ~0.6 CPU-s, once in every process that renders a report, and these lines and
+    Newcombe's (rate_difference_ci) were all a report used of it."""
     alpha = (1 - confidence) / 2.0
     crit = float(dist.norm_isf(alpha))
     crit2 = crit**2
@@ -117,8 +117,8 @@ def _fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
 
     scipy's algorithm (scipy 1.17, stats._stats_py.fisher_exact) on core.dist's hypergeometric
     functions, which call the ufuncs scipy.stats calls: the same p to the bit (tests/test_stats.py
-    compares them over thousands of tables), without importing scipy.stats (~0.5 CPU-s in every
-    report process; it was the only scipy.stats call a report's default path made)."""
+    compares them over hundreds of tables), without importing scipy.stats (~0.5 CPU-s in every
+    report process; ranks.mann_whitney was its other call)."""
     if k1 + k2 == 0 or k1 + k2 == n1 + n2:
         return 1.0  # a column without sessions: only one table has these margins
     total, col = n1 + n2, k1 + k2
