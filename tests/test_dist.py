@@ -95,6 +95,8 @@ def test_binom(n: float) -> None:
     k = np.array([-np.inf, -2, -1, -0.5, 0, 0.5, 1, 2, 3, 4.7, 5, 6, 9, 36, 99, 999, 4999, 5000, 1e6, np.inf, np.nan])
     for p in (0.0, 1e-10, 0.3, 0.5, 1.0, 1.5, np.nan):
         check(dist.binom_cdf, sps.binom.cdf, k, n, p)
+        check(dist.binom_pmf, sps.binom.pmf, k, n, p)
+        check(dist.binom_sf, sps.binom.sf, k, n, p)
         check(dist.binom_ppf, sps.binom.ppf, Q, n, p)
 
 

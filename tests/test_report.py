@@ -314,3 +314,21 @@ def test_overdispersion_with_underflowed_p_is_still_flagged() -> None:
     report = build_report(*cell_run({"x": ["a", "b"]}, {"x": "a"}, cells))
     assert report.cells[0].proportions["corruption"].overdispersion_p == 0.0
     assert any(t.startswith("Trials of the same cell disagree") and "x=a: 0.0%, 100.0%" in t for t in _texts(report))
+
+
+def test_a_run_of_huge_trials_with_few_events_reports_without_fishers_cost() -> None:
+    """One trial a cell (no trial-to-trial variation to estimate: the pooled test), 10^11
+    sessions a trial, a handful of events: Fisher's exact test would take minutes a cell, in C
+    code no timeout interrupts (8 trials of 10^10 sessions took 3m39s); past
+    stats.FISHER_SESSIONS the report takes the binomial test. A regression fails here at the
+    suite's timeout, after the first cell's Fisher returns."""
+    from orchestrator.core import stats
+
+    manifest, records = synthetic_run(replicates=1, sessions=10**11, failures=False, rate=lambda levels: 6e-11)
+    report = build_report(manifest, records)
+    base = next(c.proportions["corruption"] for c in report.cells if c.is_baseline)
+    compared = [c.proportions["corruption"] for c in report.cells if not c.is_baseline]
+    assert len(compared) == 7 and base.rate.n == 10**11
+    for cell in compared:
+        assert cell.p is not None
+        assert cell.p == stats.pooled_test(cell.rate.k, cell.rate.n, base.rate.k, base.rate.n).p

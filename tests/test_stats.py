@@ -158,6 +158,33 @@ def test_fisher_exact_is_scipys_to_the_bit() -> None:
         assert stats._fisher_p.__wrapped__(k1, n1, k2, n2) == want, (k1, n1, k2, n2)
 
 
+def test_binomial_test_is_scipys_binomtest_to_the_bit() -> None:
+    """stats.binomial_test runs scipy.stats.binomtest's two-sided steps on core.dist: the same p
+    on every k of n <= 25 at edge and plain rates, and on random counts of up to 10^9."""
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(20261209)
+    cases = [(k, n, p) for n in range(1, 26) for k in range(n + 1) for p in (0.0, 0.1, 1 / 3, 0.5, 0.9, 1.0)]
+    for _ in range(400):
+        n, p = int(rng.integers(1, 10**9)), float(rng.random())
+        cases.append((int(rng.binomial(n, min(1.0, p * (0.9 + 0.2 * rng.random())))), n, p))
+    for k, n, p in cases:
+        assert stats.binomial_test(k, n, p) == float(sps.binomtest(k, n, p).pvalue), (k, n, p)
+
+
+def test_pooled_test_is_fisher_up_to_its_bound_and_the_binomial_beyond() -> None:
+    """Fisher's exact test costs time linear in the sessions when events are few (5 and 7 events
+    in 10^10 sessions a side took 25 s); past FISHER_SESSIONS the binomial test of side 1's share
+    of the events stands in (of the non-events when those are fewer)."""
+    assert stats.pooled_test(3, 10**6, 20, 10**6) == stats.PooledTest(stats.fisher_exact(3, 10**6, 20, 10**6), True)
+    big = 10**12  # Fisher here: hours
+    assert stats.pooled_test(5, big, 7, big) == stats.PooledTest(stats.binomial_test(5, 12, 0.5), False)
+    assert stats.pooled_test(big - 5, big, big - 7, big) == stats.PooledTest(stats.binomial_test(5, 12, 0.5), False)
+    assert stats.pooled_test(0, big, 0, big) == stats.PooledTest(1.0, False)
+    with pytest.raises(ValueError, match="invalid count"):
+        stats.pooled_test(5, 4, 0, big)
+
+
 def test_trend_test_is_statsmodels_ordinal_association_to_the_bit() -> None:
     """The drift check's trend test writes out statsmodels' Table(...).test_ordinal_association
     (zero cells counted as 0.5, as Table does): the same z and p on random round tables, with

@@ -5,8 +5,9 @@ imports a statistics module (`orch plan`, each report render), and each scipy.st
 ~50-100 us in argument checks around one special-function call. These wrappers call the very
 function scipy.stats calls underneath (scipy 1.17: norm -> ndtr/ndtri, t -> stdtr/stdtrit,
 chi2 -> chdtrc/gammaincinv, f -> fdtrc, beta -> _beta_ppf/betainc/betaincc, binom ->
-_binom_cdf/_binom_ppf, hypergeom -> _hypergeom_pmf/_hypergeom_cdf/_hypergeom_sf), with the same
-handling of the support's edges and of invalid arguments, so results are bit-identical:
+_binom_pmf/_binom_cdf/_binom_sf/_binom_ppf, hypergeom -> _hypergeom_pmf/_hypergeom_cdf/
+_hypergeom_sf), with the same handling of the support's edges and of invalid arguments, so
+results are bit-identical:
 tests/test_dist.py checks each against the scipy.stats call it replaces. Where scipy.stats uses
 a private ufunc (beta.ppf, binom: the public betaincinv and bdtr differ in the last bits;
 hypergeom has no public one) that ufunc is used, and the test pins it.
@@ -151,6 +152,28 @@ def binom_cdf(k: npt.ArrayLike, n: npt.ArrayLike, p: npt.ArrayLike) -> Array:
         inside = (fk >= 0) & (fk < fn) & np.isfinite(fk)
         value = np.clip(_private._binom_cdf(np.floor(fk), fn, fp), 0, 1)
         out: Array = np.where(ok & ~np.isnan(fk), np.where(inside, value, np.where(fk >= fn, 1.0, 0.0)), _NAN)
+    return out
+
+
+def binom_pmf(k: npt.ArrayLike, n: npt.ArrayLike, p: npt.ArrayLike) -> Array:
+    """scipy.stats.binom.pmf: scipy's _binom_pmf on the support's integers 0..n, 0 off them."""
+    fk, fn, fp = _f(k), _f(n), _f(p)
+    with np.errstate(invalid="ignore"):
+        on = (fk >= 0) & (fk <= fn) & (np.floor(fk) == fk)
+        value = np.clip(_private._binom_pmf(fk, fn, fp), 0, 1)
+        out: Array = np.where(_binom_ok(fn, fp) & ~np.isnan(fk), np.where(on, value, 0.0), _NAN)
+    return out
+
+
+def binom_sf(k: npt.ArrayLike, n: npt.ArrayLike, p: npt.ArrayLike) -> Array:
+    """scipy.stats.binom.sf: scipy's _binom_sf(floor(k), n, p) inside 0 <= k < n, 1 below, 0 at and above n."""
+    fk, fn, fp = _f(k), _f(n), _f(p)
+    with np.errstate(invalid="ignore"):
+        inside = (fk >= 0) & (fk < fn) & np.isfinite(fk)
+        value = np.clip(_private._binom_sf(np.floor(fk), fn, fp), 0, 1)
+        out: Array = np.where(
+            _binom_ok(fn, fp) & ~np.isnan(fk), np.where(inside, value, np.where(fk < 0, 1.0, 0.0)), _NAN
+        )
     return out
 
 

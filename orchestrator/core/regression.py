@@ -43,17 +43,13 @@ import numpy as np
 
 from orchestrator.core import dist, ranks
 from orchestrator.core.clustered import RHO_PRIOR
-from orchestrator.core.stats import ALPHA, fisher_exact, holm
+from orchestrator.core.stats import ALPHA, holm, pooled_test
 
 LOOKBACK = 7  # earlier nights compared against (the newest ones)
 # Multiply-adds of one exact tail's convolutions: (count + 1) x (sessions + trials) at most, so any
 # 20,000 sessions fit (2.0 x 10^8: 0.06 s in 64 trials on a loaded 2-core machine; the old full
 # convolution of 40,000 sessions took 1.4-12 s).
 EXACT_WORK = 25 * 10**7
-# Sessions in both sides of Fisher's test: scipy's hypergeometric costs time linear in them
-# (3.4 s at 8 x 10^9 sessions, under 20 ms at 10^7); beyond, the conditional binomial test
-# replaces it (the same p to 3 digits at 10^7, a hair larger: no finite-population correction).
-FISHER_SESSIONS = 10**7
 POOLED_BINOMIAL = "binomial test of tonight's share of pooled events (Fisher's, for this many sessions)"
 
 
@@ -185,19 +181,10 @@ def _prediction_p(
 
 
 def _pooled_p(k: int, n: int, big_k: int, big_n: int) -> tuple[float, str]:
-    """Fisher's exact p on the pooled counts, and its name. Past FISHER_SESSIONS it costs seconds,
-    so the binomial test of tonight's share of the events (or of the non-events, the fewer)
-    stands in: Fisher's test without the finite-population correction, so never more confident."""
-    if n + big_n <= FISHER_SESSIONS:
-        return fisher_exact(k, n, big_k, big_n), "Fisher exact on pooled nights"
-    events, total = k + big_k, n + big_n
-    if 2 * events > total:
-        k, events = n - k, total - events
-    if events == 0:
-        return 1.0, POOLED_BINOMIAL
-    from scipy import stats as sps  # binomtest (scipy.stats, ~1.5 s to import): only past FISHER_SESSIONS
-
-    return min(1.0, float(sps.binomtest(k, events, n / total).pvalue)), POOLED_BINOMIAL
+    """Fisher's exact p on the pooled counts, and its name; past stats.FISHER_SESSIONS the
+    binomial test of tonight's share of the events stands in (stats.pooled_test says why)."""
+    test = pooled_test(k, n, big_k, big_n)
+    return test.p, "Fisher exact on pooled nights" if test.exact else POOLED_BINOMIAL
 
 
 def _observed(h: RateHistory) -> tuple[list[Trials], Trials]:

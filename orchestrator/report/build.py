@@ -379,14 +379,15 @@ def versus_baseline(
 ) -> clustered.Comparison:
     """A cell vs the baseline: quasi-binomial when trial-to-trial variation can be estimated (its p
     from the trials themselves, core.trialexact, when the dispersion rests on too little: clustered.sparse), else
-    today's Fisher test with Newcombe's interval (labelled as assuming independent sessions)."""
+    today's Fisher test with Newcombe's interval (labelled as assuming independent sessions; past
+    stats.FISHER_SESSIONS the binomial test Fisher's converges to, as Fisher's would take minutes)."""
     if disp.estimable:
         found = clustered.compare(k, n, kb, nb, disp)
         if disp.sparse and cell_trials and base_trials:
             return dataclasses.replace(found, p=trialexact.pair_pvalue(cell_trials, base_trials))
         return found
     low, high = stats.rate_difference_ci(k, n, kb, nb)
-    return clustered.Comparison(stats.fisher_exact(k, n, kb, nb), k / n - kb / nb, low, high)
+    return clustered.Comparison(stats.pooled_test(k, n, kb, nb).p, k / n - kb / nb, low, high)
 
 
 def _trial_counts(group: CellRows | None) -> list[tuple[int, int]]:

@@ -166,7 +166,8 @@ def test_exact_tail_up_to_20000_sessions_and_the_beta_beyond() -> None:
 
 
 def test_binomial_form_of_fisher_agrees_with_fisher_at_its_switch() -> None:
-    from orchestrator.core.regression import FISHER_SESSIONS, _pooled_p
+    from orchestrator.core.regression import _pooled_p
+    from orchestrator.core.stats import FISHER_SESSIONS
 
     for k, n, big_k in ((3, 10**6, 20), (300, 10**6, 2_000), (40, 2 * 10**6, 90)):
         big_n = FISHER_SESSIONS + 1 - n  # just past the switch
