@@ -259,10 +259,12 @@ def _mwu_sf(n1: int, n2: int, k: int) -> float:
     return float(np.cumsum(_mwu_pmfs(n1, n2, complement))[complement])
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=64)
 def _mwu_pmfs(n1: int, n2: int, maxu: int) -> npt.NDArray[np.float64]:
     """P(U = u) for u = 0..maxu: scipy's _MWU.build_u_freqs_array, step for step (the counts of
-    configurations by the recursion on sigma, uint64 until they outgrow it, then floats)."""
+    configurations by the recursion on sigma, uint64 until they outgrow it, then floats).
+    Remembered for the simulations that repeat a design; 64 arrays of at most 25,001 floats
+    (MWU_EXACT_MAX_PAIRS / 2 + 1) hold 13 MB at most."""
     sigma = np.zeros(maxu + 1, dtype=int)
     for d in np.arange(1, n1 + 1):
         sigma[np.arange(d, maxu + 1, d)] += d
