@@ -508,8 +508,7 @@ def van_elteren(strata: Sequence[Stratum]) -> float:
         pooled = np.concatenate([x, y])
         ranked = ranks.midranks(pooled)
         u = float(ranked[:m].sum()) - m * (m + 1) / 2.0
-        _, ties = np.unique(pooled, return_counts=True)
-        tie = float(np.sum(ties.astype(float) ** 3 - ties)) / (n * (n - 1)) if n > 1 else 0.0
+        tie = ranks.tie_term(pooled) / (n * (n - 1)) if n > 1 else 0.0
         stat += u / (n + 1)
         mean += m * r / 2.0 / (n + 1)
         var += m * r * ((n + 1) - tie) / 12.0 / (n + 1) ** 2

@@ -237,17 +237,20 @@ def mann_whitney(a: Values, b: Values) -> float:
     n1, n2 = x.size, y.size
     u1 = np.sum(midranks(pooled)[:n1]) - n1 * (n1 + 1) / 2
     u = np.maximum(u1, n1 * n2 - u1)
-    ordered = np.sort(pooled)
-    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    runs = np.diff(np.append(starts, pooled.size))  # sizes of the groups of equal values
-    if (n1 > 8 and n2 > 8) or (runs > 1).any() or n1 * n2 > MWU_EXACT_MAX_PAIRS:
+    ties = tie_term(pooled)
+    if (n1 > 8 and n2 > 8) or ties > 0 or n1 * n2 > MWU_EXACT_MAX_PAIRS:
         n = n1 + n2
-        tie_term = np.sum(runs.astype(float) ** 3 - runs)
-        spread = np.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))))
+        spread = np.sqrt(n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1))))
         p = float(dist.norm_sf((u - n1 * n2 / 2 - 0.5) / spread))
     else:
         p = _mwu_sf(min(n1, n2), max(n1, n2), int(u))
     return min(max(2 * p, 0.0), 1.0)
+
+
+def tie_term(values: Values) -> float:
+    """sum(t^3 - t) over the groups of t equal values: the rank tests' tie correction (0: no ties)."""
+    _, sizes = np.unique(np.asarray(values, dtype=float), return_counts=True)
+    return float(np.sum(sizes.astype(float) ** 3 - sizes))
 
 
 def _mwu_sf(n1: int, n2: int, k: int) -> float:

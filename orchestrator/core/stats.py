@@ -197,16 +197,19 @@ def pooled_test(k1: int, n1: int, k2: int, n2: int) -> PooledTest:
 def binomial_test(k: int, n: int, p: float) -> float:
     """scipy.stats.binomtest(k, n, p).pvalue (two-sided), by its steps on core.dist's binomial
     functions (scipy's ufuncs): the same p to the bit (tests/test_stats.py), without scipy.stats."""
-    d = float(dist.binom_pmf(k, n, p))
-    rerr = 1 + 1e-7
+
+    def pmf(x: int) -> float:
+        return float(dist.binom_pmf(x, n, p))
+
     if k == p * n:
         return 1.0
+    d, rerr = pmf(k), 1 + 1e-7
     if k < p * n:
-        ix = _last_at_most(lambda x: -float(dist.binom_pmf(x, n, p)), -d * rerr, math.ceil(p * n), n)
-        y = n - ix + int(d * rerr == float(dist.binom_pmf(ix, n, p)))
+        ix = _last_at_most(lambda x: -pmf(x), -d * rerr, math.ceil(p * n), n)
+        y = n - ix + int(d * rerr == pmf(ix))
         pval = float(dist.binom_cdf(k, n, p)) + float(dist.binom_sf(n - y, n, p))
     else:
-        ix = _last_at_most(lambda x: float(dist.binom_pmf(x, n, p)), d * rerr, 0, math.floor(p * n))
+        ix = _last_at_most(pmf, d * rerr, 0, math.floor(p * n))
         y = ix + 1
         pval = float(dist.binom_cdf(y - 1, n, p)) + float(dist.binom_sf(k - 1, n, p))
     return min(1.0, pval)
