@@ -11,9 +11,11 @@ file is refused, not a MemoryError, and that no traceback reaches stderr.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -781,6 +783,14 @@ def _directory_journal(run_dir: Path) -> None:
     (run_dir / "journal.jsonl").mkdir()
 
 
+def _escaping_run_id(run_dir: Path) -> None:
+    """run.json names its run "../victim/run": `orch export` wrote <run>/../victim/run.json over
+    another run's manifest, and `orch compare` builds its page's name from the same field."""
+    manifest = json.loads((run_dir / "run.json").read_text())
+    manifest["run_id"] = "../victim/run"
+    (run_dir / "run.json").write_text(json.dumps(manifest))
+
+
 RUN_FOLDER_CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
     ("run.json a FIFO", _fifo_run_json, r"not a run directory", ""),
     ("run.json /dev/zero", _zero_run_json, r"not a run directory", ""),
@@ -790,6 +800,7 @@ RUN_FOLDER_CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
     ("journal a directory", _directory_journal, r"journal\.jsonl", "not a regular file"),
     ("journal line of 17 MiB", _long_line_journal, r"journal\.jsonl:\d+", "longer than"),
     ("journal 40 MiB blank tail", _long_last_line_journal, r"journal\.jsonl", "longer than"),
+    ("run id leaving the folder", _escaping_run_id, r"run\.json", "invalid run id '../victim/run'"),
 ]
 
 
@@ -809,6 +820,19 @@ def test_a_damaged_run_folder(
     damage(run_dir)
     code, output = run_main([command, str(run_dir)], capsys)
     assert_refused(code, output, where, *([fragment] if fragment else []))
+
+
+@pytest.mark.timeout(CASE_LIMIT_S)
+def test_compare_refuses_a_run_id_that_leaves_the_reports_folder(
+    tmp_path: Path, run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(run_dir, other)
+    _escaping_run_id(other)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code, output = run_main(["compare", str(run_dir), str(other)], capsys)
+    assert_refused(code, output, r"run\.json", "invalid run id")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no page written anywhere
 
 
 @pytest.mark.timeout(CASE_LIMIT_S)

@@ -17,9 +17,10 @@ Layout of a run directory::
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.core.gates import Gate
 from orchestrator.core.redact import Redactor
@@ -28,6 +29,23 @@ SCHEMA_VERSION = 1
 
 TrialStatus = Literal["completed", "failed", "interrupted"]
 MetricKind = Literal["proportion", "number"]
+
+
+# A run id names a directory under the reports folder and is part of the names of the files
+# `orch export` and `orch compare` write there: no separators, no "..", nothing a shell or a
+# browser could misread. Checked where a run id is given (--run-id) and where one is read back
+# (run.json), since a hand-edited manifest is input too.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def valid_run_id(run_id: str) -> str:
+    """The run id unchanged; ValueError when it could leave the reports folder or is no name."""
+    if not RUN_ID.fullmatch(run_id) or ".." in run_id:
+        raise ValueError(f"invalid run id {run_id[:120]!r}: letters, digits, '.', '_' and '-' only, no '..'")
+    return run_id
+
+
+RunId = Annotated[str, AfterValidator(valid_run_id)]
 
 
 class Frozen(BaseModel):
@@ -186,7 +204,7 @@ class RunManifest(Frozen):
     """What was asked for: enough to re-render, resume and audit the run."""
 
     schema_version: int = SCHEMA_VERSION
-    run_id: str
+    run_id: RunId
     name: str
     description: str = ""
     orch_version: str

@@ -25,19 +25,22 @@ from typing import TypeVar
 import pydantic
 
 from orchestrator.core.bounded import MiB, read_bounded_bytes
-from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest
+from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest, valid_run_id
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.rundir import PLAN_JSON, RUN_JSON, RunDir
 
 PLAN_FILE = PLAN_JSON  # the name callers imported before store.rundir existed
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
 def check_run_id(run_id: str) -> str:
-    if not RUN_ID.match(run_id) or ".." in run_id:
-        raise UsageError(f"invalid run id {run_id!r}", hint="letters, digits, '.', '_' and '-' only, no '..'")
-    return run_id
+    """A --run-id as given: core.records.valid_run_id's rule, as a usage error (exit 2)."""
+    try:
+        return valid_run_id(run_id)
+    except ValueError:
+        raise UsageError(
+            f"invalid run id {run_id[:120]!r}", hint="letters, digits, '.', '_' and '-' only, no '..'"
+        ) from None
 
 
 def new_run_id(name: str, reports_dir: Path) -> str:
