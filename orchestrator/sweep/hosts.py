@@ -19,9 +19,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.startorder import restart_order
 from orchestrator.edges.deployment import Deployment, HostHandle
-from orchestrator.errors import Interrupted, JournalError, OrchError, UsageError
+from orchestrator.edges.transport.local import MAX_READ_BYTES
+from orchestrator.errors import ConfigError, Interrupted, JournalError, OrchError, UsageError
 from orchestrator.store.atomic import run_file_op, write_bytes_atomic
 from orchestrator.store.rundir import BackupDir
 from orchestrator.sweep.progress import Progress
@@ -89,21 +91,62 @@ class HostGuard:
 
         False when that process never completed its backup (then it never edited a file)."""
         folder = self.backup_dir
-        try:
-            units = json.loads(folder.units_json.read_text())
-            originals = {role: folder.env(role).read_bytes() for role in self.deployment.hosts}
-        except FileNotFoundError:
+        if not folder.path.exists():
+            self._refuse_missing_backup()  # backup() makes the folder before any host-side copy
+        if not folder.units_json.exists():  # written last: the backup was never complete
             return False
+        try:
+            units = json.loads(_read_backup(folder.units_json))
+            if not isinstance(units, dict):
+                raise ValueError(f"{folder.units_json.name} is not an object")
+            originals = {role: _read_backup(folder.env(role)) for role in self.deployment.hosts}
         except (OSError, ValueError) as exc:
             raise JournalError(
                 f"{folder.path}: cannot read the backup of the original env files: {exc} "
                 "(the run directory is damaged; restore the hosts by hand)"
             ) from None
+        self._check_against_hosts(originals)
         for role, original in originals.items():  # what the killed run's units hold is unknown
             self.states[role] = HostState(original, units.get(role, {}), stale=set(self.deployment.hosts[role].units))
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
         self.adopted = set(originals)
         return True
+
+    def _check_against_hosts(self, originals: dict[str, bytes]) -> None:
+        """Refuse (exit 2, nothing touched) when the run folder's copy of a host's original differs
+        from the copy this run left on the host itself. Both were written from the same bytes, so
+        one was changed since: writing the run folder's copy back would put whatever it now holds
+        into the host's env file and delete the host's copy, the one witness left."""
+        differ = []
+        for role, original in originals.items():
+            h = self.deployment.hosts[role]
+            copy = host_backup_path(h.host.env_file, self.run_id)
+            if _has_host_backup(h, self.run_id):
+                on_host = h.transport.read_bytes(copy)
+                if on_host != original:
+                    differ.append(f"{self.backup_dir.env(role)} vs {h.host.label}: {copy}")
+        if differ:
+            raise ConfigError(
+                f"the run's backup of the original env files does not match the copy it left on the host "
+                f"({'; '.join(differ)}); one of them was changed after the backup. Nothing was touched",
+                hint="compare the two, put the right one in place by hand and remove the run's copy on the host",
+            )
+
+    def _refuse_missing_backup(self) -> None:
+        """The run folder has no backup/ although a host still holds this run's copy of its
+        original: the folder was deleted or the run folder copied without it. Saying "stopped
+        before its first edit" would leave that host edited with its original unreferenced."""
+        held = [
+            f"{h.host.label}: {host_backup_path(h.host.env_file, self.run_id)}"
+            for h in self.deployment.hosts.values()
+            if _has_host_backup(h, self.run_id)
+        ]
+        if held:
+            raise ConfigError(
+                f"the run folder has no backup/ ({self.backup_dir.path}), but the hosts still hold this run's "
+                f"copies of their original env files ({'; '.join(held)}). Nothing was touched",
+                hint="copy each one back over its env file by hand, restart the units, then remove the copy",
+            )
 
     def changed_since_restored(self, role: str) -> bytes | None:
         """The env file's bytes now if this host was restored already (by the process that ended
@@ -322,6 +365,19 @@ def remove_run_files(h: HostHandle, run_id: str) -> None:
 REMOVE_RUN_FILES = (
     'rm -f -- "$2"; p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
 )
+
+
+# The originals orch saved: env files (a few KiB; a host refuses to hand over more than its
+# transport's MAX_READ_BYTES) and units.json. A bigger file in backup/ is not one orch wrote.
+MAX_BACKUP_BYTES = MAX_READ_BYTES
+
+
+def _read_backup(path: Path) -> bytes:
+    """A run-folder copy of an original, as orch wrote it: a regular file (not a symlink to
+    somewhere else: restore would write what it points to onto a host) of bounded size."""
+    if path.is_symlink():
+        raise ConfigError("not a regular file (a symlink)", file=str(path), hint="the run's backup/ was edited")
+    return read_bounded_bytes(path, MAX_BACKUP_BYTES)
 
 
 def host_backup_path(env_file: str, run_id: str) -> str:
