@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.records import MetricValue
+from orchestrator.edges import workload
 from orchestrator.edges.workload import KILL_GRACE_S, TAIL_BYTES, MetricSpec, extract_metrics, run_command
 from orchestrator.errors import ConfigError, WorkloadError
 
@@ -98,6 +100,39 @@ def test_unparseable_number_refused() -> None:
         extract_metrics("wall=nans\n", [spec])
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("inf", "is not a number"),
+        ("-Infinity", "is not a number"),
+        ("1e999", "is out of range"),
+        ("-1e400", "is out of range"),
+        ("1_000", "is not a number"),
+        ("\u0661\u0662\u0663", "is not a number"),  # Arabic-Indic 123: float() takes it
+        ("0x10", "is not a number"),
+        ("1" * 500, "is not a number"),
+    ],
+)
+def test_a_number_that_is_no_measurement_is_refused(text: str, why: str) -> None:
+    """Before, "inf" and "1e999" were journaled as a completed trial with value null, and
+    "1_000" or other scripts' digits were read as numbers."""
+    spec = MetricSpec("wall", "number", r"wall=(\S+)s")
+    with pytest.raises(WorkloadError, match=rf"wall \('.*' {why}"):
+        extract_metrics(f"wall={text}s\n", [spec])
+
+
+def test_counts_past_the_session_bound_or_in_other_digits_are_refused() -> None:
+    with pytest.raises(WorkloadError, match=rf"more than {MAX_SESSIONS:,} sessions"):
+        extract_metrics(f"CORRUPTION sessions: 1/{MAX_SESSIONS + 1}\n", [CORRUPTION])
+    huge = "9" * 30  # before: accepted, and the report then crashed (OverflowError)
+    with pytest.raises(WorkloadError, match=r"more than"):
+        extract_metrics(f"CORRUPTION sessions: {huge}/{huge}\n", [CORRUPTION])
+    spec = MetricSpec("c", "proportion", r"c=(?P<k>\w+)/(?P<n>\w+)")
+    with pytest.raises(WorkloadError, match=r"group k='\u0661' is not an integer"):
+        extract_metrics("c=\u0661/\u0665\n", [spec])
+    assert extract_metrics(f"CORRUPTION sessions: 3/{MAX_SESSIONS}\n", [CORRUPTION])["corruption"].n == MAX_SESSIONS
+
+
 def test_spec_without_usable_group_is_config_error() -> None:
     spec = MetricSpec("wall", "number", r"wall=(\d+)\.(\d+)s")
     with pytest.raises(ConfigError, match="repro.metrics.wall.regex"):
@@ -173,6 +208,21 @@ def test_large_output_streamed_to_file_with_bounded_tail(tmp_path: Path) -> None
     assert (tmp_path / "out" / "repro.out").stat().st_size == 8000000 + 1 + len("wall=1.5s\n")
     assert len(outcome.stdout_tail) == TAIL_BYTES
     assert outcome.stdout_tail.endswith("\nwall=1.5s\n")
+
+
+@pytest.mark.process
+def test_a_repro_printing_without_end_is_stopped_at_the_output_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, a repro printing 1 GB a trial wrote it all into the run folder; its timeout may be
+    hours away. The bound is lowered here; the check is the same."""
+    monkeypatch.setattr(workload, "MAX_OUTPUT_BYTES", 1 << 20)
+    pidfile = tmp_path / "pid"
+    command = f"echo $$ > {pidfile}; while :; do head -c 65536 /dev/zero; sleep 0.01; done"
+    with pytest.raises(WorkloadError, match=r"stopped after writing \d+ MiB to repro\.out \(more than 1 MiB"):
+        _run(tmp_path, command, timeout_s=60)
+    assert (tmp_path / "out" / "repro.out").stat().st_size < 16 << 20
+    assert _gone(int(pidfile.read_text()))
 
 
 @pytest.mark.process

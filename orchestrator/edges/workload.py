@@ -19,7 +19,9 @@ Why this shape:
 from __future__ import annotations
 
 import ctypes
+import math
 import os
+import re
 import select
 import signal
 import subprocess
@@ -32,6 +34,7 @@ from typing import BinaryIO, NoReturn
 
 import regex
 
+from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.edges.interrupts import uninterrupted
@@ -60,6 +63,11 @@ KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
 MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
+# What a repro may write to its stdout or its stderr file per trial. Only the last 4 MiB is ever
+# read, so more is no data, and a repro printing without end would fill the run's disk before its
+# timeout (which may be hours): past this, its process group is killed and the trial fails.
+MAX_OUTPUT_BYTES = 256 * 1024 * 1024
+OUTPUT_CHECK_S = 0.2  # how often the output files' sizes are looked at while the repro runs
 # per metric, in CPU seconds (the regex engine's clock: on a loaded machine the wall time is a few
 # times longer): far above a sane regex over 4 MiB (milliseconds), far below a hang
 MATCH_TIMEOUT_S = 1.0
@@ -154,23 +162,36 @@ def _metric_value(spec: MetricSpec, match: regex.Match[str]) -> MetricValue:
         k, n = _int_group(spec, match, "k"), _int_group(spec, match, "n")
         if n <= 0 or not 0 <= k <= n:
             raise ValueError(f"{k}/{n} is not a proportion: need 0 <= k <= n and n > 0")
+        if n > MAX_SESSIONS:
+            raise ValueError(f"{k}/{n}: more than {MAX_SESSIONS:,} sessions in one trial")
         return MetricValue(kind="proportion", k=k, n=n, unit=spec.unit)
-    raw = _group(spec, match, "value")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{raw!r} is not a number") from None
-    if value != value:  # NaN: a number that is not one, and it poisons every statistic
-        raise ValueError(f"{raw!r} is not a number")
-    return MetricValue(kind="number", value=value, unit=spec.unit)
+    return MetricValue(kind="number", value=parse_number(_group(spec, match, "value")), unit=spec.unit)
+
+
+# A number as repros print them: ASCII digits, an optional sign, point and exponent. Python's
+# float() also takes "inf", "nan", "1_000" and other scripts' digits ("١٢٣"); none of those is a
+# measurement, and an infinity reached the journal as null beside a "completed" status.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_MAX_NUMBER_CHARS = 400  # int() of a longer digit string is refused by Python anyway (and slow)
+
+
+def parse_number(raw: str) -> float:
+    """A finite float from a repro's text; ValueError naming the text otherwise."""
+    shown = raw if len(raw) <= 40 else raw[:40] + "..."
+    if len(raw) > _MAX_NUMBER_CHARS or not _NUMBER.fullmatch(raw):
+        raise ValueError(f"{shown!r} is not a number")
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(f"{shown!r} is out of range (not a finite number)")
+    return value
 
 
 def _int_group(spec: MetricSpec, match: regex.Match[str], name: str) -> int:
     raw = _group(spec, match, name)
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"group {name}={raw!r} is not an integer") from None
+    if len(raw) > _MAX_NUMBER_CHARS or not _INTEGER.fullmatch(raw):
+        raise ValueError(f"group {name}={raw[:40]!r} is not an integer")
+    return int(raw)
 
 
 def _group(spec: MetricSpec, match: regex.Match[str], name: str) -> str:
@@ -242,9 +263,9 @@ def _rule_number(rule: ValidRule, text: str) -> float:
         _void(rule, "no match in the output")
     raw = (match.group("value") if "value" in match.re.groupindex else match.group(1)) or ""
     try:
-        return float(raw.strip())
-    except ValueError:
-        _void(rule, f"{raw!r}, not a number")
+        return parse_number(raw.strip())
+    except ValueError as exc:
+        _void(rule, str(exc))
 
 
 def _check_number(rule: ValidRule, value: float) -> None:
@@ -316,7 +337,7 @@ def run_command(
                 _record_group(pid_path, proc.pid)
             if on_spawn is not None:
                 on_spawn()
-            exit_code = _wait_or_kill(proc, timeout_s, stop)
+            exit_code = _wait_or_kill(proc, timeout_s, stop, lambda: _check_output_size(out, err))
         except BaseException:
             if proc is not None:
                 _kill_group(proc)
@@ -364,9 +385,28 @@ def _spawn(
         ) from exc
 
 
-def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float, stop: threading.Event | None = None) -> int | None:
-    """The exit code, or None when the command outlived its timeout (and was killed)."""
-    if not _wait_exit(proc, timeout_s, stop):
+def _check_output_size(*files: BinaryIO) -> None:
+    """WorkloadError once the repro wrote more than MAX_OUTPUT_BYTES to one of its output files
+    (the caller kills its group)."""
+    for f in files:
+        size = os.fstat(f.fileno()).st_size
+        if size > MAX_OUTPUT_BYTES:
+            raise WorkloadError(
+                f"repro: stopped after writing {size >> 20} MiB to {Path(f.name).name} "
+                f"(more than {MAX_OUTPUT_BYTES >> 20} MiB; only its last {MAX_SCAN_CHARS >> 20} MiB is read: "
+                "print less, e.g. a summary line per run)"
+            )
+
+
+def _wait_or_kill(
+    proc: subprocess.Popen[bytes],
+    timeout_s: float,
+    stop: threading.Event | None = None,
+    watch: Callable[[], None] | None = None,
+) -> int | None:
+    """The exit code, or None when the command outlived its timeout (and was killed). `watch` is
+    called every OUTPUT_CHECK_S while the command runs; what it raises ends the wait."""
+    if not _wait_exit(proc, timeout_s, stop, watch):
         _kill_group(proc)
         return None
     code = proc.wait()
@@ -374,7 +414,12 @@ def _wait_or_kill(proc: subprocess.Popen[bytes], timeout_s: float, stop: threadi
     return code
 
 
-def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float, stop: threading.Event | None = None) -> bool:
+def _wait_exit(
+    proc: subprocess.Popen[bytes],
+    timeout_s: float,
+    stop: threading.Event | None = None,
+    watch: Callable[[], None] | None = None,
+) -> bool:
     """True once the command exited, False when timeout_s passed first; Interrupted once `stop`
     is set (looked at every STOP_POLL_S; the caller kills the group).
 
@@ -384,15 +429,19 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float, stop: threading.
     the stop Event is seen; the exit still wakes it at once)."""
     deadline = time.monotonic() + timeout_s
     chunk = _POLL_CHUNK_S if stop is None else STOP_POLL_S
+    if watch is not None:
+        chunk = min(chunk, OUTPUT_CHECK_S)
     try:
         pidfd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # an old kernel: fall back to CPython's polling wait
-        return _wait_polling(proc, deadline, chunk, stop)
+        return _wait_polling(proc, deadline, chunk, stop, watch)
     try:
         waiter = select.poll()
         waiter.register(pidfd, select.POLLIN)
         while True:
             _raise_if_stopped(stop)
+            if watch is not None:
+                watch()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return proc.poll() is not None
@@ -402,10 +451,18 @@ def _wait_exit(proc: subprocess.Popen[bytes], timeout_s: float, stop: threading.
         os.close(pidfd)
 
 
-def _wait_polling(proc: subprocess.Popen[bytes], deadline: float, chunk: float, stop: threading.Event | None) -> bool:
+def _wait_polling(
+    proc: subprocess.Popen[bytes],
+    deadline: float,
+    chunk: float,
+    stop: threading.Event | None,
+    watch: Callable[[], None] | None,
+) -> bool:
     """_wait_exit without a pidfd: CPython's polling wait, in chunks that look at `stop`."""
     while True:
         _raise_if_stopped(stop)
+        if watch is not None:
+            watch()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return proc.poll() is not None
