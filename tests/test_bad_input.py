@@ -282,6 +282,19 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
         ("repro.metrics.wall.regex",),
     ),
     ("collector pattern invalid", sub("pattern: ANOMALY", "pattern: '[unclosed'"), M, ("collect.anomalies.pattern",)),
+    # every regex may take a second a trial: 20,000 metrics validated and would take hours a trial
+    (
+        "33 metrics",
+        sub("\ncollect:", "".join(f"\n    m{i}: {{regex: 'm{i}=([0-9]+)'}}" for i in range(32)) + "\ncollect:"),
+        M,
+        ("repro.metrics: has 33 entries; at most 32 are allowed",),
+    ),
+    (
+        "33 collectors",
+        add("".join(f"  c{i}: {{role: decode, pattern: C{i}}}\n" for i in range(32))),
+        M,
+        ("collect: has 33 entries; at most 32 are allowed",),
+    ),
     ("collector pattern and command", sub("pattern: ANOMALY", "pattern: A, command: 'echo 1'"), M, ("exactly one",)),
     # ---- names and values
     ("factor name ending in newline", sub("  overlap:", '  "overlap\\n":'), M, ("invalid factor name",)),

@@ -64,6 +64,11 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 PLACEHOLDER = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 WEEK_S = 7 * 24 * 3600.0  # the longest timeout or estimate that makes sense
 MAX_VALID_RULES = 100
+# Metrics and collectors of one matrix. Each regex may take up to a second over a trial's output
+# (edges.workload.MATCH_TIMEOUT_S), so their count bounds the matching time of every trial while
+# the hosts are edited: 20,000 metrics passed validation and would take hours a trial.
+MAX_METRICS = 32
+MAX_COLLECTORS = 32
 MAX_REPEATED_FAILURES = 1000
 MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
@@ -113,7 +118,7 @@ class ReproShape(_Shape):
     on: str = CONTROLLER
     timeout: float = Field(default=600, gt=0, le=WEEK_S)
     expected_duration: float = Field(default=10, ge=0, le=WEEK_S)
-    metrics: dict[str, MetricShape] = Field(min_length=1)
+    metrics: dict[str, MetricShape] = Field(min_length=1, max_length=MAX_METRICS)
     valid: list[ValidShape] = Field(default=[], max_length=MAX_VALID_RULES)
     warmup: str | None = None  # a command run after ready, before the measured repro; never counted
 
@@ -169,7 +174,7 @@ class MatrixShape(_Shape):
     secrets: list[str] = []  # variable names to redact everywhere, beyond *TOKEN*, *KEY*, ...
     health_timeouts: dict[str, Seconds] = {}
     repro: ReproShape
-    collect: dict[str, CollectShape] = {}
+    collect: dict[str, CollectShape] = Field(default={}, max_length=MAX_COLLECTORS)
     adaptive: AdaptiveShape | None = None
     hunt: HuntShape | None = None  # `orch hunt`: which suspect flags cause the failure (core/huntconfig.py)
     metrics: MetricsShape | None = None  # server metrics and GPU telemetry per trial (core/serverconf.py)
@@ -262,6 +267,8 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
         return _unknown_key(loc, shape, source)
     if err["type"] == "missing":
         return source.error(loc[:-1], f"missing required key {loc[-1]!r}")
+    if err["type"] == "too_long":  # the count says it all; the value may be megabytes
+        return source.error(loc, _expected(err), "split the matrix, or keep what the question needs")
     raw = source.raw_of(loc)
     got = repr(raw) if raw is not None else _describe(err.get("input"))
     return source.error(loc, f"{_expected(err)}, got {got}", _hint_for(loc, err, raw))
@@ -313,7 +320,7 @@ def _model_in(annotation: Any) -> Any:
 
 
 def _expected(err: Any) -> str:
-    kind = err["type"]
+    kind, ctx = err["type"], err.get("ctx", {})
     table: dict[str, str] = {  # a pydantic error's entries are Any: the messages are text
         "list_type": "expected a list",
         "dict_type": "expected a mapping",
@@ -327,11 +334,16 @@ def _expected(err: Any) -> str:
         "model_type": "expected a mapping",
         "literal_error": "expected " + err.get("ctx", {}).get("expected", "one of the allowed values"),
         "too_short": "must not be empty",
+        "too_long": f"has {_length(err.get('input'))} entries; at most {ctx.get('max_length')} are allowed",
         "greater_than": f"must be > {err.get('ctx', {}).get('gt')}",
         "greater_than_equal": f"must be >= {err.get('ctx', {}).get('ge')}",
         "less_than_equal": f"must be <= {err.get('ctx', {}).get('le')}",
     }
     return table.get(kind, str(err["msg"]).lower())
+
+
+def _length(value: Any) -> str:
+    return f"{len(value):,}" if isinstance(value, (dict, list)) else "too many"
 
 
 def _describe(value: Any) -> str:
