@@ -65,9 +65,11 @@ def show_restore(outcome: RestoreOutcome) -> None:
         elif not tb.backed_up:
             out.print(f"nothing to restore: run {outcome.run_id} stopped before its first edit", markup=False)
         else:
-            restored = [h for h in tb.hosts if h not in tb.untouched]
+            restored = [h for h in tb.hosts if h not in tb.untouched and h not in tb.already]
             if restored:
                 out.print(f"restored: {', '.join(restored)} (env files byte-identical, units back)", markup=False)
+            if tb.already:
+                out.print(f"restored already, nothing to do: {', '.join(tb.already)}", markup=False)
             if tb.untouched:
                 out.print(
                     f"already restored, not touched: {', '.join(tb.untouched)} (their env files changed since)",

@@ -496,8 +496,15 @@ def _restore_testbed(
             lock.release()
     if manifest.status == "running":  # its controller died: the run can still be resumed
         save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
-    untouched = tuple(runner.guard.untouched)
-    return TestbedRestore(testbed.name, tuple(deployment.hosts), backed_up, tuple(left), untouched=untouched)
+    guard = runner.guard
+    return TestbedRestore(
+        testbed.name,
+        tuple(deployment.hosts),
+        backed_up,
+        tuple(left),
+        untouched=tuple(guard.untouched),
+        already=tuple(r for r in deployment.hosts if r in guard.already),
+    )
 
 
 def _empty_plan(manifest: RunManifest, deployment: Deployment) -> Plan:

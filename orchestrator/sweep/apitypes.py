@@ -153,6 +153,7 @@ class TestbedRestore:
     not_restored: tuple[str, ...] = ()
     error: str | None = None  # a parallel run: why none of its hosts was restored (down, lock held)
     untouched: tuple[str, ...] = ()  # restored before and edited since: left as they are
+    already: tuple[str, ...] = ()  # restored before and still original: nothing was done
 
 
 @dataclass(frozen=True)

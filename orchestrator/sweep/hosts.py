@@ -63,6 +63,7 @@ class HostGuard:
         # this process has not written: that backup missing means the host was restored already
         self.adopted: set[str] = set()
         self.untouched: dict[str, str] = {}  # role -> env file: restored before, changed since, left as is
+        self.already: set[str] = set()  # roles restored before and still original: nothing was done
         self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
 
     def backup(self) -> None:
@@ -148,18 +149,13 @@ class HostGuard:
                 hint="copy each one back over its env file by hand, restart the units, then remove the copy",
             )
 
-    def changed_since_restored(self, role: str) -> bytes | None:
-        """The env file's bytes now if this host was restored already (by the process that ended
-        the run, or an earlier `orch restore`: this run's host-side backup is gone) and the file
-        no longer holds the original: someone edited it since. None otherwise. Why: the run's
-        backup/ is old news then; writing it back would destroy that edit, with no copy left."""
-        if role not in self.adopted:
-            return None
-        h, state = self.deployment.hosts[role], self.states[role]
-        now = h.transport.read_bytes(h.host.env_file)
-        if now == state.original or _has_host_backup(h, self.run_id):
-            return None
-        return now
+    def restored_before(self, role: str) -> bool:
+        """Was this host restored already, by the process that ended the run or an earlier
+        `orch restore`? Then this run's host-side backup is gone: removing it is the last step of a
+        host's restore. Such a host is left alone: writing the run's backup/ back would destroy an
+        edit made since (with no copy left), and restarting its units would reload each model for
+        nothing."""
+        return role in self.adopted and not _has_host_backup(self.deployment.hosts[role], self.run_id)
 
     def check_resumable(self, cell_files: Callable[[str], Collection[bytes]]) -> None:
         """Before a resume edits anything: refuse (UsageError, exit 2) when a host restored
@@ -294,11 +290,15 @@ class HostGuard:
     def _restore_host(self, role: str) -> None:
         pause_for_tests("RESTORE")
         h, state = self.deployment.hosts[role], self.states[role]
-        if self.changed_since_restored(role) is not None:  # restored before: the edit since is not ours
-            self.untouched[role] = h.host.env_file
-            self.progress.note(
-                f"{h.host.label}: already restored; not touched (the file changed since: {h.host.env_file})"
-            )
+        if self.restored_before(role):
+            if h.transport.read_bytes(h.host.env_file) == state.original:
+                self.already.add(role)
+                self.progress.note(f"{h.host.label}: restored already; nothing to do")
+            else:  # the edit since is not ours
+                self.untouched[role] = h.host.env_file
+                self.progress.note(
+                    f"{h.host.label}: already restored; not touched (the file changed since: {h.host.env_file})"
+                )
             return
         if h.transport.read_bytes(h.host.env_file) != state.original:
             h.transport.write_bytes_atomic(h.host.env_file, state.original)

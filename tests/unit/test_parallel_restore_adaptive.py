@@ -133,10 +133,11 @@ def test_orch_restore_names_the_testbed_it_could_not_reach_and_exits_1(tmp_path,
     assert f"not restored: prefill, decode; run `orch restore {run_dir}` again to finish" in said.err
     assert "restored: prefill, decode (env files byte-identical, units back)" in said.out  # testbed B
 
-    fleet.down.clear()  # every testbed up: the usual lines, one per testbed, and nothing else
+    fleet.down.clear()  # every testbed up: A is restored now, B was restored by the first call
     assert main(["restore", str(run_dir)]) == 0
     said = capsys.readouterr()
-    assert said.out.count("restored: prefill, decode (env files byte-identical, units back)") == 2
+    assert said.out.count("restored: prefill, decode (env files byte-identical, units back)") == 1
+    assert said.out.count("restored already, nothing to do: prefill, decode") == 1
     assert "error" not in said.err and "not restored" not in said.err
 
 

@@ -149,3 +149,17 @@ def test_restore_without_the_backup_folder_names_the_hosts_copies(
     with pytest.raises(ConfigError, match=r"no backup/ .* hosts still hold .*decode .*orch-backup-fake-run"):
         runner_for(bed, plan, tmp_path / "run").adopt_backup()
     _untouched(bed)
+
+
+def test_restore_of_a_run_restored_at_its_end_restarts_nothing(tmp_path: Path) -> None:
+    """Before, `orch restore` of a finished run restarted every unit that was active (a model
+    reload on each host) and said "restored"; the hosts were put back at the run's end already."""
+    bed = make_bed({"decode": Role(ORIGINAL.decode(), [FakeUnit("decode-server", active=True)])})
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")})
+    assert runner_for(bed, plan, tmp_path / "run").execute().not_restored == []
+    restarts, states = bed.restarts(), bed.states()
+    runner = runner_for(bed, plan, tmp_path / "run")
+    assert runner.adopt_backup() and runner.restore() == []
+    assert bed.restarts() == restarts and bed.states() == states
+    assert runner.guard.already == {"decode"} and runner.guard.untouched == {}
+    assert bed.transports["decode"].files == {bed.env_file("decode"): ORIGINAL}
