@@ -611,7 +611,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if snap.runs:
         _print_table(runs)
     else:
-        out.print(f"no sweep is running in {args.reports}", markup=False)
+        missing = "" if Path(args.reports).is_dir() else " (no such folder: check --reports)"
+        out.print(f"no sweep is running in {args.reports}{missing}", markup=False)
     if snap.queue:
         queue = Table("id", "state", "prio", "matrix", "testbed", "run", "note", title="queue")
         for q in snap.queue:

@@ -208,3 +208,14 @@ def test_orch_status_prints_runs_and_queue(tmp_path: Path, capsys: pytest.Captur
     data = json.loads(capsys.readouterr().out)
     assert data["runs"][0]["current_cell"] == manifest.plan[1].cell and data["runs"][0]["done"] == 1
     assert data["queue"][0]["matrix"] == "nightly.yaml"
+
+
+def test_orch_status_says_when_the_reports_folder_does_not_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --reports read like an idle machine ("no sweep is running in ...")."""
+    assert main(["status", "--reports", str(tmp_path / "nope")]) == 0
+    assert "no such folder: check --reports" in " ".join(capsys.readouterr().out.split())
+    (tmp_path / "empty").mkdir()
+    assert main(["status", "--reports", str(tmp_path / "empty")]) == 0
+    assert "no such folder" not in capsys.readouterr().out
