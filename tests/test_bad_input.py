@@ -314,7 +314,7 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
         "level name 1,000 chars",
         sub("      on: {decode", "      " + "x" * 1000 + ": {decode"),
         M,
-        ("invalid level name",),
+        ("invalid level name 'xxxxxxxx", "... (1,000 characters)", "at most 128 characters"),
     ),
     (
         "env var ending in newline",

@@ -342,6 +342,14 @@ def _expected(err: Any) -> str:
     return table.get(kind, str(err["msg"]).lower())
 
 
+def _quoted(name: str, limit: int = 80) -> str:
+    """A name as an error quotes it: whole when short, else its start and its length (a 200 KB
+    name made a 200 KB error line)."""
+    if len(name) <= limit:
+        return repr(name)
+    return f"{name[:limit]!r}... ({len(name):,} characters)"
+
+
 def _length(value: Any) -> str:
     return f"{len(value):,}" if isinstance(value, (dict, list)) else "too many"
 
@@ -861,7 +869,7 @@ def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:
 def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) -> Factor:
     where: PathKey = ("factors", name)
     if not NAME.match(name):
-        raise source.error(where, f"invalid factor name {name!r}", "use letters, digits, _ . -")
+        raise source.error(where, f"invalid factor name {_quoted(name)}", "use letters, digits, _ . -")
     _check_kind_keys(name, f, source, where)
     if f.kind == "flag":
         levels = _flag_levels(f, source, where)
@@ -891,7 +899,11 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
     names = [lv.name for lv in levels]
     for i, lname in enumerate(names):
         if not LEVEL_NAME.match(lname):
-            raise source.error((*where, "levels", i), f"invalid level name {lname!r}", "no ',' or '='")
+            raise source.error(
+                (*where, "levels", i),
+                f"invalid level name {_quoted(lname)}",
+                "at most 128 characters, no ',', '=' or control characters, not starting with a space",
+            )
         if lname in names[:i]:
             raise source.error((*where, "levels", i), f"duplicate level {lname!r}")
     _check_secret_level_names(levels, f, m, source, where)
@@ -1217,7 +1229,7 @@ def _check_valid_metric(
 def _build_metric(name: str, m: MetricShape, source: SourceMap) -> MetricSpec:
     at: PathKey = ("repro", "metrics", name, "regex")
     if not NAME.match(name):
-        raise source.error(("repro", "metrics", name), f"invalid metric name {name!r}")
+        raise source.error(("repro", "metrics", name), f"invalid metric name {_quoted(name)}")
     compiled = compile_pattern(m.regex, source, at)
     groups, count = set(compiled.groupindex), compiled.groups
     if m.kind == "proportion" and not {"k", "n"} <= groups:
@@ -1236,7 +1248,7 @@ def _build_collectors(collect: dict[str, CollectShape], source: SourceMap) -> tu
     for name, c in collect.items():
         at: PathKey = ("collect", name)
         if not NAME.match(name):
-            raise source.error(at, f"invalid collector name {name!r}")
+            raise source.error(at, f"invalid collector name {_quoted(name)}")
         if (c.pattern is None) == (c.command is None):
             raise source.error(at, "give exactly one of `pattern:` (count matches in the role's logs) or `command:`")
         if c.pattern is not None:
