@@ -380,6 +380,34 @@ def test_a_metric_value_out_of_range_cannot_be_made() -> None:
             MetricValue.model_validate(fields)
 
 
+DEEP = b'{"type":"event","schema_version":1,"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["mid-file", "last-line"])
+def test_a_line_nested_200000_deep_is_refused_at_its_line(tmp_path: Path, last: bool) -> None:
+    """400 KB of brackets: json.loads raises RecursionError (no ValueError) and pydantic-core stops at
+    its own depth limit; every reader says which line, none raises RecursionError. As the last
+    line it is whole (not torn: repair leaves it), so it is refused the same way."""
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0)])
+    lines = path.read_bytes().split(b"\n")
+    lines.insert(2 if last else 1, DEEP)
+    path.write_bytes(b"\n".join(lines))
+    line = 3 if last else 2
+    # resume's reader reads an event line orch wrote by its head (trial_statuses' stated limit)
+    assert trial_statuses(path) == TrialStatuses(frozenset({0}), frozenset(), False)
+    readers = (
+        read_journal,
+        read_trial_rows,
+        lambda p: list(iter_records(p)),
+        lambda p: load_trials(p.parent),
+    )
+    for reader in readers:
+        with pytest.raises(ConfigError) as info:
+            reader(path)
+        assert info.value.line == line and "nested too deeply" in str(info.value), str(info.value)
+    assert repair_torn_tail(path) is False
+
+
 def test_missing_journal_is_the_same_error(tmp_path: Path) -> None:
     for reader in (trial_statuses, read_trial_rows, lambda p: list(iter_records(p))):
         with pytest.raises(ConfigError, match="no journal here"):

@@ -352,6 +352,8 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
             line=number,
             hint="the journal was edited or damaged; fix or delete this line",
         ) from None
+    except RecursionError:  # a small line nested thousands deep: no ValueError, no record either
+        raise _too_deep(path, number) from None
     version = obj.get("schema_version") if isinstance(obj, dict) else None
     if version not in KNOWN_SCHEMA_VERSIONS:
         raise ConfigError(
@@ -362,6 +364,8 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
         )
     try:
         return _RECORD.validate_python(obj)
+    except RecursionError:
+        raise _too_deep(path, number) from None
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
@@ -371,6 +375,15 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
             line=number,
             hint="the journal was edited or damaged; fix or delete this line",
         ) from None
+
+
+def _too_deep(path: Path, number: int) -> ConfigError:
+    return ConfigError(
+        "JSON nested too deeply to be a record",
+        file=str(path),
+        line=number,
+        hint="the journal was edited or damaged; fix or delete this line",
+    )
 
 
 # Reading: the journal is read in blocks, and the torn-tail check looks only at its end, so
@@ -458,6 +471,8 @@ def _is_json(line: bytes) -> bool:
         json.loads(line)
     except ValueError:
         return False
+    except RecursionError:  # whole, only too deep: not torn; the readers refuse it at its line
+        return True
     return True
 
 
