@@ -835,6 +835,63 @@ def test_a_damaged_run_folder(
     assert_refused(code, output, where, *([fragment] if fragment else []))
 
 
+def _edit_metric(name: str, **fields: object) -> Callable[[Path], None]:
+    """Set fields of one metric on the journal's first trial line (line 2), as a hand edit would."""
+
+    def edit(run_dir: Path) -> None:
+        import json
+
+        path = run_dir / "journal.jsonl"
+        lines = path.read_bytes().split(b"\n")
+        record = json.loads(lines[1])
+        record["metrics"][name].update(fields)
+        lines[1] = json.dumps(record).encode()
+        path.write_bytes(b"\n".join(lines))
+
+    return edit
+
+
+def _deep_line(run_dir: Path) -> None:
+    path = run_dir / "journal.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines.insert(1, b'{"type":"event","schema_version":1,"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}")
+    path.write_bytes(b"\n".join(lines))
+
+
+JOURNAL_LINE_CASES: list[tuple[str, Callable[[Path], None], str]] = [
+    ("k above n", _edit_metric("corruption", k=10, n=8), "k=10 is more than n=8"),
+    ("k negative", _edit_metric("corruption", k=-1), "corruption.k"),
+    ("n 10**30", _edit_metric("corruption", k=1, n=10**30), "corruption.n"),
+    ("number infinite", _edit_metric("wall", value=float("inf")), "wall.value"),
+    ("nested 200,000 deep", _deep_line, "nested too deeply"),
+]
+
+
+@pytest.mark.timeout(CASE_LIMIT_S)
+@pytest.mark.parametrize("command", ["report", "export", "compare"])
+@pytest.mark.parametrize(
+    ("damage", "fragment"), [c[1:] for c in JOURNAL_LINE_CASES], ids=[c[0] for c in JOURNAL_LINE_CASES]
+)
+def test_a_damaged_journal_line(
+    tmp_path: Path,
+    run_dir: Path,
+    command: str,
+    damage: Callable[[Path], None],
+    fragment: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Every reader refuses the line at file:line, exit 2: no traceback, no export of bogus counts."""
+    damage(run_dir)
+    args = {
+        "report": [str(run_dir)],
+        "export": [str(run_dir), "-o", str(tmp_path / "x.csv")],
+        "compare": [str(run_dir), str(run_dir), "-o", str(tmp_path / "c.html")],
+    }[command]
+    code, output = run_main([command, *args], capsys)
+    assert_refused(code, output, r"journal\.jsonl:2:", fragment)
+    assert not (tmp_path / "x.csv").exists()
+
+
 @pytest.mark.timeout(CASE_LIMIT_S)
 def test_compare_refuses_a_run_id_that_leaves_the_reports_folder(
     tmp_path: Path, run_dir: Path, capsys: pytest.CaptureFixture[str]

@@ -20,6 +20,7 @@ from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.records import EventRecord, Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, headline
@@ -291,6 +292,120 @@ def test_damaged_middle_line_fails_as_read_journal_does(tmp_path: Path, how: str
         with pytest.raises(ConfigError) as info:
             reader(path)
         assert str(info.value) == str(expected.value)
+
+
+# A metric a journal line may not hold: each reader refuses the line at file:line with the same
+# words (the fast row reader falls back to the full parser), never an OverflowError or a
+# statistics error later, and never a bogus row.
+BAD_METRICS: dict[str, tuple[dict[str, object], str]] = {
+    "k-above-n": ({"kind": "proportion", "k": 10, "n": 8}, "k=10 is more than n=8"),
+    "k-negative": (
+        {"kind": "proportion", "k": -1, "n": 40},
+        "corruption.k: Input should be greater than or equal to 0",
+    ),
+    "n-negative": ({"kind": "proportion", "k": 0, "n": -1}, "corruption.n: Input should be greater than or equal to 0"),
+    "k-of-no-sessions": ({"kind": "proportion", "k": 1, "n": 0}, "k=1 is more than n=0"),
+    "n-huge": ({"kind": "proportion", "k": 1, "n": 10**30}, "corruption.n: Input should be less than or equal to"),
+    "n-past-the-bound": ({"kind": "proportion", "k": 1, "n": MAX_SESSIONS + 1}, "corruption.n"),
+    "k-without-n": ({"kind": "proportion", "k": 1}, "a proportion metric has k and n"),
+    "proportion-with-value": ({"kind": "proportion", "k": 1, "n": 2, "value": 0.5}, "has k and n"),
+    "number-with-counts": ({"kind": "number", "k": 1, "n": 2, "value": 1.0}, "a number metric has a value"),
+    "number-infinite": ({"kind": "number", "value": float("inf")}, "corruption.value: Input should be a finite"),
+    "number-nan": ({"kind": "number", "value": float("nan")}, "corruption.value: Input should be a finite"),
+    "unknown-key": ({"kind": "number", "value": 1.0, "extra": 1}, "corruption.extra"),
+}
+
+
+@pytest.mark.parametrize("how", list(BAD_METRICS))
+def test_a_metric_out_of_range_is_refused_at_its_line_by_every_reader(tmp_path: Path, how: str) -> None:
+    metric, words = BAD_METRICS[how]
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0), _trial(1), _trial(2)])
+    lines = path.read_bytes().split(b"\n")
+    obj = json.loads(lines[2])
+    obj["metrics"]["corruption"] = metric
+    lines[2] = json.dumps(obj).encode()  # inf and nan as JSON's Infinity and NaN, which Python reads
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(ConfigError) as expected:
+        read_journal(path)
+    assert expected.value.line == 3 and words in str(expected.value), str(expected.value)
+    readers = (read_trial_rows, lambda p: list(iter_records(p)), lambda p: load_trials(p.parent))
+    for reader in readers:
+        with pytest.raises(ConfigError) as info:
+            reader(path)
+        assert str(info.value) == str(expected.value)
+
+
+def test_a_number_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
+    """1e400 is valid JSON that Python reads as inf: refused like Infinity."""
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0)])
+    path.write_bytes(path.read_bytes().replace(b'"value":1.5', b'"value":1e400'))
+    for reader in (read_journal, read_trial_rows):
+        with pytest.raises(
+            ConfigError, match=r":2: invalid record: trial\.metrics\.wall\.value: Input should be a finite"
+        ):
+            reader(path)
+
+
+def test_metrics_at_their_bounds_read_fast_and_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the writer writes stays readable, through the fast path: k = 0, k = n = MAX_SESSIONS, 0 of 0,
+    a number absent (a failed scrape: value null), negative or zero, and inf written as null."""
+    metrics = {
+        "none": MetricValue(kind="proportion", k=0, n=1),
+        "no sessions": MetricValue(kind="proportion", k=0, n=0),  # no data: every reader skips it
+        "all": MetricValue(kind="proportion", k=MAX_SESSIONS, n=MAX_SESSIONS),
+        "missing": MetricValue(kind="number", value=None, unit="scrape failed"),
+        "negative": MetricValue(kind="number", value=-3.5),
+        "zero": MetricValue(kind="number", value=0.0),
+    }
+    path = _write(tmp_path / "journal.jsonl", [_trial(0, metrics=metrics)])  # no event: those take the full parser
+    [expected] = read_journal(path).records
+    monkeypatch.setattr(journal_mod, "_parse_line", None)  # the fast path must not need it
+    [row] = read_trial_rows(path).rows
+    assert row == TrialRow.of(expected, 0, 1)  # type: ignore[arg-type]
+    assert [(p.k, p.n, p.value) for p in row.metrics] == [
+        (0, 1, None),
+        (0, 0, None),
+        (MAX_SESSIONS, MAX_SESSIONS, None),
+        (None, None, None),
+        (None, None, -3.5),
+        (None, None, 0.0),
+    ]
+
+
+def test_a_metric_value_out_of_range_cannot_be_made() -> None:
+    """The writer cannot journal what the readers refuse (workload.py turns this ValueError into
+    a failed trial naming the metric)."""
+    for fields in [v[0] for v in BAD_METRICS.values() if "extra" not in v[0]]:
+        with pytest.raises(ValueError):
+            MetricValue.model_validate(fields)
+
+
+DEEP = b'{"type":"event","schema_version":1,"x":' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["mid-file", "last-line"])
+def test_a_line_nested_200000_deep_is_refused_at_its_line(tmp_path: Path, last: bool) -> None:
+    """400 KB of brackets: json.loads raises RecursionError (no ValueError) and pydantic-core stops at
+    its own depth limit; every reader says which line, none raises RecursionError. As the last
+    line it is whole (not torn: repair leaves it), so it is refused the same way."""
+    path = _write(tmp_path / "journal.jsonl", [_event(), _trial(0)])
+    lines = path.read_bytes().split(b"\n")
+    lines.insert(2 if last else 1, DEEP)
+    path.write_bytes(b"\n".join(lines))
+    line = 3 if last else 2
+    # resume's reader reads an event line orch wrote by its head (trial_statuses' stated limit)
+    assert trial_statuses(path) == TrialStatuses(frozenset({0}), frozenset(), False)
+    readers = (
+        read_journal,
+        read_trial_rows,
+        lambda p: list(iter_records(p)),
+        lambda p: load_trials(p.parent),
+    )
+    for reader in readers:
+        with pytest.raises(ConfigError) as info:
+            reader(path)
+        assert info.value.line == line and "nested too deeply" in str(info.value), str(info.value)
+    assert repair_torn_tail(path) is False
 
 
 def test_missing_journal_is_the_same_error(tmp_path: Path) -> None:

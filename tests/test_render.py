@@ -21,6 +21,7 @@ from orchestrator.report import charts
 from orchestrator.report.build import build_report
 from orchestrator.report.render import fresh_summary, render_report, write_report
 from orchestrator.report.site import write_index
+from orchestrator.report.summary import RunSummary
 
 HOSTILE = "<script>alert(1)</script> {{ 7*7 }} {% raw %} <img src=x onerror=alert(2)>"
 
@@ -203,6 +204,30 @@ def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None
     os.utime(one / "journal.jsonl", (later, later))
     assert "CACHED" not in write_index(reports, fresh_summary).read_text()
     assert two.is_dir()
+
+
+def test_a_damaged_sibling_run_is_listed_with_its_error_and_never_stops_the_index(tmp_path: Path) -> None:
+    """One run whose journal was hand-edited (k > n), one whose summary fails in a way orch did not
+    foresee: the index of every run is still written, each listed with a one-line reason; the
+    good run is summarised as usual (`orch report` of it writes the index too)."""
+    reports = tmp_path / "reports"
+    good = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=1, run_id="20260509-070000-a"))
+    edited = write_run(reports / "20260510-070000-b", *synthetic_run(replicates=1, run_id="20260510-070000-b"))
+    odd = write_run(reports / "20260511-070000-c", *synthetic_run(replicates=1, run_id="20260511-070000-c"))
+    journal = edited / "journal.jsonl"
+    journal.write_text(journal.read_text().replace('"k":', '"k":100', 1))  # line 2: k of 40 -> 100..
+
+    def rebuild(run_dir: Path, manifest: object = None) -> RunSummary:
+        if run_dir == odd:
+            raise ValueError("stats: invalid count\nk=10, n=8")
+        return fresh_summary(run_dir)
+
+    write_report(good)
+    page = write_index(reports, rebuild).read_text()
+    flat = " ".join(html.unescape(page).split())
+    assert f"{journal}:2: invalid record: trial.metrics.corruption" in flat
+    assert "cannot summarise this run: ValueError: stats: invalid count k=10, n=8 (a bug in orch" in flat
+    assert '<a href="20260509-070000-a/index.html">' in page
 
 
 def test_render_is_deterministic() -> None:

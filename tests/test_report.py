@@ -317,18 +317,20 @@ def test_overdispersion_with_underflowed_p_is_still_flagged() -> None:
 
 
 def test_a_run_of_huge_trials_with_few_events_reports_without_fishers_cost() -> None:
-    """One trial a cell (no trial-to-trial variation to estimate: the pooled test), 10^11
-    sessions a trial, a handful of events: Fisher's exact test would take minutes a cell, in C
-    code no timeout interrupts (8 trials of 10^10 sessions took 3m39s); past
-    stats.FISHER_SESSIONS the report takes the binomial test. A regression fails here at the
-    suite's timeout, after the first cell's Fisher returns."""
+    """One trial a cell (no trial-to-trial variation to estimate: the pooled test), the most
+    sessions a trial may hold (MAX_SESSIONS, 10^9; a record refuses more), a handful of events:
+    Fisher's exact test takes a second a cell there and minutes past it, in C code no timeout
+    interrupts (8 trials of 10^10 sessions took 3m39s); past stats.FISHER_SESSIONS the report
+    takes the binomial test. A regression fails the p equality below (Fisher's p differs in its
+    last digits here), or at the suite's timeout."""
     from orchestrator.core import stats
+    from orchestrator.core.bounds import MAX_SESSIONS
 
-    manifest, records = synthetic_run(replicates=1, sessions=10**11, failures=False, rate=lambda levels: 6e-11)
+    manifest, records = synthetic_run(replicates=1, sessions=MAX_SESSIONS, failures=False, rate=lambda levels: 6e-9)
     report = build_report(manifest, records)
     base = next(c.proportions["corruption"] for c in report.cells if c.is_baseline)
     compared = [c.proportions["corruption"] for c in report.cells if not c.is_baseline]
-    assert len(compared) == 7 and base.rate.n == 10**11
+    assert len(compared) == 7 and base.rate.n == MAX_SESSIONS
     for cell in compared:
         assert cell.p is not None
         assert cell.p == stats.pooled_test(cell.rate.k, cell.rate.n, base.rate.k, base.rate.n).p

@@ -141,4 +141,5 @@ def _mean(values: Sequence[float]) -> float:
 
 
 def _num(value: float, unit: str = "") -> MetricValue:
-    return MetricValue(kind="number", value=round(value, 6), unit=unit)
+    """A finite number, or absent (a sum of huge readings can overflow; MetricValue refuses inf)."""
+    return MetricValue(kind="number", value=round(value, 6) if math.isfinite(value) else None, unit=unit)

@@ -22,6 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.gates import Gate
 from orchestrator.core.redact import Redactor
 
@@ -52,14 +53,38 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# A proportion's counts, bounded where every reader's arithmetic is exact (int64 sums over a
+# million trials, the statistics' own check of 0 <= k <= n): a hand-edited 10**30 or -1 in a
+# journal is bad input at its line, not an OverflowError in the report.
+Events = Annotated[int, Field(ge=0, le=MAX_SESSIONS)]
+Sessions = Annotated[int, Field(ge=0, le=MAX_SESSIONS)]  # 0: no sessions ran (k = 0), which readers skip
+# A number is finite or absent (None: a scrape that failed). The writer never writes another:
+# pydantic writes inf and NaN as null, so a non-finite value in a journal was put there by hand.
+FiniteValue = Annotated[float, Field(allow_inf_nan=False)]
+
+
 class MetricValue(Frozen):
-    """One metric of one trial. A proportion has k and n (k of n sessions); a number has value."""
+    """One metric of one trial. A proportion has k and n (k of n sessions); a number has value.
+
+    Validated here, not in each reader: the journal's fast row reader (store.journal) checks the
+    same bounds and falls back to this model for the error at file:line, so every reader agrees."""
 
     kind: MetricKind
-    k: int | None = None
-    n: int | None = None
-    value: float | None = None
+    k: Events | None = None
+    n: Sessions | None = None
+    value: FiniteValue | None = None
     unit: str = ""
+
+    @model_validator(mode="after")
+    def _fits_its_kind(self) -> MetricValue:
+        if self.kind == "number":
+            if self.k is not None or self.n is not None:
+                raise ValueError("a number metric has a value, not k and n")
+        elif self.k is None or self.n is None or self.value is not None:
+            raise ValueError("a proportion metric has k and n (k of n sessions), not a value")
+        elif self.k > self.n:
+            raise ValueError(f"k={self.k} is more than n={self.n} (a proportion counts k of n sessions)")
+        return self
 
     @property
     def rate(self) -> float | None:

@@ -126,5 +126,5 @@ def _tail(
         try:  # written another way: the whole line
             data = json.loads(line)
             return int(data["trial"]), _ROLES.validate_python(data.get("provenance") or {})
-        except (ValueError, KeyError, TypeError, pydantic.ValidationError):
+        except (ValueError, KeyError, TypeError, RecursionError, pydantic.ValidationError):
             return None

@@ -171,6 +171,8 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         summary = _cached_summary(run_dir) or rebuild(run_dir, manifest)  # rebuilt from the journal
     except OrchError as exc:
         return replace(entry, error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - one run's folder, not the index of all runs
+        return replace(entry, error=_unexpected(exc))
     return replace(
         entry,
         status=summary.status or manifest.status,
@@ -183,6 +185,13 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         testbed=summary.testbed or manifest.testbed,
         series=tuple(summary.series),
     )
+
+
+def _unexpected(exc: Exception) -> str:
+    """The one line the index shows for a run whose summary failed in a way orch did not foresee:
+    a damaged sibling once took `orch run` and `orch report` of every other run down with it."""
+    text = " ".join(str(exc).split())[:300]
+    return f"cannot summarise this run: {type(exc).__name__}: {text} (a bug in orch: please report it)"
 
 
 def _cached_summary(run_dir: Path) -> RunSummary | None:

@@ -42,11 +42,20 @@ from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal, NamedTuple, Union
 
 import pydantic
-from pydantic import Field, TypeAdapter
+from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import NotRequired, TypedDict
 
 from orchestrator.core.gcpause import gc_paused
-from orchestrator.core.records import SCHEMA_VERSION, EventRecord, MetricKind, TrialRecord, TrialStatus
+from orchestrator.core.records import (
+    SCHEMA_VERSION,
+    EventRecord,
+    Events,
+    FiniteValue,
+    MetricKind,
+    Sessions,
+    TrialRecord,
+    TrialStatus,
+)
 from orchestrator.errors import ConfigError, JournalError, OrchError
 from orchestrator.store.atomic import fsync_dir as _fsync_dir
 from orchestrator.store.atomic import run_file_error as _error
@@ -343,6 +352,8 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
             line=number,
             hint="the journal was edited or damaged; fix or delete this line",
         ) from None
+    except RecursionError:  # a small line nested thousands deep: no ValueError, no record either
+        raise _too_deep(path, number) from None
     version = obj.get("schema_version") if isinstance(obj, dict) else None
     if version not in KNOWN_SCHEMA_VERSIONS:
         raise ConfigError(
@@ -353,15 +364,26 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
         )
     try:
         return _RECORD.validate_python(obj)
+    except RecursionError:
+        raise _too_deep(path, number) from None
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "record"
         raise ConfigError(
-            f"invalid record: {where}: {first['msg']}",
+            f"invalid record: {where}: {first['msg'].removeprefix('Value error, ')}",
             file=str(path),
             line=number,
             hint="the journal was edited or damaged; fix or delete this line",
         ) from None
+
+
+def _too_deep(path: Path, number: int) -> ConfigError:
+    return ConfigError(
+        "JSON nested too deeply to be a record",
+        file=str(path),
+        line=number,
+        hint="the journal was edited or damaged; fix or delete this line",
+    )
 
 
 # Reading: the journal is read in blocks, and the torn-tail check looks only at its end, so
@@ -449,6 +471,8 @@ def _is_json(line: bytes) -> bool:
         json.loads(line)
     except ValueError:
         return False
+    except RecursionError:  # whole, only too deep: not torn; the readers refuse it at its line
+        return True
     return True
 
 
@@ -525,10 +549,16 @@ class _Head(TypedDict):
 
 
 class _MetricFields(TypedDict):
+    """MetricValue's schema: its keys and bounds (no other key); what MetricValue checks in Python
+    (which fields each kind has, k <= n) _row_of checks with _counts_ok. A metric that fails
+    either sends its line to _parse_line, which names the line and the field."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
     kind: MetricKind
-    k: NotRequired[int | None]
-    n: NotRequired[int | None]
-    value: NotRequired[float | None]
+    k: NotRequired[Events | None]
+    n: NotRequired[Sessions | None]
+    value: NotRequired[FiniteValue | None]
+    unit: NotRequired[str]
 
 
 class _FailureFields(TypedDict):
@@ -709,7 +739,7 @@ def _row_of(
         fields = _ROW.validate_json(line)
     except pydantic.ValidationError:
         fields = None
-    if fields is None or not _fast_ok(fields, _REQUIRED_ROW):
+    if fields is None or not _fast_ok(fields, _REQUIRED_ROW) or not _counts_ok(fields):
         record = _parse_line(path, number, line)
         return TrialRow.of(record, offset, number) if isinstance(record, TrialRecord) else None
     if fields["type"] == "event":
@@ -731,6 +761,21 @@ def _row_of(
         if metrics
         else (),
     )
+
+
+def _counts_ok(fields: _RowFields) -> bool:
+    """MetricValue's own rule, which the fast schema cannot say: a proportion has k <= n and no
+    value, a number no k or n."""
+    metrics = fields.get("metrics")
+    return not metrics or all(
+        _metric_ok(m.get("kind"), m.get("k"), m.get("n"), m.get("value")) for m in metrics.values()
+    )
+
+
+def _metric_ok(kind: MetricKind | None, k: int | None, n: int | None, value: float | None) -> bool:
+    if kind == "number":
+        return k is None and n is None
+    return k is not None and n is not None and value is None and k <= n
 
 
 def _fast_ok(fields: Mapping[str, object], required: frozenset[str]) -> bool:

@@ -14,6 +14,7 @@ unit ids come back with its logs, in the log collection's own round trip.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import sys
@@ -622,6 +623,8 @@ class Repro:
                     detail=(res.stdout + res.stderr)[-1000:],
                 )
             total += float(number.group())
+        if not math.isfinite(total):  # 400 digits are a float's inf: no number a record can hold
+            raise WorkloadError(f"collector {c.name!r} printed a number too large to hold ({total})")
         return MetricValue(kind="number", value=total, unit=c.unit)
 
     def placeholders(self, step: Step | None, trial: TrialDir) -> dict[str, str]:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store.manifest import RUN_ID, new_run_id
+from orchestrator.core.records import RUN_ID
+from orchestrator.store.manifest import new_run_id
 
 from .helpers import (
     REPRO,
@@ -89,5 +90,5 @@ def test_commands_on_a_path_that_is_not_a_run_directory(bed: SimBed, command: st
 @pytest.mark.parametrize("name", ["../../etc/evil", "..", "/abs/path", "a b;$(x)", "-", "....", "\u202ertl"])
 def test_default_run_ids_from_hostile_matrix_names_stay_inside_the_reports_folder(tmp_path: Path, name: str) -> None:
     run_id = new_run_id(name, tmp_path)
-    assert RUN_ID.match(run_id) and ".." not in run_id
+    assert RUN_ID.fullmatch(run_id) and ".." not in run_id
     assert (tmp_path / run_id).resolve().parent == tmp_path.resolve()

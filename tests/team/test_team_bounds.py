@@ -23,6 +23,7 @@ from helpers.report_synth import T0, synthetic_run, write_run
 from scipy import stats as sps
 
 from orchestrator.core.stats import fisher_exact
+from orchestrator.errors import ConfigError
 from orchestrator.report.render import fresh_summary, write_report_and_summary
 from orchestrator.report.series import MAX_TRIALS, SeriesPoint, run_series
 from orchestrator.report.site import _cached_summary, run_entries
@@ -226,13 +227,21 @@ def test_series_point_bounds() -> None:
 
 
 def test_run_series_leaves_out_a_journal_trial_past_the_session_bound(tmp_path: Path) -> None:
-    """The summary is rebuilt from the journal, so building it must never fail validation."""
+    """The summary is rebuilt from the journal, so building it must never fail validation. Such
+    a line no longer reaches it (the journal's readers refuse a count past MAX_SESSIONS at its
+    line, as MetricValue does); run_series still leaves out a row past the bound it is given."""
     manifest, records = synthetic_run(replicates=1, failures=False)
     first = records[0]
-    huge = first.metrics["corruption"].model_copy(update={"n": 2 * 10**9})
+    huge = first.metrics["corruption"].model_copy(update={"n": 2 * 10**9})  # model_copy: not validated
     records[0] = first.model_copy(update={"metrics": {**first.metrics, "corruption": huge}})
     run = write_run(tmp_path / manifest.run_id, manifest, records)
-    series = run_series(read_trial_rows(run / "journal.jsonl").rows)
+    with pytest.raises(ConfigError, match=r"journal\.jsonl:2: invalid record: trial\.metrics\.corruption\.n"):
+        read_trial_rows(run / "journal.jsonl")
+    rows = read_trial_rows(
+        write_run(tmp_path / "good", *synthetic_run(replicates=1, failures=False)) / "journal.jsonl"
+    ).rows
+    past = tuple(p._replace(n=2 * 10**9) if p.name == "corruption" else p for p in rows[0].metrics)
+    series = run_series([rows[0]._replace(metrics=past), *rows[1:]])
     sessions = {n for p in series for _, n in p.trials}
     assert sessions == {40} and len([p for p in series if p.kind == "proportion" and p.trials]) >= 1
 
