@@ -97,7 +97,8 @@ def test_second_sigint_during_restore_says_what_is_left_and_orch_restore_finishe
 
     done = orch(bed, ["restore", str(run_dir)])
     assert done.code == 0, done.output
-    assert "restored: prefill, decode, router" in done.output
+    assert "restored: decode (env files byte-identical, units back)" in done.output
+    assert "restored already, nothing to do: prefill, router" in done.output  # by the interrupted run
     assert_clean(bed)
 
 
