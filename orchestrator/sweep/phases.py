@@ -681,7 +681,7 @@ class TrialPhases:
         self.services, self.repro, self.run_id = services, repro, run_id
 
     def run(self, step: Step, attempt: int) -> TrialRecord:
-        trial = self.repro.run_dir.trial(step.trial.index)
+        trial = self.repro.run_dir.trial(step.trial.index, attempt)
         run_file_op(trial.path, "cannot create the trial folder", lambda: trial.logs.mkdir(parents=True, exist_ok=True))
         t0, started = time.time(), now_iso()
         ctx = TrialContext()
