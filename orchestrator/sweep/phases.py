@@ -56,6 +56,7 @@ from orchestrator.edges.workload import (
 from orchestrator.errors import (
     CommandInterrupted,
     CommandTimedOut,
+    HealthTimeout,
     IdentityError,
     Interrupted,
     JournalError,
@@ -129,6 +130,7 @@ class Services:
         self.checker: ThreadPoolExecutor | None = None  # verifies beside the repro
         self._cell_bytes: dict[tuple[str, frozenset[tuple[str, CellValue]]], bytes] = {}
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
+        self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
 
     def apply(self, step: Step, ctx: TrialContext) -> None:
         """Write each role's env file for the cell; only files whose text changes are written.
@@ -210,6 +212,8 @@ class Services:
         hosts = self.deployment.hosts
         ctx.check_all = self.verify_all_next  # a retried trial may restart nothing: still check who serves
         todo = {(role, unit) for role, h in hosts.items() for unit in h.units if role in ctx.changed}
+        todo |= self.restart_next
+        self.restart_next = set()
         if self.verify_all_next:  # first trial, or after a failure: start whatever is not running,
             down = per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
             todo |= {(role, unit) for role, units in down.items() for unit in units}
@@ -217,6 +221,16 @@ class Services:
         todo = whole_instances(self.deployment, todo)
         for wave in waves(self.deployment, {r for r, _ in todo}):
             self.restart_units([(r, u) for r in wave for u in hosts[r].units if (r, u) in todo], ctx)
+
+    def fresh_after(self, exc: OrchError) -> None:
+        """After a health wait timed out, the next attempt restarts that role's units, as it
+        restarts a unit that failed to start: one still warming up (or stuck) is active and runs on
+        the file's bytes, so neither the down nor the stale rule of restart() touches it, and the
+        retry would wait on the failed attempt's process, its warm-up half spent. Only that role:
+        restarting every unit the attempt restarted would cost a retry the whole deployment's
+        start-up (minutes a unit on real hardware)."""
+        if isinstance(exc, HealthTimeout) and exc.role in self.deployment.hosts:
+            self.restart_next = {(exc.role, unit) for unit in self.deployment.hosts[exc.role].units}
 
     def stale_units(self) -> set[Unit]:
         """Units of the hosts the matrix edits whose file changed since they last started: a
@@ -697,6 +711,7 @@ class TrialPhases:
                 message=str(exc),
                 detail=exc.detail[-4000:],
             )
+            self.services.fresh_after(exc)
             if not ctx.logs:
                 ctx.logs = self._logs_after_failure(trial, ctx, t0)
         redactor = self.repro.plan.matrix.redactor  # after the metrics: they were read from the raw text

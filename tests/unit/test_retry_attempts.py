@@ -1,6 +1,7 @@
 """Retried trials on the fakes: every failed attempt is journaled (its error kept, the report's
 count of failed attempts true) while a trial's final status stays its last attempt's for every
-reader."""
+reader; and a retry after an infrastructure failure starts from freshly restarted units, as the
+first attempt did (a unit still warming up from the failed attempt is not waited on again)."""
 
 from __future__ import annotations
 
@@ -70,3 +71,17 @@ def test_a_trial_that_fails_once_then_completes_counts_once_and_keeps_both_attem
     assert retried.repro is not None and retried.repro.stdout_path.startswith("trials/0000-attempt2/")
     for path in failed.logs.values():
         assert (run_dir / path).exists()
+
+
+def test_a_retry_after_a_health_timeout_restarts_the_unit_that_timed_out(tmp_path: Path) -> None:
+    """Attempt 1 restarts decode (its env changed) and times out waiting for it; attempt 2 finds
+    the file as the cell wants and the unit active (still warming up): it must restart it anyway,
+    as a failed start or bad arguments do, rather than wait on the failed attempt's process."""
+    bed = two_roles(decode_timeout_s=0.3, ready_after_s=3600.0)
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=2).execute()
+    first = result.records[0]
+    assert (first.status, first.attempt) == ("failed", 2)
+    assert first.failure is not None and first.failure.error == "HealthTimeout"
+    assert first.restarted == ["decode:decode-server"]  # the retry started from a fresh process
+    assert len(bed.managers["decode"].restarts()) == 4  # 2 attempts x 2 trials
