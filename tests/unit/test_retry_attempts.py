@@ -1,7 +1,7 @@
 """Retried trials on the fakes: every failed attempt is journaled (its error kept, the report's
 count of failed attempts true) while a trial's final status stays its last attempt's for every
-reader; and a retry after an infrastructure failure starts from freshly restarted units, as the
-first attempt did (a unit still warming up from the failed attempt is not waited on again)."""
+reader; and a retry after a health timeout starts from a freshly restarted unit of that role (one
+still warming up from the failed attempt is not waited on again)."""
 
 from __future__ import annotations
 
