@@ -9,8 +9,10 @@ Layout of a run directory::
     reports/<run-id>/
       run.json          RunManifest (written atomically at start, updated at end)
       plan.json         PlanColumns: the planned trials (written once, with run.json at start)
-      journal.jsonl     one TrialRecord per line (type="trial") plus event records
+      journal.jsonl     one TrialRecord per line (type="trial"; one per failed attempt of a
+                        retried trial: its last is the trial's) plus event records
       trials/<NNNN>/    per-trial files: repro.out, repro.err, logs/<role>-<unit>.log
+                        (a retried trial's later attempts: trials/<NNNN>-attempt<K>/)
       backup/<role>.env original env files, byte for byte
       index.html        the report
 """
