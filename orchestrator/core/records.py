@@ -164,6 +164,10 @@ class TrialRecord(Frozen):
     is_baseline: bool = False
     testbed: str
     attempt: int = 1
+    # A failed attempt that was tried again (the runner journals each one). Not the trial's end:
+    # resume counts the trial unfinished until a later record of it, so a controller killed
+    # during the retry has the trial run again, as before failed attempts were journaled.
+    retried: bool = False
     status: TrialStatus
     failure: Failure | None = None
     started: str  # ISO 8601 UTC

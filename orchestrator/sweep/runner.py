@@ -227,7 +227,7 @@ class Runner:
         stays its last attempt's (every reader takes a trial's last record). It is not the trial's
         end: no progress tick, no adaptive decision, no repeated-failure count."""
         assert self.journal is not None
-        self.journal.append(record)
+        self.journal.append(record.model_copy(update={"retried": True}))
         self.services.verify_all_next = True
         why = record.failure.message if record.failure else "failure"
         self.progress.note(f"trial {record.trial} ({record.cell}) attempt {record.attempt} failed: {why}; retrying")

@@ -8,11 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, runner_for
+import pytest
+from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal, trial_statuses
 from orchestrator.sweep.api import _final_counts
+from orchestrator.sweep.hosts import HostGuard
 
 
 def two_roles(decode_timeout_s: float = 5.0, **decode: Any) -> FakeBed:
@@ -85,3 +87,37 @@ def test_a_retry_after_a_health_timeout_restarts_the_unit_that_timed_out(tmp_pat
     assert first.failure is not None and first.failure.error == "HealthTimeout"
     assert first.restarted == ["decode:decode-server"]  # the retry started from a fresh process
     assert len(bed.managers["decode"].restarts()) == 4  # 2 attempts x 2 trials
+
+
+class Killed(BaseException):
+    """Stands for kill -9 of the controller: nothing after it runs (no restore)."""
+
+
+def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 1 of trial 0 fails and is journaled; the controller dies in attempt 2's repro.
+    Before the `retried` mark, resume read attempt 1's record as the trial's end: the trial
+    stayed failed and its retry never ran (before failed attempts were journaled, it ran again)."""
+    bed = two_roles(fail_starts=1)
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    run_dir, journal = tmp_path / "run", tmp_path / "run" / "journal.jsonl"
+
+    def kill(text: str, argv: object) -> Reply:
+        raise Killed
+
+    bed.transports["prefill"].script("fake-repro --trial 0", kill, times=1)
+    with monkeypatch.context() as mp:
+        mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
+        with pytest.raises(Killed):
+            runner_for(bed, plan, run_dir, infra_attempts=2).execute()
+    assert [(r.trial, r.attempt, r.status, r.retried) for r in journaled(run_dir)] == [(0, 1, "failed", True)]
+    for index in (True, False):  # the status index (a cache) and the lines themselves agree
+        if not index:
+            (journal.parent / (journal.name + ".idx")).unlink()
+        statuses = trial_statuses(journal)
+        assert (statuses.finished, statuses.interrupted) == (frozenset(), frozenset({0}))
+    resumed = runner_for(bed, plan, run_dir, infra_attempts=2).execute(set(), resume=True)
+    assert (resumed.completed, resumed.failed) == (2, 0)
+    assert trial_statuses(journal).finished == {0, 1}
+    assert _final_counts(run_dir) == (2, 0)
