@@ -152,7 +152,12 @@ class ServiceError(OrchError):
 
 
 class HealthTimeout(OrchError):
-    """A health URL did not report ready within its timeout."""
+    """A health URL did not report ready within its timeout. `role` (the health check's: a host
+    key) names whose units a retry restarts: one still warming up is not waited on again."""
+
+    def __init__(self, message: str, *, role: str = "", detail: str = "") -> None:
+        self.role = role
+        super().__init__(message, detail=detail)
 
 
 class VerificationError(OrchError):

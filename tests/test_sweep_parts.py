@@ -219,10 +219,10 @@ def test_no_retry_starts_after_the_deadline(monkeypatch: pytest.MonkeyPatch) -> 
         return _infra_failure(n)
 
     late = RunOptions("r", infra_attempts=4, retry_backoff_s=0.0, deadline=1030.0)
-    record = run_with_retries(attempt, late, lambda why, n: None)
+    record = run_with_retries(attempt, late, lambda record: None)
     assert starts == [1000.0] and record.failure.message == "ssh died (1)"
     clock[0], starts[:] = 1000.0, []
-    run_with_retries(attempt, RunOptions("r", infra_attempts=4, retry_backoff_s=0.0), lambda why, n: None)
+    run_with_retries(attempt, RunOptions("r", infra_attempts=4, retry_backoff_s=0.0), lambda record: None)
     assert len(starts) == 4  # without a deadline every attempt runs
 
 
@@ -236,5 +236,5 @@ def test_a_retry_back_off_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch) 
         return _infra_failure(n)
 
     options = RunOptions("r", infra_attempts=2, retry_backoff_s=100.0, deadline=1003.0)
-    run_with_retries(attempt, options, lambda why, n: None)
+    run_with_retries(attempt, options, lambda record: None)
     assert slept == [2.0]  # 100 s of back-off, cut to the 2 s left before the deadline

@@ -9,8 +9,10 @@ Layout of a run directory::
     reports/<run-id>/
       run.json          RunManifest (written atomically at start, updated at end)
       plan.json         PlanColumns: the planned trials (written once, with run.json at start)
-      journal.jsonl     one TrialRecord per line (type="trial") plus event records
+      journal.jsonl     one TrialRecord per line (type="trial"; one per failed attempt of a
+                        retried trial: its last is the trial's) plus event records
       trials/<NNNN>/    per-trial files: repro.out, repro.err, logs/<role>-<unit>.log
+                        (a retried trial's later attempts: trials/<NNNN>-attempt<K>/)
       backup/<role>.env original env files, byte for byte
       index.html        the report
 """
@@ -162,6 +164,10 @@ class TrialRecord(Frozen):
     is_baseline: bool = False
     testbed: str
     attempt: int = 1
+    # A failed attempt that was tried again (the runner journals each one). Not the trial's end:
+    # resume counts the trial unfinished until a later record of it, so a controller killed
+    # during the retry has the trial run again, as before failed attempts were journaled.
+    retried: bool = False
     status: TrialStatus
     failure: Failure | None = None
     started: str  # ISO 8601 UTC

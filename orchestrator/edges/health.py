@@ -312,7 +312,8 @@ def wait_probe(
         if now >= deadline:
             raise HealthTimeout(
                 f"{check.role}: {check.url} is ready, but a generate through it ({check.probe}) did not succeed "
-                f"within {check.timeout_s:.1f} s (last answer: {answer})"
+                f"within {check.timeout_s:.1f} s (last answer: {answer})",
+                role=check.role,
             )
         time.sleep(min(delay, deadline - now))
         delay = min(delay * 2, PROBE_MAX_POLL_S)
@@ -372,7 +373,8 @@ def _wait(
         retrying(attempt)
     except _NotReady as exc:
         raise HealthTimeout(
-            f"{check.role}: {check.url} not ready after {check.timeout_s:.1f} s (last answer: {_last(exc, heard)})"
+            f"{check.role}: {check.url} not ready after {check.timeout_s:.1f} s (last answer: {_last(exc, heard)})",
+            role=check.role,
         ) from None
     return time.monotonic() - started
 

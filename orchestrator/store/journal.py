@@ -184,7 +184,8 @@ class Journal:
         """Note the record in the status index (a cache: no fsync; any failure drops it)."""
         if self._index is None:
             return
-        entry = _index_entry(start, end, (record.trial, record.status) if isinstance(record, TrialRecord) else None)
+        head = (record.trial, resume_status(record.status, record.retried)) if isinstance(record, TrialRecord) else None
+        entry = _index_entry(start, end, head)
         try:
             if os.write(self._index, entry) != len(entry):
                 raise OSError(errno.ENOSPC, "short write")
@@ -279,7 +280,8 @@ def trial_statuses(path: Path) -> TrialStatuses:
                 if start is not None and start[1] in known and line.endswith(b"}"):
                     status = status_at(line, line.find(b'},"is_baseline":', start.end()))
                     if status is not None:
-                        (interrupted if status[1] == b"interrupted" else finished).add(int(start[2]))
+                        unfinished = status[2] == b"interrupted" or status[1] == b"true"
+                        (interrupted if unfinished else finished).add(int(start[2]))
                         continue
                 head = _status_of(path, number, line)
                 if head is not None:
@@ -545,6 +547,7 @@ class _Head(TypedDict):
     type: Literal["trial", "event"]
     schema_version: Any
     trial: NotRequired[int]
+    retried: NotRequired[bool]
     status: NotRequired[TrialStatus]
 
 
@@ -687,8 +690,8 @@ def _read_index(path: Path, end: int, finished: set[int], interrupted: set[int])
 _TRIAL_START = re.compile(
     rb'\{"type":"trial","schema_version":(\d+),"run_id":"[^"\\]*","trial":(\d+),"round":\d+,"cell":"'
 )
-_TRIAL_STATUS = re.compile(
-    rb'\},"is_baseline":(?:true|false),"testbed":"[^"\\]*","attempt":\d+,'
+_TRIAL_STATUS = re.compile(  # groups: retried (absent in journals from before it), status
+    rb'\},"is_baseline":(?:true|false),"testbed":"[^"\\]*","attempt":\d+,(?:"retried":(true|false),)?'
     rb'"status":"(completed|failed|interrupted)"[,}]'
 )
 _EVENT_START = re.compile(rb'\{"type":"event","schema_version":(\d+),')
@@ -703,7 +706,7 @@ def _head_of(line: bytes) -> tuple[int, TrialStatus] | None | bool:
     if start is not None and start[1] in _KNOWN_VERSIONS:
         status = _TRIAL_STATUS.match(line, line.find(b'},"is_baseline":', start.end()))
         if status is not None:
-            return int(start[2]), status[1].decode()  # type: ignore[return-value]
+            return int(start[2]), resume_status(status[2].decode(), status[1] == b"true")  # type: ignore[arg-type]
         return False
     event = _EVENT_START.match(line)
     return None if event is not None and event[1] in _KNOWN_VERSIONS else False
@@ -722,10 +725,16 @@ def _status_of(path: Path, number: int, line: bytes) -> tuple[int, TrialStatus] 
         if not line.strip():
             return None
         record = _parse_line(path, number, line)  # the full parser: same answer or same error
-        return (record.trial, record.status) if isinstance(record, TrialRecord) else None
+        return (record.trial, resume_status(record.status, record.retried)) if isinstance(record, TrialRecord) else None
     if head["type"] == "event":
         return None
-    return head["trial"], head["status"]
+    return head["trial"], resume_status(head["status"], head.get("retried", False))
+
+
+def resume_status(status: TrialStatus, retried: bool) -> TrialStatus:
+    """A record's status as resume reads it: a failed attempt that was tried again did not end
+    its trial, which is as unfinished as an interrupted one until a later record of it."""
+    return "interrupted" if retried else status
 
 
 def _row_of(

@@ -146,8 +146,11 @@ class RunDir:
     def trials(self) -> Path:
         return self.path / TRIALS
 
-    def trial(self, index: int) -> TrialDir:
-        return TrialDir(self.path / TRIALS / f"{index:04d}")
+    def trial(self, index: int, attempt: int = 1) -> TrialDir:
+        """trials/NNNN, and trials/NNNN-attempt2, ... for a retried trial's later attempts: each
+        attempt is journaled, and its record's links must show its own output and logs."""
+        name = f"{index:04d}" if attempt == 1 else f"{index:04d}-attempt{attempt}"
+        return TrialDir(self.path / TRIALS / name)
 
     def backup(self, testbed: str = "") -> BackupDir:
         """backup/, or backup/<testbed>/ for one testbed of a parallel sweep."""

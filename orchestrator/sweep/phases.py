@@ -8,8 +8,10 @@ one unit writes it in the restart's own round trip (written first, restarted onl
 independent units of a restart wave restart in parallel; the health poller polls fast around each
 role's learned ready time; the live-env check of restarted units runs beside the repro, off the
 critical path, started once the repro's process exists (their threads never delay its spawn); the
-local repro is waited on through a pidfd (edges.workload); after the repro, each restarted host's
-unit ids come back with its logs, in the log collection's own round trip.
+local repro is waited on through a pidfd (edges.workload); every unit's ids are read while the
+health wait runs (a unit with no process voids the trial before its repro); after the repro each
+serving host's ports are scanned again (its unit ids in the same round trip, beside the log
+collection), and a node holding no port sends its ids with its logs.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from orchestrator.edges.workload import (
 from orchestrator.errors import (
     CommandInterrupted,
     CommandTimedOut,
+    HealthTimeout,
     IdentityError,
     Interrupted,
     JournalError,
@@ -97,8 +100,8 @@ class TrialContext:
     warmup: ReproOutcome | None = None
     metrics: dict[str, MetricValue] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
-    identity: dict[Unit, UnitId] = field(default_factory=dict)  # checked units' ids once healthy
-    check_all: bool = False  # first trial, or after a failure: check every role's ports, not only restarted ones
+    identity: dict[Unit, UnitId] = field(default_factory=dict)  # every unit's ids before the repro
+    check_all: bool = False  # first trial, or after a failure: take the units as they run (verify them all)
     provenance: dict[str, TrialProvenance] = field(default_factory=dict)  # host -> what served the trial
     describing: Future[None] | None = None  # provenance, asked beside the repro
     checking: Future[None] | None = None  # the live-env check beside the repro (None: done before it, or none)
@@ -130,6 +133,10 @@ class Services:
         self.checker: ThreadPoolExecutor | None = None  # verifies beside the repro
         self._cell_bytes: dict[tuple[str, frozenset[tuple[str, CellValue]]], bytes] = {}
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
+        self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
+        # (host key, unit) -> its ids after the last trial's repro: a unit the next trial does not
+        # restart must still run that process (read_ids)
+        self.known_ids: dict[Unit, UnitId] = {}
 
     def apply(self, step: Step, ctx: TrialContext) -> None:
         """Write each role's env file for the cell; only files whose text changes are written.
@@ -209,8 +216,10 @@ class Services:
         """Restart units whose env changed or that are not running, in dependency waves;
         independent units of one wave restart in parallel."""
         hosts = self.deployment.hosts
-        ctx.check_all = self.verify_all_next  # a retried trial may restart nothing: still check who serves
+        ctx.check_all = self.verify_all_next  # then a unit's process may differ from the last trial's
         todo = {(role, unit) for role, h in hosts.items() for unit in h.units if role in ctx.changed}
+        todo |= self.restart_next
+        self.restart_next = set()
         if self.verify_all_next:  # first trial, or after a failure: start whatever is not running,
             down = per_host(self.deployment, lambda h: [u for u in h.units if not h.services.state(u).is_active])
             todo |= {(role, unit) for role, units in down.items() for unit in units}
@@ -218,6 +227,16 @@ class Services:
         todo = whole_instances(self.deployment, todo)
         for wave in waves(self.deployment, {r for r, _ in todo}):
             self.restart_units([(r, u) for r in wave for u in hosts[r].units if (r, u) in todo], ctx)
+
+    def fresh_after(self, exc: OrchError) -> None:
+        """After a health wait timed out, the next attempt restarts that role's units, as it
+        restarts a unit that failed to start: one still warming up (or stuck) is active and runs on
+        the file's bytes, so neither the down nor the stale rule of restart() touches it, and the
+        retry would wait on the failed attempt's process, its warm-up half spent. Only that role:
+        restarting every unit the attempt restarted would cost a retry the whole deployment's
+        start-up (minutes a unit on real hardware)."""
+        if isinstance(exc, HealthTimeout) and exc.role in self.deployment.hosts:
+            self.restart_next = {(exc.role, unit) for unit in self.deployment.hosts[exc.role].units}
 
     def stale_units(self) -> set[Unit]:
         """Units of the hosts the matrix edits whose file changed since they last started: a
@@ -328,6 +347,7 @@ class Services:
                     again = sorted(whole_instances(self.deployment, {(role, unit)}))
                     self.restart_units(again, ctx)
                     ctx.health.update(self.wait_healthy(time.time(), {r for r, _ in again}))
+                    ctx.identity.update((u, i) for u, i in self._ids({r for r, _ in again}).items() if u in again)
                     problem = env_mismatch(h, unit, assignments, self.plan.matrix.redactor)
                 if problem:
                     raise VerificationError(f"{h.host.label}: unit {unit}: {problem}")
@@ -344,15 +364,46 @@ class Services:
                 if h.serves:
                     check_reported(rules, role, h.host.label, h.host.url, self.client)
 
-    def identity_roles(self, ctx: TrialContext) -> set[str]:
-        """The hosts (keys) whose identity a trial checks: those restarted, every one on a first
-        or retried trial."""
-        return set(self.deployment.hosts) if ctx.check_all else {role for role, _ in ctx.restarted}
+    def read_ids(self, ctx: TrialContext) -> dict[Unit, UnitId]:
+        """Before the repro (asked while the health wait runs, so it costs no wait of its own): the
+        process every unit of every host runs, restarted by this trial or not. A unit with no
+        process is not orch's own live server, whatever answers its health URL (a stranger on a
+        freed port answers 200 at once, before any alive check between polls); a unit the trial did
+        not restart that runs another process than after the last trial's repro was restarted
+        behind orch's back (its env never verified). Either voids the trial (IdentityError)."""
+        ids = self._ids(self.deployment.hosts)
+        problems = [p for unit, i in ids.items() if (p := self._not_as_left(unit, i, ctx)) is not None]
+        if problems:
+            raise IdentityError(
+                "; ".join(problems) + " (the trial is void: it was not served by the units orch checked)"
+            )
+        return ids
+
+    def _ids(self, keys: Collection[str]) -> dict[Unit, UnitId]:
+        """The ids of every unit of the hosts `keys`, one round trip per host, hosts at once."""
+        found = gather(
+            {k: k for k in keys}, lambda k: self.deployment.hosts[k].services.unit_ids(self.deployment.hosts[k].units)
+        )
+        return {(key, unit): i for key, ids in found.items() for unit, i in ids.items()}
+
+    def _not_as_left(self, unit: Unit, now: UnitId, ctx: TrialContext) -> str | None:
+        """Why a unit is not the process this trial may rely on (None: it is): it runs none, or
+        (a unit this trial did not restart, after a trial that passed) not the one the last trial
+        left. A first or retried trial takes what runs (every unit's env is verified then)."""
+        label = self.deployment.hosts[unit[0]].host.label
+        if now.main_pid is None:
+            return f"{label}: unit {unit[1]} is not running (it died or was stopped since orch started it)"
+        before = self.known_ids.get(unit)
+        if ctx.check_all or unit in ctx.restarted or before is None or before == now:
+            return None
+        return (
+            f"{label}: unit {unit[1]} changed process since the last trial "
+            f"(pid {before.main_pid} -> {now.main_pid}) though orch did not restart it"
+        )
 
     def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
-        """Check, while the repro runs, that each restarted role's health ports are served by its
-        own units, and read the other roles' unit ids (one round trip per host);
-        confirm_identity waits for it after the repro."""
+        """Check, while the repro runs, that each role's health ports are served by its own
+        units; confirm_identity waits for it after the repro."""
         return self.beside(self.check_identity, ctx)
 
     def beside(self, fn: Callable[..., T], *args: object) -> Future[T]:
@@ -363,36 +414,34 @@ class Services:
         return self.checker.submit(fn, *args)
 
     def check_identity(self, ctx: TrialContext) -> None:
-        """Each health/URL port of a restarted role (every role on a first or retried trial) is
-        held by one of the role's units (its main pid or a descendant); else the answer came from
-        a stranger and the trial is void. The other roles' units are not scanned again, but their
-        ids are read, so confirm_identity also catches one of them dying or restarting during the
-        repro (a unit the trial did not restart served it too)."""
-        roles = self.identity_roles(ctx)
+        """Each health/URL port of every role, restarted by this trial or not, is held by one of the
+        role's units (its main pid or a descendant), and the pid the server reports agrees; else
+        the answer came from a stranger and the trial is void. A role the trial did not restart
+        serves the repro as much as one it did (an orphaned server on a port whose unit died)."""
+        serving = sorted(k for k, h in self.deployment.hosts.items() if h.serves)
+        found = gather({k: k for k in serving}, partial(self._port_owners, reported=True), what="hosts")
+        self._raise_port_problems(found)
 
-        def one(role: str) -> tuple[dict[str, UnitId], str | None]:
-            h, host = self.deployment.hosts[role], self.deployment.testbed.hosts[role]
-            if role not in roles:  # untouched this trial: only who runs now (a running unit's id)
-                return {u: i for u, i in h.services.unit_ids(h.units).items() if i.main_pid}, None
-            if not h.serves:  # a node above rank 0 holds no port: its ids still catch a restart mid-repro
-                return h.services.unit_ids(h.units), None
-            scan, ids = h.services.port_scan(health_ports(host), h.units)
-            for port in health_ports(host):
-                stranger = foreign_holder(scan, port, ids)
-                if stranger is not None:
-                    return ids, f"{host.label}: port {port} is served by {stranger}, not by {units_phrase(ids)}"
-            url_port = health_ports(host)[-1]  # the host URL's port: where /get_server_info answers
-            mismatch = reported_pid_mismatch(scan, url_port, ids, self._reported_pid(h.host.url))
-            if mismatch is not None:
-                return ids, f"{host.label}: {mismatch} ({units_phrase(ids)})"
+    def _port_owners(self, key: str, reported: bool) -> tuple[dict[str, UnitId], str | None]:
+        """One scan of a serving host's health ports (it reads the units' ids too): the ids, and who
+        else holds a port, or (`reported`) whose pid the server reports, in words (None: its own)."""
+        h, host = self.deployment.hosts[key], self.deployment.testbed.hosts[key]
+        scan, ids = h.services.port_scan(health_ports(host), h.units)
+        for port in health_ports(host):
+            stranger = foreign_holder(scan, port, ids)
+            if stranger is not None:
+                return ids, f"{host.label}: port {port} is served by {stranger}, not by {units_phrase(ids)}"
+        if not reported:
             return ids, None
+        url_port = health_ports(host)[-1]  # the host URL's port: where /get_server_info answers
+        mismatch = reported_pid_mismatch(scan, url_port, ids, self._reported_pid(h.host.url))
+        return ids, None if mismatch is None else f"{host.label}: {mismatch} ({units_phrase(ids)})"
 
-        found = gather({role: role for role in sorted(self.deployment.hosts)}, one, what="hosts")
+    @staticmethod
+    def _raise_port_problems(found: Mapping[str, tuple[dict[str, UnitId], str | None]]) -> None:
         problems = [problem for _, problem in found.values() if problem]
         if problems:
             raise IdentityError("; ".join(problems) + " (the trial is void: stop that process or free the port)")
-        for role, (ids, _) in found.items():
-            ctx.identity.update(((role, unit), unit_id) for unit, unit_id in ids.items())
 
     def _reported_pid(self, url: str) -> object:
         """The pid the server reports about itself (the bundled simulator does; SGLang may not),
@@ -405,44 +454,54 @@ class Services:
         return info.get("pid") if isinstance(info, dict) else None
 
     def confirm_identity(self, pending: Future[None] | None, ctx: TrialContext) -> None:
-        """After the repro: the identity check passed, and every checked unit still runs the
-        same process (same main pid and invocation id): a unit that restarted or died during
-        the repro served only part of it. The ids come with the trial's logs (collected after the
-        repro ended, in the same round trips); if that collection failed, they are asked alone
-        (its error is the trial's, raised where the logs are used)."""
+        """After the repro: the check beside it passed, every unit of every host still runs the
+        process it ran before the repro (same main pid and invocation id: a unit that restarted
+        or died during the repro served only part of it), and each role's ports are still held by
+        its units (scanned again). Nodes that hold no port have their ids read with the trial's
+        logs (collected after the repro ended, in the same round trips), else alone."""
         if pending is None:
             return
         pending.result()
-        roles = sorted({role for role, _ in ctx.identity})
-        now = self._ids_with_logs(ctx.logs_pending, roles)
-        if now is None:
-            now = gather(
-                {r: r for r in roles},
-                lambda r: self.deployment.hosts[r].services.unit_ids(self.deployment.hosts[r].units),
-            )
+        now = gather({k: k for k in self.deployment.hosts}, partial(self._after_repro, ctx.logs_pending))
         for (role, unit), before in ctx.identity.items():
-            after = now[role].get(unit)
-            label = self.deployment.hosts[role].host.label
-            if after is None or after.main_pid is None:
-                raise IdentityError(f"{label}: unit {unit} died during the repro ({before.describe()} is gone)")
-            if after.main_pid != before.main_pid:
-                raise IdentityError(
-                    f"{label}: unit {unit} restarted during the repro (pid {before.main_pid} -> {after.main_pid})"
-                )
-            if after.invocation_id != before.invocation_id:
-                raise IdentityError(
-                    f"{label}: unit {unit} restarted during the repro "
-                    f"(invocation {before.invocation_id} -> {after.invocation_id})"
-                )
+            self._same_process(role, unit, before, now[role][0].get(unit))
+        self._raise_port_problems(now)
+        self.known_ids = {(role, unit): i for role, (ids, _) in now.items() for unit, i in ids.items()}
+
+    def _after_repro(self, logs: Future[CollectedLogs] | None, key: str) -> tuple[dict[str, UnitId], str | None]:
+        """A host's unit ids after the repro, and who else holds its ports (a serving host: scanned)."""
+        h = self.deployment.hosts[key]
+        if h.serves:
+            return self._port_owners(key, reported=False)
+        ids = self._ids_with_logs(logs, key)
+        return (ids if ids is not None else h.services.unit_ids(h.units)), None
+
+    def _same_process(self, role: str, unit: str, before: UnitId, after: UnitId | None) -> None:
+        label = self.deployment.hosts[role].host.label
+        if after is None or after.main_pid is None:
+            raise IdentityError(f"{label}: unit {unit} died during the repro ({before.describe()} is gone)")
+        if after.main_pid != before.main_pid:
+            raise IdentityError(
+                f"{label}: unit {unit} restarted during the repro (pid {before.main_pid} -> {after.main_pid})"
+            )
+        if after.invocation_id != before.invocation_id:
+            raise IdentityError(
+                f"{label}: unit {unit} restarted during the repro "
+                f"(invocation {before.invocation_id} -> {after.invocation_id})"
+            )
 
     @staticmethod
-    def _ids_with_logs(logs: Future[CollectedLogs] | None, roles: list[str]) -> dict[str, dict[str, UnitId]] | None:
-        """The unit ids the log collection read after the repro, if it went through and asked every
-        role in `roles`."""
+    def _ids_with_logs(logs: Future[CollectedLogs] | None, key: str) -> dict[str, UnitId] | None:
+        """A host's unit ids as the log collection read them after the repro, if it went through
+        and asked that host."""
         if logs is None or logs.exception() is not None:
             return None
-        ids = logs.result().ids
-        return ids if all(r in ids for r in roles) else None
+        return logs.result().ids.get(key)
+
+    def id_hosts(self) -> set[str]:
+        """The hosts whose unit ids the log collection reads for confirm_identity: nodes that
+        hold no port (a serving host's ids come with its port scan)."""
+        return {key for key, h in self.deployment.hosts.items() if not h.serves}
 
     def close(self) -> None:
         if self.checker is not None:
@@ -684,7 +743,7 @@ class TrialPhases:
         self.services, self.repro, self.run_id = services, repro, run_id
 
     def run(self, step: Step, attempt: int) -> TrialRecord:
-        trial = self.repro.run_dir.trial(step.trial.index)
+        trial = self.repro.run_dir.trial(step.trial.index, attempt)
         run_file_op(trial.path, "cannot create the trial folder", lambda: trial.logs.mkdir(parents=True, exist_ok=True))
         t0, started = time.time(), now_iso()
         ctx = TrialContext()
@@ -700,6 +759,7 @@ class TrialPhases:
                 message=str(exc),
                 detail=exc.detail[-4000:],
             )
+            self.services.fresh_after(exc)
             if not ctx.logs:
                 ctx.logs = self._logs_after_failure(trial, ctx, t0)
         redactor = self.repro.plan.matrix.redactor  # after the metrics: they were read from the raw text
@@ -710,7 +770,9 @@ class TrialPhases:
         services, repro = self.services, self.repro
         services.apply(step, ctx)
         services.restart(ctx)
+        ids = services.beside(services.read_ids, ctx)  # every unit's process, read while the wait runs
         ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
+        ctx.identity = ids.result()  # a unit not running (whatever answers its URL) voids the trial here
         repro.describe_hosts()
         verified = services.verify_before_repro(step, ctx)  # the first trial's may restart a stale unit first
 
@@ -724,8 +786,8 @@ class TrialPhases:
         finally:
             server = repro.telemetry_after(telemetry)  # a failed repro still stops the sampler
         start_beside()  # (started already, unless the spawn never returned)
-        ids_of = services.identity_roles(ctx) if ctx.identity_pending is not None else set()
-        # its round trips overlap the checks', and read the unit ids the identity check confirms
+        ids_of = services.id_hosts() if ctx.identity_pending is not None else set()
+        # its round trips overlap the checks', and read the ids of the nodes confirm_identity cannot scan
         ctx.logs_pending = services.beside(partial(repro.collect_logs, trial, t0, ids_of=ids_of))
         assert ctx.describing is not None
         ctx.describing.result()

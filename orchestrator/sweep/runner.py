@@ -219,15 +219,18 @@ class Runner:
             self.services.verify_all_next = True
 
     def _run_with_retries(self, step: Step) -> TrialRecord:
-        return run_with_retries(
-            lambda attempt: self.phases.run(step, attempt),
-            self.options,
-            lambda why, attempt: self._note_retry(step, why, attempt),
-        )
+        return run_with_retries(lambda attempt: self.phases.run(step, attempt), self.options, self._note_retry)
 
-    def _note_retry(self, step: Step, why: str, attempt: int) -> None:
+    def _note_retry(self, record: TrialRecord) -> None:
+        """A failed attempt that is tried again is journaled too (its own record, fsync'd): the
+        report counts every failed attempt and shows each one's error, and a trial's final status
+        stays its last attempt's (every reader takes a trial's last record). It is not the trial's
+        end: no progress tick, no adaptive decision, no repeated-failure count."""
+        assert self.journal is not None
+        self.journal.append(record.model_copy(update={"retried": True}))
         self.services.verify_all_next = True
-        self.progress.note(f"trial {step.trial.index} ({step.trial.cell.id}) attempt {attempt} failed: {why}; retrying")
+        why = record.failure.message if record.failure else "failure"
+        self.progress.note(f"trial {record.trial} ({record.cell}) attempt {record.attempt} failed: {why}; retrying")
 
     # ------------------------------------------------------------------ the host guard
     def adopt_backup(self) -> bool:
@@ -350,19 +353,20 @@ class RepeatedFailures:
 
 
 def run_with_retries(
-    attempt: Callable[[int], TrialRecord], options: RunOptions, on_retry: Callable[[str, int], None]
+    attempt: Callable[[int], TrialRecord], options: RunOptions, on_retry: Callable[[TrialRecord], None]
 ) -> TrialRecord:
     """Run a trial; an infrastructure failure (SSH, units, health) is tried again, up to
     options.infra_attempts tries with exponential back-off, but never past options.deadline
     (`--until`: no attempt starts after it, and a back-off ends at it; each attempt is a restart,
-    a warm-up and a whole repro). The last record is returned either way."""
+    a warm-up and a whole repro). `on_retry` gets each failed record that is tried again; the
+    last record is returned either way."""
     numbers = itertools.count(1)
     deadline = options.deadline
     backoff = tenacity.wait_exponential(multiplier=options.retry_backoff_s, max=30)
 
     def before_sleep(rs: tenacity.RetryCallState) -> None:
-        record = rs.outcome.result() if rs.outcome else None
-        on_retry(record.failure.message if record and record.failure else "failure", rs.attempt_number)
+        assert rs.outcome is not None  # retried on a result only: an exception is never retried
+        on_retry(rs.outcome.result())
 
     def wait(rs: tenacity.RetryCallState) -> float:
         return backoff(rs) if deadline is None else min(backoff(rs), max(deadline - time.time(), 0.0))

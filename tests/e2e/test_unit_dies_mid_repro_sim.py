@@ -40,7 +40,7 @@ def test_a_unit_that_dies_during_the_repro_voids_the_trial(tmp_path: Path, capsy
     out, err = capsys.readouterr()
     assert code == 1, out + err
     trials = [r for r in read_journal(reports / "dies" / "journal.jsonl").records if isinstance(r, TrialRecord)]
-    assert len(trials) == 2, out + err
+    assert sorted((t.trial, t.attempt) for t in trials) == [(0, 1), (0, 2), (1, 1), (1, 2)], out + err  # each attempt
     for t in trials:
         assert t.status == "failed" and t.metrics == {} and t.failure is not None, t
         assert t.failure.error == "IdentityError", t.failure

@@ -12,13 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, health_client, make_bed, make_plan, runner_for
 
+from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.edges.identity import Holder
 from orchestrator.edges.preflight import preflight
 from orchestrator.errors import PreflightError
+from orchestrator.store.journal import read_journal
 
 STRANGER = Holder(4242, 30000, 1000, "python3 -m http.server 30000", (4242, 1))
 
@@ -124,23 +127,6 @@ def test_a_unit_that_dies_during_the_repro_voids_the_trial(tmp_path: Path) -> No
     assert re.search(r"unit prefill-server died during the repro \(pid \d+ is gone\)", record.failure.message)
 
 
-def test_only_restarted_roles_are_checked_after_the_first_trial(tmp_path: Path) -> None:
-    """A role that restarts nothing is not port-scanned again (the first trial checks every role;
-    the others only read its unit ids, to catch it dying during the repro)."""
-    bed = make_bed(
-        {
-            "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)]),
-            "decode": Role("FLAG=0\n", [FakeUnit("decode-server")]),
-        }
-    )
-    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=2)
-    result = runner_for(bed, plan, tmp_path / "run").execute()
-    assert result.completed == 4
-    assert len([c for c in bed.managers["prefill"].calls if c.op == "port_scan"]) == 1
-    restarts = len(bed.managers["decode"].restarts())
-    assert len([c for c in bed.managers["decode"].calls if c.op == "port_scan"]) == restarts >= 2
-
-
 def test_a_unit_the_trial_did_not_restart_dying_during_the_repro_voids_it(tmp_path: Path) -> None:
     """prefill serves every trial, though a decode-only factor never restarts it: when it dies
     while trial 2's repro runs, that trial is not data (its ids were read beside the repro)."""
@@ -199,3 +185,113 @@ def test_preflight_refuses_a_port_held_by_a_stranger_before_any_edit() -> None:
 def test_preflight_accepts_the_units_own_listener() -> None:
     bed = bed_of_one(active=True)
     preflight(bed.deployment, plan_of(bed), client=bed.client)
+
+
+# ---------------------------------------------------------------- units the trial did not restart
+def decode_bed() -> FakeBed:
+    """prefill runs from before the run and serves every trial; a decode-only factor never restarts it."""
+    return make_bed(
+        {
+            "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)]),
+            "decode": Role("FLAG=0\n", [FakeUnit("decode-server")]),
+        }
+    )
+
+
+def between_trials(bed: FakeBed, action: Callable[[], None]) -> None:
+    """`action` runs once, when decode restarts for the second trial: after the first trial was
+    journaled, before anything of the second one is checked (as an auditor's kill -9 would)."""
+    decode, original = bed.managers["decode"], bed.managers["decode"].restart
+
+    def restart(unit: str) -> float:
+        if len(decode.restarts()) == 1:
+            action()
+        return original(unit)
+
+    decode.restart = restart  # type: ignore[method-assign]
+
+
+def stranger_answers(bed: FakeBed, role: str, on: threading.Event) -> httpx.Client:
+    """The bed's health client, except that once `on` is set a stranger answers 200 JSON to every
+    request for `role`'s URL (its unit running or not), as a server on the freed port does."""
+    inner, origin = health_client(bed.deployment, bed.managers), bed.deployment.hosts[role].host.url
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if on.is_set() and str(request.url).startswith(origin):
+            return httpx.Response(200, json={"status": "ok"})
+        got = inner.send(request)
+        return httpx.Response(got.status_code, content=got.content, headers=got.headers)
+
+    return httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0)
+
+
+def test_a_unit_not_restarted_that_died_between_trials_under_a_stranger_voids_the_trial(tmp_path: Path) -> None:
+    """The auditor's case: prefill (not restarted by a decode-only trial) is killed after trial 0
+    and a stranger answers its port at once. The trial is void (a unit expected active has no
+    process), retried, and never data, however fast the stranger's 200 comes."""
+    bed, on = decode_bed(), threading.Event()
+    bed.client = stranger_answers(bed, "prefill", on)
+
+    def kill_and_squat() -> None:
+        bed.managers["prefill"].stop("prefill-server")
+        bed.managers["prefill"].strangers[30000] = STRANGER
+        on.set()
+
+    between_trials(bed, kill_and_squat)
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=2).execute()
+    first, second = result.records
+    assert first.status == "completed"
+    assert (second.status, second.attempt) == ("failed", 2)  # retried, then given up: never data
+    assert second.failure is not None and second.failure.kind == "infrastructure" and second.metrics == {}
+    assert "port 30000 is served by pid 4242" in second.failure.message  # the retry restarted prefill: the stranger
+    attempts = [r for r in read_journal(tmp_path / "run" / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    one = next(r for r in attempts if r.trial == second.trial and r.attempt == 1)
+    assert one.failure is not None and one.failure.error == "IdentityError"
+    assert re.search(r"unit prefill-server is not running", one.failure.message), one.failure.message
+
+
+def test_a_unit_not_restarted_whose_process_changed_between_trials_voids_the_trial(tmp_path: Path) -> None:
+    """prefill restarted behind orch's back between two trials (systemd's Restart=, someone's
+    systemctl): the trial that did not restart it did not get the process the last one checked."""
+    bed = decode_bed()
+    between_trials(bed, lambda: bed.managers["prefill"].restart("prefill-server"))
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    first, second = result.records
+    assert first.status == "completed"
+    assert second.failure is not None and second.failure.error == "IdentityError" and second.metrics == {}
+    assert re.search(
+        r"unit prefill-server changed process since the last trial \(pid \d+ -> \d+\)", second.failure.message
+    ), second.failure.message
+
+
+def test_a_stranger_joining_a_port_of_a_unit_not_restarted_during_the_repro_voids_it(tmp_path: Path) -> None:
+    """After the repro every role's ports are scanned again: a stranger that took one of them
+    beside the unit (another address, SO_REUSEPORT) while the repro ran served part of it."""
+    bed = decode_bed()
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=1)
+    second_trial = plan.steps[1].trial.index
+
+    def repro(text: str, argv: Any) -> Reply:
+        if text.endswith(f"--trial {second_trial}"):
+            bed.managers["prefill"].strangers[30000] = STRANGER
+        return Reply(0, REPRO_OUTPUT)
+
+    bed.transports["prefill"].script(re.compile(r"^fake-repro\b"), repro)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    first, second = result.records
+    assert first.status == "completed"
+    assert second.failure is not None and second.failure.error == "IdentityError" and second.metrics == {}
+    assert "port 30000 is served by pid 4242" in second.failure.message
+
+
+def test_every_role_is_scanned_before_and_after_each_repro(tmp_path: Path) -> None:
+    """Who serves each role's ports is checked every trial, restarted or not: beside the repro and
+    again after it (a stranger on the port of a unit the trial did not restart voids it too)."""
+    bed = decode_bed()
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=2)
+    result = runner_for(bed, plan, tmp_path / "run").execute()
+    assert result.completed == 4
+    for role in ("prefill", "decode"):
+        assert len([c for c in bed.managers[role].calls if c.op == "port_scan"]) == 2 * 4, role
