@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -130,8 +130,9 @@ def _build(
     effects, interactions = _effects(manifest, cells, by_metric)
     number_effects = _number_effects(manifest, by_metric, levels_of)
     neighbours = _neighbour_tests(manifest, cells, primary, by_metric)
+    untested = _untested(manifest, by_metric)
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
-        cells, effects, interactions, number_effects, neighbours
+        cells, effects, interactions, number_effects, neighbours, untested
     )
     drift = _drift(manifest, baseline_cell, by_metric)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
@@ -169,14 +170,56 @@ def _build(
         provenance=_provenance(manifest),
         server=server_table(data),
         gates=list(manifest.gates),
-        comparison={m: by_metric[m].dispersion.method() for m in _proportions(manifest)},
+        comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
         dispersion=_estimated_phi(manifest, by_metric),
+        untested=untested,
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
 
 def _proportions(manifest: RunManifest) -> list[str]:
     return [m for m, kind in manifest.metrics.items() if kind == "proportion"]
+
+
+def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, str]:
+    """Per proportion metric with no residual df for trial-to-trial variation: why none of its
+    comparisons is tested. Why: a cell's sum of trials varies with the restarts, not only with the
+    sessions, and one trial per cell leaves nothing to measure that by; Fisher's test on the pooled
+    sessions then called noise a finding in 16-55% of A/A 2x2x2 reports at intra-trial correlation
+    0.02-0.05 (1% at 0). So such a metric's numbers are shown, described, and never called findings."""
+    return {
+        m: untested_reason(by_metric[m].dispersion) for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
+    }
+
+
+def _no_spread_to_test(rows: MetricRows) -> bool:
+    """No df for trial-to-trial variation, and something to test: one trial per cell, or cells whose
+    rates differ (replicated cells that all saw no event, or only events, differ in nothing)."""
+    disp = rows.dispersion
+    if rows.empty or disp.estimable:
+        return False
+    rates = {int(c.k.sum()) / int(c.n.sum()) for c in rows.cells.values() if c.n.sum()}
+    return disp.most_trials < 2 or len(rates) > 1
+
+
+def untested_reason(disp: clustered.Dispersion) -> str:
+    """Why a metric's differences cannot be tested, with what to do about it (see _untested)."""
+    if disp.most_trials < 2:
+        return (
+            "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
+            "restart and restarts differ; rerun with replicates >= 2"
+        )
+    return (
+        "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated and a "
+        "flag's effect cannot be separated from it; rerun with more replicates"
+    )
+
+
+def _comparison(disp: clustered.Dispersion, untested: str | None) -> str:
+    """The method sentence of one proportion metric: the test, or why there is none."""
+    if untested is None:
+        return disp.method()
+    return f"not at all: no test, so no finding ({untested}); differences are descriptive only; {disp.interval_note()}"
 
 
 def _load_shown(
@@ -313,7 +356,9 @@ def _proportion_cells(
         {c: versus_baseline(*pooled[c], *base, disp, trials.get(c, []), base_trials) for c in others} if base else {}
     )
     pvalues = {c: t.p for c, t in tests.items()}
-    adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
+    # untested (no df for trial-to-trial variation): the p stays for the record, no Holm, never significant
+    tested = others if disp.estimable else []
+    adjusted = dict(zip(tested, stats.holm([pvalues[c] for c in tested]), strict=True))
     result = {}
     for cell in cell_ids:
         k, n = pooled[cell]
@@ -549,24 +594,16 @@ def _apply_policy(
     interactions: Sequence[InteractionView],
     number_effects: Sequence[NumberEffectView],
     neighbours: Sequence[NeighbourView],
+    untested: Collection[str] = (),
 ) -> tuple[
     list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
 ]:
     """One policy for the whole report: Holm over every test it could call a finding, every metric
     in one family (each cell vs the baseline, every effect and interaction, the numeric effects,
-    the highest cell's one-factor comparisons). Sets p_holm, and significant / finding from it."""
-    family: dict[tuple[str, str, str], float] = {}
-    for c in cells:
-        family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
-        family.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
-    groups: dict[str, Sequence[EffectView | InteractionView | NumberEffectView | NeighbourView]] = {
-        "effect": effects,
-        "interaction": interactions,
-        "number_effect": number_effects,
-        "neighbour": neighbours,
-    }
-    for name, items in groups.items():
-        family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
+    the highest cell's one-factor comparisons). Sets p_holm, and significant / finding from it.
+    The `untested` metrics' comparisons are not in the family: none of them can be a finding."""
+    family = {key: p for key, p in _family(cells, effects, interactions, number_effects, neighbours).items()
+              if key[1] not in untested}  # fmt: skip
     adjusted = findings.adjust(family)  # one family across metrics: any false finding anywhere <= alpha
     sizes: dict[str, int] = {}
     for key in family:
@@ -593,14 +630,38 @@ def _apply_policy(
     )
 
 
+def _family(
+    cells: Sequence[CellView],
+    effects: Sequence[EffectView],
+    interactions: Sequence[InteractionView],
+    number_effects: Sequence[NumberEffectView],
+    neighbours: Sequence[NeighbourView],
+) -> dict[tuple[str, str, str], float]:
+    """Every test's raw p, keyed (kind, metric, which)."""
+    family: dict[tuple[str, str, str], float] = {}
+    for c in cells:
+        family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
+        family.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
+    groups: dict[str, Sequence[EffectView | InteractionView | NumberEffectView | NeighbourView]] = {
+        "effect": effects,
+        "interaction": interactions,
+        "number_effect": number_effects,
+        "neighbour": neighbours,
+    }
+    for name, items in groups.items():
+        family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
+    return family
+
+
 _Tested = TypeVar("_Tested", EffectView, InteractionView, NumberEffectView, NeighbourView)
 
 
 def _holm_items(name: str, items: Sequence[_Tested], adjusted: Mapping[tuple[str, str, str], float]) -> list[_Tested]:
-    """The views with their family-wise p and whether that makes them a finding."""
+    """The views with their family-wise p and whether that makes them a finding; one outside the
+    family (an untested metric's) keeps p_holm 1.0 and is no finding."""
     keys = [(name, item.metric, str(i)) for i, item in enumerate(items)]
     return [
-        item.model_copy(update={"p_holm": adjusted[key], "finding": findings.is_finding(adjusted[key])})
+        item.model_copy(update={"p_holm": adjusted.get(key, 1.0), "finding": findings.is_finding(adjusted.get(key))})
         for key, item in zip(keys, items, strict=True)
     ]
 
@@ -710,6 +771,8 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
     singles = _one_factor_away(report.factors, measured, base)
     if not singles:
         return []
+    if metric in report.untested:
+        return [_untested_single_flags(report, metric, base, singles)]
     parts, moved = [], 0
     for factor, cell in singles:
         p = cell.proportions[metric]
@@ -730,6 +793,21 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
             ),
         )
     ]
+
+
+def _untested_single_flags(
+    report: Report, metric: str, base: CellView, singles: Sequence[tuple[str, CellView]]
+) -> Finding:
+    """The single-flag opener of an untested metric: the rates only, and why nothing is tested."""
+    parts = [f"{_change(f, c.levels[f])} gives {fmt_rate(c.proportions[metric].rate)}" for f, c in singles]
+    return Finding(
+        kind="info",
+        text=(
+            f"{metric.capitalize()} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
+            f"({fmt_levels(base.levels)}). One flag at a time: {'; '.join(parts)}; not tested, so not findings: "
+            f"{report.untested[metric]}."
+        ),
+    )
 
 
 def _status_findings(report: Report) -> list[Finding]:
@@ -773,6 +851,8 @@ def _outcome_findings(report: Report, metric: str) -> list[Finding]:
                 )
             ]
         return []
+    if metric in report.untested:
+        return [_untested_finding(report, metric, measured, base)]
     significant = [c for c in measured if c.proportions[metric].significant]
     if not significant:
         return [_null_finding(report, metric, measured, base)]
@@ -901,6 +981,22 @@ def _change(factor: str, level: str) -> str:
     if level.lower() in ON_WORDS:
         return f"turning on {factor}"
     return f"setting {factor}={level}"
+
+
+def _untested_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
+    """The result of a metric no comparison of which can be tested (report.untested): no finding,
+    why, and the highest rate as a description (kind "null": the run's result line says it)."""
+    high = _highest(measured, metric)
+    seen = (
+        f" Highest: {fmt_rate(high.proportions[metric].rate)} in cell {fmt_levels(high.levels)}, vs "
+        f"{fmt_rate(base.proportions[metric].rate)} in the baseline (descriptive)."
+        if not high.is_baseline
+        else f" The baseline has the highest rate, {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+    )
+    return Finding(
+        kind="null",
+        text=f"No finding about {metric} can be made from this run: {report.untested[metric]}." + seen,
+    )
 
 
 def _null_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
@@ -1068,7 +1164,9 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
         ),
         None,
     )
-    if outcome is not None:
+    if outcome is not None and primary in report.untested:
+        text += f"; the same change moves {primary} by {fmt_pts(outcome)} (not tested: {report.untested[primary]})"
+    elif outcome is not None:
         verdict = "also a finding" if outcome.finding else "not a finding"
         text += f"; the same change moves {primary} by {fmt_pts(outcome)} ({fmt_p(outcome.p_holm)}, {verdict})"
     return text[0].upper() + text[1:] + "."
@@ -1139,7 +1237,7 @@ def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
                 _p_or_one(c.numbers[metric].p_holm),
             ),
         )
-        found.append(Finding(kind="finding", text=_moved_text(metric, cell, base, primary, len(moved))))
+        found.append(Finding(kind="finding", text=_moved_text(report, metric, cell, base, len(moved))))
     return found
 
 
@@ -1171,14 +1269,19 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
     ]
 
 
-def _moved_text(metric: str, cell: CellView, base: CellView, primary: str | None, count: int) -> str:
+def _moved_text(report: Report, metric: str, cell: CellView, base: CellView, count: int) -> str:
+    primary = report.primary_metric
     num, ref = cell.numbers[metric], base.numbers[metric]
     text = (
         f"{metric} moved in {count} cell(s): median {fmt_num(num)} in cell "
         f"{fmt_levels(cell.levels)} vs {fmt_num(ref)} in the baseline "
         f"({fmt_p(num.p_holm)}, Holm, Mann-Whitney)"
     )
-    if primary and primary in cell.proportions:
+    if primary and primary in cell.proportions and primary in report.untested:
+        out, out_ref = cell.proportions[primary], base.proportions[primary]
+        why = report.untested[primary]
+        text += f"; {primary} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} (not tested: {why})"
+    elif primary and primary in cell.proportions:
         out, out_ref = cell.proportions[primary], base.proportions[primary]
         verb = "also differs" if out.significant else "did not move"
         text += (

@@ -158,6 +158,9 @@ class Provenance(Frozen):
 
 
 class EffectView(Frozen):
+    """An effect of a factor on a proportion; p_holm stays 1.0 and finding False when its metric
+    is untested (Report.untested): no family, no finding."""
+
     metric: str
     factor: str
     level: str
@@ -296,3 +299,6 @@ class Report(Frozen):
     # per proportion metric: how cells were compared with the baseline, one sentence (trial = unit)
     comparison: dict[str, str] = {}
     dispersion: dict[str, float] = {}  # per proportion metric: phi, when the quasi-binomial test compared cells
+    # per proportion metric whose trial-to-trial variation cannot be estimated (no residual df, e.g. one
+    # trial per cell): why none of its comparisons is tested, so none is a finding (its numbers are descriptive)
+    untested: dict[str, str] = {}
