@@ -13,7 +13,7 @@ from helpers.report_synth import ALL_OFF, synthetic_run
 
 from orchestrator.core.records import Failure, MetricValue, TrialRecord
 from orchestrator.core.redact import REDACTED, Redactor
-from orchestrator.report.build import build_report, fmt_p, fmt_rate, safe_href, suspect_reasons
+from orchestrator.report.build import build_report, fmt_p, fmt_pts, fmt_rate, safe_href, suspect_reasons
 from orchestrator.report.model import RateView, Report
 from orchestrator.report.render import render_report, run_summary
 
@@ -385,3 +385,38 @@ def test_aa_reports_with_one_trial_per_cell_show_no_finding() -> None:
         report = build_report(*cell_run(CUBE, CUBE_BASE, cells))
         shown += bool(_texts(report, "finding"))
     assert shown == 0
+
+
+# --- "needs ... together" only with the AND's interaction finding (audit 2)
+
+FAB = {"fa": ["0", "1"], "fb": ["0", "1"]}
+FAB_BASE = {"fa": "0", "fb": "0"}
+
+
+def _fab(counts: dict[tuple[str, str], int]) -> Report:
+    """4 trials of 40 sessions a cell, the cell's events spread evenly over them."""
+    cells = [({"fa": a, "fb": b}, [(k // 4 + (i < k % 4), 40) for i in range(4)]) for (a, b), k in counts.items()]
+    return build_report(*cell_run(FAB, FAB_BASE, cells))
+
+
+def test_an_or_of_two_flags_is_not_called_needed_together() -> None:
+    """Either flag alone gives ~19%, both 34%, neither 0/160: each drop from the top cell lowers it
+    (what the old sentence took for an AND), but the interaction is ~0, so 'needs them together' is
+    not shown and the sentence says only what was."""
+    report = _fab({("1", "1"): 55, ("1", "0"): 30, ("0", "1"): 31, ("0", "0"): 0})
+    assert all(nb.finding for nb in report.neighbours) and not any(i.finding for i in report.interactions)
+    [cause] = [f for f in report.headline if "lowers it" in f.text]
+    assert cause.kind == "finding" and "It needs" not in " ".join(_texts(report))
+    assert cause.text.startswith("Turning off any one of fb=1 and fa=1 lowers it, to at most 19.4% (95% upper")
+    assert "that it needs them together is not shown (their interaction is not a finding" in cause.text
+
+
+def test_an_and_of_two_flags_is_called_needed_together_with_its_interaction() -> None:
+    """Only both flags on give it (30/160, the rest 0/160): the interaction is a finding of the AND's
+    sign, and the sentence quotes it."""
+    report = _fab({("1", "1"): 30, ("1", "0"): 0, ("0", "1"): 0, ("0", "0"): 0})
+    [inter] = [i for i in report.interactions if i.metric == "corruption"]
+    assert inter.finding and inter.estimate > 0
+    [cause] = [t for t in _texts(report, "finding") if t.startswith("It needs")]
+    assert cause.startswith("It needs fb=1 and fa=1 together: turning off any one of them takes it to at most 0.0%")
+    assert f"their 2-way interaction {fmt_pts(inter)}, {fmt_p(inter.p_holm)}, Holm)." in cause

@@ -921,7 +921,7 @@ def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | Non
         return None
     needed = [(f, c, p) for f, c, p, sig in tested if sig]
     not_needed = [(f, c, p) for f, c, p, sig in tested if not sig]
-    text = _needed_text(metric, high, needed) + _not_needed_text(metric, high, not_needed)
+    text = _needed_text(report, metric, high, needed) + _not_needed_text(metric, high, not_needed)
     kind: FindingKind = "finding" if needed else "info"  # a finding only if a comparison it names survived Holm
     return Finding(kind=kind, text=text.strip()) if text.strip() else None
 
@@ -938,25 +938,63 @@ def _cause_tests(report: Report, metric: str, high: CellView) -> list[tuple[str,
     return [(nb.factor, by_id[nb.cell], nb.p_holm, nb.finding) for nb in report.neighbours if nb.metric == metric]
 
 
-def _needed_text(metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> str:
+def _needed_text(report: Report, metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> str:
+    """What each surviving one-factor drop from the high cell shows.
+
+    One factor: "It needs x=on: turning off x takes it to at most ...". Several: each drop lowering
+    the rate is what an AND of the flags gives, but also an OR (either flag alone gives it) or a
+    sum of their effects. "It needs them together" is said only with the evidence of the AND the
+    report already tests: their interaction (of exactly those factors, one set of levels) is a
+    finding after Holm, with the sign an AND has at the high cell (_and_interaction). Otherwise
+    the sentence says only what was shown: turning off any one of them lowers it."""
     if not needed:
         return ""
-    factors = [f for f, _, _ in needed]
     worst = max(needed, key=lambda item: item[1].proportions[metric].rate.rate or 0.0)
     top = worst[1].proportions[metric].rate
-    names = _join([f"{f}={high.levels[f]}" for f in factors])
+    names = _join([f"{f}={high.levels[f]}" for f, _, _ in needed])
     changes = [_change(f, c.levels[f]) for f, c, _ in needed]
-    if len(needed) == 1:
-        subject = f"It needs {names}: {changes[0]}"
-    elif all(ch.startswith("turning off") for ch in changes):
-        subject = f"It needs {names} together: turning off any one of them"
-    else:
-        subject = f"It needs {names} together: changing any one of them ({'; '.join(changes)})"
     pvalues = ", ".join(f"{fmt_p(p)} for {f}" for f, _, p in needed)
+    limit = f"at most {fmt_pct(top.rate)} (95% upper limit {fmt_pct(top.high)}; vs that cell {pvalues}, Holm"
+    if len(needed) == 1:
+        return f"It needs {names}: {changes[0]} takes it to {limit}). "
+    offs = all(ch.startswith("turning off") for ch in changes)
+    anyone = "turning off any one of them" if offs else f"changing any one of them ({'; '.join(changes)})"
+    inter = _and_interaction(report, metric, high, needed)
+    if inter is not None:
+        return (
+            f"It needs {names} together: {anyone} takes it to {limit}; their {inter.order}-way interaction "
+            f"{fmt_pts(inter)}, {fmt_p(inter.p_holm)}, Holm). "
+        )
+    subject = f"Turning off any one of {names}" if offs else f"Changing any one of {names} ({'; '.join(changes)})"
     return (
-        f"{subject} takes it to at most {fmt_pct(top.rate)} (95% upper limit "
-        f"{fmt_pct(top.high)}; vs that cell {pvalues}, Holm). "
+        f"{subject} lowers it, to {limit}); that it needs them together is not shown (their interaction is "
+        "not a finding: each alone, or their effects added, would also give these drops). "
     )
+
+
+def _and_interaction(
+    report: Report, metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]
+) -> InteractionView | None:
+    """The interaction finding that shows an AND of the needed factors at the high cell, if any.
+
+    An AND (the rate only where all are at the high cell's levels) makes the k-th difference
+    sum over corners (-1)^(k - changed) p(corner) equal to (-1)^(k - changed at the high cell)
+    times the high rate: so the interaction of exactly these factors, between the high cell's
+    level and the neighbour's, must be a finding of that sign. An OR or a sum has it near 0 or
+    of the other sign. A factor with several needed levels matches no single interaction."""
+    factors = {f for f, _, _ in needed}
+    if len(factors) != len(needed):
+        return None
+    for inter in report.interactions:
+        if inter.metric != metric or not inter.finding or set(inter.factors) != factors:
+            continue
+        pairs = {f: {r, lv} for f, r, lv in zip(inter.factors, inter.references, inter.levels, strict=True)}
+        if any(pairs[f] != {high.levels[f], c.levels[f]} for f, c, _ in needed):
+            continue
+        changed = sum(high.levels[f] == lv for f, lv in zip(inter.factors, inter.levels, strict=True))
+        if inter.estimate * (-1) ** (inter.order - changed) > 0:
+            return inter
+    return None
 
 
 def _not_needed_text(metric: str, high: CellView, rest: Sequence[tuple[str, CellView, float]]) -> str:
