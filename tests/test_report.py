@@ -133,7 +133,9 @@ def test_a_metric_that_moves_while_the_outcome_does_not() -> None:
     report = build_report(manifest, records)
     moved = [t for t in _texts(report, "finding") if t.startswith("Anomalies moved")]
     assert moved, _texts(report)
-    assert "corruption did not move there" in moved[0]
+    # not significant is "not shown to differ", never "did not move" (audit 3)
+    assert "corruption was not shown to differ there" in moved[0] and "did not move" not in moved[0]
+    assert "(p=" in moved[0] and "Holm; not evidence that it is unchanged)" in moved[0]
     assert "in the baseline" in moved[0] and "Mann-Whitney" in moved[0]
 
 

@@ -1321,9 +1321,12 @@ def _moved_text(report: Report, metric: str, cell: CellView, base: CellView, cou
         text += f"; {primary} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} (not tested: {why})"
     elif primary and primary in cell.proportions:
         out, out_ref = cell.proportions[primary], base.proportions[primary]
-        verb = "also differs" if out.significant else "did not move"
+        # not significant is not "unchanged": too few sessions, or too small a change, to tell
+        verb = "also differs" if out.significant else "was not shown to differ"
         text += (
-            f"; {primary} {verb} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} ({fmt_p(out.p_holm)}, Holm)"
+            f"; {primary} {verb} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} ({fmt_p(out.p_holm)}, Holm"
+            + ("" if out.significant else "; not evidence that it is unchanged")
+            + ")"
         )
     return text[0].upper() + text[1:] + "."
 
@@ -1687,9 +1690,9 @@ def _side(message: str) -> str:
 
 
 def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:
-    """Do parallel testbeds agree? Per cell, a test of one rate across testbeds against the
+    """Do parallel testbeds differ? Per cell, a test of one rate across testbeds against the
     trials' own spread (_testbed_pvalues), Holm-adjusted over the cells; a difference means the
-    testbeds are not interchangeable."""
+    testbeds are not interchangeable, and no difference is said as not shown, never as agreement."""
     if metric is None:
         return []
     by_group = _testbed_trials(trials, metric)
@@ -1713,8 +1716,9 @@ def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[
         return [
             Finding(
                 kind="info",
-                text=f"Testbeds {', '.join(testbeds)} agree: no cell's {metric} differs "
-                f"between them (smallest Holm-adjusted p = {min(adjusted):.2g}, "
+                text=f"Testbeds {', '.join(testbeds)} were not shown to differ: no cell's {metric} differs "
+                f"significantly between them, which does not show that they agree (smallest Holm-adjusted p = "
+                f"{min(adjusted):.2g}, "
                 f"{len(cells)} cells run on several testbeds; against trial-to-trial variation{how}).",
             )
         ]
