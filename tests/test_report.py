@@ -165,16 +165,19 @@ def test_baseline_drift_across_rounds_is_flagged() -> None:
 
 
 def test_trial_to_trial_noise_beyond_binomial_is_flagged() -> None:
-    manifest, records = synthetic_run(replicates=3, baseline=ALL_OFF)
+    # four trials: the caution is Holm-corrected over the cells tested (audit 4), and 15%, 17.5%, 0%
+    # alone (exact p 0.027) is no longer enough evidence across the several cells that saw events
+    manifest, records = synthetic_run(replicates=4, baseline=ALL_OFF)
     noisy = []
     for r in records:
         if r.is_baseline and r.status == "completed":  # the DSV4 pattern: 15%, 18%, then 2%
-            k = {0: 6, 1: 7, 2: 0}[r.round]
+            k = {0: 6, 1: 7, 2: 0, 3: 0}[r.round]
             r = r.model_copy(update={"metrics": {**r.metrics, "corruption": MetricValue(kind="proportion", k=k, n=40)}})
         noisy.append(r)
     report = build_report(manifest, noisy)
     caution = [t for t in _texts(report, "caution") if "disagree more than" in t]
-    assert caution and "15.0%, 17.5%, 0.0%" in caution[0]
+    assert caution and "15.0%, 17.5%, 0.0%, 0.0%" in caution[0]
+    assert ", Holm over the " in caution[0] and "cell(s) tested; exact test given each cell's events)" in caution[0]
 
 
 def test_secrets_never_reach_the_model() -> None:
@@ -422,3 +425,29 @@ def test_an_and_of_two_flags_is_called_needed_together_with_its_interaction() ->
     [cause] = [t for t in _texts(report, "finding") if t.startswith("It needs")]
     assert cause.startswith("It needs fb=1 and fa=1 together: turning off any one of them takes it to at most 0.0%")
     assert f"their 2-way interaction {fmt_pts(inter)}, {fmt_p(inter.p_holm)}, Holm)." in cause
+
+
+# --- overdispersion: exact given each cell's events, Holm over the cells (audit 4)
+
+
+def test_pure_binomial_trials_are_rarely_called_overdispersed() -> None:
+    """The demo's rates (15% in the baseline, 0.5% elsewhere), 8 trials of 40 sessions a cell,
+    binomial sessions: Pearson's chi-square at expected counts of 0.25, uncorrected over cells,
+    marked 27% of such runs overdispersed (suspect); the exact test with Holm keeps it near 5% or
+    below (1 of 150 measured), and still flags trials that truly vary (ICC 0.2) in most runs."""
+    rng = np.random.default_rng(21)
+    rates = {lv: (0.15 if lv == ("off", "off", "off") else 0.005) for lv in itertools.product(*CUBE.values())}
+
+    def flagged(icc: float, runs: int) -> int:
+        count = 0
+        for _ in range(runs):
+            cells = []
+            for lv, rate in rates.items():
+                p = rng.beta(rate * (1 - icc) / icc, (1 - rate) * (1 - icc) / icc, size=8) if icc else [rate] * 8
+                cells.append((dict(zip(CUBE, lv, strict=True)), [(int(rng.binomial(40, q)), 40) for q in p]))
+            report = build_report(*cell_run(CUBE, CUBE_BASE, cells))
+            count += any("overdispersed" in r for r in suspect_reasons(report))
+        return count
+
+    assert flagged(0.0, 20) <= 2  # the old test flagged 5-6 of these 20 (27% of 150 runs)
+    assert flagged(0.2, 10) >= 8

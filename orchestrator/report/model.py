@@ -34,7 +34,10 @@ class ProportionCell(Frozen):
     p: float | None = None
     p_holm: float | None = None
     significant: bool = False
-    overdispersion_p: float | None = None  # trial-to-trial variation beyond the binomial
+    # trial-to-trial variation beyond the binomial: exact given the cell's events (stats.trial_homogeneity),
+    # and Holm over the cells tested (what the caution and the suspect mark read); None: not testable
+    overdispersion_p: float | None = None
+    overdispersion_p_holm: float | None = None
 
 
 class BoxStats(Frozen):
