@@ -451,3 +451,14 @@ def test_pure_binomial_trials_are_rarely_called_overdispersed() -> None:
 
     assert flagged(0.0, 20) <= 2  # the old test flagged 5-6 of these 20 (27% of 150 runs)
     assert flagged(0.2, 10) >= 8
+
+
+def test_the_one_factor_table_names_the_test_behind_its_p() -> None:
+    """28/120 vs 0/120 with replicates: the p is the quasi-binomial test's (or the trials' likelihood
+    ratio), and the column said "p (Fisher)" (audit 5)."""
+    counts = {("on", "on"): 28, ("off", "on"): 0, ("on", "off"): 20, ("off", "off"): 0}
+    cells = [({"x": x, "y": y}, [(k // 3 + (i < k % 3), 40) for i in range(3)]) for (x, y), k in counts.items()]
+    report = build_report(*cell_run(TWO, {"x": "off", "y": "off"}, cells))
+    assert report.neighbours and {nb.method for nb in report.neighbours} == {"quasi-binomial"}
+    page = render_report(report)
+    assert "<th>p (quasi-binomial)</th>" in page and "p (Fisher)" not in page

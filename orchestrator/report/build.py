@@ -567,12 +567,29 @@ def _neighbour_tests(
     for factor, cell in _one_factor_away(manifest.factors, measured, high):
         rate = cell.proportions[metric].rate
         p = versus_baseline(k, n, rate.k, rate.n, disp, trials.get(high.cell, []), trials.get(cell.cell, [])).p
+        level = cell.levels[factor]
         views.append(
             NeighbourView(
-                metric=metric, cell=cell.cell, factor=factor, level=cell.levels[factor], k=rate.k, n=rate.n, p=p
+                metric=metric,
+                cell=cell.cell,
+                factor=factor,
+                level=level,
+                k=rate.k,
+                n=rate.n,
+                p=p,
+                method=method_name(disp),
             )
         )
     return views
+
+
+def method_name(disp: clustered.Dispersion) -> str:
+    """The test versus_baseline runs under `disp`, in a few words, for a table's p column."""
+    if not disp.estimable:
+        return "Fisher's exact test"
+    if disp.sparse:
+        return "likelihood ratio on the trials"
+    return "quasi-binomial"
 
 
 def _highest(cells: Sequence[CellView], metric: str) -> CellView:

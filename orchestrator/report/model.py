@@ -243,6 +243,7 @@ class NeighbourView(Frozen):
     k: int
     n: int
     p: float
+    method: str = "Fisher's exact test"  # the test behind p (build.method_name): the table's label
     p_holm: float = 1.0
     finding: bool = False
 
