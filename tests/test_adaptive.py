@@ -171,6 +171,9 @@ def test_report_sentences_for_decisions_and_testbeds():
 
     same = testbed_findings([rec("tb1", 6, 0), rec("tb2", 5, 1)], "corruption")
     assert same[0].kind == "info" and "agree" in same[0].text
+    assert same[0].text.startswith(
+        "Testbeds tb1, tb2 were not shown to differ: no cell's corruption differs significantly"
+    )
     differ = testbed_findings([rec("tb1", 20, 0), rec("tb2", 0, 1)], "corruption")
     assert differ[0].kind == "caution" and "tb1 20/40, tb2 0/40" in differ[0].text
     assert testbed_findings([rec("tb1", 1, 0)], "corruption") == []  # one testbed: nothing to say

@@ -61,7 +61,10 @@ def test_stated_power_is_within_2_points_of_simulated(n_cell: int, n_base: int, 
 
 
 def test_the_reports_power_sentence_matches_simulation() -> None:
-    manifest, records = synthetic_run(replicates=1, sessions=80, rate=lambda levels: 0.0, failures=False)
+    # two trials of 40 sessions, no event anywhere: nothing estimates trial-to-trial variation but no
+    # cell differs either, so the report states Fisher's power on 80 vs 80 sessions (one trial a
+    # cell would be untested: test_clustered_stats)
+    manifest, records = synthetic_run(replicates=2, sessions=40, rate=lambda levels: 0.0, failures=False)
     report = build_report(manifest, records)
     null = next(f.text for f in report.headline if f.kind == "null")
     assert "80% power only for differences of about +" in null and "1.0 points" not in null
@@ -173,3 +176,23 @@ def test_a_design_too_large_to_simulate_uses_the_normal_limit_within_the_memory_
         sweeps = power._sweeps(bounded)
         if sweeps >= power.SIM_MIN_SWEEPS:
             assert sweeps * trials * (40 + 1 + len(bounded.other_rates)) <= power.SIM_MAX_DRAWS
+
+
+def test_plan_warns_that_one_trial_per_cell_tests_no_proportion() -> None:
+    """replicates 1: the report will call no difference in a proportion a finding (audit 1), so
+    `orch plan` says so instead of stating Fisher's power on sessions as if it applied."""
+    repo = Path(__file__).resolve().parents[1]
+    matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
+    inventory = read_inventory(repo / "inventory" / "local.yaml")
+    plan = make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 1)
+    text = "\n".join(power_lines(plan))
+    assert "Fisher" not in text and "one trial per cell: the report will show differences in corruption" in text
+    assert "but call none a finding" in text and "--replicates 2 or more" in text
+    console = Console(width=400, record=True)
+    print_plan(plan, console)
+    shown = console.export_text()
+    assert (
+        "warning: one trial per cell: the report will show differences in corruption but call none a finding" in shown
+    )
+    replicated = "\n".join(power_lines(make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 2)))
+    assert "call none a finding" not in replicated

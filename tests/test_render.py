@@ -180,7 +180,7 @@ def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None
     # six replicates: enough trials for run one's DSV4 cell to differ with the trial as the unit
     one = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=6, run_id="20260509-070000-a"))
     two = write_run(
-        reports / "20260510-070000-b", *synthetic_run(replicates=1, run_id="20260510-070000-b", rate=lambda levels: 0.0)
+        reports / "20260510-070000-b", *synthetic_run(replicates=2, run_id="20260510-070000-b", rate=lambda levels: 0.0)
     )
     write_report(one)
     (reports / "broken").mkdir()

@@ -59,8 +59,9 @@ def test_drift_and_overdispersion_make_a_run_suspect() -> None:
         p_trend=1e-6,
         flagged=True,
     )
+    noisy = {"overdispersion_p": 1e-4, "overdispersion_p_holm": 4e-4}  # the caution reads the Holm p
     cells = [report.cells[0].model_copy(update={"proportions": {
-        "corruption": report.cells[0].proportions["corruption"].model_copy(update={"overdispersion_p": 1e-4})
+        "corruption": report.cells[0].proportions["corruption"].model_copy(update=noisy)
     }}), *report.cells[1:]]  # fmt: skip
     reasons = suspect_reasons(report.model_copy(update={"drift": [drift], "cells": cells}))
     assert any("baseline corruption drifted across rounds" in r for r in reasons)

@@ -42,8 +42,29 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
         f"(startup estimates from the inventory + {m.repro.expected_duration_s:g} s per repro)"
     )
     _print_power(plan, console)
-    for line in gate_warnings(plan):  # said before the sweep, not as its exit code 3 after it
+    for line in replicate_warnings(plan) + gate_warnings(plan):  # said before the sweep, not after it
         console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def replicate_warnings(plan: Plan) -> list[str]:
+    """With one trial per cell the report tests no proportion (report.build._untested): say so before
+    the sweep, so nobody runs it hoping for findings."""
+    props = [s.name for s in plan.matrix.repro.metrics if s.kind == "proportion"]
+    if not props or not _unreplicated(plan):
+        return []
+    return [
+        f"one trial per cell: the report will show differences in {', '.join(props)} but call none a finding "
+        "(one trial per cell cannot separate a flag's effect from trial-to-trial variation); "
+        "use --replicates 2 or more (replicates: in the matrix) to test them"
+    ]
+
+
+def _unreplicated(plan: Plan) -> bool:
+    """No cell gets two trials (an adaptive baseline may get more: then the report can estimate the spread)."""
+    trials: dict[str, int] = {}
+    for step in plan.steps:
+        trials[step.trial.cell.id] = trials.get(step.trial.cell.id, 0) + 1
+    return max(trials.values(), default=0) < 2
 
 
 def gate_warnings(plan: Plan) -> list[str]:
@@ -163,7 +184,8 @@ def power_lines(plan: Plan) -> list[str]:
     """What this design can detect, in the report's own tests and correction.
 
     Proportions: exact power of Fisher's test (core.power), rise and fall, per comparison and at
-    Holm's first step over the metric's family. Numbers: one value per trial, so the floor of the
+    Holm's first step over the metric's family, and the quasi-binomial test's with replicates; none
+    with one trial per cell (replicate_warnings). Numbers: one value per trial, so the floor of the
     Mann-Whitney p decides whether a cell (or a factor, pooling its cells) can ever differ."""
     m = plan.matrix
     reps = plan.replicates
@@ -172,8 +194,10 @@ def power_lines(plan: Plan) -> list[str]:
     contrasts = findings.contrast_count(cells, factors, m.baseline)
     numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
     props = sum(s.kind == "proportion" for s in m.repro.metrics)
-    # the report's one Holm family spans every metric (the highest cell's neighbours come on top)
-    family = props * (len(cells) - 1 + contrasts) + len(numbers) * _number_tests(cells, factors)
+    # the report's one Holm family spans every metric (the highest cell's neighbours come on top);
+    # with one trial per cell no proportion is tested, so none is in it
+    tested = 0 if _unreplicated(plan) else props
+    family = tested * (len(cells) - 1 + contrasts) + len(numbers) * _number_tests(cells, factors)
     lines = _proportion_lines(plan, family)
     if numbers:
         lines += _number_lines(numbers, reps, cells, factors, m.baseline, family)
@@ -184,6 +208,8 @@ def _proportion_lines(plan: Plan, tests: int) -> list[str]:
     props = [s.name for s in plan.matrix.repro.metrics if s.kind == "proportion"]
     if not props:
         return []
+    if _unreplicated(plan):
+        return [f"power ({', '.join(props)}): none: {replicate_warnings(plan)[0]}"]
     sessions = power.sessions_from_command(plan.matrix.repro.command)
     if sessions is None:
         return [

@@ -97,15 +97,9 @@ class Dispersion:
     def method(self) -> str:
         """One sentence the report prints: which test, and on what it rests."""
         if not self.estimable:
-            why = (
-                "with one trial per cell, trial-to-trial variation cannot be estimated"
-                if self.most_trials < 2
-                else "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated"
-            )
             return (
-                f"Fisher's exact test on sessions pooled over trials, assuming independent sessions ({why}); "
-                f"rate intervals widened by the design effect 1 + (sessions per trial - 1) x {RHO_PRIOR:g} "
-                f"({self.interval_inflation():.2f} at the mean {self.sessions_per_trial:.0f}; {ASSUMED_NOTE})"
+                f"Fisher's exact test on sessions pooled over trials, assuming independent sessions "
+                f"({self.unestimable_reason()}); {self.interval_note()}"
             )
         quasi = (
             f"quasi-binomial, dispersion {self.phi:.2f} estimated from {self.trials} trials in {self.cells} "
@@ -117,6 +111,19 @@ class Dispersion:
             f"{quasi} for the intervals; p-values by a likelihood ratio on the trials, as {self.df:.1f} df are too "
             "few for the quasi test (its error rate held at 5% for intra-trial correlation up to 0.05, at most "
             "10% beyond)"
+        )
+
+    def unestimable_reason(self) -> str:
+        """Why trial-to-trial variation cannot be estimated here (meant for when not estimable)."""
+        if self.most_trials < 2:
+            return "with one trial per cell, trial-to-trial variation cannot be estimated"
+        return "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated"
+
+    def interval_note(self) -> str:
+        """How the rate intervals are widened when phi is not estimable (the assumed design effect)."""
+        return (
+            f"rate intervals widened by the design effect 1 + (sessions per trial - 1) x {RHO_PRIOR:g} "
+            f"({self.interval_inflation():.2f} at the mean {self.sessions_per_trial:.0f}; {ASSUMED_NOTE})"
         )
 
 

@@ -339,6 +339,63 @@ def heterogeneity(counts: Sequence[tuple[int, int]], phi: float = 1.0, df: float
     return quasi_p(p, statistic, len(table) - 1, phi, df)
 
 
+TRIAL_DRAWS = 5000  # Monte Carlo tables for trial_homogeneity: its smallest p is 1 / 5001
+TRIAL_SEED = 20261205  # fixed: the same report twice gives the same p
+HYPERGEOMETRIC_MAX = 10**9  # numpy's multivariate_hypergeometric needs fewer sessions than this
+
+
+def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAWS) -> float | None:
+    """p that a cell's trials share one rate, against more spread than the binomial: exact given the
+    cell's events. None when it cannot be tested (fewer than 2 trials, no event or only events).
+
+    Why not heterogeneity(): Pearson's chi-square on a (trials x 2) table with expected counts of
+    0.25 (8 trials of 40 sessions at 0.5%) is far from its chi-square law; it flagged 27% of
+    pure-binomial demo runs. Given K events in the cell, one rate makes the trials' counts
+    multivariate hypergeometric (sessions as colours, K drawn) whatever the rate, so:
+    - all expected counts >= 5 (Cochran's rule): Pearson's chi-square, valid there, any p;
+    - 2 trials: Fisher's exact test (pooled_test), exact;
+    - else Pearson's statistic's tail over `draws` tables drawn from that law (seeded), p = (1 + at
+      least as extreme) / (1 + draws), valid at any number of draws; past HYPERGEOMETRIC_MAX
+      sessions the multinomial with the trials' shares, the law it converges to."""
+    kept = [(k, n) for k, n in counts if n > 0]
+    k = np.array([c[0] for c in kept], dtype=np.int64)
+    n = np.array([c[1] for c in kept], dtype=np.int64)
+    events, sessions = int(k.sum()), int(n.sum())
+    if len(kept) < 2 or events == 0 or events == sessions:
+        return None
+    expected = n * events / sessions
+    if min(expected.min(), (n - expected).min()) >= 5:
+        return heterogeneity(kept)
+    if len(kept) == 2:
+        return pooled_test(int(k[0]), int(n[0]), int(k[1]), int(n[1])).p
+    null = _homogeneity_null(tuple(n.tolist()), events, draws)
+    observed = _spread(k, n, events / sessions)
+    extreme = null.size - int(np.searchsorted(null, observed * (1 - 1e-9), side="left"))
+    return (1 + extreme) / (1 + draws)
+
+
+@functools.lru_cache(maxsize=256)
+def _homogeneity_null(sessions: tuple[int, ...], events: int, draws: int) -> np.ndarray:
+    """Pearson's spread of `draws` tables of one cell under one rate, given its events, sorted
+    (cached: the cells of a sweep mostly share one design and few event totals)."""
+    rng = np.random.default_rng(TRIAL_SEED)
+    n = np.array(sessions, dtype=np.int64)
+    total = int(n.sum())
+    if total < HYPERGEOMETRIC_MAX:
+        tables = rng.multivariate_hypergeometric(n, events, size=draws)
+    else:
+        tables = rng.multinomial(events, n / total, size=draws)
+    out: np.ndarray = np.sort(_spread(tables, n, events / total))
+    out.flags.writeable = False
+    return out
+
+
+def _spread(k: np.ndarray, n: np.ndarray, rate: float) -> np.ndarray:
+    """Pearson's statistic over trials times rate (1 - rate), constant given the events: sum of (k - n rate)^2 / n."""
+    result: np.ndarray = (((k - n * rate) ** 2) / n).sum(axis=-1)
+    return result
+
+
 def pearson_chi2(table: np.ndarray) -> tuple[float, float]:
     """scipy.stats.chi2_contingency(table, correction=False): Pearson's statistic and its p, by
     scipy's own steps (expected counts from the margins, the terms summed over the flattened

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -130,8 +130,9 @@ def _build(
     effects, interactions = _effects(manifest, cells, by_metric)
     number_effects = _number_effects(manifest, by_metric, levels_of)
     neighbours = _neighbour_tests(manifest, cells, primary, by_metric)
+    untested = _untested(manifest, by_metric)
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
-        cells, effects, interactions, number_effects, neighbours
+        cells, effects, interactions, number_effects, neighbours, untested
     )
     drift = _drift(manifest, baseline_cell, by_metric)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
@@ -169,14 +170,56 @@ def _build(
         provenance=_provenance(manifest),
         server=server_table(data),
         gates=list(manifest.gates),
-        comparison={m: by_metric[m].dispersion.method() for m in _proportions(manifest)},
+        comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
         dispersion=_estimated_phi(manifest, by_metric),
+        untested=untested,
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
 
 def _proportions(manifest: RunManifest) -> list[str]:
     return [m for m, kind in manifest.metrics.items() if kind == "proportion"]
+
+
+def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, str]:
+    """Per proportion metric with no residual df for trial-to-trial variation: why none of its
+    comparisons is tested. Why: a cell's sum of trials varies with the restarts, not only with the
+    sessions, and one trial per cell leaves nothing to measure that by; Fisher's test on the pooled
+    sessions then called noise a finding in 16-55% of A/A 2x2x2 reports at intra-trial correlation
+    0.02-0.05 (1% at 0). So such a metric's numbers are shown, described, and never called findings."""
+    return {
+        m: untested_reason(by_metric[m].dispersion) for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
+    }
+
+
+def _no_spread_to_test(rows: MetricRows) -> bool:
+    """No df for trial-to-trial variation, and something to test: one trial per cell, or cells whose
+    rates differ (replicated cells that all saw no event, or only events, differ in nothing)."""
+    disp = rows.dispersion
+    if rows.empty or disp.estimable:
+        return False
+    rates = {int(c.k.sum()) / int(c.n.sum()) for c in rows.cells.values() if c.n.sum()}
+    return disp.most_trials < 2 or len(rates) > 1
+
+
+def untested_reason(disp: clustered.Dispersion) -> str:
+    """Why a metric's differences cannot be tested, with what to do about it (see _untested)."""
+    if disp.most_trials < 2:
+        return (
+            "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
+            "restart and restarts differ; rerun with replicates >= 2"
+        )
+    return (
+        "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated and a "
+        "flag's effect cannot be separated from it; rerun with more replicates"
+    )
+
+
+def _comparison(disp: clustered.Dispersion, untested: str | None) -> str:
+    """The method sentence of one proportion metric: the test, or why there is none."""
+    if untested is None:
+        return disp.method()
+    return f"not at all: no test, so no finding ({untested}); differences are descriptive only; {disp.interval_note()}"
 
 
 def _load_shown(
@@ -313,7 +356,10 @@ def _proportion_cells(
         {c: versus_baseline(*pooled[c], *base, disp, trials.get(c, []), base_trials) for c in others} if base else {}
     )
     pvalues = {c: t.p for c, t in tests.items()}
-    adjusted = dict(zip(others, stats.holm([pvalues[c] for c in others]), strict=True))
+    # untested (no df for trial-to-trial variation): the p stays for the record, no Holm, never significant
+    tested = others if disp.estimable else []
+    adjusted = dict(zip(tested, stats.holm([pvalues[c] for c in tested]), strict=True))
+    noise = _overdispersion(grouped)
     result = {}
     for cell in cell_ids:
         k, n = pooled[cell]
@@ -321,13 +367,14 @@ def _proportion_cells(
         diff: float | None = None
         low: float | None = None
         high: float | None = None
-        if cell in tests:  # then it is in adjusted too: both cover `others`
+        if cell in tests:
             diff, low, high = tests[cell].diff, tests[cell].low, tests[cell].high
         result[cell] = ProportionCell(
             rate=_rate_view(k, n, disp, 0 if group is None else len(group)),
             trials=0 if group is None else len(group),
             trial_rates=_trial_rates(group),
-            overdispersion_p=_overdispersion(group),
+            overdispersion_p=noise.get(cell, (None, None))[0],
+            overdispersion_p_holm=noise.get(cell, (None, None))[1],
             diff=diff,
             diff_low=low,
             diff_high=high,
@@ -404,10 +451,14 @@ def _trial_rates(group: CellRows | None) -> list[float]:
     return [float(k / n) for k, n in head]
 
 
-def _overdispersion(group: CellRows | None) -> float | None:
-    if group is None or len(group) < 2:
-        return None
-    return stats.heterogeneity(group.counts())
+def _overdispersion(grouped: Mapping[str, CellRows]) -> dict[str, tuple[float, float]]:
+    """Per cell whose trials can disagree: (p, Holm p over those cells) of more trial-to-trial
+    spread than the binomial, exact given the cell's events (stats.trial_homogeneity). Holm, as
+    each cell is a chance of a false alarm: Pearson's chi-square with no correction marked 27% of
+    pure-binomial demo runs suspect."""
+    raw = {cell: stats.trial_homogeneity(group.counts()) for cell, group in grouped.items() if len(group) >= 2}
+    tested = {cell: p for cell, p in raw.items() if p is not None}
+    return dict(zip(tested, zip(tested.values(), stats.holm(list(tested.values())), strict=True), strict=True))
 
 
 def _number_cells(metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None) -> dict[str, NumberCell]:
@@ -516,12 +567,29 @@ def _neighbour_tests(
     for factor, cell in _one_factor_away(manifest.factors, measured, high):
         rate = cell.proportions[metric].rate
         p = versus_baseline(k, n, rate.k, rate.n, disp, trials.get(high.cell, []), trials.get(cell.cell, [])).p
+        level = cell.levels[factor]
         views.append(
             NeighbourView(
-                metric=metric, cell=cell.cell, factor=factor, level=cell.levels[factor], k=rate.k, n=rate.n, p=p
+                metric=metric,
+                cell=cell.cell,
+                factor=factor,
+                level=level,
+                k=rate.k,
+                n=rate.n,
+                p=p,
+                method=method_name(disp),
             )
         )
     return views
+
+
+def method_name(disp: clustered.Dispersion) -> str:
+    """The test versus_baseline runs under `disp`, in a few words, for a table's p column."""
+    if not disp.estimable:
+        return "Fisher's exact test"
+    if disp.sparse:
+        return "likelihood ratio on the trials"
+    return "quasi-binomial"
 
 
 def _highest(cells: Sequence[CellView], metric: str) -> CellView:
@@ -549,24 +617,16 @@ def _apply_policy(
     interactions: Sequence[InteractionView],
     number_effects: Sequence[NumberEffectView],
     neighbours: Sequence[NeighbourView],
+    untested: Collection[str] = (),
 ) -> tuple[
     list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
 ]:
     """One policy for the whole report: Holm over every test it could call a finding, every metric
     in one family (each cell vs the baseline, every effect and interaction, the numeric effects,
-    the highest cell's one-factor comparisons). Sets p_holm, and significant / finding from it."""
-    family: dict[tuple[str, str, str], float] = {}
-    for c in cells:
-        family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
-        family.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
-    groups: dict[str, Sequence[EffectView | InteractionView | NumberEffectView | NeighbourView]] = {
-        "effect": effects,
-        "interaction": interactions,
-        "number_effect": number_effects,
-        "neighbour": neighbours,
-    }
-    for name, items in groups.items():
-        family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
+    the highest cell's one-factor comparisons). Sets p_holm, and significant / finding from it.
+    The `untested` metrics' comparisons are not in the family: none of them can be a finding."""
+    family = {key: p for key, p in _family(cells, effects, interactions, number_effects, neighbours).items()
+              if key[1] not in untested}  # fmt: skip
     adjusted = findings.adjust(family)  # one family across metrics: any false finding anywhere <= alpha
     sizes: dict[str, int] = {}
     for key in family:
@@ -593,14 +653,38 @@ def _apply_policy(
     )
 
 
+def _family(
+    cells: Sequence[CellView],
+    effects: Sequence[EffectView],
+    interactions: Sequence[InteractionView],
+    number_effects: Sequence[NumberEffectView],
+    neighbours: Sequence[NeighbourView],
+) -> dict[tuple[str, str, str], float]:
+    """Every test's raw p, keyed (kind, metric, which)."""
+    family: dict[tuple[str, str, str], float] = {}
+    for c in cells:
+        family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
+        family.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
+    groups: dict[str, Sequence[EffectView | InteractionView | NumberEffectView | NeighbourView]] = {
+        "effect": effects,
+        "interaction": interactions,
+        "number_effect": number_effects,
+        "neighbour": neighbours,
+    }
+    for name, items in groups.items():
+        family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
+    return family
+
+
 _Tested = TypeVar("_Tested", EffectView, InteractionView, NumberEffectView, NeighbourView)
 
 
 def _holm_items(name: str, items: Sequence[_Tested], adjusted: Mapping[tuple[str, str, str], float]) -> list[_Tested]:
-    """The views with their family-wise p and whether that makes them a finding."""
+    """The views with their family-wise p and whether that makes them a finding; one outside the
+    family (an untested metric's) keeps p_holm 1.0 and is no finding."""
     keys = [(name, item.metric, str(i)) for i, item in enumerate(items)]
     return [
-        item.model_copy(update={"p_holm": adjusted[key], "finding": findings.is_finding(adjusted[key])})
+        item.model_copy(update={"p_holm": adjusted.get(key, 1.0), "finding": findings.is_finding(adjusted.get(key))})
         for key, item in zip(keys, items, strict=True)
     ]
 
@@ -710,6 +794,8 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
     singles = _one_factor_away(report.factors, measured, base)
     if not singles:
         return []
+    if metric in report.untested:
+        return [_untested_single_flags(report, metric, base, singles)]
     parts, moved = [], 0
     for factor, cell in singles:
         p = cell.proportions[metric]
@@ -730,6 +816,21 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
             ),
         )
     ]
+
+
+def _untested_single_flags(
+    report: Report, metric: str, base: CellView, singles: Sequence[tuple[str, CellView]]
+) -> Finding:
+    """The single-flag opener of an untested metric: the rates only, and why nothing is tested."""
+    parts = [f"{_change(f, c.levels[f])} gives {fmt_rate(c.proportions[metric].rate)}" for f, c in singles]
+    return Finding(
+        kind="info",
+        text=(
+            f"{metric.capitalize()} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
+            f"({fmt_levels(base.levels)}). One flag at a time: {'; '.join(parts)}; not tested, so not findings: "
+            f"{report.untested[metric]}."
+        ),
+    )
 
 
 def _status_findings(report: Report) -> list[Finding]:
@@ -773,6 +874,8 @@ def _outcome_findings(report: Report, metric: str) -> list[Finding]:
                 )
             ]
         return []
+    if metric in report.untested:
+        return [_untested_finding(report, metric, measured, base)]
     significant = [c for c in measured if c.proportions[metric].significant]
     if not significant:
         return [_null_finding(report, metric, measured, base)]
@@ -841,7 +944,7 @@ def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | Non
         return None
     needed = [(f, c, p) for f, c, p, sig in tested if sig]
     not_needed = [(f, c, p) for f, c, p, sig in tested if not sig]
-    text = _needed_text(metric, high, needed) + _not_needed_text(metric, high, not_needed)
+    text = _needed_text(report, metric, high, needed) + _not_needed_text(metric, high, not_needed)
     kind: FindingKind = "finding" if needed else "info"  # a finding only if a comparison it names survived Holm
     return Finding(kind=kind, text=text.strip()) if text.strip() else None
 
@@ -858,25 +961,63 @@ def _cause_tests(report: Report, metric: str, high: CellView) -> list[tuple[str,
     return [(nb.factor, by_id[nb.cell], nb.p_holm, nb.finding) for nb in report.neighbours if nb.metric == metric]
 
 
-def _needed_text(metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> str:
+def _needed_text(report: Report, metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> str:
+    """What each surviving one-factor drop from the high cell shows.
+
+    One factor: "It needs x=on: turning off x takes it to at most ...". Several: each drop lowering
+    the rate is what an AND of the flags gives, but also an OR (either flag alone gives it) or a
+    sum of their effects. "It needs them together" is said only with the evidence of the AND the
+    report already tests: their interaction (of exactly those factors, one set of levels) is a
+    finding after Holm, with the sign an AND has at the high cell (_and_interaction). Otherwise
+    the sentence says only what was shown: turning off any one of them lowers it."""
     if not needed:
         return ""
-    factors = [f for f, _, _ in needed]
     worst = max(needed, key=lambda item: item[1].proportions[metric].rate.rate or 0.0)
     top = worst[1].proportions[metric].rate
-    names = _join([f"{f}={high.levels[f]}" for f in factors])
+    names = _join([f"{f}={high.levels[f]}" for f, _, _ in needed])
     changes = [_change(f, c.levels[f]) for f, c, _ in needed]
-    if len(needed) == 1:
-        subject = f"It needs {names}: {changes[0]}"
-    elif all(ch.startswith("turning off") for ch in changes):
-        subject = f"It needs {names} together: turning off any one of them"
-    else:
-        subject = f"It needs {names} together: changing any one of them ({'; '.join(changes)})"
     pvalues = ", ".join(f"{fmt_p(p)} for {f}" for f, _, p in needed)
+    limit = f"at most {fmt_pct(top.rate)} (95% upper limit {fmt_pct(top.high)}; vs that cell {pvalues}, Holm"
+    if len(needed) == 1:
+        return f"It needs {names}: {changes[0]} takes it to {limit}). "
+    offs = all(ch.startswith("turning off") for ch in changes)
+    anyone = "turning off any one of them" if offs else f"changing any one of them ({'; '.join(changes)})"
+    inter = _and_interaction(report, metric, high, needed)
+    if inter is not None:
+        return (
+            f"It needs {names} together: {anyone} takes it to {limit}; their {inter.order}-way interaction "
+            f"{fmt_pts(inter)}, {fmt_p(inter.p_holm)}, Holm). "
+        )
+    subject = f"Turning off any one of {names}" if offs else f"Changing any one of {names} ({'; '.join(changes)})"
     return (
-        f"{subject} takes it to at most {fmt_pct(top.rate)} (95% upper limit "
-        f"{fmt_pct(top.high)}; vs that cell {pvalues}, Holm). "
+        f"{subject} lowers it, to {limit}); that it needs them together is not shown (their interaction is "
+        "not a finding: each alone, or their effects added, would also give these drops). "
     )
+
+
+def _and_interaction(
+    report: Report, metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]
+) -> InteractionView | None:
+    """The interaction finding that shows an AND of the needed factors at the high cell, if any.
+
+    An AND (the rate only where all are at the high cell's levels) makes the k-th difference
+    sum over corners (-1)^(k - changed) p(corner) equal to (-1)^(k - changed at the high cell)
+    times the high rate: so the interaction of exactly these factors, between the high cell's
+    level and the neighbour's, must be a finding of that sign. An OR or a sum has it near 0 or
+    of the other sign. A factor with several needed levels matches no single interaction."""
+    factors = {f for f, _, _ in needed}
+    if len(factors) != len(needed):
+        return None
+    for inter in report.interactions:
+        if inter.metric != metric or not inter.finding or set(inter.factors) != factors:
+            continue
+        pairs = {f: {r, lv} for f, r, lv in zip(inter.factors, inter.references, inter.levels, strict=True)}
+        if any(pairs[f] != {high.levels[f], c.levels[f]} for f, c, _ in needed):
+            continue
+        changed = sum(high.levels[f] == lv for f, lv in zip(inter.factors, inter.levels, strict=True))
+        if inter.estimate * (-1) ** (inter.order - changed) > 0:
+            return inter
+    return None
 
 
 def _not_needed_text(metric: str, high: CellView, rest: Sequence[tuple[str, CellView, float]]) -> str:
@@ -901,6 +1042,22 @@ def _change(factor: str, level: str) -> str:
     if level.lower() in ON_WORDS:
         return f"turning on {factor}"
     return f"setting {factor}={level}"
+
+
+def _untested_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
+    """The result of a metric no comparison of which can be tested (report.untested): no finding,
+    why, and the highest rate as a description (kind "null": the run's result line says it)."""
+    high = _highest(measured, metric)
+    seen = (
+        f" Highest: {fmt_rate(high.proportions[metric].rate)} in cell {fmt_levels(high.levels)}, vs "
+        f"{fmt_rate(base.proportions[metric].rate)} in the baseline (descriptive)."
+        if not high.is_baseline
+        else f" The baseline has the highest rate, {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+    )
+    return Finding(
+        kind="null",
+        text=f"No finding about {metric} can be made from this run: {report.untested[metric]}." + seen,
+    )
 
 
 def _null_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
@@ -1068,7 +1225,9 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
         ),
         None,
     )
-    if outcome is not None:
+    if outcome is not None and primary in report.untested:
+        text += f"; the same change moves {primary} by {fmt_pts(outcome)} (not tested: {report.untested[primary]})"
+    elif outcome is not None:
         verdict = "also a finding" if outcome.finding else "not a finding"
         text += f"; the same change moves {primary} by {fmt_pts(outcome)} ({fmt_p(outcome.p_holm)}, {verdict})"
     return text[0].upper() + text[1:] + "."
@@ -1085,8 +1244,9 @@ def _noise_findings(report: Report, metric: str) -> list[Finding]:
     found = []
     noisy = [c for c in report.cells if _overdispersed(c, metric)]
     if noisy:
-        worst = min(noisy, key=lambda c: _p_or_one(c.proportions[metric].overdispersion_p))
+        worst = min(noisy, key=lambda c: _p_or_one(c.proportions[metric].overdispersion_p_holm))
         p = worst.proportions[metric]
+        tested = sum(c.proportions[metric].overdispersion_p_holm is not None for c in report.cells)
         rates = ", ".join(fmt_pct(r) for r in p.trial_rates)
         found.append(
             Finding(
@@ -1094,7 +1254,8 @@ def _noise_findings(report: Report, metric: str) -> list[Finding]:
                 text=(
                     f"Trials of the same cell disagree more than session-to-session noise explains in "
                     f"{len(noisy)} cell(s), e.g. {fmt_levels(worst.levels)}: {rates} across its trials "
-                    f"({fmt_p(p.overdispersion_p)}). Pooled intervals may be too narrow there; add "
+                    f"({fmt_p(p.overdispersion_p_holm)}, Holm over the {tested} cell(s) tested; exact test given "
+                    "each cell's events). Pooled intervals may be too narrow there; add "
                     "replicates before trusting a small difference."
                 ),
             )
@@ -1139,7 +1300,7 @@ def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
                 _p_or_one(c.numbers[metric].p_holm),
             ),
         )
-        found.append(Finding(kind="finding", text=_moved_text(metric, cell, base, primary, len(moved))))
+        found.append(Finding(kind="finding", text=_moved_text(report, metric, cell, base, len(moved))))
     return found
 
 
@@ -1171,18 +1332,26 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
     ]
 
 
-def _moved_text(metric: str, cell: CellView, base: CellView, primary: str | None, count: int) -> str:
+def _moved_text(report: Report, metric: str, cell: CellView, base: CellView, count: int) -> str:
+    primary = report.primary_metric
     num, ref = cell.numbers[metric], base.numbers[metric]
     text = (
         f"{metric} moved in {count} cell(s): median {fmt_num(num)} in cell "
         f"{fmt_levels(cell.levels)} vs {fmt_num(ref)} in the baseline "
         f"({fmt_p(num.p_holm)}, Holm, Mann-Whitney)"
     )
-    if primary and primary in cell.proportions:
+    if primary and primary in cell.proportions and primary in report.untested:
         out, out_ref = cell.proportions[primary], base.proportions[primary]
-        verb = "also differs" if out.significant else "did not move"
+        why = report.untested[primary]
+        text += f"; {primary} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} (not tested: {why})"
+    elif primary and primary in cell.proportions:
+        out, out_ref = cell.proportions[primary], base.proportions[primary]
+        # not significant is not "unchanged": too few sessions, or too small a change, to tell
+        verb = "also differs" if out.significant else "was not shown to differ"
         text += (
-            f"; {primary} {verb} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} ({fmt_p(out.p_holm)}, Holm)"
+            f"; {primary} {verb} there: {fmt_rate(out.rate)} vs {fmt_rate(out_ref.rate)} ({fmt_p(out.p_holm)}, Holm"
+            + ("" if out.significant else "; not evidence that it is unchanged")
+            + ")"
         )
     return text[0].upper() + text[1:] + "."
 
@@ -1259,7 +1428,7 @@ VOID_ERROR = "InvalidOutput"  # edges.workload's error for a trial whose output 
 
 def _overdispersed(cell: CellView, metric: str) -> bool:
     p = cell.proportions.get(metric)
-    return p is not None and p.overdispersion_p is not None and p.overdispersion_p < stats.ALPHA
+    return p is not None and findings.is_finding(p.overdispersion_p_holm)
 
 
 def _failure_kind(trial: TrialRow | TrialRecord) -> str | None:
@@ -1546,9 +1715,9 @@ def _side(message: str) -> str:
 
 
 def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:
-    """Do parallel testbeds agree? Per cell, a test of one rate across testbeds against the
+    """Do parallel testbeds differ? Per cell, a test of one rate across testbeds against the
     trials' own spread (_testbed_pvalues), Holm-adjusted over the cells; a difference means the
-    testbeds are not interchangeable."""
+    testbeds are not interchangeable, and no difference is said as not shown, never as agreement."""
     if metric is None:
         return []
     by_group = _testbed_trials(trials, metric)
@@ -1572,8 +1741,9 @@ def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[
         return [
             Finding(
                 kind="info",
-                text=f"Testbeds {', '.join(testbeds)} agree: no cell's {metric} differs "
-                f"between them (smallest Holm-adjusted p = {min(adjusted):.2g}, "
+                text=f"Testbeds {', '.join(testbeds)} were not shown to differ: no cell's {metric} differs "
+                f"significantly between them, which does not show that they agree (smallest Holm-adjusted p = "
+                f"{min(adjusted):.2g}, "
                 f"{len(cells)} cells run on several testbeds; against trial-to-trial variation{how}).",
             )
         ]

@@ -34,7 +34,10 @@ class ProportionCell(Frozen):
     p: float | None = None
     p_holm: float | None = None
     significant: bool = False
-    overdispersion_p: float | None = None  # trial-to-trial variation beyond the binomial
+    # trial-to-trial variation beyond the binomial: exact given the cell's events (stats.trial_homogeneity),
+    # and Holm over the cells tested (what the caution and the suspect mark read); None: not testable
+    overdispersion_p: float | None = None
+    overdispersion_p_holm: float | None = None
 
 
 class BoxStats(Frozen):
@@ -158,6 +161,9 @@ class Provenance(Frozen):
 
 
 class EffectView(Frozen):
+    """An effect of a factor on a proportion; p_holm stays 1.0 and finding False when its metric
+    is untested (Report.untested): no family, no finding."""
+
     metric: str
     factor: str
     level: str
@@ -237,6 +243,7 @@ class NeighbourView(Frozen):
     k: int
     n: int
     p: float
+    method: str = "Fisher's exact test"  # the test behind p (build.method_name): the table's label
     p_holm: float = 1.0
     finding: bool = False
 
@@ -296,3 +303,6 @@ class Report(Frozen):
     # per proportion metric: how cells were compared with the baseline, one sentence (trial = unit)
     comparison: dict[str, str] = {}
     dispersion: dict[str, float] = {}  # per proportion metric: phi, when the quasi-binomial test compared cells
+    # per proportion metric whose trial-to-trial variation cannot be estimated (no residual df, e.g. one
+    # trial per cell): why none of its comparisons is tested, so none is a finding (its numbers are descriptive)
+    untested: dict[str, str] = {}

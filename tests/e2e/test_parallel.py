@@ -167,4 +167,4 @@ def test_report_says_whether_testbeds_agree(tmp_path, capsys):
     )
     assert code == 0, capsys.readouterr().err
     html = (tmp_path / "reports" / "agree" / "index.html").read_text()
-    assert "Testbeds tb1, tb2 agree" in html or "Testbeds differ in" in html
+    assert "Testbeds tb1, tb2 were not shown to differ" in html or "Testbeds differ in" in html
