@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from helpers.report_synth import ALL_OFF, synthetic_run, trial_counts
 
-from orchestrator.core import clustered, clustersim
+from orchestrator.core import clustered, clustersim, dist, stats
 from orchestrator.core.sequential import SequentialPolicy, decide
 from orchestrator.core.stats import fisher_exact, rate_difference_ci, wilson_interval
 from orchestrator.report.build import build_report
@@ -246,3 +246,24 @@ def test_unique_rows_is_numpys_unique_over_rows() -> None:
         expected, expected_inverse = np.unique(rows, axis=0, return_inverse=True)
         assert np.array_equal(unique, expected) and np.array_equal(inverse, expected_inverse.ravel())
         assert np.array_equal(unique[inverse], rows)
+
+
+def test_one_event_is_no_finding_however_unbalanced_the_sides() -> None:
+    """One event in 40 sessions against none in 320: the score test's chi-square said p = 0.005
+    (0.007 with the F part), though that one event lands on the smaller side by chance in 1 of 9
+    tables (Fisher's p 0.11). Where an expected count is under 5 the floor is Fisher's mid-p."""
+    p = float(clustered.quasi_test(1, 40, 0, 320, 1.0, 50))
+    fisher = stats.fisher_exact(1, 40, 0, 320)
+    assert fisher == pytest.approx(1 / 9)
+    assert p == pytest.approx(fisher - (40 / 360) / 2)  # the mid-p: Fisher's p less half its own table's
+    assert p > 0.05
+    # a tiny side: 1 of 4 against 0 of 200 (p 2e-4 before)
+    assert float(clustered.quasi_test(1, 4, 0, 200, 1.0, 50)) == pytest.approx(stats.fisher_exact(1, 4, 0, 200) / 2)
+
+
+def test_the_exact_floor_leaves_well_filled_tables_to_the_score_test() -> None:
+    """Expected counts of 5 and more: the chi-square as before (the demo's 15% against 0.5%)."""
+    k1, n1, k2, n2 = 48, 320, 2, 320
+    z2 = float(clustered.score_z2(k1, n1, k2, n2))
+    expected = max(float(dist.chi2_sf(z2, 1)), float(dist.f_sf(z2 / 1.3, 1, 20)))
+    assert float(clustered.quasi_test(k1, n1, k2, n2, 1.3, 20)) == expected
