@@ -125,8 +125,10 @@ def test_compare_of_runs_of_different_matrices_warns_and_names_both(tmp_path, ca
 
 def test_compare_of_runs_with_no_cell_in_common_is_refused(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
     a, b = _runs(tmp_path, name="other_matrix")
-    journal = b / "journal.jsonl"  # B ran other cells: rename every cell of its trials
-    journal.write_text(re.sub(r'"cell": ?"', '"cell": "x-', journal.read_text()))
+    # B ran other cells: rename every cell of its trials, and of its plan (a journal whose cells are
+    # not its own plan's is damage, refused before any comparison: store.runtrials)
+    for name in ("journal.jsonl", "run.json"):
+        (b / name).write_text(re.sub(r'"cell": ?"', '"cell": "x-', (b / name).read_text()))
     code, _, err = orch(["compare", str(a), str(b), "-o", str(tmp_path / "c.html")], capsys)
     assert code == 2 and "nothing to compare: the runs have no cell in common" in err, err
     assert "of matrix 'other_matrix'" in err and not (tmp_path / "c.html").exists()

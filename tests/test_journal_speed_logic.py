@@ -489,6 +489,7 @@ def test_repair_and_append_guard_with_a_last_line_longer_than_the_window(tmp_pat
 
 def _run_with_everything(tmp_path: Path) -> Path:
     manifest, records = synthetic_run(replicates=4, baseline=ALL_OFF)
+    past_plan = len(manifest.plan)  # a hunt journals trials past its first wave (all plan.json holds)
     extra = [
         records[5].model_copy(
             update={
@@ -497,8 +498,11 @@ def _run_with_everything(tmp_path: Path) -> Path:
                 "failure": Failure(kind="interrupted", error="Interrupted", message="^C"),
             }
         ),
-        records[6].model_copy(update={"cell": "bf16_index_k=odd", "levels": {"bf16_index_k": "odd"}}),
+        records[6].model_copy(
+            update={"trial": past_plan, "cell": "bf16_index_k=odd", "levels": {"bf16_index_k": "odd"}}
+        ),
     ]
+    manifest = manifest.model_copy(update={"hunt": True})
     run_dir = write_run(tmp_path / manifest.run_id, manifest, [*records, *extra])
     with open(run_dir / "journal.jsonl", "ab") as handle:
         handle.write(b'{"type": "trial", "tri')  # torn tail

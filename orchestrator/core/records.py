@@ -39,6 +39,7 @@ MetricKind = Literal["proportion", "number"]
 # browser could misread. Checked where a run id is given (--run-id) and where one is read back
 # (run.json), since a hand-edited manifest is input too.
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+_HUNT_KEY = re.compile(r"^hunt\s*:", re.MULTILINE)  # a matrix's top-level `hunt:` section
 
 
 def valid_run_id(run_id: str) -> str:
@@ -248,6 +249,9 @@ class RunManifest(Frozen):
     testbed: str  # the testbeds' names joined by "," (what the report and the status show)
     testbeds: list[str] = Field(default_factory=list)  # one name, or several for a parallel run
     adaptive: bool = False  # the matrix has an adaptive stopping rule
+    # an `orch hunt` run: plan.json holds only its first wave, and the search journals trials
+    # numbered past it (store.runtrials lets those through; any other run's must be planned)
+    hunt: bool = False
     seed: int
     order: str
     replicates: int
@@ -281,7 +285,7 @@ class RunManifest(Frozen):
 
     @model_validator(mode="after")
     def _older_run_json(self) -> RunManifest:
-        """A run.json written before `testbeds` and `adaptive` existed states them only in its
+        """A run.json written before `testbeds`, `adaptive` and `hunt` existed states them only in its
         text: derive them once here, so no reader has to sniff strings. After validation, not
         before: a before-validator makes pydantic parse the whole file into Python objects first,
         which costs +60% time and +110 MB on a 100,000-trial run.json with its plan inline."""
@@ -289,4 +293,7 @@ class RunManifest(Frozen):
             object.__setattr__(self, "testbeds", [n for n in self.testbed.split(",") if n])
         if "adaptive" not in self.model_fields_set:
             object.__setattr__(self, "adaptive", "adaptive:" in self.matrix_text)
+        if "hunt" not in self.model_fields_set:
+            # generous on purpose: calling a run a hunt only skips the past-the-plan check
+            object.__setattr__(self, "hunt", _HUNT_KEY.search(self.matrix_text) is not None)
         return self

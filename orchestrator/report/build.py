@@ -7,7 +7,8 @@ the outcome did not (320 vs 997 anomalies, same corruption), a trend over time r
 
 Rules kept here:
 - only trials with status "completed" are data; failed and interrupted ones are listed, never
-  counted; when one trial was retried, its last completed attempt counts;
+  counted; a trial's data is its completed record (store.runtrials: the rule export and compare
+  share, and what a damaged journal is);
 - every rate carries its Wilson interval and k/n; every comparison with the baseline a Fisher
   (proportions) or Mann-Whitney (numbers) p-value, Holm-adjusted over every test the report could
   call a finding, all metrics in one family (core.findings);
@@ -56,6 +57,7 @@ from orchestrator.report.model import (
 from orchestrator.report.provenance import Served, controller_lines, served
 from orchestrator.report.servertable import server_table
 from orchestrator.store.journal import TrialRow
+from orchestrator.store.runtrials import completed_rows
 
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
 FAILURE_CAP = 500
@@ -119,7 +121,7 @@ def _build(
     torn_tail: bool,
     drilldown_cap: int,
 ) -> Report:
-    data = _completed(rows)
+    data = completed_rows(rows)  # each trial's completed record: the rule every reader shares
     frame = _metric_frame(data, manifest.metrics)
     by_metric = {m: MetricRows(frame[frame.metric == m]) for m in manifest.metrics}  # split once
     cell_ids, levels_of = _cells(manifest, rows)
@@ -233,18 +235,6 @@ def _load_shown(
 
 
 # ----------------------------------------------------------------------------- data
-
-
-def _completed(trials: Sequence[TrialRow]) -> list[TrialRow]:
-    """Completed trials, one per plan position (the last completed attempt wins)."""
-    chosen: dict[int, TrialRow] = {}
-    for record in trials:
-        if record.status != "completed":
-            continue
-        held = chosen.get(record.trial)
-        if held is None or record.attempt >= held.attempt:
-            chosen[record.trial] = record
-    return [chosen[i] for i in sorted(chosen)]
 
 
 def _metric_frame(data: Sequence[TrialRow], kinds: Mapping[str, MetricKind]) -> pd.DataFrame:

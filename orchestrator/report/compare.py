@@ -23,7 +23,9 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report.build import versus_baseline, widened_rate
 from orchestrator.store.atomic import write_text_atomic
-from orchestrator.store.rundir import ReportsDir
+from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
+from orchestrator.store.rundir import ReportsDir, RunDir
+from orchestrator.store.runtrials import completed_rows, read_run_rows
 
 
 @dataclass(frozen=True)
@@ -69,16 +71,18 @@ class Comparison:
 
 def compare(
     a: RunManifest,
-    ta: Sequence[TrialRecord],
+    ta: Sequence[TrialRecord | TrialRow],
     b: RunManifest,
-    tb: Sequence[TrialRecord],
+    tb: Sequence[TrialRecord | TrialRow],
     *,
     suspect_a: Sequence[str] = (),
     suspect_b: Sequence[str] = (),
 ) -> Comparison:
-    """PURE: the comparison model. Only completed trials count. `suspect_a`/`suspect_b` are
-    each run's reasons to doubt its data (report.build.suspect_reasons): a difference against a
-    run whose trials were void or drifting may be that run's fault, not the change's."""
+    """PURE: the comparison model. Only completed trials count, each trial once: its completed
+    record as store.runtrials chooses it (the report's choice). `ta`/`tb`: each run's records, or
+    their compact rows (journal.read_trial_rows: all a comparison reads). `suspect_a`/`suspect_b`
+    are each run's reasons to doubt its data (report.build.suspect_reasons): a difference against
+    a run whose trials were void or drifting may be that run's fault, not the change's."""
     ca, cb = _by_cell(ta), _by_cell(tb)
     common = [c for c in ca if c in cb]
     metrics = {m: kind for m, kind in {**a.metrics, **b.metrics}.items() if m in a.metrics and m in b.metrics}
@@ -110,7 +114,7 @@ def _holm_all(rows: Sequence[Row]) -> list[Row]:
 
 
 def _dispersion(
-    ca: Mapping[str, list[TrialRecord]], cb: Mapping[str, list[TrialRecord]], metric: str
+    ca: Mapping[str, list[TrialRow]], cb: Mapping[str, list[TrialRow]], metric: str
 ) -> clustered.Dispersion:
     """A proportion's trial-to-trial dispersion from every cell of both runs, each run's cell its own
     group (as the report pools it over a sweep's cells): a difference between the runs is not spread."""
@@ -125,27 +129,32 @@ def _method(disp: clustered.Dispersion | None) -> str:
     return f"{disp.method()}; dispersion pooled over the cells of both runs"
 
 
-def _counts(trials: Sequence[TrialRecord], metric: str) -> list[tuple[int, int]]:
+def _counts(trials: Sequence[TrialRow], metric: str) -> list[tuple[int, int]]:
     """(k, n) per trial that has sessions of this metric (the units the tests count)."""
     out = []
     for t in trials:
-        v = t.metrics.get(metric)
+        v = _metric(t, metric)
         if v is not None and v.n:
             out.append((v.k or 0, v.n))
     return out
 
 
-def _by_cell(trials: Sequence[TrialRecord]) -> dict[str, list[TrialRecord]]:
-    out: dict[str, list[TrialRecord]] = {}
-    for t in trials:
-        if t.status == "completed":
-            out.setdefault(t.cell, []).append(t)
+def _metric(trial: TrialRow, name: str) -> MetricPoint | None:
+    return next((m for m in trial.metrics if m.name == name), None)
+
+
+def _by_cell(trials: Sequence[TrialRecord | TrialRow]) -> dict[str, list[TrialRow]]:
+    """Each cell's completed trials, one record per trial (a duplicated record counts once)."""
+    rows = [t if isinstance(t, TrialRow) else TrialRow.of(t, i) for i, t in enumerate(trials)]
+    out: dict[str, list[TrialRow]] = {}
+    for t in sorted(completed_rows(rows), key=lambda row: row.source):  # journal order, as before
+        out.setdefault(t.cell, []).append(t)
     return out
 
 
-def _side(trials: list[TrialRecord], metric: str, kind: str, disp: clustered.Dispersion | None) -> Side:
+def _side(trials: list[TrialRow], metric: str, kind: str, disp: clustered.Dispersion | None) -> Side:
     """One run's cell: pooled k/n with an interval widened by the dispersion, or a number's median."""
-    values = [t.metrics[metric] for t in trials if metric in t.metrics]
+    values = [v for v in (_metric(t, metric) for t in trials) if v is not None]
     if kind == "proportion":
         counts = _counts(trials, metric)
         k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
@@ -155,7 +164,7 @@ def _side(trials: list[TrialRecord], metric: str, kind: str, disp: clustered.Dis
 
 
 def _row(
-    cell: str, metric: str, kind: str, ta: list[TrialRecord], tb: list[TrialRecord], disp: clustered.Dispersion | None
+    cell: str, metric: str, kind: str, ta: list[TrialRow], tb: list[TrialRow], disp: clustered.Dispersion | None
 ) -> Row:
     a, b = _side(ta, metric, kind, disp), _side(tb, metric, kind, disp)
     if kind == "proportion":
@@ -223,16 +232,13 @@ class ComparisonPage:
 
 def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> ComparisonPage:
     """Write the comparison page; return it with the warnings about suspect runs."""
-    from orchestrator.report.build import build_report, suspect_reasons
     from orchestrator.report.page import csp, environment
-    from orchestrator.store.journal import load_trials
     from orchestrator.store.manifest import load_manifest
 
     a, b = load_manifest(run_a), load_manifest(run_b)
-    (ta, torn_a), (tb, torn_b) = load_trials(run_a), load_trials(run_b)
-    suspect_a = suspect_reasons(build_report(a, ta, torn_tail=torn_a, drilldown_cap=0))
-    suspect_b = suspect_reasons(build_report(b, tb, torn_tail=torn_b, drilldown_cap=0))
-    model = compare(a, ta, b, tb, suspect_a=suspect_a, suspect_b=suspect_b)
+    ta, tb = read_run_rows(run_a, a), read_run_rows(run_b, b)  # compact rows: a damaged journal is refused
+    suspect_a, suspect_b = _suspect(run_a, a, ta), _suspect(run_b, b, tb)
+    model = compare(a, ta.rows, b, tb.rows, suspect_a=suspect_a, suspect_b=suspect_b)
     mismatch = matrix_mismatch(a, b)
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
         raise UsageError(
@@ -249,6 +255,23 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
     warnings = model.warnings + ((f"{mismatch}: only the cells both ran are compared",) if mismatch else ())
     return ComparisonPage(page, warnings, tuple(line for line, flagged in nightly if flagged))
+
+
+def _suspect(run_dir: Path, manifest: RunManifest, scan: TrialRows) -> list[str]:
+    """The run's reasons to doubt its data, from its rows (the report's words; full records only
+    for the failures it names, at most build.FAILURE_CAP)."""
+    from orchestrator.report.build import build_report_from_rows, suspect_reasons
+    from orchestrator.store.journal import read_records_at
+
+    journal = RunDir(run_dir).journal
+    report = build_report_from_rows(
+        manifest,
+        scan.rows,
+        lambda rows: read_records_at(journal, rows) if rows else [],
+        torn_tail=scan.torn_tail,
+        drilldown_cap=0,
+    )
+    return suspect_reasons(report)
 
 
 def matrix_mismatch(a: RunManifest, b: RunManifest) -> str | None:

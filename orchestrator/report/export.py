@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import JournalError, UsageError
-from orchestrator.store.atomic import is_stdout, write_bytes_atomic
+from orchestrator.store.atomic import is_stdout, write_bytes_atomic, write_chunks_atomic
 from orchestrator.store.rundir import RunDir
+
+if TYPE_CHECKING:
+    from orchestrator.store.journal import TrialRow
 
 Format = Literal["csv", "parquet", "json"]
 COLUMNS = [
@@ -138,23 +142,72 @@ def check_stdout_format(out: Path | None, fmt: str) -> None:
         raise UsageError("--output -: parquet is binary, not for a terminal", hint="pipe it, or name a file")
 
 
+EXPORT_CHUNK = 1000  # trials whose full records are held at once (a few MB), however long the run
+
+
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
-    from orchestrator.store.journal import load_trials
+    """Export the run: each trial's record as store.runtrials chooses it (the report's choice),
+    read as compact rows, the full records fetched EXPORT_CHUNK trials at a time and written as
+    they come (CSV and JSON; parquet's column file is written once, from the tidy table only).
+    A damaged journal is refused (exit 2) before anything is written."""
     from orchestrator.store.manifest import load_manifest
+    from orchestrator.store.runtrials import read_run_rows, trial_rows
 
     if out is not None:
         check_output(out)
         check_stdout_format(out, fmt)
     manifest = load_manifest(run_dir)
-    trials, _ = load_trials(run_dir)
-    last: dict[int, TrialRecord] = {}
-    for t in trials:  # a resumed run may hold an interrupted attempt before the final one
-        if t.status != "interrupted":
-            last[t.trial] = t
-    frame = tidy(manifest, [last[i] for i in sorted(last)])
-    if out is None:
-        return write_export(frame, RunDir(run_dir).export(manifest.run_id, fmt), fmt)
+    chosen = trial_rows(read_run_rows(run_dir, manifest).rows)
+    frames = _frames(manifest, RunDir(run_dir).journal, chosen)
+    target = RunDir(run_dir).export(manifest.run_id, fmt) if out is None else out
     try:
-        return write_export(frame, out, fmt)
-    except JournalError as exc:  # a user's path that passed the checks and still failed (/proc, full disk)
+        return write_chunks_atomic(
+            target, _encoded(frames, fmt), what="cannot write the export", user_path=out is not None
+        )
+    except _SourceError as exc:  # the journal, not the output, failed (changed while it was read)
+        raise exc.error from None
+    except JournalError as exc:
+        if out is None:
+            raise
+        # a user's path that passed the checks and still failed (/proc, full disk)
         raise UsageError(f"--output {exc.message}") from None
+
+
+class _SourceError(Exception):
+    """A JournalError from reading the run while the export is written (not the output's)."""
+
+    def __init__(self, error: JournalError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _frames(manifest: RunManifest, journal: Path, chosen: Sequence[TrialRow]) -> Iterator[pd.DataFrame]:
+    """The tidy table EXPORT_CHUNK trials at a time (always at least one frame: the header)."""
+    from orchestrator.store.journal import read_records_at
+
+    if not chosen:
+        yield tidy(manifest, [])
+    for start in range(0, len(chosen), EXPORT_CHUNK):
+        try:
+            records = read_records_at(journal, chosen[start : start + EXPORT_CHUNK])
+        except JournalError as exc:
+            raise _SourceError(exc) from None
+        yield tidy(manifest, records)
+
+
+def _encoded(frames: Iterator[pd.DataFrame], fmt: Format) -> Iterator[bytes]:
+    """export_bytes of the frames' concatenation, byte for byte, without holding it (CSV, JSON)."""
+    if fmt == "parquet":
+        yield export_bytes(pd.concat(list(frames), ignore_index=True), fmt)
+        return
+    first = True
+    for frame in frames:
+        if fmt == "csv":
+            yield frame.to_csv(index=False, header=first).encode("utf-8")
+            first = False
+        elif len(frame):  # JSON: '[\n' + each chunk's records, joined by ',\n' + '\n]'
+            body = frame.to_json(orient="records", lines=False, indent=1)[2:-2]
+            yield ("[\n" if first else ",\n").encode("utf-8") + body.encode("utf-8")
+            first = False
+    if fmt == "json":
+        yield b"[\n\n]" if first else b"\n]"

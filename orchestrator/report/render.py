@@ -42,9 +42,10 @@ from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.summary import RunSummary
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
-from orchestrator.store.journal import TrialRow, iter_records, read_records_at, read_trial_rows
+from orchestrator.store.journal import TrialRow, iter_records, read_records_at
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
+from orchestrator.store.runtrials import read_run_rows
 
 TRIAL_ORDER_SHOWN = 2000
 
@@ -181,7 +182,7 @@ def _load_report_and_rows(
         path = RunDir(run_dir).journal
         if not path.exists():
             return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap), []
-        scan = read_trial_rows(path)
+        scan = read_run_rows(run_dir, manifest)  # damage (duplicates, unplanned trials) refused at its line
         report = build_report_from_rows(
             manifest,
             scan.rows,

@@ -23,7 +23,7 @@ import os
 import secrets
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pydantic
@@ -76,20 +76,36 @@ def write_bytes_atomic(
     name the user gave (`-o`): `-`, a symlink, a FIFO or a device are written as the module doc
     says. orch's own files are always replaced by name: a link or FIFO planted in a run folder
     is never followed out of it nor waited on. Returns the path written."""
+    return write_chunks_atomic(path, (data,), fsync=fsync, mode=mode, what=what, user_path=user_path)
+
+
+def write_chunks_atomic(
+    path: Path,
+    chunks: Iterable[bytes],
+    *,
+    fsync: bool = True,
+    mode: int = 0o644,
+    what: str = "cannot write file",
+    user_path: bool = False,
+) -> Path:
+    """write_bytes_atomic for data made a chunk at a time (an export of 100,000 trials is never
+    held whole). A file is still all or nothing: an error while the chunks are made (raised by
+    the iterator) removes the temp file and leaves the old file. Stdout, a FIFO or a device
+    cannot be taken back: they keep what was written before the error."""
     if not user_path:
-        _replace(path, data, fsync=fsync, mode=mode, what=what)
+        _replace(path, chunks, fsync=fsync, mode=mode, what=what)
         return path
     if is_stdout(path):
-        _write_stdout(path, data, what)
+        _write_stdout(path, chunks, what)
         return path
     try:
         target = _replaceable(path)
     except OSError as exc:
         raise run_file_error(path, what, exc) from exc
     if target is None:
-        _write_in_place(path, data, what)
+        _write_in_place(path, chunks, what)
         return path
-    _replace(target, data, fsync=fsync, mode=mode, what=what)
+    _replace(target, chunks, fsync=fsync, mode=mode, what=what)
     return path
 
 
@@ -124,7 +140,7 @@ def _replaceable(path: Path) -> Path | None:
     return real if same else None
 
 
-def _replace(path: Path, data: bytes, *, fsync: bool, mode: int, what: str) -> None:
+def _replace(path: Path, data: Iterable[bytes], *, fsync: bool, mode: int, what: str) -> None:
     """The temp file beside the real file, renamed over it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
@@ -147,7 +163,7 @@ def _replace(path: Path, data: bytes, *, fsync: bool, mode: int, what: str) -> N
         raise
 
 
-def _write_in_place(path: Path, data: bytes, what: str) -> None:
+def _write_in_place(path: Path, data: Iterable[bytes], what: str) -> None:
     """An existing FIFO or device: opened (a FIFO waits for its reader, as a shell's `>` does) and
     written; no temp file, no rename, no create (it must still be what it was)."""
     try:
@@ -162,10 +178,11 @@ def _write_in_place(path: Path, data: bytes, what: str) -> None:
         raise run_file_error(path, what, exc) from exc
 
 
-def _write_stdout(path: Path, data: bytes, what: str) -> None:
+def _write_stdout(path: Path, data: Iterable[bytes], what: str) -> None:
     try:
         sys.stdout.flush()  # whatever was printed before comes first
-        sys.stdout.buffer.write(data)
+        for chunk in data:
+            sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
     except OSError as exc:  # a closed pipe (`| head`)
         raise run_file_error(path, what, exc) from exc
@@ -204,10 +221,11 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+def _write_all(fd: int, data: Iterable[bytes]) -> None:
+    for chunk in data:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -35,7 +35,7 @@ import re
 import stat
 import struct
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -289,20 +289,35 @@ def trial_statuses(path: Path) -> TrialStatuses:
     return TrialStatuses(finished=frozenset(finished), interrupted=frozenset(interrupted - finished), torn_tail=torn)
 
 
-def read_trial_rows(path: Path) -> TrialRows:
+# The events that open a session of the controller (`orch run`, each `orch resume`): attempts are
+# numbered from 1 again in each, so a retried trial's attempt numbers repeat across sessions.
+SESSION_EVENTS = frozenset({"run_started", "run_resumed"})
+
+# Called with each trial row as it is read and the number of SESSION_EVENTS lines before it; it
+# may raise (a ConfigError at the row's line) to stop the read before the rest is held.
+RowCheck = Callable[[TrialRow, int], None]
+
+
+def read_trial_rows(path: Path, check: RowCheck | None = None) -> TrialRows:
     """Every trial record as a compact TrialRow (what the report's numbers need), streaming.
 
     The fields read are exactly those read_journal would give; lines that cannot be read fast go
     through read_journal's parser (and fail the same way). Fetch full records for the few trials
-    shown in detail with read_records_at."""
+    shown in detail with read_records_at. `check` sees each row as it is read (see RowCheck):
+    store.runtrials' rule refuses a damaged journal at its first bad line, not after holding it."""
     rows: list[TrialRow] = []
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
+    session = 0
     with _reading(path) as handle, gc_paused():
         end, torn = _body_end(handle)
         for number, offset, line in _lines(path, handle, end):
             row = _row_of(path, number, offset, line, shared)
-            if row is not None:
-                rows.append(row)
+            if isinstance(row, str):  # an event line
+                session += row in SESSION_EVENTS
+                continue
+            if check is not None:
+                check(row, session)
+            rows.append(row)
     return TrialRows(rows=rows, torn_tail=torn)
 
 
@@ -581,7 +596,12 @@ class _RowFields(TypedDict):
     metrics: NotRequired[dict[str, _MetricFields]]
 
 
+class _EventName(TypedDict):
+    event: str
+
+
 _HEAD = TypeAdapter(_Head)
+_EVENT = TypeAdapter(_EventName)
 _ROW = TypeAdapter(_RowFields)
 _REQUIRED_HEAD = frozenset({"trial", "status"})
 _REQUIRED_ROW = frozenset({"trial", "round", "cell", "levels", "status"})
@@ -743,16 +763,17 @@ def _row_of(
     offset: int,
     line: bytes,
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]],
-) -> TrialRow | None:
+) -> TrialRow | str:
+    """The line's TrialRow, or for an event line the event's name."""
     try:
         fields = _ROW.validate_json(line)
     except pydantic.ValidationError:
         fields = None
     if fields is None or not _fast_ok(fields, _REQUIRED_ROW) or not _counts_ok(fields):
         record = _parse_line(path, number, line)
-        return TrialRow.of(record, offset, number) if isinstance(record, TrialRecord) else None
+        return TrialRow.of(record, offset, number) if isinstance(record, TrialRecord) else record.event
     if fields["type"] == "event":
-        return None
+        return _event_of(path, number, line)
     levels = fields["levels"]
     failure = fields.get("failure")
     metrics = fields.get("metrics")
@@ -770,6 +791,15 @@ def _row_of(
         if metrics
         else (),
     )
+
+
+def _event_of(path: Path, number: int, line: bytes) -> str:
+    """An event line's name (a second, small parse: events are a few lines a session)."""
+    try:
+        return _EVENT.validate_json(line)["event"]
+    except pydantic.ValidationError:
+        record = _parse_line(path, number, line)  # the full parser: same answer or same error
+        return record.event if isinstance(record, EventRecord) else ""
 
 
 def _counts_ok(fields: _RowFields) -> bool:

@@ -47,6 +47,7 @@ def make_manifest(
         testbed=",".join(names),
         testbeds=names,
         adaptive=m.adaptive is not None,
+        hunt=m.hunt is not None,
         seed=plan.seed,
         order=m.order,
         replicates=plan.replicates,

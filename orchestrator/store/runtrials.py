@@ -1,0 +1,151 @@
+"""The records of a run: which journal record stands for each trial, and what is damage.
+
+One rule, in one place, for every reader of a run's trials (the report and the index's
+summaries, `orch export`, `orch compare`), so they agree on what a trial's record is. Before it
+they did not: the report took each trial's highest-attempt completed record, export the last
+record that was not `interrupted`, and compare counted every completed record, so a line
+duplicated by hand (or by a faulty copy) counted twice there.
+
+What a trial may legitimately hold, in journal order: failed attempts before a retry (attempt 1,
+2, ...), then a completed or failed one; a record `interrupted` when the controller stopped
+mid-trial; after `orch resume` (a new session of the controller, opened by a run_resumed event)
+attempts numbered from 1 again.
+
+Which record stands for a trial:
+- its completed record is the trial's data (completed_rows). There is at most one: a second
+  finished record after it is damage (below), so "the highest-attempt completed record" the
+  report always took and "the last completed record" are the same record;
+- without one, its last failed record stands for it (trial_rows: export's one row per trial);
+- a trial with only interrupted records has none (the report lists them among its failures).
+
+What is damage, a ConfigError at journal.jsonl:<line> (exit 2): the journal was edited, damaged or
+belongs to another run, and no reader guesses which of its lines to believe:
+- a trial number outside the plan: below 0, or past the plan's last trial in a run that is not a
+  hunt (a hunt journals trials past its first wave, which is all plan.json holds);
+- a planned trial whose cell or levels are not the plan's for that trial;
+- the same (trial, attempt) finished (completed or failed) twice in one session;
+- a finished record after the trial's completed one (a finished trial is never run again).
+A manifest without a plan (a hand-made run.json: plan_trials 0) skips the two plan checks.
+
+The rule checks compact rows (store.journal.TrialRow) as read_trial_rows streams them, so a
+journal of a million duplicated lines is refused at its first duplicate, before it is held.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from orchestrator.core.records import PlannedTrial, RunManifest
+from orchestrator.errors import ConfigError
+from orchestrator.store.journal import TrialRow, TrialRows, read_trial_rows
+from orchestrator.store.rundir import RunDir
+
+_HINT = "the journal was edited, damaged or belongs to another run; fix or delete this line"
+
+
+def read_run_rows(run_dir: Path, manifest: RunManifest) -> TrialRows:
+    """The run's trial rows (none if it never wrote a journal), checked by the rule as they are
+    read. `manifest` must hold the plan (store.manifest.load_manifest's default)."""
+    path = RunDir(run_dir).journal
+    if not path.exists():
+        return TrialRows(rows=[], torn_tail=False)
+    return read_trial_rows(path, TrialCheck(manifest, path))
+
+
+class TrialCheck:
+    """The damage rule over a run's rows, fed one row at a time in journal order with its
+    session (store.journal.RowCheck); raises ConfigError at the first damaged line."""
+
+    def __init__(self, manifest: RunManifest, path: Path) -> None:
+        if manifest.plan_trials and not manifest.plan:
+            raise ValueError("TrialCheck needs the manifest's plan (load_manifest(run_dir, plan=True))")
+        self._path = path
+        self._plan: Mapping[int, PlannedTrial] = {p.trial: p for p in manifest.plan}
+        self._planned = len(manifest.plan)
+        self._bounded = bool(self._planned) and not manifest.hunt  # trials past the plan are damage
+        # (trial, attempt) finished -> its line; and ~trial -> the line of the trial's completed record.
+        # Int keys (trial << 20 | attempt) where they fit: a hunt may hold a million rows.
+        self._seen: dict[object, int] = {}
+        self._session_lines: list[int] = []  # the first row's line in each session seen
+        self._sessions: list[int] = []  # ... and that session's number
+        self._session = -1
+
+    def __call__(self, row: TrialRow, session: int) -> None:
+        if session != self._session:
+            self._session = session
+            self._session_lines.append(row.line)
+            self._sessions.append(session)
+        trial = row.trial
+        planned = self._plan.get(trial)
+        if trial < 0 or (self._bounded and planned is None):
+            self._damage(row, f"trial {trial} is not in the plan (it has {self._planned:,} trials, from 0)")
+        if planned is not None and (row.cell != planned.cell or row.levels != planned.levels):
+            self._damage(
+                row,
+                f"trial {trial} is cell {_quoted(row.cell)} with levels {_levels(row.levels)} here, "
+                f"but cell {_quoted(planned.cell)} with levels {_levels(planned.levels)} in the plan",
+            )
+        if row.status == "interrupted":
+            return
+        key = _key(trial, row.attempt)
+        earlier = self._seen.get(key)
+        if earlier is not None and self._session_of(earlier) == session:  # a duplicated line, most often
+            self._damage(row, f"trial {trial} attempt {row.attempt} finished twice (also line {earlier})")
+        completed = self._seen.get(~trial)
+        if completed is not None:
+            self._damage(row, f"trial {trial} has a {row.status} record after its completed one (line {completed})")
+        self._seen[key] = row.line
+        if row.status == "completed":
+            self._seen[~trial] = row.line
+
+    def _session_of(self, line: int) -> int:
+        return self._sessions[bisect.bisect_right(self._session_lines, line) - 1]
+
+    def _damage(self, row: TrialRow, message: str) -> None:
+        raise ConfigError(message, file=str(self._path), line=row.line or None, hint=_HINT)
+
+
+def completed_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
+    """Each trial's completed record, in trial order: the run's data. In a journal the rule has
+    checked there is one per trial; for unchecked rows (records built in memory) the highest
+    attempt wins, then the later record."""
+    chosen: dict[int, TrialRow] = {}
+    for row in rows:
+        if row.status == "completed":
+            held = chosen.get(row.trial)
+            if held is None or row.attempt >= held.attempt:
+                chosen[row.trial] = row
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def trial_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
+    """The record that stands for each trial, in trial order: its completed one (as
+    completed_rows), else its last failed one; a trial with only interrupted records has none."""
+    completed: dict[int, TrialRow] = {}
+    failed: dict[int, TrialRow] = {}
+    for row in rows:
+        if row.status == "completed":
+            held = completed.get(row.trial)
+            if held is None or row.attempt >= held.attempt:
+                completed[row.trial] = row
+        elif row.status == "failed":
+            failed[row.trial] = row
+    chosen = failed | completed
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _key(trial: int, attempt: int) -> object:
+    return trial << 20 | attempt if 0 < attempt < 1 << 20 else (trial, attempt)
+
+
+def _quoted(text: str, limit: int = 80) -> str:
+    """A name as an error quotes it: whole when short, else its start and its length (a line
+    may hold megabytes of it)."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _levels(levels: Mapping[str, str]) -> str:
+    text = ",".join(f"{k}={v}" for k, v in levels.items())
+    return _quoted(text)
