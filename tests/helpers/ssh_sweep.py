@@ -41,6 +41,12 @@ def snapshot(tb: Testbed, files: dict[str, str]) -> dict[str, str]:
 
 
 def trials_of(run_dir: Path) -> list[TrialRecord]:
+    """Each trial's final record (a failed attempt that was tried again is journaled too, with
+    `retried`: attempts_of has those)."""
+    return [r for r in attempts_of(run_dir) if not r.retried]
+
+
+def attempts_of(run_dir: Path) -> list[TrialRecord]:
     return [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
 
 

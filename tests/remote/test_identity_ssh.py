@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot, trials_of
+from helpers.ssh_sweep import ENV_FILES, attempts_of, no_leftovers, snapshot, trials_of
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
@@ -107,7 +107,7 @@ def test_a_unit_restarted_during_the_repro_voids_the_trial(testbed: Testbed, tmp
     run(testbed, tmp_path, matrix, "restarted")
     trials = trials_of(tmp_path / "r" / "restarted")
     assert len(trials) == 2, capsys.readouterr()
-    for t in trials:
+    for t in attempts_of(tmp_path / "r" / "restarted"):  # each trial's two attempts, both void
         assert t.status == "failed" and t.failure is not None, t
         assert t.failure.error == "IdentityError" and t.metrics == {}, t.failure
         pattern = rf"unit {DECODE} restarted during the repro \((pid \d+ -> \d+|invocation \w+ -> \w+)\)"

@@ -4,10 +4,14 @@ needed, so these run everywhere (the same code is exercised for real in the test
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import shlex
 import socket
 import subprocess
+import threading
+import time
+import types
 from pathlib import Path
 
 import paramiko
@@ -34,6 +38,7 @@ from orchestrator.edges.services.systemd import (
 from orchestrator.edges.transport.ssh import (
     _WRITE_SCRIPT,
     _WRITE_THEN_RUN_SCRIPT,
+    MAX_CHANNELS,
     SshTransport,
     _drain,
     _UnknownHostKey,
@@ -393,3 +398,89 @@ def test_bind_paths_only_what_a_host_would_not_see(tmp_path: Path) -> None:
     binds = fixture.bind_paths("/usr/bin/python3", Path("/usr/lib"), tmp_path)
     assert "/usr/lib" not in binds and "/usr" not in binds  # visible through the overlay
     assert all(not b.startswith("/usr/") for b in binds)
+
+
+# ----------------------------------------------------------------------------- ssh: sessions on one connection
+class _Link:
+    """A connection's paramiko transport: refuses the first `refuse` sessions (as OpenSSH past its
+    MaxSessions, or a busy host past the open timeout), and notes how many run at once."""
+
+    def __init__(self, refuse: int = 0, alive: bool = True) -> None:
+        self.refuse, self.alive = refuse, alive
+        self.opened = 0
+
+    def is_active(self) -> bool:
+        return self.alive
+
+    def open_session(self, timeout: float) -> object:
+        if self.refuse:
+            self.refuse -= 1
+            raise paramiko.ChannelException(1, "Administratively prohibited")
+        self.opened += 1
+        return contextlib.nullcontext()
+
+
+class _Conn:
+    def __init__(self, link: _Link) -> None:
+        self.client = types.SimpleNamespace(get_transport=lambda: link)
+        self.closed = False
+        self.is_connected = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _transport_on(link: _Link, monkeypatch: pytest.MonkeyPatch) -> tuple[SshTransport, list[_Conn]]:
+    t = SshTransport("decode", "10.0.0.4")
+    made: list[_Conn] = []
+
+    def connect() -> _Conn:
+        made.append(_Conn(link))
+        return made[-1]
+
+    monkeypatch.setattr(t, "_open", connect)
+    monkeypatch.setattr("orchestrator.edges.transport.ssh.REOPEN_WAIT_S", 0.0)
+    return t, made
+
+
+def test_a_refused_session_on_a_live_connection_keeps_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, a session the host refused closed the connection, and with it every command still
+    running on it: the testbed's port scan then ended "connection lost while running"."""
+    link = _Link(refuse=1)
+    t, made = _transport_on(link, monkeypatch)
+    monkeypatch.setattr(t, "_drive", lambda chan, *a: "ran")
+    assert t._exec("true", shown="true") == "ran"
+    assert len(made) == 1 and not made[0].closed and link.opened == 1
+
+
+def test_a_refused_session_on_a_dead_connection_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
+    link = _Link(refuse=1, alive=False)
+    t, made = _transport_on(link, monkeypatch)
+    monkeypatch.setattr(t, "_drive", lambda chan, *a: "ran")
+    assert t._exec("true", shown="true") == "ran"
+    assert len(made) == 2 and made[0].closed
+
+
+def test_at_most_max_channels_commands_run_at_once_on_a_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    t, _ = _transport_on(_Link(), monkeypatch)
+    running, peak, lock = [0], [0], threading.Lock()
+
+    def drive(chan: object, *args: object) -> str:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return "ran"
+
+    monkeypatch.setattr(t, "_drive", drive)
+    threads = [
+        threading.Thread(target=t._exec, args=("true",), kwargs={"shown": "true"}) for _ in range(3 * MAX_CHANNELS)
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert peak[0] == MAX_CHANNELS
+    assert t._exec("kill", shown="kill", reserved=True) == "ran"  # a stopped command's kill never waits for a slot

@@ -26,7 +26,9 @@ pytestmark = pytest.mark.testbed
 def trials_of(run_dir: Path) -> list[TrialRecord]:
     if not (run_dir / "journal.jsonl").exists():
         return []
-    return [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    """Each trial's final record (its failed attempts before a retry are journaled with `retried`)."""
+    records = read_journal(run_dir / "journal.jsonl").records
+    return [r for r in records if isinstance(r, TrialRecord) and not r.retried]
 
 
 def test_sshd_down_for_10_s_mid_sweep(testbed: Testbed, tmp_path: Path):

@@ -31,6 +31,7 @@ Why each choice:
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import hashlib
 import os
@@ -72,6 +73,13 @@ KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
 BACKSTOP_S = 5.0  # local deadline = timeout + grace + this, if the host stops answering
 TIMED_OUT_CODES = (124, 137)  # coreutils timeout: TERM worked / had to KILL
 FILE_OP_TIMEOUT_S = 120.0  # read/write/exists give up on a host that stopped answering
+# OpenSSH refuses a session past MaxSessions (10 by default) on one connection, and a busy host may
+# be slow to open one. orch runs several commands on a host at once (the checks beside the repro,
+# log collection, port scans): at most this many, and a session that cannot be opened on a live
+# connection is tried again on it. Before, that failure closed the connection, and with it every
+# command still running there ("connection lost while running ...").
+MAX_CHANNELS = 8
+REOPEN_WAIT_S = 0.2
 
 # A stoppable command: the first line of its stdout is its pid, then it execs `timeout` (which calls
 # setpgid(0, 0): the pid leads its own process group, and what it starts stays in it).
@@ -205,6 +213,7 @@ class SshTransport:
         self.connects = 0  # successful connects: 1 for a whole sweep unless the link dropped
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self._channels = threading.BoundedSemaphore(MAX_CHANNELS)
         self._tunnels: list[Tunnel] = []
 
     # ---------------------------------------------------------------- Transport protocol
@@ -408,24 +417,36 @@ class SshTransport:
         max_output: int | None = None,
         stop: threading.Event | None = None,
         sudo: bool = False,
+        reserved: bool = False,
     ) -> _Raw:
         """Run one command line. If the connection turns out dead before the command could
         start, reconnect once and retry; a drop after it started is an error (it may have run).
-        With `stop`, `line` is a stoppable one (command_line(stoppable=True)); `sudo`: it runs as root."""
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                # paramiko is untyped (Any): get_transport() may be None, caught below as AttributeError
-                chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
-            except (SSHException, EOFError, OSError, AttributeError) as exc:
-                with self._lock:
-                    self._discard()
-                if attempt == 2:
-                    raise TransportError(self.label, f"connection lost: {_one_line(exc)}") from exc
-                continue
-            with chan:
-                return self._drive(chan, line, stdin, timeout, shown, max_output, stop, sudo)
+        With `stop`, `line` is a stoppable one (command_line(stoppable=True)); `sudo`: it runs as root.
+        `reserved`: the kill of a stopped command, which may not wait for a channel slot (the
+        commands holding them may be the ones waiting for that kill)."""
+        with contextlib.nullcontext() if reserved else self._channels:
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    # paramiko is untyped (Any): get_transport() may be None, caught below as AttributeError
+                    chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
+                except (SSHException, EOFError, OSError, AttributeError) as exc:
+                    if attempt == 2:
+                        raise TransportError(self.label, f"connection lost: {_one_line(exc)}") from exc
+                    self._after_refused_session(conn)
+                    continue
+                with chan:
+                    return self._drive(chan, line, stdin, timeout, shown, max_output, stop, sudo)
         raise AssertionError("unreachable")
+
+    def _after_refused_session(self, conn: Connection) -> None:
+        """A session could not be opened: drop the connection only if it is dead (then the retry
+        reconnects); on a live one, other commands still run, so wait a moment and ask again."""
+        with self._lock:
+            if self._conn is conn and not _alive(conn):
+                self._discard()
+                return
+        time.sleep(REOPEN_WAIT_S)
 
     def _drive(
         self,
@@ -495,7 +516,7 @@ class SshTransport:
         steps = str(max(1, round(KILL_GRACE_S / 0.05)))
         line = command_line(["sh", "-c", _KILL_SCRIPT, "orch-kill", str(pid), steps], sudo=sudo, timeout=None)
         try:
-            raw = self._exec(line, timeout=KILL_GRACE_S + 1.0, shown=f"kill process group {pid}")
+            raw = self._exec(line, timeout=KILL_GRACE_S + 1.0, shown=f"kill process group {pid}", reserved=True)
         except TransportError as exc:
             return f"could not kill its process group {pid}: {exc}"
         if raw.exit_code != 0:
@@ -529,6 +550,12 @@ def _check_operand(key: str, value: str) -> None:
     inventory refuses them first (config); this is the edge's own guard for other callers."""
     if not value or value.startswith("-") or any(c.isspace() or c in "\x00;&|`$<>()'\"\\*?!{}" for c in value):
         raise ConfigError(f"{key}: {value!r} is not a host or user name", hint="letters, digits, . - _ : not first -")
+
+
+def _alive(conn: Connection) -> bool:
+    """Is the connection's SSH transport still up (paramiko is untyped: Any)?"""
+    transport = conn.client.get_transport() if conn.client is not None else None
+    return bool(transport is not None and transport.is_active())
 
 
 def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None, stoppable: bool = False) -> str:
