@@ -165,26 +165,39 @@ def test_compare_rates_are_widened_by_the_dispersion_of_both_runs():
 
 
 def test_compare_holm_is_one_family_over_every_metric():
-    """Two proportion metrics, one trial a side (Fisher, as the report keeps it then), each 6/200 vs
-    17/200: raw p 0.0297 each. Holm over the 2 comparisons shown gives 0.059: nothing is significant
+    """Two proportion metrics, four trials a side, each 6/200 vs 16/200: raw p 0.028 each (the
+    quasi-binomial test). Holm over the 2 comparisons shown gives 0.057: nothing is significant
     (corrected per metric, each was 'significant (p=0.03, Holm)')."""
     metrics = {"corruption": "proportion", "errors": "proportion"}
-    ta = [counts_trial("a", 0, {"corruption": (6, 200), "errors": (6, 200)})]
-    tb = [counts_trial("b", 0, {"corruption": (17, 200), "errors": (17, 200)})]
+    ta = [counts_trial("a", i, {"corruption": (k, 50), "errors": (k, 50)}) for i, k in enumerate((2, 1, 2, 1))]
+    tb = [counts_trial("b", i, {"corruption": (k, 50), "errors": (k, 50)}) for i, k in enumerate((4, 4, 4, 4))]
     c = compare(manifest("a", metrics), ta, manifest("b", metrics), tb)
-    assert [r.p for r in c.rows] == pytest.approx([stats.fisher_exact(17, 200, 6, 200)] * 2)
-    assert all(0.025 < r.p < 0.05 for r in c.rows)
+    assert all(0.025 < r.p < 0.05 for r in c.rows) and c.rows[0].p == c.rows[1].p
     assert [r.p_holm for r in c.rows] == pytest.approx([2 * c.rows[0].p] * 2)
     assert not any(r.significant for r in c.rows)
-    assert all(method.startswith("Fisher's exact test") for method in c.methods.values())
+    assert all(method.startswith("quasi-binomial") for method in c.methods.values())
     assert "2 comparisons, Holm-adjusted over all of them, every metric in one family" in c.summary[0]
+
+
+def test_compare_with_one_trial_a_side_tests_nothing():
+    """One trial per cell in both runs: no trial-to-trial variation to test a change against, as in
+    the report. Before, Fisher's test on the pooled sessions called 6/200 vs 30/200 significant."""
+    metrics = {"corruption": "proportion"}
+    ta = [counts_trial("a", 0, {"corruption": (6, 200)})]
+    tb = [counts_trial("b", 0, {"corruption": (30, 200)})]
+    c = compare(manifest("a", metrics), ta, manifest("b", metrics), tb)
+    (row,) = c.rows
+    assert not row.tested and not row.significant and row.p_holm == 1.0
+    assert row.diff == pytest.approx(0.12) and row.diff_low is not None and row.diff_low > 0  # described
+    assert c.methods["corruption"].startswith("not tested (one trial per cell cannot separate")
+    assert "0 comparisons" in c.summary[0]
 
 
 def test_compare_holm_family_leaves_out_rows_without_a_test():
     """A cell whose metric has no sessions on one side is not a test: it does not widen the family."""
     metrics = {"corruption": "proportion", "errors": "proportion"}
-    ta = [counts_trial("a", 0, {"corruption": (6, 200), "errors": (0, 0)})]
-    tb = [counts_trial("b", 0, {"corruption": (30, 200), "errors": (3, 200)})]
+    ta = [counts_trial("a", i, {"corruption": (k, 50), "errors": (0, 0)}) for i, k in enumerate((2, 1, 2, 1))]
+    tb = [counts_trial("b", i, {"corruption": (k, 50), "errors": (1, 50)}) for i, k in enumerate((7, 8, 7, 8))]
     c = compare(manifest("a", metrics), ta, manifest("b", metrics), tb)
     rows = {r.metric: r for r in c.rows}
     assert not rows["errors"].tested and rows["errors"].p_holm == 1.0

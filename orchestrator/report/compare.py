@@ -5,8 +5,9 @@ metric, cell by cell, beyond noise?" The trial is the unit of replication, as in
 of one trial share a restart, so a proportion's trial-to-trial dispersion is estimated from the trials
 of every cell of both runs (core.clustered), and each common cell gets both rates with intervals
 widened by it, the difference B - A with its interval and the report's test (quasi-binomial; the
-likelihood ratio on the trials, core.trialexact, when the dispersion is sparse; Fisher's exact test
-only when trial-to-trial variation cannot be estimated, e.g. one trial per cell). Numeric metrics get
+likelihood ratio on the trials, core.trialexact, when the dispersion is sparse; no test at all when
+trial-to-trial variation cannot be estimated, e.g. one trial per cell: the difference is then shown
+with Newcombe's interval, as description). Numeric metrics get
 medians and a Mann-Whitney test on trial values. Holm's correction runs over every comparison shown,
 every metric in one family (core.findings' policy), so the chance of any false "significant" on the
 page is at most 5%.
@@ -21,7 +22,7 @@ from pathlib import Path
 from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
-from orchestrator.report.build import versus_baseline, widened_rate
+from orchestrator.report.build import untested_reason, versus_baseline, widened_rate
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
@@ -126,6 +127,8 @@ def _method(disp: clustered.Dispersion | None) -> str:
     """The metric's test in words, as the report names it."""
     if disp is None:
         return "medians of trial values, Mann-Whitney test (the trial is the unit)"
+    if not disp.estimable:
+        return f"not tested ({untested_reason(disp)}); differences and intervals are descriptive only"
     return f"{disp.method()}; dispersion pooled over the cells of both runs"
 
 
@@ -171,7 +174,10 @@ def _row(
         assert a.k is not None and a.n is not None and b.k is not None and b.n is not None and disp is not None
         if not a.n or not b.n:
             return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
-        # B vs A exactly as the report tests a cell vs its baseline: trial-level, Fisher only without replicates
+        if not disp.estimable:  # as the report: nothing to test a change against, so no test
+            low, high = stats.rate_difference_ci(b.k, b.n, a.k, a.n)
+            return Row(cell, metric, kind, a, b, b.k / b.n - a.k / a.n, low, high, 1.0, tested=False)
+        # B vs A exactly as the report tests a cell vs its baseline, at the trial level
         test = versus_baseline(b.k, b.n, a.k, a.n, disp, _counts(tb, metric), _counts(ta, metric))
         return Row(cell, metric, kind, a, b, test.diff, test.low, test.high, test.p)
     if not a.values or not b.values or a.median is None or b.median is None:
