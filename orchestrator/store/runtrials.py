@@ -111,27 +111,29 @@ def completed_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
     """Each trial's completed record, in trial order: the run's data. In a journal the rule has
     checked there is one per trial; for unchecked rows (records built in memory) the highest
     attempt wins, then the later record."""
+    chosen = _completed_by_trial(rows)
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def _completed_by_trial(rows: Iterable[TrialRow], failed: dict[int, TrialRow] | None = None) -> dict[int, TrialRow]:
+    """trial -> its completed record (the highest attempt, then the later record); each trial's
+    last failed record goes into `failed` when given."""
     chosen: dict[int, TrialRow] = {}
     for row in rows:
         if row.status == "completed":
             held = chosen.get(row.trial)
             if held is None or row.attempt >= held.attempt:
                 chosen[row.trial] = row
-    return [chosen[i] for i in sorted(chosen)]
+        elif row.status == "failed" and failed is not None:
+            failed[row.trial] = row
+    return chosen
 
 
 def trial_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
     """The record that stands for each trial, in trial order: its completed one (as
     completed_rows), else its last failed one; a trial with only interrupted records has none."""
-    completed: dict[int, TrialRow] = {}
     failed: dict[int, TrialRow] = {}
-    for row in rows:
-        if row.status == "completed":
-            held = completed.get(row.trial)
-            if held is None or row.attempt >= held.attempt:
-                completed[row.trial] = row
-        elif row.status == "failed":
-            failed[row.trial] = row
+    completed = _completed_by_trial(rows, failed)
     chosen = failed | completed
     return [chosen[i] for i in sorted(chosen)]
 

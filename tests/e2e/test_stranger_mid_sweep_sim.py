@@ -6,16 +6,16 @@ counted: each one is void, naming the stranger, and the hosts are restored."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from helpers.sim_sweep import ENV_FILES, make_inventory
+from helpers.strangers import AlwaysOk, overlap_matrix
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
@@ -23,37 +23,7 @@ from orchestrator.store.journal import read_journal
 
 pytestmark = pytest.mark.sim
 
-MATRIX = """\
-name: stranger
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-replicates: 2
-order: sequential
-repro:
-  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 4 --rounds 1 --seed {trial_seed}"
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
-
-
-class _AlwaysHealthy(BaseHTTPRequestHandler):
-    """What a stranger on the port looks like to a health check: 200 to everything."""
-
-    def _ok(self) -> None:
-        body = json.dumps({"status": "ok"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _ok  # noqa: N815 (http.server's naming)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
+MATRIX = overlap_matrix("stranger")
 
 
 class _Stranger:
@@ -72,7 +42,7 @@ class _Stranger:
             time.sleep(0.005)
         while not self.stopping.is_set():
             try:
-                self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _AlwaysHealthy)
+                self.server = ThreadingHTTPServer(("127.0.0.1", self.port), AlwaysOk)
                 break
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE:

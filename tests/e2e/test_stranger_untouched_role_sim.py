@@ -8,16 +8,16 @@ its port), retried, never data."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from helpers.sim_sweep import ENV_FILES, make_inventory
+from helpers.strangers import AlwaysOk, overlap_matrix
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
@@ -28,37 +28,7 @@ from orchestrator.sweep.runner import Runner, RunResult
 
 pytestmark = pytest.mark.sim
 
-MATRIX = """\
-name: untouched
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-replicates: 2
-order: sequential
-repro:
-  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 4 --rounds 1 --seed {trial_seed}"
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
-
-
-class _AlwaysOk(BaseHTTPRequestHandler):
-    """A stranger on the port: 200 JSON to everything (health, server info, generate)."""
-
-    def _ok(self) -> None:
-        body = json.dumps({"status": "ok"}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _ok  # noqa: N815 (http.server's naming)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
+MATRIX = overlap_matrix("untouched")
 
 
 class _Squatter:
@@ -75,7 +45,7 @@ class _Squatter:
         deadline = time.monotonic() + 10
         while self.server is None:
             try:
-                self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _AlwaysOk)
+                self.server = ThreadingHTTPServer(("127.0.0.1", self.port), AlwaysOk)
             except OSError as exc:
                 if exc.errno != errno.EADDRINUSE or time.monotonic() > deadline:
                     raise
