@@ -350,12 +350,14 @@ def _inventory_of(manifest: RunManifest, run_dir: Path) -> Inventory:
 
 def _journaled(run_dir: Path) -> tuple[list[TrialRecord], list[EventRecord]]:
     """The last finished record of each trial (a resumed run may hold an interrupted one first),
-    and the adaptive decisions the run journaled (cell_decided events), in journal order."""
+    and the adaptive decisions the run journaled (cell_decided events), in journal order. A failed
+    attempt that was tried again (`retried`) ended no trial: resume runs that trial again, so the
+    adaptive and hunt sources must not take it as the trial's result."""
     contents = read_journal(RunDir(run_dir).journal)
     last: dict[int, TrialRecord] = {}
     decided: list[EventRecord] = []
     for r in contents.records:
-        if isinstance(r, TrialRecord) and r.status in ("completed", "failed"):
+        if isinstance(r, TrialRecord) and r.status in ("completed", "failed") and not r.retried:
             last[r.trial] = r
         elif isinstance(r, EventRecord) and r.event == "cell_decided":
             decided.append(r)

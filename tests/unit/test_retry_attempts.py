@@ -13,7 +13,7 @@ from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, run
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal, trial_statuses
-from orchestrator.sweep.api import _final_counts
+from orchestrator.sweep.api import _final_counts, _journaled
 from orchestrator.sweep.hosts import HostGuard
 
 
@@ -117,6 +117,7 @@ def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
             (journal.parent / (journal.name + ".idx")).unlink()
         statuses = trial_statuses(journal)
         assert (statuses.finished, statuses.interrupted) == (frozenset(), frozenset({0}))
+    assert _journaled(run_dir)[0] == []  # nothing for the adaptive or hunt sources to take as a result
     resumed = runner_for(bed, plan, run_dir, infra_attempts=2).execute(set(), resume=True)
     assert (resumed.completed, resumed.failed) == (2, 0)
     assert trial_statuses(journal).finished == {0, 1}
