@@ -270,7 +270,7 @@ def quasi_test(
 
     max(binomial, F(1, df).sf(z^2 / phi)): never below the test that takes sessions as
     independent, and valid for any true phi. That binomial floor is the score test's chi2(1).sf(z^2)
-    where the summed table's expected counts are all at least MIN_EXPECTED, and at least the mid-p
+    where the summed table's expected counts are all at least stats.MIN_EXPECTED, and at least the mid-p
     of Fisher's exact test where one is smaller: there the chi-square is far too confident (one
     event in 40 sessions against none in 320: p 0.005 for the score test, 0.11 for Fisher's, 0.056
     for its mid-p), and one event must not make a finding. 1 where there is nothing to compare (a
@@ -288,20 +288,17 @@ def quasi_test(
     return p
 
 
-MIN_EXPECTED = 5.0  # Cochran's rule: the chi-square's smallest expected count
-
-
 def _exact_where_sparse(
     k1: npt.ArrayLike, n1: npt.ArrayLike, k2: npt.ArrayLike, n2: npt.ArrayLike, ok: npt.NDArray[np.bool_]
 ) -> Array:
     """Fisher's mid-p (_mid_p) where the summed 2x2 table has an expected count under
-    MIN_EXPECTED and `ok`; 0 elsewhere. Once per distinct table: a power simulation asks
+    stats.MIN_EXPECTED and `ok`; 0 elsewhere. Once per distinct table: a power simulation asks
     thousands of times about a few dozen tables."""
     a1, b1, a2, b2 = np.broadcast_arrays(*(np.rint(np.asarray(x, dtype=float)) for x in (k1, n1, k2, n2)))
     with np.errstate(divide="ignore", invalid="ignore"):
         events, total = a1 + a2, b1 + b2
-        smallest = np.minimum(np.minimum(events, total - events) * np.minimum(b1, b2) / total, np.inf)
-    sparse = np.broadcast_to(ok, a1.shape) & (smallest < MIN_EXPECTED)
+        smallest = np.minimum(events, total - events) * np.minimum(b1, b2) / total
+    sparse = np.broadcast_to(ok, a1.shape) & (smallest < stats.MIN_EXPECTED)
     out = np.zeros(a1.shape)
     if not sparse.any():
         return out

@@ -339,6 +339,9 @@ def heterogeneity(counts: Sequence[tuple[int, int]], phi: float = 1.0, df: float
     return quasi_p(p, statistic, len(table) - 1, phi, df)
 
 
+# Cochran's rule: below this smallest expected count a chi-square's p is too confident, and the
+# tests here and in core.clustered take an exact (or simulated) one instead
+MIN_EXPECTED = 5.0
 TRIAL_DRAWS = 5000  # Monte Carlo tables for trial_homogeneity: its smallest p is 1 / 5001
 TRIAL_SEED = 20261205  # fixed: the same report twice gives the same p
 HYPERGEOMETRIC_MAX = 10**9  # numpy's multivariate_hypergeometric needs fewer sessions than this
@@ -352,7 +355,7 @@ def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAW
     0.25 (8 trials of 40 sessions at 0.5%) is far from its chi-square law; it flagged 27% of
     pure-binomial demo runs. Given K events in the cell, one rate makes the trials' counts
     multivariate hypergeometric (sessions as colours, K drawn) whatever the rate, so:
-    - all expected counts >= 5 (Cochran's rule): Pearson's chi-square, valid there, any p;
+    - all expected counts >= MIN_EXPECTED (Cochran's rule): Pearson's chi-square, valid there, any p;
     - 2 trials: Fisher's exact test (pooled_test), exact;
     - else Pearson's statistic's tail over `draws` tables drawn from that law (seeded), p = (1 + at
       least as extreme) / (1 + draws), valid at any number of draws; past HYPERGEOMETRIC_MAX
@@ -364,7 +367,7 @@ def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAW
     if len(kept) < 2 or events == 0 or events == sessions:
         return None
     expected = n * events / sessions
-    if min(expected.min(), (n - expected).min()) >= 5:
+    if min(expected.min(), (n - expected).min()) >= MIN_EXPECTED:
         return heterogeneity(kept)
     if len(kept) == 2:
         return pooled_test(int(k[0]), int(n[0]), int(k[1]), int(n[1])).p
