@@ -33,7 +33,6 @@ journal of a million duplicated lines is refused at its first duplicate, before 
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -65,18 +64,17 @@ class TrialCheck:
         self._plan: Mapping[int, PlannedTrial] = {p.trial: p for p in manifest.plan}
         self._planned = len(manifest.plan)
         self._bounded = bool(self._planned) and not manifest.hunt  # trials past the plan are damage
-        # (trial, attempt) finished -> its line; and ~trial -> the line of the trial's completed record.
-        # Int keys (trial << 20 | attempt) where they fit: a hunt may hold a million rows.
-        self._seen: dict[object, int] = {}
-        self._session_lines: list[int] = []  # the first row's line in each session seen
-        self._sessions: list[int] = []  # ... and that session's number
+        # (trial, attempt) finished in the current session -> its line (int keys, trial << 20 |
+        # attempt, where they fit: a hunt may hold a million rows); cleared when a session opens,
+        # as attempts are numbered from 1 again in each
+        self._finished: dict[object, int] = {}
+        self._completed: dict[int, int] = {}  # trial -> the line of its completed record
         self._session = -1
 
     def __call__(self, row: TrialRow, session: int) -> None:
         if session != self._session:
             self._session = session
-            self._session_lines.append(row.line)
-            self._sessions.append(session)
+            self._finished.clear()
         trial = row.trial
         planned = self._plan.get(trial)
         if trial < 0 or (self._bounded and planned is None):
@@ -90,18 +88,15 @@ class TrialCheck:
         if row.status == "interrupted":
             return
         key = _key(trial, row.attempt)
-        earlier = self._seen.get(key)
-        if earlier is not None and self._session_of(earlier) == session:  # a duplicated line, most often
+        earlier = self._finished.get(key)
+        if earlier is not None:  # a duplicated line, most often
             self._damage(row, f"trial {trial} attempt {row.attempt} finished twice (also line {earlier})")
-        completed = self._seen.get(~trial)
+        completed = self._completed.get(trial)
         if completed is not None:
             self._damage(row, f"trial {trial} has a {row.status} record after its completed one (line {completed})")
-        self._seen[key] = row.line
+        self._finished[key] = row.line
         if row.status == "completed":
-            self._seen[~trial] = row.line
-
-    def _session_of(self, line: int) -> int:
-        return self._sessions[bisect.bisect_right(self._session_lines, line) - 1]
+            self._completed[trial] = row.line
 
     def _damage(self, row: TrialRow, message: str) -> None:
         raise ConfigError(message, file=str(self._path), line=row.line or None, hint=_HINT)
