@@ -62,6 +62,9 @@ class HostGuard:
         # roles whose originals were adopted from an earlier process and whose host-side backup
         # this process has not written: that backup missing means the host was restored already
         self.adopted: set[str] = set()
+        # role -> is this run's host-side copy of the original there, as adopt() found it (one
+        # `test -e` a host: nothing else touches it while the run's testbed lock is held)
+        self.host_copy: dict[str, bool] = {}
         self.untouched: dict[str, str] = {}  # role -> env file: restored before, changed since, left as is
         self.already: set[str] = set()  # roles restored before and still original: nothing was done
         self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
@@ -122,7 +125,8 @@ class HostGuard:
         for role, original in originals.items():
             h = self.deployment.hosts[role]
             copy = host_backup_path(h.host.env_file, self.run_id)
-            if _has_host_backup(h, self.run_id):
+            self.host_copy[role] = _has_host_backup(h, self.run_id)
+            if self.host_copy[role]:
                 on_host = h.transport.read_bytes(copy)
                 if on_host != original:
                     differ.append(f"{self.backup_dir.env(role)} vs {h.host.label}: {copy}")
@@ -154,8 +158,12 @@ class HostGuard:
         `orch restore`? Then this run's host-side backup is gone: removing it is the last step of a
         host's restore. Such a host is left alone: writing the run's backup/ back would destroy an
         edit made since (with no copy left), and restarting its units would reload each model for
-        nothing."""
-        return role in self.adopted and not _has_host_backup(self.deployment.hosts[role], self.run_id)
+        nothing. Whether the copy is there was asked once, by adopt()."""
+        if role not in self.adopted:
+            return False
+        if role not in self.host_copy:
+            self.host_copy[role] = _has_host_backup(self.deployment.hosts[role], self.run_id)
+        return not self.host_copy[role]
 
     def check_resumable(self, cell_files: Callable[[str], Collection[bytes]]) -> None:
         """Before a resume edits anything: refuse (UsageError, exit 2) when a host restored
@@ -167,7 +175,7 @@ class HostGuard:
         restored, changed = [], []
         for role in sorted(self.adopted):
             h, state = self.deployment.hosts[role], self.states[role]
-            if _has_host_backup(h, self.run_id):
+            if not self.restored_before(role):
                 continue
             restored.append(role)
             now = h.transport.read_bytes(h.host.env_file)
@@ -312,6 +320,7 @@ class HostGuard:
             elif (role, unit) in self.started_units or h.services.state(unit).is_active:
                 h.services.stop(unit)
         remove_run_files(h, self.run_id)
+        self.host_copy[role] = False  # restoring it again (an interrupted restore) finds it restored
 
 
 class _HostRestore:

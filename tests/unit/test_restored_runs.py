@@ -163,3 +163,39 @@ def test_restore_of_a_run_restored_at_its_end_restarts_nothing(tmp_path: Path) -
     assert bed.restarts() == restarts and bed.states() == states
     assert runner.guard.already == {"decode"} and runner.guard.untouched == {}
     assert bed.transports["decode"].files == {bed.env_file("decode"): ORIGINAL}
+
+
+# ---------------------------------------------------------------- round trips
+def _backup_checks(bed: FakeBed) -> list[str]:
+    return [c for c in bed.transports["decode"].commands() if c.startswith("test -e ")]
+
+
+def test_restore_asks_each_host_once_whether_its_copy_of_the_original_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`orch restore` (adopt, then restore) asked it twice per host: once to compare the copy with
+    the run folder's, again to learn whether the host was restored before; nothing else touches
+    the host in between (the testbed's lock is held), so the first answer stands."""
+    bed, plan = _killed_run(tmp_path, monkeypatch)
+    before = len(_backup_checks(bed))
+    runner = runner_for(bed, plan, tmp_path / "run")
+    assert runner.adopt_backup() and runner.restore() == []
+    assert len(_backup_checks(bed)) - before == 1
+    assert bed.transports["decode"].files == {bed.env_file("decode"): ORIGINAL}
+
+
+def test_restore_of_a_restored_host_asks_once_too(tmp_path: Path) -> None:
+    bed, plan, _ = _interrupted_run(tmp_path)
+    before = len(_backup_checks(bed))
+    runner = runner_for(bed, plan, tmp_path / "run")
+    assert runner.adopt_backup() and runner.restore() == []
+    assert len(_backup_checks(bed)) - before == 1
+    assert runner.guard.already == {"decode"}
+
+
+def test_resume_asks_each_host_once_whether_its_copy_of_the_original_is_there(tmp_path: Path) -> None:
+    bed, plan, done = _interrupted_run(tmp_path)
+    before = len(_backup_checks(bed))
+    resumed = runner_for(bed, plan, tmp_path / "run").execute(done, resume=True)
+    assert not resumed.interrupted and resumed.not_restored == []
+    assert len(_backup_checks(bed)) - before == 1
