@@ -184,7 +184,12 @@ class ScrapeError(OrchError):
 class IdentityError(VerificationError):
     """A health port was served by a process that is not the unit orch restarted (a stranger on
     the port, an orphaned server), or a unit restarted or died during the repro: the trial was
-    not served by orch's own processes, so it is void (retried, never data)."""
+    not served by orch's own processes, so it is void (retried, never data). `roles` (host keys)
+    names the hosts whose ports someone else held: a retry restarts their units."""
+
+    def __init__(self, message: str, *, roles: tuple[str, ...] = (), detail: str = "") -> None:
+        self.roles = roles
+        super().__init__(message, detail=detail)
 
 
 class WorkloadError(OrchError):

@@ -232,11 +232,19 @@ class Services:
         """After a health wait timed out, the next attempt restarts that role's units, as it
         restarts a unit that failed to start: one still warming up (or stuck) is active and runs on
         the file's bytes, so neither the down nor the stale rule of restart() touches it, and the
-        retry would wait on the failed attempt's process, its warm-up half spent. Only that role:
-        restarting every unit the attempt restarted would cost a retry the whole deployment's
-        start-up (minutes a unit on real hardware)."""
-        if isinstance(exc, HealthTimeout) and exc.role in self.deployment.hosts:
-            self.restart_next = {(exc.role, unit) for unit in self.deployment.hosts[exc.role].units}
+        retry would wait on the failed attempt's process, its warm-up half spent. Likewise after a
+        stranger held a role's port (or the server there reported another pid): the unit runs but
+        does not serve its own port (it lost or never bound it), and only a fresh start binds it
+        once the stranger is gone. Only those roles: restarting every unit the attempt restarted
+        would cost a retry the whole deployment's start-up (minutes a unit on real hardware).
+
+        Not here, as restart() handles them: a unit found without a process, or dead after the
+        repro, is down (its down rule); one whose process changed (restarted behind orch's back,
+        or by systemd during the repro) runs the file's bytes, and the retry verifies every
+        unit's env before its repro, as the first trial takes the units as they run."""
+        roles = exc.roles if isinstance(exc, IdentityError) else (exc.role,) if isinstance(exc, HealthTimeout) else ()
+        hosts = self.deployment.hosts
+        self.restart_next |= {(role, unit) for role in roles if role in hosts for unit in hosts[role].units}
 
     def stale_units(self) -> set[Unit]:
         """Units of the hosts the matrix edits whose file changed since they last started: a
@@ -439,9 +447,12 @@ class Services:
 
     @staticmethod
     def _raise_port_problems(found: Mapping[str, tuple[dict[str, UnitId], str | None]]) -> None:
-        problems = [problem for _, problem in found.values() if problem]
+        problems = {key: problem for key, (_, problem) in found.items() if problem}
         if problems:
-            raise IdentityError("; ".join(problems) + " (the trial is void: stop that process or free the port)")
+            raise IdentityError(
+                "; ".join(problems.values()) + " (the trial is void: stop that process or free the port)",
+                roles=tuple(problems),
+            )
 
     def _reported_pid(self, url: str) -> object:
         """The pid the server reports about itself (the bundled simulator does; SGLang may not),

@@ -18,7 +18,7 @@ from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, health_cli
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
-from orchestrator.edges.identity import Holder
+from orchestrator.edges.identity import Holder, PortScan
 from orchestrator.edges.preflight import preflight
 from orchestrator.errors import PreflightError
 from orchestrator.store.journal import read_journal
@@ -295,3 +295,58 @@ def test_every_role_is_scanned_before_and_after_each_repro(tmp_path: Path) -> No
     assert result.completed == 4
     for role in ("prefill", "decode"):
         assert len([c for c in bed.managers[role].calls if c.op == "port_scan"]) == 2 * 4, role
+
+
+# ---------------------------------------------------------------- what a retry restarts
+def test_a_retry_after_a_stranger_held_a_port_restarts_that_role_alone(tmp_path: Path) -> None:
+    """A stranger took prefill's port between trials: prefill's server runs on, holding no port
+    (it lost it, as a server whose listener died does). The trial is void; then the stranger
+    leaves. Only a fresh start binds the port again, so the retry restarts prefill, and only
+    prefill (decode, whose env the trial edits, is not the problem). Before, the retry restarted
+    nothing and waited on a server that answers nobody: it timed out and the trial failed."""
+    bed = make_bed(
+        {
+            "prefill": Role("P=0\n", [FakeUnit("prefill-server", active=True)], health_timeout_s=0.5),
+            "decode": Role("FLAG=0\n", [FakeUnit("decode-server")]),
+        }
+    )
+    prefill, portless = bed.managers["prefill"], threading.Event()  # set: prefill's server holds no port
+    scan, restart, inner = prefill.port_scan, prefill.restart, bed.client
+    url = bed.deployment.hosts["prefill"].host.url
+
+    def squat() -> None:
+        prefill.strangers[30000] = STRANGER
+        portless.set()
+
+    def port_scan(ports: Any, units: Any) -> Any:
+        got, ids = scan(ports, units)
+        if prefill.strangers:
+            prefill.strangers.clear()  # seen once, then gone (an old process that finally exits)
+        elif portless.is_set():
+            got = PortScan((), (), got.users)  # nobody listens there now
+        return got, ids
+
+    def fresh_start(unit: str) -> float:
+        portless.clear()
+        return restart(unit)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if str(request.url).startswith(url) and portless.is_set():
+            if not prefill.strangers:
+                raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+            return httpx.Response(200, json={"status": "ok"})  # the stranger answers
+        got = inner.send(request)
+        return httpx.Response(got.status_code, content=got.content, headers=got.headers)
+
+    prefill.port_scan, prefill.restart = port_scan, fresh_start  # type: ignore[method-assign]
+    bed.client = httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0)
+    between_trials(bed, squat)
+    plan = make_plan(bed, {"f": flag("decode", "FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=2).execute()
+    attempts = [r for r in read_journal(tmp_path / "run" / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    void = attempts[1]
+    assert void.failure is not None and void.failure.error == "IdentityError"
+    assert "port 30000 is served by pid 4242" in void.failure.message
+    second = result.records[1]
+    assert (second.status, second.attempt) == ("completed", 2), second.failure
+    assert second.restarted == ["prefill:prefill-server"]
