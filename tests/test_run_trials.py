@@ -101,13 +101,15 @@ def test_the_rule_stops_at_the_first_damaged_line_before_reading_on(tmp_path: Pa
     assert caught.value.line == line
 
 
-def test_retries_and_a_resume_are_not_damage_and_every_reader_agrees(tmp_path: Path) -> None:
+@pytest.mark.parametrize("resumed", [(1, 2), (4, 5)], ids=["numbered-from-1-again", "numbered-on"])
+def test_retries_and_a_resume_are_not_damage_and_every_reader_agrees(tmp_path: Path, resumed: tuple[int, int]) -> None:
     """Trial 0: failed attempts journaled before each retry, an interrupted one, then after `orch
-    resume` attempts numbered from 1 again, the second completed. Its data is that completed record
+    resume` two attempts more, the second completed: numbered from 1 again (journals written
+    before store.attempts) or on past the earlier ones (since). Its data is that completed record
     for the report, export (one row per trial and metric) and compare alike."""
     manifest, records = synthetic_run(replicates=1, failures=False)
     first, rest = records[0], records[1:]
-    done = first.model_copy(update={"attempt": 2})
+    done = first.model_copy(update={"attempt": resumed[1]})
     lines = [
         _event(manifest, "run_started"),
         _attempt(first, 1),
@@ -115,7 +117,7 @@ def test_retries_and_a_resume_are_not_damage_and_every_reader_agrees(tmp_path: P
         _attempt(first, 3, "interrupted"),
         _event(manifest, "run_interrupted"),
         _event(manifest, "run_resumed"),
-        _attempt(first, 1),
+        _attempt(first, resumed[0]),
         done,
         *rest,
         _event(manifest, "run_finished"),
@@ -129,7 +131,7 @@ def test_retries_and_a_resume_are_not_damage_and_every_reader_agrees(tmp_path: P
     assert main(["export", str(run), "--format", "csv"]) == 0
     frame = pd.read_csv(run / f"{manifest.run_id}.csv")
     mine = frame[frame.trial == 0]
-    assert set(mine.attempt) == {2} and set(mine.status) == {"completed"} and len(mine) == len(done.metrics)
+    assert set(mine.attempt) == {resumed[1]} and set(mine.status) == {"completed"} and len(mine) == len(done.metrics)
     assert len(frame) == len(records) * len(done.metrics)
 
     rows = read_run_rows(run, load_manifest(run)).rows

@@ -12,8 +12,9 @@ import pydantic
 import pytest
 
 from orchestrator.errors import JournalError
-from orchestrator.store import atomic
+from orchestrator.store import atomic, attempts
 from orchestrator.store.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from orchestrator.store.attempts import claim_attempt
 from orchestrator.store.rundir import BackupDir, ReportsDir, RunDir, TrialDir
 
 
@@ -123,6 +124,42 @@ def test_trial_dir_is_zero_padded_and_names_its_files(tmp_path: Path) -> None:
     assert trial.logs == tmp_path / "trials" / "0007" / "logs"
     assert trial.log("web", "orch-web") == tmp_path / "trials" / "0007" / "logs" / "web-orch-web.log"
     assert RunDir(tmp_path).relative(trial.repro_out) == "trials/0007/repro.out"
+
+
+def test_each_attempt_claims_a_folder_no_earlier_attempt_holds(tmp_path: Path) -> None:
+    """A resumed session asks for attempt 1 again: it gets the first number whose folder is free
+    (an earlier session's attempt, journaled or cut off, keeps its files), created with logs/."""
+    run = RunDir(tmp_path / "r1")
+    assert claim_attempt(run, 7) == (run.trial(7), 1)  # a first session: the number it asks for
+    assert run.trial(7).logs.is_dir()
+    (run.trial(7).repro_out).write_text("attempt 1's output\n")
+    assert claim_attempt(run, 7, 2) == (run.trial(7, 2), 2)  # its retry
+    assert claim_attempt(run, 7) == (run.trial(7, 3), 3)  # the next session's first attempt
+    assert claim_attempt(run, 7, 2) == (run.trial(7, 4), 4)  # and its retry
+    assert run.trial(7).repro_out.read_text() == "attempt 1's output\n"
+    assert claim_attempt(run, 8) == (run.trial(8), 1)
+
+
+def test_an_attempt_never_writes_into_a_name_something_else_holds(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.trials.mkdir()
+    (run.trials / "0003").write_text("not a folder")
+    (run.trials / "0003-attempt2").symlink_to(tmp_path / "elsewhere")
+    assert claim_attempt(run, 3) == (run.trial(3, 3), 3)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_an_attempt_folder_that_cannot_be_made_stops_the_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = RunDir(tmp_path)
+    (tmp_path / "trials").write_text("a file where the trials folder goes")
+    with pytest.raises(JournalError, match=r"trials/0000: cannot create the trial folder"):
+        claim_attempt(run, 0)
+    monkeypatch.setattr(attempts, "MAX_ATTEMPTS", 2)
+    other = RunDir(tmp_path / "r2")
+    claim_attempt(other, 0)
+    claim_attempt(other, 0)
+    with pytest.raises(JournalError, match=r"trial 0 has no free attempt folder among 2 from attempt 1"):
+        claim_attempt(other, 0)
 
 
 def test_backup_dir_is_per_testbed_in_a_parallel_sweep(tmp_path: Path) -> None:

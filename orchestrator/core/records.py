@@ -12,7 +12,7 @@ Layout of a run directory::
       journal.jsonl     one TrialRecord per line (type="trial"; one per failed attempt of a
                         retried trial: its last is the trial's) plus event records
       trials/<NNNN>/    per-trial files: repro.out, repro.err, logs/<role>-<unit>.log
-                        (a retried trial's later attempts: trials/<NNNN>-attempt<K>/)
+                        (a trial's later attempts, retried or resumed: trials/<NNNN>-attempt<K>/)
       backup/<role>.env original env files, byte for byte
       index.html        the report
 """

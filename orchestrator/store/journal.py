@@ -289,8 +289,9 @@ def trial_statuses(path: Path) -> TrialStatuses:
     return TrialStatuses(finished=frozenset(finished), interrupted=frozenset(interrupted - finished), torn_tail=torn)
 
 
-# The events that open a session of the controller (`orch run`, each `orch resume`): attempts are
-# numbered from 1 again in each, so a retried trial's attempt numbers repeat across sessions.
+# The events that open a session of the controller (`orch run`, each `orch resume`). Journals
+# written before store.attempts numbered attempts from 1 again in each session, so a retried
+# trial's attempt numbers may repeat across sessions (never within one).
 SESSION_EVENTS = frozenset({"run_started", "run_resumed"})
 
 # Called with each trial row as it is read and the number of SESSION_EVENTS lines before it; it

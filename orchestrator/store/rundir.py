@@ -16,7 +16,7 @@ may hold one and tests can build one for a tmp_path.
     <run>/hunt.html                a hunt's report: the culprits (atomic; the index links it instead)
     <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
     <run>/backup[/<testbed>]/<role>.env, units.json   the hosts' originals (units.json last)
-    <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log
+    <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log   (NNNN-attemptK/: attempt K)
     <run>/trials/NNNN/repro.pid    `PGID START_TICKS` of a local repro while it may run (for resume/restore)
     <run>/controller.lock          flocked by the process running the run (store/runlock.py)
 """
@@ -147,8 +147,9 @@ class RunDir:
         return self.path / TRIALS
 
     def trial(self, index: int, attempt: int = 1) -> TrialDir:
-        """trials/NNNN, and trials/NNNN-attempt2, ... for a retried trial's later attempts: each
-        attempt is journaled, and its record's links must show its own output and logs."""
+        """trials/NNNN, and trials/NNNN-attempt2, ... for a trial's later attempts: each attempt
+        is journaled, and its record's links must show its own output and logs. Which number an
+        attempt takes (the first whose folder is free, across sessions) is store.attempts'."""
         name = f"{index:04d}" if attempt == 1 else f"{index:04d}-attempt{attempt}"
         return TrialDir(self.path / TRIALS / name)
 

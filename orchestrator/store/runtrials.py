@@ -9,7 +9,8 @@ duplicated by hand (or by a faulty copy) counted twice there.
 What a trial may legitimately hold, in journal order: failed attempts before a retry (attempt 1,
 2, ...), then a completed or failed one; a record `interrupted` when the controller stopped
 mid-trial; after `orch resume` (a new session of the controller, opened by a run_resumed event)
-attempts numbered from 1 again.
+the trial's attempts go on past the numbers its folders hold (store.attempts), while journals
+written before that numbered each session's attempts from 1 again: both read the same here.
 
 Which record stands for a trial:
 - its completed record is the trial's data (completed_rows). There is at most one: a second
@@ -66,7 +67,7 @@ class TrialCheck:
         self._bounded = bool(self._planned) and not manifest.hunt  # trials past the plan are damage
         # (trial, attempt) finished in the current session -> its line (int keys, trial << 20 |
         # attempt, where they fit: a hunt may hold a million rows); cleared when a session opens,
-        # as attempts are numbered from 1 again in each
+        # as journals written before store.attempts numbered attempts from 1 again in each
         self._finished: dict[object, int] = {}
         self._completed: dict[int, int] = {}  # trial -> the line of its completed record
         self._session = -1

@@ -69,6 +69,7 @@ from orchestrator.errors import (
     WorkloadError,
 )
 from orchestrator.store.atomic import run_file_op
+from orchestrator.store.attempts import claim_attempt
 from orchestrator.store.redacted import redact_folder
 from orchestrator.store.rundir import RunDir, TrialDir
 from orchestrator.sweep.clock import now_iso
@@ -754,8 +755,9 @@ class TrialPhases:
         self.services, self.repro, self.run_id = services, repro, run_id
 
     def run(self, step: Step, attempt: int) -> TrialRecord:
-        trial = self.repro.run_dir.trial(step.trial.index, attempt)
-        run_file_op(trial.path, "cannot create the trial folder", lambda: trial.logs.mkdir(parents=True, exist_ok=True))
+        """Attempt number `attempt` of this session, or the first after it whose folder is free:
+        a resumed trial's attempts continue past those an earlier session left (store.attempts)."""
+        trial, attempt = claim_attempt(self.repro.run_dir, step.trial.index, attempt)
         t0, started = time.time(), now_iso()
         ctx = TrialContext()
         try:

@@ -12,6 +12,8 @@ import pytest
 from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.records import TrialRecord
+from orchestrator.edges.transport import Result
+from orchestrator.errors import CommandInterrupted
 from orchestrator.store.journal import read_journal, trial_statuses
 from orchestrator.sweep.api import _final_counts, _journaled
 from orchestrator.sweep.hosts import HostGuard
@@ -122,3 +124,73 @@ def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
     assert (resumed.completed, resumed.failed) == (2, 0)
     assert trial_statuses(journal).finished == {0, 1}
     assert _final_counts(run_dir) == (2, 0)
+
+
+# ---------------------------------------------------------------- attempts across sessions
+def _folder(record: TrialRecord) -> str:
+    """The trial folder a record links (every record links its units' logs)."""
+    (folder,) = {path.split("/logs/")[0] for path in record.logs.values()}
+    return folder
+
+
+def test_a_trial_run_again_after_a_resume_keeps_the_earlier_attempts_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 1 of trial 0 fails (journaled, retried: true), the controller dies in attempt 2.
+    Before, the resumed session numbered the trial's attempts from 1 again and wrote into
+    trials/0000: the failed attempt's record kept linking that folder, now holding the new
+    attempt's logs. Its attempts now continue past the folders there (attempt 2's, cut off,
+    stays as it was left)."""
+    bed = two_roles(fail_starts=1)
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    run_dir = tmp_path / "run"
+
+    def kill(text: str, argv: object) -> Reply:
+        raise Killed
+
+    bed.transports["prefill"].script("fake-repro --trial 0", kill, times=1)
+    with monkeypatch.context() as mp:
+        mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
+        with pytest.raises(Killed):
+            runner_for(bed, plan, run_dir, infra_attempts=2).execute()
+    (failed,) = journaled(run_dir)
+    log = run_dir / failed.logs["decode:decode-server"]
+    evidence = log.read_bytes()
+    assert b"decode-server: failed" in evidence
+    runner_for(bed, plan, run_dir, infra_attempts=2).execute(set(), resume=True)
+    records = journaled(run_dir)
+    assert [(r.trial, r.attempt, r.status, r.retried) for r in records] == [
+        (0, 1, "failed", True),
+        (0, 3, "completed", False),  # attempt 2 was cut off: its folder keeps the number
+        (1, 1, "completed", False),
+    ]
+    assert [_folder(r) for r in records] == ["trials/0000", "trials/0000-attempt3", "trials/0001"]
+    assert log.read_bytes() == evidence  # the failed attempt's record still shows its own logs
+    assert set(failed.logs.values()).isdisjoint(records[1].logs.values())
+    assert (run_dir / "trials" / "0000-attempt2").is_dir()
+
+
+def test_a_trial_interrupted_mid_repro_keeps_its_output_when_resumed(tmp_path: Path) -> None:
+    """Ctrl-C during trial 0's repro: no record, and trials/0000/repro.out holds what the repro
+    printed before it was killed (the only evidence of that attempt). Before, the resumed trial
+    ran as attempt 1 again and truncated it."""
+    bed = two_roles()
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    run_dir = tmp_path / "run"
+    printed = "session 1 ok\nsession 2 CORRUPTION\n"
+
+    def ctrl_c(text: str, argv: object) -> Reply:
+        raise CommandInterrupted(Result("prefill", text, -15, printed, "", 0.0))
+
+    bed.transports["prefill"].script("fake-repro --trial 0", ctrl_c, times=1)
+    first = runner_for(bed, plan, run_dir).execute()
+    assert first.interrupted and journaled(run_dir) == []
+    cut_off = run_dir / "trials" / "0000" / "repro.out"
+    assert cut_off.read_text() == printed
+    resumed = runner_for(bed, plan, run_dir).execute(set(), resume=True)
+    assert (resumed.completed, resumed.failed) == (2, 0)
+    assert [(r.trial, r.attempt, _folder(r)) for r in journaled(run_dir)] == [
+        (0, 2, "trials/0000-attempt2"),
+        (1, 1, "trials/0001"),
+    ]
+    assert cut_off.read_text() == printed
