@@ -155,8 +155,12 @@ def test_orphaned_repro_never_writes_into_the_rerun_trials_output_or_metric(tmp_
         assert done.code == 0, done.output
         assert_no_traceback(done.output)
         rec = [r for r in trial_records(bed.run_dir("o2")) if r.trial == trial and r.status == "completed"]
-        assert len(rec) == 1
-        out = (bed.run_dir("o2") / "trials" / f"{trial:04d}" / "repro.out").read_bytes()
+        assert len(rec) == 1 and rec[0].repro is not None
+        # the rerun has a folder of its own (store.attempts); the killed attempt's keeps its output
+        assert rec[0].repro.stdout_path == f"trials/{trial:04d}-attempt2/repro.out", rec[0].repro.stdout_path
+        cut_off = (bed.run_dir("o2") / "trials" / f"{trial:04d}" / "repro.out").read_bytes()
+        assert b"session 0: progress line" in cut_off, cut_off[-160:]
+        out = (bed.run_dir("o2") / rec[0].repro.stdout_path).read_bytes()
         corr = rec[0].metrics["corruption"]
         # the resumed attempt printed 0/6; the journal must say so, and its output file must be its own
         assert b"FIRST" not in out, f"the orphan's output is in the rerun's repro.out: {out[-160:]!r}"
