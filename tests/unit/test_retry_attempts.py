@@ -12,6 +12,7 @@ import pytest
 from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.records import TrialRecord
+from orchestrator.core.steps import Plan
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandInterrupted
 from orchestrator.store.journal import read_journal, trial_statuses
@@ -95,15 +96,11 @@ class Killed(BaseException):
     """Stands for kill -9 of the controller: nothing after it runs (no restore)."""
 
 
-def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Attempt 1 of trial 0 fails and is journaled; the controller dies in attempt 2's repro.
-    Before the `retried` mark, resume read attempt 1's record as the trial's end: the trial
-    stayed failed and its retry never ran (before failed attempts were journaled, it ran again)."""
+def killed_during_a_retry(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBed, Plan]:
+    """Attempt 1 of trial 0 fails (a unit's start) and is journaled; the controller dies in
+    attempt 2's repro (no restore)."""
     bed = two_roles(fail_starts=1)
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
-    run_dir, journal = tmp_path / "run", tmp_path / "run" / "journal.jsonl"
 
     def kill(text: str, argv: object) -> Reply:
         raise Killed
@@ -113,6 +110,17 @@ def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
         mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
         with pytest.raises(Killed):
             runner_for(bed, plan, run_dir, infra_attempts=2).execute()
+    return bed, plan
+
+
+def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 1 of trial 0 fails and is journaled; the controller dies in attempt 2's repro.
+    Before the `retried` mark, resume read attempt 1's record as the trial's end: the trial
+    stayed failed and its retry never ran (before failed attempts were journaled, it ran again)."""
+    run_dir, journal = tmp_path / "run", tmp_path / "run" / "journal.jsonl"
+    bed, plan = killed_during_a_retry(run_dir, monkeypatch)
     assert [(r.trial, r.attempt, r.status, r.retried) for r in journaled(run_dir)] == [(0, 1, "failed", True)]
     for index in (True, False):  # the status index (a cache) and the lines themselves agree
         if not index:
@@ -141,18 +149,8 @@ def test_a_trial_run_again_after_a_resume_keeps_the_earlier_attempts_files(
     trials/0000: the failed attempt's record kept linking that folder, now holding the new
     attempt's logs. Its attempts now continue past the folders there (attempt 2's, cut off,
     stays as it was left)."""
-    bed = two_roles(fail_starts=1)
-    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
     run_dir = tmp_path / "run"
-
-    def kill(text: str, argv: object) -> Reply:
-        raise Killed
-
-    bed.transports["prefill"].script("fake-repro --trial 0", kill, times=1)
-    with monkeypatch.context() as mp:
-        mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
-        with pytest.raises(Killed):
-            runner_for(bed, plan, run_dir, infra_attempts=2).execute()
+    bed, plan = killed_during_a_retry(run_dir, monkeypatch)
     (failed,) = journaled(run_dir)
     log = run_dir / failed.logs["decode:decode-server"]
     evidence = log.read_bytes()
