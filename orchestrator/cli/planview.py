@@ -54,8 +54,7 @@ def replicate_warnings(plan: Plan) -> list[str]:
         return []
     return [
         f"one trial per cell: the report will show differences in {', '.join(props)} but call none a finding "
-        "(one trial per cell cannot separate a flag's effect from trial-to-trial variation); "
-        "use --replicates 2 or more (replicates: in the matrix) to test them"
+        f"({clustered.ONE_TRIAL}); use --replicates 2 or more (replicates: in the matrix) to test them"
     ]
 
 

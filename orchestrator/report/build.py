@@ -192,7 +192,7 @@ def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dic
     sessions then called noise a finding in 16-55% of A/A 2x2x2 reports at intra-trial correlation
     0.02-0.05 (1% at 0). So such a metric's numbers are shown, described, and never called findings."""
     return {
-        m: untested_reason(by_metric[m].dispersion) for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
+        m: by_metric[m].dispersion.untested_reason() for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
     }
 
 
@@ -204,19 +204,6 @@ def _no_spread_to_test(rows: MetricRows) -> bool:
         return False
     rates = {int(c.k.sum()) / int(c.n.sum()) for c in rows.cells.values() if c.n.sum()}
     return disp.most_trials < 2 or len(rates) > 1
-
-
-def untested_reason(disp: clustered.Dispersion) -> str:
-    """Why a metric's differences cannot be tested, with what to do about it (see _untested)."""
-    if disp.most_trials < 2:
-        return (
-            "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
-            "restart and restarts differ; rerun with replicates >= 2"
-        )
-    return (
-        "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated and a "
-        "flag's effect cannot be separated from it; rerun with more replicates"
-    )
 
 
 def _comparison(disp: clustered.Dispersion, untested: str | None) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
-from orchestrator.report.build import untested_reason, versus_baseline, widened_rate
+from orchestrator.report.build import versus_baseline, widened_rate
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
@@ -128,7 +128,7 @@ def _method(disp: clustered.Dispersion | None) -> str:
     if disp is None:
         return "medians of trial values, Mann-Whitney test (the trial is the unit)"
     if not disp.estimable:
-        return f"not tested ({untested_reason(disp)}); differences and intervals are descriptive only"
+        return f"not tested ({disp.untested_reason()}); differences and intervals are descriptive only"
     return f"{disp.method()}; dispersion pooled over the cells of both runs"
 
 
