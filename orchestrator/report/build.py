@@ -57,7 +57,7 @@ from orchestrator.report.model import (
 from orchestrator.report.provenance import Served, controller_lines, served
 from orchestrator.report.servertable import server_table
 from orchestrator.store.journal import TrialRow
-from orchestrator.store.runtrials import completed_rows
+from orchestrator.store.runtrials import completed_rows, trial_rows
 
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
 FAILURE_CAP = 500
@@ -844,10 +844,8 @@ def _status_findings(report: Report) -> list[Finding]:
         found.append(
             Finding(
                 kind="caution",
-                text=(
-                    f"The run is {report.status}: {report.completed} of {report.planned} planned trials "
-                    "completed; conclusions cover only those."
-                ),
+                text=f"The run is {report.status}: {completed_of(report.completed, report.planned)}; "
+                "conclusions cover only those.",
             )
         )
     if report.torn_tail:
@@ -1422,6 +1420,30 @@ def suspect_reasons(report: Report) -> list[str]:
 
 
 VOID_ERROR = "InvalidOutput"  # edges.workload's error for a trial whose output broke repro.valid
+STOPPED_STATUSES = frozenset({"interrupted", "running"})  # run.json of a run that has not reached its end
+
+
+def completed_of(completed: int, planned: int) -> str:
+    """How far a run got, in the words of the report's status caution (and orch compare's)."""
+    return f"{completed} of {planned} planned trials completed"
+
+
+def incomplete_reason(manifest: RunManifest, rows: Sequence[TrialRow], stopped: bool = False) -> str | None:
+    """Why a run's data is not its whole sweep, or None: it stopped early (run.json says interrupted,
+    or still running: its controller runs or died; or `stopped`, a run_interrupted event since the
+    controller last started, whatever run.json says) with planned trials never finished. A run
+    interrupted during its final restore, after its last trial, is complete; a hunt that stopped is
+    not (its plan holds only its first wave)."""
+    if manifest.status not in STOPPED_STATUSES and not stopped:
+        return None
+    finished = {row.trial for row in trial_rows(rows)}
+    planned = {p.trial for p in manifest.plan} or set(range(manifest.plan_trials))
+    if planned <= finished and not manifest.hunt:
+        return None
+    how = {"interrupted": "interrupted", "running": "still running, or its controller died"}.get(
+        manifest.status, f"interrupted (its journal says so; run.json says {manifest.status})"
+    )
+    return f"{how}, {completed_of(len(completed_rows(rows)), len(planned))}"
 
 
 def _overdispersed(cell: CellView, metric: str) -> bool:
