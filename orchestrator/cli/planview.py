@@ -94,7 +94,7 @@ def _median_covered(values: int) -> bool:
     return values >= 1 and ranks.median_coverage(values, 1) >= CONFIDENCE  # what ranks.median_interval asks
 
 
-# the code behind the report's intervals (report.build.widened_rate, ranks.median_interval)
+# the code behind the report's intervals (clustered.widened_rate, ranks.median_interval)
 REPORT_INTERVALS = gates.Intervals(_rate, clustered.prior_inflation, _median_covered)
 
 

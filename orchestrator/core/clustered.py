@@ -388,6 +388,19 @@ def compare(k1: int, n1: int, k2: int, n2: int, disp: Dispersion, confidence: fl
     return Comparison(p, d, d - math.hypot(r1 - l1, u2 - r2), d + math.hypot(u1 - r1, r2 - l2))
 
 
+def widened_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0) -> stats.Interval:
+    """k/n with Wilson's interval widened for trial-to-trial variation: by `disp`'s estimate where it
+    has one, else by the least design effect orch assumes for the cell's `trials` (0: the sweep's
+    mean trial), so a clean cell's zero-event trials never certify a gate as if they were
+    independent sessions. The one interval the report shows and the gates check, and orch compare's
+    and the runs index's for a run's cell."""
+    interval = stats.rate(k, n)
+    if disp is None or not n:
+        return interval
+    low, high = wilson_inflated(k, n, disp.interval_inflation(n / trials if trials else None))
+    return stats.Interval(interval.estimate, float(low), float(high))
+
+
 def rate_interval(k: int, n: int, disp: Dispersion, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The rate's interval widened for trial-to-trial variation (scalars, for the report)."""
     low, high = wilson_inflated(k, n, disp.inflation(confidence), confidence)

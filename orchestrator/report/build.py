@@ -29,6 +29,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import clustered, family, findings, power, ranks, stats, trialexact
+from orchestrator.core.clustered import widened_rate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
@@ -365,18 +366,6 @@ def _pooled(group: CellRows | None) -> tuple[int, int]:
 def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0) -> RateView:
     interval = widened_rate(k, n, disp, trials)
     return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
-
-
-def widened_rate(k: int, n: int, disp: clustered.Dispersion | None, trials: int = 0) -> stats.Interval:
-    """k/n with Wilson's interval widened for trial-to-trial variation: by `disp`'s estimate where it
-    has one, else by the least design effect orch assumes for the cell's `trials` (0: the sweep's
-    mean trial), so a clean cell's zero-event trials never certify a gate as if they were
-    independent sessions. The one interval the page shows and the gates check (and orch compare's)."""
-    interval = stats.rate(k, n)
-    if disp is None or not n:
-        return interval
-    low, high = clustered.wilson_inflated(k, n, disp.interval_inflation(n / trials if trials else None))
-    return stats.Interval(interval.estimate, float(low), float(high))
 
 
 def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:

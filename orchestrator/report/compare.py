@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
-from orchestrator.report.build import incomplete_reason, versus_baseline, widened_rate
+from orchestrator.report.build import incomplete_reason, versus_baseline
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
@@ -188,7 +188,7 @@ def _side(trials: list[TrialRow], metric: str, kind: str, disp: clustered.Disper
     if kind == "proportion":
         counts = _counts(trials, metric)
         k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
-        return Side(len(values), k, n, widened_rate(k, n, disp))
+        return Side(len(values), k, n, clustered.widened_rate(k, n, disp))
     nums = tuple(float(v.value) for v in values if v.value is not None)
     return Side(len(values), values=nums, median=stats.median_ci(nums) if nums else None)
 
