@@ -188,7 +188,7 @@ def _side(trials: list[TrialRow], metric: str, kind: str, disp: clustered.Disper
     if kind == "proportion":
         counts = _counts(trials, metric)
         k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
-        return Side(len(values), k, n, clustered.widened_rate(k, n, disp))
+        return Side(len(values), k, n, clustered.widened_rate(k, n, disp, len(counts)))  # the run's report's interval
     nums = tuple(float(v.value) for v in values if v.value is not None)
     return Side(len(values), values=nums, median=stats.median_ci(nums) if nums else None)
 
