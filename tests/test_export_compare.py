@@ -296,3 +296,14 @@ def test_compare_shows_each_runs_cell_with_its_reports_interval():
             shown = getattr(next(r for r in c.rows if r.cell == cell.cell and r.metric == "corruption"), side).rate
             rate = cell.proportions["corruption"].rate
             assert (shown.low, shown.high) == pytest.approx((rate.low, rate.high), rel=1e-12), (side, cell.cell)
+
+
+def test_compare_with_nothing_tested_does_not_read_as_no_difference():
+    """Every row untested (one trial a side): the summary said "No cell differs significantly ... (0
+    comparisons ...)", a null result from no test; as the report does, it says nothing was tested."""
+    metrics = {"corruption": "proportion"}
+    ta = [counts_trial("a", 0, {"corruption": (6, 200)})]
+    tb = [counts_trial("b", 0, {"corruption": (30, 200)})]
+    (line,) = compare(manifest("a", metrics), ta, manifest("b", metrics), tb).summary
+    assert "differs significantly" not in line and "0 comparisons could be tested" in line
+    assert line.endswith("the differences shown are descriptive only.")

@@ -226,11 +226,16 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
     moved = [r for r in rows if r.significant]
     if not rows:
         return ("The runs have no cells in common: nothing to compare.",)
-    if not moved:
-        tested = sum(r.tested for r in rows)
+    tested = sum(r.tested for r in rows)
+    if not tested:  # "no cell differs" would read as a result: nothing was tested (the report's wording)
         return (
-            f"No cell differs significantly between {a.run_id} and {b.run_id} "
-            f"({tested} comparisons, Holm-adjusted over all of them, every metric in one family: p >= 0.05).",
+            f"No difference between {a.run_id} and {b.run_id} can be called significant or not: 0 comparisons "
+            "could be tested (see each metric's method below); the differences shown are descriptive only.",
+        )
+    if not moved:
+        return (
+            f"No cell differs significantly between {a.run_id} and {b.run_id} ({tested} comparisons, "
+            f"Holm-adjusted over all of them, every metric in one family: p >= {stats.ALPHA:g}).",
         )
     out = []
     for r in moved:
