@@ -15,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.cell_runs import planned_record
 
 from orchestrator.cli.planview import planned_family, power_lines
 from orchestrator.core import family, power
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.core.records import MetricValue, RunManifest, TrialRecord
+from orchestrator.core.records import RunManifest
 from orchestrator.core.stats import ALPHA
 from orchestrator.core.steps import Plan
 from orchestrator.report.build import build_report
@@ -70,38 +71,18 @@ def _plan(tmp_path: Path, text: str | None, replicates: int) -> tuple[Plan, RunM
     return plan, make_manifest(plan, inventory, "r1", "2026-12-05T00:00:00.000+00:00")
 
 
-def _run(plan: Plan, manifest: RunManifest, high: str) -> Report:
+def _run(manifest: RunManifest, high: str) -> Report:
     """A run of every planned trial: each proportion at 1-3 of 40 sessions, 20-22 of 40 in cell
     `high` (the trials differ, so trial-to-trial variation is estimable), numbers all distinct."""
     rng = np.random.default_rng(3)
     records = []
-    for step in plan.steps:
-        t = step.trial
-        metrics = {}
-        for name, kind in manifest.metrics.items():
-            k = (20 if t.cell.id == high else 1) + t.round % 3
-            value = float(rng.normal(100, 5))
-            metrics[name] = (
-                MetricValue(kind="proportion", k=k, n=40)
-                if kind == "proportion"
-                else MetricValue(kind="number", value=value)
-            )
-        records.append(
-            TrialRecord(
-                run_id="r1",
-                trial=t.index,
-                round=t.round,
-                cell=t.cell.id,
-                levels=t.cell.as_dict(),
-                is_baseline=t.is_baseline,
-                testbed="local",
-                status="completed",
-                started="2026-12-05T00:00:00Z",
-                ended="2026-12-05T00:00:01Z",
-                duration_s=1.0,
-                metrics=metrics,
-            )  # fmt: skip
-        )
+    for t in manifest.plan:
+        k = (20 if t.cell == high else 1) + t.round % 3
+        values = {
+            name: (k, 40) if kind == "proportion" else float(rng.normal(100, 5))
+            for name, kind in manifest.metrics.items()
+        }
+        records.append(planned_record(t, values))
     return build_report(manifest.model_copy(update={"status": "completed"}), records)
 
 
@@ -142,13 +123,13 @@ def test_the_plan_states_the_family_the_report_corrects_over(
     # the highest rate where the most cells are one factor away (the larger family), then in the baseline
     most, fewest = _by_neighbours(plan)
     for high, sizes in ((most, expected.sizes), (_baseline(plan), expected.without_neighbours)):
-        report = _run(plan, manifest, high)
+        report = _run(manifest, high)
         assert report.tests == sizes, (shape, high)
         assert sum(report.tests.values()) == _corrected(report)
     if stated != -1:
         assert stated == expected.total
     # in the cell with the fewest: the stated family when every cell has as many (`exact`), else at most it
-    fewer = sum(_run(plan, manifest, fewest).tests.values())
+    fewer = sum(_run(manifest, fewest).tests.values())
     assert (fewer == expected.total) if expected.exact else (expected.total_without_neighbours < fewer < expected.total)
     assert expected.exact == ("excluded" not in (shape or "") or "one trial" in (shape or ""))
 
