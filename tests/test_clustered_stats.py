@@ -17,6 +17,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers.cell_runs import cell_run
 from helpers.report_synth import ALL_OFF, synthetic_run, trial_counts
 
 from orchestrator.core import clustered, clustersim, dist, stats
@@ -36,6 +37,9 @@ RATES = (0.15, 0.02)
 
 def tolerance(sweeps: int) -> float:
     return 3 * math.sqrt(ALPHA * (1 - ALPHA) / sweeps)
+
+
+WALL = {"corruption": "proportion", "wall": "number"}
 
 
 def seed(*parts: float) -> int:
@@ -62,8 +66,39 @@ def test_one_trial_per_cell_says_variation_cannot_be_estimated() -> None:
     assert "with one trial per cell, trial-to-trial variation cannot be estimated" in d.method()
     replicated_but_clean = clustered.dispersion([[(0, 40), (0, 40)], [(5, 40)]])
     assert (
-        not replicated_but_clean.estimable and "no cell's trials both saw and missed" in replicated_but_clean.method()
+        not replicated_but_clean.estimable
+        and "no cell with two or more trials both saw and missed" in replicated_but_clean.method()
     )
+
+
+def test_why_a_metric_is_untested_is_one_sentence_of_core() -> None:
+    """Dispersion.untested_reason is the one place the sentence is written (report.build had its own
+    copy, core.clustered another with other words). A cell of one trial that saw the event does
+    not make a spread measurable, and the old words ("no cell's trials both saw and missed the
+    event") were false beside such a cell; a metric no trial measured has no test at all (it was
+    said to have "one trial per cell" and a Fisher test)."""
+    one = clustered.dispersion([[(6, 40)], [(0, 40)]])
+    assert one.untested_reason() == (
+        "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
+        "restart and restarts differ; rerun with replicates >= 2"
+    )
+    mixed = clustered.dispersion([[(0, 40), (0, 40)], [(3, 40)]])
+    assert mixed.untested_reason() == (
+        "no cell with two or more trials both saw and missed the event, so trial-to-trial variation cannot be "
+        "estimated and a flag's effect cannot be separated from it; rerun with more replicates"
+    )
+    nothing = clustered.dispersion([])
+    assert nothing.untested_reason() == nothing.unestimable_reason() == "no completed trial measured it"
+    assert nothing.method() == "no test: no completed trial measured it"
+    levels = [{"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")]
+    trials = [[(0, 40), (0, 40)], [(0, 40), (0, 40)], [(0, 40), (0, 40)], [(3, 40)]]
+    report = build_report(
+        *cell_run({"a": ["on", "off"], "b": ["on", "off"]}, levels[0], list(zip(levels, trials, strict=True)))
+    )
+    assert report.untested == {"corruption": mixed.untested_reason()}
+    assert "no finding (no cell with two or more trials both saw and missed" in report.comparison["corruption"]
+    report = build_report(*cell_run({"a": ["on", "off"]}, {"a": "on"}, [({"a": "on"}, [{"wall": 1.0}])], WALL))
+    assert report.comparison == {"corruption": "no test: no completed trial measured it"}
 
 
 def test_with_no_extra_variation_and_many_trials_it_is_the_binomial_analysis() -> None:

@@ -275,3 +275,35 @@ def test_factors_named_like_fixed_columns_keep_their_own_namespace(tmp_path, cap
         failed.failure == "HTTP 401 for Authorization: Bearer ••••"
         and "abcdefghijk" not in path.read_bytes().decode("utf-8", "replace")
     )
+
+
+def test_compare_shows_each_runs_cell_with_its_reports_interval():
+    """Where trial-to-trial variation cannot be estimated (one trial per cell) a rate's interval is
+    widened by the least design effect for the cell's trials, as the run's report widens it. Compare
+    took the mean trial of both runs instead: beside a run of 200-session trials, a 40-session
+    run's baseline read [7.31%, 36.32%] where its report says [8.20%, 33.49%]."""
+    from helpers.report_synth import synthetic_run
+
+    from orchestrator.report.build import build_report
+
+    a = synthetic_run(replicates=1, sessions=40, failures=False, run_id="20260509-070000-a")
+    b = synthetic_run(replicates=1, sessions=200, failures=False, run_id="20260509-080000-b", seed=2)
+    c = compare(*a, *b)
+    assert not c.rows[0].tested  # nothing estimates trial-to-trial variation
+    for side, run in (("a", a), ("b", b)):
+        report = build_report(*run)
+        for cell in report.cells:
+            shown = getattr(next(r for r in c.rows if r.cell == cell.cell and r.metric == "corruption"), side).rate
+            rate = cell.proportions["corruption"].rate
+            assert (shown.low, shown.high) == pytest.approx((rate.low, rate.high), rel=1e-12), (side, cell.cell)
+
+
+def test_compare_with_nothing_tested_does_not_read_as_no_difference():
+    """Every row untested (one trial a side): the summary said "No cell differs significantly ... (0
+    comparisons ...)", a null result from no test; as the report does, it says nothing was tested."""
+    metrics = {"corruption": "proportion"}
+    ta = [counts_trial("a", 0, {"corruption": (6, 200)})]
+    tb = [counts_trial("b", 0, {"corruption": (30, 200)})]
+    (line,) = compare(manifest("a", metrics), ta, manifest("b", metrics), tb).summary
+    assert "differs significantly" not in line and "0 comparisons could be tested" in line
+    assert line.endswith("the differences shown are descriptive only.")

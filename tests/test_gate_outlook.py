@@ -10,8 +10,8 @@ import pytest
 from orchestrator.cli.main import main
 from orchestrator.cli.planview import REPORT_INTERVALS
 from orchestrator.core import clustered, gates, ranks
+from orchestrator.core.clustered import widened_rate
 from orchestrator.core.gates import Gate, PlannedCell, best_bound, default_name
-from orchestrator.report.build import widened_rate
 
 REPO = Path(__file__).resolve().parents[1]
 CLEAN = Gate(name="clean", metric="corruption", upper=0.01)

@@ -16,7 +16,7 @@ from rich.console import Console
 from scipy import stats as sps
 
 from orchestrator.cli.planview import power_lines, print_plan
-from orchestrator.core import clustersim, power
+from orchestrator.core import clustered, clustersim, power
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
 from orchestrator.report.build import build_report
@@ -196,3 +196,6 @@ def test_plan_warns_that_one_trial_per_cell_tests_no_proportion() -> None:
     )
     replicated = "\n".join(power_lines(make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 2)))
     assert "call none a finding" not in replicated
+    # the reason in the report's words, from the one place that writes them (core.clustered)
+    report = build_report(*synthetic_run(replicates=1, failures=False))
+    assert f"({clustered.ONE_TRIAL});" in text and report.untested["corruption"].startswith(clustered.ONE_TRIAL)

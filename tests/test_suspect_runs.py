@@ -120,3 +120,61 @@ def test_the_webhook_summary_marks_a_suspect_run(tmp_path: Path) -> None:
     clean_manifest, clean_records = clean_run()
     clean = summarize_run(write_run(tmp_path / clean_manifest.run_id, clean_manifest, clean_records), base_url="")
     assert clean.suspect == [] and "SUSPECT" not in clean.text()
+
+
+def interrupted_run(
+    run_id: str = "20260509-090000-stopped", status: str = "interrupted", trials: int = 11
+) -> tuple[RunManifest, list[TrialRecord]]:
+    """Stopped between two trials (Ctrl-C, a deadline): `trials` of its 32 planned trials journaled."""
+    manifest, records = synthetic_run(failures=False, replicates=4, run_id=run_id, status=status)
+    return manifest, records[:trials]
+
+
+def test_compare_says_a_run_that_stopped_early_is_incomplete() -> None:
+    """An interrupted run compared as if whole: its own report says "The run is interrupted: 11 of 32
+    planned trials completed", but orch compare said nothing (suspect_reasons has no status
+    reason, and no trial failed), so a half-finished run read as complete beside a whole one."""
+    a_manifest, a_records = synthetic_run(failures=False, replicates=4)
+    b_manifest, b_records = interrupted_run()
+    assert (
+        build_report(b_manifest, b_records)
+        .headline[0]
+        .text.startswith("The run is interrupted: 11 of 32 planned trials completed")
+    )
+    model = compare(a_manifest, a_records, b_manifest, b_records)
+    assert model.warnings == (
+        f"Run {b_manifest.run_id} (B) is incomplete: interrupted, 11 of 32 planned trials completed. Its cells hold "
+        "fewer trials than planned and cells it never reached are missing here; resume it (orch resume) before "
+        "trusting this comparison.",
+    )
+    swapped = compare(b_manifest, b_records, a_manifest, a_records)  # either side
+    assert len(swapped.warnings) == 1 and f"{b_manifest.run_id} (A) is incomplete" in swapped.warnings[0]
+    running = compare(a_manifest, a_records, *interrupted_run(status="running"))  # its controller died (kill -9)
+    assert "(B) is incomplete: still running, or its controller died, 11 of 32" in running.warnings[0]
+    # run.json could not be told (the interrupt escaped before it was saved): the journal's event says it
+    told = compare(a_manifest, a_records, *interrupted_run(status="completed"), stopped_b=True)
+    assert "(B) is incomplete: interrupted (its journal says so; run.json says completed), 11 of 32" in told.warnings[0]
+    # interrupted during the final restore, after its last trial: the data is whole
+    assert compare(a_manifest, a_records, *interrupted_run(trials=32)).warnings == ()
+    assert (
+        compare(a_manifest, a_records, *interrupted_run(status="completed", trials=32), stopped_b=True).warnings == ()
+    )
+
+
+def test_compare_reads_an_early_stop_from_the_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """write_comparison_page and `orch compare` take the run_interrupted event from the journal
+    (TrialRows.stopped), on the page above the result and on the terminal; a run resumed since is
+    judged by its status alone."""
+    a_manifest, a_records = synthetic_run(failures=False, replicates=4)
+    ra = write_run(tmp_path / "reports" / a_manifest.run_id, a_manifest, a_records)
+    b_manifest, b_records = interrupted_run(status="completed")
+    rb = write_run(tmp_path / "reports" / b_manifest.run_id, b_manifest, b_records, ("run_interrupted",))
+    page = write_comparison_page(ra, rb)
+    assert len(page.warnings) == 1 and f"Run {b_manifest.run_id} (B) is incomplete: interrupted" in page.warnings[0]
+    html = page.path.read_text()
+    assert "is incomplete: interrupted" in html and html.index('id="suspect"') < html.index('id="summary"')
+    capsys.readouterr()
+    assert main(["compare", str(ra), str(rb), "-o", str(tmp_path / "c.html")]) == 0
+    assert f"Run {b_manifest.run_id} (B) is incomplete" in " ".join(capsys.readouterr().err.split())
+    resumed = write_run(tmp_path / "resumed", b_manifest, b_records, ("run_interrupted", "run_resumed"))
+    assert write_comparison_page(ra, resumed, tmp_path / "r.html").warnings == ()

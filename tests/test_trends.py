@@ -14,10 +14,13 @@ from helpers.report_synth import corruption_rate, synthetic_run, write_run
 from orchestrator.core import clustered
 from orchestrator.core.regression import NumberHistory, RateHistory, check_night, rate_change
 from orchestrator.core.stats import wilson_interval
+from orchestrator.report.build import build_report
 from orchestrator.report.render import fresh_summary
-from orchestrator.report.series import SeriesPoint
+from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.site import regression_changes, write_index
 from orchestrator.report.trends import NightRun, _rate, group_trends
+from orchestrator.store.journal import TrialRow
+from orchestrator.store.runtrials import completed_rows
 
 
 def _night(rng: np.random.Generator, p: float, icc: float, trials: int = 2, sessions: int = 40) -> tuple:
@@ -170,7 +173,30 @@ def test_trend_words_and_svg_use_the_widened_interval_of_the_newest_run() -> Non
     assert low < wilson[0] and high > wilson[1]
 
 
-def test_trend_with_one_trial_per_cell_keeps_wilson() -> None:
-    """One trial per cell: trial-to-trial variation cannot be estimated, the interval stays Wilson's."""
+def test_trend_with_one_trial_per_cell_widens_as_the_report_does() -> None:
+    """One trial per cell: trial-to-trial variation cannot be estimated, and the interval is the
+    report's: Wilson widened by the least design effect orch assumes (1 + 39 x 0.005 for trials of 40
+    sessions), not plain Wilson (which it kept here after the report had stopped showing it)."""
     run = _night_run("r1", [_point("c0", [(6, 40)]), _point("c1", [(1, 40)])])
-    assert _rate(run.series[0], run.dispersions["m"]) == pytest.approx((6 / 40, *wilson_interval(6, 40)))
+    low, high = clustered.wilson_inflated(6, 40, clustered.prior_inflation(40))
+    assert _rate(run.series[0], run.dispersions["m"]) == pytest.approx((6 / 40, float(low), float(high)))
+    assert low < wilson_interval(6, 40)[0]
+
+
+@pytest.mark.parametrize(("replicates", "rate"), [(1, corruption_rate), (3, lambda levels: 0.0), (3, corruption_rate)])
+def test_the_index_states_the_reports_interval_for_each_cell(replicates: int, rate) -> None:
+    """The runs index's trend and the run's report give one cell of one run the same 95% interval.
+    They differed where trial-to-trial variation cannot be estimated (one trial per cell, or no
+    event anywhere): 17.5% [8.7%, 31.9%] in the index, [8.2%, 33.5%] in the report."""
+    manifest, records = synthetic_run(replicates=replicates, rate=rate, failures=False)
+    report = build_report(manifest, records)
+    night = NightRun(manifest.run_id, "d", manifest.started, "completed", run_series(completed_rows(
+        [TrialRow.of(r, i) for i, r in enumerate(records)]
+    )))  # fmt: skip
+    trends = {
+        t.cell: t.latest for t in group_trends("k", manifest.name, "tb", [night]).trends if t.metric == "corruption"
+    }
+    assert len(trends) == len(report.cells) == 8
+    for cell in report.cells:
+        r = cell.proportions["corruption"].rate
+        assert trends[cell.cell] == f"{r.k / r.n:.1%} [{r.low:.1%}, {r.high:.1%}]", cell.cell

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.core import clustered, findings, gates, power, ranks
+from orchestrator.core import clustered, family, gates, power, ranks
 from orchestrator.core.matrix import baseline_cell
 from orchestrator.core.plan import restart_count
 from orchestrator.core.stats import ALPHA, CONFIDENCE
@@ -54,8 +54,7 @@ def replicate_warnings(plan: Plan) -> list[str]:
         return []
     return [
         f"one trial per cell: the report will show differences in {', '.join(props)} but call none a finding "
-        "(one trial per cell cannot separate a flag's effect from trial-to-trial variation); "
-        "use --replicates 2 or more (replicates: in the matrix) to test them"
+        f"({clustered.ONE_TRIAL}); use --replicates 2 or more (replicates: in the matrix) to test them"
     ]
 
 
@@ -95,7 +94,7 @@ def _median_covered(values: int) -> bool:
     return values >= 1 and ranks.median_coverage(values, 1) >= CONFIDENCE  # what ranks.median_interval asks
 
 
-# the code behind the report's intervals (report.build.widened_rate, ranks.median_interval)
+# the code behind the report's intervals (clustered.widened_rate, ranks.median_interval)
 REPORT_INTERVALS = gates.Intervals(_rate, clustered.prior_inflation, _median_covered)
 
 
@@ -188,23 +187,40 @@ def power_lines(plan: Plan) -> list[str]:
     with one trial per cell (replicate_warnings). Numbers: one value per trial, so the floor of the
     Mann-Whitney p decides whether a cell (or a factor, pooling its cells) can ever differ."""
     m = plan.matrix
-    reps = plan.replicates
     cells = [dict(c.levels) for c in plan.cells]
     factors = {f.name: list(f.level_names) for f in m.factors}
-    contrasts = findings.contrast_count(cells, factors, m.baseline)
     numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
-    props = sum(s.kind == "proportion" for s in m.repro.metrics)
-    # the report's one Holm family spans every metric (the highest cell's neighbours come on top);
-    # with one trial per cell no proportion is tested, so none is in it
-    tested = 0 if _unreplicated(plan) else props
-    family = tested * (len(cells) - 1 + contrasts) + len(numbers) * _number_tests(cells, factors)
-    lines = _proportion_lines(plan, family)
+    tests = planned_family(plan)
+    lines = _proportion_lines(plan, tests)
     if numbers:
-        lines += _number_lines(numbers, reps, cells, factors, m.baseline, family)
+        lines += _number_lines(numbers, plan.replicates, cells, factors, m.baseline, tests.total)
     return lines
 
 
-def _proportion_lines(plan: Plan, tests: int) -> list[str]:
+def planned_family(plan: Plan) -> family.Planned:
+    """The report's one Holm family for this plan, every trial completed (core.family, the function the
+    report corrects by): every metric in it; with one trial per cell no proportion is tested."""
+    m = plan.matrix
+    cells = {c.id: c.as_dict() for c in plan.cells}
+    tested = not _unreplicated(plan)
+    metrics = {s.name: family.MetricDesign(s.kind, cells, tested=tested) for s in m.repro.metrics}
+    metrics |= {c.name: family.MetricDesign("number", cells) for c in m.collect}
+    factors = {f.name: list(f.level_names) for f in m.factors}
+    return family.planned(family.Design(factors, m.baseline, baseline_cell(m).id, metrics))
+
+
+def _family_text(tests: family.Planned) -> str:
+    """The family's size as the plan states it: the highest cell's neighbours are in it only when
+    that cell is not the baseline, which the sweep decides."""
+    if tests.total == tests.total_without_neighbours:
+        return f"the report's {tests.total} tests"
+    return (
+        f"the report's {'' if tests.exact else 'up to '}{tests.total} tests ({tests.total_without_neighbours} if the "
+        "baseline has the highest rate, as then the highest cell's one-factor comparisons are the baseline's own)"
+    )
+
+
+def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
     props = [s.name for s in plan.matrix.repro.metrics if s.kind == "proportion"]
     if not props:
         return []
@@ -218,12 +234,12 @@ def _proportion_lines(plan: Plan, tests: int) -> list[str]:
     n = sessions * plan.replicates
     lines = [
         f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials), Fisher's exact "
-        f"test, 80% power (exact); 'Holm' is the first step of the correction over the report's {tests} tests "
-        "(every metric in one family):"
+        f"test, 80% power (exact); 'Holm' is the first step of the correction over {_family_text(family_tests)}, "
+        "every metric in one family:"
     ]
     for rate in (0.0, 0.02, 0.05, 0.15):
         d = power.detectable(n, n, rate)
-        strict = power.detectable(n, n, rate, alpha=ALPHA / tests)
+        strict = power.detectable(n, n, rate, alpha=ALPHA / max(1, family_tests.total))
         lines.append(f"  baseline at {rate:.0%}: {_dirs(d)} (Holm: {_dirs(strict)})")
     if plan.replicates > 1:
         lines.append(
@@ -268,11 +284,6 @@ def _number_lines(
         f"Holm's first step needs < {ALPHA / max(1, family):.2g})"
     )
     return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
-
-
-def _number_tests(cells: list[dict[str, str]], factors: dict[str, list[str]]) -> int:
-    """A numeric metric's tests in the report's family: each cell vs the baseline, each factor level."""
-    return len(cells) - 1 + sum(len(levels) - 1 for levels in factors.values())
 
 
 def _factor_floor(

@@ -57,6 +57,11 @@ SPARSE_DF = 2.0  # below this the cell test's p comes from core.trialexact (see 
 LONE_CELL_DF = 4.0  # and below this when one cell alone carries phi
 RHO_PRIOR = 0.005  # the least trial-to-trial correlation assumed: restarts are never identical
 ASSUMED_NOTE = f"assuming at least ICC {RHO_PRIOR:g}: trial-to-trial variation not estimable"
+ONE_TRIAL = (
+    "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one restart "
+    "and restarts differ"
+)
+NOT_MEASURED = "no completed trial measured it"
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,8 @@ class Dispersion:
 
     def method(self) -> str:
         """One sentence the report prints: which test, and on what it rests."""
+        if self.most_trials == 0:
+            return f"no test: {NOT_MEASURED}"
         if not self.estimable:
             return (
                 f"Fisher's exact test on sessions pooled over trials, assuming independent sessions "
@@ -114,10 +121,30 @@ class Dispersion:
         )
 
     def unestimable_reason(self) -> str:
-        """Why trial-to-trial variation cannot be estimated here (meant for when not estimable)."""
+        """Why trial-to-trial variation cannot be estimated here (meant for when not estimable).
+        Only a cell of two or more trials can show it (a cell of one trial that saw the event in
+        some sessions says nothing about the spread between trials), hence the words."""
+        if self.most_trials == 0:
+            return NOT_MEASURED
         if self.most_trials < 2:
             return "with one trial per cell, trial-to-trial variation cannot be estimated"
-        return "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated"
+        return (
+            "no cell with two or more trials both saw and missed the event, so trial-to-trial variation cannot be "
+            "estimated"
+        )
+
+    def untested_reason(self) -> str:
+        """Why a metric's differences are not tested, with what to do about it: the one sentence the
+        report, `orch compare` (and, before the sweep, `orch plan`: ONE_TRIAL) give. Why: a cell's sum
+        of trials varies with the restarts, not only with the sessions; with nothing to measure that by,
+        a test on the pooled sessions calls noise a finding (report.build._untested)."""
+        if self.most_trials == 0:
+            return NOT_MEASURED
+        if self.most_trials < 2:
+            return f"{ONE_TRIAL}; rerun with replicates >= 2"
+        return (
+            f"{self.unestimable_reason()} and a flag's effect cannot be separated from it; rerun with more replicates"
+        )
 
     def interval_note(self) -> str:
         """How the rate intervals are widened when phi is not estimable (the assumed design effect)."""
@@ -359,6 +386,19 @@ def compare(k1: int, n1: int, k2: int, n2: int, disp: Dispersion, confidence: fl
     l2, u2 = (float(x) for x in wilson_inflated(k2, n2, m, confidence))
     d = r1 - r2
     return Comparison(p, d, d - math.hypot(r1 - l1, u2 - r2), d + math.hypot(u1 - r1, r2 - l2))
+
+
+def widened_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0) -> stats.Interval:
+    """k/n with Wilson's interval widened for trial-to-trial variation: by `disp`'s estimate where it
+    has one, else by the least design effect orch assumes for the cell's `trials` (0: the sweep's
+    mean trial), so a clean cell's zero-event trials never certify a gate as if they were
+    independent sessions. The one interval the report shows and the gates check, and orch compare's
+    and the runs index's for a run's cell."""
+    interval = stats.rate(k, n)
+    if disp is None or not n:
+        return interval
+    low, high = wilson_inflated(k, n, disp.interval_inflation(n / trials if trials else None))
+    return stats.Interval(interval.estimate, float(low), float(high))
 
 
 def rate_interval(k: int, n: int, disp: Dispersion, confidence: float = CONFIDENCE) -> tuple[float, float]:

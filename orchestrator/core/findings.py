@@ -149,16 +149,26 @@ def _wanted(
     return wanted
 
 
+def tested_contrasts(
+    cells: Sequence[Mapping[str, str]],
+    factors: Mapping[str, Sequence[str]],
+    reference: Mapping[str, str],
+    max_order: int = MAX_ORDER,
+) -> list[tuple[tuple[Change, ...], tuple[tuple[str, str], ...]]]:
+    """The (changes, given) of each contrast proportion_contrasts tests on these cells (every cell
+    observed), in its order, without their p-values: their part of the report's family (core.family)."""
+    grid = _Grid({tuple(sorted(levels.items())): (0, 1) for levels in cells})
+    return [(c, g) for c, g in _wanted(factors, reference, max_order) if grid.full_strata(c, dict(g)) > 0]
+
+
 def contrast_count(
     cells: Sequence[Mapping[str, str]],
     factors: Mapping[str, Sequence[str]],
     reference: Mapping[str, str],
     max_order: int = MAX_ORDER,
 ) -> int:
-    """How many contrasts proportion_contrasts tests on these cells (every cell observed): the
-    size they add to the report's family, for `orch plan`, without their p-values."""
-    grid = _Grid({tuple(sorted(levels.items())): (0, 1) for levels in cells})
-    return sum(grid.full_strata(changes, dict(given)) > 0 for changes, given in _wanted(factors, reference, max_order))
+    """How many contrasts proportion_contrasts tests on these cells (every cell observed)."""
+    return len(tested_contrasts(cells, factors, reference, max_order))
 
 
 def contrast_pvalues(

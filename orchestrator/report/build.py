@@ -28,7 +28,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from orchestrator.core import clustered, findings, power, ranks, stats, trialexact
+from orchestrator.core import clustered, family, findings, power, ranks, stats, trialexact
+from orchestrator.core.clustered import widened_rate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
@@ -57,7 +58,7 @@ from orchestrator.report.model import (
 from orchestrator.report.provenance import Served, controller_lines, served
 from orchestrator.report.servertable import server_table
 from orchestrator.store.journal import TrialRow
-from orchestrator.store.runtrials import completed_rows
+from orchestrator.store.runtrials import completed_rows, trial_rows
 
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
 FAILURE_CAP = 500
@@ -128,13 +129,15 @@ def _build(
     baseline_cell = _baseline_cell(manifest, levels_of)
     failed = [t for t in rows if t.status != "completed"]
     cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, by_metric)
-    primary = _primary_metric(manifest.metrics)
+    primary = family.primary_metric(manifest.metrics)
     effects, interactions = _effects(manifest, cells, by_metric)
     number_effects = _number_effects(manifest, by_metric, levels_of)
-    neighbours = _neighbour_tests(manifest, cells, primary, by_metric)
+    high = _highest_measured(manifest, cells, primary)
+    neighbours = _neighbour_tests(manifest, cells, primary, high, by_metric)
     untested = _untested(manifest, by_metric)
+    members = family.members(_design(manifest, cells, baseline_cell, untested, high))
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
-        cells, effects, interactions, number_effects, neighbours, untested
+        members, cells, effects, interactions, number_effects, neighbours
     )
     drift = _drift(manifest, baseline_cell, by_metric)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
@@ -190,7 +193,7 @@ def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dic
     sessions then called noise a finding in 16-55% of A/A 2x2x2 reports at intra-trial correlation
     0.02-0.05 (1% at 0). So such a metric's numbers are shown, described, and never called findings."""
     return {
-        m: untested_reason(by_metric[m].dispersion) for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
+        m: by_metric[m].dispersion.untested_reason() for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
     }
 
 
@@ -202,19 +205,6 @@ def _no_spread_to_test(rows: MetricRows) -> bool:
         return False
     rates = {int(c.k.sum()) / int(c.n.sum()) for c in rows.cells.values() if c.n.sum()}
     return disp.most_trials < 2 or len(rates) > 1
-
-
-def untested_reason(disp: clustered.Dispersion) -> str:
-    """Why a metric's differences cannot be tested, with what to do about it (see _untested)."""
-    if disp.most_trials < 2:
-        return (
-            "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
-            "restart and restarts differ; rerun with replicates >= 2"
-        )
-    return (
-        "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated and a "
-        "flag's effect cannot be separated from it; rerun with more replicates"
-    )
 
 
 def _comparison(disp: clustered.Dispersion, untested: str | None) -> str:
@@ -274,14 +264,6 @@ def _baseline_cell(manifest: RunManifest, levels_of: Mapping[str, dict[str, str]
         if levels == dict(manifest.baseline):
             return cell
     return None
-
-
-def _primary_metric(kinds: Mapping[str, MetricKind]) -> str | None:
-    """The outcome: the first proportion metric declared (the corruption rate), else any."""
-    for name, kind in kinds.items():
-        if kind == "proportion":
-            return name
-    return next(iter(kinds), None)
 
 
 # ----------------------------------------------------------------------------- cells
@@ -384,18 +366,6 @@ def _pooled(group: CellRows | None) -> tuple[int, int]:
 def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0) -> RateView:
     interval = widened_rate(k, n, disp, trials)
     return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
-
-
-def widened_rate(k: int, n: int, disp: clustered.Dispersion | None, trials: int = 0) -> stats.Interval:
-    """k/n with Wilson's interval widened for trial-to-trial variation: by `disp`'s estimate where it
-    has one, else by the least design effect orch assumes for the cell's `trials` (0: the sweep's
-    mean trial), so a clean cell's zero-event trials never certify a gate as if they were
-    independent sessions. The one interval the page shows and the gates check (and orch compare's)."""
-    interval = stats.rate(k, n)
-    if disp is None or not n:
-        return interval
-    low, high = clustered.wilson_inflated(k, n, disp.interval_inflation(n / trials if trials else None))
-    return stats.Interval(interval.estimate, float(low), float(high))
 
 
 def _dispersion(rows: pd.DataFrame) -> clustered.Dispersion:
@@ -533,22 +503,29 @@ def _number_effects(
     return views
 
 
+def _highest_measured(manifest: RunManifest, cells: Sequence[CellView], metric: str | None) -> CellView | None:
+    """The primary proportion's highest-rate cell among those that measured it (None: none did)."""
+    if metric is None or manifest.metrics.get(metric) != "proportion":
+        return None
+    measured = [c for c in cells if c.proportions[metric].rate.n]
+    return _highest(measured, metric) if measured else None
+
+
 def _neighbour_tests(
-    manifest: RunManifest, cells: Sequence[CellView], metric: str | None, by_metric: Mapping[str, MetricRows]
+    manifest: RunManifest,
+    cells: Sequence[CellView],
+    metric: str | None,
+    high: CellView | None,
+    by_metric: Mapping[str, MetricRows],
 ) -> list[NeighbourView]:
     """The highest cell vs each measured cell one factor away (what its rate needs), by the same
     test as the cells vs the baseline (quasi-binomial with replicates, else Fisher).
 
     Empty when the highest cell is the baseline: then these are the cell-vs-baseline tests,
     and the report quotes those (one number per comparison, the same in prose and table)."""
-    if metric is None or manifest.metrics.get(metric) != "proportion":
+    if metric is None or high is None or high.is_baseline:
         return []
     measured = [c for c in cells if c.proportions[metric].rate.n]
-    if not measured:
-        return []
-    high = _highest(measured, metric)
-    if high.is_baseline:
-        return []
     k, n = high.proportions[metric].rate.k, high.proportions[metric].rate.n
     rows = by_metric[metric]
     disp = rows.dispersion
@@ -591,37 +568,51 @@ def _highest(cells: Sequence[CellView], metric: str) -> CellView:
 def _one_factor_away(
     factors: Mapping[str, Sequence[str]], cells: Sequence[CellView], high: CellView
 ) -> list[tuple[str, CellView]]:
-    found = []
-    for cell in cells:
-        if cell is high:
-            continue
-        diff = [f for f in factors if cell.levels.get(f) != high.levels.get(f)]
-        if len(diff) == 1 and set(cell.levels) == set(high.levels):
-            found.append((diff[0], cell))
-    return found
+    """family.one_factor_away over the views: the neighbours the family tests are the ones shown."""
+    by_id = {c.cell: c for c in cells}
+    return [(f, by_id[c]) for f, c in family.one_factor_away(list(factors), _levels(cells), high.cell)]
+
+
+def _levels(cells: Iterable[CellView]) -> dict[str, Mapping[str, str]]:
+    return {c.cell: c.levels for c in cells}
+
+
+def _design(
+    manifest: RunManifest,
+    cells: Sequence[CellView],
+    baseline: str | None,
+    untested: Collection[str],
+    high: CellView | None,
+) -> family.Design:
+    """What this run measured, as core.family reads it: per metric the cells with data."""
+    metrics = {
+        m: family.MetricDesign(
+            kind,
+            _levels(c for c in cells if (c.proportions[m].rate.n if kind == "proportion" else c.numbers[m].n)),
+            tested=m not in untested,
+        )
+        for m, kind in manifest.metrics.items()
+    }
+    return family.Design(manifest.factors, manifest.baseline, baseline, metrics, None if high is None else high.cell)
 
 
 def _apply_policy(
+    members: Sequence[family.TestKey],
     cells: Sequence[CellView],
     effects: Sequence[EffectView],
     interactions: Sequence[InteractionView],
     number_effects: Sequence[NumberEffectView],
     neighbours: Sequence[NeighbourView],
-    untested: Collection[str] = (),
 ) -> tuple[
     list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
 ]:
     """One policy for the whole report: Holm over every test it could call a finding, every metric
-    in one family (each cell vs the baseline, every effect and interaction, the numeric effects,
-    the highest cell's one-factor comparisons). Sets p_holm, and significant / finding from it.
-    The `untested` metrics' comparisons are not in the family: none of them can be a finding."""
-    family = {key: p for key, p in _family(cells, effects, interactions, number_effects, neighbours).items()
-              if key[1] not in untested}  # fmt: skip
-    adjusted = findings.adjust(family)  # one family across metrics: any false finding anywhere <= alpha
-    sizes: dict[str, int] = {}
-    for key in family:
-        sizes[key[1]] = sizes.get(key[1], 0) + 1
-
+    in one family: the `members` core.family finds in what the run measured (`orch plan` states
+    the size of the same function's family before the sweep). Sets p_holm, and significant /
+    finding from it. A test outside the family (an untested metric's) cannot be a finding."""
+    pvalues = _pvalues(cells, effects, interactions, number_effects, neighbours)
+    tested = {key: pvalues[key] for key in members if key in pvalues}
+    adjusted = findings.adjust(tested)  # one family across metrics: any false finding anywhere <= alpha
     new_cells = [
         c.model_copy(
             update={
@@ -635,47 +626,53 @@ def _apply_policy(
     ]
     return (
         new_cells,
-        _holm_items("effect", effects, adjusted),
-        _holm_items("interaction", interactions, adjusted),
-        _holm_items("number_effect", number_effects, adjusted),
-        _holm_items("neighbour", neighbours, adjusted),
-        sizes,
+        _holm_items(effects, adjusted),
+        _holm_items(interactions, adjusted),
+        _holm_items(number_effects, adjusted),
+        _holm_items(neighbours, adjusted),
+        family.sizes(list(tested)),
     )
-
-
-def _family(
-    cells: Sequence[CellView],
-    effects: Sequence[EffectView],
-    interactions: Sequence[InteractionView],
-    number_effects: Sequence[NumberEffectView],
-    neighbours: Sequence[NeighbourView],
-) -> dict[tuple[str, str, str], float]:
-    """Every test's raw p, keyed (kind, metric, which)."""
-    family: dict[tuple[str, str, str], float] = {}
-    for c in cells:
-        family.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
-        family.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
-    groups: dict[str, Sequence[EffectView | InteractionView | NumberEffectView | NeighbourView]] = {
-        "effect": effects,
-        "interaction": interactions,
-        "number_effect": number_effects,
-        "neighbour": neighbours,
-    }
-    for name, items in groups.items():
-        family.update({(name, item.metric, str(i)): item.p for i, item in enumerate(items)})
-    return family
 
 
 _Tested = TypeVar("_Tested", EffectView, InteractionView, NumberEffectView, NeighbourView)
 
 
-def _holm_items(name: str, items: Sequence[_Tested], adjusted: Mapping[tuple[str, str, str], float]) -> list[_Tested]:
+def _key(item: EffectView | InteractionView | NumberEffectView | NeighbourView) -> family.TestKey:
+    """A view's test as core.family keys it."""
+    if isinstance(item, EffectView):
+        return "contrast", item.metric, (((item.factor, item.reference, item.level),), tuple(item.given.items()))
+    if isinstance(item, InteractionView):
+        return "contrast", item.metric, (tuple(zip(item.factors, item.references, item.levels, strict=True)), ())
+    if isinstance(item, NumberEffectView):
+        return "number_effect", item.metric, (item.factor, item.level)
+    return "neighbour", item.metric, item.cell
+
+
+def _pvalues(
+    cells: Sequence[CellView],
+    effects: Sequence[EffectView],
+    interactions: Sequence[InteractionView],
+    number_effects: Sequence[NumberEffectView],
+    neighbours: Sequence[NeighbourView],
+) -> dict[family.TestKey, float]:
+    """Every test's raw p, keyed as core.family keys the family."""
+    found: dict[family.TestKey, float] = {}
+    for c in cells:
+        found.update({("rate", m, c.cell): v.p for m, v in c.proportions.items() if v.p is not None})
+        found.update({("number", m, c.cell): v.p for m, v in c.numbers.items() if v.p is not None})
+    for items in (effects, interactions, number_effects, neighbours):
+        found.update({_key(item): item.p for item in items})
+    return found
+
+
+def _holm_items(items: Sequence[_Tested], adjusted: Mapping[family.TestKey, float]) -> list[_Tested]:
     """The views with their family-wise p and whether that makes them a finding; one outside the
     family (an untested metric's) keeps p_holm 1.0 and is no finding."""
-    keys = [(name, item.metric, str(i)) for i, item in enumerate(items)]
     return [
-        item.model_copy(update={"p_holm": adjusted.get(key, 1.0), "finding": findings.is_finding(adjusted.get(key))})
-        for key, item in zip(keys, items, strict=True)
+        item.model_copy(
+            update={"p_holm": adjusted.get(_key(item), 1.0), "finding": findings.is_finding(adjusted.get(_key(item)))}
+        )
+        for item in items
     ]
 
 
@@ -836,10 +833,8 @@ def _status_findings(report: Report) -> list[Finding]:
         found.append(
             Finding(
                 kind="caution",
-                text=(
-                    f"The run is {report.status}: {report.completed} of {report.planned} planned trials "
-                    "completed; conclusions cover only those."
-                ),
+                text=f"The run is {report.status}: {completed_of(report.completed, report.planned)}; "
+                "conclusions cover only those.",
             )
         )
     if report.torn_tail:
@@ -1414,6 +1409,30 @@ def suspect_reasons(report: Report) -> list[str]:
 
 
 VOID_ERROR = "InvalidOutput"  # edges.workload's error for a trial whose output broke repro.valid
+STOPPED_STATUSES = frozenset({"interrupted", "running"})  # run.json of a run that has not reached its end
+
+
+def completed_of(completed: int, planned: int) -> str:
+    """How far a run got, in the words of the report's status caution (and orch compare's)."""
+    return f"{completed} of {planned} planned trials completed"
+
+
+def incomplete_reason(manifest: RunManifest, rows: Sequence[TrialRow], stopped: bool = False) -> str | None:
+    """Why a run's data is not its whole sweep, or None: it stopped early (run.json says interrupted,
+    or still running: its controller runs or died; or `stopped`, a run_interrupted event since the
+    controller last started, whatever run.json says) with planned trials never finished. A run
+    interrupted during its final restore, after its last trial, is complete; a hunt that stopped is
+    not (its plan holds only its first wave)."""
+    if manifest.status not in STOPPED_STATUSES and not stopped:
+        return None
+    finished = {row.trial for row in trial_rows(rows)}
+    planned = {p.trial for p in manifest.plan} or set(range(manifest.plan_trials))
+    if planned <= finished and not manifest.hunt:
+        return None
+    how = {"interrupted": "interrupted", "running": "still running, or its controller died"}.get(
+        manifest.status, f"interrupted (its journal says so; run.json says {manifest.status})"
+    )
+    return f"{how}, {completed_of(len(completed_rows(rows)), len(planned))}"
 
 
 def _overdispersed(cell: CellView, metric: str) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
-from orchestrator.report.build import untested_reason, versus_baseline, widened_rate
+from orchestrator.report.build import incomplete_reason, versus_baseline
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
@@ -78,12 +78,18 @@ def compare(
     *,
     suspect_a: Sequence[str] = (),
     suspect_b: Sequence[str] = (),
+    stopped_a: bool = False,
+    stopped_b: bool = False,
 ) -> Comparison:
     """PURE: the comparison model. Only completed trials count, each trial once: its completed
     record as store.runtrials chooses it (the report's choice). `ta`/`tb`: each run's records, or
     their compact rows (journal.read_trial_rows: all a comparison reads). `suspect_a`/`suspect_b`
     are each run's reasons to doubt its data (report.build.suspect_reasons): a difference against
-    a run whose trials were void or drifting may be that run's fault, not the change's."""
+    a run whose trials were void or drifting may be that run's fault, not the change's.
+    `stopped_a`/`stopped_b`: the run's journal has a run_interrupted event since it last started
+    (TrialRows.stopped). A run that stopped with planned trials unfinished (report.build.incomplete_reason:
+    run.json's status says so too) is said to be incomplete, above everything: its cells hold fewer
+    trials than planned and the cells it never reached are missing, so it is never shown as if whole."""
     ca, cb = _by_cell(ta), _by_cell(tb)
     common = [c for c in ca if c in cb]
     metrics = {m: kind for m, kind in {**a.metrics, **b.metrics}.items() if m in a.metrics and m in b.metrics}
@@ -96,13 +102,30 @@ def compare(
     rows = _holm_all(found)
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
+    sides = (("A", a, ta, suspect_a, stopped_a), ("B", b, tb, suspect_b, stopped_b))
     warnings = tuple(
-        f"Run {m.run_id} ({side}) has suspect data: {'; '.join(reasons)}. A difference may come from "
-        "that run's problems, not from the change; rerun it before trusting this comparison."
-        for side, m, reasons in (("A", a, suspect_a), ("B", b, suspect_b))
-        if reasons
+        line for side, m, trials, reasons, stopped in sides for line in _doubts(side, m, trials, reasons, stopped)
     )
     return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods)
+
+
+def _doubts(
+    side: str, m: RunManifest, trials: Sequence[TrialRecord | TrialRow], reasons: Sequence[str], stopped: bool
+) -> list[str]:
+    """One run's warnings: incomplete (it stopped early), then suspect (the report's cautions)."""
+    found = []
+    incomplete = incomplete_reason(m, _rows(trials), stopped)
+    if incomplete:
+        found.append(
+            f"Run {m.run_id} ({side}) is incomplete: {incomplete}. Its cells hold fewer trials than planned and cells "
+            "it never reached are missing here; resume it (orch resume) before trusting this comparison."
+        )
+    if reasons:
+        found.append(
+            f"Run {m.run_id} ({side}) has suspect data: {'; '.join(reasons)}. A difference may come from "
+            "that run's problems, not from the change; rerun it before trusting this comparison."
+        )
+    return found
 
 
 def _holm_all(rows: Sequence[Row]) -> list[Row]:
@@ -128,7 +151,7 @@ def _method(disp: clustered.Dispersion | None) -> str:
     if disp is None:
         return "medians of trial values, Mann-Whitney test (the trial is the unit)"
     if not disp.estimable:
-        return f"not tested ({untested_reason(disp)}); differences and intervals are descriptive only"
+        return f"not tested ({disp.untested_reason()}); differences and intervals are descriptive only"
     return f"{disp.method()}; dispersion pooled over the cells of both runs"
 
 
@@ -148,11 +171,15 @@ def _metric(trial: TrialRow, name: str) -> MetricPoint | None:
 
 def _by_cell(trials: Sequence[TrialRecord | TrialRow]) -> dict[str, list[TrialRow]]:
     """Each cell's completed trials, one record per trial (a duplicated record counts once)."""
-    rows = [t if isinstance(t, TrialRow) else TrialRow.of(t, i) for i, t in enumerate(trials)]
+    rows = _rows(trials)
     out: dict[str, list[TrialRow]] = {}
     for t in sorted(completed_rows(rows), key=lambda row: row.source):  # journal order, as before
         out.setdefault(t.cell, []).append(t)
     return out
+
+
+def _rows(trials: Sequence[TrialRecord | TrialRow]) -> list[TrialRow]:
+    return [t if isinstance(t, TrialRow) else TrialRow.of(t, i) for i, t in enumerate(trials)]
 
 
 def _side(trials: list[TrialRow], metric: str, kind: str, disp: clustered.Dispersion | None) -> Side:
@@ -161,7 +188,7 @@ def _side(trials: list[TrialRow], metric: str, kind: str, disp: clustered.Disper
     if kind == "proportion":
         counts = _counts(trials, metric)
         k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
-        return Side(len(values), k, n, widened_rate(k, n, disp))
+        return Side(len(values), k, n, clustered.widened_rate(k, n, disp, len(counts)))  # the run's report's interval
     nums = tuple(float(v.value) for v in values if v.value is not None)
     return Side(len(values), values=nums, median=stats.median_ci(nums) if nums else None)
 
@@ -199,11 +226,16 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
     moved = [r for r in rows if r.significant]
     if not rows:
         return ("The runs have no cells in common: nothing to compare.",)
-    if not moved:
-        tested = sum(r.tested for r in rows)
+    tested = sum(r.tested for r in rows)
+    if not tested:  # "no cell differs" would read as a result: nothing was tested (the report's wording)
         return (
-            f"No cell differs significantly between {a.run_id} and {b.run_id} "
-            f"({tested} comparisons, Holm-adjusted over all of them, every metric in one family: p >= 0.05).",
+            f"No difference between {a.run_id} and {b.run_id} can be called significant or not: 0 comparisons "
+            "could be tested (see each metric's method below); the differences shown are descriptive only.",
+        )
+    if not moved:
+        return (
+            f"No cell differs significantly between {a.run_id} and {b.run_id} ({tested} comparisons, "
+            f"Holm-adjusted over all of them, every metric in one family: p >= {stats.ALPHA:g}).",
         )
     out = []
     for r in moved:
@@ -244,7 +276,9 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     a, b = load_manifest(run_a), load_manifest(run_b)
     ta, tb = read_run_rows(run_a, a), read_run_rows(run_b, b)  # compact rows: a damaged journal is refused
     suspect_a, suspect_b = _suspect(run_a, a, ta), _suspect(run_b, b, tb)
-    model = compare(a, ta.rows, b, tb.rows, suspect_a=suspect_a, suspect_b=suspect_b)
+    model = compare(
+        a, ta.rows, b, tb.rows, suspect_a=suspect_a, suspect_b=suspect_b, stopped_a=ta.stopped, stopped_b=tb.stopped
+    )
     mismatch = matrix_mismatch(a, b)
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
         raise UsageError(

@@ -145,15 +145,18 @@ def _trends(finished: Sequence[NightRun]) -> list[CellTrend]:
 
 
 def _rate(point: SeriesPoint | None, disp: clustered.Dispersion | None = None) -> tuple[float, float, float] | None:
-    """(rate, low, high) of a run's cell: Wilson widened by `disp` (the run's dispersion), or by
-    the point's own trials when none is given; plain Wilson when trials cannot show their spread."""
+    """(rate, low, high) of a run's cell: the interval the run's report shows for it (clustered.widened_rate):
+    Wilson widened by `disp` (the run's dispersion, or the point's own trials' when none is given),
+    and where trials cannot show their spread by the least design effect orch assumes. It was plain
+    Wilson there, narrower than the report's interval for the same cell of the same run."""
     if point is None:
         return None
     k, n = point.rate
     if n == 0:
         return None
-    low, high = clustered.rate_interval(k, n, disp if disp is not None else clustered.dispersion([point.trials]))
-    return k / n, low, high
+    spread = disp if disp is not None else clustered.dispersion([point.trials])
+    interval = clustered.widened_rate(k, n, spread, len(point.trials))
+    return k / n, interval.low, interval.high
 
 
 def trend_svg(rates: Sequence[tuple[float, float, float] | None], labels: Sequence[str]) -> str:

@@ -133,6 +133,9 @@ class TrialRow(NamedTuple):
 class TrialRows:
     rows: list[TrialRow]  # trial records in journal order (events are skipped)
     torn_tail: bool
+    # a run_interrupted event since the controller last started (run_started, run_resumed): the
+    # run stopped early even where run.json could not be told so (orch compare reads it)
+    stopped: bool = False
 
 
 class Journal:
@@ -308,18 +311,19 @@ def read_trial_rows(path: Path, check: RowCheck | None = None) -> TrialRows:
     store.runtrials' rule refuses a damaged journal at its first bad line, not after holding it."""
     rows: list[TrialRow] = []
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
-    session = 0
+    session, stopped = 0, False
     with _reading(path) as handle, gc_paused():
         end, torn = _body_end(handle)
         for number, offset, line in _lines(path, handle, end):
             row = _row_of(path, number, offset, line, shared)
             if isinstance(row, str):  # an event line
                 session += row in SESSION_EVENTS
+                stopped = row == "run_interrupted" or (stopped and row not in SESSION_EVENTS)
                 continue
             if check is not None:
                 check(row, session)
             rows.append(row)
-    return TrialRows(rows=rows, torn_tail=torn)
+    return TrialRows(rows=rows, torn_tail=torn, stopped=stopped)
 
 
 def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:

@@ -29,7 +29,7 @@ def cell_run(
         for r, trial in enumerate(trials):
             planned = PlannedTrial(trial=len(plan), round=r, cell=cid, levels=levels, is_baseline=levels == baseline)
             plan.append(planned)
-            records.append(_record(planned, trial))
+            records.append(planned_record(planned, trial))
     manifest = RunManifest(
         run_id="r1", name="t", orch_version="0", matrix_path="m.yaml", matrix_text="", matrix_sha256="x",
         inventory_path="i.yaml", inventory_text="", inventory_sha256="y", testbed="tb", seed=1,
@@ -40,7 +40,8 @@ def cell_run(
     return manifest, records
 
 
-def _record(planned: PlannedTrial, trial: Trial) -> TrialRecord:
+def planned_record(planned: PlannedTrial, trial: Trial) -> TrialRecord:
+    """The completed record of a planned trial with these metric values."""
     values = {"corruption": trial} if isinstance(trial, tuple) else trial
     return TrialRecord(
         run_id="r1", trial=planned.trial, round=planned.round, cell=planned.cell, levels=planned.levels,

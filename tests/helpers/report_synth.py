@@ -221,13 +221,15 @@ def trial_counts(records: list[TrialRecord], metric: str = "corruption") -> dict
     return trials
 
 
-def write_run(run_dir: Path, manifest: RunManifest, records: list[TrialRecord]) -> Path:
-    """run.json + journal.jsonl (with start and finish events) in run_dir."""
+def write_run(
+    run_dir: Path, manifest: RunManifest, records: list[TrialRecord], end_events: tuple[str, ...] = ("run_finished",)
+) -> Path:
+    """run.json + journal.jsonl (with start and `end_events`) in run_dir."""
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "run.json").write_text(manifest.model_dump_json(indent=2))
     start = EventRecord(run_id=manifest.run_id, event="run_started", at=manifest.started)
-    end = EventRecord(run_id=manifest.run_id, event="run_finished", at=manifest.ended or "")
-    lines = [start.model_dump_json()] + [r.model_dump_json() for r in records] + [end.model_dump_json()]
+    ends = [EventRecord(run_id=manifest.run_id, event=e, at=manifest.ended or "") for e in end_events]
+    lines = [start.model_dump_json()] + [r.model_dump_json() for r in records] + [e.model_dump_json() for e in ends]
     (run_dir / "journal.jsonl").write_text("\n".join(lines) + "\n")
     return run_dir
 
