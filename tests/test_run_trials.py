@@ -16,8 +16,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.report import export
 from orchestrator.report.compare import compare
 from orchestrator.report.render import load_report
+from orchestrator.store.journal import trial_statuses
 from orchestrator.store.manifest import load_manifest
-from orchestrator.store.runtrials import read_run_rows
+from orchestrator.store.runtrials import read_run_rows, trial_rows
 
 
 def _journal(run_dir: Path, manifest: RunManifest, lines: list[TrialRecord | EventRecord]) -> Path:
@@ -186,3 +187,29 @@ def test_an_export_written_in_chunks_is_the_table_written_whole(tmp_path: Path, 
     chosen = {r.trial: r for r in records}  # the synthetic run's retries end completed
     whole = export.export_bytes(export.tidy(manifest, [chosen[i] for i in sorted(chosen)]), fmt)  # type: ignore[arg-type]
     assert export.export_run(run, fmt).read_bytes() == whole  # type: ignore[arg-type]
+
+
+def test_a_trial_left_by_a_controller_killed_during_its_retry_is_unfinished_for_every_reader(tmp_path: Path) -> None:
+    """Trial 7's attempt 1 failed and was journaled `retried`; the controller died in attempt 2.
+    Resume counts the trial unfinished and runs it again; export gave it a row, status failed, as
+    if it had ended so. Now it has no record standing for it (the report still lists the attempt
+    among its failed attempts), whether the row was read fast or by the full parser."""
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    *done, last = records
+    retried = _attempt(last, 1).model_copy(update={"retried": True})
+    run = _journal(tmp_path / "run", manifest, [_event(manifest, "run_started"), *done, retried])
+    odd = json.loads(retried.model_dump_json())
+    odd["repro"]["stdout_tail"] = "\ud800"  # valid JSON the fast reader refuses: the full parser reads it
+    copy = _journal(tmp_path / "copy", manifest, [_event(manifest, "run_started"), *done])
+    with open(copy / "journal.jsonl", "a") as handle:
+        handle.write(json.dumps(odd) + "\n")
+    for each in (run, copy):
+        rows = read_run_rows(each, manifest).rows
+        assert rows[-1].retried and not any(r.retried for r in rows[:-1])
+        assert [r.trial for r in trial_rows(rows)] == [r.trial for r in done]
+        assert trial_statuses(each / "journal.jsonl").interrupted == {last.trial}
+    report = load_report(run)
+    assert (report.completed, report.failed) == (len(done), 1)
+    assert main(["export", str(run), "--format", "csv"]) == 0
+    frame = pd.read_csv(run / f"{manifest.run_id}.csv")
+    assert last.trial not in set(frame.trial) and set(frame.status) == {"completed"}

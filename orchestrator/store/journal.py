@@ -100,7 +100,8 @@ class TrialRow(NamedTuple):
     a NamedTuple because it is built once per journal line (half the cost of a frozen dataclass).
 
     `source` says where the full record is: its byte offset in the journal (then `line` is its
-    1-based line number), or its index in an in-memory list of records (then `line` is 0)."""
+    1-based line number), or its index in an in-memory list of records (then `line` is 0).
+    `retried`: a failed attempt that was tried again, which ended no trial (store.runtrials)."""
 
     source: int
     line: int
@@ -112,6 +113,7 @@ class TrialRow(NamedTuple):
     status: TrialStatus
     failure_kind: str | None
     metrics: tuple[MetricPoint, ...]
+    retried: bool = False
 
     @classmethod
     def of(cls, record: TrialRecord, source: int, line: int = 0) -> TrialRow:
@@ -126,6 +128,7 @@ class TrialRow(NamedTuple):
             record.status,
             record.failure.kind if record.failure else None,
             tuple([MetricPoint(name, m.kind, m.k, m.n, m.value) for name, m in record.metrics.items()]),
+            record.retried,
         )
 
 
@@ -591,6 +594,7 @@ class _RowFields(TypedDict):
     cell: NotRequired[str]
     levels: NotRequired[dict[str, str]]
     attempt: NotRequired[int]
+    retried: NotRequired[bool]
     status: NotRequired[TrialStatus]
     failure: NotRequired[_FailureFields | None]
     metrics: NotRequired[dict[str, _MetricFields]]
@@ -790,6 +794,7 @@ def _row_of(
         tuple([MetricPoint(name, m["kind"], m.get("k"), m.get("n"), m.get("value")) for name, m in metrics.items()])
         if metrics
         else (),
+        fields.get("retried", False),
     )
 
 

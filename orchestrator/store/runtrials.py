@@ -7,16 +7,20 @@ record that was not `interrupted`, and compare counted every completed record, s
 duplicated by hand (or by a faulty copy) counted twice there.
 
 What a trial may legitimately hold, in journal order: failed attempts before a retry (attempt 1,
-2, ...), then a completed or failed one; a record `interrupted` when the controller stopped
-mid-trial; after `orch resume` (a new session of the controller, opened by a run_resumed event)
-attempts numbered from 1 again.
+2, ..., each marked `retried` since orch journals them), then a completed or failed one; a record
+`interrupted` when the controller stopped mid-trial; after `orch resume` (a new session of the
+controller, opened by a run_resumed event) attempts numbered from 1 again.
 
 Which record stands for a trial:
 - its completed record is the trial's data (completed_rows). There is at most one: a second
   finished record after it is damage (below), so "the highest-attempt completed record" the
   report always took and "the last completed record" are the same record;
-- without one, its last failed record stands for it (trial_rows: export's one row per trial);
-- a trial with only interrupted records has none (the report lists them among its failures).
+- without one, its last failed record that ended it stands for it (trial_rows: export's one row
+  per trial): a failed attempt marked `retried` ended nothing, the runner went on to try again;
+- a trial with only interrupted or `retried` records has none: it is unfinished, as resume reads
+  it (store.journal.resume_status), and `orch resume` runs it again. A controller killed during a
+  retry leaves such a trial. The report lists those attempts among its failed attempts, and no
+  reader counts the trial as finished, failed or data.
 
 What is damage, a ConfigError at journal.jsonl:<line> (exit 2): the journal was edited, damaged or
 belongs to another run, and no reader guesses which of its lines to believe:
@@ -112,21 +116,22 @@ def completed_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
 
 def _completed_by_trial(rows: Iterable[TrialRow], failed: dict[int, TrialRow] | None = None) -> dict[int, TrialRow]:
     """trial -> its completed record (the highest attempt, then the later record); each trial's
-    last failed record goes into `failed` when given."""
+    last failed record that ended it (not `retried`) goes into `failed` when given."""
     chosen: dict[int, TrialRow] = {}
     for row in rows:
         if row.status == "completed":
             held = chosen.get(row.trial)
             if held is None or row.attempt >= held.attempt:
                 chosen[row.trial] = row
-        elif row.status == "failed" and failed is not None:
+        elif row.status == "failed" and not row.retried and failed is not None:
             failed[row.trial] = row
     return chosen
 
 
 def trial_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
-    """The record that stands for each trial, in trial order: its completed one (as
-    completed_rows), else its last failed one; a trial with only interrupted records has none."""
+    """The record that stands for each finished trial, in trial order: its completed one (as
+    completed_rows), else its last failed one that ended it; an unfinished trial (only
+    interrupted or `retried` records) has none."""
     failed: dict[int, TrialRow] = {}
     completed = _completed_by_trial(rows, failed)
     chosen = failed | completed
