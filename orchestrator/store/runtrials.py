@@ -1,7 +1,8 @@
 """The records of a run: which journal record stands for each trial, and what is damage.
 
 One rule, in one place, for every reader of a run's trials (the report and the index's
-summaries, `orch export`, `orch compare`), so they agree on what a trial's record is. Before it
+summaries, `orch export`, `orch compare`, the webhook summary), so they agree on what a trial's
+record is. Before it
 they did not: the report took each trial's highest-attempt completed record, export the last
 record that was not `interrupted`, and compare counted every completed record, so a line
 duplicated by hand (or by a faulty copy) counted twice there.
@@ -16,7 +17,8 @@ Which record stands for a trial:
   finished record after it is damage (below), so "the highest-attempt completed record" the
   report always took and "the last completed record" are the same record;
 - without one, its last failed record that ended it stands for it (trial_rows: export's one row
-  per trial): a failed attempt marked `retried` ended nothing, the runner went on to try again;
+  per trial, the webhook's counts): a failed attempt marked `retried` ended nothing, the runner
+  went on to try again;
 - a trial with only interrupted or `retried` records has none: it is unfinished, as resume reads
   it (store.journal.resume_status), and `orch resume` runs it again. A controller killed during a
   retry leaves such a trial. The report lists those attempts among its failed attempts, and no
