@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from helpers.report_synth import synthetic_run, write_run
 
-from orchestrator.cli.main import main
+from orchestrator.cli.main import _finished, main
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.report.build import result_headline, suspect_reasons
 from orchestrator.report.render import load_report
 from orchestrator.store.journal import trial_statuses
+from orchestrator.sweep.apitypes import SweepOutcome
 from orchestrator.team.notify import Summary, Webhook, configured, send, shown, summarize_run
 
 from .helpers import webhook_receiver
@@ -149,6 +150,20 @@ def test_a_duplicated_line_is_refused_as_the_report_refuses_it(
     assert rx.received == []
     err = capsys.readouterr().err
     assert f"journal.jsonl:{line}: trial 0 attempt 1 finished twice" in err and "Traceback" not in err
+
+
+def test_a_sweep_whose_journal_the_report_refuses_keeps_its_exit_code_and_says_why(tmp_path: Path) -> None:
+    """`orch resume --webhook` of a journal holding a duplicated line runs (resume reads only each
+    trial's status) and its report is refused; the webhook summary, refused the same way, turned
+    the sweep's exit code into 2 and sent nothing. The webhook now says why there is no summary."""
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, [*records, records[0]])
+    outcome = SweepOutcome(run_dir, manifest.run_id, "completed", 8, 0, 8, report_error="refused")
+    with webhook_receiver() as rx:
+        assert _finished(outcome, [Webhook.parse(rx.url + "/hook")]) == 0
+    ((_, body),) = rx.received
+    assert body["status"] == "error" and body["name"] == manifest.run_id  # type: ignore[index]
+    assert "journal.jsonl:10: trial 0 attempt 1 finished twice" in body["headline"]  # type: ignore[index]
 
 
 def test_a_trial_cut_off_during_its_retry_is_unfinished_as_for_resume_and_the_report(tmp_path: Path) -> None:
