@@ -28,7 +28,11 @@ What is damage, a ConfigError at journal.jsonl:<line> (exit 2): the journal was 
 belongs to another run, and no reader guesses which of its lines to believe:
 - a trial number outside the plan: below 0, or past the plan's last trial in a run that is not a
   hunt (a hunt journals trials past its first wave, which is all plan.json holds);
-- a planned trial whose cell or levels are not the plan's for that trial;
+- a planned trial whose cell or levels are not the plan's for that trial, in a run that is not a
+  hunt: plan.json holds a hunt's first wave in the order foreseen before any result, and the
+  search hands its trials out as results come (it repeats the failing configuration until that
+  fails often enough; N testbeds take the wave in their own order), so trial 1 may be the failing
+  configuration again where plan.json has the clean one;
 - the same (trial, attempt) finished (completed or failed) twice in one session;
 - a finished record after the trial's completed one (a finished trial is never run again).
 A manifest without a plan (a hand-made run.json: plan_trials 0) skips the two plan checks.
@@ -67,7 +71,9 @@ class TrialCheck:
         if manifest.plan_trials and not manifest.plan:
             raise ValueError("TrialCheck needs the manifest's plan (load_manifest(run_dir, plan=True))")
         self._path = path
-        self._plan: Mapping[int, PlannedTrial] = {p.trial: p for p in manifest.plan}
+        # a hunt's plan is its first wave as foreseen before any result; the search numbers its
+        # trials as it hands them out, so a hunt's trial i need not be plan.json's trial i
+        self._plan: Mapping[int, PlannedTrial] = {} if manifest.hunt else {p.trial: p for p in manifest.plan}
         self._planned = len(manifest.plan)
         self._bounded = bool(self._planned) and not manifest.hunt  # trials past the plan are damage
         # (trial, attempt) finished in the current session -> its line (int keys, trial << 20 |

@@ -9,16 +9,19 @@ import dataclasses
 import re
 from pathlib import Path
 
-from orchestrator.core.config import read_matrix
+from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.hunt import Culprit, Hunt
-from orchestrator.core.huntplan import settings_of
+from orchestrator.core.huntplan import hunt_plan, settings_of
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.stats import wilson_interval
 from orchestrator.report.hunt import HuntReport, build_report, hunt_report, render, summary_lines, trial_counts
+from orchestrator.report.render import load_report
 from orchestrator.store.journal import Journal
 from orchestrator.store.manifest import save_manifest
+from orchestrator.store.planrecord import make_manifest
 from orchestrator.store.rundir import RunDir
+from orchestrator.sweep.hunt import HuntSource
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = (1 << 16) - 1  # every suspect at its failing level
@@ -235,3 +238,22 @@ def test_no_flag_explains_it_only_when_the_clean_configuration_failed_on_its_own
         assert (f"  {claim} (24/80 sessions failed)" in lines) is stated, lines
         assert stated or not [line for line in lines if "fails too" in line], lines
         assert stated or "  the all-clean configuration: 0/80 sessions failed (passes)" in lines, lines
+
+
+def test_a_hunt_whose_failing_configuration_needed_a_second_trial_is_no_damage(tmp_path: Path) -> None:
+    """The live search ran the failing configuration again as trial 1 (its first trial showed no
+    failure), where plan.json's first wave has the clean one: the run's report refused the hunt's
+    own journal as damaged at line 3. The report reads it now."""
+    m = matrix()
+    inventory = read_inventory(REPO / "inventory" / "local.yaml")
+    save_manifest(tmp_path, make_manifest(hunt_plan(m, inventory.testbed(None), 1), inventory, "h", STAMP))
+    live = HuntSource(m)
+    with Journal(RunDir(tmp_path).journal) as journal:
+        journal.append(EventRecord(run_id="h", event="run_started", at=STAMP))
+        for k in (0, 3, 0):
+            step = live.next()
+            assert step is not None
+            record = trial(m, step.trial.index, m.hunt.config_of(dict(step.trial.cell.levels)), k)  # type: ignore[union-attr, arg-type]
+            journal.append(record)
+            live.record(record)
+    assert load_report(tmp_path).completed == 3
