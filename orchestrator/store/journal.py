@@ -35,9 +35,9 @@ import re
 import stat
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal, NamedTuple, Union
 
@@ -134,8 +134,9 @@ class TrialRow(NamedTuple):
 
 @dataclass(frozen=True)
 class TrialRows:
-    rows: list[TrialRow]  # trial records in journal order (events are skipped)
+    rows: list[TrialRow]  # trial records in journal order
     torn_tail: bool
+    events: list[EventRecord] = field(default_factory=list)  # the events asked for, in journal order
 
 
 class Journal:
@@ -301,14 +302,17 @@ SESSION_EVENTS = frozenset({"run_started", "run_resumed"})
 RowCheck = Callable[[TrialRow, int], None]
 
 
-def read_trial_rows(path: Path, check: RowCheck | None = None) -> TrialRows:
+def read_trial_rows(path: Path, check: RowCheck | None = None, events: Collection[str] = ()) -> TrialRows:
     """Every trial record as a compact TrialRow (what the report's numbers need), streaming.
 
     The fields read are exactly those read_journal would give; lines that cannot be read fast go
     through read_journal's parser (and fail the same way). Fetch full records for the few trials
     shown in detail with read_records_at. `check` sees each row as it is read (see RowCheck):
-    store.runtrials' rule refuses a damaged journal at its first bad line, not after holding it."""
+    store.runtrials' rule refuses a damaged journal at its first bad line, not after holding it.
+    The event records named in `events` are kept whole (a few lines a session), in journal order:
+    readers that need a run's decisions or why it stopped get them from this one pass."""
     rows: list[TrialRow] = []
+    kept: list[EventRecord] = []
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
     session = 0
     with _reading(path) as handle, gc_paused():
@@ -317,16 +321,23 @@ def read_trial_rows(path: Path, check: RowCheck | None = None) -> TrialRows:
             row = _row_of(path, number, offset, line, shared)
             if isinstance(row, str):  # an event line
                 session += row in SESSION_EVENTS
+                if row in events and isinstance(event := _parse_line(path, number, line), EventRecord):
+                    kept.append(event)
                 continue
             if check is not None:
                 check(row, session)
             rows.append(row)
-    return TrialRows(rows=rows, torn_tail=torn)
+    return TrialRows(rows=rows, torn_tail=torn, events=kept)
 
 
 def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:
     """The full, validated records behind rows from read_trial_rows(path), in the same order."""
-    records: list[TrialRecord] = []
+    return list(iter_records_at(path, rows))
+
+
+def iter_records_at(path: Path, rows: Iterable[TrialRow]) -> Iterator[TrialRecord]:
+    """read_records_at one record at a time, as the caller iterates: memory stays bounded however
+    many rows (a resumed 100,000-trial adaptive run feeds its source so)."""
     with _reading(path) as handle:
         for row in rows:
             record = _parse_line(path, row.line, _line_at(handle, row.source))
@@ -338,8 +349,7 @@ def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:
                     f"{path}:{row.line}: the journal changed while it was read "
                     "(was it rewritten? render the report again)"
                 )
-            records.append(record)
-    return records
+            yield record
 
 
 def repair_torn_tail(path: Path) -> bool:
