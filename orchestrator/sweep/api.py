@@ -35,7 +35,7 @@ from orchestrator.store.manifest import load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runlock import run_lock
-from orchestrator.store.runtrials import Finished, read_finished
+from orchestrator.store.runtrials import Finished, read_finished, trial_rows
 from orchestrator.sweep import session
 from orchestrator.sweep.adaptive import AdaptiveSource
 from orchestrator.sweep.apitypes import (
@@ -402,16 +402,15 @@ def _served(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
 
 
 def _final_counts(run_dir: Path) -> tuple[int, int]:
-    """(finished trials, failed among them), by each trial's last finished record; fast on big
-    journals (compact rows, not full records)."""
+    """(finished trials, failed among them), by the record standing for each trial
+    (store.runtrials.trial_rows: a trial cut off during its retry is unfinished, as resume and the
+    webhook count it); fast on big journals (compact rows, not full records). Not checked for
+    damage: the run has ended, and its report says what is wrong at which line."""
     journal = RunDir(run_dir).journal
     if not journal.exists():  # interrupted before the runner began: no trial ran
         return 0, 0
-    last: dict[int, str] = {}
-    for row in read_trial_rows(journal).rows:
-        if row.status in ("completed", "failed"):
-            last[row.trial] = row.status
-    return len(last), sum(status == "failed" for status in last.values())
+    finished = trial_rows(read_trial_rows(journal).rows)
+    return len(finished), sum(row.status == "failed" for row in finished)
 
 
 def _list_running(run_dir: Path) -> None:

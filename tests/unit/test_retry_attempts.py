@@ -123,6 +123,7 @@ def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
     inventory = Inventory({plan.testbed.name: plan.testbed}, "inventory.yaml", "")
     save_manifest(run_dir, make_manifest(plan, inventory, "fake-run", "2026-12-05T00:00:00.000Z"))
     assert list(_journaled(run_dir).records()) == []  # nothing for the adaptive or hunt sources to take as a result
+    assert _final_counts(run_dir) == (0, 0)  # the outcome counts it neither finished nor failed (was (1, 1))
     resumed = runner_for(bed, plan, run_dir, infra_attempts=2).execute(set(), resume=True)
     assert (resumed.completed, resumed.failed) == (2, 0)
     assert trial_statuses(journal).finished == {0, 1}
