@@ -322,7 +322,11 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
     if hooks:
         from orchestrator.team import notify
 
-        summary = notify.summarize_run(outcome.run_dir)
+        try:
+            summary = notify.summarize_run(outcome.run_dir)
+        except OrchError as exc:  # a journal the report refuses (damage at its line): say why, as a queue does
+            err.print(f"webhook: no summary of the run: {exc}", markup=False)
+            summary = notify.error_summary(outcome.run_id, f"run {outcome.status}, no summary: {exc}")
         notify.send(summary, hooks, warn=lambda m: err.print(f"webhook: {m}", markup=False))
     return outcome.exit_code
 

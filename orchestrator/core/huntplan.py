@@ -9,7 +9,7 @@ records every trial.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from orchestrator.core.config import check_against_inventory
 from orchestrator.core.hunt import Hunt, HuntSettings, endpoint_allowance
@@ -93,7 +93,7 @@ def budget_note(spec: HuntSpec) -> str | None:
     return None
 
 
-def replay(matrix: Matrix, records: Sequence[TrialRecord]) -> Hunt:
+def replay(matrix: Matrix, records: Iterable[TrialRecord]) -> Hunt:
     """The search's state after these trials (the report and resume both rebuild it so)."""
     assert matrix.hunt is not None
     hunt = Hunt(settings_of(matrix.hunt))

@@ -22,12 +22,12 @@ from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import ConfigResult, HuntResult
 from orchestrator.core.huntplan import counts_of, hunt_cell, replay
 from orchestrator.core.model import Matrix
-from orchestrator.core.records import TrialRecord
+from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.store.atomic import write_text_atomic
-from orchestrator.store.journal import read_journal
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
+from orchestrator.store.runtrials import read_finished
 
 OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuration (the DSV4 team's runs)
 
@@ -61,25 +61,22 @@ def hunt_report(run_dir: Path) -> HuntReport | None:
     matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
     if matrix.hunt is None:
         return None
-    records, interruption = _journal(run_dir)
+    records, interruption = _journal(run_dir, manifest)
     return build_report(matrix, records, _ended(manifest.status, interruption))
 
 
-def _journal(run_dir: Path) -> tuple[list[TrialRecord], str]:
-    """The last finished record of each trial, and why the run last stopped early ("": it did
-    not, since it last started): the message of its last run_interrupted event."""
-    journal = RunDir(run_dir).journal
-    last: dict[int, TrialRecord] = {}
+_STOPS = ("run_started", "run_resumed", "run_interrupted")
+
+
+def _journal(run_dir: Path, manifest: RunManifest) -> tuple[list[TrialRecord], str]:
+    """The record standing for each finished trial (store.runtrials: what resume replays too; a
+    damaged journal is refused at its line), and why the run last stopped early ("": it did not,
+    since it last started): the message of its last run_interrupted event."""
+    finished = read_finished(run_dir, manifest, _STOPS)
     why = ""
-    for r in read_journal(journal).records if journal.exists() else []:
-        if isinstance(r, TrialRecord):
-            if r.status in ("completed", "failed"):
-                last[r.trial] = r
-        elif r.event in ("run_started", "run_resumed"):
-            why = ""
-        elif r.event == "run_interrupted":
-            why = r.message or "the run was interrupted"
-    return [last[k] for k in sorted(last)], why
+    for event in finished.events:
+        why = (event.message or "the run was interrupted") if event.event == "run_interrupted" else ""
+    return list(finished.records()), why
 
 
 def _ended(status: str, interruption: str) -> str | None:

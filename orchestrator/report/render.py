@@ -150,7 +150,7 @@ def write_report(run_dir: Path) -> Path:
 
 def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
     """write_report, also returning the summary written beside it (headline, gates)."""
-    report, rows = _load_report_and_rows(run_dir, DRILLDOWN_CAP)
+    report, rows = load_report_and_rows(run_dir, DRILLDOWN_CAP)
     run = RunDir(run_dir)
     written = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
     summary = run_summary(report, run_series(rows))
@@ -161,7 +161,7 @@ def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
 def fresh_summary(run_dir: Path, manifest: RunManifest | None = None) -> RunSummary:
     """The run's summary rebuilt from its journal (no page rendered): for the index, when
     summary.json is missing or older than the run's files (`manifest`: when already loaded)."""
-    report, rows = _load_report_and_rows(run_dir, 0, manifest)
+    report, rows = load_report_and_rows(run_dir, 0, manifest)
     return run_summary(report, run_series(rows))
 
 
@@ -170,13 +170,14 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
 
     Streams the journal into compact rows and reads full records back only for the trials the
     page shows in detail: a 100,000-trial run renders in seconds, in a few hundred MB."""
-    return _load_report_and_rows(run_dir, drilldown_cap)[0]
+    return load_report_and_rows(run_dir, drilldown_cap)[0]
 
 
-def _load_report_and_rows(
+def load_report_and_rows(
     run_dir: Path, drilldown_cap: int, manifest: RunManifest | None = None
 ) -> tuple[Report, list[TrialRow]]:
-    """load_report, and the compact trial rows it was built from (for summary.json's series)."""
+    """load_report, and the compact trial rows it was built from, checked by store.runtrials'
+    rule (for summary.json's series, and the webhook's counts of finished and failed trials)."""
     with gc_paused():
         manifest = manifest or load_manifest(run_dir)
         path = RunDir(run_dir).journal

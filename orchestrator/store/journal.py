@@ -35,9 +35,9 @@ import re
 import stat
 import struct
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal, NamedTuple, Union
 
@@ -100,7 +100,8 @@ class TrialRow(NamedTuple):
     a NamedTuple because it is built once per journal line (half the cost of a frozen dataclass).
 
     `source` says where the full record is: its byte offset in the journal (then `line` is its
-    1-based line number), or its index in an in-memory list of records (then `line` is 0)."""
+    1-based line number), or its index in an in-memory list of records (then `line` is 0).
+    `retried`: a failed attempt that was tried again, which ended no trial (store.runtrials)."""
 
     source: int
     line: int
@@ -112,6 +113,7 @@ class TrialRow(NamedTuple):
     status: TrialStatus
     failure_kind: str | None
     metrics: tuple[MetricPoint, ...]
+    retried: bool = False
 
     @classmethod
     def of(cls, record: TrialRecord, source: int, line: int = 0) -> TrialRow:
@@ -126,16 +128,18 @@ class TrialRow(NamedTuple):
             record.status,
             record.failure.kind if record.failure else None,
             tuple([MetricPoint(name, m.kind, m.k, m.n, m.value) for name, m in record.metrics.items()]),
+            record.retried,
         )
 
 
 @dataclass(frozen=True)
 class TrialRows:
-    rows: list[TrialRow]  # trial records in journal order (events are skipped)
+    rows: list[TrialRow]  # trial records in journal order
     torn_tail: bool
     # a run_interrupted event since the controller last started (run_started, run_resumed): the
     # run stopped early even where run.json could not be told so (orch compare reads it)
     stopped: bool = False
+    events: list[EventRecord] = field(default_factory=list)  # the events asked for, in journal order
 
 
 class Journal:
@@ -302,14 +306,17 @@ SESSION_EVENTS = frozenset({"run_started", "run_resumed"})
 RowCheck = Callable[[TrialRow, int], None]
 
 
-def read_trial_rows(path: Path, check: RowCheck | None = None) -> TrialRows:
+def read_trial_rows(path: Path, check: RowCheck | None = None, events: Collection[str] = ()) -> TrialRows:
     """Every trial record as a compact TrialRow (what the report's numbers need), streaming.
 
     The fields read are exactly those read_journal would give; lines that cannot be read fast go
     through read_journal's parser (and fail the same way). Fetch full records for the few trials
     shown in detail with read_records_at. `check` sees each row as it is read (see RowCheck):
-    store.runtrials' rule refuses a damaged journal at its first bad line, not after holding it."""
+    store.runtrials' rule refuses a damaged journal at its first bad line, not after holding it.
+    The event records named in `events` are kept whole (a few lines a session), in journal order:
+    readers that need a run's decisions or why it stopped get them from this one pass."""
     rows: list[TrialRow] = []
+    kept: list[EventRecord] = []
     shared: dict[tuple[tuple[str, str], ...], Mapping[str, str]] = {}
     session, stopped = 0, False
     with _reading(path) as handle, gc_paused():
@@ -319,16 +326,23 @@ def read_trial_rows(path: Path, check: RowCheck | None = None) -> TrialRows:
             if isinstance(row, str):  # an event line
                 session += row in SESSION_EVENTS
                 stopped = row == "run_interrupted" or (stopped and row not in SESSION_EVENTS)
+                if row in events and isinstance(event := _parse_line(path, number, line), EventRecord):
+                    kept.append(event)
                 continue
             if check is not None:
                 check(row, session)
             rows.append(row)
-    return TrialRows(rows=rows, torn_tail=torn, stopped=stopped)
+    return TrialRows(rows=rows, torn_tail=torn, stopped=stopped, events=kept)
 
 
 def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:
     """The full, validated records behind rows from read_trial_rows(path), in the same order."""
-    records: list[TrialRecord] = []
+    return list(iter_records_at(path, rows))
+
+
+def iter_records_at(path: Path, rows: Iterable[TrialRow]) -> Iterator[TrialRecord]:
+    """read_records_at one record at a time, as the caller iterates: memory stays bounded however
+    many rows (a resumed 100,000-trial adaptive run feeds its source so)."""
     with _reading(path) as handle:
         for row in rows:
             record = _parse_line(path, row.line, _line_at(handle, row.source))
@@ -340,8 +354,7 @@ def read_records_at(path: Path, rows: Sequence[TrialRow]) -> list[TrialRecord]:
                     f"{path}:{row.line}: the journal changed while it was read "
                     "(was it rewritten? render the report again)"
                 )
-            records.append(record)
-    return records
+            yield record
 
 
 def repair_torn_tail(path: Path) -> bool:
@@ -596,6 +609,7 @@ class _RowFields(TypedDict):
     cell: NotRequired[str]
     levels: NotRequired[dict[str, str]]
     attempt: NotRequired[int]
+    retried: NotRequired[bool]
     status: NotRequired[TrialStatus]
     failure: NotRequired[_FailureFields | None]
     metrics: NotRequired[dict[str, _MetricFields]]
@@ -795,6 +809,7 @@ def _row_of(
         tuple([MetricPoint(name, m["kind"], m.get("k"), m.get("n"), m.get("value")) for name, m in metrics.items()])
         if metrics
         else (),
+        fields.get("retried", False),
     )
 
 

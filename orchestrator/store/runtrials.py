@@ -1,29 +1,40 @@
 """The records of a run: which journal record stands for each trial, and what is damage.
 
 One rule, in one place, for every reader of a run's trials (the report and the index's
-summaries, `orch export`, `orch compare`), so they agree on what a trial's record is. Before it
-they did not: the report took each trial's highest-attempt completed record, export the last
-record that was not `interrupted`, and compare counted every completed record, so a line
+summaries, `orch export`, `orch compare`, the webhook summary, the hunt's report, and resume's
+hunt and adaptive sources, which replay the run), so they agree on what a trial's record is.
+Before it they did not: the report took each trial's highest-attempt completed record, export the
+last record that was not `interrupted`, and compare counted every completed record, so a line
 duplicated by hand (or by a faulty copy) counted twice there.
 
 What a trial may legitimately hold, in journal order: failed attempts before a retry (attempt 1,
-2, ...), then a completed or failed one; a record `interrupted` when the controller stopped
-mid-trial; after `orch resume` (a new session of the controller, opened by a run_resumed event)
-the trial's attempts go on past the numbers its folders hold (store.attempts), while journals
-written before that numbered each session's attempts from 1 again: both read the same here.
+2, ..., each marked `retried` since orch journals them), then a completed or failed one; a record
+`interrupted` when the controller stopped mid-trial; after `orch resume` (a new session of the
+controller, opened by a run_resumed event) the trial's attempts go on past the numbers its folders
+hold (store.attempts), while journals written before that numbered each session's attempts from 1
+again: both read the same here.
 
 Which record stands for a trial:
 - its completed record is the trial's data (completed_rows). There is at most one: a second
   finished record after it is damage (below), so "the highest-attempt completed record" the
   report always took and "the last completed record" are the same record;
-- without one, its last failed record stands for it (trial_rows: export's one row per trial);
-- a trial with only interrupted records has none (the report lists them among its failures).
+- without one, its last failed record that ended it stands for it (trial_rows: export's one row
+  per trial, the webhook's counts, the records a replay feeds the search: read_finished): a failed
+  attempt marked `retried` ended nothing, the runner went on to try again;
+- a trial with only interrupted or `retried` records has none: it is unfinished, as resume reads
+  it (store.journal.resume_status), and `orch resume` runs it again. A controller killed during a
+  retry leaves such a trial. The report lists those attempts among its failed attempts, and no
+  reader counts the trial as finished, failed or data.
 
 What is damage, a ConfigError at journal.jsonl:<line> (exit 2): the journal was edited, damaged or
 belongs to another run, and no reader guesses which of its lines to believe:
 - a trial number outside the plan: below 0, or past the plan's last trial in a run that is not a
   hunt (a hunt journals trials past its first wave, which is all plan.json holds);
-- a planned trial whose cell or levels are not the plan's for that trial;
+- a planned trial whose cell or levels are not the plan's for that trial, in a run that is not a
+  hunt: plan.json holds a hunt's first wave in the order foreseen before any result, and the
+  search hands its trials out as results come (it repeats the failing configuration until that
+  fails often enough; N testbeds take the wave in their own order), so trial 1 may be the failing
+  configuration again where plan.json has the clean one;
 - the same (trial, attempt) finished (completed or failed) twice in one session;
 - a finished record after the trial's completed one (a finished trial is never run again).
 A manifest without a plan (a hand-made run.json: plan_trials 0) skips the two plan checks.
@@ -34,24 +45,50 @@ journal of a million duplicated lines is refused at its first duplicate, before 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.core.records import PlannedTrial, RunManifest
+from orchestrator.core.records import EventRecord, PlannedTrial, RunManifest, TrialRecord
 from orchestrator.errors import ConfigError
-from orchestrator.store.journal import TrialRow, TrialRows, read_trial_rows
+from orchestrator.store.journal import TrialRow, TrialRows, iter_records_at, read_trial_rows
 from orchestrator.store.rundir import RunDir
 
 _HINT = "the journal was edited, damaged or belongs to another run; fix or delete this line"
 
 
-def read_run_rows(run_dir: Path, manifest: RunManifest) -> TrialRows:
+def read_run_rows(run_dir: Path, manifest: RunManifest, events: Collection[str] = ()) -> TrialRows:
     """The run's trial rows (none if it never wrote a journal), checked by the rule as they are
-    read. `manifest` must hold the plan (store.manifest.load_manifest's default)."""
+    read, and its events named in `events` (read_trial_rows). `manifest` must hold the plan
+    (store.manifest.load_manifest's default), unless it is a hunt's (not checked against it)."""
     path = RunDir(run_dir).journal
     if not path.exists():
         return TrialRows(rows=[], torn_tail=False)
-    return read_trial_rows(path, TrialCheck(manifest, path))
+    return read_trial_rows(path, TrialCheck(manifest, path), events)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a replay of a run starts from (read_finished)."""
+
+    journal: Path
+    rows: list[TrialRow]  # the row standing for each finished trial (trial_rows), in trial order
+    events: list[EventRecord]  # the events asked for, in journal order
+    next_trial: int  # one past the highest trial number in the journal, unfinished trials included
+
+    def records(self) -> Iterator[TrialRecord]:
+        """The rows' full records, read one at a time as they are iterated: a replay of a
+        100,000-trial run never holds them all."""
+        return iter_records_at(self.journal, self.rows) if self.rows else iter(())
+
+
+def read_finished(run_dir: Path, manifest: RunManifest, events: Collection[str] = ()) -> Finished:
+    """Each finished trial's standing record, by the rule, for the readers that replay a run: the
+    hunt's report and resume's hunt and adaptive sources replay the same records as the live
+    search saw (retried attempts are no trial's end) and refuse the damage the report refuses."""
+    scan = read_run_rows(run_dir, manifest, events)
+    last = max((row.trial for row in scan.rows), default=-1)
+    return Finished(RunDir(run_dir).journal, trial_rows(scan.rows), scan.events, last + 1)
 
 
 class TrialCheck:
@@ -59,10 +96,12 @@ class TrialCheck:
     session (store.journal.RowCheck); raises ConfigError at the first damaged line."""
 
     def __init__(self, manifest: RunManifest, path: Path) -> None:
-        if manifest.plan_trials and not manifest.plan:
+        if manifest.plan_trials and not manifest.plan and not manifest.hunt:  # a hunt's is not checked
             raise ValueError("TrialCheck needs the manifest's plan (load_manifest(run_dir, plan=True))")
         self._path = path
-        self._plan: Mapping[int, PlannedTrial] = {p.trial: p for p in manifest.plan}
+        # a hunt's plan is its first wave as foreseen before any result; the search numbers its
+        # trials as it hands them out, so a hunt's trial i need not be plan.json's trial i
+        self._plan: Mapping[int, PlannedTrial] = {} if manifest.hunt else {p.trial: p for p in manifest.plan}
         self._planned = len(manifest.plan)
         self._bounded = bool(self._planned) and not manifest.hunt  # trials past the plan are damage
         # (trial, attempt) finished in the current session -> its line (int keys, trial << 20 |
@@ -113,21 +152,22 @@ def completed_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
 
 def _completed_by_trial(rows: Iterable[TrialRow], failed: dict[int, TrialRow] | None = None) -> dict[int, TrialRow]:
     """trial -> its completed record (the highest attempt, then the later record); each trial's
-    last failed record goes into `failed` when given."""
+    last failed record that ended it (not `retried`) goes into `failed` when given."""
     chosen: dict[int, TrialRow] = {}
     for row in rows:
         if row.status == "completed":
             held = chosen.get(row.trial)
             if held is None or row.attempt >= held.attempt:
                 chosen[row.trial] = row
-        elif row.status == "failed" and failed is not None:
+        elif row.status == "failed" and not row.retried and failed is not None:
             failed[row.trial] = row
     return chosen
 
 
 def trial_rows(rows: Iterable[TrialRow]) -> list[TrialRow]:
-    """The record that stands for each trial, in trial order: its completed one (as
-    completed_rows), else its last failed one; a trial with only interrupted records has none."""
+    """The record that stands for each finished trial, in trial order: its completed one (as
+    completed_rows), else its last failed one that ended it; an unfinished trial (only
+    interrupted or `retried` records) has none."""
     failed: dict[int, TrialRow] = {}
     completed = _completed_by_trial(rows, failed)
     chosen = failed | completed

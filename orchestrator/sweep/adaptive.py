@@ -28,7 +28,7 @@ the rounds before (pooled over the sweep, as the report does).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, TrialRecord
@@ -47,7 +47,7 @@ class AdaptiveSource(StepSource):
         steps: Sequence[Step],
         done: set[int],
         matrix: Matrix,
-        prior: Sequence[TrialRecord] = (),
+        prior: Iterable[TrialRecord] = (),  # iterated once: resume streams it from the journal
         on_decision: OnDecision | None = None,
         decided: Sequence[EventRecord] = (),
     ) -> None:

@@ -12,7 +12,7 @@ the caller prints. Errors are raised as OrchErrors; the caller maps them to exit
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.core.config import (
@@ -23,18 +23,19 @@ from orchestrator.core.config import (
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
+from orchestrator.core.records import RunManifest
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
 from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, UsageError
-from orchestrator.store.journal import read_journal, read_trial_rows, repair_torn_tail, trial_statuses
+from orchestrator.store.journal import read_trial_rows, repair_torn_tail, trial_statuses
 from orchestrator.store.manifest import load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runlock import run_lock
+from orchestrator.store.runtrials import Finished, read_finished, trial_rows
 from orchestrator.sweep import session
 from orchestrator.sweep.adaptive import AdaptiveSource
 from orchestrator.sweep.apitypes import (
@@ -165,17 +166,18 @@ def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseExceptio
     exc.add_note(f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})")
 
 
-def _design(
-    plan: Plan, done: set[int], prior: Sequence[TrialRecord] = (), decided: Sequence[EventRecord] = ()
-) -> SourceFactory:
+def _design(plan: Plan, done: set[int], journaled: Finished | None = None) -> SourceFactory:
     """Which trial runs next: the plan's in order, or as an adaptive design or a hunt decides
     (resumed from the trials already journaled; an adaptive design also keeps the decisions
-    journaled, so a cell the journal says was decided never runs again)."""
+    journaled, so a cell the journal says was decided never runs again; a hunt numbers its next
+    trials after every trial the journal holds)."""
     matrix = plan.matrix
+    decided = journaled.events if journaled else []
 
     def make(on_decision: OnDecision | None) -> StepSource:
+        prior = journaled.records() if journaled else iter(())  # read as the source replays them
         if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
-            return HuntSource(matrix, prior)
+            return HuntSource(matrix, prior, journaled.next_trial if journaled else None)
         if matrix.adaptive is None:
             return StepSource(list(plan.steps), done)
         return AdaptiveSource(plan.steps, done, matrix, prior, on_decision, decided)
@@ -261,7 +263,7 @@ def _resume_locked(
     torn = journal.exists() and repair_torn_tail(journal)
     done = set(trial_statuses(journal).finished) if journal.exists() else set()
     # adaptive rebuilds its counts and keeps its decisions, a hunt rebuilds its search
-    prior, decided = _journaled(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else ([], [])
+    journaled = _journaled(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else None
     hunting = matrix.hunt is not None  # no total: the search decides how many trials are left
     started = Started(
         manifest.run_id,
@@ -304,7 +306,7 @@ def _resume_locked(
                     locks=locks,
                     resume=True,
                     progress=sink,
-                    source=_design(plan, done, prior, decided),
+                    source=_design(plan, done, journaled),
                 )
             )
         finally:
@@ -348,20 +350,15 @@ def _inventory_of(manifest: RunManifest, run_dir: Path) -> Inventory:
     return inventory
 
 
-def _journaled(run_dir: Path) -> tuple[list[TrialRecord], list[EventRecord]]:
-    """The last finished record of each trial (a resumed run may hold an interrupted one first),
-    and the adaptive decisions the run journaled (cell_decided events), in journal order. A failed
-    attempt that was tried again (`retried`) ended no trial: resume runs that trial again, so the
-    adaptive and hunt sources must not take it as the trial's result."""
-    contents = read_journal(RunDir(run_dir).journal)
-    last: dict[int, TrialRecord] = {}
-    decided: list[EventRecord] = []
-    for r in contents.records:
-        if isinstance(r, TrialRecord) and r.status in ("completed", "failed") and not r.retried:
-            last[r.trial] = r
-        elif isinstance(r, EventRecord) and r.event == "cell_decided":
-            decided.append(r)
-    return [last[k] for k in sorted(last)], decided
+def _journaled(run_dir: Path) -> Finished:
+    """What the adaptive and hunt sources resume from: the record standing for each finished trial
+    by store.runtrials' rule, the one the hunt's report replays too (a failed attempt that was
+    tried again, `retried`, ended no trial: resume runs that trial again), the adaptive decisions
+    journaled (cell_decided events), and the next free trial number. A journal the report refuses
+    (a duplicated line, a trial moved to another cell) is refused here, at its line, before any
+    host is touched: the search would replay whichever of its lines it met last. The sources read
+    the chosen records one at a time as they replay them (Finished.records)."""
+    return read_finished(run_dir, load_manifest(run_dir), ("cell_decided",))
 
 
 # ---------------------------------------------------------------------------- finish
@@ -405,16 +402,15 @@ def _served(run_dir: Path, manifest: RunManifest) -> dict[str, object]:
 
 
 def _final_counts(run_dir: Path) -> tuple[int, int]:
-    """(finished trials, failed among them), by each trial's last finished record; fast on big
-    journals (compact rows, not full records)."""
+    """(finished trials, failed among them), by the record standing for each trial
+    (store.runtrials.trial_rows: a trial cut off during its retry is unfinished, as resume and the
+    webhook count it); fast on big journals (compact rows, not full records). Not checked for
+    damage: the run has ended, and its report says what is wrong at which line."""
     journal = RunDir(run_dir).journal
     if not journal.exists():  # interrupted before the runner began: no trial ran
         return 0, 0
-    last: dict[int, str] = {}
-    for row in read_trial_rows(journal).rows:
-        if row.status in ("completed", "failed"):
-            last[row.trial] = row.status
-    return len(last), sum(status == "failed" for status in last.values())
+    finished = trial_rows(read_trial_rows(journal).rows)
+    return len(finished), sum(row.status == "failed" for row in finished)
 
 
 def _list_running(run_dir: Path) -> None:

@@ -6,14 +6,15 @@ many as the budget pays for gave none, it stops (core.huntplan.observe, core.hun
 since `stop_after_repeated_failures: 0` leaves the runner no other brake.
 
 Resume: the search is deterministic, and its state is the trials' k/n, so a resumed hunt
-replays the journal's finished trials and carries on; trial numbers continue after the last
-one the journal holds. The trials running when a controller died are simply asked for again
-if the search still wants them.
+replays the journal's finished trials (the records store.runtrials picks, which the hunt's report
+replays too) and carries on; trial numbers continue after the last one the journal holds
+(`next_index`: an unfinished trial's number is not given to another configuration). The trials
+running when a controller died are simply asked for again if the search still wants them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from orchestrator.core.model import Matrix
@@ -33,7 +34,7 @@ class HuntSource(StepSource):
     def __init__(
         self,
         matrix: Matrix,
-        prior: Sequence[TrialRecord] = (),
+        prior: Iterable[TrialRecord] = (),
         next_index: int | None = None,
         on_stop: OnStop | None = None,
     ) -> None:
@@ -41,16 +42,22 @@ class HuntSource(StepSource):
 
         super().__init__([], set())
         self.matrix, self.on_stop = matrix, on_stop
-        self.hunt = replay(matrix, prior)
         self.pending: dict[int, int] = {}  # trial index -> configuration, handed out and not back yet
         self.rounds: dict[int, int] = {}  # configuration -> trials handed out (a trial's "round")
-        for record in prior:
-            config = matrix.hunt.config_of(record.levels) if matrix.hunt else None
-            if config is not None:
-                self.rounds[config] = max(self.rounds.get(config, 0), record.round + 1)
-        self.index = next_index if next_index is not None else max((r.trial for r in prior), default=-1) + 1
+        self.index = 0
+        self.hunt = replay(matrix, map(self._noted, prior))  # one pass: resume streams prior from the journal
+        self.index = next_index if next_index is not None else self.index
         self.closed = False
         self.stopped = False
+
+    def _noted(self, record: TrialRecord) -> TrialRecord:
+        """A replayed trial's round and number: the next trial of its configuration, and the next
+        trial number, come after it."""
+        config = self.matrix.hunt.config_of(record.levels) if self.matrix.hunt else None
+        if config is not None:
+            self.rounds[config] = max(self.rounds.get(config, 0), record.round + 1)
+        self.index = max(self.index, record.trial + 1)
+        return record
 
     def next(self) -> Step | None:
         from orchestrator.core.huntplan import hunt_step  # loaded by __init__ (replay) already

@@ -26,7 +26,7 @@ from orchestrator.core.bounded import MiB, read_bounded_bytes
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import OrchError
 from orchestrator.store.atomic import write_json_atomic
-from orchestrator.store.journal import read_journal
+from orchestrator.store.journal import trial_statuses
 from orchestrator.store.manifest import load_manifest, load_plan
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.progress import summarize
@@ -190,14 +190,16 @@ class Tee:
 
 
 def _finished_trials(run_dir: Path) -> set[int]:
+    """The trials resume counts finished, read as resume reads them (trial_statuses: the status
+    index, else each line's head; never every record in full): a failed attempt that was tried
+    again ended no trial, so the trial cut off during its retry is the one running now."""
     path = RunDir(run_dir).journal
     if not path.exists():
         return set()
     try:
-        records = read_journal(path).records
+        return set(trial_statuses(path).finished)
     except OrchError:
         return set()
-    return {r.trial for r in records if isinstance(r, TrialRecord) and r.status in ("completed", "failed")}
 
 
 def _iso(epoch: float) -> str:

@@ -182,27 +182,32 @@ def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
 
 
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
-    """The summary of a run directory: status from the manifest, counts, the result sentence and
-    the reasons to doubt the data, from the report model (the same words as the report)."""
-    # the report stack (pandas, scipy): only when sending
-    from orchestrator.report.build import build_report, result_headline, suspect_reasons
-    from orchestrator.store.journal import load_trials
-    from orchestrator.store.manifest import load_manifest
+    """The summary of a run directory: status, counts, the result sentence and the reasons to doubt
+    the data, from the report's own model of the run on disk (report.render), so every word and
+    number is the report's; a damaged journal is refused as the report refuses it (a ConfigError
+    at journal.jsonl:<line>), never summarized.
 
-    manifest = load_manifest(run_dir)
-    trials, torn = load_trials(run_dir)
-    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
-    finished = {t.trial for t in trials if t.status in ("completed", "failed")}
-    succeeded = {t.trial for t in trials if t.status == "completed"}  # a retried trial counts once
+    Counts are of trials, by store.runtrials' rule: `trials` finished (completed, or failed for
+    good), `failed` those that failed for good; trials - failed is the report's completed count.
+    A trial left unfinished (interrupted, or a failed attempt marked `retried` whose retry a kill
+    cut off) is neither: `orch resume` runs it again. Its attempts are among the report's failed
+    attempts, which the suspect reasons count."""
+    # the report stack (pandas, scipy): only when sending
+    from orchestrator.report.build import result_headline, suspect_reasons
+    from orchestrator.report.render import load_report_and_rows
+    from orchestrator.store.runtrials import trial_rows
+
+    report, rows = load_report_and_rows(run_dir, drilldown_cap=0)
+    finished = trial_rows(rows)
     return Summary(
-        run_id=manifest.run_id,
-        name=manifest.name,
-        status=manifest.status,
+        run_id=report.run_id,
+        name=report.name,
+        status=report.status,
         headline=result_headline(report),
         link=link(run_dir, base_url),
         trials=len(finished),
-        failed=len(finished - succeeded),
-        planned=len(manifest.plan),
+        failed=sum(row.status == "failed" for row in finished),
+        planned=report.planned,
         suspect=suspect_reasons(report),
         changes=_changes(run_dir),
     )

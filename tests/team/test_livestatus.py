@@ -81,6 +81,21 @@ def test_resumed_run_starts_at_the_first_unfinished_trial(tmp_path: Path) -> Non
     assert read(run_dir)["current_trial"] == 4  # 3 was done before the resume
 
 
+def test_a_resumed_run_starts_at_a_trial_cut_off_during_its_retry(tmp_path: Path) -> None:
+    """Trial 1's attempt 1 failed and was journaled `retried`; the controller died in attempt 2.
+    Resume runs trial 1 again, but the status said trial 2 was running (it counted the retried
+    attempt as the trial's end); it reads the journal as resume does now (trial_statuses)."""
+    run_dir, manifest, records = running_run(tmp_path)
+    cut = records[1].model_copy(update={"status": "failed", "retried": True, "metrics": {}})
+    with (run_dir / "journal.jsonl").open("w") as f:
+        for r in (records[0], cut):
+            f.write(r.model_dump_json() + "\n")
+    live = LiveStatus(run_dir)
+    live.start(8, 1)
+    s = read(run_dir)
+    assert (s["done"], s["current_trial"], s["current_cell"]) == (1, 1, manifest.plan[1].cell)
+
+
 def test_an_unwritable_status_never_fails_the_sweep(tmp_path: Path) -> None:
     run_dir, _, records = running_run(tmp_path)
     (run_dir / "status.json").mkdir()  # rename over a directory fails

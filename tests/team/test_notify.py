@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from helpers.report_synth import synthetic_run, write_run
 
-from orchestrator.errors import UsageError
+from orchestrator.cli.main import _finished, main
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.report.build import result_headline, suspect_reasons
+from orchestrator.report.render import load_report
+from orchestrator.store.journal import trial_statuses
+from orchestrator.sweep.apitypes import SweepOutcome
 from orchestrator.team.notify import Summary, Webhook, configured, send, shown, summarize_run
 
 from .helpers import webhook_receiver
@@ -114,8 +119,8 @@ def test_shown_hides_path_and_query() -> None:
 def test_summary_of_a_run_directory(tmp_path: Path) -> None:
     manifest, records = synthetic_run(replicates=1)  # trial 3 failed once, then completed on retry
     assert [r.trial for r in records if r.status == "failed"] == [3]
-    records = records[:-1]  # and the last planned trial failed for good
-    records.append(records[-1].model_copy(update={"trial": 7, "status": "failed", "metrics": {}}))
+    last = records.pop()  # and the last planned trial failed for good (its own cell: the plan's)
+    records.append(last.model_copy(update={"status": "failed", "metrics": {}}))
     run_dir = write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
     s = summarize_run(run_dir, base_url="http://lab:8765/")
     assert (s.run_id, s.name, s.status) == (manifest.run_id, manifest.name, manifest.status)
@@ -123,3 +128,58 @@ def test_summary_of_a_run_directory(tmp_path: Path) -> None:
     assert s.headline and s.link == f"http://lab:8765/{manifest.run_id}/index.html"
     local = summarize_run(run_dir, base_url="")
     assert local.link == (run_dir.resolve() / "index.html").as_uri()
+
+
+def test_a_duplicated_line_is_refused_as_the_report_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The report refused a journal holding a completed line twice (store.runtrials), and the
+    webhook summarized it: `orch notify` now exits 2 naming the line, and posts nothing."""
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, [*records, records[0]])
+    line = len(records) + 2  # after run_started and the records
+    with pytest.raises(ConfigError) as refused:
+        load_report(run_dir)
+    assert refused.value.line == line
+    with pytest.raises(ConfigError) as caught:
+        summarize_run(run_dir, base_url="")
+    assert str(caught.value) == str(refused.value)
+    capsys.readouterr()
+    with webhook_receiver() as rx:
+        assert main(["notify", str(run_dir), "--webhook", rx.url + "/hook"]) == 2
+    assert rx.received == []
+    err = capsys.readouterr().err
+    assert f"journal.jsonl:{line}: trial 0 attempt 1 finished twice" in err and "Traceback" not in err
+
+
+def test_a_sweep_whose_journal_the_report_refuses_keeps_its_exit_code_and_says_why(tmp_path: Path) -> None:
+    """`orch resume --webhook` of a journal holding a duplicated line runs (resume reads only each
+    trial's status) and its report is refused; the webhook summary, refused the same way, turned
+    the sweep's exit code into 2 and sent nothing. The webhook now says why there is no summary."""
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, [*records, records[0]])
+    outcome = SweepOutcome(run_dir, manifest.run_id, "completed", 8, 0, 8, report_error="refused")
+    with webhook_receiver() as rx:
+        assert _finished(outcome, [Webhook.parse(rx.url + "/hook")]) == 0
+    ((_, body),) = rx.received
+    assert body["status"] == "error" and body["name"] == manifest.run_id  # type: ignore[index]
+    assert "journal.jsonl:10: trial 0 attempt 1 finished twice" in body["headline"]  # type: ignore[index]
+
+
+def test_a_trial_cut_off_during_its_retry_is_unfinished_as_for_resume_and_the_report(tmp_path: Path) -> None:
+    """The last trial's attempt 1 failed and was journaled `retried`, then the controller was
+    killed during attempt 2. Resume runs that trial again and the report counts it nowhere but
+    among its failed attempts; the webhook counted it as a finished, failed trial (16/16 trials,
+    1 failed). Its counts, headline and suspect reasons are the report's own now."""
+    manifest, records = synthetic_run(replicates=2)  # trials 3 and 9 failed once, then completed
+    *done, last = records
+    cut = last.model_copy(update={"status": "failed", "retried": True, "metrics": {}, "failure": records[3].failure})
+    run_dir = write_run(tmp_path / manifest.run_id, manifest.model_copy(update={"status": "interrupted"}), [*done, cut])
+    s = summarize_run(run_dir, base_url="")
+    report = load_report(run_dir)
+    finished = trial_statuses(run_dir / "journal.jsonl").finished
+    assert (s.trials, s.failed, s.planned) == (len(finished), 0, report.planned) == (15, 0, 16)
+    assert s.trials - s.failed == report.completed
+    assert s.headline == result_headline(report) and s.suspect == suspect_reasons(report)
+    assert "3 trial attempt(s) failed" in s.suspect[0]  # trials 3 and 9 once each, and the cut-off attempt
+    assert "15/16 trials, 0 failed" in s.text()

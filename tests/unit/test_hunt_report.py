@@ -8,17 +8,26 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
-from orchestrator.core.config import read_matrix
+import pytest
+
+from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.hunt import Culprit, Hunt
-from orchestrator.core.huntplan import settings_of
+from orchestrator.core.huntplan import hunt_plan, replay, settings_of
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.stats import wilson_interval
+from orchestrator.errors import ConfigError
+from orchestrator.report import hunt as hunt_module
 from orchestrator.report.hunt import HuntReport, build_report, hunt_report, render, summary_lines, trial_counts
+from orchestrator.report.render import load_report
 from orchestrator.store.journal import Journal
 from orchestrator.store.manifest import save_manifest
+from orchestrator.store.planrecord import make_manifest
 from orchestrator.store.rundir import RunDir
+from orchestrator.sweep import api
+from orchestrator.sweep.hunt import HuntSource
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = (1 << 16) - 1  # every suspect at its failing level
@@ -235,3 +244,72 @@ def test_no_flag_explains_it_only_when_the_clean_configuration_failed_on_its_own
         assert (f"  {claim} (24/80 sessions failed)" in lines) is stated, lines
         assert stated or not [line for line in lines if "fails too" in line], lines
         assert stated or "  the all-clean configuration: 0/80 sessions failed (passes)" in lines, lines
+
+
+def _hunt_run(tmp_path: Path, m: Matrix, extra: list[TrialRecord]) -> Path:
+    """An interrupted hunt's run folder: five finished trials, then `extra`, then the interrupt."""
+    save_manifest(tmp_path, interrupted_manifest(m))
+    with Journal(RunDir(tmp_path).journal) as journal:
+        for r in [EventRecord(run_id="h", event="run_started", at=STAMP), *five_trials(m), *extra]:
+            journal.append(r)
+        journal.append(EventRecord(run_id="h", event="run_interrupted", at=STAMP, message="killed"))
+    return tmp_path
+
+
+def test_the_report_and_resume_replay_the_same_records_of_a_trial_cut_off_during_its_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trial 5's attempt 1 failed and was journaled `retried`; the controller died during attempt 2.
+    Resume's replay leaves the trial out (it runs it again) but the hunt report replayed "the last
+    finished record of each trial", so it counted a trial that gave no data, and resume numbered
+    its next trial 5 again. Both now read the journal by store.runtrials' rule."""
+    m = matrix()
+    cut = trial(m, 5, FULL ^ 8, 0, status="failed").model_copy(update={"retried": True})
+    run = _hunt_run(tmp_path, m, [cut])
+    replayed: list[list[TrialRecord]] = []
+
+    def spy(matrix: Matrix, records: list[TrialRecord]) -> Hunt:
+        replayed.append(list(records))
+        return replay(matrix, records)
+
+    monkeypatch.setattr(hunt_module, "replay", spy)
+    report = hunt_report(run)
+    assert report is not None and report.ended == "killed"
+    resumed = api._journaled(run)
+    prior = list(resumed.records())
+    assert replayed == [prior] and [r.trial for r in prior] == [0, 1, 2, 3, 4]
+    source = api._design(SimpleNamespace(matrix=m), set(), resumed)(None)  # type: ignore[arg-type]
+    assert isinstance(source, HuntSource) and source.index == 6  # after every trial the journal holds
+    assert source.hunt.empty == 0 and source.hunt.trials == 5
+
+
+@pytest.mark.parametrize("reader", ["report", "resume"])
+def test_a_damaged_hunt_journal_is_refused_at_its_line(tmp_path: Path, reader: str) -> None:
+    """A completed trial journaled twice (line 7 repeats line 3): the hunt report and resume's
+    replay took the last copy as the trial's; both refuse it now, as the run's report does."""
+    m = matrix()
+    run = _hunt_run(tmp_path, m, [five_trials(m)[1]])
+    with pytest.raises(ConfigError) as caught:
+        hunt_report(run) if reader == "report" else api._journaled(run)
+    assert caught.value.line == 7 and "trial 1 attempt 1 finished twice (also line 3)" in str(caught.value)
+
+
+def test_a_hunt_whose_failing_configuration_needed_a_second_trial_is_no_damage(tmp_path: Path) -> None:
+    """The live search ran the failing configuration again as trial 1 (its first trial showed no
+    failure), where plan.json's first wave has the clean one: the run's report refused the hunt's
+    own journal as damaged at line 3. The report, the hunt page and resume all read it now."""
+    m = matrix()
+    inventory = read_inventory(REPO / "inventory" / "local.yaml")
+    save_manifest(tmp_path, make_manifest(hunt_plan(m, inventory.testbed(None), 1), inventory, "h", STAMP))
+    live = HuntSource(m)
+    with Journal(RunDir(tmp_path).journal) as journal:
+        journal.append(EventRecord(run_id="h", event="run_started", at=STAMP))
+        for k in (0, 3, 0):
+            step = live.next()
+            assert step is not None
+            record = trial(m, step.trial.index, m.hunt.config_of(dict(step.trial.cell.levels)), k)  # type: ignore[union-attr, arg-type]
+            journal.append(record)
+            live.record(record)
+    assert [r.levels == dict(m.hunt.levels(FULL)) for r in api._journaled(tmp_path).records()] == [True, True, False]  # type: ignore[union-attr]
+    assert load_report(tmp_path).completed == 3
+    assert hunt_report(tmp_path) is not None

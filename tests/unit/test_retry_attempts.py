@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
+from orchestrator.core.inventory import Inventory
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandInterrupted
 from orchestrator.store.journal import read_journal, trial_statuses
+from orchestrator.store.manifest import save_manifest
+from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep.api import _final_counts, _journaled
 from orchestrator.sweep.hosts import HostGuard
 
@@ -127,7 +130,10 @@ def test_a_controller_killed_during_a_retry_leaves_the_trial_to_resume(
             (journal.parent / (journal.name + ".idx")).unlink()
         statuses = trial_statuses(journal)
         assert (statuses.finished, statuses.interrupted) == (frozenset(), frozenset({0}))
-    assert _journaled(run_dir)[0] == []  # nothing for the adaptive or hunt sources to take as a result
+    inventory = Inventory({plan.testbed.name: plan.testbed}, "inventory.yaml", "")
+    save_manifest(run_dir, make_manifest(plan, inventory, "fake-run", "2026-12-05T00:00:00.000Z"))
+    assert list(_journaled(run_dir).records()) == []  # nothing for the adaptive or hunt sources to take as a result
+    assert _final_counts(run_dir) == (0, 0)  # the outcome counts it neither finished nor failed (was (1, 1))
     resumed = runner_for(bed, plan, run_dir, infra_attempts=2).execute(set(), resume=True)
     assert (resumed.completed, resumed.failed) == (2, 0)
     assert trial_statuses(journal).finished == {0, 1}
