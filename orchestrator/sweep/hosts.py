@@ -73,19 +73,21 @@ class HostGuard:
         before it exists edited nothing, so resume takes a fresh backup and restore has nothing
         to put back."""
         folder = self.backup_dir
-        run_file_op(
-            folder.path, "cannot create the backup folder", lambda: folder.path.mkdir(parents=True, exist_ok=True)
-        )
+        run_file_op(folder.path, "cannot create the backup folder", lambda: _private_folders(folder))
         for role, h in self.deployment.hosts.items():
             pause_for_tests("BACKUP")
             original = h.transport.read_bytes(h.host.env_file)
-            write_bytes_atomic(folder.env(role), original, what="cannot write")
-            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), original)
+            write_bytes_atomic(folder.env(role), original, mode=BACKUP_MODE, what="cannot write")
+            h.transport.write_bytes_atomic(
+                host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file
+            )
             active = {u: h.services.state(u).is_active for u in h.units}
             running_on = {u: original for u, up in active.items() if up}
             self.states[role] = HostState(original, active, clock_offset=clock_offset(h), running_on=running_on)
         units = {role: s.active for role, s in self.states.items()}
-        write_bytes_atomic(folder.units_json, json.dumps(units, indent=1).encode(), what="cannot write")
+        write_bytes_atomic(
+            folder.units_json, json.dumps(units, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
+        )
 
     def adopt(self) -> bool:
         """Load the originals saved by an earlier (killed) process, for resume and `orch restore`.
@@ -194,7 +196,9 @@ class HostGuard:
         cell as its originals."""
         for role, state in self.states.items():
             h = self.deployment.hosts[role]
-            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), state.original)
+            h.transport.write_bytes_atomic(
+                host_backup_path(h.host.env_file, self.run_id), state.original, like=h.host.env_file
+            )
             self.adopted.discard(role)  # in this run's hands again
 
     def discard_host_backups(self) -> None:
@@ -365,6 +369,20 @@ def remove_run_files(h: HostHandle, run_id: str) -> None:
 REMOVE_RUN_FILES = (
     'rm -f -- "$2"; p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
 )
+
+
+# The run folder's copies of the originals hold real values (a token in an env file: restore must
+# write it back), so unlike the run's other files, which mask secrets, they are the owner's alone.
+BACKUP_MODE = 0o600
+BACKUP_FOLDER_MODE = 0o700
+
+
+def _private_folders(backup: BackupDir) -> None:
+    """backup/ (and a parallel run's backup/<testbed>/) made, or tightened, to 0700: an earlier
+    process (or an older orch) may have left one wider."""
+    for folder in backup.folders:
+        folder.mkdir(mode=BACKUP_FOLDER_MODE, parents=True, exist_ok=True)
+        folder.chmod(BACKUP_FOLDER_MODE)
 
 
 # The originals orch saved: env files (a few KiB; a host refuses to hand over more than its
