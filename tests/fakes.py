@@ -143,7 +143,7 @@ class FakeTransport:
 
     def allow_file_commands(self) -> None:
         """Script the few file commands orch's edges run (`true`, `test -w`, `cat`, `rm -f`, the
-        lock's noclobber create and takeover), acting on the in-memory files. Everything else stays refused."""
+        lock's exclusive create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
         self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
