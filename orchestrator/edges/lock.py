@@ -45,10 +45,12 @@ NOT_WRITTEN = 7  # CREATE's and TAKE_OVER's: the host refused to write the holde
 def _write_temp(holder: str) -> str:
     """Shell: t = a new temp file beside the lock ($2) holding `holder` ("$1", "$3") and a newline,
     or exit NOT_WRITTEN having removed it. `env printf`: the shell's printf says only "I/O error"
-    when the disk is full, coreutils' says why."""
+    when the disk is full, coreutils' says why. The umask's mode, as a `>` would have made it
+    (not mktemp's 0600): a controller logging in as another user must still read who holds it."""
     return (
         f't=$(mktemp -- "$2.new-XXXXXX") || exit {NOT_WRITTEN}; '
-        f'env printf "%s\\n" {holder} > "$t" || {{ rm -f -- "$t"; exit {NOT_WRITTEN}; }}; '
+        f'{{ env printf "%s\\n" {holder} > "$t" && chmod "$(printf %o $((0666 & ~0$(umask))))" -- "$t"; }} '
+        f'|| {{ rm -f -- "$t"; exit {NOT_WRITTEN}; }}; '
     )
 
 

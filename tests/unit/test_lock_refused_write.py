@@ -61,6 +61,10 @@ def test_a_lock_the_disk_cannot_hold_is_not_left_behind_and_the_error_says_why(t
     assert not lock.held
     lock = _lock_on(tmp_path, LocalTransport())  # space again: the testbed is free, nothing to break
     lock.acquire()
+    umask = os.umask(0)
+    os.umask(umask)
+    # readable as a shell's `>` made it, not mktemp's 0600: another login user must see the holder
+    assert (tmp_path / "decode.env.orch-lock").stat().st_mode & 0o777 == 0o666 & ~umask
     lock.release()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode.env"]
 
