@@ -64,6 +64,7 @@ class HostGuard:
         self.adopted: set[str] = set()
         self.untouched: dict[str, str] = {}  # role -> env file: restored before, changed since, left as is
         self.already: set[str] = set()  # roles restored before and still original: nothing was done
+        self.host_lines: list[str] = []  # what the restore found on those hosts, for the caller's summary
         self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
 
     def backup(self) -> None:
@@ -213,7 +214,8 @@ class HostGuard:
         A unit originally active is restarted only when its file differed from the original
         here, or orch wrote a non-original file since it last restarted it on the original one.
 
-        Returns the roles that could not be restored (empty when all is well). A second Ctrl-C
+        Returns the roles that could not be restored (empty when all is well; each one's failure is
+        noted as it happens, the summary line is the caller's to show once). A second Ctrl-C
         (or a SIGTERM) during the restore skips only the host being restored: the others are
         still restored, and what is left is said with the command that finishes it. In a runner
         thread of a parallel sweep, which no signal reaches, the main thread asks for that skip
@@ -239,9 +241,7 @@ class HostGuard:
                     left.append(role)
                     self.progress.note(f"restore of {role} failed: {exc}")
                 break
-        if left:
-            self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {run_dir}")
-        return left
+        return left  # what is left, and how to finish, is said once, by whoever ends the command
 
     def skip_current(self) -> str | None:
         """Give up waiting for the host being restored (a runner thread's restore only): restore()
@@ -297,10 +297,10 @@ class HostGuard:
         if self.restored_before(role):
             if h.transport.read_bytes(h.host.env_file) == state.original:
                 self.already.add(role)
-                self.progress.note(f"{h.host.label}: restored already; nothing to do")
+                self.host_lines.append(f"{h.host.label}: restored already; nothing to do")
             else:  # the edit since is not ours
                 self.untouched[role] = h.host.env_file
-                self.progress.note(
+                self.host_lines.append(
                     f"{h.host.label}: already restored; not touched (the file changed since: {h.host.env_file})"
                 )
             return
