@@ -16,6 +16,7 @@ from fakes import REPRO_OUTPUT, Reply
 from helpers.parallel_fakes import Fleet, install, write_files
 
 from orchestrator.cli import main as cli
+from orchestrator.core.config import read_inventory
 from orchestrator.errors import JournalError
 from orchestrator.sweep.hosts import host_backup_path
 from orchestrator.sweep.runner import RunResult, _raise_first_failure
@@ -56,7 +57,36 @@ def _decode_unit_breaks_after(fleet: Fleet, trials: int, then: BaseException | N
 
 def _run(tmp_path: Path, run_id: str) -> list[str]:
     m, i = tmp_path / "m.yaml", tmp_path / "inv.yaml"
-    return ["run", str(m), "-i", str(i), "--out", str(tmp_path / "reports"), "--run-id", run_id, "--skip-preflight"]
+    return [
+        "run",
+        str(m),
+        "-i",
+        str(i),
+        "--out",
+        str(tmp_path / "reports"),
+        "--run-id",
+        run_id,
+        "--skip-preflight",
+        "--retries",
+        "0",
+    ]
+
+
+def _fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
+    """Testbed A of the fakes, with its inventory and matrix in tmp_path."""
+    fleet = Fleet(ENV)
+    install(monkeypatch, fleet)
+    write_files(tmp_path, MATRIX, ["A"])
+    return fleet
+
+
+def _rmunit(tmp_path: Path, fleet: Fleet, error: BaseException | None = None) -> int:
+    """`orch run --run-id rmunit` whose decode unit file is removed during its third trial; the
+    hosts are left as that run left them (the repro hook removed)."""
+    _decode_unit_breaks_after(fleet, 2, error)
+    code = cli.main(_run(tmp_path, "rmunit"))
+    fleet.repro_hook = None
+    return code
 
 
 def _fix(fleet: Fleet) -> None:
@@ -68,13 +98,10 @@ def _fix(fleet: Fleet) -> None:
 def test_a_failed_restore_is_said_once_and_the_next_run_says_what_the_host_holds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], ends_on: str
 ) -> None:
-    fleet = Fleet(ENV)
-    install(monkeypatch, fleet)
-    write_files(tmp_path, MATRIX, ["A"])
+    fleet = _fleet(tmp_path, monkeypatch)
     error = JournalError("journal.jsonl: No space left on device") if ends_on == "error" else None
-    _decode_unit_breaks_after(fleet, 2, error)
     run_dir = tmp_path / "reports" / "rmunit"
-    code = cli.main(_run(tmp_path, "rmunit"))
+    code = _rmunit(tmp_path, fleet, error)
     said = capsys.readouterr()
     assert code == 1, said
     line = f"NOT restored: decode; finish with: orch restore {run_dir}"
@@ -84,7 +111,6 @@ def test_a_failed_restore_is_said_once_and_the_next_run_says_what_the_host_holds
     assert fleet.file("A", "decode") == ENV["decode"].encode()  # written back before the unit failed
     assert host_backup_path("/etc/orch/decode.env", "rmunit") in decode.files
 
-    fleet.repro_hook = None
     assert cli.main(_run(tmp_path, "next")) == 2
     refused = capsys.readouterr().err
     assert "still holds the changes" not in refused, refused
@@ -99,10 +125,8 @@ def test_a_host_that_still_holds_the_runs_changes_is_named_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """prefill holds its original (the run never edits it), decode a cell: decode is the one named."""
-    fleet = Fleet(ENV)
-    install(monkeypatch, fleet)
-    write_files(tmp_path, MATRIX, ["A"])
-    assert cli.main(_run(tmp_path, "first")) == 0
+    fleet = _fleet(tmp_path, monkeypatch)
+    fleet.connect(read_inventory(tmp_path / "inv.yaml").testbed("A"))  # the hosts, as they are
     for role in ENV:  # as a kill -9 left them: host-side copies, and decode holding a cell
         fleet.transports[("A", role)].files[host_backup_path(f"/etc/orch/{role}.env", "k9")] = ENV[role].encode()
     fleet.transports[("A", "decode")].files["/etc/orch/decode.env"] = b"D=2\n"
@@ -116,13 +140,9 @@ def test_a_host_that_still_holds_the_runs_changes_is_named_first(
 def test_orch_restore_shows_each_host_restored_before_on_stdout_before_its_summary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fleet = Fleet(ENV)
-    install(monkeypatch, fleet)
-    write_files(tmp_path, MATRIX, ["A"])
-    _decode_unit_breaks_after(fleet, 2)
+    fleet = _fleet(tmp_path, monkeypatch)
     run_dir = tmp_path / "reports" / "rmunit"
-    assert cli.main(_run(tmp_path, "rmunit")) == 1
-    fleet.repro_hook = None
+    assert _rmunit(tmp_path, fleet) == 1
     _fix(fleet)  # the unit file is back
     capsys.readouterr()
     assert cli.main(["restore", str(run_dir)]) == 0
