@@ -103,12 +103,20 @@ class Call:
     stop: threading.Event | None = field(default=None, compare=False)  # run: the Event it was given
 
 
+NEW_FILE_MODE = 0o644  # what a host with umask 022 gives a file created without more care
+WRITER = "root:root"  # who a fake host's writes are made by
+
+
 class FakeTransport:
-    """The Transport protocol in memory: files by path, scripted commands, a call log."""
+    """The Transport protocol in memory: files by path, scripted commands, a call log. Each file
+    also has a mode and an owner (`mode_of`, `set_mode`), kept by writes as the real transports
+    keep them: an existing file keeps its own, a new one gets NEW_FILE_MODE, a copy written with
+    `like=` takes its source's (0600 if the source is gone)."""
 
     def __init__(self, host: str = "fake", files: Mapping[str, bytes | str] | None = None) -> None:
         self.host = host
         self.files: dict[str, bytes] = {p: _bytes(d) for p, d in (files or {}).items()}
+        self.modes: dict[str, tuple[int, str]] = {}  # path -> (mode, "owner:group"); default: new file's
         self.calls: list[Call] = []
         self.refused: list[str] = []  # unscripted commands, kept even if the caller swallowed the error
         self.closed = False
@@ -135,7 +143,7 @@ class FakeTransport:
 
     def allow_file_commands(self) -> None:
         """Script the few file commands orch's edges run (`true`, `test -w`, `cat`, `rm -f`, the
-        lock's noclobber create and takeover), acting on the in-memory files. Everything else stays refused."""
+        lock's exclusive create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
         self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
@@ -145,6 +153,16 @@ class FakeTransport:
         self.script(("sh", "-c", LOCK_TAKE_OVER), self._take_over)
         self.script(("sh", "-c", LOCK_READ), self._read_lock)
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
+
+    def set_mode(self, path: str, mode: int, owner: str = WRITER) -> None:
+        """Give a file a mode and an owner ("user:group"), as chmod and chown would."""
+        with self._lock:
+            self.modes[path] = (mode, owner)
+
+    def mode_of(self, path: str) -> tuple[int, str]:
+        """(mode, "owner:group") of a file: as set, as a write left it, else a new file's."""
+        with self._lock:
+            return self.modes.get(path, (NEW_FILE_MODE, WRITER))
 
     def commands(self) -> list[str]:
         """The commands run so far, in order."""
@@ -192,9 +210,13 @@ class FakeTransport:
                 raise TransportError(self.host, f"cannot read {path}: No such file or directory")
             return self.files[path]
 
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
         with self._lock:
             self.calls.append(Call("write", path))
+            if like is not None:
+                self.modes[path] = self.mode_of(like) if like in self.files else (0o600, WRITER)
+            elif path not in self.files:  # created: whatever mode a path of that name had is gone
+                self.modes[path] = (NEW_FILE_MODE, WRITER)
             self.files[path] = bytes(data)
 
     def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:

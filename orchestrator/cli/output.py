@@ -57,6 +57,8 @@ def show_outcome(outcome: SweepOutcome) -> None:
 
 def show_restore(outcome: RestoreOutcome) -> None:
     for tb in outcome.testbeds:
+        for line in tb.host_lines:  # hosts restored before, one line each, then the testbed's summary
+            out.print(line, markup=False)
         if tb.not_restored:
             err.print(
                 f"not restored: {', '.join(tb.not_restored)}; run `orch restore {outcome.run_dir}` again to finish",

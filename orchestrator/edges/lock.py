@@ -1,10 +1,16 @@
 """One sweep per testbed at a time: a lock file beside every env file the sweep edits (EDGE).
 
-The lock is created atomically on each host (the shell's noclobber ``>`` is an O_EXCL create), so
-two controllers racing for the same testbed cannot both win, whichever machine they run on. It
-holds who took it: run id, testbed, user, pid, controller host, start time. A lock whose owner is
-dead (same controller host, pid gone) is *stale*: it is reported, and broken only when the user says
-so. A resumed run takes over the lock of its own run id (and testbed).
+The lock is created atomically on each host, so two controllers racing for the same testbed cannot
+both win, whichever machine they run on: its text is written to a temp file first, which is then
+hard-linked to the lock's name (link() fails if the name exists, like an O_EXCL create). Why not
+the shell's noclobber ``>``: it creates the file before writing it, so a full disk left an empty
+lock that blocked the testbed for good, named "run unknown". Now a lock appears whole or not at
+all, and a write the host refuses leaves nothing behind and says so. It holds who took it: run
+id, testbed, user, pid, controller host, start time. A lock whose owner is dead (same controller
+host, pid gone) is *stale*: it is reported, and broken only when the user says so. A resumed run
+takes over the lock of its own run id (and testbed). A lock file that names no holder (empty,
+from an older orch's failed write, or not orch's JSON) is reported as what it is, and
+--break-lock takes it.
 
 Taking a lock over is a compare-and-swap on the host (TAKE_OVER): the lock file is renamed aside,
 which only one controller can do, and replaced only if the renamed file still names the holder that
@@ -12,9 +18,9 @@ controller read. Why: a read followed by an overwrite (or a remove and a create)
 that started together (two `orch resume` of one killed run, two `--break-lock`) both win.
 
 Every lock command has a timeout, and a lock path that exists but is not a regular file (a FIFO, a
-device, a link to one, a link that leads nowhere) is refused, never opened: noclobber only refuses
-regular files, so a FIFO would block the create (no reader) and a plain `cat` (no writer), and a
-link to /dev/zero would never end. The lock file is read with a bounded `head -c`.
+device, a link to one, a link that leads nowhere) is refused, never opened: a FIFO would block a
+write (no reader) and a plain `cat` (no writer), and a link to /dev/zero would never end. The lock
+file is read with a bounded `head -c`.
 """
 
 from __future__ import annotations
@@ -33,11 +39,28 @@ from orchestrator.errors import LockError, OrchError
 LOCK_TIMEOUT_S = 30.0  # a create, a read, a rename: instant on a healthy host, even over SSH
 MAX_LOCK_BYTES = 64 * 1024  # a lock is one JSON line of a few hundred bytes
 NOT_REGULAR = 6  # READ's exit code when the lock path exists but is not a regular file
+NOT_WRITTEN = 7  # CREATE's and TAKE_OVER's: the host refused to write the holder (disk full?)
+
+
+def _write_temp(holder: str) -> str:
+    """Shell: t = a new temp file beside the lock ($2) holding `holder` ("$1", "$3") and a newline,
+    or exit NOT_WRITTEN having removed it. `env printf`: the shell's printf says only "I/O error"
+    when the disk is full, coreutils' says why. The umask's mode, as a `>` would have made it
+    (not mktemp's 0600): a controller logging in as another user must still read who holds it."""
+    return (
+        f't=$(mktemp -- "$2.new-XXXXXX") || exit {NOT_WRITTEN}; '
+        f'{{ env printf "%s\\n" {holder} > "$t" && chmod "$(printf %o $((0666 & ~0$(umask))))" -- "$t"; }} '
+        f'|| {{ rm -f -- "$t"; exit {NOT_WRITTEN}; }}; '
+    )
+
 
 # $1: the holder, $2: the lock. Anything already at $2 (a regular file or not) fails the create
-# without opening it: READ then says who holds it, or that it is not a lock file at all.
+# without opening it: READ then says who holds it, or that it is not a lock file at all. The lock
+# appears whole, by a hard link of the written temp file (ln fails if $2 exists).
 CREATE = (
-    '{ [ -e "$2" ] || [ -L "$2" ]; } && { echo "$2: File exists" >&2; exit 1; }; set -C; printf "%s\\n" "$1" > "$2"'
+    '{ [ -e "$2" ] || [ -L "$2" ]; } && { echo "$2: File exists" >&2; exit 1; }; '
+    + _write_temp('"$1"')
+    + 'ln -- "$t" "$2"; rc=$?; rm -f -- "$t"; exit $rc'
 )
 # $1: the lock, $2: at most this many bytes. Exit 0: its text; 1: no lock (or unreadable);
 # 6 (NOT_REGULAR): something that is not a regular file is there. `[ -f ]` follows links.
@@ -47,12 +70,13 @@ READ = (
 )
 # $1: the holder as read (its text without the final newline), $2: the lock, $3: the new holder.
 # Exit 0: taken over; 3: the lock is gone (someone took it first); 4: it names another holder now
-# (put back as it was); 5: someone created a new lock between the rename and the create.
+# (put back as it was); 5: someone created a new lock between the rename and the create;
+# 7 (NOT_WRITTEN): the new holder could not be written (nothing was touched).
 TAKE_OVER = (
-    'aside="$2.orch-stale.$$"; mv -f "$2" "$aside" 2>/dev/null || exit 3; '
+    _write_temp('"$3"') + 'aside="$2.orch-stale.$$"; mv -f "$2" "$aside" 2>/dev/null || { rm -f -- "$t"; exit 3; }; '
     'if [ ! -f "$aside" ] || [ "$(cat "$aside")" != "$1" ]; then '
-    'ln "$aside" "$2" 2>/dev/null; rm -f "$aside"; exit 4; fi; '
-    'rm -f "$aside"; set -C; printf "%s\\n" "$3" > "$2" 2>/dev/null || exit 5'
+    'ln "$aside" "$2" 2>/dev/null; rm -f "$aside" "$t"; exit 4; fi; '
+    'rm -f "$aside"; ln -- "$t" "$2" 2>/dev/null; rc=$?; rm -f -- "$t"; [ "$rc" -eq 0 ] || exit 5'
 )
 
 
@@ -86,6 +110,29 @@ class LockInfo:
         except PermissionError:
             return False
         return _is_zombie(self.pid)  # killed, but its parent never reaped it
+
+
+EMPTY_LOCK = "an empty lock file, left by a write that failed; no run holds it"
+FOREIGN_LOCK = "not a lock orch wrote (no run, user or pid can be read from it); no run holds it"
+
+
+@dataclass(frozen=True)
+class NoHolder(LockInfo):
+    """A lock file that names no holder: empty (an older orch's noclobber create whose write the
+    host refused) or not the JSON orch writes. Nothing is known of a holder, so it is neither
+    "run unknown on another controller" (which sent users to remove it by hand) nor anyone's:
+    --break-lock takes it, as it takes a dead run's lock."""
+
+    why: str = EMPTY_LOCK
+
+    def describe(self) -> str:
+        return self.why
+
+    def is_me(self) -> bool:
+        return False
+
+    def is_stale(self) -> bool:
+        return True
 
 
 def lock_path(handle: HostHandle, testbed: str) -> str:
@@ -166,6 +213,7 @@ class TestbedLock:
             res = _run(handle, ["sh", "-c", CREATE, "orch-lock", payload, path])
             if res.ok:
                 return
+            _refused_write(handle, path, res)
             read = self._read_text(handle, path)
             if read is None:
                 raise LockError(f"{handle.host.label}: cannot create lock {path}: {res.stderr.strip()}")
@@ -176,6 +224,7 @@ class TestbedLock:
             swap = _run(handle, ["sh", "-c", TAKE_OVER, "orch-lock", text.rstrip("\n"), path, payload])
             if swap.ok:
                 return
+            _refused_write(handle, path, swap)
         raise LockError(f"{handle.host.label}: lost the race for {path} to another controller; try again")
 
     def _held_by_me(self, holder: LockInfo) -> bool:
@@ -184,6 +233,12 @@ class TestbedLock:
         return same and holder.same_testbed(self.info)
 
     def _held_message(self, handle: HostHandle, holder: LockInfo) -> str:
+        if isinstance(holder, NoHolder):
+            return (
+                f"testbed {self.deployment.testbed.name!r} cannot be locked on {handle.host.label}: "
+                f"{lock_path(handle, self.deployment.testbed.name)} is {holder.describe()} "
+                "(rerun with --break-lock to replace it, or remove it by hand)"
+            )
         base = f"testbed {self.deployment.testbed.name!r} is locked on {handle.host.label} by {holder.describe()}"
         if holder.run_id == self.info.run_id and holder.is_me() and not holder.same_testbed(self.info):
             return (
@@ -218,7 +273,7 @@ class TestbedLock:
         directory when a run is there (a lock taken by a resume, or by an older orch)."""
         if holder.run_dir:
             return holder.run_dir
-        if not self.info.run_dir or holder.run_id == "unknown":
+        if not self.info.run_dir:
             return None
         guess = Path(self.info.run_dir).parent / holder.run_id
         return str(guess) if (guess / "run.json").is_file() else None
@@ -239,10 +294,33 @@ class TestbedLock:
             )
         if not res.ok:
             return None
-        try:
-            return res.stdout, LockInfo(**json.loads(res.stdout))
-        except (ValueError, TypeError):
-            return res.stdout, LockInfo("unknown", "unknown", 0, "unknown", "unknown")
+        return res.stdout, _holder(res.stdout)
+
+
+def _holder(text: str) -> LockInfo:
+    """Who a lock file names; NoHolder when it is empty or not the JSON orch writes."""
+    if not text.strip():
+        return NoHolder("", "", 0, "", "")
+    try:
+        info = LockInfo(**json.loads(text))
+    except (ValueError, TypeError):
+        return NoHolder("", "", 0, "", "", why=FOREIGN_LOCK)
+    texts = (info.run_id, info.user, info.controller, info.started, info.testbed, info.run_dir)
+    if type(info.pid) is not int or not all(isinstance(t, str) for t in texts):
+        return NoHolder("", "", 0, "", "", why=FOREIGN_LOCK)
+    return info
+
+
+def _refused_write(handle: HostHandle, path: str, res: Result) -> None:
+    """A lock command that could not write the holder (NOT_WRITTEN) left nothing behind: say that
+    the host refused the write, and why, instead of looking for a holder."""
+    if res.exit_code != NOT_WRITTEN:
+        return
+    why = (res.stderr.strip().splitlines() or ["no reason given"])[-1]
+    raise LockError(
+        f"{handle.host.label}: cannot write lock {path}: the host refused the write ({why}); nothing was "
+        "left behind (free space there, or make the folder writable, then run again)"
+    )
 
 
 def _run(handle: HostHandle, argv: list[str]) -> Result:

@@ -51,6 +51,12 @@ class BackupDir:
     """Where a sweep keeps the hosts' original env files and unit states."""
 
     path: Path
+    within: Path | None = None  # backup/, when `path` is one testbed's backup/<testbed>/ in it
+
+    @property
+    def folders(self) -> tuple[Path, ...]:
+        """Every folder of the backup, outermost first: each holds (or leads to) the originals."""
+        return (self.path,) if self.within is None else (self.within, self.path)
 
     @property
     def units_json(self) -> Path:
@@ -155,7 +161,8 @@ class RunDir:
 
     def backup(self, testbed: str = "") -> BackupDir:
         """backup/, or backup/<testbed>/ for one testbed of a parallel sweep."""
-        return BackupDir(self.path / BACKUP / testbed if testbed else self.path / BACKUP)
+        root = self.path / BACKUP
+        return BackupDir(root / testbed, within=root) if testbed else BackupDir(root)
 
     @property
     def backup_root(self) -> Path:

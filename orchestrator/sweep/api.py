@@ -502,6 +502,7 @@ def _restore_testbed(
         tuple(left),
         untouched=tuple(guard.untouched),
         already=tuple(r for r in deployment.hosts if r in guard.already),
+        host_lines=tuple(guard.host_lines),
     )
 
 

@@ -154,6 +154,9 @@ class TestbedRestore:
     error: str | None = None  # a parallel run: why none of its hosts was restored (down, lock held)
     untouched: tuple[str, ...] = ()  # restored before and edited since: left as they are
     already: tuple[str, ...] = ()  # restored before and still original: nothing was done
+    # one line per host restored before ("HOST: restored already; nothing to do", or not touched
+    # and why), in restore order: shown with the summary, on its stream, before it
+    host_lines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

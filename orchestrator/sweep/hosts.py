@@ -67,6 +67,7 @@ class HostGuard:
         self.host_copy: dict[str, bool] = {}
         self.untouched: dict[str, str] = {}  # role -> env file: restored before, changed since, left as is
         self.already: set[str] = set()  # roles restored before and still original: nothing was done
+        self.host_lines: list[str] = []  # what the restore found on those hosts, for the caller's summary
         self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
 
     def backup(self) -> None:
@@ -76,19 +77,21 @@ class HostGuard:
         before it exists edited nothing, so resume takes a fresh backup and restore has nothing
         to put back."""
         folder = self.backup_dir
-        run_file_op(
-            folder.path, "cannot create the backup folder", lambda: folder.path.mkdir(parents=True, exist_ok=True)
-        )
+        run_file_op(folder.path, "cannot create the backup folder", lambda: _private_folders(folder))
         for role, h in self.deployment.hosts.items():
             pause_for_tests("BACKUP")
             original = h.transport.read_bytes(h.host.env_file)
-            write_bytes_atomic(folder.env(role), original, what="cannot write")
-            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), original)
+            write_bytes_atomic(folder.env(role), original, mode=BACKUP_MODE, what="cannot write")
+            h.transport.write_bytes_atomic(
+                host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file
+            )
             active = {u: h.services.state(u).is_active for u in h.units}
             running_on = {u: original for u, up in active.items() if up}
             self.states[role] = HostState(original, active, clock_offset=clock_offset(h), running_on=running_on)
         units = {role: s.active for role, s in self.states.items()}
-        write_bytes_atomic(folder.units_json, json.dumps(units, indent=1).encode(), what="cannot write")
+        write_bytes_atomic(
+            folder.units_json, json.dumps(units, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
+        )
 
     def adopt(self) -> bool:
         """Load the originals saved by an earlier (killed) process, for resume and `orch restore`.
@@ -202,7 +205,9 @@ class HostGuard:
         cell as its originals."""
         for role, state in self.states.items():
             h = self.deployment.hosts[role]
-            h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), state.original)
+            h.transport.write_bytes_atomic(
+                host_backup_path(h.host.env_file, self.run_id), state.original, like=h.host.env_file
+            )
             self.adopted.discard(role)  # in this run's hands again
 
     def discard_host_backups(self) -> None:
@@ -217,7 +222,8 @@ class HostGuard:
         A unit originally active is restarted only when its file differed from the original
         here, or orch wrote a non-original file since it last restarted it on the original one.
 
-        Returns the roles that could not be restored (empty when all is well). A second Ctrl-C
+        Returns the roles that could not be restored (empty when all is well; each one's failure is
+        noted as it happens, the summary line is the caller's to show once). A second Ctrl-C
         (or a SIGTERM) during the restore skips only the host being restored: the others are
         still restored, and what is left is said with the command that finishes it. In a runner
         thread of a parallel sweep, which no signal reaches, the main thread asks for that skip
@@ -243,9 +249,7 @@ class HostGuard:
                     left.append(role)
                     self.progress.note(f"restore of {role} failed: {exc}")
                 break
-        if left:
-            self.progress.note(f"NOT restored: {', '.join(left)}; finish with: orch restore {run_dir}")
-        return left
+        return left  # what is left, and how to finish, is said once, by whoever ends the command
 
     def skip_current(self) -> str | None:
         """Give up waiting for the host being restored (a runner thread's restore only): restore()
@@ -301,10 +305,10 @@ class HostGuard:
         if self.restored_before(role):
             if h.transport.read_bytes(h.host.env_file) == state.original:
                 self.already.add(role)
-                self.progress.note(f"{h.host.label}: restored already; nothing to do")
+                self.host_lines.append(f"{h.host.label}: restored already; nothing to do")
             else:  # the edit since is not ours
                 self.untouched[role] = h.host.env_file
-                self.progress.note(
+                self.host_lines.append(
                     f"{h.host.label}: already restored; not touched (the file changed since: {h.host.env_file})"
                 )
             return
@@ -374,6 +378,20 @@ def remove_run_files(h: HostHandle, run_id: str) -> None:
 REMOVE_RUN_FILES = (
     'rm -f -- "$2"; p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
 )
+
+
+# The run folder's copies of the originals hold real values (a token in an env file: restore must
+# write it back), so unlike the run's other files, which mask secrets, they are the owner's alone.
+BACKUP_MODE = 0o600
+BACKUP_FOLDER_MODE = 0o700
+
+
+def _private_folders(backup: BackupDir) -> None:
+    """backup/ (and a parallel run's backup/<testbed>/) made, or tightened, to 0700: an earlier
+    process (or an older orch) may have left one wider."""
+    for folder in backup.folders:
+        folder.mkdir(mode=BACKUP_FOLDER_MODE, parents=True, exist_ok=True)
+        folder.chmod(BACKUP_FOLDER_MODE)
 
 
 # The originals orch saved: env files (a few KiB; a host refuses to hand over more than its

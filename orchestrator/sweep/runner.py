@@ -430,8 +430,20 @@ def execute(
     if len(deployments) == 1:  # the runner in this thread: it handles Ctrl-C and SIGTERM itself
         runner = Runner(plan, deployments[0], run_dir, options, progress=progress)
         lock = locks[0] if locks else None
-        return runner.execute(done, resume=resume, lock=lock, source=source(runner.cell_decided))
+        try:
+            return runner.execute(done, resume=resume, lock=lock, source=source(runner.cell_decided))
+        except BaseException as exc:
+            _note_unrestored(exc, runner.result)
+            raise
     return _execute_parallel(plan, deployments, run_dir, options, done, locks, resume, progress, source)
+
+
+def _note_unrestored(exc: BaseException, result: RunResult | None) -> None:
+    """An error that ends the sweep carries the hosts it left unrestored and how to finish, as a
+    note the CLI prints under the error. A sweep that ends with an outcome (a RepeatedFailure
+    carries its result) says so in its summary instead: the line is shown once either way."""
+    if result is not None and result.not_restored and not isinstance(exc, RepeatedFailure):
+        exc.add_note(f"NOT restored: {', '.join(result.not_restored)}; finish with: orch restore {result.run_dir}")
 
 
 class _SharedProgress:
@@ -543,15 +555,14 @@ def _is_interrupt(exc: BaseException) -> bool:
 
 def _raise_first_failure(errors: list[BaseException], merged: RunResult) -> None:
     """Re-raise the first runner error that is not an interrupt, carrying every testbed's outcome:
-    a RepeatedFailure gets the merged result (the caller still finishes the run with it), another
-    OrchError a note naming the hosts left unrestored on any testbed."""
+    a RepeatedFailure gets the merged result (the caller still finishes the run with it), any other
+    error a note naming the hosts left unrestored on any testbed."""
     failure = next((e for e in errors if not _is_interrupt(e)), None)
     if failure is None:
         return
     if isinstance(failure, RepeatedFailure):
         failure.result = merged
-    elif isinstance(failure, OrchError) and merged.not_restored:
-        failure.add_note(f"NOT restored: {', '.join(merged.not_restored)}; finish with: orch restore {merged.run_dir}")
+    _note_unrestored(failure, merged)
     raise failure
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from orchestrator.core.inventory import Testbed
 from orchestrator.core.records import RunManifest
 from orchestrator.edges.connect import connect
-from orchestrator.edges.deployment import Deployment
-from orchestrator.errors import PreflightError, UsageError
+from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.errors import OrchError, PreflightError, UsageError
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.hosts import host_backup_path, unrestored_runs
@@ -71,15 +71,35 @@ _RUN_DIR_HINTS = {
 def check_no_unrestored_run(deployment: Deployment, run_id: str, reports_dir: Path) -> None:
     """Refuse to start on hosts that still hold another run's changes (a killed run whose hosts
     were never restored): the "originals" saved now would be that run's cell, and restoring them
-    would leave the hosts changed for good."""
-    for handle in deployment.hosts.values():
-        for other in unrestored_runs(handle):
-            if other == run_id:
-                continue
-            run_dir = reports_dir / other
-            how = f"orch restore {run_dir}" if RunDir(run_dir).is_run() else f"orch restore RUN_DIR (of run {other})"
-            raise PreflightError(
-                f"{handle.host.label}: {handle.host.env_file} still holds the changes of run {other}, "
-                f"whose hosts were never restored; nothing was changed",
-                hint=f"run `{how}` first; its original is in {host_backup_path(handle.host.env_file, other)}",
-            )
+    would leave the hosts changed for good. A host whose env file differs from that run's copy of
+    its original is named first; when every such file holds its original again (a restore that
+    wrote the file back, then failed on a unit) the message says so instead of "still holds the
+    changes", which sent users looking for an edit that is not there."""
+    left = [(h, other) for h in deployment.hosts.values() for other in unrestored_runs(h) if other != run_id]
+    if not left:
+        return
+    changed = [(h, other) for h, other in left if not _holds_original(h, other)]
+    handle, other = (changed or left)[0]
+    run_dir = reports_dir / other
+    how = f"orch restore {run_dir}" if RunDir(run_dir).is_run() else f"orch restore RUN_DIR (of run {other})"
+    env, copy = handle.host.env_file, host_backup_path(handle.host.env_file, other)
+    if changed:
+        what = f"{env} still holds the changes of run {other}, whose hosts were never restored"
+        hint = f"run `{how}` first; its original is in {copy}"
+    else:
+        what = (
+            f"run {other} never finished restoring this host: {env} holds its original again, but its "
+            f"units may not be as they were ({copy} is still there)"
+        )
+        hint = f"run `{how}` first: it puts the units back and removes {copy}"
+    raise PreflightError(f"{handle.host.label}: {what}; nothing was changed", hint=hint)
+
+
+def _holds_original(handle: HostHandle, other: str) -> bool:
+    """Does the env file hold, byte for byte, what run `other` saved as its original? (Unknown
+    counts as no: the file may hold that run's cell.)"""
+    try:
+        now = handle.transport.read_bytes(handle.host.env_file)
+        return now == handle.transport.read_bytes(host_backup_path(handle.host.env_file, other))
+    except OrchError:
+        return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import os
 import shlex
 import socket
 import subprocess
@@ -36,6 +37,7 @@ from orchestrator.edges.services.systemd import (
     pick_server,
 )
 from orchestrator.edges.transport.ssh import (
+    _WRITE_LIKE_SCRIPT,
     _WRITE_SCRIPT,
     _WRITE_THEN_RUN_SCRIPT,
     MAX_CHANNELS,
@@ -133,6 +135,26 @@ def test_a_write_cut_short_leaves_the_file_unchanged(tmp_path: Path) -> None:
     whole = write_remotely(_WRITE_THEN_RUN_SCRIPT, path, new, len(new), "2", "5", "echo ran")
     assert whole.returncode == 0 and whole.stdout == b"orch-written\nran\n" and path.read_bytes() == new
     assert [p.name for p in tmp_path.iterdir()] == ["decode.env"]
+
+
+@pytest.mark.process
+def test_a_copy_takes_the_mode_and_owner_of_the_file_it_copies(tmp_path: Path) -> None:
+    """write_bytes_atomic(like=): a host-side backup of an env file holding a token is as private
+    as the env file (it was 644 root:root: the umask's), and 0600 when that file is gone."""
+    env, copy = tmp_path / "decode.env", tmp_path / "decode.env.orch-backup-r1"
+    env.write_bytes(b"HF_TOKEN=hf_x\n")
+    env.chmod(0o600)
+    owner = (65534, 65534) if os.geteuid() == 0 else (os.getuid(), os.getgid())  # nobody:nogroup as root
+    if os.geteuid() == 0:
+        os.chown(env, *owner)
+    done = write_remotely(_WRITE_LIKE_SCRIPT, copy, b"HF_TOKEN=hf_x\n", 14, str(env))
+    assert done.returncode == 0, done.stderr
+    st = copy.stat()
+    assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (0o600, *owner)
+    orphan = tmp_path / "orphan.copy"
+    done = write_remotely(_WRITE_LIKE_SCRIPT, orphan, b"A=1\n", 4, str(tmp_path / "gone.env"))
+    assert done.returncode == 0 and orphan.stat().st_mode & 0o7777 == 0o600, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decode.env", "decode.env.orch-backup-r1", "orphan.copy"]
 
 
 @pytest.mark.process

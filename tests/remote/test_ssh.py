@@ -218,6 +218,8 @@ def test_atomic_write_keeps_mode_owner_and_replaces_by_rename(
     assert stat[3] != inode_before.strip()  # a new file renamed over the old one, not rewritten
     assert testbed.ssh("decode", f"cat {path}").stdout == "A=2\n"
     assert testbed.ssh("decode", f"ls -A {scratch}").stdout.split() == ["decode.env"]  # no temp left
+    decode.write_bytes_atomic(f"{path}.copy", b"A=2\n", like=path)  # a backup: as private as its original
+    assert testbed.ssh("decode", f"stat -c '%a %U %G' {path}.copy").stdout.split() == ["640", "nobody", "nogroup"]
 
 
 def test_write_through_a_symlink_keeps_the_link(testbed: Testbed, decode: SshTransport, scratch: str) -> None:

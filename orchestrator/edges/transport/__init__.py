@@ -56,8 +56,11 @@ class Transport(Protocol):
 
     def read_bytes(self, path: str) -> bytes: ...
 
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        """Write via a temp file in the same directory, fsync, rename; keep mode and owner."""
+    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
+        """Write via a temp file in the same directory, fsync, rename; keep mode and owner (a new
+        file gets the umask's mode). `like`: the file this one copies (a backup of an env file that
+        may hold a token): the written file takes its owner and mode, never the umask's 644, and
+        0600 if it is gone. The temp file is 0600 until then."""
         ...
 
     def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:

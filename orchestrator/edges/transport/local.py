@@ -136,26 +136,27 @@ class LocalTransport:
             raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=path, hint="an env file is small")
         return data
 
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        """Temp file in the same directory, fsync, keep mode and owner, rename, fsync the dir:
-        a crash leaves either the old or the new file, never a torn one. As over SSH: a
-        symlinked file is written through (the link survives), and the temp file is named
-        `.NAME.orch-XXXXXXXX` beside the target (a killed controller's is removed by the
-        restore, sweep.hosts.remove_run_files)."""
+    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
+        """Temp file in the same directory, fsync, keep mode and owner (or take `like`'s, 0600
+        if it is gone), rename, fsync the dir: a crash leaves either the old or the new file,
+        never a torn one. As over SSH: a symlinked file is written through (the link survives),
+        and the temp file is named `.NAME.orch-XXXXXXXX` beside the target (a killed
+        controller's is removed by the restore, sweep.hosts.remove_run_files)."""
         path = os.path.realpath(path)
         directory = os.path.dirname(path)
+        source = path if like is None else like
         try:
-            old = os.stat(path)
+            old = os.stat(source)
         except FileNotFoundError:
             old = None
         except OSError as exc:
-            raise TransportError(self.host, f"cannot stat {path}: {exc.strerror}") from exc
+            raise TransportError(self.host, f"cannot stat {source}: {exc.strerror}") from exc
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.orch-", dir=directory)
         except OSError as exc:
             raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
         try:
-            _fill(fd, data, old)
+            _fill(fd, data, old, new_mode=None if like is None else 0o600)
             os.replace(tmp, path)
             _fsync_dir(directory)
         except OSError as exc:
@@ -175,7 +176,9 @@ class LocalTransport:
         """Nothing to release locally."""
 
 
-def _fill(fd: int, data: bytes, old: os.stat_result | None) -> None:
+def _fill(fd: int, data: bytes, old: os.stat_result | None, new_mode: int | None = None) -> None:
+    """Write the temp file (mkstemp's 0600) and give it `old`'s mode and owner; without `old`,
+    `new_mode`, or the mode open() would have created."""
     with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
@@ -183,6 +186,8 @@ def _fill(fd: int, data: bytes, old: os.stat_result | None) -> None:
             os.fchmod(f.fileno(), old.st_mode & 0o7777)
             if os.geteuid() == 0:
                 os.fchown(f.fileno(), old.st_uid, old.st_gid)
+        elif new_mode is not None:
+            os.fchmod(f.fileno(), new_mode)
         else:
             umask = os.umask(0)
             os.umask(umask)

@@ -107,8 +107,9 @@ done
 # The remote half of write_bytes_atomic. $1 = target path, $2 = its length; data arrives on stdin.
 # A symlinked env file is written through (readlink -f) so the link survives. The length is
 # checked before the rename: a controller killed mid-send closes stdin early, and `cat` would
-# then end without an error on a part of the file.
-_WRITE_SCRIPT = r"""
+# then end without an error on a part of the file. The temp file is mktemp's 0600 until it
+# takes its final owner and mode (_KEEP_MODE, or _COPY_MODE for a copy of another file).
+_WRITE_HEAD = r"""
 set -u
 fail() { echo "orch-write: $*" >&2; exit 1; }
 p=$(readlink -f -- "$1") || fail "cannot resolve $1"
@@ -118,17 +119,32 @@ trap 'rm -f -- "$t"' EXIT
 cat > "$t" || fail "cannot write $t"
 n=$(wc -c < "$t") || fail "cannot read back $t"
 [ $((n)) -eq "$2" ] || fail "received $((n)) of $2 bytes; $p is unchanged"
+"""
+_KEEP_MODE = r"""
 if [ -e "$p" ]; then
   chown --reference="$p" -- "$t" || fail "cannot keep the owner of $p"
   chmod --reference="$p" -- "$t" || fail "cannot keep the mode of $p"
 else
   chmod "$(printf '%o' $(( 0666 & ~0$(umask) )))" -- "$t" || fail "cannot set the mode of $t"
 fi
+"""
+# $3 = the file this one copies (write_bytes_atomic's `like`): its owner and mode, else 0600
+_COPY_MODE = r"""
+if [ -e "$3" ]; then
+  chown --reference="$3" -- "$t" || fail "cannot give $p the owner of $3"
+  chmod --reference="$3" -- "$t" || fail "cannot give $p the mode of $3"
+else
+  chmod 600 -- "$t" || fail "cannot set the mode of $t"
+fi
+"""
+_WRITE_TAIL = r"""
 sync -- "$t" 2>/dev/null || true
 mv -f -- "$t" "$p" || fail "cannot rename into $p"
 trap - EXIT
 sync -- "$d" 2>/dev/null || true
 """
+_WRITE_SCRIPT = _WRITE_HEAD + _KEEP_MODE + _WRITE_TAIL
+_WRITE_LIKE_SCRIPT = _WRITE_HEAD + _COPY_MODE + _WRITE_TAIL  # argv: PATH LENGTH LIKE
 # write_then_run: the write above, then (written: a marker line first) the command, bounded on the host.
 # argv: PATH LENGTH KILL_GRACE TIMEOUT COMMAND
 WRITTEN = "orch-written"
@@ -261,9 +277,11 @@ class SshTransport:
             raise TransportError(self.label, f"cannot read {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
         return raw.stdout
 
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
-        """Temp file in the same directory, owner+mode of the original, fsync, rename."""
+    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
+        """Temp file in the same directory, owner+mode of the original (or of `like`), fsync, rename."""
         argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path, str(len(data))]
+        if like is not None:
+            argv = ["sh", "-c", _WRITE_LIKE_SCRIPT, "orch-write", path, str(len(data)), like]
         line = command_line(argv, sudo=self.use_sudo, timeout=None)
         raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S, shown=f"write {path}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
