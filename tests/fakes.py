@@ -6,7 +6,8 @@ naming it, so a test can never pass because a fake quietly answered something it
 to (the refusal is also logged in ``refused``, in case the code under test swallows it).
 
 What each fake stands for:
-- ``FakeTransport``: one host's files (bytes by path) and shell; every call is logged.
+- ``FakeTransport``: one host's files (bytes by path; symlinks in ``links``, modes and owners in
+  ``modes``, followed and kept as the real transports do) and shell; every call is logged.
 - ``FakeServiceManager``: systemd on that host. Each start reads the unit's env file from the
   host's FakeTransport with orch's own reader for the dialect (``envfile.read_values``), so
   ``environ(unit)`` holds what a real process would have got; MainPID changes at every start.
@@ -48,7 +49,7 @@ from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.services import UnitState
-from orchestrator.edges.transport import Result
+from orchestrator.edges.transport import FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
 from orchestrator.sweep.hosts import REMOVE_RUN_FILES
 from orchestrator.sweep.runner import Runner, RunOptions
@@ -103,12 +104,19 @@ class Call:
     stop: threading.Event | None = field(default=None, compare=False)  # run: the Event it was given
 
 
+DEFAULT_MODE = (0o644, 0, 0)  # a file a write creates: mode (root's umask 022), uid, gid
+
+
 class FakeTransport:
     """The Transport protocol in memory: files by path, scripted commands, a call log."""
 
     def __init__(self, host: str = "fake", files: Mapping[str, bytes | str] | None = None) -> None:
         self.host = host
         self.files: dict[str, bytes] = {p: _bytes(d) for p, d in (files or {}).items()}
+        # symlinks: path -> target (relative to the link's folder, or absolute); reads and writes
+        # follow them, as both real transports do (a write replaces the target, the link stays)
+        self.links: dict[str, str] = {}
+        self.modes: dict[str, tuple[int, int, int]] = {}  # path -> (mode, uid, gid); unset: DEFAULT_MODE
         self.calls: list[Call] = []
         self.refused: list[str] = []  # unscripted commands, kept even if the caller swallowed the error
         self.closed = False
@@ -138,7 +146,7 @@ class FakeTransport:
         lock's noclobber create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
-        self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
+        self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and self.resolve(argv[-1]) in self.files else 1))
         self.script(("cat",), self._cat)
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)
@@ -188,14 +196,23 @@ class FakeTransport:
     def read_bytes(self, path: str) -> bytes:
         with self._lock:
             self.calls.append(Call("read", path))
-            if path not in self.files:
+            real = self.resolve(path)
+            if real not in self.files:
                 raise TransportError(self.host, f"cannot read {path}: No such file or directory")
-            return self.files[path]
+            return self.files[real]
+
+    def read_entry(self, path: str) -> FileEntry:
+        with self._lock:
+            self.calls.append(Call("read", path))  # one read, as read_bytes: one round trip
+            real = self.resolve(path)
+            if real not in self.files:
+                return FileEntry(None, self.links.get(path))
+            return FileEntry(self.files[real], self.links.get(path), *self.modes.get(real, DEFAULT_MODE))
 
     def write_bytes_atomic(self, path: str, data: bytes) -> None:
         with self._lock:
             self.calls.append(Call("write", path))
-            self.files[path] = bytes(data)
+            self.files[self.resolve(path)] = bytes(data)  # a new file gets DEFAULT_MODE, an old one keeps its own
 
     def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
         self.write_bytes_atomic(path, data)
@@ -204,7 +221,16 @@ class FakeTransport:
     def exists(self, path: str) -> bool:
         with self._lock:
             self.calls.append(Call("exists", path))
-            return path in self.files
+            return self.resolve(path) in self.files
+
+    def resolve(self, path: str) -> str:
+        """The path a symlinked `path` leads to (`path` itself when it is no link)."""
+        with self._lock:
+            for _ in range(8):
+                if path not in self.links:
+                    return path
+                path = posixpath.normpath(posixpath.join(posixpath.dirname(path), self.links[path]))
+            return path
 
     def close(self) -> None:
         with self._lock:
@@ -474,7 +500,7 @@ class FakeServiceManager:
         u.starts += 1
         u.active, u.started_at, u.pid, u.failed = True, when, next(_pids), False
         try:
-            text = self.transport.files[self.env_file].decode("utf-8", errors="surrogateescape")
+            text = self.transport.files[self.transport.resolve(self.env_file)].decode("utf-8", errors="surrogateescape")
             u.env = {**u.base_env, **read_values(text, u.reads_as or self.dialect)}
         except (KeyError, EnvFileError):
             u.failed = True
