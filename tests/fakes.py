@@ -51,6 +51,7 @@ from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
+from orchestrator.sweep.drift import SET_ASIDE
 from orchestrator.sweep.hosts import REMOVE_RUN_FILES
 from orchestrator.sweep.runner import Runner, RunOptions
 
@@ -153,6 +154,7 @@ class FakeTransport:
         self.script(("sh", "-c", LOCK_TAKE_OVER), self._take_over)
         self.script(("sh", "-c", LOCK_READ), self._read_lock)
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
+        self.script(("sh", "-c", SET_ASIDE), self._set_aside)
 
     def commands(self) -> list[str]:
         """The commands run so far, in order."""
@@ -275,6 +277,30 @@ class FakeTransport:
             for path in [p for p in self.files if p.startswith(prefix) or p == argv[5]]:
                 del self.files[path]
         return Reply()
+
+    def _set_aside(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """sweep.drift.SET_ASIDE ($1 file, $2 where to keep what is there, $3 mode, $4 uid:gid): a
+        link is moved aside whole, a file copied (mode 600) to a free name; then a missing file is
+        made empty with mode $3 and owner $4."""
+        assert argv is not None and len(argv) == 8, f"{self.host}: unexpected set-aside command: {text}"
+        path, keep, mode, owner = argv[4:8]
+        out = ""
+        with self._lock:
+            if keep:
+                kept, n = keep, 1
+                while kept in self.files or kept in self.links:
+                    n += 1
+                    kept = f"{keep}.{n}"
+                if path in self.links:
+                    self.links[kept] = self.links.pop(path)
+                else:
+                    self.files[kept], self.modes[kept] = self.files[self.resolve(path)], (0o600, 0, 0)
+                out = f"orch-kept {kept}\n"
+            real = self.resolve(path)
+            if mode and real not in self.files:
+                uid, gid = owner.split(":")
+                self.files[real], self.modes[real] = b"", (int(mode, 8), int(uid), int(gid))
+        return Reply(0, out)
 
     def _create_exclusive(self, text: str, argv: Sequence[str] | None) -> Reply:
         """`set -C; printf "%s\\n" "$1" > "$2"`: create $2 holding $1, fail if it exists."""

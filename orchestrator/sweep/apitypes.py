@@ -130,6 +130,7 @@ class SweepOutcome:
     interrupted: bool = False
     deadline_reached: bool = False
     not_restored: tuple[str, ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()  # (role, path): an env file changed not by orch, set aside by the restore
     report: Path | None = None
     report_error: str | None = None  # why the report was not written (the run itself is fine)
     stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
@@ -154,6 +155,7 @@ class TestbedRestore:
     error: str | None = None  # a parallel run: why none of its hosts was restored (down, lock held)
     untouched: tuple[str, ...] = ()  # restored before and edited since: left as they are
     already: tuple[str, ...] = ()  # restored before and still original: nothing was done
+    kept: tuple[tuple[str, str], ...] = ()  # (role, path): restored, its changed env file set aside there
 
 
 @dataclass(frozen=True)
