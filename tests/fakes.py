@@ -6,7 +6,8 @@ naming it, so a test can never pass because a fake quietly answered something it
 to (the refusal is also logged in ``refused``, in case the code under test swallows it).
 
 What each fake stands for:
-- ``FakeTransport``: one host's files (bytes by path) and shell; every call is logged.
+- ``FakeTransport``: one host's files (bytes by path; symlinks in ``links``, modes and owners in
+  ``modes``, followed and kept as the real transports do) and shell; every call is logged.
 - ``FakeServiceManager``: systemd on that host. Each start reads the unit's env file from the
   host's FakeTransport with orch's own reader for the dialect (``envfile.read_values``), so
   ``environ(unit)`` holds what a real process would have got; MainPID changes at every start.
@@ -48,8 +49,9 @@ from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.services import UnitState
-from orchestrator.edges.transport import Result
+from orchestrator.edges.transport import FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
+from orchestrator.sweep.drift import SET_ASIDE
 from orchestrator.sweep.hosts import REMOVE_RUN_FILES
 from orchestrator.sweep.runner import Runner, RunOptions
 
@@ -103,20 +105,24 @@ class Call:
     stop: threading.Event | None = field(default=None, compare=False)  # run: the Event it was given
 
 
-NEW_FILE_MODE = 0o644  # what a host with umask 022 gives a file created without more care
-WRITER = "root:root"  # who a fake host's writes are made by
+DEFAULT_MODE = (0o644, 0, 0)  # a file a write creates: mode (root's umask 022), uid, gid
+# the few account names tests give owners by (set_mode, mode_of), as a fake host's passwd/group
+IDS = {"root": 0, "sglang": 1001, "nobody": 65534, "nogroup": 65534}
 
 
 class FakeTransport:
     """The Transport protocol in memory: files by path, scripted commands, a call log. Each file
     also has a mode and an owner (`mode_of`, `set_mode`), kept by writes as the real transports
-    keep them: an existing file keeps its own, a new one gets NEW_FILE_MODE, a copy written with
+    keep them: an existing file keeps its own, a new one gets DEFAULT_MODE, a copy written with
     `like=` takes its source's (0600 if the source is gone)."""
 
     def __init__(self, host: str = "fake", files: Mapping[str, bytes | str] | None = None) -> None:
         self.host = host
         self.files: dict[str, bytes] = {p: _bytes(d) for p, d in (files or {}).items()}
-        self.modes: dict[str, tuple[int, str]] = {}  # path -> (mode, "owner:group"); default: new file's
+        # symlinks: path -> target (relative to the link's folder, or absolute); reads and writes
+        # follow them, as both real transports do (a write replaces the target, the link stays)
+        self.links: dict[str, str] = {}
+        self.modes: dict[str, tuple[int, int, int]] = {}  # path -> (mode, uid, gid); unset: DEFAULT_MODE
         self.calls: list[Call] = []
         self.refused: list[str] = []  # unscripted commands, kept even if the caller swallowed the error
         self.closed = False
@@ -146,23 +152,28 @@ class FakeTransport:
         lock's exclusive create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
-        self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
+        self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and self.resolve(argv[-1]) in self.files else 1))
         self.script(("cat",), self._cat)
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)
         self.script(("sh", "-c", LOCK_TAKE_OVER), self._take_over)
         self.script(("sh", "-c", LOCK_READ), self._read_lock)
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
+        self.script(("sh", "-c", SET_ASIDE), self._set_aside)
 
-    def set_mode(self, path: str, mode: int, owner: str = WRITER) -> None:
-        """Give a file a mode and an owner ("user:group"), as chmod and chown would."""
+    def set_mode(self, path: str, mode: int, owner: str = "root:root") -> None:
+        """Give a file a mode and an owner ("user:group", names from IDS), as chmod and chown would."""
+        user, group = owner.split(":")
         with self._lock:
-            self.modes[path] = (mode, owner)
+            self.modes[path] = (mode, IDS[user], IDS[group])
 
     def mode_of(self, path: str) -> tuple[int, str]:
-        """(mode, "owner:group") of a file: as set, as a write left it, else a new file's."""
+        """(mode, "user:group") of a file: as set, as a write left it, else a new file's."""
         with self._lock:
-            return self.modes.get(path, (NEW_FILE_MODE, WRITER))
+            mode, uid, gid = self.modes.get(path, DEFAULT_MODE)
+        users = {i: n for n, i in IDS.items() if n != "nogroup"}
+        groups = {i: n for n, i in IDS.items() if n != "nobody"}
+        return mode, f"{users.get(uid, uid)}:{groups.get(gid, gid)}"
 
     def commands(self) -> list[str]:
         """The commands run so far, in order."""
@@ -206,18 +217,29 @@ class FakeTransport:
     def read_bytes(self, path: str) -> bytes:
         with self._lock:
             self.calls.append(Call("read", path))
-            if path not in self.files:
+            real = self.resolve(path)
+            if real not in self.files:
                 raise TransportError(self.host, f"cannot read {path}: No such file or directory")
-            return self.files[path]
+            return self.files[real]
+
+    def read_entry(self, path: str) -> FileEntry:
+        with self._lock:
+            self.calls.append(Call("read", path))  # one read, as read_bytes: one round trip
+            real = self.resolve(path)
+            if real not in self.files:
+                return FileEntry(None, self.links.get(path))
+            return FileEntry(self.files[real], self.links.get(path), *self.modes.get(real, DEFAULT_MODE))
 
     def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
         with self._lock:
             self.calls.append(Call("write", path))
+            real = self.resolve(path)
             if like is not None:
-                self.modes[path] = self.mode_of(like) if like in self.files else (0o600, WRITER)
-            elif path not in self.files:  # created: whatever mode a path of that name had is gone
-                self.modes[path] = (NEW_FILE_MODE, WRITER)
-            self.files[path] = bytes(data)
+                source = self.resolve(like)
+                self.modes[real] = self.modes.get(source, DEFAULT_MODE) if source in self.files else (0o600, 0, 0)
+            elif real not in self.files:  # created: whatever mode a path of that name had is gone
+                self.modes[real] = DEFAULT_MODE
+            self.files[real] = bytes(data)  # an old file keeps its own mode and owner
 
     def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
         self.write_bytes_atomic(path, data)
@@ -226,7 +248,16 @@ class FakeTransport:
     def exists(self, path: str) -> bool:
         with self._lock:
             self.calls.append(Call("exists", path))
-            return path in self.files
+            return self.resolve(path) in self.files
+
+    def resolve(self, path: str) -> str:
+        """The path a symlinked `path` leads to (`path` itself when it is no link)."""
+        with self._lock:
+            for _ in range(8):
+                if path not in self.links:
+                    return path
+                path = posixpath.normpath(posixpath.join(posixpath.dirname(path), self.links[path]))
+            return path
 
     def close(self) -> None:
         with self._lock:
@@ -271,6 +302,30 @@ class FakeTransport:
             for path in [p for p in self.files if p.startswith(prefix) or p == argv[5]]:
                 del self.files[path]
         return Reply()
+
+    def _set_aside(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """sweep.drift.SET_ASIDE ($1 file, $2 where to keep what is there, $3 mode, $4 uid:gid): a
+        link is moved aside whole, a file copied (mode 600) to a free name; then a missing file is
+        made empty with mode $3 and owner $4."""
+        assert argv is not None and len(argv) == 8, f"{self.host}: unexpected set-aside command: {text}"
+        path, keep, mode, owner = argv[4:8]
+        out = ""
+        with self._lock:
+            if keep:
+                kept, n = keep, 1
+                while kept in self.files or kept in self.links:
+                    n += 1
+                    kept = f"{keep}.{n}"
+                if path in self.links:
+                    self.links[kept] = self.links.pop(path)
+                else:
+                    self.files[kept], self.modes[kept] = self.files[self.resolve(path)], (0o600, 0, 0)
+                out = f"orch-kept {kept}\n"
+            real = self.resolve(path)
+            if mode and real not in self.files:
+                uid, gid = owner.split(":")
+                self.files[real], self.modes[real] = b"", (int(mode, 8), int(uid), int(gid))
+        return Reply(0, out)
 
     def _create_exclusive(self, text: str, argv: Sequence[str] | None) -> Reply:
         """`set -C; printf "%s\\n" "$1" > "$2"`: create $2 holding $1, fail if it exists."""
@@ -496,7 +551,7 @@ class FakeServiceManager:
         u.starts += 1
         u.active, u.started_at, u.pid, u.failed = True, when, next(_pids), False
         try:
-            text = self.transport.files[self.env_file].decode("utf-8", errors="surrogateescape")
+            text = self.transport.files[self.transport.resolve(self.env_file)].decode("utf-8", errors="surrogateescape")
             u.env = {**u.base_env, **read_values(text, u.reads_as or self.dialect)}
         except (KeyError, EnvFileError):
             u.failed = True

@@ -45,6 +45,7 @@ def show_outcome(outcome: SweepOutcome) -> None:
             f"NOT restored: {', '.join(outcome.not_restored)}; finish with: orch restore {outcome.run_dir}",
             markup=False,
         )
+    show_kept(outcome.kept)
     if outcome.stopped is not None:
         err.print(f"[red]error:[/red] {escape(outcome.stopped)}")
     if outcome.interrupted:
@@ -77,3 +78,14 @@ def show_restore(outcome: RestoreOutcome) -> None:
                     f"already restored, not touched: {', '.join(tb.untouched)} (their env files changed since)",
                     markup=False,
                 )
+        show_kept(tb.kept)
+
+
+def show_kept(kept: tuple[tuple[str, str], ...]) -> None:
+    """Env files the restore found changed by someone else and set aside before writing the
+    original back (sweep.drift): said once more at the end, where a script's log keeps it."""
+    for role, path in kept:
+        out.print(
+            f"kept aside: {role} ({path}): its env file was changed, not by orch; the original is back in place",
+            markup=False,
+        )

@@ -15,7 +15,8 @@ may hold one and tests can build one for a tmp_path.
     <run>/index.html               the run's report (atomic)
     <run>/hunt.html                a hunt's report: the culprits (atomic; the index links it instead)
     <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
-    <run>/backup[/<testbed>]/<role>.env, units.json   the hosts' originals (units.json last)
+    <run>/backup[/<testbed>]/<role>.env, files.json, units.json   the hosts' originals, what each
+                                   file was (a symlink? its mode, owner), units' states (units.json last)
     <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log   (NNNN-attemptK/: attempt K)
     <run>/trials/NNNN/repro.pid    `PGID START_TICKS` of a local repro while it may run (for resume/restore)
     <run>/controller.lock          flocked by the process running the run (store/runlock.py)
@@ -36,6 +37,7 @@ INDEX_HTML = "index.html"
 HUNT_HTML = "hunt.html"
 BACKUP = "backup"
 UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
+FILES_JSON = "files.json"  # what each original env file was besides its bytes (sweep.drift.Shape)
 TRIALS = "trials"
 LOGS = "logs"
 REPRO_OUT = "repro.out"
@@ -61,6 +63,10 @@ class BackupDir:
     @property
     def units_json(self) -> Path:
         return self.path / UNITS_JSON
+
+    @property
+    def files_json(self) -> Path:
+        return self.path / FILES_JSON
 
     def env(self, role: str) -> Path:
         return self.path / f"{role}.env"

@@ -382,6 +382,7 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
         interrupted=result.interrupted,
         deadline_reached=result.deadline_reached,
         not_restored=tuple(result.not_restored),
+        kept=tuple(result.kept.items()),
         report=report,
         report_error=report_error,
         stopped=stopped,
@@ -486,6 +487,7 @@ def _restore_testbed(
                 RunOptions(manifest.run_id, backup_subdir=testbed.name if parallel else ""),
                 progress=progress,
             )
+            runner.load_plan = lambda: _plan_of(manifest, run_dir, testbed, progress)
             backed_up = runner.adopt_backup()
             if not backed_up:  # killed before its backup was complete: no file was edited
                 runner.discard_host_backups()
@@ -503,7 +505,24 @@ def _restore_testbed(
         untouched=tuple(guard.untouched),
         already=tuple(r for r in deployment.hosts if r in guard.already),
         host_lines=tuple(guard.host_lines),
+        kept=tuple(guard.kept.items()),
     )
+
+
+def _plan_of(manifest: RunManifest, run_dir: Path, testbed: Testbed, progress: Progress) -> Plan | None:
+    """The run's plan, for `orch restore` to tell an env file one of its trials wrote from one edited
+    by someone else (sweep.drift): built only when a host holds neither, from the run's matrix.
+    None, said, when that matrix is gone or changed: every such file is then set aside."""
+    try:
+        matrix = _matrix_of(manifest, run_dir)
+        if matrix.hunt is not None:
+            from orchestrator.core.huntplan import hunt_plan  # the search (numpy, scipy): only for a hunt
+
+            return hunt_plan(matrix, testbed, manifest.seed)
+        return make_plan(matrix, testbed, manifest.seed, manifest.replicates)
+    except OrchError as exc:
+        progress.note(f"cannot tell the run's trials' env files from edited ones: {exc}")
+        return None
 
 
 def _empty_plan(manifest: RunManifest, deployment: Deployment) -> Plan:

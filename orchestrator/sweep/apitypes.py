@@ -130,6 +130,7 @@ class SweepOutcome:
     interrupted: bool = False
     deadline_reached: bool = False
     not_restored: tuple[str, ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()  # (role, path): an env file changed not by orch, set aside by the restore
     report: Path | None = None
     report_error: str | None = None  # why the report was not written (the run itself is fine)
     stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
@@ -157,6 +158,7 @@ class TestbedRestore:
     # one line per host restored before ("HOST: restored already; nothing to do", or not touched
     # and why), in restore order: shown with the summary, on its stream, before it
     host_lines: tuple[str, ...] = ()
+    kept: tuple[tuple[str, str], ...] = ()  # (role, path): restored, its changed env file set aside there
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ trial, error, Ctrl-C, SIGTERM, and after a kill -9 through `orch resume`/`orch r
 originals live twice: in the run folder (backup/<role>.env, units.json written last as the mark
 of a complete backup) and on each host beside its env file (<env_file>.orch-backup-<run_id>,
 removed once that host is restored), so a run whose restore never finished can be found from
-the hosts alone (unrestored_runs).
+the hosts alone (unrestored_runs). Besides the bytes, the backup notes what each file was (a
+symlink? its mode and owner: backup/files.json), so a restore that finds the file deleted, edited
+by someone else or replaced by a symlink puts it back without destroying anything (sweep.drift).
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ from pathlib import Path
 from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.startorder import restart_order
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.transport import FileEntry
 from orchestrator.edges.transport.local import MAX_READ_BYTES
-from orchestrator.errors import ConfigError, Interrupted, JournalError, OrchError, UsageError
+from orchestrator.errors import ConfigError, Interrupted, JournalError, OrchError, TransportError, UsageError
 from orchestrator.store.atomic import run_file_op, write_bytes_atomic
 from orchestrator.store.rundir import BackupDir
+from orchestrator.sweep import drift
+from orchestrator.sweep.drift import Shape
 from orchestrator.sweep.progress import Progress
+
+# what a run's trials may have written on a host (role -> the files), None: orch cannot tell
+CellFiles = Callable[[str], "Collection[bytes] | None"]
 
 
 @dataclass
@@ -43,6 +51,7 @@ class HostState:
     # the file bytes each unit was last started on, as far as orch knows (none: unknown, e.g.
     # after a kill -9): a unit whose bytes differ from `current` runs a stale env
     running_on: dict[str, bytes] = field(default_factory=dict)
+    shape: Shape | None = None  # what the original was besides its bytes (None: a backup from before)
 
     def runs_stale(self, unit: str) -> bool:
         """Does this unit (maybe) run on other bytes than the file holds now?"""
@@ -53,8 +62,16 @@ class HostGuard:
     """Backup, adopt a killed run's backup, restore. `states` and `started_units` are shared
     with the trial phases, which note each edit and each unit they start."""
 
-    def __init__(self, deployment: Deployment, backup: BackupDir, run_id: str, progress: Progress) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        backup: BackupDir,
+        run_id: str,
+        progress: Progress,
+        cell_files: CellFiles | None = None,
+    ) -> None:
         self.deployment, self.backup_dir, self.run_id, self.progress = deployment, backup, run_id, progress
+        self.cell_files: CellFiles = cell_files or (lambda role: None)
         self.states: dict[str, HostState] = {}
         self.started_units: set[tuple[str, str]] = set()
         self._skip_lock = threading.Lock()
@@ -68,6 +85,7 @@ class HostGuard:
         self.untouched: dict[str, str] = {}  # role -> env file: restored before, changed since, left as is
         self.already: set[str] = set()  # roles restored before and still original: nothing was done
         self.host_lines: list[str] = []  # what the restore found on those hosts, for the caller's summary
+        self.kept: dict[str, str] = {}  # role -> where its drifted env file was set aside (sweep.drift)
         self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
 
     def backup(self) -> None:
@@ -80,14 +98,23 @@ class HostGuard:
         run_file_op(folder.path, "cannot create the backup folder", lambda: _private_folders(folder))
         for role, h in self.deployment.hosts.items():
             pause_for_tests("BACKUP")
-            original = h.transport.read_bytes(h.host.env_file)
+            entry = h.transport.read_entry(h.host.env_file)  # the bytes, and what the restore must rebuild
+            if entry.data is None:
+                raise TransportError(h.host.label, f"cannot read {h.host.env_file}: no such file or directory")
+            original = entry.data
             write_bytes_atomic(folder.env(role), original, mode=BACKUP_MODE, what="cannot write")
             h.transport.write_bytes_atomic(
                 host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file
             )
             active = {u: h.services.state(u).is_active for u in h.units}
             running_on = {u: original for u, up in active.items() if up}
-            self.states[role] = HostState(original, active, clock_offset=clock_offset(h), running_on=running_on)
+            self.states[role] = HostState(
+                original, active, clock_offset=clock_offset(h), running_on=running_on, shape=Shape.of(entry)
+            )
+        shapes = {role: s.shape.to_json() for role, s in self.states.items() if s.shape is not None}
+        write_bytes_atomic(
+            folder.files_json, json.dumps(shapes, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
+        )
         units = {role: s.active for role, s in self.states.items()}
         write_bytes_atomic(
             folder.units_json, json.dumps(units, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
@@ -107,6 +134,7 @@ class HostGuard:
             if not isinstance(units, dict):
                 raise ValueError(f"{folder.units_json.name} is not an object")
             originals = {role: _read_backup(folder.env(role)) for role in self.deployment.hosts}
+            shapes = _read_shapes(folder)
         except (OSError, ValueError) as exc:
             raise JournalError(
                 f"{folder.path}: cannot read the backup of the original env files: {exc} "
@@ -114,7 +142,8 @@ class HostGuard:
             ) from None
         self._check_against_hosts(originals)
         for role, original in originals.items():  # what the killed run's units hold is unknown
-            self.states[role] = HostState(original, units.get(role, {}), stale=set(self.deployment.hosts[role].units))
+            units_of = set(self.deployment.hosts[role].units)
+            self.states[role] = HostState(original, units.get(role, {}), stale=units_of, shape=shapes.get(role))
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
         self.adopted = set(originals)
         return True
@@ -168,34 +197,36 @@ class HostGuard:
             self.host_copy[role] = _has_host_backup(self.deployment.hosts[role], self.run_id)
         return not self.host_copy[role]
 
-    def check_resumable(self, cell_files: Callable[[str], Collection[bytes]]) -> None:
-        """Before a resume edits anything: refuse (UsageError, exit 2) when a host restored
-        already holds a file that is neither the run's original nor one of the run's own cell
-        files (`cell_files(role)`: what the run would write there), naming each host and file.
-        Resuming would measure the rest of the run on another base and put the old original
-        back over the edit at its end. On refusal the hosts restored already are dropped from the
-        guard (nothing of theirs is this process's to put back); the others are restored as usual."""
-        restored, changed = [], []
+    def check_resumable(self) -> None:
+        """Before a resume edits anything: refuse (UsageError, exit 2) when a host holds an env file
+        this run did not leave there, naming each host and file: one restored already that holds
+        neither the run's original nor one of its cell files (`cell_files`), or one a killed run
+        left edited that is now missing, a symlink, or edited by someone else (sweep.drift).
+        Resuming would measure the rest of the run on another base, and the first trial's write
+        would destroy that edit with no copy left. On refusal the hosts restored already are
+        dropped from the guard (nothing of theirs is this process's to put back); the others are
+        restored as usual, where a drifted file is set aside before the original goes back."""
+        restored, changed, drifted = [], [], []
         for role in sorted(self.adopted):
-            h, state = self.deployment.hosts[role], self.states[role]
-            if not self.restored_before(role):
+            h = self.deployment.hosts[role]
+            unrestored = not self.restored_before(role)  # adopt() asked whether the host copy is there
+            entry = h.transport.read_entry(h.host.env_file)
+            kind = self._judge(role, entry)
+            where = f"{h.host.label}: {h.host.env_file}"
+            if unrestored:
+                if kind not in ("original", "ours"):
+                    drifted.append(f"{where} is {drift.found(kind, entry)}")
                 continue
             restored.append(role)
-            now = h.transport.read_bytes(h.host.env_file)
-            if now != state.original and now not in cell_files(role):
-                changed.append(f"{h.host.label}: {h.host.env_file}")
-        if not changed:
+            if kind not in ("original", "ours"):
+                changed.append(where)
+        if not changed and not drifted:
             return
         for role in restored:
             del self.states[role]
             self.adopted.discard(role)
             self.started_units -= {(role, u) for u in self.deployment.hosts[role].units}
-        raise UsageError(
-            f"cannot resume: the env file changed since this run restored it ({'; '.join(changed)}); "
-            "resuming would run the remaining trials on another base and write the run's old original "
-            "over that edit at its end",
-            hint="put the run's original back (it is in the run's backup/ folder) to resume, or start a new run",
-        )
+        raise _not_resumable(changed, drifted)
 
     def rewrite_host_backups(self) -> None:
         """Put the adopted originals back on the hosts as their host-side copies, before a resumed
@@ -303,7 +334,8 @@ class HostGuard:
         pause_for_tests("RESTORE")
         h, state = self.deployment.hosts[role], self.states[role]
         if self.restored_before(role):
-            if h.transport.read_bytes(h.host.env_file) == state.original:
+            now = h.transport.read_entry(h.host.env_file)  # ours or not, an edit since is left alone
+            if drift.judge(now, state.original, state.shape, lambda data: False) == "original":
                 self.already.add(role)
                 self.host_lines.append(f"{h.host.label}: restored already; nothing to do")
             else:  # the edit since is not ours
@@ -312,8 +344,10 @@ class HostGuard:
                     f"{h.host.label}: already restored; not touched (the file changed since: {h.host.env_file})"
                 )
             return
-        if h.transport.read_bytes(h.host.env_file) != state.original:
-            h.transport.write_bytes_atomic(h.host.env_file, state.original)
+        entry = h.transport.read_entry(h.host.env_file)
+        kind = self._judge(role, entry)
+        if kind != "original":
+            self._write_original(role, kind, entry)
             state.stale.update(h.units)  # someone or something changed it: reload every unit
         state.current = state.original
         for unit in h.units:  # restart only what may run on a non-original env (a model load each)
@@ -325,6 +359,35 @@ class HostGuard:
                 h.services.stop(unit)
         remove_run_files(h, self.run_id)
         self.host_copy[role] = False  # restoring it again (an interrupted restore) finds it restored
+
+    def _judge(self, role: str, entry: FileEntry) -> drift.Kind:
+        """What the restore (or a resume) finds at the host's env file (sweep.drift.judge)."""
+        state = self.states[role]
+        return drift.judge(entry, state.original, state.shape, lambda data: self._written(role, data))
+
+    def _written(self, role: str, data: bytes) -> bool | None:
+        """Did this run write `data` on the host: the bytes orch last wrote or read there, or one of
+        the run's cell files (None: orch cannot tell)."""
+        if data == self.states[role].current:
+            return True
+        files = self.cell_files(role)
+        return None if files is None else data in files
+
+    def _write_original(self, role: str, kind: drift.Kind, entry: FileEntry) -> None:
+        """Write the original over what `kind` says is there, first setting drift aside (and making a
+        missing file with the original's mode and owner), and say what was done."""
+        h, state = self.deployment.hosts[role], self.states[role]
+        if kind == "relinked":
+            assert state.shape is not None  # only a recorded link is relinked
+            raise OrchError(drift.relinked(h.host.label, h.host.env_file, entry, state.shape))
+        keep_as = drift.drift_path(h.host.env_file, self.run_id) if kind in drift.KEEPS else None
+        recreate = state.shape if kind in drift.RECREATES else None
+        kept = drift.set_aside(h.transport, h.host.env_file, keep_as, recreate, sudo=_sudo(h))
+        h.transport.write_bytes_atomic(h.host.env_file, state.original)
+        if kept is not None:
+            self.kept[role] = kept
+        if kind != "ours":
+            self.progress.note(drift.describe(h.host.label, h.host.env_file, kind, entry, kept, state.shape))
 
 
 class _HostRestore:
@@ -397,6 +460,38 @@ def _private_folders(backup: BackupDir) -> None:
 # The originals orch saved: env files (a few KiB; a host refuses to hand over more than its
 # transport's MAX_READ_BYTES) and units.json. A bigger file in backup/ is not one orch wrote.
 MAX_BACKUP_BYTES = MAX_READ_BYTES
+
+
+def _not_resumable(changed: list[str], drifted: list[str]) -> UsageError:
+    """check_resumable's refusal: hosts restored already and edited since (`changed`), and hosts
+    a killed run left whose file is not as it left it (`drifted`, restored now)."""
+    why = []
+    if changed:
+        why.append(f"the env file changed since this run restored it ({'; '.join(changed)})")
+    if drifted:
+        why.append(f"an env file was changed while the run was stopped, not by orch ({'; '.join(drifted)})")
+    hint = (
+        "the hosts it had not restored are restored now, a changed file set aside beside itself (see above); "
+        "resume again to run the remaining trials on the originals, or start a new run"
+        if drifted
+        else "put the run's original back (it is in the run's backup/ folder) to resume, or start a new run"
+    )
+    return UsageError(
+        f"cannot resume: {'; '.join(why)}; resuming would run the remaining trials on another base and write "
+        "the run's old original over that edit at its end",
+        hint=hint,
+    )
+
+
+def _read_shapes(folder: BackupDir) -> dict[str, Shape]:
+    """backup/files.json: what each original env file was besides its bytes. A backup taken by an
+    orch from before it has none: its originals are taken as regular files of unknown mode."""
+    if not folder.files_json.exists():
+        return {}
+    shapes = json.loads(_read_backup(folder.files_json))
+    if not isinstance(shapes, dict):
+        raise ValueError(f"{folder.files_json.name} is not an object")
+    return {str(role): Shape.from_json(value) for role, value in shapes.items()}
 
 
 def _read_backup(path: Path) -> bytes:

@@ -34,13 +34,14 @@ from typing import TYPE_CHECKING
 import httpx
 import tenacity
 
+from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, TrialRecord
-from orchestrator.core.steps import Plan, Step
+from orchestrator.core.steps import Plan, RoleEnv, Step
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import Interrupted, JournalError, OrchError
 from orchestrator.store.atomic import run_file_op
-from orchestrator.store.journal import Journal
+from orchestrator.store.journal import Journal, read_journal
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard
@@ -75,6 +76,7 @@ class RunResult:
     deadline_reached: bool = False
     records: list[TrialRecord] = field(default_factory=list)
     not_restored: list[str] = field(default_factory=list)  # roles whose restore did not finish
+    kept: dict[str, str] = field(default_factory=dict)  # role -> where its drifted env file was set aside
     provenance: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> exec_start, server_info
 
 
@@ -99,7 +101,9 @@ class Runner:
         self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
         self.events = EventLog(options.run_id, self.progress)
         self.source = StepSource(plan.steps, set())
-        self.guard = HostGuard(deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress)
+        self.guard = HostGuard(
+            deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress, self.cell_files
+        )
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
         self.repro = Repro(plan, deployment, self.run, self.guard, client, self.stopping)
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
@@ -108,6 +112,12 @@ class Runner:
             limit = plan.matrix.stop_after_repeated_failures if plan.matrix is not None else 0
         self.repeats = RepeatedFailures(limit, f"orch resume {self.run_dir}")
         self.result: RunResult | None = None  # the last execute()'s, even when it raised
+        self.ran: list[RoleEnv] = []  # the env of every step this process started (a hunt's are not planned)
+        # `orch restore` runs on a plan shell: the run's own plan, built only when a file must be
+        # judged (sweep.drift), None when the matrix is gone or changed
+        self.load_plan: Callable[[], Plan | None] = lambda: None
+        self._plan_for_files: Plan | None = None
+        self._plan_loaded = False
 
     def execute(
         self,
@@ -156,7 +166,7 @@ class Runner:
         failed_on: OrchError | None = None
         try:
             if resume and self.adopt_backup():
-                self.guard.check_resumable(self.cell_files)  # a host restored and edited since: refuse
+                self.guard.check_resumable()  # a host edited since, not by this run: refuse
                 self.guard.rewrite_host_backups()  # the earlier restore may have removed them
             else:
                 self.guard.backup()  # a killed run that never finished its backup edited nothing
@@ -219,6 +229,7 @@ class Runner:
             self.services.verify_all_next = True
 
     def _run_with_retries(self, step: Step) -> TrialRecord:
+        self.ran.append(step.env)
         return run_with_retries(lambda attempt: self.phases.run(step, attempt), self.options, self._note_retry)
 
     def _note_retry(self, record: TrialRecord) -> None:
@@ -238,13 +249,23 @@ class Runner:
         False when that process never completed its backup (then it never edited a file)."""
         return self.guard.adopt()
 
-    def cell_files(self, role: str) -> set[bytes]:
+    def cell_files(self, role: str) -> set[bytes] | None:
         """Every env file this run's trials write on host `role` (a key): besides the original,
-        what a resume may find there without anyone else having edited it."""
+        what a resume or a restore may find there without anyone else having edited it. None when
+        orch cannot tell (`orch restore` of a run whose matrix is gone or changed)."""
+        plan = self.plan if self.plan.matrix is not None else self._loaded_plan()
+        if plan is None:
+            return None
         h = self.deployment.hosts[role]
-        if self.plan.matrix is None or h.role not in self.plan.matrix.mentioned:
+        if h.role not in plan.matrix.mentioned:
             return set()
-        return {self.services.cell_bytes(role, step.env.get(h.role)) for step in self.plan.steps}
+        envs = [*(s.env for s in plan.steps), *self.ran, *journaled_envs(plan.matrix, self.run.journal)]
+        return {self.services.cell_bytes(role, env.get(h.role)) for env in envs}
+
+    def _loaded_plan(self) -> Plan | None:
+        if not self._plan_loaded:
+            self._plan_for_files, self._plan_loaded = self.load_plan(), True
+        return self._plan_for_files
 
     def discard_host_backups(self) -> None:
         """Remove the host-side copies a killed, incomplete backup may have left."""
@@ -260,7 +281,11 @@ class Runner:
         finally:
             self.guard.on_first_interrupt = None
         if self.guard.states:
-            self.events.quietly("restored", f"not restored: {', '.join(left)}" if left else "all hosts restored")
+            said = f"not restored: {', '.join(left)}" if left else "all hosts restored"
+            kept = "; ".join(f"{role}: {path}" for role, path in self.guard.kept.items())
+            self.events.quietly("restored", f"{said}; changed env files set aside ({kept})" if kept else said)
+        if result is not None:
+            result.kept.update(self.guard.kept)
         return left
 
     def _interrupted_in_restore(self, result: RunResult | None) -> Callable[[], None] | None:
@@ -566,8 +591,21 @@ def _raise_first_failure(errors: list[BaseException], merged: RunResult) -> None
     raise failure
 
 
+def journaled_envs(matrix: Matrix, journal: Path) -> list[RoleEnv]:
+    """The env of every hunt trial the journal holds. Past its first wave a hunt's trials are the
+    search's picks, in no plan: the restore needs them to tell a trial's env file from one
+    edited by someone else (sweep.drift). A trial running when the controller was killed is in
+    no journal either; its file is then set aside as drift, the safe side of the doubt."""
+    if matrix.hunt is None or not journal.exists():
+        return []
+    from orchestrator.core.huntplan import hunt_cell  # the search (numpy, scipy): only for a hunt
+
+    configs = {matrix.hunt.config_of(r.levels) for r in read_journal(journal).records if isinstance(r, TrialRecord)}
+    return [hunt_cell(matrix, config).env for config in sorted(c for c in configs if c is not None)]
+
+
 def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
-    """One result for a parallel run. Its not_restored names each role with its testbed
+    """One result for a parallel run. Its not_restored (and kept) names each role with its testbed
     (`B/decode`): every testbed has the same roles."""
     merged = RunResult(run_dir)
     for runner in runners:
@@ -580,6 +618,7 @@ def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
         merged.deadline_reached = merged.deadline_reached or r.deadline_reached
         merged.records += r.records
         merged.not_restored += [f"{runner.deployment.testbed.name}/{role}" for role in r.not_restored]
+        merged.kept.update({f"{runner.deployment.testbed.name}/{role}": path for role, path in r.kept.items()})
         for role, info in r.provenance.items():  # testbeds are copies: the first one describes them
             merged.provenance.setdefault(role, info)
     return merged

@@ -32,6 +32,19 @@ class Result:
         return self.exit_code == 0
 
 
+@dataclass(frozen=True)
+class FileEntry:
+    """What a path on a host is, in one read: its bytes and, unlike read_bytes, whether it is there
+    at all and whether it is a symlink. The restore needs both to tell the env file the run began
+    with from one deleted or replaced by a link meanwhile, without a round trip more per host."""
+
+    data: bytes | None  # the bytes (through a symlink); None: nothing there (or a dangling link)
+    link: str | None = None  # a symlink's target as the link holds it; None: not a symlink
+    mode: int | None = None  # permission bits of the file read (through a link); None when missing
+    uid: int | None = None
+    gid: int | None = None
+
+
 class Transport(Protocol):
     """Run commands and read/write files on one host."""
 
@@ -55,6 +68,12 @@ class Transport(Protocol):
         ...
 
     def read_bytes(self, path: str) -> bytes: ...
+
+    def read_entry(self, path: str) -> FileEntry:
+        """read_bytes that also says what the path is (FileEntry) and does not fail when nothing
+        is there. A path that is there but is not a regular file (through a link) is refused as
+        read_bytes refuses it."""
+        ...
 
     def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
         """Write via a temp file in the same directory, fsync, rename; keep mode and owner (a new

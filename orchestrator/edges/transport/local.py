@@ -26,7 +26,7 @@ import time
 from typing import Sequence
 
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.edges.transport import STOP_POLL_S, Result
+from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, CommandTimedOut, ConfigError, TransportError
 
 MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero must not fill memory
@@ -125,16 +125,38 @@ class LocalTransport:
         """The file's bytes. An inventory may name anything: a FIFO (opened non-blocking, so
         it cannot hang), a device or a huge file is refused as bad input (exit 2)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise ConfigError("not a regular file", file=path, hint="an env file is a plain file")
-                data = f.read(MAX_READ_BYTES + 1)
+            return self._read(path)[0]
         except OSError as exc:
             raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
+
+    def read_entry(self, path: str) -> FileEntry:
+        """What `path` is (missing, a symlink and where to) and its bytes, as read_bytes reads them."""
+        try:
+            link: str | None = os.readlink(path)
+        except FileNotFoundError:
+            return FileEntry(None)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # EINVAL: there, and not a symlink
+                raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
+            link = None
+        try:
+            data, st = self._read(path)
+        except FileNotFoundError:
+            return FileEntry(None, link)  # a dangling link
+        except OSError as exc:
+            raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
+        return FileEntry(data, link, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+
+    def _read(self, path: str) -> tuple[bytes, os.stat_result]:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError("not a regular file", file=path, hint="an env file is a plain file")
+            data = f.read(MAX_READ_BYTES + 1)
         if len(data) > MAX_READ_BYTES:
             raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=path, hint="an env file is small")
-        return data
+        return data, st
 
     def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
         """Temp file in the same directory, fsync, keep mode and owner (or take `like`'s, 0600

@@ -56,7 +56,7 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from orchestrator.edges.transport import STOP_POLL_S, Result
+from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
 from orchestrator.edges.transport.tunnel import Tunnel
 from orchestrator.errors import (
     STOPPING,
@@ -157,6 +157,18 @@ _READ_SCRIPT = (
     'exec head -c "$2" -- "$1"'
 )
 MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB
+
+# The remote half of read_entry, read_bytes that also says what the path is: a first line
+# `orch-link TARGET` for a symlink, then `orch-missing`, or `orch-file MODE UID GID` and the bytes
+# (through the link). Not a regular file: exit 3, as _READ_SCRIPT.
+_ENTRY_SCRIPT = (
+    'if [ -L "$1" ]; then printf "orch-link %s\\n" "$(readlink -- "$1")"; fi\n'
+    'if [ ! -e "$1" ]; then echo orch-missing; exit 0; fi\n'
+    'if [ ! -f "$1" ]; then echo "orch-read: not a regular file" >&2; exit 3; fi\n'
+    'stat -L -c "orch-file %a %u %g" -- "$1" || exit 4\n'
+    'exec head -c "$2" -- "$1"'
+)
+_HEADER_ROOM = 8192  # read_entry's header lines, kept ahead of a file as big as MAX_READ_BYTES
 
 # Short reasons for the errors a user can act on, matched in a tool's stderr.
 _REASONS = (
@@ -276,6 +288,23 @@ class SshTransport:
         if raw.exit_code != 0:
             raise TransportError(self.label, f"cannot read {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
         return raw.stdout
+
+    def read_entry(self, path: str) -> FileEntry:
+        argv = ["sh", "-c", _ENTRY_SCRIPT, "orch-read", path, str(MAX_READ_BYTES + 1)]
+        line = command_line(argv, sudo=self.use_sudo, timeout=None)
+        cap = MAX_READ_BYTES + 1 + _HEADER_ROOM
+        raw = self._exec(line, timeout=FILE_OP_TIMEOUT_S, shown=f"cat {path}", max_output=cap)
+        self._raise_if_sudo_refused(raw, self.use_sudo)
+        if raw.exit_code == 3 and b"orch-read: not a regular file" in raw.stderr:
+            raise ConfigError("not a regular file", file=f"{self.label}:{path}", hint="an env file is a plain file")
+        if raw.exit_code != 0:
+            raise TransportError(self.label, f"cannot read {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
+        entry = parse_entry(raw.stdout)
+        if entry is None:
+            raise TransportError(self.label, f"cannot read {path}: unexpected answer {raw.stdout[:80]!r}")
+        if entry.data is not None and len(entry.data) > MAX_READ_BYTES:
+            raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=f"{self.label}:{path}")
+        return entry
 
     def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
         """Temp file in the same directory, owner+mode of the original (or of `like`), fsync, rename."""
@@ -562,6 +591,21 @@ class SshTransport:
 
 
 # -------------------------------------------------------------------- pure helpers
+def parse_entry(out: bytes) -> FileEntry | None:
+    """_ENTRY_SCRIPT's answer as a FileEntry (None: not one of its answers)."""
+    link = None
+    if out.startswith(b"orch-link "):
+        first, _, out = out.partition(b"\n")
+        link = first[len(b"orch-link ") :].decode("utf-8", "surrogateescape")
+    head, _, data = out.partition(b"\n")
+    if head == b"orch-missing":
+        return FileEntry(None, link)
+    fields = head.split(b" ")
+    if len(fields) != 4 or fields[0] != b"orch-file" or not all(f.isdigit() for f in fields[1:]):
+        return None
+    return FileEntry(data, link, int(fields[1], 8), int(fields[2]), int(fields[3]))
+
+
 def _check_operand(key: str, value: str) -> None:
     """A host or user goes into connections and into the commands a hint shows (ssh-keyscan,
     ssh-keygen): never one that reads as an option or holds whitespace or shell syntax. The

@@ -1,0 +1,45 @@
+"""Transport.read_entry: an env file's bytes and what the path is (missing, a symlink and where to,
+mode and owner), in one read, for the restore to tell a deleted or relinked file from the one the
+run began with (sweep.drift). The local transport on real files; the SSH transport's answer as its
+parser reads it (its script runs on real hosts in tests/remote/test_restore_drift_ssh.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.edges.transport import FileEntry
+from orchestrator.edges.transport.local import LocalTransport
+from orchestrator.edges.transport.ssh import parse_entry
+from orchestrator.errors import ConfigError
+
+
+def test_local_read_entry_tells_a_file_a_link_a_dangling_link_and_nothing(tmp_path: Path) -> None:
+    t = LocalTransport("ctl")
+    env = tmp_path / "decode.env"
+    env.write_bytes(b"K=1\n")
+    env.chmod(0o640)
+    uid, gid = os.getuid(), os.getgid()
+    assert t.read_entry(str(env)) == FileEntry(b"K=1\n", None, 0o640, uid, gid)
+    (tmp_path / "link.env").symlink_to("decode.env")
+    assert t.read_entry(str(tmp_path / "link.env")) == FileEntry(b"K=1\n", "decode.env", 0o640, uid, gid)
+    (tmp_path / "dangling.env").symlink_to("gone.env")
+    assert t.read_entry(str(tmp_path / "dangling.env")) == FileEntry(None, "gone.env")
+    assert t.read_entry(str(tmp_path / "missing.env")) == FileEntry(None)
+    os.mkfifo(tmp_path / "fifo.env")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        t.read_entry(str(tmp_path / "fifo.env"))
+
+
+def test_the_ssh_answer_is_parsed_byte_for_byte() -> None:
+    data = b"K=\xff\r\norch-file 1 2 3\n"  # bytes that look like a header inside the file stay data
+    assert parse_entry(b"orch-file 640 0 12\n" + data) == FileEntry(data, None, 0o640, 0, 12)
+    assert parse_entry(b"orch-link /etc/team.env\norch-file 644 0 0\nT=1\n") == FileEntry(
+        b"T=1\n", "/etc/team.env", 0o644, 0, 0
+    )
+    assert parse_entry(b"orch-link gone.env\norch-missing\n") == FileEntry(None, "gone.env")
+    assert parse_entry(b"orch-missing\n") == FileEntry(None)
+    assert parse_entry(b"orch-file 644 0\nK=1\n") is None  # not one of its answers
+    assert parse_entry(b"Welcome to the host\norch-missing\n") is None
