@@ -2,12 +2,13 @@
 repro's process group, and killing that group missed it. An audit on a real testbed saw one
 started by trial 0 load the deployment through every later trial (anomalies 81-152 against 36-51
 clean) while the sweep said "8 trials completed, 0 failed", and outlive orch. Now every process
-carrying the repro's mark is stopped when the repro ends and named in ReproOutcome.left_behind;
-a repro that leaves nothing, the local units and the other repros of a parallel sweep are
-untouched."""
+carrying the repro's mark is stopped when the repro ends, named in ReproOutcome.left_behind, and
+the trial is void (LeftBehind); a repro that leaves nothing, the local units and the other repros
+of a parallel sweep are untouched."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -17,11 +18,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes import FakeUnit, Role, flag, make_bed, make_plan, runner_for
 
 from orchestrator.core.records import ReproOutcome
 from orchestrator.edges import leftovers, workload
 from orchestrator.edges.leftovers import MARK_VAR, new_pids
 from orchestrator.edges.workload import run_command, stop_recorded_group
+
+_EVENTS = {"kind": "proportion", "regex": r"events=(?P<k>\d+)/(?P<n>\d+)"}
 
 # A repro that daemonises a sleeper (setsid, its parent subshell gone at once: a double fork), waits
 # until the sleeper wrote its pid, then exits 0 having printed its metrics.
@@ -162,3 +166,54 @@ def test_a_killed_controllers_daemon_is_stopped_by_its_record(tmp_path: Path) ->
         if daemon.poll() is None:
             daemon.kill()
             daemon.wait()
+
+
+# ---------------------------------------------------------------- the trial
+
+
+@pytest.mark.process
+def test_the_trial_that_leaked_is_void_and_the_journal_names_the_process(tmp_path: Path, pids: Path) -> None:
+    """Trial 0's repro daemonises a sleeper: that trial fails (LeftBehind, an infrastructure
+    failure: never data), its record and the journal name the sleeper's pid, the sleeper is gone
+    before trial 1 starts, and trial 1 (a repro that leaves nothing) completes as before."""
+    bed = make_bed({"decode": Role("D=0\n", [FakeUnit("decode-server", active=True)])})
+    script = tmp_path / "repro.sh"
+    script.write_text(
+        f'if [ "$1" = 0 ]; then {DAEMONISE.format(pids=pids)}; else '
+        f'for p in $(cat {pids}); do awk \'$3 != "Z" {{print "alive", $1}}\' /proc/$p/stat 2>/dev/null; done; '
+        "echo 'score=0.5 events=3/10'; fi\n"
+    )
+    repro = {"command": f"sh {script} {{trial}}", "timeout": 30, "metrics": {"events": _EVENTS}}
+    plan = make_plan(bed, {"d": flag("decode", "D")}, repro=repro, stop_after_repeated_failures=0)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    first, second = sorted(result.records, key=lambda r: r.trial)
+    (pid,) = (int(x) for x in pids.read_text().split())
+    assert _gone(pid)
+    assert first.status == "failed" and first.metrics == {} and first.failure is not None
+    assert (first.failure.kind, first.failure.error) == ("infrastructure", "LeftBehind")
+    assert f"left 1 process running: pid {pid} (sleep 1000)" in first.failure.message
+    assert first.repro is not None and first.repro.left_behind == [f"pid {pid} (sleep 1000)"]
+    assert second.status == "completed" and second.repro is not None and second.repro.left_behind == []
+    assert "alive" not in second.repro.stdout_tail  # trial 1 started after the sleeper was gone
+    journaled = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").read_text().splitlines()]
+    trial0 = next(r for r in journaled if r.get("type") == "trial" and r["trial"] == 0)
+    assert trial0["repro"]["left_behind"] == [f"pid {pid} (sleep 1000)"]
+
+
+@pytest.mark.process
+def test_a_warm_up_that_leaves_a_process_voids_the_trial_before_the_repro(tmp_path: Path, pids: Path) -> None:
+    """repro.warmup runs just before the measured repro: what it leaves would load that repro."""
+    bed = make_bed({"decode": Role("D=0\n", [FakeUnit("decode-server", active=True)])})
+    repro = {
+        "command": "echo 'score=0.5 events=3/10'",
+        "warmup": DAEMONISE.format(pids=pids),
+        "timeout": 30,
+        "metrics": {"events": _EVENTS},
+    }
+    plan = make_plan(bed, {"d": flag("decode", "D")}, repro=repro, stop_after_repeated_failures=0)
+    record = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, fail_fast=True).execute().records[0]
+    (pid,) = (int(x) for x in pids.read_text().split())
+    assert _gone(pid)
+    assert record.status == "failed" and record.failure is not None and record.failure.error == "LeftBehind"
+    assert record.failure.message.startswith(f"repro.warmup exited but left 1 process running: pid {pid} (sleep 1000)")
+    assert record.repro is None  # the measured repro never ran beside it
