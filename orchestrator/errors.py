@@ -198,6 +198,13 @@ class WorkloadError(OrchError):
     kind = "workload"
 
 
+class LeftBehind(OrchError):
+    """The repro (or its warm-up) exited but processes it started still ran (a daemonised load
+    generator, a server it never stopped). orch stopped them before the next trial; this trial is
+    void: they loaded the deployment beside the repro, which is not what it measures (retried,
+    never data)."""
+
+
 class WarmupFailed(OrchError):
     """repro.warmup failed (non-zero exit or timeout): the servers are not in the state the
     measured repro assumes, so the trial is void (retried, never data)."""

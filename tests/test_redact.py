@@ -236,6 +236,25 @@ def test_a_trial_record_is_masked_before_it_is_written() -> None:
     assert masked.failure.detail == REDACTED and mask_record(r, Redactor()) == r
 
 
+def test_the_processes_a_repro_left_behind_are_masked_in_the_journal_and_the_report() -> None:
+    """ReproOutcome.left_behind quotes command lines (a load generator started with a token)."""
+    from helpers.report_synth import synthetic_run
+
+    from orchestrator.core.masking import mask_record
+    from orchestrator.report.build import redacted_json
+
+    _, records = synthetic_run(replicates=1, failures=False)
+    r = records[0]
+    assert r.repro is not None
+    left = ["pid 41 (loadgen --api-key abc123 --rate 5)", "pid 42 (sleep 1000)"]
+    leaky = r.model_copy(update={"repro": r.repro.model_copy(update={"left_behind": left})})
+    masked = mask_record(leaky, Redactor())
+    assert masked.repro is not None
+    assert masked.repro.left_behind == [f"pid 41 (loadgen --api-key {REDACTED} --rate 5)", "pid 42 (sleep 1000)"]
+    shown = redacted_json(leaky, Redactor())
+    assert "abc123" not in shown and f"--api-key {REDACTED} --rate 5" in shown
+
+
 def test_a_trial_folders_raw_texts_are_rewritten_masked(tmp_path: Path) -> None:
     from orchestrator.store.redacted import redact_folder
 

@@ -21,7 +21,11 @@ def mask_record(record: TrialRecord, redactor: Redactor) -> TrialRecord:
         outcome = getattr(record, name, None)
         if isinstance(outcome, ReproOutcome):
             update[name] = outcome.model_copy(
-                update={"command": text(outcome.command), "stdout_tail": text(outcome.stdout_tail)}
+                update={
+                    "command": text(outcome.command),
+                    "stdout_tail": text(outcome.stdout_tail),
+                    "left_behind": [text(line) for line in outcome.left_behind],
+                }
             )
     if record.failure is not None:
         update["failure"] = record.failure.model_copy(

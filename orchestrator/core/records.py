@@ -110,6 +110,9 @@ class ReproOutcome(Frozen):
     stdout_tail: str = ""  # last ~4 KiB; the full text is in stdout_path
     stdout_path: str = ""  # relative to the run directory
     stderr_path: str = ""
+    # processes it started that still ran once it ended ("pid N (command)"), stopped by orch: the
+    # trial is void (edges.leftovers)
+    left_behind: list[str] = Field(default_factory=list)
 
 
 class TrialProvenance(Frozen):

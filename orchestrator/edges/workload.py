@@ -3,8 +3,10 @@
 Why this shape:
 - The repro is a user's script (e.g. ``python repro_agent.py --sessions 40 ...``) that may spawn
   children (a client pool, a helper server). It runs in its own session so that a timeout or a
-  Ctrl-C can kill the whole process group: nothing it started outlives the trial and skews the
-  next one.
+  Ctrl-C can kill the whole process group, and with a mark in its environment that its children
+  keep even when they leave that group (setsid, a double fork: edges.leftovers). Whatever it
+  started that is still running once it exited is stopped and reported (ReproOutcome.left_behind):
+  nothing it started outlives the trial and skews the next one, and the caller voids the trial.
 - Output goes straight to files (the OS does the copying), so a chatty repro costs no memory;
   only a bounded tail is read back for the journal.
 - Metrics are named-group regexes (Ramble's idea). The LAST match wins because a repro prints
@@ -37,7 +39,9 @@ import regex
 from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
+from orchestrator.edges import leftovers
 from orchestrator.edges.interrupts import uninterrupted
+from orchestrator.edges.leftovers import Marked
 from orchestrator.edges.transport import STOP_POLL_S  # a repro's wait looks at its stop Event as a command's does
 from orchestrator.errors import ConfigError, Interrupted, OrchError, WorkloadError
 
@@ -60,6 +64,9 @@ TAIL_BYTES = 4096  # stdout tail kept in the journal; the full text stays in the
 ERROR_TAIL_CHARS = 1500  # output tail quoted under a "metrics missing" error
 KILL_GRACE_S = 2.0  # SIGTERM, then SIGKILL after this long
 KILL_SETTLE_S = 1.0  # how long to wait for SIGKILL to land
+# What the repro started gets this long to exit after the repro did (a pool's workers, a resource
+# tracker reading EOF) before it counts as left behind; only paid when something is still running.
+SETTLE_S = 0.5
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
 MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
@@ -315,10 +322,12 @@ def run_command(
     """Run a shell command time-bound, output streamed to files; return what it did.
 
     Runs ``/bin/sh -c`` in a new session (its own process group). ``env`` is the full
-    environment (like subprocess; None inherits ours). On timeout the whole group gets SIGTERM,
-    then SIGKILL after KILL_GRACE_S, and exit_code is None; a process killed by a signal
-    otherwise has exit_code -SIGNUM. Children the command left behind when it exited are killed
-    the same way. Ctrl-C (KeyboardInterrupt) kills the group before re-raising. Paths in the
+    environment (like subprocess; None inherits ours), plus the run's mark (edges.leftovers). On
+    timeout the whole group gets SIGTERM, then SIGKILL after KILL_GRACE_S, and exit_code is None;
+    a process killed by a signal otherwise has exit_code -SIGNUM. Processes the command started
+    that still run when it ended (in its group, or anywhere carrying its mark: daemonised ones)
+    get SETTLE_S to exit, then are killed the same way and named in the outcome's
+    ``left_behind``. Ctrl-C (KeyboardInterrupt) kills the group before re-raising. Paths in the
     outcome are relative to ``run_dir`` when given. Does not judge the exit code: the caller does.
     ``on_spawn`` is called once the process exists (the runner starts the checks that run beside
     the repro there, so their threads do not compete with the spawn); if it raises, the group is
@@ -329,28 +338,36 @@ def run_command(
     process can stop the repro of a controller killed -9 (stop_recorded_group).
     """
     started = time.monotonic()
+    mark = leftovers.new_mark()
     with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
         proc: subprocess.Popen[bytes] | None = None
+        marked: Marked | None = None
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
-                proc = _spawn(argv_or_shell, cwd, env, out, err)
-                _record_group(pid_path, proc.pid)
+                proc = _spawn(argv_or_shell, cwd, leftovers.marked_env(env, mark), out, err)
+                marked = Marked(mark, proc.pid)
+                _record_group(pid_path, proc.pid, mark)
             if on_spawn is not None:
                 on_spawn()
             exit_code = _wait_or_kill(proc, timeout_s, stop, lambda: _check_output_size(out, err))
+            duration_s = time.monotonic() - started
+            left = _stop_leftovers(proc.pid, marked)
         except BaseException:
             if proc is not None:
                 _kill_group(proc)
+                if marked is not None:
+                    _stop_leftovers(proc.pid, marked, settle_s=0.0)
                 _forget_group(pid_path, proc.pid)
             raise
         _forget_group(pid_path, proc.pid)
     return ReproOutcome(
         command=argv_or_shell,
         exit_code=exit_code,
-        duration_s=time.monotonic() - started,
+        duration_s=duration_s,
         stdout_tail=_read_tail(stdout_path, TAIL_BYTES),
         stdout_path=_recorded(stdout_path, run_dir),
         stderr_path=_recorded(stderr_path, run_dir),
+        left_behind=left,
     )
 
 
@@ -409,9 +426,7 @@ def _wait_or_kill(
     if not _wait_exit(proc, timeout_s, stop, watch):
         _kill_group(proc)
         return None
-    code = proc.wait()
-    _kill_leftovers(proc.pid)
-    return code
+    return proc.wait()
 
 
 def _wait_exit(
@@ -484,10 +499,25 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _kill_leftovers(pgid: int) -> None:
-    """The command exited but may have left background children in its group: stop them."""
-    if _group_alive(pgid):
-        _terminate_group(pgid, lambda: None)
+def _stop_leftovers(pgid: int, marked: Marked, settle_s: float = SETTLE_S) -> list[str]:
+    """What the repro left running once it ended (exited, or its group was killed): processes
+    still in its process group, and processes anywhere that carry its mark (daemonised: setsid, a
+    double fork), given `settle_s` to exit by themselves. Each is described, then stopped (SIGTERM,
+    SIGKILL after KILL_GRACE_S), so the next trial starts on a quiet deployment. Returns the
+    descriptions: [] for a repro that left nothing (the usual case: an empty group and one look at
+    the /proc entries newer than the repro)."""
+
+    def find() -> list[int]:
+        return sorted({*_group_members(pgid), *marked.find()})
+
+    left = leftovers.settle(find, settle_s)
+    if not left:
+        return []
+    shown = [leftovers.describe(pid) for pid in left]
+    survivors = leftovers.stop(left, find, lambda pid: marked.carries(pid) or _in_group(pid, pgid), KILL_GRACE_S)
+    if survivors:  # another user's (a setuid child): orch may not signal it
+        shown.append(f"still running, could not be stopped: pid {', '.join(map(str, survivors))}")
+    return shown
 
 
 def _terminate_group(pgid: int, reap: Callable[[], object]) -> None:
@@ -520,12 +550,24 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return any(_live_member(entry, pgid) for entry in os.scandir("/proc") if entry.name.isdigit())
+    return any(_in_group(int(entry.name), pgid) for entry in os.scandir("/proc") if entry.name.isdigit())
 
 
-def _live_member(entry: os.DirEntry[str], pgid: int) -> bool:
+def _group_members(pgid: int) -> list[int]:
+    """The live processes of the group (one kill(0) when it is empty, the usual case)."""
     try:
-        with open(f"{entry.path}/stat", "rb") as f:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit() and _in_group(int(e.name), pgid)]
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    """Is `pid` a live (not zombie) member of process group `pgid`?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
     except OSError:
         return False
@@ -562,8 +604,9 @@ def _recorded(path: Path, run_dir: Path | None) -> str:
 # Why: a repro runs in its own session, so a kill -9 of the controller leaves it running with no
 # timeout (only the controller enforced it); `orch resume` would then measure the re-run trial
 # beside it, and it would keep loading the deployment. Its group is recorded in the trial folder
-# while it may be alive (``PGID START_TICKS``, as LocalServiceManager records its units), so resume
-# and restore can stop it, and only it: the start time proves the pid was not reused.
+# while it may be alive (``PGID START_TICKS MARK``, as LocalServiceManager records its units), so
+# resume and restore can stop it, and only it: the start time proves the pid was not reused. The
+# mark (edges.leftovers) finds what it daemonised out of that group.
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -598,13 +641,13 @@ def _prctl() -> Callable[..., int] | None:
     return fn
 
 
-def _record_group(path: Path | None, pgid: int) -> None:
-    """Write `PGID START_TICKS` to `path` atomically (a rename): a reader sees all or nothing."""
+def _record_group(path: Path | None, pgid: int, mark: str) -> None:
+    """Write `PGID START_TICKS MARK` to `path` atomically (a rename): a reader sees all or nothing."""
     if path is None:
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(f"{pgid} {_start_ticks(pgid)}\n")
+        tmp.write_text(f"{pgid} {_start_ticks(pgid)} {mark}\n")
         os.replace(tmp, path)
     except (OSError, ValueError, IndexError) as exc:
         tmp.unlink(missing_ok=True)
@@ -612,7 +655,8 @@ def _record_group(path: Path | None, pgid: int) -> None:
 
 
 def _forget_group(path: Path | None, pgid: int) -> None:
-    """Remove the record once the group is gone (a group that survived its kill stays recorded)."""
+    """Remove the record once the group is gone (a group that survived its kill stays recorded;
+    the callers stopped what carries the mark first)."""
     if path is not None and not _group_alive(pgid):
         _unlink_quietly(path)
 
@@ -625,26 +669,37 @@ def _unlink_quietly(path: Path) -> None:
 
 
 def stop_recorded_group(path: Path) -> int | None:
-    """Stop the repro group recorded in `path` by a controller that died (kill -9, power cut):
-    SIGTERM, SIGKILL after KILL_GRACE_S. Returns its pgid if it was running, None otherwise; the
-    record is removed once the group is gone. A group whose leader is a process with another start
-    time is a stranger on a reused pid: it is left alone."""
+    """Stop the repro group recorded in `path` by a controller that died (kill -9, power cut), and
+    every process carrying its mark (what it daemonised): SIGTERM, SIGKILL after KILL_GRACE_S.
+    Returns its pgid if any of it was running, None otherwise; the record is removed once the group
+    is gone. A group whose leader is a process with another start time is a stranger on a reused
+    pid: it is left alone."""
     try:
-        pgid, ticks = (int(x) for x in path.read_text().split()[:2])
+        fields = path.read_text().split()
+        pgid, ticks = int(fields[0]), int(fields[1])
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):  # not a record this code wrote: nothing to trust in it
+    except (OSError, ValueError, IndexError):  # not a record this code wrote: nothing to trust in it
         _unlink_quietly(path)
         return None
-    if pgid <= 1 or not _group_alive(pgid) or not _same_group(pgid, ticks):
+    group = pgid > 1 and _group_alive(pgid) and _same_group(pgid, ticks)
+    marked = Marked(fields[2], pgid, since_start=False) if len(fields) > 2 and _MARK.fullmatch(fields[2]) else None
+    daemons = marked.find() if marked is not None else []
+    if not group and not daemons:
         _unlink_quietly(path)
         return None
-    try:
-        _terminate_group(pgid, lambda: None)
-    except PermissionError:
-        return pgid
+    if marked is not None:
+        leftovers.stop(daemons, marked.find, marked.carries, KILL_GRACE_S)
+    if group:
+        try:
+            _terminate_group(pgid, lambda: None)
+        except PermissionError:
+            return pgid
     _forget_group(path, pgid)
     return pgid
+
+
+_MARK = re.compile(r"[0-9a-f]{16}")  # leftovers.new_mark's
 
 
 def _same_group(pgid: int, ticks: int) -> bool:

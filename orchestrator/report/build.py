@@ -31,6 +31,7 @@ import pandas as pd
 from orchestrator.core import clustered, family, findings, power, ranks, stats, trialexact
 from orchestrator.core.clustered import widened_rate
 from orchestrator.core.gcpause import gc_paused
+from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.report.effects import number_views, proportion_views
@@ -1607,18 +1608,10 @@ def redact_env(env: Mapping[str, Mapping[str, str]], redactor: Redactor) -> dict
 
 
 def redacted_json(record: TrialRecord, redactor: Redactor) -> str:
-    """The journal record as shown in the drill-down: pretty JSON, secrets masked."""
-    redact_text = redactor.text
-    update: dict[str, object] = {"env": redact_env(record.env, redactor)}
-    if record.repro:
-        update["repro"] = record.repro.model_copy(
-            update={"command": redact_text(record.repro.command), "stdout_tail": redact_text(record.repro.stdout_tail)}
-        )
-    if record.failure:
-        update["failure"] = record.failure.model_copy(
-            update={"message": redact_text(record.failure.message), "detail": redact_text(record.failure.detail)}
-        )
-    return record.model_copy(update=update).model_dump_json(indent=2)
+    """The journal record as shown in the drill-down: pretty JSON, secrets masked (its free texts as
+    the journal writer masks them, core.masking; its env by name)."""
+    masked = mask_record(record, redactor)
+    return masked.model_copy(update={"env": redact_env(record.env, redactor)}).model_dump_json(indent=2)
 
 
 def _provenance(manifest: RunManifest) -> Provenance:

@@ -63,6 +63,7 @@ from orchestrator.errors import (
     IdentityError,
     Interrupted,
     JournalError,
+    LeftBehind,
     OrchError,
     VerificationError,
     WarmupFailed,
@@ -610,7 +611,10 @@ class Repro:
         if got.exit_code != 0:
             stderr = output_tail(self.run_dir.path / got.stderr_path, 2000)
             what = "timed out" if got.exit_code is None else f"exited with code {got.exit_code}"
+            what += _also_left(got)
             raise WarmupFailed(f"repro.warmup {what} (the trial is void)", detail=stderr or got.stdout_tail)
+        if got.left_behind:
+            raise left_behind("repro.warmup", got)
         return got
 
     def telemetry_before(self) -> Started | None:
@@ -625,13 +629,19 @@ class Repro:
         return self.telemetry.finish(started)
 
     def judge(self, rel: ReproOutcome) -> None:
+        """A repro that timed out or failed is a workload failure; one that exited 0 but left
+        processes running is void (LeftBehind: retried, never data)."""
+        also = _also_left(rel)
         if rel.exit_code is None:
             raise WorkloadError(
-                f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s and was killed", detail=rel.stdout_tail
+                f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s and was killed{also}",
+                detail=rel.stdout_tail,
             )
         if rel.exit_code != 0:
             stderr = output_tail(self.run_dir.path / rel.stderr_path, 2000)
-            raise WorkloadError(f"repro exited with code {rel.exit_code}", detail=stderr or rel.stdout_tail)
+            raise WorkloadError(f"repro exited with code {rel.exit_code}{also}", detail=stderr or rel.stdout_tail)
+        if rel.left_behind:
+            raise left_behind("repro", rel)
 
     def metrics(self, rel: ReproOutcome) -> dict[str, MetricValue]:
         """The trial's metrics, once its output passes the matrix's `repro.valid` rules (a broken
@@ -947,6 +957,32 @@ def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -
         role: {k: "<unset>" if v is None else redactor.value(k, str(v)) for k, v in a.items()}
         for role, a in env.items()
     }
+
+
+MAX_LEFT_SHOWN = 5  # leftovers a failure message names (the record's repro.left_behind has them all)
+
+
+def left_behind(what: str, rel: ReproOutcome) -> LeftBehind:
+    """The void trial of a repro (`what`) that exited 0 but left processes running."""
+    return LeftBehind(
+        f"{what} exited but left {_processes(rel)} (orch stopped them; the trial is void: they loaded the "
+        f"deployment beside the {what} and would have loaded the next trials; make it wait for, or stop, "
+        "what it starts)"
+    )
+
+
+def _also_left(rel: ReproOutcome) -> str:
+    """`; it also left N processes running: ... (stopped)` for a failed repro that left some, else ''."""
+    return f"; it also left {_processes(rel)} (stopped)" if rel.left_behind else ""
+
+
+def _processes(rel: ReproOutcome) -> str:
+    """`2 processes running: pid 1 (cmd), pid 2 (cmd)`, at most MAX_LEFT_SHOWN of them named."""
+    n = len(rel.left_behind)
+    shown = ", ".join(rel.left_behind[:MAX_LEFT_SHOWN])
+    if n > MAX_LEFT_SHOWN:
+        shown += f" and {n - MAX_LEFT_SHOWN} more"
+    return f"{n} process{'es' if n > 1 else ''} running: {shown}"
 
 
 def render_command(template: str, values: dict[str, str]) -> str:
