@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok, 1 the sweep finished with failed trials (or hosts not restored, or a runtime
 fault), 2 bad input or usage (nothing on any host touched), 3 a gate of the matrix failed,
-130 interrupted (args.EXIT_CODES, shown in `orch --help`).
+130 interrupted, 141 stdout closed early (args.EXIT_CODES, shown in `orch --help`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,15 @@ __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # written to a closed pipe (`orch ... | head`): rich's consoles say so too
+        from orchestrator.cli.console import stdout_closed
+
+        return stdout_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -55,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with sigterm_as_interrupt():  # `finally` blocks (lock release, restore) run on SIGTERM too
-            return int(args.func(args))
+            code = int(args.func(args))
+            sys.stdout.flush()  # a reader gone before the last lines: said here, not at exit
+            return code
     except Interrupted as exc:
         err.print(f"interrupted ({escape(str(exc))})")
         _print_notes(exc)
