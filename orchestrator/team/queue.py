@@ -320,6 +320,21 @@ def open_store(spec: str, *, read_only: bool = False) -> QueueStore:
     return Queue(Path(spec), read_only=read_only)
 
 
+def open_existing_store(spec: str, *, read_only: bool = False) -> QueueStore | None:
+    """The store `spec` names, when there is one; None for a SQLite file never made (nothing was
+    ever queued there). Why not open_store: opening a SQLite file creates it, and its folder; a
+    command that only reads or removes items (`queue list`, `queue remove`) must not leave a
+    queue.db in a mistyped --reports folder and call it empty. A folder that does not exist is a
+    UsageError (exit 2), as `orch status` says of it; a server is opened as is."""
+    if not is_server_url(spec):
+        path = Path(spec)
+        if not path.parent.is_dir():
+            raise UsageError(f"{path.parent}: no such folder", hint="check --reports or --store")
+        if not path.exists():
+            return None
+    return open_store(spec, read_only=read_only)
+
+
 # ---------------------------------------------------------------------------- the loop
 SweepStatus = Literal["completed", "failed", "interrupted", "error", "locked"]
 
