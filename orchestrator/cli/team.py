@@ -296,7 +296,7 @@ def _list_row(i: "QueueItem") -> list[str]:
 
     return [
         str(i.id),
-        i.state,
+        i.shown_state,
         str(i.priority),
         Path(i.matrix).name,
         i.testbed or "(first)",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
@@ -65,6 +66,8 @@ TRIAL_RATES_SHOWN = 12
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
 ON_WORDS = frozenset({"on", "1", "true", "yes", "y", "enabled", "enable"})
 
+UNFINISHED = frozenset({"running", "interrupted", "stale"})  # cut off or going on (stale: store.liveness)
+
 # Full records for the rows the page shows in detail (failures, drill-down), in the same order.
 RecordLoader = Callable[[Sequence[TrialRow]], Sequence[TrialRecord]]
 
@@ -84,8 +87,10 @@ def build_report(
     *,
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
+    status: str | None = None,
 ) -> Report:
-    """Everything the page shows, computed once. `trials` may hold retries and failures."""
+    """Everything the page shows, computed once. `trials` may hold retries and failures.
+    `status`: the run's state where it is not the manifest's (store.liveness.run_state: `stale`)."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
         report = build_report_from_rows(
@@ -94,6 +99,7 @@ def build_report(
             lambda chosen: [trials[r.source] for r in chosen],
             torn_tail=torn_tail,
             drilldown_cap=drilldown_cap,
+            status=status,
         )
         return with_served(report, served(((t.trial, t.provenance) for t in trials), manifest.redactor))
 
@@ -105,12 +111,13 @@ def build_report_from_rows(
     *,
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
+    status: str | None = None,
 ) -> Report:
     """build_report from compact rows (journal.read_trial_rows): the numbers need only these, so
     a 100,000-trial run never holds 100,000 full records; `load` fetches the full records of
     the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
     with gc_paused():
-        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap)
+        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap, status=status)
 
 
 def _build(
@@ -120,6 +127,7 @@ def _build(
     *,
     torn_tail: bool,
     drilldown_cap: int,
+    status: str | None = None,
 ) -> Report:
     data = completed_rows(rows)  # each trial's completed record: the rule every reader shares
     frame = _metric_frame(data, manifest.metrics)
@@ -132,7 +140,8 @@ def _build(
     effects, interactions = _effects(manifest, cells, by_metric)
     number_effects = _number_effects(manifest, by_metric, levels_of)
     neighbours = _neighbour_tests(manifest, cells, primary, by_metric)
-    untested = _untested(manifest, by_metric)
+    state = status or manifest.status
+    untested = _untested(manifest, by_metric, state)
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
         cells, effects, interactions, number_effects, neighbours, untested
     )
@@ -142,7 +151,7 @@ def _build(
         run_id=manifest.run_id,
         name=manifest.name,
         description=manifest.description,
-        status=manifest.status,
+        status=state,
         started=manifest.started,
         ended=manifest.ended,
         confidence=stats.CONFIDENCE,
@@ -183,14 +192,18 @@ def _proportions(manifest: RunManifest) -> list[str]:
     return [m for m, kind in manifest.metrics.items() if kind == "proportion"]
 
 
-def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, str]:
+def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows], status: str) -> dict[str, str]:
     """Per proportion metric with no residual df for trial-to-trial variation: why none of its
     comparisons is tested. Why: a cell's sum of trials varies with the restarts, not only with the
     sessions, and one trial per cell leaves nothing to measure that by; Fisher's test on the pooled
     sessions then called noise a finding in 16-55% of A/A 2x2x2 reports at intra-trial correlation
     0.02-0.05 (1% at 0). So such a metric's numbers are shown, described, and never called findings."""
+    per_cell = max(Counter(t.cell for t in manifest.plan).values(), default=1)
+    unfinished = status in UNFINISHED
     return {
-        m: untested_reason(by_metric[m].dispersion) for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
+        m: untested_reason(by_metric[m].dispersion, per_cell, unfinished=unfinished)
+        for m in _proportions(manifest)
+        if _no_spread_to_test(by_metric[m])
     }
 
 
@@ -204,17 +217,27 @@ def _no_spread_to_test(rows: MetricRows) -> bool:
     return disp.most_trials < 2 or len(rates) > 1
 
 
-def untested_reason(disp: clustered.Dispersion) -> str:
-    """Why a metric's differences cannot be tested, with what to do about it (see _untested)."""
-    if disp.most_trials < 2:
-        return (
-            "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
-            "restart and restarts differ; rerun with replicates >= 2"
-        )
-    return (
-        "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated and a "
-        "flag's effect cannot be separated from it; rerun with more replicates"
+def untested_reason(disp: clustered.Dispersion, planned_per_cell: int = 1, *, unfinished: bool = False) -> str:
+    """Why a metric's differences cannot be tested, with what to do about it (see _untested).
+    The advice is for the run as planned and as far as it got: a plan with two or more trials per
+    cell is never told to rerun with replicates >= 2 (a run cut off after its first round, or
+    whose later trials failed, has them planned already), nor a run not finished (running, stale,
+    interrupted) to rerun at all: the rest of its plan is what it lacks."""
+    one = (
+        "one trial per cell cannot separate a flag's effect from trial-to-trial variation, as each cell is one "
+        "restart and restarts differ"
     )
+    if disp.most_trials < 2 and planned_per_cell >= 2:
+        why = "the rest of the run's plan" if unfinished else "a rerun (its other trials did not complete)"
+        so_far = f"at most one trial per cell completed of the {planned_per_cell} planned"
+        return f"{so_far}, and {one}; {why} would give the test"
+    if disp.most_trials < 2:
+        return f"{one}; rerun with replicates >= 2"
+    spread = (
+        "no cell's trials both saw and missed the event, so trial-to-trial variation cannot be estimated and a "
+        "flag's effect cannot be separated from it"
+    )
+    return f"{spread} yet; the rest of the run's plan may" if unfinished else f"{spread}; rerun with more replicates"
 
 
 def _comparison(disp: clustered.Dispersion, untested: str | None) -> str:
@@ -833,15 +856,7 @@ def _status_findings(report: Report) -> list[Finding]:
             )
         )
     if report.status != "completed":
-        found.append(
-            Finding(
-                kind="caution",
-                text=(
-                    f"The run is {report.status}: {report.completed} of {report.planned} planned trials "
-                    "completed; conclusions cover only those."
-                ),
-            )
-        )
+        found.append(Finding(kind="caution", text=status_sentence(report)))
     if report.torn_tail:
         found.append(
             Finding(
@@ -850,6 +865,17 @@ def _status_findings(report: Report) -> list[Finding]:
             )
         )
     return found
+
+
+def status_sentence(report: Report) -> str:
+    """How far a run that did not complete got, in the words every view of it uses."""
+    done = f"{report.completed} of {report.planned} planned trials completed"
+    if report.status == "stale":
+        return (
+            f"The run stopped without ending: its controller is gone (killed or crashed), with {done}; "
+            "conclusions cover only those (`orch resume` continues it, `orch restore` puts its hosts back)."
+        )
+    return f"The run is {report.status}: {done}; conclusions cover only those."
 
 
 def _outcome_findings(report: Report, metric: str) -> list[Finding]:
@@ -1382,8 +1408,12 @@ def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) 
 def result_headline(report: Report) -> str:
     """The run's result in one sentence: the first finding about the data (a difference or its
     absence), else the first finding. A run with some failed trials keeps its result here; its
-    status is shown beside it, never instead of it (issue 12)."""
+    status is shown beside it, never instead of it (issue 12). A run not finished (running,
+    stale, interrupted) opens with how far it got, then its result so far: the index, /api/runs
+    and the webhooks tell each such run the same way, whatever its first finding is."""
     result = next((f for f in report.headline if f.kind in ("finding", "null")), None)
+    if report.status in UNFINISHED:
+        return status_sentence(report) + (f" So far: {result.text}" if result else "")
     first = result or (report.headline[0] if report.headline else None)
     return first.text if first else ""
 

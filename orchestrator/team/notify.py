@@ -39,7 +39,7 @@ class Summary:
 
     run_id: str
     name: str
-    status: str  # completed, failed, interrupted (resumable), error (could not run)
+    status: str  # completed, failed, interrupted (resumable), stale (controller gone), error (could not run)
     headline: str
     link: str
     trials: int  # finished trials (completed + failed)
@@ -182,22 +182,25 @@ def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
 
 
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
-    """The summary of a run directory: status from the manifest, counts, the result sentence and
-    the reasons to doubt the data, from the report model (the same words as the report)."""
+    """The summary of a run directory: status from the manifest (stale when its controller is gone,
+    store.liveness), counts, the result sentence and the reasons to doubt the data, from the
+    report model (the same words as the report)."""
     # the report stack (pandas, scipy): only when sending
     from orchestrator.report.build import build_report, result_headline, suspect_reasons
     from orchestrator.store.journal import load_trials
+    from orchestrator.store.liveness import run_state
     from orchestrator.store.manifest import load_manifest
 
     manifest = load_manifest(run_dir)
     trials, torn = load_trials(run_dir)
-    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
+    state = run_state(run_dir, manifest.status)  # `stale`, as every view says of a killed run
+    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0, status=state)
     finished = {t.trial for t in trials if t.status in ("completed", "failed")}
     succeeded = {t.trial for t in trials if t.status == "completed"}  # a retried trial counts once
     return Summary(
         run_id=manifest.run_id,
         name=manifest.name,
-        status=manifest.status,
+        status=state,
         headline=result_headline(report),
         link=link(run_dir, base_url),
         trials=len(finished),
