@@ -56,12 +56,10 @@ def show_outcome(outcome: SweepOutcome) -> None:
 
 
 def show_restore(outcome: RestoreOutcome) -> None:
+    again = outcome.again or f"orch restore {outcome.run_dir}"
     for tb in outcome.testbeds:
         if tb.not_restored:
-            err.print(
-                f"not restored: {', '.join(tb.not_restored)}; run `orch restore {outcome.run_dir}` again to finish",
-                markup=False,
-            )
+            err.print(f"not restored: {', '.join(tb.not_restored)}; run `{again}` again to finish", markup=False)
         elif not tb.backed_up:
             out.print(f"nothing to restore: run {outcome.run_id} stopped before its first edit", markup=False)
         else:

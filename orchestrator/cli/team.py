@@ -355,6 +355,12 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
         lost = getattr(q, "lost", None)  # a shared store's controller that had to give an item up
         if lost:
             err.print(f"[red]queue:[/red] {escape(lost)}")
+    if result.blocked:
+        ids = ", ".join(map(str, result.blocked))
+        err.print(
+            f"[red]queue:[/red] item(s) {ids} not run: a testbed holds a run whose controller died and whose "
+            "hosts were never restored (see above: resume or restore that run); exit code 1",
+        )
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
     return result.exit_code

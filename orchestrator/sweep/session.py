@@ -16,6 +16,7 @@ from orchestrator.core.inventory import Testbed
 from orchestrator.core.records import RunManifest
 from orchestrator.edges.connect import connect
 from orchestrator.edges.deployment import Deployment
+from orchestrator.edges.lock import host_restore_command
 from orchestrator.errors import PreflightError, UsageError
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.rundir import RunDir
@@ -68,16 +69,21 @@ _RUN_DIR_HINTS = {
 }
 
 
-def check_no_unrestored_run(deployment: Deployment, run_id: str, reports_dir: Path) -> None:
+def check_no_unrestored_run(
+    deployment: Deployment, run_id: str, reports_dir: Path, inventory: Path | None = None
+) -> None:
     """Refuse to start on hosts that still hold another run's changes (a killed run whose hosts
     were never restored): the "originals" saved now would be that run's cell, and restoring them
-    would leave the hosts changed for good."""
+    would leave the hosts changed for good. `inventory` (this run's) is named in the advice."""
     for handle in deployment.hosts.values():
         for other in unrestored_runs(handle):
             if other == run_id:
                 continue
             run_dir = reports_dir / other
-            how = f"orch restore {run_dir}" if RunDir(run_dir).is_run() else f"orch restore RUN_DIR (of run {other})"
+            how = f"orch restore {run_dir}"
+            if not RunDir(run_dir).is_run():  # its folder is elsewhere, or gone: the hosts' own copies
+                from_hosts = host_restore_command(deployment.testbed.name, other, str(inventory or ""))
+                how = f"orch restore RUN_DIR` (of run {other}), or if its folder is gone `{from_hosts}"
             raise PreflightError(
                 f"{handle.host.label}: {handle.host.env_file} still holds the changes of run {other}, "
                 f"whose hosts were never restored; nothing was changed",
