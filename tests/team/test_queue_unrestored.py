@@ -7,19 +7,25 @@ sweeps, a fake clock, no process)."""
 
 from __future__ import annotations
 
+import json
+import socket
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from fakes import FakeUnit, Role, make_bed
 
 from orchestrator.cli import team as cli_team
 from orchestrator.cli.main import main
+from orchestrator.edges.lock import LockInfo, TestbedLock, lock_path
 from orchestrator.errors import LockError, StaleLockError
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.overnight import QueueSweep
 from orchestrator.team.queue import NewItem, Queue, QueueItem, SweepOutcome, run_queue
 
+DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
 HELD = "testbed 'sim' is locked on decode by run R1 (pid 4242) — that process is gone (stale lock); ..."
 
 
@@ -90,15 +96,7 @@ class Refused:
 def test_the_queue_sweep_tells_a_dead_runs_lock_from_a_busy_testbed(
     tmp_path: Path, error: LockError, unrestored: bool
 ) -> None:
-    sweep = QueueSweep(
-        tmp_path / "reports",
-        terminal=lambda started: QuietProgress(),
-        show=lambda outcome: None,
-        note=lambda message: None,
-        error=lambda item, message: None,
-        warn=lambda message: None,
-        sweeps=Refused(error),  # type: ignore[arg-type]
-    )
+    sweep = queue_sweep(tmp_path / "reports", Refused(error))
     with Queue(tmp_path / "queue.db") as q:
         item = add(q, "m")
     outcome = sweep(item, None, lambda run_dir: None)
@@ -116,3 +114,41 @@ def test_orch_queue_run_exits_1_and_says_why(
     said = " ".join(capsys.readouterr().err.split())
     assert "item 1 (nightly.yaml): NOT run" in said and HELD in said
     assert "item(s) 1 not run: a testbed holds a run whose controller died" in said and "exit code 1" in said
+
+
+class DeadRunsLock(Refused):
+    """sweep.api as it meets a testbed whose lock a killed run left: the real lock's refusal."""
+
+    def __init__(self) -> None:
+        bed = make_bed({"decode": Role("X=0\n", [FakeUnit("decode-server", active=True)])})
+        dead = LockInfo("R1", "ann", DEAD_PID, socket.gethostname(), "t", "fakebed", "/gone/R1")
+        bed.transports["decode"].files[lock_path(bed.deployment.hosts["decode"], "")] = json.dumps(
+            asdict(dead)
+        ).encode()
+        self.bed = bed
+
+    def run(self, request: Any, progress: Any, *, warn: Any, prepared: Any = None) -> Any:
+        TestbedLock.for_run(self.bed.deployment, request.run_id, "now", run_dir=request.reports_dir).check()
+        raise AssertionError("the lock let the sweep start")
+
+
+def test_a_dead_runs_lock_met_by_a_queued_sweep_fails_the_queue_run(tmp_path: Path) -> None:
+    notes: list[str] = []
+    with Queue(tmp_path / "queue.db") as q:
+        item = add(q, "nightly")
+        result = run_queue(q, queue_sweep(tmp_path / "reports", DeadRunsLock()), note=notes.append)
+    assert result.exit_code == 1 and result.skipped_locked == [item.id]
+    (said,) = [n for n in notes if n.startswith(item.label)]
+    assert "NOT run" in said and "no run folder is at /gone/R1" in said and "orch restore --testbed fakebed" in said
+
+
+def queue_sweep(reports: Path, sweeps: Any) -> QueueSweep:
+    return QueueSweep(
+        reports,
+        terminal=lambda started: QuietProgress(),
+        show=lambda outcome: None,
+        note=lambda message: None,
+        error=lambda item, message: None,
+        warn=lambda message: None,
+        sweeps=sweeps,
+    )
