@@ -21,9 +21,9 @@ from orchestrator.cli import team as cli_team
 from orchestrator.cli.main import main
 from orchestrator.edges.lock import LockInfo, TestbedLock, lock_path
 from orchestrator.errors import LockError, StaleLockError
-from orchestrator.sweep.progress import QuietProgress
-from orchestrator.team.overnight import QueueSweep
 from orchestrator.team.queue import NewItem, Queue, QueueItem, SweepOutcome, run_queue
+
+from .helpers import queue_sweep
 
 DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
 HELD = "testbed 'sim' is locked on decode by run R1 (pid 4242) — that process is gone (stale lock); ..."
@@ -140,15 +140,3 @@ def test_a_dead_runs_lock_met_by_a_queued_sweep_fails_the_queue_run(tmp_path: Pa
     assert result.exit_code == 1 and result.skipped_locked == [item.id]
     (said,) = [n for n in notes if n.startswith(item.label)]
     assert "NOT run" in said and "no run folder is at /gone/R1" in said and "orch restore --testbed fakebed" in said
-
-
-def queue_sweep(reports: Path, sweeps: Any) -> QueueSweep:
-    return QueueSweep(
-        reports,
-        terminal=lambda started: QuietProgress(),
-        show=lambda outcome: None,
-        note=lambda message: None,
-        error=lambda item, message: None,
-        warn=lambda message: None,
-        sweeps=sweeps,
-    )
