@@ -77,13 +77,15 @@ def finished_run(folder: Path) -> Path:
 
 def paths(matrix: Path, run: Path) -> list[tuple[str, str]]:
     given = (str(matrix), "-i", str(REPO / "inventory" / "local.yaml"))
+    reports = matrix.parent / "reports"  # an empty reports folder (a missing one is refused: exit 2)
+    reports.mkdir(exist_ok=True)
     return [
         ("python -c pass (the floor)", "pass"),
         ("eager import set (old orch start)", EAGER),
         ("orch --help", orch("--help")),
         ("orch validate (2 cells, no gates)", orch("validate", *given)),
         ("orch plan (2 cells)", orch("plan", *given)),
-        ("orch status", orch("status", "--reports", str(matrix.parent / "reports"))),
+        ("orch status", orch("status", "--reports", str(reports))),
         ("orch report (16 trials, 3 metrics)", orch("report", str(run))),
         ("import orchestrator.sim.server", "import orchestrator.sim.server"),
         ("import orchestrator.sim.repro", "import orchestrator.sim.repro"),

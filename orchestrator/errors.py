@@ -81,6 +81,12 @@ class LockError(OrchError):
     kind = "config"
 
 
+class StaleLockError(LockError):
+    """A run whose controller died holds the testbed: its lock was left behind, and its hosts may
+    still hold its edits. Unlike a busy testbed it never frees itself: that run must be resumed or
+    restored first (the overnight queue reports it as a failure, not as a testbed to wait for)."""
+
+
 class TransportError(OrchError):
     """A command could not be run on a host (connection, authentication, I/O)."""
 

@@ -148,11 +148,12 @@ class FakeTransport:
             self._scripts.insert(0, _Script(matcher, answer, times))
 
     def allow_file_commands(self) -> None:
-        """Script the few file commands orch's edges run (`true`, `test -w`, `cat`, `rm -f`, the
+        """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`, the
         lock's exclusive create and takeover), acting on the in-memory files. Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
         self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and self.resolve(argv[-1]) in self.files else 1))
+        self.script(("test", "-L"), lambda text, argv: Reply(0 if argv and argv[-1] in self.links else 1))
         self.script(("cat",), self._cat)
         self.script(("rm", "-f"), self._rm)
         self.script(("sh", "-c", LOCK_CREATE), self._create_exclusive)

@@ -105,6 +105,22 @@ def test_steady_nights_raise_no_flag(tmp_path: Path) -> None:
     assert not [c for c in regression_changes(dirs[-1], fresh_summary) if c.flagged]
 
 
+def test_a_running_run_is_never_the_trends_newest(tmp_path: Path) -> None:
+    """The group's header named a run still running as its newest while the rates listed under
+    "newest run" were the last finished run's: the header names the run the rates are from."""
+    _nights(tmp_path, 2)
+    run_id = "20260503-070000-overlap_ablation"  # started after both, cut off after 3 trials
+    manifest, records = synthetic_run(seed=3, failures=False, status="running", run_id=run_id)
+    manifest = manifest.model_copy(update={"started": "2026-05-03T07:00:00Z", "ended": None})
+    write_run(tmp_path / run_id, manifest, sorted(records, key=lambda r: r.trial)[:3])
+    page = write_index(tmp_path, fresh_summary).read_text()
+    header = re.search(r'<section class="group".*?<h3>(.*?)</h3>', page, re.S)
+    assert header is not None
+    assert "3 runs, 2 finished" in header[1] and "newest finished 2026-05-02T07:00:00Z" in header[1], header[1]
+    assert "2026-05-03" not in header[1]
+    assert "newest finished run [95% CI]" in page
+
+
 def test_compare_and_webhook_summary_carry_the_nightly_check(tmp_path: Path) -> None:
     from orchestrator.report.compare import write_comparison_page
     from orchestrator.team.notify import summarize_run

@@ -18,7 +18,7 @@ DEFAULT_INVENTORY = Path("inventory/local.yaml")  # `args.inventory is DEFAULT_I
 DEFAULT_REPORTS = Path("reports")
 EXIT_CODES = (
     "Exit codes: 0 ok; 1 trials failed, hosts not restored or a runtime fault; 2 bad input or usage "
-    "(nothing touched); 3 a gate of the matrix failed; 130 interrupted"
+    "(nothing touched); 3 a gate of the matrix failed; 130 interrupted; 141 stdout closed early (| head)"
 )
 
 

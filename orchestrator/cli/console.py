@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 from rich.console import Console
 from rich.markup import escape
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports of a command whose reader went away
+
+
+def stdout_closed() -> int:
+    """The reader of stdout went away (`orch run M --dry-run | head`): the command ends quietly with
+    EXIT_PIPE_CLOSED, as one killed by SIGPIPE does (what a shell with pipefail sees of `yes | head`),
+    never with a traceback. stdout is pointed at /dev/null first, so the interpreter's own flush at
+    exit cannot fail again (Python's docs, signal module: "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED
+
+
+class _Console(Console):
+    """rich's Console, ending the command on a closed pipe with orch's code for it (stdout_closed)
+    rather than rich's 1 (orch's "trials failed"): the same code whichever way the output was written.
+    A SystemExit, as rich's own: it unwinds a sweep through its `finally` blocks (the restore) and no
+    `except Exception` on the way takes it for a failed trial."""
+
+    def on_broken_pipe(self) -> None:
+        if not self.quiet:
+            raise SystemExit(stdout_closed())
+
+
+out = _Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def warn(message: str) -> None:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok, 1 the sweep finished with failed trials (or hosts not restored, or a runtime
 fault), 2 bad input or usage (nothing on any host touched), 3 a gate of the matrix failed,
-130 interrupted (args.EXIT_CODES, shown in `orch --help`).
+130 interrupted, 141 stdout closed early (args.EXIT_CODES, shown in `orch --help`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from orchestrator.cli.args import (
 )
 from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
-from orchestrator.errors import Interrupted, OrchError
+from orchestrator.errors import Interrupted, OrchError, UsageError
 
 # Building the parser (`orch --help`, a usage error) imports the standard library and the command
 # modules' registrations only; each command imports what it runs (the sweep API: pydantic, numpy,
@@ -41,6 +41,15 @@ __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # written to a closed pipe (`orch ... | head`): rich's consoles say so too
+        from orchestrator.cli.console import stdout_closed
+
+        return stdout_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
@@ -55,7 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with sigterm_as_interrupt():  # `finally` blocks (lock release, restore) run on SIGTERM too
-            return int(args.func(args))
+            code = int(args.func(args))
+            sys.stdout.flush()  # a reader gone before the last lines: said here, not at exit
+            return code
     except Interrupted as exc:
         err.print(f"interrupted ({escape(str(exc))})")
         _print_notes(exc)
@@ -167,8 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
-    res.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    res.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", help="the run's folder (orch run printed it)")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
+    hosts = res.add_argument_group(
+        "without the run folder (deleted)",
+        "put a testbed back from the copies of their env files a run left on its hosts; units running now are "
+        "restarted on the originals (which ran before the run was in the folder)",
+    )
+    hosts.add_argument("-t", "--testbed", help="the testbed, instead of RUN_DIR")
+    hosts.add_argument("--run-id", help="the run whose copies to put back (default: the one the testbed's lock names)")
+    hosts.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (the run's)")
     hunt_cmd = command(
         sub, "hunt", "find which suspect flags cause a failure (the matrix's hunt: section)", hunt.cmd_hunt
     )
@@ -283,13 +302,31 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from orchestrator.sweep import api
     from orchestrator.sweep.progress import RichProgress
 
-    request = api.RestoreRequest(args.run_dir, break_lock=args.break_lock)
-    outcome = api.restore(request, RichProgress(err), warn=warn)
+    if args.run_dir is None:  # the folder is gone: the hosts' own copies
+        outcome = api.restore_from_hosts(_host_restore_request(args), RichProgress(err))
+    elif args.testbed is not None or args.run_id is not None or args.inventory is not DEFAULT_INVENTORY:
+        raise UsageError("RUN_DIR or --testbed, not both", hint="a run's folder names its testbeds and inventory")
+    else:
+        outcome = api.restore(
+            api.RestoreRequest(args.run_dir, break_lock=args.break_lock), RichProgress(err), warn=warn
+        )
     for tb in outcome.testbeds:  # a testbed of a parallel run that could not be restored at all, and why
         if tb.error is not None:
             err.print(f"[red]error:[/red] testbed {escape(tb.testbed)}: {escape(tb.error)}")
     output.show_restore(outcome)
     return outcome.exit_code
+
+
+def _host_restore_request(args: argparse.Namespace) -> api.HostRestoreRequest:
+    """`orch restore --testbed NAME`: a testbed is named, or there is nothing to restore."""
+    from orchestrator.sweep import api
+
+    if args.testbed is None:
+        raise UsageError(
+            "give the run's folder (RUN_DIR), or --testbed NAME to restore from the copies on its hosts",
+            hint="orch restore reports/<run-id>, or orch restore --testbed NAME -i INVENTORY [--run-id ID]",
+        )
+    return api.HostRestoreRequest(args.inventory, args.testbed, args.run_id, break_lock=args.break_lock)
 
 
 def _live_progress(started: api.Started) -> Progress:

@@ -57,14 +57,12 @@ def show_outcome(outcome: SweepOutcome) -> None:
 
 
 def show_restore(outcome: RestoreOutcome) -> None:
+    again = outcome.again or f"orch restore {outcome.run_dir}"
     for tb in outcome.testbeds:
         for line in tb.host_lines:  # hosts restored before, one line each, then the testbed's summary
             out.print(line, markup=False)
         if tb.not_restored:
-            err.print(
-                f"not restored: {', '.join(tb.not_restored)}; run `orch restore {outcome.run_dir}` again to finish",
-                markup=False,
-            )
+            err.print(f"not restored: {', '.join(tb.not_restored)}; run `{again}` again to finish", markup=False)
         elif not tb.backed_up:
             out.print(f"nothing to restore: run {outcome.run_id} stopped before its first edit", markup=False)
         else:
@@ -86,6 +84,7 @@ def show_kept(kept: tuple[tuple[str, str], ...]) -> None:
     original back (sweep.drift): said once more at the end, where a script's log keeps it."""
     for role, path in kept:
         out.print(
-            f"kept aside: {role} ({path}): its env file was changed, not by orch; the original is back in place",
+            f"kept aside: {role} ({path}): what its env file held, not the original nor a file orch knows it "
+            "wrote; the original is back in place",
             markup=False,
         )

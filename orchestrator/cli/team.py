@@ -183,6 +183,13 @@ def _open_queue(args: argparse.Namespace) -> "QueueStore":
     return open_store(store_spec(args.store, args.reports))
 
 
+def _existing_queue(args: argparse.Namespace, *, read_only: bool = False) -> "QueueStore | None":
+    """The queue --reports / --store name, never created (team.queue.open_existing_store)."""
+    from orchestrator.team.queue import open_existing_store, store_spec
+
+    return open_existing_store(store_spec(args.store, args.reports), read_only=read_only)
+
+
 def _webhook_arg(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--webhook",
@@ -258,8 +265,13 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from orchestrator.cli.console import out
+    from orchestrator.team.queue import store_spec
 
-    with _open_queue(args) as q:
+    store = _existing_queue(args, read_only=True)
+    if store is None:
+        out.print(f"no queue in {store_spec(args.store, args.reports)}: nothing was ever queued there", markup=False)
+        return 0
+    with store as q:
         (items, left_out), where = q.listing(None if args.all else LIST_FINISHED), q.where
     if not items and not left_out:
         out.print(f"the queue in {where} is empty", markup=False)
@@ -284,7 +296,7 @@ def _list_row(i: "QueueItem") -> list[str]:
 
     return [
         str(i.id),
-        i.state,
+        i.shown_state,
         str(i.priority),
         Path(i.matrix).name,
         i.testbed or "(first)",
@@ -300,8 +312,16 @@ def cmd_queue_remove(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out
+    from orchestrator.errors import UsageError
+    from orchestrator.team.queue import store_spec
 
-    with _open_queue(args) as q:
+    store = _existing_queue(args)
+    if store is None:
+        where = store_spec(args.store, args.reports)
+        raise UsageError(
+            f"no queue item {args.item_id}: there is no queue in {where}", hint="check --reports or --store"
+        )
+    with store as q:
         item = q.remove(args.item_id)
     kept = f"; its run stays in {item.run_dir}" if item.run_dir else ""
     out.print(escape(f"removed {item.label} ({item.state}){kept}"))
@@ -335,6 +355,12 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
         lost = getattr(q, "lost", None)  # a shared store's controller that had to give an item up
         if lost:
             err.print(f"[red]queue:[/red] {escape(lost)}")
+    if result.blocked:
+        ids = ", ".join(map(str, result.blocked))
+        err.print(
+            f"[red]queue:[/red] item(s) {ids} not run: a testbed holds a run whose controller died and whose "
+            "hosts were never restored (see above: resume or restore that run); exit code 1",
+        )
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
     return result.exit_code
@@ -587,9 +613,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from orchestrator.cli.console import out
+    from orchestrator.errors import UsageError
     from orchestrator.team.livestatus import snapshot
     from orchestrator.team.serve import status_json
 
+    missing = not Path(args.reports).is_dir()
+    if missing and not _queue_elsewhere(args):  # a mistyped --reports must not read like an idle machine
+        raise UsageError(f"{args.reports}: no such folder", hint="check --reports")
     snap = _with_shared_queue(snapshot(args.reports), args)
     if args.json:
         out.print_json(json.dumps(status_json(snap)))
@@ -611,8 +641,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     if snap.runs:
         _print_table(runs)
     else:
-        missing = "" if Path(args.reports).is_dir() else " (no such folder: check --reports)"
-        out.print(f"no sweep is running in {args.reports}{missing}", markup=False)
+        note = " (no such folder: check --reports)" if missing else ""  # the queue shown is elsewhere
+        out.print(f"no sweep is running in {args.reports}{note}", markup=False)
     if snap.queue:
         queue = Table("id", "state", "prio", "matrix", "testbed", "run", "note", title="queue")
         for q in snap.queue:
@@ -627,6 +657,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         _print_table(queue)
     return 0
+
+
+def _queue_elsewhere(args: argparse.Namespace) -> bool:
+    """Does --store / $ORCH_QUEUE_STORE name a queue other than the reports folder's queue.db?"""
+    from orchestrator.team.queue import DB_NAME, store_spec
+
+    return Path(store_spec(args.store, args.reports)) != args.reports / DB_NAME
 
 
 def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot":

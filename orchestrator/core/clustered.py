@@ -133,17 +133,27 @@ class Dispersion:
             "estimated"
         )
 
-    def untested_reason(self) -> str:
+    def untested_reason(self, planned_per_cell: int = 1, *, unfinished: bool = False) -> str:
         """Why a metric's differences are not tested, with what to do about it: the one sentence the
         report, `orch compare` (and, before the sweep, `orch plan`: ONE_TRIAL) give. Why: a cell's sum
         of trials varies with the restarts, not only with the sessions; with nothing to measure that by,
-        a test on the pooled sessions calls noise a finding (report.build._untested)."""
+        a test on the pooled sessions calls noise a finding (report.build._untested).
+
+        The advice is for the run as planned and as far as it got: a plan with two or more trials per
+        cell is never told to rerun with replicates >= 2 (a run cut off after its first round, or whose
+        later trials failed, has them planned already), nor a run not finished (running, stale,
+        interrupted) to rerun at all: the rest of its plan is what it lacks."""
         if self.most_trials == 0:
             return NOT_MEASURED
+        if self.most_trials < 2 and planned_per_cell >= 2:
+            why = "the rest of the run's plan" if unfinished else "a rerun (its other trials did not complete)"
+            so_far = f"at most one trial per cell completed of the {planned_per_cell} planned"
+            return f"{so_far}, and {ONE_TRIAL}; {why} would give the test"
         if self.most_trials < 2:
             return f"{ONE_TRIAL}; rerun with replicates >= 2"
+        spread = f"{self.unestimable_reason()} and a flag's effect cannot be separated from it"
         return (
-            f"{self.unestimable_reason()} and a flag's effect cannot be separated from it; rerun with more replicates"
+            f"{spread} yet; the rest of the run's plan may" if unfinished else f"{spread}; rerun with more replicates"
         )
 
     def interval_note(self) -> str:

@@ -28,13 +28,14 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import shlex
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.transport import Result
-from orchestrator.errors import LockError, OrchError
+from orchestrator.errors import LockError, OrchError, StaleLockError
 
 LOCK_TIMEOUT_S = 30.0  # a create, a read, a rename: instant on a healthy host, even over SSH
 MAX_LOCK_BYTES = 64 * 1024  # a lock is one JSON line of a few hundred bytes
@@ -135,6 +136,19 @@ class NoHolder(LockInfo):
         return True
 
 
+def host_restore_command(testbed: str, run_id: str, inventory: str = "") -> str:
+    """The `orch restore` that puts a testbed back from its hosts' own copies of their env files
+    (sweep.hostrestore): the way back once the run's folder is gone."""
+    shown = shlex.quote(inventory) if inventory else "INVENTORY"
+    return f"orch restore --testbed {shlex.quote(testbed)} --run-id {shlex.quote(run_id)} -i {shown}"
+
+
+def lock_holders(deployment: Deployment) -> dict[str, LockInfo]:
+    """Who holds the lock on each host that has one (host key -> holder); reads only."""
+    found = {key: TestbedLock._read(h, lock_path(h, deployment.testbed.name)) for key, h in deployment.hosts.items()}
+    return {key: holder for key, holder in found.items() if holder is not None}
+
+
 def lock_path(handle: HostHandle, testbed: str) -> str:
     return f"{handle.host.env_file}.orch-lock"
 
@@ -142,8 +156,11 @@ def lock_path(handle: HostHandle, testbed: str) -> str:
 class TestbedLock:
     __test__ = False  # not a pytest test class
 
-    def __init__(self, deployment: Deployment, info: LockInfo, *, owner_gone: bool = False) -> None:
+    def __init__(
+        self, deployment: Deployment, info: LockInfo, *, owner_gone: bool = False, inventory: str = ""
+    ) -> None:
         self.deployment, self.info = deployment, info
+        self.inventory = inventory  # the inventory naming the testbed: the advice names it (if known)
         # The caller knows this run's previous controller is gone even when it ran on another
         # machine (a shared queue's lock on the item said so): the run's own locks may be taken.
         # Never another run's lock.
@@ -159,13 +176,14 @@ class TestbedLock:
         *,
         owner_gone: bool = False,
         run_dir: Path | None = None,
+        inventory: Path | None = None,
     ) -> "TestbedLock":
         """`run_dir` is recorded in the lock, so a run that finds it stale can name the folder to
-        `orch resume` or `orch restore`."""
+        `orch resume` or `orch restore`; `inventory` (this run's) is named in that advice."""
         where = str(run_dir) if run_dir is not None else ""
         user, pid, host = getpass.getuser(), os.getpid(), socket.gethostname()
         info = LockInfo(run_id, user, pid, host, started, deployment.testbed.name, where)
-        return cls(deployment, info, owner_gone=owner_gone)
+        return cls(deployment, info, owner_gone=owner_gone, inventory=str(inventory) if inventory else "")
 
     def _ours(self, holder: LockInfo) -> bool:
         """The lock is this run's on this testbed, left by its earlier controller (dead) or held by
@@ -193,7 +211,7 @@ class TestbedLock:
             if holder is None or self._ours(holder):
                 continue
             if not (break_stale and holder.is_stale()):
-                raise LockError(self._held_message(handle, holder))
+                raise self._refusal(handle, holder)
 
     def release(self) -> None:
         for handle in reversed(self.held):
@@ -220,7 +238,7 @@ class TestbedLock:
             text, holder = read
             # our own run, resumed or restored after its controller died; or a dead owner's, when told
             if not (self._ours(holder) or (break_stale and holder.is_stale())):
-                raise LockError(self._held_message(handle, holder))
+                raise self._refusal(handle, holder)
             swap = _run(handle, ["sh", "-c", TAKE_OVER, "orch-lock", text.rstrip("\n"), path, payload])
             if swap.ok:
                 return
@@ -231,6 +249,11 @@ class TestbedLock:
         """The lock this very lock object took: this run, this process, this testbed."""
         same = (holder.run_id, holder.pid) == (self.info.run_id, self.info.pid)
         return same and holder.same_testbed(self.info)
+
+    def _refusal(self, handle: HostHandle, holder: LockInfo) -> LockError:
+        """Why this run cannot have the lock; a StaleLockError when a dead run holds it."""
+        message = self._held_message(handle, holder)
+        return StaleLockError(message) if holder.is_stale() else LockError(message)
 
     def _held_message(self, handle: HostHandle, holder: LockInfo) -> str:
         if isinstance(holder, NoHolder):
@@ -262,10 +285,18 @@ class TestbedLock:
         cell, its servers still hold the ports); --break-lock alone leaves its changes in place."""
         run_dir = self._holder_run_dir(holder)
         where = run_dir if run_dir is not None else f"RUN_DIR (the run directory of run {holder.run_id})"
-        return (
+        advice = (
             " — that process is gone (stale lock); rerun with --break-lock to take it only as a last resort "
             f"(it leaves run {holder.run_id}'s changes in place): first `orch resume {where}` continues "
             f"that run, or `orch restore {where}` puts its hosts back"
+        )
+        if run_dir is not None and (Path(run_dir) / "run.json").is_file():
+            return advice
+        seen = f"no run folder is at {run_dir} (seen from {Path.cwd()})" if run_dir else "its folder is not known here"
+        command = host_restore_command(self.deployment.testbed.name, holder.run_id, self.inventory)
+        return (
+            f"{advice}; but {seen}: if it was deleted, `{command}` puts the hosts back from the copies of "
+            f"their env files the run left beside them (<env file>.orch-backup-{holder.run_id})"
         )
 
     def _holder_run_dir(self, holder: LockInfo) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import TypeVar
 
@@ -67,6 +68,8 @@ TRIAL_RATES_SHOWN = 12
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
 ON_WORDS = frozenset({"on", "1", "true", "yes", "y", "enabled", "enable"})
 
+UNFINISHED = frozenset({"running", "interrupted", "stale"})  # cut off or going on (stale: store.liveness)
+
 # Full records for the rows the page shows in detail (failures, drill-down), in the same order.
 RecordLoader = Callable[[Sequence[TrialRow]], Sequence[TrialRecord]]
 
@@ -86,8 +89,10 @@ def build_report(
     *,
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
+    status: str | None = None,
 ) -> Report:
-    """Everything the page shows, computed once. `trials` may hold retries and failures."""
+    """Everything the page shows, computed once. `trials` may hold retries and failures.
+    `status`: the run's state where it is not the manifest's (store.liveness.run_state: `stale`)."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
         report = build_report_from_rows(
@@ -96,6 +101,7 @@ def build_report(
             lambda chosen: [trials[r.source] for r in chosen],
             torn_tail=torn_tail,
             drilldown_cap=drilldown_cap,
+            status=status,
         )
         return with_served(report, served(((t.trial, t.provenance) for t in trials), manifest.redactor))
 
@@ -107,12 +113,13 @@ def build_report_from_rows(
     *,
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
+    status: str | None = None,
 ) -> Report:
     """build_report from compact rows (journal.read_trial_rows): the numbers need only these, so
     a 100,000-trial run never holds 100,000 full records; `load` fetches the full records of
     the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
     with gc_paused():
-        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap)
+        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap, status=status)
 
 
 def _build(
@@ -122,6 +129,7 @@ def _build(
     *,
     torn_tail: bool,
     drilldown_cap: int,
+    status: str | None = None,
 ) -> Report:
     data = completed_rows(rows)  # each trial's completed record: the rule every reader shares
     frame = _metric_frame(data, manifest.metrics)
@@ -135,7 +143,8 @@ def _build(
     number_effects = _number_effects(manifest, by_metric, levels_of)
     high = _highest_measured(manifest, cells, primary)
     neighbours = _neighbour_tests(manifest, cells, primary, high, by_metric)
-    untested = _untested(manifest, by_metric)
+    state = status or manifest.status
+    untested = _untested(manifest, by_metric, state)
     members = family.members(_design(manifest, cells, baseline_cell, untested, high))
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
         members, cells, effects, interactions, number_effects, neighbours
@@ -146,7 +155,7 @@ def _build(
         run_id=manifest.run_id,
         name=manifest.name,
         description=manifest.description,
-        status=manifest.status,
+        status=state,
         started=manifest.started,
         ended=manifest.ended,
         confidence=stats.CONFIDENCE,
@@ -187,14 +196,18 @@ def _proportions(manifest: RunManifest) -> list[str]:
     return [m for m, kind in manifest.metrics.items() if kind == "proportion"]
 
 
-def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, str]:
+def _untested(manifest: RunManifest, by_metric: Mapping[str, MetricRows], status: str) -> dict[str, str]:
     """Per proportion metric with no residual df for trial-to-trial variation: why none of its
     comparisons is tested. Why: a cell's sum of trials varies with the restarts, not only with the
     sessions, and one trial per cell leaves nothing to measure that by; Fisher's test on the pooled
     sessions then called noise a finding in 16-55% of A/A 2x2x2 reports at intra-trial correlation
     0.02-0.05 (1% at 0). So such a metric's numbers are shown, described, and never called findings."""
+    per_cell = max(Counter(t.cell for t in manifest.plan).values(), default=1)
+    unfinished = status in UNFINISHED
     return {
-        m: by_metric[m].dispersion.untested_reason() for m in _proportions(manifest) if _no_spread_to_test(by_metric[m])
+        m: by_metric[m].dispersion.untested_reason(per_cell, unfinished=unfinished)
+        for m in _proportions(manifest)
+        if _no_spread_to_test(by_metric[m])
     }
 
 
@@ -831,13 +844,7 @@ def _status_findings(report: Report) -> list[Finding]:
             )
         )
     if report.status != "completed":
-        found.append(
-            Finding(
-                kind="caution",
-                text=f"The run is {report.status}: {completed_of(report.completed, report.planned)}; "
-                "conclusions cover only those.",
-            )
-        )
+        found.append(Finding(kind="caution", text=status_sentence(report)))
     if report.torn_tail:
         found.append(
             Finding(
@@ -846,6 +853,17 @@ def _status_findings(report: Report) -> list[Finding]:
             )
         )
     return found
+
+
+def status_sentence(report: Report) -> str:
+    """How far a run that did not complete got, in the words every view of it uses."""
+    done = f"{report.completed} of {report.planned} planned trials completed"
+    if report.status == "stale":
+        return (
+            f"The run stopped without ending: its controller is gone (killed or crashed), with {done}; "
+            "conclusions cover only those (`orch resume` continues it, `orch restore` puts its hosts back)."
+        )
+    return f"The run is {report.status}: {done}; conclusions cover only those."
 
 
 def _outcome_findings(report: Report, metric: str) -> list[Finding]:
@@ -1378,8 +1396,12 @@ def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) 
 def result_headline(report: Report) -> str:
     """The run's result in one sentence: the first finding about the data (a difference or its
     absence), else the first finding. A run with some failed trials keeps its result here; its
-    status is shown beside it, never instead of it (issue 12)."""
+    status is shown beside it, never instead of it (issue 12). A run not finished (running,
+    stale, interrupted) opens with how far it got, then its result so far: the index, /api/runs
+    and the webhooks tell each such run the same way, whatever its first finding is."""
     result = next((f for f in report.headline if f.kind in ("finding", "null")), None)
+    if report.status in UNFINISHED:
+        return status_sentence(report) + (f" So far: {result.text}" if result else "")
     first = result or (report.headline[0] if report.headline else None)
     return first.text if first else ""
 

@@ -43,6 +43,7 @@ from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.summary import RunSummary
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import TrialRow, iter_records, read_records_at
+from orchestrator.store.liveness import run_state
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runtrials import read_run_rows
@@ -180,9 +181,11 @@ def load_report_and_rows(
     rule (for summary.json's series, and the webhook's counts of finished and failed trials)."""
     with gc_paused():
         manifest = manifest or load_manifest(run_dir)
+        state = run_state(run_dir, manifest.status)  # `stale` when its controller is gone
         path = RunDir(run_dir).journal
         if not path.exists():
-            return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap), []
+            empty = build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap, status=state)
+            return empty, []
         scan = read_run_rows(run_dir, manifest)  # damage (duplicates, unplanned trials) refused at its line
         report = build_report_from_rows(
             manifest,
@@ -190,6 +193,7 @@ def load_report_and_rows(
             lambda rows: read_records_at(path, rows),
             torn_tail=scan.torn_tail,
             drilldown_cap=drilldown_cap,
+            status=state,
         )
         report = with_served(report, served(scan_journal(path), manifest.redactor))  # what served each trial
         return _with_run_facts(report, manifest, path), scan.rows

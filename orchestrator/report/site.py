@@ -27,6 +27,7 @@ from orchestrator.report.series import SeriesPoint
 from orchestrator.report.summary import Rebuild, RunSummary
 from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
+from orchestrator.store.liveness import STALE, run_state
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import HUNT_HTML, ReportsDir, RunDir
 
@@ -154,12 +155,13 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
             run.index_html.is_file(),
             error=str(exc),
         )
+    live = run_state(run_dir, manifest.status)  # `stale`: its controller is gone (store.liveness)
     entry = RunEntry(
         directory=run_dir.name,
         name=manifest.name,
         run_id=manifest.run_id,
         started=manifest.started,
-        status=manifest.status,
+        status=live,
         completed=0,
         planned=len(manifest.plan),
         failed=0,
@@ -168,14 +170,14 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         page=HUNT_HTML if run.hunt_html.is_file() else "index.html",
     )
     try:
-        summary = _cached_summary(run_dir) or rebuild(run_dir, manifest)  # rebuilt from the journal
+        summary = _cached_summary(run_dir, live) or rebuild(run_dir, manifest)  # rebuilt from the journal
     except OrchError as exc:
         return replace(entry, error=str(exc))
     except Exception as exc:  # noqa: BLE001 - one run's folder, not the index of all runs
         return replace(entry, error=_unexpected(exc))
     return replace(
         entry,
-        status=summary.status or manifest.status,
+        status=live if live == STALE else summary.status or manifest.status,
         completed=summary.completed,
         planned=summary.planned,
         failed=summary.failed,
@@ -194,12 +196,13 @@ def _unexpected(exc: Exception) -> str:
     return f"cannot summarise this run: {type(exc).__name__}: {text} (a bug in orch: please report it)"
 
 
-def _cached_summary(run_dir: Path) -> RunSummary | None:
+def _cached_summary(run_dir: Path, live: str = "") -> RunSummary | None:
     """The run's summary.json (written with its report), if it is newer than run.json and the
     journal; None sends the caller to rebuild the summary from the journal. Trusted, but not
     blindly: it is read with the bounded reader (a regular file of at most SUMMARY_BYTES, a FIFO
     never blocks) and its series points are validated (report.series), so a hand-edited or
-    hostile file is rebuilt from the journal instead of reaching the statistics."""
+    hostile file is rebuilt from the journal instead of reaching the statistics. Nor when the run
+    is `live` stale and the summary was written while it ran: its headline says running."""
     run = RunDir(run_dir)
     path = run.summary_json
     if not path.is_file():
@@ -208,6 +211,7 @@ def _cached_summary(run_dir: Path) -> RunSummary | None:
     if path.stat().st_mtime < newest_input or path.stat().st_size > SUMMARY_BYTES:
         return None
     try:
-        return RunSummary.model_validate_json(read_bounded_bytes(path, SUMMARY_BYTES))
+        summary = RunSummary.model_validate_json(read_bounded_bytes(path, SUMMARY_BYTES))
     except (OrchError, pydantic.ValidationError):
         return None
+    return None if live == STALE and summary.status != STALE else summary

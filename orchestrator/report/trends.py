@@ -75,6 +75,12 @@ class GroupTrend:
     def flagged(self) -> list[Change]:
         return [c for c in self.changes if c.flagged]
 
+    @property
+    def finished(self) -> list[NightRun]:
+        """The runs the trends and the check are made of (newest first): a run still running, cut
+        off or stale is counted in `runs` but is never the newest point, nor named as such."""
+        return [r for r in self.runs if r.status in USABLE]
+
 
 def regression_check(newest: NightRun, earlier: Sequence[NightRun]) -> list[Change]:
     """The newest run against up to LOOKBACK earlier finished runs (newest first), every cell and
@@ -139,7 +145,11 @@ def _trends(finished: Sequence[NightRun]) -> list[CellTrend]:
         points = [_point(r, cell, metric) for r in runs]
         rates = [_rate(p, r.dispersions.get(metric)) for p, r in zip(points, runs, strict=True)]
         latest = rates[-1]
-        words = "no data in the newest run" if latest is None else f"{latest[0]:.1%} [{latest[1]:.1%}, {latest[2]:.1%}]"
+        words = (
+            "no data in the newest finished run"
+            if latest is None
+            else f"{latest[0]:.1%} [{latest[1]:.1%}, {latest[2]:.1%}]"
+        )
         out.append(CellTrend(cell, metric, trend_svg(rates, [r.run_id for r in runs]), words))
     return out
 

@@ -38,6 +38,7 @@ from orchestrator.store.runlock import run_lock
 from orchestrator.store.runtrials import Finished, read_finished, trial_rows
 from orchestrator.sweep import session
 from orchestrator.sweep.adaptive import AdaptiveSource
+from orchestrator.sweep.apitypes import HostRestoreRequest as HostRestoreRequest
 from orchestrator.sweep.apitypes import (
     PreparedSweep,
     ProgressFor,
@@ -52,6 +53,7 @@ from orchestrator.sweep.apitypes import (
     Warn,
 )
 from orchestrator.sweep.clock import now_iso
+from orchestrator.sweep.hostrestore import restore_from_hosts as restore_from_hosts  # the folder gone
 from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.orphans import stop_orphaned_repros
 from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
@@ -117,7 +119,9 @@ def run(
         deadline=request.deadline,
     )
     with session.connected(prepared.testbeds) as deployments:
-        locks = [TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir) for d in deployments]
+        locks = [
+            TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir, inventory=request.inventory) for d in deployments
+        ]
         try:
             _check_hosts(deployments, locks, plan, request, run_id, warn)
             names = tuple(tb.name for tb in prepared.testbeds)
@@ -210,7 +214,7 @@ def _check_hosts(
     try:
         for d, lock in zip(deployments, locks, strict=True):
             lock.check(break_stale=request.break_lock)
-            session.check_no_unrestored_run(d, run_id, request.reports_dir)
+            session.check_no_unrestored_run(d, run_id, request.reports_dir, request.inventory)
     except (LockError, PreflightError):
         raise
     except OrchError:
@@ -221,7 +225,7 @@ def _check_hosts(
                 warn(warning)
     for d, lock in zip(deployments, locks, strict=True):
         lock.acquire(break_stale=request.break_lock)
-        session.check_no_unrestored_run(d, run_id, request.reports_dir)
+        session.check_no_unrestored_run(d, run_id, request.reports_dir, request.inventory)
 
 
 # ---------------------------------------------------------------------------- resume

@@ -74,6 +74,16 @@ class RestoreRequest:
     break_lock: bool = False
 
 
+@dataclass(frozen=True)
+class HostRestoreRequest:
+    """Restore a testbed from the copies a run left on its hosts (its run folder gone)."""
+
+    inventory: Path
+    testbed: str | None
+    run_id: str | None = None  # None: the run the testbed's lock (or its hosts' copies) names
+    break_lock: bool = False
+
+
 def testbeds_from_spec(spec: str | None) -> TestbedSelection:
     """`-t NAME`, `-t A,B` (parallel testbeds) or `-t all`, as typed (and stored by the queue)."""
     if spec is None:
@@ -163,9 +173,10 @@ class TestbedRestore:
 
 @dataclass(frozen=True)
 class RestoreOutcome:
-    run_dir: Path
+    run_dir: Path | None  # None: restored from the hosts' own copies (sweep.hostrestore)
     run_id: str
     testbeds: tuple[TestbedRestore, ...]
+    again: str = ""  # the command that finishes a restore left incomplete, when not `orch restore RUN_DIR`
 
     @property
     def exit_code(self) -> int:

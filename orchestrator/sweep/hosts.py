@@ -247,7 +247,7 @@ class HostGuard:
         for h in self.deployment.hosts.values():
             remove_run_files(h, self.run_id)
 
-    def restore(self, run_dir: Path) -> list[str]:
+    def restore(self, run_dir: Path | None, *, again: str = "") -> list[str]:
         """Put every env file back byte for byte and every unit back in its original state.
 
         A unit originally active is restarted only when its file differed from the original
@@ -263,7 +263,8 @@ class HostGuard:
         With `on_first_interrupt` set (by the runner, at a sweep's own end, not interrupted before)
         the first Ctrl-C or SIGTERM only calls it (the run is interrupted: exit 130) and the host's
         restore starts again; it is the next one that skips a host. A SIGTERM is sent once (systemd, a CI
-        timeout, `kill`), and must restore the hosts, not leave the one being restored changed."""
+        timeout, `kill`), and must restore the hosts, not leave the one being restored changed.
+        `again`: the command that finishes it, when not `orch restore RUN_DIR` (sweep.hostrestore)."""
         left: list[str] = []
         for role in restart_order(self.deployment.testbed, set(self.states)):
             while True:

@@ -16,6 +16,7 @@ from orchestrator.core.inventory import Testbed
 from orchestrator.core.records import RunManifest
 from orchestrator.edges.connect import connect
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.lock import host_restore_command
 from orchestrator.errors import OrchError, PreflightError, UsageError
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.rundir import RunDir
@@ -68,20 +69,26 @@ _RUN_DIR_HINTS = {
 }
 
 
-def check_no_unrestored_run(deployment: Deployment, run_id: str, reports_dir: Path) -> None:
+def check_no_unrestored_run(
+    deployment: Deployment, run_id: str, reports_dir: Path, inventory: Path | None = None
+) -> None:
     """Refuse to start on hosts that still hold another run's changes (a killed run whose hosts
     were never restored): the "originals" saved now would be that run's cell, and restoring them
     would leave the hosts changed for good. A host whose env file differs from that run's copy of
     its original is named first; when every such file holds its original again (a restore that
     wrote the file back, then failed on a unit) the message says so instead of "still holds the
-    changes", which sent users looking for an edit that is not there."""
+    changes", which sent users looking for an edit that is not there. `inventory` (this run's) is
+    named in the advice when the run's folder is not there."""
     left = [(h, other) for h in deployment.hosts.values() for other in unrestored_runs(h) if other != run_id]
     if not left:
         return
     changed = [(h, other) for h, other in left if not _holds_original(h, other)]
     handle, other = (changed or left)[0]
     run_dir = reports_dir / other
-    how = f"orch restore {run_dir}" if RunDir(run_dir).is_run() else f"orch restore RUN_DIR (of run {other})"
+    how = f"orch restore {run_dir}"
+    if not RunDir(run_dir).is_run():  # its folder is elsewhere, or gone: the hosts' own copies
+        from_hosts = host_restore_command(deployment.testbed.name, other, str(inventory or ""))
+        how = f"orch restore RUN_DIR` (of run {other}), or if its folder is gone `{from_hosts}"
     env, copy = handle.host.env_file, host_backup_path(handle.host.env_file, other)
     if changed:
         what = f"{env} still holds the changes of run {other}, whose hosts were never restored"

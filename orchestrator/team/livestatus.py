@@ -12,21 +12,22 @@ skipping finished trials, so that is the trial running now (a retry included).
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal
+from typing import TYPE_CHECKING, Callable
 
-from pydantic import BaseModel, ConfigDict
-
-from orchestrator.core.bounded import MiB, read_bounded_bytes
-from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.records import TrialRecord
 from orchestrator.errors import OrchError
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.journal import trial_statuses
+from orchestrator.store.liveness import MAX_STATUS_BYTES as MAX_STATUS_BYTES
+from orchestrator.store.liveness import LiveState as LiveState
+from orchestrator.store.liveness import StatusFile as StatusFile
+from orchestrator.store.liveness import judge as judge
+from orchestrator.store.liveness import read_status
 from orchestrator.store.manifest import load_manifest, load_plan
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.progress import summarize
@@ -34,35 +35,6 @@ from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
 
 if TYPE_CHECKING:
     from orchestrator.sweep.progress import Progress
-
-STATUS_SCHEMA = 1
-MAX_STATUS_BYTES = 1 * MiB  # a status.json is a few KB (its longest fields are a cell name and a note)
-
-
-class StatusFile(BaseModel):
-    """What status.json holds. Written by LiveStatus only."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    schema_version: int = STATUS_SCHEMA
-    run_id: str
-    name: str
-    testbed: str
-    host: str
-    pid: int
-    pid_start: int
-    state: Literal["running", "finished"]
-    started: str  # when this process started the run (or resumed it)
-    updated: str
-    done: int
-    total: int
-    failed: int
-    current_trial: int | None = None
-    current_cell: str | None = None
-    last: str | None = None  # summary of the last finished trial
-    eta_s: float | None = None
-    eta_at: str | None = None
-    note: str = ""
 
 
 class LiveStatus:
@@ -207,9 +179,6 @@ def _iso(epoch: float) -> str:
 
 
 # ---------------------------------------------------------------------------- reading
-LiveState = Literal["running", "stale", "finished"]
-
-
 @dataclass(frozen=True)
 class LiveRun:
     """One run as the status views show it: its status file, judged against its manifest."""
@@ -269,17 +238,21 @@ def queue_view(reports_dir: Path) -> list[QueueView]:
     return [item_view(i) for i in items]
 
 
+STALE_ITEM = "its queue runner is gone: the next `orch queue run` takes it back"
+
+
 def item_view(item: QueueItem) -> QueueView:
     """A queue item as the status shows it (any store's item)."""
+    stale = item.shown_state == "stale"
     return QueueView(
         item.id,
-        item.state,
+        item.shown_state,
         item.priority,
         Path(item.matrix).name,
         item.testbed or "(first)",
         item.added,
         Path(item.run_dir).name if item.run_dir else "",
-        item.message,
+        STALE_ITEM if stale and not item.message else item.message,
     )
 
 
@@ -291,25 +264,14 @@ def _run_dirs(reports_dir: Path) -> list[Path]:
 
 def _live_run(run_dir: Path) -> LiveRun | None:
     """The run as the status views show it; None (left out, as an unreadable status is) when its
-    status.json is not a regular file of at most MAX_STATUS_BYTES, or its run.json cannot be read.
-    Bounded because every poll of /status and /api/status reads every run's file: one 3 GiB
-    status.json must not exhaust the server, nor a FIFO hang it. The manifest is read without
-    its plan: only its status is used, and a big plan takes a second to load on every poll."""
-    try:
-        data = read_bounded_bytes(RunDir(run_dir).status_json, MAX_STATUS_BYTES)
-        status = StatusFile.model_validate_json(data)
-        manifest: RunManifest | None = load_manifest(run_dir, plan=False)
-    except (OSError, ValueError, OrchError):
+    status.json cannot be read (store.liveness.read_status: bounded), or its run.json. The
+    manifest is read without its plan: only its status is used, and a big plan takes a second to
+    load on every poll."""
+    status = read_status(run_dir)
+    if status is None:
         return None
-    assert manifest is not None
+    try:
+        manifest = load_manifest(run_dir, plan=False)
+    except OrchError:
+        return None
     return LiveRun(run_dir.name, judge(status, manifest.status), manifest.status, status)
-
-
-def judge(status: StatusFile, run_status: str) -> LiveState:
-    """running: its process is alive and working on it; stale: it says running but its process
-    is gone (killed: `orch restore` or `orch resume` it); finished otherwise."""
-    if status.state == "finished" and run_status != "running":
-        return "finished"
-    if status.host == socket.gethostname() and not Claimer(status.host, status.pid, status.pid_start).alive():
-        return "stale" if run_status == "running" else "finished"
-    return "running"  # alive, and working or finishing (restore, report)

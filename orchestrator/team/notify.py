@@ -39,7 +39,7 @@ class Summary:
 
     run_id: str
     name: str
-    status: str  # completed, failed, interrupted (resumable), error (could not run)
+    status: str  # completed, failed, interrupted (resumable), stale (controller gone), error (could not run)
     headline: str
     link: str
     trials: int  # finished trials (completed + failed)

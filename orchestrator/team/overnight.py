@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from orchestrator.errors import LockError, OrchError
+from orchestrator.errors import LockError, OrchError, StaleLockError
 from orchestrator.store.manifest import new_run_id
 from orchestrator.sweep.apitypes import (
     PreparedSweep,
@@ -73,8 +73,8 @@ class QueueSweep:
 
         try:
             outcome = self._start_or_resume(item, deadline, record)
-        except LockError as exc:
-            return ItemOutcome("locked", exc.exit_code, None, str(exc))
+        except LockError as exc:  # busy; or held by a dead run, which never frees it by itself
+            return ItemOutcome("locked", exc.exit_code, None, str(exc), unrestored=isinstance(exc, StaleLockError))
         except OrchError as exc:
             self.error(item, str(exc))
             return ItemOutcome("error", exc.exit_code, recorded[-1] if recorded else None, str(exc))

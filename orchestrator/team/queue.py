@@ -320,6 +320,21 @@ def open_store(spec: str, *, read_only: bool = False) -> QueueStore:
     return Queue(Path(spec), read_only=read_only)
 
 
+def open_existing_store(spec: str, *, read_only: bool = False) -> QueueStore | None:
+    """The store `spec` names, when there is one; None for a SQLite file never made (nothing was
+    ever queued there). Why not open_store: opening a SQLite file creates it, and its folder; a
+    command that only reads or removes items (`queue list`, `queue remove`) must not leave a
+    queue.db in a mistyped --reports folder and call it empty. A folder that does not exist is a
+    UsageError (exit 2), as `orch status` says of it; a server is opened as is."""
+    if not is_server_url(spec):
+        path = Path(spec)
+        if not path.parent.is_dir():
+            raise UsageError(f"{path.parent}: no such folder", hint="check --reports or --store")
+        if not path.exists():
+            return None
+    return open_store(spec, read_only=read_only)
+
+
 # ---------------------------------------------------------------------------- the loop
 SweepStatus = Literal["completed", "failed", "interrupted", "error", "locked"]
 
@@ -327,12 +342,14 @@ SweepStatus = Literal["completed", "failed", "interrupted", "error", "locked"]
 @dataclass(frozen=True)
 class SweepOutcome:
     """How running one item ended. `interrupted` leaves a resumable run; `locked` means its
-    testbed was busy and nothing was touched; `error` means it could not run at all."""
+    testbed was busy and nothing was touched (`unrestored`: held by a run whose controller died,
+    its hosts perhaps still edited); `error` means it could not run at all."""
 
     status: SweepStatus
     exit_code: int
     run_dir: Path | None = None
     message: str = ""
+    unrestored: bool = False
 
 
 class SweepFn(Protocol):
@@ -345,6 +362,9 @@ class SweepFn(Protocol):
 class QueueRunResult:
     ran: list[tuple[QueueItem, SweepOutcome]] = field(default_factory=list)
     skipped_locked: list[int] = field(default_factory=list)
+    # skipped as their testbed holds a dead run's lock (its hosts never restored): not waited for,
+    # and the night fails (1): a nightly job must not report success while its sweeps cannot run
+    blocked: list[int] = field(default_factory=list)
     deadline_reached: bool = False
     interrupted: bool = False
 
@@ -352,7 +372,7 @@ class QueueRunResult:
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
-        return 1 if any(o.status in ("failed", "error") for _, o in self.ran) else 0
+        return 1 if self.blocked or any(o.status in ("failed", "error") for _, o in self.ran) else 0
 
 
 BUSY_WAIT_S = 60.0  # how often a `queue run` with a deadline looks again at testbeds busy with another run
@@ -398,10 +418,7 @@ def run_queue(
                 break
             outcome = _run_one(queue, sweep, item, deadline, patient)
             if outcome.status == "locked":
-                skip.add(item.id)
-                if item.id not in result.skipped_locked:
-                    result.skipped_locked.append(item.id)
-                    note(f"{item.label}: skipped, its testbed is busy ({outcome.message})")
+                _skip_locked(result, skip, item, outcome, note)
                 continue
             if outcome.status == "error":
                 skip.add(item.id)  # if it stays resumable, not retried in this pass
@@ -421,6 +438,23 @@ def _no_sleep(_seconds: float) -> None:
     return None
 
 
+def _skip_locked(
+    result: QueueRunResult, skip: set[int], item: QueueItem, outcome: SweepOutcome, note: Callable[[str], None]
+) -> None:
+    """An item whose testbed is locked is passed over in this pass (and said so once). Busy: a
+    deadline's wait tries it again. Held by a dead run: it stays locked until someone resumes or
+    restores that run, so it is not waited for, and the queue run fails."""
+    skip.add(item.id)
+    if item.id in result.skipped_locked:
+        return
+    result.skipped_locked.append(item.id)
+    if outcome.unrestored:
+        result.blocked.append(item.id)
+        note(f"{item.label}: NOT run: its testbed is held by a run whose controller died ({outcome.message})")
+    else:
+        note(f"{item.label}: skipped, its testbed is busy ({outcome.message})")
+
+
 def _wait_for_busy(
     result: QueueRunResult,
     skip: set[int],
@@ -433,7 +467,7 @@ def _wait_for_busy(
 ) -> bool:
     """Nothing else to claim, but items were passed over as their testbed was busy: with time
     left before the deadline, wait a while and put them back in the running (True)."""
-    locked = set(result.skipped_locked) & skip
+    locked = (set(result.skipped_locked) - set(result.blocked)) & skip  # a dead run's lock frees never
     if not locked or deadline is None:
         return False
     left = deadline - clock()

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
 from orchestrator.errors import OrchError
+from orchestrator.store.processes import process_alive
+from orchestrator.store.processes import process_start as process_start
 from orchestrator.store.rundir import RunDir
 
 ItemState = Literal["queued", "running", "resumable", "completed", "failed"]
@@ -88,21 +90,7 @@ class Claimer:
 
     def alive(self) -> bool:
         """False only when we can tell: same host, and that process is gone (or another one)."""
-        if self.host != socket.gethostname():
-            return True
-        return process_start(self.pid) == self.start
-
-
-def process_start(pid: int) -> int | None:
-    """Start time (ticks since boot) of a live, non-zombie process, or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] == b"Z":
-        return None
-    return int(fields[19])
+        return process_alive(self.host, self.pid, self.start)
 
 
 @dataclass(frozen=True)
@@ -128,6 +116,14 @@ class QueueItem:
     @property
     def label(self) -> str:
         return f"item {self.id} ({Path(self.matrix).name})"
+
+    @property
+    def shown_state(self) -> str:
+        """The state the views show (`queue list`, `orch status`, /api/status): `stale` for an item
+        still marked running whose runner is gone (kill -9; the next `queue run` takes it back),
+        as its run is shown (store.liveness), never `running`."""
+        claimer = Claimer.parse(self.claimed_by) if self.state == "running" and self.claimed_by else None
+        return "stale" if claimer is not None and not claimer.alive() else self.state
 
     @property
     def resumable_run(self) -> Path | None:

@@ -534,11 +534,18 @@ def runs_json(reports_dir: Path) -> list[dict[str, object]]:
 
 
 def _run_json(r: LiveRun) -> dict[str, object]:
+    """One run of /api/status and `orch status --json`: its status file's fields, with `state` the
+    answer of store.liveness (running, stale or finished) that the table and /status show. The
+    file's own `state` (what its controller last wrote: running, for ever after a kill -9) is not
+    shown, nor an ETA for a run not running."""
+    shown = r.status.model_dump(exclude={"state"})
+    if r.state != "running":
+        shown.update(eta_s=None, eta_at=None)
     return {
         "directory": r.directory,
         "state": r.state,
         "run_status": r.run_status,
         "percent": round(r.percent, 1),
-        **r.status.model_dump(),
+        **shown,
         "link": f"{r.directory}/index.html",
     }

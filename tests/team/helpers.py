@@ -13,9 +13,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
+
+from orchestrator.sweep.progress import QuietProgress
+from orchestrator.team.overnight import QueueSweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -180,3 +183,16 @@ def webhook_receiver() -> Iterator[Receiver]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def queue_sweep(reports: Path, sweeps: Any) -> QueueSweep:
+    """A queue item's sweep over `sweeps` (a stand-in for sweep.api), showing nothing."""
+    return QueueSweep(
+        reports,
+        terminal=lambda started: QuietProgress(),
+        show=lambda outcome: None,
+        note=lambda message: None,
+        error=lambda item, message: None,
+        warn=lambda message: None,
+        sweeps=sweeps,
+    )

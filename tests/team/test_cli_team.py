@@ -101,6 +101,27 @@ def test_an_item_that_cannot_start_fails_alone_and_is_reported(
     assert not [p for p in reports.iterdir() if p.is_dir()]  # no run directory was made
 
 
+def test_queue_list_and_remove_never_create_a_queue(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`queue list --reports TYPO` made TYPO/queue.db and called it empty, where `orch status`
+    said the folder does not exist: a command that only reads (or removes) creates nothing."""
+    monkeypatch.delenv("ORCH_QUEUE_STORE", raising=False)
+    typo = tmp_path / "TYPO"
+    assert main(["queue", "list", "--reports", str(typo)]) == 2
+    assert "TYPO: no such folder" in capsys.readouterr().err
+    assert main(["queue", "remove", "1", "--reports", str(typo)]) == 2
+    assert main(["queue", "list", "--store", str(typo / "q.db")]) == 2
+    assert not typo.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["queue", "list", "--reports", str(empty)]) == 0
+    assert "nothing was ever queued there" in capsys.readouterr().out
+    assert main(["queue", "remove", "1", "--reports", str(empty)]) == 2
+    assert "no queue item 1: there is no queue in" in " ".join(capsys.readouterr().err.split())
+    assert list(empty.iterdir()) == []
+
+
 def test_queue_run_with_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["queue", "run", "--reports", str(tmp_path / "r")]) == 0
     assert "nothing to run" in capsys.readouterr().out

@@ -228,9 +228,13 @@ def test_orch_status_prints_runs_and_queue(tmp_path: Path, capsys: pytest.Captur
 def test_orch_status_says_when_the_reports_folder_does_not_exist(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A mistyped --reports read like an idle machine ("no sweep is running in ...")."""
-    assert main(["status", "--reports", str(tmp_path / "nope")]) == 0
-    assert "no such folder: check --reports" in " ".join(capsys.readouterr().out.split())
+    """A mistyped --reports read like an idle machine ("no sweep is running in ..."); it is bad
+    input (exit 2), as for every command that only reads the folder (`queue list` too)."""
+    assert main(["status", "--reports", str(tmp_path / "nope")]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert "nope: no such folder (check --reports)" in said, said
+    assert main(["status", "--reports", str(tmp_path / "nope"), "--json"]) == 2
+    assert not (tmp_path / "nope").exists()
     (tmp_path / "empty").mkdir()
     assert main(["status", "--reports", str(tmp_path / "empty")]) == 0
     assert "no such folder" not in capsys.readouterr().out

@@ -16,9 +16,9 @@ from typing import Any
 
 from orchestrator.errors import LockError
 from orchestrator.sweep.apitypes import Started, SweepOutcome
-from orchestrator.sweep.progress import QuietProgress
-from orchestrator.team.overnight import QueueSweep
 from orchestrator.team.queue import NewItem, Queue, QueueItem, run_queue
+
+from .helpers import queue_sweep
 
 R1_ON_CONTROLLER_A = "/srv/controller-a/reports/20250101T000000-m-q1"  # not visible from B
 
@@ -49,18 +49,6 @@ class StartingSweeps(LockedSweeps):
         progress(Started(request.run_id, run_dir, ("sim",), 2, 2))
         self.recorded_at_start = self.queue.get(self.item_id).run_dir  # before any trial runs
         return SweepOutcome(run_dir, request.run_id, "completed", 2, 0, 2)
-
-
-def queue_sweep(reports: Path, sweeps: LockedSweeps) -> QueueSweep:
-    return QueueSweep(
-        reports,
-        terminal=lambda started: QuietProgress(),
-        show=lambda outcome: None,
-        note=lambda message: None,
-        error=lambda item, message: None,
-        warn=lambda message: None,
-        sweeps=sweeps,
-    )
 
 
 def add_item(q: Queue, tmp_path: Path) -> QueueItem:

@@ -1,0 +1,88 @@
+"""Is a run's controller still at work on it? The one answer every view gives (STORE).
+
+A run's manifest says `running` from its start until its controller ends it; a controller killed
+with -9 (or a power cut) never gets to, so `running` alone cannot tell a live sweep from a dead
+one. The controller's status file (status.json, written by team.livestatus) names its process:
+host, pid and that pid's start time (a reused pid is another process). A run whose manifest says
+running and whose controller, on this machine, is gone is `stale`: killed, its hosts perhaps still
+edited, waiting for `orch resume` or `orch restore`.
+
+Why one module below the views: `orch status` (its table and --json), `orch serve`'s /status,
+/api/status and /api/runs, and the runs index (report.site) each decided this on their own, and
+disagreed (the JSON said running, with an ETA, of a run the table called stale). Here because
+the runs index (report layer) must ask too, and it sits below team.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.core.bounded import MiB, read_bounded_bytes
+from orchestrator.errors import OrchError
+from orchestrator.store.processes import process_alive
+from orchestrator.store.rundir import RunDir
+
+STATUS_SCHEMA = 1
+MAX_STATUS_BYTES = 1 * MiB  # a status.json is a few KB (its longest fields are a cell name and a note)
+STALE: Literal["stale"] = "stale"  # the state shown for a run whose controller is gone (see the module's doc)
+
+LiveState = Literal["running", "stale", "finished"]
+
+
+class StatusFile(BaseModel):
+    """What status.json holds. Written by team.livestatus.LiveStatus only."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    schema_version: int = STATUS_SCHEMA
+    run_id: str
+    name: str
+    testbed: str
+    host: str
+    pid: int
+    pid_start: int
+    state: Literal["running", "finished"]
+    started: str  # when this process started the run (or resumed it)
+    updated: str
+    done: int
+    total: int
+    failed: int
+    current_trial: int | None = None
+    current_cell: str | None = None
+    last: str | None = None  # summary of the last finished trial
+    eta_s: float | None = None
+    eta_at: str | None = None
+    note: str = ""
+
+
+def read_status(run_dir: Path) -> StatusFile | None:
+    """The run's status file, or None when there is none or it cannot be read. Bounded (a regular
+    file of at most MAX_STATUS_BYTES): every poll of the status views reads every run's file, so
+    one 3 GiB status.json must not exhaust a server, nor a FIFO hang it."""
+    try:
+        return StatusFile.model_validate_json(read_bounded_bytes(RunDir(run_dir).status_json, MAX_STATUS_BYTES))
+    except (OSError, ValueError, OrchError):
+        return None
+
+
+def judge(status: StatusFile, run_status: str) -> LiveState:
+    """running: its process is alive and working on it; stale: it says running but its process
+    is gone (killed: `orch restore` or `orch resume` it); finished otherwise."""
+    if status.state == "finished" and run_status != "running":
+        return "finished"
+    if not process_alive(status.host, status.pid, status.pid_start):
+        return STALE if run_status == "running" else "finished"
+    return "running"  # alive, and working or finishing (restore, report)
+
+
+def run_state(run_dir: Path, run_status: str) -> str:
+    """The state a list of runs shows for this run: its manifest's status (`run_status`), or
+    `stale` when that says running and its controller is gone. A run without a readable status
+    file keeps its status: nothing tells whether its controller lives."""
+    if run_status != "running":
+        return run_status
+    status = read_status(run_dir)
+    return STALE if status is not None and judge(status, run_status) == STALE else run_status

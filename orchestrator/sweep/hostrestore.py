@@ -1,0 +1,132 @@
+"""`orch restore --testbed NAME [--run-id ID]`: put a testbed's hosts back from the copies a killed
+run left on them, when its run folder is gone (SWEEP).
+
+Why: a run keeps each host's original env file twice (sweep.hosts): in its folder's backup/ and
+beside the env file on the host (<env_file>.orch-backup-<run_id>). `orch restore RUN_DIR` reads
+the folder. A folder deleted after a kill -9 left the hosts edited, the testbed locked by the
+dead run, and the hosts' own copies as the only way back, by hand.
+
+What only the folder knew is lost: which units ran before the run (backup/units.json) and the
+repro processes it left (trials/). So every unit active now is restarted on the original env file
+(it may run on a cell's), a stopped one stays stopped, and the outcome says so.
+
+Safety, as for `orch restore RUN_DIR`: the testbed lock is taken as the run's own (a live holder,
+or another dead run's lock without --break-lock, refuses with nothing touched); a run whose folder
+is still there is restored from it instead; every host's copy is checked before any host is
+written (a symlink, or a file over the transport's bound, is refused); a host without a copy is
+left alone (restored already, or never edited).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.core.config import read_inventory
+from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.lock import TestbedLock, host_restore_command, lock_holders
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.store.rundir import BackupDir, RunDir
+from orchestrator.sweep import session
+from orchestrator.sweep.apitypes import HostRestoreRequest, RestoreOutcome, TestbedRestore
+from orchestrator.sweep.clock import now_iso
+from orchestrator.sweep.hosts import HostGuard, HostState, host_backup_path, unrestored_runs
+from orchestrator.sweep.progress import Progress
+
+
+def restore_from_hosts(request: HostRestoreRequest, progress: Progress) -> RestoreOutcome:
+    """Restore the testbed `request` names from its hosts' copies of their env files."""
+    if not request.inventory.exists():
+        raise UsageError(f"inventory {request.inventory} not found", hint="pass -i INVENTORY (the run's)")
+    inventory = read_inventory(request.inventory)
+    testbed = inventory.testbed(request.testbed)
+    with session.connected([testbed]) as (deployment,):
+        run_id = run_to_restore(deployment, request.run_id)
+        restored = restore_testbed(deployment, run_id, progress, break_lock=request.break_lock)
+    again = host_restore_command(testbed.name, run_id, str(request.inventory))
+    return RestoreOutcome(None, run_id, (restored,), again=again)
+
+
+def run_to_restore(deployment: Deployment, given: str | None) -> str:
+    """The run whose copies to put back: `given`, else the one run whose lock the testbed holds,
+    else the one run whose copies its hosts hold. Several, or none: a UsageError saying which."""
+    if given:
+        return given
+    name = deployment.testbed.name
+    locked = {h.run_id for h in lock_holders(deployment).values()}
+    copies = {run for h in deployment.hosts.values() for run in unrestored_runs(h)}
+    found = locked or copies
+    if len(found) == 1:
+        return found.pop()
+    if not found:
+        raise UsageError(f"testbed {name!r}: no run's copy of an env file is on its hosts: nothing to restore")
+    raise UsageError(
+        f"testbed {name!r}: several runs left copies or locks on its hosts ({', '.join(sorted(found))})",
+        hint="say which with --run-id",
+    )
+
+
+def restore_testbed(
+    deployment: Deployment, run_id: str, progress: Progress, *, break_lock: bool = False
+) -> TestbedRestore:
+    """Put back each env file from run `run_id`'s copy beside it, restart the units active now,
+    remove the copies, under the testbed's lock taken as that run. Every check (the folder, the
+    copies) is made before the lock is taken: a refusal leaves the hosts and the lock as they were."""
+    _refuse_a_run_with_its_folder(deployment, run_id)
+    copies = {key: _copy(h, run_id) for key, h in deployment.hosts.items()}  # all checked before a write
+    originals = {key: copy for key, copy in copies.items() if copy is not None}
+    if not originals:
+        raise UsageError(
+            f"testbed {deployment.testbed.name!r}: no host holds a copy of its env file left by run {run_id}",
+            hint="its hosts were restored already, or it never edited them",
+        )
+    lock = TestbedLock.for_run(deployment, run_id, now_iso())
+    lock.acquire(break_stale=break_lock)
+    try:
+        guard = HostGuard(deployment, BackupDir(Path()), run_id, progress)  # no folder: nothing read from it
+        for key, original in originals.items():
+            h = deployment.hosts[key]
+            active = {u: h.services.state(u).is_active for u in h.units}
+            guard.states[key] = HostState(original, active, stale=set(h.units))  # may run on a cell's env
+        progress.note(
+            f"run {run_id}'s folder is gone, and with it which units ran before it: the units running now "
+            "are restarted on the original env files, stopped ones are left stopped"
+        )
+        left = guard.restore(None, again=host_restore_command(deployment.testbed.name, run_id))
+    finally:
+        lock.release()
+    without = tuple(key for key in deployment.hosts if key not in originals)
+    # without the run's folder no file is known to be a trial's: what is not the original is kept aside
+    kept = tuple(guard.kept.items())
+    hosts = tuple(deployment.hosts)
+    return TestbedRestore(deployment.testbed.name, hosts, True, tuple(left), already=without, kept=kept)
+
+
+def _refuse_a_run_with_its_folder(deployment: Deployment, run_id: str) -> None:
+    """The run's folder, if its lock names one that is there, restores better (it knows the units'
+    states before the run): that way is asked for, nothing touched."""
+    for holder in lock_holders(deployment).values():
+        if holder.run_id == run_id and holder.run_dir and RunDir(Path(holder.run_dir)).is_run():
+            raise UsageError(
+                f"run {run_id}'s folder is there ({holder.run_dir}): nothing was touched",
+                hint=f"restore from it: orch restore {holder.run_dir}",
+            )
+
+
+def _copy(h: HostHandle, run_id: str) -> bytes | None:
+    """The run's copy of this host's original env file, or None when there is none. A symlink is
+    refused (orch writes a regular file there; a link's target would be written into the env file),
+    as is a file over the transport's bound (read_bytes)."""
+    path = host_backup_path(h.host.env_file, run_id)
+    if h.transport.run(["test", "-L", path], check=False, sudo=_sudo(h)).exit_code == 0:
+        raise ConfigError(
+            "not a regular file (a symlink): not the copy orch wrote; nothing was touched",
+            file=f"{h.host.label}:{path}",
+            hint="put the original back by hand",
+        )
+    if h.transport.run(["test", "-e", path], check=False, sudo=_sudo(h)).exit_code != 0:
+        return None
+    return h.transport.read_bytes(path)
+
+
+def _sudo(h: HostHandle) -> bool:
+    return bool(h.host.ssh and h.host.ssh.sudo)

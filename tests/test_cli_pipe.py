@@ -1,0 +1,48 @@
+"""An orch command whose stdout reader went away (`orch run M --dry-run | head`) ends quietly
+with 141 (128 + SIGPIPE, what a shell reports of `yes | head`), never with a BrokenPipeError
+traceback, whichever way it wrote: a raw write (the plan's rows) or rich's console (whose own
+handling exited 1, orch's "trials failed"). argparse's --help already ends quietly (it ignores the
+error; the interpreter's last flush does too).
+
+A real pipe whose read end is closed before orch starts: its first write fails, every time (a
+reader that closes after some lines races with orch's last write)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = "matrices/overlap_ablation.yaml"
+
+COMMANDS = {
+    "run --dry-run (raw rows)": ["run", MATRIX, "--dry-run"],
+    "validate (rich console)": ["validate", MATRIX],
+}
+
+
+@pytest.mark.process
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("argv", COMMANDS.values(), ids=COMMANDS.keys())
+def test_a_closed_stdout_pipe_ends_the_command_quietly_with_141(argv: list[str]) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli.main", *argv],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=50,
+            cwd=ROOT,
+            env={**os.environ, "NO_COLOR": "1", "TERM": "dumb"},
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert "Exception ignored" not in done.stderr, done.stderr

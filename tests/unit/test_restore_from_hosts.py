@@ -1,0 +1,179 @@
+"""`orch restore --testbed NAME`: a run killed (-9) whose folder was deleted since is put back from
+the copies of the env files it left on its hosts (sweep.hostrestore), with the checks `orch
+restore RUN_DIR` makes: the lock, symlinks, a folder that is still there (on the fakes).
+
+Before, the only way back was moving each `<env file>.orch-backup-<run>` over its env file by hand:
+`orch resume`/`orch restore` of the folder failed ("not a run directory"), and `orch run
+--break-lock` refused, rightly, to back up a cell as the original."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from fakes import FakeBed, FakeTransport, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+
+from orchestrator.edges.lock import LockInfo, StaleLockError, TestbedLock, lock_path
+from orchestrator.errors import ConfigError, LockError, UsageError
+from orchestrator.sweep.hostrestore import restore_testbed, run_to_restore
+from orchestrator.sweep.hosts import HostGuard, host_backup_path
+from orchestrator.sweep.progress import QuietProgress
+
+RUN_ID = "fake-run"  # fakes.runner_for's
+DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
+ORIGINAL = {"decode": b"DECODE_FLAG=0\n", "prefill": b"P=1\n"}
+
+
+class Killed(BaseException):
+    """Stands for kill -9 of the controller: nothing after it runs (no restore, no lock release)."""
+
+
+def killed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeBed:
+    """A run killed in its first trial that edits decode, its testbed locked by its dead controller,
+    its run folder deleted since: decode holds a cell's file; each host its copy of the original."""
+    bed = make_bed(
+        {
+            "decode": Role(ORIGINAL["decode"].decode(), [FakeUnit("decode-server", active=True)]),
+            "prefill": Role(ORIGINAL["prefill"].decode(), [FakeUnit("prefill-server")]),
+        }
+    )
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=2)
+    edited = next(s.trial.index for s in plan.steps if s.env.get("decode", {}).get("DECODE_FLAG") == "1")
+
+    def kill(text: str, argv: object) -> Reply:
+        raise Killed
+
+    for transport in bed.transports.values():  # wherever the repro runs
+        transport.script(f"fake-repro --trial {edited}", kill, times=1)
+    with monkeypatch.context() as mp:
+        mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
+        with pytest.raises(Killed):
+            runner_for(bed, plan, tmp_path / "run").execute()
+    for transport in bed.transports.values():  # sweep.hosts.unrestored_runs: the copies beside the env file
+        transport.script(re.compile("orch-unrestored"), lambda text, argv, t=transport: listing(t, argv))
+    for role in bed.deployment.hosts:  # the lock its dead controller left, naming the folder since deleted
+        write_lock(
+            bed, role, LockInfo(RUN_ID, "ann", DEAD_PID, socket.gethostname(), "t", "fakebed", str(tmp_path / "run"))
+        )
+    os.rename(tmp_path / "run", tmp_path / "deleted")
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"
+    return bed
+
+
+def listing(transport: FakeTransport, argv: Sequence[str] | None) -> Reply:
+    prefix = argv[-1] if argv else ""
+    return Reply(0, "".join(f"{path}\n" for path in sorted(transport.files) if path.startswith(prefix)))
+
+
+def folder_back(tmp_path: Path) -> None:
+    """The deleted run folder back (run.json: what makes it a run's)."""
+    os.rename(tmp_path / "deleted", tmp_path / "run")
+    (tmp_path / "run" / "run.json").write_text("{}")
+
+
+def write_lock(bed: FakeBed, role: str, info: LockInfo) -> None:
+    handle = bed.deployment.hosts[role]
+    bed.transports[role].files[lock_path(handle, "fakebed")] = (json.dumps(info.__dict__) + "\n").encode()
+
+
+def test_the_hosts_are_put_back_from_their_own_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    assert run_to_restore(bed.deployment, None) == RUN_ID  # the run the lock names
+    restarts_before = Counter(bed.restarts())
+    outcome = restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert outcome.not_restored == () and outcome.backed_up
+    # without the folder no file is known to be the run's cell: decode's (a cell's) is kept aside
+    # (sweep.drift "unsure"), prefill's held its original
+    drifted = f"{bed.env_file('decode')}.orch-drift-{RUN_ID}"
+    assert outcome.kept == (("decode", drifted),)
+    for role, original in ORIGINAL.items():  # byte-identical, the copies and the lock gone
+        aside = {drifted: b"DECODE_FLAG=1\n"} if role == "decode" else {}
+        assert bed.transports[role].files == {bed.env_file(role): original, **aside}, role
+    # which units ran before the run was in its folder: every unit running now (decode's ran on the
+    # cell; prefill's was started by the run) is restarted on its original env file, none stopped
+    assert Counter(bed.restarts()) - restarts_before == Counter(["decode:decode-server", "prefill:prefill-server"])
+    assert bed.states() == {"decode:decode-server": True, "prefill:prefill-server": True}
+    assert bed.refused() == []
+
+
+def test_a_symlinked_copy_is_refused_before_any_host_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    copy = host_backup_path(bed.env_file("prefill"), RUN_ID)  # whichever host is restored first
+    bed.transports["prefill"].links[copy] = "/etc/elsewhere.env"  # a link where orch wrote a file
+    with pytest.raises(ConfigError, match=r"a symlink.*nothing was touched"):
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"  # not written
+    assert host_backup_path(bed.env_file("decode"), RUN_ID) in bed.transports["decode"].files
+    assert json.loads(bed.transports["decode"].files[lock_path(bed.deployment.hosts["decode"], "")])["pid"] == DEAD_PID
+
+
+def test_a_live_controllers_lock_is_never_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    me = LockInfo(RUN_ID, "ann", os.getppid(), socket.gethostname(), "t", "fakebed", "")  # alive: not stale
+    for role in bed.deployment.hosts:
+        write_lock(bed, role, me)
+    with pytest.raises(LockError) as err:
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert not isinstance(err.value, StaleLockError)
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"
+
+
+def test_another_dead_runs_lock_is_taken_only_with_break_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    other = LockInfo("other-run", "bob", DEAD_PID, socket.gethostname(), "t", "fakebed", "")
+    for role in bed.deployment.hosts:
+        write_lock(bed, role, other)
+    with pytest.raises(StaleLockError, match="other-run"):
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"
+    restore_testbed(bed.deployment, RUN_ID, QuietProgress(), break_lock=True)
+    assert bed.file("decode") == ORIGINAL["decode"]
+
+
+def test_a_run_whose_folder_is_there_is_restored_from_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its folder knows which units ran before the run: that restore is asked for instead."""
+    bed = killed_run(tmp_path, monkeypatch)
+    folder_back(tmp_path)
+    with pytest.raises(UsageError, match=rf"folder is there.*orch restore {tmp_path / 'run'}"):
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"
+
+
+def test_nothing_to_restore_and_several_runs_are_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    with pytest.raises(UsageError, match="no host holds a copy of its env file left by run nope"):
+        restore_testbed(bed.deployment, "nope", QuietProgress(), break_lock=True)
+    write_lock(bed, "prefill", LockInfo("second", "bob", DEAD_PID, socket.gethostname(), "t", "fakebed", ""))
+    with pytest.raises(UsageError, match=r"several runs .*fake-run, second.*--run-id"):
+        run_to_restore(bed.deployment, None)
+    fresh = make_bed({"decode": Role("X=0\n")})
+    fresh.transports["decode"].script(re.compile("orch-unrestored"), Reply(0, ""))
+    with pytest.raises(UsageError, match="nothing to restore"):
+        run_to_restore(fresh.deployment, None)
+
+
+def test_a_stale_lock_whose_run_folder_is_gone_says_so_and_how_to_restore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The advice of a dead run's lock named `orch resume DIR` / `orch restore DIR` of a folder
+    deleted since ("not a run directory"): it now says the folder is not there, and the command
+    that restores the hosts from their copies, with this run's inventory."""
+    bed = killed_run(tmp_path, monkeypatch)
+    lock = TestbedLock.for_run(bed.deployment, "next", "now", run_dir=tmp_path / "next", inventory=Path("inv.yaml"))
+    with pytest.raises(StaleLockError) as err:
+        lock.check()
+    text = str(err.value)
+    assert f"no run folder is at {tmp_path / 'run'}" in text
+    assert f"`orch restore --testbed fakebed --run-id {RUN_ID} -i inv.yaml` puts the hosts back" in text
+    folder_back(tmp_path)  # the folder is there: no such caveat
+    with pytest.raises(StaleLockError) as err:
+        lock.check()
+    assert "no run folder" not in str(err.value) and f"orch restore {tmp_path / 'run'}" in str(err.value)
