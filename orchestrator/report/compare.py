@@ -302,7 +302,7 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
 
 @dataclass(frozen=True)
 class _ReadRun:
-    manifest: RunManifest  # without its planned trials (100,000 of them: ~200 MB)
+    manifest: RunManifest  # without its planned trials (100,000 of them: ~130 MB as models)
     cells: CellTrials
     suspect: list[str]
 
