@@ -15,7 +15,7 @@ page is at most 5%.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -90,7 +90,32 @@ def compare(
     (TrialRows.stopped). A run that stopped with planned trials unfinished (report.build.incomplete_reason:
     run.json's status says so too) is said to be incomplete, above everything: its cells hold fewer
     trials than planned and the cells it never reached are missing, so it is never shown as if whole."""
-    ca, cb = _by_cell(ta), _by_cell(tb)
+    return compare_cells(
+        a,
+        cell_trials(ta, a.metrics),
+        b,
+        cell_trials(tb, b.metrics),
+        suspect_a=suspect_a,
+        suspect_b=suspect_b,
+        incomplete_a=incomplete_reason(a, _rows(ta), stopped_a),
+        incomplete_b=incomplete_reason(b, _rows(tb), stopped_b),
+    )
+
+
+def compare_cells(
+    a: RunManifest,
+    ca: CellTrials,
+    b: RunManifest,
+    cb: CellTrials,
+    *,
+    suspect_a: Sequence[str] = (),
+    suspect_b: Sequence[str] = (),
+    incomplete_a: str | None = None,
+    incomplete_b: str | None = None,
+) -> Comparison:
+    """PURE: compare() from each run's cells as cell_trials summarises them (all a comparison
+    needs of a run's trials: what write_comparison_page keeps of one run while it reads the other);
+    `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows."""
     common = [c for c in ca if c in cb]
     metrics = {m: kind for m, kind in {**a.metrics, **b.metrics}.items() if m in a.metrics and m in b.metrics}
     methods: dict[str, str] = {}
@@ -102,19 +127,14 @@ def compare(
     rows = _holm_all(found)
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
-    sides = (("A", a, ta, suspect_a, stopped_a), ("B", b, tb, suspect_b, stopped_b))
-    warnings = tuple(
-        line for side, m, trials, reasons, stopped in sides for line in _doubts(side, m, trials, reasons, stopped)
-    )
+    sides = (("A", a, suspect_a, incomplete_a), ("B", b, suspect_b, incomplete_b))
+    warnings = tuple(line for side, m, reasons, incomplete in sides for line in _doubts(side, m, reasons, incomplete))
     return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods)
 
 
-def _doubts(
-    side: str, m: RunManifest, trials: Sequence[TrialRecord | TrialRow], reasons: Sequence[str], stopped: bool
-) -> list[str]:
+def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str | None) -> list[str]:
     """One run's warnings: incomplete (it stopped early), then suspect (the report's cautions)."""
     found = []
-    incomplete = incomplete_reason(m, _rows(trials), stopped)
     if incomplete:
         found.append(
             f"Run {m.run_id} ({side}) is incomplete: {incomplete}. Its cells hold fewer trials than planned and cells "
@@ -137,12 +157,10 @@ def _holm_all(rows: Sequence[Row]) -> list[Row]:
     return [replace(r, p_holm=adjusted.get(i, 1.0)) for i, r in enumerate(rows)]
 
 
-def _dispersion(
-    ca: Mapping[str, list[TrialRow]], cb: Mapping[str, list[TrialRow]], metric: str
-) -> clustered.Dispersion:
+def _dispersion(ca: CellTrials, cb: CellTrials, metric: str) -> clustered.Dispersion:
     """A proportion's trial-to-trial dispersion from every cell of both runs, each run's cell its own
     group (as the report pools it over a sweep's cells): a difference between the runs is not spread."""
-    groups = [_counts(trials, metric) for side in (ca, cb) for trials in side.values()]
+    groups = [list(_of(cell, metric).counts) for side in (ca, cb) for cell in side.values()]
     return clustered.dispersion([g for g in groups if g])
 
 
@@ -155,26 +173,31 @@ def _method(disp: clustered.Dispersion | None) -> str:
     return f"{disp.method()}; dispersion pooled over the cells of both runs"
 
 
-def _counts(trials: Sequence[TrialRow], metric: str) -> list[tuple[int, int]]:
-    """(k, n) per trial that has sessions of this metric (the units the tests count)."""
-    out = []
-    for t in trials:
-        v = _metric(t, metric)
-        if v is not None and v.n:
-            out.append((v.k or 0, v.n))
-    return out
+@dataclass
+class MetricTrials:
+    """One metric over one cell's completed trials, in journal order: all a comparison counts."""
+
+    trials: int = 0  # trials that have the metric
+    counts: list[tuple[int, int]] = field(default_factory=list)  # (k, n) per trial with sessions of it
+    values: list[float] = field(default_factory=list)  # a number's value per trial that has one
 
 
-def _metric(trial: TrialRow, name: str) -> MetricPoint | None:
-    return next((m for m in trial.metrics if m.name == name), None)
+CellTrials = Mapping[str, Mapping[str, MetricTrials]]  # cell -> metric -> its trials
+_NONE = MetricTrials()
 
 
-def _by_cell(trials: Sequence[TrialRecord | TrialRow]) -> dict[str, list[TrialRow]]:
-    """Each cell's completed trials, one record per trial (a duplicated record counts once)."""
+def cell_trials(trials: Sequence[TrialRecord | TrialRow], metrics: Iterable[str]) -> dict[str, dict[str, MetricTrials]]:
+    """Each cell's completed trials (one record per trial: a duplicated record counts once), cells
+    in order of their first trial in the journal, summed up per metric of `metrics` (the run's).
+    A few numbers a trial: a comparison holds these for one run while it reads the other."""
     rows = _rows(trials)
-    out: dict[str, list[TrialRow]] = {}
+    names = frozenset(metrics)
+    out: dict[str, dict[str, MetricTrials]] = {}
     for t in sorted(completed_rows(rows), key=lambda row: row.source):  # journal order, as before
-        out.setdefault(t.cell, []).append(t)
+        cell = out.setdefault(t.cell, {})
+        for v in t.metrics:  # one point a name (a record's metrics are a mapping)
+            if v.name in names:
+                _add(cell.setdefault(v.name, MetricTrials()), v)
     return out
 
 
@@ -182,21 +205,37 @@ def _rows(trials: Sequence[TrialRecord | TrialRow]) -> list[TrialRow]:
     return [t if isinstance(t, TrialRow) else TrialRow.of(t, i) for i, t in enumerate(trials)]
 
 
-def _side(trials: list[TrialRow], metric: str, kind: str, disp: clustered.Dispersion | None) -> Side:
+def _add(into: MetricTrials, v: MetricPoint) -> None:
+    into.trials += 1
+    if v.n:
+        into.counts.append((v.k or 0, v.n))
+    if v.value is not None:
+        into.values.append(float(v.value))
+
+
+def _of(cell: Mapping[str, MetricTrials], metric: str) -> MetricTrials:
+    return cell.get(metric, _NONE)
+
+
+def _side(trials: MetricTrials, kind: str, disp: clustered.Dispersion | None) -> Side:
     """One run's cell: pooled k/n with an interval widened by the dispersion, or a number's median."""
-    values = [v for v in (_metric(t, metric) for t in trials) if v is not None]
     if kind == "proportion":
-        counts = _counts(trials, metric)
-        k, n = sum(c[0] for c in counts), sum(c[1] for c in counts)
-        return Side(len(values), k, n, clustered.widened_rate(k, n, disp, len(counts)))  # the run's report's interval
-    nums = tuple(float(v.value) for v in values if v.value is not None)
-    return Side(len(values), values=nums, median=stats.median_ci(nums) if nums else None)
+        k, n = sum(c[0] for c in trials.counts), sum(c[1] for c in trials.counts)
+        return Side(trials.trials, k, n, clustered.widened_rate(k, n, disp, len(trials.counts)))  # as its report
+    nums = tuple(trials.values)
+    return Side(trials.trials, values=nums, median=stats.median_ci(nums) if nums else None)
 
 
 def _row(
-    cell: str, metric: str, kind: str, ta: list[TrialRow], tb: list[TrialRow], disp: clustered.Dispersion | None
+    cell: str,
+    metric: str,
+    kind: str,
+    ca: Mapping[str, MetricTrials],
+    cb: Mapping[str, MetricTrials],
+    disp: clustered.Dispersion | None,
 ) -> Row:
-    a, b = _side(ta, metric, kind, disp), _side(tb, metric, kind, disp)
+    ta, tb = _of(ca, metric), _of(cb, metric)
+    a, b = _side(ta, kind, disp), _side(tb, kind, disp)
     if kind == "proportion":
         assert a.k is not None and a.n is not None and b.k is not None and b.n is not None and disp is not None
         if not a.n or not b.n:
@@ -205,7 +244,7 @@ def _row(
             low, high = stats.rate_difference_ci(b.k, b.n, a.k, a.n)
             return Row(cell, metric, kind, a, b, b.k / b.n - a.k / a.n, low, high, 1.0, tested=False)
         # B vs A exactly as the report tests a cell vs its baseline, at the trial level
-        test = versus_baseline(b.k, b.n, a.k, a.n, disp, _counts(tb, metric), _counts(ta, metric))
+        test = versus_baseline(b.k, b.n, a.k, a.n, disp, tb.counts, ta.counts)
         return Row(cell, metric, kind, a, b, test.diff, test.low, test.high, test.p)
     if not a.values or not b.values or a.median is None or b.median is None:
         return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
@@ -273,12 +312,20 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     from orchestrator.report.page import csp, environment
     from orchestrator.store.manifest import load_manifest
 
-    a, b = load_manifest(run_a), load_manifest(run_b)
-    ta, tb = read_run_rows(run_a, a), read_run_rows(run_b, b)  # compact rows: a damaged journal is refused
-    suspect_a, suspect_b = _suspect(run_a, a, ta), _suspect(run_b, b, tb)
-    model = compare(
-        a, ta.rows, b, tb.rows, suspect_a=suspect_a, suspect_b=suspect_b, stopped_a=ta.stopped, stopped_b=tb.stopped
+    for run in (run_a, run_b):  # both are runs, before minutes of reading one
+        load_manifest(run, plan=False)
+    read_a, read_b = _read_run(run_a), _read_run(run_b)  # one after the other: one run's rows at a time
+    model = compare_cells(
+        read_a.manifest,
+        read_a.cells,
+        read_b.manifest,
+        read_b.cells,
+        suspect_a=read_a.suspect,
+        suspect_b=read_b.suspect,
+        incomplete_a=read_a.incomplete,
+        incomplete_b=read_b.incomplete,
     )
+    a, b = model.a, model.b
     mismatch = matrix_mismatch(a, b)
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
         raise UsageError(
@@ -295,6 +342,29 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
     warnings = model.warnings + ((f"{mismatch}: only the cells both ran are compared",) if mismatch else ())
     return ComparisonPage(page, warnings, tuple(line for line, flagged in nightly if flagged))
+
+
+@dataclass(frozen=True)
+class _ReadRun:
+    manifest: RunManifest  # without its planned trials (100,000 of them: ~130 MB as models)
+    cells: CellTrials
+    suspect: list[str]
+    incomplete: str | None  # report.build.incomplete_reason: it stopped with planned trials unfinished
+
+
+def _read_run(run_dir: Path) -> _ReadRun:
+    """What a comparison keeps of one run: its cells' counts and values (a few numbers a trial),
+    its reasons to doubt its data, its manifest without the plan. Its compact rows (a damaged
+    journal is refused as they are read) and the plan are let go before the other run is read:
+    held for both runs at once, `orch compare` of two 100,000-trial runs needed twice one report."""
+    from orchestrator.store.manifest import load_manifest
+
+    manifest = load_manifest(run_dir)
+    scan = read_run_rows(run_dir, manifest)
+    suspect = _suspect(run_dir, manifest, scan)
+    cells = cell_trials(scan.rows, manifest.metrics)
+    incomplete = incomplete_reason(manifest, scan.rows, scan.stopped)  # needs the plan, let go below
+    return _ReadRun(manifest.model_copy(update={"plan": []}), cells, suspect, incomplete)
 
 
 def _suspect(run_dir: Path, manifest: RunManifest, scan: TrialRows) -> list[str]:

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
@@ -98,10 +98,7 @@ def export_bytes(frame: pd.DataFrame, fmt: Format) -> bytes:
         return frame.to_csv(index=False).encode("utf-8")
     if fmt == "json":
         return frame.to_json(orient="records", lines=False, indent=1).encode("utf-8")
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        raise UsageError("parquet export needs pyarrow", hint="pip install 'orch[parquet]'") from None
+    _pyarrow()
     data: bytes = frame.to_parquet(index=False)
     return data
 
@@ -148,8 +145,8 @@ EXPORT_CHUNK = 1000  # trials whose full records are held at once (a few MB), ho
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
     """Export the run: each trial's record as store.runtrials chooses it (the report's choice),
     read as compact rows, the full records fetched EXPORT_CHUNK trials at a time and written as
-    they come (CSV and JSON; parquet's column file is written once, from the tidy table only).
-    A damaged journal is refused (exit 2) before anything is written."""
+    they come (parquet: a row group every ROW_GROUP_ROWS rows). A damaged journal is refused
+    (exit 2) before anything is written."""
     from orchestrator.store.manifest import load_manifest
     from orchestrator.store.runtrials import read_run_rows, trial_rows
 
@@ -160,10 +157,9 @@ def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
     chosen = trial_rows(read_run_rows(run_dir, manifest).rows)
     frames = _frames(manifest, RunDir(run_dir).journal, chosen)
     target = RunDir(run_dir).export(manifest.run_id, fmt) if out is None else out
+    chunks = _parquet(frames, _filled(manifest, chosen)) if fmt == "parquet" else _encoded(frames, fmt)
     try:
-        return write_chunks_atomic(
-            target, _encoded(frames, fmt), what="cannot write the export", user_path=out is not None
-        )
+        return write_chunks_atomic(target, chunks, what="cannot write the export", user_path=out is not None)
     except _SourceError as exc:  # the journal, not the output, failed (changed while it was read)
         raise exc.error from None
     except JournalError as exc:
@@ -197,9 +193,6 @@ def _frames(manifest: RunManifest, journal: Path, chosen: Sequence[TrialRow]) ->
 
 def _encoded(frames: Iterator[pd.DataFrame], fmt: Format) -> Iterator[bytes]:
     """export_bytes of the frames' concatenation, byte for byte, without holding it (CSV, JSON)."""
-    if fmt == "parquet":
-        yield export_bytes(pd.concat(list(frames), ignore_index=True), fmt)
-        return
     first = True
     for frame in frames:
         if fmt == "csv":
@@ -211,3 +204,107 @@ def _encoded(frames: Iterator[pd.DataFrame], fmt: Format) -> Iterator[bytes]:
             first = False
     if fmt == "json":
         yield b"[\n\n]" if first else b"\n]"
+
+
+# Rows of the tidy table held for one parquet row group: 100,000 trials of three metrics make 19.
+# Measured on that run, the export's peak over CSV's: 66 MB at 65,536 rows, 30 at 16,384, 35 at
+# 4,096 (the file within 2% of one row group's size). A table of fewer rows is one row group: the
+# file export_bytes writes.
+ROW_GROUP_ROWS = 1 << 14
+
+
+def _parquet(frames: Iterator[pd.DataFrame], filled: frozenset[str]) -> Iterator[bytes]:
+    """The tidy table as parquet, a row group at a time (the whole table was built in memory
+    before it was written: 130 MB more than CSV for 100,000 trials, growing with the run). Its
+    schema is the one export_bytes gives the whole table, fixed before the first row group from
+    the first frame and `filled` (the text columns with a value in some row: see _filled)."""
+    pa, pq = _pyarrow()
+    sink = _Sink()
+    writer, held, rows = None, [], 0
+    for frame in frames:
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if writer is None:
+            schema = _schema(pa, frame, filled)
+            writer = pq.ParquetWriter(sink, schema, compression="snappy")
+        held.append(table.cast(schema))
+        rows += len(table)
+        if rows >= ROW_GROUP_ROWS:
+            writer.write_table(pa.concat_tables(held).combine_chunks(), row_group_size=rows)
+            held, rows = [], 0
+            yield sink.drain()
+    if writer is None:  # _frames yields at least one frame; kept for the type checker
+        return
+    if held:
+        writer.write_table(pa.concat_tables(held).combine_chunks(), row_group_size=max(rows, 1))
+    writer.close()
+    yield sink.drain()
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError("parquet export needs pyarrow", hint="pip install 'orch[parquet]'") from None
+    return pa, pq
+
+
+def _schema(pa: Any, frame: pd.DataFrame, filled: frozenset[str]) -> Any:
+    """The arrow schema (with pandas' metadata) of the whole table from its first frame: a text
+    column is typed by pandas from its values, as text where any row has one and as null where
+    none has, so a column empty in the first frame only is still text (and null where empty)."""
+    if frame.empty:  # no trial: the whole table is this frame
+        return pa.Schema.from_pandas(frame, preserve_index=False)
+    probe = frame.head(1).copy()
+    text = pd.Series(["x"]).dtype  # what pandas makes of a column of text (str, or object before pandas 3)
+    for column in probe.columns:
+        if probe[column].dtype == object or probe[column].dtype == text:
+            probe[column] = pd.Series(["x"] if column in filled else [None], dtype=text if column in filled else object)
+    return pa.Schema.from_pandas(probe, preserve_index=False)
+
+
+def _filled(manifest: RunManifest, chosen: Sequence[TrialRow]) -> frozenset[str]:
+    """The text columns of the tidy table with a value in some row, from the compact rows (tidy
+    fills the fixed text columns in every row; a factor column where the trial has the factor,
+    the metric columns for a completed trial's metrics, failure where it failed)."""
+    if not chosen:
+        return frozenset()
+    filled = {"run_id", "cell", "testbed", "status", "started"}
+    filled |= {factor_column(f) for f in manifest.factors if any(f in r.levels for r in chosen)}
+    if any(r.status == "completed" and r.metrics for r in chosen):
+        filled |= {"metric", "kind", "unit"}
+    if any(r.failure_kind is not None for r in chosen):
+        filled.add("failure")
+    return frozenset(filled)
+
+
+class _Sink:
+    """A write-only file for pyarrow's ParquetWriter whose bytes are taken away as they come."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._at = 0
+
+    def write(self, data: bytes) -> int:
+        self._parts.append(bytes(data))
+        self._at += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._at
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+    def drain(self) -> bytes:
+        data = b"".join(self._parts)
+        self._parts.clear()
+        return data

@@ -24,6 +24,7 @@ from orchestrator.core.records import (
     RunManifest,
     TrialRecord,
 )
+from orchestrator.store.manifest import save_manifest
 
 FACTORS = {"bf16_index_k": ["on", "off"], "cuda_graph": ["on", "off"], "overlap": ["on", "off"]}
 ALL_ON = {"bf16_index_k": "on", "cuda_graph": "on", "overlap": "on"}
@@ -222,11 +223,21 @@ def trial_counts(records: list[TrialRecord], metric: str = "corruption") -> dict
 
 
 def write_run(
-    run_dir: Path, manifest: RunManifest, records: list[TrialRecord], end_events: tuple[str, ...] = ("run_finished",)
+    run_dir: Path,
+    manifest: RunManifest,
+    records: list[TrialRecord],
+    end_events: tuple[str, ...] = ("run_finished",),
+    *,
+    plan_json: bool = False,
 ) -> Path:
-    """run.json + journal.jsonl (with start and `end_events`) in run_dir."""
+    """run.json + journal.jsonl (with start and `end_events`) in run_dir. The planned trials are
+    inline in run.json (as orch wrote runs before plan.json), or with `plan_json` in plan.json, as
+    orch writes them now (store.manifest.save_manifest)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "run.json").write_text(manifest.model_dump_json(indent=2))
+    if plan_json:
+        save_manifest(run_dir, manifest)
+    else:
+        (run_dir / "run.json").write_text(manifest.model_dump_json(indent=2))
     start = EventRecord(run_id=manifest.run_id, event="run_started", at=manifest.started)
     ends = [EventRecord(run_id=manifest.run_id, event=e, at=manifest.ended or "") for e in end_events]
     lines = [start.model_dump_json()] + [r.model_dump_json() for r in records] + [e.model_dump_json() for e in ends]
