@@ -9,7 +9,7 @@ links: one leg's report or summary never serves the other); the process prints i
 (VmHWM) as it exits. The outputs of both legs are compared: CSV and the comparison page byte for
 byte, parquet read back with pandas and pyarrow, the report page byte for byte.
 
-    python bench/bench_memory.py [--trials 100000] [--before d0e5505 | --before DIR]
+    python bench/bench_memory.py [--trials 100000] [--before 51da1f7 | --before DIR]
         [--commands report,csv,parquet,compare] [--keep DIR]
 
 --before REV is exported from this repository's history (`git archive REV orchestrator`); a DIR
@@ -31,7 +31,10 @@ from pathlib import Path
 from timing import load_line
 
 REPO = Path(__file__).resolve().parent.parent
-BASE = "d0e5505"  # before the fixes bench/README.md's bench_memory.py section measures
+# main just before the memory fixes merged: the README's figures were measured against d0e5505
+# (--before d0e5505), but compare's output changed on purpose between the two (the report's
+# interval, incomplete runs named), so "same output" holds only against this one
+BASE = "51da1f7"
 A_ID, B_ID = "20260509-070000-overlap_ablation", "20260510-070000-overlap_ablation"
 COMMANDS = {
     "report": ["report", f"reports/{A_ID}"],

@@ -111,8 +111,9 @@ class ReproOutcome(Frozen):
     stdout_path: str = ""  # relative to the run directory
     stderr_path: str = ""
     # processes it started that still ran once it ended ("pid N (command)"), stopped by orch: the
-    # trial is void (edges.leftovers)
-    left_behind: list[str] = Field(default_factory=list)
+    # trial is void (edges.leftovers). Left out of the journal when empty (every trial that counts):
+    # its lines stay those of orch before the field, which a teammate's older orch still reads
+    left_behind: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class TrialProvenance(Frozen):
