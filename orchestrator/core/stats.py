@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -342,13 +342,18 @@ def heterogeneity(counts: Sequence[tuple[int, int]], phi: float = 1.0, df: float
 # Cochran's rule: below this smallest expected count a chi-square's p is too confident, and the
 # tests here and in core.clustered take an exact (or simulated) one instead
 MIN_EXPECTED = 5.0
-TRIAL_DRAWS = 5000  # Monte Carlo tables for trial_homogeneity: its smallest p is 1 / 5001
+TRIAL_DRAWS = 5000  # most Monte Carlo tables for trial_homogeneity: its smallest p is 1 / 5001
+TRIAL_EXCEEDANCES = 20  # Besag & Clifford's h: the draws stop once this many tables are as extreme
 TRIAL_SEED = 20261205  # fixed: the same report twice gives the same p
 HYPERGEOMETRIC_MAX = 10**9  # numpy's multivariate_hypergeometric needs fewer sessions than this
+# numpy's "count" sampler fills a temporary of 8 bytes a session once per call, then costs ~0.015-0.09 us
+# per event (or non-event, the fewer) drawn; "marginals" ~0.15-0.4 us per trial. 12,500 trials of 40
+# sessions, 2,500 events: 0.13-0.17 vs 2.4-4.3 ms a table.
+COUNT_MAX_SESSIONS = 1 << 22  # a 32 MB temporary at most
+COUNT_DRAWS_PER_TRIAL = 4  # "count" where it draws at most this many sessions per trial of the table
 # Tables of the null drawn at once, in cells (draws x trials): a cell of 12,500 trials drew 5,000 x
 # 12,500 at once (500 MB, and three temporaries as large: `orch report` of 100,000 trials peaked at
-# 1.9 GB, growing with the trials). Drawn in blocks, the generator gives the same tables in the same
-# order, and each table's spread is summed alone: the same null to the bit, ~8 MB an array.
+# 1.9 GB, growing with the trials). In blocks, ~8 MB an array.
 NULL_BLOCK_CELLS = 1 << 20
 
 
@@ -362,9 +367,23 @@ def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAW
     multivariate hypergeometric (sessions as colours, K drawn) whatever the rate, so:
     - all expected counts >= MIN_EXPECTED (Cochran's rule): Pearson's chi-square, valid there, any p;
     - 2 trials: Fisher's exact test (pooled_test), exact;
-    - else Pearson's statistic's tail over `draws` tables drawn from that law (seeded), p = (1 + at
-      least as extreme) / (1 + draws), valid at any number of draws; past HYPERGEOMETRIC_MAX
-      sessions the multinomial with the trials' shares, the law it converges to."""
+    - else Pearson's statistic against tables drawn from that law (seeded; past HYPERGEOMETRIC_MAX
+      sessions the multinomial with the trials' shares, the law it converges to), by Besag &
+      Clifford's (1991) sequential Monte Carlo p (_sequential_p): valid at any number of draws.
+
+    Why sequential: 5,000 tables for every p cost 5,000 x trials table cells a test: a 100,000-trial
+    report spent ~75 of its ~77 CPU-s here (3 cells of 12,500 trials). Most cells are homogeneous,
+    and their p is settled once TRIAL_EXCEEDANCES tables are as extreme: 11-141 tables on average
+    under the null (bench/bench_homogeneity.py); a cell whose trials do vary draws all TRIAL_DRAWS,
+    and its p is the fixed test's. Against the fixed 5,000 on the same streams (bench/README.md):
+    A/A at most alpha in both; at Holm's first threshold over 8 cells (0.00625) the rejections
+    agree within a point, at 0.001 exactly (no p that small stops early), at 0.05 within -2/+3
+    points. h = 10 strays up to 3 points at 0.00625 for half the tables; h = 50 draws 2.5x more.
+    Not taken: a budget of table cells (fewer tables for more trials) lifts the floor 1 / (draws + 1)
+    towards Holm's thresholds (alpha / cells tested) where the evidence is strongest, and numpy's
+    "count" sampler (_null_tables) already makes the costliest case ~1 s (12,500 trials that vary);
+    the normal law of the statistic over many sparse trials (Haldane 1937, Zelterman 1987) is
+    skewed off in the tail Holm's thresholds read (bench/bench_homogeneity.py, leg 3)."""
     kept = [(k, n) for k, n in counts if n > 0]
     k = np.array([c[0] for c in kept], dtype=np.int64)
     n = np.array([c[1] for c in kept], dtype=np.int64)
@@ -376,31 +395,51 @@ def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAW
         return heterogeneity(kept)
     if len(kept) == 2:
         return pooled_test(int(k[0]), int(n[0]), int(k[1]), int(n[1])).p
-    null = _homogeneity_null(tuple(n.tolist()), events, draws)
-    observed = _spread(k, n, events / sessions)
-    extreme = null.size - int(np.searchsorted(null, observed * (1 - 1e-9), side="left"))
-    return (1 + extreme) / (1 + draws)
+    observed = float(_spread(k, n, events / sessions))
+    return _sequential_p(_null_spreads(n, events, draws), observed, draws, TRIAL_EXCEEDANCES)
 
 
-@functools.lru_cache(maxsize=256)
-def _homogeneity_null(sessions: tuple[int, ...], events: int, draws: int) -> np.ndarray:
-    """Pearson's spread of `draws` tables of one cell under one rate, given its events, sorted
-    (cached: the cells of a sweep mostly share one design and few event totals)."""
+def _sequential_p(null: Iterator[np.ndarray], observed: float, draws: int, h: int) -> float:
+    """Besag & Clifford's sequential Monte Carlo p over the null's statistics in draw order: h / L
+    when the h-th as extreme as `observed` is draw L, else (1 + as extreme) / (1 + draws) after all
+    draws. P(p <= u) <= u at every u, as for the fixed number of draws (h >= draws is that test).
+    Ties count as extreme (a relative 1e-9: the same table summed in another order)."""
+    seen = extreme = 0
+    for spreads in null:
+        at = np.flatnonzero(spreads >= observed * (1 - 1e-9))
+        if extreme + at.size >= h:
+            return h / (seen + int(at[h - extreme - 1]) + 1)
+        extreme += int(at.size)
+        seen += spreads.size
+    return (extreme + 1) / (draws + 1)
+
+
+def _null_spreads(n: np.ndarray, events: int, draws: int) -> Iterator[np.ndarray]:
+    """Pearson's spread of `draws` tables of one cell under one rate given its events, in draw order,
+    in blocks: TRIAL_EXCEEDANCES first (no p is settled sooner), then as many as drawn so far (the
+    tables drawn at most twice what a sequential p needs), never more than NULL_BLOCK_CELLS table
+    cells at once. Seeded: the same cell gives the same tables, hence the same p (the "count"
+    sampler's tables depend on the blocks, not their law; the blocks depend on the design only)."""
     rng = np.random.default_rng(TRIAL_SEED)
-    n = np.array(sessions, dtype=np.int64)
+    cap = max(1, NULL_BLOCK_CELLS // len(n))
+    size, done = min(TRIAL_EXCEEDANCES, cap), 0
+    while done < draws:
+        size = min(size, draws - done)
+        yield _spread(_null_tables(rng, n, events, size), n, events / int(n.sum()))
+        done += size
+        size = min(done, cap)
+
+
+def _null_tables(rng: np.random.Generator, n: np.ndarray, events: int, size: int) -> np.ndarray:
+    """`size` tables of the trials' events under one rate given `events`: the multivariate
+    hypergeometric, by the cheaper of numpy's two samplers (same law, see COUNT_MAX_SESSIONS), or
+    past HYPERGEOMETRIC_MAX sessions the multinomial."""
     total = int(n.sum())
-    spreads = np.empty(draws, dtype=np.float64)
-    block = max(1, NULL_BLOCK_CELLS // len(n))
-    for start in range(0, draws, block):
-        size = min(block, draws - start)
-        if total < HYPERGEOMETRIC_MAX:
-            tables = rng.multivariate_hypergeometric(n, events, size=size)
-        else:
-            tables = rng.multinomial(events, n / total, size=size)
-        spreads[start : start + size] = _spread(tables, n, events / total)
-    spreads.sort()
-    spreads.flags.writeable = False
-    return spreads
+    if total >= HYPERGEOMETRIC_MAX:
+        return rng.multinomial(events, n / total, size=size)
+    drawn = min(events, total - events)
+    count = total <= COUNT_MAX_SESSIONS and drawn <= COUNT_DRAWS_PER_TRIAL * len(n)
+    return rng.multivariate_hypergeometric(n, events, size=size, method="count" if count else "marginals")
 
 
 def _spread(k: np.ndarray, n: np.ndarray, rate: float) -> np.ndarray:

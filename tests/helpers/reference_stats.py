@@ -10,10 +10,14 @@ bench/bench_plan.py times both in one run.
   fixed ones included, at every bisection step).
 - homogeneity_null: stats._homogeneity_null as of d0e5505 (every table of the null drawn at once:
   draws x trials cells, 500 MB for a cell of 12,500 trials).
+- trial_homogeneity: stats.trial_homogeneity as of d023944 (a fixed TRIAL_DRAWS tables for every
+  p, numpy's "marginals" sampler, the null drawn in blocks, sorted and cached per design and events);
+  bench/bench_homogeneity.py measures the sequential p against it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -157,3 +161,41 @@ def homogeneity_null(sessions: tuple[int, ...], events: int, draws: int) -> np.n
         tables = rng.multinomial(events, n / total, size=draws)
     out: np.ndarray = np.sort(stats._spread(tables, n, events / total))
     return out
+
+
+def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = 5000) -> float | None:
+    """stats.trial_homogeneity as of d023944: (1 + as extreme) / (1 + draws) over a fixed `draws`."""
+    kept = [(k, n) for k, n in counts if n > 0]
+    k = np.array([c[0] for c in kept], dtype=np.int64)
+    n = np.array([c[1] for c in kept], dtype=np.int64)
+    events, sessions = int(k.sum()), int(n.sum())
+    if len(kept) < 2 or events == 0 or events == sessions:
+        return None
+    expected = n * events / sessions
+    if min(expected.min(), (n - expected).min()) >= stats.MIN_EXPECTED:
+        return stats.heterogeneity(kept)
+    if len(kept) == 2:
+        return stats.pooled_test(int(k[0]), int(n[0]), int(k[1]), int(n[1])).p
+    null = _homogeneity_null_blocks(tuple(n.tolist()), events, draws)
+    observed = stats._spread(k, n, events / sessions)
+    extreme = null.size - int(np.searchsorted(null, observed * (1 - 1e-9), side="left"))
+    return (1 + extreme) / (1 + draws)
+
+
+@functools.lru_cache(maxsize=256)
+def _homogeneity_null_blocks(sessions: tuple[int, ...], events: int, draws: int) -> np.ndarray:
+    rng = np.random.default_rng(stats.TRIAL_SEED)
+    n = np.array(sessions, dtype=np.int64)
+    total = int(n.sum())
+    spreads = np.empty(draws, dtype=np.float64)
+    block = max(1, (1 << 20) // len(n))
+    for start in range(0, draws, block):
+        size = min(block, draws - start)
+        if total < stats.HYPERGEOMETRIC_MAX:
+            tables = rng.multivariate_hypergeometric(n, events, size=size)
+        else:
+            tables = rng.multinomial(events, n / total, size=size)
+        spreads[start : start + size] = stats._spread(tables, n, events / total)
+    spreads.sort()
+    spreads.flags.writeable = False
+    return spreads
