@@ -1,0 +1,26 @@
+"""bench/bench_homogeneity.py: a tiny run prints each leg's table (no figure asserted: the A/A bound,
+the power kept and the tables drawn are pinned by tests/test_trial_homogeneity.py). In-process, as
+test_bench_stats, and only up to 40 trials: the old test takes seconds a call beyond."""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_run_prints_every_leg(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench_homogeneity.py", "--cells", "3", "--cpu-cells", "1", "--normal-tables", "200", "--trials", "3,8,40"]
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    runpy.run_path(str(REPO / "bench" / "bench_homogeneity.py"), run_name="__main__")
+    out = capsys.readouterr().out
+    for title in ("(1) share rejected", "(2) CPU per call", "(3) the normal law"):
+        assert title in out, out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["3"], ["8"], ["40"])]
+    assert len(rows) == 3 * 4 * 4 + 3 * 4 * 2 + 3, out  # (1) T x design x ICC, (2) T x design x 2 ICCs, (3) 40 x 3
+    assert "load average" in out
