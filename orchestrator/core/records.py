@@ -250,7 +250,8 @@ class RunManifest(Frozen):
     testbeds: list[str] = Field(default_factory=list)  # one name, or several for a parallel run
     adaptive: bool = False  # the matrix has an adaptive stopping rule
     # an `orch hunt` run: plan.json holds only its first wave, and the search journals trials
-    # numbered past it (store.runtrials lets those through; any other run's must be planned)
+    # numbered past it (store.runtrials lets those through; any other run's must be planned); a
+    # trial numbered within the wave is the plan's (sweep/hunt.py numbers repeats past the wave)
     hunt: bool = False
     seed: int
     order: str

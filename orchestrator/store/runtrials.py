@@ -22,7 +22,8 @@ What is damage, a ConfigError at journal.jsonl:<line> (exit 2): the journal was 
 belongs to another run, and no reader guesses which of its lines to believe:
 - a trial number outside the plan: below 0, or past the plan's last trial in a run that is not a
   hunt (a hunt journals trials past its first wave, which is all plan.json holds);
-- a planned trial whose cell or levels are not the plan's for that trial;
+- a planned trial whose cell or levels are not the plan's for that trial (a hunt too: its step
+  source runs each first-wave configuration under its planned number, sweep/hunt.py);
 - the same (trial, attempt) finished (completed or failed) twice in one session;
 - a finished record after the trial's completed one (a finished trial is never run again).
 A manifest without a plan (a hand-made run.json: plan_trials 0) skips the two plan checks.
@@ -41,7 +42,12 @@ from orchestrator.errors import ConfigError
 from orchestrator.store.journal import TrialRow, TrialRows, read_trial_rows
 from orchestrator.store.rundir import RunDir
 
-_HINT = "the journal was edited, damaged or belongs to another run; fix or delete this line"
+# Never "delete this line": the line may be a trial's data (an orch that numbered a hunt's trials
+# in another configuration's planned place wrote such journals itself), and deleting it loses it.
+_HINT = (
+    "the journal or plan.json was edited, damaged or belongs to another run; restore the run folder from a copy "
+    "rather than deleting lines (if orch wrote it so, that is a bug in orch: please report it)"
+)
 
 
 def read_run_rows(run_dir: Path, manifest: RunManifest) -> TrialRows:

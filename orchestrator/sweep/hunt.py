@@ -5,10 +5,20 @@ A trial that gave no data (failed, void) is never evidence, but the search count
 many as the budget pays for gave none, it stops (core.huntplan.observe, core.hunt.Hunt.propose),
 since `stop_after_repeated_failures: 0` leaves the runner no other brake.
 
+Trial numbers: plan.json holds the first wave (core.huntplan.first_wave) as trials 0..N, and
+`orch hunt --dry-run` prints them so; store.runtrials refuses a journal whose trial n is not the
+plan's trial n. So a configuration of the first wave runs under its planned number the first
+time it is handed out, and every other trial - the failing configuration asked again until it
+shows its failures, a configuration asked again after its trial failed, the search's own -
+takes the next number past the wave. Why: trials were numbered in the order they were handed
+out, and a failing configuration that showed 1 failure in its first trial (~15% of DSV4 hunts
+at 20 sessions a trial) or any failed trial of the wave put a configuration in another's
+planned place: the report was refused as a damaged journal.
+
 Resume: the search is deterministic, and its state is the trials' k/n, so a resumed hunt
-replays the journal's finished trials and carries on; trial numbers continue after the last
-one the journal holds. The trials running when a controller died are simply asked for again
-if the search still wants them.
+replays the journal's finished trials and carries on; new numbers continue after the last one
+the journal holds. The trials running when a controller died are simply asked for again if the
+search still wants them (a planned one under its planned number).
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ class HuntSource(StepSource):
         next_index: int | None = None,
         on_stop: OnStop | None = None,
     ) -> None:
-        from orchestrator.core.huntplan import replay
+        from orchestrator.core.huntplan import first_wave, replay
 
         super().__init__([], set())
         self.matrix, self.on_stop = matrix, on_stop
@@ -48,7 +58,16 @@ class HuntSource(StepSource):
             config = matrix.hunt.config_of(record.levels) if matrix.hunt else None
             if config is not None:
                 self.rounds[config] = max(self.rounds.get(config, 0), record.round + 1)
-        self.index = next_index if next_index is not None else max((r.trial for r in prior), default=-1) + 1
+        # configuration -> its planned trial numbers of the first wave not yet used (in plan order)
+        assert matrix.hunt is not None
+        wave = first_wave(matrix.hunt)
+        ran = {r.trial for r in prior}
+        self.planned: dict[int, list[int]] = {}
+        for number, config in enumerate(wave):
+            if number not in ran:
+                self.planned.setdefault(config, []).append(number)
+        last = max((r.trial for r in prior), default=-1)
+        self.index = next_index if next_index is not None else max(last + 1, len(wave))  # the next new number
         self.closed = False
         self.stopped = False
 
@@ -62,11 +81,19 @@ class HuntSource(StepSource):
             if config is None:
                 self._stopped()
                 return None
-            step = hunt_step(self.matrix, self.index, self.rounds.get(config, 0), config)
-            self.pending[self.index] = config
+            step = hunt_step(self.matrix, self._number(config), self.rounds.get(config, 0), config)
+            self.pending[step.trial.index] = config
             self.rounds[config] = self.rounds.get(config, 0) + 1
-            self.index += 1
             return step
+
+    def _number(self, config: int) -> int:
+        """The trial number of this hand-out: the configuration's planned one while it has one
+        left (the first wave), else the next new number (see the module's docstring)."""
+        planned = self.planned.get(config)
+        if planned:
+            return planned.pop(0)
+        self.index += 1
+        return self.index - 1
 
     def record(self, record: TrialRecord) -> None:
         from orchestrator.core.huntplan import observe
