@@ -284,6 +284,13 @@ class RunManifest(Frozen):
         (a report, an export), in whichever process loads the manifest."""
         return Redactor.for_names(self.secret_names)
 
+    @property
+    def planned_total(self) -> int | None:
+        """How many trials the run plans, for every "N of M planned" a reader shows; None for a
+        hunt, whose search decides its trials as it goes (plan.json holds only its first wave:
+        "35 of 18 planned trials" was shown for a hunt of 35)."""
+        return None if self.hunt else (len(self.plan) or self.plan_trials)
+
     @model_validator(mode="after")
     def _older_run_json(self) -> RunManifest:
         """A run.json written before `testbeds`, `adaptive` and `hunt` existed states them only in its

@@ -42,6 +42,7 @@ from orchestrator.report.model import (
     FailureView,
     Finding,
     FindingKind,
+    HuntView,
     InteractionView,
     Link,
     NeighbourView,
@@ -84,8 +85,10 @@ def build_report(
     *,
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
+    hunt: HuntView | None = None,
 ) -> Report:
-    """Everything the page shows, computed once. `trials` may hold retries and failures."""
+    """Everything the page shows, computed once. `trials` may hold retries and failures; `hunt`:
+    a hunt run's answer (report.hunt.view), which is then the run's result."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
         report = build_report_from_rows(
@@ -94,6 +97,7 @@ def build_report(
             lambda chosen: [trials[r.source] for r in chosen],
             torn_tail=torn_tail,
             drilldown_cap=drilldown_cap,
+            hunt=hunt,
         )
         return with_served(report, served(((t.trial, t.provenance) for t in trials), manifest.redactor))
 
@@ -105,12 +109,13 @@ def build_report_from_rows(
     *,
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
+    hunt: HuntView | None = None,
 ) -> Report:
     """build_report from compact rows (journal.read_trial_rows): the numbers need only these, so
     a 100,000-trial run never holds 100,000 full records; `load` fetches the full records of
     the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
     with gc_paused():
-        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap)
+        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap, hunt=hunt)
 
 
 def _build(
@@ -120,6 +125,7 @@ def _build(
     *,
     torn_tail: bool,
     drilldown_cap: int,
+    hunt: HuntView | None = None,
 ) -> Report:
     data = completed_rows(rows)  # each trial's completed record: the rule every reader shares
     frame = _metric_frame(data, manifest.metrics)
@@ -152,7 +158,7 @@ def _build(
         factors={f: list(v) for f, v in manifest.factors.items()},
         baseline=dict(manifest.baseline),
         baseline_cell=baseline_cell,
-        planned=len(manifest.plan),
+        planned=manifest.planned_total,
         completed=len(data),
         failed=len(failed),
         cells=cells,
@@ -175,6 +181,7 @@ def _build(
         comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
         dispersion=_estimated_phi(manifest, by_metric),
         untested=untested,
+        hunt=hunt,
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
@@ -296,7 +303,7 @@ def _cell_views(
     failed: Sequence[TrialRow],
     by_metric: Mapping[str, MetricRows],
 ) -> list[CellView]:
-    planned = _count(p.cell for p in manifest.plan)
+    planned = _count(p.cell for p in manifest.plan)  # a hunt's plan is its first wave: no cell's total
     completed = _count(t.cell for t in data)
     failed_by_cell = _count(t.cell for t in failed)
     proportions = {
@@ -314,7 +321,7 @@ def _cell_views(
             cell=cell,
             levels=levels_of[cell],
             is_baseline=cell == baseline_cell,
-            planned=planned.get(cell, 0),
+            planned=None if manifest.hunt else planned.get(cell, 0),
             completed=completed.get(cell, 0),
             failed=failed_by_cell.get(cell, 0),
             proportions={m: by_cell[cell] for m, by_cell in proportions.items()},
@@ -757,7 +764,12 @@ def _round_spread(metric: MetricRows) -> tuple[tuple[float, float], bool]:
 
 def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> list[Finding]:
     """Plain sentences with numbers, most important first: the status, then each flag changed
-    alone from the baseline, then the highest cell and what it needs, interactions, numbers."""
+    alone from the baseline, then the highest cell and what it needs, interactions, numbers.
+    A hunt's are its verdict and answer instead: its configurations are the search's choices,
+    not a design the cells' comparisons answer ("no significant difference between any cell
+    and the baseline" was said of a hunt that found its three culprits)."""
+    if report.hunt is not None:
+        return _hunt_findings(report.hunt) + _status_findings(report) + _failure_findings(report, failed)
     found = _status_findings(report)
     metric = report.primary_metric
     if metric and report.metrics.get(metric) == "proportion":
@@ -770,6 +782,12 @@ def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> l
     found += _drift_findings(report)
     found += _failure_findings(report, failed)
     return found
+
+
+def _hunt_findings(hunt: HuntView) -> list[Finding]:
+    """The hunt's verdict (a finding only when it found its answer), then its lines."""
+    head = Finding(kind="finding" if hunt.found else "caution", text=hunt.verdict)
+    return [head, *(Finding(kind="info", text=line.strip()) for line in hunt.lines)]
 
 
 def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
@@ -833,14 +851,13 @@ def _status_findings(report: Report) -> list[Finding]:
             )
         )
     if report.status != "completed":
+        counts = (
+            f"{report.completed} trials completed (a hunt decides its trials as it goes)"
+            if report.planned is None
+            else f"{report.completed} of {report.planned} planned trials completed"
+        )
         found.append(
-            Finding(
-                kind="caution",
-                text=(
-                    f"The run is {report.status}: {report.completed} of {report.planned} planned trials "
-                    "completed; conclusions cover only those."
-                ),
-            )
+            Finding(kind="caution", text=f"The run is {report.status}: {counts}; conclusions cover only those.")
         )
     if report.torn_tail:
         found.append(
@@ -1382,7 +1399,10 @@ def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) 
 def result_headline(report: Report) -> str:
     """The run's result in one sentence: the first finding about the data (a difference or its
     absence), else the first finding. A run with some failed trials keeps its result here; its
-    status is shown beside it, never instead of it (issue 12)."""
+    status is shown beside it, never instead of it (issue 12). A hunt's is its verdict, as its
+    own report words it: index.html, summary.json, the runs index and the webhook all quote this."""
+    if report.hunt is not None:
+        return report.hunt.verdict
     result = next((f for f in report.headline if f.kind in ("finding", "null")), None)
     first = result or (report.headline[0] if report.headline else None)
     return first.text if first else ""

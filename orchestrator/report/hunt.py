@@ -20,14 +20,16 @@ from pathlib import Path
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import ConfigResult, HuntResult
-from orchestrator.core.huntplan import counts_of, hunt_cell, replay
+from orchestrator.core.huntreplay import counts_of, replay
+from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
-from orchestrator.core.records import TrialRecord
+from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.yamlsrc import parse_yaml
+from orchestrator.report.model import HuntView
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import read_journal
 from orchestrator.store.manifest import load_manifest
-from orchestrator.store.rundir import RunDir
+from orchestrator.store.rundir import HUNT_HTML, RunDir
 
 OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuration (the DSV4 team's runs)
 
@@ -54,9 +56,10 @@ class HuntReport:
         return next((c for c in self.result.configs if c.config == config), None)
 
 
-def hunt_report(run_dir: Path) -> HuntReport | None:
-    """The hunt of a run directory, or None when the run is not a hunt."""
-    manifest = load_manifest(run_dir, plan=False)
+def hunt_report(run_dir: Path, manifest: RunManifest | None = None) -> HuntReport | None:
+    """The hunt of a run directory, or None when the run is not a hunt (`manifest`: its run.json,
+    when already loaded)."""
+    manifest = manifest or load_manifest(run_dir, plan=False)
     data, source = parse_yaml(manifest.matrix_text, manifest.matrix_path)
     matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
     if matrix.hunt is None:
@@ -193,6 +196,18 @@ def not_failing_lines(report: HuntReport) -> list[str]:
 
 def _and(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def headline(report: HuntReport) -> str:
+    """The run's result in one sentence: the first two lines `orch hunt` prints (its state and
+    why; its answer, or that there is none), in those words."""
+    state, answer = summary_lines(report)[:2]
+    return f"{state}; {answer}"
+
+
+def view(report: HuntReport) -> HuntView:
+    """The hunt as the run's report (index.html) and every quote of its result show it."""
+    return HuntView(verdict=headline(report), lines=summary_lines(report)[2:], found=report.found, page=HUNT_HTML)
 
 
 def summary_lines(report: HuntReport) -> list[str]:

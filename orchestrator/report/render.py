@@ -14,6 +14,7 @@ import functools
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup
@@ -37,7 +38,7 @@ from orchestrator.report.build import (
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
-from orchestrator.report.model import Report
+from orchestrator.report.model import HuntView, Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.summary import RunSummary
@@ -46,6 +47,9 @@ from orchestrator.store.journal import TrialRow, iter_records, read_records_at
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runtrials import read_run_rows
+
+if TYPE_CHECKING:  # the search (numpy, scipy): loaded only for a hunt run
+    from orchestrator.report.hunt import HuntReport
 
 TRIAL_ORDER_SHOWN = 2000
 
@@ -149,9 +153,17 @@ def write_report(run_dir: Path) -> Path:
 
 
 def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
-    """write_report, also returning the summary written beside it (headline, gates)."""
-    report, rows = _load_report_and_rows(run_dir, DRILLDOWN_CAP)
+    """write_report, also returning the summary written beside it (headline, gates). A hunt run
+    gets its hunt.html too, whoever writes the report (`orch hunt`, `orch report`, the queue):
+    the queue's hunts had none."""
+    manifest = load_manifest(run_dir)
+    hunt = _hunt_of(run_dir, manifest)
+    report, rows = _load_report_and_rows(run_dir, DRILLDOWN_CAP, manifest, _view(hunt))
     run = RunDir(run_dir)
+    if hunt is not None:
+        from orchestrator.report.hunt import render as render_hunt
+
+        write_text_atomic(run.hunt_html, render_hunt(hunt), what="cannot write the hunt report")
     written = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
     summary = run_summary(report, run_series(rows))
     write_json_atomic(run.summary_json, summary)  # the index trusts it only when newer than the inputs
@@ -161,7 +173,8 @@ def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
 def fresh_summary(run_dir: Path, manifest: RunManifest | None = None) -> RunSummary:
     """The run's summary rebuilt from its journal (no page rendered): for the index, when
     summary.json is missing or older than the run's files (`manifest`: when already loaded)."""
-    report, rows = _load_report_and_rows(run_dir, 0, manifest)
+    manifest = manifest or load_manifest(run_dir)
+    report, rows = _load_report_and_rows(run_dir, 0, manifest, hunt_view(run_dir, manifest))
     return run_summary(report, run_series(rows))
 
 
@@ -170,18 +183,41 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
 
     Streams the journal into compact rows and reads full records back only for the trials the
     page shows in detail: a 100,000-trial run renders in seconds, in a few hundred MB."""
-    return _load_report_and_rows(run_dir, drilldown_cap)[0]
+    manifest = load_manifest(run_dir)
+    return _load_report_and_rows(run_dir, drilldown_cap, manifest, hunt_view(run_dir, manifest))[0]
+
+
+def hunt_view(run_dir: Path, manifest: RunManifest) -> HuntView | None:
+    """A hunt run's answer as its report and every quote of its result show it (None: not a
+    hunt); `orch notify` builds its report with it too."""
+    return _view(_hunt_of(run_dir, manifest))
+
+
+def _view(hunt: HuntReport | None) -> HuntView | None:
+    if hunt is None:
+        return None
+    from orchestrator.report.hunt import view  # loaded with the hunt already
+
+    return view(hunt)
+
+
+def _hunt_of(run_dir: Path, manifest: RunManifest) -> HuntReport | None:
+    if not manifest.hunt:
+        return None
+    from orchestrator.report.hunt import hunt_report  # the search (numpy, scipy): only for a hunt
+
+    return hunt_report(run_dir, manifest)
 
 
 def _load_report_and_rows(
-    run_dir: Path, drilldown_cap: int, manifest: RunManifest | None = None
+    run_dir: Path, drilldown_cap: int, manifest: RunManifest, hunt: HuntView | None
 ) -> tuple[Report, list[TrialRow]]:
-    """load_report, and the compact trial rows it was built from (for summary.json's series)."""
+    """load_report, and the compact trial rows it was built from (for summary.json's series);
+    `hunt`: a hunt run's answer (hunt_view)."""
     with gc_paused():
-        manifest = manifest or load_manifest(run_dir)
         path = RunDir(run_dir).journal
         if not path.exists():
-            return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap), []
+            return build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap, hunt=hunt), []
         scan = read_run_rows(run_dir, manifest)  # damage (duplicates, unplanned trials) refused at its line
         report = build_report_from_rows(
             manifest,
@@ -189,6 +225,7 @@ def _load_report_and_rows(
             lambda rows: read_records_at(path, rows),
             torn_tail=scan.torn_tail,
             drilldown_cap=drilldown_cap,
+            hunt=hunt,
         )
         report = with_served(report, served(scan_journal(path), manifest.redactor))  # what served each trial
         return _with_run_facts(report, manifest, path), scan.rows

@@ -2,7 +2,7 @@
 picks next, and feeds it each finished trial. A hunt is otherwise a run like any other: the
 runner journals, restores and locks as for `orch run`, and N testbeds share this source.
 A trial that gave no data (failed, void) is never evidence, but the search counts it: once as
-many as the budget pays for gave none, it stops (core.huntplan.observe, core.hunt.Hunt.propose),
+many as the budget pays for gave none, it stops (core.huntreplay.observe, core.hunt.Hunt.propose),
 since `stop_after_repeated_failures: 0` leaves the runner no other brake.
 
 Trial numbers: plan.json holds the first wave (core.huntplan.first_wave) as trials 0..N, and
@@ -47,7 +47,8 @@ class HuntSource(StepSource):
         next_index: int | None = None,
         on_stop: OnStop | None = None,
     ) -> None:
-        from orchestrator.core.huntplan import first_wave, replay
+        from orchestrator.core.huntplan import first_wave
+        from orchestrator.core.huntreplay import replay
 
         super().__init__([], set())
         self.matrix, self.on_stop = matrix, on_stop
@@ -72,7 +73,7 @@ class HuntSource(StepSource):
         self.stopped = False
 
     def next(self) -> Step | None:
-        from orchestrator.core.huntplan import hunt_step  # loaded by __init__ (replay) already
+        from orchestrator.core.huntplan import hunt_step  # loaded by __init__ (first_wave) already
 
         with self._lock:
             if self.closed:
@@ -96,7 +97,7 @@ class HuntSource(StepSource):
         return self.index - 1
 
     def record(self, record: TrialRecord) -> None:
-        from orchestrator.core.huntplan import observe
+        from orchestrator.core.huntreplay import observe
 
         with self._lock:
             self.pending.pop(record.trial, None)

@@ -44,7 +44,7 @@ class Summary:
     link: str
     trials: int  # finished trials (completed + failed)
     failed: int
-    planned: int = 0
+    planned: int | None = 0  # None for a hunt: its search decides its trials as it goes
     # why the data is suspect (void/failed trials, drift, overdispersion); a list: the JSON body's shape
     suspect: list[str] = field(default_factory=list)
     # cells and metrics that changed against the earlier runs of the matrix (the nightly check)
@@ -54,7 +54,8 @@ class Summary:
         """One line for chat (the Slack variant): the result beside the status, and a warning
         when the data is suspect."""
         head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
-        counts = f"{self.trials}/{self.planned} trials, {self.failed} failed" if self.planned else ""
+        of = "" if self.planned is None else f"/{self.planned}"  # a hunt has no planned total
+        counts = f"{self.trials}{of} trials, {self.failed} failed" if self.planned != 0 else ""
         warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
         changed = f"CHANGED vs earlier runs: {'; '.join(self.changes)}" if self.changes else ""
         parts = [head, counts, self.headline, warning, changed, self.link]
@@ -186,12 +187,13 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
     the reasons to doubt the data, from the report model (the same words as the report)."""
     # the report stack (pandas, scipy): only when sending
     from orchestrator.report.build import build_report, result_headline, suspect_reasons
+    from orchestrator.report.render import hunt_view
     from orchestrator.store.journal import load_trials
     from orchestrator.store.manifest import load_manifest
 
     manifest = load_manifest(run_dir)
     trials, torn = load_trials(run_dir)
-    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0)
+    report = build_report(manifest, trials, torn_tail=torn, drilldown_cap=0, hunt=hunt_view(run_dir, manifest))
     finished = {t.trial for t in trials if t.status in ("completed", "failed")}
     succeeded = {t.trial for t in trials if t.status == "completed"}  # a retried trial counts once
     return Summary(
@@ -202,7 +204,7 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         link=link(run_dir, base_url),
         trials=len(finished),
         failed=len(finished - succeeded),
-        planned=len(manifest.plan),
+        planned=manifest.planned_total,
         suspect=suspect_reasons(report),
         changes=_changes(run_dir),
     )

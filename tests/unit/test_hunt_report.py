@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.core.config import read_matrix
 from orchestrator.core.hunt import Culprit, Hunt
-from orchestrator.core.huntplan import settings_of
+from orchestrator.core.huntreplay import settings_of
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.stats import wilson_interval
