@@ -598,11 +598,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in snap.runs:
         state = r.state if r.state != "finished" else r.run_status
         eta = f"{r.status.eta_s:.0f} s" if r.state == "running" and r.status.eta_s is not None else "-"
-        fails = f" ({r.status.failed} failed)" if r.status.failed else ""
         runs.add_row(
             escape(r.directory),
             state,
-            f"{r.status.done}/{r.status.total}{fails} ({r.percent:.0f}%)",
+            r.progress,
             escape(r.status.current_cell or "-"),
             escape(r.status.last or "-"),
             eta,

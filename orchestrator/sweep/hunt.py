@@ -38,7 +38,7 @@ OnStop = Callable[["HuntResult"], None]
 
 
 class HuntSource(StepSource):
-    shrinks = True  # the progress bar's total follows the search's estimate
+    shrinks = False  # no total to shrink: the search decides its trials as it goes, never guessed
 
     def __init__(
         self,
@@ -106,17 +106,6 @@ class HuntSource(StepSource):
     def close(self) -> None:
         with self._lock:
             self.closed = True
-
-    def remaining(self) -> int:
-        """A guess for the progress bar: trials until the session budget's typical use."""
-        from orchestrator.core.huntplan import expected_sessions
-
-        with self._lock:
-            spec = self.matrix.hunt
-            assert spec is not None
-            median, _ = expected_sessions(spec)
-            per_trial = max(1, self.hunt.sessions // max(self.hunt.trials, 1) or spec.sessions_per_trial)
-            return max(1, (median - self.hunt.sessions) // per_trial) if not self.stopped else 0
 
     def _stopped(self) -> None:
         if not self.stopped:

@@ -538,7 +538,7 @@ def _run_json(r: LiveRun) -> dict[str, object]:
         "directory": r.directory,
         "state": r.state,
         "run_status": r.run_status,
-        "percent": round(r.percent, 1),
+        "percent": None if r.percent is None else round(r.percent, 1),
         **r.status.model_dump(),
         "link": f"{r.directory}/index.html",
     }
