@@ -154,6 +154,9 @@ class HuntResult:
     trials: int
     sessions: int
     unchecked: tuple[str, ...]  # flags of the top set whose single drop is not checked yet
+    # the failing configuration showed its min_failures failures: before, the posterior over
+    # culprit sets is the prior's (no failure to explain yet), and no set is worth naming
+    confirmed: bool = True
 
     @property
     def best(self) -> Culprit:
@@ -527,7 +530,9 @@ class Hunt:
             p = float(np.dot(probs, self.hyps.affected(x)))
             configs.append(ConfigResult(x, self.flags_of(x), s.k, s.n, s.trials, p, self.own_verdict(x)))
         unchecked = tuple(self.settings.flags[f] for f in self._drop_checks(best))
-        return HuntResult(self.state, self.reason, top, tuple(configs), self.trials, self.sessions, unchecked)
+        return HuntResult(
+            self.state, self.reason, top, tuple(configs), self.trials, self.sessions, unchecked, self._confirmed()
+        )
 
     def _culprit(self, h: int, p: float) -> Culprit:
         sets = tuple(self.flags_of(m) for m in (int(self.hyps.a[h]), int(self.hyps.b[h])) if m)

@@ -138,9 +138,9 @@ def posterior_note(report: HuntReport) -> str:
 def dependencies(report: HuntReport) -> list[str]:
     """The answer in words: which flag matters only with which others. Facts only once the hunt
     found them; before, what the likeliest set so far would mean, said as a condition; nothing
-    when the failure never reproduced (there is no answer)."""
+    when the failure never reproduced or is not confirmed yet (there is no answer)."""
     r = report.result
-    if r.state == "not_failing":
+    if no_answer_lines(report):
         return []
     if not r.best.sets:
         return _no_flag(report)
@@ -184,6 +184,29 @@ def _observed(c: ConfigResult | None, name: str) -> str:
     return f"{name}: " + (f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run")
 
 
+def no_answer_lines(report: HuntReport) -> list[str]:
+    """Why no culprit set is named, then what was observed; [] when one is. Why: with no data, or
+    before the failing configuration confirmed the failure, the posterior over sets is the
+    prior's, and "culprit: torch_compile (posterior 0.202 < target 0.95; likeliest so far)" was
+    printed for a hunt that had completed no trial."""
+    if report.result.state == "not_failing":
+        return not_failing_lines(report)
+    if not report.result.confirmed:
+        return unknown_lines(report)
+    return []
+
+
+def unknown_lines(report: HuntReport) -> list[str]:
+    """A failure not confirmed yet (no data, or too little): no culprit, just what was observed."""
+    assert report.matrix.hunt is not None
+    full = (1 << len(report.flags)) - 1
+    return [
+        f"nothing is known yet: the failing configuration has not shown its {report.matrix.hunt.min_failures} "
+        "failures, so there is no failure for the flags to explain and no culprit set is named",
+        _observed(report.tried(full), "the failing configuration"),
+    ]
+
+
 def not_failing_lines(report: HuntReport) -> list[str]:
     """A failure that did not reproduce: no culprit, no dependencies, just what was observed."""
     full = (1 << len(report.flags)) - 1
@@ -215,8 +238,8 @@ def summary_lines(report: HuntReport) -> list[str]:
     r = report.result
     label, why = verdict(report)
     lines = [f"hunt {label}: {why}"]
-    if r.state == "not_failing":
-        head, *seen = not_failing_lines(report)
+    if no_answer := no_answer_lines(report):
+        head, *seen = no_answer
         lines += [head] + [f"  {line}" for line in seen]
     else:
         lines += _answer_lines(report)
@@ -281,7 +304,7 @@ def render(report: HuntReport) -> str:
         f"<h1>Culprit hunt: {e(m.name)}</h1><p>{e(m.description)}</p>",
         f"<h2>Verdict</h2><p><b>{e(label)}</b>: {e(why)}</p>",
     ]
-    parts.append(_nothing_to_explain(report) if report.result.state == "not_failing" else _answer(report))
+    parts.append(_nothing_to_explain(report) if no_answer_lines(report) else _answer(report))
     parts.append(_configs(report))
     parts.append(_cost(report))
     parts.append("</body></html>")
@@ -289,8 +312,9 @@ def render(report: HuntReport) -> str:
 
 
 def _nothing_to_explain(report: HuntReport) -> str:
-    """The page of a failure that never reproduced: no culprit set, no posterior over them."""
-    head, *seen = not_failing_lines(report)
+    """The page of a failure that never reproduced or is not confirmed yet: no culprit set, no
+    posterior over them."""
+    head, *seen = no_answer_lines(report)
     return f"<p>{html.escape(head)}</p><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in seen) + "</ul>"
 
 
