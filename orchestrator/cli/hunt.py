@@ -79,12 +79,46 @@ def _resume(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import warn
     from orchestrator.sweep import api
 
+    check_same_matrix(args.matrix, args.resume)
     retries = args.retries
     request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
     outcome = api.resume(request, _progress, warn=warn)
     output.show_outcome(outcome)
     after(outcome.run_dir)
     return outcome.exit_code
+
+
+def check_same_matrix(path: Path, run_dir: Path) -> None:
+    """`orch hunt MATRIX --resume RUN_DIR` resumes RUN_DIR's hunt, so MATRIX must be its matrix:
+    a changed one is refused at its first differing line (exit 2, nothing touched), as `orch
+    resume` refuses a run whose matrix changed. Why: MATRIX was ignored, and a hunt resumed with
+    `posterior: 0.99999` edited in went on to the run's old target, exit 0."""
+    from orchestrator.core.config import read_matrix  # the config models: only when resuming
+    from orchestrator.store.manifest import load_manifest
+
+    manifest = load_manifest(run_dir, plan=False)
+    matrix = read_matrix(path)
+    if matrix.sha256 == manifest.matrix_sha256:
+        return
+    line, what = _first_difference(matrix.redactor.text(matrix.text), manifest.matrix_text)  # masked as run.json's
+    raise UsageError(
+        f"differs from the matrix of run {manifest.run_id}: {what}",
+        file=str(path),
+        line=line,
+        hint=f"a hunt resumes with its own matrix: `orch resume {run_dir}`; to hunt with this one, start a new "
+        "hunt (without --resume)",
+    )
+
+
+def _first_difference(given: str, run: str) -> tuple[int | None, str]:
+    """The first line (1-based) where two matrix texts differ, and how; (None, why) when every
+    line reads the same (a masked secret or the line ends differ)."""
+    a, b = given.splitlines(), run.splitlines()
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    if at >= max(len(a), len(b)):
+        return None, "in a secret's value or in whitespace (its lines read the same)"
+    here, there = (lines[at].strip() if at < len(lines) else "(the end of the file)" for lines in (a, b))
+    return at + 1, f"{here!r} here, {there!r} in the run"
 
 
 def not_a_run(matrix: Matrix) -> ConfigError:
