@@ -6,6 +6,7 @@ culprit summary and page at the end."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,7 +63,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         )
     check_new_run(request)  # a bad or taken --run-id: refused by the dry run as by the hunt
     if args.dry_run:
-        print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
+        print_hunt_plan(prepared.plan, out, [tb.name for tb in prepared.testbeds])
         out.print("dry run: nothing was changed")
         return 0
     from orchestrator.sweep import api  # the run machinery: for a real hunt
@@ -165,15 +166,18 @@ def after(run_dir: Path) -> None:
     out.print(f"hunt report: {path}", markup=False)
 
 
-def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
-    """The hunt before it starts: suspects, the first wave, and the expected sessions and hours."""
+def print_hunt_plan(plan: Plan, console: Console, testbeds: Sequence[str]) -> None:
+    """The hunt before it starts: suspects, the first wave, and the expected sessions and hours on
+    `testbeds` (the ones -t names). Why the names are required: `orch plan -t all` printed the
+    time on 1 testbed and `orch hunt -t all --dry-run` on 2, for the same hunt."""
     from rich.markup import escape  # rich: only when printing
 
     spec = plan.matrix.hunt
     assert spec is not None
+    where = f"on {testbeds[0]}" if len(testbeds) == 1 else f"across {len(testbeds)} testbeds ({', '.join(testbeds)})"
     console.print(
         f"[bold]{escape(plan.matrix.name)}[/bold]: hunt over {len(spec.flags)} suspect flags "
-        f"(metric {escape(spec.metric)}, posterior target {spec.posterior}) on {escape(plan.testbed.name)}"
+        f"(metric {escape(spec.metric)}, posterior target {spec.posterior}) {escape(where)}"
     )
     for flag in spec.flags:
         console.print(f"  {escape(flag)}: fails at {escape(spec.failing[flag])}, clean at {escape(spec.clean[flag])}")
@@ -187,10 +191,11 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
 
     median, p90 = expected_sessions(spec)
     per_trial = plan.steps[0].estimate_s if plan.steps else 0.0
-    took = [human_duration(sessions / spec.sessions_per_trial * per_trial / testbeds) for sessions in (median, p90)]
+    beds = len(testbeds)  # trials run side by side, one per testbed
+    took = [human_duration(sessions / spec.sessions_per_trial * per_trial / beds) for sessions in (median, p90)]
     console.print(
         f"expected: ~{median} sessions (p90 {p90}) = ~{median // spec.sessions_per_trial} trials of "
-        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {testbeds} testbed(s) at "
+        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {beds} testbed(s) at "
         f"{per_trial:.0f} s a trial (bench/bench_hunt.py model); one flag at a time: "
         f"{(len(spec.flags) + 1) * 80:,} sessions; full factorial: {2 ** len(spec.flags):,} configurations"
     )
