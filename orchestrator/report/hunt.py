@@ -25,6 +25,7 @@ from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.yamlsrc import parse_yaml
+from orchestrator.report.huntrules import clean_line, drop_check_lines, joined, verdict_rules
 from orchestrator.report.model import HuntView
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import read_journal
@@ -32,6 +33,7 @@ from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import HUNT_HTML, RunDir
 
 OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuration (the DSV4 team's runs)
+INFERRED = " (the model's inference from the answer, not tested in every configuration)"
 
 
 @dataclass(frozen=True)
@@ -148,22 +150,25 @@ def dependencies(report: HuntReport) -> list[str]:
 
 
 def _set_lines(sets: tuple[tuple[str, ...], ...], found: bool) -> list[str]:
-    """Each flag of each set, and what it needs: stated as a fact when found, else as what would
-    hold if the likeliest set is the answer (a reader quotes one line, not the heading above it)."""
-    cond, change, cause, suffice = ("", "changes", "causes", "suffices")
+    """Each flag of each set, and what it needs: stated as the model's inference from the answer
+    when found, else as what would hold if the likeliest set is the answer (a reader quotes one
+    line, not the heading above it). Why "inferred": "bf16_index_k changes nothing unless
+    cuda_graph and overlap are on" was stated as a fact, but no trial ran bf16_index_k with both
+    others off; the configurations tested are in the drop checks and the table."""
+    cond, change, cause, suffice, tail = ("", "changes", "causes", "suffices", INFERRED)
     if not found:
-        cond, change, cause, suffice = ("if so, ", "would change", "would cause", "would suffice")
+        cond, change, cause, suffice, tail = ("if so, ", "would change", "would cause", "would suffice", "")
     lines = []
     for group in sets:
         for flag in group:
             others = [f for f in group if f != flag]
             if others:
                 verb = "is" if len(others) == 1 else "are"
-                lines.append(f"{cond}{flag} {change} nothing unless {_and(others)} {verb} on")
+                lines.append(f"{cond}{flag} {change} nothing unless {joined(others)} {verb} on{tail}")
             else:
-                lines.append(f"{cond}{flag} alone {cause} the failure")
+                lines.append(f"{cond}{flag} alone {cause} the failure{tail}")
     if len(sets) > 1:
-        lines.append(f"{cond}either cause {suffice}: " + " / ".join(_and(list(g)) for g in sets))
+        lines.append(f"{cond}either cause {suffice}: " + " / ".join(joined(list(g)) for g in sets) + tail)
     return lines
 
 
@@ -215,10 +220,6 @@ def not_failing_lines(report: HuntReport) -> list[str]:
         _observed(report.tried(full), "the failing configuration"),
         _observed(report.tried(0), "the all-clean configuration"),
     ]
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def headline(report: HuntReport) -> str:
@@ -276,7 +277,7 @@ def reproducers(
 
 def reproducer_lines(report: HuntReport) -> list[str]:
     return [
-        f"minimal reproducer, {_and(list(names))} alone: "
+        f"minimal reproducer, {joined(list(names))} alone: "
         + (f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run yet")
         for names, _, c in reproducers(report, report.result.best.sets)
     ]
@@ -330,6 +331,9 @@ def _answer(report: HuntReport) -> str:
     ]
     if r.unchecked:
         parts.append(f"<p class='undecided'>Single-flag drops not checked yet: {e(', '.join(r.unchecked))}</p>")
+    if r.best.sets:
+        checks = drop_check_lines(r, report.flags)
+        parts.append("<h3>Single-flag drops</h3><ul>" + "".join(f"<li>{e(c)}</li>" for c in checks) + "</ul>")
     parts.append(_reproducer(report))
     parts.append("<h2>Posterior over culprit sets</h2><table><tr><th>#</th><th>culprit set</th><th>posterior</th></tr>")
     parts += [
@@ -359,7 +363,7 @@ def _reproducer(report: HuntReport) -> str:
 def _only(names: tuple[str, ...]) -> str:
     if not names:
         return "Every flag clean (the likeliest answer: the flags do not explain the failure)"
-    return f"Only {_and(list(names))} at the failing level, every other flag clean"
+    return f"Only {joined(list(names))} at the failing level, every other flag clean"
 
 
 def _configs(report: HuntReport) -> str:
@@ -367,6 +371,7 @@ def _configs(report: HuntReport) -> str:
     rows = [
         "<h2>Every configuration tried</h2>",
         f"<p>Intervals: 95%, {e(_interval_method(report.spread))}.</p>",
+        _verdict_rules(report),
         "<table><tr><th>flags on (failing level)</th><th>k/n</th>"
         "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
@@ -379,6 +384,16 @@ def _configs(report: HuntReport) -> str:
             f"<td>{c.trials}</td><td>{c.p_fails:.3f}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
         )
     return "\n".join(rows) + "</table>"
+
+
+def _verdict_rules(report: HuntReport) -> str:
+    """The rules of the table's last column, in words, and the clean configuration's number."""
+    assert report.matrix.hunt is not None
+    spec, e = report.matrix.hunt, html.escape
+    rules = verdict_rules(report.result, spec)
+    clean = clean_line(report.result, spec)
+    shown = "".join(f"<li>{e(rule)}</li>" for rule in rules + ([clean] if clean else []))
+    return f"<p>Verdicts (own trials), by these rules:</p><ul class='rules'>{shown}</ul>"
 
 
 def _interval_method(spread: Dispersion) -> str:

@@ -107,19 +107,25 @@ def hunt_run(
 
 
 def _record(manifest: RunManifest, step: Step, status: str, k: int) -> TrialRecord:
-    failed = status == "failed"
+    levels, k_or_none = dict(step.trial.cell.levels), None if status == "failed" else k
+    record = hunt_trial(levels, step.trial.index, k_or_none, run_id=manifest.run_id, round_=step.trial.round)
+    return record.model_copy(update={"is_baseline": step.trial.is_baseline})
+
+
+def hunt_trial(levels: dict[str, str], index: int, k: int | None, *, run_id: str = "h", round_: int = 0) -> TrialRecord:
+    """A trial of a hunt configuration: k of 20 sessions failed, or (k None) its repro crashed."""
+    crashed = Failure(kind="workload", error="WorkloadError", message="repro exited with code 3")
     return TrialRecord(
-        run_id=manifest.run_id,
-        trial=step.trial.index,
-        round=step.trial.round,
-        cell=step.trial.cell.id,
-        levels=dict(step.trial.cell.levels),
-        is_baseline=step.trial.is_baseline,
+        run_id=run_id,
+        trial=index,
+        round=round_,
+        cell=",".join(f"{f}={v}" for f, v in levels.items()),
+        levels=levels,
         testbed="local-sim",
-        status=status,  # type: ignore[arg-type]
-        failure=Failure(kind="workload", error="WorkloadError", message="repro exited with code 3") if failed else None,
+        status="failed" if k is None else "completed",
+        failure=crashed if k is None else None,
         started=STAMP,
         ended=STAMP,
         duration_s=1.0,
-        metrics={} if failed else {"corruption": MetricValue(kind="proportion", k=k, n=20)},
+        metrics={} if k is None else {"corruption": MetricValue(kind="proportion", k=k, n=20)},
     )

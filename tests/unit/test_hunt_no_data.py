@@ -9,31 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.hunt_runs import small_hunt
+from helpers.hunt_runs import hunt_trial, small_hunt
 
-from orchestrator.core.records import Failure, MetricValue, TrialRecord
 from orchestrator.report.hunt import build_report, headline, render, summary_lines
-
-STAMP = "2026-12-05T00:00:00.000Z"
-
-
-def _trial(index: int, levels: dict[str, str], k: int | None) -> TrialRecord:
-    """A trial of these levels: k of 20 sessions failed, or (k None) the trial failed."""
-    crashed = Failure(kind="workload", error="WorkloadError", message="repro exited with code 3")
-    return TrialRecord(
-        run_id="h",
-        trial=index,
-        round=0,
-        cell=",".join(f"{f}={v}" for f, v in levels.items()),
-        levels=levels,
-        testbed="local",
-        status="failed" if k is None else "completed",
-        failure=crashed if k is None else None,
-        started=STAMP,
-        ended=STAMP,
-        duration_s=1.0,
-        metrics={} if k is None else {"corruption": MetricValue(kind="proportion", k=k, n=20)},
-    )
 
 
 @pytest.mark.parametrize(
@@ -48,7 +26,7 @@ def test_a_hunt_without_a_confirmed_failure_says_nothing_is_known_yet(tmp_path: 
     m = small_hunt(tmp_path)
     assert m.hunt is not None
     failing = dict(m.hunt.levels((1 << len(m.hunt.flags)) - 1))
-    report = build_report(m, [_trial(i, failing, k) for i, k in enumerate(trials)], ended="the run was interrupted")
+    report = build_report(m, [hunt_trial(failing, i, k) for i, k in enumerate(trials)], ended="the run was interrupted")
     lines = summary_lines(report)
     assert lines[1].startswith("nothing is known yet: the failing configuration has not shown its 2 failures"), lines
     assert lines[2].startswith(f"  {seen}"), lines
