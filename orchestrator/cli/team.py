@@ -237,12 +237,10 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     )
     with _open_queue(args) as q:
         item = q.add_item(new)
-    out.print(
-        escape(
-            f"queued item {item.id}: {plan.matrix.name} ({len(plan.steps)} trials on testbed "
-            f"{plan.testbed.name!r}, priority {item.priority})"
-        )
-    )
+    # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
+    trials = "a hunt" if plan.matrix.hunt is not None else f"{len(plan.steps)} trials"
+    where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
+    out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
     return 0
 
 

@@ -37,3 +37,11 @@ def test_a_hunts_status_counts_trials_done_with_no_total_percent_or_eta(tmp_path
     progress = row.split("│")[3].strip()  # run, state, progress, ...
     assert progress == "14 done", row
     assert HuntSource.shrinks is False  # the runner asks the hunt for no estimate of what is left
+
+
+def test_queueing_a_hunt_names_no_trial_total(tmp_path: Path, capsys) -> None:
+    """`orch queue add` said "(6 trials on testbed ...)" of a hunt: its first wave."""
+    m = small_hunt(tmp_path)
+    inventory = Path(__file__).resolve().parents[2] / "inventory" / "local.yaml"
+    assert main(["queue", "add", str(m.path), "-i", str(inventory), "--reports", str(tmp_path / "r")]) == 0
+    assert "queued item 1: small_hunt (a hunt on testbed 'local-sim', priority 0)" in capsys.readouterr().out
