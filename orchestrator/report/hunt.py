@@ -25,6 +25,7 @@ from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.yamlsrc import parse_yaml
+from orchestrator.errors import ConfigError
 from orchestrator.report.huntrules import clean_line, drop_check_lines, joined, verdict_rules
 from orchestrator.report.model import HuntView
 from orchestrator.store.atomic import write_text_atomic
@@ -58,12 +59,19 @@ class HuntReport:
         return next((c for c in self.result.configs if c.config == config), None)
 
 
-def hunt_report(run_dir: Path, manifest: RunManifest | None = None) -> HuntReport | None:
+def hunt_report(run_dir: Path, manifest: RunManifest | None = None, *, lenient: bool = False) -> HuntReport | None:
     """The hunt of a run directory, or None when the run is not a hunt (`manifest`: its run.json,
-    when already loaded)."""
+    when already loaded). `lenient`: None too when run.json's matrix text cannot be read as a
+    matrix (hand-made, or an older schema): the run's main report, which never needed it, must
+    not fail on it; it then goes on without the hunt's answer."""
     manifest = manifest or load_manifest(run_dir, plan=False)
-    data, source = parse_yaml(manifest.matrix_text, manifest.matrix_path)
-    matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
+    try:
+        data, source = parse_yaml(manifest.matrix_text, manifest.matrix_path)
+        matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
+    except ConfigError:
+        if lenient:
+            return None
+        raise
     if matrix.hunt is None:
         return None
     records, interruption = _journal(run_dir)
