@@ -6,6 +6,7 @@ culprit summary and page at the end."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,7 +63,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         )
     check_new_run(request)  # a bad or taken --run-id: refused by the dry run as by the hunt
     if args.dry_run:
-        print_hunt_plan(prepared.plan, out, len(prepared.testbeds))
+        print_hunt_plan(prepared.plan, out, [tb.name for tb in prepared.testbeds])
         out.print("dry run: nothing was changed")
         return 0
     from orchestrator.sweep import api  # the run machinery: for a real hunt
@@ -79,12 +80,46 @@ def _resume(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import warn
     from orchestrator.sweep import api
 
+    check_same_matrix(args.matrix, args.resume)
     retries = args.retries
     request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
     outcome = api.resume(request, _progress, warn=warn)
     output.show_outcome(outcome)
     after(outcome.run_dir)
     return outcome.exit_code
+
+
+def check_same_matrix(path: Path, run_dir: Path) -> None:
+    """`orch hunt MATRIX --resume RUN_DIR` resumes RUN_DIR's hunt, so MATRIX must be its matrix:
+    a changed one is refused at its first differing line (exit 2, nothing touched), as `orch
+    resume` refuses a run whose matrix changed. Why: MATRIX was ignored, and a hunt resumed with
+    `posterior: 0.99999` edited in went on to the run's old target, exit 0."""
+    from orchestrator.core.config import read_matrix  # the config models: only when resuming
+    from orchestrator.store.manifest import load_manifest
+
+    manifest = load_manifest(run_dir, plan=False)
+    matrix = read_matrix(path)
+    if matrix.sha256 == manifest.matrix_sha256:
+        return
+    line, what = _first_difference(matrix.redactor.text(matrix.text), manifest.matrix_text)  # masked as run.json's
+    raise UsageError(
+        f"differs from the matrix of run {manifest.run_id}: {what}",
+        file=str(path),
+        line=line,
+        hint=f"a hunt resumes with its own matrix: `orch resume {run_dir}`; to hunt with this one, start a new "
+        "hunt (without --resume)",
+    )
+
+
+def _first_difference(given: str, run: str) -> tuple[int | None, str]:
+    """The first line (1-based) where two matrix texts differ, and how; (None, why) when every
+    line reads the same (a masked secret or the line ends differ)."""
+    a, b = given.splitlines(), run.splitlines()
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    if at >= max(len(a), len(b)):
+        return None, "in a secret's value or in whitespace (its lines read the same)"
+    here, there = (lines[at].strip() if at < len(lines) else "(the end of the file)" for lines in (a, b))
+    return at + 1, f"{here!r} here, {there!r} in the run"
 
 
 def not_a_run(matrix: Matrix) -> ConfigError:
@@ -131,15 +166,18 @@ def after(run_dir: Path) -> None:
     out.print(f"hunt report: {path}", markup=False)
 
 
-def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
-    """The hunt before it starts: suspects, the first wave, and the expected sessions and hours."""
+def print_hunt_plan(plan: Plan, console: Console, testbeds: Sequence[str]) -> None:
+    """The hunt before it starts: suspects, the first wave, and the expected sessions and hours on
+    `testbeds` (the ones -t names). Why the names are required: `orch plan -t all` printed the
+    time on 1 testbed and `orch hunt -t all --dry-run` on 2, for the same hunt."""
     from rich.markup import escape  # rich: only when printing
 
     spec = plan.matrix.hunt
     assert spec is not None
+    where = f"on {testbeds[0]}" if len(testbeds) == 1 else f"across {len(testbeds)} testbeds ({', '.join(testbeds)})"
     console.print(
         f"[bold]{escape(plan.matrix.name)}[/bold]: hunt over {len(spec.flags)} suspect flags "
-        f"(metric {escape(spec.metric)}, posterior target {spec.posterior}) on {escape(plan.testbed.name)}"
+        f"(metric {escape(spec.metric)}, posterior target {spec.posterior}) {escape(where)}"
     )
     for flag in spec.flags:
         console.print(f"  {escape(flag)}: fails at {escape(spec.failing[flag])}, clean at {escape(spec.clean[flag])}")
@@ -153,10 +191,11 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: int = 1) -> None:
 
     median, p90 = expected_sessions(spec)
     per_trial = plan.steps[0].estimate_s if plan.steps else 0.0
-    took = [human_duration(sessions / spec.sessions_per_trial * per_trial / testbeds) for sessions in (median, p90)]
+    beds = len(testbeds)  # trials run side by side, one per testbed
+    took = [human_duration(sessions / spec.sessions_per_trial * per_trial / beds) for sessions in (median, p90)]
     console.print(
         f"expected: ~{median} sessions (p90 {p90}) = ~{median // spec.sessions_per_trial} trials of "
-        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {testbeds} testbed(s) at "
+        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {beds} testbed(s) at "
         f"{per_trial:.0f} s a trial (bench/bench_hunt.py model); one flag at a time: "
         f"{(len(spec.flags) + 1) * 80:,} sessions; full factorial: {2 ** len(spec.flags):,} configurations"
     )

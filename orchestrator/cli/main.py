@@ -240,9 +240,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out, warn
     from orchestrator.sweep.prepare import prepare
 
-    plan = prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn).plan
-    if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost
-        hunt.print_hunt_plan(plan, out)
+    prepared = prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn)
+    plan = prepared.plan
+    if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost (-t a,b: on each)
+        hunt.print_hunt_plan(plan, out, [tb.name for tb in prepared.testbeds])
         return 0
     from orchestrator.cli.planview import print_plan
 

@@ -244,12 +244,10 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     )
     with _open_queue(args) as q:
         item = q.add_item(new)
-    out.print(
-        escape(
-            f"queued item {item.id}: {plan.matrix.name} ({len(plan.steps)} trials on testbed "
-            f"{plan.testbed.name!r}, priority {item.priority})"
-        )
-    )
+    # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
+    trials = "a hunt" if plan.matrix.hunt is not None else f"{len(plan.steps)} trials"
+    where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
+    out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
     return 0
 
 
@@ -628,11 +626,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in snap.runs:
         state = r.state if r.state != "finished" else r.run_status
         eta = f"{r.status.eta_s:.0f} s" if r.state == "running" and r.status.eta_s is not None else "-"
-        fails = f" ({r.status.failed} failed)" if r.status.failed else ""
         runs.add_row(
             escape(r.directory),
             state,
-            f"{r.status.done}/{r.status.total}{fails} ({r.percent:.0f}%)",
+            r.progress,
             escape(r.status.current_cell or "-"),
             escape(r.status.last or "-"),
             eta,

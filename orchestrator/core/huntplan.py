@@ -1,6 +1,6 @@
-"""PURE: a hunt matrix's search - its settings, its first wave (the two endpoints and every
-leave-one-out configuration), a configuration's cell, the expected cost `orch plan` shows, and
-the search replayed from a run's trials (resume and the report).
+"""PURE: a hunt matrix's plan - its first wave (the two endpoints and every leave-one-out
+configuration), a configuration's step, and the expected cost `orch plan` shows. The search's
+settings and its replay from a run's trials (resume and the report) are core/huntreplay.py.
 
 A hunt's later configurations depend on its results, so its plan (hunt_plan) is only the first
 wave; the step source (sweep/hunt.py) makes the rest as it goes, with hunt_step, and the journal
@@ -9,16 +9,11 @@ records every trial.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from orchestrator.core.config import check_against_inventory
-from orchestrator.core.hunt import Hunt, HuntSettings, endpoint_allowance
-from orchestrator.core.hunt_model import ModelSettings
 from orchestrator.core.huntconfig import HuntSpec
 from orchestrator.core.inventory import Testbed
-from orchestrator.core.matrix import level_index, make_cell
-from orchestrator.core.model import Cell, Matrix, Trial
-from orchestrator.core.records import TrialRecord
+from orchestrator.core.matrix import hunt_cell
+from orchestrator.core.model import Matrix, Trial
 from orchestrator.core.steps import Plan, Step, new_seed
 
 # Sessions a hunt of 16 flags needed in bench/bench_hunt.py (3-flag AND at 15%, background
@@ -34,31 +29,10 @@ SEARCH_SESSIONS_16 = 290  # median beyond the first wave, 16 flags
 SEARCH_P90_16 = 460  # p90 beyond the first wave, 16 flags
 
 
-def settings_of(spec: HuntSpec) -> HuntSettings:
-    """The search's settings. The failing configuration may take `endpoint_allowance` sessions to
-    show min_failures failures: a fixed 400 called one failing at 15% "not failing" when
-    min_failures was 100."""
-    return HuntSettings(
-        flags=spec.flags,
-        target=spec.posterior,
-        confidence=spec.confidence,
-        min_failures=spec.min_failures,
-        endpoint_sessions=endpoint_allowance(spec.min_failures, spec.max_sessions),
-        max_sessions=spec.max_sessions,
-        sessions_per_trial=spec.sessions_per_trial,
-        model=ModelSettings(icc=spec.icc, max_or=spec.max_or),
-    )
-
-
 def first_wave(spec: HuntSpec) -> list[int]:
     """All failing, all clean, then each flag dropped from the failing configuration."""
     full = (1 << len(spec.flags)) - 1
     return [full, 0, *(full ^ (1 << i) for i in range(len(spec.flags)))]
-
-
-def hunt_cell(matrix: Matrix, config: int) -> Cell:
-    assert matrix.hunt is not None
-    return make_cell(matrix.hunt.levels(config), level_index(matrix))
 
 
 def modelled_sessions(spec: HuntSpec) -> tuple[int, int]:
@@ -91,48 +65,6 @@ def budget_note(spec: HuntSpec) -> str | None:
     if p90 > cap:
         return f"p90 capped by max_sessions {cap}: over 1 hunt in 10 would stop before an answer (uncapped: {p90})"
     return None
-
-
-def replay(matrix: Matrix, records: Iterable[TrialRecord]) -> Hunt:
-    """The search's state after these trials (the report and resume both rebuild it so)."""
-    assert matrix.hunt is not None
-    hunt = Hunt(settings_of(matrix.hunt))
-    for record in records:
-        observe(hunt, matrix, record)
-    return hunt
-
-
-def observe(hunt: Hunt, matrix: Matrix, record: TrialRecord) -> None:
-    """A completed trial's k/n of the hunt's metric. A failed or void trial, or one without a
-    count, is no evidence but is counted as a trial that gave no data (the hunt stops once as
-    many as its budget pays for did); an interrupted one, or one of no hunt configuration, is
-    neither (the same records the journal's replay sees)."""
-    assert matrix.hunt is not None
-    counts = counts_of(matrix.hunt, record)
-    config = matrix.hunt.config_of(record.levels)
-    if counts is not None and counts[2] > 0:
-        hunt.observe(*counts)
-    elif record.status != "interrupted" and config is not None:
-        hunt.observe_nothing(no_data_note(matrix.hunt, record, hunt.describe(config)))
-
-
-def no_data_note(spec: HuntSpec, record: TrialRecord, config: str) -> str:
-    """Why a trial gave no data, in a few words (the hunt's stop reason quotes the last one)."""
-    if record.failure is not None:
-        why = f"{record.failure.error}: {record.failure.message}"
-    else:
-        why = f"no sessions of {spec.metric} counted"
-    return f"trial {record.trial} {record.status}: {why} ({config})"
-
-
-def counts_of(spec: HuntSpec, record: TrialRecord) -> tuple[int, int, int] | None:
-    """(configuration, k, n) of a trial's hunt metric; None when it is no evidence (failed or void,
-    no count, or not one of the hunt's configurations)."""
-    m = record.metrics.get(spec.metric)
-    config = spec.config_of(record.levels)
-    if record.status != "completed" or m is None or m.n is None or config is None:
-        return None
-    return config, m.k or 0, m.n
 
 
 def hunt_step(matrix: Matrix, index: int, round_: int, config: int, testbed: Testbed | None = None) -> Step:

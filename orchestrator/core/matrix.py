@@ -62,6 +62,12 @@ def make_cell(levels: Levels, index: LevelIndex) -> Cell:
     return Cell(levels, env)
 
 
+def hunt_cell(matrix: Matrix, config: int) -> Cell:
+    """The cell of a hunt configuration (a bit mask: bit i set, flag i at its failing level)."""
+    assert matrix.hunt is not None
+    return make_cell(matrix.hunt.levels(config), level_index(matrix))
+
+
 def client_values(cell: Cell, index: LevelIndex) -> dict[str, str]:
     """The repro placeholders the cell's client factors fill (e.g. {concurrency: "32"})."""
     out: dict[str, str] = {}

@@ -254,8 +254,16 @@ class RunManifest(Frozen):
     testbeds: list[str] = Field(default_factory=list)  # one name, or several for a parallel run
     adaptive: bool = False  # the matrix has an adaptive stopping rule
     # an `orch hunt` run: plan.json holds only its first wave, and the search journals trials
-    # numbered past it (store.runtrials lets those through; any other run's must be planned)
+    # numbered past it (store.runtrials lets those through; any other run's must be planned); a
+    # trial numbered within the wave is the plan's (sweep/hunt.py numbers repeats past the wave)
     hunt: bool = False
+    # a hunt journaled by an orch that runs each first-wave configuration under its plan.json number
+    # (sweep/hunt.py), so store.runtrials checks its planned trials' cells as any run's. False: a
+    # hunt of an older orch, which numbered trials as it handed them out (the failing configuration
+    # again as trial 1 where plan.json has the clean one): its trials are not checked against
+    # plan.json's cells, or its own journal would be refused. Left out of run.json when False, so
+    # every other run.json stays as an older orch writes and reads it.
+    hunt_planned_numbers: bool = Field(default=False, exclude_if=lambda v: not v)
     seed: int
     order: str
     replicates: int
@@ -286,6 +294,19 @@ class RunManifest(Frozen):
         """Masks the run's secrets, declared ones included, in whatever is rendered from it later
         (a report, an export), in whichever process loads the manifest."""
         return Redactor.for_names(self.secret_names)
+
+    @property
+    def planned_total(self) -> int | None:
+        """How many trials the run plans, for every "N of M planned" a reader shows; None for a
+        hunt, whose search decides its trials as it goes (plan.json holds only its first wave:
+        "35 of 18 planned trials" was shown for a hunt of 35)."""
+        return None if self.hunt else (len(self.plan) or self.plan_trials)
+
+    @property
+    def checks_planned_cells(self) -> bool:
+        """Whether a planned trial's record must hold plan.json's cell (store.runtrials): every
+        run's, but a hunt's only when its orch numbered the first wave by plan.json."""
+        return not self.hunt or self.hunt_planned_numbers
 
     @model_validator(mode="after")
     def _older_run_json(self) -> RunManifest:

@@ -45,6 +45,7 @@ from orchestrator.report.model import (
     FailureView,
     Finding,
     FindingKind,
+    HuntView,
     InteractionView,
     Link,
     NeighbourView,
@@ -90,9 +91,11 @@ def build_report(
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
     status: str | None = None,
+    hunt: HuntView | None = None,
 ) -> Report:
     """Everything the page shows, computed once. `trials` may hold retries and failures.
-    `status`: the run's state where it is not the manifest's (store.liveness.run_state: `stale`)."""
+    `status`: the run's state where it is not the manifest's (store.liveness.run_state: `stale`);
+    `hunt`: a hunt run's answer (report.hunt.view), which is then the run's result."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]
         report = build_report_from_rows(
@@ -102,6 +105,7 @@ def build_report(
             torn_tail=torn_tail,
             drilldown_cap=drilldown_cap,
             status=status,
+            hunt=hunt,
         )
         return with_served(report, served(((t.trial, t.provenance) for t in trials), manifest.redactor))
 
@@ -114,12 +118,13 @@ def build_report_from_rows(
     torn_tail: bool = False,
     drilldown_cap: int = DRILLDOWN_CAP,
     status: str | None = None,
+    hunt: HuntView | None = None,
 ) -> Report:
     """build_report from compact rows (journal.read_trial_rows): the numbers need only these, so
     a 100,000-trial run never holds 100,000 full records; `load` fetches the full records of
     the few rows shown in detail (at most FAILURE_CAP failures and `drilldown_cap` trials)."""
     with gc_paused():
-        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap, status=status)
+        return _build(manifest, rows, load, torn_tail=torn_tail, drilldown_cap=drilldown_cap, status=status, hunt=hunt)
 
 
 def _build(
@@ -130,6 +135,7 @@ def _build(
     torn_tail: bool,
     drilldown_cap: int,
     status: str | None = None,
+    hunt: HuntView | None = None,
 ) -> Report:
     data = completed_rows(rows)  # each trial's completed record: the rule every reader shares
     frame = _metric_frame(data, manifest.metrics)
@@ -165,7 +171,7 @@ def _build(
         factors={f: list(v) for f, v in manifest.factors.items()},
         baseline=dict(manifest.baseline),
         baseline_cell=baseline_cell,
-        planned=len(manifest.plan),
+        planned=manifest.planned_total,
         completed=len(data),
         failed=len(failed),
         cells=cells,
@@ -188,6 +194,7 @@ def _build(
         comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
         dispersion=_estimated_phi(manifest, by_metric),
         untested=untested,
+        hunt=hunt,
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
@@ -292,7 +299,7 @@ def _cell_views(
     failed: Sequence[TrialRow],
     by_metric: Mapping[str, MetricRows],
 ) -> list[CellView]:
-    planned = _count(p.cell for p in manifest.plan)
+    planned = _count(p.cell for p in manifest.plan)  # a hunt's plan is its first wave: no cell's total
     completed = _count(t.cell for t in data)
     failed_by_cell = _count(t.cell for t in failed)
     proportions = {
@@ -310,7 +317,7 @@ def _cell_views(
             cell=cell,
             levels=levels_of[cell],
             is_baseline=cell == baseline_cell,
-            planned=planned.get(cell, 0),
+            planned=None if manifest.hunt else planned.get(cell, 0),
             completed=completed.get(cell, 0),
             failed=failed_by_cell.get(cell, 0),
             proportions={m: by_cell[cell] for m, by_cell in proportions.items()},
@@ -768,7 +775,12 @@ def _round_spread(metric: MetricRows) -> tuple[tuple[float, float], bool]:
 
 def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> list[Finding]:
     """Plain sentences with numbers, most important first: the status, then each flag changed
-    alone from the baseline, then the highest cell and what it needs, interactions, numbers."""
+    alone from the baseline, then the highest cell and what it needs, interactions, numbers.
+    A hunt's are its verdict and answer instead: its configurations are the search's choices,
+    not a design the cells' comparisons answer ("no significant difference between any cell
+    and the baseline" was said of a hunt that found its three culprits)."""
+    if report.hunt is not None:
+        return _hunt_findings(report.hunt) + _status_findings(report) + _failure_findings(report, failed)
     found = _status_findings(report)
     metric = report.primary_metric
     if metric and report.metrics.get(metric) == "proportion":
@@ -781,6 +793,12 @@ def headline(report: Report, failed: Sequence[TrialRow | TrialRecord] = ()) -> l
     found += _drift_findings(report)
     found += _failure_findings(report, failed)
     return found
+
+
+def _hunt_findings(hunt: HuntView) -> list[Finding]:
+    """The hunt's verdict (a finding only when it found its answer), then its lines."""
+    head = Finding(kind="finding" if hunt.found else "caution", text=hunt.verdict)
+    return [head, *(Finding(kind="info", text=line.strip()) for line in hunt.lines)]
 
 
 def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
@@ -857,7 +875,7 @@ def _status_findings(report: Report) -> list[Finding]:
 
 def status_sentence(report: Report) -> str:
     """How far a run that did not complete got, in the words every view of it uses."""
-    done = f"{report.completed} of {report.planned} planned trials completed"
+    done = completed_of(report.completed, report.planned)
     if report.status == "stale":
         return (
             f"The run stopped without ending: its controller is gone (killed or crashed), with {done}; "
@@ -1398,8 +1416,15 @@ def result_headline(report: Report) -> str:
     absence), else the first finding. A run with some failed trials keeps its result here; its
     status is shown beside it, never instead of it (issue 12). A run not finished (running,
     stale, interrupted) opens with how far it got, then its result so far: the index, /api/runs
-    and the webhooks tell each such run the same way, whatever its first finding is."""
-    result = next((f for f in report.headline if f.kind in ("finding", "null")), None)
+    and the webhooks tell each such run the same way, whatever its first finding is. A hunt's
+    result is its verdict, as its own report words it (not the cells' comparisons): index.html,
+    summary.json, the runs index and the webhook all quote this, after how far an unfinished
+    hunt got."""
+    result: Finding | None
+    if report.hunt is not None:
+        result = Finding(kind="finding" if report.hunt.found else "caution", text=report.hunt.verdict)
+    else:
+        result = next((f for f in report.headline if f.kind in ("finding", "null")), None)
     if report.status in UNFINISHED:
         return status_sentence(report) + (f" So far: {result.text}" if result else "")
     first = result or (report.headline[0] if report.headline else None)
@@ -1435,8 +1460,11 @@ VOID_ERROR = "InvalidOutput"  # edges.workload's error for a trial whose output 
 STOPPED_STATUSES = frozenset({"interrupted", "running"})  # run.json of a run that has not reached its end
 
 
-def completed_of(completed: int, planned: int) -> str:
-    """How far a run got, in the words of the report's status caution (and orch compare's)."""
+def completed_of(completed: int, planned: int | None) -> str:
+    """How far a run got, in the words of the report's status caution (and orch compare's).
+    `planned` None: a hunt, whose plan.json holds only its first wave (no "N of M planned")."""
+    if planned is None:
+        return f"{completed} trials completed (a hunt decides its trials as it goes)"
     return f"{completed} of {planned} planned trials completed"
 
 
@@ -1455,7 +1483,7 @@ def incomplete_reason(manifest: RunManifest, rows: Sequence[TrialRow], stopped: 
     how = {"interrupted": "interrupted", "running": "still running, or its controller died"}.get(
         manifest.status, f"interrupted (its journal says so; run.json says {manifest.status})"
     )
-    return f"{how}, {completed_of(len(completed_rows(rows)), len(planned))}"
+    return f"{how}, {completed_of(len(completed_rows(rows)), None if manifest.hunt else len(planned))}"
 
 
 def _overdispersed(cell: CellView, metric: str) -> bool:

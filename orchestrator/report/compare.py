@@ -136,9 +136,14 @@ def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str |
     """One run's warnings: incomplete (it stopped early), then suspect (the report's cautions)."""
     found = []
     if incomplete:
+        held = (
+            "Its search stopped before its answer, so its configurations hold only the trials it got to"
+            if m.hunt  # a hunt plans no trials past its first wave: none is "fewer than planned"
+            else "Its cells hold fewer trials than planned and cells it never reached are missing here"
+        )
         found.append(
-            f"Run {m.run_id} ({side}) is incomplete: {incomplete}. Its cells hold fewer trials than planned and cells "
-            "it never reached are missing here; resume it (orch resume) before trusting this comparison."
+            f"Run {m.run_id} ({side}) is incomplete: {incomplete}. {held}; resume it (orch resume) before trusting "
+            "this comparison."
         )
     if reasons:
         found.append(

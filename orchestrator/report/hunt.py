@@ -20,16 +20,21 @@ from pathlib import Path
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import ConfigResult, HuntResult
-from orchestrator.core.huntplan import counts_of, hunt_cell, replay
+from orchestrator.core.huntreplay import counts_of, replay
+from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.yamlsrc import parse_yaml
+from orchestrator.errors import ConfigError
+from orchestrator.report.huntrules import clean_line, drop_check_lines, joined, verdict_rules
+from orchestrator.report.model import HuntView
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.manifest import load_manifest
-from orchestrator.store.rundir import RunDir
+from orchestrator.store.rundir import HUNT_HTML, RunDir
 from orchestrator.store.runtrials import read_finished
 
 OFAT_SESSIONS_PER_CONFIG = 80  # what one-flag-at-a-time spends per configuration (the DSV4 team's runs)
+INFERRED = " (the model's inference from the answer, not tested in every configuration)"
 
 
 @dataclass(frozen=True)
@@ -54,11 +59,19 @@ class HuntReport:
         return next((c for c in self.result.configs if c.config == config), None)
 
 
-def hunt_report(run_dir: Path) -> HuntReport | None:
-    """The hunt of a run directory, or None when the run is not a hunt."""
-    manifest = load_manifest(run_dir, plan=False)
-    data, source = parse_yaml(manifest.matrix_text, manifest.matrix_path)
-    matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
+def hunt_report(run_dir: Path, manifest: RunManifest | None = None, *, lenient: bool = False) -> HuntReport | None:
+    """The hunt of a run directory, or None when the run is not a hunt (`manifest`: its run.json,
+    when already loaded). `lenient`: None too when run.json's matrix text cannot be read as a
+    matrix (hand-made, or an older schema): the run's main report, which never needed it, must
+    not fail on it; it then goes on without the hunt's answer."""
+    manifest = manifest or load_manifest(run_dir)  # with its plan: store.runtrials checks the wave's cells
+    try:
+        data, source = parse_yaml(manifest.matrix_text, manifest.matrix_path)
+        matrix = build_matrix(validate_shape(MatrixShape, data, source), source, manifest.matrix_text)
+    except ConfigError:
+        if lenient:
+            return None
+        raise
     if matrix.hunt is None:
         return None
     records, interruption = _journal(run_dir, manifest)
@@ -132,9 +145,9 @@ def posterior_note(report: HuntReport) -> str:
 def dependencies(report: HuntReport) -> list[str]:
     """The answer in words: which flag matters only with which others. Facts only once the hunt
     found them; before, what the likeliest set so far would mean, said as a condition; nothing
-    when the failure never reproduced (there is no answer)."""
+    when the failure never reproduced or is not confirmed yet (there is no answer)."""
     r = report.result
-    if r.state == "not_failing":
+    if no_answer_lines(report):
         return []
     if not r.best.sets:
         return _no_flag(report)
@@ -142,22 +155,25 @@ def dependencies(report: HuntReport) -> list[str]:
 
 
 def _set_lines(sets: tuple[tuple[str, ...], ...], found: bool) -> list[str]:
-    """Each flag of each set, and what it needs: stated as a fact when found, else as what would
-    hold if the likeliest set is the answer (a reader quotes one line, not the heading above it)."""
-    cond, change, cause, suffice = ("", "changes", "causes", "suffices")
+    """Each flag of each set, and what it needs: stated as the model's inference from the answer
+    when found, else as what would hold if the likeliest set is the answer (a reader quotes one
+    line, not the heading above it). Why "inferred": "bf16_index_k changes nothing unless
+    cuda_graph and overlap are on" was stated as a fact, but no trial ran bf16_index_k with both
+    others off; the configurations tested are in the drop checks and the table."""
+    cond, change, cause, suffice, tail = ("", "changes", "causes", "suffices", INFERRED)
     if not found:
-        cond, change, cause, suffice = ("if so, ", "would change", "would cause", "would suffice")
+        cond, change, cause, suffice, tail = ("if so, ", "would change", "would cause", "would suffice", "")
     lines = []
     for group in sets:
         for flag in group:
             others = [f for f in group if f != flag]
             if others:
                 verb = "is" if len(others) == 1 else "are"
-                lines.append(f"{cond}{flag} {change} nothing unless {_and(others)} {verb} on")
+                lines.append(f"{cond}{flag} {change} nothing unless {joined(others)} {verb} on{tail}")
             else:
-                lines.append(f"{cond}{flag} alone {cause} the failure")
+                lines.append(f"{cond}{flag} alone {cause} the failure{tail}")
     if len(sets) > 1:
-        lines.append(f"{cond}either cause {suffice}: " + " / ".join(_and(list(g)) for g in sets))
+        lines.append(f"{cond}either cause {suffice}: " + " / ".join(joined(list(g)) for g in sets) + tail)
     return lines
 
 
@@ -178,6 +194,29 @@ def _observed(c: ConfigResult | None, name: str) -> str:
     return f"{name}: " + (f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run")
 
 
+def no_answer_lines(report: HuntReport) -> list[str]:
+    """Why no culprit set is named, then what was observed; [] when one is. Why: with no data, or
+    before the failing configuration confirmed the failure, the posterior over sets is the
+    prior's, and "culprit: torch_compile (posterior 0.202 < target 0.95; likeliest so far)" was
+    printed for a hunt that had completed no trial."""
+    if report.result.state == "not_failing":
+        return not_failing_lines(report)
+    if not report.result.confirmed:
+        return unknown_lines(report)
+    return []
+
+
+def unknown_lines(report: HuntReport) -> list[str]:
+    """A failure not confirmed yet (no data, or too little): no culprit, just what was observed."""
+    assert report.matrix.hunt is not None
+    full = (1 << len(report.flags)) - 1
+    return [
+        f"nothing is known yet: the failing configuration has not shown its {report.matrix.hunt.min_failures} "
+        "failures, so there is no failure for the flags to explain and no culprit set is named",
+        _observed(report.tried(full), "the failing configuration"),
+    ]
+
+
 def not_failing_lines(report: HuntReport) -> list[str]:
     """A failure that did not reproduce: no culprit, no dependencies, just what was observed."""
     full = (1 << len(report.flags)) - 1
@@ -188,8 +227,16 @@ def not_failing_lines(report: HuntReport) -> list[str]:
     ]
 
 
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+def headline(report: HuntReport) -> str:
+    """The run's result in one sentence: the first two lines `orch hunt` prints (its state and
+    why; its answer, or that there is none), in those words."""
+    state, answer = summary_lines(report)[:2]
+    return f"{state}; {answer}"
+
+
+def view(report: HuntReport) -> HuntView:
+    """The hunt as the run's report (index.html) and every quote of its result show it."""
+    return HuntView(verdict=headline(report), lines=summary_lines(report)[2:], found=report.found, page=HUNT_HTML)
 
 
 def summary_lines(report: HuntReport) -> list[str]:
@@ -197,8 +244,8 @@ def summary_lines(report: HuntReport) -> list[str]:
     r = report.result
     label, why = verdict(report)
     lines = [f"hunt {label}: {why}"]
-    if r.state == "not_failing":
-        head, *seen = not_failing_lines(report)
+    if no_answer := no_answer_lines(report):
+        head, *seen = no_answer
         lines += [head] + [f"  {line}" for line in seen]
     else:
         lines += _answer_lines(report)
@@ -235,7 +282,7 @@ def reproducers(
 
 def reproducer_lines(report: HuntReport) -> list[str]:
     return [
-        f"minimal reproducer, {_and(list(names))} alone: "
+        f"minimal reproducer, {joined(list(names))} alone: "
         + (f"{c.k}/{c.n} sessions failed ({c.verdict})" if c else "not run yet")
         for names, _, c in reproducers(report, report.result.best.sets)
     ]
@@ -263,7 +310,7 @@ def render(report: HuntReport) -> str:
         f"<h1>Culprit hunt: {e(m.name)}</h1><p>{e(m.description)}</p>",
         f"<h2>Verdict</h2><p><b>{e(label)}</b>: {e(why)}</p>",
     ]
-    parts.append(_nothing_to_explain(report) if report.result.state == "not_failing" else _answer(report))
+    parts.append(_nothing_to_explain(report) if no_answer_lines(report) else _answer(report))
     parts.append(_configs(report))
     parts.append(_cost(report))
     parts.append("</body></html>")
@@ -271,8 +318,9 @@ def render(report: HuntReport) -> str:
 
 
 def _nothing_to_explain(report: HuntReport) -> str:
-    """The page of a failure that never reproduced: no culprit set, no posterior over them."""
-    head, *seen = not_failing_lines(report)
+    """The page of a failure that never reproduced or is not confirmed yet: no culprit set, no
+    posterior over them."""
+    head, *seen = no_answer_lines(report)
     return f"<p>{html.escape(head)}</p><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in seen) + "</ul>"
 
 
@@ -288,6 +336,9 @@ def _answer(report: HuntReport) -> str:
     ]
     if r.unchecked:
         parts.append(f"<p class='undecided'>Single-flag drops not checked yet: {e(', '.join(r.unchecked))}</p>")
+    if r.best.sets:
+        checks = drop_check_lines(r, report.flags)
+        parts.append("<h3>Single-flag drops</h3><ul>" + "".join(f"<li>{e(c)}</li>" for c in checks) + "</ul>")
     parts.append(_reproducer(report))
     parts.append("<h2>Posterior over culprit sets</h2><table><tr><th>#</th><th>culprit set</th><th>posterior</th></tr>")
     parts += [
@@ -317,7 +368,7 @@ def _reproducer(report: HuntReport) -> str:
 def _only(names: tuple[str, ...]) -> str:
     if not names:
         return "Every flag clean (the likeliest answer: the flags do not explain the failure)"
-    return f"Only {_and(list(names))} at the failing level, every other flag clean"
+    return f"Only {joined(list(names))} at the failing level, every other flag clean"
 
 
 def _configs(report: HuntReport) -> str:
@@ -325,6 +376,7 @@ def _configs(report: HuntReport) -> str:
     rows = [
         "<h2>Every configuration tried</h2>",
         f"<p>Intervals: 95%, {e(_interval_method(report.spread))}.</p>",
+        _verdict_rules(report),
         "<table><tr><th>flags on (failing level)</th><th>k/n</th>"
         "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
@@ -337,6 +389,16 @@ def _configs(report: HuntReport) -> str:
             f"<td>{c.trials}</td><td>{c.p_fails:.3f}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
         )
     return "\n".join(rows) + "</table>"
+
+
+def _verdict_rules(report: HuntReport) -> str:
+    """The rules of the table's last column, in words, and the clean configuration's number."""
+    assert report.matrix.hunt is not None
+    spec, e = report.matrix.hunt, html.escape
+    rules = verdict_rules(report.result, spec)
+    clean = clean_line(report.result, spec)
+    shown = "".join(f"<li>{e(rule)}</li>" for rule in rules + ([clean] if clean else []))
+    return f"<p>Verdicts (own trials), by these rules:</p><ul class='rules'>{shown}</ul>"
 
 
 def _interval_method(spread: Dispersion) -> str:

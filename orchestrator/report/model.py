@@ -64,7 +64,7 @@ class CellView(Frozen):
     cell: str
     levels: dict[str, str]
     is_baseline: bool
-    planned: int
+    planned: int | None  # None in a hunt: its search, not a plan, decides each configuration's trials
     completed: int
     failed: int
     proportions: dict[str, ProportionCell]
@@ -74,6 +74,16 @@ class CellView(Frozen):
 class Finding(Frozen):
     kind: FindingKind
     text: str
+
+
+class HuntView(Frozen):
+    """A hunt run's answer as its own report (report.hunt) words it, for the run's index.html and
+    everything that quotes a run's result (report.build.result_headline)."""
+
+    verdict: str  # the hunt's state and answer in one sentence: the run's headline
+    lines: list[str]  # what `orch hunt` prints at the end, under it
+    found: bool  # the answer is a finding (the hunt stopped as "found")
+    page: str  # the hunt's page beside index.html (hunt.html)
 
 
 class Link(Frozen):
@@ -280,7 +290,7 @@ class Report(Frozen):
     factors: dict[str, list[str]]
     baseline: dict[str, str]
     baseline_cell: str | None
-    planned: int
+    planned: int | None  # None for a hunt (RunManifest.planned_total)
     completed: int
     failed: int
     cells: list[CellView]
@@ -306,3 +316,4 @@ class Report(Frozen):
     # per proportion metric whose trial-to-trial variation cannot be estimated (no residual df, e.g. one
     # trial per cell): why none of its comparisons is tested, so none is a finding (its numbers are descriptive)
     untested: dict[str, str] = {}
+    hunt: HuntView | None = None  # a hunt run: its verdict is the run's result (not the cells' comparisons)

@@ -14,6 +14,7 @@ import functools
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import jinja2
 from markupsafe import Markup
@@ -37,7 +38,7 @@ from orchestrator.report.build import (
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
-from orchestrator.report.model import Report
+from orchestrator.report.model import HuntView, Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.summary import RunSummary
@@ -47,6 +48,9 @@ from orchestrator.store.liveness import run_state
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runtrials import read_run_rows
+
+if TYPE_CHECKING:  # the search (numpy, scipy): loaded only for a hunt run
+    from orchestrator.report.hunt import HuntReport
 
 TRIAL_ORDER_SHOWN = 2000
 
@@ -150,9 +154,17 @@ def write_report(run_dir: Path) -> Path:
 
 
 def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
-    """write_report, also returning the summary written beside it (headline, gates)."""
-    report, rows = load_report_and_rows(run_dir, DRILLDOWN_CAP)
+    """write_report, also returning the summary written beside it (headline, gates). A hunt run
+    gets its hunt.html too, whoever writes the report (`orch hunt`, `orch report`, the queue):
+    the queue's hunts had none."""
+    manifest = load_manifest(run_dir)
+    hunt = _hunt_of(run_dir, manifest)
+    report, rows = load_report_and_rows(run_dir, DRILLDOWN_CAP, manifest, hunt=_view(hunt))
     run = RunDir(run_dir)
+    if hunt is not None:
+        from orchestrator.report.hunt import render as render_hunt
+
+        write_text_atomic(run.hunt_html, render_hunt(hunt), what="cannot write the hunt report")
     written = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
     summary = run_summary(report, run_series(rows))
     write_json_atomic(run.summary_json, summary)  # the index trusts it only when newer than the inputs
@@ -174,17 +186,44 @@ def load_report(run_dir: Path, *, drilldown_cap: int = DRILLDOWN_CAP) -> Report:
     return load_report_and_rows(run_dir, drilldown_cap)[0]
 
 
+def hunt_view(run_dir: Path, manifest: RunManifest) -> HuntView | None:
+    """A hunt run's answer as its report and every quote of its result show it (None: not a
+    hunt, or its matrix text cannot be read: report.hunt.hunt_report's `lenient`)."""
+    return _view(_hunt_of(run_dir, manifest))
+
+
+def _view(hunt: HuntReport | None) -> HuntView | None:
+    if hunt is None:
+        return None
+    from orchestrator.report.hunt import view  # loaded with the hunt already
+
+    return view(hunt)
+
+
+def _hunt_of(run_dir: Path, manifest: RunManifest) -> HuntReport | None:
+    if not manifest.hunt:
+        return None
+    from orchestrator.report.hunt import hunt_report  # the search (numpy, scipy): only for a hunt
+
+    return hunt_report(run_dir, manifest, lenient=True)
+
+
 def load_report_and_rows(
-    run_dir: Path, drilldown_cap: int, manifest: RunManifest | None = None
+    run_dir: Path, drilldown_cap: int, manifest: RunManifest | None = None, *, hunt: HuntView | None = None
 ) -> tuple[Report, list[TrialRow]]:
     """load_report, and the compact trial rows it was built from, checked by store.runtrials'
-    rule (for summary.json's series, and the webhook's counts of finished and failed trials)."""
+    rule (for summary.json's series, and the webhook's counts of finished and failed trials).
+    A hunt run's report carries the hunt's answer as its result: `hunt` when already built, else
+    hunt_view's (every reader of a hunt run quotes its verdict, never the cells' comparisons)."""
     with gc_paused():
         manifest = manifest or load_manifest(run_dir)
+        hunt = hunt or hunt_view(run_dir, manifest)
         state = run_state(run_dir, manifest.status)  # `stale` when its controller is gone
         path = RunDir(run_dir).journal
         if not path.exists():
-            empty = build_report_from_rows(manifest, [], lambda rows: [], drilldown_cap=drilldown_cap, status=state)
+            empty = build_report_from_rows(
+                manifest, [], lambda rows: [], drilldown_cap=drilldown_cap, status=state, hunt=hunt
+            )
             return empty, []
         scan = read_run_rows(run_dir, manifest)  # damage (duplicates, unplanned trials) refused at its line
         report = build_report_from_rows(
@@ -194,6 +233,7 @@ def load_report_and_rows(
             torn_tail=scan.torn_tail,
             drilldown_cap=drilldown_cap,
             status=state,
+            hunt=hunt,
         )
         report = with_served(report, served(scan_journal(path), manifest.redactor))  # what served each trial
         return _with_run_facts(report, manifest, path), scan.rows

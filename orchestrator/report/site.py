@@ -58,7 +58,7 @@ class RunEntry:
     started: str
     status: str
     completed: int
-    planned: int
+    planned: int | None  # None for a hunt (RunManifest.planned_total)
     failed: int
     headline: str
     has_report: bool
@@ -163,7 +163,7 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         started=manifest.started,
         status=live,
         completed=0,
-        planned=len(manifest.plan),
+        planned=manifest.planned_total,
         failed=0,
         headline="",
         has_report=run.index_html.is_file() or run.hunt_html.is_file(),

@@ -25,7 +25,7 @@ class RunSummary(pydantic.BaseModel):
 
     headline: str = ""
     completed: int = 0
-    planned: int = 0
+    planned: int | None = 0  # None for a hunt: its search decides its trials as it goes
     failed: int = 0
     status: str = ""
     suspect: tuple[str, ...] = ()  # why the data is suspect (void/failed trials, drift, overdispersion)

@@ -48,7 +48,7 @@ class StatusFile(BaseModel):
     started: str  # when this process started the run (or resumed it)
     updated: str
     done: int
-    total: int
+    total: int | None  # None for a hunt: trials done only, never a guessed total
     failed: int
     current_trial: int | None = None
     current_cell: str | None = None

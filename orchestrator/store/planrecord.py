@@ -48,6 +48,7 @@ def make_manifest(
         testbeds=names,
         adaptive=m.adaptive is not None,
         hunt=m.hunt is not None,
+        hunt_planned_numbers=m.hunt is not None,  # sweep/hunt.py: the first wave under plan.json's numbers
         seed=plan.seed,
         order=m.order,
         replicates=plan.replicates,

@@ -30,11 +30,11 @@ What is damage, a ConfigError at journal.jsonl:<line> (exit 2): the journal was 
 belongs to another run, and no reader guesses which of its lines to believe:
 - a trial number outside the plan: below 0, or past the plan's last trial in a run that is not a
   hunt (a hunt journals trials past its first wave, which is all plan.json holds);
-- a planned trial whose cell or levels are not the plan's for that trial, in a run that is not a
-  hunt: plan.json holds a hunt's first wave in the order foreseen before any result, and the
-  search hands its trials out as results come (it repeats the failing configuration until that
-  fails often enough; N testbeds take the wave in their own order), so trial 1 may be the failing
-  configuration again where plan.json has the clean one;
+- a planned trial whose cell or levels are not the plan's for that trial (a hunt too: its step
+  source runs each first-wave configuration under its planned number, sweep/hunt.py). Except in a
+  hunt journaled by an older orch (run.json without `hunt_planned_numbers`), which numbered trials
+  as it handed them out: the failing configuration again as trial 1 where plan.json has the clean
+  one, or N testbeds taking the wave in their own order; its own journal is not damage;
 - the same (trial, attempt) finished (completed or failed) twice in one session;
 - a finished record after the trial's completed one (a finished trial is never run again).
 A manifest without a plan (a hand-made run.json: plan_trials 0) skips the two plan checks.
@@ -54,13 +54,19 @@ from orchestrator.errors import ConfigError
 from orchestrator.store.journal import TrialRow, TrialRows, iter_records_at, read_trial_rows
 from orchestrator.store.rundir import RunDir
 
-_HINT = "the journal was edited, damaged or belongs to another run; fix or delete this line"
+# Never "delete this line": the line may be a trial's data (an orch that numbered a hunt's trials
+# in another configuration's planned place wrote such journals itself), and deleting it loses it.
+_HINT = (
+    "the journal or plan.json was edited, damaged or belongs to another run; restore the run folder from a copy "
+    "rather than deleting lines (if orch wrote it so, that is a bug in orch: please report it)"
+)
 
 
 def read_run_rows(run_dir: Path, manifest: RunManifest, events: Collection[str] = ()) -> TrialRows:
     """The run's trial rows (none if it never wrote a journal), checked by the rule as they are
     read, and its events named in `events` (read_trial_rows). `manifest` must hold the plan
-    (store.manifest.load_manifest's default), unless it is a hunt's (not checked against it)."""
+    (store.manifest.load_manifest's default), unless it is an older orch's hunt (not checked against
+    it: RunManifest.checks_planned_cells)."""
     path = RunDir(run_dir).journal
     if not path.exists():
         return TrialRows(rows=[], torn_tail=False)
@@ -72,7 +78,9 @@ class Finished:
     """What a replay of a run starts from (read_finished)."""
 
     journal: Path
-    rows: list[TrialRow]  # the row standing for each finished trial (trial_rows), in trial order
+    # the row standing for each finished trial (trial_rows), in journal order: the order the live
+    # search or design was fed them (a hunt's trial numbers are not its order: sweep/hunt.py)
+    rows: list[TrialRow]
     events: list[EventRecord]  # the events asked for, in journal order
     next_trial: int  # one past the highest trial number in the journal, unfinished trials included
 
@@ -88,7 +96,8 @@ def read_finished(run_dir: Path, manifest: RunManifest, events: Collection[str] 
     search saw (retried attempts are no trial's end) and refuse the damage the report refuses."""
     scan = read_run_rows(run_dir, manifest, events)
     last = max((row.trial for row in scan.rows), default=-1)
-    return Finished(RunDir(run_dir).journal, trial_rows(scan.rows), scan.events, last + 1)
+    standing = sorted(trial_rows(scan.rows), key=lambda row: row.source)  # journal order (byte offsets)
+    return Finished(RunDir(run_dir).journal, standing, scan.events, last + 1)
 
 
 class TrialCheck:
@@ -96,12 +105,13 @@ class TrialCheck:
     session (store.journal.RowCheck); raises ConfigError at the first damaged line."""
 
     def __init__(self, manifest: RunManifest, path: Path) -> None:
-        if manifest.plan_trials and not manifest.plan and not manifest.hunt:  # a hunt's is not checked
+        checked = manifest.checks_planned_cells
+        if manifest.plan_trials and not manifest.plan and checked:
             raise ValueError("TrialCheck needs the manifest's plan (load_manifest(run_dir, plan=True))")
         self._path = path
-        # a hunt's plan is its first wave as foreseen before any result; the search numbers its
-        # trials as it hands them out, so a hunt's trial i need not be plan.json's trial i
-        self._plan: Mapping[int, PlannedTrial] = {} if manifest.hunt else {p.trial: p for p in manifest.plan}
+        # an older orch's hunt numbered its trials as it handed them out, so its trial i need not
+        # be plan.json's trial i (RunManifest.hunt_planned_numbers)
+        self._plan: Mapping[int, PlannedTrial] = {p.trial: p for p in manifest.plan} if checked else {}
         self._planned = len(manifest.plan)
         self._bounded = bool(self._planned) and not manifest.hunt  # trials past the plan are damage
         # (trial, attempt) finished in the current session -> its line (int keys, trial << 20 |

@@ -382,7 +382,7 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
         status=status,
         completed=finished - failed,
         failed=failed,
-        planned=manifest.plan_trials,
+        planned=manifest.planned_total,
         interrupted=result.interrupted,
         deadline_reached=result.deadline_reached,
         not_restored=tuple(result.not_restored),

@@ -136,7 +136,7 @@ class SweepOutcome:
     status: SweepStatus
     completed: int
     failed: int
-    planned: int
+    planned: int | None  # None for a hunt: its search decides its trials as it goes
     interrupted: bool = False
     deadline_reached: bool = False
     not_restored: tuple[str, ...] = ()

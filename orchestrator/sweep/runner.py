@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import httpx
 import tenacity
 
+from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.core.steps import Plan, RoleEnv, Step
@@ -598,8 +599,6 @@ def journaled_envs(matrix: Matrix, journal: Path) -> list[RoleEnv]:
     no journal either; its file is then set aside as drift, the safe side of the doubt."""
     if matrix.hunt is None or not journal.exists():
         return []
-    from orchestrator.core.huntplan import hunt_cell  # the search (numpy, scipy): only for a hunt
-
     configs = {matrix.hunt.config_of(r.levels) for r in read_journal(journal).records if isinstance(r, TrialRecord)}
     return [hunt_cell(matrix, config).env for config in sorted(c for c in configs if c is not None)]
 

@@ -7,7 +7,10 @@ reader never sees half a file. Why the pid and its start time are in it: a contr
 -9 cannot say it stopped, so readers check whether it is still alive and call the run `stale`.
 
 The current cell is the first planned trial not yet finished: the runner runs the plan in order,
-skipping finished trials, so that is the trial running now (a retry included).
+skipping finished trials, so that is the trial running now (a retry included). A hunt has no
+total and no current cell here: its search picks each trial as it goes (plan.json holds only its
+first wave), so a total, a percentage or an ETA would be a guess ("14/33 (42%)" was shown for a
+hunt killed after 14 trials, "35/36 (97%)" for one that had ended).
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ class LiveStatus:
             return
         self._finished = _finished_trials(self.run_dir)
         self._t0, self._done_here = self.clock(), 0
+        self._open_ended = manifest.hunt
+        if self._open_ended:
+            self._plan = []  # its first wave, which the search may run in any order and repeat
         me = Claimer.current()
         self._status = StatusFile(
             run_id=manifest.run_id,
@@ -75,7 +81,7 @@ class LiveStatus:
             started=_iso(self._t0),
             updated=_iso(self._t0),
             done=done,
-            total=total,
+            total=None if self._open_ended else total,
             failed=0,
         )
         self._write(**self._current())
@@ -97,7 +103,7 @@ class LiveStatus:
 
     def retotal(self, left: int) -> None:
         with self._lock:
-            if self._status is not None:
+            if self._status is not None and self._status.total is not None:
                 done = self._status.done
                 self._write(total=done + left, **(self._eta(done) if self._done_here else {}))
 
@@ -116,8 +122,11 @@ class LiveStatus:
         return {"current_trial": nxt[0] if nxt else None, "current_cell": nxt[1] if nxt else None}
 
     def _eta(self, done: int) -> dict[str, object]:
-        """Remaining trials at this process's pace so far (restarts and waits included)."""
+        """Remaining trials at this process's pace so far (restarts and waits included); none
+        without a total (a hunt)."""
         assert self._status is not None
+        if self._status.total is None:
+            return {}
         left = max(0, self._status.total - done)
         now = self.clock()
         eta = (now - self._t0) / self._done_here * left
@@ -189,8 +198,19 @@ class LiveRun:
     status: StatusFile
 
     @property
-    def percent(self) -> float:
+    def percent(self) -> float | None:
+        """None without a total (a hunt)."""
+        if self.status.total is None:
+            return None
         return 100.0 * self.status.done / self.status.total if self.status.total else 100.0
+
+    @property
+    def progress(self) -> str:
+        """Trials done of the total, as `orch status` shows them ("14 done" for a hunt)."""
+        fails = f" ({self.status.failed} failed)" if self.status.failed else ""
+        if self.percent is None:
+            return f"{self.status.done} done{fails}"
+        return f"{self.status.done}/{self.status.total}{fails} ({self.percent:.0f}%)"
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ class Summary:
     link: str
     trials: int  # finished trials (completed + failed)
     failed: int
-    planned: int = 0
+    planned: int | None = 0  # None for a hunt: its search decides its trials as it goes
     # why the data is suspect (void/failed trials, drift, overdispersion); a list: the JSON body's shape
     suspect: list[str] = field(default_factory=list)
     # cells and metrics that changed against the earlier runs of the matrix (the nightly check)
@@ -54,7 +54,8 @@ class Summary:
         """One line for chat (the Slack variant): the result beside the status, and a warning
         when the data is suspect."""
         head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
-        counts = f"{self.trials}/{self.planned} trials, {self.failed} failed" if self.planned else ""
+        of = "" if self.planned is None else f"/{self.planned}"  # a hunt has no planned total
+        counts = f"{self.trials}{of} trials, {self.failed} failed" if self.planned != 0 else ""
         warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
         changed = f"CHANGED vs earlier runs: {'; '.join(self.changes)}" if self.changes else ""
         parts = [head, counts, self.headline, warning, changed, self.link]

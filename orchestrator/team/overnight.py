@@ -172,7 +172,9 @@ def _write_once(path: Path, text: str) -> Path:
 
 def item_outcome(outcome: SweepOutcome, deadline: float | None, clock: Callable[[], float] = time.time) -> ItemOutcome:
     """How the queue records a sweep that ran (pure but for the clock)."""
-    counts = f"{outcome.completed + outcome.failed}/{outcome.planned} trials, {outcome.failed} failed"
+    finished = outcome.completed + outcome.failed
+    of = "" if outcome.planned is None else f"/{outcome.planned}"  # a hunt has no planned total
+    counts = f"{finished}{of} trials, {outcome.failed} failed"
     code, run_dir = outcome.exit_code, outcome.run_dir
     if outcome.status == "completed" and code != 0:  # e.g. a host could not be restored
         return ItemOutcome(

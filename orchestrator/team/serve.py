@@ -545,7 +545,7 @@ def _run_json(r: LiveRun) -> dict[str, object]:
         "directory": r.directory,
         "state": r.state,
         "run_status": r.run_status,
-        "percent": round(r.percent, 1),
+        "percent": None if r.percent is None else round(r.percent, 1),  # None for a hunt: no total
         **shown,
         "link": f"{r.directory}/index.html",
     }

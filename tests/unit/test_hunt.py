@@ -541,7 +541,7 @@ def test_the_session_budget_bounds_the_first_wave_and_the_plan_says_when_it_caps
 def test_a_failing_configuration_is_given_the_sessions_its_min_failures_need(tmp_path: Path) -> None:
     # min_failures: 100 is accepted, but the failing configuration gave up after a fixed 400
     # sessions: at 15% it showed ~60 failures and the hunt ended "did not fail: 61/400"
-    from orchestrator.core.huntplan import settings_of
+    from orchestrator.core.huntreplay import settings_of
 
     spec = read_matrix(_matrix(tmp_path, "  metric: corruption\n  min_failures: 100\n  sessions_per_trial: 20\n")).hunt
     assert spec is not None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from orchestrator.core.argsvar import resolve
 from orchestrator.core.config import read_matrix
-from orchestrator.core.huntplan import first_wave, hunt_cell
+from orchestrator.core.huntplan import first_wave
+from orchestrator.core.matrix import hunt_cell
 
 MATRIX = """\
 name: flag_hunt
