@@ -131,7 +131,7 @@ def test_report_dispersion_equals_the_groupby_one() -> None:
 
 def _null(sessions: tuple[int, ...], events: int, draws: int) -> np.ndarray:
     """trial_homogeneity's null statistics, every block drawn, sorted as the old null was."""
-    return np.sort(np.concatenate(list(stats._null_spreads(np.array(sessions, dtype=np.int64), events, draws))))
+    return np.sort(np.concatenate(list(stats._null_spreads(np.array(sessions, dtype=np.int64), events, draws, 20))))
 
 
 @pytest.mark.parametrize(

@@ -343,7 +343,6 @@ def heterogeneity(counts: Sequence[tuple[int, int]], phi: float = 1.0, df: float
 # tests here and in core.clustered take an exact (or simulated) one instead
 MIN_EXPECTED = 5.0
 TRIAL_DRAWS = 5000  # most Monte Carlo tables for trial_homogeneity: its smallest p is 1 / 5001
-TRIAL_EXCEEDANCES = 20  # Besag & Clifford's h: the draws stop once this many tables are as extreme
 TRIAL_SEED = 20261205  # fixed: the same report twice gives the same p
 HYPERGEOMETRIC_MAX = 10**9  # numpy's multivariate_hypergeometric needs fewer sessions than this
 # numpy's "count" sampler fills a temporary of 8 bytes a session once per call, then costs ~0.015-0.09 us
@@ -371,19 +370,25 @@ def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAW
       sessions the multinomial with the trials' shares, the law it converges to), by Besag &
       Clifford's (1991) sequential Monte Carlo p (_sequential_p): valid at any number of draws.
 
-    Why sequential: 5,000 tables for every p cost 5,000 x trials table cells a test: a 100,000-trial
-    report spent ~75 of its ~77 CPU-s here (3 cells of 12,500 trials). Most cells are homogeneous,
-    and their p is settled once TRIAL_EXCEEDANCES tables are as extreme: 11-141 tables on average
-    under the null (bench/bench_homogeneity.py); a cell whose trials do vary draws all TRIAL_DRAWS,
-    and its p is the fixed test's. Against the fixed 5,000 on the same streams (bench/README.md):
-    A/A at most alpha in both; at Holm's first threshold over 8 cells (0.00625) the rejections
-    agree within a point, at 0.001 exactly (no p that small stops early), at 0.05 within -2/+3
-    points. h = 10 strays up to 3 points at 0.00625 for half the tables; h = 50 draws 2.5x more.
+    Why sequential: `draws` tables for every p cost draws x trials table cells a test: a 100,000-trial
+    report spent ~40 of its ~45 CPU-s here (3 cells of 12,500 trials, 5,000 tables each). Most
+    cells are homogeneous, and their p is settled long before: the draws stop at the h-th table as
+    extreme (p = h / L), else go on to `draws` (the fixed test's p). h = _exceedances(draws), 251 of
+    5,000: the least h with which every p at most ALPHA is the fixed test's own (on the same tables),
+    so every decision the report makes (Holm over the cells tested, thresholds ALPHA / m to ALPHA)
+    and every p it prints as evidence are the fixed test's; only p above ALPHA stop early: a
+    homogeneous cell draws 140-1,290 tables (mean 780) instead of 5,000, with numpy's "count"
+    sampler 0.12-0.38 s for 12,500 trials instead of 8-12 s. Measured (bench/bench_homogeneity.py,
+    bench/README.md): h = 10 or 20, as Besag & Clifford suggest, drew ~50-100 tables but moved
+    single designs' rejections by up to 3.5 points from the fixed test's at 0.05 and 2.3 at 0.00625
+    (Holm over 8 cells; p = h / L is coarse where it stops), and put one design's level at 0.05 at
+    6.8% at h = 20 (a seeded test's level for a given design rests on the h / 0.05 tables it reads
+    there); h = 50 is the fixed test below 0.01 only. Not worth the ~0.13 s a big cell they saved.
     Not taken: a budget of table cells (fewer tables for more trials) lifts the floor 1 / (draws + 1)
-    towards Holm's thresholds (alpha / cells tested) where the evidence is strongest, and numpy's
-    "count" sampler (_null_tables) already makes the costliest case ~1 s (12,500 trials that vary);
-    the normal law of the statistic over many sparse trials (Haldane 1937, Zelterman 1987) is
-    skewed off in the tail Holm's thresholds read (bench/bench_homogeneity.py, leg 3)."""
+    towards Holm's thresholds where the evidence is strongest, and the "count" sampler (_null_tables)
+    already makes the costliest case seconds (12,500 trials that vary: 1-5 s); the normal law of the
+    statistic over many sparse trials (Haldane 1937, Zelterman 1987) is too light in the tail Holm's
+    thresholds read (0.67-0.77% beyond its 0.00625 quantile at 12,500 trials, 0.9-1.2% at 500)."""
     kept = [(k, n) for k, n in counts if n > 0]
     k = np.array([c[0] for c in kept], dtype=np.int64)
     n = np.array([c[1] for c in kept], dtype=np.int64)
@@ -396,7 +401,15 @@ def trial_homogeneity(counts: Sequence[tuple[int, int]], draws: int = TRIAL_DRAW
     if len(kept) == 2:
         return pooled_test(int(k[0]), int(n[0]), int(k[1]), int(n[1])).p
     observed = float(_spread(k, n, events / sessions))
-    return _sequential_p(_null_spreads(n, events, draws), observed, draws, TRIAL_EXCEEDANCES)
+    h = _exceedances(draws)
+    return _sequential_p(_null_spreads(n, events, draws, h), observed, draws, h)
+
+
+def _exceedances(draws: int) -> int:
+    """Besag & Clifford's h for at most `draws` tables: the least with which every p at most ALPHA is
+    the fixed test's. A stop at draw L <= draws gives h / L >= h / draws > ALPHA; without one the p
+    is the fixed test's (1 + g) / (1 + draws), and g >= h makes both above ALPHA."""
+    return math.ceil(ALPHA * (draws + 1))
 
 
 def _sequential_p(null: Iterator[np.ndarray], observed: float, draws: int, h: int) -> float:
@@ -414,15 +427,15 @@ def _sequential_p(null: Iterator[np.ndarray], observed: float, draws: int, h: in
     return (extreme + 1) / (draws + 1)
 
 
-def _null_spreads(n: np.ndarray, events: int, draws: int) -> Iterator[np.ndarray]:
+def _null_spreads(n: np.ndarray, events: int, draws: int, first: int) -> Iterator[np.ndarray]:
     """Pearson's spread of `draws` tables of one cell under one rate given its events, in draw order,
-    in blocks: TRIAL_EXCEEDANCES first (no p is settled sooner), then as many as drawn so far (the
-    tables drawn at most twice what a sequential p needs), never more than NULL_BLOCK_CELLS table
-    cells at once. Seeded: the same cell gives the same tables, hence the same p (the "count"
-    sampler's tables depend on the blocks, not their law; the blocks depend on the design only)."""
+    in blocks: `first` (h: no p is settled sooner), then as many as drawn so far (at most twice the
+    tables a p needs, or one block more), never more than NULL_BLOCK_CELLS table cells at once.
+    Seeded: the same cell gives the same tables, hence the same p (the "count" sampler's tables
+    depend on the blocks, not their law; the blocks depend on the design only)."""
     rng = np.random.default_rng(TRIAL_SEED)
     cap = max(1, NULL_BLOCK_CELLS // len(n))
-    size, done = min(TRIAL_EXCEEDANCES, cap), 0
+    size, done = max(1, min(first, cap)), 0
     while done < draws:
         size = min(size, draws - done)
         yield _spread(_null_tables(rng, n, events, size), n, events / int(n.sum()))
