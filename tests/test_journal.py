@@ -134,6 +134,8 @@ def test_corrupt_middle_line_names_file_and_line(tmp_path: Path) -> None:
     assert info.value.file == str(path)
     assert info.value.line == 2
     assert str(info.value).startswith(f"{path}:2: invalid JSON")
+    assert "restore the run folder from a copy" in (info.value.hint or "")
+    assert "delete this line" not in str(info.value) + (info.value.hint or "")
 
 
 def test_invalid_record_names_the_field(tmp_path: Path) -> None:

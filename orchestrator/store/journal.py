@@ -376,6 +376,13 @@ def repair_torn_tail(path: Path) -> bool:
 
 # ---------------------------------------------------------------- helpers
 
+# Never "delete this line": the line may be a finished trial's data, and a journal short of a trial
+# reads as a run that never ran it (the report would then say less, or other, than the data did).
+DAMAGED_HINT = (
+    "the journal was edited or damaged; restore the run folder from a copy rather than editing or deleting "
+    "lines (a line may be a finished trial's data)"
+)
+
 
 def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventRecord:
     try:
@@ -385,7 +392,7 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
             f"invalid JSON: {exc}",
             file=str(path),
             line=number,
-            hint="the journal was edited or damaged; fix or delete this line",
+            hint=DAMAGED_HINT,
         ) from None
     except RecursionError:  # a small line nested thousands deep: no ValueError, no record either
         raise _too_deep(path, number) from None
@@ -408,7 +415,7 @@ def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventReco
             f"invalid record: {where}: {first['msg'].removeprefix('Value error, ')}",
             file=str(path),
             line=number,
-            hint="the journal was edited or damaged; fix or delete this line",
+            hint=DAMAGED_HINT,
         ) from None
 
 
@@ -417,7 +424,7 @@ def _too_deep(path: Path, number: int) -> ConfigError:
         "JSON nested too deeply to be a record",
         file=str(path),
         line=number,
-        hint="the journal was edited or damaged; fix or delete this line",
+        hint=DAMAGED_HINT,
     )
 
 
