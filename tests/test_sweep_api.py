@@ -274,6 +274,12 @@ def test_item_outcomes() -> None:
     assert item_outcome(outcome(status="failed", completed=1, failed=1), None).status == "failed"
     unrestored = item_outcome(outcome(not_restored=("decode",)), None)
     assert (unrestored.status, unrestored.exit_code) == ("failed", 1)
-    assert "exit code 1: see the log (if hosts were not restored: orch restore r)" in unrestored.message
+    assert unrestored.message.endswith("trials, 0 failed; NOT restored: decode; finish with: orch restore r")
+    cut = item_outcome(outcome(status="interrupted", interrupted=True, not_restored=("prefill", "decode")), None)
+    assert cut.message.endswith("; resumable; NOT restored: prefill, decode; finish with: orch restore r")
+    broken = item_outcome(outcome(status="failed", failed=1, not_restored=("decode",)), None)
+    assert broken.message.endswith("1 failed; NOT restored: decode; finish with: orch restore r")
+    odd = item_outcome(outcome(gates_failed=("g @ c: high",)), None)  # completed, all restored, yet not 0
+    assert odd.message.endswith("exit code 3: see the log")
     late = item_outcome(outcome(status="interrupted", interrupted=True), 10.0, clock=lambda: 11.0)
     assert late.message == "deadline reached after 2/2 trials, 0 failed; resumable"

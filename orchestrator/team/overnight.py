@@ -171,19 +171,20 @@ def _write_once(path: Path, text: str) -> Path:
 
 
 def item_outcome(outcome: SweepOutcome, deadline: float | None, clock: Callable[[], float] = time.time) -> ItemOutcome:
-    """How the queue records a sweep that ran (pure but for the clock)."""
+    """How the queue records a sweep that ran (pure but for the clock). Hosts left unrestored are
+    named with the way back however the sweep ended: the queue's note is what the team reads in
+    the morning, and a testbed left on a cell's flags skews every later run on it."""
     finished = outcome.completed + outcome.failed
     of = "" if outcome.planned is None else f"/{outcome.planned}"  # a hunt has no planned total
     counts = f"{finished}{of} trials, {outcome.failed} failed"
     code, run_dir = outcome.exit_code, outcome.run_dir
+    left = ""
+    if outcome.not_restored:
+        left = f"; NOT restored: {', '.join(outcome.not_restored)}; finish with: orch restore {run_dir}"
     if outcome.status == "completed" and code != 0:  # e.g. a host could not be restored
-        return ItemOutcome(
-            "failed",
-            code,
-            run_dir,
-            f"{counts}; exit code {code}: see the log (if hosts were not restored: orch restore {run_dir})",
-        )
+        why = left or f"; exit code {code}: see the log"
+        return ItemOutcome("failed", code, run_dir, f"{counts}{why}")
     if outcome.status in ("completed", "failed"):
-        return ItemOutcome(outcome.status, code, run_dir, counts)
+        return ItemOutcome(outcome.status, code, run_dir, f"{counts}{left}")
     why = "deadline reached" if deadline is not None and clock() >= deadline else "interrupted"
-    return ItemOutcome("interrupted", code, run_dir, f"{why} after {counts}; resumable")
+    return ItemOutcome("interrupted", code, run_dir, f"{why} after {counts}; resumable{left}")
