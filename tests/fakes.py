@@ -387,7 +387,9 @@ class FakeUnit:
     ready_after_s: health answers 503 ("loading") for this long after each start.
     reads_as: the dialect the unit's reader really uses (None: the host's), e.g. "systemd"
       under a shell-dialect host models a unit that ignores `export` lines.
-    log_lines: written to the unit's log at every start (what logs_since returns)."""
+    log_lines: written to the unit's log at every start (what logs_since returns).
+    no_main_pid: systemd knows no MainPID of it (Type=forking with GuessMainPID=no): its ids carry
+      only its cgroup, /system.slice/NAME.service, where its server holds the ports."""
 
     name: str
     active: bool = False
@@ -398,6 +400,7 @@ class FakeUnit:
     reads_as: Dialect | None = None
     base_env: dict[str, str] = field(default_factory=lambda: {"PATH": "/usr/bin:/bin"})
     log_lines: tuple[str, ...] = ()
+    no_main_pid: bool = False
     # state kept by the manager
     pid: int | None = None
     started_at: float | None = None
@@ -488,22 +491,30 @@ class FakeServiceManager:
     def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
         with self._lock:
             self.calls.append(Call("unit_ids", " ".join(units)))
-            return {
-                u: UnitId(u, self._unit(u).pid if self.running(u) else None, str(self._unit(u).starts)) for u in units
-            }
+            return {u: self._id(u) for u in units}
+
+    def _id(self, unit: str) -> UnitId:
+        u = self._unit(unit)
+        if not self.running(unit):
+            return UnitId(unit, None, str(u.starts))
+        if u.no_main_pid:
+            return UnitId(unit, None, str(u.starts), f"/system.slice/{unit}.service")
+        return UnitId(unit, u.pid, str(u.starts))
 
     def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
         """A stranger holds its port (a Holder whose inode is the port); any other port is held by
         the first running unit, or by nothing."""
         ids = self.unit_ids(units)
-        mine = next((i.main_pid for i in ids.values() if i.main_pid), None)
+        mine = next((i for i in ids.values() if i.running), None)
         sockets, holders = [], []
         with self._lock:
             self.calls.append(Call("port_scan", " ".join(map(str, ports))))
             for port in ports:
                 holder = self.strangers.get(port)
-                if holder is None and mine is not None:
-                    holder = Holder(mine, port, 0, "fake-server", (mine, 1))
+                if holder is None and mine is not None and mine.main_pid:
+                    holder = Holder(mine.main_pid, port, 0, "fake-server", (mine.main_pid, 1))
+                elif holder is None and mine is not None:  # daemonized: reparented to PID 1, in its cgroup
+                    holder = Holder(9000 + port % 1000, port, 0, "fake-server", (9000 + port % 1000, 1), (mine.cgroup,))
                 if holder is not None:
                     sockets.append(Socket(port, holder.uid or 0, holder.inode))
                     holders.append(holder)

@@ -1,15 +1,28 @@
 """Who serves a port: the listening socket's owner process, read on the host over a Transport (EDGE).
 
 A health URL that answers proves only that SOME process answers. orch counts a trial only if
-the process behind each health port is the unit it restarted (its main pid or a descendant), so
-an orphaned server in someone's tmux, an old process that has not released the port, or any
-stranger on the port voids the trial instead of being measured.
+the process behind each health port is the unit it restarted, so an orphaned server in someone's
+tmux, an old process that has not released the port, or any stranger on the port voids the trial
+instead of being measured.
+
+"The unit's process" is judged by systemd's own bookkeeping where there is one: a process in the
+unit's cgroup (ControlGroup, or below it) was started by this start of the unit, whatever its
+parent is now. That covers what a main-pid rule cannot: Type=forking units whose MainPID is 0
+(GuessMainPID=no), oneshot units with RemainAfterExit=yes, and wrapper scripts that daemonize the
+server (it is reparented to PID 1, no descendant of MainPID). The cgroup is trusted only when
+stopping the unit empties it (KillMode=control-group or mixed, systemd's default): with
+KillMode=process or none a previous start's server may still sit in it. A process started
+elsewhere (a shell, tmux, another unit, a docker container: dockerd puts containers in their
+own docker-ID.scope) is in another cgroup. Without a cgroup (not systemd: the local process
+manager; KillMode=process) the process must be the unit's main pid or one of its descendants.
 
 One `sh -c` script per host and call (one round trip), no `ss` or `lsof` dependency:
 LISTEN sockets on the ports from /proc/net/tcp{,6} (awk) -> their inodes -> the processes holding
 `socket:[INODE]` (GNU find over /proc/*/fd) -> each one's uid, command line and PPid chain; for
-systemd hosts the units' MainPID and InvocationID come in the same round trip. What the answer
-means is decided by the pure functions below, which the unit tests feed sample /proc text.
+systemd hosts the units' MainPID, InvocationID and ControlGroup come in the same round trip, and
+each holder's cgroup (/proc/PID/cgroup: the unified "0::" line and cgroup v1's name=systemd).
+What the answer means is decided by the pure functions below, which the unit tests feed sample
+/proc text.
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ import os
 import pwd
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.edges.transport import Transport
@@ -27,6 +40,13 @@ from orchestrator.edges.transport import Transport
 MAX_HOLDERS = 64  # processes reported per call (a forking server shares its socket with workers)
 MAX_CHAIN = 64  # PPid steps followed up from a holder
 CMDLINE_BYTES = 4096
+# What `systemctl show` is asked about each unit, wherever orch reads a unit's identity.
+UNIT_PROPS = "MainPID,InvocationID,ActiveState,ControlGroup,KillMode"
+# KillModes under which stopping a unit ends every process of its cgroup: a process found there
+# after a start is that start's own (KillMode=process or none leave the rest behind).
+GROUP_KILL_MODES = frozenset({"control-group", "mixed"})
+# Words in a cgroup path that say a container runtime placed the process there.
+CONTAINER_CGROUP_MARKS = ("docker", "libpod", "containerd", "crio", "cri-containerd", "kubepods", "lxc")
 
 # /proc/net/tcp{,6} rows in state 0A (LISTEN) whose local port is in `want` -> sock|PORTHEX|UID|INODE.
 # The kernel prints listening sockets first, so awk stops at the first other row: a busy host's
@@ -37,12 +57,14 @@ AWK_LISTEN = (
 )
 # argv: NPORTS PORTHEX... UNIT...  (PORTHEX: 4 upper-case hex digits, as /proc/net/tcp prints them)
 # out:  units / systemctl show blocks / end; sock|PORTHEX|UID|INODE; user|UID|NAME (from /etc/passwd);
-#       hold|PID|INODE|UID|b64(cmdline)|CHAIN.  Few forks: it runs beside every trial's repro.
+#       hold|PID|INODE|UID|b64(cmdline)|CHAIN, then cg|PID|LINE for the holder's /proc/PID/cgroup
+#       lines that systemd tracks units by ("0::PATH", "N:name=systemd:PATH").
+#       Few forks: it runs beside every trial's repro.
 _SCRIPT = r"""
 n=$1; shift; ports=""; i=0
 while [ "$i" -lt "$n" ]; do ports="$ports $1"; shift; i=$((i+1)); done
 if [ $# -gt 0 ]; then
-  echo units; systemctl show -p MainPID,InvocationID,ActiveState -- "$@" || exit 3; echo end
+  echo units; systemctl show -p __PROPS__ -- "$@" || exit 3; echo end
 fi
 socks=$( { awk -v want=" $ports " __AWK__ /proc/net/tcp; awk -v want=" $ports " __AWK__ /proc/net/tcp6; } 2>/dev/null)
 inodes=""; uids=""
@@ -69,6 +91,9 @@ while IFS='|' read -r d l && [ "$h" -lt __MAX__ ]; do
     c=$nx
   done
   echo "hold|$p|$i|$u|$(head -c __CMD__ "/proc/$p/cmdline" 2>/dev/null | base64 -w0)|$chain"
+  while IFS= read -r l; do
+    case $l in 0::*|*:name=systemd:*) echo "cg|$p|$l";; esac
+  done 2>/dev/null < "/proc/$p/cgroup"
 done
 """
 SCRIPT = (
@@ -76,6 +101,7 @@ SCRIPT = (
     .replace("__CHAIN__", str(MAX_CHAIN))
     .replace("__CMD__", str(CMDLINE_BYTES))
     .replace("__AWK__", shlex.quote(AWK_LISTEN))
+    .replace("__PROPS__", UNIT_PROPS)
 )
 
 
@@ -84,11 +110,27 @@ class UnitId:
     """Which process a unit runs now: what must not change between the restart and the repro's end."""
 
     unit: str
-    main_pid: int | None  # None: no process (the unit is not running)
+    main_pid: int | None  # None: no main process (not running, or a unit systemd knows no MainPID of)
     invocation_id: str = ""  # systemd's InvocationID (a new one per start); the local manager's start count
+    cgroup: str = ""  # systemd's ControlGroup while the unit is active ("" none known: not systemd, inactive)
+    kill_mode: str = "control-group"  # systemd's KillMode (whether a stop empties the cgroup)
+
+    @property
+    def running(self) -> bool:
+        """The unit runs: it has a main pid, or systemd holds it active with a cgroup (a forking
+        unit without MainPID, a oneshot with RemainAfterExit=yes whose server is left running)."""
+        return self.main_pid is not None or bool(self.cgroup)
+
+    @property
+    def own_cgroup(self) -> str:
+        """The cgroup whose every process is this start's own ("" when there is none to trust)."""
+        return self.cgroup if self.cgroup not in ("", "/") and self.kill_mode in GROUP_KILL_MODES else ""
 
     def describe(self) -> str:
-        return f"pid {self.main_pid}" if self.main_pid else "not running"
+        where = f"cgroup {self.cgroup}" if self.cgroup else ""
+        if self.main_pid:
+            return f"pid {self.main_pid}, {where}" if where else f"pid {self.main_pid}"
+        return f"no main pid, {where}" if where else "not running"
 
 
 @dataclass(frozen=True)
@@ -109,6 +151,7 @@ class Holder:
     uid: int | None
     cmdline: str
     chain: tuple[int, ...]
+    cgroups: tuple[str, ...] = ()  # its cgroup paths systemd tracks units by (parse_cgroup); () unknown
 
 
 @dataclass(frozen=True)
@@ -241,6 +284,7 @@ def parse_scan(text: str, units: Sequence[str] = ()) -> tuple[PortScan, dict[str
     sockets: list[Socket] = []
     holders: list[Holder] = []
     users: dict[int, str] = {}
+    cgroups: dict[int, list[str]] = {}
     show: list[str] = []
     in_units = False
     for line in text.splitlines():
@@ -251,13 +295,18 @@ def parse_scan(text: str, units: Sequence[str] = ()) -> tuple[PortScan, dict[str
         elif in_units:
             show.append(line)
         else:
-            _parse_line(line, sockets, holders, users)
-    return PortScan(tuple(sockets), tuple(holders), users), parse_units("\n".join(show), units)
+            _parse_line(line, sockets, holders, users, cgroups)
+    placed = tuple(replace(h, cgroups=parse_cgroup("\n".join(cgroups.get(h.pid, ())))) for h in holders)
+    return PortScan(tuple(sockets), placed, users), parse_units("\n".join(show), units)
 
 
-def _parse_line(line: str, sockets: list[Socket], holders: list[Holder], users: dict[int, str]) -> None:
+def _parse_line(
+    line: str, sockets: list[Socket], holders: list[Holder], users: dict[int, str], cgroups: dict[int, list[str]]
+) -> None:
     f = line.split("|")
-    if f[0] == "sock" and len(f) == 4 and f[2].isdigit() and f[3].isdigit():
+    if f[0] == "cg" and len(f) >= 3 and f[1].isdigit():
+        cgroups.setdefault(int(f[1]), []).append("|".join(f[2:]))
+    elif f[0] == "sock" and len(f) == 4 and f[2].isdigit() and f[3].isdigit():
         sockets.append(Socket(int(f[1], 16), int(f[2]), int(f[3])))
     elif f[0] == "hold" and len(f) == 6 and f[1].isdigit() and f[2].isdigit():
         raw = base64.b64decode(f[4] or b"", validate=False)
@@ -268,16 +317,60 @@ def _parse_line(line: str, sockets: list[Socket], holders: list[Holder], users: 
         users[int(f[1])] = f[2]
 
 
+def parse_cgroup(text: str) -> tuple[str, ...]:
+    """/proc/PID/cgroup -> the paths systemd tracks units by: the unified hierarchy's ("0::PATH",
+    cgroup v2 and hybrid hosts) first, then cgroup v1's name=systemd one (legacy hosts). The
+    other v1 controllers' paths say nothing about units and are left out."""
+    unified: list[str] = []
+    named: list[str] = []
+    for line in text.splitlines():
+        hid, sep, rest = line.partition(":")
+        controllers, sep2, path = rest.partition(":")
+        if not (sep and sep2 and path.startswith("/")):
+            continue
+        if hid == "0" and controllers == "":
+            unified.append(path)
+        elif "name=systemd" in controllers.split(","):
+            named.append(path)
+    return tuple(dict.fromkeys(unified + named))
+
+
+def in_cgroup(paths: Sequence[str], group: str) -> bool:
+    """A process whose cgroup is `group` or below it (whole path components: a.service is not
+    below a.servic)."""
+    if group in ("", "/"):
+        return False
+    top = group.rstrip("/")
+    return any(p == top or p.startswith(top + "/") for p in paths)
+
+
 def parse_units(text: str, units: Sequence[str]) -> dict[str, UnitId]:
-    """`systemctl show -p MainPID,InvocationID,ActiveState` blocks, in the order asked."""
+    """`systemctl show -p UNIT_PROPS` blocks, in the order asked. A unit that is not active has
+    no process and no cgroup, whatever systemd still prints."""
     blocks = [b for b in text.strip("\n").split("\n\n") if b.strip()]
     ids: dict[str, UnitId] = {}
     for unit, block in zip(units, blocks, strict=False):
         kv = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
         pid = int(kv["MainPID"]) if kv.get("MainPID", "").isdigit() else 0
-        alive = kv.get("ActiveState") in ("active", "reloading") and pid > 0
-        ids[unit] = UnitId(unit, pid if alive else None, kv.get("InvocationID", ""))
+        active = kv.get("ActiveState") in ("active", "reloading")
+        ids[unit] = UnitId(
+            unit,
+            pid if active and pid > 0 else None,
+            kv.get("InvocationID", ""),
+            kv.get("ControlGroup", "") if active else "",
+            kv.get("KillMode") or "control-group",
+        )
     return ids
+
+
+def is_units(holder: Holder, ids: Mapping[str, UnitId]) -> bool:
+    """The holder is one of the units' processes: in a unit's own cgroup (or below it), or the
+    unit's main pid or one of its descendants (a child that moved to another cgroup, e.g. through
+    `su`'s PAM session, is the unit's all the same)."""
+    mains = {i.main_pid for i in ids.values() if i.main_pid}
+    if mains.intersection(holder.chain):
+        return True
+    return any(in_cgroup(holder.cgroups, i.own_cgroup) for i in ids.values())
 
 
 def foreign_holder(scan: PortScan, port: int, ids: Mapping[str, UnitId]) -> str | None:
@@ -291,19 +384,40 @@ def foreign_holder(scan: PortScan, port: int, ids: Mapping[str, UnitId]) -> str 
     holds is a stranger's. A socket whose holders the scan cut off (MAX_HOLDERS: a forking server's
     workers) is not called a stranger's when a unit holds another socket of the port."""
     sockets = [s for s in scan.sockets if s.port == port]
-    mains = {i.main_pid for i in ids.values() if i.main_pid}
     held = {s.inode: [h for h in scan.holders if h.inode == s.inode] for s in sockets}
-    units_own = {inode for inode, hs in held.items() if any(mains.intersection(h.chain) for h in hs)}
+    units_own = {inode for inode, hs in held.items() if any(is_units(h, ids) for h in hs)}
     truncated = len(scan.holders) >= MAX_HOLDERS
     for s in sockets:
         holders = held[s.inode]
         if s.inode in units_own or (not holders and truncated and units_own):
             continue
         if holders:
-            h = holders[0]
-            return f"pid {h.pid} ({_short(h.cmdline) or '?'}, {scan.user(h.uid)})"
+            return _stranger(holders[0], scan, ids)
         return f"a process orch cannot see ({scan.user(s.uid)}; connect as root or set sudo: true to identify it)"
     return None
+
+
+def _stranger(h: Holder, scan: PortScan, ids: Mapping[str, UnitId]) -> str:
+    """A holder that is none of the units', in words; where the units' cgroups are known, its own
+    cgroup too, and why a container's server does not count (a docker container is the docker
+    daemon's process, not the unit's, so orch cannot tell it from any other container)."""
+    said = f"pid {h.pid} ({_short(h.cmdline) or '?'}, {scan.user(h.uid)}"
+    known = [i for i in ids.values() if i.cgroup]
+    if not known or not h.cgroups:
+        return said + ")"
+    said += f", cgroup {h.cgroups[0]})"
+    if any(mark in part for part in h.cgroups[0].lower().split("/") for mark in CONTAINER_CGROUP_MARKS):
+        said += (
+            f" - a container outside the unit's cgroup {known[0].cgroup}: orch cannot tell it was started by the "
+            "unit (run the container in the unit's cgroup: podman run --cgroups=split or a Quadlet unit; or run "
+            "the server without a container; see README, 'Servers in containers')"
+        )
+    elif not any(i.own_cgroup for i in known):
+        said += (
+            f" - the unit's KillMode={known[0].kill_mode} leaves old processes in its cgroup, so only its main pid "
+            "and that pid's descendants count as its own"
+        )
+    return said
 
 
 def reported_pid_mismatch(scan: PortScan, port: int, ids: Mapping[str, UnitId], reported: object) -> str | None:

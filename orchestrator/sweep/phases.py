@@ -401,15 +401,13 @@ class Services:
         (a unit this trial did not restart, after a trial that passed) not the one the last trial
         left. A first or retried trial takes what runs (every unit's env is verified then)."""
         label = self.deployment.hosts[unit[0]].host.label
-        if now.main_pid is None:
+        if not now.running:
             return f"{label}: unit {unit[1]} is not running (it died or was stopped since orch started it)"
         before = self.known_ids.get(unit)
         if ctx.check_all or unit in ctx.restarted or before is None or before == now:
             return None
-        return (
-            f"{label}: unit {unit[1]} changed process since the last trial "
-            f"(pid {before.main_pid} -> {now.main_pid}) though orch did not restart it"
-        )
+        change = _change(before, now)
+        return f"{label}: unit {unit[1]} changed process since the last trial ({change}) though orch did not restart it"
 
     def identity_beside_repro(self, ctx: TrialContext) -> Future[None] | None:
         """Check, while the repro runs, that each role's health ports are served by its own
@@ -491,17 +489,10 @@ class Services:
 
     def _same_process(self, role: str, unit: str, before: UnitId, after: UnitId | None) -> None:
         label = self.deployment.hosts[role].host.label
-        if after is None or after.main_pid is None:
+        if after is None or not after.running:
             raise IdentityError(f"{label}: unit {unit} died during the repro ({before.describe()} is gone)")
-        if after.main_pid != before.main_pid:
-            raise IdentityError(
-                f"{label}: unit {unit} restarted during the repro (pid {before.main_pid} -> {after.main_pid})"
-            )
-        if after.invocation_id != before.invocation_id:
-            raise IdentityError(
-                f"{label}: unit {unit} restarted during the repro "
-                f"(invocation {before.invocation_id} -> {after.invocation_id})"
-            )
+        if after.main_pid != before.main_pid or after.invocation_id != before.invocation_id:
+            raise IdentityError(f"{label}: unit {unit} restarted during the repro ({_change(before, after)})")
 
     @staticmethod
     def _ids_with_logs(logs: Future[CollectedLogs] | None, key: str) -> dict[str, UnitId] | None:
@@ -929,6 +920,14 @@ def alive_checker(h: HostHandle, since: float, stopping: threading.Event) -> Cal
             h.services.check_alive(unit, since)
 
     return check
+
+
+def _change(before: UnitId, after: UnitId) -> str:
+    """How a unit's process changed, in words: its main pid, or (the same pid, or a unit with no
+    main pid) its systemd invocation."""
+    if after.main_pid != before.main_pid and (before.main_pid or after.main_pid):
+        return f"pid {before.main_pid or 'none'} -> {after.main_pid or 'none'}"
+    return f"invocation {before.invocation_id} -> {after.invocation_id}"
 
 
 def env_mismatch(h: HostHandle, unit: str, assignments: Mapping[str, str | None], redactor: Redactor) -> str | None:

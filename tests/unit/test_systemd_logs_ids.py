@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 from fakes import FakeTransport, Reply
 
-from orchestrator.edges.identity import UnitId
+from orchestrator.edges.identity import UNIT_PROPS, UnitId
 from orchestrator.edges.services.systemd import SystemdManager
 from orchestrator.errors import CommandFailed, ServiceError
 
@@ -29,7 +29,7 @@ def scripted(show: str, logs: Sequence[str], exit_code: int = 0) -> tuple[FakeTr
         assert len(set(markers)) == 1 and len(markers) <= len(logs), text
         return Reply(exit_code, "".join(f"{log}{markers[0]}\n" for log in logs[: len(markers)]) + show)
 
-    t.script(re.compile(r"systemctl show -p MainPID,InvocationID,ActiveState -- "), answer)
+    t.script(re.compile(rf"systemctl show -p {re.escape(UNIT_PROPS)} -- "), answer)
     return t, SystemdManager(t, "decode")
 
 

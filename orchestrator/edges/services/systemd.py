@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
-from orchestrator.edges.identity import PortScan, UnitId, parse_units, scan
+from orchestrator.edges.identity import UNIT_PROPS, PortScan, UnitId, parse_units, scan
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result, Transport
 from orchestrator.errors import CommandFailed, ServiceError
@@ -67,9 +67,22 @@ MAX_PROCS = 64  # environ(): how many processes of a unit's tree to look at, at 
 # proc|PID|base64(comm)|base64(environ)|CHILD CHILD ...|base64(exe)   (noaccess|PID when unreadable)
 # exe (the executable's path): a script run through its shebang has the script's name as comm
 # ("start-decode") but its interpreter as exe (/usr/bin/bash), and is a wrapper all the same.
+# A unit systemd knows no MainPID of (Type=forking with GuessMainPID=no, a oneshot that left its
+# server running) stands for its oldest process: the lowest pid of its cgroup (cgroup.procs,
+# under the v2, hybrid or v1 name=systemd mount).
 _TREE_SCRIPT = r"""
-u=$1; lim=$2
-m=$(systemctl show -p MainPID --value -- "$u") || exit 3
+u=$1; lim=$2; m=0; g=""
+s=$(systemctl show -p MainPID,ControlGroup -- "$u") || exit 3
+while IFS='=' read -r k v; do case $k in MainPID) m=$v;; ControlGroup) g=$v;; esac; done <<EOF
+$s
+EOF
+if [ "${m:-0}" = 0 ] && [ -n "$g" ] && [ "$g" != / ]; then
+  for f in /sys/fs/cgroup /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do
+    [ -r "$f$g/cgroup.procs" ] || continue
+    while read -r p; do if [ "$m" = 0 ] || [ "$p" -lt "$m" ]; then m=$p; fi; done < "$f$g/cgroup.procs"
+    break
+  done
+fi
 echo "main|$m"
 [ "${m:-0}" -gt 0 ] 2>/dev/null || exit 0
 q=$m; n=0
@@ -223,7 +236,7 @@ class SystemdManager:
         marker = f"--orch-{secrets.token_hex(16)}--"
         journals = "; ".join(f"{_journal_command(unit, since, max_bytes)}; echo {marker}" for unit in units)
         q = " ".join(shlex.quote(u) for u in units)
-        show = f"s=$(systemctl show -p MainPID,InvocationID,ActiveState -- {q}) || {{ wait; exit 3; }}"
+        show = f"s=$(systemctl show -p {UNIT_PROPS} -- {q}) || {{ wait; exit 3; }}"
         out = self._run(f"( {journals} ) & {show}; wait; printf '%s\\n' \"$s\"", check=True).stdout
         *logs, ids = out.split(f"{marker}\n")
         if len(logs) != len(units):
@@ -232,10 +245,11 @@ class SystemdManager:
         return {u: _whole_lines(text, max_bytes) for u, text in zip(units, logs, strict=True)}, parse_units(ids, units)
 
     def environ(self, unit: str) -> dict[str, str] | None:
-        """The live server's environment, from /proc/PID/environ. MainPID is followed down
-        through wrapper processes that stay alive (a shell that does not `exec`, sudo,
-        timeout, tini...) to its deepest wrapped child, the first child at each level: that
-        is the process that got what the wrapper sourced. None if the unit has no process."""
+        """The live server's environment, from /proc/PID/environ. MainPID (without one: the
+        unit's oldest process in its cgroup) is followed down through wrapper processes that
+        stay alive (a shell that does not `exec`, sudo, timeout, tini...) to its deepest wrapped
+        child, the first child at each level: that is the process that got what the wrapper
+        sourced. None if the unit has no process."""
         res = self._run(["sh", "-c", _TREE_SCRIPT, "orch-environ", unit, str(MAX_PROCS)], check=True)
         main, procs, denied = parse_tree(res.stdout)
         if main is None or main <= 0:
@@ -253,8 +267,8 @@ class SystemdManager:
 
     # ---------------------------------------------------------------- identity
     def unit_ids(self, units: Sequence[str]) -> dict[str, UnitId]:
-        """MainPID and InvocationID (new at every start) of each unit, in one `systemctl show`."""
-        res = self._run(["systemctl", "show", "-p", "MainPID,InvocationID,ActiveState", "--", *units], check=True)
+        """MainPID, InvocationID (new at every start) and cgroup of each unit, in one `systemctl show`."""
+        res = self._run(["systemctl", "show", "-p", UNIT_PROPS, "--", *units], check=True)
         return parse_units(res.stdout, units)
 
     def port_scan(self, ports: Sequence[int], units: Sequence[str]) -> tuple[PortScan, dict[str, UnitId]]:
