@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
@@ -49,17 +49,19 @@ class LocalTransport:
         check: bool = True,
         sudo: bool = False,
         stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Result:
         """A sequence runs without a shell; a string runs through /bin/sh -c. `stop` set kills its
-        process group and raises CommandInterrupted (with the output so far)."""
+        process group and raises CommandInterrupted (with the output so far). `env` is added to
+        orch's environment for it."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv)
         if stop is not None and stop.is_set():
             raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
         if sudo:
-            argv = self._sudo(argv)
+            argv = self._sudo(argv if not env else ["env", *(f"{k}={v}" for k, v in env.items()), *argv])
         started = time.monotonic()
-        code, out, err = self._spawn(argv, text, timeout, stop)
+        code, out, err = self._spawn(argv, text, timeout, stop, None if env is None else {**os.environ, **env})
         result = Result(self.host, text, code, _decode(out), _decode(err), time.monotonic() - started)
         if check and not result.ok:
             raise CommandFailed(self.host, text, code, result.stdout, result.stderr)
@@ -73,14 +75,19 @@ class LocalTransport:
         return ["sudo", "-n", "--", *argv]
 
     def _spawn(
-        self, argv: list[str], text: str, timeout: float | None, stop: threading.Event | None = None
+        self,
+        argv: list[str],
+        text: str,
+        timeout: float | None,
+        stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, bytes]:
         proc: subprocess.Popen[bytes] | None = None
         pipes: _Pipes | None = None
         started = time.monotonic()
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
-                proc = self._popen(argv, text)
+                proc = self._popen(argv, text, env)
             if proc is None:  # what a shell (and an SSH host) reports for a missing program
                 return 127, b"", f"{argv[0]}: command not found ({os.strerror(errno.ENOENT)})".encode()
             pipes = _Pipes(proc)
@@ -106,11 +113,12 @@ class LocalTransport:
             if pipes is not None:
                 pipes.close()
 
-    def _popen(self, argv: list[str], text: str) -> subprocess.Popen[bytes] | None:
+    def _popen(self, argv: list[str], text: str, env: Mapping[str, str] | None) -> subprocess.Popen[bytes] | None:
         """The started command; None when its program does not exist."""
         try:
             return subprocess.Popen(
                 argv,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

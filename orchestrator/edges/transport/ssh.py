@@ -42,7 +42,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import NoReturn, Sequence
+from typing import Mapping, NoReturn, Sequence
 
 import paramiko
 from fabric import Config, Connection
@@ -253,15 +253,17 @@ class SshTransport:
         check: bool = True,
         sudo: bool = False,
         stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Result:
         """Run a command; a timeout kills it on the host and raises CommandTimedOut (with the output so far).
         `stop` set (or Ctrl-C/SIGTERM in the main thread while it runs) kills its process group on the
-        host and raises CommandInterrupted (with the output so far); set before the call, nothing runs."""
+        host and raises CommandInterrupted (with the output so far); set before the call, nothing runs.
+        `env` is set by `env` on the host, inside sudo (whose env_reset would drop it)."""
         shown = command if isinstance(command, str) else shlex.join(command)
         as_root = sudo or self.use_sudo
         if stop is not None and stop.is_set():
             raise CommandInterrupted(Result(self.host, shown, -1, "", "", 0.0), host=self.label)
-        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None)
+        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None, env=env)
         raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES, stop=stop, sudo=as_root)
         self._raise_if_sudo_refused(raw, as_root)
         result = Result(
@@ -620,12 +622,20 @@ def _alive(conn: Connection) -> bool:
     return bool(transport is not None and transport.is_active())
 
 
-def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None, stoppable: bool = False) -> str:
+def command_line(
+    command: str | Sequence[str],
+    *,
+    sudo: bool,
+    timeout: float | None,
+    stoppable: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """The exact line sent to the host. A sequence is quoted word by word; a string is kept
-    for the login shell, or handed to "$SHELL" -c (quoted) when sudo or timeout wrap it.
+    for the login shell, or handed to "$SHELL" -c (quoted) when sudo, timeout or env wrap it.
     sudo is outermost so that `timeout` (running as root) can also kill a root command.
     stoppable: the line prints `orch-pid PID` first and runs under `timeout` (0: none) even
-    without a timeout, so that PID leads the process group SshTransport's cancel kills."""
+    without a timeout, so that PID leads the process group SshTransport's cancel kills.
+    env: `env NAME=VALUE...` innermost, so that sudo's env_reset cannot drop it."""
     if not isinstance(command, str) and not command:
         raise ValueError("empty command")
     prefix: list[str] = []
@@ -636,11 +646,23 @@ def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | N
     if timeout is not None or stoppable:
         duration = "0" if timeout is None else f"{max(timeout, 0.001):.3f}"  # coreutils: 0 is no timeout
         prefix += ["timeout", "-k", f"{KILL_GRACE_S:g}", duration]
+    if env:
+        prefix += ["env", *(_assignment(name, value) for name, value in env.items())]
     if not isinstance(command, str):
         return shlex.join([*prefix, *command])
     if not prefix:
         return command
     return f'{shlex.join(prefix)} "${{SHELL:-/bin/sh}}" -c {shlex.quote(command)}'
+
+
+def _assignment(name: str, value: str) -> str:
+    """`NAME=VALUE` for env(1): a name env would read as a command or an option is refused."""
+    if not _ENV_NAME.fullmatch(name) or "\0" in value:
+        raise ValueError(f"not an environment variable: {name!r}")
+    return f"{name}={value}"
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def connect_error_message(exc: BaseException, t: SshTransport) -> str:
