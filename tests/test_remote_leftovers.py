@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -270,3 +271,23 @@ def test_the_local_transport_gives_the_command_its_env_and_keeps_its_text() -> N
     res = LocalTransport("decode").run('echo "$ORCH_REPRO_MARK"', env={MARK_VAR: "0123456789abcdef"})
     assert (res.stdout, res.command) == ("0123456789abcdef\n", 'echo "$ORCH_REPRO_MARK"')
     assert MARK_VAR not in os.environ
+
+
+@pytest.mark.process
+def test_a_repro_whose_child_holds_its_output_returns_when_it_exits() -> None:
+    """`setsid sleep &` without a redirection keeps the repro's stdout open after the repro exited:
+    the transport waited for EOF until the timeout (then called the repro timed out), and the
+    child lived on. Now the repro's own exit ends the wait, and the check stops the child."""
+    mark = leftovers.new_mark()
+    local = LocalTransport("decode")
+    t0 = time.monotonic()
+    try:
+        res = local.run(
+            "setsid sleep 1000.125 & echo done", timeout=5, check=False, stop=threading.Event(), env={MARK_VAR: mark}
+        )
+        took = time.monotonic() - t0
+    finally:
+        left = stop_marked(local, mark, settle_s=0.0, grace_s=1.0)
+    assert (res.exit_code, res.stdout) == (0, "done\n")
+    assert took < 2, f"the repro's exit was noticed after {took:.2f} s"
+    assert len(left) == 1 and left[0].endswith("(sleep 1000.125)"), left

@@ -33,6 +33,7 @@ MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero mu
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream; a runaway command cannot exhaust memory
 KILL_GRACE_S = 2.0
+EXITED_DRAIN_S = 0.5  # a stoppable command's output after it exited (see _finish)
 
 
 class LocalTransport:
@@ -289,12 +290,20 @@ def _finish(
 ) -> tuple[int, bytes, bytes]:
     """Exit code and output of a command that ends by `deadline` (subprocess.TimeoutExpired if
     not): its output first, then its exit, as communicate() did, within the one deadline. With
-    `stop`, the reading pauses every STOP_POLL_S to look at it (_Stopped once it is set)."""
+    `stop` (a repro), the reading pauses every STOP_POLL_S to look at it (_Stopped once it is set),
+    and ends EXITED_DRAIN_S after the command exited even if its pipes stay open, as the SSH
+    transport's does: a child it left holding them (`setsid loadgen &`) is the leftover check's,
+    not a reason to wait until the timeout."""
+    exited_at: float | None = None
     while True:
         if stop is not None and stop.is_set():
             raise _Stopped
         step = deadline if stop is None else min(deadline or float("inf"), time.monotonic() + STOP_POLL_S)
         if pipes.read_until(step):
+            break
+        if stop is not None and exited_at is None and proc.poll() is not None:
+            exited_at = time.monotonic()
+        if exited_at is not None and time.monotonic() - exited_at >= EXITED_DRAIN_S:
             break
         if deadline is not None and time.monotonic() >= deadline:
             raise subprocess.TimeoutExpired(proc.args, 0.0)

@@ -87,6 +87,9 @@ _ANNOUNCE = 'echo "orch-pid $$"; exec "$@"'
 _PID_LINE = re.compile(rb"(?:^|\n)(orch-pid ([0-9]+)\n)")
 PID_SCAN_BYTES = 4096  # the pid line comes first (after anything a login script printed)
 PID_WAIT_S = 1.0  # a stop before the pid line arrived: how long to wait for it
+# A stoppable command's output after its exit status arrived: what sshd still had in the pipe comes
+# within milliseconds; a process it left holding the channel open is not waited for (_Output).
+EXITED_DRAIN_S = 0.5
 # Its cancel, a second exec. $1 = the pid (and pgid), $2 = the grace in 50 ms steps. TERM goes to the
 # pid too: for the moment between `echo` and `exec timeout` it is not a group leader yet. KILL goes
 # to the group only (the pid alone may be reused once the group is gone). Exit 1: it outlived KILL.
@@ -783,17 +786,30 @@ class _Stopped(Exception):
 
 class _Output:
     """A command's stdout and stderr as they arrive, each keeping its tail beyond max_output.
-    With pid_line, the `orch-pid N` line of a stoppable command is taken out of stdout as it comes."""
+    With pid_line (a stoppable command: the repro), the `orch-pid N` line is taken out of stdout as
+    it comes, and the output ends EXITED_DRAIN_S after the command's exit status arrived even if
+    the channel stays open: sshd sends EOF only once every process holding the command's stdout
+    or stderr closed it, so a child it left running with them (`setsid loadgen &`, measured on the
+    testbed: exit status after 11 ms, EOF when the child died) held orch until the timeout and its
+    backstop, to fail as a hung host. That child is found and stopped by the leftover check that
+    follows the repro (edges.remote_leftovers)."""
 
     def __init__(self, chan: paramiko.Channel, max_output: int | None, *, pid_line: bool = False) -> None:
         self.chan, self.max_output = chan, max_output
         self.out, self.err = bytearray(), bytearray()
         self.pid: int | None = None
         self._want_pid = pid_line
+        self._exited_at: float | None = None if pid_line else float("inf")  # inf: wait for EOF
 
     @property
     def finished(self) -> bool:
-        return bool(self.chan.closed or self.chan.eof_received)
+        return bool(self.chan.closed or self.chan.eof_received) or self._drained()
+
+    def _drained(self) -> bool:
+        """Has the command's exit status been here EXITED_DRAIN_S (its output is all in by then)?"""
+        if self._exited_at is None and self.chan.exit_status_ready():
+            self._exited_at = time.monotonic()
+        return self._exited_at is not None and time.monotonic() - self._exited_at >= EXITED_DRAIN_S
 
     def read(self, deadline: float | None, stop: threading.Event | None = None, *, until_pid: bool = False) -> bool:
         """Read until EOF/close (True); False as soon as `stop` is set, or (until_pid) the pid
