@@ -15,13 +15,13 @@ import os
 import re
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakes import FakeBed, FakeTransport, FakeUnit, Reply, Role, flag, make_bed, make_plan, remote_repro, runner_for
+from helpers.held_output import assert_returns_at_exit
 
 from orchestrator.edges import leftovers, remote_leftovers
 from orchestrator.edges.leftovers import MARK_VAR, MAX_SHOWN_CHARS
@@ -278,16 +278,4 @@ def test_a_repro_whose_child_holds_its_output_returns_when_it_exits() -> None:
     """`setsid sleep &` without a redirection keeps the repro's stdout open after the repro exited:
     the transport waited for EOF until the timeout (then called the repro timed out), and the
     child lived on. Now the repro's own exit ends the wait, and the check stops the child."""
-    mark = leftovers.new_mark()
-    local = LocalTransport("decode")
-    t0 = time.monotonic()
-    try:
-        res = local.run(
-            "setsid sleep 1000.125 & echo done", timeout=5, check=False, stop=threading.Event(), env={MARK_VAR: mark}
-        )
-        took = time.monotonic() - t0
-    finally:
-        left = stop_marked(local, mark, settle_s=0.0, grace_s=1.0)
-    assert (res.exit_code, res.stdout) == (0, "done\n")
-    assert took < 2, f"the repro's exit was noticed after {took:.2f} s"
-    assert len(left) == 1 and left[0].endswith("(sleep 1000.125)"), left
+    assert_returns_at_exit(LocalTransport("decode"), "1000.125", timeout=5, within_s=2)

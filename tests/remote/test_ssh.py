@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.held_output import assert_returns_at_exit
 from testbed.fixture import Testbed
 from testbed.helpers import transport, wait_for
 
@@ -200,18 +201,7 @@ def test_a_remote_repro_whose_child_holds_its_output_returns_when_it_exits(decod
     """sshd sends EOF once every holder of the command's stdout closed it: a child left running with
     it (`setsid sleep &`, no redirection) held the repro until its timeout and the backstop, then
     "no answer (host hung?)". The exit status arrives at once: the repro's own exit ends the wait."""
-    mark = leftovers.new_mark()
-    t0 = time.monotonic()
-    try:
-        res = decode.run(
-            "setsid sleep 300.375 & echo done", timeout=2, check=False, stop=threading.Event(), env={MARK_VAR: mark}
-        )
-        took = time.monotonic() - t0
-    finally:
-        left = stop_marked(decode, mark, settle_s=0.0, grace_s=1.0)
-    assert (res.exit_code, res.stdout) == (0, "done\n")
-    assert took < 1.5, f"the repro's exit was noticed after {took:.2f} s"
-    assert len(left) == 1 and left[0].endswith("(sleep 300.375)"), left
+    assert_returns_at_exit(decode, "300.375", timeout=2, within_s=1.5)
 
 
 def test_a_stop_set_before_the_call_runs_nothing(decode: SshTransport, scratch: str) -> None:
