@@ -48,6 +48,7 @@ from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId
 from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
+from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
@@ -103,6 +104,7 @@ class Call:
     target: str  # the command text, the path or the unit
     seq: int = field(default_factory=lambda: next(_sequence))
     stop: threading.Event | None = field(default=None, compare=False)  # run: the Event it was given
+    env: Mapping[str, str] | None = field(default=None, compare=False)  # run: the variables it was given
 
 
 DEFAULT_MODE = (0o644, 0, 0)  # a file a write creates: mode (root's umask 022), uid, gid
@@ -149,7 +151,9 @@ class FakeTransport:
 
     def allow_file_commands(self) -> None:
         """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`, the
-        lock's exclusive create and takeover), acting on the in-memory files. Everything else stays refused."""
+        lock's exclusive create and takeover), acting on the in-memory files, and the look for what a
+        repro run on the host left running (nothing: script LEFT_SCRIPT again to leave something).
+        Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
         self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and self.resolve(argv[-1]) in self.files else 1))
@@ -161,6 +165,7 @@ class FakeTransport:
         self.script(("sh", "-c", LOCK_READ), self._read_lock)
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
         self.script(("sh", "-c", SET_ASIDE), self._set_aside)
+        self.script(("sh", "-c", LEFT_SCRIPT), Reply())
 
     def set_mode(self, path: str, mode: int, owner: str = "root:root") -> None:
         """Give a file a mode and an owner ("user:group", names from IDS), as chmod and chown would."""
@@ -190,14 +195,15 @@ class FakeTransport:
         check: bool = True,
         sudo: bool = False,
         stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Result:
         argv = None if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv or [])
         if stop is not None and stop.is_set():  # as the real transports: nothing runs
             with self._lock:
-                self.calls.append(Call("run", text, stop=stop))
+                self.calls.append(Call("run", text, stop=stop, env=env))
             raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
-        reply = self._answer(text, argv, stop)
+        reply = self._answer(text, argv, stop, env)
         if reply.until_stopped:
             if stop is None:
                 raise AssertionError(f"{self.host}: `{text}` waits for a stop Event, but was run without one")
@@ -266,9 +272,15 @@ class FakeTransport:
             self.closed = True
 
     # ---------------------------------------------------------------- internals
-    def _answer(self, text: str, argv: Sequence[str] | None, stop: threading.Event | None = None) -> Reply:
+    def _answer(
+        self,
+        text: str,
+        argv: Sequence[str] | None,
+        stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Reply:
         with self._lock:
-            self.calls.append(Call("run", text, stop=stop))
+            self.calls.append(Call("run", text, stop=stop, env=env))
             script = next((s for s in self._scripts if s.matches(text, argv)), None)
             if script is None:
                 self.refused.append(text)

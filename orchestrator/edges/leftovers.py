@@ -43,10 +43,22 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-__all__ = ["MARK_VAR", "Marked", "describe", "marked_env", "new_mark", "new_pids", "settle", "stop"]
+__all__ = [
+    "MARK_VAR",
+    "Marked",
+    "describe",
+    "marked_env",
+    "new_mark",
+    "new_pids",
+    "settle",
+    "shown",
+    "stop",
+    "survivors_shown",
+]
 
 MARK_VAR = "ORCH_REPRO_MARK"
 MAX_SHOWN_CHARS = 160  # of a leftover's command line in a message
+CMDLINE_BYTES = 4 * MAX_SHOWN_CHARS  # read of a leftover's /proc/PID/cmdline (UTF-8: up to 4 bytes a char)
 KILL_ROUNDS = 3  # KILL, look again (what was forked meanwhile), KILL again
 _RESERVED_PIDS = 300  # Linux never hands out a pid below this once it wrapped
 _POLL_S = 0.01
@@ -126,13 +138,24 @@ def describe(pid: int) -> str:
     """``pid N (command line)``, the command line shortened (it may be gone already: then none)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            raw = f.read(4 * MAX_SHOWN_CHARS)
+            raw = f.read(CMDLINE_BYTES)
     except OSError:
         raw = b""
-    command = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")
+    return shown(pid, raw)
+
+
+def shown(pid: int, cmdline: bytes) -> str:
+    """``pid N (command line)`` from /proc/N/cmdline's bytes, shortened (PURE: a leftover on a host
+    is named as one on the controller, edges.remote_leftovers)."""
+    command = cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")
     if len(command) > MAX_SHOWN_CHARS:
         command = command[: MAX_SHOWN_CHARS - 3] + "..."
     return f"pid {pid} ({command or '?'})"
+
+
+def survivors_shown(pids: Iterable[int]) -> str:
+    """The line that names what outlived SIGKILL (another user's: orch may not signal it)."""
+    return f"still running, could not be stopped: pid {', '.join(map(str, pids))}"
 
 
 def settle(find: Callable[[], list[int]], seconds: float) -> list[int]:

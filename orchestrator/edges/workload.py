@@ -516,7 +516,7 @@ def _stop_leftovers(pgid: int, marked: Marked, settle_s: float = SETTLE_S) -> li
     shown = [leftovers.describe(pid) for pid in left]
     survivors = leftovers.stop(left, find, lambda pid: marked.carries(pid) or _in_group(pid, pgid), KILL_GRACE_S)
     if survivors:  # another user's (a setuid child): orch may not signal it
-        shown.append(f"still running, could not be stopped: pid {', '.join(map(str, survivors))}")
+        shown.append(leftovers.survivors_shown(survivors))
     return shown
 
 

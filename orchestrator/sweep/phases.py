@@ -42,13 +42,17 @@ from orchestrator.core.redact import Redactor
 from orchestrator.core.serverconf import VerifyRule
 from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
+from orchestrator.edges import leftovers
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all
 from orchestrator.edges.httpread import get_json
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Started, Telemetry
+from orchestrator.edges.remote_leftovers import stop_marked
 from orchestrator.edges.reported import check_reported, rules_by_role
 from orchestrator.edges.workload import (
+    KILL_GRACE_S,
+    SETTLE_S,
     check_metric_rules,
     check_output_rules,
     count_matching_lines,
@@ -574,23 +578,36 @@ class Repro:
         return ReproOutcome(**{**outcome.model_dump(), **paths})
 
     def _run_remote(self, role: str, command: str, timeout: float, out: Path, err: Path) -> ReproOutcome:
+        """The repro on `role`'s host, marked as one on the controller is (edges.leftovers); once it
+        ended, what still carries its mark there is named and stopped in one more round trip
+        (edges.remote_leftovers), also after a timeout or an interrupt, so nothing it started
+        outlives its trial."""
         h = self.deployment.hosts[self.deployment.testbed.first(role).key]  # a role of several hosts: its first
+        mark = leftovers.new_mark()
         t0 = time.time()
         try:
-            res = h.transport.run(command, timeout=timeout, check=False, stop=self.stopping)
+            res = h.transport.run(
+                command, timeout=timeout, check=False, stop=self.stopping, env={leftovers.MARK_VAR: mark}
+            )
             code: int | None = res.exit_code
             stdout, stderr = res.stdout, res.stderr
         except CommandInterrupted as exc:  # Ctrl-C/SIGTERM: killed on the host, as a local repro is killed
             _write(out, exc.result.stdout)
             _write(err, exc.result.stderr)
+            _stop_left_after(exc, h, mark)
             raise
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
+        except (OrchError, KeyboardInterrupt) as exc:  # a host that stopped answering, a Ctrl-C
+            _stop_left_after(exc, h, mark)
+            raise
+        duration_s = round(time.time() - t0, 4)
         _write(out, stdout)
         _write(err, stderr)
+        left = stop_marked(h.transport, mark, settle_s=SETTLE_S, grace_s=KILL_GRACE_S)
         return ReproOutcome(
-            command=command, exit_code=code, duration_s=round(time.time() - t0, 4), stdout_tail=stdout[-4096:]
+            command=command, exit_code=code, duration_s=duration_s, stdout_tail=stdout[-4096:], left_behind=left
         )
 
     def warm_up(self, step: Step, trial: TrialDir, on_spawn: Callable[[], None] | None = None) -> ReproOutcome | None:
@@ -956,6 +973,16 @@ def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -
         role: {k: "<unset>" if v is None else redactor.value(k, str(v)) for k, v in a.items()}
         for role, a in env.items()
     }
+
+
+def _stop_left_after(exc: BaseException, h: HostHandle, mark: str) -> None:
+    """Stop, at once, what a remote repro that ended in `exc` (re-raised by the caller) left
+    running, as a local repro's leftovers are stopped when it is interrupted; a check that fails
+    is a note on `exc`, never an error hiding it."""
+    try:
+        stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S)
+    except OrchError as failed:
+        exc.add_note(f"{failed} (what the repro started may still run there)")
 
 
 MAX_LEFT_SHOWN = 5  # leftovers a failure message names (the record's repro.left_behind has them all)

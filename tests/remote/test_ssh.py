@@ -4,6 +4,7 @@ writes, injection, timeouts, reconnects, and every connection error as one line 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -12,9 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.held_output import assert_returns_at_exit
 from testbed.fixture import Testbed
 from testbed.helpers import transport, wait_for
 
+from orchestrator.edges import leftovers
+from orchestrator.edges.leftovers import MARK_VAR
+from orchestrator.edges.remote_leftovers import stop_marked
 from orchestrator.edges.transport.ssh import SshTransport
 from orchestrator.errors import CommandFailed, CommandInterrupted, CommandTimedOut, TransportError
 from orchestrator.sweep.signals import signals_as_interrupt
@@ -165,6 +170,38 @@ def test_sigterm_in_the_main_thread_kills_the_remote_process_group(testbed: Test
     assert time.monotonic() - t0 < 4 and stop.is_set()
     assert exc.value.result.stdout == "partial\n" and "SIGTERM" in str(exc.value.__cause__)
     assert testbed.ssh("decode", "pgrep -f 'sleep 300[.]75'", check=False).returncode == 1
+
+
+def test_a_remote_repros_setsid_child_outlives_its_timeout_and_is_found_by_its_mark(
+    testbed: Testbed, decode: SshTransport
+) -> None:
+    """At a timeout, `timeout` on the host kills the repro's process group; a child that left it
+    (setsid) lives on. The mark given as `env` reaches it through sshd and the login shell, and
+    the leftover check (edges.remote_leftovers), one more exec, names and stops it."""
+    mark = leftovers.new_mark()
+    with pytest.raises(CommandTimedOut):
+        decode.run(
+            "setsid sleep 300.125 >/dev/null 2>&1 </dev/null & sleep 30",
+            timeout=0.5,
+            stop=threading.Event(),
+            env={MARK_VAR: mark},
+        )
+    assert testbed.ssh("decode", "pgrep -f 'sleep 300[.]125'", check=False).returncode == 0  # the group kill missed it
+    t0 = time.monotonic()
+    left = stop_marked(decode, mark, settle_s=0.2, grace_s=1.0)
+    took = time.monotonic() - t0
+    assert len(left) == 1 and re.fullmatch(r"pid [0-9]+ \(sleep 300\.125\)", left[0]), left
+    assert testbed.ssh("decode", "pgrep -f 'sleep 300[.]125'", check=False).returncode == 1, "still running"
+    t1 = time.monotonic()
+    assert stop_marked(decode, mark, settle_s=0.5, grace_s=2.0) == []  # nothing left: one quick round trip
+    assert took < 3 and time.monotonic() - t1 < 0.5, (took, time.monotonic() - t1)
+
+
+def test_a_remote_repro_whose_child_holds_its_output_returns_when_it_exits(decode: SshTransport) -> None:
+    """sshd sends EOF once every holder of the command's stdout closed it: a child left running with
+    it (`setsid sleep &`, no redirection) held the repro until its timeout and the backstop, then
+    "no answer (host hung?)". The exit status arrives at once: the repro's own exit ends the wait."""
+    assert_returns_at_exit(decode, "300.375", timeout=2, within_s=1.5)
 
 
 def test_a_stop_set_before_the_call_runs_nothing(decode: SshTransport, scratch: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 # how often a command's wait looks at its stop Event: a command run by a parallel testbed's runner
 # thread, which no signal reaches, is stopped this soon after Ctrl-C/SIGTERM in the main thread
@@ -58,9 +58,13 @@ class Transport(Protocol):
         check: bool = True,
         sudo: bool = False,
         stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Result:
         """Run a command. A sequence is quoted argument by argument (never through a shell
         unquoted); a string is run by the host's shell. check=True raises CommandFailed.
+
+        `env`: variables added to the command's environment (the repro's leftover mark,
+        edges.leftovers), set for it alone: the command text stays the user's (journal, matching).
 
         `stop` (the runner's Ctrl-C/SIGTERM Event), looked at every STOP_POLL_S: once it is set the
         command and every process it started are killed on the host (TERM, KILL after a grace) and

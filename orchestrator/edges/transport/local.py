@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
@@ -33,6 +33,7 @@ MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero mu
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream; a runaway command cannot exhaust memory
 KILL_GRACE_S = 2.0
+EXITED_DRAIN_S = 0.5  # a stoppable command's output after it exited (see _finish)
 
 
 class LocalTransport:
@@ -49,17 +50,19 @@ class LocalTransport:
         check: bool = True,
         sudo: bool = False,
         stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Result:
         """A sequence runs without a shell; a string runs through /bin/sh -c. `stop` set kills its
-        process group and raises CommandInterrupted (with the output so far)."""
+        process group and raises CommandInterrupted (with the output so far). `env` is added to
+        orch's environment for it."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv)
         if stop is not None and stop.is_set():
             raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
         if sudo:
-            argv = self._sudo(argv)
+            argv = self._sudo(argv if not env else ["env", *(f"{k}={v}" for k, v in env.items()), *argv])
         started = time.monotonic()
-        code, out, err = self._spawn(argv, text, timeout, stop)
+        code, out, err = self._spawn(argv, text, timeout, stop, None if env is None else {**os.environ, **env})
         result = Result(self.host, text, code, _decode(out), _decode(err), time.monotonic() - started)
         if check and not result.ok:
             raise CommandFailed(self.host, text, code, result.stdout, result.stderr)
@@ -73,14 +76,19 @@ class LocalTransport:
         return ["sudo", "-n", "--", *argv]
 
     def _spawn(
-        self, argv: list[str], text: str, timeout: float | None, stop: threading.Event | None = None
+        self,
+        argv: list[str],
+        text: str,
+        timeout: float | None,
+        stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[int, bytes, bytes]:
         proc: subprocess.Popen[bytes] | None = None
         pipes: _Pipes | None = None
         started = time.monotonic()
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
-                proc = self._popen(argv, text)
+                proc = self._popen(argv, text, env)
             if proc is None:  # what a shell (and an SSH host) reports for a missing program
                 return 127, b"", f"{argv[0]}: command not found ({os.strerror(errno.ENOENT)})".encode()
             pipes = _Pipes(proc)
@@ -106,11 +114,12 @@ class LocalTransport:
             if pipes is not None:
                 pipes.close()
 
-    def _popen(self, argv: list[str], text: str) -> subprocess.Popen[bytes] | None:
+    def _popen(self, argv: list[str], text: str, env: Mapping[str, str] | None) -> subprocess.Popen[bytes] | None:
         """The started command; None when its program does not exist."""
         try:
             return subprocess.Popen(
                 argv,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -281,12 +290,20 @@ def _finish(
 ) -> tuple[int, bytes, bytes]:
     """Exit code and output of a command that ends by `deadline` (subprocess.TimeoutExpired if
     not): its output first, then its exit, as communicate() did, within the one deadline. With
-    `stop`, the reading pauses every STOP_POLL_S to look at it (_Stopped once it is set)."""
+    `stop` (a repro), the reading pauses every STOP_POLL_S to look at it (_Stopped once it is set),
+    and ends EXITED_DRAIN_S after the command exited even if its pipes stay open, as the SSH
+    transport's does: a child it left holding them (`setsid loadgen &`) is the leftover check's,
+    not a reason to wait until the timeout."""
+    exited_at: float | None = None
     while True:
         if stop is not None and stop.is_set():
             raise _Stopped
         step = deadline if stop is None else min(deadline or float("inf"), time.monotonic() + STOP_POLL_S)
         if pipes.read_until(step):
+            break
+        if stop is not None and exited_at is None and proc.poll() is not None:
+            exited_at = time.monotonic()
+        if exited_at is not None and time.monotonic() - exited_at >= EXITED_DRAIN_S:
             break
         if deadline is not None and time.monotonic() >= deadline:
             raise subprocess.TimeoutExpired(proc.args, 0.0)

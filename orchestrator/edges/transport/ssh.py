@@ -42,7 +42,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import NoReturn, Sequence
+from typing import Mapping, NoReturn, Sequence
 
 import paramiko
 from fabric import Config, Connection
@@ -87,6 +87,9 @@ _ANNOUNCE = 'echo "orch-pid $$"; exec "$@"'
 _PID_LINE = re.compile(rb"(?:^|\n)(orch-pid ([0-9]+)\n)")
 PID_SCAN_BYTES = 4096  # the pid line comes first (after anything a login script printed)
 PID_WAIT_S = 1.0  # a stop before the pid line arrived: how long to wait for it
+# A stoppable command's output after its exit status arrived: what sshd still had in the pipe comes
+# within milliseconds; a process it left holding the channel open is not waited for (_Output).
+EXITED_DRAIN_S = 0.5
 # Its cancel, a second exec. $1 = the pid (and pgid), $2 = the grace in 50 ms steps. TERM goes to the
 # pid too: for the moment between `echo` and `exec timeout` it is not a group leader yet. KILL goes
 # to the group only (the pid alone may be reused once the group is gone). Exit 1: it outlived KILL.
@@ -253,15 +256,17 @@ class SshTransport:
         check: bool = True,
         sudo: bool = False,
         stop: threading.Event | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> Result:
         """Run a command; a timeout kills it on the host and raises CommandTimedOut (with the output so far).
         `stop` set (or Ctrl-C/SIGTERM in the main thread while it runs) kills its process group on the
-        host and raises CommandInterrupted (with the output so far); set before the call, nothing runs."""
+        host and raises CommandInterrupted (with the output so far); set before the call, nothing runs.
+        `env` is set by `env` on the host, inside sudo (whose env_reset would drop it)."""
         shown = command if isinstance(command, str) else shlex.join(command)
         as_root = sudo or self.use_sudo
         if stop is not None and stop.is_set():
             raise CommandInterrupted(Result(self.host, shown, -1, "", "", 0.0), host=self.label)
-        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None)
+        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None, env=env)
         raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES, stop=stop, sudo=as_root)
         self._raise_if_sudo_refused(raw, as_root)
         result = Result(
@@ -620,12 +625,20 @@ def _alive(conn: Connection) -> bool:
     return bool(transport is not None and transport.is_active())
 
 
-def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | None, stoppable: bool = False) -> str:
+def command_line(
+    command: str | Sequence[str],
+    *,
+    sudo: bool,
+    timeout: float | None,
+    stoppable: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> str:
     """The exact line sent to the host. A sequence is quoted word by word; a string is kept
-    for the login shell, or handed to "$SHELL" -c (quoted) when sudo or timeout wrap it.
+    for the login shell, or handed to "$SHELL" -c (quoted) when sudo, timeout or env wrap it.
     sudo is outermost so that `timeout` (running as root) can also kill a root command.
     stoppable: the line prints `orch-pid PID` first and runs under `timeout` (0: none) even
-    without a timeout, so that PID leads the process group SshTransport's cancel kills."""
+    without a timeout, so that PID leads the process group SshTransport's cancel kills.
+    env: `env NAME=VALUE...` innermost, so that sudo's env_reset cannot drop it."""
     if not isinstance(command, str) and not command:
         raise ValueError("empty command")
     prefix: list[str] = []
@@ -636,11 +649,23 @@ def command_line(command: str | Sequence[str], *, sudo: bool, timeout: float | N
     if timeout is not None or stoppable:
         duration = "0" if timeout is None else f"{max(timeout, 0.001):.3f}"  # coreutils: 0 is no timeout
         prefix += ["timeout", "-k", f"{KILL_GRACE_S:g}", duration]
+    if env:
+        prefix += ["env", *(_assignment(name, value) for name, value in env.items())]
     if not isinstance(command, str):
         return shlex.join([*prefix, *command])
     if not prefix:
         return command
     return f'{shlex.join(prefix)} "${{SHELL:-/bin/sh}}" -c {shlex.quote(command)}'
+
+
+def _assignment(name: str, value: str) -> str:
+    """`NAME=VALUE` for env(1): a name env would read as a command or an option is refused."""
+    if not _ENV_NAME.fullmatch(name) or "\0" in value:
+        raise ValueError(f"not an environment variable: {name!r}")
+    return f"{name}={value}"
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def connect_error_message(exc: BaseException, t: SshTransport) -> str:
@@ -761,17 +786,30 @@ class _Stopped(Exception):
 
 class _Output:
     """A command's stdout and stderr as they arrive, each keeping its tail beyond max_output.
-    With pid_line, the `orch-pid N` line of a stoppable command is taken out of stdout as it comes."""
+    With pid_line (a stoppable command: the repro), the `orch-pid N` line is taken out of stdout as
+    it comes, and the output ends EXITED_DRAIN_S after the command's exit status arrived even if
+    the channel stays open: sshd sends EOF only once every process holding the command's stdout
+    or stderr closed it, so a child it left running with them (`setsid loadgen &`, measured on the
+    testbed: exit status after 11 ms, EOF when the child died) held orch until the timeout and its
+    backstop, to fail as a hung host. That child is found and stopped by the leftover check that
+    follows the repro (edges.remote_leftovers)."""
 
     def __init__(self, chan: paramiko.Channel, max_output: int | None, *, pid_line: bool = False) -> None:
         self.chan, self.max_output = chan, max_output
         self.out, self.err = bytearray(), bytearray()
         self.pid: int | None = None
         self._want_pid = pid_line
+        self._exited_at: float | None = None if pid_line else float("inf")  # inf: wait for EOF
 
     @property
     def finished(self) -> bool:
-        return bool(self.chan.closed or self.chan.eof_received)
+        return bool(self.chan.closed or self.chan.eof_received) or self._drained()
+
+    def _drained(self) -> bool:
+        """Has the command's exit status been here EXITED_DRAIN_S (its output is all in by then)?"""
+        if self._exited_at is None and self.chan.exit_status_ready():
+            self._exited_at = time.monotonic()
+        return self._exited_at is not None and time.monotonic() - self._exited_at >= EXITED_DRAIN_S
 
     def read(self, deadline: float | None, stop: threading.Event | None = None, *, until_pid: bool = False) -> bool:
         """Read until EOF/close (True); False as soon as `stop` is set, or (until_pid) the pid
