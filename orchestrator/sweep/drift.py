@@ -162,6 +162,27 @@ def describe(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | Non
     )
 
 
+def during_run(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | None, shape: Shape | None) -> str:
+    """Why the sweep stopped when a trial found a host's env file changed by someone else: where,
+    what was there, where it went, and why no trial runs after it."""
+    if kind == "relinked" and shape is not None:
+        now = relinked(where, env, entry, shape)
+    elif kind == "missing":
+        now = f"{where}: {env} was deleted during the run (nothing to keep; the original is written back)"
+    elif kind == "original":
+        now = f"{where}: {env} was put back to the original during the run (nothing to keep)"
+    elif kind == "link":
+        now = f"{where}: {env} was replaced by {found(kind, entry)} during the run; the link is kept as {kept}"
+    else:
+        now = f"{where}: {env} was changed during the run, not by orch; its content is kept in {kept} (mode 600)"
+    return (
+        f"{now}. The sweep stops: someone is working on this testbed, and trials from here on would not "
+        "measure the matrix's cells. Finished trials stay in the journal; the trial about to start wrote "
+        "nothing over the edit, restarted nothing and is not recorded (`orch resume` runs it and the rest "
+        "once the testbed is free again)"
+    )
+
+
 def relinked(where: str, env: str, entry: FileEntry, shape: Shape) -> str:
     """Why a host whose env file was a symlink when the run began is left unrestored."""
     now = found("relinked", entry)
