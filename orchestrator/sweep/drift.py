@@ -162,7 +162,9 @@ def describe(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | Non
     )
 
 
-def during_run(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | None, shape: Shape | None) -> str:
+def during_run(
+    where: str, env: str, kind: Kind, entry: FileEntry, kept: str | None, shape: Shape | None, resume: str
+) -> str:
     """Why the sweep stopped when a trial found a host's env file changed by someone else: where,
     what was there, where it went, and why no trial runs after it."""
     if kind == "relinked" and shape is not None:
@@ -178,7 +180,7 @@ def during_run(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | N
     return (
         f"{now}. The sweep stops: someone is working on this testbed, and trials from here on would not "
         "measure the matrix's cells. Finished trials stay in the journal; the trial about to start wrote "
-        "nothing over the edit, restarted nothing and is not recorded (`orch resume` runs it and the rest "
+        f"nothing over the edit, restarted nothing and is not recorded (`{resume}` runs it and the rest "
         "once the testbed is free again)"
     )
 

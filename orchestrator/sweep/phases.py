@@ -144,6 +144,7 @@ class Services:
         self._cell_bytes: dict[tuple[str, frozenset[tuple[str, CellValue]]], bytes] = {}
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
         self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
+        self.resume = "orch resume RUN_DIR"  # the command that continues the run (the runner's, with its folder)
         # (host key, unit) -> its ids after the last trial's repro: a unit the next trial does not
         # restart must still run that process (read_ids)
         self.known_ids: dict[Unit, UnitId] = {}
@@ -211,7 +212,8 @@ class Services:
         h = self.deployment.hosts[role]
         kind, entry, kept = self.guard.keep_edit(role, kind, entry)
         shape = self.guard.states[role].shape
-        return EnvFileChanged(drift.during_run(h.host.label, h.host.env_file, kind, entry, kept, shape))
+        text = drift.during_run(h.host.label, h.host.env_file, kind, entry, kept, shape, self.resume)
+        return EnvFileChanged(text)
 
     def _restarts_alone(self, key: str) -> bool:
         """A changed host whose restart is one unit on it alone (no other node of its instance):

@@ -106,6 +106,7 @@ class Runner:
             deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress, self.cell_files
         )
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
+        self.services.resume = f"orch resume {self.run_dir}"
         self.repro = Repro(plan, deployment, self.run, self.guard, client, self.stopping)
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
         limit = options.stop_after_repeated_failures
