@@ -23,6 +23,9 @@ its units running a cell's env (the promise broken the other way) for an edit th
 anyway. `relinked` is the exception: orch writes an originally symlinked file through its link
 and will not guess where a replaced link should point, so that host is left unrestored with the
 command that finishes it once the link is back.
+
+A trial's write finds drift too (Services.apply tells each write what orch last wrote there):
+HostGuard.keep_edit sets it aside the same way before the sweep stops (during_run says why).
 """
 
 from __future__ import annotations

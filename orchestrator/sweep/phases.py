@@ -3,8 +3,10 @@ live env (before the repro, or beside it), run the repro (here or on a host), ju
 logs and collectors; and the TrialRecord they make.
 
 Why the tricks below (each measured; keep them): the bytes orch last wrote to an env file are
-remembered, so a trial costs no read round trip; a trial that changes one file whose host restarts
-one unit writes it in the restart's own round trip (written first, restarted only once written);
+remembered, so a trial costs no read round trip (each write is told them and compares them on
+the host, in its own round trip: an edit someone made meanwhile stops the sweep, never written
+over); a trial that changes one file whose host restarts one unit writes it in the restart's own
+round trip (written first, restarted only once written);
 independent units of a restart wave restart in parallel; the health poller polls fast around each
 role's learned ready time; the live-env check of restarted units runs beside the repro, off the
 critical path, started once the repro's process exists (their threads never delay its spawn); the
