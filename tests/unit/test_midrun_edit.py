@@ -154,3 +154,23 @@ def test_no_edit_no_change_a_sweep_writes_without_reading(tmp_path: Path) -> Non
     assert expected[:3] == [ORIGINAL, cells[0], cells[1]]  # each trial: what the last one wrote; then the restore
     ops = [c.op for c in bed.transports["decode"].calls if c.target == bed.env_file("decode")]
     assert ops.count("read") == 3  # the backup's, the first trial's, the restore's: none per trial
+
+
+def test_the_stopped_run_resumes_once_the_testbed_is_free(tmp_path: Path) -> None:
+    """What the error promises: `orch resume` runs the trial that was about to start and the rest,
+    from the originals; the copy of the edit stays where it was put."""
+    bed = bed_of("decode")
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ("1", "2", "0"))}, order="sequential")
+    edits = Edits(bed, after=plan.steps[0].trial.index)
+    exc = run(bed, plan, tmp_path / "run", edits)
+    assert f"`orch resume {tmp_path / 'run'}` runs it and the rest" in str(exc)
+    done = {t for t, status in journaled(tmp_path / "run") if status == "completed"}
+    again = Runner(plan, bed.deployment, tmp_path / "run", RunOptions(RUN_ID, retry_backoff_s=0.0), client=bed.client)
+    result = again.execute(done, resume=True)
+    assert (result.completed, result.failed) == (2, 0)
+    assert [t for t, _ in journaled(tmp_path / "run")] == [s.trial.index for s in plan.steps]
+    t = bed.transports["decode"]
+    assert (
+        t.files[bed.env_file("decode")] == ORIGINAL
+        and t.files[drift_path(bed.env_file("decode"), RUN_ID)] == edits.edited
+    )
