@@ -104,6 +104,16 @@ class CommandFailed(TransportError):
         super().__init__(host, f"command failed with exit code {exit_code}: {command}", detail=tail)
 
 
+class FileChanged(TransportError):
+    """A write told what the file must hold (`expect`: the bytes orch last wrote there) found
+    other bytes, or no file: nothing was written and nothing run after it. Someone else edited
+    the file since; writing over it would destroy that edit with no copy left."""
+
+    def __init__(self, host: str, path: str) -> None:
+        self.path = path
+        super().__init__(host, f"{path} changed since orch last wrote it; not written")
+
+
 class CommandOutput(Protocol):
     """What CommandTimedOut needs of a transport Result (errors.py imports no other module)."""
 
@@ -218,6 +228,20 @@ class WarmupFailed(OrchError):
 
 class JournalError(OrchError):
     """The journal (or another run file) could not be written or read back."""
+
+
+class SweepStopped(OrchError):
+    """The sweep stopped early for a reason a user must see (hosts restored, finished trials kept,
+    the run resumable, exit code 1); the caller still ends the run like any other: its status, its
+    report, the reason on the terminal. `result`: what the runner finished (sweep.runner sets it)."""
+
+    result: object | None = None
+
+
+class EnvFileChanged(SweepStopped):
+    """Someone else changed an env file the sweep edits, during the run. Orch never writes over it
+    (its content is set aside first) and runs no further trial: someone is working on the testbed,
+    and what it measures from now on is not the matrix's cells."""
 
 
 class Interrupted(OrchError):

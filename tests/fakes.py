@@ -60,6 +60,10 @@ try:  # the typed timeout of issue 11 (errors.CommandTimedOut carries its Result
     from orchestrator.errors import CommandTimedOut
 except ImportError:  # pragma: no cover - a tree from before it landed
     CommandTimedOut = None  # type: ignore[assignment,misc]
+try:  # a write told what the file must hold (errors.FileChanged)
+    from orchestrator.errors import FileChanged
+except ImportError:  # pragma: no cover - a tree from before it landed
+    FileChanged = TransportError  # type: ignore[assignment,misc]
 
 Handler = Callable[[str, "Sequence[str] | None"], "Reply"]
 
@@ -237,10 +241,14 @@ class FakeTransport:
                 return FileEntry(None, self.links.get(path))
             return FileEntry(self.files[real], self.links.get(path), *self.modes.get(real, DEFAULT_MODE))
 
-    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
+    def write_bytes_atomic(
+        self, path: str, data: bytes, *, like: str | None = None, expect: bytes | None = None
+    ) -> None:
         with self._lock:
             self.calls.append(Call("write", path))
             real = self.resolve(path)
+            if expect is not None and self.files.get(real) != expect:  # compared on the host, as ssh's script does
+                raise FileChanged(self.host, path)
             if like is not None:
                 source = self.resolve(like)
                 self.modes[real] = self.modes.get(source, DEFAULT_MODE) if source in self.files else (0o600, 0, 0)
@@ -248,8 +256,10 @@ class FakeTransport:
                 self.modes[real] = DEFAULT_MODE
             self.files[real] = bytes(data)  # an old file keeps its own mode and owner
 
-    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
-        self.write_bytes_atomic(path, data)
+    def write_then_run(
+        self, path: str, data: bytes, command: str, *, timeout: float, expect: bytes | None = None
+    ) -> Result:
+        self.write_bytes_atomic(path, data, expect=expect)
         return self.run(command, timeout=timeout, check=False)
 
     def exists(self, path: str) -> bool:
@@ -464,8 +474,10 @@ class FakeServiceManager:
             raise ServiceError(self.host, unit, "failed: exit-code (exit status 1)", detail=self._tail(unit))
         return when
 
-    def restart_with_file(self, unit: str, transport: Any, path: str, data: bytes) -> float:
-        transport.write_bytes_atomic(path, data)
+    def restart_with_file(
+        self, unit: str, transport: Any, path: str, data: bytes, *, expect: bytes | None = None
+    ) -> float:
+        transport.write_bytes_atomic(path, data, expect=expect)
         return self.restart(unit)
 
     def stop(self, unit: str) -> None:

@@ -29,7 +29,7 @@ from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
-from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, UsageError
+from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, SweepStopped, UsageError
 from orchestrator.store.journal import read_trial_rows, repair_torn_tail, trial_statuses
 from orchestrator.store.manifest import load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
@@ -63,7 +63,7 @@ from orchestrator.sweep.prepare import load as load
 from orchestrator.sweep.prepare import prepare as prepare
 from orchestrator.sweep.prepare import select_testbeds as select_testbeds
 from orchestrator.sweep.progress import Progress
-from orchestrator.sweep.runner import RepeatedFailure, Runner, RunOptions, RunResult, execute
+from orchestrator.sweep.runner import Runner, RunOptions, RunResult, execute
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
 
 
@@ -190,12 +190,13 @@ def _design(plan: Plan, done: set[int], journaled: Finished | None = None) -> So
 
 
 def _stoppable(execute: Callable[[], RunResult]) -> tuple[RunResult, str | None]:
-    """Run the trials; a sweep stopped on repeated identical failures still ends like a run (its
-    status, its report, the reason on the terminal), with every host already restored."""
+    """Run the trials; a sweep stopped on repeated identical failures, or on an env file someone
+    else edited meanwhile, still ends like a run (its status, its report, the reason on the
+    terminal), with every host already restored."""
     try:
         return execute(), None
-    except RepeatedFailure as exc:
-        if exc.result is None:
+    except SweepStopped as exc:
+        if not isinstance(exc.result, RunResult):
             raise
         return exc.result, str(exc)
 
@@ -369,7 +370,8 @@ def _journaled(run_dir: Path) -> Finished:
 def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: str | None = None) -> SweepOutcome:
     """Record the run's end in the manifest, write the report and the index."""
     finished, failed = _final_counts(run_dir)
-    status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed else "completed")
+    # a sweep stopped early (stopped: why) did not complete, even when every trial it ran passed
+    status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed or stopped else "completed")
     hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
     update = {"ended": now_iso(), "status": status, "hosts": hosts, **_served(run_dir, manifest)}
     save_manifest(run_dir, manifest.model_copy(update=update))

@@ -23,6 +23,9 @@ its units running a cell's env (the promise broken the other way) for an edit th
 anyway. `relinked` is the exception: orch writes an originally symlinked file through its link
 and will not guess where a replaced link should point, so that host is left unrestored with the
 command that finishes it once the link is back.
+
+A trial's write finds drift too (Services.apply tells each write what orch last wrote there):
+HostGuard.keep_edit sets it aside the same way before the sweep stops (during_run says why).
 """
 
 from __future__ import annotations
@@ -159,6 +162,29 @@ def describe(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | Non
     return (
         f"WARNING: {where}: {env} is neither the original nor what the run left there ({why}): its content "
         f"is kept in {kept} (mode 600) and the original written back"
+    )
+
+
+def during_run(
+    where: str, env: str, kind: Kind, entry: FileEntry, kept: str | None, shape: Shape | None, resume: str
+) -> str:
+    """Why the sweep stopped when a trial found a host's env file changed by someone else: where,
+    what was there, where it went, and why no trial runs after it."""
+    if kind == "relinked" and shape is not None:
+        now = relinked(where, env, entry, shape)
+    elif kind == "missing":
+        now = f"{where}: {env} was deleted during the run (nothing to keep; the original is written back)"
+    elif kind == "original":
+        now = f"{where}: {env} was put back to the original during the run (nothing to keep)"
+    elif kind == "link":
+        now = f"{where}: {env} was replaced by {found(kind, entry)} during the run; the link is kept as {kept}"
+    else:
+        now = f"{where}: {env} was changed during the run, not by orch; its content is kept in {kept} (mode 600)"
+    return (
+        f"{now}. The sweep stops: someone is working on this testbed, and trials from here on would not "
+        "measure the matrix's cells. Finished trials stay in the journal; the trial about to start wrote "
+        f"nothing over the edit, restarted nothing and is not recorded (`{resume}` runs it and the rest "
+        "once the testbed is free again)"
     )
 
 

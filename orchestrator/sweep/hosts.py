@@ -211,7 +211,7 @@ class HostGuard:
             h = self.deployment.hosts[role]
             unrestored = not self.restored_before(role)  # adopt() asked whether the host copy is there
             entry = h.transport.read_entry(h.host.env_file)
-            kind = self._judge(role, entry)
+            kind = self.judge(role, entry)
             where = f"{h.host.label}: {h.host.env_file}"
             if unrestored:
                 if kind not in ("original", "ours"):
@@ -346,7 +346,7 @@ class HostGuard:
                 )
             return
         entry = h.transport.read_entry(h.host.env_file)
-        kind = self._judge(role, entry)
+        kind = self.judge(role, entry)
         if kind != "original":
             self._write_original(role, kind, entry)
             state.stale.update(h.units)  # someone or something changed it: reload every unit
@@ -361,10 +361,32 @@ class HostGuard:
         remove_run_files(h, self.run_id)
         self.host_copy[role] = False  # restoring it again (an interrupted restore) finds it restored
 
-    def _judge(self, role: str, entry: FileEntry) -> drift.Kind:
+    def judge(self, role: str, entry: FileEntry) -> drift.Kind:
         """What the restore (or a resume) finds at the host's env file (sweep.drift.judge)."""
         state = self.states[role]
         return drift.judge(entry, state.original, state.shape, lambda data: self._written(role, data))
+
+    def keep_edit(
+        self, role: str, kind: drift.Kind | None = None, entry: FileEntry | None = None
+    ) -> tuple[drift.Kind, FileEntry, str | None]:
+        """A host's env file changed during the run, not by orch (a trial's write found other bytes
+        than orch left there, or a re-read found a file orch never wrote): before the sweep stops,
+        set what is there aside and write the original back, exactly as the restore does (same name,
+        mode 600, WARNING line), so the restore that follows finds the original and only puts the
+        units back. `kind` and `entry`: what a re-read found; else the file is read now, and any
+        bytes but the original count as the edit (the write just refused them). A replaced symlink
+        (`relinked`) is left as it is: the restore says how to finish. Returns (kind, entry, where
+        the content was kept)."""
+        h, state = self.deployment.hosts[role], self.states[role]
+        if kind is None or entry is None:
+            entry = h.transport.read_entry(h.host.env_file)
+            kind = drift.judge(entry, state.original, state.shape, lambda data: False)
+        if kind in ("original", "relinked"):
+            return kind, entry, None
+        self._write_original(role, kind, entry)
+        state.current = state.original
+        state.stale.update(h.units)  # they run a cell's env: the restore puts them back on the original
+        return kind, entry, self.kept.get(role)
 
     def _written(self, role: str, data: bytes) -> bool | None:
         """Did this run write `data` on the host: the bytes orch last wrote or read there, or one of

@@ -3,8 +3,10 @@ live env (before the repro, or beside it), run the repro (here or on a host), ju
 logs and collectors; and the TrialRecord they make.
 
 Why the tricks below (each measured; keep them): the bytes orch last wrote to an env file are
-remembered, so a trial costs no read round trip; a trial that changes one file whose host restarts
-one unit writes it in the restart's own round trip (written first, restarted only once written);
+remembered, so a trial costs no read round trip (each write is told them and compares them on
+the host, in its own round trip: an edit someone made meanwhile stops the sweep, never written
+over); a trial that changes one file whose host restarts one unit writes it in the restart's own
+round trip (written first, restarted only once written);
 independent units of a restart wave restart in parallel; the health poller polls fast around each
 role's learned ready time; the live-env check of restarted units runs beside the repro, off the
 critical path, started once the repro's process exists (their threads never delay its spawn); the
@@ -50,6 +52,7 @@ from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mis
 from orchestrator.edges.metrics import Started, Telemetry
 from orchestrator.edges.remote_leftovers import stop_marked
 from orchestrator.edges.reported import check_reported, rules_by_role
+from orchestrator.edges.transport import FileEntry
 from orchestrator.edges.workload import (
     KILL_GRACE_S,
     SETTLE_S,
@@ -63,12 +66,16 @@ from orchestrator.edges.workload import (
 from orchestrator.errors import (
     CommandInterrupted,
     CommandTimedOut,
+    EnvFileChanged,
+    FileChanged,
+    GroupError,
     HealthTimeout,
     IdentityError,
     Interrupted,
     JournalError,
     LeftBehind,
     OrchError,
+    SweepStopped,
     VerificationError,
     WarmupFailed,
     WorkloadError,
@@ -77,7 +84,9 @@ from orchestrator.store.atomic import run_file_op
 from orchestrator.store.attempts import claim_attempt
 from orchestrator.store.redacted import redact_folder
 from orchestrator.store.rundir import RunDir, TrialDir
+from orchestrator.sweep import drift
 from orchestrator.sweep.clock import now_iso
+from orchestrator.sweep.drift import Kind
 from orchestrator.sweep.pool import gather, per_host
 
 if TYPE_CHECKING:
@@ -100,6 +109,7 @@ class TrialContext:
 
     changed: set[str] = field(default_factory=set)
     deferred: tuple[str, bytes] | None = None  # (host key, bytes): the one env file written with its restart
+    found: dict[str, bytes] = field(default_factory=dict)  # host key -> what its env file must hold until written
     restarted: list[Unit] = field(default_factory=list)
     health: dict[str, float] = field(default_factory=dict)
     repro: ReproOutcome | None = None
@@ -140,6 +150,7 @@ class Services:
         self._cell_bytes: dict[tuple[str, frozenset[tuple[str, CellValue]]], bytes] = {}
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
         self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
+        self.resume = "orch resume RUN_DIR"  # the command that continues the run (the runner's, with its folder)
         # (host key, unit) -> its ids after the last trial's repro: a unit the next trial does not
         # restart must still run that process (read_ids)
         self.known_ids: dict[Unit, UnitId] = {}
@@ -153,12 +164,18 @@ class Services:
         costs no read round trip; the file is read again on the first trial and after any
         failure (when anything may have moved). When the trial changes one file whose host runs
         one unit (the usual one-factor step), that write goes with the unit's restart, in the
-        same round trip (restart_units): the restart still runs only once the write went through."""
+        same round trip (restart_units): the restart still runs only once the write went through.
+
+        No write destroys an edit someone else made during the run: each one is told what the file
+        must hold (the bytes orch last wrote or read there) and compares it on the host, in its own
+        round trip; a file re-read here must be one orch knows (sweep.drift). Otherwise the sweep
+        stops (EnvFileChanged) before any unit restarts: stopped, not retried."""
         news: dict[str, bytes] = {}
         for role, h in self.mentioned_hosts():  # every host of a role (host keys: roles, mostly)
             state = self.guard.states[role]
             cached = state.current is not None and not self.verify_all_next
-            old = state.current if cached and state.current is not None else h.transport.read_bytes(h.host.env_file)
+            old = state.current if cached and state.current is not None else self._read_known(role)
+            ctx.found[role] = old
             new = self.cell_bytes(role, step.env.get(h.role))
             if new != old:
                 news[role] = new
@@ -168,13 +185,41 @@ class Services:
             ctx.deferred = next(iter(news.items()))
             news = {}
         for role, new in news.items():
-            self.deployment.hosts[role].transport.write_bytes_atomic(self.deployment.hosts[role].host.env_file, new)
+            self._write(role, new, ctx)
             self.guard.note_write(role, new)
             ctx.changed.add(role)
             self.guard.states[role].current = new
         if ctx.deferred is not None:  # written by its restart (a failure there re-reads it next trial)
             ctx.changed.add(ctx.deferred[0])
             self.guard.states[ctx.deferred[0]].current = ctx.deferred[1]
+
+    def _read_known(self, role: str) -> bytes:
+        """The host's env file, read (the first trial, and after a failure); one orch does not know
+        it wrote there (nor the original) stops the sweep, as a refused write does."""
+        h = self.deployment.hosts[role]
+        entry = h.transport.read_entry(h.host.env_file)
+        kind = self.guard.judge(role, entry)
+        if kind not in ("original", "ours") or entry.data is None:
+            raise self._edited(role, kind, entry)
+        return entry.data
+
+    def _write(self, role: str, data: bytes, ctx: TrialContext) -> None:
+        """Write a host's env file for this trial, only over what apply found there."""
+        h = self.deployment.hosts[role]
+        try:
+            h.transport.write_bytes_atomic(h.host.env_file, data, expect=ctx.found[role])
+        except FileChanged:
+            raise self._edited(role) from None
+
+    def _edited(self, role: str, kind: Kind | None = None, entry: FileEntry | None = None) -> EnvFileChanged:
+        """The sweep's stop when a host's env file changed during the run, not by orch: what is
+        there is set aside and the original written back (HostGuard.keep_edit, as the restore
+        does), and the error says where it went."""
+        h = self.deployment.hosts[role]
+        kind, entry, kept = self.guard.keep_edit(role, kind, entry)
+        shape = self.guard.states[role].shape
+        text = drift.during_run(h.host.label, h.host.env_file, kind, entry, kept, shape, self.resume)
+        return EnvFileChanged(text)
 
     def _restarts_alone(self, key: str) -> bool:
         """A changed host whose restart is one unit on it alone (no other node of its instance):
@@ -264,19 +309,23 @@ class Services:
         deferred, ctx.deferred = ctx.deferred, None
         written = deferred is not None and any(r == deferred[0] for r, _ in units)
         if deferred is not None and not written:  # (never: its unit restarts in the first wave) write first
-            self.deployment.hosts[deferred[0]].transport.write_bytes_atomic(
-                self.deployment.hosts[deferred[0]].host.env_file, deferred[1]
-            )
+            self._write(*deferred, ctx)
             self.guard.note_write(*deferred)
 
         def one(ru: Unit) -> float:
             h = self.deployment.hosts[ru[0]]
             if written and deferred is not None and ru[0] == deferred[0]:
                 self.guard.note_write(*deferred)  # the file may change from now on
-                return h.services.restart_with_file(ru[1], h.transport, h.host.env_file, deferred[1])
+                expect = ctx.found[deferred[0]]
+                return h.services.restart_with_file(ru[1], h.transport, h.host.env_file, deferred[1], expect=expect)
             return h.services.restart(ru[1])
 
-        gather({f"{r}:{u}": (r, u) for r, u in units}, one, what="units")
+        try:
+            gather({f"{r}:{u}": (r, u) for r, u in units}, one, what="units")
+        except OrchError as exc:
+            if deferred is not None and written and file_changed(exc):  # nothing written, its unit not restarted
+                raise self._edited(deferred[0]) from None
+            raise
         ctx.restarted.extend(units)
         self.guard.started_units.update(units)
         for role, unit in units:
@@ -781,8 +830,8 @@ class TrialPhases:
         try:
             self._phases(step, trial, ctx, t0)
             failure = None
-        except (KeyboardInterrupt, Interrupted, JournalError):
-            raise  # a broken run directory stops the sweep: it is not the trial's failure
+        except (KeyboardInterrupt, Interrupted, JournalError, SweepStopped):
+            raise  # a broken run directory, or an env file someone else edited, stops the sweep: no trial failure
         except OrchError as exc:
             failure = Failure(
                 kind="workload" if exc.kind == "workload" else "infrastructure",
@@ -881,6 +930,13 @@ class TrialPhases:
             logs=ctx.logs,
             provenance=ctx.provenance,
         )
+
+
+def file_changed(exc: OrchError) -> bool:
+    """Did a write refuse to go over an env file changed since orch wrote it (alone, or among the
+    failures of units restarted at once)?"""
+    failures = exc.failures.values() if isinstance(exc, GroupError) else (exc,)
+    return any(isinstance(e, FileChanged) for e in failures)
 
 
 def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:

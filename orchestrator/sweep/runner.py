@@ -40,7 +40,7 @@ from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.core.steps import Plan, RoleEnv, Step
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
-from orchestrator.errors import Interrupted, JournalError, OrchError
+from orchestrator.errors import Interrupted, JournalError, OrchError, SweepStopped
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.journal import Journal, read_journal
 from orchestrator.store.rundir import RunDir
@@ -106,6 +106,7 @@ class Runner:
             deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress, self.cell_files
         )
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
+        self.services.resume = f"orch resume {self.run_dir}"
         self.repro = Repro(plan, deployment, self.run, self.guard, client, self.stopping)
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
         limit = options.stop_after_repeated_failures
@@ -149,7 +150,7 @@ class Runner:
             with signals_as_interrupt(self.stopping):
                 self.events.journal = journal or Journal(self.run.journal)
                 self._sweep(done, resume, result)
-        except RepeatedFailure as exc:
+        except SweepStopped as exc:  # repeated failures, an env file edited by someone else
             exc.result = result  # the caller still finishes the run: its report, its status
             raise
         finally:
@@ -343,7 +344,7 @@ class EventLog:
             self.progress.note(f"journal: {exc}")
 
 
-class RepeatedFailure(OrchError):
+class RepeatedFailure(SweepStopped):
     """Consecutive trials failed the same way: a metric regex that never matches, a level that
     always crashes its unit. Paying a restart per trial for hours would not change the answer;
     the sweep stops (hosts restored, run resumable, exit code 1) with the reason on the terminal."""
@@ -468,7 +469,7 @@ def _note_unrestored(exc: BaseException, result: RunResult | None) -> None:
     """An error that ends the sweep carries the hosts it left unrestored and how to finish, as a
     note the CLI prints under the error. A sweep that ends with an outcome (a RepeatedFailure
     carries its result) says so in its summary instead: the line is shown once either way."""
-    if result is not None and result.not_restored and not isinstance(exc, RepeatedFailure):
+    if result is not None and result.not_restored and not isinstance(exc, SweepStopped):
         exc.add_note(f"NOT restored: {', '.join(result.not_restored)}; finish with: orch restore {result.run_dir}")
 
 
@@ -586,7 +587,7 @@ def _raise_first_failure(errors: list[BaseException], merged: RunResult) -> None
     failure = next((e for e in errors if not _is_interrupt(e)), None)
     if failure is None:
         return
-    if isinstance(failure, RepeatedFailure):
+    if isinstance(failure, SweepStopped):
         failure.result = merged
     _note_unrestored(failure, merged)
     raise failure

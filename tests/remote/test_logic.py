@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import errno
+import hashlib
 import os
 import shlex
 import socket
@@ -40,6 +41,7 @@ from orchestrator.edges.transport.ssh import (
     _WRITE_LIKE_SCRIPT,
     _WRITE_SCRIPT,
     _WRITE_THEN_RUN_SCRIPT,
+    CHANGED,
     MAX_CHANNELS,
     SshTransport,
     _drain,
@@ -135,6 +137,28 @@ def test_a_write_cut_short_leaves_the_file_unchanged(tmp_path: Path) -> None:
     whole = write_remotely(_WRITE_THEN_RUN_SCRIPT, path, new, len(new), "2", "5", "echo ran")
     assert whole.returncode == 0 and whole.stdout == b"orch-written\nran\n" and path.read_bytes() == new
     assert [p.name for p in tmp_path.iterdir()] == ["decode.env"]
+
+
+@pytest.mark.process
+def test_a_write_told_what_the_file_holds_leaves_an_edit_made_since_alone(tmp_path: Path) -> None:
+    """write_bytes_atomic(expect=): a trial's write is told what orch last wrote; the host compares
+    (sha256) just before the rename, so a line someone added meanwhile is never written over, and
+    the restart written with it does not run. The same write over the expected bytes goes through."""
+    path = tmp_path / "decode.env"
+    ours, new = b"FLAG=1\n", b"FLAG=2\n"
+    path.write_bytes(ours + b"MY_NEW_FLAG=1\n")  # someone's edit since orch wrote `ours`
+    digest = hashlib.sha256(ours).hexdigest()
+    refused = write_remotely(_WRITE_SCRIPT, path, new, len(new), digest)
+    assert refused.returncode == 5 and CHANGED in refused.stderr, refused.stderr
+    assert path.read_bytes() == ours + b"MY_NEW_FLAG=1\n" and [p.name for p in tmp_path.iterdir()] == ["decode.env"]
+    then = write_remotely(_WRITE_THEN_RUN_SCRIPT, path, new, len(new), "2", "5", "echo ran", digest)
+    assert then.returncode == 5 and b"ran" not in then.stdout and CHANGED in then.stderr
+    path.write_bytes(ours)
+    done = write_remotely(_WRITE_THEN_RUN_SCRIPT, path, new, len(new), "2", "5", "echo ran", digest)
+    assert done.returncode == 0 and done.stdout == b"orch-written\nran\n" and path.read_bytes() == new
+    path.unlink()  # a deleted file is not what orch wrote either
+    gone = write_remotely(_WRITE_SCRIPT, path, new, len(new), digest)
+    assert gone.returncode == 5 and not path.exists() and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.process

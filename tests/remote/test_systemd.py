@@ -10,7 +10,7 @@ from testbed.helpers import http_get, restored, server_flags, transport, wait_fo
 
 from orchestrator.edges.services.systemd import SystemdManager
 from orchestrator.edges.transport import Result
-from orchestrator.errors import ServiceError, TransportError
+from orchestrator.errors import FileChanged, ServiceError, TransportError
 
 pytestmark = pytest.mark.testbed
 
@@ -245,6 +245,11 @@ def test_restart_with_file_writes_then_restarts_in_one_command(testbed: Testbed)
         assert m.environ(DECODE)["SGLANG_DSV4_BF16_INDEX_K"] == "0"
         wait_healthy(testbed.url("decode") + "/health")
         pid = m.state(DECODE).main_pid
+        testbed.ssh("decode", f"printf 'MY_NEW_FLAG=1\\n' >> {env}")  # someone's line, since orch wrote `new`
+        with pytest.raises(FileChanged):  # told what orch wrote there: neither written over nor restarted
+            m.restart_with_file(DECODE, t, env, text.encode(), expect=new)
+        assert testbed.ssh("decode", f"cat {env}").stdout.encode() == new + b"MY_NEW_FLAG=1\n"
+        assert m.state(DECODE).main_pid == pid
         nowhere = "/etc/sglang/no-such-dir/decode.env"
         with pytest.raises(TransportError) as info:
             m.restart_with_file(DECODE, t, nowhere, b"X=1\n")

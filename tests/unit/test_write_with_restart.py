@@ -22,9 +22,9 @@ def count_folded(bed: Any, role: str) -> list[bytes]:
     manager, seen = bed.managers[role], []
     original = manager.restart_with_file
 
-    def spy(unit: str, transport: Any, path: str, data: bytes) -> float:
+    def spy(unit: str, transport: Any, path: str, data: bytes, **kw: Any) -> float:
         seen.append(data)
-        return original(unit, transport, path, data)
+        return original(unit, transport, path, data, **kw)
 
     manager.restart_with_file = spy
     return seen
@@ -69,10 +69,12 @@ class Recorder:
         self.ops.append(("run", str(command)))
         return Result(self.host, str(command), 0, "1764550800.5\n", "", 0.0)
 
-    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+    def write_bytes_atomic(self, path: str, data: bytes, *, expect: bytes | None = None) -> None:
         self.ops.append(("write", path))
 
-    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+    def write_then_run(
+        self, path: str, data: bytes, command: str, *, timeout: float, expect: bytes | None = None
+    ) -> Result:
         if self.fail_write:
             raise TransportError(self.host, f"cannot write {path}: permission denied")
         self.ops.append(("write_then_run", command))

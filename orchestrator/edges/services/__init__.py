@@ -40,9 +40,12 @@ class ServiceManager(Protocol):
         Clears a start-limit-hit first instead of waiting out a timeout."""
         ...
 
-    def restart_with_file(self, unit: str, transport: Transport, path: str, data: bytes) -> float:
-        """transport.write_bytes_atomic(path, data), then restart(unit) (only once the write went
-        through): in one round trip where the manager drives that transport (systemd over SSH)."""
+    def restart_with_file(
+        self, unit: str, transport: Transport, path: str, data: bytes, *, expect: bytes | None = None
+    ) -> float:
+        """transport.write_bytes_atomic(path, data, expect=expect), then restart(unit) (only once the
+        write went through): in one round trip where the manager drives that transport (systemd
+        over SSH). A file that is not `expect` raises FileChanged: nothing written, nothing restarted."""
         ...
 
     def stop(self, unit: str) -> None: ...

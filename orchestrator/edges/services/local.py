@@ -190,9 +190,11 @@ class LocalServiceManager:
         pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
         return {k.decode(errors="surrogateescape"): v.decode(errors="surrogateescape") for k, _, v in pairs}
 
-    def restart_with_file(self, unit: str, transport: Transport, path: str, data: bytes) -> float:
+    def restart_with_file(
+        self, unit: str, transport: Transport, path: str, data: bytes, *, expect: bytes | None = None
+    ) -> float:
         """The write, then the restart (no round trip to save here)."""
-        transport.write_bytes_atomic(path, data)
+        transport.write_bytes_atomic(path, data, expect=expect)
         return self.restart(unit)
 
     def logs_and_ids(

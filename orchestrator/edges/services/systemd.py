@@ -173,24 +173,29 @@ class SystemdManager:
         """(Re)start so the unit re-reads its env file; return the host time just before."""
         return self.restart_many([unit])
 
-    def restart_with_file(self, unit: str, transport: Transport, path: str, data: bytes) -> float:
+    def restart_with_file(
+        self, unit: str, transport: Transport, path: str, data: bytes, *, expect: bytes | None = None
+    ) -> float:
         """Write the unit's env file, then restart it: ONE round trip when the file is on this
         manager's own host connection (a trial that changes one file saves a round trip; the
         restart runs only once the write went through), else the write, then restart()."""
         if transport is not self.transport:
-            transport.write_bytes_atomic(path, data)
+            transport.write_bytes_atomic(path, data, expect=expect)
             return self.restart(unit)
-        return self.restart_many([unit], write=(path, data))
+        return self.restart_many([unit], write=(path, data), expect=expect)
 
-    def restart_many(self, units: Sequence[str], write: tuple[str, bytes] | None = None) -> float:
+    def restart_many(
+        self, units: Sequence[str], write: tuple[str, bytes] | None = None, *, expect: bytes | None = None
+    ) -> float:
         """Restart independent units in ONE round trip (systemd runs the jobs in parallel).
 
         `systemctl reset-failed` goes first, always: it clears a failed state and a
         start-limit-hit (so a fast sweep never trips the start limit with its own restarts)
         and it zeroes NRestarts, which a plain restart does NOT do (checked on systemd 252: a
         unit restarted while in auto-restart keeps counting). check_alive relies on that.
-        `write` (path, bytes): that file is written atomically first, in the same round trip."""
-        since, code, out = self._restart_call(units, write)
+        `write` (path, bytes): that file is written atomically first, in the same round trip (only
+        if it holds `expect`, when given: Transport.write_bytes_atomic)."""
+        since, code, out = self._restart_call(units, write, expect)
         if code == 0:
             return since
         infos = self.show(units)
@@ -279,7 +284,9 @@ class SystemdManager:
     def _run(self, command: str | Sequence[str], *, check: bool, timeout: float | None = None) -> Result:
         return self.transport.run(command, check=check, sudo=self.sudo, timeout=timeout or self.command_timeout_s)
 
-    def _restart_call(self, units: Sequence[str], write: tuple[str, bytes] | None = None) -> tuple[float, int, str]:
+    def _restart_call(
+        self, units: Sequence[str], write: tuple[str, bytes] | None = None, expect: bytes | None = None
+    ) -> tuple[float, int, str]:
         """(write;) reset-failed; host time; bounded restart -> (host time, exit code, output)."""
         q = " ".join(shlex.quote(u) for u in units)
         t = f"{self.restart_timeout_s:g}"
@@ -287,7 +294,9 @@ class SystemdManager:
         if write is None:
             res = self._run(cmd, check=False, timeout=self.restart_timeout_s + 15)
         else:
-            res = self.transport.write_then_run(write[0], write[1], cmd, timeout=self.restart_timeout_s + 15)
+            res = self.transport.write_then_run(
+                write[0], write[1], cmd, timeout=self.restart_timeout_s + 15, expect=expect
+            )
         first, _, rest = res.stdout.partition("\n")
         try:
             since = float(first)

@@ -79,18 +79,26 @@ class Transport(Protocol):
         read_bytes refuses it."""
         ...
 
-    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
+    def write_bytes_atomic(
+        self, path: str, data: bytes, *, like: str | None = None, expect: bytes | None = None
+    ) -> None:
         """Write via a temp file in the same directory, fsync, rename; keep mode and owner (a new
         file gets the umask's mode). `like`: the file this one copies (a backup of an env file that
         may hold a token): the written file takes its owner and mode, never the umask's 644, and
-        0600 if it is gone. The temp file is 0600 until then."""
+        0600 if it is gone. The temp file is 0600 until then. `expect`: the bytes the file must
+        hold now (what orch last wrote there), compared on the host just before the rename, in the
+        write's own round trip; other bytes, or no file, raise FileChanged and write nothing (an
+        edit someone else made since is never destroyed)."""
         ...
 
-    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+    def write_then_run(
+        self, path: str, data: bytes, command: str, *, timeout: float, expect: bytes | None = None
+    ) -> Result:
         """write_bytes_atomic, then `command` (a shell line, bounded by `timeout`) only once the
         write went through, in one round trip where the host is remote (a trial's env file and the
-        restart it needs). A failed write raises as write_bytes_atomic does and runs nothing; the
-        Result is the command's (never checked here: the caller judges it)."""
+        restart it needs). A failed write raises as write_bytes_atomic does and runs nothing (a
+        FileChanged too: `expect` as there); the Result is the command's (never checked here: the
+        caller judges it)."""
         ...
 
     def exists(self, path: str) -> bool: ...

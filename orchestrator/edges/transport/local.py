@@ -27,7 +27,14 @@ from typing import Mapping, Sequence
 
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
-from orchestrator.errors import CommandFailed, CommandInterrupted, CommandTimedOut, ConfigError, TransportError
+from orchestrator.errors import (
+    CommandFailed,
+    CommandInterrupted,
+    CommandTimedOut,
+    ConfigError,
+    FileChanged,
+    TransportError,
+)
 
 MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero must not fill memory
 
@@ -167,12 +174,16 @@ class LocalTransport:
             raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=path, hint="an env file is small")
         return data, st
 
-    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
+    def write_bytes_atomic(
+        self, path: str, data: bytes, *, like: str | None = None, expect: bytes | None = None
+    ) -> None:
         """Temp file in the same directory, fsync, keep mode and owner (or take `like`'s, 0600
         if it is gone), rename, fsync the dir: a crash leaves either the old or the new file,
         never a torn one. As over SSH: a symlinked file is written through (the link survives),
         and the temp file is named `.NAME.orch-XXXXXXXX` beside the target (a killed
-        controller's is removed by the restore, sweep.hosts.remove_run_files)."""
+        controller's is removed by the restore, sweep.hosts.remove_run_files). With `expect`, the
+        file is compared just before the rename, and left as it is (FileChanged) unless it holds
+        those bytes."""
         path = os.path.realpath(path)
         directory = os.path.dirname(path)
         source = path if like is None else like
@@ -188,6 +199,9 @@ class LocalTransport:
             raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
         try:
             _fill(fd, data, old, new_mode=None if like is None else 0o600)
+            if expect is not None and not self._holds(path, expect):
+                os.unlink(tmp)
+                raise FileChanged(self.host, path)
             os.replace(tmp, path)
             _fsync_dir(directory)
         except OSError as exc:
@@ -195,10 +209,19 @@ class LocalTransport:
                 os.unlink(tmp)
             raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
 
-    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+    def write_then_run(
+        self, path: str, data: bytes, command: str, *, timeout: float, expect: bytes | None = None
+    ) -> Result:
         """Here there is no round trip to save: the write, then the command."""
-        self.write_bytes_atomic(path, data)
+        self.write_bytes_atomic(path, data, expect=expect)
         return self.run(command, timeout=timeout, check=False)
+
+    def _holds(self, path: str, expect: bytes) -> bool:
+        """Does the file hold exactly `expect` (a missing file does not)?"""
+        try:
+            return self._read(path)[0] == expect
+        except (FileNotFoundError, ConfigError):  # gone, or no longer a regular file
+            return False
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)

@@ -64,6 +64,7 @@ from orchestrator.errors import (
     CommandInterrupted,
     CommandTimedOut,
     ConfigError,
+    FileChanged,
     Interrupted,
     TransportError,
 )
@@ -108,6 +109,8 @@ done
 """
 
 # The remote half of write_bytes_atomic. $1 = target path, $2 = its length; data arrives on stdin.
+# $x (set first, from the argument each script names) = the sha256 the file must have now, '' for
+# any file: write_bytes_atomic's `expect`.
 # A symlinked env file is written through (readlink -f) so the link survives. The length is
 # checked before the rename: a controller killed mid-send closes stdin early, and `cat` would
 # then end without an error on a part of the file. The temp file is mktemp's 0600 until it
@@ -140,18 +143,27 @@ else
   chmod 600 -- "$t" || fail "cannot set the mode of $t"
 fi
 """
+# The file is compared with $x last, just before the rename: an edit made meanwhile can still be
+# lost only in the few milliseconds of the comparison and the mv, not during the whole transfer.
 _WRITE_TAIL = r"""
 sync -- "$t" 2>/dev/null || true
+if [ -n "$x" ]; then
+  h=$( { sha256sum < "$p"; } 2>/dev/null ) || h=
+  [ "${h%% *}" = "$x" ] || { echo "orch-write: changed" >&2; exit 5; }
+fi
 mv -f -- "$t" "$p" || fail "cannot rename into $p"
 trap - EXIT
 sync -- "$d" 2>/dev/null || true
 """
-_WRITE_SCRIPT = _WRITE_HEAD + _KEEP_MODE + _WRITE_TAIL
-_WRITE_LIKE_SCRIPT = _WRITE_HEAD + _COPY_MODE + _WRITE_TAIL  # argv: PATH LENGTH LIKE
+_WRITE_SCRIPT = "x=${3-}" + _WRITE_HEAD + _KEEP_MODE + _WRITE_TAIL  # argv: PATH LENGTH [EXPECT]
+_WRITE_LIKE_SCRIPT = "x=" + _WRITE_HEAD + _COPY_MODE + _WRITE_TAIL  # argv: PATH LENGTH LIKE
 # write_then_run: the write above, then (written: a marker line first) the command, bounded on the host.
-# argv: PATH LENGTH KILL_GRACE TIMEOUT COMMAND
+# argv: PATH LENGTH KILL_GRACE TIMEOUT COMMAND [EXPECT]
 WRITTEN = "orch-written"
-_WRITE_THEN_RUN_SCRIPT = _WRITE_SCRIPT + f'echo {WRITTEN}\nexec timeout -k "$3" "$4" /bin/sh -c "$5"\n'
+_WRITE_THEN_RUN_SCRIPT = (
+    "x=${6-}" + _WRITE_HEAD + _KEEP_MODE + _WRITE_TAIL + f'echo {WRITTEN}\nexec timeout -k "$3" "$4" /bin/sh -c "$5"\n'
+)
+CHANGED = b"orch-write: changed"  # the write script's line when the file is not what `expect` says
 
 # The remote half of read_bytes: $1 = path, $2 = the most bytes to send. A path that exists but
 # is not a regular file (a FIFO would block `cat`, /dev/zero would never end) exits 3.
@@ -311,18 +323,24 @@ class SshTransport:
             raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=f"{self.label}:{path}")
         return entry
 
-    def write_bytes_atomic(self, path: str, data: bytes, *, like: str | None = None) -> None:
-        """Temp file in the same directory, owner+mode of the original (or of `like`), fsync, rename."""
-        argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path, str(len(data))]
+    def write_bytes_atomic(
+        self, path: str, data: bytes, *, like: str | None = None, expect: bytes | None = None
+    ) -> None:
+        """Temp file in the same directory, owner+mode of the original (or of `like`), fsync, rename;
+        with `expect`, only if the file still holds those bytes (compared on the host, by sha256)."""
+        argv = ["sh", "-c", _WRITE_SCRIPT, "orch-write", path, str(len(data)), _digest(expect)]
         if like is not None:
             argv = ["sh", "-c", _WRITE_LIKE_SCRIPT, "orch-write", path, str(len(data)), like]
         line = command_line(argv, sudo=self.use_sudo, timeout=None)
         raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S, shown=f"write {path}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
+        self._raise_if_changed(raw, path)
         if raw.exit_code != 0:
             raise TransportError(self.label, f"cannot write {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
 
-    def write_then_run(self, path: str, data: bytes, command: str, *, timeout: float) -> Result:
+    def write_then_run(
+        self, path: str, data: bytes, command: str, *, timeout: float, expect: bytes | None = None
+    ) -> Result:
         """The write script, then `command` under `timeout` on the host, in one exec: the line
         `orch-written` between them tells a failed write (nothing ran) from a failed command."""
         argv = [
@@ -335,12 +353,14 @@ class SshTransport:
             f"{KILL_GRACE_S:g}",
             f"{timeout:.3f}",
             command,
+            _digest(expect),
         ]
         line = command_line(argv, sudo=self.use_sudo, timeout=None)
         raw = self._exec(line, stdin=data, timeout=FILE_OP_TIMEOUT_S + timeout, shown=f"write {path}; {command}")
         self._raise_if_sudo_refused(raw, self.use_sudo)
         head, sep, rest = raw.stdout.partition(f"{WRITTEN}\n".encode())
         if head or not sep:
+            self._raise_if_changed(raw, path)
             raise TransportError(self.label, f"cannot write {path}: {_reason(raw.stderr)}{self._hint(raw.stderr)}")
         out, err = rest.decode("utf-8", "replace"), raw.stderr.decode("utf-8", "replace")
         result = Result(self.host, command, raw.exit_code, out, err, raw.duration_s)
@@ -584,6 +604,11 @@ class SshTransport:
             return f" (connected as {self.user}: use a user who may do this, or set `sudo: true`)"
         return ""
 
+    def _raise_if_changed(self, raw: _Raw, path: str) -> None:
+        """The write script found the file other than `expect` said (exit 5): nothing written."""
+        if raw.exit_code == 5 and CHANGED in raw.stderr:
+            raise FileChanged(self.label, path)
+
     def _raise_if_sudo_refused(self, raw: _Raw, sudo: bool) -> None:
         if not sudo or raw.exit_code != 1:
             return
@@ -596,6 +621,11 @@ class SshTransport:
 
 
 # -------------------------------------------------------------------- pure helpers
+def _digest(expect: bytes | None) -> str:
+    """The write scripts' EXPECT argument: the sha256 the file must have, '' for any file."""
+    return "" if expect is None else hashlib.sha256(expect).hexdigest()
+
+
 def parse_entry(out: bytes) -> FileEntry | None:
     """_ENTRY_SCRIPT's answer as a FileEntry (None: not one of its answers)."""
     link = None

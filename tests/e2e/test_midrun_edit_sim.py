@@ -1,0 +1,59 @@
+"""A line added by hand to decode.env between two trials, on the bundled simulator (real files,
+real processes on free loopback ports, the CLI end to end): the next trial's write (LocalTransport,
+told what orch last wrote) refuses to go over it, the edit is kept beside the file (mode 600), the
+sweep stops with exit code 1 and says where, the finished trial stays in the journal, run.json
+says failed, and every host is back on its original. What the fakes cannot show: the local
+transport's own comparison, and the CLI's outcome (status, kept-aside line, exit code)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.netutil import port_open
+from helpers.sim_sweep import ENV_FILES, make_inventory
+
+from orchestrator.cli.main import main
+
+pytestmark = pytest.mark.sim
+
+MATRIX = """\
+name: edited
+factors:
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: ["0", "1"]
+replicates: 1
+order: sequential
+repro:
+  command: >-
+    sh -c 'if [ "$1" = 0 ]; then printf "\\nMY_NEW_FLAG=1\\n" >> "$2"; fi' edit {trial} DECODE &&
+    {python} -m orchestrator.sim.repro --router {router_url} --sessions 2 --rounds 1 --seed {trial_seed}
+  timeout: 60
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+def test_a_hand_edit_mid_sweep_is_kept_and_stops_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv, ports = make_inventory(tmp_path)
+    decode = tmp_path / "decode.env"
+    (tmp_path / "m.yaml").write_text(MATRIX.replace("DECODE", str(decode)))
+    originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
+    reports = tmp_path / "reports"
+    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "--out", str(reports), "--run-id", "edited"])
+    out, err = capsys.readouterr()
+    run_dir, kept = reports / "edited", Path(f"{decode}.orch-drift-edited")
+    assert code == 1, out + err
+    assert f"{decode} was changed during the run, not by orch; its content is kept in {kept}" in err
+    assert f"`orch resume {run_dir}` runs it and the rest" in err
+    assert f"kept aside: decode ({kept})" in out and "1 trials completed, 0 failed" in out
+    assert "Traceback" not in err
+    assert kept.read_bytes().endswith(b"\nMY_NEW_FLAG=1\n") and kept.stat().st_mode & 0o777 == 0o600
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+    lines = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+    assert [(r["trial"], r["status"]) for r in lines if r.get("type") == "trial"] == [(0, "completed")]
+    for name, data in originals.items():  # hosts restored, nothing left running
+        assert (tmp_path / name).read_bytes() == data, name
+    assert not any(port_open(p) for p in ports)
