@@ -148,8 +148,10 @@ def test_a_stranger_taking_a_health_port_mid_sweep_voids_the_trial(testbed: Test
     the stranger answers /health 200. Trial 1 must be void, never data."""
     before = snapshot(testbed, FILES)
     testbed.ssh("decode", f"cat > /root/stranger.py <<'EOF'\n{STRANGER}EOF")
-    # the whole background list detached from the SSH channel, so the repro's command returns at once
-    stranger = f"setsid {shlex.quote(testbed.python)} /root/stranger.py"
+    # the whole background list detached from the SSH channel, so the repro's command returns at once;
+    # without the repro's mark: a stranger is no child of orch's repro (one that kept the mark would be
+    # stopped as the repro's leftover and void trial 0 instead, tests/remote/test_repro_stop_ssh.py)
+    stranger = f"env -u ORCH_REPRO_MARK setsid {shlex.quote(testbed.python)} /root/stranger.py"
     spawn = f"( test {{trial}} != 0 || {stranger} ) >/dev/null 2>&1 </dev/null & echo 'CORRUPTION sessions: 0/8'"
     matrix = MATRIX.replace("command: \"echo 'CORRUPTION sessions: 0/8'\"", f'command: "{spawn}"\n  on: decode')
     matrix += "stop_after_repeated_failures: 0\n"
