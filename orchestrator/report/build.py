@@ -145,7 +145,7 @@ def _build(
     baseline_cell = _baseline_cell(manifest, levels_of)
     failed = [t for t in rows if t.status != "completed"]
     cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, by_metric)
-    cells = _with_missing(cells, rows, by_metric)
+    cells = _with_missing(cells, data, failed, by_metric)
     primary = family.primary_metric(manifest.metrics)
     effects, interactions = _effects(manifest, cells, by_metric)
     number_effects = _number_effects(manifest, by_metric, levels_of)
@@ -330,14 +330,20 @@ def _cell_views(
 
 
 def _with_missing(
-    cells: Sequence[CellView], rows: Sequence[TrialRow], by_metric: Mapping[str, MetricRows]
+    cells: Sequence[CellView], data: Sequence[TrialRow], failed: Sequence[TrialRow], by_metric: Mapping[str, MetricRows]
 ) -> list[CellView]:
-    """The cells with their finished trials and, per metric, how many of those have no value
-    (report.missing): what the Cells table and every finding comparing them tell."""
-    finished = _count(t.cell for t in trial_rows(rows))
-    measured = {m: {cell: len(group) for cell, group in rows_.cells.items()} for m, rows_ in by_metric.items()}
+    """The cells with their finished trials (completed, or failed for good: store.runtrials' rule) and,
+    per metric, how many of those have no value (report.missing): what the Cells table and every
+    finding comparing them tell. Only a run with failures looks at its completed rows again."""
+    ended = {t.trial: t.cell for t in failed if t.status == "failed" and not t.retried}
+    if ended:
+        for t in data:
+            ended.pop(t.trial, None)  # failed, then completed on a retry: data
+    lost = _count(ended.values())
+    finished = {c.cell: c.completed + lost.get(c.cell, 0) for c in cells}
+    measured = {m: {cell: len(group) for cell, group in rows.cells.items()} for m, rows in by_metric.items()}
     lacking = missing.without_data(finished, measured)
-    return [c.model_copy(update={"ran": finished.get(c.cell, 0), "missing": lacking.get(c.cell, {})}) for c in cells]
+    return [c.model_copy(update={"ran": finished[c.cell], "missing": lacking[c.cell]}) for c in cells]
 
 
 def _count(items: Iterable[str]) -> dict[str, int]:
@@ -984,7 +990,7 @@ def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | Non
     text = _needed_text(report, metric, high, needed) + _not_needed_text(metric, high, not_needed)
     kind: FindingKind = "finding" if needed else "info"  # a finding only if a comparison it names survived Holm
     if needed:
-        text += missing.clause(metric, [high, *(c for _, c, _ in needed)])
+        text = text.rstrip() + missing.clause(metric, [high, *(c for _, c, _ in needed)])
     return Finding(kind=kind, text=text.strip()) if text.strip() else None
 
 
