@@ -82,3 +82,20 @@ def test_one_lost_trial_in_twelve_is_not_material() -> None:
 def test_the_cells_table_shows_trials_without_data() -> None:
     html = render_report(build_report(*_run(crashed=4)))
     assert "(4 of 10 trials without data)" in html
+
+
+def test_a_rate_finding_says_so_too() -> None:
+    """The proportion's sentences (single flags, the cell vs the baseline, what the baseline's rate
+    needs, the interaction): the crashing cell shows ~no failed session over the trials it kept, the
+    others 10-11 in 30 per trial."""
+    cells = []
+    for levels in ({"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")):
+        k = 0 if levels == CRASHY else 10
+        cells.append((levels, [{"failures": (k + i % 2, 30), "latency": 30.0 + i} for i in range(10)]))
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics=dict(METRICS))
+    crashy = [p.trial for p in manifest.plan if p.levels == CRASHY][:5]
+    records = [failed_record(p) if p.trial in crashy else r for p, r in zip(manifest.plan, records, strict=True)]
+    found = [f.text for f in build_report(manifest, records).headline if f.kind == "finding"]
+    assert sum(t.startswith("Failures is") for t in found) == 2 and len(found) == 4, found  # + cause, interaction
+    for text in found:
+        assert "cell a=off, b=on: 5 of its 10 finished trials without data (failed)" in text, text
