@@ -91,7 +91,7 @@ def _stated(plan: Plan, monkeypatch: pytest.MonkeyPatch) -> int:
     as the numbers' Holm threshold. (The quasi test's simulated power, seconds a design and no part
     of the count, is skipped.)"""
     with monkeypatch.context() as patched:
-        patched.setattr(power, "quasi_detectable", lambda design, rate: power.detectable(1, 1, rate))
+        patched.setattr(power, "quasi_detectable", lambda design, rate, **_: power.detectable(1, 1, rate))
         text = "\n".join(power_lines(plan))
     said = re.search(r"correction over the report's (?:up to )?(\d+) tests", text)
     if said:
@@ -151,7 +151,7 @@ def test_the_demo_plan_states_both_families(tmp_path: Path, monkeypatch: pytest.
     """The demo's baseline is the all-on cell, where corruption is: its report corrects over 46
     tests; a sweep whose highest cell is another one corrects over 49. The plan says both."""
     plan, _ = _plan(tmp_path, None, 12)
-    monkeypatch.setattr(power, "quasi_detectable", lambda design, rate: power.detectable(1, 1, rate))
+    monkeypatch.setattr(power, "quasi_detectable", lambda design, rate, **_: power.detectable(1, 1, rate))
     text = "\n".join(power_lines(plan))
     assert "over the report's 49 tests (46 if the baseline has the highest rate" in text
     assert planned_family(plan).sizes == {"corruption": 29, "wall": 10, "anomalies": 10}

@@ -199,3 +199,30 @@ def test_plan_warns_that_one_trial_per_cell_tests_no_proportion() -> None:
     # the reason in the report's words, from the one place that writes them (core.clustered)
     report = build_report(*synthetic_run(replicates=1, failures=False))
     assert f"({clustered.ONE_TRIAL});" in text and report.untested["corruption"].startswith(clustered.ONE_TRIAL)
+
+
+def test_plan_states_the_quasi_tests_power_at_holms_first_step_and_with_events_in_one_cell() -> None:
+    """A finding must pass Holm over the report's family; with replicates the report's test is the
+    quasi-binomial one, whose few-df tails make Holm's step far dearer than Fisher's, and whose spread
+    rests on the compared cells alone when no other cell has events (the DSV4 AND). The plan printed
+    the per-comparison power of other cells at the baseline's rate only: at 5 replicates of 40
+    sessions 'a rise from 0% to 6.1%', 'a fall from 15% to 6.2%', while the report found the DSV4
+    AND's 15% vs 0% in 30-41% of sweeps (bench/bench_truth.py (4)). Each line now also says what
+    passing Holm's first step takes, and in that hard shape."""
+    repo = Path(__file__).resolve().parents[1]
+    matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
+    plan = make_plan(matrix, next(iter(read_inventory(repo / "inventory" / "local.yaml").testbeds.values())), 1, 5)
+    lines = power_lines(plan)
+    tests = int(re.search(r"the first step over (\d+) tests;", "\n".join(lines)).group(1))  # type: ignore[union-attr]
+    assert tests == 49
+    quasi = lines[lines.index(next(x for x in lines if "quasi-binomial test" in x)) + 1 :][:4]
+    zero, fifteen = quasi[0], quasi[3]
+    assert zero.startswith("  baseline at 0%: a rise to 6.1% or no fall (Holm: a rise to "), zero
+    holm = float(re.search(r"\(Holm: a rise to ([0-9.]+)%", zero).group(1)) / 100  # type: ignore[union-attr]
+    stated = power.quasi_detectable(power.Design(40, 5, (0.0,) * 6), 0.0, alpha=0.05 / tests)
+    assert stated.rise is not None and holm == pytest.approx(stated.rise, abs=0.0005)
+    assert holm > 0.15  # a 15-point rise from 0% is not promised at 5 replicates
+    assert fifteen.startswith("  baseline at 15%: a rise to 27.0% or a fall to 6.2% (Holm: "), fifteen
+    alone = fifteen.split("; events in the compared cells only: ")[1]
+    assert alone.endswith("(Holm: a rise to 44.1% or no fall)"), alone  # nor the DSV4 fix's fall to 0%
+    assert all("(Holm: " in line for line in quasi)

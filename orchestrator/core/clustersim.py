@@ -118,7 +118,16 @@ def cell_p_values(
 def adaptive_different(
     k: IntArray, sessions: int, policy: sequential.SequentialPolicy, clustered_rule: bool
 ) -> BoolArray:
-    """Which non-baseline cells adaptive stopping calls "different", shape (sweeps, cells - 1).
+    """Which non-baseline cells adaptive stopping calls "different", shape (sweeps, cells - 1)
+    (adaptive_replay)."""
+    return adaptive_replay(k, sessions, policy, clustered_rule)[0]
+
+
+def adaptive_replay(
+    k: IntArray, sessions: int, policy: sequential.SequentialPolicy, clustered_rule: bool
+) -> tuple[BoolArray, BoolArray]:
+    """Which non-baseline cells adaptive stopping calls "different", shape (sweeps, cells - 1), and
+    which trials ran, shape (sweeps, cells, trials): what the report's fixed analysis then sees.
 
     Replays what sweep.adaptive.AdaptiveSource does before each round r = 1 .. T-1 with the
     paired rounds before r: clustered_rule=False is the old rule (a look from one round on,
@@ -149,7 +158,7 @@ def adaptive_different(
         open_ &= state == "continue"
         ran[:, 1:, r] = open_
         ran[:, 0, r] = open_.any(axis=1)
-    return different
+    return different, ran
 
 
 def _add_round(

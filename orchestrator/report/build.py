@@ -35,6 +35,7 @@ from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
+from orchestrator.report import missing
 from orchestrator.report.effects import number_views, proportion_views
 from orchestrator.report.metricrows import CellRows, MetricRows
 from orchestrator.report.model import (
@@ -144,6 +145,7 @@ def _build(
     baseline_cell = _baseline_cell(manifest, levels_of)
     failed = [t for t in rows if t.status != "completed"]
     cells = _cell_views(manifest, cell_ids, levels_of, baseline_cell, data, failed, by_metric)
+    cells = _with_missing(cells, data, failed, by_metric)
     primary = family.primary_metric(manifest.metrics)
     effects, interactions = _effects(manifest, cells, by_metric)
     number_effects = _number_effects(manifest, by_metric, levels_of)
@@ -325,6 +327,23 @@ def _cell_views(
         )
         for cell in cell_ids
     ]
+
+
+def _with_missing(
+    cells: Sequence[CellView], data: Sequence[TrialRow], failed: Sequence[TrialRow], by_metric: Mapping[str, MetricRows]
+) -> list[CellView]:
+    """The cells with their finished trials (completed, or failed for good: store.runtrials' rule) and,
+    per metric, how many of those have no value (report.missing): what the Cells table and every
+    finding comparing them tell. Only a run with failures looks at its completed rows again."""
+    ended = {t.trial: t.cell for t in failed if t.status == "failed" and not t.retried}
+    if ended:
+        for t in data:
+            ended.pop(t.trial, None)  # failed, then completed on a retry: data
+    lost = _count(ended.values())
+    finished = {c.cell: c.completed + lost.get(c.cell, 0) for c in cells}
+    measured = {m: {cell: len(group) for cell, group in rows.cells.items()} for m, rows in by_metric.items()}
+    lacking = missing.without_data(finished, measured)
+    return [c.model_copy(update={"ran": finished[c.cell], "missing": lacking[c.cell]}) for c in cells]
 
 
 def _count(items: Iterable[str]) -> dict[str, int]:
@@ -815,10 +834,11 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
         return []
     if metric in report.untested:
         return [_untested_single_flags(report, metric, base, singles)]
-    parts, moved = [], 0
+    parts, moved, compared = [], 0, [base]
     for factor, cell in singles:
         p = cell.proportions[metric]
         moved += p.significant
+        compared += [cell] if p.significant else []
         verdict = "significant" if p.significant else "not significant"
         parts.append(f"{_change(factor, cell.levels[factor])} gives {fmt_rate(p.rate)} ({fmt_p(p.p_holm)}, {verdict})")
     tail = (
@@ -832,6 +852,7 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
             text=(
                 f"{metric.capitalize()} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
                 f"({fmt_levels(base.levels)}). One flag at a time: {'; '.join(parts)}; {tail} (Holm)."
+                + (missing.clause(metric, compared) if moved else "")
             ),
         )
     ]
@@ -941,7 +962,7 @@ def _difference_finding(
                 f"{name} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
                 f"({fmt_levels(base.levels)}) vs {fmt_rate(p.rate)} in cell {fmt_levels(low.levels)} "
                 f"({fmt_p(p.p_holm)}, Holm); {len(significant)} of {len(report.cells) - 1} cells "
-                "differ significantly from the baseline."
+                "differ significantly from the baseline." + missing.clause(metric, [base, *significant])
             ),
         )
     p = high.proportions[metric]
@@ -951,7 +972,7 @@ def _difference_finding(
             f"{name} is {fmt_rate(p.rate)} in cell {fmt_levels(high.levels)} vs "
             f"{fmt_rate(base.proportions[metric].rate)} in the baseline ({fmt_p(p.p_holm)}, Holm); "
             f"{len(significant)} of {len(report.cells) - 1} cells differ significantly from the "
-            "baseline."
+            "baseline." + missing.clause(metric, [high, base, *significant])
         ),
     )
 
@@ -968,6 +989,8 @@ def _cause_finding(report: Report, metric: str, high: CellView) -> Finding | Non
     not_needed = [(f, c, p) for f, c, p, sig in tested if not sig]
     text = _needed_text(report, metric, high, needed) + _not_needed_text(metric, high, not_needed)
     kind: FindingKind = "finding" if needed else "info"  # a finding only if a comparison it names survived Holm
+    if needed:
+        text = text.rstrip() + missing.clause(metric, [high, *(c for _, c, _ in needed)])
     return Finding(kind=kind, text=text.strip()) if text.strip() else None
 
 
@@ -1179,8 +1202,12 @@ def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[F
         (i for i in report.interactions if i.metric == metric and i.finding),
         key=lambda i: (-i.order, i.p_holm, -abs(i.estimate)),
     )
-    texts = [_interaction_text(report, metric, inter) for inter in ranked]
-    return [Finding(kind="finding", text=t) for t in texts if t][:limit]
+    said = [(inter, _interaction_text(report, metric, inter)) for inter in ranked]
+    return [
+        Finding(kind="finding", text=text + missing.clause(metric, missing.effect_cells(report.cells, inter)))
+        for inter, text in said
+        if text
+    ][:limit]
 
 
 def _interaction_text(report: Report, metric: str, inter: InteractionView) -> str:
@@ -1220,7 +1247,14 @@ def _two_way_text(report: Report, metric: str, inter: InteractionView, which: in
 def _number_effect_findings(report: Report, primary: str | None, limit: int = 3) -> list[Finding]:
     """A factor that moves a numeric metric (the anomaly canary), beside what the outcome did."""
     moved = sorted((e for e in report.number_effects if e.finding), key=lambda e: e.p_holm)
-    return [Finding(kind="finding", text=_number_effect_text(report, e, primary)) for e in moved[:limit]]
+    return [
+        Finding(
+            kind="finding",
+            text=_number_effect_text(report, e, primary)
+            + missing.clause(e.metric, missing.effect_cells(report.cells, e)),
+        )
+        for e in moved[:limit]
+    ]
 
 
 def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None) -> str:
@@ -1322,7 +1356,8 @@ def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
                 _p_or_one(c.numbers[metric].p_holm),
             ),
         )
-        found.append(Finding(kind="finding", text=_moved_text(report, metric, cell, base, len(moved))))
+        text = _moved_text(report, metric, cell, base, len(moved)) + missing.clause(metric, [cell, base, *moved])
+        found.append(Finding(kind="finding", text=text))
     return found
 
 

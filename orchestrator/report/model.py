@@ -69,6 +69,10 @@ class CellView(Frozen):
     failed: int
     proportions: dict[str, ProportionCell]
     numbers: dict[str, NumberCell]
+    # trials that finished (completed, or failed for good after their retries), and per metric how
+    # many of them have no value (report.missing): a failed trial's loss may depend on its outcome
+    ran: int = 0
+    missing: dict[str, int] = {}
 
 
 class Finding(Frozen):

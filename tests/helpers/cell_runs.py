@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from orchestrator.core.records import MetricValue, PlannedTrial, RunManifest, TrialRecord
+from orchestrator.core.records import Failure, MetricValue, PlannedTrial, RunManifest, TrialRecord
 
 Trial = tuple[int, int] | Mapping[str, tuple[int, int] | float]
 Cell = tuple[dict[str, str], Sequence[Trial]]
@@ -55,3 +55,14 @@ def _value(v: tuple[int, int] | float) -> MetricValue:
     if isinstance(v, tuple):
         return MetricValue(kind="proportion", k=v[0], n=v[1])
     return MetricValue(kind="number", value=v)
+
+
+def failed_record(planned: PlannedTrial, *, attempt: int = 1, retried: bool = False) -> TrialRecord:
+    """The planned trial's failed attempt: its repro crashed, so it has no metric at all (`retried`:
+    the runner tried it again, so this attempt ended nothing)."""
+    return TrialRecord(
+        run_id="r1", trial=planned.trial, round=planned.round, cell=planned.cell, levels=planned.levels,
+        is_baseline=planned.is_baseline, testbed="tb", attempt=attempt, status="failed", started=STAMP,
+        ended="2026-11-30T00:00:01Z", duration_s=1.0, retried=retried,
+        failure=Failure(kind="workload", error="WorkloadError", message="repro exited with code 1"),
+    )  # fmt: skip

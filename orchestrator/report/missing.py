@@ -1,0 +1,91 @@
+"""Trials without data, per cell and metric, and what a finding must say about them (PURE).
+
+Why: the report compares every metric over the trials that completed. A trial that failed for
+good (the repro crashed, timed out, or printed no metric; after its retries) has no value of any
+metric, and its loss need not be at random: a cell that crashes under load keeps only its light
+trials, so its latency looks better, and its failure rate over the sessions that did run looks no
+worse. bench/bench_truth.py (2) measured it: a cell whose hardest 30% of 20 trials crashed, with
+nothing else different, had its latency called a finding ("2.3x lower with f0=off") in 13% of
+reports, and not one of those sentences said that cell's trials had failed; the page showed the
+failed attempts only as a count beside the cell. So each cell carries how many of its finished
+trials lack each metric, and a headline finding whose compared cells lost shares of their trials
+that differ by MATERIAL or more says so in its own sentence (the data cannot tell whether the lost
+trials would have changed the result, so it is a caution, not a verdict).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from orchestrator.report.model import CellView, EffectView, InteractionView, NumberEffectView
+
+# Shares of finished trials without data differing by this much (10 points: one trial in ten) make
+# the comparison's cells unalike in what they left out. Lower would flag a single infrastructure
+# hiccup in a 12-trial cell; at 10 points one failure in 2-9 trials is told, as it is material there.
+MATERIAL = 0.10
+WORDS = "without data"  # the phrase every such caution uses (bench/bench_truth.py looks for it)
+
+
+def without_data(finished: Mapping[str, int], measured: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """cell -> metric -> trials that finished (completed, or failed for good) with no value of the
+    metric. `finished`: per cell; `measured`: per metric, per cell, the trials with a value."""
+    return {
+        cell: {m: max(0, ran - per_cell.get(cell, 0)) for m, per_cell in measured.items()}
+        for cell, ran in finished.items()
+    }
+
+
+def share(cell: CellView, metric: str) -> float | None:
+    """The share of the cell's finished trials without the metric (None: no trial finished)."""
+    return cell.missing.get(metric, 0) / cell.ran if cell.ran else None
+
+
+def clause(metric: str, cells: Iterable[CellView]) -> str:
+    """A sentence for a finding on `metric` that compares `cells`, when their shares of finished trials
+    without the metric differ by MATERIAL or more; else "". Names the cell that lost the most and the
+    one that lost the least, with their counts."""
+    known = [(s, c) for c in _unique(cells) if (s := share(c, metric)) is not None]
+    if len(known) < 2:
+        return ""
+    (low, least), (high, most) = min(known, key=_by_share), max(known, key=_by_share)
+    if high - low < MATERIAL:
+        return ""
+    return (
+        f" Caution: {metric} is compared over completed trials only, and the compared cells lost different shares "
+        f"of their trials: {_name(most)}: {most.missing.get(metric, 0)} of its {most.ran} finished trials {WORDS} "
+        f"(failed); {_name(least)}: {least.missing.get(metric, 0)} of {least.ran}. If the lost trials were the hard "
+        f"ones (a crash under load leaves a cell its easy trials), the comparison flatters {_name(most)}."
+    )
+
+
+def effect_cells(cells: Sequence[CellView], item: EffectView | InteractionView | NumberEffectView) -> list[CellView]:
+    """The cells an effect or interaction compares: each of its factors at one of its two levels, and
+    a conditional effect's given levels."""
+    if isinstance(item, InteractionView):
+        moved = {f: {r, lv} for f, r, lv in zip(item.factors, item.references, item.levels, strict=True)}
+        given: Mapping[str, str] = {}
+    else:
+        moved = {item.factor: {item.reference, item.level}}
+        given = item.given if isinstance(item, EffectView) else {}
+    return [
+        c
+        for c in cells
+        if all(c.levels.get(f) in values for f, values in moved.items())
+        and all(c.levels.get(f) == v for f, v in given.items())
+    ]
+
+
+def _name(cell: CellView) -> str:
+    levels = ", ".join(f"{k}={v}" for k, v in cell.levels.items())
+    return f"the baseline ({levels})" if cell.is_baseline else f"cell {levels}"
+
+
+def _by_share(item: tuple[float, CellView]) -> float:
+    return item[0]
+
+
+def _unique(cells: Iterable[CellView]) -> list[CellView]:
+    seen: dict[str, CellView] = {}
+    for c in cells:
+        seen.setdefault(c.cell, c)
+    return list(seen.values())

@@ -1,0 +1,101 @@
+"""Trials without data: a finding whose compared cells lost different shares of their trials says so.
+
+A cell that crashes under load keeps only its light trials; its latency, compared over completed
+trials only, then looks better than the baseline's. The report used to call that a finding with no
+word of the failures (bench/bench_truth.py (2): 0 of 21 such findings told). Pure: runs built in
+memory (helpers.cell_runs), no processes."""
+
+from __future__ import annotations
+
+from helpers.cell_runs import cell_run, failed_record
+
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.report import missing
+from orchestrator.report.build import build_report
+from orchestrator.report.render import render_report
+
+FACTORS = {"a": ["on", "off"], "b": ["on", "off"]}
+BASE = {"a": "on", "b": "on"}
+CRASHY = {"a": "off", "b": "on"}
+METRICS = {"failures": "proportion", "latency": "number"}
+
+
+def _run(crashed: int, retried_then_completed: int = 0) -> tuple[RunManifest, list[TrialRecord]]:
+    """10 trials per cell, every cell at 30-39 ms and 1 failure in 30 sessions a trial, except CRASHY:
+    its first `crashed` trials failed for good, and the rest ran fast (10-15 ms): its light trials."""
+    cells = []
+    for levels in ({"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")):
+        slow = levels == CRASHY
+        cells.append((levels, [{"failures": (1, 30), "latency": (10.0 if slow else 30.0) + i} for i in range(10)]))
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics=dict(METRICS))
+    out: list[TrialRecord] = []
+    crashy = [p for p in manifest.plan if p.levels == CRASHY]
+    gone = {p.trial for p in crashy[:crashed]}
+    flaky = {p.trial for p in crashy[crashed : crashed + retried_then_completed]}
+    for planned, record in zip(manifest.plan, records, strict=True):
+        if planned.trial in gone:
+            out.append(failed_record(planned))
+            continue
+        if planned.trial in flaky:  # failed once, then completed on its retry: not missing
+            out.append(failed_record(planned, retried=True))
+            record = record.model_copy(update={"attempt": 2})
+        out.append(record)
+    return manifest, out
+
+
+def _latency_findings(manifest: RunManifest, records: list[TrialRecord]) -> list[str]:
+    report = build_report(manifest, records)
+    return [f.text for f in report.headline if f.kind == "finding" and "latency" in f.text.lower()]
+
+
+def test_cells_count_their_finished_trials_without_data() -> None:
+    report = build_report(*_run(crashed=4, retried_then_completed=2))
+    by_levels = {tuple(c.levels.values()): c for c in report.cells}
+    crashy = by_levels[("off", "on")]
+    assert (crashy.ran, crashy.missing) == (10, {"failures": 4, "latency": 4})
+    assert crashy.failed == 6  # the attempts, retried ones too; only the 4 that ended a trial lack data
+    assert all((c.ran, c.missing) == (10, {"failures": 0, "latency": 0}) for c in report.cells if c is not crashy)
+
+
+def test_a_latency_finding_says_its_cells_lost_different_shares_of_trials() -> None:
+    found = _latency_findings(*_run(crashed=4))
+    assert found, "the crashing cell's light trials make its latency a finding"
+    for text in found:
+        assert missing.WORDS in text and "4 of its 10 finished trials" in text, text
+        assert "flatters cell a=off, b=on" in text, text
+
+
+def test_no_caution_when_the_cells_lost_alike() -> None:
+    found = _latency_findings(*_run(crashed=0))
+    assert found and not any(missing.WORDS in t or "Caution" in t for t in found)
+
+
+def test_one_lost_trial_in_twelve_is_not_material() -> None:
+    cell = build_report(*_run(crashed=1)).cells[0]
+    lost = cell.model_copy(update={"ran": 12, "missing": {"latency": 1}})
+    kept = cell.model_copy(update={"cell": "other", "ran": 12, "missing": {"latency": 0}})
+    assert missing.clause("latency", [lost, kept]) == ""
+    two = lost.model_copy(update={"missing": {"latency": 2}})  # 16.7 points apart
+    assert missing.WORDS in missing.clause("latency", [two, kept])
+
+
+def test_the_cells_table_shows_trials_without_data() -> None:
+    html = render_report(build_report(*_run(crashed=4)))
+    assert "(4 of 10 trials without data)" in html
+
+
+def test_a_rate_finding_says_so_too() -> None:
+    """The proportion's sentences (single flags, the cell vs the baseline, what the baseline's rate
+    needs, the interaction): the crashing cell shows ~no failed session over the trials it kept, the
+    others 10-11 in 30 per trial."""
+    cells = []
+    for levels in ({"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")):
+        k = 0 if levels == CRASHY else 10
+        cells.append((levels, [{"failures": (k + i % 2, 30), "latency": 30.0 + i} for i in range(10)]))
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics=dict(METRICS))
+    crashy = [p.trial for p in manifest.plan if p.levels == CRASHY][:5]
+    records = [failed_record(p) if p.trial in crashy else r for p, r in zip(manifest.plan, records, strict=True)]
+    found = [f.text for f in build_report(manifest, records).headline if f.kind == "finding"]
+    assert sum(t.startswith("Failures is") for t in found) == 2 and len(found) == 4, found  # + cause, interaction
+    for text in found:
+        assert "cell a=off, b=on: 5 of its 10 finished trials without data (failed)" in text, text
