@@ -25,7 +25,8 @@ from helpers.report_synth import ALL_OFF, synthetic_run, write_run
 from orchestrator.report.render import fresh_summary, write_report
 from orchestrator.report.site import write_index
 
-pytestmark = pytest.mark.browser
+# one worker runs this module (pytest-xdist), so its tests share one Chromium (helpers.chromium)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-report")]
 
 
 class _Quiet(SimpleHTTPRequestHandler):

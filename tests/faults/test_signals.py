@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,17 @@ from .helpers import (
 )
 
 pytestmark = pytest.mark.sim
+
+
+def http_status(url: str) -> int:
+    """The status a GET of `url` answers with; 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError):
+        return 0
 
 
 def records(run_dir: Path) -> list[TrialRecord | EventRecord]:
@@ -119,7 +132,9 @@ def test_sigint_during_a_health_wait_exits_promptly(tmp_path: Path) -> None:
         run_dir = bed.run_dir("h")
         proc = spawn_orch(bed, bed.run_args("h"))
         assert wait_for(lambda: (run_dir / "trials" / "0000").is_dir(), 30), output_of(proc)
-        time.sleep(1.5)  # the units are up; decode answers 503 for ever
+        # the units are up and decode answers 503 for ever (not 1.5 s of sleep hoping they are)
+        health = f"http://127.0.0.1:{bed.ports['decode']}/health"
+        assert wait_for(lambda: http_status(health) == 503, 30), output_of(proc)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         code = proc.wait(90)

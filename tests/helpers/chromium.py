@@ -143,13 +143,17 @@ class DevTools:
         self._log.close()
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[DevTools]:
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevTools]:
+    """One Chromium per test module (its start costs more than the checks of a page): each test
+    opens its own pages in it (a target and session of its own; page_problems and page_requests
+    look at that session's events only)."""
     if not Path(CHROMIUM).exists():
         if IN_CI:
             pytest.fail(f"chromium not found at {CHROMIUM} (CI must run the browser tests)")
         pytest.skip("chromium not installed")
-    tools = DevTools(CHROMIUM, tmp_path / "profile", tmp_path / "chromium.log")
+    folder = tmp_path_factory.mktemp("chromium")
+    tools = DevTools(CHROMIUM, folder / "profile", folder / "chromium.log")
     try:
         yield tools
     finally:

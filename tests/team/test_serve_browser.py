@@ -19,7 +19,8 @@ from orchestrator.store.manifest import save_manifest
 from orchestrator.team.livestatus import LiveStatus
 from orchestrator.team.queue import Queue
 
-pytestmark = pytest.mark.browser
+# one worker runs this module (pytest-xdist), so its tests share one Chromium (helpers.chromium)
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser-serve")]
 
 DONE, LIVE = "20260509-070000-overlap_ablation", "20260510-070000-live"
 
