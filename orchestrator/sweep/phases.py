@@ -962,8 +962,22 @@ def env_mismatch(h: HostHandle, unit: str, assignments: Mapping[str, str | None]
                     " (systemd ignores `export NAME=value` lines in an EnvironmentFile=: write plain "
                     "NAME=value lines with dialect: systemd, or source the file from a wrapper with dialect: shell)"
                 )
+            elif _may_be_overridden(h, want):
+                hint = (
+                    f" (a drop-in, or another EnvironmentFile= or Environment= of the unit, may set {var} over "
+                    f"{h.host.env_file}: systemctl cat {unit})"
+                )
             return f"{var} is {shown_got} in the live process, expected {shown_want}{hint}"
     return None
+
+
+def _may_be_overridden(h: HostHandle, want: str | None) -> bool:
+    """Can the unit's own settings be why its process holds another value than the file orch wrote
+    (the process has one)? Only under systemd (ssh hosts; a local unit gets the file and nothing
+    else), and only where they come last: with dialect systemd a later EnvironmentFile= or
+    Environment= wins over this file; with dialect shell the wrapper sources the file over them,
+    so they show only for a variable the file no longer sets (`want` None)."""
+    return h.host.transport == "ssh" and (h.host.dialect == "systemd" or want is None)
 
 
 def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -> dict[str, dict[str, str]]:
