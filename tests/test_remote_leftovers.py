@@ -185,6 +185,24 @@ def test_the_answer_counts_what_it_did_not_name_and_names_what_outlived_sigkill(
     assert got[-1] == "still running, could not be stopped: pid 100, 101" == leftovers.survivors_shown([100, 101])
 
 
+def test_the_failure_counts_the_processes_not_the_entries(tmp_path: Path) -> None:
+    """64 named and 10 more read "65 processes" (the unnamed rest counted as one, the line of
+    what outlived SIGKILL as another)."""
+    named = "".join(f"left|{p}|{b64(b'w')}\n" for p in range(100, 100 + remote_leftovers.MAX_NAMED))
+    bed = bed_with_remote_repro()
+    answer = Reply(stdout=named + "more|10\nalive|100\n")
+    bed.transports["decode"].script(("sh", "-c", SCRIPT), answer, times=1)
+    result = run_sweep(bed, tmp_path, infra_attempts=1)
+    void = next(r for r in result.records if r.trial == 0)
+    assert void.failure is not None and void.repro is not None
+    total = remote_leftovers.MAX_NAMED + 10
+    assert void.failure.message.startswith(
+        f"repro exited but left {total} processes running: pid 100 (w), pid 101 (w), pid 102 (w), "
+        f"pid 103 (w), pid 104 (w) and {total - 5} more (orch stopped them"
+    )
+    assert leftovers.counted(void.repro.left_behind) == total
+
+
 def test_the_check_command_is_bounded_and_carries_no_mark_in_its_environment() -> None:
     argv = check_argv("0123456789abcdef", settle_s=0.5, grace_s=2.0)
     assert argv[:3] == ["sh", "-c", SCRIPT]

@@ -211,3 +211,15 @@ def test_a_warm_up_that_leaves_a_process_voids_the_trial_before_the_repro(tmp_pa
     assert record.status == "failed" and record.failure is not None and record.failure.error == "LeftBehind"
     assert record.failure.message.startswith(f"repro.warmup exited but left 1 process running: pid {pid} (sleep 1000)")
     assert record.repro is None  # the measured repro never ran beside it
+
+
+def test_the_line_of_what_outlived_sigkill_is_no_extra_process() -> None:
+    """A local repro's leftovers and the line naming the one that could not be stopped (another
+    user's): two processes, not three."""
+    from orchestrator.sweep.phases import left_behind
+
+    entries = [leftovers.shown(7, b"loadgen\0"), leftovers.shown(8, b"helper\0"), leftovers.survivors_shown([8])]
+    assert leftovers.counted(entries) == 2
+    rel = ReproOutcome(command="repro", exit_code=0, duration_s=1.0, left_behind=entries)
+    assert str(left_behind("repro", rel)).startswith("repro exited but left 2 processes running: pid 7 (loadgen)")
+    assert leftovers.counted([leftovers.unnamed_shown(1), "pid 3 (x)"]) == 2

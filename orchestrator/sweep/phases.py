@@ -1017,11 +1017,13 @@ def _also_left(rel: ReproOutcome) -> str:
 
 
 def _processes(rel: ReproOutcome) -> str:
-    """`2 processes running: pid 1 (cmd), pid 2 (cmd)`, at most MAX_LEFT_SHOWN of them named."""
-    n = len(rel.left_behind)
-    shown = ", ".join(rel.left_behind[:MAX_LEFT_SHOWN])
-    if n > MAX_LEFT_SHOWN:
-        shown += f" and {n - MAX_LEFT_SHOWN} more"
+    """`2 processes running: pid 1 (cmd), pid 2 (cmd)`, at most MAX_LEFT_SHOWN of them named; the
+    count is of processes (leftovers.counted), not of the entries that name or count them."""
+    n = leftovers.counted(rel.left_behind)
+    entries = rel.left_behind[:MAX_LEFT_SHOWN]
+    shown = ", ".join(entries)
+    if n > leftovers.counted(entries):
+        shown += f" and {n - leftovers.counted(entries)} more"
     return f"{n} process{'es' if n > 1 else ''} running: {shown}"
 
 
