@@ -223,3 +223,33 @@ def test_the_line_of_what_outlived_sigkill_is_no_extra_process() -> None:
     rel = ReproOutcome(command="repro", exit_code=0, duration_s=1.0, left_behind=entries)
     assert str(left_behind("repro", rel)).startswith("repro exited but left 2 processes running: pid 7 (loadgen)")
     assert leftovers.counted([leftovers.unnamed_shown(1), "pid 3 (x)"]) == 2
+
+
+@pytest.mark.process
+def test_what_an_interrupted_repro_left_is_given_to_the_caller_to_name(tmp_path: Path, pids: Path) -> None:
+    """Ctrl-C (the runner's stop Event) while the repro's daemonised sleeper runs: stopped, and
+    named to the caller (before, stopped and never named: no outcome is returned then)."""
+    from orchestrator.errors import Interrupted
+
+    stop, named = threading.Event(), []
+
+    def press() -> None:  # once the sleeper runs (bounded: a repro that never starts must not hang the test)
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and not (pids.exists() and pids.read_text().strip()):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        stop.set()
+
+    presser = threading.Thread(target=press)
+    presser.start()
+    try:
+        with pytest.raises(Interrupted):
+            _run(tmp_path, DAEMONISE.format(pids=pids).replace("echo 'score", "sleep 60; echo 'score"),
+                 stop=stop, on_left=named.extend)  # fmt: skip
+    finally:
+        stop.set()
+        presser.join()
+    (pid,) = (int(x) for x in pids.read_text().split())
+    assert not pid_running(pid)
+    assert named == [f"pid {pid} (sleep 1000)"]

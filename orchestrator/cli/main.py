@@ -26,7 +26,7 @@ from orchestrator.cli.args import (
 )
 from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
-from orchestrator.errors import Interrupted, OrchError, UsageError
+from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 
 # Building the parser (`orch --help`, a usage error) imports the standard library and the command
 # modules' registrations only; each command imports what it runs (the sweep API: pydantic, numpy,
@@ -111,8 +111,8 @@ def _print_notes(exc: BaseException) -> None:
 
     from orchestrator.cli.console import err
 
-    for note in getattr(exc, "__notes__", ()):
-        err.print(escape(str(note)))
+    for note in notes(exc):
+        err.print(escape(note))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,7 +40,7 @@ from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.core.steps import Plan, RoleEnv, Step
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
-from orchestrator.errors import Interrupted, JournalError, OrchError
+from orchestrator.errors import Interrupted, JournalError, OrchError, notes
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.journal import Journal, read_journal
 from orchestrator.store.rundir import RunDir
@@ -174,8 +174,10 @@ class Runner:
             self.events.add("run_resumed" if resume else "run_started")
             self.progress.start(len(self.plan.steps), len(done))
             self._run_trials(result)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted) as exc:
             result.interrupted = True
+            for note in notes(exc):  # e.g. what the repro it cut short left running (stopped): said nowhere else
+                self.progress.note(note)
             self.progress.note(
                 "interrupted: restoring the hosts before exiting (Ctrl-C again skips the host being restored)"
             )
