@@ -17,6 +17,11 @@ from typing import Literal, Protocol
 FailureKind = Literal["config", "infrastructure", "workload", "interrupted"]
 
 
+def notes(exc: BaseException) -> tuple[str, ...]:
+    """The notes added to `exc` on its way up (BaseException.add_note; none: no attribute)."""
+    return tuple(str(note) for note in getattr(exc, "__notes__", ()))
+
+
 class OrchError(Exception):
     """Base of every error orch raises deliberately."""
 

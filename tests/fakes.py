@@ -410,6 +410,8 @@ class FakeUnit:
     reads_as: the dialect the unit's reader really uses (None: the host's), e.g. "systemd"
       under a shell-dialect host models a unit that ignores `export` lines.
     log_lines: written to the unit's log at every start (what logs_since returns).
+    drop_in: set after the env file is read at every start, as a drop-in's Environment= (or a
+      later EnvironmentFile=) does under systemd: it wins over what orch wrote.
     no_main_pid: systemd knows no MainPID of it (Type=forking with GuessMainPID=no): its ids carry
       only its cgroup, /system.slice/NAME.service, where its server holds the ports."""
 
@@ -423,6 +425,7 @@ class FakeUnit:
     base_env: dict[str, str] = field(default_factory=lambda: {"PATH": "/usr/bin:/bin"})
     log_lines: tuple[str, ...] = ()
     no_main_pid: bool = False
+    drop_in: dict[str, str] = field(default_factory=dict)
     # state kept by the manager
     pid: int | None = None
     started_at: float | None = None
@@ -588,7 +591,7 @@ class FakeServiceManager:
         u.active, u.started_at, u.pid, u.failed = True, when, next(_pids), False
         try:
             text = self.transport.files[self.transport.resolve(self.env_file)].decode("utf-8", errors="surrogateescape")
-            u.env = {**u.base_env, **read_values(text, u.reads_as or self.dialect)}
+            u.env = {**u.base_env, **read_values(text, u.reads_as or self.dialect), **u.drop_in}
         except (KeyError, EnvFileError):
             u.failed = True
         if u.fail_starts > 0:

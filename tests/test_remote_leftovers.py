@@ -16,7 +16,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,9 @@ from orchestrator.edges.leftovers import MARK_VAR, MAX_SHOWN_CHARS
 from orchestrator.edges.remote_leftovers import SCRIPT, check_argv, parse, stop_marked
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.edges.transport.ssh import command_line
+from orchestrator.errors import TransportError
+from orchestrator.sweep.progress import QuietProgress
+from orchestrator.sweep.runner import Runner, RunOptions
 
 MARK = re.compile(rf"{MARK_VAR}=([0-9a-f]{{16}})")
 
@@ -145,6 +148,53 @@ def test_an_interrupted_remote_repro_is_checked_at_once(tmp_path: Path) -> None:
     assert repro.env == {MARK_VAR: marked.split("=")[1]}  # the interrupted repro's own mark
 
 
+class Notes(QuietProgress):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def test_what_an_interrupted_remote_repro_left_is_named_where_the_user_sees_it(tmp_path: Path) -> None:
+    """Stopped, but before named nowhere: no trial is recorded for an interrupted repro, so the
+    terminal's (and status.json's) notes say it, in LeftBehind's words."""
+    bed = bed_with_remote_repro()
+    decode = bed.transports["decode"]
+    plan = make_plan(bed, {"d": flag("decode", "D")}, repro=remote_repro("decode"))
+    notes = Notes()
+    runner = Runner(plan, bed.deployment, tmp_path / "run", RunOptions("fake-run"), progress=notes, client=bed.client)
+
+    def ctrl_c(text: str, argv: object) -> Reply:
+        runner.stopping.set()
+        return Reply(until_stopped=True, stdout="partial\n")
+
+    decode.script(re.compile(r"^fake-repro --trial 0\b"), ctrl_c, times=1)
+    decode.script(("sh", "-c", SCRIPT), orphan_answer())
+    assert runner.execute().interrupted
+    said = "trial 0's repro, cut short, left 1 process running: pid 4242 (loadgen --rate 5) (orch stopped them)"
+    assert said in notes.lines
+    assert notes.lines.index(said) < next(i for i, n in enumerate(notes.lines) if n.startswith("interrupted:"))
+
+
+def test_what_a_remote_repro_left_when_its_host_stopped_answering_is_in_the_trials_failure(tmp_path: Path) -> None:
+    bed = bed_with_remote_repro()
+    decode = bed.transports["decode"]
+
+    def gone(text: str, argv: object) -> Reply:
+        raise TransportError("decode", "ssh: the connection dropped")
+
+    decode.script(re.compile(r"^fake-repro --trial 0\b"), gone, times=1)
+    decode.script(("sh", "-c", SCRIPT), orphan_answer(), times=1)
+    result = run_sweep(bed, tmp_path, infra_attempts=1)
+    failed = next(r for r in result.records if r.trial == 0)
+    assert failed.failure is not None and failed.failure.error == "TransportError"
+    assert failed.failure.message.endswith(
+        "ssh: the connection dropped; trial 0's repro, cut short, left 1 process running: "
+        "pid 4242 (loadgen --rate 5) (orch stopped them)"
+    )
+
+
 def test_a_host_that_cannot_be_looked_at_fails_the_trial_as_infrastructure(tmp_path: Path) -> None:
     """No /proc/PID/environ to read (or no grep): what the repro left is unknown, so the trial is
     not data; the error says what the host lacks."""
@@ -183,6 +233,24 @@ def test_the_answer_counts_what_it_did_not_name_and_names_what_outlived_sigkill(
     assert len(got) == remote_leftovers.MAX_NAMED + 2
     assert got[-2] == "3 more processes carrying its mark (not named)"
     assert got[-1] == "still running, could not be stopped: pid 100, 101" == leftovers.survivors_shown([100, 101])
+
+
+def test_the_failure_counts_the_processes_not_the_entries(tmp_path: Path) -> None:
+    """64 named and 10 more read "65 processes" (the unnamed rest counted as one, the line of
+    what outlived SIGKILL as another)."""
+    named = "".join(f"left|{p}|{b64(b'w')}\n" for p in range(100, 100 + remote_leftovers.MAX_NAMED))
+    bed = bed_with_remote_repro()
+    answer = Reply(stdout=named + "more|10\nalive|100\n")
+    bed.transports["decode"].script(("sh", "-c", SCRIPT), answer, times=1)
+    result = run_sweep(bed, tmp_path, infra_attempts=1)
+    void = next(r for r in result.records if r.trial == 0)
+    assert void.failure is not None and void.repro is not None
+    total = remote_leftovers.MAX_NAMED + 10
+    assert void.failure.message.startswith(
+        f"repro exited but left {total} processes running: pid 100 (w), pid 101 (w), pid 102 (w), "
+        f"pid 103 (w), pid 104 (w) and {total - 5} more (orch stopped them"
+    )
+    assert leftovers.counted(void.repro.left_behind) == total
 
 
 def test_the_check_command_is_bounded_and_carries_no_mark_in_its_environment() -> None:
@@ -279,3 +347,24 @@ def test_a_repro_whose_child_holds_its_output_returns_when_it_exits() -> None:
     the transport waited for EOF until the timeout (then called the repro timed out), and the
     child lived on. Now the repro's own exit ends the wait, and the check stops the child."""
     assert_returns_at_exit(LocalTransport("decode"), "1000.125", timeout=5, within_s=2)
+
+
+def test_what_an_interrupted_local_repro_left_is_named_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The controller's repro: edges.workload stops what it left and hands the names over
+    (tests/test_repro_leftovers.py, on real processes); the runner says them as for a host's."""
+    from orchestrator.sweep import phases
+
+    def interrupted(*args: object, on_left: Callable[[list[str]], None], **kwargs: object) -> None:
+        on_left([leftovers.shown(9, b"loadgen\0"), leftovers.shown(10, b"helper\0")])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(phases, "run_command", interrupted)
+    bed = bed_with_remote_repro()
+    plan = make_plan(bed, {"d": flag("decode", "D")}, repro={**remote_repro("decode"), "on": "controller"})
+    notes = Notes()
+    runner = Runner(plan, bed.deployment, tmp_path / "run", RunOptions("fake-run"), progress=notes, client=bed.client)
+    assert runner.execute().interrupted
+    assert (
+        "trial 0's repro, cut short, left 2 processes running: pid 9 (loadgen), pid 10 (helper) (orch stopped them)"
+        in notes.lines
+    )

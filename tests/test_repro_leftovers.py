@@ -211,3 +211,45 @@ def test_a_warm_up_that_leaves_a_process_voids_the_trial_before_the_repro(tmp_pa
     assert record.status == "failed" and record.failure is not None and record.failure.error == "LeftBehind"
     assert record.failure.message.startswith(f"repro.warmup exited but left 1 process running: pid {pid} (sleep 1000)")
     assert record.repro is None  # the measured repro never ran beside it
+
+
+def test_the_line_of_what_outlived_sigkill_is_no_extra_process() -> None:
+    """A local repro's leftovers and the line naming the one that could not be stopped (another
+    user's): two processes, not three."""
+    from orchestrator.sweep.phases import left_behind
+
+    entries = [leftovers.shown(7, b"loadgen\0"), leftovers.shown(8, b"helper\0"), leftovers.survivors_shown([8])]
+    assert leftovers.counted(entries) == 2
+    rel = ReproOutcome(command="repro", exit_code=0, duration_s=1.0, left_behind=entries)
+    assert str(left_behind("repro", rel)).startswith("repro exited but left 2 processes running: pid 7 (loadgen)")
+    assert leftovers.counted([leftovers.unnamed_shown(1), "pid 3 (x)"]) == 2
+
+
+@pytest.mark.process
+def test_what_an_interrupted_repro_left_is_given_to_the_caller_to_name(tmp_path: Path, pids: Path) -> None:
+    """Ctrl-C (the runner's stop Event) while the repro's daemonised sleeper runs: stopped, and
+    named to the caller (before, stopped and never named: no outcome is returned then)."""
+    from orchestrator.errors import Interrupted
+
+    stop, named = threading.Event(), []
+
+    def press() -> None:  # once the sleeper runs (bounded: a repro that never starts must not hang the test)
+        deadline = time.monotonic() + 20
+        while not stop.is_set() and not (pids.exists() and pids.read_text().strip()):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        stop.set()
+
+    presser = threading.Thread(target=press)
+    presser.start()
+    try:
+        with pytest.raises(Interrupted):
+            _run(tmp_path, DAEMONISE.format(pids=pids).replace("echo 'score", "sleep 60; echo 'score"),
+                 stop=stop, on_left=named.extend)  # fmt: skip
+    finally:
+        stop.set()
+        presser.join()
+    (pid,) = (int(x) for x in pids.read_text().split())
+    assert not pid_running(pid)
+    assert named == [f"pid {pid} (sleep 1000)"]

@@ -26,7 +26,7 @@ from orchestrator.cli.args import (
 )
 from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
-from orchestrator.errors import Interrupted, OrchError, UsageError
+from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 
 # Building the parser (`orch --help`, a usage error) imports the standard library and the command
 # modules' registrations only; each command imports what it runs (the sweep API: pydantic, numpy,
@@ -111,8 +111,8 @@ def _print_notes(exc: BaseException) -> None:
 
     from orchestrator.cli.console import err
 
-    for note in getattr(exc, "__notes__", ()):
-        err.print(escape(str(note)))
+    for note in notes(exc):
+        err.print(escape(note))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,15 +302,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import err, warn
     from orchestrator.sweep import api
     from orchestrator.sweep.progress import RichProgress
+    from orchestrator.team.livestatus import RestoreStatus, Tee
 
     if args.run_dir is None:  # the folder is gone: the hosts' own copies
         outcome = api.restore_from_hosts(_host_restore_request(args), RichProgress(err))
     elif args.testbed is not None or args.run_id is not None or args.inventory is not DEFAULT_INVENTORY:
         raise UsageError("RUN_DIR or --testbed, not both", hint="a run's folder names its testbeds and inventory")
     else:
-        outcome = api.restore(
-            api.RestoreRequest(args.run_dir, break_lock=args.break_lock), RichProgress(err), warn=warn
-        )
+        progress = Tee(RichProgress(err), RestoreStatus(args.run_dir))  # status.json: the hosts are back
+        outcome = api.restore(api.RestoreRequest(args.run_dir, break_lock=args.break_lock), progress, warn=warn)
     for tb in outcome.testbeds:  # a testbed of a parallel run that could not be restored at all, and why
         if tb.error is not None:
             err.print(f"[red]error:[/red] testbed {escape(tb.testbed)}: {escape(tb.error)}")
@@ -333,10 +333,11 @@ def _host_restore_request(args: argparse.Namespace) -> api.HostRestoreRequest:
 def _live_progress(started: api.Started) -> Progress:
     """The terminal bar plus status.json (read by `orch status` and `orch serve`)."""
     from orchestrator.cli import output
-    from orchestrator.team.livestatus import LiveStatus, Tee
+    from orchestrator.team.livestatus import LiveStatus, RestoreStatus, Tee
 
     if started.resumed and started.left == 0 and not started.open_ended:
-        return output.terminal(started)  # nothing left: the finished run's status.json stays as it ended
+        # nothing left: the finished run's status.json stays as it ended, but for its restore
+        return Tee(output.terminal(started), RestoreStatus(started.run_dir))
     return Tee(output.terminal(started), LiveStatus(started.run_dir))
 
 

@@ -7,7 +7,7 @@ from rich.markup import escape
 
 from orchestrator.cli.console import err, out
 from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome
-from orchestrator.sweep.progress import Progress, RichProgress
+from orchestrator.sweep.progress import Progress, RichProgress, not_restored_line
 
 
 def announce(started: Started) -> None:
@@ -41,10 +41,7 @@ def show_outcome(outcome: SweepOutcome) -> None:
     cut = " (interrupted)" if outcome.interrupted else ""
     out.print(f"{outcome.completed} trials completed, {outcome.failed} failed{cut}", markup=False)
     if outcome.not_restored:
-        out.print(
-            f"NOT restored: {', '.join(outcome.not_restored)}; finish with: orch restore {outcome.run_dir}",
-            markup=False,
-        )
+        out.print(not_restored_line(outcome.not_restored, outcome.run_dir), markup=False)
     show_kept(outcome.kept)
     if outcome.stopped is not None:
         err.print(f"[red]error:[/red] {escape(outcome.stopped)}")

@@ -622,9 +622,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         out.print_json(json.dumps(status_json(snap)))
         return 0
+    for r in snap.runs:  # before any table: a run that left a testbed changed is the first thing to see
+        if r.left_changed:
+            out.print(f"[bold red]{escape(r.directory)}: {escape(r.left_changed)}[/bold red]", soft_wrap=True)
     runs = Table("run", "state", "progress", "current cell", "last trial", "ETA", "controller", title="sweeps")
     for r in snap.runs:
-        state = r.state if r.state != "finished" else r.run_status
+        state = (r.state if r.state != "finished" else r.run_status) + (", NOT restored" if r.left_changed else "")
         eta = f"{r.status.eta_s:.0f} s" if r.state == "running" and r.status.eta_s is not None else "-"
         runs.add_row(
             escape(r.directory),

@@ -32,7 +32,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from orchestrator.edges.leftovers import CMDLINE_BYTES, KILL_ROUNDS, MARK_VAR, shown, survivors_shown
+from orchestrator.edges.leftovers import CMDLINE_BYTES, KILL_ROUNDS, MARK_VAR, shown, survivors_shown, unnamed_shown
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import TransportError
 
@@ -133,7 +133,7 @@ def parse(stdout: str) -> list[str]:
         elif kind == "alive" and rest.isdigit():
             alive.append(int(rest))
     if more:
-        named.append(f"{more} more process{'es' if more > 1 else ''} carrying its mark (not named)")
+        named.append(unnamed_shown(more))
     if alive:
         named.append(survivors_shown(alive))
     return named

@@ -318,6 +318,7 @@ def run_command(
     on_spawn: Callable[[], None] | None = None,
     stop: threading.Event | None = None,
     pid_path: Path | None = None,
+    on_left: Callable[[list[str]], None] | None = None,
 ) -> ReproOutcome:
     """Run a shell command time-bound, output streamed to files; return what it did.
 
@@ -336,6 +337,9 @@ def run_command(
     KeyboardInterrupt, so without it Ctrl-C would wait out a hung repro.
     ``pid_path`` (the trial's repro.pid) records the group while it may be alive, so a later orch
     process can stop the repro of a controller killed -9 (stop_recorded_group).
+    ``on_left`` is given what a command ended by an exception (Ctrl-C, ``stop``, ``on_spawn``
+    failing) left running, once stopped, before the exception goes on: the caller names them (the
+    outcome that names them otherwise is never returned then).
     """
     started = time.monotonic()
     mark = leftovers.new_mark()
@@ -356,7 +360,9 @@ def run_command(
             if proc is not None:
                 _kill_group(proc)
                 if marked is not None:
-                    _stop_leftovers(proc.pid, marked, settle_s=0.0)
+                    left = _stop_leftovers(proc.pid, marked, settle_s=0.0)
+                    if left and on_left is not None:
+                        on_left(left)
                 _forget_group(pid_path, proc.pid)
             raise
         _forget_group(pid_path, proc.pid)

@@ -27,7 +27,7 @@ from orchestrator.report.series import SeriesPoint
 from orchestrator.report.summary import Rebuild, RunSummary
 from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
-from orchestrator.store.liveness import STALE, run_state
+from orchestrator.store.liveness import STALE, read_status, run_state
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import HUNT_HTML, ReportsDir, RunDir
 
@@ -68,6 +68,8 @@ class RunEntry:
     testbed: str = ""
     series: tuple[SeriesPoint, ...] = ()
     page: str = "index.html"  # the run's report page (a hunt's is hunt.html: the culprits, not the cells)
+    not_restored: tuple[str, ...] = ()  # hosts the run left changed (its status.json), shown first
+    restore_with: str = ""  # the command that puts them back
 
 
 def write_index(reports_dir: Path, rebuild: Rebuild) -> Path:
@@ -156,6 +158,7 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
             error=str(exc),
         )
     live = run_state(run_dir, manifest.status)  # `stale`: its controller is gone (store.liveness)
+    left = read_status(run_dir)  # the hosts its restore left changed, if any
     entry = RunEntry(
         directory=run_dir.name,
         name=manifest.name,
@@ -168,6 +171,8 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         headline="",
         has_report=run.index_html.is_file() or run.hunt_html.is_file(),
         page=HUNT_HTML if run.hunt_html.is_file() else "index.html",
+        not_restored=left.not_restored if left else (),
+        restore_with=(left.restore_with or f"orch restore {run_dir}") if left and left.not_restored else "",
     )
     try:
         summary = _cached_summary(run_dir, live) or rebuild(run_dir, manifest)  # rebuilt from the journal

@@ -33,7 +33,8 @@ LiveState = Literal["running", "stale", "finished"]
 
 
 class StatusFile(BaseModel):
-    """What status.json holds. Written by team.livestatus.LiveStatus only."""
+    """What status.json holds. Written by team.livestatus only: LiveStatus during a sweep,
+    RestoreStatus when a later restore changes what the run left changed."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -56,6 +57,11 @@ class StatusFile(BaseModel):
     eta_s: float | None = None
     eta_at: str | None = None
     note: str = ""
+    # roles the run's restore left changed (`TESTBED/role` for several testbeds) and the command
+    # that finishes it: what a teammate must see first. Empty once `orch restore` put them back;
+    # absent from files written before orch kept it (they read as empty).
+    not_restored: tuple[str, ...] = ()
+    restore_with: str = ""
 
 
 def read_status(run_dir: Path) -> StatusFile | None:

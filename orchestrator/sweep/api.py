@@ -459,6 +459,10 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
         _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request)
         for name in manifest.testbeds
     )
+    # named as the run's own end names them (sweep.runner._merge): `TESTBED/role` for several testbeds
+    left = [f"{tb.testbed}/{role}" if parallel else role for tb in restored for role in tb.not_restored]
+    progress.restore_ended(left)  # the status file says the testbed is back, or what is still changed
+    _list_running(run_dir)  # and reports/index.html, which showed what the run had left changed
     return RestoreOutcome(run_dir, manifest.run_id, restored)
 
 

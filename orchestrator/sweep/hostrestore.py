@@ -42,6 +42,7 @@ def restore_from_hosts(request: HostRestoreRequest, progress: Progress) -> Resto
     with session.connected([testbed]) as (deployment,):
         run_id = run_to_restore(deployment, request.run_id)
         restored = restore_testbed(deployment, run_id, progress, break_lock=request.break_lock)
+    progress.restore_ended(restored.not_restored)  # (no run folder: no status file to tell)
     again = host_restore_command(testbed.name, run_id, str(request.inventory))
     return RestoreOutcome(None, run_id, (restored,), again=again)
 

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -79,6 +79,7 @@ from orchestrator.errors import (
     VerificationError,
     WarmupFailed,
     WorkloadError,
+    notes,
 )
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.attempts import claim_attempt
@@ -607,30 +608,39 @@ class Repro:
         out, err = (trial.warmup_out, trial.warmup_err) if warmup else (trial.repro_out, trial.repro_err)
         for path in (out, err):  # an unwritable run directory is found here, not blamed on the repro
             _write(path, "")
-        if repro.on == CONTROLLER:
-            outcome = run_command(
-                command,
-                timeout_s=repro.timeout_s,
-                cwd=self.run_dir.path,
-                env=None,
-                stdout_path=out,
-                stderr_path=err,
-                on_spawn=on_spawn,
-                stop=self.stopping,
-                pid_path=trial.repro_pid,
-            )
-        else:
-            if on_spawn is not None:
-                on_spawn()
-            outcome = self._run_remote(repro.on, command, repro.timeout_s, out, err)
+        stopped: list[str] = []  # what it left running, if an exception ends it (stopped already)
+        try:
+            if repro.on == CONTROLLER:
+                outcome = run_command(
+                    command,
+                    timeout_s=repro.timeout_s,
+                    cwd=self.run_dir.path,
+                    env=None,
+                    stdout_path=out,
+                    stderr_path=err,
+                    on_spawn=on_spawn,
+                    stop=self.stopping,
+                    pid_path=trial.repro_pid,
+                    on_left=stopped.extend,
+                )
+            else:
+                if on_spawn is not None:
+                    on_spawn()
+                outcome = self._run_remote(repro.on, command, repro.timeout_s, out, err, stopped.extend)
+        except BaseException as exc:
+            what = f"trial {step.trial.index}'s " + ("repro.warmup" if warmup else "repro")
+            _name_stopped(exc, what, stopped, self.plan.matrix.redactor)
+            raise
         paths = {"stdout_path": self.run_dir.relative(out), "stderr_path": self.run_dir.relative(err)}
         return ReproOutcome(**{**outcome.model_dump(), **paths})
 
-    def _run_remote(self, role: str, command: str, timeout: float, out: Path, err: Path) -> ReproOutcome:
+    def _run_remote(
+        self, role: str, command: str, timeout: float, out: Path, err: Path, on_left: Callable[[list[str]], None]
+    ) -> ReproOutcome:
         """The repro on `role`'s host, marked as one on the controller is (edges.leftovers); once it
         ended, what still carries its mark there is named and stopped in one more round trip
         (edges.remote_leftovers), also after a timeout or an interrupt, so nothing it started
-        outlives its trial."""
+        outlives its trial (`on_left` gets those an exception's check stopped, to name them)."""
         h = self.deployment.hosts[self.deployment.testbed.first(role).key]  # a role of several hosts: its first
         mark = leftovers.new_mark()
         t0 = time.time()
@@ -643,13 +653,13 @@ class Repro:
         except CommandInterrupted as exc:  # Ctrl-C/SIGTERM: killed on the host, as a local repro is killed
             _write(out, exc.result.stdout)
             _write(err, exc.result.stderr)
-            _stop_left_after(exc, h, mark)
+            on_left(_stop_left_after(exc, h, mark))
             raise
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
         except (OrchError, KeyboardInterrupt) as exc:  # a host that stopped answering, a Ctrl-C
-            _stop_left_after(exc, h, mark)
+            on_left(_stop_left_after(exc, h, mark))
             raise
         duration_s = round(time.time() - t0, 4)
         _write(out, stdout)
@@ -836,7 +846,7 @@ class TrialPhases:
             failure = Failure(
                 kind="workload" if exc.kind == "workload" else "infrastructure",
                 error=type(exc).__name__,
-                message=str(exc),
+                message="; ".join((str(exc), *notes(exc))),  # e.g. what a repro cut short left, stopped
                 detail=exc.detail[-4000:],
             )
             self.services.fresh_after(exc)
@@ -1018,8 +1028,22 @@ def env_mismatch(h: HostHandle, unit: str, assignments: Mapping[str, str | None]
                     " (systemd ignores `export NAME=value` lines in an EnvironmentFile=: write plain "
                     "NAME=value lines with dialect: systemd, or source the file from a wrapper with dialect: shell)"
                 )
+            elif _may_be_overridden(h, want):
+                hint = (
+                    f" (a drop-in, or another EnvironmentFile= or Environment= of the unit, may set {var} over "
+                    f"{h.host.env_file}: systemctl cat {unit})"
+                )
             return f"{var} is {shown_got} in the live process, expected {shown_want}{hint}"
     return None
+
+
+def _may_be_overridden(h: HostHandle, want: str | None) -> bool:
+    """Can the unit's own settings be why its process holds another value than the file orch wrote
+    (the process has one)? Only under systemd (ssh hosts; a local unit gets the file and nothing
+    else), and only where they come last: with dialect systemd a later EnvironmentFile= or
+    Environment= wins over this file; with dialect shell the wrapper sources the file over them,
+    so they show only for a variable the file no longer sets (`want` None)."""
+    return h.host.transport == "ssh" and (h.host.dialect == "systemd" or want is None)
 
 
 def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -> dict[str, dict[str, str]]:
@@ -1031,14 +1055,24 @@ def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -
     }
 
 
-def _stop_left_after(exc: BaseException, h: HostHandle, mark: str) -> None:
+def _stop_left_after(exc: BaseException, h: HostHandle, mark: str) -> list[str]:
     """Stop, at once, what a remote repro that ended in `exc` (re-raised by the caller) left
-    running, as a local repro's leftovers are stopped when it is interrupted; a check that fails
-    is a note on `exc`, never an error hiding it."""
+    running, as a local repro's leftovers are stopped when it is interrupted; returns what was
+    (for the caller to name). A check that fails is a note on `exc`, never an error hiding it."""
     try:
-        stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S)
+        return stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S)
     except OrchError as failed:
         exc.add_note(f"{failed} (what the repro started may still run there)")
+        return []
+
+
+def _name_stopped(exc: BaseException, what: str, left: list[str], redactor: Redactor) -> None:
+    """Name, on the error that cut a repro short (Ctrl-C, SIGTERM, a host that stopped answering),
+    what it left running and orch stopped, in LeftBehind's words. Why: the outcome that names them
+    is never made then; the note goes into the trial's failure (TrialPhases.run) or, for an
+    interrupt, onto the terminal and into status.json (the runner's progress notes)."""
+    if left:
+        exc.add_note(redactor.text(f"{what}, cut short, left {_processes(left)} (orch stopped them)"))
 
 
 MAX_LEFT_SHOWN = 5  # leftovers a failure message names (the record's repro.left_behind has them all)
@@ -1047,7 +1081,7 @@ MAX_LEFT_SHOWN = 5  # leftovers a failure message names (the record's repro.left
 def left_behind(what: str, rel: ReproOutcome) -> LeftBehind:
     """The void trial of a repro (`what`) that exited 0 but left processes running."""
     return LeftBehind(
-        f"{what} exited but left {_processes(rel)} (orch stopped them; the trial is void: they loaded the "
+        f"{what} exited but left {_processes(rel.left_behind)} (orch stopped them; the trial is void: they loaded the "
         f"deployment beside the {what} and would have loaded the next trials; make it wait for, or stop, "
         "what it starts)"
     )
@@ -1055,15 +1089,17 @@ def left_behind(what: str, rel: ReproOutcome) -> LeftBehind:
 
 def _also_left(rel: ReproOutcome) -> str:
     """`; it also left N processes running: ... (stopped)` for a failed repro that left some, else ''."""
-    return f"; it also left {_processes(rel)} (stopped)" if rel.left_behind else ""
+    return f"; it also left {_processes(rel.left_behind)} (stopped)" if rel.left_behind else ""
 
 
-def _processes(rel: ReproOutcome) -> str:
-    """`2 processes running: pid 1 (cmd), pid 2 (cmd)`, at most MAX_LEFT_SHOWN of them named."""
-    n = len(rel.left_behind)
-    shown = ", ".join(rel.left_behind[:MAX_LEFT_SHOWN])
-    if n > MAX_LEFT_SHOWN:
-        shown += f" and {n - MAX_LEFT_SHOWN} more"
+def _processes(left: Sequence[str]) -> str:
+    """`2 processes running: pid 1 (cmd), pid 2 (cmd)`, at most MAX_LEFT_SHOWN of them named; the
+    count is of processes (leftovers.counted), not of the entries that name or count them."""
+    n = leftovers.counted(left)
+    entries = left[:MAX_LEFT_SHOWN]
+    shown = ", ".join(entries)
+    if n > leftovers.counted(entries):
+        shown += f" and {n - leftovers.counted(entries)} more"
     return f"{n} process{'es' if n > 1 else ''} running: {shown}"
 
 

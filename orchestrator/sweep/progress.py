@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from rich.console import Console
@@ -32,6 +33,12 @@ class Progress(Protocol):
 
     def note(self, message: str) -> None: ...
     def stop(self) -> None: ...
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        """The run's hosts were restored, save `not_restored` (roles; `TESTBED/role` for several
+        testbeds), which the run leaves changed. Told once per restore, after stop(): by the runner
+        (the coordinator, for several testbeds) and by `orch restore`. Why a call of its own: the
+        terminal says it once, from the outcome or the error's note, but a status file must keep
+        it (team.livestatus), or a run that left a testbed changed reads as one that finished."""
 
 
 class QuietProgress:
@@ -42,6 +49,17 @@ class QuietProgress:
     def retotal(self, left: int) -> None: ...
     def note(self, message: str) -> None: ...
     def stop(self) -> None: ...
+    def restore_ended(self, not_restored: Sequence[str]) -> None: ...
+
+
+def restore_command(run_dir: Path | str) -> str:
+    return f"orch restore {run_dir}"
+
+
+def not_restored_line(not_restored: Sequence[str], run_dir: Path | str) -> str:
+    """`NOT restored: ROLES; finish with: orch restore RUN_DIR`: the one wording of a run that left
+    hosts changed, wherever it is said (the terminal, an error's note, the queue, status.json)."""
+    return f"NOT restored: {', '.join(not_restored)}; finish with: {restore_command(run_dir)}"
 
 
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
@@ -265,3 +283,6 @@ class RichProgress:
         for line in self.failures.lines():
             self.console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
         self.failures = FailureTally()
+
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        """Nothing: the CLI prints the hosts left changed once, from the outcome or the error's note."""

@@ -40,14 +40,14 @@ from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.core.steps import Plan, RoleEnv, Step
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
-from orchestrator.errors import Interrupted, JournalError, OrchError, SweepStopped
+from orchestrator.errors import Interrupted, JournalError, OrchError, SweepStopped, notes
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.journal import Journal, read_journal
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard
 from orchestrator.sweep.phases import Repro, Services, TrialPhases
-from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature
+from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature, not_restored_line
 from orchestrator.sweep.signals import signals_as_interrupt
 from orchestrator.sweep.sources import SourceFactory, StepSource
 
@@ -175,8 +175,10 @@ class Runner:
             self.events.add("run_resumed" if resume else "run_started")
             self.progress.start(len(self.plan.steps), len(done))
             self._run_trials(result)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted) as exc:
             result.interrupted = True
+            for note in notes(exc):  # e.g. what the repro it cut short left running (stopped): said nowhere else
+                self.progress.note(note)
             self.progress.note(
                 "interrupted: restoring the hosts before exiting (Ctrl-C again skips the host being restored)"
             )
@@ -190,6 +192,7 @@ class Runner:
         finally:
             self.progress.stop()
             result.not_restored = self.restore(result)
+            self.progress.restore_ended(result.not_restored)
             if failed_on is not None and self.guard.states and not result.not_restored:
                 self.progress.note("the sweep stopped on an error; every host was restored")
 
@@ -470,11 +473,12 @@ def _note_unrestored(exc: BaseException, result: RunResult | None) -> None:
     note the CLI prints under the error. A sweep that ends with an outcome (a RepeatedFailure
     carries its result) says so in its summary instead: the line is shown once either way."""
     if result is not None and result.not_restored and not isinstance(exc, SweepStopped):
-        exc.add_note(f"NOT restored: {', '.join(result.not_restored)}; finish with: orch restore {result.run_dir}")
+        exc.add_note(not_restored_line(result.not_restored, result.run_dir))
 
 
 class _SharedProgress:
-    """One progress display for all runners: they report trials; the coordinator starts/stops."""
+    """One progress display for all runners: they report trials; the coordinator starts, stops and
+    says which hosts the run left changed (every testbed's, once all are restored)."""
 
     def __init__(self, inner: Progress, testbed: str, lock: threading.Lock) -> None:
         self.inner, self.testbed, self.lock = inner, testbed, lock
@@ -482,6 +486,8 @@ class _SharedProgress:
     def start(self, total: int, done: int) -> None: ...
 
     def stop(self) -> None: ...
+
+    def restore_ended(self, not_restored: Sequence[str]) -> None: ...
 
     def trial_done(self, record: TrialRecord) -> None:
         with self.lock:
@@ -544,6 +550,7 @@ def _execute_parallel(
         progress.stop()
         journal.close()  # only once every runner has restored its testbed and returned
     merged = _merge(run_dir, runners)
+    progress.restore_ended(merged.not_restored)
     merged.interrupted = merged.interrupted or interrupted or any(_is_interrupt(e) for e in errors)
     _raise_first_failure(errors, merged)
     return merged

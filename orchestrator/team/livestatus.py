@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.errors import OrchError
@@ -33,7 +34,7 @@ from orchestrator.store.liveness import judge as judge
 from orchestrator.store.liveness import read_status
 from orchestrator.store.manifest import load_manifest, load_plan
 from orchestrator.store.rundir import RunDir
-from orchestrator.sweep.progress import summarize
+from orchestrator.sweep.progress import QuietProgress, not_restored_line, restore_command, summarize
 from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
 
 if TYPE_CHECKING:
@@ -117,6 +118,11 @@ class LiveStatus:
             if self._status is not None:
                 self._write(state="finished", current_trial=None, current_cell=None, eta_s=None, eta_at=None)
 
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        with self._lock:
+            if self._status is not None:
+                self._write(**left_changed(self.run_dir, not_restored))
+
     def _current(self) -> dict[str, object]:
         nxt = next(((t, c) for t, c in self._plan if t not in self._finished), None)
         return {"current_trial": nxt[0] if nxt else None, "current_cell": nxt[1] if nxt else None}
@@ -169,6 +175,50 @@ class Tee:
         for s in self.sinks:
             s.stop()
 
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        for s in self.sinks:
+            s.restore_ended(not_restored)
+
+
+class RestoreStatus(QuietProgress):
+    """A Progress sink for a restore outside a sweep (`orch restore RUN_DIR`, a resume with no
+    trial left): the run's status.json, as its sweep left it, gets the restore's end. Why: the
+    file said which hosts the run left changed; once they are back it must stop saying so, and a
+    restore that is still incomplete must say what is left. No status file: nothing is written
+    (a run from before status files, or one stopped before its first trial). Never fails the
+    restore (`error` says why the file was not written)."""
+
+    def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.run_dir, self.clock = run_dir, clock
+        self.error = ""
+
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        status = read_status(self.run_dir)
+        if status is None:
+            return
+        changes = left_changed(self.run_dir, not_restored)
+        if status.not_restored and not not_restored:
+            changes["note"] = f"restored since by orch restore: {', '.join(status.not_restored)}"
+        try:
+            write_json_atomic(
+                RunDir(self.run_dir).status_json,
+                status.model_copy(update={**changes, "updated": _iso(self.clock())}),
+            )
+        except OrchError as exc:
+            self.error = str(exc)
+
+
+def left_changed(run_dir: Path, not_restored: Sequence[str]) -> dict[str, object]:
+    """status.json's fields for what a restore left changed: the roles, the command that finishes
+    the job and the note the terminal showed (none left: the fields emptied, the note kept)."""
+    if not not_restored:
+        return {"not_restored": (), "restore_with": ""}
+    return {
+        "not_restored": tuple(not_restored),
+        "restore_with": restore_command(run_dir),
+        "note": not_restored_line(not_restored, run_dir),
+    }
+
 
 def _finished_trials(run_dir: Path) -> set[int]:
     """The trials resume counts finished, read as resume reads them (trial_statuses: the status
@@ -205,6 +255,15 @@ class LiveRun:
         return 100.0 * self.status.done / self.status.total if self.status.total else 100.0
 
     @property
+    def left_changed(self) -> str:
+        """`NOT restored: ROLES; finish with: orch restore RUN_DIR`, or "" when the run left no
+        host changed (as far as its controller could tell: a stale run may have)."""
+        if not self.status.not_restored:
+            return ""
+        how = self.status.restore_with or restore_command(self.directory)
+        return f"NOT restored: {', '.join(self.status.not_restored)}; finish with: {how}"
+
+    @property
     def progress(self) -> str:
         """Trials done of the total, as `orch status` shows them ("14 done" for a hunt)."""
         fails = f" ({self.status.failed} failed)" if self.status.failed else ""
@@ -235,11 +294,15 @@ class Snapshot:
 
 
 def live_runs(reports_dir: Path, *, finished: int = 5) -> list[LiveRun]:
-    """Runs with a status file: every running or stale one, plus the `finished` latest others."""
+    """Runs with a status file: first every one that left hosts changed (however old: a testbed
+    left on a cell's flags skews every later run on it), then every running or stale one, then
+    the `finished` latest others."""
     found = [r for d in _run_dirs(reports_dir) if (r := _live_run(d)) is not None]
-    active = [r for r in found if r.state != "finished"]
-    done = sorted((r for r in found if r.state == "finished"), key=lambda r: r.status.updated, reverse=True)
-    return sorted(active, key=lambda r: r.status.started) + done[:finished]
+    changed = sorted((r for r in found if r.left_changed), key=lambda r: r.status.updated, reverse=True)
+    rest = [r for r in found if not r.left_changed]
+    active = [r for r in rest if r.state != "finished"]
+    done = sorted((r for r in rest if r.state == "finished"), key=lambda r: r.status.updated, reverse=True)
+    return changed + sorted(active, key=lambda r: r.status.started) + done[:finished]
 
 
 def snapshot(reports_dir: Path) -> Snapshot:

@@ -31,7 +31,7 @@ from orchestrator.sweep.apitypes import (
     Warn,
     testbeds_from_spec,
 )
-from orchestrator.sweep.progress import Progress
+from orchestrator.sweep.progress import Progress, not_restored_line
 from orchestrator.team.livestatus import LiveStatus, Tee
 from orchestrator.team.queue import QueueItem
 from orchestrator.team.queue import SweepOutcome as ItemOutcome
@@ -180,7 +180,7 @@ def item_outcome(outcome: SweepOutcome, deadline: float | None, clock: Callable[
     code, run_dir = outcome.exit_code, outcome.run_dir
     left = ""
     if outcome.not_restored:
-        left = f"; NOT restored: {', '.join(outcome.not_restored)}; finish with: orch restore {run_dir}"
+        left = f"; {not_restored_line(outcome.not_restored, run_dir)}"
     if outcome.status == "completed" and code != 0:  # e.g. a host could not be restored
         why = left or f"; exit code {code}: see the log"
         return ItemOutcome("failed", code, run_dir, f"{counts}{why}")

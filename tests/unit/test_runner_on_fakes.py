@@ -185,6 +185,35 @@ def test_a_live_env_that_ignores_export_lines_voids_the_trial(tmp_path: Path) ->
     assert bed.file("decode") == b"export DECODE_FLAG=0\n"  # restored
 
 
+def test_a_live_value_a_drop_in_overrides_names_the_drop_in(tmp_path: Path) -> None:
+    """A drop-in (or another EnvironmentFile=) that sets the flag after orch's file: preflight says
+    so with `systemctl cat`; a mid-sweep verification that finds the same said nothing of it."""
+    unit = FakeUnit("decode-server", drop_in={"DECODE_FLAG": "0"})
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [unit])})
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ["1", "2"])})
+    records = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute().records
+    for record, want in zip(sorted(records, key=lambda r: r.cell), ["1", "2"], strict=True):
+        assert record.failure is not None and record.failure.error == "VerificationError"
+        message = record.failure.message
+        assert f"DECODE_FLAG is '0' in the live process, expected '{want}'" in message
+        assert "a drop-in, or another EnvironmentFile= or Environment= of the unit, may set DECODE_FLAG" in message
+        assert "systemctl cat decode-server" in message and "export" not in message
+
+
+def test_the_drop_in_hint_only_where_a_drop_in_can_be_the_cause(tmp_path: Path) -> None:
+    """dialect shell: the wrapper sources the file over the unit's Environment=, so a value the
+    file sets and the process does not hold is the wrapper's doing, not a drop-in's."""
+    unit = FakeUnit("decode-server", drop_in={"DECODE_FLAG": "0"})
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [unit], dialect="shell")})
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ["1", "2"])})
+    records = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute().records
+    assert len(records) == 2
+    for record in records:
+        assert record.failure is not None
+        assert "DECODE_FLAG is '0' in the live process, expected" in record.failure.message
+        assert "drop-in" not in record.failure.message
+
+
 def test_a_crash_looping_unit_fails_the_wait_quickly(tmp_path: Path) -> None:
     bed = make_bed(
         {"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", crash_loops=True)], health_timeout_s=30)}

@@ -1,0 +1,181 @@
+"""A run that left hosts changed says so in status.json, and every team view shows it first.
+
+The terminal says "NOT restored: ROLES; finish with: orch restore RUN_DIR" once; before, the
+status file (and so `orch status`, its --json, `orch serve`'s pages and the runs index) called
+the run plain finished. Here on the fakes (helpers.parallel_bed): the whole CLI path runs, one
+testbed and two, and `orch restore` finishing the job clears it. No process, no socket."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.parallel_bed import Fleet, install
+from helpers.parallel_fakes import write_files
+
+from orchestrator.cli.main import main
+from orchestrator.errors import TransportError
+from orchestrator.report.render import fresh_summary
+from orchestrator.report.site import index_page
+from orchestrator.sweep.hosts import HostGuard
+from orchestrator.team.livestatus import RestoreStatus, live_runs
+from orchestrator.team.serve import runs_json
+
+ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
+MATRIX = """\
+name: left
+factors:
+  d: {env: {decode: D}, levels: ["1", "2"]}
+replicates: 1
+repro:
+  command: "fake-repro --trial {trial}"
+  on: prefill
+  timeout: 30
+  metrics:
+    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+@pytest.fixture
+def fleet(monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+    """The fleet, and its decode hosts unreachable while `broken` names them (mid-restore)."""
+    f = Fleet(ENV)
+    install(monkeypatch, f)
+    f.broken = set()  # type: ignore[attr-defined]
+    real = HostGuard._restore_host
+
+    def restore_host(self: HostGuard, role: str) -> None:
+        if (self.deployment.testbed.name, role) in f.broken:  # type: ignore[attr-defined]
+            raise TransportError(role, "ssh: connect to host: No route to host")
+        real(self, role)
+
+    monkeypatch.setattr(HostGuard, "_restore_host", restore_host)
+    yield f
+
+
+def orch(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    got = capsys.readouterr()
+    return code, got.out, got.err
+
+
+def run_leaving_decode(tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str], *names: str) -> Path:
+    m, i = write_files(tmp_path, MATRIX, names)
+    fleet.broken = {(names[-1], "decode")}  # type: ignore[attr-defined]
+    code, out, err = orch(
+        capsys, "run", str(m), "-i", str(i), "--testbed", ",".join(names),
+        "--out", str(tmp_path / "reports"), "--run-id", "r1", "--seed", "1", "--skip-preflight",
+    )  # fmt: skip
+    assert code == 1, out + err
+    assert (out + err).count("NOT restored:") == 1, "the terminal says it once"
+    return tmp_path / "reports" / "r1"
+
+
+def test_a_run_that_left_a_host_changed_says_so_in_every_view(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A")
+    assert fleet.file("A", "decode") != ENV["decode"].encode(), "the host really is left changed"
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["not_restored"] == ["decode"]
+    assert status["restore_with"] == f"orch restore {run_dir}"
+    assert status["note"] == f"NOT restored: decode; finish with: orch restore {run_dir}"
+
+    reports = tmp_path / "reports"
+    code, out, _ = orch(capsys, "status", "--reports", str(reports), "--json")
+    (shown,) = json.loads(out)["runs"]
+    assert shown["not_restored"] == ["decode"] and shown["restore_with"] == f"orch restore {run_dir}"
+    code, out, _ = orch(capsys, "status", "--reports", str(reports))
+    first = out.splitlines()[0]
+    assert first == f"r1: NOT restored: decode; finish with: orch restore {run_dir}", out
+    assert "NOT restored" in out.split("sweeps", 1)[1], "the table's state says it too"
+
+    (entry,) = runs_json(reports)
+    assert entry["not_restored"] == ("decode",) and entry["restore_with"] == f"orch restore {run_dir}"
+    page = index_page(reports, fresh_summary)
+    assert 'id="unrestored"' in page and "NOT restored: decode" in page
+    assert 'id="unrestored"' in (reports / "index.html").read_text(), "the index written at the run's end"
+
+    fleet.broken = set()  # type: ignore[attr-defined]  # the host answers again: `orch restore` finishes
+    code, out, err = orch(capsys, "restore", str(run_dir))
+    assert code == 0, out + err
+    assert fleet.file("A", "decode") == ENV["decode"].encode()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert (status["not_restored"], status["restore_with"]) == ([], "")
+    assert status["note"] == "restored since by orch restore: decode"
+    code, out, _ = orch(capsys, "status", "--reports", str(reports))
+    assert "NOT restored" not in out
+    assert 'id="unrestored"' not in (reports / "index.html").read_text(), "the index rewritten by the restore"
+
+
+def test_a_parallel_run_names_the_testbed_and_a_partial_restore_keeps_what_is_left(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A", "B")
+    assert json.loads((run_dir / "status.json").read_text())["not_restored"] == ["B/decode"]
+
+    code, _, _ = orch(capsys, "restore", str(run_dir))  # B's decode still down: nothing changes
+    assert code == 1
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["not_restored"] == ["B/decode"] and "NOT restored: B/decode" in status["note"]
+
+
+def test_runs_that_left_hosts_changed_are_listed_first_however_old(tmp_path: Path) -> None:
+    """`orch status` lists 5 finished runs: one that left a testbed changed is never crowded out."""
+    from helpers.report_synth import synthetic_run
+
+    from orchestrator.store.liveness import StatusFile
+    from orchestrator.store.manifest import save_manifest
+
+    reports = tmp_path / "reports"
+    for n in range(8):
+        manifest, _ = synthetic_run(replicates=1, failures=False, run_id=f"r{n}")
+        run_dir = reports / f"r{n}"
+        run_dir.mkdir(parents=True)
+        save_manifest(run_dir, manifest)
+        status = StatusFile(
+            run_id=f"r{n}", name="m", testbed="t", host="h", pid=1, pid_start=1, state="finished",
+            started=f"2026-01-0{n + 1}", updated=f"2026-01-0{n + 1}", done=1, total=1, failed=0,
+            not_restored=("decode",) if n == 0 else (),
+        )  # fmt: skip
+        (run_dir / "status.json").write_text(status.model_dump_json())
+    shown = [r.directory for r in live_runs(reports)]
+    assert shown[0] == "r0" and len(shown) == 6
+
+
+def test_restore_status_writes_nothing_without_a_status_file(tmp_path: Path) -> None:
+    sink = RestoreStatus(tmp_path)
+    sink.restore_ended(["decode"])
+    assert not (tmp_path / "status.json").exists() and sink.error == ""
+
+
+def test_a_resume_with_no_trial_left_that_restores_the_hosts_clears_it(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A")
+    fleet.broken = set()  # type: ignore[attr-defined]
+    code, out, err = orch(capsys, "resume", str(run_dir))
+    assert code == 0, out + err
+    assert fleet.file("A", "decode") == ENV["decode"].encode()
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["not_restored"] == [] and status["done"] == 2, "as the run left it, but for its restore"
+
+
+def test_the_status_page_shows_it_above_the_table(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from orchestrator.report.page import environment
+    from orchestrator.team.livestatus import snapshot
+    from orchestrator.team.serve import STATUS_TEMPLATE
+
+    run_leaving_decode(tmp_path, fleet, capsys, "A")
+    page = environment().get_template(STATUS_TEMPLATE).render(s=snapshot(tmp_path / "reports"), refresh=5, csp="")
+    banner, table = page.split('<table id="live">')
+    assert 'id="unrestored"' in banner and "NOT restored: decode; finish with: orch restore" in banner
+    assert "NOT restored: decode" in table
