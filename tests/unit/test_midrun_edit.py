@@ -12,6 +12,7 @@ the trial about to start is not recorded, and the hosts are restored."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ class Edits:
     def start(self, total: int, done: int) -> None: ...
     def retotal(self, left: int) -> None: ...
     def stop(self) -> None: ...
+    def restore_ended(self, not_restored: Sequence[str]) -> None: ...
 
     def trial_done(self, record: TrialRecord) -> None:
         if record.trial == self.after:
