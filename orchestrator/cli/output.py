@@ -6,8 +6,9 @@ from __future__ import annotations
 from rich.markup import escape
 
 from orchestrator.cli.console import err, out
+from orchestrator.store.liveness import not_restored_line
 from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome
-from orchestrator.sweep.progress import Progress, RichProgress, not_restored_line
+from orchestrator.sweep.progress import Progress, RichProgress
 
 
 def announce(started: Started) -> None:

@@ -27,7 +27,7 @@ from orchestrator.report.series import SeriesPoint
 from orchestrator.report.summary import Rebuild, RunSummary
 from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
-from orchestrator.store.liveness import STALE, read_status, run_state
+from orchestrator.store.liveness import STALE, read_status, restore_command, run_state
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import HUNT_HTML, ReportsDir, RunDir
 
@@ -172,7 +172,7 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         has_report=run.index_html.is_file() or run.hunt_html.is_file(),
         page=HUNT_HTML if run.hunt_html.is_file() else "index.html",
         not_restored=left.not_restored if left else (),
-        restore_with=(left.restore_with or f"orch restore {run_dir}") if left and left.not_restored else "",
+        restore_with=(left.restore_with or restore_command(run_dir)) if left and left.not_restored else "",
     )
     try:
         summary = _cached_summary(run_dir, live) or rebuild(run_dir, manifest)  # rebuilt from the journal

@@ -15,6 +15,7 @@ the runs index (report layer) must ask too, and it sits below team.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -30,6 +31,17 @@ MAX_STATUS_BYTES = 1 * MiB  # a status.json is a few KB (its longest fields are 
 STALE: Literal["stale"] = "stale"  # the state shown for a run whose controller is gone (see the module's doc)
 
 LiveState = Literal["running", "stale", "finished"]
+
+
+def restore_command(run_dir: Path | str) -> str:
+    return f"orch restore {run_dir}"
+
+
+def not_restored_line(not_restored: Sequence[str], run_dir: Path | str, restore_with: str = "") -> str:
+    """`NOT restored: ROLES; finish with: orch restore RUN_DIR`: the one wording of a run that left
+    hosts changed, wherever it is said (the terminal, an error's note, the queue, status.json and
+    the views that read it back). `restore_with`: the command status.json recorded, when any."""
+    return f"NOT restored: {', '.join(not_restored)}; finish with: {restore_with or restore_command(run_dir)}"
 
 
 class StatusFile(BaseModel):

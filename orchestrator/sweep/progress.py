@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Protocol
 
 from rich.console import Console
@@ -50,16 +49,6 @@ class QuietProgress:
     def note(self, message: str) -> None: ...
     def stop(self) -> None: ...
     def restore_ended(self, not_restored: Sequence[str]) -> None: ...
-
-
-def restore_command(run_dir: Path | str) -> str:
-    return f"orch restore {run_dir}"
-
-
-def not_restored_line(not_restored: Sequence[str], run_dir: Path | str) -> str:
-    """`NOT restored: ROLES; finish with: orch restore RUN_DIR`: the one wording of a run that left
-    hosts changed, wherever it is said (the terminal, an error's note, the queue, status.json)."""
-    return f"NOT restored: {', '.join(not_restored)}; finish with: {restore_command(run_dir)}"
 
 
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")

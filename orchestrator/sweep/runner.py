@@ -43,11 +43,12 @@ from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import Interrupted, JournalError, OrchError, SweepStopped, notes
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.journal import Journal, read_journal
+from orchestrator.store.liveness import not_restored_line
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard
 from orchestrator.sweep.phases import Repro, Services, TrialPhases
-from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature, not_restored_line
+from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature
 from orchestrator.sweep.signals import signals_as_interrupt
 from orchestrator.sweep.sources import SourceFactory, StepSource
 

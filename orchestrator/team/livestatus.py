@@ -31,10 +31,10 @@ from orchestrator.store.liveness import MAX_STATUS_BYTES as MAX_STATUS_BYTES
 from orchestrator.store.liveness import LiveState as LiveState
 from orchestrator.store.liveness import StatusFile as StatusFile
 from orchestrator.store.liveness import judge as judge
-from orchestrator.store.liveness import read_status
+from orchestrator.store.liveness import not_restored_line, read_status, restore_command
 from orchestrator.store.manifest import load_manifest, load_plan
 from orchestrator.store.rundir import RunDir
-from orchestrator.sweep.progress import QuietProgress, not_restored_line, restore_command, summarize
+from orchestrator.sweep.progress import QuietProgress, summarize
 from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
 
 if TYPE_CHECKING:
@@ -260,8 +260,7 @@ class LiveRun:
         host changed (as far as its controller could tell: a stale run may have)."""
         if not self.status.not_restored:
             return ""
-        how = self.status.restore_with or restore_command(self.directory)
-        return f"NOT restored: {', '.join(self.status.not_restored)}; finish with: {how}"
+        return not_restored_line(self.status.not_restored, self.directory, self.status.restore_with)
 
     @property
     def progress(self) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from orchestrator.errors import LockError, OrchError, StaleLockError
+from orchestrator.store.liveness import not_restored_line
 from orchestrator.store.manifest import new_run_id
 from orchestrator.sweep.apitypes import (
     PreparedSweep,
@@ -31,7 +32,7 @@ from orchestrator.sweep.apitypes import (
     Warn,
     testbeds_from_spec,
 )
-from orchestrator.sweep.progress import Progress, not_restored_line
+from orchestrator.sweep.progress import Progress
 from orchestrator.team.livestatus import LiveStatus, Tee
 from orchestrator.team.queue import QueueItem
 from orchestrator.team.queue import SweepOutcome as ItemOutcome
