@@ -14,6 +14,10 @@ from typing import Mapping, Protocol, Sequence
 # how often a command's wait looks at its stop Event: a command run by a parallel testbed's runner
 # thread, which no signal reaches, is stopped this soon after Ctrl-C/SIGTERM in the main thread
 STOP_POLL_S = 0.05
+# how long a stoppable command's (a repro's) output is read after it exited: what was still in the
+# pipe comes within milliseconds; a process it left holding the pipe open is not waited for (the
+# leftover check's to name), on either transport
+EXITED_DRAIN_S = 0.5
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import time
 from typing import Mapping, Sequence
 
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
+from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
 from orchestrator.errors import (
     CommandFailed,
     CommandInterrupted,
@@ -40,7 +40,6 @@ MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB; /dev/zero mu
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024  # per stream; a runaway command cannot exhaust memory
 KILL_GRACE_S = 2.0
-EXITED_DRAIN_S = 0.5  # a stoppable command's output after it exited (see _finish)
 
 
 class LocalTransport:

@@ -56,7 +56,7 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
-from orchestrator.edges.transport import STOP_POLL_S, FileEntry, Result
+from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
 from orchestrator.edges.transport.tunnel import Tunnel
 from orchestrator.errors import (
     STOPPING,
@@ -88,9 +88,6 @@ _ANNOUNCE = 'echo "orch-pid $$"; exec "$@"'
 _PID_LINE = re.compile(rb"(?:^|\n)(orch-pid ([0-9]+)\n)")
 PID_SCAN_BYTES = 4096  # the pid line comes first (after anything a login script printed)
 PID_WAIT_S = 1.0  # a stop before the pid line arrived: how long to wait for it
-# A stoppable command's output after its exit status arrived: what sshd still had in the pipe comes
-# within milliseconds; a process it left holding the channel open is not waited for (_Output).
-EXITED_DRAIN_S = 0.5
 # Its cancel, a second exec. $1 = the pid (and pgid), $2 = the grace in 50 ms steps. TERM goes to the
 # pid too: for the moment between `echo` and `exec timeout` it is not a group leader yet. KILL goes
 # to the group only (the pid alone may be reused once the group is gone). Exit 1: it outlived KILL.
