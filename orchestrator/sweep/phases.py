@@ -1097,9 +1097,9 @@ def _processes(left: Sequence[str]) -> str:
     count is of processes (leftovers.counted), not of the entries that name or count them."""
     n = leftovers.counted(left)
     entries = left[:MAX_LEFT_SHOWN]
-    shown = ", ".join(entries)
-    if n > leftovers.counted(entries):
-        shown += f" and {n - leftovers.counted(entries)} more"
+    shown, rest = ", ".join(entries), n - leftovers.counted(entries)
+    if rest > 0:
+        shown += f" and {rest} more"
     return f"{n} process{'es' if n > 1 else ''} running: {shown}"
 
 
