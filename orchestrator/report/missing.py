@@ -5,8 +5,8 @@ good (the repro crashed, timed out, or printed no metric; after its retries) has
 metric, and its loss need not be at random: a cell that crashes under load keeps only its light
 trials, so its latency looks better, and its failure rate over the sessions that did run looks no
 worse. bench/bench_truth.py (2) measured it: a cell whose hardest 30% of 20 trials crashed, with
-nothing else different, had its latency called a finding ("2.3x lower with f0=off") in 13% of
-reports, and not one of those sentences said that cell's trials had failed; the page showed the
+nothing else different, had its latency called a finding (e.g. "1.5x lower with f0=off") in 7.0% of
+reports (21/300), and not one of those sentences said that cell's trials had failed; the page showed the
 failed attempts only as a count beside the cell. So each cell carries how many of its finished
 trials lack each metric, and a headline finding whose compared cells lost shares of their trials
 that differ by MATERIAL or more says so in its own sentence (the data cannot tell whether the lost
