@@ -687,6 +687,21 @@ def _index_entry(start: int, end: int, head: tuple[int, TrialStatus] | None) -> 
     return _INDEX_ENTRY.pack(start, end, trial, code)
 
 
+def index_vouches(path: Path) -> bool:
+    """Whether the status index speaks for every line of the journal: its entries end where the
+    journal ends and it was written after the journal's last change. Then only Journal.append
+    wrote the journal (a hand edit, a repaired torn tail, a kill between a line and its entry, a
+    journal from before the index: none of these leaves it so), and resume may skip the damage
+    rule's read of every line (sweep.api). A cache's word, not a proof against a forged mtime."""
+    index = index_path(path)
+    try:
+        if os.stat(index).st_mtime_ns < os.stat(path).st_mtime_ns:
+            return False
+        return _index_end(index) == os.stat(path).st_size
+    except OSError:
+        return False
+
+
 def _index_end(index: Path) -> int | None:
     """The end offset of the index's last whole entry (None: no usable index)."""
     try:
