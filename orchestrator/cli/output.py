@@ -66,7 +66,10 @@ def show_restore(outcome: RestoreOutcome) -> None:
         else:
             restored = [h for h in tb.hosts if h not in tb.untouched and h not in tb.already]
             if restored:
-                out.print(f"restored: {', '.join(restored)} (env files byte-identical, units back)", markup=False)
+                units = "" if tb.left_running else ", units back"  # states before the run unknown: never claimed
+                out.print(f"restored: {', '.join(restored)} (env files byte-identical{units})", markup=False)
+            if tb.left_running:
+                out.print(_left_running(tb.left_running, outcome.run_id), markup=False)
             if tb.already:
                 out.print(f"restored already, nothing to do: {', '.join(tb.already)}", markup=False)
             if tb.untouched:
@@ -75,6 +78,19 @@ def show_restore(outcome: RestoreOutcome) -> None:
                     markup=False,
                 )
         show_kept(tb.kept)
+
+
+def _left_running(units: tuple[tuple[str, str], ...], run_id: str) -> str:
+    """The units a restore without the run's folder left running, by host: one of them may have
+    been stopped before the run (which started it), and only the user can tell."""
+    by_role: dict[str, list[str]] = {}
+    for role, unit in units:
+        by_role.setdefault(role, []).append(unit)
+    named = "; ".join(f"{role}: {', '.join(names)}" for role, names in by_role.items())
+    return (
+        f"left running, not known whether they ran before run {run_id}: {named} "
+        "(stop any that was stopped before it: systemctl stop UNIT on its host)"
+    )
 
 
 def show_kept(kept: tuple[tuple[str, str], ...]) -> None:

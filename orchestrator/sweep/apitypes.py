@@ -169,6 +169,9 @@ class TestbedRestore:
     # and why), in restore order: shown with the summary, on its stream, before it
     host_lines: tuple[str, ...] = ()
     kept: tuple[tuple[str, str], ...] = ()  # (role, path): restored, its changed env file set aside there
+    # (role, unit) left running by a restore without the run's folder (sweep.hostrestore): whether
+    # each ran before the run is not known, so one the run started is still running
+    left_running: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ dead run, and the hosts' own copies as the only way back, by hand.
 
 What only the folder knew is lost: which units ran before the run (backup/units.json) and the
 repro processes it left (trials/). So every unit active now is restarted on the original env file
-(it may run on a cell's), a stopped one stays stopped, and the outcome says so.
+(it may run on a cell's), a stopped one stays stopped, and the outcome names every unit left
+running: one the run started, stopped before it, is among them, with how to stop it.
 
 Safety, as for `orch restore RUN_DIR`: the testbed lock is taken as the run's own (a live holder,
 or another dead run's lock without --break-lock, refuses with nothing touched); a run whose folder
@@ -84,10 +85,12 @@ def restore_testbed(
     lock.acquire(break_stale=break_lock)
     try:
         guard = HostGuard(deployment, BackupDir(Path()), run_id, progress)  # no folder: nothing read from it
+        running: list[tuple[str, str]] = []
         for key, original in originals.items():
             h = deployment.hosts[key]
             active = {u: h.services.state(u).is_active for u in h.units}
             guard.states[key] = HostState(original, active, stale=set(h.units))  # may run on a cell's env
+            running += [(key, u) for u, on in active.items() if on]
         progress.note(
             f"run {run_id}'s folder is gone, and with it which units ran before it: the units running now "
             "are restarted on the original env files, stopped ones are left stopped"
@@ -99,7 +102,11 @@ def restore_testbed(
     # without the run's folder no file is known to be a trial's: what is not the original is kept aside
     kept = tuple(guard.kept.items())
     hosts = tuple(deployment.hosts)
-    return TestbedRestore(deployment.testbed.name, hosts, True, tuple(left), already=without, kept=kept)
+    # named, so that a unit the run started (stopped before it) can be found and stopped again
+    running_now = tuple((key, unit) for key, unit in running if key not in left)
+    return TestbedRestore(
+        deployment.testbed.name, hosts, True, tuple(left), already=without, kept=kept, left_running=running_now
+    )
 
 
 def _refuse_a_run_with_its_folder(deployment: Deployment, run_id: str) -> None:

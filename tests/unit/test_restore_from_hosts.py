@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 from fakes import FakeBed, FakeTransport, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
 
+from orchestrator.cli import output
 from orchestrator.edges.lock import LockInfo, StaleLockError, TestbedLock, lock_path
 from orchestrator.errors import ConfigError, LockError, UsageError
+from orchestrator.sweep.apitypes import RestoreOutcome
 from orchestrator.sweep.hostrestore import restore_testbed, run_to_restore
 from orchestrator.sweep.hosts import HostGuard, host_backup_path
 from orchestrator.sweep.progress import QuietProgress
@@ -100,6 +102,26 @@ def test_the_hosts_are_put_back_from_their_own_copies(tmp_path: Path, monkeypatc
     assert Counter(bed.restarts()) - restarts_before == Counter(["decode:decode-server", "prefill:prefill-server"])
     assert bed.states() == {"decode:decode-server": True, "prefill:prefill-server": True}
     assert bed.refused() == []
+
+
+def test_the_units_left_running_are_named_with_the_way_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """prefill-server was stopped before the run, which started it; without the folder orch cannot
+    know that and leaves it running. Before, the outcome said "units back" and named no unit: the
+    user had no way to find the one left in a changed state. Every unit left running is now named,
+    per host, with how to stop one the run started, and "units back" is not claimed."""
+    bed = killed_run(tmp_path, monkeypatch)
+    outcome = restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert outcome.left_running == (("decode", "decode-server"), ("prefill", "prefill-server"))
+    output.show_restore(RestoreOutcome(None, RUN_ID, (outcome,), again="orch restore --testbed fakebed"))
+    said = capsys.readouterr()
+    assert "units back" not in said.out
+    assert "restored: decode, prefill (env files byte-identical)" in said.out
+    shown = said.out + said.err
+    named = "decode: decode-server; prefill: prefill-server"
+    assert f"left running, not known whether they ran before run fake-run: {named}" in shown
+    assert "systemctl stop UNIT" in shown
 
 
 def test_a_symlinked_copy_is_refused_before_any_host_is_written(
