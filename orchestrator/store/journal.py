@@ -296,6 +296,31 @@ def trial_statuses(path: Path) -> TrialStatuses:
     return TrialStatuses(finished=frozenset(finished), interrupted=frozenset(interrupted - finished), torn_tail=torn)
 
 
+def last_attempts(path: Path, trials: Collection[int]) -> dict[int, int]:
+    """The highest attempt number the journal holds for each of `trials` that has a record.
+
+    Why: an attempt claims the first free folder number (store.attempts), so a journaled attempt
+    whose folder was deleted gave its number, and its folder, to the next attempt: two records of
+    one attempt number, the earlier one's links showing the later one's files. Resume asks for the
+    trials it runs again that have records (trial_statuses' `interrupted`: a few) and numbers their
+    attempts on past these. A line orch wrote is skipped by its head unless it is one of them;
+    those and any other spelling are parsed whole (a bad line fails as read_journal does)."""
+    wanted = frozenset(trials)
+    found: dict[int, int] = {}
+    if not wanted:
+        return found
+    with _reading(path) as handle:
+        end, _ = _body_end(handle)
+        for number, _, line in _lines(path, handle, end):
+            start = _TRIAL_START.match(line)
+            if (start is not None and int(start[2]) not in wanted) or _EVENT_START.match(line) is not None:
+                continue
+            record = _parse_line(path, number, line)
+            if isinstance(record, TrialRecord) and record.trial in wanted:
+                found[record.trial] = max(found.get(record.trial, 0), record.attempt)
+    return found
+
+
 # The events that open a session of the controller (`orch run`, each `orch resume`). Journals
 # written before store.attempts numbered attempts from 1 again in each session, so a retried
 # trial's attempt numbers may repeat across sessions (never within one).

@@ -30,7 +30,13 @@ from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight
 from orchestrator.edges.provenance import describe_controller
 from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, SweepStopped, UsageError
-from orchestrator.store.journal import index_vouches, read_trial_rows, repair_torn_tail, trial_statuses
+from orchestrator.store.journal import (
+    index_vouches,
+    last_attempts,
+    read_trial_rows,
+    repair_torn_tail,
+    trial_statuses,
+)
 from orchestrator.store.manifest import load_manifest, new_run_id, save_manifest
 from orchestrator.store.planrecord import check_same_plan, make_manifest
 from orchestrator.store.rundir import RunDir
@@ -266,7 +272,10 @@ def _resume_locked(
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     journal = RunDir(run_dir).journal
     torn = journal.exists() and repair_torn_tail(journal)
-    done = set(trial_statuses(journal).finished) if journal.exists() else set()
+    statuses = trial_statuses(journal) if journal.exists() else None
+    done = set(statuses.finished) if statuses else set()
+    # the trials run again number their attempts past their journaled ones, whatever folders remain
+    before = last_attempts(journal, statuses.interrupted) if statuses else {}
     # adaptive rebuilds its counts and keeps its decisions, a hunt rebuilds its search
     journaled = _journaled(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else None
     if journaled is None and journal.exists() and not index_vouches(journal):
@@ -292,6 +301,7 @@ def _resume_locked(
         break_lock=request.break_lock,
         deadline=request.deadline,
         owner_gone=request.owner_gone,
+        attempts_before=before,
     )
     with session.connected(testbeds) as deployments:
         # taken here, not by the runner, so the lock records the run directory (a later run that

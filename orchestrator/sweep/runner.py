@@ -26,7 +26,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +67,9 @@ class RunOptions:
     deadline: float | None = None  # epoch seconds: start no new trial after it (overnight queues)
     backup_subdir: str = ""  # parallel testbeds: each keeps its originals in backup/<testbed>/
     stop_after_repeated_failures: int | None = None  # None: the matrix's setting (default 3); 0: never stop
+    # trial -> the highest attempt its journal holds (a resume's trials run again): their attempts
+    # number on past it, never reusing a journaled attempt's number (store.journal.last_attempts)
+    attempts_before: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -236,7 +239,8 @@ class Runner:
 
     def _run_with_retries(self, step: Step) -> TrialRecord:
         self.ran.append(step.env)
-        return run_with_retries(lambda attempt: self.phases.run(step, attempt), self.options, self._note_retry)
+        before = self.options.attempts_before.get(step.trial.index, 0)
+        return run_with_retries(lambda attempt: self.phases.run(step, before + attempt), self.options, self._note_retry)
 
     def _note_retry(self, record: TrialRecord) -> None:
         """A failed attempt that is tried again is journaled too (its own record, fsync'd): the

@@ -166,3 +166,28 @@ def test_a_torn_last_line_is_cut_and_the_rest_checked_then_resumed(tmp_path: Pat
         api.resume(api.ResumeRequest(run_dir), progress, warn=lambda message: None)
     assert (run_dir / "journal.jsonl").read_bytes() == whole
     assert seen[0].torn_tail_dropped and seen[0].left == len(manifest.plan) - 3
+
+
+def test_resume_numbers_a_cut_off_trials_attempts_past_its_journaled_ones(
+    tmp_path: Path, no_hosts: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trial 3 failed and was retried, the controller died during the retry: the resumed session
+    numbers trial 3's attempts past 2 whatever folders are left (store.journal.last_attempts)."""
+    run_dir, manifest = killed_run(tmp_path)
+    with Journal(run_dir / "journal.jsonl") as journal:
+        for attempt in (1, 2):
+            failed = _record(manifest, 3).model_copy(
+                update={"attempt": attempt, "status": "failed", "retried": True, "metrics": {}}
+            )
+            journal.append(failed)
+    made: list[api.RunOptions] = []
+    real = api.RunOptions
+
+    def options(*args: object, **kwargs: object) -> api.RunOptions:
+        made.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    monkeypatch.setattr(api, "RunOptions", options)
+    with pytest.raises(Connected):
+        resume(run_dir)
+    assert made[0].attempts_before == {3: 2}

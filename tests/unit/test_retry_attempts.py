@@ -5,6 +5,8 @@ still warming up from the failed attempt is not waited on again)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.edges.transport import Result
 from orchestrator.errors import CommandInterrupted
-from orchestrator.store.journal import read_journal, trial_statuses
+from orchestrator.store.journal import last_attempts, read_journal, trial_statuses
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep.api import _final_counts, _journaled
@@ -172,6 +174,44 @@ def test_a_trial_run_again_after_a_resume_keeps_the_earlier_attempts_files(
     assert log.read_bytes() == evidence  # the failed attempt's record still shows its own logs
     assert set(failed.logs.values()).isdisjoint(records[1].logs.values())
     assert (run_dir / "trials" / "0000-attempt2").is_dir()
+
+
+def test_a_deleted_attempt_folders_number_is_not_given_to_the_next_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 1 of trial 0 fails (journaled, retried: true), the controller dies in attempt 2, and
+    the trial's folders are deleted (disk space) before `orch resume`. Before, the first free
+    folder was trials/0000 again: the new attempt was journaled as attempt 1 too, and the failed
+    record's logs link ("unit decode-server failed") showed the new attempt's logs. The resume now
+    numbers on past the journal's attempts of the trials it runs again (store.journal.last_attempts)."""
+    run_dir = tmp_path / "run"
+    bed, plan = killed_during_a_retry(run_dir, monkeypatch)
+    for folder in ("0000", "0000-attempt2"):
+        shutil.rmtree(run_dir / "trials" / folder)
+    journal = run_dir / "journal.jsonl"
+    before = last_attempts(journal, trial_statuses(journal).interrupted)
+    assert before == {0: 1}
+    runner_for(bed, plan, run_dir, infra_attempts=2, attempts_before=before).execute(set(), resume=True)
+    records = journaled(run_dir)
+    assert [(r.trial, r.attempt, r.status) for r in records] == [
+        (0, 1, "failed"),
+        (0, 2, "completed"),
+        (1, 1, "completed"),
+    ]
+    assert [_folder(r) for r in records] == ["trials/0000", "trials/0000-attempt2", "trials/0001"]
+    assert not (run_dir / "trials" / "0000").exists()  # the failed attempt's folder is not refilled
+
+
+def test_last_attempts_reads_the_trials_asked_for_in_any_spelling(tmp_path: Path) -> None:
+    bed = two_roles(fail_starts=10**6)
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    runner_for(bed, plan, tmp_path / "run", infra_attempts=3).execute()
+    journal = tmp_path / "run" / "journal.jsonl"
+    assert last_attempts(journal, {0, 1, 7}) == {0: 3, 1: 3}
+    assert last_attempts(journal, ()) == {}
+    spaced = [json.dumps(json.loads(line)) + "\n" for line in journal.read_text().splitlines()]  # not orch's spelling
+    journal.write_text("".join(spaced))
+    assert last_attempts(journal, {1}) == {1: 3}
 
 
 def test_a_trial_interrupted_mid_repro_keeps_its_output_when_resumed(tmp_path: Path) -> None:
