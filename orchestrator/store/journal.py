@@ -310,8 +310,11 @@ def last_attempts(path: Path, trials: Collection[int]) -> dict[int, int]:
     if not wanted:
         return found
     with _reading(path) as handle:
-        end, _ = _body_end(handle)
-        for number, _, line in _lines(path, handle, end):
+        indexed = _indexed_lines(path, handle, wanted) if index_vouches(path) else None
+        lines: Iterable[tuple[int, int, bytes]] = (
+            indexed if indexed is not None else _lines(path, handle, _body_end(handle)[0])
+        )
+        for number, _, line in lines:
             start = _TRIAL_START.match(line)
             if (start is not None and int(start[2]) not in wanted) or _EVENT_START.match(line) is not None:
                 continue
@@ -319,6 +322,22 @@ def last_attempts(path: Path, trials: Collection[int]) -> dict[int, int]:
             if isinstance(record, TrialRecord) and record.trial in wanted:
                 found[record.trial] = max(found.get(record.trial, 0), record.attempt)
     return found
+
+
+def _indexed_lines(path: Path, handle: BinaryIO, trials: frozenset[int]) -> list[tuple[int, int, bytes]] | None:
+    """(line number, offset, line) of the trial lines of `trials`, found by the status index's
+    byte spans (no scan of a 130 MB journal for a few lines); None when the index cannot say."""
+    try:
+        data = index_path(path).read_bytes()
+    except OSError:
+        return None
+    out = []
+    for number, (start, stop, trial, code) in enumerate(
+        _INDEX_ENTRY.iter_unpack(data[: len(data) - len(data) % _INDEX_ENTRY.size]), 1
+    ):
+        if code != b"e" and trial in trials:
+            out.append((number, start, os.pread(handle.fileno(), stop - start - 1, start)))
+    return out
 
 
 # The events that open a session of the controller (`orch run`, each `orch resume`). Journals
