@@ -202,3 +202,12 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
+
+
+def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    a, b = _runs(tmp_path)
+    monkeypatch.chdir(tmp_path / "reports" / a.name)  # not the folder the runs are in
+    assert "(default: compare-A-vs-B.html in RUN_A's reports folder)" in help_of(["compare"], capsys)
+    code, out, err = orch(["compare", str(a), str(b)], capsys)
+    page = a.parent / f"compare-{a.name}-vs-{b.name}.html"
+    assert code == 0 and page.is_file() and f"comparison: {page}" in " ".join(out.split()), (out, err)

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "-o",
         "--output",
         type=output_path,
-        help="where to write the page, - for stdout (default: reports/compare-A-vs-B.html)",
+        help="where to write the page, - for stdout (default: compare-A-vs-B.html in RUN_A's reports folder)",
     )
     cmp_.set_defaults(func=cmd_compare)
 
