@@ -211,3 +211,9 @@ def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypat
     code, out, err = orch(["compare", str(a), str(b)], capsys)
     page = a.parent / f"compare-{a.name}-vs-{b.name}.html"
     assert code == 0 and page.is_file() and f"comparison: {page}" in " ".join(out.split()), (out, err)
+
+
+def test_a_mistyped_inventory_path_is_named_as_given_not_hinted_at_with_its_own_option(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = orch(["validate", str(OVERLAP), "-i", str(tmp_path / "my-clustr.yaml")], capsys)
+    assert code == 2 and f"inventory {tmp_path / 'my-clustr.yaml'} not found" in err, err
+    assert "pass -i" not in err and "check the path given with -i" in err, err
