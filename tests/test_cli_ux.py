@@ -217,3 +217,41 @@ def test_a_mistyped_inventory_path_is_named_as_given_not_hinted_at_with_its_own_
     code, _, err = orch(["validate", str(OVERLAP), "-i", str(tmp_path / "my-clustr.yaml")], capsys)
     assert code == 2 and f"inventory {tmp_path / 'my-clustr.yaml'} not found" in err, err
     assert "pass -i" not in err and "check the path given with -i" in err, err
+
+
+# ------------------------------------------------------------------ 10: resume --dry-run
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_dry_run_lists_the_trials_left_and_touches_nothing(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    install(monkeypatch, Fleet({"prefill": "P=0\n", "decode": "D=0\n"}))
+    m, i = write_files(tmp_path, MATRIX.replace("replicates: 1", "replicates: 2"), ["A"])
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    assert api.run(req, cli._live_progress, warn=lambda message: None).status == "completed"
+    run_dir = tmp_path / "reports" / "r1"
+    journal = run_dir / "journal.jsonl"  # as a kill -9 after the first trial left it
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
+    (run_dir / "journal.jsonl.idx").unlink()
+    before = _files(run_dir)
+
+    def no_host(*args: object) -> None:
+        raise AssertionError("a dry run connected to a host")
+
+    monkeypatch.setattr(api.session, "connect", no_host)
+    capsys.readouterr()
+    code, out, err = orch(["resume", str(run_dir), "--dry-run"], capsys)
+    flat = " ".join(out.split())
+    assert code == 0 and "resume r1 on testbed A: 1 of 4 trials done, 3 left" in flat, (out, err)
+    listed = [line.split("\t")[0] for line in out.splitlines() if "\t" in line][1:]
+    assert listed == ["1", "2", "3"] and "dry run: nothing was changed" in flat, out
+    assert _files(run_dir) == before
+    left: list[int] = []  # the resume itself runs what the dry run listed
+
+    def progress(started: api.Started) -> object:
+        left.append(started.left)
+        return cli._live_progress(started)
+
+    install(monkeypatch, Fleet({"prefill": "P=0\n", "decode": "D=0\n"}))
+    assert api.resume(api.ResumeRequest(run_dir), progress, warn=lambda m: None).completed == 4  # type: ignore[arg-type]
+    assert left == [3]

@@ -153,7 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
     resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
-    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it)")
+    resume.add_argument(
+        "--dry-run", action="store_true", help="print the trials a resume would run and touch nothing (no host)"
+    )
     resume.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     resume.add_argument(
         "--retries",
@@ -292,6 +295,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
         args.run_dir, fail_fast=args.fail_fast, retries=args.retries, break_lock=args.break_lock
     )
     hooks = _webhooks(args.webhook)
+    if args.dry_run:
+        from orchestrator.cli.console import out
+        from orchestrator.cli.planview import print_resume_preview
+
+        print_resume_preview(api.preview_resume(args.run_dir), out)
+        out.print("dry run: nothing was changed (the hosts are checked when the resume runs)")
+        return 0
     return _finished(api.resume(request, _live_progress, warn=warn), hooks)
 
 
