@@ -4,9 +4,11 @@ is touched by any of these; the resume runs on the fakes)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -255,3 +257,27 @@ def test_resume_dry_run_lists_the_trials_left_and_touches_nothing(tmp_path, monk
     install(monkeypatch, Fleet({"prefill": "P=0\n", "decode": "D=0\n"}))
     assert api.resume(api.ResumeRequest(run_dir), progress, warn=lambda m: None).completed == 4  # type: ignore[arg-type]
     assert left == [3]
+
+
+# ------------------------------------------------------------------ 11: every command shows examples that work
+def _commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command that runs something (`queue add`, not `queue`), by its words after `orch`."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [words]
+    return [c for name, sub in subs[0].choices.items() for c in _commands(sub, (*words, name))]
+
+
+@pytest.mark.parametrize("words", _commands(cli.build_parser()), ids=" ".join)
+def test_every_commands_help_ends_with_examples_that_parse(words: tuple[str, ...], capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        cli.main([*words, "--help"])
+    text = capsys.readouterr().out
+    assert "\nexamples:\n" in text, f"orch {' '.join(words)} --help shows no example"
+    examples = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.strip()]
+    assert examples
+    for example in examples:
+        argv = shlex.split(example, comments=True)
+        assert argv[: 1 + len(words)] == ["orch", *words], example
+        args, unknown = cli.build_parser().parse_known_args(argv[1:])  # argparse exits 2 on a bad one
+        assert unknown == [] and args.func is not None, example

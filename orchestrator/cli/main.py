@@ -20,6 +20,7 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     OrchParser,
+    add_examples,
     command,
     matrix_args,
     sweep_request,
@@ -200,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     team.register(sub)
     notify_hook = _option(sub, "notify", "--webhook")  # `notify` sends now, not "when a sweep ends"
     notify_hook.help = "POST the run's summary here now (repeatable; slack+https://... for Slack; also $ORCH_WEBHOOKS)"
+    add_examples(p)
     return p
 
 
