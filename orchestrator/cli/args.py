@@ -79,7 +79,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "queue add": ("orch queue add matrices/overlap_ablation.yaml -i inventory/my-cluster.yaml --priority 5",),
     "queue list": ("orch queue list --all",),
     "queue remove": ("orch queue remove 3",),
-    "queue run": ("orch queue run --until 07:00",),
+    "queue run": ("orch queue run --until 07:00 --dry-run", "orch queue run --until 07:00"),
     "schedule install": ("orch schedule install nightly --on-calendar '*-*-* 01:00' --until 07:00 --dry-run",),
     "schedule list": ("orch schedule list",),
     "schedule remove": ("orch schedule remove nightly",),

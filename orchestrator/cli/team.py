@@ -105,6 +105,9 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         help="(set by `orch schedule`) the time of day this run was scheduled at: --until counts from the "
         "latest such time, and a run started after its window starts nothing",
     )
+    run.add_argument(
+        "--dry-run", action="store_true", help="list the items it would run, in order; claim and run nothing"
+    )
     _webhook_arg(run)
     _reports_arg(run)
     _store_arg(run)
@@ -281,12 +284,19 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
             table.add_row(*(escape(v) for v in row))
         _print_table(table)
     else:
-        out.file.write("\t".join(LIST_COLUMNS) + "\n")
-        out.file.writelines("\t".join(v.replace("\t", " ").replace("\n", "; ") for v in r) + "\n" for r in rows)
-        out.file.flush()
+        _plain_rows(rows)
     if left_out:
         out.print(f"{left_out:,} older finished item(s) not shown (--all shows them)", markup=False)
     return 0
+
+
+def _plain_rows(rows: list[list[str]]) -> None:
+    """`queue list`'s rows as tab-separated lines under their header (they grep and cut)."""
+    from orchestrator.cli.console import out
+
+    out.file.write("\t".join(LIST_COLUMNS) + "\n")
+    out.file.writelines("\t".join(v.replace("\t", " ").replace("\n", "; ") for v in r) + "\n" for r in rows)
+    out.file.flush()
 
 
 def _list_row(i: "QueueItem") -> list[str]:
@@ -341,6 +351,8 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
         err.print(
             f"deadline: {datetime.fromtimestamp(deadline).astimezone().isoformat(timespec='seconds')}", markup=False
         )
+    if args.dry_run:
+        return _queue_dry_run(args)
     with _open_queue(args) as q:
         result = run_queue(
             q,
@@ -362,6 +374,32 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
     return result.exit_code
+
+
+def _queue_dry_run(args: argparse.Namespace) -> int:
+    """What `queue run` would take, in its order (priority, then age: the order its claims follow;
+    a stale item's dead claim is given back first), as `queue list` shows items. Read-only: the
+    queue is opened read-only (never created), nothing claimed, no testbed touched."""
+    from orchestrator.cli.console import out
+    from orchestrator.team.queue import store_spec
+    from orchestrator.team.queuestore import PENDING
+
+    store = _existing_queue(args, read_only=True)
+    todo = []
+    if store is not None:
+        with store as q:
+            todo = [i for i in q.items(PENDING) if i.shown_state in ("queued", "resumable", "stale")]
+    if todo:
+        out.print(
+            f"queue run would take {len(todo)} item(s), in this order (a deadline may stop it sooner):", markup=False
+        )
+        _plain_rows([_list_row(i) for i in todo])
+    else:
+        out.print(
+            f"nothing to run: no queued or resumable item in {store_spec(args.store, args.reports)}", markup=False
+        )
+    out.print("dry run: nothing was claimed or run", markup=False)
+    return 0
 
 
 def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
