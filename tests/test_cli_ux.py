@@ -281,3 +281,22 @@ def test_every_commands_help_ends_with_examples_that_parse(words: tuple[str, ...
         assert argv[: 1 + len(words)] == ["orch", *words], example
         args, unknown = cli.build_parser().parse_known_args(argv[1:])  # argparse exits 2 on a bad one
         assert unknown == [] and args.func is not None, example
+
+
+def test_every_positional_argument_says_what_to_give(capsys) -> None:  # type: ignore[no-untyped-def]
+    """`orch report --help` listed a bare RUN_DIR (which folder? the run's, or reports/?)."""
+    bare = [
+        f"orch {' '.join(words)} {action.metavar or action.dest}"
+        for words in _commands(cli.build_parser())
+        for action in _parser_of(words)._actions
+        if not action.option_strings and not action.help
+    ]
+    assert bare == []
+
+
+def _parser_of(words: tuple[str, ...]) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = cli.build_parser()
+    for word in words:
+        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = subs.choices[word]
+    return parser

@@ -179,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
     rep = command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
-    rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rep.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
+    )
 
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", help="the run's folder (orch run printed it)")

@@ -53,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _store_arg(st)
     st.add_argument("--json", action="store_true", help="print the same JSON as /api/status")
     nt = command(sub, "notify", "send a run's summary to webhooks (e.g. after `orch run`)", cmd_notify)
-    nt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    nt.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
+    )
     _webhook_arg(nt)
 
 
@@ -66,7 +68,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     qs = q.add_subparsers(metavar="ACTION")
     q.set_defaults(func=lambda a: (q.print_help(), 2)[1])
     add = command(qs, "add", "validate a sweep and queue it", cmd_queue_add)
-    add.add_argument("matrix", type=Path, metavar="MATRIX")
+    add.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
     add.add_argument(
         "-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (default: inventory/local.yaml)"
     )
@@ -89,7 +91,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     _reports_arg(ls)
     _store_arg(ls)
     rm = command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
-    rm.add_argument("item_id", type=bounded_int(1, SQLITE_INT), metavar="ID")
+    rm.add_argument("item_id", type=bounded_int(1, SQLITE_INT), metavar="ID", help="the item's id (orch queue list)")
     _reports_arg(rm)
     _store_arg(rm)
     run = command(qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run)
@@ -122,7 +124,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     ss = s.add_subparsers(metavar="ACTION")
     s.set_defaults(func=lambda a: (s.print_help(), 2)[1])
     ins = command(ss, "install", "write and enable orch-NAME.timer and orch-NAME.service", cmd_schedule_install)
-    ins.add_argument("name", metavar="NAME")
+    ins.add_argument("name", metavar="NAME", help="the schedule's name: its units are orch-NAME.timer and .service")
     when = ins.add_mutually_exclusive_group(required=True)
     when.add_argument("--on-calendar", metavar="SPEC", help="systemd calendar spec, e.g. '*-*-* 01:00'")
     when.add_argument(
@@ -158,7 +160,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     ls = command(ss, "list", "list orch schedules and what systemd says about them", cmd_schedule_list)
     _scope_args(ls)
     rm = command(ss, "remove", "disable and delete a schedule", cmd_schedule_remove)
-    rm.add_argument("name", metavar="NAME")
+    rm.add_argument("name", metavar="NAME", help="the schedule's name (orch schedule list)")
     _scope_args(rm)
 
 
