@@ -4,9 +4,11 @@ is touched by any of these; the resume runs on the fakes)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -202,3 +204,99 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
+
+
+def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    a, b = _runs(tmp_path)
+    monkeypatch.chdir(tmp_path / "reports" / a.name)  # not the folder the runs are in
+    assert "(default: compare-A-vs-B.html in RUN_A's reports folder)" in help_of(["compare"], capsys)
+    code, out, err = orch(["compare", str(a), str(b)], capsys)
+    page = a.parent / f"compare-{a.name}-vs-{b.name}.html"
+    assert code == 0 and page.is_file() and f"comparison: {page}" in " ".join(out.split()), (out, err)
+
+
+def test_a_mistyped_inventory_path_is_named_as_given_not_hinted_at_with_its_own_option(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code, _, err = orch(["validate", str(OVERLAP), "-i", str(tmp_path / "my-clustr.yaml")], capsys)
+    assert code == 2 and f"inventory {tmp_path / 'my-clustr.yaml'} not found" in err, err
+    assert "pass -i" not in err and "check the path given with -i" in err, err
+
+
+# ------------------------------------------------------------------ 10: resume --dry-run
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_resume_dry_run_lists_the_trials_left_and_touches_nothing(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    install(monkeypatch, Fleet({"prefill": "P=0\n", "decode": "D=0\n"}))
+    m, i = write_files(tmp_path, MATRIX.replace("replicates: 1", "replicates: 2"), ["A"])
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    assert api.run(req, cli._live_progress, warn=lambda message: None).status == "completed"
+    run_dir = tmp_path / "reports" / "r1"
+    journal = run_dir / "journal.jsonl"  # as a kill -9 after the first trial left it
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
+    (run_dir / "journal.jsonl.idx").unlink()
+    before = _files(run_dir)
+
+    def no_host(*args: object) -> None:
+        raise AssertionError("a dry run connected to a host")
+
+    monkeypatch.setattr(api.session, "connect", no_host)
+    capsys.readouterr()
+    code, out, err = orch(["resume", str(run_dir), "--dry-run"], capsys)
+    flat = " ".join(out.split())
+    assert code == 0 and "resume r1 on testbed A: 1 of 4 trials done, 3 left" in flat, (out, err)
+    listed = [line.split("\t")[0] for line in out.splitlines() if "\t" in line][1:]
+    assert listed == ["1", "2", "3"] and "dry run: nothing was changed" in flat, out
+    assert _files(run_dir) == before
+    left: list[int] = []  # the resume itself runs what the dry run listed
+
+    def progress(started: api.Started) -> object:
+        left.append(started.left)
+        return cli._live_progress(started)
+
+    install(monkeypatch, Fleet({"prefill": "P=0\n", "decode": "D=0\n"}))
+    assert api.resume(api.ResumeRequest(run_dir), progress, warn=lambda m: None).completed == 4  # type: ignore[arg-type]
+    assert left == [3]
+
+
+# ------------------------------------------------------------------ 11: every command shows examples that work
+def _commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command that runs something (`queue add`, not `queue`), by its words after `orch`."""
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [words]
+    return [c for name, sub in subs[0].choices.items() for c in _commands(sub, (*words, name))]
+
+
+@pytest.mark.parametrize("words", _commands(cli.build_parser()), ids=" ".join)
+def test_every_commands_help_ends_with_examples_that_parse(words: tuple[str, ...], capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit):
+        cli.main([*words, "--help"])
+    text = capsys.readouterr().out
+    assert "\nexamples:\n" in text, f"orch {' '.join(words)} --help shows no example"
+    examples = [line.strip() for line in text.split("\nexamples:\n", 1)[1].splitlines() if line.strip()]
+    assert examples
+    for example in examples:
+        argv = shlex.split(example, comments=True)
+        assert argv[: 1 + len(words)] == ["orch", *words], example
+        args, unknown = cli.build_parser().parse_known_args(argv[1:])  # argparse exits 2 on a bad one
+        assert unknown == [] and args.func is not None, example
+
+
+def test_every_positional_argument_says_what_to_give(capsys) -> None:  # type: ignore[no-untyped-def]
+    """`orch report --help` listed a bare RUN_DIR (which folder? the run's, or reports/?)."""
+    bare = [
+        f"orch {' '.join(words)} {action.metavar or action.dest}"
+        for words in _commands(cli.build_parser())
+        for action in _parser_of(words)._actions
+        if not action.option_strings and not action.help
+    ]
+    assert bare == []
+
+
+def _parser_of(words: tuple[str, ...]) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = cli.build_parser()
+    for word in words:
+        subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = subs.choices[word]
+    return parser

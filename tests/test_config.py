@@ -226,6 +226,21 @@ MATRIX_CASES = [
         ["factors.overlap", "role 'decoder' is not in the inventory"],
     ),
     (
+        "mistyped role",  # the inventory's closest role is offered, as for a factor or placeholder
+        lambda t: t.replace("env: {decode: SGLANG", "env: {decod: SGLANG"),
+        ["factors.overlap", "role 'decod' is not in the inventory", "did you mean 'decode'?", "prefill, decode"],
+    ),
+    (
+        "mistyped role of a collector",
+        lambda t: t + "collect:\n  anomalies: {role: dec, pattern: ANOMALY}\n",
+        ["collect.anomalies.role", "did you mean 'decode'?"],
+    ),
+    (
+        "mistyped role of a verify rule",
+        lambda t: t + "verify:\n  - {role: decoder, expect: {disable_cuda_graph: true}}\n",
+        ["verify[0].role", "role 'decoder' is not in the inventory", "did you mean 'decode'?"],
+    ),
+    (
         "repro on unknown role",
         lambda t: t.replace("  timeout: 60", "  timeout: 60\n  on: gpu9"),
         ["repro.on", "role 'gpu9' is not in the inventory"],

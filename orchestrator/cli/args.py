@@ -36,13 +36,68 @@ class HelpWithDefaults(argparse.HelpFormatter):
 
 class OrchParser(argparse.ArgumentParser):
     """Every orch parser (subcommands inherit the class): no abbreviated options, so a typo like
-    `--replicate 2` is refused instead of silently meaning --replicates; defaults in the help."""
+    `--replicate 2` is refused instead of silently meaning --replicates; defaults in the help,
+    and the command's examples at its end, one a line as written (argparse would refill them)."""
+
+    examples: tuple[str, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", HelpWithDefaults)
         super().__init__(*args, **kwargs)
         self.set_defaults(_orch_parser=self)  # the innermost command's parser: main() reports unknown options with it
+
+    def format_help(self) -> str:
+        if not self.examples:
+            return super().format_help()
+        return super().format_help() + "\nexamples:\n" + "".join(f"  {line}\n" for line in self.examples)
+
+
+RUN = "reports/20261205-090628-overlap_ablation"  # a run folder as `orch run` prints it
+# Every command's examples, by its words after `orch` (tests/test_cli_ux.py parses each one and
+# checks every command has some): a newcomer's first question after "what does it do" is "how".
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "run": (
+        "orch run matrices/overlap_ablation.yaml            # the demo, on the bundled simulator",
+        "orch run matrices/overlap_ablation.yaml -i inventory/my-cluster.yaml --dry-run",
+        "orch run matrices/overlap_ablation.yaml -t tb1,tb2 --replicates 4 --fail-fast",
+    ),
+    "resume": (f"orch resume {RUN} --dry-run", f"orch resume {RUN}"),
+    "validate": ("orch validate matrices/overlap_ablation.yaml -i inventory/example-pd.yaml",),
+    "plan": ("orch plan matrices/overlap_ablation.yaml --replicates 4", "orch plan matrices/dsv4_hunt.yaml"),
+    "report": (f"orch report {RUN}",),
+    "restore": (
+        f"orch restore {RUN}                  # after a kill -9 or a power cut",
+        "orch restore --testbed dsv4-pd -i inventory/my-cluster.yaml   # the run folder is gone",
+    ),
+    "hunt": (
+        "orch hunt matrices/dsv4_hunt.yaml --dry-run",
+        "orch hunt matrices/dsv4_hunt.yaml --resume reports/20261205-101500-dsv4_hunt",
+    ),
+    "compare": ("orch compare reports/LAST_NIGHT reports/TONIGHT -o compare.html",),
+    "export": (f"orch export {RUN} --format parquet", f"orch export {RUN} --format junit -o junit.xml"),
+    "queue add": ("orch queue add matrices/overlap_ablation.yaml -i inventory/my-cluster.yaml --priority 5",),
+    "queue list": ("orch queue list --all",),
+    "queue remove": ("orch queue remove 3",),
+    "queue run": ("orch queue run --until 07:00 --dry-run", "orch queue run --until 07:00"),
+    "schedule install": ("orch schedule install nightly --on-calendar '*-*-* 01:00' --until 07:00 --dry-run",),
+    "schedule list": ("orch schedule list",),
+    "schedule remove": ("orch schedule remove nightly",),
+    "serve": ("orch serve                      # http://127.0.0.1:8765", "orch serve --port 0 --reports /srv/reports"),
+    "status": ("orch status", "orch status --json"),
+    "notify": (f"orch notify {RUN} --webhook https://hooks.example/orch",),
+}
+
+
+def add_examples(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> None:
+    """Give every command below `parser` its EXAMPLES (a command without any keeps none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                here = (*words, name)
+                if isinstance(sub, OrchParser):
+                    sub.examples = EXAMPLES.get(" ".join(here), ())
+                add_examples(sub, here)
 
 
 def command(

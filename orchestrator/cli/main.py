@@ -20,6 +20,7 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     OrchParser,
+    add_examples,
     command,
     matrix_args,
     sweep_request,
@@ -153,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
     resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
-    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it)")
+    resume.add_argument(
+        "--dry-run", action="store_true", help="print the trials a resume would run and touch nothing (no host)"
+    )
     resume.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     resume.add_argument(
         "--retries",
@@ -175,7 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
     rep = command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
-    rep.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    rep.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
+    )
 
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", help="the run's folder (orch run printed it)")
@@ -197,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     team.register(sub)
     notify_hook = _option(sub, "notify", "--webhook")  # `notify` sends now, not "when a sweep ends"
     notify_hook.help = "POST the run's summary here now (repeatable; slack+https://... for Slack; also $ORCH_WEBHOOKS)"
+    add_examples(p)
     return p
 
 
@@ -292,6 +299,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
         args.run_dir, fail_fast=args.fail_fast, retries=args.retries, break_lock=args.break_lock
     )
     hooks = _webhooks(args.webhook)
+    if args.dry_run:
+        from orchestrator.cli.console import out
+        from orchestrator.cli.planview import print_resume_preview
+
+        print_resume_preview(api.preview_resume(args.run_dir), out)
+        out.print("dry run: nothing was changed (the hosts are checked when the resume runs)")
+        return 0
     return _finished(api.resume(request, _live_progress, warn=warn), hooks)
 
 

@@ -1,9 +1,12 @@
 """Print a plan for people: cells, env changes per host per cell, restarts, estimated time.
 
-What `orch plan` and `orch run --dry-run` show. Reads the pure plan; touches nothing.
+What `orch plan`, `orch run --dry-run` and `orch resume --dry-run` show. Reads the pure plan;
+touches nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,7 +16,8 @@ from orchestrator.core import clustered, family, gates, power, ranks
 from orchestrator.core.matrix import baseline_cell
 from orchestrator.core.plan import restart_count
 from orchestrator.core.stats import ALPHA, CONFIDENCE
-from orchestrator.core.steps import Plan
+from orchestrator.core.steps import Plan, Step
+from orchestrator.sweep.apitypes import ResumePreview
 
 
 def human_duration(seconds: float) -> str:
@@ -32,7 +36,7 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
     )
     _print_rows(console, *_cells_table(plan))
     if list_trials:
-        _print_rows(console, *_trials_table(plan))
+        _print_rows(console, *_trials_table(plan.steps))
     console.print(
         f"restarts: {plan.restart_count} unit restarts in this order "
         f"(units whose env does not change stay up); {_other_orders(plan)}"
@@ -44,6 +48,28 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
     _print_power(plan, console)
     for line in replicate_warnings(plan) + gate_warnings(plan):  # said before the sweep, not after it
         console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def print_resume_preview(preview: ResumePreview, console: Console) -> None:
+    """What a resume would run: the trials its journal has not finished, in run order (a hunt's
+    search decides its next trials when it runs, so only its count so far is known)."""
+    plan, done = preview.plan, len(preview.done)
+    where = f"testbed {', '.join(preview.testbeds)}"
+    if plan.matrix.hunt is not None:
+        console.print(
+            escape(
+                f"resume {preview.run_id} on {where}: a hunt with {done} trials done; the search "
+                "picks up from its journal and decides the next trials as it goes"
+            )
+        )
+        return
+    left = preview.left
+    upto = " at most (adaptive: a cell stops once decided)" if plan.matrix.adaptive else ""
+    console.print(
+        escape(f"resume {preview.run_id} on {where}: {done} of {len(plan.steps)} trials done, {len(left)} left{upto}")
+    )
+    if left:
+        _print_rows(console, *_trials_table(left, "trials left, in run order"))
 
 
 def replicate_warnings(plan: Plan) -> list[str]:
@@ -155,7 +181,7 @@ def _cells_table(plan: Plan) -> tuple[str, list[str], Rows]:
     return "cells (env changes vs the baseline, per host)", columns, rows
 
 
-def _trials_table(plan: Plan) -> tuple[str, list[str], Rows]:
+def _trials_table(steps: Sequence[Step], title: str = "trials in run order") -> tuple[str, list[str], Rows]:
     rows = [
         [
             str(s.trial.index),
@@ -164,9 +190,9 @@ def _trials_table(plan: Plan) -> tuple[str, list[str], Rows]:
             ", ".join(f"{r}:{u}" for r, u in s.restart_units) or "-",
             ", ".join(s.wait_roles),
         ]
-        for s in plan.steps
+        for s in steps
     ]
-    return "trials in run order", ["trial", "round", "cell", "restarts", "waits on"], rows
+    return title, ["trial", "round", "cell", "restarts", "waits on"], rows
 
 
 def _show(value: str | None) -> str:

@@ -12,13 +12,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="compare two runs cell by cell (an HTML page)",
         description="Compare two runs cell by cell: rates, differences with intervals, p-values.",
     )
-    cmp_.add_argument("run_a", type=Path, metavar="RUN_A")
-    cmp_.add_argument("run_b", type=Path, metavar="RUN_B")
+    cmp_.add_argument("run_a", type=Path, metavar="RUN_A", help="a run's folder, e.g. last night's")
+    cmp_.add_argument(
+        "run_b",
+        type=Path,
+        metavar="RUN_B",
+        help="the run compared with A, e.g. tonight's (checked against its earlier runs)",
+    )
     cmp_.add_argument(
         "-o",
         "--output",
         type=output_path,
-        help="where to write the page, - for stdout (default: reports/compare-A-vs-B.html)",
+        help="where to write the page, - for stdout (default: compare-A-vs-B.html in RUN_A's reports folder)",
     )
     cmp_.set_defaults(func=cmd_compare)
 
@@ -27,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="export a run as a tidy table (one row per trial and metric)",
         description="Export a run as a tidy table: one row per trial and metric.",
     )
-    exp.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    exp.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
+    )
     exp.add_argument(
         "--format",
         choices=["csv", "parquet", "json", "junit", "bencher"],

@@ -53,7 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _store_arg(st)
     st.add_argument("--json", action="store_true", help="print the same JSON as /api/status")
     nt = command(sub, "notify", "send a run's summary to webhooks (e.g. after `orch run`)", cmd_notify)
-    nt.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    nt.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
+    )
     _webhook_arg(nt)
 
 
@@ -66,7 +68,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     qs = q.add_subparsers(metavar="ACTION")
     q.set_defaults(func=lambda a: (q.print_help(), 2)[1])
     add = command(qs, "add", "validate a sweep and queue it", cmd_queue_add)
-    add.add_argument("matrix", type=Path, metavar="MATRIX")
+    add.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
     add.add_argument(
         "-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (default: inventory/local.yaml)"
     )
@@ -89,7 +91,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     _reports_arg(ls)
     _store_arg(ls)
     rm = command(qs, "remove", "remove an item (its run directory, if any, stays)", cmd_queue_remove)
-    rm.add_argument("item_id", type=bounded_int(1, SQLITE_INT), metavar="ID")
+    rm.add_argument("item_id", type=bounded_int(1, SQLITE_INT), metavar="ID", help="the item's id (orch queue list)")
     _reports_arg(rm)
     _store_arg(rm)
     run = command(qs, "run", "run queued sweeps (priority, then age) until none is left or the deadline", cmd_queue_run)
@@ -105,6 +107,9 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         help="(set by `orch schedule`) the time of day this run was scheduled at: --until counts from the "
         "latest such time, and a run started after its window starts nothing",
     )
+    run.add_argument(
+        "--dry-run", action="store_true", help="list the items it would run, in order; claim and run nothing"
+    )
     _webhook_arg(run)
     _reports_arg(run)
     _store_arg(run)
@@ -119,7 +124,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     ss = s.add_subparsers(metavar="ACTION")
     s.set_defaults(func=lambda a: (s.print_help(), 2)[1])
     ins = command(ss, "install", "write and enable orch-NAME.timer and orch-NAME.service", cmd_schedule_install)
-    ins.add_argument("name", metavar="NAME")
+    ins.add_argument("name", metavar="NAME", help="the schedule's name: its units are orch-NAME.timer and .service")
     when = ins.add_mutually_exclusive_group(required=True)
     when.add_argument("--on-calendar", metavar="SPEC", help="systemd calendar spec, e.g. '*-*-* 01:00'")
     when.add_argument(
@@ -155,7 +160,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
     ls = command(ss, "list", "list orch schedules and what systemd says about them", cmd_schedule_list)
     _scope_args(ls)
     rm = command(ss, "remove", "disable and delete a schedule", cmd_schedule_remove)
-    rm.add_argument("name", metavar="NAME")
+    rm.add_argument("name", metavar="NAME", help="the schedule's name (orch schedule list)")
     _scope_args(rm)
 
 
@@ -281,12 +286,19 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
             table.add_row(*(escape(v) for v in row))
         _print_table(table)
     else:
-        out.file.write("\t".join(LIST_COLUMNS) + "\n")
-        out.file.writelines("\t".join(v.replace("\t", " ").replace("\n", "; ") for v in r) + "\n" for r in rows)
-        out.file.flush()
+        _plain_rows(rows)
     if left_out:
         out.print(f"{left_out:,} older finished item(s) not shown (--all shows them)", markup=False)
     return 0
+
+
+def _plain_rows(rows: list[list[str]]) -> None:
+    """`queue list`'s rows as tab-separated lines under their header (they grep and cut)."""
+    from orchestrator.cli.console import out
+
+    out.file.write("\t".join(LIST_COLUMNS) + "\n")
+    out.file.writelines("\t".join(v.replace("\t", " ").replace("\n", "; ") for v in r) + "\n" for r in rows)
+    out.file.flush()
 
 
 def _list_row(i: "QueueItem") -> list[str]:
@@ -341,6 +353,8 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
         err.print(
             f"deadline: {datetime.fromtimestamp(deadline).astimezone().isoformat(timespec='seconds')}", markup=False
         )
+    if args.dry_run:
+        return _queue_dry_run(args)
     with _open_queue(args) as q:
         result = run_queue(
             q,
@@ -362,6 +376,32 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
     return result.exit_code
+
+
+def _queue_dry_run(args: argparse.Namespace) -> int:
+    """What `queue run` would take, in its order (priority, then age: the order its claims follow;
+    a stale item's dead claim is given back first), as `queue list` shows items. Read-only: the
+    queue is opened read-only (never created), nothing claimed, no testbed touched."""
+    from orchestrator.cli.console import out
+    from orchestrator.team.queue import store_spec
+    from orchestrator.team.queuestore import PENDING
+
+    store = _existing_queue(args, read_only=True)
+    todo = []
+    if store is not None:
+        with store as q:
+            todo = [i for i in q.items(PENDING) if i.shown_state in ("queued", "resumable", "stale")]
+    if todo:
+        out.print(
+            f"queue run would take {len(todo)} item(s), in this order (a deadline may stop it sooner):", markup=False
+        )
+        _plain_rows([_list_row(i) for i in todo])
+    else:
+        out.print(
+            f"nothing to run: no queued or resumable item in {store_spec(args.store, args.reports)}", markup=False
+        )
+    out.print("dry run: nothing was claimed or run", markup=False)
+    return 0
 
 
 def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:

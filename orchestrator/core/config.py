@@ -1286,22 +1286,29 @@ def client_placeholders(matrix: Matrix) -> dict[str, str]:
 def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
     """Cross-checks that need both files: roles exist, placeholders resolve."""
     src, roles = matrix.source, set(testbed.roles)
-    hint = f"roles in testbed {testbed.name!r}: {', '.join(testbed.roles)}"
+
+    def hint(role: str) -> str:
+        close = difflib.get_close_matches(role, testbed.roles, n=1)
+        known = f"roles in testbed {testbed.name!r}: {', '.join(testbed.roles)}"
+        return f"did you mean {close[0]!r}? {known}" if close else known
+
     for f in matrix.factors:
         for lv in f.levels:
             for role in lv.env:
                 if role not in roles:
-                    raise src.error(("factors", f.name), f"role {role!r} is not in the inventory", hint)
+                    raise src.error(("factors", f.name), f"role {role!r} is not in the inventory", hint(role))
     if matrix.repro.on != CONTROLLER and matrix.repro.on not in roles:
         raise src.error(
-            ("repro", "on"), f"role {matrix.repro.on!r} is not in the inventory", f"use controller or a role; {hint}"
+            ("repro", "on"),
+            f"role {matrix.repro.on!r} is not in the inventory",
+            f"use controller or a role; {hint(matrix.repro.on)}",
         )
     for c in matrix.collect:
         if c.role not in roles:
-            raise src.error(("collect", c.name, "role"), f"role {c.role!r} is not in the inventory", hint)
+            raise src.error(("collect", c.name, "role"), f"role {c.role!r} is not in the inventory", hint(c.role))
     for role in matrix.health_timeouts:
         if role not in roles:
-            raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint)
+            raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint(role))
     check_roles(matrix.server_metrics, matrix.verify, roles, src, hint)
     known = STATIC_PLACEHOLDERS | {f"{r}_url" for r in roles}
     client = client_placeholders(matrix)  # filled per cell: the repro's (and warm-up's), not collectors'

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -212,17 +212,21 @@ def _verify_rule(i: int, r: VerifyShape, factors: Mapping[str, tuple[str, ...]],
 
 
 def check_roles(
-    metrics: ServerMetrics | None, verify: tuple[VerifyRule, ...], roles: set[str], source: SourceMap, hint: str
+    metrics: ServerMetrics | None,
+    verify: tuple[VerifyRule, ...],
+    roles: set[str],
+    source: SourceMap,
+    hint: Callable[[str], str],
 ) -> None:
-    """Cross-check with the inventory: every role named exists."""
+    """Cross-check with the inventory: every role named exists (`hint(role)`: what to write instead)."""
     for e in (metrics.endpoints or ()) if metrics else ():
         if e.role is not None and e.role not in roles:
             raise source.error(
-                ("metrics", "endpoints", e.name, "role"), f"role {e.role!r} is not in the inventory", hint
+                ("metrics", "endpoints", e.name, "role"), f"role {e.role!r} is not in the inventory", hint(e.role)
             )
     for i, rule in enumerate(verify):
         if rule.role not in roles:
-            raise source.error(("verify", i, "role"), f"role {rule.role!r} is not in the inventory", hint)
+            raise source.error(("verify", i, "role"), f"role {rule.role!r} is not in the inventory", hint(rule.role))
 
 
 _ABSENT = object()

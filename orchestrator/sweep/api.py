@@ -50,6 +50,7 @@ from orchestrator.sweep.apitypes import (
     ProgressFor,
     RestoreOutcome,
     RestoreRequest,
+    ResumePreview,
     ResumeRequest,
     Started,
     SweepOutcome,
@@ -240,6 +241,16 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
     run_dir = request.run_dir
+    manifest, matrix, plan, testbeds = _resumable(run_dir)
+    with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
+        result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds)
+    resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
+    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
+
+
+def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, list[Testbed]]:
+    """The run a resume takes up, checked from its folder alone: its matrix and inventory unchanged,
+    the plan they make the one it started with. Nothing is touched."""
     manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
     matrix = _matrix_of(manifest, run_dir)
     inventory = _inventory_of(manifest, run_dir)
@@ -253,10 +264,17 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
-    with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
-        result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds)
-    resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
-    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
+    return manifest, matrix, plan, testbeds
+
+
+def preview_resume(run_dir: Path) -> ResumePreview:
+    """What `orch resume RUN_DIR` would run, for its --dry-run: the checks a resume makes before it
+    touches anything, and the trials its journal has finished (a torn last line is read past, as the
+    resume would drop it). No host is contacted, no lock taken, nothing written."""
+    manifest, _, plan, _ = _resumable(run_dir)
+    journal = RunDir(run_dir).journal
+    done = trial_statuses(journal).finished if journal.exists() else frozenset()
+    return ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, frozenset(done))
 
 
 def _resume_locked(

@@ -15,7 +15,7 @@ from typing import Literal
 
 from orchestrator.core.bounds import MAX_REPLICATES, MAX_RETRIES
 from orchestrator.core.inventory import Inventory, Testbed
-from orchestrator.core.steps import Plan
+from orchestrator.core.steps import Plan, Step
 from orchestrator.errors import UsageError
 from orchestrator.sweep.progress import Progress
 
@@ -107,6 +107,21 @@ class PreparedSweep:
     inventory: Inventory
     testbeds: tuple[Testbed, ...]
     warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResumePreview:
+    """What `orch resume --dry-run` shows: the run as a resume would take it up, read from its
+    folder alone (no host, no lock, the journal not repaired)."""
+
+    run_id: str
+    testbeds: tuple[str, ...]
+    plan: Plan  # a hunt's: its first wave only (the search decides the rest)
+    done: frozenset[int]  # trials finished (completed or failed): a resume skips them
+
+    @property
+    def left(self) -> list[Step]:
+        return [s for s in self.plan.steps if s.trial.index not in self.done]
 
 
 # ---------------------------------------------------------------------------- outcomes

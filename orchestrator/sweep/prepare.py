@@ -22,6 +22,8 @@ from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.manifest import check_run_id
 from orchestrator.sweep.apitypes import PreparedSweep, SweepRequest, TestbedSelection, Warn
 
+BUNDLED_INVENTORY = Path("inventory/local.yaml")  # the CLI's default (cli.args.DEFAULT_INVENTORY)
+
 
 def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep:
     """Read the matrix and inventory, pick the testbeds and make the plan (no I/O on hosts).
@@ -51,10 +53,16 @@ def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep
 def load(matrix_path: Path, inventory_path: Path) -> tuple[Matrix, Inventory]:
     matrix = read_matrix(matrix_path, shown_path(matrix_path))
     if not inventory_path.exists():
-        raise UsageError(
-            f"inventory {inventory_path} not found", hint="run from the orch checkout or pass -i INVENTORY"
-        )
+        raise UsageError(f"inventory {inventory_path} not found", hint=_missing_inventory_hint(inventory_path))
     return matrix, read_inventory(inventory_path, shown_path(inventory_path))
+
+
+def _missing_inventory_hint(path: Path) -> str:
+    """The default (the bundled simulator's) is missing when orch runs outside its checkout; any
+    other path was given with -i, so telling that user to pass -i would send them in a circle."""
+    if path == BUNDLED_INVENTORY:
+        return "run from the orch checkout or pass -i INVENTORY"
+    return "check the path given with -i (for real hosts: a copy of inventory/example-pd.yaml)"
 
 
 def shown_path(path: Path) -> str:

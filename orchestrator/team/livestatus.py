@@ -184,7 +184,9 @@ class RestoreStatus(QuietProgress):
     """A Progress sink for a restore outside a sweep (`orch restore RUN_DIR`, a resume with no
     trial left): the run's status.json, as its sweep left it, gets the restore's end. Why: the
     file said which hosts the run left changed; once they are back it must stop saying so, and a
-    restore that is still incomplete must say what is left. No status file: nothing is written
+    restore that is still incomplete must say what is left. A restore that changes none of that (a
+    resume of a finished run, its hosts back long ago) leaves the file as it is, `updated` too. No
+    status file: nothing is written
     (a run from before status files, or one stopped before its first trial). Never fails the
     restore (`error` says why the file was not written)."""
 
@@ -199,6 +201,8 @@ class RestoreStatus(QuietProgress):
         changes = left_changed(self.run_dir, not_restored)
         if status.not_restored and not not_restored:
             changes["note"] = f"restored since by orch restore: {', '.join(status.not_restored)}"
+        if status.model_copy(update=changes) == status:  # nothing to add: the file stays as the sweep ended it
+            return
         try:
             write_json_atomic(
                 RunDir(self.run_dir).status_json,

@@ -143,3 +143,23 @@ def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     ((path, body),) = rx.received
     assert path == "/s" and manifest.run_id in body["text"]  # type: ignore[index]
     assert "delivered (1 attempt(s))" in capsys.readouterr().out
+
+
+def test_queue_run_dry_run_lists_what_would_run_in_order_and_claims_nothing(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch queue run --dry-run`: the items a run would take, in the order it takes them
+    (priority, then age), before a night starts them; the queue stays as it was."""
+    reports, matrix, inventory = setup
+    for priority in ("0", "5", "0"):
+        argv = ["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports), "--priority", priority]
+        assert main(argv) == 0
+    assert main(["queue", "remove", "3", "--reports", str(reports)]) == 0
+    before = (reports / "queue.db").read_bytes()
+    capsys.readouterr()
+    assert main(["queue", "run", "--reports", str(reports), "--until", "23:59", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.split() for line in out.splitlines() if line.lstrip()[:1].isdigit()]
+    assert [line[:2] for line in lines] == [["2", "queued"], ["1", "queued"]], out
+    assert "m.yaml" in out and "dry run: nothing was claimed or run" in out
+    assert (reports / "queue.db").read_bytes() == before and items(reports) == [(2, "queued"), (1, "queued")]

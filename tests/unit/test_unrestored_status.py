@@ -155,6 +155,26 @@ def test_restore_status_writes_nothing_without_a_status_file(tmp_path: Path) -> 
     assert not (tmp_path / "status.json").exists() and sink.error == ""
 
 
+def test_a_restore_that_changes_nothing_leaves_the_status_file_as_the_sweep_left_it(tmp_path: Path) -> None:
+    """A resume of a finished run restores nothing new: its status.json (the sweep's end, `updated`
+    included) stays byte for byte (test_cli_ux's no-op resume failed whenever it crossed a second)."""
+    from orchestrator.store.atomic import write_json_atomic
+    from orchestrator.store.liveness import StatusFile
+
+    status = StatusFile(
+        run_id="r", name="m", testbed="t", host="h", pid=1, pid_start=1, state="finished",
+        started="2026-01-01T00:00:00+00:00", updated="2026-01-01T00:01:00+00:00", done=1, total=1, failed=0,
+    )  # fmt: skip
+    write_json_atomic(tmp_path / "status.json", status)  # as the sweep wrote it
+    before = (tmp_path / "status.json").read_bytes()
+    sink = RestoreStatus(tmp_path, clock=lambda: 1_900_000_000.0)
+    sink.restore_ended([])
+    assert (tmp_path / "status.json").read_bytes() == before and sink.error == ""
+    sink.restore_ended(["decode"])  # a restore that left a host changed says so, and when
+    after = json.loads((tmp_path / "status.json").read_text())
+    assert after["not_restored"] == ["decode"] and after["updated"].startswith("2030-03-17"), after
+
+
 def test_a_resume_with_no_trial_left_that_restores_the_hosts_clears_it(
     tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
