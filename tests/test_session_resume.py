@@ -314,3 +314,29 @@ def test_resume_numbers_a_cut_off_trials_attempts_past_its_journaled_ones(
     with pytest.raises(Connected):
         resume(run_dir)
     assert made[0].attempts_before == {3: 2}
+
+
+def test_a_dry_run_refuses_the_damaged_journal_the_resume_refuses(tmp_path: Path) -> None:
+    """`orch resume --dry-run` makes the resume's own checks: a journal the resume refuses at its
+    line must not be previewed as "3 of N done" (the user would then start the real resume)."""
+    run_dir, _ = killed_run(tmp_path)
+    lines = _lines(run_dir)
+    _rewrite(run_dir, [*lines, lines[1]])  # trial 0's line again, as line 5
+    with pytest.raises(ConfigError) as caught:
+        api.preview_resume(run_dir)
+    assert caught.value.line == 5 and "finished twice" in str(caught.value)
+
+
+def test_a_dry_run_of_a_journal_orch_wrote_lists_what_is_left(tmp_path: Path) -> None:
+    run_dir, manifest = killed_run(tmp_path)
+    preview = api.preview_resume(run_dir)
+    assert preview.done == frozenset({0, 1, 2}) and len(manifest.plan) > 3
+
+
+def test_a_dry_run_reads_past_a_torn_last_line_as_the_resume_drops_it(tmp_path: Path) -> None:
+    run_dir, _ = killed_run(tmp_path)
+    lines = _lines(run_dir)
+    _rewrite(run_dir, [*lines, lines[1][:40]])  # a kill -9 mid-write: half a line, no newline
+    before = (run_dir / "journal.jsonl").read_bytes()
+    assert api.preview_resume(run_dir).done == frozenset({0, 1, 2})
+    assert (run_dir / "journal.jsonl").read_bytes() == before  # the dry run repairs nothing

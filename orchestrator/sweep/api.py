@@ -273,6 +273,8 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     resume would drop it). No host is contacted, no lock taken, nothing written."""
     manifest, _, plan, _ = _resumable(run_dir)
     journal = RunDir(run_dir).journal
+    if journal.exists() and not index_vouches(journal):
+        _check_journal(run_dir)  # what the resume would refuse, at its line, the dry run refuses
     done = trial_statuses(journal).finished if journal.exists() else frozenset()
     return ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, frozenset(done))
 
