@@ -7,6 +7,9 @@ memory (helpers.cell_runs), no processes."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from helpers.cell_runs import cell_run, failed_record
 
 from orchestrator.core.records import RunManifest, TrialRecord
@@ -99,3 +102,51 @@ def test_a_rate_finding_says_so_too() -> None:
     assert sum(t.startswith("Failures is") for t in found) == 2 and len(found) == 4, found  # + cause, interaction
     for text in found:
         assert "cell a=off, b=on: 5 of its 10 finished trials without data (failed)" in text, text
+
+
+def _run_with_a_crashing_cell(high: bool) -> tuple[RunManifest, list[TrialRecord]]:
+    """CRASHY lost 5 of its 10 trials. `high`: it has 10-11 failed sessions in 30 per trial and the
+    others ~none (so it is the highest cell, with one-factor comparisons), and a=off is 20 ms slower;
+    else the reverse (it keeps ~no failed session over the trials it kept, and runs 20 ms faster)."""
+    cells = []
+    for levels in ({"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")):
+        k = 10 if (levels == CRASHY) == high else 0
+        ms = (30.0 if levels["a"] == "off" else 10.0) if high else (10.0 if levels == CRASHY else 30.0)
+        cells.append((levels, [{"failures": (k + i % 2, 30), "latency": ms + i} for i in range(10)]))
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics=dict(METRICS))
+    crashy = [p.trial for p in manifest.plan if p.levels == CRASHY][:5]
+    return manifest, [failed_record(p) if p.trial in crashy else r for p, r in zip(manifest.plan, records, strict=True)]
+
+
+def _marked_rows(html: str, section: str) -> list[tuple[str, int]]:
+    """The table rows of a section that mark a finding, each with how many marks it has ("yes" in a
+    finding column, a numeric cell's "sig.")."""
+    body = html.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
+    rows = [
+        (row, len(re.findall(r'class="flag"[^>]*>yes', row)) + row.count("<b>sig.</b>"))
+        for row in body.split("<tr")[1:]
+    ]
+    return [(row, marks) for row, marks in rows if marks]
+
+
+@pytest.mark.parametrize("high", [False, True], ids=["crashing-cell-low", "crashing-cell-high"])
+def test_the_tables_that_mark_a_finding_carry_its_caution(high: bool) -> None:
+    """A reader of the Effects, Interactions, one-factor, numeric-effect and Cells tables sees a
+    finding's mark; the caution the headline gives (missing.clause) must stand beside each such mark,
+    or the table calls the crashing cell's easy trials a finding with no word of its failures."""
+    report = build_report(*_run_with_a_crashing_cell(high))
+    html = render_report(report)
+    effects, cells = _marked_rows(html, "effects"), _marked_rows(html, "cells")
+    assert any("-way</td>" in row for row, _ in effects) and any('title="a=off,b=on"' in row for row, _ in cells)
+    if high:  # the highest cell's one-factor table and the latency effects mark findings too
+        assert any(nb.finding for nb in report.neighbours) and any(e.finding for e in report.number_effects)
+    for row, marks in effects + [(row, marks) for row, marks in cells if 'title="a=off,b=on"' in row]:
+        assert row.count('<span class="caution">') == marks and "5 of 10 finished trials without data" in row, row
+    for row, _ in cells:  # a cell that lost alike with the baseline is marked without one
+        assert 'title="a=off,b=on"' in row or "caution" not in row, row
+
+
+def test_a_finding_whose_cells_lost_alike_is_marked_without_caution() -> None:
+    html = render_report(build_report(*_run(crashed=0)))
+    marked = _marked_rows(html, "effects") + _marked_rows(html, "cells")
+    assert marked and not any(missing.WORDS in row or "caution" in row for row, _ in marked)

@@ -157,6 +157,11 @@ def _build(
     cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
         members, cells, effects, interactions, number_effects, neighbours
     )
+    # every table mark of a finding carries the headline's caution (report.missing's one rule)
+    effects, interactions = missing.marked(effects, cells), missing.marked(interactions, cells)
+    number_effects = missing.marked(number_effects, cells)
+    neighbours = missing.marked_neighbours(neighbours, cells, None if high is None else high.cell)
+    cells = missing.marked_cells(cells, baseline_cell)
     drift = _drift(manifest, baseline_cell, by_metric)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
     report = Report(
