@@ -259,3 +259,15 @@ def test_a_replicated_run_without_events_states_the_power_of_the_test_the_report
     strict = float(holm.group(2)) / 100
     k = clustersim.beta_binomial_trials(np.random.default_rng(5), 3000, [0.0, strict] + [0.0] * 6, 2, 10, 0.0)
     assert float(np.mean(clustersim.cell_p_values(k, 10, with_old=False)[1][:, 0] < 0.05 / tests)) >= 0.78
+
+
+def test_plan_says_fishers_power_is_not_the_test_a_replicated_report_runs() -> None:
+    """With replicates the report compares cells by its trial-level test; Fisher's on pooled sessions
+    decides nothing there. `orch plan` printed Fisher's power first, as 'power (corruption): ...
+    Fisher's exact test, 80% power', more than the report's test has (2 replicates of 40, 49 tests:
+    Fisher's 'Holm: a rise to 16.7%' from 0%, the report's own test's 99.8%)."""
+    repo = Path(__file__).resolve().parents[1]
+    matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
+    plan = make_plan(matrix, next(iter(read_inventory(repo / "inventory" / "local.yaml").testbeds.values())), 1, 2)
+    fisher = next(line for line in power_lines(plan) if "Fisher" in line)
+    assert "not the report's test with replicates" in fisher and "for reference" in fisher, fisher
