@@ -150,3 +150,27 @@ def test_a_finding_whose_cells_lost_alike_is_marked_without_caution() -> None:
     html = render_report(build_report(*_run(crashed=0)))
     marked = _marked_rows(html, "effects") + _marked_rows(html, "cells")
     assert marked and not any(missing.WORDS in row or "caution" in row for row, _ in marked)
+
+
+def _run_with_a_dead_cell(rate_off: int) -> tuple[RunManifest, list[TrialRecord]]:
+    """4 trials of 40 per cell, cell a=off, b=off's all failed (no data); cell a=off, b=on at
+    `rate_off` failed sessions a trial, the others at 3-6."""
+    cells = [(lv, [{"failures": (rate_off if lv == CRASHY else 3 + i, 40)} for i in range(4)]) for lv in _grid()]
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics={"failures": "proportion"})
+    dead = {p.trial for p in manifest.plan if p.levels == {"a": "off", "b": "off"}}
+    return manifest, [failed_record(p) if p.trial in dead else r for p, r in zip(manifest.plan, records, strict=True)]
+
+
+def _grid() -> list[dict[str, str]]:
+    return [{"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")]
+
+
+def test_a_result_over_the_cells_says_which_cells_had_no_data_to_compare() -> None:
+    """'No significant difference between any cell and the baseline' was said of a run one of whose
+    cells had no completed trial, and '1 of 3 cells differ' counted that cell among those compared."""
+    null = next(f.text for f in build_report(*_run_with_a_dead_cell(4)).headline if f.kind == "null")
+    assert "between any of the 2 cells compared and the baseline" in null, null
+    assert "cell a=off, b=off has no failures data, so it was not compared" in null, null
+    found = [f.text for f in build_report(*_run_with_a_dead_cell(30)).headline if f.kind == "finding"]
+    assert any("1 of the 2 cells compared differ significantly from the baseline" in t for t in found), found
+    assert not any("of 3 cells" in t for t in found), found

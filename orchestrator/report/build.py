@@ -966,8 +966,9 @@ def _difference_finding(
             text=(
                 f"{name} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
                 f"({fmt_levels(base.levels)}) vs {fmt_rate(p.rate)} in cell {fmt_levels(low.levels)} "
-                f"({fmt_p(p.p_holm)}, Holm); {len(significant)} of {len(report.cells) - 1} cells "
-                "differ significantly from the baseline." + missing.clause(metric, [base, *significant])
+                f"({fmt_p(p.p_holm)}, Holm); {_of_compared(report, metric, len(significant))} "
+                f"differ significantly from the baseline{_unmeasured(report, metric)}."
+                + missing.clause(metric, [base, *significant])
             ),
         )
     p = high.proportions[metric]
@@ -976,8 +977,8 @@ def _difference_finding(
         text=(
             f"{name} is {fmt_rate(p.rate)} in cell {fmt_levels(high.levels)} vs "
             f"{fmt_rate(base.proportions[metric].rate)} in the baseline ({fmt_p(p.p_holm)}, Holm); "
-            f"{len(significant)} of {len(report.cells) - 1} cells differ significantly from the "
-            "baseline." + missing.clause(metric, [high, base, *significant])
+            f"{_of_compared(report, metric, len(significant))} differ significantly from the "
+            f"baseline{_unmeasured(report, metric)}." + missing.clause(metric, [high, base, *significant])
         ),
     )
 
@@ -1119,14 +1120,37 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
         )
     nearest = min(others, key=lambda c: _p_or_one(c.proportions[metric].p_holm))
     p = nearest.proportions[metric]
+    unmeasured = _unmeasured(report, metric)
+    which = f"any of the {len(others)} cells compared" if unmeasured else "any cell"
     return Finding(
         kind="null",
         text=(
-            f"No significant difference in {metric} between any cell and the baseline, which is at "
-            f"{fmt_rate(base_rate)}. Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
+            f"No significant difference in {metric} between {which} and the baseline, which is at "
+            f"{fmt_rate(base_rate)}{unmeasured}. Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
             f"({fmt_p(p.p_holm)}, Holm). " + _power_text(report, metric, measured, base)
         ),
     )
+
+
+def _unmeasured(report: Report, metric: str) -> str:
+    """A clause naming the cells with no data of `metric` (every trial failed, or none ran): a result
+    "between any cell and the baseline" would speak for cells nothing was measured in; "" if none."""
+    gone = [c for c in report.cells if not c.is_baseline and not c.proportions[metric].rate.n]
+    if not gone:
+        return ""
+    named = _join([f"cell {fmt_levels(c.levels)}" for c in gone[:3]]) + (
+        f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+    )
+    verb = "has" if len(gone) == 1 else "have"
+    return f" ({named} {verb} no {metric} data, so {'it was' if len(gone) == 1 else 'they were'} not compared)"
+
+
+def _of_compared(report: Report, metric: str, moved: int) -> str:
+    """'2 of 7 cells', or '1 of the 2 cells compared' when some cells have no data of `metric`."""
+    compared = sum(1 for c in report.cells if not c.is_baseline and c.proportions[metric].rate.n)
+    if compared == len(report.cells) - 1:
+        return f"{moved} of {compared} cells"
+    return f"{moved} of the {compared} cells compared"
 
 
 def _estimated_phi(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, float]:
