@@ -70,6 +70,8 @@ TRIAL_RATES_SHOWN = 12
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
 ON_WORDS = frozenset({"on", "1", "true", "yes", "y", "enabled", "enable"})
 
+# a hunt's verdict (the run's first finding) is decided by the search's posterior and its checks, not Holm
+HUNT_RULE = "The hunt's verdict rests on its posterior and checks (its own rule, on the hunt's page), not on Holm"
 UNFINISHED = frozenset({"running", "interrupted", "stale"})  # cut off or going on (stale: store.liveness)
 
 # Full records for the rows the page shows in detail (failures, drill-down), in the same order.
@@ -186,7 +188,7 @@ def _build(
         interactions=interactions,
         number_effects=number_effects,
         neighbours=neighbours,
-        policy=findings.policy_sentence(tests) if any(tests.values()) else "",
+        policy=findings.policy_sentence(tests, lead=HUNT_RULE if hunt else "") if any(tests.values()) else "",
         tests=tests,
         headline=[],
         drift=drift,
