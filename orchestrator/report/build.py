@@ -1776,7 +1776,8 @@ def adaptive_findings(events: Sequence[EventRecord]) -> list[Finding]:
         Finding(
             kind="info",
             text=f"Adaptive stopping: {cell} ran no more trials after its comparison "
-            f"with the baseline was decided ({e.state}): {e.message}",
+            f"with the baseline was decided ({e.state}): {e.message} (the stopping rule's decision, per comparison "
+            "at the adaptive alpha, not corrected across cells: not a finding)",
         )
         for cell, e in _decisions(events).items()
     ]
