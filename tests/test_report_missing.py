@@ -174,3 +174,17 @@ def test_a_result_over_the_cells_says_which_cells_had_no_data_to_compare() -> No
     found = [f.text for f in build_report(*_run_with_a_dead_cell(30)).headline if f.kind == "finding"]
     assert any("1 of the 2 cells compared differ significantly from the baseline" in t for t in found), found
     assert not any("of 3 cells" in t for t in found), found
+
+
+def test_the_power_sentence_of_unequal_cells_says_its_trials_are_the_fewest() -> None:
+    """30 trials in three cells, 2 in the fourth: the no-finding sentence said 'With 2 trials of 40
+    sessions per cell', a design this run did not have (its figure is for the smallest cell's count)."""
+    cells = [(lv, [{"failures": (4 + i % 3, 40)} for i in range(2 if lv == CRASHY else 30)]) for lv in _grid()]
+    null = next(
+        f.text
+        for f in build_report(*cell_run(FACTORS, BASE, cells, {"failures": "proportion"})).headline
+        if f.kind == "null"
+    )
+    assert "With 2 trials of 40 sessions in the cell with the fewest (simulated as if every cell had as few)" in null, (
+        null
+    )

@@ -1186,16 +1186,19 @@ def _power_text(report: Report, metric: str, measured: Sequence[CellView], base:
         other_rates=tuple(c.proportions[metric].rate.rate or 0.0 for c in others if c is not smallest),
         phi=max(1.0, report.dispersion.get(metric, 1.0)),
     )
-    return quasi_power_sentence(design, base_rate.rate or 0.0, tests)
+    unequal = any(c.proportions[metric].trials != trials for c in measured)
+    return quasi_power_sentence(design, base_rate.rate or 0.0, tests, fewest=unequal)
 
 
-def quasi_power_sentence(design: power.Design, base_rate: float, tests: int) -> str:
+def quasi_power_sentence(design: power.Design, base_rate: float, tests: int, *, fewest: bool = False) -> str:
     """Simulated power of the report's comparison with replicates (core.power.quasi_detectable): the
     quasi-binomial test, or the trials' likelihood ratio where the spread rests on too few degrees
-    of freedom (core.clustered's sparse rule), exactly as the report decides."""
+    of freedom (core.clustered's sparse rule), exactly as the report decides. `fewest`: cells ran
+    unequal numbers of trials, and the design simulated gives every cell the fewest any ran."""
     per_test = power.quasi_detectable(design, base_rate)
+    where = "in the cell with the fewest (simulated as if every cell had as few)" if fewest else "per cell"
     text = (
-        f"With {design.trials} trials of {design.sessions} sessions per cell, this run's quasi-binomial comparison "
+        f"With {design.trials} trials of {design.sessions} sessions {where}, this run's quasi-binomial comparison "
         f"had 80% power only for differences of about {_directions(per_test)} (simulated on this design with the "
         f"report's own tests, the likelihood ratio on the trials where the spread rests on too few degrees of "
         f"freedom: {power.simulation_note(design)}, dispersion {design.phi:.2f}; "
