@@ -188,3 +188,15 @@ def test_the_power_sentence_of_unequal_cells_says_its_trials_are_the_fewest() ->
     assert "With 2 trials of 40 sessions in the cell with the fewest (simulated as if every cell had as few)" in null, (
         null
     )
+
+
+def test_the_single_flag_opener_names_a_change_it_has_no_data_for() -> None:
+    """Cell a=off, b=on (turning off a alone) lost every trial: the opener listed only b's change and
+    said 'no single-flag change differs significantly from the baseline', a result for a change
+    nothing was measured of."""
+    cells = [(lv, [{"failures": (4 + i % 3, 40)} for i in range(4)]) for lv in _grid()]
+    manifest, records = cell_run(FACTORS, BASE, cells, {"failures": "proportion"})
+    records = [failed_record(p) if p.levels == CRASHY else r for p, r in zip(manifest.plan, records, strict=True)]
+    opener = build_report(manifest, records).headline[0].text
+    assert opener.startswith("Failures is") and "turning off a: no data (no trial completed with failures)" in opener
+    assert "no single-flag change of the 1 compared differs significantly from the baseline" in opener, opener

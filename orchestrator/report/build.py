@@ -848,10 +848,18 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
         compared += [cell] if p.significant else []
         verdict = "significant" if p.significant else "not significant"
         parts.append(f"{_change(factor, cell.levels[factor])} gives {fmt_rate(p.rate)} ({fmt_p(p.p_holm)}, {verdict})")
+    # a change alone whose cell has no data is named, and the tail speaks only of those compared
+    unmeasured = [
+        f"{_change(f, c.levels[f])}: no data (no trial completed with {metric})"
+        for f, c in _one_factor_away(report.factors, report.cells, base)
+        if not c.proportions[metric].rate.n
+    ]
+    of = f" of the {len(singles)} compared" if unmeasured else ""
+    parts += unmeasured
     tail = (
-        f"{moved} of {len(singles)} single-flag changes differ from the baseline"
+        f"{moved} of {len(singles)} single-flag changes{' compared' if unmeasured else ''} differ from the baseline"
         if moved
-        else "no single-flag change differs significantly from the baseline"
+        else f"no single-flag change{of} differs significantly from the baseline"
     )
     return [
         Finding(
