@@ -200,3 +200,11 @@ def test_the_single_flag_opener_names_a_change_it_has_no_data_for() -> None:
     opener = build_report(manifest, records).headline[0].text
     assert opener.startswith("Failures is") and "turning off a: no data (no trial completed with failures)" in opener
     assert "no single-flag change of the 1 compared differs significantly from the baseline" in opener, opener
+
+
+def test_the_charts_red_marks_carry_the_caution_too() -> None:
+    """The rate and effects charts mark a finding red; a red bar of the crashing cell's comparison
+    said nothing of its lost trials."""
+    html = render_report(build_report(*_run_with_a_crashing_cell(high=False)))
+    charts = html.split('<section id="charts">', 1)[1].split("</section>", 1)[0]
+    assert charts.count(f"(caution: trials {missing.WORDS})") >= 2, charts  # the cell's rate, a's effect
