@@ -1050,10 +1050,12 @@ def _needed_text(report: Report, metric: str, high: CellView, needed: Sequence[t
             f"{fmt_pts(inter)}, {fmt_p(inter.p_holm)}, Holm). "
         )
     subject = f"Turning off any one of {names}" if offs else f"Changing any one of {names} ({'; '.join(changes)})"
-    return (
-        f"{subject} lowers it, to {limit}); that it needs them together is not shown (their interaction is "
-        "not a finding: each alone, or their effects added, would also give these drops). "
+    why = (
+        "their interaction is not a finding: each alone, or their effects added, would also give these drops"
+        if _corners_low(report, metric, high, needed)
+        else "cells with two or more of them changed are not all as low, as they would be if it needed them together"
     )
+    return f"{subject} lowers it, to {limit}); that it needs them together is not shown ({why}). "
 
 
 def _and_interaction(
@@ -1065,9 +1067,12 @@ def _and_interaction(
     sum over corners (-1)^(k - changed) p(corner) equal to (-1)^(k - changed at the high cell)
     times the high rate: so the interaction of exactly these factors, between the high cell's
     level and the neighbour's, must be a finding of that sign. An OR or a sum has it near 0 or
-    of the other sign. A factor with several needed levels matches no single interaction."""
+    of the other sign. A factor with several needed levels matches no single interaction. A parity
+    (the rate where an odd number of the flags is on) has that sign too, yet turning off two of them
+    brings the rate back: so every corner with two or more of them changed must also be low (its
+    observed rate within the one-flag drops' highest 95% upper limit), or no AND is told."""
     factors = {f for f, _, _ in needed}
-    if len(factors) != len(needed):
+    if len(factors) != len(needed) or not _corners_low(report, metric, high, needed):
         return None
     for inter in report.interactions:
         if inter.metric != metric or not inter.finding or set(inter.factors) != factors:
@@ -1079,6 +1084,27 @@ def _and_interaction(
         if inter.estimate * (-1) ** (inter.order - changed) > 0:
             return inter
     return None
+
+
+def _corners_low(report: Report, metric: str, high: CellView, needed: Sequence[tuple[str, CellView, float]]) -> bool:
+    """Every cell that changes two or more of the needed factors from the high cell to their dropped
+    levels (the rest as in the high cell) was measured, and its rate is no higher than the highest 95%
+    upper limit of the one-flag drops: what an AND gives, and a parity does not."""
+    dropped = {f: c.levels[f] for f, c, _ in needed}
+    ceiling = max(c.proportions[metric].rate.high for _, c, _ in needed)
+    for cell in report.cells:
+        moved = [f for f in dropped if cell.levels.get(f) == dropped[f]]
+        others_same = all(cell.levels.get(f) == v for f, v in high.levels.items() if f not in dropped)
+        if (
+            not others_same
+            or len(moved) < 2
+            or any(cell.levels.get(f) not in (high.levels[f], dropped[f]) for f in dropped)
+        ):
+            continue
+        rate = cell.proportions[metric].rate
+        if rate.rate is None or rate.rate > ceiling:
+            return False
+    return True
 
 
 def _not_needed_text(metric: str, high: CellView, rest: Sequence[tuple[str, CellView, float]]) -> str:
@@ -1262,7 +1288,7 @@ def _interaction_text(report: Report, metric: str, inter: InteractionView) -> st
         return (
             f"{_join(inter.factors)} act together on {metric}: their {inter.order}-way interaction is "
             f"{fmt_pts(inter)} ({fmt_p(inter.p_holm)}, Holm), so the effect of any one of them depends on "
-            "the levels of all the others (an AND, not a sum of pairwise effects)."
+            "the levels of all the others (not a sum of pairwise effects)."
         )
     options = [_two_way_text(report, metric, inter, i) for i in (0, 1)]
     readable = [t for t in options if t]
