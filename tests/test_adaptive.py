@@ -254,3 +254,19 @@ def test_no_cell_is_decided_on_one_round_and_varying_trials_slow_the_decision(tm
     wild = rounds_to_decide(lambda s: 10 * (s.trial.index % 2))  # 0% or 100% by trial: same mean
     assert steady and min(steady.values()) == 2  # 0/10 vs 10/20 would decide after one round: it waits
     assert all(wild.get(cell, 9) > rounds for cell, rounds in steady.items())
+
+
+def test_each_cells_stopping_sentence_says_its_decision_is_not_a_corrected_finding():
+    """The per-cell sentence ('... ran no more trials after its comparison with the baseline was
+    decided (different): ... decided different') stood at the end of the headline, far from the summary
+    that says the stopping rule's decisions are per comparison and not corrected across cells: read
+    alone, it called a difference with no correction and no label."""
+    from orchestrator.core.records import EventRecord
+    from orchestrator.report.build import adaptive_findings
+
+    message = "stopped after 3 rounds (30 sessions): cell 0/30 vs baseline 7/30 decided different"
+    event = EventRecord(
+        run_id="r", event="cell_decided", at="t", cell="overlap=off", state="different", message=message
+    )
+    [finding] = adaptive_findings([event])
+    assert finding.kind == "info" and "not corrected across cells" in finding.text and "not a finding" in finding.text

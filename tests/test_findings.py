@@ -498,3 +498,21 @@ def test_contrast_count_is_the_number_proportion_contrasts_tests():
     assert findings.contrast_count(thinned, factors, {"a": "on", "b": "x", "c": "1"}) < findings.contrast_count(
         full, factors, {"a": "on", "b": "x", "c": "1"}
     )
+
+
+def test_a_parity_pattern_is_not_called_an_and() -> None:
+    """Three flags whose failure appears when an odd number of them is on (all on, or any one alone):
+    their 3-way interaction is a finding, and the drops from the all-on baseline are too, yet turning
+    off any two of them brings it back. The headline called it 'an AND, not a sum of pairwise
+    effects' and said the rate 'needs a=on, b=on and c=on together'."""
+    factors = {f: ["on", "off"] for f in ("a", "b", "c")}
+    base = {f: "on" for f in factors}
+    cells = []
+    for combo in itertools.product(["on", "off"], repeat=3):
+        odd = combo.count("on") % 2 == 1
+        cells.append((dict(zip(factors, combo, strict=True)), [(8 + i % 2 if odd else 0, 40) for i in range(8)]))
+    report = build_report(*cell_run(factors, base, cells))
+    assert any(i.order == 3 and i.finding for i in report.interactions)
+    text = " ".join(f.text for f in report.headline if f.kind == "finding")
+    assert "act together" in text and "an AND" not in text and "together:" not in text, text
+    assert "is not shown (cells with two or more of them changed are not all as low" in text, text

@@ -7,6 +7,9 @@ memory (helpers.cell_runs), no processes."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from helpers.cell_runs import cell_run, failed_record
 
 from orchestrator.core.records import RunManifest, TrialRecord
@@ -99,3 +102,109 @@ def test_a_rate_finding_says_so_too() -> None:
     assert sum(t.startswith("Failures is") for t in found) == 2 and len(found) == 4, found  # + cause, interaction
     for text in found:
         assert "cell a=off, b=on: 5 of its 10 finished trials without data (failed)" in text, text
+
+
+def _run_with_a_crashing_cell(high: bool) -> tuple[RunManifest, list[TrialRecord]]:
+    """CRASHY lost 5 of its 10 trials. `high`: it has 10-11 failed sessions in 30 per trial and the
+    others ~none (so it is the highest cell, with one-factor comparisons), and a=off is 20 ms slower;
+    else the reverse (it keeps ~no failed session over the trials it kept, and runs 20 ms faster)."""
+    cells = []
+    for levels in ({"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")):
+        k = 10 if (levels == CRASHY) == high else 0
+        ms = (30.0 if levels["a"] == "off" else 10.0) if high else (10.0 if levels == CRASHY else 30.0)
+        cells.append((levels, [{"failures": (k + i % 2, 30), "latency": ms + i} for i in range(10)]))
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics=dict(METRICS))
+    crashy = [p.trial for p in manifest.plan if p.levels == CRASHY][:5]
+    return manifest, [failed_record(p) if p.trial in crashy else r for p, r in zip(manifest.plan, records, strict=True)]
+
+
+def _marked_rows(html: str, section: str) -> list[tuple[str, int]]:
+    """The table rows of a section that mark a finding, each with how many marks it has ("yes" in a
+    finding column, a numeric cell's "sig.")."""
+    body = html.split(f'<section id="{section}">', 1)[1].split("</section>", 1)[0]
+    rows = [
+        (row, len(re.findall(r'class="flag"[^>]*>yes', row)) + row.count("<b>sig.</b>"))
+        for row in body.split("<tr")[1:]
+    ]
+    return [(row, marks) for row, marks in rows if marks]
+
+
+@pytest.mark.parametrize("high", [False, True], ids=["crashing-cell-low", "crashing-cell-high"])
+def test_the_tables_that_mark_a_finding_carry_its_caution(high: bool) -> None:
+    """A reader of the Effects, Interactions, one-factor, numeric-effect and Cells tables sees a
+    finding's mark; the caution the headline gives (missing.clause) must stand beside each such mark,
+    or the table calls the crashing cell's easy trials a finding with no word of its failures."""
+    report = build_report(*_run_with_a_crashing_cell(high))
+    html = render_report(report)
+    effects, cells = _marked_rows(html, "effects"), _marked_rows(html, "cells")
+    assert any("-way</td>" in row for row, _ in effects) and any('title="a=off,b=on"' in row for row, _ in cells)
+    if high:  # the highest cell's one-factor table and the latency effects mark findings too
+        assert any(nb.finding for nb in report.neighbours) and any(e.finding for e in report.number_effects)
+    for row, marks in effects + [(row, marks) for row, marks in cells if 'title="a=off,b=on"' in row]:
+        assert row.count('<span class="caution">') == marks and "5 of 10 finished trials without data" in row, row
+    for row, _ in cells:  # a cell that lost alike with the baseline is marked without one
+        assert 'title="a=off,b=on"' in row or "caution" not in row, row
+
+
+def test_a_finding_whose_cells_lost_alike_is_marked_without_caution() -> None:
+    html = render_report(build_report(*_run(crashed=0)))
+    marked = _marked_rows(html, "effects") + _marked_rows(html, "cells")
+    assert marked and not any(missing.WORDS in row or "caution" in row for row, _ in marked)
+
+
+def _run_with_a_dead_cell(rate_off: int) -> tuple[RunManifest, list[TrialRecord]]:
+    """4 trials of 40 per cell, cell a=off, b=off's all failed (no data); cell a=off, b=on at
+    `rate_off` failed sessions a trial, the others at 3-6."""
+    cells = [(lv, [{"failures": (rate_off if lv == CRASHY else 3 + i, 40)} for i in range(4)]) for lv in _grid()]
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics={"failures": "proportion"})
+    dead = {p.trial for p in manifest.plan if p.levels == {"a": "off", "b": "off"}}
+    return manifest, [failed_record(p) if p.trial in dead else r for p, r in zip(manifest.plan, records, strict=True)]
+
+
+def _grid() -> list[dict[str, str]]:
+    return [{"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")]
+
+
+def test_a_result_over_the_cells_says_which_cells_had_no_data_to_compare() -> None:
+    """'No significant difference between any cell and the baseline' was said of a run one of whose
+    cells had no completed trial, and '1 of 3 cells differ' counted that cell among those compared."""
+    null = next(f.text for f in build_report(*_run_with_a_dead_cell(4)).headline if f.kind == "null")
+    assert "between any of the 2 cells compared and the baseline" in null, null
+    assert "cell a=off, b=off has no failures data, so it was not compared" in null, null
+    found = [f.text for f in build_report(*_run_with_a_dead_cell(30)).headline if f.kind == "finding"]
+    assert any("1 of the 2 cells compared differ significantly from the baseline" in t for t in found), found
+    assert not any("of 3 cells" in t for t in found), found
+
+
+def test_the_power_sentence_of_unequal_cells_says_its_trials_are_the_fewest() -> None:
+    """30 trials in three cells, 2 in the fourth: the no-finding sentence said 'With 2 trials of 40
+    sessions per cell', a design this run did not have (its figure is for the smallest cell's count)."""
+    cells = [(lv, [{"failures": (4 + i % 3, 40)} for i in range(2 if lv == CRASHY else 30)]) for lv in _grid()]
+    null = next(
+        f.text
+        for f in build_report(*cell_run(FACTORS, BASE, cells, {"failures": "proportion"})).headline
+        if f.kind == "null"
+    )
+    assert "With 2 trials of 40 sessions in the cell with the fewest (simulated as if every cell had as few)" in null, (
+        null
+    )
+
+
+def test_the_single_flag_opener_names_a_change_it_has_no_data_for() -> None:
+    """Cell a=off, b=on (turning off a alone) lost every trial: the opener listed only b's change and
+    said 'no single-flag change differs significantly from the baseline', a result for a change
+    nothing was measured of."""
+    cells = [(lv, [{"failures": (4 + i % 3, 40)} for i in range(4)]) for lv in _grid()]
+    manifest, records = cell_run(FACTORS, BASE, cells, {"failures": "proportion"})
+    records = [failed_record(p) if p.levels == CRASHY else r for p, r in zip(manifest.plan, records, strict=True)]
+    opener = build_report(manifest, records).headline[0].text
+    assert opener.startswith("Failures is") and "turning off a: no data (no trial completed with failures)" in opener
+    assert "no single-flag change of the 1 compared differs significantly from the baseline" in opener, opener
+
+
+def test_the_charts_red_marks_carry_the_caution_too() -> None:
+    """The rate and effects charts mark a finding red; a red bar of the crashing cell's comparison
+    said nothing of its lost trials."""
+    html = render_report(build_report(*_run_with_a_crashing_cell(high=False)))
+    charts = html.split('<section id="charts">', 1)[1].split("</section>", 1)[0]
+    assert charts.count(f"(caution: trials {missing.WORDS})") >= 2, charts  # the cell's rate, a's effect

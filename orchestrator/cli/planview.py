@@ -259,9 +259,10 @@ def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
         ]
     n = sessions * plan.replicates
     lines = [
-        f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials), Fisher's exact "
-        f"test, 80% power (exact); 'Holm' is the first step of the correction over {_family_text(family_tests)}, "
-        "every metric in one family:"
+        f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials); for reference, "
+        "Fisher's exact test on the pooled sessions as if independent (not the report's test with replicates: the "
+        "quasi-binomial lines below are what a finding needs), 80% power (exact); 'Holm' is the first step of the "
+        f"correction over {_family_text(family_tests)}, every metric in one family:"
     ]
     for rate in (0.0, 0.02, 0.05, 0.15):
         d = power.detectable(n, n, rate)

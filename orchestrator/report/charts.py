@@ -9,6 +9,7 @@ so two charts in one page never share an id.
 
 from __future__ import annotations
 
+from orchestrator.report import missing
 from orchestrator.report.model import CellView, EffectView, Report
 from orchestrator.report.svgchart import Axis, Box, Row, row_chart
 
@@ -24,7 +25,8 @@ def rate_chart(report: Report, metric: str) -> str:
     for cell in cells:
         r = cell.proportions[metric].rate
         color = BASE if cell.is_baseline else HIT if cell.proportions[metric].significant else MUTED
-        rows.append(Row(_label(cell), color, (r.rate or 0.0) * 100, r.low * 100, r.high * 100))
+        label = _label(cell) + _caution(cell.proportions[metric].caution)
+        rows.append(Row(label, color, (r.rate or 0.0) * 100, r.low * 100, r.high * 100))
     base = next((c for c in cells if c.is_baseline), None)
     ref = (base.proportions[metric].rate.rate or 0.0) * 100 if base is not None else None
     axis = Axis(f"{metric}, % of sessions (95% Wilson interval)", ref, BASE, ref_dashed=True, from_zero=True)
@@ -34,7 +36,14 @@ def rate_chart(report: Report, metric: str) -> str:
 def effects_chart(report: Report, metric: str) -> str:
     """Main and conditional effects in rate points with raw intervals; findings (after Holm) in red."""
     rows = [
-        Row(_effect_label(e), HIT if e.finding else MUTED, e.estimate * 100, e.low * 100, e.high * 100, square=True)
+        Row(
+            _effect_label(e) + _caution(e.caution),
+            HIT if e.finding else MUTED,
+            e.estimate * 100,
+            e.low * 100,
+            e.high * 100,
+            square=True,
+        )
         for e in report.effects
         if e.metric == metric
     ]
@@ -62,6 +71,11 @@ def _label(cell: CellView) -> str:
 def _effect_label(e: EffectView) -> str:
     given = ", ".join(f"{k}={v}" for k, v in e.given.items())
     return _short(f"{e.factor} {e.reference}→{e.level}" + (f" | {given}" if given else ""))
+
+
+def _caution(caution: str) -> str:
+    """A red mark's missing-data caution (report.missing.mark), in a few words; the tables give it whole."""
+    return f" (caution: trials {missing.WORDS})" if caution else ""
 
 
 def _short(text: str, limit: int = 70) -> str:

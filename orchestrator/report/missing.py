@@ -16,8 +16,9 @@ trials would have changed the result, so it is a caution, not a verdict).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
-from orchestrator.report.model import CellView, EffectView, InteractionView, NumberEffectView
+from orchestrator.report.model import CellView, EffectView, InteractionView, NeighbourView, NumberEffectView
 
 # Shares of finished trials without data differing by this much (10 points: one trial in ten) make
 # the comparison's cells unalike in what they left out. Lower would flag a single infrastructure
@@ -40,21 +41,42 @@ def share(cell: CellView, metric: str) -> float | None:
     return cell.missing.get(metric, 0) / cell.ran if cell.ran else None
 
 
-def clause(metric: str, cells: Iterable[CellView]) -> str:
-    """A sentence for a finding on `metric` that compares `cells`, when their shares of finished trials
-    without the metric differ by MATERIAL or more; else "". Names the cell that lost the most and the
-    one that lost the least, with their counts."""
+def unalike(metric: str, cells: Iterable[CellView]) -> tuple[CellView, CellView] | None:
+    """The rule every caution follows: the compared cells that lost the largest and the smallest share
+    of their finished trials without `metric`, when those shares differ by MATERIAL or more; else None."""
     known = [(s, c) for c in _unique(cells) if (s := share(c, metric)) is not None]
     if len(known) < 2:
-        return ""
+        return None
     (low, least), (high, most) = min(known, key=_by_share), max(known, key=_by_share)
-    if high - low < MATERIAL:
+    return (most, least) if high - low >= MATERIAL else None
+
+
+def clause(metric: str, cells: Iterable[CellView]) -> str:
+    """A sentence for a finding on `metric` that compares `cells`, when their shares of finished trials
+    without the metric differ by MATERIAL or more (unalike); else "". Names the cell that lost the most
+    and the one that lost the least, with their counts."""
+    pair = unalike(metric, cells)
+    if pair is None:
         return ""
+    most, least = pair
     return (
         f" Caution: {metric} is compared over completed trials only, and the compared cells lost different shares "
         f"of their trials: {_name(most)}: {most.missing.get(metric, 0)} of its {most.ran} finished trials {WORDS} "
         f"(failed); {_name(least)}: {least.missing.get(metric, 0)} of {least.ran}. If the lost trials were the hard "
         f"ones (a crash under load leaves a cell its easy trials), the comparison flatters {_name(most)}."
+    )
+
+
+def mark(metric: str, cells: Iterable[CellView]) -> str:
+    """The same caution, short, for a table row that marks a finding comparing `cells` (its reader may
+    never read the headline's sentence); "" when the cells lost alike."""
+    pair = unalike(metric, cells)
+    if pair is None:
+        return ""
+    most, least = pair
+    return (
+        f"caution: {_name(most)} {most.missing.get(metric, 0)} of {most.ran} finished trials {WORDS}, "
+        f"{_name(least)} {least.missing.get(metric, 0)} of {least.ran}; compared over completed trials only"
     )
 
 
@@ -72,6 +94,52 @@ def effect_cells(cells: Sequence[CellView], item: EffectView | InteractionView |
         for c in cells
         if all(c.levels.get(f) in values for f, values in moved.items())
         and all(c.levels.get(f) == v for f, v in given.items())
+    ]
+
+
+_Marked = TypeVar("_Marked", EffectView, InteractionView, NumberEffectView)
+
+
+def marked_cells(cells: Sequence[CellView], baseline: str | None) -> list[CellView]:
+    """The cells with each significant comparison with the baseline carrying its mark (the Cells
+    table's "sig." beside the rate or the median)."""
+    base = next((c for c in cells if c.cell == baseline), None)
+    if base is None:
+        return list(cells)
+    return [
+        c.model_copy(
+            update={
+                "proportions": {
+                    m: v.model_copy(update={"caution": mark(m, [c, base]) if v.significant else ""})
+                    for m, v in c.proportions.items()
+                },
+                "numbers": {
+                    m: v.model_copy(update={"caution": mark(m, [c, base]) if v.significant else ""})
+                    for m, v in c.numbers.items()
+                },
+            }
+        )
+        for c in cells
+    ]
+
+
+def marked(items: Sequence[_Marked], cells: Sequence[CellView]) -> list[_Marked]:
+    """Effects, interactions or numeric effects, each finding with the mark of the cells it compares."""
+    return [
+        i.model_copy(update={"caution": mark(i.metric, effect_cells(cells, i)) if i.finding else ""}) for i in items
+    ]
+
+
+def marked_neighbours(
+    neighbours: Sequence[NeighbourView], cells: Sequence[CellView], high: str | None
+) -> list[NeighbourView]:
+    """The highest cell's one-factor comparisons, each finding with the mark of its two cells."""
+    by_id = {c.cell: c for c in cells}
+    return [
+        nb.model_copy(update={"caution": mark(nb.metric, [by_id[high], by_id[nb.cell]]) if nb.finding else ""})
+        if high in by_id and nb.cell in by_id
+        else nb
+        for nb in neighbours
     ]
 
 

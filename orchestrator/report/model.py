@@ -34,6 +34,7 @@ class ProportionCell(Frozen):
     p: float | None = None
     p_holm: float | None = None
     significant: bool = False
+    caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
     # trial-to-trial variation beyond the binomial: exact given the cell's events (stats.trial_homogeneity),
     # and Holm over the cells tested (what the caution and the suspect mark read); None: not testable
     overdispersion_p: float | None = None
@@ -58,6 +59,7 @@ class NumberCell(Frozen):
     p: float | None = None
     p_holm: float | None = None
     significant: bool = False
+    caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
 
 
 class CellView(Frozen):
@@ -191,6 +193,7 @@ class EffectView(Frozen):
     p: float = 1.0
     p_holm: float = 1.0
     finding: bool = False  # survives the report's multiplicity policy
+    caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
 
 
 class InteractionView(Frozen):
@@ -209,6 +212,7 @@ class InteractionView(Frozen):
     p: float = 1.0
     p_holm: float = 1.0
     finding: bool = False
+    caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
 
     @property
     def order(self) -> int:
@@ -241,6 +245,7 @@ class NumberEffectView(Frozen):
     p: float = 1.0
     p_holm: float = 1.0
     finding: bool = False
+    caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
 
     @property
     def ratio(self) -> float | None:
@@ -260,6 +265,7 @@ class NeighbourView(Frozen):
     method: str = "Fisher's exact test"  # the test behind p (build.method_name): the table's label
     p_holm: float = 1.0
     finding: bool = False
+    caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
 
 
 # ----------------------------------------------------------------------------- server metrics (report.servertable)

@@ -81,3 +81,18 @@ def test_a_hunt_ended_by_the_queues_deadline_gets_its_pages_and_a_note_without_a
         item_outcome(outcome, 0.0, clock=lambda: 1.0).message == "deadline reached after 8 trials, 0 failed; resumable"
     )
     assert "The run is interrupted: 8 trials completed (a hunt decides" in (run / "index.html").read_text()
+
+
+def test_a_hunts_report_does_not_say_its_verdict_survived_holm(tmp_path: Path) -> None:
+    """The page's policy sentence said "Every finding survives Holm's correction ..." under a
+    headline whose finding is the hunt's verdict, which rests on its posterior and its checks (the
+    hunt's page), not on Holm: the policy must name the verdict's own rule."""
+    from orchestrator.report.render import load_report, render_report
+
+    run, verdict, _ = _found_hunt(tmp_path)
+    report = load_report(run)
+    assert report.headline[0].kind == "finding" and report.headline[0].text == verdict
+    assert not report.policy.startswith("Every finding survives"), report.policy
+    assert "The hunt's verdict rests on its posterior and checks" in report.policy, report.policy
+    page = html.unescape(render_report(report))
+    assert "every other finding survives Holm's correction" in page and "any false finding among them" in page
