@@ -13,6 +13,7 @@ from helpers.report_synth import ALL_ON, synthetic_run, write_run
 from orchestrator.cli.main import main
 from orchestrator.core.config import read_matrix
 from orchestrator.core.gates import Gate, GateCell, evaluate
+from orchestrator.core.records import Failure
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report
 from orchestrator.report.ciexport import bencher_json, junit_xml
@@ -128,6 +129,25 @@ def test_report_checks_gates_per_cell_and_the_summary_lists_failures() -> None:
     assert summary.gates == 12 and len(summary.gates_failed) == len(failing)
     page = render_report(report)
     assert 'id="gates"' in page and "FAIL" in page and "PASS" in page
+
+
+def test_a_gate_never_passes_a_cell_that_lost_trials_on_the_rest() -> None:
+    """A gate is what a CI job trusts: it judged a cell on its completed trials only, so a cell whose
+    trial failed for good (a crash, no metric printed, a lost scrape) passed on the rest, in the
+    report's Gates section and the JUnit export, where the missing trial may be the one that breaks
+    the bound. It fails now, naming how many of the cell's finished trials have no value."""
+    manifest, records, _ = _report()
+    overlap_off = [r for r in records if dict(r.levels).get("overlap") == "off"]
+    lost = overlap_off[0]
+    records = [r for r in records if r is not lost]
+    failure = Failure(kind="workload", error="WorkloadError", message="repro exited with code 1")
+    records.append(lost.model_copy(update={"status": "failed", "metrics": {}, "failure": failure}))
+    results = check_gates(build_report(manifest, records))
+    mine = [r for r in results if r.cell == lost.cell]
+    assert mine and not any(r.passed for r in mine)
+    assert all("1 of its 8 finished trials without data" in r.message for r in mine), [r.message for r in mine]
+    others = [r for r in results[:4] if r.cell != lost.cell]
+    assert len(others) == 3 and all(r.passed for r in others)  # the other overlap=off cells: as before
 
 
 def test_no_gates_no_section() -> None:

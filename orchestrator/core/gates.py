@@ -3,8 +3,9 @@
 A gate says what the data must *show*, not what a point estimate happens to be: `upper: 0.01` on
 a proportion passes only when the upper end of the cell's 95% interval is at most 1%, so a cell
 measured on too few sessions fails the gate instead of passing it by luck. A cell with no
-interval at all (no completed trial, or too few values for one) fails with that reason: a gate
-never passes on missing data.
+interval at all (no completed trial, or too few values for one) fails with that reason, as does
+one with finished trials that have no value (report.gates: the cell's trial counts live there): a
+gate never passes on missing data.
 
     gates:
       - metric: tool_call_corruption

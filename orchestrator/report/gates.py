@@ -7,6 +7,7 @@ import dataclasses
 
 from orchestrator.core.clustered import ASSUMED_NOTE
 from orchestrator.core.gates import GateCell, GateResult, evaluate
+from orchestrator.report import missing
 from orchestrator.report.model import CellView, Report
 
 
@@ -15,7 +16,20 @@ def check_gates(report: Report) -> list[GateResult]:
     if not report.gates:
         return []
     results = evaluate(report.gates, {m: [cell_estimate(c, m) for c in report.cells] for m in report.metrics})
-    return [_with_assumption(r, report) for r in results]
+    cells = {c.cell: c for c in report.cells}
+    return [_without_data(_with_assumption(r, report), cells.get(r.cell)) for r in results]
+
+
+def _without_data(result: GateResult, cell: CellView | None) -> GateResult:
+    """The result failed when some of the cell's finished trials have no value of the gate's metric
+    (failed for good, or a lost scrape). Why: the interval covers the completed trials only, and the
+    lost one may be the trial that breaks the bound (a crash under load leaves a cell its easy
+    trials, report.missing); a gate never passes on missing data."""
+    lost = cell.missing.get(result.gate.metric, 0) if cell is not None else 0
+    if not result.passed or cell is None or not lost:
+        return result
+    why = f"{lost} of its {cell.ran} finished trials {missing.WORDS}: a gate never passes on missing data"
+    return dataclasses.replace(result, passed=False, message=f"{result.message}; but {why}")
 
 
 def _with_assumption(result: GateResult, report: Report) -> GateResult:
