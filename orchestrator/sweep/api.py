@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.core.config import (
@@ -290,16 +291,8 @@ def _resume_locked(
     """The resume's part that needs the run folder to itself: the journal's repair and the trials."""
     run_dir = request.run_dir
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
-    journal = RunDir(run_dir).journal
-    torn = journal.exists() and repair_torn_tail(journal)
-    statuses = trial_statuses(journal) if journal.exists() else None
-    done = set(statuses.finished) if statuses else set()
-    # the trials run again number their attempts past their journaled ones, whatever folders remain
-    before = last_attempts(journal, statuses.interrupted) if statuses else {}
-    # adaptive rebuilds its counts and keeps its decisions, a hunt rebuilds its search
-    journaled = _journaled(run_dir) if journal.exists() and (matrix.adaptive or matrix.hunt) else None
-    if journaled is None and journal.exists() and not index_vouches(journal):
-        _check_journal(run_dir)
+    taken_up = _take_up(run_dir, matrix)
+    done, torn, before, journaled = taken_up.done, taken_up.torn, taken_up.attempts_before, taken_up.journaled
     hunting = matrix.hunt is not None  # no total: the search decides how many trials are left
     started = Started(
         manifest.run_id,
@@ -349,6 +342,33 @@ def _resume_locked(
         finally:
             for lock in locks:
                 lock.release()
+
+
+@dataclass(frozen=True)
+class _TakenUp:
+    """What a resume reads from its journal before any host is touched."""
+
+    done: set[int]  # trials finished (completed, or failed for good): skipped
+    torn: bool  # a half-written last line was cut off
+    attempts_before: dict[int, int]  # trial -> its highest journaled attempt (for the trials run again)
+    journaled: Finished | None  # an adaptive sweep's or a hunt's state, rebuilt
+
+
+def _take_up(run_dir: Path, matrix: Matrix) -> _TakenUp:
+    """The journal, repaired of a torn tail and checked as every reader checks it (refused at its
+    line), read for what the resume needs."""
+    journal = RunDir(run_dir).journal
+    if not journal.exists():
+        return _TakenUp(set(), False, {}, None)
+    torn = bool(repair_torn_tail(journal))
+    statuses = trial_statuses(journal)
+    # the trials run again number their attempts past their journaled ones, whatever folders remain
+    before = last_attempts(journal, statuses.interrupted)
+    # adaptive rebuilds its counts and keeps its decisions, a hunt rebuilds its search
+    journaled = _journaled(run_dir) if matrix.adaptive or matrix.hunt else None
+    if journaled is None and not index_vouches(journal):
+        _check_journal(run_dir)
+    return _TakenUp(set(statuses.finished), torn, before, journaled)
 
 
 def _check_journal(run_dir: Path) -> None:
