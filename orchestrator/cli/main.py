@@ -127,6 +127,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=None)  # a command sets its own
     sub = p.add_subparsers(metavar="COMMAND")  # its parsers are OrchParsers too
 
+    _add_run(sub)
+    _add_resume(sub)
+    _add_views(sub)
+    _add_restore(sub)
+    hunt_cmd = command(
+        sub, "hunt", "find which suspect flags cause a failure (the matrix's hunt: section)", hunt.cmd_hunt
+    )
+    matrix_args(hunt_cmd, example="matrices/dsv4_hunt.yaml")
+    hunt.add_options(hunt_cmd, DEFAULT_REPORTS)
+    reports.register(sub)
+    team.register(sub)
+    notify_hook = _option(sub, "notify", "--webhook")  # `notify` sends now, not "when a sweep ends"
+    notify_hook.help = "POST the run's summary here now (repeatable; slack+https://... for Slack; also $ORCH_WEBHOOKS)"
+    add_examples(p)
+    return p
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    """`orch run`: the sweep, with its options."""
     run = command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
     run.epilog = EXIT_CODES
     matrix_args(run)
@@ -153,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
+
+def _add_resume(sub: argparse._SubParsersAction) -> None:
+    """`orch resume`: an interrupted run taken up again."""
     resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it)")
     resume.add_argument(
@@ -167,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     resume.add_argument("--webhook", action="append", metavar="URL", help="POST a summary here when the sweep ends")
 
+
+def _add_views(sub: argparse._SubParsersAction) -> None:
+    """`orch validate`, `orch plan` and `orch report`: what touches no host."""
     val = command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
     matrix_args(val)
 
@@ -183,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
     )
 
+
+def _add_restore(sub: argparse._SubParsersAction) -> None:
+    """`orch restore`: from the run's folder, or from the hosts' own copies without it."""
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", help="the run's folder (orch run printed it)")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
@@ -194,17 +222,6 @@ def build_parser() -> argparse.ArgumentParser:
     hosts.add_argument("-t", "--testbed", help="the testbed, instead of RUN_DIR")
     hosts.add_argument("--run-id", help="the run whose copies to put back (default: the one the testbed's lock names)")
     hosts.add_argument("-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (the run's)")
-    hunt_cmd = command(
-        sub, "hunt", "find which suspect flags cause a failure (the matrix's hunt: section)", hunt.cmd_hunt
-    )
-    matrix_args(hunt_cmd, example="matrices/dsv4_hunt.yaml")
-    hunt.add_options(hunt_cmd, DEFAULT_REPORTS)
-    reports.register(sub)
-    team.register(sub)
-    notify_hook = _option(sub, "notify", "--webhook")  # `notify` sends now, not "when a sweep ends"
-    notify_hook.help = "POST the run's summary here now (repeatable; slack+https://... for Slack; also $ORCH_WEBHOOKS)"
-    add_examples(p)
-    return p
 
 
 def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse.Action:
