@@ -265,6 +265,32 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
         ("collect.anomalies.command",),
     ),
     ("collector command {0}", sub("pattern: ANOMALY", "command: 'echo {0}'"), M, ("collect.anomalies.command",)),
+    # Linux execs a command (`sh -c CMD`) or an environment entry of at most 128 KiB: a longer one
+    # fails every trial after the hosts were edited and restarted (E2BIG), so it is refused here.
+    (
+        "repro command of 200 KB",
+        sub("--seed {trial_seed}", "--seed {trial_seed} # " + "x" * 200_000),
+        M,
+        ("repro.command", "longer than"),
+    ),
+    (
+        "collector command of 200 KB",
+        sub("pattern: ANOMALY", "command: 'echo " + "x" * 200_000 + "'"),
+        M,
+        ("collect.anomalies.command", "longer than"),
+    ),
+    (
+        "env var name of 300 characters",
+        sub("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}", "V" * 300 + "}"),
+        M,
+        ("invalid environment variable name", "at most 255"),
+    ),
+    (
+        "env value of 200 KB",
+        sub('SGLANG_EXTRA_ARGS: "--disable-cuda-graph"', 'SGLANG_EXTRA_ARGS: "' + "x" * 200_000 + '"'),
+        M,
+        ("factors.cuda_graph.levels.off.decode.SGLANG_EXTRA_ARGS", "128 KiB"),
+    ),
     # ---- regexes
     ("regex unbalanced", sub("(?P<n>\\d+)'", "(?P<n>\\d+'"), M, ("repro.metrics.corruption.regex", "regular exp")),
     (

@@ -20,7 +20,13 @@ import regex
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
-from orchestrator.core.bounds import MAX_REPLICATES, MAX_SEED, MAX_SESSIONS
+from orchestrator.core.bounds import (
+    MAX_ARG_BYTES,
+    MAX_REPLICATES,
+    MAX_SEED,
+    MAX_SESSIONS,
+    MAX_TEMPLATE_CHARS,
+)
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
@@ -54,7 +60,8 @@ from orchestrator.core.yamlsrc import load_yaml
 from orchestrator.errors import ConfigError
 
 # Every name pattern ends in \Z, never `$`: `$` also matches before a trailing newline.
-ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
+MAX_ENV_VALUE_BYTES = MAX_ARG_BYTES - 256  # the rest of a process's KEY=value entry: a name of <= 255 and "="
 ROLE_NAME = re.compile(r"\A[a-z][a-z0-9_-]{0,30}\Z")
 TESTBED_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # a folder name: no /, no leading dot
 UNIT_NAME = re.compile(r"\A[A-Za-z0-9@_.:][A-Za-z0-9@._:-]{0,255}\Z")  # never an option (no leading -)
@@ -663,7 +670,14 @@ def _check_url(value: str, source: SourceMap, at: PathKey) -> None:
 def check_template(template: str, source: SourceMap, at: PathKey) -> list[str]:
     """The placeholder names of a command template, each a plain {name}: no conversion (!r), no
     format spec ({x:>999999999} would allocate a gigabyte), no attribute or index ({a.b}, {a[0]}),
-    no positional field ({0}, {})."""
+    no positional field ({0}, {}); and short enough to run (core.bounds.MAX_TEMPLATE_CHARS)."""
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise source.error(
+            at,
+            f"command longer than {MAX_TEMPLATE_CHARS:,} characters ({len(template):,}): Linux runs a command "
+            f"of at most 128 KiB, placeholders filled in",
+            "put the long part in a script and run that",
+        )
     try:
         fields = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -1070,7 +1084,9 @@ def _level_env(
 def _env_name(var: str, source: SourceMap, at: PathKey) -> str:
     if not ENV_NAME.match(var):
         raise source.error(
-            at, f"invalid environment variable name {var!r}", "letters, digits and _, not starting with a digit"
+            at,
+            f"invalid environment variable name {var[:64]!r}{'...' if len(var) > 64 else ''}",
+            "at most 255 letters, digits and _, not starting with a digit",
         )
     return var
 
@@ -1084,6 +1100,14 @@ def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) ->
     if CONTROL.search(value.replace("\t", "")):
         raise source.error(
             at, "value contains a NUL or line break (or another control character)", "env files hold one-line values"
+        )
+    size = len(value.encode("utf-8", errors="surrogateescape"))
+    if size > MAX_ENV_VALUE_BYTES:
+        raise source.error(
+            at,
+            f"value of {size:,} bytes: Linux starts a process with an environment entry "
+            "(KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
+            "pass a large setting through a file the server reads",
         )
     return value
 
