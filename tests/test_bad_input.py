@@ -404,6 +404,27 @@ def test_bad_matrix(
     inputs.untouched()
 
 
+EXPANDING = [
+    ("repro.command", sub("--seed {trial_seed}", "--seed {trial_seed} # " + "{run_dir}" * 1500)),
+    ("repro.warmup", sub("  timeout: 60\n", "  timeout: 60\n  warmup: 'echo " + "{run_dir}" * 1500 + "'\n")),
+    ("collect.anomalies.command", sub("pattern: ANOMALY", "command: 'echo " + "{trial_dir}" * 1200 + "'")),
+]
+
+
+@pytest.mark.timeout(CASE_LIMIT_S)
+@pytest.mark.parametrize(("where", "edit"), EXPANDING, ids=[c[0] for c in EXPANDING])
+def test_a_command_its_placeholders_make_too_long_to_run_is_refused_before_any_host_is_touched(
+    inputs: Bed, where: str, edit: Edit, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command is under the matrix's 16 KiB as written, and over 64 KiB once filled in (over
+    128 KiB, Linux cannot run it: before, every trial failed with E2BIG after the hosts were edited)."""
+    inputs.matrix.write_text(edit(MATRIX))
+    assert len(inputs.matrix.read_text()) < 20_000
+    code, output = run_main(inputs.args("run", "--out", str(inputs.root / "reports")), capsys)
+    assert_refused(code, output, M, where, "once its placeholders are filled in")
+    inputs.untouched()
+
+
 # ------------------------------------------------------------------ inventory cases
 INV = r"local\.yaml:\d+: "  # file:line of the inventory
 PREFILL = "      prefill:\n        transport: local\n"
