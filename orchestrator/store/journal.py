@@ -45,6 +45,7 @@ import pydantic
 from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import NotRequired, TypedDict
 
+from orchestrator.core.bounded import read_fd
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import (
     SCHEMA_VERSION,
@@ -653,11 +654,12 @@ def _open_index(path: Path, size: int) -> int | None:
     index = index_path(path)
     try:
         if size == 0:
-            return os.open(index, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            # O_NONBLOCK: a FIFO there fails (ENXIO) instead of waiting for a reader
+            return os.open(index, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         if _index_end(index) != size:
             write_index(path)
         if _index_end(index) == size:
-            return os.open(index, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            return os.open(index, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, OrchError):
         pass
     with contextlib.suppress(OSError):
@@ -687,15 +689,30 @@ def _index_entry(start: int, end: int, head: tuple[int, TrialStatus] | None) -> 
     return _INDEX_ENTRY.pack(start, end, trial, code)
 
 
+def _index_fd(index: Path) -> int | None:
+    """The index open for reading, or None when it is not a regular file. Non-blocking: a FIFO in
+    its place (the run folder is the user's) blocked open() for ever, and resume, `orch status` and
+    every status page with it."""
+    fd = os.open(index, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
 def _index_end(index: Path) -> int | None:
     """The end offset of the index's last whole entry (None: no usable index)."""
     try:
-        with open(index, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+        fd = _index_fd(index)
+        if fd is None:
+            return None
+        try:
+            size = os.fstat(fd).st_size
             if size < _INDEX_ENTRY.size or size % _INDEX_ENTRY.size:
                 return None
-            handle.seek(size - _INDEX_ENTRY.size)
-            return _INDEX_ENTRY.unpack(handle.read(_INDEX_ENTRY.size))[1]
+            return _INDEX_ENTRY.unpack(os.pread(fd, _INDEX_ENTRY.size, size - _INDEX_ENTRY.size))[1]
+        finally:
+            os.close(fd)
     except (OSError, struct.error):
         return None
 
@@ -706,7 +723,17 @@ def _read_index(path: Path, end: int, finished: set[int], interrupted: set[int])
     try:
         if os.stat(index).st_mtime_ns < os.stat(path).st_mtime_ns:
             return 0, 0  # the journal changed after the index was last written
-        data = index.read_bytes()
+        fd = _index_fd(index)
+        if fd is None:
+            return 0, 0
+        try:
+            # an entry per journal line of at least 2 bytes: a bigger index is not this journal's
+            most = (end // 2 + 1) * _INDEX_ENTRY.size
+            if os.fstat(fd).st_size > most:
+                return 0, 0
+            data = read_fd(fd, most)
+        finally:
+            os.close(fd)
     except OSError:
         return 0, 0
     covered, lines = 0, 0
