@@ -286,6 +286,16 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
         ("invalid environment variable name", "at most 255"),
     ),
     (
+        "flag value of 200 KB",
+        sub(
+            "    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}\n    levels: [on, off]",
+            "    kind: flag\n    flag: --overlap\n    env: {decode: SGLANG_ARGS}\n"
+            '    levels: {"off": absent, "on": "' + "x" * 200_000 + '"}',
+        ),
+        M,
+        ("factors.overlap.levels.on", "128 KiB"),
+    ),
+    (
         "env value of 200 KB",
         sub('SGLANG_EXTRA_ARGS: "--disable-cuda-graph"', 'SGLANG_EXTRA_ARGS: "' + "x" * 200_000 + '"'),
         M,

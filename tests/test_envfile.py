@@ -837,3 +837,16 @@ def test_a_file_over_the_size_cap_is_refused_before_it_is_parsed(dialect: str) -
         with pytest.raises(EnvFileError, match="larger than 256 KiB"):
             call()
     assert read_values(text[: MAX_FILE_BYTES - 4], dialect) == {"A": "1"}
+
+
+@pytest.mark.parametrize("dialect", ["systemd", "shell"])
+def test_an_edit_to_a_value_no_process_can_be_started_with_is_refused(dialect: str) -> None:
+    """Linux starts a process with an environment entry (KEY=value) of at most 128 KiB: a longer
+    one, as a flag factor may compose from the file's value and its own, makes the unit fail to
+    start (E2BIG) after the edit. Refused by the edit (preflight names host and file)."""
+    from orchestrator.errors import EnvFileError
+
+    text = "ARGS=--tp 8\n"
+    edit(text, {"ARGS": "x" * (120 * 1024)}, dialect)  # under the limit: fine
+    with pytest.raises(EnvFileError, match="128 KiB"):
+        edit(text, {"ARGS": "x" * (128 * 1024)}, dialect)

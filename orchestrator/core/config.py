@@ -1002,7 +1002,8 @@ def _flag_value(value: Scalar, source: SourceMap, at: PathKey) -> str | None:
     if value is True or value == PRESENT:
         return PRESENT
     if CONTROL.search(value) or not value.strip():
-        raise source.error(at, f"invalid flag value {value!r}", "one line of text, not blank")
+        raise source.error(at, f"invalid flag value {value[:64]!r}", "one line of text, not blank")
+    _check_value_size(value, source, at)
     return value
 
 
@@ -1104,6 +1105,12 @@ def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) ->
         raise source.error(
             at, "value contains a NUL or line break (or another control character)", "env files hold one-line values"
         )
+    _check_value_size(value, source, at)
+    return value
+
+
+def _check_value_size(value: str, source: SourceMap, at: PathKey) -> None:
+    """An env or flag value a process can be started with (see core.bounds.MAX_ARG_BYTES)."""
     size = len(value.encode("utf-8", errors="surrogateescape"))
     if size > MAX_ENV_VALUE_BYTES:
         raise source.error(
@@ -1112,7 +1119,6 @@ def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) ->
             "(KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
             "pass a large setting through a file the server reads",
         )
-    return value
 
 
 def _check_no_shared_vars(factors: tuple[Factor, ...], source: SourceMap) -> None:

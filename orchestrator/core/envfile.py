@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
+from orchestrator.core.bounds import MAX_ARG_BYTES
 from orchestrator.errors import EnvFileError
 
 __all__ = ["MAX_FILE_BYTES", "Dialect", "check_size", "edit", "lint", "quote_value", "read_values", "validate_name"]
@@ -871,6 +872,13 @@ def _validated(changes: Mapping[str, str | None]) -> dict[str, str | None]:
                 hint="quote it in YAML, e.g. '1' or 'on'",
             )
         _check_value(value, f"{key}: value")
+        entry = len(key) + 1 + len(value.encode("utf-8", errors="surrogateescape"))
+        if entry > MAX_ARG_BYTES:  # e.g. an args variable a flag factor composed from the file's value
+            raise EnvFileError(
+                f"{key}: value of {entry - len(key) - 1:,} bytes: Linux starts a process with an environment "
+                "entry (KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
+                hint="pass a large setting through a file the server reads",
+            )
     return dict(changes)
 
 
