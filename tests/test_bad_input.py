@@ -265,6 +265,42 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
         ("collect.anomalies.command",),
     ),
     ("collector command {0}", sub("pattern: ANOMALY", "command: 'echo {0}'"), M, ("collect.anomalies.command",)),
+    # Linux execs a command (`sh -c CMD`) or an environment entry of at most 128 KiB: a longer one
+    # fails every trial after the hosts were edited and restarted (E2BIG), so it is refused here.
+    (
+        "repro command of 200 KB",
+        sub("--seed {trial_seed}", "--seed {trial_seed} # " + "x" * 200_000),
+        M,
+        ("repro.command", "longer than"),
+    ),
+    (
+        "collector command of 200 KB",
+        sub("pattern: ANOMALY", "command: 'echo " + "x" * 200_000 + "'"),
+        M,
+        ("collect.anomalies.command", "longer than"),
+    ),
+    (
+        "env var name of 300 characters",
+        sub("SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}", "V" * 300 + "}"),
+        M,
+        ("invalid environment variable name", "at most 255"),
+    ),
+    (
+        "flag value of 200 KB",
+        sub(
+            "    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}\n    levels: [on, off]",
+            "    kind: flag\n    flag: --overlap\n    env: {decode: SGLANG_ARGS}\n"
+            '    levels: {"off": absent, "on": "' + "x" * 200_000 + '"}',
+        ),
+        M,
+        ("factors.overlap.levels.on", "128 KiB"),
+    ),
+    (
+        "env value of 200 KB",
+        sub('SGLANG_EXTRA_ARGS: "--disable-cuda-graph"', 'SGLANG_EXTRA_ARGS: "' + "x" * 200_000 + '"'),
+        M,
+        ("factors.cuda_graph.levels.off.decode.SGLANG_EXTRA_ARGS", "128 KiB"),
+    ),
     # ---- regexes
     ("regex unbalanced", sub("(?P<n>\\d+)'", "(?P<n>\\d+'"), M, ("repro.metrics.corruption.regex", "regular exp")),
     (
@@ -344,6 +380,9 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
     ("boolean word with NUL", add('booleans: ["1", "\\0"]\n'), M, ("booleans[1]",)),
     ("three boolean words", add("booleans: ['1', '0', '2']\n"), M, ("booleans",)),
     ("secret name with a space", add("secrets: ['MY TOKEN']\n"), M, ("secrets[0]",)),
+    # each declared name is one more alternative of the regex that masks every trial's output and logs
+    # (50,000 names: ~19 s a MiB of output, every trial, while the hosts are edited)
+    ("300 secret names", add("secrets: [" + ", ".join(f"S{i}" for i in range(300)) + "]\n"), M, ("secrets", "256")),
     ("secret name ending in newline", add('secrets: ["TOKEN\\n"]\n'), M, ("secrets[0]",)),
     (
         "metric name ending in newline",
@@ -375,6 +414,27 @@ def test_bad_matrix(
     inputs.matrix.write_text(edit(MATRIX))
     code, output = run_main(inputs.args(), capsys)
     assert_refused(code, output, where, *fragments)
+    inputs.untouched()
+
+
+EXPANDING = [
+    ("repro.command", sub("--seed {trial_seed}", "--seed {trial_seed} # " + "{run_dir}" * 1500)),
+    ("repro.warmup", sub("  timeout: 60\n", "  timeout: 60\n  warmup: 'echo " + "{run_dir}" * 1500 + "'\n")),
+    ("collect.anomalies.command", sub("pattern: ANOMALY", "command: 'echo " + "{trial_dir}" * 1200 + "'")),
+]
+
+
+@pytest.mark.timeout(CASE_LIMIT_S)
+@pytest.mark.parametrize(("where", "edit"), EXPANDING, ids=[c[0] for c in EXPANDING])
+def test_a_command_its_placeholders_make_too_long_to_run_is_refused_before_any_host_is_touched(
+    inputs: Bed, where: str, edit: Edit, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each command is under the matrix's 16 KiB as written, and over 64 KiB once filled in (over
+    128 KiB, Linux cannot run it: before, every trial failed with E2BIG after the hosts were edited)."""
+    inputs.matrix.write_text(edit(MATRIX))
+    assert len(inputs.matrix.read_text()) < 20_000
+    code, output = run_main(inputs.args("run", "--out", str(inputs.root / "reports")), capsys)
+    assert_refused(code, output, M, where, "once its placeholders are filled in")
     inputs.untouched()
 
 

@@ -819,3 +819,34 @@ def test_systemd_252_parser_reads_edits_of_random_files(text: str, value: str, t
     real = systemd_parse(tmp_path, out)
     assert real["A"] == value
     assert_same_as_systemd(tmp_path, out)
+
+
+@pytest.mark.parametrize("dialect", ["systemd", "shell"])
+def test_a_file_over_the_size_cap_is_refused_before_it_is_parsed(dialect: str) -> None:
+    """A parse holds ~170 bytes a byte of the file (an 8 MB file: 1.3 GB, 26 s): what orch reads,
+    edits or lints is at most MAX_FILE_BYTES, refused with its size, never parsed."""
+    from orchestrator.core.envfile import MAX_FILE_BYTES
+    from orchestrator.errors import EnvFileError
+
+    text = "A=1\n" * (MAX_FILE_BYTES // 4 + 1)
+    for call in (
+        lambda: read_values(text, dialect),
+        lambda: edit(text, {"B": "2"}, dialect),
+        lambda: lint(text, dialect),
+    ):
+        with pytest.raises(EnvFileError, match="larger than 256 KiB"):
+            call()
+    assert read_values(text[: MAX_FILE_BYTES - 4], dialect) == {"A": "1"}
+
+
+@pytest.mark.parametrize("dialect", ["systemd", "shell"])
+def test_an_edit_to_a_value_no_process_can_be_started_with_is_refused(dialect: str) -> None:
+    """Linux starts a process with an environment entry (KEY=value) of at most 128 KiB: a longer
+    one, as a flag factor may compose from the file's value and its own, makes the unit fail to
+    start (E2BIG) after the edit. Refused by the edit (preflight names host and file)."""
+    from orchestrator.errors import EnvFileError
+
+    text = "ARGS=--tp 8\n"
+    edit(text, {"ARGS": "x" * (120 * 1024)}, dialect)  # under the limit: fine
+    with pytest.raises(EnvFileError, match="128 KiB"):
+        edit(text, {"ARGS": "x" * (128 * 1024)}, dialect)

@@ -686,6 +686,53 @@ def test_index_that_does_not_fit_the_journal_is_not_believed(tmp_path: Path, cas
     assert trial_statuses(path) == _expected_statuses(path)
 
 
+def _statuses_within(path: Path, seconds: float) -> TrialStatuses:
+    """trial_statuses(path) in a thread: a FIFO as index blocked open() for ever (resume, orch
+    status and every status page hung). A thread still blocked is released by opening the FIFO
+    for writing, and the test fails."""
+    import threading
+
+    got: list[TrialStatuses] = []
+    worker = threading.Thread(target=lambda: got.append(trial_statuses(path)), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        index = journal_mod.index_path(path)
+        os.close(os.open(index, os.O_WRONLY | os.O_NONBLOCK))  # the reader's open() returns
+        worker.join(seconds)
+        raise AssertionError(f"trial_statuses blocked on {index.name} for {seconds} s")
+    return got[0]
+
+
+def test_an_index_that_is_a_fifo_or_huge_is_not_read_and_resume_reads_the_journal(tmp_path: Path) -> None:
+    """The index is a cache in a folder users copy and edit: one that is not a regular file of a
+    size the journal could need (a FIFO, 512 MiB) is ignored, never opened blocking or read whole."""
+    import tracemalloc
+
+    path = _write(tmp_path / "journal.jsonl", _mixed_records())
+    expected = _expected_statuses(path)
+    index = journal_mod.index_path(path)
+    index.unlink()
+    os.mkfifo(index)
+    _set_mtimes(path, index_newer=True)
+    assert _statuses_within(path, 5) == expected
+    with Journal(path) as journal:  # resume's reopening rebuilds the index instead of blocking on it
+        journal.append(_trial(4))
+    assert index.is_file() and trial_statuses(path) == _expected_statuses(path)
+    expected = _expected_statuses(path)
+    index.unlink()
+    with open(index, "wb") as f:
+        f.truncate(512 << 20)  # sparse
+    _set_mtimes(path, index_newer=True)
+    tracemalloc.start()
+    try:
+        assert trial_statuses(path) == expected
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak:,} bytes allocated to read a journal of {path.stat().st_size:,} bytes"
+
+
 def test_index_is_dropped_when_it_cannot_be_written_or_does_not_cover_the_journal(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     with Journal(path) as journal:

@@ -253,3 +253,32 @@ def test_what_an_interrupted_repro_left_is_given_to_the_caller_to_name(tmp_path:
     (pid,) = (int(x) for x in pids.read_text().split())
     assert not pid_running(pid)
     assert named == [f"pid {pid} (sleep 1000)"]
+
+
+def test_a_repro_record_that_is_a_fifo_or_huge_is_dropped_without_blocking_or_reading_it(tmp_path: Path) -> None:
+    """repro.pid is read by resume and restore in a run folder the user may have edited: a FIFO
+    there blocked read_text() for ever, and a huge file was read whole. Neither is a record orch
+    wrote: it is removed, as a garbled record is, and nothing is stopped."""
+    import threading
+    import tracemalloc
+
+    record = tmp_path / "repro.pid"
+    os.mkfifo(record)
+    got: list[int | None] = []
+    worker = threading.Thread(target=lambda: got.append(stop_recorded_group(record)), daemon=True)
+    worker.start()
+    worker.join(5)
+    if worker.is_alive():
+        os.close(os.open(record, os.O_WRONLY | os.O_NONBLOCK))  # release the blocked reader
+        worker.join(5)
+        raise AssertionError("stop_recorded_group blocked on a FIFO")
+    assert got == [None] and not record.exists()
+    with open(record, "wb") as f:
+        f.truncate(256 << 20)  # sparse
+    tracemalloc.start()
+    try:
+        assert stop_recorded_group(record) is None
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20 and not record.exists()

@@ -24,22 +24,29 @@ def read_bounded_bytes(path: Path, cap: int, display: str | None = None) -> byte
     shown = display or str(path)
     fd = _open_regular(path, shown)
     try:
-        chunks: list[bytes] = []
-        left = cap + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, MiB))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_fd(fd, cap + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=shown) from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > cap:
         raise ConfigError(f"file is larger than {_size(cap)}", file=shown, hint="is this the right file?")
     return data
+
+
+def read_fd(fd: int, most: int) -> bytes:
+    """At most `most` bytes from `fd`, read in pieces of at most 1 MiB: `os.read(fd, most)` (or a
+    file's `.read(most)`) allocates all of `most` up front, 64 MiB to read a 4 KiB env file, which
+    fails under an address-space limit (ulimit -v). OSError as os.read raises it."""
+    chunks: list[bytes] = []
+    left = most
+    while left > 0:
+        chunk = os.read(fd, min(left, MiB))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def read_bounded_text(path: Path, cap: int, display: str | None = None) -> str:

@@ -7,3 +7,14 @@ MAX_REPLICATES = 100_000
 MAX_RETRIES = 10
 MAX_SEED = 2**64 - 1
 MAX_SESSIONS = 10**9  # a proportion's n: what a validity rule may ask for, what a summary may hold
+
+# Linux execs an argument or an environment entry (`KEY=value`) of at most 32 pages, 128 KiB with
+# its NUL (MAX_ARG_STRLEN); a longer one fails execve() with E2BIG. A repro runs as `sh -c COMMAND`
+# and a unit gets each env-file value as one entry, so a longer command or value would fail every
+# trial after the hosts were edited and restarted: both are refused before anything runs.
+MAX_ARG_BYTES = 128 * 1024 - 1
+MAX_TEMPLATE_CHARS = 16 * 1024  # a command as written in the matrix (a real one is a few hundred)
+# A command once its placeholders are filled in, for a cell's first trial: half the kernel's limit,
+# so the per-trial values ({trial}, {trial_seed}, {trial_dir} with an attempt suffix: at most ~20
+# characters more each) of a template of MAX_TEMPLATE_CHARS still stay under it.
+MAX_COMMAND_BYTES = 64 * 1024

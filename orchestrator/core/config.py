@@ -20,7 +20,13 @@ import regex
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
-from orchestrator.core.bounds import MAX_REPLICATES, MAX_SEED, MAX_SESSIONS
+from orchestrator.core.bounds import (
+    MAX_ARG_BYTES,
+    MAX_REPLICATES,
+    MAX_SEED,
+    MAX_SESSIONS,
+    MAX_TEMPLATE_CHARS,
+)
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
@@ -54,7 +60,8 @@ from orchestrator.core.yamlsrc import load_yaml
 from orchestrator.errors import ConfigError
 
 # Every name pattern ends in \Z, never `$`: `$` also matches before a trailing newline.
-ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]{0,254}\Z")
+MAX_ENV_VALUE_BYTES = MAX_ARG_BYTES - 256  # the rest of a process's KEY=value entry: a name of <= 255 and "="
 ROLE_NAME = re.compile(r"\A[a-z][a-z0-9_-]{0,30}\Z")
 TESTBED_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # a folder name: no /, no leading dot
 UNIT_NAME = re.compile(r"\A[A-Za-z0-9@_.:][A-Za-z0-9@._:-]{0,255}\Z")  # never an option (no leading -)
@@ -69,6 +76,7 @@ MAX_VALID_RULES = 100
 # the hosts are edited: 20,000 metrics passed validation and would take hours a trial.
 MAX_METRICS = 32
 MAX_COLLECTORS = 32
+MAX_SECRETS = 256
 MAX_REPEATED_FAILURES = 1000
 MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
@@ -171,7 +179,9 @@ class MatrixShape(_Shape):
     order: Literal["randomized", "sequential", "min-restarts"] = "randomized"
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     booleans: tuple[str, str] = ("1", "0")
-    secrets: list[str] = []  # variable names to redact everywhere, beyond *TOKEN*, *KEY*, ...
+    # variable names to redact everywhere, beyond *TOKEN*, *KEY*, ...; each is one more alternative
+    # of the regex that masks every trial's output and logs (50,000 took ~19 s a MiB, every trial)
+    secrets: list[str] = Field(default=[], max_length=MAX_SECRETS)
     health_timeouts: dict[str, Seconds] = {}
     repro: ReproShape
     collect: dict[str, CollectShape] = Field(default={}, max_length=MAX_COLLECTORS)
@@ -663,7 +673,14 @@ def _check_url(value: str, source: SourceMap, at: PathKey) -> None:
 def check_template(template: str, source: SourceMap, at: PathKey) -> list[str]:
     """The placeholder names of a command template, each a plain {name}: no conversion (!r), no
     format spec ({x:>999999999} would allocate a gigabyte), no attribute or index ({a.b}, {a[0]}),
-    no positional field ({0}, {})."""
+    no positional field ({0}, {}); and short enough to run (core.bounds.MAX_TEMPLATE_CHARS)."""
+    if len(template) > MAX_TEMPLATE_CHARS:
+        raise source.error(
+            at,
+            f"command longer than {MAX_TEMPLATE_CHARS:,} characters ({len(template):,}): Linux runs a command "
+            f"of at most 128 KiB, placeholders filled in",
+            "put the long part in a script and run that",
+        )
     try:
         fields = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -985,7 +1002,8 @@ def _flag_value(value: Scalar, source: SourceMap, at: PathKey) -> str | None:
     if value is True or value == PRESENT:
         return PRESENT
     if CONTROL.search(value) or not value.strip():
-        raise source.error(at, f"invalid flag value {value!r}", "one line of text, not blank")
+        raise source.error(at, f"invalid flag value {value[:64]!r}", "one line of text, not blank")
+    _check_value_size(value, source, at)
     return value
 
 
@@ -1070,7 +1088,9 @@ def _level_env(
 def _env_name(var: str, source: SourceMap, at: PathKey) -> str:
     if not ENV_NAME.match(var):
         raise source.error(
-            at, f"invalid environment variable name {var!r}", "letters, digits and _, not starting with a digit"
+            at,
+            f"invalid environment variable name {var[:64]!r}{'...' if len(var) > 64 else ''}",
+            "at most 255 letters, digits and _, not starting with a digit",
         )
     return var
 
@@ -1085,7 +1105,20 @@ def _env_value(value: Scalar, m: MatrixShape, source: SourceMap, at: PathKey) ->
         raise source.error(
             at, "value contains a NUL or line break (or another control character)", "env files hold one-line values"
         )
+    _check_value_size(value, source, at)
     return value
+
+
+def _check_value_size(value: str, source: SourceMap, at: PathKey) -> None:
+    """An env or flag value a process can be started with (see core.bounds.MAX_ARG_BYTES)."""
+    size = len(value.encode("utf-8", errors="surrogateescape"))
+    if size > MAX_ENV_VALUE_BYTES:
+        raise source.error(
+            at,
+            f"value of {size:,} bytes: Linux starts a process with an environment entry "
+            "(KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
+            "pass a large setting through a file the server reads",
+        )
 
 
 def _check_no_shared_vars(factors: tuple[Factor, ...], source: SourceMap) -> None:

@@ -33,11 +33,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
+from orchestrator.core.bounds import MAX_ARG_BYTES
 from orchestrator.errors import EnvFileError
 
-__all__ = ["Dialect", "edit", "lint", "quote_value", "read_values", "validate_name"]
+__all__ = ["MAX_FILE_BYTES", "Dialect", "check_size", "edit", "lint", "quote_value", "read_values", "validate_name"]
 
 Dialect = Literal["systemd", "shell"]
+# What a reader, an edit or a lint parses at most. A parse holds ~170 bytes of objects per byte of
+# the file and takes seconds a MiB (an 8 MB file: 1.3 GB and 26 s, and preflight edits a file once
+# per distinct cell), while an env file is a few KiB: a bigger text is refused, never parsed.
+MAX_FILE_BYTES = 256 * 1024
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_./:,@%+=-]+")
@@ -777,6 +782,16 @@ def _check_dialect(dialect: str) -> None:
         raise EnvFileError(f"unknown env-file dialect {dialect!r}", hint="use systemd or shell")
 
 
+def check_size(text: str) -> None:
+    """Characters, not bytes (a character is at least a byte): the parse's cost is per character."""
+    if len(text) > MAX_FILE_BYTES:
+        raise EnvFileError(
+            f"the file holds {len(text):,} characters, larger than {MAX_FILE_BYTES >> 10} KiB: "
+            "orch reads and edits env files up to that size",
+            hint="an env file is a few KiB; is this the right file?",
+        )
+
+
 def _scan(text: str, dialect: Dialect) -> _Parsed:
     _check_dialect(dialect)
     return _scan_systemd(text) if dialect == "systemd" else _scan_shell(text)
@@ -801,6 +816,7 @@ def read_values(text: str, dialect: Dialect) -> dict[str, str]:
     (``$VAR``, ``$(...)``, backticks, commands). At a syntax error bash stops reading the file,
     and so does this: values before it are returned."""
     _check_dialect(dialect)
+    check_size(text)
     return _systemd_values(text) if dialect == "systemd" else _shell_values(text)
 
 
@@ -820,6 +836,7 @@ def edit(text: str, changes: Mapping[str, str | None], dialect: Dialect) -> str:
     _check_dialect(dialect)
     if not changes:
         return text
+    check_size(text)
     parsed = _scan(text, dialect)
     wanted = _validated(changes)
     splices: list[tuple[int, int, str]] = []
@@ -855,6 +872,13 @@ def _validated(changes: Mapping[str, str | None]) -> dict[str, str | None]:
                 hint="quote it in YAML, e.g. '1' or 'on'",
             )
         _check_value(value, f"{key}: value")
+        entry = len(key) + 1 + len(value.encode("utf-8", errors="surrogateescape"))
+        if entry > MAX_ARG_BYTES:  # e.g. an args variable a flag factor composed from the file's value
+            raise EnvFileError(
+                f"{key}: value of {entry - len(key) - 1:,} bytes: Linux starts a process with an environment "
+                "entry (KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
+                hint="pass a large setting through a file the server reads",
+            )
     return dict(changes)
 
 
@@ -965,6 +989,7 @@ def _meaning(parsed: _Parsed) -> list[tuple[str, str | None, Literal["assign", "
 def lint(text: str, dialect: Dialect) -> list[str]:
     """Human warnings about lines that will not do what their author thinks, each naming its
     1-based line, in line order. Nothing here is an error: the file may work as intended."""
+    check_size(text)
     parsed = _scan(text, dialect)
     found = list(parsed.notes) + _duplicate_notes(parsed)
     if dialect == "systemd":

@@ -334,7 +334,7 @@ def _holder(text: str) -> LockInfo:
         return NoHolder("", "", 0, "", "")
     try:
         info = LockInfo(**json.loads(text))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # RecursionError: nested deep, which is no ValueError
         return NoHolder("", "", 0, "", "", why=FOREIGN_LOCK)
     texts = (info.run_id, info.user, info.controller, info.started, info.testbed, info.run_dir)
     if type(info.pid) is not int or not all(isinstance(t, str) for t in texts):

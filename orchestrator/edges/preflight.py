@@ -74,18 +74,19 @@ def _check_edits(handle: HostHandle, plan: Plan) -> list[str]:
             "file to LF endings, e.g. dos2unix; or dialect: systemd if systemd's EnvironmentFile= reads it)"
         )
     seen: set[tuple[tuple[str, CellValue], ...]] = set()
-    values = envfile.read_values(text, host.dialect)  # flag factors edit these values' args variables
-    for step in plan.steps:
-        assignments = step.env.get(host.role)
-        key = tuple(sorted((assignments or {}).items(), key=lambda kv: kv[0]))
-        if not assignments or key in seen:
-            continue
-        seen.add(key)
-        try:
-            envfile.edit(text, resolve(assignments, values), host.dialect)
-        except OrchError as exc:
-            raise PreflightError(f"{where}: {exc}") from None
-    return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
+    try:
+        values = envfile.read_values(text, host.dialect)  # flag factors edit these values' args variables
+        for step in plan.steps:
+            assignments = step.env.get(host.role)
+            key = tuple(sorted((assignments or {}).items(), key=lambda kv: kv[0]))
+            if not assignments or key in seen:
+                continue
+            seen.add(key)
+            # the edited file must stay one orch can read back (its values are up to 128 KiB each)
+            envfile.check_size(envfile.edit(text, resolve(assignments, values), host.dialect))
+        return [f"{where}: {w}" for w in envfile.lint(text, host.dialect)]
+    except OrchError as exc:
+        raise PreflightError(f"{where}: {exc}") from None
 
 
 PREFLIGHT_HEALTH_TIMEOUT_S = 10.0  # one GET on a server that already runs

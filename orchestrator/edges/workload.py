@@ -36,6 +36,7 @@ from typing import BinaryIO, NoReturn
 
 import regex
 
+from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
@@ -70,6 +71,7 @@ SETTLE_S = 0.5
 _POLL_S = 0.01
 _POLL_CHUNK_S = 3600.0  # poll() takes milliseconds as a C int: wait at most an hour per call
 MAX_SCAN_CHARS = 4 * 1024 * 1024  # a metric regex sees at most the output's last 4 MiB
+MAX_RECORD_BYTES = 4096  # a repro.pid record: `PGID START_TICKS MARK`
 # What a repro may write to its stdout or its stderr file per trial. Only the last 4 MiB is ever
 # read, so more is no data, and a repro printing without end would fill the run's disk before its
 # timeout (which may be hours): past this, its process group is killed and the trial fails.
@@ -681,12 +683,11 @@ def stop_recorded_group(path: Path) -> int | None:
     is gone. A group whose leader is a process with another start time is a stranger on a reused
     pid: it is left alone."""
     try:
-        fields = path.read_text().split()
+        # bounded, and never a FIFO or a device: the run folder is the user's (one line of three fields)
+        fields = read_bounded_bytes(path, MAX_RECORD_BYTES).decode("ascii").split()
         pgid, ticks = int(fields[0]), int(fields[1])
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, IndexError):  # not a record this code wrote: nothing to trust in it
-        _unlink_quietly(path)
+    except (ConfigError, OSError, ValueError, IndexError):  # none (file not found), or not a record this
+        _unlink_quietly(path)  # code wrote: nothing to trust in it
         return None
     group = pgid > 1 and _group_alive(pgid) and _same_group(pgid, ticks)
     marked = Marked(fields[2], pgid, since_start=False) if len(fields) > 2 and _MARK.fullmatch(fields[2]) else None

@@ -45,6 +45,7 @@ import pydantic
 from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import NotRequired, TypedDict
 
+from orchestrator.core.bounded import read_fd
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import (
     SCHEMA_VERSION,
@@ -327,9 +328,8 @@ def last_attempts(path: Path, trials: Collection[int]) -> dict[int, int]:
 def _indexed_lines(path: Path, handle: BinaryIO, trials: frozenset[int]) -> list[tuple[int, int, bytes]] | None:
     """(line number, offset, line) of the trial lines of `trials`, found by the status index's
     byte spans (no scan of a 130 MB journal for a few lines); None when the index cannot say."""
-    try:
-        data = index_path(path).read_bytes()
-    except OSError:
+    data = _index_data(index_path(path), os.fstat(handle.fileno()).st_size)
+    if data is None:
         return None
     out = []
     for number, (start, stop, trial, code) in enumerate(
@@ -697,11 +697,12 @@ def _open_index(path: Path, size: int) -> int | None:
     index = index_path(path)
     try:
         if size == 0:
-            return os.open(index, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            # O_NONBLOCK: a FIFO there fails (ENXIO) instead of waiting for a reader
+            return os.open(index, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
         if _index_end(index) != size:
             write_index(path)
         if _index_end(index) == size:
-            return os.open(index, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            return os.open(index, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
     except (OSError, OrchError):
         pass
     with contextlib.suppress(OSError):
@@ -746,16 +747,47 @@ def index_vouches(path: Path) -> bool:
         return False
 
 
+def _index_fd(index: Path) -> int | None:
+    """The index open for reading, or None when it is not a regular file. Non-blocking: a FIFO in
+    its place (the run folder is the user's) blocked open() for ever, and resume, `orch status` and
+    every status page with it."""
+    fd = os.open(index, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
 def _index_end(index: Path) -> int | None:
     """The end offset of the index's last whole entry (None: no usable index)."""
     try:
-        with open(index, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+        fd = _index_fd(index)
+        if fd is None:
+            return None
+        try:
+            size = os.fstat(fd).st_size
             if size < _INDEX_ENTRY.size or size % _INDEX_ENTRY.size:
                 return None
-            handle.seek(size - _INDEX_ENTRY.size)
-            return _INDEX_ENTRY.unpack(handle.read(_INDEX_ENTRY.size))[1]
+            return _INDEX_ENTRY.unpack(os.pread(fd, _INDEX_ENTRY.size, size - _INDEX_ENTRY.size))[1]
+        finally:
+            os.close(fd)
     except (OSError, struct.error):
+        return None
+
+
+def _index_data(index: Path, end: int) -> bytes | None:
+    """The status index's bytes, for a journal of `end` bytes: None when it is not a regular file
+    or is bigger than such a journal's could be (an entry per line of at least 2 bytes)."""
+    try:
+        fd = _index_fd(index)
+        if fd is None:
+            return None
+        try:
+            most = (end // 2 + 1) * _INDEX_ENTRY.size
+            return read_fd(fd, most) if os.fstat(fd).st_size <= most else None
+        finally:
+            os.close(fd)
+    except OSError:
         return None
 
 
@@ -765,8 +797,10 @@ def _read_index(path: Path, end: int, finished: set[int], interrupted: set[int])
     try:
         if os.stat(index).st_mtime_ns < os.stat(path).st_mtime_ns:
             return 0, 0  # the journal changed after the index was last written
-        data = index.read_bytes()
     except OSError:
+        return 0, 0
+    data = _index_data(index, end)
+    if data is None:
         return 0, 0
     covered, lines = 0, 0
     for start, stop, trial, code in _INDEX_ENTRY.iter_unpack(data[: len(data) - len(data) % _INDEX_ENTRY.size]):

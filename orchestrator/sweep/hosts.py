@@ -130,7 +130,7 @@ class HostGuard:
         if not folder.units_json.exists():  # written last: the backup was never complete
             return False
         try:
-            units = json.loads(_read_backup(folder.units_json))
+            units = _backup_json(folder.units_json)
             if not isinstance(units, dict):
                 raise ValueError(f"{folder.units_json.name} is not an object")
             originals = {role: _read_backup(folder.env(role)) for role in self.deployment.hosts}
@@ -511,10 +511,20 @@ def _read_shapes(folder: BackupDir) -> dict[str, Shape]:
     orch from before it has none: its originals are taken as regular files of unknown mode."""
     if not folder.files_json.exists():
         return {}
-    shapes = json.loads(_read_backup(folder.files_json))
+    shapes = _backup_json(folder.files_json)
     if not isinstance(shapes, dict):
         raise ValueError(f"{folder.files_json.name} is not an object")
     return {str(role): Shape.from_json(value) for role, value in shapes.items()}
+
+
+def _backup_json(path: Path) -> object:
+    """A backup's JSON file; ValueError naming it when it is not JSON or nested so deep that
+    json.loads gives up (RecursionError, which is no ValueError: resume and restore ended in a
+    traceback)."""
+    try:
+        return json.loads(_read_backup(path))
+    except RecursionError:
+        raise ValueError(f"{path.name} is nested too deeply to be a backup orch wrote") from None
 
 
 def _read_backup(path: Path) -> bytes:

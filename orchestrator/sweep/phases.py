@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
-import sys
 import threading
 import time
 from collections import deque
@@ -87,6 +85,7 @@ from orchestrator.store.redacted import redact_folder
 from orchestrator.store.rundir import RunDir, TrialDir
 from orchestrator.sweep import drift
 from orchestrator.sweep.clock import now_iso
+from orchestrator.sweep.commands import command_values, render_command
 from orchestrator.sweep.drift import Kind
 from orchestrator.sweep.pool import gather, per_host
 
@@ -776,24 +775,11 @@ class Repro:
         return MetricValue(kind="number", value=total, unit=c.unit)
 
     def placeholders(self, step: Step | None, trial: TrialDir) -> dict[str, str]:
-        values = {
-            "run_dir": str(self.run_dir.path),
-            "trial_dir": str(trial.path),
-            "seed": str(self.plan.seed),
-            "python": sys.executable,
-            "testbed": self.deployment.testbed.name,
-        }
-        if step is not None:
-            values.update(
-                cell=step.trial.cell.id,
-                trial=str(step.trial.index),
-                round=str(step.trial.round),
-                trial_seed=str((self.plan.seed * 1_000_003 + step.trial.index) % 2**31),
-            )
-            values.update(client_values(step.trial.cell, self.levels))  # client factors: {concurrency}, ...
-        for role in self.deployment.testbed.roles:
-            values[f"{role}_url"] = self.deployment.testbed.first(role).url
-        return values
+        """The trial's placeholder values (`step` None: a collector's command, which has no cell)."""
+        at = step.trial if step is not None else None
+        client = client_values(at.cell, self.levels) if at is not None else {}
+        run_dir, testbed = str(self.run_dir.path), self.deployment.testbed
+        return command_values(self.plan.seed, testbed, run_dir, str(trial.path), at, client)
 
     def describe_hosts(self) -> None:
         """Once per run, after the servers first answer: what ran (ExecStart, /get_server_info)."""
@@ -1101,11 +1087,6 @@ def _processes(left: Sequence[str]) -> str:
     if rest > 0:
         shown += f" and {rest} more"
     return f"{n} process{'es' if n > 1 else ''} running: {shown}"
-
-
-def render_command(template: str, values: dict[str, str]) -> str:
-    """Fill {placeholders}, shell-quoting every value (commands run through /bin/sh)."""
-    return template.format_map({k: shlex.quote(v) for k, v in values.items()})
 
 
 def _write(path: Path, text: str) -> None:

@@ -5,9 +5,10 @@ prepared here (and re-exports these names: api.prepare is the API)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from orchestrator.core.bounds import MAX_COMMAND_BYTES
 from orchestrator.core.config import (
     check_against_inventory,
     check_replicates,
@@ -15,12 +16,16 @@ from orchestrator.core.config import (
     read_matrix,
 )
 from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
-from orchestrator.core.matrix import warnings_for
-from orchestrator.core.model import Matrix
+from orchestrator.core.matrix import client_values, level_index, warnings_for
+from orchestrator.core.model import Matrix, Trial
 from orchestrator.core.plan import make_plan
+from orchestrator.core.sourcemap import PathKey
+from orchestrator.core.steps import Plan
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.manifest import check_run_id
+from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.apitypes import PreparedSweep, SweepRequest, TestbedSelection, Warn
+from orchestrator.sweep.commands import command_values, render_command
 
 BUNDLED_INVENTORY = Path("inventory/local.yaml")  # the CLI's default (cli.args.DEFAULT_INVENTORY)
 
@@ -114,3 +119,44 @@ def check_new_run(request: SweepRequest) -> None:
     run_dir = request.reports_dir / check_run_id(request.run_id)
     if run_dir.exists():
         raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
+
+
+# Linux execs an argument of at most 128 KiB (core.bounds.MAX_ARG_BYTES), and a command runs as one
+# (`sh -c COMMAND`, locally or on a host). The matrix bounds a command as written (core.config);
+# placeholders can still make it long ({run_dir} 1,500 times is 13 KB as written and over 100 KB
+# filled in), and a command that cannot start fails every trial only after the hosts were edited
+# and restarted. So each is filled in for every cell with the run's own values before anything runs.
+def check_command_lengths(plan: Plan, testbeds: Sequence[Testbed], run_dir: RunDir) -> None:
+    """ConfigError at the command's line when one, filled in for a cell's first trial on one of
+    the testbeds, is over MAX_COMMAND_BYTES (the margin to the kernel's limit covers the later
+    trials' longer numbers)."""
+    matrix = plan.matrix
+    levels = level_index(matrix)
+    firsts = list({step.trial.cell: step.trial for step in reversed(plan.steps)}.values())  # one per cell
+    for testbed in testbeds:
+        for where, template, trial in _commands(matrix, firsts):
+            client = client_values(trial.cell, levels) if trial else {}
+            trial_dir = str(run_dir.trial(trial.index if trial else 0).path)
+            values = command_values(plan.seed, testbed, str(run_dir.path), trial_dir, trial, client)
+            size = len(render_command(template, values).encode("utf-8", errors="surrogateescape"))
+            if size > MAX_COMMAND_BYTES:
+                cell = f" for cell {trial.cell.id}" if trial else ""
+                raise matrix.source.error(
+                    where,
+                    f"the command is {size:,} bytes once its placeholders are filled in{cell} (over "
+                    f"{MAX_COMMAND_BYTES:,}: Linux runs a command of at most 128 KiB)",
+                    "use each placeholder once, or put the long part in a script",
+                )
+
+
+def _commands(matrix: Matrix, trials: list[Trial]) -> Iterator[tuple[PathKey, str, Trial | None]]:
+    """(where, template, trial) of every command to check: the repro's and warm-up's per cell,
+    each collector's once."""
+    repro = matrix.repro
+    for trial in trials:
+        yield ("repro", "command"), repro.command, trial
+        if repro.warmup:
+            yield ("repro", "warmup"), repro.warmup, trial
+    for c in matrix.collect:
+        if c.command:
+            yield ("collect", c.name, "command"), c.command, None

@@ -203,7 +203,7 @@ def _webhooks(stored: object) -> tuple[tuple[str, ...], str]:
     text = str(stored)
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested a few thousand deep (no ValueError)
         value = None
     if isinstance(value, list) and all(isinstance(w, str) for w in value):
         return tuple(value), ""

@@ -134,7 +134,11 @@ def test_an_outage_past_the_deadline_ends_with_a_clear_error_and_the_item_resuma
         assert q.get(item.id).resumable_run is not None
 
 
-@pytest.mark.parametrize("webhooks", ["not json", "null", '{"a": 1}'])
+# the last: lists nested 100,000 deep, which json.loads gives up on with RecursionError (no
+# ValueError): `queue list`, `orch status` and every claim ended in a traceback
+@pytest.mark.parametrize(
+    "webhooks", ["not json", "null", '{"a": 1}', "[" * 100_000 + "]" * 100_000], ids=["text", "null", "map", "deep"]
+)
 def test_a_bad_stored_webhooks_value_fails_its_item_and_the_queue_goes_on(
     tmp_path: Path, webhooks: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -17,6 +17,7 @@ import pytest
 from fakes import FakeBed, FakeUnit, Role, make_bed
 
 from orchestrator.edges.transport.local import LocalTransport
+from orchestrator.errors import JournalError
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.hosts import HostGuard, host_backup_path
 from orchestrator.sweep.progress import QuietProgress
@@ -93,3 +94,15 @@ def test_the_local_transport_gives_a_copy_the_mode_and_owner_of_its_source(tmp_p
     t.write_bytes_atomic(str(tmp_path / "gone.env.copy"), b"A=1\n", like=str(gone))
     assert _mode(tmp_path / "gone.env.copy") == 0o600  # never the umask's 644 for a copy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode.env", "decode.env.orch-backup-r1", "gone.env.copy"]
+
+
+@pytest.mark.parametrize("name", ["units.json", "files.json"])
+def test_a_backup_json_nested_too_deep_is_a_damaged_backup_not_a_traceback(tmp_path: Path, name: str) -> None:
+    """json.loads gives up on lists nested 100,000 deep with RecursionError, no ValueError: resume
+    and restore of a run folder with such a backup file ended in a traceback."""
+    bed = _bed()
+    backup = RunDir(tmp_path / "r1").backup()
+    HostGuard(bed.deployment, backup, "r1", QuietProgress()).backup()
+    (backup.path / name).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(JournalError, match=f"cannot read the backup of the original env files.*{name}"):
+        HostGuard(bed.deployment, backup, "r1", QuietProgress()).adopt()

@@ -172,6 +172,30 @@ def test_preflight_refuses_a_crlf_shell_file_the_matrix_edits() -> None:
     assert caught.value.exit_code == 2 and "dos2unix" in str(caught.value) and bed.file("decode") == before
 
 
+def test_preflight_refuses_an_env_file_too_large_to_parse_naming_host_and_file() -> None:
+    """Parsing an env file holds ~170 bytes a byte and takes seconds a MiB, and preflight edits it
+    once per distinct cell: an 8 MB file took 1.3 GB and 26 s a parse (64 MiB passed the read cap).
+    Refused at its size, before any parse and any edit (exit 2)."""
+    big = "# decode\n" + "FLAG_%d=1\n" * 60_000 % tuple(range(60_000))
+    bed = make_bed({"decode": Role(big, [FakeUnit("decode-server")])})
+    before = bed.file("decode")
+    with pytest.raises(PreflightError) as caught:
+        preflight(bed.deployment, demo_plan(bed), client=bed.client)
+    text = str(caught.value)
+    assert caught.value.exit_code == 2
+    assert "decode.fake" in text and "/etc/orch/decode.env" in text and "768,899 characters" in text
+    assert bed.file("decode") == before and bed.managers["decode"].restarts() == []
+
+
+def test_preflight_refuses_a_cell_whose_edit_makes_the_file_too_large_to_read_back() -> None:
+    """A 200 KB file and a 100 KB value (each allowed) make a file orch could not read back."""
+    bed = decode_bed(env="# decode\n" + "#" * 200_000 + "\nPORT=8000\n")
+    big = {"levels": {"default": {}, "x": {"decode": {"DEMO_VALUE": "x" * 100_000}}}}
+    with pytest.raises(PreflightError, match=r"decode\.env: the file holds 300,0\d\d characters, larger than 256 KiB"):
+        preflight(bed.deployment, make_plan(bed, {"big": big}), client=bed.client)
+    assert bed.managers["decode"].restarts() == []
+
+
 def test_preflight_refuses_an_unhealthy_url_naming_host_and_unit() -> None:
     bed = decode_bed(active=True, ready_after_s=3600.0)  # runs, but answers 503 "loading"
     with pytest.raises(PreflightError) as caught:

@@ -111,3 +111,12 @@ def test_a_regular_lock_file_still_works_locally(tmp_path: Path) -> None:
         TestbedLock(lock.deployment, dataclasses.replace(lock.info, run_id="run-2")).acquire()
     lock.release()
     assert not path.exists()
+
+
+def test_a_lock_file_nested_too_deep_for_json_is_a_foreign_lock_not_a_traceback() -> None:
+    """60 KB (under the 64 KiB read cap) of nested lists: json.loads raises RecursionError, which
+    is no ValueError, so `orch run` on a testbed with such a lock file ended in a traceback."""
+    from orchestrator.edges.lock import FOREIGN_LOCK, _holder
+
+    holder = _holder("[" * 30_000 + "]" * 30_000)
+    assert holder.pid == 0 and holder.why == FOREIGN_LOCK

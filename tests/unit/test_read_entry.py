@@ -43,3 +43,22 @@ def test_the_ssh_answer_is_parsed_byte_for_byte() -> None:
     assert parse_entry(b"orch-missing\n") == FileEntry(None)
     assert parse_entry(b"orch-file 644 0\nK=1\n") is None  # not one of its answers
     assert parse_entry(b"Welcome to the host\norch-missing\n") is None
+
+
+def test_reading_a_small_env_file_allocates_about_its_size_not_the_cap(tmp_path: Path) -> None:
+    """f.read(64 MiB + 1) allocated the whole cap before reading a 4 KiB file: under an
+    address-space limit (ulimit -v) the restore's read raised MemoryError and left the hosts as
+    the sweep had edited them. The file is read in pieces, each at most what is left to read."""
+    import tracemalloc
+
+    env = tmp_path / "decode.env"
+    env.write_bytes(b"K=1\n" * 1024)
+    t = LocalTransport("ctl")
+    tracemalloc.start()
+    try:
+        assert t.read_bytes(str(env)) == env.read_bytes()
+        assert t.read_entry(str(env)).data == env.read_bytes()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"{peak:,} bytes allocated to read a 4 KiB file"

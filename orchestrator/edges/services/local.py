@@ -34,16 +34,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Literal, Mapping, NoReturn, Sequence
 
+from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.envfile import read_values
 from orchestrator.edges.identity import PortScan, UnitId, scan_here
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Transport
-from orchestrator.errors import OrchError, ServiceError
+from orchestrator.errors import ConfigError, OrchError, ServiceError
 
 STOP_TIMEOUT_S = 5.0
 ROTATE_BYTES = 64 * 1024 * 1024  # a log this large is moved to <unit>.log.1 at the next start
 MAX_CHECKPOINTS = 100_000
+MAX_RECORD_BYTES = 64  # a pid or a start time, in digits
 TAIL_BYTES = 4000  # log tail attached to a ServiceError
 STATUS_EXEC = 203  # systemd's exit status when the command cannot be executed
 # exits systemd counts as clean (not "failed"): code 0 and death by SIGHUP/INT/TERM/PIPE
@@ -338,8 +340,8 @@ class LocalServiceManager:
         if rt.proc is not None:
             return rt.proc.pid if rt.proc.poll() is None else None
         try:
-            pid: int | None = int(self.pid_path(unit).read_text().strip())
-        except (OSError, ValueError):
+            pid: int | None = int(_record_text(self.pid_path(unit)))
+        except ValueError:
             pid = None
         if pid is not None and self._is_unit_process(unit, pid):
             return pid
@@ -367,10 +369,7 @@ class LocalServiceManager:
         return None
 
     def _is_unit_process(self, unit: str, pid: int) -> bool:
-        try:
-            started = self.start_path(unit).read_text().strip()
-        except OSError:
-            started = ""
+        started = _record_text(self.start_path(unit))
         try:
             if started:
                 same = started == str(_start_ticks(pid))
@@ -453,6 +452,16 @@ def _start_ticks(pid: int) -> int:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
+
+
+def _record_text(path: Path) -> str:
+    """A pid or start-time file's text; "" when it is missing, not a regular file or not small.
+    Bounded and non-blocking (core.bounded): the state_dir is the inventory's, and a FIFO there
+    blocked read_text() for ever in every state() a restore or resume asks."""
+    try:
+        return read_bounded_bytes(path, MAX_RECORD_BYTES).decode("ascii", errors="replace").strip()
+    except ConfigError:
+        return ""
 
 
 def _pid_running(pid: int) -> bool:

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
+from orchestrator.core.bounded import read_fd
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
 from orchestrator.errors import (
@@ -168,7 +169,7 @@ class LocalTransport:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise ConfigError("not a regular file", file=path, hint="an env file is a plain file")
-            data = f.read(MAX_READ_BYTES + 1)
+            data = read_fd(f.fileno(), MAX_READ_BYTES + 1)  # never f.read(cap): that allocates the cap
         if len(data) > MAX_READ_BYTES:
             raise ConfigError(f"larger than {MAX_READ_BYTES >> 20} MiB", file=path, hint="an env file is small")
         return data, st
