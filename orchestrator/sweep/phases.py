@@ -340,7 +340,8 @@ class Services:
         After any restart (and on the first trial, or after a failure), a router's wait ends only
         when one generate through it succeeds (health.probe_url): a router that still believes in
         a dead worker, or keeps out one that is back, must not receive the repro. A router's
-        /readiness must also register every instance the inventory puts behind it (router_workers)."""
+        /readiness must also register every instance the inventory puts behind it (router_workers),
+        and no other worker (router_instances: health.check_registered)."""
         affected = dependants(self.deployment.testbed, restarted) if restarted else set()
         probing = bool(restarted) or self.verify_all_next
         checks, alive = [], {}
@@ -353,7 +354,8 @@ class Services:
             generate = probe_url(h.host.health)  # set for a router's /readiness
             probe = generate if probing else None
             workers = router_workers(self.deployment, h) if generate else ()
-            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers))
+            instances = tuple(router_instances(self.deployment, h).items()) if generate else ()
+            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances))
             alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
@@ -967,12 +969,18 @@ def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
 def router_workers(deployment: Deployment, h: HostHandle) -> tuple[tuple[str, int], ...]:
     """(role, instances) behind a router: the roles it starts after, each with its serving hosts
     (one per instance: nodes above rank 0 are not workers the router registers)."""
+    return tuple((role, len(urls)) for role, urls in router_instances(deployment, h).items())
+
+
+def router_instances(deployment: Deployment, h: HostHandle) -> dict[str, tuple[str, ...]]:
+    """role -> the `url:` of each instance behind a router (the roles it starts after, each serving
+    host): the only workers it may register."""
     testbed = deployment.testbed
-    return tuple(
-        (role, sum(1 for key in testbed.roles[role] if deployment.hosts[key].serves))
+    return {
+        role: tuple(deployment.hosts[key].host.url for key in testbed.roles[role] if deployment.hosts[key].serves)
         for role in testbed.hosts[h.key].after
         if role in testbed.roles
-    )
+    }
 
 
 def whole_instances(deployment: Deployment, units: set[Unit]) -> set[Unit]:
