@@ -294,12 +294,13 @@ def wait_all(
     return waited
 
 
-def check_registered(check: HealthCheck, client: httpx.Client, body: str) -> None:
+def check_registered(check: HealthCheck, client: httpx.Client, body: str, *, when: str = "") -> None:
     """A ready router registers no worker but the inventory's instances behind it (``instances``;
     ``body``: its last readiness answer, for a router that lists no workers): one that is none of
     them (a teammate's server added through its worker API, a stale registration, an extra URL on
     its command line) would serve part of the repro, so the trial is void like one whose port a
-    stranger held (IdentityError; the retry restarts the router)."""
+    stranger held (IdentityError; the retry restarts the router). ``when``: words that place the
+    look in the trial ("after the repro")."""
     if not check.instances:
         return
     value = _json_object(body)
@@ -307,7 +308,8 @@ def check_registered(check: HealthCheck, client: httpx.Client, body: str) -> Non
     problem = router_strangers(client, check.url, dict(check.instances), totals)
     if problem is not None:
         raise IdentityError(
-            f"{check.role} {problem} (the trial is void: a server orch did not start would serve part of the "
+            f"{check.role} {problem}{' ' + when if when else ''} (the trial is void: a server orch did not start "
+            "would serve part of the "
             "repro; orch restarts the router on the retry, which drops workers added through its API; take any "
             "other worker off the router's command line or env file, or, if it is one of the instances under "
             "another name, write the URL the router lists as that instance's url: in the inventory)",

@@ -46,7 +46,7 @@ from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
 from orchestrator.edges import leftovers
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
-from orchestrator.edges.health import HealthCheck, probe_url, wait_all
+from orchestrator.edges.health import HealthCheck, check_registered, probe_url, wait_all
 from orchestrator.edges.httpread import get_json
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Started, Telemetry
@@ -533,7 +533,18 @@ class Services:
         for (role, unit), before in ctx.identity.items():
             self._same_process(role, unit, before, now[role][0].get(unit))
         self._raise_port_problems(now)
+        self.registered_after_repro()
         self.known_ids = {(role, unit): i for role, (ids, _) in now.items() for unit, i in ids.items()}
+
+    def registered_after_repro(self) -> None:
+        """Each router still registers only the inventory's instances: a worker added through its
+        API while the repro ran (the readiness wait saw none) may have served part of it. Its list
+        only (a router that lists none was judged by its counts before the repro)."""
+        for key, h in self.deployment.hosts.items():
+            instances = tuple(router_instances(self.deployment, h).items()) if h.serves else ()
+            if instances and probe_url(h.host.health) is not None:
+                check = HealthCheck(key, h.host.health, 0.0, instances=instances)
+                check_registered(check, self.client, "", when="after the repro (it may have served part of it)")
 
     def _after_repro(self, logs: Future[CollectedLogs] | None, key: str) -> tuple[dict[str, UnitId], str | None]:
         """A host's unit ids after the repro, and who else holds its ports (a serving host: scanned)."""

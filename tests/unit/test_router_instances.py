@@ -241,3 +241,32 @@ def test_a_sweep_counts_no_trial_whose_router_lists_a_worker_the_inventory_lacks
         "(prefill http://10.9.0.1:30000 http://10.9.0.2:30000, decode http://10.9.0.3:30002 http://10.9.0.4:30002)"
     ), message
     assert "router:sglang-router" in records[-1].restarted  # the retry restarted the router
+
+
+def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_path: Path) -> None:
+    """Ready 4/4 with the inventory's instances before the repro; a 5th decode is added through the
+    router's API while it runs: the trial is void (it may have served part of the repro)."""
+    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    added = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
+    events: list[str] = []
+
+    def router(request: httpx.Request) -> httpx.Response:
+        running = "repro" in events  # from the first repro on, the stranger is registered
+        if request.url.path == "/readiness":
+            return httpx.Response(200, text=flat(5, 5) if running else flat(4, 4))
+        if request.url.path == "/workers":
+            return httpx.Response(200, json={"workers": [*own, added] if running else own})
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    result = sweep_behind(tmp_path, router, events)
+    assert result.completed == 0, result
+    first = attempts_of(tmp_path / "run")[0]
+    assert first.failure is not None and first.failure.error == "IdentityError", first
+    assert first.failure.message.startswith(
+        "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's instances (prefill "
+        "http://10.9.0.1:30000 http://10.9.0.2:30000, decode http://10.9.0.3:30002 http://10.9.0.4:30002) after "
+        "the repro (it may have served part of it) (the trial is void:"
+    ), first.failure.message
+    assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro
