@@ -19,7 +19,9 @@ Why this shape:
   (edges.registrations): a worker that is none of them would serve part of the repro, so the
   wait ends at once with an IdentityError naming it (the trial is void, as with a stranger on a
   port); a router without a list is judged by the ready answer's counts (more than the
-  instances: the same failure).
+  instances: the same failure). The list is also read when a 200 is held back by a worker that
+  is not healthy: a stale registration of a server that is gone would otherwise hold the wait
+  until its timeout (50 minutes on a large model) and never be named.
 - The router's own view lags: it checks its workers every --health-check-interval-secs (60 s by
   default) and marks them (un)healthy only after several checks in a row, and its circuit
   breaker can keep a worker out for a minute after errors while /readiness says ready. So a
@@ -450,6 +452,9 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> str
     # a body cut at MAX_READINESS_BODY is not read for readiness fields: its status alone counts
     problem = None if response.truncated else readiness_problem(response.text, check.workers)
     if problem is not None:
+        # a router held back by a worker that is not healthy: if that is a stranger (a stale
+        # registration of a server that is gone), say so now instead of waiting out the timeout
+        check_registered(check, client, response.text)
         raise _NotReady(f"200 but {problem}: {_excerpt(response.text)}")
     return "" if response.truncated else response.text
 

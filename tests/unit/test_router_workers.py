@@ -201,3 +201,13 @@ def test_a_router_that_says_nothing_of_its_workers_passes() -> None:
     with httpx.Client(transport=httpx.MockTransport(router.handler)) as client:
         wait_ready(_check(), client=client)
     assert router.log[-1] == "/generate"
+
+
+def test_a_stale_stranger_that_keeps_the_router_from_ready_is_named_at_once() -> None:
+    """A registration of a server that is gone (on another port): the router says 2/3 healthy and
+    would never turn ready; the wait names the stranger at its first look instead of timing out."""
+    router = Router(json.dumps({"status": "ready", "healthy_workers": 2, "total_workers": 3}), PD_WITH_ADDED)
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client, pytest.raises(IdentityError) as info:
+        wait_ready(_check(timeout=1.0), client=client)
+    assert str(info.value).startswith("router lists decode worker http://127.0.0.1:42597, which is not one of")
+    assert router.log == ["/readiness", "/workers"]
