@@ -112,6 +112,8 @@ class HealthCheck:
     workers: tuple[tuple[str, int], ...] = ()
     # (role, instance URLs) behind this router: once ready, it may register no other worker
     instances: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # names of the router's own machine: a worker it lists on loopback runs there
+    router_host: tuple[str, ...] = ()
 
 
 def probe_url(health_url: str) -> str | None:
@@ -307,7 +309,7 @@ def check_registered(check: HealthCheck, client: httpx.Client, body: str, *, whe
         return
     value = _json_object(body)
     totals = registered_totals(value) if value is not None else {}
-    problem = router_strangers(client, check.url, dict(check.instances), totals)
+    problem = router_strangers(client, check.url, dict(check.instances), totals, check.router_host)
     if problem is not None:
         raise IdentityError(
             f"{check.role} {problem}{' ' + when if when else ''} (the trial is void: a server orch did not start "

@@ -43,17 +43,22 @@ LIST_TIMEOUT_S = 2.0
 
 
 def router_strangers(
-    client: httpx.Client, health_url: str, instances: Mapping[str, Sequence[str]], totals: Mapping[str, int]
+    client: httpx.Client,
+    health_url: str,
+    instances: Mapping[str, Sequence[str]],
+    totals: Mapping[str, int],
+    router_host: Sequence[str] = (),
 ) -> str | None:
     """Why the router behind `health_url` (its /readiness) registers workers that are not the
     inventory's `instances` (role -> instance URLs), in the user's words ("lists decode worker
     ..."); None when it does not, or says nothing either way. ``totals``: the workers its last
-    readiness answer counts (role -> N, "" for a flat total), for a router that lists none."""
+    readiness answer counts (role -> N, "" for a flat total), for a router that lists none.
+    ``router_host``: names of the router's machine (a worker it lists on its loopback runs there)."""
     listed = _worker_list(client, health_url)
     if listed is not None:
         found = strangers(listed, instances)
         if found:  # as written they differ: a name and its address may still be one host
-            found = strangers(found, instances, _addresses(found, instances))
+            found = strangers(found, instances, _addresses(found, instances, router_host))
         return strangers_message(found, instances) if found else None
     return excess_problem(totals, {role: len(urls) for role, urls in instances.items()})
 
@@ -76,11 +81,20 @@ def _get(client: httpx.Client, url: str) -> object:
     return value if status == 200 else None
 
 
-def _addresses(found: Sequence[Registered], instances: Mapping[str, Sequence[str]]) -> dict[str, frozenset[str]]:
-    """What the host names in these URLs resolve to (IP literals need no lookup)."""
+def _addresses(
+    found: Sequence[Registered], instances: Mapping[str, Sequence[str]], router_host: Sequence[str]
+) -> dict[str, frozenset[str]]:
+    """What the host names in these URLs resolve to (IP literals need no lookup); the router's own
+    names (and what they resolve to) are its loopback too."""
     urls = [w.url for w in found] + [u for urls in instances.values() for u in urls]
     hosts = {e[0] for u in urls if (e := endpoint(u)) is not None and e[0] != "loopback"}
-    return {host: _resolve(host) for host in hosts if not _is_address(host)}
+    out = {host: _resolve(host) for host in hosts if not _is_address(host)}
+    own = {h.lower() for h in router_host if h}
+    own |= {a for h in own if not _is_address(h) for a in _resolve(h)}
+    for host in hosts:
+        if host in own or out.get(host, frozenset()) & own:
+            out[host] = out.get(host, frozenset()) | {"loopback"}
+    return out
 
 
 def _is_address(host: str) -> bool:

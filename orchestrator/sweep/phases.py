@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
+from orchestrator.core.inventory import Host
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
@@ -355,7 +357,8 @@ class Services:
             probe = generate if probing else None
             workers = router_workers(self.deployment, h) if generate else ()
             instances = tuple(router_instances(self.deployment, h).items()) if generate else ()
-            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances))
+            own = router_host(h.host) if generate else ()
+            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances, own))
             alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
@@ -543,7 +546,7 @@ class Services:
         for key, h in self.deployment.hosts.items():
             instances = tuple(router_instances(self.deployment, h).items()) if h.serves else ()
             if instances and probe_url(h.host.health) is not None:
-                check = HealthCheck(key, h.host.health, 0.0, instances=instances)
+                check = HealthCheck(key, h.host.health, 0.0, instances=instances, router_host=router_host(h.host))
                 check_registered(check, self.client, "", when="after the repro (it may have served part of it)")
 
     def _after_repro(self, logs: Future[CollectedLogs] | None, key: str) -> tuple[dict[str, UnitId], str | None]:
@@ -981,6 +984,13 @@ def router_workers(deployment: Deployment, h: HostHandle) -> tuple[tuple[str, in
     """(role, instances) behind a router: the roles it starts after, each with its serving hosts
     (one per instance: nodes above rank 0 are not workers the router registers)."""
     return tuple((role, len(urls)) for role, urls in router_instances(deployment, h).items())
+
+
+def router_host(host: Host) -> tuple[str, ...]:
+    """The names the inventory gives a router's machine (its url's host, its ssh host): a worker
+    the router lists on its own loopback (http://127.0.0.1:30002) is the instance on that machine."""
+    names = (urlsplit(host.url).hostname or "", host.ssh.host if host.ssh else "")
+    return tuple(n for n in names if n)
 
 
 def router_instances(deployment: Deployment, h: HostHandle) -> dict[str, tuple[str, ...]]:

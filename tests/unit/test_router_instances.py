@@ -21,7 +21,7 @@ from helpers.ssh_sweep import attempts_of
 from orchestrator.core.plan import make_plan
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
 from orchestrator.errors import HealthTimeout
-from orchestrator.sweep.phases import router_instances, router_workers
+from orchestrator.sweep.phases import router_host, router_instances, router_workers
 from orchestrator.sweep.runner import Runner, RunOptions, RunResult
 
 WORKERS = (("prefill", 2), ("decode", 2))
@@ -155,6 +155,7 @@ def test_the_instances_behind_a_router_come_from_the_inventory(tmp_path: Path) -
     # a multi-node instance is one worker of the router (its rank 0); a worker role has none behind it
     assert router_workers(b.deployment, b.deployment.hosts["router"]) == WORKERS
     assert router_instances(b.deployment, b.deployment.hosts["router"]) == INSTANCES  # rank 0's url only
+    assert router_host(b.deployment.hosts["router"].host) == ("10.9.0.9", "10.9.0.9")  # its url's, its ssh host
     assert router_workers(b.deployment, b.deployment.hosts["prefill.0"]) == ()
 
 

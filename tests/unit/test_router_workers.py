@@ -20,6 +20,7 @@ from orchestrator.core.routerworkers import (
     strangers_message,
 )
 from orchestrator.edges.health import HealthCheck, probe_url, wait_all, wait_ready
+from orchestrator.edges.registrations import router_strangers
 from orchestrator.errors import IdentityError
 
 # GET /workers of a PD router (--prefill http://127.0.0.1:51359 BOOTSTRAP --decode http://127.0.0.1:36793),
@@ -211,3 +212,20 @@ def test_a_stale_stranger_that_keeps_the_router_from_ready_is_named_at_once() ->
         wait_ready(_check(timeout=1.0), client=client)
     assert str(info.value).startswith("router lists decode worker http://127.0.0.1:42597, which is not one of")
     assert router.log == ["/readiness", "/workers"]
+
+
+@pytest.mark.parametrize(
+    ("router_host", "stranger"),
+    [(("10.0.0.4",), False), (("10.0.0.1", "10.0.0.4"), False), ((), True), (("10.0.0.9",), True)],
+)
+def test_a_worker_on_the_routers_own_loopback_is_the_instance_on_its_machine(
+    router_host: tuple[str, ...], stranger: bool
+) -> None:
+    """The router runs on the decode machine (10.0.0.4) and reaches decode as http://127.0.0.1:30002:
+    that is the inventory's http://10.0.0.4:30002, but only on that machine."""
+    listed = {"workers": [{"url": "http://127.0.0.1:30002", "worker_type": "decode"}]}
+    router = Router(json.dumps({"status": "ready", "healthy_workers": 1, "total_workers": 1}), json.dumps(listed))
+    instances = {"decode": ("http://10.0.0.4:30002",)}
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client:
+        problem = router_strangers(client, READINESS, instances, {}, router_host)
+    assert (problem is not None) == stranger, problem
