@@ -204,7 +204,8 @@ class ScrapeError(OrchError):
 
 class IdentityError(VerificationError):
     """A health port was served by a process that is not the unit orch restarted (a stranger on
-    the port, an orphaned server), or a unit restarted or died during the repro: the trial was
+    the port, an orphaned server), a router registered a worker that is none of the inventory's
+    instances, or a unit restarted or died during the repro: the trial was
     not served by orch's own processes, so it is void (retried, never data). `roles` (host keys)
     names the hosts whose ports someone else held: a retry restarts their units."""
 

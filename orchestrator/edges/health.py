@@ -14,7 +14,14 @@ Why this shape:
   still warming up answers `{"status":"ready","healthy_workers":3,"total_workers":3}` in front of
   4 instances (measured with sglang-router 0.3.2: 3/3 for ~1 s after the 4th turned healthy). A
   check may carry ``workers``, the instances the inventory puts behind the router (per role): a
-  body that registers fewer (in all, or for a role it names) is not ready either.
+  body that registers fewer (in all, or for a role it names) is not ready either. Once ready, a
+  check with ``instances`` (their URLs) also asks the router for its list of workers
+  (edges.registrations): a worker that is none of them would serve part of the repro, so the
+  wait ends at once with an IdentityError naming it (the trial is void, as with a stranger on a
+  port); a router without a list is judged by the ready answer's counts (more than the
+  instances: the same failure). The list is also read when a 200 is held back by a worker that
+  is not healthy: a stale registration of a server that is gone would otherwise hold the wait
+  until its timeout (50 minutes on a large model) and never be named.
 - The router's own view lags: it checks its workers every --health-check-interval-secs (60 s by
   default) and marks them (un)healthy only after several checks in a row, and its circuit
   breaker can keep a worker out for a minute after errors while /readiness says ready. So a
@@ -57,7 +64,8 @@ import httpx
 import tenacity
 
 from orchestrator.edges.httpread import Answer, AnswerTimedOut, HttpAnswerError, NotJson, parse_json, request
-from orchestrator.errors import ConfigError, HealthTimeout
+from orchestrator.edges.registrations import router_strangers
+from orchestrator.errors import ConfigError, HealthTimeout, IdentityError
 
 # Longest single request: a hung server must not hold a poll for long, a slow one still answers.
 MAX_REQUEST_S = 2.0
@@ -102,6 +110,10 @@ class HealthCheck:
     probe: str | None = None
     # (role, instances) the inventory puts behind this router: a readiness body must register as many
     workers: tuple[tuple[str, int], ...] = ()
+    # (role, instance URLs) behind this router: once ready, it may register no other worker
+    instances: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # names of the router's own machine: a worker it lists on loopback runs there
+    router_host: tuple[str, ...] = ()
 
 
 def probe_url(health_url: str) -> str | None:
@@ -117,13 +129,8 @@ def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = ()) -> s
     """Why a 200 answer's body says "not ready" (None: it does not). Bodies that are not a JSON
     object (SGLang workers answer an empty 200) say nothing either way; nor do bodies without
     worker counts about ``workers`` (the instances expected behind a router, per role)."""
-    if not body or len(body) > MAX_READINESS_BODY or not body.lstrip().startswith("{"):
-        return None
-    try:
-        value = parse_json(body, "readiness body")
-    except NotJson:
-        return None
-    if not isinstance(value, dict):
+    value = _json_object(body)
+    if value is None:
         return None
     status = value.get("status")
     if isinstance(status, str) and " ".join(status.lower().replace("_", " ").replace("-", " ").split()) in (
@@ -164,11 +171,7 @@ def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> st
     if not workers:
         return None
     expected = sum(workers.values())
-    flat = _counts(value)
-    if flat is not None:
-        totals = {"": flat[1]}
-    else:
-        totals = {r: c[1] for r, part in value.items() if isinstance(part, dict) and (c := _counts(part)) is not None}
+    totals = registered_totals(value)
     if not totals:
         return None
     for role, total in totals.items():
@@ -179,6 +182,15 @@ def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> st
         listed = ", ".join(f"{role} {n}" for role, n in workers.items())
         return f"{registered}/{expected} workers registered (the inventory has {listed})"
     return None
+
+
+def registered_totals(value: dict[str, object]) -> dict[str, int]:
+    """Workers a readiness body says are registered: {"": N} (flat shape), or role -> N (per role);
+    empty when it gives no counts."""
+    flat = _counts(value)
+    if flat is not None:
+        return {"": flat[1]}
+    return {r: c[1] for r, part in value.items() if isinstance(part, dict) and (c := _counts(part)) is not None}
 
 
 class _NotReady(Exception):
@@ -209,7 +221,8 @@ def wait_ready(
     any exception from ``check_alive`` (typically ServiceError) propagate immediately. A check
     with a ``probe`` then waits for one generate through it to succeed (within the same timeout)."""
     started = time.monotonic()
-    waited = _wait(check, client, check_alive, poll_initial_s, poll_max_s, cancel=None)
+    waited, body = _wait(check, client, check_alive, poll_initial_s, poll_max_s, cancel=None)
+    check_registered(check, client, body)
     if check.probe is None:
         return waited
     wait_probe(check, client=client, check_alive=check_alive, budget_s=check.timeout_s - waited)
@@ -248,9 +261,10 @@ def wait_all(
 
     def one(check: HealthCheck) -> float | None:
         try:
-            seconds = _wait(
+            seconds, body = _wait(
                 check, client, alive.get(check.role), poll_initial_s, poll_max_s, cancel=cancel, wake=wakes[check.role]
             )
+            check_registered(check, client, body)
         except _Cancelled:
             return None
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
@@ -282,6 +296,40 @@ def wait_all(
             wait_probe(check, client=client, check_alive=alive.get(check.role), budget_s=budget)
             waited[check.role] = time.monotonic() - started
     return waited
+
+
+def check_registered(check: HealthCheck, client: httpx.Client, body: str, *, when: str = "") -> None:
+    """A ready router registers no worker but the inventory's instances behind it (``instances``;
+    ``body``: its last readiness answer, for a router that lists no workers): one that is none of
+    them (a teammate's server added through its worker API, a stale registration, an extra URL on
+    its command line) would serve part of the repro, so the trial is void like one whose port a
+    stranger held (IdentityError; the retry restarts the router). ``when``: words that place the
+    look in the trial ("after the repro")."""
+    if not check.instances:
+        return
+    value = _json_object(body)
+    totals = registered_totals(value) if value is not None else {}
+    problem = router_strangers(client, check.url, dict(check.instances), totals, check.router_host)
+    if problem is not None:
+        raise IdentityError(
+            f"{check.role} {problem}{' ' + when if when else ''} (the trial is void: a server orch did not start "
+            "would serve part of the "
+            "repro; orch restarts the router on the retry, which drops workers added through its API; take any "
+            "other worker off the router's command line or env file, or, if it is one of the instances under "
+            "another name, write the URL the router lists as that instance's url: in the inventory)",
+            roles=(check.role,),
+        )
+
+
+def _json_object(body: str) -> dict[str, object] | None:
+    """A body's JSON object (None: empty, too large, not JSON, or not an object)."""
+    if not body or len(body) > MAX_READINESS_BODY or not body.lstrip().startswith("{"):
+        return None
+    try:
+        value = parse_json(body, "readiness body")
+    except NotJson:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def wait_probe(
@@ -342,17 +390,19 @@ def _wait(
     poll_max_s: float,
     cancel: threading.Event | None,
     wake: threading.Event | None = None,
-) -> float:
+) -> tuple[float, str]:
+    """Seconds until the check's URL answered ready, and the body of that answer."""
     started = time.monotonic()
     deadline = started + check.timeout_s
 
     heard: list[str] = []  # the last answer the server gave (not a look that timed out)
+    ready: list[str] = []
 
     def attempt() -> None:
         if cancel is not None and cancel.is_set():
             raise _Cancelled()
         try:
-            _poll_once(check, client, deadline)
+            ready[:] = [_poll_once(check, client, deadline)]
         except _NotReady as exc:
             if not exc.silent:
                 heard[:] = [exc.answer]
@@ -376,7 +426,7 @@ def _wait(
             f"{check.role}: {check.url} not ready after {check.timeout_s:.1f} s (last answer: {_last(exc, heard)})",
             role=check.role,
         ) from None
-    return time.monotonic() - started
+    return time.monotonic() - started, ready[0] if ready else ""
 
 
 def _last(exc: _NotReady, heard: list[str]) -> str:
@@ -388,8 +438,8 @@ def _last(exc: _NotReady, heard: list[str]) -> str:
     return exc.answer
 
 
-def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> None:
-    """One GET; return if it answered 200, else raise _NotReady describing the answer."""
+def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> str:
+    """One GET; return its body if it answered 200 (and ready), else raise _NotReady describing it."""
     remaining = deadline - time.monotonic()
     timeout = max(MIN_REQUEST_S, min(MAX_REQUEST_S, remaining))
     try:
@@ -404,7 +454,11 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> Non
     # a body cut at MAX_READINESS_BODY is not read for readiness fields: its status alone counts
     problem = None if response.truncated else readiness_problem(response.text, check.workers)
     if problem is not None:
+        # a router held back by a worker that is not healthy: if that is a stranger (a stale
+        # registration of a server that is gone), say so now instead of waiting out the timeout
+        check_registered(check, client, response.text)
         raise _NotReady(f"200 but {problem}: {_excerpt(response.text)}")
+    return "" if response.truncated else response.text
 
 
 def _bounded(client: httpx.Client, method: str, url: str, timeout: float, *, json_body: object = None) -> Answer:

@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
+from orchestrator.core.inventory import Host
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
@@ -44,7 +46,7 @@ from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
 from orchestrator.edges import leftovers
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
-from orchestrator.edges.health import HealthCheck, probe_url, wait_all
+from orchestrator.edges.health import HealthCheck, check_registered, probe_url, wait_all
 from orchestrator.edges.httpread import get_json
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Started, Telemetry
@@ -339,7 +341,8 @@ class Services:
         After any restart (and on the first trial, or after a failure), a router's wait ends only
         when one generate through it succeeds (health.probe_url): a router that still believes in
         a dead worker, or keeps out one that is back, must not receive the repro. A router's
-        /readiness must also register every instance the inventory puts behind it (router_workers)."""
+        /readiness must also register every instance the inventory puts behind it (router_workers),
+        and no other worker (router_instances: health.check_registered)."""
         affected = dependants(self.deployment.testbed, restarted) if restarted else set()
         probing = bool(restarted) or self.verify_all_next
         checks, alive = [], {}
@@ -352,7 +355,9 @@ class Services:
             generate = probe_url(h.host.health)  # set for a router's /readiness
             probe = generate if probing else None
             workers = router_workers(self.deployment, h) if generate else ()
-            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers))
+            instances = tuple(router_instances(self.deployment, h).items()) if generate else ()
+            own = router_host(h.host) if generate else ()
+            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances, own))
             alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
@@ -530,7 +535,18 @@ class Services:
         for (role, unit), before in ctx.identity.items():
             self._same_process(role, unit, before, now[role][0].get(unit))
         self._raise_port_problems(now)
+        self.registered_after_repro()
         self.known_ids = {(role, unit): i for role, (ids, _) in now.items() for unit, i in ids.items()}
+
+    def registered_after_repro(self) -> None:
+        """Each router still registers only the inventory's instances: a worker added through its
+        API while the repro ran (the readiness wait saw none) may have served part of it. Its list
+        only (a router that lists none was judged by its counts before the repro)."""
+        for key, h in self.deployment.hosts.items():
+            instances = tuple(router_instances(self.deployment, h).items()) if h.serves else ()
+            if instances and probe_url(h.host.health) is not None:
+                check = HealthCheck(key, h.host.health, 0.0, instances=instances, router_host=router_host(h.host))
+                check_registered(check, self.client, "", when="after the repro (it may have served part of it)")
 
     def _after_repro(self, logs: Future[CollectedLogs] | None, key: str) -> tuple[dict[str, UnitId], str | None]:
         """A host's unit ids after the repro, and who else holds its ports (a serving host: scanned)."""
@@ -953,12 +969,25 @@ def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
 def router_workers(deployment: Deployment, h: HostHandle) -> tuple[tuple[str, int], ...]:
     """(role, instances) behind a router: the roles it starts after, each with its serving hosts
     (one per instance: nodes above rank 0 are not workers the router registers)."""
+    return tuple((role, len(urls)) for role, urls in router_instances(deployment, h).items())
+
+
+def router_host(host: Host) -> tuple[str, ...]:
+    """The names the inventory gives a router's machine (its url's host, its ssh host): a worker
+    the router lists on its own loopback (http://127.0.0.1:30002) is the instance on that machine."""
+    names = (urlsplit(host.url).hostname or "", host.ssh.host if host.ssh else "")
+    return tuple(n for n in names if n)
+
+
+def router_instances(deployment: Deployment, h: HostHandle) -> dict[str, tuple[str, ...]]:
+    """role -> the `url:` of each instance behind a router (the roles it starts after, each serving
+    host): the only workers it may register."""
     testbed = deployment.testbed
-    return tuple(
-        (role, sum(1 for key in testbed.roles[role] if deployment.hosts[key].serves))
+    return {
+        role: tuple(deployment.hosts[key].host.url for key in testbed.roles[role] if deployment.hosts[key].serves)
         for role in testbed.hosts[h.key].after
         if role in testbed.roles
-    )
+    }
 
 
 def whole_instances(deployment: Deployment, units: set[Unit]) -> set[Unit]:

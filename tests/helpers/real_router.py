@@ -69,9 +69,11 @@ ENV_FILES = {
 }
 
 
-def make_inventory(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+def make_inventory(tmp_path: Path, stray_decode: str | None = None) -> tuple[Path, dict[str, int]]:
     """Sim prefill and decode behind the real router (its default 60 s worker health checks: a
-    restarted decode is never rechecked during a test); returns the inventory and the ports."""
+    restarted decode is never rechecked during a test); returns the inventory and the ports.
+    `stray_decode`: one more `--decode URL` on the router's command line, which the inventory
+    does not have (a server orch did not start)."""
     names = ("prefill", "router", "decode", "bootstrap", "metrics")
     ports = dict(zip(names, free_ports(len(names)), strict=True))
     for name, text in ENV_FILES.items():
@@ -79,7 +81,7 @@ def make_inventory(tmp_path: Path) -> tuple[Path, dict[str, int]]:
     pre, dec = f"http://127.0.0.1:{ports['prefill']}", f"http://127.0.0.1:{ports['decode']}"
     argv = router_argv(
         "{python}", pre, dec, host="127.0.0.1", port=ports["router"], metrics_port=ports["metrics"],
-        bootstrap_port=ports["bootstrap"],
+        bootstrap_port=ports["bootstrap"], extra=("--decode", stray_decode) if stray_decode else (),
     )  # fmt: skip
     router_cmd = "[" + ", ".join(f'"{a}"' for a in argv) + "]"
     srv = '["{python}", -m, orchestrator.sim.server'

@@ -172,3 +172,33 @@ def _bootstrap_port(url: str) -> int:
     value = json.loads(httpx.get(url + "/get_server_info").text)["disaggregation_bootstrap_port"]
     assert isinstance(value, int) and _status(f"http://127.0.0.1:{value}/route") == 200
     return value
+
+
+def test_a_worker_the_inventory_lacks_behind_the_real_router_voids_the_trial(sim: Sim, tmp_path: Path, capsys) -> None:
+    """The router's command line lists a third worker (a decode orch did not start, on a port the OS
+    chose): sglang-router 0.3.2 registers it, calls itself ready 3/3 and would send it part of the
+    repro. orch names it from the router's GET /workers and counts no trial as data."""
+    stray = sim.start("decode", {"SIM_WARMUP_S": "0"})
+    inventory, ports = make_inventory(tmp_path, stray_decode=f"http://localhost:{stray.port}/")
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    started = time.monotonic()
+    code = main([
+        "run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "r"), "--run-id", "rs",
+        "--retries", "0",
+    ])  # fmt: skip
+    took = time.monotonic() - started
+    out = capsys.readouterr().out
+    assert code == 1, out
+    trials = [r for r in read_journal(tmp_path / "r" / "rs" / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    assert trials and all(t.status == "failed" and t.failure is not None for t in trials)
+    failure = trials[0].failure
+    assert failure is not None and failure.error == "IdentityError", failure
+    assert failure.message.startswith(
+        f"router lists decode worker http://localhost:{stray.port}/, which is not one of the inventory's "
+        f"instances (prefill http://127.0.0.1:{ports['prefill']}, decode http://127.0.0.1:{ports['decode']})"
+    ), failure.message
+    assert not trials[0].metrics  # no repro ran: nothing measured
+    assert "decode req=" not in stray.text()  # the stray served nothing
+    assert not any(_listens(p) for p in ports.values())
+    with capsys.disabled():
+        print(f"\nreal router with a stray worker: sweep refused in {took:.2f} s")

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 from fakes import make_matrix, remote_repro
 from helpers.multibed import multi_bed
+from helpers.ssh_sweep import attempts_of
 
 from orchestrator.core.plan import make_plan
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
 from orchestrator.errors import HealthTimeout
-from orchestrator.sweep.phases import router_workers
-from orchestrator.sweep.runner import Runner, RunOptions
+from orchestrator.sweep.phases import router_host, router_instances, router_workers
+from orchestrator.sweep.runner import Runner, RunOptions, RunResult
 
 WORKERS = (("prefill", 2), ("decode", 2))
 READINESS = "http://10.9.0.9:30001/readiness"
@@ -141,35 +143,33 @@ ENVS = {
 }
 
 
+INSTANCES = {
+    "prefill": ("http://10.9.0.1:30000", "http://10.9.0.2:30000"),
+    "decode": ("http://10.9.0.3:30002", "http://10.9.0.4:30002"),
+}
+
+
 def test_the_instances_behind_a_router_come_from_the_inventory(tmp_path: Path) -> None:
     b = multi_bed(tmp_path, INVENTORY, ENVS)
     assert sorted(b.deployment.hosts) == sorted(ENVS)
     # a multi-node instance is one worker of the router (its rank 0); a worker role has none behind it
     assert router_workers(b.deployment, b.deployment.hosts["router"]) == WORKERS
+    assert router_instances(b.deployment, b.deployment.hosts["router"]) == INSTANCES  # rank 0's url only
+    assert router_host(b.deployment.hosts["router"].host) == ("10.9.0.9", "10.9.0.9")  # its url's, its ssh host
     assert router_workers(b.deployment, b.deployment.hosts["prefill.0"]) == ()
 
 
-def test_a_sweep_starts_no_repro_until_the_router_registers_every_instance(tmp_path: Path) -> None:
-    """The router answers 3/3 five times (it has not looked at the 4th instance yet), then 4/4:
-    the first repro (on the router's host) runs only after the 4/4 and a generate through it."""
+def sweep_behind(tmp_path: Path, router: Callable[[httpx.Request], httpx.Response], events: list[str]) -> RunResult:
+    """A 2-cell sweep of the wide testbed whose router answers with `router` (the workers answer
+    as the multi-node fakes do); the repro runs on the router's host and notes "repro" in `events`."""
     b = multi_bed(tmp_path, INVENTORY, ENVS)
-    events: list[str] = []
-    partial = [5]
     workers = b.client
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.port != 30001:  # the workers: the multi-node fakes' own health
             answer = workers.send(workers.build_request(request.method, request.url))
             return httpx.Response(answer.status_code, content=answer.content)
-        if request.url.path == "/generate":
-            events.append("generate")
-            return httpx.Response(200, json={"text": "ok"})
-        if request.url.path == "/readiness":
-            registered = 3 if partial[0] > 0 else 4
-            partial[0] -= 1
-            events.append(f"readiness {registered}/{registered}")
-            return httpx.Response(200, text=flat(registered, registered))
-        return httpx.Response(200, json={"version": "fake-1.0"})
+        return router(request)
 
     router_transport = b.transports["router"]
     original_run = router_transport.run
@@ -186,8 +186,88 @@ def test_a_sweep_starts_no_repro_until_the_router_registers_every_instance(tmp_p
     plan = make_plan(matrix, b.deployment.testbed, seed=1, order="sequential")
     with httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0) as client:
         options = RunOptions(run_id="wide", retry_backoff_s=0.0)
-        result = Runner(plan, b.deployment, tmp_path / "run", options, client=client).execute()
+        return Runner(plan, b.deployment, tmp_path / "run", options, client=client).execute()
+
+
+def test_a_sweep_starts_no_repro_until_the_router_registers_every_instance(tmp_path: Path) -> None:
+    """The router answers 3/3 five times (it has not looked at the 4th instance yet), then 4/4:
+    the first repro (on the router's host) runs only after the 4/4 and a generate through it."""
+    events: list[str] = []
+    partial = [5]
+
+    def router(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/generate":
+            events.append("generate")
+            return httpx.Response(200, json={"text": "ok"})
+        if request.url.path == "/readiness":
+            registered = 3 if partial[0] > 0 else 4
+            partial[0] -= 1
+            events.append(f"readiness {registered}/{registered}")
+            return httpx.Response(200, text=flat(registered, registered))
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    result = sweep_behind(tmp_path, router, events)
     assert result.completed == 2, result
     first_repro = events.index("repro")
     assert events[:first_repro].count("readiness 3/3") == 5
     assert events[first_repro - 2 : first_repro] == ["readiness 4/4", "generate"]
+
+
+def test_a_sweep_counts_no_trial_whose_router_lists_a_worker_the_inventory_lacks(tmp_path: Path) -> None:
+    """The router registers the 4 instances and a 5th decode (a teammate's server, added through its
+    worker API) and calls itself ready 5/5: no repro runs, each attempt fails naming that worker,
+    the retry restarts the router, and no trial counts as data."""
+    listed = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    listed.append({"url": "http://10.9.0.7:30002", "worker_type": "decode"})
+    events: list[str] = []
+
+    def router(request: httpx.Request) -> httpx.Response:
+        events.append(request.url.path)
+        if request.url.path == "/readiness":
+            return httpx.Response(200, text=flat(5, 5))
+        if request.url.path == "/workers":
+            return httpx.Response(200, json={"workers": listed, "total": 5})
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    result = sweep_behind(tmp_path, router, events)
+    assert result.completed == 0 and result.failed == 2, result
+    assert "repro" not in events and "/generate" not in events
+    records = attempts_of(tmp_path / "run")
+    assert [r.failure.error if r.failure else r.status for r in records] == ["IdentityError"] * 4
+    message = records[-1].failure.message if records[-1].failure else ""
+    assert message.startswith(
+        "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's instances "
+        "(prefill http://10.9.0.1:30000 http://10.9.0.2:30000, decode http://10.9.0.3:30002 http://10.9.0.4:30002)"
+    ), message
+    assert "router:sglang-router" in records[-1].restarted  # the retry restarted the router
+
+
+def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_path: Path) -> None:
+    """Ready 4/4 with the inventory's instances before the repro; a 5th decode is added through the
+    router's API while it runs: the trial is void (it may have served part of the repro)."""
+    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    added = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
+    events: list[str] = []
+
+    def router(request: httpx.Request) -> httpx.Response:
+        running = "repro" in events  # from the first repro on, the stranger is registered
+        if request.url.path == "/readiness":
+            return httpx.Response(200, text=flat(5, 5) if running else flat(4, 4))
+        if request.url.path == "/workers":
+            return httpx.Response(200, json={"workers": [*own, added] if running else own})
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    result = sweep_behind(tmp_path, router, events)
+    assert result.completed == 0, result
+    first = attempts_of(tmp_path / "run")[0]
+    assert first.failure is not None and first.failure.error == "IdentityError", first
+    assert first.failure.message.startswith(
+        "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's instances (prefill "
+        "http://10.9.0.1:30000 http://10.9.0.2:30000, decode http://10.9.0.3:30002 http://10.9.0.4:30002) after "
+        "the repro (it may have served part of it) (the trial is void:"
+    ), first.failure.message
+    assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro

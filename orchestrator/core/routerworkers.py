@@ -1,0 +1,144 @@
+"""Which workers a router has registered, and which of them are not the inventory's (PURE).
+
+A trial is data only if orch's own processes served it. The readiness wait already refuses a
+router that registers FEWER workers than the inventory puts behind it; one that registers MORE
+(a teammate's server added through the router's worker API, a stale registration of a server on
+another port, an extra `--decode URL` in the router's command line) would send part of the
+repro to a server orch never started, checked or restarted. So the router's own list of workers
+is read (sglang-router 0.3.2: GET /workers, `{"workers":[{"url":...,"worker_type":"decode",...}],
+"total":N,"stats":{...}}`) and every URL in it must be one of the inventory's instances.
+
+URLs are compared as endpoints (host, port), not as text: the router keeps a URL as it was given
+(`http://localhost:30002/` stays so), `localhost`, `127.0.0.1` and `::1` are one loopback, and a
+default port is the scheme's. A router started with `--dp-aware` registers one worker per DP
+rank (`http://host:port@3`): the rank is not part of the endpoint. A host name the router uses
+and an address the inventory uses (or the other way round) match when the caller passes what the
+name resolves to (``addresses``); resolving is I/O, so it is done by the edge that calls this.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+# Host names that mean "this machine" wherever they are written.
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-localhost"})
+# A DP-aware router's per-rank suffix on a worker URL.
+DP_RANK = re.compile(r"@\d+$")
+# Most workers one answer is read for (a router in front of thousands is not a test bed).
+MAX_WORKERS = 4096
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One worker the router lists: its URL as the router spells it, and its kind (prefill,
+    decode, regular; "" when the router does not say)."""
+
+    url: str
+    kind: str = ""
+
+
+def registered_workers(value: object) -> tuple[Registered, ...] | None:
+    """The workers a router's worker-list answer names, or None when it is not such a list (an
+    older router, another proxy: then only counts can be compared). Shapes: sglang-router's
+    `/workers` (`{"workers": [{"url": ..., "worker_type": ...}, ...]}`) and the older
+    `/list_workers` (`{"urls": [...]}`)."""
+    if not isinstance(value, dict):
+        return None
+    items = value.get("workers")
+    if isinstance(items, list):
+        found = [_registered(item) for item in items[:MAX_WORKERS]]
+        if all(r is not None for r in found):
+            return tuple(r for r in found if r is not None)
+        return None
+    urls = value.get("urls")
+    if isinstance(urls, list) and all(isinstance(u, str) for u in urls):
+        return tuple(Registered(u) for u in urls[:MAX_WORKERS])
+    return None
+
+
+def _registered(item: object) -> Registered | None:
+    if not isinstance(item, dict) or not isinstance(item.get("url"), str):
+        return None
+    kind = item.get("worker_type")
+    return Registered(item["url"], kind.lower() if isinstance(kind, str) else "")
+
+
+def endpoint(url: str) -> tuple[str, int] | None:
+    """(host, port) of a worker URL, lower case, loopback names as "loopback", the scheme's port
+    when none is written, a DP rank suffix dropped; None when it names no host."""
+    text = DP_RANK.sub("", url.strip()).rstrip("/")
+    if "://" not in text:
+        text = "http://" + text
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return None
+    host = (parts.hostname or "").lower()
+    if not host:
+        return None
+    if port is None:
+        port = 443 if parts.scheme.lower() == "https" else 80
+    return ("loopback" if _is_loopback(host) else host), port
+
+
+def _is_loopback(host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.")
+
+
+def strangers(
+    registered: Sequence[Registered],
+    instances: Mapping[str, Sequence[str]],
+    addresses: Mapping[str, frozenset[str]] | None = None,
+) -> tuple[Registered, ...]:
+    """The registered workers that are none of the inventory's instances (role -> instance URLs).
+    A worker whose kind is one of the roles is compared with that role's instances only (a
+    decode registered as prefill is a stranger too); any other kind with every instance.
+    ``addresses``: what host names resolve to (name -> addresses), so that a name and its address
+    match; a name missing from it matches only itself."""
+    resolved = addresses or {}
+    out = []
+    for worker in registered:
+        urls = instances.get(worker.kind) if worker.kind in instances else [u for us in instances.values() for u in us]
+        if not any(_same(worker.url, url, resolved) for url in urls or ()):
+            out.append(worker)
+    return tuple(out)
+
+
+def _same(a: str, b: str, addresses: Mapping[str, frozenset[str]]) -> bool:
+    ea, eb = endpoint(a), endpoint(b)
+    if ea is None or eb is None or ea[1] != eb[1]:
+        return False
+    return bool(_names(ea[0], addresses) & _names(eb[0], addresses))
+
+
+def _names(host: str, addresses: Mapping[str, frozenset[str]]) -> set[str]:
+    """A host and what it resolves to, loopback addresses read as "loopback"."""
+    return {host} | {"loopback" if _is_loopback(a) else a for a in addresses.get(host, frozenset())}
+
+
+def strangers_message(found: Sequence[Registered], instances: Mapping[str, Sequence[str]]) -> str:
+    """The router's strangers in the user's words: which workers, and what the inventory has."""
+    named = "; ".join(
+        f"lists {w.kind + ' ' if w.kind else ''}worker {w.url}, which is not one of the inventory's instances"
+        for w in found
+    )
+    listed = ", ".join(f"{role} {' '.join(urls)}" for role, urls in instances.items())
+    return f"{named} ({listed})"
+
+
+def excess_problem(totals: Mapping[str, int], expected: Mapping[str, int]) -> str | None:
+    """A router that gives only counts (role -> workers registered; "" for a flat total): more
+    registered, for a role the body names as the inventory does or in all, than the inventory's
+    instances behind it (``expected``, role -> instances); None otherwise."""
+    for role, total in totals.items():
+        if role in expected and total > expected[role]:
+            return f"registers {total} {role} workers, the inventory has {expected[role]} {role} instances"
+    registered, want = sum(totals.values()), sum(expected.values())
+    if registered > want:
+        listed = ", ".join(f"{role} {n}" for role, n in expected.items())
+        return f"registers {registered} workers, the inventory has {want} instances behind it ({listed})"
+    return None
