@@ -665,6 +665,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in snap.runs:  # before any table: a run that left a testbed changed is the first thing to see
         if r.left_changed:
             out.print(f"[bold red]{escape(r.directory)}: {escape(r.left_changed)}[/bold red]", soft_wrap=True)
+        elif r.way_back:  # stale: its hosts hold its edits and lock until it is resumed or restored
+            out.print(f"[bold]{escape(r.directory)}[/bold]: {escape(r.way_back)}", soft_wrap=True)
     runs = Table("run", "state", "progress", "current cell", "last trial", "ETA", "controller", title="sweeps")
     for r in snap.runs:
         state = (r.state if r.state != "finished" else r.run_status) + (", NOT restored" if r.left_changed else "")
