@@ -38,6 +38,17 @@ def stalling(conn: socket.socket, stop: threading.Event) -> int:
     return 0
 
 
+def trickling_headers(conn: socket.socket, stop: threading.Event) -> int:
+    """The status line, then a header line every 0.1 s for 6 s: each read gets a few bytes, so
+    httpx's per-read timeout never fires and the headers never end (a webhook behind a broken proxy)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    end = time.monotonic() + 6.0
+    while time.monotonic() < end and not stop.wait(0.1):
+        conn.sendall(b"X-Wait: 1\r\n")
+    conn.sendall(b"Content-Length: 0\r\n\r\n")
+    return 0
+
+
 def flooding(conn: socket.socket, stop: threading.Event) -> int:
     total, block, sent = 64 << 20, b"x" * 65536, 0
     conn.sendall(HEAD + b"Content-Length: " + str(total).encode() + b"\r\n\r\n")
@@ -121,6 +132,18 @@ def test_a_stalled_answer_ends_within_the_time_left(serve: Serve) -> None:
         started = time.monotonic()
         with pytest.raises(AnswerTimedOut, match="ReadTimeout"):
             request(slow, "GET", server.url, deadline_s=deadline_s, max_bytes=1000)
+    assert time.monotonic() - started < deadline_s + 1.0
+
+
+def test_headers_that_trickle_end_at_the_deadline(serve: Serve) -> None:
+    """The deadline was checked only while reading the body: headers sent a line at a time held
+    the request (and a sweep's end, posting its webhook) for as long as the server went on."""
+    server = serve(trickling_headers)
+    deadline_s = 0.5  # far below the 6 s the server trickles
+    with httpx.Client(timeout=2.0, trust_env=False) as c:
+        started = time.monotonic()
+        with pytest.raises(AnswerTimedOut, match=f"within {deadline_s:g} s"):
+            request(c, "POST", server.url, deadline_s=deadline_s, max_bytes=0, json_body={"a": 1})
     assert time.monotonic() - started < deadline_s + 1.0
 
 

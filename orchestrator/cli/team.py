@@ -383,19 +383,25 @@ def _queue_dry_run(args: argparse.Namespace) -> int:
     a stale item's dead claim is given back first), as `queue list` shows items. Read-only: the
     queue is opened read-only (never created), nothing claimed, no testbed touched."""
     from orchestrator.cli.console import out
+    from orchestrator.team.overnight import changed_since_queued
     from orchestrator.team.queue import store_spec
     from orchestrator.team.queuestore import PENDING
 
     store = _existing_queue(args, read_only=True)
-    todo = []
+    todo, changed = [], []
     if store is not None:
         with store as q:
             todo = [i for i in q.items(PENDING) if i.shown_state in ("queued", "resumable", "stale")]
+            # the light rows carry no copies: each new item whole (a resumed run reads its own copies)
+            fresh = [q.get(i.id) for i in todo if i.resumable_run is None]
+            changed = [f"{i.label}: {line}" for i in fresh for line in changed_since_queued(i)]
     if todo:
         out.print(
             f"queue run would take {len(todo)} item(s), in this order (a deadline may stop it sooner):", markup=False
         )
         _plain_rows([_list_row(i) for i in todo])
+        for line in changed:
+            out.print(line, markup=False, soft_wrap=True)
     else:
         out.print(
             f"nothing to run: no queued or resumable item in {store_spec(args.store, args.reports)}", markup=False
@@ -665,6 +671,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in snap.runs:  # before any table: a run that left a testbed changed is the first thing to see
         if r.left_changed:
             out.print(f"[bold red]{escape(r.directory)}: {escape(r.left_changed)}[/bold red]", soft_wrap=True)
+        elif r.way_back:  # stale: its hosts hold its edits and lock until it is resumed or restored
+            out.print(f"[bold]{escape(r.directory)}[/bold]: {escape(r.way_back)}", soft_wrap=True)
     runs = Table("run", "state", "progress", "current cell", "last trial", "ETA", "controller", title="sweeps")
     for r in snap.runs:
         state = (r.state if r.state != "finished" else r.run_status) + (", NOT restored" if r.left_changed else "")

@@ -7,6 +7,12 @@ Why not ``client.get(url, timeout=T).json()``:
   checked at every chunk, and each read's own timeout is the time left when the request starts:
   a trickle stops at the deadline, a server that stalls stops at it too; a trickle that stalls
   just before the deadline can add at most one more read timeout (the bound is twice the deadline).
+- the body's chunks are not the only place a server can trickle: headers sent a line at a time
+  satisfy every per-read timeout too, before any chunk. A request that opens its own connection
+  arms a timer at the deadline that shuts that socket down (``_Watchdog``; httpcore's public
+  ``trace`` extension hands over the new connection's stream), which wakes the blocked read. A
+  request on a connection reused from the pool has no such timer: its headers keep the per-read
+  bound only (a reused connection is one whose server answered whole before).
 - ``.text`` and ``.json()`` read the whole body although a caller needs a few KB of it: the body
   is read raw up to ``max_bytes``, then refused (AnswerTooLarge) or cut to that prefix
   (``keep_prefix``: the caller says which). ``max_bytes=0`` reads none of it (status only).
@@ -26,6 +32,8 @@ deadline.
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,6 +46,9 @@ from orchestrator.errors import OrchError
 MAX_JSON_BYTES = 1 << 20
 # Deeper than this is no server's self-description; recursive code downstream stays safe.
 MAX_JSON_DEPTH = 64
+# How long past its deadline a request's own socket is shut down: httpx's read timeout, which ends
+# at the deadline, says what stalled when it can (ReadTimeout); the shutdown ends what it cannot.
+WATCHDOG_GRACE_S = 0.2
 # The shortest timeout handed to httpx (a deadline already passed still gets one quick look).
 MIN_TIMEOUT_S = 0.05
 IDENTITY = "identity"
@@ -117,9 +128,15 @@ def request(
     errors for a URL that cannot be reached."""
     deadline = time.monotonic() + deadline_s
     sent = {**(headers or {}), "Accept-Encoding": IDENTITY}
+    watchdog = _Watchdog(deadline)
     try:
         with client.stream(
-            method, url, json=json_body, headers=sent, timeout=max(MIN_TIMEOUT_S, deadline - time.monotonic())
+            method,
+            url,
+            json=json_body,
+            headers=sent,
+            timeout=max(MIN_TIMEOUT_S, deadline - time.monotonic()),
+            extensions={"trace": watchdog.trace},
         ) as response:
             if max_bytes <= 0:
                 return Answer(response.status_code, response.headers, b"")
@@ -128,6 +145,55 @@ def request(
             return Answer(response.status_code, response.headers, body, truncated)
     except httpx.TimeoutException as exc:
         raise AnswerTimedOut(url, deadline_s, type(exc).__name__) from exc
+    except httpx.TransportError as exc:
+        if watchdog.fired:  # our shutdown at the deadline, seen by httpcore as the server hanging up
+            raise AnswerTimedOut(url, deadline_s, "still sending at the deadline") from exc
+        raise
+    finally:
+        watchdog.cancel()
+
+
+class _Watchdog:
+    """Shuts down the socket a request opened once its deadline passes: the bound that holds
+    while the answer's headers trickle in (see the module's doc). No thread is started for a
+    request on a pooled connection (health polls): only a new connection arms the timer."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline, self.fired = deadline, False
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    def trace(self, event: str, info: Mapping[str, object]) -> None:
+        if event != "connection.connect_tcp.complete":
+            return
+        stream = info.get("return_value")
+        get_extra_info = getattr(stream, "get_extra_info", None)
+        sock = get_extra_info("socket") if callable(get_extra_info) else None
+        if not isinstance(sock, socket.socket):
+            return
+        with self._lock:
+            self.cancel_locked()
+            left = max(0.0, self.deadline + WATCHDOG_GRACE_S - time.monotonic())
+            self._timer = threading.Timer(left, self._fire, (sock,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self, sock: socket.socket) -> None:
+        with self._lock:
+            self.fired = True
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed already: the request ended as the deadline came
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancel_locked()
+
+    def cancel_locked(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 def _refuse_encoding(url: str, response: httpx.Response) -> None:

@@ -37,6 +37,10 @@ def restore_command(run_dir: Path | str) -> str:
     return f"orch restore {run_dir}"
 
 
+def resume_command(run_dir: Path | str) -> str:
+    return f"orch resume {run_dir}"
+
+
 def not_restored_line(not_restored: Sequence[str], run_dir: Path | str, restore_with: str = "") -> str:
     """`NOT restored: ROLES; finish with: orch restore RUN_DIR`: the one wording of a run that left
     hosts changed, wherever it is said (the terminal, an error's note, the queue, status.json and

@@ -28,10 +28,10 @@ from orchestrator.errors import OrchError
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.journal import trial_statuses
 from orchestrator.store.liveness import MAX_STATUS_BYTES as MAX_STATUS_BYTES
+from orchestrator.store.liveness import STALE, not_restored_line, read_status, restore_command, resume_command
 from orchestrator.store.liveness import LiveState as LiveState
 from orchestrator.store.liveness import StatusFile as StatusFile
 from orchestrator.store.liveness import judge as judge
-from orchestrator.store.liveness import not_restored_line, read_status, restore_command
 from orchestrator.store.manifest import load_manifest, load_plan
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.progress import QuietProgress, summarize
@@ -250,6 +250,7 @@ class LiveRun:
     state: LiveState
     run_status: str  # the manifest's status: running, completed, failed, interrupted
     status: StatusFile
+    path: str = ""  # the run folder, absolute: what `orch resume` / `orch restore` take from any folder
 
     @property
     def percent(self) -> float | None:
@@ -265,6 +266,16 @@ class LiveRun:
         if not self.status.not_restored:
             return ""
         return not_restored_line(self.status.not_restored, self.directory, self.status.restore_with)
+
+    @property
+    def way_back(self) -> str:
+        """For a stale run, the commands that end it: its killed controller left the hosts on a
+        cell's flags, under its lock, until one of them runs. Named with the run's folder (its
+        bare name is refused outside the reports folder); "" for any other run."""
+        if self.state != STALE:
+            return ""
+        where = self.path or self.directory
+        return f"its controller is gone: {resume_command(where)} (or {restore_command(where)} to put its hosts back)"
 
     @property
     def progress(self) -> str:
@@ -360,4 +371,4 @@ def _live_run(run_dir: Path) -> LiveRun | None:
         manifest = load_manifest(run_dir, plan=False)
     except OrchError:
         return None
-    return LiveRun(run_dir.name, judge(status, manifest.status), manifest.status, status)
+    return LiveRun(run_dir.name, judge(status, manifest.status), manifest.status, status, str(run_dir.resolve()))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.errors import LockError, OrchError, StaleLockError
 from orchestrator.store.liveness import not_restored_line
 from orchestrator.store.manifest import new_run_id
@@ -93,6 +94,8 @@ class QueueSweep:
             sweep_files(item, resumable.parent)
             again = ResumeRequest(resumable, deadline=deadline, owner_gone=self.owner_gone)
             return self.sweeps.resume(again, progress, warn=self.warn)
+        for line in changed_since_queued(item):
+            self.note(f"queue: {item.label}: {line}")
         matrix, inventory = sweep_files(item, self.reports)
         request = SweepRequest(
             matrix,
@@ -158,6 +161,39 @@ def sweep_files(item: QueueItem, reports: Path) -> tuple[Path, Path]:
     matrix = _write_once(reports / f"{COPIES}{digest}.matrix.yaml", item.matrix_text)
     inventory = _write_once(reports / f"{COPIES}{digest}.inventory.yaml", inventory_text)
     return matrix, inventory
+
+
+MAX_COMPARED_BYTES = 1 << 20  # a matrix or inventory is a few KB; past this it differs from any copy
+
+
+def changed_since_queued(item: QueueItem) -> list[str]:
+    """What to say of an item whose matrix or inventory file changed or went since `queue add`
+    (none for an item without copies: it runs from the files). Why: the night runs the copies, as
+    it should, but someone who fixed the file in the evening would read the morning's report as
+    the fixed one unless told."""
+    if not item.matrix_text or not item.inventory_text:
+        return []
+    drifted = [
+        f"{path} {why}"
+        for path, text in ((item.matrix, item.matrix_text), (item.inventory, item.inventory_text))
+        if (why := _drift(Path(path), text))
+    ]
+    if not drifted:
+        return []
+    return [
+        f"{'; '.join(drifted)}: the sweep runs the copy kept at `queue add` ({item.added}); "
+        f"to run the file as it is now: `orch queue remove {item.id}` and add it again"
+    ]
+
+
+def _drift(path: Path, queued: str) -> str:
+    if not path.exists():
+        return "is gone"
+    try:
+        now = read_bounded_bytes(path, MAX_COMPARED_BYTES)
+    except OrchError:
+        return "cannot be read now"
+    return "" if now.decode("utf-8", errors="replace") == queued else "changed since it was queued"
 
 
 def _write_once(path: Path, text: str) -> Path:

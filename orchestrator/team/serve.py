@@ -544,6 +544,7 @@ def _run_json(r: LiveRun) -> dict[str, object]:
     return {
         "directory": r.directory,
         "state": r.state,
+        "way_back": r.way_back,  # a stale run's `orch resume` / `orch restore`, its folder named whole
         "run_status": r.run_status,
         "percent": None if r.percent is None else round(r.percent, 1),  # None for a hunt: no total
         **shown,

@@ -145,3 +145,34 @@ def test_the_dead_controllers_queue_item_is_stale_too(tmp_path: Path, capsys: py
     assert main(["queue", "list", "--reports", str(reports)]) == 0
     listed = capsys.readouterr().out
     assert re.search(r"1\s*│\s*running", listed) and re.search(r"2\s*│\s*stale", listed), listed
+
+
+def test_a_stale_runs_way_back_names_its_folder_in_every_live_view(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From an audit (kill -9 of a `queue run` mid-item): /status said "its controller is gone: orch
+    resume 20261205-095233-qa-q3", the bare folder name, which `orch resume` refuses from any
+    folder but the reports folder ("not a run directory"); `orch status` and the JSON views named
+    no way back at all, though the hosts hold the run's edits and lock until it is resumed or
+    restored. Each now names the run's folder as a path that works from anywhere."""
+    reports = tmp_path / "reports"
+    run_dir = cut_off_run(reports, 8, alive=False).resolve()
+    monkeypatch.chdir(tmp_path)
+    resume, restore = f"orch resume {run_dir}", f"orch restore {run_dir}"
+
+    page = environment().get_template(STATUS_TEMPLATE).render(s=snapshot(Path("reports")), refresh=5, csp="")
+    assert resume in page and restore in page, page  # /status
+
+    (shown,) = status_json(snapshot(Path("reports")))["runs"]  # type: ignore[misc]
+    assert resume in str(shown["way_back"]) and restore in str(shown["way_back"]), shown  # /api/status
+
+    assert main(["status", "--reports", "reports"]) == 0  # orch status (the table)
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps long lines
+    assert resume in out and restore in out, out
+
+
+def test_a_live_or_finished_run_names_no_way_back(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    cut_off_run(reports, 8, alive=True)
+    (shown,) = status_json(snapshot(reports))["runs"]  # type: ignore[misc]
+    assert shown["way_back"] == ""

@@ -14,7 +14,8 @@ import pytest
 from orchestrator.cli.main import main
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.errors import ConfigError
-from orchestrator.team.overnight import sweep_files
+from orchestrator.sweep.progress import QuietProgress
+from orchestrator.team.overnight import QueueSweep, changed_since_queued, sweep_files
 from orchestrator.team.queue import NewItem, Queue, QueueItem
 
 from .helpers import make_site, matrix_text
@@ -103,3 +104,44 @@ def test_sqlite_store_keeps_copies_and_upgrades_a_version_1_queue(tmp_path: Path
         assert (new.matrix_text, new.inventory_text, new.testbeds) == ("m", "i", ())
         assert new.queued_by.endswith("@" + socket.gethostname()) and q.where == str(db)
         assert q._db.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+class _Refused:
+    """A stand-in for sweep.api whose prepare refuses: the item's notes are all that is looked at."""
+
+    def prepare(self, request: object, *, warn: object = None) -> object:
+        raise ConfigError("stop here")
+
+
+def test_a_file_changed_or_gone_since_queue_add_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """From an audit: a matrix edited after `queue add` (replicates 2 -> 1) ran as queued without
+    a word, in `queue run` and its --dry-run alike: whoever fixed the file in the evening read the
+    morning's report as the fixed matrix. The copy still runs; the change is said, with the way to
+    run the file as it is now."""
+    item, matrix, inventory = queued(tmp_path)
+    matrix.write_text(matrix_text("edited after queue add"))
+    inventory.unlink()
+    notes: list[str] = []
+    sweep = QueueSweep(
+        tmp_path / "r",
+        terminal=lambda started: QuietProgress(),
+        show=lambda outcome: None,
+        note=notes.append,
+        error=lambda item, message: None,
+        warn=lambda message: None,
+        sweeps=_Refused(),  # type: ignore[arg-type]
+    )
+    assert sweep(item, None, lambda run_dir: None).status == "error"
+    said = "\n".join(notes)
+    assert f"{matrix} changed since it was queued" in said and f"{inventory} is gone" in said, said
+    assert "the sweep runs the copy kept at `queue add`" in said and "`orch queue remove 1` and add it again" in said
+
+    assert main(["queue", "run", "--dry-run", "--reports", str(tmp_path / "r")]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{matrix} changed since it was queued" in out and f"{inventory} is gone" in out, out
+
+
+def test_files_as_queued_say_nothing(tmp_path: Path) -> None:
+    item, _, _ = queued(tmp_path)
+    assert changed_since_queued(item) == []
+    assert changed_since_queued(QueueItem(**{**item.__dict__, "matrix_text": ""})) == []  # an older orch's item
