@@ -217,10 +217,11 @@ def left_changed(run_dir: Path, not_restored: Sequence[str]) -> dict[str, object
     the job and the note the terminal showed (none left: the fields emptied, the note kept)."""
     if not not_restored:
         return {"not_restored": (), "restore_with": ""}
+    whole = run_dir.absolute()  # read from any folder (the pages, `orch status`), not the controller's
     return {
         "not_restored": tuple(not_restored),
-        "restore_with": restore_command(run_dir),
-        "note": not_restored_line(not_restored, run_dir),
+        "restore_with": restore_command(whole),
+        "note": not_restored_line(not_restored, whole),
     }
 
 

@@ -77,6 +77,25 @@ def run_leaving_decode(tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixtu
     return tmp_path / "reports" / "r1"
 
 
+def test_status_json_names_the_run_folder_whole_when_the_run_was_given_a_relative_out(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status.json is read by the team's pages and `orch status` from any folder: its way back named
+    the run as the controller had it ("orch restore reports/r1"), which fails from anywhere else."""
+    monkeypatch.chdir(tmp_path)
+    m, i = write_files(tmp_path, MATRIX, ("A",))
+    fleet.broken = {("A", "decode")}  # type: ignore[attr-defined]
+    code, out, err = orch(
+        capsys, "run", str(m), "-i", str(i), "--testbed", "A",
+        "--out", "reports", "--run-id", "r1", "--seed", "1", "--skip-preflight",
+    )  # fmt: skip
+    assert code == 1, out + err
+    status = json.loads((tmp_path / "reports" / "r1" / "status.json").read_text())
+    whole = tmp_path / "reports" / "r1"
+    assert status["restore_with"] == f"orch restore {whole}"
+    assert status["note"] == f"NOT restored: decode; finish with: orch restore {whole}"
+
+
 def test_a_run_that_left_a_host_changed_says_so_in_every_view(
     tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
