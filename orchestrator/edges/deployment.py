@@ -67,3 +67,27 @@ def health_ports(host: Host) -> list[int]:
         if port not in ports:
             ports.append(port)
     return ports
+
+
+def router_workers(deployment: Deployment, h: HostHandle) -> tuple[tuple[str, int], ...]:
+    """(role, instances) behind a router: the roles it starts after, each with its serving hosts
+    (one per instance: nodes above rank 0 are not workers the router registers)."""
+    return tuple((role, len(urls)) for role, urls in router_instances(deployment, h).items())
+
+
+def router_host(host: Host) -> tuple[str, ...]:
+    """The names the inventory gives a router's machine (its url's host, its ssh host): a worker
+    the router lists on its own loopback (http://127.0.0.1:30002) is the instance on that machine."""
+    names = (urlsplit(host.url).hostname or "", host.ssh.host if host.ssh else "")
+    return tuple(n for n in names if n)
+
+
+def router_instances(deployment: Deployment, h: HostHandle) -> dict[str, tuple[str, ...]]:
+    """role -> the `url:` of each instance behind a router (the roles it starts after, each serving
+    host): the only workers it may register."""
+    testbed = deployment.testbed
+    return {
+        role: tuple(deployment.hosts[key].host.url for key in testbed.roles[role] if deployment.hosts[key].serves)
+        for role in testbed.hosts[h.key].after
+        if role in testbed.roles
+    }

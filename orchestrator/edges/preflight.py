@@ -18,9 +18,11 @@ from orchestrator.core.inventory import Host
 from orchestrator.core.model import CellValue
 from orchestrator.core.redact import Redactor
 from orchestrator.core.steps import Plan
-from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
+from orchestrator.edges.deployment import Deployment, HostHandle, health_ports, router_host, router_instances
+from orchestrator.edges.health import probe_url
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.edges.identity import foreign_holder, units_phrase
+from orchestrator.edges.registrations import router_strangers
 from orchestrator.errors import OrchError, PreflightError
 
 
@@ -50,6 +52,7 @@ def preflight(deployment: Deployment, plan: Plan | None = None, client: httpx.Cl
                 if plan is not None:
                     warnings += _check_edits(handle, plan)
                 _check_as_it_is(handle, http, redactor)
+                _check_router_list(deployment, handle, http)
             except OrchError as exc:
                 problems.append(str(exc))
     finally:
@@ -128,6 +131,27 @@ def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor
                 )
     if len(active) == len(handle.units) and handle.serves:
         _check_answers(host, active, client)
+
+
+def _check_router_list(deployment: Deployment, handle: HostHandle, client: httpx.Client) -> None:
+    """A running router (its /readiness polled by orch) registers no worker the inventory lacks.
+    Why here too: a worker on its command line or in its env file comes back with every restart, so
+    each trial would fail on it (health.check_registered) after the hosts were edited and the router
+    restarted, until the sweep stopped; refused now, nothing has been touched."""
+    host = handle.host
+    if probe_url(host.health) is None or not handle.serves:
+        return
+    if not all(handle.services.state(u).is_active for u in handle.units):
+        return  # orch starts it: its workers are checked at the first trial's wait
+    instances = router_instances(deployment, handle)
+    problem = router_strangers(client, host.health, instances, {}, router_host(host)) if instances else None
+    if problem is not None:
+        raise PreflightError(
+            f"{host.label}: the router {problem}",
+            hint="take the other worker off the router's command line or env file (or its worker API), "
+            "or, if it is one of the instances under another name, write the URL the router lists as that "
+            "instance's url: in the inventory",
+        )
 
 
 def live_env_difference(values: dict[str, str], live: dict[str, str] | None, redactor: Redactor) -> str | None:

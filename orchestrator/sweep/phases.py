@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
-from orchestrator.core.inventory import Host
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
@@ -45,7 +43,14 @@ from orchestrator.core.serverconf import VerifyRule
 from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
 from orchestrator.edges import leftovers
-from orchestrator.edges.deployment import Deployment, HostHandle, health_ports
+from orchestrator.edges.deployment import (
+    Deployment,
+    HostHandle,
+    health_ports,
+    router_host,
+    router_instances,
+    router_workers,
+)
 from orchestrator.edges.health import HealthCheck, check_registered, probe_url, wait_all
 from orchestrator.edges.httpread import get_json
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
@@ -964,30 +969,6 @@ def waves(deployment: Deployment, roles: set[str]) -> list[list[str]]:
     for role in ordered:
         grouped[depth[role]].append(role)
     return grouped
-
-
-def router_workers(deployment: Deployment, h: HostHandle) -> tuple[tuple[str, int], ...]:
-    """(role, instances) behind a router: the roles it starts after, each with its serving hosts
-    (one per instance: nodes above rank 0 are not workers the router registers)."""
-    return tuple((role, len(urls)) for role, urls in router_instances(deployment, h).items())
-
-
-def router_host(host: Host) -> tuple[str, ...]:
-    """The names the inventory gives a router's machine (its url's host, its ssh host): a worker
-    the router lists on its own loopback (http://127.0.0.1:30002) is the instance on that machine."""
-    names = (urlsplit(host.url).hostname or "", host.ssh.host if host.ssh else "")
-    return tuple(n for n in names if n)
-
-
-def router_instances(deployment: Deployment, h: HostHandle) -> dict[str, tuple[str, ...]]:
-    """role -> the `url:` of each instance behind a router (the roles it starts after, each serving
-    host): the only workers it may register."""
-    testbed = deployment.testbed
-    return {
-        role: tuple(deployment.hosts[key].host.url for key in testbed.roles[role] if deployment.hosts[key].serves)
-        for role in testbed.hosts[h.key].after
-        if role in testbed.roles
-    }
 
 
 def whole_instances(deployment: Deployment, units: set[Unit]) -> set[Unit]:

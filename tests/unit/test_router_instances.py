@@ -19,9 +19,10 @@ from helpers.multibed import multi_bed
 from helpers.ssh_sweep import attempts_of
 
 from orchestrator.core.plan import make_plan
+from orchestrator.edges.deployment import router_host, router_instances, router_workers
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
-from orchestrator.errors import HealthTimeout
-from orchestrator.sweep.phases import router_host, router_instances, router_workers
+from orchestrator.edges.preflight import preflight
+from orchestrator.errors import HealthTimeout, PreflightError
 from orchestrator.sweep.runner import Runner, RunOptions, RunResult
 
 WORKERS = (("prefill", 2), ("decode", 2))
@@ -271,3 +272,35 @@ def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_p
         "the repro (it may have served part of it) (the trial is void:"
     ), first.failure.message
     assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro
+
+
+def _router_listing(listed: list[dict[str, str]], workers: httpx.Client) -> Callable[[httpx.Request], httpx.Response]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.port != 30001:  # the workers: the multi-node fakes' own health
+            answer = workers.send(workers.build_request(request.method, request.url))
+            return httpx.Response(answer.status_code, content=answer.content)
+        if request.url.path == "/workers":
+            return httpx.Response(200, json={"workers": listed, "total": len(listed)})
+        return httpx.Response(200, text=flat(len(listed), len(listed)))
+
+    return handler
+
+
+def test_preflight_refuses_a_running_router_that_lists_a_stranger_before_touching_a_host(tmp_path: Path) -> None:
+    """A router whose command line or env file names a worker the inventory lacks fails every trial
+    (each restart brings it back): preflight, which already asks a running router to answer, reads
+    its list too and refuses at once (exit 2, nothing edited, nothing restarted), instead of the
+    sweep editing the hosts and restarting the router trial after trial until it stops."""
+    b = multi_bed(tmp_path, INVENTORY, ENVS)
+    listed = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    matrix = make_matrix({"overlap": {"env": {"decode": "OVERLAP"}, "levels": ["1", "0"]}})
+    plan = make_plan(matrix, b.deployment.testbed, seed=1, order="sequential")
+    with httpx.Client(transport=httpx.MockTransport(_router_listing(listed, b.client)), timeout=2.0) as client:
+        assert preflight(b.deployment, plan, client=client) == []  # the inventory's own workers: fine
+    stranger = [*listed, {"url": "http://10.9.0.7:30002", "worker_type": "decode"}]
+    with httpx.Client(transport=httpx.MockTransport(_router_listing(stranger, b.client)), timeout=2.0) as client:
+        with pytest.raises(PreflightError) as info:
+            preflight(b.deployment, plan, client=client)
+    assert "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's" in str(info.value)
+    assert all(b.transports[k].files[h.host.env_file] == b.originals[k] for k, h in b.deployment.hosts.items())
+    assert not any(m.restarts() for m in b.managers.values())
