@@ -84,9 +84,10 @@ class AdaptiveSource(StepSource):
 
     shrinks = True
 
-    def next(self) -> Step | None:
+    def next(self, testbed: str = "") -> Step | None:
         """The next trial whose cell is open; taken and admitted under one lock, so no other
-        testbed can hand out a later round while this one's round is not yet counted as running."""
+        testbed can hand out a later round while this one's round is not yet counted as running.
+        (`testbed` is not used: an adaptive design keeps the plan's order.)"""
         with self._lock:
             while self._next < len(self._left):
                 step = self._left[self._next]

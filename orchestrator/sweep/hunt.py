@@ -83,7 +83,7 @@ class HuntSource(StepSource):
             ran.add(record.trial)
             yield record
 
-    def next(self) -> Step | None:
+    def next(self, testbed: str = "") -> Step | None:
         from orchestrator.core.huntplan import hunt_step  # loaded by __init__ (first_wave) already
 
         with self._lock:

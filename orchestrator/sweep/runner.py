@@ -201,7 +201,7 @@ class Runner:
                 self.progress.note("the sweep stopped on an error; every host was restored")
 
     def _run_trials(self, result: RunResult) -> None:
-        while (step := self.source.next()) is not None:
+        while (step := self.source.next(self.plan.testbed.name)) is not None:
             if self.stopping.is_set():  # parallel testbeds: the main thread got Ctrl-C/SIGTERM
                 raise Interrupted("stopping: interrupted by the user or a signal")
             if self._past_deadline(result):

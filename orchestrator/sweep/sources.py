@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from orchestrator.core.model import Cell
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Step
 
@@ -19,31 +20,70 @@ OnDecision = Callable[[str, "Decision"], None]  # a cell decided: journal and sh
 
 class StepSource:
     """Hands out the planned trials not yet done, in plan order, to one runner or to several
-    runners working in parallel on their own testbeds (thread-safe)."""
+    runners working in parallel on their own testbeds (thread-safe).
+
+    Several testbeds are never identical (a slower GPU, another driver). Handed out strictly in plan
+    order to whichever testbed is free, a round's k-th trial went to the same testbed every round
+    when the testbeds ran at one pace, and with `order: sequential` that is the same cell (in a
+    declared 2x2x2 sweep on two testbeds, one factor's levels split exactly by testbed): a testbed
+    difference read as that factor's effect, in 17-47% of A/A reports. So once several testbeds
+    take trials, a testbed gets, from the round being handed out (the next BALANCE_WINDOW trials of
+    it), the first trial of a cell it has run least: every cell's trials spread over the testbeds
+    (a testbed twice as fast runs about two thirds of each cell's), and a testbed difference is
+    shared by the cells instead of aliased with one of them."""
 
     shrinks = False  # True when trials may be dropped on the way (adaptive stopping)
+    BALANCE_WINDOW = 64  # trials looked at per hand-out (a round can hold thousands of cells)
 
     def __init__(self, steps: "tuple[Step, ...] | list[Step]", done: set[int]) -> None:
         self._left = [s for s in steps if s.trial.index not in done]
-        self._next = 0
+        self._taken = [False] * len(self._left)
+        self._next = 0  # the first trial not handed out yet
+        self._handed = 0
+        self._ran: dict[tuple[str, Cell], int] = {}  # (testbed, cell) -> trials handed to it
+        self._testbeds: set[str] = set()
         self._lock = threading.Lock()
 
-    def next(self) -> "Step | None":
+    def next(self, testbed: str = "") -> "Step | None":
+        """The next trial for `testbed` (the runner's; "" when it does not matter)."""
         with self._lock:
+            while self._next < len(self._left) and self._taken[self._next]:
+                self._next += 1
             if self._next >= len(self._left):
                 return None
-            step = self._left[self._next]
-            self._next += 1
+            self._testbeds.add(testbed)
+            at = self._balanced(testbed) if len(self._testbeds) > 1 else self._next
+            step = self._left[at]
+            self._taken[at] = True
+            self._handed += 1
+            key = (testbed, step.trial.cell)
+            self._ran[key] = self._ran.get(key, 0) + 1
             return step
+
+    def _balanced(self, testbed: str) -> int:
+        """Index of the first trial, in the round being handed out, of a cell `testbed` ran least."""
+        first = self._left[self._next].trial.round
+        best, fewest = self._next, None
+        for i in range(self._next, min(len(self._left), self._next + self.BALANCE_WINDOW)):
+            step = self._left[i]
+            if step.trial.round != first:
+                break
+            if self._taken[i]:
+                continue
+            ran = self._ran.get((testbed, step.trial.cell), 0)
+            if fewest is None or ran < fewest:
+                best, fewest = i, ran
+        return best
 
     def close(self) -> None:
         with self._lock:
             self._next = len(self._left)
+            self._handed = len(self._left)
 
     def remaining(self) -> int:
         """Trials not handed out yet."""
         with self._lock:
-            return len(self._left) - self._next
+            return len(self._left) - self._handed
 
     def record(self, record: "TrialRecord") -> None:
         """A trial finished (a fixed design needs nothing from it)."""
