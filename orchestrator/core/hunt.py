@@ -291,11 +291,12 @@ class Hunt:
         # likeliest answer is that the flags do not matter (then it must fail too)
         clean_ok = self.own_verdict(0) == _verdict(self.hyps.a[best] == 0)
         if top >= self.settings.target and not checks and not repro and clean_ok:
-            return self._stop(
-                "found",
-                f"posterior {top:.3f} >= {self.settings.target}, the clean endpoint and the minimal reproducer "
-                "confirmed, every single-flag drop checked",
+            rests_on = (  # the flags do not explain it: no reproducer, no drop, only the clean endpoint
+                "the clean endpoint fails too"
+                if self.hyps.a[best] == 0
+                else "the clean endpoint and the minimal reproducer confirmed, every single-flag drop checked"
             )
+            return self._stop("found", f"posterior {top:.3f} >= {self.settings.target}, {rests_on}")
         if self._committed(pending) >= self.settings.max_sessions:
             return self._stop("budget", f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})")
         if top >= self.settings.target:

@@ -72,6 +72,16 @@ def test_noisy_three_flag_and_is_found_with_its_drops_checked(seed: int) -> None
     assert all(verdicts[full ^ (1 << i)] == "passes" for i in (1, 3, 4))
 
 
+def test_the_answer_that_the_flags_do_not_explain_it_cites_no_reproducer() -> None:
+    """Every configuration fails alike (the flags do not explain it): the hunt found that, and its
+    stop reason said "the clean endpoint and the minimal reproducer confirmed, every single-flag
+    drop checked", of an answer that has neither a reproducer nor drops; it says what it rests on."""
+    result = oracle(CulpritModel((), (), 0.3, 0.0), 0).result()
+    assert result.state == "found" and result.best.sets == (), result.reason
+    assert "reproducer" not in result.reason and "drop" not in result.reason, result.reason
+    assert "the clean endpoint fails too" in result.reason, result.reason
+
+
 def test_the_hunt_costs_less_than_one_flag_at_a_time() -> None:
     sessions = sorted(and3_hunt(seed).sessions for seed in (0, 1, 2))
     assert sessions[1] < (len(FLAGS) + 1) * 80  # the median hunt: under one flag at a time (8 x 80 sessions)
