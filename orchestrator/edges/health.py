@@ -397,12 +397,13 @@ def _wait(
 
     heard: list[str] = []  # the last answer the server gave (not a look that timed out)
     ready: list[str] = []
+    listed: list[str] = []  # the held-back answer whose worker list was read last (_poll_once)
 
     def attempt() -> None:
         if cancel is not None and cancel.is_set():
             raise _Cancelled()
         try:
-            ready[:] = [_poll_once(check, client, deadline)]
+            ready[:] = [_poll_once(check, client, deadline, listed)]
         except _NotReady as exc:
             if not exc.silent:
                 heard[:] = [exc.answer]
@@ -438,8 +439,10 @@ def _last(exc: _NotReady, heard: list[str]) -> str:
     return exc.answer
 
 
-def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> str:
-    """One GET; return its body if it answered 200 (and ready), else raise _NotReady describing it."""
+def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float, listed: list[str]) -> str:
+    """One GET; return its body if it answered 200 (and ready), else raise _NotReady describing it.
+    ``listed``: the held-back answer whose worker list this wait last read (read again only when
+    the answer changes: polls come every 10 ms around the expected ready time)."""
     remaining = deadline - time.monotonic()
     timeout = max(MIN_REQUEST_S, min(MAX_REQUEST_S, remaining))
     try:
@@ -456,7 +459,9 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float) -> str
     if problem is not None:
         # a router held back by a worker that is not healthy: if that is a stranger (a stale
         # registration of a server that is gone), say so now instead of waiting out the timeout
-        check_registered(check, client, response.text)
+        if listed != [response.text]:
+            listed[:] = [response.text]
+            check_registered(check, client, response.text)
         raise _NotReady(f"200 but {problem}: {_excerpt(response.text)}")
     return "" if response.truncated else response.text
 

@@ -214,6 +214,28 @@ def test_a_stale_stranger_that_keeps_the_router_from_ready_is_named_at_once() ->
     assert router.log == ["/readiness", "/workers"]
 
 
+def test_a_held_back_router_has_its_list_read_once_per_answer_not_at_every_poll() -> None:
+    """A worker still warming up holds the router at 1/2 healthy for minutes, polled every 10 ms
+    around its expected ready time: the list is read when that answer first comes (a stale
+    stranger is named at once) and again once it is ready, not beside every poll."""
+    two = json.loads(PD_WITH_ADDED)
+    two["workers"] = two["workers"][:2]
+    held = json.dumps({"status": "ready", "healthy_workers": 1, "total_workers": 2})
+    ready = json.dumps({"status": "ready", "healthy_workers": 2, "total_workers": 2})
+    router = Router(held, json.dumps(two))
+    answers = [held] * 6 + [ready]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/readiness":
+            router.readiness = answers.pop(0) if len(answers) > 1 else answers[0]
+        return router.handler(request)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+        wait_ready(_check(), client=client, poll_initial_s=0.001, poll_max_s=0.002)
+    assert router.log.count("/readiness") == 7
+    assert router.log.count("/workers") == 2, router.log  # at the first held-back answer, and at ready
+
+
 @pytest.mark.parametrize(
     ("router_host", "stranger"),
     [(("10.0.0.4",), False), (("10.0.0.1", "10.0.0.4"), False), ((), True), (("10.0.0.9",), True)],
