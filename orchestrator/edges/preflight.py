@@ -51,8 +51,7 @@ def preflight(deployment: Deployment, plan: Plan | None = None, client: httpx.Cl
                 warnings += health_lint(handle.host)
                 if plan is not None:
                     warnings += _check_edits(handle, plan)
-                _check_as_it_is(handle, http, redactor)
-                _check_router_list(deployment, handle, http)
+                _check_as_it_is(deployment, handle, http, redactor)
             except OrchError as exc:
                 problems.append(str(exc))
     finally:
@@ -108,9 +107,10 @@ def health_lint(host: Host) -> list[str]:
     return []
 
 
-def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor) -> None:
+def _check_as_it_is(deployment: Deployment, handle: HostHandle, client: httpx.Client, redactor: Redactor) -> None:
     """The units that run now (inactive ones are skipped: orch starts them): their live env
-    matches the env file as orch reads it for the host's dialect, and the health URL answers."""
+    matches the env file as orch reads it for the host's dialect, the health URL answers, and a
+    router's list of workers holds only the inventory's instances."""
     host = handle.host
     active = [u for u in handle.units if handle.services.state(u).is_active]
     if not active:
@@ -131,18 +131,18 @@ def _check_as_it_is(handle: HostHandle, client: httpx.Client, redactor: Redactor
                 )
     if len(active) == len(handle.units) and handle.serves:
         _check_answers(host, active, client)
+        _check_router_list(deployment, handle, client)
 
 
 def _check_router_list(deployment: Deployment, handle: HostHandle, client: httpx.Client) -> None:
     """A running router (its /readiness polled by orch) registers no worker the inventory lacks.
     Why here too: a worker on its command line or in its env file comes back with every restart, so
     each trial would fail on it (health.check_registered) after the hosts were edited and the router
-    restarted, until the sweep stopped; refused now, nothing has been touched."""
+    restarted, until the sweep stopped; refused now, nothing has been touched. (A router orch will
+    start has its workers checked at the first trial's wait.)"""
     host = handle.host
-    if probe_url(host.health) is None or not handle.serves:
+    if probe_url(host.health) is None:
         return
-    if not all(handle.services.state(u).is_active for u in handle.units):
-        return  # orch starts it: its workers are checked at the first trial's wait
     instances = router_instances(deployment, handle)
     problem = router_strangers(client, host.health, instances, {}, router_host(host)) if instances else None
     if problem is not None:
