@@ -275,7 +275,7 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     resume would drop it). No host is contacted, no lock taken, nothing written."""
     manifest, _, plan, _ = _resumable(run_dir)
     journal = RunDir(run_dir).journal
-    if journal.exists() and not index_vouches(journal):
+    if journal.exists():
         _check_journal(run_dir)  # what the resume would refuse, at its line, the dry run refuses
     done = trial_statuses(journal).finished if journal.exists() else frozenset()
     return ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, frozenset(done))
@@ -367,7 +367,7 @@ def _take_up(run_dir: Path, matrix: Matrix) -> _TakenUp:
     before = last_attempts(journal, statuses.interrupted)
     # adaptive rebuilds its counts and keeps its decisions, a hunt rebuilds its search
     journaled = _journaled(run_dir) if matrix.adaptive or matrix.hunt else None
-    if journaled is None and not index_vouches(journal):
+    if journaled is None:  # an adaptive or hunt state was read by the same rule (_journaled)
         _check_journal(run_dir)
     return _TakenUp(set(statuses.finished), torn, before, journaled)
 
@@ -380,7 +380,8 @@ def _check_journal(run_dir: Path) -> None:
     a line run them all and then fail (exit 2, run.json still `running`). Skipped when the status
     index speaks for the whole journal (only orch's appends wrote it): resume stays ~0.5 s at
     100,000 trials; the rule's read costs ~3 s there, paid after an edit or a torn line's repair."""
-    read_run_rows(run_dir, load_manifest(run_dir))
+    if not index_vouches(RunDir(run_dir).journal):
+        read_run_rows(run_dir, load_manifest(run_dir))
 
 
 def _retries(request: ResumeRequest, manifest: RunManifest) -> int:
