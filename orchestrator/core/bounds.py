@@ -18,3 +18,9 @@ MAX_TEMPLATE_CHARS = 16 * 1024  # a command as written in the matrix (a real one
 # so the per-trial values ({trial}, {trial_seed}, {trial_dir} with an attempt suffix: at most ~20
 # characters more each) of a template of MAX_TEMPLATE_CHARS still stay under it.
 MAX_COMMAND_BYTES = 64 * 1024
+# What a value over that bound is told, wherever it is found (the matrix, an edit of an env file).
+ENV_ENTRY_TOO_LONG = (
+    "Linux starts a process with an environment entry (KEY=value) of at most 128 KiB, so the unit would fail "
+    "to start (Argument list too long)"
+)
+ENV_ENTRY_HINT = "pass a large setting through a file the server reads"

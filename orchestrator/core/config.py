@@ -21,6 +21,8 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
 from orchestrator.core.bounds import (
+    ENV_ENTRY_HINT,
+    ENV_ENTRY_TOO_LONG,
     MAX_ARG_BYTES,
     MAX_REPLICATES,
     MAX_SEED,
@@ -1115,9 +1117,8 @@ def _check_value_size(value: str, source: SourceMap, at: PathKey) -> None:
     if size > MAX_ENV_VALUE_BYTES:
         raise source.error(
             at,
-            f"value of {size:,} bytes: Linux starts a process with an environment entry "
-            "(KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
-            "pass a large setting through a file the server reads",
+            f"value of {size:,} bytes: {ENV_ENTRY_TOO_LONG}",
+            ENV_ENTRY_HINT,
         )
 
 

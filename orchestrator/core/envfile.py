@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
-from orchestrator.core.bounds import MAX_ARG_BYTES
+from orchestrator.core.bounds import ENV_ENTRY_HINT, ENV_ENTRY_TOO_LONG, MAX_ARG_BYTES
 from orchestrator.errors import EnvFileError
 
 __all__ = ["MAX_FILE_BYTES", "Dialect", "check_size", "edit", "lint", "quote_value", "read_values", "validate_name"]
@@ -875,9 +875,8 @@ def _validated(changes: Mapping[str, str | None]) -> dict[str, str | None]:
         entry = len(key) + 1 + len(value.encode("utf-8", errors="surrogateescape"))
         if entry > MAX_ARG_BYTES:  # e.g. an args variable a flag factor composed from the file's value
             raise EnvFileError(
-                f"{key}: value of {entry - len(key) - 1:,} bytes: Linux starts a process with an environment "
-                "entry (KEY=value) of at most 128 KiB, so the unit would fail to start (Argument list too long)",
-                hint="pass a large setting through a file the server reads",
+                f"{key}: value of {entry - len(key) - 1:,} bytes: {ENV_ENTRY_TOO_LONG}",
+                hint=ENV_ENTRY_HINT,
             )
     return dict(changes)
 
