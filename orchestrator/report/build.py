@@ -1171,7 +1171,7 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
 def _unmeasured(report: Report, metric: str) -> str:
     """A clause naming the cells with no data of `metric` (every trial failed, or none ran): a result
     "between any cell and the baseline" would speak for cells nothing was measured in; "" if none."""
-    gone = [c for c in report.cells if not c.is_baseline and not c.proportions[metric].rate.n]
+    gone = _not_compared(report, metric)
     if not gone:
         return ""
     named = _join([f"cell {fmt_levels(c.levels)}" for c in gone[:3]]) + (
@@ -1183,10 +1183,14 @@ def _unmeasured(report: Report, metric: str) -> str:
 
 def _of_compared(report: Report, metric: str, moved: int) -> str:
     """'2 of 7 cells', or '1 of the 2 cells compared' when some cells have no data of `metric`."""
-    compared = sum(1 for c in report.cells if not c.is_baseline and c.proportions[metric].rate.n)
-    if compared == len(report.cells) - 1:
-        return f"{moved} of {compared} cells"
-    return f"{moved} of the {compared} cells compared"
+    gone = _not_compared(report, metric)
+    compared = len(report.cells) - 1 - len(gone)
+    return f"{moved} of the {compared} cells compared" if gone else f"{moved} of {compared} cells"
+
+
+def _not_compared(report: Report, metric: str) -> list[CellView]:
+    """The cells besides the baseline with no data of `metric` (every trial failed, or none ran)."""
+    return [c for c in report.cells if not c.is_baseline and not c.proportions[metric].rate.n]
 
 
 def _estimated_phi(manifest: RunManifest, by_metric: Mapping[str, MetricRows]) -> dict[str, float]:
