@@ -49,6 +49,7 @@ from orchestrator.core.model import (
     secret_values,
 )
 from orchestrator.core.redact import Redactor
+from orchestrator.core.reprourls import STRAY_URL_HINT, known_ports, origins, stray_url_message
 from orchestrator.core.serverconf import (
     MetricsShape,
     VerifyShape,
@@ -79,6 +80,7 @@ MAX_VALID_RULES = 100
 MAX_METRICS = 32
 MAX_COLLECTORS = 32
 MAX_SECRETS = 256
+MAX_ALLOW_URLS = 64
 MAX_REPEATED_FAILURES = 1000
 MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
@@ -131,6 +133,8 @@ class ReproShape(_Shape):
     metrics: dict[str, MetricShape] = Field(min_length=1, max_length=MAX_METRICS)
     valid: list[ValidShape] = Field(default=[], max_length=MAX_VALID_RULES)
     warmup: str | None = None  # a command run after ready, before the measured repro; never counted
+    # loopback or inventory URLs the repro may reach besides orch's servers (core.reprourls)
+    allow_urls: list[str] = Field(default=[], max_length=MAX_ALLOW_URLS)
 
 
 class CollectShape(_Shape):
@@ -1215,7 +1219,9 @@ def _build_repro(r: ReproShape, source: SourceMap) -> Repro:
     valid = tuple(_build_valid(i, v, {m.name: m for m in metrics}, source) for i, v in enumerate(r.valid))
     if r.warmup is not None:
         check_template(r.warmup, source, ("repro", "warmup"))
-    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics, valid, r.warmup)
+    for i, url in enumerate(r.allow_urls):
+        _check_url(url, source, ("repro", "allow_urls", i))
+    return Repro(r.command, r.on, r.timeout, r.expected_duration, metrics, valid, r.warmup, tuple(r.allow_urls))
 
 
 def _build_valid(i: int, v: ValidShape, metrics: dict[str, MetricSpec], source: SourceMap) -> ValidRule:
@@ -1344,6 +1350,7 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
         if role not in roles:
             raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint(role))
     check_roles(matrix.server_metrics, matrix.verify, roles, src, hint)
+    _check_repro_urls(matrix, testbed)
     known = STATIC_PLACEHOLDERS | {f"{r}_url" for r in roles}
     client = client_placeholders(matrix)  # filled per cell: the repro's (and warm-up's), not collectors'
     for where, template in [
@@ -1361,3 +1368,23 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
                     f"undefined placeholder {{{name}}}",
                     f"did you mean {{{close[0]}}}?" if close else f"known: {', '.join(sorted(known))}",
                 )
+
+
+def _check_repro_urls(matrix: Matrix, testbed: Testbed) -> None:
+    """A literal URL the repro reaches on loopback or an inventory host must be one of orch's
+    servers (core.reprourls): else a stranger there would serve the trials, and they would count."""
+    endpoints = matrix.server_metrics.endpoints if matrix.server_metrics else None
+    known = known_ports(
+        testbed,
+        [(e.role, e.port) for e in endpoints or () if e.role is not None and e.port is not None],
+        [e.url for e in endpoints or () if e.url is not None],
+        matrix.repro.allow_urls,
+    )
+    repro = matrix.repro
+    texts: list[tuple[PathKey, str]] = [(("repro", "command"), repro.command)]
+    texts += [(("repro", "warmup"), repro.warmup)] if repro.warmup else []
+    texts += [(("factors", f.name, "levels"), v) for f in matrix.factors for lv in f.levels for v in lv.client.values()]
+    for where, text in texts:
+        for origin in origins(text):
+            if not known.serves(origin):
+                raise matrix.source.error(where, stray_url_message(origin, known), STRAY_URL_HINT)

@@ -99,6 +99,7 @@ class Repro:
     metrics: tuple[MetricSpec, ...]
     valid: tuple[ValidRule, ...] = ()
     warmup: str | None = None  # command run after ready and before the measured repro (not counted)
+    allow_urls: tuple[str, ...] = ()  # loopback/inventory URLs it may reach besides orch's servers
 
 
 @dataclass(frozen=True)
