@@ -214,6 +214,12 @@ class IdentityError(VerificationError):
         super().__init__(message, detail=detail)
 
 
+class ReproNotServed(IdentityError):
+    """The repro reported sessions, but orch's servers counted no request while it ran (their
+    request counters, scraped before and after): its URL reached another server, so the trial was
+    not served by orch's processes (void: retried, never data)."""
+
+
 class WorkloadError(OrchError):
     """The repro failed: non-zero exit, timeout, or metrics missing from its output."""
 

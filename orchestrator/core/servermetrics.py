@@ -14,13 +14,16 @@ Names in the trial record: `server.<endpoint>.<metric>.<stat>`, e.g.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.core.promtext import Histogram, Scrape
 from orchestrator.core.records import MetricValue
 
 PREFIX = "server."
 QUANTILES = (0.5, 0.9, 0.99)
+# the counters of requests served: an SGLang worker's (finished generate/chat requests; health
+# checks are GETs) and the SGLang router's (every request it routed)
+REQUEST_COUNTERS = ("sglang:num_requests_total", "smg_router_requests_total")
 
 
 def counter_delta(before: float, after: float) -> float:
@@ -93,6 +96,21 @@ def missing(endpoint: str, reason: str) -> dict[str, MetricValue]:
     """A failed scrape: one marker in the record (value absent, the reason as its unit), so the
     trial still counts and the report can say which endpoint was not measured."""
     return {f"{PREFIX}{endpoint}.missing": MetricValue(kind="number", value=None, unit=reason[:200])}
+
+
+def requests_counted(values: Mapping[str, MetricValue], endpoints: Iterable[str]) -> float | None:
+    """How many requests these endpoints (orch's own servers) counted during the repro: the sum of
+    their request counters' deltas; None when that cannot be told: an endpoint not measured (a
+    failed scrape: the requests may have gone there) or no request counter kept by any."""
+    total, seen = 0.0, False
+    for endpoint in endpoints:
+        if f"{PREFIX}{endpoint}.missing" in values:
+            return None
+        for counter in REQUEST_COUNTERS:
+            got = values.get(f"{PREFIX}{endpoint}.{counter}.delta")
+            if got is not None and got.value is not None:
+                total, seen = total + got.value, True
+    return total if seen else None
 
 
 def is_server_metric(name: str) -> bool:

@@ -172,6 +172,15 @@ class Telemetry:
                 out[f"{gpustat.PREFIX}{role}.missing"] = MetricValue(kind="number", value=None, unit=why[:200])
         return out
 
+    @property
+    def role_endpoints(self) -> list[str]:
+        """The endpoints of orch's own servers: a role's (a `url:` endpoint may be any server)."""
+        return [t.endpoint.name for t in self.targets if t.endpoint.role is not None]
+
+    def requests_counted(self, values: dict[str, MetricValue]) -> float | None:
+        """The requests orch's servers counted during the repro (core.servermetrics)."""
+        return servermetrics.requests_counted(values, self.role_endpoints)
+
     def _scrape(self, target: Target) -> Scrape | str:
         return self._parse(target, self._fetch(target))
 

@@ -80,6 +80,7 @@ from orchestrator.errors import (
     JournalError,
     LeftBehind,
     OrchError,
+    ReproNotServed,
     SweepStopped,
     VerificationError,
     WarmupFailed,
@@ -740,6 +741,21 @@ class Repro:
         check_metric_rules(values, repro.valid)
         return values
 
+    def check_served(self, values: dict[str, MetricValue]) -> None:
+        """A repro that reported sessions while orch's servers counted no request (their request
+        counters, in the trial's server metrics: no scrape of its own) reached some other server,
+        e.g. a literal URL the matrix allows; the trial is void (ReproNotServed)."""
+        if self.telemetry is None:
+            return
+        specs = self.plan.matrix.repro.metrics
+        sessions = sum(values[m.name].n or 0 for m in specs if m.kind == "proportion" and m.name in values)
+        if sessions and self.telemetry.requests_counted(values) == 0:
+            raise ReproNotServed(
+                f"no request reached orch's servers during the repro, which reported {sessions} sessions (the "
+                f"request counters of {', '.join(self.telemetry.role_endpoints)} rose by 0): another server "
+                "answered it (the trial is void: point the repro at {router_url} or {<role>_url})"
+            )
+
     def collect_logs(
         self, trial: TrialDir, since: float, quiet: bool = False, ids_of: Collection[str] = ()
     ) -> CollectedLogs:
@@ -898,6 +914,7 @@ class TrialPhases:
         ctx.metrics.update(repro.run_collectors(collected.texts, trial))
         if server is not None:
             ctx.metrics.update(server.result())
+            repro.check_served(ctx.metrics)
 
     def _start_beside(self, step: Step, ctx: TrialContext, verified: bool) -> None:
         """Start the checks that run beside the repro (once): the live-env check unless it ran

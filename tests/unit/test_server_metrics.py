@@ -13,8 +13,16 @@ from fakes import make_matrix
 
 from orchestrator.core import gpustat
 from orchestrator.core.promtext import Histogram, Scrape, name_filter, parse, relevant_lines
+from orchestrator.core.records import MetricValue
 from orchestrator.core.serverconf import SGLANG_NAMES, VerifyRule, reported_mismatch
-from orchestrator.core.servermetrics import bucket_deltas, counter_delta, missing, quantile, trial_values
+from orchestrator.core.servermetrics import (
+    bucket_deltas,
+    counter_delta,
+    missing,
+    quantile,
+    requests_counted,
+    trial_values,
+)
 from orchestrator.errors import MISSING, ConfigError, ReportedMismatch, ScrapeError, VerificationError
 
 KEEP_SGLANG = name_filter(SGLANG_NAMES)
@@ -271,3 +279,20 @@ def test_the_simulators_exposition_parses_back_to_what_it_observed() -> None:
     e2e = got.histograms["sglang:e2e_request_latency_seconds"]
     assert (e2e.count, round(e2e.total, 6)) == (3, 0.307)
     assert dict(e2e.buckets)[0.005] == 2 and dict(e2e.buckets)[0.4] == 3 and e2e.buckets[-1] == (math.inf, 3)
+
+
+def test_requests_counted_sums_the_request_counters_of_the_endpoints_it_is_given() -> None:
+    def num(value: float | None) -> MetricValue:
+        return MetricValue(kind="number", value=value)
+
+    values = {
+        "server.decode.sglang:num_requests_total.delta": num(0),
+        "server.router.smg_router_requests_total.delta": num(3),
+        "server.far.sglang:num_requests_total.delta": num(40),  # not asked about
+        "server.decode.sglang:prompt_tokens_total.delta": num(900),  # not a request counter
+    }
+    assert requests_counted(values, ["decode", "router"]) == 3
+    assert requests_counted(values, ["decode"]) == 0
+    assert requests_counted(values, ["prefill"]) is None  # no request counter kept: cannot tell
+    lost = {**values, "server.router.missing": MetricValue(kind="number", value=None, unit="HTTP 503")}
+    assert requests_counted(lost, ["decode", "router"]) is None  # the requests may have gone where no one looked

@@ -269,3 +269,41 @@ def test_a_scrape_that_never_finishes_is_missing_after_its_timeout() -> None:
         thread.join(5)
     assert f"no complete answer within {timeout_s:g} s" in got["server.slow.missing"].unit
     assert took < 2 * timeout_s + 1.7  # two rounds of at most ~timeout_s (a per-read timeout alone never ends)
+
+
+class Idle(Worker):
+    """A worker that served none of the repro's requests: its counter never moves."""
+
+    def metrics(self) -> str:
+        with self.lock:
+            self.scrapes += 1
+        return "# TYPE sglang:num_requests_total counter\nsglang:num_requests_total 7\n"
+
+
+def test_a_repro_that_reported_sessions_none_of_orchs_servers_counted_is_void(tmp_path: Path) -> None:
+    bed = decode_bed()
+    result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={})
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert record.failure is not None and record.failure.error == "ReproNotServed"
+        assert "no request reached orch's servers during the repro, which reported 10 sessions" in str(
+            record.failure.message
+        )
+        assert record.metrics == {}  # never data
+
+
+def test_a_url_endpoint_counting_requests_does_not_vouch_for_the_repro(tmp_path: Path) -> None:
+    """An endpoint given by `url:` may be any server (the one the repro reached, even): only the
+    roles' own endpoints say whether orch's servers were served."""
+    bed = decode_bed()
+    busy, idle = Worker(bed), Idle(bed)
+
+    def extra(request: httpx.Request) -> httpx.Response | None:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=(busy if request.url.host == "elsewhere.fake" else idle).metrics())
+        return None
+
+    endpoints = {"d": {"role": "decode"}, "far": {"url": "http://elsewhere.fake:9/metrics"}}
+    result = run(bed, client_for(bed, extra), tmp_path / "run", metrics={"endpoints": endpoints, "gpu": False})
+    assert (result.completed, result.failed) == (0, 2)
+    assert {r.failure.error for r in result.records if r.failure} == {"ReproNotServed"}
