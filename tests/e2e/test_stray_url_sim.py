@@ -17,6 +17,7 @@ import pytest
 from helpers.netutil import free_ports, port_open
 from helpers.procs import pid_running
 from helpers.sim_sweep import ENV_FILES, make_inventory
+from helpers.strangers import overlap_matrix
 
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
@@ -25,29 +26,23 @@ from orchestrator.sweep.runner import Runner, RunOptions
 
 pytestmark = pytest.mark.sim
 
-MATRIX = """\
-name: stray-url
-factors:
-  overlap:
-    env: {{decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}}
-    levels: [on, off]
-order: sequential
-stop_after_repeated_failures: 0
-repro:
-  command: "{{python}} -m orchestrator.sim.repro --router {stray} --sessions 4 --rounds 1 --seed {{trial_seed}}"
-  allow_urls: ["{stray}"]
-  timeout: 60
-  metrics:
-    corruption: {{kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}}
-metrics: {{gpu: false}}
-"""
+
+def stray_matrix(stray_url: str) -> str:
+    """The strangers' one-factor matrix with the stray's URL written out (and allowed), one trial
+    a cell, never stopped early, server metrics on."""
+    return (
+        overlap_matrix("stray-url")
+        .replace("{router_url}", stray_url)
+        .replace("replicates: 2", "replicates: 1\nstop_after_repeated_failures: 0")
+        .replace("  timeout: 60\n", f'  timeout: 60\n  allow_urls: ["{stray_url}"]\n')
+    ) + "metrics: {gpu: false}\n"
 
 
 def test_a_repro_served_by_a_stray_server_behind_a_literal_url_yields_no_data(tmp_path: Path) -> None:
     inv, ports = make_inventory(tmp_path)
     (stray_port,) = free_ports(1)
     stray_url = f"http://127.0.0.1:{stray_port}"
-    (tmp_path / "m.yaml").write_text(MATRIX.format(stray=stray_url))
+    (tmp_path / "m.yaml").write_text(stray_matrix(stray_url))
     originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
     stray_log = tmp_path / "stray.log"
     with stray_log.open("wb") as log:
