@@ -34,7 +34,6 @@ from orchestrator.report.build import (
     fmt_rate,
     result_headline,
     suspect_reasons,
-    testbed_findings,
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
@@ -42,6 +41,7 @@ from orchestrator.report.model import HuntView, Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.summary import RunSummary
+from orchestrator.report.testbeds import testbed_findings
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import TrialRow, iter_records, read_records_at
 from orchestrator.store.liveness import run_state
