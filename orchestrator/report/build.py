@@ -1275,7 +1275,8 @@ def _directions(d: power.Detectable) -> str:
 
 def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
     """Interactions that survive the policy: three-way first (an AND of three flags), then
-    "overlap matters only when cuda_graph is on" for two-way ones."""
+    "overlap matters when cuda_graph is on; with cuda_graph off its effect was not shown" for
+    two-way ones."""
     ranked = sorted(
         (i for i in report.interactions if i.metric == metric and i.finding),
         key=lambda i: (-i.order, i.p_holm, -abs(i.estimate)),
@@ -1296,12 +1297,15 @@ def _interaction_text(report: Report, metric: str, inter: InteractionView) -> st
             "the levels of all the others (not a sum of pairwise effects)."
         )
     options = [_two_way_text(report, metric, inter, i) for i in (0, 1)]
-    readable = [t for t in options if t]
-    only = [t for t in readable if " only when " in t]
-    return (only or readable or [""])[0]
+    readable = [(text, one_shown) for text, one_shown in options if text]
+    contrasted = [text for text, one_shown in readable if one_shown]  # a finding beside a non-finding reads clearest
+    return (contrasted or [text for text, _ in readable] or [""])[0]
 
 
-def _two_way_text(report: Report, metric: str, inter: InteractionView, which: int) -> str:
+def _two_way_text(report: Report, metric: str, inter: InteractionView, which: int) -> tuple[str, bool]:
+    """The interaction as `factor`'s effect at each level of the other factor, and whether only one
+    of the two is a finding. A non-finding is "not shown", never "no effect": its interval, printed
+    beside it, is what the data bound it to, so the sentence never says "only when"."""
     factor, level, ref = inter.factors[which], inter.levels[which], inter.references[which]
     m = inter.factors[1 - which]
     conditional = {
@@ -1311,15 +1315,21 @@ def _two_way_text(report: Report, metric: str, inter: InteractionView, which: in
     }
     at_level, at_ref = conditional.get(inter.levels[1 - which]), conditional.get(inter.references[1 - which])
     if at_level is None or at_ref is None:
-        return ""
+        return "", False
     strong, weak = (at_level, at_ref) if abs(at_level.estimate) >= abs(at_ref.estimate) else (at_ref, at_level)
-    how = "only when" if strong.finding and not weak.finding else "more when"
-    return (
-        f"{factor} matters {how} {m}={strong.given[m]}: switching {factor} from {ref} to {level} changes "
-        f"{metric} by {fmt_pts(strong)} ({fmt_p(strong.p_holm)}) with {m}={strong.given[m]}, but by "
-        f"{fmt_pts(weak)} ({fmt_p(weak.p_holm)}) with {m}={weak.given[m]} (interaction {fmt_pts(inter)}, "
-        f"{fmt_p(inter.p_holm)}; all Holm)."
+    switching = (
+        f"switching {factor} from {ref} to {level} changes {metric} by {fmt_pts(strong)} ({fmt_p(strong.p_holm)})"
     )
+    interaction = f"(interaction {fmt_pts(inter)}, {fmt_p(inter.p_holm)}; all Holm)"
+    if strong.finding and not weak.finding:
+        return (
+            f"{factor} matters when {m}={strong.given[m]}: {switching}; with {m}={weak.given[m]} its effect was not "
+            f"shown ({fmt_pts(weak)}, {fmt_p(weak.p_holm)}) {interaction}."
+        ), True
+    return (
+        f"{factor} matters more when {m}={strong.given[m]}: {switching} with {m}={strong.given[m]}, but by "
+        f"{fmt_pts(weak)} ({fmt_p(weak.p_holm)}) with {m}={weak.given[m]} {interaction}."
+    ), False
 
 
 def _number_effect_findings(report: Report, primary: str | None, limit: int = 3) -> list[Finding]:
