@@ -67,9 +67,23 @@ def clause(metric: str, cells: Iterable[CellView]) -> str:
     return (
         f" Caution: {metric} is compared over completed trials only, and the compared cells lost different shares "
         f"of their trials: {_name(most)}: {most.missing.get(metric, 0)} of its {most.ran} finished trials {WORDS} "
-        f"(failed); {_name(least)}: {least.missing.get(metric, 0)} of {least.ran}. If the lost trials were the hard "
-        f"ones (a crash under load leaves a cell its easy trials), the comparison flatters {_name(most)}."
+        f"({_how_lost(most, metric)}); {_name(least)}: {least.missing.get(metric, 0)} of {least.ran}. If the lost "
+        "trials were the hard ones (a crash under load leaves a cell its easy trials), the comparison flatters "
+        f"{_name(most)}."
     )
+
+
+def _how_lost(cell: CellView, metric: str) -> str:
+    """What the cell's trials without `metric` were: failed for good (its finished trials beyond the
+    completed ones), or completed with no measurement of it (an older journal's record of a
+    proportion over 0 sessions, a number left empty): not failures, so not called so."""
+    lost = cell.missing.get(metric, 0)
+    failed = min(lost, max(0, cell.ran - cell.completed))
+    empty = lost - failed
+    if not empty:
+        return "failed"
+    completed = f"completed without a measurement of {metric}"
+    return f"{failed} failed, {empty} {completed}" if failed else completed
 
 
 def mark(metric: str, cells: Iterable[CellView]) -> str:
