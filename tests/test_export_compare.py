@@ -307,3 +307,36 @@ def test_compare_with_nothing_tested_does_not_read_as_no_difference():
     (line,) = compare(manifest("a", metrics), ta, manifest("b", metrics), tb).summary
     assert "differs significantly" not in line and "0 comparisons could be tested" in line
     assert line.endswith("the differences shown are descriptive only.")
+
+
+def test_compare_marks_a_row_whose_cells_lost_unalike_shares_of_their_trials(tmp_path):
+    """B's overlap=off lost 2 of its 4 trials (failed for good), A's none: that row carries the
+    report's mark (report.missing), in the model, the summary and the page; a failure retried to
+    completion is no loss, and overlap=on (both whole) is unmarked."""
+    on_a, on_b = (6, 7, 6, 8), (0, 1, 0, 1)
+    a = [trial("a", i, "on", k) for i, k in enumerate(on_a)] + [trial("a", 4 + i, "off", 1) for i in range(4)]
+    b = [trial("b", i, "on", k) for i, k in enumerate(on_b)] + [trial("b", 4 + i, "off", 1) for i in range(2)]
+    b += [trial("b", 6, "off", 0, failed=True), trial("b", 7, "off", 0, failed=True)]
+    b[0] = b[0].model_copy(update={"attempt": 2})  # its first attempt failed and was retried
+    b.insert(0, trial("b", 0, "on", 0, failed=True).model_copy(update={"retried": True}))
+    c = compare(manifest("a"), a, manifest("b"), b)
+    rows = {(r.cell, r.metric): r for r in c.rows}
+    expected = "caution: B 2 of 4 finished trials without data, A 0 of 4; compared over completed trials only"
+    assert rows[("overlap=off", "corruption")].caution == expected
+    assert rows[("overlap=off", "wall")].caution == expected
+    assert rows[("overlap=on", "corruption")].caution == "" and rows[("overlap=on", "wall")].caution == ""
+    ra, rb = write_run(tmp_path, "a", a), write_run(tmp_path, "b", b)
+    assert f"({expected})" in write_comparison_page(ra, rb).path.read_text()
+
+
+def test_compare_marks_a_significant_row_in_its_summary_line():
+    """The row found significant lost unalike shares: its summary line says so too."""
+    on_a, on_b, off = (6, 7, 6, 8, 7), (0, 1, 0, 1), (0, 1, 1, 0)
+    a = [trial("a", i, "on", k) for i, k in enumerate(on_a)] + [trial("a", 5 + i, "off", k) for i, k in enumerate(off)]
+    b = [trial("b", i, "on", k) for i, k in enumerate(on_b)] + [trial("b", 4 + i, "off", k) for i, k in enumerate(off)]
+    b += [trial("b", 8, "on", 0, failed=True)]  # B's overlap=on: 1 of 5 lost (20%), A's none
+    c = compare(manifest("a"), a, manifest("b"), b)
+    [line] = [s for s in c.summary if s.startswith("corruption in overlap=on")]
+    assert line.endswith(
+        "(caution: B 1 of 5 finished trials without data, A 0 of 5; compared over completed trials only)"
+    )

@@ -208,3 +208,36 @@ def test_the_charts_red_marks_carry_the_caution_too() -> None:
     html = render_report(build_report(*_run_with_a_crashing_cell(high=False)))
     charts = html.split('<section id="charts">', 1)[1].split("</section>", 1)[0]
     assert charts.count(f"(caution: trials {missing.WORDS})") >= 2, charts  # the cell's rate, a's effect
+
+
+@pytest.mark.parametrize(
+    ("failed", "said"),
+    [
+        (0, "4 of its 10 finished trials without data (completed without a measurement of failures)"),
+        (2, "6 of its 10 finished trials without data (2 failed, 4 completed without a measurement of failures)"),
+    ],
+)
+def test_trials_completed_without_the_metric_are_not_called_failed(failed: int, said: str) -> None:
+    """An older journal's records of a proportion over 0 sessions (n = 0) are completed trials with no
+    measurement of it: the caution counts them as without data and says what they were, not "failed"."""
+    cells = []
+    for levels in ({"a": a, "b": b} for a in ("on", "off") for b in ("on", "off")):
+        k = 0 if levels == CRASHY else 10
+        cells.append((levels, [{"failures": (k + i % 2, 30), "latency": 30.0 + i} for i in range(10)]))
+    manifest, records = cell_run(FACTORS, BASE, cells, metrics=dict(METRICS))
+    crashy = [p for p in manifest.plan if p.levels == CRASHY]
+    empty, gone = {p.trial for p in crashy[:4]}, {p.trial: p for p in crashy[4 : 4 + failed]}
+    records = [
+        failed_record(gone[r.trial]) if r.trial in gone else _no_sessions(r) if r.trial in empty else r for r in records
+    ]
+    found = [f.text for f in build_report(manifest, records).headline if f.kind == "finding"]
+    cautioned = [t for t in found if "Caution: failures" in t]
+    assert cautioned, found
+    for text in cautioned:
+        assert f"cell a=off, b=on: {said}; " in text and "(failed)" not in text, text
+
+
+def _no_sessions(record: TrialRecord) -> TrialRecord:
+    """The record as an older journal wrote a proportion it measured over no session: n = 0."""
+    metrics = {**record.metrics, "failures": record.metrics["failures"].model_copy(update={"k": 0, "n": 0})}
+    return record.model_copy(update={"metrics": metrics})

@@ -61,6 +61,7 @@ from orchestrator.report.model import (
 )
 from orchestrator.report.provenance import Served, controller_lines, served
 from orchestrator.report.servertable import server_table
+from orchestrator.report.testbeds import testbed_findings as testbed_findings  # its home; kept importable here
 from orchestrator.store.journal import TrialRow
 from orchestrator.store.runtrials import completed_rows, trial_rows
 
@@ -1274,7 +1275,8 @@ def _directions(d: power.Detectable) -> str:
 
 def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
     """Interactions that survive the policy: three-way first (an AND of three flags), then
-    "overlap matters only when cuda_graph is on" for two-way ones."""
+    "overlap matters when cuda_graph is on; with cuda_graph off its effect was not shown" for
+    two-way ones."""
     ranked = sorted(
         (i for i in report.interactions if i.metric == metric and i.finding),
         key=lambda i: (-i.order, i.p_holm, -abs(i.estimate)),
@@ -1295,12 +1297,15 @@ def _interaction_text(report: Report, metric: str, inter: InteractionView) -> st
             "the levels of all the others (not a sum of pairwise effects)."
         )
     options = [_two_way_text(report, metric, inter, i) for i in (0, 1)]
-    readable = [t for t in options if t]
-    only = [t for t in readable if " only when " in t]
-    return (only or readable or [""])[0]
+    readable = [(text, one_shown) for text, one_shown in options if text]
+    contrasted = [text for text, one_shown in readable if one_shown]  # a finding beside a non-finding reads clearest
+    return (contrasted or [text for text, _ in readable] or [""])[0]
 
 
-def _two_way_text(report: Report, metric: str, inter: InteractionView, which: int) -> str:
+def _two_way_text(report: Report, metric: str, inter: InteractionView, which: int) -> tuple[str, bool]:
+    """The interaction as `factor`'s effect at each level of the other factor, and whether only one
+    of the two is a finding. A non-finding is "not shown", never "no effect": its interval, printed
+    beside it, is what the data bound it to, so the sentence never says "only when"."""
     factor, level, ref = inter.factors[which], inter.levels[which], inter.references[which]
     m = inter.factors[1 - which]
     conditional = {
@@ -1310,15 +1315,21 @@ def _two_way_text(report: Report, metric: str, inter: InteractionView, which: in
     }
     at_level, at_ref = conditional.get(inter.levels[1 - which]), conditional.get(inter.references[1 - which])
     if at_level is None or at_ref is None:
-        return ""
+        return "", False
     strong, weak = (at_level, at_ref) if abs(at_level.estimate) >= abs(at_ref.estimate) else (at_ref, at_level)
-    how = "only when" if strong.finding and not weak.finding else "more when"
-    return (
-        f"{factor} matters {how} {m}={strong.given[m]}: switching {factor} from {ref} to {level} changes "
-        f"{metric} by {fmt_pts(strong)} ({fmt_p(strong.p_holm)}) with {m}={strong.given[m]}, but by "
-        f"{fmt_pts(weak)} ({fmt_p(weak.p_holm)}) with {m}={weak.given[m]} (interaction {fmt_pts(inter)}, "
-        f"{fmt_p(inter.p_holm)}; all Holm)."
+    switching = (
+        f"switching {factor} from {ref} to {level} changes {metric} by {fmt_pts(strong)} ({fmt_p(strong.p_holm)})"
     )
+    interaction = f"(interaction {fmt_pts(inter)}, {fmt_p(inter.p_holm)}; all Holm)"
+    if strong.finding and not weak.finding:
+        return (
+            f"{factor} matters when {m}={strong.given[m]}: {switching}; with {m}={weak.given[m]} its effect was not "
+            f"shown ({fmt_pts(weak)}, {fmt_p(weak.p_holm)}) {interaction}."
+        ), True
+    return (
+        f"{factor} matters more when {m}={strong.given[m]}: {switching} with {m}={strong.given[m]}, but by "
+        f"{fmt_pts(weak)} ({fmt_p(weak.p_holm)}) with {m}={weak.given[m]} {interaction}."
+    ), False
 
 
 def _number_effect_findings(report: Report, primary: str | None, limit: int = 3) -> list[Finding]:
@@ -1808,7 +1819,7 @@ def _sha256(text: str) -> str:
 
 # ----------------------------------------------------------------------------- run-level facts
 # Facts that need more than the trial rows: adaptive decisions (journal events) and whether
-# parallel testbeds agree (each trial's testbed). Added to the headline as plain sentences.
+# parallel testbeds differ (each trial's testbed: report.testbeds). Added to the headline as plain sentences.
 
 
 def adaptive_findings(events: Sequence[EventRecord]) -> list[Finding]:
@@ -1877,75 +1888,3 @@ def _side(message: str) -> str:
         if f"(cell {side};" in message:
             return side
     return "different"
-
-
-def testbed_findings(trials: Iterable[TrialRecord], metric: str | None) -> list[Finding]:
-    """Do parallel testbeds differ? Per cell, a test of one rate across testbeds against the
-    trials' own spread (_testbed_pvalues), Holm-adjusted over the cells; a difference means the
-    testbeds are not interchangeable, and no difference is said as not shown, never as agreement."""
-    if metric is None:
-        return []
-    by_group = _testbed_trials(trials, metric)
-    pooled = {c: {tb: _sum_counts(ts) for tb, ts in by_tb.items()} for c, by_tb in by_group.items()}
-    testbeds = sorted({tb for by_tb in pooled.values() for tb in by_tb})
-    if len(testbeds) < 2:
-        return []
-    cells = [c for c, by_tb in pooled.items() if len(by_tb) > 1]
-    if not cells:
-        return [
-            Finding(
-                kind="caution",
-                text=f"Testbeds {', '.join(testbeds)} never ran the same cell: whether they differ cannot be checked.",
-            )
-        ]
-    disp = clustered.dispersion([ts for by_tb in by_group.values() for ts in by_tb.values()])
-    adjusted = stats.holm([_testbed_pvalue(list(pooled[c].values()), disp) for c in cells])
-    how = "" if disp.estimable else f"; {clustered.ASSUMED_NOTE}"
-    differ = [(c, p) for c, p in zip(cells, adjusted, strict=True) if p < stats.ALPHA]
-    if not differ:
-        return [
-            Finding(
-                kind="info",
-                text=f"Testbeds {', '.join(testbeds)} were not shown to differ: no cell's {metric} differs "
-                f"significantly between them, which does not show that they agree (smallest Holm-adjusted p = "
-                f"{min(adjusted):.2g}, "
-                f"{len(cells)} cells run on several testbeds; against trial-to-trial variation{how}).",
-            )
-        ]
-    return [
-        Finding(
-            kind="caution",
-            text=f"Testbeds differ in {c}: "
-            + ", ".join(f"{tb} {k}/{n}" for tb, (k, n) in sorted(pooled[c].items()))
-            + f" (p={p:.2g}, Holm, against trial-to-trial variation{how}); "
-            "treat its pooled numbers with care.",
-        )
-        for c, p in differ
-    ]
-
-
-def _testbed_trials(trials: Iterable[TrialRecord], metric: str) -> dict[str, dict[str, list[tuple[int, int]]]]:
-    """cell -> testbed -> (k, n) of each completed trial: the trials, not their sum, since the
-    spread of trials within one (cell, testbed) is what a difference between testbeds must beat."""
-    found: dict[str, dict[str, list[tuple[int, int]]]] = {}
-    for t in trials:
-        m = t.metrics.get(metric)
-        if t.status != "completed" or m is None or m.n is None:
-            continue
-        found.setdefault(t.cell, {}).setdefault(t.testbed, []).append((m.k or 0, m.n))
-    return found
-
-
-def _sum_counts(counts: Sequence[tuple[int, int]]) -> tuple[int, int]:
-    return sum(k for k, _ in counts), sum(n for _, n in counts)
-
-
-def _testbed_pvalue(counts: Sequence[tuple[int, int]], disp: clustered.Dispersion) -> float:
-    """One cell's testbeds share one rate? Quasi-binomial: the chi-square over its testbeds against
-    the dispersion of trials around their own (cell, testbed) rate (a testbed's sum of trials
-    varies phi times the binomial, so a session-level test calls identical testbeds different in
-    39% of runs at ICC 0.05); with no replicate to estimate phi, the least design effect orch
-    assumes (clustered.prior_inflation), taken as known."""
-    if disp.estimable:
-        return stats.heterogeneity(counts, disp.phi, disp.df)
-    return stats.heterogeneity(counts, clustered.prior_inflation(disp.sessions_per_trial), math.inf)

@@ -15,6 +15,7 @@ page is at most 5%.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,11 +23,12 @@ from pathlib import Path
 from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
+from orchestrator.report import missing
 from orchestrator.report.build import incomplete_reason, versus_baseline
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
-from orchestrator.store.runtrials import completed_rows, read_run_rows
+from orchestrator.store.runtrials import completed_rows, read_run_rows, trial_rows
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Row:
     p: float
     p_holm: float = 1.0
     tested: bool = True  # False: a side has no data; not a test, so not in the Holm family
+    caution: str = ""  # the sides lost unalike shares of their finished trials (report.missing.pair_mark)
 
     @property
     def significant(self) -> bool:
@@ -185,6 +188,7 @@ class MetricTrials:
     trials: int = 0  # trials that have the metric
     counts: list[tuple[int, int]] = field(default_factory=list)  # (k, n) per trial with sessions of it
     values: list[float] = field(default_factory=list)  # a number's value per trial that has one
+    finished: int = 0  # the cell's finished trials: completed, or failed for good (store.runtrials)
 
 
 CellTrials = Mapping[str, Mapping[str, MetricTrials]]  # cell -> metric -> its trials
@@ -203,6 +207,10 @@ def cell_trials(trials: Sequence[TrialRecord | TrialRow], metrics: Iterable[str]
         for v in t.metrics:  # one point a name (a record's metrics are a mapping)
             if v.name in names:
                 _add(cell.setdefault(v.name, MetricTrials()), v)
+    finished = Counter(t.cell for t in trial_rows(rows))
+    for cell_id, cell in out.items():
+        for name in names:
+            cell.setdefault(name, MetricTrials()).finished = finished[cell_id]
     return out
 
 
@@ -240,6 +248,26 @@ def _row(
     disp: clustered.Dispersion | None,
 ) -> Row:
     ta, tb = _of(ca, metric), _of(cb, metric)
+    return replace(_tested_row(cell, metric, kind, ta, tb, disp), caution=_caution(kind, ta, tb))
+
+
+def _caution(kind: str, ta: MetricTrials, tb: MetricTrials) -> str:
+    """The report's mark (report.missing) when A's and B's cell lost unalike shares of their finished
+    trials (failed for good, or completed without the metric): a cell that lost half its trials
+    compared with one that lost none is compared over the trials each kept, which flatters the
+    one that lost its hard ones. On every row, not only significant ones: the loss can hide a
+    difference as well as make one."""
+
+    def lost(side: str, t: MetricTrials) -> missing.Lost:
+        measured = len(t.counts) if kind == "proportion" else len(t.values)
+        return missing.Lost(side, max(0, t.finished - measured), t.finished)
+
+    return missing.pair_mark(lost("A", ta), lost("B", tb))
+
+
+def _tested_row(
+    cell: str, metric: str, kind: str, ta: MetricTrials, tb: MetricTrials, disp: clustered.Dispersion | None
+) -> Row:
     a, b = _side(ta, kind, disp), _side(tb, kind, disp)
     if kind == "proportion":
         assert a.k is not None and a.n is not None and b.k is not None and b.n is not None and disp is not None
@@ -288,13 +316,18 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
                 f"{r.metric} in {r.cell}: {_pct(r.a.k, r.a.n)} in {a.run_id} vs {_pct(r.b.k, r.b.n)} "
                 f"in {b.run_id}, difference {100 * (r.diff or 0):+.1f} pts "
                 f"[{100 * (r.diff_low or 0):+.1f}, {100 * (r.diff_high or 0):+.1f}] (p={r.p_holm:.2g}, Holm)"
+                + _said(r.caution)
             )
         else:
             out.append(
                 f"{r.metric} in {r.cell}: median {r.a.median.estimate:g} vs {r.b.median.estimate:g} "  # type: ignore[union-attr]
-                f"(p={r.p_holm:.2g}, Holm)"
+                f"(p={r.p_holm:.2g}, Holm)" + _said(r.caution)
             )
     return tuple(out)
+
+
+def _said(caution: str) -> str:
+    return f" ({caution})" if caution else ""
 
 
 def _pct(k: int | None, n: int | None) -> str:

@@ -16,7 +16,7 @@ trials would have changed the result, so it is a caution, not a verdict).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from orchestrator.report.model import CellView, EffectView, InteractionView, NeighbourView, NumberEffectView
 
@@ -25,6 +25,7 @@ from orchestrator.report.model import CellView, EffectView, InteractionView, Nei
 # hiccup in a 12-trial cell; at 10 points one failure in 2-9 trials is told, as it is material there.
 MATERIAL = 0.10
 WORDS = "without data"  # the phrase every such caution uses (bench/bench_truth.py looks for it)
+_Side = TypeVar("_Side")  # what a share belongs to: a cell of the report, or a side of `orch compare`
 
 
 def without_data(finished: Mapping[str, int], measured: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
@@ -44,7 +45,11 @@ def share(cell: CellView, metric: str) -> float | None:
 def unalike(metric: str, cells: Iterable[CellView]) -> tuple[CellView, CellView] | None:
     """The rule every caution follows: the compared cells that lost the largest and the smallest share
     of their finished trials without `metric`, when those shares differ by MATERIAL or more; else None."""
-    known = [(s, c) for c in _unique(cells) if (s := share(c, metric)) is not None]
+    return _unalike([(s, c) for c in _unique(cells) if (s := share(c, metric)) is not None])
+
+
+def _unalike(known: Sequence[tuple[float, _Side]]) -> tuple[_Side, _Side] | None:
+    """(most, least) of shares without data, when they differ by MATERIAL or more: the one rule."""
     if len(known) < 2:
         return None
     (low, least), (high, most) = min(known, key=_by_share), max(known, key=_by_share)
@@ -62,9 +67,23 @@ def clause(metric: str, cells: Iterable[CellView]) -> str:
     return (
         f" Caution: {metric} is compared over completed trials only, and the compared cells lost different shares "
         f"of their trials: {_name(most)}: {most.missing.get(metric, 0)} of its {most.ran} finished trials {WORDS} "
-        f"(failed); {_name(least)}: {least.missing.get(metric, 0)} of {least.ran}. If the lost trials were the hard "
-        f"ones (a crash under load leaves a cell its easy trials), the comparison flatters {_name(most)}."
+        f"({_how_lost(most, metric)}); {_name(least)}: {least.missing.get(metric, 0)} of {least.ran}. If the lost "
+        "trials were the hard ones (a crash under load leaves a cell its easy trials), the comparison flatters "
+        f"{_name(most)}."
     )
+
+
+def _how_lost(cell: CellView, metric: str) -> str:
+    """What the cell's trials without `metric` were: failed for good (its finished trials beyond the
+    completed ones), or completed with no measurement of it (an older journal's record of a
+    proportion over 0 sessions, a number left empty): not failures, so not called so."""
+    lost = cell.missing.get(metric, 0)
+    failed = min(lost, max(0, cell.ran - cell.completed))
+    empty = lost - failed
+    if not empty:
+        return "failed"
+    completed = f"completed without a measurement of {metric}"
+    return f"{failed} failed, {empty} {completed}" if failed else completed
 
 
 def mark(metric: str, cells: Iterable[CellView]) -> str:
@@ -73,10 +92,30 @@ def mark(metric: str, cells: Iterable[CellView]) -> str:
     pair = unalike(metric, cells)
     if pair is None:
         return ""
-    most, least = pair
+    most, least = (Lost(_name(c), c.missing.get(metric, 0), c.ran) for c in pair)
+    return _mark_text(most, least)
+
+
+class Lost(NamedTuple):
+    """One side of a comparison by what it lost: its name, its finished trials without the metric,
+    its finished trials."""
+
+    name: str
+    missing: int
+    ran: int
+
+
+def pair_mark(a: Lost, b: Lost) -> str:
+    """mark() for two sides known only by their counts (`orch compare`: one cell in run A and in run
+    B), by the same rule (unalike); "" when they lost alike or a side finished no trial."""
+    pair = _unalike([(side.missing / side.ran, side) for side in (a, b) if side.ran])
+    return "" if pair is None else _mark_text(*pair)
+
+
+def _mark_text(most: Lost, least: Lost) -> str:
     return (
-        f"caution: {_name(most)} {most.missing.get(metric, 0)} of {most.ran} finished trials {WORDS}, "
-        f"{_name(least)} {least.missing.get(metric, 0)} of {least.ran}; compared over completed trials only"
+        f"caution: {most.name} {most.missing} of {most.ran} finished trials {WORDS}, "
+        f"{least.name} {least.missing} of {least.ran}; compared over completed trials only"
     )
 
 
@@ -148,7 +187,7 @@ def _name(cell: CellView) -> str:
     return f"the baseline ({levels})" if cell.is_baseline else f"cell {levels}"
 
 
-def _by_share(item: tuple[float, CellView]) -> float:
+def _by_share(item: tuple[float, object]) -> float:
     return item[0]
 
 

@@ -34,7 +34,6 @@ from orchestrator.report.build import (
     fmt_rate,
     result_headline,
     suspect_reasons,
-    testbed_findings,
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
@@ -42,6 +41,7 @@ from orchestrator.report.model import HuntView, Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.summary import RunSummary
+from orchestrator.report.testbeds import testbed_findings
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import TrialRow, iter_records, read_records_at
 from orchestrator.store.liveness import run_state
@@ -240,7 +240,7 @@ def load_report_and_rows(
 
 
 def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:
-    """Adaptive decisions and testbed agreement: only runs that have them pay for the scan."""
+    """Adaptive decisions and whether testbeds differ: only runs that have them pay for the scan."""
     parallel = len(manifest.testbeds) > 1
     adaptive = manifest.adaptive
     if not (parallel or adaptive):
@@ -248,7 +248,8 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
     records = list(iter_records(path))
     trials = [r for r in records if isinstance(r, TrialRecord)]
     events = [r for r in records if isinstance(r, EventRecord)]
-    extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric) if parallel else [])
+    numbers = [m for m, kind in report.metrics.items() if kind == "number"]
+    extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric, numbers) if parallel else [])
     summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
     first = [summary] if summary else []
     return report.model_copy(update={"headline": [*first, *report.headline, *extra]}) if extra or first else report
