@@ -159,6 +159,7 @@ class Services:
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
         self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
         self.resume = "orch resume RUN_DIR"  # the command that continues the run (the runner's, with its folder)
+        self._commands: dict[str, str] = {}  # router host key -> its units' command lines (dp_ranks)
         # (host key, unit) -> its ids after the last trial's repro: a unit the next trial does not
         # restart must still run that process (read_ids)
         self.known_ids: dict[Unit, UnitId] = {}
@@ -373,15 +374,20 @@ class Services:
 
     def dp_ranks(self, key: str) -> bool:
         """Is this router started with --dp-aware (core.routerworkers.dp_aware): in its units'
-        commands, or in its env file as orch last wrote or read it (a value ExecStart expands)?
-        Then its counts are DP ranks: not compared with the instances, and each trial says so."""
+        command lines (the inventory's, or systemd's ExecStart: asked once per run), or in its env
+        file as orch last wrote or read it (a value ExecStart expands)? Then its counts are DP
+        ranks: not compared with the instances, and each trial says so."""
         h, state = self.deployment.hosts[key], self.guard.states.get(key)
+        if key not in self._commands:
+            from orchestrator.edges.provenance import exec_start  # (as describe_hosts: only when asked)
+
+            self._commands[key] = exec_start(h)
         data = b"" if state is None else state.original if state.current is None else state.current
         try:
             values = list(envfile.read_values(data.decode("utf-8", "surrogateescape"), h.host.dialect).values())
         except OrchError:  # a file no unit could start on says nothing of the router's flags
             values = []
-        return dp_aware([u.command or () for u in h.host.units], values)
+        return dp_aware([self._commands[key].split()], values)
 
     def unchecked(self) -> list[str]:
         """What the trial's checks left out, in the user's words, for its record: the worker counts

@@ -166,10 +166,15 @@ def sweep_behind(
     router: Callable[[httpx.Request], httpx.Response],
     events: list[str],
     envs: dict[str, str] = ENVS,
+    router_exec_start: str = "{ argv[]=/usr/bin/srv ; }",
 ) -> RunResult:
     """A 2-cell sweep of the wide testbed whose router answers with `router` (the workers answer
-    as the multi-node fakes do); the repro runs on the router's host and notes "repro" in `events`."""
+    as the multi-node fakes do); the repro runs on the router's host and notes "repro" in `events`.
+    `router_exec_start`: what systemd says the router unit's ExecStart is."""
     b = multi_bed(tmp_path, INVENTORY, envs)
+    b.transports["router"].script(
+        ["systemctl", "show", "-p", "ExecStart", "--value", "sglang-router"], stdout=router_exec_start + "\n"
+    )
     workers = b.client
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -280,13 +285,20 @@ def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_p
     assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro
 
 
-def test_a_dp_aware_router_that_gives_only_counts_is_no_stranger_and_the_record_says_so(tmp_path: Path) -> None:
-    """A router started with --dp-aware (here through its env file, expanded into its ExecStart)
-    registers one worker per DP rank: 2 ranks x 4 instances = 8. Without a worker list, its
-    counts were compared with the 4 instances and every trial failed, "registers 8 workers, the
-    inventory has 4": a stranger's, falsely. Its counts are not compared now, and each trial's
-    record says so. The same router without --dp-aware is still refused by its counts."""
-    envs = {**ENVS, "router": 'R=1\nROUTER_ARGS="--policy cache_aware --dp-aware"\n'}
+@pytest.mark.parametrize("where", ["env file", "ExecStart"])
+def test_a_dp_aware_router_that_gives_only_counts_is_no_stranger_and_the_record_says_so(
+    tmp_path: Path, where: str
+) -> None:
+    """A router started with --dp-aware (through its env file, expanded into its ExecStart, or in
+    the unit's ExecStart itself) registers one worker per DP rank: 2 ranks x 4 instances = 8.
+    Without a worker list, its counts were compared with the 4 instances and every trial failed,
+    "registers 8 workers, the inventory has 4": a stranger's, falsely. Its counts are not compared
+    now, and each trial's record says so. The same router without --dp-aware is still refused."""
+    envs, exec_start = dict(ENVS), "{ argv[]=/usr/bin/srv ; }"
+    if where == "env file":
+        envs["router"] = 'R=1\nROUTER_ARGS="--policy cache_aware --dp-aware"\n'
+    else:
+        exec_start = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang_router.launch_router --dp-aware ; }"
 
     def router(request: httpx.Request) -> httpx.Response:  # no /workers, no /list_workers: counts only
         if request.url.path == "/readiness":
@@ -297,7 +309,7 @@ def test_a_dp_aware_router_that_gives_only_counts_is_no_stranger_and_the_record_
 
     for folder in ("dp", "plain"):
         (tmp_path / folder).mkdir()
-    result = sweep_behind(tmp_path / "dp", router, [], envs)
+    result = sweep_behind(tmp_path / "dp", router, [], envs, exec_start)
     assert result.completed == 2 and result.failed == 0, result
     records = attempts_of(tmp_path / "dp" / "run")
     assert [r.status for r in records] == ["completed"] * 2
