@@ -316,13 +316,13 @@ class FakeTransport:
         return Reply()
 
     def _remove_run_files(self, text: str, argv: Sequence[str] | None) -> Reply:
-        """sweep.hosts' tidy-up: remove $2 (the run's backup) and `.NAME.orch-*` beside $1 (no
-        symlinks here)."""
-        assert argv is not None and len(argv) == 6, f"{self.host}: unexpected tidy-up command: {text}"
+        """sweep.hosts' tidy-up: remove $2 (the run's backup), $3 (its record of the units' states)
+        and `.NAME.orch-*` beside $1 (no symlinks here)."""
+        assert argv is not None and len(argv) == 7, f"{self.host}: unexpected tidy-up command: {text}"
         directory, name = posixpath.split(argv[4])
         prefix = posixpath.join(directory, f".{name}.orch-")
         with self._lock:
-            for path in [p for p in self.files if p.startswith(prefix) or p == argv[5]]:
+            for path in [p for p in self.files if p.startswith(prefix) or p in argv[5:]]:
                 del self.files[path]
         return Reply()
 

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.core.bounds import MAX_TESTBEDS
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import ConfigError, LockError, OrchError, UsageError
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep import api, apitypes
+from orchestrator.sweep import prepare as prepare_module
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.livestatus import LiveStatus, Tee
 from orchestrator.team.overnight import QueueSweep, item_outcome
@@ -117,6 +119,39 @@ def test_prepare_refuses_parallel_testbeds_that_edit_one_env_file(tmp_path: Path
     assert err.value.line > next(i for i, text in enumerate(lines, 1) if text.strip() == "copy:")
     alone = api.prepare(api.SweepRequest(ABLATION, inventory, testbeds=("copy",)))
     assert [tb.name for tb in alone.testbeds] == ["copy"]  # one at a time, each is fine
+
+
+def test_prepare_refuses_more_testbeds_than_one_run_uses_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing bounded the testbeds of a run: `-t all` on an inventory of 9,000 local testbeds ran,
+    connecting, locking and backing each up before the first trial, a runner thread each (100
+    testbeds: 97 threads, 44 s for 2 trials). Over MAX_TESTBEDS it is refused at the first
+    testbed over the bound, in the inventory, before any host is touched (prepare touches none).
+    (The bound lowered to 3 here: 257 testbeds read and checked three times take seconds.)"""
+    assert 16 <= MAX_TESTBEDS <= 1024  # a large cluster's testbeds fit; thousands of threads do not
+    cap = 3
+    monkeypatch.setattr(prepare_module, "MAX_TESTBEDS", cap, raising=False)
+    data = yaml.safe_load(LOCAL.read_text())
+    (first,) = data["testbeds"].values()
+    for i in range(1, cap + 1):  # one more than a run may use
+        copy = json.loads(json.dumps(first))
+        for host in copy["hosts"].values():
+            host["env_file"] = host["env_file"].replace("local/", f"local/copy{i}-")
+        data["testbeds"][f"copy{i}"] = copy
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    lines = inventory.read_text().splitlines()
+    names = tuple(data["testbeds"])
+    for selection in ("all", names):
+        with pytest.raises(ConfigError) as err:
+            api.prepare(api.SweepRequest(ABLATION, inventory, testbeds=selection))
+        assert err.value.exit_code == 2 and err.value.line is not None
+        assert lines[err.value.line - 1].strip() == f"copy{cap}:"  # the first one over
+        assert str(err.value).startswith(f"{inventory}:{err.value.line}: testbeds.copy{cap}: ")
+        assert f"picks {cap + 1} testbeds, more than the {cap} one run uses at once" in str(err.value)
+    at_most = api.prepare(api.SweepRequest(ABLATION, inventory, testbeds=names[:cap]))
+    assert len(at_most.testbeds) == cap
 
 
 def test_prepare_names_a_missing_inventory(tmp_path: Path) -> None:

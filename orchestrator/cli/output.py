@@ -68,6 +68,8 @@ def show_restore(outcome: RestoreOutcome) -> None:
             if restored:
                 units = "" if tb.left_running else ", units back"  # states before the run unknown: never claimed
                 out.print(f"restored: {', '.join(restored)} (env files byte-identical{units})", markup=False)
+            if tb.stopped:
+                out.print(f"stopped, not running before run {outcome.run_id}: {_by_role(tb.stopped)}", markup=False)
             if tb.left_running:
                 out.print(_left_running(tb.left_running, outcome.run_id), markup=False)
             if tb.already:
@@ -83,14 +85,18 @@ def show_restore(outcome: RestoreOutcome) -> None:
 def _left_running(units: tuple[tuple[str, str], ...], run_id: str) -> str:
     """The units a restore without the run's folder left running, by host: one of them may have
     been stopped before the run (which started it), and only the user can tell."""
+    return (
+        f"left running, not known whether they ran before run {run_id}: {_by_role(units)} "
+        "(stop any that was stopped before it: systemctl stop UNIT on its host)"
+    )
+
+
+def _by_role(units: tuple[tuple[str, str], ...]) -> str:
+    """(role, unit) pairs as "role: unit, unit; role: unit"."""
     by_role: dict[str, list[str]] = {}
     for role, unit in units:
         by_role.setdefault(role, []).append(unit)
-    named = "; ".join(f"{role}: {', '.join(names)}" for role, names in by_role.items())
-    return (
-        f"left running, not known whether they ran before run {run_id}: {named} "
-        "(stop any that was stopped before it: systemctl stop UNIT on its host)"
-    )
+    return "; ".join(f"{role}: {', '.join(names)}" for role, names in by_role.items())
 
 
 def show_kept(kept: tuple[tuple[str, str], ...]) -> None:

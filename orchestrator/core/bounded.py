@@ -68,7 +68,7 @@ def check_regular(path: Path, display: str | None = None) -> None:
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", file=shown) from None
     if not stat.S_ISREG(mode):
-        raise ConfigError(f"not a regular file ({_kind(mode)})", file=shown, hint="name a file")
+        raise ConfigError(f"not a regular file ({describe_kind(mode)})", file=shown, hint="name a file")
 
 
 def _open_regular(path: Path, shown: str) -> int:
@@ -83,11 +83,12 @@ def _open_regular(path: Path, shown: str) -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise ConfigError(f"not a regular file ({_kind(mode)})", file=shown, hint="name a file")
+        raise ConfigError(f"not a regular file ({describe_kind(mode)})", file=shown, hint="name a file")
     return fd
 
 
-def _kind(mode: int) -> str:
+def describe_kind(mode: int) -> str:
+    """What a file that is not a regular one is, in words ("a FIFO")."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):

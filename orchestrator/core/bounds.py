@@ -7,6 +7,11 @@ MAX_REPLICATES = 100_000
 MAX_RETRIES = 10
 MAX_SEED = 2**64 - 1
 MAX_SESSIONS = 10**9  # a proportion's n: what a validity rule may ask for, what a summary may hold
+# Testbeds one run uses at once (`-t all`, `-t A,B,...`): each is a runner thread, its hosts'
+# connections, a lock and a backup taken one after the other before the first trial (~0.3 s each
+# on local testbeds; 1,000 took minutes before any trial ran). A real PD testbed is a GPU group:
+# a few dozen is a large cluster. An inventory may list more; a run picks at most this many.
+MAX_TESTBEDS = 256
 
 # Linux execs an argument or an environment entry (`KEY=value`) of at most 32 pages, 128 KiB with
 # its NUL (MAX_ARG_STRLEN); a longer one fails execve() with E2BIG. A repro runs as `sh -c COMMAND`

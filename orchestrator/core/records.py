@@ -186,6 +186,8 @@ class TrialRecord(Frozen):
     metrics: dict[str, MetricValue] = Field(default_factory=dict)
     logs: dict[str, str] = Field(default_factory=dict)  # "role:unit" -> path relative to run dir
     provenance: dict[str, TrialProvenance] = Field(default_factory=dict)  # host -> what served it (old: {})
+    # checks this trial's identity checks could not make, and why ("router: started with --dp-aware ...")
+    unchecked: list[str] = Field(default_factory=list)
 
 
 class EventRecord(Frozen):

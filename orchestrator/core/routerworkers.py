@@ -11,15 +11,19 @@ is read (sglang-router 0.3.2: GET /workers, `{"workers":[{"url":...,"worker_type
 URLs are compared as endpoints (host, port), not as text: the router keeps a URL as it was given
 (`http://localhost:30002/` stays so), `localhost`, `127.0.0.1` and `::1` are one loopback, and a
 default port is the scheme's. A router started with `--dp-aware` registers one worker per DP
-rank (`http://host:port@3`): the rank is not part of the endpoint. A host name the router uses
-and an address the inventory uses (or the other way round) match when the caller passes what the
-name resolves to (``addresses``); resolving is I/O, so it is done by the edge that calls this.
+rank (`http://host:port@3`): the rank is not part of the endpoint. Such a router's counts (a
+router that gives no list) are ranks x instances, and the ranks per instance are the workers'
+`--dp-size`, which orch does not know here: its counts are not compared (excess_problem), and each
+trial's record says so (DP_COUNTS_UNCHECKED), instead of calling every trial's router a stranger's.
+A host name the router uses and an address the inventory uses (or the other way round) match when
+the caller passes what the name resolves to (``addresses``); resolving is I/O, so it is done by
+the edge that calls this.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -29,6 +33,13 @@ LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-loc
 DP_RANK = re.compile(r"@\d+$")
 # Most workers one answer is read for (a router in front of thousands is not a test bed).
 MAX_WORKERS = 4096
+# The router flag that registers each DP rank of a worker as a worker of its own.
+DP_AWARE_FLAG = "--dp-aware"
+# What a trial record says of a DP-aware router (the role is put in front).
+DP_COUNTS_UNCHECKED = (
+    "started with --dp-aware (one worker registered per DP rank): its worker counts were not compared with "
+    "the inventory's instances; the workers it lists, when it lists them, were"
+)
 
 
 @dataclass(frozen=True)
@@ -130,10 +141,22 @@ def strangers_message(found: Sequence[Registered], instances: Mapping[str, Seque
     return f"{named} ({listed})"
 
 
-def excess_problem(totals: Mapping[str, int], expected: Mapping[str, int]) -> str | None:
+def dp_aware(commands: Iterable[Sequence[str]], env_values: Iterable[str]) -> bool:
+    """Is a router started with --dp-aware: a word of one of its units' command lines (the
+    inventory's `command:`), or of a value of its env file (one its unit expands into ExecStart,
+    such as SGLANG_EXTRA_ARGS)?"""
+    words = [w for command in commands for w in command] + [w for value in env_values for w in value.split()]
+    return any(w == DP_AWARE_FLAG or w.startswith(DP_AWARE_FLAG + "=") for w in words)
+
+
+def excess_problem(totals: Mapping[str, int], expected: Mapping[str, int], *, dp_ranks: bool = False) -> str | None:
     """A router that gives only counts (role -> workers registered; "" for a flat total): more
     registered, for a role the body names as the inventory does or in all, than the inventory's
-    instances behind it (``expected``, role -> instances); None otherwise."""
+    instances behind it (``expected``, role -> instances); None otherwise. ``dp_ranks``: a
+    --dp-aware router, whose counts are DP ranks (instances x each one's unknown DP size): more
+    is what it always registers, so nothing is compared (the trial record says so)."""
+    if dp_ranks:
+        return None
     for role, total in totals.items():
         if role in expected and total > expected[role]:
             return f"registers {total} {role} workers, the inventory has {expected[role]} {role} instances"

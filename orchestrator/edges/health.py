@@ -114,6 +114,8 @@ class HealthCheck:
     instances: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # names of the router's own machine: a worker it lists on loopback runs there
     router_host: tuple[str, ...] = ()
+    # a --dp-aware router: its counts are DP ranks, not compared with the instances (core.routerworkers)
+    dp_ranks: bool = False
 
 
 def probe_url(health_url: str) -> str | None:
@@ -309,7 +311,9 @@ def check_registered(check: HealthCheck, client: httpx.Client, body: str, *, whe
         return
     value = _json_object(body)
     totals = registered_totals(value) if value is not None else {}
-    problem = router_strangers(client, check.url, dict(check.instances), totals, check.router_host)
+    problem = router_strangers(
+        client, check.url, dict(check.instances), totals, check.router_host, dp_ranks=check.dp_ranks
+    )
     if problem is not None:
         raise IdentityError(
             f"{check.role} {problem}{' ' + when if when else ''} (the trial is void: a server orch did not start "

@@ -193,11 +193,14 @@ class TestbedLock:
         return holder.is_stale() or holder.is_me() or self.owner_gone
 
     def acquire(self, *, break_stale: bool = False) -> None:
-        """Lock every host or none; LockError names the holder."""
+        """Lock every host or none; LockError names the holder. A host is counted held before its
+        lock command runs: an interrupt (Ctrl-C, SIGTERM) that lands once the command wrote the
+        lock, before it returned, left that lock behind. release() removes only a lock this one
+        wrote, so a host whose lock is another's is left as it is."""
         try:
             for handle in self.deployment.hosts.values():
-                self._acquire_one(handle, break_stale)
                 self.held.append(handle)
+                self._acquire_one(handle, break_stale)
         except BaseException:
             self.release()
             raise

@@ -48,19 +48,22 @@ def router_strangers(
     instances: Mapping[str, Sequence[str]],
     totals: Mapping[str, int],
     router_host: Sequence[str] = (),
+    *,
+    dp_ranks: bool = False,
 ) -> str | None:
     """Why the router behind `health_url` (its /readiness) registers workers that are not the
     inventory's `instances` (role -> instance URLs), in the user's words ("lists decode worker
     ..."); None when it does not, or says nothing either way. ``totals``: the workers its last
     readiness answer counts (role -> N, "" for a flat total), for a router that lists none.
-    ``router_host``: names of the router's machine (a worker it lists on its loopback runs there)."""
+    ``router_host``: names of the router's machine (a worker it lists on its loopback runs there).
+    ``dp_ranks``: a --dp-aware router, whose counts are not compared (core.routerworkers.excess_problem)."""
     listed = _worker_list(client, health_url)
     if listed is not None:
         found = strangers(listed, instances)
         if found:  # as written they differ: a name and its address may still be one host
             found = strangers(found, instances, _addresses(found, instances, router_host))
         return strangers_message(found, instances) if found else None
-    return excess_problem(totals, {role: len(urls) for role, urls in instances.items()})
+    return excess_problem(totals, {role: len(urls) for role, urls in instances.items()}, dp_ranks=dp_ranks)
 
 
 def _worker_list(client: httpx.Client, health_url: str) -> tuple[Registered, ...] | None:

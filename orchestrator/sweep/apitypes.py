@@ -187,6 +187,8 @@ class TestbedRestore:
     # (role, unit) left running by a restore without the run's folder (sweep.hostrestore): whether
     # each ran before the run is not known, so one the run started is still running
     left_running: tuple[tuple[str, str], ...] = ()
+    # (role, unit) stopped by such a restore: running, and not before the run (the host's record says)
+    stopped: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

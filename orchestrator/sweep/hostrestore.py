@@ -6,10 +6,13 @@ beside the env file on the host (<env_file>.orch-backup-<run_id>). `orch restore
 the folder. A folder deleted after a kill -9 left the hosts edited, the testbed locked by the
 dead run, and the hosts' own copies as the only way back, by hand.
 
-What only the folder knew is lost: which units ran before the run (backup/units.json) and the
-repro processes it left (trials/). So every unit active now is restarted on the original env file
-(it may run on a cell's), a stopped one stays stopped, and the outcome names every unit left
-running: one the run started, stopped before it, is among them, with how to stop it.
+Which units ran before the run is also on the hosts, beside each copy (sweep.hostunits): a unit
+that ran is restarted on the original env file (or started, if it is down now), one that did not
+is stopped if it runs now (the run started it), and the outcome names those it stopped. A copy
+left by an orch from before has no such record: there every unit active now is restarted on the
+original env file (it may run on a cell's), a stopped one stays stopped, and the outcome names
+every unit left running: one the run started, stopped before it, is among them, with how to stop
+it. What only the folder knew is lost: the repro processes the run left (trials/).
 
 Safety, as for `orch restore RUN_DIR`: the testbed lock is taken as the run's own (a live holder,
 or another dead run's lock without --break-lock, refuses with nothing touched); a run whose folder
@@ -31,6 +34,7 @@ from orchestrator.sweep import session
 from orchestrator.sweep.apitypes import HostRestoreRequest, RestoreOutcome, TestbedRestore
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard, HostState, host_backup_path, unrestored_runs
+from orchestrator.sweep.hostunits import host_units_path, read_host_units
 from orchestrator.sweep.progress import Progress
 
 
@@ -81,20 +85,16 @@ def restore_testbed(
             f"testbed {deployment.testbed.name!r}: no host holds a copy of its env file left by run {run_id}",
             hint="its hosts were restored already, or it never edited them",
         )
+    before = {key: _units_before(deployment.hosts[key], run_id) for key in originals}  # checked too
     lock = TestbedLock.for_run(deployment, run_id, now_iso())
     lock.acquire(break_stale=break_lock)
     try:
         guard = HostGuard(deployment, BackupDir(Path()), run_id, progress)  # no folder: nothing read from it
-        running: list[tuple[str, str]] = []
+        units = _Units()
         for key, original in originals.items():
-            h = deployment.hosts[key]
-            active = {u: h.services.state(u).is_active for u in h.units}
-            guard.states[key] = HostState(original, active, stale=set(h.units))  # may run on a cell's env
-            running += [(key, u) for u, on in active.items() if on]
-        progress.note(
-            f"run {run_id}'s folder is gone, and with it which units ran before it: the units running now "
-            "are restarted on the original env files, stopped ones are left stopped"
-        )
+            active = units.of(key, deployment.hosts[key], before[key])
+            guard.states[key] = HostState(original, active, stale=set(deployment.hosts[key].units))  # a cell's env?
+        progress.note(units.plan(run_id))
         left = guard.restore(None, again=host_restore_command(deployment.testbed.name, run_id))
     finally:
         lock.release()
@@ -103,10 +103,55 @@ def restore_testbed(
     kept = tuple(guard.kept.items())
     hosts = tuple(deployment.hosts)
     # named, so that a unit the run started (stopped before it) can be found and stopped again
-    running_now = tuple((key, unit) for key, unit in running if key not in left)
+    running_now = tuple((key, unit) for key, unit in units.unknown if key not in left)
+    stopped = tuple((key, unit) for key, unit in units.stopping if key not in left)
     return TestbedRestore(
-        deployment.testbed.name, hosts, True, tuple(left), already=without, kept=kept, left_running=running_now
+        deployment.testbed.name,
+        hosts,
+        True,
+        tuple(left),
+        already=without,
+        kept=kept,
+        left_running=running_now,
+        stopped=stopped,
     )
+
+
+class _Units:
+    """The units' states a restore without the run folder puts back, host by host: each one's state
+    before the run where the host's record says it (sweep.hostunits), else its state now."""
+
+    def __init__(self) -> None:
+        self.unknown: list[tuple[str, str]] = []  # running now, not known whether they ran before
+        self.stopping: list[tuple[str, str]] = []  # running now, not before the run: to be stopped
+
+    def of(self, key: str, h: HostHandle, record: dict[str, bool] | None) -> dict[str, bool]:
+        """unit -> should it run once restored."""
+        active: dict[str, bool] = {}
+        for unit in h.units:
+            now = h.services.state(unit).is_active
+            if record is None or unit not in record:
+                active[unit] = now
+                self.unknown += [(key, unit)] if now else []
+                continue
+            active[unit] = record[unit]
+            self.stopping += [(key, unit)] if now and not record[unit] else []
+        return active
+
+    def plan(self, run_id: str) -> str:
+        """What the restore will do with the units, said before it does it."""
+        gone = f"run {run_id}'s folder is gone"
+        stops = "; ".join(f"{key}: {unit}" for key, unit in self.stopping)
+        stopping = f", and those it started, not running before it, are stopped ({stops})" if stops else ""
+        if not self.unknown:
+            return (
+                f"{gone}; which units ran before it is read from the record beside each host's copy: the units "
+                f"that ran are restarted on the original env files{stopping}"
+            )
+        return (
+            f"{gone}, and with it which units ran before it (a copy without the record of them): the units "
+            f"running now are restarted on the original env files, stopped ones are left stopped{stopping}"
+        )
 
 
 def _refuse_a_run_with_its_folder(deployment: Deployment, run_id: str) -> None:
@@ -134,6 +179,12 @@ def _copy(h: HostHandle, run_id: str) -> bytes | None:
     if h.transport.run(["test", "-e", path], check=False, sudo=_sudo(h)).exit_code != 0:
         return None
     return h.transport.read_bytes(path)
+
+
+def _units_before(h: HostHandle, run_id: str) -> dict[str, bool] | None:
+    """The run's record of which of the host's units ran before it (sweep.hostunits), if any."""
+    path = host_units_path(h.host.env_file, run_id)
+    return read_host_units(h.transport, h.host.label, path, sudo=_sudo(h))
 
 
 def _sudo(h: HostHandle) -> bool:

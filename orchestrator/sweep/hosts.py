@@ -4,11 +4,12 @@ edit and put back at its end, whatever ends it.
 Why a guard of its own: restoring the hosts is the one promise a sweep keeps on every exit (last
 trial, error, Ctrl-C, SIGTERM, and after a kill -9 through `orch resume`/`orch restore`). The
 originals live twice: in the run folder (backup/<role>.env, units.json written last as the mark
-of a complete backup) and on each host beside its env file (<env_file>.orch-backup-<run_id>,
-removed once that host is restored), so a run whose restore never finished can be found from
-the hosts alone (unrestored_runs). Besides the bytes, the backup notes what each file was (a
-symlink? its mode and owner: backup/files.json), so a restore that finds the file deleted, edited
-by someone else or replaced by a symlink puts it back without destroying anything (sweep.drift).
+of a complete backup) and on each host beside its env file (<env_file>.orch-backup-<run_id>, with
+the units' states before the run beside it, sweep.hostunits; removed once that host is restored),
+so a run whose restore never finished can be found from the hosts alone (unrestored_runs).
+Besides the bytes, the backup notes what each file was (a symlink? its mode and owner:
+backup/files.json), so a restore that finds the file deleted, edited by someone else or replaced
+by a symlink puts it back without destroying anything (sweep.drift).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from orchestrator.store.atomic import run_file_op, write_bytes_atomic
 from orchestrator.store.rundir import BackupDir
 from orchestrator.sweep import drift
 from orchestrator.sweep.drift import Shape
+from orchestrator.sweep.hostunits import host_units_path, write_host_units
 from orchestrator.sweep.progress import Progress
 
 # what a run's trials may have written on a host (role -> the files), None: orch cannot tell
@@ -103,10 +105,12 @@ class HostGuard:
                 raise TransportError(h.host.label, f"cannot read {h.host.env_file}: no such file or directory")
             original = entry.data
             write_bytes_atomic(folder.env(role), original, mode=BACKUP_MODE, what="cannot write")
+            active = {u: h.services.state(u).is_active for u in h.units}
             h.transport.write_bytes_atomic(
                 host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file
             )
-            active = {u: h.services.state(u).is_active for u in h.units}
+            # for a restore without this folder (sweep.hostunits)
+            write_host_units(h.transport, h.host.env_file, self.run_id, active)
             running_on = {u: original for u, up in active.items() if up}
             self.states[role] = HostState(
                 original, active, clock_offset=clock_offset(h), running_on=running_on, shape=Shape.of(entry)
@@ -239,6 +243,7 @@ class HostGuard:
             h.transport.write_bytes_atomic(
                 host_backup_path(h.host.env_file, self.run_id), state.original, like=h.host.env_file
             )
+            write_host_units(h.transport, h.host.env_file, self.run_id, state.active)
             self.adopted.discard(role)  # in this run's hands again
 
     def discard_host_backups(self) -> None:
@@ -452,17 +457,20 @@ class _HostRestore:
 
 def remove_run_files(h: HostHandle, run_id: str) -> None:
     """Remove, in one command, what the run keeps beside the host's env file once it is restored:
-    its host-side backup, and the temp files of writes a killed controller left half done
+    its host-side backup and the record of the units' states beside it, and the temp files of
+    writes a killed controller left half done
     (`.NAME.orch-XXXXXX`, both transports' name; the file itself is always either the old or the
     new one). Safe while this run holds the testbed's lock: no other orch writes that file then."""
-    argv = ["sh", "-c", REMOVE_RUN_FILES, "orch-tidy", h.host.env_file, host_backup_path(h.host.env_file, run_id)]
-    h.transport.run(argv, check=False, sudo=_sudo(h))
+    env_file = h.host.env_file
+    backup, units = host_backup_path(env_file, run_id), host_units_path(env_file, run_id)
+    h.transport.run(["sh", "-c", REMOVE_RUN_FILES, "orch-tidy", env_file, backup, units], check=False, sudo=_sudo(h))
 
 
-# $1 = the env file, $2 = the run's backup of it; the temp files sit beside the file $1 resolves
-# to (writes go through symlinks)
+# $1 = the env file, $2 = the run's backup of it, $3 = its record of the units' states (removed
+# first: the backup's removal marks the host restored); the temp files sit beside the file $1
+# resolves to (writes go through symlinks)
 REMOVE_RUN_FILES = (
-    'rm -f -- "$2"; p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
+    'rm -f -- "$3" "$2"; p=$(readlink -f -- "$1") || exit 0; d=${p%/*}; d=${d:-/}; rm -f -- "$d/.${p##*/}.orch-"*'
 )
 
 

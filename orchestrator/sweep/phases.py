@@ -39,6 +39,7 @@ from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor
+from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED, dp_aware
 from orchestrator.core.serverconf import VerifyRule
 from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
@@ -159,6 +160,7 @@ class Services:
         self._original_values: dict[str, dict[str, str]] = {}  # role -> the original file's values
         self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
         self.resume = "orch resume RUN_DIR"  # the command that continues the run (the runner's, with its folder)
+        self._commands: dict[str, str] = {}  # router host key -> its units' command lines (dp_ranks)
         # (host key, unit) -> its ids after the last trial's repro: a unit the next trial does not
         # restart must still run that process (read_ids)
         self.known_ids: dict[Unit, UnitId] = {}
@@ -363,12 +365,43 @@ class Services:
             workers = router_workers(self.deployment, h) if generate else ()
             instances = tuple(router_instances(self.deployment, h).items()) if generate else ()
             own = router_host(h.host) if generate else ()
-            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances, own))
+            ranks = bool(instances) and self.dp_ranks(role)
+            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances, own, ranks))
             alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
             self.ready_waits.setdefault(role, deque(maxlen=READY_HISTORY)).append(waited[role])
         return waited
+
+    def dp_ranks(self, key: str) -> bool:
+        """Is this router started with --dp-aware (core.routerworkers.dp_aware): in its units'
+        command lines (the inventory's, or systemd's ExecStart: asked once per run), or in its env
+        file as orch last wrote or read it (a value ExecStart expands)? Then its counts are DP
+        ranks: not compared with the instances, and each trial says so."""
+        h, state = self.deployment.hosts[key], self.guard.states.get(key)
+        if key not in self._commands:
+            from orchestrator.edges.provenance import exec_start  # (as describe_hosts: only when asked)
+
+            self._commands[key] = exec_start(h)
+        data = b"" if state is None else state.original if state.current is None else state.current
+        try:
+            values = list(envfile.read_values(data.decode("utf-8", "surrogateescape"), h.host.dialect).values())
+        except OrchError:  # a file no unit could start on says nothing of the router's flags
+            values = []
+        return dp_aware([self._commands[key].split()], values)
+
+    def unchecked(self) -> list[str]:
+        """What the trial's checks left out, in the user's words, for its record: the worker counts
+        of each --dp-aware router (core.routerworkers.DP_COUNTS_UNCHECKED; its list, if it gives
+        one, is still checked)."""
+        return [
+            f"{key}: {DP_COUNTS_UNCHECKED}"
+            for key, h in self.deployment.hosts.items()
+            if h.serves
+            and probe_url(h.host.health) is not None
+            and router_instances(self.deployment, h)
+            and self.dp_ranks(key)
+        ]
 
     def instance_alive(self, h: HostHandle, since: float) -> Callable[[], None]:
         """The alive check of a host's health wait: every node of its instance (itself alone,
@@ -963,6 +996,7 @@ class TrialPhases:
             metrics=ctx.metrics if failure is None else {},
             logs=ctx.logs,
             provenance=ctx.provenance,
+            unchecked=self.services.unchecked(),
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from orchestrator.core.bounds import MAX_COMMAND_BYTES
+from orchestrator.core.bounds import MAX_COMMAND_BYTES, MAX_TESTBEDS
 from orchestrator.core.config import (
     check_against_inventory,
     check_replicates,
@@ -81,8 +81,31 @@ def select_testbeds(inventory: Inventory, selection: TestbedSelection) -> list[T
     if selection is None:
         return [inventory.testbed(None)]
     if selection == "all":
-        return list(inventory.testbeds.values())
-    return [inventory.testbed(n) for n in selection]
+        chosen = list(inventory.testbeds.values())
+    else:
+        chosen = [inventory.testbed(n) for n in selection]
+    _check_testbed_count(chosen, inventory, selection)
+    return chosen
+
+
+def _check_testbed_count(chosen: Sequence[Testbed], inventory: Inventory, selection: TestbedSelection) -> None:
+    """ConfigError (exit 2, before any host is touched) at the first testbed over MAX_TESTBEDS.
+    Why: nothing bounded them, and every testbed costs a runner thread and its hosts' connections,
+    and is connected, locked and backed up before the first trial: `-t all` on an inventory of
+    thousands of testbeds spent minutes and thousands of threads before any trial ran."""
+    if len(chosen) <= MAX_TESTBEDS:
+        return
+    first_over = chosen[MAX_TESTBEDS]
+    asked = "-t all" if selection == "all" else "-t"
+    raise ConfigError(
+        f"{asked} picks {len(chosen)} testbeds, more than the {MAX_TESTBEDS} one run uses at once (each is a "
+        f"runner thread with its hosts' connections, locked and backed up before the first trial): this is "
+        f"testbed {MAX_TESTBEDS + 1}; nothing was touched",
+        file=inventory.path,
+        line=first_over.line,
+        path=f"testbeds.{first_over.name}",
+        hint=f"name at most {MAX_TESTBEDS} with -t A,B,..., or split the sweep into several runs",
+    )
 
 
 def check_same_roles(first: Testbed, other: Testbed, inventory: Inventory) -> None:

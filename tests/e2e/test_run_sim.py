@@ -87,6 +87,7 @@ def test_sweep_on_the_simulator(sweep):
         assert (tmp_path / name).read_bytes() == data, name
     assert not any(port_open(p) for p in ports)
     assert not list((tmp_path).glob("*.orch-backup-*"))
+    assert not list((tmp_path).glob("*.orch-units-*"))  # the units' states recorded beside them (sweep.hostunits)
 
     trials = [r for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)]
     assert len(trials) == 8 and all(t.status == "completed" for t in trials)

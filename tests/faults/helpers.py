@@ -292,6 +292,7 @@ def leftovers(bed: SimBed) -> list[str]:
     problems += [f"process left: {pid} {cmd}" for pid, cmd in sim_processes(bed)]
     problems += [f"lock file left: {p.name}" for p in bed.root.glob("*.orch-lock")]
     problems += [f"host backup left: {p.name}" for p in bed.root.glob("*.orch-backup-*")]
+    problems += [f"host record of the units' states left: {p.name}" for p in bed.root.glob("*.orch-units-*")]
     return problems
 
 

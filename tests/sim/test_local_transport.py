@@ -141,7 +141,9 @@ def test_a_killed_writes_temp_file_is_removed_beside_the_resolved_file(t: LocalT
     kept = [tmp_path / "real" / n for n in ("decode.env.orch-lock", ".prefill.env.orch-x1", "decode.env.orch-backup-r")]
     kept.append(tmp_path / "decode.env.orch-backup-r0")  # another run's backup
     backup = tmp_path / "decode.env.orch-backup-r1"  # this run's, beside the path the inventory names
-    for path in [*kept, backup]:
+    units = tmp_path / "decode.env.orch-units-r1"  # its record of the units' states (sweep.hostunits)
+    kept.append(tmp_path / "decode.env.orch-units-r0")  # another run's
+    for path in [*kept, backup, units]:
         path.write_bytes(b"x")
     handle = HostHandle(
         Host("decode", "local", None, str(tmp_path / "decode.env"), "systemd", (), "", "", 1.0, 1.0, False, ()),
@@ -150,7 +152,7 @@ def test_a_killed_writes_temp_file_is_removed_beside_the_resolved_file(t: LocalT
     )
     remove_run_files(handle, "r1")
     assert not leftover.exists() and all(path.exists() for path in kept) and target.read_bytes() == b"K=1\n"
-    assert not backup.exists()
+    assert not backup.exists() and not units.exists()
 
 
 def test_atomic_write_into_a_missing_directory_is_a_transport_error(t: LocalTransport, tmp_path: Path) -> None:

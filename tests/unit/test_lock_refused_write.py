@@ -20,6 +20,7 @@ import pytest
 from fakes import FakeBed, FakeUnit, Role, make_bed
 
 from orchestrator.edges.deployment import Deployment, HostHandle
+from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.lock import EMPTY_LOCK, FOREIGN_LOCK, LockInfo, TestbedLock, lock_path
 from orchestrator.edges.transport import Result
 from orchestrator.edges.transport.local import LocalTransport
@@ -129,3 +130,37 @@ def test_a_lock_orch_wrote_is_still_read_as_its_holder() -> None:
     bed, path = _bed_with_lock((json.dumps(dataclasses.asdict(holder)) + "\n").encode())
     with pytest.raises(LockError, match="by run night-1 by ann .*another controller"):
         TestbedLock.for_run(bed.deployment, "run-2", "now").check(break_stale=True)
+
+
+def test_an_interrupt_that_lands_once_a_hosts_lock_is_written_leaves_no_lock() -> None:
+    """Ctrl-C or SIGTERM while a host's lock command runs: the lock may be on the host already when
+    the interrupt is raised. acquire() released only the hosts it had noted as locked, after
+    their command returned, so that one stayed behind (seen: a SIGTERM to `orch run -t all` on
+    1,000 testbeds, while it locked them, left tb21's lock naming a dead run). Every host the
+    lock was asked of is released now (only a lock this one wrote is removed)."""
+    bed = make_bed({"prefill": Role("P=1\n"), "decode": Role("D=1\n")})
+    decode = bed.transports["decode"]
+
+    def written_then_interrupted(text: str, argv: Sequence[str] | None) -> object:
+        decode._create_exclusive(text, argv)  # the lock is on the host ...
+        raise KeyboardInterrupt  # ... when the interrupt reaches the controller
+
+    decode.script(("sh", "-c", LOCK_CREATE), written_then_interrupted)
+    lock = TestbedLock.for_run(bed.deployment, "run-1", "now")
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire()
+    path = lock_path(bed.deployment.hosts["decode"], "fakebed")
+    assert path not in decode.files, "the interrupted host's lock was left behind"
+    assert lock_path(bed.deployment.hosts["prefill"], "fakebed") not in bed.transports["prefill"].files
+
+
+def test_a_lock_held_by_another_run_is_left_to_it_when_the_acquire_fails() -> None:
+    """The release after a refused acquire reads each lock and removes only its own."""
+    bed = make_bed({"prefill": Role("P=1\n"), "decode": Role("D=1\n")})
+    other = LockInfo("run-0", "bob", os.getppid(), socket.gethostname(), "t", "fakebed", "")  # alive
+    path = lock_path(bed.deployment.hosts["decode"], "fakebed")
+    bed.transports["decode"].files[path] = (json.dumps(dataclasses.asdict(other)) + "\n").encode()
+    with pytest.raises(LockError, match="run-0"):
+        TestbedLock.for_run(bed.deployment, "run-1", "now").acquire()
+    assert json.loads(bed.transports["decode"].files[path])["run_id"] == "run-0"
+    assert lock_path(bed.deployment.hosts["prefill"], "fakebed") not in bed.transports["prefill"].files

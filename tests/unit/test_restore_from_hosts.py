@@ -25,6 +25,7 @@ from orchestrator.errors import ConfigError, LockError, UsageError
 from orchestrator.sweep.apitypes import RestoreOutcome
 from orchestrator.sweep.hostrestore import restore_testbed, run_to_restore
 from orchestrator.sweep.hosts import HostGuard, host_backup_path
+from orchestrator.sweep.hostunits import host_units_path
 from orchestrator.sweep.progress import QuietProgress
 
 RUN_ID = "fake-run"  # fakes.runner_for's
@@ -36,9 +37,11 @@ class Killed(BaseException):
     """Stands for kill -9 of the controller: nothing after it runs (no restore, no lock release)."""
 
 
-def killed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeBed:
+def killed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, old_orch: bool = False) -> FakeBed:
     """A run killed in its first trial that edits decode, its testbed locked by its dead controller,
-    its run folder deleted since: decode holds a cell's file; each host its copy of the original."""
+    its run folder deleted since: decode holds a cell's file; each host its copy of the original,
+    and beside it the record of its units' states before the run (sweep.hostunits), unless
+    `old_orch`: a run by an orch from before, which wrote none."""
     bed = make_bed(
         {
             "decode": Role(ORIGINAL["decode"].decode(), [FakeUnit("decode-server", active=True)]),
@@ -65,7 +68,18 @@ def killed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeBed:
         )
     os.rename(tmp_path / "run", tmp_path / "deleted")
     assert bed.file("decode") == b"DECODE_FLAG=1\n"
+    if old_orch:
+        for role, transport in bed.transports.items():
+            del transport.files[host_units_path(bed.env_file(role), RUN_ID)]
     return bed
+
+
+class RecordingProgress(QuietProgress):
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
 
 
 def listing(transport: FakeTransport, argv: Sequence[str] | None) -> Reply:
@@ -85,7 +99,7 @@ def write_lock(bed: FakeBed, role: str, info: LockInfo) -> None:
 
 
 def test_the_hosts_are_put_back_from_their_own_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bed = killed_run(tmp_path, monkeypatch)
+    bed = killed_run(tmp_path, monkeypatch, old_orch=True)
     assert run_to_restore(bed.deployment, None) == RUN_ID  # the run the lock names
     restarts_before = Counter(bed.restarts())
     outcome = restore_testbed(bed.deployment, RUN_ID, QuietProgress())
@@ -110,8 +124,9 @@ def test_the_units_left_running_are_named_with_the_way_back(
     """prefill-server was stopped before the run, which started it; without the folder orch cannot
     know that and leaves it running. Before, the outcome said "units back" and named no unit: the
     user had no way to find the one left in a changed state. Every unit left running is now named,
-    per host, with how to stop one the run started, and "units back" is not claimed."""
-    bed = killed_run(tmp_path, monkeypatch)
+    per host, with how to stop one the run started, and "units back" is not claimed. (A copy left by
+    an orch from before, without the record of the units' states: see the tests after this one.)"""
+    bed = killed_run(tmp_path, monkeypatch, old_orch=True)
     outcome = restore_testbed(bed.deployment, RUN_ID, QuietProgress())
     assert outcome.left_running == (("decode", "decode-server"), ("prefill", "prefill-server"))
     output.show_restore(RestoreOutcome(None, RUN_ID, (outcome,), again="orch restore --testbed fakebed"))
@@ -122,6 +137,67 @@ def test_the_units_left_running_are_named_with_the_way_back(
     named = "decode: decode-server; prefill: prefill-server"
     assert f"left running, not known whether they ran before run fake-run: {named}" in shown
     assert "systemctl stop UNIT" in shown
+
+
+def test_units_not_running_before_the_run_are_stopped_by_the_hosts_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """prefill-server was stopped before the run, which started it. Before, a restore without the
+    folder left it running (named, with `systemctl stop UNIT` for the user to run): the state was
+    only in the deleted folder. The backup now records it beside each host's copy, and the restore
+    stops it, says so, and restarts decode-server (which ran before) on its original."""
+    bed = killed_run(tmp_path, monkeypatch)
+    for role in ORIGINAL:  # the record, beside the copy, written like it (mode and owner)
+        record = host_units_path(bed.env_file(role), RUN_ID)
+        ran = role == "decode"
+        assert json.loads(bed.transports[role].files[record]) == {f"{role}-server": ran}
+        copy = host_backup_path(bed.env_file(role), RUN_ID)
+        assert bed.transports[role].mode_of(record) == bed.transports[role].mode_of(copy)
+    assert bed.states() == {"decode:decode-server": True, "prefill:prefill-server": True}
+    restarts_before = Counter(bed.restarts())
+    outcome = restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert outcome.not_restored == ()
+    assert bed.states() == {"decode:decode-server": True, "prefill:prefill-server": False}
+    assert Counter(bed.restarts()) - restarts_before == Counter(["decode:decode-server"])
+    assert outcome.stopped == (("prefill", "prefill-server"),) and outcome.left_running == ()
+    drifted = f"{bed.env_file('decode')}.orch-drift-{RUN_ID}"
+    for role, original in ORIGINAL.items():  # the records removed with the copies
+        aside = {drifted: b"DECODE_FLAG=1\n"} if role == "decode" else {}
+        assert bed.transports[role].files == {bed.env_file(role): original, **aside}, role
+    output.show_restore(RestoreOutcome(None, RUN_ID, (outcome,), again="orch restore --testbed fakebed"))
+    said = capsys.readouterr().out
+    assert "restored: decode, prefill (env files byte-identical, units back)" in said
+    assert "stopped, not running before run fake-run: prefill: prefill-server" in said
+    assert "left running" not in said and "systemctl stop" not in said
+    assert bed.refused() == []
+
+
+def test_a_unit_that_ran_before_and_is_down_now_is_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    bed.managers["decode"].stop("decode-server")  # crashed, or stopped by hand, after the kill
+    progress = RecordingProgress()
+    outcome = restore_testbed(bed.deployment, RUN_ID, progress)
+    assert bed.states() == {"decode:decode-server": True, "prefill:prefill-server": False}
+    assert outcome.stopped == (("prefill", "prefill-server"),) and outcome.left_running == ()
+    said = [n for n in progress.notes if "read from the record beside each host's copy" in n]
+    assert len(said) == 1 and "prefill: prefill-server" in said[0], progress.notes
+
+
+@pytest.mark.parametrize("record", [b"not json", b'{"prefill-server": "no"}', b"[true]"])
+def test_a_record_orch_did_not_write_is_refused_before_any_host_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record: bytes
+) -> None:
+    bed = killed_run(tmp_path, monkeypatch)
+    path = host_units_path(bed.env_file("prefill"), RUN_ID)
+    bed.transports["prefill"].files[path] = record
+    with pytest.raises(ConfigError, match=rf"{re.escape(path)}: not the record .*nothing was touched.*remove it"):
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"  # not written
+    assert bed.states() == {"decode:decode-server": True, "prefill:prefill-server": True}
+    bed.transports["prefill"].links[path] = "/etc/elsewhere.json"
+    with pytest.raises(ConfigError, match=r"a symlink.*nothing was touched"):
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert json.loads(bed.transports["decode"].files[lock_path(bed.deployment.hosts["decode"], "")])["pid"] == DEAD_PID
 
 
 def test_a_symlinked_copy_is_refused_before_any_host_is_written(

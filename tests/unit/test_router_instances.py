@@ -19,6 +19,7 @@ from helpers.multibed import multi_bed
 from helpers.ssh_sweep import attempts_of
 
 from orchestrator.core.plan import make_plan
+from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED
 from orchestrator.edges.deployment import router_host, router_instances, router_workers
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
 from orchestrator.edges.preflight import preflight
@@ -160,10 +161,20 @@ def test_the_instances_behind_a_router_come_from_the_inventory(tmp_path: Path) -
     assert router_workers(b.deployment, b.deployment.hosts["prefill.0"]) == ()
 
 
-def sweep_behind(tmp_path: Path, router: Callable[[httpx.Request], httpx.Response], events: list[str]) -> RunResult:
+def sweep_behind(
+    tmp_path: Path,
+    router: Callable[[httpx.Request], httpx.Response],
+    events: list[str],
+    envs: dict[str, str] = ENVS,
+    router_exec_start: str = "{ argv[]=/usr/bin/srv ; }",
+) -> RunResult:
     """A 2-cell sweep of the wide testbed whose router answers with `router` (the workers answer
-    as the multi-node fakes do); the repro runs on the router's host and notes "repro" in `events`."""
-    b = multi_bed(tmp_path, INVENTORY, ENVS)
+    as the multi-node fakes do); the repro runs on the router's host and notes "repro" in `events`.
+    `router_exec_start`: what systemd says the router unit's ExecStart is."""
+    b = multi_bed(tmp_path, INVENTORY, envs)
+    b.transports["router"].script(
+        ["systemctl", "show", "-p", "ExecStart", "--value", "sglang-router"], stdout=router_exec_start + "\n"
+    )
     workers = b.client
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -272,6 +283,44 @@ def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_p
         "the repro (it may have served part of it) (the trial is void:"
     ), first.failure.message
     assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro
+
+
+@pytest.mark.parametrize("where", ["env file", "ExecStart"])
+def test_a_dp_aware_router_that_gives_only_counts_is_no_stranger_and_the_record_says_so(
+    tmp_path: Path, where: str
+) -> None:
+    """A router started with --dp-aware (through its env file, expanded into its ExecStart, or in
+    the unit's ExecStart itself) registers one worker per DP rank: 2 ranks x 4 instances = 8.
+    Without a worker list, its counts were compared with the 4 instances and every trial failed,
+    "registers 8 workers, the inventory has 4": a stranger's, falsely. Its counts are not compared
+    now, and each trial's record says so. The same router without --dp-aware is still refused."""
+    envs, exec_start = dict(ENVS), "{ argv[]=/usr/bin/srv ; }"
+    if where == "env file":
+        envs["router"] = 'R=1\nROUTER_ARGS="--policy cache_aware --dp-aware"\n'
+    else:
+        exec_start = "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang_router.launch_router --dp-aware ; }"
+
+    def router(request: httpx.Request) -> httpx.Response:  # no /workers, no /list_workers: counts only
+        if request.url.path == "/readiness":
+            return httpx.Response(200, text=flat(8, 8))
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        return httpx.Response(404) if "workers" in request.url.path else httpx.Response(200, json={"version": "f"})
+
+    for folder in ("dp", "plain"):
+        (tmp_path / folder).mkdir()
+    result = sweep_behind(tmp_path / "dp", router, [], envs, exec_start)
+    assert result.completed == 2 and result.failed == 0, result
+    records = attempts_of(tmp_path / "dp" / "run")
+    assert [r.status for r in records] == ["completed"] * 2
+    for record in records:
+        assert record.unchecked == [f"router: {DP_COUNTS_UNCHECKED}"], record.unchecked
+    plain = sweep_behind(tmp_path / "plain", router, [])  # R=1 only: not DP-aware
+    assert plain.completed == 0 and plain.failed == 2, plain
+    refused = attempts_of(tmp_path / "plain" / "run")[-1]
+    assert refused.failure is not None and refused.failure.error == "IdentityError"
+    assert refused.failure.message.startswith("router registers 8 workers, the inventory has 4 instances behind it")
+    assert refused.unchecked == []
 
 
 def _router_listing(listed: list[dict[str, str]], workers: httpx.Client) -> Callable[[httpx.Request], httpx.Response]:

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.core.routerworkers import (
     Registered,
+    dp_aware,
     endpoint,
     excess_problem,
     registered_workers,
@@ -133,6 +134,31 @@ def test_the_older_list_workers_shape() -> None:
 )
 def test_a_router_that_gives_only_counts(totals: dict[str, int], problem: str | None) -> None:
     assert excess_problem(totals, {"prefill": 1, "decode": 1}) == problem
+
+
+def test_a_dp_aware_routers_counts_are_ranks_and_not_compared() -> None:
+    """--dp-aware registers one worker per DP rank: 4 ranks x (1 prefill + 1 decode) = 8, which
+    the count check called a stranger's. Its counts are not compared (the trial record says so)."""
+    expected = {"prefill": 1, "decode": 1}
+    assert excess_problem({"": 8}, expected) is not None  # as a router that is not DP-aware: too many
+    assert excess_problem({"": 8}, expected, dp_ranks=True) is None
+    assert excess_problem({"prefill": 4, "decode": 4}, expected, dp_ranks=True) is None
+
+
+@pytest.mark.parametrize(
+    ("commands", "values", "aware"),
+    [
+        ([["python", "-m", "sglang_router.launch_router", "--dp-aware", "--port", "30001"]], [], True),
+        ([["sglang-router"]], ["--pd-disaggregation --dp-aware"], True),  # in a value ExecStart expands
+        ([["sglang-router", "--dp-aware=true"]], [], True),
+        ([["sglang-router", "--dp-aware-x"]], ["--no-dp-aware", "dp-aware"], False),
+        ([], [], False),
+    ],
+)
+def test_a_dp_aware_router_is_known_by_its_command_or_env_file(
+    commands: list[list[str]], values: list[str], aware: bool
+) -> None:
+    assert dp_aware(commands, values) is aware
 
 
 READINESS = "http://127.0.0.1:30001/readiness"

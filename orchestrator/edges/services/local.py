@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal, Mapping, NoReturn, Sequence
+from typing import BinaryIO, Literal, Mapping, NoReturn, Sequence
 
-from orchestrator.core.bounded import read_bounded_bytes
+from orchestrator.core.bounded import describe_kind, read_bounded_bytes
 from orchestrator.core.envfile import read_values
 from orchestrator.edges.identity import PortScan, UnitId, scan_here
 from orchestrator.edges.interrupts import uninterrupted
@@ -247,7 +249,11 @@ class LocalServiceManager:
         env = self._environment(unit, spec)
         self._rotate_if_large(unit)
         rt.checkpoints.append((started, self._log_size(unit)))
-        with open(self.log_path(unit), "ab") as log:
+        try:
+            log = _open_log(self.log_path(unit), append=True)
+        except OSError as exc:  # (a FIFO there: _open_log)
+            self._start_failed(unit, 1, "resources", f"cannot open its log {self.log_path(unit)}: {exc.strerror}", exc)
+        with log:
             with uninterrupted():  # started => tracked
                 try:
                     proc = subprocess.Popen(
@@ -281,7 +287,7 @@ class LocalServiceManager:
     def _start_failed(self, unit: str, status: int, result: str, why: str, exc: Exception) -> NoReturn:
         rt = self._rt[unit]
         rt.start_status, rt.result, rt.start_failure = status, result, why
-        with contextlib.suppress(OSError), open(self.log_path(unit), "ab") as log:
+        with contextlib.suppress(OSError), _open_log(self.log_path(unit), append=True) as log:
             log.write(f"-- {why}\n".encode())
         raise ServiceError(self.host, unit, why) from exc
 
@@ -409,7 +415,7 @@ class LocalServiceManager:
 
     def _read_log(self, unit: str, offset: int, max_bytes: int) -> str:
         try:
-            with open(self.log_path(unit), "rb") as f:
+            with _open_log(self.log_path(unit), append=False) as f:
                 end = f.seek(0, os.SEEK_END)
                 start = max(offset, end - max_bytes) if end >= offset else 0
                 f.seek(start)
@@ -426,6 +432,29 @@ class LocalServiceManager:
     def _tail(self, unit: str) -> str:
         rt = self._rt[unit]
         return self._read_log(unit, rt.offset_at(rt.started_at or 0.0), TAIL_BYTES)
+
+
+def _open_log(path: Path, *, append: bool) -> BinaryIO:
+    """A unit's log, opened to append (created if missing) or to read, never blocking: the
+    state_dir is the inventory's, and a FIFO named <unit>.log there blocked open() for ever (to
+    append: until a reader came; to read: until a writer did), hanging every restart and every
+    log tail. O_NONBLOCK makes open() return at once (or fail with ENXIO: a FIFO nobody reads),
+    anything but a regular file is refused (OSError, its strerror saying what it is), and the flag
+    is cleared again on the file, whose fd a unit's process inherits as its output."""
+    flags = os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    flags |= os.O_WRONLY | os.O_APPEND | os.O_CREAT if append else os.O_RDONLY
+    try:
+        fd = os.open(path, flags, 0o666)  # as open(path, "ab"): the umask decides
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO (or a socket) without a reader
+            raise OSError(errno.ENXIO, "not a regular file (a FIFO or a socket)", str(path)) from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"not a regular file ({describe_kind(mode)})", str(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab" if append else "rb")
 
 
 def _cmdline(pid: int) -> bytes:
