@@ -7,13 +7,16 @@ failed 10 more sessions in 100 was reported as that factor's effect in 17-47% of
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
 from pathlib import Path
 
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.core.steps import Plan
+from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.core.steps import Plan, Step
+from orchestrator.sweep.adaptive import AdaptiveSource
 from orchestrator.sweep.sources import StepSource
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,3 +81,55 @@ def test_a_closed_source_hands_out_nothing() -> None:
     assert source.next("a") is not None and source.next("b") is not None
     source.close()
     assert source.next("a") is None and source.remaining() == 0
+
+
+def _adaptive(order: str) -> tuple[Plan, AdaptiveSource]:
+    matrix = dataclasses.replace(read_matrix(REPO / "matrices" / "overlap_hunt.yaml"), order=order)  # 2x2x2, 8 rounds
+    testbed = next(iter(read_inventory(REPO / "inventory" / "local.yaml").testbeds.values()))
+    plan = make_plan(matrix, testbed, 7, order=order)
+    return plan, AdaptiveSource(plan.steps, set(), matrix)
+
+
+def _record(step: Step, testbed: str, k: int) -> TrialRecord:
+    t = step.trial
+    return TrialRecord(
+        run_id="r", trial=t.index, round=t.round, cell=t.cell.id, levels=t.cell.as_dict(),
+        is_baseline=t.is_baseline, testbed=testbed, status="completed", started="x", ended="y", duration_s=1.0,
+        metrics={"corruption": MetricValue(kind="proportion", k=k, n=10)},
+    )  # fmt: skip
+
+
+def _run_adaptive(source: AdaptiveSource, pattern: list[str], k: int = 1) -> list[tuple[str, Step]]:
+    """Each testbed in `pattern`'s turn takes a trial, which ends (is recorded) before the next turn."""
+    handed: list[tuple[str, Step]] = []
+    for testbed in itertools.cycle(pattern):
+        step = source.next(testbed)
+        if step is None:
+            return handed
+        handed.append((testbed, step))
+        source.record(_record(step, testbed, k))
+    raise AssertionError("unreachable")
+
+
+def test_an_adaptive_sweep_in_declared_order_runs_each_cell_on_both_testbeds() -> None:
+    """The adaptive source handed out in plan order too: in a declared 2x2x2 sweep on two testbeds
+    at one pace every cell ran on one testbed only (its trials 8/0), until cells stopped."""
+    plan, source = _adaptive("sequential")
+    handed = _run_adaptive(source, ["tb0", "tb1"])
+    by_cell: dict[object, Counter[str]] = {}
+    for testbed, step in handed:
+        by_cell.setdefault(step.trial.cell, Counter())[testbed] += 1
+    assert len(by_cell) == len(plan.cells)
+    for cell, ran in by_cell.items():
+        assert abs(ran["tb0"] - ran["tb1"]) <= 1, (cell, ran)
+
+
+def test_one_testbed_takes_the_adaptive_plan_in_its_order_and_several_keep_rounds_in_order() -> None:
+    plan, source = _adaptive("randomized")
+    alone = [step.trial.index for _, step in _run_adaptive(source, ["tb0"])]
+    assert alone == sorted(alone) and len(alone) < len(plan.steps)  # cells stopped: their trials skipped
+    _, source = _adaptive("randomized")
+    shared = _run_adaptive(source, ["a", "a", "b", "c"])
+    rounds = [step.trial.round for _, step in shared]
+    assert rounds == sorted(rounds)
+    assert sorted(step.trial.index for _, step in shared) == alone  # the same trials: decided on whole rounds
