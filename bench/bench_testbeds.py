@@ -1,5 +1,5 @@
 """Benchmark: does a difference between parallel testbeds read as a factor's effect? Simulated A/A
-sweeps on two testbeds, through the real plan (core.plan.make_plan) and the real step sources
+sweeps on parallel testbeds (two; --testbeds N), through the real plan (core.plan.make_plan) and the real step sources
 (sweep.sources.StepSource for a fixed design, sweep.adaptive.AdaptiveSource for adaptive stopping),
 driven by a simulated clock, then the report's own analysis (report.build.build_report).
 
@@ -15,10 +15,11 @@ Per scenario (source x order x testbed difference): the share of reports that st
 neighbour marked a finding; 5% is the standard), with its 95% Wilson interval; for adaptive
 sweeps also the share of sweeps in which the stopping rule decided any cell "different" (the
 report says those as info at the adaptive alpha, per comparison), and the mean share of cells whose
-completed trials all ran on one testbed.
+completed trials all ran on one testbed, and the roles restarted a sweep (summed over the testbeds:
+a role restarts when its env differs from its testbed's last trial; every role on a testbed's first).
 
     .venv/bin/python bench/bench_testbeds.py [--reports 200] [--sources adaptive,fixed]
-        [--orders sequential,randomized] [--scenarios fail,slow] [--seed 0]
+        [--orders sequential,randomized,min-restarts] [--scenarios fail,slow] [--seed 0]
 """
 
 from __future__ import annotations
@@ -48,9 +49,8 @@ from orchestrator.core.steps import Plan, Step  # noqa: E402
 from orchestrator.report.build import build_report  # noqa: E402
 from orchestrator.store.planrecord import make_manifest  # noqa: E402
 from orchestrator.sweep.adaptive import AdaptiveSource  # noqa: E402
-from orchestrator.sweep.sources import StepSource  # noqa: E402
+from orchestrator.sweep.sources import StepSource, restarted_roles  # noqa: E402
 
-TESTBEDS = ("tb0", "tb1")
 SESSIONS = 10  # matrices/overlap_hunt.yaml's repro: 10 sessions a trial, up to 8 rounds
 STAMP = "2026-12-05T00:00:00Z"
 WALL_S = 30.0
@@ -59,6 +59,7 @@ WALL_S = 30.0
 @dataclasses.dataclass(frozen=True)
 class Scenario:
     source: str  # "adaptive" | "fixed"
+    testbeds: int  # tb0, tb1, ...: tb1 differs, the others are alike
     order: str  # "sequential" | "randomized"
     difference: str  # "fail" | "slow"
 
@@ -74,13 +75,19 @@ def matrix_for(order: str) -> Matrix:
     return dataclasses.replace(matrix, order=order)  # type: ignore[arg-type]
 
 
-def simulate(
-    rng: np.random.Generator, plan: Plan, scenario: Scenario, base: float, icc: float
-) -> tuple[list[TrialRecord], list[str]]:
-    """Two testbeds take trials from the source as they become free (a simulated clock); each
-    trial is recorded into the source when it ends, as the runner does. Returns the records and
-    the cells the adaptive rule decided 'different'."""
+@dataclasses.dataclass
+class Sweep:
+    records: list[TrialRecord]
+    decided: list[str]  # cells the adaptive rule decided 'different'
+    restarts: int  # roles restarted, summed over the testbeds (a role whose env differs from its testbed's last trial)
+
+
+def simulate(rng: np.random.Generator, plan: Plan, scenario: Scenario, base: float, icc: float) -> Sweep:
+    """The testbeds take trials from the source as they become free (a simulated clock); each
+    trial is recorded into the source when it ends, as the runner does."""
     decided: list[str] = []
+    last: dict[str, Step] = {}
+    restarts = 0
     source: StepSource
     if scenario.source == "adaptive":
         source = AdaptiveSource(
@@ -90,9 +97,9 @@ def simulate(
             on_decision=lambda cell, d: decided.append(cell) if d.state == "different" else None,
         )
     else:
-        source = StepSource(plan.steps, set())
+        source = StepSource(plan.steps, set(), fewest_restarts=plan.matrix.order == "min-restarts")  # as sweep.api
     # (when free, tie-break, testbed): each testbed starts when its own preflight ends, not in step
-    free = [(float(rng.uniform(0, 1)), i, tb) for i, tb in enumerate(TESTBEDS)]
+    free = [(float(rng.uniform(0, 1)), i, f"tb{i}") for i in range(scenario.testbeds)]
     running: list[tuple[float, int, str, TrialRecord]] = []
     records: list[TrialRecord] = []
     serial = 0
@@ -102,6 +109,8 @@ def simulate(
             step = source.next(testbed)
             if step is None:
                 continue  # this testbed's runner ends
+            restarts += changed_roles(last.get(testbed), step)
+            last[testbed] = step
             record = trial_record(rng, step, testbed, scenario, base, icc)
             serial += 1
             heapq.heappush(running, (now + float(np.exp(rng.normal(0, 0.05))), serial, testbed, record))
@@ -110,7 +119,12 @@ def simulate(
             source.record(record)
             records.append(record)
             heapq.heappush(free, (end, n, testbed))
-    return sorted(records, key=lambda r: r.trial), decided
+    return Sweep(sorted(records, key=lambda r: r.trial), decided, restarts)
+
+
+def changed_roles(before: Step | None, after: Step) -> int:
+    """Roles a testbed restarts going from its last trial to this one (every role the first time)."""
+    return len(after.env) if before is None else restarted_roles(before, after)
 
 
 def trial_record(
@@ -129,9 +143,9 @@ def trial_record(
     )  # fmt: skip
 
 
-def manifest_of(plan: Plan, adaptive: bool) -> RunManifest:
+def manifest_of(plan: Plan, adaptive: bool, testbeds: int) -> RunManifest:
     inventory = read_inventory(REPO / "inventory" / "local.yaml")
-    manifest = make_manifest(plan, inventory, "r1", STAMP, testbeds=list(TESTBEDS))
+    manifest = make_manifest(plan, inventory, "r1", STAMP, testbeds=[f"tb{i}" for i in range(testbeds)])
     return manifest.model_copy(
         update={
             "metrics": {"corruption": "proportion", "wall": "number"},
@@ -155,24 +169,27 @@ def run_scenario(rng: np.random.Generator, scenario: Scenario, reports: int, bas
     matrix = matrix_for(scenario.order)
     found = different = 0
     alone = 0.0
-    trials = 0
+    trials = restarts = 0
     examples: Counter[str] = Counter()
     start = time.process_time()
     for _ in range(reports):
         plan = make_plan(matrix, testbed, int(rng.integers(1 << 30)), order=scenario.order)
-        records, decided = simulate(rng, plan, scenario, base, icc)
-        said = findings_of(build_report(manifest_of(plan, scenario.source == "adaptive"), records))
+        sweep = simulate(rng, plan, scenario, base, icc)
+        manifest = manifest_of(plan, scenario.source == "adaptive", scenario.testbeds)
+        said = findings_of(build_report(manifest, sweep.records))
         found += bool(said)
-        different += bool(decided)
-        alone += one_sided(records)
-        trials += len(records)
+        different += bool(sweep.decided)
+        alone += one_sided(sweep.records)
+        trials += len(sweep.records)
+        restarts += sweep.restarts
         examples.update(s.split(" ")[0] + " " + s.split(" ")[1] for s in said[:1])
     cpu = (time.process_time() - start) / reports
     line = f"  {scenario.source:<8} {scenario.order:<10} {scenario.difference:<4}: any finding {share(found, reports)}"
     if scenario.source == "adaptive":
         line += f"; rule decided a cell 'different' {share(different, reports)}"
     line += (
-        f"; cells on one testbed only {100 * alone / reports:4.1f}%; {trials / reports:.0f} trials a sweep"
+        f"; cells on one testbed only {100 * alone / reports:4.1f}%; {trials / reports:.0f} trials and "
+        f"{restarts / reports:.0f} roles restarted a sweep"
         f" ({cpu * 1000:.0f} ms CPU a report)"
     )
     if examples:
@@ -188,11 +205,13 @@ def main() -> None:
     parser.add_argument("--scenarios", default="fail,slow")
     parser.add_argument("--rate", type=float, default=0.05, help="tb0's failure rate (tb1 10 points more in `fail`)")
     parser.add_argument("--icc", type=float, default=0.02)
+    parser.add_argument("--testbeds", type=int, default=2, help="tb1 differs, the others are like tb0")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(
-        f"bench_testbeds: {args.reports} reports per scenario, 2x2x2 (matrices/overlap_hunt.yaml), up to 8 rounds of "
-        f"{SESSIONS} sessions, rate {args.rate:.0%}, ICC {args.icc}, seed {args.seed}; "
+        f"bench_testbeds: {args.reports} reports per scenario, {args.testbeds} testbeds, "
+        f"2x2x2 (matrices/overlap_hunt.yaml), up to 8 rounds of {SESSIONS} sessions, rate {args.rate:.0%}, "
+        f"ICC {args.icc}, seed {args.seed}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     start = time.perf_counter()
@@ -201,7 +220,8 @@ def main() -> None:
             for order in args.orders.split(","):
                 for difference in args.scenarios.split(","):
                     rng = np.random.default_rng([args.seed, zlib.crc32(f"{source},{order},{difference}".encode())])
-                    print(run_scenario(rng, Scenario(source, order, difference), args.reports, args.rate, args.icc))
+                    scenario = Scenario(source, args.testbeds, order, difference)
+                    print(run_scenario(rng, scenario, args.reports, args.rate, args.icc))
                     sys.stdout.flush()
     print(f"\n{time.perf_counter() - start:.1f} s")
 

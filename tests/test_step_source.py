@@ -17,13 +17,14 @@ from orchestrator.core.plan import make_plan
 from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.core.steps import Plan, Step
 from orchestrator.sweep.adaptive import AdaptiveSource
-from orchestrator.sweep.sources import StepSource
+from orchestrator.sweep.api import _design
+from orchestrator.sweep.sources import StepSource, restarted_roles
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _plan(order: str, replicates: int) -> Plan:
-    matrix = read_matrix(REPO / "matrices" / "overlap_ablation.yaml")
+    matrix = dataclasses.replace(read_matrix(REPO / "matrices" / "overlap_ablation.yaml"), order=order)
     testbed = next(iter(read_inventory(REPO / "inventory" / "local.yaml").testbeds.values()))
     return make_plan(matrix, testbed, 7, replicates, order=order)
 
@@ -133,3 +134,40 @@ def test_one_testbed_takes_the_adaptive_plan_in_its_order_and_several_keep_round
     rounds = [step.trial.round for _, step in shared]
     assert rounds == sorted(rounds)
     assert sorted(step.trial.index for _, step in shared) == alone  # the same trials: decided on whole rounds
+
+
+def _restarts(plan: Plan, pattern: list[str], source: StepSource) -> tuple[int, Counter[tuple[str, object]]]:
+    """Roles restarted, summed over the testbeds (each from its own last trial), and (testbed, cell) -> trials."""
+    last: dict[str, Step] = {}
+    restarts, ran = 0, Counter[tuple[str, object]]()
+    for testbed in itertools.cycle(pattern):
+        step = source.next(testbed)
+        if step is None:
+            return restarts, ran
+        restarts += restarted_roles(last[testbed], step) if testbed in last else 0
+        last[testbed] = step
+        ran[(testbed, step.trial.cell)] += 1
+    raise AssertionError("unreachable")
+
+
+def test_min_restarts_testbeds_take_the_cheapest_of_the_cells_they_ran_least() -> None:
+    """Ties among a testbed's least-run cells went to the first in plan order: consecutive trials
+    of the min-restarts path went to different testbeds, and two testbeds restarted 117 roles
+    (one testbed: 96). Ties go to the cell restarting fewest of the testbed's roles: 108, each cell
+    still 6 and 6."""
+    plan = _plan("min-restarts", 12)
+    plan_order, _ = _restarts(plan, ["tb0", "tb1"], StepSource(plan.steps, set()))
+    cheapest, ran = _restarts(plan, ["tb0", "tb1"], StepSource(plan.steps, set(), fewest_restarts=True))
+    assert cheapest < plan_order
+    assert {ran[(tb, c)] for tb in ("tb0", "tb1") for c in plan.cells} == {6}
+
+
+def test_the_api_asks_for_fewest_restarts_only_for_a_min_restarts_plan() -> None:
+    for order in ("min-restarts", "randomized", "sequential"):
+        plan = _plan(order, 4)
+        api, _ = _restarts(plan, ["tb0", "tb1"], _design(plan, set())(None))
+        cheapest, _ = _restarts(plan, ["tb0", "tb1"], StepSource(plan.steps, set(), fewest_restarts=True))
+        plan_order, _ = _restarts(plan, ["tb0", "tb1"], StepSource(plan.steps, set()))
+        assert api == (cheapest if order == "min-restarts" else plan_order) and cheapest != plan_order, order
+        _, adaptive = _adaptive(order)
+        assert adaptive._fewest_restarts is (order == "min-restarts")

@@ -53,7 +53,7 @@ class AdaptiveSource(StepSource):
     ) -> None:
         from orchestrator.core.sequential import SequentialPolicy
 
-        super().__init__(list(steps), done)
+        super().__init__(list(steps), done, fewest_restarts=matrix.order == "min-restarts")
         a = matrix.adaptive
         assert a is not None
         self.policy = SequentialPolicy(

@@ -36,8 +36,14 @@ class StepSource:
     shrinks = False  # True when trials may be dropped on the way (adaptive stopping)
     BALANCE_WINDOW = 64  # trials looked at per hand-out (a round can hold thousands of cells)
 
-    def __init__(self, steps: "tuple[Step, ...] | list[Step]", done: set[int]) -> None:
+    def __init__(
+        self, steps: "tuple[Step, ...] | list[Step]", done: set[int], *, fewest_restarts: bool = False
+    ) -> None:
+        """fewest_restarts (`order: min-restarts`): of the cells a testbed ran least, it takes the one
+        that restarts fewest of its roles after its own last trial, not the first in plan order."""
         self._left = [s for s in steps if s.trial.index not in done]
+        self._fewest_restarts = fewest_restarts
+        self._last: dict[str, Step] = {}  # testbed -> the trial last handed to it
         self._taken = [False] * len(self._left)
         self._next = 0  # the first trial not handed out yet
         self._handed = 0
@@ -69,13 +75,16 @@ class StepSource:
         self._handed += 1
         key = (testbed, step.trial.cell)
         self._ran[key] = self._ran.get(key, 0) + 1
+        self._last[testbed] = step
         return step
 
     def _balanced(self, testbed: str) -> int:
         """Index of the first usable trial, in the round being handed out, of a cell `testbed` ran
         least (`_next` itself, the first trial not handed out, must be usable). Every source calls
-        this one rule: an adaptive design's testbeds too (there a stopped cell's trials are not usable)."""
+        this one rule: an adaptive design's testbeds too (there a stopped cell's trials are not usable).
+        With fewest_restarts, ties go to the trial restarting fewest roles after the testbed's last."""
         first = self._left[self._next].trial.round
+        last = self._last.get(testbed) if self._fewest_restarts else None
         best, fewest = self._next, None
         for i in range(self._next, min(len(self._left), self._next + self.BALANCE_WINDOW)):
             step = self._left[i]
@@ -83,9 +92,9 @@ class StepSource:
                 break
             if self._taken[i] or not self._usable(step):
                 continue
-            ran = self._ran.get((testbed, step.trial.cell), 0)
-            if fewest is None or ran < fewest:
-                best, fewest = i, ran
+            cost = (self._ran.get((testbed, step.trial.cell), 0), 0 if last is None else restarted_roles(last, step))
+            if fewest is None or cost < fewest:
+                best, fewest = i, cost
         return best
 
     def close(self) -> None:
@@ -100,6 +109,12 @@ class StepSource:
 
     def record(self, record: "TrialRecord") -> None:
         """A trial finished (a fixed design needs nothing from it)."""
+
+
+def restarted_roles(before: Step, after: Step) -> int:
+    """Roles whose env differs between two trials: those a testbed restarts going from one to the
+    other (the cell's own assignments per role: equal cells, equal envs)."""
+    return sum(before.env.get(role) != after.env.get(role) for role in {*before.env, *after.env})
 
 
 SourceFactory = Callable[[OnDecision], StepSource]
