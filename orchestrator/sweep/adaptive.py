@@ -53,7 +53,7 @@ class AdaptiveSource(StepSource):
     ) -> None:
         from orchestrator.core.sequential import SequentialPolicy
 
-        super().__init__(list(steps), done)
+        super().__init__(list(steps), done, fewest_restarts=matrix.order == "min-restarts")
         a = matrix.adaptive
         assert a is not None
         self.policy = SequentialPolicy(
@@ -84,20 +84,28 @@ class AdaptiveSource(StepSource):
 
     shrinks = True
 
-    def next(self, testbed: str = "") -> Step | None:
-        """The next trial whose cell is open; taken and admitted under one lock, so no other
-        testbed can hand out a later round while this one's round is not yet counted as running.
-        (`testbed` is not used: an adaptive design keeps the plan's order.)"""
-        with self._lock:
-            while self._next < len(self._left):
-                step = self._left[self._next]
-                self._next += 1
-                self._advance(step.trial.round)
-                if self._may_run(step, step.trial.is_baseline and self._any_open()):
-                    self._running[step.trial.index] = step.trial.round
-                    return step
-                self.skipped.append(step)
-            return None
+    def _front(self) -> bool:
+        """Moves `_next` to the first trial not handed out whose cell is open, deciding each boundary
+        as its round comes up (the trials of stopped cells on the way are skipped). Called by next()
+        under the lock, which also takes the trial: no other testbed can hand out a later round while
+        this one's round is not yet counted as running. Several testbeds then take, from that round,
+        the open cells they ran least (StepSource._balanced), so a testbed difference is not one cell's."""
+        while super()._front():
+            step = self._left[self._next]
+            self._advance(step.trial.round)
+            if self._usable(step):
+                return True
+            self._taken[self._next] = True
+            self.skipped.append(step)
+        return False
+
+    def _usable(self, step: Step) -> bool:
+        return self._may_run(step, step.trial.is_baseline and self._any_open())
+
+    def _take(self, at: int, testbed: str) -> Step:
+        step = super()._take(at, testbed)
+        self._running[step.trial.index] = step.trial.round
+        return step
 
     def close(self) -> None:
         with self._lock:
@@ -115,7 +123,8 @@ class AdaptiveSource(StepSource):
         with self._lock:
             self._advance(self._horizon())  # decide now what the next call to next() would decide anyway
             any_open = self._any_open()
-            return sum(1 for s in self._left[self._next :] if self._may_run(s, any_open))
+            left, taken = self._left, self._taken
+            return sum(1 for i in range(self._next, len(left)) if not taken[i] and self._may_run(left[i], any_open))
 
     def _may_run(self, step: Step, any_open: bool) -> bool:
         """any_open: whether any cell is open (the baseline runs while one is), asked once by the caller."""
@@ -132,7 +141,7 @@ class AdaptiveSource(StepSource):
 
     def _horizon(self) -> int:
         """The round of the next trial to hand out: the last boundary worth deciding now."""
-        return self._left[self._next].trial.round if self._next < len(self._left) else self._last_round
+        return self._left[self._next].trial.round if super()._front() else self._last_round
 
     def _count(self, record: TrialRecord) -> None:
         m = record.metrics.get(self.metric)

@@ -192,7 +192,7 @@ def _design(plan: Plan, done: set[int], journaled: Finished | None = None) -> So
         if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
             return HuntSource(matrix, prior, journaled.next_trial if journaled else None)
         if matrix.adaptive is None:
-            return StepSource(list(plan.steps), done)
+            return StepSource(list(plan.steps), done, fewest_restarts=matrix.order == "min-restarts")
         return AdaptiveSource(plan.steps, done, matrix, prior, on_decision, decided)
 
     return make
