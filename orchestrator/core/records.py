@@ -186,8 +186,9 @@ class TrialRecord(Frozen):
     metrics: dict[str, MetricValue] = Field(default_factory=dict)
     logs: dict[str, str] = Field(default_factory=dict)  # "role:unit" -> path relative to run dir
     provenance: dict[str, TrialProvenance] = Field(default_factory=dict)  # host -> what served it (old: {})
-    # checks this trial's identity checks could not make, and why ("router: started with --dp-aware ...")
-    unchecked: list[str] = Field(default_factory=list)
+    # checks this trial's identity checks could not make, and why ("router: started with --dp-aware ...");
+    # written only when there is one, so an older orch still reads a journal that has none
+    unchecked: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class EventRecord(Frozen):

@@ -19,6 +19,7 @@ from helpers.multibed import multi_bed
 from helpers.ssh_sweep import attempts_of
 
 from orchestrator.core.plan import make_plan
+from orchestrator.core.records import TrialRecord
 from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED
 from orchestrator.edges.deployment import router_host, router_instances, router_workers
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
@@ -353,3 +354,14 @@ def test_preflight_refuses_a_running_router_that_lists_a_stranger_before_touchin
     assert "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's" in str(info.value)
     assert all(b.transports[k].files[h.host.env_file] == b.originals[k] for k, h in b.deployment.hosts.items())
     assert not any(m.restarts() for m in b.managers.values())
+
+
+def test_a_trial_record_writes_unchecked_only_when_a_check_was_skipped() -> None:
+    """An older orch refuses a journal line with a field it does not know (extra="forbid"), so a
+    trial whose checks all ran writes no `unchecked` key; one with a skipped check names it."""
+    stamp = "2026-01-01T00:00:00Z"
+    fields = {"run_id": "r", "trial": 0, "round": 0, "cell": "c", "levels": {}, "testbed": "t", "status": "completed"}
+    plain = TrialRecord(**fields, started=stamp, ended=stamp, duration_s=1.0)
+    assert "unchecked" not in json.loads(plain.model_dump_json())
+    skipped = plain.model_copy(update={"unchecked": [f"router: {DP_COUNTS_UNCHECKED}"]})
+    assert json.loads(skipped.model_dump_json())["unchecked"] == [f"router: {DP_COUNTS_UNCHECKED}"]
