@@ -6,7 +6,7 @@ model the bundled simulator uses): 16 suspect flags, trials of --sessions sessio
 trial's rate drawn from a Beta around the configuration's rate with the setting's ICC
 (trial-to-trial variation), k ~ Binomial(n, that rate). With T testbeds every round hands one
 configuration to each free testbed (chosen jointly), then all T finish; with 1 testbed a round
-is one trial. Settings (each --hunts hunts, seeds 0..hunts-1):
+is one trial. Settings (each --hunts hunts, seeds --first-seed (0) onwards):
 
   and3-bg0.5   culprit = a 3-flag AND at 15%, background 0.5%, ICC 0.03
   and3-bg1     culprit = a 3-flag AND at 15%, background 1%,   ICC 0.05, 2 decoys +0.5% each
@@ -26,7 +26,7 @@ and for the --parallel settings (default the 3-flag AND at 0.5%) the wall-clock 
 against the same hunts on one testbed (goal <= 1/3).
 
     nice .venv/bin/python bench/bench_hunt.py [--hunts 1000] [--sessions 5] [--testbeds 4] [--parallel all]
-        [--settings and3-bg0.5,or] [--jobs 2] [--budget 5000] [--wrong]
+        [--settings and3-bg0.5,or] [--jobs 2] [--budget 5000] [--wrong] [--first-seed 0]
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def run_setting(
     setting: Setting, args: argparse.Namespace, testbeds: int, pool: PoolType
 ) -> tuple[dict[str, float], list[str]]:
     started = time.perf_counter()
-    hunts, sessions, budget = args.hunts, args.sessions, args.budget
-    seq = pool.map(_one, [(setting.name, seed, sessions, 1, budget) for seed in range(hunts)], chunksize=8)
+    seeds, sessions, budget = range(args.first_seed, args.first_seed + args.hunts), args.sessions, args.budget
+    seq = pool.map(_one, [(setting.name, seed, sessions, 1, budget) for seed in seeds], chunksize=8)
     row: dict[str, float] = {
         "exact": float(np.mean([o.exact for o in seq])),
         "wrong": float(np.mean([o.wrong_certain for o in seq])),
@@ -137,7 +137,7 @@ def run_setting(
         "trials": float(np.median([o.trials for o in seq])),
     }
     if testbeds > 1:
-        par = pool.map(_one, [(setting.name, seed, sessions, testbeds, budget) for seed in range(hunts)], chunksize=8)
+        par = pool.map(_one, [(setting.name, seed, sessions, testbeds, budget) for seed in seeds], chunksize=8)
         row |= {
             "par_exact": float(np.mean([o.exact for o in par])),
             "par_wrong": float(np.mean([o.wrong_certain for o in par])),
@@ -159,6 +159,7 @@ def main() -> None:
     )
     parser.add_argument("--settings", default=",".join(DEFAULT), help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--budget", type=int, default=5000, help="max_sessions of each hunt")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + hunts - 1")
     parser.add_argument("--wrong", action="store_true", help="list each wrong answer (seed, set, stop reason)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = parser.parse_args()
