@@ -18,11 +18,15 @@ is contradicted by at least one configuration, no culprit set of the space fits 
 the cause may lie outside the space, or one verdict misled (each is at `confidence`, over the
 50-300 configurations of a hunt); at MISFIT_CONTRADICTIONS or more, no set explains what was seen.
 
-Said, never acted on: the hunt does not stop on it. Why (bench/README.md, "bench_hunt.py"): on a
-4-flag AND the four 3-flag subsets are each contradicted by one drop only (the missing flag's)
-until their own reproducer has passed on a long clean streak, which the search does not seek; in
-the hunts measured the count reached 1 after 725-1,475 sessions and 2 in none of them within
-3,000, and a stop on 1 would end, on one misleading verdict, hunts whose answer is in the space.
+Said, never acted on: the hunt does not stop on it, and a wrong set it reports as found is not
+held back by it. Why (bench/README.md, "bench_hunt.py"): one contradiction also befalls true
+answers (at ICC 0.30, 2 of 6 re-run hunts found the true set with one configuration contradicting
+it), so acting on one would end or hold hunts whose answer is in the space; acting on two was not
+measured on the default settings (in 3 hunts of a 4-flag AND, judged at the failing configuration's
+own rate alone, the count reached 1 after 725-1,475 sessions and never 2 within 3,000). What it
+buys today: 47 of 50 hunts of a 4-flag AND ended at the budget saying no set fits; the other 3
+reported a 3-flag subset as found (their reproducers: 4/115, 2/10 and 5/395 failed, where the
+truth fails at the background's 0.5%; measured before REPRO_TRIALS).
 """
 
 from __future__ import annotations
