@@ -500,10 +500,9 @@ def test_a_found_and_ran_its_set_without_each_flag_and_none_of_them_failed(seed:
         assert rest in ran and ran[rest].trials >= REST_TRIALS and ran[rest].verdict != "fails", flag
 
 
-def test_a_set_missing_a_culprit_waits_for_its_minimal_reproducer_to_fail() -> None:
-    # truth: f1 AND f3 AND f4. f1's drop picked up failures of its own (a decoy, the background),
-    # so "f3 AND f4" explains every trial and each of its drops is checked. Under the truth its
-    # minimal reproducer, f3 and f4 alone, passes: the hunt may not stop before it failed
+def f3_f4_explains_every_trial() -> Hunt:
+    """Truth f1 AND f3 AND f4, but f1's drop picked up failures of its own (a decoy, the
+    background), so "f3 AND f4" explains every trial and each of its drops is checked."""
     full = (1 << len(FLAGS)) - 1
     hunt = primed((3, 15), 40, (0, 2, 5, 6), (2, 10))
     hunt.observe(full ^ 0b10, 2, 20)
@@ -513,6 +512,13 @@ def test_a_set_missing_a_culprit_waits_for_its_minimal_reproducer_to_fail() -> N
     for _ in range(REST_TRIALS):  # each set without one of its flags ran, clean
         hunt.observe(0b10000, 0, 5)
         hunt.observe(0b1000, 0, 5)
+    return hunt
+
+
+def test_a_set_missing_a_culprit_waits_for_its_minimal_reproducer_to_fail() -> None:
+    # truth: f1 AND f3 AND f4; "f3 AND f4" explains every trial. Under the truth its minimal
+    # reproducer, f3 and f4 alone, passes: the hunt may not stop before it failed
+    hunt = f3_f4_explains_every_trial()
     result = hunt.result()
     assert result.best.sets == (("f3", "f4"),) and result.best.probability >= 0.95 and result.unchecked == ()
     assert hunt.propose() == 0b11000  # not "found": the reproducer has not run
@@ -527,15 +533,7 @@ def test_a_minimal_reproducer_whose_failures_all_came_in_one_trial_does_not_conf
     # burst of 3 failures in one trial (trials vary: ICC 0.30 at a 0.5% background). The trial is
     # the unit of replication: one bursting trial is not a reproducer that fails (bench_hunt.py,
     # and3-icc30: 5 of 6 wrong answers in 300 hunts had all the reproducer's failures in one trial)
-    full = (1 << len(FLAGS)) - 1
-    hunt = primed((3, 15), 40, (0, 2, 5, 6), (2, 10))
-    hunt.observe(full ^ 0b10, 2, 20)
-    for _ in range(10):
-        hunt.observe(full ^ 0b1000, 0, 5)
-        hunt.observe(full ^ 0b10000, 0, 5)
-    for _ in range(REST_TRIALS):
-        hunt.observe(0b10000, 0, 5)
-        hunt.observe(0b1000, 0, 5)
+    hunt = f3_f4_explains_every_trial()
     hunt.observe(0b11000, 3, 5)  # the burst
     assert hunt.own_verdict(0b11000) == "fails" and hunt.result().best.sets == (("f3", "f4"),)
     assert hunt.propose() == 0b11000 and hunt.state == "running"  # not "found": one trial failed
