@@ -6,13 +6,18 @@ model the bundled simulator uses): 16 suspect flags, trials of --sessions sessio
 trial's rate drawn from a Beta around the configuration's rate with the setting's ICC
 (trial-to-trial variation), k ~ Binomial(n, that rate). With T testbeds every round hands one
 configuration to each free testbed (chosen jointly), then all T finish; with 1 testbed a round
-is one trial. Settings (each --hunts hunts, seeds 0..hunts-1):
+is one trial. Settings (each --hunts hunts, seeds --first-seed (0) onwards):
 
   and3-bg0.5   culprit = a 3-flag AND at 15%, background 0.5%, ICC 0.03
   and3-bg1     culprit = a 3-flag AND at 15%, background 1%,   ICC 0.05, 2 decoys +0.5% each
   and3-bg0     culprit = a 3-flag AND at 15%, background 0%,   ICC 0.02
   or           (3-flag AND at 15%) OR (1 other flag at 10%), background 0.5%, ICC 0.03
   one-flag     culprit = 1 flag at 15%, background 0.5%, ICC 0.03
+  and3-bg3     culprit = a 3-flag AND at 15%, background 3%,   ICC 0.03
+  and3-icc30   culprit = a 3-flag AND at 15%, background 0.5%, ICC 0.30
+  and4         culprit = a 4-flag AND at 15%, background 0.5%, ICC 0.03: outside the hypothesis space
+               (ANDs of up to 3 flags, ORs of two); "exact" here is the hunt ending without a set and
+               saying that none fits (core/huntfit.py), "wrong" any set reported found
 
 Figures per setting: exact culprit set reported (goal >= 95%), wrong set reported as certain
 (goal <= 1%), sessions median / p90 (goals <= 250 / <= 500) beside one-flag-at-a-time (17
@@ -21,7 +26,7 @@ and for the --parallel settings (default the 3-flag AND at 0.5%) the wall-clock 
 against the same hunts on one testbed (goal <= 1/3).
 
     nice .venv/bin/python bench/bench_hunt.py [--hunts 1000] [--sessions 5] [--testbeds 4] [--parallel all]
-        [--settings and3-bg0.5,or] [--jobs 2]
+        [--settings and3-bg0.5,or] [--jobs 2] [--budget 5000] [--wrong] [--first-seed 0]
 """
 
 from __future__ import annotations
@@ -70,8 +75,13 @@ SETTINGS = {
         Setting("and3-bg0", CulpritModel((_and((2, 7, 11), 0.15),), (), 0.0, 0.02), frozenset()),
         Setting("or", CulpritModel((_and((2, 7, 11), 0.15), _and((5,), 0.10)), (), 0.005, 0.03), frozenset()),
         Setting("one-flag", CulpritModel((_and((13,), 0.15),), (), 0.005, 0.03), frozenset()),
+        Setting("and3-bg3", CulpritModel((_and((2, 7, 11), 0.15),), (), 0.03, 0.03), frozenset()),
+        Setting("and3-icc30", CulpritModel((_and((2, 7, 11), 0.15),), (), 0.005, 0.30), frozenset()),
+        Setting("and4", CulpritModel((_and((2, 7, 11, 13), 0.15),), (), 0.005, 0.03), frozenset()),
     )
 }
+DEFAULT = ("and3-bg0.5", "and3-bg1", "and3-bg0", "or", "one-flag")
+OUTSIDE = {"and4"}  # truths the hypotheses cannot express: the right answer is "no set explains it"
 
 
 def truth_of(setting: Setting) -> frozenset[frozenset[str]]:
@@ -85,11 +95,12 @@ class Outcome:
     sessions: int
     trials: int
     rounds: int
+    answer: str = ""  # what the hunt said when it was wrong (for --wrong)
 
 
-def hunt_once(setting: Setting, seed: int, sessions: int, testbeds: int) -> Outcome:
+def hunt_once(setting: Setting, seed: int, sessions: int, testbeds: int, budget: int = 5000) -> Outcome:
     rng = random.Random(seed)
-    hunt = Hunt(HuntSettings(FLAGS, sessions_per_trial=sessions))
+    hunt = Hunt(HuntSettings(FLAGS, sessions_per_trial=sessions, max_sessions=budget))
 
     def run_trial(x: int) -> tuple[int, int]:
         p = setting.model.trial_rate(frozenset(FLAGS[i] for i in range(len(FLAGS)) if x >> i & 1), rng)
@@ -98,19 +109,26 @@ def hunt_once(setting: Setting, seed: int, sessions: int, testbeds: int) -> Outc
     rounds = drive(hunt, run_trial, testbeds)
     result = hunt.result(top_n=1)
     found = frozenset(frozenset(s) for s in result.best.sets)
-    exact = result.state == "found" and found == truth_of(setting)
-    wrong = result.state == "found" and found != truth_of(setting)
-    return Outcome(exact, wrong, result.sessions, result.trials, rounds)
+    if setting.name in OUTSIDE:  # no set is right: the right answer is that none fits (core.huntfit)
+        exact, wrong = result.state != "found" and result.contradicted >= 1, result.state == "found"
+    else:
+        exact = result.state == "found" and found == truth_of(setting)
+        wrong = result.state == "found" and found != truth_of(setting)
+    answer = f"seed {seed}: {result.best.describe()} ({result.reason})" if wrong else ""
+    return Outcome(exact, wrong, result.sessions, result.trials, rounds, answer)
 
 
-def _one(job: tuple[str, int, int, int]) -> Outcome:
-    name, seed, sessions, testbeds = job
-    return hunt_once(SETTINGS[name], seed, sessions, testbeds)
+def _one(job: tuple[str, int, int, int, int]) -> Outcome:
+    name, seed, sessions, testbeds, budget = job
+    return hunt_once(SETTINGS[name], seed, sessions, testbeds, budget)
 
 
-def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int, pool: PoolType) -> dict[str, float]:
+def run_setting(
+    setting: Setting, args: argparse.Namespace, testbeds: int, pool: PoolType
+) -> tuple[dict[str, float], list[str]]:
     started = time.perf_counter()
-    seq = pool.map(_one, [(setting.name, seed, sessions, 1) for seed in range(hunts)], chunksize=8)
+    seeds, sessions, budget = range(args.first_seed, args.first_seed + args.hunts), args.sessions, args.budget
+    seq = pool.map(_one, [(setting.name, seed, sessions, 1, budget) for seed in seeds], chunksize=8)
     row: dict[str, float] = {
         "exact": float(np.mean([o.exact for o in seq])),
         "wrong": float(np.mean([o.wrong_certain for o in seq])),
@@ -119,7 +137,7 @@ def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int, pool
         "trials": float(np.median([o.trials for o in seq])),
     }
     if testbeds > 1:
-        par = pool.map(_one, [(setting.name, seed, sessions, testbeds) for seed in range(hunts)], chunksize=8)
+        par = pool.map(_one, [(setting.name, seed, sessions, testbeds, budget) for seed in seeds], chunksize=8)
         row |= {
             "par_exact": float(np.mean([o.exact for o in par])),
             "par_wrong": float(np.mean([o.wrong_certain for o in par])),
@@ -128,7 +146,7 @@ def run_setting(setting: Setting, hunts: int, sessions: int, testbeds: int, pool
             "ratio": float(np.median([o.rounds / max(s.trials, 1) for o, s in zip(par, seq, strict=True)])),
         }
     row["seconds"] = time.perf_counter() - started
-    return row
+    return row, [o.answer for o in seq if o.answer]
 
 
 def main() -> None:
@@ -139,7 +157,10 @@ def main() -> None:
     parser.add_argument(
         "--parallel", default="and3-bg0.5", help="settings also run on --testbeds testbeds (all: every one)"
     )
-    parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--settings", default=",".join(DEFAULT), help=f"of {', '.join(SETTINGS)}")
+    parser.add_argument("--budget", type=int, default=5000, help="max_sessions of each hunt")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + hunts - 1")
+    parser.add_argument("--wrong", action="store_true", help="list each wrong answer (seed, set, stop reason)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared: times are inflated)")
@@ -157,7 +178,10 @@ def main() -> None:
     with Pool(args.jobs) as pool:
         for name in args.settings.split(","):
             testbeds = args.testbeds if name in parallel or args.parallel == "all" else 1
-            show(name, run_setting(SETTINGS[name], args.hunts, args.sessions, testbeds, pool), args)
+            row, wrong = run_setting(SETTINGS[name], args, testbeds, pool)
+            show(name, row, args)
+            for line in wrong if args.wrong else []:
+                print(f"  wrong: {line}")
     print(f"total {time.perf_counter() - begun:.0f} s with {args.jobs} worker processes")
     print("goals: exact >= 95%, wrong <= 1%, median <= 250, p90 <= 500 sessions, rounds/seq <= 0.33")
     print("vs OFAT: median sessions / 1,360; vs 2^16: median trials / 65,536 configurations (one trial each)")

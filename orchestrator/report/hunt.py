@@ -20,7 +20,8 @@ from pathlib import Path
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import ConfigResult, HuntResult
-from orchestrator.core.huntreplay import counts_of, replay
+from orchestrator.core.huntfit import misfit_words
+from orchestrator.core.huntreplay import counts_of, replay, settings_of
 from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import RunManifest, TrialRecord
@@ -151,7 +152,32 @@ def dependencies(report: HuntReport) -> list[str]:
         return []
     if not r.best.sets:
         return _no_flag(report)
-    return _set_lines(r.best.sets, report.found)
+    return _set_lines(r.best.sets, report.found) + cause_rate_lines(report)
+
+
+def cause_rate_lines(report: HuntReport) -> list[str]:
+    """An OR answer: each cause's own failure rate, as measured where only it is on (its flags all
+    on, the other cause's not all on): k/n and interval. Why: the model fits one affected rate for
+    both causes, and the page said none; the DSV4 team's two causes failed at 15% and 10%."""
+    sets = report.result.best.sets
+    if len(sets) < 2:
+        return []
+    masks = [sum(1 << report.flags.index(f) for f in group) for group in sets]
+    lines = []
+    for group, mask in zip(sets, masks, strict=True):
+        others = [m for m in masks if m != mask]
+        alone = [c for c in report.result.configs if c.config & mask == mask and all(c.config & m != m for m in others)]
+        name = joined(list(group))
+        if not alone:
+            lines.append(f"{name}, the other cause off: not measured (no configuration ran so)")
+            continue
+        k, n = sum(c.k for c in alone), sum(c.n for c in alone)
+        lo, hi = rate_interval(k, n, report.spread)
+        lines.append(
+            f"{name}, the other cause off: {k}/{n} sessions failed, {k / n:.1%} (95% interval {lo:.1%}-{hi:.1%}) "
+            f"over {len(alone)} configuration{'s' if len(alone) != 1 else ''}: this cause's own rate as measured"
+        )
+    return lines
 
 
 def _set_lines(sets: tuple[tuple[str, ...], ...], found: bool) -> list[str]:
@@ -203,7 +229,56 @@ def no_answer_lines(report: HuntReport) -> list[str]:
         return not_failing_lines(report)
     if not report.result.confirmed:
         return unknown_lines(report)
+    if report.result.state == "budget" and report.result.contradicted:
+        return unexplained_lines(report)
     return []
+
+
+SHOWN_FAILING = 12  # failing configurations listed in the summary (hunt.html's table has them all)
+
+
+def unexplained_lines(report: HuntReport) -> list[str]:
+    """A hunt stopped at its budget where no culprit set of the hypothesis space fits the
+    configurations' own trials (core.huntfit): that in words, which configurations failed (k/n),
+    the flags every one of them had on, and what to do. Why: a 4-flag AND spent the whole budget
+    and said only "session budget 3000 spent (top posterior 0.882)"."""
+    r, flags = report.result, report.flags
+    assert report.matrix.hunt is not None
+    max_and = settings_of(report.matrix.hunt).model.max_and
+    lines = [f"no culprit set is named: {misfit_words(r.contradicted, max_and)}"]
+    lines.append(f"configurations that failed at the failing configuration's rate ({len(r.failing)}):")
+    for config, k, n in r.failing[:SHOWN_FAILING]:
+        lo, hi = rate_interval(k, n, report.spread)
+        on = _on_label(tuple(f for i, f in enumerate(flags) if config >> i & 1), flags, len(flags))
+        lines.append(f"  {on}: {k}/{n} sessions failed ({lo:.1%}-{hi:.1%})")
+    if len(r.failing) > SHOWN_FAILING:
+        lines.append(f"  and {len(r.failing) - SHOWN_FAILING} more (hunt.html lists every configuration tried)")
+    return lines + _what_to_do(r.failing, flags)
+
+
+def _what_to_do(failing: Sequence[tuple[int, int, int]], flags: tuple[str, ...]) -> list[str]:
+    """The flags on in every failing configuration, and the next steps they suggest."""
+    common = (1 << len(flags)) - 1
+    for config, _, _ in failing:
+        common &= config
+    shared = [f for i, f in enumerate(flags) if common >> i & 1]
+    matrix = "run the failing configurations above as a matrix (orch run) to measure each one's rate"
+    if len(shared) == len(flags):
+        return [
+            f"only the failing configuration failed: what to do: narrow the suspect list and hunt again, or {matrix}"
+        ]
+    if not shared:
+        return [
+            "no flag was on in every failing configuration: the failure may have more than two causes (an OR the "
+            "hunt cannot name)",
+            f"what to do: narrow the suspect list and hunt again, or {matrix}",
+        ]
+    return [
+        f"every failing configuration had {joined(shared)} on ({len(shared)} flags): the failure may need more of "
+        "them together than the hunt can name",
+        f"what to do: narrow the suspects to those {len(shared)} and run them as a full factorial "
+        f"({2 ** len(shared):,} cells), or {matrix}",
+    ]
 
 
 def unknown_lines(report: HuntReport) -> list[str]:
