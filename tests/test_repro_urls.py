@@ -127,6 +127,31 @@ def test_urls_of_orchs_servers_or_of_other_hosts_pass(tmp_path: Path, command: s
     plan(tmp_path, command)
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "repro --router http://localhost:$ROUTER_PORT/v1",  # was refused: 'its invalid port'
+        "repro --router http://127.0.0.1:${{ROUTER_PORT}}/v1",
+        "repro --router http://localhost:$(cat /run/router.port)/v1",  # was refused as port 80
+        "repro --router http://localhost:`cat /run/router.port`/v1",  # was refused as port 80
+        "repro --router http://$ROUTER_HOST:30009",
+    ],
+)
+def test_a_url_whose_host_or_port_the_shell_fills_in_is_not_judged(tmp_path: Path, command: str) -> None:
+    plan(tmp_path, command)
+
+
+def test_the_hint_gives_the_allow_urls_line_to_paste_for_a_meant_server(tmp_path: Path) -> None:
+    err = refused(tmp_path, "repro {router_url} && curl --data-binary @m http://localhost:9091/metrics/job/orch")
+    assert err.hint is not None and 'repro.allow_urls: ["http://localhost:9091"]' in err.hint
+    assert "pushgateway" in err.hint and "SSH tunnel" in err.hint
+    plan(
+        tmp_path,
+        "repro {router_url} && curl --data-binary @m http://localhost:9091/metrics/job/orch",
+        extra='  allow_urls: ["http://localhost:9091"]\n',
+    )
+
+
 def test_a_loopback_url_inside_a_quoted_json_payload_is_judged_too(tmp_path: Path) -> None:
     payload = """curl -d '{{\\"callback\\": \\"http://127.0.0.1:9\\"}}' {router_url}/generate"""
     assert "http://127.0.0.1:9 is none of the servers" in str(refused(tmp_path, payload))

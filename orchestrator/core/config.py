@@ -49,7 +49,7 @@ from orchestrator.core.model import (
     secret_values,
 )
 from orchestrator.core.redact import Redactor
-from orchestrator.core.reprourls import STRAY_URL_HINT, known_ports, origins, stray_url_message
+from orchestrator.core.reprourls import known_ports, origins, stray_url_hint, stray_url_message
 from orchestrator.core.serverconf import (
     MetricsShape,
     VerifyShape,
@@ -1387,4 +1387,4 @@ def _check_repro_urls(matrix: Matrix, testbed: Testbed) -> None:
     for where, text in texts:
         for origin in origins(text):
             if not known.serves(origin):
-                raise matrix.source.error(where, stray_url_message(origin, known), STRAY_URL_HINT)
+                raise matrix.source.error(where, stray_url_message(origin, known), stray_url_hint(origin))

@@ -33,12 +33,9 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 # the authority of an http(s) URL as it appears in a shell command or a quoted JSON payload: it
 # ends at a path, query, quote, blank or shell punctuation; braces are kept to spot placeholders
 URL_AUTHORITY = re.compile(r"(?i)\bhttps?://([A-Za-z0-9._~%@:\[\]{}!$&*+=-]+)")
+NOT_LITERAL = "{}$"  # a placeholder orch fills, or a variable the shell expands
 PORT_ARG = re.compile(r"\A--?[A-Za-z0-9_-]*port(?:=(\d{1,5}))?\Z")
 DEFAULT_PORTS = {"http": 80, "https": 443}
-STRAY_URL_HINT = (
-    "write {router_url} (or {<role>_url}): orch fills it in from the inventory; if that server is meant, "
-    "list its URL in repro.allow_urls"
-)
 
 
 @dataclass(frozen=True)
@@ -84,12 +81,26 @@ def stray_url_message(origin: Origin, known: KnownPorts) -> str:
     )
 
 
+def stray_url_hint(origin: Origin) -> str:
+    """What to write instead, or how to keep a server that is meant (the URL to list, ready to paste)."""
+    return (
+        "write {router_url} (or {<role>_url}): orch fills it in from the inventory; if that server is meant "
+        f"(an exporter, a Prometheus pushgateway, an SSH tunnel to the testbed), list it: repro.allow_urls: "
+        f'["{origin.url}"]'
+    )
+
+
 def origins(text: str) -> Iterator[Origin]:
     """Every literal http(s) URL in a command or value; one whose authority holds a placeholder
-    (`http://{host}:8000`) is skipped (what fills it is not literal)."""
+    (`http://{host}:8000`) or a shell expansion (`http://localhost:$PORT`, `$(cat port)`,
+    `` `cat port` ``) is skipped: what fills it is not literal, so its host or port is not known
+    here (a port left empty before one is not port 80)."""
     for match in URL_AUTHORITY.finditer(text):
-        authority = match.group(1).rstrip(".!$&*+=-")
-        if "{" in authority or "}" in authority or not authority:
+        written = match.group(1)
+        if any(c in written for c in NOT_LITERAL) or written.endswith(":"):
+            continue
+        authority = written.rstrip(".!&*+=-")
+        if not authority:
             continue
         scheme = match.group(0).split(":", 1)[0].lower()
         origin = parse_origin(f"{scheme}://{authority}")
