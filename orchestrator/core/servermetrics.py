@@ -113,6 +113,20 @@ def requests_counted(values: Mapping[str, MetricValue], endpoints: Iterable[str]
     return total if seen else None
 
 
+def unwatched_roles(
+    values: Mapping[str, MetricValue], endpoints_of: Mapping[str, Iterable[str]], router_role: str
+) -> list[str]:
+    """The roles a repro could send requests to that no request counter watched: a worker role none
+    of whose endpoints counted requests (not measured, or no counter kept). A repro may address a
+    worker directly (`{prefill_url}`), so a zero elsewhere does not say it went astray. The router
+    may go unwatched: what it routes reaches the workers, whose counters see it."""
+    return [
+        role
+        for role, endpoints in endpoints_of.items()
+        if role != router_role and requests_counted(values, list(endpoints)) is None
+    ]
+
+
 def is_server_metric(name: str) -> bool:
     return name.startswith(PREFIX)
 

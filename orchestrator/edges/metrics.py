@@ -23,7 +23,7 @@ import httpx
 from orchestrator.core import gpustat, servermetrics
 from orchestrator.core.promtext import Scrape, name_filter, parse
 from orchestrator.core.records import MetricValue
-from orchestrator.core.serverconf import Endpoint, ServerMetrics
+from orchestrator.core.serverconf import ROUTER_ROLE, Endpoint, ServerMetrics
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, ScrapeError
@@ -178,7 +178,14 @@ class Telemetry:
         return [t.endpoint.name for t in self.targets if t.endpoint.role is not None]
 
     def requests_counted(self, values: dict[str, MetricValue]) -> float | None:
-        """The requests orch's servers counted during the repro (core.servermetrics)."""
+        """The requests orch's servers counted during the repro (core.servermetrics); None when a
+        worker role's requests were not counted (the repro may have sent its requests there)."""
+        endpoints_of: dict[str, list[str]] = {h.role: [] for h in self.deployment.hosts.values()}
+        for t in self.targets:
+            if t.endpoint.role is not None:
+                endpoints_of.setdefault(t.endpoint.role, []).append(t.endpoint.name)
+        if servermetrics.unwatched_roles(values, endpoints_of, ROUTER_ROLE):
+            return None
         return servermetrics.requests_counted(values, self.role_endpoints)
 
     def _scrape(self, target: Target) -> Scrape | str:

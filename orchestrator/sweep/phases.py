@@ -781,7 +781,8 @@ class Repro:
         if self.telemetry is None:
             return
         specs = self.plan.matrix.repro.metrics
-        sessions = sum(values[m.name].n or 0 for m in specs if m.kind == "proportion" and m.name in values)
+        # several proportions may count the same sessions (failures, timeouts): the largest n, not their sum
+        sessions = max((values[m.name].n or 0 for m in specs if m.kind == "proportion" and m.name in values), default=0)
         if sessions and self.telemetry.requests_counted(values) == 0:
             raise ReproNotServed(
                 f"no request reached orch's servers during the repro, which reported {sessions} sessions (the "

@@ -22,6 +22,7 @@ from orchestrator.core.servermetrics import (
     quantile,
     requests_counted,
     trial_values,
+    unwatched_roles,
 )
 from orchestrator.errors import MISSING, ConfigError, ReportedMismatch, ScrapeError, VerificationError
 
@@ -296,3 +297,10 @@ def test_requests_counted_sums_the_request_counters_of_the_endpoints_it_is_given
     assert requests_counted(values, ["prefill"]) is None  # no request counter kept: cannot tell
     lost = {**values, "server.router.missing": MetricValue(kind="number", value=None, unit="HTTP 503")}
     assert requests_counted(lost, ["decode", "router"]) is None  # the requests may have gone where no one looked
+
+
+def test_a_worker_role_without_a_request_counter_is_unwatched_the_router_may_be() -> None:
+    counted = MetricValue(kind="number", value=0)
+    values = {"server.d.sglang:num_requests_total.delta": counted, "server.p.sglang:prompt_tokens_total.delta": counted}
+    endpoints_of = {"decode": ["d"], "prefill": ["p"], "router": [], "lb": []}
+    assert unwatched_roles(values, endpoints_of, "router") == ["prefill", "lb"]  # p keeps no request counter

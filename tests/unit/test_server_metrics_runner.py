@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
-from fakes import FakeBed, Reply, Role, make_bed, make_plan, remote_repro
+from fakes import METRICS, FakeBed, Reply, Role, make_bed, make_plan, remote_repro
 
 from orchestrator.core import gpustat
 from orchestrator.core.serverconf import SGLANG_NAMES, SMG_NAMES
@@ -307,3 +307,39 @@ def test_a_url_endpoint_counting_requests_does_not_vouch_for_the_repro(tmp_path:
     result = run(bed, client_for(bed, extra), tmp_path / "run", metrics={"endpoints": endpoints, "gpu": False})
     assert (result.completed, result.failed) == (0, 2)
     assert {r.failure.error for r in result.records if r.failure} == {"ReproNotServed"}
+
+
+def pd_bed() -> FakeBed:
+    return make_bed({"decode": Role("SGLANG_EXTRA_ARGS=\n"), "prefill": Role("X=1\n")})
+
+
+def test_a_worker_role_no_counter_watches_may_have_served_the_repro(tmp_path: Path) -> None:
+    """Only decode measured, its counter still: the repro may have sent every request to prefill
+    directly ({prefill_url}), a server of orch's that nobody counted; the trial is not void."""
+    bed = pd_bed()
+    endpoints = {"d": {"role": "decode"}}
+    result = run(
+        bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={"endpoints": endpoints, "gpu": False}
+    )
+    assert (result.completed, result.failed) == (2, 0)
+
+
+def test_every_worker_role_watched_and_still_is_void(tmp_path: Path) -> None:
+    bed = pd_bed()
+    result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={"gpu": False})  # default: both
+    assert (result.completed, result.failed) == (0, 2)
+    assert {r.failure.error for r in result.records if r.failure} == {"ReproNotServed"}
+    assert all(
+        "the request counters of decode, prefill rose by 0" in str(r.failure.message)
+        for r in result.records
+        if r.failure
+    )
+
+
+def test_two_proportions_over_the_same_sessions_are_not_added_up_in_the_message(tmp_path: Path) -> None:
+    bed = decode_bed()
+    metrics = {**METRICS, "again": {"kind": "proportion", "regex": r"events=(?P<k>\d+)/(?P<n>\d+)"}}
+    repro = {**remote_repro("decode"), "metrics": metrics}
+    result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={}, repro=repro)
+    messages = {str(r.failure.message) for r in result.records if r.failure}
+    assert len(messages) == 1 and "which reported 10 sessions" in messages.pop()  # was 20: 10 + 10
