@@ -66,3 +66,12 @@ def test_restore_takes_a_run_dir_or_a_testbed(tmp_path: Path, capsys: pytest.Cap
     assert "give the run's folder (RUN_DIR), or --testbed NAME" in capsys.readouterr().err
     assert main(["restore", str(tmp_path), "--testbed", "sim"]) == 2
     assert "RUN_DIR or --testbed, not both" in capsys.readouterr().err
+
+
+def test_restore_help_says_the_hosts_record_of_the_units_decides(capsys: pytest.CaptureFixture[str]) -> None:
+    """The help said units running now are restarted (what an older orch's copy gets), not that the
+    record beside each copy now says which ran before and that a unit the run started is stopped."""
+    with pytest.raises(SystemExit):
+        main(["restore", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "orch-units-<run_id>" in said and "one the run started is stopped" in said

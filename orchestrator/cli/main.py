@@ -216,8 +216,10 @@ def _add_restore(sub: argparse._SubParsersAction) -> None:
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     hosts = res.add_argument_group(
         "without the run folder (deleted)",
-        "put a testbed back from the copies of their env files a run left on its hosts; units running now are "
-        "restarted on the originals (which ran before the run was in the folder)",
+        "put a testbed back from the copies of their env files a run left on its hosts; which units ran before "
+        "the run is read from the record beside each copy (<env>.orch-units-<run_id>): those are restarted on the "
+        "originals, one the run started is stopped; a copy without a record (older orch) leaves every unit "
+        "running now running, named",
     )
     hosts.add_argument("-t", "--testbed", help="the testbed, instead of RUN_DIR")
     hosts.add_argument("--run-id", help="the run whose copies to put back (default: the one the testbed's lock names)")
