@@ -245,14 +245,20 @@ def unexplained_lines(report: HuntReport) -> list[str]:
     r, flags = report.result, report.flags
     assert report.matrix.hunt is not None
     max_and = settings_of(report.matrix.hunt).model.max_and
-    lines = [f"no culprit set is named: {misfit_words(r.contradicted, max_and)}"]
-    lines.append(f"configurations that failed at the failing configuration's rate ({len(r.failing)}):")
+    # the verdict just above already gives the reason (core.hunt's budget stop): said once
+    words = misfit_words(r.contradicted, max_and)
+    lines = ["no culprit set is named" + ("" if words in r.reason else f": {words}")]
+    # judged by a likelihood ratio, not shown to share one rate: their own k/n and intervals follow
+    lines.append(
+        f"configurations that fail on their own trials (judged at the failing configuration's rate against the "
+        f"background's) ({len(r.failing)}):"
+    )
     for config, k, n in r.failing[:SHOWN_FAILING]:
         lo, hi = rate_interval(k, n, report.spread)
         on = _on_label(tuple(f for i, f in enumerate(flags) if config >> i & 1), flags, len(flags))
         lines.append(f"  {on}: {k}/{n} sessions failed ({lo:.1%}-{hi:.1%})")
     if len(r.failing) > SHOWN_FAILING:
-        lines.append(f"  and {len(r.failing) - SHOWN_FAILING} more (hunt.html lists every configuration tried)")
+        lines.append(f"  and {len(r.failing) - SHOWN_FAILING} more (in hunt.html's table 'Every configuration tried')")
     return lines + _what_to_do(r.failing, flags)
 
 

@@ -60,7 +60,10 @@ def test_a_four_flag_and_spends_the_budget_and_says_no_culprit_set_explains_it()
     lines = summary_lines(report)
     assert lines[0].startswith("hunt budget: session budget 1080 spent") and "no culprit set of up to 3" in lines[0]
     assert not [line for line in lines if line.startswith("culprit:")], lines  # no set named
-    assert "  configurations that failed at the failing configuration's rate (13):" in lines, lines
+    assert (
+        "  configurations that fail on their own trials (judged at the failing configuration's rate against the "
+        "background's) (13):" in lines
+    ), lines
     assert "    all (the failing configuration): 6/40 sessions failed" in "\n".join(lines), lines
     assert [line for line in lines if line.startswith("    all but nccl_nvls: 3/20 sessions failed (")], lines
     common = "every failing configuration had bf16_index_k, cuda_graph, overlap and torch_compile on (4 flags)"
@@ -69,6 +72,25 @@ def test_a_four_flag_and_spends_the_budget_and_says_no_culprit_set_explains_it()
     assert [line for line in lines if line.startswith(f"  {todo}")], lines
     page = render(report)
     assert "no culprit set of up to 3 flags" in page and "Likeliest culprit set so far" not in page
+
+
+def test_the_misfit_is_said_once_and_no_shared_rate_is_claimed() -> None:
+    """The summary said the whole misfit reason twice (the verdict, then "no culprit set is named:
+    <the same>"), hunt.html too; the list's heading said the configurations "failed at the failing
+    configuration's rate" (3/20 against 6/40: consistent, not shown equal); and hunt.html sent its
+    reader to hunt.html."""
+    m = matrix(budget=1080)
+    culprits = mask(m, *AND4)
+    runs = [(FULL, [3, 3]), (0, [0, 0, 0])]
+    runs += [(FULL ^ (1 << i), [3]) for i in range(16) if not culprits >> i & 1]
+    runs += [(FULL ^ (1 << i), [0] * 10) for i in range(16) if culprits >> i & 1]
+    report = build_report(m, trials(m, runs))
+    summary, page = "\n".join(summary_lines(report)), render(report)
+    assert summary.count("no culprit set of up to 3 flags") == 1, summary
+    assert page.count("no culprit set of up to 3 flags") == 1
+    assert "no culprit set is named\n" in summary
+    assert "failed at the failing configuration's rate" not in summary + page
+    assert "(in hunt.html's table 'Every configuration tried')" in summary and "Every configuration tried" in page
 
 
 def test_an_or_of_three_causes_says_none_explains_it_and_no_flag_is_common_to_the_failures() -> None:
