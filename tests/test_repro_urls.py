@@ -152,6 +152,40 @@ def test_the_hint_gives_the_allow_urls_line_to_paste_for_a_meant_server(tmp_path
     )
 
 
+@pytest.mark.parametrize(
+    ("command", "written"),
+    [
+        ("python3 -m sglang.bench_serving --backend sglang --host 127.0.0.1 --port 30009", "127.0.0.1 --port 30009"),
+        ("python3 -m sglang.bench_serving --host=localhost --port=30009 | tee out", "localhost --port 30009"),
+        ("warm {router_url} && bench --port 30009 --host ::1", "::1 --port 30009"),
+    ],
+)
+def test_a_server_named_by_host_and_port_flags_is_judged_like_its_url(
+    tmp_path: Path, command: str, written: str
+) -> None:
+    """sglang.bench_serving's usual form names no URL: a typo'd port there was never judged."""
+    err = refused(tmp_path, command)
+    assert (err.line, err.path) == (COMMAND_LINE, "repro.command")
+    assert f"--host {written} is none of the servers of testbed 'local'" in str(err)
+    assert err.hint is not None and "--base-url {router_url}" in err.hint and "repro.allow_urls" in err.hint
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python3 -m sglang.bench_serving --host 127.0.0.1 --port 30001",  # the router's port
+        "bench --host 127.0.0.1 --port $PORT",  # not literal
+        "mock --host 0.0.0.0 --port 9999 & bench --base-url {router_url}",  # a listener the repro starts
+        "mock --port 9999 && bench --host 127.0.0.1 --port 30001",  # each command on its own
+        "bench --host 127.0.0.1; other --port 30009",
+        "bench --host 10.9.9.9 --port 30009",  # not an inventory host
+        "echo 'an open quote",
+    ],
+)
+def test_host_and_port_flags_that_name_orchs_server_or_none_pass(tmp_path: Path, command: str) -> None:
+    plan(tmp_path, command)
+
+
 def test_a_loopback_url_inside_a_quoted_json_payload_is_judged_too(tmp_path: Path) -> None:
     payload = """curl -d '{{\\"callback\\": \\"http://127.0.0.1:9\\"}}' {router_url}/generate"""
     assert "http://127.0.0.1:9 is none of the servers" in str(refused(tmp_path, payload))

@@ -49,7 +49,7 @@ from orchestrator.core.model import (
     secret_values,
 )
 from orchestrator.core.redact import Redactor
-from orchestrator.core.reprourls import known_ports, origins, stray_url_hint, stray_url_message
+from orchestrator.core.reprourls import flag_origins, known_ports, origins, stray_url_hint, stray_url_message
 from orchestrator.core.serverconf import (
     MetricsShape,
     VerifyShape,
@@ -1385,6 +1385,6 @@ def _check_repro_urls(matrix: Matrix, testbed: Testbed) -> None:
     texts += [(("repro", "warmup"), repro.warmup)] if repro.warmup else []
     texts += [(("factors", f.name, "levels"), v) for f in matrix.factors for lv in f.levels for v in lv.client.values()]
     for where, text in texts:
-        for origin in origins(text):
+        for origin in (*origins(text), *flag_origins(text)):
             if not known.serves(origin):
                 raise matrix.source.error(where, stray_url_message(origin, known), stray_url_hint(origin))

@@ -19,9 +19,11 @@ compared as written (nothing is resolved here): a name of this machine that is n
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import itertools
 import re
+import shlex
 import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +35,7 @@ LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost
 # the authority of an http(s) URL as it appears in a shell command or a quoted JSON payload: it
 # ends at a path, query, quote, blank or shell punctuation; braces are kept to spot placeholders
 URL_AUTHORITY = re.compile(r"(?i)\bhttps?://([A-Za-z0-9._~%@:\[\]{}!$&*+=-]+)")
+BIND_ALL = frozenset({"0.0.0.0", "::", "[::]"})
 NOT_LITERAL = "{}$"  # a placeholder orch fills, or a variable the shell expands
 PORT_ARG = re.compile(r"\A--?[A-Za-z0-9_-]*port(?:=(\d{1,5}))?\Z")
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -46,6 +49,7 @@ class Origin:
     url: str
     host: str
     port: int | None
+    written: str = ""  # as the command wrote it, when not as a URL (`--host 127.0.0.1 --port 30009`)
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,9 @@ class KnownPorts:
 def stray_url_message(origin: Origin, known: KnownPorts) -> str:
     where = "this machine's loopback" if origin.host == LOOPBACK else f"inventory host {origin.host}"
     port = f"port {origin.port}" if origin.port is not None else "its invalid port"
+    named = origin.written or origin.url
     return (
-        f"{origin.url} is none of the servers of testbed {known.testbed!r} (on {where} orch knows ports "
+        f"{named} is none of the servers of testbed {known.testbed!r} (on {where} orch knows ports "
         f"{known.listed(origin.host) or 'none'}): whatever answers {port} would serve the repro, and its "
         f"trials would count as data"
     )
@@ -83,9 +88,10 @@ def stray_url_message(origin: Origin, known: KnownPorts) -> str:
 
 def stray_url_hint(origin: Origin) -> str:
     """What to write instead, or how to keep a server that is meant (the URL to list, ready to paste)."""
+    instead = "--base-url {router_url} for --host/--port" if origin.written else "{router_url} (or {<role>_url})"
     return (
-        "write {router_url} (or {<role>_url}): orch fills it in from the inventory; if that server is meant "
-        f"(an exporter, a Prometheus pushgateway, an SSH tunnel to the testbed), list it: repro.allow_urls: "
+        f"write {instead}: orch fills it in from the inventory; if that server is meant "
+        "(an exporter, a Prometheus pushgateway, an SSH tunnel to the testbed), list it: repro.allow_urls: "
         f'["{origin.url}"]'
     )
 
@@ -106,6 +112,41 @@ def origins(text: str) -> Iterator[Origin]:
         origin = parse_origin(f"{scheme}://{authority}")
         if origin is not None:
             yield origin
+
+
+def flag_origins(text: str) -> Iterator[Origin]:
+    """The server a client names by `--host H --port N` (sglang.bench_serving's form) in one
+    command of a shell line (split at `;`, `&&`, `|`): judged like the URL it stands for. A line
+    the shell words cannot be told of (an open quote) or a value that is not literal (a
+    placeholder, `$PORT`) names none."""
+    try:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError:
+        return
+    command: dict[str, str] = {}
+    for word, following in itertools.pairwise((*words, "")):
+        if word and all(c in lexer.punctuation_chars for c in word):  # the end of one command
+            yield from _host_port(command)
+            command = {}
+            continue
+        name, eq, value = word.partition("=")
+        if name in ("--host", "--port"):
+            command[name] = value if eq else following
+    yield from _host_port(command)
+
+
+def _host_port(command: dict[str, str]) -> Iterator[Origin]:
+    host, port = command.get("--host", ""), command.get("--port", "")
+    if not host or not port.isdigit() or any(c in host + port for c in NOT_LITERAL):
+        return
+    if host in BIND_ALL:  # where a server the repro starts listens, not one it reaches
+        return
+    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    origin = parse_origin(f"http://{netloc}")
+    if origin is not None:
+        yield dataclasses.replace(origin, written=f"--host {host} --port {port}")
 
 
 def parse_origin(url: str) -> Origin | None:
