@@ -39,6 +39,16 @@ def mask(m: Matrix, *flags: str) -> int:
     return sum(1 << m.hunt.flags.index(f) for f in flags)
 
 
+def and4_report(m: Matrix) -> HuntReport:
+    """The failing configuration fails, each no-op's drop fails, each of the four culprits' drops
+    stays clean over 200 sessions (a 4-flag AND, outside the hypothesis space)."""
+    culprits = mask(m, *AND4)
+    runs = [(FULL, [3, 3]), (0, [0, 0, 0])]
+    runs += [(FULL ^ (1 << i), [3]) for i in range(16) if not culprits >> i & 1]
+    runs += [(FULL ^ (1 << i), [0] * 10) for i in range(16) if culprits >> i & 1]
+    return build_report(m, trials(m, runs))
+
+
 def said(report: HuntReport) -> str:
     return "\n".join(summary_lines(report)) + render(report)
 
@@ -49,11 +59,7 @@ def test_a_four_flag_and_spends_the_budget_and_says_no_culprit_set_explains_it()
     by a clean drop. Before, the stop said only "session budget ... spent (top posterior ...)"."""
     m = matrix(budget=1080)
     assert m.hunt is not None
-    culprits = mask(m, *AND4)
-    runs = [(FULL, [3, 3]), (0, [0, 0, 0])]
-    runs += [(FULL ^ (1 << i), [3]) for i in range(16) if not culprits >> i & 1]
-    runs += [(FULL ^ (1 << i), [0] * 10) for i in range(16) if culprits >> i & 1]
-    report = build_report(m, trials(m, runs))
+    report = and4_report(m)
     r = report.result
     assert r.state == "budget" and "no culprit set of up to 3 flags (nor an OR of two such sets)" in r.reason, r.reason
     assert r.contradicted >= 1
@@ -80,11 +86,7 @@ def test_the_misfit_is_said_once_and_no_shared_rate_is_claimed() -> None:
     configuration's rate" (3/20 against 6/40: consistent, not shown equal); and hunt.html sent its
     reader to hunt.html."""
     m = matrix(budget=1080)
-    culprits = mask(m, *AND4)
-    runs = [(FULL, [3, 3]), (0, [0, 0, 0])]
-    runs += [(FULL ^ (1 << i), [3]) for i in range(16) if not culprits >> i & 1]
-    runs += [(FULL ^ (1 << i), [0] * 10) for i in range(16) if culprits >> i & 1]
-    report = build_report(m, trials(m, runs))
+    report = and4_report(m)
     summary, page = "\n".join(summary_lines(report)), render(report)
     assert summary.count("no culprit set of up to 3 flags") == 1, summary
     assert page.count("no culprit set of up to 3 flags") == 1
