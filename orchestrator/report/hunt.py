@@ -271,7 +271,8 @@ def _what_to_do(failing: Sequence[tuple[int, int, int]], flags: tuple[str, ...])
     matrix = "run the failing configurations above as a matrix (orch run) to measure each one's rate"
     if len(shared) == len(flags):
         return [
-            f"only the failing configuration failed: what to do: narrow the suspect list and hunt again, or {matrix}"
+            "only the failing configuration failed (every suspect flag on)",
+            f"what to do: narrow the suspect list and hunt again, or {matrix}",
         ]
     if not shared:
         return [

@@ -139,3 +139,15 @@ def test_an_or_answer_states_each_causes_own_rate_where_only_it_is_on() -> None:
     single = [line for line in lines if line.startswith("  overlap, the other cause off: ")]
     assert single and single[0].startswith("  overlap, the other cause off: 7/60 sessions failed, 11.7%"), lines
     assert "overlap, the other cause off: 7/60 sessions failed" in render(report)
+
+
+def test_when_only_the_failing_configuration_failed_the_next_step_is_its_own_line() -> None:
+    """Every suspect on in every failing configuration (only the failing one failed): the note and
+    the advice are two lines, as in the other cases, not one line with two colons."""
+    from orchestrator.report.hunt import _what_to_do
+
+    flags = ("a", "b", "c")
+    lines = _what_to_do([(0b111, 6, 40)], flags)
+    assert lines[0] == "only the failing configuration failed (every suspect flag on)"
+    assert lines[1].startswith("what to do: narrow the suspect list and hunt again, or run the failing")
+    assert len(lines) == 2
