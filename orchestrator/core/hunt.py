@@ -382,8 +382,10 @@ class Hunt:
     def _budget_reason(self, top: float) -> str:
         """The budget's stop, and what it leaves: an answer not reached, or no culprit set that fits
         what was seen (core.huntfit; the report lists the failing configurations)."""
-        why = f"session budget {self.settings.max_sessions} spent (top posterior {top:.3f})"
-        return why + (f"; {misfit_words(self.misfit(), self.settings.model.max_and)}" if self.misfit() else "")
+        spent = f"session budget {self.settings.max_sessions} spent"
+        if self.misfit():  # no set fits: the likeliest one's posterior would read as a near answer
+            return f"{spent}; {misfit_words(self.misfit(), self.settings.model.max_and)}"
+        return f"{spent} (top posterior {top:.3f})"
 
     def _clean_trials_to_pass(self, config: int) -> int:
         """Clean trials (of the current size) after which `config` would pass on its own

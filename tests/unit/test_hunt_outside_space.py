@@ -63,6 +63,7 @@ def test_a_four_flag_and_spends_the_budget_and_says_no_culprit_set_explains_it()
     r = report.result
     assert r.state == "budget" and "no culprit set of up to 3 flags (nor an OR of two such sets)" in r.reason, r.reason
     assert r.contradicted >= 1
+    assert "top posterior" not in r.reason, r.reason  # no set fits: the likeliest one's posterior is no answer
     lines = summary_lines(report)
     assert lines[0].startswith("hunt budget: session budget 1080 spent") and "no culprit set of up to 3" in lines[0]
     assert not [line for line in lines if line.startswith("culprit:")], lines  # no set named
