@@ -11,8 +11,9 @@ import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.endpoints import LOOPBACK, canonical_host
 from orchestrator.core.plan import make_plan
-from orchestrator.core.reprourls import LOOPBACK, Origin, canonical_host, origins
+from orchestrator.core.reprourls import Origin, origins
 from orchestrator.errors import ConfigError
 
 MATRIX = """\

@@ -20,7 +20,6 @@ compared as written (nothing is resolved here): a name of this machine that is n
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import itertools
 import re
 import shlex
@@ -28,17 +27,15 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from orchestrator.core.endpoints import DEFAULT_PORTS, LOOPBACK, canonical_host
 from orchestrator.core.inventory import Host, Testbed
 
-LOOPBACK = "loopback"  # every address of this machine's loopback, and `localhost`, compare as one
-LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 # the authority of an http(s) URL as it appears in a shell command or a quoted JSON payload: it
 # ends at a path, query, quote, blank or shell punctuation; braces are kept to spot placeholders
 URL_AUTHORITY = re.compile(r"(?i)\bhttps?://([A-Za-z0-9._~%@:\[\]{}!$&*+=-]+)")
 BIND_ALL = frozenset({"0.0.0.0", "::", "[::]"})
 NOT_LITERAL = "{}$"  # a placeholder orch fills, or a variable the shell expands
 PORT_ARG = re.compile(r"\A--?[A-Za-z0-9_-]*port(?:=(\d{1,5}))?\Z")
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
@@ -165,21 +162,6 @@ def parse_origin(url: str) -> Origin | None:
     else:
         port = DEFAULT_PORTS.get(parts.scheme.lower()) if port is None else port
     return Origin(f"{parts.scheme}://{parts.netloc}", canonical_host(host), port)
-
-
-def canonical_host(host: str) -> str:
-    """A host name as compared: lower case, no trailing dot; every loopback address is LOOPBACK
-    (127.0.0.0/8, ::1, 0.0.0.0 and :: which connect to this machine, an IPv4-mapped one)."""
-    name = host.lower().rstrip(".")
-    if name in LOOPBACK_NAMES:
-        return LOOPBACK
-    try:
-        address = ipaddress.ip_address(name)
-    except ValueError:
-        return name
-    mapped = getattr(address, "ipv4_mapped", None)
-    address = mapped if mapped is not None else address
-    return LOOPBACK if address.is_loopback or address.is_unspecified else name
 
 
 def known_ports(

@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-# Host names that mean "this machine" wherever they are written.
-LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-localhost"})
+from orchestrator.core.endpoints import DEFAULT_PORTS, canonical_host
+
 # A DP-aware router's per-rank suffix on a worker URL.
 DP_RANK = re.compile(r"@\d+$")
 # Most workers one answer is read for (a router in front of thousands is not a test bed).
@@ -88,16 +88,10 @@ def endpoint(url: str) -> tuple[str, int] | None:
         port = parts.port
     except ValueError:
         return None
-    host = (parts.hostname or "").lower()
+    host = canonical_host(parts.hostname or "")
     if not host:
         return None
-    if port is None:
-        port = 443 if parts.scheme.lower() == "https" else 80
-    return ("loopback" if _is_loopback(host) else host), port
-
-
-def _is_loopback(host: str) -> bool:
-    return host in LOOPBACK or host.startswith("127.")
+    return host, DEFAULT_PORTS.get(parts.scheme.lower(), 80) if port is None else port
 
 
 def strangers(
@@ -127,8 +121,8 @@ def _same(a: str, b: str, addresses: Mapping[str, frozenset[str]]) -> bool:
 
 
 def _names(host: str, addresses: Mapping[str, frozenset[str]]) -> set[str]:
-    """A host and what it resolves to, loopback addresses read as "loopback"."""
-    return {host} | {"loopback" if _is_loopback(a) else a for a in addresses.get(host, frozenset())}
+    """A host and what it resolves to, loopback addresses read as LOOPBACK."""
+    return {host} | {canonical_host(a) for a in addresses.get(host, frozenset())}
 
 
 def strangers_message(found: Sequence[Registered], instances: Mapping[str, Sequence[str]]) -> str:

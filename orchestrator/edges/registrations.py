@@ -26,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from orchestrator.core.endpoints import LOOPBACK
 from orchestrator.core.routerworkers import (
     Registered,
     endpoint,
@@ -90,13 +91,13 @@ def _addresses(
     """What the host names in these URLs resolve to (IP literals need no lookup); the router's own
     names (and what they resolve to) are its loopback too."""
     urls = [w.url for w in found] + [u for urls in instances.values() for u in urls]
-    hosts = {e[0] for u in urls if (e := endpoint(u)) is not None and e[0] != "loopback"}
+    hosts = {e[0] for u in urls if (e := endpoint(u)) is not None and e[0] != LOOPBACK}
     out = {host: _resolve(host) for host in hosts if not _is_address(host)}
     own = {h.lower() for h in router_host if h}
     own |= {a for h in own if not _is_address(h) for a in _resolve(h)}
     for host in hosts:
         if host in own or out.get(host, frozenset()) & own:
-            out[host] = out.get(host, frozenset()) | {"loopback"}
+            out[host] = out.get(host, frozenset()) | {LOOPBACK}
     return out
 
 

@@ -86,6 +86,8 @@ def test_urls_as_the_router_keeps_them_match_the_inventorys() -> None:
         ("http://127.0.0.1:30002", ("loopback", 30002)),
         ("http://localhost:30002/", ("loopback", 30002)),
         ("http://[::1]:30002", ("loopback", 30002)),
+        ("http://[::ffff:127.0.0.1]:30002", ("loopback", 30002)),  # core.endpoints: one loopback rule
+        ("http://localhost.:30002", ("loopback", 30002)),
         ("HTTP://GPU1.lab:30002", ("gpu1.lab", 30002)),
         ("http://10.0.0.4", ("10.0.0.4", 80)),
         ("https://10.0.0.4/", ("10.0.0.4", 443)),
