@@ -28,13 +28,13 @@ from pathlib import Path
 from orchestrator.core.config import read_inventory
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.lock import TestbedLock, host_restore_command, lock_holders
-from orchestrator.errors import ConfigError, UsageError
+from orchestrator.errors import UsageError
 from orchestrator.store.rundir import BackupDir, RunDir
 from orchestrator.sweep import session
 from orchestrator.sweep.apitypes import HostRestoreRequest, RestoreOutcome, TestbedRestore
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard, HostState, host_backup_path, unrestored_runs
-from orchestrator.sweep.hostunits import host_units_path, read_host_units
+from orchestrator.sweep.hostunits import host_units_path, read_host_units, read_left_file
 from orchestrator.sweep.progress import Progress
 
 
@@ -170,15 +170,9 @@ def _copy(h: HostHandle, run_id: str) -> bytes | None:
     refused (orch writes a regular file there; a link's target would be written into the env file),
     as is a file over the transport's bound (read_bytes)."""
     path = host_backup_path(h.host.env_file, run_id)
-    if h.transport.run(["test", "-L", path], check=False, sudo=_sudo(h)).exit_code == 0:
-        raise ConfigError(
-            "not a regular file (a symlink): not the copy orch wrote; nothing was touched",
-            file=f"{h.host.label}:{path}",
-            hint="put the original back by hand",
-        )
-    if h.transport.run(["test", "-e", path], check=False, sudo=_sudo(h)).exit_code != 0:
-        return None
-    return h.transport.read_bytes(path)
+    return read_left_file(
+        h.transport, h.host.label, path, sudo=_sudo(h), what="copy", hint="put the original back by hand"
+    )
 
 
 def _units_before(h: HostHandle, run_id: str) -> dict[str, bool] | None:

@@ -35,19 +35,35 @@ def read_host_units(transport: Transport, where: str, path: str, *, sudo: bool) 
     it, or None when the host holds none (a copy written by an orch from before, or a backup killed
     between the copy and the record). A symlink or a file that is not the record orch writes is
     refused (ConfigError, exit 2): the restore would stop or leave running units on someone else's word."""
-    where = f"{where}:{path}"
-    if transport.run(["test", "-L", path], check=False, sudo=sudo).exit_code == 0:
-        raise ConfigError("not a regular file (a symlink): not the record orch wrote; nothing was touched", file=where)
-    if transport.run(["test", "-e", path], check=False, sudo=sudo).exit_code != 0:
+    data = read_left_file(transport, where, path, sudo=sudo, what="record")
+    if data is None:
         return None
-    states = _parse(transport.read_bytes(path))  # bounded by the transport
+    states = _parse(data)
     if states is None:
         raise ConfigError(
             "not the record of the units' states orch writes (a JSON object of unit: true/false); nothing was touched",
-            file=where,
+            file=f"{where}:{path}",
             hint="remove it to restore without it: the units running now are then left running",
         )
     return states
+
+
+def read_left_file(
+    transport: Transport, where: str, path: str, *, sudo: bool, what: str, hint: str | None = None
+) -> bytes | None:
+    """A file a run left on a host beside its env file (the env file's copy, the units' record),
+    or None when there is none. A symlink is refused (ConfigError, exit 2, nothing touched): orch
+    writes a regular file there, and a link's target would be taken for it; the read is bounded by
+    the transport (read_bytes)."""
+    if transport.run(["test", "-L", path], check=False, sudo=sudo).exit_code == 0:
+        raise ConfigError(
+            f"not a regular file (a symlink): not the {what} orch wrote; nothing was touched",
+            file=f"{where}:{path}",
+            hint=hint,
+        )
+    if transport.run(["test", "-e", path], check=False, sudo=sudo).exit_code != 0:
+        return None
+    return transport.read_bytes(path)
 
 
 def _parse(data: bytes) -> dict[str, bool] | None:

@@ -27,7 +27,7 @@ class StepSource:
     when the testbeds ran at one pace, and with `order: sequential` that is the same cell (in a
     declared 2x2x2 sweep on two testbeds, one factor's levels split exactly by testbed): a testbed
     difference read as that factor's effect, in 17-61% of A/A reports (an adaptive design's too:
-    15-29%; bench/bench_testbeds.py). So once several testbeds take trials, a testbed gets, from
+    15-29%; bench/bench_handout.py). So once several testbeds take trials, a testbed gets, from
     the round being handed out (the next BALANCE_WINDOW trials of it), the first trial of a cell it
     has run least: every cell's trials spread over the testbeds (a testbed twice as fast runs about
     two thirds of each cell's), and a testbed difference is shared by the cells instead of aliased
