@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TypeVar
 
@@ -363,8 +363,7 @@ class Services:
             generate = probe_url(h.host.health)  # set for a router's /readiness
             probe = generate if probing else None
             workers = router_workers(self.deployment, h) if generate else ()
-            instances = tuple(router_instances(self.deployment, h).items()) if generate else ()
-            own = router_host(h.host) if generate else ()
+            instances, own = self._routers.get(role, ((), ())) if generate else ((), ())
             ranks = bool(instances) and self.dp_ranks(role)
             checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances, own, ranks))
             alive[role] = self.instance_alive(h, since)
@@ -394,14 +393,19 @@ class Services:
         """What the trial's checks left out, in the user's words, for its record: the worker counts
         of each --dp-aware router (core.routerworkers.DP_COUNTS_UNCHECKED; its list, if it gives
         one, is still checked)."""
-        return [
-            f"{key}: {DP_COUNTS_UNCHECKED}"
-            for key, h in self.deployment.hosts.items()
-            if h.serves
-            and probe_url(h.host.health) is not None
-            and router_instances(self.deployment, h)
-            and self.dp_ranks(key)
-        ]
+        return [f"{key}: {DP_COUNTS_UNCHECKED}" for key in self._routers if self.dp_ranks(key)]
+
+    @cached_property
+    def _routers(self) -> dict[str, tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[str, ...]]]:
+        """host key -> (the instances behind it by role, its own names) for each router that has
+        instances (a serving host whose health URL is a /readiness): what the worker checks compare
+        with (health.check_registered), fixed for the run."""
+        out = {}
+        for key, h in self.deployment.hosts.items():
+            instances = tuple(router_instances(self.deployment, h).items()) if h.serves else ()
+            if instances and probe_url(h.host.health) is not None:
+                out[key] = (instances, router_host(h.host))
+        return out
 
     def instance_alive(self, h: HostHandle, since: float) -> Callable[[], None]:
         """The alive check of a host's health wait: every node of its instance (itself alone,
@@ -581,11 +585,10 @@ class Services:
         """Each router still registers only the inventory's instances: a worker added through its
         API while the repro ran (the readiness wait saw none) may have served part of it. Its list
         only (a router that lists none was judged by its counts before the repro)."""
-        for key, h in self.deployment.hosts.items():
-            instances = tuple(router_instances(self.deployment, h).items()) if h.serves else ()
-            if instances and probe_url(h.host.health) is not None:
-                check = HealthCheck(key, h.host.health, 0.0, instances=instances, router_host=router_host(h.host))
-                check_registered(check, self.client, "", when="after the repro (it may have served part of it)")
+        for key, (instances, own) in self._routers.items():
+            health = self.deployment.hosts[key].host.health
+            check = HealthCheck(key, health, 0.0, instances=instances, router_host=own)
+            check_registered(check, self.client, "", when="after the repro (it may have served part of it)")
 
     def _after_repro(self, logs: Future[CollectedLogs] | None, key: str) -> tuple[dict[str, UnitId], str | None]:
         """A host's unit ids after the repro, and who else holds its ports (a serving host: scanned)."""
