@@ -161,6 +161,7 @@ class Services:
         self.restart_next: set[Unit] = set()  # what the next attempt restarts whatever it finds (fresh_after)
         self.resume = "orch resume RUN_DIR"  # the command that continues the run (the runner's, with its folder)
         self._commands: dict[str, str] = {}  # router host key -> its units' command lines (dp_ranks)
+        self._dp_aware: dict[str, tuple[bytes, bool]] = {}  # router host key -> (env file read, dp_ranks)
         # (host key, unit) -> its ids after the last trial's repro: a unit the next trial does not
         # restart must still run that process (read_ids)
         self.known_ids: dict[Unit, UnitId] = {}
@@ -383,11 +384,15 @@ class Services:
 
             self._commands[key] = exec_start(h)
         data = b"" if state is None else state.original if state.current is None else state.current
+        known = self._dp_aware.get(key)
+        if known is not None and known[0] is data:  # the readiness wait and the record ask of one file
+            return known[1]
         try:
             values = list(envfile.read_values(data.decode("utf-8", "surrogateescape"), h.host.dialect).values())
         except OrchError:  # a file no unit could start on says nothing of the router's flags
             values = []
-        return dp_aware([self._commands[key].split()], values)
+        self._dp_aware[key] = (data, dp_aware([self._commands[key].split()], values))
+        return self._dp_aware[key][1]
 
     def unchecked(self) -> list[str]:
         """What the trial's checks left out, in the user's words, for its record: the worker counts
