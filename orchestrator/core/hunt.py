@@ -334,13 +334,13 @@ class Hunt:
         configuration only until its first failures (2 of 40 sessions gave a low rate of 2.4%,
         against which no clean streak could pass)."""
         full, prior, p0 = self.settings.full, self.settings.model.fail_prior, self._verdict_rates()[1]
-        rates = fit_rates(*self._effective(full), prior, p0)
+        ke, ne = self._effective(full)
+        rates = fit_rates(ke, ne, prior, p0)
         fails = [
             x
             for x in self.stats
             if x != full and fit_verdict(*self._effective(x), rates, self.settings.confidence) == "fails"
         ]
-        ke, ne = self._effective(full)
         for x in fails:
             k, n = self._effective(x)
             ke, ne = ke + k, ne + n
