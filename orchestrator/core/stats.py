@@ -662,9 +662,8 @@ def factor_effects(
     Each non-reference level is compared with the factor's reference (baseline) level. The
     conditional effects are what let the report say "overlap matters when CUDA graph is on" (and,
     with it off, that its effect was not shown): the effect of overlap within each level of each
-    other factor. Rate differences (not
-    log-odds) because a cell at 0 events makes logistic models diverge, and points of rate are
-    what the team reads.
+    other factor. Rate differences (not log-odds) because a cell at 0 events makes logistic models
+    diverge, and points of rate are what the team reads.
     """
     pooled = _pool(cells)
     main: list[Effect] = []
