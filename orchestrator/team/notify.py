@@ -24,6 +24,7 @@ import tenacity
 
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, UsageError
+from orchestrator.store.liveness import not_restored_line, read_status, restore_command
 from orchestrator.store.rundir import INDEX_HTML, RunDir
 
 ENV_VAR = "ORCH_WEBHOOKS"
@@ -49,16 +50,22 @@ class Summary:
     suspect: list[str] = field(default_factory=list)
     # cells and metrics that changed against the earlier runs of the matrix (the nightly check)
     changes: list[str] = field(default_factory=list)
+    # roles the run's restore left changed (its status.json, as the index and `orch status` show
+    # them) and the command that puts them back; empty once `orch restore` did
+    not_restored: list[str] = field(default_factory=list)
+    restore_with: str = ""
 
     def text(self) -> str:
-        """One line for chat (the Slack variant): the result beside the status, and a warning
-        when the data is suspect."""
+        """One line for chat (the Slack variant): the result beside the status, hosts left
+        changed right after the status (what a teammate must see first), and a warning when the
+        data is suspect."""
         head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
+        left = not_restored_line(self.not_restored, "", self.restore_with) if self.not_restored else ""
         of = "" if self.planned is None else f"/{self.planned}"  # a hunt has no planned total
         counts = f"{self.trials}{of} trials, {self.failed} failed" if self.planned != 0 else ""
         warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
         changed = f"CHANGED vs earlier runs: {'; '.join(self.changes)}" if self.changes else ""
-        parts = [head, counts, self.headline, warning, changed, self.link]
+        parts = [head, left, counts, self.headline, warning, changed, self.link]
         return " - ".join(p for p in parts if p)
 
 
@@ -200,6 +207,7 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
 
     report, rows = load_report_and_rows(run_dir, drilldown_cap=0)
     finished = trial_rows(rows)
+    left = read_status(run_dir)  # the hosts its restore left changed: the index's and status's source
     return Summary(
         run_id=report.run_id,
         name=report.name,
@@ -211,6 +219,8 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         planned=report.planned,
         suspect=suspect_reasons(report),
         changes=_changes(run_dir),
+        not_restored=list(left.not_restored) if left else [],
+        restore_with=(left.restore_with or restore_command(run_dir.absolute())) if left and left.not_restored else "",
     )
 
 
