@@ -2,7 +2,8 @@
 
 Where URLs come from: a queue item's own list, `--webhook URL` on the command, and the
 ORCH_WEBHOOKS environment variable (separated by blanks or commas). A URL written
-`slack+https://...` gets a Slack-compatible body ({"text": ...}) posted to `https://...`.
+`slack+https://...` gets a Slack-compatible body ({"text": ...}) posted to `https://...`, its
+text escaped and bounded (chat_safe: a level named `<!channel>` must not ping a channel).
 
 Why a failing webhook never fails the sweep: the run and its report are the result; a message is
 a courtesy. Each POST is retried (tenacity, exponential backoff) on connection errors, 429 and
@@ -56,17 +57,51 @@ class Summary:
     restore_with: str = ""
 
     def text(self) -> str:
-        """One line for chat (the Slack variant): the result beside the status, hosts left
-        changed right after the status (what a teammate must see first), and a warning when the
-        data is suspect."""
-        head = f"orch {self.name} ({self.run_id or 'not started'}): {self.status}"
+        """One line for people (the message's words, unescaped): the result beside the status,
+        hosts left changed right after the status (what a teammate must see first), and a warning
+        when the data is suspect."""
+        return " - ".join(p for p in self._parts(lambda text, cap: text) if p)
+
+    def chat_text(self) -> str:
+        """text() as the Slack variant posts it: escaped and bounded by chat_safe, part by part,
+        so a long headline cannot push the suspect warning or the link out of the message."""
+        return " - ".join(p for p in self._parts(chat_safe) if p)
+
+    def _parts(self, fit: Callable[[str, int | None], str]) -> list[str]:
+        head = f"orch {fit(self.name, 120)} ({fit(self.run_id, 80) or 'not started'}): {fit(self.status, 40)}"
         left = not_restored_line(self.not_restored, "", self.restore_with) if self.not_restored else ""
         of = "" if self.planned is None else f"/{self.planned}"  # a hunt has no planned total
         counts = f"{self.trials}{of} trials, {self.failed} failed" if self.planned != 0 else ""
         warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
         changed = f"CHANGED vs earlier runs: {'; '.join(self.changes)}" if self.changes else ""
-        parts = [head, left, counts, self.headline, warning, changed, self.link]
-        return " - ".join(p for p in parts if p)
+        return [
+            head,
+            fit(left, 1000),
+            counts,
+            fit(self.headline, 2000),
+            fit(warning, 600),
+            fit(changed, 600),
+            fit(self.link, None),  # never cut: orch built it (a base URL, a folder name)
+        ]
+
+
+# Slack reads `<...>` in a message as a mention or a link (`<!channel>` pings a whole channel,
+# `<https://x|report>` hides where a link goes) and `&` as an entity: its documentation asks that
+# these three be escaped. A run's name and a level's name may hold them (a level is any text
+# without `,`, `=` or a control character), and run.json may hold anything.
+_CHAT_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f]+")  # a line break would start a line the message never wrote
+
+
+def chat_safe(text: str, cap: int | None) -> str:
+    """text as a chat message may carry it: control characters as a blank, & < > escaped, and at
+    most `cap` characters (cut with an ellipsis, never inside an escape; None: whole). The caps of
+    Summary.chat_text keep a message under ~5,000 characters plus its link, whatever the run
+    folder holds (Slack advises at most 4,000 and truncates past 40,000; a 1 MB matrix name was posted whole)."""
+    safe = _CONTROLS.sub(" ", text).translate(_CHAT_ESCAPES)
+    if cap is None or len(safe) <= cap:
+        return safe
+    return re.sub(r"&[a-z]*$", "", safe[: cap - 1]) + "…"
 
 
 @dataclass(frozen=True)
@@ -91,7 +126,7 @@ class Webhook:
         return cls(url, slack)
 
     def body(self, summary: Summary) -> dict[str, object]:
-        return {"text": summary.text()} if self.slack else asdict(summary)
+        return {"text": summary.chat_text()} if self.slack else asdict(summary)
 
 
 @dataclass(frozen=True)

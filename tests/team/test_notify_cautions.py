@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.report_synth import synthetic_run, write_run
+from helpers.report_synth import cell_id, synthetic_run, write_run
 
 from orchestrator.report.render import fresh_summary
 from orchestrator.report.site import run_entries
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.liveness import StatusFile
 from orchestrator.team.livestatus import RestoreStatus
-from orchestrator.team.notify import Webhook, send, summarize_run
+from orchestrator.team.notify import Webhook, chat_safe, send, summarize_run
 
 from .helpers import webhook_receiver
 
@@ -54,3 +54,45 @@ def test_once_orch_restore_put_the_hosts_back_the_webhook_no_longer_says_not_res
     summary = summarize_run(run_dir, base_url="")
     assert (summary.not_restored, summary.restore_with) == ([], "")
     assert "NOT restored" not in summary.text() and "orch restore" not in summary.text()
+
+
+HOSTILE_LEVEL = "<!channel> & <https://evil.example|the report>"  # a valid level: no `,`, `=` or control
+
+
+def _hostile_run(folder: Path) -> Path:
+    """A run whose overlap=off level is HOSTILE_LEVEL (its result names that cell) and
+    whose run.json name is 1 MB opening with a Slack mention and a line break."""
+    manifest, records = synthetic_run(replicates=2)
+
+    def renamed(levels: dict[str, str]) -> dict[str, str]:
+        return {f: HOSTILE_LEVEL if (f, v) == ("overlap", "off") else v for f, v in levels.items()}
+
+    def moved(levels: dict[str, str]) -> dict[str, object]:
+        return {"levels": renamed(levels), "cell": cell_id(renamed(levels))}
+
+    plan = [p.model_copy(update=moved(p.levels)) for p in manifest.plan]
+    records = [r.model_copy(update=moved(r.levels)) for r in records]
+    factors = {**manifest.factors, "overlap": ["on", HOSTILE_LEVEL]}
+    name = "<!channel>\nhttps://evil.example " + "x" * 1_000_000
+    update = {"plan": plan, "factors": factors, "baseline": renamed(manifest.baseline), "name": name}
+    return write_run(folder / manifest.run_id, manifest.model_copy(update=update), records)
+
+
+def test_a_hostile_run_name_and_level_reach_slack_escaped_on_one_line_and_bounded(tmp_path: Path) -> None:
+    """Slack reads `<!channel>` as a mention of everyone and `<url|text>` as a disguised link; the
+    text went out raw, 1 MB long (the whole name) with the name's line break in it."""
+    summary = summarize_run(_hostile_run(tmp_path), base_url="")
+    assert HOSTILE_LEVEL in summary.headline  # the report's result names the closest cell
+    with webhook_receiver() as rx:
+        send(summary, [Webhook.parse("slack+" + rx.url + "/slack")])
+    ((_, slack),) = rx.received
+    text = slack["text"]  # type: ignore[index]
+    assert "<" not in text and ">" not in text and "\n" not in text, text[:300]
+    assert "&lt;!channel&gt; &amp; &lt;https://evil.example|the report&gt;" in text
+    assert len(text) <= 5000 + len(summary.link) and text.endswith(" - " + summary.link), len(text)
+    assert "SUSPECT DATA: 2 trial attempt(s) failed or were void" in text  # the cap cut no caution away
+
+
+def test_chat_safe_never_cuts_inside_an_escape() -> None:
+    assert chat_safe("a&b", 3) == "a…" and chat_safe("<" * 10, 8) == "&lt;…"
+    assert chat_safe("p < 0.05 &\tq", None) == "p &lt; 0.05 &amp; q"
