@@ -25,7 +25,7 @@ from orchestrator.errors import OrchError
 from orchestrator.report.page import csp, environment
 from orchestrator.report.series import SeriesPoint
 from orchestrator.report.summary import Rebuild, RunSummary
-from orchestrator.report.trends import GroupTrend, NightRun, change_text, group_trends, regression_check
+from orchestrator.report.trends import USABLE, GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.liveness import STALE, read_status, restore_command, run_state
 from orchestrator.store.manifest import load_manifest
@@ -124,10 +124,12 @@ def _night(e: RunEntry) -> NightRun:
 
 def regression_changes(run_dir: Path, rebuild: Rebuild) -> list[Change]:
     """The nightly regression check of one run against the earlier runs of its matrix + inventory
-    in the same reports folder (for the webhook summary and `orch compare`)."""
+    in the same reports folder (for the webhook summary and `orch compare`). Only a finished run is
+    a night, as in the index's check (trends.USABLE): an interrupted or stale run's partial rates
+    were posted as `CHANGED vs earlier runs` that the index never flagged."""
     entries = run_entries(run_dir.parent, rebuild)
     me = next((e for e in entries if e.directory == run_dir.name), None)
-    if me is None or not me.group:
+    if me is None or not me.group or me.status not in USABLE:
         return []
     earlier = [_night(e) for e in entries if e.group == me.group and e.started < me.started]
     return regression_check(_night(me), earlier)

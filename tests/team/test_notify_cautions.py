@@ -8,7 +8,7 @@ from pathlib import Path
 from helpers.report_synth import cell_id, synthetic_run, write_run
 
 from orchestrator.report.render import fresh_summary
-from orchestrator.report.site import run_entries
+from orchestrator.report.site import index_page, run_entries
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.liveness import StatusFile
 from orchestrator.team.livestatus import RestoreStatus
@@ -96,3 +96,29 @@ def test_a_hostile_run_name_and_level_reach_slack_escaped_on_one_line_and_bounde
 def test_chat_safe_never_cuts_inside_an_escape() -> None:
     assert chat_safe("a&b", 3) == "a…" and chat_safe("<" * 10, 8) == "&lt;…"
     assert chat_safe("p < 0.05 &\tq", None) == "p &lt; 0.05 &amp; q"
+
+
+def _nights_then(reports: Path, status: str) -> Path:
+    """Three finished nights of the matrix, then a fourth (`status`; interrupted: after 8 of its 16
+    trials) where every cell fails 60%."""
+    for night in range(3):
+        m, r = synthetic_run(replicates=2, failures=False, seed=night + 1, run_id=f"night{night}")
+        write_run(reports / m.run_id, m.model_copy(update={"started": f"2026-05-0{night + 1}T00:00:00Z"}), r)
+    m, r = synthetic_run(replicates=2, failures=False, seed=9, run_id="tonight", rate=lambda levels: 0.6)
+    m = m.model_copy(update={"started": "2026-05-09T00:00:00Z", "status": status})
+    if status == "completed":
+        return write_run(reports / m.run_id, m, r)
+    return write_run(reports / m.run_id, m, r[:8], end_events=("run_interrupted",))
+
+
+def test_an_interrupted_run_is_not_called_changed_vs_earlier_runs_as_the_index_never_checks_it(tmp_path: Path) -> None:
+    """The index's nightly check compares the newest finished run only; the webhook of an
+    interrupted run (8 of 16 trials) posted 8 `CHANGED vs earlier runs` lines the index never showed."""
+    tonight = _nights_then(tmp_path / "interrupted", "interrupted")
+    assert "changed vs earlier runs:" not in index_page(tmp_path / "interrupted", fresh_summary)
+    summary = summarize_run(tonight, base_url="")
+    assert summary.changes == [] and "CHANGED" not in summary.text()
+    finished = _nights_then(tmp_path / "completed", "completed")  # the same night, finished: both flag it
+    assert "changed vs earlier runs:" in index_page(tmp_path / "completed", fresh_summary)
+    changes = summarize_run(finished, base_url="").changes
+    assert changes and all(c.startswith("corruption in ") for c in changes), changes
