@@ -25,6 +25,7 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
 from orchestrator.report.build import incomplete_reason, versus_baseline
+from orchestrator.report.unlike import Unlike, lines_of, unlike
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
@@ -71,6 +72,13 @@ class Comparison:
     summary: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # one per suspect run: which run and why, shown above the result
     methods: Mapping[str, str] = field(default_factory=dict)  # metric -> the test it used, in words
+    unlike: Unlike = field(default_factory=lambda: Unlike({}, ()))  # what else differed: metrics left out, the rest
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        """What else differed between the runs, one sentence each (report.unlike), for the page's
+        first section and the terminal."""
+        return tuple(lines_of(self.unlike))
 
 
 def compare(
@@ -120,7 +128,8 @@ def compare_cells(
     needs of a run's trials: what write_comparison_page keeps of one run while it reads the other);
     `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows."""
     common = [c for c in ca if c in cb]
-    metrics = {m: kind for m, kind in {**a.metrics, **b.metrics}.items() if m in a.metrics and m in b.metrics}
+    differs = unlike(a, b)  # a metric defined otherwise in B measured something else: not compared
+    metrics = {m: kind for m, kind in a.metrics.items() if m in b.metrics and m not in differs.metrics}
     methods: dict[str, str] = {}
     found: list[Row] = []
     for metric, kind in metrics.items():
@@ -132,7 +141,7 @@ def compare_cells(
     only_b = tuple(c for c in cb if c not in ca)
     sides = (("A", a, suspect_a, incomplete_a), ("B", b, suspect_b, incomplete_b))
     warnings = tuple(line for side, m, reasons, incomplete in sides for line in _doubts(side, m, reasons, incomplete))
-    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods)
+    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods, differs)
 
 
 def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str | None) -> list[str]:
@@ -341,7 +350,9 @@ def write_comparison(run_a: Path, run_b: Path, out: Path | None = None) -> Path:
 @dataclass(frozen=True)
 class ComparisonPage:
     path: Path
-    warnings: tuple[str, ...]  # the suspect runs and runs of different matrices, for the terminal
+    warnings: tuple[
+        str, ...
+    ]  # the suspect runs, then what else differed between them (report.unlike), for the terminal
     changes: tuple[str, ...] = ()  # B's nightly regression check against its earlier runs (flagged ones)
 
 
@@ -364,11 +375,10 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
         incomplete_b=read_b.incomplete,
     )
     a, b = model.a, model.b
-    mismatch = matrix_mismatch(a, b)
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
         raise UsageError(
             f"{run_a} and {run_b}: nothing to compare: {_nothing_in_common(model)}"
-            + (f"; {mismatch}" if mismatch else ""),
+            + "".join(f"; {line}" for line in model.differences),
             hint="compare two runs of one matrix, e.g. tonight's and last night's",
         )
     nightly = _nightly(run_b)
@@ -378,7 +388,7 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
-    warnings = model.warnings + ((f"{mismatch}: only the cells both ran are compared",) if mismatch else ())
+    warnings = model.warnings + model.differences
     return ComparisonPage(page, warnings, tuple(line for line, flagged in nightly if flagged))
 
 
@@ -433,8 +443,8 @@ def matrix_mismatch(a: RunManifest, b: RunManifest) -> str | None:
 
 def _nothing_in_common(model: Comparison) -> str:
     """Why a comparison has no rows."""
-    if not set(model.a.metrics) & set(model.b.metrics):
-        return "the runs measure no metric in common"
+    if not (set(model.a.metrics) & set(model.b.metrics)) - set(model.unlike.metrics):
+        return "the runs measure no metric in common" + (" defined alike" if model.unlike.metrics else "")
     if not model.only_a and not model.only_b:
         return "neither run has a completed trial"
     if not model.only_a or not model.only_b:
