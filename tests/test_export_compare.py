@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.cli.main import main
-from orchestrator.core import clustered, stats
+from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import Failure, MetricValue, RunManifest, TrialRecord
 from orchestrator.report.compare import compare, write_comparison_page
 from orchestrator.store.journal import Journal, write_json_atomic
@@ -444,3 +444,27 @@ def test_compare_says_which_server_build_served_each_run_and_a_level_that_set_ot
         "orch 0 ran A, orch 1 ran B (how it judges a trial may differ)",
     )
     assert unlike(a, a).context == () and unlike(a, a).metrics == {}
+
+
+def test_compare_says_a_number_row_with_too_few_trials_shows_nothing_either_way(tmp_path):
+    """wall with 2 trials a side: no Mann-Whitney p can go below 0.19, so its rows' p of 1 and the
+    summary's "no cell differs significantly" read as "unchanged" where nothing could be seen. Each
+    such row and the summary now say so; with 3 trials a side (ties can give p 0.047) nothing is said."""
+    ta = [trial("a", i, lvl, k, wall=1.0 + i) for i, (lvl, k) in enumerate(CELLS_A[:2] + CELLS_A[3:5])]
+    tb = [trial("b", i, lvl, k, wall=9.0 + i) for i, (lvl, k) in enumerate(CELLS_B[:2] + CELLS_B[3:5])]
+    c = compare(manifest("a"), ta, manifest("b"), tb)
+    walls = [r for r in c.rows if r.metric == "wall"]
+    assert len(walls) == 2 and all(r.too_few.endswith("2 vs 2, the smallest p possible is 0.19") for r in walls)
+    assert not any(r.too_few for r in c.rows if r.metric == "corruption")
+    (line,) = c.summary
+    assert "No cell differs significantly" in line
+    assert line.endswith(
+        " 2 comparison(s) (wall) have too few trials for any difference to reach significance: no difference is "
+        "shown there either way (not evidence that it is unchanged); run more replicates."
+    )
+    ra, rb = write_run(tmp_path, "a", ta), write_run(tmp_path, "b", tb)
+    assert write_comparison_page(ra, rb).path.read_text().count("not shown (too few trials") == 2
+    three = compare(manifest("a"), [trial("a", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_A)],
+                    manifest("b"), [trial("b", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_B)])  # fmt: skip
+    assert not any(r.too_few for r in three.rows) and "too few" not in three.summary[0]
+    assert ranks.mann_whitney([1.0] * 3, [0.0] * 3) < 0.05 < ranks.mann_whitney_min_p(3, 3)

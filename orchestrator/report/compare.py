@@ -56,6 +56,7 @@ class Row:
     p_holm: float = 1.0
     tested: bool = True  # False: a side has no data; not a test, so not in the Holm family
     caution: str = ""  # the sides lost unalike shares of their finished trials (report.missing.pair_mark)
+    too_few: str = ""  # no difference could reach significance with this many trials: nothing is shown either way
 
     @property
     def significant(self) -> bool:
@@ -290,17 +291,20 @@ def _tested_row(
         return Row(cell, metric, kind, a, b, test.diff, test.low, test.high, test.p)
     if not a.values or not b.values or a.median is None or b.median is None:
         return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
-    return Row(
-        cell,
-        metric,
-        kind,
-        a,
-        b,
-        b.median.estimate - a.median.estimate,
-        None,
-        None,
-        ranks.mann_whitney(b.values, a.values),
-    )
+    diff, p = b.median.estimate - a.median.estimate, ranks.mann_whitney(b.values, a.values)
+    return Row(cell, metric, kind, a, b, diff, None, None, p, too_few=_too_few(len(a.values), len(b.values)))
+
+
+def _too_few(m: int, n: int) -> str:
+    """Why m vs n trial values cannot show a difference, or "": the Mann-Whitney test's smallest
+    p (ties included) is above alpha. Such a row's p of 1 read as "no difference" (the report says
+    the same of its cells: report.build._untestable); it stays in the Holm family, as there."""
+    if ranks.mann_whitney_min_p(m, n) <= stats.ALPHA:
+        return ""
+    smallest = ranks.mann_whitney_smallest_p(m, n)
+    if smallest <= stats.ALPHA:
+        return ""
+    return f"too few trials to show a difference: {m} vs {n}, the smallest p possible is {smallest:.2g}"
 
 
 def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, ...]:
@@ -313,12 +317,13 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
             f"No difference between {a.run_id} and {b.run_id} can be called significant or not: 0 comparisons "
             "could be tested (see each metric's method below); the differences shown are descriptive only.",
         )
+    hopeless = _hopeless(rows)
     if not moved:
         return (
             f"No cell differs significantly between {a.run_id} and {b.run_id} ({tested} comparisons, "
-            f"Holm-adjusted over all of them, every metric in one family: p >= {stats.ALPHA:g}).",
+            f"Holm-adjusted over all of them, every metric in one family: p >= {stats.ALPHA:g})." + hopeless,
         )
-    out = []
+    out = [hopeless.strip()] if hopeless else []
     for r in moved:
         if r.kind == "proportion":
             out.append(
@@ -333,6 +338,19 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
                 f"(p={r.p_holm:.2g}, Holm)" + _said(r.caution)
             )
     return tuple(out)
+
+
+def _hopeless(rows: Sequence[Row]) -> str:
+    """The summary's sentence on rows with too few trials for any difference to show (" " + it), or "":
+    "no cell differs" must not be read as "no difference" where none could have been seen."""
+    few = [r for r in rows if r.too_few]
+    if not few:
+        return ""
+    metrics = ", ".join(dict.fromkeys(r.metric for r in few))
+    return (
+        f" {len(few)} comparison(s) ({metrics}) have too few trials for any difference to reach significance: "
+        "no difference is shown there either way (not evidence that it is unchanged); run more replicates."
+    )
 
 
 def _said(caution: str) -> str:
