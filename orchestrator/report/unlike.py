@@ -121,9 +121,9 @@ def _level_lines(ma: Matrix, mb: Matrix) -> list[str]:
     factors_b = {f.name: f for f in mb.factors}
     lines = []
     for fa in ma.factors:
-        fb = factors_b.get(fa.name)
-        for lv in fa.levels if fb is not None else ():
-            other = next((x for x in fb.levels if x.name == lv.name), None) if fb else None
+        levels_b = {x.name: x for x in factors_b[fa.name].levels} if fa.name in factors_b else {}
+        for lv in fa.levels:
+            other = levels_b.get(lv.name)
             if other is not None and _settings(lv) != _settings(other):
                 lines.append(f"{fa.name}={lv.name} sets {_settings(lv)} in A, {_settings(other)} in B")
     if len(lines) > LEVEL_LINES:
