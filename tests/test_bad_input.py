@@ -878,7 +878,7 @@ RUN_FOLDER_CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
 
 
 @pytest.mark.timeout(CASE_LIMIT_S)
-@pytest.mark.parametrize("command", ["report", "export"])
+@pytest.mark.parametrize("command", ["report", "export", "compare"])
 @pytest.mark.parametrize(
     ("damage", "where", "fragment"), [c[1:] for c in RUN_FOLDER_CASES], ids=[c[0] for c in RUN_FOLDER_CASES]
 )
@@ -891,7 +891,8 @@ def test_a_damaged_run_folder(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     damage(run_dir)
-    code, output = run_main([command, str(run_dir)], capsys)
+    args = [str(run_dir), str(run_dir)] if command == "compare" else [str(run_dir)]
+    code, output = run_main([command, *args], capsys)
     assert_refused(code, output, where, *([fragment] if fragment else []))
 
 

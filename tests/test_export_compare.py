@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.cli.main import main
-from orchestrator.core import clustered, stats
+from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import Failure, MetricValue, RunManifest, TrialRecord
 from orchestrator.report.compare import compare, write_comparison_page
 from orchestrator.store.journal import Journal, write_json_atomic
@@ -340,3 +340,131 @@ def test_compare_marks_a_significant_row_in_its_summary_line():
     assert line.endswith(
         "(caution: B 1 of 5 finished trials without data, A 0 of 5; compared over completed trials only)"
     )
+
+
+MATRIX = """name: t
+factors:
+  overlap: {env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}, levels: [on, off]}
+baseline: {overlap: on}
+repro:
+  command: python repro.py --router {router_url} --sessions 40
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\\\d+)/(?P<n>\\\\d+)'}
+    wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: s}
+"""
+
+
+def with_matrix(m: RunManifest, text: str, **update: object) -> RunManifest:
+    import hashlib
+
+    return m.model_copy(
+        update={"matrix_text": text, "matrix_sha256": hashlib.sha256(text.encode()).hexdigest(), **update}
+    )
+
+
+def test_compare_leaves_out_a_metric_defined_otherwise_and_says_what_else_differed(tmp_path, capsys):
+    """B's matrix counts 'ERROR sessions' under the name corruption, runs 8 sessions a trial, on
+    another host: its corruption rows compared another measurement (the page named none of it; the
+    terminal said only "matrix changed: only the cells both ran are compared"). Now corruption is
+    not compared, and every other difference is said above the rows, on the page and the terminal."""
+    other = MATRIX.replace("CORRUPTION sessions", "ERROR sessions").replace("--sessions 40", "--sessions 8")
+    a = with_matrix(manifest("a"), MATRIX)
+    b = with_matrix(manifest("b"), other, testbed="gpu", hosts={"decode": {"host": "10.0.0.7"}})
+    ta = [trial("a", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_A)]
+    tb = [trial("b", i, lvl, k, n=8) for i, (lvl, k) in enumerate(CELLS_B)]
+    c = compare(a, ta, b, tb)
+    assert {r.metric for r in c.rows} == {"wall"} and set(c.methods) == {"wall"}
+    (left_out, command, testbed, host) = c.differences
+    assert left_out.startswith("corruption is not compared: its definition differs (regex 'CORRUPTION sessions: ")
+    assert "--sessions 40', B ran 'python repro.py --router {router_url} --sessions 8'" in command
+    assert testbed == "A ran on testbed 'tb', B on 'gpu'"
+    assert host == "the decode role ran on no host in A, on 'host=10.0.0.7' in B"
+    assert compare(a, ta, with_matrix(manifest("b"), MATRIX), tb).differences == ()  # one matrix: nothing said
+    ra, rb = (write_run(tmp_path, m.run_id, t) for m, t in ((a, ta), (b, tb)))
+    for run, m in ((ra, a), (rb, b)):
+        write_json_atomic(run / "run.json", m)
+    assert main(["compare", str(ra), str(rb), "-o", str(tmp_path / "c.html")]) == 0
+    page = (tmp_path / "c.html").read_text()
+    assert page.index('id="unlike"') < page.index('id="summary"') < page.index('id="cells"')
+    assert "runs measured another thing under one name" in page and ">corruption<" not in page
+    err = capsys.readouterr().err
+    assert "corruption is not compared" in err and "only the cells both ran are compared" not in err
+
+
+def test_compare_of_a_metric_of_another_kind_is_refused_when_nothing_else_is_left(tmp_path, capsys):
+    """corruption a proportion in A, a number in B (run.json says so, the matrix text aside): the
+    kinds were mixed (B's taken for both), now it is not compared; with no other metric, exit 2
+    naming why."""
+    a = manifest("a", {"corruption": "proportion"})
+    b = manifest("b", {"corruption": "number"})
+    ta = [trial("a", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_A)]
+    tb = [trial("b", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_B)]
+    c = compare(a, ta, b, tb)
+    assert c.rows == () and c.unlike.metrics == {"corruption": "a proportion in A, a number in B"}
+    ra, rb = (write_run(tmp_path, m.run_id, t) for m, t in ((a, ta), (b, tb)))
+    for run, m in ((ra, a), (rb, b)):
+        write_json_atomic(run / "run.json", m)
+    assert main(["compare", str(ra), str(rb), "-o", str(tmp_path / "c.html")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "nothing to compare: the runs measure no metric in common defined alike" in err, err
+    assert "corruption is not compared: its definition differs (a proportion in A, a number in B)" in err
+    assert not (tmp_path / "c.html").exists()
+
+
+def test_compare_says_which_server_build_served_each_run_and_a_level_that_set_other_values():
+    """The confounders run.json records outside the factors: the server version that served each
+    host's trials (a new sglang build), the units' command lines, a level of one name whose env
+    value changed, orch's own version. Each is one line above the rows; none was said."""
+    from orchestrator.core.records import ServedGroup
+    from orchestrator.report.unlike import unlike
+
+    def served(version: str, exec_sha: str) -> list[ServedGroup]:
+        return [
+            ServedGroup(
+                host="gpu1",
+                server_version=version,
+                server_info_sha="s",
+                exec_start_sha=exec_sha,
+                env_sha256="e",
+                trials="0-5",
+                count=6,
+            )
+        ]
+
+    var = "SGLANG_OPT_USE_MULTI_STREAM_OVERLAP"
+    factor = f"  overlap: {{levels: {{on: {{decode: {{{var}: '2'}}}}, off: {{decode: {{{var}: '0'}}}}}}}}"
+    edited = "\n".join(factor if line.startswith("  overlap:") else line for line in MATRIX.splitlines())
+    a = with_matrix(manifest("a"), MATRIX, served=served("0.5.1", "x1"))
+    b = with_matrix(manifest("b"), edited, served=served("0.5.2rc0", "x2"), orch_version="1")
+    assert unlike(a, b).context == (
+        "a level of one name ran other settings: overlap=on sets 'decode:SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=1' in A, "
+        "'decode:SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=2' in B",
+        "gpu1 served A with server 0.5.1, B with 0.5.2rc0",
+        "gpu1's units ran other command lines in A and in B (see each run's report: what served it)",
+        "orch 0 ran A, orch 1 ran B (how it judges a trial may differ)",
+    )
+    assert unlike(a, a).context == () and unlike(a, a).metrics == {}
+
+
+def test_compare_says_a_number_row_with_too_few_trials_shows_nothing_either_way(tmp_path):
+    """wall with 2 trials a side: no Mann-Whitney p can go below 0.19, so its rows' p of 1 and the
+    summary's "no cell differs significantly" read as "unchanged" where nothing could be seen. Each
+    such row and the summary now say so; with 3 trials a side (ties can give p 0.047) nothing is said."""
+    ta = [trial("a", i, lvl, k, wall=1.0 + i) for i, (lvl, k) in enumerate(CELLS_A[:2] + CELLS_A[3:5])]
+    tb = [trial("b", i, lvl, k, wall=9.0 + i) for i, (lvl, k) in enumerate(CELLS_B[:2] + CELLS_B[3:5])]
+    c = compare(manifest("a"), ta, manifest("b"), tb)
+    walls = [r for r in c.rows if r.metric == "wall"]
+    assert len(walls) == 2 and all(r.too_few.endswith("2 vs 2, the smallest p possible is 0.19") for r in walls)
+    assert not any(r.too_few for r in c.rows if r.metric == "corruption")
+    (line,) = c.summary
+    assert "No cell differs significantly" in line
+    assert line.endswith(
+        " 2 comparison(s) (wall) have too few trials for any difference to reach significance: no difference is "
+        "shown there either way (not evidence that it is unchanged); run more replicates."
+    )
+    ra, rb = write_run(tmp_path, "a", ta), write_run(tmp_path, "b", tb)
+    assert write_comparison_page(ra, rb).path.read_text().count("not shown (too few trials") == 2
+    three = compare(manifest("a"), [trial("a", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_A)],
+                    manifest("b"), [trial("b", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_B)])  # fmt: skip
+    assert not any(r.too_few for r in three.rows) and "too few" not in three.summary[0]
+    assert ranks.mann_whitney([1.0] * 3, [0.0] * 3) < 0.05 < ranks.mann_whitney_min_p(3, 3)

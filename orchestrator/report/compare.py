@@ -25,6 +25,7 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
 from orchestrator.report.build import incomplete_reason, versus_baseline
+from orchestrator.report.unlike import Unlike, lines_of, unlike
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
 from orchestrator.store.rundir import ReportsDir, RunDir
@@ -55,6 +56,7 @@ class Row:
     p_holm: float = 1.0
     tested: bool = True  # False: a side has no data; not a test, so not in the Holm family
     caution: str = ""  # the sides lost unalike shares of their finished trials (report.missing.pair_mark)
+    too_few: str = ""  # no difference could reach significance with this many trials: nothing is shown either way
 
     @property
     def significant(self) -> bool:
@@ -71,6 +73,13 @@ class Comparison:
     summary: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # one per suspect run: which run and why, shown above the result
     methods: Mapping[str, str] = field(default_factory=dict)  # metric -> the test it used, in words
+    unlike: Unlike = field(default_factory=lambda: Unlike({}, ()))  # what else differed: metrics left out, the rest
+
+    @property
+    def differences(self) -> tuple[str, ...]:
+        """What else differed between the runs, one sentence each (report.unlike), for the page's
+        first section and the terminal."""
+        return tuple(lines_of(self.unlike))
 
 
 def compare(
@@ -120,7 +129,8 @@ def compare_cells(
     needs of a run's trials: what write_comparison_page keeps of one run while it reads the other);
     `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows."""
     common = [c for c in ca if c in cb]
-    metrics = {m: kind for m, kind in {**a.metrics, **b.metrics}.items() if m in a.metrics and m in b.metrics}
+    differs = unlike(a, b)  # a metric defined otherwise in B measured something else: not compared
+    metrics = {m: kind for m, kind in a.metrics.items() if m in b.metrics and m not in differs.metrics}
     methods: dict[str, str] = {}
     found: list[Row] = []
     for metric, kind in metrics.items():
@@ -132,7 +142,7 @@ def compare_cells(
     only_b = tuple(c for c in cb if c not in ca)
     sides = (("A", a, suspect_a, incomplete_a), ("B", b, suspect_b, incomplete_b))
     warnings = tuple(line for side, m, reasons, incomplete in sides for line in _doubts(side, m, reasons, incomplete))
-    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods)
+    return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods, differs)
 
 
 def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str | None) -> list[str]:
@@ -281,17 +291,20 @@ def _tested_row(
         return Row(cell, metric, kind, a, b, test.diff, test.low, test.high, test.p)
     if not a.values or not b.values or a.median is None or b.median is None:
         return Row(cell, metric, kind, a, b, None, None, None, 1.0, tested=False)
-    return Row(
-        cell,
-        metric,
-        kind,
-        a,
-        b,
-        b.median.estimate - a.median.estimate,
-        None,
-        None,
-        ranks.mann_whitney(b.values, a.values),
-    )
+    diff, p = b.median.estimate - a.median.estimate, ranks.mann_whitney(b.values, a.values)
+    return Row(cell, metric, kind, a, b, diff, None, None, p, too_few=_too_few(len(a.values), len(b.values)))
+
+
+def _too_few(m: int, n: int) -> str:
+    """Why m vs n trial values cannot show a difference, or "": the Mann-Whitney test's smallest
+    p (ties included) is above alpha. Such a row's p of 1 read as "no difference" (the report says
+    the same of its cells: report.build._untestable); it stays in the Holm family, as there."""
+    if ranks.mann_whitney_min_p(m, n) <= stats.ALPHA:
+        return ""
+    smallest = ranks.mann_whitney_smallest_p(m, n)
+    if smallest <= stats.ALPHA:
+        return ""
+    return f"too few trials to show a difference: {m} vs {n}, the smallest p possible is {smallest:.2g}"
 
 
 def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, ...]:
@@ -304,12 +317,13 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
             f"No difference between {a.run_id} and {b.run_id} can be called significant or not: 0 comparisons "
             "could be tested (see each metric's method below); the differences shown are descriptive only.",
         )
+    hopeless = _hopeless(rows)
     if not moved:
         return (
             f"No cell differs significantly between {a.run_id} and {b.run_id} ({tested} comparisons, "
-            f"Holm-adjusted over all of them, every metric in one family: p >= {stats.ALPHA:g}).",
+            f"Holm-adjusted over all of them, every metric in one family: p >= {stats.ALPHA:g})." + hopeless,
         )
-    out = []
+    out = [hopeless.strip()] if hopeless else []
     for r in moved:
         if r.kind == "proportion":
             out.append(
@@ -324,6 +338,19 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
                 f"(p={r.p_holm:.2g}, Holm)" + _said(r.caution)
             )
     return tuple(out)
+
+
+def _hopeless(rows: Sequence[Row]) -> str:
+    """The summary's sentence on rows with too few trials for any difference to show (" " + it), or "":
+    "no cell differs" must not be read as "no difference" where none could have been seen."""
+    few = [r for r in rows if r.too_few]
+    if not few:
+        return ""
+    metrics = ", ".join(dict.fromkeys(r.metric for r in few))
+    return (
+        f" {len(few)} comparison(s) ({metrics}) have too few trials for any difference to reach significance: "
+        "no difference is shown there either way (not evidence that it is unchanged); run more replicates."
+    )
 
 
 def _said(caution: str) -> str:
@@ -341,7 +368,9 @@ def write_comparison(run_a: Path, run_b: Path, out: Path | None = None) -> Path:
 @dataclass(frozen=True)
 class ComparisonPage:
     path: Path
-    warnings: tuple[str, ...]  # the suspect runs and runs of different matrices, for the terminal
+    warnings: tuple[
+        str, ...
+    ]  # the suspect runs, then what else differed between them (report.unlike), for the terminal
     changes: tuple[str, ...] = ()  # B's nightly regression check against its earlier runs (flagged ones)
 
 
@@ -364,11 +393,10 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
         incomplete_b=read_b.incomplete,
     )
     a, b = model.a, model.b
-    mismatch = matrix_mismatch(a, b)
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
         raise UsageError(
             f"{run_a} and {run_b}: nothing to compare: {_nothing_in_common(model)}"
-            + (f"; {mismatch}" if mismatch else ""),
+            + "".join(f"; {line}" for line in model.differences),
             hint="compare two runs of one matrix, e.g. tonight's and last night's",
         )
     nightly = _nightly(run_b)
@@ -378,7 +406,7 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
-    warnings = model.warnings + ((f"{mismatch}: only the cells both ran are compared",) if mismatch else ())
+    warnings = model.warnings + model.differences
     return ComparisonPage(page, warnings, tuple(line for line, flagged in nightly if flagged))
 
 
@@ -433,8 +461,8 @@ def matrix_mismatch(a: RunManifest, b: RunManifest) -> str | None:
 
 def _nothing_in_common(model: Comparison) -> str:
     """Why a comparison has no rows."""
-    if not set(model.a.metrics) & set(model.b.metrics):
-        return "the runs measure no metric in common"
+    if not (set(model.a.metrics) & set(model.b.metrics)) - set(model.unlike.metrics):
+        return "the runs measure no metric in common" + (" defined alike" if model.unlike.metrics else "")
     if not model.only_a and not model.only_b:
         return "neither run has a completed trial"
     if not model.only_a or not model.only_b:

@@ -25,6 +25,7 @@ from orchestrator.report.compare import (
     _nothing_in_common,
     _summary,
     _suspect,
+    _too_few,
     matrix_mismatch,
 )
 from orchestrator.store.atomic import write_text_atomic
@@ -124,6 +125,7 @@ def _row(
         None,
         None,
         ranks.mann_whitney(b.values, a.values),
+        too_few=_too_few(len(a.values), len(b.values)),  # not of d0e5505: the page's rows say it since
     )
 
 
