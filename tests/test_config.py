@@ -415,6 +415,23 @@ def test_unknown_testbed(tmp_path, capsys):
     assert "no testbed named 'nope'" in capsys.readouterr().err
 
 
+def test_an_unknown_testbed_among_many_names_the_close_ones_and_a_bounded_list():
+    """A typo among 200 testbeds: the hint led with all 200 names (2 KB on one line) and no
+    suggestion; it names the close ones first and at most a few others, with the count."""
+    from orchestrator.core.inventory import Inventory
+
+    names = [f"gpu-node-{i:03d}" for i in range(200)]
+    inventory = Inventory(dict.fromkeys(names), "inv.yaml", "")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError) as caught:
+        inventory.testbed("gpu-nod-042")
+    hint = caught.value.hint or ""
+    assert hint.startswith("did you mean 'gpu-node-042'"), hint
+    assert "200 testbeds" in hint and len(hint) < 300, hint
+    with pytest.raises(ConfigError) as caught:
+        Inventory(dict.fromkeys(["a", "b"]), "inv.yaml", "").testbed("zzz")  # type: ignore[arg-type]
+    assert caught.value.hint == "known: a, b"
+
+
 def test_missing_matrix_file(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "nope.yaml")]) == 2
     assert "file not found" in capsys.readouterr().err

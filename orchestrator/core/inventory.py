@@ -7,6 +7,7 @@ of a sweep handle hosts and never a matrix, so they sit right above this module.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -125,6 +126,21 @@ class Inventory:
             raise ConfigError(
                 f"no testbed named {name!r}",
                 file=self.path,
-                hint=f"known: {', '.join(self.testbeds)}",
+                hint=known_names_hint(name, list(self.testbeds), "testbeds"),
             )
         return self.testbeds[name]
+
+
+KNOWN_SHOWN = 8  # names listed in a hint before "N testbeds in all": an inventory may hold 256
+
+
+def known_names_hint(name: str, known: list[str], what: str) -> str:
+    """The hint for a name not found: close spellings first (a typo among many), then a few of the
+    known names, never the whole list of a large inventory on one line."""
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
+    shown = ", ".join(known[:KNOWN_SHOWN])
+    if len(known) > KNOWN_SHOWN:
+        shown = f"{shown}, ... ({len(known)} {what} in all)"
+    if not close:
+        return f"known: {shown}"
+    return f"did you mean {' or '.join(repr(c) for c in close)}? known: {shown}"
