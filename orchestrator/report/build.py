@@ -312,8 +312,9 @@ def _cell_views(
     planned = _count(p.cell for p in manifest.plan)  # a hunt's plan is its first wave: no cell's total
     completed = _count(t.cell for t in data)
     failed_by_cell = _count(t.cell for t in failed)
+    stopped = _stopped_cells(manifest, planned, completed)
     proportions = {
-        name: _proportion_cells(by_metric[name], cell_ids, baseline_cell)
+        name: _proportion_cells(by_metric[name], cell_ids, baseline_cell, stopped)
         for name, kind in manifest.metrics.items()
         if kind == "proportion"
     }
@@ -335,6 +336,15 @@ def _cell_views(
         )
         for cell in cell_ids
     ]
+
+
+def _stopped_cells(manifest: RunManifest, planned: Mapping[str, int], completed: Mapping[str, int]) -> set[str]:
+    """The cells of an adaptive run that completed fewer trials than planned: a rule stopped them on
+    their data (the baseline with them), or they were cut short. Their rates take the anytime-valid
+    interval (clustered.stopped_rate), which holds at any stop; a fixed-sample one would not."""
+    if not manifest.adaptive or manifest.hunt:
+        return set()
+    return {cell for cell, count in planned.items() if completed.get(cell, 0) < count}
 
 
 def _with_missing(
@@ -362,7 +372,7 @@ def _count(items: Iterable[str]) -> dict[str, int]:
 
 
 def _proportion_cells(
-    metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None
+    metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None, stopped: Collection[str] = ()
 ) -> dict[str, ProportionCell]:
     grouped = metric.cells
     pooled = {cell: _pooled(grouped.get(cell)) for cell in cell_ids}
@@ -390,7 +400,8 @@ def _proportion_cells(
         if cell in tests:
             diff, low, high = tests[cell].diff, tests[cell].low, tests[cell].high
         result[cell] = ProportionCell(
-            rate=_rate_view(k, n, disp, 0 if group is None else len(group)),
+            rate=_rate_view(k, n, disp, 0 if group is None else len(group), stopped=cell in stopped),
+            stopped=cell in stopped,
             trials=0 if group is None else len(group),
             trial_rates=_trial_rates(group),
             overdispersion_p=noise.get(cell, (None, None))[0],
@@ -411,8 +422,10 @@ def _pooled(group: CellRows | None) -> tuple[int, int]:
     return (int(group.k.sum()), int(group.n.sum()))
 
 
-def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0) -> RateView:
-    interval = widened_rate(k, n, disp, trials)
+def _rate_view(
+    k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0, *, stopped: bool = False
+) -> RateView:
+    interval = (clustered.stopped_rate if stopped else widened_rate)(k, n, disp, trials)
     return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
 
 
@@ -1871,6 +1884,23 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
             "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
             "is the weaker test and may not reach significance where the sequential test decided."
         ),
+    )
+
+
+def stopped_note(report: Report) -> str:
+    """Why the cells an adaptive rule stopped early show wider intervals, under the cell table.
+
+    Why: a rule that stops a cell on its data stops it where its rate looks decided, so the rate
+    at the stop leans toward the side that stopped it, and a fixed-sample interval (Wilson's) held
+    the true rate in only 69-89% of such cells in A/A sweeps (bench/bench_adaptive_honesty.py)."""
+    cells = [c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())]
+    if not cells:
+        return ""
+    return (
+        f"Stopped early ({len(cells)} of {len(report.cells)} cells: {_join(cells)}): adaptive stopping ran "
+        "fewer trials than planned there, stopping on their own data, so their rates lean toward "
+        "the side that stopped them. Their 95% intervals are anytime-valid (a confidence sequence: they "
+        "hold at whatever round the data chose to stop), hence wider than a fixed-sample interval."
     )
 
 

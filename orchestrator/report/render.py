@@ -33,6 +33,7 @@ from orchestrator.report.build import (
     fmt_pts,
     fmt_rate,
     result_headline,
+    stopped_note,
     suspect_reasons,
     with_served,
 )
@@ -121,6 +122,7 @@ def render_report(report: Report) -> str:
         csp=page.csp(SCRIPT),
         trial_order=report.provenance.trial_order[:TRIAL_ORDER_SHOWN],
         gate_results=check_gates(report),
+        stopped_note=stopped_note(report),
     )
 
 
