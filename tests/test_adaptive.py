@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.core.records import EventRecord, MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.adaptive import AdaptiveSource
 
@@ -317,3 +317,41 @@ def report_dispersion(records: list[TrialRecord]):
         m = r.metrics["corruption"]
         by_cell.setdefault(r.cell, []).append((m.k or 0, m.n or 0))
     return clustered.dispersion(list(by_cell.values()))
+
+
+def test_findings_after_a_stop_carry_the_caution_that_the_fixed_analysis_ignores_it(tmp_path):
+    """The fixed analysis' p-values assume rounds fixed in advance; after a rule stopped cells on
+    their data they are optimistic (A/A: a finding in up to 6% of runs, bench_adaptive_honesty). The
+    headline says so beside the findings, after the sequential summary; not when no cell was decided
+    (every cell ran its rounds: a fixed design), nor when the page names no finding."""
+    from orchestrator.report.build import adaptive_caution, build_report, names_a_finding, with_adaptive_facts
+    from orchestrator.store.planrecord import make_manifest
+
+    m, plan = plan_of(tmp_path)
+    decided: list[EventRecord] = []
+
+    def journal(cell: str, d) -> None:
+        decided.append(
+            EventRecord(run_id="r", event="cell_decided", at="t", message=d.reason, cell=cell, state=d.state)
+        )
+
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=journal)
+    ran = drive(source, lambda s: 0 if "overlap=off" in s.trial.cell.id else 3)
+    records = [record(s, 0 if "overlap=off" in s.trial.cell.id else 3) for s in ran]
+    inventory = read_inventory(REPO / "inventory/local.yaml")
+    manifest = make_manifest(plan, inventory, "r", "x").model_copy(update={"status": "completed", "ended": "y"})
+    report = build_report(manifest, records)
+    assert decided and names_a_finding(report)  # the clean cells differ from the 30% baseline
+    headline = with_adaptive_facts(report, decided).headline
+    assert headline[0].text.startswith("Adaptive stopping in corruption") and headline[1].kind == "caution"
+    assert "does not allow for the stopping" in headline[1].text and "optimistic" in headline[1].text
+    assert headline[2 : 2 + len(report.headline)] == report.headline
+    assert adaptive_caution(report, []) is None  # nothing decided: nothing stopped on its data
+    quiet = report.model_copy(
+        update={
+            "headline": [f for f in report.headline if f.kind != "finding"],
+            "cells": [c.model_copy(update={"proportions": {}}) for c in report.cells],
+            "effects": [], "interactions": [], "neighbours": [],
+        }
+    )  # fmt: skip
+    assert not names_a_finding(quiet) and adaptive_caution(quiet, decided) is None
