@@ -1944,7 +1944,7 @@ def stopped_note(report: Report) -> str:
 
     Why: a rule that stops a cell on its data stops it where its rate looks decided, so the rate
     at the stop leans toward the side that stopped it, and a fixed-sample interval (Wilson's) held
-    the true rate in only 69-89% of such cells in A/A sweeps (bench/bench_adaptive_honesty.py)."""
+    the true rate in only 47-89% of such cells in A/A sweeps at 10-15% (bench/bench_adaptive_honesty.py)."""
     cells = [c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())]
     if not cells:
         return ""
