@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
-from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.core.records import EventRecord, MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.adaptive import AdaptiveSource
 
@@ -270,3 +270,88 @@ def test_each_cells_stopping_sentence_says_its_decision_is_not_a_corrected_findi
     )
     [finding] = adaptive_findings([event])
     assert finding.kind == "info" and "not corrected across cells" in finding.text and "not a finding" in finding.text
+
+
+def test_report_gives_stopped_cells_an_anytime_interval_and_says_why(tmp_path):
+    """The cells the rule stopped early (overlap off: clean against a 20% baseline) ran fewer
+    trials than planned, on their own data: the report's interval for their rate is the anytime-
+    valid one (clustered.stopped_rate), marked on the page with a note naming them; the cells that
+    ran every round keep the fixed-sample interval (clustered.widened_rate)."""
+    from orchestrator.core import clustered
+    from orchestrator.report.build import build_report, stopped_note
+    from orchestrator.report.render import render_report
+    from orchestrator.store.planrecord import make_manifest
+
+    m, plan = plan_of(tmp_path)
+    source = AdaptiveSource(plan.steps, set(), m)
+    ran = drive(source, lambda s: 0 if "overlap=off" in s.trial.cell.id else 2)
+    records = [record(s, 0 if "overlap=off" in s.trial.cell.id else 2) for s in ran]
+    inventory = read_inventory(REPO / "inventory/local.yaml")
+    manifest = make_manifest(plan, inventory, "r", "x").model_copy(update={"status": "completed", "ended": "y"})
+    report = build_report(manifest, records)
+    stopped = {c.cell for c in report.cells if c.completed < (c.planned or 0)}
+    assert stopped == {"overlap=off,cuda_graph=off", "overlap=off,cuda_graph=on"}
+    for c in report.cells:
+        view = c.proportions["corruption"]
+        args = (view.rate.k, view.rate.n, report_dispersion(records), view.trials)
+        expected = clustered.stopped_rate(*args) if c.cell in stopped else clustered.widened_rate(*args)
+        assert view.stopped == (c.cell in stopped)
+        assert (view.rate.low, view.rate.high) == pytest.approx((expected.low, expected.high))
+        if c.cell in stopped:  # 0/30: the fixed-sample interval would claim a tighter bound
+            assert view.rate.high > clustered.widened_rate(*args).high
+    note = stopped_note(report)
+    assert note.startswith("Stopped early (2 of 4 cells: overlap=off,cuda_graph=off and overlap=off,cuda_graph=on)")
+    assert "anytime-valid" in note
+    page = render_report(report)
+    assert page.count("(stopped early: anytime-valid interval)") == 2 and note in page
+    fixed = build_report(manifest.model_copy(update={"adaptive": False}), records)  # not an adaptive run
+    assert not any(c.proportions["corruption"].stopped for c in fixed.cells) and stopped_note(fixed) == ""
+
+
+def report_dispersion(records: list[TrialRecord]):
+    """The pooled trial-to-trial spread the report estimates (every cell's trials, in order)."""
+    from orchestrator.core import clustered
+
+    by_cell: dict[str, list[tuple[int, int]]] = {}
+    for r in records:
+        m = r.metrics["corruption"]
+        by_cell.setdefault(r.cell, []).append((m.k or 0, m.n or 0))
+    return clustered.dispersion(list(by_cell.values()))
+
+
+def test_findings_after_a_stop_carry_the_caution_that_the_fixed_analysis_ignores_it(tmp_path):
+    """The fixed analysis' p-values assume rounds fixed in advance; after a rule stopped cells on
+    their data they are optimistic (A/A: a finding in up to 6% of runs, bench_adaptive_honesty). The
+    headline says so beside the findings, after the sequential summary; not when no cell was decided
+    (every cell ran its rounds: a fixed design), nor when the page names no finding."""
+    from orchestrator.report.build import adaptive_caution, build_report, names_a_finding, with_adaptive_facts
+    from orchestrator.store.planrecord import make_manifest
+
+    m, plan = plan_of(tmp_path)
+    decided: list[EventRecord] = []
+
+    def journal(cell: str, d) -> None:
+        decided.append(
+            EventRecord(run_id="r", event="cell_decided", at="t", message=d.reason, cell=cell, state=d.state)
+        )
+
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=journal)
+    ran = drive(source, lambda s: 0 if "overlap=off" in s.trial.cell.id else 3)
+    records = [record(s, 0 if "overlap=off" in s.trial.cell.id else 3) for s in ran]
+    inventory = read_inventory(REPO / "inventory/local.yaml")
+    manifest = make_manifest(plan, inventory, "r", "x").model_copy(update={"status": "completed", "ended": "y"})
+    report = build_report(manifest, records)
+    assert decided and names_a_finding(report)  # the clean cells differ from the 30% baseline
+    headline = with_adaptive_facts(report, decided).headline
+    assert headline[0].text.startswith("Adaptive stopping in corruption") and headline[1].kind == "caution"
+    assert "does not allow for the stopping" in headline[1].text and "optimistic" in headline[1].text
+    assert headline[2 : 2 + len(report.headline)] == report.headline
+    assert adaptive_caution(report, []) is None  # nothing decided: nothing stopped on its data
+    quiet = report.model_copy(
+        update={
+            "headline": [f for f in report.headline if f.kind != "finding"],
+            "cells": [c.model_copy(update={"proportions": {}}) for c in report.cells],
+            "effects": [], "interactions": [], "neighbours": [],
+        }
+    )  # fmt: skip
+    assert not names_a_finding(quiet) and adaptive_caution(quiet, decided) is None

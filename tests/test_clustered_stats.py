@@ -302,3 +302,40 @@ def test_the_exact_floor_leaves_well_filled_tables_to_the_score_test() -> None:
     z2 = float(clustered.score_z2(k1, n1, k2, n2))
     expected = max(float(dist.chi2_sf(z2, 1)), float(dist.f_sf(z2 / 1.3, 1, 20)))
     assert float(clustered.quasi_test(k1, n1, k2, n2, 1.3, 20)) == expected
+
+
+def test_stopped_rate_holds_at_a_stop_the_data_chose_where_wilson_does_not():
+    """Optional stopping at its worst: 4,000 cells at 15% run rounds of 10 sessions (up to 8) and
+    stop at the first round whose Wilson interval misses 15%. Wilson's interval at the stop then
+    misses in every such cell (14%); the anytime-valid one (clustered.stopped_rate, the
+    report's for an adaptive run's stopped cells) must still hold 15% in >= 95% of cells."""
+    rng = np.random.default_rng(7)
+    truth, rounds, sessions = 0.15, 8, 10
+    k = rng.binomial(sessions, truth, (4000, rounds)).cumsum(axis=1)
+    n = sessions * np.arange(1, rounds + 1)
+    low, high = clustered.wilson_inflated(k, n, 1.0)
+    missed = (low > truth) | (high < truth)
+    stop = np.where(missed.any(axis=1), missed.argmax(axis=1), rounds - 1)
+    at_stop = [(int(k[i, s]), int(n[s])) for i, s in enumerate(stop)]
+    cache: dict[tuple[int, int], tuple[bool, bool]] = {}
+    for kn in set(at_stop):
+        wilson, anytime = clustered.widened_rate(*kn, None), clustered.stopped_rate(*kn, None)
+        cache[kn] = (not wilson.excludes(truth), not anytime.excludes(truth))
+    wilson_cover = np.mean([cache[kn][0] for kn in at_stop])
+    anytime_cover = np.mean([cache[kn][1] for kn in at_stop])
+    assert wilson_cover < 0.90 and anytime_cover >= 0.95, (wilson_cover, anytime_cover)
+
+
+def test_stopped_rate_is_wider_than_wilson_and_weighs_trial_variation():
+    """The price of holding at any stop: wider than the fixed-sample interval, around the same
+    estimate; trial-to-trial variation widens it further, as it widens widened_rate."""
+    d = clustered.dispersion([[(0, 10), (5, 10), (1, 10)], [(4, 10), (0, 10), (3, 10)]])  # phi > 1
+    for k, n in ((0, 30), (5, 30), (12, 80), (30, 30)):
+        fixed, anytime = clustered.widened_rate(k, n, None), clustered.stopped_rate(k, n, None)
+        assert anytime.estimate == fixed.estimate == k / n
+        assert anytime.low <= fixed.low and anytime.high >= fixed.high
+        assert (anytime.low, anytime.high) != (fixed.low, fixed.high)
+        varied = clustered.stopped_rate(k, n, d, 3)
+        assert varied.low <= anytime.low and varied.high >= anytime.high
+    empty = clustered.stopped_rate(0, 0, None)
+    assert math.isnan(empty.estimate) and (empty.low, empty.high) == (0.0, 1.0)  # as stats.rate says no data

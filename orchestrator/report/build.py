@@ -312,8 +312,9 @@ def _cell_views(
     planned = _count(p.cell for p in manifest.plan)  # a hunt's plan is its first wave: no cell's total
     completed = _count(t.cell for t in data)
     failed_by_cell = _count(t.cell for t in failed)
+    stopped = _stopped_cells(manifest, planned, completed)
     proportions = {
-        name: _proportion_cells(by_metric[name], cell_ids, baseline_cell)
+        name: _proportion_cells(by_metric[name], cell_ids, baseline_cell, stopped)
         for name, kind in manifest.metrics.items()
         if kind == "proportion"
     }
@@ -335,6 +336,15 @@ def _cell_views(
         )
         for cell in cell_ids
     ]
+
+
+def _stopped_cells(manifest: RunManifest, planned: Mapping[str, int], completed: Mapping[str, int]) -> set[str]:
+    """The cells of an adaptive run that completed fewer trials than planned: a rule stopped them on
+    their data (the baseline with them), or they were cut short. Their rates take the anytime-valid
+    interval (clustered.stopped_rate), which holds at any stop; a fixed-sample one would not."""
+    if not manifest.adaptive or manifest.hunt:
+        return set()
+    return {cell for cell, count in planned.items() if completed.get(cell, 0) < count}
 
 
 def _with_missing(
@@ -362,7 +372,7 @@ def _count(items: Iterable[str]) -> dict[str, int]:
 
 
 def _proportion_cells(
-    metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None
+    metric: MetricRows, cell_ids: Sequence[str], baseline_cell: str | None, stopped: Collection[str] = ()
 ) -> dict[str, ProportionCell]:
     grouped = metric.cells
     pooled = {cell: _pooled(grouped.get(cell)) for cell in cell_ids}
@@ -390,7 +400,8 @@ def _proportion_cells(
         if cell in tests:
             diff, low, high = tests[cell].diff, tests[cell].low, tests[cell].high
         result[cell] = ProportionCell(
-            rate=_rate_view(k, n, disp, 0 if group is None else len(group)),
+            rate=_rate_view(k, n, disp, 0 if group is None else len(group), stopped=cell in stopped),
+            stopped=cell in stopped,
             trials=0 if group is None else len(group),
             trial_rates=_trial_rates(group),
             overdispersion_p=noise.get(cell, (None, None))[0],
@@ -411,8 +422,10 @@ def _pooled(group: CellRows | None) -> tuple[int, int]:
     return (int(group.k.sum()), int(group.n.sum()))
 
 
-def _rate_view(k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0) -> RateView:
-    interval = widened_rate(k, n, disp, trials)
+def _rate_view(
+    k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0, *, stopped: bool = False
+) -> RateView:
+    interval = (clustered.stopped_rate if stopped else widened_rate)(k, n, disp, trials)
     return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
 
 
@@ -1822,6 +1835,57 @@ def _sha256(text: str) -> str:
 # parallel testbeds differ (each trial's testbed: report.testbeds). Added to the headline as plain sentences.
 
 
+def with_adaptive_facts(report: Report, events: Sequence[EventRecord]) -> Report:
+    """The headline of an adaptive run: what the sequential tests decided first, then the caution on
+    the fixed analysis' findings (adaptive_caution), the report's own findings, and one sentence per
+    cell stopped early. `events`: the run's journaled events (its "cell_decided" ones)."""
+    summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
+    caution = adaptive_caution(report, events)
+    first = [f for f in (summary, caution) if f is not None]
+    extra = adaptive_findings(events)
+    if not (first or extra):
+        return report
+    return report.model_copy(update={"headline": [*first, *report.headline, *extra]})
+
+
+def adaptive_caution(report: Report, events: Sequence[EventRecord]) -> Finding | None:
+    """A caution beside the findings of an adaptive run that stopped cells on their data.
+
+    Why: the fixed analysis (Holm, the 95% intervals of the differences) assumes every cell ran a
+    number of trials fixed in advance. A rule that stops a cell where its comparison looks decided
+    leaves its rate leaning toward the side that stopped it (and the cells that ran on, the other
+    way), so those p-values are optimistic: in A/A runs of matrices/overlap_hunt.yaml (question
+    `lower`, every cell at 15%) the report named a finding in 5.1-6.0% of runs, against 1.7-3.0%
+    when every round ran (bench/bench_adaptive_honesty.py). None when nothing was decided (every
+    cell ran its rounds: a fixed design) or the report names no finding."""
+    if not _decisions(events) or not names_a_finding(report):
+        return None
+    return Finding(
+        kind="caution",
+        text=(
+            "Adaptive stopping and the findings below: they come from the fixed analysis of the trials "
+            "that ran, which does not allow for the stopping. Cells stopped on their own data lean toward "
+            "the side that stopped them, so its p-values are optimistic (simulated A/A runs: a finding in "
+            "up to 6% of reports, against up to 3% with every round run). Confirm a finding with a run "
+            "of fixed rounds (no adaptive section) before acting on it."
+        ),
+    )
+
+
+def names_a_finding(report: Report) -> bool:
+    """Whether the page calls anything a finding: a headline sentence, or a mark in a table."""
+    marks = (
+        any(f.kind == "finding" for f in report.headline),
+        any(v.significant for c in report.cells for v in c.proportions.values()),
+        any(v.significant for c in report.cells for v in c.numbers.values()),
+        any(e.finding for e in report.effects),
+        any(i.finding for i in report.interactions),
+        any(e.finding for e in report.number_effects),
+        any(n.finding for n in report.neighbours),
+    )
+    return any(marks)
+
+
 def adaptive_findings(events: Sequence[EventRecord]) -> list[Finding]:
     """One sentence per cell an adaptive sweep stopped early, with the decision's own numbers."""
     return [
@@ -1869,8 +1933,26 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
             "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha, not corrected "
             "across cells, so these are decisions of the stopping rule, not findings). The "
             "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
-            "is the weaker test and may not reach significance where the sequential test decided."
+            "may not reach significance where the sequential test decided, and it does not allow for "
+            "the stopping (where it names a finding, a caution says what that costs)."
         ),
+    )
+
+
+def stopped_note(report: Report) -> str:
+    """Why the cells an adaptive rule stopped early show wider intervals, under the cell table.
+
+    Why: a rule that stops a cell on its data stops it where its rate looks decided, so the rate
+    at the stop leans toward the side that stopped it, and a fixed-sample interval (Wilson's) held
+    the true rate in only 47-89% of such cells in A/A sweeps at 10-15% (bench/bench_adaptive_honesty.py)."""
+    cells = [c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())]
+    if not cells:
+        return ""
+    return (
+        f"Stopped early ({len(cells)} of {len(report.cells)} cells: {_join(cells)}): adaptive stopping ran "
+        "fewer trials than planned there, stopping on their own data, so their rates lean toward "
+        "the side that stopped them. Their 95% intervals are anytime-valid (a confidence sequence: they "
+        "hold at whatever round the data chose to stop), hence wider than a fixed-sample interval."
     )
 
 

@@ -35,6 +35,9 @@ class ProportionCell(Frozen):
     p_holm: float | None = None
     significant: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
+    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
+    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
+    stopped: bool = False
     # trial-to-trial variation beyond the binomial: exact given the cell's events (stats.trial_homogeneity),
     # and Holm over the cells tested (what the caution and the suspect mark read); None: not testable
     overdispersion_p: float | None = None
@@ -60,6 +63,9 @@ class NumberCell(Frozen):
     p_holm: float | None = None
     significant: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
+    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
+    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
+    stopped: bool = False
 
 
 class CellView(Frozen):
@@ -194,6 +200,9 @@ class EffectView(Frozen):
     p_holm: float = 1.0
     finding: bool = False  # survives the report's multiplicity policy
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
+    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
+    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
+    stopped: bool = False
 
 
 class InteractionView(Frozen):
@@ -213,6 +222,9 @@ class InteractionView(Frozen):
     p_holm: float = 1.0
     finding: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
+    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
+    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
+    stopped: bool = False
 
     @property
     def order(self) -> int:
@@ -246,6 +258,9 @@ class NumberEffectView(Frozen):
     p_holm: float = 1.0
     finding: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
+    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
+    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
+    stopped: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -266,6 +281,9 @@ class NeighbourView(Frozen):
     p_holm: float = 1.0
     finding: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
+    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
+    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
+    stopped: bool = False
 
 
 # ----------------------------------------------------------------------------- server metrics (report.servertable)

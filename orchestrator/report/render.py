@@ -24,8 +24,6 @@ from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
 from orchestrator.report import charts, page
 from orchestrator.report.build import (
     DRILLDOWN_CAP,
-    adaptive_findings,
-    adaptive_summary,
     build_report_from_rows,
     fmt_num,
     fmt_p,
@@ -33,7 +31,9 @@ from orchestrator.report.build import (
     fmt_pts,
     fmt_rate,
     result_headline,
+    stopped_note,
     suspect_reasons,
+    with_adaptive_facts,
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
@@ -121,6 +121,7 @@ def render_report(report: Report) -> str:
         csp=page.csp(SCRIPT),
         trial_order=report.provenance.trial_order[:TRIAL_ORDER_SHOWN],
         gate_results=check_gates(report),
+        stopped_note=stopped_note(report),
     )
 
 
@@ -249,7 +250,6 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
     trials = [r for r in records if isinstance(r, TrialRecord)]
     events = [r for r in records if isinstance(r, EventRecord)]
     numbers = [m for m, kind in report.metrics.items() if kind == "number"]
-    extra = adaptive_findings(events) + (testbed_findings(trials, report.primary_metric, numbers) if parallel else [])
-    summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
-    first = [summary] if summary else []
-    return report.model_copy(update={"headline": [*first, *report.headline, *extra]}) if extra or first else report
+    report = with_adaptive_facts(report, events)
+    extra = testbed_findings(trials, report.primary_metric, numbers) if parallel else []
+    return report.model_copy(update={"headline": [*report.headline, *extra]}) if extra else report
