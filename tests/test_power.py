@@ -271,3 +271,29 @@ def test_plan_says_fishers_power_is_not_the_test_a_replicated_report_runs() -> N
     plan = make_plan(matrix, next(iter(read_inventory(repo / "inventory" / "local.yaml").testbeds.values())), 1, 2)
     fisher = next(line for line in power_lines(plan) if "Fisher" in line)
     assert "not the report's test with replicates" in fisher and "for reference" in fisher, fisher
+
+
+def test_holms_first_step_solve_reuses_the_first_solves_simulation_and_its_p_values(monkeypatch) -> None:
+    """A report solves each design twice (its test's alpha, then alpha / tests): the second reuses the
+    first's simulation (the fixed cells' draws) and every rate both bisections visit, with the very
+    answer a fresh simulation gives."""
+    design = power.Design(sessions=40, trials=4, other_rates=(0.01, 0.02, 0.15), phi=2.0)
+    computed: list[float] = []
+    original = power._QuasiSim._pvalues
+
+    def counting(self, cell_rate):  # type: ignore[no-untyped-def]
+        computed.append(cell_rate)
+        return original(self, cell_rate)
+
+    power._shared_sim.cache_clear()
+    power.quasi_detectable.cache_clear()
+    monkeypatch.setattr(power._QuasiSim, "_pvalues", counting)
+    power.quasi_detectable(design, 0.15)
+    first = len(computed)
+    strict = power.quasi_detectable(design, 0.15, alpha=0.05 / 7)
+    second = len(computed) - first
+    assert first > 10 and 0 < second < first, (first, second)  # the shared first steps were not redone
+    power._shared_sim.cache_clear()
+    power.quasi_detectable.cache_clear()
+    alone = power.quasi_detectable(design, 0.15, alpha=0.05 / 7)  # a fresh simulation, solved first
+    assert (alone.rise, alone.fall) == (strict.rise, strict.fall) and strict.rise is not None

@@ -138,6 +138,7 @@ SIM_SWEEPS = 3000
 SOLVE_TOLERANCE = 0.0005  # of a rate: 0.05 points, finer than the one decimal the report prints
 SIM_MAX_DRAWS = 8_000_000  # numbers a simulation holds at once: sweeps x trials x (sessions + cells)
 SIM_MIN_SWEEPS = 200  # fewer would make the solved difference noisy: beyond, the large-sample limit
+KEPT_RATES = 128  # p-value arrays one simulation keeps (a solve visits ~12 rates a direction)
 SIM_MAX_OTHERS = 63  # other cells simulated: they only inform the pooled dispersion (see _bounded)
 
 
@@ -182,7 +183,7 @@ def quasi_detectable(
     if _sweeps(design) < SIM_MIN_SWEEPS:  # 10^5 trials: the test is at its normal limit
         n_eff = max(1, int(n / max(design.phi, 1.0)))
         return Detectable(n, n, base_rate, alpha, power, *_approximate(n_eff, n_eff, base_rate, alpha, power))
-    sim = _QuasiSim(design, base_rate, seed)
+    sim = _shared_sim(design, base_rate, seed)
 
     def solve(end: float) -> float | None:
         if base_rate == end or float(np.mean(sim.reject(end, alpha))) < power:
@@ -219,6 +220,15 @@ def _sweeps(design: Design) -> int:
     return min(SIM_SWEEPS, SIM_MAX_DRAWS // max(1, held))
 
 
+@lru_cache(maxsize=2)
+def _shared_sim(design: Design, base_rate: float, seed: int) -> _QuasiSim:
+    """One simulation for both of a report's solves of a design (its test's alpha and Holm's first
+    step's, alpha / tests): the same seeded sweeps, so the second reuses the fixed cells' draws and
+    every p-value the first worked out (their bisections share their first steps). Two kept: each
+    holds up to SIM_MAX_DRAWS numbers."""
+    return _QuasiSim(design, base_rate, seed)
+
+
 class _QuasiSim:
     """Seeded sweeps: fixed draws for the baseline and the other cells; the compared cell's trials
     from fixed uniforms, so its counts grow monotonically with its rate.
@@ -245,6 +255,7 @@ class _QuasiSim:
         self.fixed_big_k = self.fixed_k.sum(axis=-1)
         self.cell_n = np.full((self.sweeps, 1, r), float(s))
         self.big_n = self.cell_n.sum(axis=-1)[:, 0]  # every cell's: sessions x trials
+        self._kept: dict[float, np.ndarray] = {}  # cell rate -> each sweep's p (pvalues)
 
     def _draw(self, rng: np.random.Generator, p: float) -> np.ndarray:
         rates = self._trial_rates(p, rng.random((self.sweeps, self.design.trials)))
@@ -257,6 +268,20 @@ class _QuasiSim:
         return dist.beta_ppf(u, p * scale, (1 - p) * scale)
 
     def reject(self, cell_rate: float, alpha: float) -> np.ndarray:
+        return np.asarray(self.pvalues(cell_rate) < alpha)
+
+    def pvalues(self, cell_rate: float) -> np.ndarray:
+        """Each sweep's p of the comparison at this rate of the compared cell, kept per rate: the
+        bisections at two alphas visit the same rates until their answers part (a step is a beta
+        quantile of every sweep's trials, ~0.05 s)."""
+        kept = self._kept.get(cell_rate)
+        if kept is None:
+            if len(self._kept) >= KEPT_RATES:
+                self._kept.clear()
+            kept = self._kept[cell_rate] = self._pvalues(cell_rate)
+        return kept
+
+    def _pvalues(self, cell_rate: float) -> np.ndarray:
         rates = self._trial_rates(cell_rate, self.trial_u)
         cell_k = (self.session_u < rates[..., None]).sum(axis=-1).astype(float)  # (sweeps, trials)
         own = self.clustered.cell_spread(cell_k[:, None, :], self.cell_n)
@@ -282,4 +307,4 @@ class _QuasiSim:
             exact = trialexact.calibration(design, design).pvalues(cell_k[sparse], self.fixed_k[sparse, 0])
             p = p.copy()
             p[sparse] = exact
-        return np.asarray(p < alpha)
+        return np.asarray(p)
