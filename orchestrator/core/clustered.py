@@ -429,6 +429,14 @@ def stopped_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0) -> st
     return stats.Interval(estimate, low, high)
 
 
+def cell_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0, *, stopped: bool = False) -> stats.Interval:
+    """A cell's rate with the interval every view of it states (the report, its gates, orch compare,
+    the runs index's trends): stopped_rate for a cell an adaptive rule stopped early
+    (report.build.stopped_cells decides which), else widened_rate. One function, so no view shows a
+    stopped cell the narrower fixed-sample interval its own report refuses it."""
+    return (stopped_rate if stopped else widened_rate)(k, n, disp, trials)
+
+
 def anytime_log_evidence(p: npt.ArrayLike, k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike = 1.0) -> Array:
     """log of the e-value against "the rate is p" after k events in n sessions: the Jeffreys
     (Beta(1/2, 1/2)) mixture of likelihood ratios, on the effective counts k/m of n/m. A test

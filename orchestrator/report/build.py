@@ -30,7 +30,6 @@ import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import clustered, family, findings, power, ranks, stats, trialexact
-from orchestrator.core.clustered import widened_rate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
@@ -312,7 +311,7 @@ def _cell_views(
     planned = _count(p.cell for p in manifest.plan)  # a hunt's plan is its first wave: no cell's total
     completed = _count(t.cell for t in data)
     failed_by_cell = _count(t.cell for t in failed)
-    stopped = _stopped_cells(manifest, planned, completed)
+    stopped = stopped_cells(manifest, completed, planned)
     proportions = {
         name: _proportion_cells(by_metric[name], cell_ids, baseline_cell, stopped)
         for name, kind in manifest.metrics.items()
@@ -338,12 +337,17 @@ def _cell_views(
     ]
 
 
-def _stopped_cells(manifest: RunManifest, planned: Mapping[str, int], completed: Mapping[str, int]) -> set[str]:
+def stopped_cells(
+    manifest: RunManifest, completed: Mapping[str, int], planned: Mapping[str, int] | None = None
+) -> set[str]:
     """The cells of an adaptive run that completed fewer trials than planned: a rule stopped them on
     their data (the baseline with them), or they were cut short. Their rates take the anytime-valid
-    interval (clustered.stopped_rate), which holds at any stop; a fixed-sample one would not."""
+    interval (clustered.cell_rate's stopped_rate), which holds at any stop; a fixed-sample one would
+    not. The one rule: the report, orch compare and summary.json's series (the runs index) ask it.
+    `completed`: cell -> its completed trials; `planned`: the plan's count, when already made."""
     if not manifest.adaptive or manifest.hunt:
         return set()
+    planned = _count(p.cell for p in manifest.plan) if planned is None else planned
     return {cell for cell, count in planned.items() if completed.get(cell, 0) < count}
 
 
@@ -425,7 +429,7 @@ def _pooled(group: CellRows | None) -> tuple[int, int]:
 def _rate_view(
     k: int, n: int, disp: clustered.Dispersion | None = None, trials: int = 0, *, stopped: bool = False
 ) -> RateView:
-    interval = (clustered.stopped_rate if stopped else widened_rate)(k, n, disp, trials)
+    interval = clustered.cell_rate(k, n, disp, trials, stopped=stopped)
     return RateView(k=k, n=n, rate=None if n == 0 else interval.estimate, low=interval.low, high=interval.high)
 
 

@@ -11,9 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from orchestrator.core import clustered, ranks, stats
+from orchestrator.core.clustered import widened_rate
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
-from orchestrator.report.build import versus_baseline, widened_rate
+from orchestrator.report.build import versus_baseline
 from orchestrator.report.compare import (
     Comparison,
     ComparisonPage,
