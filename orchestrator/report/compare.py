@@ -16,7 +16,7 @@ page is at most 5%.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
-from orchestrator.report.build import incomplete_reason, versus_baseline
+from orchestrator.report.build import incomplete_reason, stopped_cells, versus_baseline
 from orchestrator.report.unlike import Unlike, lines_of, unlike
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
@@ -40,6 +40,9 @@ class Side:
     rate: stats.Interval | None = None
     values: tuple[float, ...] = ()
     median: stats.Interval | None = None
+    # an adaptive rule stopped this run's cell early (report.build.stopped_cells): `rate` is its
+    # report's anytime-valid interval, and the page says "stopped early"
+    stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,14 @@ def compare(
         suspect_b=suspect_b,
         incomplete_a=incomplete_reason(a, _rows(ta), stopped_a),
         incomplete_b=incomplete_reason(b, _rows(tb), stopped_b),
+        stopped_cells_a=_stopped(a, ta),
+        stopped_cells_b=_stopped(b, tb),
     )
+
+
+def _stopped(manifest: RunManifest, trials: Sequence[TrialRecord | TrialRow]) -> frozenset[str]:
+    """The run's cells an adaptive rule stopped early, by the report's rule (needs the plan)."""
+    return frozenset(stopped_cells(manifest, Counter(t.cell for t in completed_rows(_rows(trials)))))
 
 
 def compare_cells(
@@ -124,10 +134,14 @@ def compare_cells(
     suspect_b: Sequence[str] = (),
     incomplete_a: str | None = None,
     incomplete_b: str | None = None,
+    stopped_cells_a: Collection[str] = (),
+    stopped_cells_b: Collection[str] = (),
 ) -> Comparison:
     """PURE: compare() from each run's cells as cell_trials summarises them (all a comparison
     needs of a run's trials: what write_comparison_page keeps of one run while it reads the other);
-    `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows."""
+    `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows;
+    `stopped_cells_a`/`stopped_cells_b`: report.build.stopped_cells of each run (their rates take
+    the report's anytime-valid interval)."""
     common = [c for c in ca if c in cb]
     differs = unlike(a, b)  # a metric defined otherwise in B measured something else: not compared
     metrics = {m: kind for m, kind in a.metrics.items() if m in b.metrics and m not in differs.metrics}
@@ -136,7 +150,8 @@ def compare_cells(
     for metric, kind in metrics.items():
         disp = _dispersion(ca, cb, metric) if kind == "proportion" else None
         methods[metric] = _method(disp)
-        found += [_row(cell, metric, kind, ca[cell], cb[cell], disp) for cell in common]
+        stops = [(cell in stopped_cells_a, cell in stopped_cells_b) for cell in common]
+        found += [_row(cell, metric, kind, ca[cell], cb[cell], disp, s) for cell, s in zip(common, stops, strict=True)]
     rows = _holm_all(found)
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
@@ -240,11 +255,13 @@ def _of(cell: Mapping[str, MetricTrials], metric: str) -> MetricTrials:
     return cell.get(metric, _NONE)
 
 
-def _side(trials: MetricTrials, kind: str, disp: clustered.Dispersion | None) -> Side:
-    """One run's cell: pooled k/n with an interval widened by the dispersion, or a number's median."""
+def _side(trials: MetricTrials, kind: str, disp: clustered.Dispersion | None, stopped: bool = False) -> Side:
+    """One run's cell: pooled k/n with an interval widened by the dispersion (anytime-valid for a
+    cell an adaptive rule stopped early, as its report: clustered.cell_rate), or a number's median."""
     if kind == "proportion":
         k, n = sum(c[0] for c in trials.counts), sum(c[1] for c in trials.counts)
-        return Side(trials.trials, k, n, clustered.widened_rate(k, n, disp, len(trials.counts)))  # as its report
+        rate = clustered.cell_rate(k, n, disp, len(trials.counts), stopped=stopped)  # as its report
+        return Side(trials.trials, k, n, rate, stopped=stopped)
     nums = tuple(trials.values)
     return Side(trials.trials, values=nums, median=stats.median_ci(nums) if nums else None)
 
@@ -256,9 +273,10 @@ def _row(
     ca: Mapping[str, MetricTrials],
     cb: Mapping[str, MetricTrials],
     disp: clustered.Dispersion | None,
+    stopped: tuple[bool, bool] = (False, False),
 ) -> Row:
     ta, tb = _of(ca, metric), _of(cb, metric)
-    return replace(_tested_row(cell, metric, kind, ta, tb, disp), caution=_caution(kind, ta, tb))
+    return replace(_tested_row(cell, metric, kind, ta, tb, disp, stopped), caution=_caution(kind, ta, tb))
 
 
 def _caution(kind: str, ta: MetricTrials, tb: MetricTrials) -> str:
@@ -276,9 +294,15 @@ def _caution(kind: str, ta: MetricTrials, tb: MetricTrials) -> str:
 
 
 def _tested_row(
-    cell: str, metric: str, kind: str, ta: MetricTrials, tb: MetricTrials, disp: clustered.Dispersion | None
+    cell: str,
+    metric: str,
+    kind: str,
+    ta: MetricTrials,
+    tb: MetricTrials,
+    disp: clustered.Dispersion | None,
+    stopped: tuple[bool, bool] = (False, False),
 ) -> Row:
-    a, b = _side(ta, kind, disp), _side(tb, kind, disp)
+    a, b = _side(ta, kind, disp, stopped[0]), _side(tb, kind, disp, stopped[1])
     if kind == "proportion":
         assert a.k is not None and a.n is not None and b.k is not None and b.n is not None and disp is not None
         if not a.n or not b.n:
@@ -391,6 +415,8 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
         suspect_b=read_b.suspect,
         incomplete_a=read_a.incomplete,
         incomplete_b=read_b.incomplete,
+        stopped_cells_a=read_a.stopped,
+        stopped_cells_b=read_b.stopped,
     )
     a, b = model.a, model.b
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
@@ -416,6 +442,7 @@ class _ReadRun:
     cells: CellTrials
     suspect: list[str]
     incomplete: str | None  # report.build.incomplete_reason: it stopped with planned trials unfinished
+    stopped: frozenset[str]  # report.build.stopped_cells: cells an adaptive rule stopped early
 
 
 def _read_run(run_dir: Path) -> _ReadRun:
@@ -430,7 +457,8 @@ def _read_run(run_dir: Path) -> _ReadRun:
     suspect = _suspect(run_dir, manifest, scan)
     cells = cell_trials(scan.rows, manifest.metrics)
     incomplete = incomplete_reason(manifest, scan.rows, scan.stopped)  # needs the plan, let go below
-    return _ReadRun(manifest.model_copy(update={"plan": []}), cells, suspect, incomplete)
+    stopped = _stopped(manifest, scan.rows)  # so does this
+    return _ReadRun(manifest.model_copy(update={"plan": []}), cells, suspect, incomplete, stopped)
 
 
 def _suspect(run_dir: Path, manifest: RunManifest, scan: TrialRows) -> list[str]:
