@@ -5,6 +5,7 @@ fixed-sample interval. Unit tier: run folders written from a driven AdaptiveSour
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,10 @@ from test_adaptive import REPO, drive, plan_of, record
 from orchestrator.core import clustered
 from orchestrator.core.config import read_inventory
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.report.build import build_report
 from orchestrator.report.compare import compare, write_comparison_page
+from orchestrator.report.render import fresh_summary, write_report
+from orchestrator.report.site import index_page
 from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep.adaptive import AdaptiveSource
 
@@ -61,3 +65,21 @@ def test_compare_gives_a_stopped_cell_its_reports_anytime_interval_and_says_so(t
     assert page.count(MARK) == 2 * len(STOPPED)  # both sides of each stopped cell's row
     fixed_a = (a[0].model_copy(update={"adaptive": False}), a[1])  # not an adaptive run: nothing marked
     assert not any(r.a.stopped or r.b.stopped for r in compare(*fixed_a, *fixed_a).rows)
+
+
+def test_the_runs_index_trend_shows_a_stopped_cells_report_interval(tmp_path):
+    reports = tmp_path / "reports"
+    runs = [("20260601-070000-a", "2026-06-01T07:00:00Z"), ("20260602-070000-b", "2026-06-02T07:00:00Z")]
+    for run_id, started in runs:
+        write_report(write_run(reports / run_id, *adaptive_run(tmp_path, run_id, started)))
+    newest = reports / runs[-1][0]
+    report = build_report(*adaptive_run(tmp_path, *runs[-1]))
+    page = index_page(reports, fresh_summary)
+    for cell in report.cells:
+        rate = cell.proportions["corruption"].rate
+        words = f"{rate.rate:.1%} [{rate.low:.1%}, {rate.high:.1%}]"  # the newest run's report's interval
+        assert f'<td class="num">{words}' in page, cell.cell
+        mark = f" {MARK}" if cell.cell in STOPPED else ""
+        assert f'<td class="num">{words}{mark}</td>' in page, cell.cell
+    series = json.loads((newest / "summary.json").read_text())["series"]
+    assert {p["cell"] for p in series if p.get("stopped")} == STOPPED

@@ -137,7 +137,7 @@ def run_summary(report: Report, series: Sequence[SeriesPoint] = ()) -> RunSummar
     return RunSummary(
         group=group_key(prov.matrix_sha256, prov.inventory_sha256),
         testbed=prov.testbed,
-        series=list(series),
+        series=_marked_stopped(report, series),
         gates=len(results),
         gates_failed=failed_names(results),
         headline=result_headline(report),
@@ -147,6 +147,13 @@ def run_summary(report: Report, series: Sequence[SeriesPoint] = ()) -> RunSummar
         status=report.status,
         suspect=tuple(suspect_reasons(report)),
     )
+
+
+def _marked_stopped(report: Report, series: Sequence[SeriesPoint]) -> list[SeriesPoint]:
+    """The series with the cells the report shows as stopped early (report.build.stopped_cells)
+    marked, so the runs index's trends give them the report's interval, not a narrower one."""
+    stopped = {c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())}
+    return [p.model_copy(update={"stopped": True}) if p.cell in stopped else p for p in series]
 
 
 def write_report(run_dir: Path) -> Path:

@@ -36,6 +36,10 @@ class SeriesPoint(pydantic.BaseModel):
     kind: MetricKind
     trials: list[tuple[Count, Count]] = pydantic.Field(default=[], max_length=MAX_TRIALS)
     values: list[float] = pydantic.Field(default=[], max_length=MAX_TRIALS)
+    # an adaptive rule stopped the cell early (report.build.stopped_cells, as its report marks it): its
+    # rate takes the report's anytime-valid interval. Written only when true: the summary of a run
+    # without adaptive stopping stays as it was
+    stopped: bool = pydantic.Field(default=False, exclude_if=lambda stopped: not stopped)
 
     @pydantic.field_validator("trials")
     @classmethod

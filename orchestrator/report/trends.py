@@ -56,7 +56,7 @@ class CellTrend:
     cell: str
     metric: str
     svg: str  # inline SVG (numbers and escaped text only)
-    latest: str  # newest run's rate and interval, in words
+    latest: str  # newest run's rate and interval, in words ("stopped early" when a rule stopped the cell)
 
 
 @dataclass(frozen=True)
@@ -148,24 +148,30 @@ def _trends(finished: Sequence[NightRun]) -> list[CellTrend]:
         words = (
             "no data in the newest finished run"
             if latest is None
-            else f"{latest[0]:.1%} [{latest[1]:.1%}, {latest[2]:.1%}]"
+            else f"{latest[0]:.1%} [{latest[1]:.1%}, {latest[2]:.1%}]" + _stopped_words(points[-1])
         )
-        out.append(CellTrend(cell, metric, trend_svg(rates, [r.run_id for r in runs]), words))
+        labels = [r.run_id + _stopped_words(p) for p, r in zip(points, runs, strict=True)]
+        out.append(CellTrend(cell, metric, trend_svg(rates, labels), words))
     return out
 
 
+def _stopped_words(point: SeriesPoint | None) -> str:
+    return " (stopped early: anytime-valid interval)" if point is not None and point.stopped else ""
+
+
 def _rate(point: SeriesPoint | None, disp: clustered.Dispersion | None = None) -> tuple[float, float, float] | None:
-    """(rate, low, high) of a run's cell: the interval the run's report shows for it (clustered.widened_rate):
+    """(rate, low, high) of a run's cell: the interval the run's report shows for it (clustered.cell_rate):
     Wilson widened by `disp` (the run's dispersion, or the point's own trials' when none is given),
     and where trials cannot show their spread by the least design effect orch assumes. It was plain
-    Wilson there, narrower than the report's interval for the same cell of the same run."""
+    Wilson there, narrower than the report's interval for the same cell of the same run; and for a
+    cell an adaptive rule stopped early (point.stopped), the report's anytime-valid interval."""
     if point is None:
         return None
     k, n = point.rate
     if n == 0:
         return None
     spread = disp if disp is not None else clustered.dispersion([point.trials])
-    interval = clustered.widened_rate(k, n, spread, len(point.trials))
+    interval = clustered.cell_rate(k, n, spread, len(point.trials), stopped=point.stopped)
     return k / n, interval.low, interval.high
 
 
