@@ -63,9 +63,6 @@ class NumberCell(Frozen):
     p_holm: float | None = None
     significant: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
-    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
-    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
-    stopped: bool = False
 
 
 class CellView(Frozen):
@@ -200,9 +197,6 @@ class EffectView(Frozen):
     p_holm: float = 1.0
     finding: bool = False  # survives the report's multiplicity policy
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
-    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
-    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
-    stopped: bool = False
 
 
 class InteractionView(Frozen):
@@ -222,9 +216,6 @@ class InteractionView(Frozen):
     p_holm: float = 1.0
     finding: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
-    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
-    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
-    stopped: bool = False
 
     @property
     def order(self) -> int:
@@ -258,9 +249,6 @@ class NumberEffectView(Frozen):
     p_holm: float = 1.0
     finding: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
-    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
-    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
-    stopped: bool = False
 
     @property
     def ratio(self) -> float | None:
@@ -281,9 +269,6 @@ class NeighbourView(Frozen):
     p_holm: float = 1.0
     finding: bool = False
     caution: str = ""  # a finding whose compared cells lost unalike shares of trials (report.missing.mark)
-    # an adaptive run's cell that ran fewer trials than planned (stopped on its data): `rate`'s interval is
-    # anytime-valid (clustered.stopped_rate), and the page says the rate is from a data-chosen stop
-    stopped: bool = False
 
 
 # ----------------------------------------------------------------------------- server metrics (report.servertable)
