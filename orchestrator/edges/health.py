@@ -116,6 +116,9 @@ class HealthCheck:
     router_host: tuple[str, ...] = ()
     # a --dp-aware router: its counts are DP ranks, not compared with the instances (core.routerworkers)
     dp_ranks: bool = False
+    # workers the router's command line gives it (core.routerworkers.command_workers): a readiness
+    # body must register as many, so that the worker list read then has them all
+    configured: int = 0
 
 
 def probe_url(health_url: str) -> str | None:
@@ -127,10 +130,11 @@ def probe_url(health_url: str) -> str | None:
     return None
 
 
-def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = ()) -> str | None:
+def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = (), configured: int = 0) -> str | None:
     """Why a 200 answer's body says "not ready" (None: it does not). Bodies that are not a JSON
     object (SGLang workers answer an empty 200) say nothing either way; nor do bodies without
-    worker counts about ``workers`` (the instances expected behind a router, per role)."""
+    worker counts about ``workers`` (the instances expected behind a router, per role) or
+    ``configured`` (the workers its command line gives it)."""
     value = _json_object(body)
     if value is None:
         return None
@@ -143,7 +147,7 @@ def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = ()) -> s
     for role, part in value.items():
         if problem is None and isinstance(part, dict):
             problem = _count_problem(f"{role} ", part)
-    return problem or _registered_problem(value, dict(workers))
+    return problem or _registered_problem(value, dict(workers)) or _configured_problem(value, configured)
 
 
 def _counts(value: dict[str, object]) -> tuple[int, int] | None:
@@ -183,6 +187,17 @@ def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> st
     if registered < expected:
         listed = ", ".join(f"{role} {n}" for role, n in workers.items())
         return f"{registered}/{expected} workers registered (the inventory has {listed})"
+    return None
+
+
+def _configured_problem(value: dict[str, object], configured: int) -> str | None:
+    """Fewer workers registered than the router's command line gives it: sglang-router 0.3.2
+    registers them one at a time and is ready as soon as one prefill and one decode are, so a
+    worker the inventory lacks (an extra `--decode URL`) may be registered only after the wait's
+    look at its worker list, and serve part of the repro."""
+    registered = sum(registered_totals(value).values())
+    if configured and registered and registered < configured:
+        return f"{registered}/{configured} workers registered (its command line lists {configured})"
     return None
 
 
@@ -459,7 +474,7 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float, listed
     if response.status != 200:
         raise _NotReady(f"{response.status} {_excerpt(response.text)}".rstrip())
     # a body cut at MAX_READINESS_BODY is not read for readiness fields: its status alone counts
-    problem = None if response.truncated else readiness_problem(response.text, check.workers)
+    problem = None if response.truncated else readiness_problem(response.text, check.workers, check.configured)
     if problem is not None:
         # a router held back by a worker that is not healthy: if that is a stranger (a stale
         # registration of a server that is gone), say so now instead of waiting out the timeout

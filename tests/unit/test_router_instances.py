@@ -286,6 +286,59 @@ def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_p
     assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro
 
 
+# The wide router's ExecStart with one more decode than the inventory has (a server orch did not start).
+EXTRA_DECODE_EXEC_START = (
+    "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang_router.launch_router --pd-disaggregation "
+    "--prefill http://10.9.0.1:30000 8998 --prefill http://10.9.0.2:30000 8998 --decode http://10.9.0.3:30002 "
+    "--decode http://10.9.0.4:30002 --decode http://10.9.0.7:30002 --host 0.0.0.0 --port 30001 ; }"
+)
+
+
+def test_a_worker_on_the_routers_command_line_it_registers_late_is_named_before_the_repro(tmp_path: Path) -> None:
+    """sglang-router 0.3.2 registers its command line's workers one by one and calls itself ready
+    once one prefill and one decode are: with a 5th decode on its command line it answered 4/4 (its
+    list: the inventory's 4) for ~10 ms, longer on a loaded machine, and the worker list read then
+    passed; the 5th served part of the repro (tests/sim/test_real_router.py, once in a loaded run).
+    The wait now holds out for the 5 its command line lists: no repro runs, each attempt names it."""
+    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    late = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
+    events: list[str] = []
+    looks = [0]
+
+    def router(request: httpx.Request) -> httpx.Response:
+        registered = looks[0] >= 3 or "repro" in events  # the 5th from the 4th readiness answer on
+        if request.url.path == "/readiness":
+            looks[0] += 1
+            return httpx.Response(200, text=flat(5, 5) if registered else flat(4, 4))
+        if request.url.path == "/workers":
+            return httpx.Response(200, json={"workers": [*own, late] if registered else own})
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    result = sweep_behind(tmp_path, router, events, router_exec_start=EXTRA_DECODE_EXEC_START)
+    assert result.completed == 0, result
+    assert "repro" not in events and "/generate" not in events
+    first = attempts_of(tmp_path / "run")[0]
+    assert first.failure is not None and first.failure.error == "IdentityError", first
+    assert first.failure.message.startswith(
+        "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's instances (prefill "
+        "http://10.9.0.1:30000 http://10.9.0.2:30000, decode http://10.9.0.3:30002 http://10.9.0.4:30002) (the "
+        "trial is void:"
+    ), first.failure.message
+
+
+def test_a_router_that_never_registers_a_worker_its_command_line_lists_times_out_naming_the_count() -> None:
+    """The wait's held-back answer says which count it waits for (a worker listed on the command line
+    that never comes up holds the wait until its timeout, as an instance that never registers does)."""
+    router = Router([flat(4, 4)])
+    check = HealthCheck("router", READINESS, 0.2, probe=probe_url(READINESS), workers=WORKERS, configured=5)
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client, pytest.raises(HealthTimeout) as info:
+        wait_ready(check, client=client, poll_initial_s=0.01, poll_max_s=0.02)
+    assert "(last answer: 200 but 4/5 workers registered (its command line lists 5):" in str(info.value)
+    assert "/generate" not in router.log
+
+
 @pytest.mark.parametrize("where", ["env file", "ExecStart"])
 def test_a_dp_aware_router_that_gives_only_counts_is_no_stranger_and_the_record_says_so(
     tmp_path: Path, where: str
