@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from helpers.ssh_sweep import attempts_of
 from orchestrator.core.plan import make_plan
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED
+from orchestrator.edges import health
 from orchestrator.edges.deployment import router_host, router_instances, router_workers
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
 from orchestrator.edges.preflight import preflight
@@ -328,15 +330,26 @@ def test_a_worker_on_the_routers_command_line_it_registers_late_is_named_before_
     ), first.failure.message
 
 
-def test_a_router_that_never_registers_a_worker_its_command_line_lists_times_out_naming_the_count() -> None:
-    """The wait's held-back answer says which count it waits for (a worker listed on the command line
-    that never comes up holds the wait until its timeout, as an instance that never registers does)."""
+def test_a_worker_the_routers_command_line_lists_that_never_registers_holds_the_wait_only_briefly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker listed on the router's command line that is down (or still loading) is never
+    registered: the wait holds out for it only CONFIGURED_HOLD_S from the first answer ready but for
+    it, then goes on as before (the look after the repro still names one registered later); it does
+    not hold every trial to its health timeout (50 minutes on a large model). Before the hold ends,
+    the held answer says which count it waits for."""
+    monkeypatch.setattr(health, "CONFIGURED_HOLD_S", 0.3)
     router = Router([flat(4, 4)])
-    check = HealthCheck("router", READINESS, 0.2, probe=probe_url(READINESS), workers=WORKERS, configured=5)
+    check = HealthCheck("router", READINESS, 5.0, workers=WORKERS, configured=5)
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client:
+        started = time.monotonic()
+        waited = health.wait_ready(check, client=client, poll_initial_s=0.01, poll_max_s=0.02)
+        took = time.monotonic() - started
+    assert 0.3 <= took < 2.0 and waited >= 0.3, (took, waited)
+    short = HealthCheck("router", READINESS, 0.2, workers=WORKERS, configured=5)  # a timeout inside the hold
     with httpx.Client(transport=httpx.MockTransport(router.handler)) as client, pytest.raises(HealthTimeout) as info:
-        wait_ready(check, client=client, poll_initial_s=0.01, poll_max_s=0.02)
+        health.wait_ready(short, client=client, poll_initial_s=0.01, poll_max_s=0.02)
     assert "(last answer: 200 but 4/5 workers registered (its command line lists 5):" in str(info.value)
-    assert "/generate" not in router.log
 
 
 @pytest.mark.parametrize("where", ["env file", "ExecStart"])
