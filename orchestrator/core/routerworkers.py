@@ -35,6 +35,9 @@ DP_RANK = re.compile(r"@\d+$")
 MAX_WORKERS = 4096
 # The router flag that registers each DP rank of a worker as a worker of its own.
 DP_AWARE_FLAG = "--dp-aware"
+# The router flags that give it workers on its command line: one URL each, or (the list) several.
+WORKER_LIST_FLAG = "--worker-urls"
+WORKER_FLAGS = ("--prefill", "--decode", WORKER_LIST_FLAG)
 # What a trial record says of a DP-aware router (the role is put in front).
 DP_COUNTS_UNCHECKED = (
     "started with --dp-aware (one worker registered per DP rank): its worker counts were not compared with "
@@ -141,6 +144,31 @@ def dp_aware(commands: Iterable[Sequence[str]], env_values: Iterable[str]) -> bo
     such as SGLANG_EXTRA_ARGS)?"""
     words = [w for command in commands for w in command] + [w for value in env_values for w in value.split()]
     return any(w == DP_AWARE_FLAG or w.startswith(DP_AWARE_FLAG + "=") for w in words)
+
+
+def command_workers(commands: Iterable[Sequence[str]]) -> int:
+    """How many workers a router's command lines give it: the distinct endpoints after its
+    `--prefill URL [BOOTSTRAP_PORT]`, `--decode URL` and `--worker-urls URL...` flags. Why:
+    sglang-router 0.3.2 registers them one by one and calls itself ready once one prefill and one
+    decode are (measured: `healthy_workers 2, total_workers 2` for ~10 ms with a third `--decode`
+    on its command line, longer on a loaded machine), so a worker list read then can miss the
+    very worker that serves part of the repro; the readiness wait holds out for this many."""
+    found: set[tuple[str, int]] = set()
+    for command in commands:
+        words = list(command)
+        for i, word in enumerate(words):
+            flag, eq, value = word.partition("=")
+            if flag not in WORKER_FLAGS:
+                continue
+            rest = [value] if eq else words[i + 1 :]
+            urls = [rest[0]] if flag != WORKER_LIST_FLAG and rest else rest
+            for url in urls:
+                if url.startswith("-") or url == "|":
+                    break
+                key = endpoint(url)
+                if key is not None:
+                    found.add(key)
+    return len(found)
 
 
 def excess_problem(totals: Mapping[str, int], expected: Mapping[str, int], *, dp_ranks: bool = False) -> str | None:

@@ -73,6 +73,9 @@ MAX_REQUEST_S = 2.0
 MIN_REQUEST_S = 0.05
 # How much of a not-ready body goes into the error message.
 BODY_EXCERPT = 160
+# How long a router's readiness wait holds out for workers its command line lists but it has not
+# registered yet (see _held_for_configured): late registrations come ~10 ms after the others.
+CONFIGURED_HOLD_S = 5.0
 # Poll interval inside the window where readiness is expected, and the window's longest span.
 FAST_POLL_S = 0.01
 FAST_WINDOW_S = 2.0
@@ -116,6 +119,9 @@ class HealthCheck:
     router_host: tuple[str, ...] = ()
     # a --dp-aware router: its counts are DP ranks, not compared with the instances (core.routerworkers)
     dp_ranks: bool = False
+    # workers the router's command line gives it (core.routerworkers.command_workers): a readiness
+    # body must register as many, so that the worker list read then has them all
+    configured: int = 0
 
 
 def probe_url(health_url: str) -> str | None:
@@ -183,6 +189,21 @@ def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> st
     if registered < expected:
         listed = ", ".join(f"{role} {n}" for role, n in workers.items())
         return f"{registered}/{expected} workers registered (the inventory has {listed})"
+    return None
+
+
+def configured_problem(body: str, configured: int) -> str | None:
+    """Fewer workers registered than the router's command line gives it: sglang-router 0.3.2
+    registers them one at a time and is ready as soon as one prefill and one decode are, so a
+    worker the inventory lacks (an extra `--decode URL`) may be registered only after the wait's
+    look at its worker list, and serve part of the repro. The wait holds out for them only
+    CONFIGURED_HOLD_S (_poll_once): a listed worker that is down is never registered."""
+    value = _json_object(body) if configured else None
+    if value is None:
+        return None
+    registered = sum(registered_totals(value).values())
+    if configured and registered and registered < configured:
+        return f"{registered}/{configured} workers registered (its command line lists {configured})"
     return None
 
 
@@ -402,12 +423,13 @@ def _wait(
     heard: list[str] = []  # the last answer the server gave (not a look that timed out)
     ready: list[str] = []
     listed: list[str] = []  # the held-back answer whose worker list was read last (_poll_once)
+    held: list[float] = []  # when an answer was first ready but for the command line's workers
 
     def attempt() -> None:
         if cancel is not None and cancel.is_set():
             raise _Cancelled()
         try:
-            ready[:] = [_poll_once(check, client, deadline, listed)]
+            ready[:] = [_poll_once(check, client, deadline, listed, held)]
         except _NotReady as exc:
             if not exc.silent:
                 heard[:] = [exc.answer]
@@ -443,10 +465,29 @@ def _last(exc: _NotReady, heard: list[str]) -> str:
     return exc.answer
 
 
-def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float, listed: list[str]) -> str:
+def _held_for_configured(body: str, configured: int, held: list[float]) -> str | None:
+    """configured_problem, for at most CONFIGURED_HOLD_S from the first answer that was ready but
+    for it (``held``: that moment): the router registers its command line's workers within
+    milliseconds of each other once they are healthy (measured: ~10 ms), while one that is down or
+    still loading would hold every trial to its timeout. After the hold the wait goes on as before:
+    a worker registered later is still named by the look after the repro."""
+    problem = configured_problem(body, configured)
+    if problem is None:
+        return None
+    now = time.monotonic()
+    if not held:
+        held.append(now)
+    return problem if now - held[0] < CONFIGURED_HOLD_S else None
+
+
+def _poll_once(
+    check: HealthCheck, client: httpx.Client, deadline: float, listed: list[str], held: list[float] | None = None
+) -> str:
     """One GET; return its body if it answered 200 (and ready), else raise _NotReady describing it.
     ``listed``: the held-back answer whose worker list this wait last read (read again only when
-    the answer changes: polls come every 10 ms around the expected ready time)."""
+    the answer changes: polls come every 10 ms around the expected ready time). ``held``: when an
+    answer was first ready but for the workers the router's command line gives it."""
+    held = [] if held is None else held
     remaining = deadline - time.monotonic()
     timeout = max(MIN_REQUEST_S, min(MAX_REQUEST_S, remaining))
     try:
@@ -460,6 +501,8 @@ def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float, listed
         raise _NotReady(f"{response.status} {_excerpt(response.text)}".rstrip())
     # a body cut at MAX_READINESS_BODY is not read for readiness fields: its status alone counts
     problem = None if response.truncated else readiness_problem(response.text, check.workers)
+    if problem is None and not response.truncated:
+        problem = _held_for_configured(response.text, check.configured, held)
     if problem is not None:
         # a router held back by a worker that is not healthy: if that is a stranger (a stale
         # registration of a server that is gone), say so now instead of waiting out the timeout

@@ -39,7 +39,7 @@ from orchestrator.core.matrix import client_values, expected_env, level_index
 from orchestrator.core.model import CONTROLLER, CellValue, Collector
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor
-from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED, dp_aware
+from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED, command_workers, dp_aware
 from orchestrator.core.serverconf import VerifyRule
 from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, Step
@@ -366,7 +366,11 @@ class Services:
             workers = router_workers(self.deployment, h) if generate else ()
             instances, own = self._routers.get(role, ((), ())) if generate else ((), ())
             ranks = bool(instances) and self.dp_ranks(role)
-            checks.append(HealthCheck(role, h.host.health, timeout, expected, probe, workers, instances, own, ranks))
+            configured = self.configured_workers(role) if instances else 0
+            check = HealthCheck(
+                role, h.host.health, timeout, expected, probe, workers, instances, own, ranks, configured
+            )
+            checks.append(check)
             alive[role] = self.instance_alive(h, since)
         waited = wait_all(checks, client=self.client, check_alive=alive)
         for role in affected & set(waited):
@@ -379,10 +383,7 @@ class Services:
         file as orch last wrote or read it (a value ExecStart expands)? Then its counts are DP
         ranks: not compared with the instances, and each trial says so."""
         h, state = self.deployment.hosts[key], self.guard.states.get(key)
-        if key not in self._commands:
-            from orchestrator.edges.provenance import exec_start  # (as describe_hosts: only when asked)
-
-            self._commands[key] = exec_start(h)
+        command = self._command(key)
         data = b"" if state is None else state.original if state.current is None else state.current
         known = self._dp_aware.get(key)
         if known is not None and known[0] is data:  # the readiness wait and the record ask of one file
@@ -391,8 +392,22 @@ class Services:
             values = list(envfile.read_values(data.decode("utf-8", "surrogateescape"), h.host.dialect).values())
         except OrchError:  # a file no unit could start on says nothing of the router's flags
             values = []
-        self._dp_aware[key] = (data, dp_aware([self._commands[key].split()], values))
+        self._dp_aware[key] = (data, dp_aware([command.split()], values))
         return self._dp_aware[key][1]
+
+    def configured_workers(self, key: str) -> int:
+        """How many workers a router's units' command lines give it (core.routerworkers.
+        command_workers): its readiness wait holds out until it registers as many, so the worker
+        list read then names any the inventory lacks before the repro, not after it."""
+        return command_workers(c.split() for c in self._command(key).split(" | "))
+
+    def _command(self, key: str) -> str:
+        """A host's units' command lines (edges.provenance.exec_start), asked once per run."""
+        if key not in self._commands:
+            from orchestrator.edges.provenance import exec_start  # (as describe_hosts: only when asked)
+
+            self._commands[key] = exec_start(self.deployment.hosts[key])
+        return self._commands[key]
 
     def unchecked(self) -> list[str]:
         """What the trial's checks left out, in the user's words, for its record: the worker counts

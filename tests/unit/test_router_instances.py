@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from helpers.ssh_sweep import attempts_of
 from orchestrator.core.plan import make_plan
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.routerworkers import DP_COUNTS_UNCHECKED
+from orchestrator.edges import health
 from orchestrator.edges.deployment import router_host, router_instances, router_workers
 from orchestrator.edges.health import HealthCheck, probe_url, readiness_problem, wait_ready
 from orchestrator.edges.preflight import preflight
@@ -284,6 +286,70 @@ def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_p
         "the repro (it may have served part of it) (the trial is void:"
     ), first.failure.message
     assert events.count("repro") == 1  # the retry's readiness already saw the stranger: no second repro
+
+
+# The wide router's ExecStart with one more decode than the inventory has (a server orch did not start).
+EXTRA_DECODE_EXEC_START = (
+    "{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m sglang_router.launch_router --pd-disaggregation "
+    "--prefill http://10.9.0.1:30000 8998 --prefill http://10.9.0.2:30000 8998 --decode http://10.9.0.3:30002 "
+    "--decode http://10.9.0.4:30002 --decode http://10.9.0.7:30002 --host 0.0.0.0 --port 30001 ; }"
+)
+
+
+def test_a_worker_on_the_routers_command_line_it_registers_late_is_named_before_the_repro(tmp_path: Path) -> None:
+    """sglang-router 0.3.2 registers its command line's workers one by one and calls itself ready
+    once one prefill and one decode are: with a 5th decode on its command line it answered 4/4 (its
+    list: the inventory's 4) for ~10 ms, longer on a loaded machine, and the worker list read then
+    passed; the 5th served part of the repro (tests/sim/test_real_router.py, once in a loaded run).
+    The wait now holds out for the 5 its command line lists: no repro runs, each attempt names it."""
+    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    late = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
+    events: list[str] = []
+    looks = [0]
+
+    def router(request: httpx.Request) -> httpx.Response:
+        registered = looks[0] >= 3 or "repro" in events  # the 5th from the 4th readiness answer on
+        if request.url.path == "/readiness":
+            looks[0] += 1
+            return httpx.Response(200, text=flat(5, 5) if registered else flat(4, 4))
+        if request.url.path == "/workers":
+            return httpx.Response(200, json={"workers": [*own, late] if registered else own})
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        return httpx.Response(200, json={"version": "fake-1.0"})
+
+    result = sweep_behind(tmp_path, router, events, router_exec_start=EXTRA_DECODE_EXEC_START)
+    assert result.completed == 0, result
+    assert "repro" not in events and "/generate" not in events
+    first = attempts_of(tmp_path / "run")[0]
+    assert first.failure is not None and first.failure.error == "IdentityError", first
+    assert first.failure.message.startswith(
+        "router lists decode worker http://10.9.0.7:30002, which is not one of the inventory's instances (prefill "
+        "http://10.9.0.1:30000 http://10.9.0.2:30000, decode http://10.9.0.3:30002 http://10.9.0.4:30002) (the "
+        "trial is void:"
+    ), first.failure.message
+
+
+def test_a_worker_the_routers_command_line_lists_that_never_registers_holds_the_wait_only_briefly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker listed on the router's command line that is down (or still loading) is never
+    registered: the wait holds out for it only CONFIGURED_HOLD_S from the first answer ready but for
+    it, then goes on as before (the look after the repro still names one registered later); it does
+    not hold every trial to its health timeout (50 minutes on a large model). Before the hold ends,
+    the held answer says which count it waits for."""
+    monkeypatch.setattr(health, "CONFIGURED_HOLD_S", 0.3)
+    router = Router([flat(4, 4)])
+    check = HealthCheck("router", READINESS, 5.0, workers=WORKERS, configured=5)
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client:
+        started = time.monotonic()
+        waited = health.wait_ready(check, client=client, poll_initial_s=0.01, poll_max_s=0.02)
+        took = time.monotonic() - started
+    assert 0.3 <= took < 2.0 and waited >= 0.3, (took, waited)
+    short = HealthCheck("router", READINESS, 0.2, workers=WORKERS, configured=5)  # a timeout inside the hold
+    with httpx.Client(transport=httpx.MockTransport(router.handler)) as client, pytest.raises(HealthTimeout) as info:
+        health.wait_ready(short, client=client, poll_initial_s=0.01, poll_max_s=0.02)
+    assert "(last answer: 200 but 4/5 workers registered (its command line lists 5):" in str(info.value)
 
 
 @pytest.mark.parametrize("where", ["env file", "ExecStart"])

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.core.routerworkers import (
     Registered,
+    command_workers,
     dp_aware,
     endpoint,
     excess_problem,
@@ -161,6 +162,32 @@ def test_a_dp_aware_router_is_known_by_its_command_or_env_file(
     commands: list[list[str]], values: list[str], aware: bool
 ) -> None:
     assert dp_aware(commands, values) is aware
+
+
+@pytest.mark.parametrize(
+    ("commands", "count"),
+    [
+        # the real test's router: its prefill (a bootstrap port after it), its decode, a third decode
+        (
+            [
+                [
+                    "python", "-m", "sglang_router.launch_router", "--pd-disaggregation", "--prefill",
+                    "http://127.0.0.1:51359", "55643", "--decode", "http://127.0.0.1:36793", "--decode",
+                    "http://localhost:42597/", "--host", "127.0.0.1", "--port", "30001",
+                ]
+            ],
+            3,
+        ),
+        ([["sglang-router", "--worker-urls", "http://127.0.0.1:60313/", "http://localhost:33927", "--port", "1"]], 2),
+        ([["r", "--decode=http://a:1", "--decode", "http://127.0.0.1:2", "--prefill", "http://localhost:2/"]], 2),
+        ([["r", "--prefill", "http://a:1", "--port", "30001"], ["r", "--decode", "http://b:2"]], 2),  # two units
+        ([["r", "--decode", "--port", "30001"], ["r", "--worker-urls"]], 0),  # a flag without a URL
+        ([["python", "-m", "sglang_router.launch_router", "--service-discovery"]], 0),
+        ([], 0),
+    ],
+)  # fmt: skip
+def test_the_workers_a_routers_command_line_gives_it(commands: list[list[str]], count: int) -> None:
+    assert command_workers(commands) == count
 
 
 READINESS = "http://127.0.0.1:30001/readiness"
