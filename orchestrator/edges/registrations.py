@@ -6,7 +6,9 @@ inventory's instances are registered. A router that registers more (a teammate's
 through its worker API, a stale registration of a server on another port, an extra `--decode URL`
 in its command line or env file) sends part of the repro to a server orch did not start, so
 such a trial must not count as data. Called once the wait is over (the router registers workers
-as they turn healthy), so each trial costs one more GET (~1 ms on a LAN).
+as they turn healthy; the wait holds out up to 5 s for those its command line lists, which
+sglang-router 0.3.2 may register ~10 ms after calling itself ready: edges.health), so each trial
+costs one more GET (~1 ms on a LAN).
 
 sglang-router 0.3.2 lists its workers on GET /workers (their URLs as it was given them, and their
 `worker_type`); older ones on /list_workers. A router without a list (404, or not a list) is
