@@ -138,8 +138,11 @@ def readiness_problem(body: str, workers: tuple[tuple[str, int], ...] = ()) -> s
     object (SGLang workers answer an empty 200) say nothing either way; nor do bodies without
     worker counts about ``workers`` (the instances expected behind a router, per role)."""
     value = _json_object(body)
-    if value is None:
-        return None
+    return None if value is None else _body_problem(value, workers)
+
+
+def _body_problem(value: dict[str, object], workers: tuple[tuple[str, int], ...]) -> str | None:
+    """readiness_problem of a body already read as a JSON object."""
     status = value.get("status")
     if isinstance(status, str) and " ".join(status.lower().replace("_", " ").replace("-", " ").split()) in (
         NOT_READY_STATUSES
@@ -192,17 +195,16 @@ def _registered_problem(value: dict[str, object], workers: dict[str, int]) -> st
     return None
 
 
-def configured_problem(body: str, configured: int) -> str | None:
+def _configured_problem(value: dict[str, object], configured: int) -> str | None:
     """Fewer workers registered than the router's command line gives it: sglang-router 0.3.2
     registers them one at a time and is ready as soon as one prefill and one decode are, so a
     worker the inventory lacks (an extra `--decode URL`) may be registered only after the wait's
     look at its worker list, and serve part of the repro. The wait holds out for them only
     CONFIGURED_HOLD_S (_poll_once): a listed worker that is down is never registered."""
-    value = _json_object(body) if configured else None
-    if value is None:
+    if not configured:
         return None
     registered = sum(registered_totals(value).values())
-    if configured and registered and registered < configured:
+    if registered and registered < configured:
         return f"{registered}/{configured} workers registered (its command line lists {configured})"
     return None
 
@@ -465,13 +467,13 @@ def _last(exc: _NotReady, heard: list[str]) -> str:
     return exc.answer
 
 
-def _held_for_configured(body: str, configured: int, held: list[float]) -> str | None:
-    """configured_problem, for at most CONFIGURED_HOLD_S from the first answer that was ready but
+def _held_for_configured(value: dict[str, object], configured: int, held: list[float]) -> str | None:
+    """_configured_problem, for at most CONFIGURED_HOLD_S from the first answer that was ready but
     for it (``held``: that moment): the router registers its command line's workers within
     milliseconds of each other once they are healthy (measured: ~10 ms), while one that is down or
     still loading would hold every trial to its timeout. After the hold the wait goes on as before:
     a worker registered later is still named by the look after the repro."""
-    problem = configured_problem(body, configured)
+    problem = _configured_problem(value, configured)
     if problem is None:
         return None
     now = time.monotonic()
@@ -480,14 +482,11 @@ def _held_for_configured(body: str, configured: int, held: list[float]) -> str |
     return problem if now - held[0] < CONFIGURED_HOLD_S else None
 
 
-def _poll_once(
-    check: HealthCheck, client: httpx.Client, deadline: float, listed: list[str], held: list[float] | None = None
-) -> str:
+def _poll_once(check: HealthCheck, client: httpx.Client, deadline: float, listed: list[str], held: list[float]) -> str:
     """One GET; return its body if it answered 200 (and ready), else raise _NotReady describing it.
     ``listed``: the held-back answer whose worker list this wait last read (read again only when
     the answer changes: polls come every 10 ms around the expected ready time). ``held``: when an
     answer was first ready but for the workers the router's command line gives it."""
-    held = [] if held is None else held
     remaining = deadline - time.monotonic()
     timeout = max(MIN_REQUEST_S, min(MAX_REQUEST_S, remaining))
     try:
@@ -500,9 +499,10 @@ def _poll_once(
     if response.status != 200:
         raise _NotReady(f"{response.status} {_excerpt(response.text)}".rstrip())
     # a body cut at MAX_READINESS_BODY is not read for readiness fields: its status alone counts
-    problem = None if response.truncated else readiness_problem(response.text, check.workers)
-    if problem is None and not response.truncated:
-        problem = _held_for_configured(response.text, check.configured, held)
+    value = None if response.truncated else _json_object(response.text)
+    problem = None
+    if value is not None:  # read once: the wait polls every 10 ms around the expected ready time
+        problem = _body_problem(value, check.workers) or _held_for_configured(value, check.configured, held)
     if problem is not None:
         # a router held back by a worker that is not healthy: if that is a stranger (a stale
         # registration of a server that is gone), say so now instead of waiting out the timeout

@@ -259,23 +259,30 @@ def test_a_sweep_counts_no_trial_whose_router_lists_a_worker_the_inventory_lacks
     assert "router:sglang-router" in records[-1].restarted  # the retry restarted the router
 
 
+def router_adding_a_stray(registered: Callable[[], bool]) -> Callable[[httpx.Request], httpx.Response]:
+    """A router with the inventory's 4 instances (4/4) that also registers a 5th decode, a server
+    orch did not start (5/5), whenever `registered()` says so; asked once per request."""
+    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    stray = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
+
+    def router(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/generate":
+            return httpx.Response(200, json={"text": "ok"})
+        if request.url.path not in ("/readiness", "/workers"):
+            return httpx.Response(200, json={"version": "fake-1.0"})
+        with_stray = registered()
+        if request.url.path == "/readiness":
+            return httpx.Response(200, text=flat(5, 5) if with_stray else flat(4, 4))
+        return httpx.Response(200, json={"workers": [*own, stray] if with_stray else own})
+
+    return router
+
+
 def test_a_worker_added_to_the_router_while_the_repro_runs_voids_the_trial(tmp_path: Path) -> None:
     """Ready 4/4 with the inventory's instances before the repro; a 5th decode is added through the
     router's API while it runs: the trial is void (it may have served part of the repro)."""
-    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
-    added = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
     events: list[str] = []
-
-    def router(request: httpx.Request) -> httpx.Response:
-        running = "repro" in events  # from the first repro on, the stranger is registered
-        if request.url.path == "/readiness":
-            return httpx.Response(200, text=flat(5, 5) if running else flat(4, 4))
-        if request.url.path == "/workers":
-            return httpx.Response(200, json={"workers": [*own, added] if running else own})
-        if request.url.path == "/generate":
-            return httpx.Response(200, json={"text": "ok"})
-        return httpx.Response(200, json={"version": "fake-1.0"})
-
+    router = router_adding_a_stray(lambda: "repro" in events)  # from the first repro on
     result = sweep_behind(tmp_path, router, events)
     assert result.completed == 0, result
     first = attempts_of(tmp_path / "run")[0]
@@ -302,21 +309,14 @@ def test_a_worker_on_the_routers_command_line_it_registers_late_is_named_before_
     list: the inventory's 4) for ~10 ms, longer on a loaded machine, and the worker list read then
     passed; the 5th served part of the repro (tests/sim/test_real_router.py, once in a loaded run).
     The wait now holds out for the 5 its command line lists: no repro runs, each attempt names it."""
-    own = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
-    late = {"url": "http://10.9.0.7:30002", "worker_type": "decode"}
     events: list[str] = []
     looks = [0]
+    stray = router_adding_a_stray(lambda: looks[0] >= 3 or "repro" in events)  # from the 4th readiness on
 
     def router(request: httpx.Request) -> httpx.Response:
-        registered = looks[0] >= 3 or "repro" in events  # the 5th from the 4th readiness answer on
-        if request.url.path == "/readiness":
-            looks[0] += 1
-            return httpx.Response(200, text=flat(5, 5) if registered else flat(4, 4))
-        if request.url.path == "/workers":
-            return httpx.Response(200, json={"workers": [*own, late] if registered else own})
-        if request.url.path == "/generate":
-            return httpx.Response(200, json={"text": "ok"})
-        return httpx.Response(200, json={"version": "fake-1.0"})
+        answer = stray(request)
+        looks[0] += request.url.path == "/readiness"
+        return answer
 
     result = sweep_behind(tmp_path, router, events, router_exec_start=EXTRA_DECODE_EXEC_START)
     assert result.completed == 0, result
