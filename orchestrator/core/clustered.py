@@ -446,13 +446,7 @@ def anytime_log_evidence(p: npt.ArrayLike, k: npt.ArrayLike, n: npt.ArrayLike, m
     q = np.asarray(p, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_p = np.where(a > 0, a * np.log(q), 0.0) + np.where(b > 0, b * np.log1p(-q), 0.0)
-    out: Array = _log_beta(a + 0.5, b + 0.5) - _log_beta(0.5, 0.5) - log_p
-    return out
-
-
-def _log_beta(a: npt.ArrayLike, b: npt.ArrayLike) -> Array:
-    lgamma = np.vectorize(math.lgamma, otypes=[float])
-    out: Array = lgamma(a) + lgamma(b) - lgamma(np.asarray(a) + np.asarray(b))
+    out: Array = dist.log_beta(a + 0.5, b + 0.5) - dist.log_beta(0.5, 0.5) - log_p
     return out
 
 

@@ -116,6 +116,11 @@ def f_sf(x: npt.ArrayLike, dfn: npt.ArrayLike, dfd: npt.ArrayLike) -> Array:
         return _sf(np.asarray(special.fdtrc(fn, fd, fx), dtype=float), fx, _valid(fn, fd), 0.0, np.inf)
 
 
+def log_beta(a: npt.ArrayLike, b: npt.ArrayLike) -> Array:
+    """log B(a, b): scipy.special.betaln (no scipy.stats counterpart)."""
+    return np.asarray(special.betaln(_f(a), _f(b)), dtype=float)
+
+
 def beta_ppf(q: npt.ArrayLike, a: npt.ArrayLike, b: npt.ArrayLike) -> Array:
     """scipy.stats.beta.ppf: scipy's own _beta_ppf (betaincinv differs in the last bits)."""
     fq, fa, fb = _f(q), _f(a), _f(b)
