@@ -478,15 +478,6 @@ def _suspect(run_dir: Path, manifest: RunManifest, scan: TrialRows) -> list[str]
     return suspect_reasons(report)
 
 
-def matrix_mismatch(a: RunManifest, b: RunManifest) -> str | None:
-    """Why the two runs are not runs of one matrix, or None when they are."""
-    if a.name != b.name:
-        return f"A = {a.run_id} is a run of matrix {a.name!r}, B = {b.run_id} of matrix {b.name!r}"
-    if a.matrix_sha256 != b.matrix_sha256:
-        return f"matrix {a.name!r} changed between A = {a.run_id} and B = {b.run_id} (its file differs)"
-    return None
-
-
 def _nothing_in_common(model: Comparison) -> str:
     """Why a comparison has no rows."""
     if not (set(model.a.metrics) & set(model.b.metrics)) - set(model.unlike.metrics):

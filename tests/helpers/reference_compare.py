@@ -27,7 +27,6 @@ from orchestrator.report.compare import (
     _summary,
     _suspect,
     _too_few,
-    matrix_mismatch,
 )
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow
@@ -128,6 +127,16 @@ def _row(
         ranks.mann_whitney(b.values, a.values),
         too_few=_too_few(len(a.values), len(b.values)),  # not of d0e5505: the page's rows say it since
     )
+
+
+def matrix_mismatch(a: RunManifest, b: RunManifest) -> str | None:
+    """Why the two runs are not runs of one matrix, or None when they are (orch compare's own words
+    for it are report.unlike's since)."""
+    if a.name != b.name:
+        return f"A = {a.run_id} is a run of matrix {a.name!r}, B = {b.run_id} of matrix {b.name!r}"
+    if a.matrix_sha256 != b.matrix_sha256:
+        return f"matrix {a.name!r} changed between A = {a.run_id} and B = {b.run_id} (its file differs)"
+    return None
 
 
 def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> ComparisonPage:
