@@ -1943,13 +1943,18 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
     )
 
 
+def stopped_in(report: Report) -> list[str]:
+    """The cells the report shows as stopped early (their rates carry the anytime-valid interval)."""
+    return [c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())]
+
+
 def stopped_note(report: Report) -> str:
     """Why the cells an adaptive rule stopped early show wider intervals, under the cell table.
 
     Why: a rule that stops a cell on its data stops it where its rate looks decided, so the rate
     at the stop leans toward the side that stopped it, and a fixed-sample interval (Wilson's) held
     the true rate in only 47-89% of such cells in A/A sweeps at 10-15% (bench/bench_adaptive_honesty.py)."""
-    cells = [c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())]
+    cells = stopped_in(report)
     if not cells:
         return ""
     return (

@@ -31,6 +31,7 @@ from orchestrator.report.build import (
     fmt_pts,
     fmt_rate,
     result_headline,
+    stopped_in,
     stopped_note,
     suspect_reasons,
     with_adaptive_facts,
@@ -152,7 +153,7 @@ def run_summary(report: Report, series: Sequence[SeriesPoint] = ()) -> RunSummar
 def _marked_stopped(report: Report, series: Sequence[SeriesPoint]) -> list[SeriesPoint]:
     """The series with the cells the report shows as stopped early (report.build.stopped_cells)
     marked, so the runs index's trends give them the report's interval, not a narrower one."""
-    stopped = {c.cell for c in report.cells if any(p.stopped for p in c.proportions.values())}
+    stopped = set(stopped_in(report))
     return [p.model_copy(update={"stopped": True}) if p.cell in stopped else p for p in series]
 
 
