@@ -140,7 +140,7 @@ def _progress(started: api.Started) -> Progress:
     from orchestrator.cli import output
     from orchestrator.team.livestatus import LiveStatus, Tee
 
-    return Tee(output.terminal(started), LiveStatus(started.run_dir))
+    return Tee(output.terminal(started), LiveStatus(started.run_dir, cell_name=started.cell_name))
 
 
 def after(run_dir: Path) -> None:
@@ -182,9 +182,9 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: Sequence[str]) -> No
     for flag in spec.flags:
         console.print(f"  {escape(flag)}: fails at {escape(spec.failing[flag])}, clean at {escape(spec.clean[flag])}")
     console.print(f"first wave: {len(plan.steps)} trials (both endpoints, then each flag dropped once):")
-    labels = ["all flags at their failing level", "all flags at their clean level"]
-    labels += [f"all failing but {flag} clean" for flag in spec.flags]
-    for s, label in zip(plan.steps, labels, strict=True):
+    for s in plan.steps:
+        config = spec.config_of(dict(s.trial.cell.levels))
+        label = s.trial.cell.id if config is None else spec.in_words(config)
         console.print(f"  trial {s.trial.index}: {escape(label)}")
     from orchestrator.cli.planview import human_duration  # the statistics stack loads only for a plan
     from orchestrator.core.huntplan import budget_note, expected_sessions  # numpy/scipy: only here

@@ -33,7 +33,7 @@ def announce(started: Started) -> None:
 def terminal(started: Started) -> Progress:
     """Announce the run and give the terminal's progress bar (or plain lines in a log)."""
     announce(started)
-    return RichProgress(err, open_ended=started.open_ended)
+    return RichProgress(err, open_ended=started.open_ended, cell_name=started.cell_name)
 
 
 def show_outcome(outcome: SweepOutcome) -> None:

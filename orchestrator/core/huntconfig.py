@@ -84,6 +84,19 @@ class HuntSpec:
                 return None
         return config
 
+    def in_words(self, config: int) -> str:
+        """A configuration by what sets it apart, as `orch plan` lists the first wave: "all failing
+        but overlap clean", "only bf16_index_k, cuda_graph failing". Why: its cell id names all 16
+        flags (300 characters), so a progress line of it hid which flags were dropped."""
+        failing = [f for i, f in enumerate(self.flags) if config >> i & 1]
+        if len(failing) == len(self.flags):
+            return "all flags at their failing level"
+        if not failing:
+            return "all flags at their clean level"
+        if 2 * len(failing) > len(self.flags):
+            return "all failing but " + ", ".join(f for f in self.flags if f not in failing) + " clean"
+        return "only " + ", ".join(failing) + " failing"
+
 
 def build_hunt(
     shape: HuntShape | None,

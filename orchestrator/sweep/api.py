@@ -151,7 +151,7 @@ def run(
                     _list_running(run_dir)
                     hunting = plan.matrix.hunt is not None
                     total = 0 if hunting else len(plan.steps)
-                    sink = progress(Started(run_id, run_dir, names, total, total, open_ended=hunting))
+                    sink = progress(Started(run_id, run_dir, names, total, total, hunt=plan.matrix.hunt))
                     design = _design(plan, set())
                     result, stopped = _stoppable(trials)
             except (KeyboardInterrupt, Interrupted) as exc:
@@ -303,7 +303,7 @@ def _resume_locked(
         0 if hunting else len(plan.steps) - len(done),
         resumed=True,
         torn_tail_dropped=bool(torn),
-        open_ended=hunting,
+        hunt=matrix.hunt,
     )
     sink = progress(started)
     for note in orphans:

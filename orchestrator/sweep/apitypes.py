@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.bounds import MAX_REPLICATES, MAX_RETRIES
+from orchestrator.core.huntconfig import HuntSpec
 from orchestrator.core.inventory import Inventory, Testbed
+from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan, Step
 from orchestrator.errors import UsageError
 from orchestrator.sweep.progress import Progress
@@ -136,7 +138,17 @@ class Started:
     left: int  # still to run (all of them, unless resumed)
     resumed: bool = False
     torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
-    open_ended: bool = False  # a hunt: `trials` counts those done, the rest is decided as it goes
+    hunt: HuntSpec | None = None  # a hunt: `trials` counts those done, the rest is decided as it goes
+
+    @property
+    def open_ended(self) -> bool:
+        return self.hunt is not None
+
+    def cell_name(self, record: TrialRecord) -> str:
+        """How progress lines name a trial's cell: a hunt's configuration by the flags that set it
+        apart (its id lists every suspect flag), any other cell by its id."""
+        config = None if self.hunt is None else self.hunt.config_of(record.levels)
+        return record.cell if config is None or self.hunt is None else self.hunt.in_words(config)
 
 
 ProgressFor = Callable[[Started], Progress]

@@ -124,15 +124,16 @@ def _cut(text: str) -> str:
 REASON_CHARS = 300  # of a failure's message on a progress line (the journal keeps it whole)
 
 
-def summarize(record: TrialRecord) -> str:
+def summarize(record: TrialRecord, cell: str | None = None) -> str:
     """`cell: corruption 6/40 (15%), wall 2.1 s` or `cell: FAILED (HealthTimeout): decode not
     ready after 600 s ...`: the reason orch has, not only its class (issue 12); a failed repro's
-    line names the file with its whole output."""
+    line names the file with its whole output. `cell`: the cell's name (default its id)."""
+    cell = record.cell if cell is None else cell
     if record.status != "completed":
         if record.failure is None:
-            return f"{record.cell}: FAILED ({record.status})"
+            return f"{cell}: FAILED ({record.status})"
         where = output_file(record)
-        line = f"{record.cell}: FAILED ({record.failure.error}): {_cut(' '.join(record.failure.message.split()))}"
+        line = f"{cell}: FAILED ({record.failure.error}): {_cut(' '.join(record.failure.message.split()))}"
         return line + (f" [output: {where}]" if where else "")
     parts = []
     for name, m in list(record.metrics.items())[:3]:
@@ -141,7 +142,7 @@ def summarize(record: TrialRecord) -> str:
             parts.append(f"{name} {m.k}/{m.n} ({pct:.0f}%)")
         else:
             parts.append(f"{name} {m.value:g}{(' ' + m.unit) if m.unit else ''}")
-    return f"{record.cell}: " + ", ".join(parts)
+    return f"{cell}: " + ", ".join(parts)
 
 
 def clock_text(seconds: float | None) -> str:
@@ -193,9 +194,11 @@ class RichProgress:
         *,
         open_ended: bool = False,
         clock: Callable[[], float] = time.monotonic,
+        cell_name: Callable[[TrialRecord], str] = lambda record: record.cell,
     ) -> None:
         self.console = console or Console(stderr=True)
         self.open_ended = open_ended
+        self.cell_name = cell_name
         self.clock = clock
         self.bar: RichBar | None = None
         self.task: TaskID | None = None
@@ -234,7 +237,7 @@ class RichProgress:
         self.done += 1
         self.finished += 1
         self.failures.add(record)
-        line = summarize(record)
+        line = summarize(record, self.cell_name(record))
         if self.bar is None or self.task is None:  # told before start(): the line alone
             self.console.print(f"[{self._count()}] {line}", markup=False, highlight=False, soft_wrap=True)
             return

@@ -48,8 +48,14 @@ class LiveStatus:
     journal, not this file, is the record of the run); `error` says why.
     """
 
-    def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.run_dir, self.clock = run_dir, clock
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        cell_name: Callable[[TrialRecord], str] = lambda record: record.cell,
+    ) -> None:
+        self.run_dir, self.clock, self.cell_name = run_dir, clock, cell_name
         self._lock = threading.Lock()  # a sweep over several testbeds reports from several threads
         self.error: str = ""
         self._status: StatusFile | None = None
@@ -97,7 +103,7 @@ class LiveStatus:
             self._write(
                 done=done,
                 failed=self._status.failed + (record.status != "completed"),
-                last=summarize(record),
+                last=summarize(record, self.cell_name(record)),
                 **self._current(),
                 **self._eta(done),
             )

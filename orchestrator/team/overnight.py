@@ -119,7 +119,7 @@ class QueueSweep:
             done = started.trials if started.open_ended else started.trials - started.left
             resuming = started.resumed and done > 0
             self.note(f"queue: {item.label}: " + ("resuming" if resuming else "starting"))
-            return Tee(self.terminal(started), LiveStatus(started.run_dir))
+            return Tee(self.terminal(started), LiveStatus(started.run_dir, cell_name=started.cell_name))
 
         return progress
 

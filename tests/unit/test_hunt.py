@@ -325,6 +325,44 @@ def test_hunt_progress_shows_trials_done_and_never_a_total() -> None:
     assert sink.getvalue().startswith("[25 done] ") and "/" not in sink.getvalue().split("]")[0]
 
 
+def test_a_hunt_configuration_is_named_by_the_flags_that_set_it_apart() -> None:
+    spec = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml").hunt
+    assert spec is not None
+    full, index = (1 << len(spec.flags)) - 1, {f: i for i, f in enumerate(spec.flags)}
+    culprits = (1 << index["bf16_index_k"]) | (1 << index["cuda_graph"]) | (1 << index["overlap"])
+    assert spec.in_words(full) == "all flags at their failing level"
+    assert spec.in_words(0) == "all flags at their clean level"
+    assert spec.in_words(full ^ 1 << index["fp8_kv_cache"]) == "all failing but fp8_kv_cache clean"
+    assert spec.in_words(culprits) == "only bf16_index_k, cuda_graph, overlap failing"
+    assert spec.in_words(full ^ culprits) == "all failing but bf16_index_k, cuda_graph, overlap clean"
+
+
+def test_a_hunts_progress_line_names_the_configuration_not_its_16_flag_id(tmp_path: Path) -> None:
+    """Seen in a run: every line listed all 16 flags (300+ characters), the dropped one lost in them."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.sweep.apitypes import Started
+    from orchestrator.sweep.progress import RichProgress
+
+    spec = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml").hunt
+    assert spec is not None
+    started = Started("r", tmp_path, ("t",), 0, 0, hunt=spec)
+    assert started.open_ended
+    only = {f: spec.failing[f] if f in ("cuda_graph", "overlap") else spec.clean[f] for f in spec.flags}
+    sink = io.StringIO()
+    progress = RichProgress(Console(file=sink, width=200), open_ended=True, cell_name=started.cell_name)
+    progress.start(0, 0)
+    progress.trial_done(_record(0, only, 3, 20))
+    line = sink.getvalue()
+    assert "— only cuda_graph, overlap failing: corruption 3/20 (15%)" in line, line
+    assert "bf16_index_k" not in line
+    outside = _record(1, {"other": "x"}, 0, 20)  # not a configuration of the hunt: its id, as before
+    assert started.cell_name(outside) == "other=x"
+    assert Started("r", tmp_path, ("t",), 1, 1).cell_name(_record(0, only, 3, 20)) == _record(0, only, 3, 20).cell
+
+
 def test_a_drop_passes_only_on_a_clean_streak_long_enough_for_a_low_affected_rate() -> None:
     from orchestrator.core.hunt import _p_affected
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
 
 from orchestrator.cli.main import main
+from orchestrator.sweep.apitypes import Started
 from orchestrator.sweep.hunt import HuntSource
 from orchestrator.team.livestatus import LiveStatus
 
@@ -45,3 +46,21 @@ def test_queueing_a_hunt_names_no_trial_total(tmp_path: Path, capsys) -> None:
     inventory = Path(__file__).resolve().parents[2] / "inventory" / "local.yaml"
     assert main(["queue", "add", str(m.path), "-i", str(inventory), "--reports", str(tmp_path / "r")]) == 0
     assert "queued item 1: small_hunt (a hunt on testbed 'local-sim', priority 0)" in capsys.readouterr().out
+
+
+def test_a_hunts_status_names_the_last_configuration_by_the_flags_that_set_it_apart(tmp_path: Path) -> None:
+    """As the terminal does: the cell's id lists every suspect flag, and the one dropped is lost in it."""
+    m = small_hunt(tmp_path)
+    assert m.hunt is not None
+    run = tmp_path / "reports" / "hunt"
+    records = hunt_run(run, m, truth_answer(m), limit=3, status="running")
+    started = Started(run.name, run, ("local-sim",), 0, 0, hunt=m.hunt)
+    live = LiveStatus(run, cell_name=started.cell_name)
+    live.start(6, 0)
+    for record in records:
+        live.trial_done(record)
+    last = json.loads((run / "status.json").read_text())["last"]
+    config = m.hunt.config_of(records[-1].levels)
+    assert config is not None
+    assert last.startswith(m.hunt.in_words(config) + ": corruption "), last
+    assert records[-1].cell not in last
