@@ -214,7 +214,7 @@ def hunt(run_id: str, started: str, tmp: Path) -> tuple[RunManifest, list[Sessio
 CASES: dict[str, Callable[..., tuple[RunManifest, list[Session]]]] = {
     "mixed": mixed,
     "interrupted": interrupted,
-    # "resumed": resumed,
+    "resumed": resumed,
     "unrestored": unrestored,
     "parallel": parallel,
     "adaptive": adaptive,
