@@ -21,6 +21,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from helpers.cell_runs import cell_run
 from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
 from helpers.report_synth import synthetic_run
 
@@ -33,6 +34,7 @@ from orchestrator.report.compare import _read_run as read_compared
 from orchestrator.report.export import export_run
 from orchestrator.report.model import Report
 from orchestrator.report.render import fresh_summary, load_report
+from orchestrator.report.series import MAX_TRIALS
 from orchestrator.report.site import index_page
 from orchestrator.report.summary import RunSummary
 from orchestrator.store.journal import Journal
@@ -211,6 +213,17 @@ def hunt(run_id: str, started: str, tmp: Path) -> tuple[RunManifest, list[Sessio
     return manifest, [Session([r.model_copy(update={"run_id": run_id}) for r in records])]
 
 
+def long(run_id: str, started: str) -> tuple[RunManifest, list[Session]]:
+    """Two cells of 70 trials each (more than summary.json's series keeps of a cell), the
+    baseline's events all in its first 10 trials."""
+    base = [(5, 20)] * 10 + [(0, 20)] * 60
+    manifest, records = cell_run(
+        {"a": ["on", "off"]}, {"a": "on"}, [({"a": "on"}, base), ({"a": "off"}, [(1, 20)] * 70)]
+    )
+    manifest = manifest.model_copy(update={"run_id": run_id, "started": started})
+    return manifest, [Session([r.model_copy(update={"run_id": run_id}) for r in records])]
+
+
 CASES: dict[str, Callable[..., tuple[RunManifest, list[Session]]]] = {
     "mixed": mixed,
     "interrupted": interrupted,
@@ -219,6 +232,7 @@ CASES: dict[str, Callable[..., tuple[RunManifest, list[Session]]]] = {
     "parallel": parallel,
     "adaptive": adaptive,
     "hunt": hunt,
+    "long": long,
 }
 NEEDS_TMP = {"adaptive", "hunt"}
 
@@ -459,8 +473,9 @@ def check_cells(o: Outputs) -> None:
         assert len(exported.get(c.cell, [])) == p.trials
         if not p.rate.n:
             continue
-        point = series[c.cell]
-        assert (point.rate, len(point.trials), point.stopped) == ((p.rate.k, p.rate.n), p.trials, p.stopped)
+        point = series[c.cell]  # the newest MAX_TRIALS trials of each cell (report.series)
+        assert (len(point.trials), point.stopped) == (min(p.trials, MAX_TRIALS), p.stopped)
+        assert point.rate == (p.rate.k, p.rate.n) or p.trials > MAX_TRIALS
         side = compared[c.cell].a
         assert (side.k, side.n, side.trials, side.stopped) == (p.rate.k, p.rate.n, p.trials, p.stopped)
         bench = o.bencher[cell_label(c.levels)][m]
