@@ -23,6 +23,7 @@ MAX_CELLS = 256  # cells kept per run (a trend of more is unreadable anyway)
 MAX_TRIALS = 64  # trials kept per cell and metric (the newest ones)
 
 Count = Annotated[int, pydantic.Field(ge=0, le=MAX_SESSIONS)]  # sessions of one trial, or events among them
+Share = Annotated[float, pydantic.Field(ge=0.0, le=1.0)]  # a rate or a bound of its interval
 
 
 class SeriesPoint(pydantic.BaseModel):
@@ -40,6 +41,10 @@ class SeriesPoint(pydantic.BaseModel):
     # rate takes the report's anytime-valid interval. Written only when true: the summary of a run
     # without adaptive stopping stays as it was
     stopped: bool = pydantic.Field(default=False, exclude_if=lambda stopped: not stopped)
+    # the report's (rate, low, high) of the cell, when `trials` cannot give it back: some cell of the
+    # run had more than MAX_TRIALS trials, so a kept series is not the report's data (its pooled rate,
+    # its dispersion). Written only then: other runs' summaries stay as they were
+    shown: tuple[Share, Share, Share] | None = pydantic.Field(default=None, exclude_if=lambda shown: shown is None)
 
     @pydantic.field_validator("trials")
     @classmethod

@@ -167,6 +167,8 @@ def _rate(point: SeriesPoint | None, disp: clustered.Dispersion | None = None) -
     cell an adaptive rule stopped early (point.stopped), the report's anytime-valid interval."""
     if point is None:
         return None
+    if point.shown is not None:  # its report's own, when the kept trials cannot give it (report.series)
+        return point.shown
     k, n = point.rate
     if n == 0:
         return None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from orchestrator.core.records import TrialRecord
 from orchestrator.errors import OrchError
 from orchestrator.store.atomic import write_json_atomic
-from orchestrator.store.journal import trial_statuses
+from orchestrator.store.journal import read_trial_rows, trial_statuses
 from orchestrator.store.liveness import MAX_STATUS_BYTES as MAX_STATUS_BYTES
 from orchestrator.store.liveness import STALE, not_restored_line, read_status, restore_command, resume_command
 from orchestrator.store.liveness import LiveState as LiveState
@@ -34,6 +34,7 @@ from orchestrator.store.liveness import StatusFile as StatusFile
 from orchestrator.store.liveness import judge as judge
 from orchestrator.store.manifest import load_manifest, load_plan
 from orchestrator.store.rundir import RunDir
+from orchestrator.store.runtrials import trial_rows
 from orchestrator.sweep.progress import QuietProgress, summarize
 from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
 
@@ -72,6 +73,7 @@ class LiveStatus:
             self.error = str(exc)
             return
         self._finished = _finished_trials(self.run_dir)
+        failed = _failed_for_good(self.run_dir) if self._finished else 0  # a resumed run's earlier failures
         self._t0, self._done_here = self.clock(), 0
         self._open_ended = manifest.hunt
         if self._open_ended:
@@ -89,7 +91,7 @@ class LiveStatus:
             updated=_iso(self._t0),
             done=done,
             total=None if self._open_ended else total,
-            failed=0,
+            failed=failed,
         )
         self._write(**self._current())
 
@@ -242,6 +244,18 @@ def _finished_trials(run_dir: Path) -> set[int]:
         return set(trial_statuses(path).finished)
     except OrchError:
         return set()
+
+
+def _failed_for_good(run_dir: Path) -> int:
+    """How many of the journal's finished trials failed for good (store.runtrials.trial_rows, as
+    the webhook and `orch run`'s last line count them). Why at start: `done` goes on from the
+    trials an earlier session finished, and `failed` must too, or a resumed run's status read
+    16/16 with no failure while its webhook said 1 failed. Read only for a resume (a full pass
+    over the journal's rows, as the run's end makes); unreadable: 0, a status file never fails a sweep."""
+    try:
+        return sum(row.status == "failed" for row in trial_rows(read_trial_rows(RunDir(run_dir).journal).rows))
+    except OrchError:
+        return 0
 
 
 def _iso(epoch: float) -> str:
