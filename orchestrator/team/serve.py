@@ -516,7 +516,14 @@ def _allowed_parts(parts: Sequence[str]) -> bool:
 
 
 def status_json(s: Snapshot) -> dict[str, object]:
-    return {"generated": s.generated, "runs": [_run_json(r) for r in s.runs], "queue": [asdict(q) for q in s.queue]}
+    """/api/status and `orch status --json`: `queue` holds the first livestatus.QUEUE_SHOWN pending
+    items, `queue_more` counts the rest (`orch queue list` lists them all)."""
+    return {
+        "generated": s.generated,
+        "runs": [_run_json(r) for r in s.runs],
+        "queue": [asdict(q) for q in s.queue],
+        "queue_more": s.queue_more,
+    }
 
 
 def runs_json(reports_dir: Path) -> list[dict[str, object]]:
