@@ -29,7 +29,7 @@ import tenacity
 from orchestrator.core.clip import clip, clip_list
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.store.liveness import not_restored_line, read_status, restore_command
+from orchestrator.store.liveness import not_restored_line, read_status, recorded_restore
 from orchestrator.store.rundir import INDEX_HTML, RunDir
 
 ENV_VAR = "ORCH_WEBHOOKS"
@@ -39,7 +39,6 @@ TIMEOUT_S = 5.0
 ATTEMPTS = 3
 BODY_MAX_BYTES = 64 * 1024  # the generic JSON body, encoded, whatever the run folder holds
 ITEMS_SHOWN = 20  # of each list in the JSON body (suspect reasons, changes, roles); the rest counted
-RESTORE_MAX = 4200  # a restore command orch writes: `orch restore ` and a path (PATH_MAX 4096)
 # characters of each free-text field of the JSON body (the Slack text's caps, about)
 JSON_CAPS = {"run_id": 300, "name": 300, "status": 40, "headline": 2000, "suspect": 600, "changes": 400}
 ROLE_CAP = 200  # one role of not_restored (`TESTBED/role`)
@@ -297,14 +296,8 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         suspect=suspect_reasons(report),
         changes=_changes(run_dir),
         not_restored=list(left.not_restored) if left else [],
-        restore_with=_restore_with(run_dir, left.restore_with) if left and left.not_restored else "",
+        restore_with=recorded_restore(left.restore_with, run_dir.absolute()) if left and left.not_restored else "",
     )
-
-
-def _restore_with(run_dir: Path, recorded: str) -> str:
-    """The command status.json recorded, or orch's own for run_dir when there is none or it is
-    longer than any orch writes (status.json may hold up to a MiB: the summary never cuts it)."""
-    return recorded if recorded and len(recorded) <= RESTORE_MAX else restore_command(run_dir.absolute())
 
 
 def _changes(run_dir: Path) -> list[str]:

@@ -10,12 +10,11 @@ from pathlib import Path
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.core.clip import clip, clip_list
-from orchestrator.store.liveness import StatusFile, read_status
+from orchestrator.store.liveness import MAX_RESTORE_CHARS, StatusFile, read_status
 from orchestrator.store.rundir import RunDir
 from orchestrator.team.notify import (
     BODY_MAX_BYTES,
     ITEMS_SHOWN,
-    RESTORE_MAX,
     Summary,
     Webhook,
     json_bytes,
@@ -107,7 +106,7 @@ def test_a_restore_command_longer_than_orch_writes_is_replaced_by_orchs_own(tmp_
     than any orch writes is not taken: orch's own for the run's folder is sent."""
     run_dir = _unrestored(tmp_path, ["decode"], "orch restore " + "x" * 500_000)
     status = read_status(run_dir)
-    assert status is not None and len(status.restore_with) > RESTORE_MAX  # read back whole
+    assert status is not None and len(status.restore_with) > MAX_RESTORE_CHARS  # read back whole
     summary = summarize_run(run_dir, base_url="")
     assert summary.restore_with == f"orch restore {run_dir.absolute()}"
     written = _unrestored(tmp_path / "b", ["decode"], "orch restore /elsewhere/run")
