@@ -393,6 +393,12 @@ MATRIX_CASES: list[tuple[str, Edit, str, tuple[str, ...]]] = [
     ("collector name with a space", sub("  anomalies:", '  "an omalies":'), M, ("invalid collector name",)),
     ("repro on an option", sub("  timeout: 60", "  timeout: 60\n  on: -oProxyCommand=x"), M, ("repro.on",)),
     ("matrix name with newline", sub("name: bad", 'name: "bad\\nname"'), M, ("name", "control character")),
+    (
+        "matrix name of 900,000 characters",
+        sub("name: bad", "name: " + "N" * 900_000),
+        M,
+        ("name: a matrix name of at most 200 characters", "(900,000 characters)", "description:"),
+    ),
     ("unknown role", sub('{decode: {SGLANG_EXTRA_ARGS: ""}}', '{gpu: {SGLANG_EXTRA_ARGS: ""}}'), M, ("role 'gpu'",)),
     ("duplicate level", sub("levels: [on, off]", "levels: [on, 'on']"), M, ("duplicate level",)),
     ("unknown key", add("replicate: 3\n"), M, ("unknown key 'replicate'",)),

@@ -91,6 +91,7 @@ def test_gates_are_read_with_selector_and_default_name(tmp_path: Path) -> None:
         ("gates:\n  - {metric: corruption, cells: {overlap: off}}\n", "needs `upper:`"),
         ("gates:\n  - {metric: corruption, upper: 0.01, cells: {speed: off}}\n", "speed"),
         ("gates:\n  - {metric: corruption, upper: .nan}\n", "gates"),
+        ("gates:\n  - {metric: wall, upper: 60, name: " + "g" * 500_000 + "}\n", "at most 200 characters"),
     ],
 )
 def test_bad_gates_are_config_errors_with_file_and_line(tmp_path: Path, gates_yaml: str, message: str) -> None:

@@ -6,9 +6,15 @@ from __future__ import annotations
 from rich.markup import escape
 
 from orchestrator.cli.console import err, out
+from orchestrator.core.clip import clip
 from orchestrator.store.liveness import not_restored_line
 from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome
 from orchestrator.sweep.progress import Progress, RichProgress
+
+# failed gate checks `orch run` names at its end: one gate over 4,096 cells (or 1,000 gates) printed
+# a line each; the report's Gates section lists every check
+GATES_SHOWN = 20
+GATE_LINE_CHARS = 1000  # a gate's name, a cell's label (its levels) and why
 
 
 def announce(started: Started) -> None:
@@ -50,8 +56,11 @@ def show_outcome(outcome: SweepOutcome) -> None:
         out.print(f"resume with: orch resume {outcome.run_dir}", markup=False)
     if outcome.report is not None:
         out.print(f"report: {outcome.report}", markup=False)
-    for gate in outcome.gates_failed:
-        err.print(f"[red]gate failed:[/red] {escape(gate)}")
+    for gate in outcome.gates_failed[:GATES_SHOWN]:
+        err.print(f"[red]gate failed:[/red] {escape(clip(gate, GATE_LINE_CHARS))}")
+    more = len(outcome.gates_failed) - GATES_SHOWN
+    if more > 0:
+        err.print(f"[red]gate failed:[/red] … and {more:,} more checks (the report's Gates section lists them all)")
 
 
 def show_restore(outcome: RestoreOutcome) -> None:

@@ -704,6 +704,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 escape(q.message),
             )
         _print_table(queue)
+    if snap.queue_more:
+        out.print(f"… and {snap.queue_more:,} more queued: `orch queue list` lists them all", markup=False)
     return 0
 
 
@@ -721,7 +723,7 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
     import dataclasses
 
     from orchestrator.cli.console import warn
-    from orchestrator.team.livestatus import item_view
+    from orchestrator.team.livestatus import queue_shown
     from orchestrator.team.queue import DB_NAME, STORE_ENV, is_server_url, open_store, store_spec
 
     spec = store_spec(args.store, args.reports)
@@ -736,7 +738,8 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
         items = q.items(("running", "resumable", "queued"))
         if getattr(q, "missing", False):  # a server without the queue's tables
             warn(f"no queue yet in {q.where} (the store --store / ${STORE_ENV} names): none is shown")
-    return dataclasses.replace(snap, queue=tuple(item_view(i) for i in items))
+    shown, more = queue_shown(items)
+    return dataclasses.replace(snap, queue=shown, queue_more=more)
 
 
 def cmd_notify(args: argparse.Namespace) -> int:

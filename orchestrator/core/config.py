@@ -83,6 +83,10 @@ MAX_SECRETS = 256
 MAX_ALLOW_URLS = 64
 MAX_REPEATED_FAILURES = 1000
 MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
+# a matrix's name titles its runs everywhere (the index, /api/runs, `orch plan`, webhooks, the
+# queue), a gate's its verdict (the run's end lines, the report, JUnit); a 900 KB one was accepted
+# and printed whole by each. `description:` holds the longer text.
+MAX_TITLE = 200
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
 DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 
@@ -639,6 +643,17 @@ def _no_control(value: str, source: SourceMap, at: PathKey) -> str:
     return value
 
 
+def _title(name: str, source: SourceMap, at: PathKey, what: str) -> None:
+    """A title, not a document: at most MAX_TITLE characters, no control character."""
+    if len(name) > MAX_TITLE:
+        raise source.error(
+            at,
+            f"{what} of at most {MAX_TITLE} characters, got {_quoted(name)}",
+            "it is shown on every view of the run; write the longer text under description:",
+        )
+    _no_control(name, source, at)
+
+
 def _check_ssh(ssh: SshShape, source: SourceMap, where: PathKey) -> None:
     """Host and user reach ssh's argv: they must never read as an option or hold shell syntax."""
     if not SSH_HOST.match(ssh.host or ""):
@@ -760,7 +775,7 @@ def build_matrix(shape: MatrixShape, source: SourceMap, text: str) -> Matrix:
     partial = _build_selector(shape.baseline, by_name, source, ("baseline",), full=False)
     for i, name in enumerate(shape.secrets):
         _env_name(name, source, ("secrets", i))
-    _no_control(shape.name, source, ("name",))
+    _title(shape.name, source, ("name",), "a matrix name")
     for i, word in enumerate(shape.booleans):
         _no_control(word, source, ("booleans", i))
     baseline = {f.name: partial.get(f.name, f.levels[0].name) for f in factors}
@@ -867,7 +882,7 @@ def _build_gates(shape: MatrixShape, factors: dict[str, Factor], source: SourceM
                 f"metrics: {', '.join(metrics) or 'none'}",
             )
         cells = _build_selector(g.cells, factors, source, ("gates", i, "cells"), full=False)
-        _no_control(g.name or "", source, ("gates", i, "name"))
+        _title(g.name or "", source, ("gates", i, "name"), "a gate name")
         name = g.name or default_name(g.metric, g.upper, g.lower, cells)
         gates.append(Gate(name=name, metric=g.metric, upper=g.upper, lower=g.lower, cells=cells))
     return tuple(gates)

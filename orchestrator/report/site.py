@@ -20,6 +20,8 @@ import pydantic
 from markupsafe import Markup
 
 from orchestrator.core.bounded import read_bounded_bytes
+from orchestrator.core.clip import clip, clip_list
+from orchestrator.core.config import MAX_TITLE
 from orchestrator.core.regression import Change
 from orchestrator.errors import OrchError
 from orchestrator.report.page import csp, environment
@@ -27,7 +29,7 @@ from orchestrator.report.series import SeriesPoint
 from orchestrator.report.summary import Rebuild, RunSummary
 from orchestrator.report.trends import USABLE, GroupTrend, NightRun, change_text, group_trends, regression_check
 from orchestrator.store.atomic import write_text_atomic
-from orchestrator.store.liveness import STALE, read_status, restore_command, run_state
+from orchestrator.store.liveness import STALE, read_status, recorded_restore, run_state
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import HUNT_HTML, ReportsDir, RunDir
 
@@ -48,6 +50,14 @@ INDEX_SCRIPT = """
 })();
 """
 SUMMARY_BYTES = 4 * 1024 * 1024  # a summary with its series is at most a few hundred KB (report.series caps)
+# runs the index's table lists, newest first: 2,000 run folders made a 1.8 MB page rendered on
+# every `orch serve /` and after every run; the older ones are counted (/api/runs pages through all)
+INDEX_ROWS = 500
+# what a run folder may show of itself in the index and /api/runs: run.json, summary.json and
+# status.json are read bounded (MiBs), not small (20 runs named 1 MB each made a 42 MB index)
+HEADLINE_CHARS = 2000
+REASON_CHARS = 600  # one suspect reason, one error
+ITEMS_SHOWN = 20  # suspect reasons, roles left changed
 
 
 @dataclass(frozen=True)
@@ -82,18 +92,21 @@ def write_index(reports_dir: Path, rebuild: Rebuild) -> Path:
 def index_page(reports_dir: Path, rebuild: Rebuild) -> str:
     """The index as HTML (`orch serve` renders it live; write_index stores it)."""
     entries = run_entries(reports_dir, rebuild)
-    groups = _groups(entries)
+    groups = _groups(entries)  # of every run: a trend reaches back past the rows listed
+    shown = entries[:INDEX_ROWS]
     return (
         environment()
         .get_template("index.html.j2")
         .render(
-            runs=entries,
+            runs=shown,
+            total=len(entries),
+            changed=[e for e in entries if e.not_restored],  # however old: its testbed is still changed
             groups=groups,
             flagged={g.checked_run: g.flagged for g in groups if g.flagged},
             change_text=change_text,
-            matrices=sorted({e.name for e in entries}),
-            testbeds=sorted({e.testbed for e in entries if e.testbed}),
-            statuses=sorted({e.status for e in entries}),
+            matrices=sorted({e.name for e in shown}),
+            testbeds=sorted({e.testbed for e in shown if e.testbed}),
+            statuses=sorted({e.status for e in shown}),
             csp=csp(INDEX_SCRIPT),
             script=Markup(INDEX_SCRIPT),
         )
@@ -101,7 +114,7 @@ def index_page(reports_dir: Path, rebuild: Rebuild) -> str:
 
 
 def run_entries(reports_dir: Path, rebuild: Rebuild) -> list[RunEntry]:
-    runs = (_entry(d, rebuild) for d in _run_dirs(reports_dir))
+    runs = (_bounded(_entry(d, rebuild)) for d in _run_dirs(reports_dir))
     return sorted(runs, key=lambda e: (e.started, e.directory), reverse=True)
 
 
@@ -174,7 +187,7 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         has_report=run.index_html.is_file() or run.hunt_html.is_file(),
         page=HUNT_HTML if run.hunt_html.is_file() else "index.html",
         not_restored=left.not_restored if left else (),
-        restore_with=(left.restore_with or restore_command(run_dir)) if left and left.not_restored else "",
+        restore_with=recorded_restore(left.restore_with, run_dir) if left and left.not_restored else "",
     )
     try:
         summary = _cached_summary(run_dir, live) or rebuild(run_dir, manifest)  # rebuilt from the journal
@@ -193,6 +206,25 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> RunEntry:
         group=summary.group,
         testbed=summary.testbed or manifest.testbed,
         series=tuple(summary.series),
+    )
+
+
+def _bounded(e: RunEntry) -> RunEntry:
+    """The entry as the index and /api/runs show it: each text cut with an ellipsis, each list to
+    its first items and a count of the rest (a name orch accepts is at most MAX_TITLE characters;
+    one hand-edited into run.json may be MiBs). The restore command is never cut (bounded by
+    recorded_restore), nor the folder name (the file system bounds it)."""
+    return replace(
+        e,
+        name=clip(e.name, MAX_TITLE),
+        run_id=clip(e.run_id, MAX_TITLE),
+        started=clip(e.started, 64),
+        status=clip(e.status, 40),
+        testbed=clip(e.testbed, MAX_TITLE),
+        headline=clip(e.headline, HEADLINE_CHARS),
+        error=clip(e.error, REASON_CHARS),
+        suspect=tuple(clip_list(e.suspect, ITEMS_SHOWN, REASON_CHARS)),
+        not_restored=tuple(clip_list(e.not_restored, ITEMS_SHOWN, MAX_TITLE)),
     )
 
 

@@ -37,6 +37,16 @@ def restore_command(run_dir: Path | str) -> str:
     return f"orch restore {run_dir}"
 
 
+MAX_RESTORE_CHARS = 4200  # a restore command orch writes: `orch restore ` and a path (PATH_MAX 4096)
+
+
+def recorded_restore(recorded: str, run_dir: Path | str) -> str:
+    """The restore command status.json recorded, or orch's own for run_dir when there is none or it
+    is longer than any orch writes: the views never cut a restore command, and status.json may
+    hold up to MAX_STATUS_BYTES."""
+    return recorded if recorded and len(recorded) <= MAX_RESTORE_CHARS else restore_command(run_dir)
+
+
 def resume_command(run_dir: Path | str) -> str:
     return f"orch resume {run_dir}"
 

@@ -321,11 +321,17 @@ class QueueView:
     message: str
 
 
+# queue items a status view lists: a glance, not `orch queue list` (10,000 queued items made
+# `orch status` print 10,006 lines in 6.6 s, and /status and /api/status 2 MB each)
+QUEUE_SHOWN = 50
+
+
 @dataclass(frozen=True)
 class Snapshot:
     generated: str
     runs: tuple[LiveRun, ...]  # running and stale first, then recently finished
-    queue: tuple[QueueView, ...]
+    queue: tuple[QueueView, ...]  # the first QUEUE_SHOWN pending items, in the order `queue run` takes them
+    queue_more: int = 0  # pending items left out of `queue` (`orch queue list` lists them all)
 
 
 def live_runs(reports_dir: Path, *, finished: int = 5) -> list[LiveRun]:
@@ -341,19 +347,23 @@ def live_runs(reports_dir: Path, *, finished: int = 5) -> list[LiveRun]:
 
 
 def snapshot(reports_dir: Path) -> Snapshot:
-    return Snapshot(_iso(time.time()), tuple(live_runs(reports_dir)), tuple(queue_view(reports_dir)))
+    return Snapshot(_iso(time.time()), tuple(live_runs(reports_dir)), *queue_shown(queue_items(reports_dir)))
 
 
-def queue_view(reports_dir: Path) -> list[QueueView]:
+def queue_items(reports_dir: Path) -> list[QueueItem]:
     """Items not yet done (queued, running, resumable), read-only; none if there is no queue."""
     if not (reports_dir / DB_NAME).is_file():
         return []
     try:
         with Queue.in_reports(reports_dir, read_only=True) as q:
-            items = q.items(("running", "resumable", "queued"))
+            return q.items(("running", "resumable", "queued"))
     except OrchError:
         return []
-    return [item_view(i) for i in items]
+
+
+def queue_shown(items: Sequence[QueueItem]) -> tuple[tuple[QueueView, ...], int]:
+    """The first QUEUE_SHOWN items as the status views show them, and how many are left out."""
+    return tuple(item_view(i) for i in items[:QUEUE_SHOWN]), max(len(items) - QUEUE_SHOWN, 0)
 
 
 STALE_ITEM = "its queue runner is gone: the next `orch queue run` takes it back"

@@ -3,7 +3,9 @@
 Where URLs come from: a queue item's own list, `--webhook URL` on the command, and the
 ORCH_WEBHOOKS environment variable (separated by blanks or commas). A URL written
 `slack+https://...` gets a Slack-compatible body ({"text": ...}) posted to `https://...`, its
-text escaped and bounded (chat_safe: a level named `<!channel>` must not ping a channel).
+text escaped and bounded (chat_safe: a level named `<!channel>` must not ping a channel). The
+generic JSON body is bounded too (Summary.json_body: at most BODY_MAX_BYTES, whatever the run
+folder holds): a receiver is a chat bridge or a small service, not a store of whole run folders.
 
 Why a failing webhook never fails the sweep: the run and its report are the result; a message is
 a courtesy. Each POST is retried (tenacity, exponential backoff) on connection errors, 429 and
@@ -13,6 +15,7 @@ because a webhook URL usually is its own secret (Slack's are).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -23,9 +26,10 @@ from urllib.parse import SplitResult, quote, urlsplit
 import httpx
 import tenacity
 
+from orchestrator.core.clip import clip, clip_list
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.store.liveness import not_restored_line, read_status, restore_command
+from orchestrator.store.liveness import not_restored_line, read_status, recorded_restore
 from orchestrator.store.rundir import INDEX_HTML, RunDir
 
 ENV_VAR = "ORCH_WEBHOOKS"
@@ -33,6 +37,11 @@ BASE_URL_VAR = "ORCH_REPORTS_URL"  # e.g. http://orch.lab:8765: links point at `
 SLACK_PREFIX = "slack+"
 TIMEOUT_S = 5.0
 ATTEMPTS = 3
+BODY_MAX_BYTES = 64 * 1024  # the generic JSON body, encoded, whatever the run folder holds
+ITEMS_SHOWN = 20  # of each list in the JSON body (suspect reasons, changes, roles); the rest counted
+# characters of each free-text field of the JSON body (the Slack text's caps, about)
+JSON_CAPS = {"run_id": 300, "name": 300, "status": 40, "headline": 2000, "suspect": 600, "changes": 400}
+ROLE_CAP = 200  # one role of not_restored (`TESTBED/role`)
 
 
 @dataclass(frozen=True)
@@ -67,16 +76,43 @@ class Summary:
         so a long headline cannot push the suspect warning or the link out of the message."""
         return " - ".join(p for p in self._parts(chat_safe) if p)
 
+    def json_body(self) -> dict[str, object]:
+        """The generic webhook's body: every field, each free text cut to its JSON_CAPS (an
+        ellipsis shows the cut) and each list to its first ITEMS_SHOWN items and `… and N more`,
+        the caps quartered until the encoded body fits BODY_MAX_BYTES (a text of control
+        characters is encoded six bytes a character). The link and the restore command are never
+        cut: orch built both (a base URL and a folder name; a command and a path, bounded by
+        summarize_run). A 1 MB matrix name and 5,000 flagged cells were posted whole (1.7 MB)."""
+        for shrink in (1, 4, 16, 64):
+            body = self._clipped(shrink)
+            if len(json_bytes(body)) <= BODY_MAX_BYTES:
+                break
+        return body
+
+    def _clipped(self, shrink: int) -> dict[str, object]:
+        def cap(key: str) -> int:
+            return max(JSON_CAPS[key] // shrink, 8)
+
+        shown = max(ITEMS_SHOWN // shrink, 1)
+        return {
+            **asdict(self),
+            **{key: clip(getattr(self, key), cap(key)) for key in ("run_id", "name", "status", "headline")},
+            "suspect": clip_list(self.suspect, shown, cap("suspect")),
+            "changes": clip_list(self.changes, shown, cap("changes")),
+            "not_restored": clip_list(self.not_restored, shown, max(ROLE_CAP // shrink, 8)),
+        }
+
     def _parts(self, fit: Callable[[str, int | None], str]) -> list[str]:
         head = f"orch {fit(self.name, 120)} ({fit(self.run_id, 80) or 'not started'}): {fit(self.status, 40)}"
-        left = not_restored_line(self.not_restored, "", self.restore_with) if self.not_restored else ""
+        roles = [fit(", ".join(self.not_restored), 600)]  # cut the roles, never the command that restores them
+        left = not_restored_line(roles, "", fit(self.restore_with, None)) if self.not_restored else ""
         of = "" if self.planned is None else f"/{self.planned}"  # a hunt has no planned total
         counts = f"{self.trials}{of} trials, {self.failed} failed" if self.planned != 0 else ""
         warning = f"SUSPECT DATA: {'; '.join(self.suspect)}" if self.suspect else ""
         changed = f"CHANGED vs earlier runs: {'; '.join(self.changes)}" if self.changes else ""
         return [
             head,
-            fit(left, 1000),
+            left,
             counts,
             fit(self.headline, 2000),
             fit(warning, 600),
@@ -126,7 +162,12 @@ class Webhook:
         return cls(url, slack)
 
     def body(self, summary: Summary) -> dict[str, object]:
-        return {"text": summary.chat_text()} if self.slack else asdict(summary)
+        return {"text": summary.chat_text()} if self.slack else summary.json_body()
+
+
+def json_bytes(body: object) -> bytes:
+    """body as httpx encodes a `json=` request (compact, UTF-8): what a receiver is sent."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 @dataclass(frozen=True)
@@ -255,7 +296,7 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         suspect=suspect_reasons(report),
         changes=_changes(run_dir),
         not_restored=list(left.not_restored) if left else [],
-        restore_with=(left.restore_with or restore_command(run_dir.absolute())) if left and left.not_restored else "",
+        restore_with=recorded_restore(left.restore_with, run_dir.absolute()) if left and left.not_restored else "",
     )
 
 

@@ -45,7 +45,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from orchestrator.core.redact import Redactor
 from orchestrator.errors import OrchError, UsageError
@@ -267,7 +267,10 @@ class ReportsHandler(BaseHTTPRequestHandler):
         self._json(status_json(snapshot(self.reports)))
 
     def _api_runs(self) -> None:
-        self._json({"runs": runs_json(self.reports)})
+        page = runs_page_asked(urlsplit(self.path).query)
+        if isinstance(page, str):
+            return self._send(HTTPStatus.BAD_REQUEST, f"/api/runs: {page}\n".encode(), "text/plain; charset=utf-8")
+        self._json(runs_page(self.reports, *page))
 
     # ------------------------------------------------------------------ responses
     def _file(self, served: Served) -> None:
@@ -516,7 +519,42 @@ def _allowed_parts(parts: Sequence[str]) -> bool:
 
 
 def status_json(s: Snapshot) -> dict[str, object]:
-    return {"generated": s.generated, "runs": [_run_json(r) for r in s.runs], "queue": [asdict(q) for q in s.queue]}
+    """/api/status and `orch status --json`: `queue` holds the first livestatus.QUEUE_SHOWN pending
+    items, `queue_more` counts the rest (`orch queue list` lists them all)."""
+    return {
+        "generated": s.generated,
+        "runs": [_run_json(r) for r in s.runs],
+        "queue": [asdict(q) for q in s.queue],
+        "queue_more": s.queue_more,
+    }
+
+
+RUNS_PAGE = 500  # runs an /api/runs answer holds at most (2,000 runs answered 1.7 MB at once)
+
+
+def runs_page_asked(query: str) -> tuple[int, int] | str:
+    """(offset, limit) of `?offset=N&limit=M` (0 and RUNS_PAGE when absent), or why not."""
+    asked = parse_qs(query, keep_blank_values=True)
+    values = []
+    for key, default, top in (("offset", 0, 10**9), ("limit", RUNS_PAGE, RUNS_PAGE)):
+        text = (asked.get(key) or [str(default)])[-1]
+        if not text.isascii() or not text.isdigit() or len(text) > 10 or not 0 <= int(text) <= top:
+            return f"{key} must be a whole number from 0 to {top:,}, got {text[:20]!r}"
+        values.append(int(text))
+    return values[0], values[1]
+
+
+def runs_page(reports_dir: Path, offset: int = 0, limit: int = RUNS_PAGE) -> dict[str, object]:
+    """/api/runs: `limit` runs from `offset` (newest first), with `total` and `next_offset` (None
+    on the last page), so a client reads thousands of runs a page at a time."""
+    runs = runs_json(reports_dir)
+    end = offset + limit
+    return {
+        "runs": runs[offset:end],
+        "total": len(runs),
+        "offset": offset,
+        "next_offset": end if end < len(runs) else None,
+    }
 
 
 def runs_json(reports_dir: Path) -> list[dict[str, object]]:

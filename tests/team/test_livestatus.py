@@ -11,10 +11,22 @@ from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.report.page import environment
 from orchestrator.store.manifest import save_manifest
 from orchestrator.sweep.progress import QuietProgress
-from orchestrator.team.livestatus import LiveStatus, StatusFile, Tee, judge, live_runs, queue_view, snapshot
+from orchestrator.team.livestatus import (
+    QUEUE_SHOWN,
+    LiveStatus,
+    StatusFile,
+    Tee,
+    item_view,
+    judge,
+    live_runs,
+    queue_items,
+    snapshot,
+)
 from orchestrator.team.queue import Claimer, Queue
+from orchestrator.team.serve import STATUS_TEMPLATE
 
 
 class Clock:
@@ -196,11 +208,11 @@ def test_live_runs_and_queue_view(tmp_path: Path) -> None:
     ]
     assert runs[0].percent == 50.0 and runs[1].percent == 0.0 and runs[2].run_status == "completed"
 
-    assert queue_view(reports) == []  # no queue.db: none, and none created
+    assert queue_items(reports) == []  # no queue.db: none, and none created
     assert not (reports / "queue.db").exists()
     with Queue.in_reports(reports) as q:
         q.add(Path("/m/x.yaml"), Path("/i.yaml"), None, 2, ("https://hooks.example/secret",))
-    view = queue_view(reports)
+    view = [item_view(i) for i in queue_items(reports)]
     assert [(v.id, v.state, v.matrix, v.priority) for v in view] == [(1, "queued", "x.yaml", 2)]
     assert "secret" not in repr(view)
     snap = snapshot(reports)
@@ -238,3 +250,27 @@ def test_orch_status_says_when_the_reports_folder_does_not_exist(
     (tmp_path / "empty").mkdir()
     assert main(["status", "--reports", str(tmp_path / "empty")]) == 0
     assert "no such folder" not in capsys.readouterr().out
+
+
+def test_a_long_queue_is_shown_as_its_first_items_and_a_count_of_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch status`, --json, /status and /api/status listed every pending item: 10,000 queued
+    made `orch status` print 10,006 lines (6.6 s) and each JSON or page 2 MB. They show the first
+    QUEUE_SHOWN, in the order `queue run` takes them, and how many more (`orch queue list` has all)."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    with Queue.in_reports(reports) as q:
+        for i in range(QUEUE_SHOWN + 150):
+            q.add(Path(f"/m/n{i}.yaml"), Path("/i.yaml"), None, priority=1 if i == 199 else 0)
+    snap = snapshot(reports)
+    assert len(snap.queue) == QUEUE_SHOWN and snap.queue_more == 150
+    assert [v.matrix for v in snap.queue[:2]] == ["n199.yaml", "n0.yaml"]  # run order: priority, then age
+    assert main(["status", "--reports", str(reports)]) == 0
+    text = capsys.readouterr().out
+    assert "n48.yaml" in text and "n49.yaml" not in text and "… and 150 more queued" in text
+    assert main(["status", "--reports", str(reports), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert len(data["queue"]) == QUEUE_SHOWN and data["queue_more"] == 150
+    page = environment().get_template(STATUS_TEMPLATE).render(s=snap, refresh=5, csp="")
+    assert page.count('<td class="num">') == 2 * QUEUE_SHOWN and "… and 150 more queued" in page
