@@ -3,68 +3,13 @@ stops (pure: fake trial records, no servers)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from helpers.adaptive_runs import MATRIX, REPO, drive, plan_of, record
 
-from orchestrator.core.config import read_inventory, read_matrix
-from orchestrator.core.plan import make_plan
+from orchestrator.core.config import read_inventory
 from orchestrator.core.records import EventRecord, MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.adaptive import AdaptiveSource
-
-REPO = Path(__file__).resolve().parent.parent
-
-MATRIX = """\
-name: adaptive
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-  cuda_graph:
-    levels:
-      on: {decode: {SGLANG_EXTRA_ARGS: ""}}
-      off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}
-replicates: 8
-adaptive: {metric: corruption, effect: 0.10, baseline_runs: 2}
-repro:
-  command: "true"
-  metrics:
-    corruption: {kind: proportion, regex: '(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
-
-
-def plan_of(tmp_path: Path, text: str = MATRIX):
-    (tmp_path / "m.yaml").write_text(text)
-    m = read_matrix(tmp_path / "m.yaml")
-    tb = read_inventory(REPO / "inventory/local.yaml").testbed(None)
-    return m, make_plan(m, tb, seed=1)
-
-
-def record(step, k: int, n: int = 10) -> TrialRecord:
-    t = step.trial
-    return TrialRecord(
-        run_id="r",
-        trial=t.index,
-        round=t.round,
-        cell=t.cell.id,
-        levels=t.cell.as_dict(),
-        is_baseline=t.is_baseline,
-        testbed="tb",
-        status="completed",
-        started="x",
-        ended="y",
-        duration_s=1.0,
-        metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)},
-    )
-
-
-def drive(source: AdaptiveSource, rate_of) -> list:  # rate_of(step) -> k of 10
-    ran = []
-    while (step := source.next()) is not None:
-        ran.append(step)
-        source.record(record(step, rate_of(step)))
-    return ran
 
 
 def test_baseline_runs_twice_per_round(tmp_path):

@@ -147,3 +147,23 @@ def test_no_import_circle_and_bounded_depth() -> None:
 
     deepest = max(graph, key=longest)
     assert longest(deepest) <= MAX_DEPTH, f"{deepest} sits {longest(deepest)} import levels deep (at most {MAX_DEPTH})"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test code lives in tests/helpers (or tests/fakes.py), never in a test module: a test
+    importing `test_adaptive` for its helpers ran that module's collection-time code and tied two
+    unrelated files together (issue 11). Imports inside functions count too."""
+    tests = PACKAGE.parent / "tests"
+    offenders = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(tests)}:{node.lineno}: {n}" for n in names if _is_test_module(n)]
+    assert not offenders, offenders
+
+
+def _is_test_module(name: str) -> bool:
+    last = name.split(".")[-1]
+    return last.startswith("test_") or last == "conftest"

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers.adaptive_runs import REPO, drive, plan_of, record
 from helpers.report_synth import write_run
-from test_adaptive import REPO, drive, plan_of, record
 
 from orchestrator.core import clustered
 from orchestrator.core.config import read_inventory

@@ -181,7 +181,7 @@ def parallel(run_id: str, started: str) -> tuple[RunManifest, list[Session]]:
 def adaptive(run_id: str, started: str, tmp: Path) -> tuple[RunManifest, list[Session]]:
     """An adaptive run whose overlap=off cells a rule stopped at 0/30 (test_adaptive's run), its
     decisions journaled as the runner journals them."""
-    from test_adaptive import REPO, plan_of, record
+    from helpers.adaptive_runs import REPO, plan_of, record
 
     from orchestrator.core.config import read_inventory
     from orchestrator.core.sequential import Decision

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from fakes import Reply
+from helpers.adaptive_runs import plan_of, record
 from helpers.parallel_bed import Fleet, install, restore, resume, run
 from helpers.parallel_fakes import write_files
-from test_adaptive import plan_of, record
 
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, TrialRecord
