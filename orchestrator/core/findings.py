@@ -36,7 +36,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from orchestrator.core import clustered, dist, ranks
+from orchestrator.core import dist, ranks
 from orchestrator.core.stats import ALPHA, CONFIDENCE, CellCount, Interval, holm
 
 MAX_ORDER = 3  # interactions up to three-way (the DSV4 AND); higher orders are rarely readable
@@ -47,6 +47,8 @@ Change = tuple[str, str, str]  # (factor, reference level, level)
 Pooled = dict[tuple[tuple[str, str], ...], tuple[int, int]]
 K = TypeVar("K", bound=Hashable)
 Reading = tuple[float, float, float, float, bool]  # a cell's term: k, n, weight, interval inflation m, stopped
+# (k, n, m, z, stopped) -> (low, high), elementwise: a cell's interval at the normal quantile z
+CellBounds = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -405,12 +407,12 @@ def _largest_z(est: np.ndarray, interval_at: Callable[[np.ndarray], tuple[np.nda
 
 
 def stopped_mover(
-    contrasts: Sequence[Sequence[Reading]], confidence: float = CONFIDENCE
+    contrasts: Sequence[Sequence[Reading]], bounds: CellBounds, confidence: float = CONFIDENCE
 ) -> tuple[list[Interval], np.ndarray]:
     """Each contrast (a signed sum of cell rates) read off its cells' own intervals, as the cell
-    table states them (clustered.cell_bounds: anytime-valid for a cell an adaptive rule stopped
-    early), combined by MOVER: its interval at `confidence` and its two-sided p (1 - the largest
-    confidence whose interval excludes 0).
+    table states them (`bounds`: clustered.cell_bounds, anytime-valid for a cell an adaptive rule
+    stopped early; passed in, so this module stays below clustered), combined by MOVER: its
+    interval at `confidence` and its two-sided p (1 - the largest confidence whose interval excludes 0).
 
     Why: a rule that stops a cell on its data stops it where its rate looks decided, so a
     fixed-sample interval of that rate is too narrow at the stop and a factor effect between
@@ -428,7 +430,7 @@ def stopped_mover(
             k[i, j], n[i, j], w[i, j], m[i, j], stopped[i, j] = kk, nn, ww, mm, ss
 
     def interval_at(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        low, high = clustered.cell_bounds(k, n, m, np.broadcast_to(z, shape), stopped)
+        low, high = bounds(k, n, m, np.broadcast_to(z, shape), stopped)
         return _combine(k / n, low, high, w)[1:]
 
     est = np.sum(w * k / n, axis=1)

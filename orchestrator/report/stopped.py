@@ -56,7 +56,7 @@ def corrected(
     readings = {cell: (v.rate.k, v.rate.n, clustered.cell_inflation(disp, v.rate.n, v.trials), v.stopped)
                 for cell, v in views.items()}  # fmt: skip
     contrasts = [[(readings[c][0], readings[c][1], w, *readings[c][2:]) for c, w in tests[key]] for key in involved]
-    intervals, pvalues = findings.stopped_mover(contrasts)
+    intervals, pvalues = findings.stopped_mover(contrasts, clustered.cell_bounds)
     read = {key: (iv, float(p)) for key, iv, p in zip(involved, intervals, pvalues, strict=True)}
     return (
         [_cell(c, metric, read.get(("rate", i))) for i, c in enumerate(cells)],
