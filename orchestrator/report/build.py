@@ -1878,7 +1878,7 @@ def adaptive_caution(report: Report, events: Sequence[EventRecord]) -> Finding |
     way): in A/A runs of matrices/overlap_hunt.yaml (question `lower`, every cell at 15%) the fixed
     analysis alone named a finding in 5.1-6.0% of reports. So each test comparing a cell stopped
     early is also read off the cells' anytime-valid intervals (report.stopped), which took it to
-    1.5-2.1% (bench/bench_adaptive_honesty.py); the page says so where it names a finding. None when
+    1.5-2.0% (bench/bench_adaptive_honesty.py); the page says so where it names a finding. None when
     nothing was decided (every cell ran its rounds: a fixed design) or the report names no finding."""
     if not _decisions(events) or not names_a_finding(report) or not stopped_in(report):
         return None
@@ -1888,7 +1888,7 @@ def adaptive_caution(report: Report, events: Sequence[EventRecord]) -> Finding |
             "Adaptive stopping and the findings below: each test comparing a cell stopped early was also read off "
             "the cells' anytime-valid 95% intervals (valid at whatever round the data chose to stop), and the larger "
             "p-value went into Holm's correction, so these findings allow for the stopping (simulated A/A runs: a "
-            "finding in at most 2.1% of reports, against up to 6% without this correction)."
+            "finding in 1.5-2.0% of reports, against 5.1-6.0% without this correction)."
         ),
     )
 
