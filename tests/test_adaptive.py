@@ -264,11 +264,13 @@ def report_dispersion(records: list[TrialRecord]):
     return clustered.dispersion(list(by_cell.values()))
 
 
-def test_findings_after_a_stop_carry_the_caution_that_the_fixed_analysis_ignores_it(tmp_path):
+def test_findings_after_a_stop_say_the_correction_that_allows_for_it(tmp_path):
     """The fixed analysis' p-values assume rounds fixed in advance; after a rule stopped cells on
-    their data they are optimistic (A/A: a finding in up to 6% of runs, bench_adaptive_honesty). The
-    headline says so beside the findings, after the sequential summary; not when no cell was decided
+    their data its tests comparing them are also read off the anytime-valid intervals (report.stopped;
+    A/A: a finding in 6% of runs without it, bench_adaptive_honesty). The headline says which
+    correction the findings survived, after the sequential summary; not when no cell was decided
     (every cell ran its rounds: a fixed design), nor when the page names no finding."""
+    from orchestrator.report import stopped
     from orchestrator.report.build import adaptive_caution, build_report, names_a_finding, with_adaptive_facts
     from orchestrator.store.planrecord import make_manifest
 
@@ -288,8 +290,9 @@ def test_findings_after_a_stop_carry_the_caution_that_the_fixed_analysis_ignores
     report = build_report(manifest, records)
     assert decided and names_a_finding(report)  # the clean cells differ from the 30% baseline
     headline = with_adaptive_facts(report, decided).headline
-    assert headline[0].text.startswith("Adaptive stopping in corruption") and headline[1].kind == "caution"
-    assert "does not allow for the stopping" in headline[1].text and "optimistic" in headline[1].text
+    assert headline[0].text.startswith("Adaptive stopping in corruption") and headline[1].kind == "info"
+    assert "anytime-valid 95% intervals" in headline[1].text and "allow for the stopping" in headline[1].text
+    assert report.policy.endswith(stopped.POLICY)  # the correction the Holm family was read with
     assert headline[2 : 2 + len(report.headline)] == report.headline
     assert adaptive_caution(report, []) is None  # nothing decided: nothing stopped on its data
     quiet = report.model_copy(
@@ -300,3 +303,52 @@ def test_findings_after_a_stop_carry_the_caution_that_the_fixed_analysis_ignores
         }
     )  # fmt: skip
     assert not names_a_finding(quiet) and adaptive_caution(quiet, decided) is None
+
+
+# A/A at 15% (bench_adaptive_honesty's run 209 of `A/A 15%, ICC 0.03, lower`): k of 10 per round. The
+# bf16_index_k=off cells stopped early ("no drop") on high early rounds; the others ran all 8 rounds.
+STOPPED_HIGH = {
+    "bf16_index_k=on,cuda_graph=on,overlap=on": [2, 0, 1, 2, 1, 2, 0, 1],
+    "bf16_index_k=on,cuda_graph=on,overlap=off": [1, 3, 1, 0, 1, 1, 0, 2],
+    "bf16_index_k=on,cuda_graph=off,overlap=on": [0, 1, 1, 4, 1, 2, 2],
+    "bf16_index_k=on,cuda_graph=off,overlap=off": [1, 1, 3, 0, 0, 2, 0, 2],
+    "bf16_index_k=off,cuda_graph=on,overlap=on": [4, 1, 0, 2, 3],
+    "bf16_index_k=off,cuda_graph=on,overlap=off": [3, 3, 5],
+    "bf16_index_k=off,cuda_graph=off,overlap=on": [3, 3, 2],
+    "bf16_index_k=off,cuda_graph=off,overlap=off": [1, 4, 0, 2, 1, 2, 1, 4],
+}
+
+
+def test_a_factor_effect_between_cells_stopped_high_and_cells_run_on_is_no_finding_after_the_stop():
+    """Every cell at the same rate; three bf16_index_k=off cells stopped after 3-5 rounds that ran
+    high. The fixed analysis of these trials calls bf16_index_k's main effect a finding (as it
+    would, rightly, had the rounds been fixed in advance: the same data as a non-adaptive run); the
+    adaptive run's report reads each test comparing a stopped cell off the anytime-valid intervals
+    too (report.stopped), names nothing, and its policy says the correction."""
+    from orchestrator.report import stopped
+    from orchestrator.report.build import build_report, names_a_finding
+    from orchestrator.store.planrecord import make_manifest
+
+    matrix = read_matrix(REPO / "matrices/overlap_hunt.yaml")
+    plan = make_plan(matrix, read_inventory(REPO / "inventory/local.yaml").testbed(None), seed=1)
+    records = []
+    for step in plan.steps:
+        ks = STOPPED_HIGH[step.trial.cell.id]
+        if step.trial.round < len(ks):
+            records.append(record(step, ks[step.trial.round]))
+    manifest = make_manifest(plan, read_inventory(REPO / "inventory/local.yaml"), "r", "x")
+    adaptive = manifest.model_copy(
+        update={"metrics": {"corruption": "proportion"}, "adaptive": True, "status": "completed", "ended": "y"}
+    )
+    fixed = build_report(adaptive.model_copy(update={"adaptive": False}), records)
+    effect = next(e for e in fixed.effects if e.factor == "bf16_index_k" and not e.given)
+    assert effect.finding and effect.p_holm < 0.05 and fixed.policy and stopped.POLICY not in fixed.policy
+    report = build_report(adaptive, records)
+    assert {c.cell for c in report.cells if c.proportions["corruption"].stopped} == {
+        c for c, ks in STOPPED_HIGH.items() if len(ks) < 8
+    }
+    after = next(e for e in report.effects if e.factor == "bf16_index_k" and not e.given)
+    assert after.p > effect.p and after.p_holm >= 0.05 and not after.finding
+    assert after.low <= effect.low and after.high >= effect.high  # the hull of both readings
+    assert not names_a_finding(report)
+    assert report.policy.endswith(stopped.POLICY) and "anytime-valid" in stopped.POLICY

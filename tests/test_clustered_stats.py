@@ -339,3 +339,33 @@ def test_stopped_rate_is_wider_than_wilson_and_weighs_trial_variation():
         assert varied.low <= anytime.low and varied.high >= anytime.high
     empty = clustered.stopped_rate(0, 0, None)
     assert math.isnan(empty.estimate) and (empty.low, empty.high) == (0.0, 1.0)  # as stats.rate says no data
+
+
+def test_stopped_mover_reads_a_contrast_off_the_cells_intervals_as_the_cell_table_states_them():
+    """findings.stopped_mover (the report's second reading of a test comparing a cell stopped early):
+    with no stopped cell it is MOVER-Wilson exactly (mover_intervals / mover_pvalues); a stopped
+    cell's limits at 95% are its anytime-valid interval (clustered.cell_rate, stopped), so a cell vs
+    the baseline is the hypotenuse of the two stated intervals; and its p inverts that interval."""
+    from orchestrator.core import findings
+
+    cells = clustered.cell_bounds
+    d = clustered.dispersion([[(0, 10), (5, 10), (1, 10)], [(4, 10), (0, 10), (3, 10)]])
+    plain = [[(3, 30, 1.0), (12, 80, -1.0)], [(0, 20, 0.5), (1, 20, 0.5), (12, 80, -0.5), (10, 80, -0.5)]]
+    intervals, p = findings.stopped_mover(
+        [[(k, n, w, 1.0, False) for k, n, w in terms] for terms in plain], clustered.cell_bounds
+    )
+    assert intervals == findings.mover_intervals(plain) and np.array_equal(p, findings.mover_pvalues(plain))
+    m_cell, m_base = clustered.cell_inflation(d, 30, 3), clustered.cell_inflation(d, 80, 8)
+    (interval,), (p_stop,) = findings.stopped_mover(
+        [[(3, 30, 1.0, m_cell, True), (12, 80, -1.0, m_base, False)]], cells
+    )
+    cell = clustered.cell_rate(3, 30, d, 3, stopped=True)
+    base = clustered.cell_rate(12, 80, d, 8, stopped=False)
+    diff = 0.1 - 0.15
+    assert interval.low == pytest.approx(diff - math.hypot(0.1 - cell.low, base.high - 0.15), abs=1e-6)
+    assert interval.high == pytest.approx(diff + math.hypot(cell.high - 0.1, 0.15 - base.low), abs=1e-6)
+    (fixed,), (p_fixed,) = findings.stopped_mover([[(3, 30, 1.0, m_cell, False), (12, 80, -1.0, m_base, False)]], cells)
+    assert p_stop > p_fixed and interval.low < fixed.low and interval.high > fixed.high  # the price of any stop
+    (exact,), _ = findings.stopped_mover([[(20, 30, 1.0, 1.0, True), (2, 80, -1.0, 1.0, False)]], cells, 1 - 1e-3)
+    (_,), (p_far,) = findings.stopped_mover([[(20, 30, 1.0, 1.0, True), (2, 80, -1.0, 1.0, False)]], cells)
+    assert (exact.low > 0) == (p_far < 1e-3)  # "interval excludes 0" and "p < alpha" agree

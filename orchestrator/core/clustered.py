@@ -362,8 +362,14 @@ def wilson_inflated(
     k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike, confidence: float = CONFIDENCE
 ) -> tuple[Array, Array]:
     """Wilson's interval on the effective counts k/m of n/m; m = 1 is Wilson's; n == 0 gives (0, 1)."""
+    return wilson_at(k, n, m, dist.norm_ppf(0.5 + confidence / 2))
+
+
+def wilson_at(k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike, z: npt.ArrayLike) -> tuple[Array, Array]:
+    """wilson_inflated at the normal quantile z (elementwise: one z per count, for the tests that
+    invert an interval over its confidence)."""
     k_arr, n_arr, m_arr = (np.asarray(x, dtype=float) for x in (k, n, m))
-    z = dist.norm_ppf(0.5 + confidence / 2)
+    z = np.asarray(z, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         ne = n_arr / m_arr
         p = k_arr / n_arr
@@ -422,11 +428,15 @@ def stopped_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0) -> st
     estimate = stats.rate(k, n).estimate
     if not n:
         return stats.Interval(estimate, 0.0, 1.0)
-    m = 1.0 if disp is None else disp.interval_inflation(n / trials if trials else None)
-    bound = math.log(1.0 / (1.0 - CONFIDENCE))
-    low = 0.0 if k == 0 else _edge(k, n, m, bound, 0.0, k / n)
-    high = 1.0 if k == n else _edge(k, n, m, bound, 1.0, k / n)
-    return stats.Interval(estimate, low, high)
+    m = cell_inflation(disp, n, trials)
+    low, high = anytime_bounds(k, n, m, math.log(1.0 / (1.0 - CONFIDENCE)))
+    return stats.Interval(estimate, float(low), float(high))
+
+
+def cell_inflation(disp: Dispersion | None, n: int, trials: int = 0) -> float:
+    """m of a cell's interval, either choice of cell_rate's: the dispersion's, for trials of the cell's
+    mean sessions (0 trials: the sweep's mean); 1 without a dispersion."""
+    return 1.0 if disp is None else disp.interval_inflation(n / trials if trials else None)
 
 
 def cell_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0, *, stopped: bool = False) -> stats.Interval:
@@ -437,29 +447,66 @@ def cell_rate(k: int, n: int, disp: Dispersion | None, trials: int = 0, *, stopp
     return (stopped_rate if stopped else widened_rate)(k, n, disp, trials)
 
 
+def cell_bounds(
+    k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike, z: npt.ArrayLike, stopped: npt.ArrayLike
+) -> tuple[Array, Array]:
+    """cell_rate's choice at any confidence (the normal quantile z; elementwise), for the tests that
+    read a comparison off the cells' own intervals (findings.stopped_mover): a stopped cell's
+    anytime-valid interval at level 2 sf(z), any other cell's Wilson interval; both on the
+    effective counts k/m of n/m (m: the cell's interval inflation, as cell_rate's)."""
+    k_arr, n_arr, m_arr, z_arr = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, n, m, z)))
+    low, high = wilson_at(k_arr, n_arr, m_arr, z_arr)
+    chosen = np.broadcast_to(np.asarray(stopped, dtype=bool), k_arr.shape)
+    if chosen.any():
+        bound = -dist.norm_logsf(z_arr[chosen]) - math.log(2.0)  # log 1/a, a = 2 sf(z)
+        low[chosen], high[chosen] = anytime_bounds(k_arr[chosen], n_arr[chosen], m_arr[chosen], bound)
+    return low, high
+
+
+def anytime_bounds(
+    k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike, log_bound: npt.ArrayLike
+) -> tuple[Array, Array]:
+    """The confidence sequence's edges (elementwise): the p each side of k/n where the mixture
+    e-value (anytime_log_evidence) reaches exp(log_bound), by bisection (it rises monotonically
+    away from the estimate); 0 (1) where k is 0 (n), never narrower than the set."""
+    k_arr, n_arr, m_arr, bound = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (k, n, m, log_bound)))
+    estimate = k_arr / np.where(n_arr > 0, n_arr, 1.0)
+    mixture = _mixture(k_arr, n_arr, m_arr)
+    edges = []
+    for outside in (np.zeros_like(estimate), np.ones_like(estimate)):
+        inside = estimate.copy()
+        for _ in range(60):
+            middle = (outside + inside) / 2
+            reached = _log_evidence(middle, *mixture) >= bound
+            outside, inside = np.where(reached, middle, outside), np.where(reached, inside, middle)
+        edges.append(outside)
+    low = np.where((k_arr == 0) | (n_arr <= 0), 0.0, edges[0])
+    high = np.where((k_arr == n_arr) | (n_arr <= 0), 1.0, edges[1])
+    return low, high
+
+
 def anytime_log_evidence(p: npt.ArrayLike, k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike = 1.0) -> Array:
     """log of the e-value against "the rate is p" after k events in n sessions: the Jeffreys
     (Beta(1/2, 1/2)) mixture of likelihood ratios, on the effective counts k/m of n/m. A test
     martingale under p (sessions independent, m = 1), so by Ville's inequality it ever reaches
     1/alpha with probability <= alpha, however the sessions were stopped. Vectorised."""
-    a, b = np.asarray(k, dtype=float) / m, (np.asarray(n, dtype=float) - np.asarray(k, dtype=float)) / m
+    return _log_evidence(p, *_mixture(k, n, m))
+
+
+def _mixture(k: npt.ArrayLike, n: npt.ArrayLike, m: npt.ArrayLike) -> tuple[Array, Array, Array]:
+    """The effective counts (a, b) and the mixture's log normaliser: what the evidence at every p shares."""
+    scale = np.asarray(m, dtype=float)
+    a: Array = np.asarray(k, dtype=float) / scale
+    b: Array = (np.asarray(n, dtype=float) - np.asarray(k, dtype=float)) / scale
+    return a, b, dist.log_beta(a + 0.5, b + 0.5) - dist.log_beta(0.5, 0.5)
+
+
+def _log_evidence(p: npt.ArrayLike, a: Array, b: Array, norm: Array) -> Array:
     q = np.asarray(p, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_p = np.where(a > 0, a * np.log(q), 0.0) + np.where(b > 0, b * np.log1p(-q), 0.0)
-    out: Array = dist.log_beta(a + 0.5, b + 0.5) - dist.log_beta(0.5, 0.5) - log_p
+    out: Array = norm - log_p
     return out
-
-
-def _edge(k: int, n: int, m: float, bound: float, outside: float, inside: float) -> float:
-    """The p between `inside` (the estimate: evidence <= 0) and `outside` (evidence infinite) where
-    the evidence crosses `bound`, by bisection (it rises monotonically away from the estimate)."""
-    for _ in range(60):
-        middle = (outside + inside) / 2
-        if float(anytime_log_evidence(middle, k, n, m)) >= bound:
-            outside = middle
-        else:
-            inside = middle
-    return outside  # the side where the evidence reached the bound: never narrower than the set
 
 
 def rate_interval(k: int, n: int, disp: Dispersion, confidence: float = CONFIDENCE) -> tuple[float, float]:

@@ -65,6 +65,11 @@ def norm_sf(x: npt.ArrayLike) -> Array:
     return np.asarray(special.ndtr(-_f(x)), dtype=float)
 
 
+def norm_logsf(x: npt.ArrayLike) -> Array:
+    """log of scipy.stats.norm.sf: log_ndtr(-x), finite far in the tail where sf underflows."""
+    return np.asarray(special.log_ndtr(-_f(x)), dtype=float)
+
+
 def norm_ppf(q: npt.ArrayLike) -> Array:
     """scipy.stats.norm.ppf."""
     f = _f(q)
