@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from helpers.adaptive_runs import MATRIX, REPO, drive, plan_of, record
 
-from orchestrator.core.config import read_inventory
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import make_plan
 from orchestrator.core.records import EventRecord, MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.adaptive import AdaptiveSource
