@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import html
+import ipaddress
 import json
 import mimetypes
 import os
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from orchestrator.core.endpoints import LOOPBACK_NAMES
 from orchestrator.core.redact import Redactor
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
@@ -130,11 +132,9 @@ class ReportsServer(ThreadingHTTPServer):
 
 
 def _handler(root: Path, bind_host: str) -> type[BaseHTTPRequestHandler]:
-    loopback = bind_host in ("127.0.0.1", "localhost", "::1") or bind_host.startswith("127.")
-
     class Handler(ReportsHandler):
         reports = root
-        check_host = loopback
+        check_host = bind_host in LOOPBACK_NAMES or _loopback_address(bind_host)
 
     return Handler
 
@@ -233,8 +233,8 @@ class ReportsHandler(BaseHTTPRequestHandler):
         self._file(served)
 
     def _host_ok(self) -> bool:
-        host = (self.headers.get("Host") or "").rsplit(":", 1)[0].strip("[]").lower()
-        return host in ("", "127.0.0.1", "localhost", "::1") or host.startswith("127.")
+        hosts = self.headers.get_all("Host") or [""]
+        return len(hosts) == 1 and host_header_ok(hosts[0])
 
     def _index(self) -> None:
         """The index rendered now (running sweeps listed, trends up to date), not the file on disk."""
@@ -355,6 +355,34 @@ class ReportsHandler(BaseHTTPRequestHandler):
         for k, v in (extra or {}).items():
             self.send_header(k, v)
         self.end_headers()
+
+
+def host_header_ok(header: str) -> bool:
+    """Whether a Host header names this machine's loopback: `localhost` or a loopback address,
+    with or without a port (empty: an HTTP/1.0 client that sent none). Any other name is refused,
+    a name that only starts like an address too: DNS can point 127.0.0.1.evil.example at
+    127.0.0.1, and a page of evil.example would then read the reports (DNS rebinding)."""
+    host = header.strip()
+    if not host:
+        return True
+    if host.startswith("["):  # [::1] or [::1]:8765
+        host, _, port = host[1:].partition("]")
+        port = port.removeprefix(":") if port.startswith(":") else port or "0"
+    elif host.count(":") == 1:
+        host, port = host.split(":")
+    else:
+        port = "0"
+    if not (port.isascii() and port.isdigit()):
+        return False
+    host = host.lower().removesuffix(".")
+    return host in LOOPBACK_NAMES or _loopback_address(host)
+
+
+def _loopback_address(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _page_csp(body: bytes) -> str:

@@ -1,0 +1,85 @@
+"""`orch serve` audited as a hostile visitor would meet it (loopback only).
+
+Found in the audit: the DNS-rebinding guard took any Host starting with `127.` for loopback, so a
+name like 127.0.0.1.evil.example, pointed at 127.0.0.1, read every report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers.serving import serving
+
+from orchestrator.team.serve import host_header_ok
+
+RUN = "20260701-000000-sec"
+
+
+def run_folder(path: Path, files: dict[str, str]) -> Path:
+    """A run directory (a run.json is what makes one) holding `files`."""
+    path.mkdir(parents=True)
+    (path / "run.json").write_text("{}")
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path
+
+
+@pytest.fixture
+def reports(tmp_path: Path) -> Path:
+    reports = tmp_path / "reports"
+    run_folder(reports / RUN, {"notes.csv": "a,b\n"})
+    return reports
+
+
+@pytest.fixture
+def base(reports: Path) -> Iterator[str]:
+    with serving(reports) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1.evil.example",
+        "127.0.0.1.evil.example:8765",
+        "127.evil.example",
+        "127.0.0.1:80@evil.example",
+        "evil.example",
+        "localhost.evil.example",
+        "0.0.0.0:8765",
+        "[::1].evil.example",
+        ".",
+    ],
+)
+def test_a_name_that_only_starts_like_loopback_is_refused(host: str) -> None:
+    assert not host_header_ok(host)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "",
+        "127.0.0.1",
+        "127.0.0.1:8765",
+        "127.1.2.3:1",
+        "localhost",
+        "LOCALHOST:8765",
+        "localhost.",
+        "[::1]:8765",
+        "[::1]",
+        "::1",
+    ],
+)
+def test_loopback_hosts_are_accepted(host: str) -> None:
+    assert host_header_ok(host)
+
+
+def test_a_rebinding_name_is_refused_over_http(base: str) -> None:
+    with httpx.Client(base_url=base, trust_env=False, timeout=5) as http:
+        assert http.get(f"/{RUN}/notes.csv").text == "a,b\n"
+        for host in ("127.0.0.1.evil.example:8765", "127.evil.example"):
+            r = http.get(f"/{RUN}/notes.csv", headers={"Host": host})
+            assert r.status_code == 421 and "a,b" not in r.text, host
