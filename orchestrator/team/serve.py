@@ -406,7 +406,10 @@ def running_run(root: Path, url_path: str) -> str | None:
     if name.startswith(".") or "\0" in name or "\\" in name:
         return None
     run = RunDir(root / name)
-    if not run.is_run() or run.index_html.exists() or not (root / name).resolve().is_relative_to(root):
+    try:
+        if not run.is_run() or run.index_html.exists() or not (root / name).resolve().is_relative_to(root):
+            return None
+    except OSError:  # a name too long for the file system, a folder we may not read: not a run
         return None
     return name
 
@@ -507,16 +510,24 @@ def locate(root: Path, url_path: str) -> Served | None:
     parts = _url_parts(url_path)
     if parts is None:
         return None
+    try:
+        return _existing(root, parts)
+    except (OSError, RuntimeError):  # a name too long for the file system, a folder we may not read, a loop
+        return None
+
+
+def _existing(root: Path, parts: list[str]) -> Served | None:
+    """locate's file-system half: the allowed URL parts' file, if it is there and may be served.
+    Raises OSError where the file system refuses to answer (ENAMETOOLONG, EACCES: pathlib's
+    checks raise those); an uncaught one dropped the connection unanswered and printed the path
+    in a traceback to the server's terminal, 64 KiB per request."""
     run_dir = root / parts[0]
     if not RunDir(run_dir).is_run():
         return None
     target = run_dir.joinpath(*parts[1:]) if len(parts) > 1 else run_dir
     if target.is_dir():
         target = target / INDEX_HTML
-    try:
-        resolved, real_run, real_root = target.resolve(strict=True), run_dir.resolve(strict=True), root.resolve()
-    except (OSError, RuntimeError):
-        return None
+    resolved, real_run, real_root = target.resolve(strict=True), run_dir.resolve(strict=True), root.resolve()
     if not resolved.is_file() or not _real_path_allowed(real_root, real_run, resolved):
         return None
     return Served(resolved, real_run)

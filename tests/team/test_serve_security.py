@@ -12,7 +12,7 @@ import httpx
 import pytest
 from helpers.serving import serving
 
-from orchestrator.team.serve import host_header_ok
+from orchestrator.team.serve import host_header_ok, locate, running_run
 
 RUN = "20260701-000000-sec"
 
@@ -83,3 +83,27 @@ def test_a_rebinding_name_is_refused_over_http(base: str) -> None:
         for host in ("127.0.0.1.evil.example:8765", "127.evil.example"):
             r = http.get(f"/{RUN}/notes.csv", headers={"Host": host})
             assert r.status_code == 421 and "a,b" not in r.text, host
+
+
+# ---------------------------------------------------------------------------- paths the file system refuses
+LONG_PATHS = [
+    "/" + "a" * 300,  # a run name longer than a file name may be (ENAMETOOLONG)
+    "/" + "a" * 300 + "/index.html",
+    f"/{RUN}/" + "b" * 300,
+    f"/{RUN}/" + "/".join(["c"] * 3000),  # a path longer than PATH_MAX
+]
+
+
+@pytest.mark.parametrize("path", LONG_PATHS)
+def test_a_path_the_file_system_refuses_names_nothing(reports: Path, path: str) -> None:
+    """ENAMETOOLONG raised out of pathlib's checks: the request went unanswered."""
+    root = reports.resolve()
+    assert locate(root, path) is None and running_run(root, path) is None
+
+
+def test_a_too_long_path_is_answered_404(base: str) -> None:
+    with httpx.Client(base_url=base, trust_env=False, timeout=5) as http:
+        for path in LONG_PATHS:
+            r = http.get(path)
+            assert r.status_code == 404 and r.text == "not found\n", path[:40]
+        assert http.get(f"/{RUN}/notes.csv").status_code == 200  # the server still serves
