@@ -11,8 +11,9 @@ resolved (symlinks included) and must stay inside the reports folder, and the ru
 real path as for the URL (a symlink, a run folder or one inside it, cannot lead out of the folder,
 into a backup/ or to a dot-file). Bound to loopback, it also checks the Host header, so a web page
 elsewhere cannot read it through DNS rebinding. Raw texts (repro output, unit logs, the journal,
-env files) are served through the Redactor of the real run directory: a token a repro printed
-stays masked even in a run written before orch masked those files on disk.
+env files) and run.json are served through the Redactor of the real run directory: a token a
+repro printed, or an inventory recorded, stays masked even in a run written before orch masked
+those files on disk.
 
 Why no response costs more memory than MAX_MASKED_BYTES: a repro's output goes to a file of any
 size, and the server read, decoded, masked and encoded a whole file (a HEAD of a 512 MiB repro.out
@@ -70,6 +71,9 @@ TEXT_TYPES = {
 # raw texts a run folder holds (repro output, unit logs, the journal): masked as they are served,
 # with the run's own declared secrets, also for runs written before orch masked them on disk
 MASKED_SUFFIXES = frozenset({".jsonl", ".log", ".out", ".err", ".txt", ".yaml", ".yml", ".env"})
+# run.json too: it holds the matrix and inventory texts, written raw by orch before it masked
+# them (the report masks them as it renders; served whole, an old run's inventory gave its tokens)
+MASKED_NAMES = frozenset({RUN_JSON})
 MAX_MASKED_BYTES = 8 << 20  # a raw text beyond this is served as its tail (see the module's doc)
 CHUNK_BYTES = 64 << 10  # a file served whole is streamed in pieces of this size
 SOCKET_TIMEOUT_S = 10.0  # a read or a write (one chunk) that makes no progress this long ends the connection
@@ -281,7 +285,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         with f:
             size = os.fstat(f.fileno()).st_size
             ctype = _content_type(path)
-            if path.suffix in MASKED_SUFFIXES:
+            if path.suffix in MASKED_SUFFIXES or path.name in MASKED_NAMES:
                 return self._masked_file(served, f, size, ctype)
             self._whole_file(path, f, size, ctype)
 

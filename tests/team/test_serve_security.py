@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import serving
 
 from orchestrator.team.serve import host_header_ok, locate, running_run
@@ -107,3 +108,19 @@ def test_a_too_long_path_is_answered_404(base: str) -> None:
             r = http.get(path)
             assert r.status_code == 404 and r.text == "not found\n", path[:40]
         assert http.get(f"/{RUN}/notes.csv").status_code == 200  # the server still serves
+
+
+# ---------------------------------------------------------------------------- secrets
+def test_an_old_runs_run_json_is_served_masked(tmp_path: Path) -> None:
+    """orch once wrote run.json's matrix and inventory texts raw; its report masks them, and
+    the server handed the file out as it is on disk, tokens and all."""
+    reports = tmp_path / "reports"
+    manifest, records = synthetic_run(replicates=1, run_id=RUN)  # its inventory_text holds a raw HF_TOKEN
+    run_dir = write_run(reports / RUN, manifest, records)
+    on_disk = (run_dir / "run.json").read_text()
+    assert "hf_supersecret123" in on_disk
+    with serving(reports) as url, httpx.Client(base_url=url, trust_env=False, timeout=5) as http:
+        r = http.get(f"/{RUN}/run.json")
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json; charset=utf-8"
+    assert "hf_supersecret123" not in r.text and "HF_TOKEN: ••••" in r.json()["inventory_text"]
+    assert r.json()["run_id"] == RUN and len(r.json()["plan"]) == len(manifest.plan)  # still the manifest
