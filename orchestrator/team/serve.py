@@ -27,7 +27,10 @@ never finishes its request held it forever (50 such clients, 50 threads). So eve
 that makes no progress for SOCKET_TIMEOUT_S ends the connection, the request line and headers must
 arrive within HEADER_DEADLINE_S in all (a client trickling a byte every few seconds is cut off; the
 deadline ends once the request is read, so a slow download of a big file goes on), and at most
-MAX_CONNECTIONS are served at once: the excess are closed as they arrive.
+MAX_CONNECTIONS are served at once. When all are taken, a newcomer takes the slot of the connection
+that has waited longest for its request (cut off as the deadline would): refused at once instead,
+one client holding MAX_CONNECTIONS idle connections (re-opened as they time out) locked every
+other client out; a newcomer is refused only when every slot is serving a request it has read.
 """
 
 from __future__ import annotations
@@ -78,7 +81,8 @@ MAX_MASKED_BYTES = 8 << 20  # a raw text beyond this is served as its tail (see 
 CHUNK_BYTES = 64 << 10  # a file served whole is streamed in pieces of this size
 SOCKET_TIMEOUT_S = 10.0  # a read or a write (one chunk) that makes no progress this long ends the connection
 HEADER_DEADLINE_S = 15.0  # the request line and headers, in all (see the module's doc)
-MAX_CONNECTIONS = 64  # served at once, a thread each; the excess are closed at once
+MAX_CONNECTIONS = 64  # served at once, a thread each (see the module's doc for the excess)
+EVICT_WAIT_S = 1.0  # how long a newcomer waits for the slot of the connection it cut off
 CSP_HEAD_BYTES = 8192  # where a report page carries its CSP meta tag
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -109,11 +113,22 @@ class ReportsServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
         self._slots = threading.BoundedSemaphore(max_connections)  # before binding: it is used once serving
+        self._waiting: dict[ReportsHandler, None] = {}  # connections still reading their request, oldest first
+        self._waiting_lock = threading.Lock()
         super().__init__(address, handler)
 
+    def waiting(self, handler: ReportsHandler, waits: bool) -> None:
+        """A handler tells when it starts and stops waiting for its request."""
+        with self._waiting_lock:
+            if waits:
+                self._waiting[handler] = None
+            else:
+                self._waiting.pop(handler, None)
+
     def process_request(self, request: _Request, client_address: object) -> None:
-        """Closed at once when every slot is taken: waiting in line would hold the socket anyway."""
-        if not self._slots.acquire(blocking=False):
+        """Every slot taken: the newcomer takes the slot of the connection waiting longest for its
+        request, else (every slot serving a request) it is closed at once."""
+        if not self._slots.acquire(blocking=False) and not self._take_a_waiting_slot():
             self.shutdown_request(request)
             return
         try:
@@ -121,6 +136,17 @@ class ReportsServer(ThreadingHTTPServer):
         except BaseException:
             self._slots.release()  # no thread started: nothing else gives the slot back
             raise
+
+    def _take_a_waiting_slot(self) -> bool:
+        """Cut off the connection that has waited longest for its request and take its slot once
+        its thread has let go (at once: its blocked read ends with the shutdown)."""
+        with self._waiting_lock:
+            oldest = next(iter(self._waiting), None)
+            if oldest is None:
+                return False
+            del self._waiting[oldest]
+        oldest.cut_off()
+        return self._slots.acquire(timeout=EVICT_WAIT_S)
 
     def process_request_thread(self, request: _Request, client_address: object) -> None:
         try:
@@ -158,12 +184,15 @@ class ReportsHandler(BaseHTTPRequestHandler):
         super().setup()
         self._deadline_lock = threading.Lock()
         self._armed, self._cut = True, False
-        self._deadline = threading.Timer(self.header_deadline_s, self._cut_off)
+        self._deadline = threading.Timer(self.header_deadline_s, self.cut_off)
         self._deadline.daemon = True
         self._deadline.start()
+        if isinstance(self.server, ReportsServer):
+            self.server.waiting(self, True)
 
-    def _cut_off(self) -> None:
-        """The request is not read in time: shut the socket down, which ends the blocked read."""
+    def cut_off(self) -> None:
+        """The request is not read in time (or a newcomer needs the slot): shut the socket down,
+        which ends the blocked read."""
         with self._deadline_lock:
             if not self._armed:
                 return
@@ -178,6 +207,8 @@ class ReportsHandler(BaseHTTPRequestHandler):
         with self._deadline_lock:
             self._armed = False
         self._deadline.cancel()
+        if isinstance(self.server, ReportsServer):
+            self.server.waiting(self, False)
         return self._cut
 
     def parse_request(self) -> bool:

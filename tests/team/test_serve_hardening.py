@@ -172,9 +172,10 @@ def test_a_slow_download_outlives_the_header_deadline(reports: Path, monkeypatch
 
 
 def test_connections_beyond_the_cap_are_closed_at_once(port: int) -> None:
-    """The first MAX_CONNECTIONS wait for their request (and are answered once it is whole), the
-    rest are refused as they arrive. (It watched all of them for 3 s; now the refused ones end
-    the watch, and each held one shows it was never closed by answering its request.)"""
+    """MAX_CONNECTIONS wait for their request (and are answered once it is whole); each one
+    beyond takes the slot of the one waiting longest, which is cut off (serve's module doc). (It
+    watched all of them for 3 s; now the cut ones end the watch, and each held one shows it was
+    never closed by answering its request.)"""
     extra = 6
     socks = idle_clients(port, MAX_CONNECTIONS + extra)
     try:

@@ -5,6 +5,8 @@ name like 127.0.0.1.evil.example, pointed at 127.0.0.1, read every report."""
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import serving
 
-from orchestrator.team.serve import host_header_ok, locate, running_run
+from orchestrator.team.serve import MAX_CONNECTIONS, host_header_ok, locate, running_run
 
 RUN = "20260701-000000-sec"
 
@@ -124,3 +126,30 @@ def test_an_old_runs_run_json_is_served_masked(tmp_path: Path) -> None:
     assert r.status_code == 200 and r.headers["content-type"] == "application/json; charset=utf-8"
     assert "hf_supersecret123" not in r.text and "HF_TOKEN: ••••" in r.json()["inventory_text"]
     assert r.json()["run_id"] == RUN and len(r.json()["plan"]) == len(manifest.plan)  # still the manifest
+
+
+# ---------------------------------------------------------------------------- idle clients
+PARTIAL = f"GET /{RUN}/notes.csv HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()  # the blank line never comes
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("idle", [50, MAX_CONNECTIONS, MAX_CONNECTIONS + 30])
+def test_idle_connections_do_not_lock_out_a_normal_get(base: str, idle: int) -> None:
+    """One client holding every slot with requests it never finishes: each new connection was
+    closed at once, for everyone, as long as it kept them open (re-opened as they time out)."""
+    port = int(base.rsplit(":", 1)[1])
+    socks = []
+    try:
+        for _ in range(idle):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s.sendall(PARTIAL)
+            socks.append(s)
+            time.sleep(0.001)  # let the server's thread accept as they come (see test_serve_hardening)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        r = httpx.get(f"{base}/{RUN}/notes.csv", trust_env=False, timeout=5)
+        elapsed = time.monotonic() - t0
+    finally:
+        for s in socks:
+            s.close()
+    assert r.status_code == 200 and r.text == "a,b\n" and elapsed < 1.0, elapsed
