@@ -241,6 +241,14 @@ class ReportsHandler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _refuse_method  # noqa: N815
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (400, 414, 431, 501...) in plain text under this server's
+        headers: its default was an HTML page with neither nosniff nor a CSP, quoting the method
+        or line the client sent."""
+        self.close_connection = True
+        body = f"{code} {message or HTTPStatus(code).phrase}\n".encode("utf-8", errors="replace")
+        self._send(HTTPStatus(code), body, "text/plain; charset=utf-8", cache=False, extra={"Connection": "close"})
+
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet by default
         pass
 

@@ -153,3 +153,31 @@ def test_idle_connections_do_not_lock_out_a_normal_get(base: str, idle: int) -> 
         for s in socks:
             s.close()
     assert r.status_code == 200 and r.text == "a,b\n" and elapsed < 1.0, elapsed
+
+
+# ---------------------------------------------------------------------------- http.server's own refusals
+def raw_answer(base: str, request: bytes) -> tuple[bytes, bytes]:
+    """The head and body the server answers to a raw request (what a client library would not send)."""
+    with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=5) as s:
+        s.sendall(request)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    return head, body
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"<svg/onload=alert(1)> / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"501"),  # an unknown method
+        (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", b"431"),  # a header too long
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", b"414"),  # a request line too long
+    ],
+)
+def test_http_servers_own_refusals_are_plain_text_with_nosniff(base: str, request_bytes: bytes, status: bytes) -> None:
+    head, body = raw_answer(base, request_bytes)
+    lines = head.split(b"\r\n")
+    assert lines[0].split(b" ")[1] == status, lines[0]
+    assert b"Content-Type: text/plain; charset=utf-8" in lines and b"X-Content-Type-Options: nosniff" in lines
+    assert body.startswith(status) and b"<" not in body.replace(b"<svg/onload=alert(1)>", b"")
