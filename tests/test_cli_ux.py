@@ -204,6 +204,7 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
+    assert "it has no login and no TLS" in help_of(["serve"], capsys)  # before anyone binds 0.0.0.0
 
 
 def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]

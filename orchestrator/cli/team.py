@@ -46,7 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--port", type=bounded_int(0, 65535), default=8765, help="TCP port (default 8765; 0 picks a free one)"
     )
     srv.add_argument(
-        "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 shares it with the network)"
+        "--host",
+        default="127.0.0.1",
+        help=(
+            "address to bind (default 127.0.0.1; 0.0.0.0 shares it with the network: it has no login and no "
+            "TLS, so anyone who reaches the port reads every report, masked as on disk; put it behind a proxy "
+            "that authenticates)"
+        ),
     )
     st = command(sub, "status", "show running sweeps and the queue", cmd_status)
     _reports_arg(st)
