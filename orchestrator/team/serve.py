@@ -50,7 +50,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from orchestrator.core.endpoints import LOOPBACK_NAMES
 from orchestrator.core.redact import Redactor
@@ -647,7 +647,7 @@ def runs_json(reports_dir: Path) -> list[dict[str, object]]:
     return [
         {
             **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "series"},  # series: trends' raw data
-            "link": f"{e.directory}/index.html" if e.has_report else "",
+            "link": _link(e.directory) if e.has_report else "",
         }
         for e in run_entries(reports_dir, fresh_summary)
     ]
@@ -668,5 +668,11 @@ def _run_json(r: LiveRun) -> dict[str, object]:
         "run_status": r.run_status,
         "percent": None if r.percent is None else round(r.percent, 1),  # None for a hunt: no total
         **shown,
-        "link": f"{r.directory}/index.html",
+        "link": _link(r.directory),
     }
+
+
+def _link(directory: str) -> str:
+    """A run's report, relative to the server's root, quoted as the index's links are: a folder
+    named `a#b` or `a?b` otherwise linked to `a` with a fragment or a query."""
+    return f"{quote(directory, safe='/')}/index.html"

@@ -92,3 +92,16 @@ def test_a_run_folders_huge_texts_are_cut_in_the_index_and_api(tmp_path: Path) -
     (entry,) = run_entries(reports, fresh_summary)
     assert entry.name == "N" * 199 + "…" and entry.restore_with == f"orch restore {run}"
     assert len(entry.not_restored) == 21 and entry.not_restored[-1] == "… and 9,980 more"
+
+
+def test_api_runs_links_a_folder_whose_name_holds_url_characters_as_the_index_does(tmp_path: Path) -> None:
+    """A run folder named `a#b?c d` was linked as `a#b?c d/index.html`: a client following it asked for
+    folder `a` (the rest read as a fragment or a query). Quoted now, as the index's own links are."""
+    from orchestrator.team.serve import runs_json
+
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    run = write_run(tmp_path / "reports" / "a#b?c d", manifest, records)
+    write_report_and_summary(run)
+    (entry,) = runs_json(tmp_path / "reports")
+    assert entry["link"] == "a%23b%3Fc%20d/index.html"
+    assert 'href="a%23b%3Fc%20d/' in index_page(tmp_path / "reports", fresh_summary)
