@@ -23,3 +23,13 @@ def serving(reports: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def run_folder(path: Path, files: dict[str, str]) -> Path:
+    """A run directory (a run.json is what makes one) holding `files`."""
+    path.mkdir(parents=True)
+    (path / "run.json").write_text("{}")
+    for rel, text in files.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
+    return path

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from helpers.report_synth import synthetic_run, write_run
-from helpers.serving import serving
+from helpers.serving import run_folder, serving
 
 from orchestrator.team import serve
 from orchestrator.team.serve import MAX_CONNECTIONS, SOCKET_TIMEOUT_S
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.timeout(120)
 RUN = "20260101-000000-hard"
 BIG = 32 << 20  # sparse: no disk used
 PARTIAL = f"GET /{RUN}/notes.csv HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()  # the blank line never comes
-
-
-def run_folder(path: Path, files: dict[str, str]) -> Path:
-    """A run directory (a run.json is what makes one) holding `files`."""
-    path.mkdir(parents=True)
-    (path / "run.json").write_text("{}")
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    return path
 
 
 @pytest.fixture

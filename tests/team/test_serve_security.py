@@ -13,21 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers.report_synth import synthetic_run, write_run
-from helpers.serving import serving
+from helpers.serving import run_folder, serving
 
 from orchestrator.team.serve import MAX_CONNECTIONS, host_header_ok, locate, running_run
 
 RUN = "20260701-000000-sec"
-
-
-def run_folder(path: Path, files: dict[str, str]) -> Path:
-    """A run directory (a run.json is what makes one) holding `files`."""
-    path.mkdir(parents=True)
-    (path / "run.json").write_text("{}")
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    return path
 
 
 @pytest.fixture
