@@ -241,6 +241,21 @@ def test_the_exit_codes_the_help_names_are_the_ones_returned() -> None:
         assert words in said.get(str(code), ""), f"exit {code} ({words}): the help says {said}"
 
 
+def test_export_writes_where_its_help_says(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`-o`'s default named RUN_DIR/<run-id>.<format> for junit and bencher too, which write
+    <run-id>.junit.xml and <run-id>.bencher.json."""
+    run, _ = _runs(tmp_path)
+    export = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["export"]
+    said = next(a.help for a in export._actions if "-o" in a.option_strings) or ""
+    assert "(default: RUN_DIR/<run-id>.<format>" in said, said
+    for fmt in ("csv", "json", "junit", "bencher"):
+        code, out, err = orch(["export", str(run), "--format", fmt], capsys)
+        assert code == 0, (out, err)
+        written = Path(out.split("exported: ", 1)[1].strip())
+        stated = m[1] if (m := re.search(rf"\b{fmt}: (<run-id>\.[\w.]+)", said)) else f"<run-id>.{fmt}"
+        assert written == run / stated.replace("<run-id>", run.name), (fmt, written, said)
+
+
 def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     a, b = _runs(tmp_path)
     monkeypatch.chdir(tmp_path / "reports" / a.name)  # not the folder the runs are in
