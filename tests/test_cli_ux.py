@@ -256,6 +256,21 @@ def test_export_writes_where_its_help_says(tmp_path, capsys) -> None:  # type: i
         assert written == run / stated.replace("<run-id>", run.name), (fmt, written, said)
 
 
+def test_queue_add_takes_and_explains_matrix_arguments_as_run_does(capsys) -> None:  # type: ignore[no-untyped-def]
+    """`queue add` reads -i and -t as `orch run` does (sweep_request: the inventory beside the
+    matrix's folder, -t A,B or all); its help said only '(default: inventory/local.yaml)' and
+    '(default: the first)'."""
+
+    def options(words: list[str]) -> dict[str, str | None]:
+        parser = cli.build_parser()
+        for word in words:
+            parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+        return {a.dest: a.help for a in parser._actions if a.dest in ("inventory", "testbed")}
+
+    assert options(["queue", "add"]) == options(["run"])
+    assert "beside the matrix's folder" in help_of(["queue", "add"], capsys)
+
+
 def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     a, b = _runs(tmp_path)
     monkeypatch.chdir(tmp_path / "reports" / a.name)  # not the folder the runs are in
