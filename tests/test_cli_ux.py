@@ -205,6 +205,7 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     assert "(default: csv)" in help_of(["export"], capsys)
     hunt = help_of(["hunt"], capsys)
     assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
+    assert "--seed SEED seed of the run (trial seeds; default: matrix seed or random)" in hunt
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
 
