@@ -10,6 +10,8 @@
 - Every `orch ...` command line it quotes parses with orch's own parser, and every `--option` it
   names is one of orch's or on OTHER_PROGRAMS_FLAGS (SGLang's, pip's, ...).
 - Its Layout section names every module of orchestrator/'s packages (21 were missing).
+- It names every ORCH_* environment variable orch reads for the user (ORCH_WEBHOOKS and
+  ORCH_REPORTS_URL were missing), and none that orch does not read.
 """
 
 from __future__ import annotations
@@ -248,3 +250,16 @@ def test_the_layout_names_every_module() -> None:
         if unnamed := sorted(m for m in modules if not re.search(rf"(?<![\w.]){m}(?!\w)", text)):
             missing[f"orchestrator/{package.name}/"] = unnamed
     assert not missing, f"README's Layout does not name these modules: {missing}"
+
+
+# ------------------------------------------------------------------ environment variables
+# ORCH_* names orch sets for itself (a unit's or a repro's mark) or tests set: not the user's to give
+INTERNAL_VARIABLES = {"ORCH_LOCAL_UNIT", "ORCH_TEST_"}
+
+
+def test_the_readme_names_the_environment_variables_orch_reads_and_no_other() -> None:
+    code = "\n".join(p.read_text() for p in (REPO / "orchestrator").rglob("*.py"))
+    read = set(re.findall(r"\bORCH_[A-Z_]*[A-Z]_?", code)) - INTERNAL_VARIABLES
+    named = set(re.findall(r"\bORCH_[A-Z_]*[A-Z]", README))
+    assert named <= read, f"README names {sorted(named - read)}, which orch never reads"
+    assert read <= named, f"orch reads {sorted(read - named)}, which README never names"
