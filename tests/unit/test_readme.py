@@ -158,6 +158,20 @@ def test_every_matrix_example_validates(piece: str, tmp_path: Path, capsys: pyte
     assert code == 0, capsys.readouterr().err + path.read_text()
 
 
+def test_the_flag_edit_the_readme_shows_is_the_one_orch_plan_prints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README showed `args(+--disable-cuda-graph -(--cuda-graph-max-bs))`; orch prints a cell's
+    flags in name order, so that edit reads `args(-(--cuda-graph-max-bs) +--disable-cuda-graph)`."""
+    shown = [" ".join(m.split()) for m in re.findall(r"`(args\(.*?\))`", README, re.S)]
+    assert shown, "README shows no flag edit"
+    path = tmp_path / "m.yaml"
+    path.write_text(with_piece(next(p for p in MATRIX_PIECES if "kind: flag" in p)))
+    code = main(["plan", str(path), "-i", str(REPO / "inventory" / "local.yaml"), "--replicates", "2"])
+    printed = capsys.readouterr().out
+    assert code == 0 and all(s in printed for s in shown), (shown, printed)
+
+
 @pytest.mark.parametrize("piece", INVENTORY_PIECES, ids=lambda b: re.sub(r"\W+", "-", b[:24]))
 def test_every_inventory_example_validates(piece: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "inventory.yaml"
