@@ -7,6 +7,8 @@
 - Every YAML example of README.md passes `orch validate` once put into the matrix (or inventory)
   it is a piece of: the first matrix example for matrix pieces, inventory/example-pd.yaml, which
   the README says it shows, for inventory pieces.
+- The sample error and the flag edit the tour shows are what `orch validate` and `orch plan`
+  print (the flag edit's flags were in another order than orch prints them).
 - Every `orch ...` command line it quotes parses with orch's own parser, and every `--option` it
   names is one of orch's or on OTHER_PROGRAMS_FLAGS (SGLang's, pip's, ...).
 - Its Layout section names every module of orchestrator/'s packages (21 were missing).
@@ -156,6 +158,21 @@ def test_every_matrix_example_validates(piece: str, tmp_path: Path, capsys: pyte
     path.write_text(MATRIX_BASE if piece is MATRIX_BASE else with_piece(piece))
     code = main(["validate", str(path), "-i", str(REPO / "inventory" / "local.yaml")])
     assert code == 0, capsys.readouterr().err + path.read_text()
+
+
+def test_the_error_the_readme_shows_is_the_one_orch_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tour's sample error, from a matrix whose line 5 is the mistake it names."""
+    shown = re.search(r"(?m)^error: matrices/x\.yaml:5: .*$", README)
+    assert shown, "README shows no sample error"
+    factor = "name: x\nfactors:\n  overlap:\n    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}\n    levels: on\n"
+    (tmp_path / "matrices").mkdir()
+    (tmp_path / "matrices" / "x.yaml").write_text(factor + sections(MATRIX_BASE)["repro"])
+    monkeypatch.chdir(tmp_path)
+    code = main(["validate", "matrices/x.yaml", "-i", str(REPO / "inventory" / "local.yaml")])
+    assert code == 2
+    assert " ".join(capsys.readouterr().err.split()) == shown[0], (tmp_path / "matrices" / "x.yaml").read_text()
 
 
 def test_the_flag_edit_the_readme_shows_is_the_one_orch_plan_prints(
