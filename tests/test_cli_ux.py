@@ -16,7 +16,7 @@ from helpers.parallel_fakes import Fleet, install, write_files
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli import main as cli
-from orchestrator.cli.args import DEFAULT_INVENTORY, inventory_for
+from orchestrator.cli.args import DEFAULT_INVENTORY, EXIT_CODES, inventory_for
 from orchestrator.sweep import api
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,7 +194,10 @@ def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> None:
-    exit_codes = "Exit codes: 0 ok; 1 trials failed, hosts not restored or a runtime fault; 2 bad input"
+    exit_codes = (
+        "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored or a runtime fault; "
+        "2 bad input, usage or a testbed another run holds (nothing touched)"
+    )
     assert exit_codes in help_of([], capsys) and "3 a gate of the matrix failed; 130 interrupted" in help_of([], capsys)
     assert exit_codes in help_of(["run"], capsys)
     plan = help_of(["plan"], capsys)
@@ -202,9 +205,72 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     assert "(default: csv)" in help_of(["export"], capsys)
     hunt = help_of(["hunt"], capsys)
     assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
+    assert "--seed SEED seed of the run (trial seeds; default: matrix seed or random)" in hunt
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
     assert "it has no login and no TLS" in help_of(["serve"], capsys)  # before anyone binds 0.0.0.0
+
+
+def test_the_exit_codes_the_help_names_are_the_ones_returned() -> None:
+    """Each code `orch --help` lists says every way a sweep ends with it: a sweep stopped early
+    (repeated failures, an env file edited by someone else) exits 1 and a testbed another run
+    holds exits 2, which the list left out."""
+    from orchestrator.errors import ConfigError, Interrupted, LockError, OrchError, StaleLockError
+    from orchestrator.sweep.apitypes import SweepOutcome
+
+    said = dict(re.findall(r"(\d+) ([^;]+)", EXIT_CODES.split(": ", 1)[1]))
+
+    def ended(**how: object) -> int:
+        fields: dict[str, object] = dict(
+            run_dir=Path("r"), run_id="r", status="completed", completed=4, failed=0, planned=4
+        )
+        return SweepOutcome(**{**fields, **how}).exit_code  # type: ignore[arg-type]
+
+    ways = [
+        (ended(), "ok"),
+        (ended(failed=1), "trials failed"),
+        (ended(stopped="3 trials in a row failed the same way"), "the sweep stopped early"),
+        (ended(not_restored=("decode",)), "hosts not restored"),
+        (OrchError("x").exit_code, "a runtime fault"),
+        (ConfigError("x").exit_code, "bad input"),
+        (LockError("x").exit_code, "a testbed another run holds"),
+        (StaleLockError("x").exit_code, "a testbed another run holds"),
+        (ended(gates_failed=("g @ c: over",)), "a gate of the matrix failed"),
+        (ended(interrupted=True), "interrupted"),
+        (Interrupted("x").exit_code, "interrupted"),
+    ]
+    for code, words in ways:
+        assert words in said.get(str(code), ""), f"exit {code} ({words}): the help says {said}"
+
+
+def test_export_writes_where_its_help_says(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`-o`'s default named RUN_DIR/<run-id>.<format> for junit and bencher too, which write
+    <run-id>.junit.xml and <run-id>.bencher.json."""
+    run, _ = _runs(tmp_path)
+    export = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["export"]
+    said = next(a.help for a in export._actions if "-o" in a.option_strings) or ""
+    assert "(default: RUN_DIR/<run-id>.<format>" in said, said
+    for fmt in ("csv", "json", "junit", "bencher"):
+        code, out, err = orch(["export", str(run), "--format", fmt], capsys)
+        assert code == 0, (out, err)
+        written = Path(out.split("exported: ", 1)[1].strip())
+        stated = m[1] if (m := re.search(rf"\b{fmt}: (<run-id>\.[\w.]+)", said)) else f"<run-id>.{fmt}"
+        assert written == run / stated.replace("<run-id>", run.name), (fmt, written, said)
+
+
+def test_queue_add_takes_and_explains_matrix_arguments_as_run_does(capsys) -> None:  # type: ignore[no-untyped-def]
+    """`queue add` reads -i and -t as `orch run` does (sweep_request: the inventory beside the
+    matrix's folder, -t A,B or all); its help said only '(default: inventory/local.yaml)' and
+    '(default: the first)'."""
+
+    def options(words: list[str]) -> dict[str, str | None]:
+        parser = cli.build_parser()
+        for word in words:
+            parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+        return {a.dest: a.help for a in parser._actions if a.dest in ("inventory", "testbed")}
+
+    assert options(["queue", "add"]) == options(["run"])
+    assert "beside the matrix's folder" in help_of(["queue", "add"], capsys)
 
 
 def test_compare_writes_its_page_where_its_help_says(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]

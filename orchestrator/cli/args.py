@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 DEFAULT_INVENTORY = Path("inventory/local.yaml")  # `args.inventory is DEFAULT_INVENTORY`: no -i given
 DEFAULT_REPORTS = Path("reports")
 EXIT_CODES = (
-    "Exit codes: 0 ok; 1 trials failed, hosts not restored or a runtime fault; 2 bad input or usage "
-    "(nothing touched); 3 a gate of the matrix failed; 130 interrupted; 141 stdout closed early (| head)"
+    "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored or a runtime fault; 2 bad "
+    "input, usage or a testbed another run holds (nothing touched); 3 a gate of the matrix failed; 130 "
+    "interrupted; 141 stdout closed early (| head)"
 )
 
 

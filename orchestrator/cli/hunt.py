@@ -28,7 +28,9 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
     """`orch hunt`'s options beyond MATRIX -i -t (cli.main registers the command: importing
     cli.args here would put the CLI one import level deeper than the layering test allows)."""
     cmd.add_argument("--dry-run", action="store_true", help="print the first wave and the expected cost; touch nothing")
-    cmd.add_argument("--seed", type=bounded_int(0, MAX_SEED), help="seed of the run (trial seeds)")
+    cmd.add_argument(
+        "--seed", type=bounded_int(0, MAX_SEED), help="seed of the run (trial seeds; default: matrix seed or random)"
+    )
     cmd.add_argument("--out", type=Path, default=reports, help="reports folder (default: reports/)")
     cmd.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     cmd.add_argument(

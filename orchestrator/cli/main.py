@@ -1,8 +1,9 @@
 """The `orch` command. Maps every OrchError to a message and an exit code, in one place.
 
-Exit codes: 0 ok, 1 the sweep finished with failed trials (or hosts not restored, or a runtime
-fault), 2 bad input or usage (nothing on any host touched), 3 a gate of the matrix failed,
-130 interrupted, 141 stdout closed early (args.EXIT_CODES, shown in `orch --help`).
+Exit codes: 0 ok, 1 the sweep finished with failed trials (or stopped early, or hosts not restored,
+or a runtime fault), 2 bad input, usage or a testbed another run holds (nothing on any host
+touched), 3 a gate of the matrix failed, 130 interrupted, 141 stdout closed early (args.EXIT_CODES,
+shown in `orch --help`).
 """
 
 from __future__ import annotations

@@ -43,7 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(a failed gate fails its case); bencher: Bencher Metric Format JSON (estimate with its 95%% interval)",
     )
     exp.add_argument(
-        "-o", "--output", type=output_path, help="output file, - for stdout (default: RUN_DIR/<run-id>.<format>)"
+        "-o",
+        "--output",
+        type=output_path,
+        help="output file, - for stdout (default: RUN_DIR/<run-id>.<format>; junit: <run-id>.junit.xml, "
+        "bencher: <run-id>.bencher.json)",
     )
     exp.set_defaults(func=cmd_export)
 

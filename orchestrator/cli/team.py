@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Literal
 
 from orchestrator.cli.args import (
-    DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
     command,
+    matrix_args,
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds
@@ -74,11 +74,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
     qs = q.add_subparsers(metavar="ACTION")
     q.set_defaults(func=lambda a: (q.print_help(), 2)[1])
     add = command(qs, "add", "validate a sweep and queue it", cmd_queue_add)
-    add.add_argument("matrix", type=Path, metavar="MATRIX", help="matrix YAML, e.g. matrices/overlap_ablation.yaml")
-    add.add_argument(
-        "-i", "--inventory", type=Path, default=DEFAULT_INVENTORY, help="inventory YAML (default: inventory/local.yaml)"
-    )
-    add.add_argument("-t", "--testbed", help="testbed name in the inventory (default: the first)")
+    matrix_args(add)  # as `orch run` reads them (sweep_request): the inventory beside the matrix, -t A,B or all
     add.add_argument(
         "--priority",
         type=bounded_int(-SQLITE_INT, SQLITE_INT),
