@@ -26,7 +26,7 @@ class RunSummary(pydantic.BaseModel):
     headline: str = ""
     completed: int = 0
     planned: int | None = 0  # None for a hunt: its search decides its trials as it goes
-    failed: int = 0
+    failed: int = 0  # failed attempts (retries included), as the report header counts them
     status: str = ""
     suspect: tuple[str, ...] = ()  # why the data is suspect (void/failed trials, drift, overdispersion)
     gates: int = 0  # gate checks (gate x cell) the matrix asked for
