@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers.report_synth import synthetic_run, write_run
+from helpers.serving import serving
 
+import orchestrator.report.render as render
 import orchestrator.report.site as site
 import orchestrator.store.liveness as liveness
 from orchestrator.core.records import RunManifest
@@ -203,3 +207,26 @@ def test_the_written_index_is_the_page_the_server_shows(tmp_path: Path, seed: Pa
     shutil.rmtree(made[1])
     served = index_page(reports, rebuild, cache)
     assert write_index(reports, fresh_summary).read_bytes() == served.encode()
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counting]:
+    """The server's rebuild, counted; every file settled (the server's clock is the real one)."""
+    rebuild = Counting()
+    monkeypatch.setattr(render, "fresh_summary", rebuild)
+    monkeypatch.setattr(site, "SETTLE_NS", -60 * 10**9)
+    yield rebuild
+
+
+def test_the_server_reads_a_run_once_and_shows_its_change(tmp_path: Path, seed: Path, counted: Counting) -> None:
+    reports = tmp_path / "reports"
+    made = runs(reports, seed, 2, summary=False)
+    with serving(reports) as url, httpx.Client(base_url=url, trust_env=False, timeout=30) as http:
+        assert http.get("/").status_code == 200 and len(counted.read) == 2
+        assert len(http.get("/api/runs").json()["runs"]) == 2 and len(counted.read) == 2  # one cache for both
+        write_report_and_summary(made[0])
+        shown = {r["directory"]: r["has_report"] for r in http.get("/api/runs").json()["runs"]}
+        assert shown == {made[0].name: True, made[1].name: False}
+        shutil.rmtree(made[1])
+        page = http.get("/").text
+        assert made[1].name not in page and f'href="{made[0].name}/index.html"' in page
