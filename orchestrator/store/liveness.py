@@ -116,5 +116,12 @@ def run_state(run_dir: Path, run_status: str) -> str:
     file keeps its status: nothing tells whether its controller lives."""
     if run_status != "running":
         return run_status
-    status = read_status(run_dir)
-    return STALE if status is not None and judge(status, run_status) == STALE else run_status
+    return state_of(run_status, read_status(run_dir))
+
+
+def state_of(run_status: str, status: StatusFile | None) -> str:
+    """run_state's answer from the status file already read (None: none, or unreadable). Asked
+    again with the same file, it may answer otherwise: its controller may have died since."""
+    if run_status != "running" or status is None:
+        return run_status
+    return STALE if judge(status, run_status) == STALE else run_status

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, fields
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import BinaryIO, Callable, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Callable, Sequence
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from orchestrator.core.endpoints import LOOPBACK_NAMES
@@ -57,6 +57,9 @@ from orchestrator.core.redact import Redactor
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
 from orchestrator.team.livestatus import LiveRun, Snapshot, snapshot
+
+if TYPE_CHECKING:
+    from orchestrator.report.site import EntryCache
 
 DEFAULT_PORT = 8765
 REFRESH_S = 5
@@ -164,13 +167,32 @@ class ReportsServer(ThreadingHTTPServer):
 def _handler(root: Path, bind_host: str) -> type[BaseHTTPRequestHandler]:
     class Handler(ReportsHandler):
         reports = root
+        runs = _Runs()  # this server's: the runs it read, kept between page views
         check_host = bind_host in LOOPBACK_NAMES or _loopback_address(bind_host)
 
     return Handler
 
 
+class _Runs:
+    """A server's report.site.EntryCache, made on its first page view (the report stack loads only
+    when a page needs it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cache: EntryCache | None = None
+
+    def cache(self) -> EntryCache:
+        with self._lock:
+            if self._cache is None:
+                from orchestrator.report.site import EntryCache
+
+                self._cache = EntryCache()
+            return self._cache
+
+
 class ReportsHandler(BaseHTTPRequestHandler):
     reports: Path
+    runs: _Runs
     check_host: bool
     server_version = "orch"
     sys_version = ""
@@ -284,7 +306,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         from orchestrator.report.render import fresh_summary
         from orchestrator.report.site import index_page
 
-        body = index_page(self.reports, fresh_summary).encode()
+        body = index_page(self.reports, fresh_summary, self.runs.cache()).encode()
         self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", cache=False, csp=_page_csp(body))
 
     def _run_status_page(self, run_dir: str) -> None:
@@ -313,7 +335,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         page = runs_page_asked(urlsplit(self.path).query)
         if isinstance(page, str):
             return self._send(HTTPStatus.BAD_REQUEST, f"/api/runs: {page}\n".encode(), "text/plain; charset=utf-8")
-        self._json(runs_page(self.reports, *page))
+        self._json(runs_page(self.reports, *page, cache=self.runs.cache()))
 
     # ------------------------------------------------------------------ responses
     def _file(self, served: Served) -> None:
@@ -626,10 +648,13 @@ def runs_page_asked(query: str) -> tuple[int, int] | str:
     return values[0], values[1]
 
 
-def runs_page(reports_dir: Path, offset: int = 0, limit: int = RUNS_PAGE) -> dict[str, object]:
+def runs_page(
+    reports_dir: Path, offset: int = 0, limit: int = RUNS_PAGE, *, cache: EntryCache | None = None
+) -> dict[str, object]:
     """/api/runs: `limit` runs from `offset` (newest first), with `total` and `next_offset` (None
-    on the last page), so a client reads thousands of runs a page at a time."""
-    runs = runs_json(reports_dir)
+    on the last page), so a client reads thousands of runs a page at a time. `cache`: the server's
+    (an unchanged run is not read again)."""
+    runs = runs_json(reports_dir, cache)
     end = offset + limit
     return {
         "runs": runs[offset:end],
@@ -639,7 +664,7 @@ def runs_page(reports_dir: Path, offset: int = 0, limit: int = RUNS_PAGE) -> dic
     }
 
 
-def runs_json(reports_dir: Path) -> list[dict[str, object]]:
+def runs_json(reports_dir: Path, cache: EntryCache | None = None) -> list[dict[str, object]]:
     """Every run, as the index lists it (newest first), with the link to its report."""
     from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import run_entries  # the index's own reading of a run: one truth for both
@@ -649,7 +674,7 @@ def runs_json(reports_dir: Path) -> list[dict[str, object]]:
             **{f.name: getattr(e, f.name) for f in fields(e) if f.name != "series"},  # series: trends' raw data
             "link": _link(e.directory) if e.has_report else "",
         }
-        for e in run_entries(reports_dir, fresh_summary)
+        for e in run_entries(reports_dir, fresh_summary, cache)
     ]
 
 
