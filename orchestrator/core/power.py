@@ -261,7 +261,7 @@ class _QuasiSim:
         self.big_n = self.cell_n.sum(axis=-1)[:, 0]  # every cell's: sessions x trials
         self._kept: dict[float, np.ndarray] = {}  # cell rate -> each sweep's p (pvalues)
         self._grid = 1 << max(8, math.isqrt(self.trial_u.size * s).bit_length())  # cell_counts' G, a power of 2
-        self._grid_cell = np.minimum((self.trial_u * self._grid).astype(np.int64), self._grid - 1)  # u*G exact
+        self._grid_cell = np.minimum((self.trial_u * self._grid).astype(np.int32), self._grid - 1)  # u*G exact
 
     def _draw(self, rng: np.random.Generator, p: float) -> np.ndarray:
         rates = self._trial_rates(p, rng.random((self.sweeps, self.design.trials)))
