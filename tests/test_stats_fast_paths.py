@@ -163,3 +163,91 @@ def test_the_homogeneity_null_holds_one_block_of_tables_however_many_trials(monk
     finally:
         tracemalloc.stop()
     assert peak < 4 << 20, f"{peak / 1e6:.1f} MB"
+
+
+# phi > 1: the compared cell's trial rates are beta quantiles, which power._QuasiSim.cell_counts
+# bounds by a grid; ICC 0.04 to 0.4, 1 to 80 sessions, baselines 0.5% to 50%
+BETA_DESIGNS = [
+    (power.Design(sessions=20, trials=4, other_rates=(0.0,), phi=1.8), 0.06),
+    (power.Design(sessions=5, trials=6, other_rates=(0.01, 0.2), phi=2.2), 0.005),
+    (power.Design(sessions=80, trials=2, other_rates=(), phi=1.01), 0.5),
+    (power.Design(sessions=1, trials=8, other_rates=(0.0,), phi=1.4), 0.1),
+]
+BETA_IDS = [f"{d.sessions}x{d.trials}@{base}" for d, base in BETA_DESIGNS]
+CELL_RATES = (1e-4, 0.003, 0.0906, 0.53, 0.9999)
+
+
+@pytest.mark.parametrize(("design", "base"), BETA_DESIGNS, ids=BETA_IDS)
+def test_cell_counts_equal_every_trials_quantile_with_few_quantiles_drawn(
+    design: power.Design, base: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grid gives each trial the count its own quantile gives (the full computation of 7556b0b),
+    drawing a small share of the quantiles, some trials' own among them (the grid's bounds do not
+    settle every trial: the exact path is exercised)."""
+    sim = power._QuasiSim(design, base, seed=0)
+    drawn: list[int] = []
+    quantile = power.dist.beta_ppf
+
+    def counted(q: np.ndarray, a: float, b: float) -> np.ndarray:
+        drawn.append(int(np.size(q)))
+        return quantile(q, a, b)
+
+    monkeypatch.setattr(power.dist, "beta_ppf", counted)
+    counts = {rate: sim.cell_counts(rate) for rate in CELL_RATES}
+    monkeypatch.undo()
+    for rate, got in counts.items():
+        assert np.array_equal(got, ref.full_quantile_counts(sim, rate)), rate
+    own = drawn[1::2]  # each step: the grid's quantiles, then the unsure trials' own
+    assert drawn[::2] == [sim._grid + 1] * len(CELL_RATES) and sum(own) > 0, drawn
+    assert sum(drawn) < 0.25 * len(CELL_RATES) * sim.trial_u.size, (sum(drawn), sim.trial_u.size)
+
+
+@pytest.mark.parametrize(("design", "base"), BETA_DESIGNS[1::2], ids=BETA_IDS[1::2])
+def test_quasi_reject_equals_every_trials_quantile(design: power.Design, base: float) -> None:
+    """Sweep by sweep, the same rejections as the simulation drawing every trial's quantile."""
+    sim, full = power._QuasiSim(design, base, seed=0), ref.FullQuantileSim(design, base, seed=0)
+    for rate in (0.003, 0.0906, 0.53):
+        for alpha in (0.05, 0.001):
+            assert np.array_equal(sim.reject(rate, alpha), full.reject(rate, alpha)), (rate, alpha)
+
+
+def test_quasi_detectable_equals_every_trials_quantile() -> None:
+    design, base = BETA_DESIGNS[1]
+    power._shared_sim.cache_clear()
+    new = power.quasi_detectable.__wrapped__(design, base)
+    assert new == ref.quasi_detectable_full_quantiles(design, base) and new.rise is not None
+
+
+def test_cell_counts_are_exact_at_ties_with_the_quantile_and_the_grid() -> None:
+    """Session uniforms set to a trial's very quantile (not below it: no event), one ulp under it
+    (an event), and at and beside the grid's quantiles around it: every trial's count is still the
+    one its own quantile gives."""
+    design, base = BETA_DESIGNS[0]
+    rate = 0.13
+    sim = power._QuasiSim(design, base, seed=0)
+    own = np.asarray(sim._trial_rates(rate, sim.trial_u))
+    grid = np.asarray(sim._trial_rates(rate, np.arange(sim._grid + 1) / sim._grid))
+    below, above = grid[sim._grid_cell], grid[sim._grid_cell + 1]
+    x = sim.session_u
+    x[..., 0], x[..., 1], x[..., 2], x[..., 3] = own, np.nextafter(own, 0), below, above
+    x[..., 4], x[..., 5] = np.nextafter(below, 0), np.nextafter(above, 1)
+    x.sort(axis=-1)
+    assert np.array_equal(sim.cell_counts(rate), ref.full_quantile_counts(sim, rate))
+
+
+@pytest.mark.parametrize("icc", [1e-6, 1e-4, 0.01, 0.05, 0.3, 0.5])
+def test_the_quantile_is_monotone_in_u_within_the_grids_slack(icc: float) -> None:
+    """What cell_counts rests on: a trial's computed quantile lies between the grid's at the points
+    around its u, widened by QUANTILE_SLACK and QUANTILE_FLOOR, at u on, beside and between them
+    (the computed quantile steps back by a last bit here and there, 1e-24 near 0)."""
+    size = 1024
+    points = np.arange(size + 1) / size
+    rng = np.random.default_rng(7)
+    u = np.concatenate([points[:-1], np.nextafter(points[1:-1], 0), np.nextafter(points[1:-1], 1), rng.random(5000)])
+    cell = np.minimum((u * size).astype(np.int64), size - 1)
+    scale = (1 - icc) / icc
+    for p in (1e-4, 0.001, 0.005, 0.03, 0.1, 0.3, 0.5, 0.9, 0.99, 0.9999):
+        grid = power.dist.beta_ppf(points, p * scale, (1 - p) * scale)
+        slack = power.QUANTILE_SLACK * grid + power.QUANTILE_FLOOR
+        q = power.dist.beta_ppf(u, p * scale, (1 - p) * scale)
+        assert np.all((grid - slack)[cell] <= q) and np.all(q <= (grid + slack)[cell + 1]), p

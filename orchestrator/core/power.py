@@ -139,6 +139,10 @@ SOLVE_TOLERANCE = 0.0005  # of a rate: 0.05 points, finer than the one decimal t
 SIM_MAX_DRAWS = 8_000_000  # numbers a simulation holds at once: sweeps x trials x (sessions + cells)
 SIM_MIN_SWEEPS = 200  # fewer would make the solved difference noisy: beyond, the large-sample limit
 KEPT_RATES = 128  # p-value arrays one simulation keeps (a solve visits ~12 rates a direction)
+# How far cell_counts' grid quantiles are trusted to bound a trial's (relative, absolute): the
+# computed beta quantile steps back as u grows by up to 2.6e-13 of min(q, 1 - q) (one ulp near 1)
+# and 1e-24 absolute near 0 (measured over ICC 1e-7..0.5, rates 1e-4..0.9999: tests/test_stats_fast_paths.py).
+QUANTILE_SLACK, QUANTILE_FLOOR = 1e-9, 1e-12
 SIM_MAX_OTHERS = 63  # other cells simulated: they only inform the pooled dispersion (see _bounded)
 
 
@@ -250,12 +254,14 @@ class _QuasiSim:
         fixed = [base_rate, *design.other_rates]
         self.fixed_k = np.stack([self._draw(rng, p) for p in fixed], axis=1)  # (sweeps, cells, trials)
         self.trial_u = rng.random((self.sweeps, r))
-        self.session_u = rng.random((self.sweeps, r, s))
+        self.session_u = np.sort(rng.random((self.sweeps, r, s)), axis=-1)  # cell_counts needs them in order
         self.fixed_spread = clustered.cell_spread(self.fixed_k, np.full_like(self.fixed_k, float(s)))
         self.fixed_big_k = self.fixed_k.sum(axis=-1)
         self.cell_n = np.full((self.sweeps, 1, r), float(s))
         self.big_n = self.cell_n.sum(axis=-1)[:, 0]  # every cell's: sessions x trials
         self._kept: dict[float, np.ndarray] = {}  # cell rate -> each sweep's p (pvalues)
+        self._grid = 1 << max(8, math.isqrt(self.trial_u.size * s).bit_length())  # cell_counts' G, a power of 2
+        self._grid_cell = np.minimum((self.trial_u * self._grid).astype(np.int32), self._grid - 1)  # u*G exact
 
     def _draw(self, rng: np.random.Generator, p: float) -> np.ndarray:
         rates = self._trial_rates(p, rng.random((self.sweeps, self.design.trials)))
@@ -267,13 +273,40 @@ class _QuasiSim:
         scale = (1 - self.icc) / self.icc
         return dist.beta_ppf(u, p * scale, (1 - p) * scale)
 
+    def cell_counts(self, cell_rate: float) -> np.ndarray:
+        """Each trial's sessions with an event at this rate of the compared cell: #(session
+        uniforms < the trial's rate), that rate the beta quantile of the trial's uniform u.
+
+        Why not every trial's quantile (~1.3 us each, 90% of a solve until 7556b0b): the quantile
+        grows with u, so a trial's rate lies between the quantiles at the grid points i / G and
+        (i + 1) / G around its u. Where no session uniform lies between those two its count is
+        known; the first uniform at or above the lower one tells (they are kept sorted: a count is
+        blind to their order). About sessions / G of the trials have one in between: they get
+        their own quantile, the very number the full computation compares, so every count is the
+        same. With G between sqrt(T x sessions) and twice it (T: the trials simulated), a step
+        draws at most ~3 sqrt(T x sessions) quantiles instead of T (bench/bench_power_speed.py). The
+        bounds are widened by QUANTILE_SLACK and QUANTILE_FLOOR, beyond the last-bit steps where
+        the computed quantile is not monotone in u."""
+        if self.icc <= 0 or cell_rate <= 0 or cell_rate >= 1:
+            return np.asarray((self.session_u < cell_rate).sum(axis=-1))
+        grid = self._trial_rates(cell_rate, np.arange(self._grid + 1) / self._grid)
+        slack = QUANTILE_SLACK * grid + QUANTILE_FLOOR
+        low, high = (grid - slack)[self._grid_cell], (grid + slack)[self._grid_cell + 1]
+        counts = (self.session_u < low[..., None]).sum(axis=-1, dtype=np.int32)
+        sessions = self.design.sessions
+        above = np.take_along_axis(self.session_u, np.minimum(counts, sessions - 1)[..., None], axis=-1)[..., 0]
+        unsure = np.nonzero((counts < sessions) & (above < high))  # the first uniform above low is below high
+        rates = self._trial_rates(cell_rate, self.trial_u[unsure])
+        counts[unsure] = (self.session_u[unsure] < rates[:, None]).sum(axis=-1)
+        return np.asarray(counts)
+
     def reject(self, cell_rate: float, alpha: float) -> np.ndarray:
         return np.asarray(self.pvalues(cell_rate) < alpha)
 
     def pvalues(self, cell_rate: float) -> np.ndarray:
         """Each sweep's p of the comparison at this rate of the compared cell, kept per rate: the
-        bisections at two alphas visit the same rates until their answers part (a step is a beta
-        quantile of every sweep's trials, ~0.05 s)."""
+        bisections at two alphas visit the same rates until their answers part (a step: the
+        compared cell's counts, its spread and the test over every sweep, ~0.01-0.04 s)."""
         kept = self._kept.get(cell_rate)
         if kept is None:
             if len(self._kept) >= KEPT_RATES:
@@ -282,8 +315,7 @@ class _QuasiSim:
         return kept
 
     def _pvalues(self, cell_rate: float) -> np.ndarray:
-        rates = self._trial_rates(cell_rate, self.trial_u)
-        cell_k = (self.session_u < rates[..., None]).sum(axis=-1).astype(float)  # (sweeps, trials)
+        cell_k = self.cell_counts(cell_rate).astype(float)  # (sweeps, trials)
         own = self.clustered.cell_spread(cell_k[:, None, :], self.cell_n)
         spread = (
             np.concatenate([own[0], self.fixed_spread[0]], axis=1),

@@ -8,6 +8,9 @@ bench/bench_plan.py times both in one run.
 - calibration_pvalue: trialexact.Calibration.pvalue as of 0276250 (every value searched in every row).
 - quasi_reject: power._QuasiSim.reject as of 0276250 (clustered.cell_spread of every cell, the
   fixed ones included, at every bisection step).
+- full_quantile_counts, FullQuantileSim, quasi_detectable_full_quantiles: power._QuasiSim's
+  counts of the compared cell as of 7556b0b (every trial's beta quantile at every bisection step,
+  before cell_counts' grid); bench/bench_power_speed.py times them beside the grid.
 - homogeneity_null: stats._homogeneity_null as of d0e5505 (every table of the null drawn at once:
   draws x trials cells, 500 MB for a cell of 12,500 trials).
 - trial_homogeneity: stats.trial_homogeneity as of d023944 (a fixed TRIAL_DRAWS tables for every
@@ -18,7 +21,7 @@ bench/bench_plan.py times both in one run.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -117,17 +120,54 @@ def quasi_detectable(
     if power._sweeps(design) < power.SIM_MIN_SWEEPS:
         return power.quasi_detectable.__wrapped__(design, base_rate, alpha, target, seed)
     sim = power._QuasiSim(design, base_rate, seed)
+    return _bisected(n, base_rate, alpha, target, lambda rate: quasi_reject(sim, rate, alpha))
+
+
+def _bisected(
+    n: int, base_rate: float, alpha: float, target: float, reject: Callable[[float], np.ndarray]
+) -> power.Detectable:
+    """power.quasi_detectable's two bisections, `reject` giving each sweep's rejection at a rate."""
 
     def solve(end: float) -> float | None:
-        if base_rate == end or float(np.mean(quasi_reject(sim, end, alpha))) < target:
+        if base_rate == end or float(np.mean(reject(end))) < target:
             return None
         near, far = base_rate, end
         while abs(far - near) > power.SOLVE_TOLERANCE:
             mid = (near + far) / 2
-            near, far = (mid, far) if float(np.mean(quasi_reject(sim, mid, alpha))) < target else (near, mid)
+            near, far = (mid, far) if float(np.mean(reject(mid))) < target else (near, mid)
         return abs(far - base_rate)
 
     return power.Detectable(n, n, base_rate, alpha, target, solve(1.0), solve(0.0))
+
+
+def full_quantile_counts(sim: power._QuasiSim, cell_rate: float) -> np.ndarray:
+    """The compared cell's counts as power._QuasiSim._pvalues drew them at 7556b0b: every
+    trial's beta quantile, then #(session uniforms < it)."""
+    rates = sim._trial_rates(cell_rate, sim.trial_u)
+    return np.asarray((sim.session_u < rates[..., None]).sum(axis=-1))
+
+
+class FullQuantileSim(power._QuasiSim):
+    """power._QuasiSim as of 7556b0b: the same seeded draws, every trial's quantile at every step."""
+
+    def cell_counts(self, cell_rate: float) -> np.ndarray:
+        return full_quantile_counts(self, cell_rate)
+
+
+def quasi_detectable_full_quantiles(
+    design: power.Design,
+    base_rate: float,
+    alpha: float = power.ALPHA,
+    target: float = power.TARGET_POWER,
+    seed: int = 0,
+) -> power.Detectable:
+    """power.quasi_detectable as of 7556b0b (uncached): its bisections on a FullQuantileSim."""
+    design = power._bounded(design)
+    n = design.sessions * design.trials
+    if power._sweeps(design) < power.SIM_MIN_SWEEPS:
+        return power.quasi_detectable.__wrapped__(design, base_rate, alpha, target, seed)
+    sim = FullQuantileSim(design, base_rate, seed)
+    return _bisected(n, base_rate, alpha, target, lambda rate: sim.reject(rate, alpha))
 
 
 def calibration_pvalue(cal: trialexact.Calibration, t: np.ndarray) -> np.ndarray:
