@@ -56,6 +56,7 @@ from orchestrator.core.huntfit import (
 from orchestrator.core.huntfit import (
     p_affected as _p_affected,
 )
+from orchestrator.core.huntspread import IccUsed, TrialSpread
 
 State = Literal["running", "found", "not_failing", "budget"]
 Verdict = Literal["fails", "passes", "undecided"]
@@ -179,6 +180,7 @@ class HuntResult:
     # and the fewest configurations that contradict a hypothesis (0: some hypothesis fits every verdict)
     failing: tuple[tuple[int, int, int], ...] = ()
     contradicted: int = 0
+    icc: IccUsed | None = None  # the trial-to-trial variation the evidence was tempered by (core.huntspread)
 
     @property
     def best(self) -> Culprit:
@@ -191,6 +193,8 @@ class Hunt:
     def __init__(self, settings: HuntSettings) -> None:
         self.settings = settings
         self.post = Posterior(enumerate_hypotheses(len(settings.flags), settings.model), settings.model)
+        self.spread = TrialSpread(settings.model.icc)
+        self.icc = IccUsed(settings.model.icc, settings.model.icc)
         self.stats: dict[int, ConfigStats] = {}
         self.trials = self.sessions = 0
         self.empty = self.empty_run = 0  # trials that gave no data: in all, and the latest in a row
@@ -217,6 +221,8 @@ class Hunt:
         self.trials += 1
         self.empty_run = 0
         self.sessions += n
+        self.icc = self.spread.add(config, k, n)  # re-estimated as trials come (core.huntspread)
+        self.post.set_icc(self.icc.icc)
         self.post.add(config, k, n)
         self._cache = self._rates = self._misfit = None
 
@@ -541,7 +547,7 @@ class Hunt:
     def _tempered(self, s: ConfigStats) -> tuple[float, float]:
         """Effective failures and sessions of these trials: each trial's evidence tempered by the
         design effect of its sessions' shared variation (as the model's)."""
-        deff = design_effect(round(s.n / s.trials), self.settings.model.icc)
+        deff = design_effect(round(s.n / s.trials), self.post.icc)
         return s.k / deff, s.n / deff
 
     # ------------------------------------------------------------------ expected information gain
@@ -598,7 +604,7 @@ class Hunt:
         configuration) can refute it; with the pooled rates the streak's configuration looked
         decisive forever (a 7-flag hunt spent 2,335 sessions on one drop, stuck at 0.88)."""
         keep, w, hyps = self._held(probs)
-        n, icc = self._trial_size(), self.settings.model.icc
+        n, icc = self._trial_size(), self.post.icc
         p1, p0 = self.post.rates_each()
         q1, q0 = prob_no_failure(p1[keep], n, icc), prob_no_failure(p0[keep], n, icc)
         running = np.ones((len(w), 1))  # P(outcome pattern of the running trials | hypothesis)
@@ -642,6 +648,7 @@ class Hunt:
             rates=rates,
             failing=tuple(self.failing_configs()),
             contradicted=self.misfit(),
+            icc=self.icc,
         )
 
     def _culprit(self, h: int, p: float) -> Culprit:

@@ -18,6 +18,14 @@ variation (sessions of one trial share a restart and a GPU state) is tolerated b
 each trial's evidence by its design effect 1 + (n - 1) * icc: a trial of n correlated sessions
 counts as n / deff independent ones (Kish's effective sample size), so one unlucky trial cannot
 make the posterior certain.
+
+The icc is estimated from the hunt's own trials (core/huntspread.py): configurations run in several
+trials show how far their trials scatter beyond the binomial (core.clustered's pooled
+quasi-likelihood dispersion, as the reports use), never below the matrix's stated icc (the
+user's prior) and at most ICC_CEILING. Why: assumed only, a deployment whose trials vary more
+than stated had each trial's evidence over-weighted, and a wrong set reached the target
+(bench_hunt, ICC 0.30 against the assumed 0.03). The posterior keeps its raw counts per trial
+size, so a new estimate re-tempers every trial already seen, in a few vector operations.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ class ModelSettings:
     or_mass: float = 0.15  # prior probability that the cause is an OR of two sets
     none_mass: float = 0.02  # prior probability that the flags do not explain the failure
     flag_prior: float = 0.25  # prior chance that a given flag is part of the cause
-    icc: float = 0.03  # assumed trial-to-trial variation (intra-class correlation)
+    icc: float = 0.03  # least trial-to-trial variation (intra-class correlation): the estimate's floor
     fail_prior: tuple[float, float] = (1.0, 3.0)  # Beta prior of the affected rate p1
     background_prior: tuple[float, float] = (0.5, 30.0)  # Beta prior of the background p0
 
@@ -135,10 +143,17 @@ class Posterior:
     reach the state the live hunt held. (Dropping those below 1e-10 whenever the posterior was
     read made it depend on when it was read: a journal whose evidence reversed gave the live
     hunt one answer and its replay another.) The gain is computed on the likeliest few only
-    (core.hunt's _held), so keeping the rest costs a vector update per trial."""
+    (core.hunt's _held), so keeping the rest costs a vector update per trial.
+
+    The raw counts are kept per trial size (the design effect depends on it), so the effective
+    counts are a function of the trials and the current icc alone: `set_icc` re-tempers every
+    trial seen when the estimate moves. (A trial is added to the effective counts as it comes, so
+    while the icc stays at the floor the sums are those the search always held, to the last bit.)"""
 
     def __init__(self, hyps: Hypotheses, settings: ModelSettings) -> None:
         self.hyps, self.settings = hyps, settings
+        self.icc = settings.icc
+        self._raw: dict[int, tuple[FloatArray, FloatArray, list[float]]] = {}  # n -> k1, n1, [k, n] totals
         self.k1 = np.zeros(len(hyps))
         self.n1 = np.zeros(len(hyps))
         self.k_total = 0.0
@@ -147,13 +162,38 @@ class Posterior:
 
     def add(self, config: int, k: int, n: int) -> None:
         """One trial of `config`: k of n sessions failed."""
-        deff = design_effect(n, self.settings.icc)
-        ke, ne = k / deff, n / deff
+        if n not in self._raw:
+            self._raw[n] = (np.zeros(len(self.hyps)), np.zeros(len(self.hyps)), [0.0, 0.0])
+        k1, n1, totals = self._raw[n]
         hit = self.hyps.affected(config)
+        k1 += hit * k
+        n1 += hit * n
+        totals[0] += k
+        totals[1] += n
+        deff = design_effect(n, self.icc)
+        ke, ne = k / deff, n / deff
         self.k1 += hit * ke
         self.n1 += hit * ne
         self.k_total += ke
         self.n_total += ne
+        self._log_post = None
+
+    def set_icc(self, icc: float) -> None:
+        """Temper every trial by this icc from now on (the trials seen included)."""
+        if icc != self.icc:
+            self.icc = icc
+            self._temper()
+
+    def _temper(self) -> None:
+        """The effective counts: each trial size's raw counts over its design effect."""
+        self.k1, self.n1 = np.zeros(len(self.hyps)), np.zeros(len(self.hyps))
+        self.k_total = self.n_total = 0.0
+        for n, (k1, n1, (k, total)) in sorted(self._raw.items()):
+            deff = design_effect(n, self.icc)
+            self.k1 += k1 / deff
+            self.n1 += n1 / deff
+            self.k_total += k / deff
+            self.n_total += total / deff
         self._log_post = None
 
     def log_posterior(self) -> FloatArray:

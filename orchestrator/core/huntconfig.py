@@ -9,7 +9,8 @@ core/hunt.py.
       min_failures: 2           # failures that confirm the failing configuration fails
       posterior: 0.95           # stop when the likeliest culprit set has this posterior
       confidence: 0.99          # a single-flag drop "passes" / "fails" on its own trials at this level
-      icc: 0.03                 # assumed trial-to-trial variation (tempers each trial's evidence)
+      icc: 0.03                 # least trial-to-trial variation (tempers each trial's evidence; the
+                                # trials' own estimate, core/huntspread.py, is used when higher)
       sessions_per_trial: 10    # what the repro runs per trial (planning and the first choices)
       max_sessions: 3000        # the hunt's budget
       max_or: 4                 # OR hypotheses up to this many flags in all (0: AND only)

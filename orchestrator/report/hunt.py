@@ -331,12 +331,24 @@ def summary_lines(report: HuntReport) -> list[str]:
         lines += [head] + [f"  {line}" for line in seen]
     else:
         lines += _answer_lines(report)
+    lines.append(variation_line(report))
     flags = len(report.flags)
     lines.append(
         f"sessions: {r.sessions} in {r.trials} trials over {len(r.configs)} configurations; one flag at a time: "
         f"{(flags + 1) * OFAT_SESSIONS_PER_CONFIG:,} sessions; full factorial: {2**flags:,} configurations"
     )
     return lines
+
+
+def variation_line(report: HuntReport) -> str:
+    """The trial-to-trial variation each trial's evidence was tempered by: the matrix's stated icc,
+    or the estimate from the hunt's own trials where they show more (core.huntspread).
+    Why said: how much one trial counts decides how soon a set reaches the target; a reader must
+    see whether that rested on an assumption or on the trials."""
+    icc = report.result.icc
+    if icc is None:  # a result not built by core.hunt (never from a replay)
+        return "trial-to-trial variation: not recorded"
+    return f"evidence per trial tempered by trial-to-trial variation: {icc.describe()}"
 
 
 def _answer_lines(report: HuntReport) -> list[str]:
@@ -394,6 +406,8 @@ def render(report: HuntReport) -> str:
     ]
     parts.append(_nothing_to_explain(report) if no_answer_lines(report) else _answer(report))
     parts.append(_configs(report))
+    variation = variation_line(report)
+    parts.append(f"<p>{html.escape(variation[:1].upper() + variation[1:])}.</p>")
     parts.append(_cost(report))
     parts.append("</body></html>")
     return "\n".join(parts)

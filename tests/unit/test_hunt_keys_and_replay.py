@@ -73,3 +73,24 @@ def test_a_resumed_hunt_holds_the_live_hunts_state_from_the_same_journal() -> No
     a, b = live.hunt.result(), resumed.hunt.result()
     assert (a.best.describe(), round(a.best.probability, 6)) == (b.best.describe(), round(b.best.probability, 6))
     assert live.hunt.propose() == resumed.hunt.propose()
+
+
+def test_a_resumed_hunt_re_estimates_the_trial_variation_the_live_one_tempered_by() -> None:
+    """The icc is re-estimated after every trial and re-tempers the trials seen (core.huntspread):
+    a resume and the report, replaying the journal, reach the live hunt's estimate, posterior and
+    next configuration, though the estimate moved while the live hunt ran."""
+    m = read_matrix(HUNT)
+    full = (1 << 16) - 1
+    trials = [(full, k) for k in (20, 0, 0, 18, 0, 20, 0)] + [(0, 0)] * 6
+    trials += [(full ^ (1 << i), 0 if i < 3 else 12) for i in range(16)] + [(full ^ 1, 0)] * 4
+    live = HuntSource(m)
+    records: list[TrialRecord] = []
+    for x, k in trials:
+        records.append(_trial(m, len(records), x, k))
+        live.record(records[-1])
+        live.hunt.propose()
+    resumed = HuntSource(m, records)
+    assert live.hunt.icc.estimated and live.hunt.icc == resumed.hunt.icc
+    a, b = live.hunt.result(), resumed.hunt.result()
+    assert (a.best.describe(), a.best.probability) == (b.best.describe(), b.best.probability)
+    assert live.hunt.propose() == resumed.hunt.propose()

@@ -315,3 +315,26 @@ def test_a_hunt_whose_failing_configuration_needed_a_second_trial_is_no_damage(t
     assert [r.levels == dict(m.hunt.levels(FULL)) for r in api._journaled(tmp_path).records()] == [True, True, False]  # type: ignore[union-attr]
     assert load_report(tmp_path).completed == 3
     assert hunt_report(tmp_path) is not None
+
+
+def test_the_report_says_the_trial_variation_was_estimated_from_the_trials_and_its_value() -> None:
+    """The failing configuration's trials, 0, 16, 0, 16, 0, 16 of 20, vary far beyond the stated ICC
+    0.03 (dispersion 384 / 24 = 16.0 on 5 df; its 99% lower bound 16.0 x 5 / 15.09 = 5.30 is ICC
+    (5.30 - 1) / 19 = 0.226): the evidence was tempered by it, and the summary and the page say so."""
+    m = matrix()
+    records = [trial(m, i, FULL, k) for i, k in enumerate((0, 16, 0, 16, 0, 16))]
+    records += [trial(m, 6 + i, 0, 0) for i in range(3)]
+    report = build_report(m, records)
+    said = (
+        "evidence per trial tempered by trial-to-trial variation: ICC 0.226 estimated from the trials "
+        "(dispersion 16.00 over 6 trials in 1 configuration run more than once, 5.0 df; stated 0.03)"
+    )
+    assert said in summary_lines(report)
+    assert "Evidence per trial tempered by trial-to-trial variation: ICC 0.226 estimated" in render(report)
+
+
+def test_the_report_says_the_stated_trial_variation_was_assumed_when_no_trials_repeat() -> None:
+    m = matrix()
+    records = [trial(m, 0, FULL, 4), trial(m, 1, 0, 0), trial(m, 2, FULL ^ 1, 5)]
+    said = "ICC 0.03 as stated (too few repeated trials to estimate it: 0.0 df)"
+    assert f"evidence per trial tempered by trial-to-trial variation: {said}" in summary_lines(build_report(m, records))
