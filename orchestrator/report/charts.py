@@ -9,6 +9,7 @@ so two charts in one page never share an id.
 
 from __future__ import annotations
 
+from orchestrator.core.clip import clip
 from orchestrator.report import missing
 from orchestrator.report.model import CellView, EffectView, Report
 from orchestrator.report.svgchart import Axis, Box, Row, row_chart
@@ -16,6 +17,7 @@ from orchestrator.report.svgchart import Axis, Box, Row, row_chart
 BASE = "#1f6feb"
 HIT = "#d1242f"
 MUTED = "#57606a"
+LABEL_CHARS = 70  # a chart row's label, cut with an ellipsis (core.clip)
 
 
 def rate_chart(report: Report, metric: str) -> str:
@@ -64,19 +66,15 @@ def number_chart(report: Report, metric: str) -> str:
 
 def _label(cell: CellView) -> str:
     text = ", ".join(f"{k}={v}" for k, v in cell.levels.items()) or cell.cell
-    text = _short(text)
+    text = clip(text, LABEL_CHARS)
     return f"{text} (baseline)" if cell.is_baseline else text
 
 
 def _effect_label(e: EffectView) -> str:
     given = ", ".join(f"{k}={v}" for k, v in e.given.items())
-    return _short(f"{e.factor} {e.reference}→{e.level}" + (f" | {given}" if given else ""))
+    return clip(f"{e.factor} {e.reference}→{e.level}" + (f" | {given}" if given else ""), LABEL_CHARS)
 
 
 def _caution(caution: str) -> str:
     """A red mark's missing-data caution (report.missing.mark), in a few words; the tables give it whole."""
     return f" (caution: trials {missing.WORDS})" if caution else ""
-
-
-def _short(text: str, limit: int = 70) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from orchestrator.core.bounded import MAX_CONFIG_BYTES
+from orchestrator.core.clip import clip
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.model import Level, Matrix
 from orchestrator.core.records import RunManifest
@@ -189,7 +190,7 @@ def _quote(text: str | None, limit: int = QUOTE_CHARS) -> str:
     """A text in quotes as written (repr would double a regex's every backslash), cut at `limit`."""
     if text is None:
         return "none"
-    return "'" + (text if len(text) <= limit else text[: limit - 1] + "…") + "'"
+    return "'" + clip(text, limit) + "'"
 
 
 def lines_of(found: Unlike) -> Iterable[str]:
