@@ -89,14 +89,27 @@ class HuntSpec:
         """A configuration by what sets it apart, as `orch plan` lists the first wave: "all failing
         but overlap clean", "only bf16_index_k, cuda_graph failing". Why: its cell id names all 16
         flags (300 characters), so a progress line of it hid which flags were dropped."""
-        failing = [f for i, f in enumerate(self.flags) if config >> i & 1]
-        if len(failing) == len(self.flags):
+        kind, names = set_apart(tuple(f for i, f in enumerate(self.flags) if config >> i & 1), self.flags)
+        if kind == "all":
             return "all flags at their failing level"
-        if not failing:
+        if kind == "none":
             return "all flags at their clean level"
-        if 2 * len(failing) > len(self.flags):
-            return "all failing but " + ", ".join(f for f in self.flags if f not in failing) + " clean"
-        return "only " + ", ".join(failing) + " failing"
+        if kind == "all but":
+            return "all failing but " + ", ".join(names) + " clean"
+        return "only " + ", ".join(names) + " failing"
+
+
+def set_apart(failing: Sequence[str], flags: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """How to name a configuration with `failing` of `flags` at their failing level, shortest first:
+    ("all", ()), ("none", ()), ("all but", the clean ones) when more than half fail, else ("only",
+    the failing ones). One rule for the terminal's words (HuntSpec.in_words) and the hunt page's."""
+    if len(failing) == len(flags):
+        return "all", ()
+    if not failing:
+        return "none", ()
+    if 2 * len(failing) > len(flags):
+        return "all but", tuple(f for f in flags if f not in failing)
+    return "only", tuple(failing)
 
 
 def build_hunt(

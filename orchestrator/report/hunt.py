@@ -20,6 +20,7 @@ from pathlib import Path
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import ConfigResult, HuntResult
+from orchestrator.core.huntconfig import set_apart
 from orchestrator.core.huntfit import misfit_words
 from orchestrator.core.huntreplay import counts_of, replay, settings_of
 from orchestrator.core.matrix import hunt_cell
@@ -255,7 +256,7 @@ def unexplained_lines(report: HuntReport) -> list[str]:
     )
     for config, k, n in r.failing[:SHOWN_FAILING]:
         lo, hi = rate_interval(k, n, report.spread)
-        on = _on_label(tuple(f for i, f in enumerate(flags) if config >> i & 1), flags, len(flags))
+        on = _on_label(tuple(f for i, f in enumerate(flags) if config >> i & 1), flags)
         lines.append(f"  {on}: {k}/{n} sessions failed ({lo:.1%}-{hi:.1%})")
     if len(r.failing) > SHOWN_FAILING:
         lines.append(f"  and {len(r.failing) - SHOWN_FAILING} more (in hunt.html's table 'Every configuration tried')")
@@ -476,10 +477,9 @@ def _configs(report: HuntReport) -> str:
         "<table><tr><th>flags on (failing level)</th><th>k/n</th>"
         "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
-    flags = len(report.flags)
     for c in report.result.configs:
         lo, hi = rate_interval(c.k, c.n, report.spread)
-        on = _on_label(c.on, report.flags, flags)
+        on = _on_label(c.on, report.flags)
         rows.append(
             f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
             f"<td>{c.trials}</td><td>{c.p_fails:.3f}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
@@ -511,14 +511,13 @@ def _interval_method(spread: Dispersion) -> str:
     )
 
 
-def _on_label(on: tuple[str, ...], flags: tuple[str, ...], count: int) -> str:
-    if len(on) == count:
+def _on_label(on: tuple[str, ...], flags: tuple[str, ...]) -> str:
+    kind, names = set_apart(on, flags)
+    if kind == "all":
         return "all (the failing configuration)"
-    if not on:
+    if kind == "none":
         return "none (the clean configuration)"
-    if len(on) > count // 2:
-        return "all but " + ", ".join(f for f in flags if f not in on)
-    return ", ".join(on)
+    return ("all but " if kind == "all but" else "") + ", ".join(names)
 
 
 def _cost(report: HuntReport) -> str:
