@@ -115,12 +115,29 @@ def quasi_detectable(
     seed: int = 0,
 ) -> power.Detectable:
     """power.quasi_detectable (uncached) with quasi_reject at each step."""
+
+    def reject(sim: power._QuasiSim, rate: float) -> np.ndarray:
+        return quasi_reject(sim, rate, alpha)
+
+    return _solved(power._QuasiSim, reject, design, base_rate, alpha, target, seed)
+
+
+def _solved(
+    sim_class: type[power._QuasiSim],
+    reject: Callable[[power._QuasiSim, float], np.ndarray],
+    design: power.Design,
+    base_rate: float,
+    alpha: float,
+    target: float,
+    seed: int,
+) -> power.Detectable:
+    """power.quasi_detectable (uncached) on a `sim_class` simulation, `reject(sim, rate)` giving
+    each sweep's rejection at a rate; a design too large to simulate as power itself answers it."""
     design = power._bounded(design)
-    n = design.sessions * design.trials
     if power._sweeps(design) < power.SIM_MIN_SWEEPS:
         return power.quasi_detectable.__wrapped__(design, base_rate, alpha, target, seed)
-    sim = power._QuasiSim(design, base_rate, seed)
-    return _bisected(n, base_rate, alpha, target, lambda rate: quasi_reject(sim, rate, alpha))
+    sim = sim_class(design, base_rate, seed)
+    return _bisected(design.sessions * design.trials, base_rate, alpha, target, lambda rate: reject(sim, rate))
 
 
 def _bisected(
@@ -162,12 +179,7 @@ def quasi_detectable_full_quantiles(
     seed: int = 0,
 ) -> power.Detectable:
     """power.quasi_detectable as of 7556b0b (uncached): its bisections on a FullQuantileSim."""
-    design = power._bounded(design)
-    n = design.sessions * design.trials
-    if power._sweeps(design) < power.SIM_MIN_SWEEPS:
-        return power.quasi_detectable.__wrapped__(design, base_rate, alpha, target, seed)
-    sim = FullQuantileSim(design, base_rate, seed)
-    return _bisected(n, base_rate, alpha, target, lambda rate: sim.reject(rate, alpha))
+    return _solved(FullQuantileSim, lambda sim, rate: sim.reject(rate, alpha), design, base_rate, alpha, target, seed)
 
 
 def calibration_pvalue(cal: trialexact.Calibration, t: np.ndarray) -> np.ndarray:
