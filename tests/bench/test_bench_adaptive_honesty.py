@@ -6,23 +6,17 @@ test_bench_truth.py runs its bench."""
 from __future__ import annotations
 
 import re
-import runpy
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.benchrun import bench_in_process
 
 from orchestrator.report import build
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_run_prints_both_designs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     kept = build._power_text
-    argv = ["bench_adaptive_honesty.py", "--runs", "3", "--rates", "0.15", "--iccs", "0.1", "--directions", "lower"]
-    monkeypatch.setattr(sys, "argv", argv)
-    runpy.run_path(str(REPO / "bench" / "bench_adaptive_honesty.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    args = ["--runs", "3", "--rates", "0.15", "--iccs", "0.1", "--directions", "lower"]
+    out = bench_in_process("bench_adaptive_honesty.py", *args, monkeypatch=monkeypatch, capsys=capsys)
     for name in ("A/A 15%", "mix"):
         for design in ("adaptive", "fixed"):
             line = rf"^  {re.escape(name)}\s+ICC 0.10 lower {design}\s*: any finding\s+\d/3 .*coverage all cells"

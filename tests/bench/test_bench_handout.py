@@ -4,22 +4,16 @@ balance itself is pinned by tests/test_step_source.py). Run in-process, as test_
 from __future__ import annotations
 
 import re
-import runpy
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.benchrun import bench_in_process
 
 from orchestrator.report import build
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_run_prints_every_scenario(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     kept = build._power_text
-    monkeypatch.setattr(sys, "argv", ["bench_handout.py", "--reports", "1"])
-    runpy.run_path(str(REPO / "bench" / "bench_handout.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    out = bench_in_process("bench_handout.py", "--reports", "1", monkeypatch=monkeypatch, capsys=capsys)
     for source in ("adaptive", "fixed"):
         for order in ("sequential", "randomized"):
             for difference in ("fail", "slow"):

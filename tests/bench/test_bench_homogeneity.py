@@ -4,18 +4,12 @@ test_bench_stats, and only up to 40 trials: the old test takes seconds a call be
 
 from __future__ import annotations
 
-import runpy
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.benchrun import bench_in_process
 
 
 def test_tiny_run_prints_every_leg(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [
-        "bench_homogeneity.py",
+    args = [
         "--cells",
         "3",
         "--cpu-cells",
@@ -27,10 +21,7 @@ def test_tiny_run_prints_every_leg(monkeypatch: pytest.MonkeyPatch, capsys: pyte
         "--sweeps",
         "2",
     ]
-    monkeypatch.setattr(sys, "argv", argv)
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    runpy.run_path(str(REPO / "bench" / "bench_homogeneity.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    out = bench_in_process("bench_homogeneity.py", *args, monkeypatch=monkeypatch, capsys=capsys)
     for title in ("(1) share rejected", "(2) CPU per call", "(3) the normal law", "(4) the report's caution"):
         assert title in out, out
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["3"], ["8"], ["40"])]

@@ -4,19 +4,13 @@ paid the interpreter and scipy's import again (half the test's time)."""
 
 from __future__ import annotations
 
-import runpy
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.benchrun import bench_in_process
 
 
 def test_tiny_run_prints_every_table(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "argv", ["bench_stats.py", "--sweeps", "20", "--adaptive-sweeps", "4"])
-    runpy.run_path(str(REPO / "bench" / "bench_stats.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    args = ["--sweeps", "20", "--adaptive-sweeps", "4"]
+    out = bench_in_process("bench_stats.py", *args, monkeypatch=monkeypatch, capsys=capsys)
     for title in ("(1) A/A false-positive rate", "(2) A/A pair in a mixed sweep", "(3) power at ICC 0", "(4) adaptive"):
         assert title in out, out
     assert out.count("rate 15%, ICC 0.05") == 2 and "old   new" in out

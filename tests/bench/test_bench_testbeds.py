@@ -3,20 +3,12 @@ power are pinned by tests/test_testbed_numbers.py)."""
 
 from __future__ import annotations
 
-import runpy
-import sys
-from pathlib import Path
-
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.benchrun import bench_in_process
 
 
 def test_tiny_run_prints_every_row(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sys, "argv", ["bench_testbeds.py", "--runs", "2"])
-    monkeypatch.syspath_prepend(str(REPO / "bench"))
-    runpy.run_path(str(REPO / "bench" / "bench_testbeds.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    out = bench_in_process("bench_testbeds.py", "--runs", "2", monkeypatch=monkeypatch, capsys=capsys)
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["normal"], ["lognormal"])]
     assert [row[:2] for row in rows] == [
         [s, cv] for s in ("normal", "lognormal") for cv in ("0.02", "0.05", "0.10", "0.20")

@@ -5,23 +5,16 @@ test_bench_stats.py runs its bench."""
 
 from __future__ import annotations
 
-import runpy
-import sys
-from pathlib import Path
-
 import pytest
+from helpers.benchrun import bench_in_process
 
 from orchestrator.report import build
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_tiny_run_prints_every_leg(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     kept = build._power_text
-    argv = ["bench_truth.py", "--runs", "2", "--power-runs", "1", "--adaptive-sweeps", "4", "--power-designs", "8:0"]
-    monkeypatch.setattr(sys, "argv", argv)
-    runpy.run_path(str(REPO / "bench" / "bench_truth.py"), run_name="__main__")
-    out = capsys.readouterr().out
+    args = ["--runs", "2", "--power-runs", "1", "--adaptive-sweeps", "4", "--power-designs", "8:0"]
+    out = bench_in_process("bench_truth.py", *args, monkeypatch=monkeypatch, capsys=capsys)
     for title in ("(1) A/A", "(2) Missing outcomes", "(3) Adaptive stopping", "(3b) Adaptive A/A", "(4) Power"):
         assert title in out, out
     assert "all designs:" in out and "orch plan: Fisher+Holm(29)" in out and "quasi+Holm, no events elsewhere" in out

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import runpy
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -25,6 +28,17 @@ def bench_output(script: str, *args: str, timeout: float, env: Mapping[str, str]
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
+
+
+def bench_in_process(
+    script: str, *args: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
+    """stdout of bench/SCRIPT ARGS run as __main__ in this process (its folder first on sys.path, as
+    when it runs): no second interpreter nor second import of scipy (half a smoke test's time)."""
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    monkeypatch.syspath_prepend(str(BENCH))
+    runpy.run_path(str(BENCH / script), run_name="__main__")
+    return capsys.readouterr().out
 
 
 def bench_module(script: str) -> ModuleType:
