@@ -330,3 +330,7 @@ class Report(Frozen):
     # trial per cell): why none of its comparisons is tested, so none is a finding (its numbers are descriptive)
     untested: dict[str, str] = {}
     hunt: HuntView | None = None  # a hunt run: its verdict is the run's result (not the cells' comparisons)
+    # roles the run's restore had left changed when the report was built (its status.json, the one
+    # source every view reads) and the command that finishes the job; empty once they are back
+    not_restored: tuple[str, ...] = ()
+    restore_with: str = ""

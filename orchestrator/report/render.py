@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 import jinja2
 from markupsafe import Markup
 
+from orchestrator.core.clip import clip_list
+from orchestrator.core.config import MAX_TITLE
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import EventRecord, RunManifest, TrialRecord
 from orchestrator.report import charts, page
@@ -45,7 +47,7 @@ from orchestrator.report.summary import RunSummary
 from orchestrator.report.testbeds import testbed_findings
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
 from orchestrator.store.journal import TrialRow, iter_records, read_records_at
-from orchestrator.store.liveness import run_state
+from orchestrator.store.liveness import StatusFile, read_status, recorded_restore, state_of
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.store.runtrials import read_run_rows
@@ -54,6 +56,9 @@ if TYPE_CHECKING:  # the search (numpy, scipy): loaded only for a hunt run
     from orchestrator.report.hunt import HuntReport
 
 TRIAL_ORDER_SHOWN = 2000
+# roles the page and summary.json name as left changed: status.json is read bounded (a MiB), and a
+# testbed has a few hosts; more than this is a damaged file, cut with the count of the rest shown
+ROLES_SHOWN = 200
 
 # Sortable tables (click a header) and expand/collapse-all for the trial drill-down.
 SCRIPT = """
@@ -147,6 +152,8 @@ def run_summary(report: Report, series: Sequence[SeriesPoint] = ()) -> RunSummar
         failed=report.failed,
         status=report.status,
         suspect=tuple(suspect_reasons(report)),
+        not_restored=report.not_restored,
+        restore_with=report.restore_with,
     )
 
 
@@ -245,13 +252,14 @@ def load_report_and_rows(
     with gc_paused():
         manifest = manifest or load_manifest(run_dir)
         hunt = hunt or hunt_view(run_dir, manifest)
-        state = run_state(run_dir, manifest.status)  # `stale` when its controller is gone
+        left = read_status(run_dir)  # its controller, and the hosts its restore left changed, if any
+        state = state_of(manifest.status, left)  # `stale` when its controller is gone
         path = RunDir(run_dir).journal
         if not path.exists():
             empty = build_report_from_rows(
                 manifest, [], lambda rows: [], drilldown_cap=drilldown_cap, status=state, hunt=hunt
             )
-            return empty, []
+            return with_left_changed(empty, run_dir, left), []
         scan = read_run_rows(run_dir, manifest)  # damage (duplicates, unplanned trials) refused at its line
         report = build_report_from_rows(
             manifest,
@@ -263,7 +271,19 @@ def load_report_and_rows(
             hunt=hunt,
         )
         report = with_served(report, served(scan_journal(path), manifest.redactor))  # what served each trial
-        return _with_run_facts(report, manifest, path), scan.rows
+        return with_left_changed(_with_run_facts(report, manifest, path), run_dir, left), scan.rows
+
+
+def with_left_changed(report: Report, run_dir: Path, status: StatusFile | None) -> Report:
+    """The report with the hosts the run's restore left changed, as its status.json says now (None:
+    none, or unreadable). Why status.json: it is the one source the runs index, `orch status`, the
+    serve pages and the webhook read, so the page and summary.json, which state it as of their
+    writing, cannot say otherwise; `orch restore` writes both again once it changed what is left."""
+    if status is None or not status.not_restored:
+        return report
+    roles = tuple(clip_list(status.not_restored, ROLES_SHOWN, MAX_TITLE))
+    command = recorded_restore(status.restore_with, run_dir.absolute())  # any folder's, never cut
+    return report.model_copy(update={"not_restored": roles, "restore_with": command})
 
 
 def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:

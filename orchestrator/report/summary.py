@@ -34,6 +34,10 @@ class RunSummary(pydantic.BaseModel):
     group: str = ""  # runs of the same matrix and inventory share it (trends, nightly regressions)
     testbed: str = ""
     series: list[SeriesPoint] = []  # per cell and metric, per-trial numbers (report.series)
+    # the report's own (Report.not_restored): the hosts left changed when summary.json was written,
+    # from status.json, the one source; the index and the live views read status.json itself
+    not_restored: tuple[str, ...] = ()
+    restore_with: str = ""
 
 
 # A run's summary rebuilt from its journal (run dir, its loaded manifest): render.fresh_summary.

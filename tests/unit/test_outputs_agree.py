@@ -17,12 +17,12 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from helpers.cell_runs import cell_run
 from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
+from helpers.page_text import parsed
 from helpers.report_synth import synthetic_run
 
 from orchestrator.cli import output
@@ -262,76 +262,6 @@ def build(name: str, tmp: Path) -> Written:
 # ----------------------------------------------------------------------------- reading every output back
 
 
-class Tables(HTMLParser):
-    """Each table's body rows as lists of their cells' text, by the table's id or class; and the
-    text of each element with an id (h1's badge, the headline's items)."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tables: dict[str, list[list[str]]] = {}
-        self.items: list[tuple[str, str]] = []  # (class, text) of each li in ul#headline
-        self.badge = ""
-        self._table: list[str] = []
-        self._row: list[str] | None = None
-        self._cell: list[str] | None = None
-        self._li: tuple[str, list[str]] | None = None
-        self._in_headline = False
-        self._in_h1 = False
-        self._svg = 0
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        a = {k: v or "" for k, v in attrs}
-        if tag == "svg":
-            self._svg += 1
-        if tag == "table":
-            self._table.append(a.get("id") or a.get("class", ""))
-        elif tag == "tr" and self._table:
-            self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = []
-        elif tag == "ul" and a.get("id") == "headline":
-            self._in_headline = True
-        elif tag == "li" and self._in_headline:
-            self._li = (a.get("class", ""), [])
-        elif tag == "h1":
-            self._in_h1 = True
-        elif tag == "span" and self._in_h1 and "badge" in a.get("class", ""):
-            self.badge = a.get("class", "").split()[-1]
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "svg":
-            self._svg -= 1
-        if tag == "table" and self._table:
-            self._table.pop()
-        elif tag in ("td", "th") and self._cell is not None and self._row is not None:
-            self._row.append(" ".join("".join(self._cell).split()))
-            self._cell = None
-        elif tag == "tr" and self._row is not None and self._table:
-            self.tables.setdefault(self._table[-1], []).append(self._row)
-            self._row = None
-        elif tag == "li" and self._li is not None:
-            self.items.append((self._li[0], " ".join("".join(self._li[1]).split())))
-            self._li = None
-        elif tag == "ul":
-            self._in_headline = False
-        elif tag == "h1":
-            self._in_h1 = False
-
-    def handle_data(self, data: str) -> None:
-        if self._svg:
-            return  # a trend's SVG titles are its own text
-        if self._cell is not None:
-            self._cell.append(data)
-        if self._li is not None:
-            self._li[1].append(data)
-
-
-def parsed(html: str) -> Tables:
-    tables = Tables()
-    tables.feed(html)
-    return tables
-
-
 @dataclass
 class Outputs:
     report: Report  # the reference: the report's model
@@ -507,6 +437,14 @@ def check_findings(o: Outputs) -> None:
     assert list(o.api_runs["not_restored"]) == o.webhook["not_restored"] == left  # type: ignore[call-overload]
     assert (f"NOT restored: {', '.join(left)}" in o.terminal) == bool(left)
     assert (f"NOT restored: {', '.join(left)}" in o.index) == bool(left)
+    # the run's own page and summary.json: written after the restore, from the same status.json
+    assert list(o.summary.not_restored) == left
+    assert o.summary.restore_with == (o.api_status["restore_with"] if left else "")  # type: ignore[index]
+    block = parsed(o.page).unrestored
+    assert (block is not None) == bool(left), "the page's block is there exactly when hosts were left changed"
+    if left:
+        assert f"NOT restored: {', '.join(left)}; finish with: {o.summary.restore_with}" in str(block)
+        assert block is not None and block.startswith("When this page was written")
 
 
 @pytest.mark.parametrize("name", list(CASES))
