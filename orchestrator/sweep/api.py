@@ -527,8 +527,23 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
     # named as the run's own end names them (sweep.runner._merge): `TESTBED/role` for several testbeds
     left = [f"{tb.testbed}/{role}" if parallel else role for tb in restored for role in tb.not_restored]
     progress.restore_ended(left)  # the status file says the testbed is back, or what is still changed
-    _list_running(run_dir)  # and reports/index.html, which showed what the run had left changed
+    _report_restored(run_dir, warn)  # and the run's page, summary.json and reports/index.html, read from it
     return RestoreOutcome(run_dir, manifest.run_id, restored)
+
+
+def _report_restored(run_dir: Path, warn: Warn) -> None:
+    """Write the run's report and the runs index again as the run's end writes them (_write_report:
+    a run with no trial journaled gets the index only), once status.json says what the restore
+    left. Why: the page and summary.json named the hosts left changed as of their writing, and
+    kept naming them after `orch restore` had put them back. The hosts are back whatever happens
+    here: a report that cannot be written is a warning, never the restore's error."""
+    try:
+        _, error, _ = _write_report(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the restore is done; its report is a convenience
+        error = f"{type(exc).__name__}: {exc} (a bug in orch: please report it)"
+    if error is not None:
+        page = RunDir(run_dir).index_html
+        warn(f"{page}: not written again after the restore: {error} (run `orch report {run_dir}` again)")
 
 
 def _restore_on_its_own(

@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.page_text import parsed
 from helpers.parallel_bed import Fleet, install
 from helpers.parallel_fakes import write_files
 
 from orchestrator.cli.main import main
-from orchestrator.errors import TransportError
+from orchestrator.errors import OrchError, TransportError
 from orchestrator.report.render import fresh_summary
 from orchestrator.report.site import index_page
 from orchestrator.sweep.hosts import HostGuard
@@ -218,3 +219,95 @@ def test_the_status_page_shows_it_above_the_table(
     banner, table = page.split('<table id="live">')
     assert 'id="unrestored"' in banner and "NOT restored: decode; finish with: orch restore" in banner
     assert "NOT restored: decode" in table
+
+
+# ----------------------------------------------------------------------------- the run's own page
+
+
+def page_block(run_dir: Path) -> str | None:
+    """The text of the run page's block naming the hosts left changed (None: no block)."""
+    return parsed((run_dir / "index.html").read_text()).unrestored
+
+
+def summary_left(run_dir: Path) -> list[str]:
+    return list(json.loads((run_dir / "summary.json").read_text())["not_restored"])
+
+
+def test_the_run_page_says_it_until_orch_restore_puts_the_hosts_back(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A")
+    block = page_block(run_dir)
+    assert block is not None and f"NOT restored: decode; finish with: orch restore {run_dir}" in block
+    assert summary_left(run_dir) == ["decode"]
+
+    fleet.broken = set()  # type: ignore[attr-defined]
+    code, out, err = orch(capsys, "restore", str(run_dir))
+    assert code == 0, out + err
+    assert page_block(run_dir) is None, "the page written again once every host is back"
+    assert "NOT restored" not in (run_dir / "index.html").read_text()
+    assert summary_left(run_dir) == [] and json.loads((run_dir / "summary.json").read_text())["restore_with"] == ""
+
+
+def test_a_partial_restore_leaves_the_page_naming_what_is_still_changed(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m, i = write_files(tmp_path, MATRIX, ("A", "B"))
+    fleet.broken = {("A", "decode"), ("B", "decode")}  # type: ignore[attr-defined]
+    code, out, err = orch(
+        capsys, "run", str(m), "-i", str(i), "--testbed", "A,B",
+        "--out", str(tmp_path / "reports"), "--run-id", "r1", "--seed", "1", "--skip-preflight",
+    )  # fmt: skip
+    assert code == 1, out + err
+    run_dir = tmp_path / "reports" / "r1"
+    assert summary_left(run_dir) == ["A/decode", "B/decode"]
+    assert "NOT restored: A/decode, B/decode;" in str(page_block(run_dir))
+
+    fleet.broken = {("B", "decode")}  # type: ignore[attr-defined]  # A answers again, B does not
+    code, out, err = orch(capsys, "restore", str(run_dir))
+    assert code == 1, out + err
+    assert fleet.file("A", "decode") == ENV["decode"].encode() != fleet.file("B", "decode")
+    assert summary_left(run_dir) == ["B/decode"]
+    assert f"NOT restored: B/decode; finish with: orch restore {run_dir}" in str(page_block(run_dir))
+
+
+@pytest.mark.parametrize("failure", [OrchError("disk full"), RuntimeError("a bug")], ids=["orch-error", "bug"])
+def test_a_page_that_cannot_be_written_again_is_a_warning_not_the_restores_error(
+    tmp_path: Path,
+    fleet: Fleet,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    failure: Exception,
+) -> None:
+    from orchestrator.report import render
+
+    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A")
+    fleet.broken = set()  # type: ignore[attr-defined]
+
+    def cannot(path: Path) -> None:
+        raise failure
+
+    monkeypatch.setattr(render, "write_report_and_summary", cannot)
+    code, out, err = orch(capsys, "restore", str(run_dir))
+    assert code == 0, out + err
+    assert fleet.file("A", "decode") == ENV["decode"].encode()
+    assert json.loads((run_dir / "status.json").read_text())["not_restored"] == []
+    said = " ".join((out + err).split())
+    why = "disk full" if isinstance(failure, OrchError) else "RuntimeError: a bug (a bug in orch: please report it)"
+    assert f"index.html: not written again after the restore: {why}" in said
+    assert f"orch report {run_dir}" in said
+
+
+def test_restore_of_a_run_that_had_no_page_writes_it_as_the_runs_end_would(
+    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run killed before its end has trials journaled and no page: the restore ends it as
+    `orch run` would (sweep.api._write_report), with no block once the hosts are back."""
+    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A")
+    (run_dir / "index.html").unlink()
+    (run_dir / "summary.json").unlink()
+    fleet.broken = set()  # type: ignore[attr-defined]
+    code, out, err = orch(capsys, "restore", str(run_dir))
+    assert code == 0, out + err
+    assert (run_dir / "index.html").is_file() and page_block(run_dir) is None
+    assert summary_left(run_dir) == []
