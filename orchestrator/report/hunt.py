@@ -392,8 +392,10 @@ def write_hunt_page(run_dir: Path) -> Path | None:
     return path
 
 
-def render(report: HuntReport) -> str:
-    """hunt.html: the summary's claims, no more, with every configuration and the cost."""
+def render(report: HuntReport, *, not_restored: Sequence[str] = (), restore_with: str = "") -> str:
+    """hunt.html: the summary's claims, no more, with every configuration and the cost; first, the
+    roles the run's restore had left changed when it was written (the run's report, Report.not_restored:
+    the runs index links a hunt's runs to this page, not to index.html)."""
     m, e = report.matrix, html.escape
     label, why = verdict(report)
     parts = [
@@ -401,8 +403,12 @@ def render(report: HuntReport) -> str:
         f"<title>hunt: {e(m.name)}</title>",
         "<style>body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
-        ".fails{color:#b00}.passes{color:#070}.undecided{color:#a60}</style></head><body>",
-        f"<h1>Culprit hunt: {e(m.name)}</h1><p>{e(m.description)}</p>",
+        ".fails{color:#b00}.passes{color:#070}.undecided{color:#a60}"
+        ".unrestored{color:#b00;font-weight:600;border-left:4px solid #b00;background:#ffebe9;padding:6px 12px}"
+        "</style></head><body>",
+        f"<h1>Culprit hunt: {e(m.name)}</h1>",
+        _left_changed(not_restored, restore_with),
+        f"<p>{e(m.description)}</p>",
         f"<h2>Verdict</h2><p><b>{e(label)}</b>: {e(why)}</p>",
     ]
     parts.append(_nothing_to_explain(report) if no_answer_lines(report) else _answer(report))
@@ -412,6 +418,18 @@ def render(report: HuntReport) -> str:
     parts.append(_cost(report))
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _left_changed(not_restored: Sequence[str], restore_with: str) -> str:
+    """report.html.j2's #unrestored block, in the same words; "" when the restore left nothing."""
+    if not not_restored:
+        return ""
+    e = html.escape
+    return (
+        "<div class='unrestored' id='unrestored'>When this page was written, this run had left its testbed "
+        f"changed: NOT restored: {e(', '.join(not_restored))}; finish with: <code>{e(restore_with)}</code> "
+        "(the runs index and <code>orch status</code> say whether it still is)</div>"
+    )
 
 
 def _nothing_to_explain(report: HuntReport) -> str:

@@ -198,7 +198,8 @@ def write_report_and_summary(run_dir: Path) -> tuple[Path, RunSummary]:
     if hunt is not None:
         from orchestrator.report.hunt import render as render_hunt
 
-        write_text_atomic(run.hunt_html, render_hunt(hunt), what="cannot write the hunt report")
+        page = render_hunt(hunt, not_restored=report.not_restored, restore_with=report.restore_with)
+        write_text_atomic(run.hunt_html, page, what="cannot write the hunt report")
     written = write_text_atomic(run.index_html, render_report(report), what="cannot write the report")
     summary = run_summary(report, run_series(rows))
     write_json_atomic(run.summary_json, summary)  # the index trusts it only when newer than the inputs

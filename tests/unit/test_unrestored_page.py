@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
 from helpers.page_text import parsed
 from helpers.report_synth import synthetic_run, write_run
 
@@ -15,12 +16,18 @@ from orchestrator.report.render import ROLES_SHOWN, write_report_and_summary
 from orchestrator.team.livestatus import LiveStatus
 
 
-def run_left(tmp_path: Path, not_restored: tuple[str, ...]) -> Path:
-    """A finished run whose restore left `not_restored` changed (none: restored fine)."""
-    manifest, records = synthetic_run(replicates=1, failures=False)
-    run_dir = write_run(tmp_path / "reports" / manifest.run_id, manifest, records, plan_json=True)
+def run_left(tmp_path: Path, not_restored: tuple[str, ...], *, hunt: bool = False) -> Path:
+    """A finished run (`hunt`: `orch hunt`'s) whose restore left `not_restored` changed (none:
+    restored fine)."""
+    if hunt:
+        run_dir = tmp_path / "reports" / "hunt"
+        matrix = small_hunt(tmp_path)
+        hunt_run(run_dir, matrix, truth_answer(matrix), limit=24)
+    else:
+        manifest, records = synthetic_run(replicates=1, failures=False)
+        run_dir = write_run(tmp_path / "reports" / manifest.run_id, manifest, records, plan_json=True)
     live = LiveStatus(run_dir)
-    live.start(len(manifest.plan), 0)
+    live.start(0, 0)
     live.stop()
     live.restore_ended(not_restored)
     return run_dir
@@ -59,3 +66,21 @@ def test_a_damaged_status_file_naming_thousands_of_roles_is_cut_with_the_count_s
     _, summary = write_report_and_summary(run_dir)
     assert len(summary.not_restored) == ROLES_SHOWN + 1
     assert summary.not_restored[-1] == f"… and {5000 - ROLES_SHOWN:,} more"
+
+
+def test_a_hunts_page_which_its_runs_link_to_says_it_in_the_same_words(tmp_path: Path) -> None:
+    run_dir = run_left(tmp_path, ("de<i>code</i>",), hunt=True)
+    write_report_and_summary(run_dir)
+    hunt_page = (run_dir / "hunt.html").read_text()
+    assert "de<i>code</i>" not in hunt_page and "de&lt;i&gt;code&lt;/i&gt;" in hunt_page
+    block = parsed(hunt_page).unrestored
+    assert block is not None and f"NOT restored: de<i>code</i>; finish with: orch restore {run_dir.absolute()}" in block
+    assert block == parsed((run_dir / "index.html").read_text()).unrestored, "the run's two pages say the same"
+    assert hunt_page.index("id='unrestored'") < hunt_page.index("<h2>Verdict</h2>")
+
+
+def test_a_hunt_that_restored_fine_has_no_block(tmp_path: Path) -> None:
+    run_dir = run_left(tmp_path, (), hunt=True)
+    write_report_and_summary(run_dir)
+    hunt_page = (run_dir / "hunt.html").read_text()
+    assert parsed(hunt_page).unrestored is None and "NOT restored" not in hunt_page
