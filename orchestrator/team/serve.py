@@ -35,6 +35,7 @@ other client out; a newcomer is refused only when every slot is serving a reques
 
 from __future__ import annotations
 
+import errno
 import functools
 import html
 import ipaddress
@@ -101,12 +102,25 @@ def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_
     root = reports_dir.resolve()
     if not root.is_dir():
         raise UsageError(f"reports folder {reports_dir} not found", hint="pass --reports DIR")
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        return ReportsServer((host, port), _handler(root, host), MAX_CONNECTIONS)
+        return ReportsServer((host, port), _handler(root, host), MAX_CONNECTIONS, family=_family(host))
     except OSError as exc:
-        raise UsageError(
-            f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port, or stop what uses it"
-        ) from exc
+        hint = (
+            "pick another --port, or stop what uses it"
+            if exc.errno == errno.EADDRINUSE
+            else "--host takes an address of this machine, e.g. 127.0.0.1 or ::1"
+        )
+        raise UsageError(f"--host/--port: cannot listen on {shown}: {exc.strerror}", hint=hint) from exc
+
+
+def _family(host: str) -> socket.AddressFamily:
+    """IPv6 for an IPv6 address (`--host ::1`): the server's socket was IPv4 whatever the address,
+    and `::1` failed with `Address family for hostname not supported`."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:  # a name (localhost): resolved for IPv4, as before
+        return socket.AF_INET
 
 
 class ReportsServer(ThreadingHTTPServer):
@@ -116,7 +130,14 @@ class ReportsServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = MAX_CONNECTIONS  # listen()'s backlog (socketserver's 5 made the kernel drop SYNs)
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        max_connections: int,
+        family: socket.AddressFamily = socket.AF_INET,
+    ) -> None:
+        self.address_family = family  # before binding: socketserver makes its socket of this family
         self._slots = threading.BoundedSemaphore(max_connections)  # before binding: it is used once serving
         self._waiting: dict[ReportsHandler, None] = {}  # connections still reading their request, oldest first
         self._waiting_lock = threading.Lock()
