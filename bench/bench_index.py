@@ -7,7 +7,10 @@ inputs: what tests/team/test_runs_index_bounds.py makes), aged past SETTLE_NS be
 runs of past nights are. Each round times, before and after on the same folder: the first view
 (an empty cache), a second view, a view after one run's summary.json is written again, after a
 run folder is added, after one is removed, and a second /api/runs. Every cached page is checked
-equal to the uncached one. Printed: the median of the rounds per step, and before/after.
+equal to the uncached one. Printed: the median of the rounds per step, and before/after; then the
+memory a view leaves held (tracemalloc, per run folder): every entry with its series (before: what
+the EntryCache held, ~35 KB a run) beside the EntryCache after a view (series only of the runs a
+trend draws: report.site.SeriesWindow).
 
     python bench/bench_index.py [--runs 2000] [--rounds 3]
 """
@@ -15,11 +18,13 @@ equal to the uncached one. Printed: the median of the rounds per step, and befor
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +36,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the synthetic run generator shared wi
 from helpers.report_synth import synthetic_run, write_run  # noqa: E402
 
 from orchestrator.report.render import fresh_summary, write_report_and_summary  # noqa: E402
-from orchestrator.report.site import SETTLE_NS, EntryCache, index_page  # noqa: E402
+from orchestrator.report.site import SETTLE_NS, EntryCache, index_page, run_entries  # noqa: E402
 from orchestrator.team.serve import runs_page  # noqa: E402
 
 KEPT = ("run.json", "journal.jsonl", "summary.json")
@@ -90,6 +95,32 @@ def one_round(reports: Path, seed: Path, extra: str, after_first: bool) -> dict[
     return out
 
 
+def held(make: Callable[[], object]) -> int:
+    """Bytes what make() returns holds once made (tracemalloc, garbage collected)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        kept = make()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - start if kept is not None else 0
+    finally:
+        tracemalloc.stop()
+
+
+def memory(reports: Path, n: int) -> None:
+    def viewed() -> EntryCache:
+        cache = EntryCache()
+        index_page(reports, fresh_summary, cache)
+        return cache
+
+    before = held(lambda: run_entries(reports, fresh_summary))
+    after = held(viewed)
+    kb = before / n / 1e3
+    print(f"held after a view of {n} runs: all series {before / 1e6:.1f} MB ({kb:.1f} KB a run), ", end="")
+    print(f"EntryCache {after / 1e6:.1f} MB ({after / n / 1e3:.1f} KB a run); before/after {before / after:.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2000)
@@ -101,6 +132,7 @@ def main() -> None:
         index_page(seed.parent, fresh_summary)  # imports, templates: not the views' cost
         time.sleep(SETTLE_NS / 1e9 + 0.2)  # runs of past nights: settled
         rounds = [one_round(reports, seed, f"20260510-{r:06d}-added", r % 2 == 1) for r in range(args.rounds)]
+        memory(reports, args.runs)
     print(f"{args.runs} run folders, median of {args.rounds} round(s); seconds per view")
     print(f"{'step':<28}{'before':>10}{'after':>10}{'before/after':>14}")
     for step in STEPS:

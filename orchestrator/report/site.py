@@ -12,6 +12,8 @@ out what happened.
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import os
 import stat
 import threading
@@ -32,7 +34,15 @@ from orchestrator.errors import OrchError
 from orchestrator.report.page import csp, environment
 from orchestrator.report.series import SeriesPoint
 from orchestrator.report.summary import Rebuild, RunSummary
-from orchestrator.report.trends import USABLE, GroupTrend, NightRun, change_text, group_trends, regression_check
+from orchestrator.report.trends import (
+    TREND_RUNS,
+    USABLE,
+    GroupTrend,
+    NightRun,
+    change_text,
+    group_trends,
+    regression_check,
+)
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.liveness import STALE, StatusFile, read_status, recorded_restore, state_of
 from orchestrator.store.manifest import load_manifest
@@ -105,8 +115,9 @@ def write_index(reports_dir: Path, rebuild: Rebuild) -> Path:
 
 
 def index_page(reports_dir: Path, rebuild: Rebuild, cache: EntryCache | None = None) -> str:
-    """The index as HTML (`orch serve` renders it live, with its EntryCache; write_index stores it)."""
-    entries = run_entries(reports_dir, rebuild, cache)
+    """The index as HTML (`orch serve` renders it live, with its EntryCache; write_index stores it).
+    Each run's series only where the page draws it (SeriesWindow)."""
+    entries = run_entries(reports_dir, rebuild, cache, all_series=False)
     return _render_index(entries) if cache is None else cache.page(entries, _render_index)
 
 
@@ -132,11 +143,45 @@ def _render_index(entries: list[RunEntry]) -> str:
     )
 
 
-def run_entries(reports_dir: Path, rebuild: Rebuild, cache: EntryCache | None = None) -> list[RunEntry]:
-    """Every run of the folder, newest first; `cache`: an unchanged run folder is not read again."""
+def run_entries(
+    reports_dir: Path, rebuild: Rebuild, cache: EntryCache | None = None, *, all_series: bool = True
+) -> list[RunEntry]:
+    """Every run of the folder, newest first; `cache`: an unchanged run folder is not read again
+    (its entries carry series only where the index draws them, as with `all_series` False)."""
     if cache is not None:
         return cache.entries(reports_dir, rebuild)
-    return _newest_first(_bounded(_entry(d, rebuild).entry) for d in _run_dirs(reports_dir))
+    read = (_bounded(_entry(d, rebuild).entry) for d in _run_dirs(reports_dir))
+    if all_series:  # regression_changes: an older run is checked against its own earlier runs
+        return _newest_first(read)
+    window, kept = SeriesWindow(), dict[str, RunEntry]()
+    for e in read:
+        kept[e.directory] = e
+        for out in window.admit(e):
+            kept[out] = replace(kept[out], series=())
+    return _newest_first(kept.values())
+
+
+class SeriesWindow:
+    """Which runs' series the index uses: the newest TREND_RUNS finished runs of each matrix +
+    inventory group (a trend line's points; its regression check reads LOOKBACK < TREND_RUNS of
+    them). Why: a run's series is ~35 KB in memory, 98% of its entry, and the index of 20,000 runs
+    held all of them (761 MB) to draw 30 points a group. Fed runs in any order, it says which
+    leave the window (their series are dropped), so no more than the window is held at once."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, list[tuple[str, str]]] = {}  # a min-heap of (started, directory) each
+
+    def admit(self, e: RunEntry) -> list[str]:
+        """The directories whose series are no longer needed now that `e` is seen (`e`'s own when
+        it is not in the window)."""
+        if not e.group or e.status not in USABLE:
+            return [e.directory]
+        heap = self._groups.setdefault(e.group, [])
+        heapq.heappush(heap, (e.started, e.directory))  # the index's order: newest first by these
+        return [heapq.heappop(heap)[1]] if len(heap) > TREND_RUNS else []
+
+    def holds(self, e: RunEntry) -> bool:
+        return (e.started, e.directory) in self._groups.get(e.group, ())
 
 
 def _newest_first(entries: Iterable[RunEntry]) -> list[RunEntry]:
@@ -212,11 +257,16 @@ class EntryCache:
             if self._of != (reports_dir, rebuild):  # another folder, another rebuild: nothing applies
                 self._kept, self._of = {}, (reports_dir, rebuild)
             settled_before = self._clock() - SETTLE_NS
-            now = [
-                self._current(name, path, stamp, rebuild, settled_before) for name, path, stamp in _folders(reports_dir)
-            ]
-            self._kept = {k.name: k for k in now if k.keep}  # only folders listed now
-        return _newest_first(k.read.entry for k in now)
+            window, now = SeriesWindow(), dict[str, _Kept]()
+            for name, path, stamp in _folders(reports_dir):
+                now[name] = self._current(name, path, stamp, rebuild, settled_before)
+                for out in window.admit(now[name].read.entry):
+                    now[out] = now[out].slimmed()
+            for name, k in now.items():  # a run whose series an earlier view dropped, drawn now (a newer one gone)
+                if k.slim and window.holds(k.read.entry):
+                    now[name] = self._read(name, os.path.join(reports_dir, name), rebuild, settled_before)
+            self._kept = {k.name: k for k in now.values() if k.keep}  # only folders listed now
+        return _newest_first(k.read.entry for k in now.values())
 
     def page(self, entries: list[RunEntry], render: Callable[[list[RunEntry]], str]) -> str:
         """render(entries), or the page rendered last when it was of these very entries (nothing
@@ -231,14 +281,19 @@ class EntryCache:
         return page
 
     def _current(self, name: str, path: str, run_json: Stamp, rebuild: Rebuild, settled_before: int) -> _Kept:
-        stamps = (run_json, *(_stamp(f"{path}/{f}") for f in READ_FILES[1:]))  # before reading: a later write shows
         old = self._kept.get(name)
-        if old is not None and old.stamps == stamps and _same_liveness(old.read):
+        if old is not None and old.stamps == _digest(_stamps(path, run_json)) and _same_liveness(old.read):
             return old
+        return self._read(name, path, rebuild, settled_before, run_json)
+
+    def _read(self, name: str, path: str, rebuild: Rebuild, settled_before: int, run_json: Stamp = None) -> _Kept:
+        stamps = _stamps(path, run_json or _stamp(f"{path}/{RUN_JSON}"))  # before reading: a later write shows
         read = _entry(Path(path), rebuild)
         read = replace(read, entry=_bounded(read.entry))
         settled = all(s is None or s[5] < settled_before for s in stamps)
-        return _Kept(name, stamps, read, keep=settled and not read.entry.error)  # an error may pass: read again
+        return _Kept(
+            name, _digest(stamps), read, keep=settled and not read.entry.error
+        )  # an error may pass: read again
 
 
 def _same_objects(a: Sequence[RunEntry], b: Sequence[RunEntry]) -> bool:
@@ -249,9 +304,23 @@ def _same_objects(a: Sequence[RunEntry], b: Sequence[RunEntry]) -> bool:
 @dataclass(frozen=True)
 class _Kept:
     name: str
-    stamps: tuple[Stamp, ...]
+    stamps: bytes  # _digest of the stamps of READ_FILES: 7 tuples of 6 ints were 2 KB a run
     read: _Read
     keep: bool
+    slim: bool = False  # its series dropped (not in the SeriesWindow when last seen)
+
+    def slimmed(self) -> _Kept:
+        if self.slim or not self.read.entry.series:
+            return self
+        return replace(self, read=replace(self.read, entry=replace(self.read.entry, series=())), slim=True)
+
+
+def _stamps(path: str, run_json: Stamp) -> tuple[Stamp, ...]:
+    return (run_json, *(_stamp(f"{path}/{f}") for f in READ_FILES[1:]))
+
+
+def _digest(stamps: tuple[Stamp, ...]) -> bytes:
+    return hashlib.blake2b(repr(stamps).encode(), digest_size=16).digest()
 
 
 def _same_liveness(read: _Read) -> bool:

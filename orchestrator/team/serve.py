@@ -35,6 +35,7 @@ other client out; a newcomer is refused only when every slot is serving a reques
 
 from __future__ import annotations
 
+import errno
 import functools
 import html
 import ipaddress
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, Sequence
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
+from orchestrator.core.clip import clip
 from orchestrator.core.endpoints import LOOPBACK_NAMES
 from orchestrator.core.redact import Redactor
 from orchestrator.errors import OrchError, UsageError
@@ -87,6 +89,7 @@ HEADER_DEADLINE_S = 15.0  # the request line and headers, in all (see the module
 MAX_CONNECTIONS = 64  # served at once, a thread each (see the module's doc for the excess)
 EVICT_WAIT_S = 1.0  # how long a newcomer waits for the slot of the connection it cut off
 CSP_HEAD_BYTES = 8192  # where a report page carries its CSP meta tag
+QUOTED_CHARS = 200  # of a refused request's own text, quoted in the refusal
 PAGE_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 _Request = socket.socket | tuple[bytes, socket.socket]  # what socketserver hands a server (TCP: a socket)
@@ -99,12 +102,25 @@ def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_
     root = reports_dir.resolve()
     if not root.is_dir():
         raise UsageError(f"reports folder {reports_dir} not found", hint="pass --reports DIR")
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
-        return ReportsServer((host, port), _handler(root, host), MAX_CONNECTIONS)
+        return ReportsServer((host, port), _handler(root, host), MAX_CONNECTIONS, family=_family(host))
     except OSError as exc:
-        raise UsageError(
-            f"cannot listen on {host}:{port}: {exc.strerror}", hint="pick another --port, or stop what uses it"
-        ) from exc
+        hint = (
+            "pick another --port, or stop what uses it"
+            if exc.errno == errno.EADDRINUSE
+            else "--host takes an address of this machine, e.g. 127.0.0.1 or ::1"
+        )
+        raise UsageError(f"--host/--port: cannot listen on {shown}: {exc.strerror}", hint=hint) from exc
+
+
+def _family(host: str) -> socket.AddressFamily:
+    """IPv6 for an IPv6 address (`--host ::1`): the server's socket was IPv4 whatever the address,
+    and `::1` failed with `Address family for hostname not supported`."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:  # a name (localhost): resolved for IPv4, as before
+        return socket.AF_INET
 
 
 class ReportsServer(ThreadingHTTPServer):
@@ -114,7 +130,14 @@ class ReportsServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = MAX_CONNECTIONS  # listen()'s backlog (socketserver's 5 made the kernel drop SYNs)
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], max_connections: int) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        max_connections: int,
+        family: socket.AddressFamily = socket.AF_INET,
+    ) -> None:
+        self.address_family = family  # before binding: socketserver makes its socket of this family
         self._slots = threading.BoundedSemaphore(max_connections)  # before binding: it is used once serving
         self._waiting: dict[ReportsHandler, None] = {}  # connections still reading their request, oldest first
         self._waiting_lock = threading.Lock()
@@ -243,6 +266,9 @@ class ReportsHandler(BaseHTTPRequestHandler):
         if self._disarm():
             self.close_connection = True
             return False
+        if parsed and self.request_version == "HTTP/0.9":  # `GET /`: its answer would have no headers
+            self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED, "HTTP/0.9 is not served: send HTTP/1.0 or later")
+            return False
         return parsed
 
     def finish(self) -> None:
@@ -266,9 +292,14 @@ class ReportsHandler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (400, 414, 431, 501...) in plain text under this server's
         headers: its default was an HTML page with neither nosniff nor a CSP, quoting the method
-        or line the client sent."""
+        or line the client sent. A request line it cannot parse (`GARBAGE`, `GET / HTTP/9.9`) left
+        the version at HTTP/0.9, whose answers have no status line and no headers: the client got
+        a bare body. Such a refusal is answered as HTTP/1.0, and the client's text it quotes is cut."""
         self.close_connection = True
-        body = f"{code} {message or HTTPStatus(code).phrase}\n".encode("utf-8", errors="replace")
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+        text = clip(" ".join((message or HTTPStatus(code).phrase).split()), QUOTED_CHARS)
+        body = f"{code} {text}\n".encode("utf-8", errors="replace")
         self._send(HTTPStatus(code), body, "text/plain; charset=utf-8", cache=False, extra={"Connection": "close"})
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - quiet by default

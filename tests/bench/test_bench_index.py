@@ -14,3 +14,4 @@ def test_tiny_run_prints_before_after_and_ratio() -> None:
         line = next(line for line in out.splitlines() if line.startswith(step))
         assert line.split()[-1].endswith("x"), line
     assert "/api/runs again" in out
+    assert "held after a view of 5 runs: all series" in out and "EntryCache" in out

@@ -274,3 +274,25 @@ def test_a_long_queue_is_shown_as_its_first_items_and_a_count_of_the_rest(
     assert len(data["queue"]) == QUEUE_SHOWN and data["queue_more"] == 150
     page = environment().get_template(STATUS_TEMPLATE).render(s=snap, refresh=5, csp="")
     assert page.count('<td class="num">') == 2 * QUEUE_SHOWN and "… and 150 more queued" in page
+
+
+def test_the_status_views_read_an_unchanged_run_json_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """/status and /api/status parsed every run's run.json on every view (20,000 runs: 20 s a view)."""
+    import orchestrator.team.livestatus as livestatus
+
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    run = write_run(tmp_path / "reports" / "20260509-a", manifest, records)
+    (run / "status.json").write_text(status(state="finished").model_dump_json())
+    read: list[Path] = []
+    real = livestatus.load_manifest
+
+    def counting(run_dir: Path, *, plan: bool = True) -> RunManifest:
+        read.append(run_dir)
+        return real(run_dir, plan=plan)
+
+    monkeypatch.setattr(livestatus, "load_manifest", counting)
+    first = snapshot(tmp_path / "reports")
+    assert snapshot(tmp_path / "reports").runs == first.runs
+    assert len(read) == 1 and first.runs[0].run_status == manifest.status
+    save_manifest(run, manifest.model_copy(update={"status": "interrupted"}))  # changed: read again
+    assert snapshot(tmp_path / "reports").runs[0].run_status == "interrupted" and len(read) == 2

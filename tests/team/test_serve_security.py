@@ -163,6 +163,12 @@ def raw_answer(base: str, request: bytes) -> tuple[bytes, bytes]:
         (b"<svg/onload=alert(1)> / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"501"),  # an unknown method
         (b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", b"431"),  # a header too long
         (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", b"414"),  # a request line too long
+        # a request line http.server cannot parse got a bare body: no status line, no headers
+        (b"GARBAGE\r\n\r\n", b"400"),
+        (b"GET / HTTP/9.9\r\nHost: 127.0.0.1\r\n\r\n", b"505"),
+        (b"GET / FOO/1.0\r\n\r\n", b"400"),
+        (b"A" * 60000 + b"\r\n\r\n", b"400"),  # 60 KB of one word: under the 64 KiB line cap
+        (b"GET /\r\n\r\n", b"505"),  # HTTP/0.9: the index was sent with no header at all (no CSP)
     ],
 )
 def test_http_servers_own_refusals_are_plain_text_with_nosniff(base: str, request_bytes: bytes, status: bytes) -> None:
@@ -171,3 +177,4 @@ def test_http_servers_own_refusals_are_plain_text_with_nosniff(base: str, reques
     assert lines[0].split(b" ")[1] == status, lines[0]
     assert b"Content-Type: text/plain; charset=utf-8" in lines and b"X-Content-Type-Options: nosniff" in lines
     assert body.startswith(status) and b"<" not in body.replace(b"<svg/onload=alert(1)>", b"")
+    assert b"Connection: close" in lines and len(body) < 300  # the client's text is quoted cut, and the slot freed
