@@ -353,3 +353,36 @@ def test_a_factor_effect_between_cells_stopped_high_and_cells_run_on_is_no_findi
     assert after.low <= effect.low and after.high >= effect.high  # the hull of both readings
     assert not names_a_finding(report)
     assert report.policy.endswith(stopped.POLICY) and "anytime-valid" in stopped.POLICY
+
+
+def test_a_wall_driven_by_the_failures_of_cells_stopped_high_is_no_finding_after_the_stop():
+    """The rule stops on the proportion; a number metric of the same trials is tested unchanged
+    (report.stopped's docstring). Its worst case: STOPPED_HIGH's run, each trial's wall rising with
+    its own failures (a shared trial effect, rank correlation 1). The wall's bf16_index_k effect
+    leans the way the stops left the rates (raw p 0.017: ranks of 51 trials, the trial the unit),
+    and stays far from a finding once Holm counts it with the report's every other test, adaptive
+    or not: the number tests are the same in both readings. bench_adaptive_numbers.py measures it:
+    A/A wall findings after a stop at or below the fixed design's at trial correlation 0-0.9."""
+    from orchestrator.report.build import build_report, names_a_finding
+    from orchestrator.store.planrecord import make_manifest
+
+    inventory = read_inventory(REPO / "inventory/local.yaml")
+    plan = make_plan(read_matrix(REPO / "matrices/overlap_hunt.yaml"), inventory.testbed(None), seed=1)
+    records = []
+    for step in plan.steps:
+        ks = STOPPED_HIGH[step.trial.cell.id]
+        if step.trial.round < len(ks):
+            made = record(step, ks[step.trial.round])
+            wall = MetricValue(kind="number", value=30.0 + 3.0 * ks[step.trial.round] + 0.01 * step.trial.index)
+            records.append(made.model_copy(update={"metrics": {**made.metrics, "wall": wall}}))
+    manifest = make_manifest(plan, inventory, "r", "x").model_copy(
+        update={"metrics": {"corruption": "proportion", "wall": "number"}, "status": "completed", "ended": "y"}
+    )
+    adaptive = build_report(manifest.model_copy(update={"adaptive": True}), records)
+    fixed = build_report(manifest.model_copy(update={"adaptive": False}), records)
+    effect = next(e for e in adaptive.number_effects if e.factor == "bf16_index_k")
+    assert effect.stratified and effect.shift > 0 and 0.01 < effect.p < 0.05  # leans, as the stops left it
+    assert effect.p_holm > 0.5 and not effect.finding  # one family with the proportion tests
+    assert not any(c.numbers["wall"].significant for c in adaptive.cells) and not names_a_finding(adaptive)
+    assert [e.p for e in fixed.number_effects] == [e.p for e in adaptive.number_effects]
+    assert [c.numbers["wall"].p for c in fixed.cells] == [c.numbers["wall"].p for c in adaptive.cells]
