@@ -148,6 +148,17 @@ def test_a_host_described_once_per_run_has_gpu_env_and_server_facts() -> None:
     assert facts["server_version"] == "0.5.4" and "fake-server --unit decode-server" in facts["exec_start"]
 
 
+def test_a_hosts_gpu_facts_go_through_the_redactor_as_its_other_fields() -> None:
+    """nvidia-smi's text is the host's to say: a secret-shaped value in a GPU's name is masked in
+    run.json's host line as its command line and server info are (it was written as printed)."""
+    bed = make_bed({"decode": Role(env="X=1\n")})
+    token = "hf_" + "Q" * 20
+    bed.transports["decode"].script(gpuinfo.COMMAND, stdout=H100.replace("80GB HBM3", token))
+    facts = describe_host(bed.deployment.hosts["decode"], Servers(bed.deployment.hosts).client(), None, Redactor())
+    assert (facts["gpu_model"], facts["gpu_driver"], facts["cuda"]) == ("8 x NVIDIA H100 ••••", "550.54.15", "12.4")
+    assert token not in json.dumps(facts)
+
+
 # ----------------------------------------------------------------------------- the controller
 @pytest.mark.process
 def test_the_controller_is_described_with_a_masked_command_line() -> None:

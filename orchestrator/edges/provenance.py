@@ -127,7 +127,7 @@ def describe_host(
         out["server_info"] = redactor.text(info.summary)[:LIMIT]
         if info.version:
             out["server_version"] = info.version
-    out.update(gpu_facts(handle).lines())
+    out.update({k: redactor.text(v)[:LIMIT] for k, v in gpu_facts(handle).lines().items()})  # as every field
     if original_env is not None:
         out["env_sha256_before"] = hashlib.sha256(original_env).hexdigest()
     return out
