@@ -8,6 +8,7 @@ says "not available" rather than leaving the reader to guess whether anyone look
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 NOT_AVAILABLE = "not available"
@@ -34,7 +35,27 @@ class GpuInfo:
     cuda: str = NOT_AVAILABLE
 
     def lines(self) -> dict[str, str]:
-        return {"gpu_model": self.model, "gpu_driver": self.driver, "cuda": self.cuda}
+        return dict(zip(FIELDS, (self.model, self.driver, self.cuda), strict=True))
+
+    @property
+    def known(self) -> bool:
+        """Whether nvidia-smi told anything: a field other than "not available"."""
+        return any(v != NOT_AVAILABLE for v in (self.model, self.driver, self.cuda))
+
+    def in_words(self) -> str:
+        """'2 x NVIDIA H100 80GB HBM3, driver 550.54.15, CUDA 12.4': what a comparison quotes."""
+        return f"{self.model}, driver {self.driver}, CUDA {self.cuda}"
+
+
+FIELDS = ("gpu_model", "gpu_driver", "cuda")  # GpuInfo.lines()' keys in a run.json host line
+
+
+def of_host(described: Mapping[str, str] | None) -> GpuInfo | None:
+    """The GPU facts a run.json host line holds (edges.provenance.describe_host wrote them), or None
+    where it holds none: a run.json of an older orch, or a run ended before its servers answered."""
+    if not described or not any(k in described for k in FIELDS):
+        return None
+    return GpuInfo(*(described.get(k, NOT_AVAILABLE) for k in FIELDS))
 
 
 def parse(output: str) -> GpuInfo:

@@ -3,11 +3,11 @@
 Compare matches cells by their level names, and a reader takes a row's difference as the change's
 ("B is better than A"). That holds only when nothing else changed: another testbed or host, other
 server builds, another repro command (more sessions, another workload), other validity rules, a
-level that sets other env values under the same name. Each is said, one line each, above the rows.
-A metric whose definition differs (its kind, its regex, how a collector reads it) measured
-something else under one name: it is not compared at all, since no caution makes its rows mean
-anything. Everything here is read from the two run.json files (their matrix and inventory texts,
-hosts and what served the trials): pure, no file is read.
+level that sets other env values under the same name, other GPUs, driver or CUDA. Each is said,
+one line each, above the rows. A metric whose definition differs (its kind, its regex, how a
+collector reads it) measured something else under one name: it is not compared at all, since no
+caution makes its rows mean anything. Everything here is read from the two run.json files (their
+matrix and inventory texts, hosts with their GPUs, and what served the trials): pure, no file is read.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from orchestrator.core import gpuinfo
 from orchestrator.core.bounded import MAX_CONFIG_BYTES
 from orchestrator.core.clip import clip
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
@@ -37,7 +38,7 @@ def unlike(a: RunManifest, b: RunManifest) -> Unlike:
     """PURE: how run B differs from run A besides its cells' levels."""
     ma, mb = (matrix_of(m) for m in (a, b)) if a.matrix_sha256 != b.matrix_sha256 else (None, None)
     metrics = _metric_definitions(a, b, ma, mb)
-    context = [*_matrix_lines(a, b, ma, mb), *_testbed_lines(a, b), *_served_lines(a, b)]
+    context = [*_matrix_lines(a, b, ma, mb), *_testbed_lines(a, b), *_gpu_lines(a, b), *_served_lines(a, b)]
     if a.orch_version != b.orch_version:
         context.append(f"orch {a.orch_version} ran A, orch {b.orch_version} ran B (how it judges a trial may differ)")
     return Unlike(metrics, tuple(context))
@@ -156,7 +157,45 @@ def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
 
 
 def _host(described: Mapping[str, str] | None) -> str:
-    return _quote(", ".join(f"{k}={v}" for k, v in sorted(described.items()))) if described else "no host"
+    """Where a role ran, quoted; its GPU facts left to _gpu_lines, which says them whole (in this
+    text, cut at QUOTE_CHARS, a GPU that differed read as another host and was cut off)."""
+    where = {k: v for k, v in (described or {}).items() if k not in gpuinfo.FIELDS}
+    return _quote(", ".join(f"{k}={v}" for k, v in sorted(where.items()))) if where else "no host"
+
+
+def _gpu_lines(a: RunManifest, b: RunManifest) -> list[str]:
+    """Each role's GPUs, driver and CUDA version where they differ (run.json's host lines, asked of
+    nvidia-smi once per run): other hardware under one cell's name. A role whose GPUs only one run
+    knows is said once for all such roles, with why the other does not: never guessed alike."""
+    out, one_sided = [], []
+    for role in sorted(set(a.hosts) & set(b.hosts)):
+        ga, gb = (_gpus(m, role) for m in (a, b))
+        if ga == gb or not (ga and ga.known or gb and gb.known):
+            continue
+        if ga and ga.known and gb and gb.known:
+            out.append(f"the {role} role ran on GPUs {_quote(ga.in_words())} in A, on {_quote(gb.in_words())} in B")
+        else:
+            one_sided.append((role, ga, gb))
+    if one_sided:
+        out.append(_one_sided(one_sided))
+    return out
+
+
+def _gpus(m: RunManifest, role: str) -> gpuinfo.GpuInfo | None:
+    """The role's GPU facts as the page may show them (masked as the report masks host lines)."""
+    described = m.hosts.get(role) or {}
+    return gpuinfo.of_host({k: m.redactor.value(k, described[k]) for k in gpuinfo.FIELDS if k in described})
+
+
+def _one_sided(roles: list[tuple[str, gpuinfo.GpuInfo | None, gpuinfo.GpuInfo | None]]) -> str:
+    """One sentence for the roles whose GPUs one run names and the other does not, saying why not."""
+    said = []
+    for role, ga, gb in roles:
+        known, run, other, missing = (ga, "A", "B", gb) if ga and ga.known else (gb, "B", "A", ga)
+        why = "nvidia-smi was not available (not there, or it failed)" if missing else "run.json records none"
+        words = known.in_words() if known else gpuinfo.NOT_AVAILABLE
+        said.append(f"the {role} role ran on {_quote(words)} in {run}; in {other} {why}")
+    return f"the GPUs are known in one run only, so whether they differed is not known: {'; '.join(said)}"
 
 
 def _served_lines(a: RunManifest, b: RunManifest) -> list[str]:
