@@ -143,24 +143,78 @@ def _settings(lv: Level) -> str:
 
 
 def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
-    """Where the runs ran: the testbed, each role's host, the inventory file."""
+    """Where the runs ran: the testbed, each role's host facts that differ, the inventory file."""
     out = []
     if a.testbed != b.testbed:
         out.append(f"A ran on testbed {a.testbed!r}, B on {b.testbed!r}")
     for role in sorted(set(a.hosts) | set(b.hosts)):
-        ha, hb = (_host(m.hosts.get(role)) for m in (a, b))
-        if ha != hb:
-            out.append(f"the {role} role ran on {ha} in A, on {hb} in B")
+        ha, hb = (_host_facts(m, role) for m in (a, b))
+        if ha is None or hb is None:
+            if ha != hb:
+                out.append(f"the {role} role ran on {_host(ha)} in A, on {_host(hb)} in B")
+        elif said := _facts_that_differ(ha, hb):
+            out.append(f"the {role} role's " + "; its ".join(said))
     if not out and a.inventory_sha256 != b.inventory_sha256:
         out.append(f"the inventory file differs ({_first_difference(a.inventory_text, b.inventory_text)})")
     return out
 
 
-def _host(described: Mapping[str, str] | None) -> str:
-    """Where a role ran, quoted; its GPU facts left to _gpu_lines, which says them whole (in this
-    text, cut at QUOTE_CHARS, a GPU that differed read as another host and was cut off)."""
-    where = {k: v for k, v in (described or {}).items() if k not in gpuinfo.FIELDS}
-    return _quote(", ".join(f"{k}={v}" for k, v in sorted(where.items()))) if where else "no host"
+# run.json's host facts in words: where a role ran (store.planrecord) and what orch found there
+# (edges.provenance.describe_host); a fact not named here is said by its key
+HOST_FACTS = {
+    "address": "address",
+    "transport": "transport",
+    "env_file": "env file",
+    "dialect": "env file dialect",
+    "units": "units",
+    "health": "health URL",
+    "exec_start": "units' command line",
+    "server_info": "server info",
+    "server_version": "server version",
+    "env_sha256_before": "env file as the run began (sha256)",
+}
+
+
+def _host_facts(m: RunManifest, role: str) -> dict[str, str] | None:
+    """A role's host facts as the page may show them (masked as the report masks host lines), its
+    GPU facts left to _gpu_lines, which says them whole; None: the run has no such role."""
+    described = m.hosts.get(role)
+    if described is None:
+        return None
+    return {k: m.redactor.value(k, v) for k, v in described.items() if k not in gpuinfo.FIELDS}
+
+
+def _host(facts: Mapping[str, str] | None) -> str:
+    return _quote(", ".join(f"{k}={v}" for k, v in sorted(facts.items()))) if facts else "no host"
+
+
+def _facts_that_differ(ha: Mapping[str, str], hb: Mapping[str, str]) -> list[str]:
+    """Each host fact that differs, by name, as it was in A and in B. Why not the whole host line:
+    cut at QUOTE_CHARS, a command line that differed at its end read the same in both runs, and
+    any difference read as another host."""
+    said = []
+    for key in sorted(set(ha) | set(hb)):
+        va, vb = ha.get(key), hb.get(key)
+        if va != vb:
+            qa, qb = _quote_apart(va, vb)
+            said.append(f"{HOST_FACTS.get(key, key)} differed: {qa} in A, {qb} in B")
+    return said
+
+
+def _quote_or_none(text: str | None) -> str:
+    return _quote(text) if text is not None else "not recorded"
+
+
+def _quote_apart(a: str | None, b: str | None) -> tuple[str, str]:
+    """Two texts quoted so that where they differ shows: past a long common start, each is quoted
+    from a little before its first difference (the start left out as '…'); None: not recorded."""
+    if a is None or b is None:
+        return _quote_or_none(a), _quote_or_none(b)
+    same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    start = max(0, same - QUOTE_CHARS // 4)
+    if start == 0:
+        return _quote(a), _quote(b)
+    return "…" + _quote(a[start:]), "…" + _quote(b[start:])
 
 
 def _gpu_lines(a: RunManifest, b: RunManifest) -> list[str]:
