@@ -4,10 +4,10 @@ user has (`orch status`, then `orch restore RUN_DIR` or `orch resume RUN_DIR`), 
 promise checked after every kill:
 
 - the journal stays readable: no trial recorded twice, no trial outside the plan;
-- `orch status` calls a killed run `stale` and names both ways back with the run's full path; a
-  run that exited on its own is not stale, and any host it says it left (`not_restored`) is one
-  whose env file really differs;
-- a SIGTERM or a single-stopped SIGINT exits 130 (0 if it had finished) with every host restored,
+- `orch status` and the runs index call a killed run `stale`, and status names both ways back with
+  the run's full path; a run that exited on its own is not stale, and any host it says it left
+  (`not_restored`) is one whose env file really differs;
+- a handled SIGTERM or SIGINT (twice) exits 130 (0 if it had finished) with every host restored,
   unless `not_restored` names it;
 - `orch restore RUN_DIR`: every env file byte-identical to before the run, no process of the run
   (its units, by the pid files the simulator wrote, and its repro) alive, no lock or copy left;
@@ -54,6 +54,7 @@ TESTS = Path(__file__).resolve().parents[1]
 PHASES: dict[str, tuple[int, float]] = {
     "spawn": (1, 3.5),  # interpreter, imports, plan, connect: before the backup
     "run-folder": (1, 0.8),  # the run folder made, the testbed locked, the index written: before the backup
+    "index": (1, 0.4),  # the runs index written as the run starts (before the backup)
     "backup": (1, 0.15),
     "host-write": (14, 0.0),  # a file written on a host: copies, units' records, env files, originals back
     "restart": (8, 0.12),
@@ -207,7 +208,7 @@ def check_all(bed: SimBed, point: KillPoint, out: Outcome) -> list[str]:
     died = out.exit_code is not None and out.exit_code < 0
     if died and point.signals != "KILL" and out.landed != "start-up":
         return [f"{point.signals} in {out.landed}: the controller died of it (exit {out.exit_code})"]
-    broken = [] if died else check_exit(bed, point, out.exit_code)
+    broken = [] if died else check_exit(bed, point, out.exit_code, out.landed)
     if point.signals == "KILL" and out.exit_code != -9:
         broken.append(f"SIGKILL, yet exit {out.exit_code}")
     if not (run_dir / "run.json").exists():  # killed before the run folder: nothing may have changed
@@ -221,11 +222,11 @@ def check_all(bed: SimBed, point: KillPoint, out: Outcome) -> list[str]:
     return broken + check_resume(bed, run_dir, before)
 
 
-def check_exit(bed: SimBed, point: KillPoint, code: int | None) -> list[str]:
-    """SIGTERM or SIGINT handled: exit 130 (0 if the run had ended) with hosts restored but those
-    status.json names as not restored."""
+def check_exit(bed: SimBed, point: KillPoint, code: int | None, landed: str) -> list[str]:
+    """SIGTERM or SIGINT handled: exit 130 (0 only once the hosts were restored: the report's
+    phase) with hosts restored but those status.json names as not restored."""
     text = (bed.root / "run.log").read_text(errors="replace")
-    broken = [] if code in (0, 130, None) else [f"{point.signals}: exit {code}"]
+    broken = [] if code in (130, None) or (code == 0 and landed == "report") else [f"{point.signals}: exit {code}"]
     if "Traceback (most recent call last)" in text:
         broken.append(f"{point.signals}: a traceback: {text[-1500:]}")
     left = set(not_restored(bed))
@@ -282,11 +283,20 @@ def check_status(bed: SimBed, run_dir: Path, *, killed: bool) -> list[str]:
     if killed and manifest(run_dir).status == "running":
         way = entry.get("way_back", "")
         ok = entry["state"] == "stale" and f"orch resume {run_dir}" in way and f"orch restore {run_dir}" in way
-        return [] if ok else [f"orch status after SIGKILL: {entry['state']!r}, {way!r}"]
+        broken = [] if ok else [f"orch status after SIGKILL: {entry['state']!r}, {way!r}"]
+        return broken + [f"the runs index says {s!r} of a killed run" for s in [index_state(bed)] if s != "stale"]
     broken = [f"orch status: a run that exited is {entry['state']!r}"] * (entry["state"] == "stale")
     changed = {role for role, data in bed.originals.items() if bed.env_file(role).read_bytes() != data}
     named = set(not_restored(bed))
     return broken + [f"not_restored {sorted(named)} but changed env files {sorted(changed)}"] * (not changed <= named)
+
+
+def index_state(bed: SimBed) -> str:
+    """The run's state on the runs index (reports/index.html and `orch serve`'s /)."""
+    from orchestrator.report.render import fresh_summary
+    from orchestrator.report.site import run_entries
+
+    return next((e.status for e in run_entries(bed.reports, fresh_summary) if e.run_id == "k"), "not listed")
 
 
 def check_restore(bed: SimBed, run_dir: Path) -> list[str]:

@@ -85,6 +85,7 @@ def traced(cls: Any, method: str, begin: str, end: str | None) -> None:
 
 def install() -> None:
     from orchestrator.edges.transport import local
+    from orchestrator.report import site
     from orchestrator.sweep import api, hosts, phases, runner, session
 
     # a file written on a host (an env file, a backup copy): its temp file exists from here to the
@@ -93,6 +94,7 @@ def install() -> None:
     traced(local.LocalTransport, "write_bytes_atomic", "host-write-start", "host-written")
 
     traced(session, "create_run_dir", "run-dir", "run-folder")  # the run exists from here on
+    traced(site, "write_index", "index", None)  # the runs index: as the run starts, and after its report
     traced(hosts.HostGuard, "backup", "backup", "backed-up")
     traced(phases.Services, "apply", "env-write", "env-written")
     traced(phases.Services, "restart", "restart", "restarted")
