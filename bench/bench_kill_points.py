@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the simulated testbed and the checks shared with the tests
 
 from helpers.killpoints import PHASES, KillPoint, Outcome, run_once  # noqa: E402
+from timing import load_line  # noqa: E402
 
 
 def points(n: int, seed: int, only: int | None) -> list[KillPoint]:
@@ -69,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", type=int, help="replay the one iteration of this seed")
     ap.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()) / "killpoints-broken")
     args = ap.parse_args(argv)
+    print(load_line(), flush=True)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="killpoints-") as root:
         for i, point in enumerate(points(args.n, args.seed, args.only)):
@@ -77,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             outcomes.append(out)
             print(line(i, out, time.monotonic() - t0), flush=True)
     print(table(outcomes))
+    print(load_line())
     return 0
 
 

@@ -62,7 +62,7 @@ PHASES: dict[str, tuple[int, float]] = {
     "repro": (8, 0.5),
     "logs": (8, 0.05),
     "journal": (8, 0.03),
-    "restore": (1, 0.25),
+    "restore": (1, 0.12),
     "report": (1, 1.3),
 }
 # the mark a kill lands after -> the phase it landed in
