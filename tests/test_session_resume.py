@@ -39,11 +39,12 @@ def resume(run_dir: Path) -> None:
     api.resume(api.ResumeRequest(run_dir), lambda started: QuietProgress(), warn=lambda message: None)
 
 
-def test_the_run_directory_holds_run_json_and_plan_json(tmp_path: Path) -> None:
+def test_the_run_directory_holds_run_json_plan_json_and_status_json(tmp_path: Path) -> None:
     _, manifest = planned()
     session.create_run_dir(tmp_path / "r1", manifest)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r1"]  # no staging folder left
-    assert sorted(p.name for p in (tmp_path / "r1").iterdir()) == [PLAN_FILE, "run.json"]
+    # status.json from the start: a controller killed before its first trial is shown stale
+    assert sorted(p.name for p in (tmp_path / "r1").iterdir()) == [PLAN_FILE, "run.json", "status.json"]
     assert load_manifest(tmp_path / "r1") == manifest
 
 

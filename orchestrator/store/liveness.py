@@ -15,6 +15,8 @@ the runs index (report layer) must ask too, and it sits below team.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -22,8 +24,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.core.bounded import MiB, read_bounded_bytes
+from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
-from orchestrator.store.processes import process_alive
+from orchestrator.store.processes import process_alive, process_start
 from orchestrator.store.rundir import RunDir
 
 STATUS_SCHEMA = 1
@@ -59,8 +62,9 @@ def not_restored_line(not_restored: Sequence[str], run_dir: Path | str, restore_
 
 
 class StatusFile(BaseModel):
-    """What status.json holds. Written by team.livestatus only: LiveStatus during a sweep,
-    RestoreStatus when a later restore changes what the run left changed."""
+    """What status.json holds. Written by team.livestatus: LiveStatus during a sweep, RestoreStatus
+    when a later restore changes what the run left changed; its first version by sweep.session
+    (first_status) inside the run folder before that folder appears."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -88,6 +92,29 @@ class StatusFile(BaseModel):
     # absent from files written before orch kept it (they read as empty).
     not_restored: tuple[str, ...] = ()
     restore_with: str = ""
+
+
+def first_status(manifest: RunManifest) -> StatusFile:
+    """The status a run folder is created with: running, nothing done, this process its
+    controller. Why before any sweep code runs: between the folder's creation and the runner's
+    progress (the testbed locks taken, the run's lock, the runs index written) a killed controller
+    left a run that said `running` and no status file, so no view could tell it was dead and
+    `orch status` did not list it at all."""
+    pid = os.getpid()
+    return StatusFile(
+        run_id=manifest.run_id,
+        name=manifest.name,
+        testbed=manifest.testbed,
+        host=socket.gethostname(),
+        pid=pid,
+        pid_start=process_start(pid) or 0,
+        state="running",
+        started=manifest.started,
+        updated=manifest.started,
+        done=0,
+        total=manifest.planned_total,
+        failed=0,
+    )
 
 
 def read_status(run_dir: Path) -> StatusFile | None:

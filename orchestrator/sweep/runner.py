@@ -171,13 +171,16 @@ class Runner:
         runs whatever ends the loop (last trial, error, Ctrl-C, SIGTERM)."""
         failed_on: OrchError | None = None
         try:
+            # before any host is touched: status.json names this controller from here on, so a run
+            # killed during its backup (copies and locks left on its hosts) is shown stale by `orch
+            # status`, not left out of it; the parallel path starts it before its runners too
+            self.progress.start(len(self.plan.steps), len(done))
             if resume and self.adopt_backup():
                 self.guard.check_resumable()  # a host edited since, not by this run: refuse
                 self.guard.rewrite_host_backups()  # the earlier restore may have removed them
             else:
                 self.guard.backup()  # a killed run that never finished its backup edited nothing
             self.events.add("run_resumed" if resume else "run_started")
-            self.progress.start(len(self.plan.steps), len(done))
             self._run_trials(result)
         except (KeyboardInterrupt, Interrupted) as exc:
             result.interrupted = True

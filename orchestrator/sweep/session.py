@@ -18,6 +18,8 @@ from orchestrator.edges.connect import connect
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.lock import host_restore_command
 from orchestrator.errors import OrchError, PreflightError, UsageError
+from orchestrator.store.atomic import write_json_atomic
+from orchestrator.store.liveness import first_status
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.hosts import host_backup_path, unrestored_runs
@@ -37,9 +39,10 @@ def connected(testbeds: Sequence[Testbed]) -> Iterator[list[Deployment]]:
 
 
 def create_run_dir(run_dir: Path, manifest: RunManifest) -> None:
-    """Create the run directory with its run.json and plan.json in one step (a staging folder
-    renamed into place), so a controller killed here leaves either no run directory or one that
-    `orch resume` can read, never an empty or half-written one that blocks its run id."""
+    """Create the run directory with its run.json, plan.json and status.json in one step (a
+    staging folder renamed into place), so a controller killed here leaves either no run directory
+    or one that `orch resume` can read and `orch status` shows, never an empty or half-written one
+    that blocks its run id."""
     staging = run_dir.with_name(f".{run_dir.name}.creating-{os.getpid()}")
     try:
         staging.mkdir(parents=True)
@@ -50,6 +53,8 @@ def create_run_dir(run_dir: Path, manifest: RunManifest) -> None:
         ) from None
     try:
         save_manifest(staging, manifest)
+        # the folder appears with its controller named: `orch status` lists a run killed from here on
+        write_json_atomic(RunDir(staging).status_json, first_status(manifest))
         try:
             os.rename(staging, run_dir)
         except OSError as exc:  # e.g. another orch created the same run id a moment ago

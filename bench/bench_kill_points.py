@@ -1,0 +1,87 @@
+"""Benchmark: the controller signalled at random moments of a real sweep on the simulator; does
+every promise hold after every kill? (tests/helpers/killpoints.py)
+
+Each iteration: a fresh private simulated testbed (free loopback ports, its own env files), `orch
+run` of 2 factors x 2 levels x 2 replicates (8 trials, a 6-session repro), signalled from inside
+(helpers/killtrace.py) a seeded random delay after a seeded start of one phase: the target phases
+take turns (start-up, backup, env writes, restarts, health waits, repro, log collection,
+journaling, the final restore, the report), the signal is SIGKILL (3 in 5), SIGTERM or SIGINT
+twice; then `orch status` and `orch restore RUN_DIR` or `orch resume RUN_DIR` (seeded), and the
+checks of killpoints.py. Prints one line per iteration and, per phase the first signal landed
+in, the kills and the promises held or broken. A broken one keeps its testbed folder under --keep
+(seed, delay and run folder: `--only SEED` replays it).
+
+    nice python bench/bench_kill_points.py [--n 40] [--seed 0] [--keep /tmp/killpoints-broken]
+
+Measured: see bench/README.md ("bench_kill_points.py").
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the simulated testbed and the checks shared with the tests
+
+from helpers.killpoints import PHASES, KillPoint, Outcome, run_once  # noqa: E402
+from timing import load_line  # noqa: E402
+
+
+def points(n: int, seed: int, only: int | None) -> list[KillPoint]:
+    """n kill points, the target phase taking turns so each phase is aimed at n/10 times."""
+    if only is not None:
+        return [KillPoint.draw(only, list(PHASES)[only % len(PHASES)])]
+    return [KillPoint.draw(seed + i, list(PHASES)[(seed + i) % len(PHASES)]) for i in range(n)]
+
+
+def line(i: int, out: Outcome, seconds: float) -> str:
+    p = out.point
+    verdict = "held" if not out.violations else "BROKEN: " + " | ".join(out.violations)
+    where = f"{p.target}#{p.nth}+{p.delay:.4f}s"
+    return (
+        f"{i:3d} seed {p.seed:4d} {where:24s} {p.signals:16s} -> {out.landed:13s} "
+        f"exit {out.exit_code!s:4s} {p.way_back:7s} {seconds:5.1f}s {verdict}"
+        + (f" (kept {out.kept})" if out.kept else "")
+    )
+
+
+def table(outcomes: list[Outcome]) -> str:
+    kills, held = Counter[str](), Counter[str]()
+    for out in outcomes:
+        kills[out.landed] += 1
+        held[out.landed] += not out.violations
+    rows = [f"{'landed in':14s} {'kills':>5s} {'held':>5s} {'broken':>6s}"]
+    for phase in sorted(kills):
+        rows.append(f"{phase:14s} {kills[phase]:5d} {held[phase]:5d} {kills[phase] - held[phase]:6d}")
+    total = sum(kills.values())
+    rows.append(f"{'all':14s} {total:5d} {sum(held.values()):5d} {total - sum(held.values()):6d}")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=40, help="iterations (kill points)")
+    ap.add_argument("--seed", type=int, default=0, help="the first iteration's seed (the next ones count up)")
+    ap.add_argument("--only", type=int, help="replay the one iteration of this seed")
+    ap.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()) / "killpoints-broken")
+    args = ap.parse_args(argv)
+    print(load_line(), flush=True)
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="killpoints-") as root:
+        for i, point in enumerate(points(args.n, args.seed, args.only)):
+            t0 = time.monotonic()
+            out = run_once(Path(root), point, keep=args.keep)
+            outcomes.append(out)
+            print(line(i, out, time.monotonic() - t0), flush=True)
+    print(table(outcomes))
+    print(load_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
