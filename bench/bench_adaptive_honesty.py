@@ -99,8 +99,17 @@ def matrix_for(direction: str) -> Matrix:
     return dataclasses.replace(matrix, adaptive=dataclasses.replace(matrix.adaptive, direction=direction))  # type: ignore[arg-type]
 
 
-def run_sweep(rng: np.random.Generator, plan: Plan, adaptive: bool, rate_of: RateOf, icc: float) -> Sweep:
-    """One testbed takes trials as the runner does (next, run, record); a decision is journaled."""
+def run_sweep(
+    rng: np.random.Generator,
+    plan: Plan,
+    adaptive: bool,
+    rate_of: RateOf,
+    icc: float,
+    make: Callable[[Step], TrialRecord] | None = None,
+) -> Sweep:
+    """One testbed takes trials as the runner does (next, run, record); a decision is journaled.
+    `make` builds a step's trial (default: trial_record on `rng`; bench_adaptive_numbers adds a wall)."""
+    make = make or (lambda step: trial_record(rng, step, rate_of(step), icc))
     events: list[EventRecord] = []
 
     def journal(cell: str, decision: Decision) -> None:  # as sweep.runner.Runner.cell_decided
@@ -117,7 +126,7 @@ def run_sweep(rng: np.random.Generator, plan: Plan, adaptive: bool, rate_of: Rat
     )
     records = []
     while (step := source.next()) is not None:
-        record = trial_record(rng, step, rate_of(step), icc)
+        record = make(step)
         source.record(record)
         records.append(record)
     return Sweep(records, events)

@@ -44,18 +44,16 @@ from bench_adaptive_honesty import (
     manifest_of,
     matrix_for,
 )
+from bench_adaptive_honesty import run_sweep as honesty_sweep
 from bench_truth import findings_of, no_power_sentence, share, trial_rate
 from scipy import stats as sps
 
 from orchestrator.core.config import read_inventory
 from orchestrator.core.plan import make_plan
-from orchestrator.core.records import EventRecord, MetricValue, TrialRecord
-from orchestrator.core.sequential import Decision
+from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.core.steps import Plan, Step
 from orchestrator.report.build import build_report, with_adaptive_facts
 from orchestrator.report.model import Report
-from orchestrator.sweep.adaptive import AdaptiveSource
-from orchestrator.sweep.sources import StepSource
 
 NUMBER = "wall"
 MEDIAN_S = 30.0  # the true median wall of every cell (A/A)
@@ -97,26 +95,9 @@ def run_sweep(
     rho: float,
 ) -> Sweep:  # fmt: skip
     """bench_adaptive_honesty.run_sweep with a wall per trial; `rng` draws exactly what it draws there."""
-    events: list[EventRecord] = []
-
-    def journal(cell: str, decision: Decision) -> None:
-        events.append(
-            EventRecord(
-                run_id="r1", event="cell_decided", at=STAMP, message=decision.reason, cell=cell, state=decision.state
-            )
-        )
-
-    source: StepSource = (
-        AdaptiveSource(plan.steps, set(), plan.matrix, on_decision=journal)
-        if adaptive
-        else StepSource(plan.steps, set())
+    return honesty_sweep(
+        rng, plan, adaptive, rate_of, icc, lambda step: trial_record(rng, noise, step, rate_of(step), icc, rho)
     )
-    records = []
-    while (step := source.next()) is not None:
-        record = trial_record(rng, noise, step, rate_of(step), icc, rho)
-        source.record(record)
-        records.append(record)
-    return Sweep(records, events)
 
 
 def trial_record(
