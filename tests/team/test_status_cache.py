@@ -26,7 +26,7 @@ from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.liveness import MAX_STATUS_BYTES, StatusFile
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.stamps import SETTLE_NS
-from orchestrator.team.livestatus import LiveRun, StatusCache, snapshot
+from orchestrator.team.livestatus import LiveRun, StatusCache, live_runs, snapshot
 from orchestrator.team.queue import Claimer
 from orchestrator.team.serve import STATUS_TEMPLATE, status_json
 
@@ -102,8 +102,8 @@ def test_every_view_of_the_cache_equals_an_uncached_one(tmp_path: Path, dead: se
     cache = settled_cache()
 
     def same() -> tuple[LiveRun, ...]:
-        every = sorted(cache.runs(reports), key=lambda r: r.directory)  # shown or not (5 finished are)
-        assert every == sorted(StatusCache().runs(reports), key=lambda r: r.directory)
+        every = live_runs(reports, finished=1000, cache=cache)  # shown or not (5 finished are)
+        assert every == live_runs(reports, finished=1000)
         cached, fresh = snapshot(reports, cache).runs, snapshot(reports).runs
         assert cached == fresh
         return cached
@@ -150,6 +150,27 @@ def test_a_second_view_of_finished_runs_reads_no_file(tmp_path: Path, monkeypatc
     monkeypatch.setattr(builtins, "open", refused)
     monkeypatch.setattr(os, "open", refused)
     assert snapshot(reports, cache).runs == first and len(first) == 5
+
+
+def test_finished_runs_not_shown_are_kept_slim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of 20 finished runs the cache keeps whole the 5 newest (shown) and of the others when they
+    were updated only; the newest removed, the 6th is read again, the view as an uncached one."""
+    reports = tmp_path / "reports"
+    for i in range(20):
+        run(reports, f"20260501-{i:02d}", "completed", status(f"r{i}", updated=f"2026-01-02T00:00:{i:02d}+00:00"))
+    calls: list[str] = []
+    real = livestatus._live_run
+    monkeypatch.setattr(livestatus, "_live_run", lambda d: calls.append(d.name) or real(d))
+    cache = settled_cache()
+    assert [r.directory for r in snapshot(reports, cache).runs] == [f"20260501-{i:02d}" for i in (19, 18, 17, 16, 15)]
+    kept = cache._kept  # noqa: SLF001 - what it holds is the point
+    assert sorted(n for n, k in kept.items() if k.run is not None) == [f"20260501-{i:02d}" for i in range(15, 20)]
+    assert all(k.slim and k.updated for k in kept.values() if k.run is None) and len(kept) == 20
+    calls.clear()
+    shutil.rmtree(reports / "20260501-19")
+    assert snapshot(reports, cache).runs == snapshot(reports).runs
+    assert calls[0] == "20260501-14" and len(calls) == 1 + 19  # the 6th read again, then the uncached view's 19
+    assert len(cache) == 19
 
 
 def test_a_file_written_in_the_last_seconds_is_read_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
