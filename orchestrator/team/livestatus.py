@@ -405,8 +405,8 @@ class StatusCache:
     only the folders whose stamps changed; what time alone changes, whether a running run's
     controller is still alive (killed with -9 it writes nothing), is asked again on every view
     (store.liveness.judge: no file read for a finished run). Why: /status refreshes every 5 s and
-    read every folder's two files each time (20,000 finished runs: 2.3 s a view; 20 s when each
-    run.json was parsed). A finished run not shown keeps only its `updated` (~0.3 KB a run, not
+    read every folder's two files each time (20,000 finished runs: 2.3 s a view over HTTP, 0.15 s
+    kept; bench/bench_status.py). A finished run not shown keeps only its `updated` (~0.3 KB a run, not
     ~4 KB); a folder gone is dropped; a view equals an uncached one (a new StatusCache)."""
 
     def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
