@@ -675,6 +675,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             out.print(f"[bold red]{escape(r.directory)}: {escape(r.left_changed)}[/bold red]", soft_wrap=True)
         elif r.way_back:  # stale: its hosts hold its edits and lock until it is resumed or restored
             out.print(f"[bold]{escape(r.directory)}[/bold]: {escape(r.way_back)}", soft_wrap=True)
+        elif r.unreadable:  # listed, not left out: nothing else tells whether it runs
+            out.print(f"[bold]{escape(r.directory)}[/bold]: {escape(r.unreadable_line)}", soft_wrap=True)
     runs = Table("run", "state", "progress", "current cell", "last trial", "ETA", "controller", title="sweeps")
     for r in snap.runs:
         state = (r.state if r.state != "finished" else r.run_status) + (", NOT restored" if r.left_changed else "")
@@ -686,7 +688,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             escape(r.status.current_cell or "-"),
             escape(r.status.last or "-"),
             eta,
-            escape(f"{r.status.host}:{r.status.pid}"),
+            "-" if r.unreadable else escape(f"{r.status.host}:{r.status.pid}"),
         )
     if snap.runs:
         _print_table(runs)

@@ -57,6 +57,8 @@ from orchestrator.store.rundir import (
     ReportsDir,
     RunDir,
 )
+from orchestrator.store.stamps import SETTLE_NS as SETTLE_NS
+from orchestrator.store.stamps import Stamp, file_stamp, settled
 
 # Filters for the runs table (matrix, testbed, status); allowed by hash in the page's CSP.
 INDEX_SCRIPT = """
@@ -227,11 +229,6 @@ def _run_dirs(reports_dir: Path) -> list[Path]:
 # the files _entry reads of a run folder (rebuild too: the journal, the plan, the status file): an
 # entry is as it was while each of them is (its type, device, inode, size, mtime and ctime)
 READ_FILES = (RUN_JSON, PLAN_JSON, JOURNAL, STATUS_JSON, SUMMARY_JSON, INDEX_HTML, HUNT_HTML)
-# an entry is kept only once every file it was read from is this much older than the view: a write
-# in the same clock tick as the stamp (file times are coarse: a jiffy, a second on some file
-# systems) could leave every stamp as it was, the racy-git problem
-SETTLE_NS = 2_000_000_000
-Stamp = tuple[int, int, int, int, int, int] | None  # of one file; None: there is none
 
 
 class EntryCache:
@@ -287,12 +284,11 @@ class EntryCache:
         return self._read(name, path, rebuild, settled_before, run_json)
 
     def _read(self, name: str, path: str, rebuild: Rebuild, settled_before: int, run_json: Stamp = None) -> _Kept:
-        stamps = _stamps(path, run_json or _stamp(f"{path}/{RUN_JSON}"))  # before reading: a later write shows
+        stamps = _stamps(path, run_json or file_stamp(f"{path}/{RUN_JSON}"))  # before reading: a later write shows
         read = _entry(Path(path), rebuild)
         read = replace(read, entry=_bounded(read.entry))
-        settled = all(s is None or s[5] < settled_before for s in stamps)
         return _Kept(
-            name, _digest(stamps), read, keep=settled and not read.entry.error
+            name, _digest(stamps), read, keep=settled(stamps, settled_before) and not read.entry.error
         )  # an error may pass: read again
 
 
@@ -316,7 +312,7 @@ class _Kept:
 
 
 def _stamps(path: str, run_json: Stamp) -> tuple[Stamp, ...]:
-    return (run_json, *(_stamp(f"{path}/{f}") for f in READ_FILES[1:]))
+    return (run_json, *(file_stamp(f"{path}/{f}") for f in READ_FILES[1:]))
 
 
 def _digest(stamps: tuple[Stamp, ...]) -> bytes:
@@ -336,18 +332,10 @@ def _folders(reports_dir: Path) -> list[tuple[str, str, Stamp]]:
     found: list[tuple[str, str, Stamp]] = []
     with os.scandir(reports_dir) as it:
         for d in it:
-            stamp = _stamp(f"{d.path}/{RUN_JSON}") if d.is_dir() else None
+            stamp = file_stamp(f"{d.path}/{RUN_JSON}") if d.is_dir() else None
             if stamp is not None and stat.S_ISREG(stamp[0]):
                 found.append((d.name, d.path, stamp))
     return found
-
-
-def _stamp(path: str) -> Stamp:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (stat.S_IFMT(st.st_mode), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)

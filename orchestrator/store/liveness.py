@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from orchestrator.core.bounded import MiB, read_bounded_bytes
+from orchestrator.core.bounded import MiB, describe_kind, read_bounded_bytes
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
 from orchestrator.store.processes import process_alive, process_start
@@ -121,10 +122,40 @@ def read_status(run_dir: Path) -> StatusFile | None:
     """The run's status file, or None when there is none or it cannot be read. Bounded (a regular
     file of at most MAX_STATUS_BYTES): every poll of the status views reads every run's file, so
     one 3 GiB status.json must not exhaust a server, nor a FIFO hang it."""
+    status = status_or_why(run_dir)
+    return status if isinstance(status, StatusFile) else None
+
+
+def status_or_why(run_dir: Path) -> StatusFile | str | None:
+    """read_status's reading, saying why a status file cannot be read ("over 1 MiB", "not valid
+    JSON", ...) instead of None: the status views list such a run with that word, where they left
+    it out silently (a teammate saw no run at all). None: there is no status file."""
+    path = RunDir(run_dir).status_json
     try:
-        return StatusFile.model_validate_json(read_bounded_bytes(RunDir(run_dir).status_json, MAX_STATUS_BYTES))
-    except (OSError, ValueError, OrchError):
+        st = os.stat(path)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({describe_kind(st.st_mode)})"
+    if st.st_size > MAX_STATUS_BYTES:
+        return f"over {MAX_STATUS_BYTES // MiB} MiB"
+    try:
+        return StatusFile.model_validate_json(read_bounded_bytes(path, MAX_STATUS_BYTES, "status.json"))
+    except OrchError as exc:  # replaced or grown since the stat
+        return str(exc)
+    except ValidationError as exc:
+        return _invalid(exc)
+
+
+def _invalid(exc: ValidationError) -> str:
+    """A status file that is not one, in few words (pydantic's own run to a screenful)."""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if first["type"] == "json_invalid":
+        return "not valid JSON"
+    where = ".".join(str(p) for p in first["loc"])
+    return f"not an orch status file ({exc.error_count()} error(s), first: {where or 'the whole file'}: {first['msg']})"
 
 
 def judge(status: StatusFile, run_status: str) -> LiveState:

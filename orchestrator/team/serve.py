@@ -58,7 +58,7 @@ from orchestrator.core.endpoints import LOOPBACK_NAMES
 from orchestrator.core.redact import Redactor
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
-from orchestrator.team.livestatus import LiveRun, Snapshot, snapshot
+from orchestrator.team.livestatus import LiveRun, Snapshot, StatusCache, snapshot
 
 if TYPE_CHECKING:
     from orchestrator.report.site import EntryCache
@@ -191,6 +191,7 @@ def _handler(root: Path, bind_host: str) -> type[BaseHTTPRequestHandler]:
     class Handler(ReportsHandler):
         reports = root
         runs = _Runs()  # this server's: the runs it read, kept between page views
+        statuses = StatusCache()  # this server's: the status views' runs, kept between views
         check_host = bind_host in LOOPBACK_NAMES or _loopback_address(bind_host)
 
     return Handler
@@ -216,6 +217,7 @@ class _Runs:
 class ReportsHandler(BaseHTTPRequestHandler):
     reports: Path
     runs: _Runs
+    statuses: StatusCache
     check_host: bool
     server_version = "orch"
     sys_version = ""
@@ -344,7 +346,7 @@ class ReportsHandler(BaseHTTPRequestHandler):
         """A running sweep has no report yet: its link shows its live status instead of a 404."""
         from orchestrator.report.page import environment
 
-        s = snapshot(self.reports)
+        s = snapshot(self.reports, self.statuses)
         mine = Snapshot(s.generated, tuple(r for r in s.runs if r.directory == run_dir), ())
         html_text = environment().get_template(STATUS_TEMPLATE).render(s=mine, refresh=REFRESH_S, csp=PAGE_CSP)
         self._send(HTTPStatus.OK, html_text.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
@@ -355,12 +357,12 @@ class ReportsHandler(BaseHTTPRequestHandler):
         html = (
             environment()
             .get_template(STATUS_TEMPLATE)
-            .render(s=snapshot(self.reports), refresh=REFRESH_S, csp=PAGE_CSP)
+            .render(s=snapshot(self.reports, self.statuses), refresh=REFRESH_S, csp=PAGE_CSP)
         )
         self._send(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _api_status(self) -> None:
-        self._json(status_json(snapshot(self.reports)))
+        self._json(status_json(snapshot(self.reports, self.statuses)))
 
     def _api_runs(self) -> None:
         page = runs_page_asked(urlsplit(self.path).query)
@@ -723,6 +725,7 @@ def _run_json(r: LiveRun) -> dict[str, object]:
         "way_back": r.way_back,  # a stale run's `orch resume` / `orch restore`, its folder named whole
         "run_status": r.run_status,
         "percent": None if r.percent is None else round(r.percent, 1),  # None for a hunt: no total
+        "unreadable": r.unreadable,  # why its status file cannot be read ("" when read): its fields are empty
         **shown,
         "link": _link(r.directory),
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,12 @@ from orchestrator.cli.main import main
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.report.page import environment
 from orchestrator.store.manifest import save_manifest
+from orchestrator.store.stamps import SETTLE_NS
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.livestatus import (
     QUEUE_SHOWN,
     LiveStatus,
+    StatusCache,
     StatusFile,
     Tee,
     item_view,
@@ -291,8 +294,9 @@ def test_the_status_views_read_an_unchanged_run_json_once(tmp_path: Path, monkey
         return real(run_dir, plan=plan)
 
     monkeypatch.setattr(livestatus, "load_manifest", counting)
-    first = snapshot(tmp_path / "reports")
-    assert snapshot(tmp_path / "reports").runs == first.runs
+    cache = StatusCache(lambda: time.time_ns() + SETTLE_NS + 1)  # the files settled, as a past night's
+    first = snapshot(tmp_path / "reports", cache)
+    assert snapshot(tmp_path / "reports", cache).runs == first.runs
     assert len(read) == 1 and first.runs[0].run_status == manifest.status
     save_manifest(run, manifest.model_copy(update={"status": "interrupted"}))  # changed: read again
-    assert snapshot(tmp_path / "reports").runs[0].run_status == "interrupted" and len(read) == 2
+    assert snapshot(tmp_path / "reports", cache).runs[0].run_status == "interrupted" and len(read) == 2

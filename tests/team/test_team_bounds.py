@@ -287,7 +287,8 @@ def test_huge_status_json_is_refused_not_loaded(tmp_path: Path) -> None:
     r = _orch("status", "--reports", str(tmp_path), gib=1.5)
     assert "Traceback" not in r.stderr, r.stderr[-3000:]
     assert r.returncode == 0, r.stderr[-3000:]
-    assert a.name in r.stdout and b.name not in r.stdout  # the others still show
+    assert a.name in r.stdout  # the others still show
+    assert f"{b.name}: status unreadable: over 1 MiB" in r.stdout  # and it is listed as such, not left out
 
 
 def test_live_runs_read_status_json_bounded_and_without_the_plan(
@@ -310,4 +311,5 @@ def test_live_runs_read_status_json_bounded_and_without_the_plan(
     monkeypatch.setattr(Path, "read_bytes", whole)
     monkeypatch.setattr("orchestrator.store.manifest.load_plan", no_plan)
     assert (a / "plan.json").is_file()
-    assert [(r.directory, r.state) for r in live_runs(tmp_path)] == [(a.name, "running")]
+    shown = [(r.directory, r.state, r.unreadable) for r in live_runs(tmp_path)]
+    assert shown == [(b.name, "unreadable", "over 1 MiB"), (a.name, "running", "")]
