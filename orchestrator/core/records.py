@@ -239,6 +239,20 @@ class PlanColumns(Frozen):
         return [(t, ids[c]) for t, c in zip(self.trial, self.cell, strict=False)]
 
 
+class HostsChanged(Frozen):
+    """A role's host facts that a later session (an `orch resume`) found other than run.json held:
+    run.json's `hosts` (or `testbed_hosts`) keep the first session's, this the later one's. Why
+    both: a run resumed on other GPUs or another server version named only the last ones, and its
+    trials on either side of the change read as like-for-like (core.hostfacts)."""
+
+    session: int  # which resume found them: 1 is resumed_by[0]
+    testbed: str = ""  # a parallel run's testbed ("": a run on one testbed)
+    role: str
+    facts: dict[str, str]  # each fact that changed -> as this session found it
+    trials: int = 0  # trials this session ran on that testbed
+    since: str = ""  # when the first of them started ("": it ran none)
+
+
 class RunManifest(Frozen):
     """What was asked for: enough to re-render, resume and audit the run."""
 
@@ -281,6 +295,11 @@ class RunManifest(Frozen):
     plan_trials: int = 0  # how many trials the plan has
     plan_sha256: str = ""  # runs.plan_digest of the plan: what `orch resume` compares
     hosts: dict[str, dict[str, str]] = Field(default_factory=dict)  # role -> description
+    # a parallel run's every testbed: testbed -> role -> description (`hosts` is the first one's);
+    # left out of a one-testbed run.json, which stays as an older orch writes and reads it
+    testbed_hosts: dict[str, dict[str, dict[str, str]]] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    # host facts a resume found other than the first session had (core.hostfacts), in order
+    hosts_changed: list[HostsChanged] = Field(default_factory=list, exclude_if=lambda v: not v)
     texts_redacted: bool = False  # matrix/inventory text had secret values masked
     secret_names: list[str] = Field(default_factory=list)  # declared secret in the matrix
     controller: Controller | None = None  # where and how the run was started (None: an older run.json)

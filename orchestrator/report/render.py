@@ -40,6 +40,7 @@ from orchestrator.report.build import (
     with_served,
 )
 from orchestrator.report.gates import check_gates, failed_names
+from orchestrator.report.hostfacts import host_fact_findings
 from orchestrator.report.model import CellView, HuntView, Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
@@ -288,15 +289,17 @@ def with_left_changed(report: Report, run_dir: Path, status: StatusFile | None) 
 
 
 def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:
-    """Adaptive decisions and whether testbeds differ: only runs that have them pay for the scan."""
+    """Adaptive decisions, whether testbeds differ and, beside it, the host facts the trials were
+    not alike in (report.hostfacts, from run.json alone): only parallel or adaptive runs pay for
+    the journal's scan."""
     parallel = len(manifest.testbeds) > 1
-    adaptive = manifest.adaptive
-    if not (parallel or adaptive):
-        return report
-    records = list(iter_records(path))
-    trials = [r for r in records if isinstance(r, TrialRecord)]
-    events = [r for r in records if isinstance(r, EventRecord)]
-    numbers = [m for m, kind in report.metrics.items() if kind == "number"]
-    report = with_adaptive_facts(report, events)
-    extra = testbed_findings(trials, report.primary_metric, numbers) if parallel else []
+    extra = []
+    if parallel or manifest.adaptive:
+        records = list(iter_records(path))
+        trials = [r for r in records if isinstance(r, TrialRecord)]
+        events = [r for r in records if isinstance(r, EventRecord)]
+        numbers = [m for m, kind in report.metrics.items() if kind == "number"]
+        report = with_adaptive_facts(report, events)
+        extra = testbed_findings(trials, report.primary_metric, numbers) if parallel else []
+    extra += host_fact_findings(manifest)
     return report.model_copy(update={"headline": [*report.headline, *extra]}) if extra else report

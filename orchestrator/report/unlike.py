@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 from orchestrator.core import gpuinfo
 from orchestrator.core.bounded import MAX_CONFIG_BYTES
-from orchestrator.core.clip import clip
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.model import Level, Matrix
 from orchestrator.core.records import RunManifest
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.errors import ConfigError
+from orchestrator.report.factwords import HOST_FACTS, quote_apart
+from orchestrator.report.factwords import quote as _quote
 
-QUOTE_CHARS = 160  # of a quoted command, regex or line: a whole repro command can be a paragraph
 LEVEL_LINES = 3  # levels whose settings differ, named one by one before "and N more"
 
 
@@ -159,22 +159,6 @@ def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
     return out
 
 
-# run.json's host facts in words: where a role ran (store.planrecord) and what orch found there
-# (edges.provenance.describe_host); a fact not named here is said by its key
-HOST_FACTS = {
-    "address": "address",
-    "transport": "transport",
-    "env_file": "env file",
-    "dialect": "env file dialect",
-    "units": "units",
-    "health": "health URL",
-    "exec_start": "units' command line",
-    "server_info": "server info",
-    "server_version": "server version",
-    "env_sha256_before": "env file as the run began (sha256)",
-}
-
-
 def _host_facts(m: RunManifest, role: str) -> dict[str, str] | None:
     """A role's host facts as the page may show them (masked as the report masks host lines), its
     GPU facts left to _gpu_lines, which says them whole; None: the run has no such role."""
@@ -196,25 +180,9 @@ def _facts_that_differ(ha: Mapping[str, str], hb: Mapping[str, str]) -> list[str
     for key in sorted(set(ha) | set(hb)):
         va, vb = ha.get(key), hb.get(key)
         if va != vb:
-            qa, qb = _quote_apart(va, vb)
+            qa, qb = quote_apart(va, vb)
             said.append(f"{HOST_FACTS.get(key, key)} differed: {qa} in A, {qb} in B")
     return said
-
-
-def _quote_or_none(text: str | None) -> str:
-    return _quote(text) if text is not None else "not recorded"
-
-
-def _quote_apart(a: str | None, b: str | None) -> tuple[str, str]:
-    """Two texts quoted so that where they differ shows: past a long common start, each is quoted
-    from a little before its first difference (the start left out as '…'); None: not recorded."""
-    if a is None or b is None:
-        return _quote_or_none(a), _quote_or_none(b)
-    same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    start = max(0, same - QUOTE_CHARS // 4)
-    if start == 0:
-        return _quote(a), _quote(b)
-    return "…" + _quote(a[start:]), "…" + _quote(b[start:])
 
 
 def _gpu_lines(a: RunManifest, b: RunManifest) -> list[str]:
@@ -277,13 +245,6 @@ def _first_difference(a: str, b: str) -> str:
         return "in whitespace or a masked secret only"
     here, there = (_quote(lines[at].strip()) if at < len(lines) else "(the end)" for lines in (la, lb))
     return f"first at line {at + 1}: A {here}, B {there}"
-
-
-def _quote(text: str | None, limit: int = QUOTE_CHARS) -> str:
-    """A text in quotes as written (repr would double a regex's every backslash), cut at `limit`."""
-    if text is None:
-        return "none"
-    return "'" + clip(text, limit) + "'"
 
 
 def lines_of(found: Unlike) -> Iterable[str]:

@@ -59,6 +59,7 @@ def make_manifest(
         plan_trials=len(plan.steps),
         plan_sha256=digest_of(plan),
         hosts={role: _describe_host(h) for role, h in plan.testbed.hosts.items()},
+        testbed_hosts=_every_testbed(inventory, names),
         started=started,
     )
 
@@ -99,6 +100,16 @@ def check_same_plan(run_dir: Path, manifest: RunManifest, plan: Plan) -> None:
             f"({len(plan.steps)} trials now, {manifest.plan_trials} in the run)",
             hint="resume needs the same orch version, matrix and inventory",
         )
+
+
+def _every_testbed(inventory: Inventory, names: Sequence[str]) -> dict[str, dict[str, dict[str, str]]]:
+    """A parallel run's every testbed described (core.hostfacts: one per role hid a testbed's other
+    GPUs); none for a run on one testbed, whose `hosts` says it all (nor for a name the inventory
+    lacks: a manifest made for a benchmark's made-up testbeds)."""
+    if len(names) < 2:
+        return {}
+    beds = [inventory.testbeds[n] for n in names if n in inventory.testbeds]
+    return {tb.name: {role: _describe_host(h) for role, h in tb.hosts.items()} for tb in beds}
 
 
 def _describe_host(h: Host) -> dict[str, str]:

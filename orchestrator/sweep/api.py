@@ -21,6 +21,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
+from orchestrator.core.hostfacts import recorded_hosts
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan
@@ -437,8 +438,8 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
     finished, failed = _final_counts(run_dir)
     # a sweep stopped early (stopped: why) did not complete, even when every trial it ran passed
     status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed or stopped else "completed")
-    hosts = {role: {**info, **result.provenance.get(role, {})} for role, info in manifest.hosts.items()}
-    update = {"ended": now_iso(), "status": status, "hosts": hosts, **_served(run_dir, manifest)}
+    hosts = recorded_hosts(manifest, result.by_testbed, len(manifest.resumed_by), result.records)
+    update = {"ended": now_iso(), "status": status, **hosts, **_served(run_dir, manifest)}
     save_manifest(run_dir, manifest.model_copy(update=update))
     report, report_error, gates_failed = _write_report(run_dir)
     if report_error is not None and manifest.gates:

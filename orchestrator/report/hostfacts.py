@@ -1,0 +1,100 @@
+"""The host facts a run's trials were not alike in: a parallel run's testbeds that found other facts,
+and a resume that found other facts than the session before it.
+
+Pure: reads run.json's `testbed_hosts` and `hosts_changed` (core.hostfacts). Why: a cell's trials
+are pooled over testbeds and sessions; testbed B on other GPUs or another server version, or a run
+resumed on them, makes that pool mix two things under one name, and the testbed tests
+(report.testbeds) only see it if the numbers happen to move. One sentence per fact, in the words
+`orch compare` uses for host facts (report.unlike), masked as the report masks host lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from orchestrator.core.hostfacts import BY_CELL, latest_facts
+from orchestrator.core.records import HostsChanged, RunManifest
+from orchestrator.report.factwords import HOST_FACTS, quote, quote_apart
+from orchestrator.report.model import Finding
+
+# where a testbed's role runs (store.planrecord): separate deployments differ there by design
+PLACE = frozenset({"address", "transport", "env_file", "dialect", "units", "health"})
+UNCOMPARED = PLACE | BY_CELL  # and what follows the cell first run (core.hostfacts)
+WORDS = {
+    **HOST_FACTS,
+    "gpu_model": "GPU model",
+    "gpu_driver": "GPU driver",
+    "cuda": "CUDA version",
+    "gpu": "nvidia-smi",
+}
+
+
+def host_fact_findings(manifest: RunManifest) -> list[Finding]:
+    """The testbeds' differing facts, then the facts that changed between sessions."""
+    return [*testbed_fact_findings(manifest), *session_change_findings(manifest)]
+
+
+def testbed_fact_findings(manifest: RunManifest) -> list[Finding]:
+    """One caution per role and fact that the testbeds recorded otherwise (a fact some testbed did
+    not record, e.g. its servers never answered, is compared among those that did)."""
+    beds = {name: manifest.testbed_hosts[name] for name in manifest.testbeds if name in manifest.testbed_hosts}
+    out = []
+    for role in dict.fromkeys(r for facts in beds.values() for r in facts):
+        keys = dict.fromkeys(k for facts in beds.values() for k in facts.get(role, {}) if k not in UNCOMPARED)
+        for key in keys:
+            values = {name: _shown(manifest, key, f[role][key]) for name, f in beds.items() if key in f.get(role, {})}
+            if len(set(values.values())) > 1:
+                text = f"Testbeds are not copies: the {role} role's {_word(key)} differed: {_by_testbed(values)}"
+                out.append(Finding(kind="caution", text=text + "; a cell's trials pooled over them mix both."))
+    return out
+
+
+def session_change_findings(manifest: RunManifest) -> list[Finding]:
+    """One caution per fact a resume found otherwise than the session before it had."""
+    out = []
+    for i, change in enumerate(manifest.hosts_changed):
+        first = (manifest.testbed_hosts.get(change.testbed) if change.testbed else None) or manifest.hosts
+        before = latest_facts(first.get(change.role, {}), manifest.hosts_changed[:i], change.testbed, change.role)
+        for key, after in change.facts.items():
+            was, now = quote_apart(_shown(manifest, key, before.get(key, "")), _shown(manifest, key, after))
+            where = f"testbed {change.testbed}'s " if change.testbed else "the "
+            text = (
+                f"Host facts changed between sessions: {where}{change.role} role's {_word(key)} was {was} "
+                f"{_since(manifest.hosts_changed[:i], change, key)}, {now} in resume {change.session} "
+                f"({_ran(change)}); trials on either side of the change are not like-for-like."
+            )
+            out.append(Finding(kind="caution", text=text))
+    return out
+
+
+def _since(earlier: list[HostsChanged], change: HostsChanged, key: str) -> str:
+    """Which session the value before the change is of: the first, or the resume that found it."""
+    last = [c for c in earlier if c.testbed == change.testbed and c.role == change.role and key in c.facts]
+    return f"in resume {last[-1].session}" if last else "as the run began"
+
+
+def _ran(change: HostsChanged) -> str:
+    if not change.trials:
+        return "which ran no trial"
+    return f"which ran {change.trials} trial{'s' if change.trials != 1 else ''} from {change.since}"
+
+
+def _shown(manifest: RunManifest, key: str, value: str) -> str:
+    return manifest.redactor.value(key, value)
+
+
+def _word(key: str) -> str:
+    return WORDS.get(key, key)
+
+
+def _by_testbed(values: Mapping[str, str]) -> str:
+    """'x' on A, C; 'y' on B: each value once with the testbeds that found it (two values quoted
+    from where they differ, as compare quotes them)."""
+    grouped: dict[str, list[str]] = {}
+    for name, value in values.items():
+        grouped.setdefault(value, []).append(name)
+    quoted: dict[str, str] = {}
+    if len(grouped) == 2:
+        a, b = grouped
+        quoted = dict(zip((a, b), quote_apart(a, b), strict=True))
+    return "; ".join(f"{quoted.get(v) or quote(v)} on {', '.join(names)}" for v, names in grouped.items())
