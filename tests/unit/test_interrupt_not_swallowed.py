@@ -105,3 +105,19 @@ def test_a_sigterm_during_a_remote_repro_still_stops_what_it_left_on_the_host(tm
         repro._run_remote("decode", "bench", 60.0, tmp_path / "out", tmp_path / "err", left.extend)
     assert len(calls) == 2 and "sh" in calls[1]  # the leftovers' check ran on the host
     assert left == ["pid 4242 (sleep 60)"]
+
+
+def test_a_sigterm_while_a_queue_item_is_announced_stops_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.team's notifier, called by `orch queue run` between two items: webhooks that cannot be
+    read are a warning, and the queue goes on to the next item; a SIGTERM then (systemd stopping
+    the overnight queue) was that warning too, and the next item's sweep started."""
+    from orchestrator.cli.team import _notifier
+    from orchestrator.team import notify
+
+    item = SimpleNamespace(webhooks=(), matrix="m.yaml")
+    outcome = SimpleNamespace(message="", run_dir=None)
+    monkeypatch.setattr(notify, "configured", _raises(Interrupted(SIGTERM)))
+    with pytest.raises(Interrupted, match=SIGTERM):
+        _notifier(())(item, outcome)  # type: ignore[arg-type]
+    monkeypatch.setattr(notify, "configured", _raises(OrchError("webhooks.yaml: bad URL")))
+    _notifier(())(item, outcome)  # type: ignore[arg-type]  # warned, not raised
