@@ -5,11 +5,12 @@ Each iteration: a fresh private simulated testbed (free loopback ports, its own 
 run` of 2 factors x 2 levels x 2 replicates (8 trials, a 6-session repro), signalled from inside
 (helpers/killtrace.py) a seeded random delay after a seeded start of one phase: the target phases
 take turns (start-up, backup, env writes, restarts, health waits, repro, log collection,
-journaling, the final restore, the report), the signal is SIGKILL (3 in 5), SIGTERM or SIGINT
-twice; then `orch status` and `orch restore RUN_DIR` or `orch resume RUN_DIR` (seeded), and the
-checks of killpoints.py. Prints one line per iteration and, per phase the first signal landed
-in, the kills and the promises held or broken. A broken one keeps its testbed folder under --keep
-(seed, delay and run folder: `--only SEED` replays it).
+journaling, the final restore, the report, a status.json write), the signal is SIGKILL (3 in 5),
+SIGTERM or SIGINT twice (--signals: one for all); then `orch status` and `orch restore RUN_DIR`
+or `orch resume RUN_DIR` (seeded), and the checks of killpoints.py. Prints one line per
+iteration and, per phase the first signal landed in, the kills and the promises held or broken.
+A broken one keeps its testbed folder under --keep (seed, delay and run folder: `--only SEED`
+replays it).
 
     nice python bench/bench_kill_points.py [--n 40] [--seed 0] [--signals TERM] [--keep /tmp/killpoints-broken]
 
