@@ -5,13 +5,14 @@ Each iteration: a fresh private simulated testbed (free loopback ports, its own 
 run` of 2 factors x 2 levels x 2 replicates (8 trials, a 6-session repro), signalled from inside
 (helpers/killtrace.py) a seeded random delay after a seeded start of one phase: the target phases
 take turns (start-up, backup, env writes, restarts, health waits, repro, log collection,
-journaling, the final restore, the report), the signal is SIGKILL (3 in 5), SIGTERM or SIGINT
-twice; then `orch status` and `orch restore RUN_DIR` or `orch resume RUN_DIR` (seeded), and the
-checks of killpoints.py. Prints one line per iteration and, per phase the first signal landed
-in, the kills and the promises held or broken. A broken one keeps its testbed folder under --keep
-(seed, delay and run folder: `--only SEED` replays it).
+journaling, the final restore, the report, a status.json write), the signal is SIGKILL (3 in 5),
+SIGTERM or SIGINT twice (--signals: one for all); then `orch status` and `orch restore RUN_DIR`
+or `orch resume RUN_DIR` (seeded), and the checks of killpoints.py. Prints one line per
+iteration and, per phase the first signal landed in, the kills and the promises held or broken.
+A broken one keeps its testbed folder under --keep (seed, delay and run folder: `--only SEED`
+replays it).
 
-    nice python bench/bench_kill_points.py [--n 40] [--seed 0] [--keep /tmp/killpoints-broken]
+    nice python bench/bench_kill_points.py [--n 40] [--seed 0] [--signals TERM] [--keep /tmp/killpoints-broken]
 
 Measured: see bench/README.md ("bench_kill_points.py").
 """
@@ -32,11 +33,12 @@ from helpers.killpoints import PHASES, KillPoint, Outcome, run_once  # noqa: E40
 from timing import load_line  # noqa: E402
 
 
-def points(n: int, seed: int, only: int | None) -> list[KillPoint]:
-    """n kill points, the target phase taking turns so each phase is aimed at n/10 times."""
+def points(n: int, seed: int, only: int | None, signals: str | None = None) -> list[KillPoint]:
+    """n kill points, the target phase taking turns so each phase is aimed at n/len(PHASES) times;
+    `signals` (e.g. "TERM") sends that at every point instead of the drawn one."""
     if only is not None:
-        return [KillPoint.draw(only, list(PHASES)[only % len(PHASES)])]
-    return [KillPoint.draw(seed + i, list(PHASES)[(seed + i) % len(PHASES)]) for i in range(n)]
+        return [KillPoint.draw(only, list(PHASES)[only % len(PHASES)], signals)]
+    return [KillPoint.draw(seed + i, list(PHASES)[(seed + i) % len(PHASES)], signals) for i in range(n)]
 
 
 def line(i: int, out: Outcome, seconds: float) -> str:
@@ -68,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=40, help="iterations (kill points)")
     ap.add_argument("--seed", type=int, default=0, help="the first iteration's seed (the next ones count up)")
     ap.add_argument("--only", type=int, help="replay the one iteration of this seed")
+    ap.add_argument("--signals", help="send this at every point (TERM, KILL, INT+INT@0.3), not the drawn one")
     ap.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()) / "killpoints-broken")
     args = ap.parse_args(argv)
     print(load_line(), flush=True)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="killpoints-") as root:
-        for i, point in enumerate(points(args.n, args.seed, args.only)):
+        for i, point in enumerate(points(args.n, args.seed, args.only, args.signals)):
             t0 = time.monotonic()
             out = run_once(Path(root), point, keep=args.keep)
             outcomes.append(out)

@@ -256,11 +256,27 @@ class EnvFileChanged(SweepStopped):
     and what it measures from now on is not the matrix's cells."""
 
 
-class Interrupted(OrchError):
-    """The user (or a signal) stopped the sweep."""
+class Interrupted(BaseException):
+    """The user (or a signal) stopped the sweep.
 
-    exit_code = 130
-    kind = "interrupted"
+    Why a BaseException and not an OrchError, as KeyboardInterrupt is one: it arrives at any
+    instruction (SIGTERM's handler raises it in the main thread), and orch catches OrchError (and
+    Exception) on purpose in ~45 best-effort places (status, GPU facts, provenance, the runs index,
+    webhooks, the report): a SIGTERM landing in one was swallowed with its failures, and a sweep
+    systemd stopped ran on until SIGKILL. The code that stops on it names it (or KeyboardInterrupt
+    beside it); tests/unit/test_interrupt_not_swallowed.py keeps new handlers from swallowing it.
+    It speaks as an OrchError does (message, detail, exit code, kind)."""
+
+    exit_code: int = 130
+    kind: FailureKind = "interrupted"
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail  # e.g. a killed command's output so far
+
+    def __str__(self) -> str:
+        return self.message
 
 
 STOPPING = "stopping: interrupted by the user or a signal"

@@ -489,16 +489,14 @@ def _final_counts(run_dir: Path) -> tuple[int, int]:
 def _list_running(run_dir: Path) -> None:
     """reports/index.html lists the run while it runs (the report link shows its live status in
     `orch serve`); the index is a convenience, so a failure to write it never stops the sweep. A
-    SIGTERM is not such a failure, though it arrives as one (Interrupted is an OrchError): swallowed
-    here, in the ~0.4 s the index takes before the first backup, the sweep ran every trial to the
-    end and exited 0."""
+    SIGTERM is not such a failure, and goes on up (Interrupted is no OrchError: when it was one, a
+    SIGTERM in the ~0.4 s the index takes before the first backup was swallowed here, and the
+    sweep ran every trial to the end and exited 0)."""
     from orchestrator.report.render import fresh_summary  # the report stack loads only when needed
     from orchestrator.report.site import write_index
 
     try:
         write_index(run_dir.parent, fresh_summary)
-    except Interrupted:
-        raise
     except OrchError:
         pass
 

@@ -735,7 +735,7 @@ class Repro:
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
-        except (OrchError, KeyboardInterrupt) as exc:  # a host that stopped answering, a Ctrl-C
+        except (OrchError, KeyboardInterrupt, Interrupted) as exc:  # a host that stopped answering, a Ctrl-C, a SIGTERM
             on_left(_stop_left_after(exc, h, mark))
             raise
         duration_s = round(time.time() - t0, 4)

@@ -64,6 +64,7 @@ PHASES: dict[str, tuple[int, float]] = {
     "journal": (8, 0.03),
     "restore": (1, 0.12),
     "report": (1, 1.3),
+    "status": (12, 0.005),  # status.json written (the run's start, each trial, the restore's end)
 }
 # the mark a kill lands after -> the phase it landed in
 LANDED = {
@@ -95,11 +96,12 @@ class KillPoint:
     way_back: str  # "restore" or "resume"
 
     @classmethod
-    def draw(cls, seed: int, target: str | None = None) -> KillPoint:
+    def draw(cls, seed: int, target: str | None = None, signals: str | None = None) -> KillPoint:
+        """The point of `seed`; `signals` (e.g. "TERM") replaces the drawn signal, nothing else."""
         rng = random.Random(seed)
         target = target or rng.choice(list(PHASES))
         starts, length = PHASES[target]
-        signals = rng.choice(SIGNALS)
+        signals = (rng.choice(SIGNALS), signals)[signals is not None]
         if signals == "INT+INT":
             signals = f"INT+INT@{rng.uniform(0.05, 0.6):.3f}"
         nth, delay = rng.randint(1, starts), rng.uniform(0, length)
@@ -119,17 +121,36 @@ class Outcome:
     kept: Path | None = None  # the bed folder, kept when a promise broke
 
 
+def went_on(trace: Path) -> list[str]:
+    """The work a handled signal did not stop: a trial's env files written, or its repro started,
+    after the first signal (the one running when it landed is cut short, never followed by
+    another: a new trial is a SIGTERM swallowed, and the restore it owes comes only after)."""
+    names = [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+    signal_at = next((i for i, n in enumerate(names) if n.startswith("signal ")), None)
+    if signal_at is None:
+        return []
+    return [n for n in names[signal_at + 1 :] if n in ("env-write", "repro")]
+
+
+def signalled_after(trace: Path, name: str) -> bool:
+    """True if the mark `name` came before the first signal."""
+    names = [line.split(" ", 1)[1] for line in trace.read_text().splitlines()]
+    firsts = [i for i, n in enumerate(names) if n.startswith("signal ")]
+    return bool(firsts) and name in names[: firsts[0]]
+
+
 def landed_in(trace: Path) -> str:
     """The phase of the last mark before the first signal, or "missed". A kill inside a host
-    file's write (its temp file made, not yet renamed) is `write:PHASE`, PHASE the one writing."""
+    file's write (its temp file made, not yet renamed) is `write:PHASE`, PHASE the one writing;
+    one inside a status.json write is `status` (once written, the phase it was written in)."""
     last, phase = "spawn", "spawn"
     for line in trace.read_text().splitlines():
         name = line.split(" ", 1)[1]
         if name.startswith("signal "):
-            where = LANDED.get(phase, phase)
+            where = "status" if last == "status" else LANDED.get(phase, phase)
             return f"write:{where}" if last == "host-write" else where
         last = name
-        phase = phase if name.startswith("host-writ") else name
+        phase = phase if name.startswith(("host-writ", "status")) else name
     return "missed"
 
 
@@ -173,6 +194,8 @@ def run_once(root: Path, point: KillPoint, keep: Path | None = None, replicates:
             proc.wait(10)
             out.violations.append("the signalled controller did not exit within 180 s")
         out.landed = landed_in(bed.root / "trace")
+        if point.signals != "KILL" and (more := went_on(bed.root / "trace")):
+            out.violations.append(f"{point.signals} swallowed: the sweep went on ({', '.join(more)})")
         (bed.root / "at-kill.txt").write_text(what_is_left(bed))
         out.violations += check_all(bed, point, out)
     except Exception as exc:  # a check that could not even run is a finding too, not a lost iteration
@@ -208,7 +231,8 @@ def check_all(bed: SimBed, point: KillPoint, out: Outcome) -> list[str]:
     died = out.exit_code is not None and out.exit_code < 0
     if died and point.signals != "KILL" and out.landed != "start-up":
         return [f"{point.signals} in {out.landed}: the controller died of it (exit {out.exit_code})"]
-    broken = [] if died else check_exit(bed, point, out.exit_code, out.landed)
+    reported = signalled_after(bed.root / "trace", "reported")  # the report was written: 0 is its exit
+    broken = [] if died else check_exit(bed, point, out.exit_code, reported)
     if point.signals == "KILL" and out.exit_code != -9:
         broken.append(f"SIGKILL, yet exit {out.exit_code}")
     if not (run_dir / "run.json").exists():  # killed before the run folder: nothing may have changed
@@ -222,11 +246,11 @@ def check_all(bed: SimBed, point: KillPoint, out: Outcome) -> list[str]:
     return broken + check_resume(bed, run_dir, before)
 
 
-def check_exit(bed: SimBed, point: KillPoint, code: int | None, landed: str) -> list[str]:
-    """SIGTERM or SIGINT handled: exit 130 (0 only once the hosts were restored: the report's
-    phase) with hosts restored but those status.json names as not restored."""
+def check_exit(bed: SimBed, point: KillPoint, code: int | None, reported: bool) -> list[str]:
+    """SIGTERM or SIGINT handled: exit 130 (0 only once the report was written: nothing was left
+    to stop) with hosts restored but those status.json names as not restored."""
     text = (bed.root / "run.log").read_text(errors="replace")
-    broken = [] if code in (130, None) or (code == 0 and landed == "report") else [f"{point.signals}: exit {code}"]
+    broken = [] if code in (130, None) or (code == 0 and reported) else [f"{point.signals}: exit {code}"]
     if "Traceback (most recent call last)" in text:
         broken.append(f"{point.signals}: a traceback: {text[-1500:]}")
     left = set(not_restored(bed))

@@ -87,6 +87,7 @@ def install() -> None:
     from orchestrator.edges.transport import local
     from orchestrator.report import site
     from orchestrator.sweep import api, hosts, phases, runner, session
+    from orchestrator.team import livestatus
 
     # a file written on a host (an env file, a backup copy): its temp file exists from here to the
     # rename, the narrowest window a kill can land in
@@ -104,6 +105,7 @@ def install() -> None:
     traced(runner.Runner, "_record", "journal", "next-trial")
     traced(runner.Runner, "restore", "restore", "restored")
     traced(api, "_write_report", "report", "reported")
+    traced(livestatus.LiveStatus, "_write", "status", "status-written")  # status.json: start, trials, restore
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ from orchestrator.report import site
 from orchestrator.sweep import api
 
 
-def _index_raising(monkeypatch: pytest.MonkeyPatch, exc: OrchError) -> None:
+def _index_raising(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
     def write_index(*args: object, **kwargs: object) -> None:
         raise exc
 
