@@ -14,6 +14,7 @@ by a symlink puts it back without destroying anything (sweep.drift).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -100,21 +101,11 @@ class HostGuard:
         run_file_op(folder.path, "cannot create the backup folder", lambda: _private_folders(folder))
         for role, h in self.deployment.hosts.items():
             pause_for_tests("BACKUP")
-            entry = h.transport.read_entry(h.host.env_file)  # the bytes, and what the restore must rebuild
-            if entry.data is None:
-                raise TransportError(h.host.label, f"cannot read {h.host.env_file}: no such file or directory")
-            original = entry.data
-            write_bytes_atomic(folder.env(role), original, mode=BACKUP_MODE, what="cannot write")
-            active = {u: h.services.state(u).is_active for u in h.units}
-            h.transport.write_bytes_atomic(
-                host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file
-            )
-            # for a restore without this folder (sweep.hostunits)
-            write_host_units(h.transport, h.host.env_file, self.run_id, active)
-            running_on = {u: original for u, up in active.items() if up}
-            self.states[role] = HostState(
-                original, active, clock_offset=clock_offset(h), running_on=running_on, shape=Shape.of(entry)
-            )
+            try:
+                self.states[role] = self._backup_host(role, h)
+            except BaseException:
+                _tidy_quietly(h, self.run_id)
+                raise
         shapes = {role: s.shape.to_json() for role, s in self.states.items() if s.shape is not None}
         write_bytes_atomic(
             folder.files_json, json.dumps(shapes, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
@@ -123,6 +114,20 @@ class HostGuard:
         write_bytes_atomic(
             folder.units_json, json.dumps(units, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
         )
+
+    def _backup_host(self, role: str, h: HostHandle) -> HostState:
+        """One host's backup: its env file in the run folder and beside it on the host (the host's
+        copy, for a restore without this folder: sweep.hostunits), and its units' states."""
+        entry = h.transport.read_entry(h.host.env_file)  # the bytes, and what the restore must rebuild
+        if entry.data is None:
+            raise TransportError(h.host.label, f"cannot read {h.host.env_file}: no such file or directory")
+        original = entry.data
+        write_bytes_atomic(self.backup_dir.env(role), original, mode=BACKUP_MODE, what="cannot write")
+        active = {u: h.services.state(u).is_active for u in h.units}
+        h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file)
+        write_host_units(h.transport, h.host.env_file, self.run_id, active)
+        running_on = {u: original for u, up in active.items() if up}
+        return HostState(original, active, clock_offset=clock_offset(h), running_on=running_on, shape=Shape.of(entry))
 
     def adopt(self) -> bool:
         """Load the originals saved by an earlier (killed) process, for resume and `orch restore`.
@@ -453,6 +458,15 @@ class _HostRestore:
             raise Interrupted(f"restore of {self.role} skipped (interrupted again)")
         if self.error is not None:
             raise self.error
+
+
+def _tidy_quietly(h: HostHandle, run_id: str) -> None:
+    """A host's backup stopped half way (a SIGTERM, Ctrl-C, a host gone): remove what it wrote there.
+    Why at once: nothing is edited before the backup ends, so the copy and its temp file only told
+    the next run and `orch restore` of a change that never happened, and status.json named none. A
+    host that cannot be reached keeps them for `orch restore` (best effort: the first error wins)."""
+    with contextlib.suppress(OrchError):
+        remove_run_files(h, run_id)
 
 
 def remove_run_files(h: HostHandle, run_id: str) -> None:

@@ -204,10 +204,12 @@ class LocalTransport:
                 raise FileChanged(self.host, path)
             os.replace(tmp, path)
             _fsync_dir(directory)
-        except OSError as exc:
+        except BaseException as exc:  # a failed write, and a Ctrl-C or SIGTERM while it ran: no temp left
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
+            if isinstance(exc, OSError):
+                raise TransportError(self.host, f"cannot write {path}: {exc.strerror}") from exc
+            raise
 
     def write_then_run(
         self, path: str, data: bytes, command: str, *, timeout: float, expect: bytes | None = None
