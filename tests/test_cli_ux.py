@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from helpers.parallel_fakes import Fleet, install, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli import main as cli
@@ -143,18 +143,7 @@ def test_compare_of_one_matrix_warns_nothing_new(tmp_path, capsys) -> None:  # t
 
 
 # ------------------------------------------------------------------ 7: a no-op resume keeps status.json
-MATRIX = """\
-name: done
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 1
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("done", 1)
 
 
 def test_resuming_a_finished_run_keeps_its_status_json(tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -35,6 +35,25 @@ from orchestrator.sweep.sources import StepSource
 ReproHook = Callable[[str, str], "Reply | None"]  # (testbed, command) -> its answer, or None: the default
 
 
+def fake_matrix(name: str, replicates: int, *, extra: str = "") -> str:
+    """The matrix a sweep on the fakes runs: factor d sets D on decode (levels 1, 2), and the repro
+    `fake-repro` on prefill counts events (FakeTransport answers it); `extra`: top-level YAML lines
+    (e.g. `order: sequential`)."""
+    return (
+        f"name: {name}\n"
+        "factors:\n"
+        '  d: {env: {decode: D}, levels: ["1", "2"]}\n'
+        f"replicates: {replicates}\n"
+        f"{extra}"
+        "repro:\n"
+        '  command: "fake-repro --trial {trial}"\n'
+        "  on: prefill\n"
+        "  timeout: 30\n"
+        "  metrics:\n"
+        "    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}\n"
+    )
+
+
 def inventory_text(names: Sequence[str], roles: Sequence[str] = ("prefill", "decode")) -> str:
     """Testbeds `names`, each with the same roles (the later ones start after the first)."""
     out = ["testbeds:"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeServiceManager, FakeTransport
 from helpers.manifests import planned
-from helpers.parallel_fakes import Fleet, install, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.cli.main import main
 from orchestrator.core import gpuinfo
@@ -97,18 +97,7 @@ def test_gpu_facts_are_masked_and_cut_as_every_quoted_text(base: RunManifest) ->
 
 
 # ----------------------------------------------------------------------------- two runs on the fakes
-MATRIX = """\
-name: gpus
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 2
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("gpus", 2)
 
 
 def nvidia_smi(model: str, count: int, driver: str, cuda: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeServiceManager, FakeTransport
 from helpers.manifests import planned
-from helpers.parallel_fakes import Fleet, install, run, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, run, write_files
 
 from orchestrator.core import gpuinfo
 from orchestrator.core.hostfacts import recorded_hosts
@@ -30,18 +30,7 @@ from orchestrator.store.rundir import RunDir
 from orchestrator.sweep import api
 from orchestrator.sweep.progress import QuietProgress
 
-MATRIX = """\
-name: facts
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 2
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("facts", 2)
 H100 = ("NVIDIA H100 80GB HBM3", "550.54.15")
 H200 = ("NVIDIA H200", "560.35.03")
 

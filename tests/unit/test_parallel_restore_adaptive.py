@@ -20,7 +20,7 @@ import pytest
 from fakes import Reply
 from helpers.adaptive_runs import plan_of, record
 from helpers.parallel_bed import Fleet, install, restore, resume, run
-from helpers.parallel_fakes import write_files
+from helpers.parallel_fakes import fake_matrix, write_files
 
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, TrialRecord
@@ -33,18 +33,7 @@ from orchestrator.sweep.adaptive import AdaptiveSource
 from orchestrator.sweep.hosts import HostGuard
 
 ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
-MATRIX = """\
-name: par
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 3
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("par", 3)
 ADAPTIVE = MATRIX.replace('levels: ["1", "2"]', 'levels: ["1", "2", "3"]').replace(
     "replicates: 3", "replicates: 6\nadaptive: {metric: events, effect: 0.10}"
 )

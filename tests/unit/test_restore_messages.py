@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes import REPRO_OUTPUT, Reply
-from helpers.parallel_fakes import Fleet, install, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.cli import main as cli
 from orchestrator.core.config import read_inventory
@@ -22,19 +22,7 @@ from orchestrator.sweep.hosts import host_backup_path
 from orchestrator.sweep.runner import RunResult, _raise_first_failure
 
 ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
-MATRIX = """\
-name: rm
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 3
-order: sequential
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("rm", 3, extra="order: sequential\n")
 
 
 def _decode_unit_breaks_after(fleet: Fleet, trials: int, then: BaseException | None = None) -> None:

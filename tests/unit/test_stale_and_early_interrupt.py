@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeUnit, Role, make_bed
-from helpers.parallel_fakes import Fleet, install, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.cli import output
 from orchestrator.edges.lock import LockInfo, TestbedLock, lock_path
@@ -20,18 +20,7 @@ from orchestrator.sweep import api
 from orchestrator.sweep.progress import QuietProgress
 
 DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
-MATRIX = """\
-name: early
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 1
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("early", 1)
 
 
 def _bed():  # type: ignore[no-untyped-def]

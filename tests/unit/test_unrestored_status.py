@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.page_text import parsed
 from helpers.parallel_bed import Fleet, install
-from helpers.parallel_fakes import write_files
+from helpers.parallel_fakes import fake_matrix, write_files
 
 from orchestrator.cli.main import main
 from orchestrator.errors import OrchError, TransportError
@@ -25,18 +25,7 @@ from orchestrator.team.livestatus import RestoreStatus, live_runs
 from orchestrator.team.serve import runs_json
 
 ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
-MATRIX = """\
-name: left
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 1
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 30
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("left", 1)
 
 
 @pytest.fixture
