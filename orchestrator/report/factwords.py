@@ -25,6 +25,15 @@ HOST_FACTS = {
     "server_version": "server version",
     "env_sha256_before": "env file as the run began (sha256)",
 }
+# and the GPU facts (core.gpuinfo.FIELDS), which compare says whole for one-testbed runs but fact
+# by fact wherever a fact is one line of its own (a testbed's, a session's)
+FACT_WORDS = {
+    **HOST_FACTS,
+    "gpu_model": "GPU model",
+    "gpu_driver": "GPU driver",
+    "cuda": "CUDA version",
+    "gpu": "nvidia-smi",
+}
 
 
 def _quote_or_none(text: str | None) -> str:

@@ -14,19 +14,12 @@ from collections.abc import Mapping
 
 from orchestrator.core.hostfacts import BY_CELL, latest_facts
 from orchestrator.core.records import HostsChanged, RunManifest
-from orchestrator.report.factwords import HOST_FACTS, quote, quote_apart
+from orchestrator.report.factwords import FACT_WORDS, quote, quote_apart
 from orchestrator.report.model import Finding
 
 # where a testbed's role runs (store.planrecord): separate deployments differ there by design
 PLACE = frozenset({"address", "transport", "env_file", "dialect", "units", "health"})
 UNCOMPARED = PLACE | BY_CELL  # and what follows the cell first run (core.hostfacts)
-WORDS = {
-    **HOST_FACTS,
-    "gpu_model": "GPU model",
-    "gpu_driver": "GPU driver",
-    "cuda": "CUDA version",
-    "gpu": "nvidia-smi",
-}
 
 
 def host_fact_findings(manifest: RunManifest) -> list[Finding]:
@@ -61,7 +54,7 @@ def session_change_findings(manifest: RunManifest) -> list[Finding]:
             text = (
                 f"Host facts changed between sessions: {where}{change.role} role's {_word(key)} was {was} "
                 f"{_since(manifest.hosts_changed[:i], change, key)}, {now} in resume {change.session} "
-                f"({_ran(change)}); trials on either side of the change are not like-for-like."
+                f"({trials_ran(change)}); trials on either side of the change are not like-for-like."
             )
             out.append(Finding(kind="caution", text=text))
     return out
@@ -73,7 +66,8 @@ def _since(earlier: list[HostsChanged], change: HostsChanged, key: str) -> str:
     return f"in resume {last[-1].session}" if last else "as the run began"
 
 
-def _ran(change: HostsChanged) -> str:
+def trials_ran(change: HostsChanged) -> str:
+    """What the session that found the change ran: how many trials, from when."""
     if not change.trials:
         return "which ran no trial"
     return f"which ran {change.trials} trial{'s' if change.trials != 1 else ''} from {change.since}"
@@ -84,7 +78,7 @@ def _shown(manifest: RunManifest, key: str, value: str) -> str:
 
 
 def _word(key: str) -> str:
-    return WORDS.get(key, key)
+    return FACT_WORDS.get(key, key)
 
 
 def _by_testbed(values: Mapping[str, str]) -> str:

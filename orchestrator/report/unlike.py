@@ -24,6 +24,7 @@ from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.errors import ConfigError
 from orchestrator.report.factwords import HOST_FACTS, quote_apart
 from orchestrator.report.factwords import quote as _quote
+from orchestrator.report.unlikefacts import session_lines, several_testbeds, testbed_lines
 
 LEVEL_LINES = 3  # levels whose settings differ, named one by one before "and N more"
 
@@ -38,7 +39,7 @@ def unlike(a: RunManifest, b: RunManifest) -> Unlike:
     """PURE: how run B differs from run A besides its cells' levels."""
     ma, mb = (matrix_of(m) for m in (a, b)) if a.matrix_sha256 != b.matrix_sha256 else (None, None)
     metrics = _metric_definitions(a, b, ma, mb)
-    context = [*_matrix_lines(a, b, ma, mb), *_testbed_lines(a, b), *_gpu_lines(a, b), *_served_lines(a, b)]
+    context = [*_matrix_lines(a, b, ma, mb), *_host_lines(a, b), *_served_lines(a, b)]
     if a.orch_version != b.orch_version:
         context.append(f"orch {a.orch_version} ran A, orch {b.orch_version} ran B (how it judges a trial may differ)")
     return Unlike(metrics, tuple(context))
@@ -142,8 +143,25 @@ def _settings(lv: Level) -> str:
     return _quote(" ".join(env + [f"{{{k}}}={v}" for k, v in sorted(lv.client.items())]) or "nothing")
 
 
+def _host_lines(a: RunManifest, b: RunManifest) -> list[str]:
+    """Where the runs ran and on what: each testbed's facts where either ran on several (else the
+    first testbed's, as `hosts` holds them, and its GPUs whole), then the resumes on other facts."""
+    if several_testbeds(a, b):
+        where = testbed_lines(a, b) or _inventory_lines(a, b)
+    else:
+        where = [*(_testbed_lines(a, b) or _inventory_lines(a, b)), *_gpu_lines(a, b)]
+    return [*where, *session_lines(a, b)]
+
+
+def _inventory_lines(a: RunManifest, b: RunManifest) -> list[str]:
+    """The inventory file, said only where no host line says what in it differed."""
+    if a.inventory_sha256 == b.inventory_sha256:
+        return []
+    return [f"the inventory file differs ({_first_difference(a.inventory_text, b.inventory_text)})"]
+
+
 def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
-    """Where the runs ran: the testbed, each role's host facts that differ, the inventory file."""
+    """Where one-testbed runs ran: the testbed, each role's host facts that differ."""
     out = []
     if a.testbed != b.testbed:
         out.append(f"A ran on testbed {a.testbed!r}, B on {b.testbed!r}")
@@ -154,8 +172,6 @@ def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
                 out.append(f"the {role} role ran on {_host(ha)} in A, on {_host(hb)} in B")
         elif said := _facts_that_differ(ha, hb):
             out.append(f"the {role} role's " + "; its ".join(said))
-    if not out and a.inventory_sha256 != b.inventory_sha256:
-        out.append(f"the inventory file differs ({_first_difference(a.inventory_text, b.inventory_text)})")
     return out
 
 
