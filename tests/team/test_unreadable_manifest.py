@@ -16,10 +16,12 @@ from helpers.status_runs import DEAD_PID, ME, fake_dead, run, settled_cache, sta
 
 from orchestrator.cli.main import main
 from orchestrator.report.page import environment
+from orchestrator.report.render import fresh_summary
+from orchestrator.report.site import EntryCache, run_entries
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.team.livestatus import live_runs, snapshot
-from orchestrator.team.serve import STATUS_TEMPLATE, status_json
+from orchestrator.team.serve import STATUS_TEMPLATE, runs_json, status_json
 
 TORN = '{\n  "run_id": "x",\n  "name": '  # a run.json cut off while written (by hand or a full disk)
 RUNNING = "20260601-running-torn"
@@ -127,3 +129,17 @@ def test_cached_views_equal_uncached_ones_as_run_json_is_damaged_and_repaired(tm
     assert seen[1]["20260601-whole"].startswith("not JSON at line 3") and seen[2]["20260601-whole"] == ""
     assert seen[3]["20260601-whole"] == "missing" and seen[4]["notes"] == "missing"
     assert seen[5]["20260602-no-status"] == "" and "20260604-journal-only" not in seen[6]
+
+
+def test_the_runs_index_lists_the_same_folders_in_the_same_words(tmp_path: Path, dead: set[int]) -> None:
+    """The index and /api/runs list every damaged folder the status views list (the one with only
+    a journal was left out of them), with `run.json unreadable: WHY`, cached as uncached."""
+    reports = tmp_path / "reports"
+    expected = damaged(reports)
+    entries = run_entries(reports, fresh_summary)
+    assert entries == run_entries(reports, fresh_summary, EntryCache())
+    errors = {e.directory: e.error for e in entries if e.status == "unreadable"}
+    assert errors == {d: f"run.json unreadable: {why}" for d, why in expected.items()}
+    assert "notes" not in {e.directory for e in entries}
+    api = {r["directory"]: r for r in runs_json(reports)}
+    assert api["20260604-journal-only"]["error"] == "run.json unreadable: missing"
