@@ -688,7 +688,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             escape(r.status.current_cell or "-"),
             escape(r.status.last or "-"),
             eta,
-            "-" if r.unreadable else escape(f"{r.status.host}:{r.status.pid}"),
+            escape(r.controller or "-"),
         )
     if snap.runs:
         _print_table(runs)

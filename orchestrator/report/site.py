@@ -45,7 +45,7 @@ from orchestrator.report.trends import (
 )
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.liveness import STALE, StatusFile, read_status, recorded_restore, state_of
-from orchestrator.store.manifest import load_manifest
+from orchestrator.store.manifest import holds_run, load_manifest, manifest_or_why
 from orchestrator.store.rundir import (
     HUNT_HTML,
     INDEX_HTML,
@@ -221,9 +221,11 @@ def regression_changes(run_dir: Path, rebuild: Rebuild) -> list[Change]:
 
 
 def _run_dirs(reports_dir: Path) -> list[Path]:
+    """The run folders, whole or damaged (store.manifest.holds_run: a run.json, a journal or a
+    status file), as the status views find them: a run whose run.json is gone is listed as such."""
     if not reports_dir.is_dir():
         return []
-    return [d for d in reports_dir.iterdir() if d.is_dir() and RunDir(d).is_run()]
+    return [d for d in reports_dir.iterdir() if d.is_dir() and holds_run(d)]
 
 
 # the files _entry reads of a run folder (rebuild too: the journal, the plan, the status file): an
@@ -326,14 +328,15 @@ def _same_liveness(read: _Read) -> bool:
 
 
 def _folders(reports_dir: Path) -> list[tuple[str, str, Stamp]]:
-    """_run_dirs' folders (name, path, the stamp of its run.json), one stat a folder."""
+    """_run_dirs' folders (name, path, the stamp of its run.json), one stat a folder whose run.json
+    is a file (more only for a damaged or foreign one)."""
     if not reports_dir.is_dir():
         return []
     found: list[tuple[str, str, Stamp]] = []
     with os.scandir(reports_dir) as it:
         for d in it:
             stamp = file_stamp(f"{d.path}/{RUN_JSON}") if d.is_dir() else None
-            if stamp is not None and stat.S_ISREG(stamp[0]):
+            if (stamp is not None and stat.S_ISREG(stamp[0])) or (d.is_dir() and holds_run(d.path)):
                 found.append((d.name, d.path, stamp))
     return found
 
@@ -383,9 +386,11 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> _Read:
 
 
 def _unreadable(run_dir: Path, exc: OrchError) -> RunEntry:
-    """A run folder whose run.json cannot be read: listed with the reason."""
-    name = run_dir.name
-    return RunEntry(name, name, "", "", "unreadable", 0, 0, 0, "", RunDir(run_dir).index_html.is_file(), error=str(exc))
+    """A run folder whose run.json (or plan) cannot be read: listed with the reason, in the status
+    views' words for run.json ("run.json unreadable: missing", team.livestatus)."""
+    name, why = run_dir.name, manifest_or_why(run_dir)
+    error = f"run.json unreadable: {why}" if isinstance(why, str) else str(exc)  # else: its plan
+    return RunEntry(name, name, "", "", "unreadable", 0, 0, 0, "", RunDir(run_dir).index_html.is_file(), error=error)
 
 
 def _controller(status: StatusFile) -> StatusFile:

@@ -16,7 +16,9 @@ depend on how plans are built.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,11 +26,11 @@ from typing import TypeVar
 
 import pydantic
 
-from orchestrator.core.bounded import MiB, read_bounded_bytes
+from orchestrator.core.bounded import MiB, describe_kind, read_bounded_bytes
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest, valid_run_id
-from orchestrator.errors import ConfigError, UsageError
+from orchestrator.errors import ConfigError, OrchError, UsageError
 from orchestrator.store.atomic import write_json_atomic
-from orchestrator.store.rundir import PLAN_JSON, RUN_JSON, RunDir
+from orchestrator.store.rundir import JOURNAL, PLAN_JSON, RUN_JSON, STATUS_JSON, RunDir
 
 PLAN_FILE = PLAN_JSON  # the name callers imported before store.rundir existed
 
@@ -69,13 +71,69 @@ def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
             f"{run_dir}: not a run directory (no run.json)",
             hint="pass the folder `orch run` printed, e.g. reports/<run-id>",
         )
-    manifest = _validated(path, RunManifest)
-    if manifest.plan:  # inline: written before plan.json existed; its count and digest are its own
-        pairs = [(p.trial, p.cell) for p in manifest.plan]
-        return manifest.model_copy(update={"plan_trials": len(pairs), "plan_sha256": plan_digest(pairs)})
-    if plan and manifest.plan_trials:
+    manifest = _inline_counted(_validated(path, RunManifest))
+    if plan and not manifest.plan and manifest.plan_trials:
         return manifest.model_copy(update={"plan": trials_of(load_plan(run_dir, manifest))})
     return manifest
+
+
+def _inline_counted(manifest: RunManifest) -> RunManifest:
+    """An inline plan (written before plan.json existed) gives its own count and digest."""
+    if not manifest.plan:
+        return manifest
+    pairs = [(p.trial, p.cell) for p in manifest.plan]
+    return manifest.model_copy(update={"plan_trials": len(pairs), "plan_sha256": plan_digest(pairs)})
+
+
+RUN_FILES = (RUN_JSON, JOURNAL, STATUS_JSON)  # any of them, even damaged, makes a folder a run's
+
+
+def holds_run(folder: str | Path) -> bool:
+    """Is `folder` a run's, whole or damaged: does it hold a run.json, a journal or a status.json
+    (of any kind: a FIFO named run.json is a damaged run, not nothing)? A folder with none of them
+    (a user's notes/, a backup) is not a run, and no view lists it. Stats only, never opens."""
+    return any(os.path.lexists(os.path.join(folder, name)) for name in RUN_FILES)
+
+
+def manifest_or_why(run_dir: Path) -> RunManifest | str:
+    """load_manifest(plan=False)'s reading, saying why run.json cannot be read ("missing", "over
+    128 MiB", "not JSON at line 3 (...)", "not an orch run manifest (...)") instead of raising:
+    the status views and the runs index list such a folder with that word, where the status
+    views left it out (a sweep whose run.json was damaged vanished from `orch status`). Bounded
+    as load_manifest is (a stat first: a FIFO never blocks, a huge file is never opened)."""
+    path = RunDir(run_dir).run_json
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({describe_kind(st.st_mode)})"
+    cap = _CAPS[RUN_JSON]
+    if st.st_size > cap:
+        return f"over {cap // MiB} MiB"
+    try:
+        return _inline_counted(RunManifest.model_validate_json(read_bounded_bytes(path, cap, RUN_JSON)))
+    except OrchError as exc:  # replaced or grown since the stat
+        return str(exc)
+    except pydantic.ValidationError as exc:
+        return invalid_words(exc, "an orch run manifest")
+
+
+def invalid_words(exc: pydantic.ValidationError, kind: str) -> str:
+    """A file that is not JSON, or not a `kind`, in few words: where the JSON breaks ("not JSON at
+    line 3 (EOF while parsing a value, column 0)"), else the first wrong field and the count
+    (pydantic's own run to a screenful)."""
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if first["type"] == "json_invalid":
+        error = str((first.get("ctx") or {}).get("error", ""))
+        at = re.search(r" at line (\d+) column (\d+)$", error)
+        if at is None:
+            return f"not JSON ({error})" if error else "not JSON"
+        return f"not JSON at line {at[1]} ({error[: at.start()]}, column {at[2]})"
+    where = ".".join(str(p) for p in first["loc"]) or "the whole file"
+    return f"not {kind} ({exc.error_count()} error(s), first: {where}: {first['msg']}; another orch version's?)"
 
 
 _PLANNED = pydantic.TypeAdapter(list[PlannedTrial])

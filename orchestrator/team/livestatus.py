@@ -16,7 +16,6 @@ hunt killed after 14 trials, "35/36 (97%)" for one that had ended).
 from __future__ import annotations
 
 import os
-import stat
 import struct
 import threading
 import time
@@ -42,7 +41,7 @@ from orchestrator.store.liveness import (
 from orchestrator.store.liveness import LiveState as LiveState
 from orchestrator.store.liveness import StatusFile as StatusFile
 from orchestrator.store.liveness import judge as judge
-from orchestrator.store.manifest import load_manifest, load_plan
+from orchestrator.store.manifest import holds_run, load_manifest, load_plan, manifest_or_why
 from orchestrator.store.rundir import RUN_JSON, STATUS_JSON, RunDir
 from orchestrator.store.runtrials import trial_rows
 from orchestrator.store.stamps import SETTLE_NS, Stamp, file_stamp, settled
@@ -279,11 +278,12 @@ class LiveRun:
     """One run as the status views show it: its status file, judged against its manifest."""
 
     directory: str
-    state: LiveState | Literal["unreadable"]  # unreadable: its status file cannot be read (see `unreadable`)
-    run_status: str  # the manifest's status: running, completed, failed, interrupted
-    status: StatusFile  # of an unreadable one: its manifest's names, nothing of its controller
+    state: LiveState | Literal["unreadable"]  # unreadable: its status file or run.json cannot be read
+    run_status: str  # the manifest's status: running, completed, failed, interrupted ("": run.json unreadable)
+    status: StatusFile  # of an unreadable one: what is known (its manifest's names, or its status file)
     path: str = ""  # the run folder, absolute: what `orch resume` / `orch restore` take from any folder
-    unreadable: str = ""  # why its status.json cannot be read (store.liveness.status_or_why); "" when read
+    unreadable: str = ""  # why its unreadable_file cannot be read (status_or_why, manifest_or_why); "" when read
+    unreadable_file: str = ""  # status.json or run.json ("" when both were read)
 
     @property
     def percent(self) -> float | None:
@@ -312,9 +312,16 @@ class LiveRun:
 
     @property
     def unreadable_line(self) -> str:
-        """`status unreadable: over 1 MiB`: the views' word for a run whose status file cannot be
-        read; "" for any other run."""
-        return f"status unreadable: {self.unreadable}" if self.unreadable else ""
+        """`status unreadable: over 1 MiB`, `run.json unreadable: missing`: the views' word for a
+        run whose status file or manifest cannot be read; "" for any other run."""
+        if not self.unreadable:
+            return ""
+        return f"{'run.json' if self.unreadable_file == RUN_JSON else 'status'} unreadable: {self.unreadable}"
+
+    @property
+    def controller(self) -> str:
+        """`host:pid` of the controller its status file names; "" when no status file was read."""
+        return f"{self.status.host}:{self.status.pid}" if self.status.pid else ""
 
     @property
     def progress(self) -> str:
@@ -356,10 +363,11 @@ class Snapshot:
 
 
 def live_runs(reports_dir: Path, *, finished: int = 5, cache: StatusCache | None = None) -> list[LiveRun]:
-    """Runs with a status file: first every one that left hosts changed (however old: a testbed
-    left on a cell's flags skews every later run on it), then every running or stale one and every
-    one whose status file cannot be read, then the `finished` latest others. `cache`: the server's
-    (a run whose files did not change is not read again); the answer is the same without."""
+    """Runs with a status file, and damaged runs (see _live_run): first every one that left hosts
+    changed (however old: a testbed left on a cell's flags skews every later run on it), then every
+    running or stale one and every one whose status file or run.json cannot be read, then the
+    `finished` latest others. `cache`: the server's (a run whose files did not change is not read
+    again); the answer is the same without."""
     return (cache if cache is not None else StatusCache()).shown(reports_dir, finished)  # an empty one is falsy
 
 
@@ -425,7 +433,7 @@ class StatusCache:
                 self._kept, self._of = {}, reports_dir
             settled_before = self._clock() - SETTLE_NS
             now: dict[str, _Kept] = {}
-            for name, path, stamps in _status_folders(reports_dir):
+            for name, path, stamps in _run_folders(reports_dir):
                 old = self._kept.get(name)
                 if old is not None and old.stamps == stamps:
                     now[name] = old if old.slim else replace(old, run=_judged(old.run))
@@ -490,18 +498,21 @@ def item_view(item: QueueItem) -> QueueView:
     )
 
 
-def _status_folders(reports_dir: Path) -> list[tuple[str, str, bytes]]:
-    """The run folders holding a status file (a regular one), each with the stamps of its
-    status.json and run.json (packed: 96 bytes, not two tuples of 6 ints, 0.6 KB), taken before
-    either is read."""
+def _run_folders(reports_dir: Path) -> list[tuple[str, str, bytes]]:
+    """The run folders (store.manifest.holds_run: a status.json, a run.json or a journal, whole or
+    damaged), each with the stamps of its status.json and run.json (packed: 96 bytes, not two
+    tuples of 6 ints, 0.6 KB), taken before either is read. What is shown of each is _live_run's
+    rule: the stamps of those two files decide it (a journal only makes the folder a run's)."""
     if not reports_dir.is_dir():
         return []
     found: list[tuple[str, str, bytes]] = []
     with os.scandir(reports_dir) as it:
         for d in it:
-            status = file_stamp(f"{d.path}/{STATUS_JSON}") if d.is_dir() else None
-            if status is not None and stat.S_ISREG(status[0]):
-                found.append((d.name, d.path, _packed(status, file_stamp(f"{d.path}/{RUN_JSON}"))))
+            if not d.is_dir():
+                continue
+            status, run_json = file_stamp(f"{d.path}/{STATUS_JSON}"), file_stamp(f"{d.path}/{RUN_JSON}")
+            if status is not None or run_json is not None or holds_run(d.path):
+                found.append((d.name, d.path, _packed(status, run_json)))
     return found
 
 
@@ -519,16 +530,19 @@ def _unpacked(packed: bytes) -> tuple[Stamp, Stamp]:
 
 
 def _live_run(run_dir: Path) -> LiveRun | None:
-    """The run as the status views show it, its controller judged now; None (left out) when its
-    run.json cannot be read. A status file that cannot be read is shown as such (`unreadable`),
-    the manifest's names in its place. The manifest is read without its plan: only its status and
-    names are used, and a big plan takes a second to load."""
+    """The run as the status views show it, its controller judged now, or None (left out). The
+    rule, for a run folder (_run_folders): shown when it has a status file (its sweep started:
+    running, stale or finished), or when its run.json cannot be read (missing beside a journal or
+    a status file, over its cap, torn, another schema: a damaged sweep that `orch status` showed
+    nothing of); left out when it has no status file and its run.json reads (a run from before
+    status files, or stopped before its first trial: the runs index lists it). A file that cannot
+    be read is shown as such (`unreadable`, `unreadable_file`). The manifest is read without its
+    plan: only its status and names are used, and a big plan takes a second to load."""
     status = status_or_why(run_dir)
-    if status is None:  # removed since the folder was listed: as a folder without one, not shown
-        return None
-    try:
-        manifest = load_manifest(run_dir, plan=False)
-    except OrchError:
+    manifest = manifest_or_why(run_dir)
+    if isinstance(manifest, str):
+        return _unreadable_manifest(run_dir, manifest, status)
+    if status is None:  # a run without a status file (or removed since the folder was listed)
         return None
     where = str(run_dir.resolve())
     if isinstance(status, StatusFile):
@@ -537,7 +551,24 @@ def _live_run(run_dir: Path) -> LiveRun | None:
         run_id=manifest.run_id, name=manifest.name, testbed=manifest.testbed, host="", pid=0, pid_start=0,
         state="finished", started="", updated="", done=0, total=None, failed=0,
     )  # fmt: skip
-    return LiveRun(run_dir.name, "unreadable", manifest.status, placeholder, where, unreadable=status)
+    return LiveRun(
+        run_dir.name, "unreadable", manifest.status, placeholder, where, unreadable=status, unreadable_file=STATUS_JSON
+    )
+
+
+def _unreadable_manifest(run_dir: Path, why: str, status: StatusFile | str | None) -> LiveRun:
+    """A run whose run.json cannot be read: what its status file says (its names, progress and
+    controller) when that reads, else its folder's name; its state `unreadable` (whether it runs
+    is the manifest's to say, and a controller alive may be finishing)."""
+    if isinstance(status, str):
+        why = f"{why}; status.json too: {status}"
+    known = status if isinstance(status, StatusFile) else None
+    shown = known or StatusFile(
+        run_id=run_dir.name, name=run_dir.name, testbed="", host="", pid=0, pid_start=0,
+        state="finished", started="", updated="", done=0, total=None, failed=0,
+    )  # fmt: skip
+    where = str(run_dir.resolve())
+    return LiveRun(run_dir.name, "unreadable", "", shown, where, unreadable=why, unreadable_file=RUN_JSON)
 
 
 def _judged(run: LiveRun | None) -> LiveRun | None:

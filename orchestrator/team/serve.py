@@ -725,7 +725,8 @@ def _run_json(r: LiveRun) -> dict[str, object]:
         "way_back": r.way_back,  # a stale run's `orch resume` / `orch restore`, its folder named whole
         "run_status": r.run_status,
         "percent": None if r.percent is None else round(r.percent, 1),  # None for a hunt: no total
-        "unreadable": r.unreadable,  # why its status file cannot be read ("" when read): its fields are empty
+        "unreadable": r.unreadable,  # why its unreadable_file cannot be read ("" when read)
+        "unreadable_file": r.unreadable_file,  # status.json (its fields empty) or run.json (the status file's, if read)
         **shown,
         "link": _link(r.directory),
     }

@@ -287,13 +287,13 @@ def test_the_status_views_read_an_unchanged_run_json_once(tmp_path: Path, monkey
     run = write_run(tmp_path / "reports" / "20260509-a", manifest, records)
     (run / "status.json").write_text(status(state="finished").model_dump_json())
     read: list[Path] = []
-    real = livestatus.load_manifest
+    real = livestatus.manifest_or_why  # the status views' reading of run.json
 
-    def counting(run_dir: Path, *, plan: bool = True) -> RunManifest:
+    def counting(run_dir: Path) -> RunManifest | str:
         read.append(run_dir)
-        return real(run_dir, plan=plan)
+        return real(run_dir)
 
-    monkeypatch.setattr(livestatus, "load_manifest", counting)
+    monkeypatch.setattr(livestatus, "manifest_or_why", counting)
     cache = StatusCache(lambda: time.time_ns() + SETTLE_NS + 1)  # the files settled, as a past night's
     first = snapshot(tmp_path / "reports", cache)
     assert snapshot(tmp_path / "reports", cache).runs == first.runs

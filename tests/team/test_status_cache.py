@@ -9,55 +9,23 @@ from __future__ import annotations
 import builtins
 import os
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from helpers.report_synth import synthetic_run
 from helpers.serving import serving
+from helpers.status_runs import DEAD_PID, ME, fake_dead, run, settled_cache, status
 
 import orchestrator.team.livestatus as livestatus
 from orchestrator.cli.main import main
 from orchestrator.core.records import RunManifest
 from orchestrator.report.page import environment
 from orchestrator.store.atomic import write_json_atomic
-from orchestrator.store.liveness import MAX_STATUS_BYTES, StatusFile
+from orchestrator.store.liveness import MAX_STATUS_BYTES
 from orchestrator.store.manifest import save_manifest
-from orchestrator.store.stamps import SETTLE_NS
 from orchestrator.team.livestatus import LiveRun, StatusCache, live_runs, snapshot
-from orchestrator.team.queue import Claimer
 from orchestrator.team.serve import STATUS_TEMPLATE, status_json
-
-ME = Claimer.current()
-DEAD_PID = 999_999  # the controllers the tests kill (process_alive faked: no process started)
-
-
-def settled_cache() -> StatusCache:
-    """A cache whose clock is past SETTLE_NS of files written now (as a past night's runs are)."""
-    return StatusCache(lambda: time.time_ns() + SETTLE_NS + 1)
-
-
-def status(run_id: str, state: str = "finished", pid: int = ME.pid, **kw: object) -> StatusFile:
-    base: dict[str, object] = dict(
-        run_id=run_id, name=f"name-{run_id}", testbed="t", host=ME.host, pid=pid, pid_start=ME.start, state=state,
-        started=f"2026-01-01T00:00:{len(run_id):02d}+00:00", updated=f"2026-01-02T00:00:{len(run_id):02d}+00:00",
-        done=1, total=2, failed=0,
-    )  # fmt: skip
-    return StatusFile.model_validate({**base, **kw})
-
-
-def run(reports: Path, name: str, run_status: str, st: StatusFile | str | None) -> Path:
-    manifest, _ = synthetic_run(replicates=1, failures=False, run_id=name)
-    d = reports / name
-    d.mkdir(parents=True)
-    save_manifest(d, manifest.model_copy(update={"status": run_status}))
-    if isinstance(st, StatusFile):
-        write_json_atomic(d / "status.json", st)
-    elif st is not None:
-        (d / "status.json").write_text(st)
-    return d
 
 
 def mixed(reports: Path) -> dict[str, Path]:
@@ -84,10 +52,7 @@ def mixed(reports: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def dead(monkeypatch: pytest.MonkeyPatch) -> set[int]:
-    """pids whose controller is gone (store.liveness asks process_alive; no process is started)."""
-    gone = {DEAD_PID}
-    monkeypatch.setattr("orchestrator.store.liveness.process_alive", lambda host, pid, start: pid not in gone)
-    return gone
+    return fake_dead(monkeypatch)
 
 
 def shown(runs: tuple[LiveRun, ...]) -> list[tuple[str, str, str]]:
@@ -125,8 +90,9 @@ def test_every_view_of_the_cache_equals_an_uncached_one(tmp_path: Path, dead: se
         same()
     states = {d: state for d, state, _ in shown(same())}
     assert states["20260504-dying"] == "stale" and states["20260512-added"] == "running"
-    assert "20260510-bad-manifest" not in states and "20260511-no-status" not in states  # as before
-    assert len(cache) == len([d for d in reports.iterdir() if (d / "status.json").is_file()])  # none gone kept
+    assert states["20260510-bad-manifest"] == "unreadable"  # its run.json torn: listed (it was left out)
+    assert "20260511-no-status" not in states  # as before: its run.json reads, it has no status file
+    assert len(cache) == len([d for d in reports.iterdir() if d.is_dir()])  # every run folder, none gone kept
 
 
 def _manifest(d: Path, run_status: str) -> RunManifest:
@@ -202,6 +168,7 @@ def test_a_status_file_that_cannot_be_read_is_listed_with_why(
         "20260507-not-json": "not valid JSON",
         "20260508-not-status": "not an orch status file (12 error(s), first: run_id: Input should be a valid string)",
         "20260509-over-cap": "over 1 MiB",
+        "20260510-bad-manifest": "not JSON at line 1 (EOF while parsing an object, column 1)",  # its run.json
     }
     api = {r["directory"]: r for r in status_json(snap)["runs"]}  # type: ignore[attr-defined]
     assert api["20260509-over-cap"]["state"] == "unreadable" and api["20260509-over-cap"]["unreadable"] == "over 1 MiB"
