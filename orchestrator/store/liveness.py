@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.core.bounded import MiB, describe_kind, read_bounded_bytes
+from orchestrator.core.filewords import invalid_words
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
 from orchestrator.store.processes import process_alive, process_start
@@ -146,16 +147,7 @@ def status_or_why(run_dir: Path) -> StatusFile | str | None:
     except OrchError as exc:  # replaced or grown since the stat
         return str(exc)
     except ValidationError as exc:
-        return _invalid(exc)
-
-
-def _invalid(exc: ValidationError) -> str:
-    """A status file that is not one, in few words (pydantic's own run to a screenful)."""
-    first = exc.errors(include_url=False, include_input=False)[0]
-    if first["type"] == "json_invalid":
-        return "not valid JSON"
-    where = ".".join(str(p) for p in first["loc"])
-    return f"not an orch status file ({exc.error_count()} error(s), first: {where or 'the whole file'}: {first['msg']})"
+        return invalid_words(exc, "an orch status file")
 
 
 def judge(status: StatusFile, run_status: str) -> LiveState:

@@ -27,6 +27,7 @@ from typing import TypeVar
 import pydantic
 
 from orchestrator.core.bounded import MiB, describe_kind, read_bounded_bytes
+from orchestrator.core.filewords import invalid_words
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest, valid_run_id
 from orchestrator.errors import ConfigError, OrchError, UsageError
 from orchestrator.store.atomic import write_json_atomic
@@ -118,22 +119,7 @@ def manifest_or_why(run_dir: Path) -> RunManifest | str:
     except OrchError as exc:  # replaced or grown since the stat
         return str(exc)
     except pydantic.ValidationError as exc:
-        return invalid_words(exc, "an orch run manifest")
-
-
-def invalid_words(exc: pydantic.ValidationError, kind: str) -> str:
-    """A file that is not JSON, or not a `kind`, in few words: where the JSON breaks ("not JSON at
-    line 3 (EOF while parsing a value, column 0)"), else the first wrong field and the count
-    (pydantic's own run to a screenful)."""
-    first = exc.errors(include_url=False, include_input=False)[0]
-    if first["type"] == "json_invalid":
-        error = str((first.get("ctx") or {}).get("error", ""))
-        at = re.search(r" at line (\d+) column (\d+)$", error)
-        if at is None:
-            return f"not JSON ({error})" if error else "not JSON"
-        return f"not JSON at line {at[1]} ({error[: at.start()]}, column {at[2]})"
-    where = ".".join(str(p) for p in first["loc"]) or "the whole file"
-    return f"not {kind} ({exc.error_count()} error(s), first: {where}: {first['msg']}; another orch version's?)"
+        return invalid_words(exc, "an orch run manifest", "; another orch version's?")
 
 
 _PLANNED = pydantic.TypeAdapter(list[PlannedTrial])
