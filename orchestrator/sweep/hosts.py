@@ -101,11 +101,7 @@ class HostGuard:
         run_file_op(folder.path, "cannot create the backup folder", lambda: _private_folders(folder))
         for role, h in self.deployment.hosts.items():
             pause_for_tests("BACKUP")
-            try:
-                self.states[role] = self._backup_host(role, h)
-            except BaseException:
-                _tidy_quietly(h, self.run_id)
-                raise
+            self.states[role] = self._backup_host(role, h)
         shapes = {role: s.shape.to_json() for role, s in self.states.items() if s.shape is not None}
         write_bytes_atomic(
             folder.files_json, json.dumps(shapes, indent=1).encode(), mode=BACKUP_MODE, what="cannot write"
@@ -124,8 +120,14 @@ class HostGuard:
         original = entry.data
         write_bytes_atomic(self.backup_dir.env(role), original, mode=BACKUP_MODE, what="cannot write")
         active = {u: h.services.state(u).is_active for u in h.units}
-        h.transport.write_bytes_atomic(host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file)
-        write_host_units(h.transport, h.host.env_file, self.run_id, active)
+        try:  # from here the host may hold the run's files: a stop removes them (before, it holds none)
+            h.transport.write_bytes_atomic(
+                host_backup_path(h.host.env_file, self.run_id), original, like=h.host.env_file
+            )
+            write_host_units(h.transport, h.host.env_file, self.run_id, active)
+        except BaseException:
+            _tidy_quietly(h, self.run_id)
+            raise
         running_on = {u: original for u, up in active.items() if up}
         return HostState(original, active, clock_offset=clock_offset(h), running_on=running_on, shape=Shape.of(entry))
 
@@ -461,7 +463,7 @@ class _HostRestore:
 
 
 def _tidy_quietly(h: HostHandle, run_id: str) -> None:
-    """A host's backup stopped half way (a SIGTERM, Ctrl-C, a host gone): remove what it wrote there.
+    """A host's backup stopped while writing there (a SIGTERM, Ctrl-C, a failed write): remove what it wrote.
     Why at once: nothing is edited before the backup ends, so the copy and its temp file only told
     the next run and `orch restore` of a change that never happened, and status.json named none. A
     host that cannot be reached keeps them for `orch restore` (best effort: the first error wins)."""

@@ -73,3 +73,27 @@ def test_an_interrupt_inside_a_local_atomic_write_leaves_no_temp_file(
         local.LocalTransport().write_bytes_atomic(str(target), b"D=1\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["decode.env"]
     assert target.read_bytes() == b"D=0\n"
+
+
+def test_a_host_that_fails_before_its_copy_is_written_is_not_asked_to_tidy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose env file cannot be read holds none of the run's files: no tidy command is sent
+    to it (to a host that is gone, it would only wait out a connect timeout before the error)."""
+    from orchestrator.errors import TransportError
+
+    bed = make_bed({"decode": Role("D=0\n", [FakeUnit("decode-server", active=True)])})
+    plan = make_plan(bed, {"d": flag("decode", "D")})
+    transport = bed.transports["decode"]
+
+    def gone(path: str) -> object:
+        raise TransportError("decode", "ssh: connect to host decode port 22: No route to host")
+
+    monkeypatch.setattr(transport, "read_entry", gone)
+    runner = Runner(
+        plan, bed.deployment, tmp_path / "run", RunOptions("r1", retry_backoff_s=0.0), progress=QuietProgress(),
+        client=bed.client,
+    )  # fmt: skip
+    with pytest.raises(TransportError):
+        runner.execute()
+    assert not [c for c in transport.commands() if "orch-tidy" in c], transport.commands()
