@@ -6,7 +6,12 @@ Its own module, below both: the run's report must not import the comparison's ma
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
+
 from orchestrator.core.clip import clip
+
+V = TypeVar("V", bound=Hashable)
 
 QUOTE_CHARS = 160  # of a quoted command, regex or line: a whole repro command can be a paragraph
 
@@ -36,7 +41,26 @@ FACT_WORDS = {
 }
 
 
-def _quote_or_none(text: str | None) -> str:
+def word(key: str) -> str:
+    """A host fact's name in words (its key when it has none)."""
+    return FACT_WORDS.get(key, key)
+
+
+def whose(testbed: str) -> str:
+    """What a role's fact belongs to: `testbed T's ` for one testbed of several, else `the `."""
+    return f"testbed {testbed}'s " if testbed else "the "
+
+
+def by_value(values: Mapping[str, V]) -> dict[V, list[str]]:
+    """testbed -> value, as value -> the testbeds that had it (first seen first)."""
+    grouped: dict[V, list[str]] = {}
+    for name, value in values.items():
+        grouped.setdefault(value, []).append(name)
+    return grouped
+
+
+def quote_or_none(text: str | None) -> str:
+    """quote, and a value one side did not record said so."""
     return quote(text) if text is not None else "not recorded"
 
 
@@ -44,7 +68,7 @@ def quote_apart(a: str | None, b: str | None) -> tuple[str, str]:
     """Two texts quoted so that where they differ shows: past a long common start, each is quoted
     from a little before its first difference (the start left out as '…'); None: not recorded."""
     if a is None or b is None:
-        return _quote_or_none(a), _quote_or_none(b)
+        return quote_or_none(a), quote_or_none(b)
     same = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
     start = max(0, same - QUOTE_CHARS // 4)
     if start == 0:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from orchestrator.core.hostfacts import BY_CELL, latest_facts
 from orchestrator.core.records import HostsChanged, RunManifest
-from orchestrator.report.factwords import FACT_WORDS, quote, quote_apart
+from orchestrator.report.factwords import by_value, quote, quote_apart, whose, word
 from orchestrator.report.model import Finding
 
 # where a testbed's role runs (store.planrecord): separate deployments differ there by design
@@ -37,7 +37,7 @@ def testbed_fact_findings(manifest: RunManifest) -> list[Finding]:
         for key in keys:
             values = {name: _shown(manifest, key, f[role][key]) for name, f in beds.items() if key in f.get(role, {})}
             if len(set(values.values())) > 1:
-                text = f"Testbeds are not copies: the {role} role's {_word(key)} differed: {_by_testbed(values)}"
+                text = f"Testbeds are not copies: the {role} role's {word(key)} differed: {_by_testbed(values)}"
                 out.append(Finding(kind="caution", text=text + "; a cell's trials pooled over them mix both."))
     return out
 
@@ -50,10 +50,9 @@ def session_change_findings(manifest: RunManifest) -> list[Finding]:
         before = latest_facts(first.get(change.role, {}), manifest.hosts_changed[:i], change.testbed, change.role)
         for key, after in change.facts.items():
             was, now = quote_apart(_shown(manifest, key, before.get(key, "")), _shown(manifest, key, after))
-            where = f"testbed {change.testbed}'s " if change.testbed else "the "
             text = (
-                f"Host facts changed between sessions: {where}{change.role} role's {_word(key)} was {was} "
-                f"{_since(manifest.hosts_changed[:i], change, key)}, {now} in resume {change.session} "
+                f"Host facts changed between sessions: {whose(change.testbed)}{change.role} role's {word(key)} "
+                f"was {was} {_since(manifest.hosts_changed[:i], change, key)}, {now} in resume {change.session} "
                 f"({trials_ran(change)}); trials on either side of the change are not like-for-like."
             )
             out.append(Finding(kind="caution", text=text))
@@ -77,16 +76,10 @@ def _shown(manifest: RunManifest, key: str, value: str) -> str:
     return manifest.redactor.value(key, value)
 
 
-def _word(key: str) -> str:
-    return FACT_WORDS.get(key, key)
-
-
 def _by_testbed(values: Mapping[str, str]) -> str:
     """'x' on A, C; 'y' on B: each value once with the testbeds that found it (two values quoted
     from where they differ, as compare quotes them)."""
-    grouped: dict[str, list[str]] = {}
-    for name, value in values.items():
-        grouped.setdefault(value, []).append(name)
+    grouped = by_value(values)
     quoted: dict[str, str] = {}
     if len(grouped) == 2:
         a, b = grouped

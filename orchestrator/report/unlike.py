@@ -22,8 +22,8 @@ from orchestrator.core.model import Level, Matrix
 from orchestrator.core.records import RunManifest
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.errors import ConfigError
-from orchestrator.report.factwords import HOST_FACTS, quote_apart
 from orchestrator.report.factwords import quote as _quote
+from orchestrator.report.factwords import quote_apart, word
 from orchestrator.report.unlikefacts import session_lines, several_testbeds, testbed_lines
 
 LEVEL_LINES = 3  # levels whose settings differ, named one by one before "and N more"
@@ -197,7 +197,7 @@ def _facts_that_differ(ha: Mapping[str, str], hb: Mapping[str, str]) -> list[str
         va, vb = ha.get(key), hb.get(key)
         if va != vb:
             qa, qb = quote_apart(va, vb)
-            said.append(f"{HOST_FACTS.get(key, key)} differed: {qa} in A, {qb} in B")
+            said.append(f"{word(key)} differed: {qa} in A, {qb} in B")
     return said
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from orchestrator.core.hostfacts import BY_CELL
 from orchestrator.core.records import RunManifest
-from orchestrator.report.factwords import FACT_WORDS, quote, quote_apart
+from orchestrator.report.factwords import by_value, quote_apart, quote_or_none, whose, word
 from orchestrator.report.hostfacts import testbed_fact_findings, trials_ran
 
 Beds = dict[str, dict[str, dict[str, str]]]  # testbed -> role -> fact -> value (masked)
@@ -34,10 +34,10 @@ def testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
     if set(ba) != set(bb):
         out.append(f"A ran on {_testbeds(ba)}, B on {_testbeds(bb)}")
     for name in (n for n in ba if n in bb):
-        out += _fact_lines({name: ba[name]}, {name: bb[name]}, _where(name))
+        out += _fact_lines({name: ba[name]}, {name: bb[name]}, whose(name))
     only_a, only_b = ({n: f for n, f in x.items() if n not in y} for x, y in ((ba, bb), (bb, ba)))
     if only_a or only_b:
-        out += _fact_lines(only_a or ba, only_b or bb, _where(""))
+        out += _fact_lines(only_a or ba, only_b or bb, whose(""))
     return out
 
 
@@ -47,7 +47,7 @@ def session_lines(a: RunManifest, b: RunManifest) -> list[str]:
     out = []
     for side, m in (("A", a), ("B", b)):
         said = [
-            f"{_where(c.testbed)}{c.role} role's {', '.join(_word(k) for k in c.facts)} in resume {c.session} "
+            f"{whose(c.testbed)}{c.role} role's {', '.join(word(k) for k in c.facts)} in resume {c.session} "
             f"({trials_ran(c)})"
             for c in m.hosts_changed
         ]
@@ -90,7 +90,7 @@ def _fact_lines(ba: Beds, bb: Beds, where: str) -> list[str]:
         for key in sorted({k for facts in (*ra.values(), *rb.values()) for k in facts}):
             va, vb = ({n: f.get(key) for n, f in r.items()} for r in (ra, rb))
             if set(va.values()) != set(vb.values()):
-                out.append(f"{where}{role} role's {_word(key)} differed: {_values(va, vb)}")
+                out.append(f"{where}{role} role's {word(key)} differed: {_values(va, vb)}")
     return out
 
 
@@ -104,24 +104,9 @@ def _values(va: Mapping[str, str | None], vb: Mapping[str, str | None]) -> str:
 
 
 def _by_testbed(values: Mapping[str, str | None]) -> str:
-    grouped: dict[str | None, list[str]] = {}
-    for name, value in values.items():
-        grouped.setdefault(value, []).append(name)
-    return " and ".join(f"{_quoted(v)} on {', '.join(names)}" for v, names in grouped.items())
-
-
-def _quoted(value: str | None) -> str:
-    return quote(value) if value is not None else "not recorded"
+    return " and ".join(f"{quote_or_none(v)} on {', '.join(names)}" for v, names in by_value(values).items())
 
 
 def _testbeds(beds: Mapping[str, object]) -> str:
     names = ", ".join(repr(n) for n in beds)
     return f"testbeds {names}" if len(beds) > 1 else f"testbed {names}"
-
-
-def _where(testbed: str) -> str:
-    return f"testbed {testbed}'s " if testbed else "the "
-
-
-def _word(key: str) -> str:
-    return FACT_WORDS.get(key, key)
