@@ -58,6 +58,26 @@ def read_bounded_text(path: Path, cap: int, display: str | None = None) -> str:
         raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=display or str(path)) from None
 
 
+def bounded_or_why(path: Path, cap: int, display: str) -> bytes | str | None:
+    """read_bounded_bytes for a view that lists a damaged file instead of failing on it: the bytes,
+    or why not in few words ("cannot read: ...", "not a regular file (a FIFO)", "over 1 MiB");
+    None: there is no such file. A stat first: a file over `cap` is never opened."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot read: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({describe_kind(st.st_mode)})"
+    if st.st_size > cap:
+        return f"over {cap // MiB} MiB"
+    try:
+        return read_bounded_bytes(path, cap, display)
+    except ConfigError as exc:  # replaced or grown since the stat
+        return str(exc)
+
+
 def check_regular(path: Path, display: str | None = None) -> None:
     """ConfigError unless `path` is a regular file (stat, never open: a FIFO must not block)."""
     shown = display or str(path)

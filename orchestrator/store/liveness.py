@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from orchestrator.core.bounded import MiB, describe_kind, read_bounded_bytes
+from orchestrator.core.bounded import MiB, bounded_or_why
 from orchestrator.core.filewords import invalid_words
 from orchestrator.core.records import RunManifest
-from orchestrator.errors import OrchError
 from orchestrator.store.processes import process_alive, process_start
 from orchestrator.store.rundir import RunDir
 
@@ -131,21 +129,11 @@ def status_or_why(run_dir: Path) -> StatusFile | str | None:
     """read_status's reading, saying why a status file cannot be read ("over 1 MiB", "not valid
     JSON", ...) instead of None: the status views list such a run with that word, where they left
     it out silently (a teammate saw no run at all). None: there is no status file."""
-    path = RunDir(run_dir).status_json
+    data = bounded_or_why(RunDir(run_dir).status_json, MAX_STATUS_BYTES, "status.json")
+    if not isinstance(data, bytes):
+        return data
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot read: {exc.strerror}"
-    if not stat.S_ISREG(st.st_mode):
-        return f"not a regular file ({describe_kind(st.st_mode)})"
-    if st.st_size > MAX_STATUS_BYTES:
-        return f"over {MAX_STATUS_BYTES // MiB} MiB"
-    try:
-        return StatusFile.model_validate_json(read_bounded_bytes(path, MAX_STATUS_BYTES, "status.json"))
-    except OrchError as exc:  # replaced or grown since the stat
-        return str(exc)
+        return StatusFile.model_validate_json(data)
     except ValidationError as exc:
         return invalid_words(exc, "an orch status file")
 

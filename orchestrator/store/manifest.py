@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,10 +25,10 @@ from typing import TypeVar
 
 import pydantic
 
-from orchestrator.core.bounded import MiB, describe_kind, read_bounded_bytes
+from orchestrator.core.bounded import MiB, bounded_or_why, read_bounded_bytes
 from orchestrator.core.filewords import invalid_words
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest, valid_run_id
-from orchestrator.errors import ConfigError, OrchError, UsageError
+from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.rundir import JOURNAL, PLAN_JSON, RUN_JSON, STATUS_JSON, RunDir
 
@@ -102,22 +101,11 @@ def manifest_or_why(run_dir: Path) -> RunManifest | str:
     the status views and the runs index list such a folder with that word, where the status
     views left it out (a sweep whose run.json was damaged vanished from `orch status`). Bounded
     as load_manifest is (a stat first: a FIFO never blocks, a huge file is never opened)."""
-    path = RunDir(run_dir).run_json
+    data = bounded_or_why(RunDir(run_dir).run_json, _CAPS[RUN_JSON], RUN_JSON)
+    if not isinstance(data, bytes):
+        return "missing" if data is None else data
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"cannot read: {exc.strerror}"
-    if not stat.S_ISREG(st.st_mode):
-        return f"not a regular file ({describe_kind(st.st_mode)})"
-    cap = _CAPS[RUN_JSON]
-    if st.st_size > cap:
-        return f"over {cap // MiB} MiB"
-    try:
-        return _inline_counted(RunManifest.model_validate_json(read_bounded_bytes(path, cap, RUN_JSON)))
-    except OrchError as exc:  # replaced or grown since the stat
-        return str(exc)
+        return _inline_counted(RunManifest.model_validate_json(data))
     except pydantic.ValidationError as exc:
         return invalid_words(exc, "an orch run manifest", "; another orch version's?")
 
