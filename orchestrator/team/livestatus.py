@@ -547,12 +547,9 @@ def _live_run(run_dir: Path) -> LiveRun | None:
     where = str(run_dir.resolve())
     if isinstance(status, StatusFile):
         return LiveRun(run_dir.name, judge(status, manifest.status), manifest.status, status, where)
-    placeholder = StatusFile(
-        run_id=manifest.run_id, name=manifest.name, testbed=manifest.testbed, host="", pid=0, pid_start=0,
-        state="finished", started="", updated="", done=0, total=None, failed=0,
-    )  # fmt: skip
+    known = _names_only(manifest.run_id, manifest.name, manifest.testbed)
     return LiveRun(
-        run_dir.name, "unreadable", manifest.status, placeholder, where, unreadable=status, unreadable_file=STATUS_JSON
+        run_dir.name, "unreadable", manifest.status, known, where, unreadable=status, unreadable_file=STATUS_JSON
     )
 
 
@@ -562,13 +559,18 @@ def _unreadable_manifest(run_dir: Path, why: str, status: StatusFile | str | Non
     is the manifest's to say, and a controller alive may be finishing)."""
     if isinstance(status, str):
         why = f"{why}; status.json too: {status}"
-    known = status if isinstance(status, StatusFile) else None
-    shown = known or StatusFile(
-        run_id=run_dir.name, name=run_dir.name, testbed="", host="", pid=0, pid_start=0,
-        state="finished", started="", updated="", done=0, total=None, failed=0,
-    )  # fmt: skip
+    shown = status if isinstance(status, StatusFile) else _names_only(run_dir.name, run_dir.name, "")
     where = str(run_dir.resolve())
     return LiveRun(run_dir.name, "unreadable", "", shown, where, unreadable=why, unreadable_file=RUN_JSON)
+
+
+def _names_only(run_id: str, name: str, testbed: str) -> StatusFile:
+    """The status shown of a run whose status file cannot be read: its names, no controller, no
+    progress (its `unreadable` word says why)."""
+    return StatusFile(
+        run_id=run_id, name=name, testbed=testbed, host="", pid=0, pid_start=0,
+        state="finished", started="", updated="", done=0, total=None, failed=0,
+    )  # fmt: skip
 
 
 def _judged(run: LiveRun | None) -> LiveRun | None:
