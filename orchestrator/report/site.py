@@ -152,7 +152,7 @@ def run_entries(
     (its entries carry series only where the index draws them, as with `all_series` False)."""
     if cache is not None:
         return cache.entries(reports_dir, rebuild)
-    read = (_bounded(_entry(d, rebuild).entry) for d in _run_dirs(reports_dir))
+    read = (_bounded(_entry(Path(path), rebuild).entry) for _, path, _ in _folders(reports_dir))
     if all_series:  # regression_changes: an older run is checked against its own earlier runs
         return _newest_first(read)
     window, kept = SeriesWindow(), dict[str, RunEntry]()
@@ -218,14 +218,6 @@ def regression_changes(run_dir: Path, rebuild: Rebuild) -> list[Change]:
         return []
     earlier = [_night(e) for e in entries if e.group == me.group and e.started < me.started]
     return regression_check(_night(me), earlier)
-
-
-def _run_dirs(reports_dir: Path) -> list[Path]:
-    """The run folders, whole or damaged (store.manifest.holds_run: a run.json, a journal or a
-    status file), as the status views find them: a run whose run.json is gone is listed as such."""
-    if not reports_dir.is_dir():
-        return []
-    return [d for d in reports_dir.iterdir() if d.is_dir() and holds_run(d)]
 
 
 # the files _entry reads of a run folder (rebuild too: the journal, the plan, the status file): an
@@ -328,8 +320,10 @@ def _same_liveness(read: _Read) -> bool:
 
 
 def _folders(reports_dir: Path) -> list[tuple[str, str, Stamp]]:
-    """_run_dirs' folders (name, path, the stamp of its run.json), one stat a folder whose run.json
-    is a file (more only for a damaged or foreign one)."""
+    """The run folders, whole or damaged (store.manifest.holds_run: a run.json, a journal or a
+    status file), as the status views find them: a run whose run.json is gone is listed as such.
+    Each with the stamp of its run.json: one stat a folder whose run.json is a file (more only for
+    a damaged or foreign one)."""
     if not reports_dir.is_dir():
         return []
     found: list[tuple[str, str, Stamp]] = []
