@@ -82,8 +82,8 @@ class RunResult:
     records: list[TrialRecord] = field(default_factory=list)
     not_restored: list[str] = field(default_factory=list)  # roles whose restore did not finish
     kept: dict[str, str] = field(default_factory=dict)  # role -> where its drifted env file was set aside
-    provenance: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> exec_start, server_info
-    by_testbed: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)  # testbed -> its provenance
+    # testbed -> role -> what its hosts run (exec_start, server_info, GPUs: core.hostfacts)
+    by_testbed: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
 
 
 class Runner:
@@ -161,7 +161,6 @@ class Runner:
         finally:
             self.services.close()
             self.repro.close()
-            result.provenance = self.repro.provenance
             result.by_testbed = {self.deployment.testbed.name: self.repro.provenance}
             if self.journal is not None and journal is None:  # a shared journal is closed by its owner
                 self.journal.close()
@@ -636,7 +635,5 @@ def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
         merged.records += r.records
         merged.not_restored += [f"{runner.deployment.testbed.name}/{role}" for role in r.not_restored]
         merged.kept.update({f"{runner.deployment.testbed.name}/{role}": path for role, path in r.kept.items()})
-        for role, info in r.provenance.items():  # the first testbed's, as a one-testbed run's
-            merged.provenance.setdefault(role, info)
-        merged.by_testbed.update(r.by_testbed)  # and every testbed's (core.hostfacts)
+        merged.by_testbed.update(r.by_testbed)  # every testbed's (core.hostfacts)
     return merged

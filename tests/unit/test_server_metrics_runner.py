@@ -181,7 +181,8 @@ def test_a_host_without_nvidia_smi_is_asked_once_and_says_so_once(tmp_path: Path
     result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", replicates=3, metrics={})
     assert result.completed == 6
     assert bed.transports["decode"].commands().count(gpustat.PROBE_COMMAND) == 1
-    assert result.provenance["decode"]["gpu"] == "no nvidia-smi on this host: no GPU telemetry"
+    found = result.by_testbed[bed.deployment.testbed.name]  # what the run found on each host
+    assert found["decode"]["gpu"] == "no nvidia-smi on this host: no GPU telemetry"
     assert not [k for r in result.records for k in r.metrics if k.startswith("gpu.")]
 
 
@@ -196,7 +197,7 @@ def test_a_gpu_host_gets_its_telemetry_per_trial(tmp_path: Path) -> None:
     t.script(gpustat.QUERY_COMMAND, lambda text, argv: Reply(stdout=next(readings)))
     result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics={})
     assert result.completed == 2
-    assert result.provenance["decode"]["gpu"] == "nvidia-smi"
+    assert result.by_testbed[bed.deployment.testbed.name]["decode"]["gpu"] == "nvidia-smi"
     for record in result.records:
         assert record.metrics["gpu.decode.energy_j"].value == 500.0
         assert record.metrics["gpu.decode.power_w"].value == 400.0
