@@ -67,6 +67,7 @@ from orchestrator.store.runtrials import completed_rows, trial_rows
 DRILLDOWN_CAP = 1000  # per-trial detail shown in the page; the journal keeps every record
 FAILURE_CAP = 500
 TRIAL_RATES_SHOWN = 12
+HOST_ROWS_SHOWN = 40  # a parallel run's testbeds x roles on the page (run.json keeps every one)
 OFF_WORDS = frozenset({"off", "0", "false", "no", "n", "disabled", "disable", "none"})
 ON_WORDS = frozenset({"on", "1", "true", "yes", "y", "enabled", "enable"})
 
@@ -1841,10 +1842,28 @@ def _provenance(manifest: RunManifest) -> Provenance:
         inventory_sha256=manifest.inventory_sha256,
         inventory_sha_ok=manifest.texts_redacted or _sha256(manifest.inventory_text) == manifest.inventory_sha256,
         texts_redacted=manifest.texts_redacted,
-        hosts={role: {k: redactor.value(k, v) for k, v in d.items()} for role, d in manifest.hosts.items()},
+        hosts=_masked_hosts(manifest, manifest.hosts),
+        testbed_hosts=(beds := _testbed_hosts(manifest))[0],
+        testbed_hosts_more=beds[1],
         trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],
         controller=controller_lines(manifest),
     )
+
+
+def _masked_hosts(manifest: RunManifest, hosts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {role: {k: manifest.redactor.value(k, v) for k, v in d.items()} for role, d in hosts.items()}
+
+
+def _testbed_hosts(manifest: RunManifest) -> tuple[list[tuple[str, str, dict[str, str]]], int]:
+    """A parallel run's host rows, every testbed's roles, and how many were cut (a one-testbed run:
+    none, its page as before). Why: `hosts` is the first testbed's only, and a reader could not see
+    that another ran other GPUs or another server version. Bounded: HOST_ROWS_SHOWN rows, masked."""
+    if len(manifest.testbeds) < 2:
+        return [], 0
+    beds = manifest.testbed_hosts
+    rows = [(name, role) for name in manifest.testbeds for role in beds.get(name, {})]
+    shown = [(n, role, _masked_hosts(manifest, {role: beds[n][role]})[role]) for n, role in rows[:HOST_ROWS_SHOWN]]
+    return shown, len(rows) - len(shown)
 
 
 def _sha256(text: str) -> str:

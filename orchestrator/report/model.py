@@ -170,6 +170,10 @@ class Provenance(Frozen):
     inventory_sha_ok: bool
     texts_redacted: bool = False
     hosts: dict[str, dict[str, str]]
+    # a parallel run's every testbed's roles, (testbed, role, facts) in run.json's order, shown in
+    # place of `hosts` (the first testbed's); cut at report.build.HOST_ROWS_SHOWN, the rest counted
+    testbed_hosts: list[tuple[str, str, dict[str, str]]] = []
+    testbed_hosts_more: int = 0
     trial_order: list[str]  # "trial round cell", plan order
     controller: dict[str, str] = {}  # report.provenance.controller_lines
     served: list[ServedGroup] = []  # what served each trial, per host (report.provenance.served)

@@ -218,3 +218,35 @@ def main_thread_waits_for_runners() -> bool:
             return inner is not None  # _join_all has called something: its Event.wait
         inner, frame = frame, frame.f_back
     return False
+
+
+# GPUs per testbed (nvidia-smi answered on each testbed's decode host)
+H100 = ("NVIDIA H100 80GB HBM3", "550.54.15")
+H200 = ("NVIDIA H200", "560.35.03")
+
+
+def nvidia_smi(model: str, driver: str) -> str:
+    """What gpuinfo.COMMAND prints on a host with two GPUs of `model` (tests/test_provenance.py)."""
+    banner = f"| NVIDIA-SMI {driver}     Driver Version: {driver}     CUDA Version: 12.4     |\n"
+    return f"{model}, {driver}\n" * 2 + f"{gpuinfo.BANNER}\nMon Nov 30 12:00:00 2026\n" + banner
+
+
+class GpuFleet(Fleet):
+    """The fleet, the decode host of each testbed answering nvidia-smi as `gpus` says at the next connect."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        super().__init__(env)
+        self.gpus: dict[str, tuple[str, str]] = {}  # testbed -> its decode host's GPUs
+
+    def host(self, testbed: str, key: str, host: Host) -> tuple[FakeTransport, FakeServiceManager]:
+        t, m = super().host(testbed, key, host)
+        if key == "decode" and testbed in self.gpus:
+            t.script(gpuinfo.COMMAND, stdout=nvidia_smi(*self.gpus[testbed]))  # later scripts win
+        return t, m
+
+
+def fleet(monkeypatch: pytest.MonkeyPatch, **gpus: tuple[str, str]) -> GpuFleet:
+    f = GpuFleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    f.gpus = dict(gpus)
+    install(monkeypatch, f)
+    return f

@@ -15,13 +15,10 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes import FakeServiceManager, FakeTransport
 from helpers.manifests import planned
-from helpers.parallel_fakes import Fleet, fake_matrix, install, run, write_files
+from helpers.parallel_fakes import H100, H200, fake_matrix, fleet, run, write_files
 
-from orchestrator.core import gpuinfo
 from orchestrator.core.hostfacts import recorded_hosts
-from orchestrator.core.inventory import Host
 from orchestrator.core.records import HostsChanged, RunManifest
 from orchestrator.report.hostfacts import host_fact_findings
 from orchestrator.report.render import load_report
@@ -31,35 +28,6 @@ from orchestrator.sweep import api
 from orchestrator.sweep.progress import QuietProgress
 
 MATRIX = fake_matrix("facts", 2)
-H100 = ("NVIDIA H100 80GB HBM3", "550.54.15")
-H200 = ("NVIDIA H200", "560.35.03")
-
-
-def nvidia_smi(model: str, driver: str) -> str:
-    """What gpuinfo.COMMAND prints on a host with two GPUs of `model` (tests/test_provenance.py)."""
-    banner = f"| NVIDIA-SMI {driver}     Driver Version: {driver}     CUDA Version: 12.4     |\n"
-    return f"{model}, {driver}\n" * 2 + f"{gpuinfo.BANNER}\nMon Nov 30 12:00:00 2026\n" + banner
-
-
-class GpuFleet(Fleet):
-    """The fleet, the decode host of each testbed answering nvidia-smi as `gpus` says at the next connect."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        super().__init__(env)
-        self.gpus: dict[str, tuple[str, str]] = {}  # testbed -> its decode host's GPUs
-
-    def host(self, testbed: str, key: str, host: Host) -> tuple[FakeTransport, FakeServiceManager]:
-        t, m = super().host(testbed, key, host)
-        if key == "decode" and testbed in self.gpus:
-            t.script(gpuinfo.COMMAND, stdout=nvidia_smi(*self.gpus[testbed]))  # later scripts win
-        return t, m
-
-
-def fleet(monkeypatch: pytest.MonkeyPatch, **gpus: tuple[str, str]) -> GpuFleet:
-    f = GpuFleet({"prefill": "P=0\n", "decode": "D=0\n"})
-    f.gpus = dict(gpus)
-    install(monkeypatch, f)
-    return f
 
 
 # ----------------------------------------------------------------------------- core.hostfacts
