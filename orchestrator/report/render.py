@@ -44,6 +44,7 @@ from orchestrator.report.hostfacts import host_fact_findings
 from orchestrator.report.model import CellView, HuntView, Report
 from orchestrator.report.provenance import scan_journal, served
 from orchestrator.report.series import SeriesPoint, run_series
+from orchestrator.report.servedsettings import served_setting_findings
 from orchestrator.report.summary import RunSummary
 from orchestrator.report.testbeds import testbed_findings
 from orchestrator.store.atomic import write_json_atomic, write_text_atomic
@@ -289,9 +290,9 @@ def with_left_changed(report: Report, run_dir: Path, status: StatusFile | None) 
 
 
 def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report:
-    """Adaptive decisions, whether testbeds differ and, beside it, the host facts the trials were
-    not alike in (report.hostfacts, from run.json alone): only parallel or adaptive runs pay for
-    the journal's scan."""
+    """Adaptive decisions, whether testbeds differ and the server settings they served a cell with
+    otherwise (report.servedsettings) and, beside it, the host facts the trials were not alike in
+    (report.hostfacts, from run.json alone): only parallel or adaptive runs pay for the journal's scan."""
     parallel = len(manifest.testbeds) > 1
     extra = []
     if parallel or manifest.adaptive:
@@ -300,6 +301,10 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
         events = [r for r in records if isinstance(r, EventRecord)]
         numbers = [m for m, kind in report.metrics.items() if kind == "number"]
         report = with_adaptive_facts(report, events)
-        extra = testbed_findings(trials, report.primary_metric, numbers) if parallel else []
+        if parallel:
+            extra = [
+                *testbed_findings(trials, report.primary_metric, numbers),
+                *served_setting_findings(manifest, trials),
+            ]
     extra += host_fact_findings(manifest)
     return report.model_copy(update={"headline": [*report.headline, *extra]}) if extra else report

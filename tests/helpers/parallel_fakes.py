@@ -86,6 +86,7 @@ class Fleet:
         self.managers: dict[tuple[str, str], FakeServiceManager] = {}
         self.origin: dict[str, tuple[str, str]] = {}  # "host:port" -> (testbed, role)
         self.repro_hook: ReproHook | None = None
+        self.info: dict[str, dict[str, object]] = {}  # testbed -> its servers' /get_server_info beside the version
 
     def host(self, testbed: str, key: str, host: Host) -> tuple[FakeTransport, FakeServiceManager]:
         k = (testbed, key)
@@ -125,7 +126,7 @@ class Fleet:
             if not any(m.running(u) for u in m.units):
                 raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
             if request.url.path == "/get_server_info":
-                return httpx.Response(200, json={"version": "fake-1.0"})
+                return httpx.Response(200, json={"version": "fake-1.0", **self.info.get(k[0], {})})
             return httpx.Response(200, text="ok") if all(m.ready(u) for u in m.units) else httpx.Response(503)
 
         return httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0)

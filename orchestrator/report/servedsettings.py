@@ -1,0 +1,100 @@
+"""The server settings a parallel run's testbeds served one cell with otherwise, in one line each.
+
+Pure: reads the trials' `provenance` (edges.provenance.TrialDescriber: per trial and host, the
+digest of what the server says about itself, its text once per digest). Why: run.json's host facts
+leave the server info out of the testbeds' comparison (it is the first cell's: core.hostfacts
+BY_CELL), so testbed x serving a cell with tp_size 2 and y with 4 (another launch script, a unit
+edited by hand) was said nowhere, and the cell's trials pooled both. Compared per cell and role,
+setting by setting; where a testbed runs (host, ports, URLs) differs by design and is left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.report.factwords import by_value, quote
+from orchestrator.report.model import Finding
+
+PLACE_KEYS = frozenset({"host", "port", "pid", "dist_init_addr"})
+PLACE_ENDS = ("_host", "_port", "_url", "_addr", "_urls", "_ports")
+SETTINGS_SAID = 10  # findings; more differing settings are counted in one more line
+CELLS_NAMED = 3
+
+Settings = dict[str, str]  # setting -> its value as JSON text
+
+
+def served_setting_findings(manifest: RunManifest, trials: Sequence[TrialRecord]) -> list[Finding]:
+    """One caution per role and setting that some cell's testbeds served with other values."""
+    texts = _settings_by_digest(trials)
+    seen: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[str]] = {}  # (role, key, values) -> cells
+    for (cell, role), beds in sorted(_digests(trials).items(), key=lambda kv: kv[0][0]):  # cells by name
+        for key, values in _differing(beds, texts).items():
+            seen.setdefault((role, key, tuple(values.items())), []).append(cell)
+    out = [_finding(manifest, role, key, dict(values), cells) for (role, key, values), cells in seen.items()]
+    if len(out) > SETTINGS_SAID:
+        rest = len(out) - SETTINGS_SAID
+        more = Finding(kind="caution", text=f"Testbeds served {rest} more server setting(s) otherwise (not listed).")
+        out = [*out[:SETTINGS_SAID], more]
+    return out
+
+
+def _settings_by_digest(trials: Sequence[TrialRecord]) -> dict[str, Settings]:
+    """digest -> the settings its text holds (a text that is no JSON object: none)."""
+    out: dict[str, Settings] = {}
+    for t in trials:
+        for p in t.provenance.values():
+            if p.server_info and p.server_info_sha not in out:
+                out[p.server_info_sha] = _settings(p.server_info)
+    return out
+
+
+def _settings(text: str) -> Settings:
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: json.dumps(v, sort_keys=True, default=str) for k, v in data.items() if not _place(k)}
+
+
+def _place(key: str) -> bool:
+    """Where a testbed's server runs: its own by design, never a difference."""
+    return key in PLACE_KEYS or key.endswith(PLACE_ENDS)
+
+
+def _digests(trials: Sequence[TrialRecord]) -> dict[tuple[str, str], dict[str, set[str]]]:
+    """(cell, role) -> testbed -> the server info digests its trials of the cell were served by."""
+    out: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for t in trials:
+        for role, p in t.provenance.items():
+            if p.server_info_sha:
+                out.setdefault((t.cell, role), {}).setdefault(t.testbed, set()).add(p.server_info_sha)
+    return out
+
+
+def _differing(beds: Mapping[str, set[str]], texts: Mapping[str, Settings]) -> dict[str, dict[str, str]]:
+    """setting -> testbed -> its value(s), for the settings the testbeds had otherwise."""
+    if len(beds) < 2 or len({frozenset(d) for d in beds.values()}) < 2:
+        return {}
+    values: dict[str, dict[str, str]] = {}
+    for name, digests in sorted(beds.items()):
+        for key in dict.fromkeys(k for d in sorted(digests) for k in texts.get(d, {})):
+            had = dict.fromkeys(texts[d][key] for d in sorted(digests) if key in texts.get(d, {}))
+            values.setdefault(key, {})[name] = " or ".join(had)
+    return {k: v for k, v in values.items() if len(set(v.values())) > 1}
+
+
+def _finding(manifest: RunManifest, role: str, key: str, values: dict[str, str], cells: list[str]) -> Finding:
+    shown = by_value({name: manifest.redactor.value(key, v) for name, v in values.items()})
+    said = "; ".join(f"{quote(v)} on {', '.join(names)}" for v, names in shown.items())
+    named = ", ".join(cells[:CELLS_NAMED]) + (
+        f" and {len(cells) - CELLS_NAMED} more" if len(cells) > CELLS_NAMED else ""
+    )
+    text = (
+        f"Testbeds served other server settings: the {role} role's {key} was {said} "
+        f"(server info, in cell{'s' if len(cells) > 1 else ''} {named}); a cell's trials pooled over them mix both."
+    )
+    return Finding(kind="caution", text=text)
