@@ -296,7 +296,12 @@ def run_hunt_once(root: Path, point: KillPoint, ref: Reference, keep: Path | Non
     return _kept(bed, out, keep)
 
 
-def _hunt_checks(bed: SimBed, point: KillPoint, out: Outcome, ref: Reference) -> list[str]:
+def hunt_checks(bed: SimBed, point: KillPoint, out: Outcome, ref: Reference | None) -> list[str]:
+    """Every promise after a signalled hunt; without `ref`, all but ending with its trials."""
+    return _hunt_checks(bed, point, out, ref)
+
+
+def _hunt_checks(bed: SimBed, point: KillPoint, out: Outcome, ref: Reference | None) -> list[str]:
     run_dir = bed.run_dir("k")
     if out.landed == "missed":
         return [] if out.exit_code == 0 else [f"no signal sent, yet exit {out.exit_code}"]
@@ -326,8 +331,8 @@ def _twice(run_dir: Path) -> list[str]:
     return [f"journal: trial recorded twice: {twice}"] * bool(twice)
 
 
-def _same_trials(got: tuple[Trial, ...], ref: Reference, who: str) -> list[str]:
-    if got == ref.trials:
+def _same_trials(got: tuple[Trial, ...], ref: Reference | None, who: str) -> list[str]:
+    if ref is None or got == ref.trials:
         return []
     differ = [f"{g} != {w}" for g, w in zip(got, ref.trials, strict=False) if g != w][:3]
     return [f"{who} ran {len(got)} trials, the reference {len(ref.trials)}: {'; '.join(differ)}"]
