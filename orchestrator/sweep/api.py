@@ -603,6 +603,7 @@ def _restore_testbed(
         already=tuple(r for r in deployment.hosts if r in guard.already),
         host_lines=tuple(guard.host_lines),
         kept=tuple(guard.kept.items()),
+        interrupted=guard.interrupted,
     )
 
 
