@@ -8,7 +8,7 @@
   and a second `orch restore` leaves every env file byte-identical, no unit, lock or copy;
 - `orch hunt` SIGKILLed while a configuration past its first wave collects its logs (its trial not
   journaled, its env file in no plan): `orch resume` refused the hunt (exit 2, "changed, not by
-  orch") before hunt-handed.json; now it ends the hunt, that trial run again under its number, the
+  orch") before hunt-handed.json; now it ends the hunt, that configuration run again, the
   finished ones unchanged, hosts restored (the bench also compares every trial with an
   unsignalled hunt's: too long for CI).
 
@@ -54,7 +54,7 @@ def test_the_way_back_killed_then_run_again_breaks_no_promise(
     assert not out.violations, f"{point.at} landed in {out.landed}:\n" + "\n".join(out.violations)
 
 
-def test_a_hunt_killed_in_a_new_configurations_trial_resumes_it_under_its_number(tmp_path: Path) -> None:
+def test_a_hunt_killed_in_a_new_configurations_trial_resumes_and_runs_it_again(tmp_path: Path) -> None:
     bed = hunt_bed(tmp_path / "bed")
     point = KillPoint(seed=0, target="logs", nth=NEW_AT, delay=0.0, signals="KILL", way_back="resume")
     out = Outcome(point)
