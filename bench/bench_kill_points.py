@@ -14,21 +14,31 @@ replays it).
 
     nice python bench/bench_kill_points.py [--n 40] [--seed 0] [--signals TERM] [--keep /tmp/killpoints-broken]
 
+--kill-way-back resume|restore signals the way back instead: the run (4 trials) is SIGKILLed in a
+trial's repro, then `orch resume RUN_DIR` or `orch restore RUN_DIR` is signalled at a seeded moment
+of one of its phases, `orch status` must name the way back while anything is left, and the same
+command run again must keep every promise. --command hunt signals `orch hunt` (4 suspects, ~18
+trials) at a moment drawn from an unsignalled reference hunt's marks, then `orch resume` must end
+it with the reference's trials (tests/helpers/killmore.py).
+
 Measured: see bench/README.md ("bench_kill_points.py").
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the simulated testbed and the checks shared with the tests
 
+from helpers.killmore import draw_hunt, draw_way_back, reference_hunt, run_hunt_once, run_way_back_once  # noqa: E402
 from helpers.killpoints import PHASES, KillPoint, Outcome, run_once  # noqa: E402
 from timing import load_line  # noqa: E402
 
@@ -72,18 +82,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", type=int, help="replay the one iteration of this seed")
     ap.add_argument("--signals", help="send this at every point (TERM, KILL, INT+INT@0.3), not the drawn one")
     ap.add_argument("--keep", type=Path, default=Path(tempfile.gettempdir()) / "killpoints-broken")
+    ap.add_argument(
+        "--kill-way-back",
+        choices=("resume", "restore"),
+        help="signal this way back instead (the run SIGKILLed in a trial first), then run it again",
+    )
+    ap.add_argument("--command", choices=("run", "hunt"), default="run", help="signal `orch run` or `orch hunt`")
     args = ap.parse_args(argv)
+    if args.kill_way_back and args.command == "hunt":
+        ap.error("--kill-way-back signals the way back of `orch run`: not with --command hunt")
     print(load_line(), flush=True)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="killpoints-") as root:
-        for i, point in enumerate(points(args.n, args.seed, args.only, args.signals)):
+        for i, once in enumerate(iterations(args, Path(root))):
             t0 = time.monotonic()
-            out = run_once(Path(root), point, keep=args.keep)
+            out = once()
             outcomes.append(out)
             print(line(i, out, time.monotonic() - t0), flush=True)
     print(table(outcomes))
     print(load_line())
     return 0
+
+
+def iterations(args: argparse.Namespace, root: Path) -> Iterator[Callable[[], Outcome]]:
+    """Each seed's kill point, ready to run: `orch run` signalled, its way back signalled, or a hunt."""
+    seeds = [args.only] if args.only is not None else range(args.seed, args.seed + args.n)
+    if args.kill_way_back:
+        for seed in seeds:
+            first, point = draw_way_back(seed, args.kill_way_back, args.signals)
+            yield functools.partial(run_way_back_once, root, first, point, args.keep)
+    elif args.command == "hunt":
+        ref = reference_hunt(root)
+        print(f"reference hunt: {len(ref.trials)} trials", flush=True)
+        for seed in seeds:
+            point = draw_hunt(seed, ref, args.signals)
+            yield functools.partial(run_hunt_once, root, point, ref, args.keep)
+    else:
+        for point in points(args.n, args.seed, args.only, args.signals):
+            yield functools.partial(run_once, root, point, keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ SWALLOWS: dict[tuple[str, str], str] = {
     ("sweep/runner.py", "work"): "a runner thread's error, kept and re-raised in the main thread",
     ("sweep/pool.py", "settle"): "a second interrupt stops the waiting; the first one is re-raised",
     ("sweep/hosts.py", "restore"): "an interrupt skips the host being restored; the restore goes on and says so",
+    (
+        "sweep/runner.py",
+        "_restore_at_end",
+    ): "an interrupt before the restore's own handling: marks the run interrupted (130), restores",
     ("edges/health.py", "one"): "a health poller thread's error, kept; stop_all(); re-raised in the caller's thread",
     ("edges/transport/ssh.py", "_read_or_stop"): "returned to its caller, which kills the command and raises it",
     ("sweep/hosts.py", "run"): "a host's restore thread's error, kept; raised by wait() in the runner's thread",

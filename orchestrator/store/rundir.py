@@ -14,6 +14,7 @@ may hold one and tests can build one for a tmp_path.
     <run>/summary.json             the report index's summary of the run (atomic)
     <run>/index.html               the run's report (atomic)
     <run>/hunt.html                a hunt's report: the culprits (atomic; the index links it instead)
+    <run>/hunt-handed.json         every configuration a hunt handed out, each before its trial ran (atomic)
     <run>/<run_id>.<fmt>           an export of the trials (csv, parquet, ...)
     <run>/backup[/<testbed>]/<role>.env, files.json, units.json   the hosts' originals, what each
                                    file was (a symlink? its mode, owner), units' states (units.json last)
@@ -35,6 +36,7 @@ STATUS_JSON = "status.json"
 SUMMARY_JSON = "summary.json"
 INDEX_HTML = "index.html"
 HUNT_HTML = "hunt.html"
+HUNT_HANDED = "hunt-handed.json"  # the configurations a hunt handed out: the env files its trials wrote
 BACKUP = "backup"
 UNITS_JSON = "units.json"  # written last by the backup: its presence marks the backup complete
 FILES_JSON = "files.json"  # what each original env file was besides its bytes (sweep.drift.Shape)
@@ -153,6 +155,10 @@ class RunDir:
     @property
     def hunt_html(self) -> Path:
         return self.path / HUNT_HTML
+
+    @property
+    def hunt_handed(self) -> Path:
+        return self.path / HUNT_HANDED
 
     @property
     def trials(self) -> Path:

@@ -153,7 +153,7 @@ def run(
                     hunting = plan.matrix.hunt is not None
                     total = 0 if hunting else len(plan.steps)
                     sink = progress(Started(run_id, run_dir, names, total, total, hunt=plan.matrix.hunt))
-                    design = _design(plan, set())
+                    design = _design(plan, set(), run_dir=run_dir)
                     result, stopped = _stoppable(trials)
             except (KeyboardInterrupt, Interrupted) as exc:
                 if not RunDir(run_dir).run_json.exists():  # stopped before the run existed: nothing to end
@@ -180,18 +180,21 @@ def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseExceptio
     exc.add_note(f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})")
 
 
-def _design(plan: Plan, done: set[int], journaled: Finished | None = None) -> SourceFactory:
+def _design(
+    plan: Plan, done: set[int], journaled: Finished | None = None, run_dir: Path | None = None
+) -> SourceFactory:
     """Which trial runs next: the plan's in order, or as an adaptive design or a hunt decides
     (resumed from the trials already journaled; an adaptive design also keeps the decisions
     journaled, so a cell the journal says was decided never runs again; a hunt numbers its next
-    trials after every trial the journal holds)."""
+    trials after every trial the journal holds, and notes each configuration in `run_dir` before
+    handing it out)."""
     matrix = plan.matrix
     decided = journaled.events if journaled else []
 
     def make(on_decision: OnDecision | None) -> StepSource:
         prior = journaled.records() if journaled else iter(())  # read as the source replays them
         if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
-            return HuntSource(matrix, prior, journaled.next_trial if journaled else None)
+            return HuntSource(matrix, prior, journaled.next_trial if journaled else None, run_dir=run_dir)
         if matrix.adaptive is None:
             return StepSource(list(plan.steps), done, fewest_restarts=matrix.order == "min-restarts")
         return AdaptiveSource(plan.steps, done, matrix, prior, on_decision, decided)
@@ -338,7 +341,7 @@ def _resume_locked(
                     locks=locks,
                     resume=True,
                     progress=sink,
-                    source=_design(plan, done, journaled),
+                    source=_design(plan, done, journaled, run_dir),
                 )
             )
         finally:
@@ -600,6 +603,7 @@ def _restore_testbed(
         already=tuple(r for r in deployment.hosts if r in guard.already),
         host_lines=tuple(guard.host_lines),
         kept=tuple(guard.kept.items()),
+        interrupted=guard.interrupted,
     )
 
 

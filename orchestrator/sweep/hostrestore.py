@@ -114,6 +114,7 @@ def restore_testbed(
         kept=kept,
         left_running=running_now,
         stopped=stopped,
+        interrupted=guard.interrupted,
     )
 
 

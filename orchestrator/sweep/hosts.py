@@ -90,6 +90,7 @@ class HostGuard:
         self.host_lines: list[str] = []  # what the restore found on those hosts, for the caller's summary
         self.kept: dict[str, str] = {}  # role -> where its drifted env file was set aside (sweep.drift)
         self.on_first_interrupt: Callable[[], None] | None = None  # see restore(); used once
+        self.interrupted = False  # a Ctrl-C or SIGTERM reached restore(): `orch restore` exits 130
 
     def backup(self) -> None:
         """Save each env file (run folder and host) and each unit's state before the first edit.
@@ -283,6 +284,7 @@ class HostGuard:
                 try:
                     self._restore_one(role)
                 except (KeyboardInterrupt, Interrupted):
+                    self.interrupted = True
                     first, self.on_first_interrupt = self.on_first_interrupt, None
                     if first is not None:
                         first()

@@ -22,16 +22,26 @@ the last one the journal holds (`next_index`: an unfinished trial's number is no
 configuration), skipping the planned numbers still unused. The trials running when a controller
 died are simply asked for again if the search still wants them (a planned one under its planned
 number: its configuration is the plan's).
+
+Each configuration is noted in the run folder (hunt-handed.json, atomic) before its first trial is
+handed out, so before that trial writes an env file. Why: the trial a killed controller was
+running is in no journal, and past the first wave its configuration is in no plan either; the
+resume and `orch restore` that followed took its env file for someone else's edit (the resume
+refused the hunt, exit 2; the restore set the file aside). They read this list
+(runner.journaled_envs) beside the journal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Step
+from orchestrator.store.hunthanded import handed_levels, write_handed
+from orchestrator.store.rundir import RunDir
 from orchestrator.sweep.sources import StepSource
 
 if TYPE_CHECKING:  # the search (numpy, scipy: ~0.4 s) loads when a hunt starts, not with every `orch` command
@@ -49,6 +59,7 @@ class HuntSource(StepSource):
         prior: Iterable[TrialRecord] = (),
         next_index: int | None = None,
         on_stop: OnStop | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         from orchestrator.core.huntplan import first_wave
         from orchestrator.core.huntreplay import replay
@@ -71,6 +82,9 @@ class HuntSource(StepSource):
         self.reserved = {number for numbers in self.planned.values() for number in numbers}
         self.closed = False
         self.stopped = False
+        # the configurations handed out so far, this process's and the killed ones' (see the doc)
+        self.handed_file = RunDir.of(run_dir).hunt_handed if run_dir is not None else None
+        self.handed = {c for c in map(matrix.hunt.config_of, handed_levels(run_dir)) if c is not None}
 
     def _noted(self, prior: Iterable[TrialRecord], ran: set[int]) -> Iterator[TrialRecord]:
         """The replayed trials, each noted as it passes: the next trial of its configuration, and
@@ -93,6 +107,7 @@ class HuntSource(StepSource):
             if config is None:
                 self._stopped()
                 return None
+            self._note_handed(config)
             step = hunt_step(self.matrix, self._number(config), self.rounds.get(config, 0), config)
             self.pending[step.trial.index] = config
             self.rounds[config] = self.rounds.get(config, 0) + 1
@@ -112,6 +127,15 @@ class HuntSource(StepSource):
                 number += 1
         self.index = max(self.index, number + 1)
         return number
+
+    def _note_handed(self, config: int) -> None:
+        """Write the configuration to hunt-handed.json before its first trial is handed out."""
+        if self.handed_file is None or config in self.handed:
+            return
+        from orchestrator.core.matrix import hunt_cell
+
+        self.handed.add(config)
+        write_handed(self.handed_file, [dict(hunt_cell(self.matrix, c).levels) for c in sorted(self.handed)])
 
     def record(self, record: TrialRecord) -> None:
         from orchestrator.core.huntreplay import observe

@@ -42,6 +42,7 @@ from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.errors import Interrupted, JournalError, OrchError, SweepStopped, notes
 from orchestrator.store.atomic import run_file_op
+from orchestrator.store.hunthanded import handed_levels
 from orchestrator.store.journal import Journal, read_journal
 from orchestrator.store.liveness import not_restored_line
 from orchestrator.store.rundir import RunDir
@@ -198,11 +199,28 @@ class Runner:
             self.source.close()
             raise
         finally:
-            self.progress.stop()
-            result.not_restored = self.restore(result)
+            result.not_restored = self._restore_at_end(result)
             self.progress.restore_ended(result.not_restored)
             if failed_on is not None and self.guard.states and not result.not_restored:
                 self.progress.note("the sweep stopped on an error; every host was restored")
+
+    def _restore_at_end(self, result: RunResult) -> list[str]:
+        """The loop's end written (status.json), then the restore. An interrupt that lands before
+        the restore's own handling is in place (that write, the restore's first lines: ~10 ms)
+        counts as one during the restore: the first marks the run interrupted, a later one skips
+        no host (none was being restored), and the restore starts (again: a host restored already
+        is left alone). Why: it went past the restore, exit 130 with a host on a cell's flags and
+        status.json naming none (kill-point harness, hunt seed 502)."""
+        written = False
+        while True:
+            try:
+                if not written:
+                    written = True
+                    self.progress.stop()
+                return self.restore(result)
+            except (KeyboardInterrupt, Interrupted):
+                if (mark := self._interrupted_in_restore(result)) is not None:
+                    mark()
 
     def _run_trials(self, result: RunResult) -> None:
         while (step := self.source.next(self.plan.testbed.name)) is not None:
@@ -273,7 +291,7 @@ class Runner:
         h = self.deployment.hosts[role]
         if h.role not in plan.matrix.mentioned:
             return set()
-        envs = [*(s.env for s in plan.steps), *self.ran, *journaled_envs(plan.matrix, self.run.journal)]
+        envs = [*(s.env for s in plan.steps), *self.ran, *journaled_envs(plan.matrix, self.run)]
         return {self.services.cell_bytes(role, env.get(h.role)) for env in envs}
 
     def _loaded_plan(self) -> Plan | None:
@@ -609,14 +627,18 @@ def _raise_first_failure(errors: list[BaseException], merged: RunResult) -> None
     raise failure
 
 
-def journaled_envs(matrix: Matrix, journal: Path) -> list[RoleEnv]:
-    """The env of every hunt trial the journal holds. Past its first wave a hunt's trials are the
-    search's picks, in no plan: the restore needs them to tell a trial's env file from one
-    edited by someone else (sweep.drift). A trial running when the controller was killed is in
-    no journal either; its file is then set aside as drift, the safe side of the doubt."""
-    if matrix.hunt is None or not journal.exists():
+def journaled_envs(matrix: Matrix, run: RunDir) -> list[RoleEnv]:
+    """The env of every hunt trial the journal holds, and of every configuration the hunt handed
+    out (sweep.hunt: hunt-handed.json). Past its first wave a hunt's trials are the search's picks,
+    in no plan: the restore and a resume need them to tell a trial's env file from one edited by
+    someone else (sweep.drift). A trial running when the controller was killed is in no journal:
+    only the handed-out list has its configuration."""
+    if matrix.hunt is None:
         return []
-    configs = {matrix.hunt.config_of(r.levels) for r in read_journal(journal).records if isinstance(r, TrialRecord)}
+    journal = run.journal
+    records = read_journal(journal).records if journal.exists() else []
+    levels = [r.levels for r in records if isinstance(r, TrialRecord)] + handed_levels(run.path)
+    configs = {matrix.hunt.config_of(one) for one in levels}
     return [hunt_cell(matrix, config).env for config in sorted(c for c in configs if c is not None)]
 
 

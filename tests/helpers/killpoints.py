@@ -154,16 +154,21 @@ def landed_in(trace: Path) -> str:
     return "missed"
 
 
-def spawn_traced(bed: SimBed, point: KillPoint, run_id: str) -> subprocess.Popen[bytes]:
+def spawn_traced(
+    bed: SimBed, point: KillPoint | None, run_id: str, args: list[str] | None = None, name: str = ""
+) -> subprocess.Popen[bytes]:
+    """`orch ARGS` (default: `orch run` of the bed) under helpers.killtrace, signalled at `point`
+    (none: marks only); its marks in `trace{name}`, its output in `run{name}.log`."""
     env = {
         **orch_env(),
-        "ORCH_KILLTRACE_FILE": str(bed.root / "trace"),
-        "ORCH_KILLTRACE_AT": point.at,
+        "ORCH_KILLTRACE_FILE": str(bed.root / f"trace{name}"),
         "PYTHONPATH": str(TESTS),
     }
-    with open(bed.root / "run.log", "wb") as out:
+    if point is not None:
+        env["ORCH_KILLTRACE_AT"] = point.at
+    with open(bed.root / f"run{name}.log", "wb") as out:
         return subprocess.Popen(
-            [PYTHON, "-m", "helpers.killtrace", *bed.run_args(run_id)],
+            [PYTHON, "-m", "helpers.killtrace", *(args or bed.run_args(run_id))],
             cwd=bed.root,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -246,10 +251,10 @@ def check_all(bed: SimBed, point: KillPoint, out: Outcome) -> list[str]:
     return broken + check_resume(bed, run_dir, before)
 
 
-def check_exit(bed: SimBed, point: KillPoint, code: int | None, reported: bool) -> list[str]:
+def check_exit(bed: SimBed, point: KillPoint, code: int | None, reported: bool, name: str = "") -> list[str]:
     """SIGTERM or SIGINT handled: exit 130 (0 only once the report was written: nothing was left
     to stop) with hosts restored but those status.json names as not restored."""
-    text = (bed.root / "run.log").read_text(errors="replace")
+    text = (bed.root / f"run{name}.log").read_text(errors="replace")
     broken = [] if code in (130, None) or (code == 0 and reported) else [f"{point.signals}: exit {code}"]
     if "Traceback (most recent call last)" in text:
         broken.append(f"{point.signals}: a traceback: {text[-1500:]}")

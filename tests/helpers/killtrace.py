@@ -84,6 +84,7 @@ def traced(cls: Any, method: str, begin: str, end: str | None) -> None:
 
 
 def install() -> None:
+    from orchestrator.edges import lock
     from orchestrator.edges.transport import local
     from orchestrator.report import site
     from orchestrator.sweep import api, hosts, phases, runner, session
@@ -106,6 +107,13 @@ def install() -> None:
     traced(runner.Runner, "restore", "restore", "restored")
     traced(api, "_write_report", "report", "reported")
     traced(livestatus.LiveStatus, "_write", "status", "status-written")  # status.json: start, trials, restore
+    # the way back (`orch resume`, `orch restore`): the testbed lock taken, the killed controller's
+    # repro stopped, the journal's torn tail repaired, the originals it saved read back
+    traced(lock.TestbedLock, "acquire", "lock", "locked")
+    traced(api, "stop_orphaned_repros", "orphans", None)
+    traced(api, "_take_up", "take-up", "taken-up")
+    traced(runner.Runner, "adopt_backup", "adopt", "adopted")
+    traced(hosts.HostGuard, "_restore_host", "host-restore", "host-restored")
 
 
 def main() -> int:

@@ -18,12 +18,13 @@ from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, 
 
 from orchestrator.core.config import read_matrix
 from orchestrator.core.huntplan import hunt_cell, hunt_plan
-from orchestrator.core.records import TrialRecord
+from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.errors import JournalError, UsageError
 from orchestrator.store.journal import Journal
 from orchestrator.sweep.drift import drift_path
 from orchestrator.sweep.hosts import HostGuard, host_backup_path
+from orchestrator.sweep.hunt import HuntSource
 from orchestrator.sweep.runner import Runner, RunOptions
 
 RUN_ID = "fake-run"
@@ -365,6 +366,48 @@ def test_a_hunt_trial_past_the_first_wave_is_the_runs_own_file_not_drift(tmp_pat
     notes = Notes()
     again = runner(bed, plan, run_dir, notes)
     assert again.adopt_backup() and again.restore() == []
+    assert again.guard.kept == {} and not any("WARNING" in line for line in notes.lines)
+    assert bed.transports[role].files == {bed.env_file(role): bed.originals[role]}
+
+
+def test_a_hunt_trial_killed_before_its_record_is_the_runs_own_file_not_drift(tmp_path: Path) -> None:
+    """The trial a killed hunt was running is in no journal: its configuration, past the first
+    wave, was the search's pick. Found by the kill-point harness (bench_kill_points.py --command
+    hunt, seeds 511, 523: SIGKILL while a new configuration's logs were collected): `orch resume`
+    refused the hunt (exit 2, "decode.env is changed (not by orch)") and `orch restore` set the
+    file aside as someone's edit. The step source notes each configuration before handing it out."""
+    matrix = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
+    assert matrix.hunt is not None
+    roles = {
+        r: Role(f"# {r}\nSGLANG_X=1\n", [FakeUnit(f"{r}-server", active=True)]) for r in [*matrix.mentioned, "router"]
+    }
+    bed = make_bed(roles)
+    plan = hunt_plan(matrix, bed.deployment.testbed, seed=1)
+    run_dir = tmp_path / "run"
+    first = runner(bed, plan, run_dir, Notes())
+    first.guard.backup()
+    source = HuntSource(matrix, run_dir=run_dir)
+    first_wave = {s.trial.cell for s in plan.steps}
+    truth = ("bf16_index_k", "cuda_graph", "overlap")
+    for _ in range(60):  # the DSV4 AND (5 of 20 sessions with all three on), until the search's own pick
+        later = source.next()
+        assert later is not None
+        if later.trial.cell not in first_wave:
+            break  # its trial is killed running: never journaled
+        levels = dict(later.trial.cell.levels)
+        k = 5 if all(levels[f] == matrix.hunt.failing[f] for f in truth) else 0
+        done = record(later.trial.index, levels).model_copy(
+            update={"metrics": {"corruption": MetricValue(kind="proportion", k=k, n=20)}}
+        )
+        source.record(done)
+    assert later.trial.cell not in first_wave
+    role = "decode"
+    bed.transports[role].files[bed.env_file(role)] = first.services.cell_bytes(role, later.env.get(role))
+    notes = Notes()
+    again = runner(bed, plan, run_dir, notes)
+    assert again.adopt_backup()
+    again.guard.check_resumable()  # a resume takes the hunt up: nothing here was edited by anyone else
+    assert again.restore() == []
     assert again.guard.kept == {} and not any("WARNING" in line for line in notes.lines)
     assert bed.transports[role].files == {bed.env_file(role): bed.originals[role]}
 
