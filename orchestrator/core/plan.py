@@ -15,7 +15,7 @@ from orchestrator.core.config import check_against_inventory
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.inventory import Testbed
 from orchestrator.core.matrix import Ordering, RestartCost, expand, order_positions
-from orchestrator.core.model import Cell, CellValue, EnvValue, Matrix, Trial
+from orchestrator.core.model import Cell, CellValue, Matrix, Trial
 from orchestrator.core.startorder import dependants, restart_order
 from orchestrator.core.steps import Plan, RoleEnv, Step, new_seed
 
@@ -120,9 +120,3 @@ def _restart_cost(matrix: Matrix, testbed: Testbed) -> RestartCost:
 
     units = {r: sum(len(testbed.hosts[k].units) for k in keys) for r, keys in testbed.roles.items()}
     return RestartCost(signature, tuple(units[r] for r in roles))
-
-
-def env_diff(before: dict[str, EnvValue], after: dict[str, EnvValue]) -> dict[str, tuple[EnvValue, EnvValue]]:
-    """VAR -> (old, new) for variables whose value changes."""
-    keys = list(dict.fromkeys([*before, *after]))
-    return {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}

@@ -1,0 +1,63 @@
+"""The local manager's in-process reading of who listens (edges.identity.scan_here): the LISTEN
+rows of /proc/net/tcp it keeps are the ones the scan script's awk keeps (an established
+connection on the unit's port is no listener), and a holder is named with its own uid and user.
+
+Found by mutation testing (bench/mutants.py): dropping the stop at the first non-LISTEN row, or
+never reading the holder's uid (every stranger then "unknown user"), left every test green.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+from pathlib import Path
+
+from orchestrator.edges import identity
+from orchestrator.edges.identity import Socket, port_hex, scan_here
+
+# /proc/net/tcp as the kernel prints it: listeners first; row 2 is a connection to the listener
+# on 30000 (0x7530), row 4 a LISTEN row after it (the kernel never prints one there)
+TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 880467 1 0000 100 0 0 10 0
+   1: 0100007F:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880468 1 0000 100 0 0 10 0
+   2: 0100007F:7530 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 990001 1 0000 20 4 30 10 -1
+   3: 0100007F:C350 0100007F:7532 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3 0000
+   4: 0100007F:7533 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880469 1 0000 100 0 0 10 0
+"""  # noqa: E501
+
+
+def test_only_the_listening_rows_on_the_ports_asked_are_read_as_the_script_reads_them(tmp_path: Path) -> None:
+    """The same sample and answers as the awk filter's test (tests/test_identity_parse.py)."""
+    path = tmp_path / "tcp"
+    path.write_text(TCP)
+
+    def read(*ports: int) -> list[Socket]:
+        return identity._listening(str(path), {port_hex(p) for p in ports})
+
+    assert read(30000, 30001) == [Socket(30000, 1000, 880467), Socket(30001, 0, 880468)]
+    assert read(50000) == []  # a client's port: no listener
+    assert read(30003) == []  # reading stops at the first row that is not LISTEN
+
+
+def test_the_holder_of_a_port_is_named_with_its_own_uid_and_user() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        scan = scan_here([s.getsockname()[1]], [os.getpid()])
+    (holder,) = scan.holders
+    assert holder.uid == os.getuid()
+    assert scan.user(holder.uid) == f"user {pwd.getpwuid(os.getuid()).pw_name}"
+
+
+def test_lines_the_scan_script_did_not_write_are_ignored() -> None:
+    """A shell start-up file that echoes (a banner, a warning) or a cut line must not stop the
+    scan or invent a user: the rows around them are read as without them."""
+    text = (
+        "units\nMainPID=7\nActiveState=active\nend\nWelcome to node-3\nuser|nobody\nsock|7530|0|880467\nuser|0|root\n"
+    )
+    scan, ids = identity.parse_scan(text, ["a.service"])
+    assert scan.sockets == (Socket(30000, 0, 880467),)
+    assert scan.users == {0: "root"}
+    assert ids["a.service"].main_pid == 7
