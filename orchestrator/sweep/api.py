@@ -248,8 +248,18 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     was running when the controller died is run again."""
     run_dir = request.run_dir
     manifest, matrix, plan, testbeds = _resumable(run_dir)
-    with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
-        result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds)
+    began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
+    try:
+        with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
+            result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, began)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        if not began:
+            exc.add_note(
+                "this resume stopped before its first trial: it edited no env file, and the hosts are as the "
+                f"interrupted run left them; resume with: orch resume {run_dir} (or put the hosts back with: "
+                f"orch restore {run_dir})"
+            )
+        raise
     resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
     return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
 
@@ -292,8 +302,10 @@ def _resume_locked(
     matrix: Matrix,
     plan: Plan,
     testbeds: list[Testbed],
+    began: list[bool],
 ) -> tuple[RunResult, str | None]:
-    """The resume's part that needs the run folder to itself: the journal's repair and the trials."""
+    """The resume's part that needs the run folder to itself: the journal's repair and the trials
+    (`began` gets an entry as the runner starts)."""
     run_dir = request.run_dir
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     taken_up = _take_up(run_dir, matrix)
@@ -331,6 +343,7 @@ def _resume_locked(
         try:
             for lock in locks:
                 lock.acquire(break_stale=request.break_lock)
+            began.append(True)
             return _stoppable(
                 lambda: execute(
                     plan,

@@ -86,3 +86,36 @@ def test_an_interrupt_before_the_first_trial_ends_the_run_as_interrupted(tmp_pat
     assert f"resume with: orch resume {run_dir}" in capsys.readouterr().out
     resumed = api.resume(api.ResumeRequest(run_dir), lambda started: QuietProgress(), warn=lambda message: None)
     assert resumed.status == "completed" and resumed.completed == 2  # the lock was released, the run goes on
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, Interrupted])
+def test_a_resume_interrupted_before_it_takes_the_hosts_says_they_are_as_the_run_left_them(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch, error
+) -> None:
+    """A run whose last trials were lost (its journal cut after one), then `orch resume` stopped
+    while it is announced, before it locks or touches a testbed: the interrupt goes up with a note
+    that this resume changed nothing and the two ways back, with the run's folder (it said only
+    "interrupted", found by the kill-point harness's --kill-way-back resume)."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("cut", 2), ["A"])
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    run_dir = api.run(req, lambda started: QuietProgress(), warn=lambda message: None).run_dir  # type: ignore[arg-type,return-value]
+    journal = run_dir / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    first = next(n for n, line in enumerate(lines) if '"type":"trial"' in line.replace(" ", ""))
+    journal.write_text("".join(lines[: first + 1]))
+    files_before = {k: dict(t.files) for k, t in fleet.transports.items()}
+
+    def progress(started: api.Started) -> object:
+        raise error("interrupted by the user or a signal")
+
+    with pytest.raises(error) as stopped:
+        api.resume(api.ResumeRequest(run_dir), progress, warn=lambda message: None)  # type: ignore[arg-type]
+    notes = getattr(stopped.value, "__notes__", [])
+    assert notes == [
+        "this resume stopped before its first trial: it edited no env file, and the hosts are as the "
+        f"interrupted run left them; resume with: orch resume {run_dir} (or put the hosts back with: "
+        f"orch restore {run_dir})"
+    ]
+    assert {k: dict(t.files) for k, t in fleet.transports.items()} == files_before
