@@ -26,7 +26,7 @@ from typing import TypeVar
 import pydantic
 
 from orchestrator.core.bounded import MiB, bounded_or_why, read_bounded_bytes
-from orchestrator.core.filewords import invalid_words
+from orchestrator.core.filewords import invalid_words, json_line
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest, valid_run_id
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.atomic import write_json_atomic
@@ -202,6 +202,7 @@ def _validated(path: Path, model: type[M]) -> M:
         raise ConfigError(
             f"invalid {_KIND.get(path.name, 'file')}: {first['msg']}",
             file=str(path),
+            line=json_line(data.decode("utf-8", "replace"), tuple(first["loc"])) if first["loc"] else None,
             path=where,
             hint="was it written by another orch version?",
         ) from None

@@ -34,3 +34,42 @@ def test_a_byte_that_is_not_utf8_is_named_with_its_line(tmp_path: Path, capsys: 
     matrix.write_bytes((REPO / "matrices" / "overlap_hunt.yaml").read_bytes().replace(b"factors:", b"fact\xffors:", 1))
     line = matrix.read_bytes().split(b"\n").index(b"fact\xffors:") + 1
     refused(["validate", str(matrix), "-i", str(inventory)], capsys, rf"m\.yaml:{line}: not UTF-8 text")
+
+
+def test_a_run_json_field_of_the_wrong_shape_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run.json's `gates` a number, not a list (seed 6 of the fuzzer): its line, not only its key."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="r1")
+    run_dir = write_run(tmp_path / "r1", manifest, records, plan_json=True)
+    text = (run_dir / "run.json").read_text()
+    assert text.count('"gates": []') == 1
+    (run_dir / "run.json").write_text(text.replace('"gates": []', '"gates": 0'))
+    line = text[: text.index('"gates"')].count("\n") + 1
+    refused(["report", str(run_dir)], capsys, rf"run\.json:{line}: gates: invalid run manifest")
+
+
+@pytest.mark.parametrize(
+    ("loc", "line"),
+    [
+        (("plan", 1, "x"), 6),  # a list's second item's key, its value on the next line
+        (("a",), 8),  # a key given twice: the last, the one json.loads keeps
+        (("plan", 5), None),  # past the list's end
+        (("nope",), None),
+        (("a", "b"), None),  # a list where a map is asked for
+    ],
+)
+def test_json_line_finds_the_line_of_a_path(loc: tuple[int | str, ...], line: int | None) -> None:
+    from orchestrator.core.filewords import json_line
+
+    text = '{\n  "a": 1,\n  "plan": [\n    {"x": 1},\n    {"x":\n  2}\n  ],\n  "a": [1]\n}'
+    assert json_line(text, loc) == line
+
+
+def test_json_line_of_a_torn_or_too_deep_text_is_none() -> None:
+    from orchestrator.core.filewords import json_line
+
+    assert json_line('{"a": [1, 2', ("a", 3)) is None
+    assert json_line('{"b": ' + "[" * 100_000 + "]" * 100_000 + ', "a": 1}', ("a",)) is None
