@@ -73,3 +73,37 @@ def test_json_line_of_a_torn_or_too_deep_text_is_none() -> None:
 
     assert json_line('{"a": [1, 2', ("a", 3)) is None
     assert json_line('{"b": ' + "[" * 100_000 + "]" * 100_000 + ', "a": 1}', ("a",)) is None
+
+
+def test_a_metric_regex_repeating_too_much_is_refused_before_it_is_compiled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`x{1000000}` in a metric pattern (seed 745 had x{99999999}: past 1 GB in 0.7 s, killed): the
+    engine unrolls the count, ~300 bytes an item; refused at its line, nothing compiled."""
+    inventory, _ = private_inventory(tmp_path)
+    text = (REPO / "matrices" / "cuda_graph_flags.yaml").read_text()
+    old = r"regex: 'error=(?P<value>\d+)'"
+    assert text.count(old) == 1
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(text.replace(old, r"regex: '(?P<value>\d+)x{1000000}'"))
+    line = text[: text.index(old)].count("\n") + 1
+    refused(["validate", str(matrix), "-i", str(inventory)], capsys, rf"m\.yaml:{line}: ", "repeats")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "items"),
+    [
+        (r"CORRUPTION sessions: (?P<k>\d+)/(?P<n>\d+)", 32),  # the shipped metric: a few dozen
+        (r"x{99999999}", 99_999_999),
+        (r"(?:x{1000}){1000}", 1_001_000),  # nested counts multiply
+        (r"x{0,1000000}", 1),  # nothing mandatory: nothing unrolled
+        (r"x{,99999}", 9),  # not a count in `regex`'s syntax: literal characters
+        (r"a\{99999\}", 8),  # escaped braces: literal characters
+        (r"[]{}]{5}", 5),  # a class holding brackets and braces, repeated 5 times
+        (r"(a|b){3}", 6),  # alternatives summed: an over-estimate
+    ],
+)
+def test_unrolled_size_counts_what_the_engine_unrolls(pattern: str, items: int) -> None:
+    from orchestrator.core.regexsize import unrolled_size
+
+    assert unrolled_size(pattern) == items
