@@ -107,3 +107,19 @@ def test_unrolled_size_counts_what_the_engine_unrolls(pattern: str, items: int) 
     from orchestrator.core.regexsize import unrolled_size
 
     assert unrolled_size(pattern) == items
+
+
+def test_a_field_missing_from_run_json_names_the_object_it_is_missing_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run.json without its `testbed` line (seed 528): the fault has no line of its own; the
+    object's (the file's first line for a top-level field) is named."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="r1")
+    run_dir = write_run(tmp_path / "r1", manifest, records, plan_json=True)
+    text = (run_dir / "run.json").read_text()
+    kept = [line for line in text.splitlines(keepends=True) if not line.startswith('  "testbed": ')]
+    assert len(kept) == text.count("\n") - 1
+    (run_dir / "run.json").write_text("".join(kept))
+    refused(["report", str(run_dir)], capsys, r"run\.json:1: testbed: invalid run manifest: Field required")
