@@ -123,3 +123,12 @@ def test_a_field_missing_from_run_json_names_the_object_it_is_missing_from(
     assert len(kept) == text.count("\n") - 1
     (run_dir / "run.json").write_text("".join(kept))
     refused(["report", str(run_dir)], capsys, r"run\.json:1: testbed: invalid run manifest: Field required")
+
+
+def test_an_error_at_line_100_keeps_its_line_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """'m.yaml:100: ...' printed through rich read 'm.yaml💯 ...' (seed 1108): ':100:' is an emoji
+    code, and the consoles replaced it, so the error lost its line (':1234:' too)."""
+    inventory, _ = private_inventory(tmp_path)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("# a comment\n" * 99 + "name: x\x16\n")
+    refused(["validate", str(matrix), "-i", str(inventory)], capsys, r"m\.yaml:100: invalid YAML")
