@@ -129,21 +129,22 @@ def test_the_plan_of_another_run_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "damage,message",
+    "damage,line,message",
     [
-        (lambda d: {**d, "round": d["round"][:-1]}, "invalid plan: its columns do not line up"),
-        (lambda d: {**d, "cell": [99] + d["cell"][1:]}, "invalid plan: its columns do not line up"),
-        (lambda d: {**d, "trial": "0 1 2"}, "trial: invalid plan: Input should be a valid array"),
-        (lambda d: {**d, "extra": 1}, "extra: invalid plan: Extra inputs are not permitted"),
+        (lambda d: {**d, "round": d["round"][:-1]}, "", "invalid plan: its columns do not line up"),
+        (lambda d: {**d, "cell": [99] + d["cell"][1:]}, "", "invalid plan: its columns do not line up"),
+        # a field of the wrong shape: its line (the file is one line here)
+        (lambda d: {**d, "trial": "0 1 2"}, ":1", "trial: invalid plan: Input should be a valid array"),
+        (lambda d: {**d, "extra": 1}, ":1", "extra: invalid plan: Extra inputs are not permitted"),
     ],
 )
-def test_a_damaged_plan_json_is_a_clear_error(tmp_path: Path, damage, message) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_plan_json_is_a_clear_error(tmp_path: Path, damage, line, message) -> None:  # type: ignore[no-untyped-def]
     run_dir = run_dir_of(tmp_path, planned()[1])
     path = run_dir / PLAN_FILE
     path.write_text(json.dumps(damage(json.loads(path.read_text()))))
     with pytest.raises(ConfigError) as err:
         load_manifest(run_dir)
-    assert str(err.value).startswith(f"{path}: ") and message in str(err.value)
+    assert str(err.value).startswith(f"{path}{line}: ") and message in str(err.value)
     assert err.value.exit_code == 2
 
 

@@ -526,7 +526,7 @@ def _print_table(table: Table) -> None:
     if out.is_terminal:
         out.print(table)
         return
-    wide = Console(width=LOG_WIDTH, file=io.StringIO(), color_system=None, highlight=False)
+    wide = Console(width=LOG_WIDTH, file=io.StringIO(), color_system=None, highlight=False, emoji=False)
     wide.print(table)
     out.print(wide.file.getvalue().rstrip("\n"), markup=False, highlight=False)  # type: ignore[attr-defined]
 

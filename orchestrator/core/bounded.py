@@ -50,12 +50,16 @@ def read_fd(fd: int, most: int) -> bytes:
 
 
 def read_bounded_text(path: Path, cap: int, display: str | None = None) -> str:
-    """Like read_bounded_bytes, decoded as UTF-8 (ConfigError naming the byte otherwise)."""
+    """Like read_bounded_bytes, decoded as UTF-8 (ConfigError naming the byte and its line
+    otherwise: one stray byte in a long matrix is found by its line, not by counting bytes)."""
     data = read_bounded_bytes(path, cap, display)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=display or str(path)) from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=display or str(path), line=line
+        ) from None
 
 
 def bounded_or_why(path: Path, cap: int, display: str) -> bytes | str | None:

@@ -49,6 +49,7 @@ from orchestrator.core.model import (
     secret_values,
 )
 from orchestrator.core.redact import Redactor
+from orchestrator.core.regexsize import MAX_UNROLLED, unrolled_size
 from orchestrator.core.reprourls import flag_origins, known_ports, origins, stray_url_hint, stray_url_message
 from orchestrator.core.serverconf import (
     MetricsShape,
@@ -1322,6 +1323,12 @@ def compile_pattern(pattern: str, source: SourceMap, at: PathKey) -> regex.Patte
     package: its matches take a timeout, so a catastrophic pattern cannot hang a sweep)."""
     if len(pattern) > MAX_PATTERN:
         raise source.error(at, f"regular expression longer than {MAX_PATTERN} characters")
+    if (items := unrolled_size(pattern)) > MAX_UNROLLED:  # compiling it would allocate without bound
+        raise source.error(
+            at,
+            f"regular expression repeats too much: its counts unroll to {items:,} items (at most {MAX_UNROLLED:,})",
+            "use + or * for a long run, e.g. \\d+ rather than \\d{100000}",
+        )
     try:
         return regex.compile(pattern, regex.MULTILINE)
     except (regex.error, ValueError, OverflowError, RecursionError) as exc:

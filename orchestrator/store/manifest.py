@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import TypeVar
 
 import pydantic
+from pydantic_core import ErrorDetails
 
 from orchestrator.core.bounded import MiB, bounded_or_why, read_bounded_bytes
-from orchestrator.core.filewords import invalid_words
+from orchestrator.core.filewords import invalid_words, json_line
 from orchestrator.core.records import PlanColumns, PlannedCell, PlannedTrial, RunManifest, valid_run_id
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.store.atomic import write_json_atomic
@@ -202,9 +203,19 @@ def _validated(path: Path, model: type[M]) -> M:
         raise ConfigError(
             f"invalid {_KIND.get(path.name, 'file')}: {first['msg']}",
             file=str(path),
+            line=_line(data, first),
             path=where,
             hint="was it written by another orch version?",
         ) from None
 
 
 _KIND = {RUN_JSON: "run manifest", PLAN_JSON: "plan"}
+
+
+def _line(data: bytes, error: ErrorDetails) -> int | None:
+    """The line of a run file's wrong field; of the object it is missing from when it is missing
+    (a whole file that is not JSON: pydantic's words name its line)."""
+    loc = tuple(error["loc"])
+    if error["type"] == "missing":
+        loc = loc[:-1]
+    return json_line(data.decode("utf-8", "replace"), loc) if loc or error["type"] == "missing" else None

@@ -196,7 +196,7 @@ class RichProgress:
         clock: Callable[[], float] = time.monotonic,
         cell_name: Callable[[TrialRecord], str] = lambda record: record.cell,
     ) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or Console(stderr=True, emoji=False)
         self.open_ended = open_ended
         self.cell_name = cell_name
         self.clock = clock

@@ -1,0 +1,134 @@
+"""What bench/bench_fuzz_inputs.py found: each cause of a BAD mutant as its minimal input, and a
+small fixed-seed sample of the fuzzer itself, in-process (the unit tier starts no process), so a
+new cause among those seeds fails here. Each case: `orch validate` (or `orch report`) must end with
+exit 2 and an error naming the file and the line, no traceback."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers.shipped import REPO, private_inventory
+
+from orchestrator.cli.main import main
+
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str], where: str, *fragments: str) -> str:
+    code = main(argv)
+    captured = capsys.readouterr()
+    output = " ".join((captured.out + captured.err).split())  # rich wraps long lines
+    assert code == 2, output
+    assert TRACEBACK not in output, output
+    assert re.search(where, output), f"{where!r} not in {output!r}"
+    for fragment in fragments:
+        assert fragment in output, output
+    return output
+
+
+def test_a_byte_that_is_not_utf8_is_named_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory, _ = private_inventory(tmp_path)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_bytes((REPO / "matrices" / "overlap_hunt.yaml").read_bytes().replace(b"factors:", b"fact\xffors:", 1))
+    line = matrix.read_bytes().split(b"\n").index(b"fact\xffors:") + 1
+    refused(["validate", str(matrix), "-i", str(inventory)], capsys, rf"m\.yaml:{line}: not UTF-8 text")
+
+
+def test_a_run_json_field_of_the_wrong_shape_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run.json's `gates` a number, not a list (seed 6 of the fuzzer): its line, not only its key."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="r1")
+    run_dir = write_run(tmp_path / "r1", manifest, records, plan_json=True)
+    text = (run_dir / "run.json").read_text()
+    assert text.count('"gates": []') == 1
+    (run_dir / "run.json").write_text(text.replace('"gates": []', '"gates": 0'))
+    line = text[: text.index('"gates"')].count("\n") + 1
+    refused(["report", str(run_dir)], capsys, rf"run\.json:{line}: gates: invalid run manifest")
+
+
+@pytest.mark.parametrize(
+    ("loc", "line"),
+    [
+        (("plan", 1, "x"), 6),  # a list's second item's key, its value on the next line
+        (("a",), 8),  # a key given twice: the last, the one json.loads keeps
+        (("plan", 5), None),  # past the list's end
+        (("nope",), None),
+        (("a", "b"), None),  # a list where a map is asked for
+    ],
+)
+def test_json_line_finds_the_line_of_a_path(loc: tuple[int | str, ...], line: int | None) -> None:
+    from orchestrator.core.filewords import json_line
+
+    text = '{\n  "a": 1,\n  "plan": [\n    {"x": 1},\n    {"x":\n  2}\n  ],\n  "a": [1]\n}'
+    assert json_line(text, loc) == line
+
+
+def test_json_line_of_a_torn_or_too_deep_text_is_none() -> None:
+    from orchestrator.core.filewords import json_line
+
+    assert json_line('{"a": [1, 2', ("a", 3)) is None
+    assert json_line('{"b": ' + "[" * 100_000 + "]" * 100_000 + ', "a": 1}', ("a",)) is None
+
+
+def test_a_metric_regex_repeating_too_much_is_refused_before_it_is_compiled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`x{1000000}` in a metric pattern (seed 745 had x{99999999}: past 1 GB in 0.7 s, killed): the
+    engine unrolls the count, ~300 bytes an item; refused at its line, nothing compiled."""
+    inventory, _ = private_inventory(tmp_path)
+    text = (REPO / "matrices" / "cuda_graph_flags.yaml").read_text()
+    old = r"regex: 'error=(?P<value>\d+)'"
+    assert text.count(old) == 1
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text(text.replace(old, r"regex: '(?P<value>\d+)x{1000000}'"))
+    line = text[: text.index(old)].count("\n") + 1
+    refused(["validate", str(matrix), "-i", str(inventory)], capsys, rf"m\.yaml:{line}: ", "repeats")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "items"),
+    [
+        (r"CORRUPTION sessions: (?P<k>\d+)/(?P<n>\d+)", 32),  # the shipped metric: a few dozen
+        (r"x{99999999}", 99_999_999),
+        (r"(?:x{1000}){1000}", 1_001_000),  # nested counts multiply
+        (r"x{0,1000000}", 1),  # nothing mandatory: nothing unrolled
+        (r"x{,99999}", 9),  # not a count in `regex`'s syntax: literal characters
+        (r"a\{99999\}", 8),  # escaped braces: literal characters
+        (r"[]{}]{5}", 5),  # a class holding brackets and braces, repeated 5 times
+        (r"(a|b){3}", 6),  # alternatives summed: an over-estimate
+    ],
+)
+def test_unrolled_size_counts_what_the_engine_unrolls(pattern: str, items: int) -> None:
+    from orchestrator.core.regexsize import unrolled_size
+
+    assert unrolled_size(pattern) == items
+
+
+def test_a_field_missing_from_run_json_names_the_object_it_is_missing_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run.json without its `testbed` line (seed 528): the fault has no line of its own; the
+    object's (the file's first line for a top-level field) is named."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="r1")
+    run_dir = write_run(tmp_path / "r1", manifest, records, plan_json=True)
+    text = (run_dir / "run.json").read_text()
+    kept = [line for line in text.splitlines(keepends=True) if not line.startswith('  "testbed": ')]
+    assert len(kept) == text.count("\n") - 1
+    (run_dir / "run.json").write_text("".join(kept))
+    refused(["report", str(run_dir)], capsys, r"run\.json:1: testbed: invalid run manifest: Field required")
+
+
+def test_an_error_at_line_100_keeps_its_line_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """'m.yaml:100: ...' printed through rich read 'm.yaml💯 ...' (seed 1108): ':100:' is an emoji
+    code, and the consoles replaced it, so the error lost its line (':1234:' too)."""
+    inventory, _ = private_inventory(tmp_path)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("# a comment\n" * 99 + "name: x\x16\n")
+    refused(["validate", str(matrix), "-i", str(inventory)], capsys, r"m\.yaml:100: invalid YAML")
