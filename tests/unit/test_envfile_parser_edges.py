@@ -1,0 +1,40 @@
+"""The env-file readers (core.envfile) at the edges a user sees: a removal after a leading blank
+line keeps that line, the last entry of a file without a final newline loses its trailing blanks
+as systemd's does, and `orch lint` warns about a comment or an expansion only where a shell user
+would see one (`a b` is no comment, `$5` or a `$` at the end expands nothing).
+
+Found by mutation testing (bench/mutants.py, round two on the parser): a line start found one
+character off, an untrimmed last value and warnings on every blank-separated word or `$` each left
+every test green.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.core.envfile import edit, lint, read_values
+
+
+@pytest.mark.parametrize("dialect", ["systemd", "shell"])
+def test_removing_the_key_after_a_leading_blank_line_keeps_the_blank_line(dialect: str) -> None:
+    assert edit("\nA=1\nB=2\n", {"A": None}, dialect) == "\nB=2\n"  # type: ignore[arg-type]
+
+
+def test_the_last_value_of_a_file_without_a_final_newline_loses_its_trailing_blanks() -> None:
+    assert read_values("A=x  \t", "systemd") == {"A": "x"}
+    assert read_values("A=x  \t\n", "systemd") == {"A": "x"}
+
+
+@pytest.mark.parametrize("text", ["A=a b\n", "A=x\tand y\n", "A=a#b\n"])
+def test_blank_separated_words_are_no_comment(text: str) -> None:
+    assert lint(text, "systemd") == []
+
+
+@pytest.mark.parametrize("text", ["A=cost$5\n", "A=x$\n", "A=a$-b\n", 'A="$5"\n'])
+def test_a_dollar_no_shell_would_expand_draws_no_warning(text: str) -> None:
+    assert lint(text, "systemd") == []
+
+
+@pytest.mark.parametrize("text", ["A=$HOME\n", "A=${X}\n", "A=$(date)\n", "A=$_x\n", 'A="`id`"\n'])
+def test_an_expansion_a_shell_user_would_expect_is_warned_about(text: str) -> None:
+    assert lint(text, "systemd") == ["line 1: A: systemd expands nothing; the value keeps `$`/backticks literally"]
