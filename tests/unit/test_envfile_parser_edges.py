@@ -38,3 +38,43 @@ def test_a_dollar_no_shell_would_expand_draws_no_warning(text: str) -> None:
 @pytest.mark.parametrize("text", ["A=$HOME\n", "A=${X}\n", "A=$(date)\n", "A=$_x\n", 'A="`id`"\n'])
 def test_an_expansion_a_shell_user_would_expect_is_warned_about(text: str) -> None:
     assert lint(text, "systemd") == ["line 1: A: systemd expands nothing; the value keeps `$`/backticks literally"]
+
+
+def test_a_double_quote_left_open_after_a_final_backslash_is_bashs_syntax_error() -> None:
+    text = 'B=1\nA="x\\'
+    assert read_values(text, "shell") == {"B": "1"}  # bash applies the lines before it
+    assert lint(text, "shell") == [
+        'line 2: bash: unexpected end of file looking for the closing `"`;'
+        " bash stops reading the file here and applies no line from here on"
+    ]
+
+
+def _uses(what: str) -> list[str]:
+    return [f"line 1: A: uses {what}; orch cannot predict the value"]
+
+
+def _stops(closer: str) -> list[str]:
+    return [
+        f"line 1: bash: unexpected end of file looking for the closing {closer};"
+        " bash stops reading the file here and applies no line from here on"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('A=$"x"\n', _uses('`$"..."` (translated string)')),
+        ("A=`a b`\nB=1\n", _uses("backticks (command substitution)")),
+        ("A=$(echo \\))\nB=1\n", _uses("`$(...)` (command substitution)")),
+        ("A=$(echo ')')\nB=1\n", _uses("`$(...)` (command substitution)")),
+        ('A=$(echo ")")\nB=1\n', _uses("`$(...)` (command substitution)")),
+        ("A=`id\nB=1\n", _stops("backtick")),
+        ("A=$(echo\nB=1\n", _stops("`)`")),
+        ("A=$'x\n\n", _stops("`'`")),
+    ],
+)
+def test_what_needs_a_shell_is_named_and_an_unclosed_group_stops_bash_on_its_own_line(
+    text: str, expected: list[str]
+) -> None:
+    """A quote or escape inside `$(...)` does not close it; an unclosed one is reported where it opens."""
+    assert lint(text, "shell") == expected
