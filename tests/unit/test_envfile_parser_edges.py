@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.core.envfile import edit, lint, read_values
+from orchestrator.errors import EnvFileError
 
 
 @pytest.mark.parametrize("dialect", ["systemd", "shell"])
@@ -78,3 +79,20 @@ def test_what_needs_a_shell_is_named_and_an_unclosed_group_stops_bash_on_its_own
 ) -> None:
     """A quote or escape inside `$(...)` does not close it; an unclosed one is reported where it opens."""
     assert lint(text, "shell") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("A=1\0\n", ["line 1: NUL byte: systemd refuses the file"]),
+        ('B=1\nA="x\nC=2\n', ["line 2: A: the quote is never closed; systemd reads the rest of the file"]),
+    ],
+)
+def test_lint_warns_of_a_file_systemd_refuses_or_reads_to_its_end(text: str, expected: list[str]) -> None:
+    assert lint(text, "systemd") == expected
+
+
+def test_lint_refuses_an_unknown_dialect_naming_the_known_ones() -> None:
+    with pytest.raises(EnvFileError, match="unknown env-file dialect 'toml'") as info:
+        lint("A=1\n", "toml")  # type: ignore[arg-type]
+    assert info.value.hint == "use systemd or shell"
