@@ -21,3 +21,11 @@ def test_a_known_value_of_the_minimum_length_is_masked_one_shorter_is_not() -> N
 def test_a_redactors_repr_shows_the_declared_names_never_the_known_values() -> None:
     shown = repr(Redactor.for_names(["HUB_AUTH"], ["s3cr3t-value-42"]))
     assert "HUB_AUTH" in shown and "s3cr3t" not in shown
+
+
+def test_masking_a_masked_text_again_keeps_it_as_it_is() -> None:
+    """A report re-renders journal lines masked when written: the mask must stay, not vanish."""
+    text = "curl -H 'Authorization: Bearer hf_AbCdEfGhIjKlMnOpQrSt' and bearer abcdefghijk"
+    once = Redactor().text(text)
+    assert once == f"curl -H 'Authorization: Bearer {REDACTED}' and bearer {REDACTED}"
+    assert Redactor().text(once) == once
