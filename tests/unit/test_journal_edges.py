@@ -6,11 +6,14 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
 from orchestrator.core.records import EventRecord, TrialRecord
+from orchestrator.errors import ConfigError
 from orchestrator.store import journal as journal_mod
 from orchestrator.store.journal import Journal, JournalError, last_attempts, read_journal, read_trial_rows
 
@@ -118,3 +121,49 @@ def test_a_run_counts_as_stopped_from_an_interrupt_until_the_next_session(
         for kind in events:
             j.append(_event(kind))
     assert read_trial_rows(path).stopped is stopped
+
+
+def test_a_line_too_long_is_refused_at_its_own_line_number(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal names file:line so the user can look at the damage: the third line, not the
+    block's first (the limit lowered to keep the file small)."""
+    monkeypatch.setattr(journal_mod, "MAX_LINE_BYTES", 400)
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        j.append(_event())
+        j.append(_event("run_resumed"))
+    with path.open("ab") as f:
+        f.write(b'{"type":"event","message":"' + b"x" * 500 + b'"}\n' + json.dumps(_trial_line(1, 1)).encode() + b"\n")
+    with pytest.raises(ConfigError, match=r"journal\.jsonl:3\b.*longer than"):
+        read_trial_rows(path)
+
+
+def test_a_journal_that_shrinks_while_it_is_read_is_an_error_not_a_read_that_never_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process cut the file (repair_torn_tail of a resume) between the reader's size check
+    and its read: the reader says so and stops, instead of waiting forever for bytes that are gone."""
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as j:
+        for _ in range(3):
+            j.append(_event())
+    real_body_end = journal_mod._body_end
+
+    def then_cut(handle: BinaryIO) -> tuple[int, bool]:
+        end = real_body_end(handle)
+        os.truncate(path, 10)
+        return end
+
+    monkeypatch.setattr(journal_mod, "_body_end", then_cut)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            read_trial_rows(path)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "the read never ended"
+    assert len(outcome) == 1 and isinstance(outcome[0], JournalError) and "shrank while it was read" in str(outcome[0])
