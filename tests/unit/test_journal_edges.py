@@ -15,7 +15,14 @@ import pytest
 from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.store import journal as journal_mod
-from orchestrator.store.journal import Journal, JournalError, last_attempts, read_journal, read_trial_rows
+from orchestrator.store.journal import (
+    Journal,
+    JournalError,
+    last_attempts,
+    read_journal,
+    read_trial_rows,
+    trial_statuses,
+)
 
 
 def _event(kind: str = "run_started") -> EventRecord:
@@ -27,8 +34,9 @@ def _open_fds() -> set[str]:
 
 
 def test_a_journal_opened_and_closed_many_times_leaves_no_file_open(tmp_path: Path) -> None:
-    """A hunt or `orch serve` opens journals again and again: close() must close the journal and
-    its status index both, or every open leaks a descriptor until the process runs out."""
+    """A hunt or `orch serve` opens and reads journals again and again: close() must close the
+    journal and its status index both, and each read what it opened, or every open leaks a
+    descriptor until the process runs out."""
     path = tmp_path / "journal.jsonl"
     with Journal(path) as j:
         j.append(_event())
@@ -36,6 +44,7 @@ def test_a_journal_opened_and_closed_many_times_leaves_no_file_open(tmp_path: Pa
     for _ in range(5):
         with Journal(path) as j:
             j.append(_event("run_resumed"))
+        trial_statuses(path), last_attempts(path, {1}), read_trial_rows(path)  # what a status page polls
     assert _open_fds() == before
     assert [r.event for r in read_journal(path).records] == ["run_started"] + ["run_resumed"] * 5  # type: ignore[union-attr]
 
