@@ -6,6 +6,8 @@ could not be restored, not of a user who stopped it."""
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,38 @@ def test_one_signal_during_a_sweeps_own_final_restore_interrupts_the_run_and_sti
     assert bed.states() == {"decode:decode-server": True}
     events = [r.event for r in read_journal(tmp_path / "run" / "journal.jsonl").records if isinstance(r, EventRecord)]
     assert "run_interrupted" in events and events[-1] == "restored"
+
+
+def test_a_skip_asked_while_no_host_is_being_restored_skips_nothing(tmp_path: Path) -> None:
+    """A parallel sweep's main thread asks every testbed's guard to skip its host on a second
+    Ctrl-C; a testbed between hosts (or done) has none: nothing is skipped, nothing raises, and
+    the restore that follows still puts the host back. Mutation survivor of skip_current."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    runner = runner_for(bed, make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}), tmp_path / "run")
+    runner.guard.backup()
+    assert runner.guard.skip_current() is None
+    assert runner.guard.restore(None) == [] and not runner.guard.interrupted
+
+
+def test_a_ctrl_c_in_the_main_threads_restore_stops_that_hosts_restore_where_it_lands(tmp_path: Path) -> None:
+    """Signals reach the main thread only: its restore runs each host inline, so a Ctrl-C stops
+    that host's restore where it lands and nothing is written there behind the user's back once
+    it is said to be skipped (a helper thread, as a runner thread uses, would go on writing).
+    Mutation survivor of sweep/hosts.py's _restore_one (the main thread's inline branch deleted)."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    runner = runner_for(bed, make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}), tmp_path / "run")
+    runner.guard.backup()
+    env, t = bed.env_file("decode"), bed.transports["decode"]
+    t.files[env] = b"DECODE_FLAG=1\n"  # a cell's file, as a trial leaves it
+    real = HostGuard._restore_host
+
+    def ctrl_c_then_restore(guard: HostGuard, role: str) -> None:
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, as the host's restore starts
+        time.sleep(0.2)
+        real(guard, role)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(HostGuard, "_restore_host", ctrl_c_then_restore)
+        assert runner.guard.restore(None) == ["decode"]
+    time.sleep(0.5)  # what a helper thread would still write lands by now
+    assert t.files[env] == b"DECODE_FLAG=1\n"
