@@ -7,6 +7,7 @@ could not be restored, not of a user who stopped it."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -111,3 +112,32 @@ def test_a_ctrl_c_in_the_main_threads_restore_stops_that_hosts_restore_where_it_
         assert runner.guard.restore(None) == ["decode"]
     time.sleep(0.5)  # what a helper thread would still write lands by now
     assert t.files[env] == b"DECODE_FLAG=1\n"
+
+
+def test_a_runner_threads_restore_stuck_on_a_host_is_skipped_when_the_main_thread_asks(tmp_path: Path) -> None:
+    """A parallel testbed restores in its runner thread, which no signal reaches: the main
+    thread's second Ctrl-C asks its guard to skip the host it is stuck on (a unit taking minutes
+    to stop), and that restore returns at once counting the host as not restored. Mutation
+    survivor of _restore_one (the job never published to skip_current)."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    runner = runner_for(bed, make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}), tmp_path / "run")
+    runner.guard.backup()
+    stuck, left = threading.Event(), list[list[str]]()
+
+    def stuck_host(guard: HostGuard, role: str) -> None:
+        stuck.wait(10)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(HostGuard, "_restore_host", stuck_host)
+        thread = threading.Thread(target=lambda: left.append(runner.guard.restore(None)), name="testbed-A")
+        thread.start()
+        try:
+            deadline, skipped = time.monotonic() + 5, None
+            while skipped is None and time.monotonic() < deadline:
+                skipped = runner.guard.skip_current()
+                time.sleep(0.01)
+            thread.join(5)
+        finally:
+            stuck.set()
+            thread.join()
+    assert skipped == "decode" and left == [["decode"]]
