@@ -117,8 +117,9 @@ def test_a_ctrl_c_in_the_main_threads_restore_stops_that_hosts_restore_where_it_
 def test_a_runner_threads_restore_stuck_on_a_host_is_skipped_when_the_main_thread_asks(tmp_path: Path) -> None:
     """A parallel testbed restores in its runner thread, which no signal reaches: the main
     thread's second Ctrl-C asks its guard to skip the host it is stuck on (a unit taking minutes
-    to stop), and that restore returns at once counting the host as not restored. Mutation
-    survivor of _restore_one (the job never published to skip_current)."""
+    to stop), and that restore returns at once counting the host as not restored; the helper left
+    on the host is a daemon thread, so the command still exits. Mutation survivors of _restore_one
+    (the job never published to skip_current; daemon=False)."""
     bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
     runner = runner_for(bed, make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}), tmp_path / "run")
     runner.guard.backup()
@@ -137,7 +138,10 @@ def test_a_runner_threads_restore_stuck_on_a_host_is_skipped_when_the_main_threa
                 skipped = runner.guard.skip_current()
                 time.sleep(0.01)
             thread.join(5)
+            # the abandoned helper, still stuck on the host, must not keep the command from exiting
+            helpers = [t.daemon for t in threading.enumerate() if t.name == "restore-decode"]
         finally:
             stuck.set()
             thread.join()
     assert skipped == "decode" and left == [["decode"]]
+    assert helpers == [True]
