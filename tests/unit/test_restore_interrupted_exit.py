@@ -145,3 +145,37 @@ def test_a_runner_threads_restore_stuck_on_a_host_is_skipped_when_the_main_threa
             thread.join()
     assert skipped == "decode" and left == [["decode"]]
     assert helpers == [True]
+
+
+def test_a_unit_left_on_a_cells_env_by_a_ctrl_c_is_restarted_though_the_file_is_the_original_again(
+    tmp_path: Path,
+) -> None:
+    """Trial 1 restarts decode on DECODE_FLAG=1; trial 2 writes the original back and the Ctrl-C
+    lands before its restart: the file is the original, the unit still runs trial 1's env. The
+    restore must restart it (orch restarted it on a non-original file), or the host is left
+    measuring a cell with nothing on disk to show it. Mutation survivor of note_restart."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ("1", "0"))}, order="sequential")
+    manager, calls = bed.managers["decode"], [0]
+    real_restart, real_with_file = manager.restart, manager.restart_with_file
+
+    def restart(unit: str) -> float:  # a restart after the trial's own write
+        calls[0] += 1
+        if calls[0] == 2:
+            raise KeyboardInterrupt
+        return real_restart(unit)
+
+    def restart_with_file(unit: str, transport: object, path: str, data: bytes, *, expect: object = None) -> float:
+        if calls[0] == 1:  # the second restart, which writes the file itself: written, then the Ctrl-C
+            transport.write_bytes_atomic(path, data, expect=expect)  # type: ignore[attr-defined]
+            calls[0] += 1
+            raise KeyboardInterrupt
+        return real_with_file(unit, transport, path, data, expect=expect)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(manager, "restart", restart)
+        mp.setattr(manager, "restart_with_file", restart_with_file)
+        result = runner_for(bed, plan, tmp_path / "run").execute()
+    assert calls[0] >= 2 and result.interrupted and result.not_restored == []  # the Ctrl-C landed
+    assert bed.transports["decode"].files[bed.env_file("decode")] == b"DECODE_FLAG=0\n"
+    assert (manager.environ("decode-server") or {}).get("DECODE_FLAG") == "0"
