@@ -522,3 +522,15 @@ def test_a_dangling_symlink_put_in_place_of_the_file_is_said_to_point_at_nothing
     assert result.not_restored == [] and t.files == {env: ORIGINAL} and t.links == {kept: "gone.env"}
     warning = next(line for line in notes.lines if line.startswith("WARNING"))
     assert "replaced by a symlink to gone.env (its target missing)" in warning
+
+
+def test_a_files_json_that_is_not_an_object_is_refused_before_anything_is_touched(tmp_path: Path) -> None:
+    """A JSON list (or number) as backup/files.json: the typed refusal naming it, not a traceback.
+    Mutation survivor of sweep/hosts.py's _read_shapes."""
+    bed = decode_bed()
+    plan = plan_of(bed)
+    killed(bed, plan, tmp_path / "run", lambda files: files.pop(bed.env_file("decode")))
+    (tmp_path / "run" / "backup" / "files.json").write_text("[]")
+    with pytest.raises(JournalError, match=r"backup.*files\.json is not an object"):
+        runner(bed, plan, tmp_path / "run", Notes()).adopt_backup()
+    assert bed.env_file("decode") not in bed.transports["decode"].files
