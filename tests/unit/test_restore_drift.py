@@ -534,3 +534,14 @@ def test_a_files_json_that_is_not_an_object_is_refused_before_anything_is_touche
     with pytest.raises(JournalError, match=r"backup.*files\.json is not an object"):
         runner(bed, plan, tmp_path / "run", Notes()).adopt_backup()
     assert bed.env_file("decode") not in bed.transports["decode"].files
+
+
+def test_a_backup_json_nested_too_deeply_is_refused_saying_so(tmp_path: Path) -> None:
+    """json.loads gives up on a file nested thousands deep (a RecursionError, no ValueError): the
+    refusal says why, not that the file is 'not an object'. Mutation survivor of _backup_json."""
+    bed = decode_bed()
+    plan = plan_of(bed)
+    killed(bed, plan, tmp_path / "run", lambda files: None)
+    (tmp_path / "run" / "backup" / "files.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(JournalError, match=r"files\.json is nested too deeply to be a backup orch wrote"):
+        runner(bed, plan, tmp_path / "run", Notes()).adopt_backup()
