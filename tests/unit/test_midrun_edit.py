@@ -176,3 +176,30 @@ def test_the_stopped_run_resumes_once_the_testbed_is_free(tmp_path: Path) -> Non
         t.files[bed.env_file("decode")] == ORIGINAL
         and t.files[drift_path(bed.env_file("decode"), RUN_ID)] == edits.edited
     )
+
+
+def test_a_symlinked_env_file_replaced_during_the_run_stops_the_sweep_saying_how_to_relink(tmp_path: Path) -> None:
+    """The file was a symlink when the run began and someone put a regular file there between two
+    trials: orch writes the original only through that link, so nothing is set aside or written
+    (the new file is left as it is) and the error says what the link was and how to put it back,
+    not that an edit was kept somewhere (mutation survivor of sweep/drift.py's during_run)."""
+    real = "/etc/orch/real/decode.env"
+    bed = make_bed({"decode": Role("", [FakeUnit("decode-server", active=True)])})
+    t, env = bed.transports["decode"], bed.env_file("decode")
+    t.files = {real: ORIGINAL}
+    t.links[env] = real
+    bed.managers["decode"].restart("decode-server")  # started on the linked file
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ("1", "2", "0"))}, order="sequential")
+
+    class Relink(Edits):
+        def trial_done(self, record: TrialRecord) -> None:
+            if record.trial == plan.steps[0].trial.index:
+                del t.links[env]
+                t.files[env] = ORIGINAL + HUMAN
+
+    exc = run(bed, plan, tmp_path / "run", Relink(bed, after=-1))
+    message = str(exc)
+    assert f"{env} was a symlink to {real} when the run began and is now a regular file" in message
+    assert f"ln -sfn {real} {env}" in message and "The sweep stops" in message
+    assert "kept in" not in message
+    assert t.files[env] == ORIGINAL + HUMAN and drift_path(env, RUN_ID) not in t.files  # left as found

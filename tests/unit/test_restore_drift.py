@@ -441,3 +441,107 @@ def record(trial: int, levels: dict[str, str]) -> TrialRecord:
     stamp = "2026-01-01T00:00:00Z"
     fields = {"run_id": RUN_ID, "trial": trial, "round": 0, "cell": "c", "levels": levels, "testbed": "fakebed"}
     return TrialRecord(**fields, status="completed", started=stamp, ended=stamp, duration_s=1.0)
+
+
+# ---------------------------------------------------------------------------- mutation survivors
+# (bench/mutants.py on sweep/drift.py, seed 1: each test below fails on a wrong line no test saw)
+@pytest.mark.parametrize(
+    ("entry", "says"),
+    [
+        ('{"link": null, "mode": 420, "uid": 0, "gid": 0, "size": 9}', "an entry is not {link, mode, uid, gid}"),
+        ('{"link": null, "mode": 420, "uid": 0}', "an entry is not {link, mode, uid, gid}"),
+        ('{"link": "", "mode": 420, "uid": 0, "gid": 0}', "link '' is not a path"),
+        ('{"link": "a\\nb", "mode": 420, "uid": 0, "gid": 0}', "is not a path"),
+        ('{"link": 7, "mode": 420, "uid": 0, "gid": 0}', "link 7 is not a path"),
+        ('{"link": null, "mode": 420, "uid": -1, "gid": 0}', "are not numbers of a file"),
+        ('{"link": null, "mode": 420, "uid": "0", "gid": 0}', "are not numbers of a file"),
+        ('{"link": null, "mode": 420, "uid": 0, "gid": true}', "are not numbers of a file"),
+        ('{"link": null, "mode": 420, "uid": 0, "gid": 4294967297}', "are not numbers of a file"),
+    ],
+    ids=["extra-key", "missing-key", "empty-link", "newline-link", "number-link", "negative", "text", "bool", "huge"],
+)
+def test_every_files_json_entry_orch_never_wrote_is_refused(tmp_path: Path, entry: str, says: str) -> None:
+    """A link that is no path or an owner no file has would be handed to chown/ln on the host:
+    each is refused naming what is wrong, before anything is touched."""
+    bed = decode_bed()
+    plan = plan_of(bed)
+    killed(bed, plan, tmp_path / "run", lambda files: files.pop(bed.env_file("decode")))
+    (tmp_path / "run" / "backup" / "files.json").write_text('{"decode": %s}' % entry)
+    with pytest.raises(JournalError) as caught:
+        runner(bed, plan, tmp_path / "run", Notes()).adopt_backup()
+    assert "backup" in str(caught.value) and says in str(caught.value)
+    assert bed.env_file("decode") not in bed.transports["decode"].files  # nothing written
+
+
+def test_a_backup_that_could_not_read_the_originals_mode_restores_a_deleted_file(tmp_path: Path) -> None:
+    """files.json holds nulls where the backup could not read the original's mode and owner: they
+    are accepted, the file is written back with the write's default (said so), and no set-aside
+    command runs (nothing to keep, nothing to create with a mode orch does not know)."""
+    bed, notes = decode_bed(), Notes()
+    plan = plan_of(bed)
+    env, t = bed.env_file("decode"), bed.transports["decode"]
+    killed(bed, plan, tmp_path / "run", lambda files: files.pop(env))
+    (tmp_path / "run" / "backup" / "files.json").write_text(
+        '{"decode": {"link": null, "mode": null, "uid": null, "gid": null}}'
+    )
+    again = runner(bed, plan, tmp_path / "run", notes)
+    start = len(t.calls)
+    assert again.adopt_backup() and again.restore() == []
+    assert t.files == {env: ORIGINAL}
+    assert "does not say its mode and owner" in notes.text()
+    assert not [c for c in t.calls[start:] if c.op == "run" and "orch-drift" in c.target]
+
+
+def test_an_edit_made_during_the_run_is_said_to_be_someone_elses_not_a_file_orch_cannot_place(tmp_path: Path) -> None:
+    """With the run's matrix at hand orch knows every file its trials wrote: an edit is named as
+    someone else's change, not as the `orch restore`-without-a-matrix doubt."""
+    bed, notes = decode_bed(), Notes()
+    plan = plan_of(bed)
+    env = bed.env_file("decode")
+    during_last_trial(bed, plan, lambda files: files.__setitem__(env, files[env] + b"MY_NEW_FLAG=1\n"))
+    runner(bed, plan, tmp_path / "run", notes).execute()
+    warning = next(line for line in notes.lines if line.startswith("WARNING"))
+    assert "something other than orch changed it since the run began" in warning
+    assert "cannot tell" not in warning
+
+
+def test_a_dangling_symlink_put_in_place_of_the_file_is_said_to_point_at_nothing(tmp_path: Path) -> None:
+    """A link to a file that does not exist: kept whole, the original written back, and the
+    warning says the link's target is missing (what the person who made it must fix)."""
+    bed, notes = decode_bed(), Notes()
+    plan = plan_of(bed)
+    env, t = bed.env_file("decode"), bed.transports["decode"]
+
+    def dangle(files: dict[str, bytes]) -> None:
+        del files[env]
+        t.links[env] = "gone.env"
+
+    during_last_trial(bed, plan, dangle)
+    result = runner(bed, plan, tmp_path / "run", notes).execute()
+    kept = drift_path(env, RUN_ID)
+    assert result.not_restored == [] and t.files == {env: ORIGINAL} and t.links == {kept: "gone.env"}
+    warning = next(line for line in notes.lines if line.startswith("WARNING"))
+    assert "replaced by a symlink to gone.env (its target missing)" in warning
+
+
+def test_a_files_json_that_is_not_an_object_is_refused_before_anything_is_touched(tmp_path: Path) -> None:
+    """A JSON list (or number) as backup/files.json: the typed refusal naming it, not a traceback.
+    Mutation survivor of sweep/hosts.py's _read_shapes."""
+    bed = decode_bed()
+    plan = plan_of(bed)
+    killed(bed, plan, tmp_path / "run", lambda files: files.pop(bed.env_file("decode")))
+    (tmp_path / "run" / "backup" / "files.json").write_text("[]")
+    with pytest.raises(JournalError, match=r"backup.*files\.json is not an object"):
+        runner(bed, plan, tmp_path / "run", Notes()).adopt_backup()
+    assert bed.env_file("decode") not in bed.transports["decode"].files
+
+
+def test_a_backup_json_nested_too_deeply_is_refused_saying_so(tmp_path: Path) -> None:
+    """json.loads gives up on a file nested thousands deep (a RecursionError, no ValueError): the
+    refusal says why, not that the file is 'not an object'. Mutation survivor of _backup_json."""
+    bed = decode_bed()
+    plan = plan_of(bed)
+    killed(bed, plan, tmp_path / "run", lambda files: None)
+    (tmp_path / "run" / "backup" / "files.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(JournalError, match=r"files\.json is nested too deeply to be a backup orch wrote"):
+        runner(bed, plan, tmp_path / "run", Notes()).adopt_backup()

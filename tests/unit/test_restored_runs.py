@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, run
 from orchestrator.core.steps import Plan
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.sweep.hosts import MAX_BACKUP_BYTES, HostGuard, host_backup_path
+from orchestrator.sweep.hostunits import host_units_path
 
 RUN_ID = "fake-run"
 ORIGINAL = b"DECODE_FLAG=0\n"
@@ -199,3 +201,45 @@ def test_resume_asks_each_host_once_whether_its_copy_of_the_original_is_there(tm
     resumed = runner_for(bed, plan, tmp_path / "run").execute(done, resume=True)
     assert not resumed.interrupted and resumed.not_restored == []
     assert len(_backup_checks(bed)) - before == 1
+
+
+def test_a_refused_resume_leaves_a_host_restored_before_to_its_owner(tmp_path: Path) -> None:
+    """The refusal drops a host this run restored already from what the process puts back: the
+    restore that ends the refused resume does not go back to it (no second read of its file, no
+    'already restored; not touched' line repeating the refusal, no unit stopped or restarted).
+    Mutation survivor of sweep/hosts.py's check_resumable (`restored.append` deleted)."""
+    bed, plan, done = _interrupted_run(tmp_path)
+    env, t = bed.env_file("decode"), bed.transports["decode"]
+    bed.transports["decode"].files[env] = b"DECODE_FLAG=0\nTEAM=1\n"
+    start, unit_calls = len(t.calls), len(bed.managers["decode"].calls)
+    runner = runner_for(bed, plan, tmp_path / "run")
+    with pytest.raises(UsageError, match=r"cannot resume: the env file changed since this run restored it"):
+        runner.execute(done, resume=True)
+    assert [c.op for c in t.calls[start:] if c.target == env] == ["read"]  # check_resumable's, alone
+    assert runner.guard.host_lines == [] and runner.guard.untouched == {}
+    assert [c.op for c in bed.managers["decode"].calls[unit_calls:] if c.op in ("restart", "stop", "start")] == []
+    assert t.files[env] == b"DECODE_FLAG=0\nTEAM=1\n"
+
+
+def test_a_resumed_run_killed_leaves_its_hosts_the_record_of_their_units_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ctrl-C's restore removed the host-side copy and the units' record beside it; a resume
+    writes both back before its first edit, so a kill -9 of the resumed controller leaves the host
+    what `orch restore --testbed` (sweep.hostrestore) needs to put its units back, not a copy
+    whose units nobody recorded. Mutation survivor of sweep/hosts.py's rewrite_host_backups."""
+    bed, plan, done = _interrupted_run(tmp_path)
+    env, t = bed.env_file("decode"), bed.transports["decode"]
+    assert host_units_path(env, RUN_ID) not in t.files
+
+    def kill(text: str, argv: object) -> Reply:
+        raise Killed
+
+    left = [s.trial.index for s in plan.steps if s.trial.index not in done]
+    t.script(f"fake-repro --trial {left[-1]}", kill, times=1)
+    with monkeypatch.context() as mp:
+        mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
+        with pytest.raises(Killed):
+            runner_for(bed, plan, tmp_path / "run").execute(done, resume=True)
+    assert t.files[host_backup_path(env, RUN_ID)] == ORIGINAL
+    assert json.loads(t.files[host_units_path(env, RUN_ID)]) == {"decode-server": True}
