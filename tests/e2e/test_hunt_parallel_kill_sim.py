@@ -21,37 +21,18 @@ from pathlib import Path
 import pytest
 from helpers.netutil import port_open
 from helpers.sim_testbeds import env_bytes, kill_servers_on, write_inventory
+from helpers.smallhunt import DECODE_ENV, MATRIX
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal
 
 pytestmark = pytest.mark.sim
 
-FLAGS = ("alpha", "beta", "gamma", "delta")
 ENV = {
     "prefill": "SIM_WARMUP_S=0.05\n",
-    "decode": (
-        "SIM_WARMUP_S=0.05\n"
-        + "".join(f"HUNT_{f.upper()}=1\n" for f in FLAGS)
-        + 'SIM_CULPRITS="HUNT_ALPHA&HUNT_BETA:0.5"\nSIM_BACKGROUND=0\nSIM_TRIAL_ICC=0\n'
-    ),
+    "decode": DECODE_ENV,
     "router": "SIM_WARMUP_S=0.05\n",
 }
-MATRIX = (
-    "name: small_hunt\nfactors:\n"
-    + "".join(f"  {f}:\n    env: {{decode: HUNT_{f.upper()}}}\n    levels: [on, off]\n" for f in FLAGS)
-    + """\
-hunt:
-  metric: corruption
-  sessions_per_trial: 10
-  max_sessions: 2000
-repro:
-  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 10 --rounds 1 --seed {trial_seed}"
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
-)
 KILL_AFTER = 4  # finished trials before the controller is killed
 
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.killmore import FLAGS, hunt_args, hunt_bed, hunt_checks, run_way_back_once
+from helpers.killmore import hunt_args, hunt_bed, hunt_checks, run_way_back_once
 from helpers.killpoints import KillPoint, Outcome, finished_records, landed_in, spawn_traced
+from helpers.smallhunt import FLAGS
 
 from faults.helpers import cleanup_processes
 

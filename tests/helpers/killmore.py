@@ -45,12 +45,15 @@ from helpers.killpoints import (
     check_resume,
     check_status,
     finished_records,
+    kept,
     landed_in,
     left_behind,
     signalled_after,
     spawn_traced,
     what_is_left,
 )
+from helpers.smallhunt import DECODE_ENV as HUNT_DECODE_ENV
+from helpers.smallhunt import MATRIX as HUNT_MATRIX
 
 # phase -> (how many times it starts in a way back after a kill in one of 4 trials, its length in s)
 WAY_BACK_PHASES: dict[str, tuple[int, float]] = {
@@ -73,27 +76,6 @@ RESTORE_TARGETS = ("spawn", "lock", "orphans", "adopt", "host-restore", "restore
 RESUME_TARGETS = tuple(WAY_BACK_PHASES)
 LANDED = {"locked": "lock", "taken-up": "take-up", "adopted": "adopt", "host-restored": "restore"}
 
-FLAGS = ("alpha", "beta", "gamma", "delta")
-HUNT_DECODE_ENV = (
-    "SIM_WARMUP_S=0.05\n"
-    + "".join(f"HUNT_{f.upper()}=1\n" for f in FLAGS)
-    + 'SIM_CULPRITS="HUNT_ALPHA&HUNT_BETA:0.5"\nSIM_BACKGROUND=0\nSIM_TRIAL_ICC=0\n'
-)
-HUNT_MATRIX = (
-    "name: small_hunt\nfactors:\n"
-    + "".join(f"  {f}:\n    env: {{decode: HUNT_{f.upper()}}}\n    levels: [on, off]\n" for f in FLAGS)
-    + """\
-hunt:
-  metric: corruption
-  sessions_per_trial: 10
-  max_sessions: 2000
-repro:
-  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 10 --rounds 1 --seed {trial_seed}"
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
-)
 # a trial as the promise reads it: its number, configuration, round and result
 Trial = tuple[int, str, int, str, str]
 
@@ -122,7 +104,7 @@ def run_way_back_once(root: Path, first: KillPoint, point: KillPoint, keep: Path
         run_dir = bed.run_dir("k")
         if code != -9 or not (run_dir / "run.json").exists():
             out.landed = "run ended first"
-            return _kept(bed, out, keep)
+            return kept(bed, out, keep)
         before = finished_records(run_dir)
         args = [point.way_back, str(run_dir)]
         out.exit_code = _wait(spawn_traced(bed, point, "k", args, name="-way-back"), out)
@@ -141,7 +123,7 @@ def run_way_back_once(root: Path, first: KillPoint, point: KillPoint, keep: Path
             out.violations += check_resume(bed, run_dir, between)
     except Exception as exc:  # a check that could not run is a finding too
         out.violations.append(f"harness error: {type(exc).__name__}: {exc}")
-    return _kept(bed, out, keep)
+    return kept(bed, out, keep)
 
 
 def _wait(proc: subprocess.Popen[bytes], out: Outcome) -> int | None:
@@ -197,19 +179,6 @@ def way_back_named(bed: SimBed, run_dir: Path) -> list[str]:
         return []
     said = f"way back {entry.get('way_back', '')!r}, not restored {entry.get('not_restored')}"
     return [f"orch status {entry['state']!r}, {said}, yet {left[0]}"]
-
-
-def _kept(bed: SimBed, out: Outcome, keep: Path | None) -> Outcome:
-    """Stop what is left of the bed; keep its folder when a promise broke, else remove it."""
-    cleanup_processes(bed)
-    if out.violations and keep is not None:
-        keep.mkdir(parents=True, exist_ok=True)
-        out.kept = keep / bed.root.name
-        shutil.rmtree(out.kept, ignore_errors=True)
-        shutil.move(str(bed.root), out.kept)
-    else:
-        shutil.rmtree(bed.root, ignore_errors=True)
-    return out
 
 
 # ------------------------------------------------------------------ a hunt
@@ -293,7 +262,7 @@ def run_hunt_once(root: Path, point: KillPoint, ref: Reference, keep: Path | Non
         out.violations += _hunt_checks(bed, point, out, ref)
     except Exception as exc:  # a check that could not run is a finding too
         out.violations.append(f"harness error: {type(exc).__name__}: {exc}")
-    return _kept(bed, out, keep)
+    return kept(bed, out, keep)
 
 
 def hunt_checks(bed: SimBed, point: KillPoint, out: Outcome, ref: Reference | None) -> list[str]:

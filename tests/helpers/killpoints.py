@@ -205,8 +205,12 @@ def run_once(root: Path, point: KillPoint, keep: Path | None = None, replicates:
         out.violations += check_all(bed, point, out)
     except Exception as exc:  # a check that could not even run is a finding too, not a lost iteration
         out.violations.append(f"harness error: {type(exc).__name__}: {exc}")
-    finally:
-        cleanup_processes(bed)
+    return kept(bed, out, keep)
+
+
+def kept(bed: SimBed, out: Outcome, keep: Path | None) -> Outcome:
+    """Stop what is left of the bed; keep its folder when a promise broke, else remove it."""
+    cleanup_processes(bed)
     if out.violations and keep is not None:
         keep.mkdir(parents=True, exist_ok=True)
         out.kept = keep / bed.root.name
