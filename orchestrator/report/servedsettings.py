@@ -5,7 +5,8 @@ digest of what the server says about itself, its text once per digest). Why: run
 leave the server info out of the testbeds' comparison (it is the first cell's: core.hostfacts
 BY_CELL), so testbed x serving a cell with tp_size 2 and y with 4 (another launch script, a unit
 edited by hand) was said nowhere, and the cell's trials pooled both. Compared per cell and role,
-setting by setting; where a testbed runs (host, ports, URLs) differs by design and is left out.
+setting by setting; where a testbed runs (host, ports, URLs) differs by design and is left out, as
+is what a server draws at each start (a seed: named, or seen varying within one testbed).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.report.factwords import by_value, quote
 from orchestrator.report.model import Finding
 
-PLACE_KEYS = frozenset({"host", "port", "pid", "dist_init_addr"})
+# where a testbed's server runs, and what a server draws itself at each start (SGLang's
+# ServerArgs picks a random_seed when none is given): never a difference between testbeds
+PLACE_KEYS = frozenset({"host", "port", "pid", "dist_init_addr", "random_seed"})
 PLACE_ENDS = ("_host", "_port", "_url", "_addr", "_urls", "_ports")
 SETTINGS_SAID = 10  # findings; more differing settings are counted in one more line
 CELLS_NAMED = 3
@@ -76,15 +79,20 @@ def _digests(trials: Sequence[TrialRecord]) -> dict[tuple[str, str], dict[str, s
 
 
 def _differing(beds: Mapping[str, set[str]], texts: Mapping[str, Settings]) -> dict[str, dict[str, str]]:
-    """setting -> testbed -> its value(s), for the settings the testbeds had otherwise."""
+    """setting -> testbed -> its value, for the settings the testbeds had otherwise. A setting
+    whose value differs among one testbed's own trials of the cell is left out: that is the
+    server's per-start value (a seed drawn at each restart), not the testbed's."""
     if len(beds) < 2 or len({frozenset(d) for d in beds.values()}) < 2:
         return {}
     values: dict[str, dict[str, str]] = {}
+    varies: set[str] = set()
     for name, digests in sorted(beds.items()):
         for key in dict.fromkeys(k for d in sorted(digests) for k in texts.get(d, {})):
             had = dict.fromkeys(texts[d][key] for d in sorted(digests) if key in texts.get(d, {}))
-            values.setdefault(key, {})[name] = " or ".join(had)
-    return {k: v for k, v in values.items() if len(set(v.values())) > 1}
+            if len(had) > 1:
+                varies.add(key)
+            values.setdefault(key, {})[name] = next(iter(had))
+    return {k: v for k, v in values.items() if k not in varies and len(set(v.values())) > 1}
 
 
 def _finding(manifest: RunManifest, role: str, key: str, values: dict[str, str], cells: list[str]) -> Finding:

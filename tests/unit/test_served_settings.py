@@ -96,3 +96,24 @@ def test_many_differing_settings_and_cells_are_bounded() -> None:
         "(server info, in cells c0, c1, c2 and 2 more); a cell's trials pooled over them mix both."
     )
     assert lines[-1] == "Testbeds served 4 more server setting(s) otherwise (not listed)."
+
+
+def test_what_a_server_draws_at_each_start_is_no_testbed_difference() -> None:
+    """SGLang draws `random_seed` at each start when none is given (ServerArgs.__post_init__), so
+    every restart of every testbed serves with another: said as a testbed difference, it was a
+    caution on every real parallel run. A setting whose value differs among one testbed's own
+    trials of the cell is the server's per-start value too; tp_size, alike within each testbed and
+    unlike between them, is still said."""
+    trials = [
+        trial(0, "c0", "x", {"random_seed": 11, "tp_size": 2, "warmups": "a"}),
+        trial(1, "c0", "x", {"random_seed": 12, "tp_size": 2, "warmups": "b"}),
+        trial(2, "c0", "y", {"random_seed": 13, "tp_size": 4, "warmups": "c"}),
+        trial(3, "c0", "y", {"random_seed": 14, "tp_size": 4, "warmups": "d"}),
+    ]
+    lines = [f.text for f in served_setting_findings(planned()[1], trials)]
+    assert lines == [
+        "Testbeds served other server settings: the decode role's tp_size was '2' on x; '4' on y "
+        "(server info, in cell c0); a cell's trials pooled over them mix both."
+    ]
+    once = [trial(0, "c0", "x", {"random_seed": 11}), trial(1, "c0", "y", {"random_seed": 13})]
+    assert served_setting_findings(planned()[1], once) == []  # one trial each: the seed, by name
