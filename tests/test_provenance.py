@@ -20,6 +20,7 @@ from orchestrator.core import gpuinfo
 from orchestrator.core.records import RunManifest, TrialProvenance, TrialRecord
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.provenance import (
+    ServerInfo,
     TrialDescriber,
     describe_controller,
     describe_host,
@@ -227,3 +228,13 @@ def test_the_report_shows_the_controller_and_every_trials_server() -> None:
     pv = report.provenance
     assert pv.controller["command"] == "orch run m" and pv.controller["user"]
     assert sum(g.count for g in pv.served) == len(records) and pv.served_texts["0"] == "HF_TOKEN=••••"
+
+
+def test_a_seed_the_server_draws_at_each_start_is_no_part_of_what_served_a_trial() -> None:
+    """SGLang picks a random_seed at each start when none is given (ServerArgs.__post_init__): in
+    the digest, every restart read as another server (a group and a stored text per trial on the
+    page). A seed the user sets is in the units' command line or the env file, digested there."""
+    first = ServerInfo({"version": "0.5.4", "tp_size": 2, "random_seed": 712_315_011})
+    again = ServerInfo({"version": "0.5.4", "tp_size": 2, "random_seed": 45_129})
+    assert first.sha == again.sha and "random_seed" not in first.text
+    assert ServerInfo({"version": "0.5.4", "tp_size": 4, "random_seed": 45_129}).sha != first.sha

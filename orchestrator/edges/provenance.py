@@ -53,8 +53,12 @@ KEEP = (
     "disable_cuda_graph",
     "flags",
 )
-# fields of a server's answer that change from call to call: never part of its digest
-VOLATILE = frozenset({"pid", "uptime", "start_time", "timestamp", "now", "internal_states", "last_gen_throughput"})
+# fields of a server's answer that change from call to call, or from start to start (SGLang draws
+# a random_seed at each start when none is given; one the user sets is in the units' command line
+# or the env file, digested there): never part of its digest
+VOLATILE = frozenset(
+    {"pid", "uptime", "start_time", "timestamp", "now", "internal_states", "last_gen_throughput", "random_seed"}
+)
 INFO_PATHS = ("/get_server_info", "/server_info")  # older SGLang (and the simulator), newer SGLang
 LIMIT = 600  # characters per field of run.json's per-host lines: provenance, not a dump
 INFO_TIMEOUT_S = 2.0  # one server-info request, in all
