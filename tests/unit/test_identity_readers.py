@@ -61,3 +61,17 @@ def test_lines_the_scan_script_did_not_write_are_ignored() -> None:
     assert scan.sockets == (Socket(30000, 0, 880467),)
     assert scan.users == {0: "root"}
     assert ids["a.service"].main_pid == 7
+
+
+def test_a_holder_whose_owner_could_not_be_read_is_an_unknown_user(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A holder that exited while it was read (its /proc status gone) has no uid: the scan still
+    answers, with the socket's owner named and the holder said to be an "unknown user", never
+    "user uid None" or a crash looking up a user of uid None (found by bench/mutants.py)."""
+    monkeypatch.setattr(identity, "_holder", lambda pid, inode: identity.Holder(pid, inode, None, "", ()))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        scan = scan_here([s.getsockname()[1]], [os.getpid()])
+    (holder,) = scan.holders
+    assert holder.uid is None and scan.user(holder.uid) == "unknown user"
+    assert scan.users == {os.getuid(): pwd.getpwuid(os.getuid()).pw_name}  # the socket's owner, named
