@@ -116,9 +116,18 @@ class ReproOutcome(Frozen):
     left_behind: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
+# fields of a server's /get_server_info answer that change from call to call, or from start to
+# start (SGLang draws a random_seed at each start when none is given; one the user sets is in the
+# units' command line or the env file, digested there): never part of its digest
+# (edges.provenance), never a difference between testbeds (report.servedsettings)
+SERVER_INFO_VOLATILE = frozenset(
+    {"pid", "uptime", "start_time", "timestamp", "now", "internal_states", "last_gen_throughput", "random_seed"}
+)
+
+
 class TrialProvenance(Frozen):
     """What served one trial on one host: its server (version, and the digest of what
-    /get_server_info says, without volatile fields), its units' command lines and the env file it
+    /get_server_info says, without SERVER_INFO_VOLATILE's fields), its units' command lines and the env file it
     ran with. Each text is stored once, in the first trial that saw its digest (then only the
     digest), so a long sweep does not repeat a server's settings on every journal line."""
 

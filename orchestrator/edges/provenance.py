@@ -35,7 +35,7 @@ import httpx
 
 from orchestrator import __version__
 from orchestrator.core import gpuinfo
-from orchestrator.core.records import Controller, TrialProvenance
+from orchestrator.core.records import SERVER_INFO_VOLATILE, Controller, TrialProvenance
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.httpread import get_json
@@ -52,12 +52,6 @@ KEEP = (
     "role",
     "disable_cuda_graph",
     "flags",
-)
-# fields of a server's answer that change from call to call, or from start to start (SGLang draws
-# a random_seed at each start when none is given; one the user sets is in the units' command line
-# or the env file, digested there): never part of its digest
-VOLATILE = frozenset(
-    {"pid", "uptime", "start_time", "timestamp", "now", "internal_states", "last_gen_throughput", "random_seed"}
 )
 INFO_PATHS = ("/get_server_info", "/server_info")  # older SGLang (and the simulator), newer SGLang
 LIMIT = 600  # characters per field of run.json's per-host lines: provenance, not a dump
@@ -188,7 +182,7 @@ class ServerInfo:
 
     def __init__(self, data: object) -> None:
         if isinstance(data, dict):
-            stable = {k: v for k, v in data.items() if k not in VOLATILE}
+            stable = {k: v for k, v in data.items() if k not in SERVER_INFO_VOLATILE}
             self.version = str(data.get("version", ""))[:100]
             self.text = json.dumps(stable, sort_keys=True, default=str)
             self.summary = json.dumps({k: data[k] for k in KEEP if k in data} or stable, sort_keys=True, default=str)

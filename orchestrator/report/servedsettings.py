@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.records import SERVER_INFO_VOLATILE, RunManifest, TrialRecord
 from orchestrator.report.factwords import by_value, quote
 from orchestrator.report.model import Finding
 
-# where a testbed's server runs, and what a server draws itself at each start (SGLang's
-# ServerArgs picks a random_seed when none is given): never a difference between testbeds
-PLACE_KEYS = frozenset({"host", "port", "pid", "dist_init_addr", "random_seed"})
+# where a testbed's server runs, and what changes from start to start (core.records
+# SERVER_INFO_VOLATILE: a journal written before random_seed joined it still holds one): never a
+# difference between testbeds
+PLACE_KEYS = frozenset({"host", "port", "dist_init_addr"}) | SERVER_INFO_VOLATILE
 PLACE_ENDS = ("_host", "_port", "_url", "_addr", "_urls", "_ports")
 SETTINGS_SAID = 10  # findings; more differing settings are counted in one more line
 CELLS_NAMED = 3
