@@ -1842,7 +1842,7 @@ def _provenance(manifest: RunManifest) -> Provenance:
         inventory_sha256=manifest.inventory_sha256,
         inventory_sha_ok=manifest.texts_redacted or _sha256(manifest.inventory_text) == manifest.inventory_sha256,
         texts_redacted=manifest.texts_redacted,
-        hosts=_masked_hosts(manifest, manifest.hosts),
+        hosts={role: _masked(manifest, facts) for role, facts in manifest.hosts.items()},
         testbed_hosts=(beds := _testbed_hosts(manifest))[0],
         testbed_hosts_more=beds[1],
         trial_order=[f"{p.trial} r{p.round} {p.cell}" for p in manifest.plan],
@@ -1850,8 +1850,9 @@ def _provenance(manifest: RunManifest) -> Provenance:
     )
 
 
-def _masked_hosts(manifest: RunManifest, hosts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    return {role: {k: manifest.redactor.value(k, v) for k, v in d.items()} for role, d in hosts.items()}
+def _masked(manifest: RunManifest, facts: dict[str, str]) -> dict[str, str]:
+    """One host's facts with its secret values masked."""
+    return {k: manifest.redactor.value(k, v) for k, v in facts.items()}
 
 
 def _testbed_hosts(manifest: RunManifest) -> tuple[list[tuple[str, str, dict[str, str]]], int]:
@@ -1862,7 +1863,7 @@ def _testbed_hosts(manifest: RunManifest) -> tuple[list[tuple[str, str, dict[str
         return [], 0
     beds = manifest.testbed_hosts
     rows = [(name, role) for name in manifest.testbeds for role in beds.get(name, {})]
-    shown = [(n, role, _masked_hosts(manifest, {role: beds[n][role]})[role]) for n, role in rows[:HOST_ROWS_SHOWN]]
+    shown = [(n, role, _masked(manifest, beds[n][role])) for n, role in rows[:HOST_ROWS_SHOWN]]
     return shown, len(rows) - len(shown)
 
 
