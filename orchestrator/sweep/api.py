@@ -177,7 +177,12 @@ def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseExceptio
         save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
     except OrchError:
         pass  # the interrupt is what the user must see; `orch restore` marks the run later
-    exc.add_note(f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})")
+    exc.add_note(_ways_back(run_dir))
+
+
+def _ways_back(run_dir: Path) -> str:
+    """The two commands that go on from a run stopped before its end."""
+    return f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})"
 
 
 def _design(
@@ -256,8 +261,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
         if not began:
             exc.add_note(
                 "this resume stopped before its first trial: it edited no env file, and the hosts are as the "
-                f"interrupted run left them; resume with: orch resume {run_dir} (or put the hosts back with: "
-                f"orch restore {run_dir})"
+                f"interrupted run left them; {_ways_back(run_dir)}"
             )
         raise
     resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
