@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.procnet import TCP, TCP6
 
 from orchestrator.edges.identity import (
     AWK_LISTEN,
@@ -28,19 +29,6 @@ from orchestrator.edges.identity import (
     scan_here,
     units_phrase,
 )
-
-TCP = """\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 880467 1 0000 100 0 0 10 0
-   1: 0100007F:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880468 1 0000 100 0 0 10 0
-   2: 0100007F:7530 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 990001 1 0000 20 4 30 10 -1
-   3: 0100007F:C350 0100007F:7532 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3 0000
-   4: 0100007F:7533 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880469 1 0000 100 0 0 10 0
-"""
-TCP6 = """\
-  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 00000000000000000000000001000000:7532 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000   998        0 770001 1 0000 100 0 0 10 0
-"""  # noqa: E501
 
 
 def listeners(tmp_path: Path, ports: list[int]) -> list[str]:

@@ -13,19 +13,10 @@ import pwd
 import socket
 from pathlib import Path
 
+from helpers.procnet import TCP
+
 from orchestrator.edges import identity
 from orchestrator.edges.identity import Socket, port_hex, scan_here
-
-# /proc/net/tcp as the kernel prints it: listeners first; row 2 is a connection to the listener
-# on 30000 (0x7530), row 4 a LISTEN row after it (the kernel never prints one there)
-TCP = """\
-  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 880467 1 0000 100 0 0 10 0
-   1: 0100007F:7531 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880468 1 0000 100 0 0 10 0
-   2: 0100007F:7530 0100007F:C350 01 00000000:00000000 00:00000000 00000000  1000        0 990001 1 0000 20 4 30 10 -1
-   3: 0100007F:C350 0100007F:7532 06 00000000:00000000 03:00000F9E 00000000     0        0 0 3 0000
-   4: 0100007F:7533 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 880469 1 0000 100 0 0 10 0
-"""  # noqa: E501
 
 
 def test_only_the_listening_rows_on_the_ports_asked_are_read_as_the_script_reads_them(tmp_path: Path) -> None:
