@@ -207,6 +207,11 @@ def test_the_journal_scan_reads_new_lines_fast_other_spellings_whole_and_skips_o
     path.write_text("\n".join(lines) + "\n")
     assert [t for t, _ in scan_journal(path)] == [r.trial for r in new] + [99]
     assert TrialRecord.model_validate_json(lines[-1]).provenance == {}
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode()) + 1)
+    # only the lines at these byte offsets (orch compare: the completed records', not a failed attempt's)
+    assert [t for t, _ in scan_journal(path, offsets={starts[1], starts[3]})] == [new[1].trial, 99]
 
 
 def test_an_older_run_json_without_the_new_fields_loads_and_says_not_recorded() -> None:

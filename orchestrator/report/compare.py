@@ -25,6 +25,8 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
 from orchestrator.report.build import incomplete_reason, stopped_cells, versus_baseline
+from orchestrator.report.provenance import scan_journal
+from orchestrator.report.servedsettings import CellServers
 from orchestrator.report.unlike import Unlike, lines_of, unlike
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
@@ -110,6 +112,7 @@ def compare(
         cell_trials(ta, a.metrics),
         b,
         cell_trials(tb, b.metrics),
+        servers=(_servers(ta), _servers(tb)),
         suspect_a=suspect_a,
         suspect_b=suspect_b,
         incomplete_a=incomplete_reason(a, _rows(ta), stopped_a),
@@ -117,6 +120,15 @@ def compare(
         stopped_cells_a=_stopped(a, ta),
         stopped_cells_b=_stopped(b, tb),
     )
+
+
+def _servers(trials: Sequence[TrialRecord | TrialRow]) -> CellServers:
+    """What served each cell's completed trials (their records' provenance; compact rows hold none)."""
+    out = CellServers()
+    for t in trials:
+        if isinstance(t, TrialRecord) and t.status == "completed":
+            out.add(t.cell, t.provenance)
+    return out
 
 
 def _stopped(manifest: RunManifest, trials: Sequence[TrialRecord | TrialRow]) -> frozenset[str]:
@@ -136,14 +148,15 @@ def compare_cells(
     incomplete_b: str | None = None,
     stopped_cells_a: Collection[str] = (),
     stopped_cells_b: Collection[str] = (),
+    servers: tuple[CellServers, CellServers] | None = None,
 ) -> Comparison:
     """PURE: compare() from each run's cells as cell_trials summarises them (all a comparison
     needs of a run's trials: what write_comparison_page keeps of one run while it reads the other);
     `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows;
     `stopped_cells_a`/`stopped_cells_b`: report.build.stopped_cells of each run (their rates take
-    the report's anytime-valid interval)."""
+    the report's anytime-valid interval); `servers`: what served each run's cells (report.unlike)."""
     common = [c for c in ca if c in cb]
-    differs = unlike(a, b)  # a metric defined otherwise in B measured something else: not compared
+    differs = unlike(a, b, servers)  # a metric defined otherwise in B measured something else: not compared
     metrics = {m: kind for m, kind in a.metrics.items() if m in b.metrics and m not in differs.metrics}
     methods: dict[str, str] = {}
     found: list[Row] = []
@@ -417,6 +430,7 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
         incomplete_b=read_b.incomplete,
         stopped_cells_a=read_a.stopped,
         stopped_cells_b=read_b.stopped,
+        servers=(read_a.servers, read_b.servers),
     )
     a, b = model.a, model.b
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
@@ -443,6 +457,7 @@ class _ReadRun:
     suspect: list[str]
     incomplete: str | None  # report.build.incomplete_reason: it stopped with planned trials unfinished
     stopped: frozenset[str]  # report.build.stopped_cells: cells an adaptive rule stopped early
+    servers: CellServers  # what served each cell: a few digests a cell, each text once
 
 
 def _read_run(run_dir: Path) -> _ReadRun:
@@ -458,7 +473,19 @@ def _read_run(run_dir: Path) -> _ReadRun:
     cells = cell_trials(scan.rows, manifest.metrics)
     incomplete = incomplete_reason(manifest, scan.rows, scan.stopped)  # needs the plan, let go below
     stopped = _stopped(manifest, scan.rows)  # so does this
-    return _ReadRun(manifest.model_copy(update={"plan": []}), cells, suspect, incomplete, stopped)
+    servers = _served_cells(RunDir(run_dir).journal, scan.rows)
+    return _ReadRun(manifest.model_copy(update={"plan": []}), cells, suspect, incomplete, stopped, servers)
+
+
+def _served_cells(journal: Path, rows: Sequence[TrialRow]) -> CellServers:
+    """What served each cell's completed trials: their records' provenance tails in the journal
+    (report.provenance.scan_journal, each distinct tail parsed once; a failed attempt's is not read)."""
+    done = completed_rows(rows)
+    cell_of = {r.trial: r.cell for r in done}
+    out = CellServers()
+    for trial, provenance in scan_journal(journal, offsets={r.source for r in done if r.line}):
+        out.add(cell_of[trial], provenance)
+    return out
 
 
 def _suspect(run_dir: Path, manifest: RunManifest, scan: TrialRows) -> list[str]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from orchestrator.core.records import SERVER_INFO_VOLATILE, RunManifest, TrialRecord
-from orchestrator.report.factwords import by_value, quote
+from orchestrator.core.records import SERVER_INFO_VOLATILE, RunManifest, TrialProvenance, TrialRecord
+from orchestrator.report.factwords import by_value, quote, quote_apart
 from orchestrator.report.model import Finding
 
 # where a testbed's server runs, and what changes from start to start (core.records
@@ -27,15 +28,32 @@ SETTINGS_SAID = 10  # findings; more differing settings are counted in one more 
 CELLS_NAMED = 3
 
 Settings = dict[str, str]  # setting -> its value as JSON text
+Sides = dict[str, set[str]]  # a side (a testbed; run A or B) -> the server info digests it served with
+Differences = dict[tuple[str, str, tuple[tuple[str, str], ...]], list[str]]  # (role, key, side values) -> cells
+
+
+@dataclass
+class CellServers:
+    """What served each cell of one run (or testbed): (cell, role) -> the server info digests, and
+    each digest's settings. A few digests a cell: what `orch compare` keeps of a run's trials."""
+
+    digests: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    texts: dict[str, Settings] = field(default_factory=dict)
+
+    def add(self, cell: str, provenance: Mapping[str, TrialProvenance]) -> None:
+        """One trial's servers (role -> what served it; its text in the first trial of a digest)."""
+        for role, p in provenance.items():
+            if not p.server_info_sha:
+                continue
+            self.digests.setdefault((cell, role), set()).add(p.server_info_sha)
+            if p.server_info and p.server_info_sha not in self.texts:
+                self.texts[p.server_info_sha] = _settings(p.server_info)
 
 
 def served_setting_findings(manifest: RunManifest, trials: Sequence[TrialRecord]) -> list[Finding]:
     """One caution per role and setting that some cell's testbeds served with other values."""
     texts = _settings_by_digest(trials)
-    seen: dict[tuple[str, str, tuple[tuple[str, str], ...]], list[str]] = {}  # (role, key, values) -> cells
-    for (cell, role), beds in sorted(_digests(trials).items(), key=lambda kv: kv[0][0]):  # cells by name
-        for key, values in _differing(beds, texts).items():
-            seen.setdefault((role, key, tuple(values.items())), []).append(cell)
+    seen = setting_differences(_digests(trials), texts)
     out = [_finding(manifest, role, key, dict(values), cells) for (role, key, values), cells in seen.items()]
     if len(out) > SETTINGS_SAID:
         rest = len(out) - SETTINGS_SAID
@@ -44,14 +62,22 @@ def served_setting_findings(manifest: RunManifest, trials: Sequence[TrialRecord]
     return out
 
 
+def setting_differences(by_cell: Mapping[tuple[str, str], Sides], texts: Mapping[str, Settings]) -> Differences:
+    """PURE: (role, setting, each side's value) -> the cells whose sides served it so, cells by name.
+    Shared by a run's testbeds (sides: testbed names) and `orch compare` (sides: A and B)."""
+    seen: Differences = {}
+    for (cell, role), sides in sorted(by_cell.items(), key=lambda kv: kv[0][0]):
+        for key, values in _differing(sides, texts).items():
+            seen.setdefault((role, key, tuple(values.items())), []).append(cell)
+    return seen
+
+
 def _settings_by_digest(trials: Sequence[TrialRecord]) -> dict[str, Settings]:
     """digest -> the settings its text holds (a text that is no JSON object: none)."""
-    out: dict[str, Settings] = {}
+    servers = CellServers()
     for t in trials:
-        for p in t.provenance.values():
-            if p.server_info and p.server_info_sha not in out:
-                out[p.server_info_sha] = _settings(p.server_info)
-    return out
+        servers.add(t.cell, t.provenance)
+    return servers.texts
 
 
 def _settings(text: str) -> Settings:
@@ -99,11 +125,32 @@ def _differing(beds: Mapping[str, set[str]], texts: Mapping[str, Settings]) -> d
 def _finding(manifest: RunManifest, role: str, key: str, values: dict[str, str], cells: list[str]) -> Finding:
     shown = by_value({name: manifest.redactor.value(key, v) for name, v in values.items()})
     said = "; ".join(f"{quote(v)} on {', '.join(names)}" for v, names in shown.items())
+    text = (
+        f"Testbeds served other server settings: the {role} role's {key} was {said} "
+        f"(server info, in {_cells(cells)}); a cell's trials pooled over them mix both."
+    )
+    return Finding(kind="caution", text=text)
+
+
+def _cells(cells: list[str]) -> str:
     named = ", ".join(cells[:CELLS_NAMED]) + (
         f" and {len(cells) - CELLS_NAMED} more" if len(cells) > CELLS_NAMED else ""
     )
-    text = (
-        f"Testbeds served other server settings: the {role} role's {key} was {said} "
-        f"(server info, in cell{'s' if len(cells) > 1 else ''} {named}); a cell's trials pooled over them mix both."
-    )
-    return Finding(kind="caution", text=text)
+    return f"cell{'s' if len(cells) > 1 else ''} {named}"
+
+
+def run_setting_lines(a: RunManifest, sa: CellServers, b: RunManifest, sb: CellServers) -> list[str]:
+    """`orch compare`: one line per role and setting that a cell both runs ran was served with
+    otherwise in A than in B, from what served each trial. Why per cell: run.json's host facts hold
+    the server info of the cell each run ran first (core.hostfacts.BY_CELL), so two runs whose first
+    cells set other flags read as served otherwise, and a tp_size that differed in every cell but
+    the first was said nowhere. Values masked as each run's report masks them."""
+    both = {key: {"A": digests, "B": sb.digests[key]} for key, digests in sa.digests.items() if key in sb.digests}
+    out = []
+    for (role, key, values), cells in setting_differences(both, {**sa.texts, **sb.texts}).items():
+        va, vb = dict(values)["A"], dict(values)["B"]
+        qa, qb = quote_apart(a.redactor.value(key, va), b.redactor.value(key, vb))
+        out.append(f"the {role} role's server setting {key} was {qa} in A, {qb} in B (server info, in {_cells(cells)})")
+    if len(out) > SETTINGS_SAID:
+        out = [*out[:SETTINGS_SAID], f"{len(out) - SETTINGS_SAID} more server settings differed (not listed)"]
+    return out

@@ -7,7 +7,8 @@ level that sets other env values under the same name, other GPUs, driver or CUDA
 one line each, above the rows. A metric whose definition differs (its kind, its regex, how a
 collector reads it) measured something else under one name: it is not compared at all, since no
 caution makes its rows mean anything. Everything here is read from the two run.json files (their
-matrix and inventory texts, hosts with their GPUs, and what served the trials): pure, no file is read.
+matrix and inventory texts, hosts with their GPUs, and what served the trials) and, where given, the
+server settings each cell was served with (from its trials): pure, no file is read.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from dataclasses import dataclass
 from orchestrator.core import gpuinfo
 from orchestrator.core.bounded import MAX_CONFIG_BYTES
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
+from orchestrator.core.hostfacts import BY_CELL
 from orchestrator.core.model import Level, Matrix
 from orchestrator.core.records import RunManifest
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.errors import ConfigError
 from orchestrator.report.factwords import quote as _quote
 from orchestrator.report.factwords import quote_apart, word
+from orchestrator.report.servedsettings import CellServers, run_setting_lines
 from orchestrator.report.unlikefacts import session_lines, several_testbeds, testbed_lines
 
 LEVEL_LINES = 3  # levels whose settings differ, named one by one before "and N more"
@@ -35,11 +38,15 @@ class Unlike:
     context: tuple[str, ...]  # every other difference, one sentence each
 
 
-def unlike(a: RunManifest, b: RunManifest) -> Unlike:
-    """PURE: how run B differs from run A besides its cells' levels."""
+def unlike(a: RunManifest, b: RunManifest, servers: tuple[CellServers, CellServers] | None = None) -> Unlike:
+    """PURE: how run B differs from run A besides its cells' levels. `servers`: what served each
+    cell of A and of B (from their trials); where both runs have them, the server settings are
+    compared cell by cell, and the first cell's server info in run.json's host facts is left out."""
     ma, mb = (matrix_of(m) for m in (a, b)) if a.matrix_sha256 != b.matrix_sha256 else (None, None)
     metrics = _metric_definitions(a, b, ma, mb)
-    context = [*_matrix_lines(a, b, ma, mb), *_host_lines(a, b), *_served_lines(a, b)]
+    per_cell = servers is not None and all(s.digests for s in servers)
+    settings = run_setting_lines(a, servers[0], b, servers[1]) if servers is not None and per_cell else []
+    context = [*_matrix_lines(a, b, ma, mb), *_host_lines(a, b, per_cell), *_served_lines(a, b), *settings]
     if a.orch_version != b.orch_version:
         context.append(f"orch {a.orch_version} ran A, orch {b.orch_version} ran B (how it judges a trial may differ)")
     return Unlike(metrics, tuple(context))
@@ -143,13 +150,14 @@ def _settings(lv: Level) -> str:
     return _quote(" ".join(env + [f"{{{k}}}={v}" for k, v in sorted(lv.client.items())]) or "nothing")
 
 
-def _host_lines(a: RunManifest, b: RunManifest) -> list[str]:
+def _host_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> list[str]:
     """Where the runs ran and on what: each testbed's facts where either ran on several (else the
-    first testbed's, as `hosts` holds them, and its GPUs whole), then the resumes on other facts."""
+    first testbed's, as `hosts` holds them, and its GPUs whole), then the resumes on other facts.
+    `per_cell`: the server settings are compared cell by cell, so not the first cell's here."""
     if several_testbeds(a, b):
         where = testbed_lines(a, b) or _inventory_lines(a, b)
     else:
-        where = [*(_testbed_lines(a, b) or _inventory_lines(a, b)), *_gpu_lines(a, b)]
+        where = [*(_testbed_lines(a, b, per_cell) or _inventory_lines(a, b)), *_gpu_lines(a, b)]
     return [*where, *session_lines(a, b)]
 
 
@@ -160,13 +168,13 @@ def _inventory_lines(a: RunManifest, b: RunManifest) -> list[str]:
     return [f"the inventory file differs ({_first_difference(a.inventory_text, b.inventory_text)})"]
 
 
-def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
+def _testbed_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> list[str]:
     """Where one-testbed runs ran: the testbed, each role's host facts that differ."""
     out = []
     if a.testbed != b.testbed:
         out.append(f"A ran on testbed {a.testbed!r}, B on {b.testbed!r}")
     for role in sorted(set(a.hosts) | set(b.hosts)):
-        ha, hb = (_host_facts(m, role) for m in (a, b))
+        ha, hb = (_host_facts(m, role, BY_CELL if per_cell else frozenset()) for m in (a, b))
         if ha is None or hb is None:
             if ha != hb:
                 out.append(f"the {role} role ran on {_host(ha)} in A, on {_host(hb)} in B")
@@ -175,13 +183,13 @@ def _testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
     return out
 
 
-def _host_facts(m: RunManifest, role: str) -> dict[str, str] | None:
+def _host_facts(m: RunManifest, role: str, left_out: frozenset[str] = frozenset()) -> dict[str, str] | None:
     """A role's host facts as the page may show them (masked as the report masks host lines), its
-    GPU facts left to _gpu_lines, which says them whole; None: the run has no such role."""
+    GPU facts left to _gpu_lines, which says them whole, and `left_out` too; None: no such role."""
     described = m.hosts.get(role)
     if described is None:
         return None
-    return {k: m.redactor.value(k, v) for k, v in described.items() if k not in gpuinfo.FIELDS}
+    return {k: m.redactor.value(k, v) for k, v in described.items() if k not in gpuinfo.FIELDS and k not in left_out}
 
 
 def _host(facts: Mapping[str, str] | None) -> str:

@@ -87,6 +87,9 @@ class Fleet:
         self.origin: dict[str, tuple[str, str]] = {}  # "host:port" -> (testbed, role)
         self.repro_hook: ReproHook | None = None
         self.info: dict[str, dict[str, object]] = {}  # testbed -> its servers' /get_server_info beside the version
+        # (testbed, role) -> its server's /get_server_info beside the version, from what it runs now
+        # (e.g. its env file: Fleet.file); given, it answers in place of `info`
+        self.info_of: Callable[[str, str], dict[str, object]] | None = None
 
     def host(self, testbed: str, key: str, host: Host) -> tuple[FakeTransport, FakeServiceManager]:
         k = (testbed, key)
@@ -126,7 +129,8 @@ class Fleet:
             if not any(m.running(u) for u in m.units):
                 raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
             if request.url.path == "/get_server_info":
-                return httpx.Response(200, json={"version": "fake-1.0", **self.info.get(k[0], {})})
+                said = self.info_of(*k) if self.info_of is not None else self.info.get(k[0], {})
+                return httpx.Response(200, json={"version": "fake-1.0", **said})
             return httpx.Response(200, text="ok") if all(m.ready(u) for u in m.units) else httpx.Response(503)
 
         return httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0)
