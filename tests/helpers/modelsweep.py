@@ -64,12 +64,14 @@ class Line:
     text: str  # without its line end
     key: str | None = None
     value: str | None = None
+    prefix: str = ""  # "export " (shell dialect), kept by an edit
 
 
 @dataclass(frozen=True)
 class EnvFile:
     lines: tuple[Line, ...]
     final_newline: bool
+    dialect: str = "systemd"  # or shell: `set -a; . FILE` in a wrapper; appended lines are `export K=v`
 
     def render(self, kept: Sequence[tuple[int, Line]] | None = None) -> str:
         """The text, or that of `kept` (index in the original, line): each line with its own end,
@@ -137,9 +139,10 @@ def _expected_parts(original: EnvFile, settings: Settings) -> tuple[str, list[st
         if value is None:
             lines = [(i, line) for i, line in lines if line.key != key]
         elif not where:
-            appended.append(f"{key}={quoted(value)}")
+            appended.append(("export " if original.dialect == "shell" else "") + f"{key}={quoted(value)}")
         elif lines[where[-1]][1].value != value:
-            lines[where[-1]] = (lines[where[-1]][0], Line(f"{key}={quoted(value)}", key, value))
+            index, old = lines[where[-1]]
+            lines[where[-1]] = (index, Line(f"{old.prefix}{key}={quoted(value)}", key, value, old.prefix))
     head = original.render(lines)
     if appended and head and not head.endswith("\n"):  # an appended line starts a line of its own
         head += "\n"
@@ -278,9 +281,20 @@ FAULTS = ("fail_start", "command_fails", "drop", "interrupt", "workload_fails")
 PHASES = ("apply", "after_apply", "restart", "after_restart", "after_wait", "workload", "after_journal")
 
 
+def shell_file(rng: random.Random, file: EnvFile) -> EnvFile:
+    """The file as a shell-dialect host's: some assignments with `export ` before them."""
+    lines = tuple(
+        Line("export " + line.text, line.key, line.value, "export ") if line.key and rng.random() < 0.4 else line
+        for line in file.lines
+    )
+    return EnvFile(lines, file.final_newline, "shell")
+
+
 def scenario(seed: int) -> Scenario:
     rng = random.Random(seed)
     originals = {r: draw_file(rng, r) for r in ROLES}
+    shell = random.Random(f"dialect {seed}")  # its own stream: the other draws are as before it came
+    originals = {r: shell_file(shell, f) if shell.random() < 0.4 else f for r, f in originals.items()}
     used: dict[str, set[str]] = {r: set() for r in ROLES}
     factors = [draw_factor(rng, i, used) for i in range(rng.randint(1, 4))]
     replicates = rng.randint(1, 2)
@@ -444,7 +458,7 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
     fleet = pf.Fleet({r: sc.originals[r].render() for r in ROLES})
     pf.install(monkeypatch, fleet)
     (tmp / "m.yaml").write_text(sc.matrix_text())
-    (tmp / "inv.yaml").write_text(pf.inventory_text([TB], ROLES))
+    (tmp / "inv.yaml").write_text(inventory(sc))
     req = api.SweepRequest(
         tmp / "m.yaml",
         tmp / "inv.yaml",
@@ -471,6 +485,15 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
     problems = [*watch.problems, *_end_problems(sc, fleet, run_dir, plan, watch)]
     assert not problems, f"seed {seed}: " + "\n".join(problems[:6])
     return watch
+
+
+def inventory(sc: Scenario) -> str:
+    """The one testbed, each host in its original file's dialect."""
+    out, role = [], ""
+    for line in pf.inventory_text([TB], ROLES).splitlines():
+        role = line.strip().rstrip(":") if line.startswith("      ") and not line.startswith("       ") else role
+        out.append(line.replace("dialect: systemd", f"dialect: {sc.originals[role].dialect}") if role else line)
+    return "\n".join(out) + "\n"
 
 
 def _run(call: Callable[[], Any]) -> bool:

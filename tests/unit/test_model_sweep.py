@@ -42,10 +42,12 @@ def test_a_random_sweep_keeps_its_promises(seed: int, tmp_path: Path, monkeypatc
 
 def test_the_model_is_orchs_editor_on_random_files() -> None:
     """The model (ms.expected_text) against core.envfile.edit with core.argsvar.resolve, on 400
-    random files and cells: a cheap check that the sweep's model says what orch promises."""
+    random files (both dialects) and cells: a cheap check that the sweep's model says what orch
+    promises."""
     rng = random.Random(7)
     for n in range(400):
         original = ms.draw_file(rng, "decode")
+        original = ms.shell_file(rng, original) if n % 2 else original
         settings: ms.Settings = {}
         for key in rng.sample(ms.KEYS, rng.randint(0, 3)):
             settings[key] = None if rng.random() < 0.25 else rng.choice(ms.VALUES)
@@ -57,10 +59,11 @@ def test_the_model_is_orchs_editor_on_random_files() -> None:
             k: ArgsEdit(tuple(sorted(FlagSetting(*s) for s in v))) if isinstance(v, tuple) else v
             for k, v in settings.items()
         }
-        values = resolve(edits, envfile.read_values(text, "systemd"))
-        got = envfile.edit(text, values, "systemd")
+        dialect: envfile.Dialect = "shell" if n % 2 else "systemd"
+        values = resolve(edits, envfile.read_values(text, dialect))
+        got = envfile.edit(text, values, dialect)
         assert ms.same_file(got, original, settings), f"case {n}: {text!r} {settings} -> {got!r}"
-        assert envfile.read_values(got, "systemd") == ms.expected_values(original, settings)
+        assert envfile.read_values(got, dialect) == ms.expected_values(original, settings)
 
 
 def test_the_check_fails_when_a_cells_value_stays_set_for_the_next(
