@@ -34,7 +34,7 @@ from helpers import parallel_fakes as pf
 from orchestrator.core.records import TrialRecord
 from orchestrator.errors import Interrupted, TransportError
 from orchestrator.store.journal import read_journal
-from orchestrator.sweep import api, phases
+from orchestrator.sweep import api, hosts, phases
 from orchestrator.sweep.progress import QuietProgress
 
 ROLES = ("prefill", "decode", "router")
@@ -185,13 +185,14 @@ class Scenario:
     factors: list[Factor]
     replicates: int
     faults: list[Fault] = field(default_factory=list)
+    order: str = "randomized"
 
     def matrix_text(self) -> str:
         data = {
             "name": f"model{self.seed}",
             "factors": {f.name: f.shape for f in self.factors},
             "replicates": self.replicates,
-            "order": "randomized",
+            "order": self.order,
             "repro": {
                 "command": "fake-repro --trial {trial}",
                 "on": "prefill",
@@ -304,7 +305,11 @@ def scenario(seed: int) -> Scenario:
         faults.append(
             Fault(kind, rng.randint(1, 6), rng.choice(ROLES), rng.choice(PHASES), rng.choice(("resume", "restore")))
         )
-    return Scenario(seed, originals, factors, replicates, faults)
+    more = random.Random(f"more {seed}")  # draws added later: a stream of their own, as the dialects'
+    order = more.choice(("randomized", "sequential", "min-restarts"))
+    if faults and more.random() < 0.15:  # an interrupt while a host is put back (the run's end, or orch restore)
+        faults.append(Fault("interrupt", more.randint(1, 6), more.choice(ROLES), "restore", "restore"))
+    return Scenario(seed, originals, factors, replicates, faults, order)
 
 
 # ---------------------------------------------------------------- running it
@@ -323,6 +328,7 @@ class Watch:
     fired: list[str] = field(default_factory=list)  # the faults that fired, as kind[:phase]
     problems: list[str] = field(default_factory=list)
     seen: list[tuple[int, dict[str, int]]] = field(default_factory=list)  # (trial, unit -> starts) per workload
+    ended: Any = None  # the last SweepOutcome of run/resume that was not interrupted
 
     def host(self, role: str) -> tuple[FakeTransport, Any]:
         return self.fleet.transports[(TB, role)], self.fleet.managers[(TB, role)]
@@ -407,6 +413,18 @@ def _hooks(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return out
 
     monkeypatch.setattr(journal_mod.Journal, "append", append_)
+    restore_host = hosts.HostGuard._restore_host
+
+    def restore_host_(self: hosts.HostGuard, role: str) -> None:
+        for f in sc.faults:
+            if f.kind == "interrupt" and f.phase == "restore" and f.role == role and 0 <= f.at <= watch.attempts:
+                if threading.current_thread() is threading.main_thread():
+                    f.at = -1
+                    watch.fired.append("interrupt:restore")
+                    raise Interrupt(f"interrupted while {role} is restored")
+        restore_host(self, role)
+
+    monkeypatch.setattr(hosts.HostGuard, "_restore_host", restore_host_)
     yield
 
 
@@ -472,7 +490,7 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
     watch = Watch(sc, fleet, {s.trial.index: dict(s.trial.cell.as_dict()) for s in plan.steps})
     run_dir = tmp / "reports" / "r1"
     with _hooks(watch, monkeypatch):
-        stopped = _run(lambda: api.run(req, _quiet, warn=_no_warning))
+        stopped = _run(watch, lambda: api.run(req, _quiet, warn=_no_warning))
         way = next((f.way_back for f in sc.faults if f.kind == "interrupt"), "restore")
         for _ in range(4):  # the way back, as the user takes it, until the run ends with its hosts back
             if not stopped:
@@ -481,7 +499,7 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
                 outcome = api.restore(api.RestoreRequest(run_dir), QuietProgress(), warn=_no_warning)
                 stopped = any(tb.not_restored for tb in outcome.testbeds)
             else:
-                stopped = _run(lambda: api.resume(api.ResumeRequest(run_dir), _quiet, warn=_no_warning))
+                stopped = _run(watch, lambda: api.resume(api.ResumeRequest(run_dir), _quiet, warn=_no_warning))
     problems = [*watch.problems, *_end_problems(sc, fleet, run_dir, plan, watch)]
     assert not problems, f"seed {seed}: " + "\n".join(problems[:6])
     return watch
@@ -496,13 +514,15 @@ def inventory(sc: Scenario) -> str:
     return "\n".join(out) + "\n"
 
 
-def _run(call: Callable[[], Any]) -> bool:
+def _run(watch: Watch, call: Callable[[], Any]) -> bool:
     """True when the sweep needs a way back: interrupted (raised, or ended so), or ended with hosts
     it could not restore (its summary says `orch restore RUN_DIR`)."""
     try:
         outcome = call()
     except (KeyboardInterrupt, Interrupted):
         return True
+    if not outcome.interrupted:
+        watch.ended = outcome
     return bool(outcome.interrupted or outcome.not_restored)
 
 
@@ -518,14 +538,15 @@ def _end_problems(sc: Scenario, fleet: pf.Fleet, run_dir: Path, plan: Any, watch
         env = {k: v for k, v in (fleet.managers[(TB, role)].environ(f"{TB}-{role}") or {}).items() if k != "PATH"}
         if env != sc.originals[role].values():
             out.append(f"end {role}: unit runs on {env}, original {sc.originals[role].values()}")
-    out += _journal_problems(run_dir, plan)
+    out += _journal_problems(run_dir, plan, watch.ended)
     if not watch.fired:
-        out += _restart_problems(sc, fleet, plan, watch)
+        out += _restart_problems(sc, fleet, plan, watch, run_dir)
     return out
 
 
-def _journal_problems(run_dir: Path, plan: Any) -> list[str]:
-    """Every finished trial journaled as finished exactly once (failed attempts retried aside)."""
+def _journal_problems(run_dir: Path, plan: Any, ended: Any) -> list[str]:
+    """Every finished trial journaled as finished exactly once (failed attempts retried aside); a
+    run that ended (not interrupted, not stopped early) finished every planned trial, as it says."""
     journal = run_dir / "journal.jsonl"
     if not journal.exists():
         return []
@@ -535,11 +556,20 @@ def _journal_problems(run_dir: Path, plan: Any) -> list[str]:
         if r.status in ("completed", "failed") and not r.retried:
             finished[r.trial] = finished.get(r.trial, 0) + 1
     out = [f"trial {t} journaled as finished {n} times" for t, n in finished.items() if n != 1]
-    unknown = set(finished) - {s.trial.index for s in plan.steps}
-    return out + ([f"trials {sorted(unknown)} are not the plan's"] if unknown else [])
+    planned = {s.trial.index for s in plan.steps}
+    unknown = set(finished) - planned
+    out += [f"trials {sorted(unknown)} are not the plan's"] if unknown else []
+    if ended is not None and ended.stopped is None:
+        if set(finished) != planned:
+            out.append(f"the run ended {ended.status} with trials {sorted(planned - set(finished))} unfinished")
+        if (ended.completed + ended.failed, ended.planned) != (len(planned), len(planned)):
+            out.append(
+                f"the run says {ended.completed} + {ended.failed} of {ended.planned}, the plan has {len(planned)}"
+            )
+    return out
 
 
-def _restart_problems(sc: Scenario, fleet: pf.Fleet, plan: Any, watch: Watch) -> list[str]:
+def _restart_problems(sc: Scenario, fleet: pf.Fleet, plan: Any, watch: Watch, run_dir: Path) -> list[str]:
     """Without faults: the run went through the plan once; each unit started again exactly when its
     file's text changed from the trial before (the first: from the original), as the plan says,
     and once more at the end if the last cell left it changed (the restore)."""
@@ -550,7 +580,17 @@ def _restart_problems(sc: Scenario, fleet: pf.Fleet, plan: Any, watch: Watch) ->
         return [f"workloads ran trials {order}, the plan has {[s.trial.index for s in plan.steps]}"]
     before = {r: sc.originals[r].render() for r in ROLES}
     starts = {r: 1 for r in ROLES}
+    journaled = {
+        r.trial: set(r.restarted) for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)
+    }
     for trial, seen in watch.seen:
+        changed_roles = {
+            f"{role}:{TB}-{role}"
+            for role in ROLES
+            if expected_text(sc.originals[role], sc.settings(watch.levels_of[trial], role)) != before[role]
+        }
+        if journaled.get(trial) != changed_roles:
+            out.append(f"trial {trial}: journaled restarts {journaled.get(trial)}, the files changed {changed_roles}")
         for role in ROLES:
             text = expected_text(sc.originals[role], sc.settings(watch.levels_of[trial], role))
             changed = text != before[role]
