@@ -47,6 +47,8 @@ def main() -> None:
                 broken.append((seed, f"{type(exc).__name__}: {str(exc)[:600]}"))
                 continue
         trials += len(watch.seen)
+        if (seed - args.first + 1) % 100 == 0:
+            print(f"  {seed - args.first + 1} seeds, {len(broken)} broke, {time.perf_counter() - t0:.0f} s", flush=True)
         fired.update(f.split(":")[0] for f in watch.fired or ["none"])
         fired.update(f for f in watch.fired if ":" in f)
     wall = time.perf_counter() - t0

@@ -32,7 +32,7 @@ from fakes import FakeTransport, Reply
 
 from helpers import parallel_fakes as pf
 from orchestrator.core.records import TrialRecord
-from orchestrator.errors import Interrupted, TransportError
+from orchestrator.errors import Interrupted, OrchError, TransportError
 from orchestrator.store.journal import read_journal
 from orchestrator.sweep import api, hosts, phases
 from orchestrator.sweep.progress import QuietProgress
@@ -309,6 +309,8 @@ def scenario(seed: int) -> Scenario:
     order = more.choice(("randomized", "sequential", "min-restarts"))
     if faults and more.random() < 0.15:  # an interrupt while a host is put back (the run's end, or orch restore)
         faults.append(Fault("interrupt", more.randint(1, 6), more.choice(ROLES), "restore", "restore"))
+    if faults and more.random() < 0.2:  # a host's connection drops as the way back begins
+        faults.append(Fault("drop_way_back", 0, more.choice(ROLES)))
     return Scenario(seed, originals, factors, replicates, faults, order)
 
 
@@ -329,6 +331,7 @@ class Watch:
     problems: list[str] = field(default_factory=list)
     seen: list[tuple[int, dict[str, int]]] = field(default_factory=list)  # (trial, unit -> starts) per workload
     ended: Any = None  # the last SweepOutcome of run/resume that was not interrupted
+    way_back_errors: list[str] = field(default_factory=list)  # a way back that failed (then taken again)
 
     def host(self, role: str) -> tuple[FakeTransport, Any]:
         return self.fleet.transports[(TB, role)], self.fleet.managers[(TB, role)]
@@ -495,11 +498,19 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
         for _ in range(4):  # the way back, as the user takes it, until the run ends with its hosts back
             if not stopped:
                 break
-            if way == "restore":
-                outcome = api.restore(api.RestoreRequest(run_dir), QuietProgress(), warn=_no_warning)
-                stopped = any(tb.not_restored for tb in outcome.testbeds)
-            else:
-                stopped = _run(watch, lambda: api.resume(api.ResumeRequest(run_dir), _quiet, warn=_no_warning))
+            for f in sc.faults:
+                if f.kind == "drop_way_back" and f.at == 0:
+                    f.at = -1
+                    watch.fired.append(f.kind)
+                    _drop_once(watch.host(f.role)[0])
+            try:  # a fault during the way back fails that command (the user runs it again)
+                if way == "restore":
+                    outcome = api.restore(api.RestoreRequest(run_dir), QuietProgress(), warn=_no_warning)
+                    stopped = any(tb.not_restored for tb in outcome.testbeds)
+                else:
+                    stopped = _run(watch, lambda: api.resume(api.ResumeRequest(run_dir), _quiet, warn=_no_warning))
+            except OrchError as exc:
+                watch.way_back_errors.append(f"{way}: {exc}")
     problems = [*watch.problems, *_end_problems(sc, fleet, run_dir, plan, watch)]
     assert not problems, f"seed {seed}: " + "\n".join(problems[:6])
     return watch
