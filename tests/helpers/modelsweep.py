@@ -332,6 +332,7 @@ class Watch:
     seen: list[tuple[int, dict[str, int]]] = field(default_factory=list)  # (trial, unit -> starts) per workload
     ended: Any = None  # the last SweepOutcome of run/resume that was not interrupted
     way_back_errors: list[str] = field(default_factory=list)  # a way back that failed (then taken again)
+    restarts: tuple[int, int] = (0, 0)  # without faults: (units the plan restarts, of which on an unchanged file)
 
     def host(self, role: str) -> tuple[FakeTransport, Any]:
         return self.fleet.transports[(TB, role)], self.fleet.managers[(TB, role)]
@@ -610,6 +611,7 @@ def _restart_problems(sc: Scenario, fleet: pf.Fleet, plan: Any, watch: Watch, ru
             if seen[role] != starts[role]:
                 out.append(f"trial {trial} {role}: {seen[role] - 1} restarts so far, model {starts[role] - 1}")
                 starts[role] = seen[role]
+            watch.restarts = (watch.restarts[0] + planned, watch.restarts[1] + (planned and not changed))
             if changed and not planned:  # the plan may restart more: it never reads a file (a value
                 # a cell sets may be the original's), and the runner recomputes from the real files
                 out.append(f"trial {trial} {role}: its file changed, the plan restarts nothing")
