@@ -50,7 +50,11 @@ def main() -> None:
         trials += len(watch.seen)
         planned, needless = planned + watch.restarts[0], needless + watch.restarts[1]
         if (seed - args.first + 1) % 100 == 0:
-            print(f"  {seed - args.first + 1} seeds, {len(broken)} broke, {time.perf_counter() - t0:.0f} s", flush=True)
+            done, took = seed - args.first + 1, time.perf_counter() - t0
+            print(
+                f"  {done} seeds, {len(broken)} broke, {trials} workloads, {took:.0f} s; fired {dict(fired)}",
+                flush=True,
+            )
         fired.update(f.split(":")[0] for f in watch.fired or ["none"])
         fired.update(f for f in watch.fired if ":" in f)
     wall = time.perf_counter() - t0
