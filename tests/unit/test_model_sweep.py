@@ -97,3 +97,13 @@ def test_the_check_fails_when_a_restore_leaves_a_file_changed(tmp_path: Path, mo
     monkeypatch.setattr(hosts.HostGuard, "_restore_host", forgetful)
     with pytest.raises(AssertionError, match="end router: file"):
         ms.check(6, tmp_path, monkeypatch)
+
+
+def test_the_check_fails_when_a_changed_file_restarts_no_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail on restarts: an orch that writes the files but restarts no unit runs the
+    workloads on the old env (seed 6's router), and the live envs the model expects say so."""
+    monkeypatch.setattr(phases.Services, "restart_units", lambda self, units, ctx: None)
+    monkeypatch.setattr(phases.Services, "verify_before_repro", lambda self, step, ctx: True)  # as verify_env: false
+    monkeypatch.setattr(phases.Services, "verify_beside_repro", lambda self, step, ctx: None)
+    with pytest.raises(AssertionError, match=r"seed 6: trial \d+ router: live env"):
+        ms.check(6, tmp_path, monkeypatch)
