@@ -550,6 +550,10 @@ def _end_problems(sc: Scenario, fleet: pf.Fleet, run_dir: Path, plan: Any, watch
         env = {k: v for k, v in (fleet.managers[(TB, role)].environ(f"{TB}-{role}") or {}).items() if k != "PATH"}
         if env != sc.originals[role].values():
             out.append(f"end {role}: unit runs on {env}, original {sc.originals[role].values()}")
+        if not sc.mentioned(role) and fleet.managers[(TB, role)].restarts():  # its file never changes
+            out.append(
+                f"end {role}: no level edits it, yet its unit restarted {len(fleet.managers[(TB, role)].restarts())}x"
+            )
     out += _journal_problems(run_dir, plan, watch.ended)
     if not watch.fired:
         out += _restart_problems(sc, fleet, plan, watch, run_dir)
