@@ -72,9 +72,13 @@ class HostGuard:
         run_id: str,
         progress: Progress,
         cell_files: CellFiles | None = None,
+        edits: Callable[[str], bool] | None = None,
     ) -> None:
         self.deployment, self.backup_dir, self.run_id, self.progress = deployment, backup, run_id, progress
         self.cell_files: CellFiles = cell_files or (lambda role: None)
+        # may the run's trials write this host's env file (False: its role is in no level; True when
+        # orch cannot tell, `orch restore` without the matrix at hand)
+        self.edits: Callable[[str], bool] = edits or (lambda role: True)
         self.states: dict[str, HostState] = {}
         self.started_units: set[tuple[str, str]] = set()
         self._skip_lock = threading.Lock()
@@ -153,9 +157,15 @@ class HostGuard:
                 "(the run directory is damaged; restore the hosts by hand)"
             ) from None
         self._check_against_hosts(originals)
-        for role, original in originals.items():  # what the killed run's units hold is unknown
-            units_of = set(self.deployment.hosts[role].units)
-            self.states[role] = HostState(original, units.get(role, {}), stale=units_of, shape=shapes.get(role))
+        for role, original in originals.items():  # what the killed run's units hold is unknown,
+            # unless no trial ever writes the host's file: then they run on its original (a file
+            # someone else edited is still found, and its units restarted, by the restore)
+            units_of, active = set(self.deployment.hosts[role].units), units.get(role, {})
+            edited = self.edits(role)
+            running_on = {} if edited else {u: original for u, up in active.items() if up}
+            self.states[role] = HostState(
+                original, active, stale=units_of if edited else set(), running_on=running_on, shape=shapes.get(role)
+            )
             self.started_units.update((role, u) for u in self.deployment.hosts[role].units)
         self.adopted = set(originals)
         return True

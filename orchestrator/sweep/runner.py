@@ -108,9 +108,8 @@ class Runner:
         self.stopping = threading.Event()  # set by Ctrl-C / SIGTERM; seen by worker threads
         self.events = EventLog(options.run_id, self.progress)
         self.source = StepSource(plan.steps, set())
-        self.guard = HostGuard(
-            deployment, self.run.backup(options.backup_subdir), options.run_id, self.progress, self.cell_files
-        )
+        backup = self.run.backup(options.backup_subdir)
+        self.guard = HostGuard(deployment, backup, options.run_id, self.progress, self.cell_files, self.edits)
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
         self.services.resume = f"orch resume {self.run_dir}"
         self.repro = Repro(plan, deployment, self.run, self.guard, client, self.stopping)
@@ -293,6 +292,12 @@ class Runner:
             return set()
         envs = [*(s.env for s in plan.steps), *self.ran, *journaled_envs(plan.matrix, self.run)]
         return {self.services.cell_bytes(role, env.get(h.role)) for env in envs}
+
+    def edits(self, role: str) -> bool:
+        """May this run's trials write host `role`'s env file (a key)? True when orch cannot tell
+        (`orch restore` of a run whose matrix is gone or changed)."""
+        plan = self.plan if self.plan.matrix is not None else self._loaded_plan()
+        return plan is None or self.deployment.hosts[role].role in plan.matrix.mentioned
 
     def _loaded_plan(self) -> Plan | None:
         if not self._plan_loaded:

@@ -1,0 +1,71 @@
+"""Random sweeps with random faults on the fakes, checked against a model: thousands of seeds.
+
+Each seed draws a matrix (1-4 factors over prefill, decode and router: values with spaces,
+quotes, # and =, levels that remove a variable, flags inside an args variable), the hosts'
+original env files (keys there or not, duplicates, comments, no final newline) and up to two
+faults (a unit that fails to start, a command that fails, a dropped connection, an interrupt in
+a random trial phase, a failing workload); the sweep runs through sweep.api on the fakes and
+tests/helpers/modelsweep.py checks every workload's files and live envs against its model, and
+the end (after orch resume / restore): files byte-identical, trials journaled once, restarts
+where the files changed. No process, no socket. Prints the seeds that broke a promise (each
+with its first problems), the faults that fired, trials checked, seconds.
+
+    python bench/bench_model_sweep.py --first 0 --count 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the model and the fakes, shared with the unit test
+
+import pytest  # noqa: E402
+from helpers import modelsweep  # noqa: E402
+from timing import load_line  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--first", type=int, default=0, help="first seed")
+    parser.add_argument("--count", type=int, default=200, help="seeds to run")
+    args = parser.parse_args()
+    fired: collections.Counter[str] = collections.Counter()
+    broken: list[tuple[int, str]] = []
+    trials = 0
+    planned, needless = 0, 0  # restarts the plans of fault-free seeds show, and those on an unchanged file
+    t0 = time.perf_counter()
+    for seed in range(args.first, args.first + args.count):
+        with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+            try:
+                watch = modelsweep.check(seed, Path(tmp), mp)
+            except Exception as exc:  # noqa: BLE001 - a broken promise, or a crash: both are findings
+                broken.append((seed, f"{type(exc).__name__}: {str(exc)[:600]}"))
+                continue
+        trials += len(watch.seen)
+        planned, needless = planned + watch.restarts[0], needless + watch.restarts[1]
+        if (seed - args.first + 1) % 100 == 0:
+            done, took = seed - args.first + 1, time.perf_counter() - t0
+            print(
+                f"  {done} seeds, {len(broken)} broke, {trials} workloads, {took:.0f} s; fired {dict(fired)}",
+                flush=True,
+            )
+        fired.update(f.split(":")[0] for f in watch.fired or ["none"])
+        fired.update(f for f in watch.fired if ":" in f)
+    wall = time.perf_counter() - t0
+    print(load_line())
+    print(f"seeds {args.first}..{args.first + args.count - 1}: {args.count} run, {len(broken)} broke a promise")
+    print(f"workloads checked: {trials}; wall {wall:.1f} s ({wall / max(args.count, 1):.2f} s a seed)")
+    print(f"fault-free seeds: the plans restart {planned} units, {needless} of them on a file the cell left as it was")
+    print("faults fired: " + ", ".join(f"{k} {v}" for k, v in sorted(fired.items())))
+    for seed, why in broken:
+        print(f"  seed {seed}: {why}")
+
+
+if __name__ == "__main__":
+    main()
