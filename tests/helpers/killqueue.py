@@ -150,7 +150,7 @@ def after_signal(bed: SimBed, point: KillPoint, out: Outcome, ref_code: int) -> 
         broken.append(f"{point.signals} in {out.landed}: died of it (exit {out.exit_code})")
     if not died:
         broken += _handled(bed, point, out)
-    broken += queue_truth(bed)
+    broken += queue_truth(bed, killed=died)
     runs = [run for name in ITEMS for run in run_folders(bed, name)]
     if runs:  # the last run started: the one the signal cut, if any (those before it ended)
         broken += check_status(bed, runs[-1], killed=died)
@@ -180,8 +180,9 @@ def _started_after(trace: Path) -> list[str]:
     return [n for n in names[first + 1 :] if n == "item"]
 
 
-def queue_truth(bed: SimBed) -> list[str]:
-    """The stored states against what happened, and `orch queue list` / `orch status` against them."""
+def queue_truth(bed: SimBed, *, killed: bool = False) -> list[str]:
+    """The stored states against what happened, and `orch queue list` / `orch status` against them.
+    Only a SIGKILL (`killed`) may leave an item claimed: a runner that exits releases its claims."""
     broken = []
     for i in items(bed):
         run = Path(str(i["run_dir"])) if i["run_dir"] else None
@@ -189,6 +190,8 @@ def queue_truth(bed: SimBed) -> list[str]:
         trials = [t for r in run_folders(bed, str(i["name"])) for t in finished_records(r)]
         if i["shown"] == "running":  # the runner is gone (killed, or exited): nothing runs it
             broken.append(f"{label} shown running, its runner gone")
+        if i["state"] == "running" and not killed:
+            broken.append(f"{label} left claimed (stored running) by a runner that exited")
         if i["state"] == "queued" and trials:
             broken.append(f"{label} queued again with {len(trials)} trials finished: it would run from scratch")
         if i["state"] == "completed" and (run is None or manifest(run).status != "completed"):
