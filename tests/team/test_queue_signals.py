@@ -16,7 +16,7 @@ from orchestrator.edges.interrupts import raise_now_or_later
 from orchestrator.errors import Interrupted
 from orchestrator.team.queue import Queue, QueueItem, run_queue
 
-from .test_queue import FakeSweeps, add
+from .helpers import FakeSweeps, add
 
 
 class SignalledQueue(Queue):
