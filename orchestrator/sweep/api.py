@@ -148,6 +148,8 @@ def run(
 
             try:  # once the run exists, however it stops, run.json says how it ended
                 session.create_run_dir(run_dir, manifest)
+                if request.on_created is not None:
+                    request.on_created(run_dir)
                 with run_lock(run_dir):
                     _list_running(run_dir)
                     hunting = plan.matrix.hunt is not None

@@ -11,12 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.edges.interrupts import raise_now_or_later
 from orchestrator.errors import Interrupted
-from orchestrator.team.queue import Queue, QueueItem, run_queue
+from orchestrator.sweep import api
+from orchestrator.team.queue import NewItem, Queue, QueueItem, run_queue
 
-from .helpers import FakeSweeps, add
+from .helpers import FakeSweeps, add, queue_sweep
 
 
 class SignalledQueue(Queue):
@@ -68,3 +70,27 @@ def test_a_signal_in_the_record_of_a_finished_sweep_still_records_it(tmp_path: P
     # its sweep completed: recorded so, not left `running` (nor resumable: nothing is left to run)
     assert (item.state, item.claimed_by, item.message) == ("completed", None, "a completed"), item
     assert q.get(b.id).state == "queued"
+
+
+def test_a_new_runs_folder_is_recorded_with_its_item_as_soon_as_it_exists(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A SIGKILL after the run's folder is made (its testbeds locked) but before the run is
+    announced (the runs index written: ~0.4 s on the simulator) left the item naming no run: the
+    next `queue run` took it back as `queued`, started a new run, and met the dead run's stale lock,
+    refusing every item on that testbed night after night (bench_kill_points --command queue,
+    index#1 at SIGKILL). The item now names its folder from the moment the folder exists."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("early", 1), ["A"])
+    seen: list[str | None] = []
+    with Queue(tmp_path / "reports" / "queue.db") as q:
+        item = q.add_item(NewItem(m, i, "A"))
+
+        def index_written(run_dir: Path) -> None:  # the runs index: where the SIGKILL landed
+            seen.append(q.get(item.id).run_dir)
+
+        monkeypatch.setattr(api, "_list_running", index_written)
+        monkeypatch.setattr(api, "preflight", lambda deployment, plan: [])  # the fakes' URLs resolve nowhere
+        run_queue(q, queue_sweep(tmp_path / "reports", api))
+        after = q.get(item.id)
+    assert (after.state, after.message) == ("completed", "2/2 trials, 0 failed"), after
+    assert seen == [after.run_dir], "the item named no run while the runs index was written"
