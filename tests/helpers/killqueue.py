@@ -57,7 +57,8 @@ LANDED = {"claimed": "item start", "item": "item start", "item-ended": "item end
 
 @dataclass(frozen=True)
 class QueueReference:
-    """An unsignalled queue run: each item's trials (by matrix name), its exit code, its marks."""
+    """An unsignalled queue run: each item's trials (by matrix name), its exit code, its marks. A CI
+    point's stands without one: no trials (not compared), exit 0, no marks (its point is given)."""
 
     trials: dict[str, tuple[Trial, ...]]
     exit_code: int
@@ -235,9 +236,24 @@ def run_again(bed: SimBed, ref: QueueReference, before: dict[Path, dict[int, Tri
             broken += [f"orch restore {run.name}: exit {again.code}"] * (again.code != 0)
     for i in items(bed):
         broken += _item_once(bed, i, ref, before)
-    broken += queue_truth(bed)
+    broken += queue_truth(bed) + runs_settled(bed)
     wait_for(lambda: not left_behind(bed), 15)
     return broken + [f"at the end: {p}" for p in left_behind(bed)]
+
+
+def runs_settled(bed: SimBed) -> list[str]:
+    """Once every item is done, `orch status` shows no run stale or with hosts left: a run folder
+    the signal left behind that the queue did not take up again (it started the item anew) must not
+    ask the user to resume it (its trials would run twice)."""
+    done = orch(bed, ["status", "--reports", str(bed.reports), "--json"], timeout=60)
+    if done.code != 0:
+        return [f"orch status at the end: exit {done.code}: {done.output[-300:]}"]
+    runs = json.loads(done.output)["runs"]
+    return [
+        f"orch status at the end: {r['run_id']} {r['state']!r}, {r.get('way_back') or r.get('not_restored')!r}"
+        for r in runs
+        if r["state"] == "stale" or r.get("not_restored")
+    ]
 
 
 def _item_once(
@@ -257,6 +273,6 @@ def _item_once(
     after = finished_records(run)
     broken += [f"{label}: trial {t} changed" for t, r in before.get(run, {}).items() if after.get(t) != r]
     broken += check_summary(run, planned, after)
-    if (got := trials_of(run)) != ref.trials[name]:
+    if name in ref.trials and (got := trials_of(run)) != ref.trials[name]:  # none: a CI point's own
         broken.append(f"{label}: trials {got} != the reference's {ref.trials[name]}")
     return broken
