@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol, TypeVar
 
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.errors import UsageError
+from orchestrator.errors import Interrupted, UsageError
 from orchestrator.sweep.signals import sigterm_as_interrupt
 from orchestrator.team.queuestore import CLAIMABLE as CLAIMABLE
 from orchestrator.team.queuestore import FINISHED as FINISHED
@@ -549,7 +549,9 @@ def _run_one(
             lambda: queue.finish(item.id, *item_state_after(queue.get(item.id), outcome[0])),  # with its run dir
             f"record how {item.label} ended",
         )
-    except BaseException:
+    except BaseException as exc:
+        if outcome and not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+            raise  # the store gave up (an outage past the deadline): the next run takes the item back
         stored = queue.get(item.id)
         if outcome:  # the sweep ended: its end is what the item records, not "interrupted"
             _record_now(queue, item.id, item_state_after(stored, outcome[0]))
