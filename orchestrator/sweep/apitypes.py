@@ -46,9 +46,10 @@ class SweepRequest:
     break_lock: bool = False
     deadline: float | None = None  # epoch seconds: start no new trial after it
     skip_preflight: bool = False
-    # called with the run's folder the moment it exists, before the run is announced (the runs
-    # index, ~0.4 s): `queue run` records it with its item, so a controller killed from there on
-    # leaves an item the next `queue run` resumes, not one it starts anew into this run's stale lock
+    # called with the run's folder once the testbeds are locked, just before the folder is made
+    # (atomically) and long before the run is announced (the runs index, ~0.4 s): `queue run`
+    # records it with its item, so a controller killed once the folder exists leaves an item the
+    # next `queue run` resumes, not one it starts anew into this run's stale lock
     on_created: Callable[[Path], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

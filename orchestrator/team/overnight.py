@@ -127,8 +127,8 @@ class QueueSweep:
 def recording(progress: ProgressFor, record_run_dir: Callable[[Path], None]) -> ProgressFor:
     """`progress` that first records the new run's folder with the item. Why there: the sweep
     calls it once the folder exists and the testbeds are locked, before any host is touched (the
-    real sweep has recorded it already, through the request's on_created, the moment the folder
-    was made: a kill while the run is announced must not leave an item naming no run). A
+    real sweep has recorded it already, through the request's on_created, as the folder was
+    made: a kill while the run is announced must not leave an item naming no run). A
     sweep refused earlier (a testbed locked by another run) records nothing, so the item keeps
     naming the run it may have started before - the one to resume - and never a folder that was
     never made."""
