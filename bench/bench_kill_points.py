@@ -19,7 +19,14 @@ trial's repro, then `orch resume RUN_DIR` or `orch restore RUN_DIR` is signalled
 of one of its phases, `orch status` must name the way back while anything is left, and the same
 command run again must keep every promise. --command hunt signals `orch hunt` (4 suspects, ~18
 trials) at a moment drawn from an unsignalled reference hunt's marks, then `orch resume` must end
-it with the reference's trials (tests/helpers/killmore.py).
+it with the reference's trials (tests/helpers/killmore.py). --command queue signals `orch queue
+run` of 2 small sweeps (4 trials each, the queue in the bed's reports folder) at a moment drawn
+from an unsignalled reference queue's marks (a claim, an item's start, trials, final restore and
+report, between a sweep's end and the queue's record of it, between items), checks what `orch
+queue list` and `orch status` say, then runs the queue again: every item completed exactly once
+with the reference's trials, hosts restored (tests/helpers/killqueue.py).
+
+    nice python bench/bench_kill_points.py --command queue --n 30 --seed 600
 
 Measured: see bench/README.md ("bench_kill_points.py").
 """
@@ -40,6 +47,7 @@ sys.path.insert(0, str(REPO / "tests"))  # the simulated testbed and the checks 
 
 from helpers.killmore import draw_hunt, draw_way_back, reference_hunt, run_hunt_once, run_way_back_once  # noqa: E402
 from helpers.killpoints import PHASES, KillPoint, Outcome, run_once  # noqa: E402
+from helpers.killqueue import reference_queue, run_queue_once  # noqa: E402
 from timing import load_line  # noqa: E402
 
 
@@ -87,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("resume", "restore"),
         help="signal this way back instead (the run SIGKILLed in a trial first), then run it again",
     )
-    ap.add_argument("--command", choices=("run", "hunt"), default="run", help="signal `orch run` or `orch hunt`")
+    ap.add_argument(
+        "--command", choices=("run", "hunt", "queue"), default="run", help="signal `orch run`, `hunt` or `queue run`"
+    )
     args = ap.parse_args(argv)
-    if args.kill_way_back and args.command == "hunt":
-        ap.error("--kill-way-back signals the way back of `orch run`: not with --command hunt")
+    if args.kill_way_back and args.command != "run":
+        ap.error(f"--kill-way-back signals the way back of `orch run`: not with --command {args.command}")
     print(load_line(), flush=True)
     outcomes = []
     with tempfile.TemporaryDirectory(prefix="killpoints-") as root:
@@ -117,6 +127,12 @@ def iterations(args: argparse.Namespace, root: Path) -> Iterator[Callable[[], Ou
         for seed in seeds:
             point = draw_hunt(seed, ref, args.signals)
             yield functools.partial(run_hunt_once, root, point, ref, args.keep)
+    elif args.command == "queue":
+        queue_ref = reference_queue(root)
+        print(f"reference queue: {sum(map(len, queue_ref.trials.values()))} trials, exit {queue_ref.exit_code}")
+        for seed in seeds:
+            point = queue_ref.draw(seed, args.signals)
+            yield functools.partial(run_queue_once, root, point, queue_ref, args.keep)
     else:
         for point in points(args.n, args.seed, args.only, args.signals):
             yield functools.partial(run_once, root, point, keep=args.keep)

@@ -147,6 +147,8 @@ def run(
                 return execute(plan, deployments, run_dir, options, set(), locks=locks, progress=sink, source=design)
 
             try:  # once the run exists, however it stops, run.json says how it ended
+                if request.on_created is not None:  # before the folder appears: no instant it exists unrecorded
+                    request.on_created(run_dir)
                 session.create_run_dir(run_dir, manifest)
                 with run_lock(run_dir):
                     _list_running(run_dir)

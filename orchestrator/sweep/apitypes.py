@@ -9,7 +9,7 @@ machinery that runs a sweep: they stay a short chain of imports above the core.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +46,11 @@ class SweepRequest:
     break_lock: bool = False
     deadline: float | None = None  # epoch seconds: start no new trial after it
     skip_preflight: bool = False
+    # called with the run's folder once the testbeds are locked, just before the folder is made
+    # (atomically) and long before the run is announced (the runs index, ~0.4 s): `queue run`
+    # records it with its item, so a controller killed once the folder exists leaves an item the
+    # next `queue run` resumes, not one it starts anew into this run's stale lock
+    on_created: Callable[[Path], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.replicates is not None and self.replicates < 1:

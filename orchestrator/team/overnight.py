@@ -106,7 +106,7 @@ class QueueSweep:
         )
         prepared = self.sweeps.prepare(request, warn=self.warn)
         run_id = new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)  # two runners never collide
-        request = dataclasses.replace(request, run_id=run_id)
+        request = dataclasses.replace(request, run_id=run_id, on_created=record_run_dir)
         return self.sweeps.run(request, recording(progress, record_run_dir), warn=self.warn, prepared=prepared)
 
     def _progress_for(self, item: QueueItem) -> ProgressFor:
@@ -126,7 +126,9 @@ class QueueSweep:
 
 def recording(progress: ProgressFor, record_run_dir: Callable[[Path], None]) -> ProgressFor:
     """`progress` that first records the new run's folder with the item. Why there: the sweep
-    calls it once the folder exists and the testbeds are locked, before any host is touched. A
+    calls it once the folder exists and the testbeds are locked, before any host is touched (the
+    real sweep has recorded it already, through the request's on_created, as the folder was
+    made: a kill while the run is announced must not leave an item naming no run). A
     sweep refused earlier (a testbed locked by another run) records nothing, so the item keeps
     naming the run it may have started before - the one to resume - and never a folder that was
     never made."""

@@ -28,7 +28,8 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol, TypeVar
 
-from orchestrator.errors import UsageError
+from orchestrator.edges.interrupts import uninterrupted
+from orchestrator.errors import Interrupted, UsageError
 from orchestrator.sweep.signals import sigterm_as_interrupt
 from orchestrator.team.queuestore import CLAIMABLE as CLAIMABLE
 from orchestrator.team.queuestore import FINISHED as FINISHED
@@ -411,7 +412,7 @@ def run_queue(
                 result.deadline_reached = True
                 note("deadline reached: no new sweep starts")
                 break
-            item = patient(lambda: queue.claim(frozenset(skip)), "claim the next item")
+            item = patient(lambda: _claim(queue, frozenset(skip)), "claim the next item")
             if item is None:
                 if _wait_for_busy(result, skip, told, deadline, busy_wait_s, note, clock, wait):
                     continue
@@ -518,23 +519,53 @@ class _Patience:
             return value
 
 
+def _claim(queue: QueueStore, skip: frozenset[int]) -> QueueItem | None:
+    """queue.claim, and the item put back if an interrupt lands once the claim has committed (in
+    its commit's return, the item's read-back, or before it reaches the loop): a runner that
+    exits on a signal must not leave an item claimed, shown running or stale until the next run."""
+    claimed: list[QueueItem | None] = []
+    try:
+        with uninterrupted():  # the claim's result is kept: the interrupt waits for the assignment
+            claimed.append(queue.claim(skip))
+        return claimed[0]
+    except BaseException:
+        if claimed and claimed[0] is not None:
+            item = claimed[0]
+            _record_now(queue, item.id, ("resumable" if item.resumable_run is not None else "queued", item.message))
+        raise
+
+
 def _run_one(
     queue: QueueStore, sweep: SweepFn, item: QueueItem, deadline: float | None, patient: _Patience
 ) -> SweepOutcome:
     """Run one claimed item and record how it ended (waiting out a store outage: the result of a
     finished sweep is never dropped); an interruption outside the runner (Ctrl-C, SIGTERM) still
-    puts the item back in line before it propagates."""
+    puts the item back in line before it propagates, and one landing once the sweep has ended, in
+    the record itself, still records how it ended."""
+    outcome: list[SweepOutcome] = []
     try:
-        outcome = sweep(item, deadline, lambda d: queue.set_run_dir(item.id, d))
-    except BaseException:
-        started = queue.get(item.id).resumable_run is not None
-        queue.finish(item.id, "resumable" if started else "queued", "interrupted before it finished")
+        outcome.append(sweep(item, deadline, lambda d: queue.set_run_dir(item.id, d)))
+        patient(
+            lambda: queue.finish(item.id, *item_state_after(queue.get(item.id), outcome[0])),  # with its run dir
+            f"record how {item.label} ended",
+        )
+    except BaseException as exc:
+        if outcome and not isinstance(exc, (KeyboardInterrupt, Interrupted)):
+            raise  # the store gave up (an outage past the deadline): the next run takes the item back
+        stored = queue.get(item.id)
+        if outcome:  # the sweep ended: its end is what the item records, not "interrupted"
+            _record_now(queue, item.id, item_state_after(stored, outcome[0]))
+        else:
+            started = stored.resumable_run is not None
+            _record_now(queue, item.id, ("resumable" if started else "queued", "interrupted before it finished"))
         raise
-    patient(
-        lambda: queue.finish(item.id, *item_state_after(queue.get(item.id), outcome)),  # with its run dir, if any
-        f"record how {item.label} ended",
-    )
-    return outcome
+    return outcome[0]
+
+
+def _record_now(queue: QueueStore, item_id: int, end: tuple[ItemState, str]) -> None:
+    """One short write a second signal (Ctrl-C twice) cannot cut: the item's state as it goes."""
+    with uninterrupted():
+        queue.finish(item_id, *end)
 
 
 def item_state_after(item: QueueItem, outcome: SweepOutcome) -> tuple[ItemState, str]:

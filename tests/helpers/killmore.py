@@ -223,26 +223,29 @@ def reference_hunt(root: Path) -> Reference:
         shutil.rmtree(bed.root, ignore_errors=True)
 
 
-def phase_lengths(trace: Path) -> dict[str, tuple[int, float]]:
-    """phase -> (its starts, its mean length: to the next mark) over one trace."""
+def phase_lengths(trace: Path, targets: tuple[str, ...] | None = None) -> dict[str, tuple[int, float]]:
+    """phase -> (its starts, its mean length: to the next mark) over one trace, for `targets`
+    (default: a hunt's)."""
     marks = [(float(t), n) for t, n in (line.split(" ", 1) for line in trace.read_text().splitlines())]
     starts, spent = Counter[str](), Counter[str]()
     for (t, name), (t_next, _) in zip(marks, marks[1:], strict=False):
         starts[name] += 1
         spent[name] += t_next - t
-    return {name: (n, spent[name] / n) for name, n in starts.items() if name in HUNT_TARGETS}
+    return {name: (n, spent[name] / n) for name, n in starts.items() if name in (targets or HUNT_TARGETS)}
 
 
 HUNT_TARGETS = ("spawn", "run-folder", "backup", "host-write", "restart", "health", "repro", "logs")
 HUNT_TARGETS += ("journal", "status", "restore", "report")
 
 
-def draw_hunt(seed: int, ref: Reference, signals: str | None = None) -> KillPoint:
-    """The point of `seed`: its target phase taking turns, its start and delay drawn within the
-    reference hunt's."""
+def draw_hunt(
+    seed: int, ref: Reference, signals: str | None = None, targets: tuple[str, ...] = HUNT_TARGETS
+) -> KillPoint:
+    """The point of `seed`: its target phase (of `targets`, a hunt's by default) taking turns, its
+    start and delay drawn within the reference's (a hunt's, or a queue run's)."""
     rng = random.Random(seed)
-    targets = [t for t in HUNT_TARGETS if t in ref.phases]
-    target = targets[seed % len(targets)]
+    aimed = [t for t in targets if t in ref.phases]
+    target = aimed[seed % len(aimed)]
     starts, length = ref.phases[target]
     drawn = signals or rng.choice(SIGNALS)
     if drawn == "INT+INT":

@@ -255,14 +255,16 @@ def check_all(bed: SimBed, point: KillPoint, out: Outcome) -> list[str]:
     return broken + check_resume(bed, run_dir, before)
 
 
-def check_exit(bed: SimBed, point: KillPoint, code: int | None, reported: bool, name: str = "") -> list[str]:
+def check_exit(
+    bed: SimBed, point: KillPoint, code: int | None, reported: bool, name: str = "", run_id: str = "k"
+) -> list[str]:
     """SIGTERM or SIGINT handled: exit 130 (0 only once the report was written: nothing was left
-    to stop) with hosts restored but those status.json names as not restored."""
+    to stop) with hosts restored but those status.json (of the run `run_id`) names as not restored."""
     text = (bed.root / f"run{name}.log").read_text(errors="replace")
     broken = [] if code in (130, None) or (code == 0 and reported) else [f"{point.signals}: exit {code}"]
     if "Traceback (most recent call last)" in text:
         broken.append(f"{point.signals}: a traceback: {text[-1500:]}")
-    left = set(not_restored(bed))
+    left = set(not_restored(bed, run_id))
     wait_for(lambda: not unexplained(bed, left), 15)
     broken += [f"{point.signals}, exit {code}, not named: {p}" for p in unexplained(bed, left)]
     return broken
@@ -280,8 +282,8 @@ def unexplained(bed: SimBed, left: set[str]) -> list[str]:
     return [] if left else left_behind(bed)
 
 
-def not_restored(bed: SimBed) -> list[str]:
-    path = bed.run_dir("k") / "status.json"
+def not_restored(bed: SimBed, run_id: str = "k") -> list[str]:
+    path = bed.run_dir(run_id) / "status.json"
     return list(json.loads(path.read_text()).get("not_restored", [])) if path.exists() else []
 
 
@@ -308,7 +310,7 @@ def check_status(bed: SimBed, run_dir: Path, *, killed: bool) -> list[str]:
     if done.code != 0:
         return [f"orch status: exit {done.code}: {done.output[-500:]}"]
     runs = {r["run_id"]: r for r in json.loads(done.output)["runs"]}
-    entry = runs.get("k")
+    entry = runs.get(run_dir.name)
     if manifest(run_dir).status != "running":  # it ended and said so (or was killed after that)
         entry = entry or {"state": "ended"}
     elif entry is None:
@@ -317,19 +319,20 @@ def check_status(bed: SimBed, run_dir: Path, *, killed: bool) -> list[str]:
         way = entry.get("way_back", "")
         ok = entry["state"] == "stale" and f"orch resume {run_dir}" in way and f"orch restore {run_dir}" in way
         broken = [] if ok else [f"orch status after SIGKILL: {entry['state']!r}, {way!r}"]
-        return broken + [f"the runs index says {s!r} of a killed run" for s in [index_state(bed)] if s != "stale"]
+        index = index_state(bed, run_dir.name)
+        return broken + [f"the runs index says {index!r} of a killed run"] * (index != "stale")
     broken = [f"orch status: a run that exited is {entry['state']!r}"] * (entry["state"] == "stale")
     changed = {role for role, data in bed.originals.items() if bed.env_file(role).read_bytes() != data}
-    named = set(not_restored(bed))
+    named = set(not_restored(bed, run_dir.name))
     return broken + [f"not_restored {sorted(named)} but changed env files {sorted(changed)}"] * (not changed <= named)
 
 
-def index_state(bed: SimBed) -> str:
+def index_state(bed: SimBed, run_id: str = "k") -> str:
     """The run's state on the runs index (reports/index.html and `orch serve`'s /)."""
     from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import run_entries
 
-    return next((e.status for e in run_entries(bed.reports, fresh_summary) if e.run_id == "k"), "not listed")
+    return next((e.status for e in run_entries(bed.reports, fresh_summary) if e.run_id == run_id), "not listed")
 
 
 def check_restore(bed: SimBed, run_dir: Path) -> list[str]:
@@ -337,7 +340,8 @@ def check_restore(bed: SimBed, run_dir: Path) -> list[str]:
     broken = [] if done.code == 0 else [f"orch restore: exit {done.code}: {done.output[-800:]}"]
     wait_for(lambda: not left_behind(bed), 15)
     broken += [f"after orch restore: {p}" for p in left_behind(bed)]
-    return broken + [f"after orch restore, status.json not_restored {n}" for n in [not_restored(bed)] if n]
+    named = not_restored(bed, run_dir.name)
+    return broken + [f"after orch restore, status.json not_restored {named}"] * bool(named)
 
 
 def check_resume(bed: SimBed, run_dir: Path, before: dict[int, TrialRecord]) -> list[str]:

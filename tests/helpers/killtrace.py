@@ -88,7 +88,7 @@ def install() -> None:
     from orchestrator.edges.transport import local
     from orchestrator.report import site
     from orchestrator.sweep import api, hosts, phases, runner, session
-    from orchestrator.team import livestatus
+    from orchestrator.team import livestatus, overnight, queue
 
     # a file written on a host (an env file, a backup copy): its temp file exists from here to the
     # rename, the narrowest window a kill can land in
@@ -114,6 +114,11 @@ def install() -> None:
     traced(api, "_take_up", "take-up", "taken-up")
     traced(runner.Runner, "adopt_backup", "adopt", "adopted")
     traced(hosts.HostGuard, "_restore_host", "host-restore", "host-restored")
+    # `orch queue run` (helpers/killqueue.py): an item claimed, its sweep (prepare, then the run or
+    # the resume), the queue's record of how it ended, and from there to the next claim
+    traced(queue.Queue, "claim", "claim", "claimed")
+    traced(overnight.QueueSweep, "__call__", "item", "item-ended")
+    traced(queue.Queue, "finish", "finish", "between")
 
 
 def main() -> int:

@@ -30,16 +30,14 @@ from orchestrator.team.queue import (
 )
 from orchestrator.team.queuestore import process_start
 
+from .helpers import FakeSweeps, add
+
 
 @pytest.fixture
 def queue(tmp_path: Path):
     q = Queue.in_reports(tmp_path / "reports")
     yield q
     q.close()
-
-
-def add(q: Queue, name: str, priority: int = 0, webhooks: tuple[str, ...] = ()) -> QueueItem:
-    return q.add(Path(f"/m/{name}.yaml"), Path("/i/inv.yaml"), None, priority, webhooks)
 
 
 def dead_claimer() -> Claimer:
@@ -176,41 +174,6 @@ def test_read_only_open_of_a_missing_queue_fails_without_creating_it(tmp_path: P
 
 
 # ---------------------------------------------------------------------------- the loop
-class FakeSweeps:
-    """Plays given outcomes per matrix name; records what it was asked to run."""
-
-    def __init__(self, tmp_path: Path, outcomes: dict[str, list[str]]) -> None:
-        self.tmp_path, self.outcomes = tmp_path, outcomes
-        self.calls: list[tuple[str, str, float | None, str | None]] = []
-
-    def __call__(self, item: QueueItem, deadline: float | None, record_run_dir) -> SweepOutcome:  # noqa: ANN001
-        name = Path(item.matrix).stem
-        status = self.outcomes[name].pop(0)
-        self.calls.append((name, item.state, deadline, item.run_dir))
-        if status == "raise":
-            self._run_dir(name, record_run_dir)
-            raise KeyboardInterrupt
-        if status == "locked":
-            return SweepOutcome("locked", 2, None, "testbed 'sim' is locked")
-        if status == "error":
-            return SweepOutcome("error", 2, None, "preflight: host down")
-        if status == "error-mid-run":  # failed after its run directory was made
-            return SweepOutcome("error", 1, self._run_dir(name, record_run_dir), "journal: disk full")
-        return SweepOutcome(
-            status,
-            {"completed": 0, "failed": 1, "interrupted": 130}[status],  # type: ignore[arg-type]
-            self._run_dir(name, record_run_dir),
-            f"{name} {status}",
-        )
-
-    def _run_dir(self, name: str, record_run_dir) -> Path:  # noqa: ANN001
-        run_dir = self.tmp_path / "reports" / f"run-{name}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "run.json").write_text("{}")
-        record_run_dir(run_dir)
-        return run_dir
-
-
 def test_loop_runs_everything_in_order_and_notifies(queue: Queue, tmp_path: Path) -> None:
     a, b, c = add(queue, "a"), add(queue, "b", 1), add(queue, "c")
     sweeps = FakeSweeps(tmp_path, {"a": ["completed"], "b": ["failed"], "c": ["completed"]})
