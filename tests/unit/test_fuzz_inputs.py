@@ -132,3 +132,25 @@ def test_an_error_at_line_100_keeps_its_line_number(tmp_path: Path, capsys: pyte
     matrix = tmp_path / "m.yaml"
     matrix.write_text("# a comment\n" * 99 + "name: x\x16\n")
     refused(["validate", str(matrix), "-i", str(inventory)], capsys, r"m\.yaml:100: invalid YAML")
+
+
+@pytest.mark.parametrize("ending", ["\r\n", "\r", "\u2028"])
+def test_a_byte_that_is_not_utf8_is_named_with_its_yaml_line_whatever_the_line_ending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], ending: str
+) -> None:
+    """YAML breaks a line at CR LF, a bare CR, LF, NEL, LS and PS (PyYAML's scanner); counting LF only
+    named line 1 of a CR file and lines past the end of an LS one. The byte sits on line 4 here."""
+    inventory, _ = private_inventory(tmp_path)
+    matrix = tmp_path / "m.yaml"
+    text = ending.join(["name: x", "factors:", "  a:", "    levels: [on, o\udcffff]", ""])
+    matrix.write_bytes(text.encode("utf-8", "surrogateescape"))
+    refused(["validate", str(matrix), "-i", str(inventory)], capsys, r"m\.yaml:4: not UTF-8 text")
+
+
+def test_the_line_of_a_bad_byte_counts_cr_lf_once() -> None:
+    """A CR LF pair is one break, a bare CR another (the pure count, without the CLI)."""
+    from orchestrator.core.bounded import line_of_offset
+
+    assert line_of_offset(b"a\r\nb\rc\nd\xff", 9) == 4
+    assert line_of_offset(b"a\r\n\r\nb", 6) == 3
+    assert line_of_offset(b"\xff", 0) == 1
