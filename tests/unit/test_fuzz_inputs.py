@@ -5,7 +5,10 @@ exit 2 and an error naming the file and the line, no traceback."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,3 +157,39 @@ def test_the_line_of_a_bad_byte_counts_cr_lf_once() -> None:
     assert line_of_offset(b"a\r\nb\rc\nd\xff", 9) == 4
     assert line_of_offset(b"a\r\n\r\nb", 6) == 3
     assert line_of_offset(b"\xff", 0) == 1
+
+
+ODD = os.fsdecode(b"20260509-070001-odd \xff\x01")  # a folder name that is not UTF-8 (os.scandir: surrogates)
+
+
+def test_a_run_folder_named_in_bytes_that_are_not_utf8_takes_no_view_down(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One folder in reports/ named in bytes that are not UTF-8 (a copy renamed by hand) made `orch
+    status --json`, `orch report` of any run (the runs index) and serve's /, /status, /api/status and
+    /api/runs fail with a traceback (UnicodeEncodeError: the name quoted into a link): seed 7 of
+    bench_fuzz_inputs.py's serve targets. Such a folder is not listed; the others are."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    from orchestrator.store.atomic import write_json_atomic
+    from orchestrator.store.liveness import StatusFile
+    from orchestrator.team.livestatus import snapshot
+    from orchestrator.team.queue import Claimer
+    from orchestrator.team.serve import status_json
+
+    reports = tmp_path / "reports"
+    manifest, records = synthetic_run(replicates=1, run_id="20260509-070000-good")
+    good = write_run(reports / "20260509-070000-good", manifest, records, plan_json=True)
+    me = Claimer.current()
+    status = dict(run_id=manifest.run_id, name=manifest.name, testbed="local", host=me.host, pid=me.pid,
+                  pid_start=me.start, state="finished", started=manifest.started, updated=manifest.ended, done=8,
+                  total=8, failed=0)  # fmt: skip
+    write_json_atomic(good / "status.json", StatusFile.model_validate(status))
+    shutil.copytree(good, reports / ODD)
+    assert main(["status", "--json", "--reports", str(reports)]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["directory"] for r in listed["runs"]] == [good.name]
+    assert main(["report", str(good)]) == 0, capsys.readouterr()
+    index = (reports / "index.html").read_text()
+    assert good.name in index and "odd" not in index
+    assert [r["directory"] for r in status_json(snapshot(reports))["runs"]] == [good.name]
