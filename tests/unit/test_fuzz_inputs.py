@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,31 @@ def test_a_run_folder_named_in_bytes_that_are_not_utf8_takes_no_view_down(
     index = (reports / "index.html").read_text()
     assert good.name in index and "odd" not in index
     assert [r["directory"] for r in status_json(snapshot(reports))["runs"]] == [good.name]
+
+
+def _other_schema(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE items (id TEXT PRIMARY KEY, what BLOB)")
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda p: p.write_bytes(b"garbage, not SQLite\n" * 50), id="garbage"),
+        pytest.param(lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200), id="bad-header"),
+        pytest.param(_other_schema, id="another-schema"),
+    ],
+)
+def test_a_queue_file_that_is_no_orch_queue_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], damage: Callable[[Path], None]
+) -> None:
+    """`orch queue list` over a queue.db that is garbage, a damaged SQLite file or another program's
+    schema: exit 2 naming the file, what bad input gets, where it was exit 1, a runtime fault
+    (bench_fuzz_inputs.py's queuedb targets, seeds 109, 184, 186)."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    damage(reports / "queue.db")
+    refused(["queue", "list", "--reports", str(reports)], capsys, r"queue\.db: cannot read the queue", "orch queue?")
