@@ -222,3 +222,26 @@ def test_a_queue_file_that_is_no_orch_queue_is_bad_input(
     reports.mkdir()
     damage(reports / "queue.db")
     refused(["queue", "list", "--reports", str(reports)], capsys, r"queue\.db: cannot read the queue", "orch queue?")
+
+
+@pytest.mark.parametrize(("column", "edit"), [("round", lambda c: c[:-1]), ("cell", lambda c: [*c[:-1], 99])])
+def test_a_plan_whose_columns_do_not_line_up_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str, edit: Callable[[list[int]], list[int]]
+) -> None:
+    """plan.json's column one trial short, or a trial's cell index past the cells: refused naming the
+    column's line (the out-of-range index's own), where the error named the file alone (seed 176 of
+    bench_fuzz_inputs.py's folder targets: a line deleted from plan.json, `orch export`)."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="20260509-070000-plan")
+    run = write_run(tmp_path / "20260509-070000-plan", manifest, records, plan_json=True)
+    plan = json.loads((run / "plan.json").read_text())
+    plan[column] = edit(plan[column])
+    text = json.dumps(plan, indent=2)
+    (run / "plan.json").write_text(text)
+    lines = text.splitlines()
+    if column == "round":
+        line = lines.index('  "round": [') + 1
+    else:
+        line = next(i for i, x in enumerate(lines) if x.strip() == "99") + 1
+    refused(["report", str(run)], capsys, rf"plan\.json:{line}: invalid plan: its columns do not line up")
