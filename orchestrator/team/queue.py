@@ -160,6 +160,13 @@ class Queue:
     def _light(self) -> str:
         """LIGHT_COLUMNS that this file has (a version-1 queue read read-only lacks the newer)."""
         have = {r["name"] for r in self._query("PRAGMA table_info(items)", ())}
+        newer = {c.split()[0] for c in _V2_COLUMNS}
+        missing = [c for c in LIGHT_COLUMNS.split(", ") if c not in have and c not in newer]
+        if missing:  # another program's items table (or none): `SELECT  FROM items` was a syntax error, exit 1
+            raise NotAQueue(
+                f"{self.path}: cannot read the queue: its items table has no {', '.join(missing[:3])} column "
+                "(is it an orch queue?)"
+            )
         return ", ".join(c for c in LIGHT_COLUMNS.split(", ") if c in have)
 
     def get(self, item_id: int) -> QueueItem:

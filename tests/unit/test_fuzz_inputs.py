@@ -196,11 +196,11 @@ def test_a_run_folder_named_in_bytes_that_are_not_utf8_takes_no_view_down(
     assert [r["directory"] for r in status_json(snapshot(reports))["runs"]] == [good.name]
 
 
-def _other_schema(path: Path) -> None:
+def _other_schema(path: Path, columns: str = "id TEXT PRIMARY KEY, what BLOB") -> None:
     import sqlite3
 
     with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE items (id TEXT PRIMARY KEY, what BLOB)")
+        db.execute(f"CREATE TABLE items ({columns})")
     db.close()
 
 
@@ -210,6 +210,7 @@ def _other_schema(path: Path) -> None:
         pytest.param(lambda p: p.write_bytes(b"garbage, not SQLite\n" * 50), id="garbage"),
         pytest.param(lambda p: p.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200), id="bad-header"),
         pytest.param(_other_schema, id="another-schema"),
+        pytest.param(lambda p: _other_schema(p, "x"), id="no-orch-column"),  # seeds 24, 241: a syntax error
     ],
 )
 def test_a_queue_file_that_is_no_orch_queue_is_bad_input(
