@@ -246,3 +246,24 @@ def test_a_plan_whose_columns_do_not_line_up_is_named_with_its_line(
     else:
         line = next(i for i, x in enumerate(lines) if x.strip() == "99") + 1
     refused(["report", str(run)], capsys, rf"plan\.json:{line}: invalid plan: its columns do not line up")
+
+
+@pytest.mark.parametrize("field", ["trial", "round"])
+@pytest.mark.parametrize("value", [10**400, 2**63, -1], ids=["10**400", "2**63", "-1"])
+def test_a_trial_number_past_int64_in_a_journal_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, value: int
+) -> None:
+    """A journal trial's `trial` or `round` of 10**400 (or 2**63) made `orch report` and `orch compare`
+    fail with OverflowError building the int64 metric table (seed 467 of bench_fuzz_inputs.py's hunt
+    targets); a negative one is no plan position either. Now bad input at its line."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="20260509-070000-big")
+    run = write_run(tmp_path / "20260509-070000-big", manifest, records, plan_json=True)
+    lines = (run / "journal.jsonl").read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if '"type":"trial"' in line and '"status":"completed"' in line)
+    record = json.loads(lines[at])
+    record[field] = value
+    lines[at] = json.dumps(record) + "\n"
+    (run / "journal.jsonl").write_text("".join(lines))
+    refused(["report", str(run)], capsys, rf"journal\.jsonl:{at + 1}: ")
