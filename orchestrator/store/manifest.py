@@ -227,9 +227,10 @@ _KIND = {RUN_JSON: "run manifest", PLAN_JSON: "plan"}
 
 
 def _line(data: bytes, error: ErrorDetails) -> int | None:
-    """The line of a run file's wrong field; of the object it is missing from when it is missing
-    (a whole file that is not JSON: pydantic's words name its line)."""
+    """The line of a run file's wrong field; of the object it is missing from when it is missing;
+    of the document's start when the whole is of the wrong type (a list, a number). A file that is
+    not JSON: pydantic's words name its line."""
     loc = tuple(error["loc"])
     if error["type"] == "missing":
         loc = loc[:-1]
-    return json_line(data.decode("utf-8", "replace"), loc) if loc or error["type"] == "missing" else None
+    return None if error["type"] == "json_invalid" else json_line(data.decode("utf-8", "replace"), loc)

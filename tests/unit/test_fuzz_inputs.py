@@ -267,3 +267,18 @@ def test_a_trial_number_past_int64_in_a_journal_is_named_with_its_line(
     lines[at] = json.dumps(record) + "\n"
     (run / "journal.jsonl").write_text("".join(lines))
     refused(["report", str(run)], capsys, rf"journal\.jsonl:{at + 1}: ")
+
+
+@pytest.mark.parametrize("document", ["[]\n", "\n\n0\n", "null"])
+def test_a_plan_json_that_is_no_object_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], document: str
+) -> None:
+    """plan.json that is JSON but no object (a list, a number): refused naming the line its value
+    starts on, where the error named the file alone (seed 681 of bench_fuzz_inputs.py's hunt targets)."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="20260509-070000-plan")
+    run = write_run(tmp_path / "20260509-070000-plan", manifest, records, plan_json=True)
+    (run / "plan.json").write_text(document)
+    line = len(document) - len(document.lstrip("\n")) + 1
+    refused(["report", str(run)], capsys, rf"plan\.json:{line}: invalid plan: Input should be an object")
