@@ -13,7 +13,20 @@ edge and long values, control characters, NUL, invalid UTF-8, a BOM, CRLF, tabs,
 and merge keys, tags, deep nesting, duplicate keys, confusable env names, regex metacharacters in
 metric patterns, a truncated or empty file. A YAML mutant goes through `orch validate`, `orch plan`
 and `orch run --dry-run`; a run folder's through `orch report` and `orch status` (plain and
---json). Each command runs in a forked child of this process (the imports paid once; the child's
+--json).
+
+Later targets (families, --targets): `folder` (the run's plan.json, summary.json) and `hunt` (an
+interrupted hunt's journal, hunt-handed.json, plan.json), whose mutants also go through `orch
+export`, `orch compare` (the mutated copy as A or B) and, for a hunt, `orch resume --dry-run` and
+`orch hunt M --resume --dry-run` (`run` gets export and compare too); `queue` (a matrix given to `orch
+queue add`, then `orch queue list`); `queuedb` (a queue.db, or a SQLite file of another schema, its
+bytes mutated, under `orch queue list` and `orch status`); `serve` (a route's URL made hostile:
+traversal, plain and encoded, symlinks out of reports/, huge queries, NUL, bad UTF-8, a run folder
+named in odd bytes; one request to `orch serve`'s own server over a socket pair: 4xx or 2xx, never
+5xx, never a byte of the file planted outside reports/). A seed draws among the families given (all
+by default; `--targets matrix,inventory,run` draws what the bench drew before these existed).
+
+Each command runs in a forked child of this process (the imports paid once; the child's
 peak RSS and CPU time measured, killed past --kill-after wall seconds or 1 GB), with connect() and
 process starts refused and recorded; --in-process calls main() here instead (no RSS; the unit
 tier's way). The time limit is CPU time: on a shared machine a load of 10 stretches a 1.6 s plan
@@ -24,7 +37,7 @@ exit 2 without file:line, over --max-seconds of CPU, over --max-mb of RSS, a hos
 a process started, the inventory's folder changed). Prints a tally by mutation kind and every BAD
 case with its seed (`--only SEED` replays it, printing the mutant's diff and the output).
 
-    nice python bench/bench_fuzz_inputs.py [--n 3000] [--seed 0] [--only SEED] [--in-process]
+    nice python bench/bench_fuzz_inputs.py [--n 3000] [--seed 0] [--only SEED] [--in-process] [--targets serve,hunt]
 
 Measured: see bench/README.md ("bench_fuzz_inputs.py").
 """
