@@ -13,7 +13,20 @@ edge and long values, control characters, NUL, invalid UTF-8, a BOM, CRLF, tabs,
 and merge keys, tags, deep nesting, duplicate keys, confusable env names, regex metacharacters in
 metric patterns, a truncated or empty file. A YAML mutant goes through `orch validate`, `orch plan`
 and `orch run --dry-run`; a run folder's through `orch report` and `orch status` (plain and
---json). Each command runs in a forked child of this process (the imports paid once; the child's
+--json).
+
+Later targets (families, --targets): `folder` (the run's plan.json, summary.json) and `hunt` (an
+interrupted hunt's journal, hunt-handed.json, plan.json), whose mutants also go through `orch
+export`, `orch compare` (the mutated copy as A or B) and, for a hunt, `orch resume --dry-run` and
+`orch hunt M --resume --dry-run` (`run` gets export and compare too); `queue` (a matrix given to `orch
+queue add`, then `orch queue list`); `queuedb` (a queue.db, or a SQLite file of another schema, its
+bytes mutated, under `orch queue list` and `orch status`); `serve` (a route's URL made hostile:
+traversal, plain and encoded, symlinks out of reports/, huge queries, NUL, bad UTF-8, a run folder
+named in odd bytes; one request to `orch serve`'s own server over a socket pair: 4xx or 2xx, never
+5xx, never a byte of the file planted outside reports/). A seed draws among the families given (all
+by default; `--targets matrix,inventory,run` draws what the bench drew before these existed).
+
+Each command runs in a forked child of this process (the imports paid once; the child's
 peak RSS and CPU time measured, killed past --kill-after wall seconds or 1 GB), with connect() and
 process starts refused and recorded; --in-process calls main() here instead (no RSS; the unit
 tier's way). The time limit is CPU time: on a shared machine a load of 10 stretches a 1.6 s plan
@@ -24,7 +37,7 @@ exit 2 without file:line, over --max-seconds of CPU, over --max-mb of RSS, a hos
 a process started, the inventory's folder changed). Prints a tally by mutation kind and every BAD
 case with its seed (`--only SEED` replays it, printing the mutant's diff and the output).
 
-    nice python bench/bench_fuzz_inputs.py [--n 3000] [--seed 0] [--only SEED] [--in-process]
+    nice python bench/bench_fuzz_inputs.py [--n 3000] [--seed 0] [--only SEED] [--in-process] [--targets serve,hunt]
 
 Measured: see bench/README.md ("bench_fuzz_inputs.py").
 """
@@ -43,15 +56,18 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the synthetic run the report tests use
@@ -61,9 +77,18 @@ from timing import load_line  # noqa: E402
 MATRICES = sorted(p.name for p in (REPO / "matrices").glob("*.yaml"))
 INVENTORIES = ("local.yaml", "example-pd.yaml")
 RUN_FILES = ("run.json", "journal.jsonl", "status.json")
+FOLDER_FILES = ("plan.json", "summary.json")  # the finished run's other files ("folder:" targets)
+HUNT_FILES = ("journal.jsonl", "hunt-handed.json", "plan.json")  # an interrupted hunt's ("hunt:" targets)
+QUEUED = ("overlap_ablation.yaml", "dsv4_hunt.yaml")  # matrices given to `orch queue add` ("queue:" targets)
 RUN_ID = "20260509-070000-overlap_ablation"
-YAML_COMMANDS = ("validate", "plan", "dry-run")
-RUN_COMMANDS = ("report", "status", "status-json")
+HUNT_ID = "20261205-000000-small_hunt"
+ODD_ID = os.fsdecode(b"20260509-070001-odd \xff\x01%2e\xe5\x90\x8d;'<x>")  # a run folder named with odd bytes
+SECRET = "FUZZ-SECRET-OUTSIDE-REPORTS"  # in a file beside reports/: a page holding it served a file outside
+YAML_FAMILIES = ("matrix", "inventory", "queue")
+JSON_FAMILIES = ("run", "folder", "hunt")
+OLD_FAMILIES = ("matrix", "inventory", "run")  # what the bench mutated before serve, the queue and the hunt
+# a target's weight (the old three's as before: their seeds draw what they drew); serve has 10 URLs
+WEIGHTS = {"matrix": 3, "inventory": 2, "run": 2, "folder": 2, "hunt": 2, "queue": 2, "queuedb": 2, "serve": 0.6}
 
 
 # ---------------------------------------------------------------- mutations (text -> text)
@@ -367,6 +392,51 @@ KINDS: dict[str, Mutate] = {
     )
 }  # fmt: skip
 YAML_ONLY = {"indent", "tabs", "anchors", "tags", "confusable", "regex_meta"}
+BINARY_KINDS = {"delete_line", "duplicate_line", "swap_lines", "control_char", "nul", "invalid_utf8", "bom",
+                "crlf", "truncate", "empty"}  # fmt: skip  # what a SQLite file's bytes are mutated by
+
+
+# ---------------------------------------------------------------- hostile URLs (serve)
+
+Hostile = Callable[[random.Random, str], str]
+HOSTILE: tuple[Hostile, ...] = (
+    lambda rng, u: "/.." * rng.choice((1, 3, 40)) + "/secret.txt",  # traversal
+    lambda rng, u: "/" + "%2e%2e/" * rng.choice((1, 5)) + "secret.txt",  # encoded traversal
+    lambda rng, u: "/" + "%252e%252e/" * 3 + "secret.txt",  # encoded twice
+    lambda rng, u: f"/{RUN_ID}/..%2f..%2fsecret.txt",
+    lambda rng, u: f"/{RUN_ID}/leak.txt",  # a symlink in a run folder to the file outside
+    lambda rng, u: "/leakdir/secret.txt",  # a symlinked folder in reports/ to the case's folder
+    lambda rng, u: f"/{RUN_ID}/backup/",
+    lambda rng, u: f"/{RUN_ID}/.hidden",
+    lambda rng, u: u + "?a=" + "x" * rng.choice((10_000, 70_000, 1_000_000)),  # huge query string
+    lambda rng, u: u + "?" + "&".join(f"k{i}=v" for i in range(rng.choice((1_000, 50_000)))),
+    lambda rng, u: u + "?run=" + "%ff%fe%c3(" * rng.choice((1, 1000)),  # bad UTF-8 in the query
+    lambda rng, u: u + rng.choice(("%00", "%00.html", "\x00", "%00/../secret.txt")),  # NUL
+    lambda rng, u: u + rng.choice(("%ff", "%c3(", "\udcff", "\udced\udca0\udc80")),  # bad UTF-8 (raw: surrogates)
+    lambda rng, u: u + "%0d%0aSet-Cookie:%20x=1",
+    lambda rng, u: rng.choice(("//", "http://evil.example", "///", "/./")) + u.lstrip("/"),
+    lambda rng, u: rng.choice(("*", "%", "%zz", "?", "#", "", "\\..\\secret.txt", "/\\..\\secret.txt")),
+    lambda rng, u: "/" + "a/" * rng.choice((100, 5_000, 40_000)),  # a long or deep path
+    lambda rng, u: "/" + quote(os.fsencode(ODD_ID)) + rng.choice(("/", "/index.html", "/run.json", "/summary.json")),
+)
+
+
+def hostile_url(kind: str, rng: random.Random, url: str) -> str:
+    """A route's URL made hostile: the mutation kind's change to its text (a control character, NUL, a
+    bad byte, cut...) sometimes, then, mostly, one of HOSTILE's (traversal, a huge query...)."""
+    if rng.random() < 0.5:
+        url = KINDS[kind](rng, url, False)
+    if rng.random() < 0.8:
+        url = rng.choice(HOSTILE)(rng, url)
+    return url
+
+
+def request_bytes(rng: random.Random, url: str) -> str:
+    """The request the URL is sent in (as text, bad bytes as surrogates): GET or HEAD, a Host header,
+    sometimes an odd or huge one."""
+    method = rng.choice(("GET", "GET", "GET", "HEAD"))
+    host = rng.choice(("127.0.0.1", "127.0.0.1", "localhost:8000", "evil.example", "127.0.0.1\x00", "h" * 70_000))
+    return f"{method} {url} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
 
 
 # ---------------------------------------------------------------- mutants
@@ -381,30 +451,93 @@ class Mutant:
     text: str
 
     @property
+    def family(self) -> str:
+        return self.target.split(":", 1)[0]
+
+    @property
     def file(self) -> str:
         """The name the mutated file has in the case's folder (its errors name it)."""
         where, name = self.target.split(":", 1)
-        return {"matrix": "m.yaml", "inventory": "inv.yaml"}.get(where, name)
+        return {"matrix": "m.yaml", "queue": "m.yaml", "inventory": "inv.yaml", "queuedb": "queue.db"}.get(where, name)
 
 
-def draw(seed: int, bases: dict[str, str]) -> Mutant:
-    """The mutant of `seed`: its kind by seed (each kind in turn), its target and change drawn."""
+def applies(kind: str, target: str, text: str) -> bool:
+    """Whether a kind has a meaning for a target: YAML's own kinds for YAML files, byte-level ones
+    for a SQLite file, any for a URL (hostile_url)."""
+    family = target.split(":", 1)[0]
+    if family == "serve":
+        return True
+    if family == "queuedb":
+        return kind in BINARY_KINDS
+    if kind in YAML_ONLY and family not in YAML_FAMILIES:
+        return False
+    return kind != "regex_meta" or "regex:" in text
+
+
+def draw(seed: int, bases: dict[str, str], families: tuple[str, ...] | None = None) -> Mutant | None:
+    """The mutant of `seed`: its kind by seed (each kind in turn), its target (among `families`, all
+    by default) and change drawn; None when the kind means nothing for those families."""
     rng = random.Random(seed)
     kind = list(KINDS)[seed % len(KINDS)]
-    targets = [t for t in bases if not (kind in YAML_ONLY and t.startswith("run:"))]
-    if kind == "regex_meta":
-        targets = [t for t in targets if "regex:" in bases[t]]
-    weights = [3 if t.startswith("matrix:") else 2 if t.startswith("inventory:") else 2 for t in targets]
-    target = rng.choices(targets, weights)[0]
-    text = bases[target]
-    return Mutant(seed, kind, target, text, KINDS[kind](rng, text, target.startswith("run:")))
+    targets = [t for t, text in bases.items() if applies(kind, t, text)]
+    targets = [t for t in targets if families is None or t.split(":", 1)[0] in families]
+    if not targets:
+        return None
+    target = rng.choices(targets, [WEIGHTS[t.split(":", 1)[0]] for t in targets])[0]
+    text, family = bases[target], target.split(":", 1)[0]
+    if family == "serve":
+        return Mutant(seed, kind, target, text, request_bytes(rng, hostile_url(kind, rng, text)))
+    return Mutant(seed, kind, target, text, KINDS[kind](rng, text, family in JSON_FAMILIES))
 
 
-def base_texts(run_dir: Path) -> dict[str, str]:
+@dataclass(frozen=True)
+class Bases:
+    """The unmutated folders the mutants are copies of (made once, in the bench's temporary folder)."""
+
+    run: Path  # a finished synthetic run (tests/helpers/report_synth.py), its summary.json written
+    hunt: Path  # an interrupted small hunt (tests/helpers/hunt_runs.py) with its hunt-handed.json
+    hunt_matrix: Path
+    queue_db: Path  # a queue.db holding one item (`orch queue add`)
+    other_db: Path  # a SQLite file of another schema
+
+
+def base_texts(b: Bases) -> dict[str, str]:
+    """Every target's unmutated text (a SQLite file's bytes as text: bad bytes kept as surrogates)."""
     bases = {f"matrix:{m}": (REPO / "matrices" / m).read_text() for m in MATRICES}
     bases |= {f"inventory:{i}": (REPO / "inventory" / i).read_text() for i in INVENTORIES}
-    bases |= {f"run:{f}": (run_dir / f).read_text() for f in RUN_FILES}
+    bases |= {f"run:{f}": (b.run / f).read_text() for f in RUN_FILES}
+    bases |= {f"folder:{f}": (b.run / f).read_text() for f in FOLDER_FILES}
+    bases |= {f"hunt:{f}": (b.hunt / f).read_text() for f in HUNT_FILES}
+    bases |= {f"queue:{m}": (REPO / "matrices" / m).read_text() for m in QUEUED}
+    bases |= {f"queuedb:{p.name}": p.read_bytes().decode("utf-8", "surrogateescape") for p in (b.queue_db, b.other_db)}
+    urls = ["/", "/index.html", "/status", "/api/status", "/api/runs", f"/{RUN_ID}/", f"/{RUN_ID}/index.html",
+            f"/{RUN_ID}/run.json", f"/{RUN_ID}/journal.jsonl", f"/{HUNT_ID}/hunt.html"]  # fmt: skip
+    bases |= {f"serve:{u}": u for u in urls}
     return bases
+
+
+def make_bases(folder: Path) -> Bases:
+    """The synthetic run, the hunt, and the queue files, in `folder`."""
+    from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
+
+    from orchestrator.store.hunthanded import write_handed
+    from orchestrator.store.rundir import RunDir
+
+    run_dir = make_run(folder / "reports")
+    call_main(["report", str(run_dir)])  # its summary.json and index.html
+    matrix = small_hunt(folder)
+    hunt_dir = folder / "reports" / HUNT_ID
+    records = hunt_run(hunt_dir, matrix, truth_answer(matrix), limit=12, status="interrupted")
+    write_handed(RunDir.of(hunt_dir).hunt_handed, [dict(r.levels) for r in records])
+    queue = folder / "queue"
+    matrix_file, inventory = str(REPO / "matrices" / QUEUED[0]), str(REPO / "inventory" / "local.yaml")
+    code, out, _ = call_main(["queue", "add", matrix_file, "-i", inventory, "--reports", str(queue)])
+    assert code == 0, out
+    other = folder / "other.db"
+    with contextlib.closing(sqlite3.connect(other)) as db, db:
+        db.executescript("CREATE TABLE items (id TEXT PRIMARY KEY, what BLOB); PRAGMA user_version = 99;"
+                         "INSERT INTO items VALUES ('x', x'00ff'); CREATE TABLE meta (k, v);")  # fmt: skip
+    return Bases(run_dir, hunt_dir, matrix.path, queue / "queue.db", other)
 
 
 def make_run(folder: Path) -> Path:
@@ -427,20 +560,23 @@ def make_run(folder: Path) -> Path:
     return run_dir
 
 
-def lay_out(m: Mutant, case: Path, run_dir: Path) -> list[tuple[str, list[str]]]:
+def lay_out(m: Mutant, case: Path, b: Bases) -> list[tuple[str, list[str]]]:
     """The mutant's files in `case` (a private copy of everything it names); the commands to run."""
     case.mkdir(parents=True)
     raw = m.text.encode("utf-8", "surrogateescape")
     where, name = m.target.split(":", 1)
-    if where == "run":
-        reports = case / "reports"
-        shutil.copytree(run_dir, reports / RUN_ID)
-        (reports / RUN_ID / name).write_bytes(raw)
-        folder = str(reports / RUN_ID)
-        return [("report", ["report", folder]), ("status", ["status", "--reports", str(reports)]),
-                ("status-json", ["status", "--json", "--reports", str(reports)])]  # fmt: skip
+    if where in ("run", "folder", "hunt"):
+        return _run_case(m, case, b, raw)
+    if where == "queuedb":
+        (case / "reports").mkdir()
+        (case / "reports" / "queue.db").write_bytes(raw)
+        reports = ["--reports", str(case / "reports")]
+        return [("queue-list", ["queue", "list", *reports]), ("queue-list-all", ["queue", "list", "--all", *reports]),
+                ("status", ["status", *reports]), ("status-json", ["status", "--json", *reports])]  # fmt: skip
+    if where == "serve":
+        return [("serve", ["__serve__", str(_serve_case(case, b)), raw.hex()])]
     shutil.copytree(REPO / "inventory" / "local", case / "local")
-    if where == "matrix":
+    if where in ("matrix", "queue"):
         matrix, inventory = case / "m.yaml", case / "local.yaml"
         matrix.write_bytes(raw)
         shutil.copy(REPO / "inventory" / "local.yaml", inventory)
@@ -451,8 +587,49 @@ def lay_out(m: Mutant, case: Path, run_dir: Path) -> list[tuple[str, list[str]]]
         matrix = case / pick
         shutil.copy(REPO / "matrices" / pick, matrix)
     common = [str(matrix), "-i", str(inventory)]
+    if where == "queue":  # the reports folder made: a refused add leaves none, and list would say so
+        (case / "reports").mkdir()
+        reports = ["--reports", str(case / "reports")]
+        return [("queue-add", ["queue", "add", *common, *reports]), ("queue-list", ["queue", "list", *reports])]
     return [("validate", ["validate", *common]), ("plan", ["plan", *common]),
             ("dry-run", ["run", *common, "--dry-run", "--out", str(case / "out")])]  # fmt: skip
+
+
+def _run_case(m: Mutant, case: Path, b: Bases, raw: bytes) -> list[tuple[str, list[str]]]:
+    """A run folder's mutant: the run (or the hunt) copied twice into case/reports, one copy's file
+    mutated; `orch compare` gets the mutated copy as A or as B (by the seed). `orch report` comes
+    last: it writes summary.json anew."""
+    where, name = m.target.split(":", 1)
+    base = b.hunt if where == "hunt" else b.run
+    reports = case / "reports"
+    mutated, other = reports / base.name, reports / f"{base.name}-b"
+    shutil.copytree(base, mutated)
+    shutil.copytree(base, other)
+    (mutated / name).write_bytes(raw)
+    a_b = [str(mutated), str(other)] if m.seed % 2 == 0 else [str(other), str(mutated)]
+    fmt = ("csv", "json", "junit", "bencher")[m.seed // len(KINDS) % 4]
+    commands = [("status", ["status", "--reports", str(reports)]),
+                ("status-json", ["status", "--json", "--reports", str(reports)]),
+                ("export", ["export", str(mutated), "--format", fmt, "-o", str(case / f"export.{fmt}")]),
+                ("compare", ["compare", *a_b, "-o", str(case / "compare.html")])]  # fmt: skip
+    if where == "hunt":  # an interrupted hunt: the two ways to preview its resume
+        commands += [("resume-dry", ["resume", str(mutated), "--dry-run"]),
+                     ("hunt-resume-dry", ["hunt", str(b.hunt_matrix), "-i", str(REPO / "inventory" / "local.yaml"),
+                                          "--resume", str(mutated), "--dry-run"])]  # fmt: skip
+    return [*commands, ("report", ["report", str(mutated)])]
+
+
+def _serve_case(case: Path, b: Bases) -> Path:
+    """A reports folder for the serve app: the run, the hunt and a copy of the run under a folder name
+    of odd bytes; beside it a file that must never be served, which a symlinked file in the run and a
+    symlinked folder in reports/ point to."""
+    reports = case / "reports"
+    for base, name in ((b.run, RUN_ID), (b.hunt, HUNT_ID), (b.run, ODD_ID)):
+        shutil.copytree(base, reports / name)
+    (case / "secret.txt").write_text(SECRET + "\n")
+    (reports / RUN_ID / "leak.txt").symlink_to(case / "secret.txt")
+    (reports / "leakdir").symlink_to(case)
+    return reports
 
 
 # ---------------------------------------------------------------- running one command
@@ -493,19 +670,67 @@ def no_hosts(touched: list[str]) -> Iterator[None]:
 
 
 def call_main(argv: list[str]) -> tuple[int, str, list[str]]:
-    """orch's main() on argv here: its exit code, stdout + stderr, what it tried to touch."""
+    """orch's main() on argv here (or, for `__serve__`, one request to the serve app): its exit code,
+    stdout + stderr, what it tried to touch."""
     from orchestrator.cli.main import main
 
     buf, touched = io.StringIO(), []
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf), no_hosts(touched):
         try:
-            code = main(argv)
+            code = serve_request(Path(argv[1]), bytes.fromhex(argv[2])) if argv[0] == "__serve__" else main(argv)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 2
         except BaseException:  # noqa: BLE001 - what the user would see: the traceback
             traceback.print_exc(file=buf)
             code = -1
     return code, buf.getvalue(), touched
+
+
+def serve_request(reports: Path, request: bytes, wait: float = 30.0) -> int:
+    """One request to `orch serve`'s app (team.serve's server and handler, as `orch serve` makes them)
+    over a socket pair: no connection to anything, not even loopback. Prints the answer's status line
+    (FUZZ-SERVE-STATUS) and FUZZ-SERVE-LEAK if its body holds the file outside reports/; 0."""
+    from orchestrator.team.serve import make_server
+
+    server = make_server(reports, "127.0.0.1", 0)
+    ours, theirs = socket.socketpair()
+    failed: list[str] = []
+
+    def handle() -> None:
+        try:
+            server.finish_request(theirs, ("127.0.0.1", 40000))
+        except BaseException:  # noqa: BLE001 - a traceback the server would print
+            failed.append(traceback.format_exc())
+        finally:
+            server.shutdown_request(theirs)
+
+    worker = threading.Thread(target=handle, daemon=True)
+    try:
+        worker.start()
+        ours.settimeout(wait)
+        with contextlib.suppress(OSError):  # the server may answer (414, 431) and close before reading it all
+            ours.sendall(request)
+            ours.shutdown(socket.SHUT_WR)
+        reply = _read_all(ours)
+        worker.join(wait)
+    finally:
+        ours.close()
+        server.server_close()
+    print("".join(failed), end="")
+    head = reply.split(b"\r\n", 1)[0].decode("latin-1")
+    status = re.match(r"HTTP/1\.[01] (\d{3})", head)
+    print(f"FUZZ-SERVE-STATUS {status.group(1) if status else 'none'} {head[:100]!r} ({len(reply)} bytes)")
+    if SECRET.encode() in reply or b"root:x:0:0" in reply:
+        print("FUZZ-SERVE-LEAK a file outside reports/ was served")
+    return 0
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def in_process(argv: list[str], kill_after: float) -> Result:
@@ -570,6 +795,24 @@ def _rss_mb(pid: int) -> float:
 
 
 WHOLE_FILE = r"(file is larger than|over \d+ MiB|is empty|no such file)"
+BETWEEN_FILES = r"the plan \(\d+ trials\) is not the one run\.json describes"  # plan.json edited: its digest
+BETWEEN_RUNS = r"nothing to compare: run [AB] has no completed trial"  # `orch compare` of a journal left empty
+
+
+def serve_verdict(r: Result) -> str:
+    """A served answer: 4xx (refused: 'ok2') or 2xx/3xx ('ok0'); BAD: none, a 5xx, a traceback, a
+    file from outside reports/."""
+    status = re.search(r"^FUZZ-SERVE-STATUS (\S+)", r.output, re.M)
+    if "Traceback (most recent call last)" in r.output or r.code != 0 or status is None:
+        return "BAD traceback"
+    if "FUZZ-SERVE-LEAK" in r.output:
+        return "BAD served a file outside reports/"
+    if not status.group(1).isdigit():
+        return "BAD no answer"
+    code = int(status.group(1))
+    if code == 505:  # a request line without a version (HTTP/0.9): team.serve's deliberate answer
+        return "ok2"
+    return f"BAD answered {code}" if code >= 500 else "ok2" if code >= 400 else "ok0"
 
 
 def verdict(m: Mutant, command: str, r: Result, max_seconds: float, max_mb: float) -> str:
@@ -582,6 +825,8 @@ def verdict(m: Mutant, command: str, r: Result, max_seconds: float, max_mb: floa
         return f"BAD over {max_seconds:g} CPU s"
     if r.peak_mb is not None and r.peak_mb > max_mb:
         return f"BAD over {max_mb:g} MB"
+    if m.family == "serve":
+        return serve_verdict(r)
     if "Traceback (most recent call last)" in r.output or r.code == -1:
         return "BAD traceback"
     if r.code == 0:
@@ -594,6 +839,10 @@ def verdict(m: Mutant, command: str, r: Result, max_seconds: float, max_mb: floa
         return "ok2"  # another file's line: a hunt matrix given to `orch run` names its `hunt:` line
     if re.search(rf"{re.escape(m.file)}: {WHOLE_FILE}", r.output):
         return "ok2"  # a fault of the whole file: it has no line to name
+    if m.family == "queuedb" and re.search(r"queue\.db\b", r.output):
+        return "ok2"  # a database file has no lines: named, it is found
+    if re.search(rf"{re.escape(m.file)}: {BETWEEN_FILES}|{BETWEEN_RUNS}", r.output):
+        return "ok2"  # a fault between two files or two runs: no one line is wrong
     return "BAD exit 2 without file:line"
 
 
@@ -614,11 +863,11 @@ def cause(line: str) -> str:
     return re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", line)[:140]
 
 
-def check(m: Mutant, root: Path, run_dir: Path, runner: Callable[[list[str], float], Result], args: argparse.Namespace
+def check(m: Mutant, root: Path, b: Bases, runner: Callable[[list[str], float], Result], args: argparse.Namespace
           ) -> list[tuple[str, str, Result]]:  # fmt: skip
     """Every command on the mutant: (command, verdict, result); the inventory's folder checked unchanged."""
     case = root / str(m.seed)
-    commands = lay_out(m, case, run_dir)
+    commands = lay_out(m, case, b)
     before = _tree(case / "local")
     results = []
     for name, argv in commands:
@@ -657,6 +906,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-after", type=float, default=60.0, help="wall seconds (a hang); the limit is CPU s")
     p.add_argument("--keep-cases", action="store_true", help="keep each case's folder")
     p.add_argument("--quiet", action="store_true", help="no line per BAD case as it is found")
+    p.add_argument("--targets", type=lambda t: tuple(t.split(",")), help=f"only these families ({', '.join(WEIGHTS)})")
     return p.parse_args(argv)
 
 
@@ -666,16 +916,20 @@ def run(args: argparse.Namespace) -> dict[str, Counter[str]]:
     _preload()
     runner = in_process if args.in_process else forked
     tally: dict[str, Counter[str]] = defaultdict(Counter)
+    tally_target: dict[str, Counter[str]] = defaultdict(Counter)
     bad: dict[str, list[str]] = defaultdict(list)
     seeds = args.only or list(range(args.seed, args.seed + args.n))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="orch-fuzz-") as tmp:
         root = Path(tmp)
-        run_dir = make_run(root / "base")
-        bases = base_texts(run_dir)
+        made = make_bases(root / "base")
+        bases = base_texts(made)
         for seed in seeds:
-            m = draw(seed, bases)
-            results = check(m, root / "cases", run_dir, runner, args)
+            m = draw(seed, bases, args.targets)
+            if m is None:  # the kind means nothing for --targets
+                continue
+            results = check(m, root / "cases", made, runner, args)
+            tally_target[m.family]["BAD" if any(v.startswith("BAD") for _, v, _ in results) else "ok"] += 1
             worst = next((v for _, v, _ in results if v.startswith("BAD")), None)
             tally[m.kind]["BAD" if worst else "ok2" if any(v == "ok2" for _, v, _ in results) else "ok0"] += 1
             for name, v, r in results:
@@ -686,7 +940,8 @@ def run(args: argparse.Namespace) -> dict[str, Counter[str]]:
                         print(line, flush=True)
             if args.only:
                 _show(m, results)
-    _print_tally(tally, bad, len(seeds), time.perf_counter() - t0)
+    _print_tally(tally, bad, sum(sum(t.values()) for t in tally.values()), time.perf_counter() - t0)
+    print("by target: " + ", ".join(f"{k} {sum(t.values())} ({t['BAD']} BAD)" for k, t in sorted(tally_target.items())))
     return tally
 
 
@@ -703,7 +958,7 @@ def _preload() -> None:
 
 def _show(m: Mutant, results: list[tuple[str, str, Result]]) -> None:
     diff = difflib.unified_diff(m.base.splitlines(), m.text.splitlines(), m.target, "mutant", lineterm="", n=1)
-    print("\n".join(line[:300] for line in diff))
+    print("\n".join(line[:300].encode("utf-8", "backslashreplace").decode() for line in diff))  # bad bytes shown
     for name, v, r in results:
         peak = f"{r.peak_mb:.0f} MB" if r.peak_mb is not None else "RSS not measured"
         print(f"--- {name}: exit {r.code}, {r.seconds:.2f} CPU s ({r.wall:.2f} s wall), {peak}: {v}")

@@ -131,9 +131,9 @@ def test_the_plan_of_another_run_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "damage,line,message",
     [
-        (lambda d: {**d, "round": d["round"][:-1]}, "", "invalid plan: its columns do not line up"),
-        (lambda d: {**d, "cell": [99] + d["cell"][1:]}, "", "invalid plan: its columns do not line up"),
-        # a field of the wrong shape: its line (the file is one line here)
+        # columns that do not line up, and a field of the wrong shape: its line (the file is one line here)
+        (lambda d: {**d, "round": d["round"][:-1]}, ":1", "invalid plan: its columns do not line up"),
+        (lambda d: {**d, "cell": [99] + d["cell"][1:]}, ":1", "invalid plan: its columns do not line up"),
         (lambda d: {**d, "trial": "0 1 2"}, ":1", "trial: invalid plan: Input should be a valid array"),
         (lambda d: {**d, "extra": 1}, ":1", "extra: invalid plan: Extra inputs are not permitted"),
     ],

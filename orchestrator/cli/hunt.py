@@ -83,6 +83,11 @@ def _resume(args: argparse.Namespace) -> int:
     from orchestrator.sweep import api
 
     check_same_matrix(args.matrix, args.resume)
+    if args.dry_run:  # it was ignored: the hunt resumed for real
+        from orchestrator.cli.console import out
+        from orchestrator.cli.planview import print_resume_dry_run
+
+        return print_resume_dry_run(api.preview_resume(args.resume), out)
     retries = args.retries
     request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
     outcome = api.resume(request, _progress, warn=warn)

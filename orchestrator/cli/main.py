@@ -321,11 +321,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     hooks = _webhooks(args.webhook)
     if args.dry_run:
         from orchestrator.cli.console import out
-        from orchestrator.cli.planview import print_resume_preview
+        from orchestrator.cli.planview import print_resume_dry_run
 
-        print_resume_preview(api.preview_resume(args.run_dir), out)
-        out.print("dry run: nothing was changed (the hosts are checked when the resume runs)")
-        return 0
+        return print_resume_dry_run(api.preview_resume(args.run_dir), out)
     return _finished(api.resume(request, _live_progress, warn=warn), hooks)
 
 

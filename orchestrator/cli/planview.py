@@ -50,6 +50,14 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
         console.print(f"[yellow]warning:[/yellow] {escape(line)}")
 
 
+def print_resume_dry_run(preview: ResumePreview, console: Console) -> int:
+    """`orch resume RUN --dry-run` and `orch hunt M --resume RUN --dry-run`: the preview, nothing
+    touched (one way: the hunt's ignored --dry-run and resumed for real). Exit code 0."""
+    print_resume_preview(preview, console)
+    console.print("dry run: nothing was changed (the hosts are checked when the resume runs)")
+    return 0
+
+
 def print_resume_preview(preview: ResumePreview, console: Console) -> None:
     """What a resume would run: the trials its journal has not finished, in run order (a hunt's
     search decides its next trials when it runs, so only its count so far is known)."""

@@ -10,6 +10,7 @@ bytes are read, so a file over the cap is refused with its size, never loaded.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -56,10 +57,20 @@ def read_bounded_text(path: Path, cap: int, display: str | None = None) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        line = line_of_offset(data, exc.start)
         raise ConfigError(
             f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=display or str(path), line=line
         ) from None
+
+
+LINE_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")  # YAML's (PyYAML's scanner): CR LF is one
+
+
+def line_of_offset(data: bytes, offset: int) -> int:
+    """The line of byte `offset` as the YAML reader numbers lines: a CR file (old Mac) or one with
+    LS/NEL breaks has its lines counted as its errors count them, not by LF alone. The bytes before
+    `offset` are valid UTF-8 (the first bad byte's offset); any left are replaced, never raised."""
+    return len(LINE_BREAK.findall(data[:offset].decode("utf-8", "replace"))) + 1
 
 
 def bounded_or_why(path: Path, cap: int, display: str) -> bytes | str | None:

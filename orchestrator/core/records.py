@@ -61,6 +61,9 @@ class Frozen(BaseModel):
 # journal is bad input at its line, not an OverflowError in the report.
 Events = Annotated[int, Field(ge=0, le=MAX_SESSIONS)]
 Sessions = Annotated[int, Field(ge=0, le=MAX_SESSIONS)]  # 0: no sessions ran (k = 0), which readers skip
+# A trial's replicate round: the report's metric table holds it as int64 (a hand-edited 10**400 was
+# an OverflowError in `orch report` and `orch compare`, -1 no round at all).
+Round = Annotated[int, Field(ge=0, le=2**63 - 1)]
 # A number is finite or absent (None: a scrape that failed). The writer never writes another:
 # pydantic writes inf and NaN as null, so a non-finite value in a journal was put there by hand.
 FiniteValue = Annotated[float, Field(allow_inf_nan=False)]
@@ -172,7 +175,7 @@ class TrialRecord(Frozen):
     schema_version: int = SCHEMA_VERSION
     run_id: str
     trial: int  # 0-based position in the plan
-    round: int  # replicate round (randomized blocks: one permutation per round)
+    round: Round  # replicate round (randomized blocks: one permutation per round)
     cell: str  # stable cell id, e.g. "bf16_index_k=on,overlap=on,cuda_graph=on"
     levels: dict[str, str]  # factor -> level name
     is_baseline: bool = False

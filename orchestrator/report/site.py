@@ -56,6 +56,7 @@ from orchestrator.store.rundir import (
     SUMMARY_JSON,
     ReportsDir,
     RunDir,
+    listable,
 )
 from orchestrator.store.stamps import SETTLE_NS as SETTLE_NS
 from orchestrator.store.stamps import Stamp, file_stamp, settled
@@ -329,6 +330,8 @@ def _folders(reports_dir: Path) -> list[tuple[str, str, Stamp]]:
     found: list[tuple[str, str, Stamp]] = []
     with os.scandir(reports_dir) as it:
         for d in it:
+            if not listable(d.name):
+                continue
             stamp = file_stamp(f"{d.path}/{RUN_JSON}") if d.is_dir() else None
             if (stamp is not None and stat.S_ISREG(stamp[0])) or (d.is_dir() and holds_run(d.path)):
                 found.append((d.name, d.path, stamp))

@@ -53,6 +53,7 @@ from orchestrator.core.records import (
     Events,
     FiniteValue,
     MetricKind,
+    Round,
     Sessions,
     TrialRecord,
     TrialStatus,
@@ -656,7 +657,7 @@ class _RowFields(TypedDict):
     type: Literal["trial", "event"]
     schema_version: Any
     trial: NotRequired[int]
-    round: NotRequired[int]
+    round: NotRequired[Round]  # bounded as TrialRecord.round: past it, the full parser names the line
     cell: NotRequired[str]
     levels: NotRequired[dict[str, str]]
     attempt: NotRequired[int]

@@ -139,10 +139,13 @@ def load_plan(run_dir: Path, manifest: RunManifest) -> PlanColumns:
         )
     columns = _validated(path, PlanColumns)
     n = len(columns.trial)
-    if (len(columns.round), len(columns.cell)) != (n, n) or any(not 0 <= i < len(columns.cells) for i in columns.cell):
+    misfit = _misfit(columns)
+    if misfit is not None:
+        text = read_bounded_bytes(path, _CAPS.get(path.name, 16 * MiB)).decode("utf-8", "replace")
         raise ConfigError(
             "invalid plan: its columns do not line up",
             file=str(path),
+            line=json_line(text, misfit),
             hint="the file was edited or damaged; it is written once and never changes",
         )
     if (n, plan_digest(columns.pairs())) != (manifest.plan_trials, manifest.plan_sha256):
@@ -153,6 +156,17 @@ def load_plan(run_dir: Path, manifest: RunManifest) -> PlanColumns:
             hint="was it copied from another run?",
         )
     return columns
+
+
+def _misfit(columns: PlanColumns) -> tuple[str | int, ...] | None:
+    """Where plan.json's columns do not line up (a JSON path, for its line): a column of another
+    length than `trial`, or a trial's cell index past the cells; None when they do."""
+    n = len(columns.trial)
+    for name, column in (("round", columns.round), ("cell", columns.cell)):
+        if len(column) != n:
+            return (name,)
+    bad = next((k for k, i in enumerate(columns.cell) if not 0 <= i < len(columns.cells)), None)
+    return None if bad is None else ("cell", bad)
 
 
 def columns_of(trials: Sequence[PlannedTrial]) -> PlanColumns:
@@ -213,9 +227,10 @@ _KIND = {RUN_JSON: "run manifest", PLAN_JSON: "plan"}
 
 
 def _line(data: bytes, error: ErrorDetails) -> int | None:
-    """The line of a run file's wrong field; of the object it is missing from when it is missing
-    (a whole file that is not JSON: pydantic's words name its line)."""
+    """The line of a run file's wrong field; of the object it is missing from when it is missing;
+    of the document's start when the whole is of the wrong type (a list, a number). A file that is
+    not JSON: pydantic's words name its line."""
     loc = tuple(error["loc"])
     if error["type"] == "missing":
         loc = loc[:-1]
-    return json_line(data.decode("utf-8", "replace"), loc) if loc or error["type"] == "missing" else None
+    return None if error["type"] == "json_invalid" else json_line(data.decode("utf-8", "replace"), loc)

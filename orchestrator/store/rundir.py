@@ -50,6 +50,18 @@ WARMUP_ERR = "warmup.err"
 CONTROLLER_LOCK = "controller.lock"
 
 
+def listable(name: str) -> bool:
+    """Whether a folder's name can be listed among the runs: UTF-8 text. os.scandir gives other
+    bytes as surrogates, which no page, link or JSON answer can hold: one folder renamed by hand
+    into such bytes made the runs index, `orch status --json` and serve's views fail with a
+    traceback. Such a folder is left out of the lists (its own `orch report` still works)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class BackupDir:
     """Where a sweep keeps the hosts' original env files and unit states."""

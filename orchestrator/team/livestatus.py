@@ -42,7 +42,7 @@ from orchestrator.store.liveness import LiveState as LiveState
 from orchestrator.store.liveness import StatusFile as StatusFile
 from orchestrator.store.liveness import judge as judge
 from orchestrator.store.manifest import holds_run, load_manifest, load_plan, manifest_or_why
-from orchestrator.store.rundir import RUN_JSON, STATUS_JSON, RunDir
+from orchestrator.store.rundir import RUN_JSON, STATUS_JSON, RunDir, listable
 from orchestrator.store.runtrials import trial_rows
 from orchestrator.store.stamps import SETTLE_NS, Stamp, file_stamp, settled
 from orchestrator.sweep.progress import QuietProgress, summarize
@@ -508,7 +508,7 @@ def _run_folders(reports_dir: Path) -> list[tuple[str, str, bytes]]:
     found: list[tuple[str, str, bytes]] = []
     with os.scandir(reports_dir) as it:
         for d in it:
-            if not d.is_dir():
+            if not d.is_dir() or not listable(d.name):
                 continue
             status, run_json = file_stamp(f"{d.path}/{STATUS_JSON}"), file_stamp(f"{d.path}/{RUN_JSON}")
             if status is not None or run_json is not None or holds_run(d.path):

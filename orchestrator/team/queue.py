@@ -34,7 +34,7 @@ from orchestrator.sweep.signals import sigterm_as_interrupt
 from orchestrator.team.queuestore import CLAIMABLE as CLAIMABLE
 from orchestrator.team.queuestore import FINISHED as FINISHED
 from orchestrator.team.queuestore import ITEM_STATES as ITEM_STATES
-from orchestrator.team.queuestore import LIGHT_COLUMNS, insert_values, item_from_row
+from orchestrator.team.queuestore import LIGHT_COLUMNS, NotAQueue, insert_values, item_from_row
 from orchestrator.team.queuestore import PENDING as PENDING
 from orchestrator.team.queuestore import Claimer as Claimer
 from orchestrator.team.queuestore import ItemState as ItemState
@@ -161,6 +161,13 @@ class Queue:
     def _light(self) -> str:
         """LIGHT_COLUMNS that this file has (a version-1 queue read read-only lacks the newer)."""
         have = {r["name"] for r in self._query("PRAGMA table_info(items)", ())}
+        newer = {c.split()[0] for c in _V2_COLUMNS}
+        missing = [c for c in LIGHT_COLUMNS.split(", ") if c not in have and c not in newer]
+        if missing:  # another program's items table (or none): `SELECT  FROM items` was a syntax error, exit 1
+            raise NotAQueue(
+                f"{self.path}: cannot read the queue: its items table has no {', '.join(missing[:3])} column "
+                "(is it an orch queue?)"
+            )
         return ", ".join(c for c in LIGHT_COLUMNS.split(", ") if c in have)
 
     def get(self, item_id: int) -> QueueItem:
@@ -294,10 +301,19 @@ def _item(row: sqlite3.Row) -> QueueItem:
     return item_from_row(row)
 
 
+NOT_A_QUEUE_CODES = (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT)  # sqlite3's errors: not SQLite, damaged
+NOT_A_QUEUE_WORDS = ("no such table", "no such column")  # SQLite, but not an orch queue's tables
+
+
 def _error(path: Path, what: str, exc: sqlite3.Error) -> QueueError:
+    """The queue's error in words: a locked database is worth a retry; a file that is no orch queue
+    (garbage, damaged, another schema) is bad input (exit 2); anything else a runtime fault."""
     if "locked" in str(exc):
         return QueueUnavailable(f"{path}: {what}: {exc} (another process holds it too long; retry)")
     hint = "is it an orch queue? on a network file system, SQLite's WAL mode does not work"
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in NOT_A_QUEUE_CODES or any(w in str(exc) for w in NOT_A_QUEUE_WORDS):
+        return NotAQueue(f"{path}: {what}: {exc} ({hint})")
     return QueueError(f"{path}: {what}: {exc} ({hint})")
 
 

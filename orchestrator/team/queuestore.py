@@ -50,6 +50,13 @@ class QueueError(OrchError):
     """The queue database could not be read or written."""
 
 
+class NotAQueue(QueueError):
+    """The queue's file is no orch queue (not SQLite, damaged, another program's tables): bad
+    input, exit 2 as a bad matrix is, where it was a runtime fault."""
+
+    exit_code = 2
+
+
 class QueueUnavailable(QueueError):
     """The queue's store cannot be reached for now (a server restarting, a database another
     process holds locked): worth trying again later, unlike a queue that is not one."""

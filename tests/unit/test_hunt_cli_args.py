@@ -40,3 +40,39 @@ def test_hunt_dry_run_refuses_a_taken_run_id(tmp_path: Path, capsys: pytest.Capt
 def test_hunt_dry_run_with_good_arguments_still_plans(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["hunt", HUNT, "-i", INVENTORY, "--dry-run", "--out", str(tmp_path), "--retries", "2"])
     assert code == 0 and "dry run: nothing was changed" in capsys.readouterr().out
+
+
+def test_hunt_resume_dry_run_previews_and_resumes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`orch hunt M --resume RUN --dry-run` is `orch resume RUN --dry-run`: it ignored --dry-run and
+    resumed the hunt for real (the testbed's lock taken, env files edited: found by
+    bench_fuzz_inputs.py, whose refused process starts it recorded)."""
+    from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
+
+    from orchestrator.sweep import api
+
+    matrix = small_hunt(tmp_path)
+    run_dir = tmp_path / "reports" / "20261205-000000-small_hunt"
+    hunt_run(run_dir, matrix, truth_answer(matrix), limit=10, status="interrupted")
+    before = sorted(p.name for p in run_dir.iterdir())
+
+    def resumed(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a dry run resumed the hunt")
+
+    monkeypatch.setattr(api, "resume", resumed)
+    code = main(["hunt", str(matrix.path), "-i", INVENTORY, "--resume", str(run_dir), "--dry-run"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0, out
+    assert "resume 20261205-000000-small_hunt" in out and "dry run: nothing was changed" in out, out
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # no lock, no page
+
+
+def test_hunt_resume_dry_run_still_refuses_another_matrix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
+
+    matrix = small_hunt(tmp_path)
+    run_dir = tmp_path / "reports" / "20261205-000000-small_hunt"
+    hunt_run(run_dir, matrix, truth_answer(matrix), limit=10, status="interrupted")
+    code = main(["hunt", HUNT, "-i", INVENTORY, "--resume", str(run_dir), "--dry-run"])
+    assert code == 2 and "differs from the matrix of run" in capsys.readouterr().err
