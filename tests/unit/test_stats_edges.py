@@ -101,3 +101,23 @@ def test_the_cached_mixture_and_round_ratios_cannot_be_changed_by_a_caller() -> 
         with pytest.raises(ValueError, match="read-only"):
             array += 1.0
     assert sequential._round_ratio(1, 40, 5, 40, 0.1) is ratio
+
+
+def test_the_approximate_stratified_shift_of_one_stratum_is_the_classic_hodges_lehmann_interval() -> None:
+    """One stratum of 60 vs 60 (van Elteren is then Wilcoxon): the normal-approximation interval is
+    the sorted differences' k-th from each end, k = mn/2 - z sqrt(mn(m + n + 1) / 12) by hand (the
+    count of differences above d has that null mean and variance), to one difference."""
+    import math
+
+    import numpy as np
+
+    from orchestrator.core import findings
+
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(1.0, 1.0, 60), rng.normal(0.0, 1.0, 60)
+    shift = findings._approximate_shift([(x, y)], 0.95)
+    d = np.sort(np.subtract.outer(x, y).ravel())
+    k = int(60 * 60 / 2 - 1.959963984540054 * math.sqrt(60 * 60 * 121 / 12))
+    assert shift.low is not None and shift.high is not None
+    assert d[k - 1] <= shift.low <= d[k + 1]
+    assert d[::-1][k + 1] <= shift.high <= d[::-1][k - 1]
