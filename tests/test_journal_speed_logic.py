@@ -183,23 +183,36 @@ def test_statuses_of_retried_and_cut_off_trials(tmp_path: Path) -> None:
 
 
 def test_lines_the_fast_parser_refuses_go_through_the_full_parser(tmp_path: Path) -> None:
-    """A lone surrogate escape is valid JSON for read_journal but not for pydantic-core's
-    parser; keys in another order with spaces, and a metric named like a top-level field, read
-    the same either way."""
-    surrogate = json.loads(_trial(5, "failed").model_dump_json())
-    surrogate["repro"]["stdout_tail"] = "\ud800"
+    """Keys in another order with spaces, and a metric named like a top-level field, read the same
+    either way."""
     spaced = json.loads(_trial(6, metrics={"status": MetricValue(kind="number", value=2.0)}).model_dump_json())
-    lines = [json.dumps(surrogate), json.dumps(dict(reversed(spaced.items())), indent=None)]
     path = tmp_path / "journal.jsonl"
-    path.write_text(_event().model_dump_json() + "\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    lines = [_event().model_dump_json(), json.dumps(dict(reversed(spaced.items())), indent=None)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     records = read_journal(path).records
-    assert len(records) == 3
-    assert trial_statuses(path) == TrialStatuses(frozenset({5, 6}), frozenset(), False)
+    assert len(records) == 2
+    assert trial_statuses(path) == TrialStatuses(frozenset({6}), frozenset(), False)
     rows = read_trial_rows(path).rows
     assert rows == [
         TrialRow.of(r, pos[1], pos[0]) for r, pos in zip(records[1:], _line_positions(path)[1:], strict=True)
     ]
     assert read_records_at(path, rows) == records[1:]
+
+
+def test_a_lone_surrogate_is_refused_at_its_line_by_the_fast_and_the_full_parser(tmp_path: Path) -> None:
+    """A lone surrogate escape is valid JSON for json.loads but not for pydantic-core's parser: the
+    full parser took it (and `orch report` crashed writing it on the page), the fast one sent the
+    line to the full one. No line orch writes holds one (its serializer cannot), so both refuse it
+    at its line, as a damaged line (core.jsontext)."""
+    surrogate = json.loads(_trial(5, "failed").model_dump_json())
+    surrogate["repro"]["stdout_tail"] = "\ud800"
+    path = tmp_path / "journal.jsonl"
+    lines = [_event().model_dump_json(), json.dumps(surrogate), _event().model_dump_json()]  # not the last: torn
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    refused = r"journal\.jsonl:2: invalid JSON: not Unicode text: .*\\ud800"
+    for read in (read_journal, read_trial_rows):  # the fast parser refuses the line: the full one reads it
+        with pytest.raises(ConfigError, match=refused):
+            read(path)
 
 
 # names a user may write: quotes, backslashes, braces, the journal's own key names and the very

@@ -31,7 +31,6 @@ deadline.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from orchestrator.core import jsontext
 from orchestrator.errors import OrchError
 
 # A JSON answer (server info, a `verify:` path): SGLang's is a few KB.
@@ -244,7 +244,7 @@ def parse_json(body: bytes | str, where: str) -> object:
     """The JSON value of a body; NotJson for invalid JSON, for a body nested so deep that
     json.loads gives up with RecursionError (60 KB suffice), or deeper than MAX_JSON_DEPTH."""
     try:
-        value = json.loads(body)
+        value = jsontext.loads(body)
     except RecursionError:
         raise NotJson(f"{where}: not JSON (nested too deep to parse)") from None
     except ValueError as exc:

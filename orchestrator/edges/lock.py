@@ -33,6 +33,7 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from orchestrator.core import jsontext
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.transport import Result
 from orchestrator.errors import LockError, OrchError, StaleLockError
@@ -336,7 +337,7 @@ def _holder(text: str) -> LockInfo:
     if not text.strip():
         return NoHolder("", "", 0, "", "")
     try:
-        info = LockInfo(**json.loads(text))
+        info = LockInfo(**jsontext.loads(text))
     except (ValueError, TypeError, RecursionError):  # RecursionError: nested deep, which is no ValueError
         return NoHolder("", "", 0, "", "", why=FOREIGN_LOCK)
     texts = (info.run_id, info.user, info.controller, info.started, info.testbed, info.run_dir)

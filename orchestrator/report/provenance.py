@@ -12,12 +12,12 @@ whole). An older journal without the field gives no groups, and the report says 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterable, Iterator
 from pathlib import Path
 
 import pydantic
 
+from orchestrator.core import jsontext
 from orchestrator.core.records import Controller, Frozen, RunManifest, ServedGroup, TrialProvenance
 from orchestrator.core.redact import Redactor
 
@@ -132,7 +132,7 @@ def _tail(
         return trial, hosts
     except (IndexError, ValueError, pydantic.ValidationError):
         try:  # written another way: the whole line
-            data = json.loads(line)
+            data = jsontext.loads(line)
             return int(data["trial"]), _ROLES.validate_python(data.get("provenance") or {})
         except (ValueError, KeyError, TypeError, RecursionError, pydantic.ValidationError):
             return None

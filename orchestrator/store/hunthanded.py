@@ -6,9 +6,9 @@ restore` that follow take that trial's env file for someone else's edit (sweep.d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from orchestrator.core import jsontext
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.rundir import RunDir
 
@@ -26,7 +26,7 @@ def handed_levels(run_dir: Path | None) -> list[dict[str, str]]:
     if run_dir is None:
         return []
     try:
-        data = json.loads(RunDir.of(run_dir).hunt_handed.read_text(encoding="utf-8"))
+        data = jsontext.loads(RunDir.of(run_dir).hunt_handed.read_text(encoding="utf-8"))
         return [{str(k): str(v) for k, v in levels.items()} for levels in data["configurations"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return []

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import stat
@@ -45,6 +44,7 @@ import pydantic
 from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import NotRequired, TypedDict
 
+from orchestrator.core import jsontext
 from orchestrator.core.bounded import read_fd
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.records import (
@@ -431,7 +431,7 @@ DAMAGED_HINT = (
 
 def _parse_line(path: Path, number: int, line: bytes) -> TrialRecord | EventRecord:
     try:
-        obj = json.loads(line)
+        obj = jsontext.loads(line)
     except ValueError as exc:
         raise ConfigError(
             f"invalid JSON: {exc}",
@@ -555,7 +555,7 @@ def _tail_verdict(tail: bytes, *, whole: bool) -> int | None:
 
 def _is_json(line: bytes) -> bool:
     try:
-        json.loads(line)
+        jsontext.loads(line)
     except ValueError:
         return False
     except RecursionError:  # whole, only too deep: not torn; the readers refuse it at its line

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from orchestrator.core import jsontext
 from orchestrator.errors import LockError
 from orchestrator.store.atomic import run_file_error
 from orchestrator.store.rundir import RunDir
@@ -47,7 +48,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 def _holder(fd: int) -> str:
     try:
-        who = json.loads(os.pread(fd, 4096, 0))
+        who = jsontext.loads(os.pread(fd, 4096, 0))
         return f"pid {int(who['pid'])} on {str(who['controller'])[:255]}"
     except (OSError, ValueError, TypeError, KeyError, RecursionError):
         return "another orch process"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from orchestrator.core import jsontext
 from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.startorder import restart_order
 from orchestrator.edges.deployment import Deployment, HostHandle
@@ -558,7 +559,7 @@ def _backup_json(path: Path) -> object:
     json.loads gives up (RecursionError, which is no ValueError: resume and restore ended in a
     traceback)."""
     try:
-        return json.loads(_read_backup(path))
+        return jsontext.loads(_read_backup(path))
     except RecursionError:
         raise ValueError(f"{path.name} is nested too deeply to be a backup orch wrote") from None
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from orchestrator.core import jsontext
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import ConfigError
 
@@ -69,7 +70,7 @@ def read_left_file(
 def _parse(data: bytes) -> dict[str, bool] | None:
     """The record's unit -> active map, or None when `data` is not one."""
     try:
-        value = json.loads(data)
+        value = jsontext.loads(data)
     except (ValueError, RecursionError):
         return None
     if not isinstance(value, dict) or not all(isinstance(v, bool) for v in value.values()):

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, Protocol, get_args
 
+from orchestrator.core import jsontext
 from orchestrator.errors import OrchError
 from orchestrator.store.processes import process_alive
 from orchestrator.store.processes import process_start as process_start
@@ -209,7 +210,7 @@ def _webhooks(stored: object) -> tuple[tuple[str, ...], str]:
     claim and `queue list` of the queue."""
     text = str(stored)
     try:
-        value = json.loads(text)
+        value = jsontext.loads(text)
     except (ValueError, RecursionError):  # RecursionError: nested a few thousand deep (no ValueError)
         value = None
     if isinstance(value, list) and all(isinstance(w, str) for w in value):

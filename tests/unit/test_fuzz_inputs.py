@@ -282,3 +282,29 @@ def test_a_plan_json_that_is_no_object_is_named_with_its_line(
     (run / "plan.json").write_text(document)
     line = len(document) - len(document.lstrip("\n")) + 1
     refused(["report", str(run)], capsys, rf"plan\.json:{line}: invalid plan: Input should be an object")
+
+
+@pytest.mark.parametrize(
+    "surrogate",
+    [b"\xed\xa0\x80", b"\\ud800"],  # the bytes of an encoded lone surrogate; its JSON escape
+    ids=["encoded", "escaped"],
+)
+@pytest.mark.parametrize("field", ["server_info", "server_version"])
+def test_a_lone_surrogate_in_a_journal_line_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], surrogate: bytes, field: str
+) -> None:
+    """json.loads takes bytes through 'surrogatepass' and keeps a lone surrogate escape: a trial's
+    server info holding one passed the journal's reader and crashed `orch report` writing the page
+    (UnicodeEncodeError, seed 98 of bench_fuzz_inputs.py's run targets). Now bad input at its line."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1, run_id="20260509-070000-u")
+    run = write_run(tmp_path / "20260509-070000-u", manifest, records, plan_json=True)
+    lines = (run / "journal.jsonl").read_bytes().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if b'"type":"trial"' in line and b'"status":"completed"' in line)
+    record = json.loads(lines[at])
+    record["provenance"] = {"decode": {"server_version": "1", "server_info_sha": "s", "server_info": "{}"}}
+    record["provenance"]["decode"][field] = "MARK"
+    lines[at] = json.dumps(record).encode().replace(b"MARK", b"x" + surrogate) + b"\n"
+    (run / "journal.jsonl").write_bytes(b"".join(lines))
+    refused(["report", str(run)], capsys, rf"journal\.jsonl:{at + 1}: ")

@@ -133,3 +133,19 @@ def test_invalid_bodies_are_not_json(bad: bytes | str) -> None:
 def test_json_values_come_back() -> None:
     assert parse_json(b'{"pid": 12, "flags": {"a": [1, null]}}', "w") == {"pid": 12, "flags": {"a": [1, None]}}
     assert parse_json("null", "w") is None
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"version": "0.5\\ud800"}', b'{"version": "0.5\xed\xa0\x80"}'], ids=["escaped", "encoded"]
+)
+def test_a_server_answering_a_lone_surrogate_says_no_server_info_and_its_trial_is_recorded(body: bytes) -> None:
+    """json.loads keeps a lone surrogate (escaped, or its bytes through 'surrogatepass'): a server
+    saying such a version made a ServerInfo whose version no trial record can hold (pydantic's
+    serializer raises on it: the trial's journal line would not be written). Now the answer is not
+    JSON text, so the server told nothing, as for any answer that is no JSON."""
+    from orchestrator.edges.provenance import server_info
+
+    with pytest.raises(NotJson, match="not Unicode text|can't decode"):
+        parse_json(body, URL)
+    with httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body))) as c:
+        assert server_info("http://server.fake:30000", c) is None
