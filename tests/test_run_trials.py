@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
+import pydantic
 import pytest
 from helpers.report_synth import synthetic_run, write_run
 
@@ -16,6 +18,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.report import export
 from orchestrator.report.compare import compare
 from orchestrator.report.render import load_report
+from orchestrator.store import journal as journal_mod
 from orchestrator.store.journal import trial_statuses
 from orchestrator.store.manifest import load_manifest
 from orchestrator.store.runtrials import read_run_rows, trial_rows
@@ -195,7 +198,26 @@ def test_an_export_written_in_chunks_is_the_table_written_whole(tmp_path: Path, 
     assert export.export_run(run, fmt).read_bytes() == whole  # type: ignore[arg-type]
 
 
-def test_a_trial_left_by_a_controller_killed_during_its_retry_is_unfinished_for_every_reader(tmp_path: Path) -> None:
+class _RefusingOdd:
+    """A fast reader's schema that refuses the line marked odd, as pydantic-core refuses some JSON
+    json.loads takes (a lone surrogate escape did, before core.jsontext refused it everywhere):
+    that line alone is read by the full parser."""
+
+    def __init__(self, adapter: pydantic.TypeAdapter[Any]) -> None:
+        self.adapter = adapter
+
+    def validate_json(self, line: bytes) -> Any:
+        if ODD in line:
+            raise pydantic.ValidationError.from_exception_data("odd", [])
+        return self.adapter.validate_json(line)
+
+
+ODD = b"odd line"
+
+
+def test_a_trial_left_by_a_controller_killed_during_its_retry_is_unfinished_for_every_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Trial 7's attempt 1 failed and was journaled `retried`; the controller died in attempt 2.
     Resume counts the trial unfinished and runs it again; export gave it a row, status failed, as
     if it had ended so. Now it has no record standing for it (the report still lists the attempt
@@ -205,7 +227,12 @@ def test_a_trial_left_by_a_controller_killed_during_its_retry_is_unfinished_for_
     retried = _attempt(last, 1).model_copy(update={"retried": True})
     run = _journal(tmp_path / "run", manifest, [_event(manifest, "run_started"), *done, retried])
     odd = json.loads(retried.model_dump_json())
-    odd["repro"]["stdout_tail"] = "\ud800"  # valid JSON the fast reader refuses: the full parser reads it
+    odd["repro"]["stdout_tail"] = ODD.decode()  # the fast readers refuse it: the full parser reads it
+    for name in ("_ROW", "_HEAD"):
+        monkeypatch.setattr(journal_mod, name, _RefusingOdd(getattr(journal_mod, name)))
+    full = journal_mod._parse_line
+    parsed: list[bytes] = []  # the lines the full parser read
+    monkeypatch.setattr(journal_mod, "_parse_line", lambda *a: (parsed.append(a[2]), full(*a))[1])
     copy = _journal(tmp_path / "copy", manifest, [_event(manifest, "run_started"), *done])
     with open(copy / "journal.jsonl", "a") as handle:
         handle.write(json.dumps(odd) + "\n")
@@ -214,6 +241,7 @@ def test_a_trial_left_by_a_controller_killed_during_its_retry_is_unfinished_for_
         assert rows[-1].retried and not any(r.retried for r in rows[:-1])
         assert [r.trial for r in trial_rows(rows)] == [r.trial for r in done]
         assert trial_statuses(each / "journal.jsonl").interrupted == {last.trial}
+    assert any(ODD in line for line in parsed)  # the copy's retried line was read by the full parser
     report = load_report(run)
     assert (report.completed, report.failed) == (len(done), 1)
     assert main(["export", str(run), "--format", "csv"]) == 0
