@@ -8,10 +8,11 @@ run.json really keeps of each testbed is what compare reads. Unit tier: no socke
 from __future__ import annotations
 
 import html
+import threading
 from pathlib import Path
 
 import pytest
-from helpers.parallel_fakes import H100, H200, fake_matrix, fleet, write_files
+from helpers.parallel_fakes import H100, H200, GpuFleet, fake_matrix, fleet, write_files
 
 from orchestrator.cli.main import main
 from orchestrator.sweep import api
@@ -21,8 +22,20 @@ MATRIX = fake_matrix("pair", 1)
 LINE = "testbed y's decode role's GPU model differed: '2 x NVIDIA H100 80GB HBM3' in A, '2 x NVIDIA H200' in B"
 
 
-def sweep(folder: Path, run_id: str) -> Path:
-    """`orch run` on testbeds x and y through the API: the run's folder."""
+def sweep(folder: Path, run_id: str, f: GpuFleet) -> Path:
+    """`orch run` on testbeds x and y through the API, each running one of the two cells: the run's
+    folder. Why held: a testbed's host facts are asked once its servers first answer, and under
+    load one testbed could take both cells before the other's first trial, leaving the other's
+    facts unrecorded; each testbed's trial waits at its repro until the other's has started."""
+    started = {name: threading.Event() for name in ("x", "y")}
+
+    def hold(testbed: str, command: str) -> None:
+        started[testbed].set()
+        other = "y" if testbed == "x" else "x"
+        if not started[other].wait(60):
+            raise AssertionError(f"testbed {other} never started a trial")
+
+    f.repro_hook = hold
     folder.mkdir()
     matrix, inventory = write_files(folder, MATRIX, ["x", "y"])
     req = api.SweepRequest(
@@ -39,9 +52,9 @@ def test_compare_names_the_testbed_and_the_gpu_that_differed(
     """Run A on H100s everywhere, run B with testbed y's decode host on H200s: one line names
     testbed y, the role and both models, on the terminal and on the page; testbed x is not named."""
     f = fleet(monkeypatch, x=H100, y=H100)
-    run_a = sweep(tmp_path / "a", "ra")
+    run_a = sweep(tmp_path / "a", "ra", f)
     f.gpus["y"] = H200  # its decode host answers nvidia-smi so from the next connect
-    run_b = sweep(tmp_path / "b", "rb")
+    run_b = sweep(tmp_path / "b", "rb", f)
     capsys.readouterr()
     out = tmp_path / "cmp.html"
     assert main(["compare", str(run_a), str(run_b), "-o", str(out)]) == 0
