@@ -152,8 +152,8 @@ def recording(progress: ProgressFor, record_run_dir: Callable[[Path], None]) -> 
     real sweep has recorded it already, through the request's on_created, as the folder was
     made: a kill while the run is announced must not leave an item naming no run). A
     sweep refused earlier (a testbed locked by another run) records nothing, so the item keeps
-    naming the run it may have started before - the one to resume - and never a folder that was
-    never made."""
+    naming the run it may have started before - the one to resume. Only a sweep that found its
+    testbeds free records its folder before making it (on_locking, see unborn_run)."""
 
     def on_start(run: Started) -> Progress:
         record_run_dir(run.run_dir)
