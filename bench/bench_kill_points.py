@@ -27,6 +27,7 @@ queue list` and `orch status` say, then runs the queue again: every item complet
 with the reference's trials, hosts restored (tests/helpers/killqueue.py).
 
     nice python bench/bench_kill_points.py --command queue --n 30 --seed 600
+    nice python bench/bench_kill_points.py --command queue --at locked:1:0:KILL   # one named point
 
 Measured: see bench/README.md ("bench_kill_points.py").
 """
@@ -98,7 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--command", choices=("run", "hunt", "queue"), default="run", help="signal `orch run`, `hunt` or `queue run`"
     )
+    ap.add_argument(
+        "--at",
+        help="with --command queue: this one point, TARGET:NTH:DELAY:SIGNALS (e.g. locked:1:0:KILL; "
+        "targets are the trace's marks), not a drawn one",
+    )
     args = ap.parse_args(argv)
+    if args.at and args.command != "queue":
+        ap.error("--at is for --command queue")
     if args.kill_way_back and args.command != "run":
         ap.error(f"--kill-way-back signals the way back of `orch run`: not with --command {args.command}")
     print(load_line(), flush=True)
@@ -130,12 +138,22 @@ def iterations(args: argparse.Namespace, root: Path) -> Iterator[Callable[[], Ou
     elif args.command == "queue":
         queue_ref = reference_queue(root)
         print(f"reference queue: {sum(map(len, queue_ref.trials.values()))} trials, exit {queue_ref.exit_code}")
-        for seed in seeds:
-            point = queue_ref.draw(seed, args.signals)
+        drawn = [queue_ref.draw(seed, args.signals) for seed in seeds] if not args.at else [at_point(args.at)]
+        for point in drawn:
             yield functools.partial(run_queue_once, root, point, queue_ref, args.keep)
     else:
         for point in points(args.n, args.seed, args.only, args.signals):
             yield functools.partial(run_once, root, point, keep=args.keep)
+
+
+def at_point(text: str) -> KillPoint:
+    """`--at TARGET:NTH:DELAY:SIGNALS`: a point named, not drawn (a moment no drawn target reaches,
+    such as `locked`, the testbed locked before the run folder is made)."""
+    try:
+        target, nth, delay, signals = text.split(":", 3)
+        return KillPoint(0, target, int(nth), float(delay), signals, "queue")
+    except ValueError:
+        raise SystemExit(f"--at {text!r}: not TARGET:NTH:DELAY:SIGNALS (e.g. locked:1:0:KILL)") from None
 
 
 if __name__ == "__main__":

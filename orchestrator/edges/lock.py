@@ -167,6 +167,7 @@ class TestbedLock:
         # Never another run's lock.
         self.owner_gone = owner_gone
         self.held: list[HostHandle] = []
+        self.taken_over: list[tuple[str, LockInfo]] = []  # (host label, holder): a dead holder's lock taken
 
     @classmethod
     def for_run(
@@ -245,6 +246,8 @@ class TestbedLock:
                 raise self._refusal(handle, holder)
             swap = _run(handle, ["sh", "-c", TAKE_OVER, "orch-lock", text.rstrip("\n"), path, payload])
             if swap.ok:
+                if not holder.is_me():
+                    self.taken_over.append((handle.host.label, holder))
                 return
             _refused_write(handle, path, swap)
         raise LockError(f"{handle.host.label}: lost the race for {path} to another controller; try again")

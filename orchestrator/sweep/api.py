@@ -244,9 +244,28 @@ def _check_hosts(
         for d in deployments:
             for warning in preflight(d, plan):
                 warn(warning)
+    if request.on_locking is not None:  # before any lock is written: no instant one names an unrecorded run
+        request.on_locking(request.reports_dir / run_id)
     for d, lock in zip(deployments, locks, strict=True):
         lock.acquire(break_stale=request.break_lock)
         session.check_no_unrestored_run(d, run_id, request.reports_dir, request.inventory)
+        for line in taken_over_lines(lock):
+            warn(line)
+
+
+def taken_over_lines(lock: TestbedLock) -> list[str]:
+    """What a new run says of the stale locks it took over: only its own run id's, left by an
+    earlier start that died before making the run's folder (check_new_run: the folder is not
+    there) and changed no host (check_no_unrestored_run: no host holds a copy of its env file).
+    Said, never silent: a lock is broken only where the user can read it."""
+    by_run: dict[str, list[str]] = {}
+    for host, holder in lock.taken_over:
+        by_run.setdefault(holder.describe(), []).append(host)
+    return [
+        f"testbed {lock.deployment.testbed.name!r}: took over the stale lock of {holder} on {', '.join(hosts)}: "
+        "that start died before the run's folder was made and left no host changed; the run starts again as new"
+        for holder, hosts in by_run.items()
+    ]
 
 
 # ---------------------------------------------------------------------------- resume

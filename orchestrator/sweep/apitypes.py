@@ -51,6 +51,11 @@ class SweepRequest:
     # records it with its item, so a controller killed once the folder exists leaves an item the
     # next `queue run` resumes, not one it starts anew into this run's stale lock
     on_created: Callable[[Path], None] | None = field(default=None, compare=False)
+    # called with the run's folder (not made yet) once the testbeds are found free, just before
+    # they are locked: `queue run` records it with its item, so a controller killed between the
+    # lock and the folder leaves an item naming the run its stale lock names; the next `queue run`
+    # starts that run again under the same id, which takes over its own dead start's lock
+    on_locking: Callable[[Path], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.replicates is not None and self.replicates < 1:

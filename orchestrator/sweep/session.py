@@ -83,8 +83,10 @@ def check_no_unrestored_run(
     its original is named first; when every such file holds its original again (a restore that
     wrote the file back, then failed on a unit) the message says so instead of "still holds the
     changes", which sent users looking for an edit that is not there. `inventory` (this run's) is
-    named in the advice when the run's folder is not there."""
-    left = [(h, other) for h in deployment.hosts.values() for other in unrestored_runs(h) if other != run_id]
+    named in the advice when the run's folder is not there. Copies of this new run's own id count
+    too: an earlier start under that id (`queue run` starts an item again under the id its dead
+    start's lock names) left them, so it changed the hosts and taking its lock over would be wrong."""
+    left = [(h, other) for h in deployment.hosts.values() for other in unrestored_runs(h)]
     if not left:
         return
     changed = [(h, other) for h, other in left if not _holds_original(h, other)]
@@ -96,7 +98,8 @@ def check_no_unrestored_run(
         how = f"orch restore RUN_DIR` (of run {other}), or if its folder is gone `{from_hosts}"
     env, copy = handle.host.env_file, host_backup_path(handle.host.env_file, other)
     if changed:
-        what = f"{env} still holds the changes of run {other}, whose hosts were never restored"
+        whose = "an earlier start of this run" if other == run_id else "run"
+        what = f"{env} still holds the changes of {whose} {other}, whose hosts were never restored"
         hint = f"run `{how}` first; its original is in {copy}"
     else:
         what = (

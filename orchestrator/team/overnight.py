@@ -74,7 +74,7 @@ class QueueSweep:
             record_run_dir(run_dir)
 
         try:
-            outcome = self._start_or_resume(item, deadline, record)
+            outcome = self._start_or_resume(item, deadline, record, lambda d: record_run_dir(d.resolve()))
         except LockError as exc:  # busy; or held by a dead run, which never frees it by itself
             return ItemOutcome("locked", exc.exit_code, None, str(exc), unrestored=isinstance(exc, StaleLockError))
         except OrchError as exc:
@@ -84,8 +84,14 @@ class QueueSweep:
         return item_outcome(outcome, deadline)
 
     def _start_or_resume(
-        self, item: QueueItem, deadline: float | None, record_run_dir: Callable[[Path], None]
+        self,
+        item: QueueItem,
+        deadline: float | None,
+        record_run_dir: Callable[[Path], None],
+        record_intended: Callable[[Path], None],
     ) -> SweepOutcome:
+        """`record_intended`: the new run's folder as its testbeds are locked, before it exists
+        (not an outcome's folder: the sweep may still be refused before making it)."""
         resumable = item.resumable_run
         progress = self._progress_for(item)
         if resumable is not None:
@@ -105,8 +111,11 @@ class QueueSweep:
             deadline=deadline,
         )
         prepared = self.sweeps.prepare(request, warn=self.warn)
-        run_id = new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)  # two runners never collide
-        request = dataclasses.replace(request, run_id=run_id, on_created=record_run_dir)
+        unborn = unborn_run(item, self.reports)
+        # two runners never collide; a start that died before its folder was made starts again
+        # under its own id (the sweep takes over that start's stale lock, and says so)
+        run_id = unborn.name if unborn else new_run_id(f"{prepared.plan.matrix.name}-q{item.id}", self.reports)
+        request = dataclasses.replace(request, run_id=run_id, on_created=record_run_dir, on_locking=record_intended)
         return self.sweeps.run(request, recording(progress, record_run_dir), warn=self.warn, prepared=prepared)
 
     def _progress_for(self, item: QueueItem) -> ProgressFor:
@@ -124,14 +133,27 @@ class QueueSweep:
         return progress
 
 
+def unborn_run(item: QueueItem, reports: Path) -> Path | None:
+    """The run folder the item recorded as it locked its testbeds, if that folder was never made:
+    its controller died between the lock and the folder (no host was edited then; the sweep checks
+    the hosts too). Only a folder of this reports folder: one of another controller's (a shared
+    queue) is not seen from here, which says nothing of whether it exists."""
+    if not item.run_dir:
+        return None
+    recorded = Path(item.run_dir)
+    if recorded.parent != reports.resolve() or recorded.exists() or recorded.is_symlink():
+        return None
+    return recorded
+
+
 def recording(progress: ProgressFor, record_run_dir: Callable[[Path], None]) -> ProgressFor:
     """`progress` that first records the new run's folder with the item. Why there: the sweep
     calls it once the folder exists and the testbeds are locked, before any host is touched (the
     real sweep has recorded it already, through the request's on_created, as the folder was
     made: a kill while the run is announced must not leave an item naming no run). A
     sweep refused earlier (a testbed locked by another run) records nothing, so the item keeps
-    naming the run it may have started before - the one to resume - and never a folder that was
-    never made."""
+    naming the run it may have started before - the one to resume. Only a sweep that found its
+    testbeds free records its folder before making it (on_locking, see unborn_run)."""
 
     def on_start(run: Started) -> Progress:
         record_run_dir(run.run_dir)

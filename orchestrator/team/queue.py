@@ -231,8 +231,10 @@ class Queue:
         return self.get(item.id)
 
     def set_run_dir(self, item_id: int, run_dir: Path) -> None:
-        """Recorded once the run's folder exists, before any trial, so a killed runner's item can
-        still be resumed (team.overnight.recording)."""
+        """Recorded just before the run's testbeds are locked (the folder not made yet: a killed
+        runner's next `queue run` starts that run again, taking over its lock) and again once the
+        folder exists, before any trial, so a killed runner's item can still be resumed
+        (team.overnight.recording)."""
         self._update(item_id, run_dir=str(run_dir.resolve()))
 
     def finish(self, item_id: int, state: ItemState, message: str = "") -> QueueItem:

@@ -1,5 +1,5 @@
 """`orch queue run` signalled (tests/helpers/killqueue.py, bench_kill_points.py --command queue)
-kept in CI at three points on the simulator, a queue of two sweeps of 4 trials each:
+kept in CI at four points on the simulator, a queue of two sweeps of 4 trials each:
 
 - SIGTERM in the queue's record of a finished sweep (its transaction): the item was left stored
   `running`, claimed by the runner that had exited, until the next `queue run` took it back and
@@ -9,7 +9,11 @@ kept in CI at three points on the simulator, a queue of two sweeps of 4 trials e
 - SIGKILL while a new run is announced (the runs index written, its folder made, its testbed
   locked): the item named no run, so the next `queue run` started it anew into the dead run's
   stale lock and refused both items (exit 1, night after night); now the item names its folder
-  from the moment it exists, and the next `queue run` resumes it.
+  from the moment it exists, and the next `queue run` resumes it;
+- SIGKILL once the testbed is locked, before the run's folder is made: the lock named a run whose
+  folder never appeared, and the next `queue run` refused both items over it (exit 1, night after
+  night); now the item names that run from before the lock, and the next `queue run` starts it
+  again under its id, taking over its own dead start's lock (and saying so).
 
 Each point then runs the queue again and checks every promise: each item completed exactly once
 (one run folder with trials, every planned trial once, trials finished before the signal
@@ -32,6 +36,7 @@ POINTS = [
     (KillPoint(1, "finish", 1, 0.0, "TERM", "queue"), "finish"),
     (KillPoint(2, "claimed", 1, 0.0, "TERM", "queue"), "item start"),
     (KillPoint(3, "index", 1, 0.0, "KILL", "queue"), "index"),
+    (KillPoint(4, "locked", 1, 0.0, "KILL", "queue"), "locked"),
 ]
 
 

@@ -186,7 +186,10 @@ def queue_truth(bed: SimBed, *, killed: bool = False) -> list[str]:
     Only a SIGKILL (`killed`) may leave an item claimed: a runner that exits releases its claims."""
     broken = []
     for i in items(bed):
+        # the run the item names, if its folder holds one: an item names its run's folder from just
+        # before the testbed is locked, so a kill before the folder is made leaves it naming none
         run = Path(str(i["run_dir"])) if i["run_dir"] else None
+        run = run if run is not None and (run / "run.json").is_file() else None
         label = f"item {i['id']} ({i['name']})"
         trials = [t for r in run_folders(bed, str(i["name"])) for t in finished_records(r)]
         if i["shown"] == "running":  # the runner is gone (killed, or exited): nothing runs it
