@@ -710,6 +710,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         _print_table(queue)
     if snap.queue_more:
         out.print(f"… and {snap.queue_more:,} more queued: `orch queue list` lists them all", markup=False)
+    if snap.queue_unreadable:
+        from orchestrator.cli.console import warn
+
+        warn(f"queue unreadable: {snap.queue_unreadable}")
     return 0
 
 
@@ -737,13 +741,13 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
             return snap
         if not path.is_file():  # nothing queued there yet, or a typo: either way, say so
             warn(f"no queue in {path} (the store --store / ${STORE_ENV} names): none is shown")
-            return dataclasses.replace(snap, queue=())
+            return dataclasses.replace(snap, queue=(), queue_unreadable="")
     with open_store(spec, read_only=True) as q:  # status changes nothing, not even a schema
         items = q.items(("running", "resumable", "queued"))
         if getattr(q, "missing", False):  # a server without the queue's tables
             warn(f"no queue yet in {q.where} (the store --store / ${STORE_ENV} names): none is shown")
     shown, more = queue_shown(items)
-    return dataclasses.replace(snap, queue=shown, queue_more=more)
+    return dataclasses.replace(snap, queue=shown, queue_more=more, queue_unreadable="")
 
 
 def cmd_notify(args: argparse.Namespace) -> int:

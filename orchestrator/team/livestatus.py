@@ -360,6 +360,7 @@ class Snapshot:
     runs: tuple[LiveRun, ...]  # running and stale first, then recently finished
     queue: tuple[QueueView, ...]  # the first QUEUE_SHOWN pending items, in the order `queue run` takes them
     queue_more: int = 0  # pending items left out of `queue` (`orch queue list` lists them all)
+    queue_unreadable: str = ""  # why the queue file cannot be read ("": read, or none)
 
 
 def live_runs(reports_dir: Path, *, finished: int = 5, cache: StatusCache | None = None) -> list[LiveRun]:
@@ -382,7 +383,8 @@ def _in_order(found: Sequence[LiveRun], finished: int) -> list[LiveRun]:
 
 def snapshot(reports_dir: Path, cache: StatusCache | None = None) -> Snapshot:
     runs = tuple(live_runs(reports_dir, cache=cache))
-    return Snapshot(_iso(time.time()), runs, *queue_shown(queue_items(reports_dir)))
+    items, unreadable = read_queue(reports_dir)
+    return Snapshot(_iso(time.time()), runs, *queue_shown(items), queue_unreadable=unreadable)
 
 
 @dataclass(frozen=True)
@@ -466,13 +468,20 @@ def _plain(run: LiveRun) -> bool:
 
 def queue_items(reports_dir: Path) -> list[QueueItem]:
     """Items not yet done (queued, running, resumable), read-only; none if there is no queue."""
+    return read_queue(reports_dir)[0]
+
+
+def read_queue(reports_dir: Path) -> tuple[list[QueueItem], str]:
+    """queue_items, and why the queue file cannot be read ("": read, or there is none). Why said:
+    a damaged queue.db listed as no queue read as "nothing queued" on every status view, while
+    tonight's `queue run` would refuse it (team.queuestore.NotAQueue)."""
     if not (reports_dir / DB_NAME).is_file():
-        return []
+        return [], ""
     try:
         with Queue.in_reports(reports_dir, read_only=True) as q:
-            return q.items(("running", "resumable", "queued"))
-    except OrchError:
-        return []
+            return q.items(("running", "resumable", "queued")), ""
+    except OrchError as exc:  # named by its file name: the served pages show no server path
+        return [], str(exc).replace(str(reports_dir / DB_NAME), DB_NAME)
 
 
 def queue_shown(items: Sequence[QueueItem]) -> tuple[tuple[QueueView, ...], int]:

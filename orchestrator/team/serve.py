@@ -344,21 +344,13 @@ class ReportsHandler(BaseHTTPRequestHandler):
 
     def _run_status_page(self, run_dir: str) -> None:
         """A running sweep has no report yet: its link shows its live status instead of a 404."""
-        from orchestrator.report.page import environment
 
         s = snapshot(self.reports, self.statuses)
         mine = Snapshot(s.generated, tuple(r for r in s.runs if r.directory == run_dir), ())
-        html_text = environment().get_template(STATUS_TEMPLATE).render(s=mine, refresh=REFRESH_S, csp=PAGE_CSP)
-        self._send(HTTPStatus.OK, html_text.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
+        self._send(HTTPStatus.OK, render_status(mine).encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _status_page(self) -> None:
-        from orchestrator.report.page import environment
-
-        html = (
-            environment()
-            .get_template(STATUS_TEMPLATE)
-            .render(s=snapshot(self.reports, self.statuses), refresh=REFRESH_S, csp=PAGE_CSP)
-        )
+        html = render_status(snapshot(self.reports, self.statuses))
         self._send(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _api_status(self) -> None:
@@ -655,14 +647,23 @@ def _allowed_parts(parts: Sequence[str]) -> bool:
     return not any(p in HIDDEN_PARTS for p in parts[1:])
 
 
+def render_status(s: Snapshot) -> str:
+    """The live status page (/status, and a running sweep's link before it has a report)."""
+    from orchestrator.report.page import environment
+
+    return environment().get_template(STATUS_TEMPLATE).render(s=s, refresh=REFRESH_S, csp=PAGE_CSP)
+
+
 def status_json(s: Snapshot) -> dict[str, object]:
     """/api/status and `orch status --json`: `queue` holds the first livestatus.QUEUE_SHOWN pending
-    items, `queue_more` counts the rest (`orch queue list` lists them all)."""
+    items, `queue_more` counts the rest (`orch queue list` lists them all), `queue_unreadable` says
+    why the queue file cannot be read ("" when it was, or there is none)."""
     return {
         "generated": s.generated,
         "runs": [_run_json(r) for r in s.runs],
         "queue": [asdict(q) for q in s.queue],
         "queue_more": s.queue_more,
+        "queue_unreadable": s.queue_unreadable,
     }
 
 
