@@ -23,13 +23,14 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import clustered, family, findings, power, ranks, stats, trialexact
+from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
@@ -154,12 +155,9 @@ def _build(
     number_effects = _number_effects(manifest, by_metric, levels_of)
     high = _highest_measured(manifest, cells, primary)
     neighbours = _neighbour_tests(manifest, cells, primary, high, by_metric)
-    for metric in _proportions(manifest):  # tests comparing a cell stopped early: also anytime-valid
-        top = high.cell if high is not None and metric == primary else None
-        disp = by_metric[metric].dispersion
-        cells, effects, interactions, neighbours = stopped.corrected(
-            metric, cells, disp, effects, interactions, neighbours, top
-        )
+    cells, effects, interactions, neighbours = _stopped_corrected(
+        manifest, cells, effects, interactions, neighbours, high, by_metric
+    )
     state = status or manifest.status
     untested = _untested(manifest, by_metric, state)
     members = family.members(_design(manifest, cells, baseline_cell, untested, high))
@@ -171,9 +169,77 @@ def _build(
     number_effects = missing.marked(number_effects, cells)
     neighbours = missing.marked_neighbours(neighbours, cells, None if high is None else high.cell)
     cells = missing.marked_cells(cells, baseline_cell)
-    drift = _drift(manifest, baseline_cell, by_metric)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
     report = Report(
+        **_run_fields(manifest, state, primary, baseline_cell, hunt),
+        completed=len(data),
+        failed=len(failed),
+        cells=cells,
+        effects=effects,
+        interactions=interactions,
+        number_effects=number_effects,
+        neighbours=neighbours,
+        policy=_policy(tests, cells, hunt),
+        tests=tests,
+        headline=[],
+        drift=_drift(manifest, baseline_cell, by_metric),
+        failures=[_failure_view(t, manifest.redactor) for t in failures],
+        failures_total=len(failed),
+        trials=[_trial_view(t, manifest.redactor) for t in shown],
+        trials_total=len(rows),
+        torn_tail=torn_tail,
+        server=server_table(data),
+        comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
+        dispersion=_estimated_phi(manifest, by_metric),
+        untested=untested,
+    )
+    return report.model_copy(update={"headline": headline(report, failed)})
+
+
+def _stopped_corrected(
+    manifest: RunManifest,
+    cells: list[CellView],
+    effects: list[EffectView],
+    interactions: list[InteractionView],
+    neighbours: list[NeighbourView],
+    high: CellView | None,
+    by_metric: Mapping[str, MetricRows],
+) -> tuple[list[CellView], list[EffectView], list[InteractionView], list[NeighbourView]]:
+    """The tests that compare a cell an adaptive rule stopped early: anytime-valid too (report.stopped)."""
+    primary = family.primary_metric(manifest.metrics)
+    for metric in _proportions(manifest):
+        top = high.cell if high is not None and metric == primary else None
+        cells, effects, interactions, neighbours = stopped.corrected(
+            metric, cells, by_metric[metric].dispersion, effects, interactions, neighbours, top
+        )
+    return cells, effects, interactions, neighbours
+
+
+class _RunFields(TypedDict):
+    run_id: str
+    name: str
+    description: str
+    status: str
+    started: str
+    ended: str | None
+    confidence: float
+    alpha: float
+    metrics: dict[str, MetricKind]
+    primary_metric: str | None
+    factors: dict[str, list[str]]
+    baseline: dict[str, str]
+    baseline_cell: str | None
+    planned: int | None
+    provenance: Provenance
+    gates: list[Gate]
+    hunt: HuntView | None
+
+
+def _run_fields(
+    manifest: RunManifest, state: str, primary: str | None, baseline_cell: str | None, hunt: HuntView | None
+) -> _RunFields:
+    """The report's fields that come from the run's manifest alone (names, design, provenance)."""
+    return _RunFields(
         run_id=manifest.run_id,
         name=manifest.name,
         description=manifest.description,
@@ -188,31 +254,10 @@ def _build(
         baseline=dict(manifest.baseline),
         baseline_cell=baseline_cell,
         planned=manifest.planned_total,
-        completed=len(data),
-        failed=len(failed),
-        cells=cells,
-        effects=effects,
-        interactions=interactions,
-        number_effects=number_effects,
-        neighbours=neighbours,
-        policy=_policy(tests, cells, hunt),
-        tests=tests,
-        headline=[],
-        drift=drift,
-        failures=[_failure_view(t, manifest.redactor) for t in failures],
-        failures_total=len(failed),
-        trials=[_trial_view(t, manifest.redactor) for t in shown],
-        trials_total=len(rows),
-        torn_tail=torn_tail,
         provenance=_provenance(manifest),
-        server=server_table(data),
         gates=list(manifest.gates),
-        comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
-        dispersion=_estimated_phi(manifest, by_metric),
-        untested=untested,
         hunt=hunt,
     )
-    return report.model_copy(update={"headline": headline(report, failed)})
 
 
 def _policy(tests: Mapping[str, int], cells: Sequence[CellView], hunt: HuntView | None) -> str:
