@@ -48,3 +48,19 @@ def test_a_side_with_no_sessions_has_every_table_at_p_one() -> None:
     assert np.array_equal(power.fisher_pvalues(2, 0), np.ones((3, 1)))
     with pytest.raises(ValueError):
         power.fisher_pvalues(-1, 3)
+
+
+def test_the_simulated_trials_have_the_dispersion_the_design_states() -> None:
+    """quasi_detectable simulates the design "with the dispersion this run estimated as the
+    truth": trials of 20 sessions at phi 3 must scatter 3 times the binomial's variance,
+    20 x 0.2 x 0.8 x 3 = 9.6 sessions^2, around a mean of 4 (3,000 sweeps x 50 trials drawn).
+    A narrower scatter would state a power the design does not have."""
+    sim = power._QuasiSim(power.Design(sessions=20, trials=50, other_rates=(), phi=3.0), 0.2, seed=0)
+    k = sim.fixed_k[:, 0, :].ravel()
+    assert k.size == 150_000
+    assert k.mean() == pytest.approx(4.0, rel=0.01)
+    assert k.var() == pytest.approx(9.6, rel=0.03)
+    # the compared cell's trials too (drawn from their own uniforms at each rate it is tried at)
+    counts = sim.cell_counts(0.2).ravel()
+    assert counts.mean() == pytest.approx(4.0, rel=0.01)
+    assert counts.var() == pytest.approx(9.6, rel=0.03)
