@@ -37,3 +37,12 @@ def test_a_failing_rate_below_the_background_is_lifted_just_above_it() -> None:
     less likely than clean; both rates are held at 1.01 x the background."""
     rates = huntfit.fit_rates(0.0, 200.0, (1.0, 3.0), 0.05)
     assert rates.fail == pytest.approx(0.0505) and rates.fail_low == pytest.approx(0.0505)
+
+
+def test_a_failing_rate_near_one_is_held_below_one() -> None:
+    """Every one of 10^7 sessions failed: the posterior mean 0.9999997 is held at 1 - 10^-6, so a
+    configuration's passing session still weighs log(1 - rate), finite: one pass of one is then
+    firm evidence that it is not affected."""
+    rates = huntfit.fit_rates(1e7, 1e7, (1.0, 3.0), 0.01)
+    assert rates.fail == 1 - 1e-6 and rates.fail_low <= rates.fail
+    assert huntfit.fit_verdict(0.0, 1.0, rates, 0.95) == "passes"
