@@ -12,6 +12,7 @@ import pytest
 from scipy.special import betaincinv
 
 from orchestrator.core import huntfit
+from orchestrator.core.hunt_model import ModelSettings, enumerate_hypotheses
 
 
 def test_two_contradicting_configurations_deny_any_set_and_one_only_doubts() -> None:
@@ -46,3 +47,18 @@ def test_a_failing_rate_near_one_is_held_below_one() -> None:
     rates = huntfit.fit_rates(1e7, 1e7, (1.0, 3.0), 0.01)
     assert rates.fail == 1 - 1e-6 and rates.fail_low <= rates.fail
     assert huntfit.fit_verdict(0.0, 1.0, rates, 0.95) == "passes"
+
+
+def test_contradictions_count_each_hypothesis_wrong_verdicts() -> None:
+    """Two flags: the five hypotheses (none, f0, f1, f0 AND f1, f0 OR f1). f0 alone passing
+    contradicts f0, the OR and "none" (each calls it affected); the clean configuration failing
+    contradicts every set but "none"; with no firm verdict, nothing is contradicted."""
+    hyps = enumerate_hypotheses(2, ModelSettings())
+    names = {(0, 0): "none", (1, 0): "f0", (2, 0): "f1", (3, 0): "f0 AND f1", (1, 2): "f0 OR f1"}
+    order = [names[(int(a), int(b))] for a, b in zip(hyps.a, hyps.b, strict=True)]
+    counts = huntfit.contradictions(hyps, [1, 0], [False, True])
+    assert dict(zip(order, counts.tolist(), strict=True)) == {
+        "none": 1, "f0": 2, "f1": 1, "f0 AND f1": 1, "f0 OR f1": 2
+    }  # fmt: skip
+    empty = huntfit.contradictions(hyps, [], [])
+    assert empty.tolist() == [0] * 5
