@@ -28,3 +28,24 @@ def test_no_contrast_to_read_off_stopped_cells_gives_none() -> None:
     """stopped_mover of no contrasts: no interval and no p (not a crash on an empty max)."""
     intervals, p = findings.stopped_mover([], clustered.cell_bounds)
     assert intervals == [] and isinstance(p, np.ndarray) and p.shape == (0,)
+
+
+def test_the_large_sample_shift_estimate_is_the_median_of_the_differences() -> None:
+    """One stratum of 1,000 vs 1,000 values (the normal approximation's path, no subsample): the
+    Hodges-Lehmann estimate the report prints is the median of the 10^6 differences, numpy's.
+    The median of an even count falls between two differences; the cumulative weights reach half
+    only within their rounding (2.5e-9 short here), which the midpoint's tolerance must absorb."""
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=1000), rng.normal(size=1000) + 0.3
+    shifted = findings.stratified_shift([(x, y)], 0.95)
+    assert shifted.estimate == pytest.approx(float(np.median(np.subtract.outer(x, y))), abs=1e-12)
+    assert shifted.low is not None and shifted.high is not None and shifted.low < shifted.estimate < shifted.high
+
+
+def test_strata_too_small_for_the_confidence_state_no_interval() -> None:
+    """1 vs 2 and 2 vs 2 trials: no set of shifts reaches 95% (at most 88.9%): an estimate, and
+    no low, high or coverage at all (None, which the page prints as no interval)."""
+    strata = [(np.array([1.0]), np.array([0.0, 0.5])), (np.array([2.0, 3.0]), np.array([0.0, 1.0]))]
+    shifted = findings.stratified_shift(strata, 0.95)
+    assert shifted.estimate is not None
+    assert (shifted.low, shifted.high, shifted.coverage) == (None, None, None)
