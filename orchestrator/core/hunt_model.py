@@ -36,7 +36,7 @@ from itertools import combinations
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import betaln, gammaln
+from scipy.special import betaln
 
 IntArray = NDArray[np.int64]
 FloatArray = NDArray[np.float64]
@@ -246,9 +246,3 @@ def prob_no_failure(p: FloatArray, n: int, icc: float) -> FloatArray:
     alpha, beta = p * scale, (1.0 - p) * scale
     result: FloatArray = np.exp(betaln(alpha, beta + n) - betaln(alpha, beta))
     return result
-
-
-def log_beta_binomial(k: int, n: int, a: float, b: float) -> float:
-    """log P(k of n | p ~ Beta(a, b)) (the binomial coefficient included)."""
-    coef = gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1)
-    return float(coef + betaln(a + k, b + n - k) - betaln(a, b))
