@@ -48,6 +48,7 @@ def main() -> None:
                 watch = modelsweep.check(seed, Path(tmp), mp)
             except Exception as exc:  # noqa: BLE001 - a broken promise, or a crash: both are findings
                 broken.append((seed, f"{type(exc).__name__}: {str(exc)[:600]}"))
+                print(f"  seed {seed} broke: {broken[-1][1][:300]}", flush=True)
                 continue
         trials += len(watch.seen)
         drew.update(modelsweep.features(watch.sc))
