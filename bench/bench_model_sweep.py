@@ -4,7 +4,8 @@ Each seed draws a matrix (1-4 factors over prefill, decode and router: values wi
 quotes, # and =, levels that remove a variable, flags inside an args variable), the hosts'
 original env files (keys there or not, duplicates, comments, no final newline) and up to two
 faults (a unit that fails to start, a command that fails, a dropped connection, an interrupt in
-a random trial phase, a failing workload); the sweep runs through sweep.api on the fakes and
+a random trial phase, a failing workload); 1-3 testbeds in parallel, CRLF files, a BOM, a
+symlinked env file, exclude/include; the sweep runs through sweep.api on the fakes and
 tests/helpers/modelsweep.py checks every workload's files and live envs against its model, and
 the end (after orch resume / restore): files byte-identical, trials journaled once, restarts
 where the files changed. No process, no socket. Prints the seeds that broke a promise (each
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=200, help="seeds to run")
     args = parser.parse_args()
     fired: collections.Counter[str] = collections.Counter()
+    drew: collections.Counter[str] = collections.Counter()  # the later draws, among the seeds that kept every promise
     broken: list[tuple[int, str]] = []
     trials = 0
     planned, needless = 0, 0  # restarts the plans of fault-free seeds show, and those on an unchanged file
@@ -46,8 +48,10 @@ def main() -> None:
                 watch = modelsweep.check(seed, Path(tmp), mp)
             except Exception as exc:  # noqa: BLE001 - a broken promise, or a crash: both are findings
                 broken.append((seed, f"{type(exc).__name__}: {str(exc)[:600]}"))
+                print(f"  seed {seed} broke: {broken[-1][1][:300]}", flush=True)
                 continue
         trials += len(watch.seen)
+        drew.update(modelsweep.features(watch.sc))
         planned, needless = planned + watch.restarts[0], needless + watch.restarts[1]
         if (seed - args.first + 1) % 100 == 0:
             done, took = seed - args.first + 1, time.perf_counter() - t0
@@ -63,6 +67,7 @@ def main() -> None:
     print(f"workloads checked: {trials}; wall {wall:.1f} s ({wall / max(args.count, 1):.2f} s a seed)")
     print(f"fault-free seeds: the plans restart {planned} units, {needless} of them on a file the cell left as it was")
     print("faults fired: " + ", ".join(f"{k} {v}" for k, v in sorted(fired.items())))
+    print("drew (seeds that held): " + ", ".join(f"{k} {v}" for k, v in sorted(drew.items())))
     for seed, why in broken:
         print(f"  seed {seed}: {why}")
 

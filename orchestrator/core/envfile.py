@@ -857,7 +857,7 @@ def edit(text: str, changes: Mapping[str, str | None], dialect: Dialect) -> str:
     splices.extend(_removal_splices(parsed, removals))
     out = _apply(text, splices)
     if missing:
-        out = _append(out, [(key, wanted[key] or "") for key in missing], dialect)
+        out = _append(out, [(key, wanted[key] or "") for key in missing], dialect, _eol(text))
     return out
 
 
@@ -944,10 +944,10 @@ def _eol(text: str) -> str:
     return "\r\n" if last > 0 and text[last - 1] == "\r" else "\n"
 
 
-def _append(text: str, items: list[tuple[str, str]], dialect: Dialect) -> str:
+def _append(text: str, items: list[tuple[str, str]], dialect: Dialect, eol: str) -> str:
     """Append ``KEY=v`` lines so that the reader sees each as a line of its own, without
-    changing what the existing lines mean (a trailing ``\\`` would swallow a plain append)."""
-    eol = _eol(text)
+    changing what the existing lines mean (a trailing ``\\`` would swallow a plain append).
+    `eol`: the line end of the file as it came (a removal may have taken the line that told it)."""
     before = _scan(text, dialect)
     if before.stop_line is not None:
         raise _error(

@@ -16,6 +16,7 @@ file changed (as the plan says). A broken promise is an AssertionError naming th
 
 from __future__ import annotations
 
+import _thread
 import random
 import re
 import shlex
@@ -72,13 +73,19 @@ class EnvFile:
     lines: tuple[Line, ...]
     final_newline: bool
     dialect: str = "systemd"  # or shell: `set -a; . FILE` in a wrapper; appended lines are `export K=v`
+    eol: str = "\n"  # or CRLF (a file saved on Windows): every line's end, an appended line's too
 
     def render(self, kept: Sequence[tuple[int, Line]] | None = None) -> str:
         """The text, or that of `kept` (index in the original, line): each line with its own end,
         the last original line without one when the file has no final newline."""
         kept = list(enumerate(self.lines)) if kept is None else kept
         last = len(self.lines) - 1
-        return "".join(line.text + ("" if i == last and not self.final_newline else "\n") for i, line in kept)
+        return "".join(line.text + ("" if i == last and not self.final_newline else self.eol) for i, line in kept)
+
+    @property
+    def append_eol(self) -> str:
+        """An appended line ends as the file's lines do (LF in a file with no line end at all)."""
+        return self.eol if len(self.lines) > 1 or (self.lines and self.final_newline) else "\n"
 
     def values(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -117,7 +124,7 @@ def expected_text(original: EnvFile, settings: Settings) -> str:
     every other line is the original's. (Appended lines in the settings' order: `same_file`
     takes them in any order.)"""
     head, appended = _expected_parts(original, settings)
-    return head + "".join(line + "\n" for line in appended)
+    return head + "".join(line + original.append_eol for line in appended)
 
 
 def same_file(got: str, original: EnvFile, settings: Settings) -> bool:
@@ -125,7 +132,7 @@ def same_file(got: str, original: EnvFile, settings: Settings) -> bool:
     either reader; that a cell's bytes never differ between its trials, the restart count shows)."""
     head, appended = _expected_parts(original, settings)
     return got.startswith(head) and sorted(got[len(head) :].splitlines(keepends=True)) == sorted(
-        line + "\n" for line in appended
+        line + original.append_eol for line in appended
     )
 
 
@@ -145,7 +152,7 @@ def _expected_parts(original: EnvFile, settings: Settings) -> tuple[str, list[st
             lines[where[-1]] = (index, Line(f"{old.prefix}{key}={quoted(value)}", key, value, old.prefix))
     head = original.render(lines)
     if appended and head and not head.endswith("\n"):  # an appended line starts a line of its own
-        head += "\n"
+        head += original.append_eol
     return head, appended
 
 
@@ -172,10 +179,11 @@ class Factor:
 @dataclass
 class Fault:
     kind: str  # fail_start, command_fails, drop, interrupt, workload_fails
-    at: int  # the n-th trial attempt (apply calls, from 1) it hits
+    at: int  # the n-th trial attempt (apply calls, from 1) on its testbed it hits
     role: str = "decode"
     phase: str = ""  # interrupt: where
     way_back: str = "resume"  # interrupt: then resume, or restore
+    testbed: str = TB  # a parallel sweep: the testbed whose host it hits (its n-th attempt counts there)
 
 
 @dataclass
@@ -186,6 +194,19 @@ class Scenario:
     replicates: int
     faults: list[Fault] = field(default_factory=list)
     order: str = "randomized"
+    testbeds: tuple[str, ...] = (TB,)  # 2-3: a parallel sweep, each testbed with these originals
+    links: dict[str, str] = field(default_factory=dict)  # role -> where its env file (a symlink) leads
+    exclude: list[dict[str, str]] = field(default_factory=list)  # partial cells
+    include: list[dict[str, str]] = field(default_factory=list)  # whole cells (excluded ones)
+
+    def cells(self) -> list[dict[str, str]]:
+        """The model's cells (README: matrix syntax): the factors' product, minus every cell an
+        `exclude` entry matches on all its keys, plus each `include` cell."""
+        cells: list[dict[str, str]] = [{}]
+        for f in self.factors:
+            cells = [{**c, f.name: lv} for c in cells for lv in f.settings]
+        kept = [c for c in cells if not any(all(c[k] == v for k, v in e.items()) for e in self.exclude)]
+        return kept + [dict(c) for c in self.include]
 
     def matrix_text(self) -> str:
         data = {
@@ -193,6 +214,8 @@ class Scenario:
             "factors": {f.name: f.shape for f in self.factors},
             "replicates": self.replicates,
             "order": self.order,
+            **({"exclude": self.exclude} if self.exclude else {}),
+            **({"include": self.include} if self.include else {}),
             "repro": {
                 "command": "fake-repro --trial {trial}",
                 "on": "prefill",
@@ -288,7 +311,7 @@ def shell_file(rng: random.Random, file: EnvFile) -> EnvFile:
         Line("export " + line.text, line.key, line.value, "export ") if line.key and rng.random() < 0.4 else line
         for line in file.lines
     )
-    return EnvFile(lines, file.final_newline, "shell")
+    return EnvFile(lines, file.final_newline, "shell", file.eol)
 
 
 def scenario(seed: int) -> Scenario:
@@ -311,7 +334,55 @@ def scenario(seed: int) -> Scenario:
         faults.append(Fault("interrupt", more.randint(1, 6), more.choice(ROLES), "restore", "restore"))
     if faults and more.random() < 0.2:  # a host's connection drops as the way back begins
         faults.append(Fault("drop_way_back", 0, more.choice(ROLES)))
-    return Scenario(seed, originals, factors, replicates, faults, order)
+    sc = Scenario(seed, originals, factors, replicates, faults, order)
+    _draw_more(random.Random(f"sweep2 {seed}"), sc)
+    return sc
+
+
+TESTBEDS = ("A", "B", "C")
+BOM = "\ufeff"
+
+
+def _draw_more(rng: random.Random, sc: Scenario) -> None:
+    """Draws added later still (their own stream): parallel testbeds, CRLF and a BOM, a symlinked
+    env file, exclude/include."""
+    sc.testbeds = TESTBEDS[: rng.choice((1, 1, 1, 2, 2, 3))]
+    for role, f in list(sc.originals.items()):
+        if f.dialect == "systemd" and rng.random() < 0.25:  # bash keeps a CR in values: systemd only
+            f = EnvFile(f.lines, f.final_newline, f.dialect, "\r\n")
+        if f.lines and f.dialect == "systemd" and rng.random() < 0.1:  # a BOM glued to the first line:
+            # systemd takes no name from it (orch refuses a shell file with it: a command line)
+            first = f.lines[0]
+            f = EnvFile((Line(BOM + first.text), *f.lines[1:]), f.final_newline, f.dialect, f.eol)
+        sc.originals[role] = f
+        if rng.random() < 0.15:
+            sc.links[role] = f"../real/{role}.env"
+    cells = sc.cells()
+    if len(cells) >= 3 and rng.random() < 0.35:
+        for _ in range(rng.randint(1, 2)):
+            names = rng.sample([f.name for f in sc.factors], rng.randint(1, min(2, len(sc.factors))))
+            pick = rng.choice(cells)
+            sc.exclude.append({n: pick[n] for n in names})
+        gone = [c for c in cells if c not in sc.cells()]
+        if len(gone) == len(cells):  # every cell excluded: orch refuses that matrix (a test of its own)
+            sc.exclude.pop()
+            gone = [c for c in cells if c not in sc.cells()]
+        sc.include = rng.sample(gone, min(len(gone), rng.randint(0, 2)))
+        baseline = {f.name: next(iter(f.settings)) for f in sc.factors}  # the first levels'
+        if baseline not in sc.cells():  # orch refuses a matrix without its baseline cell (a test of its own)
+            sc.include.append(baseline)
+    for f in sc.faults:
+        f.testbed = rng.choice(sc.testbeds)
+
+
+def features(sc: Scenario) -> list[str]:
+    """What the later draws gave this scenario (the bench counts them)."""
+    out = [f"testbeds={len(sc.testbeds)}"]
+    out += ["crlf"] * any(f.eol == "\r\n" for f in sc.originals.values())
+    out += ["bom"] * any(f.lines and f.lines[0].text.startswith(BOM) for f in sc.originals.values())
+    out += ["symlink"] * bool(sc.links)
+    out += ["exclude"] * bool(sc.exclude) + ["include"] * bool(sc.include)
+    return out
 
 
 # ---------------------------------------------------------------- running it
@@ -327,32 +398,56 @@ class Watch:
     fleet: pf.Fleet
     levels_of: dict[int, dict[str, str]]  # trial -> its levels (the plan's order)
     attempts: int = 0  # Services.apply calls so far
+    attempts_on: dict[str, int] = field(default_factory=dict)  # testbed -> its Services.apply calls so far
     fired: list[str] = field(default_factory=list)  # the faults that fired, as kind[:phase]
     problems: list[str] = field(default_factory=list)
-    seen: list[tuple[int, dict[str, int]]] = field(default_factory=list)  # (trial, unit -> starts) per workload
+    seen: list[tuple[str, int, dict[str, int]]] = field(default_factory=list)  # (testbed, trial, role -> starts)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # runner threads count attempts
     ended: Any = None  # the last SweepOutcome of run/resume that was not interrupted
     way_back_errors: list[str] = field(default_factory=list)  # a way back that failed (then taken again)
     restarts: tuple[int, int] = (0, 0)  # without faults: (units the plan restarts, of which on an unchanged file)
 
-    def host(self, role: str) -> tuple[FakeTransport, Any]:
-        return self.fleet.transports[(TB, role)], self.fleet.managers[(TB, role)]
+    def host(self, role: str, tb: str = TB) -> tuple[FakeTransport, Any]:
+        return self.fleet.transports[(tb, role)], self.fleet.managers[(tb, role)]
 
-    def at_workload(self, trial: int) -> None:
+    def at_workload(self, tb: str, trial: int) -> None:
         levels = self.levels_of[trial]
         starts = {}
         for role in ROLES:
-            t, m = self.host(role)
+            t, m = self.host(role, tb)
             settings = self.sc.settings(levels, role)
             want = expected_text(self.sc.originals[role], settings)
-            got = t.files.get(f"/etc/orch/{role}.env", b"").decode("utf-8", "surrogateescape")
+            got = env_bytes(t, role).decode("utf-8", "surrogateescape")
             if not same_file(got, self.sc.originals[role], settings):
-                self.problems.append(f"trial {trial} {role}: file {got!r}, model {want!r} ({settings})")
-            env = {k: v for k, v in (m.environ(f"{TB}-{role}") or {}).items() if k != "PATH"}
+                self.problems.append(f"trial {trial} {tb} {role}: file {got!r}, model {want!r} ({settings})")
+            env = {k: v for k, v in (m.environ(f"{tb}-{role}") or {}).items() if k != "PATH"}
             live_want = expected_values(self.sc.originals[role], settings)
             if env != live_want:
-                self.problems.append(f"trial {trial} {role}: live env {env}, model {live_want}")
-            starts[role] = m.units[f"{TB}-{role}"].starts
-        self.seen.append((trial, starts))
+                self.problems.append(f"trial {trial} {tb} {role}: live env {env}, model {live_want}")
+            starts[role] = m.units[f"{tb}-{role}"].starts
+        with self.lock:
+            self.seen.append((tb, trial, starts))
+
+
+def env_bytes(t: FakeTransport, role: str) -> bytes:
+    """The env file's bytes, through its symlink if it is one."""
+    return t.files.get(t.resolve(f"/etc/orch/{role}.env"), b"")
+
+
+class LinkFleet(pf.Fleet):
+    """The fleet, each role of `links` with its env file a symlink to `links[role]` (relative)."""
+
+    def __init__(self, env: dict[str, str], links: Mapping[str, str]) -> None:
+        super().__init__(env)
+        self.links = dict(links)
+
+    def host(self, testbed: str, key: str, host: Any) -> tuple[FakeTransport, Any]:
+        new = (testbed, key) not in self.transports
+        t, m = super().host(testbed, key, host)
+        if new and key in self.links:
+            t.links[host.env_file] = self.links[key]
+            t.files[t.resolve(host.env_file)] = t.files.pop(host.env_file)
+        return t, m
 
 
 def _trial_of(command: str) -> int:
@@ -365,21 +460,29 @@ def _hooks(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     every workload."""
     sc = watch.sc
 
+    attempt = threading.local()  # the attempt this thread's trial is (a parallel sweep: per testbed)
+
     def due(kind: str) -> list[Fault]:
-        return [f for f in sc.faults if f.kind == kind and f.at == watch.attempts]
+        n = getattr(attempt, "n", watch.attempts)
+        return [f for f in sc.faults if f.kind == kind and f.at == n and f.testbed == _testbed()]
 
     def interrupt(phase: str) -> None:
         for f in due("interrupt"):
-            if f.phase == phase and threading.current_thread() is threading.main_thread():
+            if f.phase == phase:
                 f.at = -1  # once
                 watch.fired.append(f"interrupt:{phase}")
-                raise Interrupt(f"interrupted at {phase}")
+                if threading.current_thread() is threading.main_thread():
+                    raise Interrupt(f"interrupted at {phase}")
+                _thread.interrupt_main()  # a runner thread: the user's Ctrl-C reaches the main thread
 
     apply, restart, wait = phases.Services.apply, phases.Services.restart, phases.Services.wait_healthy
 
     def apply_(self: phases.Services, step: Any, ctx: Any) -> None:
-        watch.attempts += 1
-        _arm(watch)
+        with watch.lock:
+            tb = self.deployment.testbed.name
+            watch.attempts += 1
+            watch.attempts_on[tb] = attempt.n = watch.attempts_on.get(tb, 0) + 1
+            _arm(watch, tb)
         interrupt("apply")
         apply(self, step, ctx)
         interrupt("after_apply")
@@ -395,7 +498,7 @@ def _hooks(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return out
 
     def repro(testbed: str, command: str) -> Reply | None:
-        watch.at_workload(_trial_of(command))
+        watch.at_workload(testbed, _trial_of(command))
         interrupt("workload")
         for _ in due("workload_fails"):
             watch.fired.append("workload_fails")
@@ -422,6 +525,8 @@ def _hooks(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     def restore_host_(self: hosts.HostGuard, role: str) -> None:
         for f in sc.faults:
             if f.kind == "interrupt" and f.phase == "restore" and f.role == role and 0 <= f.at <= watch.attempts:
+                if f.testbed != self.deployment.testbed.name:
+                    continue
                 if threading.current_thread() is threading.main_thread():
                     f.at = -1
                     watch.fired.append("interrupt:restore")
@@ -432,16 +537,22 @@ def _hooks(watch: Watch, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _arm(watch: Watch) -> None:
-    """Faults due at this attempt that act through the fakes."""
+def _testbed() -> str:
+    """The testbed this thread runs (a parallel sweep names its runner threads testbed-NAME)."""
+    name = threading.current_thread().name
+    return name.removeprefix("testbed-") if name.startswith("testbed-") else TB
+
+
+def _arm(watch: Watch, tb: str) -> None:
+    """Faults due at this attempt (on testbed `tb`) that act through the fakes."""
     for f in watch.sc.faults:
-        if f.at != watch.attempts:
+        if f.at != watch.attempts_on[tb] or f.testbed != tb:
             continue
-        t, m = watch.host(f.role)
+        t, m = watch.host(f.role, tb)
         if f.kind in ("fail_start", "command_fails", "drop"):
             watch.fired.append(f.kind)  # armed: it hits the host's next start, command or call
         if f.kind == "fail_start":
-            m.units[f"{TB}-{f.role}"].fail_starts = 1
+            m.units[f"{tb}-{f.role}"].fail_starts = 1
         elif f.kind == "command_fails":
             t.script(["systemctl", "show", "-p", "ExecStart"], Reply(1, "", "Failed to connect to bus\n"), times=1)
         elif f.kind == "drop":
@@ -477,14 +588,14 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
     """Run scenario(seed) through the API, the way back after an interrupt too; raise an
     AssertionError naming the seed at the first broken promise."""
     sc = scenario(seed)
-    fleet = pf.Fleet({r: sc.originals[r].render() for r in ROLES})
+    fleet = LinkFleet({r: sc.originals[r].render() for r in ROLES}, sc.links)
     pf.install(monkeypatch, fleet)
     (tmp / "m.yaml").write_text(sc.matrix_text())
     (tmp / "inv.yaml").write_text(inventory(sc))
     req = api.SweepRequest(
         tmp / "m.yaml",
         tmp / "inv.yaml",
-        testbeds=(TB,),
+        testbeds=sc.testbeds,
         reports_dir=tmp / "reports",
         run_id="r1",
         skip_preflight=True,
@@ -503,7 +614,7 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
                 if f.kind == "drop_way_back" and f.at == 0:
                     f.at = -1
                     watch.fired.append(f.kind)
-                    _drop_once(watch.host(f.role)[0])
+                    _drop_once(watch.host(f.role, f.testbed)[0])
             try:  # a fault during the way back fails that command (the user runs it again)
                 if way == "restore":
                     outcome = api.restore(api.RestoreRequest(run_dir), QuietProgress(), warn=_no_warning)
@@ -512,15 +623,22 @@ def check(seed: int, tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Watch:
                     stopped = _run(watch, lambda: api.resume(api.ResumeRequest(run_dir), _quiet, warn=_no_warning))
             except OrchError as exc:
                 watch.way_back_errors.append(f"{way}: {exc}")
-    problems = [*watch.problems, *_end_problems(sc, fleet, run_dir, plan, watch)]
+    problems = [*_cell_problems(sc, plan), *watch.problems, *_end_problems(sc, fleet, run_dir, plan, watch)]
     assert not problems, f"seed {seed}: " + "\n".join(problems[:6])
     return watch
 
 
+def _cell_problems(sc: Scenario, plan: Any) -> list[str]:
+    """The plan runs the model's cells (exclude/include applied), each `replicates` times."""
+    want = sorted(sorted(c.items()) for c in sc.cells() for _ in range(sc.replicates))
+    got = sorted(sorted(dict(s.trial.cell.as_dict()).items()) for s in plan.steps)
+    return [] if got == want else [f"the plan's cells {got}, model {want}"]
+
+
 def inventory(sc: Scenario) -> str:
-    """The one testbed, each host in its original file's dialect."""
+    """The testbeds, each host in its original file's dialect."""
     out, role = [], ""
-    for line in pf.inventory_text([TB], ROLES).splitlines():
+    for line in pf.inventory_text(sc.testbeds, ROLES).splitlines():
         role = line.strip().rstrip(":") if line.startswith("      ") and not line.startswith("       ") else role
         out.append(line.replace("dialect: systemd", f"dialect: {sc.originals[role].dialect}") if role else line)
     return "\n".join(out) + "\n"
@@ -540,23 +658,34 @@ def _run(watch: Watch, call: Callable[[], Any]) -> bool:
 
 def _end_problems(sc: Scenario, fleet: pf.Fleet, run_dir: Path, plan: Any, watch: Watch) -> list[str]:
     out = []
-    for role in ROLES:
-        got = fleet.file(TB, role)
-        if got != sc.originals[role].render().encode():
-            out.append(f"end {role}: file {got!r}, original {sc.originals[role].render()!r}")
-        left = fleet.extra_files(TB, role)
-        if left:
-            out.append(f"end {role}: left beside the env file: {left}")
-        env = {k: v for k, v in (fleet.managers[(TB, role)].environ(f"{TB}-{role}") or {}).items() if k != "PATH"}
-        if env != sc.originals[role].values():
-            out.append(f"end {role}: unit runs on {env}, original {sc.originals[role].values()}")
-        if not sc.mentioned(role) and fleet.managers[(TB, role)].restarts():  # its file never changes
-            out.append(
-                f"end {role}: no level edits it, yet its unit restarted {len(fleet.managers[(TB, role)].restarts())}x"
-            )
+    for tb in sc.testbeds:
+        out += _host_end_problems(sc, fleet, tb)
     out += _journal_problems(run_dir, plan, watch.ended)
     if not watch.fired:
         out += _restart_problems(sc, fleet, plan, watch, run_dir)
+    return out
+
+
+def _host_end_problems(sc: Scenario, fleet: pf.Fleet, tb: str) -> list[str]:
+    """Testbed `tb` after the way back: each env file the original (a symlink still one, to the
+    same place), nothing beside it, each unit on the original env, no needless restart."""
+    out = []
+    for role in ROLES:
+        t, m = fleet.transports[(tb, role)], fleet.managers[(tb, role)]
+        got = env_bytes(t, role)
+        if got != sc.originals[role].render().encode():
+            out.append(f"end {tb} {role}: file {got!r}, original {sc.originals[role].render()!r}")
+        path = f"/etc/orch/{role}.env"
+        if t.links.get(path) != sc.links.get(role):
+            out.append(f"end {tb} {role}: the env file links to {t.links.get(path)}, was {sc.links.get(role)}")
+        left = sorted(p for p in t.files if p not in (path, t.resolve(path)))
+        if left:
+            out.append(f"end {tb} {role}: left beside the env file: {left}")
+        env = {k: v for k, v in (m.environ(f"{tb}-{role}") or {}).items() if k != "PATH"}
+        if env != sc.originals[role].values():
+            out.append(f"end {tb} {role}: unit runs on {env}, original {sc.originals[role].values()}")
+        if not sc.mentioned(role) and m.restarts():  # its file never changes
+            out.append(f"end {tb} {role}: no level edits it, yet its unit restarted {len(m.restarts())}x")
     return out
 
 
@@ -586,43 +715,50 @@ def _journal_problems(run_dir: Path, plan: Any, ended: Any) -> list[str]:
 
 
 def _restart_problems(sc: Scenario, fleet: pf.Fleet, plan: Any, watch: Watch, run_dir: Path) -> list[str]:
-    """Without faults: the run went through the plan once; each unit started again exactly when its
-    file's text changed from the trial before (the first: from the original), as the plan says,
-    and once more at the end if the last cell left it changed (the restore)."""
-    out = []
+    """Without faults: the run went through the plan once; on each testbed each unit started again
+    exactly when its file's text changed from that testbed's trial before (the first: from the
+    original), as the plan says, and once more at the end if the last cell left it changed."""
     steps = {s.trial.index: s for s in plan.steps}
-    order = [t for t, _ in watch.seen]
-    if order != [s.trial.index for s in plan.steps]:
-        return [f"workloads ran trials {order}, the plan has {[s.trial.index for s in plan.steps]}"]
-    before = {r: sc.originals[r].render() for r in ROLES}
-    starts = {r: 1 for r in ROLES}
+    order = sorted(t for _, t, _ in watch.seen)
+    if order != sorted(steps) or (len(sc.testbeds) == 1 and [t for _, t, _ in watch.seen] != list(steps)):
+        return [f"workloads ran trials {[t for _, t, _ in watch.seen]}, the plan has {list(steps)}"]
     journaled = {
         r.trial: set(r.restarted) for r in read_journal(run_dir / "journal.jsonl").records if isinstance(r, TrialRecord)
     }
-    for trial, seen in watch.seen:
-        changed_roles = {
-            f"{role}:{TB}-{role}"
-            for role in ROLES
-            if expected_text(sc.originals[role], sc.settings(watch.levels_of[trial], role)) != before[role]
-        }
+    out = []
+    for tb in sc.testbeds:
+        out += _testbed_restarts(sc, fleet, tb, steps, watch, journaled)
+    return out
+
+
+def _testbed_restarts(
+    sc: Scenario, fleet: pf.Fleet, tb: str, steps: dict[int, Any], watch: Watch, journaled: dict[int, set[str]]
+) -> list[str]:
+    out = []
+    before = {r: sc.originals[r].render() for r in ROLES}
+    starts = {r: 1 for r in ROLES}
+    for trial, seen in [(t, seen) for b, t, seen in watch.seen if b == tb]:
+        texts = {r: expected_text(sc.originals[r], sc.settings(watch.levels_of[trial], r)) for r in ROLES}
+        changed_roles = {f"{role}:{tb}-{role}" for role in ROLES if texts[role] != before[role]}
         if journaled.get(trial) != changed_roles:
             out.append(f"trial {trial}: journaled restarts {journaled.get(trial)}, the files changed {changed_roles}")
         for role in ROLES:
-            text = expected_text(sc.originals[role], sc.settings(watch.levels_of[trial], role))
-            changed = text != before[role]
-            planned = (role, f"{TB}-{role}") in steps[trial].restart_units
+            changed = texts[role] != before[role]
+            planned = any(key == role for key, _ in steps[trial].restart_units)
             starts[role] += changed
             if seen[role] != starts[role]:
-                out.append(f"trial {trial} {role}: {seen[role] - 1} restarts so far, model {starts[role] - 1}")
+                out.append(f"trial {trial} {tb} {role}: {seen[role] - 1} restarts so far, model {starts[role] - 1}")
                 starts[role] = seen[role]
+            before[role] = texts[role]
+            if len(sc.testbeds) > 1:  # the plan's order is one testbed's; in parallel each takes the next
+                continue
             watch.restarts = (watch.restarts[0] + planned, watch.restarts[1] + (planned and not changed))
             if changed and not planned:  # the plan may restart more: it never reads a file (a value
                 # a cell sets may be the original's), and the runner recomputes from the real files
                 out.append(f"trial {trial} {role}: its file changed, the plan restarts nothing")
-            before[role] = text
     for role in ROLES:
-        final = fleet.managers[(TB, role)].units[f"{TB}-{role}"].starts
+        final = fleet.managers[(tb, role)].units[f"{tb}-{role}"].starts
         want = starts[role] + (before[role] != sc.originals[role].render())
         if final != want:
-            out.append(f"end {role}: {final - 1} restarts in all, model {want - 1}")
+            out.append(f"end {tb} {role}: {final - 1} restarts in all, model {want - 1}")
     return out

@@ -64,3 +64,12 @@ def test_a_key_removed_from_a_line_of_several_assignments_leaves_the_others(
     assert out == expected
     kept = {k: v for k, v in read_values(text, "shell").items() if k != remove}
     assert read_values(out, "shell") == kept
+
+
+def test_a_line_appended_after_a_removal_keeps_the_files_crlf_style() -> None:
+    """edit() appends "in the file's line-ending style", taken from the file as it came: a cell that
+    removes the one line whose CRLF told the style (the last line has none) and appends a key wrote
+    the rest in LF, `K5=b\\nK4=c\\n` (model sweep seed 396, tests/helpers/modelsweep.py)."""
+    out = edit("K1=a\r\nK5=b", {"K1": None, "K4": "c"}, "systemd")
+    assert out == "K5=b\r\nK4=c\r\n"
+    assert read_values(out, "systemd") == {"K5": "b", "K4": "c"}

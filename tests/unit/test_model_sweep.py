@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import modelsweep as ms
@@ -30,6 +31,9 @@ SAMPLE = {
     27: "a unit that fails to start",
     51: "a workload that fails",
     38: "a command that fails",
+    95: "2 testbeds in parallel, CRLF, a BOM, exclude/include; Ctrl-C after a trial is journaled, then orch resume",
+    47: "3 testbeds in parallel, no fault; a symlinked env file, exclude/include",
+    33: "CRLF, a symlinked env file, exclude/include; a failing command, Ctrl-C while a host is restored",
 }
 
 
@@ -37,7 +41,9 @@ SAMPLE = {
 def test_a_random_sweep_keeps_its_promises(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     watch = ms.check(seed, tmp_path, monkeypatch)
     assert watch.seen, "no workload ran: the check compared nothing"
-    assert bool(watch.fired) == (seed != 6), f"seed {seed}: faults fired {watch.fired}, drawn {watch.sc.faults}"
+    assert bool(watch.fired) == (seed not in (6, 47)), (
+        f"seed {seed}: faults fired {watch.fired}, drawn {watch.sc.faults}"
+    )
 
 
 def test_the_model_is_orchs_editor_on_random_files() -> None:
@@ -79,7 +85,7 @@ def test_the_check_fails_when_a_cells_value_stays_set_for_the_next(
         return envfile.edit(base, values, "systemd").encode()
 
     monkeypatch.setattr(phases.Services, "cell_bytes", from_current)
-    with pytest.raises(AssertionError, match=r"seed 6: trial \d+ \w+: file"):
+    with pytest.raises(AssertionError, match=r"seed 6: trial \d+ \w+ \w+: file"):
         ms.check(6, tmp_path, monkeypatch)
 
 
@@ -95,7 +101,7 @@ def test_the_check_fails_when_a_restore_leaves_a_file_changed(tmp_path: Path, mo
             restore_host(self, role)
 
     monkeypatch.setattr(hosts.HostGuard, "_restore_host", forgetful)
-    with pytest.raises(AssertionError, match="end router: file"):
+    with pytest.raises(AssertionError, match=r"end \w+ router: file"):
         ms.check(6, tmp_path, monkeypatch)
 
 
@@ -105,5 +111,32 @@ def test_the_check_fails_when_a_changed_file_restarts_no_unit(tmp_path: Path, mo
     monkeypatch.setattr(phases.Services, "restart_units", lambda self, units, ctx: None)
     monkeypatch.setattr(phases.Services, "verify_before_repro", lambda self, step, ctx: True)  # as verify_env: false
     monkeypatch.setattr(phases.Services, "verify_beside_repro", lambda self, step, ctx: None)
-    with pytest.raises(AssertionError, match=r"seed 6: trial \d+ router: live env"):
+    with pytest.raises(AssertionError, match=r"seed 6: trial \d+ \w+ router: live env"):
         ms.check(6, tmp_path, monkeypatch)
+
+
+def test_the_check_fails_when_the_plan_drops_an_included_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail on exclude/include: an orch whose plan leaves out the last `include`
+    cell runs fewer cells than the model's (seed 47: 3 testbeds, exclude/include)."""
+    from orchestrator.core import plan as plan_mod
+
+    expand = plan_mod.expand
+    monkeypatch.setattr(plan_mod, "expand", lambda matrix: expand(matrix)[: -1 if matrix.include else None])
+    with pytest.raises(AssertionError, match="seed 47: the plan's cells"):
+        ms.check(47, tmp_path, monkeypatch)
+
+
+def test_the_check_fails_when_a_symlinked_env_file_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail on a symlinked env file: a transport that writes a regular file over the
+    link (not through it) leaves the host without its link, and seed 47 (router's file a link) says so."""
+    from fakes import FakeTransport
+
+    write = FakeTransport.write_bytes_atomic
+
+    def over_the_link(self: FakeTransport, path: str, data: bytes, **kw: Any) -> None:
+        self.links.pop(path, None)
+        write(self, path, data, **kw)
+
+    monkeypatch.setattr(FakeTransport, "write_bytes_atomic", over_the_link)
+    with pytest.raises(AssertionError, match=r"(?s)seed 47: .*the env file links to None, was ../real/decode.env"):
+        ms.check(47, tmp_path, monkeypatch)
