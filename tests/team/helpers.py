@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -186,15 +187,15 @@ def webhook_receiver() -> Iterator[Receiver]:
         thread.join(timeout=5)
 
 
-def queue_sweep(reports: Path, sweeps: Any) -> QueueSweep:
-    """A queue item's sweep over `sweeps` (a stand-in for sweep.api), showing nothing."""
+def queue_sweep(reports: Path, sweeps: Any, warn: Callable[[str], None] = lambda message: None) -> QueueSweep:
+    """A queue item's sweep over `sweeps` (a stand-in for sweep.api), showing nothing but `warn`."""
     return QueueSweep(
         reports,
         terminal=lambda started: QuietProgress(),
         show=lambda outcome: None,
         note=lambda message: None,
         error=lambda item, message: None,
-        warn=lambda message: None,
+        warn=warn,
         sweeps=sweeps,
     )
 

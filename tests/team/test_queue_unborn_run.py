@@ -21,9 +21,9 @@ from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.sweep import api
-from orchestrator.sweep.progress import QuietProgress
-from orchestrator.team.overnight import QueueSweep
 from orchestrator.team.queue import NewItem, Queue, QueueItem, QueueRunResult, run_queue
+
+from .helpers import queue_sweep
 
 DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
 ROLES = ("prefill", "decode")
@@ -59,18 +59,6 @@ def dies_once_locked(monkeypatch: pytest.MonkeyPatch, fleet: Fleet) -> None:
     monkeypatch.setattr(TestbedLock, "acquire", acquire)
 
 
-def sweep(reports: Path, warned: list[str]) -> QueueSweep:
-    return QueueSweep(
-        reports,
-        terminal=lambda started: QuietProgress(),
-        show=lambda outcome: None,
-        note=lambda message: None,
-        error=lambda item, message: None,
-        warn=warned.append,
-        sweeps=api,
-    )
-
-
 @pytest.fixture
 def killed_between_lock_and_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -86,7 +74,7 @@ def killed_between_lock_and_folder(
     item = q.add_item(NewItem(m, i, "A"))
     dies_once_locked(monkeypatch, fleet)
     with pytest.raises(Killed):
-        run_queue(q, sweep(reports, []))
+        run_queue(q, queue_sweep(reports, api))
     left = q.get(item.id)
     assert left.state == "queued" and left.run_dir is not None, left  # recorded before the lock
     run_dir = Path(left.run_dir)
@@ -100,7 +88,7 @@ def killed_between_lock_and_folder(
 
 def again(q: Queue, reports: Path) -> tuple[QueueRunResult, list[str]]:
     warned: list[str] = []
-    return run_queue(q, sweep(reports, warned)), warned
+    return run_queue(q, queue_sweep(reports, api, warned.append)), warned
 
 
 def test_the_next_queue_run_starts_that_run_again_taking_its_stale_lock(killed_between_lock_and_folder) -> None:  # type: ignore[no-untyped-def]
