@@ -655,9 +655,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rich.markup import escape
-    from rich.table import Table
-
     from orchestrator.cli.console import out
     from orchestrator.errors import UsageError
     from orchestrator.team.livestatus import snapshot
@@ -670,6 +667,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         out.print_json(json.dumps(status_json(snap)))
         return 0
+    _print_runs(snap, args.reports, missing)
+    _print_queue(snap)
+    return 0
+
+
+def _print_runs(snap: "Snapshot", reports: Path, missing: bool) -> None:
+    """The runs: first each one's way back or why it cannot be read, then the table."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.cli.console import out
+
     for r in snap.runs:  # before any table: a run that left a testbed changed is the first thing to see
         if r.left_changed:
             out.print(f"[bold red]{escape(r.directory)}: {escape(r.left_changed)}[/bold red]", soft_wrap=True)
@@ -677,6 +686,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             out.print(f"[bold]{escape(r.directory)}[/bold]: {escape(r.way_back)}", soft_wrap=True)
         elif r.unreadable:  # listed, not left out: nothing else tells whether it runs
             out.print(f"[bold]{escape(r.directory)}[/bold]: {escape(r.unreadable_line)}", soft_wrap=True)
+    if not snap.runs:
+        note = " (no such folder: check --reports)" if missing else ""  # the queue shown is elsewhere
+        out.print(f"no sweep is running in {reports}{note}", markup=False)
+        return
     runs = Table("run", "state", "progress", "current cell", "last trial", "ETA", "controller", title="sweeps")
     for r in snap.runs:
         state = (r.state if r.state != "finished" else r.run_status) + (", NOT restored" if r.left_changed else "")
@@ -690,31 +703,26 @@ def cmd_status(args: argparse.Namespace) -> int:
             eta,
             escape(r.controller or "-"),
         )
-    if snap.runs:
-        _print_table(runs)
-    else:
-        note = " (no such folder: check --reports)" if missing else ""  # the queue shown is elsewhere
-        out.print(f"no sweep is running in {args.reports}{note}", markup=False)
+    _print_table(runs)
+
+
+def _print_queue(snap: "Snapshot") -> None:
+    """The pending queue items, how many more, and why the queue cannot be read if it cannot."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.cli.console import out, warn
+
     if snap.queue:
         queue = Table("id", "state", "prio", "matrix", "testbed", "run", "note", title="queue")
         for q in snap.queue:
-            queue.add_row(
-                str(q.id),
-                q.state,
-                str(q.priority),
-                escape(q.matrix),
-                escape(q.testbed),
-                escape(q.run),
-                escape(q.message),
-            )
+            texts = (q.matrix, q.testbed, q.run, q.message)
+            queue.add_row(str(q.id), q.state, str(q.priority), *(escape(t) for t in texts))
         _print_table(queue)
     if snap.queue_more:
         out.print(f"… and {snap.queue_more:,} more queued: `orch queue list` lists them all", markup=False)
     if snap.queue_unreadable:
-        from orchestrator.cli.console import warn
-
         warn(f"queue unreadable: {snap.queue_unreadable}")
-    return 0
 
 
 def _queue_elsewhere(args: argparse.Namespace) -> bool:
