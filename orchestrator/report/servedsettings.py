@@ -52,8 +52,10 @@ class CellServers:
 
 def served_setting_findings(manifest: RunManifest, trials: Sequence[TrialRecord]) -> list[Finding]:
     """One caution per role and setting that some cell's testbeds served with other values."""
-    texts = _settings_by_digest(trials)
-    seen = setting_differences(_digests(trials), texts)
+    beds: dict[str, CellServers] = {}
+    for t in trials:
+        beds.setdefault(t.testbed, CellServers()).add(t.cell, t.provenance)
+    seen = setting_differences(beds)
     out = [_finding(manifest, role, key, dict(values), cells) for (role, key, values), cells in seen.items()]
     if len(out) > SETTINGS_SAID:
         rest = len(out) - SETTINGS_SAID
@@ -62,22 +64,21 @@ def served_setting_findings(manifest: RunManifest, trials: Sequence[TrialRecord]
     return out
 
 
-def setting_differences(by_cell: Mapping[tuple[str, str], Sides], texts: Mapping[str, Settings]) -> Differences:
+def setting_differences(sides: Mapping[str, CellServers]) -> Differences:
     """PURE: (role, setting, each side's value) -> the cells whose sides served it so, cells by name.
-    Shared by a run's testbeds (sides: testbed names) and `orch compare` (sides: A and B)."""
+    Shared by a run's testbeds (sides: testbed names) and `orch compare` (sides: A and B); a cell
+    only one side ran is compared with nothing."""
+    by_cell: dict[tuple[str, str], Sides] = {}
+    texts: dict[str, Settings] = {}
+    for side, servers in sides.items():
+        texts.update(servers.texts)  # a digest is of its text: the same digest, the same settings
+        for cell_role, digests in servers.digests.items():
+            by_cell.setdefault(cell_role, {})[side] = digests
     seen: Differences = {}
-    for (cell, role), sides in sorted(by_cell.items(), key=lambda kv: kv[0][0]):
-        for key, values in _differing(sides, texts).items():
+    for (cell, role), served in sorted(by_cell.items(), key=lambda kv: kv[0][0]):
+        for key, values in _differing(served, texts).items():
             seen.setdefault((role, key, tuple(values.items())), []).append(cell)
     return seen
-
-
-def _settings_by_digest(trials: Sequence[TrialRecord]) -> dict[str, Settings]:
-    """digest -> the settings its text holds (a text that is no JSON object: none)."""
-    servers = CellServers()
-    for t in trials:
-        servers.add(t.cell, t.provenance)
-    return servers.texts
 
 
 def _settings(text: str) -> Settings:
@@ -93,16 +94,6 @@ def _settings(text: str) -> Settings:
 def _place(key: str) -> bool:
     """Where a testbed's server runs: its own by design, never a difference."""
     return key in PLACE_KEYS or key.endswith(PLACE_ENDS)
-
-
-def _digests(trials: Sequence[TrialRecord]) -> dict[tuple[str, str], dict[str, set[str]]]:
-    """(cell, role) -> testbed -> the server info digests its trials of the cell were served by."""
-    out: dict[tuple[str, str], dict[str, set[str]]] = {}
-    for t in trials:
-        for role, p in t.provenance.items():
-            if p.server_info_sha:
-                out.setdefault((t.cell, role), {}).setdefault(t.testbed, set()).add(p.server_info_sha)
-    return out
 
 
 def _differing(beds: Mapping[str, set[str]], texts: Mapping[str, Settings]) -> dict[str, dict[str, str]]:
@@ -145,9 +136,8 @@ def run_setting_lines(a: RunManifest, sa: CellServers, b: RunManifest, sb: CellS
     the server info of the cell each run ran first (core.hostfacts.BY_CELL), so two runs whose first
     cells set other flags read as served otherwise, and a tp_size that differed in every cell but
     the first was said nowhere. Values masked as each run's report masks them."""
-    both = {key: {"A": digests, "B": sb.digests[key]} for key, digests in sa.digests.items() if key in sb.digests}
     out = []
-    for (role, key, values), cells in setting_differences(both, {**sa.texts, **sb.texts}).items():
+    for (role, key, values), cells in setting_differences({"A": sa, "B": sb}).items():
         va, vb = dict(values)["A"], dict(values)["B"]
         qa, qb = quote_apart(a.redactor.value(key, va), b.redactor.value(key, vb))
         out.append(f"the {role} role's server setting {key} was {qa} in A, {qb} in B (server info, in {_cells(cells)})")
