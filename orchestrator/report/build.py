@@ -23,14 +23,13 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TypedDict, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
 from orchestrator.core import clustered, family, findings, power, ranks, stats, trialexact
-from orchestrator.core.gates import Gate
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
@@ -171,7 +170,20 @@ def _build(
     cells = missing.marked_cells(cells, baseline_cell)
     failures, shown = _load_shown(load, failed[:FAILURE_CAP], _drilldown(rows, drilldown_cap))
     report = Report(
-        **_run_fields(manifest, state, primary, baseline_cell, hunt),
+        run_id=manifest.run_id,
+        name=manifest.name,
+        description=manifest.description,
+        status=state,
+        started=manifest.started,
+        ended=manifest.ended,
+        confidence=stats.CONFIDENCE,
+        alpha=stats.ALPHA,
+        metrics=dict(manifest.metrics),
+        primary_metric=primary,
+        factors={f: list(v) for f, v in manifest.factors.items()},
+        baseline=dict(manifest.baseline),
+        baseline_cell=baseline_cell,
+        planned=manifest.planned_total,
         completed=len(data),
         failed=len(failed),
         cells=cells,
@@ -188,10 +200,13 @@ def _build(
         trials=[_trial_view(t, manifest.redactor) for t in shown],
         trials_total=len(rows),
         torn_tail=torn_tail,
+        provenance=_provenance(manifest),
         server=server_table(data),
+        gates=list(manifest.gates),
         comparison={m: _comparison(by_metric[m].dispersion, untested.get(m)) for m in _proportions(manifest)},
         dispersion=_estimated_phi(manifest, by_metric),
         untested=untested,
+        hunt=hunt,
     )
     return report.model_copy(update={"headline": headline(report, failed)})
 
@@ -213,51 +228,6 @@ def _stopped_corrected(
             metric, cells, by_metric[metric].dispersion, effects, interactions, neighbours, top
         )
     return cells, effects, interactions, neighbours
-
-
-class _RunFields(TypedDict):
-    run_id: str
-    name: str
-    description: str
-    status: str
-    started: str
-    ended: str | None
-    confidence: float
-    alpha: float
-    metrics: dict[str, MetricKind]
-    primary_metric: str | None
-    factors: dict[str, list[str]]
-    baseline: dict[str, str]
-    baseline_cell: str | None
-    planned: int | None
-    provenance: Provenance
-    gates: list[Gate]
-    hunt: HuntView | None
-
-
-def _run_fields(
-    manifest: RunManifest, state: str, primary: str | None, baseline_cell: str | None, hunt: HuntView | None
-) -> _RunFields:
-    """The report's fields that come from the run's manifest alone (names, design, provenance)."""
-    return _RunFields(
-        run_id=manifest.run_id,
-        name=manifest.name,
-        description=manifest.description,
-        status=state,
-        started=manifest.started,
-        ended=manifest.ended,
-        confidence=stats.CONFIDENCE,
-        alpha=stats.ALPHA,
-        metrics=dict(manifest.metrics),
-        primary_metric=primary,
-        factors={f: list(v) for f, v in manifest.factors.items()},
-        baseline=dict(manifest.baseline),
-        baseline_cell=baseline_cell,
-        planned=manifest.planned_total,
-        provenance=_provenance(manifest),
-        gates=list(manifest.gates),
-        hunt=hunt,
-    )
 
 
 def _policy(tests: Mapping[str, int], cells: Sequence[CellView], hunt: HuntView | None) -> str:
