@@ -466,13 +466,9 @@ def _plain(run: LiveRun) -> bool:
     return run.state == "finished" and not run.left_changed and not run.unreadable
 
 
-def queue_items(reports_dir: Path) -> list[QueueItem]:
-    """Items not yet done (queued, running, resumable), read-only; none if there is no queue."""
-    return read_queue(reports_dir)[0]
-
-
 def read_queue(reports_dir: Path) -> tuple[list[QueueItem], str]:
-    """queue_items, and why the queue file cannot be read ("": read, or there is none). Why said:
+    """Items not yet done (queued, running, resumable), read-only, none if there is no queue; and
+    why the queue file cannot be read ("": read, or there is none). Why said:
     a damaged queue.db listed as no queue read as "nothing queued" on every status view, while
     tonight's `queue run` would refuse it (team.queuestore.NotAQueue)."""
     if not (reports_dir / DB_NAME).is_file():

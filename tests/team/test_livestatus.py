@@ -25,7 +25,7 @@ from orchestrator.team.livestatus import (
     item_view,
     judge,
     live_runs,
-    queue_items,
+    read_queue,
     snapshot,
 )
 from orchestrator.team.queue import Claimer, Queue
@@ -211,11 +211,13 @@ def test_live_runs_and_queue_view(tmp_path: Path) -> None:
     ]
     assert runs[0].percent == 50.0 and runs[1].percent == 0.0 and runs[2].run_status == "completed"
 
-    assert queue_items(reports) == []  # no queue.db: none, and none created
+    assert read_queue(reports) == ([], "")  # no queue.db: none, none created, and nothing to say
     assert not (reports / "queue.db").exists()
     with Queue.in_reports(reports) as q:
         q.add(Path("/m/x.yaml"), Path("/i.yaml"), None, 2, ("https://hooks.example/secret",))
-    view = [item_view(i) for i in queue_items(reports)]
+    items, unreadable = read_queue(reports)
+    assert unreadable == ""
+    view = [item_view(i) for i in items]
     assert [(v.id, v.state, v.matrix, v.priority) for v in view] == [(1, "queued", "x.yaml", 2)]
     assert "secret" not in repr(view)
     snap = snapshot(reports)
