@@ -549,7 +549,7 @@ def _claim(queue: QueueStore, skip: frozenset[int]) -> QueueItem | None:
     except BaseException:
         if claimed and claimed[0] is not None:
             item = claimed[0]
-            _record_now(queue, item.id, ("resumable" if item.resumable_run is not None else "queued", item.message))
+            _record_now(queue, item.id, (_back_in_line(item), item.message))
         raise
 
 
@@ -574,10 +574,14 @@ def _run_one(
         if outcome:  # the sweep ended: its end is what the item records, not "interrupted"
             _record_now(queue, item.id, item_state_after(stored, outcome[0]))
         else:
-            started = stored.resumable_run is not None
-            _record_now(queue, item.id, ("resumable" if started else "queued", "interrupted before it finished"))
+            _record_now(queue, item.id, (_back_in_line(stored), "interrupted before it finished"))
         raise
     return outcome[0]
+
+
+def _back_in_line(item: QueueItem) -> ItemState:
+    """The state of an item put back unfinished: resumable once it names its run, else queued."""
+    return "resumable" if item.resumable_run is not None else "queued"
 
 
 def _record_now(queue: QueueStore, item_id: int, end: tuple[ItemState, str]) -> None:
