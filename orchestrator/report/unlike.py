@@ -44,9 +44,9 @@ def unlike(a: RunManifest, b: RunManifest, servers: tuple[CellServers, CellServe
     compared cell by cell, and the first cell's server info in run.json's host facts is left out."""
     ma, mb = (matrix_of(m) for m in (a, b)) if a.matrix_sha256 != b.matrix_sha256 else (None, None)
     metrics = _metric_definitions(a, b, ma, mb)
-    per_cell = servers is not None and all(s.digests for s in servers)
-    settings = run_setting_lines(a, servers[0], b, servers[1]) if servers is not None and per_cell else []
-    context = [*_matrix_lines(a, b, ma, mb), *_host_lines(a, b, per_cell), *_served_lines(a, b), *settings]
+    per_cell = servers if servers is not None and all(s.digests for s in servers) else None
+    settings = run_setting_lines(a, per_cell[0], b, per_cell[1]) if per_cell else []
+    context = [*_matrix_lines(a, b, ma, mb), *_host_lines(a, b, bool(per_cell)), *_served_lines(a, b), *settings]
     if a.orch_version != b.orch_version:
         context.append(f"orch {a.orch_version} ran A, orch {b.orch_version} ran B (how it judges a trial may differ)")
     return Unlike(metrics, tuple(context))
