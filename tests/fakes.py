@@ -676,6 +676,18 @@ def make_bed(roles: Mapping[str, Role], name: str = "fakebed") -> FakeBed:
     return FakeBed(deployment, transports, managers, health_client(deployment, managers), originals)
 
 
+def linked_decode_bed(original: bytes, real: str = "/etc/orch/real/decode.env", *, started: bool = True) -> FakeBed:
+    """A bed whose decode env file is a symlink to `real`, holding `original` (teams link env files
+    into place); `started`: its unit restarted once, so it runs on the linked file."""
+    bed = make_bed({"decode": Role("", [FakeUnit("decode-server", active=True)])})
+    t = bed.transports["decode"]
+    t.files = {real: original}
+    t.links[bed.env_file("decode")] = real
+    if started:
+        bed.managers["decode"].restart("decode-server")
+    return bed
+
+
 def _host(role: str, spec: Role, units: list[str], port: int) -> Host:
     address = f"{role}.fake"
     ssh = SshSettings(address, 22, "root", None, None, False, 10.0, False)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan
+from fakes import FakeBed, FakeUnit, Reply, Role, flag, linked_decode_bed, make_bed, make_plan
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
@@ -184,11 +184,8 @@ def test_a_symlinked_env_file_replaced_during_the_run_stops_the_sweep_saying_how
     (the new file is left as it is) and the error says what the link was and how to put it back,
     not that an edit was kept somewhere (mutation survivor of sweep/drift.py's during_run)."""
     real = "/etc/orch/real/decode.env"
-    bed = make_bed({"decode": Role("", [FakeUnit("decode-server", active=True)])})
+    bed = linked_decode_bed(ORIGINAL, real)  # started on the linked file
     t, env = bed.transports["decode"], bed.env_file("decode")
-    t.files = {real: ORIGINAL}
-    t.links[env] = real
-    bed.managers["decode"].restart("decode-server")  # started on the linked file
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG", ("1", "2", "0"))}, order="sequential")
 
     class Relink(Edits):

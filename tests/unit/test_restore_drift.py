@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, linked_decode_bed, make_bed, make_plan, runner_for
 
 from orchestrator.core.config import read_matrix
 from orchestrator.core.huntplan import hunt_cell, hunt_plan
@@ -302,11 +302,8 @@ def test_orch_restore_after_a_kill_9_replaces_a_symlink_too(tmp_path: Path) -> N
 def test_an_env_file_that_is_a_symlink_from_the_start_is_still_written_through(tmp_path: Path) -> None:
     """Teams link env files into place; orch writes through the link and keeps it (no drift)."""
     real = "/etc/orch/real/decode.env"
-    bed = make_bed({"decode": Role("", [FakeUnit("decode-server", active=True)])})
+    bed = linked_decode_bed(ORIGINAL, real)  # started on the linked file
     t, env = bed.transports["decode"], bed.env_file("decode")
-    t.files = {real: ORIGINAL}
-    t.links[env] = real
-    bed.managers["decode"].restart("decode-server")  # started on the linked file
     notes = Notes()
     result = runner(bed, plan_of(bed), tmp_path / "run", notes).execute()
     assert result.not_restored == [] and result.kept == {}
@@ -318,10 +315,8 @@ def test_a_symlinked_env_file_replaced_by_a_regular_file_is_left_unrestored_with
     tmp_path: Path,
 ) -> None:
     real = "/etc/orch/real/decode.env"
-    bed = make_bed({"decode": Role("", [FakeUnit("decode-server", active=True)])})
+    bed = linked_decode_bed(ORIGINAL, real, started=False)
     t, env = bed.transports["decode"], bed.env_file("decode")
-    t.files = {real: ORIGINAL}
-    t.links[env] = real
     plan = plan_of(bed)
 
     def replace(files: dict[str, bytes]) -> None:
