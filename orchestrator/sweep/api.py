@@ -134,11 +134,7 @@ def run(
         ]
         try:
             _check_hosts(deployments, locks, plan, request, run_id, warn)
-            names = tuple(tb.name for tb in prepared.testbeds)
-            manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
-            controller = describe_controller(plan.matrix.redactor)
-            paths = _recorded_paths(request, run_dir)
-            manifest = manifest.model_copy(update={"controller": controller, "retries": request.retries, **paths})
+            manifest = _new_manifest(prepared, request, run_id, run_dir)
             executing = False
 
             def trials() -> RunResult:
@@ -154,6 +150,7 @@ def run(
                     _list_running(run_dir)
                     hunting = plan.matrix.hunt is not None
                     total = 0 if hunting else len(plan.steps)
+                    names = tuple(manifest.testbeds)
                     sink = progress(Started(run_id, run_dir, names, total, total, hunt=plan.matrix.hunt))
                     design = _design(plan, set(), run_dir=run_dir)
                     result, stopped = _stoppable(trials)
@@ -170,6 +167,16 @@ def run(
             for lock in locks:
                 lock.release()
     return _finish(run_dir, manifest, result, stopped)
+
+
+def _new_manifest(prepared: PreparedSweep, request: SweepRequest, run_id: str, run_dir: Path) -> RunManifest:
+    """run.json of a new run: the plan, the inventory's testbeds, this controller (redacted), the
+    retries and the paths the request was given."""
+    plan, names = prepared.plan, tuple(tb.name for tb in prepared.testbeds)
+    manifest = make_manifest(plan, prepared.inventory, run_id, now_iso(), names)
+    controller = describe_controller(plan.matrix.redactor)
+    paths = _recorded_paths(request, run_dir)
+    return manifest.model_copy(update={"controller": controller, "retries": request.retries, **paths})
 
 
 def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseException) -> None:
@@ -334,19 +341,8 @@ def _resume_locked(
     run_dir = request.run_dir
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     taken_up = _take_up(run_dir, matrix)
-    done, torn, before, journaled = taken_up.done, taken_up.torn, taken_up.attempts_before, taken_up.journaled
-    hunting = matrix.hunt is not None  # no total: the search decides how many trials are left
-    started = Started(
-        manifest.run_id,
-        run_dir,
-        tuple(manifest.testbeds),
-        len(done) if hunting else len(plan.steps),
-        0 if hunting else len(plan.steps) - len(done),
-        resumed=True,
-        torn_tail_dropped=bool(torn),
-        hunt=matrix.hunt,
-    )
-    sink = progress(started)
+    done, journaled = taken_up.done, taken_up.journaled
+    sink = progress(_resumed(manifest, run_dir, matrix, plan, taken_up))
     for note in orphans:
         sink.note(note)
     options = RunOptions(
@@ -356,7 +352,7 @@ def _resume_locked(
         break_lock=request.break_lock,
         deadline=request.deadline,
         owner_gone=request.owner_gone,
-        attempts_before=before,
+        attempts_before=taken_up.attempts_before,
     )
     with session.connected(testbeds) as deployments:
         # taken here, not by the runner, so the lock records the run directory (a later run that
@@ -385,6 +381,22 @@ def _resume_locked(
         finally:
             for lock in locks:
                 lock.release()
+
+
+def _resumed(manifest: RunManifest, run_dir: Path, matrix: Matrix, plan: Plan, taken_up: _TakenUp) -> Started:
+    """What the progress display is told as a resume starts: the trials done and left (a hunt has
+    no total: its search decides how many trials are left), and whether a torn line was dropped."""
+    done, hunting = taken_up.done, matrix.hunt is not None
+    return Started(
+        manifest.run_id,
+        run_dir,
+        tuple(manifest.testbeds),
+        len(done) if hunting else len(plan.steps),
+        0 if hunting else len(plan.steps) - len(done),
+        resumed=True,
+        torn_tail_dropped=taken_up.torn,
+        hunt=matrix.hunt,
+    )
 
 
 @dataclass(frozen=True)
