@@ -269,9 +269,7 @@ def wait_all(
     failure (in time) is raised once every thread has stopped: no thread outlives the call.
     Once every URL is ready, each check with a ``probe`` (a router) sends generates through it
     until one succeeds, within what is left of its timeout; its time counts until then."""
-    roles = [c.role for c in checks]
-    if len(set(roles)) != len(roles):
-        raise ConfigError(f"health checks: duplicate roles {roles} (give each role one check)")
+    _one_check_a_role(checks)
     alive = check_alive or {}
     started = time.monotonic()
     cancel = threading.Event()
@@ -315,12 +313,31 @@ def wait_all(
         stop_all()
     if failures:
         raise failures[0]
+    _probe_routers(checks, client, alive, started, waited)
+    return waited
+
+
+def _one_check_a_role(checks: Sequence[HealthCheck]) -> None:
+    """Waits are kept per role: two checks of one role would overwrite each other's time."""
+    roles = [c.role for c in checks]
+    if len(set(roles)) != len(roles):
+        raise ConfigError(f"health checks: duplicate roles {roles} (give each role one check)")
+
+
+def _probe_routers(
+    checks: Sequence[HealthCheck],
+    client: httpx.Client,
+    alive: Mapping[str, Callable[[], None]],
+    started: float,
+    waited: dict[str, float],
+) -> None:
+    """Once every URL is ready: each check with a probe (a router) sends generates through it
+    until one succeeds, within what is left of its timeout; its time (in `waited`) counts until then."""
     for check in checks:
         if check.probe is not None:
             budget = check.timeout_s - (time.monotonic() - started)
             wait_probe(check, client=client, check_alive=alive.get(check.role), budget_s=budget)
             waited[check.role] = time.monotonic() - started
-    return waited
 
 
 def check_registered(check: HealthCheck, client: httpx.Client, body: str, *, when: str = "") -> None:

@@ -360,12 +360,7 @@ def run_command(
             left = _stop_leftovers(proc.pid, marked)
         except BaseException:
             if proc is not None:
-                _kill_group(proc)
-                if marked is not None:
-                    left = _stop_leftovers(proc.pid, marked, settle_s=0.0)
-                    if left and on_left is not None:
-                        on_left(left)
-                _forget_group(pid_path, proc.pid)
+                _stop_on_error(proc, marked, pid_path, on_left)
             raise
         _forget_group(pid_path, proc.pid)
     return ReproOutcome(
@@ -377,6 +372,22 @@ def run_command(
         stderr_path=_recorded(stderr_path, run_dir),
         left_behind=left,
     )
+
+
+def _stop_on_error(
+    proc: subprocess.Popen[bytes],
+    marked: Marked | None,
+    pid_path: Path | None,
+    on_left: Callable[[list[str]], None] | None,
+) -> None:
+    """A command ended by an exception: its group killed, what it left running stopped at once
+    and named to `on_left` (the outcome that would name them is never returned), its pid file gone."""
+    _kill_group(proc)
+    if marked is not None:
+        left = _stop_leftovers(proc.pid, marked, settle_s=0.0)
+        if left and on_left is not None:
+            on_left(left)
+    _forget_group(pid_path, proc.pid)
 
 
 def _open_output(path: Path) -> BinaryIO:
