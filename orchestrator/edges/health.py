@@ -295,9 +295,7 @@ def wait_all(
                 failures.append(exc)
             stop_all()
             return None
-        for role, wake in wakes.items():  # ready: the others look again now (they turn ready together)
-            if role != check.role:
-                wake.set()
+        _wake_others(wakes, check.role)
         return seconds
 
     waited: dict[str, float] = {}
@@ -315,6 +313,14 @@ def wait_all(
         raise failures[0]
     _probe_routers(checks, client, alive, started, waited)
     return waited
+
+
+def _wake_others(wakes: Mapping[str, threading.Event], ready: str) -> None:
+    """One role is ready: the other pollers look again now, not at their next poll (roles of a
+    deployment turn ready together)."""
+    for role, wake in wakes.items():
+        if role != ready:
+            wake.set()
 
 
 def _one_check_a_role(checks: Sequence[HealthCheck]) -> None:

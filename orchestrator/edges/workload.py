@@ -363,8 +363,21 @@ def run_command(
                 _stop_on_error(proc, marked, pid_path, on_left)
             raise
         _forget_group(pid_path, proc.pid)
+    return _outcome(argv_or_shell, exit_code, duration_s, (stdout_path, stderr_path), run_dir, left)
+
+
+def _outcome(
+    command: str,
+    exit_code: int | None,
+    duration_s: float,
+    paths: tuple[Path, Path],
+    run_dir: Path | None,
+    left: list[str],
+) -> ReproOutcome:
+    """What a command did: its output's tail and files (relative to the run folder when given)."""
+    stdout_path, stderr_path = paths
     return ReproOutcome(
-        command=argv_or_shell,
+        command=command,
         exit_code=exit_code,
         duration_s=duration_s,
         stdout_tail=_read_tail(stdout_path, TAIL_BYTES),
