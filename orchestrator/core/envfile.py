@@ -967,13 +967,28 @@ def _append(text: str, items: list[tuple[str, str]], dialect: Dialect, eol: str)
             "close the quote before orch appends to the file",
         )
     if _meaning(_scan(base, dialect)) != _meaning(before):
-        raise _error(
-            _Lines(text).of(len(text)),
-            "the file ends with a backslash",
-            "a line appended after it would change the last value; end the last line",
-        )
+        raise _changed_end(text, before, dialect)
     prefix = "export " if dialect == "shell" else ""
     return base + "".join(f"{prefix}{key}={quote_value(value)}{eol}" for key, value in items)
+
+
+def _changed_end(text: str, before: _Parsed, dialect: Dialect) -> EnvFileError:
+    """Why ending the last line would change its value. In a CRLF file bash sources, a CR ending
+    the last line becomes part of that value (bash keeps the \\r): the file's line ends are to
+    blame, not a backslash, when an LF alone would have kept the meaning."""
+    line = _Lines(text).of(len(text))
+    if _meaning(_scan(text + "\n", dialect)) == _meaning(before):
+        return _error(
+            line,
+            "CRLF line endings: bash keeps the \\r in values, so ending this last line would add a \\r "
+            "to its value, and every value orch writes would reach the server with a \\r after it",
+            "convert the file to LF line endings (dos2unix FILE)",
+        )
+    return _error(
+        line,
+        "the file ends with a backslash",
+        "a line appended after it would change the last value; end the last line",
+    )
 
 
 def _meaning(parsed: _Parsed) -> list[tuple[str, str | None, Literal["assign", "other", "invalid"]]]:
