@@ -393,6 +393,7 @@ def _systemd_values(text: str) -> dict[str, str]:
 
 _BLANKS = " \t"
 _WORD_END = " \t\n;"
+_BOM = "\ufeff"
 _OPERATORS = "&|<>()"
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
 _ASSIGN_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
@@ -717,16 +718,26 @@ def _classify(words: list[_Word], line: int) -> _Statement:
     elif exported and not all(w.key is not None or _NAME.fullmatch(w.raw) for w in args):
         note = "`export` with options or odd names"
     elif not exported and not all(w.key is not None for w in args):
-        first = next(w for w in words if w.key is None)
-        note = (
-            "assignments before a command only apply to that command"
-            if words[0].key is not None
-            else f"`{first.raw}` is a command"
-        )
+        note = _command_note(words)
     if note:
         return _Statement(line, "other", (), spans, None, note)
     assigns = tuple(_assign_of(w, line, brace_expands=exported) for w in args if w.key)
     return _Statement(line, "assign", assigns, spans, None)
+
+
+def _command_note(words: list[_Word]) -> str:
+    """Why a line of words that are not all assignments is no plain assignment. A BOM glued to
+    the file's first word is named: invisible in most editors, it made "`K=v` is a command" read
+    as nonsense of a line that looks like a plain assignment."""
+    if words[0].key is not None:
+        return "assignments before a command only apply to that command"
+    if words[0].raw.startswith(_BOM):
+        return (
+            "the file starts with a byte-order mark (U+FEFF, invisible in most editors): bash reads the "
+            f"mark and `{words[0].raw[1:]}` as one command name, not an assignment, and sets nothing from "
+            "this line (save the file without a BOM)"
+        )
+    return f"`{words[0].raw}` is a command"
 
 
 def _assign_of(word: _Word, line: int, *, brace_expands: bool) -> _Assign:
