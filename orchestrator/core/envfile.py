@@ -728,16 +728,25 @@ def _classify(words: list[_Word], line: int) -> _Statement:
 def _command_note(words: list[_Word]) -> str:
     """Why a line of words that are not all assignments is no plain assignment. A BOM glued to
     the file's first word is named: invisible in most editors, it made "`K=v` is a command" read
-    as nonsense of a line that looks like a plain assignment."""
+    as nonsense of a line that looks like a plain assignment. So is the lone CR a CRLF line end
+    leaves after a blank: printed raw, it sent the terminal back to the line's start."""
+    command = next(w for w in words if w.key is None)
+    if command.raw == "\r":
+        return (
+            "its CRLF line end leaves a lone \\r, which bash runs as a command ($'\\r': command not found)"
+            + (", so the assignments before it set nothing" if words[0].key is not None else "")
+            + " (convert the file to LF line endings)"
+        )
     if words[0].key is not None:
         return "assignments before a command only apply to that command"
-    if words[0].raw.startswith(_BOM):
+    shown = command.raw.replace("\r", "\\r")
+    if shown.startswith(_BOM):
         return (
             "the file starts with a byte-order mark (U+FEFF, invisible in most editors): bash reads the "
-            f"mark and `{words[0].raw[1:]}` as one command name, not an assignment, and sets nothing from "
+            f"mark and `{shown[1:]}` as one command name, not an assignment, and sets nothing from "
             "this line (save the file without a BOM)"
         )
-    return f"`{words[0].raw}` is a command"
+    return f"`{shown}` is a command"
 
 
 def _assign_of(word: _Word, line: int, *, brace_expands: bool) -> _Assign:

@@ -6,7 +6,9 @@ tier checks its corpus against a live bash.
 bash keeps a CR as data: every value of a CRLF line ends in `\\r`, except where a comment swallows
 it; a backslash before the CR escapes the CR, not the line end. A BOM glued to the first line
 makes its first word a command bash cannot find (`$'\\357\\273\\277K=v': command not found`), so
-that line sets nothing: orch refuses to guess, and says the BOM is why.
+that line sets nothing: orch refuses to guess, and says the BOM is why. So does a blank CRLF
+line, or blanks before a CRLF end: the lone `\\r` left is a word, and bash runs it as a command
+(`$'\\r': command not found`; `K=v \\r` sets no K, an assignment before a command).
 """
 
 from __future__ import annotations
@@ -51,5 +53,24 @@ def test_a_bom_line_is_refused_naming_the_bom(text: str) -> None:
     "`K=v` is a command" of a plain assignment."""
     with pytest.raises(EnvFileError, match=r"^line 1: .*byte-order mark \(U\+FEFF") as err:
         read_values(text, "shell")
-    assert "command name" in str(err.value)
+    assert "command name" in str(err.value) and "\r" not in str(err.value)
     assert any("byte-order mark" in w for w in lint(text, "shell"))
+
+
+LONE_CR = {
+    "a blank CRLF line": ("K=v\r\n\r\nL=w\r\n", "line 2: "),
+    "a blank before the CRLF end": ("K=v \r\nL=w\r\n", "line 1: "),
+}
+
+
+@pytest.mark.parametrize(("text", "line"), LONE_CR.values(), ids=list(LONE_CR))
+def test_a_lone_cr_bash_runs_as_a_command_is_named(text: str, line: str) -> None:
+    """The message said "`\\r` is a command" with a raw CR, which a terminal shows as "`` is a
+    command" (or, the blank before it, "assignments before a command only apply to that command"
+    of a line with no command in sight)."""
+    with pytest.raises(EnvFileError) as err:
+        read_values(text, "shell")
+    message = str(err.value)
+    assert message.startswith(line), message
+    assert "\r" not in message, "a raw CR garbles the terminal line"
+    assert "CRLF line end" in message and "$'\\r': command not found" in message, message
