@@ -123,7 +123,9 @@ def as_read(value: str, dialect: str, text: str) -> str:
 
 
 # Files edit() refuses on purpose (see REFUSED); any other EnvFileError in a fuzz test is a bug.
-DELIBERATE = re.compile(r"never closed|open quote|bash stops reading|ends with a backslash|several commands|appends")
+DELIBERATE = re.compile(
+    r"never closed|open quote|bash stops reading|ends with a backslash|CRLF line endings|several commands|appends"
+)
 
 
 def assert_deliberate(err: EnvFileError) -> None:
@@ -257,6 +259,8 @@ REFUSED = [
     ("systemd", 'A="never closed\nB=2\n', {"C": "1"}, "open quote"),
     ("shell", "export A=1\n;c\n", {"B": "1"}, "line 2: bash stops reading"),
     ("shell", "export A=x\\", {"B": "1"}, "ends with a backslash"),
+    ("shell", "A=1\r\nB=2", {"C": "1"}, "line 2: CRLF line endings: bash keeps the \\r in values"),
+    ("shell", "A=1\r\nB=x\\", {"C": "1"}, "ends with a backslash"),
     ("shell", "A+=x\n", {"A": "1"}, "appends"),
     ("shell", "A=1; B=2\n", {"A": None}, "several commands"),
 ]

@@ -393,6 +393,7 @@ def _systemd_values(text: str) -> dict[str, str]:
 
 _BLANKS = " \t"
 _WORD_END = " \t\n;"
+_BOM = "\ufeff"
 _OPERATORS = "&|<>()"
 _SPECIAL_PARAMS = "@*#?$!-0123456789"
 _ASSIGN_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
@@ -717,16 +718,35 @@ def _classify(words: list[_Word], line: int) -> _Statement:
     elif exported and not all(w.key is not None or _NAME.fullmatch(w.raw) for w in args):
         note = "`export` with options or odd names"
     elif not exported and not all(w.key is not None for w in args):
-        first = next(w for w in words if w.key is None)
-        note = (
-            "assignments before a command only apply to that command"
-            if words[0].key is not None
-            else f"`{first.raw}` is a command"
-        )
+        note = _command_note(words)
     if note:
         return _Statement(line, "other", (), spans, None, note)
     assigns = tuple(_assign_of(w, line, brace_expands=exported) for w in args if w.key)
     return _Statement(line, "assign", assigns, spans, None)
+
+
+def _command_note(words: list[_Word]) -> str:
+    """Why a line of words that are not all assignments is no plain assignment. A BOM glued to
+    the file's first word is named: invisible in most editors, it made "`K=v` is a command" read
+    as nonsense of a line that looks like a plain assignment. So is the lone CR a CRLF line end
+    leaves after a blank: printed raw, it sent the terminal back to the line's start."""
+    command = next(w for w in words if w.key is None)
+    if command.raw == "\r":
+        return (
+            "its CRLF line end leaves a lone \\r, which bash runs as a command ($'\\r': command not found)"
+            + (", so the assignments before it set nothing" if words[0].key is not None else "")
+            + " (convert the file to LF line endings)"
+        )
+    if words[0].key is not None:
+        return "assignments before a command only apply to that command"
+    shown = command.raw.replace("\r", "\\r")
+    if shown.startswith(_BOM):
+        return (
+            "the file starts with a byte-order mark (U+FEFF, invisible in most editors): bash reads the "
+            f"mark and `{shown[1:]}` as one command name, not an assignment, and sets nothing from "
+            "this line (save the file without a BOM)"
+        )
+    return f"`{shown}` is a command"
 
 
 def _assign_of(word: _Word, line: int, *, brace_expands: bool) -> _Assign:
@@ -967,13 +987,28 @@ def _append(text: str, items: list[tuple[str, str]], dialect: Dialect, eol: str)
             "close the quote before orch appends to the file",
         )
     if _meaning(_scan(base, dialect)) != _meaning(before):
-        raise _error(
-            _Lines(text).of(len(text)),
-            "the file ends with a backslash",
-            "a line appended after it would change the last value; end the last line",
-        )
+        raise _changed_end(text, before, dialect)
     prefix = "export " if dialect == "shell" else ""
     return base + "".join(f"{prefix}{key}={quote_value(value)}{eol}" for key, value in items)
+
+
+def _changed_end(text: str, before: _Parsed, dialect: Dialect) -> EnvFileError:
+    """Why ending the last line would change its value. In a CRLF file bash sources, a CR ending
+    the last line becomes part of that value (bash keeps the \\r): the file's line ends are to
+    blame, not a backslash, when an LF alone would have kept the meaning."""
+    line = _Lines(text).of(len(text))
+    if _meaning(_scan(text + "\n", dialect)) == _meaning(before):
+        return _error(
+            line,
+            "CRLF line endings: bash keeps the \\r in values, so ending this last line would add a \\r "
+            "to its value, and every value orch writes would reach the server with a \\r after it",
+            "convert the file to LF line endings (dos2unix FILE)",
+        )
+    return _error(
+        line,
+        "the file ends with a backslash",
+        "a line appended after it would change the last value; end the last line",
+    )
 
 
 def _meaning(parsed: _Parsed) -> list[tuple[str, str | None, Literal["assign", "other", "invalid"]]]:

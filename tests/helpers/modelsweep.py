@@ -88,10 +88,14 @@ class EnvFile:
         return self.eol if len(self.lines) > 1 or (self.lines and self.final_newline) else "\n"
 
     def values(self) -> dict[str, str]:
+        """What the unit's reader takes: the last duplicate wins; bash keeps the CR of a CRLF line
+        end in the value (a shell file's last line without an end has none)."""
         out: dict[str, str] = {}
-        for line in self.lines:
+        last = len(self.lines) - 1
+        for i, line in enumerate(self.lines):
             if line.key is not None and line.value is not None:
-                out[line.key] = line.value  # the last duplicate wins
+                cr = self.dialect == "shell" and self.eol == "\r\n" and (i < last or self.final_newline)
+                out[line.key] = line.value + "\r" * cr
         return out
 
 
@@ -336,6 +340,7 @@ def scenario(seed: int) -> Scenario:
         faults.append(Fault("drop_way_back", 0, more.choice(ROLES)))
     sc = Scenario(seed, originals, factors, replicates, faults, order)
     _draw_more(random.Random(f"sweep2 {seed}"), sc)
+    _draw_shell_crlf(random.Random(f"shellcrlf {seed}"), sc)
     return sc
 
 
@@ -375,10 +380,33 @@ def _draw_more(rng: random.Random, sc: Scenario) -> None:
         f.testbed = rng.choice(sc.testbeds)
 
 
+def _draw_shell_crlf(rng: random.Random, sc: Scenario) -> None:
+    """Draws added last (their own stream): a shell host no factor edits gets CRLF line ends (half
+    of them), and then a value with a CR inside its double quotes (a third). Only there: orch's
+    preflight refuses a CRLF shell file the matrix edits (bash would read each value orch writes
+    with a \\r after it), and its shell reader any file with a BOM (bash runs the first line as
+    a command), so neither is a file orch sweeps. Its blank lines go: a blank CRLF line is a lone
+    \\r, which bash runs as a command and orch's reader refuses (a file orch would not sweep)."""
+    for role, f in list(sc.originals.items()):
+        if f.dialect != "shell" or sc.mentioned(role) or rng.random() >= 0.5:
+            continue
+        lines = [line for line in f.lines if line.text]
+        keyed = [i for i, line in enumerate(lines) if line.key is not None]
+        if keyed and rng.random() < 0.35:
+            i = rng.choice(keyed)
+            old, value = lines[i], rng.choice(("a\rb", "x\r", "\r"))
+            lines[i] = Line(f"{old.prefix}{old.key}={quoted(value)}", old.key, value, old.prefix)
+        sc.originals[role] = EnvFile(tuple(lines), f.final_newline, f.dialect, "\r\n")
+
+
 def features(sc: Scenario) -> list[str]:
     """What the later draws gave this scenario (the bench counts them)."""
     out = [f"testbeds={len(sc.testbeds)}"]
     out += ["crlf"] * any(f.eol == "\r\n" for f in sc.originals.values())
+    out += ["shell-crlf"] * any(f.eol == "\r\n" and f.dialect == "shell" for f in sc.originals.values())
+    out += ["shell-cr-in-quotes"] * any(
+        f.dialect == "shell" and any("\r" in (line.value or "") for line in f.lines) for f in sc.originals.values()
+    )
     out += ["bom"] * any(f.lines and f.lines[0].text.startswith(BOM) for f in sc.originals.values())
     out += ["symlink"] * bool(sc.links)
     out += ["exclude"] * bool(sc.exclude) + ["include"] * bool(sc.include)

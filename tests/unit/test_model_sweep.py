@@ -23,17 +23,19 @@ from orchestrator.sweep import phases
 
 # seed: what it draws (see ms.scenario); each one ran in ~0.2-0.9 s here
 SAMPLE = {
-    6: "no fault; a full-form factor whose levels set different variables",
-    9: "an interrupt after a trial is journaled, then orch resume",
+    6: "no fault; a full-form factor whose levels set different variables; CRLF on shell hosts no factor edits",
+    9: "an interrupt after a trial is journaled, then orch resume; CRLF on a shell host no factor edits",
     31: "an interrupt during the workload, then orch restore",
     78: "an interrupt while units restart",
-    73: "a connection dropped",
-    27: "a unit that fails to start",
+    73: "a connection dropped; CRLF on a shell host no factor edits",
+    27: "a unit that fails to start; CRLF on a shell host no factor edits",
     51: "a workload that fails",
-    38: "a command that fails",
+    38: "a command that fails; CRLF on a shell host no factor edits",
     95: "2 testbeds in parallel, CRLF, a BOM, exclude/include; Ctrl-C after a trial is journaled, then orch resume",
     47: "3 testbeds in parallel, no fault; a symlinked env file, exclude/include",
     33: "CRLF, a symlinked env file, exclude/include; a failing command, Ctrl-C while a host is restored",
+    196: "2 testbeds; a shell host no factor edits in CRLF, no final line end, a CR inside quotes; a failing command",
+    46: "the repro's shell host in CRLF with a CR inside quotes, symlinked; 2 failing workloads, Ctrl-C in a restore",
 }
 
 
