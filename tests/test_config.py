@@ -95,6 +95,16 @@ MATRIX_CASES = [
     ("empty levels", lambda t: t.replace("levels: [on, off]", "levels: []"), ["at least 2 levels, got 0"]),
     ("duplicate level", lambda t: t.replace("levels: [on, off]", "levels: [on, on]"), ["duplicate level 'on'"]),
     (
+        "two levels YAML reads as one value",
+        lambda t: t.replace("levels: [on, off]", "levels: [on, yes]"),
+        ["m.yaml:5", "factors.overlap.levels[1]", "level 'yes' sets what level 'on' sets", "give each level"],
+    ),
+    (
+        "a copy-pasted full-form level",
+        lambda t: t.replace('"--disable-cuda-graph"', '""'),
+        ["m.yaml:9", "factors.cuda_graph.levels.off", "level 'off' sets what level 'on' sets"],
+    ),
+    (
         "duplicate factor",
         lambda t: t.replace("  cuda_graph:", "  overlap:"),
         ["m.yaml:6", "duplicate key 'overlap' (first defined on line 3)"],

@@ -945,8 +945,24 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
             )
         if lname in names[:i]:
             raise source.error((*where, "levels", i), f"duplicate level {lname!r}")
+    _check_distinct_levels(levels, isinstance(f.levels, list), source, where)
     _check_secret_level_names(levels, f, m, source, where)
     return Factor(name, levels, f.description, f.kind)
+
+
+def _check_distinct_levels(levels: tuple[Level, ...], listed: bool, source: SourceMap, where: PathKey) -> None:
+    """Two levels that set the same env and fill the same placeholders are one configuration under
+    two names: every comparison between them compares it with itself, so the factor can only show
+    noise. A level copied and not edited does it, and so do `on` and `yes` (YAML reads both as true,
+    written 1)."""
+    for i, level in enumerate(levels):
+        same = next((o for o in levels[:i] if (o.env, o.client) == (level.env, level.client)), None)
+        if same is not None:
+            raise source.error(
+                (*where, "levels", i if listed else level.name),
+                f"level {level.name!r} sets what level {same.name!r} sets",
+                "give each level a value of its own; YAML reads on, yes and true alike, and off, no and false",
+            )
 
 
 def _check_kind_keys(name: str, f: FactorShape, source: SourceMap, where: PathKey) -> None:
