@@ -378,6 +378,36 @@ def test_exact_message_for_scalar_levels(tmp_path):
     )
 
 
+METRICS_LINE = "    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}\n"
+HOW_TO_DECLARE = "declare what to read from the repro's output, e.g. metrics: {corruption: {kind: proportion, regex: "
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            lambda t: t.replace("  metrics:\n" + METRICS_LINE, "  metrics: {}\n"),
+            "matrices/x.yaml:13: repro.metrics: must not be empty (" + HOW_TO_DECLARE,
+        ),
+        (
+            lambda t: t.replace("  metrics:\n" + METRICS_LINE, ""),
+            "matrices/x.yaml:10: repro: missing required key 'metrics' (",
+        ),
+    ],
+    ids=["empty", "missing"],
+)
+def test_a_repro_without_metrics_is_told_how_to_declare_one(tmp_path, edit, expected):
+    """A first matrix often has no metrics yet; the message said 'must not be empty, got a
+    mapping' (the mapping was the empty one) or only that the key was missing."""
+    text = edit(GOOD)
+    assert text != GOOD
+    (tmp_path / "x.yaml").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read_matrix(tmp_path / "x.yaml", "matrices/x.yaml")
+    assert str(e.value).startswith(expected), str(e.value)
+    assert HOW_TO_DECLARE in str(e.value) and "got a mapping" not in str(e.value)
+
+
 def test_yaml_booleans_never_reach_env_files_as_python_booleans(tmp_path):
     text = GOOD.replace("levels: [on, off]", "levels: [yes, no]") + "\n"
     (tmp_path / "m.yaml").write_text(text)

@@ -287,12 +287,21 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
     if err["type"] == "extra_forbidden":
         return _unknown_key(loc, shape, source)
     if err["type"] == "missing":
-        return source.error(loc[:-1], f"missing required key {loc[-1]!r}")
+        return source.error(loc[:-1], f"missing required key {loc[-1]!r}", _HINTS.get(loc))
     if err["type"] == "too_long":  # the count says it all; the value may be megabytes
         return source.error(loc, _expected(err), "split the matrix, or keep what the question needs")
+    if err["type"] == "too_short":  # what it got is the empty value the message names
+        return source.error(loc, _expected(err), _HINTS.get(loc))
     raw = source.raw_of(loc)
     got = repr(raw) if raw is not None else _describe(err.get("input"))
     return source.error(loc, f"{_expected(err)}, got {got}", _hint_for(loc, err, raw))
+
+
+# What to write where a first matrix often has nothing yet (the README's example, in one line).
+_HINTS: dict[PathKey, str] = {
+    ("repro", "metrics"): "declare what to read from the repro's output, e.g. metrics: {corruption: {kind: proportion, "
+    "regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}} or {wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: s}}",
+}
 
 
 def _most_useful(errors: list[Any]) -> Any:
