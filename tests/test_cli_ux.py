@@ -247,6 +247,15 @@ def test_export_writes_where_its_help_says(tmp_path, capsys) -> None:  # type: i
         assert written == run / stated.replace("<run-id>", run.name), (fmt, written, said)
 
 
+@pytest.mark.parametrize("words", [["validate"], ["plan"], ["run"], ["queue", "add"]])
+def test_the_testbed_option_says_what_several_testbeds_mean_for_every_command(words, capsys) -> None:  # type: ignore[no-untyped-def]
+    """`orch validate -t A,B` checks and `orch plan -t A,B` plans the sweep across several
+    testbeds; their help said 'A,B or all runs the trials ... at once', as run's does."""
+    text = help_of(words, capsys)
+    assert "A,B or 'all': several testbeds at once (a sweep spreads its trials across them)" in text
+    assert "runs the trials" not in text
+
+
 def test_queue_add_takes_and_explains_matrix_arguments_as_run_does(capsys) -> None:  # type: ignore[no-untyped-def]
     """`queue add` reads -i and -t as `orch run` does (sweep_request: the inventory beside the
     matrix's folder, -t A,B or all); its help said only '(default: inventory/local.yaml)' and

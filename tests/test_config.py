@@ -95,6 +95,16 @@ MATRIX_CASES = [
     ("empty levels", lambda t: t.replace("levels: [on, off]", "levels: []"), ["at least 2 levels, got 0"]),
     ("duplicate level", lambda t: t.replace("levels: [on, off]", "levels: [on, on]"), ["duplicate level 'on'"]),
     (
+        "two levels YAML reads as one value",
+        lambda t: t.replace("levels: [on, off]", "levels: [on, yes]"),
+        ["m.yaml:5", "factors.overlap.levels[1]", "level 'yes' sets what level 'on' sets", "give each level"],
+    ),
+    (
+        "a copy-pasted full-form level",
+        lambda t: t.replace('"--disable-cuda-graph"', '""'),
+        ["m.yaml:9", "factors.cuda_graph.levels.off", "level 'off' sets what level 'on' sets"],
+    ),
+    (
         "duplicate factor",
         lambda t: t.replace("  cuda_graph:", "  overlap:"),
         ["m.yaml:6", "duplicate key 'overlap' (first defined on line 3)"],
@@ -366,6 +376,36 @@ def test_exact_message_for_scalar_levels(tmp_path):
         "matrices/x.yaml:5: factors.overlap.levels: expected a list, got 'on' "
         "(write a list such as [on, ...] with at least two levels)"
     )
+
+
+METRICS_LINE = "    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}\n"
+HOW_TO_DECLARE = "declare what to read from the repro's output, e.g. metrics: {corruption: {kind: proportion, regex: "
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (
+            lambda t: t.replace("  metrics:\n" + METRICS_LINE, "  metrics: {}\n"),
+            "matrices/x.yaml:13: repro.metrics: must not be empty (" + HOW_TO_DECLARE,
+        ),
+        (
+            lambda t: t.replace("  metrics:\n" + METRICS_LINE, ""),
+            "matrices/x.yaml:10: repro: missing required key 'metrics' (",
+        ),
+    ],
+    ids=["empty", "missing"],
+)
+def test_a_repro_without_metrics_is_told_how_to_declare_one(tmp_path, edit, expected):
+    """A first matrix often has no metrics yet; the message said 'must not be empty, got a
+    mapping' (the mapping was the empty one) or only that the key was missing."""
+    text = edit(GOOD)
+    assert text != GOOD
+    (tmp_path / "x.yaml").write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read_matrix(tmp_path / "x.yaml", "matrices/x.yaml")
+    assert str(e.value).startswith(expected), str(e.value)
+    assert HOW_TO_DECLARE in str(e.value) and "got a mapping" not in str(e.value)
 
 
 def test_yaml_booleans_never_reach_env_files_as_python_booleans(tmp_path):

@@ -124,7 +124,7 @@ def matrix_args(cmd: argparse.ArgumentParser, example: str = "matrices/overlap_a
         "-t",
         "--testbed",
         help="testbed name in the inventory (default: the first); "
-        "A,B or 'all' runs the trials across several testbeds at once",
+        "A,B or 'all': several testbeds at once (a sweep spreads its trials across them)",
     )
 
 

@@ -287,12 +287,21 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
     if err["type"] == "extra_forbidden":
         return _unknown_key(loc, shape, source)
     if err["type"] == "missing":
-        return source.error(loc[:-1], f"missing required key {loc[-1]!r}")
+        return source.error(loc[:-1], f"missing required key {loc[-1]!r}", _HINTS.get(loc))
     if err["type"] == "too_long":  # the count says it all; the value may be megabytes
         return source.error(loc, _expected(err), "split the matrix, or keep what the question needs")
+    if err["type"] == "too_short":  # what it got is the empty value the message names
+        return source.error(loc, _expected(err), _HINTS.get(loc))
     raw = source.raw_of(loc)
     got = repr(raw) if raw is not None else _describe(err.get("input"))
     return source.error(loc, f"{_expected(err)}, got {got}", _hint_for(loc, err, raw))
+
+
+# What to write where a first matrix often has nothing yet (the README's example, in one line).
+_HINTS: dict[PathKey, str] = {
+    ("repro", "metrics"): "declare what to read from the repro's output, e.g. metrics: {corruption: {kind: proportion, "
+    "regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}} or {wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: s}}",
+}
 
 
 def _most_useful(errors: list[Any]) -> Any:
@@ -945,8 +954,24 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
             )
         if lname in names[:i]:
             raise source.error((*where, "levels", i), f"duplicate level {lname!r}")
+    _check_distinct_levels(levels, isinstance(f.levels, list), source, where)
     _check_secret_level_names(levels, f, m, source, where)
     return Factor(name, levels, f.description, f.kind)
+
+
+def _check_distinct_levels(levels: tuple[Level, ...], listed: bool, source: SourceMap, where: PathKey) -> None:
+    """Two levels that set the same env and fill the same placeholders are one configuration under
+    two names: every comparison between them compares it with itself, so the factor can only show
+    noise. A level copied and not edited does it, and so do `on` and `yes` (YAML reads both as true,
+    written 1)."""
+    for i, level in enumerate(levels):
+        same = next((o for o in levels[:i] if (o.env, o.client) == (level.env, level.client)), None)
+        if same is not None:
+            raise source.error(
+                (*where, "levels", i if listed else level.name),
+                f"level {level.name!r} sets what level {same.name!r} sets",
+                "give each level a value of its own; YAML reads on, yes and true alike, and off, no and false",
+            )
 
 
 def _check_kind_keys(name: str, f: FactorShape, source: SourceMap, where: PathKey) -> None:

@@ -292,17 +292,25 @@ def draw_factor(rng: random.Random, index: int, used: dict[str, set[str]]) -> Fa
     # full form: each level sets (or removes) its own variables, per role
     levels: dict[str, dict[str, Settings]] = {}
     for n in range(rng.randint(2, 3)):
-        level: dict[str, Settings] = {}
-        for r in roles:
-            choices = [k for k in KEYS if k not in used[r]]
-            for key in rng.sample(choices, min(len(choices), rng.randint(0, 2))):
-                level.setdefault(r, {})[key] = None if rng.random() < 0.25 else rng.choice(VALUES)
+        level = draw_level(rng, roles, used)
+        while level in levels.values():  # orch refuses two levels that set the same (config)
+            level = draw_level(rng, roles, used)
         levels[f"v{n}"] = level
     for lv in levels.values():
         for r, assigns in lv.items():
             used[r].update(assigns)
     shape = {"levels": {lv: {r: dict(a) for r, a in s.items()} for lv, s in levels.items()}}
     return Factor(name, shape, levels)
+
+
+def draw_level(rng: random.Random, roles: list[str], used: dict[str, set[str]]) -> dict[str, Settings]:
+    """A full-form level: up to 2 variables per role, each set or removed (None)."""
+    level: dict[str, Settings] = {}
+    for r in roles:
+        choices = [k for k in KEYS if k not in used[r]]
+        for key in rng.sample(choices, min(len(choices), rng.randint(0, 2))):
+            level.setdefault(r, {})[key] = None if rng.random() < 0.25 else rng.choice(VALUES)
+    return level
 
 
 FAULTS = ("fail_start", "command_fails", "drop", "interrupt", "workload_fails")
