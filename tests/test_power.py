@@ -198,20 +198,22 @@ def test_plan_warns_that_one_trial_per_cell_tests_no_proportion() -> None:
     matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
     inventory = read_inventory(repo / "inventory" / "local.yaml")
     plan = make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 1)
-    text = "\n".join(power_lines(plan))
-    assert "Fisher" not in text and "one trial per cell: the report will show differences in corruption" in text
-    assert "but call none a finding" in text and "--replicates 2 or more" in text
+    lines = power_lines(plan)
+    text = "\n".join(lines)
+    assert "Fisher" not in text
+    assert lines[0] == "power (corruption): none with one trial per cell (the warning below says why)"
     console = Console(width=400, record=True)
     print_plan(plan, console)
     shown = console.export_text()
-    assert (
-        "warning: one trial per cell: the report will show differences in corruption but call none a finding" in shown
-    )
+    warning = "warning: one trial per cell: the report will show differences in corruption but call none a finding"
+    # said once, in the warning (the power line pointed at it; it repeated the whole sentence before)
+    assert warning in shown and shown.count("one trial per cell: the report will show") == 1
+    assert "--replicates 2 or more" in shown and "8 cells x 1 replicate = 8 trials" in shown
     replicated = "\n".join(power_lines(make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 2)))
     assert "call none a finding" not in replicated
     # the reason in the report's words, from the one place that writes them (core.clustered)
     report = build_report(*synthetic_run(replicates=1, failures=False))
-    assert f"({clustered.ONE_TRIAL});" in text and report.untested["corruption"].startswith(clustered.ONE_TRIAL)
+    assert f"({clustered.ONE_TRIAL});" in shown and report.untested["corruption"].startswith(clustered.ONE_TRIAL)
 
 
 def test_plan_states_the_quasi_tests_power_at_holms_first_step_and_with_events_in_one_cell() -> None:

@@ -27,11 +27,17 @@ def human_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def _count(n: int, noun: str) -> str:
+    """`1 replicate`, `8 cells`: a plan's counts as a reader says them."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> None:
     m = plan.matrix
+    cells, replicates = _count(len(plan.cells), "cell"), _count(plan.replicates, "replicate")
     console.print(
         f"[bold]{escape(m.name)}[/bold] on testbed [bold]{escape(plan.testbed.name)}[/bold]: "
-        f"{len(plan.cells)} cells x {plan.replicates} replicates = {len(plan.steps)} trials, "
+        f"{cells} x {replicates} = {_count(len(plan.steps), 'trial')}, "
         f"order {m.order} (seed {plan.seed})"
     )
     _print_rows(console, *_cells_table(plan))
@@ -259,7 +265,7 @@ def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
     if not props:
         return []
     if _unreplicated(plan):
-        return [f"power ({', '.join(props)}): none: {replicate_warnings(plan)[0]}"]
+        return [f"power ({', '.join(props)}): none with one trial per cell (the warning below says why)"]
     sessions = power.sessions_from_command(plan.matrix.repro.command)
     if sessions is None:
         return [
