@@ -82,6 +82,12 @@ def print_resume_preview(preview: ResumePreview, console: Console) -> None:
     console.print(
         escape(f"resume {preview.run_id} on {where}: {done} of {len(plan.steps)} trials done, {len(left)} left{upto}")
     )
+    if left and preview.restarts_unknown:
+        first = "each testbed's first trial" if len(preview.testbeds) > 1 else "the first trial"
+        console.print(
+            f"{first} restarts every unit of the hosts the matrix edits: what they run since the run "
+            "stopped is not known (any unit found down restarts too)"
+        )
     if left:
         _print_rows(console, *_trials_table(left, "trials left, in run order"))
 

@@ -11,6 +11,8 @@ cell's values); the plan is the expectation, the journal is the truth.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from orchestrator.core.config import check_against_inventory
 from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.inventory import Testbed
@@ -78,6 +80,22 @@ def _waves(matrix: Matrix, testbed: Testbed, ordering: Ordering, envs: list[Role
         waves.append(wave)
         previous = c
     return waves
+
+
+def resumed_steps(matrix: Matrix, testbed: Testbed, left: Sequence[Step], *, unknown: bool) -> tuple[Step, ...]:
+    """The trials a resume runs, with the restarts it makes: each against the trial the resume ran
+    before it (the trials between them in the plan are done). The first restarts every host of a
+    role the matrix edits when what their units run is `unknown` (the stopped run's backup is taken
+    up: its trials may have left any cell's env there), else what its cell sets, as a run's first."""
+    out: list[Step] = []
+    previous: RoleEnv | None = None
+    every = frozenset(role for role in matrix.roles if role in testbed.roles)
+    for step in left:
+        changed = every if unknown and previous is None else _changed(previous, step.env)
+        ordered, units, waits, estimate = _wave(matrix, testbed, changed)
+        out.append(step._replace(changed_roles=ordered, restart_units=units, wait_roles=waits, estimate_s=estimate))
+        previous = step.env
+    return tuple(out)
 
 
 def _changed(before: RoleEnv | None, after: RoleEnv) -> frozenset[str]:

@@ -24,7 +24,7 @@ from orchestrator.core.config import (
 from orchestrator.core.hostfacts import recorded_hosts
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
-from orchestrator.core.plan import make_plan
+from orchestrator.core.plan import make_plan, resumed_steps
 from orchestrator.core.records import RunManifest
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
@@ -323,8 +323,15 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     journal = RunDir(run_dir).journal
     if journal.exists():
         _check_journal(run_dir)  # what the resume would refuse, at its line, the dry run refuses
-    done = trial_statuses(journal).finished if journal.exists() else frozenset()
-    return ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, frozenset(done))
+    done = frozenset(trial_statuses(journal).finished if journal.exists() else ())
+    # as the resume decides (HostGuard.adopt): a complete backup is taken up, and then what the units
+    # of the hosts the matrix edits run is not known; else a fresh backup finds them on the originals
+    run, parallel = RunDir(run_dir), len(manifest.testbeds) > 1
+    unknown = any(run.backup(name if parallel else "").units_json.exists() for name in manifest.testbeds)
+    left = resumed_steps(
+        plan.matrix, plan.testbed, [s for s in plan.steps if s.trial.index not in done], unknown=unknown
+    )
+    return ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, done, left, unknown)
 
 
 def _resume_locked(

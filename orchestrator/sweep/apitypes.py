@@ -130,10 +130,8 @@ class ResumePreview:
     testbeds: tuple[str, ...]
     plan: Plan  # a hunt's: its first wave only (the search decides the rest)
     done: frozenset[int]  # trials finished (completed or failed): a resume skips them
-
-    @property
-    def left(self) -> list[Step]:
-        return [s for s in self.plan.steps if s.trial.index not in self.done]
+    left: tuple[Step, ...]  # the others, in run order, with the restarts the resume makes (core.plan.resumed_steps)
+    restarts_unknown: bool  # the stopped run's backup is taken up: its first trial restarts every edited host
 
 
 # ---------------------------------------------------------------------------- outcomes
