@@ -765,6 +765,20 @@ def run_dir(tmp_path: Path) -> Path:
     return write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
 
 
+@pytest.fixture
+def other_run(tmp_path: Path) -> Path:
+    """A second, sound run of the same matrix: what `orch compare` sets a damaged run against."""
+    manifest, records = synthetic_run(replicates=1, seed=2, run_id="20260510-070000-overlap_ablation")
+    return write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
+
+
+def _compared_both_ways(
+    run_dir: Path, other: Path, capsys: pytest.CaptureFixture[str], *extra: str
+) -> list[tuple[int, str]]:
+    """`orch compare` with the damaged run as A, then as B: each side's reading must refuse it."""
+    return [run_main(["compare", str(a), str(b), *extra], capsys) for a, b in ((run_dir, other), (other, run_dir))]
+
+
 def _out_missing_folder(tmp: Path) -> Path:
     return tmp / "no" / "such" / "x.csv"
 
@@ -890,6 +904,7 @@ RUN_FOLDER_CASES: list[tuple[str, Callable[[Path], None], str, str]] = [
 )
 def test_a_damaged_run_folder(
     run_dir: Path,
+    other_run: Path,
     command: str,
     damage: Callable[[Path], None],
     where: str,
@@ -897,9 +912,12 @@ def test_a_damaged_run_folder(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     damage(run_dir)
-    args = [str(run_dir), str(run_dir)] if command == "compare" else [str(run_dir)]
-    code, output = run_main([command, *args], capsys)
-    assert_refused(code, output, where, *([fragment] if fragment else []))
+    if command == "compare":
+        results = _compared_both_ways(run_dir, other_run, capsys)
+    else:
+        results = [run_main([command, str(run_dir)], capsys)]
+    for code, output in results:
+        assert_refused(code, output, where, *([fragment] if fragment else []))
 
 
 def _edit_metric(name: str, **fields: object) -> Callable[[Path], None]:
@@ -942,6 +960,7 @@ JOURNAL_LINE_CASES: list[tuple[str, Callable[[Path], None], str]] = [
 def test_a_damaged_journal_line(
     tmp_path: Path,
     run_dir: Path,
+    other_run: Path,
     command: str,
     damage: Callable[[Path], None],
     fragment: str,
@@ -949,14 +968,14 @@ def test_a_damaged_journal_line(
 ) -> None:
     """Every reader refuses the line at file:line, exit 2: no traceback, no export of bogus counts."""
     damage(run_dir)
-    args = {
-        "report": [str(run_dir)],
-        "export": [str(run_dir), "-o", str(tmp_path / "x.csv")],
-        "compare": [str(run_dir), str(run_dir), "-o", str(tmp_path / "c.html")],
-    }[command]
-    code, output = run_main([command, *args], capsys)
-    assert_refused(code, output, r"journal\.jsonl:2:", fragment)
-    assert not (tmp_path / "x.csv").exists()
+    if command == "compare":
+        results = _compared_both_ways(run_dir, other_run, capsys, "-o", str(tmp_path / "c.html"))
+    else:
+        out = ["-o", str(tmp_path / "x.csv")] if command == "export" else []
+        results = [run_main([command, str(run_dir), *out], capsys)]
+    for code, output in results:
+        assert_refused(code, output, r"journal\.jsonl:2:", fragment)
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "c.html").exists()
 
 
 @pytest.mark.timeout(CASE_LIMIT_S)

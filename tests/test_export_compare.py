@@ -226,6 +226,22 @@ def test_compare_reports_unmatched_cells_and_ignores_failures(tmp_path, capsys):
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
 
 
+def test_compare_refuses_a_run_compared_with_itself(tmp_path, capsys):
+    """The same folder twice, or a copy of the run (the same run id) elsewhere: a page saying "No cell
+    differs significantly" would read as tonight matching last night when no new run was made (the
+    new-user walk; the dispersion pooled each trial twice). Exit 2, no page written."""
+    import shutil
+
+    ra = write_run(tmp_path, "a", [trial("a", 0, "on", 6), trial("a", 1, "off", 0)])
+    copy = tmp_path / "elsewhere" / "a"
+    shutil.copytree(ra, copy)
+    for b in (ra, copy):
+        assert main(["compare", str(ra), str(b)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "the same run (a): a run compared with itself differs nowhere" in err and "Traceback" not in err
+    assert list(tmp_path.glob("compare-*")) == [] and list(copy.parent.glob("compare-*")) == []
+
+
 def test_export_of_a_missing_run_is_a_clean_error(tmp_path, capsys):
     assert main(["export", str(tmp_path / "nope")]) == 2
     assert "Traceback" not in capsys.readouterr().err

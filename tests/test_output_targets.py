@@ -29,6 +29,14 @@ def run_dir(tmp_path: Path) -> Path:
     return write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
 
 
+@pytest.fixture
+def other_run(tmp_path: Path) -> Path:
+    """A second run of the same matrix: what `orch compare` sets run_dir against (a run compared
+    with itself is refused)."""
+    manifest, records = synthetic_run(replicates=1, seed=2, run_id="20260510-070000-overlap_ablation")
+    return write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
+
+
 def expected_csv(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> str:
     assert main(["export", str(run_dir), "--format", "csv"]) == 0
     capsys.readouterr()
@@ -62,9 +70,9 @@ def test_dot_slash_dash_is_a_file_named_dash(run_dir: Path, tmp_path: Path, monk
     assert (tmp_path / "-").read_text() == want
 
 
-def test_dash_is_stdout_for_compare(run_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+def test_dash_is_stdout_for_compare(run_dir: Path, other_run: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
-    assert main(["compare", str(run_dir), str(run_dir), "-o", "-"]) == 0
+    assert main(["compare", str(run_dir), str(other_run), "-o", "-"]) == 0
     captured = capsys.readouterr()
     assert captured.out.lstrip().lower().startswith("<!doctype html") and captured.out.rstrip().endswith("</html>")
     assert "comparison: stdout" in captured.err
@@ -72,7 +80,9 @@ def test_dash_is_stdout_for_compare(run_dir: Path, tmp_path: Path, monkeypatch, 
 
 
 @pytest.mark.parametrize("command", ["export", "compare"])
-def test_a_symlink_is_followed_and_stays_a_link(run_dir: Path, tmp_path: Path, capsys, command: str) -> None:
+def test_a_symlink_is_followed_and_stays_a_link(
+    run_dir: Path, other_run: Path, tmp_path: Path, capsys, command: str
+) -> None:
     real_dir = tmp_path / "elsewhere"
     real_dir.mkdir()
     real = real_dir / "real.out"
@@ -81,7 +91,9 @@ def test_a_symlink_is_followed_and_stays_a_link(run_dir: Path, tmp_path: Path, c
     link = tmp_path / "link.out"
     link.symlink_to(real)
     argv = (
-        ["export", str(run_dir), "--format", "csv"] if command == "export" else ["compare", str(run_dir), str(run_dir)]
+        ["export", str(run_dir), "--format", "csv"]
+        if command == "export"
+        else ["compare", str(run_dir), str(other_run)]
     )
     assert main([*argv, "-o", str(link)]) == 0, capsys.readouterr().err
     assert link.is_symlink() and os.readlink(link) == str(real)
@@ -126,12 +138,12 @@ def test_a_fifo_is_written_in_place(run_dir: Path, tmp_path: Path, capsys) -> No
 
 
 @pytest.mark.parametrize("command", ["export", "compare"])
-def test_a_folder_is_refused(run_dir: Path, tmp_path: Path, capsys, command: str) -> None:
+def test_a_folder_is_refused(run_dir: Path, other_run: Path, tmp_path: Path, capsys, command: str) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
     link = tmp_path / "to-folder"
     link.symlink_to(folder)
-    argv = ["export", str(run_dir)] if command == "export" else ["compare", str(run_dir), str(run_dir)]
+    argv = ["export", str(run_dir)] if command == "export" else ["compare", str(run_dir), str(other_run)]
     for target in (folder, link):
         code = main([*argv, "-o", str(target)])
         err = capsys.readouterr().err

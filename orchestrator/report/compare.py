@@ -416,8 +416,14 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     from orchestrator.report.page import csp, environment
     from orchestrator.store.manifest import load_manifest
 
-    for run in (run_a, run_b):  # both are runs, before minutes of reading one
-        load_manifest(run, plan=False)
+    ids = [
+        load_manifest(run, plan=False).run_id for run in (run_a, run_b)
+    ]  # both are runs, before minutes of reading one
+    if ids[0] == ids[1]:  # a page of "no cell differs" would be no answer either: it differs nowhere by construction
+        raise UsageError(
+            f"{run_a} and {run_b}: the same run ({ids[0]}): a run compared with itself differs nowhere",
+            hint="compare two runs of one matrix, e.g. tonight's and last night's",
+        )
     read_a, read_b = _read_run(run_a), _read_run(run_b)  # one after the other: one run's rows at a time
     model = compare_cells(
         read_a.manifest,

@@ -3,11 +3,11 @@ way orch writes it (run.json and plan.json, a journal appended record by record,
 by team.livestatus as the runner feeds it, the run ended by sweep.api's own finish, which writes
 run.json's status, the report, summary.json and the runs index). Then every output is read back as
 a reader sees it (the page and the runs index as HTML, summary.json, /api/runs and `orch status
---json` as JSON, `orch export` as CSV, the CI export, `orch compare` of the run with itself, the
-webhook summary and the terminal lines of `orch run`) and checked against the report's model:
-the same trials counted per cell and in all, the same k/n, the same intervals where the same
-interval is claimed, the same status word, and no finding the report does not name. Unit tier:
-no process, no server."""
+--json` as JSON, `orch export` as CSV, the CI export, `orch compare` (its cells' model of the run
+with itself; its page against the earlier run), the webhook summary and the terminal lines of `orch
+run`) and checked against the report's model: the same trials counted per cell and in all, the
+same k/n, the same intervals where the same interval is claimed, the same status word, and no
+finding the report does not name. Unit tier: no process, no server."""
 
 from __future__ import annotations
 
@@ -298,7 +298,8 @@ def read_all(written: Written) -> Outputs:
         incomplete_a=compared.incomplete, incomplete_b=compared.incomplete,
         stopped_cells_a=compared.stopped, stopped_cells_b=compared.stopped,
     )  # fmt: skip
-    compare_page = write_comparison_page(run_dir, run_dir, reports / f"compare-{run_dir.name}.html").path.read_text()
+    earlier = next(p for p in sorted(reports.iterdir()) if p.is_dir() and p != run_dir)  # build()'s day 1
+    compare_page = write_comparison_page(earlier, run_dir, reports / f"compare-{run_dir.name}.html").path.read_text()
     summary = summarize_run(run_dir)
     from dataclasses import asdict
 
