@@ -595,6 +595,21 @@ def lay_out(m: Mutant, case: Path, b: Bases) -> list[tuple[str, list[str]]]:
             ("dry-run", ["run", *common, "--dry-run", "--out", str(case / "out")])]  # fmt: skip
 
 
+def _another_id(run_id: str) -> str:
+    """A run id of the same length (the copy's files keep their sizes) that differs in its first digit."""
+    return ("1" if run_id[0] != "1" else "2") + run_id[1:]
+
+
+def _copy_as_another_run(base: Path, to: Path) -> None:
+    """A copy of the run under another run id (its files say so): `orch compare` refuses a run set
+    against itself, so B must be another run, with the same cells and counts."""
+    shutil.copytree(base, to)
+    old, new = f'"{base.name}"'.encode(), f'"{to.name}"'.encode()
+    for path in to.iterdir():
+        if path.is_file():
+            path.write_bytes(path.read_bytes().replace(old, new))
+
+
 def _run_case(m: Mutant, case: Path, b: Bases, raw: bytes) -> list[tuple[str, list[str]]]:
     """A run folder's mutant: the run (or the hunt) copied twice into case/reports, one copy's file
     mutated; `orch compare` gets the mutated copy as A or as B (by the seed). `orch report` comes
@@ -602,9 +617,9 @@ def _run_case(m: Mutant, case: Path, b: Bases, raw: bytes) -> list[tuple[str, li
     where, name = m.target.split(":", 1)
     base = b.hunt if where == "hunt" else b.run
     reports = case / "reports"
-    mutated, other = reports / base.name, reports / f"{base.name}-b"
+    mutated, other = reports / base.name, reports / _another_id(base.name)
     shutil.copytree(base, mutated)
-    shutil.copytree(base, other)
+    _copy_as_another_run(base, other)
     (mutated / name).write_bytes(raw)
     a_b = [str(mutated), str(other)] if m.seed % 2 == 0 else [str(other), str(mutated)]
     fmt = ("csv", "json", "junit", "bencher")[m.seed // len(KINDS) % 4]

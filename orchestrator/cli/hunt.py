@@ -63,7 +63,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
             f"{prepared.plan.matrix.path}: no hunt: section",
             hint="add hunt: {metric: ...} (see README 'Hunting a culprit')",
         )
-    check_new_run(request)  # a bad or taken --run-id: refused by the dry run as by the hunt
+    check_new_run(request, prepared)  # a bad or taken --run-id: refused by the dry run as by the hunt
     if args.dry_run:
         print_hunt_plan(prepared.plan, out, [tb.name for tb in prepared.testbeds])
         out.print("dry run: nothing was changed")

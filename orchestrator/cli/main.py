@@ -297,7 +297,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if prepared.plan.matrix.hunt is not None:  # a hunt is its own command (nothing touched yet)
         raise hunt.not_a_run(prepared.plan.matrix)
     # every argument is checked before the dry run returns: it refuses what the real run would
-    check_new_run(request)  # a bad or taken --run-id
+    check_new_run(request, prepared)  # a bad or taken --run-id, a repro program this machine lacks
     hooks = _webhooks(args.webhook)  # a bad URL is bad input: exit 2 before anything is touched
     if args.dry_run:
         from orchestrator.cli.planview import print_plan

@@ -117,7 +117,7 @@ def run(
     if prepared is None:
         prepared = prepare(request, warn=warn)
     plan, reports_dir = prepared.plan, request.reports_dir
-    check_new_run(request)
+    check_new_run(request, prepared)
     run_id = request.run_id if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
     check_command_lengths(plan, list(prepared.testbeds), RunDir(run_dir))  # no host touched yet

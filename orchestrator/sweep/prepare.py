@@ -5,6 +5,9 @@ prepared here (and re-exports these names: api.prepare is the API)."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from orchestrator.core.config import (
 )
 from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
 from orchestrator.core.matrix import client_values, level_index, warnings_for
-from orchestrator.core.model import Matrix, Trial
+from orchestrator.core.model import CONTROLLER, Matrix, Trial
 from orchestrator.core.plan import make_plan
 from orchestrator.core.sourcemap import PathKey
 from orchestrator.core.steps import Plan
@@ -134,14 +137,14 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
         )
 
 
-def check_new_run(request: SweepRequest) -> None:
-    """What `run` refuses about the request itself (a bad or taken --run-id), checked without
-    touching a host, so `orch run --dry-run` refuses what the real run would."""
-    if request.run_id is None:
-        return
-    run_dir = request.reports_dir / check_run_id(request.run_id)
-    if run_dir.exists():
+def check_new_run(request: SweepRequest, prepared: PreparedSweep) -> None:
+    """What `run` refuses about the request itself (a bad or taken --run-id) and about this machine
+    (a repro program it lacks), checked without touching a host, so `orch run --dry-run` refuses
+    what the real run would."""
+    run_dir = request.reports_dir / (check_run_id(request.run_id) if request.run_id is not None else "new-run")
+    if request.run_id is not None and run_dir.exists():
         raise UsageError(f"{run_dir} already exists", hint="pick another --run-id")
+    check_repro_program(prepared.plan, prepared.testbeds[0], RunDir(run_dir))
 
 
 # Linux execs an argument of at most 128 KiB (core.bounds.MAX_ARG_BYTES), and a command runs as one
@@ -183,3 +186,55 @@ def _commands(matrix: Matrix, trials: list[Trial]) -> Iterator[tuple[PathKey, st
     for c in matrix.collect:
         if c.command:
             yield ("collect", c.name, "command"), c.command, None
+
+
+# the shell's own words: a command starting with one runs no program orch could look for
+_SHELL_WORDS = frozenset(
+    "! { ( [ [[ . : case cd command eval exec exit export for if set source test time trap ulimit umask "
+    "unset until while".split()
+)
+_SHELL_SYNTAX = set("$`*?[]{}()<>|;&~\\'\"")
+
+
+def check_repro_program(plan: Plan, testbed: Testbed, run_dir: RunDir) -> None:
+    """ConfigError at the command's line when the repro (or its warm-up), run here on the
+    controller, starts a program this machine does not have: a typo in its path failed every trial
+    only after each cell's restarts (minutes a unit on real hosts). Checked when a run starts and
+    by its dry run; `orch validate` and `queue add` may run on another machine than tonight's, and
+    do not. A command whose program the shell decides (a builtin, a variable, a path relative to
+    the run folder) is left to it."""
+    repro = plan.matrix.repro
+    if repro.on != CONTROLLER or not plan.steps:
+        return
+    trial = plan.steps[0].trial
+    client = client_values(trial.cell, level_index(plan.matrix))
+    values = command_values(plan.seed, testbed, str(run_dir.path), str(run_dir.trial(trial.index).path), trial, client)
+    for where, template in ((("repro", "command"), repro.command), (("repro", "warmup"), repro.warmup)):
+        program = _program(render_command(template, values)) if template else None
+        if program is not None and not _runnable(program):
+            raise plan.matrix.source.error(
+                where,
+                f"{program}: no such program on this machine (the repro runs here, on the controller)",
+                "check the command's path, or install it; nothing was touched",
+            )
+
+
+def _program(command: str) -> str | None:
+    """The program a shell command starts, when it can be told without running the shell: its first
+    word after any NAME=value assignments (None: a builtin, an expansion, a relative path)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: the shell says what is wrong
+        return None
+    first = next((w for w in words if "=" not in w or w.startswith("=")), None)
+    if first is None or first in _SHELL_WORDS or _SHELL_SYNTAX & set(first):
+        return None
+    if "/" in first and not first.startswith("/"):  # relative to the run folder the repro runs in
+        return None
+    return first
+
+
+def _runnable(program: str) -> bool:
+    if program.startswith("/"):
+        return os.path.isfile(program) and os.access(program, os.X_OK)
+    return shutil.which(program) is not None
