@@ -7,13 +7,38 @@ sizes (the vectorised match's mixed-radix keys)."""
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from pathlib import Path
 
 import pytest
-from test_matrix import THREE, ids, matrix
 
+from orchestrator.core.config import read_matrix
 from orchestrator.core.matrix import expand, warnings_for
+from orchestrator.core.model import Matrix
 from orchestrator.errors import ConfigError
+
+HEAD = """
+name: t
+repro:
+  command: "true"
+  metrics: {x: {regex: 'x=(?P<value>\\d+)'}}
+"""
+THREE = """
+factors:
+  a: {env: {decode: A}, levels: [on, off]}
+  b: {env: {decode: B}, levels: [x, y, z]}
+  c: {env: {prefill: C}, levels: [1, 0]}
+"""
+
+
+def matrix(tmp_path: Path, body: str) -> Matrix:
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(HEAD) + textwrap.dedent(body))
+    return read_matrix(path, "m.yaml")
+
+
+def ids(cells: list) -> list[str]:
+    return [c.id for c in cells]
 
 
 def binary(names: list[str]) -> str:
