@@ -1,6 +1,7 @@
-"""What a trial's record says when its warm-up fails, pinned where mutation testing found no test
-(bench/README.md, "Fifth round"): a warm-up that exited non-zero and one that timed out are told
-apart in the failure's words (the trial is void either way). On the fakes (tests/fakes.py)."""
+"""What a trial's record says when its warm-up or its log collection fails, pinned where mutation
+testing found no test (bench/README.md, "Fifth round"): a warm-up that exited non-zero and one that
+timed out are told apart in the failure's words (the trial is void either way), and a unit log that
+cannot be read after the repro voids the trial. On the fakes (tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import re
 from pathlib import Path
 
 import pytest
-from fakes import FakeUnit, Reply, Role, flag, make_bed, make_plan, remote_repro, runner_for
+from fakes import FakeServiceManager, FakeUnit, Reply, Role, flag, make_bed, make_plan, remote_repro, runner_for
+
+from orchestrator.errors import ServiceError
 
 
 @pytest.mark.parametrize(
@@ -29,3 +32,23 @@ def test_a_failed_warmup_says_how_it_failed(tmp_path: Path, reply: Reply, said: 
     for record in result.records:
         assert record.failure is not None and record.failure.error == "WarmupFailed"
         assert record.failure.message == said
+
+
+def test_a_unit_log_that_cannot_be_read_after_the_repro_voids_the_trial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trial's logs feed its collectors (a metric counted over a role's logs): one that could not
+    be read fails the trial (infrastructure, never data) instead of leaving a metric counted on part
+    of them (only a trial that failed already has its logs collected quietly)."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+
+    def unreadable(self: FakeServiceManager, unit: str, since: float, max_bytes: int = 0) -> str:
+        raise ServiceError(self.host, unit, "journalctl: no answer")
+
+    monkeypatch.setattr(FakeServiceManager, "logs_since", unreadable)
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert record.failure is not None and record.failure.kind == "infrastructure"
+        assert record.failure.message.endswith("unit decode-server: journalctl: no answer"), record.failure.message
