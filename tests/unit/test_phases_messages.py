@@ -1,17 +1,21 @@
 """What a trial's record says when its warm-up or its log collection fails, pinned where mutation
 testing found no test (bench/README.md, "Fifth round"): a warm-up that exited non-zero and one that
-timed out are told apart in the failure's words (the trial is void either way), and a unit log that
-cannot be read after the repro voids the trial. On the fakes (tests/fakes.py)."""
+timed out are told apart in the failure's words (the trial is void either way), a unit log that
+cannot be read after the repro voids the trial, and a failed trial's record still says what served
+it. On the fakes (tests/fakes.py)."""
 
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes import FakeServiceManager, FakeUnit, Reply, Role, flag, make_bed, make_plan, remote_repro, runner_for
 
-from orchestrator.errors import ServiceError
+from orchestrator.edges.provenance import TrialDescriber
+from orchestrator.errors import ServiceError, TransportError
 
 
 @pytest.mark.parametrize(
@@ -52,3 +56,28 @@ def test_a_unit_log_that_cannot_be_read_after_the_repro_voids_the_trial(
     for record in result.records:
         assert record.failure is not None and record.failure.kind == "infrastructure"
         assert record.failure.message.endswith("unit decode-server: journalctl: no answer"), record.failure.message
+
+
+def test_a_trial_whose_repro_host_stopped_answering_still_records_what_served_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The record of a failed trial says what served it: its provenance, asked beside the repro
+    (slow here: 0.3 s), is waited for before the record is written, not left to a thread."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    plain = TrialDescriber.describe
+
+    def slow(self: TrialDescriber, restarted: set[str], env: Any) -> Any:
+        time.sleep(0.3)
+        return plain(self, restarted, env)
+
+    def gone(text: str, argv: object) -> Reply:
+        raise TransportError("decode.fake:22", "connection lost")
+
+    monkeypatch.setattr(TrialDescriber, "describe", slow)
+    bed.transports["decode"].script(re.compile(r"^fake-repro\b"), gone)
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert record.failure is not None and "connection lost" in record.failure.message
+        assert record.provenance and "decode" in record.provenance, record.provenance
