@@ -1,8 +1,8 @@
 """What a trial's record says when its warm-up or its log collection fails, pinned where mutation
 testing found no test (bench/README.md, "Fifth round"): a warm-up that exited non-zero and one that
 timed out are told apart in the failure's words (the trial is void either way), a unit log that
-cannot be read after the repro voids the trial, and a failed trial's record still says what served
-it. On the fakes (tests/fakes.py)."""
+cannot be read after the repro voids the trial, a failed trial's record still says what served it,
+and a value the process never got is blamed on `export` lines. On the fakes (tests/fakes.py)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,18 @@ def test_a_trial_whose_repro_host_stopped_answering_still_records_what_served_it
     for record in result.records:
         assert record.failure is not None and "connection lost" in record.failure.message
         assert record.provenance and "decode" in record.provenance, record.provenance
+
+
+def test_a_value_the_process_never_got_is_blamed_on_export_lines(tmp_path: Path) -> None:
+    """A shell-dialect file read by systemd (which skips `export NAME=value` lines): the process
+    lacks DECODE_FLAG altogether, and the void trial says why and what to write instead."""
+    unit = FakeUnit("decode-server", active=True, reads_as="systemd")
+    bed = make_bed({"decode": Role("export DECODE_FLAG=0\n", [unit], dialect="shell")})
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
+    failures = [r.failure for r in result.records]
+    assert result.completed == 0 and failures, failures
+    for f in failures:
+        assert f is not None and f.error == "VerificationError"
+        said = r"DECODE_FLAG is unset in the live process, expected '[01]' \(systemd ignores `export"
+        assert re.search(said, f.message), f.message
