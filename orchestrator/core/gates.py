@@ -110,10 +110,6 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
 
 
-def failed(results: Sequence[GateResult]) -> list[GateResult]:
-    return [r for r in results if not r.passed]
-
-
 # ---------------------------------------------------------------------------- before the sweep
 @dataclass(frozen=True)
 class PlannedCell:
