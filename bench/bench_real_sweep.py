@@ -19,222 +19,20 @@ run; nothing of orch's is left beside them. Prints seeds, trials checked, proble
 from __future__ import annotations
 
 import argparse
-import base64
-import contextlib
-import io
+import collections
 import json
-import random
+import shutil
 import sys
 import tempfile
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the model, the testbed, the checks shared with the tests
 
-from helpers import modelsweep as ms  # noqa: E402
-from helpers.ssh_sweep import no_leftovers, trials_of  # noqa: E402
-from testbed.fixture import Testbed, boot_testbed, env_file_text, shutdown  # noqa: E402
+from helpers import realsweep as rs  # noqa: E402
+from testbed.fixture import boot_testbed, shutdown  # noqa: E402
 from timing import load_line  # noqa: E402
-
-from orchestrator.cli.main import main as orch  # noqa: E402
-
-ROLES = ("prefill", "decode")
-WARMUP = ms.Line("SIM_WARMUP_S=0.2", "SIM_WARMUP_S", "0.2")  # the simulator's start-up, kept short
-UNIVERSE = {*ms.KEYS, ms.ARGS, WARMUP.key}  # the keys a drawn file or matrix names (the rest is systemd's own)
-SAVED = "/var/tmp/realsweep.env"  # on each host: a line per trial, "TRIAL_DIR BASE64(environ)"
-
-
-@dataclass(frozen=True)
-class Where:
-    """One role's host, unit and env file on the testbed the seed drew."""
-
-    host: str
-    unit: str
-    env_file: str
-
-
-def places(testbed: str) -> dict[str, Where]:
-    decode = "sglang-dsv4-decode-shell" if testbed == "dsv4-pd-shell" else "sglang-dsv4-decode"
-    return {
-        "prefill": Where("prefill", "sglang-dsv4-prefill", "/etc/sglang/prefill.env"),
-        "decode": Where("decode", decode, f"/etc/sglang/{decode.removeprefix('sglang-dsv4-')}.env"),
-    }
-
-
-@dataclass
-class Real:
-    seed: int
-    testbed: str
-    sc: ms.Scenario
-    problems: list[str] = field(default_factory=list)
-    trials: int = 0
-
-
-def draw(seed: int) -> Real:
-    """A small sweep: the model's file and factor draws, on a stream of this bench's own."""
-    rng = random.Random(f"real {seed}")
-    testbed = rng.choice(("dsv4-pd", "dsv4-pd-shell"))
-    shell = {("decode", "dsv4-pd-shell")}
-    originals = {r: _draw_file(rng, r, "shell" if (r, testbed) in shell else "systemd") for r in ROLES}
-    roles = rng.sample(ROLES, rng.randint(1, 2))
-    used: dict[str, set[str]] = {r: set() for r in ms.ROLES}
-    factors = [_draw_factor(rng, i, used, roles) for i in range(rng.randint(1, 2))]
-    return Real(seed, testbed, ms.Scenario(seed, originals, factors, 1, order=rng.choice(("randomized", "sequential"))))
-
-
-def _draw_file(rng: random.Random, role: str, dialect: str) -> ms.EnvFile:
-    f = ms.draw_file(rng, role)
-    f = ms.EnvFile((WARMUP, *f.lines), f.final_newline)
-    if dialect == "shell":
-        return ms.shell_file(rng, f)
-    if rng.random() < 0.25:
-        f = ms.EnvFile(f.lines, f.final_newline, f.dialect, "\r\n")
-    if rng.random() < 0.1:  # a BOM glued to the first line: systemd takes no name from it
-        first = f.lines[0]
-        f = ms.EnvFile((ms.Line(ms.BOM + first.text), *f.lines[1:]), f.final_newline, f.dialect, f.eol)
-    return f
-
-
-def _draw_factor(rng: random.Random, index: int, used: dict[str, set[str]], roles: list[str]) -> ms.Factor:
-    """modelsweep's factor, its roles cut to `roles` (drawn again until it sets one of them)."""
-    for _ in range(50):
-        f = ms.draw_factor(rng, index, used)
-        settings = {lv: {r: s for r, s in by.items() if r in roles} for lv, by in f.settings.items()}
-        if any(settings.values()):
-            return ms.Factor(f.name, _cut_shape(f.shape, roles), settings)
-    raise RuntimeError("no factor over the drawn roles in 50 draws")
-
-
-def _cut_shape(shape: dict, roles: list[str]) -> dict:
-    out = dict(shape)
-    if "env" in out:
-        out["env"] = {r: k for r, k in out["env"].items() if r in roles}
-    if isinstance(out.get("levels"), dict) and "kind" not in out:
-        out["levels"] = {lv: {r: a for r, a in s.items() if r in roles} for lv, s in out["levels"].items()}
-    return out
-
-
-def _main_pid(unit: str) -> str:
-    return f"$(systemctl show -p MainPID --value {unit})"
-
-
-def matrix_text(real: Real) -> str:
-    sc, where = real.sc, places(real.testbed)
-    collect = {
-        f"live_{r}": {
-            "role": r,
-            "command": f'echo {{trial_dir}} "$(base64 -w0 /proc/{_main_pid(w.unit)}/environ)" >> {SAVED}; echo 1',
-        }
-        for r, w in where.items()
-    }
-    data = {
-        "name": f"real{real.seed}",
-        "factors": {f.name: f.shape for f in sc.factors},
-        "replicates": 1,
-        "order": sc.order,
-        "health_timeouts": {"prefill": 30, "decode": 30, "router": 30},
-        "repro": {
-            "command": "{python} -m orchestrator.sim.repro --router {router_url} --sessions 2 --rounds 1"
-            " --seed {trial_seed}",
-            "timeout": 60,
-            "metrics": {"corruption": {"kind": "proportion", "regex": r"CORRUPTION sessions: (?P<k>\d+)/(?P<n>\d+)"}},
-        },
-        "collect": collect,
-    }
-    return yaml.safe_dump(data, sort_keys=False)
-
-
-# ---------------------------------------------------------------- on the hosts
-def put_originals(tb: Testbed, real: Real) -> None:
-    """Each role's env file as drawn, its unit restarted on it and healthy, no saved envs."""
-    for role, w in places(real.testbed).items():
-        data = base64.b64encode(real.sc.originals[role].render().encode()).decode()
-        tb.ssh(w.host, f"echo {data} | base64 -d > {w.env_file} && rm -f {SAVED} && systemctl restart {w.unit}")
-    for w in places(real.testbed).values():
-        wait_healthy(tb, w)
-
-
-def wait_healthy(tb: Testbed, w: Where, timeout: float = 30) -> None:
-    url = tb.url(w.host, w.unit) + "/health"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            logs = tb.ssh(w.host, f"journalctl -u {w.unit} -n 5 --no-pager", check=False).stdout
-            raise RuntimeError(f"{w.unit} not healthy after {timeout} s: {logs}")
-        time.sleep(0.1)
-
-
-def environ(raw: str) -> dict[str, str]:
-    pairs = base64.b64decode(raw).decode("utf-8", "surrogateescape").split("\0")
-    return {k: v for k, v in (p.split("=", 1) for p in pairs if "=" in p) if k in UNIVERSE}
-
-
-def live_now(tb: Testbed, w: Where) -> dict[str, str]:
-    pid = tb.ssh(w.host, f"systemctl show -p MainPID --value {w.unit}").stdout.strip()
-    return environ(tb.ssh(w.host, f"base64 -w0 /proc/{pid}/environ").stdout)
-
-
-def restore_testbed(tb: Testbed) -> None:
-    """The fixture's own env files back, their units restarted (the next seed starts as booted)."""
-    from testbed.fixture import layout
-
-    hosts = {h.name: h for h in layout(tb.net)}
-    for testbed in ("dsv4-pd", "dsv4-pd-shell"):
-        for w in places(testbed).values():
-            data = base64.b64encode(env_file_text(hosts[w.host].unit(w.unit)).encode()).decode()
-            tb.ssh(w.host, f"echo {data} | base64 -d > {w.env_file} && systemctl restart {w.unit}")
-
-
-# ---------------------------------------------------------------- one seed
-def check(tb: Testbed, real: Real, tmp: Path) -> None:
-    sc, where, out = real.sc, places(real.testbed), real.problems
-    put_originals(tb, real)
-    for role, w in where.items():  # the reader, before orch: systemd (or bash) against the model
-        got, want = live_now(tb, w), sc.originals[role].values()
-        if got != want:
-            out.append(f"original {role}: live env {got}, model {want}, file {sc.originals[role].render()!r}")
-    before = {r: tb.ssh(w.host, f"base64 -w0 {w.env_file}").stdout for r, w in where.items()}
-    (tmp / "m.yaml").write_text(matrix_text(real))
-    args = ["run", str(tmp / "m.yaml"), "-i", str(tb.inventory), "-t", real.testbed, "--out", str(tmp / "reports")]
-    said = io.StringIO()
-    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-        code = orch([*args, "--run-id", "r", "--retries", "0", "--seed", str(real.seed)])
-    if code != 0:
-        out.append(f"orch run exited {code}: {said.getvalue()[-1500:]}")
-    saved = {r: _saved(tb, w) for r, w in where.items()}
-    for t in trials_of(tmp / "reports" / "r") if (tmp / "reports" / "r" / "journal.jsonl").exists() else []:
-        real.trials += 1
-        if t.status != "completed":
-            out.append(f"trial {t.trial} {t.cell}: {t.status} {t.failure}")
-        for role in where:
-            want = ms.expected_values(sc.originals[role], sc.settings(t.levels, role))
-            got = saved[role].get(str(tmp / "reports" / "r" / "trials" / f"{t.trial:04d}"))
-            if got != want:
-                out.append(f"trial {t.trial} {t.cell} {role}: live env {got}, model {want}")
-    after = {r: tb.ssh(w.host, f"base64 -w0 {w.env_file}").stdout for r, w in where.items()}
-    for r in where:
-        if after[r] != before[r]:
-            out.append(f"end {r}: file {base64.b64decode(after[r])!r}, was {base64.b64decode(before[r])!r}")
-    try:
-        no_leftovers(tb)
-    except AssertionError as exc:
-        out.append(f"leftovers: {exc}")
-
-
-def _saved(tb: Testbed, w: Where) -> dict[str, dict[str, str]]:
-    text = tb.ssh(w.host, f"cat {SAVED} 2>/dev/null || true").stdout
-    return {trial: environ(raw) for trial, raw in (line.split(" ", 1) for line in text.splitlines() if " " in line)}
 
 
 def main() -> None:
@@ -247,20 +45,22 @@ def main() -> None:
     t0 = time.perf_counter()
     tb = boot_testbed(lab)
     print(f"testbed booted in {time.perf_counter() - t0:.1f} s", flush=True)
-    broken: list[Real] = []
+    broken: list[rs.Real] = []
+    drew: collections.Counter[str] = collections.Counter()
     done = trials = 0
     try:
         for seed in range(args.first, args.first + args.count):
             if args.minutes and time.perf_counter() - t0 > args.minutes * 60:
                 break
-            real = draw(seed)
+            real = rs.draw(seed)
             s0 = time.perf_counter()
             with tempfile.TemporaryDirectory() as tmp:
                 try:
-                    check(tb, real, Path(tmp))
+                    rs.check(tb, real, Path(tmp))
                 except Exception as exc:  # noqa: BLE001 - a crash is a finding too
                     real.problems.append(f"{type(exc).__name__}: {str(exc)[:800]}")
             done, trials = done + 1, trials + real.trials
+            drew.update(rs.features(real))
             status = "ok" if not real.problems else f"BROKE: {real.problems[0][:400]}"
             took = time.perf_counter() - s0
             print(
@@ -269,19 +69,21 @@ def main() -> None:
             )
             if real.problems:
                 broken.append(real)
-        restore_testbed(tb)
+        rs.restore_testbed(tb)
     finally:
         shutdown(tb)
+        shutil.rmtree(lab, ignore_errors=True)
     wall = time.perf_counter() - t0
     print(load_line())
     print(f"seeds {args.first}..{args.first + done - 1}: {done} run, {len(broken)} broke; trials checked {trials}")
     print(f"wall {wall:.1f} s (boot and teardown included; {wall / max(done, 1):.1f} s a seed)")
+    print("drew: " + ", ".join(f"{k} {v}" for k, v in sorted(drew.items())))
     for real in broken:
         print(f"  seed {real.seed} ({real.testbed}):")
         for p in real.problems[:6]:
             print(f"    {p[:1200]}")
-        print("    matrix: " + json.dumps(matrix_text(real))[:1500])
-        for role in ROLES:
+        print("    matrix: " + json.dumps(rs.matrix_text(real))[:1500])
+        for role in rs.ROLES:
             print(f"    {role} original: {real.sc.originals[role].render()!r}")
 
 
