@@ -248,14 +248,17 @@ def make_copy(base: Path) -> Path:
     return dest
 
 
-def run_tests(tree: Path, tests: list[str], timeout: float) -> str:
-    """'killed', 'survived' or 'timeout' (counted killed): pytest in the copy, unit tier."""
+def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | None = None) -> str:
+    """'killed', 'survived' or 'timeout' (counted killed): pytest in the copy, unit tier. `said`
+    gets the tail of pytest's output (why the unmutated module failed, when it does)."""
     cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", TIER]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return "timeout"
+    if said is not None:
+        said.append((r.stdout + r.stderr).decode(errors="replace")[-4000:])
     if r.returncode == 0:
         return "survived"
     if r.returncode in (1, 2, 3):  # failed, interrupted (an import error in a mutant), internal error
@@ -336,8 +339,13 @@ def _run(args: argparse.Namespace, source: str, mutants: list[Mutant], base: Pat
     plain = ast.unparse(ast.parse(source)) + "\n"
     (trees[0] / args.module).write_text(plain)
     try:
-        if run_tests(trees[0], args.tests, args.timeout * 3) != "survived":
-            raise SystemExit("the unmutated module (as ast.unparse writes it) fails its tests: nothing to measure")
+        said: list[str] = []
+        outcome = run_tests(trees[0], args.tests, args.timeout * 3, said)
+        if outcome != "survived":
+            tail = said[0] if said else f"({outcome} after {args.timeout * 3:.0f} s)"
+            raise SystemExit(
+                f"the unmutated module (as ast.unparse writes it) fails its tests: nothing to measure\n{tail}"
+            )
     finally:
         (trees[0] / args.module).write_text(source)
     start, results = time.monotonic(), []
