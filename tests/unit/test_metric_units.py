@@ -1,0 +1,55 @@
+"""A number metric's declared `unit:` reaches every page that shows its values: recorded in run.json
+(RunManifest.metric_units), left out of it when no metric declares one, so a run folder written
+before units were recorded loads, reads and reports exactly as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.adaptive_runs import MATRIX, REPO, plan_of
+from helpers.report_synth import synthetic_run, write_run
+
+from orchestrator.core.config import read_inventory
+from orchestrator.core.records import RunManifest
+from orchestrator.errors import OrchError
+from orchestrator.store.manifest import load_manifest, save_manifest
+from orchestrator.store.planrecord import make_manifest
+
+UNITS = (
+    MATRIX
+    + """\
+    wall: {regex: 'wall=(?P<value>[0-9.]+)', unit: s}
+    tokens: {regex: 'tokens=(?P<value>[0-9]+)'}
+collect:
+  errors: {role: decode, pattern: ERROR, unit: lines}
+"""
+)
+
+
+def test_the_manifest_records_each_declared_unit_of_metrics_and_collectors(tmp_path: Path) -> None:
+    _, plan = plan_of(tmp_path, UNITS)
+    manifest = make_manifest(plan, read_inventory(REPO / "inventory/local.yaml"), "r", "x")
+    assert manifest.metric_units == {"wall": "s", "errors": "lines"}  # tokens declares none
+    save_manifest(tmp_path, manifest)
+    assert json.loads((tmp_path / "run.json").read_text())["metric_units"] == {"wall": "s", "errors": "lines"}
+    assert load_manifest(tmp_path).metric_units == {"wall": "s", "errors": "lines"}
+
+
+def test_a_run_json_without_units_loads_and_is_written_back_as_it_was(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "old", *synthetic_run())
+    old = json.loads((run / "run.json").read_text())
+    assert "metric_units" not in old
+    assert load_manifest(run).metric_units == {}
+    again = RunManifest.model_validate_json((run / "run.json").read_text()).model_dump_json(indent=2)
+    assert again == (run / "run.json").read_text()  # no key added to a unitless run.json
+
+
+def test_a_hand_edited_unit_in_run_json_is_refused_at_its_file(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "old", *synthetic_run())
+    data = json.loads((run / "run.json").read_text())
+    data["metric_units"] = {"wall": "s\u202e"}  # a bidi override would reverse the text after it
+    (run / "run.json").write_text(json.dumps(data))
+    with pytest.raises(OrchError, match=r"run.json(.|\n)*U\+202E"):
+        load_manifest(run)
