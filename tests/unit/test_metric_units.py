@@ -4,7 +4,9 @@ before units were recorded loads, reads and reports exactly as before."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from helpers.report_synth import synthetic_run, write_run
 from orchestrator.core.config import read_inventory
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
+from orchestrator.report.render import write_report
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
 
@@ -53,3 +56,37 @@ def test_a_hand_edited_unit_in_run_json_is_refused_at_its_file(tmp_path: Path) -
     (run / "run.json").write_text(json.dumps(data))
     with pytest.raises(OrchError, match=r"run.json(.|\n)*U\+202E"):
         load_manifest(run)
+
+
+UNITS_OF_RUN = {"wall": "s<x>", "anomalies": "lines"}  # markup in a unit is text on every page
+
+
+def _text(page: str) -> str:
+    """The page as a reader sees it: tags dropped, entities decoded (what a unit must survive as)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_the_report_shows_each_unit_in_cells_effects_findings_and_chart_axes(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", *synthetic_run(units=UNITS_OF_RUN))
+    page = write_report(run).read_text()
+    assert "<x>" not in page and "s&lt;x&gt;" in page  # text, never markup
+    text = _text(page)
+    assert "wall (s<x>) median [interval] (coverage)" in text  # the cells table's column
+    assert "anomalies (lines) median [interval] (coverage)" in text
+    assert re.search(r"\n\s*156\.85 s<x> \(too few values", text)  # each cell's median
+    assert "wall (numeric, in s<x>)" in text and "anomalies (numeric, in lines)" in text  # effects tables
+    assert re.search(r"995 lines vs 320 lines\s+3\.11x\s+\+671\.5 lines \[646, 691\]", text)
+    assert "995 lines vs 320 lines over 8 vs 8 trials (shift +671.5 lines" in text  # the finding
+    assert "anomalies (lines) per cell" in text  # the chart's heading
+    assert ">wall (s&lt;x&gt;)</text>" in page  # the chart's axis, escaped inside the SVG
+
+
+def test_an_old_run_without_units_reports_as_before(tmp_path: Path) -> None:
+    """A run.json written before units were recorded: no unit anywhere, the very text of before
+    (the numbers' columns, cells and effects; trials keep their own recorded unit in the drill-down)."""
+    page = write_report(write_run(tmp_path / "old", *synthetic_run())).read_text()
+    text = _text(page)
+    assert "wall median [interval] (coverage)" in text
+    assert re.search(r"\n\s*156\.85 \(too few values", text)
+    assert "wall (numeric)" in text and "995 vs 320 over 8 vs 8 trials (shift +671.5 [646, 691]" in text
+    assert ">wall</text>" in page
