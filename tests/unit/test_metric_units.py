@@ -16,7 +16,9 @@ from helpers.report_synth import synthetic_run, write_run
 from orchestrator.core.config import read_inventory
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
+from orchestrator.report.compare import write_comparison
 from orchestrator.report.render import write_report
+from orchestrator.report.unlike import unlike
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
 
@@ -90,3 +92,24 @@ def test_an_old_run_without_units_reports_as_before(tmp_path: Path) -> None:
     assert re.search(r"\n\s*156\.85 \(too few values", text)
     assert "wall (numeric)" in text and "995 vs 320 over 8 vs 8 trials (shift +671.5 [646, 691]" in text
     assert ">wall</text>" in page
+
+
+def test_the_comparison_page_shows_each_unit_beside_medians_and_differences(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "a", *synthetic_run(units=UNITS_OF_RUN))
+    b = write_run(tmp_path / "b", *synthetic_run(seed=2, run_id="20260510-070000-overlap_ablation", units=UNITS_OF_RUN))
+    page = write_comparison(a, b, tmp_path / "c.html").read_text()
+    assert "<x>" not in page
+    text = _text(page)
+    assert re.search(r"wall \(s<x>\)\s+median 156\.85 s<x> \(n=2\)\s+median 151\.9 s<x> \(n=2\)\s+-4\.95 s<x>", text)
+    assert re.search(r"anomalies \(lines\)\s+median \d+(\.\d+)? lines \(n=2\)", text)
+
+
+def test_a_comparison_leaves_out_a_metric_measured_in_another_unit(tmp_path: Path) -> None:
+    inventory = read_inventory(REPO / "inventory/local.yaml")
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a = make_manifest(plan_of(tmp_path / "a", UNITS)[1], inventory, "a", "x")
+    b = make_manifest(plan_of(tmp_path / "b", UNITS.replace("unit: s}", "unit: ms}"))[1], inventory, "b", "x")
+    assert unlike(a, b).metrics == {
+        "wall": "regex 'wall=(?P<value>[0-9.]+)' in 's' in A, regex 'wall=(?P<value>[0-9.]+)' in 'ms' in B"
+    }
+    assert unlike(a, a).metrics == {}
