@@ -18,6 +18,8 @@ from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
 from orchestrator.report.compare import write_comparison
 from orchestrator.report.render import write_report
+from orchestrator.report.series import SeriesPoint
+from orchestrator.report.trends import NightRun, change_text, regression_check
 from orchestrator.report.unlike import unlike
 from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
@@ -113,3 +115,28 @@ def test_a_comparison_leaves_out_a_metric_measured_in_another_unit(tmp_path: Pat
         "wall": "regex 'wall=(?P<value>[0-9.]+)' in 's' in A, regex 'wall=(?P<value>[0-9.]+)' in 'ms' in B"
     }
     assert unlike(a, a).metrics == {}
+
+
+def _night(run_id: str, values: list[float], unit: str) -> NightRun:
+    point = SeriesPoint(cell="c", levels={"f": "a"}, metric="wall", kind="number", values=values, unit=unit)
+    return NightRun(run_id, run_id, run_id, "completed", [point])
+
+
+@pytest.mark.parametrize("unit,words", [("s", "wall in c: median 100.5 s over"), ("", "wall in c: median 100.5 over")])
+def test_the_index_says_a_changed_number_in_its_unit(unit: str, words: str) -> None:
+    earlier = [_night(f"r{i}", [100.0 + j % 2 for j in range(8)], unit) for i in range(3)]
+    (change,) = regression_check(_night("new", [200.0 + j for j in range(8)], unit), earlier)
+    assert change.flagged
+    assert change_text(change).startswith(words)
+    assert (" 203.5 s now" in change_text(change)) == bool(unit)
+
+
+def test_a_run_summary_keeps_each_number_metric_unit_for_the_index(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", *synthetic_run(units=UNITS_OF_RUN))
+    write_report(run)
+    series = json.loads((run / "summary.json").read_text())["series"]
+    assert {(p["metric"], p.get("unit")) for p in series} == {
+        ("corruption", None),
+        ("wall", "s<x>"),
+        ("anomalies", "lines"),
+    }
