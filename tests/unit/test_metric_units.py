@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from helpers.adaptive_runs import MATRIX, REPO, plan_of
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.core.config import read_inventory
+from orchestrator.core.gates import Gate
 from orchestrator.core.records import RunManifest
 from orchestrator.errors import OrchError
+from orchestrator.report.ciexport import export_ci
 from orchestrator.report.compare import write_comparison
 from orchestrator.report.render import write_report
 from orchestrator.report.series import SeriesPoint
@@ -140,3 +143,13 @@ def test_a_run_summary_keeps_each_number_metric_unit_for_the_index(tmp_path: Pat
         ("wall", "s<x>"),
         ("anomalies", "lines"),
     }
+
+
+def test_a_gate_on_a_number_says_its_unit_in_junit_and_on_the_report(tmp_path: Path) -> None:
+    manifest, records = synthetic_run(replicates=6, units=UNITS_OF_RUN)  # 6 trials: an interval
+    gate = Gate(name="wall under 150", metric="wall", upper=150.0, cells={"bf16_index_k": "on"})
+    run = write_run(tmp_path / "run", manifest.model_copy(update={"gates": [gate]}), records)
+    xml = ET.fromstring(export_ci(run, "junit", tmp_path / "j.xml").read_bytes())
+    messages = [f.get("message") or "" for f in xml.iter("failure")]
+    assert messages and all(re.match(r"[0-9.]+ \[[0-9.]+, [0-9.]+\] s<x>: upper bound", m) for m in messages)
+    assert "s&lt;x&gt;: upper bound" in write_report(run).read_text()
