@@ -153,3 +153,34 @@ def test_a_gate_on_a_number_says_its_unit_in_junit_and_on_the_report(tmp_path: P
     messages = [f.get("message") or "" for f in xml.iter("failure")]
     assert messages and all(re.match(r"[0-9.]+ \[[0-9.]+, [0-9.]+\] s<x>: upper bound", m) for m in messages)
     assert "s&lt;x&gt;: upper bound" in write_report(run).read_text()
+
+
+def test_units_are_the_only_difference_from_the_page_of_a_run_without_them(tmp_path: Path) -> None:
+    """The same run written the old way (no units in run.json) and with units: with each unit's
+    marks taken out, the pages are equal, byte for byte. So an old run renders exactly as before
+    (nothing else of the page moved), and the units are never more than text beside the values."""
+    old = write_report(write_run(tmp_path / "old", *synthetic_run())).read_text()
+    new = write_report(write_run(tmp_path / "new", *synthetic_run(units={"wall": "s<x>", "anomalies": "l<y>"})))
+    page = new.read_text()
+    assert page != old
+    for unit in ("s&lt;x&gt;", "l&lt;y&gt;"):
+        assert f" {unit}" in page
+        page = page.replace(f" ({unit})", "").replace(f", in {unit}", "").replace(f" {unit}", "")
+    assert page == old
+
+
+def test_units_are_the_only_difference_on_the_comparison_page(tmp_path: Path) -> None:
+    pages = []
+    for units in ({}, {"wall": "s<x>", "anomalies": "l<y>"}):
+        a = write_run(tmp_path / f"a{len(units)}", *synthetic_run(units=units))
+        b_run = synthetic_run(seed=2, run_id="20260510-070000-overlap_ablation", units=units)
+        b = write_run(tmp_path / f"b{len(units)}", *b_run)
+        pages.append(write_comparison(a, b, tmp_path / f"c{len(units)}.html").read_text())
+    old, page = pages
+    for unit in ("s&lt;x&gt;", "l&lt;y&gt;"):
+        assert f" {unit}" in page
+        page = page.replace(f" ({unit})", "").replace(f" {unit}", "")
+    assert (
+        page.replace(str(tmp_path / "a2"), str(tmp_path / "a0")).replace(str(tmp_path / "b2"), str(tmp_path / "b0"))
+        == old
+    )
