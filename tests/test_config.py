@@ -57,7 +57,24 @@ def test_good_matrix_validates(tmp_path, capsys):
 
 
 # (description, matrix text transform, expected substrings in the one-line error)
+WALL = "    wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: %s}\n"
+
 MATRIX_CASES = [
+    (
+        "a metric's unit of a sentence",
+        lambda t: t + WALL % "seconds of wall time per trial",
+        ["m.yaml:15", "repro.metrics.wall.unit", "30 characters is more than 16", "such as s, ms"],
+    ),
+    (
+        "a metric's unit with a terminal escape",
+        lambda t: t + WALL % '"\\e[31ms"',
+        ["m.yaml:15", "repro.metrics.wall.unit", "control or invisible character U+001B"],
+    ),
+    (
+        "a collector's unit with a newline",
+        lambda t: t + 'collect:\n  errors: {role: decode, pattern: ERROR, unit: "per\\ntrial"}\n',
+        ["m.yaml:16", "collect.errors.unit", "control or invisible character U+000A"],
+    ),
     ("malformed yaml", lambda t: t + "  bad: [unclosed\n", ["m.yaml:", "invalid YAML"]),
     ("tab indentation", lambda t: t.replace("  overlap:", "\toverlap:"), ["m.yaml:3", "invalid YAML"]),
     ("two documents", lambda t: t + "---\nname: x\n", ["expected one YAML mapping, found 2 documents"]),

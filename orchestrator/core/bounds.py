@@ -29,3 +29,18 @@ ENV_ENTRY_TOO_LONG = (
     "to start (Argument list too long)"
 )
 ENV_ENTRY_HINT = "pass a large setting through a file the server reads"
+
+# A metric's `unit:` ("s", "tok/s", "MiB"): user text shown beside every value on the pages, in
+# table headers and chart axes, so a short printable word. 16 characters holds "tokens/s/GPU";
+# a sentence or a control character (a newline, an escape, a bidi override) is a mistake.
+MAX_UNIT_CHARS = 16
+
+
+def unit_problem(unit: str) -> str | None:
+    """Why `unit` cannot be a metric's unit, or None when it can (the matrix's check and run.json's)."""
+    if len(unit) > MAX_UNIT_CHARS:
+        return f"a unit of {len(unit)} characters is more than {MAX_UNIT_CHARS}"
+    bad = next((ch for ch in unit if not ch.isprintable()), None)
+    if bad is not None:
+        return f"a unit holds the control or invisible character U+{ord(bad):04X}"
+    return None

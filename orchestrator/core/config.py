@@ -28,6 +28,8 @@ from orchestrator.core.bounds import (
     MAX_SEED,
     MAX_SESSIONS,
     MAX_TEMPLATE_CHARS,
+    MAX_UNIT_CHARS,
+    unit_problem,
 )
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
@@ -1321,7 +1323,15 @@ def _build_metric(name: str, m: MetricShape, source: SourceMap) -> MetricSpec:
         )
     if m.kind == "number" and "value" not in groups and count != 1:
         raise source.error(at, "a number metric needs a (?P<value>...) group or exactly one group")
+    _check_unit(m.unit, source, ("repro", "metrics", name, "unit"))
     return MetricSpec(name, m.kind, m.regex, m.unit)
+
+
+def _check_unit(unit: str, source: SourceMap, at: PathKey) -> None:
+    """A unit is shown beside every value on the pages: a short printable word, refused at its line."""
+    problem = unit_problem(unit)
+    if problem is not None:
+        raise source.error(at, problem, f"write a short unit such as s, ms, tok/s or MiB (at most {MAX_UNIT_CHARS})")
 
 
 def _build_collectors(collect: dict[str, CollectShape], source: SourceMap) -> tuple[Collector, ...]:
@@ -1336,6 +1346,7 @@ def _build_collectors(collect: dict[str, CollectShape], source: SourceMap) -> tu
             compile_pattern(c.pattern, source, (*at, "pattern"))
         if c.command is not None:
             check_template(c.command, source, (*at, "command"))
+        _check_unit(c.unit, source, (*at, "unit"))
         out.append(Collector(name, c.role, c.pattern, c.command, c.unit))
     return tuple(out)
 

@@ -81,19 +81,22 @@ class GateResult:
     high: float | None = None
 
 
-def evaluate(gates: Sequence[Gate], cells_of: Mapping[str, Sequence[GateCell]]) -> list[GateResult]:
+def evaluate(
+    gates: Sequence[Gate], cells_of: Mapping[str, Sequence[GateCell]], units: Mapping[str, str] | None = None
+) -> list[GateResult]:
     """One result per gate and cell it applies to. `cells_of` maps a metric to its cells; a gate
-    that selects no cell at all fails (a typo in the selector must not pass CI)."""
+    that selects no cell at all fails (a typo in the selector must not pass CI). `units`: each
+    metric's declared unit, said after the measured interval (a CI log's 162 means nothing alone)."""
     results: list[GateResult] = []
     for gate in gates:
         chosen = [c for c in cells_of.get(gate.metric, ()) if gate.applies_to(c.levels)]
         if not chosen:
             results.append(GateResult(gate, "", gate.cells, False, f"no cell with data for {gate.metric}"))
-        results.extend(_check(gate, c) for c in chosen)
+        results.extend(_check(gate, c, (units or {}).get(gate.metric, "")) for c in chosen)
     return results
 
 
-def _check(gate: Gate, cell: GateCell) -> GateResult:
+def _check(gate: Gate, cell: GateCell, unit: str = "") -> GateResult:
     if cell.low is None or cell.high is None:
         return GateResult(gate, cell.cell, cell.levels, False, "no 95% interval (too little data)", cell.estimate)
     failures = []
@@ -101,7 +104,7 @@ def _check(gate: Gate, cell: GateCell) -> GateResult:
         failures.append(f"upper bound {cell.high:.4g} > {gate.upper:g}")
     if gate.lower is not None and cell.low < gate.lower:
         failures.append(f"lower bound {cell.low:.4g} < {gate.lower:g}")
-    interval = f"{_num(cell.estimate)} [{cell.low:.4g}, {cell.high:.4g}]"
+    interval = f"{_num(cell.estimate)} [{cell.low:.4g}, {cell.high:.4g}]{' ' + unit if unit else ''}"
     message = f"{interval}: " + ("; ".join(failures) if failures else gate.bound_text)
     return GateResult(gate, cell.cell, cell.levels, not failures, message, cell.estimate, cell.low, cell.high)
 

@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from orchestrator.core.bounds import MAX_SESSIONS
+from orchestrator.core.bounds import MAX_SESSIONS, unit_problem
 from orchestrator.core.gates import Gate
 from orchestrator.core.redact import Redactor
 
@@ -32,6 +32,16 @@ SCHEMA_VERSION = 1
 
 TrialStatus = Literal["completed", "failed", "interrupted"]
 MetricKind = Literal["proportion", "number"]
+
+
+def _valid_unit(unit: str) -> str:
+    problem = unit_problem(unit)
+    if problem is not None:
+        raise ValueError(problem)
+    return unit
+
+
+MetricUnit = Annotated[str, AfterValidator(_valid_unit)]  # as the matrix's check (core.config) allows
 
 
 # A run id names a directory under the reports folder and is part of the names of the files
@@ -300,6 +310,9 @@ class RunManifest(Frozen):
     factors: dict[str, list[str]]  # factor -> level names, in declared order
     baseline: dict[str, str]
     metrics: dict[str, MetricKind]  # metric name -> kind (repro metrics and collectors)
+    # metric name -> its declared `unit:` (e.g. "s"), only those that declare one; left out of
+    # run.json when none does, so a run without units stays as an older orch writes and reads it
+    metric_units: dict[str, MetricUnit] = Field(default_factory=dict, exclude_if=lambda v: not v)
     # The planned trials. In run.json only when written before plan.json existed (or by hand);
     # runs.save_manifest keeps them in plan.json and writes [] here. runs.load_manifest fills
     # them from plan.json unless asked not to (plan=False: then [] and plan_trials says how many).

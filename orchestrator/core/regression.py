@@ -90,6 +90,7 @@ class Change:
     p_holm: float = 1.0
     nights: int = 0
     method: str = ""
+    unit: str = ""  # a number metric's declared unit, for the words (report.trends.change_text)
 
     @property
     def flagged(self) -> bool:

@@ -179,6 +179,7 @@ def _build(
         confidence=stats.CONFIDENCE,
         alpha=stats.ALPHA,
         metrics=dict(manifest.metrics),
+        units=dict(manifest.metric_units),
         primary_metric=primary,
         factors={f: list(v) for f, v in manifest.factors.items()},
         baseline=dict(manifest.baseline),
@@ -1402,14 +1403,15 @@ def _number_effect_text(report: Report, e: NumberEffectView, primary: str | None
         size = f"{times} {'higher' if ratio >= 1 else 'lower'}"
     else:
         size = "higher" if e.shift > 0 else "lower"
-    interval = ""
+    interval, unit = "", report.units.get(e.metric, "")
     if e.low is not None and e.high is not None:  # no coverage: van Elteren's normal approximation
         covers = f"{e.coverage:.1%} coverage" if e.coverage is not None else "~95%, normal approximation"
         interval = f" [{e.low:g}, {e.high:g}] ({covers})"
     text = (
         f"Median {e.metric} is {size} with {e.factor}={e.level} than with {e.factor}={e.reference}: "
-        f"{e.median_level:g} vs {e.median_reference:g} over {e.n_level} vs {e.n_reference} trials "
-        f"(shift {e.shift:+g}{interval}; {fmt_p(e.p_holm)}, Holm, {_number_effect_method(e)})"
+        f"{with_unit(e.median_level, unit)} vs {with_unit(e.median_reference, unit)} over {e.n_level} vs "
+        f"{e.n_reference} trials (shift {with_unit(e.shift, unit, '+g')}{interval}; {fmt_p(e.p_holm)}, Holm, "
+        f"{_number_effect_method(e)})"
     )
     outcome = next(
         (
@@ -1530,9 +1532,10 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
 def _moved_text(report: Report, metric: str, cell: CellView, base: CellView, count: int) -> str:
     primary = report.primary_metric
     num, ref = cell.numbers[metric], base.numbers[metric]
+    unit = report.units.get(metric, "")
     text = (
-        f"{metric} moved in {count} cell(s): median {fmt_num(num)} in cell "
-        f"{fmt_levels(cell.levels)} vs {fmt_num(ref)} in the baseline "
+        f"{metric} moved in {count} cell(s): median {fmt_num(num, unit)} in cell "
+        f"{fmt_levels(cell.levels)} vs {fmt_num(ref, unit)} in the baseline "
         f"({fmt_p(num.p_holm)}, Holm, Mann-Whitney)"
     )
     if primary and primary in cell.proportions and primary in report.untested:
@@ -1698,13 +1701,20 @@ def fmt_pts(item: EffectView | InteractionView) -> str:
     return f"{item.estimate * 100:+.1f} pts [{item.low * 100:+.1f}, {item.high * 100:+.1f}]"
 
 
-def fmt_num(cell: NumberCell) -> str:
-    """320 [310-330] (96.9% coverage); no interval when too few values reach 95% (n < 6)."""
+def fmt_num(cell: NumberCell, unit: str = "") -> str:
+    """320 [310-330] (96.9% coverage), or 160.2 s [158.1-162.0] with the metric's unit; no
+    interval when too few values reach 95% (n < 6)."""
     if cell.median is None:
         return "no data"
+    median = with_unit(cell.median, unit)
     if cell.low is None or cell.high is None or cell.coverage is None:
-        return f"{cell.median:g} (too few values for a 95% interval)"
-    return f"{cell.median:g} [{cell.low:g}-{cell.high:g}] ({cell.coverage:.1%} coverage)"
+        return f"{median} (too few values for a 95% interval)"
+    return f"{median} [{cell.low:g}-{cell.high:g}] ({cell.coverage:.1%} coverage)"
+
+
+def with_unit(value: float, unit: str, spec: str = "g") -> str:
+    """`160.2 s`, or `160.2` for a metric that declares no unit (what every page showed before)."""
+    return f"{value:{spec}}{' ' + unit if unit else ''}"
 
 
 def fmt_p(p: float | None, op: str = "=") -> str:

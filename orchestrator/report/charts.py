@@ -61,7 +61,9 @@ def number_chart(report: Report, metric: str) -> str:
         if box is not None:
             five = Box(box.whislo, box.q1, box.med, box.q3, box.whishi)
             rows.append(Row(_label(cell), BASE if cell.is_baseline else MUTED, box=five))
-    return row_chart(rows, Axis(metric), key=f"number-{metric}", title=f"distribution of {metric} per cell")
+    unit = report.units.get(metric)
+    axis = Axis(f"{metric} ({unit})" if unit else metric)
+    return row_chart(rows, axis, key=f"number-{metric}", title=f"distribution of {metric} per cell")
 
 
 def _label(cell: CellView) -> str:

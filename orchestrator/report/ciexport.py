@@ -3,7 +3,9 @@
 JUnit XML: one test case per gate and cell (a failed gate is a failing case whose message says
 what was measured against which bound), so a CI job page lists exactly which cell broke which
 bound. Bencher Metric Format (BMF) JSON: per cell, each metric's estimate with the 95% interval
-as lower/upper values, so Bencher's thresholds see the uncertainty, not only a point.
+as lower/upper values, so Bencher's thresholds see the uncertainty, not only a point. BMF has no
+unit field (a Measure's unit is set in Bencher, where the measure is created): a metric's declared
+unit is said in the JUnit messages, and BMF values are in it.
 """
 
 from __future__ import annotations

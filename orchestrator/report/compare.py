@@ -24,7 +24,7 @@ from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
-from orchestrator.report.build import incomplete_reason, stopped_cells, versus_baseline
+from orchestrator.report.build import incomplete_reason, stopped_cells, versus_baseline, with_unit
 from orchestrator.report.provenance import scan_journal
 from orchestrator.report.servedsettings import CellServers
 from orchestrator.report.unlike import Unlike, lines_of, unlike
@@ -85,6 +85,11 @@ class Comparison:
         """What else differed between the runs, one sentence each (report.unlike), for the page's
         first section and the terminal."""
         return tuple(lines_of(self.unlike))
+
+    def unit(self, metric: str) -> str:
+        """The metric's unit: both runs' (report.unlike leaves a metric out when they declare two),
+        or the one run's that recorded it (a run of an older orch recorded none)."""
+        return self.a.metric_units.get(metric) or self.b.metric_units.get(metric) or ""
 
 
 def compare(
@@ -370,9 +375,10 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
                 + _said(r.caution)
             )
         else:
+            unit = a.metric_units.get(r.metric) or b.metric_units.get(r.metric) or ""
             out.append(
-                f"{r.metric} in {r.cell}: median {r.a.median.estimate:g} vs {r.b.median.estimate:g} "  # type: ignore[union-attr]
-                f"(p={r.p_holm:.2g}, Holm)" + _said(r.caution)
+                f"{r.metric} in {r.cell}: median {with_unit(r.a.median.estimate, unit)} vs "  # type: ignore[union-attr]
+                f"{with_unit(r.b.median.estimate, unit)} (p={r.p_holm:.2g}, Holm)" + _said(r.caution)  # type: ignore[union-attr]
             )
     return tuple(out)
 

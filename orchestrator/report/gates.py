@@ -15,7 +15,8 @@ def check_gates(report: Report) -> list[GateResult]:
     """One result per gate and cell it selects; empty when the matrix has no gates."""
     if not report.gates:
         return []
-    results = evaluate(report.gates, {m: [cell_estimate(c, m) for c in report.cells] for m in report.metrics})
+    cells_of = {m: [cell_estimate(c, m) for c in report.cells] for m in report.metrics}
+    results = evaluate(report.gates, cells_of, report.units)
     cells = {c.cell: c for c in report.cells}
     return [_without_data(_with_assumption(r, report), cells.get(r.cell)) for r in results]
 

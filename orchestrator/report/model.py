@@ -303,6 +303,7 @@ class Report(Frozen):
     confidence: float
     alpha: float
     metrics: dict[str, MetricKind]
+    units: dict[str, str] = {}  # metric -> its declared unit (RunManifest.metric_units), only those with one
     primary_metric: str | None
     factors: dict[str, list[str]]
     baseline: dict[str, str]

@@ -164,7 +164,8 @@ def _marked_stopped(report: Report, series: Sequence[SeriesPoint]) -> list[Serie
     marked, so the runs index's trends give them the report's interval, not a narrower one; and,
     for a metric whose series kept only the newest MAX_TRIALS trials of some cell, every cell's
     interval as the report shows it (the kept trials give another rate and another dispersion: a
-    cell of 70 trials was trended at 1.6% [1.0%, 2.5%] where its report said 3.6% [2.4%, 5.2%])."""
+    cell of 70 trials was trended at 1.6% [1.0%, 2.5%] where its report said 3.6% [2.4%, 5.2%]);
+    and each number metric's unit, which the journal's rows do not carry (the run's manifest does)."""
     stopped = set(stopped_in(report))
     cells = {c.cell: c for c in report.cells}
     cut = {p.metric for p in series if p.kind == "proportion" and _cut(cells.get(p.cell), p)}
@@ -174,6 +175,8 @@ def _marked_stopped(report: Report, series: Sequence[SeriesPoint]) -> list[Serie
         view = cells[p.cell].proportions.get(p.metric) if p.metric in cut and p.cell in cells else None
         if view is not None and view.rate.rate is not None:
             update["shown"] = (view.rate.rate, view.rate.low, view.rate.high)
+        if p.kind == "number" and report.units.get(p.metric):
+            update["unit"] = report.units[p.metric]
         marked.append(p.model_copy(update=update) if update else p)
     return marked
 

@@ -16,7 +16,7 @@ from typing import Annotated
 import pydantic
 
 from orchestrator.core.bounds import MAX_SESSIONS
-from orchestrator.core.records import MetricKind
+from orchestrator.core.records import MetricKind, MetricUnit
 from orchestrator.store.journal import TrialRow
 
 MAX_CELLS = 256  # cells kept per run (a trend of more is unreadable anyway)
@@ -45,6 +45,9 @@ class SeriesPoint(pydantic.BaseModel):
     # run had more than MAX_TRIALS trials, so a kept series is not the report's data (its pooled rate,
     # its dispersion). Written only then: other runs' summaries stay as they were
     shown: tuple[Share, Share, Share] | None = pydantic.Field(default=None, exclude_if=lambda shown: shown is None)
+    # a number metric's declared unit (the report's Report.units), for the index's words on its
+    # change; written only when the metric has one, so a run without units keeps its summary as it was
+    unit: MetricUnit = pydantic.Field(default="", exclude_if=lambda unit: not unit)
 
     @pydantic.field_validator("trials")
     @classmethod

@@ -13,7 +13,7 @@ nightly runs reads a few KB per run, never an old journal.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from xml.sax.saxutils import escape
 
@@ -102,7 +102,8 @@ def regression_check(newest: NightRun, earlier: Sequence[NightRun]) -> list[Chan
             numbers.append(
                 NumberHistory(point.cell, point.metric, tuple(tuple(p.values) for p in found), tuple(point.values))
             )
-    return check_night(rates, numbers)
+    units = {(p.cell, p.metric): p.unit for p in newest.series if p.unit}
+    return [replace(c, unit=units.get((c.cell, c.metric), "")) for c in check_night(rates, numbers)]
 
 
 def _point(run: NightRun, cell: str, metric: str) -> SeriesPoint | None:
@@ -112,7 +113,8 @@ def _point(run: NightRun, cell: str, metric: str) -> SeriesPoint | None:
 def change_text(c: Change) -> str:
     """One flagged change in words, with the same p the check used."""
     if c.method.startswith("Mann-Whitney"):
-        before, after = f"median {c.before:.4g}", f"{c.after:.4g}"
+        unit = f" {c.unit}" if c.unit else ""
+        before, after = f"median {c.before:.4g}{unit}", f"{c.after:.4g}{unit}"
     else:
         before, after = f"{c.before:.1%}", f"{c.after:.1%}"
     return (

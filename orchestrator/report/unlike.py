@@ -79,11 +79,17 @@ def _definition(m: Matrix, name: str) -> str:
     """How a matrix measures one metric, in words: the regex on the repro's output, or the collector."""
     spec = next((s for s in m.repro.metrics if s.name == name), None)
     if spec is not None:
-        return f"regex {_quote(spec.regex)}"
+        return f"regex {_quote(spec.regex)}" + _in_unit(spec.unit)
     got = next((c for c in m.collect if c.name == name), None)
     if got is None:
         return "not defined"
-    return f"collected on {got.role} by " + (f"pattern {_quote(got.pattern)}" if got.pattern else _quote(got.command))
+    how = f"pattern {_quote(got.pattern)}" if got.pattern else _quote(got.command)
+    return f"collected on {got.role} by {how}{_in_unit(got.unit)}"
+
+
+def _in_unit(unit: str) -> str:
+    """A unit is part of a definition: the same regex in s in A and in ms in B measures two things."""
+    return f" in {_quote(unit)}" if unit else ""
 
 
 def _matrix_lines(a: RunManifest, b: RunManifest, ma: Matrix | None, mb: Matrix | None) -> list[str]:

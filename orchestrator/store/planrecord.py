@@ -30,6 +30,7 @@ def make_manifest(
     redact_text = m.redactor.text
     names = list(testbeds) or [plan.testbed.name]
     metrics = {s.name: s.kind for s in m.repro.metrics} | {c.name: "number" for c in m.collect}
+    units = {s.name: s.unit for s in m.repro.metrics if s.unit} | {c.name: c.unit for c in m.collect if c.unit}
     return RunManifest(
         run_id=run_id,
         name=m.name,
@@ -55,6 +56,7 @@ def make_manifest(
         factors={f.name: list(f.level_names) for f in m.factors},
         baseline=dict(m.baseline),
         metrics=metrics,
+        metric_units=units,
         plan=planned_trials(plan),
         plan_trials=len(plan.steps),
         plan_sha256=digest_of(plan),

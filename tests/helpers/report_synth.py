@@ -67,8 +67,10 @@ def synthetic_run(
     secret: bool = True,
     status: str = "completed",
     run_id: str = "20260509-070000-overlap_ablation",
+    units: dict[str, str] | None = None,
 ) -> tuple[RunManifest, list[TrialRecord]]:
-    """A finished run: manifest + records (randomized rounds, some failures with retries)."""
+    """A finished run: manifest + records (randomized rounds, some failures with retries). Without
+    `units` its run.json is written as before metric units were recorded (none in the manifest)."""
     rng = np.random.default_rng(seed)
     base = dict(baseline or ALL_ON)
     cells = [dict(zip(FACTORS, combo, strict=True)) for combo in itertools.product(*FACTORS.values())]
@@ -104,6 +106,7 @@ def synthetic_run(
         factors=FACTORS,
         baseline=base,
         metrics={"corruption": "proportion", "wall": "number", "anomalies": "number"},
+        metric_units=units or {},
         plan=plan,
         hosts={"prefill": {"host": "127.0.0.1"}, "decode": {"host": "127.0.0.1"}},
         started=_iso(0),
