@@ -253,8 +253,10 @@ def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | No
     gets the tail of pytest's output (why the unmutated module failed, when it does)."""
     cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", TIER]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    try:
-        r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, timeout=timeout, check=False)
+    try:  # stdin closed: a test that reads it would stop a run started in the background (SIGTTIN)
+        r = subprocess.run(
+            cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         return "timeout"
     if said is not None:
