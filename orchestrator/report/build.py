@@ -160,9 +160,10 @@ def _build(
     state = status or manifest.status
     untested = _untested(manifest, by_metric, state)
     members = family.members(_design(manifest, cells, baseline_cell, untested, high))
-    cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
+    cells, effects, interactions, number_effects, neighbours, keys = _apply_policy(
         members, cells, effects, interactions, number_effects, neighbours
     )
+    tests = family.sizes(keys)
     # every table mark of a finding carries the headline's caution (report.missing's one rule)
     effects, interactions = missing.marked(effects, cells), missing.marked(interactions, cells)
     number_effects = missing.marked(number_effects, cells)
@@ -191,7 +192,7 @@ def _build(
         interactions=interactions,
         number_effects=number_effects,
         neighbours=neighbours,
-        policy=_policy(tests, cells, hunt),
+        policy=_policy(keys, cells, hunt),
         tests=tests,
         headline=[],
         drift=_drift(manifest, baseline_cell, by_metric),
@@ -230,12 +231,13 @@ def _stopped_corrected(
     return cells, effects, interactions, neighbours
 
 
-def _policy(tests: Mapping[str, int], cells: Sequence[CellView], hunt: HuntView | None) -> str:
-    """The multiplicity policy's sentence, with the reading of tests that compare a cell an adaptive
-    rule stopped early (report.stopped) where the run has one."""
-    if not any(tests.values()):
+def _policy(keys: Sequence[family.TestKey], cells: Sequence[CellView], hunt: HuntView | None) -> str:
+    """The multiplicity policy's sentence over the family's tests (naming only the kinds it holds),
+    with the reading of tests that compare a cell an adaptive rule stopped early (report.stopped)
+    where the run has one."""
+    if not keys:
         return ""
-    policy = findings.policy_sentence(tests, lead=HUNT_RULE if hunt else "")
+    policy = findings.policy_sentence(family.sizes(keys), lead=HUNT_RULE if hunt else "", parts=family.parts(keys))
     if any(p.stopped for c in cells for p in c.proportions.values()):
         policy += " " + stopped.POLICY
     return policy
@@ -702,12 +704,18 @@ def _apply_policy(
     number_effects: Sequence[NumberEffectView],
     neighbours: Sequence[NeighbourView],
 ) -> tuple[
-    list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
+    list[CellView],
+    list[EffectView],
+    list[InteractionView],
+    list[NumberEffectView],
+    list[NeighbourView],
+    list[family.TestKey],
 ]:
     """One policy for the whole report: Holm over every test it could call a finding, every metric
     in one family: the `members` core.family finds in what the run measured (`orch plan` states
     the size of the same function's family before the sweep). Sets p_holm, and significant /
-    finding from it. A test outside the family (an untested metric's) cannot be a finding."""
+    finding from it. A test outside the family (an untested metric's) cannot be a finding. Returns
+    the family's tests (keys) last."""
     pvalues = _pvalues(cells, effects, interactions, number_effects, neighbours)
     tested = {key: pvalues[key] for key in members if key in pvalues}
     adjusted = findings.adjust(tested)  # one family across metrics: any false finding anywhere <= alpha
@@ -728,7 +736,7 @@ def _apply_policy(
         _holm_items(interactions, adjusted),
         _holm_items(number_effects, adjusted),
         _holm_items(neighbours, adjusted),
-        family.sizes(list(tested)),
+        list(tested),
     )
 
 

@@ -1,0 +1,85 @@
+"""The report says only what the run's design has: a 2-factor run's page explains no three-way
+interaction, a 1-factor run's no effect with another factor held fixed, a proportion-only run's
+no numeric effect or Mann-Whitney test (found by the new-user walk: every page explained them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.core import family
+from orchestrator.report.build import build_report
+from orchestrator.report.render import render_report
+from tests.helpers.page_text import text
+from tests.helpers.report_synth import fewer_factors, synthetic_run
+
+THREE_WAY = "a three-way interaction is how much that two-way interaction changes with the third factor"
+
+
+@pytest.fixture(scope="module")
+def run3() -> tuple:
+    return synthetic_run(replicates=3)
+
+
+def page(manifest, records) -> str:  # type: ignore[no-untyped-def]
+    return text(render_report(build_report(manifest, records)))
+
+
+def test_a_two_factor_page_says_nothing_of_three_way_interactions(run3: tuple) -> None:
+    two = page(*fewer_factors(*run3, ("bf16_index_k", "cuda_graph")))
+    assert "Interactions for corruption: two-way" in two  # the section is there, with its 2-way
+    assert "A two-way interaction is how much one factor's effect changes" in two
+    assert "three-way" not in two
+    assert "every two-way interaction, the numeric effects)" in two  # the policy names what it corrects
+
+
+def test_a_three_factor_page_still_explains_three_way_interactions(run3: tuple) -> None:
+    three = page(*run3)
+    assert THREE_WAY in three
+    assert "every two-way interaction, every three-way interaction, the numeric effects" in three
+    assert '"| x=y" holds another factor fixed' in three
+
+
+def test_a_one_factor_page_holds_no_other_factor_fixed(run3: tuple) -> None:
+    one = page(*fewer_factors(*run3, ("bf16_index_k",)))
+    assert (
+        "(6 tests; corruption: 2, wall: 2, anomalies: 2; "
+        "each cell vs the baseline, each factor's main effect, the numeric effects)" in one
+    )
+    for absent in ("conditional effects", "holds another factor fixed", "pooled over the other factors", "interaction"):
+        assert absent not in one, absent
+
+
+def test_a_proportion_only_page_has_no_numeric_effects_text(run3: tuple) -> None:
+    prop = page(*fewer_factors(*run3, ("bf16_index_k", "cuda_graph"), metrics=("corruption",)))
+    assert "for proportions by quasi-binomial" in prop
+    for absent in ("Mann-Whitney", "numeric", "Numeric", "van Elteren", "for numbers"):
+        assert absent not in prop, absent
+
+
+def test_a_number_only_page_says_nothing_of_rates(run3: tuple) -> None:
+    nums = page(*fewer_factors(*run3, ("bf16_index_k", "cuda_graph"), metrics=("wall", "anomalies")))
+    assert "Each cell is compared with the baseline (bf16_index_k=on, cuda_graph=on) by Mann-Whitney U;" in nums
+    assert "Rates are k of n sessions" not in nums
+    assert "Fisher" not in nums
+
+
+def test_family_parts_name_each_kind_of_test_once_in_order() -> None:
+    main = ((("a", "on", "off"),), ())
+    held = ((("a", "on", "off"),), (("b", "on"),))
+    two = ((("a", "on", "off"), ("b", "on", "off")), ())
+    keys: list[family.TestKey] = [
+        ("neighbour", "m", "c1"),
+        ("contrast", "m", two),
+        ("contrast", "m", main),
+        ("rate", "m", "c1"),
+        ("contrast", "m", held),
+        ("number", "w", "c1"),
+    ]
+    assert family.parts(keys) == [
+        "each cell vs the baseline",
+        "each factor's main effect",
+        "its conditional effects (another factor held fixed)",
+        "every two-way interaction",
+        "the highest cell vs each cell one factor away",
+    ]
+    assert family.parts([("number_effect", "w", ("a", "off"))]) == ["the numeric effects"]
