@@ -5,12 +5,12 @@ no numeric effect or Mann-Whitney test (found by the new-user walk: every page e
 from __future__ import annotations
 
 import pytest
+from helpers.page_text import text
+from helpers.report_synth import fewer_factors, synthetic_run
 
 from orchestrator.core import family
 from orchestrator.report.build import build_report
 from orchestrator.report.render import render_report
-from tests.helpers.page_text import text
-from tests.helpers.report_synth import fewer_factors, synthetic_run
 
 THREE_WAY = "a three-way interaction is how much that two-way interaction changes with the third factor"
 
