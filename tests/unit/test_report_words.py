@@ -4,14 +4,18 @@ no numeric effect or Mann-Whitney test (found by the new-user walk: every page e
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from helpers.page_text import text
-from helpers.report_synth import fewer_factors, synthetic_run
+from helpers.report_synth import fewer_factors, synthetic_run, write_run
 
 from orchestrator.core import family
 from orchestrator.report.build import build_report
+from orchestrator.report.compare import write_comparison_page
 from orchestrator.report.render import render_report
 
+KEEP2 = ("bf16_index_k", "cuda_graph")
 THREE_WAY = "a three-way interaction is how much that two-way interaction changes with the third factor"
 
 
@@ -83,3 +87,24 @@ def test_family_parts_name_each_kind_of_test_once_in_order() -> None:
         "the highest cell vs each cell one factor away",
     ]
     assert family.parts([("number_effect", "w", ("a", "off"))]) == ["the numeric effects"]
+
+
+def _compared(tmp_path: Path, metrics: tuple[str, ...]) -> str:
+    """The comparison page of two 2-factor runs of these metrics (two seeds), as text."""
+    runs = []
+    for seed, run_id in ((1, "20260509-070000-a"), (2, "20260510-070000-b")):
+        run = fewer_factors(*synthetic_run(replicates=3, seed=seed, run_id=run_id), KEEP2, metrics=metrics)
+        runs.append(write_run(tmp_path / "runs" / run_id, *run))
+    return text(write_comparison_page(runs[0], runs[1], tmp_path / "page.html").path.read_text())
+
+
+def test_a_comparison_of_proportion_only_runs_names_no_numbers_test(tmp_path: Path) -> None:
+    page_ = _compared(tmp_path, ("corruption",))
+    assert "rates pool k of n sessions over trials" in page_
+    assert "Mann-Whitney" not in page_ and "Numbers compare" not in page_
+
+
+def test_a_comparison_of_number_only_runs_says_nothing_of_rates(tmp_path: Path) -> None:
+    page_ = _compared(tmp_path, ("wall",))
+    assert "Numbers compare medians of trial values (Mann-Whitney)." in page_
+    assert "rates pool" not in page_
