@@ -78,7 +78,7 @@ def test_the_reports_power_sentence_matches_simulation() -> None:
     null = next(f.text for f in report.headline if f.kind == "null")
     assert "80% power only for differences of about +" in null and "1.0 points" not in null
     rise = float(re.search(r"about \+([0-9.]+) points", null).group(1)) / 100  # type: ignore[union-attr]
-    assert "or no fall" in null  # at a 0% baseline nothing can fall
+    assert "points (to " in null and ", as a rate of 0% cannot fall (" in null  # at a 0% baseline nothing can
     simulated = _report_test_power([0.0, rise] + [0.0] * 6, 2, 40, 0.05, seed=3)
     assert abs(simulated - 0.8) <= 0.02, (rise, simulated)
     holm = re.search(r"Holm's first step over (\d+) tests: (?:\+([0-9.]+) points|no rise)", null)

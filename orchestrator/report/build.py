@@ -1323,12 +1323,21 @@ def power_sentence(n_cell: int, n_base: int, base_rate: float, tests: int) -> st
 
 
 def _directions(d: power.Detectable) -> str:
-    """'+9.7 points (to 9.7%) or no fall'; 'no rise (not even to 100%)' when none reaches 80%."""
+    """'+9.7 points (to 9.7%) or -3.1 points (to 2.0%)'; a direction no change reaches 80% power in is
+    said in words: '+9.7 points (to 9.7%), as a rate of 0% cannot fall', '+37.0 points (to 53.7%),
+    but no fall at all (not even to 0%)'. It read 'or no fall (not even to 0%)', which a reader
+    took for a fall the run could detect."""
     up = f"+{d.rise * 100:.1f} points (to {_pct(d.baseline + d.rise)}%)" if d.rise is not None else ""
     down = f"-{d.fall * 100:.1f} points (to {_pct(d.baseline - d.fall)}%)" if d.fall is not None else ""
-    up = up or ("no rise" if d.baseline >= 1 else "no rise (not even to 100%)")
-    down = down or ("no fall" if d.baseline <= 0 else "no fall (not even to 0%)")
-    return f"{up} or {down}"
+    if d.baseline <= 0:
+        return f"{up or 'no rise at all (not even to 100%)'}, as a rate of 0% cannot fall"
+    if d.baseline >= 1:
+        return f"{down or 'no fall at all (not even to 0%)'}, as a rate of 100% cannot rise"
+    if up and down:
+        return f"{up} or {down}"
+    if up or down:
+        return f"{up or down}, but no {'fall' if up else 'rise'} at all (not even to {'0' if up else '100'}%)"
+    return "no rise or fall at all (not even to 100% or 0%)"
 
 
 def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:

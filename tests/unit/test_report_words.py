@@ -10,8 +10,8 @@ import pytest
 from helpers.page_text import text
 from helpers.report_synth import fewer_factors, synthetic_run, write_run
 
-from orchestrator.core import family
-from orchestrator.report.build import build_report
+from orchestrator.core import family, power
+from orchestrator.report.build import _directions, build_report
 from orchestrator.report.compare import write_comparison_page
 from orchestrator.report.render import render_report
 
@@ -108,3 +108,19 @@ def test_a_comparison_of_number_only_runs_says_nothing_of_rates(tmp_path: Path) 
     page_ = _compared(tmp_path, ("wall",))
     assert "Numbers compare medians of trial values (Mann-Whitney)." in page_
     assert "rates pool" not in page_
+
+
+def _found(base: float, rise: float | None, fall: float | None) -> power.Detectable:
+    return power.Detectable(n_cell=80, n_baseline=80, baseline=base, alpha=0.05, power=0.8, rise=rise, fall=fall)
+
+
+def test_the_reports_power_sentence_says_a_direction_nothing_detects_in_words(run3: tuple) -> None:
+    """It read 'about +37.0 points (to 53.7%) or no fall (not even to 0%) (...; to pass Holm's first
+    step over 20 tests: no rise (not even to 100%) or no fall (not even to 0%))': the same numbers,
+    now a direction nothing detects says so."""
+    two = page(*fewer_factors(*run3, KEEP2))
+    assert "had 80% power only for differences of about +37.0 points (to 53.7%), but no fall at all (not even" in two
+    assert "to pass Holm's first step over 20 tests: no rise or fall at all (not even to 100% or 0%))." in two
+    assert _directions(_found(0.0, 0.097, None)) == "+9.7 points (to 9.7%), as a rate of 0% cannot fall"
+    assert _directions(_found(0.05, 0.05, 0.031)) == "+5.0 points (to 10.0%) or -3.1 points (to 1.9%)"
+    assert _directions(_found(1.0, None, None)) == "no fall at all (not even to 0%), as a rate of 100% cannot rise"
