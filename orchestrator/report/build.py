@@ -1517,7 +1517,8 @@ def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
 
 
 def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
-    """Say so when too few trials per cell make a significant Mann-Whitney result impossible."""
+    """Say so when too few trials per cell make a significant Mann-Whitney result impossible, and
+    that the factor effects can still be tested only where they pool trials enough to be."""
     others = [c.numbers[metric].n for c in report.cells if not c.is_baseline and c.numbers[metric].n]
     n_base = base.numbers[metric].n
     if not others or not n_base:
@@ -1527,6 +1528,12 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
     best = min(2 / math.comb(n + n_base, n) for n in others)
     if best <= stats.ALPHA:
         return []
+    # only where a factor effect pools enough trials to reach significance: in a 1-factor run it
+    # compares the same two cells, and the clause promised a test that could not succeed either
+    pooled = any(
+        e.metric == metric and ranks.mann_whitney_min_p(e.n_level, e.n_reference) <= stats.ALPHA
+        for e in report.number_effects
+    )
     return [
         Finding(
             kind="caution",
@@ -1534,11 +1541,7 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
                 f"{metric}: with {max(others)} trial(s) per cell and {n_base} in the baseline, no "
                 f"difference could reach significance (the smallest possible p is {best:.2f}); run more "
                 "replicates to compare it between cells"
-                + (
-                    " (the factor effects pool trials across cells and can still be tested)."
-                    if any(e.metric == metric for e in report.number_effects)
-                    else "."
-                )
+                + (" (the factor effects pool trials across cells and can still be tested)." if pooled else ".")
             ),
         )
     ]

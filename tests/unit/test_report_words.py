@@ -34,6 +34,8 @@ def test_a_two_factor_page_says_nothing_of_three_way_interactions(run3: tuple) -
     assert "A two-way interaction is how much one factor's effect changes" in two
     assert "three-way" not in two
     assert "every two-way interaction, the numeric effects)" in two  # the policy names what it corrects
+    # 6 vs 6 trials pooled over cuda_graph can pass where 3 vs 3 cannot: the caution says so
+    assert "run more replicates to compare it between cells (the factor effects pool trials across cells" in two
 
 
 def test_a_three_factor_page_still_explains_three_way_interactions(run3: tuple) -> None:
@@ -49,7 +51,15 @@ def test_a_one_factor_page_holds_no_other_factor_fixed(run3: tuple) -> None:
         "(6 tests; corruption: 2, wall: 2, anomalies: 2; "
         "each cell vs the baseline, each factor's main effect, the numeric effects)" in one
     )
-    for absent in ("conditional effects", "holds another factor fixed", "pooled over the other factors", "interaction"):
+    # its factor effect compares the same 3 vs 3 trials as its cell does (p >= 0.10): nothing pools
+    assert "wall: with 3 trial(s) per cell and 3 in the baseline, no difference could reach significance" in one
+    for absent in (
+        "conditional effects",
+        "holds another factor fixed",
+        "pooled over the other factors",
+        "interaction",
+        "pool trials across cells",
+    ):
         assert absent not in one, absent
 
 
