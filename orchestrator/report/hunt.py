@@ -474,16 +474,18 @@ def _reproducer(report: HuntReport) -> str:
         env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())
         seen = f"tested: {c.k}/{c.n} sessions failed ({c.verdict})" if c else "not tested as such"
         parts.append(
-            f"<p>{e(_only(names))} ({e(seen)}):</p><p><code>{e(cell.id)}</code></p>"
+            f"<p>{e(_only(names, report.flags))} ({e(seen)}):</p><p><code>{e(cell.id)}</code></p>"
             f"<p>env: <code>{e(m.redactor.text(env))}</code></p>"
         )
     return "".join(parts)
 
 
-def _only(names: tuple[str, ...]) -> str:
+def _only(names: tuple[str, ...], flags: tuple[str, ...]) -> str:
+    """The reproducer's lead; 'every other flag clean' only where the hunt has another flag."""
     if not names:
         return "Every flag clean (the likeliest answer: the flags do not explain the failure)"
-    return f"Only {joined(list(names))} at the failing level, every other flag clean"
+    rest = ", every other flag clean" if set(flags) - set(names) else ""
+    return f"Only {joined(list(names))} at the failing level{rest}"
 
 
 def _configs(report: HuntReport) -> str:
@@ -545,7 +547,7 @@ def _cost(report: HuntReport) -> str:
         "<h2>Cost</h2><table><tr><th>design</th><th>sessions</th><th>configurations</th></tr>"
         f"<tr><td>this hunt</td><td>{r.sessions:,}</td><td>{len(r.configs)} ({r.trials} trials)</td></tr>"
         f"<tr><td>one flag at a time, {OFAT_SESSIONS_PER_CONFIG} sessions each</td><td>{ofat:,}</td>"
-        f"<td>{flags + 1} (misses interactions)</td></tr>"
+        f"<td>{flags + 1}{' (misses interactions)' if flags > 1 else ''}</td></tr>"
         f"<tr><td>full factorial</td><td>{2**flags:,} x sessions per configuration</td>"
         f"<td>{2**flags:,}</td></tr></table>"
     )

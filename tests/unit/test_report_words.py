@@ -7,13 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.hunt_runs import SMALL_HUNT, Answer, hunt_run, small_hunt, truth_answer
 from helpers.page_text import text
 from helpers.report_synth import fewer_factors, synthetic_run, write_run
 
 from orchestrator.core import family, power
+from orchestrator.core.config import read_matrix
+from orchestrator.core.model import Matrix
 from orchestrator.report.build import _directions, build_report
 from orchestrator.report.compare import write_comparison_page
-from orchestrator.report.render import render_report
+from orchestrator.report.render import render_report, write_report
 
 KEEP2 = ("bf16_index_k", "cuda_graph")
 THREE_WAY = "a three-way interaction is how much that two-way interaction changes with the third factor"
@@ -134,3 +137,30 @@ def test_the_reports_power_sentence_says_a_direction_nothing_detects_in_words(ru
     assert _directions(_found(0.0, 0.097, None)) == "+9.7 points (to 9.7%), as a rate of 0% cannot fall"
     assert _directions(_found(0.05, 0.05, 0.031)) == "+5.0 points (to 10.0%) or -3.1 points (to 1.9%)"
     assert _directions(_found(1.0, None, None)) == "no fall at all (not even to 0%), as a rate of 100% cannot rise"
+
+
+def _hunt_page(tmp_path: Path, matrix: Matrix, answer: Answer) -> str:
+    hunt_run(tmp_path / "runs" / "r1", matrix, answer)
+    write_report(tmp_path / "runs" / "r1")
+    return text((tmp_path / "runs" / "r1" / "hunt.html").read_text())
+
+
+def test_a_one_flag_hunts_page_names_no_other_flag_and_no_interaction(tmp_path: Path) -> None:
+    """One suspect flag: one flag at a time is the full factorial, and its reproducer has no other
+    flag to keep clean; the page said '(misses interactions)' and 'every other flag clean'."""
+    (tmp_path / "one.yaml").write_text(SMALL_HUNT.split("  cuda_graph:")[0] + "hunt:" + SMALL_HUNT.split("hunt:")[1])
+    matrix = read_matrix(tmp_path / "one.yaml")
+    failing = matrix.hunt.failing["bf16_index_k"] if matrix.hunt else ""
+    one = _hunt_page(
+        tmp_path, matrix, lambda step, _: ("completed", 4 * (step.trial.cell.as_dict()["bf16_index_k"] == failing))
+    )
+    assert "Only bf16_index_k at the failing level (tested: 8/40 sessions failed (fails))" in one
+    assert "one flag at a time, 80 sessions each 160 2 full factorial" in one
+    assert "level, every other flag clean" not in one and "interactions" not in one
+
+
+def test_a_four_flag_hunts_page_still_says_both(tmp_path: Path) -> None:
+    matrix = small_hunt(tmp_path)
+    four = _hunt_page(tmp_path, matrix, truth_answer(matrix))
+    assert "at the failing level, every other flag clean" in four
+    assert "one flag at a time, 80 sessions each 400 5 (misses interactions)" in four
