@@ -520,9 +520,10 @@ def _verdict_rules(report: HuntReport) -> str:
 def _interval_method(spread: Dispersion) -> str:
     """How the configurations' intervals treat sessions, in words (the main report's wording)."""
     if spread.estimable:
+        where = f"{spread.cells} configuration{'' if spread.cells == 1 else 's'}"
         return (
             f"Wilson's widened for trial-to-trial variation (quasi-binomial, dispersion {spread.phi:.2f} from "
-            f"{spread.trials} trials in {spread.cells} configurations, {spread.df:.1f} df; trial = unit of "
+            f"{spread.trials} trials in {where}, {spread.df:.1f} df; trial = unit of "
             "replication, never narrower than the binomial)"
         )
     return (

@@ -56,6 +56,7 @@ def test_a_one_factor_page_holds_no_other_factor_fixed(run3: tuple) -> None:
     )
     # its factor effect compares the same 3 vs 3 trials as its cell does (p >= 0.10): nothing pools
     assert "wall: with 3 trial(s) per cell and 3 in the baseline, no difference could reach significance" in one
+    assert "dispersion 2.58 estimated from 3 trials in 1 cell (2.0 df;" in one  # not "1 cells"
     for absent in (
         "conditional effects",
         "holds another factor fixed",
@@ -155,6 +156,7 @@ def test_a_one_flag_hunts_page_names_no_other_flag_and_no_interaction(tmp_path: 
         tmp_path, matrix, lambda step, _: ("completed", 4 * (step.trial.cell.as_dict()["bf16_index_k"] == failing))
     )
     assert "Only bf16_index_k at the failing level (tested: 8/40 sessions failed (fails))" in one
+    assert "from 2 trials in 1 configuration, 1.0 df;" in one  # not "1 configurations"
     assert "one flag at a time, 80 sessions each 160 2 full factorial" in one
     assert "level, every other flag clean" not in one and "interactions" not in one
 
