@@ -147,8 +147,9 @@ def _hunt_page(tmp_path: Path, matrix: Matrix, answer: Answer) -> str:
 
 
 def test_a_one_flag_hunts_page_names_no_other_flag_and_no_interaction(tmp_path: Path) -> None:
-    """One suspect flag: one flag at a time is the full factorial, and its reproducer has no other
-    flag to keep clean; the page said '(misses interactions)' and 'every other flag clean'."""
+    """One suspect flag: one flag at a time is the full factorial, its reproducer has no other flag
+    to keep clean, and its drop no rest to run; the page said '(misses interactions)', 'every other
+    flag clean' and explained the rest's trials."""
     (tmp_path / "one.yaml").write_text(SMALL_HUNT.split("  cuda_graph:")[0] + "hunt:" + SMALL_HUNT.split("hunt:")[1])
     matrix = read_matrix(tmp_path / "one.yaml")
     failing = matrix.hunt.failing["bf16_index_k"] if matrix.hunt else ""
@@ -158,11 +159,13 @@ def test_a_one_flag_hunts_page_names_no_other_flag_and_no_interaction(tmp_path: 
     assert "Only bf16_index_k at the failing level (tested: 8/40 sessions failed (fails))" in one
     assert "from 2 trials in 1 configuration, 1.0 df;" in one  # not "1 configurations"
     assert "one flag at a time, 80 sessions each 160 2 full factorial" in one
-    assert "level, every other flag clean" not in one and "interactions" not in one
+    assert "every other flag" not in one and "interactions" not in one and "rest of the flag's set" not in one
+    assert "a drop is checked when the failing configuration without the flag showed the verdict the answer " in one
 
 
 def test_a_four_flag_hunts_page_still_says_both(tmp_path: Path) -> None:
     matrix = small_hunt(tmp_path)
     four = _hunt_page(tmp_path, matrix, truth_answer(matrix))
     assert "at the failing level, every other flag clean" in four
+    assert "and the rest of the flag's set alone, every other flag clean, ran 2 trials without a failure" in four
     assert "one flag at a time, 80 sessions each 400 5 (misses interactions)" in four
