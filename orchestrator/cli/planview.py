@@ -305,14 +305,19 @@ def _quasi_lines(plan: Plan, sessions: int, tests: int) -> list[str]:
     replicates of 40 sessions 'a rise from 0% to 6.9%' (Fisher at Holm: 10.3%), at 5 'a fall from 15%
     to 6.2%', while the report found the DSV4 AND's 15% vs 0% in 11-12% and 30-41% of sweeps
     (bench/bench_truth.py (4))."""
+    others = max(0, len(plan.cells) - 2)
+    alone = (
+        "; 'events in the compared cells only': every other cell at 0%, as with the DSV4 AND, where the spread "
+        "rests on the two compared cells alone"
+        if others
+        else ""  # two cells: no other cell, no second shape
+    )
     lines = [
         "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication; "
         "the likelihood ratio on the trials where the spread rests on too few degrees of freedom); its 80% "
-        "power, simulated with every other cell at the baseline rate and no extra trial-to-trial variation "
-        f"('after Holm': what a finding needs, the first step over {tests} tests; 'events in the compared cells only': "
-        "every other cell at 0%, as with the DSV4 AND, where the spread rests on the two compared cells alone):"
+        f"power, simulated with {'every other cell at the baseline rate and ' if others else ''}no extra "
+        f"trial-to-trial variation ('after Holm': what a finding needs, the first step over {tests} tests{alone}):"
     ]
-    others = max(0, len(plan.cells) - 2)
     for rate in (0.0, 0.02, 0.05, 0.15):
         line = f"  baseline at {rate:.0%}: {_quasi_dirs(sessions, plan.replicates, (rate,) * others, rate, tests)}"
         if rate > 0 and others:
@@ -383,10 +388,12 @@ def _number_lines(
         cell_text = f"a cell vs the baseline can reach p = {floor:.2g} at best"
     pooled = [_factor_floor(f, levels, baseline, cells, reps) for f, levels in factors.items()]
     best = min(pooled, default=1.0)
-    factor_text = (
-        f"factor effects pool trials across cells (best p = {best:.2g}; "
-        f"Holm's first step needs < {ALPHA / max(1, family):.2g})"
+    pooling = (
+        "factor effects pool trials across cells"
+        if len(factors) > 1
+        else "with one factor, its effect compares the same trials as the cells"
     )
+    factor_text = f"{pooling} (best p = {best:.2g}; Holm's first step needs < {ALPHA / max(1, family):.2g})"
     return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
 
 

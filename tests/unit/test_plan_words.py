@@ -59,3 +59,33 @@ def test_a_direction_nothing_detects_is_said_so_before_and_after_holm() -> None:
     assert _dirs(_found(1.0, None, 0.2), _found(1.0, None, None)) == (
         "detects a fall to 80.0% (none passes Holm, not even to 0%); a rate of 100% cannot rise"
     )
+
+
+ONE_FACTOR = """name: one
+factors:
+  a: {env: {decode: A}, levels: ["on", "off"]}
+repro:
+  command: "true --sessions 40"
+  metrics:
+    corruption: {kind: proportion, regex: 'C (?P<k>\\d+)/(?P<n>\\d+)'}
+    wall: {regex: 'wall=(?P<value>[0-9.]+)s'}
+"""
+
+
+def test_a_one_factor_plan_names_no_other_cell_and_no_pooling(tmp_path: Path) -> None:
+    """Two cells: no other cell to simulate at any rate, no second shape, and a factor effect that
+    compares the same trials as its cells; the plan explained all three as for a factorial."""
+    (tmp_path / "one.yaml").write_text(ONE_FACTOR)
+    inventory = read_inventory(REPO / "inventory" / "local.yaml")
+    lines = power_lines(make_plan(read_matrix(tmp_path / "one.yaml"), inventory.testbed(None), 1, 3))
+    quasi = next(line for line in lines if "quasi-binomial test" in line)
+    assert quasi.endswith(
+        "its 80% power, simulated with no extra trial-to-trial variation ('after Holm': what a "
+        "finding needs, the first step over 5 tests):"
+    ), quasi
+    assert not any("events in the compared cells only" in line or "every other cell" in line for line in lines)
+    numbers = lines[-1]
+    assert numbers.endswith(
+        "with one factor, its effect compares the same trials as the cells (best p = 0.1; "
+        "Holm's first step needs < 0.01)"
+    ), numbers
