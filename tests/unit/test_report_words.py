@@ -46,6 +46,7 @@ def test_a_three_factor_page_still_explains_three_way_interactions(run3: tuple) 
     assert THREE_WAY in three
     assert "every two-way interaction, every three-way interaction, the numeric effects" in three
     assert '"| x=y" holds another factor fixed' in three
+    assert "main effect (average)" in three
 
 
 def test_a_one_factor_page_holds_no_other_factor_fixed(run3: tuple) -> None:
@@ -63,6 +64,7 @@ def test_a_one_factor_page_holds_no_other_factor_fixed(run3: tuple) -> None:
         "pooled over the other factors",
         "interaction",
         "pool trials across cells",
+        "(average)",  # of the one factor's effect: over no other factor
     ):
         assert absent not in one, absent
 
