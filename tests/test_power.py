@@ -78,7 +78,7 @@ def test_the_reports_power_sentence_matches_simulation() -> None:
     null = next(f.text for f in report.headline if f.kind == "null")
     assert "80% power only for differences of about +" in null and "1.0 points" not in null
     rise = float(re.search(r"about \+([0-9.]+) points", null).group(1)) / 100  # type: ignore[union-attr]
-    assert "or no fall" in null  # at a 0% baseline nothing can fall
+    assert "points (to " in null and ", as a rate of 0% cannot fall (" in null  # at a 0% baseline nothing can
     simulated = _report_test_power([0.0, rise] + [0.0] * 6, 2, 40, 0.05, seed=3)
     assert abs(simulated - 0.8) <= 0.02, (rise, simulated)
     holm = re.search(r"Holm's first step over (\d+) tests: (?:\+([0-9.]+) points|no rise)", null)
@@ -232,15 +232,21 @@ def test_plan_states_the_quasi_tests_power_at_holms_first_step_and_with_events_i
     assert tests == 49
     quasi = lines[lines.index(next(x for x in lines if "quasi-binomial test" in x)) + 1 :][:4]
     zero, fifteen = quasi[0], quasi[3]
-    assert zero.startswith("  baseline at 0%: a rise to 6.1% or no fall (Holm: a rise to "), zero
-    holm = float(re.search(r"\(Holm: a rise to ([0-9.]+)%", zero).group(1)) / 100  # type: ignore[union-attr]
+    said = re.fullmatch(
+        r"  baseline at 0%: detects a rise to 6\.1% \(([0-9.]+)% after Holm\); a rate of 0% cannot fall", zero
+    )
+    assert said is not None, zero
+    holm = float(said.group(1)) / 100
     stated = power.quasi_detectable(power.Design(40, 5, (0.0,) * 6), 0.0, alpha=0.05 / tests)
     assert stated.rise is not None and holm == pytest.approx(stated.rise, abs=0.0005)
     assert holm > 0.15  # a 15-point rise from 0% is not promised at 5 replicates
-    assert fifteen.startswith("  baseline at 15%: a rise to 27.0% or a fall to 6.2% (Holm: "), fifteen
-    alone = fifteen.split("; events in the compared cells only: ")[1]
-    assert alone.endswith("(Holm: a rise to 44.1% or no fall)"), alone  # nor the DSV4 fix's fall to 0%
-    assert all("(Holm: " in line for line in quasi)
+    assert re.match(
+        r"  baseline at 15%: detects a rise to 27\.0% \([0-9.]+% after Holm\) or a fall to 6\.2% \(", fifteen
+    ), fifteen
+    alone = fifteen.split("; with events in the compared cells only, it detects ")[1]
+    # Holm's step is not passed by the DSV4 fix's fall to 0%
+    assert alone.endswith("(44.1% after Holm) or a fall to 5.2% (none passes Holm, not even to 0%)"), alone
+    assert all(re.search(r"[0-9.]+% after Holm|none passes Holm|before or after Holm", line) for line in quasi)
 
 
 def test_a_replicated_run_without_events_states_the_power_of_the_test_the_report_runs() -> None:

@@ -281,13 +281,14 @@ def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
     lines = [
         f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials); for reference, "
         "Fisher's exact test on the pooled sessions as if independent (not the report's test with replicates: the "
-        "quasi-binomial lines below are what a finding needs), 80% power (exact); 'Holm' is the first step of the "
+        "quasi-binomial lines below are what a finding needs): the smallest change in each direction it detects "
+        "with 80% power (exact), and in brackets what a change must reach 'after Holm', the first step of the "
         f"correction over {_family_text(family_tests)}, every metric in one family:"
     ]
     for rate in (0.0, 0.02, 0.05, 0.15):
         d = power.detectable(n, n, rate)
         strict = power.detectable(n, n, rate, alpha=ALPHA / max(1, family_tests.total))
-        lines.append(f"  baseline at {rate:.0%}: {_dirs(d)} (Holm: {_dirs(strict)})")
+        lines.append(f"  baseline at {rate:.0%}: {_dirs(d, strict)}")
     if plan.replicates > 1:
         lines += _quasi_lines(plan, sessions, max(1, family_tests.total))
     return lines
@@ -304,19 +305,24 @@ def _quasi_lines(plan: Plan, sessions: int, tests: int) -> list[str]:
     replicates of 40 sessions 'a rise from 0% to 6.9%' (Fisher at Holm: 10.3%), at 5 'a fall from 15%
     to 6.2%', while the report found the DSV4 AND's 15% vs 0% in 11-12% and 30-41% of sweeps
     (bench/bench_truth.py (4))."""
+    others = max(0, len(plan.cells) - 2)
+    alone = (
+        "; 'events in the compared cells only': every other cell at 0%, as with the DSV4 AND, where the spread "
+        "rests on the two compared cells alone"
+        if others
+        else ""  # two cells: no other cell, no second shape
+    )
     lines = [
         "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication; "
         "the likelihood ratio on the trials where the spread rests on too few degrees of freedom); its 80% "
-        "power, simulated with every other cell at the baseline rate and no extra trial-to-trial variation "
-        f"('Holm': what a finding needs, the first step over {tests} tests; 'events in the compared cells only': "
-        "every other cell at 0%, as with the DSV4 AND, where the spread rests on the two compared cells alone):"
+        f"power, simulated with {'every other cell at the baseline rate and ' if others else ''}no extra "
+        f"trial-to-trial variation ('after Holm': what a finding needs, the first step over {tests} tests{alone}):"
     ]
-    others = max(0, len(plan.cells) - 2)
     for rate in (0.0, 0.02, 0.05, 0.15):
         line = f"  baseline at {rate:.0%}: {_quasi_dirs(sessions, plan.replicates, (rate,) * others, rate, tests)}"
         if rate > 0 and others:
             alone = _quasi_dirs(sessions, plan.replicates, (0.0,) * others, rate, tests)
-            line += f"; events in the compared cells only: {alone}"
+            line += f"; with events in the compared cells only, it detects {alone.removeprefix('detects ')}"
         lines.append(line)
     return lines
 
@@ -324,13 +330,43 @@ def _quasi_lines(plan: Plan, sessions: int, tests: int) -> list[str]:
 def _quasi_dirs(sessions: int, trials: int, others: tuple[float, ...], rate: float, tests: int) -> str:
     design = power.Design(sessions=sessions, trials=trials, other_rates=others)
     strict = power.quasi_detectable(design, rate, alpha=ALPHA / tests)
-    return f"{_dirs(power.quasi_detectable(design, rate))} (Holm: {_dirs(strict)})"
+    return _dirs(power.quasi_detectable(design, rate), strict)
 
 
-def _dirs(d: power.Detectable) -> str:
-    up = f"a rise to {(d.baseline + d.rise):.1%}" if d.rise is not None else "no rise"
-    down = f"a fall to {(d.baseline - d.fall):.1%}" if d.fall is not None else "no fall"
-    return f"{up} or {down}"
+def _dirs(d: power.Detectable, strict: power.Detectable) -> str:
+    """What a comparison detects with 80% power, each direction in words, before and after Holm's
+    first step: 'detects a rise to 5.6% (7.7% after Holm) or a fall to 0.1% (none passes Holm,
+    not even to 0%)'. It read 'a rise to 5.6% or a fall to 0.1% (Holm: a rise to 7.7% or no
+    fall)', where a reader could not tell 'no fall' was 'no fall can be detected'."""
+    up = _direction("rise", d.baseline, d.rise, strict.rise)
+    down = _direction("fall", d.baseline, _neg(d.fall), _neg(strict.fall))
+    if d.baseline >= 1:
+        return f"detects {down or _none('fall')}; a rate of 100% cannot rise"
+    if d.baseline <= 0:
+        return f"detects {up or _none('rise')}; a rate of 0% cannot fall"
+    if up and down:
+        return f"detects {up} or {down}"
+    if up or down:
+        return f"detects {up or down}, but {_none('fall' if up else 'rise')}"
+    return "detects no rise or fall at all (not even to 100% or 0%, before or after Holm)"
+
+
+def _neg(change: float | None) -> float | None:
+    return -change if change is not None else None
+
+
+def _none(word: str) -> str:
+    return f"no {word} at all (not even to {'100%' if word == 'rise' else '0%'}, before or after Holm)"
+
+
+def _direction(word: str, base: float, change: float | None, strict: float | None) -> str:
+    """One direction's part of _dirs: the rate a change must reach, and after Holm ("": no change
+    in this direction reaches 80% power, not even to 100% or 0%)."""
+    if change is None:
+        return ""
+    end = "100%" if word == "rise" else "0%"
+    after = f"{base + strict:.1%} after Holm" if strict is not None else f"none passes Holm, not even to {end}"
+    return f"a {word} to {base + change:.1%} ({after})"
 
 
 def _number_lines(
@@ -352,10 +388,12 @@ def _number_lines(
         cell_text = f"a cell vs the baseline can reach p = {floor:.2g} at best"
     pooled = [_factor_floor(f, levels, baseline, cells, reps) for f, levels in factors.items()]
     best = min(pooled, default=1.0)
-    factor_text = (
-        f"factor effects pool trials across cells (best p = {best:.2g}; "
-        f"Holm's first step needs < {ALPHA / max(1, family):.2g})"
+    pooling = (
+        "factor effects pool trials across cells"
+        if len(factors) > 1
+        else "with one factor, its effect compares the same trials as the cells"
     )
+    factor_text = f"{pooling} (best p = {best:.2g}; Holm's first step needs < {ALPHA / max(1, family):.2g})"
     return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
 
 

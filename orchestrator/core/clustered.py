@@ -110,9 +110,10 @@ class Dispersion:
                 f"Fisher's exact test on sessions pooled over trials, assuming independent sessions "
                 f"({self.unestimable_reason()}); {self.interval_note()}"
             )
+        cells = f"{self.cells} cell{'' if self.cells == 1 else 's'}"
         quasi = (
-            f"quasi-binomial, dispersion {self.phi:.2f} estimated from {self.trials} trials in {self.cells} "
-            f"cells ({self.df:.1f} df; trial = unit of replication, never below the binomial)"
+            f"quasi-binomial, dispersion {self.phi:.2f} estimated from {self.trials} trials in {cells} "
+            f"({self.df:.1f} df; trial = unit of replication, never below the binomial)"
         )
         if not self.sparse:
             return quasi

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, cast
 
-from orchestrator.core.findings import tested_contrasts
+from orchestrator.core.findings import FAMILY_PARTS, tested_contrasts
 
 Levels = Mapping[str, str]
 TestKey = tuple[str, str, Hashable]  # (kind, metric, which): kind rate, contrast, neighbour, number, number_effect
@@ -102,6 +102,28 @@ def sizes(keys: Sequence[TestKey]) -> dict[str, int]:
     for _, metric, _ in keys:
         found[metric] = found.get(metric, 0) + 1
     return found
+
+
+def parts(keys: Sequence[TestKey]) -> list[str]:
+    """The kinds of test these keys hold, as findings.policy_sentence names them (FAMILY_PARTS, in
+    its order): only what the design has, so a 2-factor run's policy names no three-way interaction,
+    a 1-factor run's no conditional effect, a proportion-only run's no numeric effect."""
+    found = {_part(kind, which) for kind, _, which in keys}
+    return [part for index, part in enumerate(FAMILY_PARTS) if index in found]
+
+
+def _part(kind: str, which: Hashable) -> int:
+    """A key's index in FAMILY_PARTS; a contrast's `which` is (changes, given) (findings.tested_contrasts)."""
+    if kind in ("rate", "number"):
+        return 0
+    if kind == "number_effect":
+        return 5
+    if kind == "neighbour":
+        return 6
+    changes, given = cast(tuple[tuple[object, ...], tuple[object, ...]], which)
+    if len(changes) == 1:
+        return 2 if given else 1
+    return 3 if len(changes) == 2 else 4
 
 
 def planned(design: Design) -> Planned:

@@ -705,19 +705,32 @@ def adjust(pvalues: Mapping[K, float]) -> dict[K, float]:
     return dict(zip(keys, holm([pvalues[k] for k in keys]), strict=True)) if keys else {}
 
 
-def policy_sentence(tests: Mapping[str, int], alpha: float = ALPHA, *, lead: str = "") -> str:
+FAMILY_PARTS = (
+    "each cell vs the baseline",
+    "each factor's main effect",
+    "its conditional effects (another factor held fixed)",
+    "every two-way interaction",
+    "every three-way interaction",
+    "the numeric effects",
+    "the highest cell vs each cell one factor away",
+)
+
+
+def policy_sentence(
+    tests: Mapping[str, int], alpha: float = ALPHA, *, lead: str = "", parts: Sequence[str] = FAMILY_PARTS
+) -> str:
     """The one sentence the report states its multiplicity policy in (tests: family size per metric).
     `lead`: a finding the policy does not cover, said first (a hunt's verdict rests on its own rule);
-    the policy then speaks of every other finding."""
+    the policy then speaks of every other finding. `parts`: the kinds of test the family holds
+    (core.family.parts; FAMILY_PARTS' wording and order), so a 2-factor run's sentence names no
+    three-way interaction and a proportion-only run's no numeric effect."""
     sizes = ", ".join(f"{metric}: {n}" for metric, n in tests.items() if n)
     subject = f"{lead}; every other finding" if lead else "Every finding"
     scope = "among them" if lead else "anywhere in the report"
     return (
         f"{subject} survives Holm's correction over all the tests this report could call a finding, "
-        f"every metric in one family ({sum(tests.values())} tests; {sizes}; each cell vs the baseline, each "
-        "factor's main and conditional effects, every two- and three-way interaction, the numeric effects, the "
-        f"highest cell vs each cell one factor away), so the chance of any false finding {scope} is "
-        f"at most {alpha:g}; raw 95% intervals are exploratory."
+        f"every metric in one family ({sum(tests.values())} tests; {sizes}; {', '.join(parts)}), so the chance "
+        f"of any false finding {scope} is at most {alpha:g}; raw 95% intervals are exploratory."
     )
 
 

@@ -160,9 +160,10 @@ def _build(
     state = status or manifest.status
     untested = _untested(manifest, by_metric, state)
     members = family.members(_design(manifest, cells, baseline_cell, untested, high))
-    cells, effects, interactions, number_effects, neighbours, tests = _apply_policy(
+    cells, effects, interactions, number_effects, neighbours, keys = _apply_policy(
         members, cells, effects, interactions, number_effects, neighbours
     )
+    tests = family.sizes(keys)
     # every table mark of a finding carries the headline's caution (report.missing's one rule)
     effects, interactions = missing.marked(effects, cells), missing.marked(interactions, cells)
     number_effects = missing.marked(number_effects, cells)
@@ -192,7 +193,7 @@ def _build(
         interactions=interactions,
         number_effects=number_effects,
         neighbours=neighbours,
-        policy=_policy(tests, cells, hunt),
+        policy=_policy(keys, cells, hunt),
         tests=tests,
         headline=[],
         drift=_drift(manifest, baseline_cell, by_metric),
@@ -231,12 +232,13 @@ def _stopped_corrected(
     return cells, effects, interactions, neighbours
 
 
-def _policy(tests: Mapping[str, int], cells: Sequence[CellView], hunt: HuntView | None) -> str:
-    """The multiplicity policy's sentence, with the reading of tests that compare a cell an adaptive
-    rule stopped early (report.stopped) where the run has one."""
-    if not any(tests.values()):
+def _policy(keys: Sequence[family.TestKey], cells: Sequence[CellView], hunt: HuntView | None) -> str:
+    """The multiplicity policy's sentence over the family's tests (naming only the kinds it holds),
+    with the reading of tests that compare a cell an adaptive rule stopped early (report.stopped)
+    where the run has one."""
+    if not keys:
         return ""
-    policy = findings.policy_sentence(tests, lead=HUNT_RULE if hunt else "")
+    policy = findings.policy_sentence(family.sizes(keys), lead=HUNT_RULE if hunt else "", parts=family.parts(keys))
     if any(p.stopped for c in cells for p in c.proportions.values()):
         policy += " " + stopped.POLICY
     return policy
@@ -703,12 +705,18 @@ def _apply_policy(
     number_effects: Sequence[NumberEffectView],
     neighbours: Sequence[NeighbourView],
 ) -> tuple[
-    list[CellView], list[EffectView], list[InteractionView], list[NumberEffectView], list[NeighbourView], dict[str, int]
+    list[CellView],
+    list[EffectView],
+    list[InteractionView],
+    list[NumberEffectView],
+    list[NeighbourView],
+    list[family.TestKey],
 ]:
     """One policy for the whole report: Holm over every test it could call a finding, every metric
     in one family: the `members` core.family finds in what the run measured (`orch plan` states
     the size of the same function's family before the sweep). Sets p_holm, and significant /
-    finding from it. A test outside the family (an untested metric's) cannot be a finding."""
+    finding from it. A test outside the family (an untested metric's) cannot be a finding. Returns
+    the family's tests (keys) last."""
     pvalues = _pvalues(cells, effects, interactions, number_effects, neighbours)
     tested = {key: pvalues[key] for key in members if key in pvalues}
     adjusted = findings.adjust(tested)  # one family across metrics: any false finding anywhere <= alpha
@@ -729,7 +737,7 @@ def _apply_policy(
         _holm_items(interactions, adjusted),
         _holm_items(number_effects, adjusted),
         _holm_items(neighbours, adjusted),
-        family.sizes(list(tested)),
+        list(tested),
     )
 
 
@@ -1316,12 +1324,21 @@ def power_sentence(n_cell: int, n_base: int, base_rate: float, tests: int) -> st
 
 
 def _directions(d: power.Detectable) -> str:
-    """'+9.7 points (to 9.7%) or no fall'; 'no rise (not even to 100%)' when none reaches 80%."""
+    """'+9.7 points (to 9.7%) or -3.1 points (to 2.0%)'; a direction no change reaches 80% power in is
+    said in words: '+9.7 points (to 9.7%), as a rate of 0% cannot fall', '+37.0 points (to 53.7%),
+    but no fall at all (not even to 0%)'. It read 'or no fall (not even to 0%)', which a reader
+    took for a fall the run could detect."""
     up = f"+{d.rise * 100:.1f} points (to {_pct(d.baseline + d.rise)}%)" if d.rise is not None else ""
     down = f"-{d.fall * 100:.1f} points (to {_pct(d.baseline - d.fall)}%)" if d.fall is not None else ""
-    up = up or ("no rise" if d.baseline >= 1 else "no rise (not even to 100%)")
-    down = down or ("no fall" if d.baseline <= 0 else "no fall (not even to 0%)")
-    return f"{up} or {down}"
+    if d.baseline <= 0:
+        return f"{up or 'no rise at all (not even to 100%)'}, as a rate of 0% cannot fall"
+    if d.baseline >= 1:
+        return f"{down or 'no fall at all (not even to 0%)'}, as a rate of 100% cannot rise"
+    if up and down:
+        return f"{up} or {down}"
+    if up or down:
+        return f"{up or down}, but no {'fall' if up else 'rise'} at all (not even to {'0' if up else '100'}%)"
+    return "no rise or fall at all (not even to 100% or 0%)"
 
 
 def _interaction_findings(report: Report, metric: str, limit: int = 3) -> list[Finding]:
@@ -1502,7 +1519,8 @@ def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
 
 
 def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
-    """Say so when too few trials per cell make a significant Mann-Whitney result impossible."""
+    """Say so when too few trials per cell make a significant Mann-Whitney result impossible, and
+    that the factor effects can still be tested only where they pool trials enough to be."""
     others = [c.numbers[metric].n for c in report.cells if not c.is_baseline and c.numbers[metric].n]
     n_base = base.numbers[metric].n
     if not others or not n_base:
@@ -1512,6 +1530,12 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
     best = min(2 / math.comb(n + n_base, n) for n in others)
     if best <= stats.ALPHA:
         return []
+    # only where a factor effect pools enough trials to reach significance: in a 1-factor run it
+    # compares the same two cells, and the clause promised a test that could not succeed either
+    pooled = any(
+        e.metric == metric and ranks.mann_whitney_min_p(e.n_level, e.n_reference) <= stats.ALPHA
+        for e in report.number_effects
+    )
     return [
         Finding(
             kind="caution",
@@ -1519,11 +1543,7 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
                 f"{metric}: with {max(others)} trial(s) per cell and {n_base} in the baseline, no "
                 f"difference could reach significance (the smallest possible p is {best:.2f}); run more "
                 "replicates to compare it between cells"
-                + (
-                    " (the factor effects pool trials across cells and can still be tested)."
-                    if any(e.metric == metric for e in report.number_effects)
-                    else "."
-                )
+                + (" (the factor effects pool trials across cells and can still be tested)." if pooled else ".")
             ),
         )
     ]

@@ -474,16 +474,18 @@ def _reproducer(report: HuntReport) -> str:
         env = "; ".join(f"{role}: " + " ".join(f"{k}={v}" for k, v in a.items()) for role, a in cell.env.items())
         seen = f"tested: {c.k}/{c.n} sessions failed ({c.verdict})" if c else "not tested as such"
         parts.append(
-            f"<p>{e(_only(names))} ({e(seen)}):</p><p><code>{e(cell.id)}</code></p>"
+            f"<p>{e(_only(names, report.flags))} ({e(seen)}):</p><p><code>{e(cell.id)}</code></p>"
             f"<p>env: <code>{e(m.redactor.text(env))}</code></p>"
         )
     return "".join(parts)
 
 
-def _only(names: tuple[str, ...]) -> str:
+def _only(names: tuple[str, ...], flags: tuple[str, ...]) -> str:
+    """The reproducer's lead; 'every other flag clean' only where the hunt has another flag."""
     if not names:
         return "Every flag clean (the likeliest answer: the flags do not explain the failure)"
-    return f"Only {joined(list(names))} at the failing level, every other flag clean"
+    rest = ", every other flag clean" if set(flags) - set(names) else ""
+    return f"Only {joined(list(names))} at the failing level{rest}"
 
 
 def _configs(report: HuntReport) -> str:
@@ -518,9 +520,10 @@ def _verdict_rules(report: HuntReport) -> str:
 def _interval_method(spread: Dispersion) -> str:
     """How the configurations' intervals treat sessions, in words (the main report's wording)."""
     if spread.estimable:
+        where = f"{spread.cells} configuration{'' if spread.cells == 1 else 's'}"
         return (
             f"Wilson's widened for trial-to-trial variation (quasi-binomial, dispersion {spread.phi:.2f} from "
-            f"{spread.trials} trials in {spread.cells} configurations, {spread.df:.1f} df; trial = unit of "
+            f"{spread.trials} trials in {where}, {spread.df:.1f} df; trial = unit of "
             "replication, never narrower than the binomial)"
         )
     return (
@@ -545,7 +548,7 @@ def _cost(report: HuntReport) -> str:
         "<h2>Cost</h2><table><tr><th>design</th><th>sessions</th><th>configurations</th></tr>"
         f"<tr><td>this hunt</td><td>{r.sessions:,}</td><td>{len(r.configs)} ({r.trials} trials)</td></tr>"
         f"<tr><td>one flag at a time, {OFAT_SESSIONS_PER_CONFIG} sessions each</td><td>{ofat:,}</td>"
-        f"<td>{flags + 1} (misses interactions)</td></tr>"
+        f"<td>{flags + 1}{' (misses interactions)' if flags > 1 else ''}</td></tr>"
         f"<tr><td>full factorial</td><td>{2**flags:,} x sessions per configuration</td>"
         f"<td>{2**flags:,}</td></tr></table>"
     )

@@ -53,7 +53,8 @@ def clean_line(result: HuntResult, spec: HuntSpec) -> str | None:
 
 def drop_check_lines(result: HuntResult, flags: tuple[str, ...]) -> list[str]:
     """What each single-flag drop of the likeliest answer showed, flag by flag, and whether the
-    search counts it checked; then what "checked" means."""
+    search counts it checked; then what "checked" means: the rest's trials only where a set of the
+    answer has a rest (two flags or more), as core.hunt checks a one-flag set's drop without them."""
     tried = {c.config: c for c in result.configs}
     full = (1 << len(flags)) - 1
     lines = []
@@ -67,12 +68,16 @@ def drop_check_lines(result: HuntResult, flags: tuple[str, ...]) -> list[str]:
                 line += f"; {joined(rest)} alone, every other flag clean: {_seen(tried, alone)}"
             state = "not checked yet" if flag in result.unchecked else "checked"
             lines.append(f"{line} - {state}")
+    first = "a drop is checked when the failing configuration without the flag showed the verdict the answer predicts"
+    told = "a tested configuration that tells the answer from the answer without the flag showed it too"
+    if all(len(group) < 2 for group in result.best.sets):  # a one-flag set has no rest (core.hunt._drop_check)
+        return lines + [f"{first} and {told}"]
     return lines + [
-        "a drop is checked when the failing configuration without the flag showed the verdict the answer predicts, "
-        "a tested configuration that tells the answer from the answer without the flag showed it too, and the rest "
+        f"{first}, {told}, and the rest "
         f"of the flag's set alone, every other flag clean, ran {REST_TRIALS} trials without a failure or, once it "
         "showed one, passed on its own trials: 'undecided' after clean trials is enough (the posterior weighs them "
         "too), 'undecided' with a failure is not (a failure is what the rest shows if the dropped flag is a decoy)"
+        + ("" if all(len(group) > 1 for group in result.best.sets) else " (a one-flag set has no rest)")
     ]
 
 

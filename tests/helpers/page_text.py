@@ -83,3 +83,32 @@ def parsed(html: str) -> Tables:
     tables = Tables()
     tables.feed(html)
     return tables
+
+
+class _Text(HTMLParser):
+    """A page's visible words: every text node outside svg, script and style."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.words: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in ("svg", "script", "style"):
+            self._hidden += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("svg", "script", "style"):
+            self._hidden -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.words.append(data)
+
+
+def text(html: str) -> str:
+    """The page's text as a reader sees it, whitespace collapsed (for tests of which sentences a
+    page says)."""
+    reader = _Text()
+    reader.feed(html)
+    return " ".join(" ".join(reader.words).split())

@@ -250,3 +250,48 @@ def write_run(
 
 def _iso(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).isoformat().replace("+00:00", "Z")
+
+
+def fewer_factors(
+    manifest: RunManifest, records: list[TrialRecord], keep: tuple[str, ...], *, metrics: tuple[str, ...] = ()
+) -> tuple[RunManifest, list[TrialRecord]]:
+    """The run cut down to the factors in `keep` (the trials where every other factor is at its
+    baseline level) and, with `metrics`, to those metrics: a 1- or 2-factor run, or a
+    proportion-only one, for the tests of which sentences a page shows for which design."""
+    base = manifest.baseline
+    kept_metrics = metrics or tuple(manifest.metrics)
+
+    def at_base(levels: dict[str, str]) -> bool:
+        return all(v == base[f] for f, v in levels.items() if f not in keep)
+
+    def cut(levels: dict[str, str]) -> dict[str, str]:
+        return {f: v for f, v in levels.items() if f in keep}
+
+    plan = [
+        p.model_copy(update={"levels": cut(p.levels), "cell": cell_id(cut(p.levels))})
+        for p in manifest.plan
+        if at_base(p.levels)
+    ]
+    renumber = {p.trial: i for i, p in enumerate(plan)}
+    plan = [p.model_copy(update={"trial": renumber[p.trial]}) for p in plan]
+    cut_records = [
+        r.model_copy(
+            update={
+                "levels": cut(r.levels),
+                "cell": cell_id(cut(r.levels)),
+                "trial": renumber[r.trial],
+                "metrics": {m: v for m, v in r.metrics.items() if m in kept_metrics},
+            }
+        )
+        for r in records
+        if at_base(r.levels)
+    ]
+    cut_manifest = manifest.model_copy(
+        update={
+            "factors": {f: v for f, v in manifest.factors.items() if f in keep},
+            "baseline": cut(base),
+            "metrics": {m: k for m, k in manifest.metrics.items() if m in kept_metrics},
+            "plan": plan,
+        }
+    )
+    return cut_manifest, cut_records

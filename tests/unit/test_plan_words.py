@@ -1,0 +1,91 @@
+"""`orch plan`'s power lines say in words what change a comparison detects, in which direction,
+before and after Holm's correction, with the numbers they had. They read 'a rise to 5.6% or a
+fall to 0.1% (Holm: a rise to 7.7% or no fall)': a reader could not tell what 'no fall' meant
+(found by the new-user walk)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.planview import _dirs, power_lines
+from orchestrator.core import power
+from orchestrator.core.config import read_inventory, read_matrix
+from orchestrator.core.plan import make_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+# overlap_ablation at its 12 replicates of 40 sessions, 49 tests: Fisher's lines, exact. The numbers
+# are the ones the old lines printed: 'a rise to 1.6% or no fall (Holm: a rise to 2.8% or no fall)',
+# 'a rise to 5.6% or a fall to 0.1% (Holm: a rise to 7.7% or no fall)', 'a rise to 9.9% or a fall to
+# 1.7% (Holm: a rise to 12.6% or a fall to 0.7%)', 'a rise to 22.2% or a fall to 9.0% (Holm: a rise
+# to 25.9% or a fall to 6.7%)'.
+FISHER = [
+    "  baseline at 0%: detects a rise to 1.6% (2.8% after Holm); a rate of 0% cannot fall",
+    "  baseline at 2%: detects a rise to 5.6% (7.7% after Holm) or a fall to 0.1% (none passes Holm, not even to 0%)",
+    "  baseline at 5%: detects a rise to 9.9% (12.6% after Holm) or a fall to 1.7% (0.7% after Holm)",
+    "  baseline at 15%: detects a rise to 22.2% (25.9% after Holm) or a fall to 9.0% (6.7% after Holm)",
+]
+
+
+def test_the_plans_power_lines_say_each_direction_before_and_after_holm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(power, "quasi_detectable", lambda design, rate, **_: power.detectable(1, 1, rate))  # not these
+    matrix = read_matrix(REPO / "matrices" / "overlap_ablation.yaml")
+    plan = make_plan(matrix, next(iter(read_inventory(REPO / "inventory" / "local.yaml").testbeds.values())), 1, 12)
+    lines = power_lines(plan)
+    head = next(i for i, line in enumerate(lines) if line.startswith("power (corruption)"))
+    assert "the smallest change in each direction it detects with 80% power (exact)" in lines[head]
+    assert (
+        "what a change must reach 'after Holm', the first step of the correction over the report's 49 tests"
+        in (lines[head])
+    )
+    assert lines[head + 1 : head + 5] == FISHER
+    assert not any("no fall (" in line or "(Holm:" in line for line in lines)
+
+
+def _found(base: float, rise: float | None, fall: float | None) -> power.Detectable:
+    return power.Detectable(n_cell=80, n_baseline=80, baseline=base, alpha=0.05, power=0.8, rise=rise, fall=fall)
+
+
+def test_a_direction_nothing_detects_is_said_so_before_and_after_holm() -> None:
+    """Where no change in a direction reaches 80% power, the line says so in words, where it read
+    'no rise or no fall (Holm: no rise or no fall)'."""
+    nothing = _found(0.5, None, None)
+    assert _dirs(nothing, nothing) == "detects no rise or fall at all (not even to 100% or 0%, before or after Holm)"
+    assert _dirs(_found(0.02, 0.064, None), _found(0.02, 0.106, None)) == (
+        "detects a rise to 8.4% (12.6% after Holm), but no fall at all (not even to 0%, before or after Holm)"
+    )
+    assert _dirs(_found(1.0, None, 0.2), _found(1.0, None, None)) == (
+        "detects a fall to 80.0% (none passes Holm, not even to 0%); a rate of 100% cannot rise"
+    )
+
+
+ONE_FACTOR = """name: one
+factors:
+  a: {env: {decode: A}, levels: ["on", "off"]}
+repro:
+  command: "true --sessions 40"
+  metrics:
+    corruption: {kind: proportion, regex: 'C (?P<k>\\d+)/(?P<n>\\d+)'}
+    wall: {regex: 'wall=(?P<value>[0-9.]+)s'}
+"""
+
+
+def test_a_one_factor_plan_names_no_other_cell_and_no_pooling(tmp_path: Path) -> None:
+    """Two cells: no other cell to simulate at any rate, no second shape, and a factor effect that
+    compares the same trials as its cells; the plan explained all three as for a factorial."""
+    (tmp_path / "one.yaml").write_text(ONE_FACTOR)
+    inventory = read_inventory(REPO / "inventory" / "local.yaml")
+    lines = power_lines(make_plan(read_matrix(tmp_path / "one.yaml"), inventory.testbed(None), 1, 3))
+    quasi = next(line for line in lines if "quasi-binomial test" in line)
+    assert quasi.endswith(
+        "its 80% power, simulated with no extra trial-to-trial variation ('after Holm': what a "
+        "finding needs, the first step over 5 tests):"
+    ), quasi
+    assert not any("events in the compared cells only" in line or "every other cell" in line for line in lines)
+    numbers = lines[-1]
+    assert numbers.endswith(
+        "with one factor, its effect compares the same trials as the cells (best p = 0.1; "
+        "Holm's first step needs < 0.01)"
+    ), numbers
