@@ -26,7 +26,7 @@ from typing import Callable, Literal, Sequence
 
 from orchestrator.edges.transport import Result
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.team.queue import parse_until, scheduled_window
+from orchestrator.team.queue import parse_until, scheduled_window, time_of_day
 
 Scope = Literal["system", "user"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -285,6 +285,8 @@ def until_args(until: str | None, on_calendar: str | None, on_active_s: float | 
     if on_calendar is None:
         start = now + timedelta(seconds=on_active_s or 0.0)
         return ["--until", parse_until(until, start).isoformat(timespec="seconds")]
+    # a date-time would hold for one night: every later night's window would end before it began
+    time_of_day(until, "--until")
     at = scheduled_time_of_day(on_calendar)
     if at is None:
         raise UsageError(
