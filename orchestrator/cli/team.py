@@ -422,7 +422,7 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
     until = _until(args.until)
     now = datetime.now().astimezone()
     if args.scheduled is None:
-        return parse_until(until, now).timestamp() if until is not None else None
+        return _future(until, parse_until(until, now), now) if until is not None else None
     if until is None:
         raise UsageError("--scheduled needs --until", hint="it says when the window that --until ends began")
     window = scheduled_window(until, args.scheduled, now)
@@ -434,6 +434,19 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
         )
         return "missed"
     return window.deadline.timestamp()
+
+
+def _future(until: str, at: datetime, now: datetime) -> float:
+    """A deadline already past is a mistyped date (HH:MM is always the next such time): the queue
+    said only "deadline reached" and exited 0, and its --dry-run listed items it would never start."""
+    from orchestrator.errors import UsageError
+
+    if at <= now:
+        raise UsageError(
+            f"--until {until!r} is past (it is {now.isoformat(timespec='minutes')})",
+            hint="give a later date-time, or HH:MM for the next such local time",
+        )
+    return at.timestamp()
 
 
 def _until(given: str | None) -> str | None:

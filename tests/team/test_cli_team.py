@@ -127,6 +127,19 @@ def test_queue_run_with_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "nothing to run" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_an_until_already_past_is_a_usage_error(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], dry_run: list[str]
+) -> None:
+    """A past date-time (a typo for tomorrow's) ran nothing with exit 0, its dry run a list of items."""
+    reports, matrix, inventory = setup
+    assert main(["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]) == 0
+    capsys.readouterr()
+    assert main(["queue", "run", "--reports", str(reports), "--until", "2020-01-01T07:00", *dry_run]) == 2
+    err = capsys.readouterr().err
+    assert "--until '2020-01-01T07:00' is past" in err and "HH:MM" in err
+
+
 def test_bad_until_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["queue", "run", "--reports", str(tmp_path / "r"), "--until", "7am"]) == 2
     assert "--until '7am'" in capsys.readouterr().err
