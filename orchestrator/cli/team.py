@@ -492,7 +492,7 @@ def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcom
     def notify(item: "QueueItem", outcome: "SweepOutcome") -> None:
         from orchestrator.errors import OrchError
         from orchestrator.store.rundir import RunDir
-        from orchestrator.team.notify import configured, error_summary, send, summarize_run
+        from orchestrator.team.notify import SWEEP_UNAFFECTED, configured, error_summary, send, summarize_run
 
         try:
             hooks = configured(item.webhooks, cli_hooks)
@@ -507,7 +507,7 @@ def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcom
                 summary = summarize_run(outcome.run_dir)
             except OrchError as exc:
                 summary = error_summary(Path(item.matrix).stem, f"{outcome.message} (summary: {exc})")
-        send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow]"))
+        send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow] {SWEEP_UNAFFECTED}"))
 
     return notify
 

@@ -158,6 +158,20 @@ def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "delivered (1 attempt(s))" in capsys.readouterr().out
 
 
+def test_notify_that_fails_names_no_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`orch notify` of a finished run runs no sweep: its failed delivery said "(the sweep itself is
+    unaffected)", which only a sweep's own webhook (orch run, queue run) has to say."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1)
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, records)
+    with webhook_receiver() as rx:
+        rx.answers = [500, 500, 500]  # every attempt fails
+        assert main(["notify", str(run_dir), "--webhook", rx.url + "/h"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not delivered after 3 attempt(s)" in err and "sweep" not in err
+
+
 def test_queue_run_dry_run_lists_what_would_run_in_order_and_claims_nothing(
     setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
