@@ -23,7 +23,7 @@ from orchestrator.cli.args import (
     matrix_args,
     sweep_request,
 )
-from orchestrator.cli.argtypes import bounded_int, bounded_seconds
+from orchestrator.cli.argtypes import bounded_int, bounded_seconds, reports_folder
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
@@ -169,7 +169,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
 def _reports_arg(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--reports",
-        type=Path,
+        type=reports_folder,
         default=DEFAULT_REPORTS,
         help="reports folder (the queue is its queue.db; default: reports/)",
     )

@@ -158,6 +158,26 @@ def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "delivered (1 attempt(s))" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["status"], ["queue", "list"], ["queue", "run", "--dry-run"], ["queue", "add", "m.yaml"]],
+)
+def test_a_runs_folder_given_as_reports_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """--reports reports/<run-id> (the folder `orch run` printed): status said no sweep runs there and
+    queue list that nothing was ever queued, exit 0; queue add made a queue.db inside the run."""
+    run = tmp_path / "reports" / "20261206-035603-walk2"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--reports", "reports/20261206-035603-walk2"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert refused.value.code == 2 and "is a run's folder (it holds run.json)" in err and "--reports reports" in err
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]
+
+
 def test_notify_that_fails_names_no_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`orch notify` of a finished run runs no sweep: its failed delivery said "(the sweep itself is
     unaffected)", which only a sweep's own webhook (orch run, queue run) has to say."""
