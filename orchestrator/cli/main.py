@@ -256,7 +256,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             warn(line)
     out.print(
         escape(
-            f"{m.path}: ok — {len(m.factors)} factors, {len(plan.cells)} cells, "
+            f"{m.path}: ok — {len(m.factors)} factor{'' if len(m.factors) == 1 else 's'}, {len(plan.cells)} cells, "
             f"{len(plan.steps)} trials on testbed {plan.testbed.name!r}"
         )
     )
