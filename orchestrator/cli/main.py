@@ -398,7 +398,10 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
         except OrchError as exc:  # a journal the report refuses (damage at its line): say why, as a queue does
             err.print(f"webhook: no summary of the run: {exc}", markup=False)
             summary = notify.error_summary(outcome.run_id, f"run {outcome.status}, no summary: {exc}")
-        notify.send(summary, hooks, warn=lambda m: err.print(f"{m} {notify.SWEEP_UNAFFECTED}", markup=False))
+        sent = notify.send(summary, hooks, warn=lambda m: err.print(f"{m} {notify.SWEEP_UNAFFECTED}", markup=False))
+        for d in sent:  # a delivered one was not said at all: did the team's channel get it?
+            if d.ok:
+                err.print(f"webhook {d.webhook}: delivered ({d.attempts} attempt(s))", markup=False)
     return outcome.exit_code
 
 
