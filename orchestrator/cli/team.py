@@ -234,7 +234,7 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out, warn
     from orchestrator.sweep.prepare import prepare  # validated now, run later: not the run machinery
     from orchestrator.team.notify import check_urls
-    from orchestrator.team.queue import NewItem
+    from orchestrator.team.queue import NewItem, is_server_url, store_spec
 
     hooks = check_urls(args.webhook)
     prepared = prepare(sweep_request(args), warn=warn)
@@ -249,12 +249,16 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
         inventory_text=prepared.inventory.text,
         testbeds=tuple(tb.name for tb in prepared.testbeds),
     )
+    spec = store_spec(args.store, args.reports)
+    fresh = not is_server_url(spec) and not Path(spec).exists()
     with _open_queue(args) as q:
         item = q.add_item(new)
     # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
     trials = "a hunt" if plan.matrix.hunt is not None else f"{len(plan.steps)} trials"
     where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
     out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
+    if fresh:  # a mistyped --reports made a queue no `queue run` of the usual folder sees
+        out.print(escape(f"a new queue: {spec} (queue run, list and status see it with the same --reports or --store)"))
     return 0
 
 

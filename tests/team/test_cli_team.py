@@ -62,6 +62,18 @@ def test_add_list_remove(setup: tuple[Path, Path, Path], capsys: pytest.CaptureF
     assert main(["queue", "remove", "1", "--reports", str(reports)]) == 2
 
 
+def test_the_first_add_says_it_made_a_new_queue(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`queue add --reports typo` made a queue no `queue run` of the usual folder sees, without a word."""
+    reports, matrix, inventory = setup
+    args = ["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]
+    assert main(args) == 0
+    assert f"a new queue: {reports / 'queue.db'} (queue run, list and status see it" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "new queue" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("bad", ["matrix", "inventory", "testbed", "webhook"])
 def test_bad_input_is_not_queued(setup: tuple[Path, Path, Path], bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     reports, matrix, inventory = setup
