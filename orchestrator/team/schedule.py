@@ -166,17 +166,20 @@ def run_systemctl(scope: Scope, args: Sequence[str]) -> Result:
     return Result("localhost", " ".join(argv), proc.returncode, proc.stdout, proc.stderr, 0.0)
 
 
+CALENDAR_EXAMPLES = "e.g. '*-*-* 01:00' or 'Mon..Fri 22:30'"  # an empty spec (`--on-calendar "$AT"`) got none
+
+
 def check_calendar(spec: str) -> str:
     """Ask systemd-analyze (when present) whether systemd understands the calendar spec."""
     if "\n" in spec or not spec.strip():
-        raise UsageError(f"--on-calendar {spec!r} is empty or spans lines")
+        raise UsageError(f"--on-calendar {spec!r} is empty or spans lines", hint=CALENDAR_EXAMPLES)
     tool = shutil.which("systemd-analyze")
     if tool is None:
         return spec
     proc = subprocess.run([tool, "calendar", spec], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or ["not a calendar spec"])[-1]
-        raise UsageError(f"--on-calendar {spec!r}: {why}", hint="e.g. '*-*-* 01:00' or 'Mon..Fri 22:30'")
+        raise UsageError(f"--on-calendar {spec!r}: {why}", hint=CALENDAR_EXAMPLES)
     return spec
 
 

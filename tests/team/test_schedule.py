@@ -161,6 +161,13 @@ def test_calendar_specs_are_checked_by_systemd_analyze() -> None:
         check_calendar("at one")
 
 
+@pytest.mark.parametrize("spec", ["", "  ", "*-*-* 01:00\n*-*-* 02:00"])
+def test_an_empty_calendar_spec_is_shown_one_that_works(spec: str) -> None:
+    with pytest.raises(UsageError, match="is empty or spans lines") as refused:
+        check_calendar(spec)
+    assert refused.value.hint == "e.g. '*-*-* 01:00' or 'Mon..Fri 22:30'"
+
+
 def test_webhooks_that_cannot_be_written_safely_are_refused(tmp_path: Path) -> None:
     for bad in ('https://h/a"b', "https://h/a b", "https://h/$x", "https://h/a,b"):
         with pytest.raises(UsageError, match="percent-encode"):
