@@ -679,7 +679,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     missing = not Path(args.reports).is_dir()
     if missing and not _queue_elsewhere(args):  # a mistyped --reports must not read like an idle machine
-        raise UsageError(f"{args.reports}: no such folder", hint="check --reports")
+        what = "a file, not a folder" if Path(args.reports).exists() else "no such folder"
+        raise UsageError(f"{args.reports}: {what}", hint="check --reports")
     snap = _with_shared_queue(snapshot(args.reports), args)
     if args.json:
         out.print_json(json.dumps(status_json(snap)))

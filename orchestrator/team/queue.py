@@ -348,7 +348,8 @@ def open_existing_store(spec: str, *, read_only: bool = False) -> QueueStore | N
     if not is_server_url(spec):
         path = Path(spec)
         if not path.parent.is_dir():
-            raise UsageError(f"{path.parent}: no such folder", hint="check --reports or --store")
+            what = "a file, not a folder" if path.parent.exists() else "no such folder"
+            raise UsageError(f"{path.parent}: {what}", hint="check --reports or --store")
         if not path.exists():
             return None
     return open_store(spec, read_only=read_only)

@@ -190,6 +190,16 @@ def test_a_runs_folder_given_as_reports_is_refused(
     assert sorted(p.name for p in run.iterdir()) == ["run.json"]
 
 
+@pytest.mark.parametrize("argv", [["status"], ["queue", "list"], ["queue", "run", "--dry-run"]])
+def test_a_file_given_as_reports_is_called_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`--reports README.md` was told "no such folder" of a file that is there."""
+    (tmp_path / "README.md").write_text("x")
+    assert main([*argv, "--reports", str(tmp_path / "README.md")]) == 2
+    assert f"{tmp_path / 'README.md'}: a file, not a folder (check --reports" in capsys.readouterr().err
+
+
 def test_notify_that_fails_names_no_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`orch notify` of a finished run runs no sweep: its failed delivery said "(the sweep itself is
     unaffected)", which only a sweep's own webhook (orch run, queue run) has to say."""
