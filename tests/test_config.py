@@ -56,6 +56,13 @@ def test_good_matrix_validates(tmp_path, capsys):
     assert "2 factors, 4 cells, 4 trials" in capsys.readouterr().out
 
 
+def test_one_factor_is_counted_in_the_singular(tmp_path, capsys):
+    one = GOOD.replace('  cuda_graph:\n    levels:\n      on: {decode: {SGLANG_EXTRA_ARGS: ""}}\n', "")
+    one = one.replace('      off: {decode: {SGLANG_EXTRA_ARGS: "--disable-cuda-graph"}}\n', "")
+    assert run_validate(tmp_path, one + "replicates: 1\n") == 0
+    assert ": ok — 1 factor, 2 cells, 2 trials" in capsys.readouterr().out  # was "1 factors"
+
+
 # (description, matrix text transform, expected substrings in the one-line error)
 WALL = "    wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: %s}\n"
 

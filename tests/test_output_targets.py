@@ -177,3 +177,17 @@ def test_orchs_own_files_are_replaced_by_name_never_followed_or_waited_on(tmp_pa
     write_bytes_atomic(link, b"{}")
     assert fifo.read_bytes() == b"{}" and not stat.S_ISFIFO(os.stat(fifo).st_mode)
     assert not link.is_symlink() and link.read_bytes() == b"{}" and outside.read_text() == "kept"
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "ask"),
+    [("t.parquet", [], "parquet"), ("t.csv", ["--format", "json"], "csv"), ("j.xml", ["--format", "bencher"], "junit")],
+)
+def test_an_output_named_for_another_format_is_refused(
+    run_dir: Path, tmp_path: Path, capsys, name: str, argv: list[str], ask: str
+) -> None:
+    """`orch export RUN -o t.parquet` wrote CSV (the default format) under a parquet name, exit 0."""
+    assert main(["export", str(run_dir), *argv, "-o", str(tmp_path / name)]) == 2
+    assert f"(add --format {ask}, or name the file for" in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / name).exists()
+    assert main(["export", str(run_dir), "--format", "bencher", "-o", str(tmp_path / "b.json")]) == 0

@@ -175,6 +175,19 @@ def test_write_report_errors_are_typed(tmp_path: Path) -> None:
         write_report(tmp_path)
 
 
+def test_a_runs_file_or_the_reports_folder_is_told_which_folder_to_pass(tmp_path: Path) -> None:
+    """`orch report reports/<run>/index.html` said "(no run.json)" beside the run.json; `orch report
+    reports` got the generic example: each names the folder to pass."""
+    run_dir = write_run(tmp_path / "reports" / "20260509-070000-x", *synthetic_run(replicates=1))
+    for file in (run_dir / "run.json", run_dir / "journal.jsonl"):
+        with pytest.raises(UsageError, match="a file of a run, not its folder") as told:
+            write_report(file)
+        assert told.value.hint == f"pass the run's folder: {run_dir}"
+    with pytest.raises(UsageError, match="not a run directory") as told:
+        write_report(tmp_path / "reports")
+    assert told.value.hint == f"it holds runs: pass one of them, e.g. {run_dir}"
+
+
 def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     # six replicates: enough trials for run one's DSV4 cell to differ with the trial as the unit

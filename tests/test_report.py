@@ -389,6 +389,13 @@ def test_one_trial_per_cell_calls_nothing_a_finding() -> None:
     assert "for proportions not at all: no test, so no finding" in page and "not tested" in page
 
 
+def test_one_trial_per_cell_with_every_cell_alike_names_no_highest() -> None:
+    """0/40 in every cell: the result line said "The baseline has the highest rate, 0.0%", as if the
+    baseline stood out; it says every cell has the same rate."""
+    [null] = _texts(build_report(*cell_run(CUBE, CUBE_BASE, _cube())), "null")
+    assert "highest" not in null and "Every cell has the same rate; the baseline's: 0.0% [" in null
+
+
 def test_aa_reports_with_one_trial_per_cell_show_no_finding() -> None:
     """The audit's A/A: 2x2x2, one trial of 40 sessions a cell, every cell at 15% with intra-trial
     correlation 0.05 (beta-binomial trials). Fisher on pooled sessions showed a finding in ~40% of

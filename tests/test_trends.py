@@ -102,7 +102,14 @@ def test_steady_nights_raise_no_flag(tmp_path: Path) -> None:
     dirs = _nights(tmp_path, 4)
     page = write_index(tmp_path, fresh_summary).read_text()
     assert "changed vs earlier runs:" not in page and "no cell or metric changed" in page
-    assert not [c for c in regression_changes(dirs[-1], fresh_summary) if c.flagged]
+    checked = regression_changes(dirs[-1], fresh_summary)
+    assert not [c for c in checked if c.flagged]
+    # what the count counts: a bare "(24 checked)" under 4 runs read as runs
+    assert f"({len(checked)} cell-metric pairs checked)" in page and len(checked) > 1
+    from orchestrator.report.compare import write_comparison_page
+
+    compared = write_comparison_page(dirs[-2], dirs[-1]).path.read_text()
+    assert f"({len(checked)} cell-metric pairs checked)" in compared
 
 
 def test_a_running_run_is_never_the_trends_newest(tmp_path: Path) -> None:

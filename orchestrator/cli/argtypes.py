@@ -5,7 +5,9 @@ parsers and the same messages."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 
 def positive(text: str) -> int:
@@ -46,3 +48,18 @@ def bounded_seconds(high: float) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def reports_folder(text: str) -> Path:
+    """An argparse type: a reports folder, never a run's own folder (it holds run.json). Given
+    reports/<run-id>, `orch status` said no sweep runs there and `queue list` that nothing was ever
+    queued, both exit 0, and `queue add` made a queue.db inside the run."""
+    path = Path(text)
+    if (path / "run.json").is_file():
+        norm = os.path.normpath(text)
+        parent = os.path.dirname(norm) or (".." if norm == "." else ".")
+        raise argparse.ArgumentTypeError(
+            f"{text} is a run's folder (it holds run.json), not a reports folder: "
+            f"pass the folder that holds the runs, e.g. --reports {parent}"
+        )
+    return path

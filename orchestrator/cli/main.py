@@ -256,7 +256,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             warn(line)
     out.print(
         escape(
-            f"{m.path}: ok — {len(m.factors)} factors, {len(plan.cells)} cells, "
+            f"{m.path}: ok — {len(m.factors)} factor{'' if len(m.factors) == 1 else 's'}, {len(plan.cells)} cells, "
             f"{len(plan.steps)} trials on testbed {plan.testbed.name!r}"
         )
     )
@@ -398,7 +398,10 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
         except OrchError as exc:  # a journal the report refuses (damage at its line): say why, as a queue does
             err.print(f"webhook: no summary of the run: {exc}", markup=False)
             summary = notify.error_summary(outcome.run_id, f"run {outcome.status}, no summary: {exc}")
-        notify.send(summary, hooks, warn=lambda m: err.print(f"webhook: {m}", markup=False))
+        sent = notify.send(summary, hooks, warn=lambda m: err.print(f"{m} {notify.SWEEP_UNAFFECTED}", markup=False))
+        for d in sent:  # a delivered one was not said at all: did the team's channel get it?
+            if d.ok:
+                err.print(f"webhook {d.webhook}: delivered ({d.attempts} attempt(s))", markup=False)
     return outcome.exit_code
 
 

@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--output",
         type=output_path,
         help="output file, - for stdout (default: RUN_DIR/<run-id>.<format>; junit: <run-id>.junit.xml, "
-        "bencher: <run-id>.bencher.json)",
+        "bencher: <run-id>.bencher.json); a name ending .csv, .parquet, .json or .xml must fit --format",
     )
     exp.set_defaults(func=cmd_export)
 
@@ -86,9 +86,29 @@ def cmd_export(args: argparse.Namespace) -> int:
     from orchestrator.report.ciexport import export_ci
     from orchestrator.report.export import export_run
 
+    _check_suffix(args.output, args.format)
     if args.format in ("junit", "bencher"):
         path = export_ci(args.run_dir, args.format, args.output)
     else:
         path = export_run(args.run_dir, args.format, args.output)
     _written("exported", path)
     return 0
+
+
+# what each known file name ending is read as: another format's bytes under it break its reader
+SUFFIX_FORMATS = {".csv": ("csv",), ".parquet": ("parquet",), ".json": ("json", "bencher"), ".xml": ("junit",)}
+
+
+def _check_suffix(out: Path | None, fmt: str) -> None:
+    """`-o table.parquet` without --format wrote CSV text under a parquet name (csv is the default),
+    exit 0: refused, naming the --format the name asks for."""
+    from orchestrator.errors import UsageError
+
+    if out is None:
+        return
+    fits = SUFFIX_FORMATS.get(out.suffix.lower())
+    if fits and fmt not in fits:
+        raise UsageError(
+            f"--output {out}: a {out.suffix} name for --format {fmt}",
+            hint=f"add --format {fits[0]}, or name the file for {fmt}",
+        )

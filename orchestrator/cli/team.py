@@ -23,7 +23,7 @@ from orchestrator.cli.args import (
     matrix_args,
     sweep_request,
 )
-from orchestrator.cli.argtypes import bounded_int, bounded_seconds
+from orchestrator.cli.argtypes import bounded_int, bounded_seconds, reports_folder
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
@@ -169,7 +169,7 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
 def _reports_arg(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--reports",
-        type=Path,
+        type=reports_folder,
         default=DEFAULT_REPORTS,
         help="reports folder (the queue is its queue.db; default: reports/)",
     )
@@ -234,7 +234,7 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out, warn
     from orchestrator.sweep.prepare import prepare  # validated now, run later: not the run machinery
     from orchestrator.team.notify import check_urls
-    from orchestrator.team.queue import NewItem
+    from orchestrator.team.queue import NewItem, is_server_url, store_spec
 
     hooks = check_urls(args.webhook)
     prepared = prepare(sweep_request(args), warn=warn)
@@ -249,12 +249,16 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
         inventory_text=prepared.inventory.text,
         testbeds=tuple(tb.name for tb in prepared.testbeds),
     )
+    spec = store_spec(args.store, args.reports)
+    fresh = not is_server_url(spec) and not Path(spec).exists()
     with _open_queue(args) as q:
         item = q.add_item(new)
     # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
     trials = "a hunt" if plan.matrix.hunt is not None else f"{len(plan.steps)} trials"
     where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
     out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
+    if fresh:  # a mistyped --reports made a queue no `queue run` of the usual folder sees
+        out.print(escape(f"a new queue: {spec} (queue run, list and status see it with the same --reports or --store)"))
     return 0
 
 
@@ -422,7 +426,7 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
     until = _until(args.until)
     now = datetime.now().astimezone()
     if args.scheduled is None:
-        return parse_until(until, now).timestamp() if until is not None else None
+        return _future(until, parse_until(until, now), now) if until is not None else None
     if until is None:
         raise UsageError("--scheduled needs --until", hint="it says when the window that --until ends began")
     window = scheduled_window(until, args.scheduled, now)
@@ -434,6 +438,19 @@ def _deadline(args: argparse.Namespace) -> float | None | Literal["missed"]:
         )
         return "missed"
     return window.deadline.timestamp()
+
+
+def _future(until: str, at: datetime, now: datetime) -> float:
+    """A deadline already past is a mistyped date (HH:MM is always the next such time): the queue
+    said only "deadline reached" and exited 0, and its --dry-run listed items it would never start."""
+    from orchestrator.errors import UsageError
+
+    if at <= now:
+        raise UsageError(
+            f"--until {until!r} is past (it is {now.isoformat(timespec='minutes')})",
+            hint="give a later date-time, or HH:MM for the next such local time",
+        )
+    return at.timestamp()
 
 
 def _until(given: str | None) -> str | None:
@@ -479,7 +496,7 @@ def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcom
     def notify(item: "QueueItem", outcome: "SweepOutcome") -> None:
         from orchestrator.errors import OrchError
         from orchestrator.store.rundir import RunDir
-        from orchestrator.team.notify import configured, error_summary, send, summarize_run
+        from orchestrator.team.notify import SWEEP_UNAFFECTED, configured, error_summary, send, summarize_run
 
         try:
             hooks = configured(item.webhooks, cli_hooks)
@@ -494,7 +511,7 @@ def _notifier(cli_hooks: tuple[str, ...]) -> Callable[["QueueItem", "SweepOutcom
                 summary = summarize_run(outcome.run_dir)
             except OrchError as exc:
                 summary = error_summary(Path(item.matrix).stem, f"{outcome.message} (summary: {exc})")
-        send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow]"))
+        send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow] {SWEEP_UNAFFECTED}"))
 
     return notify
 
@@ -662,7 +679,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     missing = not Path(args.reports).is_dir()
     if missing and not _queue_elsewhere(args):  # a mistyped --reports must not read like an idle machine
-        raise UsageError(f"{args.reports}: no such folder", hint="check --reports")
+        what = "a file, not a folder" if Path(args.reports).exists() else "no such folder"
+        raise UsageError(f"{args.reports}: {what}", hint="check --reports")
     snap = _with_shared_queue(snapshot(args.reports), args)
     if args.json:
         out.print_json(json.dumps(status_json(snap)))

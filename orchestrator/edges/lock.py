@@ -285,7 +285,9 @@ class TestbedLock:
             )
         if holder.run_id == self.info.run_id:
             return base + " (that run is still running: stop it first)"
-        return base + " (wait for it to finish, or stop it; a dead owner's lock can be broken with --break-lock)"
+        # a live owner: --break-lock cannot take its lock (a dead one's is the stale advice above),
+        # and `queue run` has no such flag
+        return base + f" (wait for it to finish, or stop it: `kill -TERM {holder.pid}` restores its hosts)"
 
     def _stale_advice(self, holder: LockInfo) -> str:
         """A dead run's lock: that run is resumed or restored first (its hosts may still hold a

@@ -1195,10 +1195,13 @@ def _untested_finding(report: Report, metric: str, measured: Sequence[CellView],
     """The result of a metric no comparison of which can be tested (report.untested): no finding,
     why, and the highest rate as a description (kind "null": the run's result line says it)."""
     high = _highest(measured, metric)
+    alike = len({c.proportions[metric].rate.rate for c in measured}) == 1  # "the highest" of equals misleads
     seen = (
         f" Highest: {fmt_rate(high.proportions[metric].rate)} in cell {fmt_levels(high.levels)}, vs "
         f"{fmt_rate(base.proportions[metric].rate)} in the baseline (descriptive)."
         if not high.is_baseline
+        else f" Every cell has the same rate; the baseline's: {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+        if alike
         else f" The baseline has the highest rate, {fmt_rate(base.proportions[metric].rate)} (descriptive)."
     )
     return Finding(

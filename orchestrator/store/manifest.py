@@ -68,14 +68,27 @@ def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
     Its declared secret names are in it (`manifest.redactor`), for whatever renders it later."""
     path = RunDir(run_dir).run_json
     if not path.is_file():
-        raise UsageError(
-            f"{run_dir}: not a run directory (no run.json)",
-            hint="pass the folder `orch run` printed, e.g. reports/<run-id>",
-        )
+        raise _not_a_run(run_dir)
     manifest = _inline_counted(_validated(path, RunManifest))
     if plan and not manifest.plan and manifest.plan_trials:
         return manifest.model_copy(update={"plan": trials_of(load_plan(run_dir, manifest))})
     return manifest
+
+
+def _not_a_run(run_dir: Path) -> UsageError:
+    """Why run_dir is no run, with what to pass instead: a file of a run (its index.html, its
+    run.json) was told it had "no run.json"; the reports folder got the generic example."""
+    given = Path(run_dir)
+    if given.is_file() and RunDir(given.parent).run_json.is_file():
+        return UsageError(f"{run_dir}: a file of a run, not its folder", hint=f"pass the run's folder: {given.parent}")
+    try:
+        runs = sorted(d.name for d in given.iterdir() if RunDir(d).run_json.is_file()) if given.is_dir() else []
+    except OSError:
+        runs = []
+    hint = "pass the folder `orch run` printed, e.g. reports/<run-id>"
+    if runs:
+        hint = f"it holds runs: pass one of them, e.g. {given / runs[-1]}"
+    return UsageError(f"{run_dir}: not a run directory (no run.json)", hint=hint)
 
 
 def _inline_counted(manifest: RunManifest) -> RunManifest:

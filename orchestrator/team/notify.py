@@ -324,6 +324,9 @@ def error_summary(name: str, message: str) -> Summary:
     return Summary(run_id="", name=name, status="error", headline=message, link="", trials=0, failed=0)
 
 
+SWEEP_UNAFFECTED = "(the sweep itself is unaffected)"  # after a sweep's failed delivery, never `orch notify`'s
+
+
 def send(
     summary: Summary,
     webhooks: Sequence[Webhook],
@@ -332,7 +335,8 @@ def send(
     warn: Callable[[str], None] = lambda m: None,
     backoff_s: float = 0.5,
 ) -> list[Delivery]:
-    """POST the summary to every webhook; never raises (failures are returned and warned)."""
+    """POST the summary to every webhook; never raises (failures are returned and warned; a caller
+    after a sweep adds that the sweep is unaffected, `orch notify` has none)."""
     own = client is None
     client = client or httpx.Client(timeout=TIMEOUT_S, trust_env=False, follow_redirects=False)
     try:
@@ -342,10 +346,7 @@ def send(
             client.close()
     for d in deliveries:
         if not d.ok:
-            warn(
-                f"webhook {d.webhook}: not delivered after {d.attempts} attempt(s): {d.error} "
-                "(the sweep itself is unaffected)"
-            )
+            warn(f"webhook {d.webhook}: not delivered after {d.attempts} attempt(s): {d.error}")
     return deliveries
 
 

@@ -348,7 +348,8 @@ def open_existing_store(spec: str, *, read_only: bool = False) -> QueueStore | N
     if not is_server_url(spec):
         path = Path(spec)
         if not path.parent.is_dir():
-            raise UsageError(f"{path.parent}: no such folder", hint="check --reports or --store")
+            what = "a file, not a folder" if path.parent.exists() else "no such folder"
+            raise UsageError(f"{path.parent}: {what}", hint="check --reports or --store")
         if not path.exists():
             return None
     return open_store(spec, read_only=read_only)
@@ -434,6 +435,7 @@ def run_queue(
             if item is None:
                 if _wait_for_busy(result, skip, told, deadline, busy_wait_s, note, clock, wait):
                     continue
+                _say_gone(result, skip, told, note)
                 break
             outcome = _run_one(queue, sweep, item, deadline, patient)
             if outcome.status == "locked":
@@ -451,6 +453,17 @@ def run_queue(
                     result.interrupted = True
                 break
     return result
+
+
+def _say_gone(result: QueueRunResult, skip: set[int], told: set[int], note: Callable[[str], None]) -> None:
+    """Items waited for that no claim finds any more: after "trying again every 60 s", the run
+    ended without a word (another `queue run` had taken them)."""
+    gone = told - skip - {item.id for item, _ in result.ran}
+    if gone:
+        ids = ", ".join(map(str, sorted(gone)))
+        note(
+            f"item(s) {ids} no longer queued (another `queue run` took them, or they were removed): nothing to wait for"
+        )
 
 
 def _no_sleep(_seconds: float) -> None:

@@ -26,7 +26,7 @@ from typing import Callable, Literal, Sequence
 
 from orchestrator.edges.transport import Result
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.team.queue import parse_until, scheduled_window
+from orchestrator.team.queue import parse_until, scheduled_window, time_of_day
 
 Scope = Literal["system", "user"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -166,17 +166,20 @@ def run_systemctl(scope: Scope, args: Sequence[str]) -> Result:
     return Result("localhost", " ".join(argv), proc.returncode, proc.stdout, proc.stderr, 0.0)
 
 
+CALENDAR_EXAMPLES = "e.g. '*-*-* 01:00' or 'Mon..Fri 22:30'"  # an empty spec (`--on-calendar "$AT"`) got none
+
+
 def check_calendar(spec: str) -> str:
     """Ask systemd-analyze (when present) whether systemd understands the calendar spec."""
     if "\n" in spec or not spec.strip():
-        raise UsageError(f"--on-calendar {spec!r} is empty or spans lines")
+        raise UsageError(f"--on-calendar {spec!r} is empty or spans lines", hint=CALENDAR_EXAMPLES)
     tool = shutil.which("systemd-analyze")
     if tool is None:
         return spec
     proc = subprocess.run([tool, "calendar", spec], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or ["not a calendar spec"])[-1]
-        raise UsageError(f"--on-calendar {spec!r}: {why}", hint="e.g. '*-*-* 01:00' or 'Mon..Fri 22:30'")
+        raise UsageError(f"--on-calendar {spec!r}: {why}", hint=CALENDAR_EXAMPLES)
     return spec
 
 
@@ -285,6 +288,8 @@ def until_args(until: str | None, on_calendar: str | None, on_active_s: float | 
     if on_calendar is None:
         start = now + timedelta(seconds=on_active_s or 0.0)
         return ["--until", parse_until(until, start).isoformat(timespec="seconds")]
+    # a date-time would hold for one night: every later night's window would end before it began
+    time_of_day(until, "--until")
     at = scheduled_time_of_day(on_calendar)
     if at is None:
         raise UsageError(

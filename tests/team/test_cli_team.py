@@ -62,6 +62,18 @@ def test_add_list_remove(setup: tuple[Path, Path, Path], capsys: pytest.CaptureF
     assert main(["queue", "remove", "1", "--reports", str(reports)]) == 2
 
 
+def test_the_first_add_says_it_made_a_new_queue(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`queue add --reports typo` made a queue no `queue run` of the usual folder sees, without a word."""
+    reports, matrix, inventory = setup
+    args = ["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]
+    assert main(args) == 0
+    assert f"a new queue: {reports / 'queue.db'} (queue run, list and status see it" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "new queue" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("bad", ["matrix", "inventory", "testbed", "webhook"])
 def test_bad_input_is_not_queued(setup: tuple[Path, Path, Path], bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     reports, matrix, inventory = setup
@@ -127,6 +139,19 @@ def test_queue_run_with_nothing_to_do(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "nothing to run" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_an_until_already_past_is_a_usage_error(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], dry_run: list[str]
+) -> None:
+    """A past date-time (a typo for tomorrow's) ran nothing with exit 0, its dry run a list of items."""
+    reports, matrix, inventory = setup
+    assert main(["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]) == 0
+    capsys.readouterr()
+    assert main(["queue", "run", "--reports", str(reports), "--until", "2020-01-01T07:00", *dry_run]) == 2
+    err = capsys.readouterr().err
+    assert "--until '2020-01-01T07:00' is past" in err and "HH:MM" in err
+
+
 def test_bad_until_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["queue", "run", "--reports", str(tmp_path / "r"), "--until", "7am"]) == 2
     assert "--until '7am'" in capsys.readouterr().err
@@ -143,6 +168,50 @@ def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     ((path, body),) = rx.received
     assert path == "/s" and manifest.run_id in body["text"]  # type: ignore[index]
     assert "delivered (1 attempt(s))" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["status"], ["queue", "list"], ["queue", "run", "--dry-run"], ["queue", "add", "m.yaml"]],
+)
+def test_a_runs_folder_given_as_reports_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """--reports reports/<run-id> (the folder `orch run` printed): status said no sweep runs there and
+    queue list that nothing was ever queued, exit 0; queue add made a queue.db inside the run."""
+    run = tmp_path / "reports" / "20261206-035603-walk2"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--reports", "reports/20261206-035603-walk2"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert refused.value.code == 2 and "is a run's folder (it holds run.json)" in err and "--reports reports" in err
+    assert sorted(p.name for p in run.iterdir()) == ["run.json"]
+
+
+@pytest.mark.parametrize("argv", [["status"], ["queue", "list"], ["queue", "run", "--dry-run"]])
+def test_a_file_given_as_reports_is_called_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """`--reports README.md` was told "no such folder" of a file that is there."""
+    (tmp_path / "README.md").write_text("x")
+    assert main([*argv, "--reports", str(tmp_path / "README.md")]) == 2
+    assert f"{tmp_path / 'README.md'}: a file, not a folder (check --reports" in capsys.readouterr().err
+
+
+def test_notify_that_fails_names_no_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`orch notify` of a finished run runs no sweep: its failed delivery said "(the sweep itself is
+    unaffected)", which only a sweep's own webhook (orch run, queue run) has to say."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    manifest, records = synthetic_run(replicates=1)
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, records)
+    with webhook_receiver() as rx:
+        rx.answers = [500, 500, 500]  # every attempt fails
+        assert main(["notify", str(run_dir), "--webhook", rx.url + "/h"]) == 1
+    err = " ".join(capsys.readouterr().err.split())
+    assert "not delivered after 3 attempt(s)" in err and "sweep" not in err
 
 
 def test_queue_run_dry_run_lists_what_would_run_in_order_and_claims_nothing(

@@ -73,6 +73,28 @@ def test_a_busy_testbed_is_waited_for_only_until_the_deadline(tmp_path: Path) ->
     assert clock.slept == [60.0, 60.0, 30.0] and clock.now == 150.0 and result.deadline_reached
 
 
+def test_a_waited_for_item_another_runner_took_is_said_gone(tmp_path: Path) -> None:
+    """Two `queue run`s at once: the second waited for the busy testbed, then ended without a word
+    when the first had taken the item meanwhile."""
+    notes: list[str] = []
+    with Queue(tmp_path / "queue.db") as q:
+        item = add(q, "nightly")
+        clock = Clock(0.0)
+
+        def taken_meanwhile(seconds: float) -> None:
+            clock.sleep(seconds)
+            q.remove(item.id)
+
+        def sweep(item, deadline, record):  # noqa: ANN001
+            return SweepOutcome("locked", 2, None, "testbed 'sim' is locked by run R (pid 4242)")
+
+        result = run_queue(
+            q, sweep, deadline=3600.0, clock=clock, sleep=taken_meanwhile, busy_wait_s=60, note=notes.append
+        )
+    assert clock.slept == [60.0] and not result.ran and result.exit_code == 0
+    assert notes[-1].startswith(f"item(s) {item.id} no longer queued (another `queue run` took them")
+
+
 class Flaky:
     """A store whose calls fail (QueueError) while `down` says so: a database outage."""
 

@@ -29,6 +29,7 @@ from orchestrator.team.schedule import (
     remove,
     service_text,
     timer_text,
+    until_args,
 )
 
 SCHED = Schedule(
@@ -160,6 +161,13 @@ def test_calendar_specs_are_checked_by_systemd_analyze() -> None:
         check_calendar("at one")
 
 
+@pytest.mark.parametrize("spec", ["", "  ", "*-*-* 01:00\n*-*-* 02:00"])
+def test_an_empty_calendar_spec_is_shown_one_that_works(spec: str) -> None:
+    with pytest.raises(UsageError, match="is empty or spans lines") as refused:
+        check_calendar(spec)
+    assert refused.value.hint == "e.g. '*-*-* 01:00' or 'Mon..Fri 22:30'"
+
+
 def test_webhooks_that_cannot_be_written_safely_are_refused(tmp_path: Path) -> None:
     for bad in ('https://h/a"b', "https://h/a b", "https://h/$x", "https://h/a,b"):
         with pytest.raises(UsageError, match="percent-encode"):
@@ -288,6 +296,18 @@ def test_cli_one_shot_gets_an_absolute_deadline(tmp_path: Path, capsys: pytest.C
     deadline = datetime.fromisoformat(until)
     start = datetime.now().astimezone() + timedelta(seconds=60)
     assert deadline.strftime("%H:%M") == "07:00" and timedelta(0) < deadline - start <= timedelta(days=1)
+
+
+def test_a_calendar_schedule_refuses_a_date_time_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A date-time fits one night only: installed at 02:00 with tonight's 07:00 as a date, every
+    later night's window (from 01:00) would end before it began and the queue never ran."""
+    monkeypatch.setattr("orchestrator.team.schedule.shutil.which", lambda _: None)  # no systemd-analyze
+    now = at(2, 2)
+    with pytest.raises(UsageError, match="not a time of day"):
+        until_args("2026-12-02T07:00", "*-*-* 01:00", None, now)
+    with pytest.raises(UsageError, match="not a time of day"):
+        until_args("7", "*-*-* 01:00", None, now)
+    assert until_args("07:00", "*-*-* 01:00", None, now) == ["--until", "07:00", "--scheduled", "01:00:00"]
 
 
 LOCAL = timezone(timedelta(hours=1))

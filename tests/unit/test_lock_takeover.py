@@ -58,6 +58,16 @@ def test_proof_never_takes_another_runs_lock() -> None:
         lock.acquire()
 
 
+def test_a_live_owners_lock_names_how_to_stop_it_not_break_lock() -> None:
+    """A lock held by a live run on this controller: --break-lock refuses it (only a dead owner's
+    is taken) and `orch queue run`, which said it, has no such flag."""
+    bed = _bed()
+    TestbedLock(bed.deployment, LockInfo("night-1", "ann", os.getppid(), socket.gethostname(), "2026-11-30")).acquire()
+    with pytest.raises(LockError) as refused:
+        TestbedLock.for_run(bed.deployment, "night-2", "2026-11-30T02:00:00").acquire()
+    assert "--break-lock" not in str(refused.value) and f"kill -TERM {os.getppid()}" in str(refused.value)
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.resumed: list[object] = []
