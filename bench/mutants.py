@@ -253,7 +253,7 @@ def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | No
     gets the tail of pytest's output (why the unmutated module failed, when it does)."""
     cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", TIER]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
-    try:  # stdin closed: a test that reads it would stop a run started in the background (SIGTTIN)
+    try:  # stdin closed: no test may wait on it
         r = subprocess.run(
             cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
         )
