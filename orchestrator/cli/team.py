@@ -315,7 +315,7 @@ def _list_row(i: "QueueItem") -> list[str]:
         i.shown_state,
         str(i.priority),
         Path(i.matrix).name,
-        i.testbed or "(first)",
+        i.testbed_shown,
         i.added[:19],
         i.queued_by,
         Path(i.run_dir).name if i.run_dir else "",

@@ -496,7 +496,7 @@ def item_view(item: QueueItem) -> QueueView:
         item.shown_state,
         item.priority,
         Path(item.matrix).name,
-        item.testbed or "(first)",
+        item.testbed_shown,
         item.added,
         Path(item.run_dir).name if item.run_dir else "",
         STALE_ITEM if stale and not item.message else item.message,

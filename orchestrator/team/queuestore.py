@@ -126,6 +126,12 @@ class QueueItem:
         return f"item {self.id} ({Path(self.matrix).name})"
 
     @property
+    def testbed_shown(self) -> str:
+        """The testbeds the views name: those `-t` meant when queued (what `queue add` said), else
+        as typed, or "(first)" for an item an older orch queued without -t."""
+        return ",".join(self.testbeds) or self.testbed or "(first)"
+
+    @property
     def shown_state(self) -> str:
         """The state the views show (`queue list`, `orch status`, /api/status): `stale` for an item
         still marked running whose runner is gone (kill -9; the next `queue run` takes it back),

@@ -74,6 +74,27 @@ def test_the_first_add_says_it_made_a_new_queue(
     assert "new queue" not in capsys.readouterr().out
 
 
+def test_the_views_name_the_testbed_queue_add_named(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without -t, `queue add` says "on testbed 'sim'" and `queue list` and `orch status` said
+    "(first)" (found by the new-user walk); an item an older orch queued (no names kept) still does."""
+    from dataclasses import replace
+
+    from orchestrator.cli.team import _list_row
+    from orchestrator.team.livestatus import item_view
+
+    reports, matrix, inventory = setup
+    assert main(["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]) == 0
+    assert "on testbed 'sim'" in capsys.readouterr().out
+    with Queue.in_reports(reports) as q:
+        item = q.get(1)
+    assert item.testbed is None and _list_row(item)[4] == "sim" and item_view(item).testbed == "sim"
+    assert main(["queue", "list", "--reports", str(reports)]) == 0 and "(first)" not in capsys.readouterr().out
+    older = replace(item, testbeds=())
+    assert _list_row(older)[4] == "(first)" and item_view(older).testbed == "(first)"
+
+
 @pytest.mark.parametrize("bad", ["matrix", "inventory", "testbed", "webhook"])
 def test_bad_input_is_not_queued(setup: tuple[Path, Path, Path], bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     reports, matrix, inventory = setup
