@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from orchestrator.team.livestatus import Snapshot
     from orchestrator.team.overnight import QueueSweep
-    from orchestrator.team.queue import QueueItem, SweepOutcome
+    from orchestrator.team.queue import NewItem, QueueItem, SweepOutcome
     from orchestrator.team.queuestore import QueueStore
 
 
@@ -253,13 +253,35 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     fresh = not is_server_url(spec) and not Path(spec).exists()
     with _open_queue(args) as q:
         item = q.add_item(new)
+        twins = _same_sweeps(q, item.id, new)
     # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
     trials = "a hunt" if plan.matrix.hunt is not None else f"{len(plan.steps)} trials"
     where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
     out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
+    if twins:  # allowed (a second night's run of it), but most often a command run twice
+        ids = ", ".join(map(str, twins))
+        out.print(
+            escape(
+                f"note: item(s) {ids} not yet finished queue the same sweep (the same matrix, inventory and "
+                f"testbeds): both will run; `orch queue remove {item.id}` if one is enough"
+            )
+        )
     if fresh:  # a mistyped --reports made a queue no `queue run` of the usual folder sees
         out.print(escape(f"a new queue: {spec} (queue run, list and status see it with the same --reports or --store)"))
     return 0
+
+
+def _same_sweeps(q: "QueueStore", added: int, new: "NewItem") -> list[int]:
+    """Unfinished items, but `added`, that run the sweep `new` queues: the same files (paths, and
+    the texts they held when queued: read only for items alike so far) on the same testbeds."""
+    where = (str(new.matrix), str(new.inventory), new.testbed, new.testbeds)
+    alike = [
+        i.id
+        for i in q.items(("queued", "running", "resumable"))
+        if i.id != added and (i.matrix, i.inventory, i.testbed, i.testbeds) == where
+    ]
+    texts = (new.matrix_text, new.inventory_text)
+    return [i for i in alike if ((full := q.get(i)).matrix_text, full.inventory_text) == texts]
 
 
 LIST_FINISHED = 20  # finished items `queue list` shows without --all (the newest)

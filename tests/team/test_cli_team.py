@@ -74,6 +74,22 @@ def test_the_first_add_says_it_made_a_new_queue(
     assert "new queue" not in capsys.readouterr().out
 
 
+def test_queueing_the_same_sweep_twice_is_said(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both are kept (a second night's run of one sweep), but the add says so: a command run twice
+    queued it twice without a word (found by the new-user walk). Another testbed, another sweep."""
+    reports, matrix, inventory = setup
+    args = ["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports)]
+    assert main(args) == 0 and "same sweep" not in capsys.readouterr().out
+    assert main(args) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "note: item(s) 1 not yet finished queue the same sweep" in said and "queue remove 2" in said
+    assert items(reports) == [(1, "queued"), (2, "queued")]
+    matrix.write_text(matrix.read_text() + "# edited\n")  # another matrix text: another sweep
+    assert main(args) == 0 and "same sweep" not in capsys.readouterr().out
+
+
 def test_the_views_name_the_testbed_queue_add_named(
     setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
