@@ -378,9 +378,13 @@ def _webhooks(webhooks: list[str] | None) -> list[Webhook]:
     sweep starts: a bad one found after it would turn the sweep's exit code into a usage error."""
     if not webhooks:
         return []
+    from orchestrator.cli.console import warn
     from orchestrator.team import notify
 
-    return notify.configured(webhooks)
+    hooks = notify.configured(webhooks)
+    for line in notify.plain_http(hooks):
+        warn(line)
+    return hooks
 
 
 def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:

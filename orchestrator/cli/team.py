@@ -233,10 +233,9 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
 
     from orchestrator.cli.console import out, warn
     from orchestrator.sweep.prepare import prepare  # validated now, run later: not the run machinery
-    from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import NewItem, is_server_url, store_spec
 
-    hooks = check_urls(args.webhook)
+    hooks = _checked_hooks(args.webhook)
     prepared = prepare(sweep_request(args), warn=warn)
     plan = prepared.plan
     new = NewItem(
@@ -269,6 +268,17 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     if fresh:  # a mistyped --reports made a queue no `queue run` of the usual folder sees
         out.print(escape(f"a new queue: {spec} (queue run, list and status see it with the same --reports or --store)"))
     return 0
+
+
+def _checked_hooks(texts: list[str]) -> tuple[str, ...]:
+    """The --webhook URLs, checked (bad input exits 2), a plain-http one to another machine said."""
+    from orchestrator.cli.console import warn
+    from orchestrator.team.notify import Webhook, check_urls, plain_http
+
+    hooks = check_urls(texts)
+    for line in plain_http(Webhook.parse(t) for t in hooks):
+        warn(line)
+    return hooks
 
 
 def _same_sweeps(q: "QueueStore", added: int, new: "NewItem") -> list[int]:
@@ -370,10 +380,9 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import err, out
-    from orchestrator.team.notify import check_urls
     from orchestrator.team.queue import run_queue
 
-    hooks = check_urls(args.webhook)
+    hooks = _checked_hooks(args.webhook)
     deadline = _deadline(args)
     if deadline == "missed":
         return 0
@@ -579,7 +588,7 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out
-    from orchestrator.team.notify import check_urls, shown
+    from orchestrator.team.notify import shown
     from orchestrator.team.queue import STORE_ENV
     from orchestrator.team.schedule import (
         Schedule,
@@ -617,7 +626,7 @@ def cmd_schedule_install(args: argparse.Namespace) -> int:
         args.on_calendar,
         args.on_active,
         package_root(),
-        check_urls(args.webhook),
+        _checked_hooks(args.webhook),
         run_as,
         store,
     )

@@ -258,6 +258,26 @@ def configured(*lists: Iterable[str], environ: dict[str, str] | None = None) -> 
     return list(seen.values())
 
 
+def plain_http(hooks: Iterable[Webhook]) -> list[str]:
+    """A warning for each http:// webhook to another machine: the run's summary, and a token in
+    the URL's path (how chat webhooks authenticate), cross the network unencrypted. Allowed (a lab
+    receiver without TLS), but said once, when it is given; loopback is this machine's own."""
+    out = []
+    for hook in hooks:
+        parts = urlsplit(hook.url)
+        host = (parts.hostname or "").lower()
+        if parts.scheme == "http" and not _loopback(host):
+            out.append(
+                f"webhook {shown(hook.url)!r}: plain http to another machine: the summary and any token in "
+                "the URL cross the network unencrypted (use https:// where the receiver has it)"
+            )
+    return out
+
+
+def _loopback(host: str) -> bool:
+    return host == "localhost" or host.endswith(".localhost") or host == "::1" or host.startswith("127.")
+
+
 def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
     """Validate URLs given on a command line (bad input exits 2 before anything runs)."""
     for t in texts:

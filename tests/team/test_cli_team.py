@@ -90,6 +90,32 @@ def test_queueing_the_same_sweep_twice_is_said(
     assert main(args) == 0 and "same sweep" not in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("url", "warned"),
+    [
+        ("http://hooks.example/T/B/secret", True),
+        ("slack+http://10.0.0.5:8080/T/secret", True),
+        ("http://127.0.0.1:9/secret", False),
+        ("http://localhost:9/secret", False),
+        ("https://hooks.example/T/B/secret", False),
+    ],
+)
+def test_a_plain_http_webhook_to_another_machine_is_said(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], url: str, warned: bool
+) -> None:
+    """Allowed (a lab receiver without TLS), but its summary and token cross the network in clear:
+    said when given, to queue add and to orch run alike, never with the token (the new-user walk)."""
+    reports, matrix, inventory = setup
+    for argv in (
+        ["queue", "add", str(matrix), "-i", str(inventory), "--reports", str(reports), "--webhook", url],
+        ["run", str(matrix), "-i", str(inventory), "--out", str(reports), "--dry-run", "--webhook", url],
+    ):
+        assert main(argv) == 0
+        err = " ".join(capsys.readouterr().err.split())
+        assert ("plain http to another machine" in err) == warned, (argv[0], err)
+        assert "secret" not in err
+
+
 def test_the_views_name_the_testbed_queue_add_named(
     setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
