@@ -19,7 +19,7 @@ from orchestrator.core.config import (
     read_matrix,
 )
 from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
-from orchestrator.core.matrix import client_values, level_index, warnings_for
+from orchestrator.core.matrix import LevelIndex, client_values, level_index, warnings_for
 from orchestrator.core.model import CONTROLLER, Matrix, Trial
 from orchestrator.core.plan import make_plan
 from orchestrator.core.sourcemap import PathKey
@@ -161,10 +161,9 @@ def check_command_lengths(plan: Plan, testbeds: Sequence[Testbed], run_dir: RunD
     firsts = list({step.trial.cell: step.trial for step in reversed(plan.steps)}.values())  # one per cell
     for testbed in testbeds:
         for where, template, trial in _commands(matrix, firsts):
-            client = client_values(trial.cell, levels) if trial else {}
-            trial_dir = str(run_dir.trial(trial.index if trial else 0).path)
-            values = command_values(plan.seed, testbed, str(run_dir.path), trial_dir, trial, client)
-            size = len(render_command(template, values).encode("utf-8", errors="surrogateescape"))
+            size = len(
+                _filled(template, plan, testbed, run_dir, trial, levels).encode("utf-8", errors="surrogateescape")
+            )
             if size > MAX_COMMAND_BYTES:
                 cell = f" for cell {trial.cell.id}" if trial else ""
                 raise matrix.source.error(
@@ -173,6 +172,16 @@ def check_command_lengths(plan: Plan, testbeds: Sequence[Testbed], run_dir: RunD
                     f"{MAX_COMMAND_BYTES:,}: Linux runs a command of at most 128 KiB)",
                     "use each placeholder once, or put the long part in a script",
                 )
+
+
+def _filled(
+    template: str, plan: Plan, testbed: Testbed, run_dir: RunDir, trial: Trial | None, levels: LevelIndex
+) -> str:
+    """A command as it runs for `trial` (None: a collector's) on `testbed`: its placeholders filled
+    in with the run's own values (sweep.commands)."""
+    client = client_values(trial.cell, levels) if trial else {}
+    trial_dir = str(run_dir.trial(trial.index if trial else 0).path)
+    return render_command(template, command_values(plan.seed, testbed, str(run_dir.path), trial_dir, trial, client))
 
 
 def _commands(matrix: Matrix, trials: list[Trial]) -> Iterator[tuple[PathKey, str, Trial | None]]:
@@ -206,11 +215,9 @@ def check_repro_program(plan: Plan, testbed: Testbed, run_dir: RunDir) -> None:
     repro = plan.matrix.repro
     if repro.on != CONTROLLER or not plan.steps:
         return
-    trial = plan.steps[0].trial
-    client = client_values(trial.cell, level_index(plan.matrix))
-    values = command_values(plan.seed, testbed, str(run_dir.path), str(run_dir.trial(trial.index).path), trial, client)
+    trial, levels = plan.steps[0].trial, level_index(plan.matrix)
     for where, template in ((("repro", "command"), repro.command), (("repro", "warmup"), repro.warmup)):
-        program = _program(render_command(template, values)) if template else None
+        program = _program(_filled(template, plan, testbed, run_dir, trial, levels)) if template else None
         if program is not None and not _runnable(program):
             raise plan.matrix.source.error(
                 where,
