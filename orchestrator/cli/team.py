@@ -273,12 +273,11 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
 def _checked_hooks(texts: list[str]) -> tuple[str, ...]:
     """The --webhook URLs, checked (bad input exits 2), a plain-http one to another machine said."""
     from orchestrator.cli.console import warn
-    from orchestrator.team.notify import Webhook, check_urls, plain_http
+    from orchestrator.team.notify import Webhook, plain_http
 
-    hooks = check_urls(texts)
-    for line in plain_http(Webhook.parse(t) for t in hooks):
+    for line in plain_http([Webhook.parse(t) for t in texts]):  # each parsed whole before any is said
         warn(line)
-    return hooks
+    return tuple(texts)
 
 
 def _same_sweeps(q: "QueueStore", added: int, new: "NewItem") -> list[int]:

@@ -278,13 +278,6 @@ def _loopback(host: str) -> bool:
     return host == "localhost" or host.endswith(".localhost") or host == "::1" or host.startswith("127.")
 
 
-def check_urls(texts: Sequence[str]) -> tuple[str, ...]:
-    """Validate URLs given on a command line (bad input exits 2 before anything runs)."""
-    for t in texts:
-        Webhook.parse(t)
-    return tuple(texts)
-
-
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
     """The summary of a run directory: status, counts, the result sentence and the reasons to doubt
     the data, from the report's own model of the run on disk (report.render), so every word and
