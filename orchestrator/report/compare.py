@@ -87,9 +87,13 @@ class Comparison:
         return tuple(lines_of(self.unlike))
 
     def unit(self, metric: str) -> str:
-        """The metric's unit: both runs' (report.unlike leaves a metric out when they declare two),
-        or the one run's that recorded it (a run of an older orch recorded none)."""
-        return self.a.metric_units.get(metric) or self.b.metric_units.get(metric) or ""
+        return unit_of(metric, self.a, self.b)
+
+
+def unit_of(metric: str, a: RunManifest, b: RunManifest) -> str:
+    """The metric's unit: both runs' (report.unlike leaves a metric out when they declare two),
+    or the one run's that recorded it (a run of an older orch recorded none)."""
+    return a.metric_units.get(metric) or b.metric_units.get(metric) or ""
 
 
 def compare(
@@ -375,7 +379,7 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
                 + _said(r.caution)
             )
         else:
-            unit = a.metric_units.get(r.metric) or b.metric_units.get(r.metric) or ""
+            unit = unit_of(r.metric, a, b)
             out.append(
                 f"{r.metric} in {r.cell}: median {with_unit(r.a.median.estimate, unit)} vs "  # type: ignore[union-attr]
                 f"{with_unit(r.b.median.estimate, unit)} (p={r.p_holm:.2g}, Holm)" + _said(r.caution)  # type: ignore[union-attr]
@@ -422,9 +426,8 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
     from orchestrator.report.page import csp, environment
     from orchestrator.store.manifest import load_manifest
 
-    ids = [
-        load_manifest(run, plan=False).run_id for run in (run_a, run_b)
-    ]  # both are runs, before minutes of reading one
+    # both are runs, before minutes of reading one
+    ids = [load_manifest(run, plan=False).run_id for run in (run_a, run_b)]
     if ids[0] == ids[1]:  # a page of "no cell differs" would be no answer either: it differs nowhere by construction
         raise UsageError(
             f"{run_a} and {run_b}: the same run ({ids[0]}): a run compared with itself differs nowhere",
