@@ -27,6 +27,7 @@ import httpx
 import tenacity
 
 from orchestrator.core.clip import clip, clip_list
+from orchestrator.core.endpoints import LOOPBACK, canonical_host
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.liveness import not_restored_line, read_status, recorded_restore
@@ -265,17 +266,12 @@ def plain_http(hooks: Iterable[Webhook]) -> list[str]:
     out = []
     for hook in hooks:
         parts = urlsplit(hook.url)
-        host = (parts.hostname or "").lower()
-        if parts.scheme == "http" and not _loopback(host):
+        if parts.scheme == "http" and canonical_host(parts.hostname or "") != LOOPBACK:
             out.append(
                 f"webhook {shown(hook.url)!r}: plain http to another machine: the summary and any token in "
                 "the URL cross the network unencrypted (use https:// where the receiver has it)"
             )
     return out
-
-
-def _loopback(host: str) -> bool:
-    return host == "localhost" or host.endswith(".localhost") or host == "::1" or host.startswith("127.")
 
 
 def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:

@@ -97,6 +97,8 @@ def test_queueing_the_same_sweep_twice_is_said(
         ("slack+http://10.0.0.5:8080/T/secret", True),
         ("http://127.0.0.1:9/secret", False),
         ("http://localhost:9/secret", False),
+        ("http://[::1]:9/secret", False),
+        ("http://127.example.com/secret", True),  # a name, not an address: core.endpoints' one rule
         ("https://hooks.example/T/B/secret", False),
     ],
 )
