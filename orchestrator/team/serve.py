@@ -344,7 +344,6 @@ class ReportsHandler(BaseHTTPRequestHandler):
 
     def _run_status_page(self, run_dir: str) -> None:
         """A running sweep has no report yet: its link shows its live status instead of a 404."""
-
         s = snapshot(self.reports, self.statuses)
         mine = Snapshot(s.generated, tuple(r for r in s.runs if r.directory == run_dir), ())
         self._send(HTTPStatus.OK, render_status(mine).encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
