@@ -4,12 +4,17 @@ and prints each timing beside scipy's with their ratio (no figure asserted: spee
 from __future__ import annotations
 
 import pytest
-from helpers.benchrun import bench_output
+from helpers.benchrun import bench_in_process
 
 
 @pytest.mark.process
-def test_tiny_run_prints_every_row_beside_scipy() -> None:
-    out = bench_output("bench_stat_calls.py", "--calls", "40", "--repeat", "1", timeout=120)
+def test_tiny_run_prints_every_row_beside_scipy(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # in-process: no second interpreter nor second import of scipy (the figures are not asserted)
+    out = bench_in_process(
+        "bench_stat_calls.py", "--calls", "40", "--repeat", "1", monkeypatch=monkeypatch, capsys=capsys
+    )
     assert "load average" in out
     names = ("midranks vs rankdata:", "pearson_chi2 vs chi2_contingency:", "fisher_exact (", "number effect,")
     names += ("wilson vs", "newcombe vs", "fisher_exact, not remembered", "mann_whitney vs", "trend vs")
