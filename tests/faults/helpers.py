@@ -6,6 +6,8 @@ journal valid with each planned trial present exactly once.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -338,6 +340,26 @@ def run_cli(argv: list[str], capsys) -> Done:  # type: ignore[no-untyped-def]
         code = int(exc.code or 0)
     captured = capsys.readouterr()
     return Done(code, captured.out + captured.err)
+
+
+def orch_here(bed: SimBed, args: list[str]) -> Done:
+    """`orch ARGS` run to the end in this process, from the testbed's folder as orch() runs it, its
+    output collected: orch() without an interpreter start and imports (~1-2 CPU-s each), for the
+    harnesses' way back and views that nothing signals (no capsys needed: stdout and stderr are
+    redirected while it runs)."""
+    from orchestrator.cli.main import main
+
+    buf, cwd = io.StringIO(), os.getcwd()
+    os.chdir(bed.root)
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            try:
+                code = main(args)
+            except SystemExit as exc:  # argparse refusing the command line
+                code = int(exc.code or 0)
+    finally:
+        os.chdir(cwd)
+    return Done(code, buf.getvalue())
 
 
 def section(html: str, section_id: str) -> str:

@@ -38,6 +38,7 @@ from .helpers import (
     matrix_yaml,
     orch,
     output_of,
+    run_cli,
     sim_processes,
     spawn_orch,
 )
@@ -96,13 +97,16 @@ def kill_at(proc: subprocess.Popen[bytes], when) -> bool:  # type: ignore[no-unt
     return False
 
 
-def finish(bed: SimBed, run_id: str, tally: Tally) -> None:
-    """Let one last resume run to the end, then check everything."""
-    proc = start(bed, run_id)
-    code = proc.wait(180)
-    text = output_of(proc)
-    assert_no_traceback(text)
-    assert code == 0, text
+def finish(bed: SimBed, run_id: str, tally: Tally, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Let one last resume run to the end, then check everything. It runs in this process (its
+    interpreter start and imports already paid): nothing signals it, and every resume that is
+    killed is a process of its own."""
+    run_dir = bed.run_dir(run_id)
+    # as start(): `orch run` again when the last kill came before the run folder existed
+    args = ["resume", str(run_dir)] if (run_dir / "run.json").exists() else bed.run_args(run_id)
+    done = run_cli(args, capsys)
+    assert_no_traceback(done.output)
+    assert done.code == 0, done.output
     check_done(bed, run_id, tally)
 
 
@@ -121,8 +125,8 @@ def check_done(bed: SimBed, run_id: str, tally: Tally) -> None:
     assert_clean(bed, grace_s=15)
 
 
-def sweep_with_kills(
-    bed: SimBed, run_id: str, rng: random.Random, tally: Tally, budget: int, forced: bool = False
+def sweep_with_kills(  # type: ignore[no-untyped-def]
+    bed: SimBed, run_id: str, rng: random.Random, tally: Tally, budget: int, capsys, forced: bool = False
 ) -> None:
     """One sweep, killed up to `budget` times at random while it runs trials (plus, if forced,
     once during its backup and once during its restore), then finished by a last resume."""
@@ -152,7 +156,7 @@ def sweep_with_kills(
         # restoring, host by host, each step 0.4 s slow
         assert kill_at(proc, lambda: _starts(run_dir) > before and _finished_trials(run_dir) >= planned)
         assert record(tally, run_dir, before, "forced") == "restore"
-    finish(bed, run_id, tally)
+    finish(bed, run_id, tally, capsys)
 
 
 def kill_point(rng: random.Random, run_dir: Path, starts_before: int) -> tuple[Callable[[], bool], str]:
@@ -216,7 +220,7 @@ def test_sigkill_at_random_points_then_resume_loses_nothing(tmp_path: Path, caps
         while tally.kills < MIN_KILLS:
             # the first sweep: killed in its backup, a few times at random, then in its restore
             budget = 2 if sweep == 0 else min(12, MIN_KILLS - tally.kills)
-            sweep_with_kills(bed, f"k{sweep}", rng, tally, budget=budget, forced=sweep == 0)
+            sweep_with_kills(bed, f"k{sweep}", rng, tally, budget, capsys, forced=sweep == 0)
             sweep += 1
     finally:
         cleanup_processes(bed)
@@ -232,7 +236,7 @@ def test_sigkill_at_random_points_then_resume_loses_nothing(tmp_path: Path, caps
     assert tally.lost == 0 and tally.duplicated == 0
 
 
-def test_orch_restore_after_sigkill_mid_trial_then_resume_completes(bed: SimBed) -> None:
+def test_orch_restore_after_sigkill_mid_trial_then_resume_completes(bed: SimBed, capsys) -> None:
     """kill -9 in the middle of a sweep, then `orch restore`: hosts back at once (the run can
     still be resumed later, and resuming finishes it)."""
     bed.write_matrix(matrix_yaml(replicates=1))
@@ -240,12 +244,14 @@ def test_orch_restore_after_sigkill_mid_trial_then_resume_completes(bed: SimBed)
     proc = spawn_orch(bed, bed.run_args("r"))
     assert kill_at(proc, lambda: _finished_trials(run_dir) >= 1), output_of(proc)
     assert sim_processes(bed), "the killed controller's units should still be up"
-    done = orch(bed, ["restore", str(run_dir)])
+    # restore and resume run in this process (nothing signals them; the restore after a kill in
+    # a real process is test_orch_restore_after_sigkill_during_backup_has_nothing_to_put_back's)
+    done = run_cli(["restore", str(run_dir)], capsys)
     assert done.code == 0, done.output
     assert "restored: prefill, decode, router" in done.output
     assert_clean(bed, grace_s=15)
     assert manifest(run_dir).status == "interrupted"
-    done = orch(bed, ["resume", str(run_dir)])
+    done = run_cli(["resume", str(run_dir)], capsys)
     assert done.code == 0, done.output
     planned, lost, twice = journal_tally(run_dir)
     assert planned == 4 and not lost and not twice

@@ -21,7 +21,6 @@ from .helpers import (
     error_lines,
     kill_group,
     matrix_yaml,
-    orch,
     output_of,
     run_cli,
     spawn_orch,
@@ -56,7 +55,7 @@ def test_second_run_and_second_resume_exit_2_naming_the_holder(bed: SimBed, caps
     assert "run first by" in line and f"pid {first.pid} on {socket.gethostname()}" in line
     assert not bed.run_dir("second").exists()
 
-    again = orch(bed, ["resume", str(run_dir)])  # the same run, twice at once
+    again = run_cli(["resume", str(run_dir)], capsys)  # the same run, twice at once
     assert again.code == 2, again.output
     assert "that run is still running" in one_error(again.output)
 
@@ -110,7 +109,7 @@ def test_break_lock_never_adopts_a_dead_runs_unrestored_hosts(bed: SimBed, capsy
     assert "still holds the changes of run dead" in line and f"orch restore {dead_dir}" in line
     assert not bed.run_dir("next").exists()
 
-    restored = orch(bed, ["restore", str(dead_dir)])
+    restored = run_cli(["restore", str(dead_dir)], capsys)
     assert restored.code == 0, restored.output
     assert_clean(bed, grace_s=15)
     done = run_cli(bed.run_args("next"), capsys)  # no --break-lock needed any more

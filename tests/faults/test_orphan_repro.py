@@ -25,9 +25,9 @@ from .helpers import (
     kill_group,
     make_simbed,
     matrix_yaml,
-    orch,
     output_of,
     pid_running,
+    run_cli,
     spawn_orch,
     trial_records,
 )
@@ -103,7 +103,7 @@ def _kill_orphan(orphan: int | None) -> None:
             pass
 
 
-def test_orphaned_repro_of_a_killed_controller_is_stopped_by_resume(tmp_path: Path) -> None:
+def test_orphaned_repro_of_a_killed_controller_is_stopped_by_resume(tmp_path: Path, capsys) -> None:
     bed, marks = _setup(tmp_path, first_sleep=600, timeout=8)  # a hung workload, 8 s timeout
     orphan = None
     try:
@@ -111,12 +111,12 @@ def test_orphaned_repro_of_a_killed_controller_is_stopped_by_resume(tmp_path: Pa
         t_orphan = time.monotonic()
         run_dir = bed.run_dir("o1")
         assert (run_dir / "trials" / f"{trial:04d}" / "repro.pid").exists()  # recorded while it runs
-        done = orch(bed, ["resume", str(run_dir)], timeout=240)
+        done = run_cli(["resume", str(run_dir)], capsys)
         assert done.code == 0, done.output
         assert f"trial {trial:04d}: stopped its repro" in done.output, done.output
         planned, lost, twice = journal_tally(run_dir)
         assert not lost and not twice
-        done = orch(bed, ["restore", str(run_dir)])
+        done = run_cli(["restore", str(run_dir)], capsys)
         assert done.code == 0, done.output
         # gone as soon as resume and restore have finished (resume stops the group and waits until
         # it is gone): no waiting out the repro's 8 s timeout, which would let a process that
@@ -133,12 +133,12 @@ def test_orphaned_repro_of_a_killed_controller_is_stopped_by_resume(tmp_path: Pa
         cleanup_processes(bed)
 
 
-def test_orphaned_repro_is_stopped_by_restore(tmp_path: Path) -> None:
+def test_orphaned_repro_is_stopped_by_restore(tmp_path: Path, capsys) -> None:
     bed, marks = _setup(tmp_path, first_sleep=600, timeout=8)
     orphan = None
     try:
         trial, orphan = _kill_when_first_repro_runs(bed, marks, "o3")
-        done = orch(bed, ["restore", str(bed.run_dir("o3"))])
+        done = run_cli(["restore", str(bed.run_dir("o3"))], capsys)
         assert done.code == 0, done.output
         assert f"trial {trial:04d}: stopped its repro" in done.output, done.output
         assert not group_members(orphan), f"repro group {orphan} still has {group_members(orphan)}"
@@ -147,12 +147,12 @@ def test_orphaned_repro_is_stopped_by_restore(tmp_path: Path) -> None:
         cleanup_processes(bed)
 
 
-def test_orphaned_repro_never_writes_into_the_rerun_trials_output_or_metric(tmp_path: Path) -> None:
+def test_orphaned_repro_never_writes_into_the_rerun_trials_output_or_metric(tmp_path: Path, capsys) -> None:
     bed, marks = _setup(tmp_path, first_sleep=7, timeout=60)
     orphan = None
     try:
         trial, orphan = _kill_when_first_repro_runs(bed, marks, "o2")
-        done = orch(bed, ["resume", str(bed.run_dir("o2"))], timeout=240)
+        done = run_cli(["resume", str(bed.run_dir("o2"))], capsys)
         assert done.code == 0, done.output
         assert_no_traceback(done.output)
         rec = [r for r in trial_records(bed.run_dir("o2")) if r.trial == trial and r.status == "completed"]

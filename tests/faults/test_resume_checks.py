@@ -18,8 +18,8 @@ from .helpers import (
     journal_tally,
     kill_group,
     matrix_yaml,
-    orch,
     output_of,
+    run_cli,
     spawn_orch,
     wait_for,
 )
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.sim
 TORN = b'{"type": "trial", "schema_version": 1, "run_id": "killed", "trial": 3, "sta'
 
 
-def test_resume_refuses_a_changed_plan_and_repairs_a_torn_journal_tail(bed: SimBed) -> None:
+def test_resume_refuses_a_changed_plan_and_repairs_a_torn_journal_tail(bed: SimBed, capsys, monkeypatch) -> None:
     bed.write_matrix(matrix_yaml(replicates=1))
     run_dir = bed.run_dir("k")
     proc = spawn_orch(bed, bed.run_args("k"))
@@ -38,8 +38,11 @@ def test_resume_refuses_a_changed_plan_and_repairs_a_torn_journal_tail(bed: SimB
     hosts_now = {role: bed.env_file(role).read_bytes() for role in bed.originals}
 
     matrix_text, inventory_text = bed.matrix.read_text(), bed.inventory.read_text()
+    # orch resumes in this process, from the testbed's folder as a user would (and as the orch
+    # subprocess did): the refusals name the files relative to it
+    monkeypatch.chdir(bed.root)
     bed.matrix.write_text(matrix_text.replace("replicates: 1", "replicates: 2"))
-    done = orch(bed, ["resume", str(run_dir)])
+    done = run_cli(["resume", str(run_dir)], capsys)
     assert done.code == 2, done.output
     assert_no_traceback(done.output)
     assert error_lines(done.output) == [
@@ -49,7 +52,7 @@ def test_resume_refuses_a_changed_plan_and_repairs_a_torn_journal_tail(bed: SimB
     bed.matrix.write_text(matrix_text)
 
     bed.inventory.write_text(inventory_text + "# edited\n")
-    done = orch(bed, ["resume", str(run_dir)])
+    done = run_cli(["resume", str(run_dir)], capsys)
     assert done.code == 2, done.output
     assert_no_traceback(done.output)
     [line] = error_lines(done.output)
@@ -61,7 +64,7 @@ def test_resume_refuses_a_changed_plan_and_repairs_a_torn_journal_tail(bed: SimB
     with open(run_dir / "journal.jsonl", "ab") as journal:
         journal.write(TORN)  # the controller died in the middle of this line
     assert read_journal(run_dir / "journal.jsonl").torn_tail
-    done = orch(bed, ["resume", str(run_dir)])
+    done = run_cli(["resume", str(run_dir)], capsys)
     assert done.code == 0, done.output
     assert "journal: dropped a torn last line" in done.output
     contents = read_journal(run_dir / "journal.jsonl")

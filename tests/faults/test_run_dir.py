@@ -21,7 +21,6 @@ from .helpers import (
     count_trials,
     error_lines,
     journal_tally,
-    orch,
     output_of,
     run_cli,
     spawn_orch,
@@ -96,7 +95,7 @@ def test_tiny_disk_stops_the_sweep_with_a_clear_error_and_hosts_restored(bed: Si
 
 
 @needs_root
-def test_disk_filling_up_mid_sweep_then_resume_after_freeing_space(bed: SimBed, tmpfs) -> None:
+def test_disk_filling_up_mid_sweep_then_resume_after_freeing_space(bed: SimBed, tmpfs, capsys) -> None:
     out = tmpfs("8m")
     run_dir = out / "full"
     proc = spawn_orch(bed, ["run", str(bed.matrix), "-i", str(bed.inventory), "--out", str(out), "--run-id", "full"])
@@ -114,7 +113,7 @@ def test_disk_filling_up_mid_sweep_then_resume_after_freeing_space(bed: SimBed, 
     assert all(t.status == "completed" for t in trial_records(run_dir))
 
     filler.unlink()
-    done = orch(bed, ["resume", str(run_dir)])
+    done = run_cli(["resume", str(run_dir)], capsys)
     assert done.code == 0, done.output
     planned, lost, twice = journal_tally(run_dir)
     assert (planned, lost, twice) == (8, [], [])

@@ -27,8 +27,8 @@ from .helpers import (
     leftovers,
     manifest,
     matrix_yaml,
-    orch,
     output_of,
+    run_cli,
     spawn_orch,
     wait_for,
 )
@@ -61,7 +61,7 @@ def has_event(run_dir: Path, event: str) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_mid_sweep_restores_hosts_and_resume_completes(bed: SimBed, sig: signal.Signals) -> None:
+def test_signal_mid_sweep_restores_hosts_and_resume_completes(bed: SimBed, sig: signal.Signals, capsys) -> None:
     bed.write_matrix(matrix_yaml(replicates=1))
     run_dir = bed.run_dir("s")
     proc = spawn_orch(bed, bed.run_args("s"))
@@ -79,7 +79,7 @@ def test_signal_mid_sweep_restores_hosts_and_resume_completes(bed: SimBed, sig: 
     assert any(isinstance(r, EventRecord) and r.event == "run_interrupted" for r in contents.records)
     assert manifest(run_dir).status == "interrupted"
 
-    done = orch(bed, ["resume", str(run_dir)])
+    done = run_cli(["resume", str(run_dir)], capsys)
     assert done.code == 0, done.output
     planned, lost, twice = journal_tally(run_dir)
     assert (planned, lost, twice) == (4, [], [])
@@ -87,7 +87,7 @@ def test_signal_mid_sweep_restores_hosts_and_resume_completes(bed: SimBed, sig: 
     assert_clean(bed)
 
 
-def test_second_sigint_during_restore_says_what_is_left_and_orch_restore_finishes(bed: SimBed) -> None:
+def test_second_sigint_during_restore_says_what_is_left_and_orch_restore_finishes(bed: SimBed, capsys) -> None:
     """Each host's restore step is made 1.5 s slow (test hook), so the second Ctrl-C lands
     inside the restore of decode, the second host in restart order (prefill, decode, router)."""
     bed.write_matrix(matrix_yaml(replicates=1))
@@ -108,7 +108,7 @@ def test_second_sigint_during_restore_says_what_is_left_and_orch_restore_finishe
     restored = [r for r in records(run_dir) if isinstance(r, EventRecord) and r.event == "restored"]
     assert restored and restored[-1].message == "not restored: decode"
 
-    done = orch(bed, ["restore", str(run_dir)])
+    done = run_cli(["restore", str(run_dir)], capsys)
     assert done.code == 0, done.output
     assert "restored: decode (env files byte-identical, units back)" in done.output
     assert "restored already, nothing to do: prefill, router" in done.output  # by the interrupted run

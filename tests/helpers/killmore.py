@@ -31,7 +31,7 @@ from faults.helpers import (
     make_simbed,
     manifest,
     matrix_yaml,
-    orch,
+    orch_here,
     wait_for,
 )
 
@@ -167,7 +167,7 @@ def way_back_named(bed: SimBed, run_dir: Path) -> list[str]:
     left = left_behind(bed)
     if not left:
         return []
-    done = orch(bed, ["status", "--reports", str(bed.reports), "--json"], timeout=60)
+    done = orch_here(bed, ["status", "--reports", str(bed.reports), "--json"])
     if done.code != 0:
         return [f"orch status: exit {done.code}: {done.output[-500:]}"]
     entry = {r["run_id"]: r for r in json.loads(done.output)["runs"]}.get("k")
@@ -286,7 +286,7 @@ def _hunt_checks(bed: SimBed, point: KillPoint, out: Outcome, ref: Reference | N
     if manifest(run_dir).status == "completed":
         return broken + _same_trials(trials_of(run_dir), ref, "the signalled hunt")
     before = finished_records(run_dir)
-    done = orch(bed, ["resume", str(run_dir)], timeout=300)
+    done = orch_here(bed, ["resume", str(run_dir)])
     if done.code != 0:
         return broken + [f"orch resume: exit {done.code}: {done.output[-800:]}"]
     after = finished_records(run_dir)

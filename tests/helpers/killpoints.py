@@ -39,8 +39,8 @@ from faults.helpers import (
     make_simbed,
     manifest,
     matrix_yaml,
-    orch,
     orch_env,
+    orch_here,
     trial_records,
     wait_for,
 )
@@ -306,7 +306,7 @@ def check_journal(run_dir: Path) -> list[str]:
 def check_status(bed: SimBed, run_dir: Path, *, killed: bool) -> list[str]:
     """`orch status --json`: a killed run is stale and names both ways back; a run that exited on
     its own is not stale, and names as not restored only hosts whose env file really changed."""
-    done = orch(bed, ["status", "--reports", str(bed.reports), "--json"], timeout=60)
+    done = orch_here(bed, ["status", "--reports", str(bed.reports), "--json"])
     if done.code != 0:
         return [f"orch status: exit {done.code}: {done.output[-500:]}"]
     runs = {r["run_id"]: r for r in json.loads(done.output)["runs"]}
@@ -336,7 +336,7 @@ def index_state(bed: SimBed, run_id: str = "k") -> str:
 
 
 def check_restore(bed: SimBed, run_dir: Path) -> list[str]:
-    done = orch(bed, ["restore", str(run_dir)], timeout=120)
+    done = orch_here(bed, ["restore", str(run_dir)])
     broken = [] if done.code == 0 else [f"orch restore: exit {done.code}: {done.output[-800:]}"]
     wait_for(lambda: not left_behind(bed), 15)
     broken += [f"after orch restore: {p}" for p in left_behind(bed)]
@@ -345,7 +345,7 @@ def check_restore(bed: SimBed, run_dir: Path) -> list[str]:
 
 
 def check_resume(bed: SimBed, run_dir: Path, before: dict[int, TrialRecord]) -> list[str]:
-    done = orch(bed, ["resume", str(run_dir)], timeout=180)
+    done = orch_here(bed, ["resume", str(run_dir)])
     if done.code != 0:
         return [f"orch resume: exit {done.code}: {done.output[-800:]}"]
     planned, lost, twice = journal_tally(run_dir)

@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from faults.helpers import SimBed, cleanup_processes, journal_tally, make_simbed, manifest, matrix_yaml, orch
+from faults.helpers import SimBed, cleanup_processes, journal_tally, make_simbed, manifest, matrix_yaml, orch, orch_here
 
 from helpers.killmore import Reference, Trial, _wait, draw_hunt, phase_lengths, trials_of
 from helpers.killpoints import (
@@ -75,7 +75,7 @@ def queue_bed(root: Path) -> SimBed:
     for name in ITEMS:
         path = bed.root / f"{name}.yaml"
         path.write_text(matrix_yaml(name=name, replicates=1))
-        done = orch(bed, ["queue", "add", str(path), "-i", str(bed.inventory), "--reports", str(bed.reports)])
+        done = orch_here(bed, ["queue", "add", str(path), "-i", str(bed.inventory), "--reports", str(bed.reports)])
         assert done.code == 0, done.output
     return bed
 
@@ -215,7 +215,7 @@ def views_agree(bed: SimBed) -> list[str]:
     broken += [
         f"orch queue list: item {k} {rows.get(k)!r}, stored {v!r}" for k, v in stored.items() if rows.get(k) != v
     ]
-    status = orch(bed, ["status", "--reports", str(bed.reports), "--json"], timeout=60)
+    status = orch_here(bed, ["status", "--reports", str(bed.reports), "--json"])
     if status.code != 0:
         return broken + [f"orch status: exit {status.code}: {status.output[-300:]}"]
     shown = {int(q["id"]): q["state"] for q in json.loads(status.output)["queue"]}
@@ -230,12 +230,12 @@ def _cells(line: str) -> list[str]:
 def run_again(bed: SimBed, ref: QueueReference, before: dict[Path, dict[int, TrialRecord]]) -> list[str]:
     """`orch queue run` again, unsignalled (then `orch restore` of a run it says it left): every
     item completed exactly once, with the reference's trials, hosts as before."""
-    done = orch(bed, run_args(bed), timeout=300)
+    done = orch_here(bed, run_args(bed))
     broken = [] if done.code == ref.exit_code else [f"queue run again: exit {done.code}: {done.output[-800:]}"]
     for run in (r for name in ITEMS for r in run_folders(bed, name)):
         status = run / "status.json"
         if status.exists() and json.loads(status.read_text()).get("not_restored"):
-            again = orch(bed, ["restore", str(run)], timeout=120)
+            again = orch_here(bed, ["restore", str(run)])
             broken += [f"orch restore {run.name}: exit {again.code}"] * (again.code != 0)
     for i in items(bed):
         broken += _item_once(bed, i, ref, before)
@@ -248,7 +248,7 @@ def runs_settled(bed: SimBed) -> list[str]:
     """Once every item is done, `orch status` shows no run stale or with hosts left: a run folder
     the signal left behind that the queue did not take up again (it started the item anew) must not
     ask the user to resume it (its trials would run twice)."""
-    done = orch(bed, ["status", "--reports", str(bed.reports), "--json"], timeout=60)
+    done = orch_here(bed, ["status", "--reports", str(bed.reports), "--json"])
     if done.code != 0:
         return [f"orch status at the end: exit {done.code}: {done.output[-300:]}"]
     runs = json.loads(done.output)["runs"]
