@@ -15,6 +15,7 @@ ways a new handler could still lose it, each scanned here, each exception listed
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 from orchestrator.errors import CommandInterrupted, Interrupted
@@ -78,6 +79,7 @@ def _functions(tree: ast.Module) -> list[tuple[str, ast.AST]]:
     return [(n.name, n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
 
 
+@cache  # the package parsed once per test process (~0.9 CPU-s): the two guards below read the result
 def scan(root: Path = ROOT) -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
     """(file, function) -> line of its first handler, for each of the two ways above."""
     swallows: dict[tuple[str, str], int] = {}

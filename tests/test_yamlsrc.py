@@ -7,6 +7,7 @@ characters) and on random documents."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -144,3 +145,86 @@ def test_random_documents_read_the_same_by_both_parsers(
         except ConfigError as exc:
             pure = str(exc)
     assert fast == pure
+
+
+# ------------------------------------------------------------------ alias expansion, measured first
+def _bomb(levels: int = 9, width: int = 9) -> str:
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def _outcome(text: str) -> tuple[Any, ...]:
+    """What parse_yaml gives: the value and every position, or the error's words, line and path."""
+    try:
+        value, source = yamlsrc.parse_yaml(text, "m.yaml")
+    except ConfigError as err:
+        return ("refused", str(err), err.line, err.path)
+    return ("read", value, source.positions)
+
+
+def _plain(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """The same, building every value (the document not measured first)."""
+    with monkeypatch.context() as m:
+        m.setattr(yamlsrc._Sizes, "over_limit", lambda self, root: None)
+        return _outcome(text)
+
+
+def test_an_alias_bomb_is_refused_without_building_its_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """9 nested 9-fold aliases (400 million values): refused with the error building values gives,
+    at the same value, after building a few dozen of them, not MAX_NODES (~0.2 CPU-s each time)."""
+    plain = _plain(_bomb(), monkeypatch)
+    built = []
+    convert = yamlsrc._convert
+    monkeypatch.setattr(yamlsrc, "_convert", lambda *a: built.append(1) or convert(*a))
+    assert _outcome(_bomb()) == plain
+    assert plain[0] == "refused" and "more than 100000 values once aliases are expanded" in plain[1]
+    assert len(built) < 1_000, len(built)
+
+
+def _random_document(rng: random.Random) -> str:
+    """Top-level keys, each a list or mapping that may carry an anchor and alias earlier ones, with
+    now and then what the converter refuses (a duplicate key, a merge key, an unsupported tag)."""
+    anchors: list[str] = []
+
+    def item(depth: int) -> str:
+        roll = rng.random()
+        if anchors and roll < 0.45:
+            return f"*{rng.choice(anchors)}"
+        if depth < 3 and roll < 0.75:
+            inner = [item(depth + 1) for _ in range(rng.randint(1, 4))]
+            return (
+                f"[{', '.join(inner)}]"
+                if rng.random() < 0.6
+                else "{" + ", ".join(f"k{j}: {v}" for j, v in enumerate(inner)) + "}"
+            )
+        return rng.choice(
+            ["x", "on", "1.0", "'q'"] * 20 + ["{p: 1, p: 2}", "{<<: {a: 1}}", "!!binary aGk=", "!!set {a}"]
+        )
+
+    lines = []
+    for i in range(rng.randint(2, 9)):
+        body = [item(1) for _ in range(rng.randint(1, 5))]
+        anchor = f"&a{i} " if rng.random() < 0.8 else ""
+        lines.append(f"k{i}: {anchor}[{', '.join(body)}]")
+        if anchor:
+            anchors.append(f"a{i}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_document_measured_first_reads_or_fails_as_building_every_value_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random documents with anchors, under a budget of 60 values and 7 levels (so many are over
+    one or the other): measured first, each gives the value and positions, or the error, line and
+    path, that building every value gives (a refusal inside an alias, a cycle-free repeat too deep,
+    an earlier error than the count)."""
+    monkeypatch.setattr(yamlsrc, "MAX_NODES", 60)
+    monkeypatch.setattr(yamlsrc, "MAX_DEPTH", 7)
+    rng = random.Random(20261206)
+    kinds: dict[str, int] = {}
+    for _ in range(600):
+        text = _random_document(rng)
+        want = _plain(text, monkeypatch)
+        assert _outcome(text) == want, text
+        kind = "count" if "once aliases" in str(want[1]) else str(want[0])
+        kinds[kind] = kinds.get(kind, 0) + 1
+    assert min(kinds.get(k, 0) for k in ("read", "refused", "count")) >= 30, kinds  # every path exercised
