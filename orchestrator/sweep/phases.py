@@ -961,9 +961,13 @@ class TrialPhases:
         ctx.logs_pending = services.beside(partial(repro.collect_logs, trial, t0, ids_of=ids_of))
         assert ctx.describing is not None
         ctx.describing.result()
-        if ctx.checking is not None:
-            ctx.checking.result()  # a VerificationError voids the repro's result
-        services.confirm_identity(ctx.identity_pending, ctx)  # so does a stranger on a port, or a unit restarted
+        # a VerificationError voids the repro's result, and so does a stranger on a port or a unit
+        # restarted or gone; the identity is said first: a stranger that took a dead unit's port
+        # explains the verification's "no live process to verify" (the check that ends first varies)
+        verification = ctx.checking.exception() if ctx.checking is not None else None
+        services.confirm_identity(ctx.identity_pending, ctx)
+        if verification is not None:
+            raise verification
         repro.judge(ctx.repro)  # after ctx.repro is set: a failed repro's output is recorded
         ctx.metrics = repro.metrics(ctx.repro)
         collected = ctx.logs_pending.result()

@@ -350,3 +350,35 @@ def test_a_retry_after_a_stranger_held_a_port_restarts_that_role_alone(tmp_path:
     second = result.records[1]
     assert (second.status, second.attempt) == ("completed", 2), second.failure
     assert second.restarted == ["prefill:prefill-server"]
+
+
+def test_a_stranger_that_took_the_port_of_a_unit_gone_before_its_check_is_named_not_the_check(tmp_path: Path) -> None:
+    """The second trial's unit dies after its ids were read (a stranger got its port first:
+    'Address already in use') and before the live-env check beside the repro: that check finds
+    no live process, the identity check finds the stranger. Both void the trial; the record names
+    the stranger, which explains the other (a loaded CI machine gave 'no live process to verify')."""
+    bed = bed_of_one()
+    manager = bed.managers["prefill"]
+    original_environ, original_scan = manager.environ, manager.port_scan
+    taken = threading.Event()
+
+    def environ(unit: str) -> Any:
+        if len(manager.restarts()) >= 2:  # the second trial, checked beside its repro
+            manager.stop(unit)
+            manager.strangers[30000] = STRANGER
+            taken.set()
+        return original_environ(unit)
+
+    def port_scan(ports: Any, units: Any) -> Any:
+        if len(manager.restarts()) >= 2:
+            assert taken.wait(5), "the live-env check never ran beside the repro"
+        return original_scan(ports, units)
+
+    manager.environ = environ  # type: ignore[method-assign]
+    manager.port_scan = port_scan  # type: ignore[method-assign]
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=1).execute()
+    first, second = result.records
+    assert first.status == "completed"
+    assert second.failure is not None and second.failure.error == "IdentityError", second.failure
+    assert "port 30000 is served by pid 4242 (python3 -m http.server 30000, user alice)" in second.failure.message
+    assert second.metrics == {}
