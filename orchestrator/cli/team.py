@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from orchestrator.team.livestatus import Snapshot
+    from orchestrator.team.notify import Webhook
     from orchestrator.team.overnight import QueueSweep
     from orchestrator.team.queue import NewItem, QueueItem, SweepOutcome
     from orchestrator.team.queuestore import QueueStore
@@ -270,14 +271,28 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checked_hooks(texts: list[str]) -> tuple[str, ...]:
-    """The --webhook URLs, checked (bad input exits 2), a plain-http one to another machine said."""
+def _checked_hooks(texts: list[str], *, sent_from_env: bool = False) -> tuple[str, ...]:
+    """The --webhook URLs, checked (bad input exits 2), a plain-http one to another machine said;
+    with `sent_from_env` (queue run, which reads ORCH_WEBHOOKS at each item's end) those too, once."""
     from orchestrator.cli.console import warn
     from orchestrator.team.notify import Webhook, plain_http
 
-    for line in plain_http([Webhook.parse(t) for t in texts]):  # each parsed whole before any is said
+    hooks = [Webhook.parse(t) for t in texts]  # each parsed whole before any is said
+    for line in plain_http(hooks + (_env_hooks(exclude=hooks) if sent_from_env else [])):
         warn(line)
     return tuple(texts)
+
+
+def _env_hooks(exclude: list["Webhook"]) -> list["Webhook"]:
+    """ORCH_WEBHOOKS' hooks not among `exclude`; none when one is bad (each item's end says it
+    then: "webhooks not sent: ...", as before)."""
+    from orchestrator.errors import OrchError
+    from orchestrator.team.notify import configured
+
+    try:
+        return [h for h in configured([]) if h not in exclude]
+    except OrchError:
+        return []
 
 
 def _same_sweeps(q: "QueueStore", added: int, new: "NewItem") -> list[int]:
@@ -381,7 +396,7 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import err, out
     from orchestrator.team.queue import run_queue
 
-    hooks = _checked_hooks(args.webhook)
+    hooks = _checked_hooks(args.webhook, sent_from_env=True)
     deadline = _deadline(args)
     if deadline == "missed":
         return 0
@@ -809,13 +824,15 @@ def _with_shared_queue(snap: "Snapshot", args: argparse.Namespace) -> "Snapshot"
 def cmd_notify(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
-    from orchestrator.cli.console import err, out
+    from orchestrator.cli.console import err, out, warn
     from orchestrator.errors import UsageError
-    from orchestrator.team.notify import configured, send, summarize_run
+    from orchestrator.team.notify import configured, plain_http, send, summarize_run
 
     hooks = configured(args.webhook)
     if not hooks:
         raise UsageError("no webhook given", hint="pass --webhook URL or set ORCH_WEBHOOKS")
+    for line in plain_http(hooks):
+        warn(line)
     summary = summarize_run(args.run_dir)
     deliveries = send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow]"))
     for d in deliveries:

@@ -118,6 +118,30 @@ def test_a_plain_http_webhook_to_another_machine_is_said(
         assert "secret" not in err
 
 
+def test_a_plain_http_webhook_from_orch_webhooks_is_said_where_it_is_sent(
+    setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ORCH_WEBHOOKS is read by `queue run` (each item's end) and `orch notify`: a plain-http one to
+    another machine is said there too, once, without its token (only --webhook ones were)."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    from orchestrator.team import notify
+
+    reports, _, _ = setup
+    reports.mkdir()
+    monkeypatch.setenv("ORCH_WEBHOOKS", "http://hooks.example/T/B/secret, https://hooks.example/T/ok")
+    assert main(["queue", "run", "--reports", str(reports), "--dry-run"]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("plain http to another machine") == 1 and "secret" not in err, err
+
+    manifest, records = synthetic_run(replicates=1)
+    run_dir = write_run(reports / manifest.run_id, manifest, records)
+    monkeypatch.setattr(notify, "send", lambda summary, hooks, warn: [])  # tests send only to loopback
+    assert main(["notify", str(run_dir)]) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("plain http to another machine") == 1 and "secret" not in err, err
+
+
 def test_the_views_name_the_testbed_queue_add_named(
     setup: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
