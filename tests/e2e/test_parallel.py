@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.inproc import orch_in
 from helpers.netutil import port_open
 from helpers.sim_testbeds import env_bytes, write_inventory
 
@@ -133,13 +134,7 @@ def test_ctrl_c_stops_every_testbed_and_resume_finishes(tmp_path):
     assert not any(port_open(p) for p in ports)
     done = {t.trial for t in trials_of(run_dir) if t.status in ("completed", "failed")}
     assert 3 <= len(done) < 12
-    resumed = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.main", "resume", str(run_dir)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    resumed = orch_in(["resume", str(run_dir)], cwd=tmp_path)  # nothing signals it: no process of its own
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     final = [t for t in trials_of(run_dir) if t.status in ("completed", "failed")]
     assert sorted(t.trial for t in final) == list(range(12))  # nothing lost, nothing twice
