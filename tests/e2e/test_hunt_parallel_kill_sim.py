@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.inproc import orch_in
 from helpers.netutil import port_open
 from helpers.sim_testbeds import env_bytes, kill_servers_on, write_inventory
 from helpers.smallhunt import DECODE_ENV, MATRIX
@@ -70,9 +71,7 @@ def test_a_hunt_across_two_testbeds_survives_kill_9_and_resume_names_the_culprit
         assert held >= {"tb1-decode.env.orch-lock", "tb2-decode.env.orch-lock"}, held
         assert env_bytes(tmp_path) != before or any(port_open(p) for p in ports)
 
-        resumed = subprocess.run(
-            orch("resume", str(run_dir)), capture_output=True, text=True, cwd=tmp_path, timeout=300
-        )
+        resumed = orch_in(["resume", str(run_dir)], cwd=tmp_path)  # nothing signals it: in this process
         said = resumed.stdout + resumed.stderr
         assert resumed.returncode == 0, said
     finally:

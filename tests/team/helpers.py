@@ -1,5 +1,6 @@
 """Helpers for the team-feature tests: a private simulated deployment (free loopback ports, its
-own env files), tiny matrices, a webhook receiver, and running `orch` as a separate process."""
+own env files), tiny matrices, a webhook receiver, and running `orch` as a separate process (what
+is signalled) or in the test's process (what nothing signals)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
+from helpers.inproc import orch_in
 from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 
 from orchestrator.sweep.progress import QuietProgress
@@ -113,21 +115,10 @@ def matrix_text(name: str, *, replicates: int = 1, after_repro: str = "", timeou
         """)
 
 
-def orch(
-    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`python -m orchestrator.cli.main ARGS` as its own process (what a timer or a person runs)."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
-    full_env.pop("ORCH_WEBHOOKS", None)  # only the webhooks a test names
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=full_env,
-    )
+def orch_in_process(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """orch() run in this process (helpers.inproc): same cwd, no ORCH_WEBHOOKS but the test's,
+    COLUMNS=200; for a command nothing signals, without the ~1-2 CPU-s of a new interpreter."""
+    return orch_in(list(args), cwd, {"ORCH_WEBHOOKS": None, "COLUMNS": "200", **(env or {})})
 
 
 def start_orch(*args: str, cwd: Path, log: Path) -> subprocess.Popen[bytes]:

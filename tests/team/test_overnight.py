@@ -1,4 +1,5 @@
-"""The overnight queue end to end on the bundled simulator, with `orch` run as separate processes.
+"""The overnight queue end to end on the bundled simulator. The `queue run`s that are signalled or
+run two at once are separate `orch` processes; those that nothing signals run in the test's process.
 
 Done-when test: two sweeps queued; `orch queue run --until T` finishes the first and is cut short
 by T in the second (which stays resumable); a later `queue run` resumes it in the same run
@@ -23,7 +24,7 @@ from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal
 from orchestrator.team.queue import Queue
 
-from .helpers import inventory_text, make_site, matrix_text, orch, start_orch, webhook_receiver
+from .helpers import inventory_text, make_site, matrix_text, orch_in_process, start_orch, webhook_receiver
 
 pytestmark = pytest.mark.sim
 
@@ -67,7 +68,7 @@ def test_overnight_queue_with_deadline_then_resume(tmp_path: Path) -> None:
             args = ["queue", "add", str(tmp_path / f"{name}.yaml"), "-i", str(site.inventory)]
             assert main([*args, "--reports", str(reports), "--webhook", rx.url + "/hook"]) == 0
         until = datetime.fromtimestamp(deadline).astimezone().isoformat(timespec="milliseconds")
-        night = orch("queue", "run", "--until", until, "--reports", str(reports), cwd=tmp_path)
+        night = orch_in_process("queue", "run", "--until", until, "--reports", str(reports), cwd=tmp_path)
         log = night.stdout + night.stderr
         assert night.returncode == 0, log
         with Queue.in_reports(reports) as q:
@@ -82,7 +83,7 @@ def test_overnight_queue_with_deadline_then_resume(tmp_path: Path) -> None:
         assert site.env_files_unchanged() == [] and site.listening() == []  # restored after the cut
         assert [b["status"] for _, b in rx.received] == ["completed", "interrupted"]  # type: ignore[index]
 
-        morning = orch("queue", "run", "--reports", str(reports), cwd=tmp_path)
+        morning = orch_in_process("queue", "run", "--reports", str(reports), cwd=tmp_path)
         assert morning.returncode == 0, morning.stdout + morning.stderr
         assert "resuming" in morning.stderr
         with Queue.in_reports(reports) as q:
@@ -201,7 +202,7 @@ def test_a_queued_sweep_over_several_testbeds(tmp_path: Path, monkeypatch: pytes
     reports = tmp_path / "reports"
     (tmp_path / "m.yaml").write_text(matrix_text("wide", replicates=2))
     assert queue_add(monkeypatch, tmp_path, "m.yaml", "-i", str(inventory), "-t", "all", "--reports", str(reports)) == 0
-    ran = orch("queue", "run", "--reports", str(reports), cwd=tmp_path)
+    ran = orch_in_process("queue", "run", "--reports", str(reports), cwd=tmp_path)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     with Queue.in_reports(reports) as q:
         (item,) = q.items(("completed", "resumable", "queued", "running", "failed"))

@@ -19,7 +19,7 @@ from orchestrator.sweep.api import SweepRequest, _recorded_file, _recorded_paths
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.queue import Queue
 
-from .helpers import REPO, make_site, matrix_text, orch, start_orch
+from .helpers import REPO, make_site, matrix_text, orch_in_process, start_orch
 
 
 class Connected(Exception):
@@ -99,7 +99,7 @@ def test_a_cut_item_is_resumed_by_a_queue_run_from_another_cwd(tmp_path: Path) -
     other.mkdir()
     site = make_site(tmp_path / "site")
     (proj / "slow.yaml").write_text(matrix_text("slow", replicates=2, after_repro="sleep 0.3"))
-    assert orch("queue", "add", "slow.yaml", "-i", str(site.inventory), cwd=proj).returncode == 0
+    assert orch_in_process("queue", "add", "slow.yaml", "-i", str(site.inventory), cwd=proj).returncode == 0
     reports = proj / "reports"
     proc = start_orch("queue", "run", cwd=proj, log=tmp_path / "run1.log")
     try:
@@ -115,7 +115,7 @@ def test_a_cut_item_is_resumed_by_a_queue_run_from_another_cwd(tmp_path: Path) -
     assert item.state == "resumable" and item.run_dir is not None and Path(item.run_dir).is_absolute(), item
     for copy in reports.glob(".queued-*"):  # a cleaned reports folder: the item's text writes them again
         copy.unlink()
-    done = orch("queue", "run", "--reports", str(reports), cwd=other, timeout=240)
+    done = orch_in_process("queue", "run", "--reports", str(reports), cwd=other)  # nothing signals it
     with Queue.in_reports(reports) as q:
         (item,) = q.items()
     assert done.returncode == 0 and item.state == "completed", (item, done.stdout[-2000:], done.stderr[-2000:])
