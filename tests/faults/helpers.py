@@ -6,7 +6,6 @@ journal valid with each planned trial present exactly once.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -19,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.inproc import run_main
 from helpers.netutil import free_ports, port_open  # noqa: F401 (re-exported for test modules)
 from helpers.procs import kill_by_pid, pid_running, processes_mentioning  # noqa: F401 (pid_running for test modules)
 
@@ -346,19 +346,9 @@ def orch_here(bed: SimBed, args: list[str]) -> Done:
     """`orch ARGS` run to the end in this process, from the testbed's folder as orch() runs it, its
     output collected: orch() without an interpreter start and imports (~1-2 CPU-s each), for the
     harnesses' way back and views that nothing signals (no capsys needed: stdout and stderr are
-    redirected while it runs)."""
-    from orchestrator.cli.main import main
-
-    buf, cwd = io.StringIO(), os.getcwd()
-    os.chdir(bed.root)
-    try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            try:
-                code = main(args)
-            except SystemExit as exc:  # argparse refusing the command line
-                code = int(exc.code or 0)
-    finally:
-        os.chdir(cwd)
+    redirected, into one stream, while it runs)."""
+    buf = io.StringIO()
+    code = run_main(args, bed.root, {}, buf, buf)
     return Done(code, buf.getvalue())
 
 

@@ -15,6 +15,14 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
+
+
+def _set(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 @contextlib.contextmanager
@@ -23,31 +31,32 @@ def _environment(env: dict[str, str | None]) -> Iterator[None]:
     saved = {name: os.environ.get(name) for name in env}
     try:
         for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+            _set(name, value)
         yield
     finally:
         for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+            _set(name, value)
 
 
 def orch_in(args: list[str], cwd: Path, env: dict[str, str | None] | None = None) -> subprocess.CompletedProcess[str]:
     """`orch ARGS` in this process from `cwd`: a CompletedProcess as subprocess.run gives."""
+    out, err = io.StringIO(), io.StringIO()
+    code = run_main(args, cwd, env or {}, out, err)
+    return subprocess.CompletedProcess(["orch", *args], code, out.getvalue(), err.getvalue())
+
+
+def run_main(args: list[str], cwd: Path, env: dict[str, str | None], out: IO[str], err: IO[str]) -> int:
+    """orch's main(ARGS) from `cwd` with the environment changes given, its stdout and stderr
+    written to `out` and `err` (one stream for both keeps their lines in order, as 2>&1 does)."""
     from orchestrator.cli.main import main
 
-    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    here = os.getcwd()
     os.chdir(cwd)
     try:
-        with _environment(env or {}), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with _environment(env), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = main(args)
+                return main(args)
             except SystemExit as exc:  # argparse refusing the command line
-                code = int(exc.code or 0)
+                return int(exc.code or 0)
     finally:
         os.chdir(here)
-    return subprocess.CompletedProcess(["orch", *args], code, out.getvalue(), err.getvalue())
