@@ -8,7 +8,7 @@ from rich.markup import escape
 from orchestrator.cli.console import err, out
 from orchestrator.core.clip import clip
 from orchestrator.store.liveness import not_restored_line
-from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome
+from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome, TestbedRestore
 from orchestrator.sweep.progress import Progress, RichProgress
 
 # failed gate checks `orch run` names at its end: one gate over 4,096 cells (or 1,000 gates) printed
@@ -66,7 +66,7 @@ def show_outcome(outcome: SweepOutcome) -> None:
 def show_restore(outcome: RestoreOutcome) -> None:
     again = outcome.again or f"orch restore {outcome.run_dir}"
     for tb in outcome.testbeds:
-        for line in tb.host_lines:  # hosts restored before, one line each, then the testbed's summary
+        for line in () if _all_restored_already(tb) else tb.host_lines:  # hosts restored before, then the summary
             out.print(line, markup=False)
         if tb.not_restored:
             err.print(f"not restored: {', '.join(tb.not_restored)}; run `{again}` again to finish", markup=False)
@@ -89,6 +89,12 @@ def show_restore(outcome: RestoreOutcome) -> None:
                     markup=False,
                 )
         show_kept(tb.kept)
+
+
+def _all_restored_already(tb: TestbedRestore) -> bool:
+    """Every host put back before (a run that ended restored): the summary's one line says it all,
+    where a line per host said the same first (the first new-user walk)."""
+    return bool(tb.hosts) and set(tb.already) == set(tb.hosts) and not (tb.not_restored or tb.kept)
 
 
 def _left_running(units: tuple[tuple[str, str], ...], run_id: str) -> str:

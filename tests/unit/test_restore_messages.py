@@ -151,3 +151,17 @@ def test_a_parallel_runs_error_of_any_kind_carries_the_unrestored_hosts() -> Non
     with pytest.raises(RuntimeError):
         _raise_first_failure([bug], RunResult(Path("reports/r1"), not_restored=["B/decode"]))
     assert bug.__notes__ == ["NOT restored: B/decode; finish with: orch restore reports/r1"]
+
+
+def test_orch_restore_of_a_run_that_put_every_host_back_says_it_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A finished run restored its hosts as it ended: `orch restore` of it printed a line per host
+    and then the same again as its summary (the first new-user walk); one line says it all."""
+    _fleet(tmp_path, monkeypatch)
+    assert cli.main(_run(tmp_path, "done")) == 0
+    capsys.readouterr()
+    assert cli.main(["restore", str(tmp_path / "reports" / "done")]) == 0
+    said = capsys.readouterr()
+    assert said.out.splitlines() == ["restored already, nothing to do: prefill, decode"], said
+    assert said.err == "", said.err
