@@ -20,14 +20,13 @@ import base64
 import contextlib
 import io
 import random
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 from testbed.fixture import Testbed, env_file_text, layout
+from testbed.helpers import wait_healthy as url_answers
 
 from helpers import modelsweep as ms
 from helpers.ssh_sweep import no_leftovers, trials_of
@@ -150,19 +149,12 @@ def put_originals(tb: Testbed, real: Real) -> None:
 
 
 def wait_healthy(tb: Testbed, w: Where, timeout: float = 30) -> None:
-    url = tb.url(w.host, w.unit) + "/health"
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            logs = tb.ssh(w.host, f"journalctl -u {w.unit} -n 5 --no-pager", check=False).stdout
-            raise RuntimeError(f"{w.unit} not healthy after {timeout} s: {logs}")
-        time.sleep(0.1)
+    """testbed.helpers' wait, with the unit's last log lines when it never answers."""
+    try:
+        url_answers(tb.url(w.host, w.unit) + "/health", timeout)
+    except AssertionError as exc:
+        logs = tb.ssh(w.host, f"journalctl -u {w.unit} -n 5 --no-pager", check=False).stdout
+        raise RuntimeError(f"{w.unit} not healthy after {timeout} s: {logs}") from exc
 
 
 def environ(raw: str) -> dict[str, str]:
