@@ -10,6 +10,7 @@ only parses and prints.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from orchestrator.team.livestatus import Snapshot
-    from orchestrator.team.notify import Webhook
     from orchestrator.team.overnight import QueueSweep
     from orchestrator.team.queue import NewItem, QueueItem, SweepOutcome
     from orchestrator.team.queuestore import QueueStore
@@ -273,26 +273,19 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
 
 def _checked_hooks(texts: list[str], *, sent_from_env: bool = False) -> tuple[str, ...]:
     """The --webhook URLs, checked (bad input exits 2), a plain-http one to another machine said;
-    with `sent_from_env` (queue run, which reads ORCH_WEBHOOKS at each item's end) those too, once."""
+    with `sent_from_env` (queue run, which reads ORCH_WEBHOOKS at each item's end) those too, once
+    (a bad one there is said at each item's end instead: "webhooks not sent: ...", as before)."""
     from orchestrator.cli.console import warn
-    from orchestrator.team.notify import Webhook, plain_http
+    from orchestrator.errors import OrchError
+    from orchestrator.team.notify import Webhook, configured, plain_http
 
-    hooks = [Webhook.parse(t) for t in texts]  # each parsed whole before any is said
-    for line in plain_http(hooks + (_env_hooks(exclude=hooks) if sent_from_env else [])):
+    said = [Webhook.parse(t) for t in texts]  # each parsed whole before any is said
+    if sent_from_env:
+        with contextlib.suppress(OrchError):
+            said = configured(texts)
+    for line in plain_http(said):
         warn(line)
     return tuple(texts)
-
-
-def _env_hooks(exclude: list["Webhook"]) -> list["Webhook"]:
-    """ORCH_WEBHOOKS' hooks not among `exclude`; none when one is bad (each item's end says it
-    then: "webhooks not sent: ...", as before)."""
-    from orchestrator.errors import OrchError
-    from orchestrator.team.notify import configured
-
-    try:
-        return [h for h in configured([]) if h not in exclude]
-    except OrchError:
-        return []
 
 
 def _same_sweeps(q: "QueueStore", added: int, new: "NewItem") -> list[int]:
@@ -720,12 +713,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out
     from orchestrator.errors import UsageError
     from orchestrator.team.livestatus import snapshot
+    from orchestrator.team.queue import folder_problem
     from orchestrator.team.serve import status_json
 
     missing = not Path(args.reports).is_dir()
     if missing and not _queue_elsewhere(args):  # a mistyped --reports must not read like an idle machine
-        what = "a file, not a folder" if Path(args.reports).exists() else "no such folder"
-        raise UsageError(f"{args.reports}: {what}", hint="check --reports")
+        raise UsageError(f"{args.reports}: {folder_problem(Path(args.reports))}", hint="check --reports")
     snap = _with_shared_queue(snapshot(args.reports), args)
     if args.json:
         out.print_json(json.dumps(status_json(snap)))

@@ -339,6 +339,11 @@ def open_store(spec: str, *, read_only: bool = False) -> QueueStore:
     return Queue(Path(spec), read_only=read_only)
 
 
+def folder_problem(path: Path) -> str:
+    """Why a folder given (--reports) is none, in words: a file named so, or nothing there."""
+    return "a file, not a folder" if path.exists() else "no such folder"
+
+
 def open_existing_store(spec: str, *, read_only: bool = False) -> QueueStore | None:
     """The store `spec` names, when there is one; None for a SQLite file never made (nothing was
     ever queued there). Why not open_store: opening a SQLite file creates it, and its folder; a
@@ -348,8 +353,7 @@ def open_existing_store(spec: str, *, read_only: bool = False) -> QueueStore | N
     if not is_server_url(spec):
         path = Path(spec)
         if not path.parent.is_dir():
-            what = "a file, not a folder" if path.parent.exists() else "no such folder"
-            raise UsageError(f"{path.parent}: {what}", hint="check --reports or --store")
+            raise UsageError(f"{path.parent}: {folder_problem(path.parent)}", hint="check --reports or --store")
         if not path.exists():
             return None
     return open_store(spec, read_only=read_only)
