@@ -26,8 +26,11 @@ from orchestrator.edges.registrations import router_strangers
 from orchestrator.errors import OrchError, PreflightError
 
 
-def preflight(deployment: Deployment, plan: Plan | None = None, client: httpx.Client | None = None) -> list[str]:
-    """Check every host before the first edit; raise PreflightError naming the host.
+def preflight(
+    deployment: Deployment, plan: Plan | None = None, client: httpx.Client | None = None, *, inventory: str = ""
+) -> list[str]:
+    """Check every host before the first edit; raise PreflightError naming the host, and where
+    `inventory` (the file as the user named it) declares it.
 
     Reachable and authenticated, env file readable and writable, units known, health URL host
     resolvable, and every cell's edit of every env file possible (a file orch cannot edit
@@ -36,24 +39,26 @@ def preflight(deployment: Deployment, plan: Plan | None = None, client: httpx.Cl
     `dialect:` or an overriding drop-in would fail every trial, twice, at up to health_timeout
     each), and the health URL of a host whose units all run answers. Nothing is changed
     anywhere, so a failure here exits 2 with hosts untouched. Returns warnings (lint) worth
-    showing.
+    showing. Each problem and warning starts with its host's `INVENTORY:LINE: ` (host_where).
     """
-    problems, warnings = [], []
+    problems: list[str] = []
+    warnings: list[str] = []
     own = client is None
     http = client if client is not None else httpx.Client(timeout=PREFLIGHT_HEALTH_TIMEOUT_S, trust_env=False)
     redactor = plan.matrix.redactor if plan is not None else Redactor()
     try:
         for handle in deployment.hosts.values():
+            where = host_where(handle.host, inventory)
             try:
                 _check_host(handle)
                 if handle.serves:
                     check_ports(handle, deployment.testbed.hosts[handle.key])
-                warnings += health_lint(handle.host)
+                warnings += [where + w for w in health_lint(handle.host)]
                 if plan is not None:
-                    warnings += _check_edits(handle, plan)
+                    warnings += [where + w for w in _check_edits(handle, plan)]
                 _check_as_it_is(deployment, handle, http, redactor)
             except OrchError as exc:
-                problems.append(str(exc))
+                problems.append(f"{where}{exc}")
     finally:
         if own:
             http.close()
@@ -62,6 +67,13 @@ def preflight(deployment: Deployment, plan: Plan | None = None, client: httpx.Cl
     if problems:
         raise PreflightError("preflight failed on several hosts, nothing was changed:\n  " + "\n  ".join(problems))
     return warnings
+
+
+def host_where(host: Host, inventory: str) -> str:
+    """`INVENTORY:LINE: `, where the inventory declares this host, or "" when either is unknown.
+    Why: the host's label says which machine, not which entry to fix in an inventory of many
+    testbeds and instances; a bad-input message names its file and line (errors.ConfigError)."""
+    return f"{inventory}:{host.line}: " if inventory and host.line else ""
 
 
 def _check_edits(handle: HostHandle, plan: Plan) -> list[str]:

@@ -249,7 +249,7 @@ def _check_hosts(
         pass  # a host that cannot be reached: preflight says so next, as bad input (exit 2)
     if not request.skip_preflight:
         for d in deployments:
-            for warning in preflight(d, plan):
+            for warning in preflight(d, plan, inventory=shown_path(request.inventory)):
                 warn(warning)
     if request.on_locking is not None:  # before any lock is written: no instant one names an unrecorded run
         request.on_locking(request.reports_dir / run_id)

@@ -18,6 +18,7 @@ from helpers.ssh_sweep import ENV_FILES, MATRIX, no_leftovers, snapshot, trials_
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
+from orchestrator.sweep.prepare import shown_path
 
 pytestmark = pytest.mark.testbed
 
@@ -171,6 +172,13 @@ def bad_inventory(tb: Testbed, tmp_path: Path, host: str, **changes) -> Path:
     return path
 
 
+def declared_at(text: str, testbed: str, role: str) -> int:
+    """The line of `role:` in `testbed:` of an inventory's text (its first key of that name there)."""
+    lines = text.splitlines()
+    start = lines.index(f"  {testbed}:")
+    return next(i for i, line in enumerate(lines, 1) if i > start + 1 and line.strip() == f"{role}:")
+
+
 def make_key(tmp_path: Path) -> str:
     key = tmp_path / "wrong_key"
     subprocess.run(
@@ -214,7 +222,8 @@ def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: decode ("), err
+    where = f"{shown_path(inventory)}:{declared_at(inventory.read_text(), 'dsv4-pd', 'decode')}"
+    assert len(lines) == 1 and lines[0].startswith(f"error: {where}: decode ("), err
     assert expected in lines[0] and "nothing was changed" in lines[0], lines[0]
     assert snapshot(testbed, files) == before
     assert not (tmp_path / "reports").exists()
