@@ -8,6 +8,7 @@ on every env file), and what only handles hosts should not depend on planning.
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 import httpx
@@ -29,8 +30,19 @@ from orchestrator.errors import OrchError, PreflightError
 def preflight(
     deployment: Deployment, plan: Plan | None = None, client: httpx.Client | None = None, *, inventory: str = ""
 ) -> list[str]:
-    """Check every host before the first edit; raise PreflightError naming the host, and where
-    `inventory` (the file as the user named it) declares it.
+    """Check every host of one testbed before the first edit (preflight_testbeds)."""
+    return preflight_testbeds([deployment], plan, client, inventory=inventory)
+
+
+def preflight_testbeds(
+    deployments: Sequence[Deployment],
+    plan: Plan | None = None,
+    client: httpx.Client | None = None,
+    *,
+    inventory: str = "",
+) -> list[str]:
+    """Check every host of every testbed before the first edit; raise PreflightError naming each
+    host that failed, and where `inventory` (the file as the user named it) declares it.
 
     Reachable and authenticated, env file readable and writable, units known, health URL host
     resolvable, and every cell's edit of every env file possible (a file orch cannot edit
@@ -38,8 +50,10 @@ def preflight(
     each active unit's live env holds what its env file gives as orch reads it (a wrong
     `dialect:` or an overriding drop-in would fail every trial, twice, at up to health_timeout
     each), and the health URL of a host whose units all run answers. Nothing is changed
-    anywhere, so a failure here exits 2 with hosts untouched. Returns warnings (lint) worth
-    showing. Each problem and warning starts with its host's `INVENTORY:LINE: ` (host_where).
+    anywhere, so a failure here exits 2 with hosts untouched. Every host of every testbed is
+    checked before refusing (a user who fixed one is not sent back by the next). Returns
+    warnings (lint) worth showing. Each problem and warning starts with its host's
+    `INVENTORY:LINE: ` (host_where).
     """
     problems: list[str] = []
     warnings: list[str] = []
@@ -47,18 +61,13 @@ def preflight(
     http = client if client is not None else httpx.Client(timeout=PREFLIGHT_HEALTH_TIMEOUT_S, trust_env=False)
     redactor = plan.matrix.redactor if plan is not None else Redactor()
     try:
-        for handle in deployment.hosts.values():
-            where = host_where(handle.host, inventory)
-            try:
-                _check_host(handle)
-                if handle.serves:
-                    check_ports(handle, deployment.testbed.hosts[handle.key])
-                warnings += [where + w for w in health_lint(handle.host)]
-                if plan is not None:
-                    warnings += [where + w for w in _check_edits(handle, plan)]
-                _check_as_it_is(deployment, handle, http, redactor)
-            except OrchError as exc:
-                problems.append(f"{where}{exc}")
+        for deployment in deployments:
+            for handle in deployment.hosts.values():
+                where = host_where(handle.host, inventory)
+                try:
+                    warnings += [where + w for w in _check_one(deployment, handle, plan, http, redactor)]
+                except OrchError as exc:
+                    problems.append(f"{where}{exc}")
     finally:
         if own:
             http.close()
@@ -66,6 +75,20 @@ def preflight(
         raise PreflightError(f"{problems[0]} (preflight: nothing was changed)")
     if problems:
         raise PreflightError("preflight failed on several hosts, nothing was changed:\n  " + "\n  ".join(problems))
+    return warnings
+
+
+def _check_one(
+    deployment: Deployment, handle: HostHandle, plan: Plan | None, http: httpx.Client, redactor: Redactor
+) -> list[str]:
+    """One host's checks, in the order a fix is needed (reachable first); its warnings."""
+    _check_host(handle)
+    if handle.serves:
+        check_ports(handle, deployment.testbed.hosts[handle.key])
+    warnings = health_lint(handle.host)
+    if plan is not None:
+        warnings += _check_edits(handle, plan)
+    _check_as_it_is(deployment, handle, http, redactor)
     return warnings
 
 

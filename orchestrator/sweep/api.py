@@ -29,7 +29,7 @@ from orchestrator.core.records import RunManifest
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
-from orchestrator.edges.preflight import preflight
+from orchestrator.edges.preflight import preflight_testbeds
 from orchestrator.edges.provenance import describe_controller
 from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, SweepStopped, UsageError
 from orchestrator.store.journal import (
@@ -248,9 +248,8 @@ def _check_hosts(
     except OrchError:
         pass  # a host that cannot be reached: preflight says so next, as bad input (exit 2)
     if not request.skip_preflight:
-        for d in deployments:
-            for warning in preflight(d, plan, inventory=shown_path(request.inventory)):
-                warn(warning)
+        for warning in preflight_testbeds(deployments, plan, inventory=shown_path(request.inventory)):
+            warn(warning)
     if request.on_locking is not None:  # before any lock is written: no instant one names an unrecorded run
         request.on_locking(request.reports_dir / run_id)
     for d, lock in zip(deployments, locks, strict=True):

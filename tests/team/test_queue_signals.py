@@ -89,7 +89,9 @@ def test_a_new_runs_folder_is_recorded_with_its_item_as_soon_as_it_exists(tmp_pa
             seen.append(q.get(item.id).run_dir)
 
         monkeypatch.setattr(api, "_list_running", index_written)
-        monkeypatch.setattr(api, "preflight", lambda deployment, plan, inventory: [])  # the fakes' URLs resolve nowhere
+        monkeypatch.setattr(
+            api, "preflight_testbeds", lambda deployments, plan, inventory: []
+        )  # the fakes' URLs resolve nowhere
         run_queue(q, queue_sweep(tmp_path / "reports", api))
         after = q.get(item.id)
     assert (after.state, after.message) == ("completed", "2/2 trials, 0 failed"), after

@@ -67,7 +67,9 @@ def killed_between_lock_and_folder(
     testbed's locks naming that run, held by a dead pid; no host edited."""
     fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
     install(monkeypatch, fleet)
-    monkeypatch.setattr(api, "preflight", lambda deployment, plan, inventory: [])  # the fakes' URLs resolve nowhere
+    monkeypatch.setattr(
+        api, "preflight_testbeds", lambda deployments, plan, inventory: []
+    )  # the fakes' URLs resolve nowhere
     m, i = write_files(tmp_path, fake_matrix("early", 1), ["A"])
     reports = tmp_path / "reports"
     q = Queue(reports / "queue.db")

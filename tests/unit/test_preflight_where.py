@@ -139,3 +139,24 @@ def test_a_warning_names_the_inventory_line_and_an_unknown_line_says_what_it_sai
     lined = dataclasses.replace(handle, host=dataclasses.replace(handle.host, line=7))
     deployment = Deployment(bed.deployment.testbed, {"router": lined})
     assert preflight(deployment, client=bed.client, inventory="inv.yaml") == [f"inv.yaml:7: {before[0]}"]
+
+
+def test_two_testbeds_failing_at_once_are_both_said(fleet: Fleet, tmp_path: Path) -> None:
+    """Parallel testbeds: every testbed is checked before the run is refused, so a user fixing
+    tb1's host is not sent back by tb2's on the next try (per-host operations report every
+    host's failure, not only the first)."""
+    del fleet.transports[("tb1", "decode")].files["/etc/orch/decode.env"]
+    fleet.managers[("tb2", "decode")].strangers[30001] = STRANGER
+    code, output = orch_run(tmp_path, "tb1,tb2")
+    text = (tmp_path / INVENTORY).read_text()
+    assert code == 2, output
+    said = error_lines(output)
+    assert said[:2] == [
+        "error: preflight failed on several hosts, nothing was changed:",
+        f"  {INVENTORY}:{line_of(text, 'tb1', 'decode')}: decode (tb1-decode.fake:22): "
+        "env file /etc/orch/decode.env does not exist",
+    ]
+    assert len(said) == 3 and said[2].startswith(
+        f"  {INVENTORY}:{line_of(text, 'tb2', 'decode')}: decode (tb2-decode.fake:22): port 30001 is held by pid 4242"
+    )
+    assert_untouched(fleet, tmp_path)
