@@ -179,6 +179,7 @@ def test_the_shipped_hunt_matrix_reads_as_16_suspects() -> None:
             "has 3 levels: which one is clean?",
         ),
         ("  metric: corruption\n  posterior: 1.5\n", "", "hunt.posterior"),
+        ("  metric: corruption\n  confidence: 95\n", "", "got '95' (a share, not a percentage: write 0.95)"),
     ],
 )
 def test_bad_hunt_sections_are_refused_at_their_line(tmp_path: Path, hunt: str, extra: str, message: str) -> None:
@@ -186,6 +187,13 @@ def test_bad_hunt_sections_are_refused_at_their_line(tmp_path: Path, hunt: str, 
         read_matrix(_matrix(tmp_path, hunt, extra))
     assert message in str(err.value)
     assert "m.yaml:" in str(err.value)
+
+
+def test_a_share_over_1_that_is_no_percentage_gets_no_percentage_hint(tmp_path: Path) -> None:
+    """`confidence: 95` is told to write 0.95; `posterior: 1.5` is not told to write 0.015."""
+    with pytest.raises(ConfigError) as err:
+        read_matrix(_matrix(tmp_path, "  metric: corruption\n  posterior: 1.5\n"))
+    assert "must be < 1.0, got '1.5'" in str(err.value) and err.value.hint is None
 
 
 @pytest.mark.parametrize("key", ["exclude", "include", "zips"])
