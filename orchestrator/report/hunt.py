@@ -307,7 +307,21 @@ def not_failing_lines(report: HuntReport) -> list[str]:
         "no culprit: the failing configuration did not confirm the failure: the suspect flags have nothing to explain",
         _observed(report.tried(full), "the failing configuration"),
         _observed(report.tried(0), "the all-clean configuration"),
+        _not_failing_check(report),
     ]
+
+
+def _not_failing_check(report: HuntReport) -> str:
+    """What to check when the failing configuration did not fail. Why: the stop reason said only
+    what happened, and a misspelt failing level or a metric that counts nothing reads the same."""
+    spec = report.matrix.hunt
+    assert spec is not None
+    return (
+        "what to check: the failing levels (hunt.failing, else each factor's first level) are the failing "
+        f"deployment's, and the repro's metric {spec.metric!r} counts its failures (run the repro by hand "
+        f"against it); a hunt gives the failing configuration {settings_of(spec).endpoint_limit} sessions to "
+        f"show {spec.min_failures} failures"
+    )
 
 
 def headline(report: HuntReport) -> str:

@@ -160,10 +160,13 @@ def test_a_failing_configuration_that_never_failed_has_no_culprit_and_no_claim_a
     assert "fails too" not in said(report) and "does not depend on the suspect flags" not in said(report)
     full, clean = report.tried(FULL), report.tried(0)
     assert full is not None and clean is not None
-    assert lines[1:4] == [
+    assert lines[1:5] == [
         "no culprit: the failing configuration did not confirm the failure: the suspect flags have nothing to explain",
         f"  the failing configuration: 0/400 sessions failed ({full.verdict})",
         f"  the all-clean configuration: 0/20 sessions failed ({clean.verdict})",
+        "  what to check: the failing levels (hunt.failing, else each factor's first level) are the failing "
+        "deployment's, and the repro's metric 'corruption' counts its failures (run the repro by hand "
+        "against it); a hunt gives the failing configuration 400 sessions to show 2 failures",
     ], lines
     assert not any(line.startswith("culprit:") for line in lines), lines
     assert "culprit set:" not in page and "<h3>Dependencies</h3>" not in page and "Minimal reproducer" not in page
