@@ -115,7 +115,11 @@ MATRIX_CASES = [
         lambda t: t.replace("levels: [on, off]", "levels: on"),
         ["m.yaml:5", "factors.overlap.levels", "expected a list", "got 'on'", "write a list such as [on, ...]"],
     ),
-    ("one level", lambda t: t.replace("levels: [on, off]", "levels: [on]"), ["m.yaml:5", "at least 2 levels, got 1"]),
+    (
+        "one level",
+        lambda t: t.replace("levels: [on, off]", "levels: [on]"),
+        ["m.yaml:5", "at least 2 levels, got 1", "a setting every trial shares goes in the host's env file"],
+    ),
     ("empty levels", lambda t: t.replace("levels: [on, off]", "levels: []"), ["at least 2 levels, got 0"]),
     ("duplicate level", lambda t: t.replace("levels: [on, off]", "levels: [on, on]"), ["duplicate level 'on'"]),
     (

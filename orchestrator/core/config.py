@@ -369,6 +369,7 @@ def _expected(err: Any) -> str:
         "too_long": f"has {_length(err.get('input'))} entries; at most {ctx.get('max_length')} are allowed",
         "greater_than": f"must be > {err.get('ctx', {}).get('gt')}",
         "greater_than_equal": f"must be >= {err.get('ctx', {}).get('ge')}",
+        "less_than": f"must be < {err.get('ctx', {}).get('lt')}",
         "less_than_equal": f"must be <= {err.get('ctx', {}).get('le')}",
     }
     return table.get(kind, str(err["msg"]).lower())
@@ -401,7 +402,21 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
         return f"write [{raw}]"
     if err["type"] in ("int_parsing", "float_parsing") and raw and raw.strip("'\"").lower() in YAML_BOOLEANS:
         return f"YAML reads {raw} as true/false, not a number: write a number"
-    return None
+    return _share_hint(err)
+
+
+def _share_hint(err: Any) -> str | None:
+    """A share (at most 1) written as a percentage, `confidence: 95`: the fix is the share itself.
+    Why: "must be < 1, got '95'" left the user to guess that 0.95 was meant."""
+    bound = err.get("ctx", {}).get("lt", err.get("ctx", {}).get("le"))
+    if err["type"] not in ("less_than", "less_than_equal") or bound != 1:
+        return None
+    try:  # the matrix's scalars reach the shape as the YAML text
+        value = float(err.get("input"))
+    except (TypeError, ValueError):
+        return None
+    percent = value.is_integer() and 2 <= value <= 100  # 95 is a percentage; 1.5 just too large
+    return f"a share, not a percentage: write {value / 100:g}" if percent else None
 
 
 def read_matrix(path: Path, display: str | None = None) -> Matrix:
@@ -945,7 +960,12 @@ def _build_factor(name: str, f: FactorShape, m: MatrixShape, source: SourceMap) 
             for lname, env in f.levels.items()
         )
     if len(levels) < 2:
-        raise source.error((*where, "levels"), f"a factor needs at least 2 levels, got {len(levels)}")
+        raise source.error(
+            (*where, "levels"),
+            f"a factor needs at least 2 levels, got {len(levels)}",
+            "a factor varies; a setting every trial shares goes in the host's env file (the inventory's "
+            "env_file), which orch leaves as it is",
+        )
     names = [lv.name for lv in levels]
     for i, lname in enumerate(names):
         if not LEVEL_NAME.match(lname):

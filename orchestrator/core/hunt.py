@@ -141,7 +141,7 @@ class Culprit:
 
     def describe(self) -> str:
         if not self.sets:
-            return "none of the flags (the failure does not depend on them)"
+            return "none of the flags (the failure does not need them)"
         return " OR ".join(
             "(" + " AND ".join(s) + ")" if len(self.sets) > 1 and len(s) > 1 else " AND ".join(s) for s in self.sets
         )

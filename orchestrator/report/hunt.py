@@ -207,14 +207,18 @@ def _set_lines(sets: tuple[tuple[str, ...], ...], found: bool) -> list[str]:
 def _no_flag(report: HuntReport) -> list[str]:
     """The answer "the flags do not explain it" rests on the clean configuration's own trials: a
     fact only when the hunt found it and those trials failed; otherwise a condition, and what
-    they showed."""
-    clean = report.tried(0)
+    they showed. The fact is that the failure needs none of the flags, not that they leave its
+    rate alone: "does not depend on them" was said of an AND at 40% over a 30% background
+    (6/10 failing, 15/50 clean)."""
+    clean, full = report.tried(0), report.tried((1 << len(report.flags)) - 1)
     if report.found and clean is not None and clean.verdict == "fails":
+        failing = f" (the failing configuration: {full.k}/{full.n})" if full else ""
         return [
-            "the failure does not depend on the suspect flags: the all-clean configuration fails too "
-            f"({clean.k}/{clean.n} sessions failed)"
+            "the failure does not need the suspect flags: the all-clean configuration fails too "
+            f"({clean.k}/{clean.n} sessions failed); whether they change its rate is a matrix's question, "
+            f"not a hunt's{failing}"
         ]
-    return ["if so, the failure would not depend on the suspect flags", _observed(clean, "the all-clean configuration")]
+    return ["if so, the failure would not need the suspect flags", _observed(clean, "the all-clean configuration")]
 
 
 def _observed(c: ConfigResult | None, name: str) -> str:
@@ -307,7 +311,21 @@ def not_failing_lines(report: HuntReport) -> list[str]:
         "no culprit: the failing configuration did not confirm the failure: the suspect flags have nothing to explain",
         _observed(report.tried(full), "the failing configuration"),
         _observed(report.tried(0), "the all-clean configuration"),
+        _not_failing_check(report),
     ]
+
+
+def _not_failing_check(report: HuntReport) -> str:
+    """What to check when the failing configuration did not fail. Why: the stop reason said only
+    what happened, and a misspelt failing level or a metric that counts nothing reads the same."""
+    spec = report.matrix.hunt
+    assert spec is not None
+    return (
+        "what to check: the failing levels (hunt.failing, else each factor's first level) are the failing "
+        f"deployment's, and the repro's metric {spec.metric!r} counts its failures (run the repro by hand "
+        f"against it); a hunt gives the failing configuration {settings_of(spec).endpoint_limit} sessions to "
+        f"show {spec.min_failures} failures"
+    )
 
 
 def headline(report: HuntReport) -> str:

@@ -106,7 +106,7 @@ def test_flags_that_do_not_matter_and_a_failing_configuration_that_does_not_fail
     everywhere = CulpritModel((Cause(frozenset(), 0.3),), (), 0.0, 0.0)  # every configuration fails
     result = oracle(everywhere, 1).result()
     assert result.state == "found" and result.best.sets == ()
-    assert "does not depend" in result.best.describe()
+    assert "does not need them" in result.best.describe()
     nothing = CulpritModel((), (), 0.0, 0.0)
     hunt = Hunt(HuntSettings(FLAGS, endpoint_sessions=40))
     while (x := hunt.propose()) is not None:
@@ -179,6 +179,7 @@ def test_the_shipped_hunt_matrix_reads_as_16_suspects() -> None:
             "has 3 levels: which one is clean?",
         ),
         ("  metric: corruption\n  posterior: 1.5\n", "", "hunt.posterior"),
+        ("  metric: corruption\n  confidence: 95\n", "", "got '95' (a share, not a percentage: write 0.95)"),
     ],
 )
 def test_bad_hunt_sections_are_refused_at_their_line(tmp_path: Path, hunt: str, extra: str, message: str) -> None:
@@ -186,6 +187,13 @@ def test_bad_hunt_sections_are_refused_at_their_line(tmp_path: Path, hunt: str, 
         read_matrix(_matrix(tmp_path, hunt, extra))
     assert message in str(err.value)
     assert "m.yaml:" in str(err.value)
+
+
+def test_a_share_over_1_that_is_no_percentage_gets_no_percentage_hint(tmp_path: Path) -> None:
+    """`confidence: 95` is told to write 0.95; `posterior: 1.5` is not told to write 0.015."""
+    with pytest.raises(ConfigError) as err:
+        read_matrix(_matrix(tmp_path, "  metric: corruption\n  posterior: 1.5\n"))
+    assert "must be < 1.0, got '1.5'" in str(err.value) and err.value.hint is None
 
 
 @pytest.mark.parametrize("key", ["exclude", "include", "zips"])

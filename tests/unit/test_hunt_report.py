@@ -157,13 +157,16 @@ def test_a_failing_configuration_that_never_failed_has_no_culprit_and_no_claim_a
     report = build_report(m, records)
     assert report.result.state == "not_failing"
     lines, page = summary_lines(report), render(report)
-    assert "fails too" not in said(report) and "does not depend on the suspect flags" not in said(report)
+    assert "fails too" not in said(report) and "does not need the suspect flags" not in said(report)
     full, clean = report.tried(FULL), report.tried(0)
     assert full is not None and clean is not None
-    assert lines[1:4] == [
+    assert lines[1:5] == [
         "no culprit: the failing configuration did not confirm the failure: the suspect flags have nothing to explain",
         f"  the failing configuration: 0/400 sessions failed ({full.verdict})",
         f"  the all-clean configuration: 0/20 sessions failed ({clean.verdict})",
+        "  what to check: the failing levels (hunt.failing, else each factor's first level) are the failing "
+        "deployment's, and the repro's metric 'corruption' counts its failures (run the repro by hand "
+        "against it); a hunt gives the failing configuration 400 sessions to show 2 failures",
     ], lines
     assert not any(line.startswith("culprit:") for line in lines), lines
     assert "culprit set:" not in page and "<h3>Dependencies</h3>" not in page and "Minimal reproducer" not in page
@@ -242,8 +245,10 @@ def test_no_flag_explains_it_only_when_the_clean_configuration_failed_on_its_own
         report = build_report(m, records)
         found = dataclasses.replace(report.result, state="found", top=(none,))
         lines = summary_lines(dataclasses.replace(report, result=found))
-        claim = "the failure does not depend on the suspect flags: the all-clean configuration fails too"
-        assert (f"  {claim} (24/80 sessions failed)" in lines) is stated, lines
+        claim = "the failure does not need the suspect flags: the all-clean configuration fails too"
+        rate = "whether they change its rate is a matrix's question, not a hunt's (the failing configuration: 5/20)"
+        assert (f"  {claim} (24/80 sessions failed); {rate}" in lines) is stated, lines
+        assert not [line for line in lines if "does not depend" in line], lines  # the data show no such thing
         assert stated or not [line for line in lines if "fails too" in line], lines
         assert stated or "  the all-clean configuration: 0/80 sessions failed (passes)" in lines, lines
 
