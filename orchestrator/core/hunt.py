@@ -112,6 +112,17 @@ class HuntSettings:
         return max(1, self.max_sessions // self.sessions_per_trial)
 
 
+def probability_text(p: float) -> str:
+    """A posterior (or any share) to three places, said as a bound where it rounds to 1 or 0.
+    Why: 0.9996 printed as "1.000" reads as certainty the model does not have (a float at 1.0
+    means the alternatives underflowed, not that they were ruled out)."""
+    if p >= 0.9995:
+        return "> 0.999"
+    if p < 0.0005:
+        return "< 0.001"
+    return f"{p:.3f}"
+
+
 def endpoint_allowance(min_failures: int, max_sessions: int) -> int:
     """Sessions the failing configuration may take to show `min_failures` failures: enough to
     show them at ENDPOINT_LOW_RATE, at least ENDPOINT_SESSIONS, at most the budget. Why scaled:
@@ -319,7 +330,7 @@ class Hunt:
                 if self.hyps.a[best] == 0
                 else "the clean endpoint and the minimal reproducer confirmed, every single-flag drop checked"
             )
-            return self._stop("found", f"posterior {top:.3f} >= {self.settings.target}, {rests_on}")
+            return self._stop("found", f"posterior {probability_text(top)} >= {self.settings.target}, {rests_on}")
         if self._committed(pending) >= self.settings.max_sessions:
             return self._stop("budget", self._budget_reason(top))
         if top >= self.settings.target:
@@ -391,7 +402,7 @@ class Hunt:
         spent = f"session budget {self.settings.max_sessions} spent"
         if self.misfit():  # no set fits: the likeliest one's posterior would read as a near answer
             return f"{spent}; {misfit_words(self.misfit(), self.settings.model.max_and)}"
-        return f"{spent} (top posterior {top:.3f})"
+        return f"{spent} (top posterior {probability_text(top)})"
 
     def _clean_trials_to_pass(self, config: int) -> int:
         """Clean trials (of the current size) after which `config` would pass on its own

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from orchestrator.core.clustered import Dispersion, dispersion, rate_interval
 from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
-from orchestrator.core.hunt import ConfigResult, HuntResult
+from orchestrator.core.hunt import ConfigResult, HuntResult, probability_text
 from orchestrator.core.huntconfig import set_apart
 from orchestrator.core.huntfit import misfit_words
 from orchestrator.core.huntreplay import counts_of, replay, settings_of
@@ -138,10 +138,12 @@ def posterior_note(report: HuntReport) -> str:
     posterior at the target still lacks a check)."""
     p = report.result.best.probability
     if report.found:
-        return f"posterior {p:.3f}"
+        return f"posterior {probability_text(p)}"
     assert report.matrix.hunt is not None
     target = report.matrix.hunt.posterior
-    return f"posterior {p:.3f} " + (f"< target {target:g}" if p < target else f">= target {target:g}, checks not done")
+    return f"posterior {probability_text(p)} " + (
+        f"< target {target:g}" if p < target else f">= target {target:g}, checks not done"
+    )
 
 
 def dependencies(report: HuntReport) -> list[str]:
@@ -520,7 +522,7 @@ def _configs(report: HuntReport) -> str:
         on = _on_label(c.on, report.flags)
         rows.append(
             f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
-            f"<td>{c.trials}</td><td>{c.p_fails:.3f}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
+            f"<td>{c.trials}</td><td>{probability_text(c.p_fails)}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
         )
     return "\n".join(rows) + "</table>"
 

@@ -230,7 +230,7 @@ def test_a_found_hunt_states_its_dependencies_as_facts() -> None:
     report = hunted(m, sum(1 << m.hunt.flags.index(f) for f in AND3))
     assert report.result.state == "found", report.result.reason
     lines = summary_lines(report)
-    assert lines[0].startswith("hunt found: ") and re.fullmatch(r"culprit: .+ \(posterior [0-9.]+\)", lines[1])
+    assert lines[0].startswith("hunt found: ") and re.fullmatch(r"culprit: .+ \(posterior (?:> )?[0-9.]+\)", lines[1])
     assert lines[1].startswith("culprit: bf16_index_k AND cuda_graph AND overlap (posterior"), lines
     inferred = " (the model's inference from the answer, not tested in every configuration)"
     assert "  overlap changes nothing unless bf16_index_k and cuda_graph are on" + inferred in lines, lines
