@@ -181,5 +181,5 @@ def test_a_trial_cut_off_during_its_retry_is_unfinished_as_for_resume_and_the_re
     assert (s.trials, s.failed, s.planned) == (len(finished), 0, report.planned) == (15, 0, 16)
     assert s.trials - s.failed == report.completed
     assert s.headline == result_headline(report) and s.suspect == suspect_reasons(report)
-    assert "3 trial attempt(s) failed" in s.suspect[0]  # trials 3 and 9 once each, and the cut-off attempt
+    assert "3 trial attempts failed or were void" in s.suspect[0]  # trials 3 and 9 once each, and the cut-off attempt
     assert "15/16 trials, 0 failed" in s.text()
