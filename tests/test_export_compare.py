@@ -475,7 +475,7 @@ def test_compare_says_a_number_row_with_too_few_trials_shows_nothing_either_way(
     (line,) = c.summary
     assert "No cell differs significantly" in line
     assert line.endswith(
-        " 2 comparison(s) (wall) have too few trials for any difference to reach significance: no difference is "
+        " 2 comparisons (wall) have too few trials for any difference to reach significance: no difference is "
         "shown there either way (not evidence that it is unchanged); run more replicates."
     )
     ra, rb = write_run(tmp_path, "a", ta), write_run(tmp_path, "b", tb)

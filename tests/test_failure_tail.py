@@ -54,13 +54,13 @@ def test_a_metric_that_matches_nothing_names_the_file_and_shows_the_tail(tmp_pat
     lines = text.splitlines()
     reason = next(i for i, line in enumerate(lines) if line.startswith("2 failed: WorkloadError"))
     assert (
-        lines[reason + 1] == f"  last {TAIL_LINES} line(s) of the output ({first.repro.stdout_path} in the run folder):"
+        lines[reason + 1] == f"  last {TAIL_LINES} lines of the output ({first.repro.stdout_path} in the run folder):"
     )
     quoted = lines[reason + 2 : reason + 2 + TAIL_LINES]
     assert quoted[-1] == "  | CORRUPT sessions: 3 of 40 [bold]x[/bold]"  # markup printed as text
     assert quoted[0] == "  | session 21: ok" and all(q.startswith("  | ") for q in quoted)
     assert len(lines) == reason + 2 + TAIL_LINES  # once per reason, not per trial
-    assert text.count("last 10 line(s)") == 1
+    assert text.count("last 10 lines") == 1
 
 
 def test_the_tail_is_bounded_and_stripped_of_control_characters() -> None:
@@ -73,7 +73,7 @@ def test_the_tail_is_bounded_and_stripped_of_control_characters() -> None:
     )
     lines = shown([record]).splitlines()
     tail = lines[lines.index("1 failed: WorkloadError: no match") + 1 :]
-    assert tail[0] == "  last 2 line(s) of the output (trials/0000/repro.out in the run folder):"
+    assert tail[0] == "  last 2 lines of the output (trials/0000/repro.out in the run folder):"
     assert tail[1] == "  | ?[2J?[31mred?[0m"
     assert tail[2].startswith("  | yyy") and tail[2].endswith("...") and len(tail[2]) < 220
     assert len(tail) == 3
@@ -87,4 +87,4 @@ def test_a_failure_without_output_has_no_file_and_a_plain_head() -> None:
     )
     assert summarize(record) == "d=1: FAILED (ServiceError): unit died"
     lines = shown([record]).splitlines()
-    assert lines[-2:] == ["  last 1 line(s) of its log or output:", "  | log line"]
+    assert lines[-2:] == ["  last 1 line of its log or output:", "  | log line"]

@@ -186,7 +186,7 @@ def test_trial_to_trial_noise_beyond_binomial_is_flagged() -> None:
     report = build_report(manifest, noisy)
     caution = [t for t in _texts(report, "caution") if "disagree more than" in t]
     assert caution and "15.0%, 17.5%, 0.0%, 0.0%" in caution[0]
-    assert ", Holm over the " in caution[0] and "cell(s) tested; exact test given each cell's events)" in caution[0]
+    assert ", Holm over the " in caution[0] and "cells tested; exact test given each cell's events)" in caution[0]
 
 
 def test_secrets_never_reach_the_model() -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.args import sweep_request
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
+from orchestrator.core.words import counted
 from orchestrator.errors import ConfigError, OrchError, UsageError
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: Sequence[str]) -> No
     took = [human_duration(sessions / spec.sessions_per_trial * per_trial / beds) for sessions in (median, p90)]
     console.print(
         f"expected: ~{median} sessions (p90 {p90}) = ~{median // spec.sessions_per_trial} trials of "
-        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {beds} testbed(s) at "
+        f"{spec.sessions_per_trial} sessions, ~{took[0]} (p90 {took[1]}) on {counted(beds, 'testbed')} at "
         f"{per_trial:.0f} s a trial (bench/bench_hunt.py model); one flag at a time: "
         f"{(len(spec.flags) + 1) * 80:,} sessions; full factorial: {2 ** len(spec.flags):,} configurations"
     )

@@ -28,6 +28,7 @@ from orchestrator.cli.args import (
 )
 from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
+from orchestrator.core.words import counted
 from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 
 # Building the parser (`orch --help`, a usage error) imports the standard library and the command
@@ -256,8 +257,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             warn(line)
     out.print(
         escape(
-            f"{m.path}: ok — {len(m.factors)} factor{'' if len(m.factors) == 1 else 's'}, {len(plan.cells)} cells, "
-            f"{len(plan.steps)} trials on testbed {plan.testbed.name!r}"
+            f"{m.path}: ok — {counted(len(m.factors), 'factor')}, {counted(len(plan.cells), 'cell')}, "
+            f"{counted(len(plan.steps), 'trial')} on testbed {plan.testbed.name!r}"
         )
     )
     return 0
@@ -405,7 +406,7 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
         sent = notify.send(summary, hooks, warn=lambda m: err.print(f"{m} {notify.SWEEP_UNAFFECTED}", markup=False))
         for d in sent:  # a delivered one was not said at all: did the team's channel get it?
             if d.ok:
-                err.print(f"webhook {d.webhook}: delivered ({d.attempts} attempt(s))", markup=False)
+                err.print(f"webhook {d.webhook}: delivered ({counted(d.attempts, 'attempt')})", markup=False)
     return outcome.exit_code
 
 

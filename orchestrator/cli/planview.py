@@ -17,6 +17,7 @@ from orchestrator.core.matrix import baseline_cell
 from orchestrator.core.plan import restart_count
 from orchestrator.core.stats import ALPHA, CONFIDENCE
 from orchestrator.core.steps import Plan, Step
+from orchestrator.core.words import counted
 from orchestrator.sweep.apitypes import ResumePreview
 
 
@@ -381,7 +382,7 @@ def _number_lines(
     need = next(r for r in range(1, 60) if ranks.mann_whitney_min_p(r, r) < ALPHA)
     if floor >= ALPHA:
         cell_text = (
-            f"with {reps} trial(s) per cell, no cell can ever differ significantly from the baseline "
+            f"with {counted(reps, 'trial')} per cell, no cell can ever differ significantly from the baseline "
             f"(smallest possible Mann-Whitney p = {floor:.2g} >= {ALPHA:g}); {need} or more replicates lift that floor"
         )
     else:

@@ -25,6 +25,7 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds, reports_folder
+from orchestrator.core.words import counted, listed
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
@@ -255,15 +256,16 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
         item = q.add_item(new)
         twins = _same_sweeps(q, item.id, new)
     # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
-    trials = "a hunt" if plan.matrix.hunt is not None else f"{len(plan.steps)} trials"
+    trials = "a hunt" if plan.matrix.hunt is not None else counted(len(plan.steps), "trial")
     where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
     out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
     if twins:  # allowed (a second night's run of it), but most often a command run twice
-        ids = ", ".join(map(str, twins))
+        one = len(twins) == 1
         out.print(
             escape(
-                f"note: item(s) {ids} not yet finished queue the same sweep (the same matrix, inventory and "
-                f"testbeds): both will run; `orch queue remove {item.id}` if one is enough"
+                f"note: {listed('item', twins)} not yet finished {'queues' if one else 'queue'} the same sweep (the "
+                f"same matrix, inventory and testbeds): {'both' if one else 'all'} will run; "
+                f"`orch queue remove {item.id}` if one is enough"
             )
         )
     if fresh:  # a mistyped --reports made a queue no `queue run` of the usual folder sees
@@ -333,7 +335,7 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
     else:
         _plain_rows(rows)
     if left_out:
-        out.print(f"{left_out:,} older finished item(s) not shown (--all shows them)", markup=False)
+        out.print(f"{counted(left_out, 'older finished item')} not shown (--all shows them)", markup=False)
     return 0
 
 
@@ -412,10 +414,9 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
         if lost:
             err.print(f"[red]queue:[/red] {escape(lost)}")
     if result.blocked:
-        ids = ", ".join(map(str, result.blocked))
         err.print(
-            f"[red]queue:[/red] item(s) {ids} not run: a testbed holds a run whose controller died and whose "
-            "hosts were never restored (see above: resume or restore that run); exit code 1",
+            f"[red]queue:[/red] {listed('item', result.blocked)} not run: a testbed holds a run whose controller "
+            "died and whose hosts were never restored (see above: resume or restore that run); exit code 1",
         )
     if not result.ran and not result.skipped_locked and not result.deadline_reached:
         out.print("nothing to run: the queue has no queued or resumable item", markup=False)
@@ -441,7 +442,8 @@ def _queue_dry_run(args: argparse.Namespace) -> int:
             changed = [f"{i.label}: {line}" for i in fresh for line in changed_since_queued(i)]
     if todo:
         out.print(
-            f"queue run would take {len(todo)} item(s), in this order (a deadline may stop it sooner):", markup=False
+            f"queue run would take {counted(len(todo), 'item')}, in this order (a deadline may stop it sooner):",
+            markup=False,
         )
         _plain_rows([_list_row(i) for i in todo])
         for line in changed:
@@ -829,5 +831,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
     summary = summarize_run(args.run_dir)
     deliveries = send(summary, hooks, warn=lambda m: err.print(f"[yellow]{escape(m)}[/yellow]"))
     for d in deliveries:
-        out.print(f"{d.webhook}: {'delivered' if d.ok else 'NOT delivered'} ({d.attempts} attempt(s))", markup=False)
+        out.print(
+            f"{d.webhook}: {'delivered' if d.ok else 'NOT delivered'} ({counted(d.attempts, 'attempt')})", markup=False
+        )
     return 0 if all(d.ok for d in deliveries) else 1

@@ -52,6 +52,7 @@ import numpy.typing as npt
 from orchestrator.core import dist, stats
 from orchestrator.core.spreadsums import cell_spread as cell_spread
 from orchestrator.core.spreadsums import pooled_dispersion as pooled_dispersion
+from orchestrator.core.words import counted
 
 Array = npt.NDArray[np.float64]
 CONFIDENCE = 0.95
@@ -110,7 +111,7 @@ class Dispersion:
                 f"Fisher's exact test on sessions pooled over trials, assuming independent sessions "
                 f"({self.unestimable_reason()}); {self.interval_note()}"
             )
-        cells = f"{self.cells} cell{'' if self.cells == 1 else 's'}"
+        cells = counted(self.cells, "cell")
         quasi = (
             f"quasi-binomial, dispersion {self.phi:.2f} estimated from {self.trials} trials in {cells} "
             f"({self.df:.1f} df; trial = unit of replication, never below the binomial)"

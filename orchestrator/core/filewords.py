@@ -13,6 +13,8 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # public sinc
 
 import pydantic
 
+from orchestrator.core.words import counted
+
 _SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
@@ -28,7 +30,7 @@ def invalid_words(exc: pydantic.ValidationError, kind: str, hint: str = "") -> s
             return f"not JSON ({error})" if error else "not JSON"
         return f"not JSON at line {at[1]} ({error[: at.start()]}, column {at[2]})"
     where = ".".join(str(p) for p in first["loc"]) or "the whole file"
-    return f"not {kind} ({exc.error_count()} error(s), first: {where}: {first['msg']}{hint})"
+    return f"not {kind} ({counted(exc.error_count(), 'error')}, first: {where}: {first['msg']}{hint})"
 
 
 def json_line(text: str, loc: tuple[int | str, ...]) -> int | None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from orchestrator.core import dist
 from orchestrator.core.spreadsums import cell_spread, pooled_dispersion
+from orchestrator.core.words import counted
 
 ICC_CEILING = 0.5  # the estimate's upper bound: a trial of n sessions still counts as 2n / (n + 1)
 SPREAD_MIN_DF = 2.0  # below this many degrees of freedom the estimate is not used (the floor is)
@@ -42,7 +43,7 @@ class IccUsed:
         """In words, for the report."""
         if self.df < SPREAD_MIN_DF:
             return f"ICC {self.floor:g} as stated (too few repeated trials to estimate it: {self.df:.1f} df)"
-        where = f"{self.cells} configuration{'s' if self.cells != 1 else ''} run more than once"
+        where = f"{counted(self.cells, 'configuration')} run more than once"
         seen = f"dispersion {self.phi:.2f} over {self.trials} trials in {where}, {self.df:.1f} df"
         if self.estimated:
             capped = " (the ceiling)" if self.icc >= ICC_CEILING else ""

@@ -57,6 +57,8 @@ from typing import Literal
 import numpy as np
 from scipy.special import gammaln
 
+from orchestrator.core.words import counted
+
 State = Literal["continue", "different", "no_difference", "max_rounds"]
 Direction = Literal["both", "lower", "higher"]
 Counts = Sequence[tuple[int, int]]
@@ -460,7 +462,7 @@ def _text(policy: SequentialPolicy, cell: Counts, baseline: Counts, dispersion: 
     rounds = len(cell)
     return _Text(
         counts=f"cell {kc}/{nc} vs baseline {kb}/{nb}",
-        lead=f"after {rounds} round{'s' if rounds != 1 else ''} ({nc} sessions)",
+        lead=f"after {counted(rounds, 'round')} ({nc} sessions)",
         gap=f"difference {_pct(kc / nc - kb / nb if nc and nb else math.nan)}",
         band={
             "both": f"a difference of {_pct(policy.effect, sign=False)} or more either way",

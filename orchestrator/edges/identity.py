@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from orchestrator.core.words import listed
 from orchestrator.edges.transport import Transport
 
 MAX_HOLDERS = 64  # processes reported per call (a forking server shares its socket with workers)
@@ -442,4 +443,4 @@ def _short(cmdline: str, limit: int = 200) -> str:
 def units_phrase(ids: Mapping[str, UnitId]) -> str:
     """ "unit sim-prefill (pid 1234)" / "units a (pid 1), b (not running)" for messages."""
     parts = [f"{u} ({i.describe()})" for u, i in ids.items()]
-    return ("units " if len(parts) > 1 else "unit ") + ", ".join(parts)
+    return listed("unit", parts)

@@ -44,6 +44,8 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
 
+from orchestrator.core import words
+
 __all__ = [
     "MARK_VAR",
     "Marked",
@@ -164,7 +166,7 @@ def survivors_shown(pids: Iterable[int]) -> str:
 def unnamed_shown(n: int) -> str:
     """The one entry for `n` leftovers found (and stopped) past a check's bound on names
     (edges.remote_leftovers.MAX_NAMED)."""
-    return f"{n} more process{'es' if n > 1 else ''} carrying its mark (not named)"
+    return f"{words.counted(n, 'more process')} carrying its mark (not named)"
 
 
 def counted(entries: Iterable[str]) -> int:

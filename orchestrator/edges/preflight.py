@@ -19,6 +19,7 @@ from orchestrator.core.inventory import Host
 from orchestrator.core.model import CellValue
 from orchestrator.core.redact import Redactor
 from orchestrator.core.steps import Plan
+from orchestrator.core.words import listed
 from orchestrator.edges.deployment import Deployment, HostHandle, health_ports, router_host, router_instances
 from orchestrator.edges.health import probe_url
 from orchestrator.edges.httpread import HttpAnswerError, request
@@ -203,7 +204,7 @@ def live_env_difference(values: dict[str, str], live: dict[str, str] | None, red
 
 
 def _check_answers(host: Host, active: list[str], client: httpx.Client) -> None:
-    what = f"{host.label}: unit{'s' if len(active) > 1 else ''} {', '.join(active)} running, but {host.health}"
+    what = f"{host.label}: {listed('unit', active)} running, but {host.health}"
     hint = "a server that runs must answer before orch changes anything: fix or stop the unit, or check `health:`"
     try:  # only the status counts: none of the body is read, the whole answer ends in time
         answer = request(client, "GET", host.health, deadline_s=PREFLIGHT_HEALTH_TIMEOUT_S, max_bytes=0)

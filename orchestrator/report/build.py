@@ -34,6 +34,7 @@ from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
+from orchestrator.core.words import counted
 from orchestrator.report import missing, stopped
 from orchestrator.report.effects import number_views, proportion_views
 from orchestrator.report.metricrows import CellRows, MetricRows
@@ -1469,9 +1470,9 @@ def _noise_findings(report: Report, metric: str) -> list[Finding]:
                 kind="caution",
                 text=(
                     f"Trials of the same cell disagree more than session-to-session noise explains in "
-                    f"{len(noisy)} cell(s), e.g. {fmt_levels(worst.levels)}: {rates} across its trials "
-                    f"({fmt_p(p.overdispersion_p_holm)}, Holm over the {tested} cell(s) tested; exact test given "
-                    "each cell's events). Pooled intervals may be too narrow there; add "
+                    f"{counted(len(noisy), 'cell')}, e.g. {fmt_levels(worst.levels)}: {rates} across its trials "
+                    f"({fmt_p(p.overdispersion_p_holm)}, Holm over the {counted(tested, 'cell')} tested; exact "
+                    "test given each cell's events). Pooled intervals may be too narrow there; add "
                     "replicates before trusting a small difference."
                 ),
             )
@@ -1482,13 +1483,13 @@ def _noise_findings(report: Report, metric: str) -> list[Finding]:
         if c.proportions[metric].rate.n and c.proportions[metric].rate.high - c.proportions[metric].rate.low > 0.3
     ]
     if wide:
-        n_small = min(c.proportions[metric].rate.n for c in wide)
+        n_small, one = min(c.proportions[metric].rate.n for c in wide), len(wide) == 1
         found.append(
             Finding(
                 kind="caution",
                 text=(
-                    f"{len(wide)} cell(s) have too few sessions to say much (as few as {n_small}): their "
-                    f"95% intervals are over 30 points wide."
+                    f"{counted(len(wide), 'cell')} {'has' if one else 'have'} too few sessions to say much (as few "
+                    f"as {n_small}): {'its 95% interval is' if one else 'their 95% intervals are'} over 30 points wide."
                 ),
             )
         )
@@ -1543,7 +1544,7 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
         Finding(
             kind="caution",
             text=(
-                f"{metric}: with {max(others)} trial(s) per cell and {n_base} in the baseline, no "
+                f"{metric}: with {counted(max(others), 'trial')} per cell and {n_base} in the baseline, no "
                 f"difference could reach significance (the smallest possible p is {best:.2f}); run more "
                 "replicates to compare it between cells"
                 + (" (the factor effects pool trials across cells and can still be tested)." if pooled else ".")
@@ -1557,7 +1558,7 @@ def _moved_text(report: Report, metric: str, cell: CellView, base: CellView, cou
     num, ref = cell.numbers[metric], base.numbers[metric]
     unit = report.units.get(metric, "")
     text = (
-        f"{metric} moved in {count} cell(s): median {fmt_num(num, unit)} in cell "
+        f"{metric} moved in {counted(count, 'cell')}: median {fmt_num(num, unit)} in cell "
         f"{fmt_levels(cell.levels)} vs {fmt_num(ref, unit)} in the baseline "
         f"({fmt_p(num.p_holm)}, Holm, Mann-Whitney)"
     )
@@ -1599,12 +1600,14 @@ def _failure_findings(report: Report, failed: Sequence[TrialRow | TrialRecord]) 
         return []
     kinds = _count(_failure_kind(t) or "unknown" for t in failed)
     detail = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+    one = len(failed) == 1
     return [
         Finding(
             kind="info",
             text=(
-                f"{len(failed)} trial attempt(s) failed or were interrupted ({detail}); they are listed "
-                "under Failures and are not counted as data."
+                f"{counted(len(failed), 'trial attempt')} failed or {'was' if one else 'were'} interrupted "
+                f"({detail}); {'it is' if one else 'they are'} listed under Failures and {'is' if one else 'are'} "
+                "not counted as data."
             ),
         )
     ]
@@ -1641,7 +1644,9 @@ def suspect_reasons(report: Report) -> list[str]:
         parts = [f"{void} void (output broke a repro.valid rule)"] if void else []
         parts += [named] if named else []
         shown = f" (of the first {len(report.failures)}: {'; '.join(parts)})" if parts else ""
-        reasons.append(f"{report.failed} trial attempt(s) failed or were void{shown}")
+        reasons.append(
+            f"{counted(report.failed, 'trial attempt')} failed or {'was' if report.failed == 1 else 'were'} void{shown}"
+        )
     for view in report.drift:
         if view.flagged:
             reasons.append(
@@ -1651,7 +1656,9 @@ def suspect_reasons(report: Report) -> list[str]:
     for metric, kind in report.metrics.items():
         noisy = [c.cell for c in report.cells if _overdispersed(c, metric)] if kind == "proportion" else []
         if noisy:
-            reasons.append(f"{metric} overdispersed in {len(noisy)} cell(s) (trials disagree beyond binomial noise)")
+            reasons.append(
+                f"{metric} overdispersed in {counted(len(noisy), 'cell')} (trials disagree beyond binomial noise)"
+            )
     return reasons
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from orchestrator.core import clustered, ranks, stats
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.words import counted
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
 from orchestrator.report.build import incomplete_reason, stopped_cells, versus_baseline, with_unit
@@ -395,7 +396,8 @@ def _hopeless(rows: Sequence[Row]) -> str:
         return ""
     metrics = ", ".join(dict.fromkeys(r.metric for r in few))
     return (
-        f" {len(few)} comparison(s) ({metrics}) have too few trials for any difference to reach significance: "
+        f" {counted(len(few), 'comparison')} ({metrics}) {'has' if len(few) == 1 else 'have'} too few trials for any "
+        "difference to reach significance: "
         "no difference is shown there either way (not evidence that it is unchanged); run more replicates."
     )
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from orchestrator.core.hostfacts import BY_CELL, latest_facts
 from orchestrator.core.records import HostsChanged, RunManifest
+from orchestrator.core.words import counted
 from orchestrator.report.factwords import by_value, quote, quote_apart, whose, word
 from orchestrator.report.model import Finding
 
@@ -69,7 +70,7 @@ def trials_ran(change: HostsChanged) -> str:
     """What the session that found the change ran: how many trials, from when."""
     if not change.trials:
         return "which ran no trial"
-    return f"which ran {change.trials} trial{'s' if change.trials != 1 else ''} from {change.since}"
+    return f"which ran {counted(change.trials, 'trial')} from {change.since}"
 
 
 def _shown(manifest: RunManifest, key: str, value: str) -> str:

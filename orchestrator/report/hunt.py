@@ -26,6 +26,7 @@ from orchestrator.core.huntreplay import counts_of, replay, settings_of
 from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.words import counted
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.errors import ConfigError
 from orchestrator.report.huntrules import clean_line, drop_check_lines, joined, verdict_rules
@@ -178,7 +179,7 @@ def cause_rate_lines(report: HuntReport) -> list[str]:
         lo, hi = rate_interval(k, n, report.spread)
         lines.append(
             f"{name}, the other cause off: {k}/{n} sessions failed, {k / n:.1%} (95% interval {lo:.1%}-{hi:.1%}) "
-            f"over {len(alone)} configuration{'s' if len(alone) != 1 else ''}: this cause's own rate as measured"
+            f"over {counted(len(alone), 'configuration')}: this cause's own rate as measured"
         )
     return lines
 
@@ -540,7 +541,7 @@ def _verdict_rules(report: HuntReport) -> str:
 def _interval_method(spread: Dispersion) -> str:
     """How the configurations' intervals treat sessions, in words (the main report's wording)."""
     if spread.estimable:
-        where = f"{spread.cells} configuration{'' if spread.cells == 1 else 's'}"
+        where = counted(spread.cells, "configuration")
         return (
             f"Wilson's widened for trial-to-trial variation (quasi-binomial, dispersion {spread.phi:.2f} from "
             f"{spread.trials} trials in {where}, {spread.df:.1f} df; trial = unit of "

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from orchestrator.core.hunt import REST_TRIALS, ConfigResult, HuntResult
 from orchestrator.core.huntconfig import HuntSpec
+from orchestrator.core.words import counted
 
 
 def verdict_rules(result: HuntResult, spec: HuntSpec) -> list[str]:
@@ -85,7 +86,7 @@ def _seen(tried: Mapping[int, ConfigResult], config: int) -> str:
     c = tried.get(config)
     if c is None:
         return "not run"
-    return f"{c.k}/{c.n} sessions failed in {c.trials} trial{'s' if c.trials != 1 else ''} ({c.verdict})"
+    return f"{c.k}/{c.n} sessions failed in {counted(c.trials, 'trial')} ({c.verdict})"
 
 
 def joined(names: list[str]) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.core.records import SERVER_INFO_VOLATILE, RunManifest, TrialProvenance, TrialRecord
+from orchestrator.core.words import counted, noun
 from orchestrator.report.factwords import by_value, quote, quote_apart
 from orchestrator.report.model import Finding
 
@@ -59,7 +60,9 @@ def served_setting_findings(manifest: RunManifest, trials: Sequence[TrialRecord]
     out = [_finding(manifest, role, key, dict(values), cells) for (role, key, values), cells in seen.items()]
     if len(out) > SETTINGS_SAID:
         rest = len(out) - SETTINGS_SAID
-        more = Finding(kind="caution", text=f"Testbeds served {rest} more server setting(s) otherwise (not listed).")
+        more = Finding(
+            kind="caution", text=f"Testbeds served {counted(rest, 'more server setting')} otherwise (not listed)."
+        )
         out = [*out[:SETTINGS_SAID], more]
     return out
 
@@ -127,7 +130,7 @@ def _cells(cells: list[str]) -> str:
     named = ", ".join(cells[:CELLS_NAMED]) + (
         f" and {len(cells) - CELLS_NAMED} more" if len(cells) > CELLS_NAMED else ""
     )
-    return f"cell{'s' if len(cells) > 1 else ''} {named}"
+    return f"{noun(len(cells), 'cell')} {named}"
 
 
 def run_setting_lines(a: RunManifest, sa: CellServers, b: RunManifest, sb: CellServers) -> list[str]:

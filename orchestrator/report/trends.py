@@ -19,6 +19,7 @@ from xml.sax.saxutils import escape
 
 from orchestrator.core import clustered
 from orchestrator.core.regression import LOOKBACK, Change, NumberHistory, RateHistory, check_night
+from orchestrator.core.words import counted
 from orchestrator.report.series import SeriesPoint
 
 USABLE = ("completed", "failed")  # a run that finished (with or without failed trials) is a night
@@ -118,7 +119,7 @@ def change_text(c: Change) -> str:
     else:
         before, after = f"{c.before:.1%}", f"{c.after:.1%}"
     return (
-        f"{c.metric} in {c.cell}: {before} over the previous {c.nights} run(s) -> {after} now "
+        f"{c.metric} in {c.cell}: {before} over the previous {counted(c.nights, 'run')} -> {after} now "
         f"(p={c.p:.2g}, Holm-adjusted {c.p_holm:.2g}; {c.method})"
     )
 

@@ -22,6 +22,7 @@ from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hostfacts import BY_CELL
 from orchestrator.core.model import Level, Matrix
 from orchestrator.core.records import RunManifest
+from orchestrator.core.words import counted
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.errors import ConfigError
 from orchestrator.report.factwords import quote as _quote
@@ -143,7 +144,7 @@ def _level_lines(ma: Matrix, mb: Matrix) -> list[str]:
             if other is not None and _settings(lv) != _settings(other):
                 lines.append(f"{fa.name}={lv.name} sets {_settings(lv)} in A, {_settings(other)} in B")
     if len(lines) > LEVEL_LINES:
-        lines = [*lines[:LEVEL_LINES], f"and {len(lines) - LEVEL_LINES} more level(s)"]
+        lines = [*lines[:LEVEL_LINES], f"and {counted(len(lines) - LEVEL_LINES, 'more level')}"]
     return [f"a level of one name ran other settings: {'; '.join(lines)}"] if lines else []
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from orchestrator.core.hostfacts import BY_CELL
 from orchestrator.core.records import RunManifest
+from orchestrator.core.words import listed
 from orchestrator.report.factwords import by_value, quote_apart, quote_or_none, whose, word
 from orchestrator.report.hostfacts import testbed_fact_findings, trials_ran
 
@@ -108,5 +109,4 @@ def _by_testbed(values: Mapping[str, str | None]) -> str:
 
 
 def _testbeds(beds: Mapping[str, object]) -> str:
-    names = ", ".join(repr(n) for n in beds)
-    return f"testbeds {names}" if len(beds) > 1 else f"testbed {names}"
+    return listed("testbed", (repr(n) for n in beds))

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 import httpx
 
-from orchestrator.core import envfile
+from orchestrator.core import envfile, words
 from orchestrator.core.argsvar import resolve
 from orchestrator.core.masking import mask_record
 from orchestrator.core.matrix import client_values, expected_env, level_index
@@ -1175,7 +1175,7 @@ def _processes(left: Sequence[str]) -> str:
     shown, rest = ", ".join(entries), n - leftovers.counted(entries)
     if rest > 0:
         shown += f" and {rest} more"
-    return f"{n} process{'es' if n > 1 else ''} running: {shown}"
+    return f"{words.counted(n, 'process')} running: {shown}"
 
 
 def _write(path: Path, text: str) -> None:

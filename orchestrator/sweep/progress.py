@@ -20,6 +20,7 @@ from rich.table import Column
 from rich.text import Text
 
 from orchestrator.core.records import TrialRecord
+from orchestrator.core.words import counted
 
 
 class Progress(Protocol):
@@ -86,7 +87,7 @@ class FailureTally:
             out.append(f"{count} failed: {_cut(' '.join(first.split()))}")
             out.extend(self.tails.get(signature, []))
         if len(ranked) > limit:
-            out.append(f"... and {len(ranked) - limit} other reason(s): see the report's Failures")
+            out.append(f"... and {counted(len(ranked) - limit, 'other reason')}: see the report's Failures")
         return out
 
 
@@ -102,7 +103,7 @@ def failure_tail(record: TrialRecord) -> list[str]:
         return []
     lines = [line for line in record.failure.detail.splitlines() if line.strip()][-TAIL_LINES:]
     where = output_file(record)
-    head = f"  last {len(lines)} line(s) of " + (f"the output ({where}):" if where else "its log or output:")
+    head = f"  last {counted(len(lines), 'line')} of " + (f"the output ({where}):" if where else "its log or output:")
     return [head, *(f"  | {_cut_line(_CONTROL.sub('?', line))}" for line in lines)]
 
 

@@ -28,6 +28,7 @@ import tenacity
 
 from orchestrator.core.clip import clip, clip_list
 from orchestrator.core.endpoints import LOOPBACK, canonical_host
+from orchestrator.core.words import counted
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.errors import OrchError, UsageError
 from orchestrator.store.liveness import not_restored_line, read_status, recorded_restore
@@ -355,7 +356,7 @@ def send(
             client.close()
     for d in deliveries:
         if not d.ok:
-            warn(f"webhook {d.webhook}: not delivered after {d.attempts} attempt(s): {d.error}")
+            warn(f"webhook {d.webhook}: not delivered after {counted(d.attempts, 'attempt')}: {d.error}")
     return deliveries
 
 

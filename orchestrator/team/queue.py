@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Literal, Protocol, TypeVar
 
+from orchestrator.core.words import listed
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.errors import Interrupted, UsageError
 from orchestrator.sweep.signals import sigterm_as_interrupt
@@ -464,9 +465,10 @@ def _say_gone(result: QueueRunResult, skip: set[int], told: set[int], note: Call
     ended without a word (another `queue run` had taken them)."""
     gone = told - skip - {item.id for item, _ in result.ran}
     if gone:
-        ids = ", ".join(map(str, sorted(gone)))
+        them = "it" if len(gone) == 1 else "them"
         note(
-            f"item(s) {ids} no longer queued (another `queue run` took them, or they were removed): nothing to wait for"
+            f"{listed('item', sorted(gone))} no longer queued (another `queue run` took {them}, or {them} "
+            f"{'was' if len(gone) == 1 else 'were'} removed): nothing to wait for"
         )
 
 
@@ -510,8 +512,9 @@ def _wait_for_busy(
     if left <= 0:
         return False
     if locked - told:
-        ids = ", ".join(map(str, sorted(locked)))
-        note(f"item(s) {ids} wait for a busy testbed: trying again every {busy_wait_s:.0f} s until the deadline")
+        waits = "waits" if len(locked) == 1 else "wait"
+        every = f"trying again every {busy_wait_s:.0f} s until the deadline"
+        note(f"{listed('item', sorted(locked))} {waits} for a busy testbed: {every}")
         told.update(locked)
     wait(min(busy_wait_s, left))
     skip.difference_update(locked)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from orchestrator.core.words import listed
 from orchestrator.errors import UsageError
 from orchestrator.team.queuestore import (
     CLAIMABLE,
@@ -294,7 +295,7 @@ class PgQueue:
         for item_id in items:
             self._held.pop(item_id, None)
         if items:
-            self.lost = f"{self.where}: gave up item(s) {', '.join(map(str, items))}: {why}"
+            self.lost = f"{self.where}: gave up {listed('item', items)}: {why}"
 
     def _heartbeat(self) -> None:
         """While we drive an item: check the connection; a dropped one is made again at once, so

@@ -99,6 +99,6 @@ def test_a_stranger_on_the_port_of_a_role_the_trials_do_not_restart_voids_them(
     assert " 0 failed" not in out
     report = load_report(reports / "untouched")  # every failed attempt counted, not one per trial
     assert report.failed == len(later) == 2 * len({r.trial for r in later})
-    assert any(f"{len(later)} trial attempt(s) failed" in reason for reason in suspect_reasons(report))
+    assert any(f"{len(later)} trial attempts failed" in reason for reason in suspect_reasons(report))
     for name, data in originals.items():  # hosts restored
         assert (tmp_path / name).read_bytes() == data, name

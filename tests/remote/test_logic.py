@@ -340,7 +340,7 @@ def info(
         (info("failed", "failed", result="start-limit-hit"), "start limit"),
         (info("failed", "failed", result="exit-code", status=1), "failed: exit-code (exit status 1)"),
         (info("activating", "auto-restart", result="exit-code", n=0, status=1), "crash-looping: its process exited"),
-        (info("active", "running", n=2), "restarted it 2 time(s)"),
+        (info("active", "running", n=2), "restarted it 2 times"),
         (info("inactive", "dead"), "not running (inactive/dead"),
         (info("inactive", "dead", load="not-found"), "not found on the host"),
     ],

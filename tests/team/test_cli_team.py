@@ -84,7 +84,7 @@ def test_queueing_the_same_sweep_twice_is_said(
     assert main(args) == 0 and "same sweep" not in capsys.readouterr().out
     assert main(args) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "note: item(s) 1 not yet finished queue the same sweep" in said and "queue remove 2" in said
+    assert "note: item 1 not yet finished queues the same sweep" in said and "queue remove 2" in said
     assert items(reports) == [(1, "queued"), (2, "queued")]
     matrix.write_text(matrix.read_text() + "# edited\n")  # another matrix text: another sweep
     assert main(args) == 0 and "same sweep" not in capsys.readouterr().out
@@ -256,7 +256,7 @@ def test_notify_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert main(["notify", str(run_dir), "--webhook", "slack+" + rx.url + "/s"]) == 0
     ((path, body),) = rx.received
     assert path == "/s" and manifest.run_id in body["text"]  # type: ignore[index]
-    assert "delivered (1 attempt(s))" in capsys.readouterr().out
+    assert "delivered (1 attempt)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,7 @@ def test_notify_that_fails_names_no_sweep(tmp_path: Path, capsys: pytest.Capture
         rx.answers = [500, 500, 500]  # every attempt fails
         assert main(["notify", str(run_dir), "--webhook", rx.url + "/h"]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert "not delivered after 3 attempt(s)" in err and "sweep" not in err
+    assert "not delivered after 3 attempts" in err and "sweep" not in err
 
 
 def test_queue_run_dry_run_lists_what_would_run_in_order_and_claims_nothing(

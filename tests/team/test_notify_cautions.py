@@ -90,7 +90,7 @@ def test_a_hostile_run_name_and_level_reach_slack_escaped_on_one_line_and_bounde
     assert "<" not in text and ">" not in text and "\n" not in text, text[:300]
     assert "&lt;!channel&gt; &amp; &lt;https://evil.example|the report&gt;" in text
     assert len(text) <= 5000 + len(summary.link) and text.endswith(" - " + summary.link), len(text)
-    assert "SUSPECT DATA: 2 trial attempt(s) failed or were void" in text  # the cap cut no caution away
+    assert "SUSPECT DATA: 2 trial attempts failed or were void" in text  # the cap cut no caution away
 
 
 def test_chat_safe_never_cuts_inside_an_escape() -> None:

@@ -56,7 +56,7 @@ def test_a_testbed_busy_when_the_night_starts_runs_once_it_is_free(tmp_path: Pat
         assert q.get(item.id).state == "completed"
     assert len(calls) == 11 and clock.slept == [60.0] * 10  # tried every minute until free
     assert result.exit_code == 0 and result.skipped_locked == [item.id]
-    assert sum("wait for a busy testbed" in n for n in notes) == 1  # said once, not every minute
+    assert sum(f"item {item.id} waits for a busy testbed" in n for n in notes) == 1  # said once, not every minute
     assert sum("skipped, its testbed is busy" in n for n in notes) == 1
 
 
@@ -92,7 +92,7 @@ def test_a_waited_for_item_another_runner_took_is_said_gone(tmp_path: Path) -> N
             q, sweep, deadline=3600.0, clock=clock, sleep=taken_meanwhile, busy_wait_s=60, note=notes.append
         )
     assert clock.slept == [60.0] and not result.ran and result.exit_code == 0
-    assert notes[-1].startswith(f"item(s) {item.id} no longer queued (another `queue run` took them")
+    assert notes[-1].startswith(f"item {item.id} no longer queued (another `queue run` took it")
 
 
 class Flaky:
@@ -205,7 +205,7 @@ def test_queue_list_shows_pending_and_the_last_finished(tmp_path: Path, capsys: 
         assert all(i.matrix_text == "" for i in items)  # a list never reads the texts
         assert q.get(1).matrix_text == "x" * 1000
     assert main(["queue", "list", "--reports", str(reports)]) == 0
-    assert "5 older finished item(s) not shown (--all shows them)" in capsys.readouterr().out
+    assert "5 older finished items not shown (--all shows them)" in capsys.readouterr().out
     assert main(["queue", "list", "--all", "--reports", str(reports)]) == 0
     assert "not shown" not in capsys.readouterr().out
 

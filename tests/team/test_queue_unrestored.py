@@ -113,7 +113,7 @@ def test_orch_queue_run_exits_1_and_says_why(
     assert main(["queue", "run", "--reports", str(reports)]) == 1
     said = " ".join(capsys.readouterr().err.split())
     assert "item 1 (nightly.yaml): NOT run" in said and HELD in said
-    assert "item(s) 1 not run: a testbed holds a run whose controller died" in said and "exit code 1" in said
+    assert "item 1 not run: a testbed holds a run whose controller died" in said and "exit code 1" in said
 
 
 class DeadRunsLock(Refused):

@@ -24,5 +24,5 @@ def test_a_sweeps_webhook_says_whether_it_was_delivered(tmp_path: Path, capsys: 
         rx.answers = [500, 500, 500]
         _finished(outcome, [Webhook.parse(rx.url + "/down")])
     err = " ".join(capsys.readouterr().err.split())
-    assert f"webhook {rx.url}/…: delivered (1 attempt(s))" in err
-    assert "not delivered after 3 attempt(s): HTTP 500 (the sweep itself is unaffected)" in err
+    assert f"webhook {rx.url}/…: delivered (1 attempt)" in err
+    assert "not delivered after 3 attempts: HTTP 500 (the sweep itself is unaffected)" in err

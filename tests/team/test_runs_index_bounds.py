@@ -51,7 +51,7 @@ def many(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_index_lists_the_newest_runs_and_counts_the_rest(many: Path) -> None:
     page = index_page(many, fresh_summary)
     assert page.count("<tr data-matrix=") == INDEX_ROWS
-    assert f"{INDEX_ROWS + 10} run(s), newest first" in page and "… and 10 older run(s) not listed" in page
+    assert f"{INDEX_ROWS + 10} runs, newest first" in page and "… and 10 older runs not listed" in page
     # the oldest run is past the rows listed, but its testbed is still changed: said at the top
     assert f"finish with: <code>orch restore {many / '20260509-000000-x'}</code>" in page
 

@@ -166,7 +166,7 @@ def test_a_status_file_that_cannot_be_read_is_listed_with_why(
     why = {r.directory: r.unreadable for r in snap.runs if r.state == "unreadable"}
     assert why == {
         "20260507-not-json": "not JSON at line 1 (key must be a string, column 2)",  # where it breaks
-        "20260508-not-status": "not an orch status file (12 error(s), first: run_id: Input should be a valid string)",
+        "20260508-not-status": "not an orch status file (12 errors, first: run_id: Input should be a valid string)",
         "20260509-over-cap": "over 1 MiB",
         "20260510-bad-manifest": "not JSON at line 1 (EOF while parsing an object, column 1)",  # its run.json
     }

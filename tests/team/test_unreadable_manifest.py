@@ -59,7 +59,7 @@ def damaged(reports: Path) -> dict[str, str]:
         "20260603-missing": "missing",
         "20260604-journal-only": "missing",
         "20260605-huge": "over 128 MiB",
-        "20260606-other-schema": "not an orch run manifest (17 error(s), first: run_id: Input should be a valid "
+        "20260606-other-schema": "not an orch run manifest (17 errors, first: run_id: Input should be a valid "
         "string; another orch version's?)",  # its run_id wrong, 16 fields missing
         "20260607-fifo": "not a regular file (a FIFO)",
     }

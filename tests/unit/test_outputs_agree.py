@@ -337,9 +337,11 @@ def read_all(written: Written) -> Outputs:
 
 
 def _trials_cell(text: str) -> tuple[int, int | None, int]:
-    """The runs index's trials column: completed[/planned][ (N failed attempt(s))]."""
-    got = re.fullmatch(r"(\d+)(?:/(\d+))?(?: \((\d+) failed attempt\(s\)\))?", text)
+    """The runs index's trials column: completed[/planned][ (N failed attempt[s])], "1 failed
+    attempt" and "2 failed attempts"."""
+    got = re.fullmatch(r"(\d+)(?:/(\d+))?(?: \((\d+) failed attempt(s?)\))?", text)
     assert got is not None, f"the runs index's trials column reads {text!r}"
+    assert got[3] is None or (got[3] != "1") == (got[4] == "s"), text
     return int(got[1]), None if got[2] is None else int(got[2]), int(got[3] or 0)
 
 
@@ -362,8 +364,9 @@ def check_counts(o: Outputs) -> None:
     """The same trials counted: completed (data), finished (completed or failed for good), failed
     for good, and the report's failed attempts (retried ones too), wherever each is shown."""
     r = o.report
-    header = re.search(r"· (\d+)(?: of (\d+) planned)? trials completed.*?(?:, (\d+) failed attempt\(s\))?</p>", o.page)
+    header = re.search(r"· (\d+)(?: of (\d+) planned)? trials completed.*?(?:, (\d+) failed attempt(s?))?</p>", o.page)
     assert header is not None
+    assert header[3] is None or (header[3] != "1") == (header[4] == "s"), header[0]
     assert (int(header[1]), None if header[2] is None else int(header[2]), int(header[3] or 0)) == (
         r.completed, r.planned, r.failed
     )  # fmt: skip

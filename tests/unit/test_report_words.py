@@ -56,7 +56,7 @@ def test_a_one_factor_page_holds_no_other_factor_fixed(run3: tuple) -> None:
         "each cell vs the baseline, each factor's main effect, the numeric effects)" in one
     )
     # its factor effect compares the same 3 vs 3 trials as its cell does (p >= 0.10): nothing pools
-    assert "wall: with 3 trial(s) per cell and 3 in the baseline, no difference could reach significance" in one
+    assert "wall: with 3 trials per cell and 3 in the baseline, no difference could reach significance" in one
     assert "dispersion 2.58 estimated from 3 trials in 1 cell (2.0 df;" in one  # not "1 cells"
     for absent in (
         "conditional effects",

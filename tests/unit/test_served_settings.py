@@ -95,7 +95,7 @@ def test_many_differing_settings_and_cells_are_bounded() -> None:
         "Testbeds served other server settings: the decode role's s00 was '1' on x; '2' on y "
         "(server info, in cells c0, c1, c2 and 2 more); a cell's trials pooled over them mix both."
     )
-    assert lines[-1] == "Testbeds served 4 more server setting(s) otherwise (not listed)."
+    assert lines[-1] == "Testbeds served 4 more server settings otherwise (not listed)."
 
 
 def test_what_a_server_draws_at_each_start_is_no_testbed_difference() -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
+from orchestrator.core.words import counted
 from orchestrator.edges.identity import UNIT_PROPS, PortScan, UnitId, parse_units, scan
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result, Transport
@@ -408,7 +409,7 @@ def liveness_problem(info: ShowInfo) -> str | None:
     if s.sub_state == "auto-restart":
         return f"crash-looping: its process exited{status} and systemd is restarting it (restart #{s.n_restarts + 1})"
     if s.n_restarts > 0:
-        return f"crash-looping: systemd restarted it {s.n_restarts} time(s) since orch started it"
+        return f"crash-looping: systemd restarted it {counted(s.n_restarts, 'time')} since orch started it"
     if s.active_state in ("inactive", "deactivating"):
         return f"not running ({s.active_state}/{s.sub_state}: it exited{status} or was stopped)"
     return None
