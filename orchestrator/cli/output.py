@@ -7,6 +7,7 @@ from rich.markup import escape
 
 from orchestrator.cli.console import err, out
 from orchestrator.core.clip import clip
+from orchestrator.core.words import counted
 from orchestrator.store.liveness import not_restored_line
 from orchestrator.sweep.apitypes import RestoreOutcome, Started, SweepOutcome, TestbedRestore
 from orchestrator.sweep.progress import Progress, RichProgress
@@ -27,13 +28,15 @@ def announce(started: Started) -> None:
         err.print(f"{head}; hunt {where} -> {started.run_dir} (its total is decided as it goes)", markup=False)
         return
     if not started.resumed:
-        err.print(f"run {started.run_id}: {started.trials} trials {where} -> {started.run_dir}", markup=False)
+        err.print(
+            f"run {started.run_id}: {counted(started.trials, 'trial')} {where} -> {started.run_dir}", markup=False
+        )
         return
     if started.torn_tail_dropped:
         err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
     if started.left == 0:
-        out.print(f"{started.run_dir}: all {started.trials} trials are already done", markup=False)
-    err.print(f"resuming {started.run_id}: {started.left} of {started.trials} trials left", markup=False)
+        out.print(f"{started.run_dir}: all {counted(started.trials, 'trial')} are already done", markup=False)
+    err.print(f"resuming {started.run_id}: {started.left} of {counted(started.trials, 'trial')} left", markup=False)
 
 
 def terminal(started: Started) -> Progress:
@@ -46,7 +49,7 @@ def show_outcome(outcome: SweepOutcome) -> None:
     if outcome.report_error is not None:
         err.print(f"[yellow]report not written:[/yellow] {escape(outcome.report_error)}")
     cut = " (interrupted)" if outcome.interrupted else ""
-    out.print(f"{outcome.completed} trials completed, {outcome.failed} failed{cut}", markup=False)
+    out.print(f"{counted(outcome.completed, 'trial')} completed, {outcome.failed} failed{cut}", markup=False)
     if outcome.not_restored:
         out.print(not_restored_line(outcome.not_restored, outcome.run_dir), markup=False)
     show_kept(outcome.kept)

@@ -1670,8 +1670,8 @@ def completed_of(completed: int, planned: int | None) -> str:
     """How far a run got, in the words of the report's status caution (and orch compare's).
     `planned` None: a hunt, whose plan.json holds only its first wave (no "N of M planned")."""
     if planned is None:
-        return f"{completed} trials completed (a hunt decides its trials as it goes)"
-    return f"{completed} of {planned} planned trials completed"
+        return f"{counted(completed, 'trial')} completed (a hunt decides its trials as it goes)"
+    return f"{completed} of {counted(planned, 'planned trial')} completed"
 
 
 def incomplete_reason(manifest: RunManifest, rows: Sequence[TrialRow], stopped: bool = False) -> str | None:

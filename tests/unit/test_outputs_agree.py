@@ -364,10 +364,13 @@ def check_counts(o: Outputs) -> None:
     """The same trials counted: completed (data), finished (completed or failed for good), failed
     for good, and the report's failed attempts (retried ones too), wherever each is shown."""
     r = o.report
-    header = re.search(r"· (\d+)(?: of (\d+) planned)? trials completed.*?(?:, (\d+) failed attempt(s?))?</p>", o.page)
+    header = re.search(
+        r"· (\d+)(?: of (\d+) planned)? trial(?P<t>s?) completed.*?(?:, (\d+) failed attempt(s?))?</p>", o.page
+    )
     assert header is not None
-    assert header[3] is None or (header[3] != "1") == (header[4] == "s"), header[0]
-    assert (int(header[1]), None if header[2] is None else int(header[2]), int(header[3] or 0)) == (
+    assert (int(header[2] or header[1]) != 1) == (header["t"] == "s"), header[0]  # "1 trial", "8 of 8 planned trials"
+    assert header[4] is None or (header[4] != "1") == (header[5] == "s"), header[0]
+    assert (int(header[1]), None if header[2] is None else int(header[2]), int(header[4] or 0)) == (
         r.completed, r.planned, r.failed
     )  # fmt: skip
     assert (o.summary.completed, o.summary.planned, o.summary.failed) == (r.completed, r.planned, r.failed)
@@ -379,7 +382,7 @@ def check_counts(o: Outputs) -> None:
     assert sum(status == "completed" for status in ended.values()) == r.completed
     assert (o.webhook["trials"], o.webhook["failed"], o.webhook["planned"]) == (len(ended), failed, r.planned)
     assert o.api_status is not None and (o.api_status["done"], o.api_status["failed"]) == (len(ended), failed)
-    assert f"{r.completed} trials completed, {failed} failed" in o.terminal
+    assert f"{r.completed} trial{'s' if r.completed != 1 else ''} completed, {failed} failed" in o.terminal
 
 
 def check_cells(o: Outputs) -> None:

@@ -53,3 +53,18 @@ def test_report_says_two_of_each_in_the_plural(tmp_path: Path) -> None:
     page = _report_page(tmp_path, replicates=2, failed_kept=2)
     assert ", 2 failed attempts</p>" in page and "2 failed or interrupted attempts." in page
     assert ", 2 replicates</dd>" in page
+
+
+def test_one_trial_is_said_in_the_singular_in_the_status_words_and_the_terminal(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A one-trial run (a smoke test, a resume with one left) read "1 trials completed"."""
+    from orchestrator.cli.output import show_outcome
+    from orchestrator.report.build import completed_of
+    from orchestrator.sweep.apitypes import SweepOutcome
+
+    assert completed_of(1, None) == "1 trial completed (a hunt decides its trials as it goes)"
+    assert completed_of(0, 1) == "0 of 1 planned trial completed"
+    assert completed_of(2, 3) == "2 of 3 planned trials completed"
+    show_outcome(SweepOutcome(Path("r"), "r", "completed", completed=1, failed=0, planned=1))
+    show_outcome(SweepOutcome(Path("r"), "r", "completed", completed=2, failed=1, planned=3))
+    said = capsys.readouterr().out
+    assert "1 trial completed, 0 failed" in said and "2 trials completed, 1 failed" in said, said
