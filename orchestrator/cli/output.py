@@ -40,9 +40,22 @@ def announce(started: Started) -> None:
 
 
 def terminal(started: Started) -> Progress:
-    """Announce the run and give the terminal's progress bar (or plain lines in a log)."""
-    announce(started)
-    return RichProgress(err, open_ended=started.open_ended, cell_name=started.cell_name)
+    """The terminal's progress bar (or plain lines in a log), which announces the run as it starts."""
+    return _Announcing(started)
+
+
+class _Announcing(RichProgress):
+    """Announces the run when the runner starts it, not when the API names it: a resume checks its
+    testbed's lock and its hosts' env files first (sweep.runner: adopt, check_resumable), and one
+    refused there, nothing touched, printed "resuming h1: ..." and then its error."""
+
+    def __init__(self, started: Started) -> None:
+        super().__init__(err, open_ended=started.open_ended, cell_name=started.cell_name)
+        self.started = started
+
+    def start(self, total: int, done: int) -> None:
+        announce(self.started)
+        super().start(total, done)
 
 
 def show_outcome(outcome: SweepOutcome) -> None:

@@ -59,10 +59,15 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
 
 def print_resume_dry_run(preview: ResumePreview, console: Console) -> int:
     """`orch resume RUN --dry-run` and `orch hunt M --resume RUN --dry-run`: the preview, nothing
-    touched (one way: the hunt's ignored --dry-run and resumed for real). Exit code 0."""
+    touched (one way: the hunt's ignored --dry-run and resumed for real). Exit code: the resume's
+    when it would run no trial (1 on failed trials), else 0."""
     print_resume_preview(preview, console)
+    if preview.exit_code:
+        console.print(
+            f"{counted(preview.failed, 'trial')} of the run failed: the resume exits {preview.exit_code}, as this does"
+        )
     console.print("dry run: nothing was changed (the hosts are checked when the resume runs)")
-    return 0
+    return preview.exit_code
 
 
 def print_resume_preview(preview: ResumePreview, console: Console) -> None:
@@ -70,6 +75,15 @@ def print_resume_preview(preview: ResumePreview, console: Console) -> None:
     search decides its next trials when it runs, so only its count so far is known)."""
     plan, done = preview.plan, len(preview.done)
     where = f"testbed {', '.join(preview.testbeds)}"
+    if preview.ended is not None:  # the search stopped: the resume checks and restores the hosts, runs nothing
+        state, reason = preview.ended
+        console.print(
+            escape(
+                f"resume {preview.run_id} on {where}: nothing left to run: the hunt has ended after "
+                f"{counted(done, 'trial')} ({state}: {reason}); a resume runs no trial"
+            )
+        )
+        return
     if plan.matrix.hunt is not None:
         console.print(
             escape(

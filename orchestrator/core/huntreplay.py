@@ -42,6 +42,15 @@ def replay(matrix: Matrix, records: Iterable[TrialRecord]) -> Hunt:
     return hunt
 
 
+def stopped(matrix: Matrix, records: Iterable[TrialRecord]) -> Hunt:
+    """The search after these trials with its stopping rule evaluated on them (propose() proposes
+    nothing else): its `state` and `reason` say whether it has ended, as the report says them, and
+    a hunt that has ended hands out no trial when it is resumed."""
+    hunt = replay(matrix, records)
+    hunt.propose()
+    return hunt
+
+
 def observe(hunt: Hunt, matrix: Matrix, record: TrialRecord) -> None:
     """A completed trial's k/n of the hunt's metric. A failed or void trial, or one without a
     count, is no evidence but is counted as a trial that gave no data (the hunt stops once as

@@ -11,6 +11,7 @@ the caller prints. Errors are raised as OrchErrors; the caller maps them to exit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -318,9 +319,12 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     """What `orch resume RUN_DIR` would run, for its --dry-run: the checks a resume makes before it
     touches anything, and the trials its journal has finished (a torn last line is read past, as the
     resume would drop it). No host is contacted, no lock taken, nothing written."""
-    manifest, _, plan, _ = _resumable(run_dir)
+    manifest, matrix, plan, _ = _resumable(run_dir)
     journal = RunDir(run_dir).journal
-    if journal.exists():
+    ended = None
+    if journal.exists() and matrix.hunt is not None:  # what the resume replays, by its rule (_take_up)
+        ended = _hunt_ended(matrix, _journaled(run_dir))
+    elif journal.exists():
         _check_journal(run_dir)  # what the resume would refuse, at its line, the dry run refuses
     done = frozenset(trial_statuses(journal).finished if journal.exists() else ())
     # as the resume decides (HostGuard.adopt): a complete backup is taken up, and then what the units
@@ -330,7 +334,21 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     left = resumed_steps(
         plan.matrix, plan.testbed, [s for s in plan.steps if s.trial.index not in done], unknown=unknown
     )
-    return ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, done, left, unknown)
+    preview = ResumePreview(manifest.run_id, tuple(manifest.testbeds), plan, done, left, unknown, ended)
+    if not preview.nothing_left:
+        return preview
+    return dataclasses.replace(preview, failed=_final_counts(run_dir)[1])  # the resume's exit code rests on them
+
+
+def _hunt_ended(matrix: Matrix, journaled: Finished) -> tuple[str, str] | None:
+    """The hunt's state and why once its search has ended (found, budget, not failing), replayed
+    from the journal as the resume replays it (sweep.hunt.HuntSource), or None while it would hand
+    out trials. Why: the dry run of an ended hunt said the search "decides the next trials", and the
+    resume then ran none."""
+    from orchestrator.core.huntreplay import stopped  # the search (numpy, scipy): only for a hunt
+
+    hunt = stopped(matrix, journaled.records())
+    return None if hunt.state == "running" else (hunt.state, hunt.reason)
 
 
 def _resume_locked(

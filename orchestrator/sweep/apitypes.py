@@ -132,6 +132,20 @@ class ResumePreview:
     done: frozenset[int]  # trials finished (completed or failed): a resume skips them
     left: tuple[Step, ...]  # the others, in run order, with the restarts the resume makes (core.plan.resumed_steps)
     restarts_unknown: bool  # the stopped run's backup is taken up: its first trial restarts every edited host
+    ended: tuple[str, str] | None = None  # a hunt whose search has ended: its state and why (core.hunt)
+    failed: int = 0  # finished trials that failed (counted only when nothing is left to run)
+
+    @property
+    def nothing_left(self) -> bool:
+        """A resume would run no trial: the hunt has ended, or every planned trial is done."""
+        return self.ended is not None or (self.plan.matrix.hunt is None and not self.left)
+
+    @property
+    def exit_code(self) -> int:
+        """What the resume would exit with when it runs nothing (SweepOutcome.exit_code's rule: 1
+        on failed trials); 0 while trials are left (the dry run shows them). Why: the dry run of
+        an ended hunt exited 0 where the resume exits as the run ended."""
+        return 1 if self.nothing_left and self.failed else 0
 
 
 # ---------------------------------------------------------------------------- outcomes

@@ -172,12 +172,14 @@ class Runner:
         runs whatever ends the loop (last trial, error, Ctrl-C, SIGTERM)."""
         failed_on: OrchError | None = None
         try:
+            adopted = resume and self.adopt_backup()
+            if adopted:  # read only: a resume refused here (exit 2) was never started nor announced
+                self.guard.check_resumable()  # a host edited since, not by this run: refuse
             # before any host is touched: status.json names this controller from here on, so a run
             # killed during its backup (copies and locks left on its hosts) is shown stale by `orch
             # status`, not left out of it; the parallel path starts it before its runners too
             self.progress.start(len(self.plan.steps), len(done))
-            if resume and self.adopt_backup():
-                self.guard.check_resumable()  # a host edited since, not by this run: refuse
+            if adopted:
                 self.guard.rewrite_host_backups()  # the earlier restore may have removed them
             else:
                 self.guard.backup()  # a killed run that never finished its backup edited nothing

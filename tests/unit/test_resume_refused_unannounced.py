@@ -1,0 +1,67 @@
+"""`orch resume RUN` refused before anything is touched (an env file changed since the run
+restored it) prints the refusal alone, exit 2: it printed "resuming r1: 4 of 6 trials left" and
+then the error, and a user read that the resume had begun (the third new-user walk). A resume
+that goes on still announces itself first (on the fakes, in process)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from fakes import Reply
+from helpers.inproc import run_main
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
+
+from orchestrator.sweep import api
+from orchestrator.sweep.progress import QuietProgress
+
+
+def _stopped_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Fleet, Path]:
+    """A 2x3 sweep Ctrl-C'd in its third trial's repro: hosts restored, 2 of 6 trials done."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("refused", 3, extra="seed: 7\n"), ["A"])
+    calls: list[str] = []
+
+    def repro(testbed: str, command: str) -> Reply | None:
+        calls.append(command)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return None
+
+    fleet.repro_hook = repro
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    outcome = api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+    assert outcome.interrupted and fleet.file("A", "decode") == b"D=0\n"
+    fleet.repro_hook = None
+    return fleet, outcome.run_dir
+
+
+def _resume(tmp_path: Path) -> tuple[int, str]:
+    said = io.StringIO()  # stdout and stderr as one stream, in order (2>&1)
+    code = run_main(["resume", "reports/r1"], tmp_path, {"COLUMNS": "400"}, said, said)
+    return code, " ".join(said.getvalue().split())
+
+
+def test_a_resume_refused_before_anything_is_touched_never_says_resuming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet, _ = _stopped_run(tmp_path, monkeypatch)
+    decode = fleet.transports[("A", "decode")]
+    decode.files["/etc/orch/decode.env"] = b"D=0\nTEAM=1\n"  # edited by someone since the run restored it
+    code, said = _resume(tmp_path)
+    assert code == 2, said
+    assert said.startswith("error: cannot resume: the env file changed since this run restored it"), said
+    assert "resuming r1" not in said, said
+    assert decode.files["/etc/orch/decode.env"] == b"D=0\nTEAM=1\n"
+
+
+def test_a_resume_that_goes_on_announces_itself_before_its_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stopped_run(tmp_path, monkeypatch)
+    code, said = _resume(tmp_path)
+    assert code == 0, said
+    assert "resuming r1: 4 of 6 trials left" in said, said
+    assert said.index("resuming r1") < said.index("6 trials completed, 0 failed"), said
