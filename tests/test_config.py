@@ -83,7 +83,11 @@ MATRIX_CASES = [
         ["m.yaml:16", "collect.errors.unit", "control or invisible character U+000A"],
     ),
     ("malformed yaml", lambda t: t + "  bad: [unclosed\n", ["m.yaml:", "invalid YAML"]),
-    ("tab indentation", lambda t: t.replace("  overlap:", "\toverlap:"), ["m.yaml:3", "invalid YAML"]),
+    (
+        "tab indentation",
+        lambda t: t.replace("  overlap:", "\toverlap:"),
+        ["m.yaml:3", "invalid YAML", "indent with spaces: YAML does not allow a tab there"],
+    ),
     ("two documents", lambda t: t + "---\nname: x\n", ["expected one YAML mapping, found 2 documents"]),
     ("empty file", lambda t: "", ["found no document"]),
     ("top-level list", lambda t: "- a\n- b\n", ["expected a mapping at the top level"]),

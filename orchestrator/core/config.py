@@ -33,7 +33,16 @@ from orchestrator.core.bounds import (
 )
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
-from orchestrator.core.inventory import Dialect, Host, Inventory, SshSettings, Testbed, UnitSpec, shared_env_file
+from orchestrator.core.inventory import (
+    Dialect,
+    Host,
+    Inventory,
+    SshSettings,
+    Testbed,
+    UnitSpec,
+    shared_env_file,
+    shown_names,
+)
 from orchestrator.core.model import (
     CONTROLLER,
     MAX_PRODUCT,
@@ -291,7 +300,7 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
     if err["type"] == "missing":
         return source.error(loc[:-1], f"missing required key {loc[-1]!r}", _HINTS.get(loc))
     if err["type"] == "too_long":  # the count says it all; the value may be megabytes
-        return source.error(loc, _expected(err), "split the matrix, or keep what the question needs")
+        return source.error(loc, _expected(err), _TOO_LONG_HINTS.get(shape, _TOO_LONG_HINTS[MatrixShape]))
     if err["type"] == "too_short":  # what it got is the empty value the message names
         return source.error(loc, _expected(err), _HINTS.get(loc))
     raw = source.raw_of(loc)
@@ -303,6 +312,12 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
 _HINTS: dict[PathKey, str] = {
     ("repro", "metrics"): "declare what to read from the repro's output, e.g. metrics: {corruption: {kind: proportion, "
     "regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}} or {wall: {regex: 'wall=(?P<value>[0-9.]+)s', unit: s}}",
+}
+
+# A list over its bound, by the file it is in: the inventory's are a role's hosts (MAX_MEMBERS).
+_TOO_LONG_HINTS: dict[type[BaseModel], str] = {
+    MatrixShape: "split the matrix, or keep what the question needs",
+    InventoryShape: "split the hosts into several testbeds, or keep what the question needs",
 }
 
 
@@ -453,7 +468,9 @@ def _build_testbed(name: str, tb: TestbedShape, base: Path, source: SourceMap) -
         for dep in host.after:
             if dep not in by_role:
                 raise source.error(
-                    (*where, "hosts", role, "after"), f"unknown role {dep!r}", f"roles here: {', '.join(by_role)}"
+                    (*where, "hosts", role, "after"),
+                    f"unknown role {dep!r}",
+                    f"roles here: {shown_names(list(by_role), 'roles')}",
                 )
     _check_acyclic(by_role, source, where)
     hosts = {h.key: h for group in members.values() for h in group}
@@ -1407,7 +1424,7 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
 
     def hint(role: str) -> str:
         close = difflib.get_close_matches(role, testbed.roles, n=1)
-        known = f"roles in testbed {testbed.name!r}: {', '.join(testbed.roles)}"
+        known = f"roles in testbed {testbed.name!r}: {shown_names(list(testbed.roles), 'roles')}"
         return f"did you mean {close[0]!r}? {known}" if close else known
 
     for f in matrix.factors:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -134,13 +134,17 @@ class Inventory:
 KNOWN_SHOWN = 8  # names listed in a hint before "N testbeds in all": an inventory may hold 256
 
 
+def shown_names(known: Sequence[str], what: str) -> str:
+    """The first few of `known`, then how many there are: "a, b, ... (41 roles in all)"."""
+    shown = ", ".join(known[:KNOWN_SHOWN])
+    return f"{shown}, ... ({len(known):,} {what} in all)" if len(known) > KNOWN_SHOWN else shown
+
+
 def known_names_hint(name: str, known: list[str], what: str) -> str:
     """The hint for a name not found: close spellings first (a typo among many), then a few of the
     known names, never the whole list of a large inventory on one line."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
-    shown = ", ".join(known[:KNOWN_SHOWN])
-    if len(known) > KNOWN_SHOWN:
-        shown = f"{shown}, ... ({len(known)} {what} in all)"
+    shown = shown_names(known, what)
     if not close:
         return f"known: {shown}"
     return f"did you mean {' or '.join(repr(c) for c in close)}? known: {shown}"

@@ -79,13 +79,19 @@ def _compose(text: str, file: str) -> list[yaml.Node]:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
-        raise ConfigError(f"invalid YAML: {exc.problem or exc.context}", file=file, line=line) from None
+        problem = exc.problem or exc.context
+        hint = TAB_HINT if problem and "'\\t'" in problem else None
+        raise ConfigError(f"invalid YAML: {problem}", file=file, line=line, hint=hint) from None
     except yaml.reader.ReaderError as exc:  # a NUL or another character YAML forbids: no mark, a position
         line = text.count("\n", 0, exc.position) + 1
         char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
         raise ConfigError(f"invalid YAML: character {char} is not allowed", file=file, line=line) from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from None
+
+
+# PyYAML says "found character '\t' that cannot start any token": the fix in the user's words.
+TAB_HINT = "indent with spaces: YAML does not allow a tab there"
 
 
 def _check_depth(text: str, file: str, loader: type[Any]) -> None:
