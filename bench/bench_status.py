@@ -133,8 +133,36 @@ def views(src: Path, reports: Path, endpoint: str) -> tuple[list[float], int, in
         end_kb = rss_kb(proc.pid)
         return seconds, end_kb, end_kb - start_kb, body
     finally:
-        proc.terminate()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, as systemd stops `orch serve`. One that outlives it by 30 s (seen twice under load,
+    never reproduced) is killed after its state is said: which signals it blocks, ignores and
+    catches, and where each thread waits, so the next sighting names its cause."""
+    proc.terminate()
+    try:
         proc.wait(timeout=30)
+        return
+    except subprocess.TimeoutExpired:
+        state = process_state(proc.pid)
+        proc.kill()
+        proc.wait()
+    raise SystemExit(f"orch serve (pid {proc.pid}) did not stop within 30 s of SIGTERM; killed. {state}")
+
+
+def process_state(pid: int) -> str:
+    """Signal masks and each thread's state and kernel wait channel, from /proc (best effort)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        masks = " ".join(line.replace("\t", "") for line in status if line.startswith(("State", "Sig", "Shd")))
+        threads = []
+        for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+            stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            threads.append(f"{task.name}:{stat[0]}:{(task / 'wchan').read_text() or '-'}")
+        return f"{masks}; threads (tid:state:wchan) {' '.join(threads)}"
+    except OSError as exc:
+        return f"(its state could not be read: {exc})"
 
 
 def comparable(body: str) -> list[dict[str, object]]:
