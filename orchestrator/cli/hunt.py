@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from orchestrator.cli.args import sweep_request
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
-from orchestrator.core.words import counted
 from orchestrator.errors import ConfigError, OrchError, UsageError
 
 if TYPE_CHECKING:
@@ -179,6 +178,8 @@ def print_hunt_plan(plan: Plan, console: Console, testbeds: Sequence[str]) -> No
     `testbeds` (the ones -t names). Why the names are required: `orch plan -t all` printed the
     time on 1 testbed and `orch hunt -t all --dry-run` on 2, for the same hunt."""
     from rich.markup import escape  # rich: only when printing
+
+    from orchestrator.core.words import counted
 
     spec = plan.matrix.hunt
     assert spec is not None

@@ -28,7 +28,6 @@ from orchestrator.cli.args import (
 )
 from orchestrator.cli.argtypes import bounded_int, positive
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
-from orchestrator.core.words import counted
 from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 
 # Building the parser (`orch --help`, a usage error) imports the standard library and the command
@@ -237,6 +236,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out, warn
+    from orchestrator.core.words import counted
     from orchestrator.sweep.prepare import prepare  # the config models and the plan, not the run machinery
 
     plan = prepare(sweep_request(args), warn=warn).plan
@@ -392,6 +392,7 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
     """Show how the sweep ended; POST its summary to the webhooks; a webhook never fails the sweep."""
     from orchestrator.cli import output
     from orchestrator.cli.console import err
+    from orchestrator.core.words import counted
 
     output.show_outcome(outcome)
     hunt.after(outcome.run_dir)  # a hunt's culprit summary and hunt.html (nothing for other runs)

@@ -25,7 +25,6 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds, reports_folder
-from orchestrator.core.words import counted, listed
 
 SQLITE_INT = 2**63 - 1  # the largest integer the queue database holds
 LOG_WIDTH = 200
@@ -234,6 +233,7 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out, warn
+    from orchestrator.core.words import counted, listed
     from orchestrator.sweep.prepare import prepare  # validated now, run later: not the run machinery
     from orchestrator.team.queue import NewItem, is_server_url, store_spec
 
@@ -315,6 +315,7 @@ def cmd_queue_list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from orchestrator.cli.console import out
+    from orchestrator.core.words import counted
     from orchestrator.team.queue import store_spec
 
     store = _existing_queue(args, read_only=True)
@@ -389,6 +390,7 @@ def cmd_queue_run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import err, out
+    from orchestrator.core.words import listed
     from orchestrator.team.queue import run_queue
 
     hooks = _checked_hooks(args.webhook, sent_from_env=True)
@@ -428,6 +430,7 @@ def _queue_dry_run(args: argparse.Namespace) -> int:
     a stale item's dead claim is given back first), as `queue list` shows items. Read-only: the
     queue is opened read-only (never created), nothing claimed, no testbed touched."""
     from orchestrator.cli.console import out
+    from orchestrator.core.words import counted
     from orchestrator.team.overnight import changed_since_queued
     from orchestrator.team.queue import store_spec
     from orchestrator.team.queuestore import PENDING
@@ -820,6 +823,7 @@ def cmd_notify(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import err, out, warn
+    from orchestrator.core.words import counted
     from orchestrator.errors import UsageError
     from orchestrator.team.notify import configured, plain_http, send, summarize_run
 

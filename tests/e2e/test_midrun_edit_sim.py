@@ -48,7 +48,7 @@ def test_a_hand_edit_mid_sweep_is_kept_and_stops_the_sweep(tmp_path: Path, capsy
     assert code == 1, out + err
     assert f"{decode} was changed during the run, not by orch; its content is kept in {kept}" in err
     assert f"`orch resume {run_dir}` runs it and the rest" in err
-    assert f"kept aside: decode ({kept})" in out and "1 trials completed, 0 failed" in out
+    assert f"kept aside: decode ({kept})" in out and "1 trial completed, 0 failed" in out
     assert "Traceback" not in err
     assert kept.read_bytes().endswith(b"\nMY_NEW_FLAG=1\n") and kept.stat().st_mode & 0o777 == 0o600
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
