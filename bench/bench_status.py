@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -96,22 +97,25 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def serve(src: Path, reports: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(src: Path, reports: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     """`orch serve` of the tree at src (its orchestrator imported, not the installed one)."""
     port = free_port()
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import orchestrator\n"
+        "import faulthandler, signal, sys; faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+        "sys.path.insert(0, sys.argv[1]); import orchestrator\n"
         "assert orchestrator.__file__.startswith(sys.argv[1]), orchestrator.__file__\n"
         "from orchestrator.cli.main import main\n"
         "sys.exit(main(['serve', '--reports', sys.argv[2], '--port', sys.argv[3]]))"
     )
     argv = [sys.executable, "-c", code, str(src), str(reports), str(port)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err_file = reports.parent / f"serve-{port}.err"  # its stacks, dumped if it outlives a SIGTERM
+    with err_file.open("wb") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=5).close()  # listening: no view asked yet
-            return proc, url
+            return proc, url, err_file
         except OSError:
             time.sleep(0.05)
     proc.kill()
@@ -120,7 +124,7 @@ def serve(src: Path, reports: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 def views(src: Path, reports: Path, endpoint: str) -> tuple[list[float], int, int, str]:
     """Seconds of a first and a second view, VmRSS (KB) after them and its growth, the last body."""
-    proc, url = serve(src, reports)
+    proc, url, err_file = serve(src, reports)
     try:
         start_kb, seconds, body = rss_kb(proc.pid), [], ""
         with httpx.Client(base_url=url, timeout=600, trust_env=False) as http:
@@ -133,10 +137,10 @@ def views(src: Path, reports: Path, endpoint: str) -> tuple[list[float], int, in
         end_kb = rss_kb(proc.pid)
         return seconds, end_kb, end_kb - start_kb, body
     finally:
-        stop(proc)
+        stop(proc, err_file)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes], err_file: Path) -> None:
     """SIGTERM, as systemd stops `orch serve`. One that outlives it by 30 s (seen twice under load,
     never reproduced) is killed after its state is said: which signals it blocks, ignores and
     catches, and where each thread waits, so the next sighting names its cause."""
@@ -146,9 +150,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         return
     except subprocess.TimeoutExpired:
         state = process_state(proc.pid)
+        os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: every thread's Python stack to its stderr file
+        time.sleep(1.0)
         proc.kill()
         proc.wait()
-    raise SystemExit(f"orch serve (pid {proc.pid}) did not stop within 30 s of SIGTERM; killed. {state}")
+    stacks = err_file.read_text(errors="replace")[-2000:]
+    raise SystemExit(f"orch serve (pid {proc.pid}) did not stop within 30 s of SIGTERM; killed. {state}\n{stacks}")
 
 
 def process_state(pid: int) -> str:
