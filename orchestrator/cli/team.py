@@ -694,6 +694,7 @@ def cmd_schedule_remove(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- serve, status, notify
 def cmd_serve(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out
+    from orchestrator.sweep.signals import sigterm_as_interrupt
     from orchestrator.team.serve import make_server
 
     server = make_server(args.reports, args.host, args.port)
@@ -706,7 +707,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         markup=False,
     )
     try:
-        server.serve_forever(poll_interval=0.2)
+        with sigterm_as_interrupt() as stopping:  # its own handler: the loop also checks `stopping`
+            server.stopping = stopping
+            server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         pass
     finally:

@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 from orchestrator.core.clip import clip
 from orchestrator.core.endpoints import LOOPBACK_NAMES
 from orchestrator.core.redact import Redactor
-from orchestrator.errors import OrchError, UsageError
+from orchestrator.errors import Interrupted, OrchError, UsageError
 from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
 from orchestrator.team.livestatus import LiveRun, Snapshot, StatusCache, snapshot
 
@@ -97,7 +97,7 @@ _Request = socket.socket | tuple[bytes, socket.socket]  # what socketserver hand
 STATUS_TEMPLATE = "status.html.j2"  # in orchestrator/report/templates, beside the report's
 
 
-def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ThreadingHTTPServer:
+def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> ReportsServer:
     """A server (not yet serving) for reports_dir; port 0 picks a free port."""
     root = reports_dir.resolve()
     if not root.is_dir():
@@ -141,6 +141,7 @@ class ReportsServer(ThreadingHTTPServer):
         self._slots = threading.BoundedSemaphore(max_connections)  # before binding: it is used once serving
         self._waiting: dict[ReportsHandler, None] = {}  # connections still reading their request, oldest first
         self._waiting_lock = threading.Lock()
+        self.stopping: threading.Event | None = None  # set by the signal handler (sweep.signals)
         super().__init__(address, handler)
 
     def waiting(self, handler: ReportsHandler, waits: bool) -> None:
@@ -153,15 +154,32 @@ class ReportsServer(ThreadingHTTPServer):
 
     def process_request(self, request: _Request, client_address: object) -> None:
         """Every slot taken: the newcomer takes the slot of the connection waiting longest for its
-        request, else (every slot serving a request) it is closed at once."""
+        request, else (every slot serving a request) it is closed at once. The slot is given back
+        once, by the connection's thread or, if the thread never ran, here: a SIGTERM landing after
+        the thread had started gave it back twice, and the BoundedSemaphore's ValueError replaced
+        the Interrupted, which socketserver then swallowed as a request's error (the server served on)."""
         if not self._slots.acquire(blocking=False) and not self._take_a_waiting_slot():
             self.shutdown_request(request)
             return
+        slot = _Slot(self._slots)
+        thread = threading.Thread(target=self._serve_one, args=(request, client_address, slot), daemon=True)
         try:
-            super().process_request(request, client_address)
+            thread.start()
         except BaseException:
-            self._slots.release()  # no thread started: nothing else gives the slot back
+            slot.give_back()
             raise
+
+    def _serve_one(self, request: _Request, client_address: object, slot: _Slot) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            slot.give_back()
+
+    def service_actions(self) -> None:
+        """Between polls: a stop asked for (the signal handler sets `stopping` before it raises)
+        ends the loop even if the handler's exception was lost on its way up."""
+        if self.stopping is not None and self.stopping.is_set():
+            raise Interrupted("received SIGTERM")
 
     def _take_a_waiting_slot(self) -> bool:
         """Cut off the connection that has waited longest for its request and take its slot once
@@ -174,17 +192,24 @@ class ReportsServer(ThreadingHTTPServer):
         oldest.cut_off()
         return self._slots.acquire(timeout=EVICT_WAIT_S)
 
-    def process_request_thread(self, request: _Request, client_address: object) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
     def handle_error(self, request: _Request, client_address: object) -> None:
         """Quiet when the client went away or was cut off (a deadline, a timeout): that is not a bug."""
         if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
             return
         super().handle_error(request, client_address)
+
+
+class _Slot:
+    """One connection's place among the server's slots, given back exactly once."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots, self._lock, self._held = slots, threading.Lock(), True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._held:
+                self._held = False
+                self._slots.release()
 
 
 def _handler(root: Path, bind_host: str) -> type[BaseHTTPRequestHandler]:
