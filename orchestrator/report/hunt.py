@@ -22,7 +22,7 @@ from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.hunt import ConfigResult, HuntResult, probability_text
 from orchestrator.core.huntconfig import set_apart
 from orchestrator.core.huntfit import misfit_words
-from orchestrator.core.huntreplay import counts_of, replay, settings_of
+from orchestrator.core.huntreplay import counts_of, settings_of, stopped
 from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import RunManifest, TrialRecord
@@ -105,8 +105,7 @@ def _ended(status: str, interruption: str) -> str | None:
 
 def build_report(matrix: Matrix, records: Sequence[TrialRecord], ended: str | None = None) -> HuntReport:
     """The hunt as its trials leave it: the search replayed, and the spread of its trials."""
-    hunt = replay(matrix, records)
-    hunt.propose()  # evaluates the stopping rule on what was observed (proposes nothing else)
+    hunt = stopped(matrix, records)  # its stopping rule evaluated, as a resume's dry run does
     spread = dispersion(list(trial_counts(matrix, records).values()))
     return HuntReport(matrix, hunt.result(top_n=10), spread, ended)
 

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.hunt import Culprit, Hunt
 from orchestrator.core.huntplan import hunt_plan
-from orchestrator.core.huntreplay import replay, settings_of
+from orchestrator.core.huntreplay import settings_of, stopped
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.stats import wilson_interval
@@ -277,9 +277,9 @@ def test_the_report_and_resume_replay_the_same_records_of_a_trial_cut_off_during
 
     def spy(matrix: Matrix, records: list[TrialRecord]) -> Hunt:
         replayed.append(list(records))
-        return replay(matrix, records)
+        return stopped(matrix, records)
 
-    monkeypatch.setattr(hunt_module, "replay", spy)
+    monkeypatch.setattr(hunt_module, "stopped", spy)
     report = hunt_report(run)
     assert report is not None and report.ended == "killed"
     resumed = api._journaled(run)
