@@ -162,7 +162,9 @@ class ReportsServer(ThreadingHTTPServer):
             self.shutdown_request(request)
             return
         slot = _Slot(self._slots)
-        thread = threading.Thread(target=self._serve_one, args=(request, client_address, slot), daemon=True)
+        thread = threading.Thread(
+            target=self._serve_one, args=(request, client_address, slot), daemon=self.daemon_threads
+        )
         try:
             thread.start()
         except BaseException:
