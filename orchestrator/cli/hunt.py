@@ -72,7 +72,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
 
     outcome = api.run(request, _progress, warn=warn, prepared=prepared)
     output.show_outcome(outcome)
-    after(outcome.run_dir)
+    after(outcome)
     return outcome.exit_code
 
 
@@ -92,7 +92,7 @@ def _resume(args: argparse.Namespace) -> int:
     request = api.ResumeRequest(args.resume, retries=retries, break_lock=args.break_lock)
     outcome = api.resume(request, _progress, warn=warn)
     output.show_outcome(outcome)
-    after(outcome.run_dir)
+    after(outcome)
     return outcome.exit_code
 
 
@@ -150,8 +150,17 @@ def _progress(started: api.Started) -> Progress:
     return Tee(output.terminal(started), LiveStatus(started.run_dir, cell_name=started.cell_name))
 
 
-def after(run_dir: Path) -> None:
-    """A finished (or stopped) hunt: the culprit summary on the terminal and hunt.html."""
+def after(outcome: api.SweepOutcome) -> None:
+    """A finished (or stopped) hunt: the culprit summary on the terminal and hunt.html, and last,
+    why it exits 1 when it named no culprit set."""
+    from orchestrator.cli.console import out
+
+    _summary(outcome.run_dir)
+    if outcome.unanswered is not None and outcome.exit_code == 1:
+        out.print(f"{outcome.unanswered}: exit code 1", markup=False)
+
+
+def _summary(run_dir: Path) -> None:
     from rich.markup import escape
 
     from orchestrator.cli.console import err, out

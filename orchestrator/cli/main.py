@@ -395,7 +395,7 @@ def _finished(outcome: api.SweepOutcome, hooks: list[Webhook]) -> int:
     from orchestrator.core.words import counted
 
     output.show_outcome(outcome)
-    hunt.after(outcome.run_dir)  # a hunt's culprit summary and hunt.html (nothing for other runs)
+    hunt.after(outcome)  # a hunt's culprit summary and hunt.html (nothing for other runs)
     if hooks:
         from orchestrator.team import notify
 

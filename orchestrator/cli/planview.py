@@ -63,9 +63,9 @@ def print_resume_dry_run(preview: ResumePreview, console: Console) -> int:
     when it would run no trial (1 on failed trials), else 0."""
     print_resume_preview(preview, console)
     if preview.exit_code:
-        console.print(
-            f"{counted(preview.failed, 'trial')} of the run failed: the resume exits {preview.exit_code}, as this does"
-        )
+        failed = f"{counted(preview.failed, 'trial')} of the run failed"
+        why = failed if preview.failed else "the hunt named no culprit set"
+        console.print(f"{why}: the resume exits {preview.exit_code}, as this does")
     console.print("dry run: nothing was changed (the hosts are checked when the resume runs)")
     return preview.exit_code
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.core.config import (
     check_replicates,
@@ -64,7 +65,7 @@ from orchestrator.sweep.apitypes import (
 )
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hostrestore import restore_from_hosts as restore_from_hosts  # the folder gone
-from orchestrator.sweep.hunt import HuntSource
+from orchestrator.sweep.hunt import HuntSource, OnStop
 from orchestrator.sweep.orphans import stop_orphaned_repros
 from orchestrator.sweep.prepare import check_command_lengths, check_separate_testbeds, shown_path
 from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
@@ -75,6 +76,9 @@ from orchestrator.sweep.prepare import select_testbeds as select_testbeds
 from orchestrator.sweep.progress import Progress
 from orchestrator.sweep.runner import Runner, RunOptions, RunResult, execute
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
+
+if TYPE_CHECKING:  # the search (numpy, scipy) loads when a hunt starts (sweep.hunt)
+    from orchestrator.core.hunt import HuntResult
 
 
 def _recorded_paths(request: SweepRequest, run_dir: Path) -> dict[str, str]:
@@ -137,6 +141,7 @@ def run(
             _check_hosts(deployments, locks, plan, request, run_id, warn)
             manifest = _new_manifest(prepared, request, run_id, run_dir)
             executing = False
+            ended: list[HuntResult] = []  # a hunt's search, once it has ended
 
             def trials() -> RunResult:
                 nonlocal executing
@@ -153,7 +158,7 @@ def run(
                     total = 0 if hunting else len(plan.steps)
                     names = tuple(manifest.testbeds)
                     sink = progress(Started(run_id, run_dir, names, total, total, hunt=plan.matrix.hunt))
-                    design = _design(plan, set(), run_dir=run_dir)
+                    design = _design(plan, set(), run_dir=run_dir, on_stop=ended.append)
                     result, stopped = _stoppable(trials)
             except (KeyboardInterrupt, Interrupted) as exc:
                 if not RunDir(run_dir).run_json.exists():  # stopped before the run existed: nothing to end
@@ -167,7 +172,13 @@ def run(
         finally:
             for lock in locks:
                 lock.release()
-    return _finish(run_dir, manifest, result, stopped)
+    return _finish(run_dir, manifest, result, stopped, _hunt_end(ended))
+
+
+def _hunt_end(ended: list[HuntResult]) -> tuple[str, str] | None:
+    """How a hunt's search ended in this process (its source's on_stop), or None: not a hunt, or
+    stopped (interrupted, a fault) before its search ended."""
+    return (ended[-1].state, ended[-1].reason) if ended else None
 
 
 def _new_manifest(prepared: PreparedSweep, request: SweepRequest, run_id: str, run_dir: Path) -> RunManifest:
@@ -196,7 +207,11 @@ def _ways_back(run_dir: Path) -> str:
 
 
 def _design(
-    plan: Plan, done: set[int], journaled: Finished | None = None, run_dir: Path | None = None
+    plan: Plan,
+    done: set[int],
+    journaled: Finished | None = None,
+    run_dir: Path | None = None,
+    on_stop: OnStop | None = None,
 ) -> SourceFactory:
     """Which trial runs next: the plan's in order, or as an adaptive design or a hunt decides
     (resumed from the trials already journaled; an adaptive design also keeps the decisions
@@ -209,7 +224,9 @@ def _design(
     def make(on_decision: OnDecision | None) -> StepSource:
         prior = journaled.records() if journaled else iter(())  # read as the source replays them
         if matrix.hunt is not None:  # `orch hunt`: the search picks each trial (sweep/hunt.py)
-            return HuntSource(matrix, prior, journaled.next_trial if journaled else None, run_dir=run_dir)
+            return HuntSource(
+                matrix, prior, journaled.next_trial if journaled else None, on_stop=on_stop, run_dir=run_dir
+            )
         if matrix.adaptive is None:
             return StepSource(list(plan.steps), done, fewest_restarts=matrix.order == "min-restarts")
         return AdaptiveSource(plan.steps, done, matrix, prior, on_decision, decided)
@@ -282,9 +299,10 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     run_dir = request.run_dir
     manifest, matrix, plan, testbeds = _resumable(run_dir)
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
+    ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
         with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
-            result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, began)
+            result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, (began, ended))
     except (KeyboardInterrupt, Interrupted) as exc:
         if not began:
             exc.add_note(
@@ -293,7 +311,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
             )
         raise
     resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
-    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped)
+    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped, _hunt_end(ended))
 
 
 def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, list[Testbed]]:
@@ -358,10 +376,11 @@ def _resume_locked(
     matrix: Matrix,
     plan: Plan,
     testbeds: list[Testbed],
-    began: list[bool],
+    notes: tuple[list[bool], list[HuntResult]],
 ) -> tuple[RunResult, str | None]:
     """The resume's part that needs the run folder to itself: the journal's repair and the trials
-    (`began` gets an entry as the runner starts)."""
+    (notes: `began` gets an entry as the runner starts, `ended` a hunt's result once its search ends)."""
+    began, ended = notes
     run_dir = request.run_dir
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     taken_up = _take_up(run_dir, matrix)
@@ -399,7 +418,7 @@ def _resume_locked(
                     locks=locks,
                     resume=True,
                     progress=sink,
-                    source=_design(plan, done, journaled, run_dir),
+                    source=_design(plan, done, journaled, run_dir, on_stop=ended.append),
                 )
             )
         finally:
@@ -510,7 +529,13 @@ def _journaled(run_dir: Path) -> Finished:
 
 
 # ---------------------------------------------------------------------------- finish
-def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: str | None = None) -> SweepOutcome:
+def _finish(
+    run_dir: Path,
+    manifest: RunManifest,
+    result: RunResult,
+    stopped: str | None = None,
+    hunt_ended: tuple[str, str] | None = None,
+) -> SweepOutcome:
     """Record the run's end in the manifest, write the report and the index."""
     finished, failed = _final_counts(run_dir)
     # a sweep stopped early (stopped: why) did not complete, even when every trial it ran passed
@@ -536,6 +561,7 @@ def _finish(run_dir: Path, manifest: RunManifest, result: RunResult, stopped: st
         report_error=report_error,
         stopped=stopped,
         gates_failed=gates_failed,
+        hunt_ended=None if result.interrupted else hunt_ended,
     )
 
 

@@ -141,11 +141,17 @@ class ResumePreview:
         return self.ended is not None or (self.plan.matrix.hunt is None and not self.left)
 
     @property
+    def unanswered(self) -> bool:
+        """A hunt that has ended without naming a culprit set (not failing, budget)."""
+        return self.ended is not None and self.ended[0] != "found"
+
+    @property
     def exit_code(self) -> int:
         """What the resume would exit with when it runs nothing (SweepOutcome.exit_code's rule: 1
-        on failed trials); 0 while trials are left (the dry run shows them). Why: the dry run of
-        an ended hunt exited 0 where the resume exits as the run ended."""
-        return 1 if self.nothing_left and self.failed else 0
+        on failed trials or a hunt that named no culprit set); 0 while trials are left (the dry
+        run shows them). Why: the dry run of an ended hunt exited 0 where the resume exits as the
+        run ended."""
+        return 1 if self.nothing_left and (self.failed or self.unanswered) else 0
 
 
 # ---------------------------------------------------------------------------- outcomes
@@ -194,13 +200,25 @@ class SweepOutcome:
     report_error: str | None = None  # why the report was not written (the run itself is fine)
     stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
     gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed gate check (matrix `gates:`)
+    hunt_ended: tuple[str, str] | None = None  # a hunt whose search ended here: its state and why (core.hunt)
+
+    @property
+    def unanswered(self) -> str | None:
+        """A hunt that ended without naming a culprit set (its failing configuration did not fail,
+        or its budget ran out first), in words; None otherwise. Why: such a hunt exited 0, as one
+        that named its culprits, and a script could not tell "here they are" from "no answer"."""
+        if self.hunt_ended is None or self.hunt_ended[0] == "found":
+            return None
+        state, reason = self.hunt_ended
+        return f"the hunt named no culprit set ({state}: {reason})"
 
     @property
     def exit_code(self) -> int:
-        """130 interrupted, 1 failed trials / hosts not restored / stopped early, 3 a gate failed."""
+        """130 interrupted, 1 failed trials / hosts not restored / stopped early / a hunt that
+        named no culprit set, 3 a gate failed."""
         if self.interrupted:
             return 130
-        if self.failed or self.not_restored or self.stopped:
+        if self.failed or self.not_restored or self.stopped or self.unanswered:
             return 1
         return GATE_FAILED if self.gates_failed else 0
 

@@ -242,6 +242,10 @@ def item_outcome(outcome: SweepOutcome, deadline: float | None, clock: Callable[
     left = ""
     if outcome.not_restored:
         left = f"; {not_restored_line(outcome.not_restored, run_dir)}"
+    if outcome.status == "completed" and outcome.unanswered is not None and not outcome.not_restored:
+        # a hunt that ran to its end and named no culprit: exit 1 as `orch hunt`, but the item ran
+        # as it should (the night does not fail on it), and the note says why rather than "see the log"
+        return ItemOutcome("completed", code, run_dir, f"{counts}; {outcome.unanswered}")
     if outcome.status == "completed" and code != 0:  # e.g. a host could not be restored
         why = left or f"; exit code {code}: see the log"
         return ItemOutcome("failed", code, run_dir, f"{counts}{why}")

@@ -10,6 +10,7 @@ A repro `on:` a host is the scripted command `fake-repro ...`; Fleet.repro_hook 
 from __future__ import annotations
 
 import re
+import socket
 import sys
 import threading
 import types
@@ -23,6 +24,7 @@ from fakes import REPRO_OUTPUT, FakeServiceManager, FakeTransport, FakeUnit, Rep
 from orchestrator.core import gpuinfo
 from orchestrator.core.inventory import Host, Testbed
 from orchestrator.core.records import TrialRecord
+from orchestrator.edges import preflight as preflight_mod
 from orchestrator.edges import provenance
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.store.journal import read_journal
@@ -154,6 +156,14 @@ def install(monkeypatch: pytest.MonkeyPatch, fleet: Fleet) -> None:
     monkeypatch.setattr(session, "connect", fleet.connect)
     monkeypatch.setattr(provenance, "orch_commit", lambda root=None: ("", False))
     monkeypatch.setattr(runner_mod, "httpx", types.SimpleNamespace(Client=fleet.client))
+
+
+def install_with_preflight(monkeypatch: pytest.MonkeyPatch, fleet: Fleet) -> None:
+    """install(), and preflight's health GETs answered by the fleet and the fake names resolving
+    without a lookup: for the commands that run preflight (`orch hunt` has no --skip-preflight)."""
+    install(monkeypatch, fleet)
+    monkeypatch.setattr(preflight_mod, "httpx", types.SimpleNamespace(Client=fleet.client, HTTPError=httpx.HTTPError))
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [])
 
 
 def write_files(tmp_path: Path, matrix: str, names: Sequence[str]) -> tuple[Path, Path]:

@@ -9,17 +9,14 @@ from __future__ import annotations
 import dataclasses
 import io
 import socket
-import types
 from pathlib import Path
 
-import httpx
 import pytest
 from fakes import Role, make_bed
 from helpers.inproc import run_main
-from helpers.parallel_fakes import Fleet, fake_matrix, install, inventory_text
+from helpers.parallel_fakes import Fleet, fake_matrix, install_with_preflight, inventory_text
 
 from orchestrator.core.config import read_inventory
-from orchestrator.edges import preflight as preflight_mod
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.identity import Holder
 from orchestrator.edges.preflight import preflight
@@ -44,9 +41,7 @@ def fleet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
     (tmp_path / INVENTORY).write_text(inventory_text(["tb1", "tb2"]))
     (tmp_path / "m.yaml").write_text(fake_matrix("where", 1))
     fleet = Fleet({"prefill": "P=1\n", "decode": "D=1\n"})
-    install(monkeypatch, fleet)
-    monkeypatch.setattr(preflight_mod, "httpx", types.SimpleNamespace(Client=fleet.client, HTTPError=httpx.HTTPError))
-    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [])
+    install_with_preflight(monkeypatch, fleet)
     for testbed in read_inventory(tmp_path / INVENTORY).testbeds.values():
         fleet.connect(testbed)
     return fleet
