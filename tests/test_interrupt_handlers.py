@@ -29,6 +29,7 @@ SWALLOWS: dict[tuple[str, str], str] = {
     ("cli/main.py", "_main"): "the top level: prints 'interrupted (received SIGTERM)' and returns 130",
     ("sweep/runner.py", "_sweep"): "sets result.interrupted; the restore in its `finally` runs, the run exits 130",
     ("sweep/runner.py", "_join_all"): "counts presses and tells every runner to stop; returns interrupted=True",
+    ("sweep/runner.py", "_open_gate"): "before the start gate opens: tells every runner to stop; _join_all counts it",
     ("sweep/runner.py", "work"): "a runner thread's error, kept and re-raised in the main thread",
     ("sweep/pool.py", "settle"): "a second interrupt stops the waiting; the first one is re-raised",
     ("sweep/hosts.py", "restore"): "an interrupt skips the host being restored; the restore goes on and says so",

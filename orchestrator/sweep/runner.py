@@ -510,14 +510,49 @@ def _note_unrestored(exc: BaseException, result: RunResult | None) -> None:
         exc.add_note(not_restored_line(result.not_restored, result.run_dir))
 
 
+class _StartGate:
+    """A parallel run's display starts once every runner has passed its resume checks (adopt,
+    check_resumable: read only; a new run has none) or has ended, and no runner goes on to its
+    hosts before that. Why: a parallel resume refused on one testbed, nothing touched, printed
+    "resuming r1: ..." before its error (the single-testbed path announces only after its checks);
+    and status.json still names this controller before any runner backs up a host."""
+
+    def __init__(self, runners: int) -> None:
+        self.arrived = [False] * runners
+        self.changed = threading.Event()  # a runner arrived or ended
+        self.go = threading.Event()
+
+    def arrive(self, index: int) -> None:
+        """A runner thread whose checks passed: wait for the others."""
+        self.arrived[index] = True
+        self.changed.set()
+        self.go.wait()
+
+    def open_when_ready(
+        self, finished: Sequence[threading.Event], errors: list[BaseException], start: Callable[[], None]
+    ) -> None:
+        """The main thread: once every runner has arrived or ended, start the display (unless one
+        ended on an error: nothing is announced then) and let them go."""
+        while not self.go.is_set():
+            self.changed.clear()  # before looking: an arrival after the look wakes the wait
+            if all(a or f.is_set() for a, f in zip(self.arrived, finished, strict=True)):
+                if not errors:
+                    start()
+                self.go.set()
+                return
+            self.changed.wait(0.2)
+
+
 class _SharedProgress:
     """One progress display for all runners: they report trials; the coordinator starts, stops and
     says which hosts the run left changed (every testbed's, once all are restored)."""
 
-    def __init__(self, inner: Progress, testbed: str, lock: threading.Lock) -> None:
+    def __init__(self, inner: Progress, testbed: str, lock: threading.Lock, gate: _StartGate, index: int) -> None:
         self.inner, self.testbed, self.lock = inner, testbed, lock
+        self.gate, self.index = gate, index
 
-    def start(self, total: int, done: int) -> None: ...
+    def start(self, total: int, done: int) -> None:
+        self.gate.arrive(self.index)  # the coordinator starts the display once every runner is here
 
     def stop(self) -> None: ...
 
@@ -550,16 +585,16 @@ def _execute_parallel(
     """A runner thread per deployment, all fed from one step source; their results merged (every
     testbed's, however its runner ended: a failure on one must not hide another's unrestored hosts)."""
     journal = SharedJournal(RunDir(run_dir).journal)
-    lock = threading.Lock()
+    lock, gate = threading.Lock(), _StartGate(len(deployments))
     runners = [
         Runner(
             dataclasses.replace(plan, testbed=d.testbed),
             d,
             run_dir,
             dataclasses.replace(options, backup_subdir=d.testbed.name),
-            progress=_SharedProgress(progress, d.testbed.name, lock),
+            progress=_SharedProgress(progress, d.testbed.name, lock, gate, i),
         )
-        for d in deployments
+        for i, d in enumerate(deployments)
     ]
     source = make_source(runners[0].cell_decided)
     errors: list[BaseException] = []
@@ -573,14 +608,16 @@ def _execute_parallel(
             source.close()
         finally:
             finished[i].set()
+            gate.changed.set()
 
-    progress.start(len(plan.steps), len(done))
     interrupted = False
     try:
         for i, d in enumerate(deployments):
             threading.Thread(target=work, args=(i,), name=f"testbed-{d.testbed.name}").start()
-        interrupted = _join_all(finished, runners)
+        presses = _open_gate(gate, finished, errors, runners, lambda: progress.start(len(plan.steps), len(done)))
+        interrupted = _join_all(finished, runners, presses)
     finally:
+        gate.go.set()  # never leave a runner waiting at the gate
         progress.stop()
         journal.close()  # only once every runner has restored its testbed and returned
     merged = _merge(run_dir, runners)
@@ -590,7 +627,28 @@ def _execute_parallel(
     return merged
 
 
-def _join_all(finished: list[threading.Event], runners: list[Runner]) -> bool:
+def _open_gate(
+    gate: _StartGate,
+    finished: list[threading.Event],
+    errors: list[BaseException],
+    runners: list[Runner],
+    start: Callable[[], None],
+) -> int:
+    """Wait for the runners at the start gate; Ctrl-C or SIGTERM meanwhile tells them to stop and
+    opens it (the display started, as for a run interrupted later). The presses, for _join_all."""
+    try:
+        gate.open_when_ready(finished, errors, start)
+        return 0
+    except (KeyboardInterrupt, Interrupted):
+        for r in runners:
+            r.stopping.set()
+        if not errors:
+            start()
+        gate.go.set()
+        return 1
+
+
+def _join_all(finished: list[threading.Event], runners: list[Runner], presses: int = 0) -> bool:
     """Wait until every runner has returned (each restores its own testbed first). Ctrl-C or
     SIGTERM, which reach only this thread, tell all runners to stop; each further one skips the
     host each runner is restoring (the single-testbed path's second Ctrl-C). Waiting goes on, so
@@ -599,7 +657,7 @@ def _join_all(finished: list[threading.Event], runners: list[Runner]) -> bool:
     Why Events and not Thread.join/is_alive: on CPython 3.11 a KeyboardInterrupt inside
     Thread.join(timeout) marks the still-running thread stopped (bpo-45274), so is_alive() lies
     after an interrupt; an interrupted Event.wait leaves nothing behind, and is_set() is a flag."""
-    presses = skips = 0
+    skips = 0
     while True:
         try:
             if presses:  # (again after a press that landed mid-way: setting an Event twice is harmless)

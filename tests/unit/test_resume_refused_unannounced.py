@@ -17,11 +17,14 @@ from orchestrator.sweep import api
 from orchestrator.sweep.progress import QuietProgress
 
 
-def _stopped_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Fleet, Path]:
-    """A 2x3 sweep Ctrl-C'd in its third trial's repro: hosts restored, 2 of 6 trials done."""
+def _stopped_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, testbeds: tuple[str, ...] = ("A",)
+) -> tuple[Fleet, Path]:
+    """A 2x3 sweep Ctrl-C'd in its third trial's repro: hosts restored, 2 of 6 trials done (on
+    `testbeds`: a parallel run given more than one)."""
     fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
     install(monkeypatch, fleet)
-    m, i = write_files(tmp_path, fake_matrix("refused", 3, extra="seed: 7\n"), ["A"])
+    m, i = write_files(tmp_path, fake_matrix("refused", 3, extra="seed: 7\n"), testbeds)
     calls: list[str] = []
 
     def repro(testbed: str, command: str) -> Reply | None:
@@ -31,9 +34,9 @@ def _stopped_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Fleet
         return None
 
     fleet.repro_hook = repro
-    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    req = api.SweepRequest(m, i, testbeds=testbeds, reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
     outcome = api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
-    assert outcome.interrupted and fleet.file("A", "decode") == b"D=0\n"
+    assert outcome.interrupted and all(fleet.file(t, "decode") == b"D=0\n" for t in testbeds)
     fleet.repro_hook = None
     return fleet, outcome.run_dir
 
@@ -64,4 +67,30 @@ def test_a_resume_that_goes_on_announces_itself_before_its_trials(
     code, said = _resume(tmp_path)
     assert code == 0, said
     assert "resuming r1: 4 of 6 trials left" in said, said
+    assert said.index("resuming r1") < said.index("6 trials completed, 0 failed"), said
+
+
+def test_a_parallel_resume_refused_on_one_testbed_never_says_resuming(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each testbed's runner checks its hosts as it starts; the run is announced once every one of
+    them has passed, so testbed B's refusal is said alone, and A's hosts are left as they were."""
+    fleet, _ = _stopped_run(tmp_path, monkeypatch, ("A", "B"))
+    decode = fleet.transports[("B", "decode")]
+    decode.files["/etc/orch/decode.env"] = b"D=0\nTEAM=1\n"
+    before = {t: (fleet.file(t, "prefill"), fleet.file(t, "decode")) for t in ("A", "B")}
+    code, said = _resume(tmp_path)
+    assert code == 2, said
+    assert "cannot resume: the env file changed since this run restored it" in said, said
+    assert "resuming r1" not in said, said
+    assert {t: (fleet.file(t, "prefill"), fleet.file(t, "decode")) for t in ("A", "B")} == before
+
+
+def test_a_parallel_resume_that_goes_on_announces_itself_once_before_its_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stopped_run(tmp_path, monkeypatch, ("A", "B"))
+    code, said = _resume(tmp_path)
+    assert code == 0, said
+    assert said.count("resuming r1") == 1, said
     assert said.index("resuming r1") < said.index("6 trials completed, 0 failed"), said
