@@ -139,10 +139,12 @@ def test_plan_states_power_before_the_sweep_and_numeric_floors() -> None:
     lines = power_lines(plan)
     text = "\n".join(lines)
     assert "80 sessions per cell (40 x 2 trials)" in text
-    zero = next(line for line in lines if "baseline at 0%" in line)
+    fisher = lines.index(next(x for x in lines if x.startswith("  for reference, Fisher's exact test")))
+    zero = lines[fisher + 1]  # Fisher's at a 0% baseline
+    assert zero.startswith("    baseline at 0%:"), zero
     rise = float(re.search(r"a rise to ([0-9.]+)%", zero).group(1)) / 100  # type: ignore[union-attr]
     assert abs(_simulated(80, 80, rise, 0.0, seed=5) - 0.8) <= 0.02
-    quasi = lines[lines.index(next(x for x in lines if "quasi-binomial test" in x)) + 1 :][:4]
+    quasi = lines[lines.index(next(x for x in lines if "the report's test: quasi-binomial" in x)) + 1 :][:4]
     assert [x.split(":")[0].strip() for x in quasi] == [f"baseline at {r}%" for r in (0, 2, 5, 15)]
     fifteen = float(re.search(r"a rise to ([0-9.]+)%", quasi[3]).group(1)) / 100  # type: ignore[union-attr]
     k = clustersim.beta_binomial_trials(np.random.default_rng(8), 6000, [0.15, fifteen] + [0.15] * 6, 2, 40, 0.0)
@@ -228,12 +230,12 @@ def test_plan_states_the_quasi_tests_power_at_holms_first_step_and_with_events_i
     matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
     plan = make_plan(matrix, next(iter(read_inventory(repo / "inventory" / "local.yaml").testbeds.values())), 1, 5)
     lines = power_lines(plan)
-    tests = int(re.search(r"the first step over (\d+) tests;", "\n".join(lines)).group(1))  # type: ignore[union-attr]
+    tests = int(re.search(r"the first step of the correction over the report's (\d+) tests", lines[0]).group(1))  # type: ignore[union-attr]
     assert tests == 49
-    quasi = lines[lines.index(next(x for x in lines if "quasi-binomial test" in x)) + 1 :][:4]
+    quasi = lines[lines.index(next(x for x in lines if "the report's test: quasi-binomial" in x)) + 1 :][:4]
     zero, fifteen = quasi[0], quasi[3]
     said = re.fullmatch(
-        r"  baseline at 0%: detects a rise to 6\.1% \(([0-9.]+)% after Holm\); a rate of 0% cannot fall", zero
+        r"    baseline at 0%: detects a rise to 6\.1% \(([0-9.]+)% after Holm\); a rate of 0% cannot fall", zero
     )
     assert said is not None, zero
     holm = float(said.group(1)) / 100
@@ -241,12 +243,16 @@ def test_plan_states_the_quasi_tests_power_at_holms_first_step_and_with_events_i
     assert stated.rise is not None and holm == pytest.approx(stated.rise, abs=0.0005)
     assert holm > 0.15  # a 15-point rise from 0% is not promised at 5 replicates
     assert re.match(
-        r"  baseline at 15%: detects a rise to 27\.0% \([0-9.]+% after Holm\) or a fall to 6\.2% \(", fifteen
+        r"    baseline at 15%: detects a rise to 27\.0% \([0-9.]+% after Holm\) or a fall to 6\.2% \(", fifteen
     ), fifteen
-    alone = fifteen.split("; with events in the compared cells only, it detects ")[1]
+    shape = lines.index(
+        next(x for x in lines if x.startswith("  the same test with events in the compared cells only"))
+    )
+    alone = lines[shape + 1 : shape + 4]  # at 2%, 5%, 15%: at 0% the two shapes are one
+    assert [line.split(":")[0] for line in alone] == ["    baseline at 2%", "    baseline at 5%", "    baseline at 15%"]
     # Holm's step is not passed by the DSV4 fix's fall to 0%
-    assert alone.endswith("(44.1% after Holm) or a fall to 5.2% (none passes Holm, not even to 0%)"), alone
-    assert all(re.search(r"[0-9.]+% after Holm|none passes Holm|before or after Holm", line) for line in quasi)
+    assert alone[2].endswith("(44.1% after Holm) or a fall to 5.2% (none passes Holm, not even to 0%)"), alone
+    assert all(re.search(r"[0-9.]+% after Holm|none passes Holm|before or after Holm", line) for line in quasi + alone)
 
 
 def test_a_replicated_run_without_events_states_the_power_of_the_test_the_report_runs() -> None:
@@ -277,8 +283,11 @@ def test_plan_says_fishers_power_is_not_the_test_a_replicated_report_runs() -> N
     repo = Path(__file__).resolve().parents[1]
     matrix = read_matrix(repo / "matrices" / "overlap_ablation.yaml")
     plan = make_plan(matrix, next(iter(read_inventory(repo / "inventory" / "local.yaml").testbeds.values())), 1, 2)
-    fisher = next(line for line in power_lines(plan) if "Fisher" in line)
+    lines = power_lines(plan)
+    fisher = next(line for line in lines if "Fisher" in line)
     assert "not the report's test with replicates" in fisher and "for reference" in fisher, fisher
+    # the report's own test comes first: a reader takes the first figures as the promise
+    assert lines.index(next(x for x in lines if "the report's test: quasi-binomial" in x)) < lines.index(fisher)
 
 
 def test_holms_first_step_solve_reuses_the_first_solves_simulation_and_its_p_values(monkeypatch) -> None:

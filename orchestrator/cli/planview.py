@@ -20,6 +20,8 @@ from orchestrator.core.steps import Plan, Step
 from orchestrator.core.words import counted
 from orchestrator.sweep.apitypes import ResumePreview
 
+RATES = (0.0, 0.02, 0.05, 0.15)  # the baseline rates the power lines are said at
+
 
 def human_duration(seconds: float) -> str:
     seconds = int(round(seconds))
@@ -282,6 +284,10 @@ def _family_text(tests: family.Planned) -> str:
 
 
 def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
+    """The proportions' power: with replicates, the report's own test first (and in its hard shape),
+    then Fisher's on pooled sessions for reference only. Why this order and one block each: the plan
+    led with Fisher's lines and appended the hard shape to each of the test's lines (lines of 400
+    characters), and a new user read the figures of a test the report does not run as the promise."""
     props = [s.name for s in plan.matrix.repro.metrics if s.kind == "proportion"]
     if not props:
         return []
@@ -292,20 +298,22 @@ def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
         return [
             f"power ({', '.join(props)}): the repro command has no --sessions N, so orch cannot say before the sweep"
         ]
-    n = sessions * plan.replicates
+    n, tests = sessions * plan.replicates, max(1, family_tests.total)
     lines = [
-        f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials); for reference, "
-        "Fisher's exact test on the pooled sessions as if independent (not the report's test with replicates: the "
-        "quasi-binomial lines below are what a finding needs): the smallest change in each direction it detects "
-        "with 80% power (exact), and in brackets what a change must reach 'after Holm', the first step of the "
-        f"correction over {_family_text(family_tests)}, every metric in one family:"
+        f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials); the smallest "
+        "change from the baseline a comparison detects with 80% power, and in brackets what a finding needs "
+        f"'after Holm', the first step of the correction over {_family_text(family_tests)}, every metric in one family:"
     ]
-    for rate in (0.0, 0.02, 0.05, 0.15):
-        d = power.detectable(n, n, rate)
-        strict = power.detectable(n, n, rate, alpha=ALPHA / max(1, family_tests.total))
-        lines.append(f"  baseline at {rate:.0%}: {_dirs(d, strict)}")
     if plan.replicates > 1:
-        lines += _quasi_lines(plan, sessions, max(1, family_tests.total))
+        lines += _quasi_lines(plan, sessions, tests)
+    lines.append(
+        "  for reference, Fisher's exact test on the pooled sessions as if independent (exact; not the report's "
+        "test with replicates):"
+    )
+    for rate in RATES:
+        d = power.detectable(n, n, rate)
+        strict = power.detectable(n, n, rate, alpha=ALPHA / tests)
+        lines.append(f"    baseline at {rate:.0%}: {_dirs(d, strict)}")
     return lines
 
 
@@ -321,24 +329,25 @@ def _quasi_lines(plan: Plan, sessions: int, tests: int) -> list[str]:
     to 6.2%', while the report found the DSV4 AND's 15% vs 0% in 11-12% and 30-41% of sweeps
     (bench/bench_truth.py (4))."""
     others = max(0, len(plan.cells) - 2)
-    alone = (
-        "; 'events in the compared cells only': every other cell at 0%, as with the DSV4 AND, where the spread "
-        "rests on the two compared cells alone"
-        if others
-        else ""  # two cells: no other cell, no second shape
-    )
     lines = [
-        "  with replicates the report compares cells by the quasi-binomial test (trial = unit of replication; "
-        "the likelihood ratio on the trials where the spread rests on too few degrees of freedom); its 80% "
-        f"power, simulated with {'every other cell at the baseline rate and ' if others else ''}no extra "
-        f"trial-to-trial variation ('after Holm': what a finding needs, the first step over {tests} tests{alone}):"
+        "  the report's test: quasi-binomial over the trials (the trial is the unit of replication; a likelihood "
+        "ratio where the spread has too few degrees of freedom), simulated with "
+        f"{'every other cell at the baseline rate and ' if others else ''}no extra trial-to-trial variation:"
     ]
-    for rate in (0.0, 0.02, 0.05, 0.15):
-        line = f"  baseline at {rate:.0%}: {_quasi_dirs(sessions, plan.replicates, (rate,) * others, rate, tests)}"
-        if rate > 0 and others:
-            alone = _quasi_dirs(sessions, plan.replicates, (0.0,) * others, rate, tests)
-            line += f"; with events in the compared cells only, it detects {alone.removeprefix('detects ')}"
-        lines.append(line)
+    lines += [
+        f"    baseline at {rate:.0%}: {_quasi_dirs(sessions, plan.replicates, (rate,) * others, rate, tests)}"
+        for rate in RATES
+    ]
+    if others:  # two cells: no other cell, no second shape
+        lines.append(
+            "  the same test with events in the compared cells only (every other cell at 0%, as with the DSV4 AND: "
+            "the spread rests on the two compared cells alone):"
+        )
+        lines += [
+            f"    baseline at {rate:.0%}: {_quasi_dirs(sessions, plan.replicates, (0.0,) * others, rate, tests)}"
+            for rate in RATES
+            if rate > 0  # at 0% the two shapes are one
+        ]
     return lines
 
 

@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 # 1.7% (Holm: a rise to 12.6% or a fall to 0.7%)', 'a rise to 22.2% or a fall to 9.0% (Holm: a rise
 # to 25.9% or a fall to 6.7%)'.
 FISHER = [
-    "  baseline at 0%: detects a rise to 1.6% (2.8% after Holm); a rate of 0% cannot fall",
-    "  baseline at 2%: detects a rise to 5.6% (7.7% after Holm) or a fall to 0.1% (none passes Holm, not even to 0%)",
-    "  baseline at 5%: detects a rise to 9.9% (12.6% after Holm) or a fall to 1.7% (0.7% after Holm)",
-    "  baseline at 15%: detects a rise to 22.2% (25.9% after Holm) or a fall to 9.0% (6.7% after Holm)",
+    "    baseline at 0%: detects a rise to 1.6% (2.8% after Holm); a rate of 0% cannot fall",
+    "    baseline at 2%: detects a rise to 5.6% (7.7% after Holm) or a fall to 0.1% (none passes Holm, not even to 0%)",
+    "    baseline at 5%: detects a rise to 9.9% (12.6% after Holm) or a fall to 1.7% (0.7% after Holm)",
+    "    baseline at 15%: detects a rise to 22.2% (25.9% after Holm) or a fall to 9.0% (6.7% after Holm)",
 ]
 
 
@@ -35,12 +35,14 @@ def test_the_plans_power_lines_say_each_direction_before_and_after_holm(monkeypa
     plan = make_plan(matrix, next(iter(read_inventory(REPO / "inventory" / "local.yaml").testbeds.values())), 1, 12)
     lines = power_lines(plan)
     head = next(i for i, line in enumerate(lines) if line.startswith("power (corruption)"))
-    assert "the smallest change in each direction it detects with 80% power (exact)" in lines[head]
+    assert "the smallest change from the baseline a comparison detects with 80% power" in lines[head]
     assert (
-        "what a change must reach 'after Holm', the first step of the correction over the report's 49 tests"
+        "what a finding needs 'after Holm', the first step of the correction over the report's 49 tests"
         in (lines[head])
     )
-    assert lines[head + 1 : head + 5] == FISHER
+    fisher = next(i for i, line in enumerate(lines) if line.startswith("  for reference, Fisher's exact test"))
+    assert "(exact; not the report's test with replicates):" in lines[fisher]
+    assert lines[fisher + 1 : fisher + 5] == FISHER
     assert not any("no fall (" in line or "(Holm:" in line for line in lines)
 
 
@@ -78,11 +80,9 @@ def test_a_one_factor_plan_names_no_other_cell_and_no_pooling(tmp_path: Path) ->
     (tmp_path / "one.yaml").write_text(ONE_FACTOR)
     inventory = read_inventory(REPO / "inventory" / "local.yaml")
     lines = power_lines(make_plan(read_matrix(tmp_path / "one.yaml"), inventory.testbed(None), 1, 3))
-    quasi = next(line for line in lines if "quasi-binomial test" in line)
-    assert quasi.endswith(
-        "its 80% power, simulated with no extra trial-to-trial variation ('after Holm': what a "
-        "finding needs, the first step over 5 tests):"
-    ), quasi
+    quasi = next(line for line in lines if "the report's test: quasi-binomial" in line)
+    assert quasi.endswith("simulated with no extra trial-to-trial variation:"), quasi
+    assert "the first step of the correction over the report's 5 tests" in lines[0], lines[0]
     assert not any("events in the compared cells only" in line or "every other cell" in line for line in lines)
     numbers = lines[-1]
     assert numbers.endswith(
