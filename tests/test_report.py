@@ -255,6 +255,20 @@ def test_no_completed_trials_and_an_interrupted_run() -> None:
     assert all(c.proportions["corruption"].rate.rate is None for c in report.cells)
 
 
+def test_an_interrupted_runs_status_says_how_it_goes_on() -> None:
+    """An interrupted run (Ctrl-C, SIGTERM, a deadline) goes on with `orch resume`, as a stale one
+    does; its status sentence said only how far it got, where the stale one's names both commands
+    (the fifth new-user walk: a Ctrl-C'd sweep's page and index left the next step unsaid)."""
+    manifest, records = synthetic_run(replicates=2, status="interrupted")
+    report = build_report(manifest, records[:5])
+    assert report_build.status_sentence(report) == (
+        "The run is interrupted: 4 of 16 planned trials completed; conclusions cover only those "
+        "(`orch resume` continues it)."
+    )
+    finished = build_report(*synthetic_run(replicates=2, status="failed"))
+    assert "orch resume" not in report_build.status_sentence(finished)  # nothing left to run
+
+
 def test_tampered_matrix_text_is_detected() -> None:
     manifest, records = synthetic_run(replicates=1)
     tampered = manifest.model_copy(update={"matrix_text": manifest.matrix_text + "# edited\n"})

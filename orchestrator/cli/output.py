@@ -36,6 +36,7 @@ def announce(started: Started) -> None:
         err.print("journal: dropped a torn last line (the controller died while writing it)", markup=False)
     if started.left == 0:
         out.print(f"{started.run_dir}: all {counted(started.trials, 'trial')} are already done", markup=False)
+        return  # "resuming r1: 0 of 4 trials left" beside it said the same again
     err.print(f"resuming {started.run_id}: {started.left} of {counted(started.trials, 'trial')} left", markup=False)
 
 

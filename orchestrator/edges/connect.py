@@ -66,7 +66,7 @@ def _local_manager(testbed: Testbed) -> object | None:
     for host in local_hosts:
         for unit in host.units:
             argv = tuple(expand_unit_arg(a) for a in (unit.command or ()))
-            units[unit.name] = LocalUnit(unit.name, argv, Path(host.env_file), host.dialect)
+            units[unit.name] = LocalUnit(unit.name, argv, Path(host.env_file), host.dialect, host=host.label)
     assert testbed.state_dir is not None
     return LocalServiceManager(units, testbed.state_dir, host="local")
 

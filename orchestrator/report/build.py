@@ -978,6 +978,8 @@ def status_sentence(report: Report) -> str:
             f"The run stopped without ending: its controller is gone (killed or crashed), with {done}; "
             "conclusions cover only those (`orch resume` continues it, `orch restore` puts its hosts back)."
         )
+    if report.status == "interrupted":  # goes on as a stale one does (its hosts are back already)
+        return f"The run is interrupted: {done}; conclusions cover only those (`orch resume` continues it)."
     return f"The run is {report.status}: {done}; conclusions cover only those."
 
 

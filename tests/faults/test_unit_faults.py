@@ -61,7 +61,7 @@ def test_crash_looping_unit_fails_its_trial_fast_and_the_sweep_goes_on(bed: SimB
     assert all(t.status == "completed" for t in trials.values() if t.trial != bad.trial)
     # one line per failed attempt in the output, no traceback
     assert (
-        f"trial {bad.trial} ({bad.cell}) attempt 1 failed: local: unit f-decode: exited with code 1; retrying"
+        f"trial {bad.trial} ({bad.cell}) attempt 1 failed: decode (local): unit f-decode: exited with code 1; retrying"
         in done.output.splitlines()
     )
     assert f"{bad.cell}: FAILED (ServiceError)" in done.output

@@ -131,7 +131,7 @@ def test_an_unfinished_hunt_says_how_far_it_got_before_its_verdict_with_no_plann
     summary = summarize_run(run)  # the webhook; the index and summary.json quote the same sentence
     assert summary.headline.startswith(
         "The run is interrupted: 8 trials completed (a hunt decides its trials as it goes); "
-        "conclusions cover only those. So far: hunt "
+        "conclusions cover only those (`orch resume` continues it). So far: hunt "
     ), summary.headline
     assert "planned" not in summary.headline.replace("a hunt decides", "")
     manifest = load_manifest(run)

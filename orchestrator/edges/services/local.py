@@ -64,6 +64,7 @@ class LocalUnit:
     env_file: Path
     dialect: Literal["systemd", "shell"] = "systemd"
     cwd: Path | None = None
+    host: str = ""  # the inventory host running it ("decode (local)"), named in its errors
 
 
 @dataclass
@@ -174,7 +175,7 @@ class LocalServiceManager:
                 why = "is not running (never started)"
             else:
                 why = _describe_exit(code)
-            raise ServiceError(self.host, unit, why, detail=self._tail(unit))
+            raise ServiceError(self._host_of(unit), unit, why, detail=self._tail(unit))
 
     def logs_since(self, unit: str, since: float, max_bytes: int = 256_000) -> str:
         rt = self._runtime(unit)
@@ -289,7 +290,7 @@ class LocalServiceManager:
         rt.start_status, rt.result, rt.start_failure = status, result, why
         with contextlib.suppress(OSError), _open_log(self.log_path(unit), append=True) as log:
             log.write(f"-- {why}\n".encode())
-        raise ServiceError(self.host, unit, why) from exc
+        raise ServiceError(self._host_of(unit), unit, why) from exc
 
     def _environment(self, unit: str, spec: LocalUnit) -> dict[str, str]:
         """orch's environment overlaid with the file's values, read now (like every start)."""
@@ -386,10 +387,16 @@ class LocalServiceManager:
         except (OSError, ValueError, IndexError):
             return False
 
+    def _host_of(self, unit: str) -> str:
+        """The host a unit's error names: its inventory host, as every other message about that
+        host does, where the manager's own name ("local") serves all of a testbed's local hosts."""
+        spec = self.units.get(unit)
+        return spec.host if spec is not None and spec.host else self.host
+
     # ---------------------------------------------------------------- logs
     def _runtime(self, unit: str) -> _Runtime:
         if unit not in self._rt:
-            raise ServiceError(self.host, unit, "unknown unit", detail=f"known: {', '.join(self.units)}")
+            raise ServiceError(self._host_of(unit), unit, "unknown unit", detail=f"known: {', '.join(self.units)}")
         return self._rt[unit]
 
     def _log_size(self, unit: str) -> int:
@@ -423,7 +430,8 @@ class LocalServiceManager:
         except FileNotFoundError:
             return ""
         except OSError as exc:
-            raise ServiceError(self.host, unit, f"cannot read log {self.log_path(unit)}: {exc.strerror}") from exc
+            why = f"cannot read log {self.log_path(unit)}: {exc.strerror}"
+            raise ServiceError(self._host_of(unit), unit, why) from exc
         text = data.decode("utf-8", errors="replace")
         if start > offset:
             text = f"-- (log truncated: {start - offset} earlier bytes omitted)\n{text}"

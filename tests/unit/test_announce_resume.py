@@ -1,0 +1,25 @@
+"""A resume's first lines: a run with every trial done says so once, where it also said
+"resuming r1: 0 of 4 trials left" on stderr beside "all 4 trials are already done" on stdout (the
+fifth new-user walk: `orch resume` of a finished run with failed trials printed both)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.output import announce
+from orchestrator.sweep.apitypes import Started
+
+
+def test_a_finished_run_is_said_done_once(capsys: pytest.CaptureFixture[str]) -> None:
+    announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=4, left=0, resumed=True))
+    got = capsys.readouterr()
+    assert got.out == "reports/r1: all 4 trials are already done\n"
+    assert got.err == ""
+
+
+def test_a_resume_with_trials_left_says_how_many(capsys: pytest.CaptureFixture[str]) -> None:
+    announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=4, left=2, resumed=True))
+    got = capsys.readouterr()
+    assert (got.out, got.err) == ("", "resuming r1: 2 of 4 trials left\n")
