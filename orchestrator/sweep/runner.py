@@ -190,7 +190,8 @@ class Runner:
             for note in notes(exc):  # e.g. what the repro it cut short left running (stopped): said nowhere else
                 self.progress.note(note)
             self.progress.note(
-                "interrupted: restoring the hosts before exiting (Ctrl-C again skips the host being restored)"
+                "interrupted: restoring the hosts before exiting "
+                "(a second Ctrl-C or SIGTERM skips the host being restored)"
             )
             self.events.quietly("run_interrupted", "interrupted by the user or a signal")
         except Exception as exc:
@@ -335,7 +336,9 @@ class Runner:
 
         def mark() -> None:
             result.interrupted = True
-            self.progress.note("interrupted: finishing the restore first (Ctrl-C again skips the host being restored)")
+            self.progress.note(
+                "interrupted: finishing the restore first (a second Ctrl-C or SIGTERM skips the host being restored)"
+            )
             self.events.quietly("run_interrupted", "interrupted by the user or a signal, during the final restore")
 
         return mark

@@ -261,7 +261,7 @@ def test_a_set_stop_event_kills_the_repro_group_and_raises_interrupted(tmp_path,
 def test_a_second_ctrl_c_skips_the_host_each_testbed_is_restoring(tmp_path, monkeypatch, background):
     """Ctrl-C, then Ctrl-C again while each testbed's decode host takes forever to restore: each
     runner gives that host up and the sweep returns at once, saying which hosts are left (as
-    runner.py tells the user: "Ctrl-C again skips the host being restored")."""
+    runner.py tells the user: "a second Ctrl-C or SIGTERM skips the host being restored")."""
     fleet = Fleet(ENV)
     install(monkeypatch, fleet)
     m, i = write_files(tmp_path, remote_matrix(50), ["A", "B"])
