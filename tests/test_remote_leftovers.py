@@ -117,7 +117,8 @@ def test_a_remote_repro_killed_at_its_timeout_is_checked_too(tmp_path: Path) -> 
     result = run_sweep(bed, tmp_path, infra_attempts=1)
     timed_out = next(r for r in result.records if r.trial == 0)
     assert timed_out.status == "failed" and timed_out.failure is not None
-    assert timed_out.failure.message.startswith("repro timed out after 30 s and was killed")
+    timed = "repro timed out after 30 s (the matrix's repro.timeout) and was killed"
+    assert timed_out.failure.message.startswith(timed)
     assert timed_out.failure.message.endswith("; it also left 1 process running: pid 77 (sleep 1000) (stopped)")
     assert timed_out.repro is not None and timed_out.repro.left_behind == ["pid 77 (sleep 1000)"]
     assert [what for what, _ in runs_on(decode)][:2] == ["repro", "check"]

@@ -70,7 +70,7 @@ def test_drift_and_overdispersion_make_a_run_suspect() -> None:
 
 def test_a_failed_run_keeps_its_result_as_the_headline() -> None:
     report = build_report(*void_run())
-    assert report.headline[0].text.startswith("The run is failed")  # the report's first finding is the status
+    assert report.headline[0].text.startswith("The run failed: ")  # the report's first finding is the status
     assert not result_headline(report).startswith("The run is")  # the index and webhooks show the result
     assert result_headline(report) in [f.text for f in report.headline if f.kind in ("finding", "null")]
 

@@ -980,7 +980,8 @@ def status_sentence(report: Report) -> str:
         )
     if report.status == "interrupted":  # goes on as a stale one does (its hosts are back already)
         return f"The run is interrupted: {done}; conclusions cover only those (`orch resume` continues it)."
-    return f"The run is {report.status}: {done}; conclusions cover only those."
+    said = "The run failed" if report.status == "failed" else f"The run is {report.status}"  # never "is failed"
+    return f"{said}: {done}; conclusions cover only those."
 
 
 def _outcome_findings(report: Report, metric: str) -> list[Finding]:

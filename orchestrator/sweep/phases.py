@@ -778,7 +778,8 @@ class Repro:
         also = _also_left(rel)
         if rel.exit_code is None:
             raise WorkloadError(
-                f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s and was killed{also}",
+                f"repro timed out after {self.plan.matrix.repro.timeout_s:g} s (the matrix's repro.timeout) "
+                f"and was killed{also}",
                 detail=rel.stdout_tail,
             )
         if rel.exit_code != 0:

@@ -54,7 +54,7 @@ def test_hanging_repro_is_killed_at_its_timeout_with_all_its_children(bed: SimBe
     for t in bad:
         assert t.status == "failed" and t.failure is not None
         assert (t.failure.kind, t.failure.error) == ("workload", "WorkloadError")
-        assert t.failure.message == "repro timed out after 2 s and was killed"
+        assert t.failure.message == "repro timed out after 2 s (the matrix's repro.timeout) and was killed"
         assert t.attempt == 1  # a workload failure is not retried
         assert t.repro is not None and t.repro.exit_code is None
         assert t.duration_s < 15

@@ -140,7 +140,7 @@ def mixed(run_id: str, started: str) -> tuple[RunManifest, list[Session]]:
         elif r.trial == 6 and r.status == "completed":
             entries.append(_failure(r, "ReproNotServed", "the repro was served by pid 4242 (not orch's)", attempt=1))
         elif r.trial == 7 and r.status == "completed":
-            timed = "repro timed out after 300 s and was killed"
+            timed = "repro timed out after 300 s (the matrix's repro.timeout) and was killed"
             entries.append(_failure(done[7], "WorkloadError", timed, attempt=1, kind="workload"))
         else:
             entries.append(r)

@@ -96,3 +96,18 @@ def test_a_value_the_process_never_got_is_blamed_on_export_lines(tmp_path: Path)
         assert f is not None and f.error == "VerificationError"
         said = r"DECODE_FLAG is unset in the live process, expected '[01]' \(systemd ignores `export"
         assert re.search(said, f.message), f.message
+
+
+def test_a_repro_that_timed_out_says_where_its_timeout_is_set(tmp_path: Path) -> None:
+    """The failure names the setting to raise, where it said only 'repro timed out after 30 s and
+    was killed' (the fifth new-user walk: which timeout?)."""
+    bed = make_bed({"decode": Role("DECODE_FLAG=0\n", [FakeUnit("decode-server", active=True)])})
+    bed.transports["decode"].script(re.compile(r"^fake-repro\b"), Reply(timeout=True))
+    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1, repro=remote_repro("decode"))
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
+    assert (result.completed, result.failed) == (0, 2)
+    for record in result.records:
+        assert record.failure is not None and record.failure.kind == "workload", record.failure
+        assert re.fullmatch(
+            r"repro timed out after \d+ s \(the matrix's repro\.timeout\) and was killed", record.failure.message
+        ), record.failure.message
