@@ -133,3 +133,21 @@ def test_the_write_probe_uses_sudo_only_when_the_inventory_says_so(
     monkeypatch.setattr(t, "run", run)
     preflight(deployment, client=bed.client)
     assert [s for c, s in asked if list(c)[:2] == ["test", "-w"]] == [want]
+
+
+def test_a_health_url_whose_name_does_not_resolve_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = make_bed({"decode": Role("D=1\n")})
+    handle = bed.deployment.hosts["decode"]
+    host = dataclasses.replace(handle.host, health="http://decode-typo.fake:30000/health")
+    deployment = Deployment(bed.deployment.testbed, {"decode": dataclasses.replace(handle, host=host)})
+
+    def resolve(name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        if name == "decode-typo.fake":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    assert _refusal(deployment, bed) == (
+        "decode (decode.fake:22): cannot resolve 'decode-typo.fake' in http://decode-typo.fake:30000/health "
+        "(preflight: nothing was changed)"
+    )
