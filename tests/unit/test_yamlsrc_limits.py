@@ -79,3 +79,14 @@ def test_a_list_item_keeps_its_own_line() -> None:
     _, source = yamlsrc.parse_yaml("a:\n  b:\n    - x\n    - y\n", "doc.yaml")
     assert [source.line_of(("a", "b", i)) for i in (0, 1)] == [3, 4]
     assert source.error(("a", "b", 1), "bad level").line == 4
+
+
+def test_anchors_in_mapping_keys_aliased_deep_are_refused_not_measured_without_end() -> None:
+    """The measuring walk visits values, not keys: an anchor on a list used as a key is first met
+    through its alias, as deep as the aliases nest (1,200 levels here): the walk must give up past
+    MAX_DEPTH, and the document is refused for its key at line 1, not a RecursionError."""
+    lines = ["? &k0 " + "[" * 40 + "1" + "]" * 40, ": 0"]
+    for i in range(1, 30):
+        lines += [f"? &k{i} " + "[" * 40 + f"*k{i - 1}" + "]" * 40, f": {i}"]
+    error = _refused("\n".join([*lines, "v: *k29"]) + "\n")
+    assert str(error) == "doc.yaml:1: mapping keys must be plain names"
