@@ -6,9 +6,11 @@ test here failed on a mutant the compare-both-parsers tests let through.)"""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 
 from orchestrator.core import yamlsrc
 from orchestrator.errors import ConfigError
@@ -90,3 +92,17 @@ def test_anchors_in_mapping_keys_aliased_deep_are_refused_not_measured_without_e
         lines += [f"? &k{i} " + "[" * 40 + f"*k{i - 1}" + "]" * 40, f": {i}"]
     error = _refused("\n".join([*lines, "v: *k29"]) + "\n")
     assert str(error) == "doc.yaml:1: mapping keys must be plain names"
+
+
+def test_without_libyaml_pyyamls_own_parser_reads_and_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PyYAML built without libyaml (no CSafeLoader): the module, loaded afresh, has no fast
+    parser and reads and refuses with PyYAML's own."""
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    spec = importlib.util.spec_from_file_location("yamlsrc_without_libyaml", yamlsrc.__file__)
+    assert spec is not None and spec.loader is not None
+    fresh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fresh)
+    assert fresh.FAST is None
+    assert fresh.parse_yaml("a: [1, {b: on}]\n", "doc.yaml")[0] == {"a": ["1", {"b": True}]}
+    with pytest.raises(ConfigError, match=r"^doc\.yaml:2: nesting deeper than 64 levels"):
+        fresh.parse_yaml("a: 1\nb: " + "[" * 100 + "]" * 100 + "\n", "doc.yaml")
