@@ -422,6 +422,26 @@ def test_preflight_refuses_a_running_router_that_lists_a_stranger_before_touchin
     assert not any(m.restarts() for m in b.managers.values())
 
 
+def test_preflight_does_not_ask_a_router_polled_on_health_for_its_workers(tmp_path: Path) -> None:
+    """Only a router polled on /readiness is taken for an SGLang router whose worker list orch
+    checks; one on /health (any router, maybe no /workers at all) gets the lint warning alone,
+    not a refusal from a list it was never promised to keep."""
+    b = multi_bed(tmp_path, INVENTORY.replace("30001/readiness", "30001/health"), ENVS)
+    listed = [{"url": url, "worker_type": role} for role, urls in INSTANCES.items() for url in urls]
+    stranger = [*listed, {"url": "http://10.9.0.7:30002", "worker_type": "decode"}]
+    asked: list[str] = []
+    listing = _router_listing(stranger, b.client)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return listing(request)
+
+    with httpx.Client(transport=httpx.MockTransport(handler), timeout=2.0) as client:
+        warnings = preflight(b.deployment, client=client)
+    assert len(warnings) == 1 and "answers 200 even with every worker down" in warnings[0]
+    assert "/workers" not in asked
+
+
 def test_a_trial_record_writes_unchecked_only_when_a_check_was_skipped() -> None:
     """An older orch refuses a journal line with a field it does not know (extra="forbid"), so a
     trial whose checks all ran writes no `unchecked` key; one with a skipped check names it."""

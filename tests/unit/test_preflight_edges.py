@@ -1,0 +1,153 @@
+"""Preflight's first checks and its HTTP client, on the fakes (no socket, no process): a host that
+does not answer is refused first, within its ssh connect timeout + 5 s (10 s for a local host),
+an env file orch cannot read is refused even when nothing else would read it before the first
+edit, each said with the host and "nothing was changed" (exit 2, nothing touched); the client
+preflight makes for itself ignores proxy variables, has its timeout and is closed, a caller's is
+left open. (Mutation round six: each test failed on a mutant the other preflight tests let
+through.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import types
+from typing import Any
+
+import httpx
+import pytest
+from fakes import FakeBed, FakeUnit, Reply, Role, make_bed
+
+from orchestrator.edges import preflight as preflight_mod
+from orchestrator.edges.deployment import Deployment
+from orchestrator.edges.preflight import PREFLIGHT_HEALTH_TIMEOUT_S, preflight
+from orchestrator.errors import PreflightError, TransportError
+
+
+@pytest.fixture(autouse=True)
+def _names_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *args, **kwargs: [])  # the fake hosts' names
+
+
+def _refusal(deployment: Deployment, bed: FakeBed) -> str:
+    with pytest.raises(PreflightError) as caught:
+        preflight(deployment, client=bed.client)
+    assert caught.value.exit_code == 2
+    assert all(bed.transports[r].files[bed.env_file(r)] == bed.originals[r] for r in bed.transports)
+    assert bed.restarts() == []
+    return str(caught.value)
+
+
+def _local(bed: FakeBed, role: str) -> Deployment:
+    """The bed with `role`'s host made local (no ssh settings)."""
+    handle = bed.deployment.hosts[role]
+    local = dataclasses.replace(handle, host=dataclasses.replace(handle.host, ssh=None))
+    return Deployment(bed.deployment.testbed, {**bed.deployment.hosts, role: local})
+
+
+def test_a_host_that_does_not_answer_is_refused_first_within_its_connect_timeout() -> None:
+    bed = make_bed({"decode": Role("D=1\n")})
+    t = bed.transports["decode"]
+    t.script(("true",), Reply(timeout=True))  # ssh connect_timeout 10 s in the fakes
+    said = _refusal(bed.deployment, bed)
+    assert said.startswith("decode (decode.fake:22): command timed out after 15 s and was killed: true")
+    assert said.endswith("(preflight: nothing was changed)")
+    assert [c.op for c in t.calls] == ["run"]  # nothing else asked of a host that does not answer
+
+
+def test_a_local_host_that_does_not_answer_is_given_10_s() -> None:
+    bed = make_bed({"decode": Role("D=1\n")})
+    bed.transports["decode"].script(("true",), Reply(timeout=True))
+    assert "command timed out after 10 s and was killed: true" in _refusal(_local(bed, "decode"), bed)
+
+
+def test_an_env_file_orch_cannot_read_is_refused_before_anything_else_reads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No plan and no running unit: nothing but this check reads the file before the first edit."""
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", active=False)])})
+    t = bed.transports["decode"]
+
+    def denied(path: str) -> bytes:
+        raise TransportError(t.host, f"cannot read {path}: Permission denied")
+
+    monkeypatch.setattr(t, "read_bytes", denied)
+    said = _refusal(bed.deployment, bed)
+    assert said == "decode (decode.fake:22): cannot read /etc/orch/decode.env: Permission denied " + (
+        "(preflight: nothing was changed)"
+    )
+
+
+def _spy_clients(monkeypatch: pytest.MonkeyPatch, bed: FakeBed) -> list[dict[str, Any]]:
+    made: list[dict[str, Any]] = []
+
+    def client(**kwargs: Any) -> httpx.Client:
+        made.append(kwargs)
+        return bed.client  # answers from the fakes
+
+    monkeypatch.setattr(preflight_mod, "httpx", types.SimpleNamespace(Client=client, HTTPError=httpx.HTTPError))
+    return made
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_client_preflight_makes_ignores_proxies_and_is_closed(monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:
+    """HTTP_PROXY on the controller must not carry the health GETs to the hosts elsewhere."""
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", active=True)])})
+    made = _spy_clients(monkeypatch, bed)
+    if fails:
+        del bed.managers["decode"].units["decode-server"]
+        with pytest.raises(PreflightError, match="unit decode-server not found"):
+            preflight(bed.deployment)
+    else:
+        assert preflight(bed.deployment) == []
+    assert made == [{"timeout": PREFLIGHT_HEALTH_TIMEOUT_S, "trust_env": False}]
+    assert bed.client.is_closed
+
+
+def test_a_client_the_caller_gives_is_left_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", active=True)])})
+    made = _spy_clients(monkeypatch, bed)
+    assert preflight(bed.deployment, client=bed.client) == []
+    assert made == [] and not bed.client.is_closed
+    assert bed.client.get("http://decode.fake:30000/health").status_code == 200  # still usable after
+
+
+@pytest.mark.parametrize(("sudo", "local", "want"), [(False, False, False), (True, False, True), (False, True, False)])
+def test_the_write_probe_uses_sudo_only_when_the_inventory_says_so(
+    monkeypatch: pytest.MonkeyPatch, sudo: bool, local: bool, want: bool
+) -> None:
+    """`test -w` run with sudo where the edits will run without it would pass a file only root can
+    write, and the first edit would then fail mid-sweep."""
+    bed = make_bed({"decode": Role("D=1\n")})
+    handle = bed.deployment.hosts["decode"]
+    ssh = None if local else dataclasses.replace(handle.host.ssh, sudo=sudo)
+    deployment = Deployment(
+        bed.deployment.testbed, {"decode": dataclasses.replace(handle, host=dataclasses.replace(handle.host, ssh=ssh))}
+    )
+    t, asked = bed.transports["decode"], []
+    real = t.run
+
+    def run(command: Any, **kwargs: Any) -> Any:
+        asked.append((command, kwargs.get("sudo", False)))
+        return real(command, **kwargs)
+
+    monkeypatch.setattr(t, "run", run)
+    preflight(deployment, client=bed.client)
+    assert [s for c, s in asked if list(c)[:2] == ["test", "-w"]] == [want]
+
+
+def test_a_health_url_whose_name_does_not_resolve_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    bed = make_bed({"decode": Role("D=1\n")})
+    handle = bed.deployment.hosts["decode"]
+    host = dataclasses.replace(handle.host, health="http://decode-typo.fake:30000/health")
+    deployment = Deployment(bed.deployment.testbed, {"decode": dataclasses.replace(handle, host=host)})
+
+    def resolve(name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        if name == "decode-typo.fake":
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return []
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    assert _refusal(deployment, bed) == (
+        "decode (decode.fake:22): cannot resolve 'decode-typo.fake' in http://decode-typo.fake:30000/health "
+        "(preflight: nothing was changed)"
+    )
