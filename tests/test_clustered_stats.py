@@ -96,7 +96,8 @@ def test_why_a_metric_is_untested_is_one_sentence_of_core() -> None:
         *cell_run({"a": ["on", "off"], "b": ["on", "off"]}, levels[0], list(zip(levels, trials, strict=True)))
     )
     assert report.untested == {"corruption": mixed.untested_reason()}
-    assert "no finding (no cell with two or more trials both saw and missed" in report.comparison["corruption"]
+    # the Method's sentence after the comparison says why (report.untested); the comparison only that it is untested
+    assert report.comparison["corruption"].startswith("not at all: no test, so no finding; differences are descriptive")
     report = build_report(*cell_run({"a": ["on", "off"]}, {"a": "on"}, [({"a": "on"}, [{"wall": 1.0}])], WALL))
     assert report.comparison == {"corruption": "no test: no completed trial measured it"}
 
@@ -236,12 +237,13 @@ def test_report_with_one_trial_per_cell_tests_nothing_and_says_why() -> None:
     (it called noise a finding in up to 55% of A/A reports); the method sentence says why."""
     report = build_report(*synthetic_run(replicates=1, baseline=ALL_OFF, failures=False))
     assert report.comparison == {
-        "corruption": "not at all: no test, so no finding (one trial per cell cannot separate a flag's effect from "
-        "trial-to-trial variation, as each cell is one restart and restarts differ; rerun with replicates >= 2); "
+        "corruption": "not at all: no test, so no finding; "
         "differences are descriptive only; rate intervals widened by the design effect 1 + (sessions per trial - 1) "
         "x 0.005 (1.20 at the mean 40; assuming at least ICC 0.005: trial-to-trial variation not estimable)"
     }
     assert "corruption" in report.untested and "corruption" not in report.tests
+    # why, said once beside it (report.untested: the page's next sentence), not in this one too
+    assert report.untested["corruption"].startswith("one trial per cell cannot separate a flag's effect from ")
     base = next(c for c in report.cells if c.is_baseline).proportions["corruption"].rate
     for cell in report.cells:
         p = cell.proportions["corruption"]

@@ -396,9 +396,12 @@ def test_one_trial_per_cell_calls_nothing_a_finding() -> None:
     [null] = _texts(report, "null")
     assert null.startswith("No finding about corruption can be made from this run: one trial per cell cannot ")
     assert "rerun with replicates >= 2" in null and "50.0% [" in null and "(20/40) in cell a=on, b=on, c=on" in null
-    assert "not tested, so not findings" in _texts(report, "info")[0]
+    assert _texts(report, "info")[0].endswith("; not tested, so not findings (why: below).")
     assert run_summary(report).headline == null and not suspect_reasons(report)
     page = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", render_report(report))).split())
+    # the reason is said in the result line, the Method's sentence and the metric's section: it
+    # was said five times, twice in a row in the headline and twice in a row in the Method
+    assert page.count("one trial per cell cannot separate") == 3, page
     assert "corruption is not tested, so no difference in it is a finding: one trial per cell" in page
     assert "for proportions not at all: no test, so no finding" in page and "not tested" in page
 

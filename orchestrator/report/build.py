@@ -275,10 +275,11 @@ def _no_spread_to_test(rows: MetricRows) -> bool:
 
 
 def _comparison(disp: clustered.Dispersion, untested: str | None) -> str:
-    """The method sentence of one proportion metric: the test, or why there is none."""
+    """The method sentence of one proportion metric: the test, or that there is none (why: the
+    sentence after it, report.untested, says it once; the page said it twice in a row)."""
     if untested is None:
         return disp.method()
-    return f"not at all: no test, so no finding ({untested}); differences are descriptive only; {disp.interval_note()}"
+    return f"not at all: no test, so no finding; differences are descriptive only; {disp.interval_note()}"
 
 
 def _load_shown(
@@ -937,14 +938,16 @@ def _single_flag_findings(report: Report, metric: str) -> list[Finding]:
 def _untested_single_flags(
     report: Report, metric: str, base: CellView, singles: Sequence[tuple[str, CellView]]
 ) -> Finding:
-    """The single-flag opener of an untested metric: the rates only, and why nothing is tested."""
+    """The single-flag opener of an untested metric: the rates only, and that nothing is tested (why:
+    the metric's result line, which follows it and is the run's result on the index and in webhooks;
+    the headline said the same reason twice in a row)."""
     parts = [f"{_change(f, c.levels[f])} gives {fmt_rate(c.proportions[metric].rate)}" for f, c in singles]
     return Finding(
         kind="info",
         text=(
             f"{metric.capitalize()} is {fmt_rate(base.proportions[metric].rate)} in the baseline "
-            f"({fmt_levels(base.levels)}). One flag at a time: {'; '.join(parts)}; not tested, so not findings: "
-            f"{report.untested[metric]}."
+            f"({fmt_levels(base.levels)}). One flag at a time: {'; '.join(parts)}; not tested, so not findings "
+            "(why: below)."
         ),
     )
 
