@@ -36,6 +36,7 @@ from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 # holds it.
 if TYPE_CHECKING:
     from orchestrator.sweep import api
+    from orchestrator.sweep.apitypes import PreparedSweep, Warn
     from orchestrator.sweep.progress import Progress
     from orchestrator.team.notify import Webhook
 
@@ -232,6 +233,15 @@ def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse
     return next(a for a in sub.choices[name]._actions if option in a.option_strings)
 
 
+def warn_controller_files(prepared: PreparedSweep, warn: Warn) -> None:
+    """What `orch run` refuses on this machine before contacting a host (a missing SSH key file),
+    said as a warning by what does not run: the user fixes it before the run, not at it."""
+    from orchestrator.sweep.prepare import missing_key_files
+
+    for problem in missing_key_files(prepared.testbeds, prepared.inventory):
+        warn(str(problem))
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
@@ -239,7 +249,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from orchestrator.core.words import counted
     from orchestrator.sweep.prepare import prepare  # the config models and the plan, not the run machinery
 
-    plan = prepare(sweep_request(args), warn=warn).plan
+    prepared = prepare(sweep_request(args), warn=warn)
+    warn_controller_files(prepared, warn)
+    plan = prepared.plan
     m = plan.matrix
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
         out.print(
@@ -269,6 +281,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.sweep.prepare import prepare
 
     prepared = prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn)
+    warn_controller_files(prepared, warn)
     plan = prepared.plan
     if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost (-t a,b: on each)
         hunt.print_hunt_plan(plan, out, [tb.name for tb in prepared.testbeds])
@@ -303,6 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 
+        warn_controller_files(prepared, warn)  # the real run refuses them (api.run)
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0

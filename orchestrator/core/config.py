@@ -621,7 +621,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
     health = h.health or url.rstrip("/") + ("/readiness" if role == "router" else "/health")
     for key, value in (("url", url), ("health", health)):
         _check_url(value, source, (*where, key))
-    ssh = SshSettings(**h.ssh.model_dump()) if h.ssh else None
+    ssh = SshSettings(**h.ssh.model_dump(), given=frozenset(h.ssh.model_fields_set)) if h.ssh else None
     if h.health_tunnel and h.transport != "ssh":
         raise source.error((*where, "health_tunnel"), "health_tunnel needs transport: ssh")
     return Host(
@@ -639,7 +639,20 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         tuple(h.after),
         h.health_tunnel,
         line=source.line_of(where),
+        ssh_line=_given_line(source, where, ("ssh", "host")),
+        key_line=_given_line(source, where, ("ssh", "key")),
+        health_line=_given_line(source, where, ("health",)) or _given_line(source, where, ("url",)),
     )
+
+
+def _given_line(source: SourceMap, where: PathKey, key: PathKey) -> int | None:
+    """The line that spells `key` for the host at `where`: its own, else its instance's or its
+    role's (a member inherits what it does not override); else the nearest line above it."""
+    for cut in range(len(where), 3, -1):  # where[:4] is ("testbeds", NAME, "hosts", ROLE)
+        pos = source.positions.get((*where[:cut], *key))
+        if pos is not None:
+            return pos.line
+    return source.line_of((*where, *key))
 
 
 def _build_unit(u: str | UnitShape, transport: str, source: SourceMap, where: PathKey) -> UnitSpec:

@@ -1,0 +1,90 @@
+"""What a new user writing an inventory for real hosts is told before any host is contacted (the
+fifth new-user walk): a missing SSH key file on this machine and a health URL on another role's
+usual port are said at `orch validate`, with the inventory's line to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.main import main
+from orchestrator.sweep import session
+
+GOOD = """\
+name: demo
+factors:
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+repro:
+  command: "{python} -m orchestrator.sim.repro --router {router_url} --sessions 4"
+  timeout: 60
+  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+SSH_ROLE = """\
+      {role}:
+        transport: ssh
+        ssh:
+          host: {address}
+          user: sglang
+{key}        env_file: /etc/sglang/{role}.env
+        units: [sglang-{role}]
+{health}"""
+
+
+def inventory(tmp_path: Path, keys: dict[str, str] | None = None, health: dict[str, str] | None = None) -> Path:
+    """Three SSH roles (lines: prefill 4, decode 13, router 22; each `ssh:` host at +3, key or port at +5)."""
+    roles = ""
+    for i, role in enumerate(("prefill", "decode", "router")):
+        key = f"          key: {(keys or {})[role]}\n" if role in (keys or {}) else "          port: 22\n"
+        url = f"        health: {(health or {})[role]}\n" if role in (health or {}) else "        dialect: systemd\n"
+        roles += SSH_ROLE.format(role=role, address=f"10.0.0.{i + 2}", key=key, health=url)
+    roles = roles.replace(
+        "        units: [sglang-router]\n", "        units: [sglang-router]\n        after: [prefill, decode]\n"
+    )
+    (tmp_path / "m.yaml").write_text(GOOD)
+    path = tmp_path / "inv.yaml"
+    path.write_text("testbeds:\n  pd:\n    hosts:\n" + roles)
+    return path
+
+
+def orch(tmp_path: Path, *argv: str) -> int:
+    return main([*argv[:1], str(tmp_path / "m.yaml"), "-i", str(tmp_path / "inv.yaml"), *argv[1:]])
+
+
+@pytest.fixture
+def untouched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No host may be contacted: connecting to the testbed fails the test."""
+
+    def connected(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a host was contacted")
+
+    monkeypatch.setattr(session, "connected", connected)
+
+
+@pytest.mark.parametrize("command", [("validate",), ("plan",), ("run", "--dry-run")])
+def test_a_missing_ssh_key_is_a_warning_with_its_line_before_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None, command: tuple[str, ...]
+) -> None:
+    there = tmp_path / "id_ed25519"
+    there.write_text("a key")
+    inventory(tmp_path, keys={"prefill": str(there), "decode": str(tmp_path / "id_gone")})
+    assert orch(tmp_path, *command) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"inv.yaml:18: SSH key {tmp_path / 'id_gone'} not found on this machine" in err, err
+    assert "decode (10.0.0.3:22)" in err, err
+    assert "id_ed25519" not in err, err  # the key that exists is not said
+
+
+def test_a_missing_ssh_key_refuses_the_run_before_any_host_is_contacted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    inventory(tmp_path, keys={"router": "~/.ssh/orch-test-no-such-key"})
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "inv.yaml:27: SSH key ~/.ssh/orch-test-no-such-key not found on this machine" in err, err
+    assert "router (10.0.0.4:22)" in err, err
+    assert not (tmp_path / "reports").exists()
