@@ -34,6 +34,7 @@ from orchestrator.core.bounds import (
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import (
+    ROLE_PORTS,
     Dialect,
     Host,
     Inventory,
@@ -100,7 +101,7 @@ MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 # and printed whole by each. `description:` holds the longer text.
 MAX_TITLE = 200
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
-DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
+DEFAULT_PORTS = ROLE_PORTS
 
 
 # --------------------------------------------------------------------------------------------

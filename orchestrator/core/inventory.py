@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,6 +19,8 @@ from typing import Literal
 from orchestrator.errors import ConfigError
 
 Dialect = Literal["systemd", "shell"]
+# each role's usual port (DESIGN.md): a URL not given is the host's address on it
+ROLE_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 
 
 @dataclass(frozen=True)
@@ -155,3 +158,28 @@ def known_names_hint(name: str, known: list[str], what: str) -> str:
     if not close:
         return f"known: {shown}"
     return f"did you mean {' or '.join(repr(c) for c in close)}? known: {shown}"
+
+
+def port_warnings(testbeds: Iterable[Testbed], inventory: str) -> list[str]:
+    """`INVENTORY:LINE: ` warnings for a health URL on another role's usual port (decode's on
+    30000: a block copied from prefill's), where orch would wait on the wrong server. Only then:
+    a port moved elsewhere is a choice, so it is not said. The first KNOWN_SHOWN, then how many
+    more: 1,000 instances copied from one block are one mistake, not 1,000 lines."""
+    out: list[str] = []
+    for testbed in testbeds:
+        for host in testbed.hosts.values():
+            if host.rank > 0:  # a node above rank 0 has its instance's health URL, said once
+                continue
+            own = ROLE_PORTS.get(host.role)
+            port = urllib.parse.urlsplit(host.health).port
+            other = next((r for r, p in ROLE_PORTS.items() if p == port and r != host.role), None)
+            if own is None or other is None:
+                continue
+            out.append(
+                f"{inventory}:{host.health_line}: {host.label}: health URL {host.health} is on port {port}, "
+                f"{other}'s usual port ({host.role}'s is {own}); check `health:` and `url:`"
+            )
+    if len(out) > KNOWN_SHOWN:
+        more = len(out) - KNOWN_SHOWN
+        out[KNOWN_SHOWN:] = [f"{inventory}: ... and {more:,} more health URLs on another role's usual port"]
+    return out

@@ -18,7 +18,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.inventory import Host, Inventory, Testbed, shared_env_file
+from orchestrator.core.inventory import Host, Inventory, Testbed, port_warnings, shared_env_file
 from orchestrator.core.matrix import LevelIndex, client_values, level_index, warnings_for
 from orchestrator.core.model import CONTROLLER, Matrix, Trial
 from orchestrator.core.plan import make_plan
@@ -48,6 +48,7 @@ def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep
     else:
         plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
     warnings = () if hunting else tuple(warnings_for(matrix, len(plan.steps)))
+    warnings += tuple(port_warnings(testbeds, inventory.path))
     for other in testbeds[1:]:
         check_same_roles(plan.testbed, other, inventory)
         check_against_inventory(matrix, other)

@@ -88,3 +88,38 @@ def test_a_missing_ssh_key_refuses_the_run_before_any_host_is_contacted(
     assert "inv.yaml:27: SSH key ~/.ssh/orch-test-no-such-key not found on this machine" in err, err
     assert "router (10.0.0.4:22)" in err, err
     assert not (tmp_path / "reports").exists()
+
+
+def test_a_health_url_on_another_roles_usual_port_is_a_warning_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """decode's block copied from prefill's: its health URL asks prefill's usual port, 30000."""
+    health = {
+        "prefill": "http://10.0.0.2:30000/health",  # its own usual port: nothing to say
+        "decode": "http://10.0.0.3:30000/health",  # prefill's port: likely a copy
+        "router": "http://10.0.0.4:31001/readiness",  # moved, to no other role's port: deliberate
+    }
+    inventory(tmp_path, health=health)
+    assert orch(tmp_path, "validate") == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert (
+        "inv.yaml:21: decode (10.0.0.3:22): health URL http://10.0.0.3:30000/health is on port 30000, "
+        "prefill's usual port (decode's is 30002)"
+    ) in err, err
+    assert err.count("warning:") == 1, err
+
+
+def test_health_port_warnings_of_many_instances_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inventory(tmp_path)
+    text = (tmp_path / "inv.yaml").read_text()
+    instances = "".join(
+        f"          - {{ssh: {{host: 10.1.0.{i + 1}}}, health: 'http://10.1.0.{i + 1}:30000/health'}}\n"
+        for i in range(20)
+    )
+    decode = "      decode:\n        transport: ssh\n        instances:\n" + instances + "        ssh:\n"
+    (tmp_path / "inv.yaml").write_text(text.replace("      decode:\n        transport: ssh\n        ssh:\n", decode))
+    assert orch(tmp_path, "validate") == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("is on port 30000, prefill's usual port") == 8, err
+    assert "inv.yaml:16: decode.0 (10.1.0.1:22): health URL" in err, err
+    assert "inv.yaml: ... and 12 more health URLs on another role's usual port" in err, err
