@@ -123,3 +123,17 @@ def test_health_port_warnings_of_many_instances_are_bounded(tmp_path: Path, caps
     assert err.count("is on port 30000, prefill's usual port") == 8, err
     assert "inv.yaml:16: decode.0 (10.1.0.1:22): health URL" in err, err
     assert "inv.yaml: ... and 12 more health URLs on another role's usual port" in err, err
+
+
+def test_missing_key_warnings_of_many_roles_are_bounded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each of 20 hosts names its own missing key on its own line: 8 are said, then how many more."""
+    inventory(tmp_path)
+    text = (tmp_path / "inv.yaml").read_text()
+    instances = "".join(f"          - {{ssh: {{host: 10.1.0.{i + 1}, key: /no/key{i}}}}}\n" for i in range(20))
+    decode = "      decode:\n        transport: ssh\n        instances:\n" + instances + "        ssh:\n"
+    (tmp_path / "inv.yaml").write_text(text.replace("      decode:\n        transport: ssh\n        ssh:\n", decode))
+    assert orch(tmp_path, "validate") == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("not found on this machine") == 8, err
+    assert "inv.yaml:16: SSH key /no/key0 not found on this machine (decode.0 (10.1.0.1:22))" in err, err
+    assert "inv.yaml: ... and 12 more SSH key files not found" in err, err
