@@ -161,9 +161,10 @@ def known_names_hint(name: str, known: list[str], what: str) -> str:
 
 
 def port_warnings(testbeds: Iterable[Testbed], inventory: str) -> list[str]:
-    """`INVENTORY:LINE: ` warnings for a health URL on another role's usual port (decode's on
-    30000: a block copied from prefill's), where orch would wait on the wrong server. Only then:
-    a port moved elsewhere is a choice, so it is not said. The first KNOWN_SHOWN, then how many
+    """`INVENTORY:LINE: ` warnings for a health URL on the usual port of another role of its
+    testbed (decode's on 30000 beside a prefill: a block copied from prefill's), where orch would
+    wait on the wrong server. Only then: a port moved elsewhere, or onto the port of a role the
+    testbed lacks, is a choice, so it is not said. The first KNOWN_SHOWN, then how many
     more: 1,000 instances copied from one block are one mistake, not 1,000 lines."""
     out: list[str] = []
     for testbed in testbeds:
@@ -172,7 +173,9 @@ def port_warnings(testbeds: Iterable[Testbed], inventory: str) -> list[str]:
                 continue
             own = ROLE_PORTS.get(host.role)
             port = urllib.parse.urlsplit(host.health).port
-            other = next((r for r, p in ROLE_PORTS.items() if p == port and r != host.role), None)
+            other = next(
+                (r for r, p in ROLE_PORTS.items() if p == port and r in testbed.roles and r != host.role), None
+            )
             if own is None or other is None:
                 continue
             out.append(

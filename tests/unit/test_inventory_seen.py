@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import main
+from orchestrator.core.config import read_inventory
+from orchestrator.core.inventory import port_warnings
 from orchestrator.sweep import session
 
 GOOD = """\
@@ -137,3 +139,15 @@ def test_missing_key_warnings_of_many_roles_are_bounded(tmp_path: Path, capsys: 
     assert err.count("not found on this machine") == 8, err
     assert "inv.yaml:16: SSH key /no/key0 not found on this machine (decode.0 (10.1.0.1:22))" in err, err
     assert "inv.yaml: ... and 12 more SSH key files not found" in err, err
+
+
+def test_a_health_url_on_the_port_of_a_role_the_testbed_lacks_is_not_said(tmp_path: Path) -> None:
+    """decode on 30001 with no router in its testbed waits on no other server: a choice."""
+    path = inventory(tmp_path, health={"decode": "http://10.0.0.3:30001/health"})
+    with_router = read_inventory(path)
+    assert len(port_warnings(with_router.testbeds.values(), "inv.yaml")) == 1  # beside a router: said
+    text = path.read_text()
+    path.write_text(text[: text.index("      router:")])
+    alone = read_inventory(path)
+    assert "router" not in alone.testbeds["pd"].roles
+    assert port_warnings(alone.testbeds.values(), "inv.yaml") == []
