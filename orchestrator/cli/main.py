@@ -194,7 +194,13 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
 
 def _add_views(sub: argparse._SubParsersAction) -> None:
     """`orch validate`, `orch plan` and `orch report`: what touches no host."""
-    val = command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
+    val = command(
+        sub,
+        "validate",
+        "check a matrix (and the inventory) without touching any host, and show each host as orch read it "
+        "(address, user, port and key, env file, unit, health URL; the defaults orch filled in marked)",
+        cmd_validate,
+    )
     matrix_args(val)
 
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
@@ -265,6 +271,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"(`orch plan {m.path}` shows the expected sessions)"
             )
         )
+        _print_hosts(prepared)
         return 0
     if m.gates:  # valid, but a gate no data of this design can pass: said now, not as exit 3
         from orchestrator.cli.planview import gate_warnings  # the statistics stack (scipy, pandas): for gates only
@@ -277,7 +284,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{counted(len(plan.steps), 'trial')} on testbed {plan.testbed.name!r}"
         )
     )
+    _print_hosts(prepared)
     return 0
+
+
+def _print_hosts(prepared: PreparedSweep) -> None:
+    """The chosen testbeds' hosts as orch read them, defaults marked (cli.hostsview)."""
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out
+    from orchestrator.cli.hostsview import host_lines
+
+    for line in host_lines(prepared.testbeds, prepared.inventory.path):
+        out.print(escape(line))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -68,6 +68,7 @@ class Host:
     ssh_line: int | None = field(default=None, compare=False)
     key_line: int | None = field(default=None, compare=False)
     health_line: int | None = field(default=None, compare=False)
+    health_given: bool = field(default=True, compare=False)  # False: orch made it of url (`orch validate` says so)
 
     @property
     def key(self) -> str:

@@ -151,3 +151,47 @@ def test_a_health_url_on_the_port_of_a_role_the_testbed_lacks_is_not_said(tmp_pa
     alone = read_inventory(path)
     assert "router" not in alone.testbeds["pd"].roles
     assert port_warnings(alone.testbeds.values(), "inv.yaml") == []
+
+
+def test_validate_shows_the_hosts_as_orch_read_them_with_its_defaults_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = tmp_path / "id_ed25519"
+    key.write_text("a key")
+    inventory(tmp_path, keys={"decode": str(key)}, health={"router": "http://10.0.0.4:30001/readiness"})
+    assert orch(tmp_path, "validate") == 0
+    lines = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0].endswith(": ok — 1 factor, 2 cells, 2 trials on testbed 'pd'"), lines
+    assert lines[1:] == [
+        f"testbed 'pd' ({tmp_path / 'inv.yaml'}:2): 3 hosts",
+        "prefill prefill ssh sglang@10.0.0.2:22 key (default: ssh-agent, ~/.ssh) env /etc/sglang/prefill.env "
+        "unit sglang-prefill health http://10.0.0.2:30000/health (default)",
+        f"decode decode ssh sglang@10.0.0.3:22 (default port) key {key} env /etc/sglang/decode.env "
+        "unit sglang-decode health http://10.0.0.3:30002/health (default)",
+        "router router ssh sglang@10.0.0.4:22 key (default: ssh-agent, ~/.ssh) env /etc/sglang/router.env "
+        "unit sglang-router health http://10.0.0.4:30001/readiness",
+    ], lines
+
+
+def test_validate_shows_a_thousand_hosts_in_a_few_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """20 roles of 50 instances: the first roles' first hosts, then how many more of each."""
+    inventory(tmp_path)
+    extra = "".join(
+        f"      w{r}:\n        transport: ssh\n        ssh: {{user: sglang}}\n        env_file: /etc/w.env\n"
+        f"        units: [w]\n        instances:\n"
+        + "".join(
+            f"          - {{ssh: {{host: 10.{r}.0.{i + 1}}}, url: 'http://10.{r}.0.{i + 1}:8000', env_file: /e/{i}}}\n"
+            for i in range(50)
+        )
+        for r in range(20)
+    )
+    path = tmp_path / "inv.yaml"
+    path.write_text(path.read_text() + extra)
+    assert orch(tmp_path, "validate") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == f"testbed 'pd' ({path}:2): 1,003 hosts", lines
+    assert len(lines) <= 30, "\n".join(lines)
+    said = " ".join(" ".join(lines).split())
+    assert "w0 w0.0 ssh sglang@10.0.0.1:22 (default port)" in said, said
+    assert "w0: ... and 47 more hosts" in said, said
+    assert "... and 15 more roles (750 hosts)" in said, said
