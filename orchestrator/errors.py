@@ -100,6 +100,16 @@ class TransportError(OrchError):
         super().__init__(f"{host}: {message}", detail=detail)
 
 
+class ConnectError(TransportError):
+    """Connecting to a host failed. `about` is the inventory's `ssh:` key to fix: "host" (refused,
+    unresolvable, no route, timed out, the host key) or "key" (the login refused), so a message
+    can point at the line that spells it rather than the role's."""
+
+    def __init__(self, host: str, message: str, *, about: str = "host") -> None:
+        self.about = about
+        super().__init__(host, message)
+
+
 class CommandFailed(TransportError):
     """A command ran on a host and exited non-zero."""
 

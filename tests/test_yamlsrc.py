@@ -228,3 +228,15 @@ def test_a_document_measured_first_reads_or_fails_as_building_every_value_does(m
         kind = "count" if "once aliases" in str(want[1]) else str(want[0])
         kinds[kind] = kinds.get(kind, 0) + 1
     assert min(kinds.get(k, 0) for k in ("read", "refused", "count")) >= 30, kinds  # every path exercised
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column"), [("a:\n  b: 1\n\tc: 2\n", 3, 1), ("a:\n  b:\n    - x\n    \t- y\n", 4, 5)]
+)
+def test_a_tab_is_said_with_its_line_and_column(text: str, line: int, column: int) -> None:
+    """An editor's tab among spaces is invisible: the column says where on the line it is."""
+    with pytest.raises(ConfigError) as caught:
+        yamlsrc.parse_yaml(text, "inv.yaml")
+    said = str(caught.value)
+    assert said.startswith(f"inv.yaml:{line}: invalid YAML")
+    assert f"indent with spaces: YAML does not allow a tab there; the tab is at line {line}, column {column}" in said

@@ -36,6 +36,7 @@ from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 # holds it.
 if TYPE_CHECKING:
     from orchestrator.sweep import api
+    from orchestrator.sweep.apitypes import PreparedSweep, Warn
     from orchestrator.sweep.progress import Progress
     from orchestrator.team.notify import Webhook
 
@@ -193,7 +194,13 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
 
 def _add_views(sub: argparse._SubParsersAction) -> None:
     """`orch validate`, `orch plan` and `orch report`: what touches no host."""
-    val = command(sub, "validate", "check a matrix (and the inventory) without touching any host", cmd_validate)
+    val = command(
+        sub,
+        "validate",
+        "check a matrix (and the inventory) without touching any host, and show each host as orch read it "
+        "(address, user, port and key, env file, unit, health URL; the defaults orch filled in marked)",
+        cmd_validate,
+    )
     matrix_args(val)
 
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
@@ -232,6 +239,19 @@ def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse
     return next(a for a in sub.choices[name]._actions if option in a.option_strings)
 
 
+def warn_controller_files(prepared: PreparedSweep, warn: Warn) -> None:
+    """What `orch run` refuses on this machine before contacting a host (a missing SSH key file),
+    said as a warning by what does not run: the user fixes it before the run, not at it."""
+    from orchestrator.core.inventory import KNOWN_SHOWN
+    from orchestrator.sweep.prepare import missing_key_files
+
+    problems = missing_key_files(prepared.testbeds, prepared.inventory)
+    for problem in problems[:KNOWN_SHOWN]:
+        warn(str(problem))
+    if len(problems) > KNOWN_SHOWN:  # 1,000 roles each naming one missing key: a few, then a count
+        warn(f"{prepared.inventory.path}: ... and {len(problems) - KNOWN_SHOWN:,} more SSH key files not found")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
@@ -239,7 +259,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from orchestrator.core.words import counted
     from orchestrator.sweep.prepare import prepare  # the config models and the plan, not the run machinery
 
-    plan = prepare(sweep_request(args), warn=warn).plan
+    prepared = prepare(sweep_request(args), warn=warn)
+    warn_controller_files(prepared, warn)
+    plan = prepared.plan
     m = plan.matrix
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
         out.print(
@@ -249,6 +271,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                 f"(`orch plan {m.path}` shows the expected sessions)"
             )
         )
+        _print_hosts(prepared)
         return 0
     if m.gates:  # valid, but a gate no data of this design can pass: said now, not as exit 3
         from orchestrator.cli.planview import gate_warnings  # the statistics stack (scipy, pandas): for gates only
@@ -261,7 +284,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
             f"{counted(len(plan.steps), 'trial')} on testbed {plan.testbed.name!r}"
         )
     )
+    _print_hosts(prepared)
     return 0
+
+
+def _print_hosts(prepared: PreparedSweep) -> None:
+    """The chosen testbeds' hosts as orch read them, defaults marked (cli.hostsview)."""
+    from rich.markup import escape
+
+    from orchestrator.cli.console import out
+    from orchestrator.cli.hostsview import host_lines
+
+    for line in host_lines(prepared.testbeds, prepared.inventory.path):
+        out.print(escape(line))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -269,6 +304,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.sweep.prepare import prepare
 
     prepared = prepare(sweep_request(args, replicates=args.replicates, seed=args.seed), warn=warn)
+    warn_controller_files(prepared, warn)
     plan = prepared.plan
     if plan.matrix.hunt is not None:  # a hunt plans its first wave and shows its expected cost (-t a,b: on each)
         hunt.print_hunt_plan(plan, out, [tb.name for tb in prepared.testbeds])
@@ -303,6 +339,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
 
+        warn_controller_files(prepared, warn)  # the real run refuses them (api.run)
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0

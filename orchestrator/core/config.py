@@ -34,6 +34,7 @@ from orchestrator.core.bounds import (
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import (
+    ROLE_PORTS,
     Dialect,
     Host,
     Inventory,
@@ -100,7 +101,7 @@ MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 # and printed whole by each. `description:` holds the longer text.
 MAX_TITLE = 200
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
-DEFAULT_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
+DEFAULT_PORTS = ROLE_PORTS
 
 
 # --------------------------------------------------------------------------------------------
@@ -621,7 +622,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
     health = h.health or url.rstrip("/") + ("/readiness" if role == "router" else "/health")
     for key, value in (("url", url), ("health", health)):
         _check_url(value, source, (*where, key))
-    ssh = SshSettings(**h.ssh.model_dump()) if h.ssh else None
+    ssh = SshSettings(**h.ssh.model_dump(), given=frozenset(h.ssh.model_fields_set)) if h.ssh else None
     if h.health_tunnel and h.transport != "ssh":
         raise source.error((*where, "health_tunnel"), "health_tunnel needs transport: ssh")
     return Host(
@@ -639,7 +640,21 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         tuple(h.after),
         h.health_tunnel,
         line=source.line_of(where),
+        ssh_line=_given_line(source, where, ("ssh", "host")),
+        key_line=_given_line(source, where, ("ssh", "key")),
+        health_line=_given_line(source, where, ("health",)) or _given_line(source, where, ("url",)),
+        health_given=h.health is not None,
     )
+
+
+def _given_line(source: SourceMap, where: PathKey, key: PathKey) -> int | None:
+    """The line that spells `key` for the host at `where`: its own, else its instance's or its
+    role's (a member inherits what it does not override); else the nearest line above it."""
+    for cut in range(len(where), 3, -1):  # where[:4] is ("testbeds", NAME, "hosts", ROLE)
+        pos = source.positions.get((*where[:cut], *key))
+        if pos is not None:
+            return pos.line
+    return source.line_of((*where, *key))
 
 
 def _build_unit(u: str | UnitShape, transport: str, source: SourceMap, where: PathKey) -> UnitSpec:

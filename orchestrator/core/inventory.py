@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -18,6 +19,8 @@ from typing import Literal
 from orchestrator.errors import ConfigError
 
 Dialect = Literal["systemd", "shell"]
+# each role's usual port (DESIGN.md): a URL not given is the host's address on it
+ROLE_PORTS = {"prefill": 30000, "router": 30001, "decode": 30002}
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class SshSettings:
     accept_new_host_keys: bool
     connect_timeout: float
     sudo: bool
+    # the keys the inventory spells (the rest are defaults): `orch validate` marks what it filled in
+    given: frozenset[str] = field(default=frozenset(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,12 @@ class Host:
     rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
     group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
     line: int | None = field(default=None, compare=False)  # where the inventory declares it, for messages
+    # where the inventory names its SSH address, its SSH key and its health URL (the nearest
+    # enclosing line when defaulted): a message about one of them points at the line to fix
+    ssh_line: int | None = field(default=None, compare=False)
+    key_line: int | None = field(default=None, compare=False)
+    health_line: int | None = field(default=None, compare=False)
+    health_given: bool = field(default=True, compare=False)  # False: orch made it of url (`orch validate` says so)
 
     @property
     def key(self) -> str:
@@ -148,3 +159,31 @@ def known_names_hint(name: str, known: list[str], what: str) -> str:
     if not close:
         return f"known: {shown}"
     return f"did you mean {' or '.join(repr(c) for c in close)}? known: {shown}"
+
+
+def port_warnings(testbeds: Iterable[Testbed], inventory: str) -> list[str]:
+    """`INVENTORY:LINE: ` warnings for a health URL on the usual port of another role of its
+    testbed (decode's on 30000 beside a prefill: a block copied from prefill's), where orch would
+    wait on the wrong server. Only then: a port moved elsewhere, or onto the port of a role the
+    testbed lacks, is a choice, so it is not said. The first KNOWN_SHOWN, then how many
+    more: 1,000 instances copied from one block are one mistake, not 1,000 lines."""
+    out: list[str] = []
+    for testbed in testbeds:
+        for host in testbed.hosts.values():
+            if host.rank > 0:  # a node above rank 0 has its instance's health URL, said once
+                continue
+            own = ROLE_PORTS.get(host.role)
+            port = urllib.parse.urlsplit(host.health).port
+            other = next(
+                (r for r, p in ROLE_PORTS.items() if p == port and r in testbed.roles and r != host.role), None
+            )
+            if own is None or other is None:
+                continue
+            out.append(
+                f"{inventory}:{host.health_line}: {host.label}: health URL {host.health} is on port {port}, "
+                f"{other}'s usual port ({host.role}'s is {own}); check `health:` and `url:`"
+            )
+    if len(out) > KNOWN_SHOWN:
+        more = len(out) - KNOWN_SHOWN
+        out[KNOWN_SHOWN:] = [f"{inventory}: ... and {more:,} more health URLs on another role's usual port"]
+    return out

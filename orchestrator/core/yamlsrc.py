@@ -80,7 +80,7 @@ def _compose(text: str, file: str) -> list[yaml.Node]:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         problem = exc.problem or exc.context
-        hint = TAB_HINT if problem and "'\\t'" in problem else None
+        hint = _tab_hint(mark) if problem and "'\\t'" in problem else None
         raise ConfigError(f"invalid YAML: {problem}", file=file, line=line, hint=hint) from None
     except yaml.reader.ReaderError as exc:  # a NUL or another character YAML forbids: no mark, a position
         line = text.count("\n", 0, exc.position) + 1
@@ -92,6 +92,14 @@ def _compose(text: str, file: str) -> list[yaml.Node]:
 
 # PyYAML says "found character '\t' that cannot start any token": the fix in the user's words.
 TAB_HINT = "indent with spaces: YAML does not allow a tab there"
+
+
+def _tab_hint(mark: yaml.Mark | None) -> str:
+    """TAB_HINT with where the tab is: a tab among spaces looks like them, so the line alone
+    leaves the user hunting for it."""
+    if mark is None:
+        return TAB_HINT
+    return f"{TAB_HINT}; the tab is at line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _check_depth(text: str, file: str, loader: type[Any]) -> None:

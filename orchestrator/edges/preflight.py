@@ -25,7 +25,7 @@ from orchestrator.edges.health import probe_url
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.edges.identity import foreign_holder, units_phrase
 from orchestrator.edges.registrations import router_strangers
-from orchestrator.errors import OrchError, PreflightError
+from orchestrator.errors import ConnectError, OrchError, PreflightError
 
 
 def preflight(
@@ -67,6 +67,8 @@ def preflight_testbeds(
                 where = host_where(handle.host, inventory)
                 try:
                     warnings += [where + w for w in _check_one(deployment, handle, plan, http, redactor)]
+                except ConnectError as exc:  # the line to fix spells the address (or key), not the role
+                    problems.append(f"{host_where(handle.host, inventory, exc.about)}{exc}")
                 except OrchError as exc:
                     problems.append(f"{where}{exc}")
     finally:
@@ -93,11 +95,13 @@ def _check_one(
     return warnings
 
 
-def host_where(host: Host, inventory: str) -> str:
+def host_where(host: Host, inventory: str, about: str = "") -> str:
     """`INVENTORY:LINE: `, where the inventory declares this host, or "" when either is unknown.
     Why: the host's label says which machine, not which entry to fix in an inventory of many
-    testbeds and instances; a bad-input message names its file and line (errors.ConfigError)."""
-    return f"{inventory}:{host.line}: " if inventory and host.line else ""
+    testbeds and instances; a bad-input message names its file and line (errors.ConfigError).
+    `about` "host" or "key": the line of its `ssh:` address or key instead (a failed connect)."""
+    line = {"host": host.ssh_line, "key": host.key_line}.get(about) or host.line
+    return f"{inventory}:{line}: " if inventory and line else ""
 
 
 def _check_edits(handle: HostHandle, plan: Plan) -> list[str]:

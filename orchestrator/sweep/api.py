@@ -67,7 +67,7 @@ from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hostrestore import restore_from_hosts as restore_from_hosts  # the folder gone
 from orchestrator.sweep.hunt import HuntSource, OnStop
 from orchestrator.sweep.orphans import stop_orphaned_repros
-from orchestrator.sweep.prepare import check_command_lengths, check_separate_testbeds, shown_path
+from orchestrator.sweep.prepare import check_command_lengths, check_key_files, check_separate_testbeds, shown_path
 from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
 from orchestrator.sweep.prepare import check_same_roles as check_same_roles
 from orchestrator.sweep.prepare import load as load
@@ -126,6 +126,7 @@ def run(
     run_id = request.run_id if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
     check_command_lengths(plan, list(prepared.testbeds), RunDir(run_dir))  # no host touched yet
+    check_key_files(prepared)  # the controller's own files: nothing contacted yet
     options = RunOptions(
         run_id,
         fail_fast=request.fail_fast,

@@ -18,7 +18,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.inventory import Inventory, Testbed, shared_env_file
+from orchestrator.core.inventory import Host, Inventory, Testbed, port_warnings, shared_env_file
 from orchestrator.core.matrix import LevelIndex, client_values, level_index, warnings_for
 from orchestrator.core.model import CONTROLLER, Matrix, Trial
 from orchestrator.core.plan import make_plan
@@ -48,6 +48,7 @@ def prepare(request: SweepRequest, *, warn: Warn | None = None) -> PreparedSweep
     else:
         plan = make_plan(matrix, testbeds[0], request.seed, request.replicates)
     warnings = () if hunting else tuple(warnings_for(matrix, len(plan.steps)))
+    warnings += tuple(port_warnings(testbeds, inventory.path))
     for other in testbeds[1:]:
         check_same_roles(plan.testbed, other, inventory)
         check_against_inventory(matrix, other)
@@ -135,6 +136,39 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
             line=host.line,
             hint="parallel testbeds must be separate deployments: give each its own hosts",
         )
+
+
+def missing_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> list[ConfigError]:
+    """Each SSH key file the inventory names that this machine lacks, at the line naming it (one
+    error per line, with how many hosts it reaches). Why now: the key is the controller's file, so
+    looking costs no host, and `orch run` found it only when connecting (preflight, role's line)."""
+    users: dict[tuple[int | None, str], list[Host]] = {}
+    for testbed in testbeds:
+        for host in testbed.hosts.values():
+            if host.ssh is not None and host.ssh.key and not Path(host.ssh.key).expanduser().is_file():
+                users.setdefault((host.key_line, host.ssh.key), []).append(host)
+    return [
+        ConfigError(
+            f"SSH key {key} not found on this machine ({_hosts_phrase(hosts)})",
+            file=inventory.path,
+            line=line,
+            hint="check `key:`: the path is read here, on the controller; ~ is your home",
+        )
+        for (line, key), hosts in users.items()
+    ]
+
+
+def _hosts_phrase(hosts: Sequence[Host]) -> str:
+    """'decode (10.0.0.3:22)', or the first and how many more: a key shared by 1,000 hosts."""
+    more = f" and {len(hosts) - 1:,} more {'host' if len(hosts) == 2 else 'hosts'}" if len(hosts) > 1 else ""
+    return f"{hosts[0].label}{more}"
+
+
+def check_key_files(prepared: PreparedSweep) -> None:
+    """Refuse a run whose SSH key file is missing here (exit 2), before any host is contacted."""
+    missing = missing_key_files(prepared.testbeds, prepared.inventory)
+    if missing:
+        raise missing[0]
 
 
 def check_new_run(request: SweepRequest, prepared: PreparedSweep) -> None:

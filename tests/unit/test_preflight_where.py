@@ -7,6 +7,7 @@ touched; several hosts failing at once each carry their own line."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import socket
 from pathlib import Path
@@ -15,11 +16,13 @@ import pytest
 from fakes import Role, make_bed
 from helpers.inproc import run_main
 from helpers.parallel_fakes import Fleet, fake_matrix, install_with_preflight, inventory_text
+from paramiko.ssh_exception import AuthenticationException, NoValidConnectionsError
 
 from orchestrator.core.config import read_inventory
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.identity import Holder
 from orchestrator.edges.preflight import preflight
+from orchestrator.errors import ConnectError, TransportError
 
 INVENTORY = "lab/inv.yaml"  # as the user names it on the command line (relative to the cwd)
 STRANGER = Holder(4242, 30001, 1000, "python3 -m http.server 30001", (4242, 1))
@@ -155,3 +158,47 @@ def test_two_testbeds_failing_at_once_are_both_said(fleet: Fleet, tmp_path: Path
         f"  {INVENTORY}:{line_of(text, 'tb2', 'decode')}: decode (tb2-decode.fake:22): port 30001 is held by pid 4242"
     )
     assert_untouched(fleet, tmp_path)
+
+
+def connect_failure(exc: BaseException) -> TransportError:
+    """What the SSH transport raises for `exc` while connecting (its own translation, no socket)."""
+    from orchestrator.edges.transport.ssh import SshTransport
+
+    return SshTransport("decode (tb1-decode.fake:22)", "tb1-decode.fake")._connect_error(exc)
+
+
+@pytest.mark.parametrize(
+    ("exc", "said"),
+    [
+        (
+            NoValidConnectionsError({("10.9.0.4", 22): ConnectionRefusedError(errno.ECONNREFUSED, "refused")}),
+            "cannot connect: connection refused (is sshd running and listening on port 22?)",
+        ),
+        (socket.gaierror(-2, "Name or service not known"), "cannot connect: cannot resolve host name tb1-decode.fake"),
+    ],
+)
+def test_a_host_orch_cannot_connect_to_names_the_line_of_its_ssh_address(
+    fleet: Fleet, tmp_path: Path, exc: BaseException, said: str
+) -> None:
+    """Refused or unresolvable: the fix is the address, on the `ssh:` line, not the role's line."""
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise connect_failure(exc)
+
+    fleet.transports[("tb1", "decode")].run = unreachable  # type: ignore[method-assign]
+    code, output = orch_run(tmp_path, "tb1")
+    text = (tmp_path / INVENTORY).read_text()
+    line = text.splitlines().index("        ssh: {host: tb1-decode.fake, user: root}") + 1
+    assert line == line_of(text, "tb1", "decode") + 2
+    assert code == 2, output
+    [error] = error_lines(output)
+    assert error.startswith(f"error: {INVENTORY}:{line}: decode (tb1-decode.fake:22): {said}"), error
+    assert_untouched(fleet, tmp_path)
+
+
+def test_a_failed_login_names_the_line_of_its_key() -> None:
+    """Refused credentials are fixed at `key:`; a connection that never came up, at the address."""
+    login = connect_failure(AuthenticationException("Authentication failed."))
+    assert isinstance(login, ConnectError) and login.about == "key"
+    refused = connect_failure(socket.gaierror(-2, "unknown"))
+    assert isinstance(refused, ConnectError) and refused.about == "host"

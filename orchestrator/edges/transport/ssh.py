@@ -64,6 +64,7 @@ from orchestrator.errors import (
     CommandInterrupted,
     CommandTimedOut,
     ConfigError,
+    ConnectError,
     FileChanged,
     Interrupted,
     TransportError,
@@ -593,8 +594,9 @@ class SshTransport:
         return ""
 
     # ---------------------------------------------------------------- errors
-    def _connect_error(self, exc: BaseException) -> TransportError:
-        return TransportError(self.label, connect_error_message(exc, self))
+    def _connect_error(self, exc: BaseException) -> ConnectError:
+        about = "key" if isinstance(exc, (AuthenticationException, PasswordRequiredException)) else "host"
+        return ConnectError(self.label, connect_error_message(exc, self), about=about)
 
     def _hint(self, stderr: bytes) -> str:
         if b"Permission denied" in stderr or b"Operation not permitted" in stderr:
