@@ -513,23 +513,37 @@ def _note_unrestored(exc: BaseException, result: RunResult | None) -> None:
         exc.add_note(not_restored_line(result.not_restored, result.run_dir))
 
 
+class _GateClosed(Exception):
+    """A runner waiting at the start gate when the sweep ended before it began (another testbed's
+    runner was refused, or the display could not start): it goes on to none of its hosts."""
+
+
 class _StartGate:
     """A parallel run's display starts once every runner has passed its resume checks (adopt,
     check_resumable: read only; a new run has none) or has ended, and no runner goes on to its
-    hosts before that. Why: a parallel resume refused on one testbed, nothing touched, printed
-    "resuming r1: ..." before its error (the single-testbed path announces only after its checks);
-    and status.json still names this controller before any runner backs up a host."""
+    hosts before that; one that ended on an error closes the gate (nothing announced, no runner
+    goes on). Why: a parallel resume refused on one testbed, nothing touched, printed "resuming
+    r1: ..." before its error (the single-testbed path announces only after its checks), and the
+    other testbeds backed up their hosts and restored them; status.json still names this
+    controller before any runner backs up a host."""
 
     def __init__(self, runners: int) -> None:
         self.arrived = [False] * runners
         self.changed = threading.Event()  # a runner arrived or ended
         self.go = threading.Event()
+        self.closed = False
 
     def arrive(self, index: int) -> None:
         """A runner thread whose checks passed: wait for the others."""
         self.arrived[index] = True
         self.changed.set()
         self.go.wait()
+        if self.closed:
+            raise _GateClosed("the sweep ended before this testbed began")
+
+    def close(self) -> None:
+        self.closed = True
+        self.go.set()
 
     def open_when_ready(
         self, finished: Sequence[threading.Event], errors: list[BaseException], start: Callable[[], None]
@@ -539,8 +553,10 @@ class _StartGate:
         while not self.go.is_set():
             self.changed.clear()  # before looking: an arrival after the look wakes the wait
             if all(a or f.is_set() for a, f in zip(self.arrived, finished, strict=True)):
-                if not errors:
-                    start()
+                if errors:
+                    self.close()
+                    return
+                start()
                 self.go.set()
                 return
             self.changed.wait(0.2)
@@ -649,6 +665,11 @@ def _open_gate(
             start()
         gate.go.set()
         return 1
+    except BaseException:  # the display could not start: no runner goes on; each returns first
+        gate.close()
+        for done in finished:
+            done.wait()
+        raise
 
 
 def _join_all(finished: list[threading.Event], runners: list[Runner], presses: int = 0) -> bool:
@@ -686,7 +707,7 @@ def _raise_first_failure(errors: list[BaseException], merged: RunResult) -> None
     """Re-raise the first runner error that is not an interrupt, carrying every testbed's outcome:
     a RepeatedFailure gets the merged result (the caller still finishes the run with it), any other
     error a note naming the hosts left unrestored on any testbed."""
-    failure = next((e for e in errors if not _is_interrupt(e)), None)
+    failure = next((e for e in errors if not _is_interrupt(e) and not isinstance(e, _GateClosed)), None)
     if failure is None:
         return
     if isinstance(failure, SweepStopped):

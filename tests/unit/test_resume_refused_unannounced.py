@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from fakes import Reply
 from helpers.inproc import run_main
-from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, runner_threads, write_files
 
+from orchestrator.errors import OrchError
 from orchestrator.sweep import api
 from orchestrator.sweep.progress import QuietProgress
 
@@ -79,11 +80,21 @@ def test_a_parallel_resume_refused_on_one_testbed_never_says_resuming(
     decode = fleet.transports[("B", "decode")]
     decode.files["/etc/orch/decode.env"] = b"D=0\nTEAM=1\n"
     before = {t: (fleet.file(t, "prefill"), fleet.file(t, "decode")) for t in ("A", "B")}
+    seen = {key: len(t.calls) for key, t in fleet.transports.items()}
     code, said = _resume(tmp_path)
     assert code == 2, said
     assert "cannot resume: the env file changed since this run restored it" in said, said
     assert "resuming r1" not in said, said
     assert {t: (fleet.file(t, "prefill"), fleet.file(t, "decode")) for t in ("A", "B")} == before
+    # testbed A passed its checks and waited: it went on to no backup, write or restart of its own
+    touched = [
+        (key, c.op, c.target)
+        for key, t in fleet.transports.items()
+        for c in t.calls[seen[key] :]
+        if ".orch-lock" not in c.target  # the testbeds' locks: taken and given back by the resume itself
+        and (c.op in ("write", "restart", "stop") or (c.op == "run" and c.target.startswith(("cp ", "rm ", "mv "))))
+    ]
+    assert not touched, touched
 
 
 def test_a_parallel_resume_that_goes_on_announces_itself_once_before_its_trials(
@@ -94,3 +105,28 @@ def test_a_parallel_resume_that_goes_on_announces_itself_once_before_its_trials(
     assert code == 0, said
     assert said.count("resuming r1") == 1, said
     assert said.index("resuming r1") < said.index("6 trials completed, 0 failed"), said
+
+
+class _NoStart(QuietProgress):
+    def start(self, total: int, done: int) -> None:
+        raise OrchError("status.json: cannot write (disk full)")
+
+
+def test_a_parallel_run_whose_display_cannot_start_touches_no_host_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The display starts (status.json names the controller) before any runner backs up a host:
+    when it cannot, the error is the run's and every runner stops at the gate, its hosts untouched,
+    its thread ended (the journal is closed only once no runner uses it)."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("nostart", 1), ["A", "B"])
+    req = api.SweepRequest(
+        m, i, testbeds=("A", "B"), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True
+    )
+    with pytest.raises(OrchError, match="disk full"):
+        api.run(req, lambda started: _NoStart(), warn=lambda message: None)
+    writes = [(key, c.target) for key, t in fleet.transports.items() for c in t.calls if c.op == "write"]
+    assert all(".orch-lock" in target for _, target in writes), writes
+    assert not any(c.op in ("restart", "stop") for t in fleet.transports.values() for c in t.calls)
+    assert not runner_threads()
