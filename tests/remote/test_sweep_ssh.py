@@ -179,6 +179,15 @@ def declared_at(text: str, testbed: str, role: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if i > start + 1 and line.strip() == f"{role}:")
 
 
+def ssh_line_at(text: str, testbed: str, role: str, key: str) -> int:
+    """The line of `key:` in the `ssh:` block of `role` in `testbed` (yaml.safe_dump's text: one
+    `ssh:` block per role, the first after the role's own line)."""
+    lines = text.splitlines()
+    start = declared_at(text, testbed, role)
+    ssh = next(i for i, line in enumerate(lines, 1) if i > start and line.strip() == "ssh:")
+    return next(i for i, line in enumerate(lines, 1) if i > ssh and line.strip().startswith(f"{key}:"))
+
+
 def make_key(tmp_path: Path) -> str:
     key = tmp_path / "wrong_key"
     subprocess.run(
@@ -194,6 +203,9 @@ def empty_known_hosts(tmp_path: Path) -> str:
     return str(tmp_path / "known_hosts")
 
 
+# a failed connect is said at the line to fix: the `ssh:` address, or the key of a refused login
+# (errors.ConnectError); every other preflight problem at the role's line
+POINTS_AT = {"unreachable host": "host", "wrong key": "key", "unknown host key": "host"}
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
     ("wrong key", lambda tb, p: dict(ssh_key=make_key(p)), "authentication failed for root"),
@@ -222,7 +234,10 @@ def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
-    where = f"{shown_path(inventory)}:{declared_at(inventory.read_text(), 'dsv4-pd', 'decode')}"
+    text = inventory.read_text()
+    about = POINTS_AT.get(name)
+    line = ssh_line_at(text, "dsv4-pd", "decode", about) if about else declared_at(text, "dsv4-pd", "decode")
+    where = f"{shown_path(inventory)}:{line}"
     assert len(lines) == 1 and lines[0].startswith(f"error: {where}: decode ("), err
     assert expected in lines[0] and "nothing was changed" in lines[0], lines[0]
     assert snapshot(testbed, files) == before
