@@ -126,7 +126,7 @@ def run(
     run_id = request.run_id if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
     check_command_lengths(plan, list(prepared.testbeds), RunDir(run_dir))  # no host touched yet
-    check_key_files(prepared)  # the controller's own files: nothing contacted yet
+    check_key_files(prepared.testbeds, prepared.inventory)  # the controller's own files: nothing contacted yet
     options = RunOptions(
         run_id,
         fail_fast=request.fail_fast,

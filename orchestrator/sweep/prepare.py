@@ -18,7 +18,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.inventory import Host, Inventory, Testbed, port_warnings, shared_env_file
+from orchestrator.core.inventory import KNOWN_SHOWN, Host, Inventory, Testbed, port_warnings, shared_env_file
 from orchestrator.core.matrix import LevelIndex, client_values, level_index, warnings_for
 from orchestrator.core.model import CONTROLLER, Matrix, Trial
 from orchestrator.core.plan import make_plan
@@ -138,6 +138,9 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
         )
 
 
+_KEY_HINT = "check `key:`: the path is read here, on the controller; ~ is your home"
+
+
 def missing_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> list[ConfigError]:
     """Each SSH key file the inventory names that this machine lacks, at the line naming it (one
     error per line, with how many hosts it reaches). Why now: the key is the controller's file, so
@@ -152,7 +155,7 @@ def missing_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> list
             f"SSH key {key} not found on this machine ({_hosts_phrase(hosts)})",
             file=inventory.path,
             line=line,
-            hint="check `key:`: the path is read here, on the controller; ~ is your home",
+            hint=_KEY_HINT,
         )
         for (line, key), hosts in users.items()
     ]
@@ -164,11 +167,23 @@ def _hosts_phrase(hosts: Sequence[Host]) -> str:
     return f"{hosts[0].label}{more}"
 
 
-def check_key_files(prepared: PreparedSweep) -> None:
-    """Refuse a run whose SSH key file is missing here (exit 2), before any host is contacted."""
-    missing = missing_key_files(prepared.testbeds, prepared.inventory)
-    if missing:
+def check_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
+    """Refuse a run (or a resume) whose SSH key file is missing here (exit 2), before any host is
+    contacted: every missing key at once, each at its line, the first KNOWN_SHOWN and how many more
+    (as preflight says every host's problem: a user who fixed one is not sent back by the next).
+    Not a host check: it reads only this machine's files and costs no host, so --skip-preflight
+    (which skips asking the hosts, edges.preflight) keeps it."""
+    missing = missing_key_files(testbeds, inventory)
+    if len(missing) == 1:
         raise missing[0]
+    if missing:
+        lines = [str(problem).removesuffix(f" ({_KEY_HINT})") for problem in missing[:KNOWN_SHOWN]]
+        if len(missing) > KNOWN_SHOWN:
+            lines.append(f"{inventory.path}: ... and {len(missing) - KNOWN_SHOWN:,} more SSH key files not found")
+        raise ConfigError(
+            "SSH key files not found on this machine, no host was contacted:\n  " + "\n  ".join(lines),
+            hint=_KEY_HINT,
+        )
 
 
 def check_new_run(request: SweepRequest, prepared: PreparedSweep) -> None:

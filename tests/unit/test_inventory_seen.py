@@ -195,3 +195,38 @@ def test_validate_shows_a_thousand_hosts_in_a_few_lines(tmp_path: Path, capsys: 
     assert "w0 w0.0 ssh sglang@10.0.0.1:22 (default port)" in said, said
     assert "w0: ... and 47 more hosts" in said, said
     assert "... and 15 more roles (750 hosts)" in said, said
+
+
+def test_every_missing_key_is_said_at_once_when_the_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    """Two roles name missing keys: the refusal says both, each at its line (it said the first only,
+    so a user who fixed it was sent back by the next); the shared hint once, exit 2."""
+    inventory(tmp_path, keys={"prefill": "/no/key-p", "router": "/no/key-r"})
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    err = capsys.readouterr().err
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    assert lines[0] == "error: SSH key files not found on this machine, no host was contacted:", err
+    inv = tmp_path / "inv.yaml"
+    assert lines[1] == f"{inv}:9: SSH key /no/key-p not found on this machine (prefill (10.0.0.2:22))", err
+    assert lines[2].startswith(f"{inv}:27: SSH key /no/key-r not found on this machine (router (10.0.0.4:22))"), err
+    assert err.count("check `key:`") == 1, err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_refusal_for_many_missing_keys_is_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    """20 hosts each naming its own missing key: the first 8 at their lines, then how many more."""
+    inventory(tmp_path)
+    text = (tmp_path / "inv.yaml").read_text()
+    instances = "".join(f"          - {{ssh: {{host: 10.1.0.{i + 1}, key: /no/key{i}}}}}\n" for i in range(20))
+    decode = "      decode:\n        transport: ssh\n        instances:\n" + instances + "        ssh:\n"
+    (tmp_path / "inv.yaml").write_text(text.replace("      decode:\n        transport: ssh\n        ssh:\n", decode))
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    err = capsys.readouterr().err
+    assert err.count("not found on this machine (decode.") == 8, err
+    assert "inv.yaml:16: SSH key /no/key0 not found on this machine (decode.0 (10.1.0.1:22))" in err, err
+    assert "inv.yaml:23: SSH key /no/key7 " in err and "/no/key8 " not in err, err
+    assert "inv.yaml: ... and 12 more SSH key files not found" in err, err
+    assert not (tmp_path / "reports").exists()
