@@ -298,7 +298,9 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
     run_dir = request.run_dir
-    manifest, matrix, plan, testbeds = _resumable(run_dir)
+    manifest, matrix, plan, inventory = _resumable(run_dir)
+    testbeds = [inventory.testbed(name) for name in manifest.testbeds]
+    check_key_files(testbeds, inventory)  # this machine's files, the run's inventory's lines: before connecting
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
@@ -315,9 +317,10 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped, _hunt_end(ended))
 
 
-def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, list[Testbed]]:
+def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory]:
     """The run a resume takes up, checked from its folder alone: its matrix and inventory unchanged,
-    the plan they make the one it started with. Nothing is touched."""
+    the plan they make the one it started with. Nothing is touched. Its SSH key files are the
+    resume's to check (its dry run, like `orch run --dry-run`, does not refuse them)."""
     manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
     matrix = _matrix_of(manifest, run_dir)
     inventory = _inventory_of(manifest, run_dir)
@@ -331,7 +334,7 @@ def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, list[Testbed]]
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
-    return manifest, matrix, plan, testbeds
+    return manifest, matrix, plan, inventory
 
 
 def preview_resume(run_dir: Path) -> ResumePreview:
