@@ -187,3 +187,12 @@ def port_warnings(testbeds: Iterable[Testbed], inventory: str) -> list[str]:
         more = len(out) - KNOWN_SHOWN
         out[KNOWN_SHOWN:] = [f"{inventory}: ... and {more:,} more health URLs on another role's usual port"]
     return out
+
+
+def host_where(host: Host, inventory: str, about: str = "") -> str:
+    """`INVENTORY:LINE: `, where the inventory declares this host, or "" when either is unknown.
+    Why: the host's label says which machine, not which entry to fix in an inventory of many
+    testbeds and instances; a bad-input message names its file and line (errors.ConfigError).
+    `about` "host" or "key": the line of its `ssh:` address or key instead (a failed connect)."""
+    line = {"host": host.ssh_line, "key": host.key_line}.get(about) or host.line
+    return f"{inventory}:{line}: " if inventory and line else ""

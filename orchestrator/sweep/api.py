@@ -134,7 +134,8 @@ def run(
         break_lock=request.break_lock,
         deadline=request.deadline,
     )
-    with session.connected(prepared.testbeds) as deployments:
+    at_lines = session.at_lines(prepared.testbeds, shown_path(request.inventory))
+    with at_lines, session.connected(prepared.testbeds) as deployments:
         locks = [
             TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir, inventory=request.inventory) for d in deployments
         ]
@@ -305,7 +306,8 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
         with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
-            result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, (began, ended))
+            with session.at_lines(testbeds, inventory.path):
+                result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, (began, ended))
     except (KeyboardInterrupt, Interrupted) as exc:
         if not began:
             exc.add_note(
@@ -632,7 +634,7 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
     inventory = _inventory_of(manifest, run_dir)
     parallel = len(manifest.testbeds) > 1  # a parallel run keeps each testbed's originals in backup/<testbed>/
     restored = tuple(
-        _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request)
+        _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request, inventory.path)
         for name in manifest.testbeds
     )
     # named as the run's own end names them (sweep.runner._merge): `TESTBED/role` for several testbeds
@@ -658,13 +660,19 @@ def _report_restored(run_dir: Path, warn: Warn) -> None:
 
 
 def _restore_on_its_own(
-    run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
+    run_dir: Path,
+    manifest: RunManifest,
+    testbed: Testbed,
+    parallel: bool,
+    progress: Progress,
+    request: RestoreRequest,
+    inventory: str,
 ) -> TestbedRestore:
     """A parallel run's testbeds are separate deployments: one that cannot be restored (its hosts
     down, its lock held) is that testbed's outcome, every role of it not restored and why, and
     the others are still put back (fabric's GroupResult). One testbed: its error is the command's."""
     try:
-        return _restore_testbed(run_dir, manifest, testbed, parallel, progress, request)
+        return _restore_testbed(run_dir, manifest, testbed, parallel, progress, request, inventory)
     except OrchError as exc:
         if not parallel:
             raise
@@ -673,9 +681,15 @@ def _restore_on_its_own(
 
 
 def _restore_testbed(
-    run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
+    run_dir: Path,
+    manifest: RunManifest,
+    testbed: Testbed,
+    parallel: bool,
+    progress: Progress,
+    request: RestoreRequest,
+    inventory: str,
 ) -> TestbedRestore:
-    with session.connected([testbed]) as (deployment,):
+    with session.at_lines([testbed], inventory), session.connected([testbed]) as (deployment,):
         lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
         try:
             lock.acquire(break_stale=request.break_lock)
