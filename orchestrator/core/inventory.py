@@ -63,10 +63,11 @@ class Host:
     rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
     group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
     line: int | None = field(default=None, compare=False)  # where the inventory declares it, for messages
-    # where the inventory names its SSH address, its SSH key and its health URL (the nearest
+    # where the inventory names its SSH address, its SSH key, its known_hosts and its health URL (the nearest
     # enclosing line when defaulted): a message about one of them points at the line to fix
     ssh_line: int | None = field(default=None, compare=False)
     key_line: int | None = field(default=None, compare=False)
+    known_hosts_line: int | None = field(default=None, compare=False)
     health_line: int | None = field(default=None, compare=False)
     health_given: bool = field(default=True, compare=False)  # False: orch made it of url (`orch validate` says so)
 
