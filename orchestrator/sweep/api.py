@@ -121,12 +121,12 @@ def run(
     warnings are then the caller's to show); otherwise it is made here and they go to `warn`."""
     if prepared is None:
         prepared = prepare(request, warn=warn)
-    plan, reports_dir = prepared.plan, request.reports_dir
+    plan, reports_dir, testbeds = prepared.plan, request.reports_dir, prepared.testbeds
     check_new_run(request, prepared)
     run_id = request.run_id if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
-    check_command_lengths(plan, list(prepared.testbeds), RunDir(run_dir))  # no host touched yet
-    check_key_files(prepared.testbeds, prepared.inventory)  # the controller's own files: nothing contacted yet
+    check_command_lengths(plan, list(testbeds), RunDir(run_dir))  # no host touched yet
+    check_key_files(testbeds, prepared.inventory)  # the controller's own files: nothing contacted yet
     options = RunOptions(
         run_id,
         fail_fast=request.fail_fast,
@@ -134,8 +134,7 @@ def run(
         break_lock=request.break_lock,
         deadline=request.deadline,
     )
-    at_lines = session.at_lines(prepared.testbeds, shown_path(request.inventory))
-    with at_lines, session.connected(prepared.testbeds) as deployments:
+    with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
             TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir, inventory=request.inventory) for d in deployments
         ]

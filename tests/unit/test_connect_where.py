@@ -15,6 +15,8 @@ from helpers.inproc import run_main
 from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 from paramiko.ssh_exception import NoValidConnectionsError
 
+from orchestrator.core.config import read_inventory
+from orchestrator.errors import ConnectError
 from orchestrator.sweep import api
 from orchestrator.sweep.progress import QuietProgress
 
@@ -70,3 +72,20 @@ def test_a_host_down_after_the_run_is_said_at_the_line_of_its_ssh_address(
     assert code == 1, output  # a host that cannot be reached: the infrastructure, not bad input
     assert f"error: inv.yaml:{line}: {REFUSED}" in output, output
     assert fleet.file("A", "decode") == b"D=0\n"
+
+
+def test_a_run_under_skip_preflight_says_a_host_down_at_its_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No preflight to translate it: the error from the first lock still names the `ssh:` line."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("down", 1), ("A",))
+    line = i.read_text().splitlines().index(SSH_DECODE) + 1
+    fleet.connect(read_inventory(i).testbed("A"))
+    _host_down(fleet)
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    with pytest.raises(ConnectError) as down:
+        api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+    assert str(down.value) == f"{i}:{line}: {REFUSED}"
+    assert fleet.file("A", "decode") == b"D=0\n" and not (tmp_path / "reports" / "r1").exists()
