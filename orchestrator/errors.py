@@ -107,7 +107,15 @@ class ConnectError(TransportError):
 
     def __init__(self, host: str, message: str, *, about: str = "host") -> None:
         self.about = about
+        self.located = False
         super().__init__(host, message)
+
+    def locate(self, where: str) -> None:
+        """Start the message with `INVENTORY:LINE: ` (once): the transport raising it knows the
+        host, not the inventory; the sweep that connected knows both (sweep.session.at_lines)."""
+        if where and not self.located:
+            self.message, self.located = where + self.message, True
+            self.args = (self.message,)
 
 
 class CommandFailed(TransportError):

@@ -240,16 +240,13 @@ def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse
 
 
 def warn_controller_files(prepared: PreparedSweep, warn: Warn) -> None:
-    """What `orch run` refuses on this machine before contacting a host (a missing SSH key file),
-    said as a warning by what does not run: the user fixes it before the run, not at it."""
-    from orchestrator.core.inventory import KNOWN_SHOWN
-    from orchestrator.sweep.prepare import missing_key_files
+    """What `orch run` refuses on this machine before contacting a host (a missing SSH key or
+    known_hosts file), said as a warning by what does not run: the user fixes it before the run,
+    not at it. A few, then a count (1,000 roles each naming one missing key)."""
+    from orchestrator.sweep.prepare import bounded_problems, missing_key_files
 
-    problems = missing_key_files(prepared.testbeds, prepared.inventory)
-    for problem in problems[:KNOWN_SHOWN]:
-        warn(str(problem))
-    if len(problems) > KNOWN_SHOWN:  # 1,000 roles each naming one missing key: a few, then a count
-        warn(f"{prepared.inventory.path}: ... and {len(problems) - KNOWN_SHOWN:,} more SSH key files not found")
+    for line in bounded_problems(missing_key_files(prepared.testbeds, prepared.inventory), prepared.inventory):
+        warn(line)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

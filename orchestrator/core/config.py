@@ -642,6 +642,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         line=source.line_of(where),
         ssh_line=_given_line(source, where, ("ssh", "host")),
         key_line=_given_line(source, where, ("ssh", "key")),
+        known_hosts_line=_given_line(source, where, ("ssh", "known_hosts")),
         health_line=_given_line(source, where, ("health",)) or _given_line(source, where, ("url",)),
         health_given=h.health is not None,
     )

@@ -63,10 +63,11 @@ class Host:
     rank: int = 0  # node rank in a multi-node instance; only rank 0 serves, and its health is the instance's
     group: tuple[str, ...] = ()  # keys of every node of this host's instance (itself included); () alone
     line: int | None = field(default=None, compare=False)  # where the inventory declares it, for messages
-    # where the inventory names its SSH address, its SSH key and its health URL (the nearest
+    # where the inventory names its SSH address, its SSH key, its known_hosts and its health URL (the nearest
     # enclosing line when defaulted): a message about one of them points at the line to fix
     ssh_line: int | None = field(default=None, compare=False)
     key_line: int | None = field(default=None, compare=False)
+    known_hosts_line: int | None = field(default=None, compare=False)
     health_line: int | None = field(default=None, compare=False)
     health_given: bool = field(default=True, compare=False)  # False: orch made it of url (`orch validate` says so)
 
@@ -187,3 +188,12 @@ def port_warnings(testbeds: Iterable[Testbed], inventory: str) -> list[str]:
         more = len(out) - KNOWN_SHOWN
         out[KNOWN_SHOWN:] = [f"{inventory}: ... and {more:,} more health URLs on another role's usual port"]
     return out
+
+
+def host_where(host: Host, inventory: str, about: str = "") -> str:
+    """`INVENTORY:LINE: `, where the inventory declares this host, or "" when either is unknown.
+    Why: the host's label says which machine, not which entry to fix in an inventory of many
+    testbeds and instances; a bad-input message names its file and line (errors.ConfigError).
+    `about` "host" or "key": the line of its `ssh:` address or key instead (a failed connect)."""
+    line = {"host": host.ssh_line, "key": host.key_line}.get(about) or host.line
+    return f"{inventory}:{line}: " if inventory and line else ""

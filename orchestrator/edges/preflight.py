@@ -15,7 +15,7 @@ import httpx
 
 from orchestrator.core import envfile
 from orchestrator.core.argsvar import resolve
-from orchestrator.core.inventory import Host
+from orchestrator.core.inventory import Host, host_where
 from orchestrator.core.model import CellValue
 from orchestrator.core.redact import Redactor
 from orchestrator.core.steps import Plan
@@ -93,15 +93,6 @@ def _check_one(
         warnings += _check_edits(handle, plan)
     _check_as_it_is(deployment, handle, http, redactor)
     return warnings
-
-
-def host_where(host: Host, inventory: str, about: str = "") -> str:
-    """`INVENTORY:LINE: `, where the inventory declares this host, or "" when either is unknown.
-    Why: the host's label says which machine, not which entry to fix in an inventory of many
-    testbeds and instances; a bad-input message names its file and line (errors.ConfigError).
-    `about` "host" or "key": the line of its `ssh:` address or key instead (a failed connect)."""
-    line = {"host": host.ssh_line, "key": host.key_line}.get(about) or host.line
-    return f"{inventory}:{line}: " if inventory and line else ""
 
 
 def _check_edits(handle: HostHandle, plan: Plan) -> list[str]:

@@ -121,12 +121,12 @@ def run(
     warnings are then the caller's to show); otherwise it is made here and they go to `warn`."""
     if prepared is None:
         prepared = prepare(request, warn=warn)
-    plan, reports_dir = prepared.plan, request.reports_dir
+    plan, reports_dir, testbeds = prepared.plan, request.reports_dir, prepared.testbeds
     check_new_run(request, prepared)
     run_id = request.run_id if request.run_id is not None else new_run_id(plan.matrix.name, reports_dir)
     run_dir = reports_dir / run_id
-    check_command_lengths(plan, list(prepared.testbeds), RunDir(run_dir))  # no host touched yet
-    check_key_files(prepared)  # the controller's own files: nothing contacted yet
+    check_command_lengths(plan, list(testbeds), RunDir(run_dir))  # no host touched yet
+    check_key_files(testbeds, prepared.inventory)  # the controller's own files: nothing contacted yet
     options = RunOptions(
         run_id,
         fail_fast=request.fail_fast,
@@ -134,7 +134,7 @@ def run(
         break_lock=request.break_lock,
         deadline=request.deadline,
     )
-    with session.connected(prepared.testbeds) as deployments:
+    with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
             TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir, inventory=request.inventory) for d in deployments
         ]
@@ -298,12 +298,15 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
     run_dir = request.run_dir
-    manifest, matrix, plan, testbeds = _resumable(run_dir)
+    manifest, matrix, plan, inventory = _resumable(run_dir)
+    testbeds = [inventory.testbed(name) for name in manifest.testbeds]
+    check_key_files(testbeds, inventory)  # this machine's files, the run's inventory's lines: before connecting
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
         with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
-            result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, (began, ended))
+            with session.at_lines(testbeds, inventory.path):
+                result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, (began, ended))
     except (KeyboardInterrupt, Interrupted) as exc:
         if not began:
             exc.add_note(
@@ -315,9 +318,10 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped, _hunt_end(ended))
 
 
-def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, list[Testbed]]:
+def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory]:
     """The run a resume takes up, checked from its folder alone: its matrix and inventory unchanged,
-    the plan they make the one it started with. Nothing is touched."""
+    the plan they make the one it started with. Nothing is touched. Its SSH key files are the
+    resume's to check (its dry run, like `orch run --dry-run`, does not refuse them)."""
     manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
     matrix = _matrix_of(manifest, run_dir)
     inventory = _inventory_of(manifest, run_dir)
@@ -331,7 +335,7 @@ def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, list[Testbed]]
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
-    return manifest, matrix, plan, testbeds
+    return manifest, matrix, plan, inventory
 
 
 def preview_resume(run_dir: Path) -> ResumePreview:
@@ -629,7 +633,7 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
     inventory = _inventory_of(manifest, run_dir)
     parallel = len(manifest.testbeds) > 1  # a parallel run keeps each testbed's originals in backup/<testbed>/
     restored = tuple(
-        _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request)
+        _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request, inventory.path)
         for name in manifest.testbeds
     )
     # named as the run's own end names them (sweep.runner._merge): `TESTBED/role` for several testbeds
@@ -655,13 +659,19 @@ def _report_restored(run_dir: Path, warn: Warn) -> None:
 
 
 def _restore_on_its_own(
-    run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
+    run_dir: Path,
+    manifest: RunManifest,
+    testbed: Testbed,
+    parallel: bool,
+    progress: Progress,
+    request: RestoreRequest,
+    inventory: str,
 ) -> TestbedRestore:
     """A parallel run's testbeds are separate deployments: one that cannot be restored (its hosts
     down, its lock held) is that testbed's outcome, every role of it not restored and why, and
     the others are still put back (fabric's GroupResult). One testbed: its error is the command's."""
     try:
-        return _restore_testbed(run_dir, manifest, testbed, parallel, progress, request)
+        return _restore_testbed(run_dir, manifest, testbed, parallel, progress, request, inventory)
     except OrchError as exc:
         if not parallel:
             raise
@@ -670,9 +680,15 @@ def _restore_on_its_own(
 
 
 def _restore_testbed(
-    run_dir: Path, manifest: RunManifest, testbed: Testbed, parallel: bool, progress: Progress, request: RestoreRequest
+    run_dir: Path,
+    manifest: RunManifest,
+    testbed: Testbed,
+    parallel: bool,
+    progress: Progress,
+    request: RestoreRequest,
+    inventory: str,
 ) -> TestbedRestore:
-    with session.connected([testbed]) as (deployment,):
+    with session.at_lines([testbed], inventory), session.connected([testbed]) as (deployment,):
         lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
         try:
             lock.acquire(break_stale=request.break_lock)

@@ -18,7 +18,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.inventory import Host, Inventory, Testbed, port_warnings, shared_env_file
+from orchestrator.core.inventory import KNOWN_SHOWN, Host, Inventory, Testbed, port_warnings, shared_env_file
 from orchestrator.core.matrix import LevelIndex, client_values, level_index, warnings_for
 from orchestrator.core.model import CONTROLLER, Matrix, Trial
 from orchestrator.core.plan import make_plan
@@ -138,24 +138,42 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
         )
 
 
+_HINTS = {
+    "key": "check `key:`: the path is read here, on the controller; ~ is your home",
+    "known_hosts": "check `known_hosts:`: the path is read here, on the controller; ~ is your home",
+}
+_NAMED = {"key": "SSH key", "known_hosts": "known_hosts file"}
+
+
 def missing_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> list[ConfigError]:
-    """Each SSH key file the inventory names that this machine lacks, at the line naming it (one
-    error per line, with how many hosts it reaches). Why now: the key is the controller's file, so
-    looking costs no host, and `orch run` found it only when connecting (preflight, role's line)."""
-    users: dict[tuple[int | None, str], list[Host]] = {}
+    """Each SSH key or known_hosts file the inventory names that this machine lacks, at the line
+    naming it (one error per line, with how many hosts it reaches), in the inventory's order. Why
+    now: both are the controller's files, so looking costs no host, and `orch run` found them only
+    when connecting (preflight, at the role's line or the address's)."""
+    users: dict[tuple[int | None, str, str], list[Host]] = {}
     for testbed in testbeds:
         for host in testbed.hosts.values():
-            if host.ssh is not None and host.ssh.key and not Path(host.ssh.key).expanduser().is_file():
-                users.setdefault((host.key_line, host.ssh.key), []).append(host)
+            for what, path, line in _ssh_files(host):
+                if not Path(path).expanduser().is_file():
+                    users.setdefault((line, what, path), []).append(host)
     return [
         ConfigError(
-            f"SSH key {key} not found on this machine ({_hosts_phrase(hosts)})",
+            f"{_NAMED[what]} {path} not found on this machine ({_hosts_phrase(hosts)})",
             file=inventory.path,
             line=line,
-            hint="check `key:`: the path is read here, on the controller; ~ is your home",
+            hint=_HINTS[what],
         )
-        for (line, key), hosts in users.items()
+        for (line, what, path), hosts in sorted(users.items(), key=lambda kv: kv[0][0] or 0)
     ]
+
+
+def _ssh_files(host: Host) -> list[tuple[str, str, int | None]]:
+    """(which, path, line) of the files the SSH transport reads here for `host`: its key, its known_hosts."""
+    ssh = host.ssh
+    if ssh is None:
+        return []
+    named = (("key", ssh.key, host.key_line), ("known_hosts", ssh.known_hosts, host.known_hosts_line))
+    return [(what, path, line) for what, path, line in named if path]
 
 
 def _hosts_phrase(hosts: Sequence[Host]) -> str:
@@ -164,11 +182,36 @@ def _hosts_phrase(hosts: Sequence[Host]) -> str:
     return f"{hosts[0].label}{more}"
 
 
-def check_key_files(prepared: PreparedSweep) -> None:
-    """Refuse a run whose SSH key file is missing here (exit 2), before any host is contacted."""
-    missing = missing_key_files(prepared.testbeds, prepared.inventory)
-    if missing:
+def bounded_problems(problems: Sequence[ConfigError], inventory: Inventory, *, hints: bool = True) -> list[str]:
+    """The first KNOWN_SHOWN problems (without their hints unless `hints`), then how many more:
+    1,000 roles each naming their own missing key made 1,000 lines."""
+    shown = [str(p) if hints else str(p).removesuffix(f" ({p.hint})") for p in problems[:KNOWN_SHOWN]]
+    rest = problems[KNOWN_SHOWN:]
+    if rest:
+        files = "SSH key files" if all(p.hint == _HINTS["key"] for p in rest) else "SSH files"
+        shown.append(f"{inventory.path}: ... and {len(rest):,} more {files} not found")
+    return shown
+
+
+def check_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
+    """Refuse a run (or a resume) whose SSH key or known_hosts file is missing here (exit 2), before
+    any host is contacted: every missing file at once, each at its line, the first KNOWN_SHOWN and
+    how many more (as preflight says every host's problem: a user who fixed one is not sent back
+    by the next). Not a host check: it reads only this machine's files and costs no host, so
+    --skip-preflight (which skips asking the hosts, edges.preflight) keeps it."""
+    missing = missing_key_files(testbeds, inventory)
+    if len(missing) == 1:
         raise missing[0]
+    if missing:
+        keys_only = all(p.hint == _HINTS["key"] for p in missing)
+        lines = bounded_problems(missing, inventory, hints=False)
+        raise ConfigError(
+            f"{'SSH key' if keys_only else 'SSH'} files not found on this machine, no host was contacted:\n  "
+            + "\n  ".join(lines),
+            hint=_HINTS["key"]
+            if keys_only
+            else "check `key:` and `known_hosts:`: the paths are read here, on the controller; ~ is your home",
+        )
 
 
 def check_new_run(request: SweepRequest, prepared: PreparedSweep) -> None:

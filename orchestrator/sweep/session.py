@@ -12,12 +12,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.core.inventory import Testbed
+from orchestrator.core.inventory import Testbed, host_where
 from orchestrator.core.records import RunManifest
 from orchestrator.edges.connect import connect
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.lock import host_restore_command
-from orchestrator.errors import OrchError, PreflightError, UsageError
+from orchestrator.errors import ConnectError, OrchError, PreflightError, UsageError
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.liveness import first_status
 from orchestrator.store.manifest import save_manifest
@@ -36,6 +36,20 @@ def connected(testbeds: Sequence[Testbed]) -> Iterator[list[Deployment]]:
     finally:
         for d in deployments:
             d.close()
+
+
+@contextmanager
+def at_lines(testbeds: Sequence[Testbed], inventory: str) -> Iterator[None]:
+    """A host orch cannot connect to, outside preflight (`orch resume`, `orch restore`, a run under
+    --skip-preflight), is said at the inventory line of its `ssh:` address (or key: a refused
+    login), as preflight says it, where it named no line. `inventory`: the file as the user named it."""
+    try:
+        yield
+    except ConnectError as exc:
+        host = next((h for tb in testbeds for h in tb.hosts.values() if h.label == exc.host), None)
+        if host is not None:
+            exc.locate(host_where(host, inventory, exc.about))
+        raise
 
 
 def create_run_dir(run_dir: Path, manifest: RunManifest) -> None:

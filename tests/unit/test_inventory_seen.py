@@ -195,3 +195,81 @@ def test_validate_shows_a_thousand_hosts_in_a_few_lines(tmp_path: Path, capsys: 
     assert "w0 w0.0 ssh sglang@10.0.0.1:22 (default port)" in said, said
     assert "w0: ... and 47 more hosts" in said, said
     assert "... and 15 more roles (750 hosts)" in said, said
+
+
+def test_every_missing_key_is_said_at_once_when_the_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    """Two roles name missing keys: the refusal says both, each at its line (it said the first only,
+    so a user who fixed it was sent back by the next); the shared hint once, exit 2."""
+    inventory(tmp_path, keys={"prefill": "/no/key-p", "router": "/no/key-r"})
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    err = capsys.readouterr().err
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    assert lines[0] == "error: SSH key files not found on this machine, no host was contacted:", err
+    inv = tmp_path / "inv.yaml"
+    assert lines[1] == f"{inv}:9: SSH key /no/key-p not found on this machine (prefill (10.0.0.2:22))", err
+    assert lines[2].startswith(f"{inv}:27: SSH key /no/key-r not found on this machine (router (10.0.0.4:22))"), err
+    assert err.count("check `key:`") == 1, err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_refusal_for_many_missing_keys_is_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    """20 hosts each naming its own missing key: the first 8 at their lines, then how many more."""
+    inventory(tmp_path)
+    text = (tmp_path / "inv.yaml").read_text()
+    instances = "".join(f"          - {{ssh: {{host: 10.1.0.{i + 1}, key: /no/key{i}}}}}\n" for i in range(20))
+    decode = "      decode:\n        transport: ssh\n        instances:\n" + instances + "        ssh:\n"
+    (tmp_path / "inv.yaml").write_text(text.replace("      decode:\n        transport: ssh\n        ssh:\n", decode))
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    err = capsys.readouterr().err
+    assert err.count("not found on this machine (decode.") == 8, err
+    assert "inv.yaml:16: SSH key /no/key0 not found on this machine (decode.0 (10.1.0.1:22))" in err, err
+    assert "inv.yaml:23: SSH key /no/key7 " in err and "/no/key8 " not in err, err
+    assert "inv.yaml: ... and 12 more SSH key files not found" in err, err
+    assert not (tmp_path / "reports").exists()
+
+
+def _known_hosts(path: Path, role_line: int, value: str) -> None:
+    """The role at `role_line` names `known_hosts: value` where it named `port: 22` (5 lines below)."""
+    lines = path.read_text().splitlines(keepends=True)
+    assert lines[role_line + 4] == "          port: 22\n"
+    lines[role_line + 4] = f"          known_hosts: {value}\n"
+    path.write_text("".join(lines))
+
+
+@pytest.mark.parametrize("command", [("validate",), ("plan",), ("run", "--dry-run")])
+def test_a_missing_known_hosts_file_is_a_warning_with_its_line_before_a_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None, command: tuple[str, ...]
+) -> None:
+    there = tmp_path / "known_hosts"
+    there.write_text("")
+    _known_hosts(inventory(tmp_path), 4, str(there))
+    _known_hosts(tmp_path / "inv.yaml", 13, str(tmp_path / "kh_gone"))
+    assert orch(tmp_path, *command) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"inv.yaml:18: known_hosts file {tmp_path / 'kh_gone'} not found on this machine" in err, err
+    assert "decode (10.0.0.3:22)" in err and "check `known_hosts:`" in err, err
+    assert f"{there} not found" not in err, err  # the file that exists is not said
+
+
+def test_a_missing_known_hosts_file_refuses_the_run_before_any_host_is_contacted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    """Said with a missing key in one refusal, each at its line (exit 2, nothing made)."""
+    inventory(tmp_path, keys={"prefill": "/no/key-p"})
+    _known_hosts(tmp_path / "inv.yaml", 22, "~/.ssh/orch-test-no-such-known-hosts")
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    err = capsys.readouterr().err
+    inv = tmp_path / "inv.yaml"
+    lines = [line.strip() for line in err.splitlines() if line.strip()]
+    assert lines[0] == "error: SSH files not found on this machine, no host was contacted:", err
+    assert lines[1] == f"{inv}:9: SSH key /no/key-p not found on this machine (prefill (10.0.0.2:22))", err
+    assert lines[2].startswith(
+        f"{inv}:27: known_hosts file ~/.ssh/orch-test-no-such-known-hosts not found on this machine "
+        "(router (10.0.0.4:22))"
+    ), err
+    assert "check `key:` and `known_hosts:`" in lines[2], err
+    assert not (tmp_path / "reports").exists()
