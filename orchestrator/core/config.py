@@ -431,6 +431,10 @@ def _share_hint(err: Any) -> str | None:
         value = float(err.get("input"))
     except (TypeError, ValueError):
         return None
+    return _percent_hint(value)
+
+
+def _percent_hint(value: float) -> str | None:
     percent = value.is_integer() and 2 <= value <= 100  # 95 is a percentage; 1.5 just too large
     return f"a share, not a percentage: write {value / 100:g}" if percent else None
 
@@ -940,11 +944,24 @@ def _build_gates(shape: MatrixShape, factors: dict[str, Factor], source: SourceM
                 f"{g.metric!r} is not a metric of the repro or a collector",
                 f"metrics: {', '.join(metrics) or 'none'}",
             )
+        _check_share_bounds(g, shape, source, ("gates", i))
         cells = _build_selector(g.cells, factors, source, ("gates", i, "cells"), full=False)
         _title(g.name or "", source, ("gates", i, "name"), "a gate name")
         name = g.name or default_name(g.metric, g.upper, g.lower, cells)
         gates.append(Gate(name=name, metric=g.metric, upper=g.upper, lower=g.lower, cells=cells))
     return tuple(gates)
+
+
+def _check_share_bounds(g: GateShape, shape: MatrixShape, source: SourceMap, where: PathKey) -> None:
+    """A proportion's bounds are shares. Why: `upper: 5` (5% meant) passed every cell, a rate being
+    at most 1, so a CI gate that could not fail was green; `lower: 900` could never pass."""
+    spec = shape.repro.metrics.get(g.metric)
+    if spec is None or spec.kind != "proportion":
+        return
+    for key, value in (("upper", g.upper), ("lower", g.lower)):
+        if value is not None and not 0 <= value <= 1:
+            hint = _percent_hint(value) or "a bound between 0 and 1"
+            raise source.error((*where, key), f"{g.metric!r} is a proportion (a rate from 0 to 1), got {value:g}", hint)
 
 
 def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import main
+from orchestrator.core.config import read_matrix
+from orchestrator.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "inventory/local.yaml")
@@ -32,3 +34,30 @@ def test_plan_of_a_fixed_matrix_says_nothing_of_adaptive_stopping(capsys: pytest
     assert main(["plan", str(REPO / "matrices/overlap_ablation.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
     out = capsys.readouterr().out
     assert "at most" not in out.splitlines()[0] and "adaptive" not in out
+
+
+def _matrix_with(tmp_path: Path, gates_yaml: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text((REPO / "matrices/overlap_ablation.yaml").read_text() + gates_yaml)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("bound", "hint"),
+    [("upper: 5", "write 0.05"), ("lower: 900", "between 0 and 1"), ("upper: -0.1", "between 0 and 1")],
+)
+def test_a_proportion_gate_bound_outside_0_to_1_is_refused_at_its_line(tmp_path: Path, bound: str, hint: str) -> None:
+    """`{metric: corruption, upper: 5}` (5% meant) passed every cell: a rate is at most 1, so its
+    upper bound is always <= 5, and a CI gate that cannot fail was green (exit 0)."""
+    path = _matrix_with(tmp_path, f"gates:\n  - {{metric: wall, upper: 60}}\n  - {{metric: corruption, {bound}}}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    line = path.read_text().splitlines().index(f"  - {{metric: corruption, {bound}}}") + 1
+    assert f"m.yaml:{line}:" in text and "gates[1]" in text and "proportion" in text and hint in text
+
+
+def test_a_number_gate_keeps_any_bound_and_a_proportion_gate_any_share(tmp_path: Path) -> None:
+    gates = "gates:\n  - {metric: wall, upper: 60}\n  - {metric: corruption, upper: 1, lower: 0}\n"
+    path = _matrix_with(tmp_path, gates)
+    assert [g.upper for g in read_matrix(path).gates] == [60, 1]
