@@ -10,6 +10,7 @@ import pytest
 
 from orchestrator.cli.main import main
 from orchestrator.core.config import read_matrix
+from orchestrator.core.gates import Gate, GateCell, evaluate
 from orchestrator.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,3 +62,15 @@ def test_a_number_gate_keeps_any_bound_and_a_proportion_gate_any_share(tmp_path:
     gates = "gates:\n  - {metric: wall, upper: 60}\n  - {metric: corruption, upper: 1, lower: 0}\n"
     path = _matrix_with(tmp_path, gates)
     assert [g.upper for g in read_matrix(path).gates] == [60, 1]
+
+
+def test_a_gate_whose_selector_matches_no_cell_says_so_not_that_data_is_missing() -> None:
+    """The report's Gates row read 'no cell with data for corruption' for `cells: {cuda_graph: off}`
+    on a matrix that excludes cuda_graph=off: the cells had data; the selector matched none."""
+    gate = Gate(name="g", metric="corruption", upper=0.2, cells={"cuda_graph": "off"})
+    cell = GateCell("cuda_graph=on", {"cuda_graph": "on"}, 0.1, 0.0, 0.15)
+    [result] = evaluate([gate], {"corruption": [cell]})
+    assert not result.passed
+    assert "selects no cell of this run" in result.message and "with data" not in result.message
+    [unmeasured] = evaluate([gate], {})  # the metric has no cell at all: that is missing data
+    assert not unmeasured.passed and unmeasured.message == "no cell with data for corruption"
