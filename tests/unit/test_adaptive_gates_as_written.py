@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
 from orchestrator.core.config import read_matrix
@@ -74,3 +75,19 @@ def test_a_gate_whose_selector_matches_no_cell_says_so_not_that_data_is_missing(
     assert "selects no cell of this run" in result.message and "with data" not in result.message
     [unmeasured] = evaluate([gate], {})  # the metric has no cell at all: that is missing data
     assert not unmeasured.passed and unmeasured.message == "no cell with data for corruption"
+
+
+def test_junit_export_of_a_run_without_gates_warns_that_ci_has_nothing_to_fail_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch export RUN --format junit` of a run whose matrix has no gates wrote a suite of 0 test
+    cases and printed only 'exported: ...', exit 0: a CI job wired to it stays green whatever the data."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    assert not manifest.gates
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    assert main(["export", str(run_dir), "--format", "junit", "-o", str(tmp_path / "j.xml")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the matrix declares no gates" in err and "no test case" in err
+    assert main(["export", str(run_dir), "--format", "bencher", "-o", str(tmp_path / "b.json")]) == 0
+    assert "warning" not in capsys.readouterr().err  # Bencher's numbers do not need gates
