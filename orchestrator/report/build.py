@@ -1937,17 +1937,30 @@ def _sha256(text: str) -> str:
 # parallel testbeds differ (each trial's testbed: report.testbeds). Added to the headline as plain sentences.
 
 
-def with_adaptive_facts(report: Report, events: Sequence[EventRecord]) -> Report:
+def with_adaptive_facts(report: Report, events: Sequence[EventRecord], *, adaptive: bool = False) -> Report:
     """The headline of an adaptive run: what the sequential tests decided first, then the caution on
     the fixed analysis' findings (adaptive_caution), the report's own findings, and one sentence per
-    cell stopped early. `events`: the run's journaled events (its "cell_decided" ones)."""
+    cell stopped early. `events`: the run's journaled events (its "cell_decided" ones). `adaptive`:
+    the matrix has the rule, so a run that decided nothing says so (its page had no word of it)."""
     summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
+    if summary is None and adaptive:
+        summary = nothing_decided(report.primary_metric)
     caution = adaptive_caution(report, events)
     first = [f for f in (summary, caution) if f is not None]
     extra = adaptive_findings(events)
     if not (first or extra):
         return report
     return report.model_copy(update={"headline": [*first, *report.headline, *extra]})
+
+
+def nothing_decided(metric: str | None) -> Finding:
+    """The top of an adaptive run's headline when no comparison was decided: no cell stopped early."""
+    what = f" in {metric}" if metric else ""
+    return Finding(
+        kind="info",
+        text=f"Adaptive stopping{what}: no cell's comparison with the baseline was decided, so no cell "
+        "stopped early; the fixed analysis below has the last word.",
+    )
 
 
 def adaptive_caution(report: Report, events: Sequence[EventRecord]) -> Finding | None:

@@ -13,6 +13,7 @@ from orchestrator.cli.main import main
 from orchestrator.core.config import read_matrix
 from orchestrator.core.gates import Gate, GateCell, evaluate
 from orchestrator.errors import ConfigError
+from orchestrator.report.build import build_report, with_adaptive_facts
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "inventory/local.yaml")
@@ -91,3 +92,16 @@ def test_junit_export_of_a_run_without_gates_warns_that_ci_has_nothing_to_fail_o
     assert "warning: the matrix declares no gates" in err and "no test case" in err
     assert main(["export", str(run_dir), "--format", "bencher", "-o", str(tmp_path / "b.json")]) == 0
     assert "warning" not in capsys.readouterr().err  # Bencher's numbers do not need gates
+
+
+def test_an_adaptive_run_that_decided_no_cell_says_so_at_the_top_of_its_report() -> None:
+    """An adaptive 2-cell run whose cells ran every round undecided (baseline 4/40, the other 0/40)
+    had a headline without a word of adaptive stopping, where README says the report opens with
+    the sequential decisions: a reader could not tell the rule ran and decided nothing."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    report = build_report(manifest, records)
+    opened = with_adaptive_facts(report, [], adaptive=True).headline
+    assert opened[0].kind == "info" and opened[0].text.startswith(f"Adaptive stopping in {report.primary_metric}:")
+    assert "no cell's comparison with the baseline was decided" in opened[0].text
+    assert opened[1:] == report.headline
+    assert with_adaptive_facts(report, []).headline == report.headline  # a parallel fixed run: no word of it
