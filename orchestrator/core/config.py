@@ -304,6 +304,8 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
         return source.error(loc, _expected(err), _TOO_LONG_HINTS.get(shape, _TOO_LONG_HINTS[MatrixShape]))
     if err["type"] == "too_short":  # what it got is the empty value the message names
         return source.error(loc, _expected(err), _HINTS.get(loc))
+    if err["type"] == "value_error":  # a shape's own check: its sentence, not pydantic's prefix and the mapping
+        return source.error(loc, str(err.get("ctx", {}).get("error", err["msg"])), _HINTS.get(loc))
     raw = source.raw_of(loc)
     got = repr(raw) if raw is not None else _describe(err.get("input"))
     return source.error(loc, f"{_expected(err)}, got {got}", _hint_for(loc, err, raw))
@@ -418,6 +420,10 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
         return f"write [{raw}]"
     if err["type"] in ("int_parsing", "float_parsing") and raw and raw.strip("'\"").lower() in YAML_BOOLEANS:
         return f"YAML reads {raw} as true/false, not a number: write a number"
+    percent = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*%", raw.strip("'\"").strip()) if raw else None
+    if err["type"] == "float_parsing" and percent:  # `upper: 5%`, `alpha: 5%`
+        share = float(percent.group(1)) / 100
+        return f"write a plain number, without '%': a share such as alpha or a proportion's bound is {share:g}"
     return _share_hint(err)
 
 

@@ -105,3 +105,31 @@ def test_an_adaptive_run_that_decided_no_cell_says_so_at_the_top_of_its_report()
     assert "no cell's comparison with the baseline was decided" in opened[0].text
     assert opened[1:] == report.headline
     assert with_adaptive_facts(report, []).headline == report.headline  # a parallel fixed run: no word of it
+
+
+def test_a_gate_without_a_bound_is_said_without_pydantic_words(tmp_path: Path) -> None:
+    """`{metric: corruption}` read 'gates[0]: value error, a gate needs ..., got a mapping':
+    pydantic's own prefix and the whole gate quoted back as 'a mapping'."""
+    path = _matrix_with(tmp_path, "gates:\n  - {metric: corruption}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    assert "gates[0]: a gate needs `upper:`" in text
+    assert "value error" not in text.lower() and "got a mapping" not in text
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("gates:\n  - {metric: corruption, upper: 5%}\n", "gates[0].upper"),
+        ("adaptive: {metric: corruption, alpha: 5%}\n", "adaptive.alpha"),
+    ],
+)
+def test_a_percentage_with_its_sign_is_answered_with_the_share(tmp_path: Path, yaml_text: str, key: str) -> None:
+    """`upper: 5%` and `alpha: 5%` read 'expected a number, got '5%'' and nothing more, where
+    `alpha: 5` already got 'a share, not a percentage: write 0.05'."""
+    path = _matrix_with(tmp_path, yaml_text)
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    assert f"{key}: expected a number, got '5%'" in text and "without '%'" in text and "0.05" in text
