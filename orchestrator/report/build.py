@@ -1489,17 +1489,27 @@ def _noise_findings(report: Report, metric: str) -> list[Finding]:
         if c.proportions[metric].rate.n and c.proportions[metric].rate.high - c.proportions[metric].rate.low > 0.3
     ]
     if wide:
-        n_small, one = min(c.proportions[metric].rate.n for c in wide), len(wide) == 1
-        found.append(
-            Finding(
-                kind="caution",
-                text=(
-                    f"{counted(len(wide), 'cell')} {'has' if one else 'have'} too few sessions to say much (as few "
-                    f"as {n_small}): {'its 95% interval is' if one else 'their 95% intervals are'} over 30 points wide."
-                ),
-            )
-        )
+        found.append(_too_few_sessions(wide, metric))
     return found
+
+
+WIDE_NAMED = 3  # cells the too-few-sessions caution names; the rest are counted
+
+
+def _too_few_sessions(wide: Sequence[CellView], metric: str) -> Finding:
+    """Which cells' intervals are over 30 points wide, named. Why: '1 cell has too few sessions to
+    say much (as few as 50)' named none, where both cells of the run had 50 sessions."""
+    n_small, one = min(c.proportions[metric].rate.n for c in wide), len(wide) == 1
+    names = [c.cell for c in wide[:WIDE_NAMED]]
+    names += [f"{len(wide) - WIDE_NAMED} more"] if len(wide) > WIDE_NAMED else []
+    sessions = f"{n_small} sessions" if one else f"as few as {n_small}"
+    return Finding(
+        kind="caution",
+        text=(
+            f"{counted(len(wide), 'cell')} {'has' if one else 'have'} too few sessions to say much ({_join(names)}: "
+            f"{sessions}): {'its 95% interval is' if one else 'their 95% intervals are'} over 30 points wide."
+        ),
+    )
 
 
 def _moved_findings(report: Report, primary: str | None) -> list[Finding]:

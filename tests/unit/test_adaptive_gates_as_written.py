@@ -133,3 +133,17 @@ def test_a_percentage_with_its_sign_is_answered_with_the_share(tmp_path: Path, y
         read_matrix(path)
     text = str(info.value)
     assert f"{key}: expected a number, got '5%'" in text and "without '%'" in text and "0.05" in text
+
+
+def test_the_too_few_sessions_caution_names_its_cells() -> None:
+    """'1 cell has too few sessions to say much (as few as 50)' named no cell, where the two cells
+    of the run had 50 sessions each and only the baseline's interval was over 30 points wide."""
+    manifest, records = synthetic_run(replicates=2, sessions=3, failures=False)  # 6 sessions a cell
+    report = build_report(manifest, records)
+    metric = report.primary_metric
+    assert metric is not None
+    wide = [c.cell for c in report.cells if (r := c.proportions[metric].rate).n and r.high - r.low > 0.3]
+    assert len(wide) > 3  # the synthetic run's cells are wide: named up to three, the rest counted
+    [caution] = [f for f in report.headline if "too few sessions to say much" in f.text]
+    assert all(name in caution.text for name in wide[:3]) and f"{len(wide) - 3} more" in caution.text
+    assert wide[3] not in caution.text
