@@ -158,7 +158,8 @@ def run(
                     hunting = plan.matrix.hunt is not None
                     total = 0 if hunting else len(plan.steps)
                     names = tuple(manifest.testbeds)
-                    sink = progress(Started(run_id, run_dir, names, total, total, hunt=plan.matrix.hunt))
+                    hunt, adaptive = plan.matrix.hunt, plan.matrix.adaptive is not None
+                    sink = progress(Started(run_id, run_dir, names, total, total, hunt=hunt, adaptive=adaptive))
                     design = _design(plan, set(), run_dir=run_dir, on_stop=ended.append)
                     result, stopped = _stoppable(trials)
             except (KeyboardInterrupt, Interrupted) as exc:
@@ -440,6 +441,7 @@ def _resumed(manifest: RunManifest, run_dir: Path, matrix: Matrix, plan: Plan, t
         resumed=True,
         torn_tail_dropped=taken_up.torn,
         hunt=matrix.hunt,
+        adaptive=matrix.adaptive is not None,
     )
 
 

@@ -167,6 +167,7 @@ class Started:
     resumed: bool = False
     torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
     hunt: HuntSpec | None = None  # a hunt: `trials` counts those done, the rest is decided as it goes
+    adaptive: bool = False  # the matrix stops cells once decided: `trials` is the most the run takes
 
     @property
     def open_ended(self) -> bool:

@@ -10,10 +10,12 @@ import pytest
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
+from orchestrator.cli.output import announce
 from orchestrator.core.config import read_matrix
 from orchestrator.core.gates import Gate, GateCell, evaluate
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, with_adaptive_facts
+from orchestrator.sweep.apitypes import Started
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "inventory/local.yaml")
@@ -147,3 +149,16 @@ def test_the_too_few_sessions_caution_names_its_cells() -> None:
     [caution] = [f for f in report.headline if "too few sessions to say much" in f.text]
     assert all(name in caution.text for name in wide[:3]) and f"{len(wide) - 3} more" in caution.text
     assert wide[3] not in caution.text
+
+
+def test_orch_run_announces_an_adaptive_run_s_trials_as_a_most(capsys: pytest.CaptureFixture[str]) -> None:
+    """`orch run` of an adaptive 2-cell matrix announced '12 trials on local-sim' and ended
+    '10 trials completed': the plan's count is the most a run may take, as orch plan now says."""
+    announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=12, left=12, adaptive=True))
+    announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=12, left=4, resumed=True, adaptive=True))
+    announce(Started("r2", Path("reports/r2"), ("local-sim",), trials=8, left=8))
+    assert capsys.readouterr().err.splitlines() == [
+        "run r1: 12 trials at most on local-sim -> reports/r1",
+        "resuming r1: 4 of 12 trials left at most",
+        "run r2: 8 trials on local-sim -> reports/r2",
+    ]
