@@ -187,6 +187,9 @@ class GateShape(_Shape):
     def _one_bound(self) -> GateShape:
         if self.upper is None and self.lower is None:
             raise ValueError("a gate needs `upper:` (interval's upper bound <= X) or `lower:` (lower bound >= X)")
+        if self.upper is not None and self.lower is not None and self.lower > self.upper:
+            # no interval lies inside both: a gate that can never pass (it was accepted, exit 0)
+            raise ValueError(f"lower: {self.lower:g} is above upper: {self.upper:g}, so no interval can pass")
         return self
 
 

@@ -162,3 +162,13 @@ def test_orch_run_announces_an_adaptive_run_s_trials_as_a_most(capsys: pytest.Ca
         "resuming r1: 4 of 12 trials left at most",
         "run r2: 8 trials on local-sim -> reports/r2",
     ]
+
+
+def test_a_gate_whose_lower_bound_is_above_its_upper_is_refused_at_its_line(tmp_path: Path) -> None:
+    """`{metric: corruption, upper: 0.01, lower: 0.5}` was accepted with a warning about its upper
+    bound alone (too few sessions), though no interval can lie inside both bounds."""
+    path = _matrix_with(tmp_path, "gates:\n  - {metric: wall, upper: 60, lower: 90}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    line = path.read_text().splitlines().index("  - {metric: wall, upper: 60, lower: 90}") + 1
+    assert f"m.yaml:{line}: gates[0]: lower: 90 is above upper: 60" in str(info.value)
