@@ -65,6 +65,9 @@ def show_outcome(outcome: SweepOutcome) -> None:
     if outcome.report_error is not None:
         err.print(f"[yellow]report not written:[/yellow] {escape(outcome.report_error)}")
     cut = " (interrupted)" if outcome.interrupted else ""
+    ran = outcome.completed + outcome.failed
+    if not cut and outcome.adaptive and outcome.planned is not None and ran < outcome.planned:
+        cut = f" (of at most {outcome.planned}: a cell stops once decided)"  # it announced the most
     out.print(f"{counted(outcome.completed, 'trial')} completed, {outcome.failed} failed{cut}", markup=False)
     if outcome.not_restored:
         out.print(not_restored_line(outcome.not_restored, outcome.run_dir), markup=False)

@@ -565,6 +565,7 @@ def _finish(
         stopped=stopped,
         gates_failed=gates_failed,
         hunt_ended=None if result.interrupted else hunt_ended,
+        adaptive=manifest.adaptive,
     )
 
 

@@ -202,6 +202,7 @@ class SweepOutcome:
     stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
     gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed gate check (matrix `gates:`)
     hunt_ended: tuple[str, str] | None = None  # a hunt whose search ended here: its state and why (core.hunt)
+    adaptive: bool = False  # the matrix stops cells once decided: `planned` is the most it could run
 
     @property
     def unanswered(self) -> str | None:

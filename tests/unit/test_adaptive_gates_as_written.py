@@ -10,12 +10,12 @@ import pytest
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
-from orchestrator.cli.output import announce
+from orchestrator.cli.output import announce, show_outcome
 from orchestrator.core.config import read_matrix
 from orchestrator.core.gates import Gate, GateCell, evaluate
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, with_adaptive_facts
-from orchestrator.sweep.apitypes import Started
+from orchestrator.sweep.apitypes import Started, SweepOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 INVENTORY = str(REPO / "inventory/local.yaml")
@@ -172,3 +172,17 @@ def test_a_gate_whose_lower_bound_is_above_its_upper_is_refused_at_its_line(tmp_
         read_matrix(path)
     line = path.read_text().splitlines().index("  - {metric: wall, upper: 60, lower: 90}") + 1
     assert f"m.yaml:{line}: gates[0]: lower: 90 is above upper: 60" in str(info.value)
+
+
+def test_an_adaptive_run_s_end_line_says_of_how_many_at_most(capsys: pytest.CaptureFixture[str]) -> None:
+    """It ended '10 trials completed, 0 failed' after announcing 12, and said nowhere on the
+    terminal why two were not run (the matrix stopped both cells after 5 rounds)."""
+
+    def ended(completed: int, adaptive: bool) -> str:
+        outcome = SweepOutcome(Path("r"), "r", "completed", completed, 0, 12, adaptive=adaptive)
+        show_outcome(outcome)
+        return capsys.readouterr().out.splitlines()[0]
+
+    assert ended(10, True) == "10 trials completed, 0 failed (of at most 12: a cell stops once decided)"
+    assert ended(12, True) == "12 trials completed, 0 failed"  # every round ran: nothing to explain
+    assert ended(10, False) == "10 trials completed, 0 failed"
