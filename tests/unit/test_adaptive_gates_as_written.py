@@ -186,3 +186,15 @@ def test_an_adaptive_run_s_end_line_says_of_how_many_at_most(capsys: pytest.Capt
     assert ended(10, True) == "10 trials completed, 0 failed (of at most 12: a cell stops once decided)"
     assert ended(12, True) == "12 trials completed, 0 failed"  # every round ran: nothing to explain
     assert ended(10, False) == "10 trials completed, 0 failed"
+
+
+def test_validate_and_queue_add_count_an_adaptive_matrix_s_trials_at_most(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch validate` said '64 trials on testbed' and `orch queue add` '(64 trials on testbed ...)'
+    of matrices/overlap_hunt.yaml, whose cells stop once decided."""
+    hunt = str(REPO / "matrices/overlap_hunt.yaml")
+    assert main(["validate", hunt, "-i", INVENTORY]) == 0
+    assert "8 cells, 64 trials at most on testbed 'local-sim'" in capsys.readouterr().out
+    assert main(["queue", "add", hunt, "-i", INVENTORY, "--reports", str(tmp_path / "r")]) == 0
+    assert "(64 trials at most on testbed 'local-sim', priority 0)" in capsys.readouterr().out
