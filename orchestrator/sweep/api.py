@@ -155,10 +155,8 @@ def run(
                 session.create_run_dir(run_dir, manifest)
                 with run_lock(run_dir):
                     _list_running(run_dir)
-                    hunting = plan.matrix.hunt is not None
-                    total = 0 if hunting else len(plan.steps)
-                    names = tuple(manifest.testbeds)
                     hunt, adaptive = plan.matrix.hunt, plan.matrix.adaptive is not None
+                    total, names = 0 if hunt is not None else len(plan.steps), tuple(manifest.testbeds)
                     sink = progress(Started(run_id, run_dir, names, total, total, hunt=hunt, adaptive=adaptive))
                     design = _design(plan, set(), run_dir=run_dir, on_stop=ended.append)
                     result, stopped = _stoppable(trials)
