@@ -278,7 +278,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     out.print(
         escape(
             f"{m.path}: ok — {counted(len(m.factors), 'factor')}, {counted(len(plan.cells), 'cell')}, "
-            f"{counted(len(plan.steps), 'trial')} on testbed {plan.testbed.name!r}"
+            f"{counted(len(plan.steps), 'trial')}{' at most' if m.adaptive else ''} on testbed {plan.testbed.name!r}"
         )
     )
     _print_hosts(prepared)

@@ -27,9 +27,10 @@ def announce(started: Started) -> None:
         head = done if started.resumed else f"run {started.run_id}"
         err.print(f"{head}; hunt {where} -> {started.run_dir} (its total is decided as it goes)", markup=False)
         return
+    most = " at most" if started.adaptive else ""  # the plan's count is the most an adaptive run takes
     if not started.resumed:
         err.print(
-            f"run {started.run_id}: {counted(started.trials, 'trial')} {where} -> {started.run_dir}", markup=False
+            f"run {started.run_id}: {counted(started.trials, 'trial')}{most} {where} -> {started.run_dir}", markup=False
         )
         return
     if started.torn_tail_dropped:
@@ -37,7 +38,8 @@ def announce(started: Started) -> None:
     if started.left == 0:
         out.print(f"{started.run_dir}: all {counted(started.trials, 'trial')} are already done", markup=False)
         return  # "resuming r1: 0 of 4 trials left" beside it said the same again
-    err.print(f"resuming {started.run_id}: {started.left} of {counted(started.trials, 'trial')} left", markup=False)
+    left = f"{started.left} of {counted(started.trials, 'trial')} left{most}"
+    err.print(f"resuming {started.run_id}: {left}", markup=False)
 
 
 def terminal(started: Started) -> Progress:
@@ -63,6 +65,9 @@ def show_outcome(outcome: SweepOutcome) -> None:
     if outcome.report_error is not None:
         err.print(f"[yellow]report not written:[/yellow] {escape(outcome.report_error)}")
     cut = " (interrupted)" if outcome.interrupted else ""
+    ran = outcome.completed + outcome.failed
+    if not cut and outcome.adaptive and outcome.planned is not None and ran < outcome.planned:
+        cut = f" (of at most {outcome.planned}: a cell stops once decided)"  # it announced the most
     out.print(f"{counted(outcome.completed, 'trial')} completed, {outcome.failed} failed{cut}", markup=False)
     if outcome.not_restored:
         out.print(not_restored_line(outcome.not_restored, outcome.run_dir), markup=False)

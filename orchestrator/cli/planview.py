@@ -14,6 +14,7 @@ from rich.table import Table
 
 from orchestrator.core import clustered, family, gates, power, ranks
 from orchestrator.core.matrix import baseline_cell
+from orchestrator.core.model import Adaptive
 from orchestrator.core.plan import restart_count
 from orchestrator.core.stats import ALPHA, CONFIDENCE
 from orchestrator.core.steps import Plan, Step
@@ -38,11 +39,14 @@ def _count(n: int, noun: str) -> str:
 def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> None:
     m = plan.matrix
     cells, replicates = _count(len(plan.cells), "cell"), _count(plan.replicates, "replicate")
+    most = " at most" if m.adaptive else ""
     console.print(
         f"[bold]{escape(m.name)}[/bold] on testbed [bold]{escape(plan.testbed.name)}[/bold]: "
-        f"{cells} x {replicates} = {_count(len(plan.steps), 'trial')}, "
+        f"{cells} x {replicates} = {_count(len(plan.steps), 'trial')}{most}, "
         f"order {m.order} (seed {plan.seed})"
     )
+    if m.adaptive:
+        console.print(escape(adaptive_line(m.adaptive)))
     _print_rows(console, *_cells_table(plan))
     if list_trials:
         _print_rows(console, *_trials_table(plan.steps))
@@ -51,12 +55,25 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
         f"(units whose env does not change stay up); {_other_orders(plan)}"
     )
     console.print(
-        f"estimated duration: {human_duration(plan.estimated_duration_s)} "
+        f"estimated duration:{most} {human_duration(plan.estimated_duration_s)} "
         f"(startup estimates from the inventory + {m.repro.expected_duration_s:g} s per repro)"
     )
     _print_power(plan, console)
     for line in replicate_warnings(plan) + gate_warnings(plan):  # said before the sweep, not after it
         console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def adaptive_line(a: Adaptive) -> str:
+    """The matrix's adaptive: section as the plan reads it, defaults filled in. Why: the plan said
+    "64 trials" and a fixed duration for an adaptive matrix and not a word of the section, so a
+    typo'd default (alpha, power) or a question asked the wrong way round showed only in the report."""
+    question = {"both": "differ from", "lower": "lower", "higher": "raise"}[a.direction]
+    return (
+        f"adaptive stopping ({a.metric}): each cell stops once its comparison with the baseline is decided "
+        f"(direction {a.direction}: does it {question} the rate? the smallest change worth finding: {a.effect:g}); "
+        f"alpha {a.alpha:g} per comparison, power {a.power:g}, at least {_count(a.min_rounds, 'round')}, "
+        f"{_count(a.baseline_runs, 'baseline trial')} a round; replicates is the most rounds a cell runs"
+    )
 
 
 def print_resume_dry_run(preview: ResumePreview, console: Console) -> int:

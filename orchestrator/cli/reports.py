@@ -83,12 +83,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from orchestrator.cli.console import warn
     from orchestrator.report.ciexport import export_ci
     from orchestrator.report.export import export_run
 
     _check_suffix(args.output, args.format)
     if args.format in ("junit", "bencher"):
-        path = export_ci(args.run_dir, args.format, args.output)
+        path = export_ci(args.run_dir, args.format, args.output, warn)
     else:
         path = export_run(args.run_dir, args.format, args.output)
     _written("exported", path)

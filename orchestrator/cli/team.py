@@ -257,6 +257,7 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
         twins = _same_sweeps(q, item.id, new)
     # a hunt's plan is its first wave: the search decides the rest as it goes (never a total here)
     trials = "a hunt" if plan.matrix.hunt is not None else counted(len(plan.steps), "trial")
+    trials += " at most" if plan.matrix.adaptive and plan.matrix.hunt is None else ""  # cells stop once decided
     where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
     out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
     if twins:  # allowed (a second night's run of it), but most often a command run twice

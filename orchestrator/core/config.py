@@ -187,6 +187,9 @@ class GateShape(_Shape):
     def _one_bound(self) -> GateShape:
         if self.upper is None and self.lower is None:
             raise ValueError("a gate needs `upper:` (interval's upper bound <= X) or `lower:` (lower bound >= X)")
+        if self.upper is not None and self.lower is not None and self.lower > self.upper:
+            # no interval lies inside both: a gate that can never pass (it was accepted, exit 0)
+            raise ValueError(f"lower: {self.lower:g} is above upper: {self.upper:g}, so no interval can pass")
         return self
 
 
@@ -304,6 +307,8 @@ def _translate(exc: ValidationError, shape: type[BaseModel], source: SourceMap) 
         return source.error(loc, _expected(err), _TOO_LONG_HINTS.get(shape, _TOO_LONG_HINTS[MatrixShape]))
     if err["type"] == "too_short":  # what it got is the empty value the message names
         return source.error(loc, _expected(err), _HINTS.get(loc))
+    if err["type"] == "value_error":  # a shape's own check: its sentence, not pydantic's prefix and the mapping
+        return source.error(loc, str(err.get("ctx", {}).get("error", err["msg"])), _HINTS.get(loc))
     raw = source.raw_of(loc)
     got = repr(raw) if raw is not None else _describe(err.get("input"))
     return source.error(loc, f"{_expected(err)}, got {got}", _hint_for(loc, err, raw))
@@ -418,6 +423,10 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
         return f"write [{raw}]"
     if err["type"] in ("int_parsing", "float_parsing") and raw and raw.strip("'\"").lower() in YAML_BOOLEANS:
         return f"YAML reads {raw} as true/false, not a number: write a number"
+    percent = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*%", raw.strip("'\"").strip()) if raw else None
+    if err["type"] == "float_parsing" and percent:  # `upper: 5%`, `alpha: 5%`
+        share = float(percent.group(1)) / 100
+        return f"write a plain number, without '%': a share such as alpha or a proportion's bound is {share:g}"
     return _share_hint(err)
 
 
@@ -431,6 +440,10 @@ def _share_hint(err: Any) -> str | None:
         value = float(err.get("input"))
     except (TypeError, ValueError):
         return None
+    return _percent_hint(value)
+
+
+def _percent_hint(value: float) -> str | None:
     percent = value.is_integer() and 2 <= value <= 100  # 95 is a percentage; 1.5 just too large
     return f"a share, not a percentage: write {value / 100:g}" if percent else None
 
@@ -941,11 +954,24 @@ def _build_gates(shape: MatrixShape, factors: dict[str, Factor], source: SourceM
                 f"{g.metric!r} is not a metric of the repro or a collector",
                 f"metrics: {', '.join(metrics) or 'none'}",
             )
+        _check_share_bounds(g, shape, source, ("gates", i))
         cells = _build_selector(g.cells, factors, source, ("gates", i, "cells"), full=False)
         _title(g.name or "", source, ("gates", i, "name"), "a gate name")
         name = g.name or default_name(g.metric, g.upper, g.lower, cells)
         gates.append(Gate(name=name, metric=g.metric, upper=g.upper, lower=g.lower, cells=cells))
     return tuple(gates)
+
+
+def _check_share_bounds(g: GateShape, shape: MatrixShape, source: SourceMap, where: PathKey) -> None:
+    """A proportion's bounds are shares. Why: `upper: 5` (5% meant) passed every cell, a rate being
+    at most 1, so a CI gate that could not fail was green; `lower: 900` could never pass."""
+    spec = shape.repro.metrics.get(g.metric)
+    if spec is None or spec.kind != "proportion":
+        return
+    for key, value in (("upper", g.upper), ("lower", g.lower)):
+        if value is not None and not 0 <= value <= 1:
+            hint = _percent_hint(value) or "a bound between 0 and 1"
+            raise source.error((*where, key), f"{g.metric!r} is a proportion (a rate from 0 to 1), got {value:g}", hint)
 
 
 def _build_adaptive(shape: MatrixShape, source: SourceMap) -> Adaptive | None:

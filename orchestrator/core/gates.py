@@ -89,9 +89,11 @@ def evaluate(
     metric's declared unit, said after the measured interval (a CI log's 162 means nothing alone)."""
     results: list[GateResult] = []
     for gate in gates:
-        chosen = [c for c in cells_of.get(gate.metric, ()) if gate.applies_to(c.levels)]
-        if not chosen:
-            results.append(GateResult(gate, "", gate.cells, False, f"no cell with data for {gate.metric}"))
+        measured = cells_of.get(gate.metric, ())
+        chosen = [c for c in measured if gate.applies_to(c.levels)]
+        if not chosen:  # a selector matching no cell (an excluded level) is not missing data
+            why = "it selects no cell of this run" if measured else f"no cell with data for {gate.metric}"
+            results.append(GateResult(gate, "", gate.cells, False, why))
         results.extend(_check(gate, c, (units or {}).get(gate.metric, "")) for c in chosen)
     return results
 

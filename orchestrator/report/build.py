@@ -1489,17 +1489,27 @@ def _noise_findings(report: Report, metric: str) -> list[Finding]:
         if c.proportions[metric].rate.n and c.proportions[metric].rate.high - c.proportions[metric].rate.low > 0.3
     ]
     if wide:
-        n_small, one = min(c.proportions[metric].rate.n for c in wide), len(wide) == 1
-        found.append(
-            Finding(
-                kind="caution",
-                text=(
-                    f"{counted(len(wide), 'cell')} {'has' if one else 'have'} too few sessions to say much (as few "
-                    f"as {n_small}): {'its 95% interval is' if one else 'their 95% intervals are'} over 30 points wide."
-                ),
-            )
-        )
+        found.append(_too_few_sessions(wide, metric))
     return found
+
+
+WIDE_NAMED = 3  # cells the too-few-sessions caution names; the rest are counted
+
+
+def _too_few_sessions(wide: Sequence[CellView], metric: str) -> Finding:
+    """Which cells' intervals are over 30 points wide, named. Why: '1 cell has too few sessions to
+    say much (as few as 50)' named none, where both cells of the run had 50 sessions."""
+    n_small, one = min(c.proportions[metric].rate.n for c in wide), len(wide) == 1
+    names = [c.cell for c in wide[:WIDE_NAMED]]
+    names += [f"{len(wide) - WIDE_NAMED} more"] if len(wide) > WIDE_NAMED else []
+    sessions = f"{n_small} sessions" if one else f"as few as {n_small}"
+    return Finding(
+        kind="caution",
+        text=(
+            f"{counted(len(wide), 'cell')} {'has' if one else 'have'} too few sessions to say much ({_join(names)}: "
+            f"{sessions}): {'its 95% interval is' if one else 'their 95% intervals are'} over 30 points wide."
+        ),
+    )
 
 
 def _moved_findings(report: Report, primary: str | None) -> list[Finding]:
@@ -1937,17 +1947,30 @@ def _sha256(text: str) -> str:
 # parallel testbeds differ (each trial's testbed: report.testbeds). Added to the headline as plain sentences.
 
 
-def with_adaptive_facts(report: Report, events: Sequence[EventRecord]) -> Report:
+def with_adaptive_facts(report: Report, events: Sequence[EventRecord], *, adaptive: bool = False) -> Report:
     """The headline of an adaptive run: what the sequential tests decided first, then the caution on
     the fixed analysis' findings (adaptive_caution), the report's own findings, and one sentence per
-    cell stopped early. `events`: the run's journaled events (its "cell_decided" ones)."""
+    cell stopped early. `events`: the run's journaled events (its "cell_decided" ones). `adaptive`:
+    the matrix has the rule, so a run that decided nothing says so (its page had no word of it)."""
     summary = adaptive_summary(events, max(0, len(report.cells) - 1), report.primary_metric)
+    if summary is None and adaptive:
+        summary = nothing_decided(report.primary_metric)
     caution = adaptive_caution(report, events)
     first = [f for f in (summary, caution) if f is not None]
     extra = adaptive_findings(events)
     if not (first or extra):
         return report
     return report.model_copy(update={"headline": [*first, *report.headline, *extra]})
+
+
+def nothing_decided(metric: str | None) -> Finding:
+    """The top of an adaptive run's headline when no comparison was decided: no cell stopped early."""
+    what = f" in {metric}" if metric else ""
+    return Finding(
+        kind="info",
+        text=f"Adaptive stopping{what}: no cell's comparison with the baseline was decided, so no cell "
+        "stopped early; the fixed analysis below has the last word.",
+    )
 
 
 def adaptive_caution(report: Report, events: Sequence[EventRecord]) -> Finding | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +24,7 @@ from orchestrator.store.rundir import RunDir
 
 CiFormat = Literal["junit", "bencher"]
 EXTENSION: dict[CiFormat, str] = {"junit": "junit.xml", "bencher": "bencher.json"}
+NO_GATES = "the matrix declares no gates"
 
 
 def cell_label(levels: Mapping[str, str]) -> str:
@@ -46,7 +47,7 @@ def junit_xml(report: Report, results: list[GateResult]) -> bytes:
     ET.SubElement(props, "property", name="run_id", value=report.run_id)
     ET.SubElement(props, "property", name="status", value=report.status)
     if not report.gates:
-        ET.SubElement(props, "property", name="note", value="the matrix declares no gates")
+        ET.SubElement(props, "property", name="note", value=NO_GATES)
     for r in results:
         case = ET.SubElement(
             suite, "testcase", classname=f"orch.{report.name}.{r.gate.metric}", name=f"{r.gate.name} [{_cell(r)}]"
@@ -79,13 +80,17 @@ def bencher_json(report: Report) -> bytes:
     return json.dumps(out, indent=1, sort_keys=True).encode("utf-8")
 
 
-def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None) -> Path:
+def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None, warn: Callable[[str], None] | None = None) -> Path:
+    """The JUnit or Bencher file of a run. `warn` hears of a JUnit file with no test case (the matrix
+    has no gates): it said only 'exported: ...', exit 0, and a CI job wired to it stayed green."""
     from orchestrator.report.export import check_output
     from orchestrator.report.render import load_report
 
     if out is not None:
         check_output(out)
     report = load_report(run_dir, drilldown_cap=0)
+    if fmt == "junit" and not report.gates and warn is not None:
+        warn(f"{NO_GATES}: the JUnit file has no test case, so a CI job reading it has nothing to fail on")
     data = junit_xml(report, check_gates(report)) if fmt == "junit" else bencher_json(report)
     path = out if out is not None else RunDir(run_dir).export(report.run_id, EXTENSION[fmt])
     return write_bytes_atomic(path, data, what="cannot write the export", user_path=True)

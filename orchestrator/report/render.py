@@ -303,7 +303,7 @@ def _with_run_facts(report: Report, manifest: RunManifest, path: Path) -> Report
         trials = [r for r in records if isinstance(r, TrialRecord)]
         events = [r for r in records if isinstance(r, EventRecord)]
         numbers = [m for m, kind in report.metrics.items() if kind == "number"]
-        report = with_adaptive_facts(report, events)
+        report = with_adaptive_facts(report, events, adaptive=manifest.adaptive)
         if parallel:
             extra = [
                 *testbed_findings(trials, report.primary_metric, numbers),

@@ -155,10 +155,9 @@ def run(
                 session.create_run_dir(run_dir, manifest)
                 with run_lock(run_dir):
                     _list_running(run_dir)
-                    hunting = plan.matrix.hunt is not None
-                    total = 0 if hunting else len(plan.steps)
-                    names = tuple(manifest.testbeds)
-                    sink = progress(Started(run_id, run_dir, names, total, total, hunt=plan.matrix.hunt))
+                    hunt, adaptive = plan.matrix.hunt, plan.matrix.adaptive is not None
+                    total, names = 0 if hunt is not None else len(plan.steps), tuple(manifest.testbeds)
+                    sink = progress(Started(run_id, run_dir, names, total, total, hunt=hunt, adaptive=adaptive))
                     design = _design(plan, set(), run_dir=run_dir, on_stop=ended.append)
                     result, stopped = _stoppable(trials)
             except (KeyboardInterrupt, Interrupted) as exc:
@@ -444,6 +443,7 @@ def _resumed(manifest: RunManifest, run_dir: Path, matrix: Matrix, plan: Plan, t
         resumed=True,
         torn_tail_dropped=taken_up.torn,
         hunt=matrix.hunt,
+        adaptive=matrix.adaptive is not None,
     )
 
 
@@ -567,6 +567,7 @@ def _finish(
         stopped=stopped,
         gates_failed=gates_failed,
         hunt_ended=None if result.interrupted else hunt_ended,
+        adaptive=manifest.adaptive,
     )
 
 

@@ -167,6 +167,7 @@ class Started:
     resumed: bool = False
     torn_tail_dropped: bool = False  # resume found (and dropped) a half-written last journal line
     hunt: HuntSpec | None = None  # a hunt: `trials` counts those done, the rest is decided as it goes
+    adaptive: bool = False  # the matrix stops cells once decided: `trials` is the most the run takes
 
     @property
     def open_ended(self) -> bool:
@@ -201,6 +202,7 @@ class SweepOutcome:
     stopped: str | None = None  # why the sweep stopped early (repeated identical failures)
     gates_failed: tuple[str, ...] = ()  # `gate @ cell: why` for each failed gate check (matrix `gates:`)
     hunt_ended: tuple[str, str] | None = None  # a hunt whose search ended here: its state and why (core.hunt)
+    adaptive: bool = False  # the matrix stops cells once decided: `planned` is the most it could run
 
     @property
     def unanswered(self) -> str | None:

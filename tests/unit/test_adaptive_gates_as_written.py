@@ -1,0 +1,200 @@
+"""A new user's walk through README's "Faster sweeps" (adaptive:) and "Gates for CI" (gates:),
+writing the matrix the way a first try does (the sixth new-user walk): what orch plan says of an
+adaptive matrix, gates a proportion cannot meet as written, and the export of a run with no gates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.report_synth import synthetic_run, write_run
+
+from orchestrator.cli.main import main
+from orchestrator.cli.output import announce, show_outcome
+from orchestrator.core.config import read_matrix
+from orchestrator.core.gates import Gate, GateCell, evaluate
+from orchestrator.errors import ConfigError
+from orchestrator.report.build import build_report, with_adaptive_facts
+from orchestrator.sweep.apitypes import Started, SweepOutcome
+
+REPO = Path(__file__).resolve().parents[2]
+INVENTORY = str(REPO / "inventory/local.yaml")
+
+
+def test_plan_of_an_adaptive_matrix_says_its_trials_are_a_most_and_what_stops_a_cell(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`orch plan` said "8 cells x 8 replicates = 64 trials" and the fixed duration for
+    matrices/overlap_hunt.yaml, and not one word of its adaptive: section."""
+    assert main(["plan", str(REPO / "matrices/overlap_hunt.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert "= 64 trials at most" in first
+    line = next(x for x in out.splitlines() if x.startswith("adaptive stopping"))
+    assert "corruption" in line and "lower" in line and "0.1" in line and "alpha 0.05" in line
+    assert "estimated duration: at most" in out
+
+
+def test_plan_of_a_fixed_matrix_says_nothing_of_adaptive_stopping(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(REPO / "matrices/overlap_ablation.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "at most" not in out.splitlines()[0] and "adaptive" not in out
+
+
+def _matrix_with(tmp_path: Path, gates_yaml: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text((REPO / "matrices/overlap_ablation.yaml").read_text() + gates_yaml)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("bound", "hint"),
+    [("upper: 5", "write 0.05"), ("lower: 900", "between 0 and 1"), ("upper: -0.1", "between 0 and 1")],
+)
+def test_a_proportion_gate_bound_outside_0_to_1_is_refused_at_its_line(tmp_path: Path, bound: str, hint: str) -> None:
+    """`{metric: corruption, upper: 5}` (5% meant) passed every cell: a rate is at most 1, so its
+    upper bound is always <= 5, and a CI gate that cannot fail was green (exit 0)."""
+    path = _matrix_with(tmp_path, f"gates:\n  - {{metric: wall, upper: 60}}\n  - {{metric: corruption, {bound}}}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    line = path.read_text().splitlines().index(f"  - {{metric: corruption, {bound}}}") + 1
+    assert f"m.yaml:{line}:" in text and "gates[1]" in text and "proportion" in text and hint in text
+
+
+def test_a_number_gate_keeps_any_bound_and_a_proportion_gate_any_share(tmp_path: Path) -> None:
+    gates = "gates:\n  - {metric: wall, upper: 60}\n  - {metric: corruption, upper: 1, lower: 0}\n"
+    path = _matrix_with(tmp_path, gates)
+    assert [g.upper for g in read_matrix(path).gates] == [60, 1]
+
+
+def test_a_gate_whose_selector_matches_no_cell_says_so_not_that_data_is_missing() -> None:
+    """The report's Gates row read 'no cell with data for corruption' for `cells: {cuda_graph: off}`
+    on a matrix that excludes cuda_graph=off: the cells had data; the selector matched none."""
+    gate = Gate(name="g", metric="corruption", upper=0.2, cells={"cuda_graph": "off"})
+    cell = GateCell("cuda_graph=on", {"cuda_graph": "on"}, 0.1, 0.0, 0.15)
+    [result] = evaluate([gate], {"corruption": [cell]})
+    assert not result.passed
+    assert "selects no cell of this run" in result.message and "with data" not in result.message
+    [unmeasured] = evaluate([gate], {})  # the metric has no cell at all: that is missing data
+    assert not unmeasured.passed and unmeasured.message == "no cell with data for corruption"
+
+
+def test_junit_export_of_a_run_without_gates_warns_that_ci_has_nothing_to_fail_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch export RUN --format junit` of a run whose matrix has no gates wrote a suite of 0 test
+    cases and printed only 'exported: ...', exit 0: a CI job wired to it stays green whatever the data."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    assert not manifest.gates
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    assert main(["export", str(run_dir), "--format", "junit", "-o", str(tmp_path / "j.xml")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the matrix declares no gates" in err and "no test case" in err
+    assert main(["export", str(run_dir), "--format", "bencher", "-o", str(tmp_path / "b.json")]) == 0
+    assert "warning" not in capsys.readouterr().err  # Bencher's numbers do not need gates
+
+
+def test_an_adaptive_run_that_decided_no_cell_says_so_at_the_top_of_its_report() -> None:
+    """An adaptive 2-cell run whose cells ran every round undecided (baseline 4/40, the other 0/40)
+    had a headline without a word of adaptive stopping, where README says the report opens with
+    the sequential decisions: a reader could not tell the rule ran and decided nothing."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    report = build_report(manifest, records)
+    opened = with_adaptive_facts(report, [], adaptive=True).headline
+    assert opened[0].kind == "info" and opened[0].text.startswith(f"Adaptive stopping in {report.primary_metric}:")
+    assert "no cell's comparison with the baseline was decided" in opened[0].text
+    assert opened[1:] == report.headline
+    assert with_adaptive_facts(report, []).headline == report.headline  # a parallel fixed run: no word of it
+
+
+def test_a_gate_without_a_bound_is_said_without_pydantic_words(tmp_path: Path) -> None:
+    """`{metric: corruption}` read 'gates[0]: value error, a gate needs ..., got a mapping':
+    pydantic's own prefix and the whole gate quoted back as 'a mapping'."""
+    path = _matrix_with(tmp_path, "gates:\n  - {metric: corruption}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    assert "gates[0]: a gate needs `upper:`" in text
+    assert "value error" not in text.lower() and "got a mapping" not in text
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "key"),
+    [
+        ("gates:\n  - {metric: corruption, upper: 5%}\n", "gates[0].upper"),
+        ("adaptive: {metric: corruption, alpha: 5%}\n", "adaptive.alpha"),
+    ],
+)
+def test_a_percentage_with_its_sign_is_answered_with_the_share(tmp_path: Path, yaml_text: str, key: str) -> None:
+    """`upper: 5%` and `alpha: 5%` read 'expected a number, got '5%'' and nothing more, where
+    `alpha: 5` already got 'a share, not a percentage: write 0.05'."""
+    path = _matrix_with(tmp_path, yaml_text)
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    assert f"{key}: expected a number, got '5%'" in text and "without '%'" in text and "0.05" in text
+
+
+def test_the_too_few_sessions_caution_names_its_cells() -> None:
+    """'1 cell has too few sessions to say much (as few as 50)' named no cell, where the two cells
+    of the run had 50 sessions each and only the baseline's interval was over 30 points wide."""
+    manifest, records = synthetic_run(replicates=2, sessions=3, failures=False)  # 6 sessions a cell
+    report = build_report(manifest, records)
+    metric = report.primary_metric
+    assert metric is not None
+    wide = [c.cell for c in report.cells if (r := c.proportions[metric].rate).n and r.high - r.low > 0.3]
+    assert len(wide) > 3  # the synthetic run's cells are wide: named up to three, the rest counted
+    [caution] = [f for f in report.headline if "too few sessions to say much" in f.text]
+    assert all(name in caution.text for name in wide[:3]) and f"{len(wide) - 3} more" in caution.text
+    assert wide[3] not in caution.text
+
+
+def test_orch_run_announces_an_adaptive_run_s_trials_as_a_most(capsys: pytest.CaptureFixture[str]) -> None:
+    """`orch run` of an adaptive 2-cell matrix announced '12 trials on local-sim' and ended
+    '10 trials completed': the plan's count is the most a run may take, as orch plan now says."""
+    announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=12, left=12, adaptive=True))
+    announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=12, left=4, resumed=True, adaptive=True))
+    announce(Started("r2", Path("reports/r2"), ("local-sim",), trials=8, left=8))
+    assert capsys.readouterr().err.splitlines() == [
+        "run r1: 12 trials at most on local-sim -> reports/r1",
+        "resuming r1: 4 of 12 trials left at most",
+        "run r2: 8 trials on local-sim -> reports/r2",
+    ]
+
+
+def test_a_gate_whose_lower_bound_is_above_its_upper_is_refused_at_its_line(tmp_path: Path) -> None:
+    """`{metric: corruption, upper: 0.01, lower: 0.5}` was accepted with a warning about its upper
+    bound alone (too few sessions), though no interval can lie inside both bounds."""
+    path = _matrix_with(tmp_path, "gates:\n  - {metric: wall, upper: 60, lower: 90}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    line = path.read_text().splitlines().index("  - {metric: wall, upper: 60, lower: 90}") + 1
+    assert f"m.yaml:{line}: gates[0]: lower: 90 is above upper: 60" in str(info.value)
+
+
+def test_an_adaptive_run_s_end_line_says_of_how_many_at_most(capsys: pytest.CaptureFixture[str]) -> None:
+    """It ended '10 trials completed, 0 failed' after announcing 12, and said nowhere on the
+    terminal why two were not run (the matrix stopped both cells after 5 rounds)."""
+
+    def ended(completed: int, adaptive: bool) -> str:
+        outcome = SweepOutcome(Path("r"), "r", "completed", completed, 0, 12, adaptive=adaptive)
+        show_outcome(outcome)
+        return capsys.readouterr().out.splitlines()[0]
+
+    assert ended(10, True) == "10 trials completed, 0 failed (of at most 12: a cell stops once decided)"
+    assert ended(12, True) == "12 trials completed, 0 failed"  # every round ran: nothing to explain
+    assert ended(10, False) == "10 trials completed, 0 failed"
+
+
+def test_validate_and_queue_add_count_an_adaptive_matrix_s_trials_at_most(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch validate` said '64 trials on testbed' and `orch queue add` '(64 trials on testbed ...)'
+    of matrices/overlap_hunt.yaml, whose cells stop once decided."""
+    hunt = str(REPO / "matrices/overlap_hunt.yaml")
+    assert main(["validate", hunt, "-i", INVENTORY]) == 0
+    assert "8 cells, 64 trials at most on testbed 'local-sim'" in capsys.readouterr().out
+    assert main(["queue", "add", hunt, "-i", INVENTORY, "--reports", str(tmp_path / "r")]) == 0
+    assert "(64 trials at most on testbed 'local-sim', priority 0)" in capsys.readouterr().out
