@@ -184,8 +184,8 @@ def help_of(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> None:
     exit_codes = (
-        "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored or a runtime fault; "
-        "2 bad input, usage or a testbed another run holds (nothing touched)"
+        "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored, a runtime fault or a "
+        "hunt named no culprit set; 2 bad input, usage or a testbed another run holds (nothing touched)"
     )
     assert exit_codes in help_of([], capsys) and "3 a gate of the matrix failed; 130 interrupted" in help_of([], capsys)
     assert exit_codes in help_of(["run"], capsys)
@@ -195,6 +195,8 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     hunt = help_of(["hunt"], capsys)
     assert "e.g. matrices/dsv4_hunt.yaml" in hunt and "overlap_ablation" not in hunt
     assert "--seed SEED seed of the run (trial seeds; default: matrix seed or random)" in hunt
+    # a hunt's own codes: a script reads "found" from 0 (tests/unit/test_hunt_exit_code.py)
+    assert "Exit codes: 0 a culprit set named; 1 none named (the failing configuration did not fail" in hunt
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
     assert "it has no login and no TLS" in help_of(["serve"], capsys)  # before anyone binds 0.0.0.0

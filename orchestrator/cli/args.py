@@ -17,9 +17,15 @@ if TYPE_CHECKING:
 DEFAULT_INVENTORY = Path("inventory/local.yaml")  # `args.inventory is DEFAULT_INVENTORY`: no -i given
 DEFAULT_REPORTS = Path("reports")
 EXIT_CODES = (
-    "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored or a runtime fault; 2 bad "
-    "input, usage or a testbed another run holds (nothing touched); 3 a gate of the matrix failed; 130 "
-    "interrupted; 141 stdout closed early (| head)"
+    "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored, a runtime fault or a hunt "
+    "named no culprit set; 2 bad input, usage or a testbed another run holds (nothing touched); 3 a gate of the "
+    "matrix failed; 130 interrupted; 141 stdout closed early (| head)"
+)
+# `orch hunt`'s own: a script reads "found" from its exit code (sweep.apitypes.SweepOutcome.unanswered)
+HUNT_EXIT_CODES = (
+    "Exit codes: 0 a culprit set named; 1 none named (the failing configuration did not fail, or the session "
+    "budget ran out first), trials failed or hosts not restored; 2 bad input, usage or a testbed another run "
+    "holds (nothing touched); 130 interrupted"
 )
 
 

@@ -1,7 +1,7 @@
 """The `orch` command. Maps every OrchError to a message and an exit code, in one place.
 
 Exit codes: 0 ok, 1 the sweep finished with failed trials (or stopped early, or hosts not restored,
-or a runtime fault), 2 bad input, usage or a testbed another run holds (nothing on any host
+or a runtime fault, or a hunt named no culprit set), 2 bad input, usage or a testbed another run holds (nothing on any host
 touched), 3 a gate of the matrix failed, 130 interrupted, 141 stdout closed early (args.EXIT_CODES,
 shown in `orch --help`).
 """
@@ -20,6 +20,7 @@ from orchestrator.cli.args import (
     DEFAULT_INVENTORY,
     DEFAULT_REPORTS,
     EXIT_CODES,
+    HUNT_EXIT_CODES,
     OrchParser,
     add_examples,
     command,
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub, "hunt", "find which suspect flags cause a failure (the matrix's hunt: section)", hunt.cmd_hunt
     )
     matrix_args(hunt_cmd, example="matrices/dsv4_hunt.yaml")
+    hunt_cmd.epilog = HUNT_EXIT_CODES
     hunt.add_options(hunt_cmd, DEFAULT_REPORTS)
     reports.register(sub)
     team.register(sub)
