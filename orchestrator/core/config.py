@@ -101,7 +101,6 @@ MAX_MEMBERS = 256  # hosts of one role (nodes of an instance, or instances)
 # and printed whole by each. `description:` holds the longer text.
 MAX_TITLE = 200
 Seconds = Annotated[float, Field(gt=0, le=WEEK_S)]
-DEFAULT_PORTS = ROLE_PORTS
 
 
 # --------------------------------------------------------------------------------------------
@@ -628,7 +627,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
     elif not env_file.startswith("/"):
         raise source.error((*where, "env_file"), "a remote env_file must be an absolute path")
     address = h.ssh.host if h.ssh else "127.0.0.1"
-    port = DEFAULT_PORTS.get(role)
+    port = ROLE_PORTS.get(role)
     url = h.url or (f"http://{address}:{port}" if port else None)
     if url is None:
         raise source.error(where, f"role {role!r} has no default port", "set url: and health:")

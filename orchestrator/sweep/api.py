@@ -319,8 +319,8 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
 
 def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory]:
     """The run a resume takes up, checked from its folder alone: its matrix and inventory unchanged,
-    the plan they make the one it started with. Nothing is touched. Its SSH key files are the
-    resume's to check (its dry run, like `orch run --dry-run`, does not refuse them)."""
+    the plan they make the one it started with. Nothing is touched. Its SSH key and known_hosts
+    files are checked by the resume and its dry run (check_key_files), not here."""
     manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
     matrix = _matrix_of(manifest, run_dir)
     inventory = _inventory_of(manifest, run_dir)
@@ -340,8 +340,11 @@ def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory]:
 def preview_resume(run_dir: Path) -> ResumePreview:
     """What `orch resume RUN_DIR` would run, for its --dry-run: the checks a resume makes before it
     touches anything, and the trials its journal has finished (a torn last line is read past, as the
-    resume would drop it). No host is contacted, no lock taken, nothing written."""
-    manifest, matrix, plan, _ = _resumable(run_dir)
+    resume would drop it). No host is contacted, no lock taken, nothing written. A missing SSH key
+    or known_hosts file is refused (exit 2) as the resume refuses it: `orch run --dry-run` only
+    warns, as the run may be meant for another machine, but a resume runs where its folder is."""
+    manifest, matrix, plan, inventory = _resumable(run_dir)
+    check_key_files([inventory.testbed(name) for name in manifest.testbeds], inventory)
     journal = RunDir(run_dir).journal
     ended = None
     if journal.exists() and matrix.hunt is not None:  # what the resume replays, by its rule (_take_up)

@@ -44,7 +44,8 @@ def restore_from_hosts(request: HostRestoreRequest, progress: Progress) -> Resto
         raise UsageError(f"inventory {request.inventory} not found", hint="pass -i INVENTORY (the run's)")
     inventory = read_inventory(request.inventory)
     testbed = inventory.testbed(request.testbed)
-    with session.connected([testbed]) as (deployment,):
+    # a host down is said at its inventory's ssh: line, as for `orch restore RUN_DIR`
+    with session.at_lines([testbed], str(request.inventory)), session.connected([testbed]) as (deployment,):
         run_id = run_to_restore(deployment, request.run_id)
         restored = restore_testbed(deployment, run_id, progress, break_lock=request.break_lock)
     progress.restore_ended(restored.not_restored)  # (no run folder: no status file to tell)

@@ -1,7 +1,8 @@
-"""A host orch cannot connect to outside preflight (`orch restore` of a run whose host is down,
-`orch resume`, which runs no preflight) is said at the inventory line of its `ssh:` address, as
-preflight says it (sweep.session.at_lines), where it named no line. On the fakes, in process: the
-host's transport raises what the SSH transport raises for a refused connection."""
+"""A host orch cannot connect to outside preflight (`orch restore` of a run whose host is down, from
+its folder or from its hosts' copies (--testbed), `orch resume`, which runs no preflight) is said
+at the inventory line of its `ssh:` address, as preflight says it (sweep.session.at_lines), where
+it named no line. On the fakes, in process: the host's transport raises what the SSH transport
+raises for a refused connection."""
 
 from __future__ import annotations
 
@@ -59,15 +60,19 @@ def _host_down(fleet: Fleet) -> None:
         setattr(transport, op, down)
 
 
-@pytest.mark.parametrize("command", ["restore", "resume"])
+@pytest.mark.parametrize(
+    "argv",
+    [["restore", "reports/r1"], ["resume", "reports/r1"], ["restore", "--testbed", "A", "-i", "inv.yaml"]],
+    ids=["restore", "resume", "restore-from-hosts"],
+)
 def test_a_host_down_after_the_run_is_said_at_the_line_of_its_ssh_address(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
 ) -> None:
     fleet = _stopped_run(tmp_path, monkeypatch)
     line = (tmp_path / "inv.yaml").read_text().splitlines().index(SSH_DECODE) + 1
     _host_down(fleet)
     said = io.StringIO()
-    code = run_main([command, "reports/r1"], tmp_path, {"COLUMNS": "400"}, said, said)
+    code = run_main(argv, tmp_path, {"COLUMNS": "400"}, said, said)
     output = " ".join(said.getvalue().split())
     assert code == 1, output  # a host that cannot be reached: the infrastructure, not bad input
     assert f"error: inv.yaml:{line}: {REFUSED}" in output, output

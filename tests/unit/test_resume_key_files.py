@@ -35,15 +35,15 @@ def _no_connect(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session, "connected", connected)
 
 
-def test_a_resume_whose_key_file_is_gone_is_refused_at_its_line_before_connecting(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _interrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str) -> tuple[Path, int]:
+    """A 1x3 sweep Ctrl-C'd in its third trial's repro, its inventory's decode `ssh:` naming `named`
+    (`key: ...`, `known_hosts: ...`, files that exist); its inventory and the line of decode's `ssh:`."""
     fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
     install(monkeypatch, fleet)
     m, i = write_files(tmp_path, fake_matrix("keys", 3, extra="seed: 7\n"), ("A",))
-    key = tmp_path / "id_test"
-    key.write_text("a key")
-    line = _with_key(i, key)
+    text = i.read_text()
+    line = text.splitlines().index(SSH_DECODE) + 1
+    i.write_text(text.replace(SSH_DECODE, SSH_DECODE[:-1] + f", {named}}}"))
     calls: list[str] = []
 
     def repro(testbed: str, command: str) -> Reply | None:
@@ -55,6 +55,15 @@ def test_a_resume_whose_key_file_is_gone_is_refused_at_its_line_before_connectin
     fleet.repro_hook = repro
     req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
     assert api.run(req, lambda started: QuietProgress(), warn=lambda message: None).interrupted
+    return i, line
+
+
+def test_a_resume_whose_key_file_is_gone_is_refused_at_its_line_before_connecting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = tmp_path / "id_test"
+    key.write_text("a key")
+    _, line = _interrupted_run(tmp_path, monkeypatch, f"key: {key}")
     journal = (tmp_path / "reports" / "r1" / "journal.jsonl").read_bytes()
     key.unlink()
     _no_connect(monkeypatch)
@@ -67,6 +76,34 @@ def test_a_resume_whose_key_file_is_gone_is_refused_at_its_line_before_connectin
     ), output
     assert "resuming r1" not in output, output
     assert (tmp_path / "reports" / "r1" / "journal.jsonl").read_bytes() == journal
+
+
+@pytest.mark.parametrize("gone", ["key", "known_hosts"])
+def test_a_resume_dry_run_refuses_a_missing_ssh_file_as_the_resume_will(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gone: str
+) -> None:
+    """The dry run says what the resume will do: it refused nothing, and the resume then exited 2."""
+    files = {"key": tmp_path / "id_test", "known_hosts": tmp_path / "known_hosts"}
+    for path in files.values():
+        path.write_text("a file")
+    _, line = _interrupted_run(tmp_path, monkeypatch, ", ".join(f"{what}: {p}" for what, p in files.items()))
+    run = tmp_path / "reports" / "r1"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    files[gone].unlink()
+    _no_connect(monkeypatch)
+    said = {}
+    for argv in (["resume", "reports/r1", "--dry-run"], ["resume", "reports/r1"]):
+        out = io.StringIO()
+        code = run_main(argv, tmp_path, {"COLUMNS": "400"}, out, out)
+        said[len(argv)] = " ".join(out.getvalue().split())
+        assert code == 2, said
+    dry = said[3]
+    named = {"key": "SSH key", "known_hosts": "known_hosts file"}[gone]
+    assert dry.startswith(
+        f"error: inv.yaml:{line}: {named} {files[gone]} not found on this machine (decode (A-decode.fake:22))"
+    ), dry
+    assert dry == said[2], said  # word for word what the resume says
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
 
 
 def test_a_run_with_skip_preflight_still_refuses_a_missing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
