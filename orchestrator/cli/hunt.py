@@ -47,7 +47,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
         return _resume(args)
     from orchestrator.cli import output  # the sweep API: only when a hunt runs
     from orchestrator.cli.console import out, warn
-    from orchestrator.sweep.prepare import check_new_run, prepare
+    from orchestrator.sweep.prepare import check_key_files, check_new_run, prepare
 
     request = sweep_request(
         args,
@@ -64,6 +64,7 @@ def cmd_hunt(args: argparse.Namespace) -> int:
             hint="add hunt: {metric: ...} (see README 'Hunting a culprit')",
         )
     check_new_run(request, prepared)  # a bad or taken --run-id: refused by the dry run as by the hunt
+    check_key_files(prepared.testbeds, prepared.inventory)  # a missing SSH file here: so too (api.run)
     if args.dry_run:
         print_hunt_plan(prepared.plan, out, [tb.name for tb in prepared.testbeds])
         out.print("dry run: nothing was changed")

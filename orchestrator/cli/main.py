@@ -1,9 +1,9 @@
 """The `orch` command. Maps every OrchError to a message and an exit code, in one place.
 
 Exit codes: 0 ok, 1 the sweep finished with failed trials (or stopped early, or hosts not restored,
-or a runtime fault, or a hunt named no culprit set), 2 bad input, usage or a testbed another run holds (nothing on any host
-touched), 3 a gate of the matrix failed, 130 interrupted, 141 stdout closed early (args.EXIT_CODES,
-shown in `orch --help`).
+or a runtime fault, or a hunt named no culprit set), 2 bad input, usage or a testbed another run
+holds (nothing on any host touched), 3 a gate of the matrix failed, 130 interrupted, 141 stdout
+closed early (args.EXIT_CODES, shown in `orch --help`).
 """
 
 from __future__ import annotations
@@ -243,8 +243,9 @@ def _option(sub: argparse._SubParsersAction, name: str, option: str) -> argparse
 
 def warn_controller_files(prepared: PreparedSweep, warn: Warn) -> None:
     """What `orch run` refuses on this machine before contacting a host (a missing SSH key or
-    known_hosts file), said as a warning by what does not run: the user fixes it before the run,
-    not at it. A few, then a count (1,000 roles each naming one missing key)."""
+    known_hosts file), said as a warning by `orch validate` and `orch plan`, which look at the
+    design (the dry runs refuse it, as the run does): the user fixes it before the run, not at it.
+    A few, then a count (1,000 roles each naming one missing key)."""
     from orchestrator.sweep.prepare import bounded_problems, missing_key_files
 
     for line in bounded_problems(missing_key_files(prepared.testbeds, prepared.inventory), prepared.inventory):
@@ -337,8 +338,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     hooks = _webhooks(args.webhook)  # a bad URL is bad input: exit 2 before anything is touched
     if args.dry_run:
         from orchestrator.cli.planview import print_plan
+        from orchestrator.sweep.prepare import check_key_files
 
-        warn_controller_files(prepared, warn)  # the real run refuses them (api.run)
+        check_key_files(prepared.testbeds, prepared.inventory)  # a missing SSH file: refused, as api.run does
         print_plan(prepared.plan, out, list_trials=True)
         out.print("dry run: nothing was changed")
         return 0

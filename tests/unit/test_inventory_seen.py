@@ -67,7 +67,7 @@ def untouched(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(session, "connected", connected)
 
 
-@pytest.mark.parametrize("command", [("validate",), ("plan",), ("run", "--dry-run")])
+@pytest.mark.parametrize("command", [("validate",), ("plan",)])
 def test_a_missing_ssh_key_is_a_warning_with_its_line_before_a_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None, command: tuple[str, ...]
 ) -> None:
@@ -81,11 +81,13 @@ def test_a_missing_ssh_key_is_a_warning_with_its_line_before_a_run(
     assert "id_ed25519" not in err, err  # the key that exists is not said
 
 
+@pytest.mark.parametrize("dry", [(), ("--dry-run",)], ids=["run", "dry-run"])
 def test_a_missing_ssh_key_refuses_the_run_before_any_host_is_contacted(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None, dry: tuple[str, ...]
 ) -> None:
+    """The dry run refuses what the run refuses (exit 2): it warned and exited 0."""
     inventory(tmp_path, keys={"router": "~/.ssh/orch-test-no-such-key"})
-    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports"), *dry) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert "inv.yaml:27: SSH key ~/.ssh/orch-test-no-such-key not found on this machine" in err, err
     assert "router (10.0.0.4:22)" in err, err
@@ -240,7 +242,7 @@ def _known_hosts(path: Path, role_line: int, value: str) -> None:
     path.write_text("".join(lines))
 
 
-@pytest.mark.parametrize("command", [("validate",), ("plan",), ("run", "--dry-run")])
+@pytest.mark.parametrize("command", [("validate",), ("plan",)])
 def test_a_missing_known_hosts_file_is_a_warning_with_its_line_before_a_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None, command: tuple[str, ...]
 ) -> None:
@@ -255,13 +257,15 @@ def test_a_missing_known_hosts_file_is_a_warning_with_its_line_before_a_run(
     assert f"{there} not found" not in err, err  # the file that exists is not said
 
 
+@pytest.mark.parametrize("dry", [(), ("--dry-run",)], ids=["run", "dry-run"])
 def test_a_missing_known_hosts_file_refuses_the_run_before_any_host_is_contacted(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None, dry: tuple[str, ...]
 ) -> None:
-    """Said with a missing key in one refusal, each at its line (exit 2, nothing made)."""
+    """Said with a missing key in one refusal, each at its line (exit 2, nothing made); by the dry
+    run as by the run."""
     inventory(tmp_path, keys={"prefill": "/no/key-p"})
     _known_hosts(tmp_path / "inv.yaml", 22, "~/.ssh/orch-test-no-such-known-hosts")
-    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports")) == 2
+    assert orch(tmp_path, "run", "--out", str(tmp_path / "reports"), *dry) == 2
     err = capsys.readouterr().err
     inv = tmp_path / "inv.yaml"
     lines = [line.strip() for line in err.splitlines() if line.strip()]
@@ -272,4 +276,17 @@ def test_a_missing_known_hosts_file_refuses_the_run_before_any_host_is_contacted
         "(router (10.0.0.4:22))"
     ), err
     assert "check `key:` and `known_hosts:`" in lines[2], err
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_missing_ssh_key_refuses_a_hunts_dry_run_as_the_hunt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], untouched: None
+) -> None:
+    """`orch hunt --dry-run` refuses what the hunt refuses (api.run's check_key_files), exit 2."""
+    inventory(tmp_path, keys={"decode": "~/.ssh/orch-test-no-such-key"})
+    hunt = Path(__file__).resolve().parents[2] / "matrices" / "dsv4_hunt.yaml"
+    argv = ["hunt", str(hunt), "-i", str(tmp_path / "inv.yaml"), "--out", str(tmp_path / "reports"), "--dry-run"]
+    assert main(argv) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "inv.yaml:18: SSH key ~/.ssh/orch-test-no-such-key not found on this machine" in err, err
     assert not (tmp_path / "reports").exists()
