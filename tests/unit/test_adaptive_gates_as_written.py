@@ -198,3 +198,28 @@ def test_validate_and_queue_add_count_an_adaptive_matrix_s_trials_at_most(
     assert "8 cells, 64 trials at most on testbed 'local-sim'" in capsys.readouterr().out
     assert main(["queue", "add", hunt, "-i", INVENTORY, "--reports", str(tmp_path / "r")]) == 0
     assert "(64 trials at most on testbed 'local-sim', priority 0)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bound", ["upper: 60s", "upper: 5m", "upper: 200ms", "lower: 1.5 s"])
+def test_a_gate_bound_written_with_a_unit_says_to_write_the_metrics_own_number(tmp_path: Path, bound: str) -> None:
+    """`{metric: wall, upper: 60s}` got only "expected a number, got '60s'": the fix is a plain
+    number in the unit the metric's regex captures (orch converts none, so it names no conversion)."""
+    path = _matrix_with(tmp_path, f"gates:\n  - {{metric: wall, {bound}}}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    line = path.read_text().splitlines().index(f"  - {{metric: wall, {bound}}}") + 1
+    assert f"m.yaml:{line}: gates[0]." in text and "expected a number" in text
+    assert "plain number" in text and "the metric's own unit" in text and "regex" in text
+    assert "converts no unit" in text
+    assert info.value.exit_code == 2
+
+
+def test_a_timeout_written_with_a_unit_gets_no_gate_hint(tmp_path: Path) -> None:
+    """The hint is the gate's: a timeout's unit is seconds, not a metric's."""
+    path = tmp_path / "m.yaml"
+    text = (REPO / "matrices/overlap_ablation.yaml").read_text()
+    path.write_text(text.replace("decode: 900,", "decode: 60s,"))
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    assert "expected a number" in str(info.value) and "metric's own unit" not in str(info.value)
