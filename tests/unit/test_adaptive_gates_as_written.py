@@ -223,3 +223,22 @@ def test_a_timeout_written_with_a_unit_gets_no_gate_hint(tmp_path: Path) -> None
     with pytest.raises(ConfigError) as info:
         read_matrix(path)
     assert "expected a number" in str(info.value) and "metric's own unit" not in str(info.value)
+
+
+def test_plan_of_a_one_sided_adaptive_matrix_says_its_power_figures_are_two_sided(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """overlap_hunt asks `direction: lower` (only a fall matters), and its plan's power lines spoke
+    of rises and said "no fall at all": they are the fixed analysis's two-sided figures with every
+    round run, not the stopping test's, and the plan did not say so."""
+    assert main(["plan", str(REPO / "matrices/overlap_hunt.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    power = next(n for n, x in enumerate(lines) if x.startswith("power (corruption)"))
+    said = lines[power + 1]
+    assert "does it lower the rate?" in said and "only a fall" in said
+    assert "two-sided" in said and "every round run" in said and "not the stopping test's" in said
+
+
+def test_plan_of_a_fixed_matrix_has_no_word_of_a_stopping_test(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(REPO / "matrices/overlap_ablation.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
+    assert "stopping test" not in capsys.readouterr().out
