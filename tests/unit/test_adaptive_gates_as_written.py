@@ -4,6 +4,7 @@ adaptive matrix, gates a proportion cannot meet as written, and the export of a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,8 +85,9 @@ def test_junit_export_of_a_run_without_gates_warns_that_ci_has_nothing_to_fail_o
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`orch export RUN --format junit` of a run whose matrix has no gates wrote a suite of 0 test
-    cases and printed only 'exported: ...', exit 0: a CI job wired to it stays green whatever the data."""
-    manifest, records = synthetic_run(replicates=2, failures=False)
+    cases and printed only 'exported: ...', exit 0: a CI job wired to it stays green whatever the data.
+    Six trials a cell: every estimate has its interval, so Bencher's file has nothing to warn of."""
+    manifest, records = synthetic_run(replicates=6, failures=False)
     assert not manifest.gates
     run_dir = tmp_path / manifest.run_id
     write_run(run_dir, manifest, records)
@@ -242,3 +244,19 @@ def test_plan_of_a_one_sided_adaptive_matrix_says_its_power_figures_are_two_side
 def test_plan_of_a_fixed_matrix_has_no_word_of_a_stopping_test(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(REPO / "matrices/overlap_ablation.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
     assert "stopping test" not in capsys.readouterr().out
+
+
+def test_bencher_export_says_how_many_estimates_have_no_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two trials a cell: each number metric's median has no 95% interval (it needs 6 values), so
+    the Bencher file gives it without lower_value/upper_value, and the terminal said only 'exported'."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    out = tmp_path / "b.json"
+    assert main(["export", str(run_dir), "--format", "bencher", "-o", str(out)]) == 0
+    bare = sum("lower_value" not in m for cell in json.loads(out.read_text()).values() for m in cell.values())
+    assert bare > 0
+    err = capsys.readouterr().err
+    assert f"warning: {bare} estimates have no interval: fewer than 6 trials" in err
