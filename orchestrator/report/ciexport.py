@@ -25,6 +25,9 @@ from orchestrator.store.rundir import RunDir
 CiFormat = Literal["junit", "bencher"]
 EXTENSION: dict[CiFormat, str] = {"junit": "junit.xml", "bencher": "bencher.json"}
 NO_GATES = "the matrix declares no gates"
+# run.json says `running` until the sweep's end is recorded, after its last trial and restore
+# (sweep.api._finish); `stale`: its controller died (store.liveness)
+NOT_ENDED = frozenset({"running", "stale"})
 
 
 def cell_label(levels: Mapping[str, str]) -> str:
@@ -105,13 +108,16 @@ def unbounded_note(measures: Bencher) -> str | None:
 def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """The JUnit or Bencher file of a run. `warn` hears of a JUnit file with no test case (the matrix
     has no gates): it said only 'exported: ...', exit 0, and a CI job wired to it stayed green; and
-    of Bencher estimates with no interval (unbounded_note)."""
+    of Bencher estimates with no interval (unbounded_note), and of a run not ended: a CI job could
+    read gates judged on part of the run as its result."""
     from orchestrator.report.export import check_output
     from orchestrator.report.render import load_report
 
     if out is not None:
         check_output(out)
     report = load_report(run_dir, drilldown_cap=0)
+    if report.status in NOT_ENDED and warn is not None:
+        warn(f"the run has not ended (status {report.status}): the file holds its trials so far")
     if fmt == "junit" and not report.gates and warn is not None:
         warn(f"{NO_GATES}: the JUnit file has no test case, so a CI job reading it has nothing to fail on")
     if fmt == "junit":

@@ -260,3 +260,27 @@ def test_bencher_export_says_how_many_estimates_have_no_interval(
     assert bare > 0
     err = capsys.readouterr().err
     assert f"warning: {bare} estimates have no interval: fewer than 6 trials" in err
+
+
+@pytest.mark.parametrize("fmt", ["junit", "bencher"])
+def test_an_export_of_a_run_not_ended_says_it_holds_the_trials_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """run.json says `running` until the sweep's end is recorded (sweep.api._finish saves the end
+    status once every trial is journaled and the hosts restored): the JUnit file says so in its
+    status property, but the terminal said only 'exported', and a CI job could read gates judged
+    on part of the run as its result."""
+    manifest, records = synthetic_run(replicates=2, failures=False, status="running")
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    out = tmp_path / f"x.{fmt}"
+    assert main(["export", str(run_dir), "--format", fmt, "-o", str(out)]) == 0
+    assert "warning: the run has not ended (status running): the file holds its trials so far" in (
+        " ".join(capsys.readouterr().err.split())
+    )
+    if fmt == "junit":
+        assert '<property name="status" value="running" />' in out.read_text()
+    ended, records = synthetic_run(replicates=2, failures=False)
+    write_run(tmp_path / "ended", ended, records)
+    assert main(["export", str(tmp_path / "ended"), "--format", fmt, "-o", str(out)]) == 0
+    assert "has not ended" not in capsys.readouterr().err
