@@ -272,9 +272,27 @@ def power_lines(plan: Plan) -> list[str]:
     numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
     tests = planned_family(plan)
     lines = _proportion_lines(plan, tests)
+    if m.adaptive is not None and len(lines) > 1:  # figures follow the header: say whose they are
+        lines.insert(1, _adaptive_power_note(m.adaptive))
     if numbers:
         lines += _number_lines(numbers, plan.replicates, cells, factors, m.baseline, tests.total)
     return lines
+
+
+def _adaptive_power_note(a: Adaptive) -> str:
+    """Whose figures follow, for an adaptive matrix. Why: a `direction: lower` hunt (only a fall
+    matters) read lines about rises and "no fall at all", two-sided figures of the report's fixed
+    analysis with every round run; core.power has none for the stopping test, so the plan says so
+    rather than compute one."""
+    asked = {
+        "both": "'does it differ from the baseline?' with its own anytime-valid test",
+        "lower": "'does it lower the rate?' (only a fall counts), one-sided, with its own anytime-valid test",
+        "higher": "'does it raise the rate?' (only a rise counts), one-sided, with its own anytime-valid test",
+    }[a.direction]
+    return (
+        f"  adaptive stopping asks {asked}: the figures below are the report's fixed analysis, two-sided "
+        "(a rise or a fall), with every round run, not the stopping test's (orch does not compute its power)"
+    )
 
 
 def planned_family(plan: Plan) -> family.Planned:

@@ -426,7 +426,19 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
     if err["type"] == "float_parsing" and percent:  # `upper: 5%`, `alpha: 5%`
         share = float(percent.group(1)) / 100
         return f"write a plain number, without '%': a share such as alpha or a proportion's bound is {share:g}"
+    if err["type"] == "float_parsing" and _is_gate_bound(loc) and raw and _WITH_UNIT.fullmatch(raw.strip("'\"")):
+        return _GATE_UNIT_HINT  # `upper: 60s`: which number 60s is depends on the metric's regex
     return _share_hint(err)
+
+
+# a number followed by a unit: `60s`, `5m`, `200ms`, `1.5 s`, `2 GiB`
+_WITH_UNIT = re.compile(r"\s*[0-9]+(?:\.[0-9]+)?\s*[^\W\d_]+(?:/[^\W\d_]+)?\s*")
+_GATE_UNIT_HINT = "write a plain number in the metric's own unit, the number its regex captures: orch converts no unit"
+
+
+def _is_gate_bound(loc: PathKey) -> bool:
+    """A gate's `upper:`/`lower:`: it bounds the metric's captured number, in whatever unit that is."""
+    return len(loc) == 3 and loc[0] == "gates" and loc[2] in ("upper", "lower")
 
 
 def _share_hint(err: Any) -> str | None:

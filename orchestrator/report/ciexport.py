@@ -25,6 +25,9 @@ from orchestrator.store.rundir import RunDir
 CiFormat = Literal["junit", "bencher"]
 EXTENSION: dict[CiFormat, str] = {"junit": "junit.xml", "bencher": "bencher.json"}
 NO_GATES = "the matrix declares no gates"
+# run.json says `running` until the sweep's end is recorded, after its last trial and restore
+# (sweep.api._finish); `stale`: its controller died (store.liveness)
+NOT_ENDED = frozenset({"running", "stale"})
 
 
 def cell_label(levels: Mapping[str, str]) -> str:
@@ -63,9 +66,17 @@ def _cell(result: GateResult) -> str:
     return cell_label(result.levels) if result.cell else "no cell selected"
 
 
-def bencher_json(report: Report) -> bytes:
+Bencher = dict[str, dict[str, dict[str, float]]]
+
+
+def bencher_json(report: Report, measures: Bencher | None = None) -> bytes:
+    """The Bencher file's bytes (`measures`: bencher_measures(report), when already made)."""
+    return json.dumps(measures or bencher_measures(report), indent=1, sort_keys=True).encode("utf-8")
+
+
+def bencher_measures(report: Report) -> Bencher:
     """BMF: {cell: {metric: {value, lower_value, upper_value}}}; cells without data are left out."""
-    out: dict[str, dict[str, dict[str, float]]] = {}
+    out: Bencher = {}
     for cell in report.cells:
         measures: dict[str, dict[str, float]] = {}
         for metric in report.metrics:
@@ -77,20 +88,45 @@ def bencher_json(report: Report) -> bytes:
                 measures[metric] |= {"lower_value": est.low, "upper_value": est.high}
         if measures:
             out[cell_label(cell.levels)] = measures
-    return json.dumps(out, indent=1, sort_keys=True).encode("utf-8")
+    return out
+
+
+def unbounded_note(measures: Bencher) -> str | None:
+    """How many estimates the Bencher file gives with no interval. Why: a median of fewer than 6
+    values has no 95% interval (core.ranks), so no bound is written, rightly, but the terminal said
+    only 'exported' and a CI job comparing bounds had none to compare, unsaid."""
+    bare = sum("lower_value" not in m for cell in measures.values() for m in cell.values())
+    if not bare:
+        return None
+    have = "estimate has" if bare == 1 else "estimates have"
+    return (
+        f"{bare} {have} no interval: fewer than 6 trials with a value (a median's 95% interval needs 6), "
+        "so the Bencher file gives the value without lower_value/upper_value"
+    )
 
 
 def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """The JUnit or Bencher file of a run. `warn` hears of a JUnit file with no test case (the matrix
-    has no gates): it said only 'exported: ...', exit 0, and a CI job wired to it stayed green."""
+    has no gates): it said only 'exported: ...', exit 0, and a CI job wired to it stayed green; and
+    of Bencher estimates with no interval (unbounded_note), and of a run not ended: a CI job could
+    read gates judged on part of the run as its result."""
     from orchestrator.report.export import check_output
     from orchestrator.report.render import load_report
 
     if out is not None:
         check_output(out)
     report = load_report(run_dir, drilldown_cap=0)
+    if report.status in NOT_ENDED and warn is not None:
+        warn(f"the run has not ended (status {report.status}): the file holds its trials so far")
     if fmt == "junit" and not report.gates and warn is not None:
         warn(f"{NO_GATES}: the JUnit file has no test case, so a CI job reading it has nothing to fail on")
-    data = junit_xml(report, check_gates(report)) if fmt == "junit" else bencher_json(report)
+    if fmt == "junit":
+        data = junit_xml(report, check_gates(report))
+    else:
+        measures = bencher_measures(report)
+        note = unbounded_note(measures)
+        if note is not None and warn is not None:
+            warn(note)
+        data = bencher_json(report, measures)
     path = out if out is not None else RunDir(run_dir).export(report.run_id, EXTENSION[fmt])
     return write_bytes_atomic(path, data, what="cannot write the export", user_path=True)

@@ -247,12 +247,14 @@ class Runner:
         return True
 
     def _record(self, record: TrialRecord, result: RunResult) -> None:
-        """Journal the trial (on disk before the next one starts), then tell everyone."""
+        """Journal the trial (on disk before the next one starts), then tell everyone: its line
+        before the source hears of it, as an adaptive design's decision taken on this trial says
+        so (a note) and must follow the line it was taken on."""
         assert self.journal is not None
         self.journal.append(record)
-        self.source.record(record)  # adaptive designs decide from finished trials
         result.records.append(record)
         self.progress.trial_done(record)
+        self.source.record(record)  # adaptive designs decide from finished trials
         if self.source.shrinks:  # cells stopped early: the bar and its ETA shrink with them
             self.progress.retotal(self.source.remaining())
         if record.status == "completed":

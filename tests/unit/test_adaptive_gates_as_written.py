@@ -4,6 +4,7 @@ adaptive matrix, gates a proportion cannot meet as written, and the export of a 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,8 +85,9 @@ def test_junit_export_of_a_run_without_gates_warns_that_ci_has_nothing_to_fail_o
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`orch export RUN --format junit` of a run whose matrix has no gates wrote a suite of 0 test
-    cases and printed only 'exported: ...', exit 0: a CI job wired to it stays green whatever the data."""
-    manifest, records = synthetic_run(replicates=2, failures=False)
+    cases and printed only 'exported: ...', exit 0: a CI job wired to it stays green whatever the data.
+    Six trials a cell: every estimate has its interval, so Bencher's file has nothing to warn of."""
+    manifest, records = synthetic_run(replicates=6, failures=False)
     assert not manifest.gates
     run_dir = tmp_path / manifest.run_id
     write_run(run_dir, manifest, records)
@@ -198,3 +200,87 @@ def test_validate_and_queue_add_count_an_adaptive_matrix_s_trials_at_most(
     assert "8 cells, 64 trials at most on testbed 'local-sim'" in capsys.readouterr().out
     assert main(["queue", "add", hunt, "-i", INVENTORY, "--reports", str(tmp_path / "r")]) == 0
     assert "(64 trials at most on testbed 'local-sim', priority 0)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bound", ["upper: 60s", "upper: 5m", "upper: 200ms", "lower: 1.5 s"])
+def test_a_gate_bound_written_with_a_unit_says_to_write_the_metrics_own_number(tmp_path: Path, bound: str) -> None:
+    """`{metric: wall, upper: 60s}` got only "expected a number, got '60s'": the fix is a plain
+    number in the unit the metric's regex captures (orch converts none, so it names no conversion)."""
+    path = _matrix_with(tmp_path, f"gates:\n  - {{metric: wall, {bound}}}\n")
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    text = str(info.value)
+    line = path.read_text().splitlines().index(f"  - {{metric: wall, {bound}}}") + 1
+    assert f"m.yaml:{line}: gates[0]." in text and "expected a number" in text
+    assert "plain number" in text and "the metric's own unit" in text and "regex" in text
+    assert "converts no unit" in text
+    assert info.value.exit_code == 2
+
+
+def test_a_timeout_written_with_a_unit_gets_no_gate_hint(tmp_path: Path) -> None:
+    """The hint is the gate's: a timeout's unit is seconds, not a metric's."""
+    path = tmp_path / "m.yaml"
+    text = (REPO / "matrices/overlap_ablation.yaml").read_text()
+    path.write_text(text.replace("decode: 900,", "decode: 60s,"))
+    with pytest.raises(ConfigError) as info:
+        read_matrix(path)
+    assert "expected a number" in str(info.value) and "metric's own unit" not in str(info.value)
+
+
+def test_plan_of_a_one_sided_adaptive_matrix_says_its_power_figures_are_two_sided(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """overlap_hunt asks `direction: lower` (only a fall matters), and its plan's power lines spoke
+    of rises and said "no fall at all": they are the fixed analysis's two-sided figures with every
+    round run, not the stopping test's, and the plan did not say so."""
+    assert main(["plan", str(REPO / "matrices/overlap_hunt.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    power = next(n for n, x in enumerate(lines) if x.startswith("power (corruption)"))
+    said = lines[power + 1]
+    assert "does it lower the rate?" in said and "only a fall" in said
+    assert "two-sided" in said and "every round run" in said and "not the stopping test's" in said
+
+
+def test_plan_of_a_fixed_matrix_has_no_word_of_a_stopping_test(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(REPO / "matrices/overlap_ablation.yaml"), "-i", INVENTORY, "--seed", "1"]) == 0
+    assert "stopping test" not in capsys.readouterr().out
+
+
+def test_bencher_export_says_how_many_estimates_have_no_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two trials a cell: each number metric's median has no 95% interval (it needs 6 values), so
+    the Bencher file gives it without lower_value/upper_value, and the terminal said only 'exported'."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    out = tmp_path / "b.json"
+    assert main(["export", str(run_dir), "--format", "bencher", "-o", str(out)]) == 0
+    bare = sum("lower_value" not in m for cell in json.loads(out.read_text()).values() for m in cell.values())
+    assert bare > 0
+    err = capsys.readouterr().err
+    assert f"warning: {bare} estimates have no interval: fewer than 6 trials" in err
+
+
+@pytest.mark.parametrize("fmt", ["junit", "bencher"])
+def test_an_export_of_a_run_not_ended_says_it_holds_the_trials_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """run.json says `running` until the sweep's end is recorded (sweep.api._finish saves the end
+    status once every trial is journaled and the hosts restored): the JUnit file says so in its
+    status property, but the terminal said only 'exported', and a CI job could read gates judged
+    on part of the run as its result."""
+    manifest, records = synthetic_run(replicates=2, failures=False, status="running")
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    out = tmp_path / f"x.{fmt}"
+    assert main(["export", str(run_dir), "--format", fmt, "-o", str(out)]) == 0
+    assert "warning: the run has not ended (status running): the file holds its trials so far" in (
+        " ".join(capsys.readouterr().err.split())
+    )
+    if fmt == "junit":
+        assert '<property name="status" value="running" />' in out.read_text()
+    ended, records = synthetic_run(replicates=2, failures=False)
+    write_run(tmp_path / "ended", ended, records)
+    assert main(["export", str(tmp_path / "ended"), "--format", fmt, "-o", str(out)]) == 0
+    assert "has not ended" not in capsys.readouterr().err
