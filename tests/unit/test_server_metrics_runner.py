@@ -137,6 +137,21 @@ def test_a_server_reporting_another_value_voids_the_trial_like_an_env_mismatch(t
     assert "/server_info (verify[0])" in off.failure.message
 
 
+def test_a_field_the_server_does_not_report_is_named_as_such_at_its_line(tmp_path: Path) -> None:
+    """A misspelt `expect:` field voided every trial blaming the server ('the server did not apply
+    the cell's setting') without a line of the matrix (the seventh new-user walk)."""
+    bed = decode_bed()
+    verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graphs": True}}]
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", verify=verify)
+    [off] = [r for r in result.records if r.levels["graph"] == "off" and r.attempt == 2]
+    assert off.failure is not None and off.failure.error == "ReportedMismatch"
+    message = off.failure.message
+    assert "field disable_cuda_graphs is missing, expected True" in message
+    assert re.search(r"<fake matrix>:\d+: /server_info reports no field disable_cuda_graphs", message), message
+    assert "did you mean disable_cuda_graph?" in message
+    assert "did not apply" not in message
+
+
 def test_a_server_reporting_the_cell_value_passes(tmp_path: Path) -> None:
     bed = decode_bed()
     verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}]
