@@ -121,6 +121,19 @@ def test_a_failed_scrape_is_recorded_as_missing_and_the_trial_counts(tmp_path: P
         assert not [k for k in record.metrics if k.startswith("server.decode.sglang")]
 
 
+def test_names_the_server_does_not_export_are_recorded_as_missing_with_why(tmp_path: Path) -> None:
+    """A `names:` list the server exports none of left no trace at all: no value, no missing mark,
+    and the report's Server metrics table without a word on the endpoint (the seventh new-user walk)."""
+    bed = decode_bed()
+    metrics = {"endpoints": {"decode": {"role": "decode", "names": ["sglang:no_such_metric_total"]}}}
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics=metrics)
+    assert (result.completed, result.failed) == (2, 0)  # never voids a trial
+    for record in result.records:
+        marker = record.metrics["server.decode.missing"]
+        assert marker.value is None
+        assert marker.unit == "the answer had none of the metrics its names: list (sglang:no_such_metric_total)"
+
+
 def test_a_server_reporting_another_value_voids_the_trial_like_an_env_mismatch(tmp_path: Path) -> None:
     bed = decode_bed()
     verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}]
