@@ -12,7 +12,7 @@ from pathlib import Path
 from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, remote_repro, runner_for
 from rich.console import Console
 
-from orchestrator.core.records import Failure, ReproOutcome, TrialRecord
+from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
 from orchestrator.sweep.progress import TAIL_LINES, RichProgress, summarize
 
 
@@ -88,3 +88,20 @@ def test_a_failure_without_output_has_no_file_and_a_plain_head() -> None:
     assert summarize(record) == "d=1: FAILED (ServiceError): unit died"
     lines = shown([record]).splitlines()
     assert lines[-2:] == ["  last 1 line of its log or output:", "  | log line"]
+
+
+def test_a_metric_recorded_as_missing_is_left_out_of_the_progress_line() -> None:
+    """A lost scrape's mark (value None) among a trial's first metrics ended `orch run` with a
+    TypeError traceback mid-sweep ('unsupported format string passed to NoneType.__format__'; the
+    seventh new-user walk)."""
+    lost = MetricValue(kind="number", value=None, unit="the answer had none of the metrics its names: list")
+    record = TrialRecord.model_construct(
+        status="completed",
+        cell="d=1",
+        metrics={
+            "events": MetricValue(kind="proportion", k=1, n=8),
+            "server.decode.missing": lost,
+            "nomatch": MetricValue(kind="number", value=0.0),
+        },
+    )
+    assert summarize(record) == "d=1: events 1/8 (12%), nomatch 0"

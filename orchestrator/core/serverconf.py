@@ -19,6 +19,7 @@ report once up) sections: shapes as written, and the checked models (PURE).
 
 from __future__ import annotations
 
+import difflib
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -37,7 +38,11 @@ class SourceMap(Protocol):
     """core.yamlsrc.SourceMap as used here (not imported: config imports this module, and a chain
     config -> serverconf -> yamlsrc would deepen every import path by a level)."""
 
+    file: str
+
     def raw_of(self, path: PathKey) -> str | None: ...
+
+    def line_of(self, path: PathKey) -> int | None: ...
 
     def error(self, path: PathKey, message: str, hint: str | None = None) -> ConfigError: ...
 
@@ -134,6 +139,7 @@ class VerifyRule:
     path: str
     when: dict[str, str]  # factor -> level; empty: every cell
     expect: tuple[tuple[str, str | bool | int | float | None], ...]  # dotted field -> value
+    at: str = ""  # `matrices/m.yaml:31`, the rule's line, for messages
 
     def applies_to(self, levels: Mapping[str, str]) -> bool:
         return all(levels.get(f) == lv for f, lv in self.when.items())
@@ -208,7 +214,9 @@ def _verify_rule(i: int, r: VerifyShape, factors: Mapping[str, tuple[str, ...]],
             )
     if not r.path.startswith("/") or any(c in r.path for c in " \t\r\n#?"):
         raise source.error((*at, "path"), f"invalid path {r.path!r}", "e.g. /server_info")
-    return VerifyRule(f"verify[{i}]", r.role, r.path, when, tuple(r.expect.items()))
+    line = source.line_of(at)
+    located = f"{source.file}:{line}" if line is not None else source.file
+    return VerifyRule(f"verify[{i}]", r.role, r.path, when, tuple(r.expect.items()), located)
 
 
 def check_roles(
@@ -242,6 +250,18 @@ def reported_mismatch(info: object, rule: VerifyRule) -> tuple[str, object, obje
         if not _same(want, got):
             return key, want, got
     return None
+
+
+def missing_words(info: object, rule: VerifyRule, dotted_key: str) -> str:
+    """Why a field absent from the answer voids the trial: the server does not report that name (a
+    misspelt `expect:` key voids every trial of its cells), with the nearest name it does report."""
+    parent, _, last = dotted_key.rpartition(".")
+    level = _lookup(info, parent) if parent else info
+    names = [str(k) for k in level] if isinstance(level, dict) else []
+    near = difflib.get_close_matches(last, names, n=1)
+    guess = f" (did you mean {'.'.join([parent, near[0]]) if parent else near[0]}?)" if near else ""
+    at = f"{rule.at}: " if rule.at else ""
+    return f"{at}{rule.path} reports no field {dotted_key}{guess}: check the name; the trial is void"
 
 
 def _lookup(info: object, dotted_key: str) -> object:

@@ -136,9 +136,22 @@ class Telemetry:
             before = Snapshot(
                 {k: f.result() for k, f in started.scrapes.items()}, {k: f.result() for k, f in started.gpus.items()}
             )
-            return self.values(before, self.snapshot(), samples)
+            return self.values(before, self.none_kept_as_missing(self.snapshot()), samples)
 
         return self.pool.submit(numbers)
+
+    def none_kept_as_missing(self, after: Snapshot) -> Snapshot:
+        """An endpoint whose answer after the repro had none of its `names:` as missing, with why:
+        a misspelt or unexported name otherwise leaves no trace (the before round may precede a
+        metric's first observation, so only the after round is held to it)."""
+        names = {t.endpoint.name: t.endpoint.names for t in self.targets}
+        scrapes: dict[str, Scrape | str] = {
+            k: (f"the answer had none of the metrics its names: list ({', '.join(names[k])})"[:200])
+            if isinstance(v, Scrape) and v.names == 0 and k in names
+            else v
+            for k, v in after.scrapes.items()
+        }
+        return Snapshot(scrapes, after.gpus)
 
     def sampler(self) -> Sampler | None:
         """A sampler of gauges for a caller that scrapes with snapshot() (begin() starts its own)."""

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from orchestrator.core.serverconf import VerifyRule, reported_mismatch
+from orchestrator.core.serverconf import VerifyRule, missing_words, reported_mismatch
 from orchestrator.edges.httpread import HttpAnswerError, NotJson, get_json
-from orchestrator.errors import ReportedMismatch, VerificationError
+from orchestrator.errors import MISSING, ReportedMismatch, VerificationError
 
 TIMEOUT_S = 5.0
 OLD_PATHS = {"/server_info": "/get_server_info", "/model_info": "/get_model_info"}  # SGLang before the rename
@@ -35,8 +35,13 @@ def check_reported(rules: list[VerifyRule], role: str, label: str, url: str, cli
                 field,
                 want,
                 got,
-                hint="the server did not apply the cell's setting; the trial is void",
+                hint=missing_words(answers[rule.path], rule, field) if got is MISSING else ignored_words(rule),
             )
+
+
+def ignored_words(rule: VerifyRule) -> str:
+    """Why a field reported with another value voids the trial, at the rule's line."""
+    return f"{rule.at + ': ' if rule.at else ''}the server did not apply the cell's setting; the trial is void"
 
 
 def fetch(url: str, path: str, label: str, client: httpx.Client) -> object:

@@ -5,6 +5,7 @@ more than core.model, so the trial loop's import chain stays as short as it was.
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Mapping
@@ -22,10 +23,11 @@ def command_values(
     seed: int, testbed: Testbed, run_dir: str, trial_dir: str, trial: Trial | None, client: Mapping[str, str]
 ) -> dict[str, str]:
     """What each placeholder means for one trial (`trial` None: a collector's, which has no cell;
-    `client`: what the cell's client factors fill, e.g. {concurrency: "32"})."""
+    `client`: what the cell's client factors fill, e.g. {concurrency: "32"}). The folders are
+    absolute: the repro runs inside the run folder, where a relative `--out` names nothing."""
     values = {
-        "run_dir": run_dir,
-        "trial_dir": trial_dir,
+        "run_dir": os.path.abspath(run_dir),
+        "trial_dir": os.path.abspath(trial_dir),
         "seed": str(seed),
         "python": sys.executable,
         "testbed": testbed.name,

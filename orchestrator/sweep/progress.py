@@ -137,7 +137,8 @@ def summarize(record: TrialRecord, cell: str | None = None) -> str:
         line = f"{cell}: FAILED ({record.failure.error}): {_cut(' '.join(record.failure.message.split()))}"
         return line + (f" [output: {where}]" if where else "")
     parts = []
-    for name, m in list(record.metrics.items())[:3]:
+    shown = [(name, m) for name, m in record.metrics.items() if m.kind == "proportion" or m.value is not None]
+    for name, m in shown[:3]:  # a lost scrape's mark (no value) is in the record, not on this line
         if m.kind == "proportion":
             pct = 100 * (m.k or 0) / m.n if m.n else 0.0
             parts.append(f"{name} {m.k}/{m.n} ({pct:.0f}%)")

@@ -121,6 +121,19 @@ def test_a_failed_scrape_is_recorded_as_missing_and_the_trial_counts(tmp_path: P
         assert not [k for k in record.metrics if k.startswith("server.decode.sglang")]
 
 
+def test_names_the_server_does_not_export_are_recorded_as_missing_with_why(tmp_path: Path) -> None:
+    """A `names:` list the server exports none of left no trace at all: no value, no missing mark,
+    and the report's Server metrics table without a word on the endpoint (the seventh new-user walk)."""
+    bed = decode_bed()
+    metrics = {"endpoints": {"decode": {"role": "decode", "names": ["sglang:no_such_metric_total"]}}}
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics=metrics)
+    assert (result.completed, result.failed) == (2, 0)  # never voids a trial
+    for record in result.records:
+        marker = record.metrics["server.decode.missing"]
+        assert marker.value is None
+        assert marker.unit == "the answer had none of the metrics its names: list (sglang:no_such_metric_total)"
+
+
 def test_a_server_reporting_another_value_voids_the_trial_like_an_env_mismatch(tmp_path: Path) -> None:
     bed = decode_bed()
     verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}]
@@ -135,6 +148,21 @@ def test_a_server_reporting_another_value_voids_the_trial_like_an_env_mismatch(t
     assert off.failure.error == "ReportedMismatch"
     assert "field disable_cuda_graph is False, expected True" in off.failure.message
     assert "/server_info (verify[0])" in off.failure.message
+
+
+def test_a_field_the_server_does_not_report_is_named_as_such_at_its_line(tmp_path: Path) -> None:
+    """A misspelt `expect:` field voided every trial blaming the server ('the server did not apply
+    the cell's setting') without a line of the matrix (the seventh new-user walk)."""
+    bed = decode_bed()
+    verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graphs": True}}]
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", verify=verify)
+    [off] = [r for r in result.records if r.levels["graph"] == "off" and r.attempt == 2]
+    assert off.failure is not None and off.failure.error == "ReportedMismatch"
+    message = off.failure.message
+    assert "field disable_cuda_graphs is missing, expected True" in message
+    assert re.search(r"<fake matrix>:\d+: /server_info reports no field disable_cuda_graphs", message), message
+    assert "did you mean disable_cuda_graph?" in message
+    assert "did not apply" not in message
 
 
 def test_a_server_reporting_the_cell_value_passes(tmp_path: Path) -> None:
