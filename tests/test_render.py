@@ -295,3 +295,13 @@ def test_adaptive_decisions_are_info_and_never_the_runs_headline(tmp_path: Path)
     assert "not corrected across cells" in first.text
     assert not result_headline(report).startswith("Adaptive stopping")
     assert result_headline(report) in [f.text for f in report.headline if f.kind in ("finding", "null")]
+
+
+def test_an_index_of_no_run_says_so_rather_than_count_zero_runs(tmp_path: Path) -> None:
+    """An empty reports folder's index said "0 runs, newest first, running ones included" (the
+    seventh new-user walk); it says there is none yet and how one gets there."""
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    text = " ".join(re.sub(r"<[^>]+>", " ", write_index(reports, fresh_summary).read_text()).split())
+    assert "0 runs" not in text and "newest first" not in text, text
+    assert "No run in this folder yet: each orch run writes its report here and adds it to this list." in text
