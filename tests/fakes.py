@@ -396,7 +396,11 @@ def _bytes(data: bytes | str) -> bytes:
 
 
 # ============================================================================ service manager
-_pids = itertools.count(4000)
+# Fake units' pids start above any pid a test gives a stranger (Holder(4242, ...), 77, ...): a worker
+# that had started 242 units gave the next one pid 4242, and a stranger on its port read as orch's own
+# unit (preflight passed in one fresh-clone run of the suite, by test order)
+FIRST_UNIT_PID = 100_000
+_pids = itertools.count(FIRST_UNIT_PID)
 
 
 @dataclass

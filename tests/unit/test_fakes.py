@@ -184,3 +184,16 @@ def test_make_plan_builds_a_small_sequential_plan() -> None:
     plan = make_plan(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, replicates=2)
     assert [s.env["decode"]["A"] for s in plan.steps] == ["0", "1", "0", "1"]
     assert make_matrix({"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}).name == "fake"
+
+
+def test_a_fake_units_pid_is_never_one_a_test_gives_a_stranger() -> None:
+    """Strangers in tests hold pids like 4242 (tests/unit/test_identity.py, test_preflight_where.py):
+    a worker that had started 242 fake units gave the next one 4242, so a stranger on its port read
+    as the unit itself and preflight let it through (one fresh-clone run, by test order)."""
+    transport = FakeTransport("h", {"/e.env": "X=1\n"})
+    manager = FakeServiceManager(transport, "/e.env", "systemd", [FakeUnit(f"u{i}", active=True) for i in range(300)])
+    pids = [manager.units[f"u{i}"].pid for i in range(300)]
+    assert all(pid is not None and pid >= 100_000 for pid in pids), pids[:3]
+    for _ in range(300):
+        manager.restart("u0")
+    assert manager.units["u0"].pid is not None and manager.units["u0"].pid >= 100_000
