@@ -187,6 +187,39 @@ def run(tmp_path: Path, matrix: Path, inventory: Path, testbeds: Sequence[str], 
     return api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
 
 
+def interrupted_sweep(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    testbeds: Sequence[str] = ("A",),
+    edit_inventory: Callable[[str], str] | None = None,
+) -> tuple[Fleet, SweepOutcome, Path]:
+    """A 2x3 sweep (run id r1) Ctrl-C'd in its third trial's repro, hosts restored, on a new fleet
+    installed for the test (`edit_inventory`: the inventory's text changed before the run): the
+    fleet, the outcome and the inventory's path. What a resume, a restore or their refusals start from."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix(name, 3, extra="seed: 7\n"), testbeds)
+    if edit_inventory is not None:
+        i.write_text(edit_inventory(i.read_text()))
+    calls: list[str] = []
+
+    def repro(testbed: str, command: str) -> Reply | None:
+        calls.append(command)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return None
+
+    fleet.repro_hook = repro
+    req = api.SweepRequest(
+        m, i, testbeds=tuple(testbeds), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True
+    )
+    outcome = api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+    assert outcome.interrupted and all(fleet.file(t, "decode") == b"D=0\n" for t in testbeds)
+    fleet.repro_hook = None
+    return fleet, outcome, i
+
+
 def trials_journaled(journal: Path) -> int:
     return sum(isinstance(r, TrialRecord) for r in read_journal(journal).records) if journal.exists() else 0
 

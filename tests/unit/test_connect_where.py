@@ -11,9 +11,8 @@ import io
 from pathlib import Path
 
 import pytest
-from fakes import Reply
 from helpers.inproc import run_main
-from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, interrupted_sweep, write_files
 from paramiko.ssh_exception import NoValidConnectionsError
 
 from orchestrator.core.config import read_inventory
@@ -27,22 +26,7 @@ REFUSED = "decode (A-decode.fake:22): cannot connect: connection refused (is ssh
 
 def _stopped_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Fleet:
     """A 2x3 sweep Ctrl-C'd in its third trial's repro: hosts restored, 2 of 6 trials done."""
-    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
-    install(monkeypatch, fleet)
-    m, i = write_files(tmp_path, fake_matrix("down", 3, extra="seed: 7\n"), ("A",))
-    calls: list[str] = []
-
-    def repro(testbed: str, command: str) -> Reply | None:
-        calls.append(command)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return None
-
-    fleet.repro_hook = repro
-    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
-    assert api.run(req, lambda started: QuietProgress(), warn=lambda message: None).interrupted
-    fleet.repro_hook = None
-    return fleet
+    return interrupted_sweep(tmp_path, monkeypatch, "down")[0]
 
 
 def _host_down(fleet: Fleet) -> None:

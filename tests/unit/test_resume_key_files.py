@@ -9,9 +9,8 @@ import io
 from pathlib import Path
 
 import pytest
-from fakes import Reply
 from helpers.inproc import run_main
-from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
+from helpers.parallel_fakes import fake_matrix, interrupted_sweep, write_files
 
 from orchestrator.errors import ConfigError
 from orchestrator.sweep import api, session
@@ -38,24 +37,14 @@ def _no_connect(monkeypatch: pytest.MonkeyPatch) -> None:
 def _interrupted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: str) -> tuple[Path, int]:
     """A 1x3 sweep Ctrl-C'd in its third trial's repro, its inventory's decode `ssh:` naming `named`
     (`key: ...`, `known_hosts: ...`, files that exist); its inventory and the line of decode's `ssh:`."""
-    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
-    install(monkeypatch, fleet)
-    m, i = write_files(tmp_path, fake_matrix("keys", 3, extra="seed: 7\n"), ("A",))
-    text = i.read_text()
-    line = text.splitlines().index(SSH_DECODE) + 1
-    i.write_text(text.replace(SSH_DECODE, SSH_DECODE[:-1] + f", {named}}}"))
-    calls: list[str] = []
+    line: list[int] = []
 
-    def repro(testbed: str, command: str) -> Reply | None:
-        calls.append(command)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return None
+    def naming(text: str) -> str:
+        line.append(text.splitlines().index(SSH_DECODE) + 1)
+        return text.replace(SSH_DECODE, SSH_DECODE[:-1] + f", {named}}}")
 
-    fleet.repro_hook = repro
-    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
-    assert api.run(req, lambda started: QuietProgress(), warn=lambda message: None).interrupted
-    return i, line
+    _, _, inventory = interrupted_sweep(tmp_path, monkeypatch, "keys", edit_inventory=naming)
+    return inventory, line[0]
 
 
 def test_a_resume_whose_key_file_is_gone_is_refused_at_its_line_before_connecting(

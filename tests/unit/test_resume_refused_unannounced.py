@@ -9,9 +9,8 @@ import io
 from pathlib import Path
 
 import pytest
-from fakes import Reply
 from helpers.inproc import run_main
-from helpers.parallel_fakes import Fleet, fake_matrix, install, runner_threads, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, interrupted_sweep, runner_threads, write_files
 
 from orchestrator.errors import OrchError
 from orchestrator.sweep import api
@@ -23,22 +22,7 @@ def _stopped_run(
 ) -> tuple[Fleet, Path]:
     """A 2x3 sweep Ctrl-C'd in its third trial's repro: hosts restored, 2 of 6 trials done (on
     `testbeds`: a parallel run given more than one)."""
-    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
-    install(monkeypatch, fleet)
-    m, i = write_files(tmp_path, fake_matrix("refused", 3, extra="seed: 7\n"), testbeds)
-    calls: list[str] = []
-
-    def repro(testbed: str, command: str) -> Reply | None:
-        calls.append(command)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return None
-
-    fleet.repro_hook = repro
-    req = api.SweepRequest(m, i, testbeds=testbeds, reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
-    outcome = api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
-    assert outcome.interrupted and all(fleet.file(t, "decode") == b"D=0\n" for t in testbeds)
-    fleet.repro_hook = None
+    fleet, outcome, _ = interrupted_sweep(tmp_path, monkeypatch, "refused", testbeds)
     return fleet, outcome.run_dir
 
 
