@@ -341,8 +341,8 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     """What `orch resume RUN_DIR` would run, for its --dry-run: the checks a resume makes before it
     touches anything, and the trials its journal has finished (a torn last line is read past, as the
     resume would drop it). No host is contacted, no lock taken, nothing written. A missing SSH key
-    or known_hosts file is refused (exit 2) as the resume refuses it: `orch run --dry-run` only
-    warns, as the run may be meant for another machine, but a resume runs where its folder is."""
+    or known_hosts file is refused (exit 2) as the resume refuses it, as `orch run --dry-run`
+    refuses what the run would."""
     manifest, matrix, plan, inventory = _resumable(run_dir)
     check_key_files([inventory.testbed(name) for name in manifest.testbeds], inventory)
     journal = RunDir(run_dir).journal

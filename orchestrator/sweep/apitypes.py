@@ -121,6 +121,12 @@ class PreparedSweep:
     warnings: tuple[str, ...]
 
 
+def named_no_culprit(ended: tuple[str, str] | None) -> bool:
+    """A hunt whose search ended (state, why) without naming a culprit set: not failing, or its
+    budget spent; the one rule a run's, a resume's and a dry run's exit codes (1) rest on."""
+    return ended is not None and ended[0] != "found"
+
+
 @dataclass(frozen=True)
 class ResumePreview:
     """What `orch resume --dry-run` shows: the run as a resume would take it up, read from its
@@ -143,7 +149,7 @@ class ResumePreview:
     @property
     def unanswered(self) -> bool:
         """A hunt that has ended without naming a culprit set (not failing, budget)."""
-        return self.ended is not None and self.ended[0] != "found"
+        return named_no_culprit(self.ended)
 
     @property
     def exit_code(self) -> int:
@@ -209,7 +215,7 @@ class SweepOutcome:
         """A hunt that ended without naming a culprit set (its failing configuration did not fail,
         or its budget ran out first), in words; None otherwise. Why: such a hunt exited 0, as one
         that named its culprits, and a script could not tell "here they are" from "no answer"."""
-        if self.hunt_ended is None or self.hunt_ended[0] == "found":
+        if self.hunt_ended is None or not named_no_culprit(self.hunt_ended):
             return None
         state, reason = self.hunt_ended
         return f"the hunt named no culprit set ({state}: {reason})"

@@ -141,6 +141,7 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
 _HINTS = {
     "key": "check `key:`: the path is read here, on the controller; ~ is your home",
     "known_hosts": "check `known_hosts:`: the path is read here, on the controller; ~ is your home",
+    "both": "check `key:` and `known_hosts:`: the paths are read here, on the controller; ~ is your home",
 }
 _NAMED = {"key": "SSH key", "known_hosts": "known_hosts file"}
 
@@ -188,9 +189,14 @@ def bounded_problems(problems: Sequence[ConfigError], inventory: Inventory, *, h
     shown = [str(p) if hints else str(p).removesuffix(f" ({p.hint})") for p in problems[:KNOWN_SHOWN]]
     rest = problems[KNOWN_SHOWN:]
     if rest:
-        files = "SSH key files" if all(p.hint == _HINTS["key"] for p in rest) else "SSH files"
+        files = "SSH key files" if _keys_only(rest) else "SSH files"
         shown.append(f"{inventory.path}: ... and {len(rest):,} more {files} not found")
     return shown
+
+
+def _keys_only(problems: Sequence[ConfigError]) -> bool:
+    """Every one of `problems` is a missing key (none a known_hosts file): said as "SSH key files"."""
+    return all(p.hint == _HINTS["key"] for p in problems)
 
 
 def check_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
@@ -203,14 +209,12 @@ def check_key_files(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
     if len(missing) == 1:
         raise missing[0]
     if missing:
-        keys_only = all(p.hint == _HINTS["key"] for p in missing)
+        keys_only = _keys_only(missing)
         lines = bounded_problems(missing, inventory, hints=False)
         raise ConfigError(
             f"{'SSH key' if keys_only else 'SSH'} files not found on this machine, no host was contacted:\n  "
             + "\n  ".join(lines),
-            hint=_HINTS["key"]
-            if keys_only
-            else "check `key:` and `known_hosts:`: the paths are read here, on the controller; ~ is your home",
+            hint=_HINTS["key" if keys_only else "both"],
         )
 
 
