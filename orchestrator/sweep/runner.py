@@ -656,16 +656,20 @@ def _open_gate(
     start: Callable[[], None],
 ) -> int:
     """Wait for the runners at the start gate; Ctrl-C or SIGTERM meanwhile tells them to stop and
-    opens it (the display started, as for a run interrupted later). The presses, for _join_all."""
+    opens it (the display started, as for a run interrupted later), unless a runner has already
+    ended on an error: then it closes, as it does without the Ctrl-C (one rule: an error before the
+    gate opens means no runner goes on to its hosts). The presses, for _join_all."""
     try:
         gate.open_when_ready(finished, errors, start)
         return 0
     except (KeyboardInterrupt, Interrupted):
         for r in runners:
             r.stopping.set()
-        if not errors:
+        if errors:
+            gate.close()
+        else:
             start()
-        gate.go.set()
+            gate.go.set()
         return 1
     except BaseException:  # the display could not start: no runner goes on; each returns first
         gate.close()

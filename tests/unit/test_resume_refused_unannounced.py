@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.inproc import run_main
@@ -14,6 +15,7 @@ from helpers.parallel_fakes import Fleet, fake_matrix, install, interrupted_swee
 
 from orchestrator.errors import OrchError
 from orchestrator.sweep import api
+from orchestrator.sweep import runner as runner_mod
 from orchestrator.sweep.progress import QuietProgress
 
 
@@ -71,14 +73,43 @@ def test_a_parallel_resume_refused_on_one_testbed_never_says_resuming(
     assert "resuming r1" not in said, said
     assert {t: (fleet.file(t, "prefill"), fleet.file(t, "decode")) for t in ("A", "B")} == before
     # testbed A passed its checks and waited: it went on to no backup, write or restart of its own
-    touched = [
+    touched = _touched_since(fleet, seen)
+    assert not touched, touched
+
+
+def _touched_since(fleet: Fleet, seen: dict[tuple[str, str], int]) -> list[tuple[tuple[str, str], str, str]]:
+    """Every backup, write, restart or stop on any host since `seen` (each transport's call count)."""
+    return [
         (key, c.op, c.target)
         for key, t in fleet.transports.items()
         for c in t.calls[seen[key] :]
         if ".orch-lock" not in c.target  # the testbeds' locks: taken and given back by the resume itself
         and (c.op in ("write", "restart", "stop") or (c.op == "run" and c.target.startswith(("cp ", "rm ", "mv "))))
     ]
-    assert not touched, touched
+
+
+def test_a_ctrl_c_after_one_testbed_was_refused_still_touches_no_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C pressed while the gate waits, after testbed B's refusal: the gate closes as it does
+    without the Ctrl-C (one rule: an error before the gate opens closes it). It opened, and testbed A
+    went on to back up its hosts and restore them."""
+    fleet, _ = _stopped_run(tmp_path, monkeypatch, ("A", "B"))
+    fleet.transports[("B", "decode")].files["/etc/orch/decode.env"] = b"D=0\nTEAM=1\n"
+
+    def ctrl_c_once_b_was_refused(gate: runner_mod._StartGate, finished: Any, errors: Any, start: Any) -> None:
+        while not (errors and all(a or f.is_set() for a, f in zip(gate.arrived, finished, strict=True))):
+            gate.changed.wait(0.05)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner_mod._StartGate, "open_when_ready", ctrl_c_once_b_was_refused)
+    seen = {key: len(t.calls) for key, t in fleet.transports.items()}
+    code, said = _resume(tmp_path)
+    assert code == 2, said
+    assert "cannot resume: the env file changed since this run restored it" in said, said
+    assert "resuming r1" not in said, said
+    assert not _touched_since(fleet, seen)
+    assert not runner_threads()
 
 
 def test_a_parallel_resume_that_goes_on_announces_itself_once_before_its_trials(
