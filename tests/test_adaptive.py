@@ -246,7 +246,7 @@ def test_report_gives_stopped_cells_an_anytime_interval_and_says_why(tmp_path):
         if c.cell in stopped:  # 0/30: the fixed-sample interval would claim a tighter bound
             assert view.rate.high > clustered.widened_rate(*args).high
     note = stopped_note(report)
-    assert note.startswith("Stopped early (2 of 4 cells: overlap=off,cuda_graph=off and overlap=off,cuda_graph=on)")
+    assert note.startswith("Stopped early (2 of 4 cells: overlap=off,cuda_graph=on and overlap=off,cuda_graph=off)")
     assert "anytime-valid" in note
     page = render_report(report)
     assert page.count("(stopped early: anytime-valid interval)") == 2 and note in page

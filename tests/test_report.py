@@ -447,7 +447,7 @@ def test_an_or_of_two_flags_is_not_called_needed_together() -> None:
     assert all(nb.finding for nb in report.neighbours) and not any(i.finding for i in report.interactions)
     [cause] = [f for f in report.headline if "lowers it" in f.text]
     assert cause.kind == "finding" and "It needs" not in " ".join(_texts(report))
-    assert cause.text.startswith("Turning off any one of fb=1 and fa=1 lowers it, to at most 19.4% (95% upper")
+    assert cause.text.startswith("Turning off any one of fa=1 and fb=1 lowers it, to at most 19.4% (95% upper")
     assert "that it needs them together is not shown (their interaction is not a finding" in cause.text
 
 
@@ -458,7 +458,7 @@ def test_an_and_of_two_flags_is_called_needed_together_with_its_interaction() ->
     [inter] = [i for i in report.interactions if i.metric == "corruption"]
     assert inter.finding and inter.estimate > 0
     [cause] = [t for t in _texts(report, "finding") if t.startswith("It needs")]
-    assert cause.startswith("It needs fb=1 and fa=1 together: turning off any one of them takes it to at most 0.0%")
+    assert cause.startswith("It needs fa=1 and fb=1 together: turning off any one of them takes it to at most 0.0%")
     assert f"their 2-way interaction {fmt_pts(inter)}, {fmt_p(inter.p_holm)}, Holm)." in cause
 
 

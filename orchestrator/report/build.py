@@ -315,13 +315,26 @@ def _metric_frame(data: Sequence[TrialRow], kinds: Mapping[str, MetricKind]) -> 
 
 
 def _cells(manifest: RunManifest, trials: Sequence[TrialRow]) -> tuple[list[str], dict[str, dict[str, str]]]:
-    """Cell ids in plan order (then any only seen in the journal) and their levels."""
+    """Cell ids and their levels: a matrix's in the design's order, baseline first (the plan's is
+    the randomized run order: each run's tables moved their rows and columns, the baseline's
+    anywhere); a hunt's in the order it tried them (its plan's wave, then the search's picks)."""
     levels_of: dict[str, dict[str, str]] = {}
     for planned in manifest.plan:
         levels_of.setdefault(planned.cell, dict(planned.levels))
     for record in trials:
         levels_of.setdefault(record.cell, dict(record.levels))
-    return list(levels_of), levels_of
+    if manifest.hunt:
+        return list(levels_of), levels_of
+    return sorted(levels_of, key=lambda cell: _design_position(manifest, levels_of[cell])), levels_of
+
+
+def _design_position(manifest: RunManifest, levels: Mapping[str, str]) -> tuple[bool, tuple[int, ...]]:
+    """Where a cell stands in the design: the baseline first, then by each factor's level in the
+    order the matrix declares them (a level it does not declare last)."""
+    position = tuple(
+        names.index(levels[f]) if levels.get(f) in names else len(names) for f, names in manifest.factors.items()
+    )
+    return dict(levels) != dict(manifest.baseline), position
 
 
 def _baseline_cell(manifest: RunManifest, levels_of: Mapping[str, dict[str, str]]) -> str | None:

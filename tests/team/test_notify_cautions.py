@@ -60,19 +60,19 @@ HOSTILE_LEVEL = "<!channel> & <https://evil.example|the report>"  # a valid leve
 
 
 def _hostile_run(folder: Path) -> Path:
-    """A run whose overlap=off level is HOSTILE_LEVEL (its result names that cell) and
+    """A run whose cuda_graph=off level is HOSTILE_LEVEL (its result names that cell) and
     whose run.json name is 1 MB opening with a Slack mention and a line break."""
     manifest, records = synthetic_run(replicates=2)
 
     def renamed(levels: dict[str, str]) -> dict[str, str]:
-        return {f: HOSTILE_LEVEL if (f, v) == ("overlap", "off") else v for f, v in levels.items()}
+        return {f: HOSTILE_LEVEL if (f, v) == ("cuda_graph", "off") else v for f, v in levels.items()}
 
     def moved(levels: dict[str, str]) -> dict[str, object]:
         return {"levels": renamed(levels), "cell": cell_id(renamed(levels))}
 
     plan = [p.model_copy(update=moved(p.levels)) for p in manifest.plan]
     records = [r.model_copy(update=moved(r.levels)) for r in records]
-    factors = {**manifest.factors, "overlap": ["on", HOSTILE_LEVEL]}
+    factors = {**manifest.factors, "cuda_graph": ["on", HOSTILE_LEVEL]}
     name = "<!channel>\nhttps://evil.example " + "x" * 1_000_000
     update = {"plan": plan, "factors": factors, "baseline": renamed(manifest.baseline), "name": name}
     return write_run(folder / manifest.run_id, manifest.model_copy(update=update), records)
