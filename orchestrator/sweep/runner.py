@@ -353,9 +353,10 @@ class Runner:
     def ready_waits(self) -> dict[str, deque[float]]:
         return self.services.ready_waits
 
-    def cell_decided(self, cell: str, decision: Decision) -> None:
-        """Adaptive stopping: journal why a cell runs no more trials, and say so."""
-        self.progress.note(f"{cell}: {decision.reason}")
+    def cell_decided(self, cell: str, decision: Decision, say: Callable[[str], None] | None = None) -> None:
+        """Adaptive stopping: journal why a cell runs no more trials, and say so (`say`: how a
+        parallel run says it, as the whole sweep's and not this testbed's)."""
+        (say or self.progress.note)(f"{cell}: {decision.reason}")
         if self.journal is not None:
             self.events.add("cell_decided", decision.reason, cell=cell, state=decision.state)
 
@@ -617,7 +618,12 @@ def _execute_parallel(
         )
         for i, d in enumerate(deployments)
     ]
-    source = make_source(runners[0].cell_decided)
+
+    def say(message: str) -> None:  # the sweep's decision (all runners feed it): no testbed's name before it
+        with lock:
+            progress.note(message)
+
+    source = make_source(lambda cell, decision: runners[0].cell_decided(cell, decision, say))
     errors: list[BaseException] = []
     finished = [threading.Event() for _ in runners]  # set by each runner thread as its last act
 

@@ -1,7 +1,8 @@
 """An adaptive sweep's "CELL: ... stopped after N rounds" note comes after the progress line of
 the trial whose result decided it, on one testbed and on several (the adaptive-and-gates walk: the
 note printed before that trial's line, so the terminal read as if the cell stopped on trials not
-yet finished). On the fakes (helpers.parallel_bed): no process, no socket."""
+yet finished), and a parallel run says it as the sweep's, without the first testbed's name before
+it. On the fakes (helpers.parallel_bed): no process, no socket."""
 
 from __future__ import annotations
 
@@ -74,6 +75,8 @@ def test_a_cells_decision_is_said_after_the_line_of_the_trial_that_decided_it(
             for n, (kind, text) in enumerate(lines.seen)
             if kind == "note" and str(text).endswith(f"{event.cell}: {event.message}")
         )
+        # the sweep's decision, not a testbed's: said without the first testbed's "[A] " before it
+        assert lines.seen[note][1] == f"{event.cell}: {event.message}", lines.seen[note]
         before = {r.trial for r in journal[:at] if isinstance(r, TrialRecord)}
         shown = {t for kind, t in lines.seen[:note] if kind == "trial"}
         assert before <= shown, f"trials {sorted(before - shown)} decided {event.cell} but were shown after its note"
