@@ -7,6 +7,7 @@ it. On the fakes (helpers.parallel_bed): no process, no socket."""
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,11 @@ def test_a_cells_decision_is_said_after_the_line_of_the_trial_that_decided_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, testbeds: tuple[str, ...]
 ) -> None:
     """d=2 is clean against a baseline at 30%: it is decided before its last round. Every trial
-    the journal holds before the decision (the decision is taken on them) has its line before the
-    note, the last of them too."""
+    the decision was taken on (the rounds before it: "after N rounds") has its line before the
+    note, the last of them too; on one testbed every trial journaled before it. On two, a trial of
+    a later round may be journaled by one runner just before the other's trial completes a round
+    and the decision is said: its line follows the note, and it was not taken on it (this test
+    asked that of every trial journaled before the decision, and failed 1 run in 8)."""
     fleet = Fleet(ENV)
     install(monkeypatch, fleet)
     m, i = write_files(tmp_path, ADAPTIVE, testbeds)
@@ -77,6 +81,11 @@ def test_a_cells_decision_is_said_after_the_line_of_the_trial_that_decided_it(
         )
         # the sweep's decision, not a testbed's: said without the first testbed's "[A] " before it
         assert lines.seen[note][1] == f"{event.cell}: {event.message}", lines.seen[note]
-        before = {r.trial for r in journal[:at] if isinstance(r, TrialRecord)}
+        rounds = int(re.search(r"after (\d+) rounds?\b", event.message).group(1))  # type: ignore[union-attr]
+        taken_on = {r.trial for r in journal[:at] if isinstance(r, TrialRecord) and r.round < rounds}
+        assert taken_on, event.message
+        if len(testbeds) == 1:  # one runner: every trial journaled before the decision, a later round's too
+            taken_on = {r.trial for r in journal[:at] if isinstance(r, TrialRecord)}
         shown = {t for kind, t in lines.seen[:note] if kind == "trial"}
-        assert before <= shown, f"trials {sorted(before - shown)} decided {event.cell} but were shown after its note"
+        late = sorted(taken_on - shown)
+        assert not late, f"trials {late} decided {event.cell} but were shown after its note"
