@@ -36,12 +36,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> None:
+def print_plan(plan: Plan, console: Console, *, testbeds: Sequence[str] = (), list_trials: bool = False) -> None:
+    """The plan of `plan.testbed`, run on `testbeds` (the ones -t names; none: that one alone). Why
+    the names: `orch plan -t tb1,tb2` said "on testbed tb1" and the time of tb1 running every trial
+    (16 s for a sweep the two ran in 9 s), as the hunt's plan did before it took them."""
     m = plan.matrix
     cells, replicates = _count(len(plan.cells), "cell"), _count(plan.replicates, "replicate")
     most = " at most" if m.adaptive else ""
     console.print(
-        f"[bold]{escape(m.name)}[/bold] on testbed [bold]{escape(plan.testbed.name)}[/bold]: "
+        f"[bold]{escape(m.name)}[/bold] {_where(plan, testbeds)}: "
         f"{cells} x {replicates} = {_count(len(plan.steps), 'trial')}{most}, "
         f"order {m.order} (seed {plan.seed})"
     )
@@ -50,17 +53,36 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
     _print_rows(console, *_cells_table(plan))
     if list_trials:
         _print_rows(console, *_trials_table(plan.steps))
+    alone = f" if {plan.testbed.name} ran every trial" if len(testbeds) > 1 else ""
     console.print(
-        f"restarts: {plan.restart_count} unit restarts in this order "
+        f"restarts: {plan.restart_count} unit restarts in this order{escape(alone)} "
         f"(units whose env does not change stay up); {_other_orders(plan)}"
     )
     console.print(
-        f"estimated duration:{most} {human_duration(plan.estimated_duration_s)} "
+        f"estimated duration:{most} {_duration(plan, len(testbeds))} "
         f"(startup estimates from the inventory + {m.repro.expected_duration_s:g} s per repro)"
     )
     _print_power(plan, console)
     for line in replicate_warnings(plan) + gate_warnings(plan):  # said before the sweep, not after it
         console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def _where(plan: Plan, testbeds: Sequence[str]) -> str:
+    """`on testbed [bold]A[/bold]`, or `across 2 testbeds (A, B)` (rich markup, names escaped)."""
+    if len(testbeds) < 2:
+        return f"on testbed [bold]{escape(plan.testbed.name)}[/bold]"
+    return f"across {len(testbeds)} testbeds ({escape(', '.join(testbeds))})"
+
+
+def _duration(plan: Plan, beds: int) -> str:
+    """The plan's time on one testbed; across several, also about how long they take side by side:
+    each starts its units for its first trial, then the rest split evenly (the handout spreads them)."""
+    total = plan.estimated_duration_s
+    if beds < 2 or not plan.steps:
+        return human_duration(total)
+    first = plan.steps[0].estimate_s
+    together = first + (total - first) / beds
+    return f"{human_duration(together)} across {beds} testbeds ({human_duration(total)} on one testbed alone)"
 
 
 def adaptive_line(a: Adaptive) -> str:
