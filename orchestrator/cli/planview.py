@@ -6,6 +6,7 @@ touches nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -340,6 +341,15 @@ def _family_text(tests: family.Planned) -> str:
     )
 
 
+def _no_sessions(command: str) -> str:
+    """Why the sessions per trial are not known: no --sessions, or one a placeholder fills in. Why:
+    `--sessions {concurrency}` (a client factor) was said to be no --sessions at all."""
+    written = re.search(r"--sessions[ =](\S+)", command)
+    if written is None:
+        return "the repro command has no --sessions N"
+    return f"the repro command's --sessions is {written.group(1)}, filled in per trial"
+
+
 def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
     """The proportions' power: with replicates, the report's own test first (and in its hard shape),
     then Fisher's on pooled sessions for reference only. Why this order and one block each: the plan
@@ -352,9 +362,8 @@ def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
         return [f"power ({', '.join(props)}): none with one trial per cell (the warning below says why)"]
     sessions = power.sessions_from_command(plan.matrix.repro.command)
     if sessions is None:
-        return [
-            f"power ({', '.join(props)}): the repro command has no --sessions N, so orch cannot say before the sweep"
-        ]
+        why = _no_sessions(plan.matrix.repro.command)
+        return [f"power ({', '.join(props)}): {why}, so orch cannot say before the sweep"]
     n, tests = sessions * plan.replicates, max(1, family_tests.total)
     lines = [
         f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials); the smallest "
