@@ -43,6 +43,7 @@ def two_testbeds(tmp_path: Path, *, other_roles: bool = False, same_files: bool 
         own = host["env_file"].replace("local/", "local/copy-")
         shutil.copy(tmp_path / host["env_file"], tmp_path / own)
         host["env_file"] = own
+    copy["state_dir"] = ".orch/copy"  # its pid files and logs apart from the first one's
     data["testbeds"]["copy"] = copy
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -121,6 +122,26 @@ def test_prepare_refuses_parallel_testbeds_that_edit_one_env_file(tmp_path: Path
     assert [tb.name for tb in alone.testbeds] == ["copy"]  # one at a time, each is fine
 
 
+def test_prepare_refuses_parallel_testbeds_that_keep_local_units_in_one_state_dir(tmp_path: Path) -> None:
+    """A copy of local.yaml's testbed with its own env files (the eighth new-user walk) but its
+    `state_dir: .orch/local-sim` kept: both testbeds' sim-prefill had one pid file and one mark, so
+    either's restart could stop the other's server. Refused at the copy, before any host is touched."""
+    inventory = two_testbeds(tmp_path)
+    data = yaml.safe_load(inventory.read_text())
+    data["testbeds"]["copy"]["state_dir"] = data["testbeds"]["local-sim"]["state_dir"]
+    inventory.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError) as err:
+        api.prepare(api.SweepRequest(ABLATION, inventory, testbeds="all"))
+    lines = inventory.read_text().splitlines()
+    assert err.value.exit_code == 2 and err.value.line is not None and lines[err.value.line - 1].strip() == "copy:"
+    said = str(err.value)
+    assert said.startswith(f"{inventory}:{err.value.line}: testbeds.copy.state_dir: testbeds 'local-sim' and 'copy'")
+    assert f"keep local unit 'sim-prefill' in state_dir {(tmp_path / '.orch/local-sim').resolve()} " in said
+    assert said.endswith("(give each testbed its own state_dir)")
+    alone = api.prepare(api.SweepRequest(ABLATION, inventory, testbeds=("copy",)))
+    assert [tb.name for tb in alone.testbeds] == ["copy"]  # one at a time, each is fine
+
+
 def test_prepare_refuses_more_testbeds_than_one_run_uses_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -138,6 +159,7 @@ def test_prepare_refuses_more_testbeds_than_one_run_uses_at_once(
         copy = json.loads(json.dumps(first))
         for host in copy["hosts"].values():
             host["env_file"] = host["env_file"].replace("local/", f"local/copy{i}-")
+        copy["state_dir"] = f".orch/copy{i}"
         data["testbeds"][f"copy{i}"] = copy
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -266,7 +266,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
         out.print(
             escape(
-                f"{m.path}: ok — a hunt over {len(m.hunt.flags)} suspect flags on testbed {plan.testbed.name!r}; "
+                f"{m.path}: ok — a hunt over {len(m.hunt.flags)} suspect flags {_on_testbeds(prepared)}; "
                 f"first wave {len(plan.steps)} trials, the rest decided as it goes "
                 f"(`orch plan {m.path}` shows the expected sessions)"
             )
@@ -281,11 +281,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     out.print(
         escape(
             f"{m.path}: ok — {counted(len(m.factors), 'factor')}, {counted(len(plan.cells), 'cell')}, "
-            f"{counted(len(plan.steps), 'trial')}{' at most' if m.adaptive else ''} on testbed {plan.testbed.name!r}"
+            f"{counted(len(plan.steps), 'trial')}{' at most' if m.adaptive else ''} {_on_testbeds(prepared)}"
         )
     )
     _print_hosts(prepared)
     return 0
+
+
+def _on_testbeds(prepared: PreparedSweep) -> str:
+    """`on testbed 'A'`, or `across 2 testbeds ('A', 'B')`: the ones the run would use (-t A,B said
+    "on testbed 'A'")."""
+    names = [repr(tb.name) for tb in prepared.testbeds]
+    return f"on testbed {names[0]}" if len(names) == 1 else f"across {len(names)} testbeds ({', '.join(names)})"
 
 
 def _print_hosts(prepared: PreparedSweep) -> None:
@@ -311,7 +318,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0
     from orchestrator.cli.planview import print_plan
 
-    print_plan(plan, out, list_trials=args.trials)
+    print_plan(plan, out, testbeds=[tb.name for tb in prepared.testbeds], list_trials=args.trials)
     return 0
 
 
@@ -341,7 +348,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from orchestrator.sweep.prepare import check_key_files
 
         check_key_files(prepared.testbeds, prepared.inventory)  # a missing SSH file: refused, as api.run does
-        print_plan(prepared.plan, out, list_trials=True)
+        print_plan(prepared.plan, out, testbeds=[tb.name for tb in prepared.testbeds], list_trials=True)
         out.print("dry run: nothing was changed")
         return 0
     from orchestrator.sweep import api  # the run machinery (transports, HTTP, the runner): for a real run

@@ -6,6 +6,7 @@ touches nothing.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -36,12 +37,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> None:
+def print_plan(plan: Plan, console: Console, *, testbeds: Sequence[str] = (), list_trials: bool = False) -> None:
+    """The plan of `plan.testbed`, run on `testbeds` (the ones -t names; none: that one alone). Why
+    the names: `orch plan -t tb1,tb2` said "on testbed tb1" and the time of tb1 running every trial
+    (16 s for a sweep the two ran in 9 s), as the hunt's plan did before it took them."""
     m = plan.matrix
     cells, replicates = _count(len(plan.cells), "cell"), _count(plan.replicates, "replicate")
     most = " at most" if m.adaptive else ""
     console.print(
-        f"[bold]{escape(m.name)}[/bold] on testbed [bold]{escape(plan.testbed.name)}[/bold]: "
+        f"[bold]{escape(m.name)}[/bold] {_where(plan, testbeds)}: "
         f"{cells} x {replicates} = {_count(len(plan.steps), 'trial')}{most}, "
         f"order {m.order} (seed {plan.seed})"
     )
@@ -50,17 +54,36 @@ def print_plan(plan: Plan, console: Console, *, list_trials: bool = False) -> No
     _print_rows(console, *_cells_table(plan))
     if list_trials:
         _print_rows(console, *_trials_table(plan.steps))
+    alone = f" if {plan.testbed.name} ran every trial" if len(testbeds) > 1 else ""
     console.print(
-        f"restarts: {plan.restart_count} unit restarts in this order "
+        f"restarts: {plan.restart_count} unit restarts in this order{escape(alone)} "
         f"(units whose env does not change stay up); {_other_orders(plan)}"
     )
     console.print(
-        f"estimated duration:{most} {human_duration(plan.estimated_duration_s)} "
+        f"estimated duration:{most} {_duration(plan, len(testbeds))} "
         f"(startup estimates from the inventory + {m.repro.expected_duration_s:g} s per repro)"
     )
     _print_power(plan, console)
     for line in replicate_warnings(plan) + gate_warnings(plan):  # said before the sweep, not after it
         console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def _where(plan: Plan, testbeds: Sequence[str]) -> str:
+    """`on testbed [bold]A[/bold]`, or `across 2 testbeds (A, B)` (rich markup, names escaped)."""
+    if len(testbeds) < 2:
+        return f"on testbed [bold]{escape(plan.testbed.name)}[/bold]"
+    return f"across {len(testbeds)} testbeds ({escape(', '.join(testbeds))})"
+
+
+def _duration(plan: Plan, beds: int) -> str:
+    """The plan's time on one testbed; across several, also about how long they take side by side:
+    each starts its units for its first trial, then the rest split evenly (the handout spreads them)."""
+    total = plan.estimated_duration_s
+    if beds < 2 or not plan.steps:
+        return human_duration(total)
+    first = plan.steps[0].estimate_s
+    together = first + (total - first) / beds
+    return f"{human_duration(together)} across {beds} testbeds ({human_duration(total)} on one testbed alone)"
 
 
 def adaptive_line(a: Adaptive) -> str:
@@ -318,6 +341,15 @@ def _family_text(tests: family.Planned) -> str:
     )
 
 
+def _no_sessions(command: str) -> str:
+    """Why the sessions per trial are not known: no --sessions, or one a placeholder fills in. Why:
+    `--sessions {concurrency}` (a client factor) was said to be no --sessions at all."""
+    written = re.search(r"--sessions[ =](\S+)", command)
+    if written is None:
+        return "the repro command has no --sessions N"
+    return f"the repro command's --sessions is {written.group(1)}, filled in per trial"
+
+
 def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
     """The proportions' power: with replicates, the report's own test first (and in its hard shape),
     then Fisher's on pooled sessions for reference only. Why this order and one block each: the plan
@@ -330,9 +362,8 @@ def _proportion_lines(plan: Plan, family_tests: family.Planned) -> list[str]:
         return [f"power ({', '.join(props)}): none with one trial per cell (the warning below says why)"]
     sessions = power.sessions_from_command(plan.matrix.repro.command)
     if sessions is None:
-        return [
-            f"power ({', '.join(props)}): the repro command has no --sessions N, so orch cannot say before the sweep"
-        ]
+        why = _no_sessions(plan.matrix.repro.command)
+        return [f"power ({', '.join(props)}): {why}, so orch cannot say before the sweep"]
     n, tests = sessions * plan.replicates, max(1, family_tests.total)
     lines = [
         f"power ({', '.join(props)}): {n} sessions per cell ({sessions} x {plan.replicates} trials); the smallest "

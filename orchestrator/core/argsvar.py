@@ -40,7 +40,14 @@ class FlagSetting:
         return [self.flag, self.value] if self.takes_value else [self.flag]
 
     def describe(self) -> str:
-        return f"-({self.flag})" if self.value is None else "+" + " ".join(self.tokens())
+        """`+--flag value` as the env file gets it: a value with a space is quoted, as written
+        (`+--cuda-graph-max-bs 64 128` read as the value 64 and a stray 128; the file has '64 128').
+        One holding a ' stays bare: shlex would split it apart, and the redactor, which masks a
+        secret flag's quoted or bare value, would miss part of it."""
+        if self.value is None:
+            return f"-({self.flag})"
+        shown = [t if "'" in t else shlex.quote(t) for t in self.tokens()]
+        return "+" + " ".join(shown)
 
 
 @dataclass(frozen=True)

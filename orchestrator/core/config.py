@@ -420,6 +420,8 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
         return f"write a list such as [{raw}, ...] with at least two levels"
     if err["type"] == "list_type" and raw:
         return f"write [{raw}]"
+    if err["type"] == "literal_error" and raw:
+        return _close_literal(raw, str(err.get("ctx", {}).get("expected", "")))
     if err["type"] in ("int_parsing", "float_parsing") and raw and raw.strip("'\"").lower() in YAML_BOOLEANS:
         return f"YAML reads {raw} as true/false, not a number: write a number"
     percent = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*%", raw.strip("'\"").strip()) if raw else None
@@ -429,6 +431,13 @@ def _hint_for(loc: PathKey, err: Any, raw: str | None) -> str | None:
     if err["type"] == "float_parsing" and _is_gate_bound(loc) and raw and _WITH_UNIT.fullmatch(raw.strip("'\"")):
         return _GATE_UNIT_HINT  # `upper: 60s`: which number 60s is depends on the metric's regex
     return _share_hint(err)
+
+
+def _close_literal(raw: str, expected: str) -> str | None:
+    """`did you mean 'min-restarts'?` for `order: min_restarts`: an unknown factor or key gets its
+    near name, and a misspelt choice got only the list to compare it with letter by letter."""
+    close = difflib.get_close_matches(raw.strip("'\""), re.findall(r"'([^']*)'", expected), n=1)
+    return f"did you mean {close[0]!r}?" if close else None
 
 
 # a number followed by a unit: `60s`, `5m`, `200ms`, `1.5 s`, `2 GiB`

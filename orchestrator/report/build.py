@@ -1320,7 +1320,7 @@ def quasi_power_sentence(design: power.Design, base_rate: float, tests: int, *, 
     where = "in the cell with the fewest (simulated as if every cell had as few)" if fewest else "per cell"
     text = (
         f"With {design.trials} trials of {design.sessions} sessions {where}, this run's quasi-binomial comparison "
-        f"had 80% power only for differences of about {_directions(per_test)} (simulated on this design with the "
+        f"had 80% power {_power_for(per_test)} (simulated on this design with the "
         f"report's own tests, the likelihood ratio on the trials where the spread rests on too few degrees of "
         f"freedom: {power.simulation_note(design)}, dispersion {design.phi:.2f}; "
         f"at p < "
@@ -1338,12 +1338,20 @@ def power_sentence(n_cell: int, n_base: int, base_rate: float, tests: int) -> st
     per_test = power.detectable(n_cell, n_base, base_rate)
     text = (
         f"With {n_cell} sessions in the smallest cell and {n_base} in the baseline, this run had 80% power "
-        f"only for differences of about {_directions(per_test)} (exact power of Fisher's test at p < {stats.ALPHA:g}"
+        f"{_power_for(per_test)} (exact power of Fisher's test at p < {stats.ALPHA:g}"
     )
     if tests > 1:
         strict = power.detectable(n_cell, n_base, base_rate, alpha=stats.ALPHA / tests)
         text += f"; to pass Holm's first step over {tests} tests: {_directions(strict)}"
     return text + ")."
+
+
+def _power_for(d: power.Detectable) -> str:
+    """'only for differences of about +9.7 points (to 9.7%) ...', or, where no change reaches 80%
+    power, 'for no rise or fall at all (...)': it read 'only for differences of about no rise or
+    fall at all' (the eighth new-user walk, 2 trials of 6 sessions a cell)."""
+    said = _directions(d)
+    return f"for {said}" if said.startswith("no ") else f"only for differences of about {said}"
 
 
 def _directions(d: power.Detectable) -> str:

@@ -136,6 +136,30 @@ def check_separate_testbeds(testbeds: Sequence[Testbed], inventory: Inventory) -
             line=host.line,
             hint="parallel testbeds must be separate deployments: give each its own hosts",
         )
+    _check_separate_local_units(testbeds, inventory)
+
+
+def _check_separate_local_units(testbeds: Sequence[Testbed], inventory: Inventory) -> None:
+    """Two testbeds' local units of one name in one state_dir share a pid file and the mark orch
+    finds a process by, so each testbed's restart would stop the other's server. Why: a copy of
+    inventory/local.yaml's testbed keeps its `state_dir: .orch/local-sim` unless the copier sees it."""
+    seen: dict[tuple[str, str], str] = {}
+    for tb in testbeds:
+        if tb.state_dir is None:
+            continue
+        where = str(tb.state_dir.resolve())
+        for h in tb.hosts.values():
+            for unit in h.units if h.transport == "local" else ():
+                first = seen.setdefault((where, unit.name), tb.name)
+                if first != tb.name:
+                    raise ConfigError(
+                        f"testbeds {first!r} and {tb.name!r} both keep local unit {unit.name!r} in state_dir "
+                        f"{where} (one pid file and log: one testbed's restart could stop the other's server)",
+                        file=inventory.path,
+                        line=tb.line,
+                        path=f"testbeds.{tb.name}.state_dir",
+                        hint="give each testbed its own state_dir",
+                    )
 
 
 _HINTS = {

@@ -96,3 +96,22 @@ def test_resolve_leaves_an_absent_variable_absent_when_no_flag_is_set() -> None:
 
 def test_describe() -> None:
     assert str(edit(DISABLE, NO_MAX_BS)) == "args(-(--cuda-graph-max-bs) +--disable-cuda-graph)"
+
+
+def test_describe_quotes_a_value_with_a_space_as_the_file_gets_it() -> None:
+    """The plan and the journal said `+--cuda-graph-max-bs 64 128` for the value '64 128' (the eighth
+    new-user walk): read as the value 64 and a stray token 128."""
+    spaced = FlagSetting("--cuda-graph-max-bs", True, "64 128")
+    written = edit(spaced).apply("--tp 8")
+    assert written == "--tp 8 --cuda-graph-max-bs '64 128'"
+    assert str(edit(spaced)) == "args(+--cuda-graph-max-bs '64 128')"
+    assert written.endswith(str(edit(spaced))[len("args(+") : -1])  # the plan shows what the file gets
+    assert str(edit(MAX_BS_64)) == "args(+--cuda-graph-max-bs 64)"  # a plain value stays bare
+
+
+def test_describe_of_a_secret_flag_value_with_a_space_is_masked_whole() -> None:
+    """A secret flag's value with a space, shown bare, lost only its first word to the redactor."""
+    from orchestrator.core.redact import Redactor
+
+    shown = Redactor().text(str(edit(FlagSetting("--api-key", True, "hunter22 extra"))))
+    assert "hunter22" not in shown and "extra" not in shown, shown

@@ -95,3 +95,21 @@ def test_an_exclude_over_a_small_axis_and_a_larger_one_removes_only_its_cells(tm
     assert len(kept) == 10
     assert {"a=on,b=z,c=1", "a=on,b=z,c=0"} <= set(ids(kept))
     assert not {"a=off,b=x,c=1", "a=off,b=x,c=0"} & set(ids(kept))
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ("order: min_restarts", "got 'min_restarts' (did you mean 'min-restarts'?)"),
+        ("order: sequentail", "got 'sequentail' (did you mean 'sequential'?)"),
+        ("order: shuffled", "got 'shuffled'"),  # nothing near: the list alone, no guess
+    ],
+)
+def test_a_misspelt_choice_is_answered_with_its_near_value(tmp_path: Path, line: str, said: str) -> None:
+    """`order: min_restarts` got 'expected ... or 'min-restarts'' and no guess, where a misspelt factor
+    or key gets its near name (the eighth new-user walk)."""
+    with pytest.raises(ConfigError) as caught:
+        matrix(tmp_path, THREE + line + "\n")
+    text = str(caught.value)
+    assert text.startswith("m.yaml:11: order: expected 'randomized', 'sequential' or 'min-restarts', "), text
+    assert text.endswith(said), text

@@ -89,3 +89,22 @@ def test_a_one_factor_plan_names_no_other_cell_and_no_pooling(tmp_path: Path) ->
         "with one factor, its effect compares the same trials as the cells (best p = 0.1; "
         "Holm's first step needs < 0.01)"
     ), numbers
+
+
+def test_a_sessions_placeholder_is_not_said_to_be_no_sessions(tmp_path: Path) -> None:
+    """`--sessions {concurrency}` (a client factor's placeholder) was told 'the repro command has no
+    --sessions N' (the eighth new-user walk); a command without one still is."""
+    inventory = read_inventory(REPO / "inventory" / "local.yaml")
+    matrix = read_matrix(REPO / "matrices" / "cuda_graph_flags.yaml")
+    plan = make_plan(matrix, next(iter(inventory.testbeds.values())), 1, 2)
+    said = next(line for line in power_lines(plan) if line.startswith("power (corruption)"))
+    assert said == (
+        "power (corruption): the repro command's --sessions is {concurrency}, filled in per trial, "
+        "so orch cannot say before the sweep"
+    )
+    text = (REPO / "matrices" / "cuda_graph_flags.yaml").read_text().replace("--sessions {concurrency}", "")
+    text = text.replace("concurrency:\n", "concurrency:\n    placeholder: unused\n", 1)
+    (tmp_path / "m.yaml").write_text(text.replace("{python}", "{python} {unused}", 1))
+    bare = make_plan(read_matrix(tmp_path / "m.yaml"), next(iter(inventory.testbeds.values())), 1, 2)
+    said = next(line for line in power_lines(bare) if line.startswith("power (corruption)"))
+    assert said == "power (corruption): the repro command has no --sessions N, so orch cannot say before the sweep"

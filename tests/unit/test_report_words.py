@@ -14,7 +14,7 @@ from helpers.report_synth import fewer_factors, synthetic_run, write_run
 from orchestrator.core import family, power
 from orchestrator.core.config import read_matrix
 from orchestrator.core.model import Matrix
-from orchestrator.report.build import _directions, build_report
+from orchestrator.report.build import _directions, _power_for, build_report
 from orchestrator.report.compare import write_comparison_page
 from orchestrator.report.render import render_report, write_report
 
@@ -173,3 +173,16 @@ def test_a_four_flag_hunts_page_still_says_both(tmp_path: Path) -> None:
     assert "at the failing level, every other flag clean" in four
     assert "and the rest of the flag's set alone, every other flag clean, ran 2 trials without a failure" in four
     assert "one flag at a time, 80 sessions each 400 5 (misses interactions)" in four
+
+
+def test_a_power_sentence_where_nothing_reaches_80_percent_says_so_plainly() -> None:
+    """It read 'had 80% power only for differences of about no rise or fall at all (not even to 100%
+    or 0%)' (the eighth new-user walk: 2 trials of 6 sessions a cell, dispersion 2.82)."""
+    from orchestrator.report.build import quasi_power_sentence
+
+    design = power.Design(sessions=6, trials=2, other_rates=(0.0, 0.0, 0.0, 0.083), phi=2.82)
+    text = quasi_power_sentence(design, 1 / 12, 23)
+    assert "differences of about no" not in text, text
+    assert "comparison had 80% power for no rise or fall at all (not even to 100% or 0%) (simulated" in text, text
+    assert _power_for(_found(0.05, 0.05, None)).startswith("only for differences of about +5.0 points (to 10.0%)")
+    assert _power_for(_found(0.0, None, None)) == "for no rise at all (not even to 100%), as a rate of 0% cannot fall"
