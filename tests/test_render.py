@@ -188,6 +188,16 @@ def test_a_runs_file_or_the_reports_folder_is_told_which_folder_to_pass(tmp_path
     assert told.value.hint == f"it holds runs: pass one of them, e.g. {run_dir}"
 
 
+def test_a_path_that_does_not_exist_is_told_so(tmp_path: Path) -> None:
+    """`orch report/export/compare reports/typo` said "not a run directory (no run.json)" of a path
+    that is not there at all, as of a folder without run.json: a mistyped run id reads as a
+    broken run (a new-user walk)."""
+    typo = r"reports/2026-typo: not a run directory: no such file or folder \(pass"
+    with pytest.raises(UsageError, match=typo) as told:
+        write_report(tmp_path / "reports" / "2026-typo")
+    assert told.value.hint == "pass the folder `orch run` printed, e.g. reports/<run-id>"
+
+
 def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     # six replicates: enough trials for run one's DSV4 cell to differ with the trial as the unit
