@@ -200,6 +200,9 @@ def test_the_help_texts_fill_the_gaps(capsys: pytest.CaptureFixture[str]) -> Non
     assert "POST the run's summary here now" in help_of(["notify"], capsys)
     assert "beside the matrix's folder" in help_of(["validate"], capsys)
     assert "it has no login and no TLS" in help_of(["serve"], capsys)  # before anyone binds 0.0.0.0
+    # a run folder deleted by hand stays on reports/index.html until the index is written again:
+    # `orch report` of any run there does it, and said only that it re-renders the run's page
+    assert "and the runs index beside it (reports/index.html)" in help_of(["report"], capsys)
 
 
 def test_the_exit_codes_the_help_names_are_the_ones_returned() -> None:

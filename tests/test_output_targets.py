@@ -191,3 +191,27 @@ def test_an_output_named_for_another_format_is_refused(
     assert f"(add --format {ask}, or name the file for" in " ".join(capsys.readouterr().err.split())
     assert not (tmp_path / name).exists()
     assert main(["export", str(run_dir), "--format", "bencher", "-o", str(tmp_path / "b.json")]) == 0
+
+
+class _ClosedPipe(io.StringIO):
+    """A stdout whose reader went away (`orch export R -o - | head`): every byte write fails."""
+
+    class _Buffer(io.BytesIO):
+        def write(self, data: object) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.buffer = self._Buffer()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "junit"])
+def test_export_to_a_closed_pipe_ends_quietly_with_141(run_dir: Path, fmt: str, monkeypatch, capsys) -> None:
+    """README's exit codes: 141 when the output's reader went away, quietly. `-o - | head` ended
+    with exit 2 and "error: --output -: cannot write the export: Broken pipe" (bad input)."""
+    import orchestrator.cli.console as console
+
+    monkeypatch.setattr(console, "stdout_closed", lambda: console.EXIT_PIPE_CLOSED)  # no dup2 under pytest
+    monkeypatch.setattr("sys.stdout", _ClosedPipe())
+    assert main(["export", str(run_dir), "--format", fmt, "-o", "-"]) == 141
+    assert "error" not in capsys.readouterr().err

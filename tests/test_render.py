@@ -8,6 +8,7 @@ import html
 import json
 import os
 import re
+import shutil
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -186,6 +187,32 @@ def test_a_runs_file_or_the_reports_folder_is_told_which_folder_to_pass(tmp_path
     with pytest.raises(UsageError, match="not a run directory") as told:
         write_report(tmp_path / "reports")
     assert told.value.hint == f"it holds runs: pass one of them, e.g. {run_dir}"
+
+
+def test_a_path_that_does_not_exist_is_told_so(tmp_path: Path) -> None:
+    """`orch report/export/compare reports/typo` said "not a run directory (no run.json)" of a path
+    that is not there at all, as of a folder without run.json: a mistyped run id reads as a
+    broken run (a new-user walk)."""
+    typo = r"reports/2026-typo: not a run directory: no such file or folder \(pass"
+    with pytest.raises(UsageError, match=typo) as told:
+        write_report(tmp_path / "reports" / "2026-typo")
+    assert told.value.hint == "pass the folder `orch run` printed, e.g. reports/<run-id>"
+
+
+def test_orch_report_writes_the_index_again_without_a_run_deleted_since(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """README: `orch report RUN_DIR` re-renders the run's page and the runs index beside it, which
+    is how a run folder deleted by hand leaves the index (its link led nowhere)."""
+    from orchestrator.cli.main import main
+
+    reports = tmp_path / "reports"
+    one = write_run(reports / "20260509-070000-a", *synthetic_run(replicates=1, run_id="20260509-070000-a"))
+    two = write_run(reports / "20260510-070000-b", *synthetic_run(replicates=1, run_id="20260510-070000-b"))
+    assert main(["report", str(two)]) == 0
+    assert "20260509-070000-a" in (reports / "index.html").read_text()
+    shutil.rmtree(one)
+    assert main(["report", str(two)]) == 0
+    page = (reports / "index.html").read_text()
+    assert "20260509-070000-a" not in page and '<a href="20260510-070000-b/index.html">' in page
 
 
 def test_index_lists_every_run_and_uses_cached_summaries(tmp_path: Path) -> None:

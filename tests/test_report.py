@@ -500,3 +500,13 @@ def test_the_one_factor_table_names_the_test_behind_its_p() -> None:
     assert report.neighbours and {nb.method for nb in report.neighbours} == {"quasi-binomial"}
     page = render_report(report)
     assert "<th>p (quasi-binomial)</th>" in page and "p (Fisher)" not in page
+
+
+def test_no_data_does_not_blame_the_matrix_for_no_factor_effect() -> None:
+    """A run with no completed trial said "No factor could be compared (no cell pairs that differ
+    in one factor only)" under a 2x2x2 matrix full of such pairs: effects need two measured cells
+    one factor apart, and none was measured (a new-user walk)."""
+    manifest, records = synthetic_run(replicates=1, status="interrupted")
+    page = render_report(build_report(manifest, [r for r in records if r.status == "failed"]))
+    assert "no cell pairs that differ in one factor only" not in page
+    assert "No factor could be compared (no two cells one factor apart both have completed trials)" in page

@@ -213,7 +213,12 @@ def _add_views(sub: argparse._SubParsersAction) -> None:
     )
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
-    rep = command(sub, "report", "re-render the HTML report of a run directory", cmd_report)
+    rep = command(
+        sub,
+        "report",
+        "re-render the HTML report of a run directory and the runs index beside it (reports/index.html)",
+        cmd_report,
+    )
     rep.add_argument(
         "run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it), e.g. reports/<run-id>"
     )

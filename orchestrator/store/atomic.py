@@ -184,7 +184,9 @@ def _write_stdout(path: Path, data: Iterable[bytes], what: str) -> None:
         for chunk in data:
             sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
-    except OSError as exc:  # a closed pipe (`| head`)
+    except BrokenPipeError:  # the reader went away (`| head`): cli.main ends quietly with 141
+        raise
+    except OSError as exc:  # a full disk behind `> file`
         raise run_file_error(path, what, exc) from exc
 
 

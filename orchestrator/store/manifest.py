@@ -77,7 +77,8 @@ def load_manifest(run_dir: Path, *, plan: bool = True) -> RunManifest:
 
 def _not_a_run(run_dir: Path) -> UsageError:
     """Why run_dir is no run, with what to pass instead: a file of a run (its index.html, its
-    run.json) was told it had "no run.json"; the reports folder got the generic example."""
+    run.json) was told it had "no run.json"; the reports folder got the generic example; a path not
+    there at all (a typo) says so."""
     given = Path(run_dir)
     if given.is_file() and RunDir(given.parent).run_json.is_file():
         return UsageError(f"{run_dir}: a file of a run, not its folder", hint=f"pass the run's folder: {given.parent}")
@@ -86,6 +87,8 @@ def _not_a_run(run_dir: Path) -> UsageError:
     except OSError:
         runs = []
     hint = "pass the folder `orch run` printed, e.g. reports/<run-id>"
+    if not given.exists() and not given.is_symlink():  # a typo'd run id is no broken run
+        return UsageError(f"{run_dir}: not a run directory: no such file or folder", hint=hint)
     if runs:
         hint = f"it holds runs: pass one of them, e.g. {given / runs[-1]}"
     return UsageError(f"{run_dir}: not a run directory (no run.json)", hint=hint)
