@@ -155,7 +155,10 @@ def shown_names(known: Sequence[str], what: str) -> str:
 def known_names_hint(name: str, known: list[str], what: str) -> str:
     """The hint for a name not found: close spellings first (a typo among many), then a few of the
     known names, never the whole list of a large inventory on one line."""
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.75)
+    same_but_case = [k for k in known if k.lower() == name.lower()]  # difflib counts case: 'TB1' vs 'tb1' is 0.33
+    close = (
+        same_but_case + [c for c in difflib.get_close_matches(name, known, n=3, cutoff=0.75) if c not in same_but_case]
+    )[:3]
     shown = shown_names(known, what)
     if not close:
         return f"known: {shown}"

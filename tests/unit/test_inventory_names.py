@@ -30,3 +30,11 @@ def test_no_close_name_lists_the_known_ones() -> None:
     with pytest.raises(ConfigError) as err:
         inventory(["lab", "prod"]).testbed("staging")
     assert "known: lab, prod" in str(err.value) and "did you mean" not in str(err.value)
+
+
+def test_a_name_in_the_wrong_case_is_suggested_first() -> None:
+    """`-t TB1` for testbed tb1: difflib scores 'TB1' against 'tb1' at 0.33 (case counts), so the
+    error only listed the known names (the eighth new-user walk)."""
+    with pytest.raises(ConfigError) as err:
+        inventory(["tb1", "tb2", "staging"]).testbed("TB1")
+    assert "did you mean 'tb1'?" in str(err.value), str(err.value)
