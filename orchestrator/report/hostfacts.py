@@ -10,6 +10,7 @@ resumed on them, makes that pool mix two things under one name, and the testbed 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from orchestrator.core.hostfacts import BY_CELL, latest_facts
@@ -37,10 +38,30 @@ def testbed_fact_findings(manifest: RunManifest) -> list[Finding]:
         keys = dict.fromkeys(k for facts in beds.values() for k in facts.get(role, {}) if k not in UNCOMPARED)
         for key in keys:
             values = {name: _shown(manifest, key, f[role][key]) for name, f in beds.items() if key in f.get(role, {})}
-            if len(set(values.values())) > 1:
+            if len({_placeless(key, v) for v in values.values()}) > 1:
                 text = f"Testbeds are not copies: the {role} role's {word(key)} differed: {_by_testbed(values)}"
                 out.append(Finding(kind="caution", text=text + "; a cell's trials pooled over them mix both."))
     return out
+
+
+# a command line's words that say where its server listens or finds its peers: a URL, an
+# address:port, or the value of a flag named for a port, host, address or URL
+_URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+_HOST_PORT = re.compile(r"\b[\w.-]+:\d{1,5}\b")
+_PLACE_FLAG = re.compile(
+    r"(--?(?:[a-z0-9]+[-_])*(?:port|host|hostname|addr|address|ip|url|urls)(?:[-_][a-z0-9]+)*)(=|\s+)((?!-)\S+)",
+    re.IGNORECASE,
+)
+
+
+def _placeless(key: str, value: str) -> str:
+    """A units' command line with where it listens taken out: separate deployments differ there by
+    design (two copies of the simulator on one machine differed in every port, a caution per role).
+    Any other fact as it is."""
+    if key != "exec_start":
+        return value
+    value = _PLACE_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}PLACE", value)
+    return _HOST_PORT.sub("PLACE", _URL.sub("PLACE", value))
 
 
 def session_change_findings(manifest: RunManifest) -> list[Finding]:

@@ -163,3 +163,29 @@ def test_a_resume_on_other_gpus_keeps_the_first_sessions_and_the_report_names_th
     assert said[1].startswith("Host facts changed between sessions: the decode role's GPU driver was '550.54.15'")
     page = html.unescape((run_dir / "index.html").read_text())
     assert all(s in page for s in said) and len(said) == 2
+
+
+def test_command_lines_that_differ_only_where_each_testbed_listens_are_no_difference(base: RunManifest) -> None:
+    """Two copies of the simulated deployment on one machine: their units' command lines differ in
+    ports and the URLs built from them only (the eighth new-user walk: a caution per role, three
+    in all, for separate deployments that differ there by design). A flag's value is a difference."""
+
+    def command(port: int, tp: int) -> str:
+        return (
+            f"/usr/bin/python -m sglang.launch_server --host 0.0.0.0 --port {port} --tp {tp} "
+            f"--dist-init-addr 10.0.0.{port % 7}:5000 --prefill-url http://127.0.0.1:{port + 1}/"
+        )
+
+    def beds(tp_b: int) -> dict[str, dict[str, dict[str, str]]]:
+        return {
+            "A": {"decode": {"exec_start": command(31800, 2)}},
+            "B": {"decode": {"exec_start": command(31810, tp_b)}},
+        }
+
+    same = base.model_copy(update={"testbeds": ["A", "B"], "testbed_hosts": beds(2)})
+    assert host_fact_findings(same) == []
+    other = base.model_copy(update={"testbeds": ["A", "B"], "testbed_hosts": beds(4)})
+    [said] = [f.text for f in host_fact_findings(other)]
+    assert said.startswith("Testbeds are not copies: the decode role's ") and "--tp 4" in said, said
+    report_to = {tb: {"decode": {"exec_start": f"python -m sglang --report-to {tb}"}} for tb in ("A", "B")}
+    assert host_fact_findings(same.model_copy(update={"testbed_hosts": report_to}))  # 'port' inside a word
