@@ -483,7 +483,8 @@ def _number_lines(
         if len(factors) > 1
         else "with one factor, its effect compares the same trials as the cells"
     )
-    factor_text = f"{pooling} (best p = {best:.2g}; Holm's first step needs < {ALPHA / max(1, family):.2g})"
+    best_p = "best p < 1e-300" if best < 1e-300 else f"best p = {best:.2g}"  # 4,096 trials a side underflow to 0
+    factor_text = f"{pooling} ({best_p}; Holm's first step needs < {ALPHA / max(1, family):.2g})"
     return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
 
 

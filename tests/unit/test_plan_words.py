@@ -5,10 +5,12 @@ fall to 0.1% (Holm: a rise to 7.7% or no fall)': a reader could not tell what 'n
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
+from orchestrator.cli import planview
 from orchestrator.cli.planview import _dirs, power_lines
 from orchestrator.core import power
 from orchestrator.core.config import read_inventory, read_matrix
@@ -108,3 +110,13 @@ def test_a_sessions_placeholder_is_not_said_to_be_no_sessions(tmp_path: Path) ->
     bare = make_plan(read_matrix(tmp_path / "m.yaml"), next(iter(inventory.testbeds.values())), 1, 2)
     said = next(line for line in power_lines(bare) if line.startswith("power (corruption)"))
     assert said == "power (corruption): the repro command has no --sessions N, so orch cannot say before the sweep"
+
+
+def test_a_factors_best_p_too_small_for_a_float_is_not_said_to_be_zero() -> None:
+    """12 factors, 2 replicates: a factor's two halves hold 4,096 trials each, whose smallest
+    Mann-Whitney p (2 / C(8192, 4096)) is far below a float's range: the plan said "best p = 0"
+    (the eighth new-user walk), a p no test gives."""
+    factors = {f"f{i}": ["0", "1"] for i in range(12)}
+    cells = [dict(zip(factors, bits, strict=True)) for bits in itertools.product("01", repeat=12)]
+    [line] = planview._number_lines(["wall"], 2, cells, factors, cells[0], 8556)
+    assert "best p < 1e-300;" in line and "best p = 0" not in line, line
