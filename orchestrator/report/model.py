@@ -84,6 +84,12 @@ class Finding(Frozen):
     kind: FindingKind
     text: str
 
+    @property
+    def label(self) -> str:
+        """What the page shows before the line: its kind, but "no finding" for a null result (the
+        page showed "NULL", which a new user took for a bug in it)."""
+        return "no finding" if self.kind == "null" else self.kind
+
 
 class HuntView(Frozen):
     """A hunt run's answer as its own report (report.hunt) words it, for the run's index.html and

@@ -430,13 +430,13 @@ def check_findings(o: Outputs) -> None:
 
     r = o.report
     page = [(kind, text) for kind, text in parsed(o.page).items]
-    assert page == [(f.kind, f.kind + f.text) for f in r.headline]  # each item opens with its kind's label
+    assert page == [(f.kind, f.label + f.text) for f in r.headline]  # each item opens with its kind's label
     result = result_headline(r)
     row = next(row for row in parsed(o.index).tables["runs"][1:] if o.api_runs["run_id"] in row[0])
     assert o.summary.headline == o.api_runs["headline"] == o.webhook["headline"] == result
     assert row[5].startswith(" ".join(result.split()))
     said = result.removeprefix(status_sentence(r) + " So far: ") if r.status not in ("completed", "failed") else result
-    assert any(text == f.kind + said for f in r.headline for _, text in page), "a result the page does not name"
+    assert any(text == f.label + said for f in r.headline for _, text in page), "a result the page does not name"
     suspect = list(o.summary.suspect)
     assert list(o.api_runs["suspect"]) == o.webhook["suspect"] == suspect  # type: ignore[call-overload]
     assert all(any("; ".join(suspect) in w for w in o.compared.warnings) for _ in suspect[:1])
