@@ -103,3 +103,18 @@ def test_a_missing_key_beside_a_local_host_is_said_once_with_the_hosts_it_reache
     assert len(missing) == 1, missing
     assert missing[0].line == _line(path, "key:") and missing[0].exit_code == 2
     assert str(missing[0]).split(" (check")[0].endswith(f"not found on this machine (decode.0 (10.0.0.2:22){phrase}")
+
+
+def test_a_missing_repro_program_is_refused_in_a_plan_of_one_trial(tmp_path: Path) -> None:
+    """One cell (the other level excluded) and one replicate: the plan's only trial is the one
+    filled in to find the program (orch run --dry-run refuses it, as the run would)."""
+    matrix = _matrix(tmp_path, command=" --x")
+    matrix.write_text(
+        matrix.read_text().replace('"echo {router_url}', '"/no/such/repro {router_url}')
+        + "exclude:\n  - {overlap: 1}\nreplicates: 1\n"
+    )
+    prepared = api.prepare(api.SweepRequest(matrix, LOCAL))
+    assert len(prepared.plan.steps) == 1
+    with pytest.raises(ConfigError, match="/no/such/repro: no such program on this machine") as err:
+        api.check_new_run(api.SweepRequest(matrix, LOCAL, reports_dir=tmp_path / "reports"), prepared)
+    assert err.value.line == _line(matrix, "command:") and err.value.exit_code == 2
