@@ -55,10 +55,11 @@ from testbed.fixture import testbed  # noqa: E402,F401
 def pytest_configure(config: pytest.Config) -> None:
     # pytest-xdist's own marker, declared here too so that runs without xdist (-p no:xdist) accept it
     config.addinivalue_line("markers", "xdist_group(name): run every test of the group on one worker")
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # execnet starts workers with SIGINT ignored (Ctrl-C is the controller's business), and an
-        # ignored signal stays ignored across exec: orch under test would never see the Ctrl-C
-        # the signal tests send it. Workers get Python's own handler back, as in a plain run.
+    if os.environ.get("PYTEST_XDIST_WORKER") or signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # execnet starts workers with SIGINT ignored (Ctrl-C is the controller's business), as a
+        # shell starts a background job, and an ignored signal stays ignored across exec: orch
+        # under test would never see the Ctrl-C the signal tests send it. Such a process gets
+        # Python's own handler back, as in a plain run (tests/test_sigint_inherited.py).
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
