@@ -85,10 +85,11 @@ def test_a_symlink_is_followed_and_stays_a_link(
 ) -> None:
     real_dir = tmp_path / "elsewhere"
     real_dir.mkdir()
-    real = real_dir / "real.out"
+    suffix = ".csv" if command == "export" else ".out"  # an export replaces only a file named as one
+    real = real_dir / f"real{suffix}"
     real.write_text("old\n")
     real.chmod(0o640)
-    link = tmp_path / "link.out"
+    link = tmp_path / f"link{suffix}"
     link.symlink_to(real)
     argv = (
         ["export", str(run_dir), "--format", "csv"]
@@ -99,7 +100,7 @@ def test_a_symlink_is_followed_and_stays_a_link(
     assert link.is_symlink() and os.readlink(link) == str(real)
     text = real.read_text()
     assert text != "old\n" and (text.startswith("run_id,") if command == "export" else "</html>" in text)
-    assert [p.name for p in real_dir.iterdir()] == ["real.out"]  # no temp file left beside it
+    assert [p.name for p in real_dir.iterdir()] == [real.name]  # no temp file left beside it
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 

@@ -144,7 +144,7 @@ def test_compare_says_a_run_that_stopped_early_is_incomplete() -> None:
     model = compare(a_manifest, a_records, b_manifest, b_records)
     assert model.warnings == (
         f"Run {b_manifest.run_id} (B) is incomplete: interrupted, 11 of 32 planned trials completed. Its cells hold "
-        "fewer trials than planned and cells it never reached are missing here; resume it (orch resume) before "
+        "fewer trials than planned and cells it never reached are missing here; resume it (orch resume RUN_B) before "
         "trusting this comparison.",
     )
     swapped = compare(b_manifest, b_records, a_manifest, a_records)  # either side

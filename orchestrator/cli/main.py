@@ -468,8 +468,25 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     path = write_report(args.run_dir)
     write_index(args.run_dir.parent, fresh_summary)
+    _say_torn(args.run_dir)
     out.print(f"report: {path}", markup=False)
     return 0
+
+
+def _say_torn(run_dir: Path) -> None:
+    """A torn last line of the journal (the controller stopped mid-write) was said on the page
+    only: `orch report` printed 'report: ...' as for a whole journal."""
+    from orchestrator.cli.console import warn
+    from orchestrator.store.journal import torn_line
+    from orchestrator.store.rundir import RunDir
+
+    journal = RunDir(run_dir).journal
+    line = torn_line(journal) if journal.is_file() else None
+    if line is not None:
+        warn(
+            f"{journal}:{line}: the journal's last line is torn (the controller stopped mid-write); "
+            "the report leaves it out"
+        )
 
 
 if __name__ == "__main__":

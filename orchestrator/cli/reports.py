@@ -91,7 +91,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format in ("junit", "bencher"):
         path = export_ci(args.run_dir, args.format, args.output, warn)
     else:
-        path = export_run(args.run_dir, args.format, args.output)
+        path = export_run(args.run_dir, args.format, args.output, warn)
     _written("exported", path)
     return 0
 
@@ -113,3 +113,20 @@ def _check_suffix(out: Path | None, fmt: str) -> None:
             f"--output {out}: a {out.suffix} name for --format {fmt}",
             hint=f"add --format {fits[0]}, or name the file for {fmt}",
         )
+    _check_not_overwritten(out, fmt)
+
+
+def _check_not_overwritten(out: Path, fmt: str) -> None:
+    """`-o matrices/m.yaml` replaced the user's matrix with CSV, exit 0, without a word: an existing
+    file is replaced only when its name is one of this format's exports (a new file, stdout, a FIFO
+    or a device are written as before)."""
+    from orchestrator.errors import UsageError
+    from orchestrator.store.atomic import is_stdout
+
+    own = next(suffix for suffix, formats in SUFFIX_FORMATS.items() if fmt in formats)
+    if is_stdout(out) or out.suffix.lower() == own or not out.is_file():
+        return
+    raise UsageError(
+        f"--output {out}: an existing file not named as a {fmt} export (it would be replaced)",
+        hint=f"name a new file or one ending {own}, or remove {out} first",
+    )

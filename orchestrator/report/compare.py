@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.core import clustered, ranks, stats
+from orchestrator.core.clip import clip
 from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.words import counted
 from orchestrator.errors import UsageError
@@ -31,6 +32,7 @@ from orchestrator.report.servedsettings import CellServers
 from orchestrator.report.unlike import Unlike, lines_of, unlike
 from orchestrator.store.atomic import write_text_atomic
 from orchestrator.store.journal import MetricPoint, TrialRow, TrialRows
+from orchestrator.store.liveness import resume_command
 from orchestrator.store.rundir import ReportsDir, RunDir
 from orchestrator.store.runtrials import completed_rows, read_run_rows, trial_rows
 
@@ -159,12 +161,14 @@ def compare_cells(
     stopped_cells_a: Collection[str] = (),
     stopped_cells_b: Collection[str] = (),
     servers: tuple[CellServers, CellServers] | None = None,
+    folders: tuple[Path | str, Path | str] = ("RUN_A", "RUN_B"),
 ) -> Comparison:
     """PURE: compare() from each run's cells as cell_trials summarises them (all a comparison
     needs of a run's trials: what write_comparison_page keeps of one run while it reads the other);
     `incomplete_a`/`incomplete_b`: report.build.incomplete_reason of each run, read with its rows;
     `stopped_cells_a`/`stopped_cells_b`: report.build.stopped_cells of each run (their rates take
-    the report's anytime-valid interval); `servers`: what served each run's cells (report.unlike)."""
+    the report's anytime-valid interval); `servers`: what served each run's cells (report.unlike);
+    `folders`: each run's folder as the user named it, for the command that resumes it."""
     common = [c for c in ca if c in cb]
     differs = unlike(a, b, servers)  # a metric defined otherwise in B measured something else: not compared
     metrics = {m: kind for m, kind in a.metrics.items() if m in b.metrics and m not in differs.metrics}
@@ -178,13 +182,14 @@ def compare_cells(
     rows = _holm_all(found)
     only_a = tuple(c for c in ca if c not in cb)
     only_b = tuple(c for c in cb if c not in ca)
-    sides = (("A", a, suspect_a, incomplete_a), ("B", b, suspect_b, incomplete_b))
-    warnings = tuple(line for side, m, reasons, incomplete in sides for line in _doubts(side, m, reasons, incomplete))
+    sides = (("A", a, suspect_a, incomplete_a, folders[0]), ("B", b, suspect_b, incomplete_b, folders[1]))
+    warnings = tuple(line for side, m, reasons, gap, where in sides for line in _doubts(side, m, reasons, gap, where))
     return Comparison(a, b, tuple(rows), only_a, only_b, _summary(rows, a, b), warnings, methods, differs)
 
 
-def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str | None) -> list[str]:
-    """One run's warnings: incomplete (it stopped early), then suspect (the report's cautions)."""
+def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str | None, where: Path | str) -> list[str]:
+    """One run's warnings: incomplete (it stopped early: with the command to paste that resumes
+    it), then suspect (the report's cautions)."""
     found = []
     if incomplete:
         held = (
@@ -193,8 +198,8 @@ def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str |
             else "Its cells hold fewer trials than planned and cells it never reached are missing here"
         )
         found.append(
-            f"Run {m.run_id} ({side}) is incomplete: {incomplete}. {held}; resume it (orch resume) before trusting "
-            "this comparison."
+            f"Run {m.run_id} ({side}) is incomplete: {incomplete}. {held}; resume it ({resume_command(where)}) "
+            "before trusting this comparison."
         )
     if reasons:
         found.append(
@@ -448,12 +453,12 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
         stopped_cells_a=read_a.stopped,
         stopped_cells_b=read_b.stopped,
         servers=(read_a.servers, read_b.servers),
+        folders=(run_a, run_b),
     )
     a, b = model.a, model.b
     if not model.rows:  # a page of "nothing to compare" is no answer: bad input, exit 2
         raise UsageError(
-            f"{run_a} and {run_b}: nothing to compare: {_nothing_in_common(model)}"
-            + "".join(f"; {line}" for line in model.differences),
+            f"{run_a} and {run_b}: nothing to compare: {_nothing_in_common(model)}{_refused_differences(model)}",
             hint="compare two runs of one matrix, e.g. tonight's and last night's",
         )
     nightly = _nightly(run_b)
@@ -520,6 +525,21 @@ def _suspect(run_dir: Path, manifest: RunManifest, scan: TrialRows) -> list[str]
         drilldown_cap=0,
     )
     return suspect_reasons(report)
+
+
+# what else differed, said in a refusal: the first few, each cut, and how many more (a hunt against
+# a sweep differed in every host fact: its refusal was one line of ~3,000 characters)
+DIFFERENCES_NAMED = 3
+DIFFERENCE_CHARS = 200
+
+
+def _refused_differences(model: Comparison) -> str:
+    """'; ' and the first DIFFERENCES_NAMED differences, each cut at DIFFERENCE_CHARS, then 'and N more'."""
+    lines = model.differences
+    said = [clip(line, DIFFERENCE_CHARS) for line in lines[:DIFFERENCES_NAMED]]
+    if len(lines) > DIFFERENCES_NAMED:
+        said.append(f"and {counted(len(lines) - DIFFERENCES_NAMED, 'more difference')}")
+    return "".join(f"; {line}" for line in said)
 
 
 def _nothing_in_common(model: Comparison) -> str:

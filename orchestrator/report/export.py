@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,6 +50,7 @@ COLUMNS = [
 
 
 FACTOR_PREFIX = "factor."
+NO_TRIALS = "the run has no finished trial"
 
 
 def factor_column(name: str) -> str:
@@ -142,11 +143,12 @@ def check_stdout_format(out: Path | None, fmt: str) -> None:
 EXPORT_CHUNK = 1000  # trials whose full records are held at once (a few MB), however long the run
 
 
-def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
+def export_run(run_dir: Path, fmt: Format, out: Path | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """Export the run: each trial's record as store.runtrials chooses it (the report's choice),
     read as compact rows, the full records fetched EXPORT_CHUNK trials at a time and written as
     they come (parquet: a row group every ROW_GROUP_ROWS rows). A damaged journal is refused
-    (exit 2) before anything is written."""
+    (exit 2) before anything is written. `warn` hears of a run with no trial: its file has no row,
+    and the terminal said only 'exported: ...', exit 0, as if it held the run's data."""
     from orchestrator.store.manifest import load_manifest
     from orchestrator.store.runtrials import read_run_rows, trial_rows
 
@@ -155,6 +157,8 @@ def export_run(run_dir: Path, fmt: Format, out: Path | None = None) -> Path:
         check_stdout_format(out, fmt)
     manifest = load_manifest(run_dir)
     chosen = trial_rows(read_run_rows(run_dir, manifest).rows)
+    if not chosen and warn is not None:
+        warn(f"{NO_TRIALS}: the {fmt} file has no row")
     frames = _frames(manifest, RunDir(run_dir).journal, chosen)
     target = RunDir(run_dir).export(manifest.run_id, fmt) if out is None else out
     chunks = _parquet(frames, _filled(manifest, chosen)) if fmt == "parquet" else _encoded(frames, fmt)

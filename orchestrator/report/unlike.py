@@ -168,6 +168,19 @@ def _host_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> list[
     return [*where, *session_lines(a, b)]
 
 
+def _running(a: RunManifest, b: RunManifest) -> frozenset[str]:
+    """The sides whose run.json says running (it runs, or its controller died): what a session
+    finds on its hosts is recorded at that session's end, so a fact it lacks is not known yet."""
+    return frozenset(side for side, m in (("A", a), ("B", b)) if m.status == "running")
+
+
+def _not_yet(side: str) -> str:
+    return (
+        f"{side} is still running (or its controller died): its host facts are not recorded yet (run.json "
+        "gets them at its end), so whether they differ from the other run's is not known"
+    )
+
+
 def _inventory_lines(a: RunManifest, b: RunManifest) -> list[str]:
     """The inventory file, said only where no host line says what in it differed."""
     if a.inventory_sha256 == b.inventory_sha256:
@@ -180,14 +193,21 @@ def _testbed_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> li
     out = []
     if a.testbed != b.testbed:
         out.append(f"A ran on testbed {a.testbed!r}, B on {b.testbed!r}")
+    running, unknown = _running(a, b), set()
     for role in sorted(set(a.hosts) | set(b.hosts)):
         ha, hb = (_host_facts(m, role, BY_CELL if per_cell else frozenset()) for m in (a, b))
         if ha is None or hb is None:
             if ha != hb:
                 out.append(f"the {role} role ran on {_host(ha)} in A, on {_host(hb)} in B")
-        elif said := _facts_that_differ(ha, hb):
+            continue
+        unknown |= {
+            side
+            for side, mine, other in (("A", ha, hb), ("B", hb, ha))
+            if side in running and other.keys() - mine.keys()
+        }
+        if said := _facts_that_differ(ha, hb, running):
             out.append(f"the {role} role's " + "; its ".join(said))
-    return out
+    return out + [_not_yet(side) for side in sorted(unknown)]
 
 
 def _host_facts(m: RunManifest, role: str, left_out: frozenset[str] = frozenset()) -> dict[str, str] | None:
@@ -203,13 +223,18 @@ def _host(facts: Mapping[str, str] | None) -> str:
     return _quote(", ".join(f"{k}={v}" for k, v in sorted(facts.items()))) if facts else "no host"
 
 
-def _facts_that_differ(ha: Mapping[str, str], hb: Mapping[str, str]) -> list[str]:
+def _facts_that_differ(
+    ha: Mapping[str, str], hb: Mapping[str, str], running: frozenset[str] = frozenset()
+) -> list[str]:
     """Each host fact that differs, by name, as it was in A and in B. Why not the whole host line:
     cut at QUOTE_CHARS, a command line that differed at its end read the same in both runs, and
-    any difference read as another host."""
+    any difference read as another host. A fact a `running` side has not recorded yet is left to
+    one line for that run (_not_yet): said per fact, every fact read as a difference."""
     said = []
     for key in sorted(set(ha) | set(hb)):
         va, vb = ha.get(key), hb.get(key)
+        if (va is None and "A" in running) or (vb is None and "B" in running):
+            continue
         if va != vb:
             qa, qb = quote_apart(va, vb)
             said.append(f"{word(key)} differed: {qa} in A, {qb} in B")

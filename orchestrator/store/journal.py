@@ -512,6 +512,20 @@ def _body_end(handle: BinaryIO) -> tuple[int, bool]:
     return (size, False) if torn is None else (torn, True)
 
 
+def torn_line(path: Path) -> int | None:
+    """The line number of a torn last line (read past by every reader), or None when the journal
+    ends cleanly: for a warning that names it. Only a torn journal is read through (to count its
+    lines, a block at a time)."""
+    with _reading(path) as handle:
+        torn = _torn_tail_offset(handle, os.fstat(handle.fileno()).st_size)
+        if torn is None:
+            return None
+        newlines = sum(
+            os.pread(handle.fileno(), min(_BLOCK, torn - at), at).count(b"\n") for at in range(0, torn, _BLOCK)
+        )
+    return newlines + 1
+
+
 def _torn_tail_of(path: Path) -> int | None:
     with _reading(path) as handle:
         return _torn_tail_offset(handle, os.fstat(handle.fileno()).st_size)

@@ -16,6 +16,7 @@ from orchestrator.core.config import read_matrix
 from orchestrator.core.gates import Gate, GateCell, evaluate
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, with_adaptive_facts
+from orchestrator.report.ciexport import EXTENSION
 from orchestrator.sweep.apitypes import Started, SweepOutcome
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,7 +274,7 @@ def test_an_export_of_a_run_not_ended_says_it_holds_the_trials_so_far(
     manifest, records = synthetic_run(replicates=2, failures=False, status="running")
     run_dir = tmp_path / manifest.run_id
     write_run(run_dir, manifest, records)
-    out = tmp_path / f"x.{fmt}"
+    out = tmp_path / f"x.{EXTENSION[fmt]}"  # written twice: an export replaces only a file named as one
     assert main(["export", str(run_dir), "--format", fmt, "-o", str(out)]) == 0
     assert "warning: the run has not ended (status running): the file holds its trials so far" in (
         " ".join(capsys.readouterr().err.split())

@@ -23,7 +23,8 @@ H200 = {**H100, "gpu_model": "2 x H200"}
 
 @pytest.fixture(scope="module")
 def base() -> RunManifest:
-    return planned()[1]
+    """An ended run's (a running one has recorded no host fact yet: report.unlike says so once)."""
+    return planned()[1].model_copy(update={"status": "completed"})
 
 
 def with_host(m: RunManifest, role: str, **facts: str) -> RunManifest:

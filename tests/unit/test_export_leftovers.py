@@ -1,0 +1,71 @@
+"""`orch export` as a new user's walk of README's "### Reports" found it on real runs of the bundled
+simulator: `-o matrices/m.yaml` replaced the user's matrix with CSV, exit 0; a run with no trial
+gave a header-only file, exit 0, without a word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.report_synth import synthetic_run, write_run
+
+from orchestrator.cli.main import main
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    manifest, records = synthetic_run()
+    return write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
+
+
+def test_export_refuses_to_replace_an_existing_file_not_named_as_its_export(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch export RUN -o matrices/m.yaml` replaced the user's matrix with CSV, exit 0."""
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("name: mine\n")
+    assert main(["export", str(run_dir), "-o", str(matrix)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--output {matrix}: an existing file not named as a csv export" in err, err
+    assert "name a new file or one ending .csv" in err and f"remove {matrix} first" in err
+    assert matrix.read_text() == "name: mine\n"  # untouched
+    for fmt, name in (("bencher", "b.bencher.json"), ("junit", "j.xml")):  # its own suffix: replaced
+        (tmp_path / name).write_text("old")
+        assert main(["export", str(run_dir), "--format", fmt, "-o", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_text() != "old"
+    assert main(["export", str(run_dir), "--format", "junit", "-o", str(matrix)]) == 2
+    assert "not named as a junit export" in capsys.readouterr().err and matrix.read_text() == "name: mine\n"
+
+
+def test_export_still_writes_a_new_file_of_any_name_and_replaces_its_own_kind(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    new = tmp_path / "table.txt"
+    assert main(["export", str(run_dir), "-o", str(new)]) == 0
+    assert new.read_text().startswith("run_id,trial,")
+    old = tmp_path / "old.CSV"
+    old.write_text("stale\n")
+    assert main(["export", str(run_dir), "-o", str(old)]) == 0
+    assert old.read_text().startswith("run_id,trial,")
+    capsys.readouterr()
+    assert main(["export", str(run_dir), "-o", str(new)]) == 2  # now it exists, and is no .csv
+    assert "an existing file not named as a csv export" in " ".join(capsys.readouterr().err.split())
+
+
+def test_export_of_a_run_with_no_trial_warns_that_the_file_has_no_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A header-only file, exit 0, without a word: read as the run's data."""
+    manifest, _ = synthetic_run(status="interrupted")
+    empty = write_run(tmp_path / manifest.run_id, manifest, [])
+    assert main(["export", str(empty), "-o", str(tmp_path / "e.csv")]) == 0
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if "warning" in line] == [
+        "warning: the run has no finished trial: the csv file has no row"
+    ], err
+    assert (tmp_path / "e.csv").read_text().count("\n") == 1  # the header, as before
+
+
+def test_export_of_a_run_with_trials_says_nothing_of_rows(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(run_dir), "--format", "json", "-o", "-"]) == 0
+    assert "no row" not in capsys.readouterr().err
