@@ -85,7 +85,7 @@ def test_a_symlink_is_followed_and_stays_a_link(
 ) -> None:
     real_dir = tmp_path / "elsewhere"
     real_dir.mkdir()
-    suffix = ".csv" if command == "export" else ".out"  # an export replaces only a file named as one
+    suffix = ".csv" if command == "export" else ".html"  # an output replaces only a file named as one
     real = real_dir / f"real{suffix}"
     real.write_text("old\n")
     real.chmod(0o640)

@@ -73,6 +73,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.output is not None:
         check_output(args.output)  # the same checks as export's, before any work
+        _check_not_overwritten(args.output, "a comparison page", ".html")
     page = write_comparison_page(args.run_a, args.run_b, args.output)
     for warning in page.warnings:
         warn(warning)
@@ -113,20 +114,20 @@ def _check_suffix(out: Path | None, fmt: str) -> None:
             f"--output {out}: a {out.suffix} name for --format {fmt}",
             hint=f"add --format {fits[0]}, or name the file for {fmt}",
         )
-    _check_not_overwritten(out, fmt)
+    own = next(suffix for suffix, formats in SUFFIX_FORMATS.items() if fmt in formats)
+    _check_not_overwritten(out, f"a {fmt} export", own)
 
 
-def _check_not_overwritten(out: Path, fmt: str) -> None:
+def _check_not_overwritten(out: Path, what: str, own: str) -> None:
     """`-o matrices/m.yaml` replaced the user's matrix with CSV, exit 0, without a word: an existing
-    file is replaced only when its name is one of this format's exports (a new file, stdout, a FIFO
-    or a device are written as before)."""
+    file is replaced only when its name ends as this output's (`own`: ".csv" for a csv export,
+    ".html" for compare's page); a new file, stdout, a FIFO or a device are written as before."""
     from orchestrator.errors import UsageError
     from orchestrator.store.atomic import is_stdout
 
-    own = next(suffix for suffix, formats in SUFFIX_FORMATS.items() if fmt in formats)
     if is_stdout(out) or out.suffix.lower() == own or not out.is_file():
         return
     raise UsageError(
-        f"--output {out}: an existing file not named as a {fmt} export (it would be replaced)",
+        f"--output {out}: an existing file not named as {what} (it would be replaced)",
         hint=f"name a new file or one ending {own}, or remove {out} first",
     )

@@ -69,3 +69,22 @@ def test_export_of_a_run_with_no_trial_warns_that_the_file_has_no_row(
 def test_export_of_a_run_with_trials_says_nothing_of_rows(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["export", str(run_dir), "--format", "json", "-o", "-"]) == 0
     assert "no row" not in capsys.readouterr().err
+
+
+def test_compare_refuses_to_replace_an_existing_file_not_named_as_a_page(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch compare A B -o m.yaml` replaced the user's file with HTML, as export did (the helper
+    that fixed export left it)."""
+    manifest, records = synthetic_run(seed=2, run_id="other")
+    other = write_run(tmp_path / "reports" / manifest.run_id, manifest, records)
+    matrix = tmp_path / "m.yaml"
+    matrix.write_text("name: mine\n")
+    assert main(["compare", str(run_dir), str(other), "-o", str(matrix)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--output {matrix}: an existing file not named as a comparison page" in err, err
+    assert matrix.read_text() == "name: mine\n"
+    page = tmp_path / "c.html"
+    page.write_text("old")
+    assert main(["compare", str(run_dir), str(other), "-o", str(page)]) == 0
+    assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()
