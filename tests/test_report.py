@@ -135,6 +135,21 @@ def test_too_few_sessions_and_untestable_numbers_are_flagged() -> None:
     assert "no difference could reach significance" in texts
 
 
+def test_untestable_numbers_caution_states_the_range_of_trials_per_cell() -> None:
+    # an adaptive run stopped most cells after 2 rounds and two after 3 (the demo's adaptive run):
+    # the caution said "with 3 trials per cell", though 5 of 7 cells had 2 (audit of a real page)
+    manifest, records = synthetic_run(replicates=3, rate=lambda levels: 0.05, failures=False)
+    three = {"bf16_index_k=on,cuda_graph=on,overlap=off", "bf16_index_k=on,cuda_graph=off,overlap=off"}
+    kept = [r for r in records if r.round < 2 or r.is_baseline or r.cell in three]
+    report = build_report(manifest, kept)
+    cautions = [t for t in _texts(report, "caution") if t.startswith("wall:")]
+    assert cautions, _texts(report)
+    assert cautions[0].startswith("wall: with 2-3 trials per cell and 3 in the baseline, no difference"), cautions[0]
+    assert "the smallest possible p is 0.10" in cautions[0]
+    alike = build_report(*synthetic_run(replicates=2, rate=lambda levels: 0.05, failures=False))
+    assert any(t.startswith("wall: with 2 trials per cell and 2 in the baseline") for t in _texts(alike, "caution"))
+
+
 def test_a_metric_that_moves_while_the_outcome_does_not() -> None:
     # 7 trials a cell: Mann-Whitney's smallest p (5.8e-4) survives Holm over all the report's tests
     # (with 6 it is 0.0022, too large for a family of 46)

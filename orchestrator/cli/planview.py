@@ -467,8 +467,8 @@ def _number_lines(
     baseline: dict[str, str],
     family: int,
 ) -> list[str]:
-    floor = ranks.mann_whitney_min_p(reps, reps)
-    need = next(r for r in range(1, 60) if ranks.mann_whitney_min_p(r, r) < ALPHA)
+    floor = ranks.mann_whitney_floor(reps, reps)
+    need = next(r for r in range(1, 60) if ranks.mann_whitney_floor(r, r) < ALPHA)
     if floor >= ALPHA:
         cell_text = (
             f"with {counted(reps, 'trial')} per cell, no cell can ever differ significantly from the baseline "
@@ -494,4 +494,4 @@ def _factor_floor(
     ref = baseline.get(factor, levels[0])
     n_ref = sum(c.get(factor) == ref for c in cells) * reps
     others = [sum(c.get(factor) == lv for c in cells) * reps for lv in levels if lv != ref]
-    return min((ranks.mann_whitney_min_p(n, n_ref) for n in others), default=1.0)
+    return min((ranks.mann_whitney_floor(n, n_ref) for n in others), default=1.0)

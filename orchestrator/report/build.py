@@ -1581,13 +1581,20 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
         Finding(
             kind="caution",
             text=(
-                f"{metric}: with {counted(max(others), 'trial')} per cell and {n_base} in the baseline, no "
+                f"{metric}: with {_trials_per_cell(others)} per cell and {n_base} in the baseline, no "
                 f"difference could reach significance (the smallest possible p is {best:.2f}); run more "
                 "replicates to compare it between cells"
                 + (" (the factor effects pool trials across cells and can still be tested)." if pooled else ".")
             ),
         )
     ]
+
+
+def _trials_per_cell(counts: Sequence[int]) -> str:
+    """'3 trials', or '2-3 trials' when the cells ran different numbers (adaptive stopping, failed
+    trials): the largest alone said every cell had as many, where most may have had fewer."""
+    low, high = min(counts), max(counts)
+    return counted(high, "trial") if low == high else f"{low}-{high} trials"
 
 
 def _moved_text(report: Report, metric: str, cell: CellView, base: CellView, count: int) -> str:

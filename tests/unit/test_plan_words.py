@@ -6,13 +6,15 @@ fall to 0.1% (Holm: a rise to 7.7% or no fall)': a reader could not tell what 'n
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from orchestrator.cli import planview
 from orchestrator.cli.planview import _dirs, power_lines
-from orchestrator.core import power
+from orchestrator.core import power, ranks
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
 
@@ -120,3 +122,22 @@ def test_a_factors_best_p_too_small_for_a_float_is_not_said_to_be_zero() -> None
     cells = [dict(zip(factors, bits, strict=True)) for bits in itertools.product("01", repeat=12)]
     [line] = planview._number_lines(["wall"], 2, cells, factors, cells[0], 8556)
     assert "best p < 1e-300;" in line and "best p = 0" not in line, line
+
+
+def test_numbers_best_p_is_what_the_reports_test_gives() -> None:
+    """The demo's plan (12 replicates) said a cell vs the baseline 'can reach p = 7.4e-07 at best'
+    and the factor effects 'best p = 3.1e-28': the exact test's floors. The report's Mann-Whitney
+    uses the normal approximation once both sides have more than 8 values, so the demo's own run,
+    every anomalies value of a cell above every baseline value, got p = 3.7e-05, and 48 vs 48 trials
+    fully apart 3.2e-17 (the audit). The plan states the floor of the test the report runs."""
+    factors = {"a": ["on", "off"], "b": ["on", "off"], "c": ["on", "off"]}
+    cells = [dict(zip(factors, bits, strict=True)) for bits in itertools.product(["on", "off"], repeat=3)]
+    [line] = planview._number_lines(["wall"], 12, cells, factors, cells[0], 46)
+    cell = ranks.mann_whitney(np.arange(12.0) + 100, np.arange(12.0))
+    pooled = ranks.mann_whitney(np.arange(48.0) + 100, np.arange(48.0))
+    assert 3e-5 < cell < 4e-5 and 1e-17 < pooled < 1e-16  # the p the report printed for the demo's run
+    assert f"a cell vs the baseline can reach p = {cell:.2g} at best;" in line, line
+    assert f"(best p = {pooled:.2g};" in line, line
+    [few] = planview._number_lines(["wall"], 4, cells, factors, cells[0], 46)  # 4 vs 4: the exact test
+    assert f"can reach p = {ranks.mann_whitney(np.arange(4.0) + 9, np.arange(4.0)):.2g} at best" in few, few
+    assert f"{2 / math.comb(8, 4):.2g}" in few
