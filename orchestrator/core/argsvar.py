@@ -90,6 +90,37 @@ def resolve(assignments: Mapping[str, str | None | ArgsEdit], original: Mapping[
     return out
 
 
+def unreachable(value: str, dialect: str) -> tuple[str, str] | None:
+    """(what in it, why) a flag's `value`, written into an args variable, cannot reach the server
+    as one argument; None when it can. Units pass the variable as `$VAR`, a word of its own:
+    - systemd (ExecStart=) replaces it by "the value of the environment variable split at
+      whitespace ... quotes are respected when splitting into words, and afterwards removed"
+      (systemd.service, Command lines; EXTRACT_UNQUOTE), so the quotes orch writes (shlex.quote)
+      keep a value with a space or a quote whole; but a backslash is an escape there, even inside
+      single quotes, and is dropped;
+    - a wrapper script that sources the file (dialect shell) and runs `server $VAR`: the shell
+      splits the value at blanks and never reads quotes inside it, so a value orch must quote
+      reaches the server cut up, its quotes as characters (`'64` and `128'`)."""
+    if dialect != "shell":
+        if "\\" in value:
+            return (
+                "a backslash",
+                "systemd splits $VAR reading a backslash as an escape, even inside quotes, and drops it",
+            )
+        return None
+    if shlex.quote(value) == value:
+        return None
+    odd = next(c for c in value if shlex.quote(c) != c)
+    what = "a space" if any(c.isspace() for c in value) else _NAMED.get(odd, repr(odd))
+    return what, (
+        "the unit's wrapper script sources the env file (dialect: shell), and its $VAR splits the value "
+        "at blanks and passes the quotes orch writes around it on as characters"
+    )
+
+
+_NAMED = {"'": "a quote", '"': "a quote", "\\": "a backslash"}
+
+
 # ---------------------------------------------------------------- words with their source text
 def split_words(text: str, where: str) -> list[str]:
     """The text as alternating pieces: blanks, then a word's source text (quotes included), ...
