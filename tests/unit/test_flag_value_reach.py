@@ -5,7 +5,9 @@ What reaches the server depends on who expands `$SGLANG_EXTRA_ARGS`: systemd's E
 splits at blanks honouring quotes and reading a backslash as an escape (systemd.service, "Command
 lines"; EXTRACT_RELAX|EXTRACT_UNQUOTE in replace_env_argv), while a wrapper script that sources the
 file (dialect: shell) and runs `server $VAR` splits at blanks and keeps quotes as characters. The
-two splitters are written out below, and the rule is checked against what they give the server."""
+two splitters are written out below, and the rule is checked against what they give the server.
+
+Also here: a secret flag's masked value in `orch plan` keeps the `)'` after it."""
 
 from __future__ import annotations
 
@@ -164,3 +166,32 @@ def test_orch_validate_exits_2_before_any_host(tmp_path: Path, capsys: pytest.Ca
     assert main(["validate", str(matrix), "-i", str(inventory)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"{matrix}:7:" in err and "cannot reach the server" in err, err
+
+
+# ---------------------------------------------------------------- a masked secret flag value in `orch plan`
+SECRET = '{without: absent, with: "SECRETVALUE"}'
+
+
+@pytest.mark.parametrize("secret", ["opaque-value-1", "ab12"])  # a known value, and one too short to search for
+def test_orch_plan_masks_a_secret_flag_value_and_keeps_the_closing_paren(
+    secret: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch plan` printed `SGLANG_EXTRA_ARGS='args(+--api-key ••••'`: the mask took `)'` with it."""
+    from orchestrator.cli.main import main
+
+    matrix, inventory = _files(tmp_path, SECRET.replace("SECRETVALUE", secret), shell=False)
+    matrix.write_text(matrix.read_text().replace("flag: --cuda-graph-max-bs", "flag: --api-key"))
+    assert main(["plan", str(matrix), "-i", str(inventory)]) == 0
+    out = capsys.readouterr().out
+    assert "SGLANG_EXTRA_ARGS='args(+--api-key ••••)'" in out, out
+    assert secret not in out
+
+
+def test_a_masked_flag_value_keeps_the_text_after_it() -> None:
+    """The journal and free texts: a flag value already masked is not masked again up to the next blank."""
+    from orchestrator.core.redact import Redactor
+
+    redactor = Redactor.for_names([], ["opaque-value-1"])
+    assert redactor.text('"args(+--api-key opaque-value-1)", x') == '"args(+--api-key ••••)", x'
+    assert redactor.text("--api-key opaque-value-1tail") == "--api-key ••••"  # a longer value: masked whole
+    assert Redactor().text("--api-key hunter2)") == "--api-key ••••"  # not known: a bare value to its end
