@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.core import clustered, family, gates, power, ranks
+from orchestrator.core.argsvar import ArgsEdit
 from orchestrator.core.matrix import baseline_cell
 from orchestrator.core.model import Adaptive
 from orchestrator.core.plan import restart_count
@@ -247,7 +248,7 @@ def _cells_table(plan: Plan) -> tuple[str, list[str], Rows]:
         diffs = []
         for role in env:
             changed = [
-                f"{var}={_show(redact(var, str(value)) if value is not None else None)}"
+                f"{var}={_show(redact(var, str(_masked(value, plan))) if value is not None else None)}"
                 for var, value in env[role].items()
                 if base_env.get(role, {}).get(var) != value
             ]
@@ -270,6 +271,11 @@ def _trials_table(steps: Sequence[Step], title: str = "trials in run order") -> 
         for s in steps
     ]
     return title, ["trial", "round", "cell", "restarts", "waits on"], rows
+
+
+def _masked(value: str | ArgsEdit, plan: Plan) -> str | ArgsEdit:
+    """A flag edit with its secret flags' values masked before it is described (ArgsEdit.masked)."""
+    return value.masked(plan.matrix.redactor.is_secret_name) if isinstance(value, ArgsEdit) else value
 
 
 def _show(value: str | None) -> str:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
+from orchestrator.core.redact import REDACTED
 from orchestrator.errors import EnvFileError
 
 FLAG_NAME = re.compile(r"\A--?[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
@@ -43,10 +44,10 @@ class FlagSetting:
         """`+--flag value` as the env file gets it: a value with a space is quoted, as written
         (`+--cuda-graph-max-bs 64 128` read as the value 64 and a stray 128; the file has '64 128').
         One holding a ' stays bare: shlex would split it apart, and the redactor, which masks a
-        secret flag's quoted or bare value, would miss part of it."""
+        secret flag's quoted or bare value, would miss part of it. A masked value stays bare too."""
         if self.value is None:
             return f"-({self.flag})"
-        shown = [t if "'" in t else shlex.quote(t) for t in self.tokens()]
+        shown = [t if "'" in t or t == REDACTED else shlex.quote(t) for t in self.tokens()]
         return "+" + " ".join(shown)
 
 
@@ -59,6 +60,12 @@ class ArgsEdit:
 
     def merged(self, other: ArgsEdit) -> ArgsEdit:
         return ArgsEdit(tuple(sorted({*self.settings, *other.settings})))
+
+    def masked(self, secret: Callable[[str], bool]) -> ArgsEdit:
+        """This edit with each secret flag's value masked, to be shown: masking the described text
+        afterwards cannot tell where a bare value ends (`--api-key ab12)` lost its `)`)."""
+        hidden = {s for s in self.settings if s.takes_value and s.value and secret(s.flag)}
+        return ArgsEdit(tuple(replace(s, value=REDACTED) if s in hidden else s for s in self.settings))
 
     def describe(self) -> str:
         """`args(+--cuda-graph-max-bs 64 -(--disable-cuda-graph))`: for plans, journals, reports."""
@@ -88,6 +95,37 @@ def resolve(assignments: Mapping[str, str | None | ArgsEdit], original: Mapping[
         else:
             out[var] = value
     return out
+
+
+def unreachable(value: str, dialect: str) -> tuple[str, str] | None:
+    """(what in it, why) a flag's `value`, written into an args variable, cannot reach the server
+    as one argument; None when it can. Units pass the variable as `$VAR`, a word of its own:
+    - systemd (ExecStart=) replaces it by "the value of the environment variable split at
+      whitespace ... quotes are respected when splitting into words, and afterwards removed"
+      (systemd.service, Command lines; EXTRACT_UNQUOTE), so the quotes orch writes (shlex.quote)
+      keep a value with a space or a quote whole; but a backslash is an escape there, even inside
+      single quotes, and is dropped;
+    - a wrapper script that sources the file (dialect shell) and runs `server $VAR`: the shell
+      splits the value at blanks and never reads quotes inside it, so a value orch must quote
+      reaches the server cut up, its quotes as characters (`'64` and `128'`)."""
+    if dialect != "shell":
+        if "\\" in value:
+            return (
+                "a backslash",
+                "systemd splits $VAR reading a backslash as an escape, even inside quotes, and drops it",
+            )
+        return None
+    if shlex.quote(value) == value:
+        return None
+    odd = next(c for c in value if shlex.quote(c) != c)
+    what = "a space" if any(c.isspace() for c in value) else _NAMED.get(odd, repr(odd))
+    return what, (
+        "the unit's wrapper script sources the env file (dialect: shell), and its $VAR splits the value "
+        "at blanks and passes the quotes orch writes around it on as characters"
+    )
+
+
+_NAMED = {"'": "a quote", '"': "a quote", "\\": "a backslash"}
 
 
 # ---------------------------------------------------------------- words with their source text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import shlex
 import string
 import urllib.parse
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import regex
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting
+from orchestrator.core.argsvar import ABSENT, FLAG_NAME, PRESENT, ArgsEdit, FlagSetting, unreachable
 from orchestrator.core.bounds import (
     ENV_ENTRY_HINT,
     ENV_ENTRY_TOO_LONG,
@@ -1507,6 +1508,7 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
         if role not in roles:
             raise src.error(("health_timeouts", role), f"role {role!r} is not in the inventory", hint(role))
     check_roles(matrix.server_metrics, matrix.verify, roles, src, hint)
+    _check_flag_values(matrix, testbed)
     _check_repro_urls(matrix, testbed)
     known = STATIC_PLACEHOLDERS | {f"{r}_url" for r in roles}
     client = client_placeholders(matrix)  # filled per cell: the repro's (and warm-up's), not collectors'
@@ -1525,6 +1527,51 @@ def check_against_inventory(matrix: Matrix, testbed: Testbed) -> None:
                     f"undefined placeholder {{{name}}}",
                     f"did you mean {{{close[0]}}}?" if close else f"known: {', '.join(sorted(known))}",
                 )
+
+
+def _check_flag_values(matrix: Matrix, testbed: Testbed) -> None:
+    """A flag factor's value the role's hosts cannot pass to the server as one argument is
+    refused at its level: the sweep would run, and compare, a server given other arguments (or
+    none, when its argparse refuses `'64` and `128'`). What reaches it depends on the dialect
+    (core.argsvar.unreachable): under systemd a quoted value with a space arrives whole."""
+    for f in matrix.factors:
+        if f.kind != "flag":
+            continue
+        for i, lv in enumerate(f.levels):
+            for role, assignments in lv.env.items():
+                for var, edit in assignments.items():
+                    if isinstance(edit, ArgsEdit):
+                        _check_settings(matrix, testbed, (f.name, i, lv.name), role, var, edit)
+
+
+def _check_settings(
+    matrix: Matrix, testbed: Testbed, level: tuple[str, int, str], role: str, var: str, edit: ArgsEdit
+) -> None:
+    for s in edit.settings:
+        if not s.takes_value or s.value is None:
+            continue
+        for key in testbed.roles.get(role, ()):
+            found = unreachable(s.value, testbed.hosts[key].dialect)
+            if found is not None:
+                raise _unreachable_error(matrix, level, var, s, f"{key} of testbed {testbed.name!r}", found)
+
+
+def _unreachable_error(
+    matrix: Matrix, level: tuple[str, int, str], var: str, s: FlagSetting, host: str, found: tuple[str, str]
+) -> ConfigError:
+    factor, index, name = level
+    at: PathKey = ("factors", factor, "levels", name)
+    if at not in matrix.source.positions:  # a list names its levels by their values
+        at = ("factors", factor, "levels", index)
+    what, why = found
+    shown = shlex.quote(matrix.redactor.value(s.flag, s.value or ""))  # as the env file gets it
+    example = " (e.g. 64,128 if the flag takes a list)" if what == "a space" else ""
+    return matrix.source.error(
+        at,
+        f"a flag value with {what} cannot reach the server through ${var} on {host}: {why} ({s.flag} {shown})",
+        f"write the value without {what}{example}, or give the flag a variable of its own that the unit "
+        f'passes as one argument ({s.flag} "${{MY_VAR}}") and vary that with an env factor',
+    )
 
 
 def _check_repro_urls(matrix: Matrix, testbed: Testbed) -> None:

@@ -45,9 +45,12 @@ _VALUE = r"(?P<value>\"[^\"\n]*\"|'[^'\n]*'|[^\s,;{}\[\]\"\\]+)"
 _ASSIGNMENT = re.compile(rf"(?P<name>{_SECRET_WORD})(?P<sep>[\"']?\s*[=:]\s*){_VALUE}", re.IGNORECASE)
 # --api-key VALUE (a CLI flag followed by its value)
 _FLAG_WORD = rf"(?<![A-Za-z0-9_.-])(?=-[A-Za-z0-9_.-]*?(?:{_WORDS}))[A-Za-z0-9_.-]+"
+# a value already masked (a known secret, or one masked where it was shown) is kept with what
+# follows it (`args(+--api-key ••••)'`): read as a bare value it took the `)'` with it
+_MASKED = rf"{REDACTED}(?=[)\]}}]*(?:[\s\"'\\,;]|$))"
 _FLAG_VALUE = re.compile(
     rf"(?P<name>{_FLAG_WORD})(?P<sep>\s+)"
-    r"(?P<value>\\\"[^\"\\\n]*\\\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\-][^\s\"\\]*)",
+    rf"(?P<value>{_MASKED}|\\\"[^\"\\\n]*\\\"|\"[^\"\n]*\"|'[^'\n]*'|[^\s\"'\\-][^\s\"\\]*)",
     re.IGNORECASE,
 )
 # Authorization: Bearer xyz / "authorization": "Basic xyz" / Authorization=xyz

@@ -72,7 +72,8 @@ def draw(seed: int) -> Real:
     originals = {r: _draw_file(rng, r, "shell" if (r, testbed) in shell else "systemd") for r in ROLES}
     roles = rng.sample(ROLES, rng.randint(1, 2))
     used: dict[str, set[str]] = {r: set() for r in ms.ROLES}
-    factors = [_draw_factor(rng, i, used, roles) for i in range(rng.randint(1, 2))]
+    shells = {r for r in ROLES if (r, testbed) in shell}
+    factors = [_draw_factor(rng, i, used, roles, shells) for i in range(rng.randint(1, 2))]
     return Real(seed, testbed, ms.Scenario(seed, originals, factors, 1, order=rng.choice(("randomized", "sequential"))))
 
 
@@ -89,10 +90,12 @@ def _draw_file(rng: random.Random, role: str, dialect: str) -> ms.EnvFile:
     return f
 
 
-def _draw_factor(rng: random.Random, index: int, used: dict[str, set[str]], roles: list[str]) -> ms.Factor:
+def _draw_factor(
+    rng: random.Random, index: int, used: dict[str, set[str]], roles: list[str], shells: set[str]
+) -> ms.Factor:
     """modelsweep's factor, its roles cut to `roles` (drawn again until it sets one of them)."""
     for _ in range(50):
-        f = ms.draw_factor(rng, index, used)
+        f = ms.draw_factor(rng, index, used, shells)
         settings = {lv: {r: s for r, s in by.items() if r in roles} for lv, by in f.settings.items()}
         if any(settings.values()):
             return ms.Factor(f.name, _cut_shape(f.shape, roles), settings)
