@@ -295,14 +295,22 @@ def draw_factor(rng: random.Random, index: int, used: dict[str, set[str]], shell
     levels: dict[str, dict[str, Settings]] = {}
     for n in range(rng.randint(2, 3)):
         level = draw_level(rng, roles, used)
-        while level in levels.values():  # orch refuses two levels that set the same (config)
+        for _ in range(50):  # orch refuses two levels that set the same (config)
+            if level not in levels.values():
+                break
             level = draw_level(rng, roles, used)
+        else:  # every variable of these roles is taken: no level differs (seed 138 looped for ever)
+            raise NoRoom(name)
         levels[f"v{n}"] = level
     for lv in levels.values():
         for r, assigns in lv.items():
             used[r].update(assigns)
     shape = {"levels": {lv: {r: dict(a) for r, a in s.items()} for lv, s in levels.items()}}
     return Factor(name, shape, levels)
+
+
+class NoRoom(Exception):
+    """A factor that cannot get two levels that differ: the earlier factors took every variable."""
 
 
 def draw_level(rng: random.Random, roles: list[str], used: dict[str, set[str]]) -> dict[str, Settings]:
@@ -335,7 +343,12 @@ def scenario(seed: int) -> Scenario:
     originals = {r: shell_file(shell, f) if shell.random() < 0.4 else f for r, f in originals.items()}
     used: dict[str, set[str]] = {r: set() for r in ROLES}
     shells = {r for r, f in originals.items() if f.dialect == "shell"}
-    factors = [draw_factor(rng, i, used, shells) for i in range(rng.randint(1, 4))]
+    factors = []
+    for i in range(rng.randint(1, 4)):
+        try:
+            factors.append(draw_factor(rng, i, used, shells))
+        except NoRoom:  # the factors drawn so far took every variable: the matrix has those
+            break
     replicates = rng.randint(1, 2)
     faults = []
     for _ in range(rng.choice((0, 0, 1, 1, 2))):
