@@ -1237,6 +1237,7 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
         return Finding(
             kind="null", text=f"Only the baseline has {metric} data: {fmt_rate(base_rate)}; nothing to compare it with."
         )
+    # the smallest Holm p, said as such: "Closest:" was read as the rate closest to the baseline's
     nearest = min(others, key=lambda c: _p_or_one(c.proportions[metric].p_holm))
     p = nearest.proportions[metric]
     unmeasured = _unmeasured(report, metric)
@@ -1245,8 +1246,8 @@ def _null_finding(report: Report, metric: str, measured: Sequence[CellView], bas
         kind="null",
         text=(
             f"No significant difference in {metric} between {which} and the baseline, which is at "
-            f"{fmt_rate(base_rate)}{unmeasured}. Closest: {fmt_rate(p.rate)} in cell {fmt_levels(nearest.levels)} "
-            f"({fmt_p(p.p_holm)}, Holm). " + _power_text(report, metric, measured, base)
+            f"{fmt_rate(base_rate)}{unmeasured}. Nearest to significance: {fmt_rate(p.rate)} in cell "
+            f"{fmt_levels(nearest.levels)} ({fmt_p(p.p_holm)}, Holm). " + _power_text(report, metric, measured, base)
         ),
     )
 

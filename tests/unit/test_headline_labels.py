@@ -25,3 +25,12 @@ def test_an_empty_headline_is_labelled_no_finding() -> None:
     html = render_report(report)
     assert '<span class="kind">no finding</span>Nothing to report.' in html
     assert '<span class="kind">null</span>' not in html
+
+
+def test_the_null_result_names_the_cell_nearest_to_significance_as_such() -> None:
+    """It said "Closest: 0.0% ... in cell X (p=0.945, Holm)": the cell with the smallest Holm p,
+    which a reader (the report audit) could take for the rate closest to the baseline's."""
+    manifest, records = synthetic_run(replicates=2)
+    [null] = [f.text for f in build_report(manifest, records).headline if f.kind == "null"]
+    assert "Nearest to significance: 0.0% [0.0-8.2] (0/80) in cell bf16_index_k=on, cuda_graph=off" in null, null
+    assert "(p=0.945, Holm)" in null and "Closest" not in null
