@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 
 import pytest
@@ -316,3 +317,35 @@ def test_stop_then_check_alive_reports_not_running(testbed: Testbed) -> None:
         with pytest.raises(ServiceError) as exc:
             m.check_alive("sglang-router-shell", since)
         assert "not running" in single_line(exc.value, "router", "sglang-router-shell")
+
+
+# the values core.argsvar.unreachable judges for the systemd dialect (tests/unit/test_flag_value_reach.py)
+FLAG_VALUES = ["64", "64,128", "64 128", "tab\tin", "it's", 'say "hi"', "a\\b", "a*b", "$HOME", "~/x"]
+
+
+def test_a_flag_value_reaches_the_server_whole_exactly_when_orch_accepts_it(testbed: Testbed) -> None:
+    """What the rule for a flag factor's value rests on, on real systemd 252: orch writes the flag
+    into SGLANG_EXTRA_ARGS (quoted where the value needs it), the unit's ExecStart expands
+    `$SGLANG_EXTRA_ARGS`, and the server gets the value as one argument exactly when orch accepts
+    it for the systemd dialect ('64 128' whole, quotes honoured; a backslash read as an escape and
+    dropped: refused before any host is touched)."""
+    from orchestrator.core.argsvar import ArgsEdit, FlagSetting, unreachable
+    from orchestrator.core.envfile import edit
+
+    path, out, unit = "/etc/sglang/flag-reach.env", "/etc/sglang/flag-reach.out", "orch-flag-reach"
+    try:
+        for value in FLAG_VALUES:
+            written = ArgsEdit((FlagSetting("--cuda-graph-max-bs", True, value),)).apply("--tp 8")
+            text = edit("", {"SGLANG_EXTRA_ARGS": written}, "systemd")
+            testbed.ssh("decode", f"printf %s {shlex.quote(text)} > {path}")
+            testbed.ssh(  # no --wait/--pipe: those need D-Bus, which the testbed hosts do not run
+                "decode",
+                f"rm -f {out}; systemd-run -q --collect --unit={unit} -p EnvironmentFile={path} "
+                f"-p StandardOutput=file:{out} /usr/bin/printf '<%s>' '$SGLANG_EXTRA_ARGS'",
+            )
+            wait_for(lambda: testbed.ssh("decode", f"test -s {out}", check=False).returncode == 0, 10, "the output")
+            got = testbed.ssh("decode", f"cat {out}").stdout
+            whole = got == f"<--tp><8><--cuda-graph-max-bs><{value}>"
+            assert whole == (unreachable(value, "systemd") is None), (value, text, got)
+    finally:
+        testbed.ssh("decode", f"rm -f {path} {out}; systemctl reset-failed {unit} 2>/dev/null", check=False)
