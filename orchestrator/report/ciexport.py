@@ -27,7 +27,6 @@ EXTENSION: dict[CiFormat, str] = {"junit": "junit.xml", "bencher": "bencher.json
 NO_GATES = "the matrix declares no gates"
 # run.json says `running` until the sweep's end is recorded, after its last trial and restore
 # (sweep.api._finish); `stale`: its controller died (store.liveness)
-NOT_ENDED = frozenset({"running", "stale"})
 
 
 def cell_label(levels: Mapping[str, str]) -> str:
@@ -110,14 +109,14 @@ def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None, warn: Calla
     has no gates): it said only 'exported: ...', exit 0, and a CI job wired to it stayed green; and
     of Bencher estimates with no interval (unbounded_note), and of a run not ended: a CI job could
     read gates judged on part of the run as its result."""
-    from orchestrator.report.export import check_output
+    from orchestrator.report.export import check_output, not_ended
     from orchestrator.report.render import load_report
 
     if out is not None:
         check_output(out)
     report = load_report(run_dir, drilldown_cap=0)
-    if report.status in NOT_ENDED and warn is not None:
-        warn(f"the run has not ended (status {report.status}): the file holds its trials so far")
+    if warn is not None and (said := not_ended(report.status)):
+        warn(said)
     if fmt == "junit" and not report.gates and warn is not None:
         warn(f"{NO_GATES}: the JUnit file has no test case, so a CI job reading it has nothing to fail on")
     if fmt == "junit":

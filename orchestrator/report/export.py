@@ -143,6 +143,17 @@ def check_stdout_format(out: Path | None, fmt: str) -> None:
 EXPORT_CHUNK = 1000  # trials whose full records are held at once (a few MB), however long the run
 
 
+NOT_ENDED = frozenset({"running", "stale"})
+
+
+def not_ended(status: str) -> str | None:
+    """The warning for an export of a run that has not ended (its controller running, or dead and
+    not restored): every export says it, as a table of part of a run reads as the whole run."""
+    if status not in NOT_ENDED:
+        return None
+    return f"the run has not ended (status {status}): the file holds its trials so far"
+
+
 def export_run(run_dir: Path, fmt: Format, out: Path | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """Export the run: each trial's record as store.runtrials chooses it (the report's choice),
     read as compact rows, the full records fetched EXPORT_CHUNK trials at a time and written as
@@ -157,6 +168,8 @@ def export_run(run_dir: Path, fmt: Format, out: Path | None = None, warn: Callab
         check_stdout_format(out, fmt)
     manifest = load_manifest(run_dir)
     chosen = trial_rows(read_run_rows(run_dir, manifest).rows)
+    if warn is not None and (said := not_ended(manifest.status)):
+        warn(said)
     if not chosen and warn is not None:
         warn(f"{NO_TRIALS}: the {fmt} file has no row")
     frames = _frames(manifest, RunDir(run_dir).journal, chosen)

@@ -88,3 +88,20 @@ def test_compare_refuses_to_replace_an_existing_file_not_named_as_a_page(
     page.write_text("old")
     assert main(["compare", str(run_dir), str(other), "-o", str(page)]) == 0
     assert page.read_text().startswith("<!DOCTYPE html>") or "<html" in page.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_export_of_a_run_still_running_says_the_file_holds_its_trials_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """junit and bencher said so; the tidy table did not, and read as the whole run (the ninth walk)."""
+    manifest, records = synthetic_run(status="running")
+    running = write_run(tmp_path / manifest.run_id, manifest, records[:5], end_events=())
+    assert main(["export", str(running), "--format", fmt, "-o", str(tmp_path / f"e.{fmt}")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the run has not ended (status running): the file holds its trials so far" in err, err
+
+
+def test_export_of_an_ended_run_says_nothing_of_its_end(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(run_dir), "-o", "-"]) == 0
+    assert "has not ended" not in capsys.readouterr().err
