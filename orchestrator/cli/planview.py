@@ -304,7 +304,8 @@ def power_lines(plan: Plan) -> list[str]:
     if m.adaptive is not None and len(lines) > 1:  # figures follow the header: say whose they are
         lines.insert(1, _adaptive_power_note(m.adaptive))
     if numbers:
-        lines += _number_lines(numbers, plan.replicates, cells, factors, m.baseline, tests)
+        left_out = sum(tests.unreachable.values())
+        lines += _number_lines(numbers, plan.replicates, cells, factors, m.baseline, tests.total, left_out)
     return lines
 
 
@@ -473,10 +474,11 @@ def _number_lines(
     cells: list[dict[str, str]],
     factors: dict[str, list[str]],
     baseline: dict[str, str],
-    tests: family.Planned,
+    family: int,
+    left_out: int = 0,
 ) -> list[str]:
-    """The numbers' power line; the cell comparisons core.family leaves out of the family (they could
-    never be significant, ties included) are said to be, where the family's size is stated."""
+    """The numbers' power line; the `left_out` cell comparisons core.family leaves out of the family
+    (they could never be significant, ties included) are said to be, next to the cells' floor."""
     floor = ranks.mann_whitney_floor(reps, reps)
     need = next(r for r in range(1, 60) if ranks.mann_whitney_floor(r, r) < ALPHA)
     if floor >= ALPHA:
@@ -486,7 +488,7 @@ def _number_lines(
         )
     else:
         cell_text = f"a cell vs the baseline can reach p = {floor:.2g} at best"
-    if left_out := sum(tests.unreachable.values()):
+    if left_out:
         cell_text += f"; so these {counted(left_out, 'comparison')} are not counted in the report's Holm family"
     pooled = [_factor_floor(f, levels, baseline, cells, reps) for f, levels in factors.items()]
     best = min(pooled, default=1.0)
@@ -496,7 +498,7 @@ def _number_lines(
         else "with one factor, its effect compares the same trials as the cells"
     )
     best_p = "best p < 1e-300" if best < 1e-300 else f"best p = {best:.2g}"  # 4,096 trials a side underflow to 0
-    factor_text = f"{pooling} ({best_p}; Holm's first step needs < {ALPHA / max(1, tests.total):.2g})"
+    factor_text = f"{pooling} ({best_p}; Holm's first step needs < {ALPHA / max(1, family):.2g})"
     return [f"power ({', '.join(names)}; one value per trial): {cell_text}; {factor_text}"]
 
 
