@@ -304,7 +304,8 @@ def power_lines(plan: Plan) -> list[str]:
     if m.adaptive is not None and len(lines) > 1:  # figures follow the header: say whose they are
         lines.insert(1, _adaptive_power_note(m.adaptive))
     if numbers:
-        lines += _number_lines(numbers, plan.replicates, cells, factors, m.baseline, tests.total)
+        left_out = sum(tests.unreachable.values())
+        lines += _number_lines(numbers, plan.replicates, cells, factors, m.baseline, tests.total, left_out)
     return lines
 
 
@@ -331,7 +332,9 @@ def planned_family(plan: Plan) -> family.Planned:
     cells = {c.id: c.as_dict() for c in plan.cells}
     tested = not _unreplicated(plan)
     metrics = {s.name: family.MetricDesign(s.kind, cells, tested=tested) for s in m.repro.metrics}
-    metrics |= {c.name: family.MetricDesign("number", cells) for c in m.collect}
+    numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
+    trials = dict.fromkeys(cells, plan.replicates)  # one value per trial, every trial completed
+    metrics |= {name: family.MetricDesign("number", cells, trials=trials) for name in numbers}
     factors = {f.name: list(f.level_names) for f in m.factors}
     return family.planned(family.Design(factors, m.baseline, baseline_cell(m).id, metrics))
 
@@ -472,7 +475,10 @@ def _number_lines(
     factors: dict[str, list[str]],
     baseline: dict[str, str],
     family: int,
+    left_out: int = 0,
 ) -> list[str]:
+    """The numbers' power line; the `left_out` cell comparisons core.family leaves out of the family
+    (they could never be significant, ties included) are said to be, next to the cells' floor."""
     floor = ranks.mann_whitney_floor(reps, reps)
     need = next(r for r in range(1, 60) if ranks.mann_whitney_floor(r, r) < ALPHA)
     if floor >= ALPHA:
@@ -482,6 +488,8 @@ def _number_lines(
         )
     else:
         cell_text = f"a cell vs the baseline can reach p = {floor:.2g} at best"
+    if left_out:
+        cell_text += f"; so these {counted(left_out, 'comparison')} are not counted in the report's Holm family"
     pooled = [_factor_floor(f, levels, baseline, cells, reps) for f, levels in factors.items()]
     best = min(pooled, default=1.0)
     pooling = (

@@ -18,15 +18,31 @@ together), per metric:
   tests, already counted);
 - a numeric metric: each measured cell vs the baseline, and each factor's non-reference level
   that some stratum measured together with the reference level (findings.number_effects).
+
+Except a test that can never be significant by design (`unreachable`): a numeric cell-vs-baseline
+test whose smallest achievable Mann-Whitney p, given only the trials each side has
+(ranks.mann_whitney_smallest_p, ties included), is at or above ALPHA. Why: with 2 trials a side
+that p is 0.19, and the demo's matrix at 2 trials per cell still counted 14 such tests (wall's and
+anomalies' 7 each), so every real finding had to pass alpha/49 at Holm's first step where alpha/35
+was valid. Why the family-wise error stays at or below ALPHA: Holm's largest threshold is ALPHA, so
+such a test is rejected at no step whatever the data; and whether it is left out depends on the
+design (the counts), not on any value, so Holm over the tests that remain is Holm over a family
+fixed before the data are seen (Tarone 1990's idea in its simplest, design-only form). Only tests
+whose smallest p is a function of counts alone are judged: the numeric factor effects stay in (an
+unbalanced design's stratified test has an exact null whose floor depends on the strata's ties as
+well, and a pooled effect with replicates can reach significance anyway), and so do the
+proportions' tests (their p depends on the events seen, not on counts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 
+from orchestrator.core import ranks
 from orchestrator.core.findings import FAMILY_PARTS, tested_contrasts
+from orchestrator.core.stats import ALPHA
 
 Levels = Mapping[str, str]
 TestKey = tuple[str, str, Hashable]  # (kind, metric, which): kind rate, contrast, neighbour, number, number_effect
@@ -35,11 +51,13 @@ TestKey = tuple[str, str, Hashable]  # (kind, metric, which): kind rate, contras
 @dataclass(frozen=True)
 class MetricDesign:
     """One metric's part of the design: its kind, the cells that measured it (id -> levels, in plan
-    order), and for a proportion whether its trial-to-trial variation can be estimated."""
+    order), for a proportion whether its trial-to-trial variation can be estimated, and for a number
+    the values (trials) each cell has (None: unknown, no test is judged unreachable)."""
 
     kind: Literal["proportion", "number"]
     cells: Mapping[str, Levels]
     tested: bool = True
+    trials: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -60,11 +78,13 @@ class Planned:
     other than the baseline with the most cells one factor away (the largest family: Holm's first
     step is stated over it), and without the highest cell's neighbours (the baseline has the
     highest rate). `exact`: every other cell has as many neighbours (a full factorial), so the
-    family is one of the two; else (`exclude` thinned some) it may fall between them."""
+    family is one of the two; else (`exclude` thinned some) it may fall between them.
+    `unreachable`: per metric, the tests left out because they can never be significant."""
 
     sizes: dict[str, int]
     without_neighbours: dict[str, int]
     exact: bool = True
+    unreachable: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -81,7 +101,32 @@ def primary_metric(kinds: Mapping[str, str]) -> str | None:
 
 
 def members(design: Design) -> list[TestKey]:
-    """Every test in the family, keyed, in the manifest's order of metrics."""
+    """Every test in the family, keyed, in the manifest's order of metrics: every test the report
+    could call a finding but those that can never be one by design (`unreachable`)."""
+    out = set(unreachable(design))
+    return [key for key in _candidates(design) if key not in out]
+
+
+def unreachable(design: Design) -> list[TestKey]:
+    """The numeric cell-vs-baseline tests whose smallest achievable p, from the trials each side has
+    alone (ranks.mann_whitney_smallest_p, ties included), is at or above ALPHA: Holm can reject
+    none of them at any step, so they leave the family (the module's docstring says why that is valid)."""
+    keys: list[TestKey] = []
+    for name, metric in design.metrics.items():
+        trials, baseline = metric.trials, design.baseline
+        if metric.kind != "number" or trials is None or baseline is None or baseline not in trials:
+            continue
+        base = trials[baseline]
+        keys += [
+            key
+            for key in _versus_baseline("number", name, metric, baseline)
+            if ranks.mann_whitney_smallest_p(trials.get(str(key[2]), 0), base) >= ALPHA
+        ]
+    return keys
+
+
+def _candidates(design: Design) -> list[TestKey]:
+    """Every test the report could call a finding, keyed, in the manifest's order of metrics."""
     keys: list[TestKey] = []
     primary = primary_metric({name: m.kind for name, m in design.metrics.items()})
     for name, metric in design.metrics.items():
@@ -134,7 +179,7 @@ def planned(design: Design) -> Planned:
     highest = max(counts, key=lambda cell: counts[cell], default=None)  # the first in plan order on a tie
     keys = members(replace(design, highest=highest))
     exact = len(set(counts.values())) <= 1
-    return Planned(sizes(keys), sizes([k for k in keys if k[0] != "neighbour"]), exact)
+    return Planned(sizes(keys), sizes([k for k in keys if k[0] != "neighbour"]), exact, sizes(unreachable(design)))
 
 
 def one_factor_away(factors: Sequence[str], cells: Mapping[str, Levels], high: str) -> list[tuple[str, str]]:

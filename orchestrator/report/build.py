@@ -23,7 +23,7 @@ import hashlib
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -160,7 +160,8 @@ def _build(
     )
     state = status or manifest.status
     untested = _untested(manifest, by_metric, state)
-    members = family.members(_design(manifest, cells, baseline_cell, untested, high))
+    design = _design(manifest, cells, baseline_cell, untested, high)
+    members, left_out = family.members(design), family.sizes(family.unreachable(design))
     cells, effects, interactions, number_effects, neighbours, keys = _apply_policy(
         members, cells, effects, interactions, number_effects, neighbours
     )
@@ -194,8 +195,9 @@ def _build(
         interactions=interactions,
         number_effects=number_effects,
         neighbours=neighbours,
-        policy=_policy(keys, cells, hunt),
+        policy=_policy(keys, cells, hunt, left_out),
         tests=tests,
+        unreachable=left_out,
         headline=[],
         drift=_drift(manifest, baseline_cell, by_metric),
         failures=[_failure_view(t, manifest.redactor) for t in failures],
@@ -233,16 +235,34 @@ def _stopped_corrected(
     return cells, effects, interactions, neighbours
 
 
-def _policy(keys: Sequence[family.TestKey], cells: Sequence[CellView], hunt: HuntView | None) -> str:
+def _policy(
+    keys: Sequence[family.TestKey], cells: Sequence[CellView], hunt: HuntView | None, left_out: Mapping[str, int]
+) -> str:
     """The multiplicity policy's sentence over the family's tests (naming only the kinds it holds),
+    the tests left out of it because they could never be significant (core.family.unreachable),
     with the reading of tests that compare a cell an adaptive rule stopped early (report.stopped)
     where the run has one."""
     if not keys:
         return ""
     policy = findings.policy_sentence(family.sizes(keys), lead=HUNT_RULE if hunt else "", parts=family.parts(keys))
+    policy += _left_out_text(left_out)
     if any(p.stopped for c in cells for p in c.proportions.values()):
         policy += " " + stopped.POLICY
     return policy
+
+
+def _left_out_text(left_out: Mapping[str, int]) -> str:
+    """The family's exclusions, said once where its size is: 'Not counted: 14 comparisons with the
+    baseline (wall: 7, anomalies: 7), which with their trials could not reach significance ...'."""
+    total = sum(left_out.values())
+    if not total:
+        return ""
+    sizes = ", ".join(f"{metric}: {n}" for metric, n in left_out.items())
+    return (
+        f" Not counted: {counted(total, 'comparison')} with the baseline ({sizes}), which with the trials each side "
+        f"has could not reach significance (Mann-Whitney's smallest possible p, ties included, is at least "
+        f"{stats.ALPHA:g}): no step of Holm could call them a finding."
+    )
 
 
 def _proportions(manifest: RunManifest) -> list[str]:
@@ -700,12 +720,14 @@ def _design(
     untested: Collection[str],
     high: CellView | None,
 ) -> family.Design:
-    """What this run measured, as core.family reads it: per metric the cells with data."""
+    """What this run measured, as core.family reads it: per metric the cells with data, and for a
+    number the values (trials) each has, which decide whether a cell's test can be significant."""
     metrics = {
         m: family.MetricDesign(
             kind,
             _levels(c for c in cells if (c.proportions[m].rate.n if kind == "proportion" else c.numbers[m].n)),
             tested=m not in untested,
+            trials={c.cell: c.numbers[m].n for c in cells if c.numbers[m].n} if kind == "number" else None,
         )
         for m, kind in manifest.metrics.items()
     }
@@ -741,7 +763,7 @@ def _apply_policy(
                 "proportions": {
                     m: _significance(v, adjusted.get(("rate", m, c.cell))) for m, v in c.proportions.items()
                 },
-                "numbers": {m: _significance(v, adjusted.get(("number", m, c.cell))) for m, v in c.numbers.items()},
+                "numbers": {m: _number_significance(v, ("number", m, c.cell), adjusted) for m, v in c.numbers.items()},
             }
         )
         for c in cells
@@ -802,6 +824,15 @@ def _significance(view: ProportionCell | NumberCell, p_holm: float | None) -> Pr
     if p_holm is None:
         return view
     return view.model_copy(update={"p_holm": p_holm, "significant": findings.is_finding(p_holm)})
+
+
+def _number_significance(view: NumberCell, key: family.TestKey, adjusted: Mapping[family.TestKey, float]) -> NumberCell:
+    """A numeric cell's family-wise p; a test with a p outside the family (core.family.unreachable:
+    it could never be significant) has none, and is no finding: the per-metric Holm p the cell was
+    built with would read as a correction the report did not make."""
+    if key in adjusted or view.p is None:
+        return cast(NumberCell, _significance(view, adjusted.get(key)))
+    return view.model_copy(update={"p_holm": None, "significant": False})
 
 
 def _drift(manifest: RunManifest, baseline_cell: str | None, by_metric: Mapping[str, MetricRows]) -> list[DriftView]:

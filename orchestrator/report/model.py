@@ -324,6 +324,7 @@ class Report(Frozen):
     neighbours: list[NeighbourView] = []  # the highest cell vs each cell one factor away
     policy: str = ""  # the multiplicity policy, in one sentence
     tests: dict[str, int] = {}  # per metric: the size of the family the policy corrects over
+    unreachable: dict[str, int] = {}  # per metric: tests left out of the family, never significant by design
     headline: list[Finding]
     drift: list[DriftView]
     failures: list[FailureView]
