@@ -525,3 +525,16 @@ def test_no_data_does_not_blame_the_matrix_for_no_factor_effect() -> None:
     page = render_report(build_report(manifest, [r for r in records if r.status == "failed"]))
     assert "no cell pairs that differ in one factor only" not in page
     assert "No factor could be compared (no two cells one factor apart both have completed trials)" in page
+
+
+def test_untestable_numbers_caution_says_where_only_tied_values_could_reach_significance() -> None:
+    """3 trials a side: distinct values give p >= 0.1, but values tied within each side 0.047 (the
+    normal approximation with ties), so the Holm family keeps the test (core.family): the caution
+    said no difference could reach significance. 2 a side: neither can (0.33; 0.19 with ties)."""
+    three = build_report(*synthetic_run(replicates=3, rate=lambda levels: 0.05, failures=False))
+    [said] = [t for t in _texts(three, "caution") if t.startswith("wall:")]
+    assert "no difference could reach significance unless values tie within each side" in said, said
+    assert "(the smallest possible p is 0.10; 0.047 with values tied within each side)" in said, said
+    two = build_report(*synthetic_run(replicates=2, rate=lambda levels: 0.05, failures=False))
+    [said] = [t for t in _texts(two, "caution") if t.startswith("wall:")]
+    assert "no difference could reach significance (the smallest possible p is 0.33; 0.19 with values" in said, said

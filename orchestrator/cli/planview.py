@@ -482,9 +482,16 @@ def _number_lines(
     floor = ranks.mann_whitney_floor(reps, reps)
     need = next(r for r in range(1, 60) if ranks.mann_whitney_floor(r, r) < ALPHA)
     if floor >= ALPHA:
+        tied = ranks.mann_whitney_smallest_p(reps, reps)  # values tied within each side: the normal approximation
+        ever = (
+            "no cell can ever differ significantly from the baseline"
+            if tied > ALPHA
+            else "no cell can differ significantly from the baseline unless values tie within each side"
+        )
         cell_text = (
-            f"with {counted(reps, 'trial')} per cell, no cell can ever differ significantly from the baseline "
-            f"(smallest possible Mann-Whitney p = {floor:.2g} >= {ALPHA:g}); {need} or more replicates lift that floor"
+            f"with {counted(reps, 'trial')} per cell, {ever} "
+            f"(smallest possible Mann-Whitney p = {floor:.2g} >= {ALPHA:g}; {tied:.2g} with tied values); "
+            f"{need} or more replicates lift that floor"
         )
     else:
         cell_text = f"a cell vs the baseline can reach p = {floor:.2g} at best"

@@ -141,3 +141,15 @@ def test_numbers_best_p_is_what_the_reports_test_gives() -> None:
     [few] = planview._number_lines(["wall"], 4, cells, factors, cells[0], 46)  # 4 vs 4: the exact test
     assert f"can reach p = {ranks.mann_whitney(np.arange(4.0) + 9, np.arange(4.0)):.2g} at best" in few, few
     assert f"{2 / math.comb(8, 4):.2g}" in few
+
+
+def test_a_numbers_floor_that_only_ties_could_pass_is_said_so() -> None:
+    """3 replicates: distinct values floor at p = 0.1, tied ones at 0.047: "no cell can ever differ"
+    was not true (and the report's Holm family counts those tests); 2 replicates: it is."""
+    factors = {"a": ["0", "1"], "b": ["0", "1"]}
+    cells = [dict(zip(factors, bits, strict=True)) for bits in itertools.product("01", repeat=2)]
+    [three] = planview._number_lines(["wall"], 3, cells, factors, cells[0], 10)
+    assert "no cell can differ significantly from the baseline unless values tie within each side" in three, three
+    assert "(smallest possible Mann-Whitney p = 0.1 >= 0.05; 0.047 with tied values)" in three, three
+    [two] = planview._number_lines(["wall"], 2, cells, factors, cells[0], 10)
+    assert "no cell can ever differ significantly" in two and "0.19 with tied values" in two, two
