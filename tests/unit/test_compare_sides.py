@@ -48,3 +48,19 @@ def test_the_page_in_its_default_place_replaces_a_planted_link_not_its_target(tm
     assert page.path == page_path and not page_path.is_symlink(), page.path
     assert outside.read_text() == "not orch's\n"
     assert "<html" in page_path.read_text().lower()
+
+
+def test_the_page_heading_names_both_matrices_when_they_differ(tmp_path: Path) -> None:
+    """Runs of two matrices (a renamed copy): the heading says both names; one matrix: its name once."""
+    a_manifest, a_records = synthetic_run(failures=False, replicates=4)
+    b_manifest, b_records = synthetic_run(failures=False, replicates=4, run_id="20260509-090000-other")
+    run_a = write_run(tmp_path / "reports" / a_manifest.run_id, a_manifest, a_records)
+    renamed = b_manifest.model_copy(update={"name": "overlap_renamed"})
+    run_b = write_run(tmp_path / "reports" / b_manifest.run_id, renamed, b_records)
+    page = write_comparison_page(run_a, run_b, tmp_path / "c.html").path.read_text()
+    heading = page.split("<h1>", 1)[1].split("</h1>", 1)[0]
+    assert heading.startswith(f"{a_manifest.name} vs overlap_renamed: "), heading
+    same = synthetic_run(failures=False, replicates=4, run_id="20260509-100000-same")
+    run_c = write_run(tmp_path / "reports" / same[0].run_id, *same)
+    heading = write_comparison_page(run_a, run_c, tmp_path / "d.html").path.read_text().split("<h1>", 1)[1]
+    assert heading.startswith(f"{a_manifest.name}: {a_manifest.run_id} vs "), heading
