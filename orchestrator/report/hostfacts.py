@@ -44,10 +44,10 @@ def testbed_fact_findings(manifest: RunManifest) -> list[Finding]:
     return out
 
 
-# a command line's words that say where its server listens or finds its peers: a URL, an
-# address:port, or the value of a flag named for a port, host, address or URL
+# a command line's words that say where its server listens or finds its peers: a URL, an address:port (a word
+# of its own, no dot after: not an image's `nvidia/tritonserver:24.05`), a place flag's value
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
-_HOST_PORT = re.compile(r"\b[\w.-]+:\d{1,5}\b")
+_HOST_PORT = re.compile(r"(?<![\w./-])[\w.-]+:\d{1,5}(?![\w.])")
 _PLACE_FLAG = re.compile(
     r"(--?(?:[a-z0-9]+[-_])*(?:port|host|hostname|addr|address|ip|url|urls)(?:[-_][a-z0-9]+)*)(=|\s+)((?!-)\S+)",
     re.IGNORECASE,
