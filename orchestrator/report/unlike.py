@@ -28,7 +28,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.report.factwords import quote as _quote
 from orchestrator.report.factwords import quote_apart, word
 from orchestrator.report.servedsettings import CellServers, run_setting_lines
-from orchestrator.report.unlikefacts import session_lines, several_testbeds, testbed_lines
+from orchestrator.report.unlikefacts import not_yet, session_lines, several_testbeds, testbed_lines
 
 LEVEL_LINES = 3  # levels whose settings differ, named one by one before "and N more"
 
@@ -174,13 +174,6 @@ def _running(a: RunManifest, b: RunManifest) -> frozenset[str]:
     return frozenset(side for side, m in (("A", a), ("B", b)) if m.status == "running")
 
 
-def _not_yet(side: str) -> str:
-    return (
-        f"{side} is still running (or its controller died): its host facts are not recorded yet (run.json "
-        "gets them at its end), so whether they differ from the other run's is not known"
-    )
-
-
 def _inventory_lines(a: RunManifest, b: RunManifest) -> list[str]:
     """The inventory file, said only where no host line says what in it differed."""
     if a.inventory_sha256 == b.inventory_sha256:
@@ -207,7 +200,7 @@ def _testbed_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> li
         }
         if said := _facts_that_differ(ha, hb, running):
             out.append(f"the {role} role's " + "; its ".join(said))
-    return out + [_not_yet(side) for side in sorted(unknown)]
+    return out + [not_yet(side) for side in sorted(unknown)]
 
 
 def _host_facts(m: RunManifest, role: str, left_out: frozenset[str] = frozenset()) -> dict[str, str] | None:
@@ -229,7 +222,7 @@ def _facts_that_differ(
     """Each host fact that differs, by name, as it was in A and in B. Why not the whole host line:
     cut at QUOTE_CHARS, a command line that differed at its end read the same in both runs, and
     any difference read as another host. A fact a `running` side has not recorded yet is left to
-    one line for that run (_not_yet): said per fact, every fact read as a difference."""
+    one line for that run (unlikefacts.not_yet): said per fact, every fact read as a difference."""
     said = []
     for key in sorted(set(ha) | set(hb)):
         va, vb = ha.get(key), hb.get(key)

@@ -29,17 +29,28 @@ def several_testbeds(a: RunManifest, b: RunManifest) -> bool:
 
 def testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
     """Each testbed's facts against the other run's: a testbed both ran on against itself, and
-    those only one ran on against the other run's (its own such testbeds, else all of them)."""
+    those only one ran on against the other run's (its own such testbeds, else all of them). A
+    fact a running side has not recorded yet is one line for that run (not_yet), as for one testbed."""
     out = [f"{side}'s testbeds were not copies: see its report" for side, m in (("A", a), ("B", b)) if _apart(m)]
     ba, bb = _beds(a), _beds(b)
     if set(ba) != set(bb):
         out.append(f"A ran on {_testbeds(ba)}, B on {_testbeds(bb)}")
+    running = frozenset(side for side, m in (("A", a), ("B", b)) if m.status == "running")
+    unknown: set[str] = set()
     for name in (n for n in ba if n in bb):
-        out += _fact_lines({name: ba[name]}, {name: bb[name]}, whose(name))
+        out += _fact_lines({name: ba[name]}, {name: bb[name]}, whose(name), running, unknown)
     only_a, only_b = ({n: f for n, f in x.items() if n not in y} for x, y in ((ba, bb), (bb, ba)))
     if only_a or only_b:
-        out += _fact_lines(only_a or ba, only_b or bb, whose(""))
-    return out
+        out += _fact_lines(only_a or ba, only_b or bb, whose(""), running, unknown)
+    return out + [not_yet(side) for side in sorted(unknown)]
+
+
+def not_yet(side: str) -> str:
+    """A running run's host facts (or its controller died): run.json gets a session's at its end."""
+    return (
+        f"{side} is still running (or its controller died): its host facts are not recorded yet (run.json "
+        "gets them at its end), so whether they differ from the other run's is not known"
+    )
 
 
 def session_lines(a: RunManifest, b: RunManifest) -> list[str]:
@@ -80,17 +91,28 @@ def _beds(m: RunManifest) -> Beds:
     }
 
 
-def _fact_lines(ba: Beds, bb: Beds, where: str) -> list[str]:
-    """One line per role and fact whose values differ between A's testbeds and B's."""
+def _fact_lines(
+    ba: Beds, bb: Beds, where: str, running: frozenset[str] = frozenset(), unknown: set[str] | None = None
+) -> list[str]:
+    """One line per role and fact whose values differ between A's testbeds and B's. A fact (or a
+    role) a `running` side has not recorded is added to `unknown` instead: said per fact, every
+    fact read as a difference."""
     out = []
     for role in sorted({r for beds in (ba, bb) for facts in beds.values() for r in facts}):
         ra, rb = ({n: f[role] for n, f in beds.items() if role in f} for beds in (ba, bb))
         if not ra or not rb:
-            out.append(f"{where}{role} role ran in {'A' if ra else 'B'} only")
+            missing = "B" if ra else "A"
+            if missing in running and unknown is not None:
+                unknown.add(missing)
+            else:
+                out.append(f"{where}{role} role ran in {'A' if ra else 'B'} only")
             continue
         for key in sorted({k for facts in (*ra.values(), *rb.values()) for k in facts}):
             va, vb = ({n: f.get(key) for n, f in r.items()} for r in (ra, rb))
-            if set(va.values()) != set(vb.values()):
+            lacking = {side for side, v in (("A", va), ("B", vb)) if None in v.values()} & running
+            if lacking and unknown is not None:
+                unknown.update(lacking)
+            elif set(va.values()) != set(vb.values()):
                 out.append(f"{where}{role} role's {word(key)} differed: {_values(va, vb)}")
     return out
 

@@ -78,3 +78,25 @@ def test_a_running_run_s_unrecorded_host_facts_are_said_once_not_per_fact() -> N
     assert sum(line.startswith("A is still running") for line in swapped) == 1
     ended = unlike(a, with_facts(base, "interrupted", address="10.0.0.2")).context  # ended: its facts are known
     assert any("not recorded in B" in line for line in ended) and not any("still running" in x for x in ended)
+
+
+def with_beds(m: RunManifest, status: str, beds: dict[str, dict[str, str]]) -> RunManifest:
+    """A parallel run: testbed -> the facts every role of it recorded."""
+    kept = {tb: {role: {**h, **facts} for role, h in m.hosts.items()} for tb, facts in beds.items()}
+    return m.model_copy(update={"testbeds": list(beds), "testbed_hosts": kept, "status": status})
+
+
+def test_a_running_parallel_run_s_unrecorded_host_facts_are_said_once_not_per_fact() -> None:
+    """The one-testbed rule, for a run on several testbeds (the helper that wrote it left this path):
+    B's testbeds recorded only their addresses so far."""
+    base = planned()[1]
+    done = {"server_version": "0.5.4", "exec_start": "/usr/bin/server"}
+    a = with_beds(base, "completed", {"t1": {**done, "address": "10.0.0.1"}, "t2": {**done, "address": "10.0.0.3"}})
+    b = with_beds(base, "running", {"t1": {"address": "10.0.0.2"}, "t2": {"address": "10.0.0.4"}})
+    context = unlike(a, b).context
+    assert not [line for line in context if "not recorded in" in line or "not recorded on" in line], context
+    said = [line for line in context if line.startswith("B is still running (or its controller died)")]
+    assert len(said) == 1, context
+    assert any("address differed" in line for line in context), context  # facts both recorded: compared
+    ended = unlike(a, b.model_copy(update={"status": "interrupted"})).context
+    assert not any("still running" in line for line in ended), ended
