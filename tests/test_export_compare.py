@@ -103,12 +103,14 @@ def test_compare_flags_a_real_change_and_not_noise():
     assert on.diff == pytest.approx(1 / 80 - 13 / 80)
     assert on.diff_low < on.diff < on.diff_high < 0
     # 2 trials a side: the trial is the unit, so the p comes from the trials (dispersion on 1.6 df,
-    # sparse: core.trialexact), 0.027, and Holm over the page's 4 comparisons makes it 0.11. Fisher on
-    # 80 pooled sessions a side (p < 0.001) called it significant; that treated sessions as independent.
+    # sparse: core.trialexact), 0.027, and Holm over the page's 2 comparisons that could reach
+    # significance makes it 0.054 (the 2 wall rows, 2 trials a side, cannot: not counted; it was 4).
+    # Fisher on 80 pooled sessions a side (p < 0.001) called it significant; that treated sessions
+    # as independent.
     assert 0.01 < on.p < 0.05 and not on.significant
     assert "likelihood ratio on the trials" in c.methods["corruption"]
     assert not rows[("overlap=off", "corruption")].significant
-    assert any("No cell differs significantly" in line and "4 comparisons" in line for line in c.summary)
+    assert any("No cell differs significantly" in line and "2 comparisons" in line for line in c.summary)
 
 
 def test_compare_flags_a_real_change_with_four_trials_a_side():
@@ -222,7 +224,9 @@ def test_compare_reports_unmatched_cells_and_ignores_failures(tmp_path, capsys):
     assert main(["compare", str(ra), str(rb)]) == 0
     page = (tmp_path / "compare-a-vs-b.html").read_text()
     assert "only in A" in page and "overlap=off" in page
-    assert "No cell differs significantly" in page
+    # one trial a side: corruption has nothing to test a change against, and wall's 1 vs 1 can never
+    # be significant, so nothing was tested (it said "No cell differs significantly", over wall alone)
+    assert "can be called significant or not: 0 comparisons could be tested" in page
     assert "<script" not in page and "http" not in page.replace("http-equiv", "")
 
 
@@ -475,8 +479,9 @@ def test_compare_says_a_number_row_with_too_few_trials_shows_nothing_either_way(
     (line,) = c.summary
     assert "No cell differs significantly" in line
     assert line.endswith(
-        " 2 comparisons (wall) have too few trials for any difference to reach significance: no difference is "
-        "shown there either way (not evidence that it is unchanged); run more replicates."
+        " 2 comparisons (wall) have too few trials for any difference to reach significance (not counted in the "
+        "Holm family): no difference is shown there either way (not evidence that it is unchanged); run more "
+        "replicates."
     )
     ra, rb = write_run(tmp_path, "a", ta), write_run(tmp_path, "b", tb)
     assert write_comparison_page(ra, rb).path.read_text().count("not shown (too few trials") == 2
@@ -484,3 +489,31 @@ def test_compare_says_a_number_row_with_too_few_trials_shows_nothing_either_way(
                     manifest("b"), [trial("b", i, lvl, k) for i, (lvl, k) in enumerate(CELLS_B)])  # fmt: skip
     assert not any(r.too_few for r in three.rows) and "too few" not in three.summary[0]
     assert ranks.mann_whitney([1.0] * 3, [0.0] * 3) < 0.05 < ranks.mann_whitney_min_p(3, 3)
+
+
+def test_compare_leaves_comparisons_that_cannot_reach_significance_out_of_holm():
+    """As the report's family (core.family): a number row with 2 trials a side (smallest p 0.19,
+    ties included) can never be significant, so Holm over it only made the proportion row's
+    correction stricter (p_holm was twice its p). It is said once, as not counted."""
+    metrics = {"corruption": "proportion", "wall": "number"}
+
+    def with_wall(t: TrialRecord, wall: float) -> TrialRecord:
+        return t.model_copy(update={"metrics": {**t.metrics, "wall": MetricValue(kind="number", value=wall)}})
+
+    ta = [with_wall(counts_trial("a", i, {"corruption": (k, 50)}), 10.0 + i) for i, k in enumerate((2, 1, 2, 1))]
+    tb = [with_wall(counts_trial("b", i, {"corruption": (k, 50)}), 20.0 + i) for i, k in enumerate((4, 4, 4, 4))]
+    tb = [
+        t if i < 2 else t.model_copy(update={"metrics": {"corruption": t.metrics["corruption"]}})
+        for i, t in enumerate(tb)
+    ]
+    ta = [
+        t if i < 2 else t.model_copy(update={"metrics": {"corruption": t.metrics["corruption"]}})
+        for i, t in enumerate(ta)
+    ]
+    c = compare(manifest("a", metrics), ta, manifest("b", metrics), tb)
+    rows = {r.metric: r for r in c.rows}
+    assert rows["wall"].too_few and rows["wall"].p_holm == 1.0
+    assert rows["corruption"].p_holm == pytest.approx(rows["corruption"].p)  # Holm over 1 test, not 2
+    assert rows["corruption"].significant  # 0.028: it was 0.33 (Holm's step over the wall row)
+    assert "1 comparison (wall) has too few trials" in c.summary[0], c.summary
+    assert "(not counted in the Holm family)" in c.summary[0], c.summary

@@ -8,9 +8,10 @@ widened by it, the difference B - A with its interval and the report's test (qua
 likelihood ratio on the trials, core.trialexact, when the dispersion is sparse; no test at all when
 trial-to-trial variation cannot be estimated, e.g. one trial per cell: the difference is then shown
 with Newcombe's interval, as description). Numeric metrics get
-medians and a Mann-Whitney test on trial values. Holm's correction runs over every comparison shown,
-every metric in one family (core.findings' policy), so the chance of any false "significant" on the
-page is at most 5%.
+medians and a Mann-Whitney test on trial values. Holm's correction runs over every comparison shown
+that could reach significance (a number row with too few trials can be rejected at no step, so it
+is left out, as core.family leaves it out of the report's), every metric in one family
+(core.findings' policy), so the chance of any false "significant" on the page is at most 5%.
 """
 
 from __future__ import annotations
@@ -65,6 +66,13 @@ class Row:
     tested: bool = True  # False: a side has no data; not a test, so not in the Holm family
     caution: str = ""  # the sides lost unalike shares of their finished trials (report.missing.pair_mark)
     too_few: str = ""  # no difference could reach significance with this many trials: nothing is shown either way
+
+    @property
+    def in_family(self) -> bool:
+        """In the page's Holm family: a test that could reach significance (a row with too few
+        trials can be rejected at no Holm step, so counting it only made the others' correction
+        stricter: core.family's rule for the report)."""
+        return self.tested and not self.too_few
 
     @property
     def significant(self) -> bool:
@@ -212,8 +220,9 @@ def _doubts(side: str, m: RunManifest, reasons: Sequence[str], incomplete: str |
 def _holm_all(rows: Sequence[Row]) -> list[Row]:
     """Holm over every test on the page, every metric in one family (core.findings.adjust's policy):
     per-metric families would let a page with three metrics err up to three times alpha. Rows
-    without a test (a side without data) are not in the family and keep p_holm = 1."""
-    tested = [i for i, r in enumerate(rows) if r.tested]
+    without a test (a side without data) or with too few trials to reach significance are not in
+    the family and keep p_holm = 1."""
+    tested = [i for i, r in enumerate(rows) if r.in_family]
     adjusted = dict(zip(tested, stats.holm([rows[i].p for i in tested]), strict=True)) if tested else {}
     return [replace(r, p_holm=adjusted.get(i, 1.0)) for i, r in enumerate(rows)]
 
@@ -363,7 +372,7 @@ def _summary(rows: Sequence[Row], a: RunManifest, b: RunManifest) -> tuple[str, 
     moved = [r for r in rows if r.significant]
     if not rows:
         return ("The runs have no cells in common: nothing to compare.",)
-    tested = sum(r.tested for r in rows)
+    tested = sum(r.in_family for r in rows)
     if not tested:  # "no cell differs" would read as a result: nothing was tested (the report's wording)
         return (
             f"No difference between {a.run_id} and {b.run_id} can be called significant or not: 0 comparisons "
@@ -402,7 +411,7 @@ def _hopeless(rows: Sequence[Row]) -> str:
     metrics = ", ".join(dict.fromkeys(r.metric for r in few))
     return (
         f" {counted(len(few), 'comparison')} ({metrics}) {'has' if len(few) == 1 else 'have'} too few trials for any "
-        "difference to reach significance: "
+        "difference to reach significance (not counted in the Holm family): "
         "no difference is shown there either way (not evidence that it is unchanged); run more replicates."
     )
 
