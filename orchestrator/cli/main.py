@@ -21,6 +21,7 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     HUNT_EXIT_CODES,
+    SWEEP_WEBHOOK_HELP,
     OrchParser,
     add_examples,
     command,
@@ -168,18 +169,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="extra attempts for infrastructure failures (default 1)",
     )
     run.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
-    run.add_argument(
-        "--webhook",
-        action="append",
-        metavar="URL",
-        help="POST a summary here when the sweep ends (repeatable; slack+https://... for Slack)",
-    )
+    run.add_argument("--webhook", action="append", metavar="URL", help=SWEEP_WEBHOOK_HELP)
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
 
 def _add_resume(sub: argparse._SubParsersAction) -> None:
     """`orch resume`: an interrupted run taken up again."""
     resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
+    resume.epilog = EXIT_CODES  # a resume ends as the run it continues (a hunt's: 1 with no culprit set)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it)")
     resume.add_argument(
         "--dry-run", action="store_true", help="print the trials a resume would run and touch nothing (no host)"
@@ -191,7 +188,7 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
         help="extra attempts for infrastructure failures (default: what the run was started with)",
     )
     resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
-    resume.add_argument("--webhook", action="append", metavar="URL", help="POST a summary here when the sweep ends")
+    resume.add_argument("--webhook", action="append", metavar="URL", help=SWEEP_WEBHOOK_HELP)
 
 
 def _add_views(sub: argparse._SubParsersAction) -> None:
