@@ -149,13 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+REPLICATES_HELP = "replicate rounds (default: the matrix's replicates:, 1 if it sets none)"
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     """`orch run`: the sweep, with its options."""
     run = command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
     run.epilog = EXIT_CODES
     matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
-    run.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
+    run.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
     run.add_argument(
         "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
     )
@@ -204,7 +207,7 @@ def _add_views(sub: argparse._SubParsersAction) -> None:
 
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
     matrix_args(plan)
-    plan.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
+    plan.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
     plan.add_argument(
         "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
     )

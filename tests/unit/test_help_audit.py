@@ -41,3 +41,36 @@ def test_run_and_resume_describe_webhook_alike_and_name_orch_webhooks() -> None:
     assert run.help == resume.help
     assert run.help is not None and "repeatable" in run.help and "slack+https://" in run.help
     assert "$ORCH_WEBHOOKS" in run.help and "when one --webhook is given" in run.help
+
+
+# Options with no default, and why the help needs none: everything else states its default.
+NO_DEFAULT = {
+    "--webhook": "none: nothing is posted without one (the help says which env adds URLs)",
+    "--resume": "none: without it `orch hunt` starts a new hunt",
+    "--testbed": "`orch restore` only: none, RUN_DIR names the testbed instead",
+    "--on-calendar": "one of --on-calendar and --on-active is required",
+    "--on-active": "one of --on-calendar and --on-active is required",
+    "--scheduled": "set by `orch schedule` alone",
+}
+
+
+def _parsers(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> list[tuple[str, argparse.ArgumentParser]]:
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found = [(" ".join(words), parser)]
+    return found + [p for s in subs for name, sub in s.choices.items() for p in _parsers(sub, (*words, name))]
+
+
+def test_every_option_that_takes_a_value_states_its_default() -> None:
+    """The brief's "helpful --help, sane defaults": an option that takes a value and says no
+    default leaves the user to guess what leaving it out does (--replicates, --until did)."""
+    missing = []
+    for words, parser in _parsers(cli.build_parser()):
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.option_strings or action.nargs == 0 or action.help == argparse.SUPPRESS:
+                continue  # positionals, flags (--dry-run: off unless given), hidden options
+            said = formatter._get_help_string(action) or ""  # the help with the "(default: ...)" it adds
+            name = action.option_strings[-1]
+            if "default" not in said and not (name in NO_DEFAULT and (name != "--testbed" or words == "restore")):
+                missing.append(f"orch {words} {name}")
+    assert missing == []
