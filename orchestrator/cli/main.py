@@ -149,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+SEED_HELP = "seed for the randomized order and the repro's {seed}/{trial_seed} (default: matrix seed or random)"
 REPLICATES_HELP = "replicate rounds (default: the matrix's replicates:, 1 if it sets none)"
 
 
@@ -159,9 +160,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     run.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
-    run.add_argument(
-        "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
-    )
+    run.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
     run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
@@ -208,9 +207,7 @@ def _add_views(sub: argparse._SubParsersAction) -> None:
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
     matrix_args(plan)
     plan.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
-    plan.add_argument(
-        "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
-    )
+    plan.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
     rep = command(

@@ -74,3 +74,14 @@ def test_every_option_that_takes_a_value_states_its_default() -> None:
             if "default" not in said and not (name in NO_DEFAULT and (name != "--testbed" or words == "restore")):
                 missing.append(f"orch {words} {name}")
     assert missing == []
+
+
+@pytest.mark.parametrize("command", ["run", "plan", "hunt"])
+def test_seed_help_says_it_seeds_the_repros_trial_seed(command: str) -> None:
+    """--seed is the run's seed (plan.seed): the order and each trial's {seed}/{trial_seed} in
+    the repro command (sweep.commands.command_values); run's and plan's help named the order alone,
+    so a user reproducing a run's sessions did not know the flag reaches them."""
+    said = option([command], "--seed").help or ""
+    assert "trial" in said and "default: matrix seed or random" in said
+    if command != "hunt":  # a hunt orders nothing at random
+        assert "{trial_seed}" in said and "randomized order" in said
