@@ -21,6 +21,7 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     HUNT_EXIT_CODES,
+    RESTORE_EXIT_CODES,
     SWEEP_WEBHOOK_HELP,
     OrchParser,
     add_examples,
@@ -224,6 +225,7 @@ def _add_views(sub: argparse._SubParsersAction) -> None:
 def _add_restore(sub: argparse._SubParsersAction) -> None:
     """`orch restore`: from the run's folder, or from the hosts' own copies without it."""
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
+    res.epilog = RESTORE_EXIT_CODES
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", help="the run's folder (orch run printed it)")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     hosts = res.add_argument_group(

@@ -85,3 +85,12 @@ def test_seed_help_says_it_seeds_the_repros_trial_seed(command: str) -> None:
     assert "trial" in said and "default: matrix seed or random" in said
     if command != "hunt":  # a hunt orders nothing at random
         assert "{trial_seed}" in said and "randomized order" in said
+
+
+def test_restore_help_lists_its_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    """`orch restore` is what a script runs after a crash: it must tell "every host back" (0) from
+    "a host still changed" (1, sweep.apitypes.RestoreOutcome.exit_code), a lock another run holds
+    (2, errors.LockError) and an interrupted restore (130); its help listed no code."""
+    said = help_of(["restore"], capsys)
+    assert "Exit codes: 0 every host put back; 1 a host not restored or a runtime fault; 2 bad input" in said
+    assert "a testbed another run holds (nothing touched); 130 interrupted" in said
