@@ -21,6 +21,16 @@ EXIT_CODES = (
     "named no culprit set; 2 bad input, usage or a testbed another run holds (nothing touched); 3 a gate of the "
     "matrix failed; 130 interrupted; 141 stdout closed early (| head)"
 )
+# `orch restore`'s (sweep.apitypes.RestoreOutcome.exit_code; a lock held is errors.LockError's 2)
+RESTORE_EXIT_CODES = (
+    "Exit codes: 0 every host put back; 1 a host not restored or a runtime fault; 2 bad input, usage or a "
+    "testbed another run holds (nothing touched); 130 interrupted"
+)
+# `orch run`'s and `orch resume`'s --webhook (cli.main._webhooks reads ORCH_WEBHOOKS only when one is given)
+SWEEP_WEBHOOK_HELP = (
+    "POST a summary here when the sweep ends (repeatable; slack+https://... for Slack; "
+    "$ORCH_WEBHOOKS's URLs too when one --webhook is given)"
+)
 # `orch hunt`'s own: a script reads "found" from its exit code (sweep.apitypes.SweepOutcome.unanswered)
 HUNT_EXIT_CODES = (
     "Exit codes: 0 a culprit set named; 1 none named (the failing configuration did not fail, or the session "

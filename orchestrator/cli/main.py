@@ -21,6 +21,8 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     HUNT_EXIT_CODES,
+    RESTORE_EXIT_CODES,
+    SWEEP_WEBHOOK_HELP,
     OrchParser,
     add_examples,
     command,
@@ -148,16 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+SEED_HELP = "seed for the randomized order and the repro's {seed}/{trial_seed} (default: matrix seed or random)"
+REPLICATES_HELP = "replicate rounds (default: the matrix's replicates:, 1 if it sets none)"
+
+
 def _add_run(sub: argparse._SubParsersAction) -> None:
     """`orch run`: the sweep, with its options."""
     run = command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
     run.epilog = EXIT_CODES
     matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
-    run.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
-    run.add_argument(
-        "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
-    )
+    run.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
+    run.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
     run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
@@ -168,18 +172,14 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
         help="extra attempts for infrastructure failures (default 1)",
     )
     run.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
-    run.add_argument(
-        "--webhook",
-        action="append",
-        metavar="URL",
-        help="POST a summary here when the sweep ends (repeatable; slack+https://... for Slack)",
-    )
+    run.add_argument("--webhook", action="append", metavar="URL", help=SWEEP_WEBHOOK_HELP)
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)
 
 
 def _add_resume(sub: argparse._SubParsersAction) -> None:
     """`orch resume`: an interrupted run taken up again."""
     resume = command(sub, "resume", "continue an interrupted run (same matrix, inventory and plan)", cmd_resume)
+    resume.epilog = EXIT_CODES  # a resume ends as the run it continues (a hunt's: 1 with no culprit set)
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's folder (orch run printed it)")
     resume.add_argument(
         "--dry-run", action="store_true", help="print the trials a resume would run and touch nothing (no host)"
@@ -191,7 +191,7 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
         help="extra attempts for infrastructure failures (default: what the run was started with)",
     )
     resume.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
-    resume.add_argument("--webhook", action="append", metavar="URL", help="POST a summary here when the sweep ends")
+    resume.add_argument("--webhook", action="append", metavar="URL", help=SWEEP_WEBHOOK_HELP)
 
 
 def _add_views(sub: argparse._SubParsersAction) -> None:
@@ -207,10 +207,8 @@ def _add_views(sub: argparse._SubParsersAction) -> None:
 
     plan = command(sub, "plan", "show cells, env changes per host, restarts and the estimated duration", cmd_plan)
     matrix_args(plan)
-    plan.add_argument("--replicates", type=positive, help="replicate rounds (overrides the matrix)")
-    plan.add_argument(
-        "--seed", type=bounded_int(0, MAX_SEED), help="seed for the randomized order (default: matrix seed or random)"
-    )
+    plan.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
+    plan.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
     plan.add_argument("--trials", action="store_true", help="list every trial in run order")
 
     rep = command(
@@ -227,6 +225,7 @@ def _add_views(sub: argparse._SubParsersAction) -> None:
 def _add_restore(sub: argparse._SubParsersAction) -> None:
     """`orch restore`: from the run's folder, or from the hosts' own copies without it."""
     res = command(sub, "restore", "put a run's hosts back as they were (after a crash or kill -9)", cmd_restore)
+    res.epilog = RESTORE_EXIT_CODES
     res.add_argument("run_dir", type=Path, metavar="RUN_DIR", nargs="?", help="the run's folder (orch run printed it)")
     res.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     hosts = res.add_argument_group(

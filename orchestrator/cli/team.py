@@ -102,7 +102,8 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         "--until",
         metavar="HH:MM",
         help="start no new trial after this local time (or ISO date-time); cut sweeps stay resumable. A time "
-        "the clocks skip that night means the end of the gap, a time shown twice its first occurrence",
+        "the clocks skip that night means the end of the gap, a time shown twice its first occurrence "
+        "(default: none, it runs until the queue is empty)",
     )
     run.add_argument(
         "--scheduled",
@@ -137,7 +138,8 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
         "--until",
         metavar="HH:MM",
         help="the night's deadline, counted from the scheduled start (a late catch-up never runs into the day); "
-        "a time the clocks skip that night means the end of the gap, a time shown twice its first occurrence",
+        "a time the clocks skip that night means the end of the gap, a time shown twice its first occurrence "
+        "(default: none, each run goes on until the queue is empty)",
     )
     _webhook_arg(ins)
     _reports_arg(ins)
