@@ -357,3 +357,11 @@ def test_the_trial_variation_line_counts_only_the_configurations_that_informed_i
     line = summary_lines(build_report(m, records))[-2]
     assert "over 6 trials in 1 configuration run more than once with some but not all sessions failed" in line
     assert "in 1 configuration run more than once," not in line
+
+
+def test_the_model_probability_of_a_configuration_is_escaped_in_the_page() -> None:
+    """A configuration the model holds unaffected reads "< 0.001": written raw, the page's table cell
+    was "<td>< 0.001</td>", a bare "<" in HTML (the DSV4 hunt's clean configuration and drops)."""
+    page = render(hunted(matrix(), 0b111))
+    assert "<td>< 0.001</td>" not in page
+    assert "<td>&lt; 0.001</td>" in page
