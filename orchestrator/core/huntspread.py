@@ -43,7 +43,9 @@ class IccUsed:
         """In words, for the report."""
         if self.df < SPREAD_MIN_DF:
             return f"ICC {self.floor:g} as stated (too few repeated trials to estimate it: {self.df:.1f} df)"
-        where = f"{counted(self.cells, 'configuration')} run more than once"
+        # only these inform it (core.spreadsums): "4 configurations run more than once" was said
+        # where 8 had, 4 of them with no failure (or only failures) in their sessions
+        where = f"{counted(self.cells, 'configuration')} run more than once with some but not all sessions failed"
         seen = f"dispersion {self.phi:.2f} over {self.trials} trials in {where}, {self.df:.1f} df"
         if self.estimated:
             capped = " (the ceiling)" if self.icc >= ICC_CEILING else ""

@@ -522,7 +522,7 @@ def _configs(report: HuntReport) -> str:
         on = _on_label(c.on, report.flags)
         rows.append(
             f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
-            f"<td>{c.trials}</td><td>{probability_text(c.p_fails)}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
+            f"<td>{c.trials}</td><td>{e(probability_text(c.p_fails))}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
         )
     return "\n".join(rows) + "</table>"
 

@@ -332,7 +332,8 @@ def test_the_report_says_the_trial_variation_was_estimated_from_the_trials_and_i
     report = build_report(m, records)
     said = (
         "evidence per trial tempered by trial-to-trial variation: ICC 0.226 estimated from the trials "
-        "(dispersion 16.00 over 6 trials in 1 configuration run more than once, 5.0 df; stated 0.03)"
+        "(dispersion 16.00 over 6 trials in 1 configuration run more than once with some but not all sessions failed, "
+        "5.0 df; stated 0.03)"
     )
     assert said in summary_lines(report)
     assert "Evidence per trial tempered by trial-to-trial variation: ICC 0.226 estimated" in render(report)
@@ -343,3 +344,24 @@ def test_the_report_says_the_stated_trial_variation_was_assumed_when_no_trials_r
     records = [trial(m, 0, FULL, 4), trial(m, 1, 0, 0), trial(m, 2, FULL ^ 1, 5)]
     said = "ICC 0.03 as stated (too few repeated trials to estimate it: 0.0 df)"
     assert f"evidence per trial tempered by trial-to-trial variation: {said}" in summary_lines(build_report(m, records))
+
+
+def test_the_trial_variation_line_counts_only_the_configurations_that_informed_it() -> None:
+    """The audited DSV4 hunt said "dispersion 0.53 over 13 trials in 4 configurations run more than
+    once" where 8 had run more than once: only those whose sessions both failed and passed inform the
+    dispersion. Here 3 run more than once (the failing one 0, 16, 0, 16, 0, 16 of 20; the clean one
+    and one drop never failing), and only the failing one informs it."""
+    m = matrix()
+    records = [trial(m, i, FULL, k) for i, k in enumerate((0, 16, 0, 16, 0, 16))]
+    records += [trial(m, 6 + i, 0, 0) for i in range(3)] + [trial(m, 9 + i, FULL ^ 1, 0) for i in range(2)]
+    line = summary_lines(build_report(m, records))[-2]
+    assert "over 6 trials in 1 configuration run more than once with some but not all sessions failed" in line
+    assert "in 1 configuration run more than once," not in line
+
+
+def test_the_model_probability_of_a_configuration_is_escaped_in_the_page() -> None:
+    """A configuration the model holds unaffected reads "< 0.001": written raw, the page's table cell
+    was "<td>< 0.001</td>", a bare "<" in HTML (the DSV4 hunt's clean configuration and drops)."""
+    page = render(hunted(matrix(), 0b111))
+    assert "<td>< 0.001</td>" not in page
+    assert "<td>&lt; 0.001</td>" in page
