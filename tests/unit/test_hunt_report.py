@@ -365,3 +365,26 @@ def test_the_model_probability_of_a_configuration_is_escaped_in_the_page() -> No
     page = render(hunted(matrix(), 0b111))
     assert "<td>< 0.001</td>" not in page
     assert "<td>&lt; 0.001</td>" in page
+
+
+def test_an_and_answer_says_what_its_changes_nothing_rests_on_measured() -> None:
+    """"X changes nothing unless Y and Z are on" is the model's inference; the hunt audit found no
+    pair of configurations differing only in X with Y or Z off, and 2/320 sessions failing over the
+    configurations without the set: a bound (95% upper limit near 9-13%), not nothing. The line
+    after the inferences gives that bound, from the configurations' own k/n."""
+    m = matrix()
+    assert m.hunt is not None
+    mask = sum(1 << m.hunt.flags.index(f) for f in AND3)
+    report = hunted(m, mask)
+    assert report.result.state == "found", report.result.reason
+    without = [c for c in report.result.configs if c.config & mask != mask and c.n]
+    k, n = sum(c.k for c in without), sum(c.n for c in without)
+    lines = [line.strip() for line in summary_lines(report)]
+    [said] = [line for line in lines if line.startswith("without all of bf16_index_k, cuda_graph and overlap on")]
+    assert said.startswith(f"without all of bf16_index_k, cuda_graph and overlap on: {k}/{n} sessions failed"), said
+    assert f"over {len(without)} configurations: the measured bound on what any of them changes there" in said
+    assert said in _said_on_page(report)
+
+
+def _said_on_page(report: HuntReport) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", render(report)).split())
