@@ -223,3 +223,18 @@ def test_the_index_states_the_reports_interval_for_each_cell(replicates: int, ra
     for cell in report.cells:
         r = cell.proportions["corruption"].rate
         assert trends[cell.cell] == f"{r.k / r.n:.1%} [{r.low:.1%}, {r.high:.1%}]", cell.cell
+
+
+def test_compare_nightly_says_how_many_earlier_runs_and_no_more_than_not_significant(tmp_path: Path) -> None:
+    """The page said "checked against up to 7 earlier finished runs" with one, and "No cell or metric
+    of B changed" where the check only found no significant change (an audit of a real compare
+    page: p 0.059 after Holm, the cell's direct comparison significant on the same page)."""
+    from orchestrator.report.compare import write_comparison_page
+
+    dirs = _nights(tmp_path, 2)
+    html = write_comparison_page(dirs[0], dirs[1]).path.read_text()
+    section = html[html.index('id="nightly"') :]
+    assert "checked against 1 earlier finished run " in section
+    assert "up to 7" not in section
+    assert "changed against its earlier runs" not in section
+    assert "No cell or metric of B differs significantly from its earlier runs" in section

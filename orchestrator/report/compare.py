@@ -470,11 +470,11 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
             f"{run_a} and {run_b}: nothing to compare: {_nothing_in_common(model)}{_refused_differences(model)}",
             hint="compare two runs of one matrix, e.g. tonight's and last night's",
         )
-    nightly = _nightly(run_b)
+    nightly, earlier = _nightly(run_b)
     shown = model  # the page's title names both matrices when they differ (the template titles it c.a.name)
     if a.name != b.name:
         shown = replace(model, a=a.model_copy(update={"name": f"{a.name} vs {b.name}"}))
-    html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, csp=csp(""))
+    html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, earlier=earlier, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
     warnings = model.warnings + model.differences
@@ -562,11 +562,14 @@ def _nothing_in_common(model: Comparison) -> str:
     return "the runs have no cell in common (with completed trials)"
 
 
-def _nightly(run_b: Path) -> list[tuple[str, bool]]:
+def _nightly(run_b: Path) -> tuple[list[tuple[str, bool]], int]:
     """B against the earlier runs of its matrix + inventory in its reports folder (the index's
-    nightly check): (text, flagged) per checked cell and metric, flagged first."""
+    nightly check): (text, flagged) per checked cell and metric, flagged first, and how many
+    earlier runs it used (the most any pair had): the page names that number, not the lookback's
+    "up to 7", so one earlier run is never read as a week of them."""
     from orchestrator.report.render import fresh_summary
     from orchestrator.report.site import regression_changes
     from orchestrator.report.trends import change_text
 
-    return [(change_text(c), c.flagged) for c in regression_changes(run_b, fresh_summary)]
+    changes = regression_changes(run_b, fresh_summary)
+    return [(change_text(c), c.flagged) for c in changes], max((c.nights for c in changes), default=0)
