@@ -101,7 +101,10 @@ def test_index_groups_nightly_runs_with_trends_and_flags_the_regression(tmp_path
 def test_steady_nights_raise_no_flag(tmp_path: Path) -> None:
     dirs = _nights(tmp_path, 4)
     page = write_index(tmp_path, fresh_summary).read_text()
-    assert "changed vs earlier runs:" not in page and "no cell or metric changed" in page
+    # not significant is not "unchanged" (the compare audit: the page said "no cell ... changed")
+    assert "changed vs earlier runs:" not in page and "no cell or metric changed" not in page
+    assert "no cell or metric differs significantly from the earlier runs (" in page
+    assert "checked): not evidence that nothing changed." in page
     checked = regression_changes(dirs[-1], fresh_summary)
     assert not [c for c in checked if c.flagged]
     # what the count counts: a bare "(24 checked)" under 4 runs read as runs

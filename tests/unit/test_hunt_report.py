@@ -368,7 +368,7 @@ def test_the_model_probability_of_a_configuration_is_escaped_in_the_page() -> No
 
 
 def test_an_and_answer_says_what_its_changes_nothing_rests_on_measured() -> None:
-    """"X changes nothing unless Y and Z are on" is the model's inference; the hunt audit found no
+    """ "X changes nothing unless Y and Z are on" is the model's inference; the hunt audit found no
     pair of configurations differing only in X with Y or Z off, and 2/320 sessions failing over the
     configurations without the set: a bound (95% upper limit near 9-13%), not nothing. The line
     after the inferences gives that bound, from the configurations' own k/n."""
