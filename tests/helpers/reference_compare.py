@@ -154,11 +154,11 @@ def write_comparison_page(run_a: Path, run_b: Path, out: Path | None = None) -> 
             + (f"; {mismatch}" if mismatch else ""),
             hint="compare two runs of one matrix, e.g. tonight's and last night's",
         )
-    nightly = _nightly(run_b)
+    nightly, earlier = _nightly(run_b)  # not of d0e5505: the page names how many earlier runs it used since
     shown = model
     if a.name != b.name:
         shown = replace(model, a=a.model_copy(update={"name": f"{a.name} vs {b.name}"}))
-    html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, csp=csp(""))
+    html = environment().get_template("compare.html.j2").render(c=shown, nightly=nightly, earlier=earlier, csp=csp(""))
     target = out or ReportsDir(run_a.parent).compare_page(a.run_id, b.run_id)
     page = write_text_atomic(target, html, what="cannot write the report", user_path=out is not None)
     warnings = model.warnings + ((f"{mismatch}: only the cells both ran are compared",) if mismatch else ())
