@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.hunt_runs import hunt_trial
 
 from orchestrator.core.config import read_matrix
 from orchestrator.core.huntreplay import counts_of, replay
@@ -24,21 +25,10 @@ def matrix() -> Matrix:
 
 
 def _record(matrix: Matrix, metrics: dict[str, MetricValue], levels: dict[str, str] | None = None) -> TrialRecord:
+    """Trial 7, completed, of the failing configuration (or `levels`), with exactly `metrics`."""
     assert matrix.hunt is not None
     levels = levels if levels is not None else dict(matrix.hunt.levels(0))
-    return TrialRecord(
-        run_id="r",
-        trial=7,
-        round=0,
-        cell=",".join(f"{f}={v}" for f, v in levels.items()),
-        levels=levels,
-        testbed="t",
-        status="completed",
-        started="2026-01-01T00:00:00Z",
-        ended="2026-01-01T00:00:01Z",
-        duration_s=1.0,
-        metrics=metrics,
-    )
+    return hunt_trial(levels, 7, 0).model_copy(update={"metrics": metrics})
 
 
 @pytest.mark.parametrize(
