@@ -485,7 +485,7 @@ def _number_lines(
         tied = ranks.mann_whitney_smallest_p(reps, reps)  # values tied within each side: the normal approximation
         ever = (
             "no cell can ever differ significantly from the baseline"
-            if tied > ALPHA
+            if tied >= ALPHA
             else "no cell can differ significantly from the baseline unless values tie within each side"
         )
         cell_text = (

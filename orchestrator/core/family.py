@@ -120,7 +120,7 @@ def unreachable(design: Design) -> list[TestKey]:
         keys += [
             key
             for key in _versus_baseline("number", name, metric, baseline)
-            if ranks.mann_whitney_smallest_p(trials.get(str(key[2]), 0), base) >= ALPHA
+            if not ranks.mann_whitney_can_reach(trials.get(str(key[2]), 0), base, ALPHA)
         ]
     return keys
 

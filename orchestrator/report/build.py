@@ -1626,7 +1626,7 @@ def _untestable(report: Report, metric: str, base: CellView) -> list[Finding]:
 def _unless_tied(tied: float) -> str:
     """Where only tied values could reach significance (3 vs 3: 0.047 with ties, 0.1 without), the
     caution says so: it said no difference could, and the Holm family counts such a test."""
-    return " unless values tie within each side" if tied <= stats.ALPHA else ""
+    return " unless values tie within each side" if tied < stats.ALPHA else ""
 
 
 def _trials_per_cell(counts: Sequence[int]) -> str:
