@@ -25,8 +25,6 @@ from orchestrator.store.rundir import RunDir
 CiFormat = Literal["junit", "bencher"]
 EXTENSION: dict[CiFormat, str] = {"junit": "junit.xml", "bencher": "bencher.json"}
 NO_GATES = "the matrix declares no gates"
-# run.json says `running` until the sweep's end is recorded, after its last trial and restore
-# (sweep.api._finish); `stale`: its controller died (store.liveness)
 
 
 def cell_label(levels: Mapping[str, str]) -> str:

@@ -143,6 +143,8 @@ def check_stdout_format(out: Path | None, fmt: str) -> None:
 EXPORT_CHUNK = 1000  # trials whose full records are held at once (a few MB), however long the run
 
 
+# run.json says `running` until the sweep's end is recorded, after its last trial and restore
+# (sweep.api._finish); `stale`: its controller died (store.liveness)
 NOT_ENDED = frozenset({"running", "stale"})
 
 
