@@ -167,18 +167,28 @@ def _without_line(report: HuntReport) -> list[str]:
     sets = report.result.best.sets
     if len(sets) != 1 or len(sets[0]) < 2:
         return []
-    group = sets[0]
-    mask = sum(1 << report.flags.index(f) for f in group)
+    mask = _mask(report, sets[0])
     without = [c for c in report.result.configs if c.config & mask != mask and c.n]
-    name = joined(list(group))
+    name = joined(list(sets[0]))
     if not without:
         return [f"without all of {name} on: not measured (no configuration ran so)"]
-    k, n = sum(c.k for c in without), sum(c.n for c in without)
-    lo, hi = rate_interval(k, n, report.spread)
     return [
-        f"without all of {name} on: {k}/{n} sessions failed, {k / n:.1%} (95% interval {lo:.1%}-{hi:.1%}) over "
-        f"{counted(len(without), 'configuration')}: the measured bound on what any of them changes there"
+        f"without all of {name} on: {_pooled(report, without)}: the measured bound on what any of them changes there"
     ]
+
+
+def _mask(report: HuntReport, group: Sequence[str]) -> int:
+    """The configuration bits of `group`'s flags (a configuration has them all on when it holds them)."""
+    return sum(1 << report.flags.index(f) for f in group)
+
+
+def _pooled(report: HuntReport, configs: Sequence[ConfigResult]) -> str:
+    """'k/n sessions failed, r% (95% interval lo%-hi%) over N configurations': their sessions pooled,
+    the interval widened by the hunt's trial-to-trial spread."""
+    k, n = sum(c.k for c in configs), sum(c.n for c in configs)
+    lo, hi = rate_interval(k, n, report.spread)
+    over = counted(len(configs), "configuration")
+    return f"{k}/{n} sessions failed, {k / n:.1%} (95% interval {lo:.1%}-{hi:.1%}) over {over}"
 
 
 def cause_rate_lines(report: HuntReport) -> list[str]:
@@ -188,7 +198,7 @@ def cause_rate_lines(report: HuntReport) -> list[str]:
     sets = report.result.best.sets
     if len(sets) < 2:
         return []
-    masks = [sum(1 << report.flags.index(f) for f in group) for group in sets]
+    masks = [_mask(report, group) for group in sets]
     lines = []
     for group, mask in zip(sets, masks, strict=True):
         others = [m for m in masks if m != mask]
@@ -197,12 +207,7 @@ def cause_rate_lines(report: HuntReport) -> list[str]:
         if not alone:
             lines.append(f"{name}, the other cause off: not measured (no configuration ran so)")
             continue
-        k, n = sum(c.k for c in alone), sum(c.n for c in alone)
-        lo, hi = rate_interval(k, n, report.spread)
-        lines.append(
-            f"{name}, the other cause off: {k}/{n} sessions failed, {k / n:.1%} (95% interval {lo:.1%}-{hi:.1%}) "
-            f"over {counted(len(alone), 'configuration')}: this cause's own rate as measured"
-        )
+        lines.append(f"{name}, the other cause off: {_pooled(report, alone)}: this cause's own rate as measured")
     return lines
 
 
