@@ -298,7 +298,7 @@ def power_lines(plan: Plan) -> list[str]:
     m = plan.matrix
     cells = [dict(c.levels) for c in plan.cells]
     factors = {f.name: list(f.level_names) for f in m.factors}
-    numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
+    numbers = _number_metrics(plan)
     tests = planned_family(plan)
     lines = _proportion_lines(plan, tests)
     if m.adaptive is not None and len(lines) > 1:  # figures follow the header: say whose they are
@@ -325,6 +325,12 @@ def _adaptive_power_note(a: Adaptive) -> str:
     )
 
 
+def _number_metrics(plan: Plan) -> list[str]:
+    """The metrics of one value per trial: the repro's numbers, then the collected counters."""
+    m = plan.matrix
+    return [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
+
+
 def planned_family(plan: Plan) -> family.Planned:
     """The report's one Holm family for this plan, every trial completed (core.family, the function the
     report corrects by): every metric in it; with one trial per cell no proportion is tested."""
@@ -332,7 +338,7 @@ def planned_family(plan: Plan) -> family.Planned:
     cells = {c.id: c.as_dict() for c in plan.cells}
     tested = not _unreplicated(plan)
     metrics = {s.name: family.MetricDesign(s.kind, cells, tested=tested) for s in m.repro.metrics}
-    numbers = [s.name for s in m.repro.metrics if s.kind == "number"] + [c.name for c in m.collect]
+    numbers = _number_metrics(plan)
     trials = dict.fromkeys(cells, plan.replicates)  # one value per trial, every trial completed
     metrics |= {name: family.MetricDesign("number", cells, trials=trials) for name in numbers}
     factors = {f.name: list(f.level_names) for f in m.factors}
