@@ -28,7 +28,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.report.factwords import quote as _quote
 from orchestrator.report.factwords import quote_apart, word
 from orchestrator.report.servedsettings import CellServers, run_setting_lines
-from orchestrator.report.unlikefacts import not_yet, session_lines, several_testbeds, testbed_lines
+from orchestrator.report.unlikefacts import not_yet, running_sides, session_lines, several_testbeds, testbed_lines
 
 LEVEL_LINES = 3  # levels whose settings differ, named one by one before "and N more"
 
@@ -168,12 +168,6 @@ def _host_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> list[
     return [*where, *session_lines(a, b)]
 
 
-def _running(a: RunManifest, b: RunManifest) -> frozenset[str]:
-    """The sides whose run.json says running (it runs, or its controller died): what a session
-    finds on its hosts is recorded at that session's end, so a fact it lacks is not known yet."""
-    return frozenset(side for side, m in (("A", a), ("B", b)) if m.status == "running")
-
-
 def _inventory_lines(a: RunManifest, b: RunManifest) -> list[str]:
     """The inventory file, said only where no host line says what in it differed."""
     if a.inventory_sha256 == b.inventory_sha256:
@@ -186,7 +180,7 @@ def _testbed_lines(a: RunManifest, b: RunManifest, per_cell: bool = False) -> li
     out = []
     if a.testbed != b.testbed:
         out.append(f"A ran on testbed {a.testbed!r}, B on {b.testbed!r}")
-    running, unknown = _running(a, b), set()
+    running, unknown = running_sides(a, b), set()
     for role in sorted(set(a.hosts) | set(b.hosts)):
         ha, hb = (_host_facts(m, role, BY_CELL if per_cell else frozenset()) for m in (a, b))
         if ha is None or hb is None:

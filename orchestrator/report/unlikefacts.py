@@ -35,14 +35,19 @@ def testbed_lines(a: RunManifest, b: RunManifest) -> list[str]:
     ba, bb = _beds(a), _beds(b)
     if set(ba) != set(bb):
         out.append(f"A ran on {_testbeds(ba)}, B on {_testbeds(bb)}")
-    running = frozenset(side for side, m in (("A", a), ("B", b)) if m.status == "running")
-    unknown: set[str] = set()
+    running, unknown = running_sides(a, b), set[str]()
     for name in (n for n in ba if n in bb):
         out += _fact_lines({name: ba[name]}, {name: bb[name]}, whose(name), running, unknown)
     only_a, only_b = ({n: f for n, f in x.items() if n not in y} for x, y in ((ba, bb), (bb, ba)))
     if only_a or only_b:
         out += _fact_lines(only_a or ba, only_b or bb, whose(""), running, unknown)
     return out + [not_yet(side) for side in sorted(unknown)]
+
+
+def running_sides(a: RunManifest, b: RunManifest) -> frozenset[str]:
+    """The sides whose run.json says running (it runs, or its controller died): what a session
+    finds on its hosts is recorded at that session's end, so a fact it lacks is not known yet."""
+    return frozenset(side for side, m in (("A", a), ("B", b)) if m.status == "running")
 
 
 def not_yet(side: str) -> str:
