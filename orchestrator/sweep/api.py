@@ -297,9 +297,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     """Continue an interrupted run with the same plan: finished trials are skipped, the one that
     was running when the controller died is run again."""
     run_dir = request.run_dir
-    manifest, matrix, plan, inventory = _resumable(run_dir)
-    testbeds = [inventory.testbed(name) for name in manifest.testbeds]
-    check_key_files(testbeds, inventory)  # this machine's files, the run's inventory's lines: before connecting
+    manifest, matrix, plan, inventory, testbeds = _resumable(run_dir)
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
@@ -317,10 +315,11 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped, _hunt_end(ended))
 
 
-def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory]:
+def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory, list[Testbed]]:
     """The run a resume takes up, checked from its folder alone: its matrix and inventory unchanged,
-    the plan they make the one it started with. Nothing is touched. Its SSH key and known_hosts
-    files are checked by the resume and its dry run (check_key_files), not here."""
+    the plan they make the one it started with, and the SSH key and known_hosts files its testbeds
+    name present on this machine (check_key_files, at the run's inventory's lines: the resume and
+    its dry run refuse alike, before connecting). Nothing is touched."""
     manifest = load_manifest(run_dir, plan=False)  # the stored trials are not needed: their digest is
     matrix = _matrix_of(manifest, run_dir)
     inventory = _inventory_of(manifest, run_dir)
@@ -334,7 +333,8 @@ def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory]:
     else:
         plan = make_plan(matrix, testbeds[0], manifest.seed, manifest.replicates)
     check_same_plan(run_dir, manifest, plan)
-    return manifest, matrix, plan, inventory
+    check_key_files(testbeds, inventory)
+    return manifest, matrix, plan, inventory, testbeds
 
 
 def preview_resume(run_dir: Path) -> ResumePreview:
@@ -343,8 +343,7 @@ def preview_resume(run_dir: Path) -> ResumePreview:
     resume would drop it). No host is contacted, no lock taken, nothing written. A missing SSH key
     or known_hosts file is refused (exit 2) as the resume refuses it, as `orch run --dry-run`
     refuses what the run would."""
-    manifest, matrix, plan, inventory = _resumable(run_dir)
-    check_key_files([inventory.testbed(name) for name in manifest.testbeds], inventory)
+    manifest, matrix, plan, _, _ = _resumable(run_dir)
     journal = RunDir(run_dir).journal
     ended = None
     if journal.exists() and matrix.hunt is not None:  # what the resume replays, by its rule (_take_up)
