@@ -47,7 +47,8 @@ def testbed_fact_findings(manifest: RunManifest) -> list[Finding]:
 # a command line's words that say where its server listens or finds its peers: a URL, an address:port (a word
 # of its own, no dot after: not an image's `nvidia/tritonserver:24.05`), a place flag's value
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
-_HOST_PORT = re.compile(r"(?<![\w./-])[\w.-]+:\d{1,5}(?![\w.])")
+_HOST_PORT = re.compile(r"(?<![\w./-])([\w.-]+):(\d{1,5})(?![\w.])")
+_LOWEST_SERVER_PORT = 1024  # below it, `NAME:24` with a bare NAME is taken for an image's tag (`sglang:24`)
 _PLACE_FLAG = re.compile(
     r"(--?(?:[a-z0-9]+[-_])*(?:port|host|hostname|addr|address|ip|url|urls)(?:[-_][a-z0-9]+)*)(=|\s+)((?!-)\S+)",
     re.IGNORECASE,
@@ -61,7 +62,18 @@ def _placeless(key: str, value: str) -> str:
     if key != "exec_start":
         return value
     value = _PLACE_FLAG.sub(lambda m: f"{m.group(1)}{m.group(2)}PLACE", value)
-    return _HOST_PORT.sub("PLACE", _URL.sub("PLACE", value))
+    return _HOST_PORT.sub(_host_port, _URL.sub("PLACE", value))
+
+
+def _host_port(match: re.Match[str]) -> str:
+    """An address:port taken out; a bare name with a port below 1024 kept, for it reads as an image
+    named without a path (`sglang:24` vs `sglang:25`: another release, not another place). Where
+    in doubt the words stay and the caution is said: a needless caution costs less than a
+    difference called a copy."""
+    host, port = match.group(1), int(match.group(2))
+    if "." in host or host == "localhost" or port >= _LOWEST_SERVER_PORT:
+        return "PLACE"
+    return match.group(0)
 
 
 def session_change_findings(manifest: RunManifest) -> list[Finding]:

@@ -27,6 +27,7 @@ def _beds(base: RunManifest, key: str, a: str, b: str) -> RunManifest:
     [
         ("nvcr.io/nvidia/tritonserver:24.05-py3", "nvcr.io/nvidia/tritonserver:25.05-py3"),
         ("registry.local:5000/sglang:7", "registry.local:5000/sglang:8"),
+        ("sglang:24", "sglang:25"),  # an image named without a path: no dot, a port below 1024
     ],
 )
 def test_two_container_images_are_a_difference_not_a_place(base: RunManifest, a: str, b: str) -> None:
@@ -47,6 +48,17 @@ def test_the_command_lines_places_are_still_taken_out_beside_an_image(base: RunM
         f"{image} --port 30000 --peer 10.0.0.1:5000 --bootstrap http://10.0.0.1:8998/",
         f"{image} --port 30010 --peer 10.0.0.2:5000 --bootstrap http://10.0.0.2:8998/",
     )
+    assert host_fact_findings(m) == []
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("prefill-a:30000", "prefill-b:30000"), ("localhost:8", "localhost:9"), ("node1.lan:22", "node2.lan:22")],
+)
+def test_a_host_port_is_still_a_place(base: RunManifest, a: str, b: str) -> None:
+    """A word that reads as an address (a name with a port of 1024 and above, localhost, a dotted
+    name) is where a server finds its peer: two copies differ there by design."""
+    m = _beds(base, "exec_start", f"sim-server --peer {a} --mode pd", f"sim-server --peer {b} --mode pd")
     assert host_fact_findings(m) == []
 
 
