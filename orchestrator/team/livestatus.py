@@ -303,12 +303,17 @@ class LiveRun:
     @property
     def way_back(self) -> str:
         """For a stale run, the commands that end it: its killed controller left the hosts on a
-        cell's flags, under its lock, until one of them runs. Named with the run's folder (its
-        bare name is refused outside the reports folder); "" for any other run."""
-        if self.state != STALE:
-            return ""
+        cell's flags, under its lock, until one of them runs. For an interrupted one, the command
+        that takes it up again (its hosts were put back as it stopped; the morning after, the
+        status views are where one looks for it). Named with the run's folder (its bare name is
+        refused outside the reports folder); "" for any other run."""
         where = self.path or self.directory
-        return f"its controller is gone: {resume_command(where)} (or {restore_command(where)} to put its hosts back)"
+        if self.state == STALE:
+            back = restore_command(where)
+            return f"its controller is gone: {resume_command(where)} (or {back} to put its hosts back)"
+        if self.state == "finished" and self.run_status == "interrupted":
+            return f"interrupted: continue with {resume_command(where)}"
+        return ""
 
     @property
     def unreadable_line(self) -> str:

@@ -749,7 +749,8 @@ def _run_json(r: LiveRun) -> dict[str, object]:
     return {
         "directory": r.directory,
         "state": r.state,
-        "way_back": r.way_back,  # a stale run's `orch resume` / `orch restore`, its folder named whole
+        # a stale run's `orch resume` / `orch restore`, an interrupted one's resume, its folder named whole
+        "way_back": r.way_back,
         "run_status": r.run_status,
         "percent": None if r.percent is None else round(r.percent, 1),  # None for a hunt: no total
         "unreadable": r.unreadable,  # why its unreadable_file cannot be read ("" when read)

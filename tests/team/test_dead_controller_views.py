@@ -25,7 +25,7 @@ from orchestrator.cli.main import main
 from orchestrator.report.page import environment
 from orchestrator.report.render import fresh_summary, load_report
 from orchestrator.report.site import index_page, run_entries
-from orchestrator.store.manifest import save_manifest
+from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.team.livestatus import StatusFile, snapshot
 from orchestrator.team.notify import summarize_run
 from orchestrator.team.queue import Claimer, Queue
@@ -176,3 +176,40 @@ def test_a_live_or_finished_run_names_no_way_back(tmp_path: Path) -> None:
     cut_off_run(reports, 8, alive=True)
     (shown,) = status_json(snapshot(reports))["runs"]  # type: ignore[misc]
     assert shown["way_back"] == ""
+
+
+def test_an_interrupted_runs_resume_command_is_named_in_every_live_view(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From a walk (Ctrl-C at 23 of 96 trials): `orch status` listed the run as interrupted and
+    nothing else; the command that takes it up again was printed once, by the run itself, and the
+    status views are where one looks the next morning."""
+    reports = tmp_path / "reports"
+    run_dir = cut_off_run(reports, 8, alive=True).resolve()
+    manifest = load_manifest(run_dir)
+    save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": manifest.started}))
+    status = StatusFile.model_validate_json((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(status.model_copy(update={"state": "finished"}).model_dump_json())
+    monkeypatch.chdir(tmp_path)
+    resume = f"orch resume {run_dir}"
+
+    (shown,) = status_json(snapshot(Path("reports")))["runs"]  # type: ignore[misc]
+    assert shown["run_status"] == "interrupted" and resume in str(shown["way_back"]), shown  # /api/status
+    page = environment().get_template(STATUS_TEMPLATE).render(s=snapshot(Path("reports")), refresh=5, csp="")
+    assert resume in page, page  # /status
+    assert main(["status", "--reports", "reports"]) == 0  # orch status
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"interrupted: continue with {resume}" in out, out
+    assert "orch restore" not in out  # its hosts were put back as it stopped
+
+
+@pytest.mark.parametrize("status", ["completed", "failed"])
+def test_a_finished_run_names_no_resume(tmp_path: Path, status: str) -> None:
+    reports = tmp_path / "reports"
+    run_dir = cut_off_run(reports, 15, alive=True)
+    manifest = load_manifest(run_dir)
+    save_manifest(run_dir, manifest.model_copy(update={"status": status, "ended": manifest.started}))
+    state = StatusFile.model_validate_json((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(state.model_copy(update={"state": "finished"}).model_dump_json())
+    (shown,) = status_json(snapshot(reports))["runs"]  # type: ignore[misc]
+    assert (shown["run_status"], shown["way_back"]) == (status, ""), shown
