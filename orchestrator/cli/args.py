@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 DEFAULT_INVENTORY = Path("inventory/local.yaml")  # `args.inventory is DEFAULT_INVENTORY`: no -i given
 DEFAULT_REPORTS = Path("reports")
+# `--out` and `--reports` name one folder on every command (the team commands read what run writes)
+REPORTS_HELP = "reports folder, where the run's folder is made (default: reports/)"
 EXIT_CODES = (
     "Exit codes: 0 ok; 1 trials failed, the sweep stopped early, hosts not restored, a runtime fault or a hunt "
     "named no culprit set; 2 bad input, usage or a testbed another run holds (nothing touched); 3 a gate of the "

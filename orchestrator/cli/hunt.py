@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.args import sweep_request
+from orchestrator.cli.args import REPORTS_HELP, sweep_request
 from orchestrator.cli.argtypes import bounded_int
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
 from orchestrator.errors import ConfigError, OrchError, UsageError
@@ -31,7 +31,7 @@ def add_options(cmd: argparse.ArgumentParser, reports: Path) -> None:
     cmd.add_argument(
         "--seed", type=bounded_int(0, MAX_SEED), help="seed of the run (trial seeds; default: matrix seed or random)"
     )
-    cmd.add_argument("--out", type=Path, default=reports, help="reports folder (default: reports/)")
+    cmd.add_argument("--out", "--reports", type=Path, default=reports, metavar="DIR", help=REPORTS_HELP)
     cmd.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     cmd.add_argument(
         "--retries",

@@ -21,6 +21,7 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     HUNT_EXIT_CODES,
+    REPORTS_HELP,
     RESTORE_EXIT_CODES,
     SWEEP_WEBHOOK_HELP,
     OrchParser,
@@ -162,7 +163,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
     run.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
     run.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
-    run.add_argument("--out", type=Path, default=DEFAULT_REPORTS, help="reports folder (default: reports/)")
+    run.add_argument("--out", "--reports", type=Path, default=DEFAULT_REPORTS, metavar="DIR", help=REPORTS_HELP)
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
     run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
     run.add_argument(

@@ -172,8 +172,10 @@ def _schedule_commands(sub: argparse._SubParsersAction) -> None:
 def _reports_arg(cmd: argparse.ArgumentParser) -> None:
     cmd.add_argument(
         "--reports",
+        "--out",  # the name `orch run` writes it by: one folder, either name
         type=reports_folder,
         default=DEFAULT_REPORTS,
+        metavar="DIR",
         help="reports folder (the queue is its queue.db; default: reports/)",
     )
 

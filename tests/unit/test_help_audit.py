@@ -94,3 +94,22 @@ def test_restore_help_lists_its_exit_codes(capsys: pytest.CaptureFixture[str]) -
     said = help_of(["restore"], capsys)
     assert "Exit codes: 0 every host put back; 1 a host not restored or a runtime fault; 2 bad input" in said
     assert "a testbed another run holds (nothing touched); 130 interrupted" in said
+
+
+def test_the_reports_folder_is_one_option_with_two_names_on_every_command() -> None:
+    """From a walk: `orch run --out R` wrote the run, then `orch status --out R` was refused
+    ("unrecognized arguments: --out"): the folder a run writes and the one the team commands read
+    is one folder, and each command takes it by either name."""
+    parser = cli.build_parser()
+    named = [
+        (where, action)
+        for where, sub in _parsers(parser)
+        for action in sub._actions
+        if {"--out", "--reports"} & set(action.option_strings)
+    ]
+    assert {w for w, _ in named} >= {"run", "hunt", "status", "serve", "queue add", "queue run"}, named
+    for where, action in named:
+        assert set(action.option_strings) == {"--out", "--reports"}, (where, action.option_strings)
+    run = cli.build_parser().parse_args(["run", "m.yaml", "--reports", "elsewhere"])
+    status = cli.build_parser().parse_args(["status", "--out", "elsewhere"])
+    assert str(run.out) == str(status.reports) == "elsewhere"
