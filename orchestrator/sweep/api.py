@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +27,8 @@ from orchestrator.core.hostfacts import recorded_hosts
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan, resumed_steps
-from orchestrator.core.records import RunManifest
+from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.redact import Redactor
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
@@ -298,12 +299,13 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     was running when the controller died is run again."""
     run_dir = request.run_dir
     manifest, matrix, plan, inventory, testbeds = _resumable(run_dir)
+    record = _ResumeRecord(run_dir, manifest, matrix.redactor)
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
         with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
             with session.at_lines(testbeds, inventory.path):
-                result, stopped = _resume_locked(request, progress, manifest, matrix, plan, testbeds, (began, ended))
+                result, stopped = _resume_locked(request, progress, record, matrix, plan, testbeds, (began, ended))
     except (KeyboardInterrupt, Interrupted) as exc:
         if not began:
             exc.add_note(
@@ -311,8 +313,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
                 f"interrupted run left them; {_ways_back(run_dir)}"
             )
         raise
-    resumed = [*manifest.resumed_by, describe_controller(matrix.redactor)]  # who resumed it, with what
-    return _finish(run_dir, manifest.model_copy(update={"resumed_by": resumed}), result, stopped, _hunt_end(ended))
+    return _finish(run_dir, record.manifest(), result, stopped, _hunt_end(ended))
 
 
 def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory, list[Testbed]]:
@@ -378,7 +379,7 @@ def _hunt_ended(matrix: Matrix, journaled: Finished) -> tuple[str, str] | None:
 def _resume_locked(
     request: ResumeRequest,
     progress: ProgressFor,
-    manifest: RunManifest,
+    record: _ResumeRecord,
     matrix: Matrix,
     plan: Plan,
     testbeds: list[Testbed],
@@ -387,11 +388,12 @@ def _resume_locked(
     """The resume's part that needs the run folder to itself: the journal's repair and the trials
     (notes: `began` gets an entry as the runner starts, `ended` a hunt's result once its search ends)."""
     began, ended = notes
+    manifest = record.before
     run_dir = request.run_dir
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     taken_up = _take_up(run_dir, matrix)
     done, journaled = taken_up.done, taken_up.journaled
-    sink = progress(_resumed(manifest, run_dir, matrix, plan, taken_up))
+    sink = _Running(progress(_resumed(manifest, run_dir, matrix, plan, taken_up)), record)
     for note in orphans:
         sink.note(note)
     options = RunOptions(
@@ -430,6 +432,55 @@ def _resume_locked(
         finally:
             for lock in locks:
                 lock.release()
+
+
+class _ResumeRecord:
+    """run.json as a resume writes it: the run's manifest with this resume's controller added to
+    resumed_by (described once, when first needed), marked running as the runner starts."""
+
+    def __init__(self, run_dir: Path, before: RunManifest, redactor: Redactor) -> None:
+        self.run_dir, self.before, self.redactor = run_dir, before, redactor
+        self._mine: RunManifest | None = None
+
+    def manifest(self) -> RunManifest:
+        if self._mine is None:
+            me = describe_controller(self.redactor)  # who resumed it, with what
+            self._mine = self.before.model_copy(update={"resumed_by": [*self.before.resumed_by, me]})
+        return self._mine
+
+    def mark_running(self) -> None:
+        save_manifest(self.run_dir, self.manifest().model_copy(update={"status": "running", "ended": None}))
+
+
+class _Running:
+    """A resume's progress that first marks the run running in run.json (no end yet, this resume in
+    resumed_by) as the runner starts it: after its checks, before it touches a host, when status.json
+    first names this controller. Why: run.json said `interrupted` from the stop before, so a resume
+    killed with kill -9 (hosts on a cell's flags, testbeds locked) was listed `interrupted`, not
+    `stale` with the way back (store.liveness judges a dead controller only for a running run), its
+    `orch restore` kept the earlier end time, and resumed_by never named it."""
+
+    def __init__(self, inner: Progress, record: _ResumeRecord) -> None:
+        self.inner, self.record = inner, record
+
+    def start(self, total: int, done: int) -> None:
+        self.record.mark_running()
+        self.inner.start(total, done)
+
+    def trial_done(self, record: TrialRecord) -> None:
+        self.inner.trial_done(record)
+
+    def retotal(self, left: int) -> None:
+        self.inner.retotal(left)
+
+    def note(self, message: str) -> None:
+        self.inner.note(message)
+
+    def stop(self) -> None:
+        self.inner.stop()
+
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        self.inner.restore_ended(not_restored)
 
 
 def _resumed(manifest: RunManifest, run_dir: Path, matrix: Matrix, plan: Plan, taken_up: _TakenUp) -> Started:

@@ -76,8 +76,10 @@ def restore_testbed(
     deployment: Deployment, run_id: str, progress: Progress, *, break_lock: bool = False
 ) -> TestbedRestore:
     """Put back each env file from run `run_id`'s copy beside it, restart the units active now,
-    remove the copies, under the testbed's lock taken as that run. Every check (the folder, the
+    remove the copies, under the testbed's lock taken as that run. Every check (a live holder, the folder, the
     copies) is made before the lock is taken: a refusal leaves the hosts and the lock as they were."""
+    lock = TestbedLock.for_run(deployment, run_id, now_iso())
+    lock.check(break_stale=break_lock)  # a live run is said as such, not sent to restore from its folder
     _refuse_a_run_with_its_folder(deployment, run_id)
     copies = {key: _copy(h, run_id) for key, h in deployment.hosts.items()}  # all checked before a write
     originals = {key: copy for key, copy in copies.items() if copy is not None}
@@ -87,7 +89,6 @@ def restore_testbed(
             hint="its hosts were restored already, or it never edited them",
         )
     before = {key: _units_before(deployment.hosts[key], run_id) for key in originals}  # checked too
-    lock = TestbedLock.for_run(deployment, run_id, now_iso())
     lock.acquire(break_stale=break_lock)
     try:
         guard = HostGuard(deployment, BackupDir(Path()), run_id, progress)  # no folder: nothing read from it

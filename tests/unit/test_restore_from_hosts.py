@@ -245,6 +245,25 @@ def test_a_run_whose_folder_is_there_is_restored_from_it(tmp_path: Path, monkeyp
     assert bed.file("decode") == b"DECODE_FLAG=1\n"
 
 
+def test_a_run_still_running_is_said_running_not_sent_to_restore_from_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the tenth new-user walk (real hosts): `orch restore --testbed` while the run was
+    live said "its folder is there ... (restore from it: orch restore DIR)", and that command then
+    refused, the run being alive. The live holder is said first, as `orch restore DIR` says it."""
+    bed = killed_run(tmp_path, monkeypatch)
+    folder_back(tmp_path)
+    live = LockInfo(RUN_ID, "ann", os.getppid(), socket.gethostname(), "t", "fakebed", str(tmp_path / "run"))
+    for role in bed.deployment.hosts:
+        write_lock(bed, role, live)
+    with pytest.raises(LockError) as err:
+        restore_testbed(bed.deployment, RUN_ID, QuietProgress())
+    assert not isinstance(err.value, StaleLockError)
+    assert f"pid {os.getppid()}" in str(err.value) and "that run is still running: stop it first" in str(err.value)
+    assert "restore from it" not in str(err.value)
+    assert bed.file("decode") == b"DECODE_FLAG=1\n"
+
+
 def test_nothing_to_restore_and_several_runs_are_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bed = killed_run(tmp_path, monkeypatch)
     with pytest.raises(UsageError, match="no host holds a copy of its env file left by run nope"):
