@@ -767,7 +767,7 @@ def _print_runs(snap: "Snapshot", reports: Path, missing: bool) -> None:
             escape(r.directory),
             state,
             r.progress,
-            escape(r.status.current_cell or "-"),
+            escape(r.current_cell or "-"),
             escape(r.status.last or "-"),
             eta,
             escape(r.controller or "-"),

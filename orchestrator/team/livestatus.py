@@ -316,6 +316,13 @@ class LiveRun:
         return ""
 
     @property
+    def current_cell(self) -> str:
+        """The cell its trial is on while the run runs, or its hosts are left on when stale; "" once
+        it ended: a dead controller's status file names a cell for ever, and `orch restore` (which
+        rewrites run.json, not that file) put the hosts back."""
+        return (self.status.current_cell or "") if self.state in ("running", STALE) else ""
+
+    @property
     def unreadable_line(self) -> str:
         """`status unreadable: over 1 MiB`, `run.json unreadable: missing`: the views' word for a
         run whose status file or manifest cannot be read; "" for any other run."""

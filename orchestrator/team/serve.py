@@ -746,6 +746,8 @@ def _run_json(r: LiveRun) -> dict[str, object]:
     shown = r.status.model_dump(exclude={"state"})
     if r.state != "running":
         shown.update(eta_s=None, eta_at=None)
+    if not r.current_cell:  # ended: no trial is current (LiveRun.current_cell)
+        shown.update(current_cell=None, current_trial=None)
     return {
         "directory": r.directory,
         "state": r.state,

@@ -213,3 +213,24 @@ def test_a_finished_run_names_no_resume(tmp_path: Path, status: str) -> None:
     (run_dir / "status.json").write_text(state.model_copy(update={"state": "finished"}).model_dump_json())
     (shown,) = status_json(snapshot(reports))["runs"]  # type: ignore[misc]
     assert (shown["run_status"], shown["way_back"]) == (status, ""), shown
+
+
+def test_a_restored_runs_last_cell_is_not_shown_as_current(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """From walk10 (real hosts): after `orch restore` of a run killed with -9, `orch status` still
+    showed a "current cell", a trial no longer running on hosts put back (restore rewrites run.json,
+    not the dead controller's status.json). A cell is current only while its run runs or is stale
+    (its hosts still on that cell)."""
+    reports = tmp_path / "reports"
+    run_dir = cut_off_run(reports, 8, alive=False)
+    cell = StatusFile.model_validate_json((run_dir / "status.json").read_text()).current_cell
+    assert cell and main(["status", "--reports", str(reports)]) == 0
+    assert cell in " ".join(capsys.readouterr().out.split())  # stale: the hosts are on it
+    manifest = load_manifest(run_dir)
+    save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": manifest.started}))
+
+    (shown,) = status_json(snapshot(reports))["runs"]  # type: ignore[misc]
+    assert (shown["state"], shown["current_cell"], shown["current_trial"]) == ("finished", None, None), shown
+    page = environment().get_template(STATUS_TEMPLATE).render(s=snapshot(reports), refresh=5, csp="")
+    assert cell.replace(",", ", ") not in page
+    assert main(["status", "--reports", str(reports)]) == 0
+    assert cell not in " ".join(capsys.readouterr().out.split())
