@@ -284,7 +284,7 @@ class TestbedLock:
                 f"{lock_path(handle, self.deployment.testbed.name)} on {handle.host.label} by hand)"
             )
         if holder.run_id == self.info.run_id:
-            return base + " (that run is still running: stop it first)"
+            return base + f" (that run is still running: stop it first; `kill -TERM {holder.pid}` restores its hosts)"
         # a live owner: --break-lock cannot take its lock (a dead one's is the stale advice above),
         # and `queue run` has no such flag
         return base + f" (wait for it to finish, or stop it: `kill -TERM {holder.pid}` restores its hosts)"

@@ -261,6 +261,7 @@ def test_a_run_still_running_is_said_running_not_sent_to_restore_from_its_folder
     assert not isinstance(err.value, StaleLockError)
     assert f"pid {os.getppid()}" in str(err.value) and "that run is still running: stop it first" in str(err.value)
     assert "restore from it" not in str(err.value)
+    assert f"`kill -TERM {os.getppid()}` restores its hosts" in str(err.value)  # how to stop it, as for another run
     assert bed.file("decode") == b"DECODE_FLAG=1\n"
 
 
