@@ -499,7 +499,11 @@ class FakeServiceManager:
         if state.active_state == "failed":
             raise ServiceError(self.host, unit, "failed: exit-code", detail=self._tail(unit))
         if state.sub_state == "auto-restart":
-            raise ServiceError(self.host, unit, "crash-looping: its process exited and systemd is restarting it")
+            raise ServiceError(
+                self.host,
+                unit,
+                "crash-looping: its process exited and systemd restarts it (restart #1 since orch started it)",
+            )
         if not state.is_active and u.started_at is not None:
             raise ServiceError(self.host, unit, "not running (inactive/dead: it exited or was stopped)")
 

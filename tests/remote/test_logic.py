@@ -26,6 +26,7 @@ from paramiko.ssh_exception import (
 )
 from testbed import fixture
 
+from orchestrator.core.records import TrialRecord
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.services.systemd import (
     ProcInfo,
@@ -49,6 +50,7 @@ from orchestrator.edges.transport.ssh import (
     command_line,
     connect_error_message,
 )
+from orchestrator.sweep.progress import failure_signature
 
 
 # ----------------------------------------------------------------------------- ssh: reading output
@@ -340,7 +342,7 @@ def info(
         (info("failed", "failed", result="start-limit-hit"), "start limit"),
         (info("failed", "failed", result="exit-code", status=1), "failed: exit-code (exit status 1)"),
         (info("activating", "auto-restart", result="exit-code", n=0, status=1), "crash-looping: its process exited"),
-        (info("active", "running", n=2), "restarted it 2 times"),
+        (info("active", "running", n=2), "restart #2 since orch started it"),
         (info("inactive", "dead"), "not running (inactive/dead"),
         (info("inactive", "dead", load="not-found"), "not found on the host"),
     ],
@@ -351,6 +353,40 @@ def test_liveness_problem(show: ShowInfo, fragment: str | None) -> None:
         assert problem is None
     else:
         assert problem is not None and fragment in problem and "\n" not in problem
+
+
+def test_a_crash_loop_is_one_reason_however_far_into_it_a_trial_looked() -> None:
+    """From walk10 (real hosts): one crash-looping unit made two groups in the sweep's closing
+    failure lines, read once mid-restart ("its process exited (exit status 1) and systemd is
+    restarting it") and once running again after restarts ("systemd restarted it 2 times"). One
+    wording, the restart's number aside (the journal tail under it says why the process exited)."""
+    seen = [
+        info("activating", "auto-restart", result="exit-code", n=0, status=1),
+        info("activating", "auto-restart", result="exit-code", n=4, status=137),
+        info("active", "running", n=2),
+    ]
+    problems = [liveness_problem(s) for s in seen]
+    failures = [
+        TrialRecord.model_validate(
+            {**_FAILED, "failure": {"kind": "infrastructure", "error": "ServiceError", "message": p}}
+        )
+        for p in problems
+    ]
+    assert len({failure_signature(r) for r in failures}) == 1, problems
+
+
+_FAILED = {
+    "run_id": "r",
+    "trial": 0,
+    "round": 1,
+    "cell": "c",
+    "levels": {},
+    "testbed": "t",
+    "status": "failed",
+    "started": "2026-12-06T00:00:00+00:00",
+    "ended": "2026-12-06T00:00:01+00:00",
+    "duration_s": 1.0,
+}
 
 
 def b64(s: str | bytes) -> str:

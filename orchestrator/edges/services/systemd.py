@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
-from orchestrator.core.words import counted
 from orchestrator.edges.identity import UNIT_PROPS, PortScan, UnitId, parse_units, scan
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import Result, Transport
@@ -406,10 +405,12 @@ def liveness_problem(info: ShowInfo) -> str | None:
         )
     if s.active_state == "failed":
         return f"failed: {s.result or 'unknown reason'}{status}"
-    if s.sub_state == "auto-restart":
-        return f"crash-looping: its process exited{status} and systemd is restarting it (restart #{s.n_restarts + 1})"
-    if s.n_restarts > 0:
-        return f"crash-looping: systemd restarted it {counted(s.n_restarts, 'time')} since orch started it"
+    if s.sub_state == "auto-restart" or s.n_restarts > 0:
+        # one wording, seen mid-restart or running again: one crash loop is one reason in the
+        # sweep's failure lines (they group by the words, numbers aside); the journal tail under
+        # it says how the process exited
+        restart = s.n_restarts + (s.sub_state == "auto-restart")
+        return f"crash-looping: its process exited and systemd restarts it (restart #{restart} since orch started it)"
     if s.active_state in ("inactive", "deactivating"):
         return f"not running ({s.active_state}/{s.sub_state}: it exited{status} or was stopped)"
     return None
