@@ -1066,7 +1066,11 @@ def _many_excludes(count: int) -> str:
 
 
 AT_THE_LIMITS: list[tuple[str, Callable[[Bed], list[str]], str]] = [
-    ("4,096 cells (plan)", lambda b: (_wide(b, 10), b.args("plan", "--replicates", "4"))[1], "4096 cells x 4"),
+    (
+        "4,096 cells (plan)",
+        lambda b: (_wide(b, 10), b.args("plan", "--replicates", "4"))[1],
+        "4,096 cells x 4 replicates = 16,384 trials",
+    ),
     ("400,000 trials (plan --trials)", lambda b: b.args("plan", "--replicates", "100000", "--trials"), "400,000 rows"),
     (
         "a 65,536-cell product and 5,000 exclude selectors (validate)",

@@ -33,21 +33,16 @@ def human_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def _count(n: int, noun: str) -> str:
-    """`1 replicate`, `8 cells`: a plan's counts as a reader says them."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def print_plan(plan: Plan, console: Console, *, testbeds: Sequence[str] = (), list_trials: bool = False) -> None:
     """The plan of `plan.testbed`, run on `testbeds` (the ones -t names; none: that one alone). Why
     the names: `orch plan -t tb1,tb2` said "on testbed tb1" and the time of tb1 running every trial
     (16 s for a sweep the two ran in 9 s), as the hunt's plan did before it took them."""
     m = plan.matrix
-    cells, replicates = _count(len(plan.cells), "cell"), _count(plan.replicates, "replicate")
+    cells, replicates = counted(len(plan.cells), "cell"), counted(plan.replicates, "replicate")
     most = " at most" if m.adaptive else ""
     console.print(
         f"[bold]{escape(m.name)}[/bold] {_where(plan, testbeds)}: "
-        f"{cells} x {replicates} = {_count(len(plan.steps), 'trial')}{most}, "
+        f"{cells} x {replicates} = {counted(len(plan.steps), 'trial')}{most}, "
         f"order {m.order} (seed {plan.seed})"
     )
     if m.adaptive:
@@ -95,8 +90,8 @@ def adaptive_line(a: Adaptive) -> str:
     return (
         f"adaptive stopping ({a.metric}): each cell stops once its comparison with the baseline is decided "
         f"(direction {a.direction}: does it {question} the rate? the smallest change worth finding: {a.effect:g}); "
-        f"alpha {a.alpha:g} per comparison, power {a.power:g}, at least {_count(a.min_rounds, 'round')}, "
-        f"{_count(a.baseline_runs, 'baseline trial')} a round; replicates is the most rounds a cell runs"
+        f"alpha {a.alpha:g} per comparison, power {a.power:g}, at least {counted(a.min_rounds, 'round')}, "
+        f"{counted(a.baseline_runs, 'baseline trial')} a round; replicates is the most rounds a cell runs"
     )
 
 
