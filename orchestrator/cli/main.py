@@ -261,17 +261,20 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from orchestrator.cli.console import out, warn
-    from orchestrator.core.words import counted
+    from orchestrator.core.words import counted, on_testbeds
     from orchestrator.sweep.prepare import prepare  # the config models and the plan, not the run machinery
 
     prepared = prepare(sweep_request(args), warn=warn)
     warn_controller_files(prepared, warn)
     plan = prepared.plan
     m = plan.matrix
+    where = on_testbeds(
+        [tb.name for tb in prepared.testbeds]
+    )  # the ones the run would use (-t A,B said "on testbed 'A'")
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
         out.print(
             escape(
-                f"{m.path}: ok — a hunt over {len(m.hunt.flags)} suspect flags {_on_testbeds(prepared)}; "
+                f"{m.path}: ok — a hunt over {len(m.hunt.flags)} suspect flags {where}; "
                 f"first wave {len(plan.steps)} trials, the rest decided as it goes "
                 f"(`orch plan {m.path}` shows the expected sessions)"
             )
@@ -286,18 +289,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     out.print(
         escape(
             f"{m.path}: ok — {counted(len(m.factors), 'factor')}, {counted(len(plan.cells), 'cell')}, "
-            f"{counted(len(plan.steps), 'trial')}{' at most' if m.adaptive else ''} {_on_testbeds(prepared)}"
+            f"{counted(len(plan.steps), 'trial')}{' at most' if m.adaptive else ''} {where}"
         )
     )
     _print_hosts(prepared)
     return 0
-
-
-def _on_testbeds(prepared: PreparedSweep) -> str:
-    """`on testbed 'A'`, or `across 2 testbeds ('A', 'B')`: the ones the run would use (-t A,B said
-    "on testbed 'A'")."""
-    names = [repr(tb.name) for tb in prepared.testbeds]
-    return f"on testbed {names[0]}" if len(names) == 1 else f"across {len(names)} testbeds ({', '.join(names)})"
 
 
 def _print_hosts(prepared: PreparedSweep) -> None:

@@ -20,7 +20,7 @@ from orchestrator.core.model import Adaptive
 from orchestrator.core.plan import restart_count
 from orchestrator.core.stats import ALPHA, CONFIDENCE
 from orchestrator.core.steps import Plan, Step
-from orchestrator.core.words import counted
+from orchestrator.core.words import counted, on_testbeds
 from orchestrator.sweep.apitypes import ResumePreview
 
 RATES = (0.0, 0.02, 0.05, 0.15)  # the baseline rates the power lines are said at
@@ -65,10 +65,8 @@ def print_plan(plan: Plan, console: Console, *, testbeds: Sequence[str] = (), li
 
 
 def _where(plan: Plan, testbeds: Sequence[str]) -> str:
-    """`on testbed [bold]A[/bold]`, or `across 2 testbeds (A, B)` (rich markup, names escaped)."""
-    if len(testbeds) < 2:
-        return f"on testbed [bold]{escape(plan.testbed.name)}[/bold]"
-    return f"across {len(testbeds)} testbeds ({escape(', '.join(testbeds))})"
+    """`on testbed A`, or `across 2 testbeds (A, B)`, the names in bold (rich markup, escaped)."""
+    return on_testbeds(testbeds if len(testbeds) > 1 else [plan.testbed.name], lambda n: f"[bold]{escape(n)}[/bold]")
 
 
 def _duration(plan: Plan, beds: int) -> str:

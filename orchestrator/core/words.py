@@ -7,7 +7,7 @@ attempt(s) failed" where the count was at hand, and about as many places spelled
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 _SIBILANTS = ("s", "x", "z", "ch", "sh")  # process -> processes, not processs
 
@@ -37,3 +37,10 @@ def listed(singular: str, names: Iterable[object], plural: str | None = None) ->
     """A named list with its noun: "item 3", "items 3, 4" (the form from the list's length)."""
     shown = [str(name) for name in names]
     return f"{noun(len(shown), singular, plural)} {', '.join(shown)}"
+
+
+def on_testbeds(names: Sequence[str], shown: Callable[[str], str] = repr) -> str:
+    """`on testbed 'A'`, or `across 2 testbeds ('A', 'B')`: where a sweep runs, one wording for
+    `orch validate` (names quoted) and `orch plan` (`shown` puts them in bold)."""
+    said = [shown(name) for name in names]
+    return f"on testbed {said[0]}" if len(said) == 1 else f"across {len(said)} testbeds ({', '.join(said)})"
