@@ -42,7 +42,7 @@ SWALLOWS: dict[tuple[str, str], str] = {
     ("sweep/hosts.py", "run"): "a host's restore thread's error, kept; raised by wait() in the runner's thread",
 }
 CLEANUP_SKIPPED: dict[tuple[str, str], str] = {
-    ("sweep/api.py", "_restore_on_its_own"): "one testbed's failure is its outcome; a SIGTERM ends the restore",
+    ("sweep/api.py", "on_its_own"): "one testbed's failure is its outcome; a SIGTERM ends the restore",
     ("sweep/phases.py", "restart_units"): "an env file edited meanwhile is named; nothing to undo on a SIGTERM",
 }
 

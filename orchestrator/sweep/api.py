@@ -686,10 +686,8 @@ def restore(request: RestoreRequest, progress: Progress, *, warn: Warn) -> Resto
     manifest = load_manifest(run_dir)
     inventory = _inventory_of(manifest, run_dir)
     parallel = len(manifest.testbeds) > 1  # a parallel run keeps each testbed's originals in backup/<testbed>/
-    restored = tuple(
-        _restore_on_its_own(run_dir, manifest, inventory.testbed(name), parallel, progress, request, inventory.path)
-        for name in manifest.testbeds
-    )
+    job = _RunRestore(run_dir, manifest, request, progress, inventory.path, parallel)
+    restored = tuple(job.on_its_own(inventory.testbed(name)) for name in manifest.testbeds)
     # named as the run's own end names them (sweep.runner._merge): `TESTBED/role` for several testbeds
     left = [f"{tb.testbed}/{role}" if parallel else role for tb in restored for role in tb.not_restored]
     progress.restore_ended(left)  # the status file says the testbed is back, or what is still changed
@@ -712,70 +710,66 @@ def _report_restored(run_dir: Path, warn: Warn) -> None:
         warn(f"{page}: not written again after the restore: {error} (run `orch report {run_dir}` again)")
 
 
-def _restore_on_its_own(
-    run_dir: Path,
-    manifest: RunManifest,
-    testbed: Testbed,
-    parallel: bool,
-    progress: Progress,
-    request: RestoreRequest,
-    inventory: str,
-) -> TestbedRestore:
-    """A parallel run's testbeds are separate deployments: one that cannot be restored (its hosts
-    down, its lock held) is that testbed's outcome, every role of it not restored and why, and
-    the others are still put back (fabric's GroupResult). One testbed: its error is the command's."""
-    try:
-        return _restore_testbed(run_dir, manifest, testbed, parallel, progress, request, inventory)
-    except OrchError as exc:
-        if not parallel:
-            raise
-        roles = tuple(testbed.hosts)
-        return TestbedRestore(testbed.name, roles, backed_up=True, not_restored=roles, error=str(exc))
+@dataclass(frozen=True)
+class _RunRestore:
+    """One `orch restore` of a run: what each of its testbeds' restores shares."""
 
+    run_dir: Path
+    manifest: RunManifest
+    request: RestoreRequest
+    progress: Progress
+    inventory: str  # the inventory's path: errors are said at its lines
+    parallel: bool  # several testbeds: each keeps its originals in backup/<testbed>/
 
-def _restore_testbed(
-    run_dir: Path,
-    manifest: RunManifest,
-    testbed: Testbed,
-    parallel: bool,
-    progress: Progress,
-    request: RestoreRequest,
-    inventory: str,
-) -> TestbedRestore:
-    with session.at_lines([testbed], inventory), session.connected([testbed]) as (deployment,):
-        lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
+    def on_its_own(self, testbed: Testbed) -> TestbedRestore:
+        """A parallel run's testbeds are separate deployments: one that cannot be restored (its hosts
+        down, its lock held) is that testbed's outcome, every role of it not restored and why, and
+        the others are still put back (fabric's GroupResult). One testbed: its error is the command's."""
         try:
-            lock.acquire(break_stale=request.break_lock)
-            for note in stop_orphaned_repros(run_dir):  # its controller is gone: we hold its testbed
-                progress.note(note)
-            runner = Runner(
-                _empty_plan(manifest, deployment),
-                deployment,
-                run_dir,
-                RunOptions(manifest.run_id, backup_subdir=testbed.name if parallel else ""),
-                progress=progress,
-            )
-            runner.load_plan = lambda: _plan_of(manifest, run_dir, testbed, progress)
-            backed_up = runner.adopt_backup()
-            if not backed_up:  # killed before its backup was complete: no file was edited
-                runner.discard_host_backups()
-            left = runner.restore()
-        finally:
-            lock.release()
-    if manifest.status == "running":  # its controller died: the run can still be resumed
-        save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
-    guard = runner.guard
-    return TestbedRestore(
-        testbed.name,
-        tuple(deployment.hosts),
-        backed_up,
-        tuple(left),
-        untouched=tuple(guard.untouched),
-        already=tuple(r for r in deployment.hosts if r in guard.already),
-        host_lines=tuple(guard.host_lines),
-        kept=tuple(guard.kept.items()),
-        interrupted=guard.interrupted,
-    )
+            return self.testbed(testbed)
+        except OrchError as exc:
+            if not self.parallel:
+                raise
+            roles = tuple(testbed.hosts)
+            return TestbedRestore(testbed.name, roles, backed_up=True, not_restored=roles, error=str(exc))
+
+    def testbed(self, testbed: Testbed) -> TestbedRestore:
+        """Put one testbed back from the run's backup, under its lock (a dead run's broken when asked)."""
+        run_dir, manifest, progress = self.run_dir, self.manifest, self.progress
+        with session.at_lines([testbed], self.inventory), session.connected([testbed]) as (deployment,):
+            lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
+            try:
+                lock.acquire(break_stale=self.request.break_lock)
+                for note in stop_orphaned_repros(run_dir):  # its controller is gone: we hold its testbed
+                    progress.note(note)
+                runner = Runner(
+                    _empty_plan(manifest, deployment),
+                    deployment,
+                    run_dir,
+                    RunOptions(manifest.run_id, backup_subdir=testbed.name if self.parallel else ""),
+                    progress=progress,
+                )
+                runner.load_plan = lambda: _plan_of(manifest, run_dir, testbed, progress)
+                backed_up = runner.adopt_backup()
+                if not backed_up:  # killed before its backup was complete: no file was edited
+                    runner.discard_host_backups()
+                left = runner.restore()
+            finally:
+                lock.release()
+        if manifest.status == "running":  # its controller died: the run can still be resumed
+            save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
+        guard = runner.guard
+        return TestbedRestore(
+            testbed.name,
+            tuple(deployment.hosts),
+            backed_up,
+            tuple(left),
+            untouched=tuple(guard.untouched),
+            already=tuple(r for r in deployment.hosts if r in guard.already),
+            host_lines=tuple(guard.host_lines),
+            kept=tuple(guard.kept.items()),
+            interrupted=guard.interrupted,
+        )
 
 
 def _plan_of(manifest: RunManifest, run_dir: Path, testbed: Testbed, progress: Progress) -> Plan | None:
