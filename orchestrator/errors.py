@@ -76,7 +76,12 @@ class UsageError(ConfigError):
 
 
 class PreflightError(ConfigError):
-    """A host failed its pre-run check; nothing has been changed anywhere."""
+    """A host failed its pre-run check; nothing has been changed anywhere. `about`: the host's
+    inventory key the fix is at ("env_file", "units"; "" its role's line), as ConnectError's."""
+
+    def __init__(self, message: str, *, hint: str | None = None, about: str = "") -> None:
+        self.about = about
+        super().__init__(message, hint=hint)
 
 
 class LockError(OrchError):

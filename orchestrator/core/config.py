@@ -678,6 +678,8 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         key_line=_given_line(source, where, ("ssh", "key")),
         known_hosts_line=_given_line(source, where, ("ssh", "known_hosts")),
         health_line=_given_line(source, where, ("health",)) or _given_line(source, where, ("url",)),
+        env_file_line=_given_line(source, where, ("env_file",)),
+        units_line=_given_line(source, where, ("units",)),
         health_given=h.health is not None,
     )
 

@@ -67,7 +67,7 @@ def preflight_testbeds(
                 where = host_where(handle.host, inventory)
                 try:
                     warnings += [where + w for w in _check_one(deployment, handle, plan, http, redactor)]
-                except ConnectError as exc:  # the line to fix spells the address (or key), not the role
+                except (ConnectError, PreflightError) as exc:  # the line to fix: its address, key, env file, units
                     problems.append(f"{host_where(handle.host, inventory, exc.about)}{exc}")
                 except OrchError as exc:
                     problems.append(f"{where}{exc}")
@@ -228,17 +228,18 @@ def _check_host(handle: HostHandle) -> None:
     host, t = handle.host, handle.transport
     t.run(["true"], timeout=host.ssh.connect_timeout + 5 if host.ssh else 10)
     if not t.exists(host.env_file):
-        raise PreflightError(f"{host.label}: env file {host.env_file} does not exist")
+        raise PreflightError(f"{host.label}: env file {host.env_file} does not exist", about="env_file")
     t.read_bytes(host.env_file)
     probe = t.run(["test", "-w", host.env_file], check=False, sudo=bool(host.ssh and host.ssh.sudo))
     if not probe.ok:
         raise PreflightError(
             f"{host.label}: env file {host.env_file} is not writable",
             hint="permission denied; set ssh.sudo: true or fix the file's owner",
+            about="env_file",
         )
     for unit in handle.units:
         if not handle.services.exists(unit):
-            raise PreflightError(f"{host.label}: unit {unit} not found")
+            raise PreflightError(f"{host.label}: unit {unit} not found", about="units")
     for url in (host.url, host.health):
         name = urlsplit(url).hostname or ""
         try:

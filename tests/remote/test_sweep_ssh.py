@@ -188,6 +188,13 @@ def ssh_line_at(text: str, testbed: str, role: str, key: str) -> int:
     return next(i for i, line in enumerate(lines, 1) if i > ssh and line.strip().startswith(f"{key}:"))
 
 
+def key_line_at(text: str, testbed: str, role: str, key: str) -> int:
+    """The line of the role's own `key:` (yaml.safe_dump's text: the first such line after the role's)."""
+    lines = text.splitlines()
+    start = declared_at(text, testbed, role)
+    return next(i for i, line in enumerate(lines, 1) if i > start and line.strip().startswith(f"{key}:"))
+
+
 def make_key(tmp_path: Path) -> str:
     key = tmp_path / "wrong_key"
     subprocess.run(
@@ -203,9 +210,17 @@ def empty_known_hosts(tmp_path: Path) -> str:
     return str(tmp_path / "known_hosts")
 
 
-# a failed connect is said at the line to fix: the `ssh:` address, or the key of a refused login
-# (errors.ConnectError); every other preflight problem at the role's line
-POINTS_AT = {"unreachable host": "host", "wrong key": "key", "unknown host key": "host"}
+# each preflight problem is said at the line to fix: a failed connect at the `ssh:` address, or the key
+# of a refused login (errors.ConnectError); an env file missing or not writable at `env_file:`, an
+# unknown unit at `units:` (errors.PreflightError.about; walk10 found them at the role's line)
+POINTS_AT = {
+    "unreachable host": ("ssh", "host"),
+    "wrong key": ("ssh", "key"),
+    "unknown host key": ("ssh", "host"),
+    "env file missing": ("", "env_file"),
+    "unit not found": ("", "units"),
+    "permission denied": ("", "env_file"),
+}
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
     ("wrong key", lambda tb, p: dict(ssh_key=make_key(p)), "authentication failed for root"),
@@ -235,8 +250,9 @@ def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 2, err
     text = inventory.read_text()
-    about = POINTS_AT.get(name)
-    line = ssh_line_at(text, "dsv4-pd", "decode", about) if about else declared_at(text, "dsv4-pd", "decode")
+    block, key = POINTS_AT[name]
+    line = ssh_line_at(text, "dsv4-pd", "decode", key) if block else key_line_at(text, "dsv4-pd", "decode", key)
+    assert line > declared_at(text, "dsv4-pd", "decode")
     where = f"{shown_path(inventory)}:{line}"
     assert len(lines) == 1 and lines[0].startswith(f"error: {where}: decode ("), err
     assert expected in lines[0] and "nothing was changed" in lines[0], lines[0]

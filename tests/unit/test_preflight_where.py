@@ -74,8 +74,8 @@ def error_lines(output: str) -> list[str]:
 def test_a_missing_env_file_names_the_inventory_line_of_its_host(fleet: Fleet, tmp_path: Path) -> None:
     del fleet.transports[("tb2", "decode")].files["/etc/orch/decode.env"]
     code, output = orch_run(tmp_path, "tb2")
-    line = line_of((tmp_path / INVENTORY).read_text(), "tb2", "decode")
-    assert line == 34  # neither line 1, the testbed's line (23) nor tb1's decode (13)
+    line = line_of((tmp_path / INVENTORY).read_text(), "tb2", "decode") + 3  # its `env_file:` (walk10: the role's line)
+    assert line == 37  # neither line 1, the testbed's line (23), its role's (34) nor tb1's decode (13)
     assert code == 2, output
     assert error_lines(output) == [
         f"error: {INVENTORY}:{line}: decode (tb2-decode.fake:22): env file /etc/orch/decode.env does not exist "
@@ -87,7 +87,7 @@ def test_a_missing_env_file_names_the_inventory_line_of_its_host(fleet: Fleet, t
 def test_an_unknown_unit_names_the_inventory_line_of_its_host(fleet: Fleet, tmp_path: Path) -> None:
     del fleet.managers[("tb1", "prefill")].units["tb1-prefill"]
     code, output = orch_run(tmp_path, "tb1")
-    line = line_of((tmp_path / INVENTORY).read_text(), "tb1", "prefill")
+    line = line_of((tmp_path / INVENTORY).read_text(), "tb1", "prefill") + 5  # its `units:` line, where it is named
     assert code == 2, output
     assert error_lines(output) == [
         f"error: {INVENTORY}:{line}: prefill (tb1-prefill.fake:22): unit tb1-prefill not found "
@@ -116,9 +116,9 @@ def test_two_hosts_failing_at_once_each_carry_their_own_line(fleet: Fleet, tmp_p
     assert code == 2, output
     assert error_lines(output) == [
         "error: preflight failed on several hosts, nothing was changed:",
-        f"  {INVENTORY}:{line_of(text, 'tb2', 'prefill')}: prefill (tb2-prefill.fake:22): "
+        f"  {INVENTORY}:{line_of(text, 'tb2', 'prefill') + 3}: prefill (tb2-prefill.fake:22): "
         "env file /etc/orch/prefill.env does not exist",
-        f"  {INVENTORY}:{line_of(text, 'tb2', 'decode')}: decode (tb2-decode.fake:22): unit tb2-decode not found",
+        f"  {INVENTORY}:{line_of(text, 'tb2', 'decode') + 5}: decode (tb2-decode.fake:22): unit tb2-decode not found",
     ]
     assert_untouched(fleet, tmp_path)
 
@@ -151,7 +151,7 @@ def test_two_testbeds_failing_at_once_are_both_said(fleet: Fleet, tmp_path: Path
     said = error_lines(output)
     assert said[:2] == [
         "error: preflight failed on several hosts, nothing was changed:",
-        f"  {INVENTORY}:{line_of(text, 'tb1', 'decode')}: decode (tb1-decode.fake:22): "
+        f"  {INVENTORY}:{line_of(text, 'tb1', 'decode') + 3}: decode (tb1-decode.fake:22): "
         "env file /etc/orch/decode.env does not exist",
     ]
     assert len(said) == 3 and said[2].startswith(
