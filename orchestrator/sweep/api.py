@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.hostfacts import recorded_hosts
+from orchestrator.core.hostfacts import Facts, recorded_hosts
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan, resumed_steps
@@ -134,6 +135,7 @@ def run(
         infra_attempts=1 + request.retries,
         break_lock=request.break_lock,
         deadline=request.deadline,
+        hosts_found=_HostsOnDisk(run_dir),
     )
     with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
@@ -404,6 +406,7 @@ def _resume_locked(
         deadline=request.deadline,
         owner_gone=request.owner_gone,
         attempts_before=taken_up.attempts_before,
+        hosts_found=_HostsOnDisk(run_dir),
     )
     with session.connected(testbeds) as deployments:
         # taken here, not by the runner, so the lock records the run directory (a later run that
@@ -432,6 +435,30 @@ def _resume_locked(
         finally:
             for lock in locks:
                 lock.release()
+
+
+class _HostsOnDisk:
+    """Records in run.json what a session's hosts run (exec_start, server info, GPUs, the env
+    files' digests: core.hostfacts) as each testbed's are first described, not only at the run's
+    end. Why: a run killed with -9 had none recorded, so `orch compare` said every fact "differed:
+    not recorded" and its resume compared its hosts with nothing (a server upgraded between the
+    kill and the resume went unsaid). Only facts not recorded yet are added: a change from an
+    earlier session is recorded at the end, with the trials it ran (core.hostfacts.recorded_hosts,
+    from the manifest as the session began: the same as without this). Parallel testbeds' runner
+    threads call it one at a time (sweep.runner.Runner._hosts_found says a run.json it cannot write)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.found: dict[str, Facts] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, testbed: str, facts: Facts) -> None:
+        with self.lock:
+            self.found[testbed] = facts
+            manifest = load_manifest(self.run_dir, plan=False)
+            update = recorded_hosts(manifest, self.found, len(manifest.resumed_by))
+            update["hosts_changed"] = manifest.hosts_changed  # recorded at the end, with its trials
+            save_manifest(self.run_dir, manifest.model_copy(update=update))
 
 
 class _ResumeRecord:

@@ -661,6 +661,7 @@ class Repro:
         # KeyboardInterrupt, so a repro it runs here is stopped through this (edges.workload)
         self.stopping = stopping if stopping is not None else threading.Event()
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
+        self.on_described: Callable[[dict[str, dict[str, str]]], None] | None = None  # told `provenance` then
         self.describer: TrialDescriber | None = None  # what served each trial (edges.provenance)
         matrix = plan.matrix  # None in restore's plan shell (sweep.api._empty_plan): no trial runs then
         self.levels = level_index(matrix) if matrix is not None else {}
@@ -890,6 +891,8 @@ class Repro:
         if self.telemetry is not None:  # whether each machine has nvidia-smi: asked, and said, once
             for role, lines in self.telemetry.describe().items():
                 self.provenance.setdefault(role, {}).update(lines)
+        if self.on_described is not None:
+            self.on_described(self.provenance)
 
     def describe_trial(self, ctx: TrialContext) -> None:
         """What served this trial on each host: asks only hosts whose units restarted."""

@@ -71,6 +71,9 @@ class RunOptions:
     # trial -> the highest attempt its journal holds (a resume's trials run again): their attempts
     # number on past it, never reusing a journaled attempt's number (store.journal.last_attempts)
     attempts_before: Mapping[int, int] = field(default_factory=dict)
+    # told (testbed, role -> facts) once a testbed's hosts are first described (what runs there:
+    # core.hostfacts), so run.json records them then and a controller killed before the end keeps them
+    hosts_found: Callable[[str, dict[str, dict[str, str]]], None] | None = None
 
 
 @dataclass
@@ -113,6 +116,8 @@ class Runner:
         self.services = Services(plan, deployment, self.guard, client, self.stopping)
         self.services.resume = f"orch resume {self.run_dir}"
         self.repro = Repro(plan, deployment, self.run, self.guard, client, self.stopping)
+        if options.hosts_found is not None:
+            self.repro.on_described = self._hosts_found
         self.phases = TrialPhases(self.services, self.repro, options.run_id)
         limit = options.stop_after_repeated_failures
         if limit is None:  # `orch restore` runs on a plan shell without a matrix: it runs no trial
@@ -308,6 +313,15 @@ class Runner:
         if not self._plan_loaded:
             self._plan_for_files, self._plan_loaded = self.load_plan(), True
         return self._plan_for_files
+
+    def _hosts_found(self, facts: dict[str, dict[str, str]]) -> None:
+        """Hand this testbed's host facts to options.hosts_found; a run.json that cannot take them
+        now is said (the run's end writes them again), never the trial's failure."""
+        assert self.options.hosts_found is not None
+        try:
+            self.options.hosts_found(self.deployment.testbed.name, facts)
+        except OrchError as exc:
+            self.progress.note(f"the hosts' facts are not in run.json yet: {exc}")
 
     def discard_host_backups(self) -> None:
         """Remove the host-side copies a killed, incomplete backup may have left."""

@@ -1,0 +1,50 @@
+"""run.json records what a session's hosts run as soon as they are first described, not only at
+the run's end. Found by a walk: a run killed with -9 (then `orch restore`d) had no host facts at
+all, so `orch compare` against it said every role's env file, command line and server version
+"differed: not recorded in A", and a resume compared its hosts with nothing (a server upgraded
+between the kill and the resume went unsaid). What survives a kill -9 is what is on disk at that
+moment: each test reads run.json from inside a later trial's repro. Unit tier, on the fakes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers.parallel_fakes import fake_matrix, fleet, run, write_files
+
+from orchestrator.store.manifest import load_manifest
+
+
+def on_disk(tmp_path: Path) -> dict[str, object]:
+    return json.loads((tmp_path / "reports" / "r1" / "run.json").read_text())
+
+
+def test_the_facts_are_on_disk_by_the_first_repro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = fleet(monkeypatch, A=("H100", "550.54"))
+    m, i = write_files(tmp_path, fake_matrix("early", 2), ["A"])
+    seen: list[dict[str, object]] = []
+    f.repro_hook = lambda testbed, command: seen.append(on_disk(tmp_path)) or None  # type: ignore[func-returns-value]
+    outcome = run(tmp_path, m, i, ["A"])
+    assert outcome.status == "completed" and len(seen) == 4
+    final = load_manifest(outcome.run_dir).model_dump(mode="json")["hosts"]
+    assert "exec_start" in final["decode"] and "gpu_model" in final["decode"], final  # what the end records
+    assert seen[0]["hosts"] == final  # a controller killed in its first repro would have kept all of it
+    assert seen[0]["status"] == "running"  # the rest of run.json as it was: only the facts were added
+
+
+def test_each_parallel_testbeds_facts_are_on_disk_before_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = fleet(monkeypatch, A=("H100", "550.54"), B=("H200", "560.35"))
+    m, i = write_files(tmp_path, fake_matrix("early", 3), ["A", "B"])
+    seen: list[dict[str, object]] = []
+    f.repro_hook = lambda testbed, command: seen.append(on_disk(tmp_path)) or None  # type: ignore[func-returns-value]
+    outcome = run(tmp_path, m, i, ["A", "B"])
+    assert outcome.status == "completed"
+    final = load_manifest(outcome.run_dir).model_dump(mode="json")
+    assert {tb: final["testbed_hosts"][tb]["decode"]["gpu_model"] for tb in "AB"} == {
+        "A": "2 x H100",
+        "B": "2 x H200",
+    }, final["testbed_hosts"]
+    assert seen[-1]["testbed_hosts"] == final["testbed_hosts"]  # both testbeds', while the last trial ran
