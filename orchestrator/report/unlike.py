@@ -264,8 +264,9 @@ def _one_sided(roles: list[tuple[str, gpuinfo.GpuInfo | None, gpuinfo.GpuInfo | 
 
 
 def _served_lines(a: RunManifest, b: RunManifest) -> list[str]:
-    """What served the trials, per host (run.json's `served`, written at each run's end): the server
-    version, and the units' command lines (a model path, a --tp) outside the factors."""
+    """What served the trials, per host (run.json's `served`, written at each run's end, or by the
+    `orch restore` that ends a killed one): the server version, and the units' command lines (a
+    model path, a --tp) outside the factors."""
     out = []
     for host in sorted({g.host for g in a.served} & {g.host for g in b.served}):
         va, vb = (_each(m, host, lambda g: g.server_version or "unknown") for m in (a, b))

@@ -784,7 +784,9 @@ class _RunRestore:
             finally:
                 lock.release()
         if manifest.status == "running":  # its controller died: the run can still be resumed
-            save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
+            # what served its trials, from the journal, as its own end would have recorded it
+            update = {"status": "interrupted", "ended": now_iso(), **_served(run_dir, manifest)}
+            save_manifest(run_dir, manifest.model_copy(update=update))
         guard = runner.guard
         return TestbedRestore(
             testbed.name,

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 from helpers.parallel_fakes import fake_matrix, fleet, run, write_files
 
-from orchestrator.store.manifest import load_manifest
+from orchestrator.store.manifest import load_manifest, save_manifest
+from orchestrator.sweep import api
+from orchestrator.sweep.progress import QuietProgress
 
 
 def on_disk(tmp_path: Path) -> dict[str, object]:
@@ -48,3 +50,22 @@ def test_each_parallel_testbeds_facts_are_on_disk_before_the_end(
         "B": "2 x H200",
     }, final["testbed_hosts"]
     assert seen[-1]["testbed_hosts"] == final["testbed_hosts"]  # both testbeds', while the last trial ran
+
+
+def test_orch_restore_of_a_killed_run_records_what_served_its_trials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.json's `served` (what served each trial, from the journal) was written at the run's end
+    only: a run killed with -9 and then restored had none, and `orch compare` left its server
+    versions and command lines unchecked. `orch restore`, which ends such a run, records it."""
+    fleet(monkeypatch, A=("H100", "550.54"))
+    m, i = write_files(tmp_path, fake_matrix("served", 2), ["A"])
+    outcome = run(tmp_path, m, i, ["A"])
+    ended = load_manifest(outcome.run_dir)
+    assert ended.served and ended.served_texts
+    killed = ended.model_copy(update={"status": "running", "ended": None, "served": [], "served_texts": {}})
+    save_manifest(outcome.run_dir, killed)  # what a controller killed with -9 leaves
+    api.restore(api.RestoreRequest(outcome.run_dir), QuietProgress(), warn=lambda message: None)
+    restored = load_manifest(outcome.run_dir)
+    assert restored.status == "interrupted"
+    assert (restored.served, restored.served_texts) == (ended.served, ended.served_texts)
