@@ -280,3 +280,15 @@ def test_the_nightly_check_leaves_out_server_metrics_the_report_never_tests() ->
     changes = regression_check(newest, earlier)
     assert [c.metric for c in changes] == ["corruption"]
     assert changes[0].flagged and changes[0].p_holm == pytest.approx(changes[0].p)
+
+
+def test_the_index_says_what_its_trend_intervals_and_its_check_are(tmp_path: Path) -> None:
+    """The trend intervals are each run's report interval (Wilson's widened by the run's
+    dispersion: 16/80 read [1.4%, 81.6%] in an audited run, where Wilson's is [12.7%, 30.0%]), and
+    the check leaves out server metrics: the note called the first plain Wilson and the second
+    every metric."""
+    _nights(tmp_path, 2)
+    page = " ".join(write_index(tmp_path, fresh_summary).read_text().split())
+    assert "with its 95% Wilson interval" not in page
+    assert "the 95% interval its run's report states (Wilson's, widened for trial-to-trial variation)" in page
+    assert "every cell and metric of the matrix at once (server metrics and GPU readings are descriptive" in page
