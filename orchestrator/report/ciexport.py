@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.core.gates import GateResult
+from orchestrator.core.words import counted
+from orchestrator.report import missing
 from orchestrator.report.gates import cell_estimate, check_gates
 from orchestrator.report.model import Report
 from orchestrator.store.atomic import write_bytes_atomic
@@ -102,10 +104,38 @@ def unbounded_note(measures: Bencher) -> str | None:
     )
 
 
+PARTIAL_SHOWN = 5  # cells named in partial_note; the rest counted
+
+
+def partial_note(report: Report, measures: Bencher) -> str | None:
+    """What the Bencher file cannot say of a cell some of whose finished trials have no value of a
+    metric (failed for good, or a lost scrape): its estimate and interval rest on the other trials
+    alone. The report marks such a cell (`1 of 2 trials without data`) and fails every gate on it
+    (a gate never passes on missing data), while BMF has no field for it, and the terminal said
+    only 'exported': a CI threshold on its upper_value passed the cell the JUnit file failed."""
+    partial = [
+        (label, cell, sum(cell.missing.get(m, 0) > 0 for m in measures[label]))
+        for cell in report.cells
+        if (label := cell_label(cell.levels)) in measures and any(cell.missing.get(m, 0) for m in measures[label])
+    ]
+    if not partial:
+        return None
+    estimates = sum(count for _, _, count in partial)
+    named = [f"{label}: {max(cell.missing.values())} of {cell.ran} {missing.WORDS}" for label, cell, _ in partial]
+    more = len(named) - PARTIAL_SHOWN
+    shown = "; ".join(named[:PARTIAL_SHOWN]) + (f"; and {counted(more, 'more cell')}" if more > 0 else "")
+    rest = "rests" if estimates == 1 else "rest"
+    return (
+        f"{counted(estimates, 'estimate')} of {counted(len(partial), 'cell')} {rest} on part of the cell's finished "
+        f"trials ({shown}): the Bencher file cannot mark them; the report does, and a gate on them fails"
+    )
+
+
 def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None, warn: Callable[[str], None] | None = None) -> Path:
     """The JUnit or Bencher file of a run. `warn` hears of a JUnit file with no test case (the matrix
     has no gates): it said only 'exported: ...', exit 0, and a CI job wired to it stayed green; and
-    of Bencher estimates with no interval (unbounded_note), and of a run not ended: a CI job could
+    of Bencher estimates with no interval (unbounded_note) or on part of their cell's trials
+    (partial_note), and of a run not ended: a CI job could
     read gates judged on part of the run as its result."""
     from orchestrator.report.export import check_output, not_ended
     from orchestrator.report.render import load_report
@@ -121,9 +151,9 @@ def export_ci(run_dir: Path, fmt: CiFormat, out: Path | None = None, warn: Calla
         data = junit_xml(report, check_gates(report))
     else:
         measures = bencher_measures(report)
-        note = unbounded_note(measures)
-        if note is not None and warn is not None:
-            warn(note)
+        for note in (unbounded_note(measures), partial_note(report, measures)):
+            if note is not None and warn is not None:
+                warn(note)
         data = bencher_json(report, measures)
     path = out if out is not None else RunDir(run_dir).export(report.run_id, EXTENSION[fmt])
     return write_bytes_atomic(path, data, what="cannot write the export", user_path=True)

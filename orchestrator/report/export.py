@@ -2,7 +2,8 @@
 
 Tidy (one observation per row) so a team can load it into pandas, a notebook or a spreadsheet and
 pool runs without reading orch's journal format. Failed trials appear once, with no metric, so
-they are never mistaken for data and never silently dropped either.
+they are never mistaken for data and never silently dropped either; a server or GPU reading lost in
+a completed trial is its `<prefix>.missing` row, with no value and why in `failure`.
 
 Factor levels are columns of their own namespace, `factor.<name>`: a factor may be called
 `value`, `metric` or `status`, and must neither overwrite a fixed column (CSV) nor duplicate
@@ -19,7 +20,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
+from orchestrator.core.gpustat import PREFIX as GPU_PREFIX
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.servermetrics import PREFIX as SERVER_PREFIX
 from orchestrator.errors import JournalError, UsageError
 from orchestrator.store.atomic import is_stdout, write_bytes_atomic, write_chunks_atomic
 from orchestrator.store.rundir import RunDir
@@ -58,6 +61,14 @@ def factor_column(name: str) -> str:
     return FACTOR_PREFIX + name
 
 
+def lost_reading(metric: str) -> bool:
+    """A server scrape's or GPU reading's marker of a reading lost in a trial (`server.<endpoint>.missing`,
+    `gpu.<role>.missing`): no value, and the journal keeps why in its unit field. The export gives that
+    reason in the row's `failure` column, masked like a failure: in `unit` it read as the metric's unit
+    ("GET http://127.0.0.1:30002/metrics: connection refused"), and went out unmasked."""
+    return metric.startswith((SERVER_PREFIX, GPU_PREFIX)) and metric.endswith(".missing")
+
+
 def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
     """PURE: the run as rows; factor levels as one column per factor, `factor.<name>`."""
     factors = list(manifest.factors)
@@ -84,7 +95,9 @@ def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
             continue
         for name, m in t.metrics.items():
             value = m.rate if m.kind == "proportion" else m.value
-            rows.append({**base, "metric": name, "kind": m.kind, "k": m.k, "n": m.n, "value": value, "unit": m.unit})
+            unit, why = (None, redact_text(m.unit)) if lost_reading(name) else (m.unit, base["failure"])
+            row = {**base, "metric": name, "kind": m.kind, "k": m.k, "n": m.n, "value": value, "unit": unit}
+            rows.append({**row, "failure": why})
     frame = pd.DataFrame(rows, columns=[*COLUMNS[:4], *columns, *COLUMNS[4:]])
     return frame.astype({"k": "Int64", "n": "Int64", "value": "Float64"})
 
@@ -285,14 +298,15 @@ def _schema(pa: Any, frame: pd.DataFrame, filled: frozenset[str]) -> Any:
 def _filled(manifest: RunManifest, chosen: Sequence[TrialRow]) -> frozenset[str]:
     """The text columns of the tidy table with a value in some row, from the compact rows (tidy
     fills the fixed text columns in every row; a factor column where the trial has the factor,
-    the metric columns for a completed trial's metrics, failure where it failed)."""
+    the metric columns for a completed trial's metrics, failure where it failed or lost a reading)."""
     if not chosen:
         return frozenset()
     filled = {"run_id", "cell", "testbed", "status", "started"}
     filled |= {factor_column(f) for f in manifest.factors if any(f in r.levels for r in chosen)}
     if any(r.status == "completed" and r.metrics for r in chosen):
         filled |= {"metric", "kind", "unit"}
-    if any(r.failure_kind is not None for r in chosen):
+    lost = any(r.status == "completed" and any(lost_reading(m.name) for m in r.metrics) for r in chosen)
+    if lost or any(r.failure_kind is not None for r in chosen):
         filled.add("failure")
     return frozenset(filled)
 

@@ -14,6 +14,7 @@ from orchestrator.cli.main import main
 from orchestrator.cli.output import announce, show_outcome
 from orchestrator.core.config import read_matrix
 from orchestrator.core.gates import Gate, GateCell, evaluate
+from orchestrator.core.records import Failure
 from orchestrator.errors import ConfigError
 from orchestrator.report.build import build_report, with_adaptive_facts
 from orchestrator.report.ciexport import EXTENSION
@@ -285,3 +286,31 @@ def test_an_export_of_a_run_not_ended_says_it_holds_the_trials_so_far(
     write_run(tmp_path / "ended", ended, records)
     assert main(["export", str(tmp_path / "ended"), "--format", fmt, "-o", str(out)]) == 0
     assert "has not ended" not in capsys.readouterr().err
+
+
+def test_bencher_export_says_which_estimates_rest_on_part_of_their_cells_trials(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trial failed for good leaves its cell's estimates on the other trials: the report marks
+    the cell ('1 of 2 trials without data') and its JUnit gates fail, but BMF has no field for it
+    and the terminal said only 'exported', so a CI threshold on upper_value passed that cell."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    lost = records[0]
+    failure = Failure(kind="workload", error="WorkloadError", message="repro exited 7")
+    records = [lost.model_copy(update={"status": "failed", "metrics": {}, "failure": failure}), *records[1:]]
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, records)
+    out = tmp_path / "b.json"
+    assert main(["export", str(run_dir), "--format", "bencher", "-o", str(out)]) == 0
+    label = ",".join(f"{f}={lv}" for f, lv in lost.levels.items())
+    assert "corruption" in json.loads(out.read_text())[label]  # the estimate is there, from the other trial
+    err = " ".join(capsys.readouterr().err.split())
+    metrics = len(lost.metrics)
+    assert (
+        f"warning: {metrics} estimates of 1 cell rest on part of the cell's finished trials "
+        f"({label}: 1 of 2 without data): the Bencher file cannot mark them" in err
+    )
+    manifest, records = synthetic_run(replicates=2, failures=True)  # failed attempts retried: no trial lost
+    write_run(tmp_path / "retried", manifest, records)
+    assert main(["export", str(tmp_path / "retried"), "--format", "bencher", "-o", str(out)]) == 0
+    assert "part of the cell" not in capsys.readouterr().err

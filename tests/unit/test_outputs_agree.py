@@ -19,19 +19,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from helpers.cell_runs import cell_run
 from helpers.hunt_runs import hunt_run, small_hunt, truth_answer
 from helpers.page_text import parsed
-from helpers.report_synth import synthetic_run
+from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli import output
 from orchestrator.core.records import EventRecord, Failure, RunManifest, TrialRecord
+from orchestrator.core.servermetrics import missing
 from orchestrator.report.build import fmt_rate
 from orchestrator.report.ciexport import bencher_json, cell_label
 from orchestrator.report.compare import Comparison, compare_cells, write_comparison_page
 from orchestrator.report.compare import _read_run as read_compared
-from orchestrator.report.export import export_run
+from orchestrator.report.export import export_run, tidy
 from orchestrator.report.model import Report
 from orchestrator.report.render import fresh_summary, load_report
 from orchestrator.report.series import MAX_TRIALS
@@ -463,3 +465,25 @@ def test_every_output_of_a_run_says_what_its_report_says(name: str, tmp_path: Pa
     check_findings(o)
     for what, text in o.texts.items():
         assert SECRET not in text, f"{name}: the secret is in {what}"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "parquet"])
+def test_a_lost_scrape_is_exported_with_its_reason_as_a_failure_not_as_a_unit(tmp_path: Path, fmt: str) -> None:
+    """A completed trial's lost server scrape is journaled as `server.<endpoint>.missing` with no
+    value and why in its unit field; the export put that reason in the `unit` column (a CI job
+    grouping by unit met "GET http://...: connection refused"), unmasked where failures are masked."""
+    manifest, records = synthetic_run(replicates=2, failures=False)
+    why = "GET http://orch:hunter2@127.0.0.1:30002/metrics: connection refused"
+    lost = records[0].model_copy(update={"metrics": {**records[0].metrics, **missing("decode", why)}})
+    rows = tidy(manifest, [lost, *records[1:]])
+    row = rows[rows["metric"] == "server.decode.missing"].iloc[0]
+    assert row["status"] == "completed" and row["value"] is pd.NA
+    assert pd.isna(row["unit"])
+    assert "connection refused" in row["failure"] and "hunter2" not in row["failure"]
+    assert set(rows[rows["metric"] == "wall"]["unit"]) == {lost.metrics["wall"].unit}
+    run_dir = tmp_path / manifest.run_id
+    write_run(run_dir, manifest, [lost, *records[1:]])
+    out = export_run(run_dir, fmt, tmp_path / f"x.{fmt}")
+    table = pd.read_parquet(out) if fmt == "parquet" else pd.read_csv(out) if fmt == "csv" else pd.read_json(out)
+    exported = table[table["metric"] == "server.decode.missing"].iloc[0]
+    assert pd.isna(exported["unit"]) and "connection refused" in exported["failure"]
