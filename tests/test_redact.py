@@ -236,6 +236,26 @@ def test_a_trial_record_is_masked_before_it_is_written() -> None:
     assert masked.failure.detail == REDACTED and mask_record(r, Redactor()) == r
 
 
+def test_a_lost_readings_reason_is_masked_in_the_journal() -> None:
+    """A server scrape or GPU reading lost in a trial is journaled as `<prefix>.missing` with why in
+    its unit field ("GET URL: ..."): a URL with credentials went into journal.jsonl, which `orch
+    serve` hands out, unmasked (the export audit: the export masked it, the journal did not)."""
+    from helpers.report_synth import synthetic_run
+
+    from orchestrator.core.masking import mask_record
+    from orchestrator.core.records import MetricValue
+
+    _, records = synthetic_run(replicates=1, failures=False)
+    r = records[0]
+    why = "GET https://u:pw1@h:30002/metrics: connection refused"
+    lost = MetricValue(kind="number", value=None, unit=why)
+    leaky = r.model_copy(update={"metrics": {**r.metrics, "server.decode.missing": lost}})
+    masked = mask_record(leaky, Redactor())
+    said = masked.metrics["server.decode.missing"].unit
+    assert said == f"GET https://u:{REDACTED}@h:30002/metrics: connection refused", said
+    assert {k: v for k, v in masked.metrics.items() if k != "server.decode.missing"} == r.metrics  # units unchanged
+
+
 def test_the_processes_a_repro_left_behind_are_masked_in_the_journal_and_the_report() -> None:
     """ReproOutcome.left_behind quotes command lines (a load generator started with a token)."""
     from helpers.report_synth import synthetic_run

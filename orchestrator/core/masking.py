@@ -31,4 +31,9 @@ def mask_record(record: TrialRecord, redactor: Redactor) -> TrialRecord:
         update["failure"] = record.failure.model_copy(
             update={"message": text(record.failure.message), "detail": text(record.failure.detail)}
         )
+    # a lost server scrape's or GPU reading's marker keeps why in its unit ("GET URL: refused"); a
+    # unit written in the matrix is masked alike (it changes only where it holds a secret)
+    units = {name: m.model_copy(update={"unit": text(m.unit)}) for name, m in record.metrics.items() if m.unit}
+    if any(units[name].unit != record.metrics[name].unit for name in units):
+        update["metrics"] = {**record.metrics, **units}
     return record.model_copy(update=update) if update else record
