@@ -103,7 +103,7 @@ def test_this_runs_lock_held_by_a_live_process_says_the_run_is_still_running() -
         TestbedLock.for_run(bed.deployment, "run-1", "now").check()
     assert str(info.value).endswith(
         f"by run run-1 by ann (pid {os.getppid()} on {socket.gethostname()}, since t) "
-        "(that run is still running: stop it first)"
+        f"(that run is still running: stop it first; `kill -TERM {os.getppid()}` restores its hosts)"
     )
 
 
