@@ -60,7 +60,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        _refuse_unknown(args._orch_parser, unknown)
+        _refuse_unknown(args._orch_parser, unknown, parser)
     if args.func is None:
         parser.print_help()
         return 2
@@ -96,20 +96,36 @@ def _main(argv: Sequence[str] | None) -> int:
         raise
 
 
-def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str], root: argparse.ArgumentParser) -> None:
     """Unknown arguments are refused by the command they were given to: its usage, and the option
-    meant when one is close (`--dry-rn`: did you mean --dry-run?). Exits 2."""
+    meant when one is close (`--dry-rn`: did you mean --dry-run?), or the commands it is an option
+    of (`orch queue add --replicates`: orch run's; it was "did you mean --reports?"). Exits 2."""
     known = [o for action in parser._actions for o in action.option_strings]
+    elsewhere = {arg: found for arg in unknown if arg.startswith("--") and (found := _commands_with(root, arg))}
     close = {
         arg: match[0]
         for arg in unknown
-        if arg.startswith("-") and (match := difflib.get_close_matches(arg.split("=", 1)[0], known, n=1))
+        if arg.startswith("-")
+        and arg not in elsewhere
+        and (match := difflib.get_close_matches(arg.split("=", 1)[0], known, n=1))
     }
     hints = [f"{arg}: did you mean {m}?" for arg, m in close.items()]
     if len(unknown) == 1 and close:  # the common case reads plainly: (did you mean --dry-run?)
         hints = [f"did you mean {close[unknown[0]]}?"]
+    hints += [f"{arg} is an option of {', '.join(found)}, not of {parser.prog}" for arg, found in elsewhere.items()]
     more = f" ({'; '.join(hints)})" if hints else ""
     parser.error(f"unrecognized arguments: {' '.join(unknown)}{more}")
+
+
+def _commands_with(parser: argparse.ArgumentParser, option: str) -> list[str]:
+    """The commands (`orch run`, `orch queue add`) that take `option` (`--x=1` as `--x`), in --help's order."""
+    name = option.split("=", 1)[0]
+    found = [parser.prog] if any(name in a.option_strings for a in parser._actions) else []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):  # an alias names its command again
+                found += _commands_with(sub, option)
+    return found
 
 
 def _print_notes(exc: BaseException) -> None:
