@@ -98,6 +98,12 @@ def test_an_option_of_another_command_is_said_to_be_one(capsys: pytest.CaptureFi
     assert said == f"unrecognized arguments: --replicates 1 ({hint})", said
     code, _, err = orch(["run", str(OVERLAP), "--json"], capsys)  # `orch status --json`
     assert code == 2 and "(--json is an option of orch status, not of orch run)" in " ".join(err.split()), err
+    code, _, err = orch(["run", str(OVERLAP), "--store", "q.db"], capsys)  # six commands take it
+    said = " ".join(err.split())
+    assert (
+        "(--store is an option of orch queue add, orch queue list, orch queue remove and 3 more, not of orch run)"
+        in said
+    )
 
 
 def test_no_parser_allows_abbreviations() -> None:

@@ -112,9 +112,15 @@ def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str], root: a
     hints = [f"{arg}: did you mean {m}?" for arg, m in close.items()]
     if len(unknown) == 1 and close:  # the common case reads plainly: (did you mean --dry-run?)
         hints = [f"did you mean {close[unknown[0]]}?"]
-    hints += [f"{arg} is an option of {', '.join(found)}, not of {parser.prog}" for arg, found in elsewhere.items()]
+    hints += [f"{arg} is an option of {_some(found)}, not of {parser.prog}" for arg, found in elsewhere.items()]
     more = f" ({'; '.join(hints)})" if hints else ""
     parser.error(f"unrecognized arguments: {' '.join(unknown)}{more}")
+
+
+def _some(commands: list[str], shown: int = 3) -> str:
+    """`orch run, orch plan`; past `shown`, the rest counted (--store is an option of six)."""
+    more = f" and {len(commands) - shown} more" if len(commands) > shown else ""
+    return ", ".join(commands[:shown]) + more
 
 
 def _commands_with(parser: argparse.ArgumentParser, option: str) -> list[str]:
