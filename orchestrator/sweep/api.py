@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,12 +23,11 @@ from orchestrator.core.config import (
     read_inventory,
     read_matrix,
 )
-from orchestrator.core.hostfacts import Facts, recorded_hosts
+from orchestrator.core.hostfacts import recorded_hosts
 from orchestrator.core.inventory import Inventory, Testbed
 from orchestrator.core.model import Matrix
 from orchestrator.core.plan import make_plan, resumed_steps
-from orchestrator.core.records import RunManifest, TrialRecord
-from orchestrator.core.redact import Redactor
+from orchestrator.core.records import RunManifest
 from orchestrator.core.steps import Plan
 from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
@@ -77,6 +75,7 @@ from orchestrator.sweep.prepare import prepare as prepare
 from orchestrator.sweep.prepare import select_testbeds as select_testbeds
 from orchestrator.sweep.progress import Progress
 from orchestrator.sweep.runner import Runner, RunOptions, RunResult, execute
+from orchestrator.sweep.runrecord import HostsOnDisk, MarkedRunning, ResumeRecord
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
 
 if TYPE_CHECKING:  # the search (numpy, scipy) loads when a hunt starts (sweep.hunt)
@@ -135,7 +134,7 @@ def run(
         infra_attempts=1 + request.retries,
         break_lock=request.break_lock,
         deadline=request.deadline,
-        hosts_found=_HostsOnDisk(run_dir),
+        hosts_found=HostsOnDisk(run_dir),
     )
     with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
@@ -301,7 +300,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     was running when the controller died is run again."""
     run_dir = request.run_dir
     manifest, matrix, plan, inventory, testbeds = _resumable(run_dir)
-    record = _ResumeRecord(run_dir, manifest, matrix.redactor)
+    record = ResumeRecord(run_dir, manifest, matrix.redactor)
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
     try:
@@ -381,7 +380,7 @@ def _hunt_ended(matrix: Matrix, journaled: Finished) -> tuple[str, str] | None:
 def _resume_locked(
     request: ResumeRequest,
     progress: ProgressFor,
-    record: _ResumeRecord,
+    record: ResumeRecord,
     matrix: Matrix,
     plan: Plan,
     testbeds: list[Testbed],
@@ -395,7 +394,7 @@ def _resume_locked(
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     taken_up = _take_up(run_dir, matrix)
     done, journaled = taken_up.done, taken_up.journaled
-    sink = _Running(progress(_resumed(manifest, run_dir, matrix, plan, taken_up)), record)
+    sink = MarkedRunning(progress(_resumed(manifest, run_dir, matrix, plan, taken_up)), record)
     for note in orphans:
         sink.note(note)
     options = RunOptions(
@@ -406,7 +405,7 @@ def _resume_locked(
         deadline=request.deadline,
         owner_gone=request.owner_gone,
         attempts_before=taken_up.attempts_before,
-        hosts_found=_HostsOnDisk(run_dir),
+        hosts_found=HostsOnDisk(run_dir),
     )
     with session.connected(testbeds) as deployments:
         # taken here, not by the runner, so the lock records the run directory (a later run that
@@ -435,79 +434,6 @@ def _resume_locked(
         finally:
             for lock in locks:
                 lock.release()
-
-
-class _HostsOnDisk:
-    """Records in run.json what a session's hosts run (exec_start, server info, GPUs, the env
-    files' digests: core.hostfacts) as each testbed's are first described, not only at the run's
-    end. Why: a run killed with -9 had none recorded, so `orch compare` said every fact "differed:
-    not recorded" and its resume compared its hosts with nothing (a server upgraded between the
-    kill and the resume went unsaid). Only facts not recorded yet are added: a change from an
-    earlier session is recorded at the end, with the trials it ran (core.hostfacts.recorded_hosts,
-    from the manifest as the session began: the same as without this). Parallel testbeds' runner
-    threads call it one at a time (sweep.runner.Runner._hosts_found says a run.json it cannot write)."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-        self.found: dict[str, Facts] = {}
-        self.lock = threading.Lock()
-
-    def __call__(self, testbed: str, facts: Facts) -> None:
-        with self.lock:
-            self.found[testbed] = facts
-            manifest = load_manifest(self.run_dir, plan=False)
-            update = recorded_hosts(manifest, self.found, len(manifest.resumed_by))
-            update["hosts_changed"] = manifest.hosts_changed  # recorded at the end, with its trials
-            save_manifest(self.run_dir, manifest.model_copy(update=update))
-
-
-class _ResumeRecord:
-    """run.json as a resume writes it: the run's manifest with this resume's controller added to
-    resumed_by (described once, when first needed), marked running as the runner starts."""
-
-    def __init__(self, run_dir: Path, before: RunManifest, redactor: Redactor) -> None:
-        self.run_dir, self.before, self.redactor = run_dir, before, redactor
-        self._mine: RunManifest | None = None
-
-    def manifest(self) -> RunManifest:
-        if self._mine is None:
-            me = describe_controller(self.redactor)  # who resumed it, with what
-            self._mine = self.before.model_copy(update={"resumed_by": [*self.before.resumed_by, me]})
-        return self._mine
-
-    def mark_running(self) -> None:
-        save_manifest(self.run_dir, self.manifest().model_copy(update={"status": "running", "ended": None}))
-
-
-class _Running:
-    """A resume's progress that first marks the run running in run.json (no end yet, this resume in
-    resumed_by) as the runner starts it: after its checks, before it touches a host, when status.json
-    first names this controller. Why: run.json said `interrupted` from the stop before, so a resume
-    killed with kill -9 (hosts on a cell's flags, testbeds locked) was listed `interrupted`, not
-    `stale` with the way back (store.liveness judges a dead controller only for a running run), its
-    `orch restore` kept the earlier end time, and resumed_by never named it."""
-
-    def __init__(self, inner: Progress, record: _ResumeRecord) -> None:
-        self.inner, self.record = inner, record
-
-    def start(self, total: int, done: int) -> None:
-        self.record.mark_running()
-        self.inner.start(total, done)
-
-    def trial_done(self, record: TrialRecord) -> None:
-        self.inner.trial_done(record)
-
-    def retotal(self, left: int) -> None:
-        self.inner.retotal(left)
-
-    def note(self, message: str) -> None:
-        self.inner.note(message)
-
-    def stop(self) -> None:
-        self.inner.stop()
-
-    def restore_ended(self, not_restored: Sequence[str]) -> None:
-        self.inner.restore_ended(not_restored)
 
 
 def _resumed(manifest: RunManifest, run_dir: Path, matrix: Matrix, plan: Plan, taken_up: _TakenUp) -> Started:
