@@ -1247,13 +1247,23 @@ def _untested_finding(report: Report, metric: str, measured: Sequence[CellView],
     why, and the highest rate as a description (kind "null": the run's result line says it)."""
     high = _highest(measured, metric)
     alike = len({c.proportions[metric].rate.rate for c in measured}) == 1  # "the highest" of equals misleads
+    base_rate = fmt_rate(base.proportions[metric].rate)
+    # cells with no data are not "alike": a run interrupted after its baseline trial said "Every cell
+    # has the same rate" of 7 cells never measured (auditexports2)
+    unmeasured = len(report.cells) - len(measured)
     seen = (
         f" Highest: {fmt_rate(high.proportions[metric].rate)} in cell {fmt_levels(high.levels)}, vs "
-        f"{fmt_rate(base.proportions[metric].rate)} in the baseline (descriptive)."
+        f"{base_rate} in the baseline (descriptive)."
         if not high.is_baseline
-        else f" Every cell has the same rate; the baseline's: {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+        else f" Only the baseline has data: {base_rate}; {counted(unmeasured, 'cell')} "
+        f"{'has' if unmeasured == 1 else 'have'} none (descriptive)."
+        if len(measured) == 1 and unmeasured
+        else f" Every cell with data ({len(measured)} of {len(report.cells)}) has the same rate; the baseline's: "
+        f"{base_rate} (descriptive)."
+        if alike and unmeasured
+        else f" Every cell has the same rate; the baseline's: {base_rate} (descriptive)."
         if alike
-        else f" The baseline has the highest rate, {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+        else f" The baseline has the highest rate, {base_rate} (descriptive)."
     )
     return Finding(
         kind="null",
