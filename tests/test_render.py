@@ -324,6 +324,37 @@ def test_adaptive_decisions_are_info_and_never_the_runs_headline(tmp_path: Path)
     assert result_headline(report) in [f.text for f in report.headline if f.kind in ("finding", "null")]
 
 
+def test_adaptive_decisions_reach_the_webhook_summary_json_and_the_index(tmp_path: Path) -> None:
+    """An adaptive run whose stopping rule decided cells: its page opens with the decisions, but the
+    webhook, summary.json and the runs index quoted only the result line ("No significant difference
+    in corruption between any cell and the baseline"), never that 6 of 7 cells were decided lower and
+    stopped early (auditexports2). Each now says the decisions beside the result, as info (the result
+    line itself stays the report's first finding)."""
+    from orchestrator.core.records import EventRecord
+    from orchestrator.report.build import result_headline
+    from orchestrator.report.render import load_report
+    from orchestrator.team.notify import summarize_run
+
+    manifest, records = synthetic_run(replicates=2)
+    run_dir = write_run(tmp_path / "reports" / "run", manifest.model_copy(update={"adaptive": True}), records)
+    message = "stopped after 2 rounds (80 sessions): cell 0/80 vs baseline 12/80 decided different (cell lower; e 25)"
+    event = EventRecord(run_id=manifest.run_id, event="cell_decided", at=manifest.started, cell="overlap=off",
+                        state="different", message=message)  # fmt: skip
+    with (run_dir / "journal.jsonl").open("a") as journal:
+        journal.write(event.model_dump_json() + "\n")
+    said = "Adaptive stopping in corruption: 1 of 7 cells decided lower than the baseline: overlap=off"
+    summary = summarize_run(run_dir)
+    assert summary.headline == result_headline(load_report(run_dir))
+    assert said in summary.adaptive, summary
+    assert said in summary.json_body()["adaptive"] and said in summary.text()  # type: ignore[operator]
+    write_report(run_dir)
+    assert said in json.loads((run_dir / "summary.json").read_text())["adaptive"]
+    index = " ".join(
+        html.unescape(re.sub(r"<[^>]+>", " ", write_index(run_dir.parent, fresh_summary).read_text())).split()
+    )
+    assert said in index, index
+
+
 def test_an_index_of_no_run_says_so_rather_than_count_zero_runs(tmp_path: Path) -> None:
     """An empty reports folder's index said "0 runs, newest first, running ones included" (the
     seventh new-user walk); it says there is none yet and how one gets there."""

@@ -428,6 +428,20 @@ def test_one_trial_per_cell_with_every_cell_alike_names_no_highest() -> None:
     assert "highest" not in null and "Every cell has the same rate; the baseline's: 0.0% [" in null
 
 
+def test_one_measured_cell_is_not_every_cell_alike() -> None:
+    """A run interrupted after its first trial, in the baseline: its result line (the index, the webhook)
+    said "Every cell has the same rate; the baseline's: 33.3%", of cells with no data at all
+    (auditexports2); it says the baseline is the only cell measured and how many have none."""
+    manifest, records = cell_run(CUBE, CUBE_BASE, _cube(k=10))
+    first = [r for r in records if r.is_baseline]
+    [null] = _texts(build_report(manifest.model_copy(update={"status": "interrupted"}), first), "null")
+    assert "Every cell has the same rate" not in null and "same rate" not in null, null
+    assert "Only the baseline has data: 25.0% [" in null and "(10/40); 7 cells have none (descriptive)." in null
+    two = [r for r in records if r.is_baseline or r.levels == {"a": "on", "b": "off", "c": "off"}]
+    [null] = _texts(build_report(manifest, two), "null")
+    assert "Every cell with data (2 of 8) has the same rate; the baseline's: 25.0% [" in null, null
+
+
 def test_aa_reports_with_one_trial_per_cell_show_no_finding() -> None:
     """The audit's A/A: 2x2x2, one trial of 40 sessions a cell, every cell at 15% with intra-trial
     correlation 0.05 (beta-binomial trials). Fisher on pooled sessions showed a finding in ~40% of

@@ -1247,13 +1247,23 @@ def _untested_finding(report: Report, metric: str, measured: Sequence[CellView],
     why, and the highest rate as a description (kind "null": the run's result line says it)."""
     high = _highest(measured, metric)
     alike = len({c.proportions[metric].rate.rate for c in measured}) == 1  # "the highest" of equals misleads
+    base_rate = fmt_rate(base.proportions[metric].rate)
+    # cells with no data are not "alike": a run interrupted after its baseline trial said "Every cell
+    # has the same rate" of 7 cells never measured (auditexports2)
+    unmeasured = len(report.cells) - len(measured)
     seen = (
         f" Highest: {fmt_rate(high.proportions[metric].rate)} in cell {fmt_levels(high.levels)}, vs "
-        f"{fmt_rate(base.proportions[metric].rate)} in the baseline (descriptive)."
+        f"{base_rate} in the baseline (descriptive)."
         if not high.is_baseline
-        else f" Every cell has the same rate; the baseline's: {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+        else f" Only the baseline has data: {base_rate}; {counted(unmeasured, 'cell')} "
+        f"{'has' if unmeasured == 1 else 'have'} none (descriptive)."
+        if len(measured) == 1 and unmeasured
+        else f" Every cell with data ({len(measured)} of {len(report.cells)}) has the same rate; the baseline's: "
+        f"{base_rate} (descriptive)."
+        if alike and unmeasured
+        else f" Every cell has the same rate; the baseline's: {base_rate} (descriptive)."
         if alike
-        else f" The baseline has the highest rate, {fmt_rate(base.proportions[metric].rate)} (descriptive)."
+        else f" The baseline has the highest rate, {base_rate} (descriptive)."
     )
     return Finding(
         kind="null",
@@ -2027,7 +2037,8 @@ def with_adaptive_facts(report: Report, events: Sequence[EventRecord], *, adapti
     extra = adaptive_findings(events)
     if not (first or extra):
         return report
-    return report.model_copy(update={"headline": [*first, *report.headline, *extra]})
+    brief = adaptive_brief(events, max(0, len(report.cells) - 1), report.primary_metric)
+    return report.model_copy(update={"headline": [*first, *report.headline, *extra], "adaptive": brief})
 
 
 def nothing_decided(metric: str | None) -> Finding:
@@ -2101,9 +2112,44 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
     alpha per comparison, with no correction across cells, so it does not meet the policy every
     finding on the page meets (Holm over the whole report), and it must not become the run's
     headline result (result_headline takes the first finding)."""
+    parts = _decided_parts(events, other_cells)
+    if not parts:
+        return None
+    what = f" in {metric}" if metric else ""
+    return Finding(
+        kind="info",
+        text=(
+            f"Adaptive stopping{what}: {'; '.join(parts)}. Each decision is an anytime-valid test "
+            "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha, not corrected "
+            "across cells, so these are decisions of the stopping rule, not findings). The "
+            "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
+            "may not reach significance where the sequential test decided; its tests comparing a cell stopped "
+            "early also hold under the cells' anytime-valid intervals (the correction the policy states)."
+        ),
+    )
+
+
+def adaptive_brief(events: Sequence[EventRecord], other_cells: int, metric: str | None) -> str:
+    """What the sequential tests decided, in one sentence for the views that quote a run's result
+    (summary.json, the runs index, the webhook: Report.adaptive). Why: their result line is the
+    report's first finding, so an adaptive run whose rule decided 6 of 7 cells lower was sent out as
+    "No significant difference ... between any cell and the baseline" alone, while its page opens
+    with the decisions (auditexports2). Empty when nothing was decided (no cell stopped early)."""
+    parts = _decided_parts(events, other_cells)
+    if not parts:
+        return ""
+    what = f" in {metric}" if metric else ""
+    return (
+        f"Adaptive stopping{what}: {'; '.join(parts)} (the stopping rule's decisions, per comparison at its "
+        "alpha: not findings; the result above is the fixed analysis)."
+    )
+
+
+def _decided_parts(events: Sequence[EventRecord], other_cells: int) -> list[str]:
+    """The decisions of adaptive_summary and adaptive_brief: decided cells by side, the undecided counted."""
     decided = _decisions(events)
     if not decided:
-        return None
+        return []
     different = sorted(c for c, e in decided.items() if e.state == "different")
     same = sorted(c for c, e in decided.items() if e.state != "different")
     sides = {_side(decided[c].message) for c in different}
@@ -2117,18 +2163,7 @@ def adaptive_summary(events: Sequence[EventRecord], other_cells: int, metric: st
     undecided = other_cells - len(decided)
     if undecided > 0:
         parts.append(f"{undecided} ran every round undecided (the fixed analysis has the last word there)")
-    what = f" in {metric}" if metric else ""
-    return Finding(
-        kind="info",
-        text=(
-            f"Adaptive stopping{what}: {'; '.join(parts)}. Each decision is an anytime-valid test "
-            "(valid at the round it stopped; per comparison, at the matrix's adaptive alpha, not corrected "
-            "across cells, so these are decisions of the stopping rule, not findings). The "
-            "fixed analysis below pools each cell's sessions: cells stopped early have fewer, so it "
-            "may not reach significance where the sequential test decided; its tests comparing a cell stopped "
-            "early also hold under the cells' anytime-valid intervals (the correction the policy states)."
-        ),
-    )
+    return parts
 
 
 def stopped_in(report: Report) -> list[str]:

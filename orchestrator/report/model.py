@@ -326,6 +326,9 @@ class Report(Frozen):
     tests: dict[str, int] = {}  # per metric: the size of the family the policy corrects over
     unreachable: dict[str, int] = {}  # per metric: tests left out of the family, never significant by design
     headline: list[Finding]
+    # an adaptive run's sequential decisions in one sentence (report.build.adaptive_brief), told beside
+    # the result line wherever that is quoted (summary.json, the runs index, the webhook); "" if none
+    adaptive: str = ""
     drift: list[DriftView]
     failures: list[FailureView]
     failures_total: int

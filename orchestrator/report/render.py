@@ -149,6 +149,7 @@ def run_summary(report: Report, series: Sequence[SeriesPoint] = ()) -> RunSummar
         gates=len(results),
         gates_failed=failed_names(results),
         headline=result_headline(report),
+        adaptive=report.adaptive,
         completed=report.completed,
         planned=report.planned,
         failed=report.failed,

@@ -100,6 +100,7 @@ class RunEntry:
     failed: int
     headline: str
     has_report: bool
+    adaptive: str = ""  # an adaptive run's sequential decisions (RunSummary.adaptive), under the result
     error: str = ""
     suspect: tuple[str, ...] = ()  # why the data is suspect, shown beside the result
     group: str = ""  # same matrix + inventory (render.group_key)
@@ -407,6 +408,7 @@ def _summarised(entry: RunEntry, summary: RunSummary, live: str, manifest: RunMa
         planned=summary.planned,
         failed=summary.failed,
         headline=summary.headline,
+        adaptive=summary.adaptive,
         suspect=summary.suspect,
         group=summary.group,
         testbed=summary.testbed or manifest.testbed,
@@ -427,6 +429,7 @@ def _bounded(e: RunEntry) -> RunEntry:
         status=clip(e.status, 40),
         testbed=clip(e.testbed, MAX_TITLE),
         headline=clip(e.headline, HEADLINE_CHARS),
+        adaptive=clip(e.adaptive, HEADLINE_CHARS),
         error=clip(e.error, REASON_CHARS),
         suspect=tuple(clip_list(e.suspect, ITEMS_SHOWN, REASON_CHARS)),
         not_restored=tuple(clip_list(e.not_restored, ITEMS_SHOWN, MAX_TITLE)),

@@ -24,6 +24,7 @@ class RunSummary(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(frozen=True, extra="ignore")
 
     headline: str = ""
+    adaptive: str = ""  # an adaptive run's sequential decisions (Report.adaptive), beside the result
     completed: int = 0
     planned: int | None = 0  # None for a hunt: its search decides its trials as it goes
     failed: int = 0  # failed attempts (retries included), as the report header counts them

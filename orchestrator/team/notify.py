@@ -42,7 +42,15 @@ ATTEMPTS = 3
 BODY_MAX_BYTES = 64 * 1024  # the generic JSON body, encoded, whatever the run folder holds
 ITEMS_SHOWN = 20  # of each list in the JSON body (suspect reasons, changes, roles); the rest counted
 # characters of each free-text field of the JSON body (the Slack text's caps, about)
-JSON_CAPS = {"run_id": 300, "name": 300, "status": 40, "headline": 2000, "suspect": 600, "changes": 400}
+JSON_CAPS = {
+    "run_id": 300,
+    "name": 300,
+    "status": 40,
+    "headline": 2000,
+    "adaptive": 1000,
+    "suspect": 600,
+    "changes": 400,
+}
 ROLE_CAP = 200  # one role of not_restored (`TESTBED/role`)
 
 
@@ -66,6 +74,7 @@ class Summary:
     # them) and the command that puts them back; empty once `orch restore` did
     not_restored: list[str] = field(default_factory=list)
     restore_with: str = ""
+    adaptive: str = ""  # an adaptive run's sequential decisions (Report.adaptive): the page opens with them
 
     def text(self) -> str:
         """One line for people (the message's words, unescaped): the result beside the status,
@@ -98,7 +107,7 @@ class Summary:
         shown = max(ITEMS_SHOWN // shrink, 1)
         return {
             **asdict(self),
-            **{key: clip(getattr(self, key), cap(key)) for key in ("run_id", "name", "status", "headline")},
+            **{key: clip(getattr(self, key), cap(key)) for key in ("run_id", "name", "status", "headline", "adaptive")},
             "suspect": clip_list(self.suspect, shown, cap("suspect")),
             "changes": clip_list(self.changes, shown, cap("changes")),
             "not_restored": clip_list(self.not_restored, shown, max(ROLE_CAP // shrink, 8)),
@@ -117,6 +126,7 @@ class Summary:
             left,
             counts,
             fit(self.headline, 2000),
+            fit(self.adaptive, 1000),
             fit(warning, 600),
             fit(changed, 600),
             fit(self.link, None),  # never cut: orch built it (a base URL, a folder name)
@@ -299,6 +309,7 @@ def summarize_run(run_dir: Path, *, base_url: str | None = None) -> Summary:
         name=report.name,
         status=report.status,
         headline=result_headline(report),
+        adaptive=report.adaptive,
         link=link(run_dir, base_url),
         trials=len(finished),
         failed=sum(row.status == "failed" for row in finished),
