@@ -129,6 +129,8 @@ def test_a_running_run_is_never_the_trends_newest(tmp_path: Path) -> None:
     assert "3 runs, 2 finished" in header[1] and "newest finished 2026-05-02T07:00:00Z" in header[1], header[1]
     assert "2026-05-03" not in header[1]
     assert "newest finished run [95% CI]" in page
+    said = " ".join(page.split())  # the audit: the note said so only as "3 runs, 2 finished"
+    assert "Only finished runs (completed, or failed) are charted and checked: a run interrupted, stale" in said
 
 
 def test_compare_and_webhook_summary_carry_the_nightly_check(tmp_path: Path) -> None:
