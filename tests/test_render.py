@@ -324,6 +324,22 @@ def test_adaptive_decisions_are_info_and_never_the_runs_headline(tmp_path: Path)
     assert result_headline(report) in [f.text for f in report.headline if f.kind in ("finding", "null")]
 
 
+@pytest.mark.parametrize("adaptive", [True, False])
+def test_the_index_counts_an_adaptive_runs_trials_of_at_most_its_plan(tmp_path: Path, adaptive: bool) -> None:
+    """An adaptive run plans at most its trials (cells stop once decided): the index said "52/64",
+    read as 12 missing, where `orch run` says "of at most 64" (the second export audit)."""
+    manifest, records = synthetic_run(replicates=2)
+    run_dir = write_run(tmp_path / "reports" / "run", manifest.model_copy(update={"adaptive": adaptive}), records)
+    write_report(run_dir)
+    page = write_index(run_dir.parent, fresh_summary).read_text()
+    cells = [
+        " ".join(html.unescape(re.sub(r"<[^>]+>", " ", c)).split())
+        for c in re.findall(r'<td class="num">(.*?)</td>', page)
+    ]
+    planned = manifest.planned_total  # every planned trial ran here (two failed attempts were retried)
+    assert cells[0].startswith(f"{planned} of at most {planned}" if adaptive else f"{planned}/{planned}"), cells
+
+
 def test_adaptive_decisions_reach_the_webhook_summary_json_and_the_index(tmp_path: Path) -> None:
     """An adaptive run whose stopping rule decided cells: its page opens with the decisions, but the
     webhook, summary.json and the runs index quoted only the result line ("No significant difference

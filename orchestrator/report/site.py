@@ -101,6 +101,7 @@ class RunEntry:
     headline: str
     has_report: bool
     adaptive: str = ""  # an adaptive run's sequential decisions (RunSummary.adaptive), under the result
+    at_most: bool = False  # `planned` is at most: an adaptive run stops a cell once decided
     error: str = ""
     suspect: tuple[str, ...] = ()  # why the data is suspect, shown beside the result
     group: str = ""  # same matrix + inventory (render.group_key)
@@ -367,6 +368,7 @@ def _entry(run_dir: Path, rebuild: Rebuild) -> _Read:
         status=live,
         completed=0,
         planned=manifest.planned_total,
+        at_most=manifest.adaptive,
         failed=0,
         headline="",
         has_report=run.index_html.is_file() or run.hunt_html.is_file(),
