@@ -339,9 +339,9 @@ def read_all(written: Written) -> Outputs:
 
 
 def _trials_cell(text: str) -> tuple[int, int | None, int]:
-    """The runs index's trials column: completed[/planned][ (N failed attempt[s])], "1 failed
-    attempt" and "2 failed attempts"."""
-    got = re.fullmatch(r"(\d+)(?:/(\d+))?(?: \((\d+) failed attempt(s?)\))?", text)
+    """The runs index's trials column: completed[/planned, or " of at most " planned for an adaptive
+    run][ (N failed attempt[s])], "1 failed attempt" and "2 failed attempts"."""
+    got = re.fullmatch(r"(\d+)(?:(?:/| of at most )(\d+))?(?: \((\d+) failed attempt(s?)\))?", text)
     assert got is not None, f"the runs index's trials column reads {text!r}"
     assert got[3] is None or (got[3] != "1") == (got[4] == "s"), text
     return int(got[1]), None if got[2] is None else int(got[2]), int(got[3] or 0)
