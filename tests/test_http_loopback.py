@@ -49,6 +49,16 @@ def trickling_headers(conn: socket.socket, stop: threading.Event) -> int:
     return 0
 
 
+def whole_then_trickling_headers(conn: socket.socket, stop: threading.Event) -> int:
+    """One answer whole on a keep-alive connection (a 503, as a worker warming up gives), then the
+    next request's headers a line at a time on that same connection: the client's pool reuses it,
+    and a reused connection had no deadline on its headers (a sweep hung in its health wait)."""
+    conn.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 2\r\n\r\nno")
+    while b"\r\n\r\n" not in conn.recv(65536):
+        pass
+    return trickling_headers(conn, stop)
+
+
 def flooding(conn: socket.socket, stop: threading.Event) -> int:
     total, block, sent = 64 << 20, b"x" * 65536, 0
     conn.sendall(HEAD + b"Content-Length: " + str(total).encode() + b"\r\n\r\n")
@@ -145,6 +155,28 @@ def test_headers_that_trickle_end_at_the_deadline(serve: Serve) -> None:
         with pytest.raises(AnswerTimedOut, match=f"within {deadline_s:g} s"):
             request(c, "POST", server.url, deadline_s=deadline_s, max_bytes=0, json_body={"a": 1})
     assert time.monotonic() - started < deadline_s + 1.0
+
+
+def test_headers_that_trickle_on_a_reused_connection_end_at_the_deadline(serve: Serve, client: httpx.Client) -> None:
+    server = serve(whole_then_trickling_headers)
+    assert request(client, "GET", server.url + "/health", deadline_s=2.0, max_bytes=100).status == 503
+    deadline_s = 0.5  # far below the 6 s the server trickles
+    started = time.monotonic()
+    with pytest.raises(AnswerTimedOut, match=f"within {deadline_s:g} s"):
+        request(client, "GET", server.url + "/health", deadline_s=deadline_s, max_bytes=100)
+    assert time.monotonic() - started < deadline_s + 1.0
+
+
+def test_a_health_wait_on_a_server_that_then_trickles_headers_ends_in_time(serve: Serve, client: httpx.Client) -> None:
+    """The measured hang: a worker that answered 503 once, then trickled the next poll's headers on
+    the kept-alive connection, held `orch run` past a 10 s health timeout for 5 minutes (and Ctrl-C
+    with it: the main thread waits for the poller)."""
+    timeout_s = 0.5
+    server = serve(whole_then_trickling_headers)
+    started = time.monotonic()
+    with pytest.raises(HealthTimeout, match=f"not ready after {timeout_s:.1f} s"):
+        wait_ready(HealthCheck("decode", server.url + "/health", timeout_s), client=client)
+    assert time.monotonic() - started < timeout_s + 1.5
 
 
 def test_a_health_poll_stops_reading_a_huge_body(serve: Serve, client: httpx.Client) -> None:

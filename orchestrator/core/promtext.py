@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +21,11 @@ from orchestrator.errors import ScrapeError
 
 MAX_TEXT = 8_000_000  # characters of one scrape (a busy node exporter is ~1 MB)
 MAX_FAMILIES = 200  # kept families per endpoint: each becomes several numbers in every trial record
+# Kept lines of one scrape (each series of a kept family is a line, with its HELP and TYPE): the
+# parser costs ~40 us and ~0.5 KB a line, and runs before and after every repro and at each
+# sample. A large SGLang or node exporter keeps a few thousand; 8 MB of one gauge's label sets is
+# 210,000 (8.5 s and ~120 MB a parse: four such endpoints took a sweep past 1 GB).
+MAX_KEPT_LINES = 20_000
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,13 @@ def name_filter(patterns: Sequence[str]) -> Callable[[str], bool]:
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created", "_info", "_gcount", "_gsum")
 
 
-def relevant_lines(text: str, keep: Callable[[str], bool]) -> str:
+def relevant_lines(text: str, keep: Callable[[str], bool], where: str = "scrape") -> str:
     """The lines of the families `keep` wants (their HELP/TYPE comments and samples), without the
     `_created` timestamps. Only a pre-filter on each line's metric name (values are still parsed
     by prometheus-client): its parser costs ~0.1 ms a line in pure Python, and a real server
-    exposes hundreds of lines of which a sweep keeps a few dozen."""
+    exposes hundreds of lines of which a sweep keeps a few dozen. The lines are visited one at a
+    time (never a list of all of them: 8 MB of short lines is ~25 MB of str objects), and more
+    than MAX_KEPT_LINES kept is a ScrapeError before the parser holds any."""
     kept: dict[str, bool] = {}
 
     def wanted(name: str) -> bool:
@@ -69,17 +76,31 @@ def relevant_lines(text: str, keep: Callable[[str], bool]) -> str:
             got = kept[name] = any(keep(b) or keep(b + "_total") for b in bases)
         return got
 
-    out = []
-    for line in text.splitlines():
+    out: list[str] = []
+    for line in _lines(text):
         if line.startswith("#"):
             parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and wanted(parts[2]):
-                out.append(line)
-            continue
-        name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
-        if name and not name.endswith("_created") and wanted(name):
-            out.append(line)
+            if not (len(parts) >= 3 and parts[1] in ("HELP", "TYPE") and wanted(parts[2])):
+                continue
+        else:
+            name = line.split("{", 1)[0].split(None, 1)[0] if line.strip() else ""
+            if not name or name.endswith("_created") or not wanted(name):
+                continue
+        if len(out) >= MAX_KEPT_LINES:
+            raise ScrapeError(
+                f"{where}: more than {MAX_KEPT_LINES:,} lines of the kept metrics (a line a series: narrow `names:`)"
+            )
+        out.append(line)
     return "\n".join(out) + "\n"
+
+
+def _lines(text: str) -> Iterator[str]:
+    """The non-empty lines of `text`, one at a time (split at \\n and \\r)."""
+    for match in _LINE.finditer(text):
+        yield match.group()
+
+
+_LINE = re.compile(r"[^\r\n]+")
 
 
 def parse(text: str, keep: Callable[[str], bool], where: str = "scrape") -> Scrape:
@@ -87,7 +108,7 @@ def parse(text: str, keep: Callable[[str], bool], where: str = "scrape") -> Scra
     accepts. Raises ScrapeError on text the parser refuses or beyond the size caps."""
     if len(text) > MAX_TEXT:
         raise ScrapeError(f"{where}: {len(text)} characters of metrics, more than {MAX_TEXT}")
-    text = relevant_lines(text, keep)
+    text = relevant_lines(text, keep, where)
     counters: dict[str, list[float]] = {}
     gauges: dict[str, list[float]] = {}
     hists: dict[str, _HistAcc] = {}

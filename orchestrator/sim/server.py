@@ -42,6 +42,7 @@ from orchestrator.sim.metrics import WorkerMetrics
 ROUTER_UPSTREAM_TIMEOUT_S = 600.0  # the repro bounds each request itself
 ROUTER_PREFILL_THREADS = 128  # the stand-in router's prefill calls in flight (sessions run concurrently)
 READINESS_PROBE_TIMEOUT_S = 1.0
+PROBE_MAX_BYTES = 64 * 1024  # of a worker's /health answer (the connection is closed after it)
 
 
 class Log:
@@ -360,7 +361,7 @@ class Upstream:
         try:
             conn.request("GET", path)
             response = conn.getresponse()
-            response.read()
+            response.read(PROBE_MAX_BYTES)  # its status is the answer: a 4 GB body is never read whole
             return response.status
         finally:
             conn.close()

@@ -11,6 +11,9 @@ writes, the restore now judges what is there against what this run could have wr
     missing    nothing there: the original is written back with the original's mode and owner
     edited     a regular file with other bytes: someone else's edit (drift)
     link       a symlink where the run began with a regular file (drift)
+    special    neither a regular file nor a symlink (a FIFO, a directory, a device: drift); it
+               is never opened (a FIFO blocks its reader for ever) and the restore could only fail
+               on it for good ("not a regular file"), so it is moved aside whole, like a symlink
     unsure     other bytes, and orch cannot tell whether a trial wrote them (`orch restore`
                without the run's matrix, or a hunt trial no journal line records)
     relinked   the run began with a symlink and the path is no longer that symlink
@@ -36,9 +39,9 @@ from typing import Literal
 
 from orchestrator.edges.transport import FileEntry, Transport
 
-Kind = Literal["original", "ours", "missing", "edited", "link", "unsure", "relinked"]
-KEEPS: frozenset[Kind] = frozenset({"edited", "link", "unsure"})  # what is there is set aside first
-RECREATES: frozenset[Kind] = frozenset({"missing", "link"})  # the path is empty when the original is written
+Kind = Literal["original", "ours", "missing", "edited", "link", "special", "unsure", "relinked"]
+KEEPS: frozenset[Kind] = frozenset({"edited", "link", "special", "unsure"})  # what is there is set aside first
+RECREATES: frozenset[Kind] = frozenset({"missing", "link", "special"})  # the path is empty when the original is written
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ def judge(entry: FileEntry, original: bytes, shape: Shape | None, written: Calla
         return "relinked"
     if was_link is None and entry.link is not None:
         return "link"
+    if entry.special is not None:
+        return "special"
     if entry.data is None:
         return "missing"
     if entry.data == original:
@@ -96,6 +101,8 @@ def found(kind: Kind, entry: FileEntry) -> str:
     """What was there, for messages: `missing`, `a symlink to X`, `a regular file`, `changed`."""
     if entry.link is not None:
         return f"a symlink to {entry.link}" + (" (its target missing)" if entry.data is None else "")
+    if entry.special is not None:
+        return entry.special
     if entry.data is None:
         return "missing"
     return "a regular file" if kind == "relinked" else "changed (not by orch)"
@@ -107,7 +114,8 @@ def drift_path(env_file: str, run_id: str) -> str:
 
 # $1 = the env file; $2 = where to set aside what is there ('': nothing to keep; taken: .2, .3...);
 # $3 = the original's mode in octal, $4 = its owner uid:gid ('': unknown). A symlink is moved
-# aside whole (it keeps pointing where it did), a regular file copied (mode 600). Then, when
+# aside whole (it keeps pointing where it did), as is anything else that is not a regular file (a
+# FIFO is never opened), a regular file copied (mode 600). Then, when
 # nothing is at the path, an empty file with the original's mode and owner is made, so the
 # write that follows (which keeps an existing file's mode and owner) never shows the original
 # under another mode, not even for a moment. Prints `orch-kept PATH` for what it set aside.
@@ -117,7 +125,7 @@ umask 077
 if [ -n "$2" ]; then
   d=$2; n=1
   while [ -e "$d" ] || [ -L "$d" ]; do n=$((n + 1)); d="$2.$n"; done
-  if [ -L "$1" ]; then mv -T -- "$1" "$d"; else cp -- "$1" "$d"; chmod 600 -- "$d"; fi
+  if [ -L "$1" ] || [ ! -f "$1" ]; then mv -T -- "$1" "$d"; else cp -- "$1" "$d"; chmod 600 -- "$d"; fi
   printf 'orch-kept %s\n' "$d"
 fi
 if [ -n "$3" ] && [ ! -e "$1" ]; then
@@ -154,6 +162,11 @@ def describe(where: str, env: str, kind: Kind, entry: FileEntry, kept: str | Non
             f"WARNING: {where}: {env} was replaced by {found(kind, entry)} since the run began: the link is kept "
             f"as {kept} ({entry.link} itself not touched) and the original written back as a regular file{mode}"
         )
+    if kind == "special":
+        return (
+            f"WARNING: {where}: {env} was replaced by {found(kind, entry)} since the run began: it is moved "
+            f"whole to {kept} and the original written back as a regular file{mode}"
+        )
     why = (
         "something other than orch changed it since the run began"
         if kind == "edited"
@@ -178,6 +191,8 @@ def during_run(
         now = f"{where}: {env} was put back to the original during the run (nothing to keep)"
     elif kind == "link":
         now = f"{where}: {env} was replaced by {found(kind, entry)} during the run; the link is kept as {kept}"
+    elif kind == "special":
+        now = f"{where}: {env} was replaced by {found(kind, entry)} during the run; it is kept as {kept}"
     else:
         now = f"{where}: {env} was changed during the run, not by orch; its content is kept in {kept} (mode 600)"
     return (

@@ -58,6 +58,7 @@ from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mis
 from orchestrator.edges.metrics import Started, Telemetry
 from orchestrator.edges.remote_leftovers import stop_marked
 from orchestrator.edges.reported import check_reported, rules_by_role
+from orchestrator.edges.services import log_was_cut
 from orchestrator.edges.transport import FileEntry
 from orchestrator.edges.workload import (
     KILL_GRACE_S,
@@ -142,6 +143,7 @@ class CollectedLogs:
     paths: dict[str, str]
     texts: dict[str, str]
     ids: dict[str, dict[str, UnitId]] = field(default_factory=dict)
+    cut: set[str] = field(default_factory=set)  # roles a log of which was longer than LOG_LIMIT
 
 
 class Services:
@@ -843,15 +845,29 @@ class Repro:
                 collected.paths[f"{role}:{unit}"] = self.run_dir.relative(path)
             by_role = self.deployment.hosts[role].role  # collectors count over every host of a role
             collected.texts[by_role] = collected.texts.get(by_role, "") + "".join(text for _, text in fetched)
+            if any(log_was_cut(text) for _, text in fetched):
+                collected.cut.add(by_role)
             if ids is not None:
                 collected.ids[role] = ids
         return collected
 
-    def run_collectors(self, logs: dict[str, str], trial: TrialDir) -> dict[str, MetricValue]:
-        return {c.name: self._collect_one(c, logs, trial) for c in self.plan.matrix.collect}
+    def run_collectors(
+        self, logs: dict[str, str], trial: TrialDir, cut: Collection[str] = ()
+    ) -> dict[str, MetricValue]:
+        """Each collector's number. `cut`: roles whose log orch read only the end of (LOG_LIMIT):
+        a count of their lines would be a count of that end, so a pattern collector on one fails
+        the trial, as a metric the repro did not print does (a chatty decode logging ~100 MB in
+        a trial was recorded as 1,148 ANOMALY lines, the last 256 KB's)."""
+        return {c.name: self._collect_one(c, logs, trial, cut) for c in self.plan.matrix.collect}
 
-    def _collect_one(self, c: Collector, logs: dict[str, str], trial: TrialDir) -> MetricValue:
+    def _collect_one(self, c: Collector, logs: dict[str, str], trial: TrialDir, cut: Collection[str]) -> MetricValue:
         if c.pattern is not None:
+            if c.role in cut:
+                raise WorkloadError(
+                    f"collector {c.name!r}: {c.role}'s log during the trial is longer than the {LOG_LIMIT // 1000} KB "
+                    "orch reads of it, so a count of its lines would leave the rest out (log less during a trial, "
+                    "or count on the host with a command: collector, e.g. grep -c)"
+                )
             count = count_matching_lines(c.name, c.pattern, logs.get(c.role, ""))
             return MetricValue(kind="number", value=float(count), unit=c.unit)
         command = render_command(c.command or "", self.placeholders(None, trial))
@@ -976,7 +992,7 @@ class TrialPhases:
         ctx.metrics = repro.metrics(ctx.repro)
         collected = ctx.logs_pending.result()
         ctx.logs = collected.paths
-        ctx.metrics.update(repro.run_collectors(collected.texts, trial))
+        ctx.metrics.update(repro.run_collectors(collected.texts, trial, collected.cut))
         if server is not None:
             ctx.metrics.update(server.result())
             repro.check_served(ctx.metrics)

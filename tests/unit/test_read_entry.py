@@ -29,8 +29,14 @@ def test_local_read_entry_tells_a_file_a_link_a_dangling_link_and_nothing(tmp_pa
     assert t.read_entry(str(tmp_path / "dangling.env")) == FileEntry(None, "gone.env")
     assert t.read_entry(str(tmp_path / "missing.env")) == FileEntry(None)
     os.mkfifo(tmp_path / "fifo.env")
+    # the path itself: said what it is, never opened (a FIFO blocks its reader); the restore moves
+    # it aside (sweep.drift, `special`). Through a link it is still refused, as read_bytes does.
+    assert t.read_entry(str(tmp_path / "fifo.env")) == FileEntry(None, special="a FIFO")
+    (tmp_path / "dir.env").mkdir()
+    assert t.read_entry(str(tmp_path / "dir.env")) == FileEntry(None, special="a directory")
+    (tmp_path / "to-fifo.env").symlink_to("fifo.env")
     with pytest.raises(ConfigError, match="not a regular file"):
-        t.read_entry(str(tmp_path / "fifo.env"))
+        t.read_entry(str(tmp_path / "to-fifo.env"))
 
 
 def test_the_ssh_answer_is_parsed_byte_for_byte() -> None:
@@ -41,6 +47,9 @@ def test_the_ssh_answer_is_parsed_byte_for_byte() -> None:
     )
     assert parse_entry(b"orch-link gone.env\norch-missing\n") == FileEntry(None, "gone.env")
     assert parse_entry(b"orch-missing\n") == FileEntry(None)
+    assert parse_entry(b"orch-special fifo\n") == FileEntry(None, special="a FIFO")  # stat -c %F
+    assert parse_entry(b"orch-special directory\n") == FileEntry(None, special="a directory")
+    assert parse_entry(b"orch-special character special file\n") == FileEntry(None, special="a device")
     assert parse_entry(b"orch-file 644 0\nK=1\n") is None  # not one of its answers
     assert parse_entry(b"Welcome to the host\norch-missing\n") is None
 

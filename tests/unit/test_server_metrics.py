@@ -72,6 +72,30 @@ def test_only_the_kept_families_reach_the_parser() -> None:
     assert parse(kept, KEEP_SGLANG) == parse(text, KEEP_SGLANG)
 
 
+def test_a_scrape_of_millions_of_kept_series_is_refused_before_the_parser_holds_them() -> None:
+    """Red team: an endpoint answering 8 MB of one kept gauge's series (210,000 label sets) cost
+    8.5 s of CPU and ~120 MB per parse, per scrape, before and after each repro and at every
+    sample; four such endpoints took `orch run` to 1.09 GB and a 0.1 s repro to ~45 s a trial.
+    Past MAX_KEPT_LINES kept lines the scrape is refused (recorded missing, saying why)."""
+    import tracemalloc
+
+    from orchestrator.core.promtext import MAX_KEPT_LINES
+
+    lines = [f'sglang:num_running_reqs{{w="{i}"}} 1' for i in range(210_000)]
+    text = "# TYPE sglang:num_running_reqs gauge\n" + "\n".join(lines) + "\n"
+    assert len(text) < 8_000_000  # what one scrape may read
+    tracemalloc.start()
+    try:
+        with pytest.raises(ScrapeError, match=f"more than {MAX_KEPT_LINES:,} lines of the kept metrics"):
+            parse(text, KEEP_SGLANG, where="http://x/metrics")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak:,} bytes to refuse it"
+    at_cap = "# TYPE sglang:num_running_reqs gauge\n" + "\n".join(lines[: MAX_KEPT_LINES - 1]) + "\n"
+    assert parse(at_cap, KEEP_SGLANG).gauges == {"sglang:num_running_reqs": 1.0}  # a big real one still reads
+
+
 def test_parse_refuses_what_is_not_prometheus_text() -> None:
     with pytest.raises(ScrapeError, match="not Prometheus text"):
         parse('sglang:num_running_reqs{model_name="m" 3\n', KEEP_SGLANG, where="http://x/metrics")

@@ -50,7 +50,10 @@ def test_a_log_cut_by_its_byte_limit_loses_its_first_partial_line_as_logs_since_
     cut = "rtial line\n" + "x" * 20 + "\n"
     _, m = scripted(SHOW.split("\n\n")[0] + "\n", [cut])
     logs, ids = m.logs_and_ids(["a.service"], 0.0, max_bytes=len(cut))
-    assert logs == {"a.service": "x" * 20 + "\n"} and ids["a.service"].main_pid == 101
+    # the partial line dropped, and a first line saying the log was cut (edges.services.LOG_CUT):
+    # a collector must not count its lines as all the unit wrote
+    assert logs == {"a.service": "-- (log truncated: earlier lines omitted)\n" + "x" * 20 + "\n"}
+    assert ids["a.service"].main_pid == 101
 
 
 def test_a_failed_systemctl_show_fails_the_call() -> None:

@@ -12,6 +12,15 @@ from typing import Protocol, Sequence
 from orchestrator.edges.identity import PortScan, UnitId
 from orchestrator.edges.transport import Transport
 
+# The first line of a unit's log text when orch read only its end (logs_since's max_bytes): what
+# follows is not all the unit wrote, so a collector's count over it would be short (log_was_cut).
+LOG_CUT = "-- (log truncated"
+
+
+def log_was_cut(text: str) -> bool:
+    """Whether logs_since's text is only the end of what the unit wrote (its first line says so)."""
+    return text.startswith(LOG_CUT)
+
 
 @dataclass(frozen=True)
 class UnitState:

@@ -40,7 +40,7 @@ from orchestrator.core.bounded import describe_kind, read_bounded_bytes
 from orchestrator.core.envfile import read_values
 from orchestrator.edges.identity import PortScan, UnitId, scan_here
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.edges.services import UnitState
+from orchestrator.edges.services import LOG_CUT, UnitState
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import ConfigError, OrchError, ServiceError
 
@@ -434,7 +434,7 @@ class LocalServiceManager:
             raise ServiceError(self._host_of(unit), unit, why) from exc
         text = data.decode("utf-8", errors="replace")
         if start > offset:
-            text = f"-- (log truncated: {start - offset} earlier bytes omitted)\n{text}"
+            text = f"{LOG_CUT}: {start - offset} earlier bytes omitted)\n{text}"
         return text
 
     def _tail(self, unit: str) -> str:

@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from orchestrator.edges.identity import UNIT_PROPS, PortScan, UnitId, parse_units, scan
-from orchestrator.edges.services import UnitState
+from orchestrator.edges.services import LOG_CUT, UnitState
 from orchestrator.edges.transport import Result, Transport
 from orchestrator.errors import CommandFailed, ServiceError
 
@@ -341,9 +341,10 @@ def _journal_command(unit: str, since: float, max_bytes: int) -> str:
 
 
 def _whole_lines(text: str, max_bytes: int) -> str:
-    """A journal tail without the first line when `tail -c` cut it."""
+    """A journal tail without the first line when `tail -c` cut it, saying so in a first line of
+    its own (as the local service manager does: a collector must know it counts only the end)."""
     if len(text.encode()) >= max_bytes and "\n" in text:
-        return text.split("\n", 1)[1]
+        return f"{LOG_CUT}: earlier lines omitted)\n" + text.split("\n", 1)[1]
     return text
 
 

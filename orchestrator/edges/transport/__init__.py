@@ -47,6 +47,9 @@ class FileEntry:
     mode: int | None = None  # permission bits of the file read (through a link); None when missing
     uid: int | None = None
     gid: int | None = None
+    # what the path is when it is there but not a regular file nor a symlink ("a FIFO", "a
+    # directory"): data None, never opened (a FIFO blocks a reader, /dev/zero never ends)
+    special: str | None = None
 
 
 class Transport(Protocol):
@@ -79,8 +82,9 @@ class Transport(Protocol):
 
     def read_entry(self, path: str) -> FileEntry:
         """read_bytes that also says what the path is (FileEntry) and does not fail when nothing
-        is there. A path that is there but is not a regular file (through a link) is refused as
-        read_bytes refuses it."""
+        is there. A path that is itself not a regular file (a FIFO, a directory) is said so
+        (FileEntry.special) without being opened; one a symlink leads to is refused as read_bytes
+        refuses it."""
         ...
 
     def write_bytes_atomic(

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from orchestrator.core.bounded import read_fd
+from orchestrator.core.bounded import describe_kind, read_fd
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
 from orchestrator.errors import (
@@ -155,6 +155,14 @@ class LocalTransport:
             if exc.errno != errno.EINVAL:  # EINVAL: there, and not a symlink
                 raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
             link = None
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                return FileEntry(None)
+            except OSError as exc:
+                raise TransportError(self.host, f"cannot read {path}: {exc.strerror}") from exc
+            if not stat.S_ISREG(mode):
+                return FileEntry(None, special=describe_kind(mode))
         try:
             data, st = self._read(path)
         except FileNotFoundError:

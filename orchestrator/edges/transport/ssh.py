@@ -146,7 +146,8 @@ fi
 _WRITE_TAIL = r"""
 sync -- "$t" 2>/dev/null || true
 if [ -n "$x" ]; then
-  h=$( { sha256sum < "$p"; } 2>/dev/null ) || h=
+  h=
+  if [ -f "$p" ]; then h=$( { sha256sum < "$p"; } 2>/dev/null ) || h=; fi
   [ "${h%% *}" = "$x" ] || { echo "orch-write: changed" >&2; exit 5; }
 fi
 mv -f -- "$t" "$p" || fail "cannot rename into $p"
@@ -173,10 +174,12 @@ MAX_READ_BYTES = 64 << 20  # an env file or a lock file: a few KiB
 
 # The remote half of read_entry, read_bytes that also says what the path is: a first line
 # `orch-link TARGET` for a symlink, then `orch-missing`, or `orch-file MODE UID GID` and the bytes
-# (through the link). Not a regular file: exit 3, as _READ_SCRIPT.
+# (through the link). A path that is itself neither a symlink nor a regular file: `orch-special
+# KIND` (stat's %F: fifo, directory...), never opened. One a link leads to: exit 3, as _READ_SCRIPT.
 _ENTRY_SCRIPT = (
     'if [ -L "$1" ]; then printf "orch-link %s\\n" "$(readlink -- "$1")"; fi\n'
     'if [ ! -e "$1" ]; then echo orch-missing; exit 0; fi\n'
+    'if [ ! -L "$1" ] && [ ! -f "$1" ]; then printf "orch-special %s\\n" "$(stat -c %F -- "$1")"; exit 0; fi\n'
     'if [ ! -f "$1" ]; then echo "orch-read: not a regular file" >&2; exit 3; fi\n'
     'stat -L -c "orch-file %a %u %g" -- "$1" || exit 4\n'
     'exec head -c "$2" -- "$1"'
@@ -634,10 +637,18 @@ def parse_entry(out: bytes) -> FileEntry | None:
     head, _, data = out.partition(b"\n")
     if head == b"orch-missing":
         return FileEntry(None, link)
+    if head.startswith(b"orch-special ") and link is None:
+        return FileEntry(None, special=_special_kind(head[len(b"orch-special ") :]))
     fields = head.split(b" ")
     if len(fields) != 4 or fields[0] != b"orch-file" or not all(f.isdigit() for f in fields[1:]):
         return None
     return FileEntry(data, link, int(fields[1], 8), int(fields[2]), int(fields[3]))
+
+
+def _special_kind(stat_type: bytes) -> str:
+    """stat's %F of a path that is not a regular file, in core.bounded.describe_kind's words."""
+    words = {b"fifo": "a FIFO", b"directory": "a directory", b"socket": "a socket"}
+    return words.get(stat_type.strip(), "a device" if b"special file" in stat_type else "not a file")
 
 
 def _check_operand(key: str, value: str) -> None:
