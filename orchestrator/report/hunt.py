@@ -186,7 +186,7 @@ def _pooled(report: HuntReport, configs: Sequence[ConfigResult]) -> str:
     """'k/n sessions failed, r% (95% interval lo%-hi%) over N configurations': their sessions pooled,
     the interval widened by the hunt's trial-to-trial spread."""
     k, n = sum(c.k for c in configs), sum(c.n for c in configs)
-    lo, hi = rate_interval(k, n, report.spread)
+    lo, hi = rate_interval(k, n, report.spread, trials=sum(c.trials for c in configs))
     over = counted(len(configs), "configuration")
     return f"{k}/{n} sessions failed, {k / n:.1%} (95% interval {lo:.1%}-{hi:.1%}) over {over}"
 
@@ -546,7 +546,7 @@ def _configs(report: HuntReport) -> str:
         "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
     for c in report.result.configs:
-        lo, hi = rate_interval(c.k, c.n, report.spread)
+        lo, hi = rate_interval(c.k, c.n, report.spread, trials=c.trials)
         on = _on_label(c.on, report.flags)
         rows.append(
             f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
