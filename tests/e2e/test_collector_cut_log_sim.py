@@ -12,30 +12,17 @@ from pathlib import Path
 
 import pytest
 from helpers.netutil import port_open
-from helpers.sim_sweep import ENV_FILES, make_inventory
+from helpers.sim_sweep import ENV_FILES, make_inventory, overlap_matrix
 
 from orchestrator.cli.main import main
 
 pytestmark = pytest.mark.sim
 
-MATRIX = """\
-name: chatty
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: ["0", "1"]
-replicates: 1
-order: sequential
-repro:
-  command: >-
-    {python} -c "import sys; open(sys.argv[1], 'a').write('FLOOD x\\n' * int(sys.argv[2]))" LOG {trial}0000 &&
-    {python} -m orchestrator.sim.repro --router {router_url} --sessions 2 --rounds 1 --seed {trial_seed}
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-collect:
-  floods: {role: decode, pattern: FLOOD}
-"""
+MATRIX = overlap_matrix(
+    "chatty",
+    r"""{python} -c "import sys; open(sys.argv[1], 'a').write('FLOOD x\n' * int(sys.argv[2]))" LOG {trial}0000""",
+    "collect:\n  floods: {role: decode, pattern: FLOOD}\n",
+)
 
 
 def test_a_count_over_a_cut_log_fails_the_trial_and_one_that_fits_is_counted(

@@ -12,28 +12,15 @@ from pathlib import Path
 
 import pytest
 from helpers.netutil import port_open
-from helpers.sim_sweep import ENV_FILES, make_inventory
+from helpers.sim_sweep import ENV_FILES, make_inventory, overlap_matrix
 
 from orchestrator.cli.main import main
 
 pytestmark = pytest.mark.sim
 
-MATRIX = """\
-name: edited
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: ["0", "1"]
-replicates: 1
-order: sequential
-repro:
-  command: >-
-    sh -c 'if [ "$1" = 0 ]; then printf "\\nMY_NEW_FLAG=1\\n" >> "$2"; fi' edit {trial} DECODE &&
-    {python} -m orchestrator.sim.repro --router {router_url} --sessions 2 --rounds 1 --seed {trial_seed}
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = overlap_matrix(
+    "edited", r"""sh -c 'if [ "$1" = 0 ]; then printf "\nMY_NEW_FLAG=1\n" >> "$2"; fi' edit {trial} DECODE"""
+)
 
 
 def test_a_hand_edit_mid_sweep_is_kept_and_stops_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

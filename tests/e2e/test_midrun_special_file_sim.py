@@ -13,28 +13,13 @@ from pathlib import Path
 
 import pytest
 from helpers.netutil import port_open
-from helpers.sim_sweep import ENV_FILES, make_inventory
+from helpers.sim_sweep import ENV_FILES, make_inventory, overlap_matrix
 
 from orchestrator.cli.main import main
 
 pytestmark = pytest.mark.sim
 
-MATRIX = """\
-name: fifo
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: ["0", "1"]
-replicates: 1
-order: sequential
-repro:
-  command: >-
-    sh -c 'if [ "$1" = 0 ]; then rm -f "$2" && mkfifo "$2"; fi' edit {trial} DECODE &&
-    {python} -m orchestrator.sim.repro --router {router_url} --sessions 2 --rounds 1 --seed {trial_seed}
-  timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = overlap_matrix("fifo", 'sh -c \'if [ "$1" = 0 ]; then rm -f "$2" && mkfifo "$2"; fi\' edit {trial} DECODE')
 
 
 def test_an_env_file_replaced_by_a_fifo_mid_sweep_is_set_aside_and_the_original_written_back(

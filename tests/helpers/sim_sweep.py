@@ -50,3 +50,26 @@ def make_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
         """)
     )
     return inv, [pp, rp, dp]
+
+
+def overlap_matrix(name: str, before_repro: str, extra: str = "") -> str:
+    """A two-cell matrix (decode's overlap 0 then 1, one trial each, in that order) whose repro runs
+    `before_repro` (a shell command, `&&`-joined) and then two sessions of the simulator's repro:
+    what the mid-run tests do to a host between the sweep's steps. `extra`: more top-level keys."""
+    return (
+        f"name: {name}\n"
+        "factors:\n"
+        "  overlap:\n"
+        "    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}\n"
+        '    levels: ["0", "1"]\n'
+        "replicates: 1\n"
+        "order: sequential\n"
+        "repro:\n"
+        "  command: >-\n"
+        f"    {before_repro} &&\n"
+        "    {python} -m orchestrator.sim.repro --router {router_url} --sessions 2 --rounds 1 --seed {trial_seed}\n"
+        "  timeout: 60\n"
+        "  metrics:\n"
+        "    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}\n"
+        f"{extra}"
+    )
