@@ -79,7 +79,10 @@ def _worker_list(client: httpx.Client, health_url: str) -> tuple[Registered, ...
 
 
 def _get(client: httpx.Client, url: str) -> object:
-    """The JSON a 200 answer carries, else None (not there, not JSON, no answer in time)."""
+    """The JSON a 200 answer carries, else None (not there: an older router has the other path;
+    not JSON). An answer too large or too slow raises (httpread's AnswerTooLarge, AnswerTimedOut):
+    a list orch cannot read proves nothing about who serves, so the trial fails naming it rather
+    than be judged by counts that would pass."""
     try:
         status, value = get_json(client, url, deadline_s=LIST_TIMEOUT_S)
     except (httpx.HTTPError, NotJson):

@@ -306,3 +306,26 @@ def test_a_worker_on_the_routers_own_loopback_is_the_instance_on_its_machine(
     with httpx.Client(transport=httpx.MockTransport(router.handler)) as client:
         problem = router_strangers(client, READINESS, instances, {}, router_host)
     assert (problem is not None) == stranger, problem
+
+
+def test_a_worker_list_orch_cannot_read_fails_the_check_rather_than_fall_back_to_counts() -> None:
+    """A router whose list is too large (or too slow) to read proves nothing about who serves: the
+    error is raised (the trial fails, naming it), never read as "no list" and judged by counts that
+    would pass. A path the router does not have (404) is no list: the next path, then the counts.
+    (The red team: a 15,000-worker list failed its trial, as this says; the docstring said None.)"""
+    from orchestrator.edges.httpread import MAX_JSON_BYTES, AnswerTooLarge
+
+    huge = json.dumps({"workers": [{"url": "http://10.0.0.9:30002"}]}).encode() + b" " * MAX_JSON_BYTES
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path in ("/workers", "/list_workers"):
+            return httpx.Response(200, content=huge)
+        return httpx.Response(404)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as client, pytest.raises(AnswerTooLarge):
+        router_strangers(client, "http://127.0.0.1:30001/readiness", {"decode": ["http://127.0.0.1:30002"]}, {})
+    with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(404))) as client:
+        assert (
+            router_strangers(client, "http://127.0.0.1:30001/readiness", {"decode": ["http://127.0.0.1:30002"]}, {})
+            is None
+        )
