@@ -149,10 +149,15 @@ def describe(pid: int) -> str:
     return shown(pid, raw)
 
 
+# an argument's line breaks and other control characters, written out: the name is one line of the
+# progress display and of the report's list (`sh -c 'a\nb'` broke both in two)
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in range(32)} | {127: "\\x7f"}
+
+
 def shown(pid: int, cmdline: bytes) -> str:
     """``pid N (command line)`` from /proc/N/cmdline's bytes, shortened (PURE: a leftover on a host
     is named as one on the controller, edges.remote_leftovers)."""
-    command = cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")
+    command = cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace").translate(_ESCAPED)
     if len(command) > MAX_SHOWN_CHARS:
         command = command[: MAX_SHOWN_CHARS - 3] + "..."
     return f"pid {pid} ({command or '?'})"
