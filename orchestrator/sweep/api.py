@@ -33,8 +33,17 @@ from orchestrator.edges.deployment import Deployment
 from orchestrator.edges.lock import TestbedLock
 from orchestrator.edges.preflight import preflight_testbeds
 from orchestrator.edges.provenance import describe_controller
-from orchestrator.errors import Interrupted, LockError, OrchError, PreflightError, SweepStopped, UsageError
+from orchestrator.errors import (
+    Interrupted,
+    JournalError,
+    LockError,
+    OrchError,
+    PreflightError,
+    SweepStopped,
+    UsageError,
+)
 from orchestrator.store.journal import (
+    Journal,
     index_vouches,
     last_attempts,
     read_trial_rows,
@@ -706,7 +715,7 @@ class _RunRestore:
                 backed_up = runner.adopt_backup()
                 if not backed_up:  # killed before its backup was complete: no file was edited
                     runner.discard_host_backups()
-                left = runner.restore()
+                left = self._restore_journaled(runner) if manifest.status == "running" else runner.restore()
             finally:
                 lock.release()
         if manifest.status == "running":  # its controller died: the run can still be resumed
@@ -725,6 +734,23 @@ class _RunRestore:
             kept=tuple(guard.kept.items()),
             interrupted=guard.interrupted,
         )
+
+    def _restore_journaled(self, runner: Runner) -> list[str]:
+        """A killed run's restore, its `restored` event in the run's journal as the run's own end
+        writes it (the journal, its crash-safe record, ended at its last trial). A journal whose
+        last line the kill tore is not appended to (the line would be buried mid-file, fatal to
+        readers): a resume repairs it under its run lock; the restore goes on, unjournaled, said."""
+        path = RunDir(self.run_dir).journal
+        try:
+            runner.events.journal = Journal(path) if path.exists() else None
+        except JournalError as exc:
+            self.progress.note(f"this restore is not journaled: {exc}")
+        try:
+            return runner.restore()
+        finally:
+            if runner.events.journal is not None:
+                runner.events.journal.close()
+                runner.events.journal = None
 
 
 def _plan_of(manifest: RunManifest, run_dir: Path, testbed: Testbed, progress: Progress) -> Plan | None:

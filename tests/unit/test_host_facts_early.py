@@ -69,3 +69,40 @@ def test_orch_restore_of_a_killed_run_records_what_served_its_trials(
     restored = load_manifest(outcome.run_dir)
     assert restored.status == "interrupted"
     assert (restored.served, restored.served_texts) == (ended.served, ended.served_texts)
+
+
+def _killed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A finished run made to look killed with -9 before its end: run.json says running and the
+    journal ends at its last trial (no `restored` event)."""
+    fleet(monkeypatch, A=("H100", "550.54"))
+    m, i = write_files(tmp_path, fake_matrix("killed", 2), ["A"])
+    run_dir = run(tmp_path, m, i, ["A"]).run_dir
+    journal = run_dir / "journal.jsonl"
+    lines = [line for line in journal.read_text().splitlines() if '"event":"restored"' not in line.replace(" ", "")]
+    journal.write_text("".join(line + "\n" for line in lines))
+    (run_dir / "journal.jsonl.idx").unlink(missing_ok=True)
+    ended = load_manifest(run_dir)
+    save_manifest(run_dir, ended.model_copy(update={"status": "running", "ended": None}))
+    return run_dir
+
+
+def test_orch_restore_of_a_killed_run_journals_the_restore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal, the run's crash-safe record, ended at the last trial of a run killed with -9 and
+    then restored: its `restored` event was written only by a run's own end."""
+    run_dir = _killed(tmp_path, monkeypatch)
+    api.restore(api.RestoreRequest(run_dir), QuietProgress(), warn=lambda message: None)
+    last = json.loads((run_dir / "journal.jsonl").read_text().splitlines()[-1])
+    assert (last["type"], last["event"], last["message"]) == ("event", "restored", "all hosts restored"), last
+
+
+def test_a_torn_journal_is_left_to_the_resume_that_repairs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A journal cut mid-line by the kill is not appended to (the line would be buried mid-file):
+    the hosts are restored all the same, and the journal is as the kill left it."""
+    run_dir = _killed(tmp_path, monkeypatch)
+    journal = run_dir / "journal.jsonl"
+    with journal.open("a") as f:
+        f.write('{"type":"trial","run_id":')  # torn
+    before = journal.read_bytes()
+    restored = api.restore(api.RestoreRequest(run_dir), QuietProgress(), warn=lambda message: None)
+    assert all(not tb.not_restored for tb in restored.testbeds) and journal.read_bytes() == before
+    assert load_manifest(run_dir).status == "interrupted"
