@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from orchestrator.core.records import MetricValue
+from orchestrator.core.records import GPU_PREFIX, MetricValue
 from orchestrator.errors import ScrapeError
 
 FIELDS = (
@@ -35,7 +35,7 @@ QUERY_COMMAND = (
     "{ journalctl -k -b -q --no-pager 2>/dev/null || dmesg 2>/dev/null || echo NO_KERNEL_LOG; } "
     "| awk '/NVRM: Xid/ {n++} /^NO_KERNEL_LOG$/ {u=1} END {print u ? \"?\" : n+0}'"
 )  # "?" when no kernel log is readable: the XID count is then left out, never reported as 0
-PREFIX = "gpu."
+PREFIX = GPU_PREFIX
 MAX_GPUS = 64
 
 

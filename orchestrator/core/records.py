@@ -78,6 +78,23 @@ Round = Annotated[int, Field(ge=0, le=2**63 - 1)]
 # pydantic writes inf and NaN as null, so a non-finite value in a journal was put there by hand.
 FiniteValue = Annotated[float, Field(allow_inf_nan=False)]
 
+# the metrics orch reads off the servers beside the matrix's own: Prometheus scrapes
+# (core.servermetrics) and GPU readings (core.gpustat), named under these prefixes
+SERVER_PREFIX = "server."
+GPU_PREFIX = "gpu."
+
+
+def scraped(metric: str) -> bool:
+    """A server metric or GPU reading, not one of the matrix's: descriptive on the report (never
+    tested, report.servertable), left out of the nightly check (report.trends) as it is."""
+    return metric.startswith((SERVER_PREFIX, GPU_PREFIX))
+
+
+def lost_reading(metric: str) -> bool:
+    """A scrape's or GPU reading's marker of a reading lost in a trial (`server.<endpoint>.missing`,
+    `gpu.<role>.missing`): no value, why in its unit field."""
+    return scraped(metric) and metric.endswith(".missing")
+
 
 class MetricValue(Frozen):
     """One metric of one trial. A proportion has k and n (k of n sessions); a number has value.

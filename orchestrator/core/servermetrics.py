@@ -17,9 +17,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.core.promtext import Histogram, Scrape
-from orchestrator.core.records import MetricValue
+from orchestrator.core.records import SERVER_PREFIX, MetricValue
 
-PREFIX = "server."
+PREFIX = SERVER_PREFIX
 QUANTILES = (0.5, 0.9, 0.99)
 # the counters of requests served: an SGLang worker's (finished generate/chat requests; health
 # checks are GETs) and the SGLang router's (every request it routed)

@@ -20,9 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from orchestrator.core.gpustat import PREFIX as GPU_PREFIX
-from orchestrator.core.records import RunManifest, TrialRecord
-from orchestrator.core.servermetrics import PREFIX as SERVER_PREFIX
+from orchestrator.core.records import RunManifest, TrialRecord, lost_reading
 from orchestrator.errors import JournalError, UsageError
 from orchestrator.store.atomic import is_stdout, write_bytes_atomic, write_chunks_atomic
 from orchestrator.store.rundir import RunDir
@@ -61,14 +59,6 @@ def factor_column(name: str) -> str:
     return FACTOR_PREFIX + name
 
 
-def lost_reading(metric: str) -> bool:
-    """A server scrape's or GPU reading's marker of a reading lost in a trial (`server.<endpoint>.missing`,
-    `gpu.<role>.missing`): no value, and the journal keeps why in its unit field. The export gives that
-    reason in the row's `failure` column, masked like a failure: in `unit` it read as the metric's unit
-    ("GET http://127.0.0.1:30002/metrics: connection refused"), and went out unmasked."""
-    return metric.startswith((SERVER_PREFIX, GPU_PREFIX)) and metric.endswith(".missing")
-
-
 def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
     """PURE: the run as rows; factor levels as one column per factor, `factor.<name>`."""
     factors = list(manifest.factors)
@@ -95,6 +85,8 @@ def tidy(manifest: RunManifest, trials: Sequence[TrialRecord]) -> pd.DataFrame:
             continue
         for name, m in t.metrics.items():
             value = m.rate if m.kind == "proportion" else m.value
+            # a lost reading's reason (core.records.lost_reading) goes to `failure`, masked like a
+            # failure: in `unit` it read as the metric's unit ("GET http://...: connection refused")
             unit, why = (None, redact_text(m.unit)) if lost_reading(name) else (m.unit, base["failure"])
             row = {**base, "metric": name, "kind": m.kind, "k": m.k, "n": m.n, "value": value, "unit": unit}
             rows.append({**row, "failure": why})

@@ -11,8 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from orchestrator.core.gpustat import PREFIX as GPU_PREFIX
-from orchestrator.core.servermetrics import PREFIX as SERVER_PREFIX
+from orchestrator.core.records import lost_reading, scraped
 from orchestrator.report.model import ServerRow, ServerTable
 from orchestrator.store.journal import TrialRow
 
@@ -37,9 +36,9 @@ def server_table(data: Sequence[TrialRow]) -> ServerTable | None:
     for row in data:
         gap = False
         for point in row.metrics:
-            if not point.name.startswith((SERVER_PREFIX, GPU_PREFIX)):
+            if not scraped(point.name):
                 continue
-            if point.name.endswith(".missing"):
+            if lost_reading(point.name):
                 gap = True
             elif point.value is not None:
                 values.setdefault(point.name, {}).setdefault(row.cell, []).append(float(point.value))

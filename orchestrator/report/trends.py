@@ -18,9 +18,8 @@ from functools import cached_property
 from xml.sax.saxutils import escape
 
 from orchestrator.core import clustered
-from orchestrator.core.gpustat import PREFIX as GPU_PREFIX
+from orchestrator.core.records import scraped
 from orchestrator.core.regression import LOOKBACK, Change, NumberHistory, RateHistory, check_night
-from orchestrator.core.servermetrics import PREFIX as SERVER_PREFIX
 from orchestrator.core.words import counted
 from orchestrator.report.series import SeriesPoint
 
@@ -91,7 +90,7 @@ def checked_metric(metric: str) -> bool:
     are descriptive there (report.servertable: never tested), and here they were not: the default
     scrape adds ~46 of them per cell, so a 2x2 sweep's check held 200 tests instead of 16, and a
     corruption rise 0% -> 25% (p=0.00028) was Holm-adjusted to 0.056 and never flagged."""
-    return not metric.startswith((SERVER_PREFIX, GPU_PREFIX))
+    return not scraped(metric)
 
 
 def regression_check(newest: NightRun, earlier: Sequence[NightRun]) -> list[Change]:
