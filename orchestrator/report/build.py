@@ -34,7 +34,7 @@ from orchestrator.core.gcpause import gc_paused
 from orchestrator.core.masking import mask_record
 from orchestrator.core.records import EventRecord, MetricKind, MetricValue, RunManifest, TrialRecord
 from orchestrator.core.redact import Redactor
-from orchestrator.core.words import counted
+from orchestrator.core.words import counted, noun
 from orchestrator.report import missing, stopped
 from orchestrator.report.effects import number_views, proportion_views
 from orchestrator.report.metricrows import CellRows, MetricRows
@@ -1245,30 +1245,31 @@ def _change(factor: str, level: str) -> str:
 def _untested_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
     """The result of a metric no comparison of which can be tested (report.untested): no finding,
     why, and the highest rate as a description (kind "null": the run's result line says it)."""
-    high = _highest(measured, metric)
-    alike = len({c.proportions[metric].rate.rate for c in measured}) == 1  # "the highest" of equals misleads
-    base_rate = fmt_rate(base.proportions[metric].rate)
-    # cells with no data are not "alike": a run interrupted after its baseline trial said "Every cell
-    # has the same rate" of 7 cells never measured (auditexports2)
-    unmeasured = len(report.cells) - len(measured)
-    seen = (
-        f" Highest: {fmt_rate(high.proportions[metric].rate)} in cell {fmt_levels(high.levels)}, vs "
-        f"{base_rate} in the baseline (descriptive)."
-        if not high.is_baseline
-        else f" Only the baseline has data: {base_rate}; {counted(unmeasured, 'cell')} "
-        f"{'has' if unmeasured == 1 else 'have'} none (descriptive)."
-        if len(measured) == 1 and unmeasured
-        else f" Every cell with data ({len(measured)} of {len(report.cells)}) has the same rate; the baseline's: "
-        f"{base_rate} (descriptive)."
-        if alike and unmeasured
-        else f" Every cell has the same rate; the baseline's: {base_rate} (descriptive)."
-        if alike
-        else f" The baseline has the highest rate, {base_rate} (descriptive)."
-    )
+    seen = _untested_rates(metric, measured, base, len(report.cells))
     return Finding(
         kind="null",
-        text=f"No finding about {metric} can be made from this run: {report.untested[metric]}." + seen,
+        text=f"No finding about {metric} can be made from this run: {report.untested[metric]}. {seen} (descriptive).",
     )
+
+
+def _untested_rates(metric: str, measured: Sequence[CellView], base: CellView, cells: int) -> str:
+    """What the measured cells' rates show, in words: the highest, or that they are alike ("the
+    highest" of equals misleads). Cells with no data are not "alike": a run interrupted after its
+    baseline trial said "Every cell has the same rate" of 7 cells never measured (auditexports2)."""
+    high = _highest(measured, metric)
+    base_rate = fmt_rate(base.proportions[metric].rate)
+    unmeasured = cells - len(measured)
+    if not high.is_baseline:
+        highest = fmt_rate(high.proportions[metric].rate)
+        return f"Highest: {highest} in cell {fmt_levels(high.levels)}, vs {base_rate} in the baseline"
+    if len(measured) == 1 and unmeasured:
+        none = f"{counted(unmeasured, 'cell')} {noun(unmeasured, 'has', 'have')} none"
+        return f"Only the baseline has data: {base_rate}; {none}"
+    if len({c.proportions[metric].rate.rate for c in measured}) > 1:
+        return f"The baseline has the highest rate, {base_rate}"
+    if unmeasured:
+        return f"Every cell with data ({len(measured)} of {cells}) has the same rate; the baseline's: {base_rate}"
+    return f"Every cell has the same rate; the baseline's: {base_rate}"
 
 
 def _null_finding(report: Report, metric: str, measured: Sequence[CellView], base: CellView) -> Finding:
