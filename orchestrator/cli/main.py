@@ -290,9 +290,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     warn_controller_files(prepared, warn)
     plan = prepared.plan
     m = plan.matrix
-    where = on_testbeds(
-        [tb.name for tb in prepared.testbeds]
-    )  # the ones the run would use (-t A,B said "on testbed 'A'")
+    # the testbeds the run would use (-t A,B said "on testbed 'A'")
+    where = on_testbeds([tb.name for tb in prepared.testbeds])
     if m.hunt is not None:  # a hunt decides its trials as it goes: its first wave is all that is known
         out.print(
             escape(

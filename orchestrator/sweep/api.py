@@ -15,6 +15,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -695,6 +696,17 @@ class _RunRestore:
             roles = tuple(testbed.hosts)
             return TestbedRestore(testbed.name, roles, backed_up=True, not_restored=roles, error=str(exc))
 
+    @property
+    def killed(self) -> bool:
+        """Its controller died (run.json still says running): the restore ends the run, resumable."""
+        return self.manifest.status == "running"
+
+    @cached_property
+    def ended(self) -> dict[str, object]:
+        """run.json's end for a killed run, once for all its testbeds (what served its trials is a
+        pass over the journal), as the run's own end would have recorded it."""
+        return {"status": "interrupted", "ended": now_iso(), **_served(self.run_dir, self.manifest)}
+
     def testbed(self, testbed: Testbed) -> TestbedRestore:
         """Put one testbed back from the run's backup, under its lock (a dead run's broken when asked)."""
         run_dir, manifest, progress = self.run_dir, self.manifest, self.progress
@@ -715,13 +727,11 @@ class _RunRestore:
                 backed_up = runner.adopt_backup()
                 if not backed_up:  # killed before its backup was complete: no file was edited
                     runner.discard_host_backups()
-                left = self._restore_journaled(runner) if manifest.status == "running" else runner.restore()
+                left = self._restore_journaled(runner) if self.killed else runner.restore()
             finally:
                 lock.release()
-        if manifest.status == "running":  # its controller died: the run can still be resumed
-            # what served its trials, from the journal, as its own end would have recorded it
-            update = {"status": "interrupted", "ended": now_iso(), **_served(run_dir, manifest)}
-            save_manifest(run_dir, manifest.model_copy(update=update))
+        if self.killed:
+            save_manifest(run_dir, manifest.model_copy(update=self.ended))
         guard = runner.guard
         return TestbedRestore(
             testbed.name,
