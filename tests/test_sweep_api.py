@@ -19,8 +19,8 @@ from orchestrator.store.manifest import load_manifest, save_manifest
 from orchestrator.store.planrecord import make_manifest
 from orchestrator.sweep import api, apitypes
 from orchestrator.sweep import prepare as prepare_module
-from orchestrator.sweep.progress import QuietProgress
-from orchestrator.team.livestatus import LiveStatus, Tee
+from orchestrator.sweep.progress import QuietProgress, Tee
+from orchestrator.team.livestatus import LiveStatus
 from orchestrator.team.overnight import QueueSweep, item_outcome
 from orchestrator.team.queue import QueueItem
 

@@ -146,7 +146,8 @@ def not_a_run(matrix: Matrix) -> ConfigError:
 
 def _progress(started: api.Started) -> Progress:
     from orchestrator.cli import output
-    from orchestrator.team.livestatus import LiveStatus, Tee
+    from orchestrator.sweep.progress import Tee
+    from orchestrator.team.livestatus import LiveStatus
 
     return Tee(output.terminal(started), LiveStatus(started.run_dir, cell_name=started.cell_name))
 

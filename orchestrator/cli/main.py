@@ -401,8 +401,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from orchestrator.cli import output
     from orchestrator.cli.console import err, warn
     from orchestrator.sweep import api
-    from orchestrator.sweep.progress import RichProgress
-    from orchestrator.team.livestatus import RestoreStatus, Tee
+    from orchestrator.sweep.progress import RichProgress, Tee
+    from orchestrator.team.livestatus import RestoreStatus
 
     if args.run_dir is None:  # the folder is gone: the hosts' own copies
         outcome = api.restore_from_hosts(_host_restore_request(args), RichProgress(err))
@@ -433,7 +433,8 @@ def _host_restore_request(args: argparse.Namespace) -> api.HostRestoreRequest:
 def _live_progress(started: api.Started) -> Progress:
     """The terminal bar plus status.json (read by `orch status` and `orch serve`)."""
     from orchestrator.cli import output
-    from orchestrator.team.livestatus import LiveStatus, RestoreStatus, Tee
+    from orchestrator.sweep.progress import Tee
+    from orchestrator.team.livestatus import LiveStatus, RestoreStatus
 
     if started.resumed and started.left == 0 and not started.open_ended:
         # nothing left: the finished run's status.json stays as it ended, but for its restore

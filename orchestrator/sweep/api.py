@@ -83,9 +83,9 @@ from orchestrator.sweep.prepare import check_same_roles as check_same_roles
 from orchestrator.sweep.prepare import load as load
 from orchestrator.sweep.prepare import prepare as prepare
 from orchestrator.sweep.prepare import select_testbeds as select_testbeds
-from orchestrator.sweep.progress import Progress
+from orchestrator.sweep.progress import Progress, Tee
 from orchestrator.sweep.runner import Runner, RunOptions, RunResult, execute
-from orchestrator.sweep.runrecord import HostsOnDisk, MarkedRunning, ResumeRecord
+from orchestrator.sweep.runrecord import HostsOnDisk, ResumeRecord, RunningMark
 from orchestrator.sweep.sources import OnDecision, SourceFactory, StepSource
 
 if TYPE_CHECKING:  # the search (numpy, scipy) loads when a hunt starts (sweep.hunt)
@@ -404,7 +404,7 @@ def _resume_locked(
     orphans = stop_orphaned_repros(run_dir)  # first: the killed controller's repro must not run beside ours
     taken_up = _take_up(run_dir, matrix)
     done, journaled = taken_up.done, taken_up.journaled
-    sink = MarkedRunning(progress(_resumed(manifest, run_dir, matrix, plan, taken_up)), record)
+    sink = Tee(RunningMark(record), progress(_resumed(manifest, run_dir, matrix, plan, taken_up)))  # marked first
     for note in orphans:
         sink.note(note)
     options = RunOptions(

@@ -52,6 +52,37 @@ class QuietProgress:
     def restore_ended(self, not_restored: Sequence[str]) -> None: ...
 
 
+class Tee:
+    """Several progress sinks as one (the terminal bar and the status file)."""
+
+    def __init__(self, *sinks: Progress) -> None:
+        self.sinks = sinks
+
+    def start(self, total: int, done: int) -> None:
+        for s in self.sinks:
+            s.start(total, done)
+
+    def trial_done(self, record: TrialRecord) -> None:
+        for s in self.sinks:
+            s.trial_done(record)
+
+    def retotal(self, left: int) -> None:
+        for s in self.sinks:
+            s.retotal(left)
+
+    def note(self, message: str) -> None:
+        for s in self.sinks:
+            s.note(message)
+
+    def stop(self) -> None:
+        for s in self.sinks:
+            s.stop()
+
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        for s in self.sinks:
+            s.restore_ended(not_restored)
+
+
 _VOLATILE = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
 
 

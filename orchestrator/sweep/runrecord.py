@@ -9,15 +9,14 @@ with: what is written here never changes what a finished run records."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.core.hostfacts import Facts, recorded_hosts
-from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.core.records import RunManifest
 from orchestrator.core.redact import Redactor
 from orchestrator.edges.provenance import describe_controller
 from orchestrator.store.manifest import load_manifest, save_manifest
-from orchestrator.sweep.progress import Progress
+from orchestrator.sweep.progress import QuietProgress
 
 
 class HostsOnDisk:
@@ -62,32 +61,17 @@ class ResumeRecord:
         save_manifest(self.run_dir, self.manifest().model_copy(update={"status": "running", "ended": None}))
 
 
-class MarkedRunning:
-    """A resume's progress that first marks the run running in run.json (no end yet, this resume in
-    resumed_by) as the runner starts it: after its checks, before it touches a host, when status.json
-    first names this controller. Why: run.json said `interrupted` from the stop before, so a resume
-    killed with kill -9 (hosts on a cell's flags, testbeds locked) was listed `interrupted`, not
-    `stale` with the way back (store.liveness judges a dead controller only for a running run), its
-    `orch restore` kept the earlier end time, and resumed_by never named it."""
+class RunningMark(QuietProgress):
+    """The progress sink (beside the resume's own, sweep.progress.Tee) that marks the run running
+    in run.json (no end yet, this resume in resumed_by) as the runner starts it: after its checks,
+    before it touches a host, when status.json first names this controller. Why: run.json said
+    `interrupted` from the stop before, so a resume killed with kill -9 (hosts on a cell's flags,
+    testbeds locked) was listed `interrupted`, not `stale` with the way back (store.liveness judges
+    a dead controller only for a running run), its `orch restore` kept the earlier end time, and
+    resumed_by never named it."""
 
-    def __init__(self, inner: Progress, record: ResumeRecord) -> None:
-        self.inner, self.record = inner, record
+    def __init__(self, record: ResumeRecord) -> None:
+        self.record = record
 
     def start(self, total: int, done: int) -> None:
         self.record.mark_running()
-        self.inner.start(total, done)
-
-    def trial_done(self, record: TrialRecord) -> None:
-        self.inner.trial_done(record)
-
-    def retotal(self, left: int) -> None:
-        self.inner.retotal(left)
-
-    def note(self, message: str) -> None:
-        self.inner.note(message)
-
-    def stop(self) -> None:
-        self.inner.stop()
-
-    def restore_ended(self, not_restored: Sequence[str]) -> None:
-        self.inner.restore_ended(not_restored)

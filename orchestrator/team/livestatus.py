@@ -49,7 +49,7 @@ from orchestrator.sweep.progress import QuietProgress, summarize
 from orchestrator.team.queue import DB_NAME, Claimer, Queue, QueueItem
 
 if TYPE_CHECKING:
-    from orchestrator.sweep.progress import Progress
+    pass
 
 
 class LiveStatus:
@@ -165,37 +165,6 @@ class LiveStatus:
             write_json_atomic(RunDir(self.run_dir).status_json, self._status)
         except OrchError as exc:
             self.error = str(exc)
-
-
-class Tee:
-    """Several progress sinks as one (the terminal bar and the status file)."""
-
-    def __init__(self, *sinks: "Progress") -> None:
-        self.sinks = sinks
-
-    def start(self, total: int, done: int) -> None:
-        for s in self.sinks:
-            s.start(total, done)
-
-    def trial_done(self, record: TrialRecord) -> None:
-        for s in self.sinks:
-            s.trial_done(record)
-
-    def retotal(self, left: int) -> None:
-        for s in self.sinks:
-            s.retotal(left)
-
-    def note(self, message: str) -> None:
-        for s in self.sinks:
-            s.note(message)
-
-    def stop(self) -> None:
-        for s in self.sinks:
-            s.stop()
-
-    def restore_ended(self, not_restored: Sequence[str]) -> None:
-        for s in self.sinks:
-            s.restore_ended(not_restored)
 
 
 class RestoreStatus(QuietProgress):

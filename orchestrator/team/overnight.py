@@ -33,8 +33,8 @@ from orchestrator.sweep.apitypes import (
     Warn,
     testbeds_from_spec,
 )
-from orchestrator.sweep.progress import Progress
-from orchestrator.team.livestatus import LiveStatus, Tee
+from orchestrator.sweep.progress import Progress, Tee
+from orchestrator.team.livestatus import LiveStatus
 from orchestrator.team.queue import QueueItem
 from orchestrator.team.queue import SweepOutcome as ItemOutcome
 

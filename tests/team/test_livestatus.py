@@ -15,13 +15,12 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.report.page import environment
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.stamps import SETTLE_NS
-from orchestrator.sweep.progress import QuietProgress
+from orchestrator.sweep.progress import QuietProgress, Tee
 from orchestrator.team.livestatus import (
     QUEUE_SHOWN,
     LiveStatus,
     StatusCache,
     StatusFile,
-    Tee,
     item_view,
     judge,
     live_runs,
