@@ -11,10 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.netutil import port_open
-from helpers.sim_sweep import ENV_FILES, make_inventory, overlap_matrix
-
-from orchestrator.cli.main import main
+from helpers.sim_sweep import overlap_matrix, sim_run
 
 pytestmark = pytest.mark.sim
 
@@ -24,23 +21,15 @@ MATRIX = overlap_matrix(
 
 
 def test_a_hand_edit_mid_sweep_is_kept_and_stops_the_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    inv, ports = make_inventory(tmp_path)
     decode = tmp_path / "decode.env"
-    (tmp_path / "m.yaml").write_text(MATRIX.replace("DECODE", str(decode)))
-    originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
-    reports = tmp_path / "reports"
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "--out", str(reports), "--run-id", "edited"])
-    out, err = capsys.readouterr()
-    run_dir, kept = reports / "edited", Path(f"{decode}.orch-drift-edited")
-    assert code == 1, out + err
+    run = sim_run(tmp_path, MATRIX.replace("DECODE", str(decode)), "edited", capsys)
+    out, err, run_dir, kept = run.out, run.err, run.run_dir, Path(f"{decode}.orch-drift-edited")
+    assert run.code == 1, out + err
     assert f"{decode} was changed during the run, not by orch; its content is kept in {kept}" in err
     assert f"`orch resume {run_dir}` runs it and the rest" in err
     assert f"kept aside: decode ({kept})" in out and "1 trial completed, 0 failed" in out
     assert "Traceback" not in err
     assert kept.read_bytes().endswith(b"\nMY_NEW_FLAG=1\n") and kept.stat().st_mode & 0o777 == 0o600
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
-    lines = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
-    assert [(r["trial"], r["status"]) for r in lines if r.get("type") == "trial"] == [(0, "completed")]
-    for name, data in originals.items():  # hosts restored, nothing left running
-        assert (tmp_path / name).read_bytes() == data, name
-    assert not any(port_open(p) for p in ports)
+    assert [(t, r["status"]) for t, r in run.trials().items()] == [(0, "completed")]
+    run.assert_restored()  # hosts restored, nothing left running

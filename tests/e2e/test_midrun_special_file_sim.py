@@ -12,10 +12,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers.netutil import port_open
-from helpers.sim_sweep import ENV_FILES, make_inventory, overlap_matrix
-
-from orchestrator.cli.main import main
+from helpers.sim_sweep import overlap_matrix, sim_run
 
 pytestmark = pytest.mark.sim
 
@@ -25,21 +22,13 @@ MATRIX = overlap_matrix("fifo", 'sh -c \'if [ "$1" = 0 ]; then rm -f "$2" && mkf
 def test_an_env_file_replaced_by_a_fifo_mid_sweep_is_set_aside_and_the_original_written_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    inv, ports = make_inventory(tmp_path)
     decode = tmp_path / "decode.env"
-    (tmp_path / "m.yaml").write_text(MATRIX.replace("DECODE", str(decode)))
-    originals = {n: (tmp_path / n).read_bytes() for n in ENV_FILES}
-    reports = tmp_path / "reports"
-    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inv), "--out", str(reports), "--run-id", "fifo"])
-    out, err = capsys.readouterr()
-    run_dir, kept = reports / "fifo", Path(f"{decode}.orch-drift-fifo")
-    assert code == 1, out + err
+    run = sim_run(tmp_path, MATRIX.replace("DECODE", str(decode)), "fifo", capsys)
+    out, err, kept = run.out, run.err, Path(f"{decode}.orch-drift-fifo")
+    assert run.code == 1, out + err
     assert f"{decode} was replaced by a FIFO during the run; it is kept as {kept}" in err, err
     assert "Traceback" not in err and "NOT restored" not in out
     assert stat.S_ISFIFO(kept.lstat().st_mode)  # moved whole, never opened
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
-    lines = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
-    assert [(r["trial"], r["status"]) for r in lines if r.get("type") == "trial"] == [(0, "completed")]
-    for name, data in originals.items():  # hosts restored (a regular file again), nothing left running
-        assert (tmp_path / name).read_bytes() == data, name
-    assert not any(port_open(p) for p in ports)
+    assert json.loads((run.run_dir / "run.json").read_text())["status"] == "failed"
+    assert [(t, r["status"]) for t, r in run.trials().items()] == [(0, "completed")]
+    run.assert_restored()  # hosts restored (a regular file again), nothing left running

@@ -3,10 +3,15 @@ sweeps (the env files include a CRLF one without a final newline, to prove byte-
 
 from __future__ import annotations
 
+import json
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.netutil import free_ports
+import pytest
+
+from helpers.netutil import free_ports, port_open
+from orchestrator.cli.main import main
 
 ENV_FILES = {
     "prefill.env": "# prefill flags\nSIM_WARMUP_S=0.05\nSIM_SEED=7\nSGLANG_DSV4_BF16_INDEX_K=1\n",
@@ -73,3 +78,40 @@ def overlap_matrix(name: str, before_repro: str, extra: str = "") -> str:
         "    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}\n"
         f"{extra}"
     )
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """One `orch run` on a fresh simulated deployment (sim_run): its exit code and output, its
+    folder, the env files as they were before it, and the ports its servers listened on."""
+
+    code: int
+    out: str
+    err: str
+    run_dir: Path
+    folder: Path
+    originals: dict[str, bytes]
+    ports: list[int]
+
+    def trials(self) -> dict[int, dict[str, object]]:
+        """The journal's trial records by trial number (the last record of each)."""
+        lines = [json.loads(line) for line in (self.run_dir / "journal.jsonl").read_text().splitlines()]
+        return {r["trial"]: r for r in lines if r.get("type") == "trial"}
+
+    def assert_restored(self) -> None:
+        """Every env file byte-identical to before the run, and nothing left listening."""
+        for name, data in self.originals.items():
+            assert (self.folder / name).read_bytes() == data, name
+        assert not any(port_open(p) for p in self.ports)
+
+
+def sim_run(folder: Path, matrix: str, run_id: str, capsys: pytest.CaptureFixture[str]) -> SimRun:
+    """`orch run` of `matrix` (its text) on a simulated deployment made in `folder` (make_inventory),
+    the CLI end to end, its report in folder/reports/RUN_ID."""
+    inventory, ports = make_inventory(folder)
+    (folder / "m.yaml").write_text(matrix)
+    originals = {n: (folder / n).read_bytes() for n in ENV_FILES}
+    reports = folder / "reports"
+    code = main(["run", str(folder / "m.yaml"), "-i", str(inventory), "--out", str(reports), "--run-id", run_id])
+    out, err = capsys.readouterr()
+    return SimRun(code, out, err, reports / run_id, folder, originals, ports)
