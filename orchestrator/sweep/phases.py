@@ -723,7 +723,7 @@ class Repro:
         outlives its trial (`on_left` gets those an exception's check stopped, to name them)."""
         h = self.deployment.hosts[self.deployment.testbed.first(role).key]  # a role of several hosts: its first
         mark = leftovers.new_mark()
-        t0 = time.time()
+        t0 = time.monotonic()  # a duration: the wall clock may be stepped meanwhile (NTP)
         try:
             res = h.transport.run(
                 command, timeout=timeout, check=False, stop=self.stopping, env={leftovers.MARK_VAR: mark}
@@ -741,7 +741,7 @@ class Repro:
         except (OrchError, KeyboardInterrupt, Interrupted) as exc:  # a host that stopped answering, a Ctrl-C, a SIGTERM
             on_left(_stop_left_after(exc, h, mark))
             raise
-        duration_s = round(time.time() - t0, 4)
+        duration_s = round(time.monotonic() - t0, 4)
         _write(out, stdout)
         _write(err, stderr)
         left = stop_marked(h.transport, mark, settle_s=SETTLE_S, grace_s=KILL_GRACE_S)
@@ -935,7 +935,9 @@ class TrialPhases:
         """Attempt number `attempt` of this session, or the first after it whose folder is free:
         a resumed trial's attempts continue past those an earlier session left (store.attempts)."""
         trial, attempt = claim_attempt(self.repro.run_dir, step.trial.index, attempt)
-        t0, started = time.time(), now_iso()
+        # t0: the hosts' logs are read from it (wall clock); the trial's duration is the monotonic
+        # clock's, which no NTP step or resumed VM moves
+        t0, began, started = time.time(), time.monotonic(), now_iso()
         ctx = TrialContext()
         try:
             self._phases(step, trial, ctx, t0)
@@ -954,7 +956,7 @@ class TrialPhases:
                 ctx.logs = self._logs_after_failure(trial, ctx, t0)
         redactor = self.repro.plan.matrix.redactor  # after the metrics: they were read from the raw text
         redact_folder(trial.path, redactor.text)  # repro output and logs are linked from the report and served
-        return mask_record(self._record(step, attempt, ctx, failure, t0, started), redactor)
+        return mask_record(self._record(step, attempt, ctx, failure, began, started), redactor)
 
     def _phases(self, step: Step, trial: TrialDir, ctx: TrialContext, t0: float) -> None:
         services, repro = self.services, self.repro
@@ -1019,7 +1021,7 @@ class TrialPhases:
         return self.repro.collect_logs(trial, t0, quiet=True).paths
 
     def _record(
-        self, step: Step, attempt: int, ctx: TrialContext, failure: Failure | None, t0: float, started: str
+        self, step: Step, attempt: int, ctx: TrialContext, failure: Failure | None, began: float, started: str
     ) -> TrialRecord:
         trial = step.trial
         return TrialRecord(
@@ -1035,7 +1037,7 @@ class TrialPhases:
             failure=failure,
             started=started,
             ended=now_iso(),
-            duration_s=round(time.time() - t0, 4),
+            duration_s=round(time.monotonic() - began, 4),
             env=redact_env(step.env, self.repro.plan.matrix.redactor),
             restarted=[f"{r}:{u}" for r, u in ctx.restarted],
             health_wait_s=ctx.health,
