@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pty
 import re
 import signal
 import threading
@@ -16,8 +17,9 @@ import pytest
 
 from orchestrator.edges.transport import Result
 from orchestrator.edges.transport.local import LocalTransport
-from orchestrator.errors import CommandTimedOut, GroupError, Interrupted, ServiceError, TransportError
+from orchestrator.errors import STOPPING, CommandTimedOut, GroupError, Interrupted, ServiceError, TransportError
 from orchestrator.sweep import runner as runner_module
+from orchestrator.sweep import signals
 from orchestrator.sweep.pool import gather, per_host
 from orchestrator.sweep.runner import RunOptions, run_with_retries
 from orchestrator.sweep.signals import signals_as_interrupt, sigterm_as_interrupt
@@ -58,6 +60,56 @@ def test_an_ignored_sigint_stays_ignored() -> None:
         assert not stopping.is_set()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_sighup_leaves_the_lost_terminal_then_raises_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The terminal orch runs in closed (tests/faults/test_signals.py does it for real): stdout and
+    stderr leave it first, then the sweep stops as on SIGTERM, saying why."""
+    left: list[bool] = []
+    monkeypatch.setattr(signals, "leave_lost_terminal", lambda: left.append(True))
+    with (
+        pytest.raises(Interrupted, match="received SIGHUP: the terminal closed") as exc,
+        sigterm_as_interrupt() as stopping,
+    ):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(1)
+    assert stopping.is_set() and left == [True]
+    assert signals.interrupted_by(exc.value) == "interrupted: received SIGHUP: the terminal closed"
+
+
+def test_an_ignored_sighup_stays_ignored() -> None:
+    """`nohup orch run ...` starts with SIGHUP ignored: the sweep runs on when the terminal closes."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with signals_as_interrupt() as stopping:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.05)
+        assert not stopping.is_set()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_hung_up_terminal_is_still_told_from_a_file_or_a_pipe(tmp_path: Path) -> None:
+    """os.isatty says False of a terminal once it hung up; that terminal is the one to leave."""
+    master, slave = pty.openpty()
+    read_end, write_end = os.pipe()
+    try:
+        assert signals._terminal(slave)
+        os.close(master)  # the hang-up
+        assert not os.isatty(slave) and signals._terminal(slave)
+        assert not signals._terminal(write_end)
+        with open(tmp_path / "log", "wb") as log:
+            assert not signals._terminal(log.fileno())
+    finally:
+        for fd in (slave, read_end, write_end):
+            os.close(fd)
+
+
+def test_the_journal_says_which_interrupt_stopped_a_run() -> None:
+    assert signals.interrupted_by(KeyboardInterrupt()) == "interrupted by Ctrl-C (SIGINT)"
+    assert signals.interrupted_by(Interrupted("received SIGTERM")) == "interrupted: received SIGTERM"
+    assert signals.interrupted_by(Interrupted(STOPPING)) == "interrupted by the user or a signal"
 
 
 def test_sigterm_as_interrupt_leaves_sigint_alone() -> None:

@@ -50,7 +50,7 @@ from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard
 from orchestrator.sweep.phases import Repro, Services, TrialPhases
 from orchestrator.sweep.progress import Progress, QuietProgress, failure_signature
-from orchestrator.sweep.signals import signals_as_interrupt
+from orchestrator.sweep.signals import interrupted_by, signals_as_interrupt
 from orchestrator.sweep.sources import SourceFactory, StepSource
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class Runner:
                 "interrupted: restoring the hosts before exiting "
                 "(a second Ctrl-C or SIGTERM skips the host being restored)"
             )
-            self.events.quietly("run_interrupted", "interrupted by the user or a signal")
+            self.events.quietly("run_interrupted", interrupted_by(exc))
         except Exception as exc:
             failed_on = exc if isinstance(exc, OrchError) else None
             # a parallel sweep stops now, not once this testbed is restored (a restore can take

@@ -1,17 +1,27 @@
-"""SIGINT and SIGTERM as an interrupt: the one place orch installs signal handlers.
+"""SIGINT, SIGTERM and SIGHUP as an interrupt: the one place orch installs signal handlers.
 
 Why: a sweep killed by SIGTERM (systemd stop, `kill`, a CI timeout) must restore the hosts just
 as Ctrl-C does, so SIGTERM raises Interrupted in the main thread and every `finally` (restore,
-lock release, journal close) runs. Signals reach only the main thread, so the handler also sets
-a `stopping` Event that worker threads (health pollers, parallel testbeds and the local repros
-their runners wait on) check. A background job (`orch run ... &`) starts with SIGINT ignored and
-keeps ignoring it. Inside an edges.interrupts.uninterrupted() section (a process being started
-and recorded) the exception waits until the section ends.
+lock release, journal close) runs. So does SIGHUP, which the kernel sends when the terminal orch
+runs in goes away (an SSH connection dropped, a terminal window closed): its default action ended
+orch on the spot, hosts on a cell's flags and the local simulator's servers left running. Its
+handler first points stdout and stderr, where they are that terminal, at /dev/null: a write to a
+hung-up terminal fails (EIO), and the restore's own messages must not stop the restore.
+`nohup orch run ...` starts with SIGHUP ignored and keeps ignoring it (the sweep runs on).
+
+Signals reach only the main thread, so the handler also sets a `stopping` Event that worker
+threads (health pollers, parallel testbeds and the local repros their runners wait on) check. A
+background job (`orch run ... &`) starts with SIGINT ignored and keeps ignoring it. Inside an
+edges.interrupts.uninterrupted() section (a process being started and recorded) the exception
+waits until the section ends.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
+import termios
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -20,19 +30,21 @@ from types import FrameType
 from orchestrator.edges.interrupts import raise_now_or_later
 from orchestrator.errors import Interrupted
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # each raises Interrupted in the main thread
+
 
 @contextmanager
 def signals_as_interrupt(stopping: threading.Event | None = None, *, sigint: bool = True) -> Iterator[threading.Event]:
-    """Inside the block SIGTERM raises Interrupted and (sigint=True) SIGINT raises
-    KeyboardInterrupt, both after setting `stopping` (a new Event when none is given; it is
+    """Inside the block SIGTERM and SIGHUP raise Interrupted and (sigint=True) SIGINT raises
+    KeyboardInterrupt, all after setting `stopping` (a new Event when none is given; it is
     yielded). The previous handlers come back on exit. Outside the main thread nothing is
     installed (Python allows handlers only there); the Event still works."""
     event = stopping if stopping is not None else threading.Event()
     previous: dict[signal.Signals, object] = {}
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM) if sigint else (signal.SIGTERM,):
-            if sig == signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
-                continue  # a background job keeps ignoring Ctrl-C
+        for sig in (signal.SIGINT, *STOP_SIGNALS) if sigint else STOP_SIGNALS:
+            if sig in (signal.SIGINT, signal.SIGHUP) and signal.getsignal(sig) is signal.SIG_IGN:
+                continue  # a background job keeps ignoring Ctrl-C; `nohup orch ...` the hang-up
             previous[sig] = signal.signal(sig, _handler(event))
     try:
         yield event
@@ -52,7 +64,39 @@ def _handler(stopping: threading.Event) -> Callable[[int, FrameType | None], Non
         stopping.set()
         if signum == signal.SIGINT:
             raise_now_or_later(KeyboardInterrupt())
+        elif signum == signal.SIGHUP:
+            leave_lost_terminal()
+            raise_now_or_later(Interrupted("received SIGHUP: the terminal closed"))
         else:
             raise_now_or_later(Interrupted(f"received {signal.Signals(signum).name}"))
 
     return handle
+
+
+def leave_lost_terminal() -> None:
+    """Point stdout and stderr at /dev/null where they are a terminal (the one that hung up):
+    output to a file or a pipe (`orch run ... > log`) goes on where it went."""
+    with open(os.devnull, "wb") as null:
+        for fd in (1, 2):
+            if _terminal(fd):
+                os.dup2(null.fileno(), fd)
+
+
+def _terminal(fd: int) -> bool:
+    """Whether `fd` is a terminal, a hung-up one too: os.isatty says False of those (the kernel
+    answers its TCGETS with EIO, where a file or a pipe answers ENOTTY)."""
+    try:
+        termios.tcgetattr(fd)
+    except termios.error as exc:
+        return exc.args[0] == errno.EIO
+    return True
+
+
+def interrupted_by(exc: BaseException) -> str:
+    """What a run's `run_interrupted` event says stopped it: the signal when the exception is the
+    handler's own (`orch status` and the report show it: a closed terminal reads otherwise than a
+    Ctrl-C); a thread that saw the stop Event knows only that one came."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted by Ctrl-C (SIGINT)"
+    said = str(exc)
+    return f"interrupted: {said}" if said.startswith("received SIG") else "interrupted by the user or a signal"

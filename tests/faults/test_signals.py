@@ -8,7 +8,14 @@ that command does.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import pty
+import select
 import signal
+import subprocess
+import termios
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +27,7 @@ from orchestrator.core.records import EventRecord, TrialRecord
 from orchestrator.store.journal import read_journal
 
 from .helpers import (
+    PYTHON,
     SimBed,
     assert_clean,
     assert_no_traceback,
@@ -27,6 +35,7 @@ from .helpers import (
     leftovers,
     manifest,
     matrix_yaml,
+    orch_env,
     output_of,
     run_cli,
     spawn_orch,
@@ -146,3 +155,77 @@ def test_sigint_during_a_health_wait_exits_promptly(tmp_path: Path) -> None:
         assert_clean(bed)
     finally:
         cleanup_processes(bed)
+
+
+def _spawn_on_a_terminal(bed: SimBed, args: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """orch as a login shell's job: the session leader of a new session whose controlling
+    terminal is a pseudo-terminal (stdin, stdout and stderr), as under `ssh host orch run ...`.
+    Returns the process and the terminal's master end: closing it hangs the terminal up."""
+    master, slave = pty.openpty()
+
+    def take_terminal() -> None:  # after setsid (start_new_session): the slave becomes the session's terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        proc = subprocess.Popen(
+            [PYTHON, "-m", "orchestrator.cli.main", *args],
+            cwd=bed.root,
+            env=orch_env(),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            preexec_fn=take_terminal,
+        )
+    finally:
+        os.close(slave)
+    return proc, master
+
+
+def _drain(master: int, seen: bytearray, stop: threading.Event) -> None:
+    """Read the terminal as a terminal emulator does (a full pty buffer would block orch)."""
+    while not stop.is_set():
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+
+def test_a_terminal_that_hangs_up_mid_sweep_restores_hosts_as_sigterm_does(bed: SimBed) -> None:
+    """The SSH session or terminal orch runs in closes (a dropped connection, a closed laptop):
+    the kernel sends SIGHUP, whose default action ended orch on the spot with the hosts on a
+    cell's flags and the simulator's servers running. orch stops as on SIGTERM: hosts restored,
+    the run marked interrupted with its resume command, its finished trials kept; what it says
+    meanwhile goes nowhere (the terminal is gone) instead of failing the restore."""
+    bed.write_matrix(matrix_yaml(replicates=1))
+    run_dir = bed.run_dir("hup")
+    proc, master = _spawn_on_a_terminal(bed, bed.run_args("hup"))
+    seen, stop = bytearray(), threading.Event()
+    reader = threading.Thread(target=_drain, args=(master, seen, stop), daemon=True)
+    reader.start()
+    try:
+        assert wait_for(lambda: trials_done(run_dir) >= 1, 60), seen.decode(errors="replace")
+        done_before = trials_done(run_dir)
+    finally:
+        stop.set()
+        reader.join(5)
+        os.close(master)  # the hang-up
+    try:
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert code == 130, seen.decode(errors="replace")
+    assert_clean(bed)  # byte-identical env files, no process, lock or host backup left
+    contents = read_journal(run_dir / "journal.jsonl")
+    assert not contents.torn_tail
+    events = [r for r in contents.records if isinstance(r, EventRecord)]
+    assert any(r.event == "run_interrupted" and "SIGHUP" in r.message for r in events), events
+    assert trials_done(run_dir) >= done_before
+    assert manifest(run_dir).status == "interrupted"
