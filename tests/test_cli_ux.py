@@ -88,13 +88,14 @@ def test_a_nested_command_reports_its_own_usage(capsys: pytest.CaptureFixture[st
 
 
 def test_an_option_of_another_command_is_said_to_be_one(capsys: pytest.CaptureFixture[str]) -> None:
-    """From a walk: `orch queue add M --replicates 1` answered "did you mean --reports?"; the option
-    exists, on `orch run` (a queued sweep runs its matrix as written). Where the option is exactly
-    another command's, that is said, not a near name of this one."""
-    code, _, err = orch(["queue", "add", str(OVERLAP), "--replicates", "1"], capsys)
-    assert code == 2 and err.startswith("usage: orch queue add ")
-    said = " ".join(err.split("orch queue add: error:")[1].split())
-    hint = "--replicates is an option of orch run, orch plan, not of orch queue add"
+    """From a walk: `orch queue add M --replicates 1` answered "did you mean --reports?" (queue add
+    takes --replicates now: tests/team/test_queue_options.py); `orch queue list` has --reports and
+    no --replicates. Where the option is exactly another command's, that is said, not a near name
+    of this one."""
+    code, _, err = orch(["queue", "list", "--replicates", "1"], capsys)
+    assert code == 2 and err.startswith("usage: orch queue list ")
+    said = " ".join(err.split("orch queue list: error:")[1].split())
+    hint = "--replicates is an option of orch run, orch plan, orch queue add, not of orch queue list"
     assert said == f"unrecognized arguments: --replicates 1 ({hint})", said
     code, _, err = orch(["run", str(OVERLAP), "--json"], capsys)  # `orch status --json`
     assert code == 2 and "(--json is an option of orch status, not of orch run)" in " ".join(err.split()), err

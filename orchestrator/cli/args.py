@@ -41,6 +41,27 @@ HUNT_EXIT_CODES = (
 )
 
 
+SEED_HELP = "seed for the randomized order and the repro's {seed}/{trial_seed} (default: matrix seed or random)"
+REPLICATES_HELP = "replicate rounds (default: the matrix's replicates:, 1 if it sets none)"
+
+
+def run_choice_args(cmd: argparse.ArgumentParser) -> None:
+    """--replicates, --seed, --fail-fast and --retries: how `orch run` runs a sweep, and what
+    `orch queue add` keeps with its item for `orch queue run` (team.queuestore.RunChoices)."""
+    from orchestrator.cli.argtypes import bounded_int, positive
+    from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
+
+    cmd.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
+    cmd.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
+    cmd.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
+    cmd.add_argument(
+        "--retries",
+        type=bounded_int(0, MAX_RETRIES),
+        default=1,
+        help="extra attempts for infrastructure failures (default 1)",
+    )
+
+
 class HelpWithDefaults(argparse.HelpFormatter):
     """Every option's help shows its default, unless the help already says it (or there is none
     worth showing: a flag, an unset option)."""
@@ -95,7 +116,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "compare": ("orch compare reports/LAST_NIGHT reports/TONIGHT -o compare.html",),
     "export": (f"orch export {RUN} --format parquet", f"orch export {RUN} --format junit -o junit.xml"),
-    "queue add": ("orch queue add matrices/overlap_ablation.yaml -i inventory/my-cluster.yaml --priority 5",),
+    "queue add": (
+        "orch queue add matrices/overlap_ablation.yaml -i inventory/my-cluster.yaml --priority 5",
+        "orch queue add matrices/overlap_ablation.yaml --replicates 4 --seed 7   # run with these, as orch run would",
+    ),
     "queue list": ("orch queue list --all",),
     "queue remove": ("orch queue remove 3",),
     "queue run": ("orch queue run --until 07:00 --dry-run", "orch queue run --until 07:00"),

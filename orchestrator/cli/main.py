@@ -21,13 +21,16 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     EXIT_CODES,
     HUNT_EXIT_CODES,
+    REPLICATES_HELP,
     REPORTS_HELP,
     RESTORE_EXIT_CODES,
+    SEED_HELP,
     SWEEP_WEBHOOK_HELP,
     OrchParser,
     add_examples,
     command,
     matrix_args,
+    run_choice_args,
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, positive
@@ -173,27 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-SEED_HELP = "seed for the randomized order and the repro's {seed}/{trial_seed} (default: matrix seed or random)"
-REPLICATES_HELP = "replicate rounds (default: the matrix's replicates:, 1 if it sets none)"
-
-
 def _add_run(sub: argparse._SubParsersAction) -> None:
     """`orch run`: the sweep, with its options."""
     run = command(sub, "run", "run a sweep: edit env files, restart, wait, run the repro, report", cmd_run)
     run.epilog = EXIT_CODES
     matrix_args(run)
     run.add_argument("--dry-run", action="store_true", help="print the plan and touch nothing")
-    run.add_argument("--replicates", type=positive, help=REPLICATES_HELP)
-    run.add_argument("--seed", type=bounded_int(0, MAX_SEED), help=SEED_HELP)
+    run_choice_args(run)
     run.add_argument("--out", "--reports", type=Path, default=DEFAULT_REPORTS, metavar="DIR", help=REPORTS_HELP)
     run.add_argument("--run-id", help="name of the run directory (default: <utc time>-<matrix name>)")
-    run.add_argument("--fail-fast", action="store_true", help="stop at the first failed trial")
-    run.add_argument(
-        "--retries",
-        type=bounded_int(0, MAX_RETRIES),
-        default=1,
-        help="extra attempts for infrastructure failures (default 1)",
-    )
     run.add_argument("--break-lock", action="store_true", help="take over the testbed lock of a dead sweep")
     run.add_argument("--webhook", action="append", metavar="URL", help=SWEEP_WEBHOOK_HELP)
     run.add_argument("--skip-preflight", action="store_true", help=argparse.SUPPRESS)

@@ -22,6 +22,7 @@ from orchestrator.cli.args import (
     DEFAULT_REPORTS,
     command,
     matrix_args,
+    run_choice_args,
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, bounded_seconds, reports_folder
@@ -82,6 +83,7 @@ def _queue_commands(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="higher runs first (default 0); ties: oldest first",
     )
+    run_choice_args(add)  # kept with the item: `queue run` runs it with them
     _webhook_arg(add)
     _reports_arg(add)
     _store_arg(add)
@@ -240,9 +242,11 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     from orchestrator.core.words import counted, listed
     from orchestrator.sweep.prepare import prepare  # validated now, run later: not the run machinery
     from orchestrator.team.queue import NewItem, is_server_url, store_spec
+    from orchestrator.team.queuestore import RunChoices
 
     hooks = _checked_hooks(args.webhook)
-    prepared = prepare(sweep_request(args), warn=warn)
+    choices = RunChoices(args.replicates, args.seed, args.retries, args.fail_fast)
+    prepared = prepare(sweep_request(args, replicates=choices.replicates, seed=choices.seed), warn=warn)
     plan = prepared.plan
     new = NewItem(
         args.matrix.resolve(),
@@ -253,6 +257,7 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
         matrix_text=plan.matrix.text,  # what was validated is what runs, whatever happens to the files
         inventory_text=prepared.inventory.text,
         testbeds=tuple(tb.name for tb in prepared.testbeds),
+        choices=choices,
     )
     spec = store_spec(args.store, args.reports)
     fresh = not is_server_url(spec) and not Path(spec).exists()
@@ -263,6 +268,7 @@ def cmd_queue_add(args: argparse.Namespace) -> int:
     trials = "a hunt" if plan.matrix.hunt is not None else counted(len(plan.steps), "trial")
     trials += " at most" if plan.matrix.adaptive and plan.matrix.hunt is None else ""  # cells stop once decided
     where = f"on testbed {plan.testbed.name!r}, priority {item.priority}"
+    where += f", {choices.shown()}" if choices.shown() else ""
     out.print(escape(f"queued item {item.id}: {plan.matrix.name} ({trials} {where})"))
     if twins:  # allowed (a second night's run of it), but most often a command run twice
         one = len(twins) == 1
@@ -297,12 +303,13 @@ def _checked_hooks(texts: list[str], *, sent_from_env: bool = False) -> tuple[st
 
 def _same_sweeps(q: "QueueStore", added: int, new: "NewItem") -> list[int]:
     """Unfinished items, but `added`, that run the sweep `new` queues: the same files (paths, and
-    the texts they held when queued: read only for items alike so far) on the same testbeds."""
-    where = (str(new.matrix), str(new.inventory), new.testbed, new.testbeds)
+    the texts they held when queued: read only for items alike so far) on the same testbeds, with
+    the same options (`--replicates 8` after `--replicates 2` is a second sweep, not a repeat)."""
+    where = (str(new.matrix), str(new.inventory), new.testbed, new.testbeds, new.choices)
     alike = [
         i.id
         for i in q.items(("queued", "running", "resumable"))
-        if i.id != added and (i.matrix, i.inventory, i.testbed, i.testbeds) == where
+        if i.id != added and (i.matrix, i.inventory, i.testbed, i.testbeds, i.choices) == where
     ]
     texts = (new.matrix_text, new.inventory_text)
     return [i for i in alike if ((full := q.get(i)).matrix_text, full.inventory_text) == texts]
@@ -361,7 +368,7 @@ def _list_row(i: "QueueItem") -> list[str]:
         str(i.id),
         i.shown_state,
         str(i.priority),
-        Path(i.matrix).name,
+        " ".join(w for w in (Path(i.matrix).name, i.choices.shown()) if w),  # as queued: m.yaml --replicates 4
         i.testbed_shown,
         i.added[:19],
         i.queued_by,

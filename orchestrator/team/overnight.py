@@ -98,7 +98,10 @@ class QueueSweep:
             # the run's manifest names the queue's copies beside the run (its reports folder, as
             # this controller mounts it): written again, so a folder cleaned of them still resumes
             sweep_files(item, resumable.parent)
-            again = ResumeRequest(resumable, deadline=deadline, owner_gone=self.owner_gone)
+            # --retries: the run's own (run.json); --fail-fast is not kept there: the item's
+            again = ResumeRequest(
+                resumable, fail_fast=item.choices.fail_fast, deadline=deadline, owner_gone=self.owner_gone
+            )
             return self.sweeps.resume(again, progress, warn=self.warn)
         for line in changed_since_queued(item):
             self.note(f"queue: {item.label}: {line}")
@@ -107,7 +110,11 @@ class QueueSweep:
             matrix,
             inventory,
             testbeds_from_spec(item.testbed),  # `-t a,b` / `-t all`: as `orch run` does
+            replicates=item.choices.replicates,
+            seed=item.choices.seed,
             reports_dir=self.reports,
+            fail_fast=item.choices.fail_fast,
+            retries=item.choices.retries,
             deadline=deadline,
         )
         prepared = self.sweeps.prepare(request, warn=self.warn)

@@ -47,7 +47,7 @@ from orchestrator.team.queuestore import QueueUnavailable as QueueUnavailable
 from orchestrator.team.queuestore import now_iso as now_iso
 
 DB_NAME = "queue.db"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STORE_ENV = "ORCH_QUEUE_STORE"
 BUSY_TIMEOUT_MS = 30_000
 
@@ -75,6 +75,8 @@ _V2_COLUMNS = (
     "queued_by TEXT NOT NULL DEFAULT ''",
     "testbeds TEXT NOT NULL DEFAULT ''",
 )
+# version 3: the `orch run` options an item runs with (`queue add --replicates 4`: RunChoices)
+_V3_COLUMNS = ("options TEXT NOT NULL DEFAULT ''",)
 
 
 class Queue:
@@ -126,7 +128,7 @@ class Queue:
             for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it commits
                 self._db.execute(statement)
             have = {r["name"] for r in self._db.execute("PRAGMA table_info(items)")}
-            for column in _V2_COLUMNS:  # a version-1 queue gains them; its items keep running from paths
+            for column in (*_V2_COLUMNS, *_V3_COLUMNS):  # an older queue gains them; its items run as before
                 if column.split()[0] not in have:
                     self._db.execute(f"ALTER TABLE items ADD COLUMN {column}")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -160,9 +162,9 @@ class Queue:
 
     @property
     def _light(self) -> str:
-        """LIGHT_COLUMNS that this file has (a version-1 queue read read-only lacks the newer)."""
+        """LIGHT_COLUMNS that this file has (an older queue read read-only lacks the newer)."""
         have = {r["name"] for r in self._query("PRAGMA table_info(items)", ())}
-        newer = {c.split()[0] for c in _V2_COLUMNS}
+        newer = {c.split()[0] for c in (*_V2_COLUMNS, *_V3_COLUMNS)}
         missing = [c for c in LIGHT_COLUMNS.split(", ") if c not in have and c not in newer]
         if missing:  # another program's items table (or none): `SELECT  FROM items` was a syntax error, exit 1
             raise NotAQueue(
@@ -188,7 +190,8 @@ class Queue:
         with self._tx():
             cur = self._db.execute(
                 "INSERT INTO items (matrix, inventory, testbed, priority, webhooks, added, updated, "
-                "matrix_text, inventory_text, queued_by, testbeds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "matrix_text, inventory_text, queued_by, testbeds, options) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 insert_values(new, now),
             )
             item_id = int(cur.lastrowid or 0)

@@ -102,6 +102,52 @@ class Claimer:
 
 
 @dataclass(frozen=True)
+class RunChoices:
+    """`orch run`'s options a queued sweep runs with (`orch queue add --replicates 4 --seed 7`),
+    stored with its item: what was validated is what runs. The defaults are `orch run`'s."""
+
+    replicates: int | None = None  # None: the matrix's
+    seed: int | None = None  # None: the matrix's, or random
+    retries: int = 1
+    fail_fast: bool = False
+
+    def encode(self) -> str:
+        """The stored value: a JSON object of what differs from the defaults ("" for none)."""
+        given = {k: v for k, v in vars(self).items() if v != getattr(DEFAULT_CHOICES, k)}
+        return json.dumps(given, sort_keys=True) if given else ""
+
+    @classmethod
+    def decode(cls, stored: object) -> "tuple[RunChoices, str]":
+        """The stored value as choices and "", or the defaults and why it cannot be read (that
+        item fails at its claim, as one with unreadable webhooks does; never `queue list`)."""
+        text = "" if stored is None else str(stored)
+        if not text:
+            return DEFAULT_CHOICES, ""
+        try:
+            value = jsontext.loads(text)
+        except (ValueError, RecursionError):
+            value = None
+        types = {"replicates": int, "seed": int, "retries": int, "fail_fast": bool}
+        if isinstance(value, dict) and all(
+            k in types and isinstance(v, types[k]) and (k == "fail_fast" or not isinstance(v, bool))
+            for k, v in value.items()
+        ):
+            return cls(**value), ""
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        return DEFAULT_CHOICES, f"its stored options {shown!r} are not orch run's options (re-add the item)"
+
+    def shown(self) -> str:
+        """As `orch queue add` was given them: `--replicates 4 --seed 7 --fail-fast` ("" for none)."""
+        words = [f"--replicates {self.replicates}"] if self.replicates is not None else []
+        words += [f"--seed {self.seed}"] if self.seed is not None else []
+        words += [f"--retries {self.retries}"] if self.retries != DEFAULT_CHOICES.retries else []
+        return " ".join(words + (["--fail-fast"] if self.fail_fast else []))
+
+
+DEFAULT_CHOICES = RunChoices()
+
+
+@dataclass(frozen=True)
 class QueueItem:
     id: int
     matrix: str  # absolute path (where it was queued from; the sweep runs from matrix_text)
@@ -120,6 +166,7 @@ class QueueItem:
     queued_by: str = ""  # user@host
     testbeds: tuple[str, ...] = ()  # the testbed names `testbed` meant when queued
     defect: str = ""  # why a stored value could not be read (the item cannot run; a claim fails it)
+    choices: RunChoices = DEFAULT_CHOICES  # orch run's options it runs with
 
     @property
     def label(self) -> str:
@@ -160,11 +207,12 @@ class NewItem:
     inventory_text: str = ""
     queued_by: str = ""
     testbeds: tuple[str, ...] = ()
+    choices: RunChoices = DEFAULT_CHOICES
 
 
 def insert_values(new: NewItem, now: str) -> tuple[object, ...]:
     """(matrix, inventory, testbed, priority, webhooks, added, updated, matrix_text, inventory_text,
-    queued_by, testbeds): the INSERT's order in both stores."""
+    queued_by, testbeds, options): the INSERT's order in both stores."""
     return (
         str(new.matrix),
         str(new.inventory),
@@ -177,6 +225,7 @@ def insert_values(new: NewItem, now: str) -> tuple[object, ...]:
         new.inventory_text,
         new.queued_by or who(),
         ",".join(new.testbeds),
+        new.choices.encode(),
     )
 
 
@@ -189,6 +238,7 @@ def item_from_row(row: Any) -> QueueItem:
         return str(row[name]) if name in have else ""
 
     webhooks, defect = _webhooks(row["webhooks"])
+    choices, unread = RunChoices.decode(row["options"] if "options" in have else None)
     return QueueItem(
         id=int(row["id"]),
         matrix=str(row["matrix"]),
@@ -206,7 +256,8 @@ def item_from_row(row: Any) -> QueueItem:
         inventory_text=newer("inventory_text"),
         queued_by=newer("queued_by"),
         testbeds=tuple(n for n in newer("testbeds").split(",") if n),
-        defect=defect,
+        defect="; ".join(d for d in (defect, unread) if d),
+        choices=choices,
     )
 
 
@@ -229,7 +280,7 @@ def _webhooks(stored: object) -> tuple[tuple[str, ...], str]:
 # files, which may be large and are read only for the item a claim takes
 LIGHT_COLUMNS = (
     "id, matrix, inventory, testbed, priority, webhooks, state, added, updated, run_dir, claimed_by, "
-    "message, queued_by, testbeds"
+    "message, queued_by, testbeds, options"
 )
 
 

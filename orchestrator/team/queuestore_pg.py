@@ -34,6 +34,7 @@ from orchestrator.core.words import listed
 from orchestrator.errors import UsageError
 from orchestrator.team.queuestore import (
     CLAIMABLE,
+    DEFAULT_CHOICES,
     FINISHED,
     ITEM_STATES,
     LIGHT_COLUMNS,
@@ -54,7 +55,8 @@ if TYPE_CHECKING:
 
 TABLE = "orch_queue_items"
 META = "orch_queue_meta"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the `orch run` options an item runs with (`options`, RunChoices)
+OPTIONS_COLUMN = "options TEXT NOT NULL DEFAULT ''"
 HEARTBEAT_S = 5.0  # how often a controller driving an item checks its connection
 RECONNECT_S = 60.0  # how long it tries to get it back before it gives the item up
 PAGE = 500  # candidate rows one query of a claim reads (light columns; a claim walks every page)
@@ -83,7 +85,8 @@ _SCHEMA = (
         matrix_text    TEXT NOT NULL DEFAULT '',
         inventory_text TEXT NOT NULL DEFAULT '',
         queued_by      TEXT NOT NULL DEFAULT '',
-        testbeds       TEXT NOT NULL DEFAULT ''
+        testbeds       TEXT NOT NULL DEFAULT '',
+        {OPTIONS_COLUMN}
     )""",
     f"CREATE INDEX IF NOT EXISTS {TABLE}_order ON {TABLE} (state, priority DESC, id)",
     f"CREATE TABLE IF NOT EXISTS {META} (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -224,14 +227,29 @@ class PgQueue:
                     f"{self.where}: queue schema version {version} is newer than this orch ({SCHEMA_VERSION}) "
                     "(upgrade orch)"
                 )
+            if version < SCHEMA_VERSION:
+                _upgrade(conn)
+            self.columns = _columns(conn)
 
         self._run(create, "cannot create the queue")
 
     def _check_schema(self) -> None:
         """Read-only (`orch status`): no DDL; a server without the queue's tables has no queue yet."""
-        self.missing = not self._run(_schema_exists, "cannot read the queue")
+
+        def check(conn: "psycopg.Connection[dict[str, Any]]") -> bool:
+            there = _schema_exists(conn)
+            self.columns = _columns(conn) if there else frozenset()
+            return there
+
+        self.missing = not self._run(check, "cannot read the queue")
 
     missing = False  # read-only, and the server has no queue tables yet: every read is empty
+    columns: frozenset[str] = frozenset()  # the items table's, as this session found it
+
+    @property
+    def _light(self) -> str:
+        """LIGHT_COLUMNS the table has: a version-1 table its owner has not upgraded lacks `options`."""
+        return ", ".join(c for c in LIGHT_COLUMNS.split(", ") if c in self.columns)
 
     def _run(self, op: Callable[["psycopg.Connection[dict[str, Any]]"], T], what: str) -> T:
         """op on the connection; a dropped connection is made again (our locks taken back) and op
@@ -342,7 +360,7 @@ class PgQueue:
         texts of their files: see LIGHT_COLUMNS)."""
         if self.missing:
             return []
-        sql = f"SELECT {LIGHT_COLUMNS} FROM {TABLE} WHERE state = ANY(%s) ORDER BY priority DESC, id"
+        sql = f"SELECT {self._light} FROM {TABLE} WHERE state = ANY(%s) ORDER BY priority DESC, id"
         return self._run(lambda c: [item_from_row(r) for r in c.execute(sql, (list(states),))], "cannot read the queue")
 
     def listing(self, finished: int | None = None) -> tuple[list[QueueItem], int]:
@@ -351,7 +369,7 @@ class PgQueue:
         if self.missing:
             return [], 0
         pending = self.items(PENDING)
-        sql = f"SELECT {LIGHT_COLUMNS} FROM {TABLE} WHERE state = ANY(%s) ORDER BY updated DESC, id DESC LIMIT %s"
+        sql = f"SELECT {self._light} FROM {TABLE} WHERE state = ANY(%s) ORDER BY updated DESC, id DESC LIMIT %s"
 
         def op(conn: "psycopg.Connection[dict[str, Any]]") -> tuple[list[QueueItem], int]:
             done = [item_from_row(r) for r in conn.execute(sql, (list(FINISHED), finished))]
@@ -373,12 +391,21 @@ class PgQueue:
 
     # ------------------------------------------------------------------ writing
     def add_item(self, new: NewItem) -> QueueItem:
-        sql = (
-            f"INSERT INTO {TABLE} (matrix, inventory, testbed, priority, webhooks, added, updated, "
-            "matrix_text, inventory_text, queued_by, testbeds) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *"
-        )
-        row = self._run(lambda c: c.execute(sql, insert_values(new, now_iso())).fetchone(), "cannot add to the queue")
+        values = insert_values(new, now_iso())
+        if "options" not in self.columns:  # a version-1 table this role could not upgrade
+            if new.choices != DEFAULT_CHOICES:
+                raise QueueError(
+                    f"{self.where}: this queue's tables predate queued options ({new.choices.shown()}) and "
+                    f"this role cannot add their column: queue without them, or have the tables' owner run "
+                    f'"ALTER TABLE {TABLE} ADD COLUMN {OPTIONS_COLUMN}; '
+                    f"UPDATE {META} SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'\""
+                )
+            values = values[:-1]
+        names = "matrix, inventory, testbed, priority, webhooks, added, updated, matrix_text, inventory_text, "
+        names += "queued_by, testbeds" + (", options" if len(values) == 12 else "")
+        marks = ", ".join(["%s"] * len(values))
+        sql = f"INSERT INTO {TABLE} ({names}) VALUES ({marks}) RETURNING *"
+        row = self._run(lambda c: c.execute(sql, values).fetchone(), "cannot add to the queue")
         return item_from_row(row)
 
     def remove(self, item_id: int) -> QueueItem:
@@ -479,7 +506,7 @@ class PgQueue:
     def _take_back_dead(self, conn: "psycopg.Connection[dict[str, Any]]") -> None:
         """Running items whose controller's session is gone go back in line (inside a claim)."""
         rows = conn.execute(
-            f"SELECT {LIGHT_COLUMNS} FROM {TABLE} WHERE state = 'running' FOR UPDATE SKIP LOCKED"
+            f"SELECT {self._light} FROM {TABLE} WHERE state = 'running' FOR UPDATE SKIP LOCKED"
         ).fetchall()
         for item in map(item_from_row, rows):
             if not self._claimer_gone(conn, item):
@@ -541,6 +568,27 @@ def _schema_exists(conn: "psycopg.Connection[dict[str, Any]]") -> bool:
         "SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL AS ok", (TABLE, META)
     ).fetchone()
     return bool(row and row["ok"])
+
+
+def _upgrade(conn: "psycopg.Connection[dict[str, Any]]") -> None:
+    """A version-1 queue gains the `options` column (its items run with orch run's defaults, as
+    they did). A role that owns no table cannot: the queue stays at version 1, which older orch
+    controllers sharing it still run, and only options are refused (PgQueue.add_item)."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            conn.execute(f"ALTER TABLE {TABLE} ADD COLUMN IF NOT EXISTS {OPTIONS_COLUMN}")
+            conn.execute(f"UPDATE {META} SET value = %s WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    except psycopg.errors.InsufficientPrivilege:
+        return
+
+
+def _columns(conn: "psycopg.Connection[dict[str, Any]]") -> frozenset[str]:
+    """The items table's columns (none read: LIMIT 0)."""
+    cursor = conn.execute(f"SELECT * FROM {TABLE} LIMIT 0")
+    return frozenset(d.name for d in cursor.description or ())
 
 
 def _candidates(conn: "psycopg.Connection[dict[str, Any]]", skip: frozenset[int]) -> Iterator[dict[str, Any]]:

@@ -17,6 +17,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.sweep.progress import QuietProgress
 from orchestrator.team.overnight import QueueSweep, changed_since_queued, sweep_files
 from orchestrator.team.queue import NewItem, Queue, QueueItem
+from orchestrator.team.queuestore import RunChoices
 
 from .helpers import make_site, matrix_text
 
@@ -103,7 +104,8 @@ def test_sqlite_store_keeps_copies_and_upgrades_a_version_1_queue(tmp_path: Path
         new = q.add_item(NewItem(Path("/m/n.yaml"), Path("/i/n.yaml"), "a,b", matrix_text="m", inventory_text="i"))
         assert (new.matrix_text, new.inventory_text, new.testbeds) == ("m", "i", ())
         assert new.queued_by.endswith("@" + socket.gethostname()) and q.where == str(db)
-        assert q._db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert q._db.execute("PRAGMA user_version").fetchone()[0] == 3  # version 3: the items' options
+        assert legacy.choices == new.choices == RunChoices() and not legacy.defect  # orch run's defaults
 
 
 class _Refused:
