@@ -48,18 +48,20 @@ def test_previous_handlers_come_back() -> None:
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
-def test_an_ignored_sigint_stays_ignored() -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["SIGINT", "SIGHUP"])
+def test_an_ignored_sigint_or_sighup_stays_ignored(sig: signal.Signals) -> None:
     """A background job (`orch run ... &`) starts with SIGINT ignored: Ctrl-C in the shell must
-    not stop it."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    not stop it. `nohup orch run ...` starts with SIGHUP ignored: the sweep runs on when the
+    terminal closes."""
+    previous = signal.signal(sig, signal.SIG_IGN)
     try:
         with signals_as_interrupt() as stopping:
-            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGINT)
+            assert signal.getsignal(sig) is signal.SIG_IGN
+            os.kill(os.getpid(), sig)
             time.sleep(0.05)
         assert not stopping.is_set()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(sig, previous)
 
 
 def test_sighup_leaves_the_lost_terminal_then_raises_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,19 +77,6 @@ def test_sighup_leaves_the_lost_terminal_then_raises_interrupted(monkeypatch: py
         time.sleep(1)
     assert stopping.is_set() and left == [True]
     assert signals.interrupted_by(exc.value) == "interrupted: received SIGHUP: the terminal closed"
-
-
-def test_an_ignored_sighup_stays_ignored() -> None:
-    """`nohup orch run ...` starts with SIGHUP ignored: the sweep runs on when the terminal closes."""
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        with signals_as_interrupt() as stopping:
-            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-            os.kill(os.getpid(), signal.SIGHUP)
-            time.sleep(0.05)
-        assert not stopping.is_set()
-    finally:
-        signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_hung_up_terminal_is_still_told_from_a_file_or_a_pipe(tmp_path: Path) -> None:

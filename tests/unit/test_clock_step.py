@@ -9,25 +9,14 @@ from pathlib import Path
 
 import pytest
 from fakes import Reply
-from helpers.parallel_fakes import Fleet, install, run, write_files
+from helpers.parallel_fakes import Fleet, fake_matrix, install, run, write_files
 
 from orchestrator.core.records import TrialRecord
 from orchestrator.store.journal import read_journal
 from orchestrator.sweep import phases
 
 ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
-MATRIX = """\
-name: clockstep
-factors:
-  d: {env: {decode: D}, levels: ["1", "2"]}
-replicates: 2
-repro:
-  command: "fake-repro --trial {trial}"
-  on: prefill
-  timeout: 240
-  metrics:
-    events: {kind: proportion, regex: 'events=(?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+MATRIX = fake_matrix("clockstep", 2)  # two cells, the repro on prefill
 STEP_S = 3600.0  # the wall clock goes back an hour while each repro runs
 
 
