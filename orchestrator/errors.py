@@ -107,8 +107,9 @@ class TransportError(OrchError):
 
 class ConnectError(TransportError):
     """Connecting to a host failed. `about` is the inventory's `ssh:` key to fix: "host" (refused,
-    unresolvable, no route, timed out, the host key) or "key" (the login refused), so a message
-    can point at the line that spells it rather than the role's."""
+    unresolvable, no route, timed out, the host key), "key" (the login refused) or "sudo" (logged
+    in, but `sudo -n` refused), so a message can point at the line that spells it rather than the
+    role's."""
 
     def __init__(self, host: str, message: str, *, about: str = "host") -> None:
         self.about = about

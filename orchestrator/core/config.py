@@ -680,6 +680,7 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         health_line=_given_line(source, where, ("health",)) or _given_line(source, where, ("url",)),
         env_file_line=_given_line(source, where, ("env_file",)),
         units_line=_given_line(source, where, ("units",)),
+        sudo_line=_given_line(source, where, ("ssh", "sudo")),
         health_given=h.health is not None,
     )
 

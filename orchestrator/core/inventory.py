@@ -71,6 +71,7 @@ class Host:
     health_line: int | None = field(default=None, compare=False)
     env_file_line: int | None = field(default=None, compare=False)  # an env file or unit preflight cannot
     units_line: int | None = field(default=None, compare=False)  # find is fixed where the inventory names it
+    sudo_line: int | None = field(default=None, compare=False)  # `ssh.sudo: true` a host's sudo refuses
     health_given: bool = field(default=True, compare=False)  # False: orch made it of url (`orch validate` says so)
 
     @property
@@ -200,7 +201,14 @@ def host_where(host: Host, inventory: str, about: str = "") -> str:
     Why: the host's label says which machine, not which entry to fix in an inventory of many
     testbeds and instances; a bad-input message names its file and line (errors.ConfigError).
     `about` "host" or "key": the line of its `ssh:` address or key instead (a failed connect);
-    "env_file" or "units": the line naming its env file or units (preflight found none such)."""
-    lines = {"host": host.ssh_line, "key": host.key_line, "env_file": host.env_file_line, "units": host.units_line}
+    "sudo": its `ssh.sudo:` (the host's sudo refused); "env_file" or "units": the line naming its
+    env file or units (preflight found none such)."""
+    lines = {
+        "host": host.ssh_line,
+        "key": host.key_line,
+        "sudo": host.sudo_line,
+        "env_file": host.env_file_line,
+        "units": host.units_line,
+    }
     line = lines.get(about) or host.line
     return f"{inventory}:{line}: " if inventory and line else ""

@@ -49,6 +49,7 @@ from orchestrator.edges.transport.ssh import (
     _UnknownHostKey,
     command_line,
     connect_error_message,
+    sudo_refusal,
 )
 from orchestrator.sweep.progress import failure_signature
 
@@ -195,6 +196,40 @@ def test_sudo_wraps_outside_timeout_so_timeout_runs_as_root() -> None:
     line = command_line(["id", "-u"], sudo=True, timeout=1.5)
     assert shlex.split(line) == ["sudo", "-n", "--", "timeout", "-k", "2", "1.500", "id", "-u"]
     assert command_line("x", sudo=True, timeout=None).startswith('sudo -n -- "${SHELL:-/bin/sh}" -c ')
+
+
+# what a real host said to `sudo -n true` as a user sudo asks a password (tests/remote/test_sweep_ssh.py)
+REAL_REFUSAL = (
+    b"Could not chdir to home directory /home/orchuser: No such file or directory\n"
+    b"sudo: unable to resolve host decode: Temporary failure in name resolution\n"
+    b"sudo: a password is required\n"
+)
+
+
+@pytest.mark.parametrize(
+    "stderr,exit_code,reason",
+    [
+        (REAL_REFUSAL, 1, "a password is required"),  # the first line alone was the login's: no refusal seen
+        (b"sudo: sorry, you must have a tty to run sudo\n", 1, "sorry, you must have a tty to run sudo"),
+        (
+            b"sudo: unable to resolve host d: x\nsudo: orchuser is not in the sudoers file.\n",
+            1,
+            "orchuser is not in the sudoers file.",
+        ),
+        (b"sudo: unable to resolve host decode: Temporary failure in name resolution\n", 1, None),  # ran, failed
+        (b"grep: /etc/x: No such file or directory\n", 1, None),  # the command's own failure
+        (REAL_REFUSAL, 2, None),  # sudo's refusals exit 1
+        (b"", 1, None),
+    ],
+)
+def test_sudos_refusal_is_its_last_word_not_the_first_line(stderr: bytes, exit_code: int, reason: str | None) -> None:
+    assert sudo_refusal(stderr, exit_code) == reason
+
+
+def test_a_refusal_deep_in_a_long_stderr_is_read_from_its_end() -> None:
+    noise = b"".join(b"motd line %d\n" % i for i in range(10_000))
+    assert sudo_refusal(noise + b"sudo: a password is required\n", 1) == "a password is required"
+    assert sudo_refusal(b"sudo: a password is required\n" + noise, 1) is None  # not sudo's last word
 
 
 def test_empty_argv_is_refused() -> None:

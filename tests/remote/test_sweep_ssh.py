@@ -220,6 +220,8 @@ POINTS_AT = {
     "env file missing": ("", "env_file"),
     "unit not found": ("", "units"),
     "permission denied": ("", "env_file"),
+    "sudo asks a password": ("ssh", "sudo"),
+    "sudo wants a tty": ("ssh", "sudo"),
 }
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
@@ -232,15 +234,42 @@ PREFLIGHT = [
     ),
     ("unit not found", lambda tb, p: dict(units=["sglang-nope"]), "unit sglang-nope not found"),
     ("permission denied", lambda tb, p: dict(ssh_user="orchuser"), "/etc/sglang/decode.env"),
+    (
+        "sudo asks a password",
+        lambda tb, p: dict(ssh_user="orchuser", ssh_sudo=True),
+        "sudo -n refused: a password is required (orch runs commands through `sudo -n`",
+    ),
+    (
+        "sudo wants a tty",
+        lambda tb, p: dict(ssh_user="orchuser", ssh_sudo=True),
+        "sudo -n refused: sorry, you must have a tty to run sudo (orch runs",
+    ),
 ]
+# what each sudo case's host holds in /etc/sudoers.d/orchuser (removed after the test)
+SUDOERS = {
+    "sudo asks a password": "orchuser ALL=(ALL) ALL",
+    "sudo wants a tty": "Defaults:orchuser requiretty\norchuser ALL=(ALL) NOPASSWD: ALL",
+}
 
 
 @pytest.mark.parametrize("name,change,expected", PREFLIGHT, ids=[c[0] for c in PREFLIGHT])
 def test_preflight_failures_exit_2_naming_the_host_and_touch_nothing(
     testbed: Testbed, tmp_path, capsys, name, change, expected
 ):
-    if name == "permission denied":  # a real unprivileged account; the env file is root's, mode 644
+    if name == "permission denied" or name in SUDOERS:  # a real unprivileged account; the env file is root's, 644
         testbed.ssh("decode", "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser")
+    if name in SUDOERS:
+        testbed.ssh(
+            "decode",
+            f"printf '{SUDOERS[name]}\\n' > /etc/sudoers.d/orchuser && chmod 440 /etc/sudoers.d/orchuser",
+        )
+    try:
+        _refused_at_preflight(testbed, tmp_path, capsys, name, change, expected)
+    finally:
+        testbed.ssh("decode", "rm -f /etc/sudoers.d/orchuser")
+
+
+def _refused_at_preflight(testbed: Testbed, tmp_path, capsys, name, change, expected) -> None:  # noqa: ANN001
     files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
     before = snapshot(testbed, files)
     inventory = bad_inventory(testbed, tmp_path, "decode", **change(testbed, tmp_path))

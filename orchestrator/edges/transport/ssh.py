@@ -612,17 +612,35 @@ class SshTransport:
             raise FileChanged(self.label, path)
 
     def _raise_if_sudo_refused(self, raw: _Raw, sudo: bool) -> None:
-        if not sudo or raw.exit_code != 1:
-            return
-        first = raw.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
-        if first and first[0].startswith("sudo: "):
-            raise TransportError(
+        reason = sudo_refusal(raw.stderr, raw.exit_code) if sudo else None
+        if reason is not None:
+            raise ConnectError(
                 self.label,
-                f"sudo refused: {first[0][6:]} (allow passwordless sudo for {self.user}, or connect as root)",
+                f"sudo -n refused: {reason} (orch runs commands through `sudo -n`, with no password and no "
+                f"terminal: allow {self.user} NOPASSWD and no requiretty in sudoers, or connect as root)",
+                about="sudo",
             )
 
 
 # -------------------------------------------------------------------- pure helpers
+SUDO_WARNINGS = ("unable to resolve host",)  # sudo says these and goes on: never its refusal
+SUDO_LINES_READ = 20  # of stderr's end: sudo's refusal is its last word, after any login noise
+
+
+def sudo_refusal(stderr: bytes, exit_code: int) -> str | None:
+    """Why `sudo -n` refused to run a command, or None when it ran it (or the reason is not
+    sudo's). sudo exits 1 and ends with its reason ("sudo: a password is required", "sudo: sorry,
+    you must have a tty to run sudo"); lines before it may be the login's ("Could not chdir to
+    home directory") or sudo's own warnings ("sudo: unable to resolve host decode"), which the
+    first line alone took for the reason, or passed over (a real host printed both)."""
+    if exit_code != 1:
+        return None
+    lines = stderr[-4096:].decode("utf-8", "replace").strip().splitlines()[-SUDO_LINES_READ:]
+    said = [line[6:] for line in lines if line.startswith("sudo: ")]
+    reasons = [r for r in said if not r.startswith(SUDO_WARNINGS)]
+    return reasons[-1] if reasons else None
+
+
 def _digest(expect: bytes | None) -> str:
     """The write scripts' EXPECT argument: the sha256 the file must have, '' for any file."""
     return "" if expect is None else hashlib.sha256(expect).hexdigest()
