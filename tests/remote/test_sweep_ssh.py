@@ -329,3 +329,36 @@ def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Pat
     finally:
         for host in ("prefill", "decode", "router"):
             testbed.ssh(host, "rm -f /etc/sudoers.d/orchuser")
+
+
+def test_a_login_shell_that_prints_is_refused_before_anything_is_read_or_touched(
+    testbed: Testbed, tmp_path: Path, capsys
+):
+    """A ~/.bashrc that echoes (bash reads it for an SSH command too) puts its words before every
+    command's output: orch took them for the env file's first line (preflight warned "line 1: no
+    `=`"), then stopped mid-run on "unexpected answer b'Welcome to decode\\norch-file ..." (exit 1),
+    and a read without a header would have edited and restored a file with that line in it. Every
+    connection checks first that a command prints nothing it did not print (rsync's "is your shell
+    clean?"): exit 2 at the host's `ssh:` line, naming the words, nothing touched."""
+    files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
+    before = snapshot(testbed, files)
+    bashrc = "cp -a /root/.bashrc /root/.bashrc.orig 2>/dev/null; echo 'echo Welcome to decode' >> /root/.bashrc"
+    testbed.ssh("decode", bashrc)
+    try:
+        code, run_dir = sweep(testbed, tmp_path, "dsv4-pd")
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith(" ")]
+        assert code == 2, err
+        text = testbed.inventory.read_text()
+        where = f"{shown_path(testbed.inventory)}:{ssh_line_at(text, 'dsv4-pd', 'decode', 'host')}"
+        (error,) = [line for line in lines if line.startswith("error:")]
+        assert error.startswith(f"error: {where}: decode ("), err
+        assert "its login shell prints 'Welcome to decode' before every command's output" in error, error
+        assert "no `=`" not in err and not run_dir.exists()
+    finally:
+        testbed.ssh(
+            "decode",
+            "if [ -e /root/.bashrc.orig ]; then mv /root/.bashrc.orig /root/.bashrc; else rm -f /root/.bashrc; fi",
+        )
+    assert snapshot(testbed, files) == before  # read once the shell is quiet again: the test's ssh hears it too
+    no_leftovers(testbed)

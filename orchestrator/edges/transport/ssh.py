@@ -71,6 +71,7 @@ from orchestrator.errors import (
 )
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024  # run() keeps the tail beyond this (a runaway log cat)
+QUIET_CHECK_BYTES = 4096  # of a noisy login shell's words kept to name them
 KILL_GRACE_S = 2.0  # `timeout -k`: SIGKILL this long after SIGTERM
 BACKSTOP_S = 5.0  # local deadline = timeout + grace + this, if the host stops answering
 TIMED_OUT_CODES = (124, 137)  # coreutils timeout: TERM worked / had to KILL
@@ -436,8 +437,35 @@ class SshTransport:
             conn.close()
             raise self._connect_error(exc) from exc
         self._tune(conn)
+        try:
+            self._check_quiet_login(conn)
+        except BaseException:
+            conn.close()
+            raise
         self.connects += 1
         return conn
+
+    def _check_quiet_login(self, conn: Connection) -> None:
+        """Refuse a login shell that prints on its own (a ~/.bashrc `echo`, which bash also runs
+        for an SSH command): its words come before every command's output, where orch reads a
+        file's bytes and the answers it parses, so they would be taken for the file's first line
+        (rsync asks "is your shell clean?" for the same reason). One `true` per connection."""
+        try:
+            chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
+            with chan:
+                chan.exec_command("true")
+                out, _ = _drain(chan, time.monotonic() + self.connect_timeout, QUIET_CHECK_BYTES)
+        except (SSHException, EOFError, OSError, AttributeError, _Deadline) as exc:
+            raise self._connect_error(exc) from exc
+        if out:
+            said = out.decode("utf-8", "replace").strip().splitlines() or [""]
+            shown = said[0][:80] + (" ..." if len(said) > 1 or len(said[0]) > 80 else "")
+            raise ConnectError(
+                self.label,
+                f"its login shell prints {shown!r} before every command's output (`true` said so; from "
+                f"~/.bashrc, ~/.profile or /etc/bash.bashrc?): orch would read it as part of files and "
+                f'answers; make it print only in interactive shells (`[ -z "$PS1" ] && return` above it)',
+            )
 
     def _connect_kwargs(self) -> dict[str, object]:
         """A given key is the only identity used (like IdentitiesOnly); else agent + ~/.ssh."""
