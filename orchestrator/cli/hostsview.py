@@ -48,4 +48,4 @@ def _reach(host: Host) -> str:
     defaulted = [name for name in ("user", "port") if name not in ssh.given]
     marks = f" (default {', '.join(defaulted)})" if defaulted else ""
     key = ssh.key if ssh.key else "(default: ssh-agent, ~/.ssh)"
-    return f"ssh {ssh.user}@{ssh.host}:{ssh.port}{marks}  key {key}"
+    return f"ssh {ssh.user}@{host.address}{marks}  key {key}"

@@ -80,14 +80,21 @@ class Host:
 
     @property
     def label(self) -> str:
-        if self.ssh:
-            return f"{self.key} ({self.ssh.host}:{self.ssh.port})"
-        return f"{self.key} (local)"
+        return f"{self.key} ({self.address})" if self.ssh else f"{self.key} (local)"
+
+    @property
+    def address(self) -> str:
+        """`host:port`, an IPv6 address in brackets (`[2001:db8::2]:22`: `2001:db8::2:22` reads as
+        another address); "local" without SSH."""
+        if not self.ssh:
+            return "local"
+        host = self.ssh.host
+        return f"[{host}]:{self.ssh.port}" if ":" in host else f"{host}:{self.ssh.port}"
 
     @property
     def env_file_at(self) -> str:
         """Which file on which machine this host's env file is, as the inventory spells it."""
-        return f"{self.ssh.host}:{self.ssh.port}:{self.env_file}" if self.ssh else f"local:{self.env_file}"
+        return f"{self.address}:{self.env_file}"
 
 
 @dataclass(frozen=True)

@@ -254,7 +254,8 @@ class SshTransport:
         self.connect_timeout, self.keepalive_s, self.use_sudo = connect_timeout, keepalive_s, use_sudo
         # The `host` of every error raised here. A caller's label that already names the
         # address (config's Host.label, "decode (10.0.0.4:22)") is used as it is.
-        self.label = host if hostname in host else f"{host} ({hostname}:{port})"
+        shown = f"[{hostname}]" if ":" in hostname else hostname  # IPv6: [2001:db8::2]:22
+        self.label = host if hostname in host else f"{host} ({shown}:{port})"
         self.connects = 0  # successful connects: 1 for a whole sweep unless the link dropped
         self._conn: Connection | None = None
         self._lock = threading.Lock()
