@@ -71,6 +71,31 @@ def test_sweep_through_the_real_router(tmp_path: Path, capsys) -> None:
     assert not any(_listens(p) for p in ports.values())
 
 
+PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+
+
+def test_a_controller_behind_a_proxy_still_serves_its_loopback_deployment(
+    tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lab login node exports http_proxy for pip and curl. The real router (reqwest) sent its
+    worker health checks to 127.0.0.1 through it, answered "insufficient healthy workers", and
+    README's first command failed every trial after 120 s: local units, and the repro, get the
+    loopback added to NO_PROXY (no request to 127.0.0.1 goes through a proxy; the proxy itself
+    stays for what needs it, e.g. a model download)."""
+    for name in PROXY_VARS:
+        monkeypatch.setenv(name, f"http://127.0.0.1:{free_port()}")  # nothing listens: a proxy used fails
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.setenv("no_proxy", "registry.corp.example")
+    inventory, ports = make_inventory(tmp_path)
+    (tmp_path / "m.yaml").write_text(MATRIX)
+    code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "r"), "--run-id", "px"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    trials = [r for r in read_journal(tmp_path / "r" / "px" / "journal.jsonl").records if isinstance(r, TrialRecord)]
+    assert [t.status for t in trials] == ["completed"] * 2, [t.failure for t in trials]
+    assert not any(_listens(p) for p in ports.values())
+
+
 def _listens(port: int) -> bool:
     import socket
 

@@ -38,6 +38,7 @@ from typing import BinaryIO, Literal, Mapping, NoReturn, Sequence
 
 from orchestrator.core.bounded import describe_kind, read_bounded_bytes
 from orchestrator.core.envfile import read_values
+from orchestrator.core.noproxy import loopback_unproxied
 from orchestrator.edges.identity import PortScan, UnitId, scan_here
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.services import LOG_CUT, UnitState
@@ -303,7 +304,7 @@ class LocalServiceManager:
             self._start_failed(unit, 1, "resources", why, exc)
         # the mark lets a later manager find this process even if its pid file was never written
         # (the controller killed -9 between fork and _write_pid): see _find_marked
-        return {**os.environ, **values, UNIT_MARK: self._mark(unit)}
+        return loopback_unproxied({**os.environ, **values, UNIT_MARK: self._mark(unit)})  # core.noproxy
 
     def _mark(self, unit: str) -> str:
         return f"{self.state_dir.resolve()}/{unit}"
