@@ -23,6 +23,11 @@ import pytest
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# Tests send traffic only to loopback or namespaces they make: a proxy the machine exports must
+# not carry their webhooks (orch's webhooks honour one: tests/team/test_notify.py sets its own)
+for _proxy in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+    os.environ.pop(_proxy, None)
+
 REPO = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

@@ -359,7 +359,9 @@ def send(
     """POST the summary to every webhook; never raises (failures are returned and warned; a caller
     after a sweep adds that the sweep is unaffected, `orch notify` has none)."""
     own = client is None
-    client = client or httpx.Client(timeout=TIMEOUT_S, trust_env=False, follow_redirects=False)
+    # trust_env: the environment's proxy, NO_PROXY and CA bundle, as curl reads them (a lab reaches Slack
+    # through its proxy); orch's own health and metrics clients keep to the hosts directly
+    client = client or httpx.Client(timeout=TIMEOUT_S, trust_env=True, follow_redirects=False)
     try:
         deliveries = [_deliver(client, hook, summary, backoff_s) for hook in webhooks]
     finally:

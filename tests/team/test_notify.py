@@ -47,6 +47,28 @@ def test_json_summary_is_posted() -> None:
     assert KEYS <= set(body) and body == asdict(SUMMARY)
 
 
+def test_a_webhook_goes_through_the_proxy_the_environment_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lab's controller reaches Slack only through its proxy (https_proxy exported, as for pip):
+    the webhook went straight to the internet and was "not delivered" every night. It honours the
+    environment's proxy and NO_PROXY as curl does. The stand-in proxy is a loopback receiver: it
+    gets the request in proxy form (the whole URL), for an address where nothing listens."""
+    hook = f"http://127.0.0.2:{closed_port()}/services/T/B/x"
+    with webhook_receiver() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        deliveries = send(SUMMARY, [Webhook.parse(hook)])
+    assert [(d.ok, d.attempts) for d in deliveries] == [(True, 1)], deliveries
+    assert proxy.received and proxy.received[0][0] == hook
+
+
+def test_no_proxy_sends_a_webhook_past_the_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    with webhook_receiver() as rx:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{closed_port()}")  # a proxy used fails
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        deliveries = send(SUMMARY, [Webhook.parse(rx.url + "/hook")])
+    assert [(d.ok, d.attempts) for d in deliveries] == [(True, 1)], deliveries
+    assert rx.received[0][0] == "/hook"
+
+
 def test_slack_variant_posts_text_to_the_url_without_prefix() -> None:
     with webhook_receiver() as rx:
         send(SUMMARY, [Webhook.parse("slack+" + rx.url + "/services/T/B/secret")])
