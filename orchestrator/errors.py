@@ -132,6 +132,14 @@ class CommandFailed(TransportError):
         tail = (stderr or stdout).strip()[-2000:]
         super().__init__(host, f"command failed with exit code {exit_code}: {command}", detail=tail)
 
+    @property
+    def reason(self) -> str:
+        """The command's last word (stderr's last line, else stdout's), at most 200 characters:
+        what a one-line message adds ("Failed to connect to bus: ..."); a login's noise comes first."""
+        lines = [line.strip() for line in (self.stderr or self.stdout).strip()[-2000:].splitlines() if line.strip()]
+        last = lines[-1] if lines else ""
+        return last if len(last) <= 200 else last[:197] + "..."
+
 
 class FileChanged(TransportError):
     """A write told what the file must hold (`expect`: the bytes orch last wrote there) found

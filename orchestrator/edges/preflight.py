@@ -25,7 +25,7 @@ from orchestrator.edges.health import probe_url
 from orchestrator.edges.httpread import HttpAnswerError, request
 from orchestrator.edges.identity import foreign_holder, units_phrase
 from orchestrator.edges.registrations import router_strangers
-from orchestrator.errors import ConnectError, OrchError, PreflightError
+from orchestrator.errors import CommandFailed, ConnectError, OrchError, PreflightError
 
 
 def preflight(
@@ -69,6 +69,8 @@ def preflight_testbeds(
                     warnings += [where + w for w in _check_one(deployment, handle, plan, http, redactor)]
                 except (ConnectError, PreflightError) as exc:  # the line to fix: its address, key, env file, units
                     problems.append(f"{host_where(handle.host, inventory, exc.about)}{exc}")
+                except CommandFailed as exc:  # its own reason on the line: the exception's detail is not shown
+                    problems.append(f"{where}{exc}" + (f": {exc.reason}" if exc.reason else ""))
                 except OrchError as exc:
                     problems.append(f"{where}{exc}")
     finally:

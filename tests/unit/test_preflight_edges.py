@@ -151,3 +151,20 @@ def test_a_health_url_whose_name_does_not_resolve_is_refused(monkeypatch: pytest
         "decode (decode.fake:22): cannot resolve 'decode-typo.fake' in http://decode-typo.fake:30000/health "
         "(preflight: nothing was changed)"
     )
+
+
+def test_a_command_that_fails_is_said_with_its_own_reason() -> None:
+    """A command preflight runs that fails (on a real host: `systemctl show` as a login without the
+    system bus, "Failed to connect to bus") was said as "command failed with exit code 1: ..." and
+    nothing more: the reason was in the exception, never on the line (preflight joins its
+    problems as lines). Its stderr's last line is said now, the login's noise before it not."""
+    bed = make_bed({"decode": Role("D=1\n")})
+    noise = "Could not chdir to home directory /home/u\n"
+    bed.transports["decode"].script(
+        ("true",), Reply(1, "", noise + "Failed to connect to bus: No such file or directory\n")
+    )
+    said = _refusal(bed.deployment, bed)
+    assert (
+        "command failed with exit code 1: true: Failed to connect to bus: No such file or directory (preflight" in said
+    )
+    assert "chdir" not in said
