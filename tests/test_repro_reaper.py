@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fakes import FakeUnit, Role, flag, make_bed, make_plan, runner_for
 from helpers.procs import pid_running
 
 from orchestrator.core.records import ReproOutcome
@@ -176,6 +177,34 @@ def test_a_repro_whose_reaper_is_killed_dies_with_it(tmp_path: Path, files: tupl
     )
     assert outcome.exit_code == -signal.SIGKILL and outcome.duration_s < 30
     assert _gone(_pids(reaper)[0])
+
+
+@pytest.mark.process
+def test_the_trial_whose_repro_left_an_unmarked_daemon_is_void_and_names_it(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """Trial 0's repro leaves an env -i daemon: that trial fails (LeftBehind), its record names the
+    daemon, which is gone before trial 1 starts; trial 1 completes with its metric as before."""
+    pids, reaper = files
+    bed = make_bed({"decode": Role("D=0\n", [FakeUnit("decode-server", active=True)])})
+    script = tmp_path / "repro.sh"
+    script.write_text(
+        f'if [ "$1" = 0 ]; then {_repro("double fork", pids, reaper, then="echo events=3/10")}\n'
+        f"else for p in $(cat {pids}); do [ -e /proc/$p ] && echo alive $p; done; echo events=3/10; fi\n"
+    )
+    events = {"kind": "proportion", "regex": r"events=(?P<k>\d+)/(?P<n>\d+)"}
+    repro = {"command": f"sh {script} {{trial}}", "timeout": 30, "metrics": {"events": events}}
+    plan = make_plan(bed, {"d": flag("decode", "D")}, repro=repro, stop_after_repeated_failures=0)
+    result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
+    first, second = sorted(result.records, key=lambda r: r.trial)
+    (daemon,) = _pids(pids)
+    assert _gone(daemon)
+    assert first.status == "failed" and first.failure is not None and first.failure.error == "LeftBehind"
+    assert f"left 1 process running: pid {daemon} (/bin/sleep 300)" in first.failure.message
+    assert first.repro is not None and first.repro.left_behind == [f"pid {daemon} (/bin/sleep 300)"]
+    assert second.status == "completed" and second.repro is not None and second.repro.left_behind == []
+    assert "alive" not in second.repro.stdout_tail  # trial 1 started after the daemon was gone
+    assert second.metrics["events"].k == 3 and second.metrics["events"].n == 10
 
 
 KILLED_ORCH = textwrap.dedent(
