@@ -136,8 +136,8 @@ def main(argv: list[str]) -> None:
     if shell == 0:
         _exec_shell(command, env, prctl, os.getppid())
     _send(ctl, b"START %d %d %d\n" % (shell, subreaper, started))
-    _serve(ctl, wake, shell)
-    _finish(shell, wake)
+    reaped = _serve(ctl, wake, shell)
+    _finish(None if reaped else shell, wake)
     os._exit(0)
 
 
@@ -219,20 +219,24 @@ def _send(ctl: int, line: bytes) -> bool:
     return True
 
 
-def _serve(ctl: int, wake: int, shell: int) -> None:
-    """Reap children as they exit, telling orch the shell's status, until orch's end closes."""
+def _serve(ctl: int, wake: int, shell: int) -> bool:
+    """Reap children as they exit, telling orch the shell's status, until orch's end closes.
+    Returns whether the shell was reaped."""
     poller = select.poll()
     poller.register(ctl, select.POLLIN)
     poller.register(wake, select.POLLIN)
+    reaped = False
     while True:
         for fd, _ in poller.poll():
             if fd == wake:
                 _drain(wake)
                 status = _reap().get(shell)
-                if status is not None and not _send(ctl, b"EXIT %d\n" % status):
-                    return
+                if status is not None:
+                    reaped = True
+                    if not _send(ctl, b"EXIT %d\n" % status):
+                        return reaped
             elif not os.read(ctl, 4096):
-                return
+                return reaped
 
 
 def _drain(fd: int) -> None:
@@ -256,14 +260,16 @@ def _reap() -> dict[int, int]:
         reaped[pid] = status
 
 
-def _finish(shell: int, wake: int) -> None:
-    """orch's end closed: SIGKILL the repro's group and every descendant left (orch stopped them
-    already, unless it died), reaping them, for up to FINISH_S; what may not be killed (another
-    user's) is left to init."""
-    try:
-        os.killpg(shell, _signal.SIGKILL)
-    except OSError:
-        pass
+def _finish(shell: int | None, wake: int) -> None:
+    """orch's end closed: SIGKILL the repro's group (while its shell runs: once reaped, its pid
+    may name another group; what was left in it is under the reaper), and every descendant left
+    (orch stopped them already, unless it died), reaping them, for up to FINISH_S; what may not be
+    killed (another user's) is left to init."""
+    if shell is not None:
+        try:
+            os.killpg(shell, _signal.SIGKILL)
+        except OSError:
+            pass
     deadline = time.monotonic() + FINISH_S
     me = os.getpid()
     while True:
