@@ -17,9 +17,9 @@ subreaper that adopts whatever the repro orphans, so what clears its environment
 as a descendant of that reaper (Either: found by either way, stopped the same way).
 
 Why not the alternatives (evaluated):
-- prctl(PR_SET_CHILD_SUBREAPER) on orch itself: orphans then become orch's children, with nothing left to
-  say which repro (of several running at once), unit or helper command they came from, and orch
-  must reap every one of them, which it cannot do safely: waitpid(-1) takes the exit status a
+- prctl(PR_SET_CHILD_SUBREAPER) on orch itself: orphans then become orch's children, with nothing
+  left to say which repro (of several running at once), unit or helper command they came from, and
+  orch must reap every one of them, which it cannot do safely: waitpid(-1) takes the exit status a
   subprocess.Popen of another thread is waiting for (Popen then reads 0), and an unreaped orphan
   stays a zombie that a liveness check still counts. The local units would be adopted too. On a
   process of its own per repro (edges.reaper) none of that holds: it reaps with waitpid(-1) as it
@@ -31,7 +31,8 @@ Why not the alternatives (evaluated):
 Cost: only processes newer than the repro can carry its mark, and Linux hands out pids in
 increasing order until the counter wraps, so only the /proc entries the counter passed since the
 repro started are read (all of them when it may have gone round once more). A repro that left
-nothing costs one directory listing and three small /proc reads.
+nothing costs one directory listing and three small /proc reads; its reaper, one interpreter start
+per trial (bench/bench_reaper.py) and one read of the reaper's children.
 
 Limits: a process that clears or replaces its environment (``env -i``, sudo's env_reset, a
 setproctitle that overwrites it) carries no mark, and one whose environ orch may not read (another
