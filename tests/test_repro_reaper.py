@@ -244,3 +244,23 @@ def test_a_controller_killed_9_leaves_neither_the_unmarked_daemon_nor_the_reaper
         if orch.poll() is None:
             orch.kill()
             orch.wait()
+
+
+@pytest.mark.process
+def test_the_shell_leads_its_own_group_once_the_reaper_says_it_started(tmp_path: Path) -> None:
+    """A group kill right after the start (on_spawn failing, an interrupt) must reach the shell:
+    START came before the forked child's setsid(), so killpg found no group, the kill counted as
+    done, and the repro ran on to its end (tests/test_repro_spawn.py caught it under load)."""
+    from orchestrator.edges import reaper
+
+    with open(tmp_path / "out", "wb") as out:
+        for _ in range(30):
+            repro = reaper.start("exec sleep 5", tmp_path, dict(os.environ), out, out)
+            try:
+                assert os.getpgid(repro.pid) == repro.pid
+                with open(f"/proc/{repro.pid}/cmdline", "rb") as f:
+                    assert f.read().split(b"\0")[0] in (b"/bin/sh", b"sleep")  # exec'd: no Python left in it
+            finally:
+                os.killpg(repro.pid, signal.SIGKILL)
+                repro.wait()
+                repro.close()

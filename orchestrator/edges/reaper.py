@@ -49,7 +49,6 @@ _BOOT = "import sys; sys.path[0:0] = sys.argv[1:2]; import reaper_process; reape
 START_TIMEOUT_S = 30.0  # the reaper's interpreter start on a loaded machine: tens of ms, rarely more
 EXIT_TIMEOUT_S = reaper_process.FINISH_S + 5.0  # the reaper's last round, once orch's end closed
 MAX_LINE = 128  # a line from the reaper: `START PID 0|1 NS` or `EXIT STATUS`
-MAX_DEPTH = 4096  # ancestors looked at to tell a descendant of the reaper
 
 
 class Reaped:
@@ -87,16 +86,7 @@ class Reaped:
     def carries(self, pid: int) -> bool:
         """Is `pid` a live process under the reaper (asked once its pidfd is open: a pid reused by
         another process is no descendant)?"""
-        got = reaper_process.parent_and_state(pid)
-        if got is None or got[1] in (b"Z", b"X"):
-            return False
-        for _ in range(MAX_DEPTH):
-            if got is None or got[0] <= 1:
-                return False
-            if got[0] == self.reaper.pid:
-                return True
-            got = reaper_process.parent_and_state(got[0])
-        return False
+        return reaper_process.under(pid, self.reaper.pid)
 
     def close(self) -> None:
         """orch's end closed: the reaper kills what is left of the repro (nothing, once its

@@ -37,13 +37,14 @@ if TYPE_CHECKING:
 else:
     import _signal
 
-__all__ = ["decode", "descendants", "encode", "parent_and_state"]
+__all__ = ["decode", "descendants", "encode", "parent_and_state", "under"]
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PR_SET_CHILD_SUBREAPER = 36
 SHELL = "/bin/sh"
 FINISH_S = 5.0  # how long the reaper goes on SIGKILLing what is left once orch is gone
 MAX_SPEC_BYTES = 64 << 20  # the command and environment (execve takes far less)
+MAX_DEPTH = 4096  # ancestors looked at to tell a descendant
 _POLL_MS = 10
 _STATE_ZOMBIE = (b"Z", b"X")
 
@@ -119,6 +120,21 @@ def descendants(
     return found
 
 
+def under(pid: int, ancestor: int) -> bool:
+    """Is `pid` a live (not zombie) descendant of `ancestor`? Asked once its pidfd is open: a pid
+    reused by another process since it was found leads to init, not to `ancestor`."""
+    got = parent_and_state(pid)
+    if got is None or got[1] in _STATE_ZOMBIE:
+        return False
+    for _ in range(MAX_DEPTH):
+        if got is None or got[0] <= 1:
+            return False
+        if got[0] == ancestor:
+            return True
+        got = parent_and_state(got[0])
+    return False
+
+
 # ---------------------------------------------------------------- the reaper (EDGE)
 
 
@@ -132,10 +148,14 @@ def main(argv: list[str]) -> None:
         os._exit(0)
     command, env = decode(spec)
     wake = _wake_on_sigchld()
+    execed, exec_done = os.pipe()  # both close-on-exec: EOF once the shell runs (or its child died)
     started = time.monotonic_ns()
     shell = os.fork()
     if shell == 0:
         _exec_shell(command, env, prctl, os.getppid())
+    os.close(exec_done)
+    os.read(execed, 1)  # START only then: a group kill before the child's setsid() found no group
+    os.close(execed)
     _send(ctl, b"START %d %d %d\n" % (shell, subreaper, started))
     reaped = _serve(ctl, wake, shell)
     _finish(None if reaped else shell, wake)
@@ -275,18 +295,28 @@ def _finish(shell: int | None, wake: int) -> None:
     me = os.getpid()
     while True:
         _reap()
-        killed = [pid for pid in descendants(me) if _kill(pid)]
+        killed = [pid for pid in descendants(me) if _kill(pid, me)]
         if not killed or time.monotonic() >= deadline:
             return
         select.select([wake], [], [], _POLL_MS / 1000)
         _drain(wake)
 
 
-def _kill(pid: int) -> bool:
+def _kill(pid: int, me: int) -> bool:
+    """SIGKILL `pid` through a pidfd, if it is still under the reaper once that is open (False:
+    nothing sent)."""
     try:
-        os.kill(pid, _signal.SIGKILL)
+        fd = os.pidfd_open(pid)
     except OSError:
         return False
+    try:
+        if not under(pid, me):
+            return False
+        _signal.pidfd_send_signal(fd, _signal.SIGKILL)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
     return True
 
 

@@ -151,6 +151,13 @@ def test_a_process_is_the_reapers_when_its_parents_lead_to_it(
     assert [pid for pid in (20, 21, 30, 31, 32, 99) if repro.carries(pid)] == [20, 21]
 
 
+def test_the_reaper_never_kills_a_process_that_is_not_under_it() -> None:
+    """Its last round SIGKILLs through a pidfd, after asking again: here the test process itself,
+    found under a pretend reaper (a pid reused since the walk), is left alone."""
+    assert reaper_process._kill(os.getpid(), REAPER_PID) is False
+    assert reaper_process._kill(2**22 + 1, REAPER_PID) is False  # no such process
+
+
 def test_leftovers_found_either_way_are_found_once_and_ours_if_either_says_so() -> None:
     class Way:
         def __init__(self, pids: list[int]) -> None:
