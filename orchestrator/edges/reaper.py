@@ -11,7 +11,8 @@ environment; a parallel sweep's repros each have their own reaper, so they are t
 
 How orch and the reaper talk: one socket pair. orch sends the command and the environment
 (never the reaper's own: Python coerces the C locale into its environment); the reaper answers
-with the shell's pid and start time, later with its exit status; orch closes its end once the
+with the shell's pid and start time once the shell runs (it exec'd: its group exists, so a kill
+right after the start reaches it), later with its exit status; orch closes its end once the
 trial's leftovers are stopped, and the reaper then kills what is left, reaps it and exits. orch
 reads the reaper's descendants from /proc/PID/task/TID/children (its process stays orch's child,
 unreaped, until it exited: its pid cannot be reused meanwhile). A controller killed -9 closes its

@@ -8,8 +8,9 @@ setsid daemon &``, a double fork) becomes its child instead of init's: orch find
 reaper's descendants (/proc/PID/task/TID/children), marked or not, and stops them
 (edges.reaper.Reaped). It reaps whatever of its children exits, so none stays a zombie, and tells
 orch on FD:
-  ``START PID SUBREAPER MONOTONIC_NS\\n``  the shell's pid (also its process group), 1 if the prctl
-                                          took, and when it was forked (CLOCK_MONOTONIC, as orch's)
+  ``START PID SUBREAPER MONOTONIC_NS\\n``  once the shell exec'd: its pid (also its process group),
+                                          1 if the prctl took, and when it was forked
+                                          (CLOCK_MONOTONIC, as orch's)
   ``EXIT WAITSTATUS\\n``                  the shell's raw wait status, once it exited
 orch says nothing more: when FD reaches its end (orch closed it once the trial's leftovers were
 stopped, or orch died, kill -9 included) the reaper SIGKILLs whatever of the repro is left (its
