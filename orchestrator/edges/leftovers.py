@@ -12,13 +12,18 @@ carrying that mark is one it started (Jenkins' ProcessTreeKiller finds a build's
 same kind of cookie). Each repro has its own mark: the repros of a parallel sweep, the local
 simulator's units and orch's other children (which carry none) are told apart exactly. Processes
 are signalled through pidfds opened after the mark was read, so a pid reused meanwhile is never hit.
+A local repro is found a second way too: it runs under a reaper of its own (edges.reaper), a child
+subreaper that adopts whatever the repro orphans, so what clears its environment is still found,
+as a descendant of that reaper (Either: found by either way, stopped the same way).
 
 Why not the alternatives (evaluated):
-- prctl(PR_SET_CHILD_SUBREAPER) on orch: orphans then become orch's children, with nothing left to
-  say which repro (of several running at once), unit or helper command they came from, and orch
-  must reap every one of them, which it cannot do safely: waitpid(-1) takes the exit status a
+- prctl(PR_SET_CHILD_SUBREAPER) on orch itself: orphans then become orch's children, with nothing
+  left to say which repro (of several running at once), unit or helper command they came from, and
+  orch must reap every one of them, which it cannot do safely: waitpid(-1) takes the exit status a
   subprocess.Popen of another thread is waiting for (Popen then reads 0), and an unreaped orphan
-  stays a zombie that a liveness check still counts. The local units would be adopted too.
+  stays a zombie that a liveness check still counts. The local units would be adopted too. On a
+  process of its own per repro (edges.reaper) none of that holds: it reaps with waitpid(-1) as it
+  has nothing else to wait for, and adopts that repro's orphans only. That is the second way above.
 - A cgroup v2 group per repro (cgroup.kill): exact, but orch may rarely create one: an ssh login's
   cgroup belongs to root, and hybrid hosts (cgroup v1 controllers, an empty v2 tree) exist; a
   second mechanism used on some controllers only would be the less tested path.
@@ -26,12 +31,17 @@ Why not the alternatives (evaluated):
 Cost: only processes newer than the repro can carry its mark, and Linux hands out pids in
 increasing order until the counter wraps, so only the /proc entries the counter passed since the
 repro started are read (all of them when it may have gone round once more). A repro that left
-nothing costs one directory listing and three small /proc reads.
+nothing costs one directory listing and three small /proc reads; its reaper, one interpreter start
+per trial (bench/bench_reaper.py) and one read of the reaper's children.
 
-Limits: a process that clears or replaces its environment (``env -i``, sudo's env_reset,
-systemd-run, a setproctitle that overwrites it) carries no mark, and one whose environ orch may not
-read (another user's) cannot be seen: those still outlive the repro unless they stay in its
-process group (edges.workload kills that group too).
+Limits: a process that clears or replaces its environment (``env -i``, sudo's env_reset, a
+setproctitle that overwrites it) carries no mark, and one whose environ orch may not read (another
+user's) cannot be seen by it. On the controller the repro's reaper still finds those (also another
+user's, though orch may not stop those), unless they were never in its tree (a process another
+service starts on its behalf: systemd-run, docker run, at) or the reaper was killed by someone
+else (its shell dies with it, its orphans go to init). A repro on a host (``repro.on``: run over
+SSH, edges.remote_leftovers) has no reaper: there only its mark and its process group find what it
+started, so an unmarked daemon there still outlives it.
 """
 
 from __future__ import annotations
@@ -43,11 +53,14 @@ import select
 import signal
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from orchestrator.core import words
 
 __all__ = [
     "MARK_VAR",
+    "Either",
+    "Finder",
     "Marked",
     "counted",
     "describe",
@@ -67,6 +80,27 @@ CMDLINE_BYTES = 4 * MAX_SHOWN_CHARS  # read of a leftover's /proc/PID/cmdline (U
 KILL_ROUNDS = 3  # KILL, look again (what was forked meanwhile), KILL again
 _RESERVED_PIDS = 300  # Linux never hands out a pid below this once it wrapped
 _POLL_S = 0.01
+
+
+class Finder(Protocol):
+    """A way to find what a repro started: its mark (Marked), its reaper (edges.reaper.Reaped)."""
+
+    def find(self) -> list[int]: ...
+
+    def carries(self, pid: int) -> bool: ...
+
+
+class Either:
+    """Several ways of finding a repro's processes as one: found by any, ours if any says so."""
+
+    def __init__(self, *ways: Finder) -> None:
+        self.ways = ways
+
+    def find(self) -> list[int]:
+        return sorted({pid for way in self.ways for pid in way.find()})
+
+    def carries(self, pid: int) -> bool:
+        return any(way.carries(pid) for way in self.ways)
 
 
 class Marked:

@@ -3,10 +3,12 @@
 Why this shape:
 - The repro is a user's script (e.g. ``python repro_agent.py --sessions 40 ...``) that may spawn
   children (a client pool, a helper server). It runs in its own session so that a timeout or a
-  Ctrl-C can kill the whole process group, and with a mark in its environment that its children
-  keep even when they leave that group (setsid, a double fork: edges.leftovers). Whatever it
-  started that is still running once it exited is stopped and reported (ReproOutcome.left_behind):
-  nothing it started outlives the trial and skews the next one, and the caller voids the trial.
+  Ctrl-C can kill the whole process group, with a mark in its environment that its children
+  keep even when they leave that group (setsid, a double fork: edges.leftovers), and under a
+  reaper of its own that adopts what it orphans even when they clear that environment (env -i:
+  edges.reaper). Whatever it started that is still running once it exited is stopped and reported
+  (ReproOutcome.left_behind): nothing it started outlives the trial and skews the next one, and
+  the caller voids the trial.
 - Output goes straight to files (the OS does the copying), so a chatty repro costs no memory;
   only a bounded tail is read back for the journal.
 - Metrics are named-group regexes (Ramble's idea). The LAST match wins because a repro prints
@@ -20,19 +22,17 @@ Why this shape:
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import re
 import select
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO, NoReturn
+from typing import BinaryIO, NoReturn, Protocol
 
 import regex
 
@@ -40,9 +40,10 @@ from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.model import MetricSpec, ValidRule
 from orchestrator.core.records import MetricValue, ReproOutcome
-from orchestrator.edges import leftovers
+from orchestrator.edges import leftovers, reaper
 from orchestrator.edges.interrupts import uninterrupted
 from orchestrator.edges.leftovers import Marked
+from orchestrator.edges.reaper import Reaped
 from orchestrator.edges.transport import STOP_POLL_S  # a repro's wait looks at its stop Event as a command's does
 from orchestrator.errors import ConfigError, Interrupted, OrchError, WorkloadError
 
@@ -308,6 +309,17 @@ def _void(rule: ValidRule, seen: str) -> NoReturn:
 # ---------------------------------------------------------------- running (EDGE)
 
 
+class Running(Protocol):
+    """What the waits and the group kill use of a running repro (edges.reaper.Reaped)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
 def run_command(
     argv_or_shell: str,
     *,
@@ -324,14 +336,16 @@ def run_command(
 ) -> ReproOutcome:
     """Run a shell command time-bound, output streamed to files; return what it did.
 
-    Runs ``/bin/sh -c`` in a new session (its own process group). ``env`` is the full
-    environment (like subprocess; None inherits ours), plus the run's mark (edges.leftovers). On
-    timeout the whole group gets SIGTERM, then SIGKILL after KILL_GRACE_S, and exit_code is None;
-    a process killed by a signal otherwise has exit_code -SIGNUM. Processes the command started
-    that still run when it ended (in its group, or anywhere carrying its mark: daemonised ones)
-    get SETTLE_S to exit, then are killed the same way and named in the outcome's
-    ``left_behind``. Ctrl-C (KeyboardInterrupt) kills the group before re-raising. Paths in the
-    outcome are relative to ``run_dir`` when given. Does not judge the exit code: the caller does.
+    Runs ``/bin/sh -c`` in a new session (its own process group), under a reaper of its own
+    (edges.reaper). ``env`` is the full environment (like subprocess; None inherits ours), plus the
+    run's mark (edges.leftovers). On timeout the whole group gets SIGTERM, then SIGKILL after
+    KILL_GRACE_S, and exit_code is None; a process killed by a signal otherwise has exit_code
+    -SIGNUM. The duration runs from the shell's start to orch learning its exit. Processes the
+    command started that still run when it ended (in its group, anywhere carrying its mark, or
+    under its reaper: daemonised ones) get SETTLE_S to exit, then are killed the same way and
+    named in the outcome's ``left_behind``; the reaper is gone when this returns. Ctrl-C
+    (KeyboardInterrupt) kills the group before re-raising. Paths in the outcome are relative to
+    ``run_dir`` when given. Does not judge the exit code: the caller does.
     ``on_spawn`` is called once the process exists (the runner starts the checks that run beside
     the repro there, so their threads do not compete with the spawn); if it raises, the group is
     killed and its error propagates. ``stop`` set (the runner's Ctrl-C/SIGTERM Event) kills the
@@ -343,25 +357,27 @@ def run_command(
     failing) left running, once stopped, before the exception goes on: the caller names them (the
     outcome that names them otherwise is never returned then).
     """
-    started = time.monotonic()
     mark = leftovers.new_mark()
     with _open_output(stdout_path) as out, _open_output(stderr_path) as err:
-        proc: subprocess.Popen[bytes] | None = None
-        marked: Marked | None = None
+        proc: Reaped | None = None
+        found: leftovers.Finder | None = None
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
                 proc = _spawn(argv_or_shell, cwd, leftovers.marked_env(env, mark), out, err)
-                marked = Marked(mark, proc.pid)
+                found = leftovers.Either(Marked(mark, proc.pid), proc)
                 _record_group(pid_path, proc.pid, mark)
             if on_spawn is not None:
                 on_spawn()
             exit_code = _wait_or_kill(proc, timeout_s, stop, lambda: _check_output_size(out, err))
-            duration_s = time.monotonic() - started
-            left = _stop_leftovers(proc.pid, marked)
+            duration_s = time.monotonic() - proc.started
+            left = _stop_leftovers(proc.pid, found)
         except BaseException:
             if proc is not None:
-                _stop_on_error(proc, marked, pid_path, on_left)
+                _stop_on_error(proc, found, pid_path, on_left)
             raise
+        finally:
+            if proc is not None:
+                proc.close()
         _forget_group(pid_path, proc.pid)
     return _outcome(argv_or_shell, exit_code, duration_s, (stdout_path, stderr_path), run_dir, left)
 
@@ -388,16 +404,16 @@ def _outcome(
 
 
 def _stop_on_error(
-    proc: subprocess.Popen[bytes],
-    marked: Marked | None,
+    proc: Running,
+    found: leftovers.Finder | None,
     pid_path: Path | None,
     on_left: Callable[[list[str]], None] | None,
 ) -> None:
     """A command ended by an exception: its group killed, what it left running stopped at once
     and named to `on_left` (the outcome that would name them is never returned), its pid file gone."""
     _kill_group(proc)
-    if marked is not None:
-        left = _stop_leftovers(proc.pid, marked, settle_s=0.0)
+    if found is not None:
+        left = _stop_leftovers(proc.pid, found, settle_s=0.0)
         if left and on_left is not None:
             on_left(left)
     _forget_group(pid_path, proc.pid)
@@ -414,24 +430,9 @@ def _open_output(path: Path) -> BinaryIO:
         raise WorkloadError(f"{path}: cannot write repro output: {exc.strerror} (check the run directory)") from exc
 
 
-def _spawn(
-    command: str, cwd: Path, env: Mapping[str, str] | None, out: BinaryIO, err: BinaryIO
-) -> subprocess.Popen[bytes]:
-    try:
-        return subprocess.Popen(
-            ["/bin/sh", "-c", command],
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,  # own session and process group: killable as a whole
-            preexec_fn=_die_with_spawner(),
-        )
-    except OSError as exc:
-        raise WorkloadError(
-            f"repro: cannot start {command!r} in {cwd}: {exc.strerror} (check repro.command and its directory)"
-        ) from exc
+def _spawn(command: str, cwd: Path, env: Mapping[str, str] | None, out: BinaryIO, err: BinaryIO) -> Reaped:
+    """``/bin/sh -c command`` under a reaper of its own (edges.reaper), in its own session."""
+    return reaper.start(command, cwd, os.environ if env is None else env, out, err)
 
 
 def _check_output_size(*files: BinaryIO) -> None:
@@ -448,7 +449,7 @@ def _check_output_size(*files: BinaryIO) -> None:
 
 
 def _wait_or_kill(
-    proc: subprocess.Popen[bytes],
+    proc: Running,
     timeout_s: float,
     stop: threading.Event | None = None,
     watch: Callable[[], None] | None = None,
@@ -462,7 +463,7 @@ def _wait_or_kill(
 
 
 def _wait_exit(
-    proc: subprocess.Popen[bytes],
+    proc: Running,
     timeout_s: float,
     stop: threading.Event | None = None,
     watch: Callable[[], None] | None = None,
@@ -471,20 +472,21 @@ def _wait_exit(
     is set (looked at every STOP_POLL_S; the caller kills the group).
 
     Why not proc.wait(timeout=...): with a timeout, CPython polls waitpid with sleeps growing to
-    50 ms, so orch noticed a finished repro up to 50 ms late, every trial. A pidfd (Linux >= 5.3)
-    becomes readable the moment the process exits, and poll() sleeps until then (in chunks, so
-    the stop Event is seen; the exit still wakes it at once)."""
+    50 ms, so orch noticed a finished repro up to 50 ms late, every trial. A pidfd (Linux >= 5.3),
+    or a repro's reaper's socket (its exit status is written there the moment the reaper reaped
+    it), becomes readable then, and poll() sleeps until then (in chunks, so the stop Event is
+    seen; the exit still wakes it at once)."""
     deadline = time.monotonic() + timeout_s
     chunk = _POLL_CHUNK_S if stop is None else STOP_POLL_S
     if watch is not None:
         chunk = min(chunk, OUTPUT_CHECK_S)
     try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # an old kernel: fall back to CPython's polling wait
+        exit_fd = _exit_fd(proc)
+    except (AttributeError, OSError):  # an old kernel (no pidfd): fall back to a polling wait
         return _wait_polling(proc, deadline, chunk, stop, watch)
     try:
         waiter = select.poll()
-        waiter.register(pidfd, select.POLLIN)
+        waiter.register(exit_fd, select.POLLIN)
         while True:
             _raise_if_stopped(stop)
             if watch is not None:
@@ -495,11 +497,19 @@ def _wait_exit(
             if waiter.poll(min(remaining, chunk) * 1000):
                 return True
     finally:
-        os.close(pidfd)
+        os.close(exit_fd)
+
+
+def _exit_fd(proc: Running) -> int:
+    """A new file descriptor that becomes readable once `proc` exited: a repro's, from its reaper
+    (edges.reaper.Reaped.exit_fd); a child's of orch (a Popen), its pidfd."""
+    if isinstance(proc, Reaped):
+        return proc.exit_fd()
+    return os.pidfd_open(proc.pid)
 
 
 def _wait_polling(
-    proc: subprocess.Popen[bytes],
+    proc: Running,
     deadline: float,
     chunk: float,
     stop: threading.Event | None,
@@ -525,28 +535,29 @@ def _raise_if_stopped(stop: threading.Event | None) -> None:
         raise Interrupted("stopping: interrupted by the user or a signal")
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """Stop the command and everything in its process group, and reap the leader."""
+def _kill_group(proc: Running) -> None:
+    """Stop the command and everything in its process group, and learn the leader's exit."""
     _terminate_group(proc.pid, proc.poll)
     proc.wait()
 
 
-def _stop_leftovers(pgid: int, marked: Marked, settle_s: float = SETTLE_S) -> list[str]:
+def _stop_leftovers(pgid: int, found: leftovers.Finder, settle_s: float = SETTLE_S) -> list[str]:
     """What the repro left running once it ended (exited, or its group was killed): processes
-    still in its process group, and processes anywhere that carry its mark (daemonised: setsid, a
-    double fork), given `settle_s` to exit by themselves. Each is described, then stopped (SIGTERM,
-    SIGKILL after KILL_GRACE_S), so the next trial starts on a quiet deployment. Returns the
-    descriptions: [] for a repro that left nothing (the usual case: an empty group and one look at
-    the /proc entries newer than the repro)."""
+    still in its process group, and those `found` finds (what carries its mark anywhere, what its
+    reaper adopted: daemonised by setsid, a double fork, env -i), given `settle_s` to exit by
+    themselves. Each is described, then stopped (SIGTERM, SIGKILL after KILL_GRACE_S), so the
+    next trial starts on a quiet deployment. Returns the descriptions: [] for a repro that left
+    nothing (the usual case: an empty group, one look at the /proc entries newer than the repro
+    and one read of its reaper's children)."""
 
     def find() -> list[int]:
-        return sorted({*_group_members(pgid), *marked.find()})
+        return sorted({*_group_members(pgid), *found.find()})
 
     left = leftovers.settle(find, settle_s)
     if not left:
         return []
     shown = [leftovers.describe(pid) for pid in left]
-    survivors = leftovers.stop(left, find, lambda pid: marked.carries(pid) or _in_group(pid, pgid), KILL_GRACE_S)
+    survivors = leftovers.stop(left, find, lambda pid: found.carries(pid) or _in_group(pid, pgid), KILL_GRACE_S)
     if survivors:  # another user's (a setuid child): orch may not signal it
         shown.append(leftovers.survivors_shown(survivors))
     return shown
@@ -638,39 +649,9 @@ def _recorded(path: Path, run_dir: Path | None) -> str:
 # beside it, and it would keep loading the deployment. Its group is recorded in the trial folder
 # while it may be alive (``PGID START_TICKS MARK``, as LocalServiceManager records its units), so
 # resume and restore can stop it, and only it: the start time proves the pid was not reused. The
-# mark (edges.leftovers) finds what it daemonised out of that group.
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _die_with_spawner() -> Callable[[], None] | None:
-    """A preexec_fn that makes the repro's shell get SIGKILL when the thread that spawned it dies
-    (Linux PR_SET_PDEATHSIG; None elsewhere). Best-effort only: it reaches the shell, not the
-    shell's own children (the repro.pid record is what stops those), and it fires on the death of
-    the spawning *thread*, which here is the runner's thread (or the main thread): it outlives
-    every repro it spawns (run_command returns only once the group is gone), so no repro is
-    killed by a thread ending normally."""
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    spawner = os.getpid()
-
-    def preexec() -> None:  # in the child, between fork and exec: no allocation, no lock
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != spawner:  # the controller died before the prctl: nobody would time it out
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
-def _prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return fn
+# mark (edges.leftovers) finds what it daemonised out of that group. Its reaper (edges.reaper)
+# already stops it and all it started once the controller's end of their socket closes; the record
+# is for what that missed (the reaper killed too, a repro of an orch before the reaper).
 
 
 def _record_group(path: Path | None, pgid: int, mark: str) -> None:

@@ -66,17 +66,35 @@ def _setup(tmp_path: Path, first_sleep: float, timeout: float):  # type: ignore[
 
 
 def _kill_when_first_repro_runs(bed, marks, run_id):  # type: ignore[no-untyped-def]
+    """SIGKILL the controller and the reaper its repro runs under (edges.reaper) at once, as a
+    cgroup kill or the OOM killer may: the reaper alone would stop the repro as soon as the
+    controller's end of their socket closed, and these tests are about what the record is for.
+    The reaper is stopped first (SIGSTOP) so that it cannot act between the two kills; its death
+    kills the repro's shell (PR_SET_PDEATHSIG), as the controller's death did before the reaper."""
     proc = spawn_orch(bed, bed.run_args(run_id))
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:
         m = marks / "first"
         if m.exists() and m.read_text().strip():
             time.sleep(0.3)
-            kill_group(proc)
             pid, trial = m.read_text().split()
+            reaper = _reaper_of(int(pid))
+            os.kill(reaper, signal.SIGSTOP)
+            kill_group(proc)
+            os.kill(reaper, signal.SIGKILL)
             return int(trial), int(pid)
         time.sleep(0.02)
     raise AssertionError(output_of(proc))
+
+
+def _reaper_of(pid: int) -> int:
+    """The repro's reaper: the nearest ancestor of `pid` that runs edges.reaper_process."""
+    for _ in range(10):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        pid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if b"reaper_process" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return pid
+    raise AssertionError(f"no reaper above pid {pid}")
 
 
 def group_members(pgid: int) -> list[int]:

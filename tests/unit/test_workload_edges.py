@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.edges import leftovers, workload
+from orchestrator.edges import leftovers, reaper_process, workload
 from orchestrator.edges.workload import MetricSpec, extract_metrics
 from orchestrator.errors import WorkloadError
 
@@ -26,10 +26,21 @@ Seen = dict[str, list[object]]  # "killed": the procs whose group was killed, "l
 
 
 class FakeProc:
-    """What run_command and the waits use of a subprocess.Popen: pid, poll(), wait()."""
+    """What run_command and the waits use of a repro under its reaper (edges.reaper.Reaped): pid,
+    poll(), wait(), when it started, what it left (nothing), close()."""
 
     def __init__(self, pid: int = NEVER_EXITS, code: int | None = None) -> None:
         self.pid, self.code = pid, code
+        self.started, self.closed = 0.0, 0
+
+    def find(self) -> list[int]:
+        return []
+
+    def carries(self, pid: int) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed += 1
 
     def poll(self) -> int | None:
         return self.code
@@ -134,6 +145,7 @@ def test_an_error_after_the_spawn_kills_the_group_and_names_what_it_left(tmp_pat
         _run(tmp_path, on_spawn=_boom, on_left=named.append)
     assert [p.pid for p in spawned["killed"]] == [NEVER_EXITS]  # type: ignore[attr-defined]
     assert named == [["pid 7 (worker)"]]
+    assert [p.closed for p in spawned["killed"]] == [1]  # type: ignore[attr-defined] # its reaper let go
 
 
 def test_an_error_after_the_spawn_that_left_nothing_names_nothing(tmp_path: Path, spawned: Seen) -> None:
@@ -265,7 +277,9 @@ def test_what_outlived_sigkill_is_named_only_when_something_did(monkeypatch: pyt
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_on_linux_the_repro_dies_with_its_spawner() -> None:
-    assert callable(workload._die_with_spawner())  # not called here: it would mark the test process
+    """The spawner is the repro's reaper now (edges.reaper_process sets PR_SET_PDEATHSIG in its
+    shell; tests/test_repro_reaper.py kills a reaper -9)."""
+    assert callable(reaper_process._prctl())  # not called here: it would mark the test process
 
 
 # ---------------------------------------------------------------- a killed controller's record

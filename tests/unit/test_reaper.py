@@ -1,0 +1,264 @@
+"""edges.reaper and edges.reaper_process without a process (the unit tier starts none): the spec
+orch sends, the lines the reaper answers (the test plays the reaper on a socket pair), the walk of
+its descendants on a faked /proc, the leftovers' two ways of finding processes as one.
+tests/test_repro_reaper.py runs the real reaper."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.edges import leftovers, reaper, reaper_process
+from orchestrator.edges.reaper import Reaped
+from orchestrator.errors import WorkloadError
+
+REAPER_PID = 4000
+
+
+class FakeReaper:
+    """What Reaped uses of the reaper's subprocess.Popen: pid, wait(timeout), kill()."""
+
+    def __init__(self, exits: bool = True) -> None:
+        self.pid, self.exits, self.waited, self.killed = REAPER_PID, exits, 0, 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.waited += 1
+        if not self.exits and not self.killed:
+            raise subprocess.TimeoutExpired("reaper", timeout or 0.0)
+        return 0
+
+    def kill(self) -> None:
+        self.killed += 1
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """(orch's end, the reaper's end)."""
+    ours, theirs = socket.socketpair()
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+def _reaped(ours: socket.socket, fake: FakeReaper | None = None) -> Reaped:
+    return Reaped(fake or FakeReaper(), ours, 4001, True, 12.5)  # type: ignore[arg-type]
+
+
+def _readable(fd: int) -> bool:
+    waiter = select.poll()
+    waiter.register(fd, select.POLLIN)
+    try:
+        return bool(waiter.poll(0))
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- the spec orch sends (PURE)
+
+
+def test_the_command_and_environment_reach_the_reaper_byte_for_byte() -> None:
+    env = {"ODD": "a=b c\nd", "EMPTY": "", "ÜNI": "ç"}
+    sent = reaper_process.encode("echo 'x y'\nexit 3", env)
+    head, _, payload = sent.partition(b"\n")
+    assert int(head) == len(payload)
+    command, got = reaper_process.decode(payload)
+    assert command == b"echo 'x y'\nexit 3"
+    assert got == {b"ODD": b"a=b c\nd", b"EMPTY": b"", "ÜNI".encode(): "ç".encode()}
+    assert reaper_process.decode(reaper_process.encode("true", {}).partition(b"\n")[2]) == (b"true", {})
+
+
+def test_a_nul_in_the_command_or_environment_is_refused_as_subprocess_refuses_it() -> None:
+    with pytest.raises(ValueError, match="embedded null byte"):
+        reaper_process.encode("echo \0", {})
+    with pytest.raises(ValueError, match="embedded null byte"):
+        reaper_process.encode("true", {"A": "b\0c"})
+
+
+def test_the_reaper_reads_the_spec_in_pieces_and_nothing_once_orch_is_gone(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    ours, theirs = pair
+    sent = reaper_process.encode("true", {"A": "b" * 200_000})
+    ours.setblocking(False)
+    written = ours.send(sent)  # what fits now; the rest once the reader made room
+    got: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: got.append(reaper_process._read_spec(theirs.fileno())))
+    reader.start()
+    ours.setblocking(True)
+    ours.sendall(sent[written:])
+    reader.join(10)
+    assert got == [sent.partition(b"\n")[2]]
+    ours.close()
+    assert reaper_process._read_spec(theirs.fileno()) is None
+
+
+# ---------------------------------------------------------------- the reaper's descendants on a faked /proc
+
+
+def test_descendants_are_every_live_process_under_the_reaper_parents_first() -> None:
+    tree = {REAPER_PID: [10, 11], 10: [12], 12: [13], 11: [], 13: []}
+    zombie = {11}
+    found = reaper_process.descendants(REAPER_PID, tree.__getitem__, lambda pid: (0, b"Z" if pid in zombie else b"S"))
+    assert sorted(found) == [10, 12, 13]
+    assert found.index(10) < found.index(12) < found.index(13)
+
+
+def test_a_process_gone_meanwhile_or_a_loop_of_reused_pids_ends_the_walk() -> None:
+    tree = {REAPER_PID: [10, 11], 10: [REAPER_PID, 10], 11: [10]}
+    assert reaper_process.descendants(REAPER_PID, tree.__getitem__, lambda pid: None if pid == 11 else (0, b"S")) == [
+        10
+    ]
+
+
+def test_the_reapers_children_are_those_of_all_its_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = {"/proc/7/task/7/children": b"10 11 ", "/proc/7/task/8/children": b"12 "}
+    monkeypatch.setattr(reaper_process.os, "listdir", lambda path: ["7", "8"] if path == "/proc/7/task" else [])
+    monkeypatch.setattr(reaper_process, "open", lambda path, mode="r": _File(files[path]), raising=False)
+    assert reaper_process.children(7) == [10, 11, 12]
+    monkeypatch.setattr(reaper_process.os, "listdir", lambda path: (_ for _ in ()).throw(FileNotFoundError(path)))
+    assert reaper_process.children(7) == []
+
+
+class _File:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __enter__(self) -> _File:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def read(self) -> bytes:
+        return self.data
+
+
+def test_a_process_is_the_reapers_when_its_parents_lead_to_it(
+    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """Asked once its pidfd is open: a reused pid is another process, whose parents lead to init."""
+    stat = {20: (21, b"S"), 21: (REAPER_PID, b"S"), 30: (1, b"S"), 31: (REAPER_PID, b"Z"), 32: (0, b"S")}
+    monkeypatch.setattr(reaper_process, "parent_and_state", stat.get)
+    repro = _reaped(pair[0])
+    assert [pid for pid in (20, 21, 30, 31, 32, 99) if repro.carries(pid)] == [20, 21]
+
+
+def test_the_reaper_never_kills_a_process_that_is_not_under_it() -> None:
+    """Its last round SIGKILLs through a pidfd, after asking again: here the test process itself,
+    found under a pretend reaper (a pid reused since the walk), is left alone."""
+    assert reaper_process._kill(os.getpid(), REAPER_PID) is False
+    assert reaper_process._kill(2**22 + 1, REAPER_PID) is False  # no such process
+
+
+def test_leftovers_found_either_way_are_found_once_and_ours_if_either_says_so() -> None:
+    class Way:
+        def __init__(self, pids: list[int]) -> None:
+            self.pids = pids
+
+        def find(self) -> list[int]:
+            return self.pids
+
+        def carries(self, pid: int) -> bool:
+            return pid in self.pids
+
+    both = leftovers.Either(Way([5, 3]), Way([3, 9]))
+    assert both.find() == [3, 5, 9]
+    assert [both.carries(pid) for pid in (3, 5, 9, 4)] == [True, True, True, False]
+
+
+# ---------------------------------------------------------------- orch's side of the socket
+
+
+def test_the_exit_is_read_from_the_reapers_line_with_popens_meaning(pair: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = pair
+    repro = _reaped(ours)
+    assert repro.poll() is None and not _readable(repro.exit_fd())
+    with pytest.raises(subprocess.TimeoutExpired):
+        repro.wait(timeout=0.01)
+    theirs.sendall(b"EXIT %d\n" % (3 << 8))
+    assert _readable(repro.exit_fd())
+    assert (repro.poll(), repro.wait(), repro.returncode) == (3, 3, 3)
+    killed = _reaped(theirs)
+    ours.sendall(b"EXIT %d\n" % signal.SIGTERM)  # killed by a signal: -SIGNUM, as Popen says
+    assert killed.wait(timeout=5) == -signal.SIGTERM
+
+
+def test_a_reaper_that_died_without_a_word_counts_as_its_shell_killed(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """PR_SET_PDEATHSIG: the shell got SIGKILL when its reaper died."""
+    ours, theirs = pair
+    repro = _reaped(ours)
+    theirs.close()
+    assert repro.wait(timeout=5) == -signal.SIGKILL
+
+
+def test_a_line_is_read_alone_so_the_next_one_still_wakes_the_wait(pair: tuple[socket.socket, socket.socket]) -> None:
+    """A repro that exits at once: START and EXIT arrive together; reading the first must leave the
+    second in the socket, or the wait's poll() would sleep until the timeout."""
+    ours, theirs = pair
+    theirs.sendall(b"START 4001 1 5000000000\nEXIT 0\n")
+    assert reaper._read_line(ours, 5.0) == b"START 4001 1 5000000000\n"
+    assert _readable(os.dup(ours.fileno()))
+    assert reaper._read_line(ours, 5.0) == b"EXIT 0\n"
+    with pytest.raises(TimeoutError):
+        reaper._read_line(ours, 0.01)
+
+
+def test_closing_lets_the_reaper_go_and_waits_for_it_or_kills_it(pair: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = pair
+    fine = FakeReaper()
+    _reaped(ours, fine).close()
+    assert theirs.recv(10) == b""  # the reaper sees orch's end close
+    assert (fine.waited, fine.killed) == (1, 0)
+    stuck, (mine, other) = FakeReaper(exits=False), socket.socketpair()
+    _reaped(mine, stuck).close()
+    other.close()
+    assert (stuck.waited, stuck.killed) == (2, 1)
+
+
+def test_a_reaper_that_answers_nonsense_is_killed_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake, ends = FakeReaper(), []
+
+    def spawn(fd: int, *a: object) -> FakeReaper:
+        theirs = socket.socket(fileno=os.dup(fd))
+        theirs.sendall(b"HELLO\n")
+        ends.append(theirs)
+        return fake
+
+    monkeypatch.setattr(reaper, "_spawn_reaper", spawn)
+    with (
+        open(tmp_path / "o", "wb") as out,
+        pytest.raises(WorkloadError, match=r"its reaper \(pid 4000\) did not start it"),
+    ):
+        reaper.start("true", tmp_path, {}, out, out)
+    assert (fake.killed, fake.waited) == (1, 1)
+    for end in ends:
+        end.close()
+
+
+def test_the_duration_starts_at_the_reapers_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its CLOCK_MONOTONIC stamp, in seconds: the interpreter's start is not the repro's."""
+    ends = []
+
+    def spawn(fd: int, *a: object) -> FakeReaper:
+        theirs = socket.socket(fileno=os.dup(fd))
+        theirs.sendall(b"START 4001 0 12500000000\n")
+        ends.append(theirs)
+        return FakeReaper()
+
+    monkeypatch.setattr(reaper, "_spawn_reaper", spawn)
+    with open(tmp_path / "o", "wb") as out:
+        repro = reaper.start("true", tmp_path, {}, out, out)
+    assert (repro.pid, repro.subreaper, repro.started) == (4001, False, 12.5)
+    assert reaper_process._read_spec(ends[0].fileno()) == reaper_process.encode("true", {}).partition(b"\n")[2]
+    repro.close()
+    ends[0].close()
