@@ -17,6 +17,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from orchestrator.core.clip import clip
+
 WIDTH = 720
 ROW_H = 22
 TOP = 10
@@ -62,8 +64,9 @@ class Axis:
     from_zero: bool = False
 
 
-def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str) -> str:
-    """The chart as an <svg class="chart"> element; "" for no rows."""
+def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str, header: str = "") -> str:
+    """The chart as an <svg class="chart"> element; "" for no rows. A header is a line above the
+    rows, across the chart (what the row labels list, when they are too short to say it)."""
     if not rows:
         return ""
     slug = re.sub(r"[^A-Za-z0-9_-]", "_", key)
@@ -72,7 +75,8 @@ def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str) -> str:
     ticks = nice_ticks(lo, hi)
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
     plot_w = WIDTH - left - RIGHT
-    height = TOP + ROW_H * max(len(rows), 2) + BOTTOM
+    top = TOP + (ROW_H if header else 0)
+    height = top + ROW_H * max(len(rows), 2) + BOTTOM
     bottom = height - BOTTOM
 
     def x(v: float) -> float:
@@ -83,16 +87,18 @@ def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str) -> str:
         f'width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">',
         f'<title id="{slug}-title">{_text(title)}</title>',
     ]
+    if header:
+        parts.append(_label(0, TOP + ROW_H * 0.5 + 4, clip(header, int(WIDTH / CHAR_W) - 2), "start"))
     for t in ticks:
-        parts.append(_line(x(t), TOP, x(t), bottom, GRID, 0.6))
+        parts.append(_line(x(t), top, x(t), bottom, GRID, 0.6))
         parts.append(_label(x(t), bottom + 14, _tick(t), "middle"))
     parts.append(_line(left, bottom, left + plot_w, bottom, TEXT, 0.8))
     parts.append(_label(left + plot_w / 2, height - 8, axis.title, "middle"))
     if axis.ref is not None:
         dash = ' stroke-dasharray="4 3"' if axis.ref_dashed else ""
-        parts.append(_line(x(axis.ref), TOP, x(axis.ref), bottom, axis.ref_color, 0.9, dash))
+        parts.append(_line(x(axis.ref), top, x(axis.ref), bottom, axis.ref_color, 0.9, dash))
     for i, row in enumerate(rows):
-        y = TOP + ROW_H * (i + 0.5)
+        y = top + ROW_H * (i + 0.5)
         parts.append(_label(left - 8, y + 4, row.label, "end"))
         parts.extend(_row(row, y, x))
     parts.append("</svg>")
