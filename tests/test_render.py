@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.report_synth import ALL_OFF, synthetic_run, write_run
+from helpers.report_synth import ALL_OFF, LONG_NAMES, renamed_factors, synthetic_run, write_run
 
-from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.redact import REDACTED
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.report import charts, svgchart
@@ -383,35 +382,12 @@ def test_an_index_of_no_run_says_so_rather_than_count_zero_runs(tmp_path: Path) 
     assert "No run in this folder yet: each orch run writes its report here and adds it to this list." in text
 
 
-LONG_NAMES = {
-    "bf16_index_k": "bf16_index_k_on_prefill_and_decode",
-    "cuda_graph": "cuda_graph_capture_on_decode",
-    "overlap": "multi_stream_overlap_on_decode",
-}
-
-
-def _long_factor_names() -> tuple[RunManifest, list[TrialRecord]]:
-    """The synthetic run with factor names long enough that a cell's "k=v, ..." label is cut."""
-    manifest, records = synthetic_run(replicates=2)
-
-    def named(levels: dict[str, str]) -> dict[str, str]:
-        return {LONG_NAMES[k]: v for k, v in levels.items()}
-
-    def cell(levels: dict[str, str]) -> str:
-        return ",".join(f"{k}={v}" for k, v in named(levels).items())
-
-    plan = [p.model_copy(update={"levels": named(p.levels), "cell": cell(p.levels)}) for p in manifest.plan]
-    records = [r.model_copy(update={"levels": named(r.levels), "cell": cell(r.levels)}) for r in records]
-    update = {"factors": named(manifest.factors), "baseline": named(manifest.baseline), "plan": plan}
-    return manifest.model_copy(update=update), records
-
-
 @pytest.mark.parametrize("chart", [charts.rate_chart, charts.number_chart])
 def test_chart_rows_with_long_cell_names_stay_apart_and_inside_the_chart(chart: Any) -> None:
     """A chart's row labels were the cell's "k=v, ..." cut at 70 characters: with long factor names
     the cut fell on the factors that told the rows apart (eight rows read as four pairs of the same
     label), and the baseline's " (baseline)" pushed its label past the chart's left edge."""
-    manifest, records = _long_factor_names()
+    manifest, records = renamed_factors(*synthetic_run(replicates=2), LONG_NAMES)
     svg = chart(build_report(manifest, records), "corruption" if chart is charts.rate_chart else "wall")
     labels = re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" fill="#24292f">([^<]*)</text>', svg)
     rows = [html.unescape(text) for _, text in labels if text.strip()]
