@@ -9,6 +9,7 @@ report's section links on one unbreakable line, the hunt page without a viewport
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,25 @@ def test_the_page_fits_the_screen(pages: dict[str, str], browser: DevTools, page
     # clientWidth is the screen less a scrollbar; a page without a viewport is laid out 980 px wide on a phone
     assert seen["page"] <= seen["screen"] <= width and seen["wider"] == [], seen
     assert page_problems(browser, session) == []
+
+
+HIDDEN = """JSON.stringify({page: document.documentElement.scrollWidth, cut: Array.prototype.map.call(
+  document.querySelectorAll('.scroll'), function (d) { return [d.firstElementChild.id, d.clientWidth, d.scrollWidth]; }
+).filter(function (x) { return x[2] > x[1] + 1; })})"""
+
+
+@pytest.mark.parametrize("page", ["report", "long names", "index"])
+def test_on_paper_no_column_is_cut_off(pages: dict[str, str], browser: DevTools, page: str) -> None:
+    """Printed (A4's 718 px between margins), a table that scrolls on screen showed only the columns
+    that fit: the report's PDF lost the cell table's p (Holm) and sig. columns. On paper every
+    table shrinks to the page instead."""
+    session = open_page(browser, pages[page])
+    browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 718, "height": 1000, "deviceScaleFactor": 1, "mobile": False},
+        session,
+    )
+    browser.call("Emulation.setEmulatedMedia", {"media": "print"}, session)
+    browser.drain(0.3)
+    seen = json.loads(evaluate(browser, session, HIDDEN))
+    assert seen["cut"] == [] and seen["page"] <= 718, seen
