@@ -458,6 +458,9 @@ def render(report: HuntReport, *, not_restored: Sequence[str] = (), restore_with
         ".fails{color:#b00}.passes{color:#070}.undecided{color:#a60}"
         ".unrestored{color:#b00;font-weight:600;border-left:4px solid #b00;background:#ffebe9;padding:6px 12px}"
         "</style></head><body>",
+        # the runs index links a hunt's run here: the way back, and on to the run's trials and evidence
+        "<p><a href='../index.html'>all runs</a> · <a href='index.html'>this run's report</a> (every trial, its "
+        "logs and the run's provenance)</p>",
         f"<h1>Culprit hunt: {e(m.name)}</h1>",
         _left_changed(not_restored, restore_with),
         f"<p>{e(m.description)}</p>",
