@@ -397,3 +397,26 @@ def test_chart_rows_with_long_cell_names_stay_apart_and_inside_the_chart(chart: 
     assert sum("(baseline)" in r for r in rows) == 1
     # which factor each level belongs to is said once, in the chart
     assert " / ".join(LONG_NAMES.values()) in html.unescape(svg)
+
+
+def test_a_chart_says_which_rows_are_significant_in_text_not_only_in_red() -> None:
+    """The rate and effects charts told significant rows from the rest by colour alone (red vs
+    grey), which a reader who cannot tell them apart, or a grey-scale print, loses: those rows'
+    labels carry a mark, and the chart's note names it."""
+    manifest, records = synthetic_run(replicates=12)
+    report = build_report(manifest, records)
+    for svg, significant in (
+        (
+            charts.rate_chart(report, "corruption"),
+            [c for c in report.cells if c.proportions["corruption"].significant],
+        ),
+        (
+            charts.effects_chart(report, "corruption"),
+            [e for e in report.effects if e.metric == "corruption" and e.finding],
+        ),
+    ):
+        labels = [html.unescape(t) for t in re.findall(r'text-anchor="end" fill="#24292f">([^<]*)</text>', svg)]
+        marked = [label for label in labels if label.endswith(charts.SIGNIFICANT)]
+        assert significant and len(marked) == len(significant), labels
+    page = render_report(report)
+    assert f"red, marked {charts.SIGNIFICANT.strip()}" in page

@@ -19,6 +19,7 @@ HIT = "#d1242f"
 MUTED = "#57606a"
 LABEL_CHARS = 70  # a chart row's label, cut with an ellipsis (core.clip), " (baseline)" included
 BASELINE = " (baseline)"
+SIGNIFICANT = " *"  # a significant row's (a finding's) mark: red alone is lost on some readers and in grey print
 
 
 def rate_chart(report: Report, metric: str) -> str:
@@ -28,8 +29,9 @@ def rate_chart(report: Report, metric: str) -> str:
     rows = []
     for cell, label in zip(cells, labels, strict=True):
         r = cell.proportions[metric].rate
-        color = BASE if cell.is_baseline else HIT if cell.proportions[metric].significant else MUTED
-        label += _caution(cell.proportions[metric].caution)
+        significant = cell.proportions[metric].significant and not cell.is_baseline
+        color = BASE if cell.is_baseline else HIT if significant else MUTED
+        label += _caution(cell.proportions[metric].caution) + SIGNIFICANT * significant
         rows.append(Row(label, color, (r.rate or 0.0) * 100, r.low * 100, r.high * 100))
     base = next((c for c in cells if c.is_baseline), None)
     ref = (base.proportions[metric].rate.rate or 0.0) * 100 if base is not None else None
@@ -42,7 +44,7 @@ def effects_chart(report: Report, metric: str) -> str:
     """Main and conditional effects in rate points with raw intervals; findings (after Holm) in red."""
     rows = [
         Row(
-            _effect_label(e) + _caution(e.caution),
+            _effect_label(e) + _caution(e.caution) + SIGNIFICANT * e.finding,
             HIT if e.finding else MUTED,
             e.estimate * 100,
             e.low * 100,
