@@ -420,3 +420,35 @@ def test_a_chart_says_which_rows_are_significant_in_text_not_only_in_red() -> No
         assert significant and len(marked) == len(significant), labels
     page = render_report(report)
     assert f"red, marked {charts.SIGNIFICANT.strip()}" in page
+
+
+def test_the_report_defines_its_words_for_a_new_reader() -> None:
+    """The page's statistics speak of Wilson and MOVER intervals, Holm, quasi-binomial dispersion,
+    df, rate points, strata, Mann-Whitney, Hodges-Lehmann and whiskers of 1.5 IQR without saying
+    what any of them is: a section defines each, reached from the page's links."""
+    page = render_report(build_report(*synthetic_run(replicates=2)))
+    assert '<a href="#terms">' in page
+    terms = page[page.index('<section id="terms">') :]
+    terms = terms[: terms.index("</section>")]
+    defined = {html.unescape(t) for t in re.findall(r"<dt>([^<]*)</dt>", terms)}
+    # each term, and the words of the page (above the section) it explains
+    said = {
+        "cell": "Cells",
+        "baseline": "baseline",
+        "trial": "trials",
+        "round": "round",
+        "session": "sessions",
+        "pts (rate points)": "pts",
+        "Wilson interval": "Wilson",
+        "MOVER interval": "MOVER",
+        "quasi-binomial, dispersion, df": "dispersion",
+        "p, p (Holm)": "p (Holm)",
+        "finding": "finding",
+        "Mann-Whitney U": "Mann-Whitney",
+        "Hodges-Lehmann shift, coverage": "Hodges-Lehmann",
+        "box plot": "Box:",
+        "strata": "strata",
+    }
+    above = page[: page.index('<section id="terms">')]
+    for term, words in said.items():
+        assert term in defined and words in above, term
