@@ -452,3 +452,20 @@ def test_the_report_defines_its_words_for_a_new_reader() -> None:
     above = page[: page.index('<section id="terms">')]
     for term, words in said.items():
         assert term in defined and words in above, term
+
+
+def test_effect_rows_with_long_factor_names_stay_apart_and_inside_the_chart() -> None:
+    """An effect's label, "factor ref→level | other=level", was cut at 70 characters: with long
+    factor names the held factor's level fell off, so "| other=on" and "| other=off" read alike
+    (15 rows, 9 distinct labels). A label too long for one line takes two."""
+    manifest, records = renamed_factors(*synthetic_run(replicates=2), LONG_NAMES)
+    svg = charts.effects_chart(build_report(manifest, records), "corruption")
+    texts = re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" fill="#24292f">(.*?)</text>', svg)
+    rows = []
+    for x, inner in texts:
+        lines = [html.unescape(t) for t in re.findall(r">([^<>]*)</tspan>", inner)] or [html.unescape(inner)]
+        assert all(float(x) - len(line) * svgchart.CHAR_W >= 0 for line in lines), lines
+        rows.append(" ".join(lines))
+    rows = [r for r in rows if r.strip()]
+    assert len(rows) == 15 and len(set(rows)) == 15, rows
+    assert not any("…" in r for r in rows), rows

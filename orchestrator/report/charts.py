@@ -91,8 +91,13 @@ def _labels(report: Report, cells: list[CellView]) -> tuple[list[str], str]:
 
 
 def _effect_label(e: EffectView) -> str:
+    """An effect's label, 'factor ref→level | held=level', on one line, or on two when longer than
+    LABEL_CHARS: cut at the cap, the held factor's level fell off and '| x=on' read as '| x=off'."""
+    change = f"{e.factor} {e.reference}→{e.level}"
     given = ", ".join(f"{k}={v}" for k, v in e.given.items())
-    return clip(f"{e.factor} {e.reference}→{e.level}" + (f" | {given}" if given else ""), LABEL_CHARS)
+    if not given or len(change) + len(given) + 3 <= LABEL_CHARS:
+        return clip(change + (f" | {given}" if given else ""), LABEL_CHARS)
+    return clip(change, LABEL_CHARS) + "\n" + clip(f"| {given}", LABEL_CHARS)
 
 
 def _caution(caution: str) -> str:
