@@ -12,13 +12,14 @@ import shutil
 import time
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers.report_synth import ALL_OFF, synthetic_run, write_run
+from helpers.report_synth import ALL_OFF, LONG_NAMES, renamed_factors, synthetic_run, write_run
 
 from orchestrator.core.redact import REDACTED
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.report import charts
+from orchestrator.report import charts, svgchart
 from orchestrator.report.build import build_report
 from orchestrator.report.render import fresh_summary, render_report, write_report
 from orchestrator.report.site import write_index
@@ -379,3 +380,92 @@ def test_an_index_of_no_run_says_so_rather_than_count_zero_runs(tmp_path: Path) 
     text = " ".join(re.sub(r"<[^>]+>", " ", write_index(reports, fresh_summary).read_text()).split())
     assert "0 runs" not in text and "newest first" not in text, text
     assert "No run in this folder yet: each orch run writes its report here and adds it to this list." in text
+
+
+@pytest.mark.parametrize("chart", [charts.rate_chart, charts.number_chart])
+def test_chart_rows_with_long_cell_names_stay_apart_and_inside_the_chart(chart: Any) -> None:
+    """A chart's row labels were the cell's "k=v, ..." cut at 70 characters: with long factor names
+    the cut fell on the factors that told the rows apart (eight rows read as four pairs of the same
+    label), and the baseline's " (baseline)" pushed its label past the chart's left edge."""
+    manifest, records = renamed_factors(*synthetic_run(replicates=2), LONG_NAMES)
+    svg = chart(build_report(manifest, records), "corruption" if chart is charts.rate_chart else "wall")
+    labels = re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" fill="#24292f">([^<]*)</text>', svg)
+    rows = [html.unescape(text) for _, text in labels if text.strip()]
+    assert len(rows) >= 8 and len(set(rows)) == len(rows), rows
+    for x, text in labels:
+        assert float(x) - len(html.unescape(text)) * svgchart.CHAR_W >= 0, text
+    assert sum("(baseline)" in r for r in rows) == 1
+    # which factor each level belongs to is said once, in the chart
+    assert " / ".join(LONG_NAMES.values()) in html.unescape(svg)
+
+
+def test_a_chart_says_which_rows_are_significant_in_text_not_only_in_red() -> None:
+    """The rate and effects charts told significant rows from the rest by colour alone (red vs
+    grey), which a reader who cannot tell them apart, or a grey-scale print, loses: those rows'
+    labels carry a mark, and the chart's note names it."""
+    manifest, records = synthetic_run(replicates=12)
+    report = build_report(manifest, records)
+    for svg, significant in (
+        (
+            charts.rate_chart(report, "corruption"),
+            [c for c in report.cells if c.proportions["corruption"].significant],
+        ),
+        (
+            charts.effects_chart(report, "corruption"),
+            [e for e in report.effects if e.metric == "corruption" and e.finding],
+        ),
+    ):
+        labels = [html.unescape(t) for t in re.findall(r'text-anchor="end" fill="#24292f">([^<]*)</text>', svg)]
+        marked = [label for label in labels if label.endswith(charts.SIGNIFICANT)]
+        assert significant and len(marked) == len(significant), labels
+    page = render_report(report)
+    assert f"red, marked {charts.SIGNIFICANT.strip()}" in page
+
+
+def test_the_report_defines_its_words_for_a_new_reader() -> None:
+    """The page's statistics speak of Wilson and MOVER intervals, Holm, quasi-binomial dispersion,
+    df, rate points, strata, Mann-Whitney, Hodges-Lehmann and whiskers of 1.5 IQR without saying
+    what any of them is: a section defines each, reached from the page's links."""
+    page = render_report(build_report(*synthetic_run(replicates=2)))
+    assert '<a href="#terms">' in page
+    terms = page[page.index('<section id="terms">') :]
+    terms = terms[: terms.index("</section>")]
+    defined = {html.unescape(t) for t in re.findall(r"<dt>([^<]*)</dt>", terms)}
+    # each term, and the words of the page (above the section) it explains
+    said = {
+        "cell": "Cells",
+        "baseline": "baseline",
+        "trial": "trials",
+        "round": "round",
+        "session": "sessions",
+        "pts (rate points)": "pts",
+        "Wilson interval": "Wilson",
+        "MOVER interval": "MOVER",
+        "quasi-binomial, dispersion, df": "dispersion",
+        "p, p (Holm)": "p (Holm)",
+        "finding": "finding",
+        "Mann-Whitney U": "Mann-Whitney",
+        "Hodges-Lehmann shift, coverage": "Hodges-Lehmann",
+        "box plot": "Box:",
+        "strata": "strata",
+    }
+    above = page[: page.index('<section id="terms">')]
+    for term, words in said.items():
+        assert term in defined and words in above, term
+
+
+def test_effect_rows_with_long_factor_names_stay_apart_and_inside_the_chart() -> None:
+    """An effect's label, "factor ref→level | other=level", was cut at 70 characters: with long
+    factor names the held factor's level fell off, so "| other=on" and "| other=off" read alike
+    (15 rows, 9 distinct labels). A label too long for one line takes two."""
+    manifest, records = renamed_factors(*synthetic_run(replicates=2), LONG_NAMES)
+    svg = charts.effects_chart(build_report(manifest, records), "corruption")
+    texts = re.findall(r'<text x="([0-9.]+)" y="[0-9.]+" text-anchor="end" fill="#24292f">(.*?)</text>', svg)
+    rows = []
+    for x, inner in texts:
+        lines = [html.unescape(t) for t in re.findall(r">([^<>]*)</tspan>", inner)] or [html.unescape(inner)]
+        assert all(float(x) - len(line) * svgchart.CHAR_W >= 0 for line in lines), lines
+        rows.append(" ".join(lines))
+    rows = [r for r in rows if r.strip()]
+    assert len(rows) == 15 and len(set(rows)) == 15, rows
+    assert not any("…" in r for r in rows), rows

@@ -18,7 +18,7 @@ from orchestrator.report.build import build_report
 from orchestrator.report.render import fresh_summary
 from orchestrator.report.series import SeriesPoint, run_series
 from orchestrator.report.site import regression_changes, write_index
-from orchestrator.report.trends import NightRun, _rate, group_trends, regression_check
+from orchestrator.report.trends import NightRun, _rate, group_trends, regression_check, trend_svg
 from orchestrator.store.journal import TrialRow
 from orchestrator.store.runtrials import completed_rows
 
@@ -294,3 +294,13 @@ def test_the_index_says_what_its_trend_intervals_and_its_check_are(tmp_path: Pat
     assert "with its 95% Wilson interval" not in page
     assert "the 95% interval its run's report states (Wilson's, widened for trial-to-trial variation)" in page
     assert "every cell and metric of the matrix at once (server metrics and GPU readings are descriptive" in page
+
+
+def test_a_trend_shows_its_own_scale_in_visible_text() -> None:
+    """Each trend is drawn on its own scale, 0 to its highest interval's top: a 0.2% [0.0, 1.6]
+    cell's bar stood as tall as a 15.2% [11.7, 19.6] one's, and the scale was only in a hover
+    title. The chart says its scale where it is read."""
+    svg = trend_svg([(0.002, 0.0, 0.016), (0.004, 0.001, 0.019)], ["r1", "r2"])
+    visible = re.sub(r"<title>.*?</title>", "", svg)
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", visible)
+    assert texts == ["1.9%", "0%"], texts

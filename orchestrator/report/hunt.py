@@ -448,12 +448,19 @@ def render(report: HuntReport, *, not_restored: Sequence[str] = (), restore_with
     label, why = verdict(report)
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>hunt: {e(m.name)}</title>",
-        "<style>body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em}"
+        # a configuration is one word of up to ~300 characters (f=v,f=v,...): let it and the env wrap,
+        # and let a table wider than a phone scroll in its own box rather than widen the page
+        "<style>body{font-family:system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em;"
+        "overflow-wrap:break-word}.scroll{overflow-x:auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left}"
         ".fails{color:#b00}.passes{color:#070}.undecided{color:#a60}"
         ".unrestored{color:#b00;font-weight:600;border-left:4px solid #b00;background:#ffebe9;padding:6px 12px}"
         "</style></head><body>",
+        # the runs index links a hunt's run here: the way back, and on to the run's trials and evidence
+        "<p><a href='../index.html'>all runs</a> · <a href='index.html'>this run's report</a> (every trial, its "
+        "logs and the run's provenance)</p>",
         f"<h1>Culprit hunt: {e(m.name)}</h1>",
         _left_changed(not_restored, restore_with),
         f"<p>{e(m.description)}</p>",
@@ -503,11 +510,14 @@ def _answer(report: HuntReport) -> str:
         checks = drop_check_lines(r, report.flags)
         parts.append("<h3>Single-flag drops</h3><ul>" + "".join(f"<li>{e(c)}</li>" for c in checks) + "</ul>")
     parts.append(_reproducer(report))
-    parts.append("<h2>Posterior over culprit sets</h2><table><tr><th>#</th><th>culprit set</th><th>posterior</th></tr>")
+    parts.append(
+        "<h2>Posterior over culprit sets</h2><div class='scroll'><table>"
+        "<tr><th>#</th><th>culprit set</th><th>posterior</th></tr>"
+    )
     parts += [
         f"<tr><td>{i + 1}</td><td>{e(c.describe())}</td><td>{c.probability:.4f}</td></tr>" for i, c in enumerate(r.top)
     ]
-    return "\n".join(parts) + "\n</table>"
+    return "\n".join(parts) + "\n</table></div>"
 
 
 def _reproducer(report: HuntReport) -> str:
@@ -542,7 +552,7 @@ def _configs(report: HuntReport) -> str:
         "<h2>Every configuration tried</h2>",
         f"<p>Intervals: 95%, {e(_interval_method(report.spread))}.</p>",
         _verdict_rules(report),
-        "<table><tr><th>flags on (failing level)</th><th>k/n</th>"
+        "<div class='scroll'><table><tr><th>flags on (failing level)</th><th>k/n</th>"
         "<th>rate (95% interval)</th><th>trials</th><th>P(fails) by the model</th><th>verdict (own trials)</th></tr>",
     ]
     for c in report.result.configs:
@@ -552,7 +562,7 @@ def _configs(report: HuntReport) -> str:
             f"<tr><td>{e(on)}</td><td>{c.k}/{c.n}</td><td>{c.k / c.n:.1%} ({lo:.1%}-{hi:.1%})</td>"
             f"<td>{c.trials}</td><td>{e(probability_text(c.p_fails))}</td><td class='{c.verdict}'>{c.verdict}</td></tr>"
         )
-    return "\n".join(rows) + "</table>"
+    return "\n".join(rows) + "</table></div>"
 
 
 def _verdict_rules(report: HuntReport) -> str:
@@ -593,10 +603,10 @@ def _cost(report: HuntReport) -> str:
     r, flags = report.result, len(report.flags)
     ofat = (flags + 1) * OFAT_SESSIONS_PER_CONFIG
     return (
-        "<h2>Cost</h2><table><tr><th>design</th><th>sessions</th><th>configurations</th></tr>"
+        "<h2>Cost</h2><div class='scroll'><table><tr><th>design</th><th>sessions</th><th>configurations</th></tr>"
         f"<tr><td>this hunt</td><td>{r.sessions:,}</td><td>{len(r.configs)} ({r.trials} trials)</td></tr>"
         f"<tr><td>one flag at a time, {OFAT_SESSIONS_PER_CONFIG} sessions each</td><td>{ofat:,}</td>"
         f"<td>{flags + 1}{' (misses interactions)' if flags > 1 else ''}</td></tr>"
         f"<tr><td>full factorial</td><td>{2**flags:,} x sessions per configuration</td>"
-        f"<td>{2**flags:,}</td></tr></table>"
+        f"<td>{2**flags:,}</td></tr></table></div>"
     )

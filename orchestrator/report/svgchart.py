@@ -17,8 +17,11 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from orchestrator.core.clip import clip
+
 WIDTH = 720
 ROW_H = 22
+ROW_H2 = 32  # a chart whose labels take two lines
 TOP = 10
 BOTTOM = 44  # tick labels and the axis title
 RIGHT = 16
@@ -62,17 +65,20 @@ class Axis:
     from_zero: bool = False
 
 
-def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str) -> str:
-    """The chart as an <svg class="chart"> element; "" for no rows."""
+def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str, header: str = "") -> str:
+    """The chart as an <svg class="chart"> element; "" for no rows. A header is a line above the
+    rows, across the chart (what the row labels list, when they are too short to say it)."""
     if not rows:
         return ""
     slug = re.sub(r"[^A-Za-z0-9_-]", "_", key)
-    left = min(0.62 * WIDTH, max(len(r.label) for r in rows) * CHAR_W + 14)
+    left = min(0.62 * WIDTH, max(len(line) for r in rows for line in r.label.split("\n")) * CHAR_W + 14)
+    row_h = ROW_H2 if any("\n" in r.label for r in rows) else ROW_H
     lo, hi = _domain(rows, axis)
     ticks = nice_ticks(lo, hi)
     lo, hi = min(lo, ticks[0]), max(hi, ticks[-1])
     plot_w = WIDTH - left - RIGHT
-    height = TOP + ROW_H * max(len(rows), 2) + BOTTOM
+    top = TOP + (ROW_H if header else 0)
+    height = top + row_h * max(len(rows), 2) + BOTTOM
     bottom = height - BOTTOM
 
     def x(v: float) -> float:
@@ -83,16 +89,18 @@ def row_chart(rows: Sequence[Row], axis: Axis, *, key: str, title: str) -> str:
         f'width="{WIDTH}" height="{height}" font-family="sans-serif" font-size="11">',
         f'<title id="{slug}-title">{_text(title)}</title>',
     ]
+    if header:
+        parts.append(_label(0, TOP + ROW_H * 0.5 + 4, clip(header, int(WIDTH / CHAR_W) - 2), "start"))
     for t in ticks:
-        parts.append(_line(x(t), TOP, x(t), bottom, GRID, 0.6))
+        parts.append(_line(x(t), top, x(t), bottom, GRID, 0.6))
         parts.append(_label(x(t), bottom + 14, _tick(t), "middle"))
     parts.append(_line(left, bottom, left + plot_w, bottom, TEXT, 0.8))
     parts.append(_label(left + plot_w / 2, height - 8, axis.title, "middle"))
     if axis.ref is not None:
         dash = ' stroke-dasharray="4 3"' if axis.ref_dashed else ""
-        parts.append(_line(x(axis.ref), TOP, x(axis.ref), bottom, axis.ref_color, 0.9, dash))
+        parts.append(_line(x(axis.ref), top, x(axis.ref), bottom, axis.ref_color, 0.9, dash))
     for i, row in enumerate(rows):
-        y = TOP + ROW_H * (i + 0.5)
+        y = top + row_h * (i + 0.5)
         parts.append(_label(left - 8, y + 4, row.label, "end"))
         parts.extend(_row(row, y, x))
     parts.append("</svg>")
@@ -162,6 +170,11 @@ def _line(x1: float, y1: float, x2: float, y2: float, color: str, width: float, 
 
 
 def _label(x: float, y: float, text: str, anchor: str) -> str:
+    """One line at y, or two ("a\nb") centred on it, each its own tspan."""
+    if "\n" in text:
+        first, second = text.split("\n", 1)
+        text_ = f'<tspan x="{x:.1f}" dy="-6">{_text(first)}</tspan><tspan x="{x:.1f}" dy="12">{_text(second)}</tspan>'
+        return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{TEXT}">{text_}</text>'
     return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{TEXT}">{_text(text)}</text>'
 
 

@@ -193,10 +193,12 @@ def _rate(point: SeriesPoint | None, disp: clustered.Dispersion | None = None) -
 
 
 def trend_svg(rates: Sequence[tuple[float, float, float] | None], labels: Sequence[str]) -> str:
-    """Rate per run (dot) with its 95% interval (bar), oldest left; the y axis is 0..max(high)."""
-    width, height, pad = 240, 48, 4
+    """Rate per run (dot) with its 95% interval (bar), oldest left; the y axis is 0..max(high),
+    each trend its own, so its ends are written at its left (a bar's height compares runs of one
+    cell, never cells)."""
+    width, height, pad, scale = 240, 48, 4, 36
     top = max((r[2] for r in rates if r is not None), default=0.0) or 1.0
-    step = (width - 2 * pad) / max(1, len(rates) - 1)
+    step = (width - scale - 2 * pad) / max(1, len(rates) - 1)
 
     def y(v: float) -> float:
         return height - pad - (height - 2 * pad) * v / top
@@ -204,13 +206,15 @@ def trend_svg(rates: Sequence[tuple[float, float, float] | None], labels: Sequen
     parts = [
         f'<svg class="trend" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img"><title>rate per run, oldest left; y up to {top:.1%}</title>',
-        f'<line x1="0" y1="{height - pad}" x2="{width}" y2="{height - pad}" stroke="#d0d7de"/>',
+        f'<line x1="{scale}" y1="{height - pad}" x2="{width}" y2="{height - pad}" stroke="#d0d7de"/>',
+        f'<text x="{scale - 4}" y="{pad + 8}" text-anchor="end" font-size="10" fill="#57606a">{_scale_pct(top)}</text>',
+        f'<text x="{scale - 4}" y="{height - pad}" text-anchor="end" font-size="10" fill="#57606a">0%</text>',
     ]
     line = []
     for i, (r, label) in enumerate(zip(rates, labels, strict=True)):
         if r is None:
             continue
-        x = pad + i * step
+        x = scale + pad + i * step
         line.append(f"{x:.1f},{y(r[0]):.1f}")
         parts.append(
             f"<g><title>{escape(label)}: {r[0]:.1%} [{r[1]:.1%}, {r[2]:.1%}]</title>"
@@ -218,6 +222,11 @@ def trend_svg(rates: Sequence[tuple[float, float, float] | None], labels: Sequen
             f'<circle cx="{x:.1f}" cy="{y(r[0]):.1f}" r="2.5" fill="#1f6feb"/></g>'
         )
     if len(line) > 1:
-        parts.insert(2, f'<polyline points="{" ".join(line)}" fill="none" stroke="#1f6feb" stroke-width="1"/>')
+        parts.insert(4, f'<polyline points="{" ".join(line)}" fill="none" stroke="#1f6feb" stroke-width="1"/>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _scale_pct(top: float) -> str:
+    """The top of a trend's scale, as few digits as tell it: 1.9%, 20%, 0.05%."""
+    return f"{top * 100:.2g}%" if top < 0.1 else f"{top:.0%}"

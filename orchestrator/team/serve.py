@@ -351,7 +351,8 @@ class ReportsHandler(BaseHTTPRequestHandler):
             return route()
         running = running_run(self.reports, path)
         if running is not None:
-            return self._run_status_page(running)
+            nested = path.endswith("/") or "/" in path.strip("/")  # /RUN/ or /RUN/index.html, not /RUN
+            return self._run_status_page(running, "../" if nested else "")
         served = locate(self.reports, path)
         if served is None:
             return self._not_found()
@@ -369,11 +370,14 @@ class ReportsHandler(BaseHTTPRequestHandler):
         body = index_page(self.reports, fresh_summary, self.runs.cache()).encode()
         self._send(HTTPStatus.OK, body, "text/html; charset=utf-8", cache=False, csp=_page_csp(body))
 
-    def _run_status_page(self, run_dir: str) -> None:
-        """A running sweep has no report yet: its link shows its live status instead of a 404."""
+    def _run_status_page(self, run_dir: str, root: str) -> None:
+        """A running sweep has no report yet: its link shows its live status instead of a 404.
+        root leads from the URL's folder back to the reports folder (`../` for /RUN/index.html and
+        /RUN/), so the page's links reach the index and the run as /status's do."""
         s = snapshot(self.reports, self.statuses)
         mine = Snapshot(s.generated, tuple(r for r in s.runs if r.directory == run_dir), ())
-        self._send(HTTPStatus.OK, render_status(mine).encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
+        html = render_status(mine, root)
+        self._send(HTTPStatus.OK, html.encode(), "text/html; charset=utf-8", cache=False, csp=PAGE_CSP)
 
     def _status_page(self) -> None:
         html = render_status(snapshot(self.reports, self.statuses))
@@ -673,11 +677,12 @@ def _allowed_parts(parts: Sequence[str]) -> bool:
     return not any(p in HIDDEN_PARTS for p in parts[1:])
 
 
-def render_status(s: Snapshot) -> str:
-    """The live status page (/status, and a running sweep's link before it has a report)."""
+def render_status(s: Snapshot, root: str = "") -> str:
+    """The live status page (/status, and a running sweep's link before it has a report); root is
+    prefixed to its links (index.html, RUN/index.html): the way from the page's URL to the reports."""
     from orchestrator.report.page import environment
 
-    return environment().get_template(STATUS_TEMPLATE).render(s=s, refresh=REFRESH_S, csp=PAGE_CSP)
+    return environment().get_template(STATUS_TEMPLATE).render(s=s, root=root, refresh=REFRESH_S, csp=PAGE_CSP)
 
 
 def status_json(s: Snapshot) -> dict[str, object]:

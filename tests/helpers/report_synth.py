@@ -295,3 +295,27 @@ def fewer_factors(
         }
     )
     return cut_manifest, cut_records
+
+
+# factor names long enough that a cell's "k=v,..." (one word of ~100 characters) is wider than a
+# phone and than a chart's row label
+LONG_NAMES = {
+    "bf16_index_k": "bf16_index_k_on_prefill_and_decode",
+    "cuda_graph": "cuda_graph_capture_on_decode",
+    "overlap": "multi_stream_overlap_on_decode",
+}
+
+
+def renamed_factors(
+    manifest: RunManifest, records: list[TrialRecord], names: dict[str, str]
+) -> tuple[RunManifest, list[TrialRecord]]:
+    """The run with its factors renamed (old name -> new), levels and cells alike."""
+
+    def named(levels: dict[str, str]) -> dict[str, str]:
+        return {names.get(k, k): v for k, v in levels.items()}
+
+    plan = [p.model_copy(update={"levels": named(p.levels), "cell": cell_id(named(p.levels))}) for p in manifest.plan]
+    records = [r.model_copy(update={"levels": named(r.levels), "cell": cell_id(named(r.levels))}) for r in records]
+    factors = {names.get(k, k): v for k, v in manifest.factors.items()}
+    update = {"factors": factors, "baseline": named(manifest.baseline), "plan": plan}
+    return manifest.model_copy(update=update), records

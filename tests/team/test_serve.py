@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
@@ -242,3 +243,16 @@ def test_a_running_sweep_is_listed_and_its_report_link_shows_its_live_status(htt
         assert r.status_code == 200, path
         assert LIVE in r.text and "1/8" in r.text and r.headers["cache-control"] == "no-store"
     assert http.get(f"/{LIVE}/nope.html").status_code == 404
+
+
+def test_a_running_sweeps_live_page_links_to_the_index_and_to_itself(http: httpx.Client) -> None:
+    """Served at /RUN/index.html (or /RUN/), the live status page's links are read against that
+    folder: its 'all runs' must reach the runs index, not the page itself, and the run's own link
+    must reach /RUN/index.html, not /RUN/RUN/index.html (a 404)."""
+    for path in (f"/{LIVE}/index.html", f"/{LIVE}/", f"/{LIVE}", "/status"):
+        page = http.get(path)
+        hrefs = re.findall(r'<a href="([^"]*)"', page.text)
+        resolved = [urlsplit(urljoin(f"http://x{path}", h)).path for h in hrefs]
+        assert resolved == ["/index.html", f"/{LIVE}/index.html"], (path, hrefs)
+        for target in resolved:
+            assert http.get(target).status_code == 200, (path, target)

@@ -388,3 +388,12 @@ def test_an_and_answer_says_what_its_changes_nothing_rests_on_measured() -> None
 
 def _said_on_page(report: HuntReport) -> str:
     return " ".join(re.sub(r"<[^>]+>", " ", render(report)).split())
+
+
+def test_the_hunt_page_links_back_to_the_runs_index_and_to_its_runs_report() -> None:
+    """hunt.html is where the runs index sends a hunt's run: it had no link at all, so a reader
+    could not get back to the runs, nor on to the run's trials, their evidence and provenance
+    (index.html beside it)."""
+    page = render(hunted(matrix(), 0b111))
+    hrefs = re.findall(r"<a href='([^']*)'>", page)
+    assert hrefs[:2] == ["../index.html", "index.html"], hrefs

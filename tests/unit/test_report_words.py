@@ -186,3 +186,11 @@ def test_a_power_sentence_where_nothing_reaches_80_percent_says_so_plainly() -> 
     assert "comparison had 80% power for no rise or fall at all (not even to 100% or 0%) (simulated" in text, text
     assert _power_for(_found(0.05, 0.05, None)).startswith("only for differences of about +5.0 points (to 10.0%)")
     assert _power_for(_found(0.0, None, None)) == "for no rise at all (not even to 100%), as a rate of 0% cannot fall"
+
+
+def test_a_comparisons_numeric_difference_says_it_has_no_interval(tmp_path: Path) -> None:
+    """The column is "B − A [95% CI]", and a rate's row gives one; a number's row gave a bare
+    "+0.1" (a difference of medians, with no interval), read as exact under that heading."""
+    page_ = _compared(tmp_path, ("wall",))
+    assert "B − A [95% CI]" in page_
+    assert "(of medians, no interval)" in page_
