@@ -202,6 +202,19 @@ def test_env_and_cwd(tmp_path: Path) -> None:
 
 
 @pytest.mark.process
+def test_a_repro_behind_a_proxy_reaches_the_loopback_directly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repro that asks the router on 127.0.0.1 with requests/curl/httpx on a controller that
+    exports a proxy (a lab's login node) went through that proxy: it is started with the loopback
+    in NO_PROXY and no_proxy, its proxy kept (core.noproxy), as orch's local units are."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    monkeypatch.setenv("no_proxy", "corp.example")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    outcome = _run(tmp_path, 'echo "$HTTPS_PROXY|$NO_PROXY|$no_proxy"')
+    loop = "corp.example,127.0.0.1,localhost,::1"
+    assert outcome.stdout_tail == f"http://proxy.corp:3128|{loop}|{loop}\n"
+
+
+@pytest.mark.process
 def test_large_output_streamed_to_file_with_bounded_tail(tmp_path: Path) -> None:
     # 8 MB of output, then a summary line: the file has all of it, the tail only the end
     outcome = _run(tmp_path, "head -c 8000000 /dev/zero | tr '\\0' 'x'; echo; echo 'wall=1.5s'")

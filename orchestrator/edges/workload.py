@@ -39,6 +39,7 @@ import regex
 from orchestrator.core.bounded import read_bounded_bytes
 from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.model import MetricSpec, ValidRule
+from orchestrator.core.noproxy import loopback_unproxied
 from orchestrator.core.records import MetricValue, ReproOutcome
 from orchestrator.edges import leftovers, reaper
 from orchestrator.edges.interrupts import uninterrupted
@@ -363,7 +364,8 @@ def run_command(
         found: leftovers.Finder | None = None
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
-                proc = _spawn(argv_or_shell, cwd, leftovers.marked_env(env, mark), out, err)
+                given = loopback_unproxied(os.environ if env is None else env)  # core.noproxy
+                proc = _spawn(argv_or_shell, cwd, leftovers.marked_env(given, mark), out, err)
                 found = leftovers.Either(Marked(mark, proc.pid), proc)
                 _record_group(pid_path, proc.pid, mark)
             if on_spawn is not None:
