@@ -150,6 +150,12 @@ def test_a_killed_controllers_daemon_is_stopped_by_its_record(tmp_path: Path) ->
     controller stop what the repro daemonised, not only its process group (gone here)."""
     mark = leftovers.new_mark()
     daemon = subprocess.Popen(["sleep", "30"], env={**os.environ, MARK_VAR: mark}, start_new_session=True)
+    # Popen returns once the child's close-on-exec pipe closed, which execve does before the new
+    # image's environment is in place: /proc/PID/environ read empty in 63 of 300 tries right
+    # after Popen (and this test failed ~1 in 30). A killed controller's daemon has long run.
+    deadline = time.monotonic() + 5
+    while mark.encode() not in Path(f"/proc/{daemon.pid}/environ").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.005)
     record = tmp_path / "repro.pid"
     record.write_text(f"999999999 1 {mark}\n")  # as run_command writes it; that process group is gone
     try:
