@@ -1,10 +1,10 @@
-"""Benchmark: the controller at scale - planning 10,000 cells, resuming from a 100,000-trial journal.
+"""Benchmark: the controller at scale - planning 4,096 cells, resuming from a 100,000-trial journal.
 
-    /root/venv-orch/bin/python bench/bench_controller.py [--levels 10] [--trials 100000]
+    /root/venv-orch/bin/python bench/bench_controller.py [--levels 8] [--trials 100000]
 
-1. plan: a synthetic matrix of 4 factors x 10 levels (10,000 cells, each factor sets one variable
-   on decode or prefill) read with read_matrix from a generated YAML file, then make_plan, for
-   each order (randomized, sequential, min-restarts). Target: <= 1 s.
+1. plan: a synthetic matrix of 4 factors x 8 levels (4,096 cells, orch's limit: core.model.MAX_CELLS;
+   each factor sets one variable on decode or prefill) read with read_matrix from a generated YAML
+   file, then make_plan, for each order (randomized, sequential, min-restarts). Target: <= 1 s.
 2. journal: a synthetic run of 100,000 realistic trial records (3 two-level factors, 12,500
    replicate rounds), written once; then read_journal, and the whole resume preparation
    (what `orch resume` does before it connects: load run.json, read the matrix and inventory,
@@ -300,7 +300,7 @@ def run_phase(work: Path, limit_s: float, *args: str) -> Outcome:
 
 def report_plan(work: Path, factors: int, levels: int, limit_s: float) -> None:
     sizes = [(order, factors) for order in ORDERS]
-    if factors > 1:  # min-restarts is quadratic: show how it grows from a tenth of the size
+    if factors > 1:  # min-restarts is quadratic: show how it grows from a smaller size
         sizes.insert(2, ("min-restarts", factors - 1))
     for order, n in sizes:
         out = run_phase(work, limit_s, "plan", str(work), order, str(n), str(levels))
@@ -355,17 +355,29 @@ def report_journal(work: Path, trials: int, limit_s: float) -> None:
             print(f"  {seconds:7.3f} s  {step}")
 
 
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from orchestrator.core.model import MAX_CELLS
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--factors", type=int, default=4)
+    p.add_argument("--levels", type=int, default=8, help="levels per factor (cells = levels ** factors)")
+    p.add_argument("--trials", type=int, default=100_000, help="trial records in the synthetic journal")
+    p.add_argument("--limit", type=float, default=60.0, help="stop a measurement after this many seconds")
+    args = p.parse_args(argv)
+    cells = args.levels**args.factors
+    if cells > MAX_CELLS:  # read_matrix refuses it: say so before any work, not with its traceback
+        raise SystemExit(
+            f"bench_controller: {cells:,} cells is over orch's limit of {MAX_CELLS:,} (core.model.MAX_CELLS)"
+        )
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         child(argv[1:])
         return 0
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--factors", type=int, default=4)
-    p.add_argument("--levels", type=int, default=10, help="levels per factor (cells = levels ** factors)")
-    p.add_argument("--trials", type=int, default=100_000, help="trial records in the synthetic journal")
-    p.add_argument("--limit", type=float, default=60.0, help="stop a measurement after this many seconds")
-    args = p.parse_args(argv)
+    args = parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="orch-bench-ctl-"))
     try:
         (work / "inventory.yaml").write_text(inventory_yaml())

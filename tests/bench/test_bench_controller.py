@@ -23,6 +23,26 @@ def test_synthetic_matrix_and_inventory_plan_to_the_announced_size(tmp_path: Pat
     assert {r for s in plan.steps for r in s.env} == {"decode", "prefill"}
 
 
+def test_default_plan_size_is_one_orch_accepts(tmp_path: Path) -> None:
+    """The defaults once asked for 4 x 10 levels (10,000 cells), past core.model.MAX_CELLS: the bench
+    died with read_matrix's traceback before printing a figure."""
+    from orchestrator.core.config import read_inventory, read_matrix
+    from orchestrator.core.model import MAX_CELLS
+    from orchestrator.core.plan import make_plan
+
+    args = bc.parse_args([])
+    assert args.levels**args.factors == MAX_CELLS
+    (tmp_path / "inventory.yaml").write_text(bc.inventory_yaml())
+    (tmp_path / "m.yaml").write_text(bc.plan_matrix_yaml(args.factors, args.levels, "sequential"))
+    plan = make_plan(read_matrix(tmp_path / "m.yaml"), read_inventory(tmp_path / "inventory.yaml").testbed("bench"))
+    assert len(plan.cells) == MAX_CELLS
+
+
+def test_a_size_over_the_cell_limit_is_refused_before_any_work() -> None:
+    with pytest.raises(SystemExit, match="over orch's limit of 4,096"):
+        bc.parse_args(["--factors", "4", "--levels", "10"])
+
+
 def test_synthetic_run_resumes_to_every_trial_done(tmp_path: Path) -> None:
     (tmp_path / "inventory.yaml").write_text(bc.inventory_yaml())
     made = bc.phase_make_run(tmp_path, 20)
