@@ -13,8 +13,9 @@ file's sha256). Two rules, each learned from a fact that was lost:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from orchestrator.core.records import HostsChanged, RunManifest, TrialRecord
+from orchestrator.core.records import HostsChanged, RunManifest
 
 Facts = dict[str, dict[str, str]]  # role -> fact -> value
 
@@ -25,21 +26,43 @@ Facts = dict[str, dict[str, str]]  # role -> fact -> value
 BY_CELL = frozenset({"server_info"})
 
 
+@dataclass
+class TrialsRan:
+    """What hosts_changed needs of the trials a session ran on one testbed: which (their count) and
+    when the first began. The controller keeps this, not the trials' records: a record (repro
+    output tail, provenance, metrics) is ~12 KB in memory, and a sweep runs thousands."""
+
+    trials: set[int] = field(default_factory=set)
+    first_started: str = ""  # ISO 8601 in UTC, as every record's `started`: the least sorts first
+
+    def add(self, trial: int, started: str) -> None:
+        self.trials.add(trial)
+        if not self.first_started or started < self.first_started:
+            self.first_started = started
+
+    def merged(self, other: TrialsRan) -> TrialsRan:
+        starts = [s for s in (self.first_started, other.first_started) if s]
+        return TrialsRan(self.trials | other.trials, min(starts, default=""))
+
+
 def recorded_hosts(
-    manifest: RunManifest, found: Mapping[str, Facts], session: int, trials: Sequence[TrialRecord] = ()
+    manifest: RunManifest, found: Mapping[str, Facts], session: int, ran: Mapping[str, TrialsRan] | None = None
 ) -> dict[str, object]:
     """run.json's host fields once a session ends: `found` (testbed -> role -> facts this session
     found) merged into what the manifest holds, `session` the session's number (0: the run, n:
-    resumed_by[n-1]), `trials` the trials it ran. A fact not recorded yet is added; one recorded
-    and found otherwise is kept as it was and the new value goes into hosts_changed."""
+    resumed_by[n-1]), `ran` the trials it ran on each testbed. A fact not recorded yet is added;
+    one recorded and found otherwise is kept as it was and the new value goes into hosts_changed."""
     names = manifest.testbeds or [manifest.testbed]
     parallel = len(names) > 1
     changes = list(manifest.hosts_changed)
     kept: dict[str, Facts] = {}
+    every = TrialsRan()
+    for one in (ran or {}).values():
+        every = every.merged(one)
     for i, name in enumerate(names):
         first = manifest.testbed_hosts.get(name) or (manifest.hosts if i == 0 else {})
-        ran = [t for t in trials if t.testbed == name or not parallel]
-        kept[name], new = _merged(first, found.get(name, {}), changes, (name if parallel else "", session, ran))
+        on = (ran or {}).get(name, TrialsRan()) if parallel else every
+        kept[name], new = _merged(first, found.get(name, {}), changes, (name if parallel else "", session, on))
         changes += new
     update: dict[str, object] = {"hosts": kept[names[0]], "hosts_changed": changes}
     if parallel:
@@ -48,7 +71,7 @@ def recorded_hosts(
 
 
 def _merged(
-    first: Facts, found: Facts, earlier: Sequence[HostsChanged], at: tuple[str, int, Sequence[TrialRecord]]
+    first: Facts, found: Facts, earlier: Sequence[HostsChanged], at: tuple[str, int, TrialsRan]
 ) -> tuple[Facts, list[HostsChanged]]:
     """One testbed's facts: the recorded ones first (their order kept, so a one-session run.json
     is what `{**description, **found}` wrote), then the newly found; and the facts that changed
@@ -62,15 +85,14 @@ def _merged(
         differ = {k: v for k, v in now.items() if k in latest and latest[k] != v and k not in BY_CELL}
         kept[role] = {**had, **{k: v for k, v in now.items() if k not in had}}
         if differ:
-            starts = sorted(t.started for t in ran)
             changes.append(
                 HostsChanged(
                     session=session,
                     testbed=testbed,
                     role=role,
                     facts=differ,
-                    trials=len({t.trial for t in ran}),
-                    since=starts[0] if starts else "",
+                    trials=len(ran.trials),
+                    since=ran.first_started,
                 )
             )
     return kept, changes

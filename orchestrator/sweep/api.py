@@ -561,7 +561,7 @@ def _finish(
     finished, failed = _final_counts(run_dir)
     # a sweep stopped early (stopped: why) did not complete, even when every trial it ran passed
     status: SweepStatus = "interrupted" if result.interrupted else ("failed" if failed or stopped else "completed")
-    hosts = recorded_hosts(manifest, result.by_testbed, len(manifest.resumed_by), result.records)
+    hosts = recorded_hosts(manifest, result.by_testbed, len(manifest.resumed_by), result.ran)
     update = {"ended": now_iso(), "status": status, **hosts, **_served(run_dir, manifest)}
     save_manifest(run_dir, manifest.model_copy(update=update))
     report, report_error, gates_failed = _write_report(run_dir)

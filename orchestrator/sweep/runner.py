@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import httpx
 import tenacity
 
+from orchestrator.core.hostfacts import TrialsRan
 from orchestrator.core.matrix import hunt_cell
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import EventRecord, TrialRecord
@@ -83,7 +84,9 @@ class RunResult:
     failed: int = 0
     interrupted: bool = False
     deadline_reached: bool = False
-    records: list[TrialRecord] = field(default_factory=list)
+    # testbed -> the trials this session ran there (for run.json's hosts_changed); their records are
+    # in the journal, and kept nowhere else: a sweep's memory does not grow with its trials
+    ran: dict[str, TrialsRan] = field(default_factory=dict)
     not_restored: list[str] = field(default_factory=list)  # roles whose restore did not finish
     kept: dict[str, str] = field(default_factory=dict)  # role -> where its drifted env file was set aside
     # testbed -> role -> what its hosts run (exec_start, server_info, GPUs: core.hostfacts)
@@ -257,7 +260,7 @@ class Runner:
         so (a note) and must follow the line it was taken on."""
         assert self.journal is not None
         self.journal.append(record)
-        result.records.append(record)
+        result.ran.setdefault(record.testbed, TrialsRan()).add(record.trial, record.started)
         self.progress.trial_done(record)
         self.source.record(record)  # adaptive designs decide from finished trials
         if self.source.shrinks:  # cells stopped early: the bar and its ETA shrink with them
@@ -769,7 +772,8 @@ def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
         merged.failed += r.failed
         merged.interrupted = merged.interrupted or r.interrupted
         merged.deadline_reached = merged.deadline_reached or r.deadline_reached
-        merged.records += r.records
+        for testbed, ran in r.ran.items():
+            merged.ran[testbed] = merged.ran.get(testbed, TrialsRan()).merged(ran)
         merged.not_restored += [f"{runner.deployment.testbed.name}/{role}" for role in r.not_restored]
         merged.kept.update({f"{runner.deployment.testbed.name}/{role}": path for role, path in r.kept.items()})
         merged.by_testbed.update(r.by_testbed)  # every testbed's (core.hostfacts)
