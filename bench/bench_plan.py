@@ -9,6 +9,13 @@ each as the best of --repeat, old / new and their ratio:
   vs findings._Grid.full_strata;
 - quasi_detectable at the four baseline rates `orch plan` prints: every step spreading every
   simulated cell (reference_stats.quasi_detectable) vs the fixed cells' spreads computed once;
+- family.unreachable of a number metric (`wall`) at 2 values a cell (2 replicates: the exact floor
+  1/3 cannot reach 0.05, so the tied-values test is asked too; at 4 the floor answers alone): a
+  Mann-Whitney test on tied values run for every cell (ranks.mann_whitney_can_reach uncached, as
+  before 2026-12-06) vs cached by (m, n) (its cache cleared before each repeat: the first cell
+  computes, the others look up);
+- the restart counts of the other orders (`orch plan`'s "per order" line): core.plan.restart_count
+  expanding the matrix again for each of the three orders vs given the plan's cells;
 - importing the statistics modules in a fresh interpreter: scipy.stats + statsmodels (what they
   loaded before, on top of scipy.special) vs core.findings/power/clustered/ranks/stats now;
 - `orch plan` end to end in a fresh process (this tree; with --baseline-checkout DIR also an
@@ -34,7 +41,9 @@ sys.path.insert(0, str(REPO / "tests"))  # the replaced definitions, shared with
 from helpers import reference_stats as ref  # noqa: E402
 from timing import best_of, load_line  # noqa: E402
 
-from orchestrator.core import findings, power  # noqa: E402
+from orchestrator.core import family, findings, power, ranks  # noqa: E402
+from orchestrator.core.config import read_inventory, read_matrix  # noqa: E402
+from orchestrator.core.plan import make_plan, restart_count  # noqa: E402
 
 MATRIX = """\
 name: bench_plan
@@ -117,6 +126,28 @@ def main() -> None:
     new = best_of(args.repeat, lambda: [fast(d, r) for d, r in zip(designs, RATES, strict=True)])
     row("quasi_detectable (4 baselines)", old, new)
 
+    ids = {",".join(f"{f}={v}" for f, v in c.items()): c for c in cells}
+    wall = family.MetricDesign("number", ids, trials=dict.fromkeys(ids, 2))
+    design = family.Design(factors, baseline, next(iter(ids)), {"wall": wall})
+    smallest = ranks.mann_whitney_smallest_p.__wrapped__  # type: ignore[attr-defined]
+
+    def unreachable_uncached() -> list[str]:
+        base = 2
+        return [
+            c
+            for c in ids
+            if c != design.baseline and not (ranks.mann_whitney_min_p(2, base) < 0.05 or smallest(2, base) < 0.05)
+        ]
+
+    def unreachable_cached() -> list[str]:
+        ranks.mann_whitney_can_reach.cache_clear()  # type: ignore[attr-defined]
+        ranks.mann_whitney_smallest_p.cache_clear()  # type: ignore[attr-defined]
+        return [str(k[2]) for k in family.unreachable(design)]
+
+    assert unreachable_uncached() == unreachable_cached()
+    old, new = best_of(args.repeat, unreachable_uncached), best_of(args.repeat, unreachable_cached)
+    row(f"family.unreachable (wall, {len(ids) - 1:,} cells x 2)", old, new)
+
     old, new = fresh_import(IMPORT_OLD, args.repeat), fresh_import(IMPORT_NEW, args.repeat)
     row("import, fresh interpreter (CPU s)", old, new)
 
@@ -125,6 +156,14 @@ def main() -> None:
         more = "".join(f"  f{i}:\n    env: {{decode: F{i}}}\n    levels: [a, b]\n" for i in range(args.factors))
         matrix = work / "m.yaml"
         matrix.write_text(MATRIX.format(more=more))
+        m, tb = read_matrix(matrix), read_inventory(REPO / "inventory" / "local.yaml").testbed(None)
+        plan = make_plan(m, tb, 1, REPLICATES)
+        orders = ("randomized", "sequential", "min-restarts")
+        again = [restart_count(m, tb, 1, REPLICATES, o) for o in orders]
+        assert again == [restart_count(m, tb, 1, REPLICATES, o, plan.cells) for o in orders]
+        old = best_of(args.repeat, lambda: [restart_count(m, tb, 1, REPLICATES, o) for o in orders])
+        new = best_of(args.repeat, lambda: [restart_count(m, tb, 1, REPLICATES, o, plan.cells) for o in orders])
+        row("restart_count of the 3 orders", old, new)
         new_runs, old_runs = [], []
         for _ in range(args.repeat):  # interleaved: the load moves both alike
             if args.baseline_checkout:

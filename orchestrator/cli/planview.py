@@ -199,7 +199,7 @@ def _other_orders(plan: Plan) -> str:
     """Restart counts the other orders would need, so `order: min-restarts` can be weighed."""
     counts = []
     for order in ("randomized", "sequential", "min-restarts"):
-        count = restart_count(plan.matrix, plan.testbed, plan.seed, plan.replicates, order)
+        count = restart_count(plan.matrix, plan.testbed, plan.seed, plan.replicates, order, plan.cells)
         counts.append(f"{order} {count}")
     return "per order: " + ", ".join(counts)
 
