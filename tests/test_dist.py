@@ -100,6 +100,16 @@ def test_binom(n: float) -> None:
         check(dist.binom_ppf, sps.binom.ppf, Q, n, p)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 40, 1000, 2.5, -1, np.nan])
+def test_betabinom(n: float) -> None:
+    """core.regression's exact tail of a night's events (the trends of `orch serve`'s index, compare's
+    nightly check): its only scipy.stats call was betabinom.pmf, ~1.5 s of import on a first view."""
+    k = np.array([-np.inf, -1, -0.5, 0, 0.5, 1, 2, 3, 4.5, 5, 6, 39, 40, 41, 999, 1000, 1e6, np.inf, np.nan])
+    for a in SHAPES:
+        for b in (1e-3, 0.7, 3.0, 999.0, 0.0, np.nan):
+            check(dist.betabinom_pmf, sps.betabinom.pmf, k, n, a, b)
+
+
 # (M, n, N): population, good ones in it, drawn; the last four are invalid (nan from both)
 HYPERGEOM = [(1, 0, 0), (1, 1, 1), (10, 3, 4), (10, 7, 9), (20, 20, 5), (20, 5, 20), (240, 40, 12), (2000, 1000, 999)]
 HYPERGEOM += [(10**6, 1234, 56789), (0, 0, 0), (10, 11, 2), (10, 2, 11), (10.5, 2, 3)]
@@ -150,3 +160,18 @@ def test_ranks_constants_are_stats_ones() -> None:
 
     assert ranks.CONFIDENCE == stats.CONFIDENCE
     assert ranks.Values == stats.Values
+
+
+def test_the_exact_night_tail_needs_no_scipy_stats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """core.regression's exact beta-binomial tail runs with scipy.stats unimportable: `orch serve`'s
+    first index view and `orch compare` paid its ~1.5 s import for this one pmf."""
+    import sys
+
+    import scipy
+
+    from orchestrator.core import regression
+
+    want = regression._betabinom_exact(3, [40, 40, 40], 0.02, 0.05)
+    monkeypatch.delattr(scipy, "stats", raising=False)
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # type: ignore[arg-type]
+    assert regression._betabinom_exact(3, [40, 40, 40], 0.02, 0.05) == want

@@ -175,6 +175,20 @@ def binom_pmf(k: npt.ArrayLike, n: npt.ArrayLike, p: npt.ArrayLike) -> Array:
     return out
 
 
+def betabinom_pmf(k: npt.ArrayLike, n: npt.ArrayLike, a: npt.ArrayLike, b: npt.ArrayLike) -> Array:
+    """scipy.stats.betabinom.pmf: exp of scipy's own _logpmf, clipped to [0, 1], on the support's
+    integers 0..n, 0 off them; nan where n is not a whole number >= 0 or a, b not > 0."""
+    fk, fn, fa, fb = _f(k), _f(n), _f(a), _f(b)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        ok = (fn >= 0) & (fn == np.floor(fn)) & _valid(fa, fb)
+        on = (fk >= 0) & (fk <= fn) & (np.floor(fk) == fk)
+        whole = np.floor(fk)
+        log_comb = -np.log(fn + 1) - special.betaln(fn - whole + 1, whole + 1)
+        value = np.clip(np.exp(log_comb + special.betaln(whole + fa, fn - whole + fb) - special.betaln(fa, fb)), 0, 1)
+        out: Array = np.where(ok & ~np.isnan(fk), np.where(on, value, 0.0), _NAN)
+    return out
+
+
 def binom_sf(k: npt.ArrayLike, n: npt.ArrayLike, p: npt.ArrayLike) -> Array:
     """scipy.stats.binom.sf: scipy's _binom_sf(floor(k), n, p) inside 0 <= k < n, 1 below, 0 at and above n."""
     fk, fn, fp = _f(k), _f(n), _f(p)

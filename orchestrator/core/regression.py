@@ -248,12 +248,10 @@ def _betabinom_exact(k: int, sizes: Sequence[int], rate: float, rho: float) -> f
     The far tail as 1 minus the near one is exact to about 1e-11, far below any alpha after Holm."""
     if 2 * k > sum(sizes):
         k, rate = sum(sizes) - k, 1 - rate
-    from scipy import stats as sps  # betabinom (scipy.stats, ~1.5 s to import): only for an exact tail
-
     a, b = rate * (1 - rho) / rho, (1 - rate) * (1 - rho) / rho
     pmf = np.ones(1)
     for m in sizes:
-        pmf = np.convolve(pmf, sps.betabinom.pmf(np.arange(min(m, k) + 1), m, a, b))[: k + 1]
+        pmf = np.convolve(pmf, dist.betabinom_pmf(np.arange(min(m, k) + 1), m, a, b))[: k + 1]
     low, high = float(pmf.sum()), 1.0 - float(pmf[:k].sum())
     return min(1.0, max(0.0, 2 * min(low, high)))
 
