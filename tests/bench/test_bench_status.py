@@ -3,8 +3,24 @@ before) over loopback and prints both views of each side by side (no figure asse
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from helpers.benchrun import bench_output
+from helpers.benchrun import bench_module, bench_output
+
+bs = bench_module("bench_status.py")
+
+
+def test_answers_compare_on_the_fields_before_had() -> None:
+    """A field added since `--before` (unreadable_file, 2026-12-06) is no difference: the default
+    run once stopped at its first /api/status with "after answers otherwise than before"."""
+    before = {"runs": [{"directory": "r1", "state": "finished", "unreadable": "x"}]}
+    after = {"runs": [{"directory": "r1", "state": "finished", "unreadable": "y", "unreadable_file": ""}]}
+    assert bs.same_answers(json.dumps(after), json.dumps(before))
+    changed = {"runs": [{"directory": "r1", "state": "running", "unreadable_file": ""}]}
+    assert not bs.same_answers(json.dumps(changed), json.dumps(before))
+    fewer = {"runs": []}
+    assert not bs.same_answers(json.dumps(fewer), json.dumps(before))
 
 
 @pytest.mark.process
