@@ -41,7 +41,6 @@ from orchestrator.core.config import MatrixShape, build_matrix, validate_shape
 from orchestrator.core.envfile import Dialect, read_values
 from orchestrator.core.inventory import Host, SshSettings, Testbed, UnitSpec
 from orchestrator.core.plan import make_plan as _make_plan
-from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.core.yamlsrc import parse_yaml
 from orchestrator.edges.deployment import Deployment, HostHandle
@@ -53,7 +52,6 @@ from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
-from orchestrator.store.journal import read_journal
 from orchestrator.sweep.drift import SET_ASIDE
 from orchestrator.sweep.hosts import REMOVE_RUN_FILES
 from orchestrator.sweep.runner import Runner, RunOptions
@@ -792,13 +790,6 @@ def make_plan(bed: FakeBed, factors: Mapping[str, Mapping[str, Any]], *, seed: i
 def flag(role: str, var: str, levels: Sequence[str] = ("0", "1")) -> dict[str, Any]:
     """A one-variable factor in the matrix short form: {env: {role: VAR}, levels: [...]}."""
     return {"env": {role: var}, "levels": list(levels)}
-
-
-def trial_records(run_dir: Path) -> list[TrialRecord]:
-    """Each trial's final record, in the order the runner ran them: the journal's trial lines but
-    the failed attempts that were tried again (what the runner's RunResult once held)."""
-    contents = read_journal(run_dir / "journal.jsonl")
-    return [r for r in contents.records if isinstance(r, TrialRecord) and not r.retried]
 
 
 def runner_for(bed: FakeBed, plan: Plan, run_dir: Path, **options: Any) -> Any:

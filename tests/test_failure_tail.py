@@ -9,7 +9,7 @@ import re
 from io import StringIO
 from pathlib import Path
 
-from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, remote_repro, runner_for, trial_records
+from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, remote_repro, runner_for
 from rich.console import Console
 
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
@@ -29,7 +29,7 @@ def failed_sweep(tmp_path: Path, stdout: str) -> list[TrialRecord]:
     )
     result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
     assert result.failed == 2
-    return trial_records(tmp_path / "run")
+    return list(result.records)
 
 
 def shown(records: list[TrialRecord]) -> str:

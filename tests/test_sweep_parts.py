@@ -208,7 +208,7 @@ def test_a_remote_repro_that_times_out_keeps_what_it_printed(tmp_path: Path) -> 
         re.compile("fake-repro"), stdout="score=0.1 partial\n", stderr="warming\n", timeout=True
     )
     result = fakes.runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
-    first = fakes.trial_records(tmp_path / "run")[0]
+    first = result.records[0]
     assert first.status == "failed" and first.failure is not None and first.failure.kind == "workload"
     assert first.repro is not None and first.repro.exit_code is None
     assert first.repro.stdout_tail == "score=0.1 partial\n"
@@ -234,7 +234,7 @@ def test_a_trial_failing_on_two_hosts_names_both(tmp_path: Path) -> None:
 
         services.logs_since = gone  # type: ignore[method-assign]
     result = fakes.runner_for(bed, plan, tmp_path / "run", infra_attempts=1).execute()
-    failure = fakes.trial_records(tmp_path / "run")[0].failure
+    failure = result.records[0].failure
     assert failure is not None and failure.error == "GroupError" and failure.kind == "infrastructure"
     assert failure.message == (
         "2 hosts failed: a: connection lost while reading the journal; b: connection lost while reading the journal"

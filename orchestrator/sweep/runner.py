@@ -92,6 +92,21 @@ class RunResult:
     # testbed -> role -> what its hosts run (exec_start, server_info, GPUs: core.hostfacts)
     by_testbed: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
 
+    @property
+    def records(self) -> list[TrialRecord]:
+        """The final record of each trial this session ran, in the order they ended: read from the
+        journal when asked. The runner keeps none in memory (~12 KB each: a sweep runs thousands)."""
+        ran: set[int] = set().union(*(r.trials for r in self.ran.values()))
+        journal = RunDir(self.run_dir).journal
+        if not ran or not journal.exists():
+            return []
+        last: dict[int, TrialRecord] = {}
+        for r in read_journal(journal).records:
+            if isinstance(r, TrialRecord) and not r.retried and r.trial in ran:
+                last.pop(r.trial, None)  # a trial's last record stands, at its place in the journal
+                last[r.trial] = r
+        return list(last.values())
+
 
 class Runner:
     """Runs a plan's trials on one deployment; restores the hosts whatever ends it."""

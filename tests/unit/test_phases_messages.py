@@ -12,18 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import (
-    FakeServiceManager,
-    FakeUnit,
-    Reply,
-    Role,
-    flag,
-    make_bed,
-    make_plan,
-    remote_repro,
-    runner_for,
-    trial_records,
-)
+from fakes import FakeServiceManager, FakeUnit, Reply, Role, flag, make_bed, make_plan, remote_repro, runner_for
 
 from orchestrator.edges.provenance import TrialDescriber
 from orchestrator.errors import ServiceError, TransportError
@@ -44,7 +33,7 @@ def test_a_failed_warmup_says_how_it_failed(tmp_path: Path, reply: Reply, said: 
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1, repro=repro)
     result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
     assert (result.completed, result.failed) == (0, 2)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.failure is not None and record.failure.error == "WarmupFailed"
         assert record.failure.message == said
 
@@ -64,7 +53,7 @@ def test_a_unit_log_that_cannot_be_read_after_the_repro_voids_the_trial(
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
     result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
     assert (result.completed, result.failed) == (0, 2)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.failure is not None and record.failure.kind == "infrastructure"
         assert record.failure.message.endswith("unit decode-server: journalctl: no answer"), record.failure.message
 
@@ -89,7 +78,7 @@ def test_a_trial_whose_repro_host_stopped_answering_still_records_what_served_it
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
     result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
     assert (result.completed, result.failed) == (0, 2)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.failure is not None and "connection lost" in record.failure.message
         assert record.provenance and "decode" in record.provenance, record.provenance
 
@@ -101,7 +90,7 @@ def test_a_value_the_process_never_got_is_blamed_on_export_lines(tmp_path: Path)
     bed = make_bed({"decode": Role("export DECODE_FLAG=0\n", [unit], dialect="shell")})
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1)
     result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
-    failures = [r.failure for r in trial_records(tmp_path / "run")]
+    failures = [r.failure for r in result.records]
     assert result.completed == 0 and failures, failures
     for f in failures:
         assert f is not None and f.error == "VerificationError"
@@ -117,7 +106,7 @@ def test_a_repro_that_timed_out_says_where_its_timeout_is_set(tmp_path: Path) ->
     plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=1, repro=remote_repro("decode"))
     result = runner_for(bed, plan, tmp_path / "run", infra_attempts=1, stop_after_repeated_failures=0).execute()
     assert (result.completed, result.failed) == (0, 2)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.failure is not None and record.failure.kind == "workload", record.failure
         assert re.fullmatch(
             r"repro timed out after \d+ s \(the matrix's repro\.timeout\) and was killed", record.failure.message

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
-from fakes import METRICS, FakeBed, Reply, Role, make_bed, make_plan, remote_repro, trial_records
+from fakes import METRICS, FakeBed, Reply, Role, make_bed, make_plan, remote_repro
 
 from orchestrator.core import gpustat
 from orchestrator.core.serverconf import SGLANG_NAMES, SMG_NAMES
@@ -102,7 +102,7 @@ def test_server_metrics_are_per_trial_numbers_in_the_record(tmp_path: Path) -> N
     result = run(bed, client_for(bed, serve(worker)), tmp_path / "run", replicates=2, metrics={})
     assert (result.completed, result.failed) == (4, 0)
     assert worker.scrapes == 8  # once before and once after each repro
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         m = record.metrics
         assert m["server.decode.sglang:num_requests_total.delta"].value == 5  # this trial's requests only
         assert m["server.decode.sglang:time_to_first_token_seconds.count"].value == 5
@@ -115,7 +115,7 @@ def test_a_failed_scrape_is_recorded_as_missing_and_the_trial_counts(tmp_path: P
     bed = decode_bed()
     result = run(bed, client_for(bed, serve(Worker(bed), broken_metrics=True)), tmp_path / "run", metrics={})
     assert (result.completed, result.failed) == (2, 0)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         marker = record.metrics["server.decode.missing"]
         assert marker.value is None and "ReadTimeout" in marker.unit
         assert not [k for k in record.metrics if k.startswith("server.decode.sglang")]
@@ -128,7 +128,7 @@ def test_names_the_server_does_not_export_are_recorded_as_missing_with_why(tmp_p
     metrics = {"endpoints": {"decode": {"role": "decode", "names": ["sglang:no_such_metric_total"]}}}
     result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics=metrics)
     assert (result.completed, result.failed) == (2, 0)  # never voids a trial
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         marker = record.metrics["server.decode.missing"]
         assert marker.value is None
         assert marker.unit == "the answer had none of the metrics its names: list (sglang:no_such_metric_total)"
@@ -139,10 +139,8 @@ def test_a_server_reporting_another_value_voids_the_trial_like_an_env_mismatch(t
     verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graph": True}}]
     # the server ignores the flag: it always reports CUDA graph on
     client = client_for(bed, serve(Worker(bed), info={"disable_cuda_graph": False}))
-    run(bed, client, tmp_path / "run", verify=verify, stop_after_repeated_failures=0)
-    by_level = {
-        r.levels["graph"]: r for r in trial_records(tmp_path / "run") if r.attempt == 2 or r.status == "completed"
-    }
+    result = run(bed, client, tmp_path / "run", verify=verify, stop_after_repeated_failures=0)
+    by_level = {r.levels["graph"]: r for r in result.records if r.attempt == 2 or r.status == "completed"}
     assert by_level["on"].status == "completed"  # the rule does not apply to this cell
     off = by_level["off"]
     assert (off.status, off.attempt, off.metrics) == ("failed", 2, {})  # void: retried, never data
@@ -157,8 +155,8 @@ def test_a_field_the_server_does_not_report_is_named_as_such_at_its_line(tmp_pat
     the cell's setting') without a line of the matrix (the seventh new-user walk)."""
     bed = decode_bed()
     verify = [{"role": "decode", "when": {"graph": "off"}, "expect": {"disable_cuda_graphs": True}}]
-    run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", verify=verify)
-    [off] = [r for r in trial_records(tmp_path / "run") if r.levels["graph"] == "off" and r.attempt == 2]
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", verify=verify)
+    [off] = [r for r in result.records if r.levels["graph"] == "off" and r.attempt == 2]
     assert off.failure is not None and off.failure.error == "ReportedMismatch"
     message = off.failure.message
     assert "field disable_cuda_graphs is missing, expected True" in message
@@ -188,7 +186,7 @@ def test_the_warmup_runs_before_the_repro_and_is_never_counted(tmp_path: Path) -
         "fake-warmup --trial 1",
         "fake-repro --trial 1",
     ]
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.warmup is not None and record.warmup.command.startswith("fake-warmup")
         assert (tmp_path / "run" / record.warmup.stdout_path).read_text() == "score=9.0 events=9/10\n"
         assert record.metrics["score"].value == 0.5 and record.metrics["events"].k == 3  # the repro's, not 9
@@ -200,7 +198,7 @@ def test_a_failed_warmup_voids_the_trial(tmp_path: Path) -> None:
     repro = {**remote_repro("decode"), "warmup": "fake-warmup"}
     result = run(bed, bed.client, tmp_path / "run", repro=repro, stop_after_repeated_failures=0)
     assert (result.completed, result.failed) == (0, 2)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.failure is not None and record.failure.error == "WarmupFailed"
         assert record.failure.kind == "infrastructure" and "model not loaded" in record.failure.detail
         assert not [c for c in bed.transports["decode"].commands() if c.startswith("fake-repro")]
@@ -213,7 +211,7 @@ def test_a_host_without_nvidia_smi_is_asked_once_and_says_so_once(tmp_path: Path
     assert bed.transports["decode"].commands().count(gpustat.PROBE_COMMAND) == 1
     found = result.by_testbed[bed.deployment.testbed.name]  # what the run found on each host
     assert found["decode"]["gpu"] == "no nvidia-smi on this host: no GPU telemetry"
-    assert not [k for r in trial_records(tmp_path / "run") for k in r.metrics if k.startswith("gpu.")]
+    assert not [k for r in result.records for k in r.metrics if k.startswith("gpu.")]
 
 
 SMI = "0, {p}, {e}, 1000, 81559, 1980, 2619, 60, 90, 0x0000000000000000\n--xid--\n{x}\n"
@@ -228,7 +226,7 @@ def test_a_gpu_host_gets_its_telemetry_per_trial(tmp_path: Path) -> None:
     result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics={})
     assert result.completed == 2
     assert result.by_testbed[bed.deployment.testbed.name]["decode"]["gpu"] == "nvidia-smi"
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.metrics["gpu.decode.energy_j"].value == 500.0
         assert record.metrics["gpu.decode.power_w"].value == 400.0
         assert record.metrics["gpu.decode.xid_errors"].value == 1
@@ -315,7 +313,7 @@ def test_a_repro_that_reported_sessions_none_of_orchs_servers_counted_is_void(tm
     bed = decode_bed()
     result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={})
     assert (result.completed, result.failed) == (0, 2)
-    for record in trial_records(tmp_path / "run"):
+    for record in result.records:
         assert record.failure is not None and record.failure.error == "ReproNotServed"
         assert "no request reached orch's servers during the repro, which reported 10 sessions" in str(
             record.failure.message
@@ -337,7 +335,7 @@ def test_a_url_endpoint_counting_requests_does_not_vouch_for_the_repro(tmp_path:
     endpoints = {"d": {"role": "decode"}, "far": {"url": "http://elsewhere.fake:9/metrics"}}
     result = run(bed, client_for(bed, extra), tmp_path / "run", metrics={"endpoints": endpoints, "gpu": False})
     assert (result.completed, result.failed) == (0, 2)
-    assert {r.failure.error for r in trial_records(tmp_path / "run") if r.failure} == {"ReproNotServed"}
+    assert {r.failure.error for r in result.records if r.failure} == {"ReproNotServed"}
 
 
 def pd_bed() -> FakeBed:
@@ -359,10 +357,10 @@ def test_every_worker_role_watched_and_still_is_void(tmp_path: Path) -> None:
     bed = pd_bed()
     result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={"gpu": False})  # default: both
     assert (result.completed, result.failed) == (0, 2)
-    assert {r.failure.error for r in trial_records(tmp_path / "run") if r.failure} == {"ReproNotServed"}
+    assert {r.failure.error for r in result.records if r.failure} == {"ReproNotServed"}
     assert all(
         "the request counters of decode, prefill rose by 0" in str(r.failure.message)
-        for r in trial_records(tmp_path / "run")
+        for r in result.records
         if r.failure
     )
 
@@ -371,6 +369,6 @@ def test_two_proportions_over_the_same_sessions_are_not_added_up_in_the_message(
     bed = decode_bed()
     metrics = {**METRICS, "again": {"kind": "proportion", "regex": r"events=(?P<k>\d+)/(?P<n>\d+)"}}
     repro = {**remote_repro("decode"), "metrics": metrics}
-    run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={}, repro=repro)
-    messages = {str(r.failure.message) for r in trial_records(tmp_path / "run") if r.failure}
+    result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={}, repro=repro)
+    messages = {str(r.failure.message) for r in result.records if r.failure}
     assert len(messages) == 1 and "which reported 10 sessions" in messages.pop()  # was 20: 10 + 10
