@@ -13,6 +13,7 @@ import functools
 import hashlib
 
 import jinja2
+from markupsafe import Markup, escape
 
 from orchestrator.core.words import counted
 
@@ -39,7 +40,18 @@ def new_environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["counted"] = counted
+    env.filters["code_spans"] = code_spans
     return env
+
+
+def code_spans(text: str) -> Markup:
+    """`text` escaped, each pair of backticks made <code>: a headline's words are shared with the
+    terminal and webhooks, where backticks set a command apart ("`orch resume` continues it"),
+    and the page showed them as they are. A last backtick without its pair stays one."""
+    parts = str(escape(text)).split("`")
+    if len(parts) % 2 == 0:  # an odd number of backticks: the last is text
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    return Markup("".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)))
 
 
 @functools.cache

@@ -34,3 +34,15 @@ def test_the_null_result_names_the_cell_nearest_to_significance_as_such() -> Non
     [null] = [f.text for f in build_report(manifest, records).headline if f.kind == "null"]
     assert "Nearest to significance: 0.0% [0.0-8.2] (0/80) in cell bf16_index_k=on, cuda_graph=off" in null, null
     assert "(p=0.651, Holm)" in null and "Closest" not in null
+
+
+def test_a_command_in_a_headline_is_set_as_code_not_shown_with_backticks() -> None:
+    """The headline's words are shared with the terminal and webhooks, where backticks set a
+    command apart; the page showed them literally ("`orch resume` continues it": the browser
+    walk). On the page they are <code>, the rest escaped as before; an unpaired backtick stays."""
+    manifest, records = synthetic_run(replicates=2)
+    report = build_report(manifest, records)
+    line = report.headline[0].model_copy(update={"text": "Stopped: `orch resume` continues it; <b>2 `x"})
+    html = render_report(report.model_copy(update={"headline": [line]}))
+    assert "Stopped: <code>orch resume</code> continues it; &lt;b&gt;2 `x</" in html
+    assert "`orch resume`" not in html
