@@ -49,7 +49,7 @@ REAPER = str(Path(reaper_process.__file__).resolve())
 _BOOT = "import sys; sys.path[0:0] = sys.argv[1:2]; import reaper_process; reaper_process.main(sys.argv[1:])"
 START_TIMEOUT_S = 30.0  # the reaper's interpreter start on a loaded machine: tens of ms, rarely more
 EXIT_TIMEOUT_S = reaper_process.FINISH_S + 5.0  # the reaper's last round, once orch's end closed
-MAX_LINE = 128  # a line from the reaper: `START PID 0|1 NS` or `EXIT STATUS`
+MAX_LINE = 128  # a line from the reaper: `START PID 0|1 NS TICKS` or `EXIT STATUS`
 
 
 class Reaped:
@@ -57,9 +57,18 @@ class Reaped:
     wait), a file descriptor that becomes readable on its exit (exit_fd), and the processes it
     left (find, carries: as a leftovers.Marked). `close` lets the reaper go and waits for it."""
 
-    def __init__(self, reaper: subprocess.Popen[bytes], ctl: socket.socket, pid: int, subreaper: bool, started: float):
+    def __init__(
+        self,
+        reaper: subprocess.Popen[bytes],
+        ctl: socket.socket,
+        pid: int,
+        subreaper: bool,
+        started: float,
+        ticks: int = 0,
+    ) -> None:
         self.reaper, self._ctl = reaper, ctl
         self.pid, self.subreaper, self.started = pid, subreaper, started
+        self.start_ticks = ticks  # the shell's /proc start time as its reaper read it (0: unread)
         self.returncode: int | None = None
 
     def exit_fd(self) -> int:
@@ -129,7 +138,7 @@ def start(command: str, cwd: Path, env: Mapping[str, str], out: BinaryIO, err: B
     try:
         ours.sendall(spec)
         line = _read_line(ours, START_TIMEOUT_S)
-        kind, pid, subreaper, started_ns = line.split()
+        kind, pid, subreaper, started_ns, ticks = line.split()
         if kind != b"START":
             raise ValueError(line)
     except (OSError, ValueError) as exc:
@@ -140,7 +149,7 @@ def start(command: str, cwd: Path, env: Mapping[str, str], out: BinaryIO, err: B
             f"repro: cannot start {command!r}: its reaper (pid {reaper.pid}) did not start it ({exc or 'no answer'}; "
             "see the repro's stderr)"
         ) from exc
-    return Reaped(reaper, ours, int(pid), subreaper == b"1", int(started_ns) / 1e9)
+    return Reaped(reaper, ours, int(pid), subreaper == b"1", int(started_ns) / 1e9, int(ticks))
 
 
 def _spawn_reaper(fd: int, cwd: Path, out: BinaryIO, err: BinaryIO, command: str) -> subprocess.Popen[bytes]:

@@ -8,9 +8,11 @@ setsid daemon &``, a double fork) becomes its child instead of init's: orch find
 reaper's descendants (/proc/PID/task/TID/children), marked or not, and stops them
 (edges.reaper.Reaped). It reaps whatever of its children exits, so none stays a zombie, and tells
 orch on FD:
-  ``START PID SUBREAPER MONOTONIC_NS\\n``  once the shell exec'd: its pid (also its process group),
-                                          1 if the prctl took, and when it was forked
-                                          (CLOCK_MONOTONIC, as orch's)
+  ``START PID SUBREAPER MONOTONIC_NS TICKS\\n``  once the shell exec'd: its pid (also its process
+                                          group), 1 if the prctl took, when it was forked
+                                          (CLOCK_MONOTONIC, as orch's), and its start time
+                                          (/proc/PID/stat's clock ticks since boot: read here,
+                                          before the shell can be reaped, for orch's repro.pid)
   ``EXIT WAITSTATUS\\n``                  the shell's raw wait status, once it exited
 orch says nothing more: when FD reaches its end (orch closed it once the trial's leftovers were
 stopped, or orch died, kill -9 included) the reaper SIGKILLs whatever of the repro is left (its
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 else:
     import _signal
 
-__all__ = ["decode", "descendants", "encode", "parent_and_state", "under"]
+__all__ = ["decode", "descendants", "encode", "parent_and_state", "start_ticks", "under"]
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 PR_SET_CHILD_SUBREAPER = 36
@@ -87,6 +89,17 @@ def children(pid: int) -> list[int]:
         except (OSError, ValueError):
             continue
     return kids
+
+
+def start_ticks(pid: int) -> int:
+    """When process `pid` started (/proc/PID/stat field 22, clock ticks since boot); 0 if unread.
+    Read before the reaper reaps it: a repro that ends at once is gone by the time orch looks."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rfind(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def parent_and_state(pid: int) -> tuple[int, bytes] | None:
@@ -157,7 +170,7 @@ def main(argv: list[str]) -> None:
     os.close(exec_done)
     os.read(execed, 1)  # START only then: a group kill before the child's setsid() found no group
     os.close(execed)
-    _send(ctl, b"START %d %d %d\n" % (shell, subreaper, started))
+    _send(ctl, b"START %d %d %d %d\n" % (shell, subreaper, started, start_ticks(shell)))
     reaped = _serve(ctl, wake, shell)
     _finish(None if reaped else shell, wake)
     os._exit(0)

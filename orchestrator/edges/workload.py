@@ -367,7 +367,7 @@ def run_command(
                 given = loopback_unproxied(os.environ if env is None else env)  # core.noproxy
                 proc = _spawn(argv_or_shell, cwd, leftovers.marked_env(given, mark), out, err)
                 found = leftovers.Either(Marked(mark, proc.pid), proc)
-                _record_group(pid_path, proc.pid, mark)
+                _record_group(pid_path, proc.pid, mark, proc.start_ticks)
             if on_spawn is not None:
                 on_spawn()
             exit_code = _wait_or_kill(proc, timeout_s, stop, lambda: _check_output_size(out, err))
@@ -656,13 +656,15 @@ def _recorded(path: Path, run_dir: Path | None) -> str:
 # is for what that missed (the reaper killed too, a repro of an orch before the reaper).
 
 
-def _record_group(path: Path | None, pgid: int, mark: str) -> None:
-    """Write `PGID START_TICKS MARK` to `path` atomically (a rename): a reader sees all or nothing."""
+def _record_group(path: Path | None, pgid: int, mark: str, ticks: int = 0) -> None:
+    """Write `PGID START_TICKS MARK` to `path` atomically (a rename): a reader sees all or nothing.
+    `ticks`: the leader's start time as its reaper read it; read here only when it could not (0):
+    the reaper reaps a shell that ended at once, and /proc/PID is gone by then."""
     if path is None:
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_text(f"{pgid} {_start_ticks(pgid)} {mark}\n")
+        tmp.write_text(f"{pgid} {ticks or _start_ticks(pgid)} {mark}\n")
         os.replace(tmp, path)
     except (OSError, ValueError, IndexError) as exc:
         tmp.unlink(missing_ok=True)

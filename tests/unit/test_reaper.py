@@ -251,14 +251,14 @@ def test_the_duration_starts_at_the_reapers_fork(tmp_path: Path, monkeypatch: py
 
     def spawn(fd: int, *a: object) -> FakeReaper:
         theirs = socket.socket(fileno=os.dup(fd))
-        theirs.sendall(b"START 4001 0 12500000000\n")
+        theirs.sendall(b"START 4001 0 12500000000 777\n")
         ends.append(theirs)
         return FakeReaper()
 
     monkeypatch.setattr(reaper, "_spawn_reaper", spawn)
     with open(tmp_path / "o", "wb") as out:
         repro = reaper.start("true", tmp_path, {}, out, out)
-    assert (repro.pid, repro.subreaper, repro.started) == (4001, False, 12.5)
+    assert (repro.pid, repro.subreaper, repro.started, repro.start_ticks) == (4001, False, 12.5, 777)
     assert reaper_process._read_spec(ends[0].fileno()) == reaper_process.encode("true", {}).partition(b"\n")[2]
     repro.close()
     ends[0].close()

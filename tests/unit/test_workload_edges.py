@@ -32,6 +32,7 @@ class FakeProc:
     def __init__(self, pid: int = NEVER_EXITS, code: int | None = None) -> None:
         self.pid, self.code = pid, code
         self.started, self.closed = 0.0, 0
+        self.start_ticks = 4242  # the shell's start time as its reaper read it (clock ticks since boot)
 
     def find(self) -> list[int]:
         return []
@@ -136,6 +137,29 @@ def _run(tmp_path: Path, **kw: object) -> object:
 
 def _boom() -> None:
     raise RuntimeError("on_spawn failed")
+
+
+def test_a_repro_gone_before_it_is_recorded_is_recorded_from_its_reapers_reading(
+    tmp_path: Path, spawned: Seen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper reaps its shell the moment it exits: a repro that ends at once (`exit 0`, a
+    loaded machine) was gone before orch read its start time from /proc/PID/stat, and the trial
+    failed "cannot record the repro's process group: No such file or directory: /proc/29044/stat"
+    (tests/faults/test_orphan_repro.py, once, under load). The reaper reads it before it can reap."""
+
+    def gone(pid: int) -> int:
+        raise FileNotFoundError(2, "No such file or directory", f"/proc/{pid}/stat")
+
+    monkeypatch.setattr(workload, "_start_ticks", gone)
+    record = tmp_path / "repro.pid"
+    seen: list[str] = []
+    monkeypatch.setattr(workload, "_forget_group", lambda path, pgid: seen.append(path.read_text()))
+    spawned_proc = FakeProc(code=0)
+    monkeypatch.setattr(workload, "_spawn", lambda *a: spawned_proc)
+    outcome = _run(tmp_path, pid_path=record)
+    assert outcome.exit_code == 0  # type: ignore[attr-defined]
+    (line,) = seen
+    assert line.split()[:2] == [str(NEVER_EXITS), "4242"]
 
 
 def test_an_error_after_the_spawn_kills_the_group_and_names_what_it_left(tmp_path: Path, spawned: Seen) -> None:
