@@ -19,16 +19,15 @@ is a checkout whose `orchestrator` package is imported instead of this one.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import re
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
+from checkout import before_tree
 from timing import load_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,19 +74,6 @@ def make_runs(reports: Path, trials: int) -> None:
         if started:
             manifest = manifest.model_copy(update={"started": started})
         write_run(reports / run_id, manifest, records, plan_json=True)
-
-
-def before_tree(spec: str, scratch: Path) -> Path:
-    """A checkout to import the old orchestrator from: a folder as given, or REV exported."""
-    if Path(spec).is_dir():
-        return Path(spec).resolve()
-    data = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", spec, "orchestrator"], check=True, capture_output=True
-    ).stdout
-    tree = scratch / f"before-{spec}"
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        archive.extractall(tree, filter="data")
-    return tree
 
 
 def linked_copy(source: Path, target: Path) -> None:

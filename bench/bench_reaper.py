@@ -16,16 +16,16 @@ from this repository's history (`git archive REV orchestrator`); a DIR is used a
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from checkout import before_tree
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = "echo 'score=0.5 events=3/10'"
@@ -49,19 +49,6 @@ for i in range(n):
     assert out.exit_code == 0 and out.left_behind == [] and out.stdout_tail.startswith("score="), out
 print(json.dumps({"walls": walls, "durations": durations}))
 """
-
-
-def before_tree(spec: str, scratch: Path) -> Path:
-    """A checkout to import the old orchestrator from: a folder as given, or REV exported."""
-    if Path(spec).is_dir():
-        return Path(spec).resolve()
-    data = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "--format=tar", spec, "orchestrator"], check=True, capture_output=True
-    ).stdout
-    tree = scratch / "before"
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        archive.extractall(tree, filter="data")
-    return tree
 
 
 def block(tree: Path, folder: Path, trials: int) -> dict[str, list[float]]:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import httpx
+from checkout import before_tree
 from timing import load_line
 
 REPO = Path(__file__).resolve().parent.parent
@@ -74,14 +75,6 @@ def make_reports(root: Path, n: int) -> Path:
         save_manifest(run, manifest.model_copy(update={"status": "running"}))
         write_json_atomic(run / "status.json", status_file(name, "running", me, pid_start, manifest.started))
     return reports
-
-
-def before_tree(root: Path, rev: str) -> Path:
-    out = root / "before"
-    out.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "orchestrator"], capture_output=True, check=True)
-    subprocess.run(["tar", "-x", "-C", str(out)], input=archive.stdout, check=True)
-    return out
 
 
 def free_port() -> int:
@@ -193,7 +186,7 @@ def main() -> None:
     print(f"{'folders':>8} {'endpoint':<12}{'1st before':>11}{'1st after':>10}{'2nd before':>11}{'2nd after':>10}"
           f"{'2nd b/a':>9}{'RSS before':>15}{'RSS after':>15}")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-status-") as tmp:
-        old = before_tree(Path(tmp), args.before)
+        old = before_tree(args.before, Path(tmp))
         for n in (int(x) for x in args.runs.split(",")):
             root = Path(tmp) / f"n{n}"
             root.mkdir()
