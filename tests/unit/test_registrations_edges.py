@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from orchestrator.core.routerworkers import MAX_WORKERS
 from orchestrator.edges import registrations
 from orchestrator.edges.registrations import router_strangers
 
@@ -98,3 +99,34 @@ def test_counts_are_compared_unless_the_caller_says_the_router_is_dp_aware() -> 
             router_strangers(client, READINESS, {"decode": ["http://10.0.0.4:30002"]}, {"decode": 2}, dp_ranks=True)
             is None
         )
+
+
+@pytest.mark.parametrize("shape", ["workers", "urls"])
+def test_a_stranger_past_the_workers_orch_reads_is_not_missed(shape: str) -> None:
+    """core.routerworkers reads at most MAX_WORKERS of a list. Before, the rest was dropped unread: a
+    list of 4,096 entries of the inventory's own worker and then a teammate's server (well inside the
+    1 MiB answer bound: ~120 KB) passed as "no stranger". A list longer than orch reads now proves
+    nothing about who serves, as one too large to read: the check fails, naming it. A list of
+    exactly MAX_WORKERS is read whole."""
+    ours, theirs = "http://10.0.0.4:30002", "http://10.0.0.9:30002"
+
+    def answer(urls: list[str]) -> str:
+        if shape == "urls":
+            return json.dumps({"urls": urls})
+        return json.dumps({"workers": [{"url": u, "worker_type": "decode"} for u in urls]})
+
+    def check(urls: list[str]) -> str | None:
+        body = answer(urls)
+        path = "/workers" if shape == "workers" else "/list_workers"
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            return httpx.Response(200, text=body) if request.url.path == path else httpx.Response(404)
+
+        with httpx.Client(transport=httpx.MockTransport(handler)) as client:
+            return router_strangers(client, READINESS, {"decode": [ours]}, {})
+
+    assert check([ours] * MAX_WORKERS) is None
+    problem = check([ours] * MAX_WORKERS + [theirs])
+    assert problem is not None
+    assert problem.startswith("lists 4,097 workers or more, more than the 4,096 orch reads")  # README's number
+    assert check([ours] * (MAX_WORKERS - 1) + [theirs]) is not None  # inside the bound: named as ever
