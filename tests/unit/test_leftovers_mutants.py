@@ -174,3 +174,10 @@ def test_the_wait_for_an_exit_sleeps_in_poll_not_in_a_busy_loop(
     assert stop([me], rescan=lambda: [me], ours=lambda pid: pid == me, grace_s=0.05) == [me]
     assert len(polls) < 60, len(polls)
     assert sum(polls) >= 4 * 0.04  # the waits were in poll
+
+
+def test_the_last_pid_and_the_thread_count_are_read_from_loadavg(monkeypatch: pytest.MonkeyPatch) -> None:
+    """/proc/loadavg's fourth field is running/total scheduling entities: the total (every thread,
+    each holding a pid) bounds the pids the window may not cover, not the running count."""
+    monkeypatch.setattr(leftovers, "_read", lambda path: "0.00 0.01 0.05 1/123 4567\n")
+    assert leftovers._last_pid_and_threads() == (4567, 123)
