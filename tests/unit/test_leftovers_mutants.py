@@ -18,14 +18,18 @@ from orchestrator.edges import leftovers
 from orchestrator.edges.leftovers import KILL_ROUNDS, MARK_VAR, Marked, marked_env, new_mark, settle, shown, stop
 
 
-def test_a_mark_looked_for_since_the_repro_started_reads_only_newer_pids() -> None:
-    """Marked(since_start=True) reads only the pids handed out since its leader started: pid 1 (always
-    older than this test's process) is not among them, this process (the leader here) is. The
-    window is the module doc's cost promise (one listing and a few reads for a repro that left
-    nothing), and the only reason a long-lived controller does not read every /proc entry."""
-    marked = Marked(new_mark(), os.getpid())
+def test_a_mark_looked_for_since_the_repro_started_reads_only_newer_pids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Marked(since_start=True) reads only the pids handed out since its leader started: pid 1 is
+    not among them, the leader is. The window is the module doc's cost promise (one listing and a
+    few reads for a repro that left nothing). The last pid handed out is pinned to the leader's
+    (no process started since): on a busy machine the real counter wraps (pid_max 32768 here, a
+    million forks since boot) and a wrapped window rightly takes in the low pids, pid 1 too.
+    /proc/stat's fork count and pid_max are the real ones."""
+    me = os.getpid()
+    monkeypatch.setattr(leftovers, "_last_pid_and_threads", lambda: (me, 100))
+    marked = Marked(new_mark(), me)
     candidates = marked._candidates()
-    assert os.getpid() in candidates and 1 not in candidates, candidates[:20]
+    assert candidates == [me], candidates[:20]
     assert marked.find() == []  # no process carries a fresh mark (this one's environ has none)
 
 
@@ -113,7 +117,7 @@ def test_settle_returns_what_is_still_there_once_it_stops_changing_or_the_time_i
     assert settle(lambda: answers.pop(0), 5.0) == [] and answers == []
     started = time.monotonic()
     assert settle(lambda: [9], 0.05) == [9]
-    assert 0.05 <= time.monotonic() - started < 2.0
+    assert 0.05 <= time.monotonic() - started < 10.0
 
 
 class FakePidfd:
@@ -152,7 +156,7 @@ def test_a_process_gone_before_the_signal_is_not_waited_for(monkeypatch: pytest.
     fake = FakePidfd(monkeypatch, exits_on=None)
     started = time.monotonic()
     assert stop([os.getpid()], rescan=list, ours=lambda pid: True, grace_s=5.0) == []
-    assert time.monotonic() - started < 2.0  # not the 5 s grace
+    assert time.monotonic() - started < 4.0  # not the 5 s grace
     assert fake.sent == [signal.SIGTERM]  # sent to its pidfd: harmless to a process already gone
     fake.close()
 
