@@ -31,7 +31,8 @@ from orchestrator.core.endpoints import DEFAULT_PORTS, canonical_host
 
 # A DP-aware router's per-rank suffix on a worker URL.
 DP_RANK = re.compile(r"@\d+$")
-# Most workers one answer is read for (a router in front of thousands is not a test bed).
+# Most workers one answer is read for (a router in front of thousands is not a test bed). A list
+# longer than this is no proof that none is a stranger's: it fails the check (too_many).
 MAX_WORKERS = 4096
 # The router flag that registers each DP rank of a worker as a worker of its own.
 DP_AWARE_FLAG = "--dp-aware"
@@ -58,18 +59,19 @@ def registered_workers(value: object) -> tuple[Registered, ...] | None:
     """The workers a router's worker-list answer names, or None when it is not such a list (an
     older router, another proxy: then only counts can be compared). Shapes: sglang-router's
     `/workers` (`{"workers": [{"url": ..., "worker_type": ...}, ...]}`) and the older
-    `/list_workers` (`{"urls": [...]}`)."""
+    `/list_workers` (`{"urls": [...]}`). At most MAX_WORKERS + 1 are read: one past the bound is
+    enough for too_many to refuse the list."""
     if not isinstance(value, dict):
         return None
     items = value.get("workers")
     if isinstance(items, list):
-        found = [_registered(item) for item in items[:MAX_WORKERS]]
+        found = [_registered(item) for item in items[: MAX_WORKERS + 1]]
         if all(r is not None for r in found):
             return tuple(r for r in found if r is not None)
         return None
     urls = value.get("urls")
     if isinstance(urls, list) and all(isinstance(u, str) for u in urls):
-        return tuple(Registered(u) for u in urls[:MAX_WORKERS])
+        return tuple(Registered(u) for u in urls[: MAX_WORKERS + 1])
     return None
 
 
@@ -78,6 +80,19 @@ def _registered(item: object) -> Registered | None:
         return None
     kind = item.get("worker_type")
     return Registered(item["url"], kind.lower() if isinstance(kind, str) else "")
+
+
+def too_many(listed: Sequence[Registered]) -> str | None:
+    """Why a worker list longer than orch reads fails the check (None when it is not). Why: a
+    stranger past the first MAX_WORKERS was dropped unread (4,096 entries of an instance and then
+    another server passed, in ~120 KB); a list orch cannot read whole proves nothing about who
+    serves, as one too large to read (edges.registrations)."""
+    if len(listed) <= MAX_WORKERS:
+        return None
+    return (
+        f"lists {MAX_WORKERS + 1:,} workers or more, more than the {MAX_WORKERS:,} orch reads: it cannot tell "
+        "that none of them is a server orch did not start"
+    )
 
 
 def endpoint(url: str) -> tuple[str, int] | None:

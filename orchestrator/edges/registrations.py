@@ -36,6 +36,7 @@ from orchestrator.core.routerworkers import (
     registered_workers,
     strangers,
     strangers_message,
+    too_many,
 )
 from orchestrator.edges.httpread import NotJson, get_json
 
@@ -62,6 +63,8 @@ def router_strangers(
     ``dp_ranks``: a --dp-aware router, whose counts are not compared (core.routerworkers.excess_problem)."""
     listed = _worker_list(client, health_url)
     if listed is not None:
+        if (refused := too_many(listed)) is not None:
+            return refused
         found = strangers(listed, instances)
         if found:  # as written they differ: a name and its address may still be one host
             found = strangers(found, instances, _addresses(found, instances, router_host))

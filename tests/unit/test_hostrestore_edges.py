@@ -1,0 +1,128 @@
+"""`orch restore --testbed NAME` through its API entry (sweep.hostrestore.restore_from_hosts): what
+the outcome and the progress are told, a missing inventory, and a run named with --run-id, on the
+fakes of tests/helpers/parallel_fakes.py (no process, no socket). Mutation survivors of
+sweep/hostrestore.py (bench/README.md, round ten): its other tests (test_restore_from_hosts.py)
+call restore_testbed and run_to_restore directly, below this entry."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
+
+from orchestrator.core.config import read_inventory
+from orchestrator.edges.lock import LockInfo, lock_path
+from orchestrator.errors import UsageError
+from orchestrator.sweep import api
+from orchestrator.sweep.apitypes import HostRestoreRequest
+from orchestrator.sweep.hostrestore import run_to_restore
+from orchestrator.sweep.hosts import host_backup_path
+from orchestrator.sweep.hostunits import host_units_path
+from orchestrator.sweep.progress import QuietProgress
+
+DEAD_PID = 4_194_305  # above the largest pid_max Linux allows (2^22): never a live process
+
+
+class EndedProgress(QuietProgress):
+    def __init__(self) -> None:
+        self.ended: list[tuple[str, ...]] = []
+        self.notes: list[str] = []
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+
+    def restore_ended(self, not_restored: Sequence[str]) -> None:
+        self.ended.append(tuple(not_restored))
+
+
+def _left_by_a_killed_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_id: str, *, sudo: bool = False
+) -> tuple[Fleet, Path]:
+    """Testbed A's decode holds a cell's env file and, beside it, run `run_id`'s copy of the
+    original, as a run killed -9 leaves it (its folder deleted since; no lock, no units' record).
+    `sudo`: its hosts log in as a user who writes the env files through sudo."""
+    fleet = Fleet({"prefill": "P=0\n", "decode": "D=0\n"})
+    install(monkeypatch, fleet)
+    _, inventory = write_files(tmp_path, fake_matrix("m", 1), ["A"])
+    if sudo:
+        inventory.write_text(inventory.read_text().replace("user: root}", "user: ann, sudo: true}"))
+    deployment = fleet.connect(read_inventory(inventory).testbed("A"))
+    decode = fleet.transports[("A", "decode")]
+    env = deployment.hosts["decode"].host.env_file
+    decode.files[host_backup_path(env, run_id)] = b"D=0\n"
+    decode.files[env] = b"D=1\n"
+    return fleet, inventory
+
+
+def test_a_restore_from_the_hosts_outcome_names_no_folder_and_the_progress_is_told_it_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcome's run_dir is None (restored from the hosts' own copies: apitypes.RestoreOutcome),
+    its `again` the command with this inventory, and the progress is told the restore ended (what a
+    status sink keeps), once, with no host left changed, after being told what happens to the units."""
+    fleet, inventory = _left_by_a_killed_run(tmp_path, monkeypatch, "r9")
+    progress = EndedProgress()
+    outcome = api.restore_from_hosts(HostRestoreRequest(inventory, "A"), progress)
+    assert fleet.file("A", "decode") == b"D=0\n"
+    assert outcome.run_dir is None and outcome.run_id == "r9"
+    assert outcome.again == f"orch restore --testbed A --run-id r9 -i {inventory}"
+    assert [t.not_restored for t in outcome.testbeds] == [()] and outcome.exit_code == 0
+    assert progress.ended == [()]
+    # no record of the units beside the copy (an orch from before): what it will do with them, said first
+    assert progress.notes[0] == (
+        "run r9's folder is gone, and with it which units ran before it (a copy without the record of them): "
+        "the units running now are restarted on the original env files, stopped ones are left stopped"
+    )
+
+
+def test_a_missing_inventory_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    """Said as a wrong argument, with the hint to pass the run's inventory (not as a config file
+    that could not be read)."""
+    gone = tmp_path / "nowhere.yaml"
+    with pytest.raises(UsageError) as info:
+        api.restore_from_hosts(HostRestoreRequest(gone, "A"), QuietProgress())
+    assert str(info.value) == f"inventory {gone} not found (pass -i INVENTORY (the run's))"
+
+
+def test_the_run_given_with_run_id_is_the_one_restored_whatever_the_lock_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--run-id wins over the run the testbed's lock (or the hosts' copies) name: a host holding
+    copies of two runs is put back from the one asked for."""
+    fleet, inventory = _left_by_a_killed_run(tmp_path, monkeypatch, "r9")
+    deployment = fleet.connect(read_inventory(inventory).testbed("A"))
+    other = LockInfo("r8", "ann", DEAD_PID, socket.gethostname(), "t", "A", str(tmp_path / "gone"))
+    for key, handle in deployment.hosts.items():
+        fleet.transports[("A", key)].files[lock_path(handle, "A")] = (json.dumps(other.__dict__) + "\n").encode()
+    assert run_to_restore(deployment, None) == "r8"  # the lock's
+    assert run_to_restore(deployment, "r9") == "r9"
+    assert run_to_restore(deployment, "r7") == "r7"  # named even where no host holds its copy
+
+
+def test_the_copies_and_the_units_record_are_looked_for_with_sudo_on_a_sudo_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose env file orch writes through sudo keeps the copy and the record beside it, where
+    the login user may not see them: looked for without sudo, the copy would be "none" and the host
+    left on a cell's file. (The fake transport ignores sudo, so its calls are recorded here.)"""
+    fleet, inventory = _left_by_a_killed_run(tmp_path, monkeypatch, "r9", sudo=True)
+    decode = fleet.transports[("A", "decode")]
+    asked: list[tuple[str, object]] = []
+    run = decode.run
+
+    def recording(command: object, **kwargs: object) -> object:
+        if isinstance(command, list) and command[:1] == ["test"]:
+            asked.append((command[-1], kwargs.get("sudo")))
+        return run(command, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decode, "run", recording)
+    api.restore_from_hosts(HostRestoreRequest(inventory, "A"), QuietProgress())
+    assert fleet.file("A", "decode") == b"D=0\n"
+    copy = host_backup_path("/etc/orch/decode.env", "r9")
+    record = host_units_path("/etc/orch/decode.env", "r9")
+    assert {path for path, _ in asked} >= {copy, record}, asked
+    assert all(sudo is True for path, sudo in asked if path in (copy, record)), asked
