@@ -364,8 +364,7 @@ def run_command(
         found: leftovers.Finder | None = None
         try:
             with uninterrupted():  # an interrupt waits until `proc` is set, so the group is killed below
-                given = loopback_unproxied(os.environ if env is None else env)  # core.noproxy
-                proc = _spawn(argv_or_shell, cwd, leftovers.marked_env(given, mark), out, err)
+                proc = _spawn(argv_or_shell, cwd, env, mark, out, err)
                 found = leftovers.Either(Marked(mark, proc.pid), proc)
                 _record_group(pid_path, proc.pid, mark, proc.start_ticks)
             if on_spawn is not None:
@@ -432,9 +431,11 @@ def _open_output(path: Path) -> BinaryIO:
         raise WorkloadError(f"{path}: cannot write repro output: {exc.strerror} (check the run directory)") from exc
 
 
-def _spawn(command: str, cwd: Path, env: Mapping[str, str] | None, out: BinaryIO, err: BinaryIO) -> Reaped:
-    """``/bin/sh -c command`` under a reaper of its own (edges.reaper), in its own session."""
-    return reaper.start(command, cwd, os.environ if env is None else env, out, err)
+def _spawn(command: str, cwd: Path, env: Mapping[str, str] | None, mark: str, out: BinaryIO, err: BinaryIO) -> Reaped:
+    """``/bin/sh -c command`` under a reaper of its own (edges.reaper), in its own session, with
+    `env` (None: orch's own) marked (edges.leftovers) and the loopback kept off a proxy (core.noproxy)."""
+    given = loopback_unproxied(os.environ if env is None else env)
+    return reaper.start(command, cwd, leftovers.marked_env(given, mark), out, err)
 
 
 def _check_output_size(*files: BinaryIO) -> None:

@@ -12,6 +12,7 @@ finding the report does not name. Unit tier: no process, no server."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -35,6 +36,7 @@ from orchestrator.report.compare import Comparison, compare_cells, write_compari
 from orchestrator.report.compare import _read_run as read_compared
 from orchestrator.report.export import export_run, tidy
 from orchestrator.report.model import Report
+from orchestrator.report.page import code_spans
 from orchestrator.report.render import fresh_summary, load_report
 from orchestrator.report.series import MAX_TRIALS
 from orchestrator.report.site import index_page
@@ -425,6 +427,12 @@ def check_cells(o: Outputs) -> None:
             assert trends[c.cell] == said + (" (stopped early: anytime-valid interval)" if p.stopped else "")
 
 
+def on_page(text: str) -> str:
+    """A headline's words as a page shows them: each backtick pair set as code (the terminal's and
+    the webhook's `orch resume` is <code>orch resume</code> there: report.page.code_spans)."""
+    return html.unescape(re.sub(r"</?code>", "", str(code_spans(text))))
+
+
 def check_findings(o: Outputs) -> None:
     """One result sentence everywhere, each of its findings one the page names; one list of
     reasons to doubt the data; the hosts left changed named wherever the run is listed."""
@@ -432,13 +440,15 @@ def check_findings(o: Outputs) -> None:
 
     r = o.report
     page = [(kind, text) for kind, text in parsed(o.page).items]
-    assert page == [(f.kind, f.label + f.text) for f in r.headline]  # each item opens with its kind's label
+    assert page == [(f.kind, f.label + on_page(f.text)) for f in r.headline]  # each item opens with its kind's label
     result = result_headline(r)
     row = next(row for row in parsed(o.index).tables["runs"][1:] if o.api_runs["run_id"] in row[0])
     assert o.summary.headline == o.api_runs["headline"] == o.webhook["headline"] == result
-    assert row[5].startswith(" ".join(result.split()))
+    assert row[5].startswith(" ".join(on_page(result).split()))
     said = result.removeprefix(status_sentence(r) + " So far: ") if r.status not in ("completed", "failed") else result
-    assert any(text == f.label + said for f in r.headline for _, text in page), "a result the page does not name"
+    assert any(text == f.label + on_page(said) for f in r.headline for _, text in page), (
+        "a result the page does not name"
+    )
     suspect = list(o.summary.suspect)
     assert list(o.api_runs["suspect"]) == o.webhook["suspect"] == suspect  # type: ignore[call-overload]
     assert all(any("; ".join(suspect) in w for w in o.compared.warnings) for _ in suspect[:1])
