@@ -27,7 +27,7 @@ from orchestrator.core.records import RunManifest, TrialRecord
 from orchestrator.core.words import counted
 from orchestrator.errors import UsageError
 from orchestrator.report import missing
-from orchestrator.report.build import incomplete_reason, stopped_cells, versus_baseline, with_unit
+from orchestrator.report.build import fmt_p, incomplete_reason, stopped_cells, versus_baseline, with_unit
 from orchestrator.report.provenance import scan_journal
 from orchestrator.report.servedsettings import CellServers
 from orchestrator.report.unlike import Unlike, lines_of, unlike
@@ -77,6 +77,12 @@ class Row:
     @property
     def significant(self) -> bool:
         return self.p_holm < stats.ALPHA
+
+    @property
+    def p_text(self) -> str:
+        """Holm's p as the report writes it (1.000, 0.012, 4e-5): '%.2g' showed 1 where the run's
+        own page says p=1.000 for the same test."""
+        return fmt_p(self.p_holm).removeprefix("p=")
 
 
 @dataclass(frozen=True)
