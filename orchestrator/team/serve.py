@@ -345,6 +345,8 @@ class ReportsHandler(BaseHTTPRequestHandler):
             "/status": self._status_page,
             "/api/status": self._api_status,
             "/api/runs": self._api_runs,
+            # a browser asks every site for it: answered with nothing, not a 404 in its console
+            "/favicon.ico": lambda: self._headers(HTTPStatus.NO_CONTENT, None, "image/x-icon"),
         }
         route = routes.get(path)
         if route is not None:

@@ -90,6 +90,15 @@ def test_index_and_report(http: httpx.Client, reports: Path) -> None:
     assert http.get(f"/{RUN}/").content == r.content  # a run's folder means its report
 
 
+def test_a_browsers_favicon_request_is_answered_with_no_content(http: httpx.Client) -> None:
+    """A browser asks every site for /favicon.ico (opening /api/status did): it got a 404 in the
+    console of a page that works (the browser walk). It gets 204: no content, no error."""
+    for method in ("GET", "HEAD"):
+        r = http.request(method, "/favicon.ico")
+        assert (r.status_code, r.content) == (204, b""), (method, r.status_code)
+        assert "content-length" not in r.headers  # RFC 9110: never on a 204
+
+
 def test_run_files(http: httpx.Client, reports: Path) -> None:
     r = http.get(f"/{RUN}/trials/0000/repro.out")
     assert r.status_code == 200 and r.text == "CORRUPTION sessions: 1/40\n"
