@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 from helpers.chromium import DevTools, evaluate, open_page, page_problems
+from helpers.hunt_runs import hunt_trial
 from helpers.report_synth import LONG_NAMES, renamed_factors, synthetic_run, write_run
 
 from orchestrator.core.config import read_matrix
 from orchestrator.core.hunt import Hunt
 from orchestrator.core.huntreplay import settings_of
-from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.report.hunt import build_report as build_hunt
 from orchestrator.report.hunt import render as render_hunt
 from orchestrator.report.render import fresh_summary, write_report
@@ -53,22 +53,7 @@ def _hunt_page() -> str:
     while (x := hunt.propose()) is not None:
         k = 3 if x & truth == truth else int(len(records) % 7 == 0)
         hunt.observe(x, k, 20)
-        levels = dict(m.hunt.levels(x))
-        records.append(
-            TrialRecord(
-                run_id="h",
-                trial=len(records),
-                round=0,
-                cell=",".join(f"{f}={v}" for f, v in levels.items()),
-                levels=levels,
-                testbed="local",
-                status="completed",
-                started="2026-12-01T00:00:00.000Z",
-                ended="2026-12-01T00:00:01.000Z",
-                duration_s=1.0,
-                metrics={"corruption": MetricValue(kind="proportion", k=k, n=20)},
-            )
-        )
+        records.append(hunt_trial(dict(m.hunt.levels(x)), len(records), k))
     return render_hunt(build_hunt(m, records))
 
 

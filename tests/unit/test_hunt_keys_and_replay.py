@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers.hunt_runs import hunt_trial
 
 from orchestrator.core.config import read_matrix
-from orchestrator.core.records import MetricValue, TrialRecord
+from orchestrator.core.records import TrialRecord
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.hunt import HuntSource
 
@@ -34,23 +35,6 @@ def test_a_hunt_refuses_replicates_order_and_adaptive_at_their_line(tmp_path: Pa
     assert f"m.yaml:{line}: {key}: `{key}:` does not apply to a hunt" in str(err.value)
 
 
-def _trial(m, index: int, config: int, k: int, n: int = 20) -> TrialRecord:  # type: ignore[no-untyped-def]
-    levels = dict(m.hunt.levels(config))
-    return TrialRecord(
-        run_id="h",
-        trial=index,
-        round=0,
-        cell=",".join(f"{f}={v}" for f, v in levels.items()),
-        levels=levels,
-        testbed="local",
-        status="completed",
-        started="2026-12-01T00:00:00.000Z",
-        ended="2026-12-01T00:00:01.000Z",
-        duration_s=1.0,
-        metrics={"corruption": MetricValue(kind="proportion", k=k, n=n)},
-    )
-
-
 def test_a_resumed_hunt_holds_the_live_hunts_state_from_the_same_journal() -> None:
     """The live search read its posterior between trials, and each read dropped hypotheses below
     1e-10 for good; a resume (and the report) replays the journal and read it once. A journal whose
@@ -63,11 +47,11 @@ def test_a_resumed_hunt_holds_the_live_hunts_state_from_the_same_journal() -> No
     live = HuntSource(m)
     records: list[TrialRecord] = []
     for x, k in first:
-        records.append(_trial(m, len(records), x, k))
+        records.append(hunt_trial(dict(m.hunt.levels(x)), len(records), k))
         live.record(records[-1])
     live.hunt.propose()  # what the live source does between trials
     for x, k in then:
-        records.append(_trial(m, len(records), x, k))
+        records.append(hunt_trial(dict(m.hunt.levels(x)), len(records), k))
         live.record(records[-1])
     resumed = HuntSource(m, records)
     a, b = live.hunt.result(), resumed.hunt.result()
@@ -86,7 +70,7 @@ def test_a_resumed_hunt_re_estimates_the_trial_variation_the_live_one_tempered_b
     live = HuntSource(m)
     records: list[TrialRecord] = []
     for x, k in trials:
-        records.append(_trial(m, len(records), x, k))
+        records.append(hunt_trial(dict(m.hunt.levels(x)), len(records), k))
         live.record(records[-1])
         live.hunt.propose()
     resumed = HuntSource(m, records)
