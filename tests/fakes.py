@@ -48,6 +48,7 @@ from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId
 from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
+from orchestrator.edges.preflight import WRITE_PROBE
 from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import FileEntry, Result
@@ -154,12 +155,14 @@ class FakeTransport:
             self._scripts.insert(0, _Script(matcher, answer, times))
 
     def allow_file_commands(self) -> None:
-        """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`, the
+        """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`,
+        preflight's write probe (a file it holds is writable, its folder too), the
         lock's exclusive create and takeover), acting on the in-memory files, and the look for what a
         repro run on the host left running (nothing: script LEFT_SCRIPT again to leave something).
         Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
+        self.script(("sh", "-c", WRITE_PROBE), self._write_probe)
         self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and self.resolve(argv[-1]) in self.files else 1))
         self.script(("test", "-L"), lambda text, argv: Reply(0 if argv and argv[-1] in self.links else 1))
         self.script(("cat",), self._cat)
@@ -301,6 +304,12 @@ class FakeTransport:
                     self._scripts.remove(script)
         answer = script.answer
         return answer if isinstance(answer, Reply) else answer(text, argv)
+
+    def _write_probe(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """preflight.WRITE_PROBE: a file held is writable (its folder too); another cannot be opened."""
+        if argv and argv[-1] in self.files:
+            return Reply()
+        return Reply(1, stdout="file: No such file or directory\n")
 
     def _cat(self, text: str, argv: Sequence[str] | None) -> Reply:
         path = argv[-1] if argv else ""

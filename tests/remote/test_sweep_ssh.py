@@ -222,6 +222,10 @@ POINTS_AT = {
     "permission denied": ("", "env_file"),
     "sudo asks a password": ("ssh", "sudo"),
     "sudo wants a tty": ("ssh", "sudo"),
+    "immutable file": ("", "env_file"),
+    "append-only file": ("", "env_file"),
+    "read-only file": ("", "env_file"),
+    "read-only folder": ("", "env_file"),
 }
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
@@ -288,6 +292,37 @@ def _refused_at_preflight(testbed: Testbed, tmp_path, capsys, name, change, expe
     assert snapshot(testbed, files) == before
     assert not (tmp_path / "reports").exists()
     no_leftovers(testbed)
+
+
+# a host's env file orch (root) cannot replace, each made so on the host and put back after:
+# (setup, undo, what the refusal says). The old `test -w` called the first, third and fourth
+# "permission denied; set ssh.sudo: true" for root, and passed the append-only file: the sweep then
+# stopped after 3 trials failed to write it (exit 1)
+D = "/etc/sglang/decode.env"
+UNWRITABLE = {
+    "immutable file": (f"chattr +i {D}", f"chattr -i {D}", f"env file {D} is not writable (immutable or append-only"),
+    "append-only file": (f"chattr +a {D}", f"chattr -a {D}", f"env file {D} is not writable (immutable or append-only"),
+    "read-only file": (
+        f"mount --bind {D} {D} && mount -o remount,ro,bind {D}",
+        f"umount {D}",
+        f"env file {D} is not writable (on a read-only mount)",
+    ),
+    "read-only folder": (
+        "mount --bind /etc/sglang /etc/sglang && mount -o remount,ro,bind /etc/sglang",
+        "umount /etc/sglang",
+        f"env file {D} is not writable (on a read-only mount)",  # the file is on that mount too
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNWRITABLE))
+def test_an_env_file_root_cannot_replace_is_refused_naming_the_cause(testbed: Testbed, tmp_path, capsys, name):
+    setup, undo, expected = UNWRITABLE[name]
+    testbed.ssh("decode", setup)
+    try:
+        _refused_at_preflight(testbed, tmp_path, capsys, name, lambda tb, p: {}, expected)
+    finally:
+        testbed.ssh("decode", undo)
 
 
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):
