@@ -190,7 +190,7 @@ _HEADER_ROOM = 8192  # read_entry's header lines, kept ahead of a file as big as
 # Short reasons for the errors a user can act on, matched in a tool's stderr.
 _REASONS = (
     ("Permission denied", "permission denied"),
-    ("Operation not permitted", "operation not permitted (immutable file? see lsattr)"),
+    ("Operation not permitted", "operation not permitted (immutable or append-only file? see lsattr)"),
     ("No such file or directory", "no such file or directory"),
     ("Read-only file system", "read-only file system"),
     ("No space left on device", "no space left on device"),
@@ -631,6 +631,10 @@ class SshTransport:
         return ConnectError(self.label, connect_error_message(exc, self), about=about)
 
     def _hint(self, stderr: bytes) -> str:
+        """Another user or sudo, for a refusal only root would pass; none when root refused it already
+        (an immutable or append-only file, a read-only mount: the reason says so)."""
+        if self.use_sudo or self.user == "root":
+            return ""
         if b"Permission denied" in stderr or b"Operation not permitted" in stderr:
             return f" (connected as {self.user}: use a user who may do this, or set `sudo: true`)"
         return ""
