@@ -426,7 +426,8 @@ class FakeUnit:
     drop_in: set after the env file is read at every start, as a drop-in's Environment= (or a
       later EnvironmentFile=) does under systemd: it wins over what orch wrote.
     no_main_pid: systemd knows no MainPID of it (Type=forking with GuessMainPID=no): its ids carry
-      only its cgroup, /system.slice/NAME.service, where its server holds the ports."""
+      only its cgroup, /system.slice/NAME.service, where its server holds the ports.
+    masked: systemctl mask'ed (only preflight's `unusable` reads it)."""
 
     name: str
     active: bool = False
@@ -439,6 +440,7 @@ class FakeUnit:
     log_lines: tuple[str, ...] = ()
     no_main_pid: bool = False
     drop_in: dict[str, str] = field(default_factory=dict)
+    masked: bool = False  # `systemctl mask`: what runs keeps running, a restart is refused (preflight only)
     # state kept by the manager
     pid: int | None = None
     started_at: float | None = None
@@ -467,6 +469,11 @@ class FakeServiceManager:
     # ---------------------------------------------------------------- the protocol
     def exists(self, unit: str) -> bool:
         return unit in self.units
+
+    def unusable(self, unit: str) -> str | None:
+        if unit not in self.units:
+            return "not found"
+        return "is masked (systemctl unmask it first)" if self.units[unit].masked else None
 
     def state(self, unit: str) -> UnitState:
         u = self._unit(unit)

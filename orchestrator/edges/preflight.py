@@ -290,9 +290,10 @@ def _check_host(handle: HostHandle) -> None:
     probe = t.run(["sh", "-c", WRITE_PROBE, "orch-probe", host.env_file], check=False, sudo=sudo)
     if not probe.ok:
         raise _not_writable(host, probe.stdout, as_root=sudo or bool(host.ssh and host.ssh.user == "root"))
-    for unit in handle.units:
-        if not handle.services.exists(unit):
-            raise PreflightError(f"{host.label}: unit {unit} not found", about="units")
+    for unit in handle.units:  # a masked unit runs on, but every restart (and the restore's) is refused
+        problem = handle.services.unusable(unit)
+        if problem is not None:
+            raise PreflightError(f"{host.label}: unit {unit} {problem}", about="units")
     for url in (host.url, host.health):
         name = urlsplit(url).hostname or ""
         try:

@@ -226,6 +226,7 @@ POINTS_AT = {
     "append-only file": ("", "env_file"),
     "read-only file": ("", "env_file"),
     "read-only folder": ("", "env_file"),
+    "masked unit": ("", "units"),
 }
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
@@ -323,6 +324,24 @@ def test_an_env_file_root_cannot_replace_is_refused_naming_the_cause(testbed: Te
         _refused_at_preflight(testbed, tmp_path, capsys, name, lambda tb, p: {}, expected)
     finally:
         testbed.ssh("decode", undo)
+
+
+def test_a_masked_unit_is_refused_before_anything_is_touched(testbed: Testbed, tmp_path, capsys):
+    """`systemctl mask` on a running unit: it runs on, but systemd refuses every restart. Preflight
+    passed it; each trial that restarted decode then failed "is masked", and the restore's restart
+    too ("restore of decode failed"), exit 1 after 3 trials."""
+    unit = "/etc/systemd/system/sglang-dsv4-decode.service"  # the testbed's unit file: mask's own place
+    testbed.ssh("decode", f"cp -a {unit} /root/unit.orig && ln -sf /dev/null {unit} && systemctl daemon-reload")
+    try:
+        assert (
+            testbed.ssh("decode", "systemctl show -p LoadState --value sglang-dsv4-decode").stdout.strip() == "masked"
+        )
+        _refused_at_preflight(
+            testbed, tmp_path, capsys, "masked unit", lambda tb, p: {}, "unit sglang-dsv4-decode is masked"
+        )
+    finally:
+        testbed.ssh("decode", f"rm -f {unit} && mv /root/unit.orig {unit} && systemctl daemon-reload")
+    assert testbed.ssh("decode", "systemctl show -p LoadState --value sglang-dsv4-decode").stdout.strip() == "loaded"
 
 
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):

@@ -226,6 +226,15 @@ def test_the_write_probe_changes_nothing_and_creates_nothing(tmp_path: Any) -> N
         assert ran.returncode == 1 and ran.stdout == f"folder {tmp_path}: Permission denied\n"
 
 
+@pytest.mark.parametrize("active", [True, False])
+def test_a_masked_unit_is_refused_before_anything_is_touched(active: bool) -> None:
+    """Found on the testbed: a masked unit (still running) passed preflight, then every trial that
+    restarted it failed "is masked" and so did the restore's restart (exit 1 after 3 trials)."""
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", active=active, masked=True)])})
+    refused = _refusal(bed.deployment, bed)
+    assert refused.startswith("decode (decode.fake:22): unit decode-server is masked (systemctl unmask it first)")
+
+
 def test_a_health_url_whose_name_does_not_resolve_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     bed = make_bed({"decode": Role("D=1\n")})
     handle = bed.deployment.hosts["decode"]

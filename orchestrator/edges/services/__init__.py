@@ -42,6 +42,11 @@ class ServiceManager(Protocol):
 
     def exists(self, unit: str) -> bool: ...
 
+    def unusable(self, unit: str) -> str | None:
+        """Why the unit cannot be restarted however it runs now ("not found", "is masked (...)"),
+        said after "unit NAME "; None when it can."""
+        ...
+
     def state(self, unit: str) -> UnitState: ...
 
     def restart(self, unit: str) -> float:

@@ -132,6 +132,9 @@ class LocalServiceManager:
     def exists(self, unit: str) -> bool:
         return unit in self.units
 
+    def unusable(self, unit: str) -> str | None:
+        return None if unit in self.units else "not found"
+
     def state(self, unit: str) -> UnitState:
         rt = self._runtime(unit)
         with rt.lock:

@@ -141,6 +141,10 @@ class SystemdManager:
     def exists(self, unit: str) -> bool:
         return self.show([unit])[0].load_state != "not-found"
 
+    def unusable(self, unit: str) -> str | None:
+        info = self.show([unit])[0]
+        return "not found" if info.load_state == "not-found" else _load_problem(info)
+
     def state(self, unit: str) -> UnitState:
         return self.show([unit])[0].state
 
@@ -312,12 +316,9 @@ class SystemdManager:
                 raise ServiceError(
                     self.host, i.state.unit, "not found on the host (check `units:`; `systemctl list-unit-files` there)"
                 )
-            if i.load_state == "masked":
-                raise ServiceError(self.host, i.state.unit, "is masked (systemctl unmask it first)")
-            if i.load_state not in ("loaded", ""):
-                raise ServiceError(
-                    self.host, i.state.unit, f"cannot be loaded (LoadState={i.load_state}; see systemctl status)"
-                )
+            problem = _load_problem(i)
+            if problem is not None:
+                raise ServiceError(self.host, i.state.unit, problem)
 
     def _restart_failed(self, infos: Sequence[ShowInfo], out: str, since: float) -> ServiceError:
         bad = next((i for i in infos if liveness_problem(i) is not None), infos[0])
@@ -333,6 +334,16 @@ class SystemdManager:
 
 
 # -------------------------------------------------------------------- pure helpers
+def _load_problem(info: ShowInfo) -> str | None:
+    """Why systemd would refuse to start a unit it found: masked (a running one keeps running, but
+    `systemctl restart` is refused), or a unit file it cannot load."""
+    if info.load_state == "masked":
+        return "is masked (systemctl unmask it first)"
+    if info.load_state not in ("loaded", "", "not-found"):
+        return f"cannot be loaded (LoadState={info.load_state}; see systemctl status)"
+    return None
+
+
 def _journal_command(unit: str, since: float, max_bytes: int) -> str:
     return (
         f"journalctl -q --unit={shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"
