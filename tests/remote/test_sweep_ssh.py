@@ -227,6 +227,7 @@ POINTS_AT = {
     "read-only file": ("", "env_file"),
     "read-only folder": ("", "env_file"),
     "masked unit": ("", "units"),
+    "shell runs no command": ("ssh", "host"),
 }
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
@@ -342,6 +343,27 @@ def test_a_masked_unit_is_refused_before_anything_is_touched(testbed: Testbed, t
     finally:
         testbed.ssh("decode", f"rm -f {unit} && mv /root/unit.orig {unit} && systemctl daemon-reload")
     assert testbed.ssh("decode", "systemctl show -p LoadState --value sglang-dsv4-decode").stdout.strip() == "loaded"
+
+
+@pytest.mark.parametrize("shell", ["/usr/sbin/nologin", "/bin/false"])
+def test_an_account_whose_shell_runs_no_command_is_refused_saying_so(testbed: Testbed, tmp_path, capsys, shell):
+    """A service account's shell is often nologin or false. nologin's words were taken for a login
+    shell that prints ("from ~/.bashrc, ~/.profile...?"); false, which prints nothing, passed the check
+    and each command then failed on its own. Both: exit 2 at the `ssh:` address, naming the shell."""
+    testbed.ssh(
+        "decode", f"id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser; chsh -s {shell} orchuser"
+    )
+    try:
+        _refused_at_preflight(
+            testbed,
+            tmp_path,
+            capsys,
+            "shell runs no command",
+            lambda tb, p: dict(ssh_user="orchuser", ssh_sudo=True),
+            "the login shell of orchuser runs no command (`true` exited 1",
+        )
+    finally:
+        testbed.ssh("decode", "chsh -s /bin/bash orchuser")
 
 
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):

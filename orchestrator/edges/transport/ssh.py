@@ -455,9 +455,20 @@ class SshTransport:
             chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
             with chan:
                 chan.exec_command("true")
-                out, _ = _drain(chan, time.monotonic() + self.connect_timeout, QUIET_CHECK_BYTES)
+                deadline = time.monotonic() + self.connect_timeout
+                out, err = _drain(chan, deadline, QUIET_CHECK_BYTES)
+                status = _exit_status(chan, deadline)
         except (SSHException, EOFError, OSError, AttributeError, _Deadline) as exc:
             raise self._connect_error(exc) from exc
+        if status > 0:  # an account whose shell is nologin or false: every command "fails" the same way
+            said = (out + err).decode("utf-8", "replace").strip().splitlines()
+            words = f", saying {said[0][:80]!r}" if said else ""
+            raise ConnectError(
+                self.label,
+                f"the login shell of {self.user} runs no command (`true` exited {status}{words}): its shell is "
+                f"nologin or false? (`getent passwd {self.user}` there): give it a shell such as /bin/bash "
+                f"(`chsh -s /bin/bash {self.user}`) or connect as another user",
+            )
         if out:
             said = out.decode("utf-8", "replace").strip().splitlines() or [""]
             shown = said[0][:80] + (" ..." if len(said) > 1 or len(said[0]) > 80 else "")
