@@ -572,6 +572,26 @@ def test_a_refused_session_on_a_live_connection_keeps_the_connection(monkeypatch
     assert len(made) == 1 and not made[0].closed and link.opened == 1
 
 
+def test_sessions_refused_a_while_on_a_live_connection_are_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found on the testbed: with sshd's `MaxSessions 1` a trial failed "connection lost:
+    ChannelException(2, 'Connect failed')" when two of orch's commands met on a host, which was
+    neither lost nor a reason to void it: a refusal on a live connection is asked again until the
+    connect timeout (a session of the others ends soon), then said as MaxSessions."""
+    link = _Link(refuse=5)
+    t, made = _transport_on(link, monkeypatch)
+    monkeypatch.setattr(t, "_drive", lambda chan, *a: "ran")
+    assert t._exec("true", shown="true") == "ran"
+    assert len(made) == 1 and not made[0].closed and link.opened == 1
+    link.refuse = 10**9
+    t.connect_timeout = 0.05
+    monkeypatch.setattr("orchestrator.edges.transport.ssh.REOPEN_WAIT_S", 0.01)
+    with pytest.raises(TransportError) as caught:
+        t._exec("true", shown="true")
+    said = str(caught.value)
+    assert said.startswith("decode (10.0.0.4:22): the host refused every new session on a live connection"), said
+    assert "sshd's MaxSessions is below the 8 commands orch may run at once" in said and not made[0].closed
+
+
 def test_a_refused_session_on_a_dead_connection_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
     link = _Link(refuse=1, alive=False)
     t, made = _transport_on(link, monkeypatch)

@@ -366,6 +366,23 @@ def test_an_account_whose_shell_runs_no_command_is_refused_saying_so(testbed: Te
         testbed.ssh("decode", "chsh -s /bin/bash orchuser")
 
 
+def test_a_sweep_runs_on_a_host_whose_sshd_allows_one_session_per_connection(testbed: Testbed, tmp_path: Path, capsys):
+    """Hardened hosts lower sshd's MaxSessions. With 1, a trial failed "connection lost:
+    ChannelException(2, 'Connect failed')" where two of orch's commands met on decode (exit 1)."""
+    files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
+    before = snapshot(testbed, files)
+    config, hup = "/etc/orch-testbed/sshd_config", "kill -HUP $(systemctl show -p MainPID --value orch-sshd)"
+    testbed.ssh("decode", f"cp -a {config} /root/sshd_config.orig && sed -i '1i MaxSessions 1' {config} && {hup}")
+    try:
+        code, run_dir = sweep(testbed, tmp_path, "dsv4-pd", "--retries", "0")
+        assert code == 0, capsys.readouterr().err
+        assert [t.status for t in trials_of(run_dir)] == ["completed"] * 4
+    finally:
+        testbed.ssh("decode", f"mv /root/sshd_config.orig {config} && {hup}")
+    assert snapshot(testbed, files) == before
+    no_leftovers(testbed)
+
+
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):
     """Root-owned env files and systemctl through `sudo -n`, connected as a normal user."""
     for host in ("prefill", "decode", "router"):

@@ -538,28 +538,41 @@ class SshTransport:
         `reserved`: the kill of a stopped command, which may not wait for a channel slot (the
         commands holding them may be the ones waiting for that kill)."""
         with contextlib.nullcontext() if reserved else self._channels:
-            for attempt in (1, 2):
+            reconnected, patient_until = False, time.monotonic() + self.connect_timeout
+            while True:
                 conn = self._connection()
                 try:
                     # paramiko is untyped (Any): get_transport() may be None, caught below as AttributeError
                     chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
                 except (SSHException, EOFError, OSError, AttributeError) as exc:
-                    if attempt == 2:
-                        raise TransportError(self.label, f"connection lost: {_one_line(exc)}") from exc
-                    self._after_refused_session(conn)
-                    continue
+                    live = self._after_refused_session(conn)
+                    if live and time.monotonic() < patient_until:
+                        continue  # sshd's MaxSessions: a session of the others ends soon
+                    if not live and not reconnected:
+                        reconnected = True
+                        continue
+                    raise TransportError(self.label, self._refused_session(exc, live)) from exc
                 with chan:
                     return self._drive(chan, line, stdin, timeout, shown, max_output, stop, sudo)
-        raise AssertionError("unreachable")
 
-    def _after_refused_session(self, conn: Connection) -> None:
-        """A session could not be opened: drop the connection only if it is dead (then the retry
-        reconnects); on a live one, other commands still run, so wait a moment and ask again."""
+    def _after_refused_session(self, conn: Connection) -> bool:
+        """A session could not be opened: drop the connection only if it is dead (False: the retry
+        reconnects); on a live one (True), other commands still run, so wait a moment and ask again."""
         with self._lock:
             if self._conn is conn and not _alive(conn):
                 self._discard()
-                return
+                return False
         time.sleep(REOPEN_WAIT_S)
+        return True
+
+    def _refused_session(self, exc: BaseException, live: bool) -> str:
+        if not live:
+            return f"connection lost: {_one_line(exc)}"
+        return (
+            f"the host refused every new session on a live connection for {self.connect_timeout:g} s "
+            f"({_one_line(exc)}): sshd's MaxSessions is below the {MAX_CHANNELS} commands orch may run at "
+            f"once on a host? (`sshd -T | grep -i maxsessions` there; {MAX_CHANNELS} or more lets orch run)"
+        )
 
     def _drive(
         self,
