@@ -441,6 +441,7 @@ class FakeUnit:
     no_main_pid: bool = False
     drop_in: dict[str, str] = field(default_factory=dict)
     masked: bool = False  # `systemctl mask`: what runs keeps running, a restart is refused (preflight only)
+    environment_files: tuple[str, ...] | None = None  # its EnvironmentFile= lines (None: not said, as local)
     # state kept by the manager
     pid: int | None = None
     started_at: float | None = None
@@ -528,6 +529,10 @@ class FakeServiceManager:
         with self._lock:
             text = "".join(line + "\n" for when, line in self.logs[unit] if when >= since)
         return text[-max_bytes:]
+
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        files = self._unit(unit).environment_files
+        return None if files is None else (path in files, list(files))
 
     def environ(self, unit: str) -> dict[str, str] | None:
         u = self._unit(unit)

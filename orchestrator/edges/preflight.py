@@ -280,6 +280,25 @@ def _not_writable(host: Host, said: str, *, as_root: bool) -> PreflightError:
     return PreflightError(f"{host.label}: {message}", hint=hint, about="env_file")
 
 
+def _check_units_read(handle: HostHandle) -> None:
+    """With dialect systemd the units read the env file through EnvironmentFile=: one of them must
+    name it, or every edit goes to a file no process reads (an identical copy even passes the live
+    env check; verification then failed each changed trial blaming a drop-in)."""
+    host, said = handle.host, []
+    for unit in handle.units:
+        files = handle.services.env_files(unit, host.env_file)
+        if files is None or files[0]:
+            return
+        said.append(f"{unit} reads {', '.join(files[1]) or 'no EnvironmentFile='}")
+    raise PreflightError(
+        f"{host.label}: env file {host.env_file} is read by none of its units with EnvironmentFile= "
+        f"({'; '.join(said)})",
+        hint="point env_file: at the file the unit reads (systemctl cat UNIT), or, if a wrapper script "
+        "sources it, set dialect: shell",
+        about="env_file",
+    )
+
+
 def _check_host(handle: HostHandle) -> None:
     host, t = handle.host, handle.transport
     t.run(["true"], timeout=host.ssh.connect_timeout + 5 if host.ssh else 10)
@@ -294,6 +313,8 @@ def _check_host(handle: HostHandle) -> None:
         problem = handle.services.unusable(unit)
         if problem is not None:
             raise PreflightError(f"{host.label}: unit {unit} {problem}", about="units")
+    if host.dialect == "systemd":
+        _check_units_read(handle)
     for url in (host.url, host.health):
         name = urlsplit(url).hostname or ""
         try:

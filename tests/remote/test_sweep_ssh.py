@@ -227,6 +227,7 @@ POINTS_AT = {
     "read-only file": ("", "env_file"),
     "read-only folder": ("", "env_file"),
     "masked unit": ("", "units"),
+    "env file the unit does not read": ("", "env_file"),
     "shell runs no command": ("ssh", "host"),
 }
 PREFLIGHT = [
@@ -381,6 +382,32 @@ def test_a_sweep_runs_on_a_host_whose_sshd_allows_one_session_per_connection(tes
         testbed.ssh("decode", f"mv /root/sshd_config.orig {config} && {hup}")
     assert snapshot(testbed, files) == before
     no_leftovers(testbed)
+
+
+def test_an_env_file_the_unit_does_not_read_is_refused_and_a_link_to_it_is_not(testbed: Testbed, tmp_path, capsys):
+    """env_file: naming a copy of the file the unit reads: the edits would go where no process looks.
+    Preflight passed it (same values), and each changed trial failed verification blaming "a drop-in,
+    or another EnvironmentFile=" (exit 1). A symlink to the file the unit reads is that file."""
+    testbed.ssh("decode", "cp -a /etc/sglang/decode.env /etc/sglang/other.env")
+    try:
+        _refused_at_preflight(
+            testbed,
+            tmp_path,
+            capsys,
+            "env file the unit does not read",
+            lambda tb, p: dict(env_file="/etc/sglang/other.env"),
+            "env file /etc/sglang/other.env is read by none of its units with EnvironmentFile= "
+            "(sglang-dsv4-decode reads /etc/sglang/decode.env)",
+        )
+    finally:
+        testbed.ssh("decode", "rm -f /etc/sglang/other.env")
+    testbed.ssh("decode", "mkdir -p /run/orch-link && ln -s /etc/sglang/decode.env /run/orch-link/decode.env")
+    try:
+        inventory = bad_inventory(testbed, tmp_path, "decode", env_file="/run/orch-link/decode.env")
+        code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "r2")])
+        assert code == 0, capsys.readouterr().err
+    finally:
+        testbed.ssh("decode", "rm -rf /run/orch-link")
 
 
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):

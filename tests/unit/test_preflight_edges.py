@@ -235,6 +235,21 @@ def test_a_masked_unit_is_refused_before_anything_is_touched(active: bool) -> No
     assert refused.startswith("decode (decode.fake:22): unit decode-server is masked (systemctl unmask it first)")
 
 
+def test_a_systemd_dialect_env_file_no_unit_reads_is_refused() -> None:
+    """Found on the testbed: env_file: naming a copy of the file the unit reads (same values) passed
+    preflight; every changed trial then failed verification, blaming "a drop-in, or another
+    EnvironmentFile=" (exit 1). The unit's EnvironmentFile= lines are asked; none names it: exit 2."""
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", environment_files=("/etc/orch/real.env",))])})
+    refused = _refusal(bed.deployment, bed)
+    assert refused.startswith(
+        "decode (decode.fake:22): env file /etc/orch/decode.env is read by none of its units with EnvironmentFile= "
+        "(decode-server reads /etc/orch/real.env)"
+    ), refused
+    assert "set dialect: shell" in refused
+    bed.managers["decode"].units["decode-server"].environment_files = ("/etc/orch/real.env", "/etc/orch/decode.env")
+    assert preflight(bed.deployment, client=bed.client) == []
+
+
 def test_a_health_url_whose_name_does_not_resolve_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     bed = make_bed({"decode": Role("D=1\n")})
     handle = bed.deployment.hosts["decode"]

@@ -75,6 +75,11 @@ class ServiceManager(Protocol):
         """The environment of the unit's live main process (/proc/PID/environ), or None."""
         ...
 
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        """(whether the unit's EnvironmentFile= names `path` or a link to the same file, the files it
+        names), or None when this manager cannot tell (no systemd)."""
+        ...
+
     def logs_and_ids(
         self, units: Sequence[str], since: float, max_bytes: int = 256_000
     ) -> tuple[dict[str, str], dict[str, UnitId]]:

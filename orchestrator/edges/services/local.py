@@ -188,6 +188,9 @@ class LocalServiceManager:
             self._checkpoint(unit)
         return self._read_log(unit, offset, max_bytes)
 
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        return None  # a local unit gets its env file and nothing else
+
     def environ(self, unit: str) -> dict[str, str] | None:
         pid = self._live_pid(unit)
         if pid is None:

@@ -253,6 +253,11 @@ class SystemdManager:
             raise ServiceError(self.host, ", ".join(units), f"unexpected output of the journal command ({got})")
         return {u: _whole_lines(text, max_bytes) for u, text in zip(units, logs, strict=True)}, parse_units(ids, units)
 
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        res = self._run(["sh", "-c", _ENV_FILES_SCRIPT, "orch-env-files", unit, path], check=True)
+        lines = res.stdout.splitlines()
+        return any(line.startswith("same ") for line in lines), [line[5:] for line in lines if line[4:5] == " "]
+
     def environ(self, unit: str) -> dict[str, str] | None:
         """The live server's environment, from /proc/PID/environ. MainPID (without one: the
         unit's oldest process in its cgroup) is followed down through wrapper processes that
@@ -334,6 +339,18 @@ class SystemdManager:
 
 
 # -------------------------------------------------------------------- pure helpers
+# The unit's EnvironmentFile= files ($1), each `same PATH` when it is the inventory's env file ($2)
+# or a link to that file (-ef: the same inode), else `othr PATH`. systemctl shows one
+# `PATH (ignore_errors=yes|no)` line each; a `-` prefix is shown as ignore_errors=yes.
+_ENV_FILES_SCRIPT = r"""
+systemctl show -p EnvironmentFiles --value -- "$1" | while IFS= read -r l; do
+  f=${l% (ignore_errors=*)}
+  [ -n "$f" ] || continue
+  if [ "$f" = "$2" ] || [ "$f" -ef "$2" ]; then echo "same $f"; else echo "othr $f"; fi
+done
+"""
+
+
 def _load_problem(info: ShowInfo) -> str | None:
     """Why systemd would refuse to start a unit it found: masked (a running one keeps running, but
     `systemctl restart` is refused), or a unit file it cannot load."""
