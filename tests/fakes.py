@@ -48,6 +48,7 @@ from orchestrator.edges.identity import Holder, PortScan, Socket, UnitId
 from orchestrator.edges.lock import CREATE as LOCK_CREATE
 from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
+from orchestrator.edges.preflight import WRITE_PROBE
 from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import FileEntry, Result
@@ -154,12 +155,14 @@ class FakeTransport:
             self._scripts.insert(0, _Script(matcher, answer, times))
 
     def allow_file_commands(self) -> None:
-        """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`, the
+        """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`,
+        preflight's write probe (a file it holds is writable, its folder too), the
         lock's exclusive create and takeover), acting on the in-memory files, and the look for what a
         repro run on the host left running (nothing: script LEFT_SCRIPT again to leave something).
         Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
+        self.script(("sh", "-c", WRITE_PROBE), self._write_probe)
         self.script(("test", "-e"), lambda text, argv: Reply(0 if argv and self.resolve(argv[-1]) in self.files else 1))
         self.script(("test", "-L"), lambda text, argv: Reply(0 if argv and argv[-1] in self.links else 1))
         self.script(("cat",), self._cat)
@@ -302,6 +305,12 @@ class FakeTransport:
         answer = script.answer
         return answer if isinstance(answer, Reply) else answer(text, argv)
 
+    def _write_probe(self, text: str, argv: Sequence[str] | None) -> Reply:
+        """preflight.WRITE_PROBE: a file held is writable (its folder too); another cannot be opened."""
+        if argv and argv[-1] in self.files:
+            return Reply()
+        return Reply(1, stdout="file: No such file or directory\n")
+
     def _cat(self, text: str, argv: Sequence[str] | None) -> Reply:
         path = argv[-1] if argv else ""
         with self._lock:
@@ -417,7 +426,8 @@ class FakeUnit:
     drop_in: set after the env file is read at every start, as a drop-in's Environment= (or a
       later EnvironmentFile=) does under systemd: it wins over what orch wrote.
     no_main_pid: systemd knows no MainPID of it (Type=forking with GuessMainPID=no): its ids carry
-      only its cgroup, /system.slice/NAME.service, where its server holds the ports."""
+      only its cgroup, /system.slice/NAME.service, where its server holds the ports.
+    masked: systemctl mask'ed (only preflight's `unusable` reads it)."""
 
     name: str
     active: bool = False
@@ -430,6 +440,8 @@ class FakeUnit:
     log_lines: tuple[str, ...] = ()
     no_main_pid: bool = False
     drop_in: dict[str, str] = field(default_factory=dict)
+    masked: bool = False  # `systemctl mask`: what runs keeps running, a restart is refused (preflight only)
+    environment_files: tuple[str, ...] | None = None  # its EnvironmentFile= lines (None: not said, as local)
     # state kept by the manager
     pid: int | None = None
     started_at: float | None = None
@@ -458,6 +470,11 @@ class FakeServiceManager:
     # ---------------------------------------------------------------- the protocol
     def exists(self, unit: str) -> bool:
         return unit in self.units
+
+    def unusable(self, unit: str) -> str | None:
+        if unit not in self.units:
+            return "not found"
+        return "is masked (systemctl unmask it first)" if self.units[unit].masked else None
 
     def state(self, unit: str) -> UnitState:
         u = self._unit(unit)
@@ -512,6 +529,10 @@ class FakeServiceManager:
         with self._lock:
             text = "".join(line + "\n" for when, line in self.logs[unit] if when >= since)
         return text[-max_bytes:]
+
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        files = self._unit(unit).environment_files
+        return None if files is None else (path in files, list(files))
 
     def environ(self, unit: str) -> dict[str, str] | None:
         u = self._unit(unit)

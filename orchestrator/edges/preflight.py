@@ -226,22 +226,95 @@ def check_ports(handle: HostHandle, host: Host) -> None:
             )
 
 
+# What an edit needs (the transports' atomic write: a temp file in the folder, renamed over the
+# file), checked without changing anything: the file opens for writing (dd opens it without
+# O_CREAT and writes nothing, so the kernel says why not: permission, a read-only mount, an
+# immutable or append-only file, which `test -w` passes) and its folder takes a new file (for a
+# folder `test -w` is all there is; findmnt and lsattr then say why, where they exist).
+# $1 = the env file. Prints `file: REASON` or `folder DIR: REASON` and exits 1 when it cannot.
+WRITE_PROBE = r"""
+p=$(readlink -f -- "$1") || p=$1
+d=${p%/*}; d=${d:-/}
+if ! e=$(dd if=/dev/null of="$p" conv=nocreat,notrunc count=0 status=none 2>&1); then
+  printf 'file: %s\n' "${e##*: }"; exit 1
+fi
+[ -w "$d" ] && exit 0
+r="Permission denied"
+case ",$(findmnt -no OPTIONS -T "$d" 2>/dev/null)," in *,ro,*) r="Read-only file system" ;; esac
+a=$(lsattr -d -- "$d" 2>/dev/null) && case "${a%% *}" in *i*) r="Operation not permitted" ;; esac
+printf 'folder %s: %s\n' "$d" "$r"; exit 1
+"""
+# the probe's reason -> (what to say, the hint); anything else is said as the probe printed it
+_WRITE_CAUSES = {
+    "Read-only file system": ("on a read-only mount", "remount it read-write (see `findmnt -T {path}`)"),
+    "Operation not permitted": (
+        "immutable or append-only (chattr)",
+        "see `lsattr -d {path}`; `chattr -i -a {path}` as root lets orch replace it",
+    ),
+}
+
+
+def _not_writable(host: Host, said: str, *, as_root: bool) -> PreflightError:
+    """Why the env file cannot be edited, from WRITE_PROBE's line (host_where points at `env_file:`)."""
+    where, _, reason = said.strip().partition(": ")
+    folder = where.startswith("folder ")
+    path = where[len("folder ") :] if folder else host.env_file
+    reason = reason.strip() or "unknown reason"
+    if reason in _WRITE_CAUSES:
+        what, hint = _WRITE_CAUSES[reason]
+        hint = hint.format(path=path)
+    elif reason == "Permission denied":
+        what = "permission denied"
+        hint = (
+            "even as root: a network file system that maps root to nobody (root_squash)?"
+            if as_root
+            else "set ssh.sudo: true or let the login user write it"
+        )
+    else:
+        what, hint = reason, "check the file and its folder on the host"
+    if folder:
+        message = f"env file {host.env_file} is not writable: its folder {path} takes no new file ({what})"
+        hint = f"orch writes a temp file beside the env file and renames it over it; {hint}"
+    else:
+        message = f"env file {host.env_file} is not writable ({what})"
+    return PreflightError(f"{host.label}: {message}", hint=hint, about="env_file")
+
+
+def _check_units_read(handle: HostHandle) -> None:
+    """With dialect systemd the units read the env file through EnvironmentFile=: one of them must
+    name it, or every edit goes to a file no process reads (an identical copy even passes the live
+    env check; verification then failed each changed trial blaming a drop-in)."""
+    host, said = handle.host, []
+    for unit in handle.units:
+        files = handle.services.env_files(unit, host.env_file)
+        if files is None or files[0]:
+            return
+        said.append(f"{unit} reads {', '.join(files[1]) or 'no EnvironmentFile='}")
+    raise PreflightError(
+        f"{host.label}: env file {host.env_file} is read by none of its units with EnvironmentFile= "
+        f"({'; '.join(said)})",
+        hint="point env_file: at the file the unit reads (systemctl cat UNIT), or, if a wrapper script "
+        "sources it, set dialect: shell",
+        about="env_file",
+    )
+
+
 def _check_host(handle: HostHandle) -> None:
     host, t = handle.host, handle.transport
     t.run(["true"], timeout=host.ssh.connect_timeout + 5 if host.ssh else 10)
     if not t.exists(host.env_file):
         raise PreflightError(f"{host.label}: env file {host.env_file} does not exist", about="env_file")
     t.read_bytes(host.env_file)
-    probe = t.run(["test", "-w", host.env_file], check=False, sudo=bool(host.ssh and host.ssh.sudo))
+    sudo = bool(host.ssh and host.ssh.sudo)
+    probe = t.run(["sh", "-c", WRITE_PROBE, "orch-probe", host.env_file], check=False, sudo=sudo)
     if not probe.ok:
-        raise PreflightError(
-            f"{host.label}: env file {host.env_file} is not writable",
-            hint="permission denied; set ssh.sudo: true or fix the file's owner",
-            about="env_file",
-        )
-    for unit in handle.units:
-        if not handle.services.exists(unit):
-            raise PreflightError(f"{host.label}: unit {unit} not found", about="units")
+        raise _not_writable(host, probe.stdout, as_root=sudo or bool(host.ssh and host.ssh.user == "root"))
+    for unit in handle.units:  # a masked unit runs on, but every restart (and the restore's) is refused
+        problem = handle.services.unusable(unit)
+        if problem is not None:
+            raise PreflightError(f"{host.label}: unit {unit} {problem}", about="units")
+    if host.dialect == "systemd":
+        _check_units_read(handle)
     for url in (host.url, host.health):
         name = urlsplit(url).hostname or ""
         try:

@@ -46,11 +46,13 @@ from orchestrator.edges.transport.ssh import (
     MAX_CHANNELS,
     SshTransport,
     _drain,
+    _Raw,
     _UnknownHostKey,
     command_line,
     connect_error_message,
     sudo_refusal,
 )
+from orchestrator.errors import TransportError
 from orchestrator.sweep.progress import failure_signature
 
 
@@ -570,6 +572,26 @@ def test_a_refused_session_on_a_live_connection_keeps_the_connection(monkeypatch
     assert len(made) == 1 and not made[0].closed and link.opened == 1
 
 
+def test_sessions_refused_a_while_on_a_live_connection_are_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found on the testbed: with sshd's `MaxSessions 1` a trial failed "connection lost:
+    ChannelException(2, 'Connect failed')" when two of orch's commands met on a host, which was
+    neither lost nor a reason to void it: a refusal on a live connection is asked again until the
+    connect timeout (a session of the others ends soon), then said as MaxSessions."""
+    link = _Link(refuse=5)
+    t, made = _transport_on(link, monkeypatch)
+    monkeypatch.setattr(t, "_drive", lambda chan, *a: "ran")
+    assert t._exec("true", shown="true") == "ran"
+    assert len(made) == 1 and not made[0].closed and link.opened == 1
+    link.refuse = 10**9
+    t.connect_timeout = 0.05
+    monkeypatch.setattr("orchestrator.edges.transport.ssh.REOPEN_WAIT_S", 0.01)
+    with pytest.raises(TransportError) as caught:
+        t._exec("true", shown="true")
+    said = str(caught.value)
+    assert said.startswith("decode (10.0.0.4:22): the host refused every new session on a live connection"), said
+    assert "sshd's MaxSessions is below the 8 commands orch may run at once" in said and not made[0].closed
+
+
 def test_a_refused_session_on_a_dead_connection_reconnects(monkeypatch: pytest.MonkeyPatch) -> None:
     link = _Link(refuse=1, alive=False)
     t, made = _transport_on(link, monkeypatch)
@@ -601,3 +623,31 @@ def test_at_most_max_channels_commands_run_at_once_on_a_connection(monkeypatch: 
         th.join(10)
     assert peak[0] == MAX_CHANNELS
     assert t._exec("kill", shown="kill", reserved=True) == "ran"  # a stopped command's kill never waits for a slot
+
+
+# (user, sudo, what the host said) -> whether the error suggests another user or `sudo: true`. Found
+# on the testbed: an append-only env file (chattr +a) written as root ended "operation not permitted
+# (immutable file? see lsattr) (connected as root: use a user who may do this, or set `sudo: true`)",
+# which sudo cannot change
+WRITE_HINTS = [
+    ("root", False, b"mv: cannot move: Operation not permitted", False),
+    ("root", False, b"mktemp: failed: Read-only file system", False),
+    ("orchuser", True, b"mv: cannot move: Operation not permitted", False),
+    ("orchuser", True, b"mktemp: failed: Permission denied", False),
+    ("orchuser", False, b"mktemp: failed: Permission denied", True),
+]
+
+
+@pytest.mark.parametrize(("user", "sudo", "stderr", "hinted"), WRITE_HINTS)
+def test_a_refused_write_suggests_sudo_only_to_a_user_who_is_not_root_yet(
+    monkeypatch: pytest.MonkeyPatch, user: str, sudo: bool, stderr: bytes, hinted: bool
+) -> None:
+    t = SshTransport("decode", "10.0.0.4", user=user, use_sudo=sudo)
+    monkeypatch.setattr(t, "_exec", lambda *a, **k: _Raw(1, b"", b"orch-write: " + stderr, 0.01))
+    with pytest.raises(TransportError) as caught:
+        t.write_bytes_atomic("/etc/sglang/decode.env", b"D=1\n")
+    said = str(caught.value)
+    assert said.startswith("decode (10.0.0.4:22): cannot write /etc/sglang/decode.env: "), said
+    assert ("set `sudo: true`" in said) is hinted, said
+    if b"Operation not permitted" in stderr:
+        assert "operation not permitted (immutable or append-only file? see lsattr)" in said, said

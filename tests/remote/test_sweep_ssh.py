@@ -222,6 +222,13 @@ POINTS_AT = {
     "permission denied": ("", "env_file"),
     "sudo asks a password": ("ssh", "sudo"),
     "sudo wants a tty": ("ssh", "sudo"),
+    "immutable file": ("", "env_file"),
+    "append-only file": ("", "env_file"),
+    "read-only file": ("", "env_file"),
+    "read-only folder": ("", "env_file"),
+    "masked unit": ("", "units"),
+    "env file the unit does not read": ("", "env_file"),
+    "shell runs no command": ("ssh", "host"),
 }
 PREFLIGHT = [
     ("unreachable host", lambda tb, p: dict(ssh_host=f"{tb.net}.250", ssh_connect_timeout=1), "cannot connect"),
@@ -288,6 +295,119 @@ def _refused_at_preflight(testbed: Testbed, tmp_path, capsys, name, change, expe
     assert snapshot(testbed, files) == before
     assert not (tmp_path / "reports").exists()
     no_leftovers(testbed)
+
+
+# a host's env file orch (root) cannot replace, each made so on the host and put back after:
+# (setup, undo, what the refusal says). The old `test -w` called the first, third and fourth
+# "permission denied; set ssh.sudo: true" for root, and passed the append-only file: the sweep then
+# stopped after 3 trials failed to write it (exit 1)
+D = "/etc/sglang/decode.env"
+UNWRITABLE = {
+    "immutable file": (f"chattr +i {D}", f"chattr -i {D}", f"env file {D} is not writable (immutable or append-only"),
+    "append-only file": (f"chattr +a {D}", f"chattr -a {D}", f"env file {D} is not writable (immutable or append-only"),
+    "read-only file": (
+        f"mount --bind {D} {D} && mount -o remount,ro,bind {D}",
+        f"umount {D}",
+        f"env file {D} is not writable (on a read-only mount)",
+    ),
+    "read-only folder": (
+        "mount --bind /etc/sglang /etc/sglang && mount -o remount,ro,bind /etc/sglang",
+        "umount /etc/sglang",
+        f"env file {D} is not writable (on a read-only mount)",  # the file is on that mount too
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(UNWRITABLE))
+def test_an_env_file_root_cannot_replace_is_refused_naming_the_cause(testbed: Testbed, tmp_path, capsys, name):
+    setup, undo, expected = UNWRITABLE[name]
+    testbed.ssh("decode", setup)
+    try:
+        _refused_at_preflight(testbed, tmp_path, capsys, name, lambda tb, p: {}, expected)
+    finally:
+        testbed.ssh("decode", undo)
+
+
+def test_a_masked_unit_is_refused_before_anything_is_touched(testbed: Testbed, tmp_path, capsys):
+    """`systemctl mask` on a running unit: it runs on, but systemd refuses every restart. Preflight
+    passed it; each trial that restarted decode then failed "is masked", and the restore's restart
+    too ("restore of decode failed"), exit 1 after 3 trials."""
+    unit = "/etc/systemd/system/sglang-dsv4-decode.service"  # the testbed's unit file: mask's own place
+    testbed.ssh("decode", f"cp -a {unit} /root/unit.orig && ln -sf /dev/null {unit} && systemctl daemon-reload")
+    try:
+        assert (
+            testbed.ssh("decode", "systemctl show -p LoadState --value sglang-dsv4-decode").stdout.strip() == "masked"
+        )
+        _refused_at_preflight(
+            testbed, tmp_path, capsys, "masked unit", lambda tb, p: {}, "unit sglang-dsv4-decode is masked"
+        )
+    finally:
+        testbed.ssh("decode", f"rm -f {unit} && mv /root/unit.orig {unit} && systemctl daemon-reload")
+    assert testbed.ssh("decode", "systemctl show -p LoadState --value sglang-dsv4-decode").stdout.strip() == "loaded"
+
+
+@pytest.mark.parametrize("shell", ["/usr/sbin/nologin", "/bin/false"])
+def test_an_account_whose_shell_runs_no_command_is_refused_saying_so(testbed: Testbed, tmp_path, capsys, shell):
+    """A service account's shell is often nologin or false. nologin's words were taken for a login
+    shell that prints ("from ~/.bashrc, ~/.profile...?"); false, which prints nothing, passed the check
+    and each command then failed on its own. Both: exit 2 at the `ssh:` address, naming the shell."""
+    testbed.ssh(
+        "decode", f"id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser; chsh -s {shell} orchuser"
+    )
+    try:
+        _refused_at_preflight(
+            testbed,
+            tmp_path,
+            capsys,
+            "shell runs no command",
+            lambda tb, p: dict(ssh_user="orchuser", ssh_sudo=True),
+            "the login shell of orchuser runs no command (`true` exited 1",
+        )
+    finally:
+        testbed.ssh("decode", "chsh -s /bin/bash orchuser")
+
+
+def test_a_sweep_runs_on_a_host_whose_sshd_allows_one_session_per_connection(testbed: Testbed, tmp_path: Path, capsys):
+    """Hardened hosts lower sshd's MaxSessions. With 1, a trial failed "connection lost:
+    ChannelException(2, 'Connect failed')" where two of orch's commands met on decode (exit 1)."""
+    files = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
+    before = snapshot(testbed, files)
+    config, hup = "/etc/orch-testbed/sshd_config", "kill -HUP $(systemctl show -p MainPID --value orch-sshd)"
+    testbed.ssh("decode", f"cp -a {config} /root/sshd_config.orig && sed -i '1i MaxSessions 1' {config} && {hup}")
+    try:
+        code, run_dir = sweep(testbed, tmp_path, "dsv4-pd", "--retries", "0")
+        assert code == 0, capsys.readouterr().err
+        assert [t.status for t in trials_of(run_dir)] == ["completed"] * 4
+    finally:
+        testbed.ssh("decode", f"mv /root/sshd_config.orig {config} && {hup}")
+    assert snapshot(testbed, files) == before
+    no_leftovers(testbed)
+
+
+def test_an_env_file_the_unit_does_not_read_is_refused_and_a_link_to_it_is_not(testbed: Testbed, tmp_path, capsys):
+    """env_file: naming a copy of the file the unit reads: the edits would go where no process looks.
+    Preflight passed it (same values), and each changed trial failed verification blaming "a drop-in,
+    or another EnvironmentFile=" (exit 1). A symlink to the file the unit reads is that file."""
+    testbed.ssh("decode", "cp -a /etc/sglang/decode.env /etc/sglang/other.env")
+    try:
+        _refused_at_preflight(
+            testbed,
+            tmp_path,
+            capsys,
+            "env file the unit does not read",
+            lambda tb, p: dict(env_file="/etc/sglang/other.env"),
+            "env file /etc/sglang/other.env is read by none of its units with EnvironmentFile= "
+            "(sglang-dsv4-decode reads /etc/sglang/decode.env)",
+        )
+    finally:
+        testbed.ssh("decode", "rm -f /etc/sglang/other.env")
+    testbed.ssh("decode", "mkdir -p /run/orch-link && ln -s /etc/sglang/decode.env /run/orch-link/decode.env")
+    try:
+        inventory = bad_inventory(testbed, tmp_path, "decode", env_file="/run/orch-link/decode.env")
+        code = main(["run", str(tmp_path / "m.yaml"), "-i", str(inventory), "--out", str(tmp_path / "r2")])
+        assert code == 0, capsys.readouterr().err
+    finally:
+        testbed.ssh("decode", "rm -rf /run/orch-link")
 
 
 def test_sweep_as_an_unprivileged_user_with_sudo(testbed: Testbed, tmp_path: Path, capsys):

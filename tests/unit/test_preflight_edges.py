@@ -19,7 +19,7 @@ from fakes import FakeBed, FakeUnit, Reply, Role, make_bed
 
 from orchestrator.edges import preflight as preflight_mod
 from orchestrator.edges.deployment import Deployment
-from orchestrator.edges.preflight import PREFLIGHT_HEALTH_TIMEOUT_S, preflight
+from orchestrator.edges.preflight import PREFLIGHT_HEALTH_TIMEOUT_S, WRITE_PROBE, preflight
 from orchestrator.errors import PreflightError, TransportError
 
 
@@ -132,7 +132,122 @@ def test_the_write_probe_uses_sudo_only_when_the_inventory_says_so(
 
     monkeypatch.setattr(t, "run", run)
     preflight(deployment, client=bed.client)
-    assert [s for c, s in asked if list(c)[:2] == ["test", "-w"]] == [want]
+    assert [s for c, s in asked if list(c)[:3] == ["sh", "-c", WRITE_PROBE]] == [want]
+
+
+def _with_ssh(bed: FakeBed, role: str, **changes: Any) -> Deployment:
+    handle = bed.deployment.hosts[role]
+    assert handle.host.ssh is not None
+    host = dataclasses.replace(handle.host, ssh=dataclasses.replace(handle.host.ssh, **changes))
+    return Deployment(bed.deployment.testbed, {**bed.deployment.hosts, role: dataclasses.replace(handle, host=host)})
+
+
+# what WRITE_PROBE printed on a host (found on the real testbed: chattr +i, +a, a read-only bind mount
+# of the file or its folder, a folder only root may write) -> what the refusal says, and its hint; the
+# old `test -w` passed an append-only file and a file in a folder that takes no temp file (the first
+# edit then failed mid-sweep), and called every other cause "permission denied; set ssh.sudo: true"
+# even for root
+WRITE_REFUSALS = [
+    (
+        "file: Operation not permitted",
+        {},
+        "env file /etc/orch/decode.env is not writable (immutable or append-only (chattr))",
+        "see `lsattr -d /etc/orch/decode.env`; `chattr -i -a /etc/orch/decode.env` as root lets orch replace it",
+    ),
+    (
+        "file: Read-only file system",
+        {},
+        "env file /etc/orch/decode.env is not writable (on a read-only mount)",
+        "remount it read-write (see `findmnt -T /etc/orch/decode.env`)",
+    ),
+    (
+        "folder /etc/orch: Read-only file system",
+        {},
+        "env file /etc/orch/decode.env is not writable: its folder /etc/orch takes no new file (on a read-only mount)",
+        "orch writes a temp file beside the env file and renames it over it; remount it read-write (see "
+        "`findmnt -T /etc/orch`)",
+    ),
+    (
+        "folder /etc/orch: Permission denied",
+        {"user": "orchuser"},
+        "env file /etc/orch/decode.env is not writable: its folder /etc/orch takes no new file (permission denied)",
+        "orch writes a temp file beside the env file and renames it over it; set ssh.sudo: true or let the login "
+        "user write it",
+    ),
+    (
+        "file: Permission denied",
+        {"user": "orchuser"},
+        "env file /etc/orch/decode.env is not writable (permission denied)",
+        "set ssh.sudo: true or let the login user write it",
+    ),
+    (
+        "file: Permission denied",
+        {"user": "orchuser", "sudo": True},
+        "env file /etc/orch/decode.env is not writable (permission denied)",
+        "even as root: a network file system that maps root to nobody (root_squash)?",
+    ),
+]
+
+
+@pytest.mark.parametrize(("said", "ssh", "message", "hint"), WRITE_REFUSALS, ids=[w[0] for w in WRITE_REFUSALS])
+def test_an_env_file_orch_cannot_replace_is_refused_with_its_cause(
+    said: str, ssh: dict[str, Any], message: str, hint: str
+) -> None:
+    bed = make_bed({"decode": Role("D=1\n")})
+    bed.transports["decode"].script(("sh", "-c", WRITE_PROBE), Reply(1, stdout=said + "\n"))
+    refused = _refusal(_with_ssh(bed, "decode", **ssh), bed)
+    assert refused.startswith(f"decode (decode.fake:22): {message}"), refused
+    assert hint in refused and "set ssh.sudo" not in refused.replace(hint, ""), refused
+
+
+@pytest.mark.process
+def test_the_write_probe_changes_nothing_and_creates_nothing(tmp_path: Any) -> None:
+    """WRITE_PROBE as a host's sh runs it: a writable file passes with its bytes and mtime kept, a
+    missing one is not created (dd without O_CREAT), and a folder that takes no file is named."""
+    import os
+    import subprocess
+
+    env = tmp_path / "decode.env"
+    env.write_bytes(b"D=1\n")
+    os.utime(env, (1_000_000, 1_000_000))
+    ran = subprocess.run(["sh", "-c", WRITE_PROBE, "orch-probe", str(env)], capture_output=True, text=True)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert env.read_bytes() == b"D=1\n" and env.stat().st_mtime == 1_000_000
+    missing = tmp_path / "nope.env"
+    ran = subprocess.run(["sh", "-c", WRITE_PROBE, "orch-probe", str(missing)], capture_output=True, text=True)
+    assert ran.returncode == 1 and ran.stdout == "file: No such file or directory\n"
+    assert not missing.exists()
+    if os.geteuid() != 0:  # root writes any folder it may: the testbed's tests cover root's causes
+        tmp_path.chmod(0o555)
+        try:
+            ran = subprocess.run(["sh", "-c", WRITE_PROBE, "orch-probe", str(env)], capture_output=True, text=True)
+        finally:
+            tmp_path.chmod(0o755)
+        assert ran.returncode == 1 and ran.stdout == f"folder {tmp_path}: Permission denied\n"
+
+
+@pytest.mark.parametrize("active", [True, False])
+def test_a_masked_unit_is_refused_before_anything_is_touched(active: bool) -> None:
+    """Found on the testbed: a masked unit (still running) passed preflight, then every trial that
+    restarted it failed "is masked" and so did the restore's restart (exit 1 after 3 trials)."""
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", active=active, masked=True)])})
+    refused = _refusal(bed.deployment, bed)
+    assert refused.startswith("decode (decode.fake:22): unit decode-server is masked (systemctl unmask it first)")
+
+
+def test_a_systemd_dialect_env_file_no_unit_reads_is_refused() -> None:
+    """Found on the testbed: env_file: naming a copy of the file the unit reads (same values) passed
+    preflight; every changed trial then failed verification, blaming "a drop-in, or another
+    EnvironmentFile=" (exit 1). The unit's EnvironmentFile= lines are asked; none names it: exit 2."""
+    bed = make_bed({"decode": Role("D=1\n", [FakeUnit("decode-server", environment_files=("/etc/orch/real.env",))])})
+    refused = _refusal(bed.deployment, bed)
+    assert refused.startswith(
+        "decode (decode.fake:22): env file /etc/orch/decode.env is read by none of its units with EnvironmentFile= "
+        "(decode-server reads /etc/orch/real.env)"
+    ), refused
+    assert "set dialect: shell" in refused
+    bed.managers["decode"].units["decode-server"].environment_files = ("/etc/orch/real.env", "/etc/orch/decode.env")
+    assert preflight(bed.deployment, client=bed.client) == []
 
 
 def test_a_health_url_whose_name_does_not_resolve_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,11 @@ class ServiceManager(Protocol):
 
     def exists(self, unit: str) -> bool: ...
 
+    def unusable(self, unit: str) -> str | None:
+        """Why the unit cannot be restarted however it runs now ("not found", "is masked (...)"),
+        said after "unit NAME "; None when it can."""
+        ...
+
     def state(self, unit: str) -> UnitState: ...
 
     def restart(self, unit: str) -> float:
@@ -68,6 +73,11 @@ class ServiceManager(Protocol):
 
     def environ(self, unit: str) -> dict[str, str] | None:
         """The environment of the unit's live main process (/proc/PID/environ), or None."""
+        ...
+
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        """(whether the unit's EnvironmentFile= names `path` or a link to the same file, the files it
+        names), or None when this manager cannot tell (no systemd)."""
         ...
 
     def logs_and_ids(

@@ -132,6 +132,9 @@ class LocalServiceManager:
     def exists(self, unit: str) -> bool:
         return unit in self.units
 
+    def unusable(self, unit: str) -> str | None:
+        return None if unit in self.units else "not found"
+
     def state(self, unit: str) -> UnitState:
         rt = self._runtime(unit)
         with rt.lock:
@@ -184,6 +187,9 @@ class LocalServiceManager:
             offset = rt.offset_at(since)
             self._checkpoint(unit)
         return self._read_log(unit, offset, max_bytes)
+
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        return None  # a local unit gets its env file and nothing else
 
     def environ(self, unit: str) -> dict[str, str] | None:
         pid = self._live_pid(unit)

@@ -141,6 +141,10 @@ class SystemdManager:
     def exists(self, unit: str) -> bool:
         return self.show([unit])[0].load_state != "not-found"
 
+    def unusable(self, unit: str) -> str | None:
+        info = self.show([unit])[0]
+        return "not found" if info.load_state == "not-found" else _load_problem(info)
+
     def state(self, unit: str) -> UnitState:
         return self.show([unit])[0].state
 
@@ -249,6 +253,11 @@ class SystemdManager:
             raise ServiceError(self.host, ", ".join(units), f"unexpected output of the journal command ({got})")
         return {u: _whole_lines(text, max_bytes) for u, text in zip(units, logs, strict=True)}, parse_units(ids, units)
 
+    def env_files(self, unit: str, path: str) -> tuple[bool, list[str]] | None:
+        res = self._run(["sh", "-c", _ENV_FILES_SCRIPT, "orch-env-files", unit, path], check=True)
+        lines = res.stdout.splitlines()
+        return any(line.startswith("same ") for line in lines), [line[5:] for line in lines if line[4:5] == " "]
+
     def environ(self, unit: str) -> dict[str, str] | None:
         """The live server's environment, from /proc/PID/environ. MainPID (without one: the
         unit's oldest process in its cgroup) is followed down through wrapper processes that
@@ -312,12 +321,9 @@ class SystemdManager:
                 raise ServiceError(
                     self.host, i.state.unit, "not found on the host (check `units:`; `systemctl list-unit-files` there)"
                 )
-            if i.load_state == "masked":
-                raise ServiceError(self.host, i.state.unit, "is masked (systemctl unmask it first)")
-            if i.load_state not in ("loaded", ""):
-                raise ServiceError(
-                    self.host, i.state.unit, f"cannot be loaded (LoadState={i.load_state}; see systemctl status)"
-                )
+            problem = _load_problem(i)
+            if problem is not None:
+                raise ServiceError(self.host, i.state.unit, problem)
 
     def _restart_failed(self, infos: Sequence[ShowInfo], out: str, since: float) -> ServiceError:
         bad = next((i for i in infos if liveness_problem(i) is not None), infos[0])
@@ -333,6 +339,28 @@ class SystemdManager:
 
 
 # -------------------------------------------------------------------- pure helpers
+# The unit's EnvironmentFile= files ($1), each `same PATH` when it is the inventory's env file ($2)
+# or a link to that file (-ef: the same inode), else `othr PATH`. systemctl shows one
+# `PATH (ignore_errors=yes|no)` line each; a `-` prefix is shown as ignore_errors=yes.
+_ENV_FILES_SCRIPT = r"""
+systemctl show -p EnvironmentFiles --value -- "$1" | while IFS= read -r l; do
+  f=${l% (ignore_errors=*)}
+  [ -n "$f" ] || continue
+  if [ "$f" = "$2" ] || [ "$f" -ef "$2" ]; then echo "same $f"; else echo "othr $f"; fi
+done
+"""
+
+
+def _load_problem(info: ShowInfo) -> str | None:
+    """Why systemd would refuse to start a unit it found: masked (a running one keeps running, but
+    `systemctl restart` is refused), or a unit file it cannot load."""
+    if info.load_state == "masked":
+        return "is masked (systemctl unmask it first)"
+    if info.load_state not in ("loaded", "", "not-found"):
+        return f"cannot be loaded (LoadState={info.load_state}; see systemctl status)"
+    return None
+
+
 def _journal_command(unit: str, since: float, max_bytes: int) -> str:
     return (
         f"journalctl -q --unit={shlex.quote(unit)} --since @{since:.6f} --no-pager -o short-iso"

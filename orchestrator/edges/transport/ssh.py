@@ -190,7 +190,7 @@ _HEADER_ROOM = 8192  # read_entry's header lines, kept ahead of a file as big as
 # Short reasons for the errors a user can act on, matched in a tool's stderr.
 _REASONS = (
     ("Permission denied", "permission denied"),
-    ("Operation not permitted", "operation not permitted (immutable file? see lsattr)"),
+    ("Operation not permitted", "operation not permitted (immutable or append-only file? see lsattr)"),
     ("No such file or directory", "no such file or directory"),
     ("Read-only file system", "read-only file system"),
     ("No space left on device", "no space left on device"),
@@ -455,9 +455,20 @@ class SshTransport:
             chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
             with chan:
                 chan.exec_command("true")
-                out, _ = _drain(chan, time.monotonic() + self.connect_timeout, QUIET_CHECK_BYTES)
+                deadline = time.monotonic() + self.connect_timeout
+                out, err = _drain(chan, deadline, QUIET_CHECK_BYTES)
+                status = _exit_status(chan, deadline)
         except (SSHException, EOFError, OSError, AttributeError, _Deadline) as exc:
             raise self._connect_error(exc) from exc
+        if status > 0:  # an account whose shell is nologin or false: every command "fails" the same way
+            said = (out + err).decode("utf-8", "replace").strip().splitlines()
+            words = f", saying {said[0][:80]!r}" if said else ""
+            raise ConnectError(
+                self.label,
+                f"the login shell of {self.user} runs no command (`true` exited {status}{words}): its shell is "
+                f"nologin or false? (`getent passwd {self.user}` there): give it a shell such as /bin/bash "
+                f"(`chsh -s /bin/bash {self.user}`) or connect as another user",
+            )
         if out:
             said = out.decode("utf-8", "replace").strip().splitlines() or [""]
             shown = said[0][:80] + (" ..." if len(said) > 1 or len(said[0]) > 80 else "")
@@ -527,28 +538,41 @@ class SshTransport:
         `reserved`: the kill of a stopped command, which may not wait for a channel slot (the
         commands holding them may be the ones waiting for that kill)."""
         with contextlib.nullcontext() if reserved else self._channels:
-            for attempt in (1, 2):
+            reconnected, patient_until = False, time.monotonic() + self.connect_timeout
+            while True:
                 conn = self._connection()
                 try:
                     # paramiko is untyped (Any): get_transport() may be None, caught below as AttributeError
                     chan = conn.client.get_transport().open_session(timeout=self.connect_timeout)
                 except (SSHException, EOFError, OSError, AttributeError) as exc:
-                    if attempt == 2:
-                        raise TransportError(self.label, f"connection lost: {_one_line(exc)}") from exc
-                    self._after_refused_session(conn)
-                    continue
+                    live = self._after_refused_session(conn)
+                    if live and time.monotonic() < patient_until:
+                        continue  # sshd's MaxSessions: a session of the others ends soon
+                    if not live and not reconnected:
+                        reconnected = True
+                        continue
+                    raise TransportError(self.label, self._refused_session(exc, live)) from exc
                 with chan:
                     return self._drive(chan, line, stdin, timeout, shown, max_output, stop, sudo)
-        raise AssertionError("unreachable")
 
-    def _after_refused_session(self, conn: Connection) -> None:
-        """A session could not be opened: drop the connection only if it is dead (then the retry
-        reconnects); on a live one, other commands still run, so wait a moment and ask again."""
+    def _after_refused_session(self, conn: Connection) -> bool:
+        """A session could not be opened: drop the connection only if it is dead (False: the retry
+        reconnects); on a live one (True), other commands still run, so wait a moment and ask again."""
         with self._lock:
             if self._conn is conn and not _alive(conn):
                 self._discard()
-                return
+                return False
         time.sleep(REOPEN_WAIT_S)
+        return True
+
+    def _refused_session(self, exc: BaseException, live: bool) -> str:
+        if not live:
+            return f"connection lost: {_one_line(exc)}"
+        return (
+            f"the host refused every new session on a live connection for {self.connect_timeout:g} s "
+            f"({_one_line(exc)}): sshd's MaxSessions is below the {MAX_CHANNELS} commands orch may run at "
+            f"once on a host? (`sshd -T | grep -i maxsessions` there; {MAX_CHANNELS} or more lets orch run)"
+        )
 
     def _drive(
         self,
@@ -631,6 +655,10 @@ class SshTransport:
         return ConnectError(self.label, connect_error_message(exc, self), about=about)
 
     def _hint(self, stderr: bytes) -> str:
+        """Another user or sudo, for a refusal only root would pass; none when root refused it already
+        (an immutable or append-only file, a read-only mount: the reason says so)."""
+        if self.use_sudo or self.user == "root":
+            return ""
         if b"Permission denied" in stderr or b"Operation not permitted" in stderr:
             return f" (connected as {self.user}: use a user who may do this, or set `sudo: true`)"
         return ""
