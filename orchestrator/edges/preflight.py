@@ -227,21 +227,27 @@ def check_ports(handle: HostHandle, host: Host) -> None:
 
 
 # What an edit needs (the transports' atomic write: a temp file in the folder, renamed over the
-# file), checked without changing anything: the file opens for writing (dd opens it without
-# O_CREAT and writes nothing, so the kernel says why not: permission, a read-only mount, an
-# immutable or append-only file, which `test -w` passes) and its folder takes a new file (for a
-# folder `test -w` is all there is; findmnt and lsattr then say why, where they exist).
-# $1 = the env file. Prints `file: REASON` or `folder DIR: REASON` and exits 1 when it cannot.
+# file), checked without changing anything and without opening the file for writing: an open for
+# writing is seen (its close is inotify's IN_CLOSE_WRITE, on which a systemd .path unit's
+# PathChanged= restarts a service). `test -w` (access(2): permission, a read-only mount) and the
+# file's attributes (lsattr: immutable or append-only, which `test -w` passes for +a) say why it
+# cannot be replaced; its folder must take a new file (findmnt and lsattr then say why, where they
+# exist). $1 = the env file. Prints `file: REASON` or `folder DIR: REASON` and exits 1 when it cannot.
 WRITE_PROBE = r"""
 p=$(readlink -f -- "$1") || p=$1
 d=${p%/*}; d=${d:-/}
-if ! e=$(dd if=/dev/null of="$p" conv=nocreat,notrunc count=0 status=none 2>&1); then
-  printf 'file: %s\n' "${e##*: }"; exit 1
+ro() { case ",$(findmnt -no OPTIONS -T "$1" 2>/dev/null)," in *,ro,*) return 0 ;; esac; return 1; }
+locked() { a=$(lsattr -d -- "$1" 2>/dev/null) && case "${a%% *}" in *[ia]*) return 0 ;; esac; return 1; }
+[ -e "$p" ] || { printf 'file: No such file or directory\n'; exit 1; }
+if locked "$p"; then printf 'file: Operation not permitted\n'; exit 1; fi
+if ! [ -w "$p" ]; then
+  if ro "$p"; then r="Read-only file system"; else r="Permission denied"; fi
+  printf 'file: %s\n' "$r"; exit 1
 fi
-[ -w "$d" ] && exit 0
+[ -w "$d" ] && ! locked "$d" && exit 0
 r="Permission denied"
-case ",$(findmnt -no OPTIONS -T "$d" 2>/dev/null)," in *,ro,*) r="Read-only file system" ;; esac
-a=$(lsattr -d -- "$d" 2>/dev/null) && case "${a%% *}" in *i*) r="Operation not permitted" ;; esac
+ro "$d" && r="Read-only file system"
+locked "$d" && r="Operation not permitted"
 printf 'folder %s: %s\n' "$d" "$r"; exit 1
 """
 # the probe's reason -> (what to say, the hint); anything else is said as the probe printed it

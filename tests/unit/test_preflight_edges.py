@@ -226,6 +226,34 @@ def test_the_write_probe_changes_nothing_and_creates_nothing(tmp_path: Any) -> N
         assert ran.returncode == 1 and ran.stdout == f"folder {tmp_path}: Permission denied\n"
 
 
+@pytest.mark.process
+def test_the_write_probe_never_opens_the_env_file_for_writing(tmp_path: Any) -> None:
+    """A close after an open for writing is inotify's IN_CLOSE_WRITE, on which a systemd .path
+    unit's PathChanged= restarts the service that reads the file: preflight, which touches
+    nothing, set it off with its `dd ... conv=nocreat count=0` probe (written bytes: none)."""
+    import ctypes
+    import os
+    import subprocess
+
+    env = tmp_path / "decode.env"
+    env.write_bytes(b"D=1\n")
+    libc = ctypes.CDLL(None, use_errno=True)
+    watch = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert watch >= 0
+    try:
+        in_modify, in_attrib, in_close_write = 0x2, 0x4, 0x8
+        assert libc.inotify_add_watch(watch, str(env).encode(), in_modify | in_attrib | in_close_write) >= 0
+        ran = subprocess.run(["sh", "-c", WRITE_PROBE, "orch-probe", str(env)], capture_output=True, text=True)
+        assert (ran.returncode, ran.stdout) == (0, "")
+        with pytest.raises(BlockingIOError):  # no event: the probe never opened it for writing
+            os.read(watch, 4096)
+        with open(env, "ab"):  # the watch works: an open for writing is seen
+            pass
+        assert len(os.read(watch, 4096)) >= 16
+    finally:
+        os.close(watch)
+
+
 @pytest.mark.parametrize("active", [True, False])
 def test_a_masked_unit_is_refused_before_anything_is_touched(active: bool) -> None:
     """Found on the testbed: a masked unit (still running) passed preflight, then every trial that
