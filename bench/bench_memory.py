@@ -19,6 +19,7 @@ is a checkout whose `orchestrator` package is imported instead of this one.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -111,7 +112,24 @@ def _numbers(page: bytes) -> list[bytes]:
     text = re.sub(rb"<(style|script)\b.*?</\1>", b"", page, flags=re.S)
     text = re.sub(rb'<p class="note">B checked against .*?</p>', b"", text, flags=re.S)
     text = re.sub(rb"<[^>]*>", b" ", text)
-    return re.findall(rb"[-+]?\d+(?:[.,]\d+)*", text)
+    return re.findall(rb"[-+]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?", text)
+
+
+def _same_numbers(old: list[bytes], new: list[bytes]) -> bool:
+    """The same numbers, in order, each as the coarser of its two spellings writes it: a p-value
+    the page wrote '%.2g' (1, 0.0034) and now writes as the report does (1.000, 0.003) is the same
+    number. Exponents (4.5e-05 vs 4e-5) agree to one significant digit."""
+    return len(old) == len(new) and all(_same_number(a.decode(), b.decode()) for a, b in zip(old, new, strict=True))
+
+
+def _same_number(a: str, b: str) -> bool:
+    x, y = float(a.replace(",", "")), float(b.replace(",", ""))
+    if x == y:
+        return True
+    if "e" in a + b:
+        return abs(x - y) <= 0.5 * 10 ** math.floor(math.log10(max(abs(x), abs(y))))
+    places = min(len(a.partition(".")[2]), len(b.partition(".")[2]))
+    return round(x, places) == round(y, places)
 
 
 def same_output(name: str, before: Path, after: Path) -> str:
@@ -125,7 +143,7 @@ def same_output(name: str, before: Path, after: Path) -> str:
             return "stylesheet aside, same data"
         # the page's words change between revisions (e.g. "(24 checked)" became "24 cell-metric pairs
         # checked"); what compare read and computed is every number it shows, in order
-        return "wording aside, same data" if _numbers(old) == _numbers(new) else "DIFFERENT"
+        return "wording aside, same data" if _same_numbers(_numbers(old), _numbers(new)) else "DIFFERENT"
     if name != "parquet":
         return "same bytes" if before.read_bytes() == after.read_bytes() else "DIFFERENT"
     import pandas as pd
