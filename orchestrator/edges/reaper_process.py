@@ -91,25 +91,33 @@ def children(pid: int) -> list[int]:
     return kids
 
 
-def start_ticks(pid: int) -> int:
-    """When process `pid` started (/proc/PID/stat field 22, clock ticks since boot); 0 if unread.
-    Read before the reaper reaps it: a repro that ends at once is gone by the time orch looks."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (which may hold spaces and parentheses):
+    state, ppid, pgrp, ...; None once the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-        return int(stat[stat.rfind(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> int:
+    """When process `pid` started (/proc/PID/stat field 22, clock ticks since boot); 0 if unread.
+    Read before the reaper reaps it: a repro that ends at once is gone by the time orch looks."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[19]) if fields is not None else 0
+    except (ValueError, IndexError):
         return 0
 
 
 def parent_and_state(pid: int) -> tuple[int, bytes] | None:
     """(parent pid, state letter) of process `pid` from /proc/PID/stat; None once it is gone."""
+    fields = _stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        return int(fields[1]), fields[0]
-    except (OSError, ValueError, IndexError):
+        return (int(fields[1]), fields[0]) if fields is not None else None
+    except (ValueError, IndexError):
         return None
 
 
