@@ -706,15 +706,15 @@ def cmd_schedule_remove(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- serve, status, notify
 def cmd_serve(args: argparse.Namespace) -> int:
     from orchestrator.cli.console import out
+    from orchestrator.core.endpoints import host_port
     from orchestrator.sweep.signals import sigterm_as_interrupt
     from orchestrator.team.serve import make_server
 
     server = make_server(args.reports, args.host, args.port)
     address, port = server.server_address[:2]
     host = address.decode() if isinstance(address, bytes) else str(address)  # bytes only for AF_UNIX
-    shown_host = f"[{host}]" if ":" in host else host
     out.print(
-        f"serving {args.reports.resolve()} on http://{shown_host}:{port}/ "
+        f"serving {args.reports.resolve()} on http://{host_port(host, port)}/ "
         f"(status: /status, JSON: /api/status, /api/runs); Ctrl-C stops",
         markup=False,
     )

@@ -16,6 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+from orchestrator.core.endpoints import host_port
 from orchestrator.errors import ConfigError
 
 Dialect = Literal["systemd", "shell"]
@@ -86,10 +87,7 @@ class Host:
     def address(self) -> str:
         """`host:port`, an IPv6 address in brackets (`[2001:db8::2]:22`: `2001:db8::2:22` reads as
         another address); "local" without SSH."""
-        if not self.ssh:
-            return "local"
-        host = self.ssh.host
-        return f"[{host}]:{self.ssh.port}" if ":" in host else f"{host}:{self.ssh.port}"
+        return host_port(self.ssh.host, self.ssh.port) if self.ssh else "local"
 
     @property
     def env_file_at(self) -> str:

@@ -27,7 +27,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from orchestrator.core.endpoints import DEFAULT_PORTS, LOOPBACK, canonical_host
+from orchestrator.core.endpoints import DEFAULT_PORTS, LOOPBACK, canonical_host, host_port
 from orchestrator.core.inventory import Host, Testbed
 
 # the authority of an http(s) URL as it appears in a shell command or a quoted JSON payload: it
@@ -140,8 +140,7 @@ def _host_port(command: dict[str, str]) -> Iterator[Origin]:
         return
     if host in BIND_ALL:  # where a server the repro starts listens, not one it reaches
         return
-    netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    origin = parse_origin(f"http://{netloc}")
+    origin = parse_origin(f"http://{host_port(host, port)}")
     if origin is not None:
         yield dataclasses.replace(origin, written=f"--host {host} --port {port}")
 

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable, Sequence
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from orchestrator.core.clip import clip
-from orchestrator.core.endpoints import LOOPBACK_NAMES
+from orchestrator.core.endpoints import LOOPBACK_NAMES, host_port
 from orchestrator.core.redact import Redactor
 from orchestrator.errors import Interrupted, OrchError, UsageError
 from orchestrator.store.rundir import BACKUP, INDEX_HTML, JOURNAL, RUN_JSON, STATUS_JSON, RunDir
@@ -102,7 +102,7 @@ def make_server(reports_dir: Path, host: str = "127.0.0.1", port: int = DEFAULT_
     root = reports_dir.resolve()
     if not root.is_dir():
         raise UsageError(f"reports folder {reports_dir} not found", hint="pass --reports DIR")
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    shown = host_port(host, port)
     try:
         return ReportsServer((host, port), _handler(root, host), MAX_CONNECTIONS, family=_family(host))
     except OSError as exc:

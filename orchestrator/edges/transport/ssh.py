@@ -56,6 +56,7 @@ from paramiko.ssh_exception import (
     SSHException,
 )
 
+from orchestrator.core.endpoints import host_port
 from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
 from orchestrator.edges.transport.tunnel import Tunnel
 from orchestrator.errors import (
@@ -254,8 +255,7 @@ class SshTransport:
         self.connect_timeout, self.keepalive_s, self.use_sudo = connect_timeout, keepalive_s, use_sudo
         # The `host` of every error raised here. A caller's label that already names the
         # address (config's Host.label, "decode (10.0.0.4:22)") is used as it is.
-        shown = f"[{hostname}]" if ":" in hostname else hostname  # IPv6: [2001:db8::2]:22
-        self.label = host if hostname in host else f"{host} ({shown}:{port})"
+        self.label = host if hostname in host else f"{host} ({host_port(hostname, port)})"
         self.connects = 0  # successful connects: 1 for a whole sweep unless the link dropped
         self._conn: Connection | None = None
         self._lock = threading.Lock()
