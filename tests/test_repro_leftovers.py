@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeUnit, Role, flag, make_bed, make_plan, runner_for
-from helpers.procs import pid_running
+from helpers.procs import pid_running, set_once
 
 from orchestrator.core.records import ReproOutcome
 from orchestrator.edges import leftovers, workload
@@ -238,24 +238,9 @@ def test_what_an_interrupted_repro_left_is_given_to_the_caller_to_name(tmp_path:
     from orchestrator.errors import Interrupted
 
     stop, named = threading.Event(), []
-
-    def press() -> None:  # once the sleeper runs (bounded: a repro that never starts must not hang the test)
-        deadline = time.monotonic() + 20
-        while not stop.is_set() and not (pids.exists() and pids.read_text().strip()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        stop.set()
-
-    presser = threading.Thread(target=press)
-    presser.start()
-    try:
-        with pytest.raises(Interrupted):
-            _run(tmp_path, DAEMONISE.format(pids=pids).replace("echo 'score", "sleep 60; echo 'score"),
-                 stop=stop, on_left=named.extend)  # fmt: skip
-    finally:
-        stop.set()
-        presser.join()
+    with set_once(stop, lambda: pids.exists() and bool(pids.read_text().strip())), pytest.raises(Interrupted):
+        _run(tmp_path, DAEMONISE.format(pids=pids).replace("echo 'score", "sleep 60; echo 'score"),
+             stop=stop, on_left=named.extend)  # fmt: skip
     (pid,) = (int(x) for x in pids.read_text().split())
     assert not pid_running(pid)
     assert named == [f"pid {pid} (sleep 1000)"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeUnit, Role, flag, make_bed, make_plan, runner_for
-from helpers.procs import pid_running
+from helpers.procs import pid_running, set_once
 
 from orchestrator.core.records import ReproOutcome
 from orchestrator.edges.workload import run_command
@@ -112,21 +112,8 @@ def test_an_interrupted_repros_unmarked_daemon_is_stopped_and_given_to_the_calle
 ) -> None:
     pids, reaper = files
     stop, named = threading.Event(), []
-
-    def press() -> None:  # once the daemon runs (bounded: a repro that never starts must not hang the test)
-        deadline = time.monotonic() + 20
-        while not stop.is_set() and not _pids(pids) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        stop.set()
-
-    presser = threading.Thread(target=press)
-    presser.start()
-    try:
-        with pytest.raises(Interrupted):
-            _run(tmp_path, _repro("setsid", pids, reaper, then="sleep 60"), stop=stop, on_left=named.extend)
-    finally:
-        stop.set()
-        presser.join()
+    with set_once(stop, lambda: bool(_pids(pids))), pytest.raises(Interrupted):  # once the daemon runs
+        _run(tmp_path, _repro("setsid", pids, reaper, then="sleep 60"), stop=stop, on_left=named.extend)
     (daemon,) = _pids(pids)
     assert named == [f"pid {daemon} (/bin/sleep 300)"]
     assert _gone(daemon) and _gone(_pids(reaper)[0])

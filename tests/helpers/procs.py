@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -43,3 +47,24 @@ def kill_by_pid(pid: int) -> None:
             os.kill(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+@contextmanager
+def set_once(stop: threading.Event, ready: Callable[[], bool], timeout_s: float = 20.0) -> Iterator[None]:
+    """Inside the block, `stop` is set (a Ctrl-C as the runner passes it on) once `ready()` holds,
+    e.g. once a repro's daemon runs; bounded, so a repro that never starts cannot hang the test.
+    On leaving, `stop` is set and the watcher joined."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not stop.is_set() and not ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stop.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        watcher.join()
