@@ -6,6 +6,7 @@ traceback, and no env file changed."""
 
 from __future__ import annotations
 
+import os
 import re
 import textwrap
 from collections.abc import Callable
@@ -215,6 +216,31 @@ def test_a_symlink_loop_as_env_file_is_refused_at_its_line(tmp_path: Path, capsy
 
     code, out = run(tmp_path, capsys, MATRIX, edit)
     assert_refused(code, out, INV, "cannot resolve 'loops/loop.env'")
+
+
+def test_a_symlink_loop_is_refused_as_on_python_3_13(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.13's Path.resolve() no longer raises on a loop: it returns the path where it found
+    one (a symlink still), and `orch validate` on 3.13 said "ok" of this inventory."""
+    real = Path.resolve
+
+    def resolve_as_313(self: Path, strict: bool = False) -> Path:
+        try:
+            return real(self, strict)
+        except RuntimeError:  # 3.11/3.12's loop
+            return Path(os.path.abspath(self))
+
+    monkeypatch.setattr(Path, "resolve", resolve_as_313)
+
+    def edit(text: str) -> str:
+        (tmp_path / "loops").mkdir()
+        (tmp_path / "loops" / "a.env").symlink_to("b.env")
+        (tmp_path / "loops" / "b.env").symlink_to("a.env")
+        return text.replace("env_file: local/decode.env", "env_file: loops/a.env", 1)
+
+    code, out = run(tmp_path, capsys, MATRIX, edit)
+    assert_refused(code, out, INV, "cannot resolve 'loops/a.env'", "symbolic links")
 
 
 def test_a_node_above_rank_0_with_a_url_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -146,6 +146,10 @@ def test_mann_whitney_is_scipys_to_the_bit() -> None:
     samples.append((np.array([1.0, np.inf]), np.array([-np.inf, 2.0, 3.0])))
     for x, y in samples:
         want = float(sps.mannwhitneyu(x, y, alternative="two-sided").pvalue)
+        if np.isnan(want) and np.unique(np.concatenate([x, y])).size == 1:
+            # scipy 1.18 (Python 3.12+) says nan where every value ties; 1.17 said 1.0, as orch does
+            assert ranks.mann_whitney(x, y) == 1.0, (x, y)
+            continue
         assert ranks.mann_whitney(x, y) == want, (x, y)
 
 
