@@ -46,3 +46,27 @@ def test_a_closed_stdout_pipe_ends_the_command_quietly_with_141(argv: list[str])
     assert done.returncode == 141, done.stderr
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert "Exception ignored" not in done.stderr, done.stderr
+
+
+@pytest.mark.process
+def test_orch_on_an_ascii_terminal_writes_ascii_and_no_traceback(tmp_path: Path) -> None:
+    """PYTHONIOENCODING=ascii (a terminal that is not UTF-8, cli.stdio), the real interpreter's
+    streams: `orch validate` and `orch plan` of the demo, and a missing file with a dash in its
+    name, end 0 or 2, every byte ASCII, no traceback, no escape of orch's dash (exit 1 and
+    UnicodeEncodeError before)."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "ascii", "HOME": str(tmp_path)}
+    for args in (["validate", MATRIX], ["plan", MATRIX], ["validate", str(tmp_path / "missing—file.yaml")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli.main", *args],
+            capture_output=True,
+            env=env,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode in (0, 2), done.stderr
+        for stream in (done.stdout, done.stderr):
+            stream.decode("ascii")
+            assert b"Traceback" not in stream
+            assert b"\\u2014" not in stream
+    assert b"missing-file.yaml: file not found" in done.stderr
