@@ -84,6 +84,13 @@ def render_ms() -> tuple[float, float]:
     return times[0], times[1]
 
 
+def scipy_mann_whitney(x: np.ndarray, y: np.ndarray) -> float:
+    """scipy's two-sided p; where every value ties, 1.0 as orch (and scipy up to 1.17) says: scipy
+    1.18 (Python 3.12+) says nan there, and this check stopped on the first such draw."""
+    p = float(sps.mannwhitneyu(x, y).pvalue)
+    return 1.0 if np.isnan(p) and np.unique(np.concatenate([x, y])).size == 1 else p
+
+
 def written_out(args: argparse.Namespace, fisher: list[tuple[int, int, int, int]], values: list[np.ndarray]) -> None:
     """The library calls every report makes, written out in core.stats and core.ranks so that
     rendering it imports neither statsmodels nor scipy.stats: each beside the call it replaces, after
@@ -114,9 +121,7 @@ def written_out(args: argparse.Namespace, fisher: list[tuple[int, int, int, int]
         (
             "mann_whitney vs mannwhitneyu",
             lambda i: ranks.mann_whitney(values[i][: len(values[i]) // 2], values[i][len(values[i]) // 2 :]),
-            lambda i: float(
-                sps.mannwhitneyu(values[i][: len(values[i]) // 2], values[i][len(values[i]) // 2 :]).pvalue
-            ),
+            lambda i: scipy_mann_whitney(values[i][: len(values[i]) // 2], values[i][len(values[i]) // 2 :]),
         ),
         (
             "trend vs test_ordinal_association",
