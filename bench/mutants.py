@@ -249,7 +249,8 @@ def make_copy(base: Path) -> Path:
 
 
 def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | None = None) -> str:
-    """'killed', 'survived' or 'timeout' (counted killed): pytest in the copy, unit tier. `said`
+    """'killed', 'survived' or 'timeout' (counted killed; so is pytest ended by a signal, e.g. a
+    signal handler mutated away: the test's own SIGTERM ends pytest): pytest in the copy, unit tier. `said`
     gets the tail of pytest's output (why the unmutated module failed, when it does)."""
     cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", TIER]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -264,6 +265,8 @@ def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | No
     if r.returncode == 0:
         return "survived"
     if r.returncode in (1, 2, 3):  # failed, interrupted (an import error in a mutant), internal error
+        return "killed"
+    if r.returncode < 0:  # pytest itself ended by a signal: a test sent one the mutant left unhandled
         return "killed"
     raise RuntimeError(f"pytest exited {r.returncode}: {r.stdout.decode()[-2000:]}")
 

@@ -99,7 +99,7 @@ def build_report(
     hunt: HuntView | None = None,
 ) -> Report:
     """Everything the page shows, computed once. `trials` may hold retries and failures.
-    `status`: the run's state where it is not the manifest's (store.liveness.run_state: `stale`);
+    `status`: the run's state where it is not the manifest's (store.liveness.state_of: `stale`);
     `hunt`: a hunt run's answer (report.hunt.view), which is then the run's result."""
     with gc_paused():
         rows = [TrialRow.of(record, index) for index, record in enumerate(trials)]

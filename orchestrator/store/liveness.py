@@ -148,18 +148,12 @@ def judge(status: StatusFile, run_status: str) -> LiveState:
     return "running"  # alive, and working or finishing (restore, report)
 
 
-def run_state(run_dir: Path, run_status: str) -> str:
-    """The state a list of runs shows for this run: its manifest's status (`run_status`), or
-    `stale` when that says running and its controller is gone. A run without a readable status
-    file keeps its status: nothing tells whether its controller lives."""
-    if run_status != "running":
-        return run_status
-    return state_of(run_status, read_status(run_dir))
-
-
 def state_of(run_status: str, status: StatusFile | None) -> str:
-    """run_state's answer from the status file already read (None: none, or unreadable). Asked
-    again with the same file, it may answer otherwise: its controller may have died since."""
+    """The state a list of runs shows for a run: its manifest's status (`run_status`), or `stale`
+    when that says running and its controller, named by its status file already read, is gone.
+    A run without a readable status file (None) keeps its status: nothing tells whether its
+    controller lives. Asked again with the same file, it may answer otherwise: its controller may
+    have died since."""
     if run_status != "running" or status is None:
         return run_status
     return STALE if judge(status, run_status) == STALE else run_status

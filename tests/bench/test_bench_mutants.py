@@ -1,0 +1,42 @@
+"""bench/mutants.py's reading of a mutant's pytest run (no process: subprocess.run is faked)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.benchrun import bench_module
+
+mutants = bench_module("mutants.py")
+
+
+def _pytest_ended(monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess(cmd, code, b"", b"")
+
+    monkeypatch.setattr(mutants.subprocess, "run", run)
+
+
+@pytest.mark.parametrize("code", [-15, -9, -1])
+def test_pytest_ended_by_a_signal_is_a_killed_mutant(
+    monkeypatch: pytest.MonkeyPatch, code: int, tmp_path: Path
+) -> None:
+    """A mutant of a signal handler (sweep/signals.py's SIGTERM never installed) lets a test's own
+    SIGTERM end pytest: the tests noticed, so it is killed, not a crash of the whole run."""
+    _pytest_ended(monkeypatch, code)
+    assert mutants.run_tests(tmp_path, ["tests/x.py"], 10.0) == "killed"
+
+
+@pytest.mark.parametrize(("code", "outcome"), [(0, "survived"), (1, "killed"), (2, "killed"), (3, "killed")])
+def test_pytest_exit_codes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: int, outcome: str) -> None:
+    _pytest_ended(monkeypatch, code)
+    assert mutants.run_tests(tmp_path, ["tests/x.py"], 10.0) == outcome
+
+
+@pytest.mark.parametrize("code", [4, 5])
+def test_a_usage_error_or_no_tests_is_no_outcome(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, code: int) -> None:
+    """4 (usage) and 5 (no tests collected) say the run itself is wrong: never read as a kill."""
+    _pytest_ended(monkeypatch, code)
+    with pytest.raises(RuntimeError, match=f"pytest exited {code}"):
+        mutants.run_tests(tmp_path, ["tests/x.py"], 10.0)
