@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -14,8 +15,9 @@ import pytest
 from helpers.manifests import old_format, planned
 
 from orchestrator.core.records import EventRecord, MetricValue, RunManifest, TrialRecord
-from orchestrator.errors import ConfigError, LockError, UsageError
+from orchestrator.errors import ConfigError, JournalError, LockError, UsageError
 from orchestrator.store import manifest as runs
+from orchestrator.store import runlock
 from orchestrator.store.journal import Journal, index_path
 from orchestrator.store.manifest import PLAN_FILE, load_manifest, save_manifest
 from orchestrator.store.runlock import run_lock
@@ -130,6 +132,40 @@ def test_the_run_lock_is_one_holder_at_a_time_and_free_again_after(tmp_path: Pat
             pass
     with run_lock(tmp_path):  # released on exit (the kernel also drops it when its holder dies)
         pass
+
+
+@pytest.mark.parametrize("code", [errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS])
+def test_a_file_system_that_refuses_flock_is_said_so_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A reports folder on NFS whose lock daemon is not running (flock: ENOLCK), or a mount with no
+    locks at all: the OSError escaped run_lock, and `orch run` ended in a Python traceback."""
+
+    def refuse(fd: int, operation: int) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(runlock.fcntl, "flock", refuse)
+    with pytest.raises(JournalError, match=r"controller\.lock: cannot lock the run folder: .*choose another --out"):
+        with run_lock(tmp_path):
+            pass
+
+
+def test_a_new_run_on_a_file_system_that_refuses_flock_is_refused_before_it_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused as the folder is created (exit 2, the --out to change), not once it exists: the run
+    the lock refused was left behind, and `orch status` called it stale and told to resume it."""
+
+    def refuse(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(runlock.fcntl, "flock", refuse)
+    _, manifest = planned()
+    run_dir = tmp_path / "reports" / "r1"
+    with pytest.raises(UsageError, match=r"reports/r1/controller\.lock: cannot lock the run folder: .*--out") as info:
+        session.create_run_dir(run_dir, manifest)
+    assert info.value.exit_code == 2
+    assert list((tmp_path / "reports").iterdir()) == []  # no run, no staging folder
 
 
 @pytest.mark.parametrize(("stored", "asked", "attempts"), [(4, None, 5), (4, 0, 1), (None, None, 2)])

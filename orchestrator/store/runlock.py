@@ -9,6 +9,7 @@ dies, kill -9 included, so a crashed run never blocks its own resume.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.core import jsontext
-from orchestrator.errors import LockError
+from orchestrator.errors import JournalError, LockError
 from orchestrator.store.atomic import run_file_error
 from orchestrator.store.rundir import RunDir
 
@@ -39,11 +40,43 @@ def run_lock(run_dir: Path) -> Iterator[None]:
                 f"{run_dir}: {_holder(fd)} is running this run right now (that run is still running: stop it "
                 "first, or wait for it to end; Ctrl-C restores the hosts)"
             ) from None
+        except OSError as exc:  # NFS without its lock daemon (ENOLCK), a mount with no locks at all
+            raise JournalError(_refused(path, exc)) from exc
         os.ftruncate(fd, 0)  # who holds it, for the message another process shows
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "controller": socket.gethostname()}).encode(), 0)
         yield
     finally:
         os.close(fd)
+
+
+def lock_refusal(folder: Path, shown: Path) -> str | None:
+    """Why run_lock could not lock `folder` (its file system refuses flock), said of the run folder
+    `shown`, or None. Asked of a new run's staging folder (sweep.session), so such a --out is
+    refused before the run exists, rather than leaving a run that `orch status` calls stale and
+    tells to resume."""
+    path = RunDir(folder).controller_lock
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None  # not a lock's refusal: the run's own writes say what is wrong
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return None
+    except OSError as exc:
+        return _refused(RunDir(shown).controller_lock, exc)
+    finally:
+        os.close(fd)  # the lock goes with it, and the file: run_lock makes its own
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return None
+
+
+def _refused(path: Path, exc: OSError) -> str:
+    return (
+        f"{path}: cannot lock the run folder: {exc.strerror or exc} (its file system refuses file locks: "
+        "an NFS mount whose lock daemon is not running? choose another --out)"
+    )
 
 
 def _holder(fd: int) -> str:

@@ -22,6 +22,7 @@ from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.liveness import first_status
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.rundir import RunDir
+from orchestrator.store.runlock import lock_refusal
 from orchestrator.sweep.hosts import host_backup_path, unrestored_runs
 
 
@@ -66,6 +67,9 @@ def create_run_dir(run_dir: Path, manifest: RunManifest) -> None:
             hint=_RUN_DIR_HINTS.get(exc.errno or 0, "check --out"),
         ) from None
     try:
+        refused = lock_refusal(staging, run_dir)
+        if refused:
+            raise UsageError(refused)
         save_manifest(staging, manifest)
         # the folder appears with its controller named: `orch status` lists a run killed from here on
         write_json_atomic(RunDir(staging).status_json, first_status(manifest))
