@@ -45,8 +45,11 @@ STEP_S = 0.05  # the script's poll step
 CHECK_SLACK_S = 10.0  # the check's timeout beyond its own waits (a slow host, a big /proc)
 
 # argv: NEEDLE SETTLE_STEPS GRACE_STEPS MAX_NAMED CMDLINE_BYTES KILL_ROUNDS [SCOPE]
-# A match of NEEDLE (``ORCH_REPRO_MARK=<16 hex>``) anywhere in an environ is taken as the mark:
-# only a process that got the random mark from the repro can hold those 32 bytes. SCOPE, when the
+# NEEDLE (``ORCH_REPRO_MARK=<16 hex>``) as one whole entry of an environ (grep -z -x: its entries
+# end in NUL) is the mark: only a process that got the random mark from the repro holds that entry.
+# Not anywhere in it: through sudo (`ssh: sudo: true`) the check's own shell holds NEEDLE inside
+# SUDO_COMMAND (sudo's copy of the command line), and it found and killed itself ("connection lost",
+# measured on the testbed). A grep without -z (busybox) matches anywhere, as before. SCOPE, when the
 # repro ran in a transient scope (edges.remote_scope), is its unit: a process whose cgroup path
 # holds ``/SCOPE`` (the scope or a cgroup below it) is the repro's too, mark or not; each pid once.
 # The scope is signalled as a whole too (systemctl kill: what forked since the scan), and a scope
@@ -57,8 +60,9 @@ for c in grep head base64 sleep; do
   command -v "$c" >/dev/null 2>&1 || { echo "orch-left: $c not found" >&2; exit 3; }
 done
 [ -r /proc/self/environ ] || { echo "orch-left: cannot read /proc/PID/environ" >&2; exit 3; }
+whole="-z -x"; printf 'e\0' | grep -q -z -x -F -e e 2>/dev/null || whole=""
 marked() {
-  { grep -l -s -F -e "$needle" /proc/[0-9]*/environ
+  { grep -l -s $whole -F -e "$needle" /proc/[0-9]*/environ
     [ -z "$unit" ] || grep -l -s -F -e "/$unit" /proc/[0-9]*/cgroup
   } | { seen=" "; while IFS=/ read -r _ _ p _; do
     case $seen in *" $p "*) ;; *) seen="$seen$p "; echo "$p" ;; esac
@@ -131,7 +135,9 @@ def stop_marked(
     repro's transient unit `scope` (edges.remote_scope) when it ran in one: one round trip either
     way; returns the descriptions, [] when nothing was left. TransportError when the host cannot be
     looked at: a trial whose leftovers are unknown is not data."""
-    timeout = settle_s + (3 + KILL_ROUNDS) * grace_s + CHECK_SLACK_S  # + the scope's unload wait
+    timeout = settle_s + (1 + KILL_ROUNDS) * grace_s + CHECK_SLACK_S
+    if scope:
+        timeout += 2 * grace_s  # the scope's unload wait
     res = transport.run(check_argv(mark, settle_s, grace_s, scope), timeout=timeout, check=False)
     if res.exit_code != 0:
         why = (res.stderr.strip().splitlines() or [f"exit code {res.exit_code}"])[-1]

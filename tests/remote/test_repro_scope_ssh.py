@@ -33,6 +33,7 @@ from orchestrator.store.journal import read_journal
 pytestmark = pytest.mark.testbed
 
 SETTLE_S, GRACE_S = 0.5, 2.0  # the sweep's (sweep.phases)
+SUDOERS = "/etc/sudoers.d/orchuser-scope"
 
 
 @pytest.fixture
@@ -83,6 +84,28 @@ def test_the_testbed_host_allows_a_scope_and_a_non_root_user_gets_the_mark_only(
     assert not no.usable and no.why == "not root (ssh user orchuser, no sudo)", no
     assert no.fact.startswith("mark only (not root (ssh user orchuser, no sudo)): a process that clears")
     no_scope_left(testbed)  # the probe's own scope of `true` is gone
+
+
+def test_through_sudo_the_repro_gets_its_scope_and_its_env_i_daemon_is_stopped(testbed: Testbed) -> None:
+    """`ssh: sudo: true` with an unprivileged user: the probe, the repro and the check run through
+    sudo, so systemd-run makes the scope as root."""
+    testbed.ssh("decode", "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser")
+    testbed.ssh(
+        "decode",
+        f"printf 'orchuser ALL=(ALL) NOPASSWD: ALL\\n' > {SUDOERS} && chmod 440 {SUDOERS}",
+    )
+    t = transport(testbed, "decode", user="orchuser", use_sudo=True)
+    try:
+        assert probe(t, unit_name(leftovers.new_mark())).usable
+        got, mark, scope = run_scoped(t, "env -i setsid sleep 300.84375 >/dev/null 2>&1 & echo done")
+        assert getattr(got, "exit_code", None) == 0 and getattr(got, "stdout", "") == "done\n", got
+        left = stop_marked(t, mark, settle_s=SETTLE_S, grace_s=GRACE_S, scope=scope)
+        assert len(left) == 1 and re.fullmatch(r"pid [0-9]+ \(sleep 300\.84375\)", left[0]), left
+        assert testbed.ssh("decode", "pgrep -f '^sleep 300[.]84375$'", check=False).returncode == 1, "still running"
+        no_scope_left(testbed)
+    finally:
+        t.close()
+        testbed.ssh("decode", f"pkill -f '^sleep 300[.]84375$'; rm -f {SUDOERS}", check=False)
 
 
 @pytest.mark.parametrize(
@@ -168,6 +191,30 @@ def test_a_stop_still_kills_the_repros_process_group_through_systemd_run(
     assert testbed.ssh("decode", "pgrep -f 'sleep 300[.]4'", check=False).returncode == 1, "the group lived on"
     assert stop_marked(decode, mark, settle_s=0.0, grace_s=GRACE_S, scope=scope) == []
     no_scope_left(testbed)
+
+
+def test_through_sudo_the_mark_check_finds_the_repros_child_and_not_itself(testbed: Testbed) -> None:
+    """Through sudo the check's own shell holds its needle in SUDO_COMMAND (sudo's copy of the command
+    line): matched anywhere in an environ, the check found itself, killed itself, and the trial
+    failed as "connection lost". Matched as a whole entry, it finds the repro's marked child only."""
+    testbed.ssh("decode", "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser")
+    testbed.ssh("decode", f"printf 'orchuser ALL=(ALL) NOPASSWD: ALL\\n' > {SUDOERS} && chmod 440 {SUDOERS}")
+    t = transport(testbed, "decode", user="orchuser", use_sudo=True)
+    try:
+        mark = leftovers.new_mark()
+        t.run(
+            "setsid sleep 300.828125 >/dev/null 2>&1 < /dev/null &",
+            timeout=30,
+            env={MARK_VAR: mark},
+            stop=threading.Event(),
+        )
+        left = stop_marked(t, mark, settle_s=SETTLE_S, grace_s=GRACE_S)
+        assert len(left) == 1 and re.fullmatch(r"pid [0-9]+ \(sleep 300\.828125\)", left[0]), left
+        assert stop_marked(t, mark, settle_s=SETTLE_S, grace_s=GRACE_S) == []  # nothing: not even itself
+        assert testbed.ssh("decode", "pgrep -f '^sleep 300[.]828125$'", check=False).returncode == 1, "still running"
+    finally:
+        t.close()
+        testbed.ssh("decode", f"pkill -f '^sleep 300[.]828125$'; rm -f {SUDOERS}", check=False)
 
 
 MATRIX = """\
