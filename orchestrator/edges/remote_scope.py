@@ -25,11 +25,12 @@ or testbeds differ in it. Why not the trial's record: it is the same for every t
 Where it cannot (not root, no systemd-run, systemd not PID 1, systemd-run refused), the mark check
 runs exactly as before and the fact says why.
 
-Cost, measured on the testbed (systemd 252, OpenSSH, one open connection; 2 shared cores), median
-of 20 repros of `true` each way (tests/remote/test_repro_scope_ssh.py prints it): 10.2 ms plain,
-28.9 ms in a scope, so the systemd-run start (a D-Bus call, systemd making the scope) adds ~19 ms a
-trial; the leftover check 11.4 ms, 12.1 ms with the scope's grep over /proc/*/cgroup (+0.7 ms, in
-the same round trip). Plus the probe: one round trip and a scope of `true`, once per host and session.
+Cost, measured on the testbed (systemd 252, OpenSSH, one open connection; 2 cores shared, load
+5-8), median of 20 repros of `true` each way, interleaved (tests/remote/test_repro_scope_ssh.py
+prints it), five runs: the scope added 18.7, 20.1, 20.7, 21.4 and 27.9 ms a trial (10.2-19.4 ms
+plain): systemd-run's D-Bus call and systemd making the scope. The leftover check's grep over
+/proc/*/cgroup, in the same round trip, added -1.2 to 6.5 ms (median 2.2: within the noise of a
+12-27 ms check). Plus the probe: one round trip and a scope of `true`, once per host and session.
 """
 
 from __future__ import annotations
