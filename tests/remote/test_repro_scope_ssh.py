@@ -259,6 +259,7 @@ def test_a_sweep_whose_remote_repro_leaves_an_env_i_daemon_voids_the_trial_namin
         assert [t.status for t in trials_of(run)] == ["completed", "completed"]  # the retry counted
         facts = json.loads((run / "run.json").read_text())["hosts"]["decode"]
         assert facts["repro_check"].startswith("transient scope and mark (systemd 252"), facts
+        assert "repro_check=transient scope and mark (systemd 252" in (run / "index.html").read_text()  # host line
         no_scope_left(testbed)
         assert snapshot(testbed, files) == before
         no_leftovers(testbed)
