@@ -50,6 +50,7 @@ from orchestrator.edges.lock import READ as LOCK_READ
 from orchestrator.edges.lock import TAKE_OVER as LOCK_TAKE_OVER
 from orchestrator.edges.preflight import WRITE_PROBE
 from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
+from orchestrator.edges.remote_scope import PROBE as SCOPE_PROBE
 from orchestrator.edges.services import UnitState
 from orchestrator.edges.transport import FileEntry, Result
 from orchestrator.errors import CommandFailed, CommandInterrupted, EnvFileError, ServiceError, TransportError
@@ -110,6 +111,7 @@ class Call:
     seq: int = field(default_factory=lambda: next(_sequence))
     stop: threading.Event | None = field(default=None, compare=False)  # run: the Event it was given
     env: Mapping[str, str] | None = field(default=None, compare=False)  # run: the variables it was given
+    scope: str | None = field(default=None, compare=False)  # run: the transient scope it ran in
 
 
 DEFAULT_MODE = (0o644, 0, 0)  # a file a write creates: mode (root's umask 022), uid, gid
@@ -158,7 +160,8 @@ class FakeTransport:
         """Script the few file commands orch's edges run (`true`, `test -w/-e/-L`, `cat`, `rm -f`,
         preflight's write probe (a file it holds is writable, its folder too), the
         lock's exclusive create and takeover), acting on the in-memory files, and the look for what a
-        repro run on the host left running (nothing: script LEFT_SCRIPT again to leave something).
+        repro run on the host left running (nothing: script LEFT_SCRIPT again to leave something),
+        and whether a repro there runs in a transient scope (no: script SCOPE_PROBE again for yes).
         Everything else stays refused."""
         self.script(("true",), Reply())
         self.script(("test", "-w"), lambda text, argv: Reply(0 if argv and argv[-1] in self.files else 1))
@@ -173,6 +176,7 @@ class FakeTransport:
         self.script(("sh", "-c", REMOVE_RUN_FILES), self._remove_run_files)
         self.script(("sh", "-c", SET_ASIDE), self._set_aside)
         self.script(("sh", "-c", LEFT_SCRIPT), Reply())
+        self.script(("sh", "-c", SCOPE_PROBE), Reply(stdout="orch-scope|no|a fake host\n"))
 
     def set_mode(self, path: str, mode: int, owner: str = "root:root") -> None:
         """Give a file a mode and an owner ("user:group", names from IDS), as chmod and chown would."""
@@ -203,14 +207,15 @@ class FakeTransport:
         sudo: bool = False,
         stop: threading.Event | None = None,
         env: Mapping[str, str] | None = None,
+        scope: str | None = None,
     ) -> Result:
         argv = None if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv or [])
         if stop is not None and stop.is_set():  # as the real transports: nothing runs
             with self._lock:
-                self.calls.append(Call("run", text, stop=stop, env=env))
+                self.calls.append(Call("run", text, stop=stop, env=env, scope=scope))
             raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
-        reply = self._answer(text, argv, stop, env)
+        reply = self._answer(text, argv, stop, env, scope)
         if reply.until_stopped:
             if stop is None:
                 raise AssertionError(f"{self.host}: `{text}` waits for a stop Event, but was run without one")
@@ -291,9 +296,10 @@ class FakeTransport:
         argv: Sequence[str] | None,
         stop: threading.Event | None = None,
         env: Mapping[str, str] | None = None,
+        scope: str | None = None,
     ) -> Reply:
         with self._lock:
-            self.calls.append(Call("run", text, stop=stop, env=env))
+            self.calls.append(Call("run", text, stop=stop, env=env, scope=scope))
             script = next((s for s in self._scripts if s.matches(text, argv)), None)
             if script is None:
                 self.refused.append(text)

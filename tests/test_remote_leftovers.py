@@ -334,6 +334,41 @@ def test_the_script_names_and_stops_real_orphans_and_nothing_else(started: list[
 
 
 @pytest.mark.process
+def test_the_needle_inside_another_variable_is_no_mark(started: list[subprocess.Popen[bytes]]) -> None:
+    """Through sudo (`ssh: sudo: true`) the check's own shell holds the needle inside SUDO_COMMAND,
+    sudo's copy of the command line: matched anywhere in an environ, the check found itself and
+    killed itself (on the testbed: "connection lost", every trial). The mark is a whole entry."""
+    mark = leftovers.new_mark()
+    env = {**os.environ, "SUDO_COMMAND": f"/usr/bin/sh -c ... orch-left {MARK_VAR}={mark} 10 40"}
+    env.pop(MARK_VAR, None)
+    started.append(subprocess.Popen(["sleep", "1000.0625"], env=env, start_new_session=True))
+    marked = subprocess.Popen(["sleep", "1000.125"], env={**os.environ, MARK_VAR: mark}, start_new_session=True)
+    started.append(marked)
+    assert stop_marked(LocalTransport("decode"), mark, settle_s=0.0, grace_s=0.3) == [
+        f"pid {marked.pid} (sleep 1000.125)"
+    ]
+    assert started[0].poll() is None, "a process that only quotes the mark was stopped"
+    assert marked.wait(timeout=5) == -signal.SIGTERM
+
+
+@pytest.mark.process
+def test_a_grep_without_z_still_finds_the_mark(
+    started: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose grep has no -z (busybox's may not): the mark is matched anywhere, as before."""
+    real = subprocess.run(["sh", "-c", "command -v grep"], capture_output=True, text=True, check=True).stdout.strip()
+    fake = tmp_path / "grep"
+    fake.write_text(f'#!/bin/sh\nfor a; do [ "$a" != -z ] || exit 2; done\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    mark = leftovers.new_mark()
+    marked = subprocess.Popen(["sleep", "1000.1875"], env={**os.environ, MARK_VAR: mark}, start_new_session=True)
+    started.append(marked)
+    left = stop_marked(LocalTransport("decode"), mark, settle_s=0.0, grace_s=0.3)
+    assert left == [f"pid {marked.pid} (sleep 1000.1875)"]
+
+
+@pytest.mark.process
 def test_the_local_transport_gives_the_command_its_env_and_keeps_its_text() -> None:
     """A simulated deployment's hosts are the controller (LocalTransport): the repro gets its mark
     there too, and orch's own environment stays without it."""

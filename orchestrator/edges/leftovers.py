@@ -40,8 +40,9 @@ user's) cannot be seen by it. On the controller the repro's reaper still finds t
 user's, though orch may not stop those), unless they were never in its tree (a process another
 service starts on its behalf: systemd-run, docker run, at) or the reaper was killed by someone
 else (its shell dies with it, its orphans go to init). A repro on a host (``repro.on``: run over
-SSH, edges.remote_leftovers) has no reaper: there only its mark and its process group find what it
-started, so an unmarked daemon there still outlives it.
+SSH, edges.remote_leftovers) has no reaper: there its mark, its process group and, where orch is
+root on a systemd host, its transient scope (edges.remote_scope) find what it started; without the
+scope an unmarked daemon there still outlives it.
 """
 
 from __future__ import annotations

@@ -17,10 +17,12 @@ SIGKILL after the grace, the KILL rounds again for what was forked meanwhile. It
 ``left|PID|BASE64(cmdline)``, ``more|N`` past MAX_NAMED, ``alive|PID`` for what outlived SIGKILL.
 
 Cost: a repro that left nothing costs one round trip (~10 ms over an open SSH connection): one
-grep over the environ files of the processes the user may read. Only a leftover pays the waits.
+grep over the environ files of the processes the user may read (and, with a scope, one over their
+/proc/PID/cgroup). Only a leftover pays the waits.
 
 Limits: those of edges.leftovers (a process that drops or replaces its environment, e.g.
-`env -i`, sudo's env_reset, systemd-run, is not seen), and two of its own. A shell has no pidfd:
+`env -i`, sudo's env_reset, systemd-run, is not seen by its mark; where the repro ran in a scope,
+edges.remote_scope, one that stayed in the scope is seen by its cgroup), and two of its own. A shell has no pidfd:
 every signal goes to the pids a scan found carrying the mark an instant before, so a pid reused in
 that instant would be hit (Linux hands out pids upwards: that needs the counter to wrap meanwhile).
 And the repro's process group is not looked at, only the mark (the transport kills that group at a
@@ -42,17 +44,32 @@ MAX_NAMED = 64  # leftovers named per check (all are stopped); the rest are coun
 STEP_S = 0.05  # the script's poll step
 CHECK_SLACK_S = 10.0  # the check's timeout beyond its own waits (a slow host, a big /proc)
 
-# argv: NEEDLE SETTLE_STEPS GRACE_STEPS MAX_NAMED CMDLINE_BYTES KILL_ROUNDS
-# A match of NEEDLE (``ORCH_REPRO_MARK=<16 hex>``) anywhere in an environ is taken as the mark:
-# only a process that got the random mark from the repro can hold those 32 bytes.
+# argv: NEEDLE SETTLE_STEPS GRACE_STEPS MAX_NAMED CMDLINE_BYTES KILL_ROUNDS [SCOPE]
+# NEEDLE (``ORCH_REPRO_MARK=<16 hex>``) as one whole entry of an environ (grep -z -x: its entries
+# end in NUL) is the mark: only a process that got the random mark from the repro holds that entry.
+# Not anywhere in it: through sudo (`ssh: sudo: true`) the check's own shell holds NEEDLE inside
+# SUDO_COMMAND (sudo's copy of the command line), and it found and killed itself ("connection lost",
+# measured on the testbed). A grep without -z (busybox) matches anywhere, as before. SCOPE, when the
+# repro ran in a transient scope (edges.remote_scope), is its unit: a process whose cgroup path
+# holds ``/SCOPE`` (the scope or a cgroup below it) is the repro's too, mark or not; each pid once.
+# The scope is signalled as a whole too (systemctl kill: what forked since the scan), and a scope
+# still loaded once its processes are gone is stopped.
 _SCRIPT = r"""
-needle=$1 settle=$2 grace=$3 max=$4 bytes=$5 rounds=$6
+needle=$1 settle=$2 grace=$3 max=$4 bytes=$5 rounds=$6 unit=${7-}
 for c in grep head base64 sleep; do
   command -v "$c" >/dev/null 2>&1 || { echo "orch-left: $c not found" >&2; exit 3; }
 done
 [ -r /proc/self/environ ] || { echo "orch-left: cannot read /proc/PID/environ" >&2; exit 3; }
+whole="-z -x"; printf 'e\0' | grep -q -z -x -F -e e 2>/dev/null || whole=""
 marked() {
-  grep -l -s -F -e "$needle" /proc/[0-9]*/environ | while IFS=/ read -r _ _ p _; do echo "$p"; done
+  { grep -l -s $whole -F -e "$needle" /proc/[0-9]*/environ
+    [ -z "$unit" ] || grep -l -s -F -e "/$unit" /proc/[0-9]*/cgroup
+  } | { seen=" "; while IFS=/ read -r _ _ p _; do
+    case $seen in *" $p "*) ;; *) seen="$seen$p "; echo "$p" ;; esac
+  done; }
+}
+scope_kill() {  # the whole scope, when there is one
+  [ -z "$unit" ] || systemctl kill -s "$1" "$unit" >/dev/null 2>&1 || :
 }
 quiet_or_wait() {  # until nothing carries the mark, at most $1 steps
   n=0; while [ "$n" -lt "$1" ] && [ -n "$(marked)" ]; do sleep __STEP__; n=$((n+1)); done
@@ -69,22 +86,33 @@ for p in $left; do
 done
 [ "$k" -le "$max" ] || echo "more|$((k-max))"
 live=$(marked); [ -z "$live" ] || kill -s TERM $live 2>/dev/null
+scope_kill TERM
 quiet_or_wait "$grace"
 r=0
 while [ "$r" -lt "$rounds" ]; do
   live=$(marked); [ -n "$live" ] || break
   kill -s KILL $live 2>/dev/null
+  scope_kill KILL
   quiet_or_wait "$grace"; r=$((r+1))
 done
 k=0
 for p in $(marked); do k=$((k+1)); [ "$k" -gt "$max" ] || echo "alive|$p"; done
+if [ -n "$unit" ] && [ "$k" -eq 0 ]; then  # empty now: systemd unloads it (--collect); else stop it
+  n=0
+  while [ "$(systemctl show -p LoadState --value "$unit" 2>/dev/null)" = loaded ]; do
+    [ "$n" -ne "$grace" ] || systemctl stop --no-block "$unit" >/dev/null 2>&1
+    [ "$n" -lt $((2*grace)) ] || break
+    sleep __STEP__; n=$((n+1))
+  done
+fi
 exit 0
 """
 SCRIPT = _SCRIPT.replace("__STEP__", f"{STEP_S:g}")
 
 
-def check_argv(mark: str, settle_s: float, grace_s: float) -> list[str]:
-    """The one command of a check for `mark`: settle and grace in the script's poll steps."""
+def check_argv(mark: str, settle_s: float, grace_s: float, scope: str | None = None) -> list[str]:
+    """The one command of a check for `mark` (and, when the repro ran in one, what is in the
+    transient unit `scope`): settle and grace in the script's poll steps."""
     return [
         "sh",
         "-c",
@@ -96,15 +124,21 @@ def check_argv(mark: str, settle_s: float, grace_s: float) -> list[str]:
         str(MAX_NAMED),
         str(CMDLINE_BYTES),
         str(KILL_ROUNDS),
+        *([scope] if scope else []),
     ]
 
 
-def stop_marked(transport: Transport, mark: str, *, settle_s: float, grace_s: float) -> list[str]:
-    """Name and stop what still carries `mark` on the transport's host (one round trip); returns
-    the descriptions, [] when nothing was left. TransportError when the host cannot be looked at:
-    a trial whose leftovers are unknown is not data."""
+def stop_marked(
+    transport: Transport, mark: str, *, settle_s: float, grace_s: float, scope: str | None = None
+) -> list[str]:
+    """Name and stop what still carries `mark` on the transport's host, and what is still in the
+    repro's transient unit `scope` (edges.remote_scope) when it ran in one: one round trip either
+    way; returns the descriptions, [] when nothing was left. TransportError when the host cannot be
+    looked at: a trial whose leftovers are unknown is not data."""
     timeout = settle_s + (1 + KILL_ROUNDS) * grace_s + CHECK_SLACK_S
-    res = transport.run(check_argv(mark, settle_s, grace_s), timeout=timeout, check=False)
+    if scope:
+        timeout += 2 * grace_s  # the scope's unload wait
+    res = transport.run(check_argv(mark, settle_s, grace_s, scope), timeout=timeout, check=False)
     if res.exit_code != 0:
         why = (res.stderr.strip().splitlines() or [f"exit code {res.exit_code}"])[-1]
         raise TransportError(

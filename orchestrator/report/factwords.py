@@ -29,6 +29,7 @@ HOST_FACTS = {
     "server_info": "server info",
     "server_version": "server version",
     "env_sha256_before": "env file as the run began (sha256)",
+    "repro_check": "check for what the repro left running",
 }
 # and the GPU facts (core.gpuinfo.FIELDS), which compare says whole for one-testbed runs but fact
 # by fact wherever a fact is one line of its own (a testbed's, a session's)

@@ -57,6 +57,7 @@ from orchestrator.edges.httpread import get_json
 from orchestrator.edges.identity import UnitId, foreign_holder, reported_pid_mismatch, units_phrase
 from orchestrator.edges.metrics import Started, Telemetry
 from orchestrator.edges.remote_leftovers import stop_marked
+from orchestrator.edges.remote_scope import Scoping, probe, unit_name
 from orchestrator.edges.reported import check_reported, rules_by_role
 from orchestrator.edges.services import log_was_cut
 from orchestrator.edges.transport import FileEntry
@@ -665,6 +666,7 @@ class Repro:
         self.provenance: dict[str, dict[str, str]] = {}  # filled once the servers first answer
         self.on_described: Callable[[dict[str, dict[str, str]]], None] | None = None  # told `provenance` then
         self.describer: TrialDescriber | None = None  # what served each trial (edges.provenance)
+        self.scoping: dict[str, Scoping] = {}  # host key -> whether its repros run in a scope, asked once
         matrix = plan.matrix  # None in restore's plan shell (sweep.api._empty_plan): no trial runs then
         self.levels = level_index(matrix) if matrix is not None else {}
         config = matrix.server_metrics if matrix is not None else None
@@ -717,37 +719,59 @@ class Repro:
     def _run_remote(
         self, role: str, command: str, timeout: float, out: Path, err: Path, on_left: Callable[[list[str]], None]
     ) -> ReproOutcome:
-        """The repro on `role`'s host, marked as one on the controller is (edges.leftovers); once it
-        ended, what still carries its mark there is named and stopped in one more round trip
-        (edges.remote_leftovers), also after a timeout or an interrupt, so nothing it started
-        outlives its trial (`on_left` gets those an exception's check stopped, to name them)."""
-        h = self.deployment.hosts[self.deployment.testbed.first(role).key]  # a role of several hosts: its first
+        """The repro on `role`'s host, marked as one on the controller is (edges.leftovers), and in a
+        transient scope of its own where the host allows one (edges.remote_scope); once it ended,
+        what still carries its mark or is still in its scope there is named and stopped in one more
+        round trip (edges.remote_leftovers), also after a timeout or an interrupt, so nothing it
+        started outlives its trial (`on_left` gets those an exception's check stopped, to name them)."""
+        key = self.deployment.testbed.first(role).key  # a role of several hosts: its first
+        h = self.deployment.hosts[key]
         mark = leftovers.new_mark()
+        scope = unit_name(mark) if self._scoping(key).usable else None
         t0 = time.monotonic()  # a duration: the wall clock may be stepped meanwhile (NTP)
         try:
             res = h.transport.run(
-                command, timeout=timeout, check=False, stop=self.stopping, env={leftovers.MARK_VAR: mark}
+                command,
+                timeout=timeout,
+                check=False,
+                stop=self.stopping,
+                env={leftovers.MARK_VAR: mark},
+                scope=scope,
             )
             code: int | None = res.exit_code
             stdout, stderr = res.stdout, res.stderr
         except CommandInterrupted as exc:  # Ctrl-C/SIGTERM: killed on the host, as a local repro is killed
             _write(out, exc.result.stdout)
             _write(err, exc.result.stderr)
-            on_left(_stop_left_after(exc, h, mark))
+            on_left(_stop_left_after(exc, h, mark, scope))
             raise
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
         except (OrchError, KeyboardInterrupt, Interrupted) as exc:  # a host that stopped answering, a Ctrl-C, a SIGTERM
-            on_left(_stop_left_after(exc, h, mark))
+            on_left(_stop_left_after(exc, h, mark, scope))
             raise
         duration_s = round(time.monotonic() - t0, 4)
         _write(out, stdout)
         _write(err, stderr)
-        left = stop_marked(h.transport, mark, settle_s=SETTLE_S, grace_s=KILL_GRACE_S)
+        left = stop_marked(h.transport, mark, settle_s=SETTLE_S, grace_s=KILL_GRACE_S, scope=scope)
         return ReproOutcome(
             command=command, exit_code=code, duration_s=duration_s, stdout_tail=stdout[-4096:], left_behind=left
         )
+
+    def _repro_host(self) -> str | None:
+        """The host key a repro on a host runs on (None: on the controller, or no matrix)."""
+        matrix = self.plan.matrix
+        if matrix is None or matrix.repro.on == CONTROLLER:
+            return None
+        return self.deployment.testbed.first(matrix.repro.on).key
+
+    def _scoping(self, key: str) -> Scoping:
+        """Whether the repro runs in a transient scope on host `key` (edges.remote_scope): asked of
+        the host once a session, before its first repro."""
+        if key not in self.scoping:
+            self.scoping[key] = probe(self.deployment.hosts[key].transport, unit_name(leftovers.new_mark()))
+        return self.scoping[key]
 
     def warm_up(self, step: Step, trial: TrialDir, on_spawn: Callable[[], None] | None = None) -> ReproOutcome | None:
         """repro.warmup, after ready and before the measured repro: its output is journaled as
@@ -907,6 +931,9 @@ class Repro:
         if self.telemetry is not None:  # whether each machine has nvidia-smi: asked, and said, once
             for role, lines in self.telemetry.describe().items():
                 self.provenance.setdefault(role, {}).update(lines)
+        key = self._repro_host()
+        if key is not None:  # how what a repro there leaves is found: asked, and said, once
+            self.provenance.setdefault(key, {})["repro_check"] = self._scoping(key).fact
         if self.on_described is not None:
             self.on_described(self.provenance)
 
@@ -1152,12 +1179,13 @@ def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -
     }
 
 
-def _stop_left_after(exc: BaseException, h: HostHandle, mark: str) -> list[str]:
+def _stop_left_after(exc: BaseException, h: HostHandle, mark: str, scope: str | None) -> list[str]:
     """Stop, at once, what a remote repro that ended in `exc` (re-raised by the caller) left
-    running, as a local repro's leftovers are stopped when it is interrupted; returns what was
-    (for the caller to name). A check that fails is a note on `exc`, never an error hiding it."""
+    running (its mark, its scope), as a local repro's leftovers are stopped when it is interrupted;
+    returns what was (for the caller to name). A check that fails is a note on `exc`, never an
+    error hiding it."""
     try:
-        return stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S)
+        return stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S, scope=scope)
     except OrchError as failed:
         exc.add_note(f"{failed} (what the repro started may still run there)")
         return []

@@ -149,9 +149,11 @@ def test_a_stranger_taking_a_health_port_mid_sweep_voids_the_trial(testbed: Test
     before = snapshot(testbed, FILES)
     testbed.ssh("decode", f"cat > /root/stranger.py <<'EOF'\n{STRANGER}EOF")
     # the whole background list detached from the SSH channel, so the repro's command returns at once;
-    # without the repro's mark: a stranger is no child of orch's repro (one that kept the mark would be
-    # stopped as the repro's leftover and void trial 0 instead, tests/remote/test_repro_stop_ssh.py)
-    stranger = f"env -u ORCH_REPRO_MARK setsid {shlex.quote(testbed.python)} /root/stranger.py"
+    # a transient service of systemd's, so without the repro's mark and outside the repro's scope: a
+    # stranger is no child of orch's repro (one that kept the mark, or stayed in the scope even without
+    # it, `env -u ORCH_REPRO_MARK setsid`, would be stopped as the repro's leftover and void trial 0
+    # instead, tests/remote/test_repro_stop_ssh.py, test_repro_scope_ssh.py)
+    stranger = f"systemd-run --quiet --collect -- {shlex.quote(testbed.python)} /root/stranger.py"
     spawn = f"( test {{trial}} != 0 || {stranger} ) >/dev/null 2>&1 </dev/null & echo 'CORRUPTION sessions: 0/8'"
     matrix = MATRIX.replace("command: \"echo 'CORRUPTION sessions: 0/8'\"", f'command: "{spawn}"\n  on: decode')
     matrix += "stop_after_repeated_failures: 0\n"

@@ -83,6 +83,7 @@ def test_a_sigterm_during_a_remote_repro_still_stops_what_it_left_on_the_host(tm
     exception. It caught (OrchError, KeyboardInterrupt): a SIGTERM's Interrupted, no longer an
     OrchError, must still get there (a SIGTERM between two of the transport's instructions, not
     inside its wait, which raises CommandInterrupted)."""
+    from orchestrator.edges.remote_scope import Scoping
     from orchestrator.edges.transport import Result
     from orchestrator.sweep.phases import Repro
 
@@ -100,6 +101,7 @@ def test_a_sigterm_during_a_remote_repro_still_stops_what_it_left_on_the_host(tm
         hosts={"decode": host}, testbed=SimpleNamespace(first=lambda role: SimpleNamespace(key="decode"))
     )
     repro.stopping = None  # type: ignore[assignment]
+    repro.scoping = {"decode": Scoping(False, "not root")}  # the mark check only (asked before the first repro)
     left: list[str] = []
     with pytest.raises(Interrupted, match=SIGTERM):
         repro._run_remote("decode", "bench", 60.0, tmp_path / "out", tmp_path / "err", left.extend)

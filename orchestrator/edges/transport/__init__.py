@@ -7,6 +7,7 @@ Library errors are translated here, once, into TransportError naming the host.
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from typing import Mapping, Protocol, Sequence
@@ -18,6 +19,17 @@ STOP_POLL_S = 0.05
 # pipe comes within milliseconds; a process it left holding the pipe open is not waited for (the
 # leftover check's to name), on either transport
 EXITED_DRAIN_S = 0.5
+
+
+_SCOPE_NAME = re.compile(r"[A-Za-z0-9_.:@-]+\.scope")
+
+
+def scope_argv(unit: str) -> list[str]:
+    """`systemd-run` running what follows it in the transient scope `unit` (unloaded once its
+    processes all ended, failed or not: --collect), on either transport."""
+    if unit.startswith("-") or not _SCOPE_NAME.fullmatch(unit):
+        raise ValueError(f"not a scope unit name: {unit!r}")
+    return ["systemd-run", "--scope", f"--unit={unit}", "--collect", "--quiet", "--"]
 
 
 @dataclass(frozen=True)
@@ -66,12 +78,17 @@ class Transport(Protocol):
         sudo: bool = False,
         stop: threading.Event | None = None,
         env: Mapping[str, str] | None = None,
+        scope: str | None = None,
     ) -> Result:
         """Run a command. A sequence is quoted argument by argument (never through a shell
         unquoted); a string is run by the host's shell. check=True raises CommandFailed.
 
         `env`: variables added to the command's environment (the repro's leftover mark,
         edges.leftovers), set for it alone: the command text stays the user's (journal, matching).
+
+        `scope`: the command runs in a transient systemd scope of that name (`systemd-run --scope`,
+        which execs it in place: same pid, process group and output), so everything it starts stays
+        in one cgroup (edges.remote_scope); only where the caller found that the host can.
 
         `stop` (the runner's Ctrl-C/SIGTERM Event), looked at every STOP_POLL_S: once it is set the
         command and every process it started are killed on the host (TERM, KILL after a grace) and

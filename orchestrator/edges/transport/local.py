@@ -27,7 +27,7 @@ from typing import Mapping, Sequence
 
 from orchestrator.core.bounded import describe_kind, read_fd
 from orchestrator.edges.interrupts import uninterrupted
-from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
+from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result, scope_argv
 from orchestrator.errors import (
     CommandFailed,
     CommandInterrupted,
@@ -58,12 +58,15 @@ class LocalTransport:
         sudo: bool = False,
         stop: threading.Event | None = None,
         env: Mapping[str, str] | None = None,
+        scope: str | None = None,
     ) -> Result:
         """A sequence runs without a shell; a string runs through /bin/sh -c. `stop` set kills its
         process group and raises CommandInterrupted (with the output so far). `env` is added to
-        orch's environment for it."""
+        orch's environment for it; `scope`: run in that transient systemd scope (systemd-run)."""
         argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
         text = command if isinstance(command, str) else shlex.join(argv)
+        if scope:
+            argv = [*scope_argv(scope), *argv]
         if stop is not None and stop.is_set():
             raise CommandInterrupted(Result(self.host, text, -1, "", "", 0.0))
         if sudo:

@@ -57,7 +57,7 @@ from paramiko.ssh_exception import (
 )
 
 from orchestrator.core.endpoints import host_port
-from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result
+from orchestrator.edges.transport import EXITED_DRAIN_S, STOP_POLL_S, FileEntry, Result, scope_argv
 from orchestrator.edges.transport.tunnel import Tunnel
 from orchestrator.errors import (
     STOPPING,
@@ -272,16 +272,19 @@ class SshTransport:
         sudo: bool = False,
         stop: threading.Event | None = None,
         env: Mapping[str, str] | None = None,
+        scope: str | None = None,
     ) -> Result:
         """Run a command; a timeout kills it on the host and raises CommandTimedOut (with the output so far).
         `stop` set (or Ctrl-C/SIGTERM in the main thread while it runs) kills its process group on the
         host and raises CommandInterrupted (with the output so far); set before the call, nothing runs.
-        `env` is set by `env` on the host, inside sudo (whose env_reset would drop it)."""
+        `env` is set by `env` on the host, inside sudo (whose env_reset would drop it); `scope`: in
+        that transient systemd scope (systemd-run, inside sudo and the pid line, so the pid it
+        prints is still the one whose process group a stop kills)."""
         shown = command if isinstance(command, str) else shlex.join(command)
         as_root = sudo or self.use_sudo
         if stop is not None and stop.is_set():
             raise CommandInterrupted(Result(self.host, shown, -1, "", "", 0.0), host=self.label)
-        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None, env=env)
+        line = command_line(command, sudo=as_root, timeout=timeout, stoppable=stop is not None, env=env, scope=scope)
         raw = self._exec(line, timeout=timeout, shown=shown, max_output=MAX_OUTPUT_BYTES, stop=stop, sudo=as_root)
         self._raise_if_sudo_refused(raw, as_root)
         result = Result(
@@ -747,13 +750,18 @@ def command_line(
     timeout: float | None,
     stoppable: bool = False,
     env: Mapping[str, str] | None = None,
+    scope: str | None = None,
 ) -> str:
     """The exact line sent to the host. A sequence is quoted word by word; a string is kept
     for the login shell, or handed to "$SHELL" -c (quoted) when sudo, timeout or env wrap it.
     sudo is outermost so that `timeout` (running as root) can also kill a root command.
     stoppable: the line prints `orch-pid PID` first and runs under `timeout` (0: none) even
     without a timeout, so that PID leads the process group SshTransport's cancel kills.
-    env: `env NAME=VALUE...` innermost, so that sudo's env_reset cannot drop it."""
+    env: `env NAME=VALUE...` innermost, so that sudo's env_reset cannot drop it.
+    scope: `systemd-run --scope --unit=SCOPE ...` right after the pid line (as root: inside sudo),
+    before `timeout`: systemd-run moves itself into the scope and execs `timeout` in place, so the
+    announced pid becomes the leader of the process group a stop kills, as without it, and
+    `timeout` and all it starts are in the scope."""
     if not isinstance(command, str) and not command:
         raise ValueError("empty command")
     prefix: list[str] = []
@@ -761,6 +769,8 @@ def command_line(
         prefix += ["sudo", "-n", "--"]
     if stoppable:
         prefix += ["sh", "-c", _ANNOUNCE, "orch-run"]
+    if scope:
+        prefix += scope_argv(scope)
     if timeout is not None or stoppable:
         duration = "0" if timeout is None else f"{max(timeout, 0.001):.3f}"  # coreutils: 0 is no timeout
         prefix += ["timeout", "-k", f"{KILL_GRACE_S:g}", duration]
