@@ -87,7 +87,8 @@ def _modules_of(loaded: dict[str, list[str]], packages: tuple[str, ...]) -> list
 def test_orch_help_loads_only_the_parser() -> None:
     loaded = _loaded(_orch("--help"))
     _none_of(loaded, REPORT_STACK + SSH_STACK + SWEEP_STACK + ("rich",))
-    # the parser: the command modules' registrations and the bounds they check, nothing below
+    # the parser: the command modules' registrations and the bounds they check, nothing below;
+    # cli.stdio (standard library only) sets the streams' error handler before anything prints
     assert loaded["orch"] == [
         "orchestrator",
         "orchestrator.cli",
@@ -96,6 +97,7 @@ def test_orch_help_loads_only_the_parser() -> None:
         "orchestrator.cli.hunt",
         "orchestrator.cli.main",
         "orchestrator.cli.reports",
+        "orchestrator.cli.stdio",
         "orchestrator.cli.team",
         "orchestrator.core",
         "orchestrator.core.bounds",
