@@ -70,3 +70,23 @@ def test_orch_on_an_ascii_terminal_writes_ascii_and_no_traceback(tmp_path: Path)
             assert b"Traceback" not in stream
             assert b"\\u2014" not in stream
     assert b"missing-file.yaml: file not found" in done.stderr
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("closed", [">&-", ">&- 2>&- <&-", "<&-"])
+def test_a_standard_stream_closed_at_start_is_not_a_failed_run(closed: str) -> None:
+    """`orch run M >&-` from a script or a daemon tool: Python makes sys.stdout None, and a sweep
+    that completed every trial and wrote its report ended in an AttributeError traceback, exit 1
+    (orch's "trials failed"). cli.stdio gives a closed stream /dev/null: `orch validate` and `orch
+    run --dry-run` end 0; with stderr open, nothing is said on it."""
+    for argv in (["validate", MATRIX], ["run", MATRIX, "--dry-run"]):
+        done = subprocess.run(
+            ["sh", "-c", f'exec "$@" {closed}', "sh", sys.executable, "-m", "orchestrator.cli.main", *argv],
+            stderr=subprocess.PIPE,
+            cwd=ROOT,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        if "2>&-" not in closed:
+            assert done.stderr == b""

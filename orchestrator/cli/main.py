@@ -34,7 +34,7 @@ from orchestrator.cli.args import (
     sweep_request,
 )
 from orchestrator.cli.argtypes import bounded_int, positive
-from orchestrator.cli.stdio import never_fail_on_encoding
+from orchestrator.cli.stdio import never_fail_on_encoding, open_closed_streams
 from orchestrator.core.bounds import MAX_RETRIES, MAX_SEED
 from orchestrator.errors import Interrupted, OrchError, UsageError, notes
 
@@ -52,6 +52,7 @@ __all__ = ["DEFAULT_INVENTORY", "DEFAULT_REPORTS", "main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    open_closed_streams()  # `orch run M >&-`: /dev/null, not an AttributeError after the sweep
     never_fail_on_encoding()  # a terminal that is not UTF-8 gets "ok - 3 factors", not a traceback
     try:
         return _main(argv)

@@ -1,4 +1,5 @@
-"""stdout and stderr that never fail on a character their encoding lacks (EDGE: the process's streams).
+"""stdin, stdout and stderr that are there, and never fail on a character their encoding lacks
+(EDGE: the process's streams).
 
 Why: orch prints a few typographic characters ("ok — 3 factors", "… and 4 more", masked "••••")
 and the user's own text (paths, flag values). Under a locale that is not UTF-8 (LANG=en_US, which
@@ -9,15 +10,21 @@ become their ASCII spelling ("-", "...", "*") and anything else the terminal can
 as stderr already does (\\u4e2d), so no output can end a command and every line stays readable.
 Only the streams' error handler changes: their encoding, and so what a pipe or a file receives of
 characters it can encode, stays the locale's.
+
+A standard stream closed when orch starts (`orch run M >&-` from a script or a daemon tool): Python
+makes sys.stdout None, and a sweep that had completed every trial and written its report ended
+in an AttributeError traceback with exit code 1, orch's "trials failed". Such a stream gets
+/dev/null on its fd, as daemons do, so the next file orch opens cannot take fd 1 either.
 """
 
 from __future__ import annotations
 
 import codecs
 import io
+import os
 import sys
 
-__all__ = ["HANDLER", "ascii_spelling", "never_fail_on_encoding"]
+__all__ = ["HANDLER", "ascii_spelling", "never_fail_on_encoding", "open_closed_streams"]
 
 HANDLER = "orch-plain"
 
@@ -67,3 +74,18 @@ def _may_fail(stream: io.TextIOWrapper) -> bool:
     except LookupError:
         return True
     return not utf8 or stream.errors == "strict"
+
+
+def open_closed_streams() -> None:
+    """Give a standard stream closed at start /dev/null (fd and sys.* object), before anything
+    opens a file that would take its fd or prints to it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))  # noqa: SIM115 - the process's own
