@@ -7,7 +7,10 @@ runs in goes away (an SSH connection dropped, a terminal window closed): its def
 orch on the spot, hosts on a cell's flags and the local simulator's servers left running. Its
 handler first points stdout and stderr, where they are that terminal, at /dev/null: a write to a
 hung-up terminal fails (EIO), and the restore's own messages must not stop the restore.
-`nohup orch run ...` starts with SIGHUP ignored and keeps ignoring it (the sweep runs on).
+`nohup orch run ...` starts with SIGHUP ignored and keeps ignoring it (the sweep runs on). A
+signal *blocked* at start is another matter: a mask is inherited across exec, so a parent that had
+blocked SIGTERM in the thread that started orch (a Python scheduler's worker thread) made orch deaf
+to `systemctl stop` and `kill`: measured, the sweep ran on. Inside the block they are unblocked.
 
 Signals reach only the main thread, so the handler also sets a `stopping` Event that worker
 threads (health pollers, parallel testbeds and the local repros their runners wait on) check. A
@@ -41,14 +44,20 @@ def signals_as_interrupt(stopping: threading.Event | None = None, *, sigint: boo
     installed (Python allows handlers only there); the Event still works."""
     event = stopping if stopping is not None else threading.Event()
     previous: dict[signal.Signals, object] = {}
+    mask: set[signal.Signals] | None = None
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, *STOP_SIGNALS) if sigint else STOP_SIGNALS:
             if sig in (signal.SIGINT, signal.SIGHUP) and signal.getsignal(sig) is signal.SIG_IGN:
                 continue  # a background job keeps ignoring Ctrl-C; `nohup orch ...` the hang-up
             previous[sig] = signal.signal(sig, _handler(event))
+        # a mask blocking them is inherited across exec (a parent that blocked them in the thread
+        # that started orch): blocked, SIGTERM never reached the handler and the sweep ran on
+        mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, *STOP_SIGNALS})
     try:
         yield event
     finally:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
 

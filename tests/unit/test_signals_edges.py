@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import os
 import pty
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from orchestrator.errors import Interrupted
 from orchestrator.sweep import signals
 
 
@@ -63,3 +66,22 @@ def test_both_on_the_lost_terminal_both_leave_it(own_fds: None) -> None:
     os.close(master)
     signals.leave_lost_terminal()
     assert _same_file(1, os.devnull) and _same_file(2, os.devnull)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_blocked_by_the_parent_reaches_orch(sig: signal.Signals) -> None:
+    """A signal mask is inherited across exec: orch started from a thread that had blocked SIGTERM
+    (measured with the demo: `kill -TERM` and the sweep ran on, its handler never ran). Inside the
+    block the signal is unblocked, and the parent's mask comes back after it."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    raised = KeyboardInterrupt if sig == signal.SIGINT else Interrupted
+    try:
+        with pytest.raises(raised):
+            with signals.signals_as_interrupt():
+                assert sig not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+                os.kill(os.getpid(), sig)
+                time.sleep(5)  # delivered at once, so never slept through
+        assert sig in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    finally:
+        signal.sigtimedwait({sig}, 0)  # one left pending must not reach this process's own handler
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
