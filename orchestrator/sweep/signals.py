@@ -44,7 +44,7 @@ def signals_as_interrupt(stopping: threading.Event | None = None, *, sigint: boo
     installed (Python allows handlers only there); the Event still works."""
     event = stopping if stopping is not None else threading.Event()
     previous: dict[signal.Signals, object] = {}
-    mask: set[signal.Signals] | None = None
+    mask: set[int | signal.Signals] | None = None
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, *STOP_SIGNALS) if sigint else STOP_SIGNALS:
             if sig in (signal.SIGINT, signal.SIGHUP) and signal.getsignal(sig) is signal.SIG_IGN:
