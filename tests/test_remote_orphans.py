@@ -6,6 +6,7 @@ kill -9 itself is tests/remote/test_repro_orphan_ssh.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import shlex
@@ -26,6 +27,7 @@ from fakes import (
     runner_for,
 )
 
+from orchestrator.core.redact import REDACTED, Redactor
 from orchestrator.edges.leftovers import KILL_ROUNDS, MARK_VAR
 from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
 from orchestrator.edges.remote_scope import PROBE, unit_name
@@ -127,7 +129,7 @@ def test_an_orphaned_remote_repro_is_stopped_on_its_host_with_one_note(tmp_path:
     scope = unit_name(MARK)
     record = recorded_in(tmp_path, "0003", RemoteRepro(b.deployment.testbed.name, "decode", MARK, scope))
     decode.script(("sh", "-c", LEFT_SCRIPT), Reply(stdout="left|4242|c2xlZXAAMzAwAA==\n"))  # sleep 300
-    notes = stop_orphaned_remote_repros(tmp_path, [b.deployment])
+    notes = stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor())
     label = b.deployment.hosts["decode"].host.label
     assert notes == [
         f"trial 0003: stopped its repro on {label} (pid 4242 (sleep 300)), left running by a controller that was killed"
@@ -136,13 +138,25 @@ def test_an_orphaned_remote_repro_is_stopped_on_its_host_with_one_note(tmp_path:
     assert f"{MARK_VAR}={MARK}" in argv and argv[-1] == scope  # its mark and its scope, no settle time
     assert not checks(b.transports["prefill"])
     assert not record.exists()
-    assert stop_orphaned_remote_repros(tmp_path, [b.deployment]) == []  # once
+    assert stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor()) == []  # once
+
+
+def test_a_secret_on_a_stopped_command_line_is_masked_in_the_note(tmp_path: Path) -> None:
+    b = bed()
+    recorded_in(tmp_path, "0005", RemoteRepro(b.deployment.testbed.name, "decode", MARK, None))
+    cmdline = b"loadgen\0--rate\0005\0BENCH_TOKEN=hunter22xyz\0"
+    b.transports["decode"].script(
+        ("sh", "-c", LEFT_SCRIPT), Reply(stdout=f"left|77|{base64.b64encode(cmdline).decode()}\n")
+    )
+    [note] = stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor.for_names(["BENCH_TOKEN"]))
+    assert "hunter22xyz" not in note and f"BENCH_TOKEN={REDACTED}" in note, note
+    assert note.startswith("trial 0005: stopped its repro on ") and "pid 77 (loadgen --rate 5 BENCH_TOKEN=" in note
 
 
 def test_a_recorded_repro_that_ended_by_itself_is_forgotten_without_a_note(tmp_path: Path) -> None:
     b = bed()
     record = recorded_in(tmp_path, "0000", RemoteRepro(b.deployment.testbed.name, "decode", MARK, None))
-    assert stop_orphaned_remote_repros(tmp_path, [b.deployment]) == []
+    assert stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor()) == []
     [argv] = checks(b.transports["decode"])
     assert argv[-1] == str(KILL_ROUNDS)  # no scope: the argv ends with the kill rounds
     assert not record.exists()
@@ -156,7 +170,7 @@ def test_a_host_that_cannot_be_reached_is_said_and_keeps_the_record(tmp_path: Pa
         raise TransportError("decode (10.0.0.2:22)", "connection lost")
 
     b.transports["decode"].script(("sh", "-c", LEFT_SCRIPT), down)
-    [note] = stop_orphaned_remote_repros(tmp_path, [b.deployment])
+    [note] = stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor())
     label = b.deployment.hosts["decode"].host.label
     assert note.startswith(
         f"trial 0001: cannot stop its repro on {label}, left running by a controller that was killed: "
@@ -164,14 +178,14 @@ def test_a_host_that_cannot_be_reached_is_said_and_keeps_the_record(tmp_path: Pa
     assert "connection lost" in note and note.endswith("(the next resume or restore tries again)")
     assert record.exists()
     b.transports["decode"].script(("sh", "-c", LEFT_SCRIPT), Reply())  # back: the next try forgets it
-    assert stop_orphaned_remote_repros(tmp_path, [b.deployment]) == []
+    assert stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor()) == []
     assert not record.exists()
 
 
 def test_another_testbeds_repro_is_left_to_its_own_restore(tmp_path: Path) -> None:
     b = bed()
     record = recorded_in(tmp_path, "0002", RemoteRepro("other-testbed", "decode", MARK, None))
-    assert stop_orphaned_remote_repros(tmp_path, [b.deployment]) == []
+    assert stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor()) == []
     assert not checks(b.transports["decode"]) and record.exists()
 
 
@@ -186,6 +200,6 @@ def test_a_record_not_written_by_orch_stops_nothing(tmp_path: Path) -> None:
         "not json",
     ):
         record.write_text(text)
-        assert stop_orphaned_remote_repros(tmp_path, [b.deployment]) == []
+        assert stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor()) == []
         assert not record.exists()
     assert not checks(b.transports["decode"])

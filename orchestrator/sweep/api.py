@@ -427,7 +427,7 @@ def _resume_locked(
         try:
             for lock in locks:
                 lock.acquire(break_stale=request.break_lock)
-            for note in stop_orphaned_remote_repros(run_dir, deployments):  # its hosts are ours now
+            for note in stop_orphaned_remote_repros(run_dir, deployments, matrix.redactor):  # its hosts are ours
                 sink.note(note)
             began.append(True)
             return _stoppable(
@@ -717,7 +717,10 @@ class _RunRestore:
             try:
                 lock.acquire(break_stale=self.request.break_lock)
                 # its controller is gone: we hold its testbed
-                for note in [*stop_orphaned_repros(run_dir), *stop_orphaned_remote_repros(run_dir, [deployment])]:
+                for note in [
+                    *stop_orphaned_repros(run_dir),
+                    *stop_orphaned_remote_repros(run_dir, [deployment], manifest.redactor),
+                ]:
                     progress.note(note)
                 runner = Runner(
                     _empty_plan(manifest, deployment),

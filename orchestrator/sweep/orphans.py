@@ -32,6 +32,7 @@ from orchestrator.store.remoterepro import RemoteRepro
 from orchestrator.store.rundir import RunDir, TrialDir
 
 if TYPE_CHECKING:
+    from orchestrator.core.redact import Redactor
     from orchestrator.edges.deployment import Deployment
 
 _MARK = re.compile(r"[0-9a-f]{16}")  # leftovers.new_mark's
@@ -62,9 +63,12 @@ def stop_orphaned_repros(run_dir: Path | RunDir) -> list[str]:
     return notes
 
 
-def stop_orphaned_remote_repros(run_dir: Path | RunDir, deployments: Iterable[Deployment]) -> list[str]:
+def stop_orphaned_remote_repros(
+    run_dir: Path | RunDir, deployments: Iterable[Deployment], redactor: Redactor
+) -> list[str]:
     """Stop every repro on a host of `deployments` (connected) recorded in the run's trial folders;
-    one note per repro that still ran, and one per host that could not be looked at (its record is
+    one note per repro that still ran (naming what was stopped, masked by the run's `redactor`: a
+    command line may hold a secret), and one per host that could not be looked at (its record is
     kept for the next resume or restore). Records of other testbeds are left to their own call."""
     hosts = {(d.testbed.name, key): h for d in deployments for key, h in d.hosts.items()}
     notes = []
@@ -88,8 +92,10 @@ def stop_orphaned_remote_repros(run_dir: Path | RunDir, deployments: Iterable[De
         remoterepro.forget(trial)
         if left:
             notes.append(
-                f"trial {folder.name}: stopped its repro on {h.host.label} ({', '.join(left)}), left running by a "
-                "controller that was killed"
+                redactor.text(
+                    f"trial {folder.name}: stopped its repro on {h.host.label} ({', '.join(left)}), left running by "
+                    "a controller that was killed"
+                )
             )
     return notes
 

@@ -2,8 +2,9 @@
 hosts: the SSH connection dies with the controller, and closing it does not stop the command, so
 the repro (here a `sleep` in the background and one in the foreground) runs on there, past its
 trial. Its trial folder recorded where it runs (trials/NNNN/repro.remote: testbed, host key, mark,
-scope), and `orch restore RUN` stops it on decode with the leftover check's one round trip, says
-so, and drops the record."""
+scope), and `orch restore RUN` or `orch resume RUN` stops it on decode with the leftover check's
+one round trip before doing anything else there, says so, and drops the record. (Only the first
+repro sleeps: the resume's re-run of that trial prints its summary and ends.)"""
 
 from __future__ import annotations
 
@@ -31,16 +32,19 @@ factors:
 order: sequential
 health_timeouts: {prefill: 30, decode: 30, router: 30}
 repro:
-  command: "sleep 300.125 & echo \\"$! $$\\" > PIDFILE; exec sleep 300.25"
+  command: >-
+    if [ -e PIDFILE ]; then echo 'CORRUPTION sessions: 0/8';
+    else sleep 300.125 & echo "$! $$" > PIDFILE; exec sleep 300.25; fi
   on: decode
   timeout: 240
   metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\\\d+)/(?P<n>\\\\d+)'}
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
 """
 
 
-def test_restore_stops_the_repro_a_killed_controller_left_running_on_a_host(
-    testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("command", ["restore", "resume"])
+def test_restore_and_resume_stop_the_repro_a_killed_controller_left_running_on_a_host(
+    command: str, testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = snapshot(testbed, FILES)
     pidfile = f"/var/tmp/orch-repro-orphan-{os.getpid()}.pid"
@@ -66,7 +70,7 @@ def test_restore_stops_the_repro_a_killed_controller_left_running_on_a_host(
         assert list(run_dir.glob("trials/*/repro.remote")), "the repro on decode was not recorded"
 
         t0 = time.monotonic()
-        code = main(["restore", str(run_dir)])
+        code = main([command, str(run_dir)])
         took = time.monotonic() - t0
         out = capsys.readouterr()
         text = out.out + out.err
@@ -82,7 +86,7 @@ def test_restore_stops_the_repro_a_killed_controller_left_running_on_a_host(
         assert snapshot(testbed, FILES) == before
         no_leftovers(testbed)
         with capsys.disabled():
-            print(f"\n[ssh] restore after kill -9 during a repro on decode: {took:.2f} s, its repro stopped there")
+            print(f"\n[ssh] {command} after kill -9 during a repro on decode: {took:.2f} s, its repro stopped there")
     finally:
         if proc.poll() is None:
             proc.kill()
