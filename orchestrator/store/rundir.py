@@ -20,6 +20,8 @@ may hold one and tests can build one for a tmp_path.
                                    file was (a symlink? its mode, owner), units' states (units.json last)
     <run>/trials/NNNN/repro.out, repro.err, logs/<role>-<unit>.log   (NNNN-attemptK/: attempt K)
     <run>/trials/NNNN/repro.pid    `PGID START_TICKS` of a local repro while it may run (for resume/restore)
+    <run>/trials/NNNN/repro.remote a repro on a host until its leftover check ran: testbed, host key, mark,
+                                   scope (JSON, atomic; for resume/restore, sweep.orphans)
     <run>/controller.lock          flocked by the process running the run (store/runlock.py)
 """
 
@@ -45,6 +47,7 @@ LOGS = "logs"
 REPRO_OUT = "repro.out"
 REPRO_ERR = "repro.err"
 REPRO_PID = "repro.pid"  # the running local repro's process group: a killed controller's is stopped by resume
+REPRO_REMOTE = "repro.remote"  # a repro on a host until its leftover check ran: the same, there (sweep.orphans)
 WARMUP_OUT = "warmup.out"  # repro.warmup's output (never measured)
 WARMUP_ERR = "warmup.err"
 CONTROLLER_LOCK = "controller.lock"
@@ -104,6 +107,12 @@ class TrialDir:
     def repro_pid(self) -> Path:
         """The process group of this trial's local repro (or warm-up) while it may be running."""
         return self.path / REPRO_PID
+
+    @property
+    def repro_remote(self) -> Path:
+        """Where this trial's repro (or warm-up) on a host runs, with its mark and scope, until its
+        leftover check ran: a killed controller's is stopped by resume and restore there."""
+        return self.path / REPRO_REMOTE
 
     @property
     def warmup_out(self) -> Path:

@@ -76,7 +76,7 @@ from orchestrator.sweep.apitypes import (
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hostrestore import restore_from_hosts as restore_from_hosts  # the folder gone
 from orchestrator.sweep.hunt import HuntSource, OnStop
-from orchestrator.sweep.orphans import stop_orphaned_repros
+from orchestrator.sweep.orphans import stop_orphaned_remote_repros, stop_orphaned_repros
 from orchestrator.sweep.prepare import check_command_lengths, check_key_files, check_separate_testbeds, shown_path
 from orchestrator.sweep.prepare import check_new_run as check_new_run  # re-exported: api.prepare & co are the API
 from orchestrator.sweep.prepare import check_same_roles as check_same_roles
@@ -427,6 +427,8 @@ def _resume_locked(
         try:
             for lock in locks:
                 lock.acquire(break_stale=request.break_lock)
+            for note in stop_orphaned_remote_repros(run_dir, deployments, matrix.redactor):  # its hosts are ours
+                sink.note(note)
             began.append(True)
             return _stoppable(
                 lambda: execute(
@@ -714,7 +716,11 @@ class _RunRestore:
             lock = TestbedLock.for_run(deployment, manifest.run_id, now_iso(), run_dir=run_dir)
             try:
                 lock.acquire(break_stale=self.request.break_lock)
-                for note in stop_orphaned_repros(run_dir):  # its controller is gone: we hold its testbed
+                # its controller is gone: we hold its testbed
+                for note in [
+                    *stop_orphaned_repros(run_dir),
+                    *stop_orphaned_remote_repros(run_dir, [deployment], manifest.redactor),
+                ]:
                     progress.note(note)
                 runner = Runner(
                     _empty_plan(manifest, deployment),

@@ -7,27 +7,53 @@ own processes served it) and keeps writing where that trial's output used to be.
 repro's process group is recorded in its trial folder (edges.workload); the caller holds the run
 (its controller lock or its testbed lock), so the process that recorded it is gone.
 
-Left: a repro on a host (`repro.on: <role>`) runs through the transport, which records no remote
-process group; one orphaned there by a kill -9 runs until it ends by itself.
+A repro on a host (`repro.on: <role>`) outlives the kill -9 the same way: the SSH connection dies
+with the controller, and closing it does not stop the command (edges.transport.ssh), whose timeout
+(coreutils `timeout` on the host) may be far off. Its trial folder records, before it starts and
+until its own leftover check ran (sweep.phases; store.remoterepro), its testbed, host key, mark and transient scope
+(edges.remote_scope; none where the host has none): once that host is connected, resume and restore
+stop what carries the mark or is in the scope there (edges.remote_leftovers, one round trip). A
+host that cannot be reached keeps the record for the next try, and is said.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from orchestrator.edges.workload import stop_recorded_group
+from orchestrator.edges.remote_leftovers import stop_marked
+from orchestrator.edges.remote_scope import unit_name
+from orchestrator.edges.workload import KILL_GRACE_S, stop_recorded_group
+from orchestrator.errors import OrchError
+from orchestrator.store import remoterepro
+from orchestrator.store.remoterepro import RemoteRepro
 from orchestrator.store.rundir import RunDir, TrialDir
+
+if TYPE_CHECKING:
+    from orchestrator.core.redact import Redactor
+    from orchestrator.edges.deployment import Deployment
+
+_MARK = re.compile(r"[0-9a-f]{16}")  # leftovers.new_mark's
+
+
+def _trusted(trial: TrialDir) -> RemoteRepro | None:
+    """The trial's record of a repro on a host, or None: none, or not one orch wrote. Its mark is
+    a mark's form and its scope only ever the mark's own unit, so a record edited by hand cannot
+    make orch stop another unit or send another command."""
+    repro = remoterepro.recorded(trial)
+    if repro is None or not _MARK.fullmatch(repro.mark):
+        return None
+    if repro.scope is not None and repro.scope != unit_name(repro.mark):
+        return None
+    return repro
 
 
 def stop_orphaned_repros(run_dir: Path | RunDir) -> list[str]:
     """Stop every repro recorded as running in the run's trial folders; one note per repro stopped."""
-    run = RunDir.of(run_dir)
-    try:
-        folders = sorted(p for p in run.trials.iterdir() if p.is_dir())
-    except OSError:  # no trial ran yet (or an unreadable folder, which the run's own reads report)
-        return []
     notes = []
-    for folder in folders:
+    for folder in _trial_folders(run_dir):
         pgid = stop_recorded_group(TrialDir(folder).repro_pid)
         if pgid is not None:
             notes.append(
@@ -35,3 +61,47 @@ def stop_orphaned_repros(run_dir: Path | RunDir) -> list[str]:
                 "that was killed"
             )
     return notes
+
+
+def stop_orphaned_remote_repros(
+    run_dir: Path | RunDir, deployments: Iterable[Deployment], redactor: Redactor
+) -> list[str]:
+    """Stop every repro on a host of `deployments` (connected) recorded in the run's trial folders;
+    one note per repro that still ran (naming what was stopped, masked by the run's `redactor`: a
+    command line may hold a secret), and one per host that could not be looked at (its record is
+    kept for the next resume or restore). Records of other testbeds are left to their own call."""
+    hosts = {(d.testbed.name, key): h for d in deployments for key, h in d.hosts.items()}
+    notes = []
+    for folder in _trial_folders(run_dir):
+        trial = TrialDir(folder)
+        repro = _trusted(trial)
+        if repro is None:
+            remoterepro.forget(trial)
+            continue
+        h = hosts.get((repro.testbed, repro.host))
+        if h is None:
+            continue
+        try:
+            left = stop_marked(h.transport, repro.mark, settle_s=0.0, grace_s=KILL_GRACE_S, scope=repro.scope)
+        except OrchError as exc:
+            notes.append(
+                f"trial {folder.name}: cannot stop its repro on {h.host.label}, left running by a controller that "
+                f"was killed: {exc} (the next resume or restore tries again)"
+            )
+            continue
+        remoterepro.forget(trial)
+        if left:
+            notes.append(
+                redactor.text(
+                    f"trial {folder.name}: stopped its repro on {h.host.label} ({', '.join(left)}), left running by "
+                    "a controller that was killed"
+                )
+            )
+    return notes
+
+
+def _trial_folders(run_dir: Path | RunDir) -> list[Path]:
+    try:
+        return sorted(p for p in RunDir.of(run_dir).trials.iterdir() if p.is_dir())
+    except OSError:  # no trial ran yet (or an unreadable folder, which the run's own reads report)
+        return []

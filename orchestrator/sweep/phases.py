@@ -90,9 +90,11 @@ from orchestrator.errors import (
     WorkloadError,
     notes,
 )
+from orchestrator.store import remoterepro
 from orchestrator.store.atomic import run_file_op
 from orchestrator.store.attempts import claim_attempt
 from orchestrator.store.redacted import redact_folder
+from orchestrator.store.remoterepro import RemoteRepro
 from orchestrator.store.rundir import RunDir, TrialDir
 from orchestrator.sweep import drift
 from orchestrator.sweep.clock import now_iso
@@ -708,7 +710,7 @@ class Repro:
             else:
                 if on_spawn is not None:
                     on_spawn()
-                outcome = self._run_remote(repro.on, command, repro.timeout_s, out, err, stopped.extend)
+                outcome = self._run_remote(repro.on, command, repro.timeout_s, (out, err), trial, stopped.extend)
         except BaseException as exc:
             what = f"trial {step.trial.index}'s " + ("repro.warmup" if warmup else "repro")
             _name_stopped(exc, what, stopped, self.plan.matrix.redactor)
@@ -717,17 +719,27 @@ class Repro:
         return ReproOutcome(**{**outcome.model_dump(), **paths})
 
     def _run_remote(
-        self, role: str, command: str, timeout: float, out: Path, err: Path, on_left: Callable[[list[str]], None]
+        self,
+        role: str,
+        command: str,
+        timeout: float,
+        outputs: tuple[Path, Path],
+        trial: TrialDir,
+        on_left: Callable[[list[str]], None],
     ) -> ReproOutcome:
         """The repro on `role`'s host, marked as one on the controller is (edges.leftovers), and in a
         transient scope of its own where the host allows one (edges.remote_scope); once it ended,
         what still carries its mark or is still in its scope there is named and stopped in one more
         round trip (edges.remote_leftovers), also after a timeout or an interrupt, so nothing it
-        started outlives its trial (`on_left` gets those an exception's check stopped, to name them)."""
+        started outlives its trial (`on_left` gets those an exception's check stopped, to name them).
+        Until that check ran, the trial folder records where it runs (store.remoterepro): a controller
+        killed meanwhile leaves it to resume and restore to stop."""
+        out, err = outputs
         key = self.deployment.testbed.first(role).key  # a role of several hosts: its first
         h = self.deployment.hosts[key]
         mark = leftovers.new_mark()
         scope = unit_name(mark) if self._scoping(key).usable else None
+        remoterepro.record(trial, RemoteRepro(self.deployment.testbed.name, key, mark, scope))
         t0 = time.monotonic()  # a duration: the wall clock may be stepped meanwhile (NTP)
         try:
             res = h.transport.run(
@@ -743,18 +755,19 @@ class Repro:
         except CommandInterrupted as exc:  # Ctrl-C/SIGTERM: killed on the host, as a local repro is killed
             _write(out, exc.result.stdout)
             _write(err, exc.result.stderr)
-            on_left(_stop_left_after(exc, h, mark, scope))
+            on_left(_stop_left_after(exc, h, mark, scope, trial))
             raise
         except CommandTimedOut as exc:  # what it printed before the kill is kept
             code, stdout = None, exc.result.stdout
             stderr = exc.result.stderr + ("\n" if exc.result.stderr.strip() else "") + f"{exc}\n"
         except (OrchError, KeyboardInterrupt, Interrupted) as exc:  # a host that stopped answering, a Ctrl-C, a SIGTERM
-            on_left(_stop_left_after(exc, h, mark, scope))
+            on_left(_stop_left_after(exc, h, mark, scope, trial))
             raise
         duration_s = round(time.monotonic() - t0, 4)
         _write(out, stdout)
         _write(err, stderr)
         left = stop_marked(h.transport, mark, settle_s=SETTLE_S, grace_s=KILL_GRACE_S, scope=scope)
+        remoterepro.forget(trial)  # not before: a host that could not be looked at keeps it
         return ReproOutcome(
             command=command, exit_code=code, duration_s=duration_s, stdout_tail=stdout[-4096:], left_behind=left
         )
@@ -1179,16 +1192,18 @@ def redact_env(env: Mapping[str, Mapping[str, CellValue]], redactor: Redactor) -
     }
 
 
-def _stop_left_after(exc: BaseException, h: HostHandle, mark: str, scope: str | None) -> list[str]:
+def _stop_left_after(exc: BaseException, h: HostHandle, mark: str, scope: str | None, trial: TrialDir) -> list[str]:
     """Stop, at once, what a remote repro that ended in `exc` (re-raised by the caller) left
     running (its mark, its scope), as a local repro's leftovers are stopped when it is interrupted;
-    returns what was (for the caller to name). A check that fails is a note on `exc`, never an
-    error hiding it."""
+    returns what was (for the caller to name), and drops the trial's record of it. A check that
+    fails is a note on `exc`, never an error hiding it, and keeps the record (resume, restore)."""
     try:
-        return stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S, scope=scope)
+        left = stop_marked(h.transport, mark, settle_s=0.0, grace_s=KILL_GRACE_S, scope=scope)
     except OrchError as failed:
         exc.add_note(f"{failed} (what the repro started may still run there)")
         return []
+    remoterepro.forget(trial)
+    return left
 
 
 def _name_stopped(exc: BaseException, what: str, left: list[str], redactor: Redactor) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.edges import provenance
 from orchestrator.errors import CommandInterrupted, Interrupted, OrchError
+from orchestrator.store.rundir import TrialDir
 from orchestrator.sweep import api
 from orchestrator.team import livestatus
 
@@ -98,15 +99,17 @@ def test_a_sigterm_during_a_remote_repro_still_stops_what_it_left_on_the_host(tm
     host = SimpleNamespace(transport=SimpleNamespace(run=run, host="decode"))
     repro = Repro.__new__(Repro)
     repro.deployment = SimpleNamespace(  # type: ignore[assignment]
-        hosts={"decode": host}, testbed=SimpleNamespace(first=lambda role: SimpleNamespace(key="decode"))
+        hosts={"decode": host}, testbed=SimpleNamespace(name="tb", first=lambda role: SimpleNamespace(key="decode"))
     )
     repro.stopping = None  # type: ignore[assignment]
     repro.scoping = {"decode": Scoping(False, "not root")}  # the mark check only (asked before the first repro)
     left: list[str] = []
     with pytest.raises(Interrupted, match=SIGTERM):
-        repro._run_remote("decode", "bench", 60.0, tmp_path / "out", tmp_path / "err", left.extend)
+        outputs = (tmp_path / "out", tmp_path / "err")
+        repro._run_remote("decode", "bench", 60.0, outputs, TrialDir(tmp_path), left.extend)
     assert len(calls) == 2 and "sh" in calls[1]  # the leftovers' check ran on the host
     assert left == ["pid 4242 (sleep 60)"]
+    assert not TrialDir(tmp_path).repro_remote.exists()  # its check ran: nothing for a resume to stop
 
 
 def test_a_sigterm_while_a_queue_item_is_announced_stops_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
