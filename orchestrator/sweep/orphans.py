@@ -85,8 +85,10 @@ def stop_orphaned_remote_repros(
             left = stop_marked(h.transport, repro.mark, settle_s=0.0, grace_s=KILL_GRACE_S, scope=repro.scope)
         except OrchError as exc:
             notes.append(
-                f"trial {folder.name}: cannot stop its repro on {h.host.label}, left running by a controller that "
-                f"was killed: {exc} (the next resume or restore tries again)"
+                redactor.text(
+                    f"trial {folder.name}: cannot stop its repro on {h.host.label}, left running by a controller "
+                    f"that was killed: {exc} (the next resume or restore tries again)"
+                )
             )
             continue
         remoterepro.forget(trial)
