@@ -85,3 +85,20 @@ def test_a_stop_signal_blocked_by_the_parent_reaches_orch(sig: signal.Signals) -
     finally:
         signal.sigtimedwait({sig}, 0)  # one left pending must not reach this process's own handler
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def test_sigchld_ignored_by_the_parent_is_the_default_inside_and_back_after() -> None:
+    """SIG_IGN survives exec: started with SIGCHLD ignored, the kernel reaps orch's children before
+    Python's wait, and subprocess reads every exit code as 0 (measured: `sh -c 'exit 3'` -> 0; the
+    demo was refused at its own testbed lock, "an empty lock file, left by a write that failed")."""
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        with signals.signals_as_interrupt():
+            assert signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGCHLD) is signal.SIG_IGN
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        with signals.signals_as_interrupt():  # a default one is left alone
+            assert signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGCHLD, before)
