@@ -95,11 +95,33 @@ def _main(argv: Sequence[str] | None) -> int:
         _print_notes(exc)
         return 130
     except Exception as exc:
+        if (words := _out_of_resources(exc)) is not None:
+            err.print(f"[red]error:[/red] {escape(words)}")
+            _print_notes(exc)
+            return 1
         # a bug: Python's traceback shows it (and prints the notes at its end, long after the
         # user stopped reading), so the notes - what was left changed and how to put it back,
         # e.g. "NOT restored: ...; finish with: orch restore RUN_DIR" - come first, on their own
         _print_notes(exc)
         raise
+
+
+def _out_of_resources(exc: BaseException) -> str | None:
+    """The words for a controller that ran out of threads or memory, or None (a bug: its
+    traceback). Why: under `ulimit -v 2000000` (2 GB of address space, as some shared login nodes
+    set) a sweep's fourth trial could not start a thread: a Python traceback, exit 1, the hosts
+    restored and the finished trials kept, which the traceback did not say."""
+    if isinstance(exc, MemoryError):
+        what = "out of memory"
+    elif isinstance(exc, RuntimeError) and str(exc) == "can't start new thread":
+        what = "cannot start a thread"
+    else:
+        return None
+    return (
+        f"the controller ran out of resources: {what} (raise its limits: `ulimit -v` address space, `ulimit -u` "
+        "processes, or its cgroup's memory.max or pids.max; a run keeps its finished trials: `orch status` says "
+        "how to continue it)"
+    )
 
 
 def _refuse_unknown(parser: argparse.ArgumentParser, unknown: list[str], root: argparse.ArgumentParser) -> None:

@@ -68,3 +68,26 @@ def test_an_unexpected_error_prints_its_notes_before_its_traceback(monkeypatch, 
     with pytest.raises(RuntimeError, match="a bug"):  # still a traceback: it is a bug to report
         cli.main(["restore", str(RUN_DIR)])
     assert stderr_lines(capsys) == [f"NOT restored: A/decode; finish with: orch restore {RUN_DIR}"]
+
+
+@pytest.mark.parametrize(
+    ("exc", "what"),
+    [(RuntimeError("can't start new thread"), "cannot start a thread"), (MemoryError(), "out of memory")],
+)
+def test_a_controller_out_of_threads_or_memory_is_said_with_its_notes_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], exc: BaseException, what: str
+) -> None:
+    """`ulimit -v 2000000` (2 GB, as some shared login nodes set): the demo's fourth trial could not
+    start a thread and orch ended in a Python traceback (exit 1), hosts restored."""
+    exc.add_note("NOT restored: decode; finish with: orch restore reports/r1")
+    orch_restore_raising(monkeypatch, exc)
+    assert cli.main(["restore", str(RUN_DIR)]) == 1
+    lines = stderr_lines(capsys)
+    assert lines[0].startswith(f"error: the controller ran out of resources: {what} (raise its limits: `ulimit -v`")
+    assert "NOT restored: decode; finish with: orch restore reports/r1" in lines
+
+
+def test_another_runtime_error_is_still_a_bug_with_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    orch_restore_raising(monkeypatch, RuntimeError("dictionary changed size during iteration"))
+    with pytest.raises(RuntimeError, match="dictionary changed size"):
+        cli.main(["restore", str(RUN_DIR)])
