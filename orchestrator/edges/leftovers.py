@@ -169,6 +169,15 @@ def new_mark() -> str:
     return secrets.token_hex(8)
 
 
+_MARK_FORM = re.compile(r"[0-9a-f]{16}")  # new_mark's
+
+
+def is_mark(text: str) -> bool:
+    """Whether `text` has a mark's form (new_mark's): what a record read back from a trial folder
+    (a local repro's group, a remote repro's) must hold before orch signals anything by it."""
+    return _MARK_FORM.fullmatch(text) is not None
+
+
 def marked_env(env: Mapping[str, str] | None, mark: str) -> dict[str, str]:
     """The repro's environment (`env`, or orch's own when None) with its mark."""
     return {**(os.environ if env is None else env), MARK_VAR: mark}

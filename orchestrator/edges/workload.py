@@ -700,7 +700,7 @@ def stop_recorded_group(path: Path) -> int | None:
         _unlink_quietly(path)  # code wrote: nothing to trust in it
         return None
     group = pgid > 1 and _group_alive(pgid) and _same_group(pgid, ticks)
-    marked = Marked(fields[2], pgid, since_start=False) if len(fields) > 2 and _MARK.fullmatch(fields[2]) else None
+    marked = Marked(fields[2], pgid, since_start=False) if len(fields) > 2 and leftovers.is_mark(fields[2]) else None
     daemons = marked.find() if marked is not None else []
     if not group and not daemons:
         _unlink_quietly(path)
@@ -714,9 +714,6 @@ def stop_recorded_group(path: Path) -> int | None:
             return pgid
     _forget_group(path, pgid)
     return pgid
-
-
-_MARK = re.compile(r"[0-9a-f]{16}")  # leftovers.new_mark's
 
 
 def _same_group(pgid: int, ticks: int) -> bool:

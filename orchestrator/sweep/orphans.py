@@ -18,11 +18,11 @@ host that cannot be reached keeps the record for the next try, and is said.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.edges.leftovers import is_mark
 from orchestrator.edges.remote_leftovers import stop_marked
 from orchestrator.edges.remote_scope import unit_name
 from orchestrator.edges.workload import KILL_GRACE_S, stop_recorded_group
@@ -35,15 +35,13 @@ if TYPE_CHECKING:
     from orchestrator.core.redact import Redactor
     from orchestrator.edges.deployment import Deployment
 
-_MARK = re.compile(r"[0-9a-f]{16}")  # leftovers.new_mark's
-
 
 def _trusted(trial: TrialDir) -> RemoteRepro | None:
     """The trial's record of a repro on a host, or None: none, or not one orch wrote. Its mark is
     a mark's form and its scope only ever the mark's own unit, so a record edited by hand cannot
     make orch stop another unit or send another command."""
     repro = remoterepro.recorded(trial)
-    if repro is None or not _MARK.fullmatch(repro.mark):
+    if repro is None or not is_mark(repro.mark):
         return None
     if repro.scope is not None and repro.scope != unit_name(repro.mark):
         return None

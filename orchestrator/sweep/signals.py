@@ -8,9 +8,10 @@ orch on the spot, hosts on a cell's flags and the local simulator's servers left
 handler first points stdout and stderr, where they are that terminal, at /dev/null: a write to a
 hung-up terminal fails (EIO), and the restore's own messages must not stop the restore.
 `nohup orch run ...` starts with SIGHUP ignored and keeps ignoring it (the sweep runs on). A
-SIGCHLD ignored by the parent (SIG_IGN survives exec) made every child's exit code read 0 (the
-kernel reaps them before Python's wait: a repro that exited 3 was a completed trial, and the local
-testbed's lock misread); inside the block it is the default again. A
+SIGCHLD ignored by the parent (SIG_IGN survives exec) made subprocess read every exit code as 0
+(the kernel reaps the children before Python's wait: each command of the local transport
+"succeeded", and the demo was refused at its own testbed lock); inside the block it is the
+default again. A
 signal *blocked* at start is another matter: a mask is inherited across exec, so a parent that had
 blocked SIGTERM in the thread that started orch (a Python scheduler's worker thread) made orch deaf
 to `systemctl stop` and `kill`: measured, the sweep ran on. Inside the block they are unblocked.
@@ -55,7 +56,7 @@ def signals_as_interrupt(stopping: threading.Event | None = None, *, sigint: boo
             previous[sig] = signal.signal(sig, _handler(event))
         if signal.getsignal(signal.SIGCHLD) is signal.SIG_IGN:  # inherited across exec, as SIG_IGN is
             # ignored, the kernel reaps orch's children itself: subprocess then reads every exit code as 0
-            # (a failed repro's trial, a local transport's `test -e`), so it is the default again
+            # (each local transport command "succeeds"), so it is the default again
             previous[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # a mask blocking them is inherited across exec (a parent that blocked them in the thread
         # that started orch): blocked, SIGTERM never reached the handler and the sweep ran on
