@@ -474,9 +474,6 @@ class FakeServiceManager:
                 self._start(unit, time.time(), log=False)
 
     # ---------------------------------------------------------------- the protocol
-    def exists(self, unit: str) -> bool:
-        return unit in self.units
-
     def unusable(self, unit: str) -> str | None:
         if unit not in self.units:
             return "not found"

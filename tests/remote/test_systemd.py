@@ -48,7 +48,7 @@ def test_state_exists_and_host_clock(testbed: Testbed) -> None:
     pid = int(testbed.ssh("decode", f"systemctl show -p MainPID --value {DECODE}").stdout)
     assert st.main_pid == pid and st.is_active
     assert st.started_at is not None and 0 < m.now() - st.started_at < 3600
-    assert m.exists(DECODE) and not m.exists("sglang-nope")
+    assert m.unusable(DECODE) is None and m.unusable("sglang-nope") == "not found"
     t.close()
 
 

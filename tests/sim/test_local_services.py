@@ -66,7 +66,7 @@ def environ_after_exec(m: ServiceManager, unit: str) -> dict[str, str] | None:
 
 def test_is_a_service_manager(managers: Factory, tmp_path: Path) -> None:
     m: ServiceManager = managers(sh_unit(tmp_path, "sleep 30"))
-    assert m.exists("sh-unit") and not m.exists("other")
+    assert m.unusable("sh-unit") is None and m.unusable("other") == "not found"
     with pytest.raises(ServiceError, match="h1: unit other: unknown unit"):
         m.state("other")
 

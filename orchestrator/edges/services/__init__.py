@@ -40,8 +40,6 @@ class UnitState:
 class ServiceManager(Protocol):
     """Operations orch needs on the units of one host."""
 
-    def exists(self, unit: str) -> bool: ...
-
     def unusable(self, unit: str) -> str | None:
         """Why the unit cannot be restarted however it runs now ("not found", "is masked (...)"),
         said after "unit NAME "; None when it can."""

@@ -129,9 +129,6 @@ class LocalServiceManager:
         return self.state_dir / f"{unit}.start"
 
     # ---------------------------------------------------------------- protocol
-    def exists(self, unit: str) -> bool:
-        return unit in self.units
-
     def unusable(self, unit: str) -> str | None:
         return None if unit in self.units else "not found"
 

@@ -138,9 +138,6 @@ class SystemdManager:
         self._timestamp_flag = True  # until an old systemctl rejects --timestamp=
 
     # ---------------------------------------------------------------- queries
-    def exists(self, unit: str) -> bool:
-        return self.show([unit])[0].load_state != "not-found"
-
     def unusable(self, unit: str) -> str | None:
         info = self.show([unit])[0]
         return "not found" if info.load_state == "not-found" else _load_problem(info)
