@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 from rich.console import Console
 from rich.markup import escape
+
+from orchestrator.cli.stdio import to_devnull
 
 EXIT_PIPE_CLOSED = 141  # 128 + SIGPIPE: what a shell reports of a command whose reader went away
 
@@ -16,9 +17,7 @@ def stdout_closed() -> int:
     EXIT_PIPE_CLOSED, as one killed by SIGPIPE does (what a shell with pipefail sees of `yes | head`),
     never with a traceback. stdout is pointed at /dev/null first, so the interpreter's own flush at
     exit cannot fail again (Python's docs, signal module: "Note on SIGPIPE")."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    to_devnull(sys.stdout.fileno())
     return EXIT_PIPE_CLOSED
 
 

@@ -24,7 +24,7 @@ import io
 import os
 import sys
 
-__all__ = ["HANDLER", "ascii_spelling", "never_fail_on_encoding", "open_closed_streams"]
+__all__ = ["HANDLER", "ascii_spelling", "never_fail_on_encoding", "open_closed_streams", "to_devnull"]
 
 HANDLER = "orch-plain"
 
@@ -83,9 +83,14 @@ def open_closed_streams() -> None:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
+            to_devnull(fd)
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, encoding="utf-8", closefd=False))  # noqa: SIM115 - the process's own
+
+
+def to_devnull(fd: int) -> None:
+    """Point `fd` at /dev/null, open or closed (a closed one is where os.open lands first)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
