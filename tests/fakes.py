@@ -426,6 +426,8 @@ class FakeUnit:
     crash_loops: every start "succeeds", then the process keeps exiting (auto-restart).
     dies_after_s: the process exits this long after each start.
     ready_after_s: health answers 503 ("loading") for this long after each start.
+    ready_after_probes: health answers 503 to this many probes after each start (a wait that
+      does not depend on how busy the machine is: the waiter must ask again, however late it began).
     reads_as: the dialect the unit's reader really uses (None: the host's), e.g. "systemd"
       under a shell-dialect host models a unit that ignores `export` lines.
     log_lines: written to the unit's log at every start (what logs_since returns).
@@ -441,6 +443,7 @@ class FakeUnit:
     crash_loops: bool = False
     dies_after_s: float | None = None
     ready_after_s: float = 0.0
+    ready_after_probes: int = 0
     reads_as: Dialect | None = None
     base_env: dict[str, str] = field(default_factory=lambda: {"PATH": "/usr/bin:/bin"})
     log_lines: tuple[str, ...] = ()
@@ -454,6 +457,7 @@ class FakeUnit:
     failed: bool = False
     env: dict[str, str] | None = None
     starts: int = 0
+    loading_answers: int = 0  # 503s answered since the last start (ready_after_probes counts these)
 
 
 class FakeServiceManager:
@@ -589,12 +593,12 @@ class FakeServiceManager:
         """Would the unit's server answer its health URL 200 right now?"""
         u = self._unit(unit)
         with self._lock:
-            return (
-                self._alive(u)
-                and not u.crash_loops
-                and u.started_at is not None
-                and time.time() >= u.started_at + u.ready_after_s
-            )
+            if not self._alive(u) or u.crash_loops or u.started_at is None:
+                return False
+            if time.time() < u.started_at + u.ready_after_s or u.loading_answers < u.ready_after_probes:
+                u.loading_answers += 1
+                return False
+            return True
 
     def running(self, unit: str) -> bool:
         u = self._unit(unit)
@@ -621,6 +625,7 @@ class FakeServiceManager:
         its reader refuses (or a scripted start failure) leaves the unit failed."""
         u.starts += 1
         u.active, u.started_at, u.pid, u.failed = True, when, next(_pids), False
+        u.loading_answers = 0
         try:
             text = self.transport.files[self.transport.resolve(self.env_file)].decode("utf-8", errors="surrogateescape")
             u.env = {**u.base_env, **read_values(text, u.reads_as or self.dialect), **u.drop_in}
