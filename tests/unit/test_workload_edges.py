@@ -135,6 +135,14 @@ def _run(tmp_path: Path, **kw: object) -> object:
     )
 
 
+def _readable_fd() -> int:
+    """A descriptor that polls readable now, as a repro's exit descriptor does once it exited."""
+    read, write = os.pipe()
+    os.write(write, b"x")
+    os.close(write)
+    return read
+
+
 def _boom() -> None:
     raise RuntimeError("on_spawn failed")
 
@@ -156,6 +164,7 @@ def test_a_repro_gone_before_it_is_recorded_is_recorded_from_its_reapers_reading
     monkeypatch.setattr(workload, "_forget_group", lambda path, pgid: seen.append(path.read_text()))
     spawned_proc = FakeProc(code=0)
     monkeypatch.setattr(workload, "_spawn", lambda *a: spawned_proc)
+    monkeypatch.setattr(workload, "_exit_fd", lambda proc: _readable_fd())  # it exited at once
     outcome = _run(tmp_path, pid_path=record)
     assert outcome.exit_code == 0  # type: ignore[attr-defined]
     (line,) = seen
