@@ -118,6 +118,6 @@ def test_tests_that_use_real_system_fixtures_carry_their_tier(path: Path) -> Non
 def test_auto_workers_are_one_per_core_for_the_unit_tier_alone() -> None:
     unit = "not sim and not testbed and not browser and not process"
     assert workers_for(unit, 2) == 2
-    assert workers_for("", 2) == 3  # the whole suite: real-system tests mostly wait
-    assert workers_for("not testbed and not browser", 2) == 3  # sim and process tests still run
+    assert workers_for("", 2) == 4  # the whole suite: real-system tests often wait
+    assert workers_for("not testbed and not browser", 2) == 4  # sim and process tests still run
     assert workers_for(unit, 0) == 1
