@@ -32,6 +32,27 @@ collect:
   sglang_lines: {role: decode, command: "grep -c ^SGLANG /etc/sglang/decode.env || true"}
 """
 
+# The one-factor matrix the repro tests on the testbed share (overlap on decode, on then off):
+# each brings its own name, repro lines (command, where it runs, timeout) and any line before them.
+_OVERLAP_MATRIX = """\
+name: NAME
+factors:
+  overlap:
+    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
+    levels: [on, off]
+order: sequential
+health_timeouts: {prefill: 30, decode: 30, router: 30}
+BEFORErepro:
+REPRO  metrics:
+    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
+"""
+
+
+def overlap_matrix(name: str, repro: str, before_repro: str = "") -> str:
+    """_OVERLAP_MATRIX named `name`; `repro` is the repro: block's lines before its metrics
+    (indented, each ending in a newline), `before_repro` whole top-level lines."""
+    return _OVERLAP_MATRIX.replace("NAME", name).replace("BEFORE", before_repro).replace("REPRO", repro)
+
 
 ENV_FILES = {"prefill": "/etc/sglang/prefill.env", "router": "/etc/sglang/router.env"}
 

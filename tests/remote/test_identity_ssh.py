@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.ssh_sweep import ENV_FILES, attempts_of, no_leftovers, snapshot, trials_of
+from helpers.ssh_sweep import ENV_FILES, attempts_of, no_leftovers, overlap_matrix, snapshot, trials_of
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
@@ -57,20 +57,13 @@ def run(tb: Testbed, tmp_path: Path, matrix: str, run_id: str) -> int:
     return main([*argv, "--run-id", run_id])
 
 
-MATRIX = """\
-name: identity
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-order: sequential
-health_timeouts: {prefill: 30, decode: 30, router: 30}
-repro:
+MATRIX = overlap_matrix(
+    "identity",
+    """\
   command: "echo 'CORRUPTION sessions: 0/8'"
   timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+""",
+)
 
 
 def test_a_stranger_on_a_health_port_is_refused_at_preflight(testbed: Testbed, tmp_path: Path, capsys) -> None:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot
+from helpers.ssh_sweep import ENV_FILES, no_leftovers, overlap_matrix, snapshot
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
@@ -23,23 +23,16 @@ from orchestrator.cli.main import main
 pytestmark = pytest.mark.testbed
 
 FILES = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
-MATRIX = """\
-name: repro-orphan
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-order: sequential
-health_timeouts: {prefill: 30, decode: 30, router: 30}
-repro:
+MATRIX = overlap_matrix(
+    "repro-orphan",
+    """\
   command: >-
     if [ -e PIDFILE ]; then echo 'CORRUPTION sessions: 0/8';
     else sleep 300.125 & echo "$! $$" > PIDFILE; exec sleep 300.25; fi
   on: decode
   timeout: 240
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+""",
+)
 
 
 @pytest.mark.parametrize("command", ["restore", "resume"])

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot, trials_of
+from helpers.ssh_sweep import ENV_FILES, no_leftovers, overlap_matrix, snapshot, trials_of
 from testbed.fixture import Testbed
 from testbed.helpers import transport
 
@@ -221,23 +221,16 @@ def test_through_sudo_the_mark_check_finds_the_repros_child_and_not_itself(testb
         testbed.ssh("decode", f"pkill -f '^sleep 300[.]828125$'; rm -f {SUDOERS}", check=False)
 
 
-MATRIX = """\
-name: repro-scope
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-order: sequential
-health_timeouts: {prefill: 30, decode: 30, router: 30}
-stop_after_repeated_failures: 0
-repro:
+MATRIX = overlap_matrix(
+    "repro-scope",
+    """\
   command: "if [ ! -e FLAG ]; then touch FLAG; env -i setsid sleep 300.78125 >/dev/null 2>&1 & fi;
     echo 'CORRUPTION sessions: 0/8'"
   on: decode
   timeout: 60
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+""",
+    before_repro="stop_after_repeated_failures: 0\n",
+)
 
 
 def test_a_sweep_whose_remote_repro_leaves_an_env_i_daemon_voids_the_trial_naming_it(

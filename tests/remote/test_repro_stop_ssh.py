@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot
+from helpers.ssh_sweep import ENV_FILES, no_leftovers, overlap_matrix, snapshot
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
@@ -20,21 +20,14 @@ from orchestrator.cli.main import main
 pytestmark = pytest.mark.testbed
 
 FILES = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
-MATRIX = """\
-name: repro-stop
-factors:
-  overlap:
-    env: {decode: SGLANG_OPT_USE_MULTI_STREAM_OVERLAP}
-    levels: [on, off]
-order: sequential
-health_timeouts: {prefill: 30, decode: 30, router: 30}
-repro:
+MATRIX = overlap_matrix(
+    "repro-stop",
+    """\
   command: "echo $$ > PIDFILE; echo 'session 1/8 done'; sleep 300.375"
   on: decode
   timeout: 240
-  metrics:
-    corruption: {kind: proportion, regex: 'CORRUPTION sessions: (?P<k>\\d+)/(?P<n>\\d+)'}
-"""
+""",
+)
 
 
 def test_sigterm_during_a_repro_on_a_host_kills_it_there_and_restores(
