@@ -117,6 +117,9 @@ def test_the_simulator_imports_the_standard_library_only(module: str) -> None:
     third_party = [n for n in loaded["top"] if n not in sys.stdlib_module_names and n != "orchestrator"]
     assert third_party == []
     assert all(m == "orchestrator" or m.startswith("orchestrator.sim") for m in loaded["orch"]), loaded["orch"]
+    # http.server and http.client pull in email, ssl and calendar, dataclasses pulls in inspect
+    # (~37 ms of each start's ~80, bench_startup.py): sim.http1 and NamedTuples do their work
+    assert [n for n in loaded["top"] if n in ("http", "email", "ssl", "dataclasses", "inspect")] == []
 
 
 def test_validate_without_gates_loads_no_statistics_and_no_run_machinery(tmp_path: Path) -> None:

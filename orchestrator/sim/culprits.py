@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_FLAGS = 20
 BUILTIN = ("bf16_index_k", "cuda_graph", "multi_stream_overlap")
@@ -34,14 +34,12 @@ class CulpritSpecError(ValueError):
     """A SIM_CULPRITS / SIM_FLAG_EFFECTS value the simulator cannot read (it refuses to start)."""
 
 
-@dataclass(frozen=True)
-class Cause:
+class Cause(NamedTuple):
     flags: frozenset[str]
     rate: float  # share of sessions failing when every flag of the cause is on
 
 
-@dataclass(frozen=True)
-class CulpritModel:
+class CulpritModel(NamedTuple):
     causes: tuple[Cause, ...]
     effects: tuple[tuple[str, float], ...] = ()
     background: float = 0.005

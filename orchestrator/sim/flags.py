@@ -9,8 +9,7 @@ quirks are the point: ``SGLANG_OPT_USE_MULTI_STREAM_OVERLAP=off`` is *ignored wi
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, replace
-from typing import Literal, Mapping
+from typing import Literal, Mapping, NamedTuple
 
 from orchestrator.sim.culprits import CulpritModel, CulpritSpecError, flags_on, model_from_env
 
@@ -28,8 +27,7 @@ class SimConfigError(ValueError):
     """A flag the real server would refuse at start-up (exit code 2, like argparse)."""
 
 
-@dataclass(frozen=True)
-class SimConfig:
+class SimConfig(NamedTuple):
     """The effective flags of one simulated server, after SGLang-style parsing."""
 
     role: Role
@@ -45,7 +43,7 @@ class SimConfig:
     culprits: CulpritModel | None = None  # the configurable flag model (sim/culprits.py), else DSV4's
     culprit_flags: frozenset[str] = frozenset()  # the culprit model's flags that are on
     # what the server logs at start-up about values it ignored
-    warnings: tuple[str, ...] = field(default=(), compare=False)
+    warnings: tuple[str, ...] = ()
 
     def effective_flags(self) -> dict[str, object]:
         """The flags as the server reports them in its start line and /get_server_info."""
@@ -77,8 +75,7 @@ def parse_env_bool(name: str, raw: str | None, default: bool, warnings: list[str
     return default
 
 
-@dataclass(frozen=True)
-class ExtraArgs:
+class ExtraArgs(NamedTuple):
     cuda_graph: bool = True
     cuda_graph_max_bs: int = DEFAULT_CUDA_GRAPH_MAX_BS
     max_running_requests: int | None = None
@@ -173,4 +170,4 @@ def config_from_env(role: Role, env: Mapping[str, str]) -> SimConfig:
         return cfg
     builtin = {"bf16_index_k": cfg.bf16_index_k, "cuda_graph": cfg.cuda_graph}
     builtin["multi_stream_overlap"] = cfg.multi_stream_overlap
-    return replace(cfg, culprit_flags=flags_on(culprits, builtin, env))
+    return cfg._replace(culprit_flags=flags_on(culprits, builtin, env))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from orchestrator.sim import VERSION
 
@@ -30,8 +30,7 @@ class ProtocolError(ValueError):
     """A request the simulated model cannot understand (HTTP 400)."""
 
 
-@dataclass(frozen=True)
-class ToolAsk:
+class ToolAsk(NamedTuple):
     """What one round of a session asks the model to do."""
 
     session: str

@@ -21,26 +21,23 @@ trial). Exit code 0 whenever it ran, corruption or not; 3 if the router was unre
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import math
 import random
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from orchestrator.sim import protocol
+from orchestrator.sim import http1, protocol
 
 Verdict = Literal["ok", "leak", "no_tool", "error"]
 SessionKind = Literal["done", "maxrounds", "leak", "no_tool", "error"]
 EXIT_UNREACHABLE = 3
 
 
-@dataclass(frozen=True)
-class Checked:
+class Checked(NamedTuple):
     """The verdict on one answer, and the assistant message to carry into the next round."""
 
     verdict: Verdict
@@ -49,11 +46,12 @@ class Checked:
     done: bool = False  # the model marked the task complete
 
 
-@dataclass
 class SessionOutcome:
-    kind: SessionKind
-    latencies_s: list[float] = field(default_factory=list)
-    detail: str = ""
+    """How one session ended (filled in as it runs), and the latency of each answer it got."""
+
+    def __init__(self, kind: SessionKind, latencies_s: list[float] | None = None, detail: str = "") -> None:
+        self.kind, self.detail = kind, detail
+        self.latencies_s = latencies_s if latencies_s is not None else []
 
 
 def check_answer(ask: protocol.ToolAsk, status: int, data: bytes) -> Checked:
@@ -112,26 +110,19 @@ class Client:
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"--router must look like http://HOST:PORT, got {router!r}")
         self.host, self.port, self.timeout = parts.hostname, parts.port or 80, timeout
-        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        self.conn = http1.Connection(self.host, self.port, timeout)
 
     def post(self, path: str, payload: object) -> tuple[int, bytes]:
-        body = json.dumps(payload).encode()
-        self.conn.request("POST", path, body, {"Content-Type": "application/json"})
-        response = self.conn.getresponse()
-        return response.status, response.read()
+        return self.conn.request("POST", path, json.dumps(payload).encode())
 
     def get(self, path: str) -> int:
-        self.conn.request("GET", path)
-        response = self.conn.getresponse()
-        response.read()
-        return response.status
+        return self.conn.request("GET", path)[0]
 
     def close(self) -> None:
         self.conn.close()
 
 
-@dataclass(frozen=True)
-class Workload:
+class Workload(NamedTuple):
     router: str
     rounds: int
     context: int
@@ -180,7 +171,7 @@ def _one_round(
     started = time.perf_counter()
     try:
         status, data = client.post("/v1/chat/completions", payload)
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:  # refused, reset, timed out, or an answer that cannot be read
         return Checked("error", f"request failed: {exc!r}")
     outcome.latencies_s.append(time.perf_counter() - started)
     return check_answer(ask, status, data)
@@ -265,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         probe = Client(args.router, min(args.timeout, 5.0))
         probe.get("/health")
         probe.close()
-    except (OSError, http.client.HTTPException, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         print(f"repro: router unreachable at {args.router}: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
     print(f"repro seed={seed} sessions={args.sessions} rounds={args.rounds} router={args.router}")

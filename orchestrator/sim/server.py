@@ -11,7 +11,7 @@ of them) calls: /health (503 while warming up), /server_info and /model_info (an
 must not have), /get_load, and /generate and /v1/chat/completions with the bootstrap fields the
 router adds (prefill and decode both get the request; the client gets decode's answer). A prefill
 given a bootstrap port listens there too, as SGLang's does. The router's HTTP/2 probe on a worker
-port gets a 505 and a closed connection from http.server, never a hang. The stand-in router
+port gets a 505 and a closed connection, never a hang (HTTP/1.1 is spoken by http1.py). The stand-in router
 (`--role router`, for tests that need no real router) forwards the same way; its /health is 200
 even with dead workers while /readiness tells the truth. The log goes to stdout, line by line and
 unbuffered, for the service manager to capture.
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import itertools
 import json
 import os
@@ -30,12 +29,10 @@ import socketserver
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, TextIO
+from typing import Callable, NamedTuple, TextIO
 from urllib.parse import urlsplit
 
-from orchestrator.sim import VERSION, model, protocol
+from orchestrator.sim import VERSION, http1, model, protocol
 from orchestrator.sim.flags import ROLES, Role, SimConfig, SimConfigError, config_from_env
 from orchestrator.sim.metrics import WorkerMetrics
 
@@ -63,8 +60,7 @@ class Log:
         self.lines([text])
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(NamedTuple):
     status: int
     body: bytes
 
@@ -340,31 +336,19 @@ class Upstream:
         self.local = threading.local()
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        conn: http.client.HTTPConnection | None = getattr(self.local, "conn", None)
+        conn: http1.Connection | None = getattr(self.local, "conn", None)
         if conn is not None:
             try:
-                return self._send(conn, path, body)
-            except (ConnectionError, http.client.HTTPException):
-                conn.close()  # stale keep-alive connection: retry once on a new one
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=ROUTER_UPSTREAM_TIMEOUT_S)
+                return conn.request("POST", path, body)
+            except ConnectionError:
+                pass  # a stale keep-alive connection (closed by now): retry once on a new one
+        conn = http1.Connection(self.host, self.port, ROUTER_UPSTREAM_TIMEOUT_S)
         self.local.conn = conn
-        return self._send(conn, path, body)
-
-    @staticmethod
-    def _send(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int, bytes]:
-        conn.request("POST", path, body, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        return response.status, response.read()
+        return conn.request("POST", path, body)
 
     def probe(self, path: str) -> int:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=READINESS_PROBE_TIMEOUT_S)
-        try:
-            conn.request("GET", path)
-            response = conn.getresponse()
-            response.read(PROBE_MAX_BYTES)  # its status is the answer: a 4 GB body is never read whole
-            return response.status
-        finally:
-            conn.close()
+        """The worker's status for GET `path`, its body never read (closed after the headers)."""
+        return http1.Connection(self.host, self.port, READINESS_PROBE_TIMEOUT_S).status("GET", path)
 
 
 class RouterApp(App):
@@ -434,33 +418,36 @@ class RouterApp(App):
 # ---- HTTP plumbing --------------------------------------------------------------------------
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive: a session reuses one connection
-    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms ACK stalls
+class Handler(socketserver.StreamRequestHandler):
+    """One connection's requests, in turn, until the client closes it or asks to (keep-alive: a
+    session reuses one connection). A request that cannot be read is answered and closed."""
+
+    disable_nagle_algorithm = True
     timeout = 300  # idle keep-alive connections are dropped eventually
     server: SimServer
 
-    def do_GET(self) -> None:
-        self._serve("GET")
+    def handle(self) -> None:
+        with contextlib.suppress(OSError):  # a client gone or silent past the timeout: drop it
+            while self._serve_one():
+                pass
 
-    def do_POST(self) -> None:
-        self._serve("POST")
+    def _serve_one(self) -> bool:
+        try:
+            request = http1.read_request(self.rfile, self.wfile)
+        except http1.RequestError as exc:
+            http1.write_response(self.wfile, exc.status, Reply.json(exc.status, {"error": str(exc)}).body, False)
+            return False
+        if request is None:
+            return False
+        if request.method in ("GET", "POST"):
+            reply = self.server.app.handle(request.method, request.target, request.body)
+        else:
+            reply = Reply.json(501, {"error": f"unsupported method {request.method!r}"})
+        http1.write_response(self.wfile, reply.status, reply.body, request.keep_alive)
+        return request.keep_alive
 
-    def _serve(self, method: str) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        reply = self.server.app.handle(method, self.path, body)
-        self.send_response(reply.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.end_headers()
-        self.wfile.write(reply.body)
 
-    def log_message(self, format: str, *args: object) -> None:
-        """Silence http.server's stderr access log; the apps log their own lines."""
-
-
-class SimServer(ThreadingHTTPServer):
+class SimServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024  # the default 5 drops SYNs under 40+ concurrent sessions
@@ -468,12 +455,6 @@ class SimServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], app: App) -> None:
         self.app = app
         super().__init__(address, Handler)
-
-    def server_bind(self) -> None:
-        # skip HTTPServer's socket.getfqdn(): a reverse DNS lookup can stall start-up
-        socketserver.TCPServer.server_bind(self)
-        host, port = self.server_address[:2]
-        self.server_name, self.server_port = str(host), int(port)
 
 
 # ---- entry point ----------------------------------------------------------------------------

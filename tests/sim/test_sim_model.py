@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import replace
 
 import pytest
 
@@ -29,10 +28,10 @@ def test_only_all_three_flags_with_a_batch_trigger_the_bug(bf16: bool, overlap: 
 
 
 def test_overlap_changes_nothing_with_cuda_graph_off() -> None:
-    off = replace(ALL_ON, cuda_graph=False)
+    off = ALL_ON._replace(cuda_graph=False)
     for batch in (1, 2, 40):
         assert model.corruption_probability(off, batch) == model.corruption_probability(
-            replace(off, multi_stream_overlap=False), batch
+            off._replace(multi_stream_overlap=False), batch
         )
 
 
@@ -45,23 +44,23 @@ def test_outcomes_mostly_leak_sometimes_no_tool() -> None:
 
 
 def test_decode_latency_is_15_to_40_ms_and_responds_to_graph_flags() -> None:
-    eager = replace(ALL_ON, cuda_graph=False)
+    eager = ALL_ON._replace(cuda_graph=False)
     for u in (0.0, 0.5, 0.999):
         assert 0.010 <= model.decode_latency_s(ALL_ON, 4, u) <= 0.045
         assert model.decode_latency_s(ALL_ON, 4, u) < model.decode_latency_s(eager, 4, u)
-    small_bs = replace(ALL_ON, cuda_graph_max_bs=8)
-    big_bs = replace(ALL_ON, cuda_graph_max_bs=64)
+    small_bs = ALL_ON._replace(cuda_graph_max_bs=8)
+    big_bs = ALL_ON._replace(cuda_graph_max_bs=64)
     assert model.decode_latency_s(small_bs, 32, 0.5) > model.decode_latency_s(big_bs, 32, 0.5)
 
 
 def test_larger_batches_cost_more_per_request() -> None:
-    cfg = replace(ALL_ON, cuda_graph_max_bs=64)
+    cfg = ALL_ON._replace(cuda_graph_max_bs=64)
     assert model.decode_latency_s(cfg, 40, 0.5) > model.decode_latency_s(cfg, 2, 0.5)
 
 
 def test_anomaly_means_match_the_canary_counts() -> None:
     rng = random.Random(3)
-    fp8 = replace(ALL_ON, bf16_index_k=False)
+    fp8 = ALL_ON._replace(bf16_index_k=False)
     bf16_total = sum(model.poisson(rng, model.anomaly_mean(ALL_ON)) for _ in range(12_000))
     fp8_total = sum(model.poisson(rng, model.anomaly_mean(fp8)) for _ in range(12_000))
     # 320 and 997 per 120 requests

@@ -39,7 +39,7 @@ def test_http2_probe_is_answered_and_closed_and_the_server_keeps_serving(sim: Si
         while chunk := s.recv(4096):  # the server closes the connection: recv returns b""
             data += chunk
     assert time.monotonic() - started < 2
-    # http.server refuses HTTP/2.0 with a 505 error page (HTTP/0.9 style: no status line) and closes
+    # sim.http1 refuses HTTP/2.0 with a 505 answer and closes the connection
     assert b"505" in data and b"Invalid HTTP version" in data, data[:200]
     wait_until(lambda: get(decode.url + "/health")[0] == 200, timeout=5)
     assert decode.proc.poll() is None
