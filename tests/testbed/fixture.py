@@ -295,7 +295,12 @@ def unit_file_text(unit: SimUnit, python: str, checkout: Path) -> str:
     if unit.real_router and unit.upstream:
         pre, dec = zip(unit.upstream, unit.more_upstream or unit.upstream, strict=True)  # (first, second) each
         pres, decs = (pre, dec) if unit.more_upstream else (pre[0], dec[0])
-        argv = router_argv(python, pres, decs, host="0.0.0.0", port=unit.port, metrics_port=unit.port + 3)
+        # several instances of a role: round robin, so each gets its share of any 8 sessions (the
+        # default, cache_aware, sends sessions that share a long prompt to the instance whose cache
+        # the router thinks holds it: a restarted decode.0 got none of 8 in one run of the
+        # instances test, 3 of 8 in the next trial)
+        extra = ("--policy", "round_robin") if unit.more_upstream else ()
+        argv = router_argv(python, pres, decs, host="0.0.0.0", port=unit.port, metrics_port=unit.port + 3, extra=extra)
     elif unit.upstream:
         argv += ["--prefill-url", unit.upstream[0], "--decode-url", unit.upstream[1]]
     if unit.dialect == "shell":
