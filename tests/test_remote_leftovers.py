@@ -24,7 +24,7 @@ from fakes import FakeBed, FakeTransport, FakeUnit, Reply, Role, flag, make_bed,
 from helpers.held_output import assert_returns_at_exit
 
 from orchestrator.edges import leftovers, remote_leftovers
-from orchestrator.edges.leftovers import MARK_VAR, MAX_SHOWN_CHARS
+from orchestrator.edges.leftovers import MARK_VAR, MAX_SHOWN_CHARS, RUN_VAR
 from orchestrator.edges.remote_leftovers import SCRIPT, check_argv, parse, stop_marked
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.edges.transport.ssh import command_line
@@ -146,7 +146,8 @@ def test_an_interrupted_remote_repro_is_checked_at_once(tmp_path: Path) -> None:
     marked = next(a for a in argv if a.startswith(f"{MARK_VAR}="))
     assert argv[argv.index(marked) + 1] == "0"  # no settle steps
     repro = next(c for c in decode.calls if c.target.startswith("fake-repro"))
-    assert repro.env == {MARK_VAR: marked.split("=")[1]}  # the interrupted repro's own mark
+    # the interrupted repro's own mark, and its run's id (what `orch restore --testbed` finds it by)
+    assert repro.env == {MARK_VAR: marked.split("=")[1], RUN_VAR: "fake-run"}
 
 
 class Notes(QuietProgress):

@@ -60,6 +60,7 @@ from orchestrator.core import words
 
 __all__ = [
     "MARK_VAR",
+    "RUN_VAR",
     "Either",
     "Finder",
     "Marked",
@@ -76,6 +77,9 @@ __all__ = [
 ]
 
 MARK_VAR = "ORCH_REPRO_MARK"
+# the run's id, beside the mark of a repro on a host: `orch restore --testbed` (the run folder, which
+# records each repro's mark, gone) finds by it what a killed controller's repro still runs there
+RUN_VAR = "ORCH_REPRO_RUN"
 MAX_SHOWN_CHARS = 160  # of a leftover's command line in a message
 CMDLINE_BYTES = 4 * MAX_SHOWN_CHARS  # read of a leftover's /proc/PID/cmdline (UTF-8: up to 4 bytes a char)
 KILL_ROUNDS = 3  # KILL, look again (what was forked meanwhile), KILL again

@@ -34,11 +34,19 @@ from __future__ import annotations
 import base64
 import binascii
 
-from orchestrator.edges.leftovers import CMDLINE_BYTES, KILL_ROUNDS, MARK_VAR, shown, survivors_shown, unnamed_shown
+from orchestrator.edges.leftovers import (
+    CMDLINE_BYTES,
+    KILL_ROUNDS,
+    MARK_VAR,
+    RUN_VAR,
+    shown,
+    survivors_shown,
+    unnamed_shown,
+)
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import TransportError
 
-__all__ = ["MAX_NAMED", "SCRIPT", "check_argv", "parse", "stop_marked"]
+__all__ = ["MAX_NAMED", "SCRIPT", "check_argv", "parse", "stop_marked", "stop_run"]
 
 MAX_NAMED = 64  # leftovers named per check (all are stopped); the rest are counted
 STEP_S = 0.05  # the script's poll step
@@ -113,12 +121,16 @@ SCRIPT = _SCRIPT.replace("__STEP__", f"{STEP_S:g}")
 def check_argv(mark: str, settle_s: float, grace_s: float, scope: str | None = None) -> list[str]:
     """The one command of a check for `mark` (and, when the repro ran in one, what is in the
     transient unit `scope`): settle and grace in the script's poll steps."""
+    return _argv(f"{MARK_VAR}={mark}", settle_s, grace_s, scope)
+
+
+def _argv(needle: str, settle_s: float, grace_s: float, scope: str | None) -> list[str]:
     return [
         "sh",
         "-c",
         SCRIPT,
         "orch-left",
-        f"{MARK_VAR}={mark}",
+        needle,
         str(_steps(settle_s)),
         str(_steps(grace_s)),
         str(MAX_NAMED),
@@ -135,10 +147,22 @@ def stop_marked(
     repro's transient unit `scope` (edges.remote_scope) when it ran in one: one round trip either
     way; returns the descriptions, [] when nothing was left. TransportError when the host cannot be
     looked at: a trial whose leftovers are unknown is not data."""
+    return _stop(transport, check_argv(mark, settle_s, grace_s, scope), settle_s, grace_s, scope)
+
+
+def stop_run(transport: Transport, run_id: str, *, grace_s: float) -> list[str]:
+    """Name and stop what still carries run `run_id`'s entry (leftovers.RUN_VAR, given to each repro
+    on a host beside its mark) on the transport's host: what a killed controller's repros left
+    running, found without their marks (the run folder that recorded them is gone). One round trip;
+    [] when nothing runs; TransportError when the host cannot be looked at."""
+    return _stop(transport, _argv(f"{RUN_VAR}={run_id}", 0.0, grace_s, None), 0.0, grace_s, None)
+
+
+def _stop(transport: Transport, argv: list[str], settle_s: float, grace_s: float, scope: str | None) -> list[str]:
     timeout = settle_s + (1 + KILL_ROUNDS) * grace_s + CHECK_SLACK_S
     if scope:
         timeout += 2 * grace_s  # the scope's unload wait
-    res = transport.run(check_argv(mark, settle_s, grace_s, scope), timeout=timeout, check=False)
+    res = transport.run(argv, timeout=timeout, check=False)
     if res.exit_code != 0:
         why = (res.stderr.strip().splitlines() or [f"exit code {res.exit_code}"])[-1]
         raise TransportError(

@@ -12,7 +12,13 @@ is stopped if it runs now (the run started it), and the outcome names those it s
 left by an orch from before has no such record: there every unit active now is restarted on the
 original env file (it may run on a cell's), a stopped one stays stopped, and the outcome names
 every unit left running: one the run started, stopped before it, is among them, with how to stop
-it. What only the folder knew is lost: the repro processes the run left (trials/).
+it. A repro the run left running on a host (`repro.on: ROLE`, its controller killed -9) is found
+there by the run's entry in its environment (ORCH_REPRO_RUN=<run_id>, edges.leftovers.RUN_VAR) and
+stopped, under the lock, before any env file is written; its command line is masked by name and
+value form only (the run's declared secrets went with the folder's manifest). What only the folder
+knew is lost: each repro's mark and transient scope (trials/), so a process that cleared its
+environment is not found there (a repro on the controller is stopped by its reaper when the
+controller dies).
 
 Safety, as for `orch restore RUN_DIR`: the testbed lock is taken as the run's own (a live holder,
 or another dead run's lock without --break-lock, refuses with nothing touched); a run whose folder
@@ -26,6 +32,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.core.config import read_inventory
+from orchestrator.core.redact import Redactor
 from orchestrator.edges.deployment import Deployment, HostHandle
 from orchestrator.edges.lock import TestbedLock, host_restore_command, lock_holders
 from orchestrator.errors import UsageError
@@ -35,6 +42,7 @@ from orchestrator.sweep.apitypes import HostRestoreRequest, RestoreOutcome, Test
 from orchestrator.sweep.clock import now_iso
 from orchestrator.sweep.hosts import HostGuard, HostState, host_backup_path, unrestored_runs
 from orchestrator.sweep.hostunits import host_units_path, read_host_units, read_left_file
+from orchestrator.sweep.orphans import stop_run_repros_on_hosts
 from orchestrator.sweep.progress import Progress
 
 
@@ -91,6 +99,8 @@ def restore_testbed(
     before = {key: _units_before(deployment.hosts[key], run_id) for key in originals}  # checked too
     lock.acquire(break_stale=break_lock)
     try:
+        for note in stop_run_repros_on_hosts(deployment, run_id, Redactor()):  # a dead run's: we hold its lock
+            progress.note(note)
         guard = HostGuard(deployment, BackupDir(Path()), run_id, progress)  # no folder: nothing read from it
         units = _Units()
         for key, original in originals.items():

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.edges.leftovers import is_mark
-from orchestrator.edges.remote_leftovers import stop_marked
+from orchestrator.edges.leftovers import RUN_VAR, is_mark
+from orchestrator.edges.remote_leftovers import stop_marked, stop_run
 from orchestrator.edges.remote_scope import unit_name
 from orchestrator.edges.workload import KILL_GRACE_S, stop_recorded_group
 from orchestrator.errors import OrchError
@@ -95,6 +95,34 @@ def stop_orphaned_remote_repros(
                 redactor.text(
                     f"trial {folder.name}: stopped its repro on {h.host.label} ({', '.join(left)}), left running by "
                     "a controller that was killed"
+                )
+            )
+    return notes
+
+
+def stop_run_repros_on_hosts(deployment: Deployment, run_id: str, redactor: Redactor) -> list[str]:
+    """Stop what run `run_id`'s repros still run on the hosts of `deployment` (connected), found by
+    the run's entry in their environment (edges.remote_leftovers.stop_run), for a restore whose run
+    folder, with each repro's recorded mark, is gone. One note per host where something was
+    stopped (its command lines masked by `redactor`) and per host that could not be looked at."""
+    notes = []
+    for h in deployment.hosts.values():
+        try:
+            left = stop_run(h.transport, run_id, grace_s=KILL_GRACE_S)
+        except OrchError as exc:
+            notes.append(
+                redactor.text(
+                    f"cannot look for run {run_id}'s repros: {exc}; any still running there carry "
+                    f"{RUN_VAR}={run_id} in their environment "
+                    f"(find them: grep -l -a {RUN_VAR}={run_id} /proc/*/environ)"
+                )
+            )
+            continue
+        if left:
+            notes.append(
+                redactor.text(
+                    f"stopped on {h.host.label} what run {run_id}'s repro left running when its controller was "
+                    f"killed: {', '.join(left)}"
                 )
             )
     return notes

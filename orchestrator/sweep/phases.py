@@ -747,7 +747,7 @@ class Repro:
                 timeout=timeout,
                 check=False,
                 stop=self.stopping,
-                env={leftovers.MARK_VAR: mark},
+                env={leftovers.MARK_VAR: mark, leftovers.RUN_VAR: self.guard.run_id},
                 scope=scope,
             )
             code: int | None = res.exit_code

@@ -3,12 +3,14 @@ hosts: the SSH connection dies with the controller, and closing it does not stop
 the repro (here a `sleep` in the background and one in the foreground) runs on there, past its
 trial. Its trial folder recorded where it runs (trials/NNNN/repro.remote: testbed, host key, mark,
 scope), and `orch restore RUN` or `orch resume RUN` stops it on decode with the leftover check's
-one round trip before doing anything else there, says so, and drops the record. (Only the first
+one round trip before doing anything else there, says so, and drops the record. With the run
+folder deleted, `orch restore --testbed` finds it by the run's id in its environment (ORCH_REPRO_RUN). (Only the first
 repro sleeps: the resume's re-run of that trial prints its summary and ends.)"""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -35,7 +37,7 @@ MATRIX = overlap_matrix(
 )
 
 
-@pytest.mark.parametrize("command", ["restore", "resume"])
+@pytest.mark.parametrize("command", ["restore", "resume", "restore-testbed"])
 def test_restore_and_resume_stop_the_repro_a_killed_controller_left_running_on_a_host(
     command: str, testbed: Testbed, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -62,15 +64,24 @@ def test_restore_and_resume_stop_the_repro_a_killed_controller_left_running_on_a
         assert alive.returncode == 0, "the repro did not outlive its controller: nothing to test"
         assert list(run_dir.glob("trials/*/repro.remote")), "the repro on decode was not recorded"
 
+        if command == "restore-testbed":  # the run folder gone: found by the run's id in the repro's environment
+            shutil.rmtree(run_dir)
+            argv = ["restore", "--testbed", "dsv4-pd", "-i", str(testbed.inventory)]
+        else:
+            argv = [command, str(run_dir)]
         t0 = time.monotonic()
-        code = main([command, str(run_dir)])
+        code = main(argv)
         took = time.monotonic() - t0
         out = capsys.readouterr()
         text = out.out + out.err
         assert code == 0, text
         assert "Traceback" not in text
-        assert "trial 0000: stopped its repro on decode" in text, text
-        assert "left running by a controller that was killed" in text, text
+        if command == "restore-testbed":
+            said = "what run orphaned's repro left running when its controller was killed: pid "
+            assert "stopped on decode" in text and said in text and "sleep 300.125" in text, text
+        else:
+            assert "trial 0000: stopped its repro on decode" in text, text
+            assert "left running by a controller that was killed" in text, text
         left = testbed.ssh("decode", f"kill -0 {background}; kill -0 {foreground}", check=False)
         assert left.returncode != 0 and "No such process" in left.stderr, "a sleep of the repro still runs on decode"
         for pid in (background, foreground):

@@ -6,16 +6,20 @@ call restore_testbed and run_to_restore directly, below this entry."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from fakes import Call, FakeTransport, Reply
 from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.core.config import read_inventory
+from orchestrator.edges.leftovers import RUN_VAR
 from orchestrator.edges.lock import LockInfo, lock_path
+from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
 from orchestrator.errors import UsageError
 from orchestrator.sweep import api
 from orchestrator.sweep.apitypes import HostRestoreRequest
@@ -126,3 +130,52 @@ def test_the_copies_and_the_units_record_are_looked_for_with_sudo_on_a_sudo_host
     record = host_units_path("/etc/orch/decode.env", "r9")
     assert {path for path, _ in asked} >= {copy, record}, asked
     assert all(sudo is True for path, sudo in asked if path in (copy, record)), asked
+
+
+def _scan_for(run_id: str, transport: FakeTransport) -> list[Call]:
+    """The looks for run `run_id`'s repros (remote_leftovers.stop_run) sent to a fake host."""
+    needle = f"{RUN_VAR}={run_id}"
+    return [c for c in transport.calls if c.op == "run" and c.target.startswith("sh -c ") and needle in c.target]
+
+
+def test_a_repro_the_killed_run_left_on_a_host_is_stopped_and_named_before_any_env_file_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the run folder, which recorded each repro's mark, the run's own entry in its repros'
+    environment finds them: every host is asked once, under the lock, before the first write; what
+    decode still runs is named (its command line masked: the run's declared secrets are gone, a
+    token's value form is not) and the restore goes on."""
+    fleet, inventory = _left_by_a_killed_run(tmp_path, monkeypatch, "r9")
+    decode = fleet.transports[("A", "decode")]
+    cmdline = base64.b64encode(b"python\0load.py\0hf_abcdefghijklmnopqrstuvwxyz0123\0").decode()
+    decode.script(("sh", "-c", LEFT_SCRIPT), Reply(stdout=f"left|4242|{cmdline}\n"))
+    progress = EndedProgress()
+    outcome = api.restore_from_hosts(HostRestoreRequest(inventory, "A"), progress)
+    assert outcome.exit_code == 0 and fleet.file("A", "decode") == b"D=0\n"
+    for key in ("prefill", "decode"):
+        assert len(_scan_for("r9", fleet.transports[("A", key)])) == 1, key
+    first_write = min(c.seq for c in decode.calls if c.op == "write")
+    assert _scan_for("r9", decode)[0].seq < first_write
+    said = [n for n in progress.notes if "4242" in n]
+    assert said == [
+        "stopped on decode (A-decode.fake:22) what run r9's repro left running when its controller was killed: "
+        "pid 4242 (python load.py ••••)"
+    ], progress.notes
+
+
+def test_a_host_that_cannot_be_looked_at_for_repros_is_said_and_the_restore_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet, inventory = _left_by_a_killed_run(tmp_path, monkeypatch, "r9")
+    fleet.transports[("A", "prefill")].script(
+        ("sh", "-c", LEFT_SCRIPT), Reply(3, stderr="orch-left: base64 not found\n")
+    )
+    progress = EndedProgress()
+    outcome = api.restore_from_hosts(HostRestoreRequest(inventory, "A"), progress)
+    assert outcome.exit_code == 0 and fleet.file("A", "decode") == b"D=0\n"
+    assert [n for n in progress.notes if n.startswith("cannot look")] == [
+        "cannot look for run r9's repros: prefill (A-prefill.fake:22): cannot look for processes the repro left "
+        "running: orch-left: base64 not found (orch needs sh, grep, head, base64 and a readable /proc/PID/environ on "
+        "the host); any still running there carry ORCH_REPRO_RUN=r9 in their environment (find them: grep -l -a "
+        "ORCH_REPRO_RUN=r9 /proc/*/environ)"
+    ]
