@@ -102,6 +102,7 @@ def test_a_sigterm_during_a_remote_repro_still_stops_what_it_left_on_the_host(tm
         hosts={"decode": host}, testbed=SimpleNamespace(name="tb", first=lambda role: SimpleNamespace(key="decode"))
     )
     repro.stopping = None  # type: ignore[assignment]
+    repro.guard = SimpleNamespace(run_id="r1")  # type: ignore[assignment]  # its repros carry the run's id
     repro.scoping = {"decode": Scoping(False, "not root")}  # the mark check only (asked before the first repro)
     left: list[str] = []
     with pytest.raises(Interrupted, match=SIGTERM):
