@@ -1006,7 +1006,7 @@ class TrialPhases:
         ctx.health = services.wait_healthy(t0, {r for r, _ in ctx.restarted})
         ctx.identity = ids.result()  # a unit not running (whatever answers its URL) voids the trial here
         repro.describe_hosts()
-        verified = services.verify_before_repro(step, ctx)  # the first trial's may restart a stale unit first
+        verified = self._verify_before_repro(step, ctx)  # the first trial's may restart a stale unit first
 
         def start_beside() -> None:  # once the (warm-up or measured) repro's process runs
             self._start_beside(step, ctx, verified)
@@ -1038,6 +1038,19 @@ class TrialPhases:
         if server is not None:
             ctx.metrics.update(server.result())
             repro.check_served(ctx.metrics)
+
+    def _verify_before_repro(self, step: Step, ctx: TrialContext) -> bool:
+        """services.verify_before_repro; when it fails, who serves the ports is asked first: a
+        stranger that took a dead unit's port ('Address already in use') explains a check that found
+        no live process, or one dying as its environ was read, and is what the record names."""
+        try:
+            return self.services.verify_before_repro(step, ctx)
+        except OrchError as failed:
+            try:
+                self.services.check_identity(ctx)
+            except IdentityError as stranger:
+                raise stranger from failed
+            raise
 
     def _start_beside(self, step: Step, ctx: TrialContext, verified: bool) -> None:
         """Start the checks that run beside the repro (once): the live-env check unless it ran

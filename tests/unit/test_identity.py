@@ -20,7 +20,7 @@ from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.edges.identity import Holder, PortScan
 from orchestrator.edges.preflight import preflight
-from orchestrator.errors import PreflightError
+from orchestrator.errors import PreflightError, ServiceError
 from orchestrator.store.journal import read_journal
 
 STRANGER = Holder(4242, 30000, 1000, "python3 -m http.server 30000", (4242, 1))
@@ -382,3 +382,31 @@ def test_a_stranger_that_took_the_port_of_a_unit_gone_before_its_check_is_named_
     assert second.failure is not None and second.failure.error == "IdentityError", second.failure
     assert "port 30000 is served by pid 4242 (python3 -m http.server 30000, user alice)" in second.failure.message
     assert second.metrics == {}
+
+
+@pytest.mark.parametrize("seen", ["no process", "environ unreadable"])
+def test_a_stranger_that_took_the_port_is_named_when_the_check_before_the_repro_fails(
+    tmp_path: Path, seen: str
+) -> None:
+    """The first trial (and one after a failure) checks every unit's live env BEFORE the repro. Its
+    unit died meanwhile (a stranger got its port: 'Address already in use'), so that check finds
+    no live process, or (the process dying as it was read) an environ it cannot read. The record
+    names the stranger, which explains both (the testbed's stranger test got 'permission denied
+    (connect as root ...)', as root, on a retry after a failure)."""
+    bed = bed_of_one()
+    manager = bed.managers["prefill"]
+    original_environ = manager.environ
+
+    def environ(unit: str) -> Any:
+        manager.stop(unit)
+        manager.strangers[30000] = STRANGER
+        if seen == "environ unreadable":
+            raise ServiceError("prefill", unit, "cannot read /proc/361/environ: permission denied")
+        return original_environ(unit)
+
+    manager.environ = environ  # type: ignore[method-assign]
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=1).execute()
+    first = result.records[0]
+    assert first.failure is not None and first.failure.error == "IdentityError", first.failure
+    assert "port 30000 is served by pid 4242 (python3 -m http.server 30000, user alice)" in first.failure.message
+    assert first.metrics == {} and first.repro is None  # the repro never ran

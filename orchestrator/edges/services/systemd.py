@@ -89,7 +89,8 @@ q=$m; n=0
 while [ "$n" -lt "$lim" ]; do
   set -- $q; [ $# -gt 0 ] || break; p=$1; shift; q=$*; n=$((n+1))
   [ -e "/proc/$p" ] || continue
-  if ! e=$(base64 -w0 < "/proc/$p/environ" 2>/dev/null); then echo "noaccess|$p"; continue; fi
+  # unreadable: denied, or the process exited since (a unit crash-looping): only the first is said
+  if ! e=$(base64 -w0 < "/proc/$p/environ" 2>/dev/null); then [ ! -e "/proc/$p" ] || echo "noaccess|$p"; continue; fi
   c=$(base64 -w0 < "/proc/$p/comm" 2>/dev/null) || continue
   k=$(cat /proc/$p/task/*/children 2>/dev/null | tr -s ' \n' '  ')
   x=$(readlink "/proc/$p/exe" 2>/dev/null | base64 -w0)
