@@ -44,6 +44,7 @@ SWALLOWS: dict[tuple[str, str], str] = {
 CLEANUP_SKIPPED: dict[tuple[str, str], str] = {
     ("sweep/api.py", "on_its_own"): "one testbed's failure is its outcome; a SIGTERM ends the restore",
     ("sweep/phases.py", "restart_units"): "an env file edited meanwhile is named; nothing to undo on a SIGTERM",
+    ("sweep/phases.py", "_verify_before_repro"): "asks who serves the ports to explain a failure; a SIGTERM just stops",
 }
 
 

@@ -1050,7 +1050,9 @@ class TrialPhases:
                 self.services.check_identity(ctx)
             except IdentityError as stranger:
                 raise stranger from failed
-            raise
+            except OrchError:  # the scan failed too (the host gone): the check's own failure is the trial's
+                pass
+            raise failed
 
     def _start_beside(self, step: Step, ctx: TrialContext, verified: bool) -> None:
         """Start the checks that run beside the repro (once): the live-env check unless it ran

@@ -20,7 +20,7 @@ from orchestrator.core.records import TrialRecord
 from orchestrator.core.steps import Plan
 from orchestrator.edges.identity import Holder, PortScan
 from orchestrator.edges.preflight import preflight
-from orchestrator.errors import PreflightError, ServiceError
+from orchestrator.errors import PreflightError, ServiceError, TransportError
 from orchestrator.store.journal import read_journal
 
 STRANGER = Holder(4242, 30000, 1000, "python3 -m http.server 30000", (4242, 1))
@@ -410,3 +410,25 @@ def test_a_stranger_that_took_the_port_is_named_when_the_check_before_the_repro_
     assert first.failure is not None and first.failure.error == "IdentityError", first.failure
     assert "port 30000 is served by pid 4242 (python3 -m http.server 30000, user alice)" in first.failure.message
     assert first.metrics == {} and first.repro is None  # the repro never ran
+
+
+def test_when_the_port_scan_fails_too_the_check_before_the_repro_is_what_the_record_says(tmp_path: Path) -> None:
+    """The scan that would name a stranger cannot be made (the host stopped answering): the record
+    keeps the live-env check's own failure, not the scan's."""
+    bed = bed_of_one()
+    manager = bed.managers["prefill"]
+    original_environ = manager.environ
+
+    def environ(unit: str) -> Any:
+        manager.stop(unit)
+        return original_environ(unit)
+
+    def port_scan(ports: Any, units: Any) -> Any:
+        raise TransportError("prefill", "connection lost while scanning its ports")
+
+    manager.environ = environ  # type: ignore[method-assign]
+    manager.port_scan = port_scan  # type: ignore[method-assign]
+    result = runner_for(bed, plan_of(bed), tmp_path / "run", infra_attempts=1).execute()
+    first = result.records[0]
+    assert first.failure is not None and first.failure.error == "VerificationError", first.failure
+    assert "no live process to verify" in first.failure.message
