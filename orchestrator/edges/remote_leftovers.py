@@ -147,7 +147,7 @@ def stop_marked(
     repro's transient unit `scope` (edges.remote_scope) when it ran in one: one round trip either
     way; returns the descriptions, [] when nothing was left. TransportError when the host cannot be
     looked at: a trial whose leftovers are unknown is not data."""
-    return _stop(transport, check_argv(mark, settle_s, grace_s, scope), settle_s, grace_s, scope)
+    return _stop(transport, f"{MARK_VAR}={mark}", settle_s, grace_s, scope)
 
 
 def stop_run(transport: Transport, run_id: str, *, grace_s: float) -> list[str]:
@@ -155,14 +155,15 @@ def stop_run(transport: Transport, run_id: str, *, grace_s: float) -> list[str]:
     on a host beside its mark) on the transport's host: what a killed controller's repros left
     running, found without their marks (the run folder that recorded them is gone). One round trip;
     [] when nothing runs; TransportError when the host cannot be looked at."""
-    return _stop(transport, _argv(f"{RUN_VAR}={run_id}", 0.0, grace_s, None), 0.0, grace_s, None)
+    return _stop(transport, f"{RUN_VAR}={run_id}", 0.0, grace_s, None)
 
 
-def _stop(transport: Transport, argv: list[str], settle_s: float, grace_s: float, scope: str | None) -> list[str]:
+def _stop(transport: Transport, needle: str, settle_s: float, grace_s: float, scope: str | None) -> list[str]:
+    """The check for what carries `needle` (a whole environ entry), and what is in `scope`."""
     timeout = settle_s + (1 + KILL_ROUNDS) * grace_s + CHECK_SLACK_S
     if scope:
         timeout += 2 * grace_s  # the scope's unload wait
-    res = transport.run(argv, timeout=timeout, check=False)
+    res = transport.run(_argv(needle, settle_s, grace_s, scope), timeout=timeout, check=False)
     if res.exit_code != 0:
         why = (res.stderr.strip().splitlines() or [f"exit code {res.exit_code}"])[-1]
         raise TransportError(

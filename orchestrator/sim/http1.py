@@ -25,7 +25,6 @@ MAX_HEADERS = 100  # header lines of one message (http.client's limit)
 MAX_BODY = 64 << 20  # a request or response body: the simulator's are a few KB
 
 REASONS = {
-    100: "Continue",
     200: "OK",
     400: "Bad Request",
     404: "Not Found",

@@ -39,7 +39,6 @@ from orchestrator.sim.metrics import WorkerMetrics
 ROUTER_UPSTREAM_TIMEOUT_S = 600.0  # the repro bounds each request itself
 ROUTER_PREFILL_THREADS = 128  # the stand-in router's prefill calls in flight (sessions run concurrently)
 READINESS_PROBE_TIMEOUT_S = 1.0
-PROBE_MAX_BYTES = 64 * 1024  # of a worker's /health answer (the connection is closed after it)
 
 
 class Log:
