@@ -1,4 +1,5 @@
-"""Loopback helpers shared by the tests that start servers: free ports, and whether one listens.
+"""Loopback helpers shared by the tests that start servers: free ports, whether one listens, a raw
+exchange with one.
 
 Under pytest-xdist (PYTEST_XDIST_WORKER=gw<K>) each worker takes ports from its own slice below
 the kernel's ephemeral range, in turn: a port that one worker's server has just released (a unit
@@ -27,6 +28,17 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
+
+
+def exchange(port: int, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw `data` to 127.0.0.1:`port` and read until the server closes the connection: what a
+    client library would not send, and proof that the server closed (a recv past `timeout` fails)."""
+    got = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
 
 
 def _from_kernel(n: int) -> list[int]:

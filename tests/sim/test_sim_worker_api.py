@@ -5,12 +5,12 @@ the router's HTTP/2 probe on a plain HTTP/1 port (answered and closed, never a h
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+from helpers.netutil import exchange
 
 from orchestrator.sim import protocol
 
@@ -33,11 +33,7 @@ def post(url: str, payload: object) -> tuple[int, dict[str, object]]:
 def test_http2_probe_is_answered_and_closed_and_the_server_keeps_serving(sim: Sim) -> None:
     decode = sim.start("decode", {"SIM_WARMUP_S": "0"})
     started = time.monotonic()
-    with socket.create_connection(("127.0.0.1", decode.port), timeout=3) as s:
-        s.sendall(H2_PREFACE)
-        data = b""
-        while chunk := s.recv(4096):  # the server closes the connection: recv returns b""
-            data += chunk
+    data = exchange(decode.port, H2_PREFACE, timeout=3)  # returns once the server closed the connection
     assert time.monotonic() - started < 2
     # sim.http1 refuses HTTP/2.0 with a 505 answer and closes the connection
     assert b"505" in data and b"Invalid HTTP version" in data, data[:200]

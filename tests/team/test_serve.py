@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 import pytest
+from helpers.netutil import exchange
 from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import serving
 
@@ -146,11 +146,7 @@ def test_raw_traversal_request_line(base: str) -> None:
     """Clients normalise `..` away; send the raw request line as an attacker would."""
     port = int(base.rsplit(":", 1)[1])
     for target in (f"/{RUN}/../../outside.txt", "/../outside.txt", f"/{RUN}/./backup/decode.env"):
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-            s.sendall(f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-            reply = b""
-            while chunk := s.recv(65536):
-                reply += chunk
+        reply = exchange(port, f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
         assert reply.startswith((b"HTTP/1.0 404", b"HTTP/1.1 404")), (target, reply[:80])
         assert b"outside" not in reply.split(b"\r\n\r\n", 1)[1] and b"hf_secret" not in reply
 

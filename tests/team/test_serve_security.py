@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers.netutil import exchange
 from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import run_folder, serving
 
@@ -148,11 +149,7 @@ def test_idle_connections_do_not_lock_out_a_normal_get(base: str, idle: int) -> 
 # ---------------------------------------------------------------------------- http.server's own refusals
 def raw_answer(base: str, request: bytes) -> tuple[bytes, bytes]:
     """The head and body the server answers to a raw request (what a client library would not send)."""
-    with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=5) as s:
-        s.sendall(request)
-        got = b""
-        while chunk := s.recv(65536):
-            got += chunk
+    got = exchange(int(base.rsplit(":", 1)[1]), request)
     head, _, body = got.partition(b"\r\n\r\n")
     return head, body
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
+from helpers.netutil import exchange
 
 from orchestrator.sim import http1
 from orchestrator.sim.server import App, Reply, SimServer, Upstream
@@ -54,16 +55,6 @@ def _port(server: SimServer) -> int:
     return int(server.server_address[1])
 
 
-def _raw(port: int, data: bytes) -> bytes:
-    """Send `data`, read until the server closes the connection."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(data)
-        got = b""
-        while chunk := s.recv(65536):
-            got += chunk
-    return got
-
-
 def test_httpx_requests_share_one_keep_alive_connection(echo: tuple[CountingServer, Echo]) -> None:
     server, app = echo
     with httpx.Client(base_url=f"http://127.0.0.1:{_port(server)}") as client:
@@ -94,14 +85,14 @@ def test_expect_100_continue_gets_its_interim_answer_before_the_body(echo: tuple
 def test_a_chunked_request_body_is_read_whole(echo: tuple[CountingServer, Echo]) -> None:
     server, app = echo
     body = b"4;ext=1\r\nabcd\r\n3\r\nefg\r\n0\r\nTrailer: x\r\n\r\n"
-    got = _raw(_port(server), b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + body)
+    got = exchange(_port(server), b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n" + body)
     assert got.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close" in got
     assert app.seen == [("POST", "/c", b"abcdefg")]
 
 
 def test_http_1_0_without_keep_alive_is_answered_and_closed(echo: tuple[CountingServer, Echo]) -> None:
     server, _ = echo
-    got = _raw(_port(server), b"GET /old HTTP/1.0\r\n\r\n")  # returns only because the server closed
+    got = exchange(_port(server), b"GET /old HTTP/1.0\r\n\r\n")  # returns only because the server closed
     assert got.startswith(b"HTTP/1.1 200 OK\r\n") and b"Connection: close\r\n" in got
 
 
@@ -128,7 +119,7 @@ def test_a_request_it_cannot_serve_gets_a_status_and_a_close(
     echo: tuple[CountingServer, Echo], request_bytes: bytes, status: bytes, said: bytes
 ) -> None:
     server, app = echo
-    got = _raw(_port(server), request_bytes)
+    got = exchange(_port(server), request_bytes)
     assert got.startswith(b"HTTP/1.1 " + status + b" "), got[:100]
     assert said in got and b"Connection: close\r\n" in got
     assert app.seen == []
