@@ -164,6 +164,21 @@ def test_no_test_module_imports_another() -> None:
     assert not offenders, offenders
 
 
+def test_tests_import_their_helpers_as_helpers_not_as_tests_helpers() -> None:
+    """`tests.helpers.x` imports only when the working directory holds `tests/` (python -m pytest
+    from the repository's root puts it on sys.path); `helpers.x` (conftest's own path) imports from
+    anywhere: one module spelled it the first way and failed to collect under pytest.main()."""
+    tests = PACKAGE.parent / "tests"
+    offenders = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            offenders += [f"{path.relative_to(tests)}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "tests"]
+    assert not offenders, offenders
+
+
 def _is_test_module(name: str) -> bool:
     last = name.split(".")[-1]
     return last.startswith("test_") or last == "conftest"

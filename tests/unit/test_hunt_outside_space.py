@@ -7,12 +7,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from helpers.hunt_runs import hunt_trial
+
 from orchestrator.core.config import read_matrix
 from orchestrator.core.hunt import Culprit
 from orchestrator.core.model import Matrix
 from orchestrator.core.records import TrialRecord
 from orchestrator.report.hunt import HuntReport, build_report, render, summary_lines
-from tests.helpers.hunt_runs import hunt_trial
 
 REPO = Path(__file__).resolve().parents[2]
 FULL = (1 << 16) - 1
