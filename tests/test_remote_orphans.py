@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from fakes import (
     REPRO_OUTPUT,
     FakeBed,
@@ -82,7 +83,7 @@ def test_a_remote_repro_is_recorded_while_it_runs_and_forgotten_once_its_check_r
             "testbed": b.deployment.testbed.name,
             "host": "decode",
             "mark": mark,
-            "scope": unit_name(str(mark)),
+            "scope": unit_name(str(mark), "fake-run"),
         }
     assert not list((tmp_path / "run").glob("trials/*/repro.remote"))  # each check ran: nothing kept
 
@@ -123,10 +124,12 @@ def recorded_in(run_dir: Path, trial: str, repro: RemoteRepro) -> Path:
     return t.repro_remote
 
 
-def test_an_orphaned_remote_repro_is_stopped_on_its_host_with_one_note(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scope", [unit_name(MARK, "r1"), f"orch-repro-{MARK}.scope"], ids=["run-mark", "mark"])
+def test_an_orphaned_remote_repro_is_stopped_on_its_host_with_one_note(scope: str, tmp_path: Path) -> None:
+    """A record names its scope by run and mark, or, written before scope names held the run, by
+    the mark alone: either is the repro's own unit."""
     b = bed()
     decode = b.transports["decode"]
-    scope = unit_name(MARK)
     record = recorded_in(tmp_path, "0003", RemoteRepro(b.deployment.testbed.name, "decode", MARK, scope))
     decode.script(("sh", "-c", LEFT_SCRIPT), Reply(stdout="left|4242|c2xlZXAAMzAwAA==\n"))  # sleep 300
     notes = stop_orphaned_remote_repros(tmp_path, [b.deployment], Redactor())
@@ -196,6 +199,10 @@ def test_a_record_not_written_by_orch_stops_nothing(tmp_path: Path) -> None:
     record = recorded_in(tmp_path, "0004", RemoteRepro(b.deployment.testbed.name, "decode", MARK, None))
     for text in (
         json.dumps({"testbed": b.deployment.testbed.name, "host": "decode", "mark": MARK, "scope": "sshd.service"}),
+        *(
+            json.dumps({"testbed": b.deployment.testbed.name, "host": "decode", "mark": MARK, "scope": scope})
+            for scope in (f"orch-repro-{'0' * 12}-{'f' * 16}.scope", f"orch-repro-{'0' * 11}-{MARK}.scope")
+        ),
         json.dumps({"testbed": b.deployment.testbed.name, "host": "decode", "mark": "x; reboot", "scope": None}),
         "not json",
     ):

@@ -61,9 +61,12 @@ CHECK_SLACK_S = 10.0  # the check's timeout beyond its own waits (a slow host, a
 # repro ran in a transient scope (edges.remote_scope), is its unit: a process whose cgroup path
 # holds ``/SCOPE`` (the scope or a cgroup below it) is the repro's too, mark or not; each pid once.
 # The scope is signalled as a whole too (systemctl kill: what forked since the scan), and a scope
-# still loaded once its processes are gone is stopped.
+# still loaded once its processes are gone is stopped. SCOPE may be a pattern ending in ``*.scope``
+# (a run's scopes, edges.remote_scope.run_units): the cgroup paths are matched on what precedes the
+# ``*``, and systemctl's kill, show and stop take the pattern for every loaded unit it matches.
 _SCRIPT = r"""
 needle=$1 settle=$2 grace=$3 max=$4 bytes=$5 rounds=$6 unit=${7-}
+cg=${unit%%\**}  # a pattern's fixed start
 for c in grep head base64 sleep; do
   command -v "$c" >/dev/null 2>&1 || { echo "orch-left: $c not found" >&2; exit 3; }
 done
@@ -71,7 +74,7 @@ done
 whole="-z -x"; printf 'e\0' | grep -q -z -x -F -e e 2>/dev/null || whole=""
 marked() {
   { grep -l -s $whole -F -e "$needle" /proc/[0-9]*/environ
-    [ -z "$unit" ] || grep -l -s -F -e "/$unit" /proc/[0-9]*/cgroup
+    [ -z "$unit" ] || grep -l -s -F -e "/$cg" /proc/[0-9]*/cgroup
   } | { seen=" "; while IFS=/ read -r _ _ p _; do
     case $seen in *" $p "*) ;; *) seen="$seen$p "; echo "$p" ;; esac
   done; }
@@ -107,7 +110,7 @@ k=0
 for p in $(marked); do k=$((k+1)); [ "$k" -gt "$max" ] || echo "alive|$p"; done
 if [ -n "$unit" ] && [ "$k" -eq 0 ]; then  # empty now: systemd unloads it (--collect); else stop it
   n=0
-  while [ "$(systemctl show -p LoadState --value "$unit" 2>/dev/null)" = loaded ]; do
+  while systemctl show -p LoadState --value "$unit" 2>/dev/null | grep -q -x loaded; do
     [ "$n" -ne "$grace" ] || systemctl stop --no-block "$unit" >/dev/null 2>&1
     [ "$n" -lt $((2*grace)) ] || break
     sleep __STEP__; n=$((n+1))
@@ -150,12 +153,13 @@ def stop_marked(
     return _stop(transport, f"{MARK_VAR}={mark}", settle_s, grace_s, scope)
 
 
-def stop_run(transport: Transport, run_id: str, *, grace_s: float) -> list[str]:
+def stop_run(transport: Transport, run_id: str, *, grace_s: float, scopes: str | None = None) -> list[str]:
     """Name and stop what still carries run `run_id`'s entry (leftovers.RUN_VAR, given to each repro
-    on a host beside its mark) on the transport's host: what a killed controller's repros left
+    on a host beside its mark) on the transport's host, and what is in a unit `scopes` matches (the
+    run's repro scopes, edges.remote_scope.run_units): what a killed controller's repros left
     running, found without their marks (the run folder that recorded them is gone). One round trip;
     [] when nothing runs; TransportError when the host cannot be looked at."""
-    return _stop(transport, f"{RUN_VAR}={run_id}", 0.0, grace_s, None)
+    return _stop(transport, f"{RUN_VAR}={run_id}", 0.0, grace_s, scopes)
 
 
 def _stop(transport: Transport, needle: str, settle_s: float, grace_s: float, scope: str | None) -> list[str]:

@@ -7,7 +7,7 @@ outlived its trial there and the trial counted as data. On the controller a reap
 orphans (edges.reaper); over SSH orch has no process of its own beside the repro to do that.
 
 How: where orch runs as root on the host (ssh user root, or `ssh: sudo: true`) and systemd is PID
-1, the repro runs through `systemd-run --scope --unit=orch-repro-<mark> --collect --quiet --`
+1, the repro runs through `systemd-run --scope --unit=orch-repro-<run>-<mark>.scope --collect --quiet --`
 (Transport.run's `scope`; on SSH right after the line that prints the pid, before `timeout`).
 systemd-run asks systemd for the scope, moves itself into it and execs what follows in place: same
 pid, so `timeout` still leads the process group the transport's stop kills (`kill -- -PGID`),
@@ -16,6 +16,9 @@ stays in that scope's cgroup whatever it does to its environment, session or pro
 leftover check, in its one round trip, also names what is still in the scope (`/proc/PID/cgroup`),
 gives it the same settle time, then signals the scope (TERM, KILL after the grace) and waits until
 systemd unloaded it. `--collect` unloads a scope whose processes all ended, a failed one too.
+`<run>` is 12 hex digits of the run id's sha256 (`run_tag`; a run id is free text, and no run's tag
+is a prefix of another's): `orch restore --testbed`, whose run folder and so whose marks are gone,
+finds every scope of the run by that prefix (`run_units`), what cleared its environment included.
 
 Whether a host can: asked once per host and session (`probe`: one round trip that also starts a
 scope of `true`, so a systemd-run that refuses, e.g. no D-Bus, is found before any trial); the
@@ -35,12 +38,14 @@ plain): systemd-run's D-Bus call and systemd making the scope. The leftover chec
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import OrchError
 
-__all__ = ["PROBE", "Scoping", "parse_probe", "probe", "unit_name"]
+__all__ = ["PROBE", "Scoping", "is_repro_unit", "parse_probe", "probe", "run_tag", "run_units", "unit_name"]
 
 UNIT_PREFIX = "orch-repro-"
 PROBE_TIMEOUT_S = 20.0
@@ -72,9 +77,26 @@ class Scoping:
         return f"mark only ({self.why}): a process that clears its environment is not found"
 
 
-def unit_name(mark: str) -> str:
-    """The repro's scope, named by its mark (each repro has its own)."""
-    return f"{UNIT_PREFIX}{mark}.scope"
+def run_tag(run_id: str) -> str:
+    """The run's part of its repros' scope names: fixed length and hex whatever the run id holds."""
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
+
+
+def unit_name(mark: str, run_id: str) -> str:
+    """The repro's scope, named by its run and its mark (each repro has its own)."""
+    return f"{UNIT_PREFIX}{run_tag(run_id)}-{mark}.scope"
+
+
+def run_units(run_id: str) -> str:
+    """A systemctl pattern for every scope of run `run_id`'s repros (unit_name's)."""
+    return f"{UNIT_PREFIX}{run_tag(run_id)}-*.scope"
+
+
+def is_repro_unit(scope: str, mark: str) -> bool:
+    """Whether `scope` is the unit orch names for the repro marked `mark` (of any run, or of a run
+    recorded before scope names held the run): what a record read back from a trial folder must
+    name before orch signals it, so a record edited by hand cannot make orch stop another unit."""
+    return re.fullmatch(rf"{UNIT_PREFIX}(?:[0-9a-f]{{12}}-)?{re.escape(mark)}\.scope", scope) is not None
 
 
 def probe(transport: Transport, unit: str) -> Scoping:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.edges.leftovers import RUN_VAR, is_mark
 from orchestrator.edges.remote_leftovers import stop_marked, stop_run
-from orchestrator.edges.remote_scope import unit_name
+from orchestrator.edges.remote_scope import is_repro_unit, run_units
 from orchestrator.edges.workload import KILL_GRACE_S, stop_recorded_group
 from orchestrator.errors import OrchError
 from orchestrator.store import remoterepro
@@ -38,12 +38,12 @@ if TYPE_CHECKING:
 
 def _trusted(trial: TrialDir) -> RemoteRepro | None:
     """The trial's record of a repro on a host, or None: none, or not one orch wrote. Its mark is
-    a mark's form and its scope only ever the mark's own unit, so a record edited by hand cannot
-    make orch stop another unit or send another command."""
+    a mark's form and its scope only ever the mark's own unit (edges.remote_scope.is_repro_unit),
+    so a record edited by hand cannot make orch stop another unit or send another command."""
     repro = remoterepro.recorded(trial)
     if repro is None or not is_mark(repro.mark):
         return None
-    if repro.scope is not None and repro.scope != unit_name(repro.mark):
+    if repro.scope is not None and not is_repro_unit(repro.scope, repro.mark):
         return None
     return repro
 
@@ -108,13 +108,14 @@ def stop_run_repros_on_hosts(deployment: Deployment, run_id: str, redactor: Reda
     notes = []
     for h in deployment.hosts.values():
         try:
-            left = stop_run(h.transport, run_id, grace_s=KILL_GRACE_S)
+            left = stop_run(h.transport, run_id, grace_s=KILL_GRACE_S, scopes=run_units(run_id))
         except OrchError as exc:
             notes.append(
                 redactor.text(
                     f"cannot look for run {run_id}'s repros: {exc}; any still running there carry "
-                    f"{RUN_VAR}={run_id} in their environment "
-                    f"(find them: grep -l -a {RUN_VAR}={run_id} /proc/*/environ)"
+                    f"{RUN_VAR}={run_id} in their environment or run in a scope {run_units(run_id)} "
+                    f"(find them: grep -l -a {RUN_VAR}={run_id} /proc/*/environ; "
+                    f"systemctl status '{run_units(run_id)}')"
                 )
             )
             continue

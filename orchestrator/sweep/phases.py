@@ -738,7 +738,7 @@ class Repro:
         key = self.deployment.testbed.first(role).key  # a role of several hosts: its first
         h = self.deployment.hosts[key]
         mark = leftovers.new_mark()
-        scope = unit_name(mark) if self._scoping(key).usable else None
+        scope = unit_name(mark, self.guard.run_id) if self._scoping(key).usable else None
         remoterepro.record(trial, RemoteRepro(self.deployment.testbed.name, key, mark, scope))
         t0 = time.monotonic()  # a duration: the wall clock may be stepped meanwhile (NTP)
         try:
@@ -783,7 +783,8 @@ class Repro:
         """Whether the repro runs in a transient scope on host `key` (edges.remote_scope): asked of
         the host once a session, before its first repro."""
         if key not in self.scoping:
-            self.scoping[key] = probe(self.deployment.hosts[key].transport, unit_name(leftovers.new_mark()))
+            unit = unit_name(leftovers.new_mark(), self.guard.run_id)
+            self.scoping[key] = probe(self.deployment.hosts[key].transport, unit)
         return self.scoping[key]
 
     def warm_up(self, step: Step, trial: TrialDir, on_spawn: Callable[[], None] | None = None) -> ReproOutcome | None:

@@ -1,10 +1,12 @@
 """kill -9 of the controller during a repro on a host (`repro.on: decode`), on real systemd + sshd
 hosts: the SSH connection dies with the controller, and closing it does not stop the command, so
-the repro (here a `sleep` in the background and one in the foreground) runs on there, past its
+the repro (here a `sleep` in the background, its environment cleared, and one in the foreground)
+runs on there, past its
 trial. Its trial folder recorded where it runs (trials/NNNN/repro.remote: testbed, host key, mark,
 scope), and `orch restore RUN` or `orch resume RUN` stops it on decode with the leftover check's
 one round trip before doing anything else there, says so, and drops the record. With the run
-folder deleted, `orch restore --testbed` finds it by the run's id in its environment (ORCH_REPRO_RUN). (Only the first
+folder deleted, `orch restore --testbed` finds it by the run's id in its environment (ORCH_REPRO_RUN)
+and in its scope's name (the sleep without an environment). (Only the first
 repro sleeps: the resume's re-run of that trial prints its summary and ends.)"""
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ MATRIX = overlap_matrix(
     """\
   command: >-
     if [ -e PIDFILE ]; then echo 'CORRUPTION sessions: 0/8';
-    else sleep 300.125 & echo "$! $$" > PIDFILE; exec sleep 300.25; fi
+    else env -i sleep 300.125 & echo "$! $$" > PIDFILE; exec sleep 300.25; fi
   on: decode
   timeout: 240
 """,

@@ -62,7 +62,7 @@ def alive(tb: Testbed, pid: str) -> bool:
 def run_scoped(t: SshTransport, command: str, *, timeout: float = 30, **kw: object) -> tuple[object, str, str]:
     """The repro as sweep.phases runs it in a scope: (its result or exception, mark, scope)."""
     mark = leftovers.new_mark()
-    scope = unit_name(mark)
+    scope = unit_name(mark, "scope-test")
     try:
         got: object = t.run(command, timeout=timeout, check=False, env={MARK_VAR: mark}, scope=scope, **kw)  # type: ignore[arg-type]
     except (CommandTimedOut, CommandInterrupted) as exc:
@@ -73,12 +73,12 @@ def run_scoped(t: SshTransport, command: str, *, timeout: float = 30, **kw: obje
 def test_the_testbed_host_allows_a_scope_and_a_non_root_user_gets_the_mark_only(
     testbed: Testbed, decode: SshTransport
 ) -> None:
-    yes = probe(decode, unit_name(leftovers.new_mark()))
+    yes = probe(decode, unit_name(leftovers.new_mark(), "scope-test"))
     assert yes.usable and yes.why.startswith("systemd 252"), yes
     testbed.ssh("decode", "id orchuser >/dev/null 2>&1 || useradd -M -p '*' -s /bin/bash orchuser")
     plain = transport(testbed, "decode", user="orchuser")
     try:
-        no = probe(plain, unit_name(leftovers.new_mark()))
+        no = probe(plain, unit_name(leftovers.new_mark(), "scope-test"))
     finally:
         plain.close()
     assert not no.usable and no.why == "not root (ssh user orchuser, no sudo)", no
@@ -96,7 +96,7 @@ def test_through_sudo_the_repro_gets_its_scope_and_its_env_i_daemon_is_stopped(t
     )
     t = transport(testbed, "decode", user="orchuser", use_sudo=True)
     try:
-        assert probe(t, unit_name(leftovers.new_mark())).usable
+        assert probe(t, unit_name(leftovers.new_mark(), "scope-test")).usable
         got, mark, scope = run_scoped(t, "env -i setsid sleep 300.84375 >/dev/null 2>&1 & echo done")
         assert getattr(got, "exit_code", None) == 0 and getattr(got, "stdout", "") == "done\n", got
         left = stop_marked(t, mark, settle_s=SETTLE_S, grace_s=GRACE_S, scope=scope)
@@ -141,9 +141,7 @@ def test_an_env_i_daemon_is_found_in_the_scope_named_stopped_and_the_scope_gone(
 def test_a_plain_repro_in_a_scope_keeps_its_output_and_exit_code_and_leaves_no_scope(
     testbed: Testbed, decode: SshTransport
 ) -> None:
-    command = (
-        'echo out; echo err >&2; grep -q "/orch-repro-$ORCH_REPRO_MARK.scope" /proc/self/cgroup && echo in; exit 3'
-    )
+    command = 'echo out; echo err >&2; grep -q -- "-$ORCH_REPRO_MARK.scope" /proc/self/cgroup && echo in; exit 3'
     got, mark, scope = run_scoped(decode, command)
     # its mark reached it through systemd-run, and its own cgroup is the scope named by that mark
     assert (getattr(got, "exit_code", None), getattr(got, "stdout", None), getattr(got, "stderr", None)) == (
@@ -273,7 +271,7 @@ def test_the_cost_of_a_scope_per_trial(
     for _ in range(20):
         for scoped in (False, True):
             mark = leftovers.new_mark()
-            scope = unit_name(mark) if scoped else None
+            scope = unit_name(mark, "scope-test") if scoped else None
             t0 = time.perf_counter()
             decode.run("true", timeout=30, env={MARK_VAR: mark}, scope=scope, stop=threading.Event())
             runs["scoped" if scoped else "plain"].append(time.perf_counter() - t0)

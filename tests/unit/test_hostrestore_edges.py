@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shlex
 import socket
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from orchestrator.core.config import read_inventory
 from orchestrator.edges.leftovers import RUN_VAR
 from orchestrator.edges.lock import LockInfo, lock_path
 from orchestrator.edges.remote_leftovers import SCRIPT as LEFT_SCRIPT
+from orchestrator.edges.remote_scope import run_tag, run_units
 from orchestrator.errors import UsageError
 from orchestrator.sweep import api
 from orchestrator.sweep.apitypes import HostRestoreRequest
@@ -153,7 +155,8 @@ def test_a_repro_the_killed_run_left_on_a_host_is_stopped_and_named_before_any_e
     outcome = api.restore_from_hosts(HostRestoreRequest(inventory, "A"), progress)
     assert outcome.exit_code == 0 and fleet.file("A", "decode") == b"D=0\n"
     for key in ("prefill", "decode"):
-        assert len(_scan_for("r9", fleet.transports[("A", key)])) == 1, key
+        [scan] = _scan_for("r9", fleet.transports[("A", key)])
+        assert shlex.split(scan.target)[-1] == run_units("r9"), key  # and what runs in the run's scopes
     first_write = min(c.seq for c in decode.calls if c.op == "write")
     assert _scan_for("r9", decode)[0].seq < first_write
     said = [n for n in progress.notes if "4242" in n]
@@ -173,9 +176,10 @@ def test_a_host_that_cannot_be_looked_at_for_repros_is_said_and_the_restore_goes
     progress = EndedProgress()
     outcome = api.restore_from_hosts(HostRestoreRequest(inventory, "A"), progress)
     assert outcome.exit_code == 0 and fleet.file("A", "decode") == b"D=0\n"
+    units = f"orch-repro-{run_tag('r9')}-*.scope"
     assert [n for n in progress.notes if n.startswith("cannot look")] == [
         "cannot look for run r9's repros: prefill (A-prefill.fake:22): cannot look for processes the repro left "
         "running: orch-left: base64 not found (orch needs sh, grep, head, base64 and a readable /proc/PID/environ on "
-        "the host); any still running there carry ORCH_REPRO_RUN=r9 in their environment (find them: grep -l -a "
-        "ORCH_REPRO_RUN=r9 /proc/*/environ)"
+        f"the host); any still running there carry ORCH_REPRO_RUN=r9 in their environment or run in a scope {units} "
+        f"(find them: grep -l -a ORCH_REPRO_RUN=r9 /proc/*/environ; systemctl status '{units}')"
     ]

@@ -17,7 +17,7 @@ from fakes import FakeBed, FakeTransport, FakeUnit, Reply, Role, flag, make_bed,
 
 from orchestrator.edges.leftovers import MARK_VAR
 from orchestrator.edges.remote_leftovers import SCRIPT, check_argv
-from orchestrator.edges.remote_scope import PROBE, Scoping, parse_probe, unit_name
+from orchestrator.edges.remote_scope import PROBE, Scoping, parse_probe, run_tag, unit_name
 from orchestrator.edges.transport import scope_argv
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.edges.transport.ssh import command_line
@@ -74,7 +74,8 @@ def test_a_host_that_allows_a_scope_runs_each_repro_in_its_own_and_the_check_loo
     assert len(repros) == 2
     for repro, check in zip(repros, calls(decode, "orch-left"), strict=True):
         mark = (repro.env or {})[MARK_VAR]
-        assert repro.scope == unit_name(mark) == f"orch-repro-{mark}.scope"  # the scope named by its mark
+        tag = run_tag("fake-run")  # runner_for's run id
+        assert repro.scope == unit_name(mark, "fake-run") == f"orch-repro-{tag}-{mark}.scope"  # its run's and mark's
         assert repro.target.startswith("fake-repro")  # the command text stays the user's
         assert check_args(check.target)[0] == f"{MARK_VAR}={mark}"
         assert check_args(check.target)[-1] == repro.scope  # the check looks in that scope too
@@ -135,7 +136,7 @@ def test_a_timed_out_repro_in_a_scope_names_what_its_scope_still_held(tmp_path: 
 def test_the_ssh_line_puts_the_scope_inside_sudo_and_the_pid_line_and_before_timeout() -> None:
     """The announced pid execs systemd-run, which execs `timeout` in place: that pid still leads
     the process group the stop kills, and `timeout` with all it starts is in the scope."""
-    unit = unit_name("0123456789abcdef")
+    unit = unit_name("0123456789abcdef", "r1")
     line = command_line("loadgen &", sudo=True, timeout=30, stoppable=True, env={MARK_VAR: "m"}, scope=unit)
     argv = shlex.split(line)
     run = argv.index("systemd-run")
@@ -180,7 +181,7 @@ def test_the_local_transport_runs_the_command_through_systemd_run_keeping_its_ou
     )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
-    unit = unit_name("00112233445566aa")
+    unit = unit_name("00112233445566aa", "r1")
     res = LocalTransport("decode").run("echo out; echo err >&2; exit 3", check=False, scope=unit)
     assert (res.exit_code, res.stdout, res.stderr) == (3, "out\n", "err\n")
     assert res.command == "echo out; echo err >&2; exit 3"
