@@ -153,14 +153,7 @@ def test_no_test_module_imports_another() -> None:
     """Shared test code lives in tests/helpers (or tests/fakes.py), never in a test module: a test
     importing `test_adaptive` for its helpers ran that module's collection-time code and tied two
     unrelated files together (issue 11). Imports inside functions count too."""
-    tests = PACKAGE.parent / "tests"
-    offenders = []
-    for path in sorted(tests.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [f"{path.relative_to(tests)}:{node.lineno}: {n}" for n in names if _is_test_module(n)]
+    offenders = [f"{where}: {name}" for where, name, _ in _test_imports() if _is_test_module(name)]
     assert not offenders, offenders
 
 
@@ -168,15 +161,26 @@ def test_tests_import_their_helpers_as_helpers_not_as_tests_helpers() -> None:
     """`tests.helpers.x` imports only when the working directory holds `tests/` (python -m pytest
     from the repository's root puts it on sys.path); `helpers.x` (conftest's own path) imports from
     anywhere: one module spelled it the first way and failed to collect under pytest.main()."""
+    offenders = [
+        f"{where}: {name}"
+        for where, name, relative in _test_imports()
+        if not relative and name.split(".")[0] == "tests"
+    ]
+    assert not offenders, offenders
+
+
+@cache  # tests/ parsed once per test process (~0.7 CPU-s): both tests above read the result
+def _test_imports() -> list[tuple[str, str, bool]]:
+    """(file:line, module, whether relative) of every import in tests/, at any depth."""
     tests = PACKAGE.parent / "tests"
-    offenders = []
+    found = []
     for path in sorted(tests.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module]
-            offenders += [f"{path.relative_to(tests)}:{node.lineno}: {n}" for n in names if n.split(".")[0] == "tests"]
-    assert not offenders, offenders
+            if isinstance(node, ast.Import):
+                found += [(f"{path.relative_to(tests)}:{node.lineno}", a.name, False) for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.append((f"{path.relative_to(tests)}:{node.lineno}", node.module, node.level > 0))
+    return found
 
 
 def _is_test_module(name: str) -> bool:
