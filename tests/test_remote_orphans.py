@@ -71,7 +71,9 @@ def test_a_remote_repro_is_recorded_while_it_runs_and_forgotten_once_its_check_r
 
     def repro(text: str, argv: Sequence[str] | None) -> Reply:
         folder = tmp_path / "run" / "trials" / re.search(r"--trial (\d+)", text).group(1).zfill(4)  # type: ignore[union-attr]
-        seen.append((json.loads((folder / "repro.remote").read_text()), decode.calls[-1].env[MARK_VAR]))  # type: ignore[index]
+        # this repro's own call: not the last one made on decode, which may be a check running beside it
+        call = [c for c in decode.calls if c.op == "run" and c.target == text][-1]
+        seen.append((json.loads((folder / "repro.remote").read_text()), call.env[MARK_VAR]))  # type: ignore[index]
         return Reply(stdout=REPRO_OUTPUT)
 
     decode.script(re.compile(r"^fake-repro\b"), repro)
