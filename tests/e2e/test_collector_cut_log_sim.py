@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 from helpers.netutil import port_open
-from helpers.sim_sweep import overlap_matrix, sim_run
+from helpers.sim_sweep import sim_overlap_matrix, sim_run
 
 pytestmark = pytest.mark.sim
 
-MATRIX = overlap_matrix(
+MATRIX = sim_overlap_matrix(
     "chatty",
     r"""{python} -c "import sys; open(sys.argv[1], 'a').write('FLOOD x\n' * int(sys.argv[2]))" LOG {trial}0000""",
     "collect:\n  floods: {role: decode, pattern: FLOOD}\n",

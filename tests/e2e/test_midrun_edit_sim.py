@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.sim_sweep import overlap_matrix, sim_run
+from helpers.sim_sweep import sim_overlap_matrix, sim_run
 
 pytestmark = pytest.mark.sim
 
-MATRIX = overlap_matrix(
+MATRIX = sim_overlap_matrix(
     "edited", r"""sh -c 'if [ "$1" = 0 ]; then printf "\nMY_NEW_FLAG=1\n" >> "$2"; fi' edit {trial} DECODE"""
 )
 

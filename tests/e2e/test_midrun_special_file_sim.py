@@ -12,11 +12,11 @@ import stat
 from pathlib import Path
 
 import pytest
-from helpers.sim_sweep import overlap_matrix, sim_run
+from helpers.sim_sweep import sim_overlap_matrix, sim_run
 
 pytestmark = pytest.mark.sim
 
-MATRIX = overlap_matrix("fifo", 'sh -c \'if [ "$1" = 0 ]; then rm -f "$2" && mkfifo "$2"; fi\' edit {trial} DECODE')
+MATRIX = sim_overlap_matrix("fifo", 'sh -c \'if [ "$1" = 0 ]; then rm -f "$2" && mkfifo "$2"; fi\' edit {trial} DECODE')
 
 
 def test_an_env_file_replaced_by_a_fifo_mid_sweep_is_set_aside_and_the_original_written_back(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.sim_sweep import ENV_FILES, make_inventory
-from helpers.strangers import AlwaysOk, overlap_matrix
+from helpers.strangers import AlwaysOk, stranger_overlap_matrix
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
@@ -23,7 +23,7 @@ from orchestrator.store.journal import read_journal
 
 pytestmark = pytest.mark.sim
 
-MATRIX = overlap_matrix("stranger")
+MATRIX = stranger_overlap_matrix("stranger")
 
 
 class _Stranger:

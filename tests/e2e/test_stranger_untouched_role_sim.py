@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers.sim_sweep import ENV_FILES, make_inventory
-from helpers.strangers import AlwaysOk, overlap_matrix
+from helpers.strangers import AlwaysOk, stranger_overlap_matrix
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import TrialRecord
@@ -28,7 +28,7 @@ from orchestrator.sweep.runner import Runner, RunResult
 
 pytestmark = pytest.mark.sim
 
-MATRIX = overlap_matrix("untouched")
+MATRIX = stranger_overlap_matrix("untouched")
 
 
 class _Squatter:

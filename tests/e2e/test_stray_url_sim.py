@@ -17,7 +17,7 @@ import pytest
 from helpers.netutil import free_ports, port_open
 from helpers.procs import pid_running
 from helpers.sim_sweep import ENV_FILES, make_inventory
-from helpers.strangers import overlap_matrix
+from helpers.strangers import stranger_overlap_matrix
 
 from orchestrator.core.config import read_inventory, read_matrix
 from orchestrator.core.plan import make_plan
@@ -31,7 +31,7 @@ def stray_matrix(stray_url: str) -> str:
     """The strangers' one-factor matrix with the stray's URL written out (and allowed), one trial
     a cell, never stopped early, server metrics on."""
     return (
-        overlap_matrix("stray-url")
+        stranger_overlap_matrix("stray-url")
         .replace("{router_url}", stray_url)
         .replace("replicates: 2", "replicates: 1\nstop_after_repeated_failures: 0")
         .replace("  timeout: 60\n", f'  timeout: 60\n  allow_urls: ["{stray_url}"]\n')

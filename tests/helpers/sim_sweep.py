@@ -57,7 +57,7 @@ def make_inventory(tmp_path: Path) -> tuple[Path, list[int]]:
     return inv, [pp, rp, dp]
 
 
-def overlap_matrix(name: str, before_repro: str, extra: str = "") -> str:
+def sim_overlap_matrix(name: str, before_repro: str, extra: str = "") -> str:
     """A two-cell matrix (decode's overlap 0 then 1, one trial each, in that order) whose repro runs
     `before_repro` (a shell command, `&&`-joined) and then two sessions of the simulator's repro:
     what the mid-run tests do to a host between the sweep's steps. `extra`: more top-level keys."""

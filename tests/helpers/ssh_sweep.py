@@ -48,7 +48,7 @@ REPRO  metrics:
 """
 
 
-def overlap_matrix(name: str, repro: str, before_repro: str = "") -> str:
+def ssh_overlap_matrix(name: str, repro: str, before_repro: str = "") -> str:
     """_OVERLAP_MATRIX named `name`; `repro` is the repro: block's lines before its metrics
     (indented, each ending in a newline), `before_repro` whole top-level lines."""
     return _OVERLAP_MATRIX.replace("NAME", name).replace("BEFORE", before_repro).replace("REPRO", repro)

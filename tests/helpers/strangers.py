@@ -25,7 +25,7 @@ class AlwaysOk(BaseHTTPRequestHandler):
         pass
 
 
-def overlap_matrix(name: str) -> str:
+def stranger_overlap_matrix(name: str) -> str:
     """Two decode-only levels, two trials each, in order: prefill and the router are restarted by
     no trial, decode by every one."""
     return f"""\

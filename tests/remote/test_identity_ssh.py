@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers.ssh_sweep import ENV_FILES, attempts_of, no_leftovers, overlap_matrix, snapshot, trials_of
+from helpers.ssh_sweep import ENV_FILES, attempts_of, no_leftovers, snapshot, ssh_overlap_matrix, trials_of
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
@@ -57,7 +57,7 @@ def run(tb: Testbed, tmp_path: Path, matrix: str, run_id: str) -> int:
     return main([*argv, "--run-id", run_id])
 
 
-MATRIX = overlap_matrix(
+MATRIX = ssh_overlap_matrix(
     "identity",
     """\
   command: "echo 'CORRUPTION sessions: 0/8'"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.ssh_sweep import ENV_FILES, no_leftovers, overlap_matrix, snapshot, trials_of
+from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot, ssh_overlap_matrix, trials_of
 from testbed.fixture import Testbed
 from testbed.helpers import transport
 
@@ -219,7 +219,7 @@ def test_through_sudo_the_mark_check_finds_the_repros_child_and_not_itself(testb
         testbed.ssh("decode", f"pkill -f '^sleep 300[.]828125$'; rm -f {SUDOERS}", check=False)
 
 
-MATRIX = overlap_matrix(
+MATRIX = ssh_overlap_matrix(
     "repro-scope",
     """\
   command: "if [ ! -e FLAG ]; then touch FLAG; env -i setsid sleep 300.78125 >/dev/null 2>&1 & fi;

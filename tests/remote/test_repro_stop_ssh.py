@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers.ssh_sweep import ENV_FILES, no_leftovers, overlap_matrix, snapshot
+from helpers.ssh_sweep import ENV_FILES, no_leftovers, snapshot, ssh_overlap_matrix
 from testbed.fixture import Testbed
 
 from orchestrator.cli.main import main
@@ -20,7 +20,7 @@ from orchestrator.cli.main import main
 pytestmark = pytest.mark.testbed
 
 FILES = {**ENV_FILES, "decode": "/etc/sglang/decode.env"}
-MATRIX = overlap_matrix(
+MATRIX = ssh_overlap_matrix(
     "repro-stop",
     """\
   command: "echo $$ > PIDFILE; echo 'session 1/8 done'; sleep 300.375"
