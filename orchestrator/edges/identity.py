@@ -22,7 +22,8 @@ LISTEN sockets on the ports from /proc/net/tcp{,6} (awk) -> their inodes -> the 
 systemd hosts the units' MainPID, InvocationID and ControlGroup come in the same round trip, and
 each holder's cgroup (/proc/PID/cgroup: the unified "0::" line and cgroup v1's name=systemd).
 What the answer means is decided by the pure functions below, which the unit tests feed sample
-/proc text.
+/proc text. The local process manager's hosts are this machine: scan_here reads the same facts in
+process, the listeners from sock_diag netlink (edges.sockdiag; /proc/net/tcp{,6} where refused).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from orchestrator.core.words import listed
+from orchestrator.edges import sockdiag
 from orchestrator.edges.transport import Transport
 
 MAX_HOLDERS = 64  # processes reported per call (a forking server shares its socket with workers)
@@ -190,8 +192,7 @@ def scan_here(ports: Sequence[int], first: Sequence[int] = ()) -> PortScan:
     """What the script finds, read in this process for the local manager (no fork: it runs beside
     every trial's repro). The processes in `first` (the units' own pids) are looked at before
     the rest of /proc, so a port held by its unit costs a few syscalls."""
-    want = {port_hex(p) for p in ports}
-    sockets = [s for path in ("/proc/net/tcp", "/proc/net/tcp6") for s in _listening(path, want)]
+    sockets = listening_here(ports)
     if not sockets:
         return PortScan()
     targets = {f"socket:[{s.inode}]": s.inode for s in sockets}
@@ -201,6 +202,17 @@ def scan_here(ports: Sequence[int], first: Sequence[int] = ()) -> PortScan:
     holders = tuple(_holder(pid, inode) for pid, inode in found[:MAX_HOLDERS])
     uids = {s.uid for s in sockets} | {h.uid for h in holders if h.uid is not None}
     return PortScan(tuple(sockets), holders, _user_names(uids))
+
+
+def listening_here(ports: Sequence[int]) -> list[Socket]:
+    """The LISTEN sockets on `ports` in this network namespace: from sock_diag (edges.sockdiag:
+    only the listening table is walked), or where netlink is refused from /proc/net/tcp and tcp6
+    (a file without a listener row of its family costs a walk of every connected socket)."""
+    found = sockdiag.listening(set(ports))
+    if found is not None:
+        return [Socket(port, uid, inode) for port, uid, inode in found]
+    want = {port_hex(p) for p in ports}
+    return [s for path in ("/proc/net/tcp", "/proc/net/tcp6") for s in _listening(path, want)]
 
 
 def _listening(path: str, want: set[str]) -> list[Socket]:
