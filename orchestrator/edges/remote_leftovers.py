@@ -43,6 +43,7 @@ from orchestrator.edges.leftovers import (
     survivors_shown,
     unnamed_shown,
 )
+from orchestrator.edges.remote_scope import run_units
 from orchestrator.edges.transport import Transport
 from orchestrator.errors import TransportError
 
@@ -153,13 +154,13 @@ def stop_marked(
     return _stop(transport, f"{MARK_VAR}={mark}", settle_s, grace_s, scope)
 
 
-def stop_run(transport: Transport, run_id: str, *, grace_s: float, scopes: str | None = None) -> list[str]:
+def stop_run(transport: Transport, run_id: str, *, grace_s: float) -> list[str]:
     """Name and stop what still carries run `run_id`'s entry (leftovers.RUN_VAR, given to each repro
-    on a host beside its mark) on the transport's host, and what is in a unit `scopes` matches (the
-    run's repro scopes, edges.remote_scope.run_units): what a killed controller's repros left
-    running, found without their marks (the run folder that recorded them is gone). One round trip;
-    [] when nothing runs; TransportError when the host cannot be looked at."""
-    return _stop(transport, f"{RUN_VAR}={run_id}", 0.0, grace_s, scopes)
+    on a host beside its mark) on the transport's host, and what is in one of the run's repro
+    scopes (edges.remote_scope.run_units): what a killed controller's repros left running, found
+    without their marks (the run folder that recorded them is gone). One round trip; [] when
+    nothing runs; TransportError when the host cannot be looked at."""
+    return _stop(transport, f"{RUN_VAR}={run_id}", 0.0, grace_s, run_units(run_id))
 
 
 def _stop(transport: Transport, needle: str, settle_s: float, grace_s: float, scope: str | None) -> list[str]:

@@ -13,12 +13,13 @@ left by an orch from before has no such record: there every unit active now is r
 original env file (it may run on a cell's), a stopped one stays stopped, and the outcome names
 every unit left running: one the run started, stopped before it, is among them, with how to stop
 it. A repro the run left running on a host (`repro.on: ROLE`, its controller killed -9) is found
-there by the run's entry in its environment (ORCH_REPRO_RUN=<run_id>, edges.leftovers.RUN_VAR) and
-stopped, under the lock, before any env file is written; its command line is masked by name and
-value form only (the run's declared secrets went with the folder's manifest). What only the folder
-knew is lost: each repro's mark and transient scope (trials/), so a process that cleared its
-environment is not found there (a repro on the controller is stopped by its reaper when the
-controller dies).
+there by the run's entry in its environment (ORCH_REPRO_RUN=<run_id>, edges.leftovers.RUN_VAR) and,
+where it ran in a transient scope, by the scope's name, which holds the run's (edges.remote_scope:
+what cleared its environment too), and stopped, under the lock, before any env file is written;
+its command line is masked by name and value form only (the run's declared secrets went with the
+folder's manifest). What only the folder knew is lost: each repro's mark (trials/), so on a host
+without scopes a process that cleared its environment is not found (a repro on the controller is
+stopped by its reaper when the controller dies).
 
 Safety, as for `orch restore RUN_DIR`: the testbed lock is taken as the run's own (a live holder,
 or another dead run's lock without --break-lock, refuses with nothing touched); a run whose folder

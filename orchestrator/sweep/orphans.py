@@ -102,20 +102,21 @@ def stop_orphaned_remote_repros(
 
 def stop_run_repros_on_hosts(deployment: Deployment, run_id: str, redactor: Redactor) -> list[str]:
     """Stop what run `run_id`'s repros still run on the hosts of `deployment` (connected), found by
-    the run's entry in their environment (edges.remote_leftovers.stop_run), for a restore whose run
-    folder, with each repro's recorded mark, is gone. One note per host where something was
-    stopped (its command lines masked by `redactor`) and per host that could not be looked at."""
+    the run's entry in their environment or the run's scopes (edges.remote_leftovers.stop_run), for
+    a restore whose run folder, with each repro's recorded mark, is gone. One note per host where
+    something was stopped (its command lines masked by `redactor`) and per host that could not be
+    looked at."""
     notes = []
+    scopes = run_units(run_id)
     for h in deployment.hosts.values():
         try:
-            left = stop_run(h.transport, run_id, grace_s=KILL_GRACE_S, scopes=run_units(run_id))
+            left = stop_run(h.transport, run_id, grace_s=KILL_GRACE_S)
         except OrchError as exc:
             notes.append(
                 redactor.text(
                     f"cannot look for run {run_id}'s repros: {exc}; any still running there carry "
-                    f"{RUN_VAR}={run_id} in their environment or run in a scope {run_units(run_id)} "
-                    f"(find them: grep -l -a {RUN_VAR}={run_id} /proc/*/environ; "
-                    f"systemctl status '{run_units(run_id)}')"
+                    f"{RUN_VAR}={run_id} in their environment or run in a scope {scopes} "
+                    f"(find them: grep -l -a {RUN_VAR}={run_id} /proc/*/environ; systemctl status '{scopes}')"
                 )
             )
             continue
