@@ -25,11 +25,6 @@ from contextlib import ExitStack
 from orchestrator.edges import identity, sockdiag
 
 
-def by_proc(ports: list[int]) -> list[identity.Socket]:
-    want = {identity.port_hex(p) for p in ports}
-    return [s for path in ("/proc/net/tcp", "/proc/net/tcp6") for s in identity._listening(path, want)]
-
-
 def by_netlink(ports: list[int]) -> list[identity.Socket]:
     found = sockdiag.listening(set(ports))
     assert found is not None, "netlink refused here"
@@ -80,7 +75,7 @@ def main() -> None:
             ports.append(v6.getsockname()[1])
         except OSError:
             print("no IPv6 loopback here: one IPv4 listener only")
-        assert sorted(by_proc(ports), key=str) == sorted(by_netlink(ports), key=str)
+        assert sorted(identity.listening_in_proc(ports), key=str) == sorted(by_netlink(ports), key=str)
         print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; ms per lookup (median, p90)")
         print(f"{'':<34} {'/proc':>8} {'p90':>8} {'netlink':>8} {'p90':>8} {'ratio':>9}")
         held = 0
@@ -88,7 +83,13 @@ def main() -> None:
             hold(stack, v4, extra - held)
             held = extra
             label = f"{tcp_rows()} TCP sockets (+{extra} held)"
-            print(row(label, timed(lambda: by_proc(ports), args.scans), timed(lambda: by_netlink(ports), args.scans)))
+            print(
+                row(
+                    label,
+                    timed(lambda: identity.listening_in_proc(ports), args.scans),
+                    timed(lambda: by_netlink(ports), args.scans),
+                )
+            )
             if extra:  # the held sockets are this process's fds, which the holder search reads: not a lookup's cost
                 continue
             real = sockdiag.listening

@@ -211,6 +211,12 @@ def listening_here(ports: Sequence[int]) -> list[Socket]:
     found = sockdiag.listening(set(ports))
     if found is not None:
         return [Socket(port, uid, inode) for port, uid, inode in found]
+    return listening_in_proc(ports)
+
+
+def listening_in_proc(ports: Sequence[int]) -> list[Socket]:
+    """The LISTEN sockets on `ports`, from /proc/net/tcp and tcp6 (listening_here's way without
+    netlink)."""
     want = {port_hex(p) for p in ports}
     return [s for path in ("/proc/net/tcp", "/proc/net/tcp6") for s in _listening(path, want)]
 
