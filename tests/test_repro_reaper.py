@@ -8,7 +8,9 @@ before, and neither the reaper nor a zombie is left (each checked by its pid).""
 from __future__ import annotations
 
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,11 +21,11 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeUnit, Role, flag, make_bed, make_plan, runner_for
-from helpers.procs import pid_running, set_once
+from helpers.procs import kill_by_pid, pid_running, set_once
 
 from orchestrator.core.records import ReproOutcome
 from orchestrator.edges.workload import run_command
-from orchestrator.errors import Interrupted
+from orchestrator.errors import Interrupted, WorkloadError
 
 # Each daemon writes its own pid to {pids}; the repro writes its parent's (the reaper) to {reaper}.
 UNMARKED = {
@@ -251,3 +253,94 @@ def test_the_shell_leads_its_own_group_once_the_reaper_says_it_started(tmp_path:
                 os.killpg(repro.pid, signal.SIGKILL)
                 repro.wait()
                 repro.close()
+
+
+def _started_then(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    error: BaseException,
+    raises: type[BaseException],
+    *,
+    read: bool = True,
+) -> list[int]:
+    """reaper.start of a shell that starts a child of its own, with `error` raised once the shell
+    runs and the reaper's START came (read, or left unread in the socket: `read`), as a Ctrl-C under
+    Python's own handler lands or a garbled answer reads; `raises` is what start raises. Returns
+    which of the reaper, the shell and its child still run (each SIGKILLed then, so a failing test
+    leaves none behind)."""
+    from orchestrator.edges import reaper
+
+    pids = tmp_path / "pids"
+    real = reaper._read_line
+
+    def answer_then_fail(sock: socket.socket, timeout_s: float | None = None) -> bytes:
+        deadline = time.monotonic() + 10
+        while len(pids.read_text().split() if pids.exists() else []) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if read:
+            real(sock, timeout_s)
+        else:
+            waiter = select.poll()
+            waiter.register(sock, select.POLLIN)
+            assert waiter.poll(10_000), "no START from the reaper"
+        raise error
+
+    monkeypatch.setattr(reaper, "_read_line", answer_then_fail)
+    command = f"echo $PPID >> {pids}; sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"
+    with open(tmp_path / "out", "wb") as out, pytest.raises(raises):
+        reaper.start(command, tmp_path, dict(os.environ), out, out)
+    found = [int(x) for x in pids.read_text().split()]
+    running = [pid for pid in found if pid_running(pid)]
+    for pid in running:
+        kill_by_pid(pid)
+    assert len(found) == 3, found
+    assert b"Traceback" not in (tmp_path / "out").read_bytes()  # the reaper's stderr
+    return running
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("read", [True, False], ids=["start-read", "start-unread"])
+def test_ctrl_c_while_the_reaper_says_start_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read: bool
+) -> None:
+    """A Ctrl-C under Python's own handler (orch's own defers it past the start: edges.interrupts)
+    that lands while orch reads the reaper's START: the shell runs, orch has no handle on it yet.
+    It went on running, its child too, for as long as the interrupt's traceback held orch's end of
+    the socket (tests/test_workload.py's Ctrl-C test failed so under load, 1 run in ~10). With START
+    unread when orch's end closed, the reaper's read said ECONNRESET, not an end: it died of it
+    with a traceback, before stopping anything (the shell died with it, its child ran on)."""
+    assert _started_then(tmp_path, monkeypatch, KeyboardInterrupt(), KeyboardInterrupt, read=read) == []
+
+
+@pytest.mark.process
+def test_a_reaper_whose_start_cannot_be_read_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer that is not START (or none in time) is a WorkloadError; the reaper was SIGKILLed
+    at once, so the shell died with it (its PR_SET_PDEATHSIG) but its child ran on under init."""
+    assert _started_then(tmp_path, monkeypatch, ValueError("garbled"), WorkloadError) == []
+
+
+@pytest.mark.process
+def test_a_reaper_whose_exit_line_is_unread_when_orch_goes_still_stops_what_the_repro_left(tmp_path: Path) -> None:
+    """orch gone (killed -9, or closing) with the reaper's EXIT line unread: the reaper's read said
+    ECONNRESET, it died of it, and the daemon the repro left ran on under init."""
+    from orchestrator.edges import reaper
+
+    pids = tmp_path / "pids"
+    daemon = UNMARKED["setsid"].format(pids=pids)
+    command = f"{daemon}\nuntil [ -s {pids} ]; do sleep 0.01; done; exit 0"
+    with open(tmp_path / "out", "wb") as out:
+        repro = reaper.start(command, tmp_path, dict(os.environ), out, out)
+    ended, fd = select.poll(), repro.exit_fd()
+    ended.register(fd, select.POLLIN)
+    shell_ended = ended.poll(10_000)
+    os.close(fd)
+    repro.close()  # EXIT unread, as when orch is killed -9
+    assert shell_ended, "the shell never ended"
+    left = [int(x) for x in pids.read_text().split()]
+    running = [pid for pid in left if pid_running(pid)]
+    for pid in running:
+        kill_by_pid(pid)
+    assert (running, pid_running(repro.reaper.pid)) == ([], False)
+    assert b"Traceback" not in (tmp_path / "out").read_bytes()  # the reaper's stderr

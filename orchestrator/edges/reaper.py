@@ -101,12 +101,7 @@ class Reaped:
     def close(self) -> None:
         """orch's end closed: the reaper kills what is left of the repro (nothing, once its
         leftovers were stopped), reaps it and exits; waited for, so neither it nor a zombie stays."""
-        self._ctl.close()
-        try:
-            self.reaper.wait(timeout=EXIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.reaper.kill()
-            self.reaper.wait()
+        _let_go(self.reaper, self._ctl)
 
     def _ready(self, timeout: float | None) -> bool:
         waiter = select.poll()
@@ -141,15 +136,29 @@ def start(command: str, cwd: Path, env: Mapping[str, str], out: BinaryIO, err: B
         kind, pid, subreaper, started_ns, ticks = line.split()
         if kind != b"START":
             raise ValueError(line)
+        return Reaped(reaper, ours, int(pid), subreaper == b"1", int(started_ns) / 1e9, int(ticks))
     except (OSError, ValueError) as exc:
-        ours.close()
-        reaper.kill()
-        reaper.wait()
+        _let_go(reaper, ours)
         raise WorkloadError(
             f"repro: cannot start {command!r}: its reaper (pid {reaper.pid}) did not start it ({exc or 'no answer'}; "
             "see the repro's stderr)"
         ) from exc
-    return Reaped(reaper, ours, int(pid), subreaper == b"1", int(started_ns) / 1e9, int(ticks))
+    except BaseException:  # a Ctrl-C under Python's own handler (orch's waits past the start: edges.interrupts)
+        _let_go(reaper, ours)
+        raise
+
+
+def _let_go(reaper: subprocess.Popen[bytes], ours: socket.socket) -> None:
+    """Close orch's end and wait for the reaper: seeing it close, the reaper kills what of the repro
+    is left (its group, and what it orphaned), reaps it and exits. SIGKILLed only if it has not
+    exited by EXIT_TIMEOUT_S: killed at once, a shell it started dies with it (PR_SET_PDEATHSIG) but
+    the shell's children run on under init."""
+    ours.close()
+    try:
+        reaper.wait(timeout=EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
 
 
 def _spawn_reaper(fd: int, cwd: Path, out: BinaryIO, err: BinaryIO, command: str) -> subprocess.Popen[bytes]:

@@ -211,7 +211,7 @@ def _read_spec(ctl: int) -> bytes | None:
     """The length line and payload orch sends (None: its end closed first)."""
     data = b""
     while b"\n" not in data:
-        chunk = os.read(ctl, 65536)
+        chunk = _read(ctl, 65536)
         if not chunk or len(data) > 32:
             return None
         data += chunk
@@ -221,7 +221,7 @@ def _read_spec(ctl: int) -> bytes | None:
         return None
     parts = [payload]
     while (got := sum(map(len, parts))) < size:
-        chunk = os.read(ctl, min(1 << 20, size - got))
+        chunk = _read(ctl, min(1 << 20, size - got))
         if not chunk:
             return None
         parts.append(chunk)
@@ -278,8 +278,18 @@ def _serve(ctl: int, wake: int, shell: int) -> bool:
                     reaped = True
                     if not _send(ctl, b"EXIT %d\n" % status):
                         return reaped
-            elif not os.read(ctl, 4096):
+            elif not _read(ctl, 4096):
                 return reaped
+
+
+def _read(ctl: int, size: int) -> bytes:
+    """What orch sent, b"" once its end closed. A close with a line of ours unread in it (orch
+    interrupted before reading START or EXIT, or killed -9) reads ECONNRESET, not an end: taken
+    as one, or the reaper would die of it before stopping what the repro left."""
+    try:
+        return os.read(ctl, size)
+    except OSError:
+        return b""
 
 
 def _drain(fd: int) -> None:

@@ -225,24 +225,51 @@ def test_closing_lets_the_reaper_go_and_waits_for_it_or_kills_it(pair: tuple[soc
     assert (stuck.waited, stuck.killed) == (2, 1)
 
 
-def test_a_reaper_that_answers_nonsense_is_killed_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake, ends = FakeReaper(), []
+def _start_answered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeReaper, answer: bytes) -> None:
+    """reaper.start with `fake` as the reaper, which answers `answer` on its end of the socket."""
+    ends = []
 
     def spawn(fd: int, *a: object) -> FakeReaper:
         theirs = socket.socket(fileno=os.dup(fd))
-        theirs.sendall(b"HELLO\n")
+        theirs.sendall(answer)
         ends.append(theirs)
         return fake
 
     monkeypatch.setattr(reaper, "_spawn_reaper", spawn)
-    with (
-        open(tmp_path / "o", "wb") as out,
-        pytest.raises(WorkloadError, match=r"its reaper \(pid 4000\) did not start it"),
-    ):
-        reaper.start("true", tmp_path, {}, out, out)
-    assert (fake.killed, fake.waited) == (1, 1)
-    for end in ends:
-        end.close()
+    try:
+        with open(tmp_path / "o", "wb") as out:
+            reaper.start("true", tmp_path, {}, out, out)
+    finally:
+        for end in ends:
+            end.close()
+
+
+@pytest.mark.parametrize("exits", [True, False], ids=["exits", "stuck"])
+def test_a_reaper_that_answers_nonsense_is_let_go_or_killed_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exits: bool
+) -> None:
+    """Let go first (orch's end closed, the reaper waited for: it stops what it started), killed
+    only when it has not exited by then: killed at once, it left the shell's children running."""
+    fake = FakeReaper(exits=exits)
+    with pytest.raises(WorkloadError, match=r"its reaper \(pid 4000\) did not start it"):
+        _start_answered(tmp_path, monkeypatch, fake, b"HELLO\n")
+    assert (fake.waited, fake.killed) == ((1, 0) if exits else (2, 1))
+
+
+def test_an_interrupt_while_start_reads_the_answer_lets_the_reaper_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C under Python's own handler, landing while START is read: the interrupt goes on, and
+    the reaper, let go, stops the shell it started (tests/test_repro_reaper.py: on real processes)."""
+    fake = FakeReaper()
+
+    def interrupted(sock: socket.socket, timeout_s: float | None = None) -> bytes:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reaper, "_read_line", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _start_answered(tmp_path, monkeypatch, fake, b"START 4001 1 5000000000 777\n")
+    assert (fake.waited, fake.killed) == (1, 0)
 
 
 def test_the_duration_starts_at_the_reapers_fork(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
