@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -169,6 +170,15 @@ def _gone(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X")
 
 
+def _running(pids: list[int]) -> list[int]:
+    """Those of `pids` not gone, each SIGKILLed then: a failing test leaves none behind."""
+    running = [pid for pid in pids if not _gone(pid)]
+    for pid in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return running
+
+
 def _wait_for_lines(path: Path, n: int, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -235,7 +245,7 @@ def test_a_repro_printing_without_end_is_stopped_at_the_output_bound(
     with pytest.raises(WorkloadError, match=r"stopped after writing \d+ MiB to repro\.out \(more than 1 MiB"):
         _run(tmp_path, command, timeout_s=60)
     assert (tmp_path / "out" / "repro.out").stat().st_size < 16 << 20
-    assert _gone(int(pidfile.read_text()))
+    assert _running([int(pidfile.read_text())]) == []
 
 
 @pytest.mark.process
@@ -258,7 +268,7 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     assert outcome.exit_code is None
     assert 0.5 <= outcome.duration_s <= elapsed < 0.5 + KILL_GRACE_S  # SIGTERM sufficed
     pids = _read_pids(pidfile, 4)  # outer sh, inner sh, two sleeps
-    assert all(_gone(pid) for pid in pids), [p for p in pids if not _gone(p)]
+    assert _running(pids) == []
 
 
 @pytest.mark.process
@@ -270,7 +280,7 @@ def test_timeout_sigkills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     assert outcome.exit_code is None
     assert 0.3 + KILL_GRACE_S * 0.9 <= elapsed < 0.3 + KILL_GRACE_S + 1.5
-    assert all(_gone(pid) for pid in _read_pids(pidfile, 2))
+    assert _running(_read_pids(pidfile, 2)) == []
 
 
 @pytest.mark.process
@@ -279,7 +289,7 @@ def test_leftover_background_children_are_killed(tmp_path: Path) -> None:
     outcome = _run(tmp_path, f"sleep 1000 & echo $! > {pidfile}; exit 3")
     assert outcome.exit_code == 3
     assert outcome.duration_s < KILL_GRACE_S
-    assert all(_gone(pid) for pid in _read_pids(pidfile, 1))
+    assert _running(_read_pids(pidfile, 1)) == []
 
 
 @pytest.mark.process
@@ -301,7 +311,7 @@ def test_ctrl_c_kills_the_group_then_reraises(tmp_path: Path) -> None:
     finally:
         presser.join()
     assert time.monotonic() - started < 5
-    assert all(_gone(pid) for pid in _read_pids(pidfile, 3))
+    assert _running(_read_pids(pidfile, 3)) == []
 
 
 @pytest.mark.process
