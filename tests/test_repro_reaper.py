@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeUnit, Role, flag, make_bed, make_plan, runner_for
-from helpers.procs import kill_by_pid, pid_running, set_once
+from helpers.procs import pid_running, set_once, stop_running, wait_for_lines
 
 from orchestrator.core.records import ReproOutcome
 from orchestrator.edges.workload import run_command
@@ -274,9 +274,7 @@ def _started_then(
     real = reaper._read_line
 
     def answer_then_fail(sock: socket.socket, timeout_s: float | None = None) -> bytes:
-        deadline = time.monotonic() + 10
-        while len(pids.read_text().split() if pids.exists() else []) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for_lines(pids, 3, timeout=10)
         if read:
             real(sock, timeout_s)
         else:
@@ -290,9 +288,7 @@ def _started_then(
     with open(tmp_path / "out", "wb") as out, pytest.raises(raises):
         reaper.start(command, tmp_path, dict(os.environ), out, out)
     found = [int(x) for x in pids.read_text().split()]
-    running = [pid for pid in found if pid_running(pid)]
-    for pid in running:
-        kill_by_pid(pid)
+    running = stop_running(found)
     assert len(found) == 3, found
     assert b"Traceback" not in (tmp_path / "out").read_bytes()  # the reaper's stderr
     return running
@@ -338,9 +334,6 @@ def test_a_reaper_whose_exit_line_is_unread_when_orch_goes_still_stops_what_the_
     os.close(fd)
     repro.close()  # EXIT unread, as when orch is killed -9
     assert shell_ended, "the shell never ended"
-    left = [int(x) for x in pids.read_text().split()]
-    running = [pid for pid in left if pid_running(pid)]
-    for pid in running:
-        kill_by_pid(pid)
+    running = stop_running([int(x) for x in pids.read_text().split()])
     assert (running, pid_running(repro.reaper.pid)) == ([], False)
     assert b"Traceback" not in (tmp_path / "out").read_bytes()  # the reaper's stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.procs import stop_running, wait_for_lines
 
 from orchestrator.core.bounds import MAX_SESSIONS
 from orchestrator.core.records import MetricValue
@@ -161,33 +161,6 @@ def _read_pids(path: Path, expected: int) -> list[int]:
     return pids
 
 
-def _gone(pid: int) -> bool:
-    """Dead: no such process, or a zombie waiting for init to reap it (it runs nothing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return stat[stat.rfind(b")") + 2 :].split()[0] in (b"Z", b"X")
-
-
-def _running(pids: list[int]) -> list[int]:
-    """Those of `pids` not gone, each SIGKILLed then: a failing test leaves none behind."""
-    running = [pid for pid in pids if not _gone(pid)]
-    for pid in running:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return running
-
-
-def _wait_for_lines(path: Path, n: int, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().split()) >= n:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{path} never got {n} lines")
-
-
 @pytest.mark.process
 def test_exit_codes_and_streams(tmp_path: Path) -> None:
     ok = _run(tmp_path, "echo to-stdout; echo to-stderr >&2; exit 0")
@@ -245,7 +218,7 @@ def test_a_repro_printing_without_end_is_stopped_at_the_output_bound(
     with pytest.raises(WorkloadError, match=r"stopped after writing \d+ MiB to repro\.out \(more than 1 MiB"):
         _run(tmp_path, command, timeout_s=60)
     assert (tmp_path / "out" / "repro.out").stat().st_size < 16 << 20
-    assert _running([int(pidfile.read_text())]) == []
+    assert stop_running([int(pidfile.read_text())]) == []
 
 
 @pytest.mark.process
@@ -268,7 +241,7 @@ def test_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     assert outcome.exit_code is None
     assert 0.5 <= outcome.duration_s <= elapsed < 0.5 + KILL_GRACE_S  # SIGTERM sufficed
     pids = _read_pids(pidfile, 4)  # outer sh, inner sh, two sleeps
-    assert _running(pids) == []
+    assert stop_running(pids) == []
 
 
 @pytest.mark.process
@@ -280,7 +253,7 @@ def test_timeout_sigkills_children_that_ignore_sigterm(tmp_path: Path) -> None:
     elapsed = time.monotonic() - started
     assert outcome.exit_code is None
     assert 0.3 + KILL_GRACE_S * 0.9 <= elapsed < 0.3 + KILL_GRACE_S + 1.5
-    assert _running(_read_pids(pidfile, 2)) == []
+    assert stop_running(_read_pids(pidfile, 2)) == []
 
 
 @pytest.mark.process
@@ -289,7 +262,7 @@ def test_leftover_background_children_are_killed(tmp_path: Path) -> None:
     outcome = _run(tmp_path, f"sleep 1000 & echo $! > {pidfile}; exit 3")
     assert outcome.exit_code == 3
     assert outcome.duration_s < KILL_GRACE_S
-    assert _running(_read_pids(pidfile, 1)) == []
+    assert stop_running(_read_pids(pidfile, 1)) == []
 
 
 @pytest.mark.process
@@ -299,7 +272,7 @@ def test_ctrl_c_kills_the_group_then_reraises(tmp_path: Path) -> None:
     command = f"sh -c 'sleep 1000 & echo $! >> {pidfile}; wait' & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
 
     def press_ctrl_c() -> None:
-        _wait_for_lines(pidfile, 3)
+        wait_for_lines(pidfile, 3)
         os.kill(os.getpid(), signal.SIGINT)
 
     presser = threading.Thread(target=press_ctrl_c)
@@ -311,7 +284,7 @@ def test_ctrl_c_kills_the_group_then_reraises(tmp_path: Path) -> None:
     finally:
         presser.join()
     assert time.monotonic() - started < 5
-    assert _running(_read_pids(pidfile, 3)) == []
+    assert stop_running(_read_pids(pidfile, 3)) == []
 
 
 @pytest.mark.process

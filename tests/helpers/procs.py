@@ -13,12 +13,31 @@ from pathlib import Path
 
 
 def pid_running(pid: int) -> bool:
-    """Alive and not a zombie."""
+    """Alive: not a zombie waiting to be reaped (it runs nothing), nor dead."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] != "Z"
+    return stat[stat.rindex(")") + 2 :].split(" ", 1)[0] not in ("Z", "X")
+
+
+def stop_running(pids: list[int]) -> list[int]:
+    """Those of `pids` still running, each SIGKILLed then (kill_by_pid), so a test that fails on
+    them leaves none behind."""
+    running = [pid for pid in pids if pid_running(pid)]
+    for pid in running:
+        kill_by_pid(pid)
+    return running
+
+
+def wait_for_lines(path: Path, n: int, timeout: float = 5.0) -> None:
+    """Until `path` holds at least `n` words (pids a shell wrote there); AssertionError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().split()) >= n:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never got {n} lines")
 
 
 def processes_mentioning(needles: list[str]) -> list[tuple[int, str]]:
