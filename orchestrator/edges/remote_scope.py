@@ -48,6 +48,7 @@ from orchestrator.errors import OrchError
 __all__ = ["PROBE", "Scoping", "is_repro_unit", "parse_probe", "probe", "run_tag", "run_units", "unit_name"]
 
 UNIT_PREFIX = "orch-repro-"
+TAG_DIGITS = 12  # hex digits of a run id's sha256 in its repros' scope names (run_tag)
 PROBE_TIMEOUT_S = 20.0
 _WHY_CHARS = 160  # of systemd-run's refusal, in the host fact
 
@@ -79,7 +80,7 @@ class Scoping:
 
 def run_tag(run_id: str) -> str:
     """The run's part of its repros' scope names: fixed length and hex whatever the run id holds."""
-    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:12]
+    return hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:TAG_DIGITS]
 
 
 def unit_name(mark: str, run_id: str) -> str:
@@ -96,7 +97,7 @@ def is_repro_unit(scope: str, mark: str) -> bool:
     """Whether `scope` is the unit orch names for the repro marked `mark` (of any run, or of a run
     recorded before scope names held the run): what a record read back from a trial folder must
     name before orch signals it, so a record edited by hand cannot make orch stop another unit."""
-    return re.fullmatch(rf"{UNIT_PREFIX}(?:[0-9a-f]{{12}}-)?{re.escape(mark)}\.scope", scope) is not None
+    return re.fullmatch(rf"{UNIT_PREFIX}(?:[0-9a-f]{{{TAG_DIGITS}}}-)?{re.escape(mark)}\.scope", scope) is not None
 
 
 def probe(transport: Transport, unit: str) -> Scoping:

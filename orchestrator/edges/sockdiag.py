@@ -23,7 +23,8 @@ NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-TCPF_LISTEN = 1 << 10  # 1 << TCP_LISTEN
+TCP_LISTEN = 10  # the state in an inet_diag_msg
+TCPF_LISTEN = 1 << TCP_LISTEN  # the states asked for, as a mask
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 _REQUEST = struct.Struct("=BBBBI48x")  # inet_diag_req_v2: family, protocol, ext, pad, states, sockid
 # inet_diag_msg (72 bytes): family, state, timer, retrans (1 byte each); sockid: source port at 4
@@ -31,7 +32,6 @@ _REQUEST = struct.Struct("=BBBBI48x")  # inet_diag_req_v2: family, protocol, ext
 # and inode at 68 (host order)
 _MESSAGE_SIZE = 72
 _UID_INODE = struct.Struct("=II")
-TCP_LISTEN = 10
 _BUFFER = 1 << 16
 _MAX_MESSAGES = 100_000  # a bound on what one dump may answer (a listening table is far smaller)
 _TIMEOUT_S = 0.5  # a dump of a listening table takes well under a millisecond
