@@ -101,6 +101,13 @@ def refused(tmp_path: Path, command: str, inventory: str = LOCAL, extra: str = "
         "http://LOCALHOST.:8000",
         "http://127.0.0.1",  # port 80, which no role serves
         "http://127.0.0.1:99999",  # no port at all
+        # how the C library (and so curl, Python's sockets) also reads 127.0.0.1: inet_aton's forms
+        "http://127.1:30009",
+        "http://2130706433:30009",
+        "http://0x7f.0.0.1:30009",
+        "http://0177.0.0.1:30009",
+        "http://0:30009",  # 0.0.0.0
+        "http://api.localhost:30009",  # RFC 6761: every name under .localhost is loopback
     ],
 )
 def test_a_loopback_url_on_a_port_no_role_serves_is_refused_at_its_line(tmp_path: Path, url: str) -> None:
@@ -238,6 +245,17 @@ def test_on_real_hosts_a_url_is_judged_by_that_hosts_ports(tmp_path: Path) -> No
     assert "127.0.0.1:30005" in str(refused(tmp_path, "repro --router http://127.0.0.1:30005", REMOTE))
 
 
+def test_a_url_with_no_valid_port_is_said_to_have_none(tmp_path: Path) -> None:
+    err = str(refused(tmp_path, "repro --router http://127.0.0.1:99999"))
+    assert "whatever answers its invalid port would serve the repro" in err and "None" not in err
+
+
+def test_a_url_without_a_port_is_the_schemes_port(tmp_path: Path) -> None:
+    on_80 = LOCAL.replace("url: http://127.0.0.1:30001", "url: http://127.0.0.1:80")
+    plan(tmp_path, "repro --router http://127.0.0.1/v1", on_80)  # port 80, the router's
+    assert "https://localhost" in str(refused(tmp_path, "repro --router https://localhost/v1", on_80))  # 443
+
+
 def test_run_refuses_it_with_exit_2_before_touching_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -269,3 +287,46 @@ def test_literal_urls_are_found_as_shell_and_json_write_them() -> None:
         "::2",
         LOOPBACK,
     ]
+
+
+@pytest.mark.parametrize(
+    "host", ["127.1", "127.0.1", "2130706433", "0x7F000001", "0X7f.1", "017700000001", "0", "a.b.LOCALHOST."]
+)
+def test_every_way_the_resolver_reads_loopback_is_loopback(host: str) -> None:
+    assert canonical_host(host) == LOOPBACK
+
+
+@pytest.mark.parametrize(
+    ("host", "compared"),
+    [
+        ("10.1", "10.0.0.1"),  # a shorthand, but not this machine
+        ("1.2.3", "1.2.0.3"),
+        ("0x0A.0.0.1", "10.0.0.1"),
+        ("::FFFF:10.0.0.1", "10.0.0.1"),
+        ("2001:0DB8::0002", "2001:db8::2"),
+        ("10.0.0.4", "10.0.0.4"),
+    ],
+)
+def test_an_address_compares_in_one_form_however_it_is_written(host: str, compared: str) -> None:
+    assert canonical_host(host) == compared
+
+
+def test_a_url_to_an_inventory_host_written_another_way_is_judged_by_that_hosts_ports(tmp_path: Path) -> None:
+    err = refused(tmp_path, "repro --router http://0x0a.0.0.2:30009", REMOTE)
+    assert "inventory host 10.0.0.2" in str(err) and "none of the servers of testbed 'pd'" in str(err)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1.example",  # a name that starts like an address
+        "127.0.0.1x",
+        "0x7f000001g",
+        "08.0.0.1",  # not octal: inet_aton refuses it, so no address at all
+        "localhost.example",
+        "mylocalhost",
+        "",
+    ],
+)
+def test_names_and_other_addresses_stay_as_written(host: str) -> None:
+    assert canonical_host(host) == host.lower().rstrip(".")
