@@ -321,6 +321,8 @@ def test_a_url_to_an_inventory_host_written_another_way_is_judged_by_that_hosts_
     [
         "127.0.0.1.example",  # a name that starts like an address
         "127.0.0.1x",
+        "127.0.0.1 x",  # inet_aton reads the address and ignores the rest; a resolver does not
+        "10.1\tx",
         "0x7f000001g",
         "08.0.0.1",  # not octal: inet_aton refuses it, so no address at all
         "localhost.example",

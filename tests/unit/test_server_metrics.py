@@ -116,6 +116,17 @@ def test_quantiles_come_from_bucket_deltas_not_the_cumulative_histogram() -> Non
     assert quantile(0.5, after) == pytest.approx(0.06)  # the cumulative one: mostly the 100 requests before
 
 
+def test_a_histogram_first_seen_or_reset_during_the_repro_counts_from_zero() -> None:
+    """As counters do: a histogram absent before the repro (its first observation made the
+    series), or whose count went down (the server restarted), is all the trial's."""
+    before = Histogram(((1.0, 50.0), (math.inf, 60.0)), 60.0, 30.0)
+    after = Histogram(((1.0, 3.0), (math.inf, 4.0)), 4.0, 2.5)
+    assert bucket_deltas(None, after) == after
+    assert bucket_deltas(before, after) == after  # not 0 (clamped) in every bucket and -56 observations
+    got = trial_values("decode", Scrape(histograms={"h_seconds": before}), Scrape(histograms={"h_seconds": after}))
+    assert (got["server.decode.h_seconds.count"].value, got["server.decode.h_seconds.mean"].value) == (4.0, 0.625)
+
+
 def test_quantile_edge_cases_follow_prometheus() -> None:
     inf_only = Histogram(((1.0, 0.0), (math.inf, 5.0)), 5.0, 50.0)
     assert quantile(0.5, inf_only) == 1.0  # in the +Inf bucket: the last finite bound
@@ -146,6 +157,8 @@ def test_a_missing_scrape_is_one_marker_with_its_reason() -> None:
     got = missing("decode", "http://d/metrics: ConnectError: refused")
     assert list(got) == ["server.decode.missing"]
     assert got["server.decode.missing"].value is None and "refused" in got["server.decode.missing"].unit
+    long = missing("decode", "x" * 199 + "yz" + "z" * 300)["server.decode.missing"].unit
+    assert long == "x" * 199 + "y"  # a reason is cut to 200 characters in every trial record
 
 
 # ---------------------------------------------------------------------------- GPU telemetry
