@@ -51,6 +51,8 @@ def _damaged(tmp_path: Path, damage: str) -> tuple[Path, int]:
         "past the plan": first.model_copy(update={"trial": len(manifest.plan)}),
         "negative": first.model_copy(update={"trial": -1}),
         "another cell": first.model_copy(update={"cell": records[1].cell, "levels": records[1].levels}),
+        "another cell's levels": first.model_copy(update={"levels": records[1].levels}),
+        "another cell's name": first.model_copy(update={"cell": records[1].cell}),
         "failed after completed": _attempt(first, 2),
     }[damage]
     lines = [_event(manifest, "run_started"), *records, bad, _event(manifest, "run_finished")]
@@ -62,6 +64,8 @@ DAMAGE = {
     "past the plan": "trial 8 is not in the plan (it has 8 trials, from 0)",
     "negative": "trial -1 is not in the plan",
     "another cell": "in the plan",
+    "another cell's levels": "in the plan",
+    "another cell's name": "in the plan",
     "failed after completed": "trial 0 has a failed record after its completed one (line 2)",
 }
 
@@ -73,6 +77,24 @@ def test_damage_is_refused_at_its_line(tmp_path: Path, damage: str) -> None:
         read_run_rows(run, load_manifest(run))
     assert caught.value.line == line and str(caught.value).startswith(f"{run / 'journal.jsonl'}:{line}: ")
     assert DAMAGE[damage] in str(caught.value)
+
+
+def test_a_run_that_never_wrote_a_journal_has_no_rows(tmp_path: Path) -> None:
+    manifest, _ = synthetic_run(replicates=1, failures=False)
+    run = _journal(tmp_path / "run", manifest, [])
+    (run / "journal.jsonl").unlink()
+    scan = read_run_rows(run, load_manifest(run))
+    assert (scan.rows, scan.torn_tail) == ([], False)
+
+
+def test_the_rule_is_not_applied_without_the_plan_it_checks_against(tmp_path: Path) -> None:
+    """A caller that loaded run.json without its plan would check nothing: refused, not passed."""
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    manifest = manifest.model_copy(update={"plan_trials": len(manifest.plan)})
+    run = _journal(tmp_path / "run", manifest, list(records))
+    assert len(read_run_rows(run, load_manifest(run)).rows) == len(records)
+    with pytest.raises(ValueError, match="needs the manifest's plan"):
+        read_run_rows(run, load_manifest(run).model_copy(update={"plan": []}))
 
 
 @pytest.mark.parametrize("command", ["report", "export", "compare"])

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
+import pytest
 from fakes import METRICS, FakeBed, Reply, Role, make_bed, make_plan, remote_repro
 
 from orchestrator.core import gpustat
 from orchestrator.core.serverconf import SGLANG_NAMES, SMG_NAMES
-from orchestrator.edges.metrics import Telemetry
+from orchestrator.edges.metrics import MAX_BYTES, Snapshot, Telemetry
 from orchestrator.sweep.runner import Runner, RunOptions
 
 GRAPH = {
@@ -298,6 +299,97 @@ def test_a_scrape_that_never_finishes_is_missing_after_its_timeout() -> None:
         thread.join(5)
     assert f"no complete answer within {timeout_s:g} s" in got["server.slow.missing"].unit
     assert took < 2 * timeout_s + 1.7  # two rounds of at most ~timeout_s (a per-read timeout alone never ends)
+
+
+class Rising(Worker):
+    """A worker whose queue gauge is the number of scrapes so far: each sample reads a new value."""
+
+    def metrics(self) -> str:
+        with self.lock:
+            self.scrapes += 1
+            n = self.scrapes
+        return f"# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs {n}\n"
+
+
+def test_gauges_sampled_while_the_repro_runs_give_its_mean_and_max(tmp_path: Path) -> None:
+    """`sample_interval:` scrapes every endpoint while the repro runs; a gauge's numbers are then
+    the mean and max of those samples, not its values before and after."""
+    bed = decode_bed()
+    worker = Rising(bed)
+    plan = make_plan(bed, GRAPH, metrics={"sample_interval": 0.05, "gpu": False})
+    assert plan.matrix.server_metrics is not None
+    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, client_for(bed, serve(worker)))
+    try:
+        started = telemetry.begin()  # scrape 1, before the repro
+        deadline = time.monotonic() + 10
+        while worker.scrapes < 5 and time.monotonic() < deadline:  # the "repro": three samples or more
+            time.sleep(0.01)
+        got = telemetry.finish(started).result(timeout=10)
+        after_stop = worker.scrapes
+        time.sleep(0.2)
+        assert worker.scrapes == after_stop  # the sampler stopped with the repro
+    finally:
+        telemetry.close()
+    samples = list(range(2, after_stop))  # between the before scrape and the after one (the last)
+    assert len(samples) >= 3
+    gauge = "server.decode.sglang:num_queue_reqs"
+    assert got[f"{gauge}.max"].value == max(samples)
+    assert got[f"{gauge}.mean"].value == pytest.approx(sum(samples) / len(samples))
+    assert f"{gauge}.after" not in got and f"{gauge}.before" not in got
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        (Reply(exit_code=9, stderr="NVML: driver not loaded\n"), "nvidia-smi exited 9: NVML: driver not loaded"),
+        (Reply(timeout=True), "timed out"),  # the command outlived GPU_TIMEOUT_S and was killed
+    ],
+)
+def test_a_gpu_query_that_fails_leaves_the_trial_counting_and_says_why(
+    tmp_path: Path, reply: Reply, reason: str
+) -> None:
+    bed = decode_bed()
+    t = bed.transports["decode"]
+    t.script(gpustat.PROBE_COMMAND, exit_code=0, stdout="/usr/bin/nvidia-smi\n")
+    t.script(gpustat.QUERY_COMMAND, reply)
+    result = run(bed, client_for(bed, serve(Worker(bed))), tmp_path / "run", metrics={})
+    assert result.completed == 2
+    for record in result.records:
+        assert [k for k in record.metrics if k.startswith("gpu.")] == ["gpu.decode.missing"]
+        assert reason in record.metrics["gpu.decode.missing"].unit
+
+
+def one_scrape(answer: Callable[[httpx.Request], httpx.Response]) -> str:
+    """The missing reason a decode endpoint answering so leaves in a trial's numbers."""
+    bed = decode_bed()
+    plan = make_plan(bed, GRAPH, metrics={"gpu": False})
+    assert plan.matrix.server_metrics is not None
+    client = client_for(bed, lambda r: answer(r) if r.url.path == "/metrics" else None)
+    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, client)
+    try:
+        got = telemetry.finish(telemetry.begin()).result(timeout=10)
+    finally:
+        telemetry.close()
+    return got["server.decode.missing"].unit
+
+
+def test_a_scrape_that_fails_is_missing_with_what_went_wrong() -> None:
+    """The reason a table's blank cell is blank: the endpoint's status, an answer over the cap
+    or one the parser refuses; never a bare "not scraped before"."""
+    assert one_scrape(lambda r: httpx.Response(503, text="busy")) == "http://decode.fake:30000/metrics: HTTP 503"
+    # too large and not 200: the status says more than the size
+    big = "x" * (MAX_BYTES + 1)
+    assert one_scrape(lambda r: httpx.Response(503, text=big)) == "http://decode.fake:30000/metrics: HTTP 503"
+    assert f"more than {MAX_BYTES} bytes" in one_scrape(lambda r: httpx.Response(200, text=big))
+    assert "not Prometheus text" in one_scrape(lambda r: httpx.Response(200, text="sglang:num_running_reqs{ 1\n"))
+
+
+def test_a_gpu_reading_that_failed_on_either_side_of_the_repro_is_missing_with_why() -> None:
+    good = gpustat.parse_reading(SMI.format(p=300, e=1_000_000, x=0))
+    for before, after in (("nvidia-smi: timed out", good), (good, "nvidia-smi: exit 9")):
+        got = Telemetry.values(Snapshot(gpus={"decode": before}), Snapshot(gpus={"decode": after}), {})
+        assert list(got) == ["gpu.decode.missing"]
+        assert got["gpu.decode.missing"].unit == (after if isinstance(after, str) else before)
 
 
 class Idle(Worker):
