@@ -40,6 +40,9 @@ def edit(*settings: FlagSetting) -> ArgsEdit:
         ("  --tp 8  ", (DISABLE,), "  --tp 8 --disable-cuda-graph  "),
         # a flag whose name is a prefix of another's is not that other flag
         ("--cuda-graph-max-bs-extra 3", (NO_MAX_BS,), "--cuda-graph-max-bs-extra 3"),
+        # a valued flag written last without its value (or before another flag): set, nothing else eaten
+        ("--tp 8 --cuda-graph-max-bs", (MAX_BS_64,), "--tp 8 --cuda-graph-max-bs 64"),
+        ("--cuda-graph-max-bs --tp 8", (NO_MAX_BS,), "--tp 8"),
     ],
 )
 def test_apply(before: str, settings: tuple[FlagSetting, ...], after: str) -> None:
