@@ -1,0 +1,81 @@
+"""What the sweep API itself refuses before a host is touched, whoever calls it: the CLI checks a
+taken --run-id before a dry run too, but the overnight queue calls api.run directly, so the API
+must not rely on its caller. On the fakes (helpers.parallel_fakes), in process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.parallel_fakes import Fleet, fake_matrix, install, install_with_preflight, interrupted_sweep, write_files
+
+from orchestrator.core.bounds import MAX_REPLICATES
+from orchestrator.edges.lock import LockInfo, TestbedLock
+from orchestrator.errors import ConfigError, LockError, PreflightError, UsageError
+from orchestrator.sweep import api
+from orchestrator.sweep.progress import QuietProgress
+
+ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
+
+
+def test_a_run_id_whose_folder_exists_is_refused_before_any_host_is_contacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = Fleet(dict(ENV))
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("taken", 1), ["A"])
+    earlier = tmp_path / "reports" / "r1"
+    earlier.mkdir(parents=True)
+    (earlier / "notes.txt").write_text("someone's run\n")
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+    with pytest.raises(UsageError, match="r1 already exists") as refused:
+        api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+    assert refused.value.exit_code == 2
+    assert fleet.transports == {}  # no host was connected to
+    assert [p.name for p in earlier.iterdir()] == ["notes.txt"]
+
+
+def test_a_testbed_another_run_holds_is_said_so_before_preflight_judges_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its decode env file is gone (preflight would refuse that), and another controller holds its
+    lock: the lock is what the user is told (the testbed is that run's business meanwhile), and no
+    lock of this run is written (the queue's on_locking hook is not called)."""
+    fleet = Fleet(dict(ENV))
+    install_with_preflight(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("held", 1), ["A"])
+    testbed = api.load(m, i)[1].testbeds["A"]
+    deployment = fleet.connect(testbed)
+    TestbedLock(deployment, LockInfo("other-run", "ann", 4242, "far-away", "2026-12-07T01:00:00", "A")).acquire()
+    del fleet.transports[("A", "decode")].files["/etc/orch/decode.env"]
+    locking: list[Path] = []
+    req = api.SweepRequest(
+        m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", on_locking=locking.append
+    )
+    with pytest.raises(LockError, match="other-run") as refused:
+        api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+    assert not isinstance(refused.value, PreflightError) and "far-away" in str(refused.value)
+    assert locking == []
+    assert fleet.file("A", "prefill") == b"P=0\n" and fleet.extra_files("A", "prefill") == [
+        "/etc/orch/prefill.env.orch-lock"
+    ]  # the other run's lock, nothing of this one
+
+
+@pytest.mark.parametrize("replicates", [0, MAX_REPLICATES + 1, 10**9])
+def test_a_run_json_whose_replicates_are_out_of_bounds_is_refused_before_it_is_planned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, replicates: int
+) -> None:
+    """run.json is the resume's input: 10^9 replicates planned again would hold a billion trial
+    positions. Refused at run.json, for the dry run and the resume alike."""
+    _, outcome, _ = interrupted_sweep(tmp_path, monkeypatch, "bounds")
+    run_json = outcome.run_dir / "run.json"
+    run_json.write_text(run_json.read_text().replace('"replicates": 3', f'"replicates": {replicates}'))
+    for attempt in (
+        lambda: api.preview_resume(outcome.run_dir),
+        lambda: api.resume(
+            api.ResumeRequest(outcome.run_dir), lambda started: QuietProgress(), warn=lambda message: None
+        ),
+    ):
+        with pytest.raises(ConfigError, match=rf"run.json: replicates: {replicates} is not in 1-100,000") as refused:
+            attempt()
+        assert refused.value.exit_code == 2
