@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fakes import Reply
 from helpers.parallel_fakes import Fleet, fake_matrix, install, install_with_preflight, interrupted_sweep, write_files
 
 from orchestrator.core.bounds import MAX_REPLICATES
@@ -79,3 +80,38 @@ def test_a_run_json_whose_replicates_are_out_of_bounds_is_refused_before_it_is_p
         with pytest.raises(ConfigError, match=rf"run.json: replicates: {replicates} is not in 1-100,000") as refused:
             attempt()
         assert refused.value.exit_code == 2
+
+
+def sweep(folder: Path, matrix: str) -> api.SweepOutcome:
+    """A one-testbed sweep of `matrix` on the installed fleet, its files and reports in `folder`."""
+    folder.mkdir(exist_ok=True)
+    m, i = write_files(folder, matrix, ["A"])
+    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=folder / "reports", run_id="r1", skip_preflight=True)
+    return api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+
+
+def test_gates_a_run_could_not_check_fail_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report checks the gates; a report that could not be written checked none, and a CI job
+    must not read that as passed (exit 3, saying why). Without gates the run's exit stays 0."""
+    from orchestrator.report import render
+
+    def unwritable(run_dir: Path) -> object:
+        raise ConfigError("reports/r1/index.html: No space left on device")
+
+    install(monkeypatch, Fleet(dict(ENV)))
+    monkeypatch.setattr(render, "write_report_and_summary", unwritable)
+    gated = sweep(tmp_path / "a", fake_matrix("gated", 1, extra="gates:\n  - {metric: events, upper: 0.5}\n"))
+    assert gated.report is None and gated.report_error is not None and "No space left" in gated.report_error
+    assert gated.gates_failed == (f"gates not checked: {gated.report_error}",) and gated.exit_code == 3
+    ungated = sweep(tmp_path / "b", fake_matrix("ungated", 1))
+    assert ungated.report_error is not None and ungated.gates_failed == () and ungated.exit_code == 0
+
+
+def test_the_dry_run_of_an_ended_run_exits_as_its_resume_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fleet = Fleet(dict(ENV))
+    install(monkeypatch, fleet)
+    fleet.repro_hook = lambda testbed, command: Reply(3, "", "crashed\n") if "--trial 1" in command else None
+    outcome = sweep(tmp_path, fake_matrix("ended", 2))
+    assert (outcome.completed, outcome.failed) == (3, 1)
+    preview = api.preview_resume(outcome.run_dir)
+    assert preview.nothing_left and preview.failed == 1 and preview.exit_code == 1
