@@ -115,3 +115,49 @@ def test_the_dry_run_of_an_ended_run_exits_as_its_resume_would(tmp_path: Path, m
     assert (outcome.completed, outcome.failed) == (3, 1)
     preview = api.preview_resume(outcome.run_dir)
     assert preview.nothing_left and preview.failed == 1 and preview.exit_code == 1
+
+
+@pytest.mark.parametrize("testbeds", [("A",), ("A", "B")])
+def test_the_dry_run_of_a_stopped_run_says_its_first_trial_restarts_every_edited_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, testbeds: tuple[str, ...]
+) -> None:
+    """The stopped run's backup is taken up (one testbed's in backup/, each parallel one's in
+    backup/<testbed>/), so what its units run is not known: the resume restarts them all first."""
+    _, outcome, _ = interrupted_sweep(tmp_path, monkeypatch, "unknown", testbeds)
+    assert api.preview_resume(outcome.run_dir).restarts_unknown
+
+
+def test_a_resume_interrupted_once_its_trials_began_does_not_say_it_edited_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the runner has the hosts, what it did is its own to say (it restores them); the
+    'stopped before its first trial: it edited no env file' note is only for a resume stopped before."""
+    _, outcome, _ = interrupted_sweep(tmp_path, monkeypatch, "began")
+
+    def interrupted_in_its_trials(*args: object, **kwargs: object) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "execute", interrupted_in_its_trials)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        api.resume(api.ResumeRequest(outcome.run_dir), lambda started: QuietProgress(), warn=lambda message: None)
+    assert not any("edited no env file" in note for note in getattr(stopped.value, "__notes__", []))
+
+
+def test_a_restore_whose_report_cannot_be_written_again_says_so_and_still_restores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from orchestrator.report import render
+
+    fleet, outcome, _ = interrupted_sweep(tmp_path, monkeypatch, "rewrite")
+
+    def unwritable(run_dir: Path) -> object:
+        raise ConfigError("reports/r1/index.html: No space left on device")
+
+    monkeypatch.setattr(render, "write_report_and_summary", unwritable)
+    said: list[str] = []
+    api.restore(api.RestoreRequest(outcome.run_dir), QuietProgress(), warn=said.append)
+    assert said == [
+        f"{outcome.run_dir / 'index.html'}: not written again after the restore: reports/r1/index.html: No space "
+        f"left on device (run `orch report {outcome.run_dir}` again)"
+    ]
+    assert fleet.file("A", "decode") == b"D=0\n"
