@@ -311,6 +311,12 @@ def test_an_address_compares_in_one_form_however_it_is_written(host: str, compar
     assert canonical_host(host) == compared
 
 
+@pytest.mark.parametrize("written", ["2001:db8::2", "[2001:db8::2]", "2001:DB8:0::2"])
+def test_an_ipv6_ssh_host_is_judged_however_the_inventory_writes_it(tmp_path: Path, written: str) -> None:
+    inventory = REMOTE.replace("ssh: {host: 10.0.0.2, user: sglang}", f'ssh: {{host: "{written}", user: sglang}}')
+    assert "inventory host 2001:db8::2" in str(refused(tmp_path, "repro --x http://[2001:db8::2]:30009", inventory))
+
+
 def test_a_url_to_an_inventory_host_written_another_way_is_judged_by_that_hosts_ports(tmp_path: Path) -> None:
     err = refused(tmp_path, "repro --router http://0x0a.0.0.2:30009", REMOTE)
     assert "inventory host 10.0.0.2" in str(err) and "none of the servers of testbed 'pd'" in str(err)

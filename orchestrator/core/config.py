@@ -32,6 +32,7 @@ from orchestrator.core.bounds import (
     MAX_UNIT_CHARS,
     unit_problem,
 )
+from orchestrator.core.endpoints import host_port
 from orchestrator.core.gates import MAX_GATES, Gate, default_name
 from orchestrator.core.huntconfig import HuntShape, build_hunt
 from orchestrator.core.inventory import (
@@ -662,9 +663,9 @@ def _build_host(role: str, h: HostShape, base: Path, source: SourceMap, where: P
         env_file = str(full)
     elif not env_file.startswith("/"):
         raise source.error((*where, "env_file"), "a remote env_file must be an absolute path")
-    address = h.ssh.host if h.ssh else "127.0.0.1"
+    address = (h.ssh.host or "").strip("[]") if h.ssh else "127.0.0.1"
     port = ROLE_PORTS.get(role)
-    url = h.url or (f"http://{address}:{port}" if port else None)
+    url = h.url or (f"http://{host_port(address, port)}" if port else None)  # an IPv6 host in brackets
     if url is None:
         raise source.error(where, f"role {role!r} has no default port", "set url: and health:")
     health = h.health or url.rstrip("/") + ("/readiness" if role == "router" else "/health")

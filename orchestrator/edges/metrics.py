@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from orchestrator.core import gpustat, servermetrics
+from orchestrator.core.endpoints import host_port
 from orchestrator.core.promtext import Scrape, name_filter, parse
 from orchestrator.core.records import MetricValue
 from orchestrator.core.serverconf import ROUTER_ROLE, Endpoint, ServerMetrics
@@ -252,7 +253,7 @@ def _targets(e: Endpoint, deployment: Deployment) -> list[Target]:
     out = []
     for h in hosts:
         health = urlsplit(h.host.health)  # tunnelled where the host's health is
-        netloc = health.netloc if e.port is None else f"{health.hostname}:{e.port}"
+        netloc = health.netloc if e.port is None else host_port(health.hostname or "", e.port)  # [IPv6]
         named = e if len(hosts) == 1 else dataclasses.replace(e, name=f"{e.name}@{host_key(h)}")
         out.append(Target(named, f"{health.scheme}://{netloc}{e.path}", keep))
     return out

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+from orchestrator.core.endpoints import host_port
 from orchestrator.core.words import listed
 from orchestrator.errors import UsageError
 from orchestrator.team.queuestore import (
@@ -128,7 +129,8 @@ def shown_url(url: str) -> str:
     if parts.password is None:
         return url
     host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{port}" if port else "")
+    server = host_port(host, port) if port else f"[{host}]" if ":" in host else host  # an IPv6 one in brackets
+    netloc = f"{parts.username or ''}:***@{server}"
     return urlunsplit(parts._replace(netloc=netloc))
 
 

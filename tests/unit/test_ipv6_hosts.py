@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.cli.hostsview import _reach
 from orchestrator.core.config import read_inventory
 from orchestrator.edges.transport.ssh import SshTransport
@@ -44,3 +46,17 @@ def test_the_transports_own_label_brackets_an_ipv6_address_too() -> None:
     t = SshTransport("decode", hostname="2001:db8::4", user="root", port=22)
     assert t.label == "decode ([2001:db8::4]:22)"
     assert SshTransport("decode (10.0.0.4:22)", hostname="10.0.0.4", user="root").label == "decode (10.0.0.4:22)"
+
+
+@pytest.mark.parametrize("written", ["2001:db8::2", "[2001:db8::2]"])
+def test_an_ipv6_host_without_a_url_gets_its_roles_default_url_in_brackets(tmp_path: Path, written: str) -> None:
+    """The default URL is the SSH host on the role's port: for an IPv6 host `http://2001:db8::2:30000`
+    was refused at the host's line as "an invalid port", a URL the user never wrote."""
+    path = tmp_path / "inv.yaml"
+    path.write_text(
+        INVENTORY.replace(
+            'ssh: {host: "2001:db8::2", user: sglang}', f'ssh: {{host: "{written}", user: sglang}}'
+        ).replace("        url: http://[2001:db8::2]:30000\n", "")
+    )
+    prefill = read_inventory(path).testbed(None).hosts["prefill"]
+    assert (prefill.url, prefill.health) == ("http://[2001:db8::2]:30000", "http://[2001:db8::2]:30000/health")

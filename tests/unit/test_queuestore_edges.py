@@ -60,3 +60,19 @@ def test_a_queue_file_that_is_no_queue_is_bad_input_exit_2(tmp_path: Path, capsy
     (tmp_path / "queue.db").write_bytes(b"this is no SQLite file\n" * 10)
     assert main(["queue", "list", "--reports", str(tmp_path)]) == 2
     assert "cannot read the queue: file is not a database" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://u:secret@h:5/db", "postgresql://u:***@h:5/db"),
+        ("postgresql://u:secret@[2001:db8::5]:5432/db", "postgresql://u:***@[2001:db8::5]:5432/db"),
+        ("postgresql://u:secret@[::1]/db", "postgresql://u:***@[::1]/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),  # no password: shown as given
+    ],
+)
+def test_a_store_url_is_shown_without_its_password_and_still_reads_as_its_server(url: str, shown: str) -> None:
+    """An IPv6 server lost its brackets (`u:***@2001:db8::5:5432`: another address on no port)."""
+    from orchestrator.team.queuestore_pg import shown_url
+
+    assert shown_url(url) == shown

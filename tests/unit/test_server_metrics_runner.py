@@ -6,6 +6,7 @@ the repro and is never counted, and a host without nvidia-smi is asked (and said
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import socket
 import threading
@@ -247,6 +248,23 @@ def test_endpoints_resolve_against_the_roles_health_urls() -> None:
         ("d", "http://decode.fake:30000/metrics", SGLANG_NAMES),  # the health URL's host and port
         ("r", "http://router.fake:29000/m", SMG_NAMES),  # the router's own port; smg_* names by default
     ]
+
+
+def test_an_endpoint_on_its_own_port_of_an_ipv6_host_is_in_brackets() -> None:
+    """`port:` replaces the health URL's port: on an IPv6 host the address keeps its brackets
+    (`http://2001:db8::2:29000/m` reads as another address on no port)."""
+    bed = make_bed({"decode": Role("A=1\n")})
+    handle = bed.deployment.hosts["decode"]
+    handle.host = dataclasses.replace(handle.host, health="http://[2001:db8::2]:30002/health")
+    metrics = {"endpoints": {"d": {"role": "decode", "port": 29000, "path": "/m"}, "h": {"role": "decode"}}}
+    plan = make_plan(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, metrics=metrics)
+    assert plan.matrix.server_metrics is not None
+    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, bed.client)
+    try:
+        urls = sorted(t.url for t in telemetry.targets)
+    finally:
+        telemetry.close()
+    assert urls == ["http://[2001:db8::2]:29000/m", "http://[2001:db8::2]:30002/metrics"]
 
 
 def trickler(stop: threading.Event) -> tuple[int, threading.Thread]:
