@@ -275,12 +275,34 @@ def test_config_builds_metrics_verify_and_warmup() -> None:
         ({"verify": [{"role": "decode", "when": {"nope": "x"}, "expect": {"a": 1}}]}, "no factor 'nope'"),
         ({"verify": [{"role": "decode", "expect": {"a b": 1}}]}, "invalid field"),
         ({"verify": [{"role": "decode", "expect": {}}]}, "expect"),
+        # a path that is no path: each bad character alone, and the leading slash alone
+        ({"metrics": {"endpoints": {"d": {"role": "decode", "path": "metrics"}}}}, "invalid path 'metrics'"),
+        ({"metrics": {"endpoints": {"d": {"role": "decode", "path": "/m x"}}}}, "invalid path '/m x'"),
+        ({"metrics": {"endpoints": {"d": {"role": "decode", "path": "/m#x"}}}}, "invalid path '/m#x'"),
+        ({"verify": [{"role": "decode", "path": "server_info", "expect": {"a": 1}}]}, "invalid path 'server_info'"),
+        ({"verify": [{"role": "decode", "path": "/info?x=1", "expect": {"a": 1}}]}, r"invalid path '/info\?x=1'"),
+        ({"verify": [{"role": "decode", "path": "/a b", "expect": {"a": 1}}]}, "invalid path '/a b'"),
+        ({"metrics": {"sample_interval": 3600.5}}, "sample_interval"),
+        ({"metrics": {"endpoints": {"d": {"role": "decode", "names": ["n"] * 201}}}}, "names"),
     ],
 )
 def test_config_errors_name_the_key(extra: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message) as info:
         make_matrix(FACTORS, **extra)
     assert "<fake matrix>:" in str(info.value)
+
+
+def test_the_bounds_themselves_are_allowed() -> None:
+    m = make_matrix(
+        FACTORS,
+        metrics={
+            "sample_interval": 3600,
+            "endpoints": {"d": {"role": "decode", "names": [f"n{i}" for i in range(200)]}},
+        },
+    )
+    assert m.server_metrics is not None and m.server_metrics.sample_interval_s == 3600
+    assert len(m.server_metrics.resolved(["decode"])[0].names) == 200
+    assert make_matrix(FACTORS, metrics={"sample_interval": 0.05}).server_metrics is not None
 
 
 def test_roles_are_checked_against_the_inventory(tmp_path: Path) -> None:

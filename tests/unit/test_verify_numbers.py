@@ -29,3 +29,17 @@ def test_the_shipped_flag_matrix_checks_max_bs_as_a_number() -> None:
     assert reported_mismatch({"cuda_graph_max_bs": 64}, rules[0]) is None
     assert reported_mismatch({"cuda_graph_max_bs": 8}, rules[0]) is not None
     assert reported_mismatch({"cuda_graph_max_bs": 8}, rules[1]) is None
+
+
+def test_a_matrix_word_or_list_matches_only_the_same_reported_value() -> None:
+    """Text against text (a dtype, an attention backend), and lists, compare as they are: a
+    number written as text matches a reported number (above), never a reported "64" string."""
+    rule = VerifyRule("verify[0]", "decode", "/server_info", {}, (("kv_cache_dtype", "fp8_e5m2"),))
+    assert reported_mismatch({"kv_cache_dtype": "fp8_e5m2"}, rule) is None
+    assert reported_mismatch({"kv_cache_dtype": "bf16"}, rule) == ("kv_cache_dtype", "fp8_e5m2", "bf16")
+    assert reported_mismatch({"kv_cache_dtype": ["fp8_e5m2"]}, rule) == ("kv_cache_dtype", "fp8_e5m2", ["fp8_e5m2"])
+    listed = VerifyRule("verify[0]", "decode", "/server_info", {}, (("tp_ranks", [0, 1]),))
+    assert reported_mismatch({"tp_ranks": [0, 1]}, listed) is None
+    assert reported_mismatch({"tp_ranks": [1, 0]}, listed) == ("tp_ranks", [0, 1], [1, 0])
+    text = VerifyRule("verify[0]", "decode", "/server_info", {}, (("port", "64"),))
+    assert reported_mismatch({"port": "64"}, text) is None
