@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fakes import FakeUnit, Role, make_bed
+from helpers.fakeclock import FakeClock
 
 from orchestrator.cli import team as cli_team
 from orchestrator.cli.main import main
@@ -33,25 +34,12 @@ def add(q: Queue, name: str) -> QueueItem:
     return q.add_item(NewItem(Path(f"/m/{name}.yaml"), Path("/i/inv.yaml"), None, testbeds=("sim",)))
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
 def held_by_a_dead_run(item: QueueItem, deadline: float | None, record: Any) -> SweepOutcome:
     return SweepOutcome("locked", 2, None, HELD, unrestored=True)
 
 
 def test_a_testbed_held_by_a_dead_run_fails_the_night_and_is_not_waited_for(tmp_path: Path) -> None:
-    clock, notes = Clock(), []
+    clock, notes = FakeClock(), []
     with Queue(tmp_path / "queue.db") as q:
         item = add(q, "nightly")
         result = run_queue(

@@ -70,6 +70,11 @@ def b64(text: str | bytes) -> str:
     return base64.b64encode(text.encode() if isinstance(text, str) else text).decode()
 
 
+def proc(pid: int, comm: str, environ: bytes, children: str, exe: str) -> str:
+    """One process as the live-environment script prints it."""
+    return f"proc|{pid}|{b64(comm)}|{b64(environ)}|{children}|{b64(exe)}"
+
+
 def tree(*lines: str) -> FakeTransport:
     t = FakeTransport("decode")
     t.script(("sh", "-c"), Reply(0, "".join(line + "\n" for line in lines)))
@@ -77,11 +82,10 @@ def tree(*lines: str) -> FakeTransport:
 
 
 def test_environ_follows_a_wrapper_shell_down_to_the_server() -> None:
-    wrapper_env, server_env = b64(b"W=1\0"), b64(b"A=1\0B=two words\0")
     t = tree(
         "main|100",
-        f"proc|100|{b64('start-decode')}|{wrapper_env}|101 |{b64('/usr/bin/bash')}",
-        f"proc|101|{b64('python3')}|{server_env}||{b64('/usr/bin/python3.11')}",
+        proc(100, "start-decode", b"W=1\0", "101 ", "/usr/bin/bash"),
+        proc(101, "python3", b"A=1\0B=two words\0", "", "/usr/bin/python3.11"),
     )
     assert SystemdManager(t, "decode").environ("d.service") == {"A": "1", "B": "two words"}
     (command,) = t.commands()
@@ -208,15 +212,13 @@ def test_check_alive_names_a_unit_not_on_its_way_up(edit: dict[str, str], said: 
 
 
 def test_a_wrapper_known_by_its_name_alone_is_followed_and_one_without_a_child_stands() -> None:
-    tini_env, server_env = b64(b"T=1\0"), b64(b"A=1\0")
     t = tree(
         "main|200",
-        f"proc|200|{b64('tini')}|{tini_env}|201|{b64('/usr/local/bin/tini-static')}",
-        f"proc|201|{b64('sglang')}|{server_env}||{b64('/usr/bin/python3.11')}",
+        proc(200, "tini", b"T=1\0", "201", "/usr/local/bin/tini-static"),
+        proc(201, "sglang", b"A=1\0", "", "/usr/bin/python3.11"),
     )
     assert SystemdManager(t, "decode").environ("d.service") == {"A": "1"}
-    shell_env = b64(b"S=1\0")
-    alone = tree("main|300", f"proc|300|{b64('sh')}|{shell_env}|301|{b64('/bin/sh')}")  # 301 gone meanwhile
+    alone = tree("main|300", proc(300, "sh", b"S=1\0", "301", "/bin/sh"))  # 301 gone meanwhile
     assert SystemdManager(alone, "decode").environ("d.service") == {"S": "1"}
 
 
