@@ -5,6 +5,7 @@ and no difference is said as "not shown", never as agreement."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,28 @@ def test_a_testbed_20_percent_slower_is_named() -> None:
     assert "tb0 mean 1" in walls[0].text and "s (4 trials), tb1 mean " in walls[0].text
     assert "Holm over cells and metrics, one-way F test on the trials' values" in walls[0].text
     assert not any(" on corruption:" in f.text for f in found)  # the rate did not move
+
+
+def test_each_testbeds_mean_is_shown_with_its_unit_and_without_one_when_it_has_none() -> None:
+    records = parallel_trials(np.random.default_rng(7), slower=1.2, cv=0.05)
+    wall = next(f.text for f in testbeds.testbed_findings(records, None, ["wall"]) if " on wall:" in f.text)
+    assert re.search(r"tb0 mean [0-9.]+ s \(4 trials\), tb1 mean [0-9.]+ s \(4 trials\)", wall), wall
+    unitless = [
+        t.model_copy(update={"metrics": {"wall": t.metrics["wall"].model_copy(update={"unit": ""})}}) for t in records
+    ]
+    bare = next(f.text for f in testbeds.testbed_findings(unitless, None, ["wall"]) if " on wall:" in f.text)
+    assert re.search(r"tb0 mean [0-9.]+ \(4 trials\), tb1 mean [0-9.]+ \(4 trials\)", bare), bare
+
+
+def test_a_completed_trial_without_the_metric_is_left_out_of_its_testbeds_data() -> None:
+    """A trial that completed with no reading of a metric (a number left empty, a proportion not
+    printed) holds nothing to compare: its testbed's data is the other trials'."""
+    records = parallel_trials(np.random.default_rng(7), slower=1.5, cv=0.05)
+    emptied = [t.model_copy(update={"metrics": {}}) if t.cell == "c=1" and t.testbed == "tb1" and i % 4 == 0 else t
+               for i, t in enumerate(records)]  # fmt: skip
+    found = [f.text for f in testbeds.testbed_findings(emptied, "corruption", NUMBERS)]
+    (c1,) = [text for text in found if text.startswith("Testbeds differ in c=1 on wall:")]
+    assert re.search(r"tb0 mean [0-9.]+ s \(4 trials\), tb1 mean [0-9.]+ s \(3 trials\)", c1), c1
 
 
 def test_identical_testbeds_stay_under_5_percent_of_reports() -> None:
@@ -115,3 +138,11 @@ def _slowed(record: TrialRecord, testbed: str) -> TrialRecord:
     factor = 1.2 if testbed == "tb2" else 1.0
     metrics = {**record.metrics, "wall": wall.model_copy(update={"value": (wall.value or 0.0) * factor})}
     return record.model_copy(update={"testbed": testbed, "metrics": metrics})
+
+
+def test_a_cell_run_on_one_testbed_only_has_nothing_to_compare_and_the_others_are_compared() -> None:
+    records = parallel_trials(np.random.default_rng(7), slower=1.5, cv=0.05)
+    one_bed = [t for t in records if not (t.cell == "c=1" and t.testbed == "tb1")]
+    found = [f.text for f in testbeds.testbed_findings(one_bed, "corruption", NUMBERS)]
+    assert not any("c=1 " in text for text in found)
+    assert any(text.startswith("Testbeds differ in c=2 on wall:") for text in found)
