@@ -397,3 +397,54 @@ def test_the_hunt_page_links_back_to_the_runs_index_and_to_its_runs_report() -> 
     page = render(hunted(matrix(), 0b111))
     hrefs = re.findall(r"<a href='([^']*)'>", page)
     assert hrefs[:2] == ["../index.html", "index.html"], hrefs
+
+
+def test_a_one_flag_answer_has_no_line_about_the_configurations_without_its_set() -> None:
+    """The "without all of ... on" bound is what an AND's inferences rest on; one flag infers
+    nothing about others."""
+    m = matrix()
+    assert m.hunt is not None
+    report = hunted(m, 1 << m.hunt.flags.index("overlap"))
+    assert report.result.state == "found" and report.result.best.sets == (("overlap",),), report.result.reason
+    assert hunt_module.dependencies(report) and not [
+        line for line in hunt_module.dependencies(report) if line.startswith("without all of")
+    ]
+
+
+def test_an_and_answer_no_configuration_ran_without_says_it_was_not_measured() -> None:
+    m = matrix()
+    assert m.hunt is not None
+    mask = sum(1 << m.hunt.flags.index(f) for f in AND3)
+    report = hunted(m, mask)
+    only_with = [c for c in report.result.configs if c.config & mask == mask]
+    narrowed = dataclasses.replace(report, result=dataclasses.replace(report.result, configs=tuple(only_with)))
+    assert "without all of bf16_index_k, cuda_graph and overlap on: not measured (no configuration ran so)" in (
+        hunt_module.dependencies(narrowed)
+    )
+
+
+def test_a_hunt_with_no_answer_states_no_dependency() -> None:
+    m = matrix()
+    records = [trial(m, 0, 0, 0)] + [trial(m, 1 + i, FULL ^ (1 << i), 0) for i in range(16)]
+    records += [trial(m, 17 + i, FULL, 0) for i in range(20)]  # the failing configuration never failed
+    assert hunt_module.dependencies(build_report(m, records)) == []
+
+
+def test_a_result_without_its_trial_variation_says_it_was_not_recorded() -> None:
+    report = build_report(matrix(), five_trials(matrix()))
+    unrecorded = dataclasses.replace(report, result=dataclasses.replace(report.result, icc=None))
+    assert hunt_module.variation_line(unrecorded) == "trial-to-trial variation: not recorded"
+
+
+@pytest.mark.parametrize(
+    ("names", "flags", "lead"),
+    [
+        ((), ("a", "b"), "Every flag clean (the likeliest answer: the flags do not explain the failure)"),
+        (("a",), ("a", "b"), "Only a at the failing level, every other flag clean"),
+        (("a", "b"), ("a", "b"), "Only a and b at the failing level"),
+    ],
+)
+def test_the_reproducers_lead_names_its_flags_and_says_the_rest_only_when_there_is_a_rest(
+    names: tuple[str, ...], flags: tuple[str, ...], lead: str
+) -> None:
+    assert hunt_module._only(names, flags) == lead
