@@ -1,6 +1,7 @@
 """Run folders as the status views find them (a manifest, a status file or a damaged one), and
-controllers the tests call dead without killing a process: what tests/team/test_status_cache.py
-and test_unreadable_manifest.py both build their folders with."""
+controllers the tests call dead without killing a process: what tests/team/test_status_cache.py,
+test_unreadable_manifest.py, unit/test_status_from_the_start.py and unit/test_live_status_counts.py
+build their folders with."""
 
 from __future__ import annotations
 
@@ -10,15 +11,26 @@ from pathlib import Path
 import pytest
 
 from helpers.report_synth import synthetic_run
+from orchestrator.core.records import TrialRecord
 from orchestrator.store.atomic import write_json_atomic
 from orchestrator.store.liveness import StatusFile
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.stamps import SETTLE_NS
+from orchestrator.sweep.session import create_run_dir
 from orchestrator.team.livestatus import StatusCache
 from orchestrator.team.queue import Claimer
 
 ME = Claimer.current()
 DEAD_PID = 999_999  # the controllers the tests kill (process_alive faked: no process started)
+
+
+def started_run(reports: Path, run_id: str, *, hunt: bool = False) -> tuple[Path, list[TrialRecord]]:
+    """A run folder as `orch run` makes it before its first trial (run.json running, its plan, its
+    first status.json: session.create_run_dir), and the 16 trial records its synthetic run holds."""
+    manifest, records = synthetic_run(replicates=2, failures=False, status="running", run_id=run_id)
+    run_dir = reports / run_id
+    create_run_dir(run_dir, manifest.model_copy(update={"ended": None, "hunt": hunt}))
+    return run_dir, list(records)
 
 
 def settled_cache() -> StatusCache:

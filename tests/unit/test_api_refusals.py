@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fakes import Reply
 from helpers.parallel_fakes import Fleet, fake_matrix, install, install_with_preflight, interrupted_sweep, write_files
+from helpers.parallel_fakes import run as run_r1
 
 from orchestrator.core.bounds import MAX_REPLICATES
 from orchestrator.edges.lock import LockInfo, TestbedLock
@@ -28,9 +29,8 @@ def test_a_run_id_whose_folder_exists_is_refused_before_any_host_is_contacted(
     earlier = tmp_path / "reports" / "r1"
     earlier.mkdir(parents=True)
     (earlier / "notes.txt").write_text("someone's run\n")
-    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
     with pytest.raises(UsageError, match="r1 already exists") as refused:
-        api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+        run_r1(tmp_path, m, i, ["A"])
     assert refused.value.exit_code == 2
     assert fleet.transports == {}  # no host was connected to
     assert [p.name for p in earlier.iterdir()] == ["notes.txt"]
@@ -85,18 +85,18 @@ def test_a_run_json_whose_replicates_are_out_of_bounds_is_refused_before_it_is_p
 def sweep(folder: Path, matrix: str) -> api.SweepOutcome:
     """A one-testbed sweep of `matrix` on the installed fleet, its files and reports in `folder`."""
     folder.mkdir(exist_ok=True)
-    m, i = write_files(folder, matrix, ["A"])
-    req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=folder / "reports", run_id="r1", skip_preflight=True)
-    return api.run(req, lambda started: QuietProgress(), warn=lambda message: None)
+    return run_r1(folder, *write_files(folder, matrix, ["A"]), ["A"])
+
+
+def unwritable(run_dir: Path) -> object:
+    """render.write_report_and_summary on a full disk."""
+    raise ConfigError("reports/r1/index.html: No space left on device")
 
 
 def test_gates_a_run_could_not_check_fail_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The report checks the gates; a report that could not be written checked none, and a CI job
     must not read that as passed (exit 3, saying why). Without gates the run's exit stays 0."""
     from orchestrator.report import render
-
-    def unwritable(run_dir: Path) -> object:
-        raise ConfigError("reports/r1/index.html: No space left on device")
 
     install(monkeypatch, Fleet(dict(ENV)))
     monkeypatch.setattr(render, "write_report_and_summary", unwritable)
@@ -149,10 +149,6 @@ def test_a_restore_whose_report_cannot_be_written_again_says_so_and_still_restor
     from orchestrator.report import render
 
     fleet, outcome, _ = interrupted_sweep(tmp_path, monkeypatch, "rewrite")
-
-    def unwritable(run_dir: Path) -> object:
-        raise ConfigError("reports/r1/index.html: No space left on device")
-
     monkeypatch.setattr(render, "write_report_and_summary", unwritable)
     said: list[str] = []
     api.restore(api.RestoreRequest(outcome.run_dir), QuietProgress(), warn=said.append)

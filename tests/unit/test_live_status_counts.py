@@ -8,21 +8,13 @@ import json
 from pathlib import Path
 
 from helpers.fakeclock import FakeClock
-from helpers.report_synth import synthetic_run
+from helpers.status_runs import started_run
 
 from orchestrator.store.rundir import RunDir
-from orchestrator.sweep.session import create_run_dir
 from orchestrator.team.livestatus import QUEUE_SHOWN, LiveStatus, live_runs, queue_shown
 from orchestrator.team.queue import NewItem, Queue
 
 RUN = "20261207-101500-counts"
-
-
-def created(reports: Path, *, hunt: bool = False) -> tuple[Path, list]:  # type: ignore[type-arg]
-    manifest, records = synthetic_run(replicates=2, failures=False, status="running", run_id=RUN)
-    run_dir = reports / RUN
-    create_run_dir(run_dir, manifest.model_copy(update={"ended": None, "hunt": hunt}))
-    return run_dir, list(records)
 
 
 def status_of(run_dir: Path) -> dict[str, object]:
@@ -30,7 +22,7 @@ def status_of(run_dir: Path) -> dict[str, object]:
 
 
 def test_done_failed_and_the_eta_follow_the_trials_as_they_end(tmp_path: Path) -> None:
-    run_dir, records = created(tmp_path)
+    run_dir, records = started_run(tmp_path, RUN)
     clock = FakeClock(1_800_000_000.0)
     live = LiveStatus(run_dir, clock=clock)
     live.start(total=16, done=0)
@@ -45,7 +37,7 @@ def test_done_failed_and_the_eta_follow_the_trials_as_they_end(tmp_path: Path) -
 
 
 def test_a_hunt_has_no_total_and_so_no_eta(tmp_path: Path) -> None:
-    run_dir, records = created(tmp_path, hunt=True)
+    run_dir, records = started_run(tmp_path, RUN, hunt=True)
     clock = FakeClock(1_800_000_000.0)
     live = LiveStatus(run_dir, clock=clock)
     live.start(total=16, done=0)
@@ -56,7 +48,7 @@ def test_a_hunt_has_no_total_and_so_no_eta(tmp_path: Path) -> None:
 
 
 def test_a_readable_run_has_no_unreadable_line(tmp_path: Path) -> None:
-    run_dir, _ = created(tmp_path)
+    run_dir, _ = started_run(tmp_path, RUN)
     LiveStatus(run_dir).start(total=16, done=0)
     [run] = live_runs(tmp_path)
     assert (run.unreadable, run.unreadable_line) == ("", "")

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
@@ -96,6 +96,20 @@ def run(bed: FakeBed, client: httpx.Client, run_dir: Path, **matrix: Any) -> Any
     plan = make_plan(bed, GRAPH, **matrix)
     options = RunOptions(run_id="fake-run", retry_backoff_s=0.0, infra_attempts=2)
     return Runner(plan, bed.deployment, run_dir, options, client=client).execute()
+
+
+@contextlib.contextmanager
+def telemetry_of(
+    bed: FakeBed, factors: dict[str, Any], metrics: dict[str, Any], client: httpx.Client
+) -> Iterator[Telemetry]:
+    """The run's scrapers for a matrix of `factors` with `metrics:`, closed afterwards."""
+    plan = make_plan(bed, factors, metrics=metrics)
+    assert plan.matrix.server_metrics is not None
+    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, client)
+    try:
+        yield telemetry
+    finally:
+        telemetry.close()
 
 
 def test_server_metrics_are_per_trial_numbers_in_the_record(tmp_path: Path) -> None:
@@ -237,13 +251,8 @@ def test_a_gpu_host_gets_its_telemetry_per_trial(tmp_path: Path) -> None:
 def test_endpoints_resolve_against_the_roles_health_urls() -> None:
     bed = make_bed({"decode": Role("A=1\n"), "router": Role("B=1\n")})
     metrics = {"endpoints": {"d": {"role": "decode"}, "r": {"role": "router", "port": 29000, "path": "/m"}}}
-    plan = make_plan(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, metrics=metrics)
-    assert plan.matrix.server_metrics is not None
-    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, bed.client)
-    try:
+    with telemetry_of(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, metrics, bed.client) as telemetry:
         got = [(t.endpoint.name, t.url, t.endpoint.names) for t in telemetry.targets]
-    finally:
-        telemetry.close()
     assert got == [
         ("d", "http://decode.fake:30000/metrics", SGLANG_NAMES),  # the health URL's host and port
         ("r", "http://router.fake:29000/m", SMG_NAMES),  # the router's own port; smg_* names by default
@@ -257,13 +266,8 @@ def test_an_endpoint_on_its_own_port_of_an_ipv6_host_is_in_brackets() -> None:
     handle = bed.deployment.hosts["decode"]
     handle.host = dataclasses.replace(handle.host, health="http://[2001:db8::2]:30002/health")
     metrics = {"endpoints": {"d": {"role": "decode", "port": 29000, "path": "/m"}, "h": {"role": "decode"}}}
-    plan = make_plan(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, metrics=metrics)
-    assert plan.matrix.server_metrics is not None
-    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, bed.client)
-    try:
+    with telemetry_of(bed, {"a": {"env": {"decode": "A"}, "levels": ["0", "1"]}}, metrics, bed.client) as telemetry:
         urls = sorted(t.url for t in telemetry.targets)
-    finally:
-        telemetry.close()
     assert urls == ["http://[2001:db8::2]:29000/m", "http://[2001:db8::2]:30002/metrics"]
 
 
@@ -303,16 +307,13 @@ def test_a_scrape_that_never_finishes_is_missing_after_its_timeout() -> None:
     bed = decode_bed()
     timeout_s = 0.25  # the server trickles for ever
     metrics = {"timeout": timeout_s, "gpu": False, "endpoints": {"slow": {"url": f"http://127.0.0.1:{port}/metrics"}}}
-    plan = make_plan(bed, GRAPH, metrics=metrics)
-    assert plan.matrix.server_metrics is not None
-    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, httpx.Client(trust_env=False))
     try:
-        t0 = time.monotonic()
-        started = telemetry.begin()
-        got = telemetry.finish(started).result(timeout=10)
-        took = time.monotonic() - t0
+        with telemetry_of(bed, GRAPH, metrics, httpx.Client(trust_env=False)) as telemetry:
+            t0 = time.monotonic()
+            started = telemetry.begin()
+            got = telemetry.finish(started).result(timeout=10)
+            took = time.monotonic() - t0
     finally:
-        telemetry.close()
         stop.set()
         thread.join(5)
     assert f"no complete answer within {timeout_s:g} s" in got["server.slow.missing"].unit
@@ -334,10 +335,8 @@ def test_gauges_sampled_while_the_repro_runs_give_its_mean_and_max(tmp_path: Pat
     the mean and max of those samples, not its values before and after."""
     bed = decode_bed()
     worker = Rising(bed)
-    plan = make_plan(bed, GRAPH, metrics={"sample_interval": 0.05, "gpu": False})
-    assert plan.matrix.server_metrics is not None
-    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, client_for(bed, serve(worker)))
-    try:
+    metrics = {"sample_interval": 0.05, "gpu": False}
+    with telemetry_of(bed, GRAPH, metrics, client_for(bed, serve(worker))) as telemetry:
         started = telemetry.begin()  # scrape 1, before the repro
         deadline = time.monotonic() + 10
         while worker.scrapes < 5 and time.monotonic() < deadline:  # the "repro": three samples or more
@@ -346,8 +345,6 @@ def test_gauges_sampled_while_the_repro_runs_give_its_mean_and_max(tmp_path: Pat
         after_stop = worker.scrapes
         time.sleep(0.2)
         assert worker.scrapes == after_stop  # the sampler stopped with the repro
-    finally:
-        telemetry.close()
     samples = list(range(2, after_stop))  # between the before scrape and the after one (the last)
     assert len(samples) >= 3
     gauge = "server.decode.sglang:num_queue_reqs"
@@ -380,14 +377,9 @@ def test_a_gpu_query_that_fails_leaves_the_trial_counting_and_says_why(
 def one_scrape(answer: Callable[[httpx.Request], httpx.Response]) -> str:
     """The missing reason a decode endpoint answering so leaves in a trial's numbers."""
     bed = decode_bed()
-    plan = make_plan(bed, GRAPH, metrics={"gpu": False})
-    assert plan.matrix.server_metrics is not None
     client = client_for(bed, lambda r: answer(r) if r.url.path == "/metrics" else None)
-    telemetry = Telemetry(plan.matrix.server_metrics, bed.deployment, client)
-    try:
+    with telemetry_of(bed, GRAPH, {"gpu": False}, client) as telemetry:
         got = telemetry.finish(telemetry.begin()).result(timeout=10)
-    finally:
-        telemetry.close()
     return got["server.decode.missing"].unit
 
 

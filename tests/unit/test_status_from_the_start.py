@@ -12,20 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers.report_synth import synthetic_run
+from helpers.status_runs import started_run
 
 from orchestrator.store import liveness
-from orchestrator.sweep.session import create_run_dir
 from orchestrator.team.livestatus import live_runs
 
 RUN = "20261205-192000-faults"
 
 
 def _created(reports: Path) -> Path:
-    manifest, _ = synthetic_run(replicates=2, failures=False, status="running", run_id=RUN)
-    run_dir = reports / RUN
-    create_run_dir(run_dir, manifest.model_copy(update={"ended": None}))
-    return run_dir
+    return started_run(reports, RUN)[0]
 
 
 def test_a_new_run_folder_names_its_live_controller(tmp_path: Path) -> None:

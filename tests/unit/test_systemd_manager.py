@@ -128,17 +128,17 @@ def test_env_files_says_whether_the_unit_reads_orchs_file_and_every_file_it_name
     )
 
 
-RESTART = re.compile(
-    r"^systemctl reset-failed -- d\.service 2>/dev/null; date \+%s\.%N && timeout 90 systemctl restart"
-)
-
-
-def restarting(restart: Reply, show: str) -> SystemdManager:
-    t = FakeTransport("decode")
-    t.script(RESTART, restart)
-    t.script(SHOW_TIMESTAMP, Reply(0, show))
-    t.script(re.compile(r"^journalctl "), Reply(0, "2026-12-07T01:00:01 h d[101]: boom\n"))
-    return SystemdManager(t, "decode")
+def restarting(restart: Reply, show: str, units: str = "d.service") -> SystemdManager:
+    """manager() whose restart of `units` answers `restart` (the host's time first, as the command prints it)."""
+    t, m = manager(timestamps=Reply(0, show))
+    q = re.escape(units)
+    t.script(
+        re.compile(
+            rf"^systemctl reset-failed -- {q} 2>/dev/null; date \+%s\.%N && timeout 90 systemctl restart -- {q} "
+        ),
+        restart,
+    )
+    return m
 
 
 def test_a_restart_returns_the_hosts_time_just_before_it() -> None:
@@ -223,13 +223,8 @@ def test_a_wrapper_known_by_its_name_alone_is_followed_and_one_without_a_child_s
 
 
 def test_a_failed_restart_of_several_units_names_the_one_that_failed() -> None:
-    t = FakeTransport("decode")
-    t.script(re.compile(r"^systemctl reset-failed -- a\.service b\.service"), Reply(1, "1796600000.5\nJob failed.\n"))
-    t.script(
-        SHOW_TIMESTAMP,
-        Reply(0, RUNNING.replace("d.service", "a.service") + "\n" + FAILED.replace("d.service", "b.service")),
-    )
-    t.script(re.compile(r"^journalctl "), Reply(0, ""))
+    shows = RUNNING.replace("d.service", "a.service") + "\n" + FAILED.replace("d.service", "b.service")
+    m = restarting(Reply(1, "1796600000.5\nJob failed.\n"), shows, units="a.service b.service")
     with pytest.raises(ServiceError, match=r"failed: exit-code") as failed:
-        SystemdManager(t, "decode").restart_many(["a.service", "b.service"])
+        m.restart_many(["a.service", "b.service"])
     assert failed.value.unit == "b.service"
