@@ -110,12 +110,12 @@ def print_resume_preview(preview: ResumePreview, console: Console) -> None:
     """What a resume would run: the trials its journal has not finished, in run order (a hunt's
     search decides its next trials when it runs, so only its count so far is known)."""
     plan, done = preview.plan, len(preview.done)
-    where = f"testbed {', '.join(preview.testbeds)}"
+    where = on_testbeds(preview.testbeds, str)  # a run across several: as `orch plan` says it
     if preview.ended is not None:  # the search stopped: the resume checks and restores the hosts, runs nothing
         state, reason = preview.ended
         console.print(
             escape(
-                f"resume {preview.run_id} on {where}: nothing left to run: the hunt has ended after "
+                f"resume {preview.run_id} {where}: nothing left to run: the hunt has ended after "
                 f"{counted(done, 'trial')} ({state}: {reason}); a resume runs no trial"
             )
         )
@@ -123,7 +123,7 @@ def print_resume_preview(preview: ResumePreview, console: Console) -> None:
     if plan.matrix.hunt is not None:
         console.print(
             escape(
-                f"resume {preview.run_id} on {where}: a hunt with {done} trials done; the search "
+                f"resume {preview.run_id} {where}: a hunt with {counted(done, 'trial')} done; the search "
                 "picks up from its journal and decides the next trials as it goes"
             )
         )
@@ -131,7 +131,7 @@ def print_resume_preview(preview: ResumePreview, console: Console) -> None:
     left = preview.left
     upto = " at most (adaptive: a cell stops once decided)" if plan.matrix.adaptive else ""
     console.print(
-        escape(f"resume {preview.run_id} on {where}: {done} of {len(plan.steps)} trials done, {len(left)} left{upto}")
+        escape(f"resume {preview.run_id} {where}: {done} of {len(plan.steps)} trials done, {len(left)} left{upto}")
     )
     if left and preview.restarts_unknown:
         first = "each testbed's first trial" if len(preview.testbeds) > 1 else "the first trial"
