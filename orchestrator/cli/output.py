@@ -23,7 +23,7 @@ def announce(started: Started) -> None:
     names = started.testbeds
     where = f"on {names[0]}" if len(names) == 1 else f"across {len(names)} testbeds ({', '.join(names)})"
     if started.open_ended:  # a hunt: how many trials is decided as it goes, never guessed here
-        done = f"resuming {started.run_id}: {started.trials} trials done"
+        done = f"resuming {started.run_id}: {counted(started.trials, 'trial')} done"
         head = done if started.resumed else f"run {started.run_id}"
         err.print(f"{head}; hunt {where} -> {started.run_dir} (its total is decided as it goes)", markup=False)
         return

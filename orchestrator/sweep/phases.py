@@ -849,8 +849,9 @@ class Repro:
         # several proportions may count the same sessions (failures, timeouts): the largest n, not their sum
         sessions = max((values[m.name].n or 0 for m in specs if m.kind == "proportion" and m.name in values), default=0)
         if sessions and self.telemetry.requests_counted(values) == 0:
+            reported = words.counted(sessions, "session")
             raise ReproNotServed(
-                f"no request reached orch's servers during the repro, which reported {sessions} sessions (the "
+                f"no request reached orch's servers during the repro, which reported {reported} (the "
                 f"request counters of {', '.join(self.telemetry.role_endpoints)} rose by 0): another server "
                 "answered it (the trial is void: point the repro at {router_url} or {<role>_url})"
             )

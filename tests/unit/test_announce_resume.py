@@ -23,3 +23,14 @@ def test_a_resume_with_trials_left_says_how_many(capsys: pytest.CaptureFixture[s
     announce(Started("r1", Path("reports/r1"), ("local-sim",), trials=4, left=2, resumed=True))
     got = capsys.readouterr()
     assert (got.out, got.err) == ("", "resuming r1: 2 of 4 trials left\n")
+
+
+def test_a_resumed_hunt_with_one_trial_done_says_one_trial(capsys: pytest.CaptureFixture[str]) -> None:
+    """A hunt resumed after its first trial read "resuming h1: 1 trials done"."""
+    from orchestrator.core.config import read_matrix
+
+    hunt = read_matrix(Path(__file__).resolve().parents[2] / "matrices/dsv4_hunt.yaml").hunt
+    for trials, words in ((1, "1 trial done"), (5, "5 trials done")):
+        announce(Started("h1", Path("reports/h1"), ("local-sim",), trials=trials, left=0, resumed=True, hunt=hunt))
+        got = capsys.readouterr()
+        assert got.err == f"resuming h1: {words}; hunt on local-sim -> reports/h1 (its total is decided as it goes)\n"

@@ -474,3 +474,12 @@ def test_two_proportions_over_the_same_sessions_are_not_added_up_in_the_message(
     result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={}, repro=repro)
     messages = {str(r.failure.message) for r in result.records if r.failure}
     assert len(messages) == 1 and "which reported 10 sessions" in messages.pop()  # was 20: 10 + 10
+
+
+def test_a_repro_of_one_session_none_of_orchs_servers_counted_says_one_session(tmp_path: Path) -> None:
+    """The void trial's reason read "which reported 1 sessions" for a one-session repro."""
+    bed = decode_bed()
+    bed.transports["decode"].script(re.compile(r"^fake-repro\b"), stdout="score=0.5 events=1/1\n")
+    result = run(bed, client_for(bed, serve(Idle(bed))), tmp_path / "run", metrics={}, repro=remote_repro("decode"))
+    messages = {str(r.failure.message) for r in result.records if r.failure}
+    assert len(messages) == 1 and "during the repro, which reported 1 session (the request" in messages.pop()
