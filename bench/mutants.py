@@ -19,9 +19,10 @@ The source tree is never written: its files (git ls-files, tracked and untracked
 the tests read matrices/ and inventory/, a new test file is not committed yet) are copied to a
 temporary folder per worker, the mutant is written there and the copy's file restored in a
 `finally` after each run; the copies are removed at exit. pytest runs in the copy with
-PYTHONPATH pointing at it (checked: the copy's module is the one imported), on the unit tier only:
+PYTHONPATH pointing at it (checked: the copy's module is the one imported), on the unit tier:
   python -m pytest FILES -x -q -n0 -p no:cacheprovider -m "not sim and not testbed and not browser
-  and not process" (timeout per mutant: --timeout, a timeout counts as killed).
+  and not process" (timeout per mutant: --timeout, a timeout counts as killed); with --tier process
+  also the tests that start local processes (-m "not testbed and not browser").
 First the unmutated module (as ast.unparse writes it) must pass, else the run stops.
 
 Usage:
@@ -56,6 +57,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TIER = "not sim and not testbed and not browser and not process"
+# --tier process: also the tests that start local processes (orch in a subprocess, the simulator,
+# systemd-analyze): a module the CLI reaches is often proven there and nowhere in the unit tier
+TIERS = {"unit": TIER, "process": "not testbed and not browser"}
 
 COMPARE_FLIP: dict[type, type] = {
     ast.Eq: ast.NotEq,
@@ -248,11 +252,11 @@ def make_copy(base: Path) -> Path:
     return dest
 
 
-def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | None = None) -> str:
+def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | None = None, tier: str = TIER) -> str:
     """'killed', 'survived' or 'timeout' (counted killed; so is pytest ended by a signal, e.g. a
     signal handler mutated away: the test's own SIGTERM ends pytest): pytest in the copy, unit tier. `said`
     gets the tail of pytest's output (why the unmutated module failed, when it does)."""
-    cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", TIER]
+    cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", tier]
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     try:  # stdin closed: no test may wait on it
         r = subprocess.run(
@@ -288,13 +292,13 @@ def check_copy(tree: Path, module: str) -> None:
 
 
 def run_one(
-    tree: Path, module: str, source: str, m: Mutant, tests: list[str], timeout: float
+    tree: Path, module: str, source: str, m: Mutant, tests: list[str], timeout: float, tier: str = TIER
 ) -> tuple[Mutant, str, str]:
     target = tree / module
     text, shown = apply(source, m)
     try:
         target.write_text(text)
-        outcome = run_tests(tree, tests, timeout)
+        outcome = run_tests(tree, tests, timeout, tier=tier)
     finally:
         target.write_text(source)
     return m, outcome, shown
@@ -310,6 +314,7 @@ def main() -> int:
     p.add_argument("--sample", type=int, default=0, help="run only N mutants, drawn with --seed")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rerun", default=None, help="a --json of an earlier run: only its survivors again")
+    p.add_argument("--tier", choices=sorted(TIERS), default="unit", help="unit (default) or process: see TIERS")
     p.add_argument("--list", action="store_true")
     p.add_argument("--json", default=None)
     args = p.parse_args()
@@ -345,7 +350,7 @@ def _run(args: argparse.Namespace, source: str, mutants: list[Mutant], base: Pat
     (trees[0] / args.module).write_text(plain)
     try:
         said: list[str] = []
-        outcome = run_tests(trees[0], args.tests, args.timeout * 3, said)
+        outcome = run_tests(trees[0], args.tests, args.timeout * 3, said, tier=TIERS[args.tier])
         if outcome != "survived":
             tail = said[0] if said else f"({outcome} after {args.timeout * 3:.0f} s)"
             raise SystemExit(
@@ -361,7 +366,7 @@ def _run(args: argparse.Namespace, source: str, mutants: list[Mutant], base: Pat
     def one(m: Mutant) -> tuple[Mutant, str, str]:
         tree = free.get()  # a copy no other worker is using
         try:
-            return run_one(tree, args.module, source, m, args.tests, args.timeout)
+            return run_one(tree, args.module, source, m, args.tests, args.timeout, TIERS[args.tier])
         finally:
             free.put(tree)
 

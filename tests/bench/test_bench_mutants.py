@@ -40,3 +40,23 @@ def test_a_usage_error_or_no_tests_is_no_outcome(monkeypatch: pytest.MonkeyPatch
     _pytest_ended(monkeypatch, code)
     with pytest.raises(RuntimeError, match=f"pytest exited {code}"):
         mutants.run_tests(tmp_path, ["tests/x.py"], 10.0)
+
+
+@pytest.mark.parametrize(
+    ("tier", "marks"),
+    [("unit", "not sim and not testbed and not browser and not process"), ("process", "not testbed and not browser")],
+)
+def test_the_tier_chooses_which_marked_tests_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tier: str, marks: str
+) -> None:
+    """--tier process also runs the tests that start local processes: the CLI's schedule and queue
+    commands are proven there (systemd-analyze, orch in a subprocess) and nowhere in the unit tier."""
+    seen: list[list[str]] = []
+
+    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, b"", b"")
+
+    monkeypatch.setattr(mutants.subprocess, "run", run)
+    assert mutants.run_tests(tmp_path, ["tests/x.py"], 10.0, tier=mutants.TIERS[tier]) == "survived"
+    assert seen[0][-2:] == ["-m", marks]

@@ -34,3 +34,13 @@ def test_a_resumed_hunt_with_one_trial_done_says_one_trial(capsys: pytest.Captur
         announce(Started("h1", Path("reports/h1"), ("local-sim",), trials=trials, left=0, resumed=True, hunt=hunt))
         got = capsys.readouterr()
         assert got.err == f"resuming h1: {words}; hunt on local-sim -> reports/h1 (its total is decided as it goes)\n"
+
+
+def test_a_folder_with_brackets_is_printed_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """Run folders and resume counts are printed as plain text: `[bold]` in a reports folder's name
+    (a path may hold brackets) was read as rich markup and dropped from the line."""
+    folder = Path("reports/[bold]x/r1")
+    announce(Started("r1", folder, ("local-sim",), trials=4, left=4))
+    assert capsys.readouterr().err == "run r1: 4 trials on local-sim -> reports/[bold]x/r1\n"
+    announce(Started("r[b]1", folder, ("local-sim",), trials=4, left=2, resumed=True))
+    assert capsys.readouterr().err == "resuming r[b]1: 2 of 4 trials left\n"

@@ -37,3 +37,10 @@ def test_a_few_failed_checks_are_each_named_whole(capsys: pytest.CaptureFixture[
     assert [line for line in err.splitlines() if line.startswith("gate failed:")] == [
         f"gate failed: {g}" for g in failed
     ]
+
+
+def test_a_gate_line_is_cut_at_its_stated_length_not_a_character_later(capsys: pytest.CaptureFixture[str]) -> None:
+    whole, longer = "g" * 1000, "g" * 1001
+    output.show_outcome(SweepOutcome(Path("reports/r1"), "r1", "completed", 2, 0, 2, gates_failed=(whole, longer)))
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("gate failed:")]
+    assert lines == [f"gate failed: {whole}", f"gate failed: {'g' * 999}…"]
