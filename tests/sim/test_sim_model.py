@@ -75,3 +75,36 @@ def test_request_rng_is_stable_and_separates_streams() -> None:
     assert a != model.request_rng(0, "decode", "s1/1", "anomaly").random()
     # fixed across processes and Python runs (string seeds hash with SHA-512, not hash())
     assert model.request_rng(0, "decode", "x", "y").random() == pytest.approx(GOLDEN, abs=1e-12)
+
+
+def _flag_model(icc: float) -> SimConfig:
+    from orchestrator.sim.culprits import Cause, CulpritModel
+
+    culprits = CulpritModel((Cause(frozenset({"A"}), 0.3),), background=0.0, icc=icc)
+    return SimConfig("decode", seed=5, culprits=culprits, culprit_flags=frozenset({"A"}))
+
+
+def test_the_flag_models_rate_is_drawn_once_per_trial_and_spread_over_a_sessions_requests() -> None:
+    """With SIM_CULPRITS, a request's rate is the model's trial rate (drawn once per trial, keyed by
+    the part of the session's name before '-') spread over the session's rounds; the DSV4 model's
+    batch rule does not apply."""
+    from orchestrator.sim.culprits import request_rate
+
+    fixed = _flag_model(icc=0.0)
+    assert model.culprit_probability(fixed, "r3-0", 4) == pytest.approx(request_rate(0.3, 4))
+    varied = _flag_model(icc=0.3)
+    one_trial = {model.culprit_probability(varied, f"r3-{i}", 4) for i in range(20)}
+    assert len(one_trial) == 1  # every session of trial r3 fails at the same rate
+    trials = [model.culprit_probability(varied, f"r{t}-0", 1) for t in range(300)]
+    assert len(set(trials)) == 300 and sum(trials) / 300 == pytest.approx(0.3, abs=0.05)
+    u = model.culprit_probability(fixed, "r3-0", 1)  # a draw just under the rate fails, just over passes
+    assert model.decide_outcome(fixed, 1, u - 1e-9, 0.99, session="r3-0", rounds=1) == "leak"
+    assert model.decide_outcome(fixed, 1, u + 1e-9, 0.0, session="r3-0", rounds=1) == "ok"
+
+
+def test_the_latencies_follow_their_stated_formulas() -> None:
+    assert model.prefill_latency_s(1000, 0.5) == pytest.approx(0.004)  # 2 ms + 2 us per token
+    assert model.prefill_latency_s(1000, 0.0) == pytest.approx(0.004 * 0.9)
+    assert model.prefill_latency_s(0, 1.0) == pytest.approx(0.002 * 1.1)
+    assert model.generate_latency_s(ALL_ON, 20) == pytest.approx(model.decode_latency_s(ALL_ON, 1, 0.5))
+    assert model.generate_latency_s(ALL_ON, 1) == pytest.approx(model.decode_latency_s(ALL_ON, 1, 0.5) / 20)

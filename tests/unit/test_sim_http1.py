@@ -189,8 +189,10 @@ def test_a_stale_keep_alive_connection_is_retried_once_by_the_stand_in_router() 
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nnot hex\r\n",
         b"",
+        b"HTTP/2 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 OK 200\r\nContent-Length: 2\r\n\r\nok",
     ],
-    ids=["not-http", "huge-length", "cut-short", "bad-chunk", "closed"],
+    ids=["not-http", "huge-length", "cut-short", "bad-chunk", "closed", "http-2", "no-code"],
 )
 def test_an_answer_the_client_cannot_read_is_a_connection_error(answer: bytes) -> None:
     port, thread, _ = _scripted([_send(answer)])
@@ -210,3 +212,63 @@ def test_a_server_that_never_answers_times_out() -> None:
     finally:
         done.set()
         thread.join(5)
+
+
+def test_a_chunked_body_with_trailers_leaves_the_connection_at_the_next_request(
+    echo: tuple[CountingServer, Echo],
+) -> None:
+    """The trailers after the last chunk are read with it: left unread, they were taken for the
+    next request on the keep-alive connection."""
+    server, app = echo
+    first = b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nTrailer: x\r\n\r\n"
+    second = b"GET /next HTTP/1.1\r\nConnection: close\r\n\r\n"
+    got = exchange(_port(server), first + second)
+    assert got.count(b"HTTP/1.1 200 OK\r\n") == 2, got
+    assert app.seen == [("POST", "/c", b"abc"), ("GET", "/next", b"")]
+
+
+class Failing(Echo):
+    def handle(self, method: str, path: str, body: bytes) -> Reply:
+        return Reply.json(500, {"error": "boom"})
+
+
+def test_a_500_answer_says_its_reason() -> None:
+    server = SimServer(("127.0.0.1", 0), Failing())
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        got = exchange(int(server.server_address[1]), b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert got.startswith(b"HTTP/1.1 500 Internal Server Error\r\n"), got[:60]
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "quoted"),
+    [
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + b"z" * 100 + b"\r\n", b"'" + b"z" * 40 + b"'"),
+        (b"GET / HTTP/2.0\r\n\r\n", b"(2.0)"),
+        (b"GET / HTTP/" + b"3" * 30 + b".0\r\n\r\n", b"(" + b"3" * 15 + b")"),
+    ],
+)
+def test_a_refusal_quotes_what_it_refuses_cut_to_its_stated_length(
+    echo: tuple[CountingServer, Echo], request_bytes: bytes, quoted: bytes
+) -> None:
+    server, _ = echo
+    assert quoted in exchange(_port(server), request_bytes)
+
+
+def test_an_answer_never_sent_is_said_so() -> None:
+    port, thread, _ = _scripted([_send(b"")])
+    with pytest.raises(http1.ResponseError, match="the server closed the connection without answering"):
+        http1.Connection("127.0.0.1", port, 5).request("GET", "/health")
+    thread.join(5)
+
+
+def test_closing_a_connection_never_opened_or_closed_before_does_nothing() -> None:
+    connection = http1.Connection("127.0.0.1", 1, 5)  # nothing is dialled until the first request
+    connection.close()
+    connection.close()
+    assert connection.sock is None and connection.rfile is None
