@@ -76,3 +76,9 @@ def test_hunt_resume_dry_run_still_refuses_another_matrix(tmp_path: Path, capsys
     hunt_run(run_dir, matrix, truth_answer(matrix), limit=10, status="interrupted")
     code = main(["hunt", HUNT, "-i", INVENTORY, "--resume", str(run_dir), "--dry-run"])
     assert code == 2 and "differs from the matrix of run" in capsys.readouterr().err
+
+
+def test_hunt_takes_seed_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 is a seed (as for `orch run --seed 0`), not a missing one."""
+    code = main(["hunt", HUNT, "-i", INVENTORY, "--dry-run", "--out", str(tmp_path), "--seed", "0"])
+    assert code == 0 and "dry run: nothing was changed" in capsys.readouterr().out

@@ -122,3 +122,23 @@ def test_an_interrupted_hunt_keeps_130_and_a_failed_trial_keeps_1() -> None:
     assert _outcome(None, interrupted=True, status="interrupted").exit_code == 130
     assert _outcome(("found", "x"), failed=1, status="failed").exit_code == 1
     assert _outcome(None).exit_code == 0  # not a hunt (or a hunt the report could not replay)
+
+
+def test_orch_hunt_resume_of_an_ended_hunt_ends_with_the_runs_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch hunt M --resume RUN` prints what `orch resume RUN` prints at its end: the trials
+    completed and failed (it ended silent but for the exit code under one mutant)."""
+    matrix = _hunt(tmp_path, monkeypatch, ("alpha", "beta"), 2000)
+    assert _orch_hunt(tmp_path, matrix) == 0
+    said = capsys.readouterr()
+    first = " ".join(said.out.split())
+    # its progress: announced on the terminal, and status.json for `orch status` and `orch serve`
+    assert f"run h1; hunt on tb -> {tmp_path / 'r' / 'h1'}" in said.err, said.err
+    assert (tmp_path / "r" / "h1" / "status.json").is_file()
+    counts = re.search(r"(\d+) trials completed, 0 failed", first)
+    assert counts is not None, first
+    inv, run = str(tmp_path / "inv.yaml"), str(tmp_path / "r" / "h1")
+    assert main(["hunt", str(matrix), "-i", inv, "--resume", run]) == 0
+    again = " ".join(capsys.readouterr().out.split())
+    assert f"{counts.group(1)} trials completed, 0 failed" in again, again

@@ -272,3 +272,33 @@ def test_closing_a_connection_never_opened_or_closed_before_does_nothing() -> No
     connection.close()
     connection.close()
     assert connection.sock is None and connection.rfile is None
+
+
+class Recording(CountingServer):
+    errors: list[BaseException | None]
+
+    def handle_error(self, request: object, client_address: object) -> None:  # type: ignore[override]
+        import sys
+
+        self.errors.append(sys.exc_info()[1])
+
+
+@pytest.mark.parametrize("sent", [b"", b"\r\n"])
+def test_a_client_that_closes_without_a_request_is_no_error(sent: bytes) -> None:
+    """Connected and gone (a port probe, a health check's TCP connect), or an empty line as
+    http.server reads it: the connection ends quietly, no error in the simulator's log."""
+    server = Recording(("127.0.0.1", 0), Echo())
+    server.errors = []
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        if sent:
+            assert exchange(_port(server), sent) == b""  # answered by the close
+        else:
+            socket.create_connection(("127.0.0.1", _port(server)), timeout=5).close()
+        assert exchange(_port(server), b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert server.errors == []
