@@ -132,3 +132,35 @@ def test_percentile_nearest_rank() -> None:
     assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
     assert percentile([7.0], 99) == 7.0
     assert percentile([], 50) != percentile([], 50)  # NaN
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ({"messages": []}, "needs a session id"),
+        ({"metadata": {"other": "x"}, "messages": []}, "needs a session id"),
+        ({"metadata": {"session_id": 7}, "messages": []}, "needs a session id"),
+        ({"user": "s1", "messages": "Step 1 of 2"}, "needs a session id"),
+        ({"user": "s1", "messages": ["a string", {"role": "system", "content": "x"}]}, "no 'Step i of n"),
+    ],
+)
+def test_a_request_without_a_session_or_an_instruction_is_refused_saying_which(
+    body: dict[str, object], said: str
+) -> None:
+    """Refused as a ProtocolError (400 from the decode), never a crash on a message that is not an
+    object or a session id that is not text (metadata.session_id is the one the real router keeps)."""
+    with pytest.raises(protocol.ProtocolError, match=said):
+        protocol.parse_ask(body)
+
+
+def test_a_session_id_in_metadata_is_read_when_user_is_dropped() -> None:
+    ask = protocol.make_ask(random.Random(1), "s9", 1, 2)
+    messages = [{"role": "user", "content": ask.instruction()}]
+    assert protocol.parse_ask({"metadata": {"session_id": "s9"}, "messages": messages}) == ask
+
+
+def test_every_tool_is_offered_as_an_open_function() -> None:
+    specs = protocol.tool_specs()
+    assert [s["function"]["name"] for s in specs] == list(protocol.TOOL_NAMES)  # type: ignore[index]
+    assert all(s["type"] == "function" for s in specs)
+    assert all(s["function"]["parameters"] == {"type": "object", "additionalProperties": True} for s in specs)  # type: ignore[index]

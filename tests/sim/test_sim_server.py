@@ -118,6 +118,19 @@ def test_sigterm_stops_cleanly(sim: Sim) -> None:
     assert decode.text().splitlines()[-1].endswith("stopping")
 
 
+def test_a_prefill_with_its_bootstrap_port_stops_cleanly_too(sim: Sim) -> None:
+    """Its bootstrap port is served from a second thread, which must not keep the process alive
+    once SIGTERM ends the main one (systemd would wait out TimeoutStopSec, then SIGKILL)."""
+    from helpers.netutil import free_ports
+
+    (port,) = free_ports(1)
+    prefill = sim.start("prefill", {"SIM_WARMUP_S": "0"}, extra=("--disaggregation-bootstrap-port", str(port)))
+    wait_until(lambda: get(f"http://127.0.0.1:{port}/health")[0] == 200, timeout=10)
+    prefill.proc.terminate()
+    assert prefill.proc.wait(5) == 0
+    assert prefill.text().splitlines()[-1].endswith("stopping")
+
+
 def test_router_needs_worker_urls() -> None:
     done = subprocess.run([*SERVER, "--role", "router", "--port", "0"], capture_output=True, text=True, timeout=10)
     assert done.returncode == 2 and "--prefill-url" in done.stderr
