@@ -164,3 +164,64 @@ def test_every_tool_is_offered_as_an_open_function() -> None:
     assert [s["function"]["name"] for s in specs] == list(protocol.TOOL_NAMES)  # type: ignore[index]
     assert all(s["type"] == "function" for s in specs)
     assert all(s["function"]["parameters"] == {"type": "object", "additionalProperties": True} for s in specs)  # type: ignore[index]
+
+
+def test_a_valid_json_leak_carries_the_foreign_value_and_a_token_only_when_that_value_is_its_own() -> None:
+    """u >= 0.5: the first argument takes another session's first value, as is; a foreign value
+    equal to its own would leave the call unchanged (an undetectable "leak"), so it gets the
+    special token instead, as a leak with no other session's text does."""
+    a = ask()
+    own = json.loads(a.arguments_json)
+    key = sorted(own)[0]
+    foreign = protocol.leaked_arguments(a, json.dumps({"aaa": "X-foreign"}), 0.7)
+    assert foreign == protocol.canonical_json({**own, key: "X-foreign"})
+    same = protocol.leaked_arguments(a, json.dumps({"aaa": own[key]}), 0.7)
+    assert same == protocol.canonical_json({**own, key: f"{own[key]}{protocol.SPECIAL_TOKEN}"})
+    alone = protocol.leaked_arguments(a, None, 0.7)
+    assert alone == protocol.canonical_json({**own, key: f"{own[key]}{protocol.SPECIAL_TOKEN}"})
+
+
+def test_a_broken_json_leak_is_the_call_cut_a_token_and_the_other_sessions_second_half() -> None:
+    """u < 0.5 (half the leaks): the arguments cut at 30%+u of their length, the special token,
+    then the second half of the other session's text (or a closing `"}` without one)."""
+    a, other = ask(), '{"path":"/srv/app/r1-003/module_2.py","start_line":5}'
+    for u in (0.0, 0.2, 0.49):
+        cut = max(1, int(len(a.arguments_json) * (0.3 + u)))
+        leaked = protocol.leaked_arguments(a, other, u)
+        assert leaked == a.arguments_json[:cut] + protocol.SPECIAL_TOKEN + other[len(other) // 2 :]
+        assert protocol.leaked_arguments(a, None, u) == a.arguments_json[:cut] + protocol.SPECIAL_TOKEN + '"}'
+
+
+def test_a_completion_has_one_choice_at_index_0() -> None:
+    done = protocol.completion({"role": "assistant", "content": "x"}, "stop", "r1")
+    assert done["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]
+    assert done["id"] == "chatcmpl-r1" and done["object"] == "chat.completion"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "not an object",
+        {"bootstrap_host": 5},
+        {"bootstrap_port": "8998"},
+        {"bootstrap_room": True},
+        {"bootstrap_room": 1.5},
+    ],
+)
+def test_bootstrap_fields_of_the_wrong_type_are_refused(payload: object) -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.check_bootstrap(payload)
+
+
+def test_bootstrap_fields_are_optional_and_a_port_may_be_none() -> None:
+    protocol.check_bootstrap({})
+    protocol.check_bootstrap({"bootstrap_host": "10.0.0.1", "bootstrap_port": None, "bootstrap_room": 3})
+
+
+@pytest.mark.parametrize(
+    ("params", "tokens"),
+    [({"max_new_tokens": 0}, 0), ({"max_new_tokens": 7}, 7), ({"max_new_tokens": -1}, 128),
+     ({"max_new_tokens": True}, 128), ({"max_new_tokens": "5"}, 128), ({}, 128), (None, 128)],
+)  # fmt: skip
+def test_max_new_tokens_is_sglangs_with_its_default_of_128(params: object, tokens: int) -> None:
+    assert protocol.max_new_tokens({"sampling_params": params}) == tokens
