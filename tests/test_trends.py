@@ -151,6 +151,26 @@ def test_compare_and_webhook_summary_carry_the_nightly_check(tmp_path: Path) -> 
     assert summarize_run(dirs[-2]).changes == []  # the nights before it were steady
 
 
+def test_orch_compare_says_each_change_of_b_against_its_earlier_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The terminal says what the page's nightly section says: a warning per flagged change, and
+    where the page went (its folder's name with brackets printed as written)."""
+    from orchestrator.cli.main import main
+
+    def regressed(levels: dict[str, str]) -> float:
+        return 0.3 if levels["overlap"] == "off" and levels["bf16_index_k"] == "off" else corruption_rate(levels)
+
+    dirs = _nights(tmp_path, 4, regressed)
+    out = tmp_path / "[b]pages" / "cmp.html"
+    out.parent.mkdir()
+    assert main(["compare", str(dirs[-2]), str(dirs[-1]), "-o", str(out)]) == 0
+    said = capsys.readouterr()
+    warned = [line for line in said.err.splitlines() if "B changed against its earlier runs:" in line]
+    assert warned and all("bf16_index_k=off" in line and "overlap=off" in line for line in warned), said.err
+    assert said.out == f"comparison: {out}\n"
+
+
 ICC_RATE, ICC, TRIALS, SESSIONS = 0.15, 0.05, 4, 50  # the README's own A/A setting
 
 

@@ -88,3 +88,20 @@ def test_a_port_already_taken_exits_1_saying_so(monkeypatch: pytest.MonkeyPatch)
         port = taken.getsockname()[1]
         assert sim_server.main(["--role", "decode", "--port", str(port)]) == 1
     assert f"[decode] fatal: cannot listen on 127.0.0.1:{port}: " in log.getvalue()
+
+
+def test_the_stand_in_router_passes_a_workers_refusal_on_and_logs_it() -> None:
+    prefill, _ = _worker("prefill")
+    decode_log = io.StringIO()
+    cold = WorkerApp(SimConfig("decode", warmup_s=600.0), Log("decode", decode_log))
+    cold.on_listening()  # still warming up: it refuses requests
+    router_log = io.StringIO()
+    with served(prefill) as p_url, served(cold) as d_url:
+        router = RouterApp(SimConfig("router", **READY), Log("router", router_log), p_url, d_url)  # type: ignore[arg-type]
+        try:
+            reply = router.handle("POST", "/generate", json.dumps({"text": "hi"}).encode())
+        finally:
+            router.pool.shutdown()
+    assert reply.status == 503
+    assert "router decode returned 503" in router_log.getvalue()
+    assert "router prefill returned" not in router_log.getvalue() and "router req ok" not in router_log.getvalue()
