@@ -63,3 +63,27 @@ def test_a_request_that_never_joined_the_batch_takes_no_earlier_admission_time()
     ttft, e2e = metrics.ttft.total - ttft_before, metrics.e2e.total - e2e_before
     assert ttft == pytest.approx(e2e) and metrics.requests == 2
     assert metrics.local.admitted is None  # cleared at the start of the request that never joined
+
+
+def test_the_queue_is_the_decodes_requests_in_flight_beyond_its_batch() -> None:
+    decode, engine = _metrics("decode")
+    engine.running = {1: "{}"}
+    decode.inflight = 3
+    assert decode._queued() == 2.0
+    decode.inflight = 0
+    assert decode._queued() == 0.0  # never negative
+    prefill, prefill_engine = _metrics("prefill")
+    prefill_engine.running = {}
+    prefill.inflight = 3
+    assert prefill._queued() == 0.0  # a prefill queues nothing here
+
+
+def test_throughput_counts_only_the_tokens_of_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.sim import metrics as sim_metrics
+
+    decode, _ = _metrics("decode")
+    now = 1000.0
+    monkeypatch.setattr(sim_metrics.time, "monotonic", lambda: now)
+    decode.recent.extend([(now - sim_metrics.THROUGHPUT_WINDOW_S - 1, 500), (now - 1, 30)])
+    assert decode._throughput() == 30 / sim_metrics.THROUGHPUT_WINDOW_S
+    assert list(decode.recent) == [(now - 1, 30)]  # the old one is dropped, not counted again
