@@ -139,3 +139,31 @@ def test_status_says_a_run_left_changed_on_one_line_a_log_greps(
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"{manifest.run_id}: NOT restored: decode; finish with: orch restore "), first
     assert first.endswith(str(run_dir.absolute())) and len(first) > 80
+
+
+def test_an_installed_schedule_names_what_it_runs_and_where_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`orch schedule install`'s last line names the command and the folder it runs in (a checkout
+    under a folder named with brackets printed as written); systemctl is scripted here (a real one
+    runs in the testbed's systemd tests)."""
+    from orchestrator.edges.transport import Result
+    from orchestrator.team import schedule
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def systemctl(scope: str, args: object) -> Result:
+        calls.append((scope, tuple(args)))  # type: ignore[arg-type]
+        return Result("localhost", "systemctl", 0, "", "", 0.0)
+
+    real_install = schedule.install
+    monkeypatch.setattr(schedule, "install", lambda s, scope, unit_dir: real_install(s, scope, unit_dir, systemctl))
+    checkout = tmp_path / "[b]checkout"
+    checkout.mkdir()
+    monkeypatch.chdir(checkout)
+    reports, units = checkout / "reports", tmp_path / "units"
+    args = ["schedule", "install", "nightly", "--on-active", "60", "--user", "root", "--unit-dir", str(units)]
+    assert main([*args, "--reports", str(reports)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last == f"it runs `orch queue run --reports {reports.resolve()}` in {checkout} as root", last
+    assert [c[1] for c in calls] == [("daemon-reload",), ("enable", "--now", "orch-nightly.timer")]
