@@ -43,3 +43,14 @@ def test_the_torn_line_is_counted_past_a_block(tmp_path: Path) -> None:
     lines = (3 << 20) // len(line)
     journal.write_text(line * lines + line[:-10])
     assert torn_line(journal) == lines + 1
+
+
+def test_report_of_a_run_without_a_journal_warns_of_no_torn_line(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run stopped before its first trial has no journal: its report is written, and nothing
+    is said of a torn line (there is no line)."""
+    (run_dir / "journal.jsonl").unlink()
+    assert main(["report", str(run_dir)]) == 0
+    said = capsys.readouterr()
+    assert "torn" not in said.err and said.out == f"report: {run_dir / 'index.html'}\n"
