@@ -9,11 +9,11 @@ from __future__ import annotations
 import io
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from helpers.serving import in_thread
 
 from orchestrator.sim import server as sim_server
 from orchestrator.sim.flags import SimConfig
@@ -50,15 +50,8 @@ def test_the_worker_arguments_say_one_tensor_and_one_data_parallel_rank() -> Non
 
 @contextmanager
 def served(app: WorkerApp) -> Iterator[str]:
-    server = SimServer(("127.0.0.1", 0), app)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with in_thread(SimServer(("127.0.0.1", 0), app)) as server:
         yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def test_the_stand_in_router_sends_each_request_to_both_workers_with_a_new_room() -> None:

@@ -229,3 +229,24 @@ class FakeSweeps:
         (run_dir / "run.json").write_text("{}")
         record_run_dir(run_dir)
         return run_dir
+
+
+def unrestored_run(reports: Path) -> Path:
+    """A completed run whose final restore left `decode` changed, in status.json as the sweep
+    writes it (RestoreStatus is the writer `orch restore` uses; the sweep's LiveStatus writes
+    the same fields through the same left_changed)."""
+    from helpers.report_synth import synthetic_run, write_run
+
+    from orchestrator.store.atomic import write_json_atomic
+    from orchestrator.store.liveness import StatusFile
+    from orchestrator.team.livestatus import RestoreStatus
+
+    manifest, records = synthetic_run(replicates=1, failures=False)
+    run_dir = write_run(reports / manifest.run_id, manifest, records)
+    status = StatusFile(
+        run_id=manifest.run_id, name=manifest.name, testbed="local", host="h", pid=1, pid_start=1,
+        state="finished", started=manifest.started, updated=manifest.started, done=8, total=8, failed=0,
+    )  # fmt: skip
+    write_json_atomic(run_dir / "status.json", status)
+    RestoreStatus(run_dir).restore_ended(["decode"])
+    return run_dir

@@ -120,24 +120,13 @@ def test_status_says_a_run_left_changed_on_one_line_a_log_greps(
 ) -> None:
     """The first line `orch status` prints for a run whose restore left a host changed is one line
     however long (a timer's log or a pipe is 80 columns: wrapped, `orch restore PATH` was cut in two)."""
-    from helpers.report_synth import synthetic_run, write_run
-
-    from orchestrator.store.atomic import write_json_atomic
-    from orchestrator.store.liveness import StatusFile
-    from orchestrator.team.livestatus import RestoreStatus
+    from .helpers import unrestored_run
 
     reports = tmp_path / ("reports-" + "x" * 60)
-    manifest, records = synthetic_run(replicates=1, failures=False)
-    run_dir = write_run(reports / manifest.run_id, manifest, records)
-    status = StatusFile(
-        run_id=manifest.run_id, name=manifest.name, testbed="local", host="h", pid=1, pid_start=1,
-        state="finished", started=manifest.started, updated=manifest.started, done=8, total=8, failed=0,
-    )  # fmt: skip
-    write_json_atomic(run_dir / "status.json", status)
-    RestoreStatus(run_dir).restore_ended(["decode"])
+    run_dir = unrestored_run(reports)
     assert main(["status", "--reports", str(reports)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith(f"{manifest.run_id}: NOT restored: decode; finish with: orch restore "), first
+    assert first.startswith(f"{run_dir.name}: NOT restored: decode; finish with: orch restore "), first
     assert first.endswith(str(run_dir.absolute())) and len(first) > 80
 
 

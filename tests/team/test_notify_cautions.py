@@ -9,33 +9,16 @@ from helpers.report_synth import cell_id, synthetic_run, write_run
 
 from orchestrator.report.render import fresh_summary
 from orchestrator.report.site import index_page, run_entries
-from orchestrator.store.atomic import write_json_atomic
-from orchestrator.store.liveness import StatusFile
 from orchestrator.team.livestatus import RestoreStatus
 from orchestrator.team.notify import Webhook, chat_safe, send, summarize_run
 
-from .helpers import webhook_receiver
-
-
-def _unrestored_run(reports: Path) -> Path:
-    """A completed run whose final restore left `decode` changed, in status.json as the sweep
-    writes it (RestoreStatus is the writer `orch restore` uses; the sweep's LiveStatus writes
-    the same fields through the same left_changed)."""
-    manifest, records = synthetic_run(replicates=1, failures=False)
-    run_dir = write_run(reports / manifest.run_id, manifest, records)
-    status = StatusFile(
-        run_id=manifest.run_id, name=manifest.name, testbed="local", host="h", pid=1, pid_start=1,
-        state="finished", started=manifest.started, updated=manifest.started, done=8, total=8, failed=0,
-    )  # fmt: skip
-    write_json_atomic(run_dir / "status.json", status)
-    RestoreStatus(run_dir).restore_ended(["decode"])
-    return run_dir
+from .helpers import unrestored_run, webhook_receiver
 
 
 def test_a_run_that_left_its_hosts_changed_says_so_in_the_webhook_as_the_index_does(tmp_path: Path) -> None:
     """The index, /api/runs and `orch status` say `NOT restored: decode` (status.json) first; the
     webhook said only `completed`, so a teammate reading the chat took the testbed as clean."""
-    run_dir = _unrestored_run(tmp_path / "reports")
+    run_dir = unrestored_run(tmp_path / "reports")
     (entry,) = run_entries(tmp_path / "reports", fresh_summary)
     assert entry.not_restored == ("decode",) and entry.status == "completed"
     command = f"orch restore {run_dir.absolute()}"
@@ -49,7 +32,7 @@ def test_a_run_that_left_its_hosts_changed_says_so_in_the_webhook_as_the_index_d
 
 
 def test_once_orch_restore_put_the_hosts_back_the_webhook_no_longer_says_not_restored(tmp_path: Path) -> None:
-    run_dir = _unrestored_run(tmp_path / "reports")
+    run_dir = unrestored_run(tmp_path / "reports")
     RestoreStatus(run_dir).restore_ended([])  # `orch restore` put decode back
     summary = summarize_run(run_dir, base_url="")
     assert (summary.not_restored, summary.restore_with) == ([], "")

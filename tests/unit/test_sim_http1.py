@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import pytest
 from helpers.netutil import exchange
+from helpers.serving import in_thread
 
 from orchestrator.sim import http1
 from orchestrator.sim.server import App, Reply, SimServer, Upstream
@@ -233,15 +234,8 @@ class Failing(Echo):
 
 
 def test_a_500_answer_says_its_reason() -> None:
-    server = SimServer(("127.0.0.1", 0), Failing())
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
-        got = exchange(int(server.server_address[1]), b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with in_thread(SimServer(("127.0.0.1", 0), Failing())) as server:
+        got = exchange(_port(server), b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 500 Internal Server Error\r\n"), got[:60]
 
 
@@ -287,18 +281,11 @@ class Recording(CountingServer):
 def test_a_client_that_closes_without_a_request_is_no_error(sent: bytes) -> None:
     """Connected and gone (a port probe, a health check's TCP connect), or an empty line as
     http.server reads it: the connection ends quietly, no error in the simulator's log."""
-    server = Recording(("127.0.0.1", 0), Echo())
-    server.errors = []
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with in_thread(Recording(("127.0.0.1", 0), Echo())) as server:
+        server.errors = []
         if sent:
             assert exchange(_port(server), sent) == b""  # answered by the close
         else:
             socket.create_connection(("127.0.0.1", _port(server)), timeout=5).close()
         assert exchange(_port(server), b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
     assert server.errors == []
