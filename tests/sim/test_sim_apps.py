@@ -16,15 +16,15 @@ import pytest
 from helpers.serving import in_thread
 
 from orchestrator.sim import server as sim_server
-from orchestrator.sim.flags import SimConfig
+from orchestrator.sim.flags import Role, SimConfig
 from orchestrator.sim.server import Log, RouterApp, SimServer, WorkerApp, worker_args
 
-READY = dict(warmup_s=0.0)
+READY = 0.0  # warm-up seconds: ready at once
 
 
-def _worker(role: str) -> tuple[WorkerApp, io.StringIO]:
+def _worker(role: Role) -> tuple[WorkerApp, io.StringIO]:
     log = io.StringIO()
-    app = WorkerApp(SimConfig(role, **READY), Log(role, log))  # type: ignore[arg-type]
+    app = WorkerApp(SimConfig(role, warmup_s=READY), Log(role, log))
     app.on_listening()
     return app, log
 
@@ -57,7 +57,7 @@ def served(app: WorkerApp) -> Iterator[str]:
 def test_the_stand_in_router_sends_each_request_to_both_workers_with_a_new_room() -> None:
     (prefill, prefill_log), (decode, decode_log) = _worker("prefill"), _worker("decode")
     with served(prefill) as p_url, served(decode) as d_url:
-        router = RouterApp(SimConfig("router", **READY), Log("router", io.StringIO()), p_url, d_url)  # type: ignore[arg-type]
+        router = RouterApp(SimConfig("router", warmup_s=READY), Log("router", io.StringIO()), p_url, d_url)
         try:
             ask = {"text": "hello world", "sampling_params": {"max_new_tokens": 2}}
             first = router.handle("POST", "/generate", json.dumps(ask).encode())
@@ -90,7 +90,7 @@ def test_the_stand_in_router_passes_a_workers_refusal_on_and_logs_it() -> None:
     cold.on_listening()  # still warming up: it refuses requests
     router_log = io.StringIO()
     with served(prefill) as p_url, served(cold) as d_url:
-        router = RouterApp(SimConfig("router", **READY), Log("router", router_log), p_url, d_url)  # type: ignore[arg-type]
+        router = RouterApp(SimConfig("router", warmup_s=READY), Log("router", router_log), p_url, d_url)
         try:
             reply = router.handle("POST", "/generate", json.dumps({"text": "hi"}).encode())
         finally:

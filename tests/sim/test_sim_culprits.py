@@ -52,7 +52,8 @@ def test_a_session_of_no_rounds_is_read_as_one() -> None:
 def test_more_flags_than_the_model_holds_are_refused() -> None:
     names = [f"F{i}" for i in range(MAX_FLAGS + 1)]
     at_most = {"SIM_CULPRITS": "&".join(names[:MAX_FLAGS]) + ":0.1"}
-    assert model_from_env(at_most) is not None and len(model_from_env(at_most).flags) == MAX_FLAGS  # type: ignore[union-attr]
+    model = model_from_env(at_most)
+    assert model is not None and len(model.flags) == MAX_FLAGS
     with pytest.raises(CulpritSpecError, match=f"name {MAX_FLAGS + 1} flags \\(at most {MAX_FLAGS}\\)"):
         model_from_env({"SIM_CULPRITS": "F0:0.1", "SIM_FLAG_EFFECTS": ",".join(f"{n}:0.01" for n in names)})
 

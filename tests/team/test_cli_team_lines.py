@@ -7,6 +7,7 @@ prints folder names as written; `orch status` reads another store without changi
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -141,8 +142,8 @@ def test_an_installed_schedule_names_what_it_runs_and_where_as_written(
 
     calls: list[tuple[str, tuple[str, ...]]] = []
 
-    def systemctl(scope: str, args: object) -> Result:
-        calls.append((scope, tuple(args)))  # type: ignore[arg-type]
+    def systemctl(scope: str, args: Sequence[str]) -> Result:
+        calls.append((scope, tuple(args)))
         return Result("localhost", "systemctl", 0, "", "", 0.0)
 
     real_install = schedule.install

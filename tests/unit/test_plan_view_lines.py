@@ -5,6 +5,7 @@ reference level's trials alone (not every other level's)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -21,9 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 INVENTORY = REPO / "inventory/local.yaml"
 
 
-def _said(show: object, *args: object, **kwargs: object) -> str:
+def _said(show: Callable[..., None], *args: object, **kwargs: object) -> str:
     console = Console(width=400, record=True)
-    show(*args, console, **kwargs)  # type: ignore[operator]
+    show(*args, console, **kwargs)
     return console.export_text()
 
 
