@@ -386,3 +386,64 @@ def test_a_wall_driven_by_the_failures_of_cells_stopped_high_is_no_finding_after
     assert not any(c.numbers["wall"].significant for c in adaptive.cells) and not names_a_finding(adaptive)
     assert [e.p for e in fixed.number_effects] == [e.p for e in adaptive.number_effects]
     assert [c.numbers["wall"].p for c in fixed.cells] == [c.numbers["wall"].p for c in adaptive.cells]
+
+
+def _rounds_handed_out(source: AdaptiveSource, plan, rounds: int) -> list:  # type: ignore[no-untyped-def]
+    """The steps of the first `rounds` rounds, handed out and not recorded yet."""
+    count = sum(1 for s in plan.steps if s.trial.round < rounds)
+    steps = [source.next() for _ in range(count)]
+    assert all(s is not None and s.trial.round < rounds for s in steps)
+    return steps
+
+
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_closed_source_decides_nothing_on_the_trials_recorded_after(tmp_path, closed: bool) -> None:
+    """close() (the sweep is stopping): a round it cut short is never complete, so a trial recorded
+    after it (a parallel testbed finishing) decides nothing; open, the same trial decides."""
+    m, plan = plan_of(tmp_path)
+    reference = AdaptiveSource(plan.steps, set(), m)
+    drive(reference, lambda s: 2 if s.trial.is_baseline else 0)
+    first = min(reference.stopped_at.values())  # the first boundary that decides a cell
+    decided: list[str] = []
+    source = AdaptiveSource(plan.steps, set(), m, on_decision=lambda c, d: decided.append(c))
+    steps = _rounds_handed_out(source, plan, first)
+    for step in steps[:-1]:
+        source.record(record(step, 2 if step.trial.is_baseline else 0))
+    assert decided == []  # the last round before it is not whole yet
+    if closed:
+        source.close()
+    source.record(record(steps[-1], 2 if steps[-1].trial.is_baseline else 0))
+    source.remaining()
+    assert (decided == []) is closed and (source.closed == {}) is closed
+
+
+def test_only_a_journaled_decision_of_a_cell_of_this_plan_is_adopted_once(tmp_path) -> None:
+    m, plan = plan_of(tmp_path)
+    cell = next(s.trial.cell.id for s in plan.steps if not s.trial.is_baseline)
+
+    def event(kind: str, on: str | None, state: str, rounds: int) -> EventRecord:
+        message = f"stopped after {rounds} rounds: decided {state}"
+        return EventRecord(run_id="r", event=kind, at="t", cell=on, state=state, message=message)
+
+    ignored = [event("run_started", cell, "different", 3), event("cell_decided", None, "different", 3),
+               event("cell_decided", "nosuch=cell", "different", 3)]  # fmt: skip
+    assert AdaptiveSource(plan.steps, set(), m, decided=ignored).closed == {}
+    twice = [event("cell_decided", cell, "different", 3), event("cell_decided", cell, "no_difference", 5)]
+    closed = AdaptiveSource(plan.steps, set(), m, decided=twice).closed
+    assert list(closed) == [cell] and (closed[cell].state, closed[cell].rounds) == ("different", 3)
+
+
+def test_the_spread_counts_no_trial_of_a_later_round_or_of_a_cell_stopped_before_it(tmp_path) -> None:
+    """The variance inflation at a boundary pools the trials of the rounds before it, leaving out
+    a stopped cell's trials from its stop on (a parallel testbed ran them meanwhile)."""
+    from orchestrator.core.clustered import dispersion
+
+    m, plan = plan_of(tmp_path)
+    source = AdaptiveSource(plan.steps, set(), m)
+    source.trials = {
+        0: ("a", 0, 1, 10), 1: ("a", 1, 5, 10), 2: ("a", 2, 9, 10),  # a stopped at boundary 2
+        3: ("b", 0, 2, 10), 4: ("b", 1, 2, 10), 5: ("b", 2, 8, 10), 6: ("b", 3, 0, 10),
+    }  # fmt: skip
+    source.stopped_at = {"a": 2}
+    expected = dispersion([[(1, 10), (5, 10)], [(2, 10), (2, 10), (8, 10)]]).inflation()
+    assert source._inflation(3) == expected

@@ -76,7 +76,6 @@ class AdaptiveSource(StepSource):
         self._ended = False  # close(): the rounds it cut short are never complete, nothing more is decided
         self.cells = {s.trial.cell.id for s in steps if not s.trial.is_baseline}
         self.baseline = next((s.trial.cell.id for s in steps if s.trial.is_baseline), None)
-        self.skipped: list[Step] = []
         for record in prior:
             self._count(record)
         for event in decided:
@@ -96,7 +95,6 @@ class AdaptiveSource(StepSource):
             if self._usable(step):
                 return True
             self._taken[self._next] = True
-            self.skipped.append(step)
         return False
 
     def _usable(self, step: Step) -> bool:

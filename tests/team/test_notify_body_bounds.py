@@ -6,7 +6,9 @@ counts the rest; the report link and the restore command are never cut."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import pytest
 from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.core.clip import clip, clip_list
@@ -126,3 +128,53 @@ def test_clip_and_clip_list_show_the_cut() -> None:
     assert clip("abcdef", 4) == "abc…" and clip("abcd", 4) == "abcd"
     assert clip_list(["a", "bbbbbb", "c", "d"], 2, 3) == ["a", "bb…", "… and 2 more"]
     assert clip_list(["a", "b"], 2, 3) == ["a", "b"]
+
+
+def _sized(headline: int, suspect: int) -> Summary:
+    return Summary(
+        run_id="r1", name="n", status="completed", headline="H" * headline, link=LINK, trials=8, failed=0,
+        planned=8, suspect=["S" * suspect],
+    )  # fmt: skip
+
+
+def test_each_text_is_cut_at_its_stated_cap_not_a_character_later() -> None:
+    """The headline's 2,000 characters and a suspect reason's 600 (JSON_CAPS): a text of the cap is
+    sent whole, one character more is cut with an ellipsis."""
+    whole = _sized(2000, 600).json_body()
+    assert whole["headline"] == "H" * 2000 and whole["suspect"] == ["S" * 600]
+    cut = _sized(2001, 601).json_body()
+    assert cut["headline"] == "H" * 1999 + "…" and cut["suspect"] == ["S" * 599 + "…"]
+
+
+def test_a_summary_without_planned_trials_says_no_counts() -> None:
+    """An item that could not run (queue's error summary): no `0/0 trials` in its text."""
+    from orchestrator.team.notify import error_summary
+
+    summary = error_summary("m", "decode.env not found")
+    assert summary.planned == 0 and "trials" not in summary.text()
+
+
+def test_send_closes_the_client_it_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from orchestrator.team import notify
+
+    made: list[httpx.Client] = []
+    real = httpx.Client
+
+    def client(**kwargs: Any) -> httpx.Client:
+        made.append(real(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(notify.httpx, "Client", client)
+    with webhook_receiver() as rx:
+        (delivery,) = send(_sized(10, 10), [Webhook.parse(rx.url)])
+    assert delivery.ok and len(made) == 1 and made[0].is_closed
+
+
+def test_plain_http_is_said_for_another_machine_only() -> None:
+    from orchestrator.team.notify import plain_http
+
+    hooks = [Webhook.parse(u) for u in ("http://hooks.example/T/x", "http://127.0.0.1:9/x", "https://hooks.example/y")]
+    said = plain_http(hooks)
+    assert len(said) == 1 and said[0].startswith("webhook 'http://hooks.example/") and "plain http" in said[0]

@@ -4,6 +4,7 @@ for json.loads is "not JSON" (review B: these failed through client.get / .json(
 
 from __future__ import annotations
 
+import socket
 import time
 
 import httpx
@@ -149,3 +150,39 @@ def test_a_server_answering_a_lone_surrogate_says_no_server_info_and_its_trial_i
         parse_json(body, URL)
     with httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body))) as c:
         assert server_info("http://server.fake:30000", c) is None
+
+
+def _due_now() -> tuple[httpread._Watchdog, socket.socket, socket.socket]:
+    """A watchdog whose deadline (and grace) has passed, and a socket pair: ours, the peer's."""
+    ours, peer = socket.socketpair()
+    peer.settimeout(2)
+    return httpread._Watchdog(time.monotonic() - httpread.WATCHDOG_GRACE_S - 1.0, None), ours, peer
+
+
+def test_a_cancelled_deadline_never_shuts_the_socket_down_later() -> None:
+    """A request that ended cancels its deadline; the socket (a pooled keep-alive connection the
+    next request uses) must not be shut down when the old deadline comes round."""
+    reaper = httpread._Reaper()
+    dog, ours, peer = _due_now()
+    with ours, peer:
+        reaper.arm(dog, (ours,))
+        reaper.cancel(dog)
+        time.sleep(0.3)  # the reaper thread has popped the due entry by now
+        ours.sendall(b"still open")
+        assert peer.recv(64) == b"still open" and not dog.fired
+
+
+def test_deadlines_due_at_the_same_moment_each_fire() -> None:
+    """Two requests armed with the same deadline: the heap orders them by their arming, never by
+    comparing the watchdogs (a TypeError in the reaper thread left every later deadline unfired)."""
+    reaper = httpread._Reaper()
+    (first, a, a_peer), (second, b, b_peer) = _due_now(), _due_now()
+    second.deadline = first.deadline
+    with a, a_peer, b, b_peer:
+        reaper.arm(first, (a,))
+        reaper.arm(second, (b,))
+        end = time.monotonic() + 5
+        while not (first.fired and second.fired) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert first.fired and second.fired
+        assert a_peer.recv(8) == b"" and b_peer.recv(8) == b""  # shut down: each peer sees the end
