@@ -186,3 +186,22 @@ def test_deadlines_due_at_the_same_moment_each_fire() -> None:
             time.sleep(0.01)
         assert first.fired and second.fired
         assert a_peer.recv(8) == b"" and b_peer.recv(8) == b""  # shut down: each peer sees the end
+
+
+def test_a_status_only_request_reads_no_body_and_calls_none_cut() -> None:
+    """max_bytes 0 (a probe that needs the status alone): no body read, and not "truncated" (a
+    health check reads a truncated answer as one it could not parse)."""
+    with httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(503, content=b"x" * 100))) as c:
+        answer = request(c, "GET", URL, deadline_s=1.0, max_bytes=0)
+    assert (answer.status, answer.body, answer.truncated) == (503, b"", False)
+
+
+def test_a_timed_out_answer_has_no_status() -> None:
+    """A timeout has no HTTP status to show (a scrape says "HTTP <status>" only when there is one)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with httpx.Client(transport=httpx.MockTransport(handler)) as c, pytest.raises(AnswerTimedOut) as caught:
+        request(c, "GET", URL, deadline_s=1.0, max_bytes=10)
+    assert caught.value.status is None
