@@ -412,9 +412,10 @@ def test_a_closed_source_decides_nothing_on_the_trials_recorded_after(tmp_path, 
     assert decided == []  # the last round before it is not whole yet
     if closed:
         source.close()
-    source.record(record(steps[-1], 2 if steps[-1].trial.is_baseline else 0))
-    source.remaining()
+    source.record(record(steps[-1], 2 if steps[-1].trial.is_baseline else 0))  # decided here, when known
     assert (decided == []) is closed and (source.closed == {}) is closed
+    if closed:
+        assert source.next() is None and source.remaining() == 0  # and nothing more is handed out
 
 
 def test_only_a_journaled_decision_of_a_cell_of_this_plan_is_adopted_once(tmp_path) -> None:
@@ -447,3 +448,25 @@ def test_the_spread_counts_no_trial_of_a_later_round_or_of_a_cell_stopped_before
     source.stopped_at = {"a": 2}
     expected = dispersion([[(1, 10), (5, 10)], [(2, 10), (2, 10), (8, 10)]]).inflation()
     assert source._inflation(3) == expected
+
+
+def test_a_failed_trial_or_one_without_the_metric_counts_for_no_decision(tmp_path) -> None:
+    m, plan = plan_of(tmp_path)
+    source = AdaptiveSource(plan.steps, set(), m)
+    step = source.next()
+    assert step is not None
+    failed = record(step, 3).model_copy(update={"status": "failed"})
+    source.record(failed)
+    without = record(step, 3).model_copy(update={"metrics": {}})
+    source.record(without)
+    assert source.counts == {} and source.trials == {}
+    source.record(record(step, 3))
+    assert source.counts == {(step.trial.cell.id, step.trial.round): [3, 10]}
+
+
+def test_a_journaled_decision_without_its_rounds_in_words_is_adopted_at_0_rounds(tmp_path) -> None:
+    m, plan = plan_of(tmp_path)
+    cell = next(s.trial.cell.id for s in plan.steps if not s.trial.is_baseline)
+    event = EventRecord(run_id="r", event="cell_decided", at="t", cell=cell, state="no_difference", message="old")
+    decision = AdaptiveSource(plan.steps, set(), m, decided=[event]).closed[cell]
+    assert (decision.state, decision.rounds, decision.reason) == ("no_difference", 0, "old")
