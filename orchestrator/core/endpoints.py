@@ -23,10 +23,12 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 INET_ATON_FORM = re.compile(r"\A(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}\Z")
 
 
-def host_port(host: str, port: int | str) -> str:
+def host_port(host: str, port: int | str | None) -> str:
     """`host:port`, an IPv6 address in brackets (`[2001:db8::2]:22`), as URLs, ssh and
-    known_hosts write it: `2001:db8::2:22` reads as another address on no port."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    known_hosts write it: `2001:db8::2:22` reads as another address on no port. Without a port
+    (None), the host alone as a URL writes it (`[2001:db8::2]`)."""
+    server = f"[{host}]" if ":" in host else host
+    return server if port is None else f"{server}:{port}"
 
 
 def canonical_host(host: str) -> str:

@@ -129,8 +129,7 @@ def shown_url(url: str) -> str:
     if parts.password is None:
         return url
     host = parts.hostname or ""
-    server = host_port(host, port) if port else f"[{host}]" if ":" in host else host  # an IPv6 one in brackets
-    netloc = f"{parts.username or ''}:***@{server}"
+    netloc = f"{parts.username or ''}:***@{host_port(host, port or None)}"  # an IPv6 host in brackets
     return urlunsplit(parts._replace(netloc=netloc))
 
 
