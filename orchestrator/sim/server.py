@@ -29,7 +29,7 @@ import socketserver
 import sys
 import threading
 import time
-from typing import Callable, NamedTuple, TextIO
+from typing import Callable, Mapping, NamedTuple, TextIO
 from urllib.parse import urlsplit
 
 from orchestrator.sim import VERSION, http1, model, protocol
@@ -39,6 +39,8 @@ from orchestrator.sim.metrics import WorkerMetrics
 ROUTER_UPSTREAM_TIMEOUT_S = 600.0  # the repro bounds each request itself
 ROUTER_PREFILL_THREADS = 128  # the stand-in router's prefill calls in flight (sessions run concurrently)
 READINESS_PROBE_TIMEOUT_S = 1.0
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+STOP_POLL_S = 0.05  # how soon a stopped server's accept loop notices (socketserver polls)
 
 
 class Log:
@@ -79,6 +81,9 @@ class App:
     def on_listening(self) -> None:
         """Called once the socket is bound and the start line is logged."""
 
+    def on_stop(self) -> None:
+        """Called once a stop is asked for, before the "stopping" line."""
+
     def handle(self, method: str, path: str, body: bytes) -> Reply:
         route = self.routes.get((method, path.split("?", 1)[0]))
         if route is None:
@@ -96,12 +101,20 @@ class Warmup:
     def __init__(self, cfg: SimConfig, log: Log) -> None:
         self.cfg, self.log = cfg, log
         self._ready = threading.Event()
+        self._timer: threading.Timer | None = None
 
     def start(self) -> None:
         if not self.cfg.never_ready:
-            timer = threading.Timer(self.cfg.warmup_s, self._become_ready)
-            timer.daemon = True
-            timer.start()
+            self._timer = threading.Timer(self.cfg.warmup_s, self._become_ready)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def stop(self) -> None:
+        """No "ready" line after "stopping": a timer already firing logs before it, one that has
+        not fired never does."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join()
 
     def _become_ready(self) -> None:
         self.log.line("ready")
@@ -201,6 +214,9 @@ class WorkerApp(App):
 
     def on_listening(self) -> None:
         self.warmup.start()
+
+    def on_stop(self) -> None:
+        self.warmup.stop()
 
     def health(self, _body: bytes) -> Reply:
         if self.warmup.ready():
@@ -481,52 +497,86 @@ def build_app(role: Role, cfg: SimConfig, log: Log, args: argparse.Namespace) ->
     return WorkerApp(cfg, log, args.disaggregation_bootstrap_port)
 
 
-def serve_bootstrap(host: str, port: int | None) -> SimServer | None:
-    """A prefill's bootstrap port, served from a daemon thread (closed by the caller)."""
-    if port is None:
-        return None
-    server = SimServer((host, port), BootstrapApp(host, port))
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
-    return server
+class CannotListen(Exception):
+    """A port that cannot be opened; the message names which (a prefill opens two)."""
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> None:
-    """SIGTERM (systemd stop, orch stop) ends the server cleanly with exit code 0."""
-    raise SystemExit(0)
-
-
-def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # before the port opens: a stop is clean
-    args = parse_args(argv)
-    log = Log(args.role)
+def listen(host: str, port: int, app: App) -> SimServer:
     try:
-        cfg = config_from_env(args.role, os.environ)
+        return SimServer((host, port), app)
+    except OSError as exc:
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc}") from exc
+
+
+def open_servers(args: argparse.Namespace, cfg: SimConfig, log: Log) -> list[SimServer]:
+    """The role's port, then a prefill's bootstrap port (the first closed again if the second
+    cannot open)."""
+    server = listen(args.host, args.port, build_app(args.role, cfg, log, args))
+    port = args.disaggregation_bootstrap_port
+    if port is None:
+        return [server]
+    try:
+        return [server, listen(args.host, port, BootstrapApp(args.host, port))]
+    except CannotListen:
+        server.server_close()
+        raise
+
+
+def serve(args: argparse.Namespace, log: Log, wait_for_stop: Callable[[], object], environ: Mapping[str, str]) -> int:
+    """Serve until `wait_for_stop` returns, then exit code 0 with "stopping" the main thread's last line."""
+    try:
+        cfg = config_from_env(args.role, environ)
         if cfg.fail_start:
             log.line("fatal: SIM_FAIL_START is set, the model failed to load")
             return 1
-        server = SimServer((args.host, args.port), build_app(args.role, cfg, log, args))
-        bootstrap = serve_bootstrap(args.host, args.disaggregation_bootstrap_port)
+        servers = open_servers(args, cfg, log)
     except SimConfigError as exc:
         log.line(f"error: {exc}")
         return 2
-    except OSError as exc:
-        log.line(f"fatal: cannot listen on {args.host}:{args.port}: {exc}")
+    except CannotListen as exc:
+        log.line(f"fatal: {exc}")
         return 1
+    app = servers[0].app
+    log.lines(
+        [
+            *cfg.warnings,
+            f"{VERSION} {args.role} listening on {shown_address(servers[0])} pid={os.getpid()} {cfg_line(cfg)}",
+        ]
+    )
+    app.on_listening()
+    for server in servers:
+        threading.Thread(target=server.serve_forever, args=(STOP_POLL_S,), daemon=True).start()
+    wait_for_stop()
+    app.on_stop()
+    log.line("stopping")
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+    return 0
+
+
+def shown_address(server: SimServer) -> str:
     host, port = server.server_address[:2]
     if isinstance(host, bytes):  # socketserver types the address loosely; AF_INET gives text
         host = host.decode()
-    flags = " ".join(f"{k}={v}" for k, v in cfg.effective_flags().items())
-    log.lines([*cfg.warnings, f"{VERSION} {args.role} listening on {host}:{port} pid={os.getpid()} {flags}"])
-    try:
-        server.app.on_listening()
-        server.serve_forever(poll_interval=0.5)
-    except (KeyboardInterrupt, SystemExit):
-        log.line("stopping")
-    finally:
-        server.server_close()
-        if bootstrap is not None:
-            bootstrap.server_close()
-    return 0
+    return f"{host}:{port}"
+
+
+def cfg_line(cfg: SimConfig) -> str:
+    return " ".join(f"{k}={v}" for k, v in cfg.effective_flags().items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """SIGTERM (systemd stop, orch stop) and SIGINT are blocked from the start, in every thread
+    the server makes (threads inherit the mask), and taken by sigwait in the main thread, which
+    then stops the servers from one place. A handler that raised SystemExit landed wherever the
+    main thread was: between the start line and the serve loop (no "stopping" line), or inside
+    socketserver's accept, whose clean-up closed a new connection's socket under its handler
+    thread (a traceback on the log). One that only set an event could run on a server thread's
+    signal and never wake the main thread waiting on it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    args = parse_args(argv)
+    return serve(args, Log(args.role), lambda: signal.sigwait(STOP_SIGNALS), os.environ)
 
 
 if __name__ == "__main__":

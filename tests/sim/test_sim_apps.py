@@ -2,13 +2,16 @@
 the thirteenth mutation round found them tested only through the real router or not at all: a
 route with a query string, an unknown route, a chat the decode cannot read, the worker arguments
 orch's DP check and the router read, the stand-in router's forwarding (both workers, a fresh
-bootstrap room each time, decode's answer) and its server info, and a port already taken."""
+bootstrap room each time, decode's answer) and its server info, and a port already taken. Then
+how a server stops (its stop taken in one place, so "stopping" is the last line it logs)."""
 
 from __future__ import annotations
 
 import io
 import json
 import socket
+import time
+from argparse import Namespace
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -74,7 +77,9 @@ def test_the_stand_in_router_sends_each_request_to_both_workers_with_a_new_room(
 
 
 def test_a_port_already_taken_exits_1_saying_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sim_server.signal, "signal", lambda *a: None)  # the test's own SIGTERM stays as it is
+    monkeypatch.setattr(
+        sim_server.signal, "pthread_sigmask", lambda *a: set()
+    )  # the test's own signals stay as they are
     log = io.StringIO()
     monkeypatch.setattr(sim_server, "Log", lambda role: Log(role, log))
     with socket.create_server(("127.0.0.1", 0)) as taken:
@@ -98,3 +103,76 @@ def test_the_stand_in_router_passes_a_workers_refusal_on_and_logs_it() -> None:
     assert reply.status == 503
     assert "router decode returned 503" in router_log.getvalue()
     assert "router prefill returned" not in router_log.getvalue() and "router req ok" not in router_log.getvalue()
+
+
+def _args(role: Role, bootstrap: int | None = None) -> Namespace:
+    return sim_server.parse_args(
+        ["--role", role, "--port", "0"]
+        + ([] if bootstrap is None else ["--disaggregation-bootstrap-port", str(bootstrap)])
+    )
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_a_stop_asked_before_the_serve_loop_still_ends_on_stopping_with_both_ports_closed() -> None:
+    """SIGTERM between the start line and the serve loop used to end the process with no
+    "stopping" line (the SystemExit its handler raised landed outside the try). Now the stop is
+    taken at one place: whenever it came, the servers were serving and are closed after it."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        bootstrap = probe.getsockname()[1]
+    log = io.StringIO()
+    seen: list[bool] = []
+
+    def stop_at_once() -> None:
+        time.sleep(0.1)  # the serve threads are started before the wait: they accept meanwhile
+        seen.append(_refused(bootstrap))
+
+    code = sim_server.serve(_args("prefill", bootstrap), Log("prefill", log), stop_at_once, {"SIM_WARMUP_S": "0"})
+    lines = log.getvalue().splitlines()
+    assert code == 0 and lines[-1].endswith("[prefill] stopping") and "listening on 127.0.0.1:" in lines[0]
+    assert seen == [False]  # the bootstrap port was open while it served
+    assert _refused(bootstrap) and _refused(int(lines[0].split("listening on 127.0.0.1:")[1].split()[0]))
+
+
+def test_no_ready_line_comes_after_stopping() -> None:
+    """A warm-up timer still to fire is cancelled by the stop (it logged "ready" after "stopping"
+    under load: the last line a test or a service manager reads was not the stop)."""
+    log = io.StringIO()
+    code = sim_server.serve(_args("decode"), Log("decode", log), lambda: None, {"SIM_WARMUP_S": "0.3"})
+    time.sleep(0.5)  # past the warm-up: a timer left running would log now
+    assert code == 0 and "ready" not in log.getvalue() and log.getvalue().splitlines()[-1].endswith("stopping")
+
+
+def test_a_warmup_stopped_while_firing_has_logged_ready_before_stop_returns() -> None:
+    log = io.StringIO()
+    warmup = sim_server.Warmup(SimConfig("decode", warmup_s=0.0), Log("decode", log))
+    warmup.start()
+    warmup.stop()  # joins the timer: whatever it logs, it has logged
+    assert warmup.ready() == ("ready" in log.getvalue())
+    sim_server.Warmup(SimConfig("decode", never_ready=True), Log("decode", log)).stop()  # no timer: nothing to stop
+
+
+def test_a_bootstrap_port_already_taken_is_named_and_the_role_port_closed_again() -> None:
+    """The message named the role's port (`--port`), which had opened fine, and left it open."""
+    log = io.StringIO()
+    opened: list[SimServer] = []
+    real_listen = sim_server.listen
+
+    def listen(host: str, port: int, app: sim_server.App) -> SimServer:
+        server = real_listen(host, port, app)
+        opened.append(server)
+        return server
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sim_server, "listen", listen)
+            code = sim_server.serve(_args("prefill", port), Log("prefill", log), lambda: None, {})
+    assert code == 1 and f"[prefill] fatal: cannot listen on 127.0.0.1:{port}: " in log.getvalue()
+    assert len(opened) == 1 and opened[0].socket.fileno() == -1  # the role's port, closed again
