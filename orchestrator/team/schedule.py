@@ -26,7 +26,7 @@ from typing import Callable, Literal, Sequence
 
 from orchestrator.edges.transport import Result
 from orchestrator.errors import OrchError, UsageError
-from orchestrator.team.queue import parse_until, scheduled_window, time_of_day
+from orchestrator.team.queue import parse_until, time_of_day
 
 Scope = Literal["system", "user"]
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -297,7 +297,6 @@ def until_args(until: str | None, on_calendar: str | None, on_active_s: float | 
             "cannot be counted from its start",
             hint="schedule one time a day (e.g. '*-*-* 01:00') or drop --until",
         )
-    scheduled_window(until, at, now)  # checks --until
     return ["--until", until, "--scheduled", at]
 
 
