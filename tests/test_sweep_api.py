@@ -298,6 +298,9 @@ def test_the_queue_starts_a_new_item_through_the_api(tmp_path: Path) -> None:
     assert result.message == "2/2 trials, 0 failed"
     (sink,) = stub.sinks
     assert isinstance(sink, Tee) and any(isinstance(s, LiveStatus) for s in sink.sinks)  # status.json too
+    finished = [s for s in shown if isinstance(s, api.SweepOutcome)]
+    assert finished == [dataclasses.replace(stub.result, run_dir=tmp_path / request.run_id)]  # shown once, at the end
+    assert shown[-1] is finished[0]
     assert shown[0] == "queue: item 7 (overlap_ablation.yaml): starting" and shown[-1].run_dir == result.run_dir
 
 
