@@ -144,8 +144,8 @@ def test_no_ready_line_comes_after_stopping() -> None:
     """A warm-up timer still to fire is cancelled by the stop (it logged "ready" after "stopping"
     under load: the last line a test or a service manager reads was not the stop)."""
     log = io.StringIO()
-    code = sim_server.serve(_args("decode"), Log("decode", log), lambda: None, {"SIM_WARMUP_S": "0.3"})
-    time.sleep(0.5)  # past the warm-up: a timer left running would log now
+    code = sim_server.serve(_args("decode"), Log("decode", log), lambda: None, {"SIM_WARMUP_S": "1"})
+    time.sleep(1.3)  # past the warm-up: a timer left running would log now
     assert code == 0 and "ready" not in log.getvalue() and log.getvalue().splitlines()[-1].endswith("stopping")
 
 
