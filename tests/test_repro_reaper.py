@@ -255,6 +255,23 @@ def test_the_shell_leads_its_own_group_once_the_reaper_says_it_started(tmp_path:
                 repro.close()
 
 
+@pytest.mark.process
+def test_the_reapers_start_line_says_its_prctl_took_and_when_the_shell_started(tmp_path: Path) -> None:
+    """START's SUBREAPER (1: orphans come to the reaper, not init) and the shell's start time,
+    read from /proc by the reaper before the shell could end (orch's repro.pid carries it)."""
+    from orchestrator.edges import reaper
+
+    with open(tmp_path / "out", "wb") as out:
+        repro = reaper.start("exec sleep 5", tmp_path, dict(os.environ), out, out)
+        try:
+            fields = Path(f"/proc/{repro.pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            assert repro.subreaper is True and repro.start_ticks == int(fields[19]) > 0
+        finally:
+            os.killpg(repro.pid, signal.SIGKILL)
+            repro.wait()
+            repro.close()
+
+
 def _started_then(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -211,8 +211,10 @@ def _read_spec(ctl: int) -> bytes | None:
     """The length line and payload orch sends (None: its end closed first)."""
     data = b""
     while b"\n" not in data:
+        if len(data) > 32:  # no length line orch writes: refused now, not at the next read
+            return None
         chunk = _read(ctl, 65536)
-        if not chunk or len(data) > 32:
+        if not chunk:
             return None
         data += chunk
     head, _, payload = data.partition(b"\n")

@@ -100,6 +100,106 @@ def test_the_reaper_reads_the_spec_in_pieces_and_nothing_once_orch_is_gone(
     assert reaper_process._read_spec(theirs.fileno()) is None
 
 
+def _read_spec_in_thread(fd: int) -> list[bytes | None]:
+    """_read_spec in a daemon thread given 5 s: [] if it is still reading (a hang under a mutant)."""
+    got: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: got.append(reaper_process._read_spec(fd)), daemon=True)
+    reader.start()
+    reader.join(5)
+    return got
+
+
+def test_a_spec_cut_short_by_orchs_end_is_nothing_to_run(pair: tuple[socket.socket, socket.socket]) -> None:
+    """orch gone after the length line and part of the payload: the reaper runs nothing (its
+    loop ended on the first empty read, not on a count it would never reach)."""
+    ours, theirs = pair
+    ours.sendall(b"100\n" + b"x" * 10)
+    ours.close()
+    assert _read_spec_in_thread(theirs.fileno()) == [None]
+
+
+def test_a_length_over_the_cap_or_a_length_line_too_long_is_refused_without_waiting(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """Neither waits for a payload orch is still sending (orch's end stays open here)."""
+    ours, theirs = pair
+    ours.sendall(b"%d\n" % (reaper_process.MAX_SPEC_BYTES + 1))
+    assert _read_spec_in_thread(theirs.fileno()) == [None]
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"1" * 40)  # no newline within 32 bytes: not a length orch writes
+        assert _read_spec_in_thread(b.fileno()) == [None]
+
+
+def test_a_spec_at_the_cap_is_read_whole(pair: tuple[socket.socket, socket.socket]) -> None:
+    ours, theirs = pair
+    payload = b"true\0" + b"A=" + b"b" * (reaper_process.MAX_SPEC_BYTES - 7)
+    assert len(payload) == reaper_process.MAX_SPEC_BYTES
+    sender = threading.Thread(target=lambda: ours.sendall(b"%d\n" % len(payload) + payload), daemon=True)
+    sender.start()
+    got = _read_spec_in_thread(theirs.fileno())
+    sender.join(5)
+    assert len(got) == 1 and got[0] == payload
+
+
+def test_a_process_gone_has_no_start_time_and_no_parent() -> None:
+    gone = 2**22 + 1  # above pid_max's default: no such process
+    assert reaper_process.start_ticks(gone) == 0 and reaper_process.parent_and_state(gone) is None
+    fields = open(f"/proc/{os.getpid()}/stat", "rb").read().rsplit(b")", 1)[1].split()
+    assert reaper_process.start_ticks(os.getpid()) == int(fields[19]) > 0  # field 22 of the whole line
+    assert reaper_process.parent_and_state(os.getpid()) == (os.getppid(), fields[0])
+
+
+def test_a_parent_chain_that_never_reaches_the_reaper_or_init_ends_not_under_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A walk of parents is bounded (MAX_DEPTH): a chain that never ends is not the reaper's."""
+    monkeypatch.setattr(reaper_process, "parent_and_state", lambda pid: (pid + 1, b"S"))
+    assert reaper_process.under(10, 5) is False  # 5 is below every pid of the chain
+    monkeypatch.setattr(reaper_process, "parent_and_state", lambda pid: (pid + 1, b"S") if pid < 20 else (1, b"S"))
+    assert reaper_process.under(10, 1) is False  # init adopts every orphan: reaching it is not being ours
+
+
+def test_the_reaper_says_whether_it_reaped_the_shell_so_its_pid_is_never_killed_again(
+    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """_serve tells EXIT and returns True once the shell is reaped, False if orch's end closed
+    first; _finish then SIGKILLs the shell's group only if it was not reaped (a reaped shell's pid
+    may name another process group by then). No process is started or killed: waitpid, killpg and
+    the walk of descendants are faked."""
+    shell = 4321
+    exits = [{4322: 0, shell: 256}]  # another child and the shell (exit code 1)
+    monkeypatch.setattr(reaper_process, "_reap", lambda: exits.pop(0) if exits else {})
+    killed: list[int] = []
+    monkeypatch.setattr(reaper_process.os, "killpg", lambda pgid, sig: killed.append(pgid))
+    monkeypatch.setattr(reaper_process, "descendants", lambda pid: [])
+    ours, theirs = pair
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    try:
+        os.write(wake_w, b"x")
+        got: list[bool] = []
+        server = threading.Thread(target=lambda: got.append(reaper_process._serve(theirs.fileno(), wake_r, shell)))
+        server.start()
+        ours.settimeout(5)
+        assert ours.recv(64) == b"EXIT 256\n"  # only the shell's exit is told
+        os.write(wake_w, b"x")  # a later child's exit: nothing more to tell
+        ours.shutdown(socket.SHUT_WR)  # orch's end closes
+        server.join(5)
+        assert got == [True]
+        reaper_process._finish(None, wake_r)
+        assert killed == []
+        ours2, theirs2 = socket.socketpair()
+        with ours2, theirs2:
+            ours2.close()
+            assert reaper_process._serve(theirs2.fileno(), wake_r, shell) is False  # orch gone, shell running
+        reaper_process._finish(shell, wake_r)
+        assert killed == [shell]
+    finally:
+        os.close(wake_r)
+        os.close(wake_w)
+
+
 # ---------------------------------------------------------------- the reaper's descendants on a faked /proc
 
 
