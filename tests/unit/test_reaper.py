@@ -123,7 +123,8 @@ def test_a_length_over_the_cap_or_a_length_line_too_long_is_refused_without_wait
 ) -> None:
     """Neither waits for a payload orch is still sending (orch's end stays open here)."""
     ours, theirs = pair
-    ours.sendall(b"%d\n" % (reaper_process.MAX_SPEC_BYTES + 1))
+    assert reaper_process.MAX_SPEC_BYTES == 64 << 20  # stated here: a test reading the cap moves with it
+    ours.sendall(b"%d\n" % ((64 << 20) + 1))
     assert _read_spec_in_thread(theirs.fileno()) == [None]
     a, b = socket.socketpair()
     with a, b:
@@ -148,6 +149,20 @@ def test_a_process_gone_has_no_start_time_and_no_parent() -> None:
     fields = open(f"/proc/{os.getpid()}/stat", "rb").read().rsplit(b")", 1)[1].split()
     assert reaper_process.start_ticks(os.getpid()) == int(fields[19]) > 0  # field 22 of the whole line
     assert reaper_process.parent_and_state(os.getpid()) == (os.getppid(), fields[0])
+
+
+def test_a_stat_line_that_cannot_be_read_has_no_start_time_or_parent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too short, or not numbers where numbers are (a kernel's format orch does not know)."""
+    monkeypatch.setattr(reaper_process, "_stat_fields", lambda pid: [b"S", b"1"])
+    assert reaper_process.start_ticks(7) == 0 and reaper_process.parent_and_state(7) == (1, b"S")
+    monkeypatch.setattr(reaper_process, "_stat_fields", lambda pid: [b"S", b"x", *[b"0"] * 17, b"y"])
+    assert reaper_process.start_ticks(7) == 0 and reaper_process.parent_and_state(7) is None
+
+
+def test_a_parent_gone_during_the_walk_ends_it_not_under_the_reaper(monkeypatch: pytest.MonkeyPatch) -> None:
+    chain = {10: (11, b"S"), 11: (12, b"S")}  # 12 exited while the walk went up
+    monkeypatch.setattr(reaper_process, "parent_and_state", chain.get)
+    assert reaper_process.under(10, REAPER_PID) is False
 
 
 def test_a_parent_chain_that_never_reaches_the_reaper_or_init_ends_not_under_it(
