@@ -272,6 +272,20 @@ def test_the_reapers_start_line_says_its_prctl_took_and_when_the_shell_started(t
             repro.close()
 
 
+@pytest.mark.process
+def test_a_shell_that_cannot_be_executed_exits_127(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reaper's forked child execs /bin/sh; if that fails it exits 127, the shell's own "not
+    found" code, which orch reports as the repro's exit (a fork of this test stands in for it)."""
+    from orchestrator.edges import reaper_process
+
+    monkeypatch.setattr(reaper_process, "SHELL", "/nonexistent/sh")
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child never returns
+        reaper_process._exec_shell(b"true", {}, None, os.getppid())
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 127
+
+
 def _started_then(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

@@ -215,6 +215,56 @@ def test_the_reaper_says_whether_it_reaped_the_shell_so_its_pid_is_never_killed_
         os.close(wake_w)
 
 
+def test_a_shell_reaped_when_orch_is_gone_counts_as_reaped(
+    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """EXIT cannot be told (orch's end closed): the shell was still reaped, so _finish must not
+    SIGKILL its pid's group."""
+    shell = 4321
+    monkeypatch.setattr(reaper_process, "_reap", lambda: {shell: 0})
+    ours, theirs = pair
+    ours.shutdown(socket.SHUT_RD)  # orch reads no more: the write of EXIT fails (EPIPE)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    try:
+        os.write(wake_w, b"x")
+        assert reaper_process._serve(theirs.fileno(), wake_r, shell) is True
+    finally:
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def test_the_last_round_goes_on_while_something_is_left_to_kill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_finish SIGKILLs what is left under the reaper, reaps, and looks again until nothing is left
+    (or FINISH_S): a daemon's child forked between two rounds is killed in the next one. Nothing
+    real is killed: the pidfd calls and the walk are faked."""
+    rounds = [[51, 52], [53], []]
+    walks: list[int] = []
+
+    def descendants(pid: int) -> list[int]:
+        walks.append(pid)
+        return rounds.pop(0) if rounds else []
+
+    sent: list[int] = []
+    opened: list[int] = []
+    monkeypatch.setattr(reaper_process, "descendants", descendants)
+    monkeypatch.setattr(reaper_process, "_reap", dict)
+    monkeypatch.setattr(reaper_process, "under", lambda pid, me: True)
+    monkeypatch.setattr(
+        reaper_process.os, "pidfd_open", lambda pid: (opened.append(pid), os.open(os.devnull, os.O_RDONLY))[1]
+    )
+    monkeypatch.setattr(reaper_process._signal, "pidfd_send_signal", lambda fd, sig: sent.append(sig))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)  # as _wake_on_sigchld makes it
+    try:
+        reaper_process._finish(None, wake_r)
+    finally:
+        os.close(wake_r)
+        os.close(wake_w)
+    assert opened == [51, 52, 53] and sent == [signal.SIGKILL] * 3
+    assert walks == [os.getpid()] * 3  # two rounds that killed, one that found nothing
+
+
 # ---------------------------------------------------------------- the reaper's descendants on a faked /proc
 
 
