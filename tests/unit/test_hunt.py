@@ -196,6 +196,26 @@ def test_a_share_over_1_that_is_no_percentage_gets_no_percentage_hint(tmp_path: 
     assert "must be < 1.0, got '1.5'" in str(err.value) and err.value.hint is None
 
 
+def test_a_hunt_sections_defaults_are_those_readme_states(tmp_path: Path) -> None:
+    """README: min_failures (2), icc (0.03), sessions_per_trial (10), max_sessions (3000), max_or (4)."""
+    spec = read_matrix(_matrix(tmp_path, "  metric: corruption\n")).hunt
+    assert spec is not None
+    got = (spec.min_failures, spec.icc, spec.sessions_per_trial, spec.max_sessions, spec.max_or)
+    assert got == (2, 0.03, 10, 3000, 4) and (spec.posterior, spec.confidence) == (0.95, 0.99)
+
+
+@pytest.mark.parametrize(
+    ("key", "most"),
+    [("min_failures", 100), ("sessions_per_trial", 100_000), ("max_sessions", 10_000_000), ("max_or", 4)],
+)
+def test_a_hunt_fields_bound_is_taken_and_one_past_it_refused_at_its_line(tmp_path: Path, key: str, most: int) -> None:
+    spec = read_matrix(_matrix(tmp_path, f"  metric: corruption\n  {key}: {most}\n")).hunt
+    assert spec is not None and getattr(spec, key) == most
+    with pytest.raises(ConfigError, match=rf"m.yaml:\d+.*hunt.{key}") as err:
+        read_matrix(_matrix(tmp_path, f"  metric: corruption\n  {key}: {most + 1}\n"))
+    assert f"must be <= {most}, got '{most + 1}'" in str(err.value)
+
+
 @pytest.mark.parametrize("key", ["exclude", "include", "zips"])
 def test_a_hunt_refuses_design_keys_it_would_ignore(tmp_path: Path, key: str) -> None:
     """A hunt picks its own configurations: an `exclude:` of the all-failing configuration was
