@@ -216,6 +216,24 @@ def test_a_hunt_fields_bound_is_taken_and_one_past_it_refused_at_its_line(tmp_pa
     assert f"must be <= {most}, got '{most + 1}'" in str(err.value)
 
 
+def test_a_hunt_metric_that_is_no_proportion_is_told_which_are(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"m.yaml:\d+.*'nope' is not a proportion metric") as err:
+        read_matrix(_matrix(tmp_path, "  metric: nope\n"))
+    assert err.value.hint == "proportion metrics: corruption"
+
+
+def _decoys(count: int) -> str:
+    return "".join(f"  decoy{i}:\n    env: {{decode: SIM_DECOY_{i}}}\n    levels: [a, b]\n" for i in range(count))
+
+
+def test_a_hunt_takes_at_most_20_suspects(tmp_path: Path) -> None:
+    """16 in dsv4_hunt.yaml: 4 more are taken, 5 more refused at the factors (2^21 configurations)."""
+    spec = read_matrix(_matrix(tmp_path, "  metric: corruption\n", _decoys(4))).hunt
+    assert spec is not None and len(spec.flags) == 20
+    with pytest.raises(ConfigError, match=r"m.yaml:\d+.*a hunt takes at most 20 suspect flags, got 21"):
+        read_matrix(_matrix(tmp_path, "  metric: corruption\n", _decoys(5)))
+
+
 @pytest.mark.parametrize("key", ["exclude", "include", "zips"])
 def test_a_hunt_refuses_design_keys_it_would_ignore(tmp_path: Path, key: str) -> None:
     """A hunt picks its own configurations: an `exclude:` of the all-failing configuration was
