@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,7 +302,46 @@ def run_one(
         outcome = run_tests(tree, tests, timeout, tier=tier)
     finally:
         target.write_text(source)
+        stop_strays(tree)
     return m, outcome, shown
+
+
+def strays(tree: Path, procs: Iterable[tuple[int, str, str]], me: int) -> list[int]:
+    """The processes (pid, cwd, command line) a run in `tree` left: working in it or naming it.
+    Why: a mutant can keep a process the tests started alive past pytest's end, in a session of its
+    own that the timeout's kill never reaches (a mutated repro reaper spun at 96% CPU for an hour
+    after its run, under every later measurement)."""
+    inside = str(tree)
+    return [
+        pid
+        for pid, cwd, cmdline in procs
+        if pid != me and (cwd == inside or cwd.startswith(inside + "/") or inside in cmdline)
+    ]
+
+
+def _procs() -> Iterator[tuple[int, str, str]]:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or not ours to read
+            continue
+        yield int(entry.name), cwd, cmdline
+
+
+def stop_strays(tree: Path) -> int:
+    """SIGKILL what a mutant's run left (see strays); how many."""
+    pids = strays(tree, _procs(), os.getpid())
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if pids:
+        print(f"stopped {len(pids)} process(es) a mutant's run left: {pids}", file=sys.stderr)
+    return len(pids)
 
 
 def main() -> int:

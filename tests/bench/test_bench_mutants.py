@@ -60,3 +60,30 @@ def test_the_tier_chooses_which_marked_tests_run(
     monkeypatch.setattr(mutants.subprocess, "run", run)
     assert mutants.run_tests(tmp_path, ["tests/x.py"], 10.0, tier=mutants.TIERS[tier]) == "survived"
     assert seen[0][-2:] == ["-m", marks]
+
+
+def test_the_processes_a_mutants_run_left_are_those_in_or_naming_its_copy(tmp_path: Path) -> None:
+    tree = tmp_path / "orch-mutants-x"
+    procs = [
+        (10, str(tree), "python -m orchestrator.sim.server --role decode"),  # started in the copy
+        (11, "/", f"python -I -S -c import reaper_process {tree}/orchestrator/edges 16"),  # names it
+        (12, str(tree / "tests"), "sleep 30"),
+        (13, str(tmp_path / "orch-mutants-x2"), "sleep 30"),  # another worker's copy: not this one's
+        (14, "/work/main", "python -m pytest"),
+        (15, str(tree), "python bench/mutants.py"),  # this process
+    ]
+    assert mutants.strays(tree, procs, me=15) == [10, 11, 12]
+
+
+@pytest.mark.process
+def test_a_process_left_in_the_copy_is_stopped(tmp_path: Path) -> None:
+    import os
+
+    left = subprocess.Popen(["sleep", "30"], cwd=tmp_path, start_new_session=True)
+    try:
+        assert mutants.stop_strays(tmp_path) == 1
+        assert left.wait(5) == -9
+    finally:
+        if left.poll() is None:
+            os.kill(left.pid, 9)
+            left.wait()
