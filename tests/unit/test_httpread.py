@@ -163,11 +163,18 @@ def test_a_cancelled_deadline_never_shuts_the_socket_down_later() -> None:
     """A request that ended cancels its deadline; the socket (a pooled keep-alive connection the
     next request uses) must not be shut down when the old deadline comes round."""
     reaper = httpread._Reaper()
-    dog, ours, peer = _due_now()
+    ours, peer = socket.socketpair()
+    peer.settimeout(2)
+    # due a second from now: cancelled well before (armed due already, the reaper thread could
+    # fire between arm and cancel, as it should: CI caught that once)
+    dog = httpread._Watchdog(time.monotonic() + 1.0 - httpread.WATCHDOG_GRACE_S, None)
     with ours, peer:
         reaper.arm(dog, (ours,))
         reaper.cancel(dog)
-        time.sleep(0.3)  # the reaper thread has popped the due entry by now
+        end = time.monotonic() + 5
+        while reaper._heap and time.monotonic() < end:  # its entry leaves at its time, firing nothing
+            time.sleep(0.02)
+        assert not reaper._heap
         ours.sendall(b"still open")
         assert peer.recv(64) == b"still open" and not dog.fired
 
