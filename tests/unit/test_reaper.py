@@ -48,6 +48,17 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
     theirs.close()
 
 
+@pytest.fixture
+def wake() -> Iterator[tuple[int, int]]:
+    """(read end, write end) of the reaper's SIGCHLD wake-up pipe, its read end non-blocking as
+    _wake_on_sigchld makes it (_drain reads it until it would block)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    yield read_end, write_end
+    os.close(read_end)
+    os.close(write_end)
+
+
 def _reaped(ours: socket.socket, fake: FakeReaper | None = None) -> Reaped:
     return Reaped(fake or FakeReaper(), ours, 4001, True, 12.5)  # type: ignore[arg-type]
 
@@ -176,7 +187,7 @@ def test_a_parent_chain_that_never_reaches_the_reaper_or_init_ends_not_under_it(
 
 
 def test_the_reaper_says_whether_it_reaped_the_shell_so_its_pid_is_never_killed_again(
-    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket]
+    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket], wake: tuple[int, int]
 ) -> None:
     """_serve tells EXIT and returns True once the shell is reaped, False if orch's end closed
     first; _finish then SIGKILLs the shell's group only if it was not reaped (a reaped shell's pid
@@ -189,34 +200,29 @@ def test_the_reaper_says_whether_it_reaped_the_shell_so_its_pid_is_never_killed_
     monkeypatch.setattr(reaper_process.os, "killpg", lambda pgid, sig: killed.append(pgid))
     monkeypatch.setattr(reaper_process, "descendants", lambda pid: [])
     ours, theirs = pair
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    try:
-        os.write(wake_w, b"x")
-        got: list[bool] = []
-        server = threading.Thread(target=lambda: got.append(reaper_process._serve(theirs.fileno(), wake_r, shell)))
-        server.start()
-        ours.settimeout(5)
-        assert ours.recv(64) == b"EXIT 256\n"  # only the shell's exit is told
-        os.write(wake_w, b"x")  # a later child's exit: nothing more to tell
-        ours.shutdown(socket.SHUT_WR)  # orch's end closes
-        server.join(5)
-        assert got == [True]
-        reaper_process._finish(None, wake_r)
-        assert killed == []
-        ours2, theirs2 = socket.socketpair()
-        with ours2, theirs2:
-            ours2.close()
-            assert reaper_process._serve(theirs2.fileno(), wake_r, shell) is False  # orch gone, shell running
-        reaper_process._finish(shell, wake_r)
-        assert killed == [shell]
-    finally:
-        os.close(wake_r)
-        os.close(wake_w)
+    wake_r, wake_w = wake
+    os.write(wake_w, b"x")
+    got: list[bool] = []
+    server = threading.Thread(target=lambda: got.append(reaper_process._serve(theirs.fileno(), wake_r, shell)))
+    server.start()
+    ours.settimeout(5)
+    assert ours.recv(64) == b"EXIT 256\n"  # only the shell's exit is told
+    os.write(wake_w, b"x")  # a later child's exit: nothing more to tell
+    ours.shutdown(socket.SHUT_WR)  # orch's end closes
+    server.join(5)
+    assert got == [True]
+    reaper_process._finish(None, wake_r)
+    assert killed == []
+    ours2, theirs2 = socket.socketpair()
+    with ours2, theirs2:
+        ours2.close()
+        assert reaper_process._serve(theirs2.fileno(), wake_r, shell) is False  # orch gone, shell running
+    reaper_process._finish(shell, wake_r)
+    assert killed == [shell]
 
 
 def test_a_shell_reaped_when_orch_is_gone_counts_as_reaped(
-    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket]
+    monkeypatch: pytest.MonkeyPatch, pair: tuple[socket.socket, socket.socket], wake: tuple[int, int]
 ) -> None:
     """EXIT cannot be told (orch's end closed): the shell was still reaped, so _finish must not
     SIGKILL its pid's group."""
@@ -224,17 +230,13 @@ def test_a_shell_reaped_when_orch_is_gone_counts_as_reaped(
     monkeypatch.setattr(reaper_process, "_reap", lambda: {shell: 0})
     ours, theirs = pair
     ours.shutdown(socket.SHUT_RD)  # orch reads no more: the write of EXIT fails (EPIPE)
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    try:
-        os.write(wake_w, b"x")
-        assert reaper_process._serve(theirs.fileno(), wake_r, shell) is True
-    finally:
-        os.close(wake_r)
-        os.close(wake_w)
+    os.write(wake[1], b"x")
+    assert reaper_process._serve(theirs.fileno(), wake[0], shell) is True
 
 
-def test_the_last_round_goes_on_while_something_is_left_to_kill(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_last_round_goes_on_while_something_is_left_to_kill(
+    monkeypatch: pytest.MonkeyPatch, wake: tuple[int, int]
+) -> None:
     """_finish SIGKILLs what is left under the reaper, reaps, and looks again until nothing is left
     (or FINISH_S): a daemon's child forked between two rounds is killed in the next one. Nothing
     real is killed: the pidfd calls and the walk are faked."""
@@ -254,13 +256,7 @@ def test_the_last_round_goes_on_while_something_is_left_to_kill(monkeypatch: pyt
         reaper_process.os, "pidfd_open", lambda pid: (opened.append(pid), os.open(os.devnull, os.O_RDONLY))[1]
     )
     monkeypatch.setattr(reaper_process._signal, "pidfd_send_signal", lambda fd, sig: sent.append(sig))
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)  # as _wake_on_sigchld makes it
-    try:
-        reaper_process._finish(None, wake_r)
-    finally:
-        os.close(wake_r)
-        os.close(wake_w)
+    reaper_process._finish(None, wake[0])
     assert opened == [51, 52, 53] and sent == [signal.SIGKILL] * 3
     assert walks == [os.getpid()] * 3  # two rounds that killed, one that found nothing
 
