@@ -46,6 +46,19 @@ def test_table_statistic_is_the_direct_one_and_the_p_ignores_order_and_arm_names
     assert trialexact.pair_pvalue([(3, 40), (30, 40)], [(0, 40), (1, 40)]) > 0.2  # the spread explains it
 
 
+def test_unequal_arms_are_looked_up_in_the_calibrations_order_whichever_arm_is_the_cell() -> None:
+    """The calibration key orders the arms by their sessions; pair_pvalue must hand the counts over
+    in that order. Equal designs cannot tell: here the baseline ran three trials, one of them short."""
+    cell, base = [(9, 40), (7, 40)], [(0, 30), (1, 40), (0, 40)]
+    key = trialexact.design([40, 40], [30, 40, 40])
+    assert key == ((30, 40, 40), (40, 40))  # the baseline's arm comes first
+    want = float(trialexact.calibration(*key).pvalues([0, 0, 1], [9, 7]))
+    assert trialexact.pair_pvalue(cell, base) == want == trialexact.pair_pvalue(base, cell)
+    assert want < ALPHA
+    flat = float(trialexact.calibration(*key).pvalues([9, 7, 0], [0, 1, 0]))  # the counts put in the wrong slots
+    assert flat != want
+
+
 @pytest.mark.parametrize("rate", [0.01, 0.05, 0.15, 0.4])
 def test_its_error_rate_is_held_at_alpha_up_to_the_icc_bound_and_bounded_beyond(rate: float) -> None:
     """Its own guarantee, on fresh draws (another seed than the calibration's): A/A <= 5% for

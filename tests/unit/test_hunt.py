@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.core.config import read_matrix
-from orchestrator.core.hunt import REST_TRIALS, Hunt, HuntSettings, drive
+from orchestrator.core.hunt import REST_TRIALS, Hunt, HuntResult, HuntSettings, drive
 from orchestrator.core.hunt_model import ModelSettings, enumerate_hypotheses
 from orchestrator.core.records import MetricValue, TrialRecord
 from orchestrator.errors import ConfigError
@@ -288,6 +288,62 @@ def test_a_resumed_hunt_replays_its_journal_and_asks_what_the_first_would_have()
     original = HuntSource(matrix, first[:killed_after])
     assert [resumed.next().trial.cell for _ in range(3)] == [original.next().trial.cell for _ in range(3)]  # type: ignore[union-attr]
     assert resumed.hunt.sessions == sum(r.metrics["corruption"].n or 0 for r in first[:killed_after])
+
+
+def _answer_all(source: HuntSource, limit: int, seed: int = 5) -> list[TrialRecord]:
+    """Hand out and answer up to `limit` trials (the DSV4 AND at 16% of 20, background 0.5%)."""
+    spec = source.matrix.hunt
+    assert spec is not None
+    rng, records = random.Random(seed), []
+    while len(records) < limit and (step := source.next()) is not None:
+        levels = dict(step.trial.cell.levels)
+        bad = all(levels[f] == spec.failing[f] for f in ("bf16_index_k", "cuda_graph", "overlap"))
+        records.append(
+            _record(
+                step.trial.index,
+                levels,
+                sum(rng.random() < (0.16 if bad else 0.005) for _ in range(20)),
+                20,
+                step.trial.round,
+            )
+        )
+        source.record(records[-1])
+    return records
+
+
+def _rounds_in_order(records: list[TrialRecord]) -> bool:
+    """Each configuration's trials carry rounds 0, 1, 2, ... in the order they were handed out."""
+    seen: dict[str, int] = {}
+    for r in records:
+        if r.round != seen.get(r.cell, 0):
+            return False
+        seen[r.cell] = r.round + 1
+    return True
+
+
+def test_a_configurations_trials_are_its_rounds_in_order_and_a_resume_goes_on_counting() -> None:
+    """A trial's round is the repro's `{round}` and the export's and drift check's round: the nth
+    trial of a configuration is round n-1, also past a resume (never a round it already ran)."""
+    matrix = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
+    first = _answer_all(HuntSource(matrix), 40)
+    asked_again = [r for r in first if r.round > 0]
+    assert asked_again and _rounds_in_order(first)  # the failing configuration is asked again
+    journaled = first[:25]
+    resumed = HuntSource(matrix, journaled)
+    assert _rounds_in_order(journaled + _answer_all(resumed, 15, seed=6))
+
+
+def test_the_search_says_once_how_it_ended_and_hands_out_nothing_after() -> None:
+    """on_stop carries the search's end to run.json and the terminal (sweep.api._hunt_end)."""
+    matrix = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
+    ended: list[HuntResult] = []
+    source = HuntSource(matrix, on_stop=ended.append)
+    records = _answer_all(source, 10_000)
+    assert len(ended) == 1 and ended[0].state == "found" and ended[0].trials == len(records)
+    assert ended[0].top[0].sets == (("bf16_index_k", "cuda_graph", "overlap"),)
+    assert source.next() is None and source.next() is None and len(ended) == 1
+    quiet = HuntSource(matrix)  # no on_stop given: the search ends all the same
+    assert len(_answer_all(quiet, 10_000)) == len(records) and quiet.next() is None
 
 
 def test_failed_trials_are_no_evidence_and_other_matrices_are_not_hunts() -> None:
