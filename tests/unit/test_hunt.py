@@ -342,6 +342,10 @@ def test_the_search_says_once_how_it_ended_and_hands_out_nothing_after() -> None
     assert len(ended) == 1 and ended[0].state == "found" and ended[0].trials == len(records)
     assert ended[0].top[0].sets == (("bf16_index_k", "cuda_graph", "overlap"),)
     assert source.next() is None and source.next() is None and len(ended) == 1
+    closed = HuntSource(matrix, on_stop=ended.append)
+    assert closed.next() is not None
+    closed.close()  # the runner's stop (an interrupt, a fault): nothing more, mid-search
+    assert closed.next() is None and len(ended) == 1
     quiet = HuntSource(matrix)  # no on_stop given: the search ends all the same
     assert len(_answer_all(quiet, 10_000)) == len(records) and quiet.next() is None
 
