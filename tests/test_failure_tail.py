@@ -13,7 +13,7 @@ from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan, remote_rep
 from rich.console import Console
 
 from orchestrator.core.records import Failure, MetricValue, ReproOutcome, TrialRecord
-from orchestrator.sweep.progress import TAIL_LINES, RichProgress, summarize
+from orchestrator.sweep.progress import TAIL_LINE_CHARS, TAIL_LINES, RichProgress, output_file, summarize
 
 
 def one_role() -> FakeBed:
@@ -105,3 +105,44 @@ def test_a_metric_recorded_as_missing_is_left_out_of_the_progress_line() -> None
         },
     )
     assert summarize(record) == "d=1: events 1/8 (12%), nomatch 0"
+
+
+def test_a_long_line_is_cut_to_exactly_its_width_and_a_workload_failure_without_a_repro_names_no_file() -> None:
+    """The sixteenth mutation round: a cut one character short, and a workload failure whose repro
+    never ran (no ReproOutcome) pointed at no file only by luck of the tests' records."""
+    record = TrialRecord.model_construct(
+        status="failed",
+        cell="d=1",
+        failure=Failure(kind="workload", error="WorkloadError", message="no match", detail="z" * 500 + "\n"),
+        repro=None,
+    )
+    assert output_file(record) == ""
+    lines = shown([record]).splitlines()
+    tail = lines[lines.index("1 failed: WorkloadError: no match") + 1 :]
+    assert tail[0] == "  last 1 line of its log or output:"
+    assert tail[1] == "  | " + "z" * (TAIL_LINE_CHARS - 3) + "..." and len(tail[1]) == len("  | ") + TAIL_LINE_CHARS
+    exact = TrialRecord.model_construct(
+        status="failed",
+        cell="d=1",
+        failure=Failure(kind="workload", error="WorkloadError", message="no match", detail="w" * TAIL_LINE_CHARS),
+        repro=None,
+    )
+    assert shown([exact]).splitlines()[-1] == "  | " + "w" * TAIL_LINE_CHARS  # at the width: whole
+
+
+def test_an_interrupted_trial_is_no_failed_reason_when_the_sweep_ends() -> None:
+    """Its record carries a Failure (kind interrupted) but it did not fail: the end-of-sweep lines
+    group failed trials only."""
+    interrupted = TrialRecord.model_construct(
+        status="interrupted",
+        cell="d=1",
+        failure=Failure(kind="interrupted", error="Interrupted", message="Ctrl-C", detail="log line\n"),
+    )
+    failed = TrialRecord.model_construct(
+        status="failed",
+        cell="d=2",
+        failure=Failure(kind="infrastructure", error="ServiceError", message="unit died", detail=""),
+    )
+    text = shown([interrupted, failed])
+    assert "Interrupted" not in text.split("\n", 2)[-1]  # past the two trial lines
+    assert text.splitlines()[-1] == "1 failed: ServiceError: unit died"
