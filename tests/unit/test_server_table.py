@@ -119,3 +119,29 @@ def test_the_page_shows_each_row_in_the_cells_columns_and_the_lost_scrapes() -> 
         shown = re.findall(r'<td class="num"[^>]*>([^<]*)</td>', row.group(1))
         medians = _expected_medians(records, metric)
         assert shown == [f"{medians[c.cell]:.4g}" if c.cell in medians else "–" for c in report.cells], metric
+
+
+def test_a_scraped_metric_without_a_value_is_left_out_of_its_cells_median() -> None:
+    """A reading journaled with no value (a quantile of an empty histogram) is neither a number
+    nor a lost scrape: the median and count are of the trials that have one."""
+    manifest, records = synthetic_run()
+    records = _with_server_metrics(records)
+    blank = next(r for r in records if r.status == "completed" and TTFT in r.metrics)
+    records = [
+        r.model_copy(update={"metrics": {**r.metrics, TTFT: MetricValue(kind="number")}}) if r is blank else r
+        for r in records
+    ]
+    table = build_report(manifest, records).server
+    assert table is not None
+    row = next(row for row in table.rows if row.metric == TTFT)
+    assert row.median == _expected_medians(records, TTFT)
+    assert row.trials[blank.cell] == _expected_medians_count(records, blank.cell)
+    assert table.missing == {cell_id(ALL_OFF): 1}  # no value is not a lost scrape
+
+
+def _expected_medians_count(records: list[TrialRecord], cell: str) -> int:
+    return sum(
+        1
+        for r in records
+        if r.cell == cell and r.status == "completed" and TTFT in r.metrics and r.metrics[TTFT].value is not None
+    )
