@@ -324,3 +324,69 @@ def test_a_trend_shows_its_own_scale_in_visible_text() -> None:
     visible = re.sub(r"<title>.*?</title>", "", svg)
     texts = re.findall(r"<text[^>]*>([^<]*)</text>", visible)
     assert texts == ["1.9%", "0%"], texts
+
+
+def _dots(svg: str) -> list[tuple[float, float]]:
+    return [(float(x), float(y)) for x, y in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', svg)]
+
+
+def test_a_trends_dots_span_its_width_oldest_left_and_its_height_zero_to_the_top() -> None:
+    """The sixteenth mutation round: the chart's geometry was never checked. The first run sits
+    just right of the scale's labels, the newest at the right edge less the padding; rate 0 on the
+    axis, the highest interval's top at the top."""
+    svg = trend_svg([(0.0, 0.0, 0.05), (0.1, 0.05, 0.2), (0.05, 0.01, 0.1)], ["r1", "r2", "r3"])
+    assert 'viewBox="0 0 240 48"' in svg
+    assert _dots(svg) == [(40.0, 44.0), (138.0, 24.0), (236.0, 34.0)]
+    bars = re.findall(r'<line x1="([\d.]+)" y1="([\d.]+)" x2="[\d.]+" y2="([\d.]+)" stroke="#8c959f"', svg)
+    assert [(float(x), float(lo), float(hi)) for x, lo, hi in bars] == [
+        (40.0, 44.0, 34.0),
+        (138.0, 34.0, 4.0),
+        (236.0, 42.0, 24.0),
+    ]
+    assert '<polyline points="40.0,44.0 138.0,24.0 236.0,34.0"' in svg
+    assert svg.startswith("<svg ") and svg.index("<polyline") < svg.index("<circle") and svg.endswith("</svg>")
+    lone = trend_svg([(0.1, 0.05, 0.2)], ["r1"])  # a group's first night
+    assert _dots(lone) == [(40.0, 24.0)] and "<polyline" not in lone
+
+
+def test_a_trend_whose_runs_have_no_data_draws_an_empty_chart_on_a_unit_scale() -> None:
+    svg = trend_svg([None, None], ["r1", "r2"])
+    assert "y up to 100.0%" in svg and _dots(svg) == [] and "<polyline" not in svg
+    one = trend_svg([None, (0.1, 0.05, 0.2)], ["r1", "r2"])
+    assert _dots(one) == [(236.0, 24.0)] and "<polyline" not in one  # one dot: no line to draw
+
+
+def test_a_cell_missing_from_the_newest_run_says_so_and_a_stopped_cell_says_its_interval() -> None:
+    older = _night_run("r1", [_point("c0", [(4, 40), (6, 40)]), _point("c1", [(1, 40), (0, 40)])])
+    newest = _night_run(
+        "r2",
+        [
+            SeriesPoint(cell="c1", levels={}, metric="m", kind="proportion", trials=[(9, 40), (8, 40)], stopped=True),
+            _point("c2", [(0, 40), (0, 40)]),
+        ],
+    )
+    trends = {t.cell: t for t in group_trends("k", "n", "tb", [newest, older]).trends}
+    assert trends["c0"].latest == "no data in the newest finished run"
+    assert len(_dots(trends["c0"].svg)) == 1
+    assert trends["c1"].latest.endswith(" (stopped early: anytime-valid interval)")
+    assert "r2 (stopped early: anytime-valid interval): " in trends["c1"].svg
+    assert "r1: " in trends["c1"].svg and "r1 (stopped" not in trends["c1"].svg
+    assert "stopped" not in trends["c2"].latest
+
+
+def test_a_trends_scale_labels_sit_left_of_its_first_dot_inside_the_chart() -> None:
+    """'0%' on the axis line, the top label near the top, both ending left of the first dot (they
+    are right-aligned), all inside the viewBox: a label drawn outside it is not seen."""
+    svg = trend_svg([(0.0, 0.0, 0.05), (0.1, 0.05, 0.2)], ["r1", "r2"])
+    axis = re.search(r'<line x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" y2="([\d.]+)" stroke="#d0d7de"', svg)
+    assert axis is not None
+    x1, y1, x2, y2 = (float(v) for v in axis.groups())
+    labels = {
+        t: (float(x), float(y)) for x, y, t in re.findall(r'<text x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>', svg)
+    }
+    first_dot = _dots(svg)[0]
+    assert y1 == y2 == labels["0%"][1] == first_dot[1]  # rate 0 on the axis, labelled there
+    assert x1 < first_dot[0] and x2 == 240
+    for x, y in labels.values():
+        assert 0 < x <= first_dot[0] - 2.5 - 2 and 0 < y <= 48
+    assert labels["20%"][1] < 48 / 2  # the top's label in the upper half
