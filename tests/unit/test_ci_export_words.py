@@ -13,6 +13,7 @@ from helpers.report_synth import ALL_OFF, cell_id, synthetic_run, write_run
 
 from orchestrator.core.gates import Gate
 from orchestrator.core.records import Failure, TrialRecord
+from orchestrator.errors import UsageError
 from orchestrator.report import ciexport
 from orchestrator.report.build import build_report
 from orchestrator.report.ciexport import NO_GATES, bencher_measures, export_ci, junit_xml, partial_note
@@ -104,3 +105,23 @@ def test_the_partial_note_names_its_first_cells_and_counts_the_rest(monkeypatch:
     monkeypatch.setattr(ciexport, "PARTIAL_SHOWN", 8)
     every = partial_note(report, bencher_measures(report))
     assert every is not None and "more cell" not in every
+
+
+def test_a_ci_exports_output_is_checked_before_the_run_is_read(tmp_path: Path) -> None:
+    """`orch export --format junit|bencher -o` has no other check of its output: a folder named as
+    the file is the usage error that says so, even for a run folder that holds nothing."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    for fmt in ("junit", "bencher"):
+        with pytest.raises(UsageError, match=r"--output .*out: is a folder"):
+            export_ci(tmp_path / "no-such-run", fmt, out=folder)  # type: ignore[arg-type]
+
+
+def test_a_run_not_ended_is_said_when_someone_listens_and_exported_all_the_same(tmp_path: Path) -> None:
+    manifest, records = synthetic_run(failures=False, status="running")
+    run_dir = write_run(tmp_path / manifest.run_id, manifest, records, end_events=())
+    for fmt in ("junit", "bencher"):
+        assert export_ci(run_dir, fmt).is_file()  # type: ignore[arg-type]
+    said: list[str] = []
+    export_ci(run_dir, "bencher", warn=said.append)
+    assert said[0] == "the run has not ended (status running): the file holds its trials so far"
