@@ -146,6 +146,7 @@ def run(
         deadline=request.deadline,
         hosts_found=HostsOnDisk(run_dir),
     )
+    _load_the_end(plan.matrix)  # nothing exists yet: an interrupt here just ends the command
     with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
             TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir, inventory=request.inventory) for d in deployments
@@ -185,6 +186,28 @@ def run(
             for lock in locks:
                 lock.release()
     return _finish(run_dir, manifest, result, stopped, _hunt_end(ended))
+
+
+def _load_the_end(matrix: Matrix) -> None:
+    """Import, before the run is touched, what the rest of the command imports: the report stack
+    (pandas, numpy, scipy: the runs index, the run's end) and a hunt's search or an adaptive
+    design's rule. Why: an interrupt that lands inside an import leaves the module half
+    initialised, and Python cannot import it again in that process. A Ctrl-C while the runs index
+    first loaded the report stack (just after the run folder was made) broke pandas, and the
+    interrupted run's own report then failed ('partially initialized module pandas'): a
+    traceback and exit 1, where an interrupted run exits 130 and says how to go on (kill point
+    seed 8713 of bench_kill_points.py --command hunt). Here an interrupt just ends the command.
+    The imports are the ones the command makes anyway, made earlier: no time is added."""
+    import orchestrator.report.provenance
+    import orchestrator.report.render
+    import orchestrator.report.site
+
+    if matrix.hunt is not None:
+        import orchestrator.core.hunt
+        import orchestrator.core.huntplan
+        import orchestrator.core.huntreplay
+    if matrix.adaptive is not None:
+        import orchestrator.core.sequential  # noqa: F401
 
 
 def _hunt_end(ended: list[HuntResult]) -> tuple[str, str] | None:
@@ -310,6 +333,7 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
     was running when the controller died is run again."""
     run_dir = request.run_dir
     manifest, matrix, plan, inventory, testbeds = _resumable(run_dir)
+    _load_the_end(matrix)  # before the run folder is touched: an interrupt here just ends the command
     record = ResumeRecord(run_dir, manifest, matrix.redactor)
     began: list[bool] = []  # set once the runner takes over: from then on its own handler speaks
     ended: list[HuntResult] = []  # a hunt's search, once it has ended
