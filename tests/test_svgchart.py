@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from orchestrator.report.svgchart import Axis, Box, Row, nice_ticks, row_chart
+from orchestrator.report.svgchart import RIGHT, WIDTH, Axis, Box, Row, nice_ticks, row_chart
 
 
 @pytest.mark.parametrize("lo, hi", [(0, 50), (-30, 20), (145, 170), (0.001, 0.004), (300, 1020), (5, 5)])
@@ -40,3 +40,67 @@ def test_boxes_and_empty_charts() -> None:
     svg = row_chart([Row("cell", "#57606a", box=Box(1, 2, 3, 4, 5))], Axis("wall"), key="number-wall", title="t")
     assert svg.count("<rect") == 1 and svg.count("<line") >= 5
     assert row_chart([], Axis("x"), key="k", title="t") == ""
+
+
+def _geometry(
+    svg: str,
+) -> tuple[float, list[tuple[float, float, str, str]], list[tuple[float, float, float, float, str]]]:
+    """(height, texts (x, y, anchor, text), lines (x1, y1, x2, y2, extra attributes))."""
+    height = float(re.search(r'viewBox="0 0 720 ([0-9.]+)"', svg).group(1))  # type: ignore[union-attr]
+    texts = [
+        (float(x), float(y), anchor, text)
+        for x, y, anchor, text in re.findall(
+            r'<text x="([-0-9.]+)" y="([-0-9.]+)" text-anchor="(\w+)"[^>]*>([^<]*)<', svg
+        )
+    ]
+    lines = [
+        (float(a), float(b), float(c), float(d), rest)
+        for a, b, c, d, rest in re.findall(
+            r'<line x1="([-0-9.]+)" y1="([-0-9.]+)" x2="([-0-9.]+)" y2="([-0-9.]+)" ([^/]*)/>', svg
+        )
+    ]
+    return height, texts, lines
+
+
+def test_every_label_tick_and_line_sits_inside_the_chart_where_a_reader_looks_for_it() -> None:
+    """The sixteenth mutation round: the chart's layout was checked only by where its points sat.
+    Row labels end left of the plot; ticks and the axis span the plot to the right margin; the
+    axis title is centred under it; a header sits above the first row; all inside the viewBox."""
+    rows = [Row("cell one", "#d1242f", 10.0, 5.0, 20.0), Row("baseline", "#1f6feb", 40.0, 30.0, 50.0)]
+    svg = row_chart(rows, Axis("rate, %", from_zero=True), key="k", title="t", header="cells")
+    height, texts, lines = _geometry(svg)
+    axis = next(line for line in lines if 'stroke="#24292f"' in line[4])
+    left, bottom, right = axis[0], axis[1], axis[2]
+    assert axis[3] == bottom and right == WIDTH - RIGHT and 0 < left < right
+    for x, y, _, text in texts:
+        assert 0 <= x <= WIDTH and 0 < y <= height, text
+    labels = {text: (x, y, anchor) for x, y, anchor, text in texts}
+    assert labels["cell one"][0] < left and labels["cell one"][2] == "end"
+    assert labels["rate, %"][:1] == (pytest.approx((left + right) / 2, abs=0.1),) and labels["rate, %"][1] > bottom
+    assert labels["cells"][1] < labels["cell one"][1] < labels["baseline"][1] < bottom  # header, then the rows
+    tick_x = [x for x, _, anchor, text in texts if anchor == "middle" and text != "rate, %"]
+    assert tick_x and all(left - 0.1 <= x <= right + 0.1 for x in tick_x)
+    assert max(tick_x) == pytest.approx(right, abs=0.1)  # the last tick at the axis' end
+
+
+def test_a_reference_line_is_drawn_at_its_value_and_dashed_when_asked() -> None:
+    rows = [Row("a", "#d1242f", 10.0, 5.0, 20.0)]
+    plain = row_chart(rows, Axis("x", from_zero=True), key="k", title="t")
+    ref = row_chart(rows, Axis("x", ref=15.0, ref_color="#8250df", ref_dashed=True, from_zero=True), key="k", title="t")
+    assert "#8250df" not in plain
+    line = next(line for line in _geometry(ref)[2] if 'stroke="#8250df"' in line[4])
+    assert line[0] == line[2] and 'stroke-dasharray="4 3"' in line[4]
+    ticks = {t: x for x, _, anchor, t in _geometry(ref)[1] if anchor == "middle" and t != "x"}
+    assert line[0] == pytest.approx(ticks["10"] + (ticks["20"] - ticks["10"]) / 2, abs=0.2)
+
+
+def test_an_axis_starts_near_its_data_unless_asked_to_start_at_zero() -> None:
+    rows = [Row("a", "#d1242f", 150.0, 145.0, 170.0)]
+    ticks = [
+        t
+        for _, _, anchor, t in _geometry(row_chart(rows, Axis("wall"), key="k", title="t"))[1]
+        if anchor == "middle" and t != "wall"
+    ]
+    assert float(ticks[0]) >= 100 and "0" not in ticks
+    zero = row_chart(rows, Axis("wall", from_zero=True), key="k", title="t")
+    assert [t for _, _, a, t in _geometry(zero)[1] if a == "middle" and t != "wall"][0] == "0"
