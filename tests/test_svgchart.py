@@ -104,3 +104,52 @@ def test_an_axis_starts_near_its_data_unless_asked_to_start_at_zero() -> None:
     assert float(ticks[0]) >= 100 and "0" not in ticks
     zero = row_chart(rows, Axis("wall", from_zero=True), key="k", title="t")
     assert [t for _, _, a, t in _geometry(zero)[1] if a == "middle" and t != "wall"][0] == "0"
+
+
+def _x_of(svg: str) -> dict[str, float]:
+    """Tick value -> its x, from the tick labels."""
+    return {t: x for x, _, anchor, t in _geometry(svg)[1] if anchor == "middle" and t.replace(".", "").isdigit()}
+
+
+def _same_lines(got: list[tuple[float, ...]], want: list[tuple[float, ...]]) -> bool:
+    """The same segments, each coordinate within the 0.1 px the SVG's one decimal rounds to."""
+    flat = [v for line in sorted(got) for v in line]
+    return len(got) == len(want) and flat == pytest.approx([v for line in sorted(want) for v in line], abs=0.15)
+
+
+def test_an_interval_is_a_bar_with_a_cap_at_each_end_around_its_point() -> None:
+    svg = row_chart([Row("a", "#d1242f", 10.0, 5.0, 20.0)], Axis("x", from_zero=True), key="k", title="t")
+    ticks = _x_of(svg)
+    per_unit = (ticks["20"] - ticks["10"]) / 10
+
+    def at(v: float) -> float:
+        return round(ticks["10"] + (v - 10) * per_unit, 1)
+
+    mine = [line[:4] for line in _geometry(svg)[2] if 'stroke="#d1242f"' in line[4]]
+    (cy,) = {float(y) for y in re.findall(r'<circle cx="[0-9.]+" cy="([0-9.]+)"', svg)}
+    assert _same_lines(
+        mine, [(at(5), cy, at(20), cy), (at(5), cy - 3, at(5), cy + 3), (at(20), cy - 3, at(20), cy + 3)]
+    )
+    alone = row_chart([Row("b", "#1f6feb", 10.0)], Axis("x", from_zero=True), key="k", title="t")
+    assert "<circle" in alone and not [line for line in _geometry(alone)[2] if 'stroke="#1f6feb"' in line[4]]
+
+
+def test_a_box_has_its_whiskers_with_caps_its_quartiles_and_its_median() -> None:
+    svg = row_chart([Row("a", "#57606a", box=Box(10, 20, 25, 30, 40))], Axis("x", from_zero=True), key="k", title="t")
+    ticks = _x_of(svg)
+    per_unit = (ticks["20"] - ticks["10"]) / 10
+
+    def at(v: float) -> float:
+        return round(ticks["10"] + (v - 10) * per_unit, 1)
+
+    rect = re.search(r'<rect x="([0-9.]+)" y="([0-9.]+)" width="([0-9.]+)" height="([0-9.]+)"', svg)
+    assert rect is not None
+    x, top, width, height = (float(v) for v in rect.groups())
+    y = top + 6
+    assert x == pytest.approx(at(20), abs=0.15) and height == 12 and x + width == pytest.approx(at(30), abs=0.25)
+    whisker = [line[:4] for line in _geometry(svg)[2] if 'stroke="#57606a"' in line[4]]
+    assert _same_lines(
+        whisker, [(at(10), y, at(40), y), (at(10), y - 4, at(10), y + 4), (at(40), y - 4, at(40), y + 4)]
+    )
+    median = [line[:4] for line in _geometry(svg)[2] if 'stroke="#cf6a00"' in line[4]]
+    assert _same_lines(median, [(at(25), y - 6, at(25), y + 6)])
