@@ -14,7 +14,7 @@ from helpers.report_synth import synthetic_run, write_run
 from helpers.serving import serving
 
 from orchestrator.report.render import fresh_summary, write_report_and_summary
-from orchestrator.report.site import INDEX_ROWS, index_page, run_entries
+from orchestrator.report.site import HEADLINE_CHARS, INDEX_ROWS, EntryCache, index_page, run_entries
 from orchestrator.store.liveness import StatusFile
 from orchestrator.store.rundir import RunDir
 from orchestrator.team.serve import RUNS_PAGE, runs_page
@@ -105,3 +105,17 @@ def test_api_runs_links_a_folder_whose_name_holds_url_characters_as_the_index_do
     (entry,) = runs_json(tmp_path / "reports")
     assert entry["link"] == "a%23b%3Fc%20d/index.html"
     assert 'href="a%23b%3Fc%20d/' in index_page(tmp_path / "reports", fresh_summary)
+
+
+def test_orch_serves_cached_entries_are_cut_as_the_index_cuts_them(tmp_path: Path) -> None:
+    """`orch serve` keeps each run's entry between page views (site.EntryCache): read through the
+    cache, a 1 MB name and a 500 KB headline are cut just as write_index cuts them (the sixteenth
+    mutation round: deleting the cache's cut changed nothing any test saw)."""
+    reports = tmp_path / "reports"
+    manifest, records = synthetic_run(replicates=1)
+    manifest = manifest.model_copy(update={"name": "N" * 1_000_000, "description": "D" * 500_000})
+    write_run(reports / manifest.run_id, manifest, records)
+    (cached,) = EntryCache().entries(reports, fresh_summary)
+    (written,) = run_entries(reports, fresh_summary)
+    assert cached == written and cached.name == "N" * 199 + "…"
+    assert all(len(text) <= HEADLINE_CHARS for text in (cached.headline, cached.adaptive, cached.error))
