@@ -194,6 +194,11 @@ def test_a_run_folder_named_in_bytes_that_are_not_utf8_takes_no_view_down(
     index = (reports / "index.html").read_text()
     assert good.name in index and "odd" not in index
     assert [r["directory"] for r in status_json(snapshot(reports))["runs"]] == [good.name]
+    from orchestrator.report.render import fresh_summary
+    from orchestrator.report.site import EntryCache, run_entries
+
+    for entries in (run_entries(reports, fresh_summary), EntryCache().entries(reports, fresh_summary)):
+        assert [e.directory for e in entries] == [good.name]  # what /api/runs pages through
 
 
 def _other_schema(path: Path, columns: str = "id TEXT PRIMARY KEY, what BLOB") -> None:
