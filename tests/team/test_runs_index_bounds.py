@@ -5,6 +5,7 @@ and a run folder's own texts are cut with an ellipsis (20 runs named 1 MB each m
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -119,3 +120,19 @@ def test_orch_serves_cached_entries_are_cut_as_the_index_cuts_them(tmp_path: Pat
     (written,) = run_entries(reports, fresh_summary)
     assert cached == written and cached.name == "N" * 199 + "…"
     assert all(len(text) <= HEADLINE_CHARS for text in (cached.headline, cached.adaptive, cached.error))
+
+
+def test_a_summary_that_names_no_testbed_takes_the_runs_own(tmp_path: Path) -> None:
+    """summary.json written before summaries named the testbed: the index groups and labels the run
+    by run.json's testbed, not by nothing."""
+    reports = tmp_path / "reports"
+    manifest, records = synthetic_run(replicates=1)
+    run = write_run(reports / manifest.run_id, manifest, records)
+    write_report_and_summary(run)
+    summary = RunDir(run).summary_json
+    data = json.loads(summary.read_text())
+    assert data["testbed"] == manifest.testbed == "local"
+    data["testbed"] = ""
+    summary.write_text(json.dumps(data))  # newer than its inputs: read, not rebuilt
+    (entry,) = run_entries(reports, fresh_summary)
+    assert entry.testbed == "local" and entry.headline == data["headline"]

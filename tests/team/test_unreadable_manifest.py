@@ -143,3 +143,6 @@ def test_the_runs_index_lists_the_same_folders_in_the_same_words(tmp_path: Path,
     assert "notes" not in {e.directory for e in entries}
     api = {r["directory"]: r for r in runs_json(reports)}
     assert api["20260604-journal-only"]["error"] == "run.json unreadable: missing"
+    # nothing is known of its plan: no "of at most" (an adaptive run's word), no counts but zeros
+    unreadable = [e for e in entries if e.status == "unreadable"]
+    assert unreadable and all((e.completed, e.planned, e.failed, e.at_most) == (0, 0, 0, False) for e in unreadable)
