@@ -9,7 +9,7 @@ import re
 import pytest
 
 from orchestrator.sim import protocol
-from orchestrator.sim.repro import Checked, SessionOutcome, check_answer, classify, percentile, summarize
+from orchestrator.sim.repro import Checked, SessionOutcome, _tool_result, check_answer, classify, percentile, summarize
 
 
 def ask(round_: int = 1, rounds: int = 3, seed: int = 0) -> protocol.ToolAsk:
@@ -225,3 +225,44 @@ def test_bootstrap_fields_are_optional_and_a_port_may_be_none() -> None:
 )  # fmt: skip
 def test_max_new_tokens_is_sglangs_with_its_default_of_128(params: object, tokens: int) -> None:
     assert protocol.max_new_tokens({"sampling_params": params}) == tokens
+
+
+def test_a_failing_servers_answer_is_an_error_even_when_it_looks_like_a_completion() -> None:
+    """The sixteenth mutation round: only a 200 is an answer to judge. A 500 whose body happens to
+    hold a right call counted as a good round without the status check; a message that is no object
+    made the repro itself fail with a traceback."""
+    a = ask()
+    good = answer(protocol.tool_call_message(a, a.arguments_json, "c1"))
+    assert check_answer(a, 200, good).verdict == "ok"
+    failed = check_answer(a, 500, good)
+    assert failed.verdict == "error" and failed.detail.startswith("HTTP 500: ")
+    odd = json.dumps({"choices": [{"message": ["not", "an", "object"]}]}).encode()
+    assert check_answer(a, 200, odd) == Checked("error", "malformed completion: message is not an object")
+
+
+def test_a_right_call_with_the_special_token_in_its_content_is_a_leak() -> None:
+    a = ask()
+    message = protocol.tool_call_message(a, a.arguments_json, "c1")
+    message["content"] = "done " + protocol.SPECIAL_TOKEN
+    assert check_answer(a, 200, answer(message)) == Checked("leak", "special token in content")
+
+
+def test_the_tool_result_answers_the_first_calls_id() -> None:
+    a = ask()
+    checked = check_answer(a, 200, answer(protocol.tool_call_message(a, a.arguments_json, "call-7")))
+    assert _tool_result(checked) == {"role": "tool", "tool_call_id": "call-7", "content": "ok"}
+    assert _tool_result(Checked("ok", message={"content": "x"})) == {
+        "role": "tool",
+        "tool_call_id": "",
+        "content": "ok",
+    }
+    assert _tool_result(Checked("ok")) == {"role": "tool", "tool_call_id": "", "content": "ok"}
+
+
+def test_summary_figures_for_more_than_one_bad_session_a_short_wall_and_a_slow_tail() -> None:
+    outcomes = [SessionOutcome("done", [0.010, 0.020, 0.030]) for _ in range(38)]
+    outcomes += [SessionOutcome("leak", [0.5]), SessionOutcome("no_tool", [0.5])]
+    lines = summarize(outcomes, 0.5)
+    assert lines[1] == "CORRUPTION sessions: 2/40 = 5%  (leak=1 no_tool=1 error=0 ok-ish[done/maxrounds]=38)"
+    assert lines[2] == "THROUGHPUT req/s=232.0 p50_latency_ms=20.0 p99_latency_ms=500.0"
+    assert summarize(outcomes, 0.0)[2].startswith("THROUGHPUT req/s=0.0 ")
