@@ -87,6 +87,10 @@ def test_restart_rereads_the_env_file(managers: Factory, tmp_path: Path) -> None
     second = m.state(unit.name)
     assert second.main_pid != first.main_pid and second.n_restarts == 1
     assert environ_after_exec(m, unit.name)["SGLANG_DSV4_BF16_INDEX_K"] == "0"  # type: ignore[index]
+    # what the trial's identity check compares before and after the repro (edges.identity): the
+    # process the unit runs now and a start count that a restart moves on
+    (ids,) = m.unit_ids([unit.name]).values()
+    assert (ids.unit, ids.main_pid, ids.invocation_id) == (unit.name, second.main_pid, "2")
     assert not pid_running(first.main_pid or 0)
     log = m.log_path(unit.name).read_text()
     assert f"-- started sim-decode pid={first.main_pid} at " in log
@@ -297,6 +301,18 @@ def test_a_new_manager_ignores_logs_of_earlier_runs(managers: Factory, tmp_path:
     m.restart("sh-unit")
     wait_until(lambda: "hello" in m.logs_since("sh-unit", since), timeout=5)
     assert "ANOMALY" not in m.logs_since("sh-unit", since)
+
+
+def test_stop_all_gives_a_unit_its_time_to_exit_on_sigterm_before_sigkill(managers: Factory, tmp_path: Path) -> None:
+    """A server finishing its in-flight work on SIGTERM (here 0.5 s, then a last line) is not
+    killed at once: stop_all waits up to STOP_TIMEOUT_S for the group, as stop() does."""
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    script = f"trap 'sleep 0.5; echo bye > {done}; exit 0' TERM; touch {ready}; while :; do sleep 0.05; done"
+    m = managers(sh_unit(tmp_path, script))
+    m.restart("sh-unit")
+    wait_until(ready.exists, timeout=5)  # the trap is set
+    m.stop_all()
+    assert done.read_text() == "bye\n"
 
 
 def test_stop_all_leaves_nothing_running(managers: Factory, tmp_path: Path) -> None:
