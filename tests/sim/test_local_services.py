@@ -303,6 +303,24 @@ def test_a_new_manager_ignores_logs_of_earlier_runs(managers: Factory, tmp_path:
     assert "ANOMALY" not in m.logs_since("sh-unit", since)
 
 
+def test_a_large_log_is_rotated_at_the_next_start_and_the_new_one_read_whole(
+    managers: Factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ROTATE_BYTES a unit's log moves to <unit>.log.1 when the unit next starts; what a trial
+    reads since its restart is the new log from its first byte (the rotation was never tested)."""
+    monkeypatch.setattr(local_mod, "ROTATE_BYTES", 1000)
+    m = managers(sh_unit(tmp_path, "head -c 3000 /dev/zero | tr '\\0' x; echo; echo up-$$; sleep 300"))
+    m.restart("sh-unit")
+    wait_until(lambda: "up-" in m.logs_since("sh-unit", 0.0), timeout=5)
+    since = time.time()
+    m.restart("sh-unit")
+    pid = m.state("sh-unit").main_pid
+    wait_until(lambda: f"up-{pid}" in m.logs_since("sh-unit", since), timeout=5)
+    old, new = m.log_path("sh-unit").with_suffix(".log.1").read_text(), m.log_path("sh-unit").read_text()
+    assert "x" * 3000 in old and f"up-{pid}" not in old
+    assert m.logs_since("sh-unit", since) == new and new.startswith("-- started sh-unit pid=")
+
+
 def test_stop_all_gives_a_unit_its_time_to_exit_on_sigterm_before_sigkill(managers: Factory, tmp_path: Path) -> None:
     """A server finishing its in-flight work on SIGTERM (here 0.5 s, then a last line) is not
     killed at once: stop_all waits up to STOP_TIMEOUT_S for the group, as stop() does."""
