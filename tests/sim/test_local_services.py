@@ -5,6 +5,8 @@ delimited by time, and nothing left running."""
 from __future__ import annotations
 
 import os
+import signal
+import stat
 import subprocess
 import sys
 import time
@@ -127,6 +129,28 @@ def test_a_unit_that_fails_to_start_is_seen_at_once(managers: Factory, tmp_path:
     assert "SIM_FAIL_START" in info.value.detail
     state = m.state(unit.name)
     assert (state.active_state, state.result, state.main_pid) == ("failed", "exit-code", None)
+
+
+def test_a_unit_that_died_says_how_and_its_log_is_made_as_open_would(managers: Factory, tmp_path: Path) -> None:
+    """A unit killed from outside (the OOM killer's SIGKILL) and one that exited 3 are named so
+    in check_alive's error, the words a failed trial's record carries; the log file is created
+    with the umask's mode, as open(path, "ab") makes it."""
+    m = managers(sh_unit(tmp_path, "sleep 300", "killed"), sh_unit(tmp_path, "exit 3", "exits"))
+    since = m.restart("killed")
+    pid = m.state("killed").main_pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: m.state("killed").active_state == "failed", timeout=5)
+    with pytest.raises(ServiceError, match="killed by SIGKILL"):
+        m.check_alive("killed", since)
+    assert m.state("killed").result == "signal"
+    since = m.restart("exits")
+    wait_until(lambda: m.state("exits").active_state == "failed", timeout=5)
+    with pytest.raises(ServiceError, match="exited with code 3"):
+        m.check_alive("exits", since)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(m.log_path("killed").stat().st_mode) == 0o666 & ~umask
 
 
 def test_check_alive_passes_while_running(managers: Factory, tmp_path: Path) -> None:
