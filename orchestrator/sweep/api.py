@@ -138,14 +138,7 @@ def run(
     run_dir = reports_dir / run_id
     check_command_lengths(plan, list(testbeds), RunDir(run_dir))  # no host touched yet
     check_key_files(testbeds, prepared.inventory)  # the controller's own files: nothing contacted yet
-    options = RunOptions(
-        run_id,
-        fail_fast=request.fail_fast,
-        infra_attempts=1 + request.retries,
-        break_lock=request.break_lock,
-        deadline=request.deadline,
-        hosts_found=HostsOnDisk(run_dir),
-    )
+    options = _new_run_options(request, run_id, run_dir)
     _load_the_end(plan.matrix)  # nothing exists yet: an interrupt here just ends the command
     with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
@@ -186,6 +179,18 @@ def run(
             for lock in locks:
                 lock.release()
     return _finish(run_dir, manifest, result, stopped, _hunt_end(ended))
+
+
+def _new_run_options(request: SweepRequest, run_id: str, run_dir: Path) -> RunOptions:
+    """How the runner runs a new run's trials, as the request asks."""
+    return RunOptions(
+        run_id,
+        fail_fast=request.fail_fast,
+        infra_attempts=1 + request.retries,
+        break_lock=request.break_lock,
+        deadline=request.deadline,
+        hosts_found=HostsOnDisk(run_dir),
+    )
 
 
 def _load_the_end(matrix: Matrix) -> None:
