@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -62,6 +63,18 @@ def _geometry(
     return height, texts, lines
 
 
+def _ticks(svg: str) -> dict[str, float]:
+    """Tick label -> its x, left to right (the axis title, also centred, is no number)."""
+    return {t: x for x, _, anchor, t in _geometry(svg)[1] if anchor == "middle" and t.replace(".", "").isdigit()}
+
+
+def _to_x(svg: str) -> Callable[[float], float]:
+    """A value's x on the chart, from where its ticks 10 and 20 stand (to the SVG's one decimal)."""
+    ticks = _ticks(svg)
+    per_unit = (ticks["20"] - ticks["10"]) / 10
+    return lambda v: round(ticks["10"] + (v - 10) * per_unit, 1)
+
+
 def test_every_label_tick_and_line_sits_inside_the_chart_where_a_reader_looks_for_it() -> None:
     """The sixteenth mutation round: the chart's layout was checked only by where its points sat.
     Row labels end left of the plot; ticks and the axis span the plot to the right margin; the
@@ -78,7 +91,7 @@ def test_every_label_tick_and_line_sits_inside_the_chart_where_a_reader_looks_fo
     assert labels["cell one"][0] < left and labels["cell one"][2] == "end"
     assert labels["rate, %"][:1] == (pytest.approx((left + right) / 2, abs=0.1),) and labels["rate, %"][1] > bottom
     assert labels["cells"][1] < labels["cell one"][1] < labels["baseline"][1] < bottom  # header, then the rows
-    tick_x = [x for x, _, anchor, text in texts if anchor == "middle" and text != "rate, %"]
+    tick_x = list(_ticks(svg).values())
     assert tick_x and all(left - 0.1 <= x <= right + 0.1 for x in tick_x)
     assert max(tick_x) == pytest.approx(right, abs=0.1)  # the last tick at the axis' end
 
@@ -90,25 +103,14 @@ def test_a_reference_line_is_drawn_at_its_value_and_dashed_when_asked() -> None:
     assert "#8250df" not in plain
     line = next(line for line in _geometry(ref)[2] if 'stroke="#8250df"' in line[4])
     assert line[0] == line[2] and 'stroke-dasharray="4 3"' in line[4]
-    ticks = {t: x for x, _, anchor, t in _geometry(ref)[1] if anchor == "middle" and t != "x"}
-    assert line[0] == pytest.approx(ticks["10"] + (ticks["20"] - ticks["10"]) / 2, abs=0.2)
+    assert line[0] == pytest.approx(_to_x(ref)(15.0), abs=0.2)
 
 
 def test_an_axis_starts_near_its_data_unless_asked_to_start_at_zero() -> None:
     rows = [Row("a", "#d1242f", 150.0, 145.0, 170.0)]
-    ticks = [
-        t
-        for _, _, anchor, t in _geometry(row_chart(rows, Axis("wall"), key="k", title="t"))[1]
-        if anchor == "middle" and t != "wall"
-    ]
+    ticks = list(_ticks(row_chart(rows, Axis("wall"), key="k", title="t")))
     assert float(ticks[0]) >= 100 and "0" not in ticks
-    zero = row_chart(rows, Axis("wall", from_zero=True), key="k", title="t")
-    assert [t for _, _, a, t in _geometry(zero)[1] if a == "middle" and t != "wall"][0] == "0"
-
-
-def _x_of(svg: str) -> dict[str, float]:
-    """Tick value -> its x, from the tick labels."""
-    return {t: x for x, _, anchor, t in _geometry(svg)[1] if anchor == "middle" and t.replace(".", "").isdigit()}
+    assert list(_ticks(row_chart(rows, Axis("wall", from_zero=True), key="k", title="t")))[0] == "0"
 
 
 def _same_lines(got: list[tuple[float, ...]], want: list[tuple[float, ...]]) -> bool:
@@ -119,12 +121,7 @@ def _same_lines(got: list[tuple[float, ...]], want: list[tuple[float, ...]]) -> 
 
 def test_an_interval_is_a_bar_with_a_cap_at_each_end_around_its_point() -> None:
     svg = row_chart([Row("a", "#d1242f", 10.0, 5.0, 20.0)], Axis("x", from_zero=True), key="k", title="t")
-    ticks = _x_of(svg)
-    per_unit = (ticks["20"] - ticks["10"]) / 10
-
-    def at(v: float) -> float:
-        return round(ticks["10"] + (v - 10) * per_unit, 1)
-
+    at = _to_x(svg)
     mine = [line[:4] for line in _geometry(svg)[2] if 'stroke="#d1242f"' in line[4]]
     (cy,) = {float(y) for y in re.findall(r'<circle cx="[0-9.]+" cy="([0-9.]+)"', svg)}
     assert _same_lines(
@@ -136,12 +133,7 @@ def test_an_interval_is_a_bar_with_a_cap_at_each_end_around_its_point() -> None:
 
 def test_a_box_has_its_whiskers_with_caps_its_quartiles_and_its_median() -> None:
     svg = row_chart([Row("a", "#57606a", box=Box(10, 20, 25, 30, 40))], Axis("x", from_zero=True), key="k", title="t")
-    ticks = _x_of(svg)
-    per_unit = (ticks["20"] - ticks["10"]) / 10
-
-    def at(v: float) -> float:
-        return round(ticks["10"] + (v - 10) * per_unit, 1)
-
+    at = _to_x(svg)
     rect = re.search(r'<rect x="([0-9.]+)" y="([0-9.]+)" width="([0-9.]+)" height="([0-9.]+)"', svg)
     assert rect is not None
     x, top, width, height = (float(v) for v in rect.groups())
