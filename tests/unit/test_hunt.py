@@ -263,33 +263,6 @@ def _record(trial: int, levels: dict[str, str], k: int, n: int, round_: int = 0)
     )
 
 
-def test_a_resumed_hunt_replays_its_journal_and_asks_what_the_first_would_have() -> None:
-    matrix = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
-    spec = matrix.hunt
-    assert spec is not None
-    truth = {"bf16_index_k", "cuda_graph", "overlap"}
-    rng = random.Random(5)
-
-    def run(source: HuntSource, records: list[TrialRecord], limit: int) -> None:
-        while len(records) < limit and (step := source.next()) is not None:
-            levels = dict(step.trial.cell.levels)
-            bad = all(levels[f] == spec.failing[f] for f in truth)
-            k = sum(rng.random() < (0.16 if bad else 0.005) for _ in range(20))
-            record = _record(step.trial.index, levels, k, 20, step.trial.round)
-            records.append(record)
-            source.record(record)
-
-    first: list[TrialRecord] = []
-    source = HuntSource(matrix)
-    run(source, first, 30)
-    killed_after = 22  # the controller died here (kill -9): the journal holds 22 trials
-    resumed = HuntSource(matrix, first[:killed_after])
-    assert resumed.index == killed_after
-    original = HuntSource(matrix, first[:killed_after])
-    assert [resumed.next().trial.cell for _ in range(3)] == [original.next().trial.cell for _ in range(3)]  # type: ignore[union-attr]
-    assert resumed.hunt.sessions == sum(r.metrics["corruption"].n or 0 for r in first[:killed_after])
-
-
 def _answer_all(source: HuntSource, limit: int, seed: int = 5) -> list[TrialRecord]:
     """Hand out and answer up to `limit` trials (the DSV4 AND at 16% of 20, background 0.5%)."""
     spec = source.matrix.hunt
@@ -309,6 +282,17 @@ def _answer_all(source: HuntSource, limit: int, seed: int = 5) -> list[TrialReco
         )
         source.record(records[-1])
     return records
+
+
+def test_a_resumed_hunt_replays_its_journal_and_asks_what_the_first_would_have() -> None:
+    matrix = read_matrix(REPO / "matrices" / "dsv4_hunt.yaml")
+    first = _answer_all(HuntSource(matrix), 30)
+    killed_after = 22  # the controller died here (kill -9): the journal holds 22 trials
+    resumed = HuntSource(matrix, first[:killed_after])
+    assert resumed.index == killed_after
+    original = HuntSource(matrix, first[:killed_after])
+    assert [resumed.next().trial.cell for _ in range(3)] == [original.next().trial.cell for _ in range(3)]  # type: ignore[union-attr]
+    assert resumed.hunt.sessions == sum(r.metrics["corruption"].n or 0 for r in first[:killed_after])
 
 
 def _rounds_in_order(records: list[TrialRecord]) -> bool:
