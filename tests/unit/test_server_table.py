@@ -47,13 +47,18 @@ def _with_server_metrics(records: list[TrialRecord]) -> list[TrialRecord]:
     return out
 
 
-def _expected_medians(records: list[TrialRecord], metric: str) -> dict[str, float]:
+def _values(records: list[TrialRecord], metric: str) -> dict[str, list[float]]:
+    """Cell -> the values of `metric` its completed trials have (a trial without one left out)."""
     values: dict[str, list[float]] = {}
     for r in records:
         value = r.metrics.get(metric)
         if r.status == "completed" and value is not None and value.value is not None:
             values.setdefault(r.cell, []).append(value.value)
-    return {cell: statistics.median(v) for cell, v in values.items()}
+    return values
+
+
+def _expected_medians(records: list[TrialRecord], metric: str) -> dict[str, float]:
+    return {cell: statistics.median(v) for cell, v in _values(records, metric).items()}
 
 
 def test_each_row_is_the_median_of_a_cells_own_trials_with_its_count_and_unit() -> None:
@@ -64,12 +69,8 @@ def test_each_row_is_the_median_of_a_cells_own_trials_with_its_count_and_unit() 
     rows = {row.metric: row for row in table.rows}
     assert set(rows) == {TTFT, THROUGHPUT, POWER, LATER}
     for metric in rows:
-        want = _expected_medians(records, metric)
-        assert rows[metric].median == want, metric
-        assert rows[metric].trials == {
-            cell: sum(1 for r in records if r.cell == cell and r.status == "completed" and metric in r.metrics)
-            for cell in want
-        }
+        assert rows[metric].median == _expected_medians(records, metric), metric
+        assert rows[metric].trials == {cell: len(v) for cell, v in _values(records, metric).items()}
     assert set(rows[POWER].median) == {cell_id(ALL_ON)}  # cells without a value left out
     assert rows[TTFT].trials[cell_id(ALL_OFF)] == 2  # 3 rounds, round 0's scrape lost
     assert (rows[TTFT].unit, rows[THROUGHPUT].unit, rows[POWER].unit, rows[LATER].unit) == ("s", "tok/s", "W", "")
@@ -135,13 +136,5 @@ def test_a_scraped_metric_without_a_value_is_left_out_of_its_cells_median() -> N
     assert table is not None
     row = next(row for row in table.rows if row.metric == TTFT)
     assert row.median == _expected_medians(records, TTFT)
-    assert row.trials[blank.cell] == _expected_medians_count(records, blank.cell)
+    assert row.trials[blank.cell] == len(_values(records, TTFT)[blank.cell])
     assert table.missing == {cell_id(ALL_OFF): 1}  # no value is not a lost scrape
-
-
-def _expected_medians_count(records: list[TrialRecord], cell: str) -> int:
-    return sum(
-        1
-        for r in records
-        if r.cell == cell and r.status == "completed" and TTFT in r.metrics and r.metrics[TTFT].value is not None
-    )
