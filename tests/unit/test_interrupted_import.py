@@ -10,7 +10,8 @@ touched, so the interrupt ends the command with nothing made.
 Each case runs in a fresh interpreter (this one has pandas loaded already), on the fakes
 (helpers.parallel_fakes), with an import hook that raises KeyboardInterrupt halfway through
 pandas' own import, where the kill point's Ctrl-C landed: after pandas' datetime extension has
-loaded, before its interval extension. Before the fix both cases ended in that traceback.
+loaded, before its interval extension. Before the fix a new run ended in that traceback, and a
+resume was interrupted only after both hosts had been contacted.
 """
 
 from __future__ import annotations
