@@ -140,6 +140,24 @@ def run(
     check_key_files(testbeds, prepared.inventory)  # the controller's own files: nothing contacted yet
     options = _new_run_options(request, run_id, run_dir)
     _load_the_end(plan.matrix)  # nothing exists yet: an interrupt here just ends the command
+    try:
+        manifest, result, stopped, ended = _run_connected(request, prepared, run_dir, options, progress, warn)
+        return _finish(run_dir, manifest, result, stopped, _hunt_end(ended))
+    except (KeyboardInterrupt, Interrupted) as exc:
+        _interrupted_outside(run_dir, exc)
+        raise
+
+
+def _run_connected(
+    request: SweepRequest,
+    prepared: PreparedSweep,
+    run_dir: Path,
+    options: RunOptions,
+    progress: ProgressFor,
+    warn: Warn,
+) -> tuple[RunManifest, RunResult, str | None, list[HuntResult]]:
+    """`run`'s part on the connected testbeds: their checks and locks, the run folder, the trials."""
+    plan, testbeds, run_id = prepared.plan, prepared.testbeds, options.run_id
     with session.at_lines(testbeds, prepared.inventory.path), session.connected(testbeds) as deployments:
         locks = [
             TestbedLock.for_run(d, run_id, now_iso(), run_dir=run_dir, inventory=request.inventory) for d in deployments
@@ -166,19 +184,16 @@ def run(
                     sink = progress(Started(run_id, run_dir, names, total, total, hunt=hunt, adaptive=adaptive))
                     design = _design(plan, set(), run_dir=run_dir, on_stop=ended.append)
                     result, stopped = _stoppable(trials)
-            except (KeyboardInterrupt, Interrupted) as exc:
-                if not RunDir(run_dir).run_json.exists():  # stopped before the run existed: nothing to end
-                    raise
-                if executing:  # past the runner's own handler (its notes say what it left changed)
-                    _interrupted_outside(run_dir, manifest, exc)
-                    raise
+            except (KeyboardInterrupt, Interrupted):
+                if executing or not RunDir(run_dir).run_json.exists():  # past the runner's own handler
+                    raise  # (its notes say what it left changed), or the run did not exist: nothing to end
                 # stopped before the runner began (announcing the run, taking the run folder's
                 # lock): no trial ran and no host was edited; the run ends as interrupted
                 result, stopped = RunResult(run_dir, interrupted=True), None
         finally:
             for lock in locks:
                 lock.release()
-    return _finish(run_dir, manifest, result, stopped, _hunt_end(ended))
+    return manifest, result, stopped, ended
 
 
 def _new_run_options(request: SweepRequest, run_id: str, run_dir: Path) -> RunOptions:
@@ -231,13 +246,20 @@ def _new_manifest(prepared: PreparedSweep, request: SweepRequest, run_id: str, r
     return manifest.model_copy(update={"controller": controller, "retries": request.retries, **paths})
 
 
-def _interrupted_outside(run_dir: Path, manifest: RunManifest, exc: BaseException) -> None:
-    """An interrupt that escaped the runner: run.json still says how the run ended (never
-    'running' for good) and the user is told how to go on."""
+def _interrupted_outside(run_dir: Path, exc: BaseException) -> None:
+    """An interrupt that got out of a run still marked running (past the runner's own handler: its
+    last steps, the testbed locks' release, _finish before it records the end): run.json says the
+    run was interrupted, never `running` for good, and the user is told how to go on. Why: `orch
+    status` lists a running run whose controller is gone as `stale` (killed), so a run that exited
+    was called killed (the kill-point harness, seed 9113: a second Ctrl-C 37 ms after the restore
+    had ended). A run that recorded its end already (its report then cut short) keeps it."""
     try:
+        manifest = load_manifest(run_dir, plan=False)  # as the run last wrote it (a resume: marked running)
+        if manifest.status != "running":
+            return  # it ended and said how
         save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
     except OrchError:
-        pass  # the interrupt is what the user must see; `orch restore` marks the run later
+        return  # no run yet; or the interrupt is what the user must see, and `orch restore` marks it later
     exc.add_note(_ways_back(run_dir))
 
 
@@ -346,14 +368,16 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
         with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
             with session.at_lines(testbeds, inventory.path):
                 result, stopped = _resume_locked(request, progress, record, matrix, plan, testbeds, (began, ended))
+        return _finish(run_dir, record.manifest(), result, stopped, _hunt_end(ended))
     except (KeyboardInterrupt, Interrupted) as exc:
-        if not began:
+        if began:
+            _interrupted_outside(run_dir, exc)
+        else:
             exc.add_note(
                 "this resume stopped before its first trial: it edited no env file, and the hosts are as the "
                 f"interrupted run left them; {_ways_back(run_dir)}"
             )
         raise
-    return _finish(run_dir, record.manifest(), result, stopped, _hunt_end(ended))
 
 
 def _resumable(run_dir: Path) -> tuple[RunManifest, Matrix, Plan, Inventory, list[Testbed]]:

@@ -1,0 +1,111 @@
+"""A Ctrl-C or SIGTERM after the runner has restored the hosts, before the run records its end
+(the testbed locks' release, the end's counts), still leaves run.json saying the run was
+interrupted, with the way to go on; never `running` for good (on the fakes, no process).
+
+Why: `orch status` lists a running run whose controller is gone as `stale`, killed, hosts
+perhaps on a cell's flags. The kill-point harness (`bench/bench_kill_points.py --seed 9100`, seed
+9113) sent a second Ctrl-C 37 ms after the restore had ended: the run exited 130 with every host
+restored, and status called it killed. A run that recorded its end before the interrupt (its
+report then cut short) keeps that end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
+
+from orchestrator.edges.lock import TestbedLock
+from orchestrator.errors import Interrupted
+from orchestrator.store.manifest import load_manifest
+from orchestrator.sweep import api
+from orchestrator.sweep.progress import QuietProgress
+
+ENV = {"prefill": "P=0\n", "decode": "D=0\n"}
+SIGTERM = "received SIGTERM"
+
+
+def _once(monkeypatch: pytest.MonkeyPatch, owner: object, name: str, exc: BaseException, *, skip: int = 0) -> None:
+    """`owner.name` raises `exc` on its call number skip + 1, then behaves as before."""
+    real = getattr(owner, name)
+    calls = [0]
+
+    def patched(*args: object, **kwargs: object) -> object:
+        calls[0] += 1
+        if calls[0] == skip + 1:
+            raise exc
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, patched)
+
+
+def _request(tmp_path: Path, fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> api.SweepRequest:
+    install(monkeypatch, fleet)
+    m, i = write_files(tmp_path, fake_matrix("end", 1), ["A"])
+    return api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
+
+
+def _quiet(started: api.Started) -> QuietProgress:
+    return QuietProgress()
+
+
+def _assert_ended_interrupted(run_dir: Path, stopped: BaseException, fleet: Fleet) -> None:
+    manifest = load_manifest(run_dir, plan=False)
+    assert manifest.status == "interrupted" and manifest.ended
+    assert getattr(stopped, "__notes__", []) == [
+        f"resume with: orch resume {run_dir} (or put the hosts back with: orch restore {run_dir})"
+    ]
+    assert fleet.file("A", "decode") == b"D=0\n"  # the runner had restored it
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), Interrupted(SIGTERM)], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_while_the_locks_are_released_ends_the_run_as_interrupted(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch, error
+) -> None:
+    fleet = Fleet(dict(ENV))
+    req = _request(tmp_path, fleet, monkeypatch)
+    _once(monkeypatch, TestbedLock, "release", error, skip=1)  # the runner's release passes; the API's is hit
+    with pytest.raises(type(error)) as stopped:
+        api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    _assert_ended_interrupted(tmp_path / "reports" / "r1", stopped.value, fleet)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), Interrupted(SIGTERM)], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_before_the_end_is_recorded_ends_the_run_as_interrupted(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch, error
+) -> None:
+    fleet = Fleet(dict(ENV))
+    req = _request(tmp_path, fleet, monkeypatch)
+    _once(monkeypatch, api, "_final_counts", error)
+    with pytest.raises(type(error)) as stopped:
+        api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    _assert_ended_interrupted(tmp_path / "reports" / "r1", stopped.value, fleet)
+
+
+def test_a_resume_interrupted_before_its_end_is_recorded_ends_interrupted_not_running(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch
+) -> None:
+    """A resume marks the run running as it starts (sweep.runrecord.RunningMark): an interrupt
+    after its runner, before its end, left that mark for good."""
+    fleet = Fleet(dict(ENV))
+    req = _request(tmp_path, fleet, monkeypatch)
+    _once(monkeypatch, api, "_final_counts", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):
+        api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    run_dir = tmp_path / "reports" / "r1"
+    _once(monkeypatch, api, "_final_counts", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        api.resume(api.ResumeRequest(run_dir), _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    _assert_ended_interrupted(run_dir, stopped.value, fleet)
+    assert len(load_manifest(run_dir, plan=False).resumed_by) == 1  # the resume's own mark, kept
+
+
+def test_a_run_that_recorded_its_end_keeps_it_when_its_report_is_cut_short(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    fleet = Fleet(dict(ENV))
+    req = _request(tmp_path, fleet, monkeypatch)
+    _once(monkeypatch, api, "_write_report", KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    assert load_manifest(tmp_path / "reports" / "r1", plan=False).status == "completed"
+    assert getattr(stopped.value, "__notes__", []) == []  # nothing to resume
