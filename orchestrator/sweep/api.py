@@ -185,8 +185,8 @@ def _run_connected(
                     design = _design(plan, set(), run_dir=run_dir, on_stop=ended.append)
                     result, stopped = _stoppable(trials)
             except (KeyboardInterrupt, Interrupted):
-                if executing or not RunDir(run_dir).run_json.exists():  # past the runner's own handler
-                    raise  # (its notes say what it left changed), or the run did not exist: nothing to end
+                if executing or not RunDir(run_dir).run_json.exists():
+                    raise  # past the runner's own handler, or before the run existed: run() ends it
                 # stopped before the runner began (announcing the run, taking the run folder's
                 # lock): no trial ran and no host was edited; the run ends as interrupted
                 result, stopped = RunResult(run_dir, interrupted=True), None
@@ -253,13 +253,15 @@ def _interrupted_outside(run_dir: Path, exc: BaseException) -> None:
     status` lists a running run whose controller is gone as `stale` (killed), so a run that exited
     was called killed (the kill-point harness, seed 9113: a second Ctrl-C 37 ms after the restore
     had ended). A run that recorded its end already (its report then cut short) keeps it."""
+    if not RunDir(run_dir).run_json.exists():
+        return  # stopped before the run existed: nothing to end
     try:
         manifest = load_manifest(run_dir, plan=False)  # as the run last wrote it (a resume: marked running)
         if manifest.status != "running":
             return  # it ended and said how
         save_manifest(run_dir, manifest.model_copy(update={"status": "interrupted", "ended": now_iso()}))
     except OrchError:
-        return  # no run yet; or the interrupt is what the user must see, and `orch restore` marks it later
+        pass  # the interrupt is what the user must see; `orch restore` marks the run later
     exc.add_note(_ways_back(run_dir))
 
 
