@@ -454,7 +454,7 @@ def _live_progress(started: api.Started) -> Progress:
 
     if started.resumed and started.left == 0 and not started.open_ended:
         # nothing left: the finished run's status.json stays as it ended, but for its restore
-        return Tee(output.terminal(started), RestoreStatus(started.run_dir))
+        return Tee(output.terminal(started), RestoreStatus(started.run_dir, by="orch resume"))
     return Tee(output.terminal(started), LiveStatus(started.run_dir, cell_name=started.cell_name))
 
 

@@ -137,8 +137,15 @@ class LiveStatus:
                 self._write(state="finished", current_trial=None, current_cell=None, eta_s=None, eta_at=None)
 
     def restore_ended(self, not_restored: Sequence[str]) -> None:
+        """What the restore left, in this sweep's status; before `start` (a resume stopped after
+        it adopted a killed run's backup, before it took the run over: the restore still puts that
+        run's hosts back), in the file as the run left it. Why: the file then kept saying nothing
+        was left changed while a host was, and `orch status` named no way back (the kill-point
+        harness, `--kill-way-back resume`, seed 9412: a second Ctrl-C skipped a host's restore)."""
         with self._lock:
-            if self._status is not None:
+            if self._status is None:
+                RestoreStatus(self.run_dir, clock=self.clock, by="orch resume").restore_ended(not_restored)
+            else:
                 self._write(**left_changed(self.run_dir, not_restored))
 
     def _current(self) -> dict[str, object]:
@@ -177,8 +184,8 @@ class RestoreStatus(QuietProgress):
     (a run from before status files, or one stopped before its first trial). Never fails the
     restore (`error` says why the file was not written)."""
 
-    def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
-        self.run_dir, self.clock = run_dir, clock
+    def __init__(self, run_dir: Path, *, clock: Callable[[], float] = time.time, by: str = "orch restore") -> None:
+        self.run_dir, self.clock, self.by = run_dir, clock, by  # by: the command whose restore it is
         self.error = ""
 
     def restore_ended(self, not_restored: Sequence[str]) -> None:
@@ -187,7 +194,7 @@ class RestoreStatus(QuietProgress):
             return
         changes = left_changed(self.run_dir, not_restored)
         if status.not_restored and not not_restored:
-            changes["note"] = f"restored since by orch restore: {', '.join(status.not_restored)}"
+            changes["note"] = f"restored since by {self.by}: {', '.join(status.not_restored)}"
         if status.model_copy(update=changes) == status:  # nothing to add: the file stays as the sweep ended it
             return
         try:

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeBed, FakeUnit, Reply, Role, flag, make_bed, make_plan, runner_for
+from helpers.killed_runs import ORIGINAL, RUN_ID, Killed, killed_run
 
 from orchestrator.core.steps import Plan
 from orchestrator.errors import ConfigError, UsageError
 from orchestrator.sweep.hosts import MAX_BACKUP_BYTES, HostGuard, host_backup_path
 from orchestrator.sweep.hostunits import host_units_path
-
-RUN_ID = "fake-run"
-ORIGINAL = b"DECODE_FLAG=0\n"
 
 
 def _interrupted_run(tmp_path: Path) -> tuple[FakeBed, Plan, set[int]]:
@@ -73,30 +71,6 @@ def test_resume_goes_on_when_a_restored_host_holds_the_original_or_one_of_the_ru
 
 
 # ---------------------------------------------------------------- a run folder edited after a kill -9
-class Killed(BaseException):
-    """Stands for kill -9 of the controller: nothing after it runs (no restore)."""
-
-
-def _killed_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[FakeBed, Plan]:
-    """A run killed in its first edited trial: decode holds a cell's file, and both copies of the
-    original (the run folder's backup/decode.env and the host's .orch-backup-<run>) are there."""
-    bed = make_bed({"decode": Role(ORIGINAL.decode(), [FakeUnit("decode-server", active=True)])})
-    plan = make_plan(bed, {"d": flag("decode", "DECODE_FLAG")}, replicates=2)
-    edited = next(s.trial.index for s in plan.steps if s.env.get("decode", {}).get("DECODE_FLAG") == "1")
-
-    def kill(text: str, argv: object) -> Reply:
-        raise Killed
-
-    bed.transports["decode"].script(f"fake-repro --trial {edited}", kill, times=1)
-    with monkeypatch.context() as mp:
-        mp.setattr(HostGuard, "restore", lambda self, run_dir: [])
-        with pytest.raises(Killed):
-            runner_for(bed, plan, tmp_path / "run").execute()
-    files, env = bed.transports["decode"].files, bed.env_file("decode")
-    assert files[env] == b"DECODE_FLAG=1\n" and files[host_backup_path(env, RUN_ID)] == ORIGINAL
-    return bed, plan
-
-
 def _untouched(bed: FakeBed) -> None:
     files, env = bed.transports["decode"].files, bed.env_file("decode")
     assert files[env] == b"DECODE_FLAG=1\n", "the host was written"
@@ -104,7 +78,7 @@ def _untouched(bed: FakeBed) -> None:
 
 
 def test_restore_of_a_killed_run_puts_the_original_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bed, plan = _killed_run(tmp_path, monkeypatch)
+    bed, plan = killed_run(tmp_path, monkeypatch)
     runner = runner_for(bed, plan, tmp_path / "run")
     assert runner.adopt_backup() and runner.restore() == []
     assert bed.transports["decode"].files == {bed.env_file("decode"): ORIGINAL}
@@ -114,7 +88,7 @@ def test_restore_refuses_a_run_folder_backup_that_differs_from_the_hosts_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A tampered backup/decode.env was written onto the host, and the host's true copy deleted."""
-    bed, plan = _killed_run(tmp_path, monkeypatch)
+    bed, plan = killed_run(tmp_path, monkeypatch)
     (tmp_path / "run" / "backup" / "decode.env").write_bytes(b"EVIL_INJECTED=1\n")
     with pytest.raises(ConfigError, match=r"backup/decode\.env vs decode .*orch-backup-fake-run.*Nothing was touched"):
         runner_for(bed, plan, tmp_path / "run").adopt_backup()
@@ -122,7 +96,7 @@ def test_restore_refuses_a_run_folder_backup_that_differs_from_the_hosts_copy(
 
 
 def test_restore_refuses_a_backup_that_is_a_symlink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bed, plan = _killed_run(tmp_path, monkeypatch)
+    bed, plan = killed_run(tmp_path, monkeypatch)
     elsewhere = tmp_path / "elsewhere.env"
     elsewhere.write_bytes(ORIGINAL)  # even with the right bytes: orch never writes a link there
     backup = tmp_path / "run" / "backup" / "decode.env"
@@ -134,7 +108,7 @@ def test_restore_refuses_a_backup_that_is_a_symlink(tmp_path: Path, monkeypatch:
 
 
 def test_restore_refuses_an_oversized_backup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bed, plan = _killed_run(tmp_path, monkeypatch)
+    bed, plan = killed_run(tmp_path, monkeypatch)
     with open(tmp_path / "run" / "backup" / "decode.env", "r+b") as f:
         f.truncate(MAX_BACKUP_BYTES + 1)  # sparse: no disk, but read whole it would be 64 MiB and more
     with pytest.raises(ConfigError, match=r"backup/decode\.env: file is larger than"):
@@ -146,7 +120,7 @@ def test_restore_without_the_backup_folder_names_the_hosts_copies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before: "stopped before its first edit", and the edited host was left as it was."""
-    bed, plan = _killed_run(tmp_path, monkeypatch)
+    bed, plan = killed_run(tmp_path, monkeypatch)
     shutil.rmtree(tmp_path / "run" / "backup")
     with pytest.raises(ConfigError, match=r"no backup/ .* hosts still hold .*decode .*orch-backup-fake-run"):
         runner_for(bed, plan, tmp_path / "run").adopt_backup()
@@ -178,7 +152,7 @@ def test_restore_asks_each_host_once_whether_its_copy_of_the_original_is_there(
     """`orch restore` (adopt, then restore) asked it twice per host: once to compare the copy with
     the run folder's, again to learn whether the host was restored before; nothing else touches
     the host in between (the testbed's lock is held), so the first answer stands."""
-    bed, plan = _killed_run(tmp_path, monkeypatch)
+    bed, plan = killed_run(tmp_path, monkeypatch)
     before = len(_backup_checks(bed))
     runner = runner_for(bed, plan, tmp_path / "run")
     assert runner.adopt_backup() and runner.restore() == []
