@@ -370,6 +370,9 @@ def resume(request: ResumeRequest, progress: ProgressFor, *, warn: Warn) -> Swee
         with run_lock(run_dir):  # before the journal's torn tail is repaired: it may be a live append
             with session.at_lines(testbeds, inventory.path):
                 result, stopped = _resume_locked(request, progress, record, matrix, plan, testbeds, (began, ended))
+        if result.before_take_over is not None:  # stopped before it adopted any host: as if not begun
+            began.clear()
+            raise result.before_take_over
         return _finish(run_dir, record.manifest(), result, stopped, _hunt_end(ended))
     except (KeyboardInterrupt, Interrupted) as exc:
         if began:

@@ -88,6 +88,9 @@ class RunResult:
     # in the journal, and kept nowhere else: a sweep's memory does not grow with its trials
     ran: dict[str, TrialsRan] = field(default_factory=dict)
     not_restored: list[str] = field(default_factory=list)  # roles whose restore did not finish
+    # a resume's interrupt that came before it adopted the earlier run's originals: its restore had
+    # nothing to put back, so the run stays as that run left it (sweep.api.resume raises it again)
+    before_take_over: BaseException | None = None
     kept: dict[str, str] = field(default_factory=dict)  # role -> where its drifted env file was set aside
     # testbed -> role -> what its hosts run (exec_start, server_info, GPUs: core.hostfacts)
     by_testbed: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
@@ -210,12 +213,15 @@ class Runner:
             self._run_trials(result)
         except (KeyboardInterrupt, Interrupted) as exc:
             result.interrupted = True
+            if resume and not self.guard.states:  # it adopted nothing: no host of the run is its own
+                result.before_take_over = exc
             for note in notes(exc):  # e.g. what the repro it cut short left running (stopped): said nowhere else
                 self.progress.note(note)
-            self.progress.note(
-                "interrupted: restoring the hosts before exiting "
-                "(a second Ctrl-C or SIGTERM skips the host being restored)"
-            )
+            if result.before_take_over is None:
+                self.progress.note(
+                    "interrupted: restoring the hosts before exiting "
+                    "(a second Ctrl-C or SIGTERM skips the host being restored)"
+                )
             self.events.quietly("run_interrupted", interrupted_by(exc))
         except Exception as exc:
             failed_on = exc if isinstance(exc, OrchError) else None
@@ -792,4 +798,7 @@ def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
         merged.not_restored += [f"{runner.deployment.testbed.name}/{role}" for role in r.not_restored]
         merged.kept.update({f"{runner.deployment.testbed.name}/{role}": path for role, path in r.kept.items()})
         merged.by_testbed.update(r.by_testbed)  # every testbed's (core.hostfacts)
+    stopped_early = [runner.result.before_take_over for runner in runners if runner.result is not None]
+    if stopped_early and all(stopped_early):  # no testbed taken over: the run is as it was
+        merged.before_take_over = stopped_early[0]
     return merged
