@@ -11,6 +11,7 @@ report then cut short) keeps that end.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,38 @@ def test_a_run_that_recorded_its_end_keeps_it_when_its_report_is_cut_short(tmp_p
         api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
     assert load_manifest(tmp_path / "reports" / "r1", plan=False).status == "completed"
     assert getattr(stopped.value, "__notes__", []) == []  # nothing to resume
+
+
+def test_an_interrupt_before_the_run_exists_leaves_no_run_and_names_no_way_back(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C while the caller records where the run will be (the queue's on_created), before its
+    folder is made: nothing to end, resume or restore, so no run.json is written and no way back
+    is named for a folder that does not exist."""
+    fleet = Fleet(dict(ENV))
+    req = _request(tmp_path, fleet, monkeypatch)
+
+    def created(run_dir: Path) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        api.run(dataclasses.replace(req, on_created=created), _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    assert not (tmp_path / "reports" / "r1").exists()
+    assert getattr(stopped.value, "__notes__", []) == []
+    assert fleet.file("A", "decode") == b"D=0\n"
+
+
+def test_an_interrupt_out_of_the_runner_goes_up_with_the_run_ended_as_interrupted(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Past the runner's own handler (its restore done) an interrupt is the command's end: it goes
+    up (exit 130 by the CLI), with run.json saying interrupted; it is never made into an outcome
+    as if the run had stopped before its runner began."""
+    fleet = Fleet(dict(ENV))
+    req = _request(tmp_path, fleet, monkeypatch)
+    real = api.execute
+
+    def execute_then_ctrl_c(*args: object, **kwargs: object) -> object:
+        real(*args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "execute", execute_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
+    _assert_ended_interrupted(tmp_path / "reports" / "r1", stopped.value, fleet)
