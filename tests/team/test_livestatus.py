@@ -12,10 +12,12 @@ from helpers.report_synth import synthetic_run, write_run
 
 from orchestrator.cli.main import main
 from orchestrator.core.records import RunManifest, TrialRecord
+from orchestrator.errors import OrchError
 from orchestrator.report.page import environment
 from orchestrator.store.manifest import save_manifest
 from orchestrator.store.stamps import SETTLE_NS
 from orchestrator.sweep.progress import QuietProgress, Tee
+from orchestrator.team import livestatus
 from orchestrator.team.livestatus import (
     QUEUE_SHOWN,
     LiveStatus,
@@ -301,3 +303,23 @@ def test_the_status_views_read_an_unchanged_run_json_once(tmp_path: Path, monkey
     assert len(read) == 1 and first.runs[0].run_status == manifest.status
     save_manifest(run, manifest.model_copy(update={"status": "interrupted"}))  # changed: read again
     assert snapshot(tmp_path / "reports", cache).runs[0].run_status == "interrupted" and len(read) == 2
+
+
+def test_a_restore_whose_status_cannot_be_written_says_why_and_never_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RestoreStatus (`orch restore`, a resume's restore): the hosts are back whatever happens to
+    the file; `error` keeps why it was not written (found by mutation testing: nothing read it)."""
+    run_dir, _, _ = running_run(tmp_path)
+    live = LiveStatus(run_dir)
+    live.start(8, 0)  # a status file to update
+    before = (run_dir / "status.json").read_bytes()
+
+    def disk_full(path: Path, value: object) -> None:
+        raise OrchError(f"{path}: No space left on device")
+
+    monkeypatch.setattr(livestatus, "write_json_atomic", disk_full)
+    restore = livestatus.RestoreStatus(run_dir)
+    restore.restore_ended(["decode"])
+    assert restore.error == f"{run_dir / 'status.json'}: No space left on device"
+    assert (run_dir / "status.json").read_bytes() == before
