@@ -78,12 +78,14 @@ def test_an_interrupt_before_the_first_trial_ends_the_run_as_interrupted(tmp_pat
     outcome = api.run(req, progress, warn=lambda message: None)  # type: ignore[arg-type]
     run_dir = tmp_path / "reports" / "r1"
     assert outcome.interrupted and outcome.exit_code == 130 and outcome.report_error is None
+    assert outcome.stopped is None  # no error stopped it: the terminal prints none
     index = (tmp_path / "reports" / "index.html").read_text()  # listed as it ended, not as running
     assert 'class="badge interrupted">interrupted' in index and 'class="badge running"' not in index
     assert load_manifest(run_dir, plan=False).status == "interrupted"
     assert fleet.file("A", "decode") == b"D=0\n" and fleet.extra_files("A", "decode") == []  # lock released
     output.show_outcome(outcome)
-    assert f"resume with: orch resume {run_dir}" in capsys.readouterr().out
+    shown = capsys.readouterr()
+    assert f"resume with: orch resume {run_dir}" in shown.out and "error:" not in shown.err
     resumed = api.resume(api.ResumeRequest(run_dir), lambda started: QuietProgress(), warn=lambda message: None)
     assert resumed.status == "completed" and resumed.completed == 2  # the lock was released, the run goes on
 
