@@ -40,6 +40,12 @@ def add(q: PgQueue, name: str, testbed: str) -> QueueItem:
     return q.add_item(NewItem(Path(f"/m/{name}.yaml"), Path("/i/inv.yaml"), None, testbeds=(testbed,)))
 
 
+def _cut_off(postgres: PgServer, url: str, q: PgQueue) -> None:
+    """The server ends q's session (as a restart or a cut network would), and has time to."""
+    postgres.sql(url, "SELECT pg_terminate_backend(%s)", (q._conn.info.backend_pid,))
+    time.sleep(0.3)
+
+
 def test_a_claim_walks_past_any_number_of_items_waiting_for_a_busy_testbed(postgres: PgServer, pg_url: str) -> None:
     a, b = quiet(pg_url), quiet(pg_url)
     try:
@@ -83,8 +89,7 @@ def test_a_take_back_racing_its_owners_reconnect_keeps_the_owners_result(postgre
     try:
         item = add(a, "x", "bed-a")
         assert a.claim() is not None
-        postgres.sql(pg_url, "SELECT pg_terminate_backend(%s)", (a._conn.info.backend_pid,))
-        time.sleep(0.3)
+        _cut_off(postgres, pg_url, a)
         with c._conn.transaction():  # the first step of C's claim
             c._take_back_dead(c._conn)
             a._reconnect()
@@ -103,8 +108,7 @@ def test_an_owner_whose_item_was_taken_back_before_it_reconnected_keeps_it_if_un
     try:
         item = add(a, "x", "bed-a")
         assert a.claim() is not None
-        postgres.sql(pg_url, "SELECT pg_terminate_backend(%s)", (a._conn.info.backend_pid,))
-        time.sleep(0.3)
+        _cut_off(postgres, pg_url, a)
         with c._conn.transaction():
             c._take_back_dead(c._conn)  # committed before A is back
         assert c.get(item.id).state == "queued"
@@ -227,8 +231,7 @@ def test_an_item_finished_by_another_while_cut_off_is_given_up_with_its_locks(po
     try:
         item = add(a, "x", "bed-a")
         assert a.claim() is not None
-        postgres.sql(pg_url, "SELECT pg_terminate_backend(%s)", (a._conn.info.backend_pid,))
-        time.sleep(0.3)
+        _cut_off(postgres, pg_url, a)
         again = c.claim()
         assert again is not None and again.id == item.id
         c.finish(item.id, "completed", "1/1 trials")

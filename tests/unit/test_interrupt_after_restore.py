@@ -60,25 +60,20 @@ def _assert_ended_interrupted(run_dir: Path, stopped: BaseException, fleet: Flee
     assert fleet.file("A", "decode") == b"D=0\n"  # the runner had restored it
 
 
+# where the interrupt lands: the API's release of the testbed lock (the runner's own passes), or
+# the end's counts, before _finish records the end
+WHERE = {"lock-release": (TestbedLock, "release", 1), "end-counts": (api, "_final_counts", 0)}
+
+
+@pytest.mark.parametrize("where", WHERE)
 @pytest.mark.parametrize("error", [KeyboardInterrupt(), Interrupted(SIGTERM)], ids=["ctrl-c", "sigterm"])
-def test_an_interrupt_while_the_locks_are_released_ends_the_run_as_interrupted(  # type: ignore[no-untyped-def]
-    tmp_path, monkeypatch, error
+def test_an_interrupt_after_the_runner_before_the_end_is_recorded_ends_the_run_as_interrupted(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch, error, where
 ) -> None:
     fleet = Fleet(dict(ENV))
     req = _request(tmp_path, fleet, monkeypatch)
-    _once(monkeypatch, TestbedLock, "release", error, skip=1)  # the runner's release passes; the API's is hit
-    with pytest.raises(type(error)) as stopped:
-        api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
-    _assert_ended_interrupted(tmp_path / "reports" / "r1", stopped.value, fleet)
-
-
-@pytest.mark.parametrize("error", [KeyboardInterrupt(), Interrupted(SIGTERM)], ids=["ctrl-c", "sigterm"])
-def test_an_interrupt_before_the_end_is_recorded_ends_the_run_as_interrupted(  # type: ignore[no-untyped-def]
-    tmp_path, monkeypatch, error
-) -> None:
-    fleet = Fleet(dict(ENV))
-    req = _request(tmp_path, fleet, monkeypatch)
-    _once(monkeypatch, api, "_final_counts", error)
+    owner, name, skip = WHERE[where]
+    _once(monkeypatch, owner, name, error, skip=skip)
     with pytest.raises(type(error)) as stopped:
         api.run(req, _quiet, warn=lambda message: None)  # type: ignore[arg-type]
     _assert_ended_interrupted(tmp_path / "reports" / "r1", stopped.value, fleet)

@@ -194,6 +194,7 @@ def test_a_resume_with_no_trial_left_that_restores_the_hosts_clears_it(
     assert fleet.file("A", "decode") == ENV["decode"].encode()
     status = json.loads((run_dir / "status.json").read_text())
     assert status["not_restored"] == [] and status["done"] == 2, "as the run left it, but for its restore"
+    assert status["note"] == "restored since by orch resume: decode"  # which command put it back
 
 
 def test_the_status_page_shows_it_above_the_table(
@@ -300,17 +301,3 @@ def test_restore_of_a_run_that_had_no_page_writes_it_as_the_runs_end_would(
     assert code == 0, out + err
     assert (run_dir / "index.html").is_file() and page_block(run_dir) is None
     assert summary_left(run_dir) == []
-
-
-def test_a_resume_with_nothing_left_to_run_finishing_the_restore_says_so_by_its_name(
-    tmp_path: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`orch resume` of a run whose every trial ran restores what the run left (cli.main's
-    RestoreStatus for it): status.json then says which command put the host back."""
-    run_dir = run_leaving_decode(tmp_path, fleet, capsys, "A")
-    fleet.broken = set()  # type: ignore[attr-defined]
-    code, out, err = orch(capsys, "resume", str(run_dir))
-    assert code == 0, out + err
-    assert fleet.file("A", "decode") == ENV["decode"].encode()
-    status = json.loads((run_dir / "status.json").read_text())
-    assert (status["not_restored"], status["note"]) == ([], "restored since by orch resume: decode")
