@@ -799,6 +799,6 @@ def _merge(run_dir: Path, runners: list[Runner]) -> RunResult:
         merged.kept.update({f"{runner.deployment.testbed.name}/{role}": path for role, path in r.kept.items()})
         merged.by_testbed.update(r.by_testbed)  # every testbed's (core.hostfacts)
     stopped_early = [runner.result.before_take_over for runner in runners if runner.result is not None]
-    if stopped_early and all(stopped_early):  # no testbed taken over: the run is as it was
+    if stopped_early and all(e is not None for e in stopped_early):  # none taken over: the run is as it was
         merged.before_take_over = stopped_early[0]
     return merged
