@@ -244,6 +244,7 @@ def _replace(parent: ast.AST, old: ast.AST, new: ast.AST) -> None:
 def make_copy(base: Path) -> Path:
     """A copy of the tree the tests need (the source tree itself is never written)."""
     dest = Path(tempfile.mkdtemp(prefix="orch-mutants-", dir=base))
+    dest.chmod(0o755)  # a test's server may run as an unprivileged user (_tmp_in)
     listing = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
     files = subprocess.run(listing, cwd=ROOT, capture_output=True, check=True).stdout
     for name in files.decode().split("\0"):
@@ -258,7 +259,7 @@ def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | No
     signal handler mutated away: the test's own SIGTERM ends pytest): pytest in the copy, unit tier. `said`
     gets the tail of pytest's output (why the unmutated module failed, when it does)."""
     cmd = [sys.executable, "-m", "pytest", *tests, "-x", "-q", "-n0", "-p", "no:cacheprovider", "-m", tier]
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(_tmp_in(tree))}
     try:  # stdin closed: no test may wait on it
         r = subprocess.run(
             cmd, cwd=tree, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False
@@ -274,6 +275,18 @@ def run_tests(tree: Path, tests: list[str], timeout: float, said: list[str] | No
     if r.returncode < 0:  # pytest itself ended by a signal: a test sent one the mutant left unhandled
         return "killed"
     raise RuntimeError(f"pytest exited {r.returncode}: {r.stdout.decode()[-2000:]}")
+
+
+def _tmp_in(tree: Path) -> Path:
+    """The run's temporary folder, inside the copy. Why: a server a test starts daemonized (the
+    queue's throwaway PostgreSQL, via pg_ctl) outlives pytest killed at the timeout; with its data
+    folder under the copy its command line names the copy, so stop_strays finds it. A mutant that
+    held pytest at exit (the queue's heartbeat made a non-daemon thread) left one running for an
+    hour. The copies are readable by all (make_copy): the server runs as an unprivileged user."""
+    folder = tree / ".mutant-tmp"
+    folder.mkdir(exist_ok=True)
+    folder.chmod(0o755)
+    return folder
 
 
 def check_copy(tree: Path, module: str) -> None:
@@ -377,6 +390,7 @@ def main() -> int:
         return 0
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a kill still removes the copies
     base = Path(tempfile.mkdtemp(prefix="orch-mutants-"))
+    base.chmod(0o755)  # see _tmp_in
     try:
         return _run(args, source, mutants, base)
     finally:

@@ -87,3 +87,22 @@ def test_a_process_left_in_the_copy_is_stopped(tmp_path: Path) -> None:
         if left.poll() is None:
             os.kill(left.pid, 9)
             left.wait()
+
+
+def test_a_mutants_pytest_keeps_its_temporary_files_in_the_copy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """So a server a test starts daemonized (PostgreSQL's data folder in a temporary folder) names
+    the copy on its command line, and stop_strays stops it after a timeout's kill."""
+    seen: list[dict[str, str]] = []
+
+    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
+        seen.append(kwargs["env"])  # type: ignore[arg-type]
+        return subprocess.CompletedProcess(cmd, 0, b"", b"")
+
+    monkeypatch.setattr(mutants.subprocess, "run", run)
+    mutants.run_tests(tmp_path, ["tests/x.py"], 10.0)
+    tmp = Path(seen[0]["TMPDIR"])
+    assert tmp.is_dir() and tmp.parent == tmp_path and tmp.stat().st_mode & 0o777 == 0o755
+    left = (123, "/", f"postgres -D {tmp}/orch-pg-x/data -k {tmp}/orch-pg-x/sock")
+    assert mutants.strays(tmp_path, [left], me=1) == [123]
