@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from fakes import FakeBed, FakeTransport, FakeUnit, Reply, Role, flag, make_bed, make_plan, remote_repro, runner_for
 from helpers.held_output import assert_returns_at_exit
+from helpers.notes import Notes
 
 from orchestrator.edges import leftovers, remote_leftovers
 from orchestrator.edges.leftovers import MARK_VAR, MAX_SHOWN_CHARS, RUN_VAR
@@ -29,7 +30,6 @@ from orchestrator.edges.remote_leftovers import SCRIPT, check_argv, parse, stop_
 from orchestrator.edges.transport.local import LocalTransport
 from orchestrator.edges.transport.ssh import command_line
 from orchestrator.errors import TransportError
-from orchestrator.sweep.progress import QuietProgress
 from orchestrator.sweep.runner import Runner, RunOptions
 
 MARK = re.compile(rf"{MARK_VAR}=([0-9a-f]{{16}})")
@@ -148,14 +148,6 @@ def test_an_interrupted_remote_repro_is_checked_at_once(tmp_path: Path) -> None:
     repro = next(c for c in decode.calls if c.target.startswith("fake-repro"))
     # the interrupted repro's own mark, and its run's id (what `orch restore --testbed` finds it by)
     assert repro.env == {MARK_VAR: marked.split("=")[1], RUN_VAR: "fake-run"}
-
-
-class Notes(QuietProgress):
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def note(self, message: str) -> None:
-        self.lines.append(message)
 
 
 def test_what_an_interrupted_remote_repro_left_is_named_where_the_user_sees_it(tmp_path: Path) -> None:

@@ -12,22 +12,14 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeBed, FakeUnit, Role, flag, make_bed, make_plan
+from helpers.notes import Notes
 
 from orchestrator.core.steps import Plan
 from orchestrator.errors import OrchError
 from orchestrator.sweep.hosts import HostGuard
-from orchestrator.sweep.progress import QuietProgress
 from orchestrator.sweep.runner import Runner, RunOptions
 
 SAID = "the sweep stopped on an error; every host was restored"
-
-
-class Notes(QuietProgress):
-    def __init__(self) -> None:
-        self.said: list[str] = []
-
-    def note(self, message: str) -> None:
-        self.said.append(message)
 
 
 def _runner(tmp_path: Path) -> tuple[Runner, Notes, FakeBed, Plan]:
@@ -52,7 +44,7 @@ def _stops_after_a_trial(runner: Runner, monkeypatch: pytest.MonkeyPatch, error:
 def test_a_run_that_went_well_never_says_it_stopped_on_an_error(tmp_path: Path) -> None:
     runner, notes, bed, _ = _runner(tmp_path)
     assert runner.execute().not_restored == []
-    assert SAID not in notes.said
+    assert SAID not in notes.lines
 
 
 def test_a_sweep_stopped_on_an_orch_error_says_every_host_is_back(
@@ -63,7 +55,7 @@ def test_a_sweep_stopped_on_an_orch_error_says_every_host_is_back(
     with pytest.raises(OrchError):
         runner.execute()
     assert bed.transports["decode"].files[bed.env_file("decode")] == b"DECODE_FLAG=0\n"
-    assert notes.said.count(SAID) == 1
+    assert notes.lines.count(SAID) == 1
 
 
 def test_a_host_left_changed_is_not_called_restored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +69,7 @@ def test_a_host_left_changed_is_not_called_restored(tmp_path: Path, monkeypatch:
     with pytest.raises(OrchError):
         runner.execute()
     assert runner.result is not None and runner.result.not_restored == ["decode"]
-    assert SAID not in notes.said
+    assert SAID not in notes.lines
 
 
 def test_an_error_before_any_host_was_changed_claims_no_restore(
@@ -91,7 +83,7 @@ def test_an_error_before_any_host_was_changed_claims_no_restore(
     monkeypatch.setattr(runner.guard, "backup", refused)
     with pytest.raises(OrchError):
         runner.execute()
-    assert SAID not in notes.said
+    assert SAID not in notes.lines
 
 
 def test_a_bug_is_not_called_an_error_the_sweep_stopped_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,4 +93,4 @@ def test_a_bug_is_not_called_an_error_the_sweep_stopped_on(tmp_path: Path, monke
     with pytest.raises(RuntimeError):
         runner.execute()
     assert bed.transports["decode"].files[bed.env_file("decode")] == b"DECODE_FLAG=0\n"
-    assert SAID not in notes.said
+    assert SAID not in notes.lines

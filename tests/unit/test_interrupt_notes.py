@@ -9,20 +9,11 @@ from pathlib import Path
 
 import pytest
 from fakes import Reply
+from helpers.notes import Notes
 from helpers.parallel_fakes import Fleet, fake_matrix, install, write_files
 
 from orchestrator.errors import Interrupted
 from orchestrator.sweep import api
-from orchestrator.sweep.progress import QuietProgress
-
-
-class Notes(QuietProgress):
-    def __init__(self) -> None:
-        super().__init__()
-        self.said: list[str] = []
-
-    def note(self, message: str) -> None:
-        self.said.append(message)
 
 
 @pytest.mark.parametrize("signal", [KeyboardInterrupt(), Interrupted("received SIGTERM")], ids=["ctrl-c", "sigterm"])
@@ -41,8 +32,8 @@ def test_an_interrupted_sweep_says_a_second_ctrl_c_or_sigterm_skips_a_host(
     req = api.SweepRequest(m, i, testbeds=("A",), reports_dir=tmp_path / "reports", run_id="r1", skip_preflight=True)
     outcome = api.run(req, lambda started: notes, warn=lambda message: None)
     assert outcome.interrupted and outcome.exit_code == 130
-    said = [n for n in notes.said if n.startswith("interrupted: restoring the hosts")]
+    said = [n for n in notes.lines if n.startswith("interrupted: restoring the hosts")]
     assert said == [
         "interrupted: restoring the hosts before exiting (a second Ctrl-C or SIGTERM skips the host being restored)"
-    ], notes.said
+    ], notes.lines
     assert fleet.file("A", "decode") == b"D=0\n"

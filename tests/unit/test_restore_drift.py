@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fakes import REPRO_OUTPUT, FakeBed, FakeUnit, Reply, Role, flag, linked_decode_bed, make_bed, make_plan, runner_for
+from helpers.notes import Notes
 
 from orchestrator.core.config import read_matrix
 from orchestrator.core.huntplan import hunt_cell, hunt_plan
@@ -33,25 +34,6 @@ EDITED = ORIGINAL + b"MY_NEW_FLAG=1\n"
 TEAM = "/etc/orch/team.env"
 MODE = (0o640, 0, 12)  # not what a write creates (0o644 root:root): the restore must have set it
 REPO = Path(__file__).resolve().parents[2]
-
-
-class Notes:
-    """A Progress that keeps the notes (what the terminal shows in yellow)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def start(self, total: int, done: int) -> None: ...
-    def trial_done(self, record: object) -> None: ...
-    def retotal(self, left: int) -> None: ...
-    def stop(self) -> None: ...
-    def restore_ended(self, not_restored: object) -> None: ...
-
-    def note(self, message: str) -> None:
-        self.lines.append(message)
-
-    def text(self) -> str:
-        return "\n".join(self.lines)
 
 
 def decode_bed() -> FakeBed:
